@@ -1,0 +1,151 @@
+"""Pure builders for every remote command line: the one place where quoting happens.
+
+Nothing here does I/O. A command is either an *argv* (a sequence of strings,
+each quoted with :func:`shlex.quote`) or a *shell script* (a plain ``str`` the
+caller wrote on purpose, passed verbatim to ``sh -c`` — itself quoted). Values
+of environment variables and paths always go through :func:`quote`, so spaces,
+quotes, ``$()``, backticks, ``;`` and newlines arrive literally on the host.
+
+Secrets (any value with a ``reveal()`` method, such as ``config.Secret``) are
+exported with their real value in the line but shown as ``***`` in the
+*display* form that logs, results and errors use.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Union
+
+#: a command: argv (quoted element-wise) or a shell script (run by ``sh -c``)
+Command = Union[Sequence[str], str]
+
+#: first stderr line of every wrapped command: the remote process-group id
+PGID_MARKER = "__camit_pgid__="
+
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+REDACTED = "***"
+
+
+def quote(value: str) -> str:
+    """Quote one word for a POSIX shell (the only quoting function we use)."""
+    return shlex.quote(str(value))
+
+
+def _reveal(value: Any) -> str:
+    reveal = getattr(value, "reveal", None)
+    return str(reveal()) if callable(reveal) else str(value)
+
+
+def _is_secret(value: Any) -> bool:
+    return callable(getattr(value, "reveal", None))
+
+
+def join(argv: Sequence[str]) -> str:
+    """Join an argv into one shell line, every element quoted."""
+    if isinstance(argv, str):
+        raise TypeError("join() takes an argv sequence, not a str")
+    return " ".join(quote(a) for a in argv)
+
+
+def script_of(command: Command) -> str:
+    """The shell text for a command: argv joined and quoted, a script verbatim."""
+    if isinstance(command, str):
+        return command
+    if not command:
+        raise ValueError("empty command")
+    return join(command)
+
+
+def export_env(env: Mapping[str, Any], *, redact: bool = False) -> str:
+    """``export A='x' B='y'`` for ``env`` (names validated), or '' when empty."""
+    if not env:
+        return ""
+    parts = []
+    for name, value in env.items():
+        if not _ENV_NAME.match(name):
+            raise ValueError(f"invalid environment variable name {name!r}")
+        shown = REDACTED if (redact and _is_secret(value)) else _reveal(value)
+        parts.append(f"{name}={quote(shown)}")
+    return "export " + " ".join(parts)
+
+
+@dataclass(frozen=True)
+class Line:
+    """A complete remote command line and its redacted display form."""
+
+    text: str
+    display: str
+
+
+def build(
+    command: Command,
+    *,
+    env: Mapping[str, Any] | None = None,
+    cwd: str | None = None,
+) -> Line:
+    """Build the line that runs ``command`` with ``env`` exported in ``cwd``.
+
+    >>> build(["echo", "a b"], env={"X": "$(id)"}, cwd="/w d").text
+    "cd -- '/w d' && export X='$(id)' && echo 'a b'"
+    """
+    script = script_of(command)
+
+    def assemble(redact: bool) -> str:
+        steps = []
+        if cwd:
+            steps.append(f"cd -- {quote(cwd)}")
+        exported = export_env(env or {}, redact=redact)
+        if exported:
+            steps.append(exported)
+        if steps:
+            # a script runs in its own sh so that its syntax cannot break ours
+            body = script if not isinstance(command, str) else f"exec /bin/sh -c {quote(script)}"
+            steps.append(body)
+            return " && ".join(steps)
+        return script
+
+    return Line(assemble(False), assemble(True))
+
+
+def with_pgid(line: str) -> str:
+    """Wrap ``line`` so its first stderr line reports the process-group id.
+
+    sshd starts every session's shell with ``setsid()``, so the shell's ``$$`` is
+    the process group (and session) of everything the command starts, unless a
+    child leaves it on purpose. ``exec`` keeps that pid for the command itself.
+    """
+    return f"echo {PGID_MARKER}$$ >&2; exec /bin/sh -c {quote(line)}"
+
+
+def kill_group(pgid: int, grace: float = 1.0, step: float = 0.1) -> str:
+    """Script: TERM the process group ``pgid``, wait up to ``grace``, then KILL it.
+
+    Only ever called with a pgid our own wrapper reported (never by name).
+    """
+    if pgid <= 1:
+        raise ValueError(f"refusing to signal process group {pgid}")
+    tries = max(1, int(grace / step))
+    g = f"-{int(pgid)}"
+    return (
+        f"kill -TERM -- {g} 2>/dev/null || exit 0; "
+        f"i=0; while kill -0 -- {g} 2>/dev/null; do "
+        f"i=$((i+1)); if [ $i -ge {tries} ]; then kill -KILL -- {g} 2>/dev/null; exit 0; fi; "
+        f"sleep {step}; done"
+    )
+
+
+def sha256_cmd(path: str) -> list[str]:
+    """argv printing ``<hex>  <path>`` for one file."""
+    return ["sha256sum", "--", path]
+
+
+def parse_sha256(output: str) -> str:
+    """The hex digest from ``sha256sum`` output (ValueError when there is none)."""
+    word = output.strip().split(maxsplit=1)[0] if output.strip() else ""
+    word = word.lstrip("\\")
+    if not re.fullmatch(r"[0-9a-f]{64}", word):
+        raise ValueError(f"not a sha256sum line: {output.strip()[:120]!r}")
+    return word

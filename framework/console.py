@@ -1,0 +1,71 @@
+"""Terminal output for the CLI: tables (rich on a terminal, plain text in CI) and logging set-up."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from typing import Any, TextIO
+
+LOG_FORMAT = "%(asctime)s.%(msecs)03d %(levelname)-7s %(name)s: %(message)s"
+LOG_DATEFMT = "%H:%M:%S"
+
+
+def interactive(stream: TextIO | None = None) -> bool:
+    """True on a real terminal outside CI: live, coloured output is welcome."""
+    stream = stream or sys.stdout
+    return bool(getattr(stream, "isatty", lambda: False)()) and os.environ.get("CI", "").lower() not in (
+        "1", "true", "yes",
+    )
+
+
+def setup_logging(verbose: int = 0) -> None:
+    level = logging.WARNING - 10 * verbose
+    logging.basicConfig(level=max(level, logging.DEBUG), format=LOG_FORMAT, datefmt=LOG_DATEFMT,
+                        stream=sys.stderr)
+    # paramiko logs every transport exception at ERROR; our errors already say it once
+    logging.getLogger("paramiko").setLevel(logging.CRITICAL if verbose < 2 else logging.DEBUG)
+
+
+def plain_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """A fixed-width text table; multi-line cells continue on indented lines."""
+    cells = [[str(c) for c in r] for r in rows]
+    firsts = [[c.splitlines()[0] if c else "" for c in r] for r in cells]
+    widths = [len(h) for h in headers]
+    for r in firsts:
+        for i, c in enumerate(r[: len(widths)]):
+            widths[i] = min(max(widths[i], len(c)), 60)
+    def fmt(values: Sequence[str]) -> str:
+        return "  ".join(v.ljust(widths[i]) if i < len(values) - 1 else v for i, v in enumerate(values)).rstrip()
+    out = [fmt(list(headers)), fmt(["-" * w for w in widths])]
+    for r, first in zip(cells, firsts):
+        out.append(fmt(first))
+        for i, c in enumerate(r):
+            for extra in c.splitlines()[1:]:
+                out.append(" " * (sum(widths[:i]) + 2 * i) + "  " + extra)
+    return "\n".join(out)
+
+
+def print_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], *, title: str | None = None,
+                stream: TextIO | None = None) -> None:
+    stream = stream or sys.stdout
+    if interactive(stream):
+        from rich.console import Console
+        from rich.table import Table
+
+        table = Table(title=title)
+        for h in headers:
+            table.add_column(h)
+        for r in rows:
+            table.add_row(*(str(c) for c in r))
+        Console(file=stream).print(table)
+        return
+    if title:
+        print(title, file=stream)
+    print(plain_table(headers, rows), file=stream)
+
+
+def print_json(data: Any, stream: TextIO | None = None) -> None:
+    print(json.dumps(data, indent=2, sort_keys=False, default=str), file=stream or sys.stdout)

@@ -1,0 +1,160 @@
+"""The one exception tree of camit; every error carries the evidence a person needs.
+
+Hierarchy::
+
+    FrameworkError                      base of everything camit raises on purpose
+    ├── UsageError                      bad command line / options (exit 2)
+    ├── ConfigError(file, key_path)     test_env.yaml invalid (exit 2)
+    ├── LabError                        the namespace lab cannot be built / torn down
+    ├── HostError(host)                 something went wrong on one named host
+    │   ├── HostUnreachable             TCP connect / SSH banner failed or timed out (exit 3)
+    │   ├── AuthenticationFailed        the host refused our credentials (exit 3)
+    │   ├── HostKeyError                host key unknown under `strict`, or changed (exit 3)
+    │   ├── TransferError               put/get failed or the sha256 did not match
+    │   └── CommandError(result)        a command ran and did not do what was asked
+    │       ├── CommandFailed           non-zero exit status (exit 1)
+    │       └── CommandTimedOut         wall-clock timeout; the remote group was killed (exit 1)
+    └── MultiHostError(errors)          one or more hosts failed in a fan-out; lists each
+
+Only ``framework.transport.ssh`` translates paramiko/socket errors into this tree.
+``exit_code`` on each class is what the CLI returns when the error ends a command.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # pragma: no cover
+    from framework.result import Result
+
+#: exit statuses shared by every ``camit`` command
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+EXIT_INFRA = 3
+
+
+class FrameworkError(Exception):
+    """Base class: raised for every failure camit reports on purpose."""
+
+    exit_code = EXIT_INFRA
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class UsageError(FrameworkError):
+    """Raised when the command line or an option value is wrong."""
+
+    exit_code = EXIT_USAGE
+
+
+class ConfigError(FrameworkError):
+    """Raised when an environment file cannot be read or is invalid.
+
+    ``file`` is the path as the user gave it, ``key_path`` the dotted path of
+    the offending key (``host_info.host2.manage_nic.ip``) or ``None`` for
+    file-level problems. ``str()`` reads ``<file>: <key_path>: <problem>``.
+    """
+
+    exit_code = EXIT_USAGE
+
+    def __init__(self, file: str, key_path: str | None, problem: str) -> None:
+        self.file = file
+        self.key_path = key_path
+        self.problem = problem
+        where = f"{file}: {key_path}: " if key_path else f"{file}: "
+        super().__init__(where + problem)
+
+
+class LabError(FrameworkError):
+    """Raised when the local namespace lab cannot be brought up, used or removed."""
+
+    exit_code = EXIT_INFRA
+
+
+class HostError(FrameworkError):
+    """Raised for a failure on one host; ``host`` names it (the env's host name)."""
+
+    exit_code = EXIT_INFRA
+
+    def __init__(self, host: str, message: str) -> None:
+        self.host = host
+        super().__init__(f"{host}: {message}")
+
+
+class HostUnreachable(HostError):
+    """Raised when the host cannot be reached over TCP/SSH within the connect timeout."""
+
+
+class AuthenticationFailed(HostError):
+    """Raised when the SSH server refuses every credential we offered."""
+
+
+class HostKeyError(HostError):
+    """Raised when a host key is unknown under the ``strict`` policy, or has changed."""
+
+
+class TransferError(HostError):
+    """Raised when a file transfer fails or its sha256 differs on the other side."""
+
+    exit_code = EXIT_FAILED
+
+
+class CommandError(HostError):
+    """A command ran on a host and did not succeed; ``result`` holds the evidence."""
+
+    exit_code = EXIT_FAILED
+
+    def __init__(self, result: Result, message: str) -> None:
+        self.result = result
+        tail = result.tail()
+        text = f"{message}: {result.command_display}"
+        if tail:
+            text += "\n" + tail
+        super().__init__(result.host, text)
+
+
+class CommandFailed(CommandError):
+    """Raised by ``check()`` when a command exits non-zero."""
+
+    def __init__(self, result: Result) -> None:
+        super().__init__(result, f"exit status {result.rc}")
+
+
+class CommandTimedOut(CommandError):
+    """Raised when a command outlives its wall-clock timeout (its process group was killed)."""
+
+    def __init__(self, result: Result, timeout: float) -> None:
+        self.timeout = timeout
+        super().__init__(result, f"timed out after {timeout:g}s")
+
+
+class MultiHostError(FrameworkError):
+    """Raised after a fan-out when at least one host failed; ``errors`` maps host -> error.
+
+    The message lists every failed host with its cause, one per line. The exit
+    code is the most severe of the members' (infrastructure beats failure).
+    """
+
+    def __init__(self, errors: Mapping[str, BaseException], total: int | None = None) -> None:
+        self.errors = dict(errors)
+        n = len(self.errors)
+        head = f"{n} of {total} hosts failed" if total is not None else f"{n} host(s) failed"
+        lines = [head + ":"]
+        for host, err in self.errors.items():
+            text = str(err)
+            if not text.startswith(f"{host}:"):
+                text = f"{host}: {text}"
+            lines.append("  " + text.replace("\n", "\n    "))
+        super().__init__("\n".join(lines))
+
+    @property
+    def exit_code(self) -> int:  # type: ignore[override]
+        codes = [getattr(e, "exit_code", EXIT_INFRA) for e in self.errors.values()]
+        return max(codes, default=EXIT_FAILED)

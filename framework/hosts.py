@@ -1,0 +1,341 @@
+"""Host (one machine) and Cluster (bounded fan-out over many) on an injected transport.
+
+``Host.run`` returns a :class:`~framework.result.Result`; ``Host.check`` raises
+``CommandFailed``/``CommandTimedOut`` — converted here, once, for every
+transport. ``put``/``get`` verify the sha256 on both ends and replace the
+target atomically. A host whose connection failed is *broken*: later calls
+raise the same error at once (one dead node costs one timeout), until
+``reset()``.
+
+``Cluster.run``/``Cluster.map`` run on every host through a pool of at most
+``max_parallel`` threads, never stop at the first failed host, and return a
+:class:`GroupResult` with each host's result or exception; ``raise_on_failure``
+(or ``Cluster.check``) raises one ``MultiHostError`` listing every failure.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import posixpath
+import secrets
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, Generic, TypeVar
+
+from framework import commands
+from framework.commands import Command
+from framework.errors import (
+    CommandFailed,
+    CommandTimedOut,
+    FrameworkError,
+    HostError,
+    HostUnreachable,
+    MultiHostError,
+    TransferError,
+)
+from framework.result import Result
+from framework.transport.base import DEFAULT_MAX_OUTPUT, Transport
+
+log = logging.getLogger("camit.hosts")
+T = TypeVar("T")
+
+DEFAULT_COMMAND_TIMEOUT = 600.0
+DEFAULT_MAX_PARALLEL = 32
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+class Host:
+    """One machine of the cluster, reached through ``transport``.
+
+    ``spec`` is the ``config.HostSpec`` it came from (or ``None`` for ad-hoc
+    hosts); its ``command_timeout`` is the default timeout of ``run``.
+    """
+
+    def __init__(self, name: str, transport: Transport, *, spec: Any = None,
+                 command_timeout: float | None = None) -> None:
+        self.name = name
+        self.transport = transport
+        self.spec = spec
+        if command_timeout is None:
+            command_timeout = getattr(spec, "command_timeout", DEFAULT_COMMAND_TIMEOUT)
+        self.command_timeout = float(command_timeout)
+        self.broken: HostError | None = None
+        self.log = logging.LoggerAdapter(log, {"host": name})
+
+    @classmethod
+    def from_spec(cls, spec: Any, transport: Transport | None = None) -> Host:
+        if transport is None:
+            from framework.transport.ssh import SshTransport
+
+            transport = SshTransport.from_spec(spec)
+        return cls(spec.name, transport, spec=spec)
+
+    def __repr__(self) -> str:
+        return f"<Host {self.name} via {self.transport!r}>"
+
+    # -- connection -----------------------------------------------------------
+    def connect(self) -> None:
+        """Connect now (otherwise the first command does); remembers a failure."""
+        if self.broken is not None:
+            raise type(self.broken)(self.name, _strip_host(self.broken, self.name)) from self.broken
+        try:
+            self.transport.connect()
+        except HostUnreachable as exc:
+            self.broken = exc
+            raise
+        except HostError as exc:  # key or auth problems are as final
+            self.broken = exc
+            raise
+
+    def reset(self) -> None:
+        """Forget a connection failure and drop the connection (next call reconnects)."""
+        self.broken = None
+        self.transport.close()
+
+    def close(self) -> None:
+        self.transport.close()
+
+    def __enter__(self) -> Host:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- commands -------------------------------------------------------------
+    def run(
+        self,
+        command: Command,
+        *,
+        env: Mapping[str, Any] | None = None,
+        cwd: str | None = None,
+        timeout: float | None = None,
+        check: bool = False,
+        max_output: int = DEFAULT_MAX_OUTPUT,
+    ) -> Result:
+        """Run ``command`` (argv or shell script) and return its Result.
+
+        ``timeout`` (default: the host's ``command_timeout``; ``0`` for none) is
+        wall-clock: on expiry the remote process group is killed and the result
+        has ``timed_out=True`` (``check=True`` raises ``CommandTimedOut``).
+        """
+        line = commands.build(command, env=env, cwd=cwd)
+        self.connect()
+        limit = self.command_timeout if timeout is None else (timeout or None)
+        self.log.debug("%s: run %s", self.name, line.display)
+        try:
+            result = self.transport.run(line.text, timeout=limit, display=line.display, max_output=max_output)
+        except HostUnreachable as exc:
+            self.broken = exc
+            raise
+        self.log.debug("%s: %r", self.name, result)
+        if check:
+            _raise_for(result, limit)
+        return result
+
+    def check(self, command: Command, **kwargs: Any) -> Result:
+        """``run(..., check=True)``: raise ``CommandFailed``/``CommandTimedOut`` unless rc is 0."""
+        __tracebackhide__ = True
+        return self.run(command, check=True, **kwargs)
+
+    # -- files ----------------------------------------------------------------
+    def put(self, local: Path | str, remote: str, *, sha256: str | None = None) -> str:
+        """Upload ``local`` to ``remote``; verify sha256 on the host; replace atomically.
+
+        Returns the hex digest. A mismatch removes the partial file and raises
+        ``TransferError`` naming both digests.
+        """
+        local = Path(local)
+        digest = sha256 or sha256_file(local)
+        part = f"{remote}.camit-part-{secrets.token_hex(4)}"
+        self.check(["mkdir", "-p", "--", posixpath.dirname(remote) or "/"])
+        try:
+            self.transport.put(local, part)
+            got = self.remote_sha256(part)
+            if got != digest:
+                raise TransferError(self.name, f"sha256 mismatch after upload of {local.name} to {remote}: "
+                                               f"local {digest}, on host {got}")
+            self.check(["mv", "-f", "--", part, remote])
+        except BaseException:
+            try:
+                self.run(["rm", "-f", "--", part], timeout=30)
+            except FrameworkError:
+                pass
+            raise
+        return digest
+
+    def get(self, remote: str, local: Path | str) -> str:
+        """Download ``remote`` to ``local``, verified against the host's sha256."""
+        local = Path(local)
+        expected = self.remote_sha256(remote)
+        local.parent.mkdir(parents=True, exist_ok=True)
+        part = local.with_name(local.name + f".camit-part-{secrets.token_hex(4)}")
+        try:
+            self.transport.get(remote, part)
+            got = sha256_file(part)
+            if got != expected:
+                raise TransferError(self.name, f"sha256 mismatch after download of {remote}: "
+                                               f"on host {expected}, local {got}")
+            part.replace(local)
+        finally:
+            part.unlink(missing_ok=True)
+        return expected
+
+    def remote_sha256(self, path: str) -> str:
+        result = self.run(commands.sha256_cmd(path), timeout=max(self.command_timeout, 60.0))
+        if not result.ok:
+            raise TransferError(self.name, f"cannot hash {path}: {result.tail(3) or f'rc {result.rc}'}")
+        try:
+            return commands.parse_sha256(result.stdout)
+        except ValueError as exc:
+            raise TransferError(self.name, str(exc)) from None
+
+
+def _strip_host(err: HostError, host: str) -> str:
+    text = str(err)
+    prefix = f"{host}: "
+    return text[len(prefix):] if text.startswith(prefix) else text
+
+
+def _raise_for(result: Result, timeout: float | None) -> None:
+    __tracebackhide__ = True
+    if result.timed_out:
+        raise CommandTimedOut(result, timeout or 0.0)
+    if result.rc != 0:
+        raise CommandFailed(result)
+
+
+class GroupResult(Mapping[str, Any], Generic[T]):
+    """host name → value (a ``Result`` for ``run``) or the exception that host raised."""
+
+    def __init__(self, items: Iterable[tuple[str, T | BaseException]]) -> None:
+        self._items: dict[str, T | BaseException] = dict(items)
+
+    def __getitem__(self, key: str) -> T | BaseException:
+        return self._items[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def error_of(self, host: str) -> BaseException | None:
+        """The error for ``host``: its exception, or CommandFailed/TimedOut for a failed Result."""
+        value = self._items[host]
+        if isinstance(value, BaseException):
+            return value
+        if isinstance(value, Result) and value.failed:
+            try:
+                _raise_for(value, None)
+            except FrameworkError as exc:
+                return exc
+        return None
+
+    @property
+    def failed(self) -> dict[str, BaseException]:
+        return {h: e for h in self._items if (e := self.error_of(h)) is not None}
+
+    @property
+    def succeeded(self) -> dict[str, T]:
+        return {h: v for h, v in self._items.items() if self.error_of(h) is None}  # type: ignore[misc]
+
+    @property
+    def ok(self) -> bool:
+        return not self.failed
+
+    def raise_on_failure(self) -> GroupResult[T]:
+        failed = self.failed
+        if failed:
+            raise MultiHostError(failed, total=len(self._items))
+        return self
+
+    def __repr__(self) -> str:
+        return f"<GroupResult {len(self.succeeded)} ok, {len(self.failed)} failed>"
+
+
+class Cluster:
+    """Many hosts, one bounded pool; every call reports every host."""
+
+    def __init__(self, hosts: Sequence[Host], *, max_parallel: int = DEFAULT_MAX_PARALLEL) -> None:
+        names = [h.name for h in hosts]
+        if len(set(names)) != len(names):
+            raise ValueError(f"duplicate host names in {names}")
+        self.hosts: dict[str, Host] = {h.name: h for h in hosts}
+        self.max_parallel = max(1, int(max_parallel))
+
+    @classmethod
+    def from_env(
+        cls,
+        env: Any,
+        names: Sequence[str] | None = None,
+        *,
+        transport_factory: Callable[[Any], Transport] | None = None,
+        max_parallel: int | None = None,
+    ) -> Cluster:
+        """Hosts of ``env`` (a ``config.EnvConfig``), optionally only ``names``."""
+        specs = env.select(names)
+        hosts = [Host.from_spec(s, transport_factory(s) if transport_factory else None) for s in specs]
+        return cls(hosts, max_parallel=max_parallel or env.max_parallel)
+
+    def __getitem__(self, name: str) -> Host:
+        return self.hosts[name]
+
+    def __iter__(self) -> Iterator[Host]:
+        return iter(self.hosts.values())
+
+    def __len__(self) -> int:
+        return len(self.hosts)
+
+    def __repr__(self) -> str:
+        return f"<Cluster {', '.join(self.hosts)}>"
+
+    def map(self, fn: Callable[[Host], T], hosts: Iterable[str] | None = None) -> GroupResult[T]:
+        """Call ``fn(host)`` on every (selected) host in the pool; collect values or errors."""
+        targets = [self.hosts[n] for n in hosts] if hosts is not None else list(self.hosts.values())
+        if not targets:
+            return GroupResult([])
+        results: dict[str, T | BaseException] = {}
+
+        def one(host: Host) -> None:
+            try:
+                results[host.name] = fn(host)
+            except Exception as exc:  # every host's failure is kept, never raised here
+                if not isinstance(exc, FrameworkError):
+                    log.exception("%s: unexpected error", host.name)
+                results[host.name] = exc
+
+        with ThreadPoolExecutor(max_workers=min(self.max_parallel, len(targets)),
+                                thread_name_prefix="camit-host") as pool:
+            list(pool.map(one, targets))
+        return GroupResult((h.name, results[h.name]) for h in targets)
+
+    def run(self, command: Command, *, hosts: Iterable[str] | None = None, **kwargs: Any) -> GroupResult[Result]:
+        """``Host.run`` on every host; a host that cannot connect holds its exception."""
+        kwargs.pop("check", None)
+        return self.map(lambda h: h.run(command, **kwargs), hosts)
+
+    def check(self, command: Command, **kwargs: Any) -> GroupResult[Result]:
+        """``run`` then raise one ``MultiHostError`` naming each failed host."""
+        return self.run(command, **kwargs).raise_on_failure()
+
+    def connect(self) -> GroupResult[None]:
+        return self.map(lambda h: h.connect())
+
+    def close(self) -> None:
+        for h in self.hosts.values():
+            h.close()
+
+    def __enter__(self) -> Cluster:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,85 @@
+"""The transport protocol and the bounded output buffer every transport shares."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+from framework.commands import PGID_MARKER
+from framework.result import Result
+
+#: default bytes kept per stream (the tail); the rest is counted and dropped
+DEFAULT_MAX_OUTPUT = 4 * 1024 * 1024
+
+
+@runtime_checkable
+class Transport(Protocol):
+    """What a ``Host`` needs from the way it reaches its machine.
+
+    ``run`` executes one complete shell line (already built and quoted by
+    ``framework.commands``) and returns a ``Result``; when ``timeout`` passes it
+    kills the command's whole process group on the machine and returns a result
+    with ``timed_out=True``. ``put``/``get`` copy one file as-is (verification
+    is the ``Host``'s job).
+    """
+
+    name: str
+
+    def connect(self) -> None: ...
+
+    def run(self, line: str, *, timeout: float | None, display: str, max_output: int) -> Result: ...
+
+    def put(self, local: Path, remote: str) -> None: ...
+
+    def get(self, remote: str, local: Path) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class OutputTail:
+    """Keeps the last ``limit`` bytes of a stream and counts everything fed.
+
+    Memory stays bounded however much a command prints (a 50 MB stderr costs
+    ``limit`` bytes). With ``strip_pgid`` the first line, when it carries our
+    process-group marker, is parsed into ``pgid`` and not kept.
+    """
+
+    def __init__(self, limit: int = DEFAULT_MAX_OUTPUT, *, strip_pgid: bool = False) -> None:
+        self.limit = max(1, limit)
+        self.total = 0
+        self.pgid: int | None = None
+        self._buf = bytearray()
+        self._head: bytearray | None = bytearray() if strip_pgid else None
+
+    def feed(self, data: bytes) -> None:
+        if self._head is not None:
+            self._head += data
+            nl = self._head.find(b"\n")
+            if nl < 0 and len(self._head) < 64:
+                return
+            head, self._head = bytes(self._head), None
+            first, _, rest = head.partition(b"\n") if nl >= 0 else (head, b"", b"")
+            marker = PGID_MARKER.encode()
+            if nl >= 0 and first.startswith(marker) and first[len(marker):].isdigit():
+                self.pgid = int(first[len(marker):])
+                data = rest
+            else:
+                data = head
+        self.total += len(data)
+        self._buf += data
+        if len(self._buf) > 2 * self.limit:
+            del self._buf[: len(self._buf) - self.limit]
+
+    def close(self) -> None:
+        """Flush a pending head that never completed a line."""
+        if self._head is not None:
+            head, self._head = bytes(self._head), None
+            self.feed(head)
+
+    @property
+    def truncated(self) -> bool:
+        return self.total > self.limit
+
+    def text(self) -> str:
+        data = self._buf[-self.limit :]
+        return bytes(data).decode("utf-8", errors="replace")

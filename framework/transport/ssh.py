@@ -1,0 +1,360 @@
+"""SSH transport over paramiko: the only module that imports paramiko.
+
+One long-lived connection per host, one channel per command. Host keys are
+verified by default (a pinned ``host_key`` or ``known_hosts``); ``accept-new``
+records unseen keys; ``insecure`` is explicit and logged loudly; a changed key
+is always refused with both fingerprints. Paramiko and socket errors are
+translated into ``framework.errors`` here and nowhere else.
+
+Every command is wrapped by ``commands.with_pgid`` so the first stderr line
+tells us the remote process group; a timeout (or Ctrl-C) kills that group over a
+second channel, TERM then KILL, so the remote command really ends.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import logging
+import select
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import paramiko
+from filelock import FileLock
+
+from framework import commands
+from framework.errors import (
+    AuthenticationFailed,
+    HostError,
+    HostKeyError,
+    HostUnreachable,
+    TransferError,
+)
+from framework.result import Result
+from framework.transport.base import DEFAULT_MAX_OUTPUT, OutputTail
+
+log = logging.getLogger("camit.ssh")
+
+POLICIES = ("strict", "accept-new", "insecure")
+#: how long a killed command may take to go away before we stop waiting
+KILL_GRACE = 1.0
+_CHUNK = 65536
+
+# At most one handshake at a time per target (sshd MaxStartups drops bursts;
+# paramiko#664): keyed by (address, port), shared by every transport object.
+_handshake_guard = threading.Lock()
+_handshake_locks: dict[tuple[str, int], threading.Lock] = {}
+
+
+def _handshake_lock(address: str, port: int) -> threading.Lock:
+    with _handshake_guard:
+        return _handshake_locks.setdefault((address, port), threading.Lock())
+
+
+def fingerprint(key: paramiko.PKey) -> str:
+    """OpenSSH-style ``SHA256:…`` fingerprint of a public key."""
+    digest = hashlib.sha256(key.asbytes()).digest()
+    return "SHA256:" + base64.b64encode(digest).decode().rstrip("=")
+
+
+def parse_public_key(line: str) -> paramiko.PKey:
+    """A ``<type> <base64> [comment]`` line → PKey (ValueError when malformed)."""
+    parts = line.split()
+    if len(parts) < 2:
+        raise ValueError(f"not a public key line: {line[:40]!r}")
+    try:
+        return paramiko.PKey.from_type_string(parts[0], base64.b64decode(parts[1]))
+    except Exception as exc:  # paramiko raises several unrelated types here
+        raise ValueError(f"cannot parse public key {parts[0]}: {exc}") from exc
+
+
+def known_hosts_name(address: str, port: int) -> str:
+    return address if port == 22 else f"[{address}]:{port}"
+
+
+class _Policy(paramiko.MissingHostKeyPolicy):
+    """Decides about a key that is in neither the pin nor known_hosts."""
+
+    def __init__(self, owner: SshTransport) -> None:
+        self.owner = owner
+
+    def missing_host_key(self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey) -> None:
+        o = self.owner
+        fp = fingerprint(key)
+        if o.policy == "insecure":
+            log.warning(
+                "%s: INSECURE host_key_policy: accepting unverified %s key %s for %s",
+                o.name, key.get_name(), fp, hostname,
+            )
+            return
+        if o.policy == "accept-new" and o.known_hosts is not None and o.pinned is None:
+            o.known_hosts.parent.mkdir(parents=True, exist_ok=True)
+            with FileLock(str(o.known_hosts) + ".lock"):
+                with o.known_hosts.open("a") as fh:
+                    fh.write(f"{hostname} {key.get_name()} {key.get_base64()}\n")
+            log.warning("%s: accept-new: recorded new %s key %s for %s in %s",
+                        o.name, key.get_name(), fp, hostname, o.known_hosts)
+            return
+        where = "the pinned host_key" if o.pinned is not None else f"known_hosts ({o.known_hosts})"
+        raise HostKeyError(
+            o.name,
+            f"unknown host key {key.get_name()} {fp} for {hostname}: not in {where} "
+            f"and host_key_policy is {o.policy!r}; pin it with host_key: or add it to known_hosts",
+        )
+
+
+class SshTransport:
+    """paramiko connection to one host, created from a ``config.HostSpec``."""
+
+    def __init__(
+        self,
+        name: str,
+        address: str,
+        port: int = 22,
+        *,
+        user: str = "root",
+        password: Any = None,
+        key_file: Path | None = None,
+        host_key: str | None = None,
+        known_hosts: Path | None = None,
+        policy: str = "strict",
+        connect_timeout: float = 10.0,
+    ) -> None:
+        if policy not in POLICIES:
+            raise ValueError(f"host_key_policy must be one of {POLICIES}, not {policy!r}")
+        self.name = name
+        self.address = address
+        self.port = port
+        self.user = user
+        self._password = password
+        self.key_file = key_file
+        self.pinned = parse_public_key(host_key) if host_key else None
+        self.known_hosts = known_hosts
+        self.policy = policy
+        self.connect_timeout = connect_timeout
+        self._client: paramiko.SSHClient | None = None
+        self._sftp: paramiko.SFTPClient | None = None
+        self._lock = threading.Lock()
+        self._sftp_lock = threading.Lock()  # one SFTP client is not thread-safe
+
+    @classmethod
+    def from_spec(cls, spec: Any) -> SshTransport:
+        """Build from a ``config.HostSpec`` (duck-typed to keep the import one-way)."""
+        return cls(
+            spec.name, spec.ssh_ip, spec.ssh_port, user=spec.user, password=spec.password,
+            key_file=spec.key_file, host_key=spec.host_key, known_hosts=spec.known_hosts,
+            policy=spec.host_key_policy, connect_timeout=spec.connect_timeout,
+        )
+
+    def __repr__(self) -> str:
+        return f"<SshTransport {self.name} {self.user}@{self.address}:{self.port}>"
+
+    # -- connection -----------------------------------------------------------
+    def connect(self) -> None:
+        with self._lock:
+            if self._client is not None:
+                t = self._client.get_transport()
+                if t is not None and t.is_active():
+                    return
+                self._drop()
+            with _handshake_lock(self.address, self.port):
+                self._client = self._handshake()
+
+    def _handshake(self) -> paramiko.SSHClient:
+        deadline = time.monotonic() + self.connect_timeout
+        attempt = 0
+        while True:
+            attempt += 1
+            client = paramiko.SSHClient()
+            hk_name = known_hosts_name(self.address, self.port)
+            if self.pinned is not None:
+                client.get_host_keys().add(hk_name, self.pinned.get_name(), self.pinned)
+            elif self.known_hosts is not None and self.known_hosts.exists():
+                try:
+                    client.load_host_keys(str(self.known_hosts))
+                except (OSError, paramiko.SSHException) as exc:
+                    raise HostKeyError(self.name, f"cannot read known_hosts {self.known_hosts}: {exc}") from exc
+            client.set_missing_host_key_policy(_Policy(self))
+            remaining = max(0.1, deadline - time.monotonic())
+            password = self._password.reveal() if hasattr(self._password, "reveal") else self._password
+            try:
+                client.connect(
+                    self.address, self.port, username=self.user, password=password,
+                    key_filename=str(self.key_file) if self.key_file else None,
+                    look_for_keys=self.key_file is None and password is None,
+                    allow_agent=self.key_file is None,
+                    timeout=remaining, banner_timeout=remaining, auth_timeout=remaining,
+                    channel_timeout=remaining,
+                )
+            except HostError:
+                client.close()
+                raise
+            except paramiko.BadHostKeyException as exc:
+                client.close()
+                raise HostKeyError(
+                    self.name,
+                    f"HOST KEY CHANGED for {hk_name}: expected {exc.expected_key.get_name()} "
+                    f"{fingerprint(exc.expected_key)}, server offered {exc.key.get_name()} "
+                    f"{fingerprint(exc.key)}; refusing to connect",
+                ) from None
+            except paramiko.AuthenticationException as exc:
+                client.close()
+                how = "key " + str(self.key_file) if self.key_file else ("password" if password else "agent/default keys")
+                raise AuthenticationFailed(self.name, f"authentication as {self.user!r} with {how} failed: {exc}") from None
+            except (socket.timeout, TimeoutError) as exc:
+                client.close()
+                raise HostUnreachable(
+                    self.name, f"cannot connect to {self.address}:{self.port}: timed out after {self.connect_timeout:g}s"
+                ) from exc
+            except (paramiko.SSHException, EOFError, OSError) as exc:
+                client.close()
+                refused = isinstance(exc, paramiko.ssh_exception.NoValidConnectionsError) or isinstance(
+                    exc, ConnectionRefusedError
+                )
+                reason = "connection refused" if refused else (str(exc) or type(exc).__name__)
+                # transient drops (banner lost to MaxStartups, reset) are retried
+                # within the connect deadline; a refusal or a dead address is final
+                if not refused and attempt < 3 and time.monotonic() + 0.2 < deadline:
+                    log.info("%s: connect attempt %d failed (%s); retrying", self.name, attempt, reason)
+                    time.sleep(0.2 * attempt)
+                    continue
+                raise HostUnreachable(self.name, f"cannot connect to {self.address}:{self.port}: {reason}") from None
+            transport = client.get_transport()
+            if transport is not None:
+                transport.set_keepalive(15)
+            log.debug("%s: connected to %s@%s:%d", self.name, self.user, self.address, self.port)
+            return client
+
+    def _drop(self) -> None:
+        for obj in (self._sftp, self._client):
+            try:
+                if obj is not None:
+                    obj.close()
+            except Exception:  # closing a dead connection may raise anything
+                pass
+        self._sftp = None
+        self._client = None
+
+    def close(self) -> None:
+        with self._lock:
+            self._drop()
+
+    def _session(self) -> paramiko.Channel:
+        self.connect()
+        assert self._client is not None
+        transport = self._client.get_transport()
+        try:
+            if transport is None or not transport.is_active():
+                raise paramiko.SSHException("connection is closed")
+            return transport.open_session(timeout=self.connect_timeout)
+        except (paramiko.SSHException, EOFError, OSError) as exc:
+            self.close()
+            raise HostUnreachable(self.name, f"lost the SSH connection to {self.address}:{self.port}: {exc}") from None
+
+    # -- commands -------------------------------------------------------------
+    def run(
+        self, line: str, *, timeout: float | None, display: str, max_output: int = DEFAULT_MAX_OUTPUT
+    ) -> Result:
+        start = time.monotonic()
+        chan = self._session()
+        out = OutputTail(max_output)
+        err = OutputTail(max_output, strip_pgid=True)
+        timed_out = False
+        try:
+            chan.exec_command(commands.with_pgid(line))
+            chan.shutdown_write()
+            deadline = None if timeout is None else start + timeout
+            while True:
+                wait = 0.5 if deadline is None else min(0.5, max(0.0, deadline - time.monotonic()))
+                if not (chan.recv_ready() or chan.recv_stderr_ready()):
+                    select.select([chan], [], [], wait)
+                _drain(chan, out, err)
+                if chan.exit_status_ready() and (chan.eof_received or chan.closed):
+                    _drain(chan, out, err)
+                    break
+                if chan.closed:
+                    break
+                if deadline is not None and time.monotonic() >= deadline:
+                    timed_out = True
+                    self._kill(err.pgid)
+                    _drain_until(chan, out, err, time.monotonic() + KILL_GRACE)
+                    break
+                transport = chan.get_transport()
+                if transport is None or not transport.is_active():
+                    raise HostUnreachable(self.name, f"connection lost while running: {display}")
+        except KeyboardInterrupt:
+            self._kill(err.pgid)
+            raise
+        finally:
+            chan.close()
+        out.close()
+        err.close()
+        rc = None if timed_out else (chan.recv_exit_status() if chan.exit_status_ready() else None)
+        return Result(
+            host=self.name, command=line, rc=rc, stdout=out.text(), stderr=err.text(),
+            duration=time.monotonic() - start, timed_out=timed_out,
+            truncated=out.truncated or err.truncated, display=display,
+        )
+
+    def _kill(self, pgid: int | None) -> None:
+        """Kill the remote process group of a command we started (TERM, then KILL)."""
+        if pgid is None:
+            log.warning("%s: no process group reported; closing the channel only", self.name)
+            return
+        try:
+            chan = self._session()
+            chan.settimeout(KILL_GRACE + 3)
+            chan.exec_command(commands.kill_group(pgid, KILL_GRACE))
+            chan.recv_exit_status()
+            chan.close()
+            log.info("%s: killed remote process group %d", self.name, pgid)
+        except (HostError, paramiko.SSHException, OSError) as exc:
+            log.warning("%s: could not kill remote process group %d: %s", self.name, pgid, exc)
+
+    # -- files ----------------------------------------------------------------
+    @contextmanager
+    def _sftp_client(self) -> Iterator[paramiko.SFTPClient]:
+        self.connect()
+        with self._lock:
+            if self._sftp is None:
+                assert self._client is not None
+                self._sftp = self._client.open_sftp()
+            sftp = self._sftp
+        with self._sftp_lock:
+            yield sftp
+
+    def put(self, local: Path, remote: str) -> None:
+        try:
+            with self._sftp_client() as sftp:
+                sftp.put(str(local), remote, confirm=True)
+        except (OSError, paramiko.SSHException, EOFError) as exc:
+            raise TransferError(self.name, f"upload of {local} to {remote} failed: {exc}") from None
+
+    def get(self, remote: str, local: Path) -> None:
+        try:
+            with self._sftp_client() as sftp:
+                sftp.get(remote, str(local))
+        except (OSError, paramiko.SSHException, EOFError) as exc:
+            raise TransferError(self.name, f"download of {remote} to {local} failed: {exc}") from None
+
+
+def _drain(chan: paramiko.Channel, out: OutputTail, err: OutputTail) -> None:
+    while chan.recv_ready():
+        out.feed(chan.recv(_CHUNK))
+    while chan.recv_stderr_ready():
+        err.feed(chan.recv_stderr(_CHUNK))
+
+
+def _drain_until(chan: paramiko.Channel, out: OutputTail, err: OutputTail, until: float) -> None:
+    while time.monotonic() < until and not chan.closed:
+        select.select([chan], [], [], 0.05)
+        _drain(chan, out, err)
+        if chan.exit_status_ready() and chan.eof_received:
+            break
+    _drain(chan, out, err)

@@ -1,0 +1,99 @@
+"""Exact command lines from the pure builders, and that hostile values arrive literally."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+from framework import commands
+
+HOSTILE = ["a b", "it's", 'say "hi"', "$(id -u)", "`id -u`", "a;b", "x && y", "line1\nline2", "ünïcødé ✓", "", "*", "~"]
+
+
+@pytest.mark.parametrize(
+    ("command", "env", "cwd", "expected"),
+    [
+        (["echo", "hi"], None, None, "echo hi"),
+        (["echo", "a b"], None, None, "echo 'a b'"),
+        ("echo $HOME | wc -c", None, None, "echo $HOME | wc -c"),
+        (["ls"], None, "/w d", "cd -- '/w d' && ls"),
+        (["env"], {"A": "1", "B": "x y"}, None, "export A=1 B='x y' && env"),
+        ("echo $A", {"A": "$(id)"}, "/tmp", "cd -- /tmp && export A='$(id)' && exec /bin/sh -c 'echo $A'"),
+        (["printf", "%s", "it's"], None, None, "printf %s 'it'\"'\"'s'"),
+    ],
+)
+def test_build_exact_lines(command, env, cwd, expected):
+    assert commands.build(command, env=env, cwd=cwd).text == expected
+
+
+def test_secret_values_are_exported_but_never_displayed():
+    class Secret:
+        def reveal(self) -> str:
+            return "hunter2"
+
+    line = commands.build(["true"], env={"PASS": Secret(), "X": "1"})
+    assert "hunter2" in line.text
+    assert "hunter2" not in line.display
+    assert "PASS='***'" in line.display
+
+
+@pytest.mark.parametrize("name", ["1A", "A-B", "A B", "", "A;B", "A$"])
+def test_invalid_env_names_rejected(name):
+    with pytest.raises(ValueError, match="invalid environment variable name"):
+        commands.build(["true"], env={name: "x"})
+
+
+def test_empty_argv_rejected():
+    with pytest.raises(ValueError):
+        commands.build([])
+
+
+def _sh(line: str) -> str:
+    return subprocess.run(["/bin/sh", "-c", line], capture_output=True, text=True, check=True).stdout
+
+
+def test_hostile_argv_arrives_literally_through_a_real_shell():
+    line = commands.build(["printf", "%s\\0", *HOSTILE]).text
+    assert _sh(line).split("\0")[:-1] == HOSTILE
+
+
+def test_hostile_env_and_cwd_arrive_literally(tmp_path):
+    weird = tmp_path / "d i r $(x) `y` ;z 'q' \"w\""
+    weird.mkdir()
+    env = {f"V{i}": v for i, v in enumerate(HOSTILE)}
+    script = "pwd; printf '%s\\0' " + " ".join(f'"$V{i}"' for i in range(len(HOSTILE)))
+    line = commands.build(script, env=env, cwd=str(weird)).text
+    out = _sh(line)
+    first, rest = out.split("\n", 1)
+    assert first == str(weird)
+    assert rest.split("\0")[:-1] == HOSTILE
+
+
+def test_pgid_wrapper_reports_the_shell_pid_first():
+    line = commands.with_pgid(commands.build("echo out; echo err >&2").text)
+    proc = subprocess.run(["/bin/sh", "-c", line], capture_output=True, text=True, start_new_session=True)
+    first, rest = proc.stderr.split("\n", 1)
+    assert first.startswith(commands.PGID_MARKER) and first[len(commands.PGID_MARKER):].isdigit()
+    assert rest == "err\n" and proc.stdout == "out\n"
+
+
+def test_kill_group_refuses_init_and_negative():
+    for bad in (0, 1, -5):
+        with pytest.raises(ValueError):
+            commands.kill_group(bad)
+    assert commands.kill_group(1234, grace=0.5).startswith("kill -TERM -- -1234 ")
+
+
+@pytest.mark.parametrize(
+    ("out", "digest"),
+    [("a" * 64 + "  /x\n", "a" * 64), ("\\" + "b" * 64 + "  /we\\nird\n", "b" * 64)],
+)
+def test_parse_sha256(out, digest):
+    assert commands.parse_sha256(out) == digest
+
+
+@pytest.mark.parametrize("out", ["", "sha256sum: /x: No such file", "abc  /x"])
+def test_parse_sha256_rejects_garbage(out):
+    with pytest.raises(ValueError):
+        commands.parse_sha256(out)
