@@ -1,0 +1,63 @@
+"""Fixtures for tests against the network-namespace lab (real sshd, real processes).
+
+The lab is brought up by ``make test`` (or ``make lab-up``); without it every
+test here is skipped with the reason.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="session")
+def lab():
+    from framework.errors import LabError
+    from framework.lab import Lab
+
+    try:
+        return Lab.load()
+    except LabError as exc:
+        pytest.skip(f"no lab is up ({exc}); run 'make lab-up'")
+
+
+@pytest.fixture(scope="session")
+def lab_env_path(lab) -> Path:
+    path = Path(os.environ.get("CAMIT_LAB_ENV", REPO / "env" / "lab.yaml"))
+    if not path.exists():
+        pytest.skip(f"{path} missing; run 'make lab-up'")
+    return path
+
+
+@pytest.fixture(scope="session")
+def lab_env(lab_env_path):
+    from framework.config import load
+
+    return load(lab_env_path)
+
+
+@pytest.fixture
+def env_variant(lab_env_path, tmp_path):
+    """Write a modified copy of the lab env: ``env_variant(lambda doc: ...)`` → path."""
+
+    def make(change, name: str = "variant.yaml") -> Path:
+        doc = yaml.safe_load(lab_env_path.read_text())
+        change(doc)
+        out = tmp_path / name
+        out.write_text(yaml.safe_dump(doc, sort_keys=False))
+        return out
+
+    return make
+
+
+@pytest.fixture
+def cluster(lab_env):
+    from framework.hosts import Cluster
+
+    with Cluster.from_env(lab_env) as c:
+        yield c
