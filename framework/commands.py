@@ -120,7 +120,15 @@ def with_pgid(line: str) -> str:
     return f"echo {PGID_MARKER}$$ >&2; exec /bin/sh -c {quote(line)}"
 
 
-def kill_group(pgid: int, grace: float = 1.0, step: float = 0.1) -> str:
+def group_alive(pgid: int) -> str:
+    """Shell test: does process group ``pgid`` still have a member that is not a zombie?
+
+    (``kill -0 -PGID`` also succeeds for zombies that nobody has reaped yet.)
+    """
+    return f"ps -e -o pgid= -o stat= | awk '$1 == {int(pgid)} && $2 !~ /^Z/ {{f = 1}} END {{exit !f}}'"
+
+
+def kill_group(pgid: int, grace: float = 1.0, step: float = 0.05) -> str:
     """Script: TERM the process group ``pgid``, wait up to ``grace``, then KILL it.
 
     Only ever called with a pgid our own wrapper reported (never by name).
@@ -130,9 +138,9 @@ def kill_group(pgid: int, grace: float = 1.0, step: float = 0.1) -> str:
     tries = max(1, int(grace / step))
     g = f"-{int(pgid)}"
     return (
-        f"kill -TERM -- {g} 2>/dev/null || exit 0; "
-        f"i=0; while kill -0 -- {g} 2>/dev/null; do "
-        f"i=$((i+1)); if [ $i -ge {tries} ]; then kill -KILL -- {g} 2>/dev/null; exit 0; fi; "
+        f"kill -TERM {g} 2>/dev/null || exit 0; "
+        f"i=0; while {group_alive(pgid)}; do "
+        f"i=$((i+1)); if [ $i -ge {tries} ]; then kill -KILL {g} 2>/dev/null; exit 0; fi; "
         f"sleep {step}; done"
     )
 

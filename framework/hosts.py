@@ -36,7 +36,7 @@ from framework.errors import (
     TransferError,
 )
 from framework.result import Result
-from framework.transport.base import DEFAULT_MAX_OUTPUT, Transport
+from framework.transport.base import DEFAULT_MAX_OUTPUT, Process, Transport
 
 log = logging.getLogger("camit.hosts")
 T = TypeVar("T")
@@ -140,6 +140,18 @@ class Host:
         if check:
             _raise_for(result, limit)
         return result
+
+    def spawn(self, command: Command, *, env: Mapping[str, Any] | None = None, cwd: str | None = None,
+              max_output: int = DEFAULT_MAX_OUTPUT) -> Process:
+        """Start ``command`` and return a running ``Process`` (stdin, lines, wait, kill)."""
+        line = commands.build(command, env=env, cwd=cwd)
+        self.connect()
+        self.log.debug("%s: spawn %s", self.name, line.display)
+        try:
+            return self.transport.spawn(line.text, display=line.display, max_output=max_output)  # type: ignore[attr-defined]
+        except HostUnreachable as exc:
+            self.broken = exc
+            raise
 
     def check(self, command: Command, **kwargs: Any) -> Result:
         """``run(..., check=True)``: raise ``CommandFailed``/``CommandTimedOut`` unless rc is 0."""

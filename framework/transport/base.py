@@ -29,6 +29,8 @@ class Transport(Protocol):
 
     def run(self, line: str, *, timeout: float | None, display: str, max_output: int) -> Result: ...
 
+    def spawn(self, line: str, *, display: str, max_output: int) -> Process: ...
+
     def put(self, local: Path, remote: str) -> None: ...
 
     def get(self, remote: str, local: Path) -> None: ...
@@ -83,3 +85,68 @@ class OutputTail:
     def text(self) -> str:
         data = self._buf[-self.limit :]
         return bytes(data).decode("utf-8", errors="replace")
+
+
+class Process(Protocol):
+    """A command started with ``spawn``: still running, with stdin and line-wise stdout.
+
+    ``readline(timeout)`` returns the next stdout line ('' at EOF, ``None`` on
+    timeout); ``wait(timeout)`` returns the final ``Result`` (``None`` when still
+    running at the timeout); ``kill()`` ends the command's whole process group.
+    Closing stdin (``close_stdin``) is how a supervisor learns the controller is gone.
+    """
+
+    host: str
+    display: str
+
+    @property
+    def pgid(self) -> int | None: ...
+
+    def write(self, data: bytes) -> None: ...
+
+    def close_stdin(self) -> None: ...
+
+    def readline(self, timeout: float | None = None) -> str | None: ...
+
+    def poll(self) -> bool: ...
+
+    def wait(self, timeout: float | None = None) -> Result | None: ...
+
+    def kill(self) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class LineQueue:
+    """Thread-safe stdout line splitter shared by the ``Process`` implementations."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self._cond = threading.Condition()
+        self._lines: list[str] = []
+        self._partial = b""
+        self._eof = False
+
+    def feed(self, data: bytes) -> None:
+        with self._cond:
+            self._partial += data
+            *complete, self._partial = self._partial.split(b"\n")
+            for raw in complete:
+                self._lines.append(raw.decode("utf-8", errors="replace") + "\n")
+            if complete:
+                self._cond.notify_all()
+
+    def finish(self) -> None:
+        with self._cond:
+            if self._partial:
+                self._lines.append(self._partial.decode("utf-8", errors="replace"))
+                self._partial = b""
+            self._eof = True
+            self._cond.notify_all()
+
+    def readline(self, timeout: float | None = None) -> str | None:
+        with self._cond:
+            if not self._cond.wait_for(lambda: self._lines or self._eof, timeout):
+                return None
+            return self._lines.pop(0) if self._lines else ""

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from framework.result import Result
-from framework.transport.base import DEFAULT_MAX_OUTPUT, OutputTail
+from framework.transport.base import DEFAULT_MAX_OUTPUT, LineQueue, OutputTail
 
 KILL_GRACE = 1.0
 
@@ -71,6 +71,9 @@ class LocalTransport:
             truncated=out.truncated or err.truncated, display=display,
         )
 
+    def spawn(self, line: str, *, display: str, max_output: int = DEFAULT_MAX_OUTPUT) -> LocalProcess:
+        return LocalProcess(self.name, line, display, max_output)
+
     def put(self, local: Path, remote: str) -> None:
         shutil.copyfile(local, remote)
 
@@ -78,10 +81,92 @@ class LocalTransport:
         shutil.copyfile(remote, local)
 
 
-def _pump(stream, tail: OutputTail) -> None:  # type: ignore[no-untyped-def]
+def _pump(stream, tail: OutputTail, lines: LineQueue | None = None) -> None:  # type: ignore[no-untyped-def]
     for chunk in iter(lambda: stream.read1(65536), b""):
         tail.feed(chunk)
+        if lines is not None:
+            lines.feed(chunk)
     stream.close()
+    if lines is not None:
+        lines.finish()
+
+
+class LocalProcess:
+    """A running local command in its own session (``LocalTransport.spawn``)."""
+
+    def __init__(self, host: str, line: str, display: str, max_output: int) -> None:
+        self.host = host
+        self.display = display
+        self._line = line
+        self._start = time.monotonic()
+        self._proc = subprocess.Popen(["/bin/sh", "-c", line], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, start_new_session=True)
+        self._out, self._err, self._lines = OutputTail(max_output), OutputTail(max_output), LineQueue()
+        self._killed = False
+        self._readers = [
+            threading.Thread(target=_pump, args=(self._proc.stdout, self._out, self._lines), daemon=True),
+            threading.Thread(target=_pump, args=(self._proc.stderr, self._err), daemon=True),
+        ]
+        for t in self._readers:
+            t.start()
+
+    @property
+    def pgid(self) -> int | None:
+        return self._proc.pid
+
+    def write(self, data: bytes) -> None:
+        assert self._proc.stdin is not None
+        self._proc.stdin.write(data)
+        self._proc.stdin.flush()
+
+    def close_stdin(self) -> None:
+        if self._proc.stdin and not self._proc.stdin.closed:
+            try:
+                self._proc.stdin.close()
+            except BrokenPipeError:
+                pass
+
+    def readline(self, timeout: float | None = None) -> str | None:
+        return self._lines.readline(timeout)
+
+    def poll(self) -> bool:
+        return self._proc.poll() is not None
+
+    def wait(self, timeout: float | None = None) -> Result | None:
+        try:
+            self._proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            return None
+        self.close_stdin()
+        for t in self._readers:
+            t.join(KILL_GRACE + 1)
+        rc = self._proc.returncode
+        sig = None
+        if rc < 0:
+            sig, rc = signal.Signals(-rc).name, 128 - rc
+        return Result(self.host, self._line, None if self._killed else rc, self._out.text(), self._err.text(),
+                      time.monotonic() - self._start, timed_out=self._killed, signal=sig,
+                      truncated=self._out.truncated or self._err.truncated, display=self.display)
+
+    def kill(self) -> None:
+        if self._proc.poll() is None:
+            self._killed = True
+            kill_group(self._proc.pid)
+
+    def close(self) -> None:
+        self.close_stdin()
+
+
+def group_alive(pgid: int) -> bool:
+    """Does process group ``pgid`` have a member that is not a zombie?"""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if len(fields) > 2 and fields[2] == str(pgid) and fields[0] not in ("Z", "X"):
+            return True
+    return False
 
 
 def kill_group(pgid: int, grace: float = KILL_GRACE) -> None:
@@ -92,11 +177,9 @@ def kill_group(pgid: int, grace: float = KILL_GRACE) -> None:
         return
     deadline = time.monotonic() + grace
     while time.monotonic() < deadline:
-        try:
-            os.killpg(pgid, 0)
-        except ProcessLookupError:
+        if not group_alive(pgid):
             return
-        time.sleep(0.05)
+        time.sleep(0.02)
     try:
         os.killpg(pgid, signal.SIGKILL)
     except ProcessLookupError:

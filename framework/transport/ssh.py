@@ -37,7 +37,7 @@ from framework.errors import (
     TransferError,
 )
 from framework.result import Result
-from framework.transport.base import DEFAULT_MAX_OUTPUT, OutputTail
+from framework.transport.base import DEFAULT_MAX_OUTPUT, LineQueue, OutputTail
 
 log = logging.getLogger("camit.ssh")
 
@@ -302,6 +302,16 @@ class SshTransport:
             truncated=out.truncated or err.truncated, display=display,
         )
 
+    def spawn(self, line: str, *, display: str, max_output: int = DEFAULT_MAX_OUTPUT) -> SshProcess:
+        """Start ``line`` and return at once; see ``transport.base.Process``."""
+        chan = self._session()
+        try:
+            chan.exec_command(commands.with_pgid(line))
+        except (paramiko.SSHException, OSError) as exc:
+            chan.close()
+            raise HostUnreachable(self.name, f"cannot start command: {exc}") from None
+        return SshProcess(self, chan, line, display, max_output)
+
     def _kill(self, pgid: int | None) -> None:
         """Kill the remote process group of a command we started (TERM, then KILL)."""
         if pgid is None:
@@ -310,7 +320,7 @@ class SshTransport:
         try:
             chan = self._session()
             chan.settimeout(KILL_GRACE + 3)
-            chan.exec_command(commands.kill_group(pgid, KILL_GRACE))
+            chan.exec_command("/bin/sh -c " + commands.quote(commands.kill_group(pgid, KILL_GRACE)))
             chan.recv_exit_status()
             chan.close()
             log.info("%s: killed remote process group %d", self.name, pgid)
@@ -358,3 +368,116 @@ def _drain_until(chan: paramiko.Channel, out: OutputTail, err: OutputTail, until
         if chan.exit_status_ready() and chan.eof_received:
             break
     _drain(chan, out, err)
+
+
+class SshProcess:
+    """A running remote command (``SshTransport.spawn``); a reader thread drains it."""
+
+    def __init__(self, owner: SshTransport, chan: paramiko.Channel, line: str, display: str,
+                 max_output: int) -> None:
+        self.host = owner.name
+        self.display = display
+        self._owner = owner
+        self._chan = chan
+        self._line = line
+        self._start = time.monotonic()
+        self._out = OutputTail(max_output)
+        self._err = OutputTail(max_output, strip_pgid=True)
+        self._lines = LineQueue()
+        self._done = threading.Event()
+        self._killed = False
+        self._lost: str | None = None
+        self._result: Result | None = None
+        self._reader = threading.Thread(target=self._read, name=f"camit-{self.host}-reader", daemon=True)
+        self._reader.start()
+
+    def __repr__(self) -> str:
+        return f"<SshProcess {self.host}: {self.display!r} pgid={self.pgid}>"
+
+    @property
+    def pgid(self) -> int | None:
+        return self._err.pgid
+
+    def wait_pgid(self, timeout: float) -> int | None:
+        end = time.monotonic() + timeout
+        while self._err.pgid is None and not self._done.is_set() and time.monotonic() < end:
+            time.sleep(0.01)
+        return self._err.pgid
+
+    def _read(self) -> None:
+        chan = self._chan
+        try:
+            while True:
+                if not (chan.recv_ready() or chan.recv_stderr_ready()):
+                    select.select([chan], [], [], 0.5)
+                while chan.recv_ready():
+                    data = chan.recv(_CHUNK)
+                    self._out.feed(data)
+                    self._lines.feed(data)
+                while chan.recv_stderr_ready():
+                    self._err.feed(chan.recv_stderr(_CHUNK))
+                if chan.exit_status_ready() and (chan.eof_received or chan.closed):
+                    break
+                if chan.closed:
+                    break
+                transport = chan.get_transport()
+                if transport is None or not transport.is_active():
+                    self._lost = "SSH connection lost"
+                    break
+        except (OSError, paramiko.SSHException, EOFError) as exc:
+            self._lost = f"SSH connection lost: {exc}"
+        finally:
+            self._out.close()
+            self._err.close()
+            self._lines.finish()
+            rc = chan.recv_exit_status() if chan.exit_status_ready() else None
+            self._result = Result(
+                host=self.host, command=self._line, rc=rc, stdout=self._out.text(), stderr=self._err.text(),
+                duration=time.monotonic() - self._start, timed_out=self._killed and rc is None,
+                truncated=self._out.truncated or self._err.truncated, display=self.display,
+            )
+            self._done.set()
+
+    @property
+    def lost(self) -> str | None:
+        """Why the connection died under this command, when it did."""
+        return self._lost
+
+    def write(self, data: bytes) -> None:
+        try:
+            self._chan.sendall(data)
+        except (OSError, paramiko.SSHException, EOFError) as exc:
+            raise HostUnreachable(self.host, f"cannot write to {self.display!r}: {exc}") from None
+
+    def close_stdin(self) -> None:
+        try:
+            self._chan.shutdown_write()
+        except (OSError, paramiko.SSHException, EOFError):
+            pass
+
+    def readline(self, timeout: float | None = None) -> str | None:
+        return self._lines.readline(timeout)
+
+    def poll(self) -> bool:
+        return self._done.is_set()
+
+    def wait(self, timeout: float | None = None) -> Result | None:
+        if not self._done.wait(timeout):
+            return None
+        return self._result
+
+    def kill(self) -> None:
+        """Kill the command's process group (TERM, then KILL) and close the channel."""
+        if self._done.is_set():
+            return
+        self._killed = True
+        self._owner._kill(self.wait_pgid(2.0))
+        self._done.wait(KILL_GRACE + 1)
+        self.close()
+
+    def close(self) -> None:
+        """Close the channel (a supervisor on the other side sees stdin EOF)."""
+        try:
+            self._chan.close()
+        except (OSError, paramiko.SSHException, EOFError):
+            pass

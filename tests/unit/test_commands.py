@@ -82,7 +82,8 @@ def test_kill_group_refuses_init_and_negative():
     for bad in (0, 1, -5):
         with pytest.raises(ValueError):
             commands.kill_group(bad)
-    assert commands.kill_group(1234, grace=0.5).startswith("kill -TERM -- -1234 ")
+    assert commands.kill_group(1234, grace=0.5).startswith("kill -TERM -1234 ")
+    assert "awk" in commands.kill_group(1234)
 
 
 @pytest.mark.parametrize(

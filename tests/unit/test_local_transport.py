@@ -48,3 +48,43 @@ def test_large_stderr_neither_deadlocks_nor_bloats():
 def test_signal_is_reported():
     res = host().run("kill -SEGV $$")
     assert res.signal == "SIGSEGV" and res.rc == 139
+
+
+def test_spawn_streams_lines_takes_stdin_and_reports_exit():
+    proc = host().spawn("echo first; while read l; do echo got:$l; done; echo end; exit 4")
+    assert proc.readline(5) == "first\n"
+    proc.write(b"a b\n")
+    assert proc.readline(5) == "got:a b\n"
+    proc.close_stdin()
+    assert proc.readline(5) == "end\n"
+    assert proc.readline(5) == ""
+    res = proc.wait(5)
+    assert res is not None and res.rc == 4
+
+
+def test_spawn_kill_ends_the_group_quickly(tmp_path):
+    pidfile = tmp_path / "pid"
+    proc = host().spawn(f"sleep 91 & echo $! > {pidfile}; echo ready; wait")
+    assert proc.readline(5) == "ready\n"
+    start = time.monotonic()
+    proc.kill()
+    assert time.monotonic() - start < 0.8  # no waiting out the grace on zombies
+    res = proc.wait(5)
+    assert res is not None and res.timed_out
+    assert not _alive(int(pidfile.read_text()))
+
+
+def test_kill_group_script_in_a_real_shell():
+    import subprocess
+
+    from framework import commands
+
+    victim = subprocess.Popen(["/bin/sh", "-c", "trap '' TERM; sleep 93 & sleep 94; wait"], start_new_session=True)
+    time.sleep(0.2)
+    start = time.monotonic()
+    subprocess.run(["/bin/sh", "-c", commands.kill_group(victim.pid, grace=0.5)], check=True, timeout=10)
+    victim.wait(5)
+    assert time.monotonic() - start < 2  # TERM ignored by the shell: KILL after the grace
+    from framework.transport.local import group_alive
+
+    assert not group_alive(victim.pid)
