@@ -11,6 +11,7 @@ Hierarchy::
     │   ├── AuthenticationFailed        the host refused our credentials (exit 3)
     │   ├── HostKeyError                host key unknown under `strict`, or changed (exit 3)
     │   ├── TransferError               put/get failed or the sha256 did not match
+    │   ├── DeployError(step)           deploying artifacts failed at a named step
     │   └── CommandError(result)        a command ran and did not do what was asked
     │       ├── CommandFailed           non-zero exit status (exit 1)
     │       └── CommandTimedOut         wall-clock timeout; the remote group was killed (exit 1)
@@ -104,6 +105,16 @@ class TransferError(HostError):
     """Raised when a file transfer fails or its sha256 differs on the other side."""
 
     exit_code = EXIT_FAILED
+
+
+class DeployError(HostError):
+    """Raised when deploying to a host fails; ``step`` names where (probe, upload, install-run, ...)."""
+
+    exit_code = EXIT_FAILED
+
+    def __init__(self, host: str, step: str, message: str) -> None:
+        self.step = step
+        super().__init__(host, f"deploy step {step!r} failed: {message}")
 
 
 class CommandError(HostError):

@@ -1,0 +1,71 @@
+"""The run's report folder: ``reports/<run-id>/`` with ``reports/latest`` pointing at it.
+
+Only the controller writes here. Every file is written atomically (temporary
+file + rename), so an interrupted run leaves whole files or none.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+
+def new_run_id() -> str:
+    return time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(3)
+
+
+def write_atomic(path: Path, data: bytes | str) -> Path:
+    """Write ``data`` to ``path`` via a temporary file in the same folder and a rename."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    raw = data.encode() if isinstance(data, str) else data
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(raw)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+class RunDir:
+    """One run's folder. ``RunDir.create("reports")`` makes a new one and points ``latest`` at it."""
+
+    def __init__(self, path: Path, run_id: str) -> None:
+        self.path = path
+        self.run_id = run_id
+
+    @classmethod
+    def create(cls, base: str | Path = "reports", run_id: str | None = None) -> RunDir:
+        base = Path(base)
+        run_id = run_id or new_run_id()
+        path = base / run_id
+        path.mkdir(parents=True, exist_ok=True)
+        link = base / "latest"
+        tmp = base / f".latest.{secrets.token_hex(4)}"
+        try:
+            tmp.symlink_to(run_id)
+            os.replace(tmp, link)
+        except OSError:  # a file system without symlinks still gets the run folder
+            tmp.unlink(missing_ok=True)
+        return cls(path, run_id)
+
+    def file(self, *parts: str) -> Path:
+        p = self.path.joinpath(*parts)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        return p
+
+    def write_json(self, name: str, data: Any) -> Path:
+        return write_atomic(self.file(name), json.dumps(data, indent=2, default=str) + "\n")
+
+    def write_text(self, name: str, text: str) -> Path:
+        return write_atomic(self.file(name), text)
+
+    def __repr__(self) -> str:
+        return f"<RunDir {self.path}>"

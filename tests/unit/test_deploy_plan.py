@@ -1,0 +1,149 @@
+"""The pure half of deploy: artifact resolution, remote paths, command lines, output parsers."""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from framework import deploy
+from framework.errors import ConfigError
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "ascend"
+
+
+def env_with(tmp_path: Path, run_package=None, wheel=None):
+    return SimpleNamespace(source="lab.yaml", artifacts=SimpleNamespace(run_package=run_package, wheel=wheel,
+                                                                        install_path=None))
+
+
+def test_resolve_exactly_one_match_each(tmp_path):
+    (tmp_path / "CAM_cpu_debian_x86_64.run").write_bytes(b"run")
+    (tmp_path / "umdk_cam_op_lib-1.0-py3-none-any.whl").write_bytes(b"whl")
+    arts = deploy.resolve_artifacts(env_with(tmp_path, str(tmp_path / "CAM_*.run"), str(tmp_path / "umdk*.whl")))
+    assert [a.kind for a in arts] == ["run_package", "wheel"]
+    assert arts[0].sha256 == hashlib.sha256(b"run").hexdigest() and arts[0].size == 3
+
+
+def test_resolve_no_match_names_key_and_pattern(tmp_path):
+    with pytest.raises(ConfigError) as info:
+        deploy.resolve_artifacts(env_with(tmp_path, wheel=str(tmp_path / "nothing*.whl")))
+    assert str(info.value).startswith("lab.yaml: artifacts.wheel: ")
+    assert "matches no file" in str(info.value)
+
+
+def test_resolve_ambiguous_lists_matches(tmp_path):
+    for v in ("1", "2"):
+        (tmp_path / f"CAM_{v}.run").write_bytes(v.encode())
+    with pytest.raises(ConfigError, match=r"artifacts.run_package: .* matches 2 files, expected exactly one: "
+                                          r"CAM_1.run, CAM_2.run"):
+        deploy.resolve_artifacts(env_with(tmp_path, run_package=str(tmp_path / "CAM_*.run")))
+
+
+def test_resolve_nothing_configured(tmp_path):
+    with pytest.raises(ConfigError, match="artifacts: neither run_package nor wheel is set"):
+        deploy.resolve_artifacts(env_with(tmp_path))
+
+
+def test_resolve_wrong_suffix(tmp_path):
+    (tmp_path / "x.tar").write_bytes(b"x")
+    with pytest.raises(ConfigError, match="is not a .whl file"):
+        deploy.resolve_artifacts(env_with(tmp_path, wheel=str(tmp_path / "x.tar")))
+
+
+PLAN = deploy.HostPlan(host="h1", workdir="/w d", python="/usr/bin/python3", venv=True,
+                       install_path="/w d/opp", manage_ip="10.77.0.11", cann_set_env="/usr/local/Ascend/cann/set_env.sh",
+                       soc="ascend910_93")
+ART = deploy.Artifact("wheel", Path("/x/umdk_cam_op_lib-209.0.0b1-py3-none-any.whl"), "ab" * 32, 10)
+RUN = deploy.Artifact("run_package", Path("/x/CAM_ascend910_93_ubuntu_aarch64.run"), "cd" * 32, 20)
+
+
+def test_plan_paths_are_content_addressed():
+    assert PLAN.remote_path(ART) == f"/w d/artifacts/{'ab' * 32}/umdk_cam_op_lib-209.0.0b1-py3-none-any.whl"
+    assert PLAN.interpreter == "/w d/venv/bin/python"
+    assert PLAN.vendor_set_env() == "/w d/opp/vendors/CAM/bin/set_env.bash"
+    assert PLAN.bin_path("relay.py", "0123456789abcdef") == "/w d/bin/relay-0123456789ab.py"
+
+
+def test_exact_command_lines():
+    assert deploy.install_run_script(PLAN, RUN) == (
+        f"chmod +x '/w d/artifacts/{'cd' * 32}/CAM_ascend910_93_ubuntu_aarch64.run' && "
+        f"'/w d/artifacts/{'cd' * 32}/CAM_ascend910_93_ubuntu_aarch64.run' '--install-path=/w d/opp' --quiet < /dev/null"
+    )
+    assert deploy.pip_argv(PLAN, ART) == [
+        "/w d/venv/bin/python", "-m", "pip", "install", "--force-reinstall", "--no-deps", "--no-index",
+        "--disable-pip-version-check", "-q", PLAN.remote_path(ART)]
+    assert deploy.venv_script(PLAN) == ("[ -x '/w d/venv/bin/python' ] || /usr/bin/python3 -m venv "
+                                        "--system-site-packages '/w d/venv'")
+    bash = deploy.verify_argv(PLAN, "CAM")
+    assert bash[:2] == ["bash", "-c"]
+    assert bash[2].startswith(". /usr/local/Ascend/cann/set_env.sh && . '/w d/opp/vendors/CAM/bin/set_env.bash' && "
+                              "'/w d/venv/bin/python' -c ")
+    assert "import torch_npu\nimport torch, umdk_cam_op_lib" in bash[2]  # torch_npu first on NPU hosts
+
+
+def test_verify_on_cpu_skips_torch_npu_and_cann():
+    plan = deploy.HostPlan(host="h", workdir="/w", python="python3", venv=False, install_path="/w/opp",
+                           manage_ip="10.0.0.1")
+    script = deploy.verify_argv(plan, None)[2]
+    assert "torch_npu" not in script and "set_env" not in script
+    assert script.startswith("python3 -c ")
+
+
+def test_probe_script_runs_in_a_real_shell_and_parses(tmp_path):
+    work = tmp_path / "w d"
+    plan = deploy.HostPlan(host="h", workdir=str(work), python="/bin/true", venv=False,
+                           install_path=str(work / "opp"), manage_ip="10.0.0.1")
+    art = deploy.Artifact("wheel", Path("/x/a.whl"), "ef" * 32, 1)
+    stage = Path(plan.stage(art))
+    stage.mkdir(parents=True)
+    (stage / "a.whl").write_bytes(b"x")
+    (stage / ".ok").write_text("ok")
+    (work / "deploy-state.json").write_text('{"version": 1,\n "x": "y"}\n')
+    tree = work / "opp" / "vendors" / "CAM" / "bin"
+    tree.mkdir(parents=True)
+    (tree / "set_env.bash").write_text("")
+    out = subprocess.run(["/bin/sh", "-c", deploy.probe_script(plan, [art, RUN], str(work / "bin" / "relay.py"))],
+                         capture_output=True, text=True, check=True).stdout
+    probe = deploy.parse_probe(out)
+    assert probe.have == {"ef" * 32}
+    assert probe.state == {"version": 1, "x": "y"}
+    assert probe.free and probe.free > 0
+    assert probe.vendor_trees == [str(tree / "set_env.bash")]
+    assert probe.interpreter_ok and not probe.relay_ok
+    assert deploy.vendor_of(probe.vendor_trees, plan.install_path) == "CAM"
+
+
+@pytest.mark.parametrize("fixture", ["custom-opp-install-a3-cann9.txt", "custom-opp-install-default-path.txt"])
+def test_run_output_success_from_captured_cann_installs(fixture):
+    text = (DATA / fixture).read_text().split("\n", 1)[1]
+    assert deploy.parse_run_output(text) == (True, None)
+
+
+def test_run_output_failures():
+    assert deploy.parse_run_output("Verifying archive integrity... All good.\nERROR: use absolute path\n") == (
+        False, "ERROR: use absolute path")
+    assert deploy.parse_run_output("[ops_custom] [INFO] copy\n")[0] is False
+    assert deploy.parse_run_output("the word SUCCESS inside a line\n")[0] is False
+
+
+def test_vendor_choice():
+    base = "/o"
+    assert deploy.vendor_of([f"{base}/vendors/customize/bin/set_env.bash"], base) == "customize"
+    assert deploy.vendor_of([f"{base}/vendors/a/bin/set_env.bash", f"{base}/vendors/CAM/bin/set_env.bash"], base) == "CAM"
+    assert deploy.vendor_of([f"{base}/vendors/a/bin/set_env.bash", f"{base}/vendors/b/bin/set_env.bash"], base) is None
+    assert deploy.vendor_of([], base) is None
+
+
+def test_state_script_writes_atomically(tmp_path):
+    plan = deploy.HostPlan(host="h", workdir=str(tmp_path), python="p", venv=False, install_path="/o",
+                           manage_ip="1.2.3.4")
+    state = {"a": "it's $(x)"}
+    subprocess.run(["/bin/sh", "-c", deploy.state_script(plan, state)], check=True)
+    import json
+
+    assert json.loads((tmp_path / "deploy-state.json").read_text()) == state
+    assert not (tmp_path / "deploy-state.json.tmp").exists()

@@ -1,0 +1,100 @@
+"""The relay program on loopback: a real three-hop pipeline, tokens, and a dead next hop."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from framework import remote
+
+RELAY, _ = remote.script("relay.py")
+
+
+def start(out: Path, data: bytes, listen: bool, sha: str | None = None) -> subprocess.Popen[bytes]:
+    argv = [sys.executable, str(RELAY), "--out", str(out), "--sha256", sha or hashlib.sha256(data).hexdigest(),
+            "--size", str(len(data)), "--deadline", "30"]
+    if listen:
+        argv += ["--listen", "127.0.0.1"]
+    return subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+
+
+def port_of(p: subprocess.Popen[bytes]) -> int:
+    line = p.stdout.readline().decode()  # type: ignore[union-attr]
+    assert line.startswith("PORT "), line
+    return int(line.split()[1])
+
+
+def finish(p: subprocess.Popen[bytes]) -> str:
+    out = p.stdout.read()  # type: ignore[union-attr]
+    p.wait(30)
+    p.stdout.close()  # type: ignore[union-attr]
+    return out.decode()
+
+
+def test_three_hop_pipeline_writes_and_verifies_everywhere(tmp_path):
+    data = os.urandom(3 * 1024 * 1024 + 17)
+    sha = hashlib.sha256(data).hexdigest()
+    outs = [tmp_path / f"h{i}" / "a b.bin" for i in range(3)]
+    l2 = start(outs[2], data, True)
+    l1 = start(outs[1], data, True)
+    p2, p1 = port_of(l2), port_of(l1)
+    l2.stdin.write(b"NEXT -\nTOKEN t2\n")  # type: ignore[union-attr]
+    l2.stdin.close()  # type: ignore[union-attr]
+    l1.stdin.write(f"NEXT 127.0.0.1 {p2} t2\nTOKEN t1\n".encode())  # type: ignore[union-attr]
+    l1.stdin.close()  # type: ignore[union-attr]
+    head = start(outs[0], data, False)
+    head.stdin.write(f"NEXT 127.0.0.1 {p1} t1\n".encode() + data)  # type: ignore[union-attr]
+    head.stdin.close()  # type: ignore[union-attr]
+    for p in (head, l1, l2):
+        assert f"OK {sha}" in finish(p)
+    for out in outs:
+        assert out.read_bytes() == data
+        assert (out.parent / ".ok").read_text().strip() == sha
+        assert not Path(str(out) + ".part").exists()
+
+
+def test_wrong_token_is_refused_and_nothing_written(tmp_path):
+    data = b"payload"
+    listener = start(tmp_path / "l" / "x", data, True)
+    port = port_of(listener)
+    listener.stdin.write(b"NEXT -\nTOKEN right\n")  # type: ignore[union-attr]
+    listener.stdin.close()  # type: ignore[union-attr]
+    head = start(tmp_path / "h" / "x", data, False)
+    head.stdin.write(f"NEXT 127.0.0.1 {port} wrong\n".encode() + data)  # type: ignore[union-attr]
+    head.stdin.close()  # type: ignore[union-attr]
+    assert "ERR bad token" in finish(listener)
+    out = finish(head)
+    assert "OK " in out  # the head still has its own copy
+    assert not (tmp_path / "l" / "x").exists()
+
+
+def test_dead_next_hop_is_reported_and_local_copy_kept(tmp_path):
+    import socket
+
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    dead_port = s.getsockname()[1]
+    s.close()  # nothing listens there any more
+    data = b"x" * 1000
+    head = start(tmp_path / "x", data, False)
+    head.stdin.write(f"NEXT 127.0.0.1 {dead_port} tok\n".encode() + data)  # type: ignore[union-attr]
+    head.stdin.close()  # type: ignore[union-attr]
+    out = finish(head)
+    assert "NEXT-FAILED connect" in out and "OK " in out
+    assert (tmp_path / "x").read_bytes() == data
+
+
+def test_short_stream_or_bad_hash_leaves_no_partial_file(tmp_path):
+    data = b"abc" * 100
+    head = start(tmp_path / "x", data, False)
+    head.stdin.write(b"NEXT -\n" + data[:-5])  # type: ignore[union-attr]
+    head.stdin.close()  # type: ignore[union-attr]
+    assert "ERR stream ended 5 bytes early" in finish(head)
+    head = start(tmp_path / "y", data, False, sha="0" * 64)
+    head.stdin.write(b"NEXT -\n" + data)  # type: ignore[union-attr]
+    head.stdin.close()  # type: ignore[union-attr]
+    assert "ERR sha256 mismatch" in finish(head)
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
