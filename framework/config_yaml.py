@@ -1,4 +1,4 @@
-"""Strict YAML reading for environment files: duplicate keys are errors, MACs stay strings.
+"""Reading an environment file into plain data: its text, strict YAML, then ``${VAR}`` expansion.
 
 PyYAML silently keeps the last of two equal mapping keys, so a second ``host1:`` would replace
 the first without a word; :func:`parse_yaml` composes the node tree first and rejects any
@@ -11,16 +11,16 @@ but without PyYAML's source snippet, which could show a password.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
+from framework.config_schema import ENV_NAME_RE, Loc, dotted
 from framework.errors import ConfigError
 
-#: a key path: mapping keys and list indices from the document root
-Loc = tuple[Any, ...]
 #: builds the error to raise: (dotted key path or None, problem) -> ConfigError
 MakeError = Callable[[str | None, str], ConfigError]
 
@@ -28,6 +28,7 @@ _INT = "tag:yaml.org,2002:int"
 _FLOAT = "tag:yaml.org,2002:float"
 _TIMESTAMP = "tag:yaml.org,2002:timestamp"
 _MERGE = "tag:yaml.org,2002:merge"
+_REF = re.compile(r"\$\$\{|\$\{(?P<name>[^}]*)(?P<close>\})?")
 
 
 class _EnvLoader(yaml.SafeLoader):
@@ -54,18 +55,56 @@ _EnvLoader.add_implicit_resolver(
 )
 
 
-def dotted(loc: Loc) -> str:
-    """``("host_info", "h1", "npu", "visible", 2)`` -> ``host_info.h1.npu.visible[2]``."""
-    text = ""
-    for part in loc:
-        if isinstance(part, int) and not isinstance(part, bool):
-            text += f"[{part}]"
-        else:
-            text += f".{part}" if text else str(part)
-    return text
+def read_text(source: str, error: MakeError) -> str:
+    """The file's text (UTF-8, BOM allowed); ConfigError when it cannot be read."""
+    problem = None
+    try:
+        raw = Path(source).read_bytes()
+    except FileNotFoundError:
+        problem = "file not found"
+    except IsADirectoryError:
+        problem = "is a directory, not a file"
+    except PermissionError:
+        problem = "permission denied"
+    except OSError as exc:
+        problem = f"cannot read the file: {exc.strerror or type(exc).__name__}"
+    if problem is None:
+        try:
+            return raw.decode("utf-8-sig")
+        except UnicodeDecodeError as exc:
+            problem = f"not UTF-8 text (bad byte at offset {exc.start})"
+    raise error(None, problem)
 
 
-def parse_yaml(source: str, text: str, error: MakeError) -> dict[str, Any]:
+def expand_vars(value: Any, environ: Mapping[str, str], expanded: set[Loc], error: MakeError, loc: Loc = ()) -> Any:
+    """Replace ``${VAR}`` in every string value (``$${`` is a literal ``${``).
+
+    The key path of every value that had a variable substituted is added to ``expanded``.
+    """
+    if isinstance(value, dict):
+        return {k: expand_vars(v, environ, expanded, error, (*loc, k)) for k, v in value.items()}
+    if isinstance(value, list):
+        return [expand_vars(v, environ, expanded, error, (*loc, i)) for i, v in enumerate(value)]
+    if not isinstance(value, str) or "${" not in value:
+        return value
+
+    def substitute(match: re.Match[str]) -> str:
+        if match.group(0) == "$${":
+            return "${"
+        name = match.group("name")
+        if match.group("close") is None:
+            raise error(dotted(loc), "unterminated '${' (write '$${' for a literal '${')")
+        if not re.fullmatch(ENV_NAME_RE, name):
+            raise error(dotted(loc), f"'${{{name}}}' is not a valid variable reference (write '$${{' for a literal '${{')")
+        if name not in environ:
+            raise error(dotted(loc), f"environment variable {name!r} is not set")
+        expanded.add(loc)
+        return environ[name]
+
+    return _REF.sub(substitute, value)
+
+
+def parse_yaml(text: str, error: MakeError) -> dict[str, Any]:
     """Parse one environment document; it must be a non-empty mapping.
 
     Raises:
@@ -92,7 +131,7 @@ def parse_yaml(source: str, text: str, error: MakeError) -> dict[str, Any]:
     if data is None:
         raise error(None, "the file is empty (expected a mapping with a 'host_info' key)")
     if not isinstance(data, dict):
-        kind = {list: "a list", str: "a string"}.get(type(data), "a single value")
+        kind = "a list" if isinstance(data, list) else "a string" if isinstance(data, str) else "a single value"
         raise error(None, f"the top level must be a mapping with a 'host_info' key, got {kind}")
     return data
 

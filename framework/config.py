@@ -1,0 +1,601 @@
+"""Environment loading: one ``test_env.yaml`` becomes one validated, typed, frozen :class:`EnvConfig`.
+
+:func:`load` reads the file with a YAML loader that rejects duplicate keys, expands ``${VAR}`` from
+the environment, validates the document against :mod:`framework.config_schema` and resolves each
+host's *effective* settings (the host's own value, else ``defaults:``, else the built-in value).
+Every problem is one :class:`~framework.errors.ConfigError` naming the file and the dotted key path
+(``test_env.yaml: host_info.host2.manage_nic.ip: '10.0.0.300' is not an IPv4 address``). Passwords
+and secret-looking launch variables are :class:`Secret`: they never appear in error messages,
+reprs, :meth:`EnvConfig.summary_rows` or :meth:`EnvConfig.redacted`. Nothing downstream re-checks.
+
+The URMA harness format (``host_info`` with ``user``, ``passwd``, ``manage_nic``, ``test_nic1``, …)
+loads unchanged; its sample's misspelt ``passed`` key is rejected with a "did you mean" hint.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hmac
+import os
+import re
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from framework import config_schema as schema
+from framework.config_schema import SCHEMA_VERSION, Loc, parse_cpu_list
+from framework.config_yaml import expand_vars, parse_yaml, read_text
+from framework.errors import ConfigError
+
+__all__ = [
+    "DEFAULT_ENV_PATH",
+    "SCHEMA_VERSION",
+    "ArtifactsSpec",
+    "CannSpec",
+    "Defaults",
+    "EnvConfig",
+    "HostSpec",
+    "LaunchSpec",
+    "NicSpec",
+    "NpuSpec",
+    "Secret",
+    "TestNicSpec",
+    "load",
+    "main",
+]
+
+#: where the URMA harness kept the file; used when no path is given
+DEFAULT_ENV_PATH = "/etc/ubus_ci/test_env.yaml"
+
+_SECRET_NAME = re.compile(r"PASS|TOKEN|SECRET|KEY|CREDENTIAL", re.IGNORECASE)
+_MAX_LINES = 10  # validation problems listed in one ConfigError
+
+
+class Secret:
+    """A string that prints as ``***`` everywhere; :meth:`reveal` returns the value.
+
+    Two secrets are equal when their values are (compared in constant time).
+    """
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value: str) -> None:
+        self._value = str(value)
+
+    def reveal(self) -> str:
+        return self._value
+
+    def __repr__(self) -> str:
+        return "***"
+
+    __str__ = __repr__
+
+    def __format__(self, format_spec: str) -> str:
+        return "***"
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Secret):
+            return NotImplemented
+        return hmac.compare_digest(self._value.encode(), other._value.encode())
+
+    def __hash__(self) -> int:
+        return hash((Secret, self._value))
+
+
+# --------------------------------------------------------------------------- effective values
+
+
+@dataclass(frozen=True)
+class NicSpec:
+    """The management NIC (``manage_nic``)."""
+
+    name: str
+    ip: str
+    mac: str | None = None
+
+
+@dataclass(frozen=True)
+class TestNicSpec:
+    """A test NIC (``test_nic1``/``test_nic2``); every key is optional."""
+
+    __test__ = False  # not a pytest class, despite the name
+
+    name: str | None = None
+    dev: str | None = None
+    gid: str | None = None
+    ip: str | None = None
+    ipv6: str | None = None
+    eid: str | None = None
+
+
+@dataclass(frozen=True)
+class NpuSpec:
+    """NPUs on one host: ``count`` devices of ``soc``; ``visible`` restricts which are used."""
+
+    count: int = 0
+    soc: str = schema.BUILTIN["npu.soc"]
+    visible: tuple[int, ...] | None = None
+
+    def describe(self) -> str:
+        """``16 x ascend910_93``, or just the SoC when no count is declared."""
+        return f"{self.count} x {self.soc}" if self.count else self.soc
+
+
+@dataclass(frozen=True)
+class Defaults:
+    """The effective ``defaults:`` section (built-in values filled in)."""
+
+    user: str = schema.BUILTIN["user"]
+    key_file: Path | None = None
+    host_key: str | None = None
+    workdir: str = schema.BUILTIN["workdir"]
+    python: str = schema.BUILTIN["python"]
+    venv: bool = schema.BUILTIN["venv"]
+    npu: NpuSpec = field(default_factory=NpuSpec)
+    known_hosts: Path = field(default_factory=lambda: Path(schema.BUILTIN["known_hosts"]).expanduser())
+    host_key_policy: str = schema.BUILTIN["host_key_policy"]
+    connect_timeout: float = schema.BUILTIN["connect_timeout"]
+    command_timeout: float = schema.BUILTIN["command_timeout"]
+    max_parallel: int = schema.BUILTIN["max_parallel"]
+
+
+@dataclass(frozen=True)
+class CannSpec:
+    """Where CANN's ``set_env.sh`` lives on the hosts."""
+
+    set_env: str
+
+
+@dataclass(frozen=True)
+class ArtifactsSpec:
+    """What deploy copies: absolute local path patterns (globs unresolved) and the host install path."""
+
+    run_package: str | None = None
+    wheel: str | None = None
+    install_path: str | None = None
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    """torchrun settings shared by every node."""
+
+    backend: str = schema.BUILTIN["backend"]
+    master_port: int | None = None
+    nproc_per_node: int | None = None
+    env: Mapping[str, str | Secret] = field(default_factory=lambda: MappingProxyType({}))
+
+
+@dataclass(frozen=True, kw_only=True)
+class HostSpec:
+    """One host with its effective settings; built by :func:`load` (or directly in unit tests).
+
+    ``ssh_ip`` defaults to ``manage_nic.ip``, ``install_path`` to ``<workdir>/opp`` and
+    ``isolcpu_list`` to the parsed ``isolcpu``.
+    """
+
+    name: str
+    manage_nic: NicSpec
+    user: str = schema.BUILTIN["user"]
+    password: Secret | None = None
+    ssh_ip: str = ""
+    ssh_port: int = schema.BUILTIN["ssh_port"]
+    test_nic1: TestNicSpec | None = None
+    test_nic2: TestNicSpec | None = None
+    bmc: str | None = None
+    isolcpu: str | None = None
+    isolcpu_list: tuple[int, ...] = ()
+    env_type: str | None = None
+    arch: str | None = None
+    key_file: Path | None = None
+    host_key: str | None = None
+    known_hosts: Path | None = None
+    host_key_policy: str = schema.BUILTIN["host_key_policy"]
+    connect_timeout: float = schema.BUILTIN["connect_timeout"]
+    command_timeout: float = schema.BUILTIN["command_timeout"]
+    workdir: str = schema.BUILTIN["workdir"]
+    python: str = schema.BUILTIN["python"]
+    venv: bool = schema.BUILTIN["venv"]
+    npu: NpuSpec = field(default_factory=NpuSpec)
+    install_path: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.ssh_ip:
+            object.__setattr__(self, "ssh_ip", self.manage_nic.ip)
+        if not self.install_path:
+            object.__setattr__(self, "install_path", f"{self.workdir.rstrip('/')}/opp")
+        if self.isolcpu and not self.isolcpu_list:
+            object.__setattr__(self, "isolcpu_list", parse_cpu_list(self.isolcpu))
+
+    @property
+    def address(self) -> str:
+        """``ssh_ip:ssh_port``."""
+        return f"{self.ssh_ip}:{self.ssh_port}"
+
+    @property
+    def test_ip(self) -> str:
+        """The data-plane address: ``test_nic1.ip`` when set, else ``manage_nic.ip``."""
+        if self.test_nic1 is not None and self.test_nic1.ip:
+            return self.test_nic1.ip
+        return self.manage_nic.ip
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class EnvConfig:
+    """A loaded environment: hosts in file order plus cluster-wide settings."""
+
+    path: Path
+    source: str
+    hosts: Mapping[str, HostSpec]
+    defaults: Defaults
+    cann: CannSpec | None
+    artifacts: ArtifactsSpec
+    launch: LaunchSpec
+    relay: bool
+
+    @property
+    def max_parallel(self) -> int:
+        return self.defaults.max_parallel
+
+    def select(self, names: Sequence[str] | None) -> list[HostSpec]:
+        """The named hosts in the order given (``None``: all, in file order).
+
+        Raises:
+            ConfigError: a name is not in ``host_info``.
+        """
+        if names is None:
+            return list(self.hosts.values())
+        unknown = [n for n in names if n not in self.hosts]
+        if unknown:
+            known = ", ".join(self.hosts)
+            raise ConfigError(self.source, "host_info", f"unknown host {unknown[0]!r} (known: {known})")
+        return [self.hosts[n] for n in dict.fromkeys(names)]
+
+    def redacted(self) -> dict[str, Any]:
+        """The effective document as plain JSON-serialisable data, secrets as ``"***"``.
+
+        It has the shape of a ``test_env.yaml`` (it validates against the schema); unset keys
+        are left out.
+        """
+        d = self.defaults
+        doc: dict[str, Any] = {
+            "schema_version": SCHEMA_VERSION,
+            "defaults": _prune(
+                {
+                    "user": d.user,
+                    "key_file": d.key_file,
+                    "host_key": d.host_key,
+                    "workdir": d.workdir,
+                    "python": d.python,
+                    "venv": d.venv,
+                    "npu": _npu_doc(d.npu),
+                    "known_hosts": d.known_hosts,
+                    "host_key_policy": d.host_key_policy,
+                    "connect_timeout": d.connect_timeout,
+                    "command_timeout": d.command_timeout,
+                    "max_parallel": d.max_parallel,
+                }
+            ),
+            "host_info": {name: _host_doc(h) for name, h in self.hosts.items()},
+            "cann": {"set_env": self.cann.set_env} if self.cann else None,
+            "artifacts": _prune(vars(self.artifacts)) or None,
+            "launch": _prune(
+                {
+                    "backend": self.launch.backend,
+                    "master_port": self.launch.master_port,
+                    "nproc_per_node": self.launch.nproc_per_node,
+                    "env": {k: str(v) for k, v in self.launch.env.items()} or None,
+                }
+            ),
+            "relay": self.relay,
+        }
+        return _prune(doc)
+
+    def summary_rows(self) -> list[dict[str, str]]:
+        """One row per host for a table: name, address, user, auth, host_key, workdir, npu."""
+        rows = []
+        for h in self.hosts.values():
+            if h.key_file is not None:
+                auth = f"key {h.key_file}"
+            elif h.password is not None:
+                auth = f"password {h.password}"
+            else:
+                auth = "agent"
+            if h.host_key:
+                host_key = "pinned"
+            elif h.host_key_policy == "insecure":
+                host_key = "not checked (insecure)"
+            else:
+                host_key = "known_hosts"
+            rows.append(
+                {
+                    "name": h.name,
+                    "address": h.address,
+                    "user": h.user,
+                    "auth": auth,
+                    "host_key": host_key,
+                    "workdir": h.workdir,
+                    "npu": h.npu.describe(),
+                }
+            )
+        return rows
+
+    def __repr__(self) -> str:
+        return f"<EnvConfig {self.source}: {len(self.hosts)} host(s) {', '.join(self.hosts)}>"
+
+
+def _npu_doc(npu: NpuSpec) -> dict[str, Any]:
+    return _prune({"count": npu.count, "soc": npu.soc, "visible": list(npu.visible) if npu.visible else None})
+
+
+def _nic_doc(nic: NicSpec | TestNicSpec | None) -> dict[str, Any] | None:
+    return _prune(vars(nic)) if nic is not None else None
+
+
+def _host_doc(h: HostSpec) -> dict[str, Any]:
+    return _prune(
+        {
+            "user": h.user,
+            "passwd": str(h.password) if h.password is not None else None,
+            "manage_nic": _nic_doc(h.manage_nic),
+            "ssh_ip": h.ssh_ip,
+            "ssh_port": h.ssh_port,
+            "test_nic1": _nic_doc(h.test_nic1),
+            "test_nic2": _nic_doc(h.test_nic2),
+            "bmc": h.bmc,
+            "isolcpu": h.isolcpu,
+            "env_type": h.env_type,
+            "arch": h.arch,
+            "key_file": h.key_file,
+            "host_key": h.host_key,
+            "workdir": h.workdir,
+            "python": h.python,
+            "venv": h.venv,
+            "npu": _npu_doc(h.npu),
+        }
+    )
+
+
+def _prune(doc: Mapping[str, Any]) -> dict[str, Any]:
+    """Drop ``None`` values, turn paths into strings."""
+    return {k: str(v) if isinstance(v, Path) else v for k, v in doc.items() if v is not None}
+
+
+# --------------------------------------------------------------------------- loading
+
+
+class _Reporter:
+    """Makes ConfigErrors for one file, scrubbing every known secret from the text."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+        self.secrets: set[str] = set()
+
+    def error(self, key_path: str | None, problem: str) -> ConfigError:
+        # Messages are built so as never to quote a secret; this is the second line of defence.
+        for secret in sorted(self.secrets, key=len, reverse=True):
+            if len(secret) >= 4:
+                problem = problem.replace(secret, "***")
+                key_path = key_path.replace(secret, "***") if key_path else key_path
+        return ConfigError(self.source, key_path or None, problem)
+
+
+def load(path: str | os.PathLike[str] = DEFAULT_ENV_PATH, environ: Mapping[str, str] | None = None) -> EnvConfig:
+    """Load, validate and resolve one environment file.
+
+    Args:
+        path: the YAML file; relative paths inside it are resolved against its directory.
+        environ: variables for ``${VAR}`` expansion and ``~`` (default: ``os.environ``).
+
+    Raises:
+        ConfigError: the file cannot be read or is invalid; one error, naming file and key path.
+
+    Example::
+
+        env = load("env/test_env.yaml")
+        for host in env.select(["node1", "node2"]):
+            print(host.address, host.npu.describe())
+    """
+    source = os.fspath(path)
+    env_vars: Mapping[str, str] = os.environ if environ is None else environ
+    report = _Reporter(source)
+    data = parse_yaml(read_text(source, report.error), report.error)
+    expanded: set[Loc] = set()
+    data = expand_vars(data, env_vars, expanded, report.error)
+    report.secrets.update(_secret_values(data, expanded))
+    doc = _validate(data, report)
+    return _resolve(doc, Path(os.path.abspath(source)), env_vars, expanded, report)
+
+
+def _secret_values(data: dict[str, Any], expanded: set[Loc]) -> set[str]:
+    """Every value that will become a Secret (and typos of ``passwd``), to scrub from messages."""
+    found: set[str] = set()
+    hosts = data.get("host_info")
+    for host in hosts.values() if isinstance(hosts, dict) else ():
+        if isinstance(host, dict):
+            found.update(str(host[k]) for k in ("passwd", *schema.KNOWN_TYPOS) if isinstance(host.get(k), str | int))
+    launch = data.get("launch")
+    env = launch.get("env") if isinstance(launch, dict) else None
+    for name, value in env.items() if isinstance(env, dict) else ():
+        if _is_secret_env(str(name), ("launch", "env", name), expanded) and not isinstance(value, dict | list):
+            found.add(str(value))
+    return {s for s in found if s}
+
+
+def _is_secret_env(name: str, loc: Loc, expanded: set[Loc]) -> bool:
+    return bool(_SECRET_NAME.search(name)) or loc in expanded
+
+
+def _validate(data: dict[str, Any], report: _Reporter) -> schema.EnvDocument:
+    try:
+        return schema.validate(data)
+    except schema.DocumentInvalid as exc:
+        problems = exc.problems
+    # raised outside the except block so the ValidationError (which holds the input) is not chained
+    (key_path, first), rest = problems[0], problems[1:_MAX_LINES]
+    lines = [first] + [f"{report.source}: {p}: {m}" if p else f"{report.source}: {m}" for p, m in rest]
+    if len(problems) > _MAX_LINES:
+        lines.append(f"{report.source}: ... and {len(problems) - _MAX_LINES} more problem(s)")
+    raise report.error(key_path, "\n".join(lines))
+
+
+# --------------------------------------------------------------------------- effective values
+
+
+def _first(*values: Any) -> Any:
+    return next((v for v in values if v is not None), None)
+
+
+def _controller_path(value: str, base: Path, environ: Mapping[str, str]) -> str:
+    """``~`` expanded (HOME from ``environ``), relative -> relative to ``base``; globs untouched."""
+    head, sep, rest = value.partition("/")
+    if head == "~":
+        value = (environ.get("HOME") or os.path.expanduser("~")) + sep + rest
+    elif head.startswith("~"):
+        value = os.path.expanduser(value)
+    return os.path.normpath(os.path.join(base, value))
+
+
+def _resolve(
+    doc: schema.EnvDocument, path: Path, environ: Mapping[str, str], expanded: set[Loc], report: _Reporter
+) -> EnvConfig:
+    base = path.parent
+    d = doc.defaults or schema.DefaultsModel()
+    dnpu = d.npu or schema.NpuModel()
+
+    def local(value: str | None) -> Path | None:
+        return Path(_controller_path(value, base, environ)) if value is not None else None
+
+    defaults = Defaults(
+        user=_first(d.user, schema.BUILTIN["user"]),
+        key_file=local(d.key_file),
+        host_key=d.host_key,
+        workdir=_first(d.workdir, schema.BUILTIN["workdir"]),
+        python=_first(d.python, schema.BUILTIN["python"]),
+        venv=_first(d.venv, schema.BUILTIN["venv"]),
+        npu=NpuSpec(
+            count=_first(dnpu.count, schema.BUILTIN["npu.count"]),
+            soc=_first(dnpu.soc, schema.BUILTIN["npu.soc"]),
+            visible=tuple(dnpu.visible) if dnpu.visible is not None else None,
+        ),
+        known_hosts=Path(_controller_path(_first(d.known_hosts, schema.BUILTIN["known_hosts"]), base, environ)),
+        host_key_policy=_first(d.host_key_policy, schema.BUILTIN["host_key_policy"]),
+        connect_timeout=float(_first(d.connect_timeout, schema.BUILTIN["connect_timeout"])),
+        command_timeout=float(_first(d.command_timeout, schema.BUILTIN["command_timeout"])),
+        max_parallel=_first(d.max_parallel, schema.BUILTIN["max_parallel"]),
+    )
+    art = doc.artifacts or schema.ArtifactsModel()
+    artifacts = ArtifactsSpec(
+        run_package=_controller_path(art.run_package, base, environ) if art.run_package else None,
+        wheel=_controller_path(art.wheel, base, environ) if art.wheel else None,
+        install_path=art.install_path,
+    )
+    hosts: dict[str, HostSpec] = {}
+    for name, model in doc.host_info.items():
+        hosts[name] = _host(name, model, defaults, dnpu, artifacts, local, report)
+    _check_addresses(hosts, report)
+    launch = doc.launch or schema.LaunchModel()
+    env = {
+        k: Secret(v) if _is_secret_env(k, ("launch", "env", k), expanded) else v for k, v in (launch.env or {}).items()
+    }
+    return EnvConfig(
+        path=path,
+        source=report.source,
+        hosts=MappingProxyType(hosts),
+        defaults=defaults,
+        cann=CannSpec(set_env=doc.cann.set_env) if doc.cann else None,
+        artifacts=artifacts,
+        launch=LaunchSpec(
+            backend=_first(launch.backend, schema.BUILTIN["backend"]),
+            master_port=launch.master_port,
+            nproc_per_node=launch.nproc_per_node,
+            env=MappingProxyType(env),
+        ),
+        relay=_first(doc.relay, schema.BUILTIN["relay"]),
+    )
+
+
+def _host(
+    name: str,
+    h: schema.HostModel,
+    defaults: Defaults,
+    dnpu: schema.NpuModel,
+    artifacts: ArtifactsSpec,
+    local: Any,
+    report: _Reporter,
+) -> HostSpec:
+    hnpu = h.npu or schema.NpuModel()
+    npu = NpuSpec(
+        count=_first(hnpu.count, defaults.npu.count),
+        soc=_first(hnpu.soc, defaults.npu.soc),
+        visible=tuple(hnpu.visible) if hnpu.visible is not None else defaults.npu.visible,
+    )
+    if npu.count > 0 and npu.visible:
+        where = f"host_info.{name}.npu.visible" if hnpu.visible is not None else "defaults.npu.visible"
+        for dev in npu.visible:
+            if dev >= npu.count:
+                raise report.error(
+                    where,
+                    f"device {dev} is out of range: host {name!r} has npu.count {npu.count} "
+                    f"(devices 0..{npu.count - 1})",
+                )
+    workdir = _first(h.workdir, defaults.workdir)
+    return HostSpec(
+        name=name,
+        user=_first(h.user, defaults.user),
+        password=Secret(h.passwd) if h.passwd is not None else None,
+        ssh_ip=_first(h.ssh_ip, h.manage_nic.ip),
+        ssh_port=_first(h.ssh_port, schema.BUILTIN["ssh_port"]),
+        manage_nic=NicSpec(name=h.manage_nic.name, ip=h.manage_nic.ip, mac=h.manage_nic.mac),
+        test_nic1=TestNicSpec(**h.test_nic1.model_dump()) if h.test_nic1 else None,
+        test_nic2=TestNicSpec(**h.test_nic2.model_dump()) if h.test_nic2 else None,
+        bmc=h.bmc,
+        isolcpu=h.isolcpu,
+        isolcpu_list=parse_cpu_list(h.isolcpu) if h.isolcpu else (),
+        env_type=h.env_type,
+        arch=h.arch,
+        key_file=_first(local(h.key_file), defaults.key_file),
+        host_key=_first(h.host_key, defaults.host_key),
+        known_hosts=defaults.known_hosts,
+        host_key_policy=defaults.host_key_policy,
+        connect_timeout=defaults.connect_timeout,
+        command_timeout=defaults.command_timeout,
+        workdir=workdir,
+        python=_first(h.python, defaults.python),
+        venv=_first(h.venv, defaults.venv),
+        npu=npu,
+        install_path=_first(artifacts.install_path, f"{workdir.rstrip('/')}/opp"),
+    )
+
+
+def _check_addresses(hosts: Mapping[str, HostSpec], report: _Reporter) -> None:
+    """Two entries reaching the same sshd are one machine counted twice: refuse."""
+    seen: dict[tuple[str, int], str] = {}
+    for host in hosts.values():
+        key = (host.ssh_ip.lower().rstrip("."), host.ssh_port)
+        if key in seen:
+            raise report.error(
+                f"host_info.{host.name}",
+                f"hosts {seen[key]!r} and {host.name!r} have the same SSH address {host.address} "
+                "(ssh_ip defaults to manage_nic.ip)",
+            )
+        seen[key] = host.name
+
+
+# --------------------------------------------------------------------------- command line
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m framework.config schema``: print the JSON Schema of test_env.yaml."""
+    parser = argparse.ArgumentParser(prog="python -m framework.config", description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    commands.add_parser("schema", help="print the JSON Schema (commit it as env/test_env.schema.json)")
+    parser.parse_args(argv)
+    sys.stdout.write(schema.schema_json())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,610 @@
+"""The document model of ``test_env.yaml``: what a well-formed file is, and what to say when it is not.
+
+Pydantic classes state key names, types, ranges and formats; :func:`json_schema` exports them
+(``python -m framework.config schema``) and :func:`validate` checks one parsed document, rewording
+pydantic's errors as ``(key path, problem)`` pairs in plain words, in file order, without quoting
+values under secret keys. Nothing here knows about files, ``${VAR}`` or inheritance: every key
+is optional except the two the URMA harness required (``manage_nic.name`` and ``manage_nic.ip``),
+so an old file still loads, and ``None`` means "not set here". :mod:`framework.config` turns a
+valid :class:`EnvDocument` into frozen *effective* values.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import difflib
+import ipaddress
+import json
+import posixpath
+import re
+import struct
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    model_validator,
+)
+from pydantic.json_schema import GenerateJsonSchema, WithJsonSchema
+from pydantic_core import PydanticCustomError
+
+SCHEMA_VERSION = 1
+
+#: a key path: mapping keys and list indices from the document root
+Loc = tuple[Any, ...]
+
+HOST_NAME_RE = r"^[A-Za-z_][A-Za-z0-9_.-]*$"
+ENV_NAME_RE = r"^[A-Za-z_][A-Za-z0-9_]*$"
+ISOLCPU_RE = r"^[0-9]+(-[0-9]+)?(,[0-9]+(-[0-9]+)?)*$"
+#: ``ssh_ip`` may be a name: RFC 1123 labels, the last one not all digits (so 10.0.0.300 is no name)
+_HOSTNAME_LABEL = re.compile(r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?")
+_MAC = re.compile(r"[0-9A-Fa-f]{2}(:[0-9A-Fa-f]{2}){5}|[0-9A-Fa-f]{2}(-[0-9A-Fa-f]{2}){5}")
+
+HOST_KEY_TYPES = (
+    "ssh-ed25519",
+    "ssh-rsa",
+    "ecdsa-sha2-nistp256",
+    "ecdsa-sha2-nistp384",
+    "ecdsa-sha2-nistp521",
+    "sk-ssh-ed25519@openssh.com",
+    "sk-ecdsa-sha2-nistp256@openssh.com",
+)
+_HOST_KEY_PATTERN = "^(" + "|".join(map(re.escape, HOST_KEY_TYPES)) + ") +[A-Za-z0-9+/]+=*( .*)?$"
+Soc = Literal["ascend910b", "ascend910_93", "cpu"]
+Backend = Literal["hccl", "nccl", "gloo"]
+HostKeyPolicy = Literal["strict", "accept-new", "insecure"]
+
+#: built-in values used when neither the host nor ``defaults:`` sets a key
+BUILTIN: dict[str, Any] = {
+    "user": "root",
+    "ssh_port": 22,
+    "workdir": "/var/tmp/camit",
+    "python": "python3",
+    "venv": True,
+    "npu.count": 0,
+    "npu.soc": "cpu",
+    "known_hosts": "~/.ssh/known_hosts",
+    "host_key_policy": "strict",
+    "connect_timeout": 10.0,
+    "command_timeout": 600.0,
+    "max_parallel": 32,
+    "backend": "hccl",
+    "relay": True,
+}
+
+#: keys people mistype that difflib would not always catch (the URMA sample itself says ``passed``)
+KNOWN_TYPOS = {"passed": "passwd", "password": "passwd"}
+
+
+# --------------------------------------------------------------------------- value validators
+
+
+def _wrong_type(expected: str) -> PydanticCustomError:
+    # _translate() adds ", got <value>" (it knows whether the value may be shown)
+    return PydanticCustomError("wrong_type", "expected {expected}", {"expected": expected})
+
+
+def _int_not_bool(value: object) -> object:
+    if isinstance(value, bool):
+        raise _wrong_type("an integer")
+    return value
+
+
+def _float_not_bool(value: object) -> object:
+    if isinstance(value, bool):
+        raise _wrong_type("a number")
+    return value
+
+
+def _loose_str(value: object) -> object:
+    """Legacy files write ``gid: 3`` or ``passwd: 123456``: accept integers as their text."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    if not isinstance(value, str):
+        raise _wrong_type("a string (quote the value)")
+    return value
+
+
+def _ipv4(value: str) -> str:
+    try:
+        ipaddress.IPv4Address(value)
+    except ValueError:
+        raise PydanticCustomError("ipv4", "{value} is not an IPv4 address", {"value": repr(value)}) from None
+    return value
+
+
+def _ipv6(value: str) -> str:
+    try:
+        ipaddress.IPv6Address(value)
+    except ValueError:
+        raise PydanticCustomError("ipv6", "{value} is not an IPv6 address", {"value": repr(value)}) from None
+    return value
+
+
+def is_hostname(value: str) -> bool:
+    """True for an RFC 1123 host name (``node-1.lab``); an all-numeric last label is not a name."""
+    name = value[:-1] if value.endswith(".") else value
+    labels = name.split(".")
+    if not name or len(name) > 253 or labels[-1].isdigit():
+        return False
+    return all(_HOSTNAME_LABEL.fullmatch(label) for label in labels)
+
+
+def _ssh_target(value: str) -> str:
+    try:
+        ipaddress.IPv4Address(value)
+    except ValueError:
+        if not is_hostname(value):
+            raise PydanticCustomError(
+                "ssh_target", "{value} is not an IPv4 address or host name", {"value": repr(value)}
+            ) from None
+    return value
+
+
+def _mac(value: str) -> str:
+    if not _MAC.fullmatch(value):
+        raise PydanticCustomError(
+            "mac", "{value} is not a MAC address like 52:54:00:12:34:56", {"value": repr(value)}
+        )
+    return value
+
+
+def _abs_posix(value: str) -> str:
+    if not value.startswith("/") or "\0" in value or "\n" in value:
+        raise PydanticCustomError(
+            "abs_path", "{value} is not an absolute path on the host", {"value": repr(value)}
+        )
+    return posixpath.normpath(value)
+
+
+def _local_path(value: str) -> str:
+    if not value or "\0" in value:
+        raise PydanticCustomError("path", "must be a non-empty path", {})
+    return value
+
+
+def parse_cpu_list(text: str) -> tuple[int, ...]:
+    """``"1-3,8"`` -> ``(1, 2, 3, 8)`` (sorted, without repeats); ValueError on bad syntax."""
+    if not re.fullmatch(ISOLCPU_RE, text):
+        raise ValueError(text)
+    cpus: set[int] = set()
+    for part in text.split(","):
+        lo, _, hi = part.partition("-")
+        first, last = int(lo), int(hi or lo)
+        if first > last:
+            raise ValueError(part)
+        cpus.update(range(first, last + 1))
+    return tuple(sorted(cpus))
+
+
+def _isolcpu(value: str) -> str:
+    try:
+        parse_cpu_list(value)
+    except ValueError:
+        raise PydanticCustomError(
+            "isolcpu", "{value} is not a CPU list like '1-10,20,30'", {"value": repr(value)}
+        ) from None
+    return value
+
+
+def _host_key(value: str) -> str:
+    """Accept ``<type> <base64> [comment]``; return ``<type> <base64>``.
+
+    The blob is decoded and its embedded key type must match the declared one, which catches
+    truncated pastes and keys copied from the wrong line.
+    """
+    parts = value.split()
+    if len(parts) < 2 or parts[0] not in HOST_KEY_TYPES:
+        raise PydanticCustomError(
+            "host_key",
+            "expected a public key line like 'ssh-ed25519 AAAA...' (key types: {types})",
+            {"types": ", ".join(HOST_KEY_TYPES)},
+        )
+    kind, blob = parts[0], parts[1]
+    try:
+        raw = base64.b64decode(blob, validate=True)
+        (length,) = struct.unpack(">I", raw[:4])
+        embedded = raw[4 : 4 + length].decode("ascii")
+    except (binascii.Error, struct.error, UnicodeDecodeError, ValueError):
+        raise PydanticCustomError("host_key", "the key data after {kind} is not valid base64", {"kind": repr(kind)}) from None
+    if embedded != kind or len(raw) <= 4 + length:
+        held = repr(embedded) if embedded.isprintable() and embedded else "no key type"
+        raise PydanticCustomError(
+            "host_key", "the key data does not match {kind}: it holds {held}", {"kind": repr(kind), "held": held}
+        )
+    return f"{kind} {blob}"
+
+
+def _visible_before(value: object) -> object:
+    """``"0,1,2"`` or ``3`` -> a list; the list itself is checked by the field type."""
+    if isinstance(value, str):
+        items = [item.strip() for item in value.split(",")]
+        if not all(item.isdigit() for item in items):
+            raise PydanticCustomError(
+                "visible", "{value} is not a device list like '0,1,2'", {"value": repr(value)}
+            )
+        return [int(item) for item in items]
+    if isinstance(value, int) and not isinstance(value, bool):
+        return [value]
+    return value
+
+
+def _visible_after(value: list[int]) -> list[int]:
+    if not value:
+        raise PydanticCustomError("visible", "must list at least one device", {})
+    seen: set[int] = set()
+    for dev in value:
+        if dev in seen:
+            raise PydanticCustomError("visible", "device {dev} is listed twice", {"dev": dev})
+        seen.add(dev)
+    return value
+
+
+def _env_value(value: object) -> object:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return str(value)
+    if not isinstance(value, str):
+        raise _wrong_type("a string, number or boolean")
+    return value
+
+
+def _none_is_empty(value: object) -> object:
+    return {} if value is None else value
+
+
+def _some_hosts(value: dict[str, Any]) -> dict[str, Any]:
+    if not value:
+        raise PydanticCustomError("no_hosts", "no hosts defined (expected host1: {{...}}, ...)", {})
+    return value
+
+
+def _s(**schema: Any) -> WithJsonSchema:
+    """The JSON Schema of a string field whose check is a Python function."""
+    return WithJsonSchema({"type": "string", **schema})
+
+
+LooseStr = Annotated[str, BeforeValidator(_loose_str, json_schema_input_type=str | int)]
+NonEmptyStr = Annotated[LooseStr, Field(min_length=1)]
+Port = Annotated[int, Field(ge=1, le=65535), BeforeValidator(_int_not_bool)]
+NonNegInt = Annotated[int, Field(ge=0), BeforeValidator(_int_not_bool)]
+PosInt = Annotated[int, Field(ge=1), BeforeValidator(_int_not_bool)]
+Parallel = Annotated[int, Field(ge=1, le=1024), BeforeValidator(_int_not_bool)]
+Timeout = Annotated[float, Field(gt=0, allow_inf_nan=False), BeforeValidator(_float_not_bool)]
+IPv4 = Annotated[str, AfterValidator(_ipv4), _s(format="ipv4")]
+IPv6 = Annotated[str, AfterValidator(_ipv6), _s(format="ipv6")]
+SshTarget = Annotated[str, AfterValidator(_ssh_target), _s(anyOf=[{"format": "ipv4"}, {"format": "hostname"}])]
+Mac = Annotated[str, AfterValidator(_mac), _s(pattern=f"^({_MAC.pattern})$")]
+AbsPath = Annotated[str, AfterValidator(_abs_posix), _s(pattern="^/")]
+LocalPath = Annotated[str, AfterValidator(_local_path), _s(minLength=1)]
+HostKey = Annotated[str, AfterValidator(_host_key), _s(pattern=_HOST_KEY_PATTERN)]
+IsolCpu = Annotated[LooseStr, AfterValidator(_isolcpu), WithJsonSchema({"type": ["string", "integer"], "pattern": ISOLCPU_RE})]
+Visible = Annotated[
+    list[NonNegInt],
+    BeforeValidator(_visible_before, json_schema_input_type=list[Annotated[int, Field(ge=0)]] | Annotated[str, Field(pattern=r"^ *[0-9]+ *(, *[0-9]+ *)*$")]),
+    AfterValidator(_visible_after),
+]
+HostName = Annotated[str, Field(pattern=HOST_NAME_RE)]
+EnvName = Annotated[str, Field(pattern=ENV_NAME_RE)]
+EnvValue = Annotated[str, BeforeValidator(_env_value, json_schema_input_type=str | int | float | bool)]
+
+
+def _opt(description: str, default: Any = None) -> Any:
+    """An optional field: ``None`` in the model (= inherit), the effective default in the schema."""
+    extra = {"default": default} if default is not None else None
+    return Field(default=None, description=description, json_schema_extra=extra)
+
+
+# --------------------------------------------------------------------------- document sections
+
+
+class _Section(BaseModel):
+    """Base of every mapping in the file: frozen, and unknown keys are an error with a hint."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, hide_input_in_errors=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _known_keys(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        known = list(cls.model_fields)
+        problems = [unknown_key_message(key, known) for key in data if key not in cls.model_fields]
+        if problems:
+            raise PydanticCustomError("unknown_key", "{problems}", {"problems": "; ".join(problems)})
+        return data
+
+
+def unknown_key_message(key: object, known: list[str]) -> str:
+    """``unknown key 'passed' (did you mean 'passwd'?)``, else the list of allowed keys."""
+    if isinstance(key, str):
+        guess = KNOWN_TYPOS.get(key) if KNOWN_TYPOS.get(key) in known else None
+        close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
+        guess = guess or (close[0] if close else None)
+        if guess:
+            return f"unknown key {key!r} (did you mean {guess!r}?)"
+    return f"unknown key {key!r} (allowed: {', '.join(known)})"
+
+
+class ManageNicModel(_Section):
+    """The management NIC: log identity of the host and default SSH target."""
+
+    name: NonEmptyStr = Field(description="Management NIC name, e.g. enp1s0 (required).")
+    ip: IPv4 = Field(description="Management IPv4 address (required); default for ssh_ip.")
+    mac: Mac | None = _opt("MAC address (stored only).")
+
+
+class TestNicModel(_Section):
+    """A data-plane NIC (URMA ``test_nic1``/``test_nic2``); all stored, none required."""
+
+    __test__ = False  # not a pytest class, despite the name
+
+    name: LooseStr | None = _opt("Device name as shown by `urma_admin show`.")
+    dev: LooseStr | None = _opt("Device name.")
+    gid: LooseStr | None = _opt("GID index or value.")
+    ip: IPv4 | None = _opt("IPv4 address of the NIC.")
+    ipv6: IPv6 | None = _opt("IPv6 address of the NIC.")
+    eid: LooseStr | None = _opt("EID as shown by `urma_admin show`.")
+
+
+class NpuModel(_Section):
+    """NPUs on a host; each key falls back to ``defaults.npu`` and then the built-in value."""
+
+    count: NonNegInt | None = _opt("Number of NPUs (0 = none declared).", 0)
+    soc: Soc | None = _opt("SoC family.", "cpu")
+    visible: Visible | None = _opt("Device ids to use: a list or a '0,1,2' string; each < count when count > 0.")
+
+
+class _HostKeys(_Section):
+    """Keys a host may set and ``defaults:`` may set for every host."""
+
+    user: NonEmptyStr | None = _opt("SSH user.", BUILTIN["user"])
+    key_file: LocalPath | None = _opt("Private key on the controller; relative to this file's directory; ~ expanded.")
+    host_key: HostKey | None = _opt("Pinned public host key, e.g. 'ssh-ed25519 AAAA...'.")
+    workdir: AbsPath | None = _opt("Absolute working directory on the host.", BUILTIN["workdir"])
+    python: Annotated[str, Field(min_length=1, pattern=r"^\S+$")] | None = _opt(
+        "Base Python interpreter on the host.", BUILTIN["python"]
+    )
+    venv: bool | None = _opt("Create a virtualenv under workdir.", BUILTIN["venv"])
+    npu: NpuModel | None = _opt("NPU inventory.")
+
+
+class HostModel(_HostKeys):
+    """One entry of ``host_info``: the URMA harness keys plus the camit extensions."""
+
+    passwd: Annotated[str, BeforeValidator(_loose_str, json_schema_input_type=str | int)] | None = Field(
+        default=None,
+        repr=False,
+        description="SSH password (prefer key_file; use ${VAR} to keep it out of the file).",
+        json_schema_extra={"format": "password", "writeOnly": True},
+    )
+    manage_nic: ManageNicModel = Field(description="Management NIC (required).")
+    ssh_ip: SshTarget | None = _opt("SSH target (IPv4 or host name); defaults to manage_nic.ip.")
+    ssh_port: Port | None = _opt("SSH port.", BUILTIN["ssh_port"])
+    test_nic1: TestNicModel | None = _opt("First test NIC.")
+    test_nic2: TestNicModel | None = _opt("Second test NIC.")
+    bmc: LooseStr | None = _opt("BMC address (stored only).")
+    isolcpu: IsolCpu | None = _opt("Isolated CPU list like '1-10,20,30'.")
+    env_type: LooseStr | None = _opt("Environment type (stored only).")
+    arch: LooseStr | None = _opt("CPU architecture (stored only).")
+
+
+class DefaultsModel(_HostKeys):
+    """``defaults:``: per-host keys inherited by every host, plus cluster-wide connection settings."""
+
+    known_hosts: LocalPath | None = _opt(
+        "known_hosts file on the controller; relative to this file's directory.", BUILTIN["known_hosts"]
+    )
+    host_key_policy: HostKeyPolicy | None = _opt("Unknown host keys: reject, record, or ignore.", BUILTIN["host_key_policy"])
+    connect_timeout: Timeout | None = _opt("SSH connect timeout in seconds.", BUILTIN["connect_timeout"])
+    command_timeout: Timeout | None = _opt("Default per-command timeout in seconds.", BUILTIN["command_timeout"])
+    max_parallel: Parallel | None = _opt("Hosts contacted at once.", BUILTIN["max_parallel"])
+
+
+class CannModel(_Section):
+    """The CANN toolkit on the hosts."""
+
+    set_env: AbsPath = Field(description="Absolute path of CANN's set_env.sh on the hosts.")
+
+
+class ArtifactsModel(_Section):
+    """What deploy copies; globs are resolved at deploy time, not at load."""
+
+    run_package: LocalPath | None = _opt("Operator .run package: local path or glob, relative to this file.")
+    wheel: LocalPath | None = _opt("Python wheel: local path or glob, relative to this file.")
+    install_path: AbsPath | None = _opt("Absolute install path on the hosts (default <workdir>/opp).")
+
+
+class LaunchModel(_Section):
+    """How torchrun is started on every node."""
+
+    backend: Backend | None = _opt("torch.distributed backend.", BUILTIN["backend"])
+    master_port: Port | None = _opt("Rendezvous port; null = chosen at launch.")
+    nproc_per_node: PosInt | None = _opt("Processes per node; null = from npu.count.")
+    env: Annotated[dict[EnvName, EnvValue], Field(json_schema_extra={"additionalProperties": False})] | None = Field(
+        default=None, repr=False, description="Extra environment for every rank; values become strings."
+    )
+
+
+class EnvDocument(_Section):
+    """The whole ``test_env.yaml``."""
+
+    schema_version: Literal[1] | None = _opt("Version of this format.", SCHEMA_VERSION)
+    host_info: Annotated[
+        dict[HostName, HostModel],
+        BeforeValidator(_none_is_empty, json_schema_input_type=dict[HostName, HostModel]),
+        AfterValidator(_some_hosts),
+        Field(json_schema_extra={"minProperties": 1, "additionalProperties": False}),
+    ] = Field(description="Hosts by name, in order (required, at least one).")
+    defaults: DefaultsModel | None = _opt("Values every host inherits, and cluster-wide settings.")
+    cann: CannModel | None = _opt("CANN toolkit location on the hosts.")
+    artifacts: ArtifactsModel | None = _opt("Packages to deploy.")
+    launch: LaunchModel | None = _opt("torchrun settings.")
+    relay: bool | None = _opt("Relay rank output through the controller.", BUILTIN["relay"])
+
+
+# --------------------------------------------------------------------------- validation
+
+
+class DocumentInvalid(Exception):
+    """Raised by :func:`validate`; ``problems`` lists (dotted key path, problem) in file order."""
+
+    def __init__(self, problems: list[tuple[str, str]]) -> None:
+        super().__init__(f"{len(problems)} problem(s)")
+        self.problems = problems
+
+
+def validate(data: dict[str, Any]) -> EnvDocument:
+    """Validate one parsed document; pydantic's errors are reworded without its jargon.
+
+    A bad value is quoted in the problem text unless it sits under a secret key (``passwd``,
+    ``launch.env``); mappings and lists are never quoted.
+
+    Raises:
+        DocumentInvalid: one or more problems.
+    """
+    try:
+        return EnvDocument.model_validate(data)
+    except ValidationError as exc:
+        errors = sorted(exc.errors(include_url=False), key=lambda e: _file_order(data, e["loc"]))
+    raise DocumentInvalid([_translate(e) for e in errors])
+
+
+def dotted(loc: Loc) -> str:
+    """``("host_info", "h1", "npu", "visible", 2)`` -> ``host_info.h1.npu.visible[2]``."""
+    text = ""
+    for part in loc:
+        if isinstance(part, int) and not isinstance(part, bool):
+            text += f"[{part}]"
+        else:
+            text += f".{part}" if text else str(part)
+    return text
+
+
+def _file_order(data: Any, loc: Loc) -> tuple[int, ...]:
+    """Where ``loc`` sits in the document, so problems are listed in file order."""
+    order = []
+    for part in loc:
+        if isinstance(data, dict) and part in data:
+            order.append(list(data).index(part))
+            data = data[part]
+        elif isinstance(data, list) and isinstance(part, int) and 0 <= part < len(data):
+            order.append(part)
+            data = data[part]
+        else:  # a missing key, or pydantic's "[key]" marker: after what is there
+            order.append(len(data) if isinstance(data, dict | list) else 0)
+            data = None
+    return tuple(order)
+
+
+_EXPECTED = {
+    "int_type": "an integer",
+    "int_parsing": "an integer",
+    "int_from_float": "a whole number",
+    "float_type": "a number",
+    "float_parsing": "a number",
+    "bool_type": "true or false",
+    "bool_parsing": "true or false",
+    "string_type": "a string",
+    "dict_type": "a mapping",
+    "model_type": "a mapping",
+    "model_attributes_type": "a mapping",
+    "list_type": "a list",
+}
+_PATTERN_WORDS = {
+    HOST_NAME_RE: "host name {value} is not a safe identifier (letters, digits, '_', '.', '-'; "
+    "starting with a letter or '_')",
+    ENV_NAME_RE: "{value} is not a valid environment variable name (letters, digits, '_'; "
+    "not starting with a digit)",
+    r"^\S+$": "{value} must be one word without spaces",
+}
+_BOUNDS = {"greater_than_equal": ">=", "greater_than": ">", "less_than_equal": "<=", "less_than": "<"}
+
+
+def _translate(err: Mapping[str, Any]) -> tuple[str, str]:
+    """One pydantic error -> (dotted key path, problem in plain words)."""
+    loc: Loc = tuple(err["loc"])
+    kind: str = err["type"]
+    ctx: Mapping[str, Any] = err.get("ctx") or {}
+    value = err.get("input")
+    secret = _is_secret_loc(loc)
+    if loc and loc[-1] == "[key]":  # the mapping key itself is wrong (host name, env name): not secret
+        loc, value, secret = loc[:-2], loc[-2], False
+    shown = _describe(value, secret)
+    if kind == "missing":
+        return dotted(loc[:-1]), f"missing required key {loc[-1]!r}"
+    if kind == "unknown_key":
+        return dotted(loc), str(ctx["problems"])
+    if kind in _EXPECTED or kind == "wrong_type":
+        return dotted(loc), f"expected {ctx.get('expected') or _EXPECTED[kind]}, got {shown}"
+    if kind == "literal_error":
+        return dotted(loc), f"{shown} is not allowed (expected {ctx['expected']})"
+    if kind in _BOUNDS:
+        bound = next(iter(ctx.values()))
+        return dotted(loc), f"must be {_BOUNDS[kind]} {bound:g}, got {shown}"
+    if kind in ("string_too_short", "too_short"):
+        return dotted(loc), "must not be empty"
+    if kind == "finite_number":
+        return dotted(loc), f"must be a finite number, got {shown}"
+    if kind == "string_pattern_mismatch":
+        words = _PATTERN_WORDS.get(ctx["pattern"], "{value} does not match the pattern " + ctx["pattern"])
+        return dotted(loc), words.format(value=shown)
+    return dotted(loc), str(err["msg"])  # our validators' messages are already worded for people
+
+
+def _is_secret_loc(loc: Loc) -> bool:
+    return bool(loc) and (loc[-1] in ("passwd", *KNOWN_TYPOS) or loc[:2] == ("launch", "env"))
+
+
+def _describe(value: object, secret: bool = False) -> str:
+    """How a bad value is shown in a message (never the value itself when ``secret``)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, dict):
+        return "a mapping"
+    if isinstance(value, list):
+        return "a list"
+    if secret:
+        return f"a {type(value).__name__} (hidden)"
+    if isinstance(value, str):
+        text = repr(value)
+        return text if len(text) <= 60 else text[:56] + "...'"
+    if isinstance(value, int | float):
+        return repr(value)
+    return f"a {type(value).__name__}"
+
+
+# --------------------------------------------------------------------------- JSON Schema
+
+
+class _NoFieldTitles(GenerateJsonSchema):
+    def field_title_should_be_set(self, schema: Any) -> bool:
+        return False
+
+
+def json_schema() -> dict[str, Any]:
+    """The JSON Schema (draft 2020-12) of ``test_env.yaml`` before ``${VAR}`` expansion."""
+    body = EnvDocument.model_json_schema(schema_generator=_NoFieldTitles)
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "title": "camit test_env.yaml",
+        "description": (
+            f"camit environment file, schema version {SCHEMA_VERSION}. Accepts the URMA harness "
+            "keys unchanged. Strings may contain ${VAR} (expanded from the environment at load)."
+        ),
+        **{k: v for k, v in body.items() if k not in ("title", "description")},
+    }
+
+
+def schema_json() -> str:
+    """``json_schema()`` as the text committed in ``env/test_env.json``."""
+    return json.dumps(json_schema(), indent=2) + "\n"
