@@ -31,7 +31,9 @@ Say = Callable[[str], None]
 CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
 
 
-def run(argv: Sequence[str], *, check: bool = True, timeout: float = 30.0, what: str | None = None) -> subprocess.CompletedProcess[str]:
+def run(argv: Sequence[str], *, check: bool = True, timeout: float = 30.0,
+        what: str | None = None) -> subprocess.CompletedProcess[str]:
+    """Run a command without a shell; LabError (naming ``what``) when it fails and ``check``."""
     log.debug("run: %s", shlex.join(argv))
     try:
         cp = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
@@ -128,7 +130,7 @@ def preflight() -> None:
     if os.geteuid() != 0:
         raise LabError("the lab needs root (network namespaces, bridges, mounts): run it as root")
     for tool, pkg in (("ip", "iproute2"), ("unshare", "util-linux"), ("nsenter", "util-linux"),
-                      ("mount", "mount"), ("ssh-keygen", "openssh-client")):
+                      ("mount", "mount"), ("ssh-keygen", "openssh-server")):
         if shutil.which(tool) is None:
             raise LabError(f"{tool} not found: apt-get install {pkg}")
     if not os.access(SSHD, os.X_OK):

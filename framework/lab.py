@@ -1,0 +1,563 @@
+"""The lab: a real multi-host cluster on one machine, built from network namespaces.
+
+``python -m framework.lab up --hosts N`` creates hosts ``host1..hostN``: one
+network namespace each (``<name>-hostI``), joined by veth pairs to a private
+bridge (``<name>br0``) in the root namespace, each running a real OpenSSH
+server inside its own mount + UTS namespaces (own hostname, own ``/tmp``,
+workdir ``/var/tmp/camit`` and core dir ``/var/crash/camit``, all bind-mounted
+from ``<state>/hosts/<host>/``). It writes ``env/lab.yaml`` so the framework
+reaches the hosts over SSH exactly as it reaches a real cluster.
+
+``down`` kills the sshds we recorded and then every process still inside each
+host's network namespace (``ip netns pids``): those can only be processes that
+entered our own namespace — sessions and leftover test processes — so that is
+how stray test processes on the lab die. Then it deletes the veths, the
+namespaces, the bridge, the FORWARD rule it added (if any), the env file and
+the state directory.
+
+State lives in ``/run/camit-lab/<name>`` (``$CAMIT_LAB_DIR`` replaces that
+whole path) with ``lab.json`` describing the lab; :meth:`Lab.load` reads it.
+``up`` reuses a healthy lab of the same shape (rewriting the env file) and
+tears down anything else of that name first. If br_netfilter sends bridged
+frames through iptables, ``up`` inserts ``FORWARD -i <br> -o <br> -j ACCEPT``
+and ``down`` deletes it; no other firewall setting is touched.
+
+A host's mount namespace lives as long as a process is in it: after
+:meth:`Lab.stop_sshd`, :meth:`Lab.host_exec` runs in fresh namespaces set up
+the same way (same directories and hostname), and :meth:`Lab.start_sshd`
+re-applies a small workdir recorded by :meth:`Lab.set_small_workdir` (an
+empty tmpfs again: what was written to the old one is gone).
+
+Planning (names, addresses, file texts, commands) lives in
+``framework.lab_plan``, process/system helpers in ``framework.lab_sys``; this
+module executes the plan and holds the API and the CLI.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime as _dt
+import json
+import logging
+import platform
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from framework.errors import EXIT_USAGE, FrameworkError, LabError
+from framework.lab_plan import (
+    DEFAULT_NAME, DEFAULT_SUBNET, ENV_HEADER, HOST_COREDIR, HOST_WORKDIR, SSH_PORT, HostPlan, LabPlan,
+    build_commands, default_state_dir, env_document, in_host_argv, iptables_forward_rule, known_hosts_text,
+    nsenter_argv, plan_lab, public_key_of, render_env_yaml, small_workdir_size, sshd_argv, sshd_config_text,
+    teardown_commands, tmpfs_mount_argv,
+)
+from framework.lab_sys import (
+    CHILDREN, Say, atomic_write, check_overlap, cmdline, in_netns, kill_pids, lab_namespaces, lab_veths,
+    leftovers, locked, mac_in_ns, pid_alive, port_open, preflight, prepare_torch, read_pid, run,
+)
+
+__all__ = ["DEFAULT_ENV_FILE", "Lab", "LabHost", "main"]
+
+log = logging.getLogger(__name__)
+
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_ENV_FILE = REPO / "env" / "lab.yaml"
+SSHD_READY_TIMEOUT = 15.0
+
+
+# --------------------------------------------------------------------------- the lab
+
+
+@dataclass
+class LabHost:
+    """One lab host as it is now; names, addresses and paths come from its plan."""
+
+    plan: HostPlan = field(repr=False)
+    sshd_pid: int | None = None
+    small_workdir: str | None = None
+
+    @property
+    def name(self) -> str:
+        return self.plan.name
+
+    @property
+    def ns(self) -> str:
+        return self.plan.ns
+
+    @property
+    def ip(self) -> str:
+        return self.plan.ip
+
+    @property
+    def mac(self) -> str:
+        return self.plan.mac
+
+    @property
+    def veth(self) -> str:
+        return self.plan.veth
+
+    @property
+    def dir(self) -> Path:
+        """``<state>/hosts/<host>``; ``tmp_dir``/``work_dir``/``core_dir`` are its mounted subdirs."""
+        return self.plan.dir
+
+    @property
+    def tmp_dir(self) -> Path:
+        return self.plan.tmp_dir
+
+    @property
+    def work_dir(self) -> Path:
+        return self.plan.work_dir
+
+    @property
+    def core_dir(self) -> Path:
+        return self.plan.core_dir
+
+    @property
+    def sshd_log(self) -> Path:
+        return self.plan.sshd_log
+
+    @property
+    def sshd_running(self) -> bool:
+        pid = self.sshd_pid
+        return pid is not None and pid_alive(pid) and str(self.plan.sshd_config) in cmdline(pid)
+
+
+class Lab:
+    """A lab that is up (or half up); obtain one with :meth:`load` or :meth:`up`."""
+
+    def __init__(self, plan: LabPlan, hosts: list[LabHost], *, created: str, iptables_rule: bool = False) -> None:
+        self.plan = plan
+        self.hosts = hosts
+        self.created = created
+        self.iptables_rule = iptables_rule
+
+    @property
+    def name(self) -> str:
+        return self.plan.name
+
+    @property
+    def state_dir(self) -> Path:
+        return self.plan.state_dir
+
+    @property
+    def env_file(self) -> Path:
+        return self.plan.env_file
+
+    @property
+    def key_file(self) -> Path:
+        """The client private key authorised on every host."""
+        return self.plan.client_key
+
+    @property
+    def known_hosts(self) -> Path:
+        return self.plan.known_hosts
+
+    def host(self, name: str) -> LabHost:
+        for h in self.hosts:
+            if h.name == name:
+                return h
+        raise LabError(f"lab {self.name!r} has no host {name!r} (hosts: {', '.join(h.name for h in self.hosts)})")
+
+    # ---- persistence
+    @classmethod
+    def load(cls, name: str = DEFAULT_NAME, state_dir: Path | str | None = None) -> Lab:
+        """Read ``<state>/lab.json``; LabError if no lab of that name is up."""
+        sd = Path(state_dir) if state_dir else default_state_dir(name)
+        path = sd / "lab.json"
+        try:
+            data: dict[str, Any] = json.loads(path.read_text())
+        except FileNotFoundError:
+            raise LabError(
+                f"no lab {name!r} is up ({path} does not exist); run `python -m framework.lab up --hosts 4`"
+            ) from None
+        except (OSError, ValueError) as exc:
+            raise LabError(f"cannot read {path}: {exc}") from None
+        try:
+            plan = plan_lab(len(data["hosts"]), name=data["name"], subnet=data["subnet"],
+                            state_dir=Path(data["state_dir"]), env_file=Path(data["env_file"]), python=data["python"])
+            by_name = {h["name"]: h for h in data["hosts"]}
+            hosts = [LabHost(hp, by_name[hp.name].get("sshd_pid"), by_name[hp.name].get("small_workdir"))
+                     for hp in plan.hosts]
+            return cls(plan, hosts, created=data.get("created", ""), iptables_rule=bool(data.get("iptables_rule")))
+        except (KeyError, TypeError) as exc:
+            raise LabError(f"{path} is not a lab state file (missing {exc})") from None
+
+    def to_json(self) -> dict[str, Any]:
+        p = self.plan
+        return {
+            "name": p.name, "subnet": str(p.subnet), "bridge": p.bridge, "bridge_ip": p.bridge_ip,
+            "state_dir": str(p.state_dir), "env_file": str(p.env_file), "python": p.python,
+            "key_file": str(p.client_key), "known_hosts": str(p.known_hosts), "created": self.created,
+            "iptables_rule": self.iptables_rule,
+            "hosts": [{"name": h.name, "ns": h.ns, "ip": h.ip, "mac": h.mac, "veth": h.veth, "sshd_pid": h.sshd_pid,
+                       "small_workdir": h.small_workdir, "dir": str(h.dir)} for h in self.hosts],
+        }
+
+    def save(self) -> None:
+        atomic_write(self.plan.state_file, json.dumps(self.to_json(), indent=2) + "\n")
+
+    @contextlib.contextmanager
+    def _changing(self) -> Iterator[None]:
+        """Lock, re-read the per-host runtime state others may have changed, then save."""
+        with locked(self.state_dir):
+            if not self.plan.state_file.exists():
+                raise LabError(f"lab {self.name!r} is not up any more ({self.plan.state_file} is gone)")
+            fresh = Lab.load(self.name, self.state_dir)
+            for mine, theirs in zip(self.hosts, fresh.hosts):
+                mine.sshd_pid, mine.small_workdir = theirs.sshd_pid, theirs.small_workdir
+            yield
+            self.save()
+
+    # ---- bring up
+    @classmethod
+    def up(cls, n_hosts: int, *, name: str = DEFAULT_NAME, subnet: str = DEFAULT_SUBNET,
+           state_dir: Path | str | None = None, env_out: Path | str | None = None, python: str | None = None,
+           torch: bool = True, say: Say | None = None) -> Lab:
+        """Bring up (or reuse, if healthy and of the same shape) the lab; write the env file."""
+        say = say or log.info
+        plan = plan_lab(n_hosts, name=name, subnet=subnet,
+                        state_dir=Path(state_dir) if state_dir else default_state_dir(name),
+                        env_file=Path(env_out) if env_out else DEFAULT_ENV_FILE, python=python or sys.executable)
+        preflight()
+        with locked(plan.state_dir):
+            lab = cls._reuse(plan, say)
+            if lab is None:
+                check_overlap(plan)
+                now = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+                lab = cls(plan, [LabHost(h) for h in plan.hosts], created=now)
+                t0 = time.monotonic()
+                try:
+                    lab._build(say)
+                except BaseException:
+                    log.error("building lab %r failed; tearing down what was made", name)
+                    with contextlib.suppress(Exception):
+                        lab._teardown(lambda m: log.info("%s", m))
+                    raise
+                took = time.monotonic() - t0
+                say(f"lab {name!r} is up: {n_hosts} hosts on {plan.bridge} {plan.subnet} in {took:.1f}s")
+        prepare_torch(plan.python, torch, say)
+        return lab
+
+    @classmethod
+    def _reuse(cls, plan: LabPlan, say: Say) -> Lab | None:
+        """A healthy lab of the same shape is reused (env rewritten); anything else is torn down."""
+        try:
+            old = cls.load(plan.name, plan.state_dir)
+        except LabError:
+            old = None
+        if old is not None:
+            problems = old.problems()
+            if len(old.hosts) != len(plan.hosts) or old.plan.subnet != plan.subnet:
+                problems.append(f"it has {len(old.hosts)} hosts on {old.plan.subnet}, "
+                                f"asked for {len(plan.hosts)} on {plan.subnet}")
+            if not problems:
+                lab = cls(plan, old.hosts, created=old.created, iptables_rule=old.iptables_rule)
+                lab._open_forwarding(say)  # the firewall may have changed since
+                lab.save()
+                lab._write_env()
+                say(f"lab {plan.name!r} is already up and healthy ({len(plan.hosts)} hosts); rewrote {plan.env_file}")
+                return lab
+            say(f"lab {plan.name!r} exists but is not usable ({'; '.join(problems)}): tearing it down first")
+            old._teardown(say)
+        elif leftovers(plan.name, plan.state_dir):
+            say(f"found leftovers of a half-made lab {plan.name!r}: tearing them down first")
+            cls(plan, [LabHost(h) for h in plan.hosts], created="")._teardown(say)
+        return None
+
+    def _build(self, say: Say) -> None:
+        p = self.plan
+        for d in (p.state_dir, *(h.dir for h in p.hosts)):
+            d.mkdir(parents=True, exist_ok=True)
+        p.state_dir.chmod(0o700)
+        for hp in p.hosts:
+            for d, mode in ((hp.tmp_dir, 0o1777), (hp.work_dir, 0o755), (hp.core_dir, 0o1777)):
+                d.mkdir(exist_ok=True)
+                d.chmod(mode)
+        for d in (Path(HOST_WORKDIR), Path(HOST_COREDIR)):  # mount points, in the shared root filesystem
+            d.mkdir(parents=True, exist_ok=True)
+        Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # sshd's privilege-separation directory
+        self.save()  # from here on `down` finds what we made
+        if not p.client_key.exists():
+            run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"camit-lab-{p.name}", "-f", str(p.client_key)],
+                what="generate the lab's client key")
+        atomic_write(p.authorized_keys, p.client_key.with_suffix(".pub").read_text(), 0o600)
+        for argv in build_commands(p):
+            netns = argv[:3] == ["ip", "netns", "add"]
+            what = "cannot create network namespaces" if netns else "cannot build the lab network"
+            cp = run(argv, check=False)
+            if cp.returncode != 0:
+                raise LabError(f"{what}: {shlex.join(argv)}: {cp.stderr.strip()}")
+        self._open_forwarding(say)
+        for h in self.hosts:
+            if not h.plan.host_key.exists():
+                run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"{h.name}@{p.name}-lab",
+                     "-f", str(h.plan.host_key)], what=f"generate {h.name}'s host key")
+            atomic_write(h.plan.sshd_config, sshd_config_text(p, h.plan))
+            self._spawn_sshd(h)
+        self.save()
+        for h in self.hosts:
+            self._wait_ready(h)
+        self._write_env()
+        self.save()
+
+    def _open_forwarding(self, say: Say) -> None:
+        """With br_netfilter active, bridged frames traverse iptables FORWARD: let ours pass."""
+        try:
+            bridged = Path("/proc/sys/net/bridge/bridge-nf-call-iptables").read_text().strip() == "1"
+        except OSError:
+            bridged = False
+        if not bridged or shutil.which("iptables") is None:
+            return
+        rule = iptables_forward_rule(self.plan.bridge)
+        if run(["iptables", "-C", *rule], check=False).returncode != 0:
+            run(["iptables", "-I", *rule], what="allow host-to-host traffic on the lab bridge")
+            self.iptables_rule = True
+            say(f"added iptables rule: -I {' '.join(rule)} (removed by down)")
+
+    def _spawn_sshd(self, h: LabHost) -> None:
+        out = open(h.plan.sshd_out, "ab")
+        try:
+            proc = subprocess.Popen(sshd_argv(h.plan, h.small_workdir), stdin=subprocess.DEVNULL, stdout=out,
+                                    stderr=subprocess.STDOUT, start_new_session=True)
+        finally:
+            out.close()
+        CHILDREN[proc.pid] = proc
+        h.sshd_pid = proc.pid
+        log.info("%s: sshd pid %d in netns %s", h.name, proc.pid, h.ns)
+
+    def _wait_ready(self, h: LabHost, timeout: float = SSHD_READY_TIMEOUT) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if not pid_alive(h.sshd_pid):
+                break
+            if port_open(h.ip):
+                return
+            time.sleep(0.05)
+        tail = ""
+        for f in (h.plan.sshd_out, h.sshd_log):
+            with contextlib.suppress(OSError):
+                tail += " | ".join(f.read_text().strip().splitlines()[-5:])
+        state = "exited" if not pid_alive(h.sshd_pid) else f"not answering on {h.ip}:{SSH_PORT} after {timeout:g}s"
+        raise LabError(f"{h.name}: sshd (pid {h.sshd_pid}) {state}: {tail or 'no log output'}")
+
+    def _write_env(self) -> None:
+        keys = {h.name: public_key_of(h.plan.host_key_pub.read_text()) for h in self.hosts}
+        macs = {h.name: mac_in_ns(h.ns) or h.mac for h in self.hosts}
+        atomic_write(self.known_hosts, known_hosts_text((h.ip, keys[h.name]) for h in self.hosts))
+        atomic_write(self.env_file, render_env_yaml(env_document(self.plan, keys, macs, platform.machine())))
+
+    # ---- health
+    def problems(self) -> list[str]:
+        """Why the lab is not usable right now (empty when healthy)."""
+        out = []
+        if not Path(f"/sys/class/net/{self.plan.bridge}").exists():
+            out.append(f"bridge {self.plan.bridge} is missing")
+        for h in self.hosts:
+            if not Path(f"/run/netns/{h.ns}").exists():
+                out.append(f"{h.name}: netns {h.ns} is missing")
+            elif not h.sshd_running:
+                out.append(f"{h.name}: sshd is not running")
+            elif not port_open(h.ip):
+                out.append(f"{h.name}: sshd does not answer on {h.ip}:{SSH_PORT}")
+        for f in (self.key_file, self.known_hosts, self.plan.authorized_keys):
+            if not f.exists():
+                out.append(f"{f} is missing")
+        return out
+
+    # ---- tear down
+    def down(self, say: Say | None = None) -> None:
+        """Kill the lab's processes and remove everything ``up`` made."""
+        with locked(self.state_dir):
+            self._teardown(say or log.info)
+
+    def _teardown(self, say: Say) -> None:
+        p = self.plan
+        namespaces = sorted({h.ns for h in self.hosts} | set(lab_namespaces(p.name)))
+        pids: list[int] = []
+        for h in self.hosts:  # recorded sshds (and the pid file), when they are still ours
+            for pid in (h.sshd_pid, read_pid(h.plan.sshd_pid_file)):
+                if pid and pid_alive(pid) and (str(h.plan.sshd_config) in cmdline(pid) or in_netns(pid, h.ns)):
+                    pids.append(pid)
+        for ns in namespaces:  # everything still inside our namespaces is ours
+            cp = run(["ip", "netns", "pids", ns], check=False)
+            pids += [int(x) for x in cp.stdout.split() if x.isdigit()]
+        if pids:
+            uniq = sorted(set(pids))
+            say(f"killing {len(uniq)} process(es) in lab {p.name!r}: {' '.join(map(str, uniq))}")
+            kill_pids(pids)
+        veths = sorted({h.veth for h in self.hosts} | set(lab_veths(p.name)))
+        bridge = p.bridge if Path(f"/sys/class/net/{p.bridge}").exists() else None
+        veths = [v for v in veths if Path(f"/sys/class/net/{v}").exists()]
+        for argv in teardown_commands(namespaces, veths, bridge):
+            run(argv, check=False)
+        if self.iptables_rule and shutil.which("iptables"):
+            rule = iptables_forward_rule(p.bridge)
+            while run(["iptables", "-C", *rule], check=False).returncode == 0:
+                run(["iptables", "-D", *rule])
+            say("removed the iptables FORWARD rule for " + p.bridge)
+        with contextlib.suppress(OSError):  # only an env file we generated for this very lab
+            text = p.env_file.read_text()
+            if text.startswith(ENV_HEADER) and f"key_file: {p.client_key}\n" in text:
+                p.env_file.unlink()
+        shutil.rmtree(p.state_dir, ignore_errors=True)
+        left = [ns for ns in lab_namespaces(p.name)] + [v for v in lab_veths(p.name)]
+        if left or Path(f"/sys/class/net/{p.bridge}").exists():
+            raise LabError(f"lab {p.name!r}: could not remove {', '.join(left) or p.bridge}")
+        say(f"lab {p.name!r} is down ({len(namespaces)} namespaces removed)")
+
+    # ---- per-host operations (for tests)
+    def stop_sshd(self, host: str) -> None:
+        """Kill that host's sshd (new connections are refused); its sessions and files stay."""
+        with self._changing():
+            h = self.host(host)
+            if h.sshd_running:
+                assert h.sshd_pid is not None
+                kill_pids([h.sshd_pid])
+            h.sshd_pid = None
+        deadline = time.monotonic() + 5
+        while port_open(h.ip) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        log.info("%s: sshd stopped", host)
+
+    def start_sshd(self, host: str) -> int:
+        """Start that host's sshd again (same host key, same namespaces); return its pid."""
+        with self._changing():
+            h = self.host(host)
+            if not h.sshd_running:
+                self._spawn_sshd(h)
+                self._wait_ready(h)
+        log.info("%s: sshd started, pid %s", host, h.sshd_pid)
+        assert h.sshd_pid is not None
+        return h.sshd_pid
+
+    def host_exec(self, host: str, argv: Sequence[str], *, check: bool = False, input: str | None = None,
+                  timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
+        """Run ``argv`` inside that host's net+mount+UTS namespaces, without SSH.
+
+        Enters the namespaces of the host's sshd (``nsenter -t <pid> -n -m -u``);
+        while sshd is stopped, runs in fresh namespaces set up the same way (same
+        directories, same hostname). ``check=True`` raises LabError on non-zero exit.
+        """
+        h = self.host(host)
+        with contextlib.suppress(LabError):  # another process may have restarted that sshd
+            fresh = Lab.load(self.name, self.state_dir).host(host)
+            h.sshd_pid, h.small_workdir = fresh.sshd_pid, fresh.small_workdir
+        if h.sshd_running and h.sshd_pid:
+            full = nsenter_argv(h.sshd_pid, argv)
+        else:
+            full = in_host_argv(h.plan, argv, h.small_workdir)
+        try:
+            cp = subprocess.run(full, capture_output=True, text=True, input=input, timeout=timeout,
+                                stdin=None if input is not None else subprocess.DEVNULL)
+        except subprocess.TimeoutExpired:
+            raise LabError(f"{host}: {shlex.join(argv)} timed out after {timeout:g}s") from None
+        if check and cp.returncode != 0:
+            raise LabError(f"{host}: {shlex.join(argv)} failed (exit {cp.returncode}): {cp.stderr.strip()}")
+        return cp
+
+    def host_pids(self, host: str) -> list[int]:
+        """Pids of every process inside that host's network namespace."""
+        cp = run(["ip", "netns", "pids", self.host(host).ns], check=False)
+        return sorted(int(x) for x in cp.stdout.split() if x.isdigit())
+
+    def set_small_workdir(self, host: str, size: str = "8m") -> None:
+        """Mount a tmpfs of ``size`` over the host's workdir (hides its normal content until reset)."""
+        size = small_workdir_size(size)
+        with self._changing():
+            h = self.host(host)
+            if not h.sshd_running or h.sshd_pid is None:
+                raise LabError(f"{host}: sshd is stopped; start it before set_small_workdir")
+            if h.small_workdir:
+                run(nsenter_argv(h.sshd_pid, ["umount", HOST_WORKDIR], net=False, uts=False),
+                    what=f"{host}: reset workdir")
+            run(nsenter_argv(h.sshd_pid, tmpfs_mount_argv(size), net=False, uts=False), what=f"{host}: small workdir")
+            h.small_workdir = size
+
+    def reset_workdir(self, host: str) -> None:
+        """Undo :meth:`set_small_workdir` (the tmpfs and what was written to it disappear)."""
+        with self._changing():
+            h = self.host(host)
+            if h.small_workdir and h.sshd_running and h.sshd_pid:
+                run(nsenter_argv(h.sshd_pid, ["umount", HOST_WORKDIR], net=False, uts=False),
+                    what=f"{host}: reset workdir")
+            h.small_workdir = None
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m framework.lab", description=__doc__.split("\n")[0])
+    ap.add_argument("-v", "--verbose", action="store_true", help="log every command")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    up = sub.add_parser("up", help="bring the lab up (or reuse a healthy one) and write the env file")
+    up.add_argument("--hosts", type=int, required=True, help="number of hosts")
+    up.add_argument("--subnet", default=DEFAULT_SUBNET, help=f"private IPv4 subnet (default {DEFAULT_SUBNET})")
+    up.add_argument("--env-out", type=Path, default=None, help=f"env file to write (default {DEFAULT_ENV_FILE})")
+    up.add_argument("--python", default=None, help="interpreter the hosts use (default: this one)")
+    up.add_argument("--no-torch", action="store_true", help="do not pip-install torch if it is missing")
+    for p in (up, sub.add_parser("down", help="tear the lab down"), sub.add_parser("status", help="show the lab")):
+        p.add_argument("--name", default=DEFAULT_NAME, help=f"lab name (default {DEFAULT_NAME})")
+        p.add_argument("--state-dir", type=Path, default=None,
+                       help="state dir (default $CAMIT_LAB_DIR or /run/camit-lab/<name>)")
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
+                        format="%(levelname)s %(name)s: %(message)s")
+    say: Say = lambda m: print(m, flush=True)  # noqa: E731
+    try:
+        if args.cmd == "up":
+            try:
+                plan_lab(args.hosts, name=args.name, subnet=args.subnet,
+                         state_dir=args.state_dir or default_state_dir(args.name),
+                         env_file=args.env_out or DEFAULT_ENV_FILE, python=args.python or sys.executable)
+            except LabError as exc:
+                print(f"lab: error: {exc}", file=sys.stderr)
+                return EXIT_USAGE
+            t0 = time.monotonic()
+            lab = Lab.up(args.hosts, name=args.name, subnet=args.subnet, state_dir=args.state_dir, env_out=args.env_out,
+                         python=args.python, torch=not args.no_torch, say=say)
+            say(f"env file: {lab.env_file}  (up took {time.monotonic() - t0:.1f}s)")
+        elif args.cmd == "down":
+            preflight()
+            sd = args.state_dir or default_state_dir(args.name)
+            try:
+                lab = Lab.load(args.name, sd)
+            except LabError:
+                if not leftovers(args.name, sd):
+                    say(f"no lab {args.name!r} is up; nothing to do")
+                    return 0
+                plan = plan_lab(1, name=args.name, state_dir=sd, env_file=DEFAULT_ENV_FILE, python=sys.executable)
+                lab = Lab(plan, [], created="")
+            t0 = time.monotonic()
+            lab.down(say)
+            say(f"(down took {time.monotonic() - t0:.1f}s)")
+        else:
+            lab = Lab.load(args.name, args.state_dir)
+            say(f"lab {lab.name!r}: bridge {lab.plan.bridge} {lab.plan.bridge_ip}/{lab.plan.prefixlen}, "
+                f"created {lab.created}, env {lab.env_file}")
+            for h in lab.hosts:
+                state = f"sshd pid {h.sshd_pid}" if h.sshd_running else "sshd STOPPED"
+                extra = f", small workdir {h.small_workdir}" if h.small_workdir else ""
+                say(f"  {h.name:<8} {h.ns:<16} {h.ip:<15} {state}{extra}")
+            problems = lab.problems()
+            say("healthy" if not problems else "NOT healthy: " + "; ".join(problems))
+            return 0 if not problems else 1
+    except FrameworkError as exc:
+        print(f"lab: error: {exc}".replace("\n", "; "), file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("lab: interrupted", file=sys.stderr)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
