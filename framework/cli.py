@@ -12,6 +12,7 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from framework import __version__, console
@@ -59,6 +60,22 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("--json", action="store_true", help="machine-readable results")
     ex.add_argument("--tail", type=int, default=3, metavar="N", help="output lines shown per host")
     ex.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD...")
+
+    dp = sub.add_parser("deploy", help="deploy the .run package and the wheel to every host")
+    _env_arg(dp)
+    _hosts_arg(dp)
+    dp.add_argument("--no-relay", action="store_true", help="push directly from here to every host")
+    dp.add_argument("--report-dir", metavar="D", default="reports", help="run folders go here (default: reports)")
+    dp.add_argument("--json", action="store_true", help="print the manifest as JSON")
+
+    rn = sub.add_parser("run", help="launch a torchrun target across the cluster")
+    _env_arg(rn)
+    _hosts_arg(rn)
+    rn.add_argument("--nproc-per-node", type=int, default=None, metavar="P")
+    rn.add_argument("--timeout", type=float, default=600.0, metavar="S", help="job timeout (default 600)")
+    rn.add_argument("--report-dir", metavar="D", default="reports", help="run folders go here (default: reports)")
+    rn.add_argument("--json", action="store_true", help="print the result as JSON")
+    rn.add_argument("target", nargs=argparse.REMAINDER, metavar="-- script.py|-m module [args]")
     return parser
 
 
@@ -123,6 +140,70 @@ def cmd_exec(args: argparse.Namespace) -> int:
     return worst
 
 
+def cmd_deploy(args: argparse.Namespace) -> int:
+    from framework.deploy import Deployer
+    from framework.hosts import Cluster
+    from framework.rundir import RunDir
+
+    env = _load_env(args.env)
+    cluster = Cluster.from_env(env, _split_hosts(args.hosts))
+    rundir = RunDir.create(args.report_dir)
+
+    def event(host: str, message: str) -> None:
+        if not args.json:
+            console.event(host, message)
+
+    with cluster:
+        result = Deployer(env, cluster, relay=False if args.no_relay else None, rundir=rundir,
+                          on_event=event).run()
+    if args.json:
+        console.print_json(result.to_json())
+    else:
+        rows = []
+        for name, m in result.manifests.items():
+            arts = "\n".join(f"{a.name} {a.sha256[:12]} ({a.via})" for a in m.artifacts) or "-"
+            took = sum(m.durations.values())
+            detail = m.error if m.error else f"{m.installed_version or '-'} @ {m.install_path}"
+            rows.append([name, m.status.upper(), arts, detail, f"{took:.2f}s"])
+        console.print_table(["host", "status", "artifacts", "version @ install path / error", "time"], rows)
+        for note in result.notes:
+            print(f"note: {note}")
+        print(f"manifest: {rundir.path / 'deploy-manifest.json'}  ({result.duration:.2f}s)")
+    return max((e.exit_code for e in result.errors.values()), default=EXIT_OK)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from framework.hosts import Cluster
+    from framework.launch import Launcher, Target
+    from framework.rundir import RunDir
+
+    target = Target.parse(args.target)
+    env = _load_env(args.env)
+    cluster = Cluster.from_env(env, _split_hosts(args.hosts))
+    rundir = RunDir.create(args.report_dir)
+
+    def event(host: str, message: str) -> None:
+        if not args.json:
+            console.event(host, message)
+
+    with cluster, console.terminate_as_interrupt():
+        launcher = Launcher(env, cluster, rundir=rundir, nproc_per_node=args.nproc_per_node, on_event=event)
+        result = launcher.run(target, timeout=args.timeout)
+    if args.json:
+        console.print_json(result.to_json())
+    else:
+        rows = [[r.rank, r.host, "ok" if r.ok else (r.signal or (f"exit {r.exit_code}" if r.exit_code is not None
+                                                                     else "no report")),
+                 Path(r.log).relative_to(rundir.path).as_posix() if r.log else "-"]
+                for r in sorted(result.ranks.values(), key=lambda r: r.rank)]
+        console.print_table(["rank", "host", "outcome", "log"], rows)
+        print(("PASSED: " if result.ok else "FAILED: ") + result.message())
+        print(f"report: {rundir.path}")
+    if result.ok:
+        return EXIT_OK
+    return EXIT_INFRA if result.failure_kind in ("lost", "infra") else EXIT_FAILED
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     try:
@@ -132,6 +213,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_env_validate(args)
         if args.command == "exec":
             return cmd_exec(args)
+        if args.command == "deploy":
+            return cmd_deploy(args)
+        if args.command == "run":
+            return cmd_run(args)
         parser.print_help(sys.stderr)
         return EXIT_USAGE
     except FrameworkError as exc:

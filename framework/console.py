@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, TextIO
 
 LOG_FORMAT = "%(asctime)s.%(msecs)03d %(levelname)-7s %(name)s: %(message)s"
@@ -27,6 +28,33 @@ def setup_logging(verbose: int = 0) -> None:
                         stream=sys.stderr)
     # paramiko logs every transport exception at ERROR; our errors already say it once
     logging.getLogger("paramiko").setLevel(logging.CRITICAL if verbose < 2 else logging.DEBUG)
+
+
+def event(host: str, message: str, stream: TextIO | None = None) -> None:
+    """One progress line: ``HH:MM:SS host: message`` (timestamped, greppable in CI logs)."""
+    import time
+
+    print(f"{time.strftime('%H:%M:%S')} {host}: {message}", file=stream or sys.stderr, flush=True)
+
+
+@contextlib.contextmanager
+def terminate_as_interrupt() -> Iterator[None]:
+    """Within the block, SIGTERM raises KeyboardInterrupt so the same teardown runs for both."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def plain_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:

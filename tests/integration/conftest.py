@@ -21,7 +21,7 @@ def lab():
     from framework.lab import Lab
 
     try:
-        return Lab.load()
+        return Lab.load(name=os.environ.get("CAMIT_LAB_NAME", "camit"))
     except LabError as exc:
         pytest.skip(f"no lab is up ({exc}); run 'make lab-up'")
 

@@ -1,0 +1,81 @@
+#!/usr/bin/env python3
+"""camit rank wrapper: runs one torchrun worker's real program and records how it ended.
+
+torchrun starts this (``--no-python <python> rankwrap.py ...``) once per local
+rank. It runs ``<python> <args>`` as a child with stdout and stderr in
+``<status-dir>/rank<RANK>.log``, forwards TERM/INT/HUP to it, and writes
+``<status-dir>/rank<RANK>.json`` (rank, local rank, pid, exit code or signal,
+start and end) when the child ends — including by a signal such as SIGSEGV, which
+the parent survives to report. ``{rank}`` and ``{local_rank}`` in the arguments
+are replaced (``--junitxml=.../rank{rank}.xml``). The wrapper then exits the way
+the child did, so torchrun sees the same outcome.
+
+    rankwrap.py --status-dir DIR -- <python args...>
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import signal
+import subprocess
+import sys
+import time
+
+
+def main() -> int:
+    argv = sys.argv[1:]
+    if len(argv) < 3 or argv[0] != "--status-dir" or argv[2] != "--":
+        sys.stderr.write("usage: rankwrap.py --status-dir DIR -- <python args...>\n")
+        return 2
+    status_dir, args = argv[1], argv[3:]
+    rank = os.environ.get("RANK", "x")
+    local_rank = os.environ.get("LOCAL_RANK", "x")
+    args = [a.replace("{rank}", rank).replace("{local_rank}", local_rank) for a in args]
+    os.makedirs(status_dir, exist_ok=True)
+    log_path = os.path.join(status_dir, f"rank{rank}.log")
+    status_path = os.path.join(status_dir, f"rank{rank}.json")
+    start = time.time()
+    with open(log_path, "ab", buffering=0) as log:
+        child = subprocess.Popen([sys.executable, *args], stdout=log, stderr=subprocess.STDOUT,
+                                 stdin=subprocess.DEVNULL)
+
+        def forward(signum: int, _frame: object) -> None:
+            try:
+                child.send_signal(signum)
+            except ProcessLookupError:
+                pass
+
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(sig, forward)
+        with open(os.path.join(status_dir, f"rank{rank}.pid"), "w") as fh:
+            fh.write(f"{child.pid}\n")
+        rc = child.wait()
+    status = {
+        "rank": int(rank) if rank.isdigit() else rank,
+        "local_rank": int(local_rank) if local_rank.isdigit() else local_rank,
+        "pid": child.pid,
+        "exit_code": rc if rc >= 0 else None,
+        "signal": signal.Signals(-rc).name if rc < 0 else None,
+        "start": start,
+        "end": time.time(),
+        "log": log_path,
+    }
+    tmp = status_path + ".tmp"
+    with open(tmp, "w") as fh:
+        json.dump(status, fh)
+    os.replace(tmp, status_path)
+    if rc < 0:
+        # die the same way, but without a core of our own: a soft limit of 1 disables
+        # both file cores (below one page) and piped ones (the kernel's special case)
+        hard = resource.getrlimit(resource.RLIMIT_CORE)[1]
+        resource.setrlimit(resource.RLIMIT_CORE, (1 if hard == resource.RLIM_INFINITY or hard >= 1 else 0, hard))
+        signal.signal(-rc, signal.SIG_DFL)
+        os.kill(os.getpid(), -rc)
+        time.sleep(1)
+    return rc if rc >= 0 else 128 - rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())

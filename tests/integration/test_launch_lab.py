@@ -1,0 +1,200 @@
+"""torchrun across the lab's hosts: pass, fail fast, time out, interrupt, lose a host — nothing left behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from framework.hosts import Cluster
+from framework.lab_plan import nsenter_argv
+from framework.launch import Launcher, Target
+from framework.rundir import RunDir
+
+TARGET = Path(__file__).resolve().parents[1] / "data" / "targets" / "alltoall.py"
+NODES = ["host1", "host2"]
+
+
+def tagged(launch_id: str) -> list[int]:
+    """Processes anywhere on this machine (every lab host) tagged with this launch."""
+    want = f"CAMIT_RUN_ID={launch_id}".encode()
+    found = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            env = (d / "environ").read_bytes().split(b"\0")
+            state = (d / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if state != "Z" and any(e.startswith(want) for e in env):
+            found.append(int(d.name))
+    return found
+
+
+def wait_none_left(launch_id: str, within: float) -> list[int]:
+    end = time.monotonic() + within
+    left = tagged(launch_id)
+    while left and time.monotonic() < end:
+        time.sleep(0.1)
+        left = tagged(launch_id)
+    return left
+
+
+@pytest.fixture
+def launcher(lab_env, tmp_path):
+    cluster = Cluster.from_env(lab_env, NODES)
+    rundir = RunDir.create(tmp_path / "reports")
+    yield Launcher(lab_env, cluster, rundir=rundir, nproc_per_node=2)
+    cluster.close()
+
+
+def test_two_nodes_two_ranks_all_to_all(launcher):
+    result = launcher.run(Target(script=str(TARGET)), timeout=120)
+    assert result.ok, result.message()
+    assert sorted(result.ranks) == [0, 1, 2, 3]
+    for r in result.ranks.values():
+        assert r.exit_code == 0 and r.log and "all_to_all ok" in Path(r.log).read_text()
+        assert r.host == NODES[r.rank // 2] and Path(r.log).parent.name == r.host
+    assert {n.exit_code for n in result.nodes.values()} == {0}
+    assert json.loads((Path(result.report_dir) / f"launch-{result.launch_id}.json").read_text())["ok"]
+    assert wait_none_left(result.launch_id, 5) == []
+
+
+def _decoy(lab, host: str, argv: list[str]) -> subprocess.Popen[bytes]:
+    pid = lab.host(host).sshd_pid
+    return subprocess.Popen(nsenter_argv(pid, argv), env=dict(os.environ, CAMIT_TEST_DECOY="1"),
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True)
+
+
+def test_rank_raise_fails_fast_and_leaves_nothing_but_the_decoy(lab, lab_env, launcher):
+    # the decoy runs the very command line a worker runs, on host2, outside camit
+    py = lab_env.hosts["host2"].python
+    remote_target = f"{lab_env.hosts['host2'].workdir}/targets"
+    launcher.run(Target(script=str(TARGET)), timeout=120)  # ships the target once
+    shipped = lab.host_exec("host2", ["sh", "-c", f"ls {remote_target}/*/alltoall.py"], check=True).stdout.split()[0]
+    decoy = _decoy(lab, "host2", [py, shipped, "--raise-rank", "3"])
+    try:
+        assert decoy.stdout.readline().startswith(b"decoy")  # type: ignore[union-attr]
+        result = launcher.run(Target(script=str(TARGET), args=("--raise-rank", "3")), timeout=120)
+        assert not result.ok and result.failure_rank == 3
+        assert "rank 3 on host2" in result.failure
+        assert "RuntimeError: rank 3 raising on purpose" in result.failure_tail
+        assert result.teardown_seconds is not None and result.teardown_seconds <= 5
+        assert wait_none_left(result.launch_id, 5) == []
+        assert decoy.poll() is None, "the decoy with the same command line was killed"
+    finally:
+        os.killpg(decoy.pid, signal.SIGKILL)
+        decoy.wait()
+        decoy.stdout.close()  # type: ignore[union-attr]
+
+
+def test_rank_segfault_is_reported_as_signal(launcher):
+    result = launcher.run(Target(script=str(TARGET), args=("--segv-rank", "1")), timeout=120)
+    assert not result.ok
+    assert result.ranks[1].signal == "SIGSEGV"
+    assert "rank 1 on host1 died of SIGSEGV" in result.failure
+    assert wait_none_left(result.launch_id, 5) == []
+
+
+def test_hanging_rank_hits_the_job_timeout(launcher):
+    start = time.monotonic()
+    result = launcher.run(Target(script=str(TARGET), args=("--hang-rank", "2")), timeout=20)
+    elapsed = time.monotonic() - start
+    assert result.timed_out and result.failure_kind == "timeout"
+    assert 19 <= elapsed <= 32, elapsed
+    assert wait_none_left(result.launch_id, 5) == []
+
+
+def test_sigint_to_the_controller_tears_down_and_keeps_the_report(lab_env_path, tmp_path):
+    reports = tmp_path / "reports"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "framework.cli", "run", "--env", str(lab_env_path), "--hosts", ",".join(NODES),
+         "--nproc-per-node", "2", "--report-dir", str(reports), "--timeout", "120", "--",
+         str(TARGET), "--hang-rank", "0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # wait until every rank is up (all_to_all done) before interrupting
+    deadline = time.monotonic() + 60
+    run_dir = None
+    while time.monotonic() < deadline:
+        latest = reports / "latest"
+        if latest.exists():
+            run_dir = latest.resolve()
+        launch_ids = tagged("")
+        if run_dir and len(launch_ids) >= 4:
+            break
+        time.sleep(0.5)
+    time.sleep(8)  # torch import + rendezvous + all_to_all
+    t0 = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=30)
+    assert time.monotonic() - t0 < 10
+    assert proc.returncode != 0
+    assert run_dir is not None and any(run_dir.glob("launch-*.json")), err
+    launch = json.loads(next(run_dir.glob("launch-*.json")).read_text())
+    assert launch["failure_kind"] == "interrupted"
+    assert wait_none_left(launch["launch_id"], 5) == []
+
+
+def _session_pids(lab, host: str) -> list[int]:
+    """sshd session processes on that lab host (children of its listener), i.e. our connections."""
+    listener = lab.host(host).sshd_pid
+    pids = []
+    for pid in lab.host_pids(host):
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+            comm = Path(f"/proc/{pid}/comm").read_text().strip()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        if comm == "sshd" and ppid == listener:
+            pids.append(pid)
+    return pids
+
+
+def test_killed_ssh_session_is_a_lost_host_and_everything_is_torn_down(lab, launcher):
+    box: dict[str, object] = {}
+
+    def run() -> None:
+        box["result"] = launcher.run(Target(script=str(TARGET), args=("--hang-rank", "0")), timeout=120)
+
+    t = threading.Thread(target=run)
+    t.start()
+    time.sleep(12)  # ranks up and hanging
+    for pid in _session_pids(lab, "host2"):
+        os.kill(pid, signal.SIGKILL)
+    t0 = time.monotonic()
+    t.join(60)
+    result = box["result"]
+    assert time.monotonic() - t0 < 30
+    assert result.failure_kind == "lost" and "host2" in result.failure  # type: ignore[union-attr]
+    assert wait_none_left(result.launch_id, 10) == []  # type: ignore[union-attr]
+
+
+def test_link_down_is_a_lost_host_and_its_supervisor_cleans_up(lab, launcher):
+    box: dict[str, object] = {}
+    ns = lab.host("host2").ns
+
+    def run() -> None:
+        box["result"] = launcher.run(Target(script=str(TARGET), args=("--hang-rank", "0")), timeout=120)
+
+    t = threading.Thread(target=run)
+    t.start()
+    time.sleep(12)
+    subprocess.run(["ip", "-n", ns, "link", "set", "eth0", "down"], check=True)
+    t0 = time.monotonic()
+    try:
+        t.join(60)
+        assert time.monotonic() - t0 < 30
+    finally:
+        subprocess.run(["ip", "-n", ns, "link", "set", "eth0", "up"], check=True)
+    result = box["result"]
+    assert result.failure_kind == "lost" and "host2" in result.failure  # type: ignore[union-attr]
+    # the supervisor on host2 heard nothing for its silence limit and ended its run
+    assert wait_none_left(result.launch_id, 20) == []  # type: ignore[union-attr]
