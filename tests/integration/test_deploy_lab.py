@@ -1,0 +1,188 @@
+"""Deploy to the lab's hosts: real makeself .run, real wheel, relay and direct, and every fault the issue names."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from framework import artifacts
+from framework.config import load
+from framework.deploy import Deployer
+from framework.errors import ConfigError
+from framework.hosts import Cluster
+from framework.rundir import RunDir
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory) -> dict[str, Path]:
+    out = tmp_path_factory.mktemp("artifacts")
+    return artifacts.build_all(out)
+
+
+def env_for(env_variant, run_package, wheel, name="deploy.yaml", workdir=None, **extra):
+    def change(doc):
+        doc["artifacts"] = {k: str(v) for k, v in (("run_package", run_package), ("wheel", wheel)) if v}
+        if workdir:
+            doc["defaults"]["workdir"] = workdir
+        doc.update(extra)
+    return load(env_variant(change, name))
+
+
+def deploy(env, hosts=None, relay=None, tmp=None):
+    cluster = Cluster.from_env(env, hosts)
+    rundir = RunDir.create(tmp) if tmp else None
+    with cluster:
+        return Deployer(env, cluster, relay=relay, rundir=rundir).run(), rundir
+
+
+def fresh_workdir(lab_env, name: str) -> str:
+    return f"/var/tmp/camit/{name}"
+
+
+def test_deploy_then_redeploy_unchanged(env_variant, lab_env, built, tmp_path):
+    env = env_for(env_variant, built["run"], built["wheel"], workdir=fresh_workdir(lab_env, "d1"))
+    result, rundir = deploy(env, tmp=tmp_path / "r1")
+    assert result.ok, result.errors
+    assert result.relay_used
+    for m in result.manifests.values():
+        assert m.status == "deployed" and m.installed_version == "209.0.0b1" and m.vendor == "CAM"
+        assert {a.via for a in m.artifacts} == {"relay"}
+        assert set(m.ops) == {"get_dispatch_layout", "moe_dispatch_prefill", "moe_combine_prefill", "fused_deep_moe"}
+    manifest = json.loads((rundir.path / "deploy-manifest.json").read_text())
+    assert set(manifest["hosts"]) == set(lab_env.hosts)
+    again, _ = deploy(env)
+    assert again.ok and not again.relay_used
+    for m in again.manifests.values():
+        assert m.status == "unchanged" and {a.via for a in m.artifacts} == {"cached"}
+        assert set(m.durations) == {"probe"}  # nothing sent, nothing installed
+
+
+def test_no_relay_pushes_directly_and_a_changed_wheel_reinstalls(env_variant, lab_env, built, tmp_path):
+    env = env_for(env_variant, built["run"], built["wheel"], workdir=fresh_workdir(lab_env, "d2"),
+                  relay=False)
+    result, _ = deploy(env)
+    assert result.ok and not result.relay_used
+    assert {a.via for m in result.manifests.values() for a in m.artifacts} == {"direct"}
+    # a different wheel: only it travels, the host is reinstalled
+    other = artifacts.build_wheel(tmp_path / "w2", broken_import=False)
+    padded = pad_wheel(other, tmp_path / "w3", 1024)
+    env2 = env_for(env_variant, built["run"], padded, "deploy2.yaml", workdir=fresh_workdir(lab_env, "d2"),
+                   relay=False)
+    result2, _ = deploy(env2)
+    assert result2.ok, result2.errors
+    for m in result2.manifests.values():
+        vias = {a.kind: a.via for a in m.artifacts}
+        assert vias == {"run_package": "cached", "wheel": "direct"} and m.status == "deployed"
+
+
+def test_missing_and_ambiguous_artifacts_fail_before_anything_starts(env_variant, lab_env, built, tmp_path):
+    env = env_for(env_variant, None, tmp_path / "nope-*.whl")
+    with pytest.raises(ConfigError, match=r"artifacts.wheel: .*matches no file"):
+        deploy(env)
+    for v in ("1", "2"):
+        (tmp_path / f"CAM_{v}.run").write_bytes(b"x")
+    proc = subprocess.run([sys.executable, "-m", "framework.cli", "deploy", "--env",
+                           str(env_variant(lambda d: d.update(artifacts={"run_package": str(tmp_path / "CAM_*.run")}),
+                                           "amb.yaml")), "--report-dir", str(tmp_path / "rep")],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert "artifacts.run_package" in proc.stderr and "matches 2 files" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize(("fault", "expect"), [("fail", "exit status"), ("nosuccess", "printed no SUCCESS line")])
+def test_bad_run_package_is_an_install_error_per_host(env_variant, lab_env, tmp_path, fault, expect):
+    bad = artifacts.build_run_package(tmp_path, fault=fault)
+    env = env_for(env_variant, bad, None, workdir=fresh_workdir(lab_env, f"bad-{fault}"))
+    result, _ = deploy(env)
+    assert set(result.errors) == set(lab_env.hosts)
+    for host, err in result.errors.items():
+        assert err.step == "install-run" and expect in str(err) and str(err).startswith(f"{host}: ")
+        assert result.manifests[host].status == "failed"
+    # never reported as deployed: no state file
+    host = next(iter(lab_env.hosts))
+    cl = Cluster.from_env(env, [host])
+    assert cl[host].run(["test", "-e", f"{fresh_workdir(lab_env, f'bad-{fault}')}/deploy-state.json"]).rc == 1
+
+
+def test_wheel_that_fails_to_import_is_not_deployed(env_variant, lab_env, built, tmp_path):
+    broken = artifacts.build_wheel(tmp_path, broken_import=True)
+    env = env_for(env_variant, built["run"], broken, workdir=fresh_workdir(lab_env, "broken"))
+    result, _ = deploy(env)
+    assert set(result.errors) == set(lab_env.hosts)
+    assert {e.step for e in result.errors.values()} == {"verify"}
+    assert all("ImportError" in str(e) for e in result.errors.values())
+
+
+def test_full_disk_on_one_host_fails_only_that_host(lab, env_variant, lab_env, built, tmp_path):
+    victim = list(lab_env.hosts)[1]
+    big = pad_wheel(built["wheel"], tmp_path, 12 * 1024 * 1024)
+    env = env_for(env_variant, None, big, workdir="/var/tmp/camit", relay=False)
+    lab.set_small_workdir(victim, "8m")
+    try:
+        result, _ = deploy(env)
+    finally:
+        lab.reset_workdir(victim)
+    assert set(result.errors) == {victim}
+    err = result.errors[victim]
+    assert err.step == "upload" and "not enough space" in str(err)
+    others = [h for h in lab_env.hosts if h != victim]
+    assert all(result.manifests[h].status == "deployed" for h in others)
+
+
+def test_host_lost_mid_upload(lab, env_variant, lab_env, built, tmp_path):
+    victim = list(lab_env.hosts)[2]
+    big = pad_wheel(built["wheel"], tmp_path, 96 * 1024 * 1024)
+    env = env_for(env_variant, None, big, workdir=fresh_workdir(lab_env, "lost"), relay=False)
+    box: dict[str, object] = {}
+    t = threading.Thread(target=lambda: box.setdefault("r", deploy(env)[0]))
+    t.start()
+    # wait until the upload to the victim is under way, then cut its SSH sessions and listener
+    part_glob = f"{fresh_workdir(lab_env, 'lost')}/artifacts/*/*.camit-part-*"
+    end = time.monotonic() + 30
+    while time.monotonic() < end:
+        if lab.host_exec(victim, ["sh", "-c", f"ls {part_glob} 2>/dev/null"]).stdout.strip():
+            break
+        time.sleep(0.05)
+    listener = lab.host(victim).sshd_pid
+    lab.stop_sshd(victim)
+    for pid in lab.host_pids(victim):
+        if pid != listener and Path(f"/proc/{pid}/comm").exists() and \
+                Path(f"/proc/{pid}/comm").read_text().strip() == "sshd":
+            os.kill(pid, signal.SIGKILL)
+    try:
+        t.join(120)
+        result = box["r"]
+    finally:
+        lab.start_sshd(victim)
+    assert victim in result.errors  # type: ignore[attr-defined]
+    err = result.errors[victim]  # type: ignore[attr-defined]
+    assert err.step in ("upload", "install-wheel") and victim in str(err)
+    assert all(result.manifests[h].status == "deployed" for h in lab_env.hosts if h != victim)  # type: ignore[attr-defined]
+
+
+def pad_wheel(wheel: Path, out_dir: Path, pad: int) -> Path:
+    """A copy of ``wheel`` with a ``pad``-byte data file (listed in RECORD), same name."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    out = out_dir / wheel.name
+    data = os.urandom(pad)
+    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+    with zipfile.ZipFile(wheel) as zin, zipfile.ZipFile(out, "w", zipfile.ZIP_STORED) as zout:
+        for item in zin.infolist():
+            content = zin.read(item.filename)
+            if item.filename.endswith(".dist-info/RECORD"):
+                content += f"umdk_cam_op_lib/_pad.bin,sha256={digest},{pad}\n".encode()
+            zout.writestr(item, content)
+        zout.writestr("umdk_cam_op_lib/_pad.bin", data)
+    return out
