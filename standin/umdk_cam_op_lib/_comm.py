@@ -105,7 +105,10 @@ def exchange_rows(columns: Sequence[torch.Tensor], dest: torch.Tensor, group: Pr
     off = 0
     for col, shape, width in zip(columns, trailing, widths):
         if width and total_in:
-            out.append(recv[:, off:off + width].contiguous().view(col.dtype).reshape((total_in, *shape)))
+            # an explicit copy: with one row, .contiguous() keeps the slice's row stride (a size-1 dim
+            # counts as contiguous) and the dtype view then fails on that rank alone (found by the fuzz)
+            part = torch.empty((total_in, width), dtype=torch.uint8).copy_(recv[:, off:off + width])
+            out.append(part.view(col.dtype).reshape((total_in, *shape)))
         else:
             out.append(torch.empty((total_in, *shape), dtype=col.dtype))
         off += width

@@ -30,6 +30,10 @@ from .quant import quantize_per_row
 FLOAT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 
 
+MAX_TOKENS = 8192
+MAX_TOP_K = 16
+
+
 def _check_2d(t: torch.Tensor, name: str) -> None:
     bind_assert(t.dim() == 2, f"{name}.dim() == 2", f"{name} has shape {tuple(t.shape)}")
     bind_assert(t.is_contiguous(), f"{name}.is_contiguous()")
@@ -60,6 +64,9 @@ def moe_dispatch_prefill(
     _check_2d(topk_idx, "topk_idx")
     _check_2d(topk_weights, "topk_weights")
     tokens, top_k = topk_idx.shape
+    # documented limits (CAM API Guide, cam-ops.md §8): batch [1, 8K], top_k (0, 16]
+    bind_assert(1 <= tokens <= MAX_TOKENS, f"1 <= batch size <= {MAX_TOKENS}", f"batch size {tokens}")
+    bind_assert(0 < top_k <= MAX_TOP_K, f"0 < top_k <= {MAX_TOP_K}", f"top_k {top_k}")
     bind_assert(x.size(0) == tokens, "x.size(0) == topk_idx.size(0)", f"{x.size(0)} vs {tokens}")
     bind_assert(tuple(topk_weights.shape) == (tokens, top_k), "topk_weights.sizes() == topk_idx.sizes()")
     bind_assert(tuple(send_token_idx_small.shape) == (tokens, top_k),

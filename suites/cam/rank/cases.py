@@ -1,0 +1,23 @@
+"""Case shapes: small ones that keep the documented constraints (lab default), upstream's with CAMIT_FULL_SHAPES=1."""
+
+from __future__ import annotations
+
+import os
+
+from camref import FusedCase, PrefillCase
+
+FULL = os.environ.get("CAMIT_FULL_SHAPES") == "1"
+
+
+def prefill_case(world: int) -> PrefillCase:
+    if FULL:  # upstream CASE_16RANK, experts scaled so that E % R == 0
+        return PrefillCase(tokens=32, hidden=7168, experts=max(16, world), top_k=8)
+    return PrefillCase(tokens=24, hidden=256, experts=2 * world, top_k=min(4, 2 * world))
+
+
+def fused_case(world: int, **flags: bool) -> FusedCase:
+    if FULL:  # upstream CASE_4RANK / CASE_8RANK shapes
+        batch = 32 if world >= 8 else 16
+        return FusedCase(batch=batch, hidden=7168, inter=2048, experts=4 * world, top_k=8, **flags)
+    # H in [1024, 7168] % 256, gmm1 width 2I in [1024, 6144] % 1024, E ≤ 512, top_k ≤ 12 and < E
+    return FusedCase(batch=8, hidden=1024, inter=512, experts=2 * world, top_k=min(4, 2 * world - 1), **flags)

@@ -1,0 +1,133 @@
+"""Rank-side runtime: runs inside every torchrun worker on the hosts (needs no camit install).
+
+- initialises the process group for the backend — hccl with torch_npu on NPU (device =
+  LOCAL_RANK), gloo on CPU — with the case timeout, and destroys it at the end (gloo
+  can SIGABRT at exit otherwise; torchrun-notes.md);
+- imports the op library after torch_npu, as the real one requires;
+- a barrier before and after every test, and seeds derived from the controller's
+  ``CAMIT_SEED`` and the test id (identical on every rank);
+- the ``cam`` fixture: rank, world size, device, the group and ``group_ep`` (the HCCL
+  communicator name on NPU, the c10d group name on CPU).
+
+Under plain pytest (no torchrun variables) every test is skipped with a reason that says
+so — never silently, unlike upstream's SKIP_ENV_RANKSIZE_UNEQUAL.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import random
+import zlib
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+import torch.distributed as dist
+
+TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")
+UNDER_TORCHRUN = all(v in os.environ for v in TORCHRUN_VARS)
+BACKEND = os.environ.get("CAMIT_BACKEND", "gloo")
+SEED = int(os.environ.get("CAMIT_SEED", "1234"))
+CASE_TIMEOUT = float(os.environ.get("CAMIT_CASE_TIMEOUT", "300"))
+
+
+@dataclass
+class Cam:
+    rank: int
+    world: int
+    local_rank: int
+    device: torch.device
+    group: Any
+    group_ep: str
+    backend: str
+    seed: int
+    ops: Any  # torch.ops.umdk_cam_op_lib
+
+    def to_device(self, t: torch.Tensor) -> torch.Tensor:
+        return t.to(self.device)
+
+
+_cam: Cam | None = None
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for marker in ("author(name): who wrote the case", "multi_process_test: needs torchrun",
+                   "single_process_test: one process", "a2_test: runs on A2", "a3_test: runs on A3",
+                   "world(*sizes): world sizes the case supports"):
+        config.addinivalue_line("markers", marker)
+    global _cam
+    if not UNDER_TORCHRUN:
+        return
+    rank, world, local = (int(os.environ[v]) for v in ("RANK", "WORLD_SIZE", "LOCAL_RANK"))
+    timeout = datetime.timedelta(seconds=CASE_TIMEOUT)
+    if BACKEND == "hccl":
+        import torch_npu  # noqa: F401  (must precede the op library)
+
+        torch.npu.set_device(local)
+        device = torch.device("npu", local)
+        dist.init_process_group("hccl", rank=rank, world_size=world, timeout=timeout)
+        group = dist.group.WORLD
+        group_ep = group._get_backend(torch.device("npu")).get_hccl_comm_name(rank)
+    else:
+        device = torch.device("cpu")
+        dist.init_process_group(BACKEND, rank=rank, world_size=world, timeout=timeout)
+        group = dist.group.WORLD
+        group_ep = group.group_name
+    import umdk_cam_op_lib  # noqa: F401  (registers torch.ops.umdk_cam_op_lib)
+
+    _cam = Cam(rank, world, local, device, group, group_ep, BACKEND, SEED, torch.ops.umdk_cam_op_lib)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not UNDER_TORCHRUN:
+        skip = pytest.mark.skip(reason="rank-side test: run it under torchrun through camit "
+                                       "(pytest suites/cam --env FILE), not directly")
+        for item in items:
+            item.add_marker(skip)
+        return
+    assert _cam is not None
+    for item in items:
+        marker = item.get_closest_marker("world")
+        if marker and _cam.world not in marker.args:
+            item.add_marker(pytest.mark.skip(reason=f"needs world size in {marker.args}, have {_cam.world}"))
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if dist.is_available() and dist.is_initialized():
+        try:
+            dist.barrier()
+        finally:
+            dist.destroy_process_group()
+
+
+@pytest.fixture(scope="session")
+def cam() -> Cam:
+    if _cam is None:
+        pytest.skip("not under torchrun")
+    return _cam
+
+
+def case_seed(nodeid: str) -> int:
+    """Same on every rank: the controller's seed and the test id."""
+    return (SEED * 1000003 + zlib.crc32(nodeid.encode())) % (2**31)
+
+
+@pytest.fixture(autouse=True)
+def _ranks_in_step(request: pytest.FixtureRequest) -> Any:
+    seed = case_seed(request.node.nodeid)
+    random.seed(seed)
+    np.random.seed(seed % (2**32))
+    torch.manual_seed(seed)
+    if _cam is not None:
+        dist.barrier()
+    yield seed
+    if _cam is not None:
+        dist.barrier()
+
+
+@pytest.fixture
+def seed(_ranks_in_step: int) -> int:
+    return _ranks_in_step

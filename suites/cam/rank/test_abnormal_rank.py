@@ -1,0 +1,102 @@
+"""Abnormal inputs: each must raise a clean error on every rank — no crash, no hang.
+
+Every case is invalid on every rank alike, so no rank is left waiting in a collective.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from camref import dispatch_layout, prefill_inputs
+from cases import prefill_case
+
+pytestmark = pytest.mark.multi_process_test
+
+
+def inputs(cam, seed, tokens=None, top_k=None, experts=None):
+    case = prefill_case(cam.world)
+    if tokens is not None or top_k is not None or experts is not None:
+        from camref import PrefillCase
+
+        case = PrefillCase(tokens if tokens is not None else case.tokens, case.hidden,
+                           experts if experts is not None else case.experts,
+                           top_k if top_k is not None else case.top_k)
+    x, topk, w = prefill_inputs(seed, cam.rank, case) if case.top_k <= case.experts else (None, None, None)
+    return case, x, topk, w
+
+
+def dispatch(cam, case, x, topk, w, ntpe=None, sti=None, use_quant=False):
+    if ntpe is None:
+        n, s = dispatch_layout(topk, case.experts)
+        ntpe, sti = torch.from_numpy(n), torch.from_numpy(s)
+    return cam.ops.moe_dispatch_prefill(cam.to_device(torch.as_tensor(x).to(torch.bfloat16)),
+                                        cam.to_device(torch.as_tensor(topk)), cam.to_device(torch.as_tensor(w)),
+                                        cam.to_device(ntpe), cam.to_device(sti), cam.group_ep, cam.rank,
+                                        cam.world, use_quant)
+
+
+def test_expert_id_out_of_range(cam, seed):
+    case, x, topk, w = inputs(cam, seed)
+    topk[0, 0] = case.experts  # one past the last expert
+    with pytest.raises(RuntimeError):
+        cam.ops.get_dispatch_layout(cam.to_device(torch.from_numpy(topk)), case.experts, cam.world)
+
+
+def test_negative_expert_id(cam, seed):
+    case, x, topk, w = inputs(cam, seed)
+    topk[1, 0] = -1
+    with pytest.raises(RuntimeError):
+        cam.ops.get_dispatch_layout(cam.to_device(torch.from_numpy(topk)), case.experts, cam.world)
+
+
+def test_experts_not_divisible_by_ranks(cam, seed):
+    case, x, topk, w = inputs(cam, seed, experts=2 * cam.world + 1)
+    with pytest.raises(RuntimeError):
+        cam.ops.get_dispatch_layout(cam.to_device(torch.from_numpy(topk)), case.experts, cam.world)
+
+
+def test_empty_batch(cam, seed):
+    case, x, topk, w = inputs(cam, seed)
+    with pytest.raises(RuntimeError):
+        dispatch(cam, case, x[:0], topk[:0], w[:0], torch.zeros(case.experts, dtype=torch.int32),
+                 torch.zeros((0, case.top_k), dtype=torch.int32))
+
+
+def test_wrong_dtype_num_tokens_per_expert(cam, seed):
+    case, x, topk, w = inputs(cam, seed)
+    n, s = dispatch_layout(topk, case.experts)
+    with pytest.raises(RuntimeError):
+        dispatch(cam, case, x, topk, w, torch.from_numpy(n).to(torch.int64), torch.from_numpy(s))
+
+
+def test_wrong_dtype_x(cam, seed):
+    case, x, topk, w = inputs(cam, seed)
+    n, s = dispatch_layout(topk, case.experts)
+    with pytest.raises(RuntimeError):
+        cam.ops.moe_dispatch_prefill(cam.to_device(torch.from_numpy(x).to(torch.int32)),
+                                     cam.to_device(torch.from_numpy(topk)), cam.to_device(torch.from_numpy(w)),
+                                     cam.to_device(torch.from_numpy(n)), cam.to_device(torch.from_numpy(s)),
+                                     cam.group_ep, cam.rank, cam.world, False)
+
+
+def test_wrong_shape_x(cam, seed):
+    case, x, topk, w = inputs(cam, seed)
+    with pytest.raises(RuntimeError):
+        dispatch(cam, case, x.reshape(x.shape[0], 2, -1), topk, w)
+
+
+def test_top_k_over_limit(cam, seed):
+    case, x, topk, w = inputs(cam, seed, experts=32 * cam.world, top_k=17)
+    with pytest.raises(RuntimeError):
+        dispatch(cam, case, x, topk, w)
+
+
+def test_wrong_rank_argument(cam, seed):
+    case, x, topk, w = inputs(cam, seed)
+    n, s = dispatch_layout(topk, case.experts)
+    with pytest.raises(RuntimeError):
+        cam.ops.moe_dispatch_prefill(cam.to_device(torch.from_numpy(x).to(torch.bfloat16)),
+                                     cam.to_device(torch.from_numpy(topk)), cam.to_device(torch.from_numpy(w)),
+                                     cam.to_device(torch.from_numpy(n)), cam.to_device(torch.from_numpy(s)),
+                                     cam.group_ep, cam.rank, cam.world + 1, False)
