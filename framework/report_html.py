@@ -1,0 +1,408 @@
+"""``index.html`` for a run folder: one static page a person can read, offline.
+
+:func:`render` turns a :class:`~framework.report.RunView` into HTML: the run's status
+and the command to reproduce it, a per-host timeline of the phases (connect, deploy,
+launch, run, collect, teardown — recorded in ``phases.json`` or, striped, estimated
+from the deploy and launch files), a grid of rank outcomes per launch linking to each
+rank's log, JUnit and core backtrace, the problems in detail, core dumps, the
+controller's own tests, deployed versions and every collected file. CSS and
+JavaScript come from ``framework/data`` and are inlined; the page loads nothing from
+anywhere and works without JavaScript. Every link is relative to the run folder.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from html import escape
+from importlib import resources
+from urllib.parse import quote
+
+from framework import __version__
+from framework.report import OUTCOMES, PHASE_ORDER, Phase, RankView, RunView, _dur, _iso, _ranges, _tail
+
+__all__ = ["render"]
+
+_NICE_STEPS = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 14400, 28800, 86400)
+
+
+def render(run: RunView) -> str:
+    """The whole page as a string (no I/O besides reading the run's own files)."""
+    m = run.manifest
+    status = str(m.get("status") or "unknown")
+    parts = [
+        "<!doctype html>\n<html lang='en'><head><meta charset='utf-8'>",
+        "<meta name='viewport' content='width=device-width, initial-scale=1'>",
+        f"<title>camit {escape(run.run_id)} — {escape(status)}</title>",
+        f"<style>{_asset('report.css')}</style></head>",
+        f"<body class='status-{_cls(status)}'>",
+        _header(run, status),
+        "<main>",
+        _banners(run),
+        _tiles(run),
+        _timeline(run.phases, m),
+        _grid(run),
+        _problems(run),
+        _cores(run),
+        _controller(run),
+        _deployed(run),
+        _files(run),
+        f"<footer>camit {escape(__version__)} · report of {escape(str(run.path.resolve()))}</footer>",
+        "</main>",
+        f"<script>{_asset('report.js')}</script>",
+        "</body></html>\n",
+    ]
+    return "\n".join(p for p in parts if p)
+
+
+def _asset(name: str) -> str:
+    return (resources.files("framework") / "data" / name).read_text(encoding="utf-8")
+
+
+def _cls(text: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_" else "_" for c in text)
+
+
+def _href(rel: str) -> str:
+    return escape(quote(rel, safe="/"), quote=True)
+
+
+def _when(epoch: float | None) -> str:
+    if not epoch:
+        return "—"
+    return f"<span data-epoch='{epoch:.3f}'>{escape((_iso(epoch) or '').replace('T', ' '))}</span>"
+
+
+def _header(run: RunView, status: str) -> str:
+    m = run.manifest
+    started, ended = (m.get("started") or {}).get("epoch"), (m.get("ended") or {}).get("epoch")
+    facts = [("started", _when(started)), ("ended", _when(ended))]
+    if m.get("duration") is not None:
+        facts.append(("duration", escape(_dur(float(m["duration"])))))
+    if m.get("seed") is not None:
+        facts.append(("seed", f"<code>{escape(str(m['seed']))}</code>"))
+    env = (m.get("env") or {}).get("file")
+    if env:
+        facts.append(("env", f"<code>{escape(str(env))}</code>"))
+    facts.append(("hosts", str(len(run.hosts))))
+    fw = m.get("framework") or {}
+    facts.append(("camit", escape(str(fw.get("version") or __version__))
+                  + (f" <small>{escape(str(fw['git'])[:12])}</small>" if fw.get("git") else "")))
+    dl = "".join(f"<div><dt>{k}</dt><dd>{v}</dd></div>" for k, v in facts)
+    repro = (m.get("command") or {}).get("repro")
+    repro_html = (f"<div class='repro'><span class='muted'>reproduce</span><code id='repro'>{escape(repro)}</code></div>"
+                  if repro else "")
+    first = ("cluster.xml", "junit.xml", "manifest.json", "phases.json", "deploy-manifest.json")
+    others = sorted(p.name for p in run.path.iterdir() if p.is_file() and not p.name.startswith(".")
+                    and p.name not in first and p.name != "index.html") if run.path.is_dir() else []
+    links = [n for n in first if (run.path / n).exists()] + others
+    nav = "".join(f"<a href='{_href(n)}'>{escape(n)}</a>" for n in links)
+    return (f"<header><div class='inner'><h1>camit run <code>{escape(run.run_id)}</code>"
+            f"<span class='badge s-{_cls(status)}'>{escape(status)}</span></h1>"
+            f"<dl class='facts'>{dl}</dl>{repro_html}<nav class='links'>{nav}</nav></div></header>")
+
+
+def _banners(run: RunView) -> str:
+    out = []
+    err = run.manifest.get("error")
+    if err:
+        out.append(f"<div class='banner' id='run-error'><b>{escape(str(run.manifest.get('status')))}:</b> "
+                   f"{escape(str(err))}</div>")
+    problems = list(run.problems) + list(run.manifest.get("report_problems") or [])
+    if problems:
+        items = "".join(f"<li>{escape(p)}</li>" for p in dict.fromkeys(problems))
+        out.append(f"<div class='banner warn'>Parts of this folder could not be read:<ul>{items}</ul></div>")
+    return "\n".join(out)
+
+
+def _tiles(run: RunView) -> str:
+    ranks = run.ranks
+    tiles = [f"<div class='tile o-{o}'><b>{sum(r.outcome == o for r in ranks)}</b>{o}</div>" for o in OUTCOMES
+             if o == "pass" or any(r.outcome == o for r in ranks)] if ranks else []
+    cx = run.path / "cluster.xml"
+    if cx.exists():
+        import xml.etree.ElementTree as ET
+
+        try:
+            top = ET.parse(cx).getroot()
+            tiles.append(f"<div class='tile'><b>{escape(top.get('tests', '?'))}</b>cluster tests "
+                         f"<small>{escape(top.get('failures', '?'))} failed · {escape(top.get('errors', '?'))} errors"
+                         "</small></div>")
+        except ET.ParseError:
+            pass
+    if run.junit:
+        j = run.junit
+        tiles.append(f"<div class='tile'><b>{j['tests']}</b>controller tests <small>{j['failures']} failed · "
+                     f"{j['errors']} errors · {j['skipped']} skipped</small></div>")
+    if run.cores:
+        tiles.append(f"<div class='tile o-crash'><b>{len(run.cores)}</b>core dumps</div>")
+    return f"<section class='tiles' id='summary'>{''.join(tiles)}</section>" if tiles else ""
+
+
+# -- timeline ---------------------------------------------------------------------
+def _lanes(phases: Sequence[Phase]) -> list[tuple[Phase, int]]:
+    """Greedy lanes so overlapping phases of one host stack instead of hiding each other."""
+    ends: list[float] = []
+    out = []
+    for p in sorted(phases, key=lambda p: (p.start, _phase_rank(p.phase))):
+        lane = next((i for i, e in enumerate(ends) if e <= p.start + 1e-6), len(ends))
+        if lane == len(ends):
+            ends.append(p.end)
+        else:
+            ends[lane] = p.end
+        out.append((p, lane))
+    return out
+
+
+def _phase_rank(name: str) -> int:
+    return PHASE_ORDER.index(name) if name in PHASE_ORDER else len(PHASE_ORDER)
+
+
+def _ticks(span: float) -> list[float]:
+    step = next((s for s in _NICE_STEPS if span / s <= 8), _NICE_STEPS[-1] * math.ceil(span / 8 / _NICE_STEPS[-1]))
+    return [i * step for i in range(int(span // step) + 1)]
+
+
+def _tick_label(sec: float) -> str:
+    s = int(round(sec))
+    if s < 60:
+        return f"+{s}s"
+    if s < 3600:
+        return f"+{s // 60}m" + (f"{s % 60:02d}s" if s % 60 else "")
+    return f"+{s // 3600}h" + (f"{s % 3600 // 60:02d}m" if s % 3600 else "")
+
+
+def _timeline(phases: Sequence[Phase], manifest: dict) -> str:
+    head = "<section id='timeline'><h2>Timeline</h2>"
+    if not phases:
+        return head + "<p class='muted'>No phase was recorded (phases.json) or could be derived.</p></section>"
+    started = (manifest.get("started") or {}).get("epoch")
+    ended = (manifest.get("ended") or {}).get("epoch")
+    t0 = min([p.start for p in phases] + ([started] if started else []))
+    t1 = max([p.end for p in phases] + ([ended] if ended else []))
+    span = max(t1 - t0, 1e-3)
+
+    def pct(x: float) -> float:
+        return max(0.0, min(100.0, (x - t0) / span * 100))
+
+    ticks = "".join(f"<span class='tl-tick' style='left:{pct(t0 + s):.3f}%'>{_tick_label(s)}</span>"
+                    for s in _ticks(span))
+    rows = [f"<div class='tl-axis'><div></div><div class='tl-scale'>{ticks}</div></div>"]
+    for host in dict.fromkeys(p.host for p in phases):
+        placed = _lanes([p for p in phases if p.host == host])
+        height = (max(lane for _, lane in placed) + 1) * 21
+        segs = []
+        for p, lane in placed:
+            left, width = pct(p.start), max(pct(p.end) - pct(p.start), 0.25)
+            tip = (f"{host} {p.phase}: {_dur(p.duration)} ({(_iso(p.start) or '')[11:19]}–{(_iso(p.end) or '')[11:19]} UTC)"
+                   + (f" — {p.detail}" if p.detail else "") + (" — estimated" if p.derived else ""))
+            segs.append(f"<div class='seg ph-{_cls(p.phase)}{' derived' if p.derived else ''}' data-phase='"
+                        f"{escape(p.phase, quote=True)}' style='left:{left:.3f}%;width:{width:.3f}%;top:{lane * 21 + 2}px'"
+                        f" title='{escape(tip, quote=True)}'>{escape(p.phase)} {escape(_dur(p.duration))}</div>")
+        rows.append(f"<div class='tl-row' data-host='{escape(host, quote=True)}'><div class='tl-host' title="
+                    f"'{escape(host, quote=True)}'>{escape(host)}</div><div class='tl-track' style='height:"
+                    f"{height + 2}px'>{''.join(segs)}</div></div>")
+    names = sorted({p.phase for p in phases}, key=lambda n: (_phase_rank(n), n))
+    legend = "".join(f"<span><i class='seg-key ph-{_cls(n)}' style='background-color:var(--{_cls(n)}, var(--other))'>"
+                     f"</i>{escape(n)}</span>" for n in names)
+    legend += "<span><i style='background:repeating-linear-gradient(135deg,#999 0 3px,#ccc 3px 6px)'></i>estimated</span>"
+    return head + f"<div class='card'>{''.join(rows)}<div class='legend'>{legend}</div></div></section>"
+
+
+# -- rank grid --------------------------------------------------------------------
+def _rank_id(r: RankView) -> str:
+    return _cls(f"rank-{r.launch or 'run'}-{r.rank}")
+
+
+def _cell(r: RankView) -> str:
+    c = r.counts()
+    meta = [r.outcome]
+    if r.duration is not None:
+        meta.append(_dur(r.duration))
+    if c["tests"]:
+        meta.append(f"{c['tests']} tests" + (f", {c['failures'] + c['errors']} bad" if c["failures"] + c["errors"]
+                                            else ""))
+    elif r.signal:
+        meta.append(r.signal)
+    elif r.exit_code not in (0, None):
+        meta.append(f"exit {r.exit_code}")
+    files = []
+    if r.log:
+        files.append(f"<a href='{_href(r.log)}'>log</a>")
+    if r.junit:
+        files.append(f"<a href='{_href(r.junit)}'>xml</a>")
+    for core in r.cores:
+        files.append(f"<a href='#{escape(core.anchor)}'>core</a>")
+    if r.outcome != "pass":
+        files.append(f"<a href='#{_rank_id(r)}'>why</a>")
+    title = r.reason or f"rank {r.rank} on {r.host}: {r.outcome}"
+    main = f"<a href='{_href(r.log)}'>r{r.rank}</a>" if r.log else f"r{r.rank}"
+    return (f"<div class='rank-cell o-{r.outcome}' data-host='{escape(r.host, quote=True)}' data-rank='{r.rank}' "
+            f"data-outcome='{r.outcome}' title='{escape(title, quote=True)}'><span class='r'>{main}</span>"
+            f"<span class='meta'>{escape(' · '.join(meta))}</span><span class='files'>{' '.join(files)}</span></div>")
+
+
+def _host_rows(ranks: Iterable[RankView]) -> str:
+    ranks = list(ranks)
+    rows = []
+    for host in dict.fromkeys(r.host for r in ranks):
+        mine = sorted((r for r in ranks if r.host == host), key=lambda r: r.rank)
+        rows.append(f"<div class='host-row'><div class='host' title='{escape(host, quote=True)}'>{escape(host)}<br>"
+                    f"<small>ranks {_ranges([r.rank for r in mine])}</small></div><div class='cells'>"
+                    f"{''.join(_cell(r) for r in mine)}</div></div>")
+    return "".join(rows)
+
+
+def _grid(run: RunView) -> str:
+    if not run.ranks:
+        return ("<section id='ranks'><h2>Ranks</h2><p class='muted'>No launch was recorded in this run "
+                "(no launch-*.json, no &lt;host&gt;/rank*.* files).</p></section>")
+    out = ["<section id='ranks'><h2>Ranks</h2>",
+           "<div class='filters'><button type='button' class='on' data-mode='all'>all ranks</button>"
+           "<button type='button' data-mode='problems'>problems only</button></div>"]
+    for lv in run.launches:
+        d = lv.data
+        info = [f"world size {lv.world_size}", f"{len(d.get('nodes') or {})} nodes"]
+        if d.get("duration") is not None:
+            info.append(_dur(float(d["duration"])))
+        if d.get("master"):
+            info.append(f"master {d['master']}")
+        if lv.superseded:
+            info.append(f"retry of {', '.join(lv.superseded)}")
+        failure = (f"<div class='banner'><b>first failure</b> ({escape(str(d.get('failure_kind') or '?'))}): "
+                   f"{escape(lv.failure)}</div>") if lv.failure else ""
+        out.append(f"<div class='launch card' data-launch='{escape(lv.launch_id, quote=True)}'><h3>"
+                   f"{escape(lv.name)} <small>{escape(' · '.join(info))}</small></h3>{failure}"
+                   f"{_host_rows(lv.ranks)}</div>")
+    if run.orphans:
+        out.append("<div class='launch card'><h3>rank files without a launch record <small>the launch did not "
+                   f"finish writing its record</small></h3>{_host_rows(run.orphans)}</div>")
+    out.append("</section>")
+    return "".join(out)
+
+
+def _problems(run: RunView) -> str:
+    bad = [r for r in run.ranks if r.outcome != "pass"]
+    failing = [(r, c) for r in run.ranks for c in r.cases if c.find("failure") is not None or c.find("error") is not None]
+    if not bad and not failing:
+        return ""
+    out = ["<section id='problems'><h2>Problems</h2>"]
+    for r in bad:
+        where = (f"{r.launch} · " if r.launch else "") + f"rank {r.rank} on {r.host}"
+        reason = r.reason.removeprefix(f"rank {r.rank} on {r.host} ")
+        body = ""
+        if r.log:
+            body = f"<p class='muted'>last lines of <a href='{_href(r.log)}'>{escape(r.log)}</a></p>" \
+                   f"<pre>{escape(_tail(run.path, r.log))}</pre>"
+        elif r.exit_code is None:
+            body = "<p class='muted'>no log was fetched for this rank</p>"
+        out.append(f"<details class='o-{r.outcome}' id='{_rank_id(r)}'><summary><span class='kind'>{r.outcome}"
+                   f"</span>{escape(where)}: {escape(reason)}</summary>{body}</details>")
+    for r, c in failing[:200]:
+        el = c.find("error") if c.find("error") is not None else c.find("failure")
+        assert el is not None
+        where = (f"{r.launch} · " if r.launch else "") + f"{r.host} rank {r.rank}"
+        text = (el.text or "").strip()
+        out.append(f"<details class='o-fail'><summary><span class='kind'>{escape(el.tag)}</span>{escape(where)} · "
+                   f"<code>{escape(c.get('classname') or '')}::{escape(c.get('name') or '')}</code> — "
+                   f"{escape((el.get('message') or '').splitlines()[0] if el.get('message') else '')}</summary>"
+                   f"<pre>{escape(text[-6000:])}</pre></details>")
+    if len(failing) > 200:
+        out.append(f"<p class='muted'>… {len(failing) - 200} more failing tests: see cluster.xml</p>")
+    out.append("</section>")
+    return "".join(out)
+
+
+def _cores(run: RunView) -> str:
+    if not run.cores:
+        return ""
+    out = ["<section id='cores'><h2>Core dumps</h2>"]
+    for core in run.cores:
+        facts = [f"host {core.host}", f"pid {core.pid}", f"exe {core.exe}", f"signal {core.signal}"]
+        if core.rank is not None:
+            facts.insert(1, f"rank {core.rank}")
+        file_link = ""
+        if core.local_path and (run.path / core.local_path).exists():
+            file_link = f" · <a href='{_href(core.local_path)}'>{escape(core.local_path)}</a>"
+        elif core.local_path:
+            file_link = f" · <code>{escape(core.local_path)}</code>"
+        if core.backtrace_path:
+            file_link += f" · <a href='{_href(core.backtrace_path)}'>backtrace file</a>"
+        out.append(f"<details class='o-core' id='{escape(core.anchor)}' open><summary><span class='kind'>core</span>"
+                   f"{escape(core.description or str(core.exe))}</summary><p class='muted'>"
+                   f"{escape(' · '.join(facts))}{file_link}</p>"
+                   f"<pre class='backtrace'>{escape(core.backtrace or '(no backtrace)')}</pre></details>")
+    out.append("</section>")
+    return "".join(out)
+
+
+def _controller(run: RunView) -> str:
+    j = run.junit
+    if not j:
+        return ""
+    rows = "".join(f"<tr><td>{escape(f['kind'])}</td><td><code>{escape(f['classname'])}::{escape(f['name'])}"
+                   f"</code></td><td>{escape(f['message'].splitlines()[0] if f['message'] else '')}</td></tr>"
+                   for f in j["failed"])
+    table = (f"<table class='plain'><tr><th>kind</th><th>test</th><th>message</th></tr>{rows}</table>"
+             if rows else "<p class='muted'>every controller-level test passed or was skipped.</p>")
+    return (f"<section id='controller'><h2>Controller tests <small><a href='junit.xml'>junit.xml</a>: "
+            f"{j['tests']} tests, {j['failures']} failed, {j['errors']} errors, {j['skipped']} skipped</small></h2>"
+            f"{table}</section>")
+
+
+def _deployed(run: RunView) -> str:
+    m = run.manifest
+    arts, versions = m.get("artifacts") or [], m.get("versions") or {}
+    hosts = (run.deploy or {}).get("hosts") or {}
+    if not arts and not hosts:
+        return ""
+    rows = []
+    for h, d in hosts.items():
+        if not isinstance(d, dict):
+            continue
+        steps = ", ".join(f"{k} {v:.1f}s" for k, v in (d.get("durations") or {}).items() if isinstance(v, int | float))
+        rows.append(f"<tr><td>{escape(h)}</td><td>{escape(str(d.get('status')))}</td><td>"
+                    f"{escape(str(d.get('installed_version') or (versions.get(h) or {}).get('installed_version') or '—'))}"
+                    f"</td><td>{escape(str(d.get('vendor') or '—'))}</td><td>{escape(steps)}</td><td>"
+                    f"{escape(str(d.get('error') or ''))}</td></tr>")
+    art_rows = "".join(f"<tr><td>{escape(str(a.get('kind')))}</td><td>{escape(str(a.get('name')))}</td><td><code>"
+                       f"{escape(str(a.get('sha256'))[:16])}…</code></td><td>{escape(str(a.get('size')))}</td><td>"
+                       f"{escape(', '.join(f'{h} ({v})' for h, v in (a.get('hosts') or {}).items()))}</td></tr>"
+                       for a in arts)
+    out = ["<section id='deploy'><h2>Deployed</h2>"]
+    if rows:
+        out.append("<table class='plain'><tr><th>host</th><th>status</th><th>version</th><th>vendor</th><th>steps</th>"
+                   f"<th>error</th></tr>{''.join(rows)}</table>")
+    if art_rows:
+        out.append("<h3>Artifacts</h3><table class='plain'><tr><th>kind</th><th>name</th><th>sha256</th><th>bytes</th>"
+                   f"<th>hosts (how it arrived)</th></tr>{art_rows}</table>")
+    out.append("</section>")
+    return "".join(out)
+
+
+def _files(run: RunView) -> str:
+    groups = []
+    for host in run.hosts:
+        folder = run.path / host
+        if not folder.is_dir():
+            continue
+        files = sorted(p for p in folder.rglob("*") if p.is_file() and not p.name.startswith("."))
+        if not files:
+            continue
+        items = "".join(f"<li><a href='{_href(p.relative_to(run.path).as_posix())}'>"
+                        f"{escape(p.relative_to(folder).as_posix())}</a> <small>{_size(p.stat().st_size)}</small></li>"
+                        for p in files)
+        groups.append(f"<details class='files' {'open' if len(files) <= 12 else ''}><summary><b>{escape(host)}</b> "
+                      f"<small>{len(files)} files</small></summary><ul class='files-list'>{items}</ul></details>")
+    if not groups:
+        return ""
+    return f"<section id='files'><h2>Files collected from the hosts</h2><div class='card'>{''.join(groups)}</div></section>"
+
+
+def _size(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GiB"
+

@@ -1,0 +1,487 @@
+"""framework.report: cluster.xml from per-rank JUnit, schema validation, manifest, finalize, summary.
+
+Run folders are built by ``tests/data/reports/sample_run.py`` from static host files, real
+pytest ``--junitxml`` output and launch records written through ``LaunchResult.to_json()``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import re
+import shutil
+import sys
+import threading
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+import framework
+from framework import report
+from framework.config import load
+from framework.launch import LaunchResult, NodeResult, RankResult
+
+REPO = Path(__file__).resolve().parents[2]
+DATA = REPO / "tests" / "data"
+SCHEMA = DATA / "schemas" / "xunit-plugin-junit-10.xsd"
+SUREFIRE_TIME = re.compile(r"^\d+(\.\d{1,3})?$")
+
+
+def _sample():
+    name = "camit_report_sample_run"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, DATA / "reports" / "sample_run.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+sr = _sample()
+
+
+@pytest.fixture(scope="module")
+def junits(tmp_path_factory):
+    base = tmp_path_factory.mktemp("junit")
+    return sr.pytest_junit(base / "pass", fail=False, name="rank"), sr.pytest_junit(base / "fail", fail=True, name="rank")
+
+
+@pytest.fixture
+def run(tmp_path, junits) -> Path:
+    return sr.build(tmp_path / "reports", *junits, controller_junit=junits[1])
+
+
+def suites(path: Path) -> dict[str, ET.Element]:
+    return {s.get("name"): s for s in ET.parse(path).getroot().findall("testsuite")}
+
+
+def props(suite: ET.Element) -> dict[str, str]:
+    return {p.get("name"): p.get("value") for p in suite.iter("property")}
+
+
+def schema_errors(path: Path) -> list[str]:
+    """Validation with the tests' own copy of the schema, independent of the product's."""
+    from lxml import etree
+
+    schema = etree.XMLSchema(etree.parse(str(SCHEMA)))
+    return [] if schema.validate(etree.parse(str(path))) else [str(e) for e in schema.error_log]
+
+
+# -- cluster.xml ---------------------------------------------------------------------
+def test_one_suite_per_rank_with_host_and_rank_in_every_classname(run):
+    path = report.write_cluster_junit(run, [sr.core_for(run)])
+    assert path == run / "cluster.xml"
+    top = ET.parse(path).getroot()
+    by_name = suites(path)
+    assert list(by_name) == ["rank0@node1", "rank1@node1", "rank2@node2", "rank3@node2", "cluster"]
+    for n, host in enumerate(["node1", "node1", "node2", "node2"]):
+        s = by_name[f"rank{n}@{host}"]
+        assert s.get("hostname") == host
+        assert props(s)["rank"] == str(n) and props(s)["world_size"] == "4" and props(s)["launch_id"] == sr.LAUNCH_ID
+        assert all(c.get("classname").startswith(f"{host}.rank{n}") for c in s.iter("testcase"))
+    r0 = by_name["rank0@node1"]
+    assert [c.get("classname") for c in r0.iter("testcase")] == ["node1.rank0.sample_rank_tests"] * 5
+    assert (r0.get("tests"), r0.get("failures"), r0.get("errors"), r0.get("skipped")) == ("5", "0", "0", "1")
+    assert r0.get("time") == "5.800"  # the rank's wall time from its status file
+    assert r0.get("timestamp") == "2026-08-01T10:00:45+00:00"
+    r1 = by_name["rank1@node1"]
+    assert (r1.get("tests"), r1.get("failures")) == ("5", "1")
+    failure = r1.find("testcase[@name='test_dispatch_combine[Graph]']/failure")
+    assert failure.get("message").startswith("AssertionError: diff 1.2e-03 not below 5e-05")
+    # totals: sums of the suites, never `skipped` on <testsuites>, times with at most three decimals
+    assert top.get("name") == sr.RUN_ID and "skipped" not in top.attrib
+    for key in ("tests", "failures", "errors"):
+        assert int(top.get(key)) == sum(int(s.get(key)) for s in by_name.values())
+    assert (top.get("tests"), top.get("failures"), top.get("errors")) == ("15", "2", "2")
+    assert all(SUREFIRE_TIME.match(s.get("time")) for s in [top, *by_name.values()])
+
+
+def test_rank_without_junit_is_an_error_with_how_it_ended_and_its_log_tail(run):
+    by_name = suites(report.write_cluster_junit(run))
+    (crash,) = by_name["rank2@node2"].iter("testcase")
+    assert (crash.get("classname"), crash.get("name")) == ("node2.rank2", "rank_report")
+    err = crash.find("error")
+    assert err.get("type") == "RankCrashed" and err.get("message") == "rank 2 on node2 died of SIGSEGV"
+    assert "--- tail of node2/rank2.log ---" in err.text and "Fatal Python error: Segmentation fault" in err.text
+    (killed,) = by_name["rank3@node2"].iter("testcase")
+    assert killed.find("error").get("type") == "RankKilled"
+    assert killed.find("error").get("message") == ("rank 3 on node2 died of SIGTERM; the launch failed: "
+                                                   "rank 2 on node2 died of SIGSEGV")
+    assert props(by_name["rank2@node2"])["outcome"] == "crash" and props(by_name["rank3@node2"])["signal"] == "SIGTERM"
+    raw = (run / "cluster.xml").read_bytes()
+    assert b"\x1b" not in raw and b"\x07" not in raw  # log colours and control bytes are not XML 1.0
+    assert schema_errors(run / "cluster.xml") == []
+
+
+def test_core_dumps_are_failures_and_are_remembered_for_later_rebuilds(run):
+    core = sr.core_for(run)
+    report.write_cluster_junit(run, [core])
+    recorded = json.loads((run / "cores.json").read_text())  # the entry shape framework.coredump writes
+    assert recorded == [{"host": "node2", "pid": 4242, "executable": "/var/tmp/camit/venv/bin/python3",
+                         "signal": "SIGSEGV", "rank": 2, "describe": core.describe(), "backtrace": core.backtrace,
+                         "local_path": "node2/cores/core.python3.4242", "backtrace_path": None}]
+    report.write_cluster_junit(run)  # e.g. finalize after a crash: cores come from cores.json
+    report.write_cluster_junit(run, [core])  # the same core again is not counted twice
+    cluster = suites(run / "cluster.xml")["cluster"]
+    cores = [c for c in cluster.iter("testcase") if c.get("classname").endswith(".cores")]
+    assert len(cores) == 1
+    assert (cores[0].get("classname"), cores[0].get("name")) == ("node2.rank2.cores", "core_dump[python3:4242]")
+    failure = cores[0].find("failure")
+    assert failure.get("type") == "CoreDump" and failure.get("message") == core.describe()
+    assert "#0  0x00007f3a2c0b1d2e in cam::dispatch_prefill" in failure.text
+    assert "file: node2/cores/core.python3.4242" in failure.text
+    deploy = {c.get("classname"): c for c in cluster.iter("testcase") if c.get("name") == "deploy"}
+    assert set(deploy) == {"node1.deploy", "node2.deploy"} and all(len(c) == 0 for c in deploy.values())
+
+
+def test_cores_json_written_by_framework_coredump_is_read(run):
+    coredump = pytest.importorskip("framework.coredump")
+    bt = run / "node2" / "cores" / "core.python3.4242.bt.txt"
+    bt.write_text("@@threads\n#0  0x1 in poll ()\n@@crashing\n#0  0x00007f3a2c0b1d2e in cam::dispatch_prefill () "
+                  "at dispatch.cpp:211\n#1  0x2 in moe_dispatch_prefill ()\n")
+    core = coredump.Core(host="node2", source="file", location="/var/crash/core.python3.4242", time=sr.T0 + 52,
+                         pid=4242, executable="/var/tmp/camit/venv/bin/python3", signal="SIGSEGV", rank=2,
+                         relation="rank", local_path=run / "node2" / "cores" / "core.python3.4242", backtrace_path=bt)
+    (run / "cores.json").write_text(json.dumps([core.to_json()]))  # what CoreWatch.collect() leaves
+    (view,) = report.read_run(run).cores
+    assert (view.host, view.rank, view.pid, view.exe, view.signal) == ("node2", 2, 4242, core.executable, "SIGSEGV")
+    assert view.description == core.describe() and view.local_path == "node2/cores/core.python3.4242"
+    assert view.backtrace_path == "node2/cores/core.python3.4242.bt.txt"
+    assert view.top_frame == "cam::dispatch_prefill () at dispatch.cpp:211"  # the crashing thread, not poll()
+    failure = suites(report.write_cluster_junit(run))["cluster"].find("testcase[@name='core_dump[python3:4242]']/failure")
+    assert failure.get("message") == core.describe() and "cam::dispatch_prefill" in failure.text
+    report.write_cluster_junit(run, [core])  # the same core handed over again: merged, not doubled
+    assert len(json.loads((run / "cores.json").read_text())) == 1
+
+
+def test_ranks_of_a_lost_host_are_synthetic_errors(tmp_path, junits):
+    run = sr.build(tmp_path, *junits, lost_node2=True)
+    by_name = suites(report.write_cluster_junit(run))
+    for n in (2, 3):
+        (case,) = by_name[f"rank{n}@node2"].iter("testcase")
+        err = case.find("error")
+        assert err.get("type") == "RankLost"
+        assert err.get("message") == f"rank {n} on node2 never reported (lost node2: no heartbeat for 13s)"
+        assert "(no log was fetched for this rank)" in err.text
+    assert schema_errors(run / "cluster.xml") == []
+
+
+def test_ranks_stopped_by_a_timeout_say_so(tmp_path, junits):
+    run = sr.build(tmp_path, *junits, timed_out=True)
+    err = suites(report.write_cluster_junit(run))["rank3@node2"].find("testcase/error")
+    assert err.get("message") == "rank 3 on node2 died of SIGTERM; the launch timed out: job timeout after 600s"
+
+
+def test_a_rank_that_exited_0_without_junit_fails_when_its_peers_wrote_junit(run):
+    (run / "node1" / "rank0.xml").unlink()
+    err = suites(report.write_cluster_junit(run))["rank0@node1"].find("testcase/error")
+    assert err.get("message") == "exited 0 but wrote no JUnit report"
+
+
+def test_non_pytest_targets_pass_with_one_synthetic_case_per_rank(tmp_path):
+    run = tmp_path / "r1"
+    ranks = {r: RankResult(r, "node1", 0, None) for r in range(2)}
+    result = LaunchResult("r1-alltoall1-beef", {"node1": NodeResult("node1", 0, exit_code=0, done=True)}, ranks, 2)
+    run.mkdir()
+    (run / "launch-r1-alltoall1-beef.json").write_text(json.dumps(result.to_json()))
+    (run / "node1").mkdir()
+    (run / "node1" / "rank0.log").write_text("alltoall ok: 8 MiB in 0.2s\n")
+    by_name = suites(report.write_cluster_junit(run))
+    assert list(by_name) == ["rank0@node1", "rank1@node1"]
+    case = by_name["rank0@node1"].find("testcase")
+    assert case.get("name") == "rank_report" and len(case.findall("error")) == 0
+    assert "alltoall ok" in case.find("system-out").text
+    assert by_name["rank1@node1"].get("errors") == "0"
+
+
+def _second_launch(run: Path, name: str = "moe2", mtime_offset: float = 90.0) -> str:
+    lid = f"{sr.RUN_ID}-{name}-cd34"
+    result = LaunchResult(lid, {"node1": NodeResult("node1", 0, exit_code=0, done=True),
+                                "node2": NodeResult("node2", 1, exit_code=0, done=True)},
+                          {r: RankResult(r, "node1" if r < 2 else "node2", 0, None) for r in range(4)}, 4)
+    path = run / f"launch-{lid}.json"
+    path.write_text(json.dumps(result.to_json()))
+    os.utime(path, (sr.T0 + mtime_offset, sr.T0 + mtime_offset))
+    return lid
+
+
+def test_several_launches_get_launch_qualified_suite_names(run):
+    lid2 = _second_launch(run)
+    # the second launch fetched into the same <host>/rank<N>.* paths: its status files name it
+    for f in [*run.glob("node*/rank*.json")]:
+        st = json.loads(f.read_text())
+        st["log"] = st["log"].replace(sr.LAUNCH_ID, lid2)
+        f.write_text(json.dumps(st))
+    by_name = suites(report.write_cluster_junit(run))
+    names = [n for n in by_name if n != "cluster"]
+    assert names == [f"{launch}.rank{n}@{h}" for launch in ("moe1", "moe2")
+                     for n, h in ((0, "node1"), (1, "node1"), (2, "node2"), (3, "node2"))]
+    assert len(set(names)) == len(names)
+    moe2 = by_name["moe2.rank0@node1"]
+    assert {c.get("classname") for c in moe2.iter("testcase")} == {"node1.rank0.moe2.sample_rank_tests"}
+    # the first launch's files were overwritten: only its exit status is known
+    moe1_r0 = by_name["moe1.rank0@node1"].find("testcase")
+    assert moe1_r0.get("classname") == "node1.rank0.moe1" and moe1_r0.find("error") is None
+    assert "overwritten by launch" in moe1_r0.find("system-out").text
+    assert by_name["moe1.rank2@node2"].find("testcase/error").get("message") == "rank 2 on node2 died of SIGSEGV"
+    assert schema_errors(run / "cluster.xml") == []
+
+
+def test_a_port_retry_supersedes_its_first_attempt(run):
+    first = run / f"launch-{sr.LAUNCH_ID}.json"
+    retry = run / f"launch-{sr.LAUNCH_ID}-r2.json"
+    data = json.loads(first.read_text())
+    data["launch_id"] = f"{sr.LAUNCH_ID}-r2"
+    retry.write_text(json.dumps(data))
+    os.utime(first, (sr.T0 + 30, sr.T0 + 30))
+    os.utime(retry, (sr.T0 + 58, sr.T0 + 58))
+    view = report.read_run(run)
+    assert [(lv.launch_id, lv.name, lv.superseded) for lv in view.launches] == [
+        (f"{sr.LAUNCH_ID}-r2", "moe1", [sr.LAUNCH_ID])]
+    assert "rank0@node1" in suites(report.write_cluster_junit(run))
+
+
+def test_reruns_are_folded_and_invalid_testcase_content_cleaned(run):
+    shutil.copy(DATA / "reports" / "rank-messy.xml", run / "node1" / "rank0.xml")
+    suite = suites(report.write_cluster_junit(run))["rank0@node1"]
+    cases = [(c.get("name"), [ch.tag for ch in c]) for c in suite.iter("testcase")]
+    assert cases == [
+        ("test_flaky", ["flakyFailure"]),  # failed once, then passed: a pass with its flake
+        ("test_always_fails", ["failure", "rerunFailure", "rerunFailure"]),
+        ("test_teardown", ["failure"]), ("test_teardown", ["error"]),  # not reruns: a teardown error
+        ("test_xunit1_attrs", ["system-out"]),
+        ("test_no_message", ["failure"]),
+    ]
+    assert (suite.get("tests"), suite.get("failures"), suite.get("errors")) == ("6", "3", "1")
+    assert all(c.get("classname").startswith("node1.rank0.ut.test_") for c in suite.iter("testcase"))
+    xunit1 = suite.find("testcase[@name='test_xunit1_attrs']")
+    assert set(xunit1.attrib) == {"classname", "name", "time"} and xunit1.find("properties") is None
+    assert xunit1.find("system-out").text == "property npu = 3"
+    assert suite.find("testcase[@name='test_no_message']/failure").get("message") == "Traceback: something went wrong"
+    assert all(e.get("type") == "rerun" for e in suite.iter("rerunFailure"))
+    assert props(suite)["cann"] == "8.5.0"  # the rank's suite properties are kept
+    assert schema_errors(run / "cluster.xml") == []
+
+
+def test_corrupt_files_are_reported_not_fatal(run):
+    (run / "node1" / "rank1.xml").write_text("<testsuites><testsuite name='x'")
+    (run / "launch-broken.json").write_text("{not json")
+    by_name = suites(report.write_cluster_junit(run))
+    err = by_name["rank1@node1"].find("testcase/error")
+    assert "rank1.xml is not valid XML" in err.get("message")
+    problems = [c.find("error").get("message") for c in by_name["cluster"].iter("testcase")
+                if c.get("name") == "read_run_folder"]
+    assert problems and problems[0].startswith("launch-broken.json: unreadable")
+    assert schema_errors(run / "cluster.xml") == []
+
+
+# -- validation ------------------------------------------------------------------------
+def test_pytest_junit_and_cluster_xml_both_validate(run):
+    cluster = report.write_cluster_junit(run, [sr.core_for(run)])
+    assert report.validate_junit(run / "junit.xml") == []
+    assert report.validate_junit(cluster) == []
+    assert schema_errors(run / "junit.xml") == [] and schema_errors(cluster) == []
+
+
+def test_product_and_test_copies_of_the_schema_are_the_same_file():
+    product = Path(framework.__file__).parent / "data" / "xunit-plugin-junit-10.xsd"
+    assert product.read_bytes() == SCHEMA.read_bytes()
+    assert hashlib.sha256(SCHEMA.read_bytes()).hexdigest() == \
+        "677ee2bee8d55bf2e69997c66884084f66c5eb54ca6bac1a67440b039333db91"
+
+
+def test_validate_junit_names_what_junit_10_rejects(tmp_path):
+    bad = tmp_path / "junit-xml-1.9.xml"
+    bad.write_text('<?xml version="1.0"?>\n<testsuites disabled="0" skipped="0" time="0.30000000000000004">\n'
+                   '<testsuite name="s" tests="1" failures="0" errors="0" time="0.1234">\n'
+                   '<testcase name="t" file="a.py" line="3"><properties/></testcase>\n</testsuite>\n</testsuites>\n')
+    problems = report.validate_junit(bad)
+    text = "\n".join(problems)
+    for what in ("'disabled'", "'skipped'", "'file'", "'line'", "properties", "0.1234"):
+        assert what in text, what
+    assert all(p.startswith(f"{bad}:") for p in problems)
+    broken = tmp_path / "broken.xml"
+    broken.write_text("<testsuites>")
+    assert report.validate_junit(broken)[0].startswith(f"{broken}:1: not well-formed XML")
+    assert report.validate_junit(tmp_path / "missing.xml") == [f"{tmp_path / 'missing.xml'}: no such file"]
+
+
+# -- manifest.json, secrets ----------------------------------------------------------------
+SECRET = "hunter2-Zq8!camit"
+
+
+def test_manifest_records_the_run_and_no_file_holds_a_secret(run):
+    env = load(REPO / "env" / "test_env.example.yaml",
+               environ={"CAMIT_HOST1_PASSWD": SECRET, "CAMIT_HOST2_PASSWD": SECRET + "-2", "HOME": "/root"})
+    report.finalize(run, cores=[sr.core_for(run)], env=env, seed=4242, started=sr.T0, ended=sr.T0 + 61,
+                    argv=["pytest", "tests/cluster", "--env-file", "env/test_env.example.yaml"], status="failed",
+                    error=RuntimeError(f"ssh to host1 failed with password {SECRET}"), extra={"jenkins_build": "17"})
+    m = json.loads((run / "manifest.json").read_text())
+    assert m["run_id"] == sr.RUN_ID and m["status"] == "failed"
+    assert m["error"] == "RuntimeError: ssh to host1 failed with password ***"
+    assert m["env"]["file"].endswith("env/test_env.example.yaml")
+    assert m["env"]["document"]["host_info"]["host1"]["passwd"] == "***"
+    assert m["seed"] == 4242
+    assert m["command"]["argv"][:2] == ["pytest", "tests/cluster"]
+    assert m["command"]["repro"] == "python -m pytest tests/cluster --env-file env/test_env.example.yaml --random-seed 4242"
+    assert m["framework"]["version"] == framework.__version__ and m["framework"]["name"] == "camit"
+    assert m["started"] == {"epoch": sr.T0, "iso": "2026-08-01T10:00:00+00:00"}
+    assert m["ended"]["iso"] == "2026-08-01T10:01:01+00:00" and m["duration"] == 61.0
+    assert set(m["hosts"]) == {"host1", "host2", "node1", "node2"}
+    assert m["hosts"]["host1"]["address"] == "192.0.2.11:22"
+    assert m["hosts"]["node2"]["deploy"]["installed_version"] == "209.0.0b1"
+    assert m["hosts"]["node2"]["ranks"] == {"rank2": "crash", "rank3": "killed"}
+    assert "node2/cores/core.python3.4242" in m["hosts"]["node2"]["files"]
+    wheel = next(a for a in m["artifacts"] if a["kind"] == "wheel")
+    assert wheel["sha256"].startswith("a1b2c3d4") and wheel["hosts"] == {"node1": "direct", "node2": "relay"}
+    assert m["versions"]["node1"]["installed_version"] == "209.0.0b1"
+    assert m["launches"][0]["launch_id"] == sr.LAUNCH_ID and m["launches"][0]["failure_kind"] == "rank"
+    assert m["results"]["ranks"] == {"pass": 1, "fail": 1, "crash": 1, "killed": 1, "lost": 0}
+    assert m["results"]["cores"] == 1 and m["results"]["controller"]["failures"] == 1
+    assert m["extra"] == {"jenkins_build": "17"}
+    files = {f["path"]: f for f in m["files"]}
+    assert files["cluster.xml"]["sha256"] == hashlib.sha256((run / "cluster.xml").read_bytes()).hexdigest()
+    assert "manifest.json" not in files and "index.html" not in files
+    for f in run.rglob("*"):
+        if f.is_file():
+            data = f.read_bytes()
+            assert SECRET.encode() not in data, f
+
+
+def test_manifest_keeps_what_an_earlier_call_recorded(tmp_path):
+    run = tmp_path / "run"
+    report.write_manifest(run, status="running", seed=7, argv=["pytest", "-k", "moe"], started=sr.T0,
+                          env={"host_info": {"h1": {"passwd": "pw-in-clear", "user": "root"}}})
+    m = json.loads((run / "manifest.json").read_text())
+    assert m["status"] == "running" and m["ended"] is None
+    assert m["env"]["document"]["host_info"]["h1"] == {"passwd": "***", "user": "root"}
+    report.write_manifest(run, status="ok", ended=sr.T0 + 5)
+    m = json.loads((run / "manifest.json").read_text())
+    assert (m["status"], m["seed"], m["command"]["argv"], m["duration"]) == ("ok", 7, ["pytest", "-k", "moe"], 5.0)
+    assert m["env"]["document"]["host_info"]["h1"]["passwd"] == "***"
+    assert "pw-in-clear" not in (run / "manifest.json").read_text()
+
+
+# -- finalize ----------------------------------------------------------------------------------
+def test_finalize_after_an_interruption_leaves_a_consistent_folder(tmp_path):
+    run = tmp_path / "20260801-100000-dead00"
+    (run / "node1").mkdir(parents=True)
+    (run / "node1" / "rank0.log").write_text("step 1/3\nstep 2/3\n")
+    report.record_phase(run, "node1", "connect", sr.T0, sr.T0 + 1)
+    report.finalize(run, status="interrupted", error=KeyboardInterrupt(), argv=["pytest", "tests"], seed=3)
+    assert sorted(p.name for p in run.iterdir() if p.is_file()) == [
+        ".phases.json.lock", "cluster.xml", "index.html", "manifest.json", "phases.json"]
+    m = json.loads((run / "manifest.json").read_text())
+    assert (m["status"], m["error"]) == ("interrupted", "KeyboardInterrupt: ")
+    assert m["started"]["epoch"] == sr.T0  # from the first recorded phase
+    by_name = suites(run / "cluster.xml")
+    assert by_name["rank0@node1"].find("testcase/error").get("type") == "RankLost"
+    run_case = by_name["cluster"].find("testcase[@name='run']")
+    assert run_case.get("classname") == "camit.run"
+    assert run_case.find("error").get("message") == "run interrupted: KeyboardInterrupt: "
+    assert report.validate_junit(run / "cluster.xml") == []
+    assert "interrupted" in (run / "index.html").read_text()
+
+
+def test_finalize_on_a_missing_folder_writes_the_three_files(tmp_path):
+    run = tmp_path / "never-started"
+    report.finalize(run, status="error", error="could not load env")
+    assert {p.name for p in run.iterdir()} == {"cluster.xml", "manifest.json", "index.html"}
+    assert report.validate_junit(run / "cluster.xml") == []
+    assert json.loads((run / "manifest.json").read_text())["error"] == "could not load env"
+
+
+def test_finalize_never_raises_and_falls_back_to_minimal_files(run, monkeypatch, caplog):
+    def boom(_path):
+        raise OSError("disk on fire")
+
+    monkeypatch.setattr(report, "read_run", boom)
+    report.finalize(run, status="interrupted", error="SIGTERM")
+    assert report.validate_junit(run / "cluster.xml") == []
+    err = ET.parse(run / "cluster.xml").getroot().find("testsuite/testcase/error")
+    assert err.get("message") == "could not merge rank results: cluster.xml: OSError: disk on fire"
+    m = json.loads((run / "manifest.json").read_text())
+    assert m["status"] == "interrupted" and m["error"] == "SIGTERM"
+    assert "could not be built" in (run / "index.html").read_text()
+    assert "disk on fire" in caplog.text
+    report.finalize(run, no_such_option=1)  # a wrong keyword is logged, not raised
+
+
+def test_no_temporary_files_are_left_behind(run):
+    report.finalize(run, cores=[sr.core_for(run)], status="failed")
+    leftovers = [p.name for p in run.rglob(".*") if p.name != ".phases.json.lock"]
+    assert leftovers == []
+
+
+# -- phases ------------------------------------------------------------------------------------------
+def test_record_phase_is_safe_from_many_threads(tmp_path):
+    def worker(i: int) -> None:
+        for j in range(25):
+            report.record_phase(tmp_path, f"node{i}", "run", sr.T0 + j, sr.T0 + j + 0.5)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    phases = json.loads((tmp_path / "phases.json").read_text())
+    assert len(phases) == 200
+    assert sorted({p["host"] for p in phases}) == [f"node{i}" for i in range(8)]
+    report.record_phase(tmp_path, "node0", "teardown", sr.T0 + 10, sr.T0 + 9)  # clock trouble: zero length
+    assert json.loads((tmp_path / "phases.json").read_text())[-1] == {
+        "host": "node0", "phase": "teardown", "start": sr.T0 + 10, "end": sr.T0 + 10}
+
+
+def test_phases_recorded_and_derived(run):
+    phases = {(p.host, p.phase): p for p in report.read_run(run).phases}
+    connect = phases[("node1", "connect")]
+    assert (connect.start, connect.end, connect.derived) == (sr.T0 + 0.1, sr.T0 + 1.2, False)
+    deploy = phases[("node1", "deploy")]  # deploy-manifest.json written at +41.8 after 40.5 s
+    assert deploy.derived and deploy.start == pytest.approx(sr.T0 + 1.3) and deploy.duration == pytest.approx(39.8)
+    assert deploy.detail == "probe 0.4s, upload 12.3s, install 25.1s, verify 2.0s"
+    ran = phases[("node1", "run")]  # from the ranks' status files
+    assert (ran.start, ran.end) == (sr.T0 + 45.0, sr.T0 + 51.5) and ran.detail == "ranks 0-1"
+    collect = phases[("node2", "collect")]  # last rank end until the launch record
+    assert (collect.start, collect.end) == (sr.T0 + 53.1, sr.T0 + 58.0)
+
+
+# -- terminal summary ------------------------------------------------------------------------------
+def test_terminal_summary_fits_one_screen(run):
+    report.finalize(run, cores=[sr.core_for(run)], seed=1234, started=sr.T0, ended=sr.T0 + 61, status="failed",
+                    argv=["/usr/lib/python3/dist-packages/pytest/__main__.py", "tests/cluster", "--env-file", "env/lab.yaml"])
+    text = report.terminal_summary(run)
+    lines = text.splitlines()
+    assert len(lines) <= 24 and max(map(len, lines)) <= 120
+    assert lines[0] == "camit run 20260801-100000-c0ffee: FAILED in 1m01s"
+    assert lines[1] == ("  cluster.xml 15 tests, 2 failed, 2 errors, 2 skipped; "
+                        "junit.xml 5 tests, 1 failed, 0 errors, 1 skipped")
+    assert "    node1  r0-1      .F  1 pass, 1 fail" in lines
+    assert "    node2  r2-3      CK  1 crash, 1 killed" in lines
+    assert "  CRASH  node2 r2: died of SIGSEGV; core dumped (python3, pid 4242)" in lines
+    assert "  KILLED node2 r3: died of SIGTERM; the launch failed: rank 2 on node2 died of SIGSEGV" in lines
+    assert "  CORE   node2 r2: python3 pid 4242 SIGSEGV — cam::dispatch_prefill (ctx=0x0) at dispatch.cpp:211" in lines
+    slow = next(ln for ln in lines if ln.startswith("  slowest phases"))
+    assert slow.startswith("  slowest phases (~ estimated):  node1 deploy 39.8s~  node2 deploy 39.8s~")
+    assert lines[-1] == "  reproduce: python -m pytest tests/cluster --env-file env/lab.yaml --random-seed 1234"
+    assert report.terminal_summary(run, repro="make repro SEED=1").endswith("reproduce: make repro SEED=1")
+
+
+def test_terminal_summary_of_an_empty_folder(tmp_path):
+    text = report.terminal_summary(tmp_path)
+    assert text.splitlines()[0] == f"camit run {tmp_path.name}: UNKNOWN"
+    assert text.endswith("reproduce: (no command line recorded)")
+
+
+def test_terminal_summary_wraps_wide_hosts(tmp_path):
+    run = tmp_path / "wide"
+    ranks = {r: RankResult(r, "a3-node1", 0 if r != 70 else None, None if r != 70 else "SIGABRT") for r in range(128)}
+    result = LaunchResult("wide-x1-0000", {"a3-node1": NodeResult("a3-node1", 0)}, ranks, 128)
+    run.mkdir()
+    (run / "launch-wide-x1-0000.json").write_text(json.dumps(result.to_json()))
+    lines = report.terminal_summary(run).splitlines()
+    grid = [ln for ln in lines if re.search(r"[.C]{10}", ln)]
+    assert len(grid) == 2 and grid[1].strip() == "." * 6 + "C" + "." * 57
+    assert grid[0].endswith("127 pass, 1 crash")
