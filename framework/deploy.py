@@ -345,6 +345,13 @@ class Deployer:
         finally:
             result.duration = time.monotonic() - start
             if self.rundir is not None:
+                from framework.report import record_phase
+
+                t0 = time.time() - result.duration
+                for h, m in result.manifests.items():
+                    probe = m.durations.get("probe", 0.0)
+                    record_phase(self.rundir.path, h, "connect", t0, t0 + probe)
+                    record_phase(self.rundir.path, h, "deploy", t0 + probe, t0 + sum(m.durations.values()))
                 self.rundir.write_json("deploy-manifest.json", result.to_json())
         return result
 
@@ -352,7 +359,8 @@ class Deployer:
         text = str(exc)
         if text.startswith(f"{host}: "):
             text = text[len(host) + 2:]
-        err = exc if isinstance(exc, DeployError) else DeployError(host, step, text)
+        err = exc if isinstance(exc, DeployError) else DeployError(
+            host, step, text, exit_code=getattr(exc, "exit_code", None))
         m = result.manifests[host]
         m.status, m.step, m.error = "failed", err.step, text
         result.errors[host] = err

@@ -112,8 +112,10 @@ class DeployError(HostError):
 
     exit_code = EXIT_FAILED
 
-    def __init__(self, host: str, step: str, message: str) -> None:
+    def __init__(self, host: str, step: str, message: str, *, exit_code: int | None = None) -> None:
         self.step = step
+        if exit_code is not None:
+            self.exit_code = exit_code  # an unreachable host stays an infrastructure error
         super().__init__(host, f"deploy step {step!r} failed: {message}")
 
 

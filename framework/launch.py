@@ -245,6 +245,7 @@ class Launcher:
 
     def __init__(self, env: Any, cluster: Cluster, *, rundir: Any = None, backend: str | None = None,
                  nproc_per_node: int | None = None, core_limit: str | None = DEFAULT_CORE_LIMIT,
+                 per_launch_dirs: bool = False,
                  on_event: Callable[[str, str], None] | None = None) -> None:
         self.env = env
         self.cluster = cluster
@@ -252,6 +253,8 @@ class Launcher:
         self.backend = backend or env.launch.backend
         self.nproc = nproc_per_node or env.launch.nproc_per_node or 1
         self.core_limit = core_limit
+        #: fetch into <report>/<host>/<launch_id>/ (several launches per run) instead of <report>/<host>/
+        self.per_launch_dirs = per_launch_dirs
         self.on_event = on_event or (lambda host, msg: log.info("%s: %s", host, msg))
         self._count = 0
         self.sup_path, self.sup_sha = remote.script("supervisor.py")
@@ -313,7 +316,13 @@ class Launcher:
         self._count += 1
         run_id = getattr(self.rundir, "run_id", None) or secrets.token_hex(4)
         launch_id = f"{run_id}-{name or 'launch'}{self._count}-{secrets.token_hex(2)}"
+        t_prep = time.time()
         prepared, target = self._prepare(target)
+        if self.rundir is not None:
+            from framework.report import record_phase
+
+            for h in prepared:
+                record_phase(self.rundir.path, h, "launch", t_prep, time.time())
         nproc = nproc_per_node or self.nproc
         names = list(hosts) if hosts is not None else list(self.cluster.hosts)
         attempt = 0
@@ -328,7 +337,7 @@ class Launcher:
         if self.rundir is None or result.failure_kind not in ("rank", "node"):
             return False
         for host in result.nodes:
-            p = Path(self.rundir.path) / host / "torchrun.log"
+            p = self._host_dir(host, result.launch_id) / "torchrun.log"
             if p.exists() and any(s in p.read_text(errors="replace").lower() for s in _PORT_TAKEN):
                 return True
         return False
@@ -492,11 +501,24 @@ class Launcher:
             result.teardown_seconds = round(time.monotonic() - getattr(self, "_failed_at", t0), 3)
 
     def _finish(self, nodes: dict[str, _Node], result: LaunchResult, start: float) -> None:
+        now_mono, now_wall = time.monotonic(), time.time()
+        wall = lambda mono: now_wall - (now_mono - mono)  # noqa: E731  monotonic → epoch for the timeline
         for n in nodes.values():
-            n.result.duration = round(time.monotonic() - n.start, 3) if n.start else 0.0
-        result.duration = time.monotonic() - start
+            n.result.duration = round(now_mono - n.start, 3) if n.start else 0.0
+        result.duration = now_mono - start
         if self.rundir is not None:
+            from framework.report import record_phase
+
+            failed_at = getattr(self, "_failed_at", None) if result.failure else None
+            for h, n in nodes.items():
+                if n.start:
+                    record_phase(self.rundir.path, h, "run", wall(n.start), wall(failed_at or now_mono))
+                if failed_at is not None:
+                    record_phase(self.rundir.path, h, "teardown", wall(failed_at), now_wall)
+            t_fetch = time.time()
             self._fetch(nodes, result)
+            for h in nodes:
+                record_phase(self.rundir.path, h, "collect", t_fetch, time.time())
             self.rundir.write_json(f"launch-{result.launch_id}.json", result.to_json())
             result.report_dir = str(self.rundir.path)
         for r in range(result.world_size):
@@ -518,6 +540,10 @@ class Launcher:
                 return p.host
         return "?"
 
+    def _host_dir(self, host: str, launch_id: str) -> Path:
+        base = Path(self.rundir.path) / host
+        return base / launch_id if self.per_launch_dirs else base
+
     def _fetch(self, nodes: dict[str, _Node], result: LaunchResult) -> None:
         """Bring each node's run folder back as ``<report>/<host>/`` (one tar stream per node)."""
 
@@ -528,7 +554,7 @@ class Launcher:
             q = commands.quote
             host.check(f"tar czf {q(tgz)} -C {q(run_dir)} --exclude='*.pid' . 2>/dev/null || "
                        f"tar czf {q(tgz)} -C {q(run_dir)} .", timeout=120)
-            local_dir = Path(self.rundir.path) / host.name
+            local_dir = self._host_dir(host.name, result.launch_id)
             local_dir.mkdir(parents=True, exist_ok=True)
             tmp = local_dir / ".fetch.tgz"
             host.get(tgz, tmp)
@@ -548,7 +574,7 @@ class Launcher:
             if isinstance(value, BaseException):
                 log.warning("%s: could not fetch logs: %s", h, value)
         for h in nodes:
-            d = Path(self.rundir.path) / h
+            d = self._host_dir(h, result.launch_id)
             for status in sorted(d.glob("rank*.json")):
                 try:
                     import json

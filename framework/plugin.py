@@ -148,7 +148,7 @@ class CamitSession:
             from framework.launch import Launcher
 
             self._launcher = Launcher(self.require_env(), self.cluster, rundir=self.ensure_rundir(),
-                                      on_event=_log_event)
+                                      on_event=_log_event, per_launch_dirs=True)
         return self._launcher
 
     @property
@@ -465,8 +465,6 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     terminalreporter.section("camit")
     for line in text.splitlines():
         terminalreporter.write_line(line)
-    terminalreporter.write_line(f"report folder: {cs.rundir.path}")
-    terminalreporter.write_line(f"reproduce: {_repro(config, cs.seed)}")
 
 
 def pytest_keyboard_interrupt(excinfo: Any) -> None:
