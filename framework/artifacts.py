@@ -362,6 +362,23 @@ def build_all(out: Path, soc: str = "cpu", fault: str = "none", broken_wheel: bo
 
 
 # --------------------------------------------------------------------------- CLI
+def write_env_with_artifacts(env_in: Path, env_out: Path, paths: dict[str, Path]) -> Path:
+    """Copy ``env_in`` to ``env_out`` with ``artifacts:`` set to the built files (absolute paths)."""
+    import yaml
+
+    doc = yaml.safe_load(env_in.read_text()) or {}
+    arts = dict(doc.get("artifacts") or {})
+    if "run" in paths:
+        arts["run_package"] = str(paths["run"].resolve())
+    if "wheel" in paths:
+        arts["wheel"] = str(paths["wheel"].resolve())
+    doc["artifacts"] = arts
+    env_out.parent.mkdir(parents=True, exist_ok=True)
+    header = f"# {env_in.name} + the artifacts built by `python -m framework.artifacts build` — generated\n"
+    env_out.write_text(header + yaml.safe_dump(doc, sort_keys=False))
+    return env_out
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m framework.artifacts build --out DIR``: prints the wheel's and the .run's paths."""
     parser = argparse.ArgumentParser(prog="python -m framework.artifacts",
@@ -376,7 +393,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                        help=f"build {BROKEN_VERSION}, whose import raises ImportError")
     build.add_argument("--only", choices=("wheel", "run"), help="build just one of the two")
     build.add_argument("--json", action="store_true", help='print {"wheel": path, "run": path}')
+    build.add_argument("--env-in", type=Path, default=None, metavar="FILE",
+                       help="an env file (e.g. the lab's) to copy with artifacts: pointing at what was built")
+    build.add_argument("--env-out", type=Path, default=None, metavar="FILE", help="where that copy goes")
     args = parser.parse_args(argv)
+    if (args.env_in is None) != (args.env_out is None):
+        parser.error("--env-in and --env-out go together")
     try:
         paths: dict[str, Path] = {}
         if args.only in (None, "wheel"):
@@ -386,6 +408,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except FrameworkError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
+    if args.env_in is not None:
+        write_env_with_artifacts(args.env_in, args.env_out, paths)
     if args.json:
         print(json.dumps({k: str(v) for k, v in paths.items()}))
     else:

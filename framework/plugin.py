@@ -176,9 +176,11 @@ class CamitSession:
 
         from framework.deploy import Deployer, resolve_artifacts
 
-        marker = tmp_root / "camit-deployed.txt"
+        # one deploy per run: the run id is shared by the controller and its xdist workers
+        run_id = self.ensure_rundir().run_id
+        marker = tmp_root / f"camit-deployed-{run_id}.txt"
         key = ",".join(a.sha256 for a in resolve_artifacts(env)) + "@" + ",".join(env.hosts)
-        with FileLock(str(tmp_root / "camit-deploy.lock")):
+        with FileLock(str(tmp_root / f"camit-deploy-{run_id}.lock")):
             if marker.exists() and marker.read_text() == key:
                 self.deploy_result = "done by another worker"
                 return self.deploy_result

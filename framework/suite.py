@@ -14,6 +14,7 @@ import hashlib
 import io
 import logging
 import tarfile
+import tempfile
 import xml.etree.ElementTree as ET
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -163,6 +164,8 @@ class RankSuite:
         if self._shipped:
             return self._shipped
         data, sha = tree_archive(self.tree)
+        base = Path(self.launcher.rundir.path) if self.launcher.rundir else Path(tempfile.gettempdir())
+        local = base / f".suite-{sha[:16]}.tgz"  # written once, read by every host's upload
 
         def one(host: Host) -> str:
             wd = self.env.hosts[host.name].workdir.rstrip("/")
@@ -170,17 +173,16 @@ class RankSuite:
             q = commands.quote
             if host.run(f"test -f {q(dest + '/.ok')}", timeout=30).rc == 0:
                 return dest
-            local = Path(self.launcher.rundir.path if self.launcher.rundir else "/tmp") / f".suite-{sha[:16]}.tgz"
-            local.write_bytes(data)
-            try:
-                host.put(local, f"{dest}.tgz", sha256=sha)
-            finally:
-                local.unlink(missing_ok=True)
+            host.put(local, f"{dest}.tgz", sha256=sha)
             host.check(f"mkdir -p {q(dest)} && tar xzf {q(dest + '.tgz')} -C {q(dest)} && rm -f {q(dest + '.tgz')} "
                        f"&& touch {q(dest + '/.ok')}", timeout=120)
             return dest
 
-        shipped = self.cluster.map(one)
+        local.write_bytes(data)
+        try:
+            shipped = self.cluster.map(one)
+        finally:
+            local.unlink(missing_ok=True)
         shipped.raise_on_failure()
         self._shipped = dict(shipped)  # type: ignore[arg-type]
         return self._shipped

@@ -19,10 +19,12 @@ pytestmark = [pytest.mark.multi_process_test, pytest.mark.a3_test]
 
 
 def run_prefill(cam, seed, case, use_quant):
+    """Run the three ops; the returned x/topk/w are pristine copies (an op that writes into its
+    inputs must neither corrupt the reference nor go unnoticed: see check_inputs_untouched)."""
     x, topk, w = prefill_inputs(seed, cam.rank, case)
-    xt = cam.to_device(torch.from_numpy(x).to(torch.bfloat16))
-    topk_t = cam.to_device(torch.from_numpy(topk))
-    w_t = cam.to_device(torch.from_numpy(w))
+    xt = cam.to_device(torch.from_numpy(x.copy()).to(torch.bfloat16))
+    topk_t = cam.to_device(torch.from_numpy(topk.copy()))
+    w_t = cam.to_device(torch.from_numpy(w.copy()))
     ntpe, sti = cam.ops.get_dispatch_layout(topk_t, case.experts, cam.world)
     recv_x, scales, expand, recv_count, rtpe = cam.ops.moe_dispatch_prefill(
         xt, topk_t, w_t, ntpe, sti, cam.group_ep, cam.rank, cam.world, use_quant)
@@ -33,7 +35,18 @@ def run_prefill(cam, seed, case, use_quant):
         comb_in = recv_x
     out = cam.ops.moe_combine_prefill(comb_in, topk_t, w_t, expand, recv_count, cam.group_ep, cam.rank, cam.world)
     return {"x": x, "topk": topk, "w": w, "ntpe": ntpe, "sti": sti, "recv_x": recv_x, "scales": scales,
-            "expand": expand, "recv_count": recv_count, "rtpe": rtpe, "out": out}
+            "expand": expand, "recv_count": recv_count, "rtpe": rtpe, "out": out,
+            "inputs_after": (xt.float().cpu().numpy(), topk_t.cpu().numpy(), w_t.cpu().numpy())}
+
+
+def check_inputs_untouched(got, rank):
+    x_after, topk_after, w_after = got["inputs_after"]
+    expect_equal("moe_dispatch_prefill/moe_combine_prefill", "input x after the calls (written in place?)",
+                 x_after, got["x"], rank)
+    expect_equal("get_dispatch_layout/moe_dispatch_prefill", "input topk_idx after the calls (written in place?)",
+                 topk_after, got["topk"], rank)
+    expect_equal("moe_combine_prefill", "input topk_weights after the calls (written in place?)",
+                 w_after, got["w"], rank)
 
 
 @pytest.mark.author("camit")
@@ -68,3 +81,4 @@ def test_dispatch_combine(cam, seed, use_quant):
     limit = 1e-4 if use_quant else 5e-5
     expect_diff("moe_combine_prefill", "combined_x vs x·Σw", got["out"].float().cpu().numpy(),
                 combine_reference(got["x"], got["w"]), rank, limit)
+    check_inputs_untouched(got, rank)

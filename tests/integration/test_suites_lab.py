@@ -1,0 +1,84 @@
+"""The main job on the lab: `pytest suites/cam --env ...` passes with a complete, valid report folder,
+and an op library with one injected mistake makes it fail naming the op, the rank and the mismatch."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from framework import artifacts
+from framework.report import validate_junit
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    return artifacts.build_all(tmp_path_factory.mktemp("suite-artifacts"))
+
+
+def suite_env(env_variant, run_package: Path, wheel: Path, workdir: str, name: str) -> Path:
+    def change(doc):
+        doc["artifacts"] = {"run_package": str(run_package), "wheel": str(wheel)}
+        doc["defaults"]["workdir"] = workdir
+    return env_variant(change, name)
+
+
+def run_suite(env: Path, reports: Path, *args: str, timeout: float = 1500) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "pytest", "suites/cam", "--env", str(env), "--report-dir",
+                           str(reports), "-p", "no:cacheprovider", "-q", "-rs", *args],
+                          cwd=REPO, capture_output=True, text=True, timeout=timeout)
+
+
+def test_suite_passes_with_a_complete_report_folder(env_variant, built, tmp_path):
+    env = suite_env(env_variant, built["run"], built["wheel"], "/var/tmp/camit/suite", "suite.yaml")
+    proc = run_suite(env, tmp_path / "reports", "--world-sizes", "4,8,16")
+    out = proc.stdout
+    assert proc.returncode == 0, out[-4000:] + proc.stderr[-2000:]
+    # a case the env cannot host is skipped with the requirement named
+    assert "needs 16 ranks; the env has 4 host(s) x 2 rank(s) per node = 8" in out
+    assert "camit run" in out and "reproduce: pytest suites/cam" in out and "--random-seed" in out
+    folder = (tmp_path / "reports" / "latest").resolve()
+    for name in ("junit.xml", "cluster.xml", "manifest.json", "index.html", "deploy-manifest.json"):
+        assert (folder / name).exists(), name
+    assert validate_junit(folder / "junit.xml") == []
+    assert validate_junit(folder / "cluster.xml") == []
+    cluster = (folder / "cluster.xml").read_text()
+    for host in ("host1", "host2", "host3", "host4"):
+        assert f"@{host}" in cluster
+    manifest = json.loads((folder / "manifest.json").read_text())
+    assert manifest["status"] == "ok" and manifest["seed"] is not None
+    # per-rank logs came back under <host>/<launch>/
+    assert list(folder.glob("host1/*/rank0.log")) and list(folder.glob("host4/*/rank7.log"))
+
+
+def _mistaken_standin(tmp_path: Path) -> Path:
+    src = tmp_path / "standin"
+    shutil.copytree(REPO / "standin", src, ignore=shutil.ignore_patterns("__pycache__", "build", "*.egg-info"))
+    prefill = src / "umdk_cam_op_lib" / "prefill.py"
+    text = prefill.read_text()
+    good = "    weights = topk_weights.to(torch.float32).unsqueeze(-1)\n"
+    assert good in text, "the stand-in's combine changed: update this test's injected mistake"
+    # the mistake: combine ignores top-k slot 0
+    prefill.write_text(text.replace(good, good + "    weights[:, 0] = 0\n"))
+    return src
+
+
+def test_an_injected_op_mistake_fails_naming_op_rank_and_mismatch(env_variant, built, tmp_path):
+    wheel = artifacts.build_wheel(tmp_path / "bad-wheel", source=_mistaken_standin(tmp_path))
+    env = suite_env(env_variant, built["run"], wheel, "/var/tmp/camit/mistake", "mistake.yaml")
+    proc = subprocess.run([sys.executable, "-m", "pytest", "suites/cam/test_prefill.py", "--env", str(env),
+                           "--report-dir", str(tmp_path / "reports"), "--world-sizes", "4", "-p", "no:cacheprovider",
+                           "-q"], cwd=REPO, capture_output=True, text=True, timeout=900)
+    out = proc.stdout
+    assert proc.returncode == 1, out[-3000:]
+    assert "moe_combine_prefill: combined_x vs x·Σw on rank" in out
+    assert "calc_diff" in out
+    assert "rank-side failure(s) in test_prefill_rank.py (world 4)" in out
+    cluster = (tmp_path / "reports" / "latest" / "cluster.xml").read_text()
+    assert "moe_combine_prefill" in cluster

@@ -1,0 +1,157 @@
+"""The camit pytest plugin in-process (pytester): options, markers, skips with reasons, usage errors.
+
+No host is contacted: these envs point at documentation addresses and no test here asks for a
+connection.
+"""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+ENV = textwrap.dedent("""\
+    host_info:
+      node1:
+        manage_nic: {name: eth0, ip: 192.0.2.11}
+      node2:
+        manage_nic: {name: eth0, ip: 192.0.2.12}
+    launch: {backend: gloo}
+""")
+
+
+@pytest.fixture
+def env_file(pytester: pytest.Pytester):
+    return pytester.makefile(".yaml", test_env=ENV)
+
+
+def test_requirement_markers_skip_with_the_reason(pytester, env_file):
+    pytester.makepyfile(textwrap.dedent("""
+        import pytest
+
+        @pytest.mark.ranks(16)
+        def test_sixteen(env):
+            pass
+
+        @pytest.mark.ranks(4)
+        def test_four(env):
+            assert len(env.hosts) == 2
+
+        @pytest.mark.nodes(3)
+        def test_three_nodes(env):
+            pass
+
+        @pytest.mark.soc("ascend910_93")
+        def test_a3_only(env):
+            pass
+
+        @pytest.mark.a2_test
+        def test_a2_marked_runs_on_cpu(env):
+            pass
+    """))
+    result = pytester.runpytest("--env", str(env_file), "-rs", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=2, skipped=3)
+    result.stdout.fnmatch_lines([
+        "*needs 16 ranks; the env has 2 host(s) x 2 rank(s) per node = 4*",
+        "*needs 3 nodes; the env has 2*",
+        "*needs soc in ('ascend910_93',); the env has ?'cpu'?",
+    ])
+
+
+def test_world_sizes_option_selects(pytester, env_file):
+    pytester.makepyfile(textwrap.dedent("""
+        import pytest
+
+        @pytest.mark.parametrize("w", [pytest.param(2, marks=pytest.mark.ranks(2)),
+                                       pytest.param(4, marks=pytest.mark.ranks(4))])
+        def test_w(env, w):
+            pass
+    """))
+    result = pytester.runpytest("--env", str(env_file), "--world-sizes", "4", "-rs")
+    result.assert_outcomes(passed=1, skipped=1)
+    result.stdout.fnmatch_lines(["*world size 2 not selected (--world-sizes 4)*"])
+
+
+def test_seed_and_repro_line_in_the_header(pytester, env_file):
+    pytester.makepyfile("def test_x(camit):\n    assert camit.seed == 4242\n")
+    result = pytester.runpytest("--env", str(env_file), "--random_seed", "4242")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["camit: env *test_env.yaml (2 hosts: node1, node2), backend gloo, seed 4242",
+                                 "camit: reproduce with: pytest --env * --random-seed 4242"])
+
+
+def test_bad_env_is_a_usage_error_without_traceback(pytester):
+    bad = pytester.makefile(".yaml", bad_env=ENV.replace("192.0.2.12", "10.0.0.300"))
+    pytester.makepyfile("def test_x():\n    pass\n")
+    result = pytester.runpytest("--env", str(bad))
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*bad_env.yaml: host_info.node2.manage_nic.ip: '10.0.0.300' is not an IPv4 address*"])
+    assert "Traceback" not in result.stderr.str()
+
+
+def test_cluster_fixture_without_env_says_what_to_do(pytester, monkeypatch):
+    monkeypatch.delenv("CAMIT_ENV", raising=False)
+    pytester.makepyfile("def test_x(cluster):\n    pass\n")
+    result = pytester.runpytest()
+    result.stdout.fnmatch_lines(["*this test needs a cluster: pass --env FILE (or set CAMIT_ENV)*"])
+    assert result.ret != 0
+
+
+def test_env_from_environment_variable_and_ini(pytester, env_file, monkeypatch):
+    pytester.makepyfile("def test_x(env):\n    assert list(env.hosts) == ['node1', 'node2']\n")
+    monkeypatch.setenv("CAMIT_ENV", str(env_file))
+    pytester.runpytest().assert_outcomes(passed=1)
+    monkeypatch.delenv("CAMIT_ENV")
+    pytester.makeini(f"[pytest]\ncamit_env = {env_file}\n")
+    pytester.runpytest().assert_outcomes(passed=1)
+
+
+def test_plugin_is_inert_without_env(pytester, monkeypatch):
+    monkeypatch.delenv("CAMIT_ENV", raising=False)
+    pytester.makepyfile("def test_plain():\n    assert True\n")
+    result = pytester.runpytest()
+    result.assert_outcomes(passed=1)
+    assert "camit:" not in result.stdout.str()
+    assert not (pytester.path / "reports").exists()
+
+
+def test_run_folder_holds_junit_and_reports(pytester, env_file):
+    pytester.makepyfile("def test_x(env):\n    pass\n")
+    result = pytester.runpytest("--env", str(env_file), "--report-dir", "out")
+    result.assert_outcomes(passed=1)
+    latest = pytester.path / "out" / "latest"
+    assert (latest / "junit.xml").exists()
+    assert (latest / "manifest.json").exists() and (latest / "index.html").exists()
+    from framework.report import validate_junit
+
+    assert validate_junit(latest / "junit.xml") == []
+    result.stdout.fnmatch_lines(["*reproduce: pytest --env * --report-dir out * --random-seed *"])
+
+
+def test_nose_style_hooks_in_a_basetest_are_refused(pytester):
+    pytester.makepyfile(textwrap.dedent("""
+        from framework.base_test import BaseTest
+
+        class TestOld(BaseTest):
+            def setup(self):
+                pass
+
+            def test_x(self):
+                pass
+    """))
+    result = pytester.runpytest()
+    result.stdout.fnmatch_lines(["*TestOld.setup() is nose-style and pytest >= 8.1 never calls it; "
+                                 "rename it to setup_method(self, method)*"])
+
+
+def test_placement():
+    from framework.suite import placement
+
+    assert placement(4, 4, 2) == (2, 2)
+    assert placement(8, 4, 2) == (4, 2)
+    assert placement(2, 4, 2) == (1, 2)
+    assert placement(16, 4, 2) == "needs 16 ranks; the env has 4 host(s) x 2 rank(s) per node = 8"
+    assert placement(16, 2, 8) == (2, 8)  # A2: two nodes of 8 NPUs
+    assert placement(16, 1, 16) == (1, 16)  # one A3 node of 16 dies
+    assert isinstance(placement(6, 4, 4), tuple) and placement(6, 4, 4) == (2, 3)
+    assert isinstance(placement(7, 3, 2), str)
