@@ -75,7 +75,50 @@ def build_parser() -> argparse.ArgumentParser:
     rn.add_argument("--timeout", type=float, default=600.0, metavar="S", help="job timeout (default 600)")
     rn.add_argument("--report-dir", metavar="D", default="reports", help="run folders go here (default: reports)")
     rn.add_argument("--json", action="store_true", help="print the result as JSON")
+    rn.add_argument("--core-policy", choices=("fail", "warn", "ignore"), default=None,
+                    help="what a core dump during the run does: fail (default, or $CAMIT_CORE_POLICY), warn, ignore")
     rn.add_argument("target", nargs=argparse.REMAINDER, metavar="-- script.py|-m module [args]")
+
+    from framework.preflight import Limits
+
+    ck = sub.add_parser("check", help="preflight: is every host ready? (a host x check table)")
+    _env_arg(ck)
+    _hosts_arg(ck)
+    ck.add_argument("--json", action="store_true", help="machine-readable results")
+    ck.add_argument("--min-free-gb", type=float, default=Limits.min_free_gb, metavar="G",
+                    help=f"free space needed in the workdir (default {Limits.min_free_gb:g})")
+    ck.add_argument("--max-skew", type=float, default=Limits.max_skew, metavar="S",
+                    help=f"clock skew allowed between hosts and to this machine (default {Limits.max_skew:g})")
+    ck.add_argument("--timeout", type=float, default=Limits.probe_timeout, metavar="S",
+                    help=f"per-host probe timeout (default {Limits.probe_timeout:g})")
+
+    co = sub.add_parser("collect", help="collect diagnostics (npu-smi, hccn_tool, versions, logs) from every host")
+    _env_arg(co)
+    _hosts_arg(co)
+    co.add_argument("--report-dir", metavar="D", default="reports", help="run folders go here (default: reports)")
+    co.add_argument("--logs", action="store_true", help="also fetch ~/ascend/log from every host (a tarball each)")
+    co.add_argument("--json", action="store_true", help="print what was collected as JSON")
+
+    lb = sub.add_parser("lab", help="the network-namespace lab: up | down | status (python -m framework.lab)",
+                        add_help=False)
+    lb.add_argument("lab_args", nargs=argparse.REMAINDER, metavar="up|down|status ...")
+
+    ls = sub.add_parser("lease", help="cluster leases: status, release, or run a command holding one")
+    ls_sub = ls.add_subparsers(dest="lease_command", parser_class=_Parser, metavar="ACTION")
+    lst = ls_sub.add_parser("status", help="who holds each host")
+    lrl = ls_sub.add_parser("release", help="remove stale leases and our own (--force: any)")
+    lrn = ls_sub.add_parser("run", help="hold the lease on the hosts while a local command runs")
+    for p in (lst, lrl, lrn):
+        _env_arg(p)
+        _hosts_arg(p)
+    for p in (lst, lrl):
+        p.add_argument("--json", action="store_true", help="machine-readable results")
+    lrl.add_argument("--force", action="store_true", help="also remove a live lease of someone else")
+    for p in (lrl, lrn):
+        p.add_argument("--owner", default=None, help="lease owner (default: $BUILD_URL, else user@host)")
+    lrn.add_argument("--wait", type=float, default=0.0, metavar="S", help="wait up to S seconds for a held lease")
+    lrn.add_argument("--ttl", type=float, default=300.0, metavar="S", help="lease validity after a heartbeat")
+    lrn.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD...")
     return parser
 
 
@@ -173,6 +216,7 @@ def cmd_deploy(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from framework.coredump import CoreWatch
     from framework.hosts import Cluster
     from framework.launch import Launcher, Target
     from framework.rundir import RunDir
@@ -187,10 +231,17 @@ def cmd_run(args: argparse.Namespace) -> int:
             console.event(host, message)
 
     with cluster, console.terminate_as_interrupt():
+        watch = CoreWatch(cluster, env, policy=args.core_policy)
+        baseline = watch.snapshot()
         launcher = Launcher(env, cluster, rundir=rundir, nproc_per_node=args.nproc_per_node, on_event=event)
         result = launcher.run(target, timeout=args.timeout)
+        cores = watch.collect(baseline, rundir=rundir, ranks=[result])
+        core_failed, core_message = watch.verdict(cores)
+        if not result.ok or core_failed:
+            watch.collect_logs(rundir, since=baseline)
     if args.json:
-        console.print_json(result.to_json())
+        console.print_json({**result.to_json(), "cores": [c.to_json() for c in cores],
+                            "core_policy": watch.policy.value, "signatures": watch.log_summary})
     else:
         rows = [[r.rank, r.host, "ok" if r.ok else (r.signal or (f"exit {r.exit_code}" if r.exit_code is not None
                                                                      else "no report")),
@@ -198,14 +249,205 @@ def cmd_run(args: argparse.Namespace) -> int:
                 for r in sorted(result.ranks.values(), key=lambda r: r.rank)]
         console.print_table(["rank", "host", "outcome", "log"], rows)
         print(("PASSED: " if result.ok else "FAILED: ") + result.message())
+        if core_message:
+            print(core_message)
+        if watch.log_summary:
+            print("failure signatures:\n" + watch.log_summary.rstrip())
         print(f"report: {rundir.path}")
     if result.ok:
-        return EXIT_OK
+        return EXIT_FAILED if core_failed else EXIT_OK
     return EXIT_INFRA if result.failure_kind in ("lost", "infra") else EXIT_FAILED
+
+
+def _host_error_text(name: str, err: BaseException) -> str:
+    text = str(err)
+    return text[len(name) + 2:] if text.startswith(name + ": ") else text
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    from framework.hosts import Cluster
+    from framework.preflight import SKIP, WARN, Limits, Preflight
+
+    env = _load_env(args.env)
+    limits = Limits(min_free_gb=args.min_free_gb, max_skew=args.max_skew, probe_timeout=args.timeout)
+    with Cluster.from_env(env, _split_hosts(args.hosts)) as cluster:
+        report = Preflight(env, cluster, limits).run()
+    if args.json:
+        console.print_json(report.to_json())
+        return report.exit_code
+    headers, rows = report.table()
+    console.print_table(headers, rows, title=f"preflight of {len(report.hosts)} host(s)")
+    for r in report.problems:
+        print(f"{r.host} {r.check}: {'warning' if r.status == WARN else r.status.upper()}: {r.summary}")
+    if report.clock is not None and report.clock.pair:
+        a, b = report.clock.pair
+        print(f"clock: max pairwise skew {report.clock.max_pairwise:.3f}s ({a} vs {b})")
+    skipped: dict[str, dict[str, list[str]]] = {}  # reason -> check -> hosts
+    for r in report.results.values():
+        if r.status == SKIP:
+            skipped.setdefault(r.summary, {}).setdefault(r.check, []).append(r.host)
+    for reason, by_check in skipped.items():
+        hosts = sorted({h for hs in by_check.values() for h in hs}, key=report.hosts.index)
+        print(f"skipped {', '.join(by_check)} on {', '.join(hosts)}: {reason}")
+    skipped_n = sum(len(hs) for by in skipped.values() for hs in by.values())
+    verdict = {EXIT_OK: "all checks passed", EXIT_FAILED: "some checks FAILED", EXIT_INFRA: "host(s) UNREACHABLE"}
+    print(f"{verdict[report.exit_code]} ({skipped_n} skipped) in {report.duration:.2f}s")
+    return report.exit_code
+
+
+def _safe_name(section: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in section).strip("_") + ".txt"
+
+
+def cmd_collect(args: argparse.Namespace) -> int:
+    from framework import commands
+    from framework.hosts import Cluster, Host
+    from framework.preflight import Preflight, evaluate
+    from framework.rundir import RunDir
+
+    env = _load_env(args.env)
+    rundir = RunDir.create(args.report_dir)
+    with Cluster.from_env(env, _split_hosts(args.hosts)) as cluster:
+        pre = Preflight(env, cluster)
+        plans = pre.plans()
+        samples = pre.samples(plans)
+        logs: dict[str, str] = {}
+        if args.logs:
+            def fetch(host: Host) -> str:
+                remote = f"{plans[host.name].workdir}/camit-ascend-log.tgz"
+                q = commands.quote
+                made = host.run(f"[ -d \"$HOME/ascend/log\" ] || exit 3; mkdir -p {q(plans[host.name].workdir)} && "
+                                f"tar czf {q(remote)} -C \"$HOME\" ascend/log", timeout=600)
+                if made.rc == 3:
+                    return "no ~/ascend/log"
+                if not made.ok:
+                    return f"tar failed: {made.tail(2)}"
+                local = rundir.file("collect", host.name, "ascend-log.tgz")
+                try:
+                    host.get(remote, local)
+                finally:
+                    host.run(["rm", "-f", "--", remote], timeout=60)
+                return f"{local.stat().st_size // 1024} KiB"
+
+            logs = {h: (v if isinstance(v, str) else f"error: {_host_error_text(h, v)}")
+                    for h, v in cluster.map(fetch).items()}
+    report = evaluate(plans, samples)
+    rundir.write_json("preflight.json", report.to_json())
+    rows: list[list[str]] = []
+    payload: list[dict[str, Any]] = []
+    for name, sample in samples.items():
+        if isinstance(sample, BaseException):
+            rows.append([name, "UNREACHABLE", _host_error_text(name, sample), "-"])
+            payload.append({"host": name, "error": _host_error_text(name, sample)})
+            continue
+        for section in sample.sections.values():
+            rundir.write_text(f"collect/{name}/{_safe_name(section.name)}", section.text + "\n")
+        rows.append([name, "ok", f"{len(sample.sections)} sections", logs.get(name, "-")])
+        payload.append({"host": name, "sections": sorted(sample.sections), "logs": logs.get(name)})
+    if args.json:
+        console.print_json({"report": str(rundir.path), "hosts": payload})
+    else:
+        console.print_table(["host", "status", "collected", "ascend logs"], rows)
+        print(f"collected into {rundir.path / 'collect'} (checks: {rundir.path / 'preflight.json'})")
+    return max((getattr(s, "exit_code", EXIT_INFRA) for s in samples.values() if isinstance(s, BaseException)),
+               default=EXIT_OK)
+
+
+def cmd_lab(lab_args: Sequence[str]) -> int:
+    """``camit lab ...`` is ``python -m framework.lab ...`` (its own options, --help included)."""
+    from framework.lab import main as lab_main
+
+    return lab_main(list(lab_args))
+
+
+def cmd_lease(args: argparse.Namespace) -> int:
+    from framework.hosts import Cluster
+
+    action = getattr(args, "lease_command", None)
+    if action is None:
+        raise UsageError("camit lease: give an action: status, release or run")
+    env = _load_env(args.env)
+    with Cluster.from_env(env, _split_hosts(args.hosts)) as cluster:
+        if action == "status":
+            return _lease_status(args, cluster)
+        if action == "release":
+            return _lease_release(args, cluster)
+        return _lease_run(args, cluster)
+
+
+def _lease_status(args: argparse.Namespace, cluster: Any) -> int:
+    from framework.lease import lease_status
+
+    rows: list[list[str]] = []
+    payload: list[dict[str, Any]] = []
+    worst = EXIT_OK
+    for name, st in lease_status(cluster).items():
+        if isinstance(st, BaseException):
+            worst = max(worst, getattr(st, "exit_code", EXIT_INFRA))
+            rows.append([name, "UNREACHABLE", "-", _host_error_text(name, st)])
+            payload.append({"host": name, "error": _host_error_text(name, st)})
+            continue
+        rec = st.record
+        who = rec.describe(st.now) if rec else ("-" if st.content is None else "unreadable lease file")
+        rows.append([name, st.state, who, st.stale or ""])
+        payload.append({"host": name, "state": st.state, "path": st.path, "stale": st.stale, "host_time": st.now,
+                        "lease": rec.to_json() if rec else None})
+    if args.json:
+        console.print_json(payload)
+    else:
+        console.print_table(["host", "state", "holder", "stale because"], rows)
+    return worst
+
+
+def _lease_release(args: argparse.Namespace, cluster: Any) -> int:
+    from framework.lease import release_leases
+
+    rows, payload, worst = [], [], EXIT_OK
+    for name, what in release_leases(cluster, owner=args.owner, force=args.force).items():
+        if isinstance(what, BaseException):
+            worst = max(worst, getattr(what, "exit_code", EXIT_INFRA))
+            what = "UNREACHABLE: " + _host_error_text(name, what)
+        elif what.startswith("held by"):
+            worst = max(worst, EXIT_FAILED)
+        rows.append([name, what])
+        payload.append({"host": name, "result": what})
+    if args.json:
+        console.print_json(payload)
+    else:
+        console.print_table(["host", "result"], rows)
+    return worst
+
+
+def _lease_run(args: argparse.Namespace, cluster: Any) -> int:
+    import subprocess
+
+    from framework.lease import Lease
+
+    argv = list(args.cmd)
+    if argv and argv[0] == "--":
+        argv = argv[1:]
+    if not argv:
+        raise UsageError("camit lease run: no command given (camit lease run --env FILE -- CMD...)")
+    command = ["/bin/sh", "-c", argv[0]] if len(argv) == 1 else argv
+    with console.terminate_as_interrupt(), Lease(cluster, owner=args.owner, ttl=args.ttl, wait=args.wait) as lease:
+        proc = subprocess.Popen(command)
+        try:
+            print(f"camit: lease held on {', '.join(lease.held)} by {lease.owner}", file=sys.stderr, flush=True)
+            return proc.wait()
+        except KeyboardInterrupt:
+            proc.terminate()
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+            raise
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["lab"]:  # argparse would keep a leading option (--help) from the lab's own parser
+        return cmd_lab(argv[1:])
     try:
         args = parser.parse_args(argv)
         console.setup_logging(args.verbose)
@@ -217,6 +459,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_deploy(args)
         if args.command == "run":
             return cmd_run(args)
+        if args.command == "check":
+            return cmd_check(args)
+        if args.command == "collect":
+            return cmd_collect(args)
+        if args.command == "lab":
+            return cmd_lab(args.lab_args)
+        if args.command == "lease":
+            return cmd_lease(args)
         parser.print_help(sys.stderr)
         return EXIT_USAGE
     except FrameworkError as exc:

@@ -15,6 +15,15 @@ how stray test processes on the lab die. Then it deletes the veths, the
 namespaces, the bridge, the FORWARD rule it added (if any), the env file and
 the state directory.
 
+``up`` also points the machine-global ``kernel.core_pattern`` at
+``/var/crash/camit/core.%e.%p.%t.%s``: the kernel writes a core inside the
+crashing process's mount namespace, so each host's core lands in its own core
+dir (the controller's in the root namespace's ``/var/crash/camit``, which no
+host sees). The original value is recorded in ``lab.json`` (taken from another
+lab's record when the pattern already is the lab's), and ``down`` restores it
+only when no other lab that recorded one is still up — all under one lock,
+``/run/camit-lab/.core-pattern.lock``.
+
 State lives in ``/run/camit-lab/<name>`` (``$CAMIT_LAB_DIR`` replaces that
 whole path) with ``lab.json`` describing the lab; :meth:`Lab.load` reads it.
 ``up`` reuses a healthy lab of the same shape (rewriting the env file) and
@@ -53,10 +62,11 @@ from typing import Any
 
 from framework.errors import EXIT_USAGE, FrameworkError, LabError
 from framework.lab_plan import (
-    DEFAULT_NAME, DEFAULT_SUBNET, ENV_HEADER, HOST_COREDIR, HOST_WORKDIR, SSH_PORT, HostPlan, LabPlan,
-    build_commands, default_state_dir, env_document, in_host_argv, iptables_forward_rule, known_hosts_text,
-    nsenter_argv, plan_lab, public_key_of, render_env_yaml, small_workdir_size, sshd_argv, sshd_config_text,
-    teardown_commands, tmpfs_mount_argv,
+    CORE_PATTERN_FILE, DEFAULT_NAME, DEFAULT_SUBNET, ENV_HEADER, HOST_COREDIR, HOST_WORKDIR, LAB_CORE_PATTERN,
+    SSH_PORT, STATE_ROOT, HostPlan, LabPlan, build_commands, core_pattern_on_down, core_pattern_on_up,
+    default_state_dir, env_document, in_host_argv, iptables_forward_rule, known_hosts_text, nsenter_argv, plan_lab,
+    public_key_of, render_env_yaml, small_workdir_size, sshd_argv, sshd_config_text, teardown_commands,
+    tmpfs_mount_argv,
 )
 from framework.lab_sys import (
     CHILDREN, Say, atomic_write, check_overlap, cmdline, in_netns, kill_pids, lab_namespaces, lab_veths,
@@ -133,11 +143,14 @@ class LabHost:
 class Lab:
     """A lab that is up (or half up); obtain one with :meth:`load` or :meth:`up`."""
 
-    def __init__(self, plan: LabPlan, hosts: list[LabHost], *, created: str, iptables_rule: bool = False) -> None:
+    def __init__(self, plan: LabPlan, hosts: list[LabHost], *, created: str, iptables_rule: bool = False,
+                 core_pattern: dict[str, Any] | None = None) -> None:
         self.plan = plan
         self.hosts = hosts
         self.created = created
         self.iptables_rule = iptables_rule
+        #: ``{"saved": <original core_pattern or None>}`` once this lab set (or shares) the lab's pattern
+        self.core_pattern = core_pattern
 
     @property
     def name(self) -> str:
@@ -186,7 +199,9 @@ class Lab:
             by_name = {h["name"]: h for h in data["hosts"]}
             hosts = [LabHost(hp, by_name[hp.name].get("sshd_pid"), by_name[hp.name].get("small_workdir"))
                      for hp in plan.hosts]
-            return cls(plan, hosts, created=data.get("created", ""), iptables_rule=bool(data.get("iptables_rule")))
+            core = data.get("core_pattern")
+            return cls(plan, hosts, created=data.get("created", ""), iptables_rule=bool(data.get("iptables_rule")),
+                       core_pattern=dict(core) if isinstance(core, dict) else None)
         except (KeyError, TypeError) as exc:
             raise LabError(f"{path} is not a lab state file (missing {exc})") from None
 
@@ -196,7 +211,7 @@ class Lab:
             "name": p.name, "subnet": str(p.subnet), "bridge": p.bridge, "bridge_ip": p.bridge_ip,
             "state_dir": str(p.state_dir), "env_file": str(p.env_file), "python": p.python,
             "key_file": str(p.client_key), "known_hosts": str(p.known_hosts), "created": self.created,
-            "iptables_rule": self.iptables_rule,
+            "iptables_rule": self.iptables_rule, "core_pattern": self.core_pattern,
             "hosts": [{"name": h.name, "ns": h.ns, "ip": h.ip, "mac": h.mac, "veth": h.veth, "sshd_pid": h.sshd_pid,
                        "small_workdir": h.small_workdir, "dir": str(h.dir)} for h in self.hosts],
         }
@@ -243,6 +258,8 @@ class Lab:
                     raise
                 took = time.monotonic() - t0
                 say(f"lab {name!r} is up: {n_hosts} hosts on {plan.bridge} {plan.subnet} in {took:.1f}s")
+            lab._claim_core_pattern(say)
+            lab.save()
         prepare_torch(plan.python, torch, say)
         return lab
 
@@ -259,7 +276,8 @@ class Lab:
                 problems.append(f"it has {len(old.hosts)} hosts on {old.plan.subnet}, "
                                 f"asked for {len(plan.hosts)} on {plan.subnet}")
             if not problems:
-                lab = cls(plan, old.hosts, created=old.created, iptables_rule=old.iptables_rule)
+                lab = cls(plan, old.hosts, created=old.created, iptables_rule=old.iptables_rule,
+                          core_pattern=old.core_pattern)
                 lab._open_forwarding(say)  # the firewall may have changed since
                 lab.save()
                 lab._write_env()
@@ -354,6 +372,70 @@ class Lab:
         atomic_write(self.known_hosts, known_hosts_text((h.ip, keys[h.name]) for h in self.hosts))
         atomic_write(self.env_file, render_env_yaml(env_document(self.plan, keys, macs, platform.machine())))
 
+    # ---- kernel.core_pattern (machine-global, shared by every lab that is up)
+    def _other_core_pattern_records(self) -> list[dict[str, Any]]:
+        """The ``core_pattern`` records of the other labs that are up (their lab.json files)."""
+        mine = self.plan.state_file.resolve()
+        files = set(STATE_ROOT.glob("*/lab.json")) | set(self.state_dir.parent.glob("*/lab.json"))
+        out = []
+        for f in sorted(files):
+            if f.resolve() == mine:
+                continue
+            with contextlib.suppress(OSError, ValueError):
+                record = json.loads(f.read_text()).get("core_pattern")
+                if isinstance(record, dict):
+                    out.append(record)
+        return out
+
+    def _claim_core_pattern(self, say: Say) -> None:
+        """Point kernel.core_pattern at each host's own core dir, remembering the original.
+
+        The original is recorded only when the pattern is not the lab's yet (else it
+        comes from another lab's record); a machine that refuses the write keeps its
+        pattern (camit's core watch reads any pattern), with a warning.
+        """
+        with locked(STATE_ROOT / "core-pattern"):
+            try:
+                current = CORE_PATTERN_FILE.read_text().strip()
+            except OSError as exc:
+                say(f"warning: cannot read {CORE_PATTERN_FILE}: {exc}; core_pattern left alone")
+                return
+            recorded = [(self.core_pattern or {}).get("saved")]
+            recorded += [r.get("saved") for r in self._other_core_pattern_records()]
+            original, write = core_pattern_on_up(current, recorded)
+            if write:
+                try:
+                    CORE_PATTERN_FILE.write_text(LAB_CORE_PATTERN)
+                except OSError as exc:
+                    say(f"warning: cannot set kernel.core_pattern ({exc}); it stays {current!r}")
+                    return
+                say(f"kernel.core_pattern = {LAB_CORE_PATTERN} (was {current!r}; restored when the last lab is down)")
+            elif original is None:
+                log.warning("kernel.core_pattern is already the lab's and no lab knows the original: "
+                            "it will not be restored")
+            self.core_pattern = {"saved": original}
+
+    def _release_core_pattern(self, say: Say) -> None:
+        """Restore the original core_pattern if this is the last lab that set it."""
+        if self.core_pattern is None:
+            return
+        with locked(STATE_ROOT / "core-pattern"):
+            try:
+                current = CORE_PATTERN_FILE.read_text().strip()
+            except OSError:
+                return
+            others = self._other_core_pattern_records()
+            value = core_pattern_on_down(current, self.core_pattern.get("saved"), len(others))
+            if value is not None:
+                try:
+                    CORE_PATTERN_FILE.write_text(value)
+                    say(f"kernel.core_pattern restored to {value!r}")
+                except OSError as exc:
+                    say(f"warning: cannot restore kernel.core_pattern to {value!r}: {exc}")
+            elif others:
+                log.info("kernel.core_pattern stays %r: %d other lab(s) still up", current, len(others))
+            self.core_pattern = None
+
     # ---- health
     def problems(self) -> list[str]:
         """Why the lab is not usable right now (empty when healthy)."""
@@ -403,6 +485,7 @@ class Lab:
             while run(["iptables", "-C", *rule], check=False).returncode == 0:
                 run(["iptables", "-D", *rule])
             say("removed the iptables FORWARD rule for " + p.bridge)
+        self._release_core_pattern(say)
         with contextlib.suppress(OSError):  # only an env file we generated for this very lab
             text = p.env_file.read_text()
             if text.startswith(ENV_HEADER) and f"key_file: {p.client_key}\n" in text:

@@ -1,0 +1,536 @@
+"""Pure parsers for what Ascend hosts print: ``npu-smi``, ``hccn_tool``, version records, ``core_pattern``.
+
+Nothing here does I/O; every function takes the text a command printed (or a file's content) and
+returns typed values, so each is tested against real captures (``tests/data/ascend/``). Tables are
+read by structure, never by column offsets: ``npu-smi info`` rows are split on ``|`` and then on
+whitespace, columns located by header text, because NPU numbers >= 10 shift the alignment and
+npu-smi 26.x widens the third column. Lines a parser does not recognise (a capture's ``# source:``
+line, doc ellipses ``...``) are ignored.
+
+A2 and A3 are told apart by structure, not by name (``reference/ascend-hosts.md`` §1): a ``Phy-ID``
+header column, or two chips on one NPU, means A3 (910C SuperPoD node, 16 dies); otherwise A2
+(910B, one chip per NPU). The SoC names the env file uses are :data:`SOC_OF_PLATFORM`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+A2 = "A2"
+A3 = "A3"
+#: ``npu.soc`` of the env file for each detected platform
+SOC_OF_PLATFORM = {A2: "ascend910b", A3: "ascend910_93"}
+#: the Health column: OK is the only ready value (Warning/Alarm/Critical/UNKNOWN are not)
+HEALTH_OK = "OK"
+
+_BUS_ID = re.compile(r"^[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]$")
+_NPU_SMI_VERSION = re.compile(r"npu-smi\s+(\S+)\s+Version:\s*(\S+)")
+_IDLE = re.compile(r"No running processes found in NPU\s+(\d+)")
+# column headers of the third cell, used when an excerpt starts below the header
+_DEFAULT_NPU_COLS = ("Power(W)", "Temp(C)", "Hugepages-Usage(page)")
+_DEFAULT_CHIP_COLS = ("AICore(%)", "Memory-Usage(MB)", "HBM-Usage(MB)")
+
+
+# --------------------------------------------------------------------------- npu-smi info
+
+
+@dataclass(frozen=True)
+class NpuChip:
+    """One chip (die) row pair of ``npu-smi info``; an A2 NPU has one, an A3 NPU two."""
+
+    npu: int
+    chip: int
+    name: str
+    health: str
+    bus_id: str
+    phy_id: int | None = None
+    hbm_used_mb: int | None = None
+    hbm_total_mb: int | None = None
+    aicore_pct: float | None = None
+
+    @property
+    def healthy(self) -> bool:
+        return self.health == HEALTH_OK
+
+
+@dataclass(frozen=True)
+class NpuProcess:
+    """One row of the process table: a PID holding memory on (NPU, chip)."""
+
+    npu: int
+    chip: int
+    pid: int
+    name: str
+    memory_mb: int | None
+    container_pid: str | None = None
+
+
+@dataclass(frozen=True)
+class NpuSmiInfo:
+    """``npu-smi info`` parsed: chips in output order, the process table and the idle markers."""
+
+    version: str | None
+    chips: tuple[NpuChip, ...]
+    processes: tuple[NpuProcess, ...]
+    idle_npus: frozenset[int]
+    has_process_table: bool
+    phy_id_column: bool
+
+    @property
+    def npus(self) -> list[int]:
+        """Distinct NPU ids in output order."""
+        return list(dict.fromkeys(c.npu for c in self.chips))
+
+    @property
+    def platform(self) -> str:
+        """``A3`` when the layout has a Phy-ID column or an NPU with two chips, else ``A2``."""
+        if self.phy_id_column or any(c.phy_id is not None for c in self.chips):
+            return A3
+        per_npu: dict[int, int] = {}
+        for c in self.chips:
+            per_npu[c.npu] = per_npu.get(c.npu, 0) + 1
+        return A3 if any(n >= 2 for n in per_npu.values()) else A2
+
+    @property
+    def names(self) -> list[str]:
+        return list(dict.fromkeys(c.name for c in self.chips))
+
+    @property
+    def unhealthy(self) -> list[NpuChip]:
+        return [c for c in self.chips if not c.healthy]
+
+    @property
+    def busy_npus(self) -> list[int]:
+        return list(dict.fromkeys(p.npu for p in self.processes))
+
+    def logical_id(self, chip: NpuChip) -> int:
+        """The id torch and ``ASCEND_RT_VISIBLE_DEVICES`` use, from structure alone.
+
+        A3: the Phy-ID; A2: the position of the chip among the chips. ``npu-smi info -m``
+        (:func:`parse_npu_smi_mapping`) is authoritative when available.
+        """
+        if chip.phy_id is not None:
+            return chip.phy_id
+        return self.chips.index(chip)
+
+
+def table_cells(line: str) -> list[str] | None:
+    """The stripped cells of a ``| a | b |`` row, or None for borders and other lines."""
+    s = line.strip()
+    if not (s.startswith("|") and s.endswith("|")) or len(s) < 2:
+        return None
+    return [c.strip() for c in s[1:-1].split("|")]
+
+
+def _metrics(cell: str, header: Iterable[str]) -> dict[str, str]:
+    """Tokens of a metrics cell keyed by header text; ``a / b`` usage pairs become one token."""
+    tokens = re.sub(r"\s*/\s*", "/", cell).split()
+    cols = list(header)
+    return dict(zip(cols, tokens)) if len(tokens) == len(cols) else {}
+
+
+def _col(metrics: dict[str, str], prefix: str) -> str | None:
+    return next((v for k, v in metrics.items() if k.startswith(prefix)), None)
+
+
+def _usage(value: str | None) -> tuple[int | None, int | None]:
+    if not value or "/" not in value:
+        return None, None
+    used, _, total = value.partition("/")
+    return _int(used), _int(total)
+
+
+def _int(text: str | None) -> int | None:
+    try:
+        return int(text) if text is not None else None
+    except ValueError:
+        return None
+
+
+def _float(text: str | None) -> float | None:
+    try:
+        return float(text) if text is not None else None
+    except ValueError:
+        return None
+
+
+def parse_npu_smi_info(text: str) -> NpuSmiInfo:
+    """Parse plain ``npu-smi info`` (A2, A3, 16-NPU hosts, the 26.x wide layout, excerpts).
+
+    Every chip is a pair of rows (``NPU Name | Health | ...`` then ``Chip [Phy-ID] | Bus-Id | ...``);
+    the process table follows with one row per (NPU, chip, PID) or one idle marker per NPU.
+    """
+    version = None
+    chips: list[NpuChip] = []
+    procs: list[NpuProcess] = []
+    idle: set[int] = set()
+    npu_cols: tuple[str, ...] = _DEFAULT_NPU_COLS
+    chip_cols: tuple[str, ...] = _DEFAULT_CHIP_COLS
+    proc_cols: list[str] | None = None
+    phy_col = False
+    pending: tuple[int, str, str] | None = None
+    for line in text.splitlines():
+        if version is None and (m := _NPU_SMI_VERSION.search(line)):
+            version = m.group(2)
+            continue
+        if m := _IDLE.search(line):
+            idle.add(int(m.group(1)))
+            continue
+        cells = table_cells(line)
+        if not cells or not cells[0]:
+            continue
+        first = cells[0].split()
+        if "Process id" in cells:
+            proc_cols = cells
+            continue
+        if first[0] == "NPU" and len(cells) >= 3:
+            npu_cols = tuple(cells[2].split())
+            continue
+        if first[0] == "Chip" and len(cells) >= 3:
+            phy_col = "Phy-ID" in cells[0]
+            chip_cols = tuple(cells[2].split())
+            continue
+        if not first[0].isdigit():
+            continue
+        if proc_cols is not None:
+            procs.extend(_process_row(cells, proc_cols))
+            continue
+        if len(cells) < 3:
+            continue
+        if _BUS_ID.match(cells[1]):
+            if pending is None:
+                continue
+            npu, name, health = pending
+            pending = None
+            m2 = _metrics(cells[2], chip_cols)
+            used, total = _usage(_col(m2, "HBM-Usage"))
+            chips.append(NpuChip(
+                npu=npu, chip=int(first[0]), name=name, health=health, bus_id=cells[1],
+                phy_id=int(first[1]) if len(first) > 1 and first[1].isdigit() else None,
+                hbm_used_mb=used, hbm_total_mb=total, aicore_pct=_float(_col(m2, "AICore")),
+            ))
+        elif cells[1]:
+            pending = (int(first[0]), " ".join(first[1:]), cells[1])
+    return NpuSmiInfo(version, tuple(chips), tuple(procs), frozenset(idle), proc_cols is not None, phy_col)
+
+
+def _process_row(cells: list[str], header: list[str]) -> list[NpuProcess]:
+    if len(cells) != len(header):
+        return []
+    row = dict(zip(header, cells))
+    where = row.get(header[0], "").split()
+    pid = _int(row.get("Process id"))
+    if len(where) < 2 or pid is None:
+        return []
+    mem = next((v for k, v in row.items() if k.startswith("Process memory")), None)
+    container = row.get("Process id in container")
+    return [NpuProcess(npu=int(where[0]), chip=int(where[1]), pid=pid, name=row.get("Process name", ""),
+                       memory_mb=_int(mem), container_pid=container)]
+
+
+# --------------------------------------------------------------------------- key : value blocks
+
+
+def parse_kv_blocks(text: str, sep: str = ":") -> list[dict[str, str]]:
+    """``Key   : value`` lines grouped into blocks (a blank line or a repeated key starts a new one).
+
+    Used for ``npu-smi info -l``, ``-t health``, ``-t usages`` and ``hccn_tool -optical``.
+    """
+    blocks: list[dict[str, str]] = []
+    cur: dict[str, str] = {}
+    for line in text.splitlines():
+        if line.startswith("#"):
+            continue
+        if not line.strip():
+            if cur:
+                blocks.append(cur)
+                cur = {}
+            continue
+        key, found, value = line.partition(sep)
+        if not found or not key.strip():
+            continue
+        key = key.strip()
+        if key in cur:
+            blocks.append(cur)
+            cur = {}
+        cur[key] = value.strip()
+    if cur:
+        blocks.append(cur)
+    return blocks
+
+
+@dataclass(frozen=True)
+class NpuList:
+    """``npu-smi info -l``: ``Total Count`` and the chip count of each NPU (1 on A2, 2 on A3)."""
+
+    total: int | None
+    chips: dict[int, int]
+
+    @property
+    def platform(self) -> str:
+        return A3 if any(n >= 2 for n in self.chips.values()) else A2
+
+
+def parse_npu_smi_list(text: str) -> NpuList:
+    total = None
+    chips: dict[int, int] = {}
+    for block in parse_kv_blocks(text):
+        if "Total Count" in block:
+            total = _int(block["Total Count"])
+        npu = _int(block.get("NPU ID"))
+        count = _int(block.get("Chip Count"))
+        if npu is not None and count is not None:
+            chips[npu] = count
+    return NpuList(total, chips)
+
+
+@dataclass(frozen=True)
+class ChipMapping:
+    """One row of ``npu-smi info -m``; ``logic_id`` is None for the MCU (``-``)."""
+
+    npu: int
+    chip: int
+    logic_id: int | None
+    name: str
+
+
+def parse_npu_smi_mapping(text: str) -> list[ChipMapping]:
+    """``npu-smi info -m``: NPU ID, Chip ID, Chip Logic ID (the id torch uses), Chip Name."""
+    out = []
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) >= 4 and parts[0].isdigit() and parts[1].isdigit():
+            logic = int(parts[2]) if parts[2].isdigit() else None
+            out.append(ChipMapping(int(parts[0]), int(parts[1]), logic, " ".join(parts[3:])))
+    return out
+
+
+def parse_health(text: str) -> list[str]:
+    """Every health value in ``npu-smi info -t health`` output, chip (``Health Status``) or card (``Health``)."""
+    values = []
+    for block in parse_kv_blocks(text):
+        for key in ("Health Status", "Health"):
+            if key in block:
+                values.append(block[key])
+    return values
+
+
+# --------------------------------------------------------------------------- hccn_tool
+
+
+def parse_link(text: str) -> str | None:
+    """``link status: UP`` → ``"UP"`` (None when absent)."""
+    m = re.search(r"link status:\s*(\S+)", text)
+    return m.group(1).upper() if m else None
+
+
+def parse_net_health(text: str) -> list[str]:
+    """``net health status: Success`` lines → their values (one per device in a loop's output)."""
+    return re.findall(r"net health status:\s*(.+?)\s*$", text, re.MULTILINE)
+
+
+@dataclass(frozen=True)
+class DeviceIp:
+    ip: str | None
+    netmask: str | None
+
+    @property
+    def configured(self) -> bool:
+        return bool(self.ip)
+
+
+def parse_ip(text: str) -> list[DeviceIp]:
+    """``hccn_tool -ip -g``: one entry per ``ipaddr:``, or an unconfigured entry per ``Get ipconf failed``."""
+    out: list[DeviceIp] = []
+    for line in text.splitlines():
+        s = line.strip()
+        if s.startswith("ipaddr:"):
+            out.append(DeviceIp(s.split(":", 1)[1].strip() or None, None))
+        elif s.startswith("netmask:") and out and out[-1].netmask is None:
+            out[-1] = DeviceIp(out[-1].ip, s.split(":", 1)[1].strip() or None)
+        elif "no ip was preset" in s or s.startswith("Get ipconf failed"):
+            out.append(DeviceIp(None, None))
+    return out
+
+
+@dataclass(frozen=True)
+class TlsState:
+    dev: int
+    switch: int
+    preconfigured: int | None = None
+
+
+def parse_tls(text: str) -> list[TlsState]:
+    """``dev_id:N, tls switch[S](...), tls preconfigured[P](...)`` lines (``-tls -g | grep switch``)."""
+    out = []
+    for m in re.finditer(r"dev_id:\s*(\d+),\s*tls switch\[(\d+)\](?:.*?tls preconfigured\[(\d+)\])?", text):
+        out.append(TlsState(int(m.group(1)), int(m.group(2)), _int(m.group(3))))
+    return out
+
+
+@dataclass(frozen=True)
+class PingResult:
+    """One ``hccn_tool -ping`` run: ``device`` and ``address`` come from its ``device N PING ip`` line."""
+
+    device: int | None
+    address: str | None
+    transmitted: int
+    received: int
+    loss_pct: float
+    times_ms: tuple[float, ...] = ()
+    timeouts: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return self.transmitted > 0 and self.received == self.transmitted
+
+
+def parse_ping(text: str) -> list[PingResult]:
+    """Ping blocks, each ending in ``N packets transmitted, M received, X% packet loss``.
+
+    Tolerates the captured quirks: ``time-0.049000ms`` (dash for equals) and ``seq=O`` (letter O).
+    """
+    out: list[PingResult] = []
+    device = address = None
+    times: list[float] = []
+    timeouts = 0
+    for line in text.splitlines():
+        if m := re.match(r"\s*device\s+(\d+)\s+PING\s+(\S+)", line):
+            device, address, times, timeouts = int(m.group(1)), m.group(2), [], 0
+        elif m := re.search(r"recv seq=\w+,\s*time[=-]\s*([0-9.]+)\s*ms", line):
+            times.append(float(m.group(1)))
+        elif "recv time out" in line:
+            timeouts += 1
+        elif m := re.search(r"(\d+) packets transmitted,\s*(\d+) received,\s*([0-9.]+)% packet loss", line):
+            out.append(PingResult(device, address, int(m.group(1)), int(m.group(2)), float(m.group(3)),
+                                  tuple(times), timeouts))
+            device = address = None
+            times, timeouts = [], 0
+    return out
+
+
+# --------------------------------------------------------------------------- version records
+
+
+def parse_key_values(text: str) -> dict[str, str]:
+    """``key=value`` lines (toolkit ``*_install.info``, driver/firmware ``version.info``, ``/etc/ascend_install.info``).
+
+    Comments and lines without ``=`` are skipped; the first occurrence of a key wins.
+    """
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        s = line.strip()
+        if not s or s.startswith("#") or "=" not in s:
+            continue
+        key, _, value = s.partition("=")
+        out.setdefault(key.strip(), value.strip())
+    return out
+
+
+@dataclass(frozen=True)
+class CannInstall:
+    """A toolkit install record; ``layout`` is ``cann`` (>= 8.5: ``cann-<ver>``) or ``ascend-toolkit``."""
+
+    version: str
+    innerversion: str | None
+    arch: str | None
+    path: str | None
+    layout: str | None
+
+
+def cann_layout(path: str | None) -> str | None:
+    """``cann`` for ``…/cann[-<ver>]/…``, ``ascend-toolkit`` for ``…/ascend-toolkit/…``."""
+    if not path:
+        return None
+    parts = path.split("/")
+    if any(p == "cann" or p.startswith("cann-") for p in parts):
+        return "cann"
+    if "ascend-toolkit" in parts:
+        return "ascend-toolkit"
+    return None
+
+
+def parse_toolkit_install_info(text: str) -> CannInstall | None:
+    """``ascend_toolkit_install.info`` → CannInstall (None without a ``version=`` key)."""
+    kv = parse_key_values(text)
+    if not kv.get("version"):
+        return None
+    return CannInstall(kv["version"], kv.get("innerversion"), kv.get("arch"), kv.get("path"), cann_layout(kv.get("path")))
+
+
+def parse_version_cfg(text: str) -> dict[str, dict[str, tuple[str, str]]]:
+    """Old ``version.cfg``: component → {running|upgrade|installed: (inner version, CANN version)}."""
+    out: dict[str, dict[str, tuple[str, str]]] = {}
+    for key, value in parse_key_values(text).items():
+        m = re.fullmatch(r"(\w+?)_(running|upgrade|installed)_version", key)
+        v = re.fullmatch(r"\[([^:\]]*):([^\]]*)\]", value)
+        if m and v:
+            out.setdefault(m.group(1), {})[m.group(2)] = (v.group(1), v.group(2))
+    return out
+
+
+def cann_version_from_cfg(cfg: dict[str, dict[str, tuple[str, str]]]) -> str | None:
+    """The running CANN version of the toolkit (else of any component) in a parsed ``version.cfg``."""
+    for comp in ("toolkit", *cfg):
+        running = cfg.get(comp, {}).get("running")
+        if running and running[1]:
+            return running[1]
+    return None
+
+
+def driver_version(text: str) -> str | None:
+    """``Version=`` of a driver or firmware ``version.info`` (newer drivers: ``package_version=`` as fallback)."""
+    kv = parse_key_values(text)
+    return kv.get("Version") or kv.get("package_version")
+
+
+# --------------------------------------------------------------------------- misc
+
+
+@dataclass(frozen=True)
+class CorePattern:
+    """``kernel.core_pattern`` classified: ``pipe`` (handler), ``file`` (absolute dir) or ``relative``."""
+
+    raw: str
+    kind: str
+    handler: str | None = None
+    directory: str | None = None
+
+
+def parse_core_pattern(text: str) -> CorePattern:
+    """Classify the pattern; for ``file`` the directory is the part before any ``%`` specifier."""
+    raw = next((ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith("# source:")), "")
+    if raw.startswith("|"):
+        return CorePattern(raw, "pipe", handler=raw[1:].split()[0] if raw[1:].split() else "")
+    if raw.startswith("/"):
+        head = raw.split("%", 1)[0]
+        directory = head.rsplit("/", 1)[0] or "/"
+        return CorePattern(raw, "file", directory=directory)
+    return CorePattern(raw, "relative")
+
+
+def parse_lspci_npus(text: str) -> dict[str, int]:
+    """Count Huawei accelerator functions by device id: ``{"d802": 8}`` (A2), ``d803`` treated as A3."""
+    out: dict[str, int] = {}
+    for m in re.finditer(r"Device\s+(d80[0-9a-f])\b", text):
+        out[m.group(1)] = out.get(m.group(1), 0) + 1
+    return out
+
+
+@dataclass(frozen=True)
+class DiskFree:
+    filesystem: str
+    total_kb: int
+    available_kb: int
+    mount: str
+
+
+def parse_df(text: str) -> DiskFree | None:
+    """The last data line of ``df -Pk PATH``."""
+    for line in reversed(text.strip().splitlines()):
+        parts = line.split()
+        if len(parts) >= 6 and parts[1].isdigit() and parts[3].isdigit():
+            return DiskFree(parts[0], int(parts[1]), int(parts[3]), " ".join(parts[5:]))
+    return None

@@ -1,0 +1,314 @@
+"""Host logs after a failure: kernel messages since the test began, recent Ascend logs, failure signatures.
+
+Pure: :func:`scan_signatures` finds the Ascend/HCCL/torch_npu failure
+signatures (reference ascend-hosts.md §9) in a log text; :func:`dmesg_since`
+keeps the kernel lines stamped after the snapshot; :func:`logs_script` is the
+one shell script per host that prints the tail of ``dmesg`` and packs the
+Ascend logs (``{debug,run}/plog`` and ``device-N``) changed since the snapshot,
+newest first, up to a byte budget.
+
+Executor: :func:`collect_logs` runs it on every host in parallel, writes
+``<report>/<host>/dmesg.txt`` and ``<report>/<host>/ascend/…``, scans those and
+the launch's rank logs already in ``<report>/<host>/``, and writes each host's
+``signatures.txt`` plus a cluster summary ``<report>/signatures.txt``.
+``dmesg`` may be unreadable (``dmesg_restrict``, containers): that is recorded
+in ``dmesg.txt``, never raised. The lab's hosts share one kernel, so each of
+them shows the same kernel lines.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import secrets
+import tarfile
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from framework import commands
+from framework.errors import FrameworkError
+from framework.hosts import Cluster, Host
+from framework.rundir import write_atomic
+
+log = logging.getLogger("camit.hostlogs")
+
+DMESG_BYTES = 2 * 1024 * 1024
+ASCEND_BYTES = 32 * 1024 * 1024
+SCAN_BYTES = 16 * 1024 * 1024
+DEFAULT_ASCEND_DIRS = ("$HOME/ascend/log",)
+
+
+# -- signatures ------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Signature:
+    """One failure signature found in a text: its first line, how often, and what it usually means."""
+
+    code: str
+    meaning: str
+    line: str
+    lineno: int
+    count: int = 1
+    detail: str = ""
+    primary: bool = True  # False: a wrapper (torch_npu RuntimeError) around a primary cause
+    source: str = ""
+
+    def describe(self) -> str:
+        where = f"{self.source}:{self.lineno}" if self.source else f"line {self.lineno}"
+        times = f" (x{self.count})" if self.count > 1 else ""
+        detail = f" [{self.detail}]" if self.detail else ""
+        return f"{self.code}{times}: {self.meaning}{detail}\n    {where}: {self.line}"
+
+
+@dataclass(frozen=True)
+class _Rule:
+    code: str
+    regex: re.Pattern[str]
+    meaning: str
+    detail: Callable[[str], str] | None = None  # applied to the whole text
+    primary: bool = True
+
+
+def _all(pattern: str, fmt: Callable[[list[str]], str]) -> Callable[[str], str]:
+    rx = re.compile(pattern)
+
+    def detail(text: str) -> str:
+        found = list(dict.fromkeys(rx.findall(text)))
+        return fmt(found) if found else ""
+
+    return detail
+
+
+def _first(pattern: str, fmt: Callable[[re.Match[str]], str]) -> Callable[[str], str]:
+    rx = re.compile(pattern)
+
+    def detail(text: str) -> str:
+        m = rx.search(text)
+        return fmt(m) if m else ""
+
+    return detail
+
+
+_RULES: tuple[_Rule, ...] = (
+    _Rule("EI0006", re.compile(r"\bEI0006\b"),
+          "HCCL socket timeout: a peer did not connect within HCCL_CONNECT_TIMEOUT (peer died or started "
+          "late, TLS mismatch, wrong NIC, busy port)",
+          _all(r"dst_rank\[(\d+)\]", lambda r: "peer ranks " + ", ".join(r))),
+    _Rule("EI0002", re.compile(r"\bEI0002\b"),
+          "HCCL notify wait timeout: a peer never reached the collective (crashed, slow, diverged, packet "
+          "loss); fires after HCCL_EXEC_TIMEOUT",
+          _all(r"remote rank:\s*\[(\d+)\]", lambda r: "remote rank " + ", ".join(r))),
+    _Rule("EI9999", re.compile(r"\bEI9999\b"), "HCCL task timeout (fftsplus task, 30 min by default)"),
+    _Rule("EI0011", re.compile(r"\bEI0011\b"), "device memory insufficient (at QP allocation)"),
+    _Rule("EI0019", re.compile(r"\bEI0019\b"), "HCCL port bind failure"),
+    _Rule("HCCL_BUFFSIZE", re.compile(r"HCCL_BUFFSIZE is too SMALL"),
+          "HCCL_BUFFSIZE is too small for the message size"),
+    _Rule("HCCL-WATCHDOG", re.compile(r"HCCL watchdog thread terminated with exception"),
+          "HCCL watchdog abort: std::terminate -> SIGABRT (torchrun exitcode -6), a core is written"),
+    _Rule("ACL-507014", re.compile(r"\b507014\b"), "ACL 507014: AI Core execution timeout"),
+    _Rule("ACL-507048", re.compile(r"\b507048\b"),
+          "ACL 507048: internal task timeout (AclrtSynchronizeDeviceWithTimeout); also linked to a bad card"),
+    _Rule("ACL-507901", re.compile(r"\b507901\b"), "ACL 507901: HDC disconnected (device or driver lost)"),
+    _Rule("HCCL-LINK-TIMEOUT", re.compile(r"wait socket establish timeout"),
+          "HCCL link establishment timed out (host-side detail of EI0006)",
+          _first(r"role\[(\d+)\] rank\[(\d+)\] timeout\[(\d+)\]",
+                 lambda m: f"rank {m[2]}, role {m[1]}, timeout {m[3]} s")),
+    _Rule("HCCL-LINK-ERROR-INFO", re.compile(r"LINK_ERROR_INFO"),
+          "HCCL printed its LINK_ERROR_INFO table (dest/src ip and port, role, TLS status)"),
+    _Rule("HCCL-LISTEN-FAIL", re.compile(r"listen on ip\[[^\]]*\] and specific port\[\d+\] fail"),
+          "HCCL could not listen on its port (used by another process?)",
+          _first(r"listen on ip\[([^\]]*)\] and specific port\[(\d+)\]", lambda m: f"ip {m[1]}, port {m[2]}")),
+    _Rule("OPS-ERROR", re.compile(r"OPS function error: \w+, error code is \d+"),
+          "torch_npu: an HCCL operator call failed",
+          _first(r"OPS function error: (\w+), error code is (\d+)", lambda m: f"{m[1]}, error code {m[2]}"),
+          primary=False),
+    _Rule("NPU-ERROR", re.compile(r"NPU function error: [\w:]+"), "torch_npu: an ACL runtime call failed",
+          _first(r"NPU function error: ([\w:]+).*?error code is (\d+)", lambda m: f"{m[1]}, error code {m[2]}"),
+          primary=False),
+    _Rule("ERR01100", re.compile(r"\bERR01100\b"), "torch_npu: OPS call acl api failed", primary=False),
+    _Rule("ERR00100", re.compile(r"\bERR00100\b"), "torch_npu: PTA call acl api failed", primary=False),
+    _Rule("ERR02005", re.compile(r"\bERR02005\b"), "torch_npu: DIST internal error", primary=False),
+    _Rule("TERMINATE", re.compile(r"terminate called after throwing an instance of"),
+          "C++ std::terminate: the process aborts (SIGABRT)", primary=False),
+)
+
+
+def scan_signatures(text: str, source: str = "") -> list[Signature]:
+    """The failure signatures in ``text``, one per kind, in order of first appearance.
+
+    >>> [s.code for s in scan_signatures("EI0002: ... remote rank: [24]")]
+    ['EI0002']
+    """
+    first: dict[str, tuple[int, str]] = {}
+    counts: dict[str, int] = {}
+    for lineno, line in enumerate(text.splitlines(), 1):
+        for rule in _RULES:
+            if rule.regex.search(line):
+                counts[rule.code] = counts.get(rule.code, 0) + 1
+                first.setdefault(rule.code, (lineno, line.strip()[:300]))
+    out = []
+    for rule in _RULES:
+        if rule.code in first:
+            lineno, line = first[rule.code]
+            out.append(Signature(rule.code, rule.meaning, line, lineno, counts[rule.code],
+                                 rule.detail(text) if rule.detail else "", rule.primary, source))
+    return sorted(out, key=lambda s: (s.lineno, not s.primary))
+
+
+def summarize(found: Mapping[str, Sequence[Signature]]) -> str:
+    """A readable summary: per host, primary causes first, then the wrappers."""
+    lines = []
+    for host, sigs in found.items():
+        if not sigs:
+            continue
+        lines.append(f"{host}:")
+        for s in sorted(sigs, key=lambda s: (not s.primary, s.source, s.lineno)):
+            mark = "!!" if s.primary else "  "
+            lines.append(f"  {mark} " + s.describe().replace("\n", "\n     "))
+    return "\n".join(lines) + ("\n" if lines else "")
+
+
+# -- dmesg -----------------------------------------------------------------------------------------------
+_DMESG_STAMP = re.compile(r"^\[\s*(\d+\.\d+)\]")
+
+
+def dmesg_since(text: str, uptime: float | None) -> list[str]:
+    """Kernel lines stamped at or after ``uptime`` (seconds since boot); unstamped lines follow their stamped one."""
+    out: list[str] = []
+    keep = uptime is None
+    for line in text.splitlines():
+        m = _DMESG_STAMP.match(line)
+        if m:
+            keep = uptime is None or float(m.group(1)) >= uptime
+        if keep:
+            out.append(line)
+    return out
+
+
+# -- the per-host script -----------------------------------------------------------------------------------
+def _shell_dir(path: str) -> str:
+    """A directory as a shell word: ``$HOME/x`` keeps ``$HOME`` expandable, the rest is quoted."""
+    if path.startswith("$HOME/"):
+        return '"$HOME"/' + commands.quote(path[len("$HOME/"):])
+    return commands.quote(path)
+
+
+def logs_script(since: float, tmp: str, ascend_dirs: Sequence[str], *, dmesg_bytes: int = DMESG_BYTES,
+                ascend_bytes: int = ASCEND_BYTES) -> str:
+    """Script: ``@@dmesg`` + the tail of dmesg (``@@dmesg-failed`` on error), then ``@@ascend <tgz>`` if any.
+
+    Ascend files under ``<dir>/{debug,run}`` changed since ``since`` (epoch) are
+    packed newest first until ``ascend_bytes``.
+    """
+    q = commands.quote
+    dirs = " ".join(f"{_shell_dir(d)}/debug {_shell_dir(d)}/run" for d in ascend_dirs)
+    lines = [
+        "LC_ALL=C; export LC_ALL",
+        "printf '@@dmesg\\n'",
+        f"{{ dmesg 2>&1 || printf '\\n@@dmesg-failed\\n'; }} | tail -c {int(dmesg_bytes)}",
+        "printf '\\n@@end-dmesg\\n'",
+    ]
+    if dirs:
+        lines += [
+            f"T={q(tmp)}",
+            f"find {dirs} -type f -newermt @{int(since)} -printf '%T@ %s %p\\n' 2>/dev/null | sort -rn "
+            f"| awk -v cap={int(ascend_bytes)} '{{ s += $2; if (s > cap) exit; sub(/^[^ ]+ [^ ]+ /, \"\"); print }}' "
+            "> \"$T.list\"",
+            "if [ -s \"$T.list\" ] && tar czf \"$T.tgz\" -T \"$T.list\" 2>/dev/null; then "
+            "printf '@@ascend %s %s\\n' \"$T.tgz\" \"$(wc -l < \"$T.list\")\"; fi",
+            "rm -f \"$T.list\"",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def parse_logs_output(text: str) -> tuple[str, bool, str | None]:
+    """(dmesg text, dmesg failed?, remote tgz path or None) from :func:`logs_script` output."""
+    dmesg, _, rest = text.partition("@@end-dmesg")
+    dmesg = dmesg.split("@@dmesg\n", 1)[-1]
+    failed = "@@dmesg-failed" in dmesg
+    dmesg = dmesg.replace("@@dmesg-failed", "").strip("\n")
+    m = re.search(r"^@@ascend (\S+)", rest, re.M)
+    return dmesg, failed, (m.group(1) if m else None)
+
+
+# -- executor ----------------------------------------------------------------------------------------------
+def collect_logs(cluster: Cluster, report: Path, baseline: Any, *,
+                 workdir_of: Callable[[Host], str] | None = None,
+                 ascend_dirs: Sequence[str] | None = None) -> tuple[dict[str, list[Path]], str]:
+    """Collect dmesg and Ascend logs since ``baseline`` from every host; scan for signatures.
+
+    ``baseline`` is a ``coredump.Baseline`` (its per-host ``now``/``uptime`` are the
+    hosts' own clocks). Returns ``({host: [files]}, summary)``; a host that fails is
+    logged and gets what could be written. Never raises for one host.
+    """
+    dirs = tuple(ascend_dirs) if ascend_dirs is not None else DEFAULT_ASCEND_DIRS
+
+    def one(host: Host) -> list[Path]:
+        scan = baseline.hosts.get(host.name)
+        since = scan.now if scan is not None and scan.now else baseline.taken
+        uptime = scan.uptime if scan is not None and scan.error is None else None
+        wd = workdir_of(host) if workdir_of else "/var/tmp/camit"
+        tmp = f"{wd}/.camit-logs-{secrets.token_hex(4)}"
+        out_dir = report / host.name
+        files: list[Path] = []
+        result = host.run(logs_script(since, tmp, dirs), timeout=120, max_output=DMESG_BYTES + 65536)
+        dmesg, failed, tgz = parse_logs_output(result.stdout)
+        if failed:
+            text = f"# dmesg is not readable on {host.name}:\n{dmesg.strip()}\n"
+        else:
+            kept = dmesg_since(dmesg, uptime)
+            text = "\n".join(kept) + "\n" if kept else "# no kernel messages since the test started\n"
+        files.append(write_atomic(out_dir / "dmesg.txt", text))
+        if tgz:
+            local = out_dir / ".ascend-logs.tgz"
+            try:
+                host.get(tgz, local)
+                dest = out_dir / "ascend"
+                with tarfile.open(local) as tar:
+                    tar.extractall(dest, filter="data")
+                files += sorted(p for p in dest.rglob("*") if p.is_file())
+            except (FrameworkError, tarfile.TarError, OSError) as exc:
+                log.warning("%s: could not fetch Ascend logs: %s", host.name, exc)
+            finally:
+                local.unlink(missing_ok=True)
+                try:
+                    host.run(["rm", "-f", "--", tgz], timeout=30)
+                except FrameworkError:
+                    pass
+        return files
+
+    got = cluster.map(one)
+    collected: dict[str, list[Path]] = {}
+    for name, value in got.items():
+        if isinstance(value, BaseException):
+            log.warning("%s: collecting logs failed: %s", name, value)
+            collected[name] = []
+        else:
+            collected[name] = list(value)  # type: ignore[arg-type]
+    found: dict[str, list[Signature]] = {}
+    for name, files in collected.items():
+        host_dir = report / name
+        candidates = sorted(host_dir.glob("rank*.log")) + sorted(host_dir.glob("torchrun.log")) + files
+        sigs = []
+        for path in dict.fromkeys(candidates):
+            try:
+                with open(path, "rb") as fh:
+                    fh.seek(max(0, path.stat().st_size - SCAN_BYTES))
+                    text = fh.read().decode(errors="replace")
+            except OSError:
+                continue
+            rel = path.relative_to(report).as_posix() if path.is_relative_to(report) else str(path)
+            sigs += [replace(s, source=rel) for s in scan_signatures(text)]
+        found[name] = sigs
+        if sigs:
+            collected[name].append(write_atomic(host_dir / "signatures.txt", summarize({name: sigs})))
+    summary = summarize(found)
+    if summary:
+        write_atomic(report / "signatures.txt", summary)
+        log.warning("failure signatures:\n%s", summary.rstrip())
+    return collected, summary
+
+
+__all__ = ["Signature", "collect_logs", "dmesg_since", "logs_script", "parse_logs_output", "scan_signatures",
+           "summarize"]

@@ -1,0 +1,538 @@
+"""Cluster leases: at most one driver of a host at a time — pipelines, xdist workers, people with the CLI.
+
+Design (why a file on *each* host): the lease is a file ``<workdir>/camit-lease.json`` on every host
+it covers, taken in a fixed order (by SSH address, then name), all-or-nothing: if any host is held,
+the hosts taken so far are released and the taker fails (or waits and retries the whole set). So
+two disjoint host groups of one env can be leased at once, and any env file that names the same
+machine (with the same workdir) sees the lease. One file on node 0 could do neither.
+
+Atomicity, on the host, with POSIX ``sh`` only: a new lease is written to a private temporary file
+and hard-linked into place with ``ln`` (``link(2)`` fails when the name exists, so two takers cannot
+both win). Every change to an *existing* lease — heartbeat, release, taking over a stale one — runs
+under a short ``mkdir`` mutex (``camit-lease.json.lock``, held for milliseconds; one older than a
+minute is left by a killed script and broken) and is conditional: refresh and release only while
+the file still holds our token, takeover only while it still holds exactly the stale content we
+judged. All times in the file come from the *host's* clock (``date +%s`` in the same script), and
+staleness is judged against that clock too, so controller clock skew cannot expire a lease.
+
+A lease is stale when it expired (``expires`` = last heartbeat + ``ttl``), when its heartbeat is
+more than :data:`STALE_BEATS` intervals old, or when its holder ran on this very controller and its
+pid is gone. A stale lease is taken over with a warning. While held, a background thread refreshes
+every host's file every ``interval`` seconds; if a refresh finds the lease gone (someone judged it
+stale and took it), ``lost`` says so and leaving the ``with`` block raises :class:`LeaseLost`.
+
+    with Lease(cluster, ttl=300, wait=600) as lease:   # LeaseHeld names the holder (exit 3)
+        deploy(...); launch(...)
+"""
+
+from __future__ import annotations
+
+import getpass
+import json
+import logging
+import math
+import os
+import posixpath
+import secrets
+import shlex
+import socket
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from framework import commands
+from framework.errors import EXIT_INFRA, FrameworkError
+
+log = logging.getLogger("camit.lease")
+
+LEASE_FILE = "camit-lease.json"
+DEFAULT_WORKDIR = "/var/tmp/camit"
+DEFAULT_TTL = 300.0
+#: ``wait=True`` waits this long for a held lease
+DEFAULT_WAIT = 1800.0
+#: heartbeat interval cap; the interval is ``min(MAX_INTERVAL, ttl / 3)``
+MAX_INTERVAL = 10.0
+#: a heartbeat older than this many intervals makes the lease stale
+STALE_BEATS = 3
+_NOW, _EXPIRES = "__NOW__", "__EXPIRES__"
+
+
+class LeaseHeld(FrameworkError):
+    """Raised when a host of the lease is held by someone else (after waiting, if asked to wait)."""
+
+    exit_code = EXIT_INFRA
+
+    def __init__(self, host: str, holder: LeaseRecord | None, now: float | None = None, *,
+                 waited: float = 0.0) -> None:
+        self.host = host
+        self.holder = holder
+        who = holder.describe(now) if holder is not None else "an unknown holder"
+        text = f"{host}: leased by {who}"
+        if waited:
+            text += f"; still held after waiting {waited:.0f}s"
+        text += " (wait with --wait, or free a dead holder's lease with 'camit lease release --force')"
+        super().__init__(text)
+
+
+class LeaseError(FrameworkError):
+    """Raised when a lease file cannot be created, read or replaced on a host."""
+
+    exit_code = EXIT_INFRA
+
+
+class LeaseLost(FrameworkError):
+    """Raised when our lease was taken over while we held it (we were judged stale)."""
+
+    exit_code = EXIT_INFRA
+
+
+# --------------------------------------------------------------------------- the record
+
+
+@dataclass(frozen=True)
+class LeaseRecord:
+    """What a lease file holds. Times are the leased host's epoch seconds."""
+
+    owner: str
+    token: str
+    pid: int
+    controller: str
+    hosts: tuple[str, ...]
+    start: float
+    heartbeat: float
+    expires: float
+    ttl: float
+    interval: float
+    argv: str = ""
+
+    @classmethod
+    def parse(cls, text: str | None) -> LeaseRecord | None:
+        """The record in a lease file's text; None when it is not one of ours."""
+        if not text:
+            return None
+        try:
+            d = json.loads(text)
+            return cls(owner=str(d["owner"]), token=str(d["token"]), pid=int(d["pid"]),
+                       controller=str(d["controller"]), hosts=tuple(d["hosts"]), start=float(d["start"]),
+                       heartbeat=float(d["heartbeat"]), expires=float(d["expires"]), ttl=float(d["ttl"]),
+                       interval=float(d["interval"]), argv=str(d.get("argv", "")))
+        except (ValueError, KeyError, TypeError):
+            return None
+
+    def describe(self, now: float | None = None) -> str:
+        """``owner (pid P on C, since …; heartbeat Ns ago, expires in Ms)`` for error messages."""
+        since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(self.start))
+        text = f"{self.owner} (pid {self.pid} on {self.controller}, since {since}"
+        if now is not None:
+            text += f"; heartbeat {max(0.0, now - self.heartbeat):.0f}s ago, expires in {self.expires - now:.0f}s"
+        return text + ")"
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["hosts"] = list(self.hosts)
+        return d
+
+
+def stale_reason(record: LeaseRecord | None, now: float, *, here: str | None = None,
+                 alive: Callable[[int], bool] | None = None) -> str | None:
+    """Why a lease may be taken over (None while it is live). ``now`` is the host's clock."""
+    if record is None:
+        return "the lease file is not a camit lease"
+    if now > record.expires:
+        return f"it expired {now - record.expires:.0f}s ago"
+    if record.interval > 0 and now - record.heartbeat > STALE_BEATS * record.interval:
+        return f"its heartbeat is {now - record.heartbeat:.0f}s old (interval {record.interval:g}s)"
+    here = socket.gethostname() if here is None else here
+    alive = alive or pid_alive
+    if record.controller == here and not alive(record.pid):
+        return f"its holder, pid {record.pid} on this controller, is gone"
+    return None
+
+
+def pid_alive(pid: int) -> bool:
+    """True when ``pid`` exists on this machine (a zombie counts as gone)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[-1].split()[0] != "Z"
+    except OSError:
+        return True
+
+
+def default_owner() -> str:
+    """``$BUILD_URL`` in Jenkins, else ``user@controller``."""
+    url = os.environ.get("BUILD_URL")
+    if url:
+        return url
+    try:
+        user = getpass.getuser()
+    except Exception:  # no passwd entry in some containers
+        user = str(os.getuid())
+    return f"{user}@{socket.gethostname()}"
+
+
+# --------------------------------------------------------------------------- host scripts (pure)
+
+
+def lease_path(host: Any) -> str:
+    """``<workdir>/camit-lease.json`` of a ``Host`` (its spec's workdir)."""
+    workdir = getattr(getattr(host, "spec", None), "workdir", None) or DEFAULT_WORKDIR
+    return posixpath.join(workdir.rstrip("/") or "/", LEASE_FILE)
+
+
+def _prelude(path: str, token: str = "read", ttl: int = 0) -> str:
+    q = commands.quote
+    return "\n".join([
+        f"L={q(path)}; D={q(posixpath.dirname(path) or '/')}; M=\"$L.lock\"; T=\"$L.{token}.tmp\"; TTL={ttl}",
+        # a mutex for changes to an existing lease: held for milliseconds; one left by a killed script is broken
+        "mutex() { _i=0; while ! mkdir -- \"$M\" 2>/dev/null; do "
+        "if [ -n \"$(find \"$M\" -maxdepth 0 -mmin +1 2>/dev/null)\" ]; then rmdir -- \"$M\" 2>/dev/null; continue; fi; "
+        "_i=$((_i+1)); [ $_i -ge 200 ] && return 1; sleep 0.05; done; "
+        "trap 'rmdir -- \"$M\" 2>/dev/null' EXIT; trap 'rmdir -- \"$M\" 2>/dev/null; exit 1' INT TERM HUP; }",
+        "show() { echo \"NOW $now\"; if [ -f \"$L\" ]; then echo LEASE-BEGIN; cat -- \"$L\"; echo; echo LEASE-END; fi; }",
+        f"put() {{ printf '%s\\n' \"$1\" | sed \"s/{_NOW}/$now/g; s/{_EXPIRES}/$((now + TTL))/g\" > \"$T\"; }}",
+        "now=$(date +%s)",
+    ])
+
+
+def acquire_script(path: str, content: str, token: str, ttl: int) -> str:
+    """Create the lease if there is none: write a private file, ``ln`` it into place (atomic)."""
+    q = commands.quote
+    return _prelude(path, token, ttl) + "\n" + "\n".join([
+        "mkdir -p -- \"$D\" || { echo \"RESULT error cannot create $D\"; exit 0; }",
+        f"put {q(content)} || {{ echo \"RESULT error cannot write $T\"; exit 0; }}",
+        "if err=$(ln -- \"$T\" \"$L\" 2>&1); then echo 'RESULT acquired'",
+        "elif [ -e \"$L\" ]; then echo 'RESULT held'",
+        "else case $err in *'File exists'*) echo 'RESULT retry';; *) echo \"RESULT error $err\";; esac; fi",
+        "rm -f -- \"$T\"",
+        "show",
+    ]) + "\n"
+
+
+def _under_mutex(path: str, token: str, ttl: int, condition: str, then: str, otherwise: str) -> str:
+    return _prelude(path, token, ttl) + "\n" + "\n".join([
+        "mutex || { echo 'RESULT busy'; show; exit 0; }",
+        f"if {condition}; then {then}; else {otherwise}; fi",
+        "rm -f -- \"$T\"",
+        "show",
+    ]) + "\n"
+
+
+def _holds_content(old: str) -> str:
+    return f"[ -f \"$L\" ] && [ \"$(cat -- \"$L\")\" = {commands.quote(old)} ]"
+
+
+def _holds_token(token: str) -> str:
+    return f"grep -q -F -- {commands.quote(json.dumps({'token': token})[1:-1])} \"$L\" 2>/dev/null"
+
+
+def takeover_script(path: str, content: str, token: str, ttl: int, old: str) -> str:
+    """Replace a stale lease, but only if the file still holds exactly ``old``."""
+    q = commands.quote
+    return _under_mutex(path, token, ttl, _holds_content(old),
+                        f"put {q(content)} && mv -f -- \"$T\" \"$L\" && echo 'RESULT acquired' "
+                        "|| echo \"RESULT error cannot replace $L\"",
+                        "echo 'RESULT changed'")
+
+
+def refresh_script(path: str, content: str, token: str, ttl: int) -> str:
+    """Heartbeat: rewrite our lease (new heartbeat and expiry) while it still holds our token."""
+    q = commands.quote
+    return _under_mutex(path, token, ttl, _holds_token(token),
+                        f"put {q(content)} && mv -f -- \"$T\" \"$L\" && echo 'RESULT refreshed' "
+                        "|| echo \"RESULT error cannot replace $L\"",
+                        "echo 'RESULT lost'")
+
+
+def release_script(path: str, *, token: str | None = None, old: str | None = None) -> str:
+    """Remove the lease if it holds our ``token`` (or, for a forced release, exactly ``old``)."""
+    if (token is None) == (old is None):
+        raise ValueError("release_script needs exactly one of token= and old=")
+    condition = _holds_token(token) if token is not None else _holds_content(old or "")
+    return _under_mutex(path, "release", 0, condition,
+                        "rm -f -- \"$L\" && echo 'RESULT released'", "echo 'RESULT changed'")
+
+
+def read_script(path: str) -> str:
+    return _prelude(path) + "\nshow\n"
+
+
+def render_template(*, owner: str, token: str, pid: int, controller: str, hosts: Iterable[str], ttl: float,
+                    interval: float, argv: str, start: float | None = None) -> str:
+    """The lease file text, with the host-clock placeholders the script fills in (``start`` None: now)."""
+    doc = {"version": 1, "owner": owner, "token": token, "pid": pid, "controller": controller,
+           "hosts": list(hosts), "argv": argv, "ttl": ttl, "interval": interval,
+           "start": _NOW if start is None else start, "heartbeat": _NOW, "expires": _EXPIRES}
+    return json.dumps(doc).replace(f'"{_NOW}"', _NOW).replace(f'"{_EXPIRES}"', _EXPIRES)
+
+
+@dataclass(frozen=True)
+class Reply:
+    """What a lease script printed: the outcome word (and message), the host's clock, the file's text."""
+
+    result: str
+    message: str
+    now: float
+    content: str | None
+
+    @property
+    def record(self) -> LeaseRecord | None:
+        return LeaseRecord.parse(self.content)
+
+
+def parse_reply(stdout: str) -> Reply:
+    result, message, now, content = "", "", 0.0, None
+    lines = stdout.splitlines()
+    for i, line in enumerate(lines):
+        if line.startswith("RESULT ") and not result:
+            result, _, message = line[7:].partition(" ")
+        elif line.startswith("NOW "):
+            now = float(line[4:] or 0)
+        elif line == "LEASE-BEGIN":
+            end = lines.index("LEASE-END", i + 1) if "LEASE-END" in lines[i + 1:] else len(lines)
+            content = "\n".join(lines[i + 1:end]).rstrip("\n")
+            break
+    return Reply(result, message, now, content)
+
+
+# --------------------------------------------------------------------------- the lease
+
+
+def _order(host: Any) -> tuple[str, int, str]:
+    spec = getattr(host, "spec", None)
+    return (getattr(spec, "ssh_ip", ""), getattr(spec, "ssh_port", 0), host.name)
+
+
+class Lease:
+    """An all-or-nothing lease on every host of ``cluster``; a context manager.
+
+    Args:
+        cluster: the hosts to lease (a ``hosts.Cluster``; a sub-cluster leases just those).
+        owner: shown to others (default: ``$BUILD_URL``, else ``user@controller``).
+        ttl: seconds the lease stays valid after its last heartbeat.
+        wait: seconds to wait for a held lease (``True``: :data:`DEFAULT_WAIT`; 0: fail at once).
+        interval: heartbeat period (default ``min(10, ttl / 3)``; 0 disables the heartbeat thread).
+
+    Raises:
+        LeaseHeld: a host is held by someone else (naming the holder), after ``wait`` seconds.
+        LeaseLost: on leaving the block, if the lease was taken over while held.
+    """
+
+    def __init__(self, cluster: Any, owner: str | None = None, ttl: float = DEFAULT_TTL, wait: float | bool = 0,
+                 *, interval: float | None = None, poll: float = 1.0) -> None:
+        self.cluster = cluster
+        self.hosts = sorted(cluster, key=_order)
+        self.owner = owner or default_owner()
+        self.token = secrets.token_hex(8)
+        self.ttl = max(1, math.ceil(ttl))
+        self.interval = min(MAX_INTERVAL, self.ttl / 3) if interval is None else float(interval)
+        self.wait = DEFAULT_WAIT if wait is True else float(wait or 0)
+        self.poll = poll
+        self.argv = shlex.join(sys.argv)[:200]
+        self.held: dict[str, LeaseRecord] = {}
+        self.lost: dict[str, str] = {}
+        self._stop = threading.Event()
+        self._beat: threading.Thread | None = None
+
+    def __repr__(self) -> str:
+        state = "held" if self.held else "not held"
+        return f"<Lease {', '.join(h.name for h in self.hosts)} {state} by {self.owner}>"
+
+    def _content(self, start: float | None = None) -> str:
+        return render_template(owner=self.owner, token=self.token, pid=os.getpid(), controller=socket.gethostname(),
+                               hosts=[h.name for h in self.hosts], ttl=self.ttl, interval=self.interval,
+                               argv=self.argv, start=start)
+
+    def _run(self, host: Any, script: str) -> Reply:
+        reply = parse_reply(host.check(script, timeout=60).stdout)
+        if reply.result == "error":
+            raise LeaseError(f"{host.name}: lease file {lease_path(host)}: {reply.message}")
+        return reply
+
+    # -- acquire --------------------------------------------------------------
+    def acquire(self) -> Lease:
+        """Take every host, in order, or none; wait up to ``wait`` seconds for held ones."""
+        start = time.monotonic()
+        delay = self.poll
+        announced = None
+        # handshakes in parallel; the lease itself is then taken host by host, in order
+        self.cluster.map(lambda h: h.connect(), [h.name for h in self.hosts]).raise_on_failure()
+        while True:
+            blocker = self._take_all()
+            if blocker is None:
+                log.info("lease on %s taken by %s", ", ".join(self.held), self.owner)
+                if self.interval > 0:
+                    self._stop.clear()
+                    self._beat = threading.Thread(target=self._heartbeat, name="camit-lease-heartbeat", daemon=True)
+                    self._beat.start()
+                return self
+            host, record, now = blocker
+            waited = time.monotonic() - start
+            if waited >= self.wait:
+                raise LeaseHeld(host, record, now, waited=waited if self.wait else 0.0)
+            if announced != (host, record.token if record else None):
+                announced = (host, record.token if record else None)
+                log.warning("%s: leased by %s; waiting up to %.0fs", host,
+                            record.describe(now) if record else "?", self.wait - waited)
+            time.sleep(min(delay, max(0.0, self.wait - waited)))
+            delay = min(delay * 1.5, 5.0)
+
+    def _take_all(self) -> tuple[str, LeaseRecord | None, float] | None:
+        for host in self.hosts:
+            try:
+                blocker = self._take(host)
+            except BaseException:
+                self._release_held()
+                raise
+            if blocker is not None:
+                self._release_held()
+                return blocker
+        return None
+
+    def _take(self, host: Any) -> tuple[str, LeaseRecord | None, float] | None:
+        path = lease_path(host)
+        for _ in range(5):
+            reply = self._run(host, acquire_script(path, self._content(), self.token, self.ttl))
+            if reply.result == "retry":
+                continue
+            record = reply.record
+            if reply.result == "acquired" or (record is not None and record.token == self.token):
+                if record is None:
+                    raise LeaseError(f"{host.name}: lease file {path} unreadable right after it was written")
+                self.held[host.name] = record
+                return None
+            why = stale_reason(record, reply.now)
+            if why is None:
+                return host.name, record, reply.now
+            who = record.describe(reply.now) if record else repr((reply.content or "")[:80])
+            log.warning("%s: taking over the stale lease of %s: %s", host.name, who, why)
+            taken = self._run(host, takeover_script(path, self._content(), self.token, self.ttl, reply.content or ""))
+            if taken.result == "acquired" and taken.record is not None:
+                self.held[host.name] = taken.record
+                return None
+        raise LeaseError(f"{host.name}: the lease file {path} keeps changing; giving up")
+
+    # -- heartbeat ------------------------------------------------------------
+    def _heartbeat(self) -> None:
+        while not self._stop.wait(self.interval):
+            self.refresh()
+
+    def refresh(self) -> None:
+        """Renew every held host's lease now (the heartbeat thread calls this)."""
+        names = [n for n in self.held if n not in self.lost]
+        if not names:
+            return
+
+        def one(host: Any) -> Reply:
+            start = self.held[host.name].start
+            return self._run(host, refresh_script(lease_path(host), self._content(start), self.token, self.ttl))
+
+        for name, value in self.cluster.map(one, names).items():
+            if isinstance(value, BaseException):
+                log.warning("%s: lease heartbeat failed: %s", name, value)
+            elif value.result == "refreshed" and value.record is not None:
+                self.held[name] = value.record
+            elif value.result == "lost":
+                holder = value.record
+                self.lost[name] = f"taken over by {holder.describe(value.now) if holder else 'someone'}"
+                log.error("%s: our lease was %s", name, self.lost[name])
+
+    def check(self) -> None:
+        """Raise :class:`LeaseLost` if any host's lease was taken over while we held it."""
+        if self.lost:
+            raise LeaseLost("lease lost: " + "; ".join(f"{h}: {why}" for h, why in self.lost.items()))
+
+    # -- release --------------------------------------------------------------
+    def release(self) -> None:
+        """Stop the heartbeat and remove our lease files (best effort; failures are logged)."""
+        self._stop.set()
+        if self._beat is not None:
+            self._beat.join(timeout=self.interval + 65)
+            self._beat = None
+        self._release_held()
+
+    def _release_held(self) -> None:
+        names = list(self.held)
+        if not names:
+            return
+
+        def one(host: Any) -> Reply:
+            return self._run(host, release_script(lease_path(host), token=self.token))
+
+        for name, value in self.cluster.map(one, names).items():
+            if isinstance(value, BaseException):
+                log.warning("%s: could not release the lease (it expires by itself): %s", name, value)
+            elif value.result != "released" and name not in self.lost:
+                log.warning("%s: lease was no longer ours at release (%s)", name, value.result)
+        self.held.clear()
+
+    def __enter__(self) -> Lease:
+        return self.acquire()
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        self.release()
+        if exc_type is None:
+            self.check()
+
+
+# --------------------------------------------------------------------------- status and forced release
+
+
+@dataclass(frozen=True)
+class LeaseState:
+    """One host's lease as seen now: ``record`` (None when free or unreadable) and its staleness."""
+
+    host: str
+    path: str
+    now: float
+    content: str | None
+    record: LeaseRecord | None
+    stale: str | None
+
+    @property
+    def state(self) -> str:
+        if self.content is None:
+            return "free"
+        return "stale" if self.stale else "held"
+
+
+def lease_status(cluster: Any) -> Mapping[str, LeaseState | BaseException]:
+    """Every host's lease, read in one round trip per host (no change made)."""
+
+    def one(host: Any) -> LeaseState:
+        path = lease_path(host)
+        reply = parse_reply(host.check(read_script(path), timeout=60).stdout)
+        record = reply.record
+        stale = stale_reason(record, reply.now) if reply.content is not None else None
+        return LeaseState(host.name, path, reply.now, reply.content, record, stale)
+
+    return cluster.map(one)
+
+
+def release_leases(cluster: Any, *, owner: str | None = None, force: bool = False) -> Mapping[str, str | BaseException]:
+    """Remove leases that are stale or ``owner``'s (default: ours); ``force`` removes live ones too.
+
+    Returns host → what happened (``free``, ``released``, ``changed``, or ``held by …``).
+    """
+    owner = owner or default_owner()
+
+    def one(host: Any) -> str:
+        path = lease_path(host)
+        reply = parse_reply(host.check(read_script(path), timeout=60).stdout)
+        if reply.content is None:
+            return "free"
+        record = reply.record
+        if not force and stale_reason(record, reply.now) is None and record is not None and record.owner != owner:
+            return f"held by {record.describe(reply.now)}; not released (use --force)"
+        done = parse_reply(host.check(release_script(path, old=reply.content), timeout=60).stdout)
+        return done.result
+
+    return cluster.map(one)

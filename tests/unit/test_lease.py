@@ -1,0 +1,335 @@
+"""framework.lease: pure parts, the flow on FakeTransport, and the real shell scripts on LocalTransport.
+
+LocalTransport "hosts" (one workdir each under tmp_path) run the very scripts the lab's hosts run,
+so atomic creation, conditional replacement and the all-or-nothing order are tested without SSH.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from framework.config import HostSpec, NicSpec
+from framework.errors import EXIT_INFRA
+from framework.hosts import Cluster, Host
+from framework.lease import (
+    LEASE_FILE,
+    Lease,
+    LeaseHeld,
+    LeaseLost,
+    LeaseRecord,
+    acquire_script,
+    default_owner,
+    lease_status,
+    parse_reply,
+    release_leases,
+    release_script,
+    render_template,
+    stale_reason,
+)
+from framework.result import Result
+from framework.testing import FakeTransport
+from framework.transport.local import LocalTransport
+
+
+def record(**over) -> LeaseRecord:
+    base = dict(owner="https://ci/job/7/", token="abc", pid=4242, controller="ctl", hosts=("h1", "h2"),
+                start=1000.0, heartbeat=1100.0, expires=1400.0, ttl=300.0, interval=10.0)
+    base.update(over)
+    return LeaseRecord(**base)
+
+
+# --------------------------------------------------------------------------- pure
+
+
+def test_template_fills_host_times_and_parses_back():
+    text = render_template(owner='o "q" $(x)', token="t1", pid=7, controller="c", hosts=["h1"], ttl=300,
+                           interval=10, argv="camit run")
+    assert '"start": __NOW__' in text and '"expires": __EXPIRES__' in text
+    filled = text.replace("__NOW__", "1000").replace("__EXPIRES__", "1300")
+    rec = LeaseRecord.parse(filled)
+    assert rec == LeaseRecord('o "q" $(x)', "t1", 7, "c", ("h1",), 1000, 1000, 1300, 300, 10, "camit run")
+    kept = render_template(owner="o", token="t", pid=1, controller="c", hosts=[], ttl=1, interval=0, argv="",
+                           start=900.0)
+    assert '"start": 900.0' in kept
+    assert LeaseRecord.parse("not json") is None and LeaseRecord.parse('{"owner": 1}') is None
+
+
+def test_parse_reply():
+    r = parse_reply("RESULT held\nNOW 1234\nLEASE-BEGIN\n{\"a\": 1}\n\nLEASE-END\n")
+    assert (r.result, r.now, r.content) == ("held", 1234.0, '{"a": 1}')
+    r = parse_reply("RESULT error cannot create /x\nNOW 5\n")
+    assert (r.result, r.message, r.content) == ("error", "cannot create /x", None)
+
+
+@pytest.mark.parametrize(("rec", "now", "here", "alive", "reason"), [
+    (record(), 1105.0, "other", True, None),
+    (record(), 1401.0, "other", True, "it expired 1s ago"),
+    (record(), 1131.0, "other", True, "its heartbeat is 31s old (interval 10s)"),
+    (record(interval=0.0), 1390.0, "other", True, None),  # no heartbeat thread: only expiry counts
+    (record(), 1105.0, "ctl", False, "its holder, pid 4242 on this controller, is gone"),
+    (record(), 1105.0, "other", False, None),  # a pid on another controller cannot be checked
+    (None, 0.0, "x", True, "the lease file is not a camit lease"),
+])
+def test_stale_reason(rec, now, here, alive, reason):
+    assert stale_reason(rec, now, here=here, alive=lambda pid: alive) == reason
+
+
+def test_lease_held_names_the_holder():
+    err = LeaseHeld("host2", record(), 1105.0, waited=30)
+    text = str(err)
+    assert text.startswith("host2: leased by https://ci/job/7/ (pid 4242 on ctl, since ")
+    assert "heartbeat 5s ago, expires in 295s" in text and "after waiting 30s" in text
+    assert err.exit_code == EXIT_INFRA and err.holder.token == "abc"
+
+
+def test_release_script_takes_exactly_one_condition():
+    with pytest.raises(ValueError):
+        release_script("/w/l")
+    with pytest.raises(ValueError):
+        release_script("/w/l", token="a", old="b")
+    assert "grep -q -F -- '\"token\": \"a1\"'" in release_script("/w/l", token="a1")
+
+
+def test_default_owner(monkeypatch):
+    monkeypatch.setenv("BUILD_URL", "https://jenkins/job/cam/12/")
+    assert default_owner() == "https://jenkins/job/cam/12/"
+    monkeypatch.delenv("BUILD_URL")
+    assert default_owner().endswith("@" + socket.gethostname())
+
+
+# --------------------------------------------------------------------------- flow on FakeTransport
+
+
+def fake_host(name: str, ip: str) -> tuple[Host, FakeTransport]:
+    fake = FakeTransport(name)
+    s = HostSpec(name=name, manage_nic=NicSpec("eth0", ip), workdir="/w")
+    return Host(name, fake, spec=s, command_timeout=5), fake
+
+
+def reply(result: str, content: str | None = None, now: int = 1000) -> Result:
+    text = f"RESULT {result}\nNOW {now}\n" + (f"LEASE-BEGIN\n{content}\nLEASE-END\n" if content else "")
+    return Result("x", "script", 0, text)
+
+
+def test_all_or_nothing_in_address_order_on_fake_hosts():
+    # names sort one way, addresses the other: the lease goes by address
+    a, fa = fake_host("a", "10.0.0.9")
+    b, fb = fake_host("b", "10.0.0.1")
+    other = json.dumps(record(controller="elsewhere", heartbeat=995, expires=1300).to_json())
+    mine: dict[str, str] = {}
+
+    def take_b(display: str) -> Result:
+        content = re.search(r"put '(\{.*\})'", display).group(1)
+        mine["b"] = content.replace("__NOW__", "1000").replace("__EXPIRES__", "1300")
+        return reply("acquired", mine["b"])
+
+    fb.on(re.compile(r"ln -- "), handler=take_b)
+    fb.on(re.compile(r"rm -f -- \"\$L\" && echo 'RESULT released'"), handler=lambda d: reply("released"))
+    fa.on(re.compile(r"ln -- "), handler=lambda d: reply("held", other))
+    lease = Lease(Cluster([a, b]), owner="me", interval=0)
+    assert [h.name for h in lease.hosts] == ["b", "a"]
+    with pytest.raises(LeaseHeld, match=r"^a: leased by https://ci/job/7/ \(pid 4242 on elsewhere"):
+        lease.acquire()
+    assert any("RESULT released" in c for c in fb.calls)  # b was given back
+    assert lease.held == {}
+
+
+def test_takeover_of_stale_lease_is_conditional_on_its_content(caplog):
+    h, fake = fake_host("h", "10.0.0.1")
+    stale = json.dumps(record(controller="elsewhere", heartbeat=100, expires=400).to_json())
+
+    def takeover(display: str) -> Result:
+        assert "[ \"$(cat -- \"$L\")\" = '" + stale + "' ]" in display
+        content = re.search(r"put '(\{.*\})'", display).group(1)
+        return reply("acquired", content.replace("__NOW__", "1000").replace("__EXPIRES__", "1300"))
+
+    fake.on(re.compile(r"ln -- "), handler=lambda d: reply("held", stale))
+    fake.on(re.compile(r"mv -f -- \"\$T\" \"\$L\" && echo 'RESULT acquired'"), handler=takeover)
+    fake.on(re.compile(r"RESULT released"), handler=lambda d: reply("released"))
+    with caplog.at_level(logging.WARNING, logger="camit.lease"):
+        with Lease(Cluster([h]), owner="me", interval=0) as lease:
+            assert lease.held["h"].owner == "me"
+    assert "h: taking over the stale lease of https://ci/job/7/" in caplog.text and "expired 600s ago" in caplog.text
+
+
+# --------------------------------------------------------------------------- real scripts on LocalTransport
+
+
+@pytest.fixture
+def hosts(tmp_path):
+    def make(n: int = 3) -> list[Host]:
+        out = []
+        for i in range(1, n + 1):
+            s = HostSpec(name=f"h{i}", manage_nic=NicSpec("eth0", f"10.0.0.{i}"), workdir=str(tmp_path / f"h{i}"))
+            out.append(Host(s.name, LocalTransport(s.name), spec=s, command_timeout=30))
+        return out
+
+    return make
+
+
+def lease_file(host: Host) -> Path:
+    return Path(host.spec.workdir) / LEASE_FILE
+
+
+def test_acquire_writes_host_times_and_release_removes(hosts):
+    hs = hosts(3)
+    before = time.time()
+    with Lease(Cluster(hs), owner="alice@ctl", ttl=120, interval=0) as lease:
+        for h in hs:
+            rec = LeaseRecord.parse(lease_file(h).read_text())
+            assert rec.owner == "alice@ctl" and rec.token == lease.token and rec.hosts == ("h1", "h2", "h3")
+            assert before - 1 <= rec.start <= time.time() + 1 and rec.expires == rec.heartbeat + 120
+            assert rec.pid == __import__("os").getpid()
+    assert not any(lease_file(h).exists() for h in hs)
+    assert not any(Path(h.spec.workdir, LEASE_FILE + ".lock").exists() for h in hs)
+
+
+def test_second_lease_fails_naming_the_first_then_succeeds_after_release(hosts):
+    hs = hosts(2)
+    first = Lease(Cluster(hs), owner="first@ctl", interval=0).acquire()
+    with pytest.raises(LeaseHeld, match=r"h1: leased by first@ctl \(pid \d+ on "):
+        Lease(Cluster(hs), owner="second@ctl", interval=0).acquire()
+    first.release()
+    with Lease(Cluster(hs), owner="second@ctl", interval=0):
+        pass
+
+
+def test_all_or_nothing_leaves_nothing_behind(hosts):
+    h1, h2, h3 = hosts(3)
+    with Lease(Cluster([h2]), owner="holder", interval=0):
+        with pytest.raises(LeaseHeld, match="^h2: leased by holder"):
+            Lease(Cluster([h1, h2, h3]), owner="greedy", interval=0).acquire()
+        assert not lease_file(h1).exists() and not lease_file(h3).exists()
+
+
+def test_disjoint_groups_are_leased_concurrently(hosts):
+    h1, h2, h3, h4 = hosts(4)
+    with Lease(Cluster([h1, h2]), owner="a", interval=0), Lease(Cluster([h3, h4]), owner="b", interval=0):
+        owners = {h.name: LeaseRecord.parse(lease_file(h).read_text()).owner for h in (h1, h2, h3, h4)}
+        assert owners == {"h1": "a", "h2": "a", "h3": "b", "h4": "b"}
+
+
+def test_wait_for_a_lease_released_meanwhile(hosts):
+    hs = hosts(2)
+    first = Lease(Cluster(hs), owner="first", interval=0).acquire()
+    threading.Timer(1.0, first.release).start()
+    start = time.monotonic()
+    with Lease(Cluster(hs), owner="second", wait=20, interval=0, poll=0.2):
+        took = time.monotonic() - start
+    assert 0.8 < took < 6
+
+
+def test_wait_has_a_deadline(hosts):
+    hs = hosts(1)
+    with Lease(Cluster(hs), owner="first", interval=0):
+        start = time.monotonic()
+        with pytest.raises(LeaseHeld, match="still held after waiting 1s"):
+            Lease(Cluster(hs), owner="second", wait=1.0, interval=0, poll=0.2).acquire()
+        assert time.monotonic() - start < 3
+
+
+def test_expired_lease_is_taken_over_with_a_warning(hosts, caplog):
+    (h,) = hosts(1)
+    lease_file(h).parent.mkdir(parents=True)
+    old = record(controller="gone-ctl", start=1.0, heartbeat=1.0, expires=2.0)
+    lease_file(h).write_text(json.dumps(old.to_json()) + "\n")
+    with caplog.at_level(logging.WARNING, logger="camit.lease"):
+        with Lease(Cluster([h]), owner="new", interval=0) as lease:
+            assert LeaseRecord.parse(lease_file(h).read_text()).token == lease.token
+    assert "taking over the stale lease of https://ci/job/7/ (pid 4242 on gone-ctl" in caplog.text
+
+
+def test_dead_holder_on_this_controller_is_stale_at_once(hosts, caplog):
+    (h,) = hosts(1)
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    first = Lease(Cluster([h]), owner="crashed", interval=0).acquire()
+    text = lease_file(h).read_text().replace(f'"pid": {__import__("os").getpid()}', f'"pid": {dead.pid}')
+    lease_file(h).write_text(text)
+    with caplog.at_level(logging.WARNING, logger="camit.lease"):
+        with Lease(Cluster([h]), owner="next", interval=0):
+            pass
+    assert f"its holder, pid {dead.pid} on this controller, is gone" in caplog.text
+    first.held.clear()  # it was taken over
+
+
+def test_released_on_exception(hosts):
+    hs = hosts(2)
+    with pytest.raises(ZeroDivisionError):
+        with Lease(Cluster(hs), owner="x", interval=0):
+            1 / 0  # noqa: B018
+    assert not any(lease_file(h).exists() for h in hs)
+
+
+def test_heartbeat_renews_and_a_takeover_is_noticed(hosts):
+    (h,) = hosts(1)
+    with pytest.raises(LeaseLost, match="lease lost: h1: taken over by thief"):
+        with Lease(Cluster([h]), owner="me", ttl=30, interval=0.3) as lease:
+            first = LeaseRecord.parse(lease_file(h).read_text())
+            deadline = time.monotonic() + 5
+            while LeaseRecord.parse(lease_file(h).read_text()).heartbeat == first.heartbeat:
+                assert time.monotonic() < deadline, "no heartbeat"
+                time.sleep(0.1)
+            renewed = LeaseRecord.parse(lease_file(h).read_text())
+            assert renewed.start == first.start and renewed.expires == renewed.heartbeat + 30
+            lease_file(h).write_text(json.dumps(record(owner="thief", token="other", heartbeat=renewed.heartbeat,
+                                                       expires=renewed.expires).to_json()))
+            while not lease.lost:
+                assert time.monotonic() < deadline + 5, "takeover not noticed"
+                time.sleep(0.1)
+    assert LeaseRecord.parse(lease_file(h).read_text()).owner == "thief"  # not ours to remove
+
+
+def test_racing_takers_exactly_one_wins(hosts):
+    hs = hosts(2)
+    winners, losers = [], []
+    barrier = threading.Barrier(8)
+
+    def take(i: int) -> None:
+        lease = Lease(Cluster(hs), owner=f"t{i}", interval=0)
+        barrier.wait()
+        try:
+            lease.acquire()
+            winners.append(lease)
+        except LeaseHeld:
+            losers.append(i)
+
+    threads = [threading.Thread(target=take, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(winners) == 1 and len(losers) == 7
+    tokens = {LeaseRecord.parse(lease_file(h).read_text()).token for h in hs}
+    assert tokens == {winners[0].token}
+    winners[0].release()
+
+
+def test_status_and_forced_release(hosts):
+    hs = hosts(2)
+    Lease(Cluster(hs[:1]), owner="someone-else", interval=0).acquire()
+    st = lease_status(Cluster(hs))
+    assert st["h1"].state == "held" and st["h1"].record.owner == "someone-else"
+    assert st["h2"].state == "free"
+    result = release_leases(Cluster(hs), owner="me")
+    assert result["h1"].startswith("held by someone-else") and result["h2"] == "free"
+    assert release_leases(Cluster(hs), owner="me", force=True)["h1"] == "released"
+    assert not lease_file(hs[0]).exists()
+
+
+def test_acquire_script_reports_an_unwritable_workdir(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    r = LocalTransport("x").run(acquire_script(str(blocker / "sub" / LEASE_FILE), "{}", "tok", 10), timeout=10,
+                                display="acquire")
+    assert parse_reply(r.stdout).result == "error"
