@@ -7,8 +7,10 @@ LAB_HOSTS  ?= 4
 LAB_NAME   ?= camit
 LAB_ENV    ?= env/lab.yaml
 PYTEST_ARGS ?=
-APT_PKGS   := openssh-server makeself gdb iproute2
-STAMP      := .install.stamp
+APT_PKGS   := openssh-server makeself gdb iproute2 chromium groovy default-jre-headless
+SUITE_ENV  ?= env/lab-suite.yaml
+ARTIFACTS  ?= build/artifacts
+
 
 .PHONY: install deps-apt deps-pip lab-up lab-down lab-status test test-unit test-integration demo clean schema
 
@@ -20,16 +22,18 @@ deps-apt:
 	command -v makeself >/dev/null 2>&1 || missing="$$missing makeself"; \
 	command -v gdb >/dev/null 2>&1 || missing="$$missing gdb"; \
 	command -v ip >/dev/null 2>&1 || missing="$$missing iproute2"; \
+	command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
+	command -v groovy >/dev/null 2>&1 || missing="$$missing groovy default-jre-headless"; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing:$$missing"; \
 	  if [ "$$(id -u)" != 0 ]; then echo "need root to apt-get install$$missing" >&2; exit 2; fi; \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(APT_PKGS) >/dev/null; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
 	fi
 
+# always (re)install this checkout: an editable install of another checkout would otherwise
+# be what the camit script and the pytest plugin import (quick when everything is satisfied)
 deps-pip:
-	@$(PYTHON) -c "import framework, paramiko, pydantic, yaml, xdist, rich, filelock, jsonschema, torch" 2>/dev/null \
-	  && $(PYTHON) -m pip show camit >/dev/null 2>&1 \
-	  || $(PYTHON) -m pip install -q --disable-pip-version-check -e '.[test]' torch==2.13.0
+	@$(PYTHON) -m pip install -q --disable-pip-version-check --root-user-action=ignore -e '.[test]' torch==2.13.0
 
 lab-up: install
 	$(PYTHON) -m framework.lab up --hosts $(LAB_HOSTS) --name $(LAB_NAME) --env-out $(LAB_ENV)
@@ -50,13 +54,15 @@ test: install
 	$(MAKE) --no-print-directory lab-down || rc=1; \
 	exit $$rc
 
+# the main job on the lab: preflight, stand-in artifacts built and deployed, the CAM suite at 4 ranks
 demo: lab-up
-	camit env validate $(LAB_ENV)
-	camit exec --env $(LAB_ENV) -- 'echo "$$(hostname) up $$(cut -d. -f1 /proc/uptime)s, python $$(python3 -c "import sys;print(sys.version.split()[0])")"'
-	@echo "lab is still up: 'make lab-down' removes it"
+	camit check --env $(LAB_ENV)
+	$(PYTHON) -m framework.artifacts build --out $(ARTIFACTS) --env-in $(LAB_ENV) --env-out $(SUITE_ENV)
+	$(PYTHON) -m pytest suites/cam --env $(SUITE_ENV) --world-sizes 4 -q -rs -p no:cacheprovider
+	@echo "lab is still up: 'make lab-down' removes it; the report folder is reports/latest/"
 
 schema:
 	$(PYTHON) -m framework.config schema > env/test_env.schema.json
 
 clean:
-	rm -rf build dist *.egg-info .pytest_cache reports
+	rm -rf build dist *.egg-info .pytest_cache reports $(SUITE_ENV)

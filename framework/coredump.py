@@ -52,12 +52,15 @@ import posixpath
 import re
 import secrets
 import signal as _signal
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
+
+from filelock import FileLock
 
 from framework import commands
 from framework.errors import FrameworkError, UsageError
@@ -798,6 +801,24 @@ def verdict_message(cores: Sequence[Core], policy: CorePolicy, notes: Sequence[s
 
 
 # -- the executor --------------------------------------------------------------------------------------
+_CORES_LOCK = threading.Lock()
+
+
+def _append_cores(path: Path, entries: list[dict[str, Any]]) -> None:
+    """Add ``entries`` to the run's cores.json (one collect per test: earlier tests' cores stay)."""
+    with _CORES_LOCK, FileLock(str(path) + ".lock"):
+        known: list[dict[str, Any]] = []
+        if path.exists():
+            try:
+                known = json.loads(path.read_text())
+            except ValueError:
+                known = []
+        key = lambda e: (e.get("host"), e.get("pid"), e.get("executable"), e.get("local_path"))  # noqa: E731
+        seen = {key(e) for e in known}
+        known += [e for e in entries if key(e) not in seen]
+        write_atomic(path, json.dumps(known, indent=2) + "\n")
+
+
 class CoreWatch:
     """Snapshot the hosts before a test, collect the cores that appeared after it, judge them.
 
@@ -899,7 +920,7 @@ class CoreWatch:
                 cores += value  # type: ignore[arg-type]
         cores.sort(key=lambda c: (c.host, c.time))
         if report is not None and cores and self.policy is not CorePolicy.IGNORE:
-            write_atomic(report / "cores.json", json.dumps([c.to_json() for c in cores], indent=2) + "\n")
+            _append_cores(report / "cores.json", [c.to_json() for c in cores])
         for c in cores:
             log.warning("%s", c.describe())
         return cores

@@ -41,6 +41,8 @@ SUPERVISOR_SILENCE = 15.0
 KILL_GRACE = 2.0
 DEFAULT_CORE_LIMIT = "unlimited"
 PORT_RETRIES = 3
+#: files of a node's run folder that come back to the report folder
+FETCH_PATTERNS = ("rank*.log", "rank*.json", "rank*.xml", "torchrun.log", "perf-*.json", "coverage-*")
 _PORT_TAKEN = ("address already in use", "eaddrinuse", "errno 98")
 
 
@@ -552,8 +554,11 @@ class Launcher:
             run_dir = node.plan.run_dir
             tgz = run_dir + ".tgz"
             q = commands.quote
-            host.check(f"tar czf {q(tgz)} -C {q(run_dir)} --exclude='*.pid' . 2>/dev/null || "
-                       f"tar czf {q(tgz)} -C {q(run_dir)} .", timeout=120)
+            # only what a rank leaves for us — never raw cores (a relative core_pattern drops them
+            # here; the core-dump collector fetches those compressed and capped)
+            names = " -o ".join(f"-name {q(p)}" for p in FETCH_PATTERNS)
+            host.check(f"cd {q(run_dir)} && find . -maxdepth 1 -type f \\( {names} \\) -print0 | "
+                       f"tar czf {q(tgz)} --null -T -", timeout=120)
             local_dir = self._host_dir(host.name, result.launch_id)
             local_dir.mkdir(parents=True, exist_ok=True)
             tmp = local_dir / ".fetch.tgz"

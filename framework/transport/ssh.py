@@ -272,8 +272,7 @@ class SshTransport:
             deadline = None if timeout is None else start + timeout
             while True:
                 wait = 0.5 if deadline is None else min(0.5, max(0.0, deadline - time.monotonic()))
-                if not (chan.recv_ready() or chan.recv_stderr_ready()):
-                    select.select([chan], [], [], wait)
+                _wait_for_news(chan, wait)
                 _drain(chan, out, err)
                 if chan.exit_status_ready() and (chan.eof_received or chan.closed):
                     _drain(chan, out, err)
@@ -354,6 +353,21 @@ class SshTransport:
             raise TransferError(self.name, f"download of {remote} to {local} failed: {exc}") from None
 
 
+def _wait_for_news(chan: paramiko.Channel, wait: float) -> None:
+    """Block until output, EOF, the exit status or ``wait`` seconds.
+
+    After EOF the only thing left to arrive is the exit status, which does not wake a
+    select() on the channel: wait on its status event instead (else every command
+    paid up to the select timeout after it ended).
+    """
+    if chan.recv_ready() or chan.recv_stderr_ready():
+        return
+    if chan.eof_received:
+        chan.status_event.wait(wait)
+    else:
+        select.select([chan], [], [], wait)
+
+
 def _drain(chan: paramiko.Channel, out: OutputTail, err: OutputTail) -> None:
     while chan.recv_ready():
         out.feed(chan.recv(_CHUNK))
@@ -408,8 +422,7 @@ class SshProcess:
         chan = self._chan
         try:
             while True:
-                if not (chan.recv_ready() or chan.recv_stderr_ready()):
-                    select.select([chan], [], [], 0.5)
+                _wait_for_news(chan, 0.5)
                 while chan.recv_ready():
                     data = chan.recv(_CHUNK)
                     self._out.feed(data)
