@@ -75,6 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
     rn.add_argument("--timeout", type=float, default=600.0, metavar="S", help="job timeout (default 600)")
     rn.add_argument("--report-dir", metavar="D", default="reports", help="run folders go here (default: reports)")
     rn.add_argument("--json", action="store_true", help="print the result as JSON")
+    rn.add_argument("--keep-remote", action="store_true", help="leave the run folders on the hosts")
     rn.add_argument("--core-policy", choices=("fail", "warn", "ignore"), default=None,
                     help="what a core dump during the run does: fail (default, or $CAMIT_CORE_POLICY), warn, ignore")
     rn.add_argument("target", nargs=argparse.REMAINDER, metavar="-- script.py|-m module [args]")
@@ -233,7 +234,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     with cluster, console.terminate_as_interrupt():
         watch = CoreWatch(cluster, env, policy=args.core_policy)
         baseline = watch.snapshot()
-        launcher = Launcher(env, cluster, rundir=rundir, nproc_per_node=args.nproc_per_node, on_event=event)
+        launcher = Launcher(env, cluster, rundir=rundir, nproc_per_node=args.nproc_per_node, on_event=event,
+                            keep_remote=args.keep_remote)
         result = launcher.run(target, timeout=args.timeout)
         cores = watch.collect(baseline, rundir=rundir, ranks=[result])
         core_failed, core_message = watch.verdict(cores)

@@ -247,7 +247,7 @@ class Launcher:
 
     def __init__(self, env: Any, cluster: Cluster, *, rundir: Any = None, backend: str | None = None,
                  nproc_per_node: int | None = None, core_limit: str | None = DEFAULT_CORE_LIMIT,
-                 per_launch_dirs: bool = False,
+                 per_launch_dirs: bool = False, keep_remote: bool = False,
                  on_event: Callable[[str, str], None] | None = None) -> None:
         self.env = env
         self.cluster = cluster
@@ -257,6 +257,8 @@ class Launcher:
         self.core_limit = core_limit
         #: fetch into <report>/<host>/<launch_id>/ (several launches per run) instead of <report>/<host>/
         self.per_launch_dirs = per_launch_dirs
+        #: leave each node's run folder on the host (debugging); by default it is removed once fetched
+        self.keep_remote = keep_remote
         self.on_event = on_event or (lambda host, msg: log.info("%s: %s", host, msg))
         self._count = 0
         self.sup_path, self.sup_sha = remote.script("supervisor.py")
@@ -563,7 +565,7 @@ class Launcher:
             local_dir.mkdir(parents=True, exist_ok=True)
             tmp = local_dir / ".fetch.tgz"
             host.get(tgz, tmp)
-            host.run(["rm", "-f", "--", tgz], timeout=30)
+            host.run(["rm", "-rf", "--", tgz] + ([] if self.keep_remote else [run_dir]), timeout=60)
             with tarfile.open(tmp) as tar:
                 for member in tar.getmembers():
                     name = Path(member.name).name

@@ -75,6 +75,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                 help="allowed slow-down over the baseline before a perf test fails (default 0.5 = +50%%)")
     g.addoption("--cluster-name", dest="camit_cluster", default=None, metavar="NAME",
                 help="name of the cluster for baselines (default: the env file's stem)")
+    g.addoption("--baseline-dir", dest="camit_baseline_dir", default=None, metavar="DIR",
+                help="where <cluster>.json baselines live (default: env/baselines of this checkout)")
     g.addoption("--full-shapes", dest="camit_full_shapes", action="store_true",
                 help="upstream's full case shapes instead of the small lab defaults")
     parser.addini("camit_env", "default test_env.yaml for --env", default="")
@@ -148,7 +150,8 @@ class CamitSession:
             from framework.launch import Launcher
 
             self._launcher = Launcher(self.require_env(), self.cluster, rundir=self.ensure_rundir(),
-                                      on_event=_log_event, per_launch_dirs=True)
+                                      on_event=_log_event, per_launch_dirs=True,
+                                      keep_remote=self.config.getoption("camit_keep_remote"))
         return self._launcher
 
     @property

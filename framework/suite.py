@@ -199,7 +199,8 @@ class RankSuite:
         remote_dir = dirs[hosts[0]]  # same path layout on every host when workdirs agree
         if len({dirs[h] for h in hosts}) != 1:
             raise FrameworkError("the rank-side tree landed in different paths on the hosts; use one workdir")
-        args = [f"{remote_dir}/{module}", "-p", "no:cacheprovider", "--rootdir", remote_dir,
+        # -p no:camit: ranks never load the controller's plugin (the lab's hosts share its python)
+        args = [f"{remote_dir}/{module}", "-p", "no:cacheprovider", "-p", "no:camit", "--rootdir", remote_dir,
                 "--junitxml=rank{rank}.xml", "-o", "junit_family=xunit2", *self.pytest_args]
         if select:
             args += ["-k", select]

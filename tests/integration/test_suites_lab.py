@@ -82,3 +82,37 @@ def test_an_injected_op_mistake_fails_naming_op_rank_and_mismatch(env_variant, b
     assert "rank-side failure(s) in test_prefill_rank.py (world 4)" in out
     cluster = (tmp_path / "reports" / "latest" / "cluster.xml").read_text()
     assert "moe_combine_prefill" in cluster
+
+
+def test_upstream_unit_tests_run_with_the_ranks_they_need(lab_env_path, tmp_path):
+    fake = REPO / "tests" / "data" / "fake_umdk"
+    proc = subprocess.run([sys.executable, "-m", "pytest", "suites/cam/test_upstream.py", "--env", str(lab_env_path),
+                           "--umdk-src", str(fake), "--no-deploy", "--report-dir", str(tmp_path / "reports"),
+                           "-p", "no:cacheprovider", "-q", "-rs"], cwd=REPO, capture_output=True, text=True,
+                          timeout=600)
+    out = proc.stdout
+    assert proc.returncode == 0, out[-3000:]
+    assert "1 passed, 1 skipped" in out
+    assert "needs 16 ranks" in out
+    cluster = (tmp_path / "reports" / "latest" / "cluster.xml").read_text()
+    assert "test_base_test" in cluster and "@host2" in cluster
+
+
+def test_perf_baseline_is_recorded_then_a_regression_fails(env_variant, built, tmp_path):
+    env = suite_env(env_variant, built["run"], built["wheel"], "/var/tmp/camit/suite", "perf.yaml")
+    base = tmp_path / "baselines"
+    args = ["suites/cam/test_perf.py", "--world-sizes", "4", "--baseline-dir", str(base), "--cluster-name", "lab"]
+    proc = subprocess.run([sys.executable, "-m", "pytest", *args, "--env", str(env), "--update-baseline",
+                           "--report-dir", str(tmp_path / "r1"), "-p", "no:cacheprovider", "-q"],
+                          cwd=REPO, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    data = json.loads((base / "lab.json").read_text())
+    assert data["prefill.world4"]["dispatch_us"] > 0
+    # pretend the cluster used to be 100x faster: the same run is now a regression, with numbers
+    data["prefill.world4"].update({k: v / 100 for k, v in data["prefill.world4"].items() if k.endswith("_us")})
+    (base / "lab.json").write_text(json.dumps(data))
+    proc = subprocess.run([sys.executable, "-m", "pytest", *args, "--env", str(env),
+                           "--report-dir", str(tmp_path / "r2"), "-p", "no:cacheprovider", "-q"],
+                          cwd=REPO, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 1
+    assert "performance regression on lab (prefill.world4): dispatch_us" in proc.stdout

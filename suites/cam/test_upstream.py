@@ -1,0 +1,53 @@
+"""Upstream CAM unit tests (``--umdk-src PATH``): ship the checkout's test/cam to the hosts and run each
+test file with the rank count it needs (4 for fused_deep_moe, 16 for the prefill ops) through the same
+launch, results in the same reports. Upstream's tests import torch_npu: they need an NPU env.
+"""
+
+from pathlib import Path
+
+import pytest
+
+#: ranks each upstream test directory needs (cam-ops.md §7); others run at 4
+UPSTREAM_RANKS = {"fused_deep_moe": 4, "moe_dispatch_combine_prefill": 16}
+
+
+def upstream_files(config):
+    src = config.getoption("camit_umdk_src")
+    if not src:
+        return []
+    ut = Path(src) / "test" / "cam" / "ut"
+    if not ut.is_dir():
+        raise pytest.UsageError(f"--umdk-src {src}: no test/cam/ut in that checkout")
+    return sorted(p.relative_to(ut.parent).as_posix() for p in ut.rglob("test_*.py"))
+
+
+def pytest_generate_tests(metafunc):
+    if "upstream_file" not in metafunc.fixturenames:
+        return
+    files = upstream_files(metafunc.config)
+    params = []
+    for f in files:
+        ranks = next((n for d, n in UPSTREAM_RANKS.items() if f"/{d}/" in f"/{f}"), 4)
+        params.append(pytest.param(f, ranks, marks=pytest.mark.ranks(ranks), id=f"{f}-{ranks}ranks"))
+    if not params:
+        params = [pytest.param(None, 0, marks=pytest.mark.skip(reason="no --umdk-src given"), id="none")]
+    metafunc.parametrize(("upstream_file", "world"), params)
+
+
+@pytest.fixture(scope="session")
+def upstream_suite(camit, deployed):
+    from framework.suite import RankSuite
+
+    src = Path(camit.config.getoption("camit_umdk_src")) / "test" / "cam"
+    return RankSuite(camit.require_env(), camit.cluster, camit.launcher, tree=src,
+                     slots=camit.config.getoption("camit_slots"), rank_env={"CAMIT_SEED": str(camit.seed)},
+                     case_timeout=camit.case_timeout, pytest_args=["-s"])
+
+
+@pytest.mark.multi_process_test
+def test_upstream_ut(request, upstream_suite, upstream_file, world):
+    from framework.plugin import LAUNCHES_KEY
+
+    result = upstream_suite.run(upstream_file, world, name="upstream")
+    request.node.stash.setdefault(LAUNCHES_KEY, []).append(result.launch)
+    result.check()

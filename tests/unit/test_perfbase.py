@@ -1,0 +1,37 @@
+"""Baseline comparison: cluster numbers from rank samples, regressions both ways, the file round trip."""
+
+from framework import perfbase
+
+SAMPLES = [
+    {"dispatch_us": 100.0, "combine_us": 50.0, "dispatch_bytes_per_s": 1e9, "combine_bytes_per_s": 2e9},
+    {"dispatch_us": 140.0, "combine_us": 40.0, "dispatch_bytes_per_s": 8e8, "combine_bytes_per_s": 3e9},
+]
+
+
+def test_cluster_numbers_take_the_slowest_rank():
+    n = perfbase.cluster_numbers(SAMPLES)
+    assert n == {"dispatch_us": 140.0, "combine_us": 50.0, "dispatch_bytes_per_s": 8e8, "combine_bytes_per_s": 2e9}
+
+
+def test_regressions_beyond_the_margin_only():
+    base = perfbase.cluster_numbers(SAMPLES)
+    same = dict(base)
+    assert perfbase.regressions(same, base, 0.5) == []
+    slower = dict(base, dispatch_us=base["dispatch_us"] * 1.6, combine_bytes_per_s=base["combine_bytes_per_s"] / 1.7)
+    problems = perfbase.regressions(slower, base, 0.5)
+    assert len(problems) == 2
+    assert problems[0].startswith("dispatch_us 224.0 > baseline 140.0 x 1.50 (+60%)")
+    assert problems[1].startswith("combine_bytes_per_s")
+    within = dict(base, dispatch_us=base["dispatch_us"] * 1.4)
+    assert perfbase.regressions(within, base, 0.5) == []
+
+
+def test_baseline_file_round_trip(tmp_path):
+    path = tmp_path / "b" / "lab.json"
+    assert perfbase.load(path) == {}
+    perfbase.update(path, "prefill.world4", perfbase.cluster_numbers(SAMPLES), note="seed 1")
+    perfbase.update(path, "prefill.world8", {"dispatch_us": 1.0, "combine_us": 1.0,
+                                             "dispatch_bytes_per_s": 1.0, "combine_bytes_per_s": 1.0})
+    data = perfbase.load(path)
+    assert set(data) == {"prefill.world4", "prefill.world8"}
+    assert data["prefill.world4"]["dispatch_us"] == 140.0 and data["prefill.world4"]["note"] == "seed 1"
