@@ -113,26 +113,27 @@ def test_hanging_rank_hits_the_job_timeout(launcher):
     assert wait_none_left(result.launch_id, 5) == []
 
 
-def test_sigint_to_the_controller_tears_down_and_keeps_the_report(lab_env_path, tmp_path):
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_signal_to_the_controller_tears_down_and_keeps_the_report(lab_env_path, tmp_path, sig):
     reports = tmp_path / "reports"
     proc = subprocess.Popen(
         [sys.executable, "-m", "framework.cli", "run", "--env", str(lab_env_path), "--hosts", ",".join(NODES),
          "--nproc-per-node", "2", "--report-dir", str(reports), "--timeout", "120", "--",
          str(TARGET), "--hang-rank", "0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    # wait until every rank is up (all_to_all done) before interrupting
+    # wait until the run's processes are up on both nodes before interrupting
     deadline = time.monotonic() + 60
     run_dir = None
     while time.monotonic() < deadline:
         latest = reports / "latest"
         if latest.exists():
             run_dir = latest.resolve()
-        launch_ids = tagged("")
-        if run_dir and len(launch_ids) >= 4:
+        # supervisor, torchrun, 2 rank wrappers and 2 ranks per node, all tagged with this run's id
+        if run_dir and len(tagged(run_dir.name)) >= 8:
             break
         time.sleep(0.5)
-    time.sleep(8)  # torch import + rendezvous + all_to_all
+    time.sleep(6)  # torch import + rendezvous + all_to_all
     t0 = time.monotonic()
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(sig)
     out, err = proc.communicate(timeout=30)
     assert time.monotonic() - t0 < 10
     assert proc.returncode != 0
@@ -198,3 +199,33 @@ def test_link_down_is_a_lost_host_and_its_supervisor_cleans_up(lab, launcher):
     assert result.failure_kind == "lost" and "host2" in result.failure  # type: ignore[union-attr]
     # the supervisor on host2 heard nothing for its silence limit and ended its run
     assert wait_none_left(result.launch_id, 20) == []  # type: ignore[union-attr]
+
+
+def test_a_taken_master_port_is_retried_with_another(lab, lab_env_path, env_variant, tmp_path):
+    """The env pins a master port that something else holds on node 0: the launch retries on a free one."""
+    import socket as _socket
+
+    from framework.config import load
+
+    # a free port on host1 right now, then a listener outside camit holding it
+    probe = lab.host_exec("host1", [sys.executable, "-c", "import socket; s = socket.socket(); "
+                                    "s.bind(('0.0.0.0', 0)); print(s.getsockname()[1])"], check=True)
+    port = int(probe.stdout.strip())
+    holder = subprocess.Popen(nsenter_argv(lab.host("host1").sshd_pid, [
+        sys.executable, "-c", f"import socket, time; s = socket.socket(); s.bind(('0.0.0.0', {port})); "
+                              "s.listen(); print('held', flush=True); time.sleep(300)"]),
+        stdout=subprocess.PIPE, start_new_session=True)
+    try:
+        assert holder.stdout.readline().startswith(b"held")  # type: ignore[union-attr]
+        env = load(env_variant(lambda d: d["launch"].__setitem__("master_port", port), "port.yaml"))
+        with Cluster.from_env(env, NODES) as cluster:
+            result = Launcher(env, cluster, rundir=RunDir.create(tmp_path / "r"), nproc_per_node=2).run(
+                Target(script=str(TARGET)), timeout=120)
+        assert result.ok, result.message()
+        assert not result.master.endswith(f":{port}")
+        assert result.launch_id.endswith("-r2")  # the second attempt passed
+    finally:
+        os.killpg(holder.pid, signal.SIGKILL)
+        holder.wait()
+        holder.stdout.close()  # type: ignore[union-attr]
+    del _socket

@@ -1,0 +1,99 @@
+"""The pure half of launch: backend variables, the exact node command line, targets."""
+
+from __future__ import annotations
+
+import shlex
+
+import pytest
+
+from framework.config import HostSpec, NicSpec, NpuSpec, Secret, TestNicSpec
+from framework.errors import UsageError
+from framework.launch import NodePlan, Target, backend_env, node_command
+
+A3 = HostSpec(name="node1", manage_nic=NicSpec("enp1s0", "192.0.2.11"),
+              test_nic1=TestNicSpec(name="eth1", ip="198.51.100.11"),
+              npu=NpuSpec(count=16, soc="ascend910_93", visible=(0, 1, 2, 3)))
+LAB = HostSpec(name="host1", manage_nic=NicSpec("eth0", "10.77.0.11"))
+
+
+@pytest.mark.parametrize(("spec", "backend", "expected"), [
+    (A3, "hccl", {"HCCL_IF_IP": "198.51.100.11", "HCCL_SOCKET_IFNAME": "=eth1", "HCCL_BUFFSIZE": "4096",
+                  "HCCL_CONNECT_TIMEOUT": "120", "ASCEND_RT_VISIBLE_DEVICES": "0,1,2,3"}),
+    (LAB, "hccl", {"HCCL_IF_IP": "10.77.0.11", "HCCL_SOCKET_IFNAME": "=eth0", "HCCL_BUFFSIZE": "4096",
+                   "HCCL_CONNECT_TIMEOUT": "120"}),
+    (A3, "gloo", {"GLOO_SOCKET_IFNAME": "eth1"}),
+    (LAB, "gloo", {"GLOO_SOCKET_IFNAME": "eth0"}),
+    (A3, "nccl", {"NCCL_SOCKET_IFNAME": "eth1"}),
+])
+def test_backend_env(spec, backend, expected):
+    assert backend_env(spec, backend) == expected
+
+
+def test_unknown_backend():
+    with pytest.raises(UsageError, match="unknown backend 'mpi'"):
+        backend_env(LAB, "mpi")
+
+
+def plan(**kw):
+    base = dict(host="node1", node_rank=1, nnodes=2, nproc_per_node=8, master_addr="198.51.100.10",
+                master_port=29512, python="/w/venv/bin/python", run_dir="/w/runs/r1", supervisor="/w/bin/sup.py",
+                rankwrap="/w/bin/wrap.py", launch_id="r1", env={"GLOO_SOCKET_IFNAME": "eth1"})
+    base.update(kw)
+    return NodePlan(**base)
+
+
+def test_node_command_exact_line():
+    line = node_command(plan(cann_set_env="/usr/local/Ascend/cann/set_env.sh",
+                             vendor_set_env="/w/opp/vendors/CAM/bin/set_env.bash", deadline=660.0),
+                        Target(module="pytest", args=("t.py", "--junitxml=rank{rank}.xml")))
+    argv = shlex.split(line.text)
+    assert argv[:2] == ["bash", "-c"]
+    assert argv[2] == (
+        "mkdir -p /w/runs/r1 && cd /w/runs/r1 && "
+        "{ ulimit -S -c unlimited 2>/dev/null || ulimit -S -c \"$(ulimit -H -c)\"; } && "
+        ". /usr/local/Ascend/cann/set_env.sh && . /w/opp/vendors/CAM/bin/set_env.bash && "
+        "export GLOO_SOCKET_IFNAME=eth1 && "
+        "exec /w/venv/bin/python /w/bin/sup.py --run-id r1.node1 --status-dir /w/runs/r1 --deadline 660 "
+        "--grace 2 --heartbeat 2 --silence 15 -- "
+        "/w/venv/bin/python -m torch.distributed.run --nnodes 2 --nproc-per-node 8 --node-rank 1 "
+        "--master-addr 198.51.100.10 --master-port 29512 --no-python /w/venv/bin/python /w/bin/wrap.py "
+        "--status-dir /w/runs/r1 -- -m pytest t.py '--junitxml=rank{rank}.xml'"
+    )
+
+
+def test_node_command_without_cann_vendor_or_core_limit():
+    text = shlex.split(node_command(plan(core_limit=None), Target(script="/w/t/a b.py", args=("$(x)",))).text)[2]
+    assert "set_env" not in text and "ulimit" not in text
+    assert text.endswith("-- '/w/t/a b.py' '$(x)'")
+
+
+def test_secrets_are_exported_but_not_displayed():
+    line = node_command(plan(env={"HCCL_TOKEN": Secret("s3cret"), "X": "it's"}), Target(module="m"))
+    assert "s3cret" in line.text
+    assert "s3cret" not in line.display and "HCCL_TOKEN='***'" in shlex.split(line.display)[2]
+
+
+def test_hostile_env_values_arrive_literally_in_bash(tmp_path):
+    import subprocess
+
+    value = "a b 'q' \"d\" $(id) `id` ; ünï\nline2"
+    p = plan(run_dir=str(tmp_path / "run dir"), env={"V": value}, core_limit=None, python="/bin/echo",
+             supervisor="x")
+    text = shlex.split(node_command(p, Target(module="m")).text)[2]
+    # stop before the exec of the supervisor: check the exported value in the same shell
+    probe = text.split(" && exec ")[0] + ' && printf %s "$V"'
+    assert subprocess.run(["bash", "-c", probe], capture_output=True, text=True, check=True).stdout == value
+
+
+@pytest.mark.parametrize(("argv", "target"), [
+    (["--", "-m", "pytest", "-x"], Target(module="pytest", args=("-x",))),
+    (["train.py", "--lr", "1"], Target(script="train.py", args=("--lr", "1"))),
+])
+def test_target_parse(argv, target):
+    assert Target.parse(argv) == target
+
+
+@pytest.mark.parametrize("argv", [[], ["--"], ["-m"]])
+def test_target_parse_errors(argv):
+    with pytest.raises(UsageError):
+        Target.parse(argv)
