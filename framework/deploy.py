@@ -448,15 +448,32 @@ class Deployer:
         self.on_event(host.name, f"upload {art.name} ({_mb(art.size)}) direct")
         # a relay killed mid-stream may have left its partial file behind
         host.run(["rm", "-f", "--", plan.remote_path(art) + ".part"], timeout=30)
+        progress = self._progress(host.name, art)
         for attempt in (1, 2):
             try:
-                self._timed(m, "upload", lambda: host.put(art.path, plan.remote_path(art), sha256=art.sha256))
+                self._timed(m, "upload", lambda: host.put(art.path, plan.remote_path(art), sha256=art.sha256,
+                                                          progress=progress))
                 break
             except TransferError as exc:
                 if attempt == 2 or "mismatch" not in str(exc):
                     raise
                 self.on_event(host.name, f"retrying upload of {art.name}: {exc}")
         host.check(["touch", "--", plan.stage(art) + "/.ok"], timeout=30)
+
+    def _progress(self, host: str, art: Artifact, every: float = 1.0) -> Callable[[int, int], None]:
+        """A callback reporting bytes and rate at most every ``every`` seconds (and at the end)."""
+        t0 = time.monotonic()
+        last = [t0]
+
+        def report(sent: int, total: int) -> None:
+            now = time.monotonic()
+            if now - last[0] < every and sent < total:
+                return
+            last[0] = now
+            rate = sent / max(now - t0, 1e-6)
+            self.on_event(host, f"upload {art.name}: {_mb(sent)} of {_mb(total)}, {_mb(rate)}/s")
+
+        return report
 
     def _relay(self, art: Artifact, targets: list[str], probes: dict[str, Probe], relay_bin: dict[str, str],
                result: DeployResult) -> list[str]:
@@ -517,9 +534,13 @@ class Deployer:
             self.on_event(head, f"relay {art.name} ({_mb(art.size)}) through {' -> '.join(links)}")
             head_proc = procs[head]
             head_proc.write(next_line(0))
+            progress = self._progress(head, art)
+            sent = 0
             with open(art.path, "rb") as fh:
                 for block in iter(lambda: fh.read(RELAY_STREAM_CHUNK), b""):
                     head_proc.write(block)
+                    sent += len(block)
+                    progress(sent, art.size)
             head_proc.close_stdin()
             pending = []
             for h in links:

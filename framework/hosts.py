@@ -159,18 +159,22 @@ class Host:
         return self.run(command, check=True, **kwargs)
 
     # -- files ----------------------------------------------------------------
-    def put(self, local: Path | str, remote: str, *, sha256: str | None = None) -> str:
+    def put(self, local: Path | str, remote: str, *, sha256: str | None = None,
+            progress: Callable[[int, int], None] | None = None) -> str:
         """Upload ``local`` to ``remote``; verify sha256 on the host; replace atomically.
 
         Returns the hex digest. A mismatch removes the partial file and raises
-        ``TransferError`` naming both digests.
+        ``TransferError`` naming both digests. ``progress(sent, total)`` is called as bytes go.
         """
         local = Path(local)
         digest = sha256 or sha256_file(local)
         part = f"{remote}.camit-part-{secrets.token_hex(4)}"
         self.check(["mkdir", "-p", "--", posixpath.dirname(remote) or "/"])
         try:
-            self.transport.put(local, part)
+            if progress is not None:
+                self.transport.put(local, part, progress=progress)
+            else:
+                self.transport.put(local, part)
             got = self.remote_sha256(part)
             if got != digest:
                 raise TransferError(self.name, f"sha256 mismatch after upload of {local.name} to {remote}: "

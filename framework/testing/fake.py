@@ -118,13 +118,15 @@ class FakeTransport:
     def _ok(self, line: str, display: str, stdout: str = "") -> Result:
         return Result(self.name, line, 0, stdout, "", 0.0, display=display)
 
-    def put(self, local: Path, remote: str) -> None:
+    def put(self, local: Path, remote: str, progress: Callable[[int, int], None] | None = None) -> None:
         self.connect()
         data = Path(local).read_bytes()
         if self.corrupt_next_put:
             self.corrupt_next_put = False
             data = data[:-1] + bytes([data[-1] ^ 0xFF]) if data else b"x"
         self.files[remote] = data
+        if progress is not None:
+            progress(len(data), len(data))
 
     def get(self, remote: str, local: Path) -> None:
         self.connect()

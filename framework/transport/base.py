@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from framework.commands import PGID_MARKER
 from framework.result import Result
@@ -31,7 +31,7 @@ class Transport(Protocol):
 
     def spawn(self, line: str, *, display: str, max_output: int) -> Process: ...
 
-    def put(self, local: Path, remote: str) -> None: ...
+    def put(self, local: Path, remote: str, progress: Any = None) -> None: ...
 
     def get(self, remote: str, local: Path) -> None: ...
 

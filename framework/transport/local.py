@@ -74,7 +74,7 @@ class LocalTransport:
     def spawn(self, line: str, *, display: str, max_output: int = DEFAULT_MAX_OUTPUT) -> LocalProcess:
         return LocalProcess(self.name, line, display, max_output)
 
-    def put(self, local: Path, remote: str) -> None:
+    def put(self, local: Path, remote: str, progress: object = None) -> None:
         shutil.copyfile(local, remote)
 
     def get(self, remote: str, local: Path) -> None:

@@ -338,10 +338,10 @@ class SshTransport:
         with self._sftp_lock:
             yield sftp
 
-    def put(self, local: Path, remote: str) -> None:
+    def put(self, local: Path, remote: str, progress: Any = None) -> None:
         try:
             with self._sftp_client() as sftp:
-                sftp.put(str(local), remote, confirm=True)
+                sftp.put(str(local), remote, callback=progress, confirm=True)
         except (OSError, paramiko.SSHException, EOFError) as exc:
             raise TransferError(self.name, f"upload of {local} to {remote} failed: {exc}") from None
 

@@ -147,3 +147,27 @@ def test_state_script_writes_atomically(tmp_path):
 
     assert json.loads((tmp_path / "deploy-state.json").read_text()) == state
     assert not (tmp_path / "deploy-state.json.tmp").exists()
+
+
+def test_upload_progress_reports_bytes_and_rate_throttled():
+    events = []
+    d = object.__new__(deploy.Deployer)
+    d.on_event = lambda host, msg: events.append((host, msg))
+    report = d._progress("h1", ART, every=3600)
+    for sent in (1, 2, 3):
+        report(sent * 1024 * 1024, 4 * 1024 * 1024)
+    report(4 * 1024 * 1024, 4 * 1024 * 1024)  # the end is always reported
+    assert len(events) == 1
+    host, msg = events[0]
+    assert host == "h1" and msg.startswith(f"upload {ART.name}: 4.0 MiB of 4.0 MiB, ") and msg.endswith(" MiB/s")
+
+
+def test_host_put_passes_progress(tmp_path):
+    from framework.hosts import Host
+    from framework.testing import FakeTransport
+
+    src = tmp_path / "x"
+    src.write_bytes(b"abc")
+    seen = []
+    Host("h", FakeTransport("h"), command_timeout=5).put(src, "/w/x", progress=lambda s, t: seen.append((s, t)))
+    assert seen == [(3, 3)]
