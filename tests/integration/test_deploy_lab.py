@@ -186,3 +186,25 @@ def pad_wheel(wheel: Path, out_dir: Path, pad: int) -> Path:
             zout.writestr(item, content)
         zout.writestr("umdk_cam_op_lib/_pad.bin", data)
     return out
+
+
+def test_relay_hop_that_cannot_listen_falls_back_to_direct_push(env_variant, lab_env, built, caplog):
+    names = list(lab_env.hosts)
+    victim, other = names[2], names[3]
+
+    def change(doc):
+        # the victim's management address is another host's: its relay cannot bind there
+        doc["host_info"][victim]["manage_nic"]["ip"] = lab_env.hosts[other].manage_nic.ip
+    env = load(env_variant(lambda d: (d.update(artifacts={"run_package": str(built["run"]),
+                                                          "wheel": str(built["wheel"])}),
+                                      d["defaults"].__setitem__("workdir", fresh_workdir(lab_env, "fb")),
+                                      change(d)), "fallback2.yaml"))
+    import logging
+
+    with caplog.at_level(logging.WARNING, logger="camit.deploy"):
+        result, _ = deploy(env)
+    assert result.ok, result.errors
+    assert {a.via for a in result.manifests[victim].artifacts} == {"direct"}
+    assert {a.via for h in names if h != victim for a in result.manifests[h].artifacts} == {"relay"}
+    assert any(victim in n and "did not listen" in n for n in result.notes)
+    assert any("direct push" in r.getMessage() and victim in r.getMessage() for r in caplog.records)
