@@ -312,19 +312,27 @@ class SshTransport:
         return SshProcess(self, chan, line, display, max_output)
 
     def _kill(self, pgid: int | None) -> None:
-        """Kill the remote process group of a command we started (TERM, then KILL)."""
+        """Kill the remote process group of a command we started (TERM, then KILL).
+
+        Retried: on a loaded host opening the extra channel can time out, and a kill that
+        silently failed would leave the command running.
+        """
         if pgid is None:
             log.warning("%s: no process group reported; closing the channel only", self.name)
             return
-        try:
-            chan = self._session()
-            chan.settimeout(KILL_GRACE + 3)
-            chan.exec_command("/bin/sh -c " + commands.quote(commands.kill_group(pgid, KILL_GRACE)))
-            chan.recv_exit_status()
-            chan.close()
-            log.info("%s: killed remote process group %d", self.name, pgid)
-        except (HostError, paramiko.SSHException, OSError) as exc:
-            log.warning("%s: could not kill remote process group %d: %s", self.name, pgid, exc)
+        script = "/bin/sh -c " + commands.quote(commands.kill_group(pgid, KILL_GRACE))
+        for attempt in range(1, 4):
+            try:
+                chan = self._session()
+                chan.settimeout(KILL_GRACE + 5 * attempt)
+                chan.exec_command(script)
+                chan.recv_exit_status()
+                chan.close()
+                log.info("%s: killed remote process group %d", self.name, pgid)
+                return
+            except (HostError, paramiko.SSHException, OSError) as exc:
+                log.warning("%s: killing remote process group %d failed (attempt %d): %s",
+                            self.name, pgid, attempt, exc)
 
     # -- files ----------------------------------------------------------------
     @contextmanager

@@ -115,7 +115,9 @@ def test_deploy_venv_is_the_interpreter_checked(lab, lab_env_path, env_variant):
 
 
 def test_broken_interpreter_fails_python_and_torch(lab_env_path, env_variant):
-    path = env_variant(lambda doc: doc["defaults"].update(python="/nonexistent/python3"))
+    # its own workdir: preflight rightly prefers a deploy venv there, and other tests deploy to the default one
+    path = env_variant(lambda doc: doc["defaults"].update(python="/nonexistent/python3",
+                                                          workdir="/var/tmp/camit/no-python"))
     rc, data = check_json(path)
     assert rc == 1
     cells = by_cell(data)
