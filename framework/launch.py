@@ -265,7 +265,7 @@ class Launcher:
         self.wrap_path, self.wrap_sha = remote.script("rankwrap.py")
 
     # preparing the hosts: scripts shipped once, deploy state read in the same round trip
-    def _prepare(self, target: Target) -> tuple[dict[str, dict[str, Any]], Target]:
+    def _prepare(self, target: Target, names: Sequence[str]) -> tuple[dict[str, dict[str, Any]], Target]:
         import json
 
         local_script = Path(target.script) if target.script and Path(target.script).is_file() else None
@@ -301,7 +301,7 @@ class Launcher:
                     "rankwrap": next(p for p in files if "/rankwrap-" in p),
                     "script": next((p for p in files if "/targets/" in p), None), "state": state}
 
-        prepared = self.cluster.map(prep)
+        prepared = self.cluster.map(prep, names)
         prepared.raise_on_failure()
         out = {h: v for h, v in prepared.items()}  # type: ignore[misc]
         if local_script is not None:
@@ -320,15 +320,15 @@ class Launcher:
         self._count += 1
         run_id = getattr(self.rundir, "run_id", None) or secrets.token_hex(4)
         launch_id = f"{run_id}-{name or 'launch'}{self._count}-{secrets.token_hex(2)}"
+        names = list(hosts) if hosts is not None else list(self.cluster.hosts)
         t_prep = time.time()
-        prepared, target = self._prepare(target)
+        prepared, target = self._prepare(target, names)
         if self.rundir is not None:
             from framework.report import record_phase
 
             for h in prepared:
                 record_phase(self.rundir.path, h, "launch", t_prep, time.time())
         nproc = nproc_per_node or self.nproc
-        names = list(hosts) if hosts is not None else list(self.cluster.hosts)
         attempt = 0
         while True:
             attempt += 1
