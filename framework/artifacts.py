@@ -225,7 +225,6 @@ return 1 2>/dev/null || exit 1
 def _payload(root: Path, soc: str, fault: str) -> None:
     """Write the .run payload (install.sh, help.info, vendors/CAM/…) under `root`."""
     arch = platform.machine()
-    vendor = root / "vendors" / VENDOR
     files: dict[str, str] = {
         "install.sh": _INSTALL_SH.replace("@VERSION@", VERSION).replace("@FAULT@", fault)
                                  .replace("@OPS@", " ".join(OPS)),

@@ -166,7 +166,6 @@ def parse_npu_smi_info(text: str) -> NpuSmiInfo:
     chips: list[NpuChip] = []
     procs: list[NpuProcess] = []
     idle: set[int] = set()
-    npu_cols: tuple[str, ...] = _DEFAULT_NPU_COLS
     chip_cols: tuple[str, ...] = _DEFAULT_CHIP_COLS
     proc_cols: list[str] | None = None
     phy_col = False
@@ -186,8 +185,7 @@ def parse_npu_smi_info(text: str) -> NpuSmiInfo:
             proc_cols = cells
             continue
         if first[0] == "NPU" and len(cells) >= 3:
-            npu_cols = tuple(cells[2].split())
-            continue
+            continue  # the NPU header row: the columns are read by structure below
         if first[0] == "Chip" and len(cells) >= 3:
             phy_col = "Phy-ID" in cells[0]
             chip_cols = tuple(cells[2].split())

@@ -184,8 +184,8 @@ def cmd_exec(args: argparse.Namespace) -> int:
     return worst
 
 
-def cmd_deploy(args: argparse.Namespace) -> int:
-    from framework.deploy import Deployer
+def _cluster_run(args: argparse.Namespace) -> tuple[Any, Any, Any, Any]:
+    """The env, its (selected) cluster, a new run folder, and a progress printer (quiet with --json)."""
     from framework.hosts import Cluster
     from framework.rundir import RunDir
 
@@ -196,6 +196,14 @@ def cmd_deploy(args: argparse.Namespace) -> int:
     def event(host: str, message: str) -> None:
         if not args.json:
             console.event(host, message)
+
+    return env, cluster, rundir, event
+
+
+def cmd_deploy(args: argparse.Namespace) -> int:
+    from framework.deploy import Deployer
+
+    env, cluster, rundir, event = _cluster_run(args)
 
     with cluster:
         result = Deployer(env, cluster, relay=False if args.no_relay else None, rundir=rundir,
@@ -218,18 +226,10 @@ def cmd_deploy(args: argparse.Namespace) -> int:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from framework.coredump import CoreWatch
-    from framework.hosts import Cluster
     from framework.launch import Launcher, Target
-    from framework.rundir import RunDir
 
     target = Target.parse(args.target)
-    env = _load_env(args.env)
-    cluster = Cluster.from_env(env, _split_hosts(args.hosts))
-    rundir = RunDir.create(args.report_dir)
-
-    def event(host: str, message: str) -> None:
-        if not args.json:
-            console.event(host, message)
+    env, cluster, rundir, event = _cluster_run(args)
 
     with cluster, console.terminate_as_interrupt():
         watch = CoreWatch(cluster, env, policy=args.core_policy)

@@ -10,7 +10,6 @@ import json
 import os
 import time
 
-import pytest
 import torch
 import torch.distributed as dist
 
