@@ -28,8 +28,7 @@ HEALTH_OK = "OK"
 _BUS_ID = re.compile(r"^[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]$")
 _NPU_SMI_VERSION = re.compile(r"npu-smi\s+(\S+)\s+Version:\s*(\S+)")
 _IDLE = re.compile(r"No running processes found in NPU\s+(\d+)")
-# column headers of the third cell, used when an excerpt starts below the header
-_DEFAULT_NPU_COLS = ("Power(W)", "Temp(C)", "Hugepages-Usage(page)")
+# chip-row column headers of the third cell, used when an excerpt starts below the header
 _DEFAULT_CHIP_COLS = ("AICore(%)", "Memory-Usage(MB)", "HBM-Usage(MB)")
 
 
