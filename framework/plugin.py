@@ -79,6 +79,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                 help="where <cluster>.json baselines live (default: env/baselines of this checkout)")
     g.addoption("--full-shapes", dest="camit_full_shapes", action="store_true",
                 help="upstream's full case shapes instead of the small lab defaults")
+    g.addoption("--cov-ranks", dest="camit_cov_ranks", action="store_true",
+                help="coverage of the rank-side tree and the op library on every host, combined into "
+                     "<report>/coverage/ and coverage.xml (also ENABLE_COV=1)")
     parser.addini("camit_env", "default test_env.yaml for --env", default="")
 
 
@@ -107,6 +110,14 @@ class CamitSession:
             try:
                 self.env = load(self.env_path)
             except ConfigError as exc:
+                raise pytest.UsageError(str(exc)) from None
+        self.cov_ranks, self.cov_summary = False, ""  # coverage mode (issue 7): framework/coverage.py
+        if self.env is not None:
+            from framework import coverage
+
+            try:
+                self.cov_ranks = coverage.requested(opt("camit_cov_ranks"))
+            except FrameworkError as exc:
                 raise pytest.UsageError(str(exc)) from None
 
     # -- lazily built machinery ---------------------------------------------
@@ -162,9 +173,14 @@ class CamitSession:
             rank_env = {"CAMIT_SEED": str(self.seed)}
             if self.config.getoption("camit_full_shapes"):
                 rank_env["CAMIT_FULL_SHAPES"] = "1"
+            cov = None
+            if self.cov_ranks:
+                from framework.coverage import RankCoverage
+
+                cov = RankCoverage(self.require_env(), self.cluster, self.ensure_rundir().path)
             self._suite = RankSuite(self.require_env(), self.cluster, self.launcher,
                                     slots=self.config.getoption("camit_slots"), rank_env=rank_env,
-                                    case_timeout=self.case_timeout)
+                                    case_timeout=self.case_timeout, coverage=cov)
         return self._suite
 
     def deploy(self, tmp_root: Path) -> Any:
@@ -451,6 +467,10 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         return
     from framework import report
 
+    if cs.cov_ranks:  # before finalize, so the manifest and index list the coverage report
+        from framework import coverage
+
+        cs.cov_summary = coverage.finish(cs.rundir.path)
     status = {0: "ok", 1: "failed", 2: "interrupted", 5: "no tests"}.get(int(exitstatus), "error")
     report.finalize(cs.rundir.path, env=cs.env, seed=cs.seed,
                     argv=["pytest", *session.config.invocation_params.args], started=cs.started,
@@ -470,6 +490,8 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     terminalreporter.section("camit")
     for line in text.splitlines():
         terminalreporter.write_line(line)
+    if cs.cov_summary:
+        terminalreporter.write_line(cs.cov_summary)
 
 
 def pytest_keyboard_interrupt(excinfo: Any) -> None:

@@ -145,7 +145,7 @@ class RankSuite:
 
     def __init__(self, env: Any, cluster: Cluster, launcher: Launcher, *, tree: Path = RANK_TREE,
                  slots: int | None = None, rank_env: Mapping[str, str] | None = None, case_timeout: float = 600.0,
-                 pytest_args: Sequence[str] = ()) -> None:
+                 pytest_args: Sequence[str] = (), coverage: Any = None) -> None:
         self.env = env
         self.cluster = cluster
         self.launcher = launcher
@@ -154,6 +154,8 @@ class RankSuite:
         self.rank_env = dict(rank_env or {})
         self.case_timeout = case_timeout
         self.pytest_args = list(pytest_args)
+        #: a framework.coverage.RankCoverage in coverage mode (--cov-ranks): ranks run under `coverage run`
+        self.coverage = coverage
         self._shipped: dict[str, str] = {}
 
     def can_place(self, world: int) -> tuple[int, int] | str:
@@ -206,8 +208,13 @@ class RankSuite:
             args += ["-k", select]
         env = {"CAMIT_BACKEND": self.env.launch.backend, "CAMIT_CASE_TIMEOUT": f"{self.case_timeout:g}",
                "PYTHONDONTWRITEBYTECODE": "1", **self.rank_env, **dict(extra_env or {})}
-        launch = self.launcher.run(Target(module="pytest", args=tuple(args)), env=env, timeout=self.case_timeout,
+        target = Target(module="pytest", args=tuple(args))
+        if self.coverage is not None:
+            target = self.coverage.prepare(target, hosts, remote_dir, self.tree)
+        launch = self.launcher.run(target, env=env, timeout=self.case_timeout,
                                    nproc_per_node=per_node, hosts=hosts, name=name or Path(module).stem)
+        if self.coverage is not None:
+            self.coverage.collect_gcov(hosts)
         return self.judge(module, world, launch)
 
     def judge(self, module: str, world: int, launch: LaunchResult) -> SuiteResult:

@@ -41,7 +41,7 @@ def upstream_suite(camit, deployed):
     src = Path(camit.config.getoption("camit_umdk_src")) / "test" / "cam"
     return RankSuite(camit.require_env(), camit.cluster, camit.launcher, tree=src,
                      slots=camit.config.getoption("camit_slots"), rank_env={"CAMIT_SEED": str(camit.seed)},
-                     case_timeout=camit.case_timeout, pytest_args=["-s"])
+                     case_timeout=camit.case_timeout, pytest_args=["-s"], coverage=camit.suite.coverage)
 
 
 @pytest.mark.multi_process_test

@@ -1,0 +1,463 @@
+"""Coverage mode (``--cov-ranks`` or ``ENABLE_COV=1``): rank-side Python and op-library coverage from
+every host, combined into one report in the run folder — the ``run_with_cov.sh`` upstream never wrote.
+
+How a covered run goes:
+
+1. Before a rank launch, each of its hosts is probed once per session (:class:`RankCoverage`): the
+   deploy state names the ranks' interpreter, which must import ``coverage`` (>= 7.4) in the ranks'
+   environment. A host without it fails the launch with one :class:`CoverageUnavailable` naming the
+   host(s); the probe is remembered, so later launches on that host fail the same way at once.
+2. Every rank runs ``python -m coverage run --parallel-mode --data-file=coverage-rank{rank}.dat
+   --source=<rank tree>,umdk_cam_op_lib -m pytest ...`` (:func:`wrap_target`). Its cwd is the node's run
+   folder, so ``coverage-rank<N>.dat.<host>.<pid>.<rand>`` comes back with the launch's ``coverage-*``
+   fetch pattern into ``<report>/<host>/<launch>/``.
+3. After each launch, ``*.gcda`` files under ``<install_path>/vendors/<vendor>/`` and the op library's
+   site-packages entries (an op library built with ``--coverage``) are tarred on each host and unpacked
+   into ``<report>/<host>/gcov/<their absolute path>``. gcov counters accumulate in place, so the last
+   fetch of a session holds everything; turning them into a report needs the build tree's ``.gcno``.
+4. At session end the controller (:func:`finish`) combines every ``coverage-rank*.dat*`` of the run
+   folder with a temporary ``.coveragerc`` whose ``[paths]`` map each shipped rank tree
+   (``<workdir>/suites/<sha>/``) to its folder in this checkout and the installed ``umdk_cam_op_lib`` to
+   ``standin/umdk_cam_op_lib/`` when that exists: ``<report>/coverage/`` (html), ``<report>/coverage.xml``
+   (Cobertura) and one summary line for the terminal. Remote files without a local source are left out
+   and counted.
+
+The builders (:func:`wrap_target`, :func:`probe_argv`, :func:`gcda_script`, :func:`rc_text`,
+:func:`data_files`, ...) are pure; the ``coverage`` package itself is imported only by :func:`finish`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import secrets
+import tarfile
+import warnings
+import xml.etree.ElementTree as ET
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING, Any
+
+from framework import commands
+from framework.errors import FrameworkError, UsageError
+from framework.rundir import write_atomic
+
+if TYPE_CHECKING:  # pragma: no cover
+    from framework.hosts import Cluster, Host
+    from framework.launch import Target
+
+log = logging.getLogger("camit.coverage")
+
+ENV_FLAG = "ENABLE_COV"
+OP_MODULE = "umdk_cam_op_lib"
+MIN_VERSION = (7, 4)
+DATA_STEM = "coverage-rank"
+HTML_DIR = "coverage"
+XML_FILE = "coverage.xml"
+RC_FILE = ".coveragerc-camit"
+#: one JSON per shipped rank tree: its remote folder and the local folder it came from
+TREES_DIR = ".coverage-trees"
+GCOV_DIR = "gcov"
+STANDIN_OP_LIB = Path(__file__).resolve().parents[1] / "standin" / OP_MODULE
+
+_TRUE = ("1", "true", "yes", "on")
+
+
+# -- switching it on ------------------------------------------------------------
+def requested(option: bool, environ: Mapping[str, str] = os.environ) -> bool:
+    """Whether coverage mode is on: ``--cov-ranks`` or ``ENABLE_COV=1``.
+
+    Raises ``UsageError`` when it is on and this machine cannot combine the data
+    (``coverage`` not importable here): better now than after the run.
+    """
+    on = bool(option) or environ.get(ENV_FLAG, "").strip().lower() in _TRUE
+    if on:
+        import importlib.util
+
+        if importlib.util.find_spec("coverage") is None:
+            raise UsageError(f"coverage mode (--cov-ranks / {ENV_FLAG}=1) needs the coverage package on this "
+                             "machine to combine the ranks' data: pip install 'coverage>=7.4' (or '.[test]')")
+    return on
+
+
+# -- the rank command -------------------------------------------------------------
+def data_file_arg() -> str:
+    """The ``--data-file`` of every rank; the rank wrapper substitutes ``{rank}``."""
+    return f"--data-file={DATA_STEM}{{rank}}.dat"
+
+
+def wrap_target(target: Target, sources: Sequence[str]) -> Target:
+    """``target`` run under ``coverage run --parallel-mode`` measuring ``sources`` (folders or packages).
+
+    >>> from framework.launch import Target
+    >>> wrap_target(Target(module="pytest", args=("t.py",)), ["/w/suites/ab", "pkg"]).python_args()[2:]
+    ['run', '--parallel-mode', '--data-file=coverage-rank{rank}.dat', '--source=/w/suites/ab,pkg', '-m', 'pytest', 't.py']
+    """
+    from framework.launch import Target
+
+    bad = [s for s in sources if "," in s or not s]
+    if bad:
+        raise UsageError(f"coverage --source entries must be non-empty and without commas: {bad}")
+    return Target(module="coverage", args=("run", "--parallel-mode", data_file_arg(),
+                                           "--source=" + ",".join(sources), *target.python_args()))
+
+
+# -- probing a host -----------------------------------------------------------------
+@dataclass(frozen=True)
+class HostProbe:
+    """What coverage mode needs to know about one host (from its deploy state and the ranks' interpreter)."""
+
+    host: str
+    interpreter: str
+    install_path: str
+    vendor: str | None = None
+    version: str | None = None  # coverage's version, None when not importable
+    problem: str | None = None  # why coverage cannot be used, when it cannot
+    op_lib: str | None = None  # the op library's package folder, as the ranks' interpreter finds it
+
+    @property
+    def ok(self) -> bool:
+        return self.problem is None
+
+
+def read_state(text: str) -> dict[str, Any]:
+    """The deploy state file's content (``{}`` when absent or unreadable)."""
+    try:
+        doc = json.loads(text) if text.strip() else {}
+    except ValueError:
+        return {}
+    return doc if isinstance(doc, dict) else {}
+
+
+#: run by the ranks' interpreter: is coverage importable, where is the op library (found, not imported)
+PROBE_CODE = """\
+import importlib.util, sys
+try:
+    import coverage
+    print("COV", coverage.__version__)
+except Exception as exc:
+    print("NOCOV", (type(exc).__name__ + ": " + str(exc)).replace("\\n", " "))
+try:
+    spec = importlib.util.find_spec(sys.argv[1])
+except Exception:
+    spec = None
+locations = list(spec.submodule_search_locations or []) if spec is not None else []
+if locations:
+    print("OPLIB", locations[0])
+"""
+
+
+def probe_argv(interpreter: str, *, cann_set_env: str | None = None, vendor_set_env: str | None = None,
+               env: Mapping[str, Any] | None = None) -> list[str]:
+    """bash that sets up the ranks' environment as a launch does, then runs :data:`PROBE_CODE`."""
+    q = commands.quote
+    steps = [f". {q(p)}" for p in (cann_set_env, vendor_set_env) if p]
+    exported = commands.export_env(env or {})
+    if exported:
+        steps.append(exported)
+    steps.append("exec " + commands.join([interpreter, "-c", PROBE_CODE, OP_MODULE]))
+    return ["bash", "-c", " && ".join(steps)]
+
+
+def version_tuple(text: str) -> tuple[int, ...]:
+    """``"7.4.1b2"`` → ``(7, 4, 1)``: the leading number of each dotted part, up to the first non-number."""
+    out = []
+    for part in text.split("."):
+        m = re.match(r"\d+", part)
+        if not m:
+            break
+        out.append(int(m.group()))
+    return tuple(out)
+
+
+def parse_probe(host: str, interpreter: str, install_path: str, vendor: str | None, rc: int | None,
+                stdout: str, tail: str = "") -> HostProbe:
+    """The probe's output as a :class:`HostProbe` (a problem set whenever coverage cannot be used)."""
+    version = problem = op_lib = None
+    for line in stdout.splitlines():
+        tag, _, rest = line.partition(" ")
+        if tag == "COV":
+            version = rest.strip()
+        elif tag == "NOCOV":
+            problem = rest.strip() or "coverage is not importable"
+        elif tag == "OPLIB":
+            op_lib = rest.strip() or None
+    if version is None and problem is None:
+        problem = f"the probe failed (exit status {rc})" + (f": {tail.strip()}" if tail.strip() else "")
+    elif version is not None and version_tuple(version) < MIN_VERSION:
+        problem = f"coverage {version} is older than {'.'.join(map(str, MIN_VERSION))}"
+        version = None
+    return HostProbe(host, interpreter, install_path, vendor, version, problem, op_lib)
+
+
+class CoverageUnavailable(FrameworkError):
+    """Raised when coverage mode is on and the ranks' interpreter of one or more hosts lacks ``coverage``."""
+
+    def __init__(self, problems: Mapping[str, str]) -> None:
+        self.problems = dict(problems)
+        head = (f"coverage mode (--cov-ranks / {ENV_FLAG}=1) needs the coverage package "
+                f"(>= {'.'.join(map(str, MIN_VERSION))}) in the ranks' interpreter")
+        if len(self.problems) == 1:
+            host, why = next(iter(self.problems.items()))
+            text = f"{head}; it is not usable on {host}: {why}"
+        else:
+            text = f"{head}; it is not usable on {len(self.problems)} hosts ({', '.join(self.problems)}):"
+            text += "".join(f"\n  {h}: {why}" for h, why in self.problems.items())
+        super().__init__(text + "\ninstall it there (pip install 'coverage>=7.4') or run without coverage mode")
+
+
+# -- gcov data --------------------------------------------------------------------------
+def gcda_roots(probe: HostProbe) -> list[str]:
+    """Shell words (quoted, globs left open) for where a coverage build of the op library writes ``.gcda``."""
+    q = commands.quote
+    vendors = f"{probe.install_path.rstrip('/')}/vendors"
+    roots = [q(f"{vendors}/{probe.vendor}") if probe.vendor else q(vendors)]
+    if probe.op_lib:
+        # the package folder and its siblings (umdk_cam_op_lib.libs, ...dist-info) in site-packages
+        roots.append(q(str(PurePosixPath(probe.op_lib).parent)) + f"/{OP_MODULE}*")
+    return roots
+
+
+def gcda_script(roots: Sequence[str], tgz: str) -> str:
+    """sh: print ``GCDA <count>`` of ``*.gcda`` under ``roots``; when any, tar them (paths from /) into ``tgz``."""
+    find = "find \"$@\" -type f -name '*.gcda'"
+    return (f"set -- {' '.join(roots)}; n=$({find} 2>/dev/null | wc -l); echo \"GCDA $n\"; "
+            f"[ \"$n\" -eq 0 ] || {{ {find} -print0 2>/dev/null | sed -z 's|^/||' | "
+            f"tar czf {commands.quote(tgz)} -C / --null -T -; }}")
+
+
+def parse_gcda_count(stdout: str) -> int:
+    for line in stdout.splitlines():
+        if line.startswith("GCDA "):
+            value = line[5:].strip()
+            return int(value) if value.isdigit() else 0
+    return 0
+
+
+def unpack_gcda(tgz: Path, dest: Path) -> list[Path]:
+    """Extract the ``.gcda`` regular files of ``tgz`` below ``dest`` (nothing absolute, no ``..``)."""
+    out = []
+    with tarfile.open(tgz) as tar:
+        for member in tar.getmembers():
+            rel = PurePosixPath(member.name)
+            if not member.isfile() or rel.is_absolute() or ".." in rel.parts or rel.suffix != ".gcda":
+                continue
+            data = tar.extractfile(member)
+            if data is not None:
+                out.append(write_atomic(dest.joinpath(*rel.parts), data.read()))
+    return out
+
+
+# -- the session-side executor -------------------------------------------------------------
+class RankCoverage:
+    """Coverage for one session's rank launches: probe hosts once, wrap the rank command, fetch ``.gcda``.
+
+    ``RankSuite`` calls :meth:`prepare` before and :meth:`collect_gcov` after each launch.
+    """
+
+    def __init__(self, env: Any, cluster: Cluster, rundir_path: str | os.PathLike[str]) -> None:
+        self.env = env
+        self.cluster = cluster
+        self.root = Path(rundir_path)
+        #: one probe per host and session: a host without coverage fails every launch on it without a re-probe
+        self.probes: dict[str, HostProbe] = {}
+
+    def prepare(self, target: Target, hosts: Sequence[str], remote_dir: str, tree: Path) -> Target:
+        """``target`` wrapped for coverage, after checking ``hosts``; records where ``tree`` landed."""
+        self.check(hosts)
+        rec = {"remote": remote_dir.rstrip("/"), "local": str(Path(tree).resolve())}
+        write_atomic(self.root / TREES_DIR / f"{PurePosixPath(remote_dir).name}.json", json.dumps(rec))
+        return wrap_target(target, [remote_dir.rstrip("/"), OP_MODULE])
+
+    def check(self, hosts: Sequence[str]) -> dict[str, HostProbe]:
+        """Probe the hosts not probed yet; raise :class:`CoverageUnavailable` naming every host that lacks it."""
+        todo = [h for h in hosts if h not in self.probes]
+        if todo:
+            got = self.cluster.map(self._probe, todo)
+            got.raise_on_failure()  # an unreachable host is its own error, not a coverage one
+            self.probes.update(got.succeeded)
+        missing = {h: f"{p.interpreter}: {p.problem}" for h in hosts if not (p := self.probes[h]).ok}
+        if missing:
+            raise CoverageUnavailable(missing)
+        return {h: self.probes[h] for h in hosts}
+
+    def _probe(self, host: Host) -> HostProbe:
+        spec = self.env.hosts[host.name]
+        wd = spec.workdir.rstrip("/")
+        state = read_state(host.run(["cat", "--", f"{wd}/deploy-state.json"], timeout=60).stdout)
+        # the same choices as framework.launch: the deployed interpreter and vendor set_env
+        interpreter = state.get("interpreter") or spec.python
+        install_path = state.get("install_path") or spec.install_path
+        vendor = state.get("vendor") or None
+        argv = probe_argv(interpreter, cann_set_env=self.env.cann.set_env if self.env.cann else None,
+                          vendor_set_env=f"{install_path}/vendors/{vendor}/bin/set_env.bash" if vendor else None,
+                          env=dict(self.env.launch.env))
+        res = host.run(argv, timeout=120)
+        probe = parse_probe(host.name, interpreter, install_path, vendor, res.rc, res.stdout, res.tail(5))
+        log.info("%s: coverage %s in %s", host.name, probe.version or f"unusable ({probe.problem})", interpreter)
+        return probe
+
+    def collect_gcov(self, hosts: Sequence[str]) -> dict[str, int]:
+        """Fetch every ``.gcda`` of ``hosts`` into ``<report>/<host>/gcov/``; host → files. Never raises."""
+
+        def one(host: Host) -> int:
+            probe = self.probes.get(host.name) or self.probes.setdefault(host.name, self._probe(host))
+            token = secrets.token_hex(4)
+            tgz = f"{self.env.hosts[host.name].workdir.rstrip('/')}/coverage-gcda-{host.name}-{token}.tgz"
+            res = host.run(gcda_script(gcda_roots(probe), tgz), timeout=300)
+            count = parse_gcda_count(res.stdout)
+            if not count:
+                return 0
+            dest = self.root / host.name / GCOV_DIR
+            local = dest / f".fetch-{token}.tgz"
+            try:
+                if not res.ok:
+                    raise FrameworkError(f"{host.name}: packing {count} .gcda file(s) failed: {res.tail(3)}")
+                host.get(tgz, local)
+            finally:
+                host.run(["rm", "-f", "--", tgz], timeout=60)
+            try:
+                files = unpack_gcda(local, dest)
+            finally:
+                local.unlink(missing_ok=True)
+            log.info("%s: fetched %d .gcda file(s) into %s", host.name, len(files), dest)
+            return len(files)
+
+        got = self.cluster.map(one, list(hosts))
+        for host, err in got.failed.items():
+            log.warning("%s: gcov data not fetched: %s", host, err)
+        return dict(got.succeeded)
+
+
+# -- combining at session end ---------------------------------------------------------------
+def data_files(root: Path) -> list[Path]:
+    """Every rank data file fetched into the run folder (``<host>/<launch>/coverage-rank*.dat*``)."""
+    if not root.is_dir():
+        return []
+    return sorted(p for p in root.rglob(f"{DATA_STEM}*.dat*") if p.is_file()
+                  and not any(part.startswith(".") for part in p.relative_to(root).parts))
+
+
+def recorded_trees(root: Path) -> list[tuple[str, Path]]:
+    """(remote folder, local folder) of every rank tree a covered launch used."""
+    out = []
+    for p in sorted((root / TREES_DIR).glob("*.json")):
+        try:
+            rec = json.loads(p.read_text())
+            out.append((str(rec["remote"]), Path(rec["local"])))
+        except (OSError, ValueError, KeyError, TypeError):
+            log.warning("coverage: unreadable tree record %s", p)
+    return out
+
+
+def rc_text(trees: Sequence[tuple[str, Path]], op_lib: Path | None) -> str:
+    """The combine's ``.coveragerc``: ``[paths]`` from where files were on the hosts to this checkout.
+
+    Each tree maps by its exact remote folder and, for workdirs reached through a symlink, by its
+    last two components (``*/suites/<sha>/``: the content hash makes that unique). The op library maps
+    wherever it was installed (``*/umdk_cam_op_lib/``) when ``op_lib`` is given. ``[run] source`` is the
+    folder common to the local roots, so Cobertura names read ``suites/cam/rank/...`` and
+    ``standin/umdk_cam_op_lib/...`` (this checkout), never cwd-dependent.
+    """
+    lines = ["# written by camit (framework/coverage.py) for this run's combine; removed afterwards"]
+    roots = [str(Path(local)) for _, local in trees] + ([str(op_lib)] if op_lib is not None else [])
+    if roots:
+        # one <source> in coverage.xml, their common folder: file names stay unique across the roots
+        lines += ["[run]", f"source = {Path(os.path.commonpath(roots)).as_posix()}", ""]
+    lines += ["[paths]"]
+    for i, (remote, local) in enumerate(trees, 1):
+        remote = remote.rstrip("/")
+        tail = "/".join(PurePosixPath(remote).parts[-2:])
+        lines += [f"tree{i} =", f"    {Path(local).as_posix().rstrip('/')}/", f"    {remote}/", f"    */{tail}/"]
+    if op_lib is not None:
+        lines += [f"{OP_MODULE} =", f"    {Path(op_lib).as_posix().rstrip('/')}/", f"    */{OP_MODULE}/"]
+    lines += ["", "[report]", "# files with no source in this checkout are left out (and counted)",
+              "ignore_errors = True", "", "[html]", "title = camit rank-side coverage", ""]
+    return "\n".join(lines)
+
+
+def xml_totals(path: Path) -> tuple[int, int]:
+    """(lines covered, lines valid) of a Cobertura file."""
+    root = ET.parse(path).getroot()
+    return int(root.get("lines-covered", 0)), int(root.get("lines-valid", 0))
+
+
+def gcda_counts(root: Path) -> dict[str, int]:
+    """host → ``.gcda`` files fetched into ``<report>/<host>/gcov/``."""
+    counts: dict[str, int] = {}
+    for p in root.glob(f"*/{GCOV_DIR}/**/*.gcda") if root.is_dir() else []:
+        host = p.relative_to(root).parts[0]
+        counts[host] = counts.get(host, 0) + 1
+    return dict(sorted(counts.items()))
+
+
+def summary_line(covered: int, valid: int, files: int, data: int, hosts: int, left_out: int,
+                 where: str, gcda: Mapping[str, int]) -> str:
+    """One line for the terminal: the total, what went into it, where the report is."""
+    pct = 100.0 * covered / valid if valid else 0.0
+    text = (f"coverage: {pct:.1f}% ({covered}/{valid} lines) in {files} file(s) from {data} rank data file(s) "
+            f"on {hosts} host(s)")
+    if left_out:
+        text += f", {left_out} file(s) without local source left out"
+    text += f" -> {where}"
+    return text + gcda_text(gcda)
+
+
+def gcda_text(gcda: Mapping[str, int]) -> str:
+    if not gcda:
+        return ""
+    return f"; gcov: {sum(gcda.values())} .gcda file(s) from {', '.join(gcda)} in <host>/{GCOV_DIR}/"
+
+
+def finish(rundir_path: str | os.PathLike[str], *, op_lib: Path | None = STANDIN_OP_LIB) -> str:
+    """Combine the run folder's rank data into ``coverage/`` (html) and ``coverage.xml``; the summary line.
+
+    Controller only, at session end. Never raises: a failure is logged and becomes the line.
+    ``op_lib`` is the local source of ``umdk_cam_op_lib`` (the stand-in, when this checkout has it).
+    """
+    root = Path(rundir_path)
+    gcda = gcda_counts(root)
+    files = data_files(root)
+    if not files:
+        return "coverage: no rank coverage data in the run folder (no covered launch ran)" + gcda_text(gcda)
+    rc = root / RC_FILE
+    try:
+        import coverage
+        from coverage.exceptions import NoDataError
+
+        op = op_lib if op_lib is not None and Path(op_lib).is_dir() else None
+        write_atomic(rc, rc_text(recorded_trees(root), op))
+        html = root / HTML_DIR
+        # coverage warns through `warnings` (data files it cannot read, ...); a run configured with
+        # filterwarnings=error must still get its report: record them and log them instead
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            cov = coverage.Coverage(data_file=str(html / ".coverage"), config_file=str(rc))
+            cov.combine([str(p) for p in files], keep=True)
+            cov.save()
+            measured = cov.get_data().measured_files()
+            try:
+                cov.xml_report(outfile=str(root / XML_FILE))
+                cov.html_report(directory=str(html))
+            except NoDataError:
+                return (f"coverage: none of the {len(measured)} measured file(s) has its source in this checkout "
+                        f"(data in {html / '.coverage'})" + gcda_text(gcda))
+        for w in caught:
+            log.warning("coverage: %s", w.message)
+        covered, valid = xml_totals(root / XML_FILE)
+        reported = len(list(ET.parse(root / XML_FILE).getroot().iter("class")))
+        hosts = len({p.relative_to(root).parts[0] for p in files})
+        return summary_line(covered, valid, reported, len(files), hosts, len(measured) - reported,
+                            str(html / "index.html"), gcda)
+    except Exception as exc:  # the report must not hide the run's outcome
+        log.exception("coverage: combining failed")
+        return f"coverage: not combined: {type(exc).__name__}: {exc}" + gcda_text(gcda)
+    finally:
+        rc.unlink(missing_ok=True)
+
+
+__all__ = ["CoverageUnavailable", "HostProbe", "RankCoverage", "data_files", "finish", "gcda_roots", "gcda_script",
+           "parse_probe", "probe_argv", "rc_text", "requested", "wrap_target"]
