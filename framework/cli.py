@@ -205,7 +205,7 @@ def cmd_deploy(args: argparse.Namespace) -> int:
 
     env, cluster, rundir, event = _cluster_run(args)
 
-    with cluster:
+    with cluster, console.terminate_as_interrupt():
         result = Deployer(env, cluster, relay=False if args.no_relay else None, rundir=rundir,
                           on_event=event).run()
     if args.json:

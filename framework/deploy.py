@@ -246,7 +246,9 @@ def pip_argv(plan: HostPlan, art: Artifact) -> list[str]:
 def verify_argv(plan: HostPlan, vendor: str | None) -> list[str]:
     """bash that sources CANN and the vendor ``set_env`` and imports the op library."""
     q = commands.quote
-    steps = []
+    # importing torch and the op library writes caches under TMPDIR: keep them in the workdir
+    tmp = f"{plan.workdir}/tmp"
+    steps = [f"mkdir -p {q(tmp)}", f"export TMPDIR={q(tmp)}"]
     if plan.cann_set_env:
         steps.append(f". {q(plan.cann_set_env)}")
     if vendor:

@@ -12,6 +12,7 @@ Hierarchy::
     │   ├── HostKeyError                host key unknown under `strict`, or changed (exit 3)
     │   ├── TransferError               put/get failed or the sha256 did not match
     │   ├── DeployError(step)           deploying artifacts failed at a named step
+    │   ├── Cancelled                   the run was interrupted (Ctrl-C/SIGTERM) before this step
     │   └── CommandError(result)        a command ran and did not do what was asked
     │       ├── CommandFailed           non-zero exit status (exit 1)
     │       └── CommandTimedOut         wall-clock timeout; the remote group was killed (exit 1)
@@ -105,6 +106,12 @@ class TransferError(HostError):
     """Raised when a file transfer fails or its sha256 differs on the other side."""
 
     exit_code = EXIT_FAILED
+
+
+class Cancelled(HostError):
+    """Raised on a host when the run was interrupted: no new command starts, uploads stop."""
+
+    exit_code = 130
 
 
 class DeployError(HostError):

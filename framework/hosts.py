@@ -19,6 +19,7 @@ import hashlib
 import logging
 import posixpath
 import secrets
+import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -27,6 +28,7 @@ from typing import Any, Generic, TypeVar
 from framework import commands
 from framework.commands import Command
 from framework.errors import (
+    Cancelled,
     CommandFailed,
     CommandTimedOut,
     FrameworkError,
@@ -69,7 +71,13 @@ class Host:
             command_timeout = getattr(spec, "command_timeout", DEFAULT_COMMAND_TIMEOUT)
         self.command_timeout = float(command_timeout)
         self.broken: HostError | None = None
+        #: set by the Cluster when the run is interrupted: no new command, uploads abort
+        self.cancel_event = threading.Event()
         self.log = logging.LoggerAdapter(log, {"host": name})
+
+    def _check_cancelled(self) -> None:
+        if self.cancel_event.is_set():
+            raise Cancelled(self.name, "interrupted: not starting anything new")
 
     @classmethod
     def from_spec(cls, spec: Any, transport: Transport | None = None) -> Host:
@@ -128,6 +136,7 @@ class Host:
         has ``timed_out=True`` (``check=True`` raises ``CommandTimedOut``).
         """
         line = commands.build(command, env=env, cwd=cwd)
+        self._check_cancelled()
         self.connect()
         limit = self.command_timeout if timeout is None else (timeout or None)
         self.log.debug("%s: run %s", self.name, line.display)
@@ -145,6 +154,7 @@ class Host:
               max_output: int = DEFAULT_MAX_OUTPUT) -> Process:
         """Start ``command`` and return a running ``Process`` (stdin, lines, wait, kill)."""
         line = commands.build(command, env=env, cwd=cwd)
+        self._check_cancelled()
         self.connect()
         self.log.debug("%s: spawn %s", self.name, line.display)
         try:
@@ -171,18 +181,21 @@ class Host:
         part = f"{remote}.camit-part-{secrets.token_hex(4)}"
         self.check(["mkdir", "-p", "--", posixpath.dirname(remote) or "/"])
         try:
-            if progress is not None:
-                self.transport.put(local, part, progress=progress)
-            else:
-                self.transport.put(local, part)
+            def tick(sent: int, total: int) -> None:
+                self._check_cancelled()  # aborts the transfer; the partial file is removed below
+                if progress is not None:
+                    progress(sent, total)
+
+            self.transport.put(local, part, progress=tick)
             got = self.remote_sha256(part)
             if got != digest:
                 raise TransferError(self.name, f"sha256 mismatch after upload of {local.name} to {remote}: "
                                                f"local {digest}, on host {got}")
             self.check(["mv", "-f", "--", part, remote])
         except BaseException:
-            try:
-                self.run(["rm", "-f", "--", part], timeout=30)
+            try:  # clean up even when cancelled: this is the one command still allowed
+                line = commands.build(["rm", "-f", "--", part])
+                self.transport.run(line.text, timeout=30, display=line.display, max_output=4096)
             except FrameworkError:
                 pass
             raise
@@ -331,7 +344,13 @@ class Cluster:
 
         with ThreadPoolExecutor(max_workers=min(self.max_parallel, len(targets)),
                                 thread_name_prefix="camit-host") as pool:
-            list(pool.map(one, targets))
+            try:
+                list(pool.map(one, targets))
+            except KeyboardInterrupt:
+                # Ctrl-C/SIGTERM: hosts stop starting commands and abort uploads; the pool
+                # then drains quickly and the interrupt goes on to the caller
+                self.cancel()
+                raise
         return GroupResult((h.name, results[h.name]) for h in targets)
 
     def run(self, command: Command, *, hosts: Iterable[str] | None = None, **kwargs: Any) -> GroupResult[Result]:
@@ -345,6 +364,11 @@ class Cluster:
 
     def connect(self) -> GroupResult[None]:
         return self.map(lambda h: h.connect())
+
+    def cancel(self) -> None:
+        """Interrupt the run on every host (see ``Host.cancel_event``)."""
+        for h in self.hosts.values():
+            h.cancel_event.set()
 
     def close(self) -> None:
         for h in self.hosts.values():

@@ -35,9 +35,10 @@ from framework.hosts import Cluster, Host
 log = logging.getLogger("camit.launch")
 
 HEARTBEAT = 2.0
-#: a node that said nothing for this long is lost (its supervisor stops the run after SUPERVISOR_SILENCE)
-LOST_AFTER = 12.0
-SUPERVISOR_SILENCE = 15.0
+#: a node that said nothing for this long is lost (its supervisor stops the run after SUPERVISOR_SILENCE);
+#: generous enough for a controller starved on a loaded 2-core machine (12 s was seen to misfire)
+LOST_AFTER = 20.0
+SUPERVISOR_SILENCE = 25.0
 KILL_GRACE = 2.0
 DEFAULT_CORE_LIMIT = "unlimited"
 PORT_RETRIES = 3
@@ -130,7 +131,9 @@ def node_command(plan: NodePlan, target: Target) -> commands.Line:
                   "--heartbeat", f"{HEARTBEAT:g}", "--silence", f"{plan.silence:g}", "--", *torchrun]
 
     def assemble(redact: bool) -> str:
-        steps = [f"mkdir -p {q(plan.run_dir)}", f"cd {q(plan.run_dir)}"]
+        # TMPDIR under the run folder: torchrun's torchelastic_* and torch's caches go there and
+        # leave with the run folder instead of piling up in the host's /tmp
+        steps = [f"mkdir -p {q(plan.run_dir + '/tmp')}", f"cd {q(plan.run_dir)}"]
         if plan.core_limit:
             lim = q(plan.core_limit)
             steps.append(f"{{ ulimit -S -c {lim} 2>/dev/null || ulimit -S -c \"$(ulimit -H -c)\"; }}")
@@ -138,9 +141,8 @@ def node_command(plan: NodePlan, target: Target) -> commands.Line:
             steps.append(f". {q(plan.cann_set_env)}")
         if plan.vendor_set_env:
             steps.append(f". {q(plan.vendor_set_env)}")
-        exported = commands.export_env(plan.env, redact=redact)
-        if exported:
-            steps.append(exported)
+        exported = commands.export_env({"TMPDIR": plan.run_dir + "/tmp", **plan.env}, redact=redact)
+        steps.append(exported)
         steps.append("exec " + commands.join(supervisor))
         return " && ".join(steps)
 

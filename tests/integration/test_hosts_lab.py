@@ -63,11 +63,17 @@ def _wait_gone(arg: str, within: float) -> list[int]:
 def test_timeout_ends_the_remote_command_fast(lab_env_path, lab_env):
     first = next(iter(lab_env.hosts))
     start = time.monotonic()
-    proc = camit("exec", "--env", str(lab_env_path), "--hosts", first, "--timeout", "2", "--", "sleep 60.417")
+    proc = camit("exec", "--env", str(lab_env_path), "--hosts", first, "--timeout", "2", "--json", "--",
+                 "sleep 60.417")
     elapsed = time.monotonic() - start
     assert proc.returncode == 1
-    assert "TIMEOUT" in proc.stdout
-    assert elapsed < 4, f"took {elapsed:.2f}s"
+    import json
+
+    row = json.loads(proc.stdout)[0]
+    assert row["timed_out"] and row["rc"] is None
+    # the command (timeout, kill, return) in under 4 s; the CLI's own start-up on a loaded machine on top
+    assert row["duration"] < 4, row
+    assert elapsed < 10, f"took {elapsed:.2f}s"
     assert _wait_gone("sleep 60.417", 2.0) == []
 
 

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from camit_labtools import tagged, wait_none_left
+
 from framework.hosts import Cluster
 from framework.lab_plan import nsenter_argv
 from framework.launch import Launcher, Target
@@ -20,32 +22,6 @@ from framework.rundir import RunDir
 
 TARGET = Path(__file__).resolve().parents[1] / "data" / "targets" / "alltoall.py"
 NODES = ["host1", "host2"]
-
-
-def tagged(launch_id: str) -> list[int]:
-    """Processes anywhere on this machine (every lab host) tagged with this launch."""
-    want = f"CAMIT_RUN_ID={launch_id}".encode()
-    found = []
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit():
-            continue
-        try:
-            env = (d / "environ").read_bytes().split(b"\0")
-            state = (d / "stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if state != "Z" and any(e.startswith(want) for e in env):
-            found.append(int(d.name))
-    return found
-
-
-def wait_none_left(launch_id: str, within: float) -> list[int]:
-    end = time.monotonic() + within
-    left = tagged(launch_id)
-    while left and time.monotonic() < end:
-        time.sleep(0.1)
-        left = tagged(launch_id)
-    return left
 
 
 @pytest.fixture

@@ -12,7 +12,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 
 from framework.preflight import CHECKS, NPU_CHECKS
 

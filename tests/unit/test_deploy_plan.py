@@ -80,7 +80,8 @@ def test_exact_command_lines():
                                         "--system-site-packages '/w d/venv'")
     bash = deploy.verify_argv(PLAN, "CAM")
     assert bash[:2] == ["bash", "-c"]
-    assert bash[2].startswith(". /usr/local/Ascend/cann/set_env.sh && . '/w d/opp/vendors/CAM/bin/set_env.bash' && "
+    assert bash[2].startswith("mkdir -p '/w d/tmp' && export TMPDIR='/w d/tmp' && "
+                              ". /usr/local/Ascend/cann/set_env.sh && . '/w d/opp/vendors/CAM/bin/set_env.bash' && "
                               "'/w d/venv/bin/python' -c ")
     assert "import torch_npu\nimport torch, umdk_cam_op_lib" in bash[2]  # torch_npu first on NPU hosts
 
@@ -90,7 +91,7 @@ def test_verify_on_cpu_skips_torch_npu_and_cann():
                            manage_ip="10.0.0.1")
     script = deploy.verify_argv(plan, None)[2]
     assert "torch_npu" not in script and "set_env" not in script
-    assert script.startswith("python3 -c ")
+    assert script.startswith("mkdir -p /w/tmp && export TMPDIR=/w/tmp && python3 -c ")
 
 
 def test_probe_script_runs_in_a_real_shell_and_parses(tmp_path):

@@ -49,12 +49,12 @@ def test_node_command_exact_line():
     argv = shlex.split(line.text)
     assert argv[:2] == ["bash", "-c"]
     assert argv[2] == (
-        "mkdir -p /w/runs/r1 && cd /w/runs/r1 && "
+        "mkdir -p /w/runs/r1/tmp && cd /w/runs/r1 && "
         "{ ulimit -S -c unlimited 2>/dev/null || ulimit -S -c \"$(ulimit -H -c)\"; } && "
         ". /usr/local/Ascend/cann/set_env.sh && . /w/opp/vendors/CAM/bin/set_env.bash && "
-        "export GLOO_SOCKET_IFNAME=eth1 && "
+        "export TMPDIR=/w/runs/r1/tmp GLOO_SOCKET_IFNAME=eth1 && "
         "exec /w/venv/bin/python /w/bin/sup.py --run-id r1.node1 --status-dir /w/runs/r1 --deadline 660 "
-        "--grace 2 --heartbeat 2 --silence 15 -- "
+        "--grace 2 --heartbeat 2 --silence 25 -- "
         "/w/venv/bin/python -m torch.distributed.run --nnodes 2 --nproc-per-node 8 --node-rank 1 "
         "--master-addr 198.51.100.10 --master-port 29512 --no-python /w/venv/bin/python /w/bin/wrap.py "
         "--status-dir /w/runs/r1 -- -m pytest t.py '--junitxml=rank{rank}.xml'"
@@ -83,6 +83,7 @@ def test_hostile_env_values_arrive_literally_in_bash(tmp_path):
     # stop before the exec of the supervisor: check the exported value in the same shell
     probe = text.split(" && exec ")[0] + ' && printf %s "$V"'
     assert subprocess.run(["bash", "-c", probe], capture_output=True, text=True, check=True).stdout == value
+    assert (tmp_path / "run dir" / "tmp").is_dir()
 
 
 @pytest.mark.parametrize(("argv", "target"), [

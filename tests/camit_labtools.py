@@ -1,0 +1,101 @@
+"""Evidence helpers for tests on the lab: processes of a run, processes by command line, host file footprints.
+
+The lab's hosts share this machine's PID namespace, so scanning /proc here sees every host's
+processes; each host has private /tmp, workdir and core dir (``Footprint``).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def tagged(prefix: str) -> list[int]:
+    """Live processes anywhere on this machine (every lab host) tagged ``CAMIT_RUN_ID=<prefix>…``."""
+    want = f"CAMIT_RUN_ID={prefix}".encode()
+    found = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            env = (d / "environ").read_bytes().split(b"\0")
+            state = (d / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if state != "Z" and any(e.startswith(want) for e in env):
+            found.append(int(d.name))
+    return found
+
+
+def wait_none_left(prefix: str, within: float) -> list[int]:
+    end = time.monotonic() + within
+    left = tagged(prefix)
+    while left and time.monotonic() < end:
+        time.sleep(0.1)
+        left = tagged(prefix)
+    return left
+
+
+def pids_with_cmdline(needle: str) -> list[int]:
+    """Live processes whose command line contains ``needle`` (a path unique to one test)."""
+    want = needle.encode()
+    found = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit() or int(d.name) == os.getpid():
+            continue
+        try:
+            cmd = (d / "cmdline").read_bytes()
+            state = (d / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if state != "Z" and want in cmd:
+            found.append(int(d.name))
+    return found
+
+
+class Footprint:
+    """Files under each lab host's private directories (/tmp, /var/tmp/camit, the core dir), before vs after.
+
+    The lab's hosts share the rest of the file system with this machine, so these are the
+    places a host-side write can be attributed to a host. ``strays()`` lists new paths that
+    are not under the run's workdir (``/var/tmp/camit/<workdir_name>``).
+    """
+
+    def __init__(self, lab, hosts: list[str], workdir_name: str) -> None:
+        self.lab = lab
+        self.hosts = hosts
+        self.allowed = workdir_name
+        self.before = {h: self._files(h) for h in hosts}
+
+    def _roots(self, host: str) -> dict[str, Path]:
+        h = self.lab.host(host)
+        return {"/tmp": h.tmp_dir, "/var/tmp/camit": h.work_dir, "core": h.core_dir}
+
+    def _files(self, host: str) -> set[str]:
+        out = set()
+        for label, root in self._roots(host).items():
+            if not root.exists():
+                continue
+            for p in root.rglob("*"):
+                out.add(f"{label}/{p.relative_to(root)}")
+        return out
+
+    def strays(self, *, known: tuple[str, ...] = ()) -> dict[str, list[str]]:
+        """New paths outside the run's workdir (``known`` prefixes aside)."""
+        found = {}
+        for h in self.hosts:
+            new = self._files(h) - self.before[h]
+            bad = sorted(p for p in new if not p.startswith(f"/var/tmp/camit/{self.allowed}")
+                         and not p.startswith(known))
+            if bad:
+                found[h] = bad
+        return found
+
+    def in_workdir(self, host: str) -> list[str]:
+        root = self.lab.host(host).work_dir / self.allowed
+        return sorted(str(p.relative_to(root)) for p in root.rglob("*")) if root.exists() else []
+
+

@@ -1,0 +1,143 @@
+"""The controller is told to stop (SIGTERM, as Jenkins does on abort) mid-run and mid-deploy.
+
+``camit run`` and ``camit deploy`` run as subprocesses against the lab. Expected: the process
+ends within a bound, says what happened, leaves no process of the run and no partial file on
+any host, and keeps a report folder.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from camit_labtools import REPO, Footprint, pids_with_cmdline, tagged, wait_none_left
+
+from framework import artifacts
+from framework.report import validate_junit
+
+pytestmark = pytest.mark.lab
+TARGET = REPO / "tests" / "data" / "targets" / "alltoall.py"
+HOSTS = ["host1", "host2"]
+
+
+def start(*argv: str) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-m", "framework.cli", *argv], cwd=REPO, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def wait_for(what, within: float, step: float = 0.2):  # type: ignore[no-untyped-def]
+    end = time.monotonic() + within
+    while time.monotonic() < end:
+        got = what()
+        if got:
+            return got
+        time.sleep(step)
+    return None
+
+
+@pytest.fixture
+def fresh_env(env_variant, workdir_name):
+    def make(**artifacts_):
+        def change(doc):
+            doc["defaults"]["workdir"] = f"/var/tmp/camit/{workdir_name}"
+            if artifacts_:
+                doc["artifacts"] = {k: str(v) for k, v in artifacts_.items()}
+        return env_variant(change, "fresh.yaml")
+    return make
+
+
+def test_sigterm_mid_run_tears_down_every_host_and_keeps_the_report(lab, fresh_env, workdir_name, tmp_path):
+    env = fresh_env()
+    reports = tmp_path / "reports"
+    fp = Footprint(lab, HOSTS, workdir_name)
+    proc = start("run", "--env", str(env), "--hosts", ",".join(HOSTS), "--nproc-per-node", "2", "--report-dir",
+                 str(reports), "--timeout", "300", "--", str(TARGET), "--hang-rank", "0")
+    try:
+        run_dir = wait_for(lambda: (reports / "latest").exists() and (reports / "latest").resolve(), 60)
+        assert run_dir, "no report folder appeared"
+        # every rank is up (4 workers tagged with this run), then give all_to_all a moment
+        assert wait_for(lambda: len([p for p in tagged(run_dir.name) if _is_rank(p)]) >= 4, 120), "ranks never up"
+        time.sleep(3)
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    took = time.monotonic() - t0
+    assert took < 15, took
+    assert proc.returncode not in (0, None)
+    launch = json.loads(next(run_dir.glob("launch-*.json")).read_text())
+    assert launch["failure_kind"] == "interrupted" and "interrupted" in launch["failure"]
+    assert launch["teardown_seconds"] is not None and launch["teardown_seconds"] <= 5
+    assert wait_none_left(run_dir.name, 5) == []
+    # what the ranks logged before the stop came back, per host
+    assert (run_dir / "host1" / "rank0.log").exists() and (run_dir / "host2" / "rank3.log").exists()
+    assert fp.strays() == {}
+
+
+def _is_rank(pid: int) -> bool:
+    try:
+        return b"alltoall.py" in Path(f"/proc/{pid}/cmdline").read_bytes() and \
+            b"rankwrap" not in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+
+
+@pytest.fixture(scope="module")
+def big_wheel(tmp_path_factory):
+    sys.path.insert(0, str(REPO / "tests" / "integration"))
+    from test_deploy_lab import pad_wheel
+
+    tmp = tmp_path_factory.mktemp("bigwheel")
+    return pad_wheel(artifacts.build_wheel(tmp / "w"), tmp / "padded", 96 * 1024 * 1024)
+
+
+def test_sigterm_mid_deploy_stops_at_once_and_leaves_no_partial_upload(lab, fresh_env, workdir_name, big_wheel,
+                                                                       tmp_path):
+    env = fresh_env(wheel=big_wheel)
+    reports = tmp_path / "reports"
+    fp = Footprint(lab, HOSTS, workdir_name)
+    proc = start("deploy", "--env", str(env), "--hosts", ",".join(HOSTS), "--no-relay", "--report-dir",
+                 str(reports))
+    roots = [lab.host(h).work_dir / workdir_name for h in HOSTS]
+    try:
+        part = wait_for(lambda: [p for r in roots if r.exists() for p in r.rglob("*.camit-part-*")], 120, 0.05)
+        assert part, "the upload never started"
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    took = time.monotonic() - t0
+    assert took < 10, took
+    assert proc.returncode not in (0, None)
+    assert "Traceback" not in err, err[-2000:]
+    # no partial upload on any host, nothing running from the workdir, nothing outside it
+    left = [p for r in roots if r.exists() for p in r.rglob("*.camit-part-*")]
+    assert left == [], left
+    assert wait_for(lambda: not pids_with_cmdline(workdir_name), 10) is not None, pids_with_cmdline(workdir_name)
+    assert fp.strays() == {}
+    folder = (reports / "latest").resolve()
+    assert folder.is_dir()
+    for xml in ("junit.xml", "cluster.xml"):
+        if (folder / xml).exists():
+            assert validate_junit(folder / xml) == []
+
+
+def test_a_launch_leaves_nothing_in_the_hosts_tmp(lab, fresh_env, workdir_name, tmp_path):
+    env = fresh_env()
+    fp = Footprint(lab, ["host1"], workdir_name)
+    proc = subprocess.run([sys.executable, "-m", "framework.cli", "run", "--env", str(env), "--hosts", "host1",
+                           "--nproc-per-node", "1", "--report-dir", str(tmp_path / "r"), "--timeout", "120", "--",
+                           str(TARGET)], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:]
+    assert fp.strays() == {}
