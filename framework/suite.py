@@ -208,6 +208,10 @@ class RankSuite:
             args += ["-k", select]
         env = {"CAMIT_BACKEND": self.env.launch.backend, "CAMIT_CASE_TIMEOUT": f"{self.case_timeout:g}",
                "PYTHONDONTWRITEBYTECODE": "1", **self.rank_env, **dict(extra_env or {})}
+        if self.tree == RANK_TREE:
+            # our rank tree needs no third-party pytest plugin; loading every installed one costs each
+            # rank about a second (hypothesis alone, measured by bench/launch.py). Upstream trees keep theirs.
+            env.setdefault("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
         target = Target(module="pytest", args=tuple(args))
         if self.coverage is not None:
             target = self.coverage.prepare(target, hosts, remote_dir, self.tree)
