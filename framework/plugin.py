@@ -137,12 +137,29 @@ class CamitSession:
                 self.rundir = RunDir.create(self.config.getoption("camit_report_dir"))
         return self.rundir
 
+    def host_names(self) -> list[str]:
+        """The hosts this process drives: all of them, or under pytest-xdist (-n N) this worker's
+        own contiguous share, so that workers lease, deploy and launch on disjoint hosts."""
+        names = list(self.require_env().hosts)
+        if self.worker is None:
+            return names
+        count = int(self.worker.get("workercount", 1))
+        index = int(str(self.worker.get("workerid", "gw0")).lstrip("gw") or 0)
+        if count <= 1:
+            return names
+        if len(names) < count:
+            raise pytest.UsageError(f"-n {count} needs at least {count} hosts in the env (one share per worker); "
+                                    f"it has {len(names)}")
+        share, extra = divmod(len(names), count)
+        start = index * share + min(index, extra)
+        return names[start:start + share + (1 if index < extra else 0)]
+
     @property
     def cluster(self) -> Any:
         if self._cluster is None:
             from framework.hosts import Cluster
 
-            self._cluster = Cluster.from_env(self.require_env())
+            self._cluster = Cluster.from_env(self.require_env(), self.host_names())
             self._take_lease()
         return self._cluster
 
@@ -197,8 +214,9 @@ class CamitSession:
 
         # one deploy per run: the run id is shared by the controller and its xdist workers
         run_id = self.ensure_rundir().run_id
-        marker = tmp_root / f"camit-deployed-{run_id}.txt"
-        key = ",".join(a.sha256 for a in resolve_artifacts(env)) + "@" + ",".join(env.hosts)
+        marker = tmp_root / f"camit-deployed-{run_id}-{self.host_names()[0]}.txt"
+        # keyed by this process's hosts too: xdist workers each deploy their own share
+        key = ",".join(a.sha256 for a in resolve_artifacts(env)) + "@" + ",".join(self.host_names())
         with FileLock(str(tmp_root / f"camit-deploy-{run_id}.lock")):
             if marker.exists() and marker.read_text() == key:
                 self.deploy_result = "done by another worker"
@@ -291,7 +309,7 @@ def _requirements(item: pytest.Item, session: CamitSession) -> str | None:
     env = session.env
     if env is None:
         return None
-    hosts = list(env.hosts.values())
+    hosts = [env.hosts[n] for n in session.host_names()]
     socs = {h.npu.soc for h in hosts}
     m = item.get_closest_marker("nodes")
     if m and len(hosts) < int(m.args[0]):

@@ -205,3 +205,35 @@ def test_a_taken_master_port_is_retried_with_another(lab, lab_env_path, env_vari
         holder.wait()
         holder.stdout.close()  # type: ignore[union-attr]
     del _socket
+
+
+def test_one_nodes_torchrun_killed_9_tears_everything_down(lab, launcher):
+    """SIGKILL to host2's torchrun orphans its workers (own sessions): the tag sweep still finds them."""
+    box: dict[str, object] = {}
+    t = threading.Thread(target=lambda: box.setdefault("r", launcher.run(
+        Target(script=str(TARGET), args=("--hang-rank", "0")), timeout=120)))
+    t.start()
+    victim = None
+    end = time.monotonic() + 60
+    while victim is None and time.monotonic() < end:
+        for pid in tagged(""):
+            try:
+                env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+                cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            # torchrun itself carries the tag (the supervisor above it does not) and runs the module
+            if any(e.startswith(b"CAMIT_RUN_ID=") and e.endswith(b".host2") for e in env) and \
+                    b"torch.distributed.run" in cmd:
+                victim = pid
+        time.sleep(0.2)
+    assert victim is not None, "host2's torchrun never started"
+    time.sleep(8)  # ranks up and in their collectives
+    os.kill(victim, signal.SIGKILL)
+    t0 = time.monotonic()
+    t.join(60)
+    result = box["r"]
+    assert result.failure_kind in ("node", "rank"), result.failure  # type: ignore[attr-defined]
+    assert "host2" in result.failure  # type: ignore[attr-defined]
+    assert wait_none_left(result.launch_id, 5) == []  # type: ignore[attr-defined]
+    assert time.monotonic() - t0 < 15

@@ -116,3 +116,21 @@ def test_perf_baseline_is_recorded_then_a_regression_fails(env_variant, built, t
                           cwd=REPO, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 1
     assert "performance regression on lab (prefill.world4): dispatch_us" in proc.stdout
+
+
+def test_two_xdist_workers_share_the_cluster_without_crosstalk(env_variant, built, tmp_path):
+    """-n 2: each worker leases, deploys and launches on its own half of the hosts; one report folder."""
+    env = suite_env(env_variant, built["run"], built["wheel"], "/var/tmp/camit/xdist", "xdist.yaml")
+    proc = subprocess.run([sys.executable, "-m", "pytest", "suites/cam/test_prefill.py", "suites/cam/test_abnormal.py",
+                           "--env", str(env), "--report-dir", str(tmp_path / "reports"), "--world-sizes", "4",
+                           "-n", "2", "-p", "no:cacheprovider", "-p", "no:benchmark", "-q"],
+                          cwd=REPO, capture_output=True, text=True, timeout=1200)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    assert "2 passed" in proc.stdout
+    folder = (tmp_path / "reports" / "latest").resolve()
+    assert validate_junit(folder / "junit.xml") == [] and validate_junit(folder / "cluster.xml") == []
+    launches = [json.loads(p.read_text()) for p in folder.glob("launch-*.json")]
+    assert len(launches) == 2
+    used = [set(n for n in launch["nodes"]) for launch in launches]
+    # each worker drove its own pair of hosts, concurrently and without sharing any
+    assert sorted(sorted(u) for u in used) == [["host1", "host2"], ["host3", "host4"]]

@@ -155,3 +155,32 @@ def test_placement():
     assert placement(16, 1, 16) == (1, 16)  # one A3 node of 16 dies
     assert isinstance(placement(6, 4, 4), tuple) and placement(6, 4, 4) == (2, 3)
     assert isinstance(placement(7, 3, 2), str)
+
+
+def test_xdist_workers_drive_disjoint_host_shares(pytester):
+    env = pytester.makefile(".yaml", five=textwrap.dedent("""\
+        host_info:
+          a: {manage_nic: {name: eth0, ip: 192.0.2.1}}
+          b: {manage_nic: {name: eth0, ip: 192.0.2.2}}
+          c: {manage_nic: {name: eth0, ip: 192.0.2.3}}
+          d: {manage_nic: {name: eth0, ip: 192.0.2.4}}
+          e: {manage_nic: {name: eth0, ip: 192.0.2.5}}
+    """))
+    pytester.makepyfile(textwrap.dedent("""
+        import pytest
+
+        @pytest.mark.parametrize("i", range(6))
+        def test_share(camit, i, tmp_path_factory):
+            names = camit.host_names()
+            out = tmp_path_factory.getbasetemp().parent / f"share-{camit.worker['workerid']}.txt"
+            out.write_text(",".join(names))
+    """))
+    result = pytester.runpytest("--env", str(env), "-n", "2", "-p", "no:cacheprovider", "-p", "no:benchmark")
+    result.assert_outcomes(passed=6)
+    shares = sorted(p.read_text() for p in pytester.path.parent.rglob("share-gw*.txt"))
+    assert shares == ["a,b,c", "d,e"]
+
+
+def test_host_shares_without_xdist_are_all_hosts(pytester, env_file):
+    pytester.makepyfile("def test_x(camit):\n    assert camit.host_names() == ['node1', 'node2']\n")
+    pytester.runpytest("--env", str(env_file)).assert_outcomes(passed=1)
