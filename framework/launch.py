@@ -30,7 +30,7 @@ from typing import Any
 
 from framework import commands, remote
 from framework.errors import FrameworkError, HostError, UsageError
-from framework.hosts import Cluster, Host
+from framework.hosts import Cluster, Host, sha256_file
 
 log = logging.getLogger("camit.launch")
 
@@ -273,8 +273,6 @@ class Launcher:
         local_script = Path(target.script) if target.script and Path(target.script).is_file() else None
         script_sha = None
         if local_script is not None:
-            from framework.hosts import sha256_file
-
             script_sha = sha256_file(local_script)
 
         def prep(host: Host) -> dict[str, Any]:

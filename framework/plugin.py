@@ -31,7 +31,6 @@ import pytest
 from framework.errors import ConfigError, FrameworkError
 
 SESSION_KEY = pytest.StashKey["CamitSession"]()
-BASELINE_KEY = pytest.StashKey[Any]()
 LAUNCHES_KEY = pytest.StashKey[list]()
 SOC_MARKERS = {"a2_test": "ascend910b", "a3_test": "ascend910_93"}
 MARKERS = (
@@ -92,7 +91,13 @@ class CamitSession:
         self.config = config
         opt = config.getoption
         self.env_path = opt("camit_env") or os.environ.get("CAMIT_ENV") or config.getini("camit_env") or None
-        self.seed = opt("camit_seed") if opt("camit_seed") is not None else random.randint(0, 10000)
+        self.worker = getattr(config, "workerinput", None)
+        if self.worker is not None and "camit_seed" in self.worker:
+            self.seed = int(self.worker["camit_seed"])  # xdist: the controller's seed, as its repro line says
+        elif opt("camit_seed") is not None:
+            self.seed = opt("camit_seed")
+        else:
+            self.seed = random.randint(0, 10000)
         self.case_timeout = opt("camit_case_timeout")
         self.core_policy = opt("camit_core_policy")
         self.started = time.time()
@@ -103,7 +108,6 @@ class CamitSession:
         self._suite: Any = None
         self._lease: Any = None
         self.deploy_result: Any = None
-        self.worker = getattr(config, "workerinput", None)
         if self.env_path:
             from framework.config import load
 
@@ -299,11 +303,6 @@ def pytest_report_header(config: pytest.Config) -> list[str] | None:
     return lines
 
 
-def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> None:
-    if hasattr(pyfuncitem.config, "workerinput") and "camit_seed" in pyfuncitem.config.workerinput:
-        random.seed(pyfuncitem.config.workerinput["camit_seed"])
-
-
 def _requirements(item: pytest.Item, session: CamitSession) -> str | None:
     """Why the env cannot host ``item``, or None."""
     env = session.env
@@ -399,7 +398,6 @@ def _collect(item: pytest.Item, session: CamitSession, watch: Any, baseline: Any
         return ""
     launches = item.stash.get(LAUNCHES_KEY, [])
     cores = watch.collect(baseline, rundir=session.ensure_rundir(), ranks=launches or None)
-    item.stash[BASELINE_KEY] = cores
     if failed:
         try:
             watch.collect_logs(session.ensure_rundir(), since=baseline)

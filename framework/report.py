@@ -54,6 +54,7 @@ from typing import Any
 from filelock import FileLock
 
 from framework import __version__
+from framework.hosts import sha256_file
 from framework.rundir import write_atomic
 
 log = logging.getLogger("camit.report")
@@ -934,18 +935,10 @@ def _files(root: Path) -> list[dict[str, Any]]:
                 or rel in ("manifest.json", "index.html"):
             continue
         size = p.stat().st_size
-        out.append({"path": rel, "size": size, "sha256": _sha256(p) if size <= HASH_LIMIT else None})
+        out.append({"path": rel, "size": size, "sha256": sha256_file(p) if size <= HASH_LIMIT else None})
     return out
 
 
-def _sha256(path: Path) -> str:
-    import hashlib
-
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 @functools.lru_cache(maxsize=1)

@@ -174,11 +174,16 @@ def test_xdist_workers_drive_disjoint_host_shares(pytester):
             names = camit.host_names()
             out = tmp_path_factory.getbasetemp().parent / f"share-{camit.worker['workerid']}.txt"
             out.write_text(",".join(names))
+            (out.parent / f"seed-{camit.worker['workerid']}.txt").write_text(str(camit.seed))
     """))
     result = pytester.runpytest("--env", str(env), "-n", "2", "-p", "no:cacheprovider", "-p", "no:benchmark")
     result.assert_outcomes(passed=6)
     shares = sorted(p.read_text() for p in pytester.path.parent.rglob("share-gw*.txt"))
     assert shares == ["a,b,c", "d,e"]
+    # every worker runs with the controller's seed (the one its repro line prints), not one of its own
+    seeds = {p.read_text() for p in pytester.path.parent.rglob("seed-gw*.txt")}
+    assert len(seeds) == 1
+    result.stdout.fnmatch_lines([f"*--random-seed {seeds.pop()}*"])
 
 
 def test_host_shares_without_xdist_are_all_hosts(pytester, env_file):
