@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import queue
+import re
 import secrets
 import tarfile
 import threading
@@ -244,6 +245,16 @@ class _Node:
     start: float = 0.0
 
 
+def launch_label(name: str | None) -> str:
+    """The part of a launch id taken from its name: safe in a path, a file name and an environment value.
+
+    Test and module names can hold spaces, quotes, slashes or unicode; the launch id becomes a run
+    folder, ``launch-<id>.json`` and the run tag, so only ``[A-Za-z0-9_.-]`` survive (32 at most).
+    """
+    label = re.sub(r"[^A-Za-z0-9_.-]+", "_", name or "").strip("_.-")[:32]
+    return label or "launch"
+
+
 class Launcher:
     """Launch targets on ``cluster`` (hosts in env order: the first is node 0)."""
 
@@ -319,7 +330,7 @@ class Launcher:
         """Launch ``target`` on every (selected) host and return when nothing of it runs anywhere."""
         self._count += 1
         run_id = getattr(self.rundir, "run_id", None) or secrets.token_hex(4)
-        launch_id = f"{run_id}-{name or 'launch'}{self._count}-{secrets.token_hex(2)}"
+        launch_id = f"{run_id}-{launch_label(name)}{self._count}-{secrets.token_hex(2)}"
         names = list(hosts) if hosts is not None else list(self.cluster.hosts)
         t_prep = time.time()
         prepared, target = self._prepare(target, names)

@@ -1,6 +1,6 @@
 """``index.html`` for a run folder: one static page a person can read, offline.
 
-:func:`render` turns a :class:`~framework.report.RunView` into HTML: the run's status
+:func:`render` turns a :class:`~framework.report_read.RunView` into HTML: the run's status
 and the command to reproduce it, a per-host timeline of the phases (connect, deploy,
 launch, run, collect, teardown — recorded in ``phases.json`` or, striped, estimated
 from the deploy and launch files), a grid of rank outcomes per launch linking to each
@@ -19,7 +19,7 @@ from importlib import resources
 from urllib.parse import quote
 
 from framework import __version__
-from framework.report import OUTCOMES, PHASE_ORDER, Phase, RankView, RunView, _dur, _iso, _ranges, _tail
+from framework.report_read import OUTCOMES, PHASE_ORDER, Phase, RankView, RunView, _dur, _iso, _ranges, _tail
 
 __all__ = ["render"]
 

@@ -48,6 +48,6 @@ def upstream_suite(camit, deployed):
 def test_upstream_ut(request, upstream_suite, upstream_file, world):
     from framework.plugin import LAUNCHES_KEY
 
-    result = upstream_suite.run(upstream_file, world, name="upstream")
+    result = upstream_suite.run(upstream_file, world, name=Path(upstream_file).stem)
     request.node.stash.setdefault(LAUNCHES_KEY, []).append(result.launch)
     result.check()

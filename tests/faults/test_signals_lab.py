@@ -1,4 +1,4 @@
-"""The controller is told to stop (SIGTERM, as Jenkins does on abort) mid-run and mid-deploy.
+"""The controller is told to stop (SIGTERM, as Jenkins does on abort; SIGINT, Ctrl-C) mid-run and mid-deploy.
 
 ``camit run`` and ``camit deploy`` run as subprocesses against the lab. Expected: the process
 ends within a bound, says what happened, leaves no process of the run and no partial file on
@@ -18,7 +18,7 @@ import pytest
 from camit_labtools import REPO, Footprint, pids_with_cmdline, tagged, wait_none_left
 
 from framework import artifacts
-from framework.report import validate_junit
+from framework.report_junit import validate_junit
 
 pytestmark = pytest.mark.lab
 TARGET = REPO / "tests" / "data" / "targets" / "alltoall.py"
@@ -26,8 +26,11 @@ HOSTS = ["host1", "host2"]
 
 
 def start(*argv: str) -> subprocess.Popen[str]:
+    # SIGINT back to its default first: a shell without job control starts background jobs with it
+    # ignored, and Python then never turns it into KeyboardInterrupt.
     return subprocess.Popen([sys.executable, "-m", "framework.cli", *argv], cwd=REPO, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 
 def wait_for(what, within: float, step: float = 0.2):  # type: ignore[no-untyped-def]
@@ -99,8 +102,9 @@ def big_wheel(tmp_path_factory):
     return pad_wheel(artifacts.build_wheel(tmp / "w"), tmp / "padded", 96 * 1024 * 1024)
 
 
-def test_sigterm_mid_deploy_stops_at_once_and_leaves_no_partial_upload(lab, fresh_env, workdir_name, big_wheel,
-                                                                       tmp_path):
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_signal_mid_deploy_stops_at_once_and_leaves_no_partial_upload(lab, fresh_env, workdir_name, big_wheel,
+                                                                      tmp_path, sig):
     env = fresh_env(wheel=big_wheel)
     reports = tmp_path / "reports"
     fp = Footprint(lab, HOSTS, workdir_name)
@@ -111,7 +115,7 @@ def test_sigterm_mid_deploy_stops_at_once_and_leaves_no_partial_upload(lab, fres
         part = wait_for(lambda: [p for r in roots if r.exists() for p in r.rglob("*.camit-part-*")], 120, 0.05)
         assert part, "the upload never started"
         t0 = time.monotonic()
-        proc.send_signal(signal.SIGTERM)
+        proc.send_signal(sig)
         out, err = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
@@ -119,6 +123,7 @@ def test_sigterm_mid_deploy_stops_at_once_and_leaves_no_partial_upload(lab, fres
             proc.communicate()
     took = time.monotonic() - t0
     assert took < 10, took
+    assert "interrupted" in (out + err).lower(), (out + err)[-2000:]
     assert proc.returncode not in (0, None)
     assert "Traceback" not in err, err[-2000:]
     # no partial upload on any host, nothing running from the workdir, nothing outside it

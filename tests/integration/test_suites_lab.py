@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from framework import artifacts
-from framework.report import validate_junit
+from framework.report_junit import validate_junit
 
 REPO = Path(__file__).resolve().parents[2]
 

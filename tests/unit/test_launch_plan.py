@@ -8,7 +8,7 @@ import pytest
 
 from framework.config import HostSpec, NicSpec, NpuSpec, Secret, TestNicSpec
 from framework.errors import UsageError
-from framework.launch import NodePlan, Target, backend_env, node_command
+from framework.launch import NodePlan, Target, backend_env, launch_label, node_command
 
 A3 = HostSpec(name="node1", manage_nic=NicSpec("enp1s0", "192.0.2.11"),
               test_nic1=TestNicSpec(name="eth1", ip="198.51.100.11"),
@@ -98,3 +98,16 @@ def test_target_parse(argv, target):
 def test_target_parse_errors(argv):
     with pytest.raises(UsageError):
         Target.parse(argv)
+
+
+@pytest.mark.parametrize(("name", "label"), [
+    (None, "launch"),
+    ("", "launch"),
+    ("test_prefill_rank", "test_prefill_rank"),
+    ("ut/odd/test_odd names; ü $(x)", "ut_odd_test_odd_names_x"),
+    ("'\"`;$()", "launch"),
+    ("a" * 50, "a" * 32),
+    ("v1.2-rc", "v1.2-rc"),
+])
+def test_launch_label_is_safe_as_a_path_and_a_tag(name, label):
+    assert launch_label(name) == label

@@ -1,4 +1,4 @@
-"""framework.report: cluster.xml from per-rank JUnit, schema validation, manifest, finalize, summary.
+"""framework.report with report_read and report_junit: run folder, cluster.xml, validation, manifest, summary.
 
 Run folders are built by ``tests/data/reports/sample_run.py`` from static host files, real
 pytest ``--junitxml`` output and launch records written through ``LaunchResult.to_json()``.
@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 import framework
-from framework import report
+from framework import report, report_junit, report_read
 from framework.config import load
 from framework.launch import LaunchResult, NodeResult, RankResult
 
@@ -72,7 +72,7 @@ def schema_errors(path: Path) -> list[str]:
 
 # -- cluster.xml ---------------------------------------------------------------------
 def test_one_suite_per_rank_with_host_and_rank_in_every_classname(run):
-    path = report.write_cluster_junit(run, [sr.core_for(run)])
+    path = report_junit.write_cluster_junit(run, [sr.core_for(run)])
     assert path == run / "cluster.xml"
     top = ET.parse(path).getroot()
     by_name = suites(path)
@@ -100,7 +100,7 @@ def test_one_suite_per_rank_with_host_and_rank_in_every_classname(run):
 
 
 def test_rank_without_junit_is_an_error_with_how_it_ended_and_its_log_tail(run):
-    by_name = suites(report.write_cluster_junit(run))
+    by_name = suites(report_junit.write_cluster_junit(run))
     (crash,) = by_name["rank2@node2"].iter("testcase")
     assert (crash.get("classname"), crash.get("name")) == ("node2.rank2", "rank_report")
     err = crash.find("error")
@@ -118,13 +118,13 @@ def test_rank_without_junit_is_an_error_with_how_it_ended_and_its_log_tail(run):
 
 def test_core_dumps_are_failures_and_are_remembered_for_later_rebuilds(run):
     core = sr.core_for(run)
-    report.write_cluster_junit(run, [core])
+    report_junit.write_cluster_junit(run, [core])
     recorded = json.loads((run / "cores.json").read_text())  # the entry shape framework.coredump writes
     assert recorded == [{"host": "node2", "pid": 4242, "executable": "/var/tmp/camit/venv/bin/python3",
                          "signal": "SIGSEGV", "rank": 2, "describe": core.describe(), "backtrace": core.backtrace,
                          "local_path": "node2/cores/core.python3.4242", "backtrace_path": None}]
-    report.write_cluster_junit(run)  # e.g. finalize after a crash: cores come from cores.json
-    report.write_cluster_junit(run, [core])  # the same core again is not counted twice
+    report_junit.write_cluster_junit(run)  # e.g. finalize after a crash: cores come from cores.json
+    report_junit.write_cluster_junit(run, [core])  # the same core again is not counted twice
     cluster = suites(run / "cluster.xml")["cluster"]
     cores = [c for c in cluster.iter("testcase") if c.get("classname").endswith(".cores")]
     assert len(cores) == 1
@@ -146,20 +146,20 @@ def test_cores_json_written_by_framework_coredump_is_read(run):
                          pid=4242, executable="/var/tmp/camit/venv/bin/python3", signal="SIGSEGV", rank=2,
                          relation="rank", local_path=run / "node2" / "cores" / "core.python3.4242", backtrace_path=bt)
     (run / "cores.json").write_text(json.dumps([core.to_json()]))  # what CoreWatch.collect() leaves
-    (view,) = report.read_run(run).cores
+    (view,) = report_read.read_run(run).cores
     assert (view.host, view.rank, view.pid, view.exe, view.signal) == ("node2", 2, 4242, core.executable, "SIGSEGV")
     assert view.description == core.describe() and view.local_path == "node2/cores/core.python3.4242"
     assert view.backtrace_path == "node2/cores/core.python3.4242.bt.txt"
     assert view.top_frame == "cam::dispatch_prefill () at dispatch.cpp:211"  # the crashing thread, not poll()
-    failure = suites(report.write_cluster_junit(run))["cluster"].find("testcase[@name='core_dump[python3:4242]']/failure")
+    failure = suites(report_junit.write_cluster_junit(run))["cluster"].find("testcase[@name='core_dump[python3:4242]']/failure")
     assert failure.get("message") == core.describe() and "cam::dispatch_prefill" in failure.text
-    report.write_cluster_junit(run, [core])  # the same core handed over again: merged, not doubled
+    report_junit.write_cluster_junit(run, [core])  # the same core handed over again: merged, not doubled
     assert len(json.loads((run / "cores.json").read_text())) == 1
 
 
 def test_ranks_of_a_lost_host_are_synthetic_errors(tmp_path, junits):
     run = sr.build(tmp_path, *junits, lost_node2=True)
-    by_name = suites(report.write_cluster_junit(run))
+    by_name = suites(report_junit.write_cluster_junit(run))
     for n in (2, 3):
         (case,) = by_name[f"rank{n}@node2"].iter("testcase")
         err = case.find("error")
@@ -171,13 +171,13 @@ def test_ranks_of_a_lost_host_are_synthetic_errors(tmp_path, junits):
 
 def test_ranks_stopped_by_a_timeout_say_so(tmp_path, junits):
     run = sr.build(tmp_path, *junits, timed_out=True)
-    err = suites(report.write_cluster_junit(run))["rank3@node2"].find("testcase/error")
+    err = suites(report_junit.write_cluster_junit(run))["rank3@node2"].find("testcase/error")
     assert err.get("message") == "rank 3 on node2 died of SIGTERM; the launch timed out: job timeout after 600s"
 
 
 def test_a_rank_that_exited_0_without_junit_fails_when_its_peers_wrote_junit(run):
     (run / "node1" / "rank0.xml").unlink()
-    err = suites(report.write_cluster_junit(run))["rank0@node1"].find("testcase/error")
+    err = suites(report_junit.write_cluster_junit(run))["rank0@node1"].find("testcase/error")
     assert err.get("message") == "exited 0 but wrote no JUnit report"
 
 
@@ -189,7 +189,7 @@ def test_non_pytest_targets_pass_with_one_synthetic_case_per_rank(tmp_path):
     (run / "launch-r1-alltoall1-beef.json").write_text(json.dumps(result.to_json()))
     (run / "node1").mkdir()
     (run / "node1" / "rank0.log").write_text("alltoall ok: 8 MiB in 0.2s\n")
-    by_name = suites(report.write_cluster_junit(run))
+    by_name = suites(report_junit.write_cluster_junit(run))
     assert list(by_name) == ["rank0@node1", "rank1@node1"]
     case = by_name["rank0@node1"].find("testcase")
     assert case.get("name") == "rank_report" and len(case.findall("error")) == 0
@@ -215,7 +215,7 @@ def test_several_launches_get_launch_qualified_suite_names(run):
         st = json.loads(f.read_text())
         st["log"] = st["log"].replace(sr.LAUNCH_ID, lid2)
         f.write_text(json.dumps(st))
-    by_name = suites(report.write_cluster_junit(run))
+    by_name = suites(report_junit.write_cluster_junit(run))
     names = [n for n in by_name if n != "cluster"]
     assert names == [f"{launch}.rank{n}@{h}" for launch in ("moe1", "moe2")
                      for n, h in ((0, "node1"), (1, "node1"), (2, "node2"), (3, "node2"))]
@@ -238,15 +238,15 @@ def test_a_port_retry_supersedes_its_first_attempt(run):
     retry.write_text(json.dumps(data))
     os.utime(first, (sr.T0 + 30, sr.T0 + 30))
     os.utime(retry, (sr.T0 + 58, sr.T0 + 58))
-    view = report.read_run(run)
+    view = report_read.read_run(run)
     assert [(lv.launch_id, lv.name, lv.superseded) for lv in view.launches] == [
         (f"{sr.LAUNCH_ID}-r2", "moe1", [sr.LAUNCH_ID])]
-    assert "rank0@node1" in suites(report.write_cluster_junit(run))
+    assert "rank0@node1" in suites(report_junit.write_cluster_junit(run))
 
 
 def test_reruns_are_folded_and_invalid_testcase_content_cleaned(run):
     shutil.copy(DATA / "reports" / "rank-messy.xml", run / "node1" / "rank0.xml")
-    suite = suites(report.write_cluster_junit(run))["rank0@node1"]
+    suite = suites(report_junit.write_cluster_junit(run))["rank0@node1"]
     cases = [(c.get("name"), [ch.tag for ch in c]) for c in suite.iter("testcase")]
     assert cases == [
         ("test_flaky", ["flakyFailure"]),  # failed once, then passed: a pass with its flake
@@ -269,7 +269,7 @@ def test_reruns_are_folded_and_invalid_testcase_content_cleaned(run):
 def test_corrupt_files_are_reported_not_fatal(run):
     (run / "node1" / "rank1.xml").write_text("<testsuites><testsuite name='x'")
     (run / "launch-broken.json").write_text("{not json")
-    by_name = suites(report.write_cluster_junit(run))
+    by_name = suites(report_junit.write_cluster_junit(run))
     err = by_name["rank1@node1"].find("testcase/error")
     assert "rank1.xml is not valid XML" in err.get("message")
     problems = [c.find("error").get("message") for c in by_name["cluster"].iter("testcase")
@@ -280,9 +280,9 @@ def test_corrupt_files_are_reported_not_fatal(run):
 
 # -- validation ------------------------------------------------------------------------
 def test_pytest_junit_and_cluster_xml_both_validate(run):
-    cluster = report.write_cluster_junit(run, [sr.core_for(run)])
-    assert report.validate_junit(run / "junit.xml") == []
-    assert report.validate_junit(cluster) == []
+    cluster = report_junit.write_cluster_junit(run, [sr.core_for(run)])
+    assert report_junit.validate_junit(run / "junit.xml") == []
+    assert report_junit.validate_junit(cluster) == []
     assert schema_errors(run / "junit.xml") == [] and schema_errors(cluster) == []
 
 
@@ -298,15 +298,15 @@ def test_validate_junit_names_what_junit_10_rejects(tmp_path):
     bad.write_text('<?xml version="1.0"?>\n<testsuites disabled="0" skipped="0" time="0.30000000000000004">\n'
                    '<testsuite name="s" tests="1" failures="0" errors="0" time="0.1234">\n'
                    '<testcase name="t" file="a.py" line="3"><properties/></testcase>\n</testsuite>\n</testsuites>\n')
-    problems = report.validate_junit(bad)
+    problems = report_junit.validate_junit(bad)
     text = "\n".join(problems)
     for what in ("'disabled'", "'skipped'", "'file'", "'line'", "properties", "0.1234"):
         assert what in text, what
     assert all(p.startswith(f"{bad}:") for p in problems)
     broken = tmp_path / "broken.xml"
     broken.write_text("<testsuites>")
-    assert report.validate_junit(broken)[0].startswith(f"{broken}:1: not well-formed XML")
-    assert report.validate_junit(tmp_path / "missing.xml") == [f"{tmp_path / 'missing.xml'}: no such file"]
+    assert report_junit.validate_junit(broken)[0].startswith(f"{broken}:1: not well-formed XML")
+    assert report_junit.validate_junit(tmp_path / "missing.xml") == [f"{tmp_path / 'missing.xml'}: no such file"]
 
 
 # -- manifest.json, secrets ----------------------------------------------------------------
@@ -382,7 +382,7 @@ def test_finalize_after_an_interruption_leaves_a_consistent_folder(tmp_path):
     run_case = by_name["cluster"].find("testcase[@name='run']")
     assert run_case.get("classname") == "camit.run"
     assert run_case.find("error").get("message") == "run interrupted: KeyboardInterrupt: "
-    assert report.validate_junit(run / "cluster.xml") == []
+    assert report_junit.validate_junit(run / "cluster.xml") == []
     assert "interrupted" in (run / "index.html").read_text()
 
 
@@ -390,7 +390,7 @@ def test_finalize_on_a_missing_folder_writes_the_three_files(tmp_path):
     run = tmp_path / "never-started"
     report.finalize(run, status="error", error="could not load env")
     assert {p.name for p in run.iterdir()} == {"cluster.xml", "manifest.json", "index.html"}
-    assert report.validate_junit(run / "cluster.xml") == []
+    assert report_junit.validate_junit(run / "cluster.xml") == []
     assert json.loads((run / "manifest.json").read_text())["error"] == "could not load env"
 
 
@@ -398,9 +398,10 @@ def test_finalize_never_raises_and_falls_back_to_minimal_files(run, monkeypatch,
     def boom(_path):
         raise OSError("disk on fire")
 
-    monkeypatch.setattr(report, "read_run", boom)
+    for module in (report, report_junit):  # every module that reads the run folder for finalize
+        monkeypatch.setattr(module, "read_run", boom)
     report.finalize(run, status="interrupted", error="SIGTERM")
-    assert report.validate_junit(run / "cluster.xml") == []
+    assert report_junit.validate_junit(run / "cluster.xml") == []
     err = ET.parse(run / "cluster.xml").getroot().find("testsuite/testcase/error")
     assert err.get("message") == "could not merge rank results: cluster.xml: OSError: disk on fire"
     m = json.loads((run / "manifest.json").read_text())
@@ -436,7 +437,7 @@ def test_record_phase_is_safe_from_many_threads(tmp_path):
 
 
 def test_phases_recorded_and_derived(run):
-    phases = {(p.host, p.phase): p for p in report.read_run(run).phases}
+    phases = {(p.host, p.phase): p for p in report_read.read_run(run).phases}
     connect = phases[("node1", "connect")]
     assert (connect.start, connect.end, connect.derived) == (sr.T0 + 0.1, sr.T0 + 1.2, False)
     deploy = phases[("node1", "deploy")]  # deploy-manifest.json written at +41.8 after 40.5 s

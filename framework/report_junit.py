@@ -1,0 +1,300 @@
+"""``cluster.xml``: every rank's JUnit merged into one file Jenkins' xunit plugin accepts.
+
+:func:`write_cluster_junit` builds it from :func:`framework.report_read.read_run`, so it can
+be rebuilt at any time; :func:`validate_junit` checks a file against junit-10.xsd. The cores
+handed over are merged into ``cores.json`` (kept so later rebuilds see them).
+
+Layout (junit-10.xsd valid, see ``shared/reference/junit-jenkins.md`` §4): one
+``<testsuite name="rank<N>@<host>" hostname="<host>">`` per expected rank, classnames rewritten to
+``<host>.rank<N>.<original>`` (dots in host names become ``_``). With several launches in one run
+each launch's suites are named ``<launch>.rank<N>@<host>`` and classnames
+``<host>.rank<N>.<launch>.<original>``, ``<launch>`` being the launch id without the run id and
+random suffix (``alltoall1``); a superseded port-retry attempt (``…-r<k>`` present) is left out.
+A rank without JUnit gets one synthetic ``rank_report`` testcase: an error naming how it ended
+(signal, exit status, never reported: lost host, timeout) with the tail of its log — or a pass
+when it exited 0 and no rank of its launch was a pytest run. Core dumps, per-host deploy results
+and an unfinished run are testcases of a final ``cluster`` suite.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import logging
+import os
+import re
+import xml.etree.ElementTree as ET
+from collections.abc import Callable, Mapping, Sequence
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from framework.report_read import (
+    _ANSI,
+    LaunchView,
+    RankView,
+    RunView,
+    _counts,
+    _describe,
+    _f,
+    _inside,
+    _iso,
+    _read_json,
+    _signame,
+    _slug,
+    _tail,
+    read_run,
+)
+from framework.rundir import write_atomic
+
+log = logging.getLogger("camit.report")
+
+__all__ = ["validate_junit", "write_cluster_junit"]
+
+SCHEMA_FILE = "xunit-plugin-junit-10.xsd"
+#: statuses of a run that did not finish normally: cluster.xml gets an error entry for them
+_FINISHED = ("ok", "passed", "failed", "running", None)
+
+_NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+_CASE_CHILDREN = {"skipped", "error", "failure", "rerunFailure", "rerunError", "flakyFailure", "flakyError",
+                  "system-out", "system-err"}
+
+
+# -- cluster.xml -----------------------------------------------------------------
+def write_cluster_junit(rundir_path: str | os.PathLike[str], cores: Sequence[Any] = ()) -> Path:
+    """Merge every rank's JUnit into ``cluster.xml`` and return its path.
+
+    Reads ``launch-*.json`` and ``<host>/rank*.xml``; every rank a launch expected
+    gets a suite (a synthetic error when it never reported). ``cores``: objects with
+    ``host, pid, exe, signal, rank, backtrace, local_path`` and ``describe()``
+    (``framework.coredump.Core``); they are added to ``cores.json`` and become failures.
+    """
+    return _write_cluster(Path(rundir_path), cores, _unchanged, None, None)
+
+
+def _write_cluster(root: Path, cores: Sequence[Any], scrub: Callable[[str], str], status: str | None,
+                   error: str | None) -> Path:
+    if cores:
+        _record_cores(root, cores, scrub)
+    run = read_run(root)
+    if status is None:
+        status, error = run.manifest.get("status"), run.manifest.get("error")
+    top = ET.Element("testsuites", name=run.run_id)
+    for rv in run.ranks:
+        top.append(_rank_suite(rv, run, scrub))
+    cluster = _cluster_suite(run, status, error, scrub)
+    if len(cluster):
+        top.append(cluster)
+    totals = {k: sum(int(s.get(k, "0")) for s in top) for k in ("tests", "failures", "errors")}
+    for k, v in totals.items():
+        top.set(k, str(v))
+    top.set("time", _t(sum(float(s.get("time", "0")) for s in top)))
+    ET.indent(top)
+    path = write_atomic(root / "cluster.xml", scrub(ET.tostring(top, encoding="unicode", xml_declaration=True)))
+    for problem in validate_junit(path):  # our own output must never be dropped by the xunit plugin
+        log.error("cluster.xml does not validate: %s", problem)
+    return path
+
+
+def _rank_suite(rv: RankView, run: RunView, scrub: Callable[[str], str]) -> ET.Element:
+    lv = next((x for x in run.launches if x.launch_id == rv.launch_id), None)
+    prefix = f"{_slug(rv.host)}.rank{rv.rank}" + (f".{rv.launch}" if rv.launch else "")
+    name = (f"{rv.launch}." if rv.launch else "") + f"rank{rv.rank}@{rv.host}"
+    suite = ET.Element("testsuite", name=name)
+    props: list[tuple[str, str]] = [("rank", str(rv.rank)), ("host", rv.host), ("outcome", rv.outcome)]
+    if lv is not None:
+        props += [("world_size", str(lv.world_size)), ("launch_id", lv.launch_id)]
+    props += [(k, str(v)) for k, v in (("exit_code", rv.exit_code), ("signal", rv.signal), ("log", rv.log),
+                                       ("junit", rv.junit), ("start", rv.start), ("end", rv.end),
+                                       ("overwritten_by", rv.overwritten_by)) if v is not None]
+    props += [p for p in rv.props if p[0] not in {k for k, _ in props}]
+    pe = ET.SubElement(suite, "properties")
+    for k, v in props:
+        ET.SubElement(pe, "property", name=k, value=scrub(_xml_text(v)))
+    cases = [_clean_case(c, prefix) for c in rv.cases]
+    synthetic = _synthetic_case(rv, lv, run, prefix, scrub)
+    if synthetic is not None:
+        cases.append(synthetic)
+    suite.extend(cases)
+    for name, count in _counts(cases).items():
+        suite.set(name, str(count))
+    duration = rv.duration if rv.duration is not None else sum(_f(c.get("time")) for c in cases)
+    suite.set("time", _t(duration))
+    stamp = _iso(rv.start) if rv.start is not None else rv.junit_timestamp
+    if stamp:
+        suite.set("timestamp", stamp)
+    suite.set("hostname", rv.host)
+    return suite
+
+
+def _synthetic_case(rv: RankView, lv: LaunchView | None, run: RunView, prefix: str,
+                    scrub: Callable[[str], str]) -> ET.Element | None:
+    """The testcase standing for how a rank ended when its own JUnit does not say it."""
+    case = ET.Element("testcase", classname=prefix, name="rank_report", time=_t(rv.duration or 0.0))
+    if rv.overwritten_by:
+        note = (f"rank {rv.rank} on {rv.host}: per-rank files were overwritten by launch {rv.overwritten_by} "
+                f"(same {rv.host}/rank{rv.rank}.* paths); only the exit status is known")
+        ok = rv.exit_code == 0 and not rv.signal
+        if ok:
+            ET.SubElement(case, "system-out").text = note
+        else:
+            ET.SubElement(case, "error", type="RankFailed", message=scrub(_describe(rv, lv))).text = note
+        return case
+    if rv.cases and not rv.junit_problem:
+        c = rv.counts()
+        if rv.signal or (rv.exit_code not in (0, 1, None)) or (rv.exit_code == 1 and not
+                                                                            (c["failures"] or c["errors"])):
+            case.set("name", "rank_exit")  # the tests reported, then the process ended badly
+        else:
+            return None
+    elif rv.outcome == "pass":
+        ET.SubElement(case, "system-out").text = scrub(_xml_text(f"{_describe(rv, lv)}\n{_tail(run.path, rv.log)}"))
+        return case
+    message = rv.reason or _describe(rv, lv)
+    kind = {"lost": "RankLost", "crash": "RankCrashed", "killed": "RankKilled"}.get(rv.outcome, "RankFailed")
+    body = [message]
+    if rv.log:
+        body += [f"--- tail of {rv.log} ---", _tail(run.path, rv.log)]
+    else:
+        body.append("(no log was fetched for this rank)")
+    ET.SubElement(case, "error", type=kind, message=scrub(_xml_text(message))).text = scrub(_xml_text("\n".join(body)))
+    return case
+
+
+def _cluster_suite(run: RunView, status: str | None, error: str | None, scrub: Callable[[str], str]) -> ET.Element:
+    suite = ET.Element("testsuite", name="cluster")
+    for core in run.cores:
+        where = f"{_slug(core.host)}.rank{core.rank}" if core.rank is not None else _slug(core.host)
+        case = ET.SubElement(suite, "testcase", classname=f"{where}.cores",
+                             name=f"core_dump[{Path(core.exe or 'unknown').name}:{core.pid}]", time="0")
+        text = core.description + (f"\nfile: {core.local_path}" if core.local_path else "") + \
+            (f"\n\n{core.backtrace}" if core.backtrace else "")
+        ET.SubElement(case, "failure", type="CoreDump",
+                      message=scrub(_xml_text(core.description or f"core dump of {core.exe}"))
+                      ).text = scrub(_xml_text(text))
+    for host, m in ((run.deploy or {}).get("hosts") or {}).items():
+        if not isinstance(m, dict):
+            continue
+        case = ET.SubElement(suite, "testcase", classname=f"{_slug(host)}.deploy", name="deploy",
+                             time=_t(sum(v for v in (m.get("durations") or {}).values() if isinstance(v, int | float))))
+        if m.get("status") == "failed" or m.get("error"):
+            msg = f"deploy on {host} failed at {m.get('step')}: {m.get('error')}"
+            ET.SubElement(case, "error", type="DeployFailed", message=scrub(_xml_text(msg))).text = scrub(_xml_text(msg))
+    for problem in run.problems:
+        case = ET.SubElement(suite, "testcase", classname="camit.report", name="read_run_folder", time="0")
+        ET.SubElement(case, "error", type="ReportProblem", message=scrub(_xml_text(problem)))
+    if status not in _FINISHED:
+        what = f"run {status or 'failed'}" + (f": {error}" if error else "")
+        case = ET.SubElement(suite, "testcase", classname="camit.run", name="run", time="0")
+        ET.SubElement(case, "error", type=f"Run{(status or 'error').capitalize()}",
+                      message=scrub(_xml_text(what))).text = scrub(_xml_text(
+                          what + "\nWhat finished is reported above; anything after this point did not run."))
+    for k, v in _counts(suite).items():
+        suite.set(k, str(v))
+    suite.set("time", _t(sum(_f(c.get("time")) for c in suite)))
+    return suite
+
+
+def _clean_case(case: ET.Element, prefix: str) -> ET.Element:
+    """A copy of ``case`` with the classname prefixed and only what junit-10.xsd allows."""
+    original = case.get("classname") or ""
+    out = ET.Element("testcase", classname=f"{prefix}.{original}" if original else prefix,
+                     name=case.get("name") or "unnamed")
+    for attr in ("time", "group"):
+        if case.get(attr) is not None:
+            out.set(attr, case.get(attr))  # type: ignore[arg-type]
+    extra_out = []
+    for child in case:
+        if child.tag == "properties":  # record_property: testcase properties are invalid in junit-10
+            extra_out += [f"property {p.get('name')} = {p.get('value')}" for p in child.iter("property")]
+        elif child.tag in _CASE_CHILDREN:
+            el = ET.SubElement(out, child.tag, {k: v for k, v in child.attrib.items() if k in ("type", "message")})
+            el.text = child.text
+            el.extend(list(child))
+            if child.tag in ("failure", "error") and not el.get("message"):  # a failure must say something
+                el.set("message", ((child.text or "").strip().splitlines() or [child.tag])[0][:200])
+            if child.tag.startswith(("rerun", "flaky")) and not el.get("type"):
+                el.set("type", "rerun")
+    if extra_out:
+        ET.SubElement(out, "system-out").text = "\n".join(extra_out)
+    return out
+
+
+def _record_cores(root: Path, cores: Sequence[Any], scrub: Callable[[str], str]) -> None:
+    """Merge ``cores`` into ``cores.json``, the file ``framework.coredump`` also writes (same entry shape)."""
+    known = [c for c in _read_json(root / "cores.json", [], []) or [] if isinstance(c, dict)]
+
+    def key(entry: Mapping[str, Any]) -> tuple[Any, ...]:
+        return (entry.get("host"), entry.get("pid"), entry.get("executable") or entry.get("exe"),
+                _inside(root, entry.get("local_path")) or entry.get("local_path"))
+
+    for core in cores:
+        entry: dict[str, Any] = {}
+        if callable(getattr(core, "to_json", None)):
+            with contextlib.suppress(Exception):
+                entry = dict(core.to_json())
+        try:
+            description = str(core.describe())
+        except Exception as exc:  # a describe() that fails must not lose the core
+            description = f"core dump on {getattr(core, 'host', '?')} (describe() failed: {exc})"
+        rank = getattr(core, "rank", None)
+        exe = getattr(core, "executable", None) or getattr(core, "exe", None) or getattr(core, "comm", None)
+        entry.update({"host": str(getattr(core, "host", "unknown")), "pid": getattr(core, "pid", None),
+                      "executable": str(exe) if exe else None, "signal": _signame(getattr(core, "signal", None)),
+                      "rank": rank if isinstance(rank, int) else None, "describe": scrub(description),
+                      "backtrace": scrub(str(getattr(core, "backtrace", "") or ""))})
+        for attr in ("local_path", "backtrace_path"):
+            value = getattr(core, attr, None)
+            entry[attr] = (_inside(root, value) or str(value)) if value else None
+        known = [k for k in known if key(k) != key(entry)]
+        known.append(json.loads(json.dumps(entry, default=str)))
+    known.sort(key=lambda c: (str(c.get("host")), c.get("rank") if isinstance(c.get("rank"), int) else -1,
+                              c.get("pid") or 0))
+    write_atomic(root / "cores.json", json.dumps(known, indent=2) + "\n")
+
+
+# -- validation --------------------------------------------------------------------
+@functools.lru_cache(maxsize=1)
+def _schema() -> Any:
+    from lxml import etree
+
+    with resources.as_file(resources.files("framework") / "data" / SCHEMA_FILE) as xsd:
+        return etree.XMLSchema(etree.parse(str(xsd)))
+
+
+def validate_junit(path: str | os.PathLike[str]) -> list[str]:
+    """Problems of a JUnit file against junit-10.xsd (jenkinsci/xunit-plugin); ``[]`` when valid.
+
+    Each problem is ``<file>:<line>: <message>``. The xunit plugin silently skips files
+    that fail this schema, so every file we hand to Jenkins must return ``[]``.
+    """
+    try:
+        from lxml import etree
+    except ImportError:  # never report "valid" without having checked
+        return ["lxml is not installed: cannot validate (pip install 'lxml>=5.2')"]
+    p = Path(path)
+    if not p.is_file():
+        return [f"{p}: no such file"]
+    try:
+        doc = etree.parse(str(p), etree.XMLParser(resolve_entities=False, no_network=True))
+    except etree.XMLSyntaxError as exc:
+        return [f"{p}:{exc.lineno}: not well-formed XML: {exc.msg}"]
+    schema = _schema()
+    if schema.validate(doc):
+        return []
+    return [f"{p}:{e.line}: {e.message}" for e in schema.error_log]  # type: ignore[attr-defined]
+
+
+# -- small helpers ------------------------------------------------------------------------
+def _unchanged(text: str) -> str:
+    return text
+
+
+def _xml_text(text: Any) -> str:
+    return _NOT_XML.sub("", _ANSI.sub("", str(text)))
+
+
+def _t(seconds: float) -> str:
+    """SUREFIRE_TIME: no sign, at most three decimals."""
+    return f"{max(0.0, float(seconds)):.3f}"

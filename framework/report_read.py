@@ -1,0 +1,597 @@
+"""The run folder as data: :func:`read_run` turns ``reports/<run-id>/`` into a :class:`RunView`.
+
+It reads and never writes, so the report can be rebuilt at any time — after a crash,
+from an archived folder — and it never raises for a missing or corrupt file (what it
+cannot read goes to ``RunView.problems``). Each rank gets an outcome (pass, fail,
+crash, killed, lost) and a one-sentence reason; phases come from ``phases.json`` or are
+estimated from the deploy and launch files. :mod:`framework.report_junit`,
+:mod:`framework.report` and :mod:`framework.report_html` build their files from this view.
+
+Read (written by others)::
+
+    launch-<id>.json            LaunchResult.to_json(), one per launch (framework.launch)
+    <host>/rank<N>.log|json|xml per-rank output, status (rankwrap) and pytest JUnit
+    <host>/cores/, <host>/*     core files and collected host logs
+    cores.json                  core dumps (framework.coredump, framework.report_junit)
+    deploy-manifest.json        DeployResult.to_json() (framework.deploy)
+    phases.json                 [{host, phase, start, end}], appended by framework.report.record_phase
+    manifest.json               the previous framework.report.write_manifest
+    junit.xml                   pytest's own ``--junitxml`` (controller-level tests)
+
+With several launches in one run each is named by its launch id without the run id and
+random suffix (``alltoall1``); a superseded port-retry attempt (``…-r<k>`` present) is left
+out. Launches fetch into the same ``<host>/rank<N>.*`` files, so each file is given to the
+launch that wrote it last.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import xml.etree.ElementTree as ET
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+__all__ = ["CoreView", "LaunchView", "Phase", "RankView", "RunView", "read_run"]
+
+PHASE_ORDER = ("connect", "deploy", "launch", "run", "collect", "teardown")
+#: signals that end a rank as a consequence (torchrun or our teardown stopping it), not a crash
+SECONDARY_SIGNALS = ("SIGTERM", "SIGKILL", "SIGINT", "SIGHUP")
+OUTCOMES = ("pass", "fail", "crash", "killed", "lost")
+TAIL_LINES = 40
+
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
+_RANK_FILE = re.compile(r"^rank(\d+)\.(log|json|xml)$")
+
+
+# -- the run folder as data -----------------------------------------------------
+@dataclass
+class CoreView:
+    """One core dump from ``cores.json`` (entries in ``framework.coredump.Core.to_json()`` shape)."""
+
+    host: str
+    pid: int | None = None
+    exe: str | None = None
+    signal: str | None = None
+    rank: int | None = None
+    backtrace: str = ""
+    local_path: str | None = None  # run-folder relative when inside it
+    description: str = ""
+    backtrace_path: str | None = None
+
+    @classmethod
+    def from_json(cls, entry: Mapping[str, Any], root: Path) -> CoreView:
+        rank = entry.get("rank")
+        bt_path = _inside(root, entry.get("backtrace_path"))
+        backtrace = str(entry.get("backtrace") or "")
+        if not backtrace and entry.get("backtrace_path"):
+            p = Path(str(entry["backtrace_path"]))
+            backtrace = _tail(root, bt_path, lines=400) if bt_path else (_tail(p.parent, p.name, 400) if p.is_file()
+                                                                         else "")
+        exe = entry.get("exe") or entry.get("executable") or entry.get("comm")
+        return cls(host=str(entry.get("host") or "unknown"), pid=entry.get("pid"), exe=str(exe) if exe else None,
+                   signal=_signame(entry.get("signal")), rank=rank if isinstance(rank, int) else None,
+                   backtrace=backtrace, local_path=_inside(root, entry.get("local_path")) or entry.get("local_path"),
+                   description=str(entry.get("describe") or entry.get("description") or ""), backtrace_path=bt_path)
+
+    @property
+    def top_frame(self) -> str:
+        """The crashing thread's first frame, without its address (gdb's ``bt`` after ``@@crashing``)."""
+        crashing = self.backtrace.split("@@crashing", 1)[-1]
+        line = next((ln.strip() for ln in crashing.splitlines() if ln.strip().startswith("#")), "")
+        return re.sub(r"^#\d+\s+(0x[0-9a-fA-F]+ in )?", "", line)
+
+    @property
+    def anchor(self) -> str:
+        return f"core-{_slug(self.host)}-{self.pid if self.pid is not None else 'x'}"
+
+
+@dataclass
+class RankView:
+    rank: int
+    host: str
+    launch: str = ""  # display name of the launch ('' when the run has one)
+    launch_id: str = ""
+    exit_code: int | None = None
+    signal: str | None = None
+    start: float | None = None
+    end: float | None = None
+    log: str | None = None  # run-folder relative paths
+    junit: str | None = None
+    cases: list[ET.Element] = field(default_factory=list)
+    props: list[tuple[str, str]] = field(default_factory=list)
+    junit_time: float | None = None
+    junit_timestamp: str | None = None
+    junit_problem: str | None = None  # the rank's JUnit exists but cannot be read
+    overwritten_by: str | None = None  # a later launch wrote the same <host>/rank<N>.* files
+    cores: list[CoreView] = field(default_factory=list)
+    outcome: str = "pass"
+    reason: str = ""  # one sentence when the outcome is not 'pass'
+
+    @property
+    def duration(self) -> float | None:
+        if self.start is not None and self.end is not None:
+            return max(0.0, self.end - self.start)
+        return self.junit_time
+
+    def counts(self) -> dict[str, int]:
+        return _counts(self.cases)
+
+
+@dataclass
+class LaunchView:
+    launch_id: str
+    name: str
+    world_size: int
+    data: dict[str, Any]
+    mtime: float
+    ranks: list[RankView] = field(default_factory=list)
+    superseded: list[str] = field(default_factory=list)
+
+    @property
+    def failure(self) -> str | None:
+        return self.data.get("failure")
+
+
+@dataclass
+class Phase:
+    host: str
+    phase: str
+    start: float
+    end: float
+    derived: bool = False  # estimated from deploy/launch files rather than recorded
+    detail: str = ""
+
+    @property
+    def duration(self) -> float:
+        return max(0.0, self.end - self.start)
+
+
+@dataclass
+class RunView:
+    """Everything :func:`read_run` could make of a run folder; ``problems`` lists what it could not."""
+
+    path: Path
+    run_id: str
+    launches: list[LaunchView]
+    orphans: list[RankView]  # rank files that no launch record claims
+    cores: list[CoreView]
+    phases: list[Phase]
+    manifest: dict[str, Any]
+    deploy: dict[str, Any] | None
+    junit: dict[str, Any] | None  # counts and failed cases of pytest's junit.xml
+    problems: list[str]
+
+    @property
+    def ranks(self) -> list[RankView]:
+        return [r for lv in self.launches for r in lv.ranks] + self.orphans
+
+    @property
+    def hosts(self) -> list[str]:
+        seen: dict[str, None] = {}
+        for h in (self.manifest.get("hosts") or {}):
+            seen.setdefault(h)
+        for h in (self.deploy or {}).get("hosts", {}):
+            seen.setdefault(h)
+        for lv in self.launches:
+            for h in lv.data.get("nodes", {}):
+                seen.setdefault(h)
+        for r in self.ranks:
+            seen.setdefault(r.host)
+        for p in self.phases:
+            seen.setdefault(p.host)
+        return list(seen)
+
+
+def read_run(rundir_path: str | os.PathLike[str]) -> RunView:
+    """Read a (possibly partial) run folder; never raises for missing or corrupt files."""
+    root = Path(rundir_path)
+    problems: list[str] = []
+    run_id = root.resolve().name
+    cores = [CoreView.from_json(c, root) for c in _read_json(root / "cores.json", problems, []) or []
+             if isinstance(c, dict)]
+    launches = _read_launches(root, run_id, problems)
+    claimed: set[tuple[str, int]] = set()
+    owners = _rank_owners(root, launches)
+    for lv in launches:
+        lv.ranks = _launch_ranks(root, lv, owners, launches, problems)
+        claimed.update((r.host, r.rank) for r in lv.ranks)
+    orphans = []
+    for host_dir in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")) \
+            if root.is_dir() else []:
+        for n in sorted({int(m.group(1)) for f in host_dir.iterdir() if (m := _RANK_FILE.match(f.name))}):
+            if (host_dir.name, n) not in claimed:
+                rv = RankView(n, host_dir.name)
+                _load_rank_files(root, rv, host_dir, problems)
+                orphans.append(rv)
+    for rv in [r for lv in launches for r in lv.ranks] + orphans:
+        _attach_cores(rv, cores, launches)
+    for lv in launches:
+        for rv in lv.ranks:
+            _classify(rv, lv, any(r.junit for r in lv.ranks))
+    for rv in orphans:
+        _classify(rv, None, rv.junit is not None)
+    deploy = _read_json(root / "deploy-manifest.json", problems, None)
+    return RunView(root, run_id, launches, orphans, cores, _phases(root, launches, deploy, problems),
+                   _read_json(root / "manifest.json", problems, {}) or {}, deploy,
+                   _junit_summary(root / "junit.xml", problems), problems)
+
+
+def _read_json(path: Path, problems: list[str], default: Any) -> Any:
+    if not path.exists():
+        return default
+    try:
+        return json.loads(path.read_text(errors="replace"))
+    except (OSError, ValueError) as exc:
+        problems.append(f"{path.name}: unreadable ({exc})")
+        return default
+
+
+def _read_launches(root: Path, run_id: str, problems: list[str]) -> list[LaunchView]:
+    found = []
+    for p in sorted(root.glob("launch-*.json")) if root.is_dir() else []:
+        data = _read_json(p, problems, None)
+        if not isinstance(data, dict) or not isinstance(data.get("world_size"), int):
+            if data is not None:
+                problems.append(f"{p.name}: not a launch record")
+            continue
+        lid = str(data.get("launch_id") or p.stem[len("launch-"):])
+        found.append(LaunchView(lid, lid, data["world_size"], data, p.stat().st_mtime))
+    found.sort(key=lambda lv: (lv.mtime, lv.launch_id))
+    # a port-collision retry (<id>-r2) supersedes its earlier attempts: report the last one only
+    def attempt(lid: str) -> tuple[str, int]:
+        m = re.search(r"-r(\d+)$", lid)
+        return (lid[: m.start()], int(m.group(1))) if m else (lid, 1)
+
+    last: dict[str, LaunchView] = {}
+    for lv in found:
+        base, n = attempt(lv.launch_id)
+        if base not in last or n > attempt(last[base].launch_id)[1]:
+            last[base] = lv
+    kept = [lv for lv in found if last[attempt(lv.launch_id)[0]] is lv]
+    for lv in kept:
+        lv.superseded = [o.launch_id for o in found if o is not lv and attempt(o.launch_id)[0] == attempt(lv.launch_id)[0]]
+    names = []
+    for lv in kept:
+        short = lv.launch_id[len(run_id) + 1:] if lv.launch_id.startswith(run_id + "-") else lv.launch_id
+        short = re.sub(r"-[0-9a-f]{4}(-r\d+)?$", "", short) or short
+        names.append(short.replace(".", "_"))
+    for lv, name in zip(kept, names):
+        lv.name = name if names.count(name) == 1 else lv.launch_id.replace(".", "_")
+    return kept
+
+
+def _expected_host(data: Mapping[str, Any], rank: int) -> str:
+    nodes = data.get("nodes") or {}
+    if not nodes:
+        return "unknown"
+    per_node = max(1, int(data.get("world_size", 0)) // len(nodes))
+    for host, node in nodes.items():
+        if isinstance(node, dict) and node.get("node_rank") == rank // per_node:
+            return host
+    return "unknown"
+
+
+def _remote_launch(status: Mapping[str, Any]) -> str | None:
+    """The launch a rank status file belongs to: its remote log path is ``…/runs/<launch-id>/rank<N>.log``."""
+    m = re.search(r"/runs/([^/]+)/rank\d+\.log$", str(status.get("log") or ""))
+    return m.group(1) if m else None
+
+
+def _rank_owners(root: Path, launches: list[LaunchView]) -> dict[tuple[str, int], str]:
+    """Which launch the shared ``<host>/rank<N>.*`` files belong to (launches fetch into the same folder)."""
+    owners: dict[tuple[str, int], str] = {}
+    for lv in launches:  # in order: the last launch that had the rank wrote its files last
+        for r in range(lv.world_size):
+            owners[(_expected_host(lv.data, r), r)] = lv.launch_id
+        for key, rr in (lv.data.get("ranks") or {}).items():
+            if str(key).isdigit() and isinstance(rr, dict):
+                owners[(str(rr.get("host")), int(key))] = lv.launch_id
+    ids = {lv.launch_id for lv in launches} | {s for lv in launches for s in lv.superseded}
+    for (host, rank) in list(owners):
+        status = root / host / f"rank{rank}.json"
+        with contextlib.suppress(OSError, ValueError):
+            lid = _remote_launch(json.loads(status.read_text())) if status.exists() else None
+            if lid in ids:
+                owners[(host, rank)] = next((lv.launch_id for lv in launches if lid == lv.launch_id
+                                             or lid in lv.superseded), lid)
+    return owners
+
+
+def _launch_ranks(root: Path, lv: LaunchView, owners: Mapping[tuple[str, int], str], launches: list[LaunchView],
+                  problems: list[str]) -> list[RankView]:
+    order = {x.launch_id: i for i, x in enumerate(launches)}
+    names = {x.launch_id: x.name for x in launches}
+    multi = len(launches) > 1
+    recorded = {int(k): v for k, v in (lv.data.get("ranks") or {}).items() if str(k).isdigit() and isinstance(v, dict)}
+    out = []
+    for r in sorted(set(range(lv.world_size)) | set(recorded)):
+        rec = recorded.get(r, {})
+        host = str(rec.get("host") or _expected_host(lv.data, r))
+        rv = RankView(r, host, launch=lv.name if multi else "", launch_id=lv.launch_id,
+                      exit_code=rec.get("exit_code"), signal=rec.get("signal"))
+        own_dir = root / host / lv.launch_id  # a per-launch fetch layout, if launch.py grows one
+        if (own_dir / f"rank{r}.json").exists() or (own_dir / f"rank{r}.log").exists():
+            _load_rank_files(root, rv, own_dir, problems)
+        elif owners.get((host, r), lv.launch_id) == lv.launch_id:
+            _load_rank_files(root, rv, root / host, problems)
+        elif order.get(owners[(host, r)], -1) > order[lv.launch_id]:
+            rv.overwritten_by = names.get(owners[(host, r)], owners[(host, r)])
+        # else: the files on disk are an earlier launch's; this launch fetched none for the rank
+        out.append(rv)
+    return out
+
+
+def _load_rank_files(root: Path, rv: RankView, folder: Path, problems: list[str]) -> None:
+    status = folder / f"rank{rv.rank}.json"
+    st = _read_json(status, problems, None)
+    if isinstance(st, dict):
+        if rv.exit_code is None and rv.signal is None:
+            rv.exit_code, rv.signal = st.get("exit_code"), st.get("signal")
+        rv.start = st.get("start") if isinstance(st.get("start"), int | float) else None
+        rv.end = st.get("end") if isinstance(st.get("end"), int | float) else None
+    logf = folder / f"rank{rv.rank}.log"
+    if logf.exists():
+        rv.log = logf.relative_to(root).as_posix()
+    xml = folder / f"rank{rv.rank}.xml"
+    if xml.exists():
+        rv.junit = xml.relative_to(root).as_posix()
+        _load_junit(xml, rv)
+
+
+def _load_junit(path: Path, rv: RankView) -> None:
+    try:
+        tree = ET.parse(path)
+    except (ET.ParseError, OSError) as exc:
+        rv.junit_problem = f"{path.name} is not valid XML ({exc})"
+        return
+    top = tree.getroot()
+    suites = [top] if top.tag == "testsuite" else list(top.iter("testsuite"))
+    cases = list(top.iter("testcase"))
+    for s in suites:
+        for p in s.findall("properties/property"):
+            rv.props.append((p.get("name", ""), p.get("value", "")))
+    if suites:
+        rv.junit_timestamp = suites[0].get("timestamp")
+        rv.junit_time = sum(_f(s.get("time")) for s in suites if s.find("testcase") is not None)
+    rv.cases = _fold_reruns(cases)
+
+
+def _outcome_of(case: ET.Element) -> str:
+    if case.find("error") is not None:
+        return "error"
+    if case.find("failure") is not None:
+        return "failure"
+    if case.find("skipped") is not None:
+        return "skipped"
+    return "passed"
+
+
+def _fold_reruns(cases: list[ET.Element]) -> list[ET.Element]:
+    """Fold pytest-rerunfailures attempts (same name repeated, earlier attempts empty) as Surefire does."""
+    groups: dict[tuple[str, str], list[ET.Element]] = {}
+    for c in cases:
+        groups.setdefault((c.get("classname", ""), c.get("name", "")), []).append(c)
+    out = []
+    for items in groups.values():
+        earlier, last = items[:-1], items[-1]
+        # a teardown error after a failing call also repeats the name, but never with an empty first entry
+        if not earlier or any(len(c) or _outcome_of(c) != "passed" for c in earlier):
+            out.extend(items)
+            continue
+        tag = "rerunFailure" if _outcome_of(last) in ("failure", "error") else "flakyFailure"
+        for i, _ in enumerate(earlier, 1):
+            ET.SubElement(last, tag, type="rerun",
+                          message=f"attempt {i} of {len(items)} failed (the rerun plugin records no details)")
+        out.append(last)
+    return out
+
+
+def _attach_cores(rv: RankView, cores: list[CoreView], launches: list[LaunchView]) -> None:
+    for core in cores:
+        if core.host != rv.host or core.rank != rv.rank:
+            continue
+        # a core does not name its launch: give it to the last launch where this rank died by a signal,
+        # else to the last launch that ran the rank
+        holders = [r for lv in launches for r in lv.ranks if r.host == rv.host and r.rank == rv.rank]
+        died = [r for r in holders if r.signal]
+        if not holders or rv is (died or holders)[-1]:
+            rv.cores.append(core)
+
+
+def _describe(rv: RankView, lv: LaunchView | None) -> str:
+    where = f"rank {rv.rank} on {rv.host}"
+    if rv.signal:
+        text = f"{where} died of {rv.signal}"
+    elif rv.exit_code is None:
+        node = ((lv.data.get("nodes") or {}).get(rv.host) or {}) if lv else {}
+        text = f"{where} never reported" + (f" (lost {rv.host}: {node['lost']})" if node.get("lost") else "")
+    else:
+        text = f"{where} exited {rv.exit_code}"
+    # stopped (never reported, or killed) because something else failed first
+    consequence = (rv.exit_code is None and not rv.signal) or rv.signal in SECONDARY_SIGNALS
+    if consequence and lv is not None and lv.failure and lv.data.get("failure_rank") != rv.rank \
+            and lv.failure not in text:
+        kind = lv.data.get("failure_kind")
+        text += f"; the launch {'timed out' if kind == 'timeout' else 'failed'}: {lv.failure}"
+    return text
+
+
+def _classify(rv: RankView, lv: LaunchView | None, junit_expected: bool) -> None:
+    c = rv.counts()
+    if rv.cores or (rv.signal and rv.signal not in SECONDARY_SIGNALS):
+        rv.outcome = "crash"
+    elif rv.signal:
+        rv.outcome = "killed"
+    elif rv.exit_code is None and not rv.cases:
+        rv.outcome = "lost"
+    elif c["failures"] or c["errors"] or (rv.exit_code not in (0, None)) or rv.junit_problem \
+            or (junit_expected and not rv.junit and not rv.overwritten_by):
+        rv.outcome = "fail"
+    else:
+        rv.outcome = "pass"
+    if rv.outcome != "pass":
+        # pytest exits 1 when tests failed: then the failing tests are the reason, not the exit status
+        plain_failure = rv.exit_code == 1 and not rv.signal and (c["failures"] or c["errors"])
+        reasons = [_describe(rv, lv)] if (rv.signal or rv.exit_code != 0) and not plain_failure else []
+        if rv.junit_problem:
+            reasons.append(rv.junit_problem)
+        elif c["failures"] or c["errors"]:
+            first = next(x for x in rv.cases if _outcome_of(x) in ("failure", "error"))
+            el = first.find("error") if first.find("error") is not None else first.find("failure")
+            msg = (el.get("message") or "").splitlines()[0] if el is not None and el.get("message") else ""
+            reasons.append(f"{c['failures'] + c['errors']} failing test(s), first {first.get('name')}"
+                           + (f": {msg}" if msg else ""))
+        elif junit_expected and not rv.junit and rv.exit_code == 0:
+            reasons.append("exited 0 but wrote no JUnit report")
+        reasons += [f"core dumped ({Path(core.exe or '?').name}, pid {core.pid})" for core in rv.cores]
+        if rv.overwritten_by:
+            reasons.append(f"its files were overwritten by launch {rv.overwritten_by}")
+        rv.reason = "; ".join(reasons)
+
+
+def _counts(cases: Iterable[ET.Element]) -> dict[str, int]:
+    c = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
+    for case in cases:
+        c["tests"] += 1
+        kind = _outcome_of(case)
+        if kind == "error":
+            c["errors"] += 1
+        elif kind == "failure":
+            c["failures"] += 1
+        elif kind == "skipped":
+            c["skipped"] += 1
+    return c
+
+
+def _junit_summary(path: Path, problems: list[str]) -> dict[str, Any] | None:
+    if not path.exists():
+        return None
+    try:
+        top = ET.parse(path).getroot()
+    except (ET.ParseError, OSError) as exc:
+        problems.append(f"junit.xml: unreadable ({exc})")
+        return None
+    cases = list(top.iter("testcase"))
+    failed = []
+    for case in cases:
+        kind = _outcome_of(case)
+        if kind in ("failure", "error"):
+            el = case.find(kind)
+            failed.append({"classname": case.get("classname", ""), "name": case.get("name", ""), "kind": kind,
+                           "message": (el.get("message") or "") if el is not None else ""})
+    return {**_counts(cases), "failed": failed}
+
+
+# -- phases ---------------------------------------------------------------------
+def _phases(root: Path, launches: list[LaunchView], deploy: Mapping[str, Any] | None,
+            problems: list[str]) -> list[Phase]:
+    recorded = []
+    for p in _read_json(root / "phases.json", problems, []) or []:
+        try:
+            recorded.append(Phase(str(p["host"]), str(p["phase"]), float(p["start"]), float(p["end"])))
+        except (KeyError, TypeError, ValueError):
+            problems.append(f"phases.json: bad entry {p!r}")
+    have = {(p.host, p.phase) for p in recorded}
+    derived = []
+    # deploy: the manifest is written when deploy ends; steps ran in order on each host
+    dm = root / "deploy-manifest.json"
+    if isinstance(deploy, dict) and dm.exists():
+        end = dm.stat().st_mtime
+        start = end - float(deploy.get("duration") or 0.0)
+        for host, m in (deploy.get("hosts") or {}).items():
+            steps = {k: float(v) for k, v in (m.get("durations") or {}).items() if isinstance(v, int | float)}
+            if (host, "deploy") not in have:
+                detail = ", ".join(f"{k} {v:.1f}s" for k, v in steps.items())
+                derived.append(Phase(host, "deploy", start, min(end, start + sum(steps.values())) if steps else end,
+                                     True, detail))
+    # run: from each rank's status file (host clock); collect: last rank end until the launch record
+    for lv in launches:
+        by_host: dict[str, list[tuple[int, float, float]]] = {}
+        for r in lv.ranks:
+            if r.start is not None and r.end is not None:
+                by_host.setdefault(r.host, []).append((r.rank, r.start, r.end))
+        for host, spans in by_host.items():
+            s, e = min(x[1] for x in spans), max(x[2] for x in spans)
+            tag = f" ({lv.name})" if lv.name and len(launches) > 1 else ""
+            if (host, "run") not in have:
+                derived.append(Phase(host, "run", s, e, True, f"ranks {_ranges([x[0] for x in spans])}{tag}"))
+            if (host, "collect") not in have and lv.mtime > e:
+                derived.append(Phase(host, "collect", e, lv.mtime, True, f"teardown and fetch{tag}"))
+    return sorted(recorded + derived, key=lambda p: (p.start, p.host))
+
+
+# -- small helpers (also used by framework.report, report_junit and report_html) ----
+def _tail(root: Path, rel: str | None, lines: int = TAIL_LINES) -> str:
+    if not rel:
+        return ""
+    path = root / rel
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(max(0, path.stat().st_size - 64 * 1024))
+            data = fh.read().decode(errors="replace")
+    except OSError as exc:
+        return f"(cannot read {rel}: {exc})"
+    return "\n".join(_ANSI.sub("", data).splitlines()[-lines:])
+
+
+def _inside(root: Path, path: Any) -> str | None:
+    """``path`` relative to the run folder when it lies inside it (absolute or relative), else None."""
+    if not path:
+        return None
+    p = Path(str(path))
+    if not p.is_absolute():
+        return p.as_posix() if (root / p).exists() else None
+    with contextlib.suppress(ValueError, OSError):
+        return p.resolve().relative_to(root.resolve()).as_posix()
+    return None
+
+
+def _slug(host: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_-]", "_", host)
+
+
+def _signame(sig: Any) -> str | None:
+    if sig is None:
+        return None
+    if isinstance(sig, int):
+        import signal as _signal
+
+        with contextlib.suppress(ValueError):
+            return _signal.Signals(sig).name
+    return str(sig)
+
+
+def _f(text: str | None) -> float:
+    try:
+        return float((text or "0").replace(",", ""))
+    except ValueError:
+        return 0.0
+
+
+def _iso(epoch: float | None) -> str | None:
+    return datetime.fromtimestamp(epoch, timezone.utc).isoformat(timespec="seconds") if epoch else None
+
+
+def _ranges(numbers: Iterable[int]) -> str:
+    nums = sorted(set(numbers))
+    parts, i = [], 0
+    while i < len(nums):
+        j = i
+        while j + 1 < len(nums) and nums[j + 1] == nums[j] + 1:
+            j += 1
+        parts.append(str(nums[i]) if i == j else f"{nums[i]}-{nums[j]}")
+        i = j + 1
+    return ",".join(parts)
+
+
+def _dur(seconds: float) -> str:
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    m, s = divmod(int(round(seconds)), 60)
+    return f"{m}m{s:02d}s" if m < 60 else f"{m // 60}h{m % 60:02d}m"
