@@ -238,7 +238,7 @@ def collect_logs(cluster: Cluster, report: Path, baseline: Any, *,
                  ascend_dirs: Sequence[str] | None = None) -> tuple[dict[str, list[Path]], str]:
     """Collect dmesg and Ascend logs since ``baseline`` from every host; scan for signatures.
 
-    ``baseline`` is a ``coredump.Baseline`` (its per-host ``now``/``uptime`` are the
+    ``baseline`` is a ``coredump_scan.Baseline`` (its per-host ``now``/``uptime`` are the
     hosts' own clocks). Returns ``({host: [files]}, summary)``; a host that fails is
     logged and gets what could be written. Never raises for one host.
     """

@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from framework.coredump import CoreSources, CoreWatch
+from framework.coredump import CoreWatch
+from framework.coredump_scan import CoreSources
 from framework.hosts import Cluster, Host
 from framework.lab_plan import CORE_PATTERN_FILE, LAB_CORE_PATTERN, STATE_ROOT
 from framework.lab_sys import locked

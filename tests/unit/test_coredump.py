@@ -20,29 +20,30 @@ from types import SimpleNamespace
 
 import pytest
 
-from framework.coredump import (
-    Baseline,
+from framework.coredump import CoreWatch, rank_procs
+from framework.coredump_inspect import (
     Core,
     CorePolicy,
-    CoreSources,
-    CoreWatch,
-    HostScan,
     RankProc,
     attribute,
     core_facts,
+    crash_header_facts,
     facts_program,
     gdb_argv,
+    parse_crash_header,
+    verdict_message,
+)
+from framework.coredump_scan import (
+    Baseline,
+    CoreSources,
+    HostScan,
     new_candidates,
     parse_core_pattern,
     parse_coredumpctl_json,
     parse_coredumpctl_text,
-    parse_crash_header,
-    crash_header_facts,
     parse_scan,
-    rank_procs,
     scan_script,
     signal_name,
-    verdict_message,
 )
 from framework.errors import UsageError
 from framework.hostlogs import dmesg_since, logs_script, parse_logs_output, scan_signatures, summarize
@@ -226,7 +227,7 @@ def test_an_unknown_pipe_is_reported_not_listed(tmp_path: Path) -> None:
 
 
 def scan_of(now: float, files: dict[str, tuple[int, float, int]], pattern: str = LAB_PATTERN) -> HostScan:
-    from framework.coredump import FileEntry
+    from framework.coredump_scan import FileEntry
 
     s = HostScan("h1", now=now, pattern=parse_core_pattern(pattern), complete=True)
     s.files = {p: FileEntry(p, size, mtime, inode) for p, (size, mtime, inode) in files.items()}

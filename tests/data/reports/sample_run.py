@@ -89,7 +89,7 @@ def launch_result(*, lost_node2: bool = False, timed_out: bool = False) -> Launc
 
 @dataclass
 class FakeCore:
-    """Stands for ``framework.coredump.Core``: the attributes and ``describe()`` the report reads."""
+    """Stands for ``framework.coredump_inspect.Core``: the attributes and ``describe()`` the report reads."""
 
     host: str
     pid: int

@@ -1,0 +1,490 @@
+"""Inspecting a core dump: read it, tie it to a rank, backtrace it, judge it (pure, no I/O).
+
+:func:`inspect_script` is the round trip that materialises each new core on its
+host (``coredumpctl dump``, the abrt dump dir, ``apport-unpack``) and prints its
+size, ``file`` output, handler metadata and the facts :func:`core_facts` reads
+from its ELF notes (pid, ppid, session, signal, ``psargs``, ``execfn``, and the
+run tag and ``RANK`` from the environment strings at the top of the dumped
+stack) — :func:`facts_program` ships that function to the host as source, the
+controller never calls it. :func:`apply_inspection` fills a :class:`Core` from
+that output; :func:`attribute` ties a core to a rank; :func:`backtrace_script`
+runs a bounded ``gdb`` (:func:`gdb_argv`) and gzips the core for fetching;
+:func:`verdict_message` applies the :class:`CorePolicy`.
+
+Attribution (what we do, in order): the core's pid (``%p`` or the ELF
+``NT_PRPSINFO`` note) equals a rank's pid from its status JSON → that rank;
+its parent pid (``NT_PRPSINFO.pr_ppid``) equals a rank's pid → child of that
+rank; the environment strings at the top of its stack carry
+``CAMIT_RUN_ID=<launch>.<host>`` of one of the launches and ``RANK=N`` → a
+process of rank N (any depth of descendant); the tag without ``RANK`` → the
+launch's torchrun/supervisor. Nothing matches → no rank, the core still counts.
+
+``framework.coredump`` runs these scripts on the hosts.
+"""
+
+from __future__ import annotations
+
+import enum
+import inspect
+import json
+import posixpath
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from framework import commands
+from framework.coredump_scan import Candidate, CoreSources, signal_name
+from framework.errors import UsageError
+
+BACKTRACE_BYTES = 256 * 1024
+RUN_TAG = "CAMIT_RUN_ID"
+
+
+class CorePolicy(str, enum.Enum):
+    """What a core dump does to the outcome: fail it, warn (outcome kept), or nothing."""
+
+    FAIL = "fail"
+    WARN = "warn"
+    IGNORE = "ignore"
+
+    @classmethod
+    def parse(cls, value: str | CorePolicy) -> CorePolicy:
+        try:
+            return cls(value.value if isinstance(value, CorePolicy) else str(value).strip().lower())
+        except ValueError:
+            raise UsageError(f"invalid core policy {value!r}: use fail, warn or ignore") from None
+
+
+# -- reading a core on its host ------------------------------------------------------------------------
+def inspect_script(cands: Sequence[Candidate], tmp: str, python: str, sources: CoreSources,
+                   cap_bytes: int) -> str:
+    """Script: for each candidate ``@@core <i>`` then ``@@path``, ``@@size``, ``@@file``, ``@@facts``, ``@@meta``."""
+    q = commands.quote
+    lines = [
+        "LC_ALL=C; export LC_ALL",
+        f"T={q(tmp)}; mkdir -p \"$T\"",
+        f"PY=$(command -v {q(python)} 2>/dev/null || command -v python3 2>/dev/null || command -v python 2>/dev/null)",
+        f"facts() {{ if [ -n \"$PY\" ]; then \"$PY\" -c {q(facts_program())} \"$1\" 2>&1 | head -c 65536 "
+        "| tr '\\n' ' '; fi; }",
+        "one() { printf '@@path %s\\n' \"$1\"; printf '@@size %s\\n' \"$(stat -c %s -- \"$1\" 2>/dev/null)\"; "
+        "printf '@@file %s\\n' \"$(file -b -- \"$1\" 2>/dev/null | head -c 2000 | tr '\\n' ' ')\"; "
+        "printf '@@facts %s\\n' \"$(facts \"$1\")\"; }",
+    ]
+    for i, c in enumerate(cands):
+        lines.append(f"printf '@@core {i}\\n'")
+        loc = q(c.location)
+        if c.source == "systemd":
+            e = c.journal
+            if e is not None and e.size is not None and e.size > cap_bytes:
+                lines.append(f"printf '@@err stored core is {e.size} bytes, over the cap: not extracted\\n'")
+                continue
+            since = f"@{int(c.time) - 1}"
+            lines.append(f"if {q(sources.coredumpctl)} --no-pager -q -o \"$T/{i}.core\" --since={since} "
+                         f"dump {int(c.pid or 0)} >/dev/null 2>\"$T/{i}.err\"; then one \"$T/{i}.core\"; "
+                         f"else printf '@@err coredumpctl dump failed: %s\\n' \"$(head -c 300 \"$T/{i}.err\" "
+                         "| tr '\\n' ' ')\"; fi")
+        elif c.source == "abrt":
+            lines.append(f"for k in executable pid global_pid time reason cmdline; do [ -f {loc}/$k ] && "
+                         f"printf '@@meta %s %s\\n' \"$k\" \"$(head -c 2000 {loc}/$k | tr '\\n' ' ')\"; done")
+            lines.append(f"if [ -f {loc}/coredump ]; then one {loc}/coredump; "
+                         "else printf '@@err no coredump file in the abrt dump dir\\n'; fi")
+        elif c.source == "apport" and c.location.endswith(".crash"):
+            lines.append(f"sed -n '/^CoreDump:/q; p' {loc} | head -c 65536 | sed 's/^/@@hdr /'")
+            lines.append(f"printf '@@crash %s\\n' \"$(stat -c %s -- {loc} 2>/dev/null)\"")
+            lines.append(f"if command -v apport-unpack >/dev/null 2>&1 && apport-unpack {loc} \"$T/{i}.d\" "
+                         f">/dev/null 2>&1 && [ -f \"$T/{i}.d/CoreDump\" ]; then one \"$T/{i}.d/CoreDump\"; "
+                         "else printf '@@err apport-unpack is not available: the .crash file is the artifact\\n'; fi")
+        else:
+            lines.append(f"one {loc}")
+    return "\n".join(lines) + "\n"
+
+
+# -- reading a core's notes (shipped to the hosts: standard library only, self-contained) ----------------
+def core_facts(path: str) -> dict:  # type: ignore[type-arg]
+    """Facts from an ELF core's notes and stack: pid, ppid, pgrp, sid, uid, comm, psargs, signal, execfn, env.
+
+    Reads ``NT_PRSTATUS``/``NT_PRPSINFO``/``NT_SIGINFO``/``NT_AUXV``; ``env`` holds the
+    ``CAMIT_RUN_ID``/``RANK``/``LOCAL_RANK``/``WORLD_SIZE`` strings found just below
+    ``AT_EXECFN`` at the top of the dumped stack. 64-bit cores only.
+    """
+    import struct
+
+    keys = (b"CAMIT_RUN_ID=", b"RANK=", b"LOCAL_RANK=", b"WORLD_SIZE=")
+    out: dict = {}  # type: ignore[type-arg]
+    with open(path, "rb") as f:
+        head = f.read(64)
+        if head[:4] != b"\x7fELF":
+            return {"error": "not an ELF file"}
+        if head[4] != 2:
+            return {"error": "not a 64-bit core"}
+        e = "<" if head[5] == 1 else ">"
+        if struct.unpack(e + "H", head[16:18])[0] != 4:
+            return {"error": "not a core file"}
+        phoff, shoff = struct.unpack(e + "QQ", head[32:48])
+        phentsize, phnum = struct.unpack(e + "HH", head[54:58])
+        if phnum == 0xFFFF and shoff:  # extended numbering: the count is in section 0
+            f.seek(shoff + 44)
+            phnum = struct.unpack(e + "I", f.read(4))[0]
+        f.seek(phoff)
+        table = f.read(phentsize * phnum)
+        loads, notes = [], []
+        for i in range(phnum):
+            p_type, _fl, off, vaddr, _pa, filesz = struct.unpack(e + "IIQQQQ", table[i * phentsize:i * phentsize + 40])
+            if p_type == 1 and filesz:
+                loads.append((vaddr, filesz, off))
+            elif p_type == 4:
+                notes.append((off, filesz))
+        auxv = b""
+        for off, size in notes:
+            f.seek(off)
+            data = f.read(min(size, 16 << 20))
+            pos = 0
+            while pos + 12 <= len(data):
+                namesz, descsz, ntype = struct.unpack(e + "III", data[pos:pos + 12])
+                name = data[pos + 12:pos + 12 + namesz].rstrip(b"\0")
+                dpos = pos + 12 + ((namesz + 3) & ~3)
+                desc = data[dpos:dpos + descsz]
+                pos = dpos + ((descsz + 3) & ~3)
+                if name != b"CORE":
+                    continue
+                if ntype == 1 and "cursig" not in out and len(desc) >= 48:  # NT_PRSTATUS of the dumping thread
+                    out["cursig"] = struct.unpack(e + "h", desc[12:14])[0]
+                elif ntype == 3 and len(desc) >= 136:  # NT_PRPSINFO
+                    out["uid"], out["gid"], out["pid"], out["ppid"], out["pgrp"], out["sid"] = \
+                        struct.unpack(e + "IIiiii", desc[16:40])
+                    out["comm"] = desc[40:56].split(b"\0")[0].decode(errors="replace")
+                    out["psargs"] = desc[56:136].split(b"\0")[0].decode(errors="replace").strip()
+                elif ntype == 0x53494749 and "signal" not in out and len(desc) >= 4:  # NT_SIGINFO
+                    out["signal"] = struct.unpack(e + "i", desc[:4])[0]
+                elif ntype == 6 and not auxv:  # NT_AUXV
+                    auxv = desc
+        if not out.get("signal") and out.get("cursig"):
+            out["signal"] = out["cursig"]
+        execfn = 0
+        for i in range(0, len(auxv) - 15, 16):
+            a_type, a_val = struct.unpack(e + "QQ", auxv[i:i + 16])
+            if a_type == 31:  # AT_EXECFN
+                execfn = a_val
+        for vaddr, filesz, off in loads:
+            if execfn and vaddr <= execfn < vaddr + filesz:
+                start = max(vaddr, execfn - (256 << 10))
+                f.seek(off + (start - vaddr))
+                blob = f.read(min(execfn - start + 4096, vaddr + filesz - start))
+                cut = execfn - start
+                out["execfn"] = blob[cut:].split(b"\0")[0].decode(errors="replace")
+                env = {}
+                for word in blob[:cut].split(b"\0"):
+                    for k in keys:
+                        if word.startswith(k):
+                            env[k[:-1].decode()] = word[len(k):].decode(errors="replace")
+                out["env"] = env
+                break
+    return out
+
+
+_FACTS_MAIN = "\nimport json, sys\nfor _p in sys.argv[1:]:\n    try:\n        print(json.dumps(core_facts(_p)))\n" \
+              "    except Exception as _e:\n        print(json.dumps({'error': repr(_e)}))\n"
+
+
+def facts_program() -> str:
+    """Python source that prints :func:`core_facts` as one JSON line per path argument."""
+    src = inspect.getsource(core_facts)
+    return src.replace("  # type: ignore[type-arg]", "") + _FACTS_MAIN
+
+
+# -- handler metadata and the inspection's output ------------------------------------------------------
+def parse_crash_header(text: str) -> dict[str, str]:
+    """The header of an apport ``.crash`` file (``Key: value``, continuation lines start with a space)."""
+    out: dict[str, str] = {}
+    key = None
+    for line in text.splitlines():
+        if line.startswith((" ", "\t")) and key:
+            out[key] += "\n" + line.strip()
+        elif ":" in line:
+            key, _, value = line.partition(":")
+            key = key.strip()
+            if key == "CoreDump":
+                break
+            out[key] = value.strip()
+    return out
+
+
+def crash_header_facts(header: Mapping[str, str]) -> dict[str, Any]:
+    """pid, ppid, executable, signal and cmdline from an apport ``.crash`` header."""
+    status = header.get("ProcStatus", "")
+    pid = re.search(r"^Pid:\s*(\d+)", status, re.M)
+    ppid = re.search(r"^PPid:\s*(\d+)", status, re.M)
+    return {
+        "pid": int(pid.group(1)) if pid else None, "ppid": int(ppid.group(1)) if ppid else None,
+        "executable": header.get("ExecutablePath"), "signal": signal_name(header.get("Signal")),
+        "cmdline": header.get("ProcCmdline"),
+    }
+
+
+def split_sections(text: str, key: str, raw: bool = False) -> dict[str, dict[str, list[str]]]:
+    """Split ``@@<key> <i>`` sections; inside, ``@@name value`` lines (or the raw text with ``raw``)."""
+    out: dict[str, dict[str, list[str]]] = {}
+    cur: dict[str, list[str]] | None = None
+    buf: list[str] = []
+    for line in text.splitlines():
+        if line.startswith(f"@@{key} "):
+            if raw and cur is not None:
+                cur["raw"] = ["\n".join(buf)]
+            cur, buf = out.setdefault(line.split(" ", 1)[1].strip(), {}), []
+            continue
+        if cur is None:
+            continue
+        if raw:
+            buf.append(line)
+        elif line.startswith("@@"):
+            name, _, value = line[2:].partition(" ")
+            cur.setdefault(name, []).append(value)
+    if raw and cur is not None:
+        cur["raw"] = ["\n".join(buf)]
+    return out
+
+
+def apply_inspection(core: Core, cand: Candidate, sec: Mapping[str, list[str]]) -> None:
+    """Fill ``core`` from an inspection section (facts beat the pattern's fields, metadata fills gaps)."""
+    size = sec.get("size", [""])[0].strip()
+    if size.isdigit():
+        core.size = int(size)
+    facts: dict[str, Any] = {}
+    raw = sec.get("facts", [""])[0].strip()
+    if raw.startswith("{"):
+        try:
+            facts = json.loads(raw)
+        except ValueError:
+            facts = {}
+    if facts.get("error"):
+        core.notes.append(f"core notes unreadable: {facts['error']}")
+    meta = {v.split(" ", 1)[0]: (v.split(" ", 1)[1].strip() if " " in v else "") for v in sec.get("meta", [])}
+    header = crash_header_facts(parse_crash_header("\n".join(sec.get("hdr", [])))) if sec.get("hdr") else {}
+    if sec.get("crash") and not sec.get("size"):
+        crash_size = sec["crash"][0].strip()
+        core.size = int(crash_size) if crash_size.isdigit() else core.size
+    core.pid = facts.get("pid") or _int(meta.get("pid")) or header.get("pid") or core.pid
+    core.ppid = facts.get("ppid") or header.get("ppid")
+    core.comm = facts.get("comm") or core.comm
+    # the kernel's own word first (%s, the journal), then the core's NT_SIGINFO, then the handlers' files
+    core.signal = (core.signal or signal_name(facts.get("signal")) or header.get("signal")
+                   or _reason_signal(meta.get("reason", "")))
+    exe = cand.executable or meta.get("executable") or header.get("executable")
+    execfn = facts.get("execfn") or _file_execfn(sec.get("file", [""])[0])
+    if not exe and execfn and execfn.startswith("/"):
+        exe = execfn
+    core.executable = exe or execfn or core.executable
+    psargs = facts.get("psargs") or ""
+    if len(psargs) >= 79:  # the kernel keeps the first 80 bytes of the command line
+        psargs += "…"
+    core.cmdline = meta.get("cmdline") or header.get("cmdline") or psargs or None
+    core.env = dict(facts.get("env") or {})
+    if cand.source == "abrt" and _int(meta.get("time")):
+        core.time = float(meta["time"])
+
+
+def _int(value: Any) -> int | None:
+    try:
+        return int(str(value).strip())
+    except (TypeError, ValueError):
+        return None
+
+
+def _reason_signal(reason: str) -> str | None:
+    m = re.search(r"\b(SIG[A-Z0-9]+)\b", reason)
+    return m.group(1) if m else None
+
+
+def _file_execfn(text: str) -> str | None:
+    m = re.search(r"execfn: '([^']*)'", text)
+    return m.group(1) if m else None
+
+
+# -- attribution ----------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class RankProc:
+    """A launched rank's process as its status JSON recorded it."""
+
+    launch_id: str
+    rank: int
+    host: str
+    pid: int | None
+    signal: str | None = None
+
+
+def attribute(host: str, pid: int | None, ppid: int | None, env: Mapping[str, str],
+              procs: Sequence[RankProc]) -> tuple[int | None, str | None]:
+    """(rank, relation) of a core on ``host``: relation is ``rank``, ``child``, ``process`` or ``launch``."""
+    mine = [p for p in procs if p.host == host]
+    for p in mine:
+        if pid is not None and p.pid == pid:
+            return p.rank, "rank"
+    for p in mine:
+        if ppid is not None and p.pid is not None and p.pid == ppid:
+            return p.rank, "child"
+    tag = env.get(RUN_TAG)
+    if tag and any(tag == f"{p.launch_id}.{host}" for p in mine):
+        rank = env.get("RANK", "")
+        return (int(rank), "process") if rank.isdigit() else (None, "launch")
+    return None, None
+
+
+# -- the result -----------------------------------------------------------------------------------------
+@dataclass
+class Core:
+    """One core dump that appeared on a host during the window."""
+
+    host: str
+    source: str
+    location: str
+    time: float
+    pid: int | None = None
+    ppid: int | None = None
+    executable: str | None = None
+    comm: str | None = None
+    signal: str | None = None
+    size: int | None = None
+    cmdline: str | None = None
+    rank: int | None = None
+    relation: str | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    local_path: Path | None = None
+    backtrace: str | None = None
+    backtrace_path: Path | None = None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        """What crashed: the executable's file name, else the command name."""
+        for value in (self.executable, self.comm):
+            if value:
+                return posixpath.basename(value)
+        return "unknown process"
+
+    def describe(self) -> str:
+        """``core dump on host2: python3 (pid 1234, rank 2, SIGSEGV)``."""
+        parts = [f"pid {self.pid}" if self.pid is not None else "pid unknown"]
+        who = {"rank": f"rank {self.rank}", "child": f"child of rank {self.rank}",
+               "process": f"process of rank {self.rank}", "launch": "torchrun/supervisor of the launch"}
+        if self.relation in who:
+            parts.append(who[self.relation])
+        if self.signal:
+            parts.append(self.signal)
+        return f"core dump on {self.host}: {self.name} ({', '.join(parts)})"
+
+    def crashing_frames(self, limit: int = 12) -> list[str]:
+        """The first frames of the crashing thread's backtrace."""
+        if not self.backtrace:
+            return []
+        text = self.backtrace.split("@@crashing", 1)[-1].split("@@threads", 1)[0]
+        return [ln for ln in text.splitlines() if ln.startswith("#")][:limit]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "host": self.host, "source": self.source, "location": self.location, "time": self.time,
+            "pid": self.pid, "ppid": self.ppid, "executable": self.executable, "comm": self.comm,
+            "signal": self.signal, "size": self.size, "cmdline": self.cmdline, "rank": self.rank,
+            "relation": self.relation, "env": self.env, "describe": self.describe(),
+            "local_path": str(self.local_path) if self.local_path else None,
+            "backtrace_path": str(self.backtrace_path) if self.backtrace_path else None, "notes": self.notes,
+        }
+
+
+# -- backtraces and fetching ---------------------------------------------------------------------------
+@dataclass(frozen=True)
+class BacktraceJob:
+    """One core to backtrace (``core``) and/or a file to gzip into ``gzip_to`` for fetching."""
+
+    index: int
+    core: str | None
+    executable: str | None
+    artifact: str | None = None
+    gzip_to: str | None = None
+
+
+def gdb_argv(core: str, executable: str | None) -> list[str]:
+    """``gdb -batch`` printing the crashing thread's backtrace, then every thread's."""
+    argv = ["gdb", "-batch", "-nx", "-iex", "set auto-load off", "-ex", "set pagination off",
+            "-ex", "echo @@crashing\\n", "-ex", "bt", "-ex", "echo @@threads\\n", "-ex", "thread apply all bt"]
+    return argv + ([executable, core] if executable else ["-c", core])
+
+
+def backtrace_script(jobs: Sequence[BacktraceJob], *, timeout: float) -> str:
+    """Script: per job ``@@job <i>``, the bounded gdb output, then ``@@gzip ok|failed``."""
+    q = commands.quote
+    lines = ["LC_ALL=C; export LC_ALL",
+             f"TO=''; command -v timeout >/dev/null 2>&1 && TO='timeout -k 5 {timeout:g}'"]
+    for job in jobs:
+        lines.append(f"printf '@@job {job.index}\\n'")
+        if job.core:
+            lines.append(f"$TO {commands.join(gdb_argv(job.core, job.executable))} </dev/null 2>&1 "
+                         f"| head -c {BACKTRACE_BYTES}")
+        if job.artifact and job.gzip_to:
+            lines.append(f"if gzip -1 -c -- {q(job.artifact)} > {q(job.gzip_to)}; then printf '\\n@@gzip ok\\n'; "
+                         "else printf '\\n@@gzip failed\\n'; fi")
+    return "\n".join(lines) + "\n"
+
+
+_GDB_NOISE = re.compile(
+    r"^(warning: Section `\.reg-xstate|\[Thread debugging using|Using host libthread_db|\[New LWP)")
+
+
+def clean_backtrace(text: str) -> str:
+    """gdb output without the noise lines (xstate warnings, thread-db banners)."""
+    return "\n".join(ln for ln in text.splitlines() if not _GDB_NOISE.match(ln)).strip() + "\n"
+
+
+def local_name(core: Core) -> str:
+    """File name (without ``.gz``) for a fetched core: safe, unique per host."""
+    if core.source == "file":
+        base = posixpath.basename(core.location)
+    elif core.source == "abrt":
+        base = posixpath.basename(core.location) + ".core"
+    elif core.source == "apport":
+        base = posixpath.basename(core.location)
+    else:
+        base = f"core.{core.comm or 'unknown'}.{core.pid}.{int(core.time)}"
+    return re.sub(r"[^A-Za-z0-9._+-]", "_", base) or "core"
+
+
+# -- judgement -----------------------------------------------------------------------------------------
+def human_size(n: int | None) -> str:
+    if n is None:
+        return "?"
+    size = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if size < 1024 or unit == "TiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{n} B"
+
+
+def verdict_message(cores: Sequence[Core], policy: CorePolicy, notes: Sequence[str] = ()) -> tuple[bool, str]:
+    """(failed, message) for ``cores`` under ``policy``; the message shows each core and its top frames."""
+    if policy is CorePolicy.IGNORE or not cores:
+        return False, ""
+    head = "core dump(s) appeared" if policy is CorePolicy.FAIL else "warning: core dump(s) appeared (policy warn)"
+    lines = [f"{len(cores)} {head}:"]
+    for c in cores:
+        lines.append("  " + c.describe())
+        if c.cmdline:
+            lines.append(f"    command: {c.cmdline}")
+        if c.local_path:
+            lines.append(f"    core: {c.local_path} ({human_size(c.size)} before gzip)")
+        for note in c.notes:
+            lines.append(f"    note: {note}")
+        frames = c.crashing_frames()
+        if frames:
+            lines.append("    backtrace of the crashing thread:" + (f" (all threads: {c.backtrace_path})"
+                                                                     if c.backtrace_path else ""))
+            lines += ["      " + f for f in frames]
+    lines += [f"  note: {n}" for n in notes]
+    return policy is CorePolicy.FAIL, "\n".join(lines)
+
+
+__all__ = ["BACKTRACE_BYTES", "BacktraceJob", "Core", "CorePolicy", "RUN_TAG", "RankProc", "apply_inspection",
+           "attribute", "backtrace_script", "clean_backtrace", "core_facts", "crash_header_facts",
+           "facts_program", "gdb_argv", "human_size", "inspect_script", "local_name", "parse_crash_header",
+           "split_sections", "verdict_message"]

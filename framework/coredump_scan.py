@@ -1,0 +1,477 @@
+"""Finding core dumps: where ``kernel.core_pattern`` sends them and which appeared (pure, no I/O).
+
+:func:`parse_core_pattern` maps ``kernel.core_pattern`` to where cores land and
+how to read their names (absolute file pattern with ``%`` specifiers, relative
+pattern — the crashing process's cwd, i.e. a launch's run dir under the host's
+workdir — ``systemd-coredump``, apport, abrt); :func:`scan_script` is the one
+shell script that, in one round trip, reads the pattern, the core size limits
+and lists what is present where the pattern points (``coredumpctl list`` for
+systemd); :func:`parse_scan` (with the ``coredumpctl`` JSON and text parsers)
+reads its output into a :class:`HostScan`; :func:`new_candidates` turns two
+scans into the cores that appeared in the window: only those that are new *and*
+no older than the snapshot count. :class:`Baseline` holds the scans taken
+before a test.
+
+``framework.coredump`` runs these scripts on the hosts;
+``framework.coredump_inspect`` reads, attributes and judges what they find.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import posixpath
+import re
+import signal as _signal
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+from framework import commands
+
+log = logging.getLogger("camit.coredump")
+
+#: coredumpctl's time is the journal entry's, a little after the crash: look back this far
+JOURNAL_LAG = 300
+SCAN_LIMIT = 5000
+
+
+# -- pattern plan -----------------------------------------------------------------------------------
+#: specifier -> regex of its expansion (kernel format_corename; '/' in names is written as '!')
+_SPEC_RE = {
+    "p": r"\d+", "P": r"\d+", "i": r"\d+", "I": r"\d+", "u": r"\d+", "g": r"\d+", "d": r"\d+",
+    "s": r"\d+", "t": r"\d+", "c": r"\d+", "C": r"\d+", "F": r"\d+",
+    "h": r"[^/]*", "e": r"[^/]*", "f": r"[^/]*", "E": r"[^/]*",
+}
+_PIPES = (("systemd", "systemd-coredump"), ("apport", "apport"), ("abrt", "abrt-hook-ccpp"))
+
+
+@dataclass(frozen=True)
+class CorePattern:
+    """Where ``kernel.core_pattern`` sends cores and how to read their names.
+
+    ``kind``: ``file`` (absolute), ``relative`` (the process's cwd), ``systemd``,
+    ``apport``, ``abrt``, ``pipe`` (an unknown handler), ``socket`` (``@…``) or
+    ``none`` (empty). For file kinds ``regex`` matches a whole path (absolute) or
+    a path suffix (relative) and names each specifier's group ``<spec><n>``.
+    """
+
+    raw: str
+    kind: str
+    regex: re.Pattern[str] | None = None
+    handler: str | None = None
+
+    @property
+    def checked(self) -> bool:
+        return self.kind in ("file", "relative", "systemd", "apport", "abrt")
+
+    def fields(self, path: str) -> dict[str, str] | None:
+        """The specifier values in ``path`` (``{'e': 'python3', 'p': '12'}``), None if it does not match."""
+        if self.regex is None:
+            return None
+        m = self.regex.search(path) if self.kind == "relative" else self.regex.fullmatch(path)
+        if m is None:
+            return None
+        out: dict[str, str] = {}
+        for name, value in m.groupdict().items():
+            if value is not None:
+                out.setdefault(name.rstrip("0123456789"), value)
+        return out
+
+
+def parse_core_pattern(raw: str) -> CorePattern:
+    """Classify a ``core_pattern`` value and, for file patterns, build its path regex.
+
+    >>> parse_core_pattern("/var/crash/core.%e.%p").fields("/var/crash/core.python3.12")
+    {'e': 'python3', 'p': '12'}
+    """
+    raw = raw.strip()
+    if not raw:
+        return CorePattern(raw, "none")
+    if raw.startswith("|"):
+        handler = raw[1:].split()[0] if raw[1:].split() else ""
+        for kind, needle in _PIPES:
+            if needle in posixpath.basename(handler):
+                return CorePattern(raw, kind, handler=handler)
+        return CorePattern(raw, "pipe", handler=handler)
+    if raw.startswith("@"):
+        return CorePattern(raw, "socket", handler=raw[1:].lstrip("@"))
+    parts: list[str] = []
+    has_pid = False
+    i, n = 0, 0
+    while i < len(raw):
+        ch = raw[i]
+        if ch == "%" and i + 1 < len(raw):
+            spec = raw[i + 1]
+            i += 2
+            if spec == "%":
+                parts.append("%")
+            elif spec in _SPEC_RE:
+                parts.append(f"(?P<{spec}{n}>{_SPEC_RE[spec]})")
+                n += 1
+                has_pid = has_pid or spec == "p"
+            continue  # unknown specifiers expand to nothing
+        if ch != "%":  # a trailing lone '%' is dropped too
+            parts.append(re.escape(ch))
+        i += 1
+    body = "".join(parts)
+    if not has_pid:  # kernel.core_uses_pid appends ".<pid>" to patterns without %p
+        body += r"(?:\.(?P<p99>\d+))?"
+    if raw.startswith("/"):
+        return CorePattern(raw, "file", re.compile(body))
+    return CorePattern(raw, "relative", re.compile(r"(?:^|/)" + body + "$"))
+
+
+# -- the scan script --------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class CoreSources:
+    """Where the handlers keep their cores (tests point these at fakes)."""
+
+    proc_dir: str = "/proc/sys/kernel"
+    coredumpctl: str = "coredumpctl"
+    apport_dirs: tuple[str, ...] = ("/var/crash", "/var/lib/apport/coredump")
+    abrt_dirs: tuple[str, ...] = ("/var/spool/abrt", "/var/tmp/abrt")
+
+
+def scan_script(sources: CoreSources, relative_dirs: Sequence[tuple[str, int]] = (), *,
+                since: float | None = None, limit: int = SCAN_LIMIT) -> str:
+    """The shell script behind a snapshot and a scan: one round trip, any pattern.
+
+    It prints ``@@key value`` lines (``now``, ``uptime``, ``boot``, ``pattern``,
+    ``ulimit``, ``gdb``) and then, for the pattern it read, either ``@@files``
+    followed by ``F|D <size> <mtime> <inode> <path>`` lines, or ``@@journal
+    json|text`` followed by ``coredumpctl list`` output since ``since`` (default:
+    ``JOURNAL_LAG`` seconds ago). ``relative_dirs`` are ``(dir, depth)`` pairs
+    searched for a relative pattern.
+    """
+    q = commands.quote
+    ctl = q(sources.coredumpctl)
+    since_expr = f"@{int(since) - JOURNAL_LAG}" if since is not None else f"@$(( ${{now%%.*}} - {JOURNAL_LAG} ))"
+    rel = " ".join(f"{q(d)}:{int(depth)}" for d, depth in relative_dirs)
+    return "\n".join([
+        "LC_ALL=C; export LC_ALL",
+        f"K={q(sources.proc_dir)}",
+        "now=$(date +%s.%N 2>/dev/null); case $now in *N*|'') now=$(date +%s);; esac",
+        "pat=$(cat \"$K/core_pattern\" 2>/dev/null)",
+        "printf '@@now %s\\n' \"$now\"",
+        "printf '@@uptime %s\\n' \"$(cut -d' ' -f1 /proc/uptime 2>/dev/null)\"",
+        "printf '@@boot %s\\n' \"$(cat /proc/sys/kernel/random/boot_id 2>/dev/null)\"",
+        "printf '@@pattern %s\\n' \"$pat\"",
+        "printf '@@ulimit %s %s\\n' \"$(ulimit -S -c)\" \"$(ulimit -H -c)\"",
+        "printf '@@gdb %s\\n' \"$(command -v gdb 2>/dev/null)\"",
+        f"lst() {{ find \"$@\" -printf 'F %s %T@ %i %p\\n' 2>/dev/null | head -n {limit}; }}",
+        "slashes() { printf %s \"$1\" | tr -cd / | wc -c; }",
+        "case $pat in",
+        "'|'*systemd-coredump*)",
+        f"  since={since_expr}",
+        f"  out=$({ctl} --no-pager --json=short list --since=\"$since\" 2>/dev/null)",
+        "  case $out in",
+        "  '['*) printf '@@journal json\\n%s\\n' \"$out\" ;;",
+        f"  *) printf '@@journal text\\n'; TZ=UTC {ctl} --no-pager --no-legend list --since=\"$since\" "
+        f"2>/dev/null | head -n {limit} ;;",
+        "  esac ;;",
+        f"'|'*apport*) printf '@@files\\n'; lst {' '.join(q(d) for d in sources.apport_dirs)} -maxdepth 1 -type f ;;",
+        f"'|'*abrt-hook-ccpp*) printf '@@files\\n'; find {' '.join(q(d) for d in sources.abrt_dirs)} -mindepth 1 "
+        f"-maxdepth 1 -type d -name 'ccpp-*' -printf 'D %s %T@ %i %p\\n' 2>/dev/null | head -n {limit} ;;",
+        "'|'*|'@'*|'') ;;",
+        "/*) pre=${pat%%\\%*}; dir=${pre%/*}",
+        "  printf '@@files\\n'; lst \"${dir:-/}\" -maxdepth $(( $(slashes \"$pat\") - $(slashes \"$dir\") )) "
+        "-type f -path \"$pre*\" ;;",
+        "*) pre=${pat%%\\%*}; printf '@@files\\n'",
+        f"  for dd in {rel}; do lst \"${{dd%:*}}\" -maxdepth $(( ${{dd##*:}} + $(slashes \"$pat\") )) "
+        "-type f -path \"*/$pre*\"; done ;;" if rel else "  ;;",
+        "esac",
+        "printf '@@end\\n'",
+    ]) + "\n"
+
+
+@dataclass(frozen=True)
+class FileEntry:
+    """One file (or abrt dump dir) seen by a scan."""
+
+    path: str
+    size: int
+    mtime: float
+    inode: int
+    is_dir: bool = False
+
+
+@dataclass(frozen=True)
+class JournalEntry:
+    """One row of ``coredumpctl list``."""
+
+    time: float
+    pid: int
+    uid: int | None
+    gid: int | None
+    signal: str | None
+    corefile: str | None
+    exe: str
+    size: int | None
+
+    @property
+    def key(self) -> tuple[int, int]:
+        return self.pid, int(self.time * 1e6)
+
+
+@dataclass
+class HostScan:
+    """What one scan of one host found (a snapshot is the scan before the test)."""
+
+    host: str
+    now: float = 0.0
+    uptime: float | None = None
+    boot_id: str = ""
+    pattern: CorePattern = field(default_factory=lambda: parse_core_pattern(""))
+    limit_soft: str = ""
+    limit_hard: str = ""
+    gdb: str | None = None
+    files: dict[str, FileEntry] = field(default_factory=dict)
+    journal: list[JournalEntry] = field(default_factory=list)
+    complete: bool = False
+    error: str | None = None
+
+    def notes(self) -> list[str]:
+        """Why cores on this host might be missed (for the verdict and the log)."""
+        out = []
+        if self.error:
+            out.append(f"{self.host}: not checked for cores: {self.error}")
+            return out
+        if not self.pattern.checked:
+            out.append(f"{self.host}: core_pattern {self.pattern.raw!r} is not one camit can read "
+                       f"({self.pattern.kind}); cores there are not checked")
+        if self.limit_hard == "0":
+            out.append(f"{self.host}: hard core size limit is 0: crashes leave no core")
+        return out
+
+
+def parse_scan(host: str, text: str) -> HostScan:
+    """Parse the output of :func:`scan_script`."""
+    scan = HostScan(host)
+    mode = ""
+    body: list[str] = []
+    journal_json = False
+    for line in text.splitlines():
+        if line.startswith("@@"):
+            key, _, value = line[2:].partition(" ")
+            if key in ("files", "journal", "end"):
+                mode = f"{key} {value}".strip()
+                scan.complete = scan.complete or key == "end"
+                continue
+            if key == "now":
+                scan.now = _float(value) or 0.0
+            elif key == "uptime":
+                scan.uptime = _float(value)
+            elif key == "boot":
+                scan.boot_id = value.strip()
+            elif key == "pattern":
+                scan.pattern = parse_core_pattern(value)
+            elif key == "ulimit":
+                soft, _, hard = value.partition(" ")
+                scan.limit_soft, scan.limit_hard = soft.strip(), hard.strip()
+            elif key == "gdb":
+                scan.gdb = value.strip() or None
+            continue
+        if mode == "files":
+            entry = _file_entry(line)
+            if entry is not None:
+                scan.files[entry.path] = entry
+        elif mode.startswith("journal"):
+            body.append(line)
+            journal_json = mode == "journal json"
+    if body:
+        joined = "\n".join(body)
+        scan.journal = parse_coredumpctl_json(joined) if journal_json else parse_coredumpctl_text(joined)
+    return scan
+
+
+def _file_entry(line: str) -> FileEntry | None:
+    parts = line.split(" ", 4)
+    if len(parts) != 5 or parts[0] not in ("F", "D"):
+        return None
+    try:
+        return FileEntry(parts[4], int(parts[1]), float(parts[2]), int(parts[3]), parts[0] == "D")
+    except ValueError:
+        return None
+
+
+def _float(value: str) -> float | None:
+    try:
+        return float(value.strip())
+    except ValueError:
+        return None
+
+
+# -- handler outputs ----------------------------------------------------------------------------------
+def parse_coredumpctl_json(text: str) -> list[JournalEntry]:
+    """``coredumpctl --json=short list``: an array of {time (µs), pid, uid, gid, sig, corefile, exe, size}."""
+    text = "\n".join(line for line in text.splitlines() if not line.startswith("# source:")).strip()
+    if not text:
+        return []
+    try:
+        rows = json.loads(text)
+    except ValueError:
+        log.warning("coredumpctl printed JSON we cannot read: %.200s", text)
+        return []
+    out = []
+    for row in rows if isinstance(rows, list) else []:
+        if not isinstance(row, dict) or not isinstance(row.get("pid"), int):
+            continue
+        t = row.get("time")
+        out.append(JournalEntry(
+            time=float(t) / 1e6 if isinstance(t, (int, float)) else 0.0, pid=row["pid"],
+            uid=row.get("uid") if isinstance(row.get("uid"), int) else None,
+            gid=row.get("gid") if isinstance(row.get("gid"), int) else None,
+            signal=signal_name(row.get("sig")), corefile=row.get("corefile"),
+            exe=str(row.get("exe") or ""), size=row.get("size") if isinstance(row.get("size"), int) else None,
+        ))
+    return out
+
+
+_CTL_ROW = re.compile(
+    r"^\s*(?:[A-Z][a-z]{2} )?(?P<date>\d{4}-\d{2}-\d{2}) (?P<clock>\d{2}:\d{2}:\d{2}) (?P<tz>\S+)\s+"
+    r"(?P<pid>\d+)\s+(?P<uid>\d+|-)\s+(?P<gid>\d+|-)\s+(?P<sig>SIG\w+|\d+|-)\s+(?P<corefile>\S+)\s+"
+    r"(?P<exe>\S.*?)(?:\s+(?P<size>\d+(?:\.\d+)?[BKMGTPE]?|-|n/a))?\s*$"
+)
+_UNITS = {"": 1, "B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40, "P": 1 << 50, "E": 1 << 60}
+
+
+def parse_coredumpctl_text(text: str) -> list[JournalEntry]:
+    """``TZ=UTC coredumpctl list`` (the table; systemd before 248 has no ``--json``).
+
+    Times are read as UTC when the zone column says UTC (we run it with ``TZ=UTC``),
+    else as the controller's local time.
+    """
+    out = []
+    for line in text.splitlines():
+        m = _CTL_ROW.match(line)
+        if m is None:
+            continue
+        stamp = datetime.strptime(f"{m['date']} {m['clock']}", "%Y-%m-%d %H:%M:%S")
+        if m["tz"].upper() in ("UTC", "GMT", "Z"):
+            stamp = stamp.replace(tzinfo=timezone.utc)
+        size = m["size"]
+        size_bytes = None
+        if size and size not in ("-", "n/a"):
+            unit = size[-1] if size[-1].isalpha() else ""
+            size_bytes = int(float(size.rstrip("BKMGTPE")) * _UNITS[unit])
+        out.append(JournalEntry(
+            time=stamp.timestamp(), pid=int(m["pid"]), uid=int(m["uid"]) if m["uid"].isdigit() else None,
+            gid=int(m["gid"]) if m["gid"].isdigit() else None, signal=signal_name(m["sig"]),
+            corefile=m["corefile"], exe=m["exe"].strip(), size=size_bytes,
+        ))
+    return out
+
+
+_APPORT_CORE = re.compile(r"^core\.(?P<exe>.+)\.(?P<uid>\d+)\.(?P<boot>[0-9a-f-]{32,36})\.(?P<pid>\d+)\.(?P<start>\d+)$")
+_ABRT_DIR = re.compile(r"^ccpp-(?P<when>\d{4}-\d{2}-\d{2}-\d{2}:\d{2}:\d{2})(?:\.\d+)?-(?P<pid>\d+)(?:\.new)?$")
+
+
+def signal_name(value: Any) -> str | None:
+    """``11``/``"11"``/``"SEGV"``/``"SIGSEGV"`` → ``"SIGSEGV"``; None when unknown or 0."""
+    if value is None or value == "" or value == "-":
+        return None
+    text = str(value).strip().upper()
+    if text.isdigit():
+        num = int(text)
+        if num <= 0:
+            return None
+        try:
+            return _signal.Signals(num).name
+        except ValueError:
+            return f"signal {num}"
+    if not text.startswith("SIG"):
+        text = "SIG" + text
+    return text if re.fullmatch(r"SIG[A-Z0-9+-]+", text) else None
+
+
+# -- candidates: what appeared in the window ------------------------------------------------------------
+@dataclass
+class Candidate:
+    """A core that appeared on a host, as far as the scan can tell."""
+
+    host: str
+    source: str  # file | systemd | apport | abrt
+    location: str  # path on the host (for systemd the stored file, or coredumpctl:<pid>)
+    time: float
+    size: int | None = None
+    pid: int | None = None
+    comm: str | None = None
+    executable: str | None = None
+    signal: str | None = None
+    journal: JournalEntry | None = None
+
+
+def new_candidates(before: HostScan, after: HostScan) -> list[Candidate]:
+    """Cores in ``after`` that were not in ``before`` and are no older than ``before.now``.
+
+    A file counts as new when its path is new or its mtime/inode changed (a
+    pattern without ``%p``/``%t`` rewrites the same name). A core whose own time
+    (``%t``, else mtime) precedes the snapshot never counts.
+    """
+    t0 = math.floor(before.now)
+    pattern = after.pattern
+    out: list[Candidate] = []
+    if pattern.kind == "systemd":
+        seen = {e.key for e in before.journal}
+        for e in after.journal:
+            if e.key in seen or e.time < before.now - JOURNAL_LAG:
+                continue
+            out.append(Candidate(after.host, "systemd", f"coredumpctl:{e.pid}", e.time, e.size, e.pid,
+                                 posixpath.basename(e.exe) or None, e.exe if e.exe.startswith("/") else None,
+                                 e.signal, journal=e))
+        return out
+    for path, entry in sorted(after.files.items()):
+        old = before.files.get(path)
+        if old is not None and (old.mtime, old.inode) == (entry.mtime, entry.inode):
+            continue
+        cand = _file_candidate(after.host, pattern, entry)
+        if cand is not None and cand.time >= t0:
+            out.append(cand)
+    return out
+
+
+def _file_candidate(host: str, pattern: CorePattern, entry: FileEntry) -> Candidate | None:
+    name = posixpath.basename(entry.path)
+    if pattern.kind == "abrt":
+        m = _ABRT_DIR.match(name)
+        if m is None or name.endswith(".new"):
+            return None  # .new: abrt is still writing it; the next scan sees it renamed
+        return Candidate(host, "abrt", entry.path, entry.mtime, None, int(m["pid"]))
+    if pattern.kind == "apport":
+        # names encode the executable with '/' as '_' (ambiguous): only a hint for the display name;
+        # the executable comes from the .crash header or the core's notes
+        if name.endswith(".crash"):
+            hint = name[: -len(".crash")].rsplit(".", 1)[0]
+            return Candidate(host, "apport", entry.path, entry.mtime, entry.size, None, hint.rsplit("_", 1)[-1])
+        m = _APPORT_CORE.match(name)
+        if m is None:
+            return None
+        return Candidate(host, "apport", entry.path, entry.mtime, entry.size, int(m["pid"]),
+                         m["exe"].rsplit("_", 1)[-1])
+    fields = pattern.fields(entry.path)
+    if fields is None:
+        return None
+    when = float(fields["t"]) if "t" in fields else entry.mtime
+    pid = fields.get("p") or fields.get("P")
+    exe = fields.get("E", "").replace("!", "/") or None
+    return Candidate(host, "file", entry.path, when, entry.size, int(pid) if pid else None,
+                     fields.get("e") or fields.get("f"), exe, signal_name(fields.get("s")))
+
+
+@dataclass
+class Baseline:
+    """Per-host snapshots taken before the test (``error`` set for a host that could not be read)."""
+
+    hosts: dict[str, HostScan]
+    taken: float
+
+    def notes(self) -> list[str]:
+        return [n for s in self.hosts.values() for n in s.notes()]
+
+
+__all__ = ["Baseline", "Candidate", "CorePattern", "CoreSources", "FileEntry", "HostScan", "JournalEntry",
+           "new_candidates", "parse_core_pattern", "parse_coredumpctl_json", "parse_coredumpctl_text",
+           "parse_scan", "scan_script", "signal_name"]
