@@ -63,7 +63,7 @@ from typing import Any
 from framework.errors import EXIT_USAGE, FrameworkError, LabError
 from framework.lab_plan import (
     CORE_PATTERN_FILE, DEFAULT_NAME, DEFAULT_SUBNET, ENV_HEADER, HOST_COREDIR, HOST_WORKDIR, LAB_CORE_PATTERN,
-    SSH_PORT, STATE_ROOT, HostPlan, LabPlan, build_commands, core_pattern_on_down, core_pattern_on_up,
+    MASKED_RC, SSH_PORT, STATE_ROOT, HostPlan, LabPlan, build_commands, core_pattern_on_down, core_pattern_on_up,
     default_state_dir, env_document, in_host_argv, iptables_forward_rule, known_hosts_text, nsenter_argv, plan_lab,
     public_key_of, render_env_yaml, small_workdir_size, sshd_argv, sshd_config_text, teardown_commands,
     tmpfs_mount_argv,
@@ -299,6 +299,7 @@ class Lab:
             for d, mode in ((hp.tmp_dir, 0o1777), (hp.work_dir, 0o755), (hp.core_dir, 0o1777)):
                 d.mkdir(exist_ok=True)
                 d.chmod(mode)
+            hp.shell_rc.write_text(f"# camit lab host {hp.name}: stands in for {MASKED_RC} (see framework/lab_plan.py)\n")
         for d in (Path(HOST_WORKDIR), Path(HOST_COREDIR)):  # mount points, in the shared root filesystem
             d.mkdir(parents=True, exist_ok=True)
         Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # sshd's privilege-separation directory

@@ -48,6 +48,10 @@ HOST_TMP = "/tmp"
 HOST_WORKDIR = "/var/tmp/camit"
 HOST_COREDIR = "/var/crash/camit"
 MOUNT_TARGETS = (HOST_TMP, HOST_WORKDIR, HOST_COREDIR)
+#: the lab user's shell start-up file, masked by an empty one inside every host: bash runs it for
+#: every SSH command, and a developer's (pyenv/conda init) costs ~0.16 s of CPU each time here —
+#: a lab host starts its commands like a freshly installed node instead
+MASKED_RC = "/root/.bashrc"
 #: kernel.core_pattern while a lab is up: the kernel writes a core inside the crashing
 #: process's mount namespace, so each host's core lands in its own /var/crash/camit
 #: (the controller's in the root namespace's /var/crash/camit, which no host sees)
@@ -88,6 +92,11 @@ class HostPlan:
     @property
     def core_dir(self) -> Path:
         return self.dir / "cores"
+
+    @property
+    def shell_rc(self) -> Path:
+        """The empty file mounted over ``MASKED_RC`` in the host."""
+        return self.dir / "shell-rc"
 
     @property
     def host_key(self) -> Path:
@@ -364,9 +373,9 @@ def setup_script(host: HostPlan, small_workdir: str | None = None) -> str:
     """The ``sh -c`` script run by ``unshare`` inside the host's new mount+UTS namespaces.
 
     It sets the hostname, bind-mounts the per-host directories (the workdir,
-    then the core dir, ``/tmp`` last), optionally stacks a small tmpfs over the
-    workdir, then ``exec "$@"`` — so the command (sshd) keeps the pid of the
-    process that was started.
+    then the core dir, ``/tmp`` last), masks the controller user's ``~/.bashrc``
+    (``MASKED_RC``), optionally stacks a small tmpfs over the workdir, then
+    ``exec "$@"`` — so the command (sshd) keeps the pid of the process that was started.
     """
     q = shlex.quote
     lines = [
@@ -375,6 +384,7 @@ def setup_script(host: HostPlan, small_workdir: str | None = None) -> str:
         f"mount --bind {q(str(host.work_dir))} {HOST_WORKDIR}",
         f"mount --bind {q(str(host.core_dir))} {HOST_COREDIR}",
         f"mount --bind {q(str(host.tmp_dir))} {HOST_TMP}",
+        f"if [ -f {MASKED_RC} ]; then mount --bind {q(str(host.shell_rc))} {MASKED_RC}; fi",
     ]
     if small_workdir:
         lines.append(shlex.join(tmpfs_mount_argv(small_workdir)))

@@ -9,6 +9,7 @@ put it back in a ``finally``.
 from __future__ import annotations
 
 import fcntl
+import os
 import shutil
 import socket
 import subprocess
@@ -25,7 +26,7 @@ from framework.errors import LabError
 from framework.lab import Lab
 
 try:
-    LAB = Lab.load()
+    LAB = Lab.load(name=os.environ.get("CAMIT_LAB_NAME", "camit"))
 except LabError as exc:  # no lab (or no permission to read its state: not root)
     pytest.skip(f"no lab is up ({exc})", allow_module_level=True)
 if len(LAB.hosts) < 3:
@@ -125,6 +126,16 @@ def test_host_directories_are_private(path: str, backing: str) -> None:
         ssh("host2", f"rm -f {target}")
 
 
+def test_the_controllers_shell_rc_is_masked_on_every_host() -> None:
+    """A lab host runs commands like a fresh node: not through the developer's ~/.bashrc (pyenv, conda)."""
+    marker = ssh_ok("host3", "cat /root/.bashrc")
+    assert marker.startswith("# camit lab host host3: stands in for /root/.bashrc")
+    # bash really skips it: a variable only the controller's file could set is unset on the host
+    assert ssh_ok("host3", "echo \"${PYENV_ROOT-unset}\"").strip() == "unset"
+    if Path("/root/.bashrc").exists():
+        assert not Path("/root/.bashrc").read_text().startswith("# camit lab host")
+
+
 def test_hosts_reach_each_other_over_the_bridge() -> None:
     py = ENV["defaults"]["python"]
     probe = "import socket,sys; s=socket.create_connection((sys.argv[1], 22), 5); print(s.recv(64).decode().strip())"
@@ -148,7 +159,7 @@ def test_pinned_host_keys_are_what_the_servers_present() -> None:
 
 
 def test_host_pids_and_host_exec() -> None:
-    lab = Lab.load()
+    lab = Lab.load(name=LAB.name)
     h1 = lab.host("host1")
     assert h1.sshd_running and h1.sshd_pid in lab.host_pids("host1")
     assert h1.sshd_pid not in lab.host_pids("host2")
@@ -184,14 +195,14 @@ def _cmdline(pid: int) -> str:
 
 @changes_lab
 def test_stop_sshd_refuses_connections_and_start_sshd_brings_it_back() -> None:
-    lab = Lab.load()
+    lab = Lab.load(name=LAB.name)
     h3 = lab.host("host3")
     old_pid = h3.sshd_pid
     marker = f"/tmp/camit-labtest-{uuid.uuid4().hex}"
     ssh_ok("host3", f"touch {marker}")
     try:
         lab.stop_sshd("host3")
-        assert Lab.load().host("host3").sshd_pid is None
+        assert Lab.load(name=LAB.name).host("host3").sshd_pid is None
         with pytest.raises(ConnectionRefusedError):
             socket.create_connection((h3.ip, 22), timeout=5).close()
         cp = ssh("host3", "true")
@@ -202,7 +213,7 @@ def test_stop_sshd_refuses_connections_and_start_sshd_brings_it_back() -> None:
         assert cp.stdout == "host3\nkept\n"
         new_pid = lab.start_sshd("host3")
         assert new_pid != old_pid
-        assert Lab.load().host("host3").sshd_pid == new_pid
+        assert Lab.load(name=LAB.name).host("host3").sshd_pid == new_pid
         # same host key (strict checking against the pinned key passes), same files
         assert ssh_ok("host3", f"hostname; test -e {marker} && echo kept") == "host3\nkept\n"
     finally:
@@ -213,13 +224,13 @@ def test_stop_sshd_refuses_connections_and_start_sshd_brings_it_back() -> None:
 
 @changes_lab
 def test_small_workdir_fills_up_and_resets() -> None:
-    lab = Lab.load()
+    lab = Lab.load(name=LAB.name)
     host = HOSTS[-1]
     keep = f"camit-labtest-{uuid.uuid4().hex}"
     ssh_ok(host, f"echo kept > /var/tmp/camit/{keep}")
     try:
         lab.set_small_workdir(host, "1m")
-        assert Lab.load().host(host).small_workdir == "1m"
+        assert Lab.load(name=LAB.name).host(host).small_workdir == "1m"
         out = ssh(host, "df -k --output=fstype,size /var/tmp/camit; ls /var/tmp/camit; "
                         "dd if=/dev/zero of=/var/tmp/camit/fill bs=64k count=64")
         assert out.returncode != 0
@@ -228,6 +239,6 @@ def test_small_workdir_fills_up_and_resets() -> None:
         assert ssh(HOSTS[0], "test -e /var/tmp/camit/fill").returncode == 1  # only that host
     finally:
         lab.reset_workdir(host)
-    assert Lab.load().host(host).small_workdir is None
+    assert Lab.load(name=LAB.name).host(host).small_workdir is None
     assert ssh_ok(host, f"cat /var/tmp/camit/{keep}; test -e /var/tmp/camit/fill || echo gone") == "kept\ngone\n"
     ssh(host, f"rm -f /var/tmp/camit/{keep}")

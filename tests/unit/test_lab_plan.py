@@ -220,6 +220,7 @@ def test_setup_script_sets_hostname_mounts_then_execs() -> None:
         "mount --bind /run/camit-lab/camit/hosts/host2/work /var/tmp/camit",
         "mount --bind /run/camit-lab/camit/hosts/host2/cores /var/crash/camit",
         "mount --bind /run/camit-lab/camit/hosts/host2/tmp /tmp",
+        "if [ -f /root/.bashrc ]; then mount --bind /run/camit-lab/camit/hosts/host2/shell-rc /root/.bashrc; fi",
         'exec "$@"',
     ]
 
