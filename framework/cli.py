@@ -80,7 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="what a core dump during the run does: fail (default, or $CAMIT_CORE_POLICY), warn, ignore")
     rn.add_argument("target", nargs=argparse.REMAINDER, metavar="-- script.py|-m module [args]")
 
-    from framework.preflight import Limits
+    from framework.preflight_probe import Limits
 
     ck = sub.add_parser("check", help="preflight: is every host ready? (a host x check table)")
     _env_arg(ck)
@@ -268,7 +268,9 @@ def _host_error_text(name: str, err: BaseException) -> str:
 
 def cmd_check(args: argparse.Namespace) -> int:
     from framework.hosts import Cluster
-    from framework.preflight import SKIP, WARN, Limits, Preflight
+    from framework.preflight import Preflight
+    from framework.preflight_checks import SKIP, WARN
+    from framework.preflight_probe import Limits
 
     env = _load_env(args.env)
     limits = Limits(min_free_gb=args.min_free_gb, max_skew=args.max_skew, probe_timeout=args.timeout)
@@ -304,7 +306,8 @@ def _safe_name(section: str) -> str:
 def cmd_collect(args: argparse.Namespace) -> int:
     from framework import commands
     from framework.hosts import Cluster, Host
-    from framework.preflight import Preflight, evaluate
+    from framework.preflight import Preflight
+    from framework.preflight_checks import evaluate
     from framework.rundir import RunDir
 
     env = _load_env(args.env)

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from framework.preflight import CHECKS, ERROR, FAIL, SKIP, WARN, Report
+from framework.preflight_checks import CHECKS, ERROR, FAIL, SKIP, WARN, Report
 
 
 def _env_path(config: pytest.Config) -> str | None:

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 
-from framework.preflight import CHECKS, NPU_CHECKS
+from framework.preflight_checks import CHECKS, NPU_CHECKS
 
 REPO = Path(__file__).resolve().parents[2]
 

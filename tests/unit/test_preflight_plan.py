@@ -1,4 +1,4 @@
-"""framework.preflight: the probe plan and script, section parsing, and every verdict — no network.
+"""framework.preflight{,_probe,_checks}: the probe plan and script, section parsing, every verdict — no network.
 
 The probe script itself runs for real under /bin/sh through LocalTransport, with fake ``npu-smi``
 and ``hccn_tool`` on PATH printing captured outputs, so the shell side is tested too.
@@ -16,25 +16,9 @@ import pytest
 from framework.config import HostSpec, NicSpec, NpuSpec
 from framework.errors import EXIT_FAILED, EXIT_INFRA, EXIT_OK, HostUnreachable
 from framework.hosts import Cluster, Host
-from framework.preflight import (
-    CHECKS,
-    ERROR,
-    FAIL,
-    NPU_CHECKS,
-    OK,
-    SKIP,
-    WARN,
-    Limits,
-    Preflight,
-    Report,
-    Sample,
-    Section,
-    evaluate,
-    plan_probe,
-    probe_script,
-    run_probe,
-    split_sections,
-)
+from framework.preflight import Preflight, run_probe
+from framework.preflight_checks import CHECKS, ERROR, FAIL, NPU_CHECKS, OK, SKIP, WARN, Report, Sample, evaluate
+from framework.preflight_probe import Limits, Section, plan_probe, probe_script, split_sections
 from framework.result import Result
 from framework.transport.local import LocalTransport
 

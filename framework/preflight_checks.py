@@ -1,0 +1,570 @@
+"""Preflight verdicts: every host's probe sections judged into one host × check report (pure, no I/O).
+
+:func:`evaluate` turns each host's :class:`Sample` (or its connection error) into one
+:class:`CheckResult` per host and check (:data:`CHECKS`), then compares values across hosts
+(CANN, driver, torch, TLS; the majority value wins, ties go to the first host) and clock offsets
+pairwise (:func:`clock_skew`). On CPU hosts (``npu.soc: cpu``, the lab) the NPU checks are skipped
+with the reason; everything else runs for real. Statuses: ``ok``, ``warn`` (passes, says why),
+``skip``, ``fail`` (exit 1), ``error`` (host unreachable, exit 3). :class:`Report` holds the
+table, its exit code and its JSON form.
+
+The sections come from ``framework.preflight_probe``'s script, run by ``framework.preflight``.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import statistics
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from framework import ascend
+from framework.errors import EXIT_FAILED, EXIT_INFRA, EXIT_OK
+from framework.preflight_probe import CANN_RECORD, Limits, ProbePlan, Section
+from framework.result import Result
+
+#: every check, in table order; test ids read ``test_check[<host>-<check>]``
+CHECKS = ("ssh", "python", "torch", "torch_npu", "cann", "driver", "npu", "idle", "hccn", "tls",
+          "disk", "clock", "core")
+#: checks that only make sense with NPUs (skipped on CPU hosts)
+NPU_CHECKS = frozenset({"torch_npu", "cann", "driver", "npu", "idle", "hccn", "tls"})
+OK, WARN, SKIP, FAIL, ERROR = "ok", "warn", "skip", "fail", "error"
+
+
+# --------------------------------------------------------------------------- samples
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One host's probe: its sections, and the controller's clock (epoch seconds) around the host's ``t0``.
+
+    ``sent`` is when the controller released the waiting script, ``received`` when the ``t0`` line
+    arrived: the host read its clock in between.
+    """
+
+    host: str
+    sections: Mapping[str, Section]
+    sent: float
+    received: float | None
+    result: Result | None = field(default=None, compare=False)
+
+    @property
+    def timed_out(self) -> bool:
+        return bool(self.result is not None and self.result.timed_out)
+
+
+# --------------------------------------------------------------------------- results
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """One cell of the host × check table. ``value`` is short and compared across hosts."""
+
+    host: str
+    check: str
+    status: str
+    summary: str
+    value: str | None = None
+    details: tuple[str, ...] = ()
+
+    @property
+    def passed(self) -> bool:
+        return self.status in (OK, WARN, SKIP)
+
+
+@dataclass(frozen=True)
+class ClockSkew:
+    """Offsets of host clocks from the controller's (NTP-style, ± half the round-trip delay)."""
+
+    offsets: Mapping[str, float]
+    uncertainty: Mapping[str, float]
+    max_pairwise: float
+    pair: tuple[str, str] | None
+
+
+@dataclass
+class Report:
+    """Every check of every host, in host order, plus the clock summary."""
+
+    hosts: list[str]
+    results: dict[tuple[str, str], CheckResult]
+    clock: ClockSkew | None = None
+    duration: float = 0.0
+    checks: tuple[str, ...] = CHECKS
+
+    def get(self, host: str, check: str) -> CheckResult:
+        return self.results[(host, check)]
+
+    def of_host(self, host: str) -> list[CheckResult]:
+        return [self.results[(host, c)] for c in self.checks if (host, c) in self.results]
+
+    @property
+    def problems(self) -> list[CheckResult]:
+        return [r for r in self.results.values() if r.status in (FAIL, ERROR, WARN)]
+
+    @property
+    def exit_code(self) -> int:
+        statuses = {r.status for r in self.results.values()}
+        if ERROR in statuses:
+            return EXIT_INFRA
+        return EXIT_FAILED if FAIL in statuses else EXIT_OK
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == EXIT_OK
+
+    def table(self, width: int = 14) -> tuple[list[str], list[list[str]]]:
+        """Headers and rows of the host × check table: status word and the value cut to ``width``."""
+        rows = []
+        for host in self.hosts:
+            row = [host]
+            for c in self.checks:
+                r = self.results.get((host, c))
+                if r is None:
+                    row.append("-")
+                    continue
+                word = {ERROR: "UNREACHABLE" if c == "ssh" else "ERROR", FAIL: "FAIL"}.get(r.status, r.status)
+                value = r.value if r.value and r.status != SKIP and c != "ssh" else ""
+                if len(value) > width:
+                    value = value[:width - 1] + "…"
+                row.append(f"{word} {value}".strip())
+            rows.append(row)
+        return ["host", *self.checks], rows
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok,
+            "exit_code": self.exit_code,
+            "duration": round(self.duration, 3),
+            "hosts": self.hosts,
+            "checks": list(self.checks),
+            "results": [asdict(r) for r in self.results.values()],
+            "clock": None if self.clock is None else {
+                "offsets": {h: round(v, 6) for h, v in self.clock.offsets.items()},
+                "uncertainty": {h: round(v, 6) for h, v in self.clock.uncertainty.items()},
+                "max_pairwise": round(self.clock.max_pairwise, 6),
+                "pair": list(self.clock.pair) if self.clock.pair else None,
+            },
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Report:
+        results = {}
+        for r in data["results"]:
+            res = CheckResult(**{**r, "details": tuple(r.get("details", ()))})
+            results[(res.host, res.check)] = res
+        clock = data.get("clock")
+        return cls(
+            hosts=list(data["hosts"]), results=results, duration=data.get("duration", 0.0),
+            checks=tuple(data.get("checks", CHECKS)),
+            clock=None if clock is None else ClockSkew(clock["offsets"], clock["uncertainty"], clock["max_pairwise"],
+                                                       tuple(clock["pair"]) if clock["pair"] else None),
+        )
+
+
+# --------------------------------------------------------------------------- verdicts (pure)
+
+
+def evaluate(plans: Mapping[str, ProbePlan], samples: Mapping[str, Sample | BaseException],
+             limits: Limits | None = None) -> Report:
+    """Turn every host's probe (or its connection error) into the full host × check report."""
+    limits = limits or Limits()
+    hosts = list(plans)
+    results: dict[tuple[str, str], CheckResult] = {}
+    for host in hosts:
+        sample = samples.get(host)
+        for r in _host_checks(plans[host], sample, limits):
+            results[(host, r.check)] = r
+    for check, key in (("python", _minor), ("torch", None), ("torch_npu", None), ("cann", None),
+                       ("driver", None), ("tls", None)):
+        _consistency(results, hosts, check, key)
+    clock = clock_skew({h: s for h, s in samples.items() if isinstance(s, Sample)})
+    empty = ClockSkew({}, {}, 0.0, None)
+    for host in hosts:
+        if results[(host, "clock")].status == OK:  # the host's clock was read: judge it against the others
+            results[(host, "clock")] = _clock_verdict(results[(host, "clock")], clock or empty, limits)
+    return Report(hosts, results, clock)
+
+
+def _host_checks(plan: ProbePlan, sample: Sample | BaseException | None, limits: Limits) -> list[CheckResult]:
+    host = plan.host
+    if not isinstance(sample, Sample):
+        why = str(sample) if sample is not None else "not probed"
+        prefix = f"{host}: "
+        why = why[len(prefix):] if why.startswith(prefix) else why
+        out = [CheckResult(host, "ssh", ERROR, why)]
+        return out + [CheckResult(host, c, SKIP, "not run: host unreachable (see ssh)") for c in CHECKS[1:]]
+    sec = sample.sections
+    late = f" (probe timed out after {limits.probe_timeout:g}s)" if sample.timed_out else ""
+    out = [_check_ssh(plan, sec)]
+    for check, fn in _CHECK_FNS.items():
+        if check in NPU_CHECKS and not plan.npu:
+            out.append(CheckResult(host, check, SKIP, f"npu.soc is {plan.soc}: no NPU on this host"))
+            continue
+        try:
+            r = fn(plan, sec, limits)
+        except _Missing as exc:
+            r = CheckResult(host, check, FAIL, f"no output from {exc}{late}")
+        out.append(r)
+    return out
+
+
+class _Missing(Exception):
+    """A section the check needs is absent (the probe died or timed out before it)."""
+
+
+def _need(sec: Mapping[str, Section], name: str) -> Section:
+    s = sec.get(name)
+    if s is None or s.rc is None:
+        raise _Missing(name)
+    return s
+
+
+def _check_ssh(plan: ProbePlan, sec: Mapping[str, Section]) -> CheckResult:
+    ident = sec.get("id")
+    who = "@".join(ident.text.split()[:2]) if ident and ident.rc == 0 else "?"
+    if plan.host_key == "insecure":
+        return CheckResult(plan.host, "ssh", WARN, f"reached {who}; host key NOT verified (host_key_policy insecure)",
+                           "insecure")
+    return CheckResult(plan.host, "ssh", OK, f"reached {who}; host key verified ({plan.host_key})", who)
+
+
+def _versions(sec: Mapping[str, Section]) -> dict[str, str]:
+    s = _need(sec, "python")
+    out = {}
+    for line in s.text.splitlines():
+        key, _, value = line.partition(" ")
+        out[key] = value.strip()
+    return out
+
+
+def _check_python(plan: ProbePlan, sec: Mapping[str, Section], limits: Limits) -> CheckResult:
+    v = _versions(sec)
+    interp = v.get("interpreter", "?")
+    if "python" not in v:
+        tail = _need(sec, "python").text.strip().splitlines()[-1:] or ["no output"]
+        return CheckResult(plan.host, "python", FAIL, f"{interp} does not run: {tail[0]}")
+    where = "deploy venv" if interp == plan.venv_python else "no deploy venv yet"
+    return CheckResult(plan.host, "python", OK, f"Python {v['python']} ({interp}, {where})", v["python"])
+
+
+def _check_package(name: str) -> Callable[[ProbePlan, Mapping[str, Section], Limits], CheckResult]:
+    """A check that ``name`` is installed for the host's interpreter (its distribution metadata)."""
+
+    def check(plan: ProbePlan, sec: Mapping[str, Section], limits: Limits) -> CheckResult:
+        v = _versions(sec)
+        version = v.get(name, "-")
+        if "python" not in v:
+            return CheckResult(plan.host, name, FAIL, "interpreter does not run (see python)")
+        if version == "-":
+            return CheckResult(plan.host, name, FAIL, f"{name} is not installed for {v.get('interpreter', '?')}")
+        return CheckResult(plan.host, name, OK, f"{name} {version}", version)
+
+    return check
+
+
+def _files(sec: Mapping[str, Section], suffix: str) -> list[Section]:
+    return [s for n, s in sec.items() if n.startswith("file:") and n.endswith(suffix) and s.rc == 0]
+
+
+def _check_cann(plan: ProbePlan, sec: Mapping[str, Section], limits: Limits) -> CheckResult:
+    found: list[tuple[str, str, str | None]] = []  # (path, version, layout)
+    for s in _files(sec, CANN_RECORD):
+        rec = ascend.parse_toolkit_install_info(s.text)
+        if rec is not None:
+            found.append((s.name[5:], rec.version, rec.layout or ascend.cann_layout(s.name[5:])))
+    for s in _files(sec, "/version.cfg"):
+        version = ascend.cann_version_from_cfg(ascend.parse_version_cfg(s.text))
+        if version:
+            found.append((s.name[5:], version, ascend.cann_layout(s.name[5:])))
+    problems: list[str] = []
+    if plan.cann_set_env and (env_sec := sec.get("set_env")) is not None and env_sec.rc != 0:
+        problems.append(f"cann.set_env {plan.cann_set_env} does not exist on this host")
+    if not found:
+        return CheckResult(plan.host, "cann", FAIL, "; ".join(problems + [
+            "no CANN version record (looked in " + ", ".join(plan.cann_homes) + ")"]))
+    home = posixpath.dirname(plan.cann_set_env) + "/" if plan.cann_set_env else ""
+    chosen = next((f for f in found if home and f[0].startswith(home)), found[0])
+    path, version, layout = chosen
+    others = sorted({f"{v} ({p})" for p, v, _ in found if v != version})
+    details = tuple(f"{v} in {p}" for p, v, _ in found)
+    summary = f"CANN {version}, {layout or 'unknown'} layout ({path})"
+    if problems:
+        return CheckResult(plan.host, "cann", FAIL, "; ".join(problems) + f"; found {summary}", version, details)
+    if others:
+        return CheckResult(plan.host, "cann", WARN, summary + "; other installs: " + ", ".join(others), version, details)
+    return CheckResult(plan.host, "cann", OK, summary, version, details)
+
+
+def _check_driver(plan: ProbePlan, sec: Mapping[str, Section], limits: Limits) -> CheckResult:
+    drv = next((s for s in _files(sec, "/driver/version.info")), None)
+    fw = next((s for s in _files(sec, "/firmware/version.info")), None)
+    if drv is None:
+        return CheckResult(plan.host, "driver", FAIL, "no driver version.info (driver not installed?)")
+    dv = ascend.driver_version(drv.text) or "?"
+    fv = ascend.driver_version(fw.text) if fw else None
+    value = f"{dv} fw {fv}" if fv else dv
+    return CheckResult(plan.host, "driver", OK, f"driver {dv}, firmware {fv or 'unknown'}", value)
+
+
+def _npu_info(plan: ProbePlan, sec: Mapping[str, Section]) -> ascend.NpuSmiInfo | str:
+    path = sec.get("npu-smi.path")
+    if path is not None and not path.text.strip():
+        return f"npu-smi not found (npu.soc is {plan.soc}: is the driver installed?)"
+    s = _need(sec, "npu-smi")
+    if s.rc != 0:
+        return f"npu-smi info failed (rc {s.rc}): " + " ".join(s.text.strip().splitlines()[-2:])
+    return ascend.parse_npu_smi_info(s.text)
+
+
+def _check_npu(plan: ProbePlan, sec: Mapping[str, Section], limits: Limits) -> CheckResult:
+    info = _npu_info(plan, sec)
+    if isinstance(info, str):
+        return CheckResult(plan.host, "npu", FAIL, info)
+    n, platform = len(info.chips), info.platform
+    shape = f"{platform}, {n} chips on {len(info.npus)} NPUs ({'/'.join(info.names)}), npu-smi {info.version}"
+    problems = []
+    if plan.npu_count and n != plan.npu_count:
+        problems.append(f"{n} chips, env npu.count says {plan.npu_count}")
+    want = ascend.SOC_OF_PLATFORM[platform]
+    if plan.soc in ascend.SOC_OF_PLATFORM.values() and plan.soc != want:
+        problems.append(f"this is an {platform} host ({want}), env npu.soc says {plan.soc}")
+    bad = [f"NPU {c.npu} chip {c.chip}: {c.health}" for c in info.unhealthy]
+    if bad:
+        problems.append("not healthy: " + ", ".join(bad))
+    value = f"{platform} {n}x{info.names[0] if info.names else '?'}"
+    if problems:
+        return CheckResult(plan.host, "npu", FAIL, "; ".join(problems) + f" [{shape}]", value)
+    if not plan.npu_count:
+        return CheckResult(plan.host, "npu", WARN, f"{shape}; env declares no npu.count", value)
+    return CheckResult(plan.host, "npu", OK, shape + ", all OK", value)
+
+
+def _check_idle(plan: ProbePlan, sec: Mapping[str, Section], limits: Limits) -> CheckResult:
+    info = _npu_info(plan, sec)
+    if isinstance(info, str):
+        return CheckResult(plan.host, "idle", FAIL, info)
+    if not info.has_process_table:
+        return CheckResult(plan.host, "idle", FAIL, "npu-smi printed no process table: cannot judge idleness")
+    logical = {(c.npu, c.chip): info.logical_id(c) for c in info.chips}
+    m = sec.get("npu-smi-m")
+    if m is not None and m.rc == 0:
+        logical.update({(r.npu, r.chip): r.logic_id for r in ascend.parse_npu_smi_mapping(m.text)
+                        if r.logic_id is not None})
+    procs = [p for p in info.processes
+             if plan.visible is None or logical.get((p.npu, p.chip)) in plan.visible]
+    if procs:
+        shown = ", ".join(f"NPU {p.npu} chip {p.chip} pid {p.pid}{' ' + p.name if p.name else ''}"
+                          f" ({p.memory_mb} MB)" for p in procs[:8])
+        more = f" and {len(procs) - 8} more" if len(procs) > 8 else ""
+        return CheckResult(plan.host, "idle", FAIL, f"busy: {shown}{more}", f"{len(procs)} procs")
+    scope = "visible devices" if plan.visible is not None else "all NPUs"
+    return CheckResult(plan.host, "idle", OK, f"no processes on {scope} (judged by the process table)", "idle")
+
+
+def _check_hccn(plan: ProbePlan, sec: Mapping[str, Section], limits: Limits) -> CheckResult:
+    path = sec.get("hccn.path")
+    if path is not None and path.rc != 0:
+        return CheckResult(plan.host, "hccn", FAIL, "hccn_tool not found (/usr/local/Ascend/driver/tools/hccn_tool)")
+    if plan.npu_count <= 0:
+        return CheckResult(plan.host, "hccn", SKIP, "env declares no npu.count: no devices to query")
+    a3 = plan.soc == "ascend910_93"
+    problems: list[str] = []
+    notes: list[str] = []
+    for dev in range(plan.npu_count):
+        for query in plan.hccn_queries:
+            if query == "tls":
+                continue
+            s = _need(sec, f"hccn:{dev}:{query}")
+            text = s.text.strip()
+            if query == "link":
+                state = ascend.parse_link(text)
+                if state != "UP":
+                    (notes if a3 else problems).append(f"dev {dev} link {state or text or 'no answer'}")
+            elif query == "net_health":
+                states = ascend.parse_net_health(text)
+                if states != ["Success"]:
+                    problems.append(f"dev {dev} net health {states[0] if states else text or 'no answer'}")
+            elif query == "ip":
+                ips = ascend.parse_ip(text)
+                if not ips or not ips[0].configured:
+                    problems.append(f"dev {dev} has no IP ({text or 'no answer'})")
+    queries = "/".join(q for q in plan.hccn_queries if q != "tls")
+    if problems:
+        return CheckResult(plan.host, "hccn", FAIL, "; ".join(problems), f"{len(problems)} bad")
+    if notes:
+        return CheckResult(plan.host, "hccn", WARN, "; ".join(notes) + " (A3: -link may read DOWN while HCCS works)",
+                           "link?")
+    return CheckResult(plan.host, "hccn", OK, f"{plan.npu_count} devices: {queries} fine", "up")
+
+
+def _check_tls(plan: ProbePlan, sec: Mapping[str, Section], limits: Limits) -> CheckResult:
+    path = sec.get("hccn.path")
+    if path is not None and path.rc != 0:
+        return CheckResult(plan.host, "tls", FAIL, "hccn_tool not found")
+    if plan.npu_count <= 0:
+        return CheckResult(plan.host, "tls", SKIP, "env declares no npu.count: no devices to query")
+    switches: dict[int, int] = {}
+    unknown = []
+    for dev in range(plan.npu_count):
+        states = ascend.parse_tls(_need(sec, f"hccn:{dev}:tls").text)
+        state = next((s for s in states if s.dev == dev), states[0] if states else None)
+        if state is None:
+            unknown.append(dev)
+        else:
+            switches[dev] = state.switch
+    if unknown:
+        return CheckResult(plan.host, "tls", FAIL, f"no TLS state from devices {unknown}")
+    values = Counter(switches.values())
+    if len(values) > 1:
+        by = ", ".join(f"switch {v}: devices {[d for d, s in switches.items() if s == v]}" for v in sorted(values))
+        return CheckResult(plan.host, "tls", FAIL, f"TLS differs between devices ({by}); link setup will time out "
+                                                    "(EI0006)", "mixed")
+    (value,) = values
+    return CheckResult(plan.host, "tls", OK, f"TLS switch {value} on all {len(switches)} devices", str(value))
+
+
+def _check_disk(plan: ProbePlan, sec: Mapping[str, Section], limits: Limits) -> CheckResult:
+    s = _need(sec, "disk")
+    df = ascend.parse_df(s.text)
+    where = next((ln[4:] for ln in s.text.splitlines() if ln.startswith("dir ")), plan.workdir)
+    if df is None:
+        return CheckResult(plan.host, "disk", FAIL, f"df failed for {where}: {s.text.strip()[-200:]}")
+    gib = df.available_kb / 1024 ** 2
+    text = f"{gib:.1f} GiB free at {where} ({df.mount})"
+    if where != plan.workdir:
+        text += f"; workdir {plan.workdir} not created yet"
+    if gib < limits.min_free_gb:
+        return CheckResult(plan.host, "disk", FAIL, f"only {text}, need {limits.min_free_gb:g} GiB", f"{gib:.1f}G")
+    return CheckResult(plan.host, "disk", OK, text, f"{gib:.1f}G")
+
+
+def _check_clock(plan: ProbePlan, sec: Mapping[str, Section], limits: Limits) -> CheckResult:
+    if _float(_need(sec, "t0").text) is None:
+        return CheckResult(plan.host, "clock", FAIL, f"cannot read the host clock: {sec['t0'].text.strip()!r}")
+    return CheckResult(plan.host, "clock", OK, "measured")  # the verdict needs every host: see _clock_verdict
+
+
+def _check_core(plan: ProbePlan, sec: Mapping[str, Section], limits: Limits) -> CheckResult:
+    facts = dict(ln.split("=", 1) for ln in _need(sec, "core").text.splitlines() if "=" in ln)
+    pattern = ascend.parse_core_pattern(facts.get("pattern", ""))
+    soft, hard = facts.get("soft", "?"), facts.get("hard", "?")
+    limit = f"ulimit -c soft {soft} hard {hard}"
+    target = facts.get("target")
+    problems, notes = [], []
+    if hard in ("0", "1"):
+        problems.append(f"{limit}: no core can be written and launches cannot raise it")
+    elif soft == "0":
+        notes.append(f"soft limit 0 (launches raise it to {hard})")
+    if not pattern.raw:
+        problems.append("kernel.core_pattern is empty")
+    elif pattern.kind == "pipe" and target != "ok":
+        problems.append(f"core_pattern pipes to {pattern.handler}, which is not an executable here")
+    elif pattern.kind == "file" and target not in ("ok", "creatable"):
+        problems.append(f"core directory {pattern.directory} is {target or 'unusable'}")
+    elif pattern.kind == "relative":
+        notes.append("relative pattern: cores land in the crashing process's cwd (the launch run dir)")
+    if pattern.kind == "file" and target == "creatable":
+        notes.append(f"{pattern.directory} will be created")
+    text = f"{pattern.raw!r}, {limit}"
+    if problems:
+        return CheckResult(plan.host, "core", FAIL, "; ".join(problems) + f" [{text}]", pattern.kind)
+    if pattern.kind == "relative":
+        return CheckResult(plan.host, "core", WARN, f"{text}; " + "; ".join(notes), pattern.kind)
+    return CheckResult(plan.host, "core", OK, text + ("; " + "; ".join(notes) if notes else ""), pattern.kind)
+
+
+_CHECK_FNS: dict[str, Callable[[ProbePlan, Mapping[str, Section], Limits], CheckResult]] = {
+    "python": _check_python,
+    "torch": _check_package("torch"),
+    "torch_npu": _check_package("torch_npu"),
+    "cann": _check_cann,
+    "driver": _check_driver,
+    "npu": _check_npu,
+    "idle": _check_idle,
+    "hccn": _check_hccn,
+    "tls": _check_tls,
+    "disk": _check_disk,
+    "clock": _check_clock,
+    "core": _check_core,
+}
+assert tuple(["ssh", *_CHECK_FNS]) == CHECKS
+
+
+def _minor(version: str) -> str:
+    return ".".join(version.split(".")[:2])
+
+
+def _consistency(results: dict[tuple[str, str], CheckResult], hosts: Sequence[str], check: str,
+                 key: Callable[[str], str] | None = None) -> None:
+    """Fail the hosts whose value differs from the majority (ties: the first host's value)."""
+    values = {h: r.value for h in hosts if (r := results.get((h, check))) and r.status in (OK, WARN) and r.value}
+    keyed = {h: key(v) if key else v for h, v in values.items()}
+    if len(set(keyed.values())) < 2:
+        return
+    counts = Counter(keyed.values())
+    top = max(counts.values())
+    majority = next(keyed[h] for h in keyed if counts[keyed[h]] == top)
+    holders = [h for h in keyed if keyed[h] == majority]
+    for h, v in keyed.items():
+        if v != majority:
+            r = results[(h, check)]
+            results[(h, check)] = CheckResult(
+                h, check, FAIL, f"{r.summary}; differs from {majority} on {', '.join(holders)}", r.value, r.details)
+
+
+def _float(text: str) -> float | None:
+    try:
+        return float(text.strip())
+    except ValueError:
+        return None
+
+
+def clock_skew(samples: Mapping[str, Sample]) -> ClockSkew | None:
+    """Offset of each host clock from the controller's, and the worst pair of hosts.
+
+    The host read ``t0`` between ``sent`` and ``received`` (controller clock), so its offset is
+    ``t0 - (sent + received) / 2``, known to ± half that interval (one in-session round trip: the
+    SSH and shell start-up are outside it).
+    """
+    offsets: dict[str, float] = {}
+    unc: dict[str, float] = {}
+    for host, s in samples.items():
+        t0 = _float(s.sections["t0"].text) if "t0" in s.sections else None
+        if t0 is None or s.received is None:
+            continue
+        offsets[host] = t0 - (s.sent + s.received) / 2
+        unc[host] = (s.received - s.sent) / 2
+    if not offsets:
+        return None
+    pair = None
+    worst = 0.0
+    if len(offsets) > 1:
+        lo = min(offsets, key=offsets.__getitem__)
+        hi = max(offsets, key=offsets.__getitem__)
+        worst, pair = offsets[hi] - offsets[lo], (hi, lo)
+    return ClockSkew(offsets, unc, worst, pair)
+
+
+def _clock_verdict(r: CheckResult, clock: ClockSkew, limits: Limits) -> CheckResult:
+    """Fail a host off the controller by more than ``max_skew``, or off the hosts' median by more than half
+    of it (so when no host fails, every pair is within ``max_skew``, give or take the uncertainties)."""
+    host = r.host
+    if host not in clock.offsets:
+        return CheckResult(host, "clock", WARN, "the host clock was read but the exchange was not timed")
+    off, u = clock.offsets[host], clock.uncertainty[host]
+    text = f"{off:+.3f}s ±{u:.3f}s vs controller"
+    problems = []
+    if abs(off) - u > limits.max_skew:
+        problems.append(f"{off:+.3f}s from the controller")
+    if len(clock.offsets) > 1:
+        median = statistics.median(clock.offsets.values())
+        if abs(off - median) - u > limits.max_skew / 2:
+            problems.append(f"{off - median:+.3f}s from the median of the hosts")
+        text += f"; hosts spread {clock.max_pairwise:.3f}s"
+    value = f"{off:+.3f}s"
+    if problems:
+        return CheckResult(host, "clock", FAIL, "; ".join(problems) + f" (limit {limits.max_skew:g}s) [{text}]", value)
+    return CheckResult(host, "clock", OK, text, value)

@@ -1,0 +1,229 @@
+"""Preflight probe: what to ask each host, and the one script that asks it (pure, no I/O).
+
+:func:`plan_probe` turns a host's spec into a :class:`ProbePlan` and :func:`probe_script` into
+one POSIX ``sh`` script that prints tagged sections (``@@camit@@ begin <name>`` … ``@@camit@@ end
+<name> <rc>``): clock, identity, interpreter versions, free disk, ``core_pattern`` and core limits
+and, on NPU hosts, ``npu-smi info``, version records of both CANN layouts, driver and firmware,
+and the ``hccn_tool`` queries of the platform (run one after another: parallel calls answer "busy").
+:func:`split_sections` reads the script's output back into :class:`Section` s. :class:`Limits`
+holds the thresholds and timeouts of a whole preflight.
+
+``framework.preflight`` runs the script on the hosts; ``framework.preflight_checks`` judges
+the sections.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from dataclasses import dataclass
+from typing import Any
+
+from framework import commands
+
+MARK = "@@camit@@"
+SOC_CPU = "cpu"
+#: hccn_tool queries per SoC (reference/ascend-hosts.md §5): on A3 only TLS must agree; -link may read
+#: DOWN while HCCS works and -ip covers the RoCE side only, so those are informational there
+HCCN_QUERIES = {
+    "ascend910b": ("link", "net_health", "ip", "tls"),
+    "ascend910_93": ("tls", "link"),
+}
+_HCCN_ARGS = {"link": "-link -g", "net_health": "-net_health -g", "ip": "-ip -g", "tls": "-tls -g"}
+CANN_RECORD = "ascend_toolkit_install.info"
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Thresholds and timeouts of a preflight."""
+
+    min_free_gb: float = 2.0
+    max_skew: float = 1.0
+    probe_timeout: float = 180.0
+    tool_timeout: float = 60.0
+
+
+# --------------------------------------------------------------------------- plan
+
+
+@dataclass(frozen=True)
+class ProbePlan:
+    """What to probe on one host (pure data, from its ``HostSpec``)."""
+
+    host: str
+    workdir: str
+    python: str
+    venv_python: str
+    soc: str
+    npu_count: int
+    visible: tuple[int, ...] | None = None
+    cann_set_env: str | None = None
+    host_key: str = "known_hosts"
+    tool_timeout: float = 60.0
+
+    @property
+    def npu(self) -> bool:
+        return self.soc != SOC_CPU
+
+    @property
+    def hccn_queries(self) -> tuple[str, ...]:
+        return HCCN_QUERIES.get(self.soc, HCCN_QUERIES["ascend910b"])
+
+    @property
+    def cann_homes(self) -> list[str]:
+        """Toolkit homes to look for records in, the env's ``cann.set_env`` directory first."""
+        homes = []
+        if self.cann_set_env:
+            base = posixpath.dirname(self.cann_set_env)
+            homes += [base, f"{base}/latest"]
+        for root in ("/usr/local/Ascend", "$HOME/Ascend"):
+            homes += [f"{root}/cann", f"{root}/ascend-toolkit/latest"]
+        return list(dict.fromkeys(homes))
+
+
+def plan_probe(spec: Any, env: Any = None, limits: Limits | None = None) -> ProbePlan:
+    """The probe plan of one host from its ``config.HostSpec`` (and the env's ``cann``)."""
+    if spec.host_key:
+        key = "pinned"
+    elif spec.host_key_policy == "insecure":
+        key = "insecure"
+    else:
+        key = f"known_hosts ({spec.host_key_policy})"
+    wd = spec.workdir.rstrip("/") or "/"
+    cann = getattr(env, "cann", None)
+    return ProbePlan(
+        host=spec.name, workdir=wd, python=spec.python, venv_python=f"{wd}/venv/bin/python",
+        soc=spec.npu.soc, npu_count=spec.npu.count, visible=spec.npu.visible,
+        cann_set_env=cann.set_env if cann else None, host_key=key,
+        tool_timeout=(limits or Limits()).tool_timeout,
+    )
+
+
+_PY_VERSIONS = """\
+import sys
+try:
+    from importlib import metadata as md
+except ImportError:
+    md = None
+print("python %d.%d.%d" % tuple(sys.version_info[:3]))
+for name in ("torch", "torch_npu"):
+    version = "-"
+    for dist in (name, name.replace("_", "-")) if md else ():
+        try:
+            version = md.version(dist)
+            break
+        except Exception:
+            pass
+    print(name + " " + version)
+"""
+
+# core facts: the pattern, both limits, and whether its handler/directory is usable
+_CORE_FACTS = r"""core_facts() {
+  p=$(cat /proc/sys/kernel/core_pattern)
+  printf 'pattern=%s\nsoft=%s\nhard=%s\n' "$p" "$(ulimit -S -c)" "$(ulimit -H -c)"
+  case $p in
+    "|"*) h=${p#|}; h=${h%% *}; if [ -x "$h" ]; then echo target=ok; else echo target=missing; fi ;;
+    /*) d=${p%%%*}; d=${d%/*}; [ -n "$d" ] || d=/
+        if [ -d "$d" ]; then if [ -w "$d" ]; then echo target=ok; else echo target=readonly; fi
+        else a=$d; while [ ! -d "$a" ]; do a=$(dirname "$a"); done
+             if [ -w "$a" ]; then echo target=creatable; else echo target=uncreatable; fi; fi ;;
+  esac
+}"""
+
+
+def probe_script(plan: ProbePlan) -> str:
+    """The one script a host runs; every fact it prints sits in a tagged section."""
+    q = commands.quote
+    wd = plan.workdir
+    lines = [
+        # the clock exchange: once we are ready the controller writes a line (at `sent`) and times
+        # the arrival of the date line (`received`)
+        f"echo {MARK} ready; read _go; exec </dev/null",
+        f"sec() {{ _n=$1; shift; echo {MARK} begin \"$_n\"; \"$@\" 2>&1; _r=$?; "
+        f"printf '\\n{MARK} end %s %s\\n' \"$_n\" \"$_r\"; }}",
+        "catf() { for _f in \"$@\"; do [ -f \"$_f\" ] && sec \"file:$_f\" cat -- \"$_f\"; done; return 0; }",
+        f"TO=; command -v timeout >/dev/null 2>&1 && TO='timeout -k 5 {plan.tool_timeout:g}'",
+        "sec t0 date +%s.%N",
+        "sec id sh -c 'id -un; hostname'",
+        f"PY={q(plan.python)}; [ -x {q(plan.venv_python)} ] && PY={q(plan.venv_python)}",
+        f"pyv() {{ echo \"interpreter $PY\"; $TO \"$PY\" -c {q(_PY_VERSIONS)}; }}",
+        "sec python pyv",
+        f"dfw() {{ d={q(wd)}; while [ ! -d \"$d\" ]; do d=$(dirname \"$d\"); done; echo \"dir $d\"; df -Pk \"$d\"; }}",
+        "sec disk dfw",
+        _CORE_FACTS,
+        "sec core core_facts",
+    ]
+    if plan.npu:
+        lines += _npu_probe(plan)
+    return "\n".join(lines) + "\n"
+
+
+def _npu_probe(plan: ProbePlan) -> list[str]:
+    q = commands.quote
+    records = []
+    for home in plan.cann_homes:
+        h = home if home.startswith("$HOME") else q(home)
+        h = h.replace("$HOME", "\"$HOME\"")
+        records += [f"{h}/*-linux/{CANN_RECORD}", f"{h}/version.cfg"]
+    lines = [
+        "NPUSMI=$(command -v npu-smi 2>/dev/null)",
+        "for _c in /usr/local/sbin/npu-smi /usr/local/bin/npu-smi; do [ -z \"$NPUSMI\" ] && [ -x $_c ] && NPUSMI=$_c; done",
+        "sec npu-smi.path echo \"$NPUSMI\"",
+        "[ -n \"$NPUSMI\" ] && sec npu-smi $TO \"$NPUSMI\" info",
+    ]
+    if plan.visible:
+        lines.append("[ -n \"$NPUSMI\" ] && sec npu-smi-m $TO \"$NPUSMI\" info -m")
+    lines += [
+        "catf /etc/ascend_install.info",
+        "D=$(sed -n 's/^Driver_Install_Path_Param=//p' /etc/ascend_install.info 2>/dev/null | head -n 1)",
+        "F=$(sed -n 's/^Firmware_Install_Path_Param=//p' /etc/ascend_install.info 2>/dev/null | head -n 1)",
+        "catf \"${D:-/usr/local/Ascend}/driver/version.info\" \"${F:-/usr/local/Ascend}/firmware/version.info\"",
+        "catf " + " ".join(records),
+    ]
+    if plan.cann_set_env:
+        lines.append(f"sec set_env ls -l -- {q(plan.cann_set_env)}")
+    lines += [
+        "HCCN=$(command -v hccn_tool 2>/dev/null); [ -n \"$HCCN\" ] || HCCN=/usr/local/Ascend/driver/tools/hccn_tool",
+        "sec hccn.path sh -c '[ -x \"$1\" ] && echo \"$1\"' - \"$HCCN\"",
+        # one call at a time; "hccn_tool is busy" is retried
+        "hc() { _i=0; while :; do _o=$($TO \"$HCCN\" \"$@\" 2>&1); _c=$?; case $_o in *\"is busy\"*) "
+        "_i=$((_i+1)); if [ $_i -lt 5 ]; then sleep 1; continue; fi;; esac; printf '%s\\n' \"$_o\"; return $_c; done; }",
+    ]
+    if plan.npu_count > 0:
+        body = "; ".join(f"sec hccn:$i:{name} hc -i $i {_HCCN_ARGS[name]}" for name in plan.hccn_queries)
+        lines.append(f"if [ -x \"$HCCN\" ]; then i=0; while [ $i -lt {plan.npu_count} ]; do {body}; "
+                     "i=$((i+1)); done; fi")
+    return lines
+
+
+# --------------------------------------------------------------------------- sections
+
+
+@dataclass(frozen=True)
+class Section:
+    name: str
+    text: str
+    rc: int | None  # None: the script never closed the section (killed on timeout)
+
+
+def split_sections(stdout: str) -> dict[str, Section]:
+    """Tagged sections of a probe's stdout; an unterminated last section keeps what it printed."""
+    out: dict[str, Section] = {}
+    name: str | None = None
+    buf: list[str] = []
+    for line in stdout.splitlines(keepends=True):
+        if line.startswith(MARK + " "):
+            words = line.split()
+            if len(words) >= 3 and words[1] == "begin":
+                name, buf = line.rstrip("\n")[len(MARK) + 7:], []
+                continue
+            if len(words) >= 4 and words[1] == "end" and name is not None:
+                text = "".join(buf)
+                text = text[:-1] if text.endswith("\n") else text  # the newline printed before the end mark
+                out[name] = Section(name, text, int(words[-1]) if words[-1].lstrip("-").isdigit() else None)
+                name = None
+                continue
+        if name is not None:
+            buf.append(line)
+    if name is not None:
+        out[name] = Section(name, "".join(buf), None)
+    return out
