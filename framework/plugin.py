@@ -264,6 +264,10 @@ def pytest_configure(config: pytest.Config) -> None:
         # our run folder also holds pytest's own JUnit unless the user chose a path
         if not getattr(config.option, "xmlpath", None):
             config.option.xmlpath = str(rundir.path / "junit.xml")
+        if getattr(config.option, "dist", "no") == "load" and getattr(config.option, "maxschedchunk", 0) is None:
+            # cluster tests are few and slow: xdist hands them out one at a time to whichever worker is
+            # free (its option for "a small number of slow tests"); see pytest_collection_modifyitems
+            config.option.maxschedchunk = 1
 
 
 def pytest_configure_node(node: Any) -> None:  # pytest-xdist: hand the run folder to the workers
@@ -332,6 +336,34 @@ def _requirements(item: pytest.Item, session: CamitSession) -> str | None:
                 "a2_test" if name == "a3_test" else "a3_test") and socs & other:
             return f"{name} case; the env's hosts are {sorted(socs)}"
     return None
+
+
+def _cluster_weight(item: pytest.Item) -> int:
+    """How much of the cluster a test occupies: its world size (``ranks``), else its node count (``nodes``)."""
+    for name in ("ranks", "nodes"):
+        m = item.get_closest_marker(name)
+        if m and m.args:
+            try:
+                return int(m.args[0])
+            except (TypeError, ValueError):
+                return 0
+    return 0
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under pytest-xdist: tests that launch across the cluster first, the largest world first.
+
+    xdist's default ``load`` scheduler sends each worker consecutive chunks of the collection; with the
+    suite's many cheap per-host checks collected first and the launches last, every launch of a 16-host
+    ``-n 2`` run landed on one worker's hosts while the other worker sat idle. Sorted (stably, the
+    same on every worker) and handed out one at a time (``--maxschedchunk 1``, set in
+    ``pytest_configure`` unless given), the launches go to whichever worker's host share is free,
+    longest first.
+    """
+    if getattr(config, "workerinput", None) is None or session_of(config).env is None:
+        return
+    items.sort(key=lambda item: -_cluster_weight(item))
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:

@@ -186,6 +186,35 @@ def test_xdist_workers_drive_disjoint_host_shares(pytester):
     result.stdout.fnmatch_lines([f"*--random-seed {seeds.pop()}*"])
 
 
+def test_xdist_workers_both_start_with_the_cluster_launches(pytester, env_file):
+    """Launch tests (ranks/nodes markers) collected after many cheap ones still go to both workers first."""
+    pytester.makepyfile(textwrap.dedent("""
+        import os
+        import pytest
+
+        def record(name, tmp_path_factory):
+            out = tmp_path_factory.getbasetemp().parent / f"order-{os.environ['PYTEST_XDIST_WORKER']}.txt"
+            with open(out, "a") as fh:
+                fh.write(name + "\\n")
+
+        @pytest.mark.parametrize("i", range(40))
+        def test_cheap(i, tmp_path_factory):
+            record(f"cheap{i}", tmp_path_factory)
+
+        @pytest.mark.parametrize("w", [pytest.param(w, marks=pytest.mark.ranks(w)) for w in (4, 8, 16, 32)])
+        def test_launch(w, tmp_path_factory):
+            record(f"launch{w}", tmp_path_factory)
+    """))
+    result = pytester.runpytest("--env", str(env_file), "--ranks-per-node", "32", "-n", "2", "-p", "no:cacheprovider",
+                                "-p", "no:benchmark")
+    result.assert_outcomes(passed=44)
+    orders = {p.name: p.read_text().split() for p in pytester.path.parent.rglob("order-gw*.txt")}
+    assert len(orders) == 2, orders
+    firsts = sorted(o[:2] for o in orders.values())
+    # each worker begins with two launches, the biggest worlds first (xdist starts every worker with two)
+    assert firsts == [["launch32", "launch16"], ["launch8", "launch4"]], orders
+
+
 def test_host_shares_without_xdist_are_all_hosts(pytester, env_file):
     pytester.makepyfile("def test_x(camit):\n    assert camit.host_names() == ['node1', 'node2']\n")
     pytester.runpytest("--env", str(env_file)).assert_outcomes(passed=1)
