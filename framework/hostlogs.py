@@ -1,7 +1,7 @@
 """Host logs after a failure: kernel messages since the test began, recent Ascend logs, failure signatures.
 
 Pure: :func:`scan_signatures` finds the Ascend/HCCL/torch_npu failure
-signatures (reference ascend-hosts.md §9) in a log text; :func:`dmesg_since`
+signatures (reference ascend-hosts.md §9) and the kernel's OOM kills in a log text; :func:`dmesg_since`
 keeps the kernel lines stamped after the snapshot; :func:`logs_script` is the
 one shell script per host that prints the tail of ``dmesg`` and packs the
 Ascend logs (``{debug,run}/plog`` and ``device-N``) changed since the snapshot,
@@ -131,6 +131,12 @@ _RULES: tuple[_Rule, ...] = (
     _Rule("ERR02005", re.compile(r"\bERR02005\b"), "torch_npu: DIST internal error", primary=False),
     _Rule("TERMINATE", re.compile(r"terminate called after throwing an instance of"),
           "C++ std::terminate: the process aborts (SIGABRT)", primary=False),
+    # kernel (dmesg): a rank that "died of SIGKILL" with nobody killing it was usually this
+    _Rule("OOM-KILL", re.compile(r"(?:Out of memory|Memory cgroup out of memory): Killed process \d+"),
+          "the kernel's OOM killer ended a process (host memory exhausted; the victim dies of SIGKILL)",
+          _all(r"Killed process (\d+) \(([^)]*)\)[^\n]*?anon-rss:(\d+)kB",
+               lambda found: "; ".join(f"pid {pid} ({comm}), {int(kb) // 1024} MiB resident"
+                                       for pid, comm, kb in found))),
 )
 
 
@@ -287,9 +293,14 @@ def collect_logs(cluster: Cluster, report: Path, baseline: Any, *,
         else:
             collected[name] = list(value)  # type: ignore[arg-type]
     found: dict[str, list[Signature]] = {}
+    taken = getattr(baseline, "taken", None)
     for name, files in collected.items():
         host_dir = report / name
-        candidates = sorted(host_dir.glob("rank*.log")) + sorted(host_dir.glob("torchrun.log")) + files
+        # the launch logs fetched since the snapshot: <host>/rank*.log, or <host>/<launch>/rank*.log
+        # when a run holds several launches (the per-test case); older launches' logs are not this failure's
+        launch_logs = [p for p in sorted(host_dir.rglob("*.log")) if p.name.startswith("rank") or
+                       p.name == "torchrun.log"]
+        candidates = [p for p in launch_logs if taken is None or _mtime(p) >= taken - 1.0] + files
         sigs = []
         for path in dict.fromkeys(candidates):
             try:
@@ -308,6 +319,13 @@ def collect_logs(cluster: Cluster, report: Path, baseline: Any, *,
         write_atomic(report / "signatures.txt", summary)
         log.warning("failure signatures:\n%s", summary.rstrip())
     return collected, summary
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return 0.0
 
 
 __all__ = ["Signature", "collect_logs", "dmesg_since", "logs_script", "parse_logs_output", "scan_signatures",

@@ -435,6 +435,9 @@ def _collect(item: pytest.Item, session: CamitSession, watch: Any, baseline: Any
             watch.collect_logs(session.ensure_rundir(), since=baseline)
         except FrameworkError as exc:
             _log_event("collect", f"log collection failed: {exc}")
+        else:
+            if watch.log_summary:  # e.g. an OOM kill behind a rank that "died of SIGKILL"
+                item.add_report_section("call", "failure signatures", watch.log_summary)
     if not cores:
         return ""
     policy = _core_policy(item, session)

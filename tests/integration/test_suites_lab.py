@@ -134,3 +134,21 @@ def test_two_xdist_workers_share_the_cluster_without_crosstalk(env_variant, buil
     used = [set(n for n in launch["nodes"]) for launch in launches]
     # each worker drove its own pair of hosts, concurrently and without sharing any
     assert sorted(sorted(u) for u in used) == [["host1", "host2"], ["host3", "host4"]]
+
+
+def test_a_failed_case_shows_the_failure_signatures_of_its_hosts(lab_env_path, tmp_path):
+    """A rank that logs an HCCL timeout and fails: the pytest report names the signature and the peer."""
+    ut = tmp_path / "src" / "test" / "cam" / "ut" / "hccl"
+    ut.mkdir(parents=True)
+    (ut / "test_timeout.py").write_text(
+        "import os, sys\n\n\ndef test_peer_never_came():\n"
+        "    if os.environ.get('RANK') == '1':\n"
+        "        print('[ERROR] HCCL(1,python):EI0006: Getting socket times out. dst_rank[3]', file=sys.stderr)\n"
+        "        raise RuntimeError('collective timed out')\n")
+    proc = subprocess.run([sys.executable, "-m", "pytest", "suites/cam/test_upstream.py", "--env", str(lab_env_path),
+                           "--umdk-src", str(tmp_path / "src"), "--no-deploy", "--report-dir", str(tmp_path / "r"),
+                           "-p", "no:cacheprovider", "-q"], cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 1, proc.stdout[-3000:]
+    out = proc.stdout
+    assert "failure signatures" in out and "EI0006" in out and "peer ranks 3" in out, out[-4000:]
+    assert "EI0006" in ((tmp_path / "r" / "latest").resolve() / "signatures.txt").read_text()

@@ -735,3 +735,18 @@ def test_cores_are_still_reported_when_inspecting_them_fails(tmp_path: Path) -> 
     assert [(c.pid, c.signal) for c in cores] == [(42, "SIGSEGV")]
     assert any("connection lost" in n for n in cores[0].notes)
     assert watch.verdict(cores)[0]
+
+
+def test_kernel_oom_kill_is_a_signature_naming_the_victim():
+    """A real OOM kill from the lab (two world-16 launches at once on 23 GiB): the rank 'died of SIGKILL'."""
+    text = (Path(__file__).resolve().parents[1] / "data" / "kernel" / "dmesg-oom.txt").read_text()
+    found = scan_signatures(text, "host16/dmesg.txt")
+    oom = [s for s in found if s.code == "OOM-KILL"]
+    assert len(oom) == 1 and oom[0].primary
+    assert oom[0].detail == "pid 21182 (python), 983 MiB resident"
+    assert oom[0].line.startswith("[11794.043617] Out of memory: Killed process 21182 (python)")
+    assert "OOM killer" in oom[0].describe() and "host16/dmesg.txt:" in oom[0].describe()
+    # a cgroup's limit reads differently; both name the victim; other kernel lines are not signatures
+    cg = scan_signatures("Memory cgroup out of memory: Killed process 7 (torchrun) total-vm:1kB, anon-rss:2048kB,\n"
+                         "[1.0] hrtimer: interrupt took 2153650 ns\n")
+    assert [(s.code, s.detail) for s in cg] == [("OOM-KILL", "pid 7 (torchrun), 2 MiB resident")]
