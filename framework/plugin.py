@@ -546,4 +546,7 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
 
 
 def pytest_keyboard_interrupt(excinfo: Any) -> None:
+    # pytest also comes here for collection errors (Session.Interrupted) and pytest.exit(): not a Ctrl-C
+    if isinstance(excinfo.value, (pytest.Session.Interrupted, pytest.exit.Exception)):
+        return
     sys.stderr.write("camit: interrupted; every launch was torn down, the report folder is kept\n")

@@ -218,3 +218,15 @@ def test_xdist_workers_both_start_with_the_cluster_launches(pytester, env_file):
 def test_host_shares_without_xdist_are_all_hosts(pytester, env_file):
     pytester.makepyfile("def test_x(camit):\n    assert camit.host_names() == ['node1', 'node2']\n")
     pytester.runpytest("--env", str(env_file)).assert_outcomes(passed=1)
+
+
+def test_interrupted_line_only_for_a_real_interrupt(pytester, env_file):
+    pytester.makepyfile(test_broken="import no_such_module_here\n")
+    result = pytester.runpytest_subprocess("--env", str(env_file), "-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.INTERRUPTED  # pytest's word for a collection error
+    assert "camit: interrupted" not in result.stderr.str() + result.stdout.str()
+    (pytester.path / "test_broken.py").unlink()
+    pytester.makepyfile(test_ctrl_c="def test_x():\n    raise KeyboardInterrupt\n")
+    result = pytester.runpytest_subprocess("--env", str(env_file), "-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    result.stderr.fnmatch_lines(["camit: interrupted; every launch was torn down, the report folder is kept"])
