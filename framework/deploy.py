@@ -319,6 +319,19 @@ class DeployResult:
         }
 
 
+def merge_manifest(old: Any, new: dict[str, Any]) -> dict[str, Any]:
+    """One run's ``deploy-manifest.json`` after another deploy of the same run (an xdist worker's share):
+    the hosts of both (the newer entry wins for a host in both), notes of both, the longer duration."""
+    if not isinstance(old, dict) or not isinstance(old.get("hosts"), dict):
+        return new
+    return {
+        "duration": max(float(old.get("duration") or 0.0), float(new.get("duration") or 0.0)),
+        "relay_used": bool(old.get("relay_used")) or bool(new.get("relay_used")),
+        "notes": list(dict.fromkeys([*(old.get("notes") or []), *(new.get("notes") or [])])),
+        "hosts": {**old["hosts"], **new["hosts"]},
+    }
+
+
 # -- executor -----------------------------------------------------------------
 class Deployer:
     """Deploy ``env``'s artifacts to ``cluster``; ``run()`` returns a ``DeployResult``.
@@ -354,7 +367,7 @@ class Deployer:
                     probe = m.durations.get("probe", 0.0)
                     record_phase(self.rundir.path, h, "connect", t0, t0 + probe)
                     record_phase(self.rundir.path, h, "deploy", t0 + probe, t0 + sum(m.durations.values()))
-                self.rundir.write_json("deploy-manifest.json", result.to_json())
+                self.rundir.update_json("deploy-manifest.json", lambda old: merge_manifest(old, result.to_json()))
         return result
 
     def _fail(self, result: DeployResult, host: str, step: str, exc: BaseException) -> None:

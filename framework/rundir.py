@@ -1,7 +1,8 @@
 """The run's report folder: ``reports/<run-id>/`` with ``reports/latest`` pointing at it.
 
-Only the controller writes here. Every file is written atomically (temporary
-file + rename), so an interrupted run leaves whole files or none.
+Only the controller writes here (under pytest-xdist: its workers too, each file that several of them
+add to is updated under a file lock next to it). Every file is written atomically (temporary file +
+rename), so an interrupted run leaves whole files or none.
 """
 
 from __future__ import annotations
@@ -11,8 +12,11 @@ import os
 import secrets
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from filelock import FileLock
 
 
 def new_run_id() -> str:
@@ -63,6 +67,17 @@ class RunDir:
 
     def write_json(self, name: str, data: Any) -> Path:
         return write_atomic(self.file(name), json.dumps(data, indent=2, default=str) + "\n")
+
+    def update_json(self, name: str, update: Callable[[Any], Any]) -> Path:
+        """Replace ``name`` by ``update(old)`` (``old`` None when absent or unreadable), under a file lock,
+        so several processes of one run (xdist workers) each add their part instead of the last one winning."""
+        path = self.file(name)
+        with FileLock(str(path.parent / f".{path.name}.lock")):
+            try:
+                old = json.loads(path.read_text())
+            except (OSError, ValueError):
+                old = None
+            return self.write_json(name, update(old))
 
     def write_text(self, name: str, text: str) -> Path:
         return write_atomic(self.file(name), text)

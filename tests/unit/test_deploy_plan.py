@@ -172,3 +172,41 @@ def test_host_put_passes_progress(tmp_path):
     seen = []
     Host("h", FakeTransport("h"), command_timeout=5).put(src, "/w/x", progress=lambda s, t: seen.append((s, t)))
     assert seen == [(3, 3)]
+
+
+def test_deploy_manifests_of_one_run_merge_instead_of_the_last_one_winning(tmp_path):
+    """Two xdist workers deploy their own host shares into one run folder (concurrently)."""
+    import json
+    import multiprocessing
+
+    from framework.rundir import RunDir
+
+    def manifest(hosts, duration, notes, relay):
+        return {"duration": duration, "relay_used": relay, "notes": notes,
+                "hosts": {h: {"host": h, "status": "deployed"} for h in hosts}}
+
+    assert deploy.merge_manifest(None, manifest(["a"], 1.0, [], False)) == manifest(["a"], 1.0, [], False)
+    merged = deploy.merge_manifest(manifest(["a", "b"], 2.0, ["x"], True), manifest(["c"], 1.5, ["x", "y"], False))
+    assert merged == {"duration": 2.0, "relay_used": True, "notes": ["x", "y"],
+                      "hosts": {h: {"host": h, "status": "deployed"} for h in "abc"}}
+
+    rundir = RunDir.create(tmp_path / "reports")
+    ctx = multiprocessing.get_context("fork")
+    procs = [ctx.Process(target=_merge_many, args=(rundir.path, w)) for w in range(4)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(30)
+        assert p.exitcode == 0
+    hosts = json.loads((rundir.path / "deploy-manifest.json").read_text())["hosts"]
+    assert sorted(hosts) == sorted(f"w{w}h{i}" for w in range(4) for i in range(20))
+
+
+def _merge_many(path, worker):
+    from framework.rundir import RunDir
+
+    rundir = RunDir(path, path.name)
+    for i in range(20):
+        new = {"duration": 0.1, "relay_used": False, "notes": [],
+               "hosts": {f"w{worker}h{i}": {"host": f"w{worker}h{i}", "status": "deployed"}}}
+        rundir.update_json("deploy-manifest.json", lambda old, new=new: deploy.merge_manifest(old, new))
