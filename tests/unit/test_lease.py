@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import shlex
 import socket
 import subprocess
 import sys
@@ -116,6 +117,16 @@ def fake_host(name: str, ip: str) -> tuple[Host, FakeTransport]:
     return Host(name, fake, spec=s, command_timeout=5), fake
 
 
+def put_content(display: str) -> str:
+    """The lease text a script writes (the word after ``put``), unquoted as the shell would.
+
+    Not a regex: the text holds the controller's command line, which can hold quotes (``-k "a or b"``).
+    """
+    lexer = shlex.shlex(display[display.index("put ") + 4:], posix=True)
+    lexer.whitespace_split = True
+    return next(iter(lexer))
+
+
 def reply(result: str, content: str | None = None, now: int = 1000) -> Result:
     text = f"RESULT {result}\nNOW {now}\n" + (f"LEASE-BEGIN\n{content}\nLEASE-END\n" if content else "")
     return Result("x", "script", 0, text)
@@ -129,7 +140,7 @@ def test_all_or_nothing_in_address_order_on_fake_hosts():
     mine: dict[str, str] = {}
 
     def take_b(display: str) -> Result:
-        content = re.search(r"put '(\{.*\})'", display).group(1)
+        content = put_content(display)
         mine["b"] = content.replace("__NOW__", "1000").replace("__EXPIRES__", "1300")
         return reply("acquired", mine["b"])
 
@@ -150,7 +161,7 @@ def test_takeover_of_stale_lease_is_conditional_on_its_content(caplog):
 
     def takeover(display: str) -> Result:
         assert "[ \"$(cat -- \"$L\")\" = '" + stale + "' ]" in display
-        content = re.search(r"put '(\{.*\})'", display).group(1)
+        content = put_content(display)
         return reply("acquired", content.replace("__NOW__", "1000").replace("__EXPIRES__", "1300"))
 
     fake.on(re.compile(r"ln -- "), handler=lambda d: reply("held", stale))
