@@ -22,8 +22,10 @@ from typing import Any, Union
 #: a command: argv (quoted element-wise) or a shell script (run by ``sh -c``)
 Command = Union[Sequence[str], str]
 
-#: first stderr line of every wrapped command: the remote process-group id
+#: first stderr line of every wrapped command: the remote process-group id (and the login shell's $0)
 PGID_MARKER = "__camit_pgid__="
+#: login shells that read our POSIX sh lines as /bin/sh would: a command can run in them directly
+POSIX_SHELLS = frozenset({"bash", "sh", "dash"})
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 REDACTED = "***"
@@ -110,14 +112,30 @@ def build(
     return Line(assemble(False), assemble(True))
 
 
-def with_pgid(line: str) -> str:
-    """Wrap ``line`` so its first stderr line reports the process-group id.
+def with_pgid(line: str, *, direct: bool = False, stdin: bool = True) -> str:
+    """Wrap ``line`` so its first stderr line reports the process-group id and the login shell.
 
     sshd starts every session's shell with ``setsid()``, so the shell's ``$$`` is
     the process group (and session) of everything the command starts, unless a
-    child leaves it on purpose. ``exec`` keeps that pid for the command itself.
+    child leaves it on purpose. By default ``line`` runs in ``/bin/sh`` (``exec``
+    keeps that pid), whatever the user's login shell; with ``direct`` — the login
+    shell is known to be one of ``POSIX_SHELLS`` — it runs in the login shell
+    itself, which saves one exec of ``/bin/sh`` per command (~0.6 ms of host CPU).
+    Without ``stdin`` the command reads ``/dev/null``: the caller never has to send
+    an EOF, which can race the server's close of a command that already ended.
     """
-    return f"echo {PGID_MARKER}$$ >&2; exec /bin/sh -c {quote(line)}"
+    head = f"echo {PGID_MARKER}$$ \"$0\" >&2; " + ("" if stdin else "exec </dev/null; ")
+    if direct:
+        # the trailing `exit $?` keeps the shell from exec'ing the last command: a command killed by a
+        # signal then still ends in an exit status (128+n) as under /bin/sh, not in an exit-signal
+        # message that paramiko does not report
+        return f"{head}{line}\nexit $?"
+    return head + f"exec /bin/sh -c {quote(line)}"
+
+
+def shell_name(arg0: str) -> str:
+    """The login shell's name from its ``$0`` (``-bash``, ``/bin/bash`` → ``bash``)."""
+    return arg0.strip().lstrip("-").rsplit("/", 1)[-1]
 
 
 def group_alive(pgid: int) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from framework.commands import PGID_MARKER
+from framework.commands import PGID_MARKER, shell_name
 from framework.result import Result
 
 #: default bytes kept per stream (the tail); the rest is counted and dropped
@@ -43,13 +43,15 @@ class OutputTail:
 
     Memory stays bounded however much a command prints (a 50 MB stderr costs
     ``limit`` bytes). With ``strip_pgid`` the first line, when it carries our
-    process-group marker, is parsed into ``pgid`` and not kept.
+    process-group marker, is parsed into ``pgid`` (and the login shell's name into
+    ``shell``) and not kept.
     """
 
     def __init__(self, limit: int = DEFAULT_MAX_OUTPUT, *, strip_pgid: bool = False) -> None:
         self.limit = max(1, limit)
         self.total = 0
         self.pgid: int | None = None
+        self.shell: str | None = None
         self._buf = bytearray()
         self._head: bytearray | None = bytearray() if strip_pgid else None
 
@@ -57,13 +59,15 @@ class OutputTail:
         if self._head is not None:
             self._head += data
             nl = self._head.find(b"\n")
-            if nl < 0 and len(self._head) < 64:
+            if nl < 0 and len(self._head) < 512:
                 return
             head, self._head = bytes(self._head), None
             first, _, rest = head.partition(b"\n") if nl >= 0 else (head, b"", b"")
             marker = PGID_MARKER.encode()
-            if nl >= 0 and first.startswith(marker) and first[len(marker):].isdigit():
-                self.pgid = int(first[len(marker):])
+            pid, _, arg0 = first[len(marker):].partition(b" ")
+            if nl >= 0 and first.startswith(marker) and pid.isdigit():
+                self.pgid = int(pid)
+                self.shell = shell_name(arg0.decode(errors="replace")) if arg0 else None
                 data = rest
             else:
                 data = head

@@ -7,8 +7,10 @@ is always refused with both fingerprints. Paramiko and socket errors are
 translated into ``framework.errors`` here and nowhere else.
 
 Every command is wrapped by ``commands.with_pgid`` so the first stderr line
-tells us the remote process group; a timeout (or Ctrl-C) kills that group over a
-second channel, TERM then KILL, so the remote command really ends.
+tells us the remote process group (and the login shell); a timeout (or Ctrl-C)
+kills that group over a second channel, TERM then KILL, so the remote command
+really ends. The first command on a connection runs in ``/bin/sh``; once the login
+shell is known to be POSIX (bash, dash, sh) later ones run in it directly.
 """
 
 from __future__ import annotations
@@ -141,6 +143,7 @@ class SshTransport:
         self.connect_timeout = connect_timeout
         self._client: paramiko.SSHClient | None = None
         self._sftp: paramiko.SFTPClient | None = None
+        self._shell: str | None = None  # the login shell, as the first command's marker line named it
         self._lock = threading.Lock()
         self._sftp_lock = threading.Lock()  # one SFTP client is not thread-safe
 
@@ -273,8 +276,11 @@ class SshTransport:
         err = OutputTail(max_output, strip_pgid=True)
         timed_out = False
         try:
-            chan.exec_command(commands.with_pgid(line))
-            chan.shutdown_write()
+            # stdin is /dev/null on the host, so no EOF is ever sent: paramiko builds an EOF under the
+            # channel lock but sends it outside, so it could follow our reply to the server's CLOSE of a
+            # command that had already ended, and sshd then drops the whole connection ("ieof packet
+            # referred to nonexistent channel"; seen with 8 threads of short commands on one host)
+            chan.exec_command(commands.with_pgid(line, direct=self._shell in commands.POSIX_SHELLS, stdin=False))
             deadline = None if timeout is None else start + timeout
             while True:
                 wait = 0.5 if deadline is None else min(0.5, max(0.0, deadline - time.monotonic()))
@@ -300,6 +306,8 @@ class SshTransport:
             chan.close()
         out.close()
         err.close()
+        if err.shell:  # learnt from the first command: later ones skip the /bin/sh exec in a POSIX shell
+            self._shell = err.shell
         rc = None if timed_out else (chan.recv_exit_status() if chan.exit_status_ready() else None)
         return Result(
             host=self.name, command=line, rc=rc, stdout=out.text(), stderr=err.text(),
@@ -311,7 +319,7 @@ class SshTransport:
         """Start ``line`` and return at once; see ``transport.base.Process``."""
         chan = self._session()
         try:
-            chan.exec_command(commands.with_pgid(line))
+            chan.exec_command(commands.with_pgid(line, direct=self._shell in commands.POSIX_SHELLS))
         except (paramiko.SSHException, OSError) as exc:
             chan.close()
             raise HostUnreachable(self.name, f"cannot start command: {exc}") from None
@@ -487,6 +495,8 @@ class SshProcess:
             raise HostUnreachable(self.host, f"cannot write to {self.display!r}: {exc}") from None
 
     def close_stdin(self) -> None:
+        if self._chan.closed or self._chan.eof_received:  # it ended: an EOF now could follow our CLOSE
+            return
         try:
             self._chan.shutdown_write()
         except (OSError, paramiko.SSHException, EOFError):

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -70,12 +72,26 @@ def test_hostile_env_and_cwd_arrive_literally(tmp_path):
     assert rest.split("\0")[:-1] == HOSTILE
 
 
-def test_pgid_wrapper_reports_the_shell_pid_first():
-    line = commands.with_pgid(commands.build("echo out; echo err >&2").text)
-    proc = subprocess.run(["/bin/sh", "-c", line], capture_output=True, text=True, start_new_session=True)
-    first, rest = proc.stderr.split("\n", 1)
-    assert first.startswith(commands.PGID_MARKER) and first[len(commands.PGID_MARKER):].isdigit()
-    assert rest == "err\n" and proc.stdout == "out\n"
+@pytest.mark.parametrize("direct", [False, True], ids=["via-sh", "direct"])
+@pytest.mark.parametrize("login", ["/bin/sh", "bash"])
+def test_pgid_wrapper_reports_the_shell_pid_and_name_first(direct, login):
+    script = commands.build("echo out; echo err >&2; printf '%s\\n' \"$@\" 'it''s' \"$(echo x)\"; exit 3").text
+    line = commands.with_pgid(script, direct=direct)
+    proc = subprocess.Popen([login, "-c", line], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    stdout, stderr = proc.communicate(timeout=30)
+    first, rest = stderr.split("\n", 1)
+    pid, arg0 = first[len(commands.PGID_MARKER):].split(" ", 1)
+    assert first.startswith(commands.PGID_MARKER) and int(pid) == proc.pid  # the session leader: the pgid
+    assert commands.shell_name(arg0) == Path(login).name
+    assert rest == "err\n" and stdout == "out\nits\nx\n" and proc.returncode == 3
+    assert ("exec /bin/sh -c" in line) is not direct
+
+
+@pytest.mark.parametrize(("arg0", "name"), [("bash", "bash"), ("-bash", "bash"), ("/usr/bin/zsh", "zsh"),
+                                            (" /bin/sh\n", "sh")])
+def test_shell_name(arg0, name):
+    assert commands.shell_name(arg0) == name
 
 
 def test_kill_group_refuses_init_and_negative():
@@ -98,3 +114,19 @@ def test_parse_sha256(out, digest):
 def test_parse_sha256_rejects_garbage(out):
     with pytest.raises(ValueError):
         commands.parse_sha256(out)
+
+
+def test_pgid_wrapper_without_stdin_reads_dev_null():
+    line = commands.with_pgid("cat; echo done", direct=True, stdin=False)
+    proc = subprocess.run(["bash", "-c", line], input="never read\n", capture_output=True, text=True, timeout=30)
+    assert proc.stdout == "done\n"
+
+
+@pytest.mark.parametrize("direct", [False, True], ids=["via-sh", "direct"])
+def test_a_command_killed_by_a_signal_ends_in_128_plus_n(direct):
+    """The shell outlives a command that dies of a signal and exits 128+n (sshd then sends an exit status;
+    had the shell exec'd the command, sshd would send an exit-signal, which paramiko does not report)."""
+    crash = commands.build([sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGSEGV)"]).text
+    proc = subprocess.run(["bash", "-c", commands.with_pgid(crash, direct=direct, stdin=False)],
+                          capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 128 + 11

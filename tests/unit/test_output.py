@@ -38,3 +38,14 @@ def test_short_output_without_newline_is_flushed_on_close():
     tail.feed(b"x")
     tail.close()
     assert tail.text() == "x"
+
+
+def test_marker_names_the_login_shell():
+    tail = OutputTail(strip_pgid=True)
+    tail.feed(f"{PGID_MARKER}77 -bash\nrest\n".encode())
+    tail.close()
+    assert (tail.pgid, tail.shell, tail.text()) == (77, "bash", "rest\n")
+    old = OutputTail(strip_pgid=True)  # the marker of an older camit, without the shell
+    old.feed(f"{PGID_MARKER}78\n".encode())
+    old.close()
+    assert (old.pgid, old.shell, old.text()) == (78, None, "")
