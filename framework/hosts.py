@@ -21,7 +21,7 @@ import posixpath
 import secrets
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
@@ -291,6 +291,17 @@ class GroupResult(Mapping[str, Any], Generic[T]):
         return f"<GroupResult {len(self.succeeded)} ok, {len(self.failed)} failed>"
 
 
+_POOL_THREAD = threading.local()
+
+
+def _mark_pool_thread() -> None:
+    _POOL_THREAD.active = True
+
+
+def _new_pool(workers: int) -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(max_workers=workers, thread_name_prefix="camit-host", initializer=_mark_pool_thread)
+
+
 class Cluster:
     """Many hosts, one bounded pool; every call reports every host."""
 
@@ -300,6 +311,8 @@ class Cluster:
             raise ValueError(f"duplicate host names in {names}")
         self.hosts: dict[str, Host] = {h.name: h for h in hosts}
         self.max_parallel = max(1, int(max_parallel))
+        self._pool: ThreadPoolExecutor | None = None
+        self._pool_lock = threading.Lock()
 
     @classmethod
     def from_env(
@@ -328,7 +341,13 @@ class Cluster:
         return f"<Cluster {', '.join(self.hosts)}>"
 
     def map(self, fn: Callable[[Host], T], hosts: Iterable[str] | None = None) -> GroupResult[T]:
-        """Call ``fn(host)`` on every (selected) host in the pool; collect values or errors."""
+        """Call ``fn(host)`` on every (selected) host in the pool; collect values or errors.
+
+        The pool's threads live as long as the cluster (``close`` ends them): starting up to
+        ``max_parallel`` threads on every call cost more than the commands themselves — each start
+        waits for the new thread to run, so the 32nd host began ~30 ms after the first on a busy
+        controller. A ``map`` called from inside a pool thread gets a pool of its own (no deadlock).
+        """
         targets = [self.hosts[n] for n in hosts] if hosts is not None else list(self.hosts.values())
         if not targets:
             return GroupResult([])
@@ -342,16 +361,29 @@ class Cluster:
                     log.exception("%s: unexpected error", host.name)
                 results[host.name] = exc
 
-        with ThreadPoolExecutor(max_workers=min(self.max_parallel, len(targets)),
-                                thread_name_prefix="camit-host") as pool:
-            try:
-                list(pool.map(one, targets))
-            except KeyboardInterrupt:
-                # Ctrl-C/SIGTERM: hosts stop starting commands and abort uploads; the pool
-                # then drains quickly and the interrupt goes on to the caller
-                self.cancel()
-                raise
+        nested = getattr(_POOL_THREAD, "active", False)
+        pool = _new_pool(min(self.max_parallel, len(targets))) if nested else self._executor()
+        futures: list[Future[None]] = []
+        try:
+            for host in targets:
+                futures.append(pool.submit(one, host))
+            wait(futures)
+        except KeyboardInterrupt:
+            # Ctrl-C/SIGTERM: hosts stop starting commands and abort uploads; the pool
+            # then drains quickly and the interrupt goes on to the caller
+            self.cancel()
+            wait(futures)
+            raise
+        finally:
+            if nested:
+                pool.shutdown(wait=True)
         return GroupResult((h.name, results[h.name]) for h in targets)
+
+    def _executor(self) -> ThreadPoolExecutor:
+        with self._pool_lock:
+            if self._pool is None:
+                self._pool = _new_pool(self.max_parallel)
+            return self._pool
 
     def run(self, command: Command, *, hosts: Iterable[str] | None = None, **kwargs: Any) -> GroupResult[Result]:
         """``Host.run`` on every host; a host that cannot connect holds its exception."""
@@ -371,6 +403,10 @@ class Cluster:
             h.cancel_event.set()
 
     def close(self) -> None:
+        with self._pool_lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=False)
         for h in self.hosts.values():
             h.close()
 
