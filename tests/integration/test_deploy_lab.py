@@ -6,6 +6,7 @@ import base64
 import hashlib
 import json
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -46,8 +47,12 @@ def deploy(env, hosts=None, relay=None, tmp=None):
         return Deployer(env, cluster, relay=relay, rundir=rundir).run(), rundir
 
 
+#: workdirs of this test run only, so a lab reused across runs starts every deploy from nothing
+RUN_TAG = secrets.token_hex(3)
+
+
 def fresh_workdir(lab_env, name: str) -> str:
-    return f"/var/tmp/camit/{name}"
+    return f"/var/tmp/camit/{name}-{RUN_TAG}"
 
 
 def test_deploy_then_redeploy_unchanged(env_variant, lab_env, built, tmp_path):
