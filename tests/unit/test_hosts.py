@@ -173,3 +173,15 @@ def test_cluster_selects_hosts():
     fakes["h2"].on("x")
     assert list(cluster.run("x", hosts=["h2"])) == ["h2"]
     assert fakes["h1"].calls == [] and fakes["h3"].calls == []
+
+
+def test_the_pool_is_kept_between_calls_and_a_nested_map_cannot_deadlock():
+    cluster, _ = _cluster(3, max_parallel=1)
+    names = cluster.map(lambda h: threading.current_thread().name)
+    again = cluster.map(lambda h: threading.current_thread().name)
+    assert set(names.values()) == set(again.values()) and len(set(names.values())) == 1  # one kept thread
+    # every pool thread busy (max_parallel 1) and the task maps again: it gets a pool of its own
+    inner = cluster.map(lambda h: dict(cluster.map(lambda g: g.name)))
+    assert all(v == {"h1": "h1", "h2": "h2", "h3": "h3"} for v in inner.values())
+    cluster.close()
+    assert cluster.map(lambda h: h.name).ok  # a closed cluster starts a new pool when used again
