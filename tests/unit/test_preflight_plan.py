@@ -475,3 +475,30 @@ def test_preflight_is_one_round_trip_per_host_through_the_bounded_pool(tmp_path)
     assert all(t.spawns == 1 and t.runs == 0 for t in transports.values())
     assert 1 <= CountingLocal.peak <= 4
     assert report.exit_code == EXIT_OK, [r for r in report.results.values() if not r.passed]
+
+
+def test_the_version_snippet_reads_version_py_and_falls_back_to_metadata(tmp_path):
+    """torch's build writes torch/version.py; a torch_npu without one is read from its dist-info."""
+    import subprocess
+
+    from framework import preflight_probe
+
+    (tmp_path / "torch").mkdir()
+    (tmp_path / "torch" / "__init__.py").write_text("raise SystemExit('the probe must not import torch')\n")
+    (tmp_path / "torch" / "version.py").write_text("from typing import Optional\n__version__: str = '2.6.0+cpu'\n")
+    (tmp_path / "torch_npu").mkdir()
+    (tmp_path / "torch_npu" / "__init__.py").write_text("raise SystemExit('nor torch_npu')\n")
+    meta = tmp_path / "torch_npu-2.6.0.post3.dist-info"
+    meta.mkdir()
+    (meta / "METADATA").write_text("Metadata-Version: 2.1\nName: torch_npu\nVersion: 2.6.0.post3\n")
+    out = subprocess.run([sys.executable, "-S", "-c", preflight_probe._PY_VERSIONS], capture_output=True, text=True,
+                         env={"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin"}, timeout=60)
+    v = sys.version_info
+    assert out.stdout == f"python {v.major}.{v.minor}.{v.micro}\ntorch 2.6.0+cpu\ntorch_npu 2.6.0.post3\n", out.stderr
+    (tmp_path / "torch_npu" / "__init__.py").unlink()
+    (tmp_path / "torch_npu").rmdir()
+    meta.joinpath("METADATA").unlink()
+    meta.rmdir()
+    out = subprocess.run([sys.executable, "-S", "-c", preflight_probe._PY_VERSIONS], capture_output=True, text=True,
+                         env={"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin"}, timeout=60)
+    assert out.stdout.splitlines()[2] == "torch_npu -"
