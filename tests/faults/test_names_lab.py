@@ -69,11 +69,12 @@ def checkout(tmp_path):
     return root
 
 
-def test_hostile_test_names_reach_every_report_intact(lab, lab_env_path, checkout, tmp_path):
+def test_hostile_test_names_reach_every_report_intact(lab, env_variant, workdir_name, checkout, tmp_path):
     reports = tmp_path / "reports ü 'q' $(x)"
-    workdir_name = "suite"  # the plugin's default workdir of the lab env
+    env = env_variant(lambda doc: doc["defaults"].__setitem__("workdir", f"/var/tmp/camit/{workdir_name}"),
+                      "names.yaml")
     fp = Footprint(lab, ["host1", "host2", "host3", "host4"], workdir_name)
-    proc = subprocess.run([sys.executable, "-m", "pytest", "suites/cam/test_upstream.py", "--env", str(lab_env_path),
+    proc = subprocess.run([sys.executable, "-m", "pytest", "suites/cam/test_upstream.py", "--env", str(env),
                            "--umdk-src", str(checkout), "--no-deploy", "--world-sizes", "4", "--report-dir",
                            str(reports), "-p", "no:cacheprovider", "-q", "-rs"],
                           cwd=REPO, capture_output=True, text=True, timeout=600)
