@@ -32,13 +32,10 @@ import json
 import logging
 import os
 import secrets
-import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
-
-from filelock import FileLock
 
 from framework.coredump_inspect import (
     BACKTRACE_BYTES,
@@ -59,7 +56,7 @@ from framework.coredump_inspect import (
 from framework.coredump_scan import Baseline, Candidate, CoreSources, HostScan, new_candidates, parse_scan, scan_script
 from framework.errors import FrameworkError
 from framework.hosts import Cluster, Host
-from framework.rundir import write_atomic
+from framework.rundir import update_json, write_atomic
 
 log = logging.getLogger("camit.coredump")
 
@@ -96,22 +93,16 @@ def rank_procs(launches: Any) -> list[RankProc]:
 
 
 # -- the executor --------------------------------------------------------------------------------------
-_CORES_LOCK = threading.Lock()
-
-
 def _append_cores(path: Path, entries: list[dict[str, Any]]) -> None:
     """Add ``entries`` to the run's cores.json (one collect per test: earlier tests' cores stay)."""
-    with _CORES_LOCK, FileLock(str(path) + ".lock"):
-        known: list[dict[str, Any]] = []
-        if path.exists():
-            try:
-                known = json.loads(path.read_text())
-            except ValueError:
-                known = []
-        key = lambda e: (e.get("host"), e.get("pid"), e.get("executable"), e.get("local_path"))  # noqa: E731
+    key = lambda e: (e.get("host"), e.get("pid"), e.get("executable"), e.get("local_path"))  # noqa: E731
+
+    def add(known: Any) -> list[dict[str, Any]]:
+        known = known if isinstance(known, list) else []
         seen = {key(e) for e in known}
-        known += [e for e in entries if key(e) not in seen]
-        write_atomic(path, json.dumps(known, indent=2) + "\n")
+        return known + [e for e in entries if key(e) not in seen]
+
+    update_json(path, add)
 
 
 class CoreWatch:

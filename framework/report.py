@@ -25,7 +25,6 @@ import re
 import shlex
 import socket
 import subprocess
-import threading
 import time
 import xml.etree.ElementTree as ET
 from collections.abc import Iterable, Mapping, Sequence
@@ -33,20 +32,18 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from filelock import FileLock
 
 from framework import __version__
 from framework.hosts import sha256_file
 from framework.report_junit import _write_cluster, _xml_text
 from framework.report_read import OUTCOMES, RankView, RunView, _counts, _dur, _iso, _ranges, read_run
-from framework.rundir import write_atomic
+from framework.rundir import update_json, write_atomic
 
 log = logging.getLogger("camit.report")
 
 __all__ = ["finalize", "record_phase", "terminal_summary", "write_index", "write_manifest"]
 
 HASH_LIMIT = 256 * 1024 * 1024  # files above this are listed in the manifest without a sha256
-_PHASE_LOCK = threading.Lock()
 
 
 # -- phases ---------------------------------------------------------------------
@@ -62,20 +59,14 @@ def record_phase(rundir_path: str | os.PathLike[str], host: str, phase: str, sta
         log.warning("phase %s on %s ends before it starts (%s < %s): recorded as zero length", phase, host, end, start)
         end = start
     entry = {"host": str(host), "phase": str(phase), "start": round(start, 3), "end": round(end, 3)}
-    root.mkdir(parents=True, exist_ok=True)
-    with _PHASE_LOCK, FileLock(str(root / ".phases.json.lock")):
-        path = root / "phases.json"
-        phases: list[Any] = []
-        if path.exists():
-            try:
-                phases = json.loads(path.read_text())
-                if not isinstance(phases, list):
-                    raise ValueError("not a list")
-            except ValueError as exc:
-                log.warning("%s is unreadable (%s): starting it again", path, exc)
-                phases = []
-        phases.append(entry)
-        write_atomic(path, json.dumps(phases, indent=1) + "\n")
+
+    def add(phases: Any) -> list[Any]:
+        if phases is not None and not isinstance(phases, list):
+            log.warning("%s is not a list: starting it again", root / "phases.json")
+            phases = None
+        return [*(phases or []), entry]
+
+    update_json(root / "phases.json", add, indent=1)
 
 
 # -- manifest.json --------------------------------------------------------------------

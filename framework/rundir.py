@@ -8,15 +8,20 @@ rename), so an interrupted run leaves whole files or none.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import secrets
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from filelock import FileLock
+
+log = logging.getLogger("camit.rundir")
+_UPDATE_LOCK = threading.Lock()
 
 
 def new_run_id() -> str:
@@ -36,6 +41,21 @@ def write_atomic(path: Path, data: bytes | str) -> Path:
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+def update_json(path: Path, update: Callable[[Any], Any], *, indent: int = 2) -> Path:
+    """Replace the JSON file ``path`` by ``update(old)`` — ``old`` is None when the file is absent or
+    unreadable — under a lock file next to it (``.<name>.lock``), so the threads and processes of one run
+    (xdist workers) each add their part (phases, cores, deploy records) instead of the last writer winning."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with _UPDATE_LOCK, FileLock(str(path.parent / f".{path.name}.lock")):
+        old = None
+        if path.exists():
+            try:
+                old = json.loads(path.read_text())
+            except (OSError, ValueError) as exc:
+                log.warning("%s is unreadable (%s): starting it again", path, exc)
+        return write_atomic(path, json.dumps(update(old), indent=indent, default=str) + "\n")
 
 
 class RunDir:
@@ -69,15 +89,8 @@ class RunDir:
         return write_atomic(self.file(name), json.dumps(data, indent=2, default=str) + "\n")
 
     def update_json(self, name: str, update: Callable[[Any], Any]) -> Path:
-        """Replace ``name`` by ``update(old)`` (``old`` None when absent or unreadable), under a file lock,
-        so several processes of one run (xdist workers) each add their part instead of the last one winning."""
-        path = self.file(name)
-        with FileLock(str(path.parent / f".{path.name}.lock")):
-            try:
-                old = json.loads(path.read_text())
-            except (OSError, ValueError):
-                old = None
-            return self.write_json(name, update(old))
+        """``update_json`` on a file of this run (see the module function)."""
+        return update_json(self.file(name), update)
 
     def write_text(self, name: str, text: str) -> Path:
         return write_atomic(self.file(name), text)
