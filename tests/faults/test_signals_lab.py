@@ -7,11 +7,13 @@ any host, and keeps a report folder.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -25,12 +27,28 @@ TARGET = REPO / "tests" / "data" / "targets" / "alltoall.py"
 HOSTS = ["host1", "host2"]
 
 
-def start(*argv: str) -> subprocess.Popen[str]:
+@contextlib.contextmanager
+def controller(*argv: str) -> Iterator[subprocess.Popen[str]]:
+    """``camit <argv>`` as a subprocess; killed on the way out if the test left it running."""
     # SIGINT back to its default first: a shell without job control starts background jobs with it
     # ignored, and Python then never turns it into KeyboardInterrupt.
-    return subprocess.Popen([sys.executable, "-m", "framework.cli", *argv], cwd=REPO, stdout=subprocess.PIPE,
+    proc = subprocess.Popen([sys.executable, "-m", "framework.cli", *argv], cwd=REPO, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+
+
+def stop(proc: subprocess.Popen[str], sig: int) -> tuple[str, str, float]:
+    """Send ``sig`` and wait for the controller to end: (stdout, stderr, seconds it took)."""
+    t0 = time.monotonic()
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=60)
+    return out, err, time.monotonic() - t0
 
 
 def wait_for(what, within: float, step: float = 0.2):  # type: ignore[no-untyped-def]
@@ -58,22 +76,14 @@ def test_sigterm_mid_run_tears_down_every_host_and_keeps_the_report(lab, fresh_e
     env = fresh_env()
     reports = tmp_path / "reports"
     fp = Footprint(lab, HOSTS, workdir_name)
-    proc = start("run", "--env", str(env), "--hosts", ",".join(HOSTS), "--nproc-per-node", "2", "--report-dir",
-                 str(reports), "--timeout", "300", "--", str(TARGET), "--hang-rank", "0")
-    try:
+    with controller("run", "--env", str(env), "--hosts", ",".join(HOSTS), "--nproc-per-node", "2", "--report-dir",
+                    str(reports), "--timeout", "300", "--", str(TARGET), "--hang-rank", "0") as proc:
         run_dir = wait_for(lambda: (reports / "latest").exists() and (reports / "latest").resolve(), 60)
         assert run_dir, "no report folder appeared"
         # every rank is up (4 workers tagged with this run), then give all_to_all a moment
         assert wait_for(lambda: len([p for p in tagged(run_dir.name) if _is_rank(p)]) >= 4, 120), "ranks never up"
         time.sleep(3)
-        t0 = time.monotonic()
-        proc.send_signal(signal.SIGTERM)
-        out, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
-    took = time.monotonic() - t0
+        out, err, took = stop(proc, signal.SIGTERM)
     assert took < 15, took
     assert proc.returncode not in (0, None)
     launch = json.loads(next(run_dir.glob("launch-*.json")).read_text())
@@ -108,20 +118,12 @@ def test_signal_mid_deploy_stops_at_once_and_leaves_no_partial_upload(lab, fresh
     env = fresh_env(wheel=big_wheel)
     reports = tmp_path / "reports"
     fp = Footprint(lab, HOSTS, workdir_name)
-    proc = start("deploy", "--env", str(env), "--hosts", ",".join(HOSTS), "--no-relay", "--report-dir",
-                 str(reports))
     roots = [lab.host(h).work_dir / workdir_name for h in HOSTS]
-    try:
+    with controller("deploy", "--env", str(env), "--hosts", ",".join(HOSTS), "--no-relay", "--report-dir",
+                    str(reports)) as proc:
         part = wait_for(lambda: [p for r in roots if r.exists() for p in r.rglob("*.camit-part-*")], 120, 0.05)
         assert part, "the upload never started"
-        t0 = time.monotonic()
-        proc.send_signal(sig)
-        out, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
-    took = time.monotonic() - t0
+        out, err, took = stop(proc, sig)
     assert took < 10, took
     assert "interrupted" in (out + err).lower(), (out + err)[-2000:]
     assert proc.returncode not in (0, None)
