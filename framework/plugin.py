@@ -270,6 +270,16 @@ def pytest_configure(config: pytest.Config) -> None:
             config.option.maxschedchunk = 1
 
 
+@pytest.hookimpl(tryfirst=True, optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """A cluster run under ``-n``: the first tests (the launches, sorted first) are dealt one per worker."""
+    if session_of(config).env is None:
+        return None
+    from framework.xdist_sched import make_scheduler
+
+    return make_scheduler(config, log)
+
+
 def pytest_configure_node(node: Any) -> None:  # pytest-xdist: hand the run folder to the workers
     session = node.config.stash[SESSION_KEY]
     if session.rundir is not None:
@@ -324,9 +334,9 @@ def _requirements(item: pytest.Item, session: CamitSession) -> str | None:
         where = placement(int(m.args[0]), len(hosts), slots_per_node(env, session.config.getoption("camit_slots")))
         if isinstance(where, str):
             return where
-        worlds = session.config.getoption("camit_worlds")
-        if worlds and int(m.args[0]) not in {int(w) for w in worlds.split(",") if w.strip()}:
-            return f"world size {m.args[0]} not selected (--world-sizes {worlds})"
+        worlds = _selected_worlds(session.config)
+        if worlds is not None and int(m.args[0]) not in worlds:
+            return f"world size {m.args[0]} not selected (--world-sizes {session.config.getoption('camit_worlds')})"
     m = item.get_closest_marker("soc")
     if m and not socs <= set(m.args):
         return f"needs soc in {m.args}; the env has {sorted(socs)}"
@@ -338,15 +348,27 @@ def _requirements(item: pytest.Item, session: CamitSession) -> str | None:
     return None
 
 
-def _cluster_weight(item: pytest.Item) -> int:
-    """How much of the cluster a test occupies: its world size (``ranks``), else its node count (``nodes``)."""
+def _selected_worlds(config: pytest.Config) -> set[int] | None:
+    """The world sizes ``--world-sizes`` selects, or None for all."""
+    worlds = config.getoption("camit_worlds")
+    return {int(w) for w in worlds.split(",") if w.strip()} if worlds else None
+
+
+def _cluster_weight(item: pytest.Item, worlds: set[int] | None) -> int:
+    """How much of the cluster a test occupies: its world size (``ranks``), else its node count (``nodes``).
+
+    A world ``--world-sizes`` leaves out weighs nothing: it is skipped at once, and sorted first it would
+    take a worker's first turn in place of a real launch. Only what is the same on every worker counts
+    (xdist refuses differing collections), so not the worker's own host share.
+    """
     for name in ("ranks", "nodes"):
         m = item.get_closest_marker(name)
         if m and m.args:
             try:
-                return int(m.args[0])
+                size = int(m.args[0])
             except (TypeError, ValueError):
                 return 0
+            return 0 if name == "ranks" and worlds is not None and size not in worlds else size
     return 0
 
 
@@ -357,13 +379,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     xdist's default ``load`` scheduler sends each worker consecutive chunks of the collection; with the
     suite's many cheap per-host checks collected first and the launches last, every launch of a 16-host
     ``-n 2`` run landed on one worker's hosts while the other worker sat idle. Sorted (stably, the
-    same on every worker) and handed out one at a time (``--maxschedchunk 1``, set in
-    ``pytest_configure`` unless given), the launches go to whichever worker's host share is free,
-    longest first.
+    same on every worker), dealt one per worker at the start (``framework.xdist_sched``) and then
+    handed out one at a time (``--maxschedchunk 1``, set in ``pytest_configure`` unless given), the
+    launches go to whichever worker's host share is free, longest first.
     """
     if getattr(config, "workerinput", None) is None or session_of(config).env is None:
         return
-    items.sort(key=lambda item: -_cluster_weight(item))
+    worlds = _selected_worlds(config)
+    items.sort(key=lambda item: -_cluster_weight(item, worlds))
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:

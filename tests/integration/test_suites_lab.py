@@ -134,6 +134,10 @@ def test_two_xdist_workers_share_the_cluster_without_crosstalk(env_variant, buil
     used = [set(n for n in launch["nodes"]) for launch in launches]
     # each worker drove its own pair of hosts, concurrently and without sharing any
     assert sorted(sorted(u) for u in used) == [["host1", "host2"], ["host3", "host4"]]
+    # the two launches were dealt one to each worker at the start, so they ran side by side
+    runs = {p["host"]: (p["start"], p["end"]) for p in json.loads((folder / "phases.json").read_text())
+            if p["phase"] == "run"}
+    assert max(runs["host1"][0], runs["host3"][0]) < min(runs["host1"][1], runs["host3"][1]), runs
 
 
 def test_a_failed_case_shows_the_failure_signatures_of_its_hosts(lab_env_path, tmp_path):

@@ -186,9 +186,7 @@ def test_xdist_workers_drive_disjoint_host_shares(pytester):
     result.stdout.fnmatch_lines([f"*--random-seed {seeds.pop()}*"])
 
 
-def test_xdist_workers_both_start_with_the_cluster_launches(pytester, env_file):
-    """Launch tests (ranks/nodes markers) collected after many cheap ones still go to both workers first."""
-    pytester.makepyfile(textwrap.dedent("""
+LAUNCH_ORDER = textwrap.dedent("""
         import os
         import pytest
 
@@ -204,15 +202,33 @@ def test_xdist_workers_both_start_with_the_cluster_launches(pytester, env_file):
         @pytest.mark.parametrize("w", [pytest.param(w, marks=pytest.mark.ranks(w)) for w in (4, 8, 16, 32)])
         def test_launch(w, tmp_path_factory):
             record(f"launch{w}", tmp_path_factory)
-    """))
+""")
+
+
+def _first_tests(pytester: pytest.Pytester, count: int) -> list[list[str]]:
+    orders = {p.name: p.read_text().split() for p in pytester.path.parent.rglob("order-gw*.txt")}
+    assert len(orders) == 2, orders
+    return sorted(o[:count] for o in orders.values())
+
+
+def test_xdist_workers_both_start_with_the_cluster_launches(pytester, env_file):
+    """Launch tests (ranks/nodes markers) collected after many cheap ones go to both workers first, in turns."""
+    pytester.makepyfile(LAUNCH_ORDER)
     result = pytester.runpytest("--env", str(env_file), "--ranks-per-node", "32", "-n", "2", "-p", "no:cacheprovider",
                                 "-p", "no:benchmark")
     result.assert_outcomes(passed=44)
-    orders = {p.name: p.read_text().split() for p in pytester.path.parent.rglob("order-gw*.txt")}
-    assert len(orders) == 2, orders
-    firsts = sorted(o[:2] for o in orders.values())
-    # each worker begins with two launches, the biggest worlds first (xdist starts every worker with two)
-    assert firsts == [["launch32", "launch16"], ["launch8", "launch4"]], orders
+    # xdist starts every worker with two tests; dealt in turns, the two biggest worlds start side by side
+    # (xdist's own blocks gave one worker 32 and 16, the other 8 and 4)
+    assert _first_tests(pytester, 2) == [["launch16", "launch4"], ["launch32", "launch8"]]
+
+
+def test_xdist_worlds_left_out_by_world_sizes_take_no_first_turn(pytester, env_file):
+    """--world-sizes 4,8: the skipped 16 and 32 are not sorted first, so each worker starts a real launch."""
+    pytester.makepyfile(LAUNCH_ORDER)
+    result = pytester.runpytest("--env", str(env_file), "--ranks-per-node", "32", "--world-sizes", "4,8", "-n", "2",
+                                "-p", "no:cacheprovider", "-p", "no:benchmark")
+    result.assert_outcomes(passed=42, skipped=2)
+    assert _first_tests(pytester, 1) == [["launch4"], ["launch8"]]
 
 
 def test_host_shares_without_xdist_are_all_hosts(pytester, env_file):

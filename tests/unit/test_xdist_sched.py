@@ -1,0 +1,85 @@
+"""The -n scheduler: the first hand-out deals tests one per worker in turns; the rest is xdist's."""
+
+from __future__ import annotations
+
+import pytest
+from xdist.scheduler import LoadScheduling
+
+from framework.xdist_sched import ClusterScheduling, initial_chunk, make_scheduler
+
+
+class Config:
+    def __init__(self, workers: int, maxschedchunk: int | None = 1, dist: str = "load") -> None:
+        self.values = {"tx": [f"{workers}*popen"], "dist": dist, "maxschedchunk": maxschedchunk}
+
+    def getvalue(self, name: str):
+        return self.values[name]
+
+    getoption = getvalue
+
+
+class Node:
+    def __init__(self, name: str) -> None:
+        self.name, self.sent, self.shutting_down, self.stopped = name, [], False, False
+        self.gateway = type("Gateway", (), {"id": name})()
+
+    def send_runtest_some(self, indices) -> None:
+        self.sent.extend(indices)
+
+    def shutdown(self) -> None:
+        self.shutting_down = self.stopped = True
+
+
+def start(cls, tests: int, workers: int, maxschedchunk: int | None = 1):
+    sched = cls(Config(workers, maxschedchunk))
+    nodes = [Node(f"gw{i}") for i in range(workers)]
+    collection = [f"t{i}" for i in range(tests)]
+    for node in nodes:
+        sched.add_node(node)
+    for node in nodes:
+        sched.add_node_collection(node, collection)
+    sched.schedule()
+    return sched, nodes
+
+
+def test_the_heaviest_tests_start_on_different_workers():
+    # the collection is sorted heaviest first: t0 and t1 are the two launches
+    sched, (a, b) = start(ClusterScheduling, tests=12, workers=2)
+    assert a.sent == [0, 2] and b.sent == [1, 3]
+    # xdist's own scheduler gives both to the first worker; this is what the class is for
+    _, (xa, xb) = start(LoadScheduling, tests=12, workers=2)
+    assert xa.sent == [0, 1] and xb.sent == [2, 3]
+
+
+def test_after_the_first_hand_out_whoever_is_free_takes_the_next():
+    sched, (a, b) = start(ClusterScheduling, tests=12, workers=2)
+    sched.mark_test_complete(b, 1, duration=0.01)
+    assert b.sent == [1, 3, 4]
+    sched.mark_test_complete(a, 0, duration=0.01)
+    assert a.sent == [0, 2, 5]
+
+
+@pytest.mark.parametrize("tests,workers", [(3, 2), (1, 2), (5, 4), (5, 3)])
+def test_fewer_than_two_tests_a_worker_all_go_out_in_turns_and_the_workers_stop(tests, workers):
+    sched, nodes = start(ClusterScheduling, tests=tests, workers=workers)
+    assert sorted(i for n in nodes for i in n.sent) == list(range(tests))
+    assert [n.sent for n in nodes] == [list(range(k, tests, workers)) for k in range(workers)]
+    assert all(n.stopped for n in nodes) and not sched.pending
+
+
+@pytest.mark.parametrize("tests,workers,chunk,expect", [
+    (12, 2, 1, 2), (400, 2, 1, 2), (400, 2, None, 50), (400, 2, 10, 10), (3, 2, 1, 2), (8, 4, 1, 2)])
+def test_the_first_chunk_follows_xdists_rule(tests, workers, chunk, expect):
+    assert initial_chunk(tests, workers, chunk if chunk is not None else tests) == expect
+    sched, nodes = start(ClusterScheduling, tests=tests, workers=workers, maxschedchunk=chunk)
+    assert [len(n.sent) for n in nodes] == [min(expect, len(range(k, tests, workers))) for k in range(workers)]
+
+
+def test_an_empty_collection_sends_nothing():
+    sched, nodes = start(ClusterScheduling, tests=0, workers=2)
+    assert [n.sent for n in nodes] == [[], []]
+
+
+def test_other_dist_modes_keep_xdists_scheduler():
+    assert make_scheduler(Config(2, dist="loadscope"), None) is None
+    assert isinstance(make_scheduler(Config(2), None), ClusterScheduling)
