@@ -259,7 +259,8 @@ def pytest_configure(config: pytest.Config) -> None:
     session = CamitSession(config)
     config.stash[SESSION_KEY] = session
     random.seed(session.seed)
-    if session.env is not None and session.worker is None:
+    if session.env is not None and session.worker is None and not config.option.collectonly:
+        # (--collect-only runs nothing: no run folder, no summary)
         rundir = session.ensure_rundir()
         # our run folder also holds pytest's own JUnit unless the user chose a path
         if not getattr(config.option, "xmlpath", None):

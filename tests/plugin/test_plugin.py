@@ -231,6 +231,18 @@ def test_xdist_worlds_left_out_by_world_sizes_take_no_first_turn(pytester, env_f
     assert _first_tests(pytester, 1) == [["launch4"], ["launch8"]]
 
 
+def test_collect_only_makes_no_run_folder(pytester, env_file):
+    pytester.makepyfile("import pytest\n\n\n@pytest.mark.ranks(4)\ndef test_x(env):\n    pass\n")
+    result = pytester.runpytest("--env", str(env_file), "--collect-only", "-q", "-p", "no:cacheprovider")
+    assert result.ret == 0
+    result.stdout.fnmatch_lines(["*test_x*"])
+    assert "camit run" not in result.stdout.str()
+    assert not (pytester.path / "reports").exists()
+    # the same without --collect-only makes one, so the check above can fail
+    pytester.runpytest("--env", str(env_file), "-q", "-p", "no:cacheprovider").assert_outcomes(passed=1)
+    assert (pytester.path / "reports" / "latest" / "junit.xml").is_file()
+
+
 def test_host_shares_without_xdist_are_all_hosts(pytester, env_file):
     pytester.makepyfile("def test_x(camit):\n    assert camit.host_names() == ['node1', 'node2']\n")
     pytester.runpytest("--env", str(env_file)).assert_outcomes(passed=1)
