@@ -205,7 +205,8 @@ class CamitSession:
         return self._suite
 
     def deploy(self, tmp_root: Path) -> Any:
-        """Deploy once per session, across xdist workers (file lock + a record of what was deployed)."""
+        """Deploy once per run and host share (file lock + a record of what was deployed): a worker that
+        xdist restarts on the same share does not deploy again; workers on other shares do not wait."""
         if self.deploy_result is not None:
             return self.deploy_result
         env = self.require_env()
@@ -216,12 +217,13 @@ class CamitSession:
 
         from framework.deploy import Deployer, resolve_artifacts
 
-        # one deploy per run: the run id is shared by the controller and its xdist workers
+        # one deploy per run and host share: the run id is shared by the controller and its xdist workers,
+        # and each worker deploys its own (disjoint) share, at the same time as the others
         run_id = self.ensure_rundir().run_id
-        marker = tmp_root / f"camit-deployed-{run_id}-{self.host_names()[0]}.txt"
-        # keyed by this process's hosts too: xdist workers each deploy their own share
+        share = f"{run_id}-{self.host_names()[0]}"
+        marker = tmp_root / f"camit-deployed-{share}.txt"
         key = ",".join(a.sha256 for a in resolve_artifacts(env)) + "@" + ",".join(self.host_names())
-        with FileLock(str(tmp_root / f"camit-deploy-{run_id}.lock")):
+        with FileLock(str(tmp_root / f"camit-deploy-{share}.lock")):
             if marker.exists() and marker.read_text() == key:
                 self.deploy_result = "done by another worker"
                 return self.deploy_result
