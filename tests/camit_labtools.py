@@ -39,6 +39,28 @@ def wait_none_left(prefix: str, within: float) -> list[int]:
     return left
 
 
+def wait_ranks_up(prefix: str, count: int, within: float = 120, script: str = "alltoall.py") -> bool:
+    """Wait until ``count`` rank processes of ``script`` tagged ``prefix`` run (not their wrappers).
+
+    Tests that act on a running job wait for this instead of sleeping a fixed time: on a loaded machine
+    torch's import and the rendezvous take what they take.
+    """
+    end = time.monotonic() + within
+    while time.monotonic() < end:
+        if len([p for p in tagged(prefix) if _is_rank(p, script)]) >= count:
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def _is_rank(pid: int, script: str) -> bool:
+    try:
+        cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+    return script.encode() in cmd and b"rankwrap" not in cmd
+
+
 def pids_with_cmdline(needle: str) -> list[int]:
     """Live processes whose command line contains ``needle`` (a path unique to one test)."""
     want = needle.encode()

@@ -14,10 +14,9 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-from camit_labtools import REPO, Footprint, pids_with_cmdline, tagged, wait_none_left
+from camit_labtools import REPO, Footprint, pids_with_cmdline, wait_none_left, wait_ranks_up
 
 from framework import artifacts
 from framework.report_junit import validate_junit
@@ -81,26 +80,18 @@ def test_sigterm_mid_run_tears_down_every_host_and_keeps_the_report(lab, fresh_e
         run_dir = wait_for(lambda: (reports / "latest").exists() and (reports / "latest").resolve(), 60)
         assert run_dir, "no report folder appeared"
         # every rank is up (4 workers tagged with this run), then give all_to_all a moment
-        assert wait_for(lambda: len([p for p in tagged(run_dir.name) if _is_rank(p)]) >= 4, 120), "ranks never up"
+        assert wait_ranks_up(run_dir.name, 4), "ranks never up"
         time.sleep(3)
         out, err, took = stop(proc, signal.SIGTERM)
-    assert took < 15, took
+    assert took < 45, took  # bounded (a hang would be 300 s); bench/teardown.py measures the speed
     assert proc.returncode not in (0, None)
     launch = json.loads(next(run_dir.glob("launch-*.json")).read_text())
     assert launch["failure_kind"] == "interrupted" and "interrupted" in launch["failure"]
-    assert launch["teardown_seconds"] is not None and launch["teardown_seconds"] <= 5
-    assert wait_none_left(run_dir.name, 5) == []
+    assert launch["teardown_seconds"] is not None and launch["teardown_seconds"] <= 15
+    assert wait_none_left(run_dir.name, 15) == []
     # what the ranks logged before the stop came back, per host
     assert (run_dir / "host1" / "rank0.log").exists() and (run_dir / "host2" / "rank3.log").exists()
     assert fp.strays() == {}
-
-
-def _is_rank(pid: int) -> bool:
-    try:
-        return b"alltoall.py" in Path(f"/proc/{pid}/cmdline").read_bytes() and \
-            b"rankwrap" not in Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return False
 
 
 @pytest.fixture(scope="module")
@@ -124,7 +115,7 @@ def test_signal_mid_deploy_stops_at_once_and_leaves_no_partial_upload(lab, fresh
         part = wait_for(lambda: [p for r in roots if r.exists() for p in r.rglob("*.camit-part-*")], 120, 0.05)
         assert part, "the upload never started"
         out, err, took = stop(proc, sig)
-    assert took < 10, took
+    assert took < 30, took
     assert "interrupted" in (out + err).lower(), (out + err)[-2000:]
     assert proc.returncode not in (0, None)
     assert "Traceback" not in err, err[-2000:]

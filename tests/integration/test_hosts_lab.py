@@ -71,17 +71,17 @@ def test_timeout_ends_the_remote_command_fast(lab_env_path, lab_env):
 
     row = json.loads(proc.stdout)[0]
     assert row["timed_out"] and row["rc"] is None
-    # the command (timeout, kill, return) in under 4 s; the CLI's own start-up on a loaded machine on top
-    assert row["duration"] < 4, row
+    # the command (timeout, kill, return) well before the 60 s sleep; the CLI's start-up on top
+    assert row["duration"] < 8, row
     assert elapsed < 10, f"took {elapsed:.2f}s"
-    assert _wait_gone("sleep 60.417", 2.0) == []
+    assert _wait_gone("sleep 60.417", 10.0) == []
 
 
 def test_timeout_kills_background_children_too(cluster):
     host = next(iter(cluster))
     with pytest.raises(CommandTimedOut):
         host.check("sleep 61.733 & sleep 61.734 & wait", timeout=1)
-    assert _wait_gone("sleep 61.73", 2.0) == []
+    assert _wait_gone("sleep 61.73", 10.0) == []
 
 
 def test_stopped_sshd_is_reported_by_name_while_others_succeed(lab, lab_env_path, lab_env):
@@ -94,7 +94,7 @@ def test_stopped_sshd_is_reported_by_name_while_others_succeed(lab, lab_env_path
     finally:
         lab.start_sshd(victim)
     assert proc.returncode == 3
-    assert elapsed < lab_env.hosts[victim].connect_timeout + 2 + 1.5  # + interpreter start-up
+    assert elapsed < lab_env.hosts[victim].connect_timeout + 10  # + interpreter start-up on a loaded machine
     lines = {line.split()[0]: line for line in proc.stdout.splitlines()[2:] if line.strip()}
     assert "UNREACHABLE" in lines[victim] and "connection refused" in lines[victim]
     for name in lab_env.hosts:
@@ -206,7 +206,7 @@ def test_unreachable_address_reports_within_connect_timeout(env_variant, lab_env
     start = time.monotonic()
     with pytest.raises(HostUnreachable, match=f"{lab_ip}:2: connection refused"):
         c[name].run("true")
-    assert time.monotonic() - start < 2
+    assert time.monotonic() - start < 5  # at once: far below the connect timeout
 
 
 def test_many_parallel_commands_on_one_connection(cluster):

@@ -9,7 +9,6 @@ upstream calc_diff; fused_deep_moe against a per-copy reference FFN.
 from __future__ import annotations
 
 import os
-import socket
 import sys
 from datetime import timedelta
 from pathlib import Path
@@ -244,12 +243,13 @@ def check_subgroup_and_errors(rank: int, world: int) -> None:
 
 
 # ----------------------------------------------------------------------------- process plumbing
-def _worker(rank: int, world: int, port: int) -> None:
+def _worker(rank: int, world: int, store: str) -> None:
     os.environ["CAMIT_STANDIN_NO_OPAPI_CHECK"] = "1"
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
-                            timeout=timedelta(seconds=60))
+    # a file store: no port to pick and lose to another process between picking and binding
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world,
+                            timeout=timedelta(seconds=300))
     try:
         for use_quant in (False, True):
             check_prefill(rank, world, use_quant, skip=False)
@@ -261,12 +261,6 @@ def _worker(rank: int, world: int, port: int) -> None:
         dist.destroy_process_group()
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.mark.parametrize("world", [2, 4])
-def test_ops_across_processes(world: int) -> None:
-    mp.spawn(_worker, args=(world, _free_port()), nprocs=world, join=True)
+def test_ops_across_processes(world: int, tmp_path) -> None:
+    mp.spawn(_worker, args=(world, str(tmp_path / "store")), nprocs=world, join=True)
