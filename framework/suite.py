@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import io
 import logging
+import os
 import tarfile
 import tempfile
 import xml.etree.ElementTree as ET
@@ -167,7 +168,10 @@ class RankSuite:
             return self._shipped
         data, sha = tree_archive(self.tree)
         base = Path(self.launcher.rundir.path) if self.launcher.rundir else Path(tempfile.gettempdir())
-        local = base / f".suite-{sha[:16]}.tgz"  # written once, read by every host's upload
+        # written once, read by every host's upload; a name of its own, because the xdist workers of a run
+        # share the run folder and ship the same tree at the same time (one's cleanup took the other's file)
+        fd, name = tempfile.mkstemp(prefix=f".suite-{sha[:16]}-", suffix=".tgz", dir=base)
+        local = Path(name)
 
         def one(host: Host) -> str:
             wd = self.env.hosts[host.name].workdir.rstrip("/")
@@ -180,8 +184,9 @@ class RankSuite:
                        f"&& touch {q(dest + '/.ok')}", timeout=120)
             return dest
 
-        local.write_bytes(data)
         try:
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data)
             shipped = self.cluster.map(one)
         finally:
             local.unlink(missing_ok=True)
