@@ -1,5 +1,8 @@
 """Baseline comparison: cluster numbers from rank samples, regressions both ways, the file round trip."""
 
+import multiprocessing
+from pathlib import Path
+
 from framework import perfbase
 
 SAMPLES = [
@@ -35,3 +38,17 @@ def test_baseline_file_round_trip(tmp_path):
     data = perfbase.load(path)
     assert set(data) == {"prefill.world4", "prefill.world8"}
     assert data["prefill.world4"]["dispatch_us"] == 140.0 and data["prefill.world4"]["note"] == "seed 1"
+
+
+def _record(args):  # a process of its own, like an xdist worker of an --update-baseline run
+    path, worker = args
+    for case in range(15):
+        perfbase.update(Path(path), f"case{case}.w{worker}", {"dispatch_us": float(worker)})
+
+
+def test_workers_updating_one_baseline_file_at_once_lose_nothing(tmp_path):
+    path = tmp_path / "lab.json"
+    ctx = multiprocessing.get_context("spawn")
+    with ctx.Pool(4) as pool:
+        pool.map(_record, [(str(path), w) for w in range(4)])
+    assert set(perfbase.load(path)) == {f"case{c}.w{w}" for c in range(15) for w in range(4)}
