@@ -323,11 +323,12 @@ class CoreWatch:
         """(failed, message) under this watch's policy (``warn``: never failed, message kept)."""
         return verdict_message(cores, self.policy, self.notes if cores else ())
 
-    def collect_logs(self, rundir: Any, since: Baseline) -> dict[str, list[Path]]:
+    def collect_logs(self, rundir: Any, since: Baseline, label: str | None = None) -> dict[str, list[Path]]:
         """dmesg since the snapshot and recent Ascend logs of every host into ``<report>/<host>/``; bounded.
 
         Also scans those files and the launch's rank logs for the Ascend failure
-        signatures and writes ``<report>/signatures.txt`` (kept in ``log_summary``).
+        signatures and adds them to ``<report>/signatures.txt`` (under ``label``, e.g. the failed test's
+        id, when given), kept in ``log_summary``.
         """
         from framework.hostlogs import DEFAULT_ASCEND_DIRS, collect_logs
 
@@ -337,7 +338,7 @@ class CoreWatch:
             extra = launch_env.get("ASCEND_PROCESS_LOG_PATH")
             dirs = DEFAULT_ASCEND_DIRS + ((str(extra),) if extra else ())
         files, summary = collect_logs(self.cluster, Path(getattr(rundir, "path", rundir)), since,
-                                      workdir_of=self._workdir, ascend_dirs=dirs)
+                                      workdir_of=self._workdir, ascend_dirs=dirs, label=label)
         self.log_summary = summary
         return files
 

@@ -30,7 +30,7 @@ from typing import Any
 from framework import commands
 from framework.errors import FrameworkError
 from framework.hosts import Cluster, Host
-from framework.rundir import write_atomic
+from framework.rundir import append_text, write_atomic
 
 log = logging.getLogger("camit.hostlogs")
 
@@ -241,8 +241,12 @@ def parse_logs_output(text: str) -> tuple[str, bool, str | None]:
 # -- executor ----------------------------------------------------------------------------------------------
 def collect_logs(cluster: Cluster, report: Path, baseline: Any, *,
                  workdir_of: Callable[[Host], str] | None = None,
-                 ascend_dirs: Sequence[str] | None = None) -> tuple[dict[str, list[Path]], str]:
+                 ascend_dirs: Sequence[str] | None = None,
+                 label: str | None = None) -> tuple[dict[str, list[Path]], str]:
     """Collect dmesg and Ascend logs since ``baseline`` from every host; scan for signatures.
+
+    The signatures are added to ``<report>/signatures.txt`` and ``<report>/<host>/signatures.txt`` as a
+    section headed ``== <label> ==`` (the failed test) when given, so each failure of a run keeps its own.
 
     ``baseline`` is a ``coredump_scan.Baseline`` (its per-host ``now``/``uptime`` are the
     hosts' own clocks). Returns ``({host: [files]}, summary)``; a host that fails is
@@ -294,6 +298,7 @@ def collect_logs(cluster: Cluster, report: Path, baseline: Any, *,
             collected[name] = list(value)  # type: ignore[arg-type]
     found: dict[str, list[Signature]] = {}
     taken = getattr(baseline, "taken", None)
+    head = f"== {label} ==\n" if label else ""
     for name, files in collected.items():
         host_dir = report / name
         # the launch logs fetched since the snapshot: <host>/rank*.log, or <host>/<launch>/rank*.log
@@ -313,10 +318,10 @@ def collect_logs(cluster: Cluster, report: Path, baseline: Any, *,
             sigs += [replace(s, source=rel) for s in scan_signatures(text)]
         found[name] = sigs
         if sigs:
-            collected[name].append(write_atomic(host_dir / "signatures.txt", summarize({name: sigs})))
+            collected[name].append(append_text(host_dir / "signatures.txt", head + summarize({name: sigs})))
     summary = summarize(found)
     if summary:
-        write_atomic(report / "signatures.txt", summary)
+        append_text(report / "signatures.txt", head + summary)
         log.warning("failure signatures:\n%s", summary.rstrip())
     return collected, summary
 

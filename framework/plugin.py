@@ -458,7 +458,7 @@ def _collect(item: pytest.Item, session: CamitSession, watch: Any, baseline: Any
     cores = watch.collect(baseline, rundir=session.ensure_rundir(), ranks=launches or None)
     if failed:
         try:
-            watch.collect_logs(session.ensure_rundir(), since=baseline)
+            watch.collect_logs(session.ensure_rundir(), since=baseline, label=item.nodeid)
         except FrameworkError as exc:
             _log_event("collect", f"log collection failed: {exc}")
         else:

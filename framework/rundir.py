@@ -58,6 +58,16 @@ def update_json(path: Path, update: Callable[[Any], Any], *, indent: int = 2) ->
         return write_atomic(path, json.dumps(update(old), indent=indent, default=str) + "\n")
 
 
+def append_text(path: Path, text: str) -> Path:
+    """Add ``text`` at the end of ``path`` under the same lock file as :func:`update_json` (the whole new
+    content is written atomically): several failures of one run, perhaps in several xdist workers, each
+    add a section instead of the last one replacing the others."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with _UPDATE_LOCK, FileLock(str(path.parent / f".{path.name}.lock")):
+        old = path.read_text(errors="replace") if path.exists() else ""
+        return write_atomic(path, old + text)
+
+
 class RunDir:
     """One run's folder. ``RunDir.create("reports")`` makes a new one and points ``latest`` at it."""
 

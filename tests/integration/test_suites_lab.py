@@ -154,10 +154,21 @@ def test_a_failed_case_shows_the_failure_signatures_of_its_hosts(lab_env_path, t
         "    if os.environ.get('RANK') == '1':\n"
         "        print('[ERROR] HCCL(1,python):EI0006: Getting socket times out. dst_rank[3]', file=sys.stderr)\n"
         "        raise RuntimeError('collective timed out')\n")
+    # a second upstream file, so a second failed test of the same run
+    (ut / "test_timeout_again.py").write_text(
+        "import os, sys\n\n\ndef test_peer_gone_again():\n"
+        "    if os.environ.get('RANK') == '2':\n"
+        "        print('[ERROR] HCCL(2,python):EI0006: Getting socket times out. dst_rank[0]', file=sys.stderr)\n"
+        "        raise RuntimeError('collective timed out again')\n")
     proc = subprocess.run([sys.executable, "-m", "pytest", "suites/cam/test_upstream.py", "--env", str(lab_env_path),
                            "--umdk-src", str(tmp_path / "src"), "--no-deploy", "--report-dir", str(tmp_path / "r"),
                            "-p", "no:cacheprovider", "-q"], cwd=REPO, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 1, proc.stdout[-3000:]
     out = proc.stdout
     assert "failure signatures" in out and "EI0006" in out and "peer ranks 3" in out, out[-4000:]
-    assert "EI0006" in ((tmp_path / "r" / "latest").resolve() / "signatures.txt").read_text()
+    # the run's signatures.txt keeps a section per failed test (two here), not the last one only
+    text = ((tmp_path / "r" / "latest").resolve() / "signatures.txt").read_text()
+    heads = [line for line in text.splitlines() if line.startswith("== ")]
+    assert len(heads) == 2 and "test_timeout.py" in heads[0] + heads[1] and \
+        "test_timeout_again.py" in heads[0] + heads[1], text
+    assert "peer ranks 3" in text and "peer ranks 0" in text, text
