@@ -47,7 +47,9 @@ lab-status:
 test-unit: install
 	$(PYTHON) -m pytest tests/unit -q $(PYTEST_ARGS)
 
-# the lab is torn down whatever the tests did; the tests' status is the target's
+# the lab is torn down whatever the tests did; the tests' status is the target's.
+# One process on purpose (no -n in PYTEST_ARGS): lab tests stop sshd, fill a workdir, take a link down
+# or switch core_pattern on the shared lab hosts; the -n behaviour is tested inside them, on lab shares.
 test: install
 	@$(MAKE) --no-print-directory lab-up || { $(MAKE) --no-print-directory lab-down; exit 1; }; \
 	CAMIT_LAB_ENV=$(LAB_ENV) $(PYTHON) -m pytest tests -q -ra $(PYTEST_ARGS); rc=$$?; \
