@@ -14,9 +14,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from filelock import FileLock
-
-from framework.rundir import write_atomic
+from framework.rundir import locked, write_atomic
 
 LATENCY = ("dispatch_us", "combine_us")
 THROUGHPUT = ("dispatch_bytes_per_s", "combine_bytes_per_s")
@@ -55,10 +53,10 @@ def load(path: Path) -> dict[str, Any]:
 
 
 def update(path: Path, key: str, numbers: Mapping[str, float], note: str = "") -> None:
-    """Set one case's baseline, keeping the others: under a lock file next to it (``.<name>.lock``), since
-    the xdist workers of one ``--update-baseline`` run write their cases into the same file at once."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(path.parent / f".{path.name}.lock")):
+    """Set one case's baseline, keeping the others: under the file's lock (``rundir.locked``), since the
+    xdist workers of one ``--update-baseline`` run write their cases into the same file at once. Unlike
+    ``update_json``, an unreadable baseline file is an error, not a fresh start."""
+    with locked(path):
         data = load(path)
         data[key] = {**numbers, "recorded": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "note": note}
         write_atomic(path, json.dumps(data, indent=2, sort_keys=True) + "\n")

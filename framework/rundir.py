@@ -14,7 +14,8 @@ import secrets
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -43,12 +44,20 @@ def write_atomic(path: Path, data: bytes | str) -> Path:
     return path
 
 
+@contextmanager
+def locked(path: Path) -> Iterator[Path]:
+    """Hold ``path``'s lock file (``.<name>.lock`` next to it) for a read-modify-write: the threads and
+    processes of one run (xdist workers) that add to one file then each keep their part."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with _UPDATE_LOCK, FileLock(str(path.parent / f".{path.name}.lock")):
+        yield path
+
+
 def update_json(path: Path, update: Callable[[Any], Any], *, indent: int = 2) -> Path:
     """Replace the JSON file ``path`` by ``update(old)`` — ``old`` is None when the file is absent or
     unreadable — under a lock file next to it (``.<name>.lock``), so the threads and processes of one run
     (xdist workers) each add their part (phases, cores, deploy records) instead of the last writer winning."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with _UPDATE_LOCK, FileLock(str(path.parent / f".{path.name}.lock")):
+    with locked(path):
         old = None
         if path.exists():
             try:
@@ -59,11 +68,10 @@ def update_json(path: Path, update: Callable[[Any], Any], *, indent: int = 2) ->
 
 
 def append_text(path: Path, text: str) -> Path:
-    """Add ``text`` at the end of ``path`` under the same lock file as :func:`update_json` (the whole new
-    content is written atomically): several failures of one run, perhaps in several xdist workers, each
-    add a section instead of the last one replacing the others."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with _UPDATE_LOCK, FileLock(str(path.parent / f".{path.name}.lock")):
+    """Add ``text`` at the end of ``path`` under its lock (:func:`locked`; the whole new content is written
+    atomically): several failures of one run, perhaps in several xdist workers, each add a section
+    instead of the last one replacing the others."""
+    with locked(path):
         old = path.read_text(errors="replace") if path.exists() else ""
         return write_atomic(path, old + text)
 
