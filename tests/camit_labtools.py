@@ -39,18 +39,24 @@ def wait_none_left(prefix: str, within: float) -> list[int]:
     return left
 
 
+def wait_for(what, within: float, step: float = 0.2):  # type: ignore[no-untyped-def]
+    """``what()``'s first truthy value within ``within`` seconds, polled every ``step``; else None."""
+    end = time.monotonic() + within
+    while time.monotonic() < end:
+        got = what()
+        if got:
+            return got
+        time.sleep(step)
+    return None
+
+
 def wait_ranks_up(prefix: str, count: int, within: float = 120, script: str = "alltoall.py") -> bool:
     """Wait until ``count`` rank processes of ``script`` tagged ``prefix`` run (not their wrappers).
 
     Tests that act on a running job wait for this instead of sleeping a fixed time: on a loaded machine
     torch's import and the rendezvous take what they take.
     """
-    end = time.monotonic() + within
-    while time.monotonic() < end:
-        if len([p for p in tagged(prefix) if _is_rank(p, script)]) >= count:
-            return True
-        time.sleep(0.2)
-    return False
+    return wait_for(lambda: len([p for p in tagged(prefix) if _is_rank(p, script)]) >= count, within) is not None
 
 
 def _is_rank(pid: int, script: str) -> bool:

@@ -16,7 +16,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from camit_labtools import REPO, Footprint, pids_with_cmdline, wait_none_left, wait_ranks_up
+from camit_labtools import REPO, Footprint, pids_with_cmdline, wait_for, wait_none_left, wait_ranks_up
 
 from framework import artifacts
 from framework.report_junit import validate_junit
@@ -48,16 +48,6 @@ def stop(proc: subprocess.Popen[str], sig: int) -> tuple[str, str, float]:
     proc.send_signal(sig)
     out, err = proc.communicate(timeout=60)
     return out, err, time.monotonic() - t0
-
-
-def wait_for(what, within: float, step: float = 0.2):  # type: ignore[no-untyped-def]
-    end = time.monotonic() + within
-    while time.monotonic() < end:
-        got = what()
-        if got:
-            return got
-        time.sleep(step)
-    return None
 
 
 @pytest.fixture

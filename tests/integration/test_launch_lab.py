@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from camit_labtools import tagged, wait_none_left, wait_ranks_up
+from camit_labtools import tagged, wait_for, wait_none_left, wait_ranks_up
 
 from framework.hosts import Cluster
 from framework.lab_plan import nsenter_argv
@@ -63,7 +63,8 @@ def test_rank_raise_fails_fast_and_leaves_nothing_but_the_decoy(lab, lab_env, la
         assert not result.ok and result.failure_rank == 3
         assert "rank 3 on host2" in result.failure
         assert "RuntimeError: rank 3 raising on purpose" in result.failure_tail
-        assert result.teardown_seconds is not None and result.teardown_seconds <= 15  # bounded; bench/teardown.py measures the speed
+        # bounded; bench/teardown.py measures the speed
+        assert result.teardown_seconds is not None and result.teardown_seconds <= 15
         assert wait_none_left(result.launch_id, 15) == []
         assert decoy.poll() is None, "the decoy with the same command line was killed"
     finally:
@@ -97,10 +98,8 @@ def test_signal_to_the_controller_tears_down_and_keeps_the_report(lab_env_path, 
          "--nproc-per-node", "2", "--report-dir", str(reports), "--timeout", "120", "--",
          str(TARGET), "--hang-rank", "0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     # wait until the run's ranks are up on both nodes before interrupting
-    deadline = time.monotonic() + 60
-    while not (reports / "latest").exists() and time.monotonic() < deadline:
-        time.sleep(0.2)
-    run_dir = (reports / "latest").resolve()
+    run_dir = wait_for(lambda: (reports / "latest").exists() and (reports / "latest").resolve(), 60)
+    assert run_dir, "no report folder appeared"
     assert wait_ranks_up(run_dir.name, 4), "ranks never up"
     time.sleep(3)  # rendezvous + all_to_all
     t0 = time.monotonic()
@@ -108,7 +107,7 @@ def test_signal_to_the_controller_tears_down_and_keeps_the_report(lab_env_path, 
     out, err = proc.communicate(timeout=30)
     assert time.monotonic() - t0 < 30
     assert proc.returncode != 0
-    assert run_dir is not None and any(run_dir.glob("launch-*.json")), err
+    assert any(run_dir.glob("launch-*.json")), err
     launch = json.loads(next(run_dir.glob("launch-*.json")).read_text())
     assert launch["failure_kind"] == "interrupted"
     assert wait_none_left(launch["launch_id"], 15) == []
