@@ -40,7 +40,7 @@ def machine() -> str:
 @contextmanager
 def lab(n: int, name: str, subnet: str) -> Iterator[Any]:
     """A lab of ``n`` hosts only for this benchmark; always removed."""
-    from framework.lab import Lab
+    from framework.lab.manage import Lab
 
     env_out = Path(f"/run/camit-lab/{name}.yaml")
     the_lab = Lab.up(n, name=name, subnet=subnet, env_out=env_out, say=lambda m: None)

@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402
 
 from framework import artifacts  # noqa: E402
-from framework.config import load  # noqa: E402
+from framework.config.effective import load  # noqa: E402
 from framework.deploy import Deployer  # noqa: E402
 from framework.hosts import Cluster  # noqa: E402
 

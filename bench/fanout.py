@@ -48,7 +48,7 @@ def _ssh_config(cfg: dict[str, Any], path: Path) -> Path:
 
 def w_camit(cfg: dict[str, Any], warm: int) -> dict[str, Any]:
     import framework.transport.ssh  # noqa: F401  (imported lazily by Host.from_spec: paramiko, ~60 ms)
-    from framework.config import load
+    from framework.config.effective import load
     from framework.hosts import Cluster
 
     env = load(cfg["env"])

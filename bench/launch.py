@@ -42,7 +42,7 @@ def main() -> int:
     args = ap.parse_args()
     import yaml
 
-    from framework import artifacts
+    from framework.lab import artifacts
 
     tmp = Path(tempfile.mkdtemp(prefix="camit-lbench-"))
     built = artifacts.build_all(tmp / "artifacts")

@@ -90,7 +90,7 @@ def poll_main(prefix: str, rank: int, limit: float) -> int:
 def one(env, names: list[str], nproc: int, reports: Path) -> dict[str, float | None]:  # type: ignore[no-untyped-def]
     from framework.hosts import Cluster
     from framework.launch import Launcher, Target
-    from framework.rundir import RunDir
+    from framework.report.folder import RunDir
 
     rundir = RunDir.create(reports)
     last = len(names) * nproc - 1
@@ -129,7 +129,7 @@ def main() -> int:
         return poll_main(args.poll, args.rank, 400.0)
     import tempfile
 
-    from framework.config import load
+    from framework.config.effective import load
 
     sizes = [int(s) for s in args.nodes.split(",")]
     reports = Path(tempfile.mkdtemp(prefix="camit-tdown-"))

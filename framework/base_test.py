@@ -42,7 +42,7 @@ class BaseTest:
 
     @classmethod
     def _load_env(cls) -> Any:
-        from framework.config import DEFAULT_ENV_PATH, load
+        from framework.config.effective import DEFAULT_ENV_PATH, load
 
         session = cls._camit_session
         if session is not None and session.env is not None:
@@ -61,7 +61,7 @@ class BaseTest:
         for name, host in cls.hosts.items():
             setattr(cls, name, host)
         try:
-            from framework.coredump import CoreWatch
+            from framework.cores.watch import CoreWatch
         except ImportError:  # pragma: no cover
             return
         cls._core_watch = CoreWatch(cls.cluster, env=cls.env, policy=cls.core_policy)

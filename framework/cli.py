@@ -80,7 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="what a core dump during the run does: fail (default, or $CAMIT_CORE_POLICY), warn, ignore")
     rn.add_argument("target", nargs=argparse.REMAINDER, metavar="-- script.py|-m module [args]")
 
-    from framework.preflight_probe import Limits
+    from framework.preflight.probe import Limits
 
     ck = sub.add_parser("check", help="preflight: is every host ready? (a host x check table)")
     _env_arg(ck)
@@ -124,7 +124,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _load_env(path: str | None) -> Any:
-    from framework.config import DEFAULT_ENV_PATH, load
+    from framework.config.effective import DEFAULT_ENV_PATH, load
 
     return load(path or DEFAULT_ENV_PATH)
 
@@ -187,7 +187,7 @@ def cmd_exec(args: argparse.Namespace) -> int:
 def _cluster_run(args: argparse.Namespace) -> tuple[Any, Any, Any, Any]:
     """The env, its (selected) cluster, a new run folder, and a progress printer (quiet with --json)."""
     from framework.hosts import Cluster
-    from framework.rundir import RunDir
+    from framework.report.folder import RunDir
 
     env = _load_env(args.env)
     cluster = Cluster.from_env(env, _split_hosts(args.hosts))
@@ -225,7 +225,7 @@ def cmd_deploy(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from framework.coredump import CoreWatch
+    from framework.cores.watch import CoreWatch
     from framework.launch import Launcher, Target
 
     target = Target.parse(args.target)
@@ -268,9 +268,9 @@ def _host_error_text(name: str, err: BaseException) -> str:
 
 def cmd_check(args: argparse.Namespace) -> int:
     from framework.hosts import Cluster
-    from framework.preflight import Preflight
-    from framework.preflight_checks import SKIP, WARN
-    from framework.preflight_probe import Limits
+    from framework.preflight.checks import SKIP, WARN
+    from framework.preflight.probe import Limits
+    from framework.preflight.run import Preflight
 
     env = _load_env(args.env)
     limits = Limits(min_free_gb=args.min_free_gb, max_skew=args.max_skew, probe_timeout=args.timeout)
@@ -306,9 +306,9 @@ def _safe_name(section: str) -> str:
 def cmd_collect(args: argparse.Namespace) -> int:
     from framework import commands
     from framework.hosts import Cluster, Host
-    from framework.preflight import Preflight
-    from framework.preflight_checks import evaluate
-    from framework.rundir import RunDir
+    from framework.preflight.checks import evaluate
+    from framework.preflight.run import Preflight
+    from framework.report.folder import RunDir
 
     env = _load_env(args.env)
     rundir = RunDir.create(args.report_dir)
@@ -360,7 +360,7 @@ def cmd_collect(args: argparse.Namespace) -> int:
 
 def cmd_lab(lab_args: Sequence[str]) -> int:
     """``camit lab ...`` is ``python -m framework.lab ...`` (its own options, --help included)."""
-    from framework.lab import main as lab_main
+    from framework.lab.manage import main as lab_main
 
     return lab_main(list(lab_args))
 

@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 
 from framework import commands
 from framework.errors import FrameworkError, UsageError
-from framework.rundir import write_atomic
+from framework.report.folder import write_atomic
 
 if TYPE_CHECKING:  # pragma: no cover
     from framework.hosts import Cluster, Host

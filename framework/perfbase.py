@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from framework.rundir import locked, write_atomic
+from framework.report.folder import locked, write_atomic
 
 LATENCY = ("dispatch_us", "combine_us")
 THROUGHPUT = ("dispatch_bytes_per_s", "combine_bytes_per_s")

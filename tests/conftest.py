@@ -27,7 +27,7 @@ collect_ignore = ["data"]
 @pytest.fixture(scope="session")
 def lab():
     from framework.errors import LabError
-    from framework.lab import Lab
+    from framework.lab.manage import Lab
 
     try:
         return Lab.load(name=os.environ.get("CAMIT_LAB_NAME", "camit"))
@@ -46,7 +46,7 @@ def lab_env_path(lab) -> Path:
 
 @pytest.fixture(scope="session")
 def lab_env(lab_env_path):
-    from framework.config import load
+    from framework.config.effective import load
 
     return load(lab_env_path)
 

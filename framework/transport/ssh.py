@@ -98,9 +98,8 @@ class _Policy(paramiko.MissingHostKeyPolicy):
             return
         if o.policy == "accept-new" and o.known_hosts is not None and o.pinned is None:
             o.known_hosts.parent.mkdir(parents=True, exist_ok=True)
-            with FileLock(str(o.known_hosts) + ".lock"):
-                with o.known_hosts.open("a") as fh:
-                    fh.write(f"{hostname} {key.get_name()} {key.get_base64()}\n")
+            with FileLock(str(o.known_hosts) + ".lock"), o.known_hosts.open("a") as fh:
+                fh.write(f"{hostname} {key.get_name()} {key.get_base64()}\n")
             log.warning("%s: accept-new: recorded new %s key %s for %s in %s",
                         o.name, key.get_name(), fp, hostname, o.known_hosts)
             return
@@ -217,7 +216,7 @@ class SshTransport:
                 _close(client, sock)
                 how = "key " + str(self.key_file) if self.key_file else ("password" if password else "agent/default keys")
                 raise AuthenticationFailed(self.name, f"authentication as {self.user!r} with {how} failed: {exc}") from None
-            except (socket.timeout, TimeoutError) as exc:
+            except TimeoutError as exc:
                 _close(client, sock)
                 raise HostUnreachable(
                     self.name, f"cannot connect to {self.address}:{self.port}: timed out after {self.connect_timeout:g}s"

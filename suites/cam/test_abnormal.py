@@ -1,7 +1,6 @@
 """Abnormal inputs fail cleanly on every rank: no crash, no hang past the case timeout (rank/test_abnormal_rank.py)."""
 
 import pytest
-
 from camsuite import WORLDS
 
 

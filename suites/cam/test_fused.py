@@ -1,7 +1,6 @@
 """fused_deep_moe: base, with_share, with_smooth, with_mc2_mask, dynamicBS, dynamicEPLB, all (rank/test_fused_rank.py)."""
 
 import pytest
-
 from camsuite import WORLDS
 
 

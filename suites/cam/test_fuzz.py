@@ -4,7 +4,6 @@ The cases derive from --random-seed; the header prints the line that reproduces 
 """
 
 import pytest
-
 from camsuite import WORLDS
 
 

@@ -8,8 +8,8 @@ import json
 from pathlib import Path
 
 import pytest
-
 from camsuite import WORLDS
+
 from framework import perfbase
 
 REPO = Path(__file__).resolve().parents[2]

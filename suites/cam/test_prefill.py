@@ -1,7 +1,6 @@
 """dispatch/combine prefill across the cluster, quant off and on (rank side: rank/test_prefill_rank.py)."""
 
 import pytest
-
 from camsuite import WORLDS
 
 

@@ -1,6 +1,6 @@
 """Preflight as tests: one test per check per host, ids like ``test_check[host1-ssh]``.
 
-The same checks as ``camit check`` (``framework.preflight``): every host is probed once per
+The same checks as ``camit check`` (``framework.preflight.run``): every host is probed once per
 session (one script, one round trip per host, through the cluster's bounded pool); each test then
 reports its own cell. ``ok``/``warn`` pass (a warning is printed into the test's output),
 ``skip`` skips with the reason (NPU checks on CPU hosts), ``fail`` fails with the evidence, and an
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from framework.preflight_checks import CHECKS, ERROR, FAIL, SKIP, WARN, Report
+from framework.preflight.checks import CHECKS, ERROR, FAIL, SKIP, WARN, Report
 
 
 def _env_path(config: pytest.Config) -> str | None:
@@ -38,7 +38,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         metafunc.parametrize("host_check", [pytest.param(None, marks=pytest.mark.skip(
             reason="no env file: pass --env FILE or set CAMIT_ENV"), id="no-env")])
         return
-    from framework.config import load
+    from framework.config.effective import load
 
     env = load(path)
     cases = [(host, check) for host in env.hosts for check in CHECKS]
@@ -46,9 +46,9 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 
 def _run(path: str) -> Report:
-    from framework.config import load
+    from framework.config.effective import load
     from framework.hosts import Cluster
-    from framework.preflight import Preflight
+    from framework.preflight.run import Preflight
 
     env = load(path)
     with Cluster.from_env(env) as cluster:

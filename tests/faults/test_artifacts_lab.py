@@ -14,10 +14,11 @@ from pathlib import Path
 import pytest
 from camit_labtools import REPO, Footprint
 
-from framework import artifacts, deploy
-from framework.config import load
+from framework import deploy
+from framework.config.effective import load
 from framework.deploy import Deployer
 from framework.hosts import Cluster, sha256_file
+from framework.lab import artifacts
 
 pytestmark = pytest.mark.lab
 HOSTS = ["host1", "host2"]

@@ -20,8 +20,8 @@ import xml.etree.ElementTree as ET
 import pytest
 from camit_labtools import REPO, wait_none_left
 
-from framework import artifacts
-from framework.report_junit import validate_junit
+from framework.lab import artifacts
+from framework.report.junit import validate_junit
 
 pytestmark = pytest.mark.lab
 
@@ -32,7 +32,7 @@ SHARES = (set(HOSTS[:8]), set(HOSTS[8:]))
 @pytest.fixture(scope="module")
 def lab16(lab, tmp_path_factory):
     """A private 16-host lab for this module (the CI lab stays as it is); always taken down."""
-    from framework.lab import Lab
+    from framework.lab.manage import Lab
 
     env_out = tmp_path_factory.mktemp("x16") / "lab16.yaml"
     big = Lab.up(16, name="x16", subnet="10.74.0.0/24", env_out=env_out, say=lambda m: None)

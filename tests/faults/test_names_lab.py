@@ -21,7 +21,7 @@ import pytest
 from _pytest.junitxml import bin_xml_escape
 from camit_labtools import REPO, Footprint, wait_none_left
 
-from framework.report_junit import validate_junit
+from framework.report.junit import validate_junit
 
 pytestmark = pytest.mark.lab
 

@@ -18,8 +18,8 @@ from collections.abc import Iterator
 import pytest
 from camit_labtools import REPO, Footprint, pids_with_cmdline, wait_for, wait_none_left, wait_ranks_up
 
-from framework import artifacts
-from framework.report_junit import validate_junit
+from framework.lab import artifacts
+from framework.report.junit import validate_junit
 
 pytestmark = pytest.mark.lab
 TARGET = REPO / "tests" / "data" / "targets" / "alltoall.py"

@@ -20,13 +20,13 @@ from pathlib import Path
 
 import pytest
 
-from framework.coredump import CoreWatch
-from framework.coredump_scan import CoreSources
+from framework.cores.scan import CoreSources
+from framework.cores.watch import CoreWatch
 from framework.hosts import Cluster, Host
-from framework.lab_plan import CORE_PATTERN_FILE, LAB_CORE_PATTERN, STATE_ROOT
-from framework.lab_sys import locked
+from framework.lab.plan import CORE_PATTERN_FILE, LAB_CORE_PATTERN, STATE_ROOT
+from framework.lab.system import locked
 from framework.launch import Launcher, Target
-from framework.rundir import RunDir
+from framework.report.folder import RunDir
 
 TARGET = Path(__file__).resolve().parents[1] / "data" / "targets" / "alltoall.py"
 NODES = ["host1", "host2"]
@@ -95,7 +95,7 @@ def test_the_kernel_writes_a_core_in_the_crashing_hosts_own_dir(lab, lab_env, cl
 
 
 def test_a_second_lab_shares_the_pattern_and_does_not_restore_it_while_another_is_up(lab, tmp_path) -> None:
-    from framework.lab import Lab
+    from framework.lab.manage import Lab
 
     saved = json.loads(lab.plan.state_file.read_text())["core_pattern"]["saved"]
     other = Lab.up(1, name="coretmp", subnet="10.81.1.0/24", env_out=tmp_path / "coretmp.yaml", torch=False)

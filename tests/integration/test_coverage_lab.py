@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from framework import artifacts, commands
+from framework import commands
 from framework.coverage import RankCoverage
+from framework.lab import artifacts
 
 REPO = Path(__file__).resolve().parents[2]
 WORKDIR = "/var/tmp/camit/cov"
@@ -66,7 +67,7 @@ def test_prefill_with_cov_ranks_gives_one_combined_report(env_variant, built, tm
 
 
 def test_gcda_of_a_coverage_build_is_fetched_from_the_host_that_has_it(env_variant, built, tmp_path):
-    from framework.config import load
+    from framework.config.effective import load
     from framework.hosts import Cluster
 
     env = load(cov_env(env_variant, built, "gcda.yaml"))

@@ -17,12 +17,12 @@ from pathlib import Path
 
 import pytest
 
-from framework import artifacts
-from framework.config import load
+from framework.config.effective import load
 from framework.deploy import Deployer
 from framework.errors import ConfigError
 from framework.hosts import Cluster
-from framework.rundir import RunDir
+from framework.lab import artifacts
+from framework.report.folder import RunDir
 
 
 @pytest.fixture(scope="module")

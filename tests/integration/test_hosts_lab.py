@@ -127,7 +127,7 @@ def test_unknown_key_refused_under_strict_then_recorded_with_accept_new(env_vari
                 h.pop("host_key", None)
         return change
 
-    from framework.config import load
+    from framework.config.effective import load
 
     strict = Cluster.from_env(load(env_variant(unpinned("strict"), "strict.yaml")), [name])
     with pytest.raises(HostKeyError, match="unknown host key"):
@@ -200,7 +200,7 @@ def test_unreachable_address_reports_within_connect_timeout(env_variant, lab_env
     lab_ip = lab_env.hosts[name].ssh_ip
     # the same lab host on a port nobody listens on: a refusal, reported at once
     path = env_variant(lambda d: d["host_info"][name].__setitem__("ssh_port", 2))
-    from framework.config import load
+    from framework.config.effective import load
 
     c = Cluster.from_env(load(path), [name])
     start = time.monotonic()

@@ -23,7 +23,7 @@ import pytest
 import yaml
 
 from framework.errors import LabError
-from framework.lab import Lab
+from framework.lab.manage import Lab
 
 try:
     LAB = Lab.load(name=os.environ.get("CAMIT_LAB_NAME", "camit"))
@@ -42,7 +42,7 @@ F = TypeVar("F")
 
 def changes_lab(fn: F) -> F:
     """Mark a test that changes a host (restoring it after): it runs alone under pytest-xdist."""
-    setattr(fn, "changes_lab", True)
+    fn.changes_lab = True
     return fn
 
 

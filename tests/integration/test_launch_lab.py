@@ -12,13 +12,12 @@ import time
 from pathlib import Path
 
 import pytest
-
 from camit_labtools import tagged, wait_for, wait_none_left, wait_ranks_up
 
 from framework.hosts import Cluster
-from framework.lab_plan import nsenter_argv
+from framework.lab.plan import nsenter_argv
 from framework.launch import Launcher, Target
-from framework.rundir import RunDir
+from framework.report.folder import RunDir
 
 TARGET = Path(__file__).resolve().parents[1] / "data" / "targets" / "alltoall.py"
 NODES = ["host1", "host2"]
@@ -177,7 +176,7 @@ def test_a_taken_master_port_is_retried_with_another(lab, lab_env_path, env_vari
     """The env pins a master port that something else holds on node 0: the launch retries on a free one."""
     import socket as _socket
 
-    from framework.config import load
+    from framework.config.effective import load
 
     # a free port on host1 right now, then a listener outside camit holding it
     probe = lab.host_exec("host1", [sys.executable, "-c", "import socket; s = socket.socket(); "

@@ -82,9 +82,8 @@ def test_disjoint_host_groups_concurrently(lab_env, clean):
 
 def test_released_on_exception(lab_env, clean):
     with Cluster.from_env(lab_env) as c:
-        with pytest.raises(RuntimeError):
-            with Lease(c, owner="doomed"):
-                raise RuntimeError("test body failed")
+        with pytest.raises(RuntimeError), Lease(c, owner="doomed"):
+            raise RuntimeError("test body failed")
         assert {h: s.state for h, s in lease_status(c).items()} == {h: "free" for h in lab_env.hosts}
 
 

@@ -12,8 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-
-from framework.preflight_checks import CHECKS, NPU_CHECKS
+from framework.preflight.checks import CHECKS, NPU_CHECKS
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from framework import artifacts
-from framework.report_junit import validate_junit
+from framework.lab import artifacts
+from framework.report.junit import validate_junit
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -122,7 +122,7 @@ def test_run_folder_holds_junit_and_reports(pytester, env_file):
     latest = pytester.path / "out" / "latest"
     assert (latest / "junit.xml").exists()
     assert (latest / "manifest.json").exists() and (latest / "index.html").exists()
-    from framework.report_junit import validate_junit
+    from framework.report.junit import validate_junit
 
     assert validate_junit(latest / "junit.xml") == []
     result.stdout.fnmatch_lines(["*reproduce: pytest --env * --report-dir out * --random-seed *"])

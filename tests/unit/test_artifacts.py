@@ -1,4 +1,4 @@
-"""framework.artifacts: the real wheel and makeself .run, built into tmp dirs and exercised for real
+"""framework.lab.artifacts: the real wheel and makeself .run, built into tmp dirs and exercised for real
 (the .run installed with CANN's command line, set_env.bash sourced in bash, the wheel pip-installed
 into a fresh venv and imported with and without the vendor environment)."""
 
@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from framework import artifacts
-from framework.artifacts import ArtifactError
+from framework.lab import artifacts
+from framework.lab.artifacts import ArtifactError
 
 REPO = Path(__file__).resolve().parents[2]
 needs_makeself = pytest.mark.skipif(shutil.which("makeself") is None, reason="makeself not installed")

@@ -1,4 +1,4 @@
-"""framework.ascend parsers against every relevant capture in tests/data/ascend/."""
+"""framework.preflight.ascend parsers against every relevant capture in tests/data/ascend/."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from framework import ascend
-from framework.ascend import A2, A3
+from framework.preflight import ascend
+from framework.preflight.ascend import A2, A3
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "ascend"
 

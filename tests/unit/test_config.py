@@ -1,4 +1,4 @@
-"""Tests for framework.config: loading, inheritance, paths, ${VAR}, redaction, schema, bad files."""
+"""Tests for framework.config.effective: loading, inheritance, paths, ${VAR}, redaction, schema, bad files."""
 
 from __future__ import annotations
 
@@ -10,18 +10,17 @@ from pathlib import Path
 import pytest
 import yaml
 
-from framework import config_schema
-from framework.config import (
+from framework.config import document as config_schema
+from framework.config.effective import (
     DEFAULT_ENV_PATH,
     SCHEMA_VERSION,
-    EnvConfig,
     HostSpec,
     NicSpec,
     Secret,
     load,
     main,
 )
-from framework.config_yaml import parse_yaml
+from framework.config.yaml_text import parse_yaml
 from framework.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[2]

@@ -20,8 +20,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from framework.coredump import CoreWatch, rank_procs
-from framework.coredump_inspect import (
+from framework.cores.inspection import (
     Core,
     CorePolicy,
     RankProc,
@@ -33,7 +32,8 @@ from framework.coredump_inspect import (
     parse_crash_header,
     verdict_message,
 )
-from framework.coredump_scan import (
+from framework.cores.logs import dmesg_since, logs_script, parse_logs_output, scan_signatures, summarize
+from framework.cores.scan import (
     Baseline,
     CoreSources,
     HostScan,
@@ -45,10 +45,10 @@ from framework.coredump_scan import (
     scan_script,
     signal_name,
 )
+from framework.cores.watch import CoreWatch, rank_procs
 from framework.errors import UsageError
-from framework.hostlogs import dmesg_since, logs_script, parse_logs_output, scan_signatures, summarize
 from framework.hosts import Cluster, Host
-from framework.lab_plan import LAB_CORE_PATTERN, core_pattern_on_down, core_pattern_on_up
+from framework.lab.plan import LAB_CORE_PATTERN, core_pattern_on_down, core_pattern_on_up
 from framework.transport.local import LocalTransport
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "ascend"
@@ -227,7 +227,7 @@ def test_an_unknown_pipe_is_reported_not_listed(tmp_path: Path) -> None:
 
 
 def scan_of(now: float, files: dict[str, tuple[int, float, int]], pattern: str = LAB_PATTERN) -> HostScan:
-    from framework.coredump_scan import FileEntry
+    from framework.cores.scan import FileEntry
 
     s = HostScan("h1", now=now, pattern=parse_core_pattern(pattern), complete=True)
     s.files = {p: FileEntry(p, size, mtime, inode) for p, (size, mtime, inode) in files.items()}

@@ -179,7 +179,7 @@ def test_deploy_manifests_of_one_run_merge_instead_of_the_last_one_winning(tmp_p
     import json
     import multiprocessing
 
-    from framework.rundir import RunDir
+    from framework.report.folder import RunDir
 
     def manifest(hosts, duration, notes, relay):
         return {"duration": duration, "relay_used": relay, "notes": notes,
@@ -203,7 +203,7 @@ def test_deploy_manifests_of_one_run_merge_instead_of_the_last_one_winning(tmp_p
 
 
 def _merge_many(path, worker):
-    from framework.rundir import RunDir
+    from framework.report.folder import RunDir
 
     rundir = RunDir(path, path.name)
     for i in range(20):

@@ -1,4 +1,4 @@
-"""Unit tests of the lab's pure planning (framework.lab_plan): no root, no namespaces."""
+"""Unit tests of the lab's pure planning (framework.lab.plan): no root, no namespaces."""
 
 from __future__ import annotations
 
@@ -10,12 +10,33 @@ import pytest
 import yaml
 
 from framework.errors import EXIT_USAGE, LabError
-from framework.lab_plan import (
-    ENV_HEADER, HostPlan, LabPlan, build_commands, default_state_dir, env_document, in_host_argv,
-    iptables_forward_rule, known_hosts_text, lab_ns_re, lab_veth_re, max_name_len, nsenter_argv,
-    overlapping_routes, parse_subnet, plan_lab, public_key_of, render_env_yaml, setup_script,
-    small_workdir_size, sshd_argv, sshd_config_lines, sshd_config_text, teardown_commands,
-    validate_name, validate_state_dir,
+from framework.lab.plan import (
+    ENV_HEADER,
+    HostPlan,
+    LabPlan,
+    build_commands,
+    default_state_dir,
+    env_document,
+    in_host_argv,
+    iptables_forward_rule,
+    known_hosts_text,
+    lab_ns_re,
+    lab_veth_re,
+    max_name_len,
+    nsenter_argv,
+    overlapping_routes,
+    parse_subnet,
+    plan_lab,
+    public_key_of,
+    render_env_yaml,
+    setup_script,
+    small_workdir_size,
+    sshd_argv,
+    sshd_config_lines,
+    sshd_config_text,
+    teardown_commands,
+    validate_name,
+    validate_state_dir,
 )
 
 STATE = Path("/run/camit-lab/camit")
@@ -371,14 +392,14 @@ def test_host_plan_is_immutable() -> None:
 
 
 def test_load_without_a_lab_raises(tmp_path: Path) -> None:
-    from framework.lab import Lab
+    from framework.lab.manage import Lab
 
     with pytest.raises(LabError, match="no lab 'camit' is up"):
         Lab.load("camit", tmp_path / "nothing")
 
 
 def test_cli_refuses_bad_plan_with_usage_exit(capsys: pytest.CaptureFixture[str]) -> None:
-    from framework.lab import main
+    from framework.lab.manage import main
 
     assert main(["up", "--hosts", "4", "--name", "a-very-long-lab-name"]) == EXIT_USAGE
     err = capsys.readouterr().err

@@ -6,7 +6,7 @@ import shlex
 
 import pytest
 
-from framework.config import HostSpec, NicSpec, NpuSpec, Secret, TestNicSpec
+from framework.config.effective import HostSpec, NicSpec, NpuSpec, Secret, TestNicSpec
 from framework.errors import UsageError
 from framework.launch import NodePlan, Target, backend_env, launch_label, node_command
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from framework.config import HostSpec, NicSpec
+from framework.config.effective import HostSpec, NicSpec
 from framework.errors import EXIT_INFRA
 from framework.hosts import Cluster, Host
 from framework.lease import (
@@ -267,18 +267,16 @@ def test_dead_holder_on_this_controller_is_stale_at_once(hosts, caplog):
     first = Lease(Cluster([h]), owner="crashed", interval=0).acquire()
     text = lease_file(h).read_text().replace(f'"pid": {__import__("os").getpid()}', f'"pid": {dead.pid}')
     lease_file(h).write_text(text)
-    with caplog.at_level(logging.WARNING, logger="camit.lease"):
-        with Lease(Cluster([h]), owner="next", interval=0):
-            pass
+    with caplog.at_level(logging.WARNING, logger="camit.lease"), Lease(Cluster([h]), owner="next", interval=0):
+        pass
     assert f"its holder, pid {dead.pid} on this controller, is gone" in caplog.text
     first.held.clear()  # it was taken over
 
 
 def test_released_on_exception(hosts):
     hs = hosts(2)
-    with pytest.raises(ZeroDivisionError):
-        with Lease(Cluster(hs), owner="x", interval=0):
-            1 / 0  # noqa: B018
+    with pytest.raises(ZeroDivisionError), Lease(Cluster(hs), owner="x", interval=0):
+        1 / 0  # noqa: B018
     assert not any(lease_file(h).exists() for h in hs)
 
 

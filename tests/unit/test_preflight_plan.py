@@ -1,4 +1,4 @@
-"""framework.preflight{,_probe,_checks}: the probe plan and script, section parsing, every verdict — no network.
+"""framework.preflight.run{,_probe,_checks}: the probe plan and script, section parsing, every verdict — no network.
 
 The probe script itself runs for real under /bin/sh through LocalTransport, with fake ``npu-smi``
 and ``hccn_tool`` on PATH printing captured outputs, so the shell side is tested too.
@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from framework.config import HostSpec, NicSpec, NpuSpec
+from framework.config.effective import HostSpec, NicSpec, NpuSpec
 from framework.errors import EXIT_FAILED, EXIT_INFRA, EXIT_OK, HostUnreachable
 from framework.hosts import Cluster, Host
-from framework.preflight import Preflight, run_probe
-from framework.preflight_checks import CHECKS, ERROR, FAIL, NPU_CHECKS, OK, SKIP, WARN, Report, Sample, evaluate
-from framework.preflight_probe import Limits, Section, plan_probe, probe_script, split_sections
+from framework.preflight.checks import CHECKS, ERROR, FAIL, NPU_CHECKS, OK, SKIP, WARN, Report, Sample, evaluate
+from framework.preflight.probe import Limits, Section, plan_probe, probe_script, split_sections
+from framework.preflight.run import Preflight, run_probe
 from framework.result import Result
 from framework.transport.local import LocalTransport
 
@@ -481,7 +481,7 @@ def test_the_version_snippet_reads_version_py_and_falls_back_to_metadata(tmp_pat
     """torch's build writes torch/version.py; a torch_npu without one is read from its dist-info."""
     import subprocess
 
-    from framework import preflight_probe
+    from framework.preflight import probe as preflight_probe
 
     (tmp_path / "torch").mkdir()
     (tmp_path / "torch" / "__init__.py").write_text("raise SystemExit('the probe must not import torch')\n")

@@ -1,4 +1,4 @@
-"""framework.report with report_read and report_junit: run folder, cluster.xml, validation, manifest, summary.
+"""framework.report.summary with report_read and report_junit: run folder, cluster.xml, validation, manifest, summary.
 
 Run folders are built by ``tests/data/reports/sample_run.py`` from static host files, real
 pytest ``--junitxml`` output and launch records written through ``LaunchResult.to_json()``.
@@ -20,9 +20,11 @@ from pathlib import Path
 import pytest
 
 import framework
-from framework import report, report_junit, report_read
-from framework.config import load
+from framework.config.effective import load
 from framework.launch import LaunchResult, NodeResult, RankResult
+from framework.report import junit as report_junit
+from framework.report import model as report_read
+from framework.report import summary as report
 
 REPO = Path(__file__).resolve().parents[2]
 DATA = REPO / "tests" / "data"
@@ -119,7 +121,7 @@ def test_rank_without_junit_is_an_error_with_how_it_ended_and_its_log_tail(run):
 def test_core_dumps_are_failures_and_are_remembered_for_later_rebuilds(run):
     core = sr.core_for(run)
     report_junit.write_cluster_junit(run, [core])
-    recorded = json.loads((run / "cores.json").read_text())  # the entry shape framework.coredump writes
+    recorded = json.loads((run / "cores.json").read_text())  # the entry shape framework.cores.watch writes
     assert recorded == [{"host": "node2", "pid": 4242, "executable": "/var/tmp/camit/venv/bin/python3",
                          "signal": "SIGSEGV", "rank": 2, "describe": core.describe(), "backtrace": core.backtrace,
                          "local_path": "node2/cores/core.python3.4242", "backtrace_path": None}]
@@ -138,7 +140,7 @@ def test_core_dumps_are_failures_and_are_remembered_for_later_rebuilds(run):
 
 
 def test_cores_json_written_by_framework_coredump_is_read(run):
-    coredump = pytest.importorskip("framework.coredump")
+    coredump = pytest.importorskip("framework.cores.watch")
     bt = run / "node2" / "cores" / "core.python3.4242.bt.txt"
     bt.write_text("@@threads\n#0  0x1 in poll ()\n@@crashing\n#0  0x00007f3a2c0b1d2e in cam::dispatch_prefill () "
                   "at dispatch.cpp:211\n#1  0x2 in moe_dispatch_prefill ()\n")

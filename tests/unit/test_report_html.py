@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from framework import report
+from framework.report import summary as report
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 

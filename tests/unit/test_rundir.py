@@ -5,7 +5,7 @@ from __future__ import annotations
 import multiprocessing
 from pathlib import Path
 
-from framework.rundir import append_text
+from framework.report.folder import append_text
 
 
 def _append_many(path: str, worker: int) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from xdist.scheduler import LoadScheduling
 
-from framework.xdist_sched import ClusterScheduling, initial_chunk, make_scheduler
+from framework.plugin.xdist import ClusterScheduling, initial_chunk, make_scheduler
 
 
 class Config:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from camref import dispatch_layout, prefill_inputs
 from cases import prefill_case
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-
 from camcheck import expect_close, expect_equal
 from camref import FusedCase, fused_inputs, fused_reference, fused_weights
 from cases import fused_case

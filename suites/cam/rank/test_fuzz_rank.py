@@ -12,12 +12,12 @@ import random
 import numpy as np
 import pytest
 import torch
-
 from camcheck import expect_close, expect_diff, expect_equal
 from camref import FusedCase, PrefillCase, combine_reference, dispatch_layout, dispatch_reference, fused_reference
-from conftest import SEED
 from test_fused_rank import run_fused
 from test_prefill_rank import run_prefill
+
+from conftest import SEED
 
 N = int(os.environ.get("CAMIT_FUZZ_N", "6"))
 WORLD = int(os.environ.get("WORLD_SIZE", "2"))

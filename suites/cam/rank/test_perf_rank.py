@@ -12,9 +12,8 @@ import time
 
 import torch
 import torch.distributed as dist
-
-from cases import prefill_case
 from camref import dispatch_layout, prefill_inputs
+from cases import prefill_case
 
 ITERS = int(os.environ.get("CAMIT_PERF_ITERS", "10"))
 WARMUP = 2

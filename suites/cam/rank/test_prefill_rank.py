@@ -10,7 +10,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-
 from camcheck import Mismatch, expect_diff, expect_equal, per_token_cast_back
 from camref import combine_reference, dispatch_layout, dispatch_reference, prefill_inputs, quantize_rows
 from cases import prefill_case

@@ -1,8 +1,8 @@
 """Preflight: is every host ready for a CAM run? One probe script per host, pure verdicts.
 
 This is the executor; the plan and the verdicts are pure and live in
-``framework.preflight_probe`` (the probe plan, its script and the tagged sections it prints) and
-``framework.preflight_checks`` (every check, cross-host consistency, clock skew, the report).
+``framework.preflight.probe`` (the probe plan, its script and the tagged sections it prints) and
+``framework.preflight.checks`` (every check, cross-host consistency, clock skew, the report).
 
 Plan: ``plan_probe`` turns a host's spec into a ``ProbePlan`` and ``probe_script`` into one POSIX
 ``sh`` script that prints tagged sections (``@@camit@@ begin <name>`` … ``@@camit@@ end <name>
@@ -28,8 +28,8 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from framework.preflight_checks import CHECKS, CheckResult, Report, Sample, evaluate
-from framework.preflight_probe import MARK, Limits, ProbePlan, plan_probe, probe_script, split_sections
+from framework.preflight.checks import CHECKS, CheckResult, Report, Sample, evaluate
+from framework.preflight.probe import MARK, Limits, ProbePlan, plan_probe, probe_script, split_sections
 
 #: the public API: the executor, plus the pure types a caller of it handles (defined in preflight_probe/_checks)
 __all__ = ["CHECKS", "CheckResult", "Limits", "Preflight", "Report", "run_probe"]

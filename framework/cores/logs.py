@@ -30,7 +30,7 @@ from typing import Any
 from framework import commands
 from framework.errors import FrameworkError
 from framework.hosts import Cluster, Host
-from framework.rundir import append_text, write_atomic
+from framework.report.folder import append_text, write_atomic
 
 log = logging.getLogger("camit.hostlogs")
 

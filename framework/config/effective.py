@@ -1,7 +1,7 @@
 """Environment loading: one ``test_env.yaml`` becomes one validated, typed, frozen :class:`EnvConfig`.
 
 :func:`load` reads the file with a YAML loader that rejects duplicate keys, expands ``${VAR}`` from
-the environment, validates the document against :mod:`framework.config_schema` and resolves each
+the environment, validates the document against :mod:`framework.config.document` and resolves each
 host's *effective* settings (the host's own value, else ``defaults:``, else the built-in value).
 Every problem is one :class:`~framework.errors.ConfigError` naming the file and the dotted key path
 (``test_env.yaml: host_info.host2.manage_nic.ip: '10.0.0.300' is not an IPv4 address``). Passwords
@@ -25,9 +25,9 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from framework import config_schema as schema
-from framework.config_schema import SCHEMA_VERSION, Loc, parse_cpu_list
-from framework.config_yaml import expand_vars, parse_yaml, read_text
+from framework.config import document as schema
+from framework.config.document import SCHEMA_VERSION, Loc, parse_cpu_list
+from framework.config.yaml_text import expand_vars, parse_yaml, read_text
 from framework.errors import ConfigError
 
 __all__ = [
@@ -596,6 +596,3 @@ def main(argv: Sequence[str] | None = None) -> int:
     sys.stdout.write(schema.schema_json())
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

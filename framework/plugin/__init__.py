@@ -109,7 +109,7 @@ class CamitSession:
         self._lease: Any = None
         self.deploy_result: Any = None
         if self.env_path:
-            from framework.config import load
+            from framework.config.effective import load
 
             try:
                 self.env = load(self.env_path)
@@ -132,7 +132,7 @@ class CamitSession:
 
     def ensure_rundir(self) -> Any:
         if self.rundir is None:
-            from framework.rundir import RunDir
+            from framework.report.folder import RunDir
 
             if self.worker is not None and self.worker.get("camit_rundir"):
                 path = Path(self.worker["camit_rundir"])
@@ -278,7 +278,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     """A cluster run under ``-n``: the first tests (the launches, sorted first) are dealt one per worker."""
     if session_of(config).env is None:
         return None
-    from framework.xdist_sched import make_scheduler
+    from framework.plugin.xdist import make_scheduler
 
     return make_scheduler(config, log)
 
@@ -382,7 +382,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     xdist's default ``load`` scheduler sends each worker consecutive chunks of the collection; with the
     suite's many cheap per-host checks collected first and the launches last, every launch of a 16-host
     ``-n 2`` run landed on one worker's hosts while the other worker sat idle. Sorted (stably, the
-    same on every worker), dealt one per worker at the start (``framework.xdist_sched``) and then
+    same on every worker), dealt one per worker at the start (``framework.plugin.xdist``) and then
     handed out one at a time (``--maxschedchunk 1``, set in ``pytest_configure`` unless given), the
     launches go to whichever worker's host share is free, longest first.
     """
@@ -444,7 +444,7 @@ def _core_policy(item: pytest.Item, session: CamitSession) -> str:
 
 def _snapshot(session: CamitSession) -> tuple[Any, Any]:
     try:
-        from framework.coredump import CoreWatch
+        from framework.cores.watch import CoreWatch
     except ImportError:  # pragma: no cover - cores arrive with the core-dump issue
         return None, None
     watch = CoreWatch(session.cluster, env=session.env, policy=session.core_policy)
@@ -542,7 +542,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     cs.close()
     if cs.env is None or cs.worker is not None or cs.rundir is None:
         return
-    from framework import report
+    from framework.report import summary as report
 
     if cs.cov_ranks:  # before finalize, so the manifest and index list the coverage report
         from framework import coverage
@@ -559,7 +559,7 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     if cs is None or cs.env is None or cs.worker is not None or cs.rundir is None:
         return
     try:
-        from framework import report
+        from framework.report import summary as report
 
         text = report.terminal_summary(cs.rundir.path, repro=_repro(config, cs.seed))
     except Exception as exc:  # the summary must never hide the run's outcome

@@ -3,7 +3,7 @@
 Nothing here touches the system: every function maps its inputs to names,
 addresses, the per-host ``sshd_config``, the start-up shell script, the
 ``ip`` commands to build and tear down the network, and the env YAML document.
-``framework.lab`` executes the plan; ``tests/unit/test_lab_plan.py`` checks it
+``framework.lab.manage`` executes the plan; ``tests/unit/test_lab_plan.py`` checks it
 without root.
 
 Layout for a lab named ``camit`` on ``10.77.0.0/24`` with N hosts::

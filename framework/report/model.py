@@ -4,15 +4,15 @@ It reads and never writes, so the report can be rebuilt at any time — after a 
 from an archived folder — and it never raises for a missing or corrupt file (what it
 cannot read goes to ``RunView.problems``). Each rank gets an outcome (pass, fail,
 crash, killed, lost) and a one-sentence reason; phases come from ``phases.json`` or are
-estimated from the deploy and launch files. :mod:`framework.report_junit`,
-:mod:`framework.report` and :mod:`framework.report_html` build their files from this view.
+estimated from the deploy and launch files. :mod:`framework.report.junit`,
+:mod:`framework.report.summary` and :mod:`framework.report.html` build their files from this view.
 
 Read (written by others)::
 
     launch-<id>.json            LaunchResult.to_json(), one per launch (framework.launch)
     <host>/rank<N>.log|json|xml per-rank output, status (rankwrap) and pytest JUnit
     <host>/cores/, <host>/*     core files and collected host logs
-    cores.json                  core dumps (framework.coredump, framework.report_junit)
+    cores.json                  core dumps (framework.cores.watch, framework.report.junit)
     deploy-manifest.json        DeployResult.to_json() (framework.deploy)
     phases.json                 [{host, phase, start, end}], appended by framework.report.record_phase
     manifest.json               the previous framework.report.write_manifest
@@ -526,7 +526,7 @@ def _phases(root: Path, launches: list[LaunchView], deploy: Mapping[str, Any] | 
     return sorted(recorded + derived, key=lambda p: (p.start, p.host))
 
 
-# -- small helpers (also used by framework.report, report_junit and report_html) ----
+# -- small helpers (also used by framework.report.summary, report_junit and report_html) ----
 def _tail(root: Path, rel: str | None, lines: int = TAIL_LINES) -> str:
     if not rel:
         return ""

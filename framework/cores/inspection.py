@@ -19,7 +19,7 @@ rank; the environment strings at the top of its stack carry
 process of rank N (any depth of descendant); the tag without ``RANK`` → the
 launch's torchrun/supervisor. Nothing matches → no rank, the core still counts.
 
-``framework.coredump`` runs these scripts on the hosts.
+``framework.cores.watch`` runs these scripts on the hosts.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from framework import commands
-from framework.coredump_scan import Candidate, CoreSources, signal_name
+from framework.cores.scan import Candidate, CoreSources, signal_name
 from framework.errors import UsageError
 
 BACKTRACE_BYTES = 256 * 1024

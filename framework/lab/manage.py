@@ -38,7 +38,7 @@ re-applies a small workdir recorded by :meth:`Lab.set_small_workdir` (an
 empty tmpfs again: what was written to the old one is gone).
 
 Planning (names, addresses, file texts, commands) lives in
-``framework.lab_plan``, process/system helpers in ``framework.lab_sys``; this
+``framework.lab.plan``, process/system helpers in ``framework.lab.system``; this
 module executes the plan and holds the API and the CLI.
 """
 
@@ -61,23 +61,63 @@ from pathlib import Path
 from typing import Any
 
 from framework.errors import EXIT_USAGE, FrameworkError, LabError
-from framework.lab_plan import (
-    CORE_PATTERN_FILE, DEFAULT_NAME, DEFAULT_SUBNET, ENV_HEADER, HOST_COREDIR, HOST_WORKDIR, LAB_CORE_PATTERN,
-    MASKED_RC, SSH_PORT, STATE_ROOT, HostPlan, LabPlan, build_commands, core_pattern_on_down, core_pattern_on_up,
-    default_state_dir, env_document, in_host_argv, iptables_forward_rule, known_hosts_text, nsenter_argv, plan_lab,
-    public_key_of, render_env_yaml, small_workdir_size, sshd_argv, sshd_config_text, teardown_commands,
+from framework.lab.plan import (
+    CORE_PATTERN_FILE,
+    DEFAULT_NAME,
+    DEFAULT_SUBNET,
+    ENV_HEADER,
+    HOST_COREDIR,
+    HOST_WORKDIR,
+    LAB_CORE_PATTERN,
+    MASKED_RC,
+    SSH_PORT,
+    STATE_ROOT,
+    HostPlan,
+    LabPlan,
+    build_commands,
+    core_pattern_on_down,
+    core_pattern_on_up,
+    default_state_dir,
+    env_document,
+    in_host_argv,
+    iptables_forward_rule,
+    known_hosts_text,
+    nsenter_argv,
+    plan_lab,
+    public_key_of,
+    render_env_yaml,
+    small_workdir_size,
+    sshd_argv,
+    sshd_config_text,
+    teardown_commands,
     tmpfs_mount_argv,
 )
-from framework.lab_sys import (
-    CHILDREN, Say, atomic_write, check_overlap, cmdline, in_netns, kill_pids, lab_namespaces, lab_veths,
-    leftovers, locked, mac_in_ns, pid_alive, port_open, preflight, prepare_torch, read_pid, run,
+from framework.lab.system import (
+    CHILDREN,
+    Say,
+    atomic_write,
+    check_overlap,
+    cmdline,
+    in_netns,
+    kill_pids,
+    lab_namespaces,
+    lab_veths,
+    leftovers,
+    locked,
+    mac_in_ns,
+    pid_alive,
+    port_open,
+    preflight,
+    prepare_torch,
+    read_pid,
+    run,
 )
 
 __all__ = ["DEFAULT_ENV_FILE", "Lab", "LabHost", "main"]
 
 log = logging.getLogger(__name__)
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 DEFAULT_ENV_FILE = REPO / "env" / "lab.yaml"
 SSHD_READY_TIMEOUT = 15.0
 
@@ -642,6 +682,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

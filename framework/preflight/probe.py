@@ -8,7 +8,7 @@ and the ``hccn_tool`` queries of the platform (run one after another: parallel c
 :func:`split_sections` reads the script's output back into :class:`Section` s. :class:`Limits`
 holds the thresholds and timeouts of a whole preflight.
 
-``framework.preflight`` runs the script on the hosts; ``framework.preflight_checks`` judges
+``framework.preflight.run`` runs the script on the hosts; ``framework.preflight.checks`` judges
 the sections.
 """
 

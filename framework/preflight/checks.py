@@ -8,7 +8,7 @@ with the reason; everything else runs for real. Statuses: ``ok``, ``warn`` (pass
 ``skip``, ``fail`` (exit 1), ``error`` (host unreachable, exit 3). :class:`Report` holds the
 table, its exit code and its JSON form.
 
-The sections come from ``framework.preflight_probe``'s script, run by ``framework.preflight``.
+The sections come from ``framework.preflight.probe``'s script, run by ``framework.preflight.run``.
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from framework import ascend
 from framework.errors import EXIT_FAILED, EXIT_INFRA, EXIT_OK
-from framework.preflight_probe import CANN_RECORD, Limits, ProbePlan, Section
+from framework.preflight import ascend
+from framework.preflight.probe import CANN_RECORD, Limits, ProbePlan, Section
 from framework.result import Result
 
 #: every check, in table order; test ids read ``test_check[<host>-<check>]``

@@ -12,8 +12,8 @@ scans into the cores that appeared in the window: only those that are new *and*
 no older than the snapshot count. :class:`Baseline` holds the scans taken
 before a test.
 
-``framework.coredump`` runs these scripts on the hosts;
-``framework.coredump_inspect`` reads, attributes and judges what they find.
+``framework.cores.watch`` runs these scripts on the hosts;
+``framework.cores.inspection`` reads, attributes and judges what they find.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """Core dumps: notice every crash on the hosts under test, attribute it, bring it back.
 
-This is the executor; the plan is pure and lives in ``framework.coredump_scan``
+This is the executor; the plan is pure and lives in ``framework.cores.scan``
 (the pattern, the scan script, which cores appeared) and
-``framework.coredump_inspect`` (reading a core, attribution, backtraces, the
+``framework.cores.inspection`` (reading a core, attribution, backtraces, the
 policy and the verdict).
 
 :class:`CoreWatch` runs the scan on every host in parallel before the test
@@ -37,7 +37,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from framework.coredump_inspect import (
+from framework.cores.inspection import (
     BACKTRACE_BYTES,
     BacktraceJob,
     Core,
@@ -53,10 +53,10 @@ from framework.coredump_inspect import (
     split_sections,
     verdict_message,
 )
-from framework.coredump_scan import Baseline, Candidate, CoreSources, HostScan, new_candidates, parse_scan, scan_script
+from framework.cores.scan import Baseline, Candidate, CoreSources, HostScan, new_candidates, parse_scan, scan_script
 from framework.errors import FrameworkError
 from framework.hosts import Cluster, Host
-from framework.rundir import update_json, write_atomic
+from framework.report.folder import update_json, write_atomic
 
 log = logging.getLogger("camit.coredump")
 
@@ -330,7 +330,7 @@ class CoreWatch:
         signatures and adds them to ``<report>/signatures.txt`` (under ``label``, e.g. the failed test's
         id, when given), kept in ``log_summary``.
         """
-        from framework.hostlogs import DEFAULT_ASCEND_DIRS, collect_logs
+        from framework.cores.logs import DEFAULT_ASCEND_DIRS, collect_logs
 
         dirs = self.ascend_log_dirs
         if dirs is None:

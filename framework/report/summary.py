@@ -6,11 +6,11 @@ folder — and an interrupted run still leaves a consistent folder (:func:`final
 raises). Only the controller calls these functions; every file is written atomically.
 
 This module is the entry point: :func:`finalize` writes ``cluster.xml``
-(:mod:`framework.report_junit`), ``manifest.json`` (:func:`write_manifest`, here) and
-``index.html`` (:mod:`framework.report_html`), each replaced by a minimal file saying so when
+(:mod:`framework.report.junit`), ``manifest.json`` (:func:`write_manifest`, here) and
+``index.html`` (:mod:`framework.report.html`), each replaced by a minimal file saying so when
 it cannot be built, with known secrets scrubbed from all three. :func:`record_phase` appends
 to ``phases.json`` during the run and :func:`terminal_summary` is the screen at its end.
-What the folder holds and how it is read is described in :mod:`framework.report_read`.
+What the folder holds and how it is read is described in :mod:`framework.report.model`.
 """
 
 from __future__ import annotations
@@ -32,12 +32,11 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-
 from framework import __version__
 from framework.hosts import sha256_file
-from framework.report_junit import _write_cluster, _xml_text
-from framework.report_read import OUTCOMES, RankView, RunView, _counts, _dur, _iso, _ranges, read_run
-from framework.rundir import update_json, write_atomic
+from framework.report.folder import update_json, write_atomic
+from framework.report.junit import _write_cluster, _xml_text
+from framework.report.model import OUTCOMES, RankView, RunView, _counts, _dur, _iso, _ranges, read_run
 
 log = logging.getLogger("camit.report")
 
@@ -200,7 +199,7 @@ def _files(root: Path) -> list[dict[str, Any]]:
 
 @functools.lru_cache(maxsize=1)
 def _git_sha() -> str | None:
-    repo = Path(__file__).resolve().parents[1]
+    repo = Path(__file__).resolve().parents[2]
     if not (repo / ".git").exists():
         return None
     try:
@@ -224,7 +223,7 @@ def _repro(argv: Sequence[str] | None, seed: Any) -> str | None:
 # -- index.html, finalize ------------------------------------------------------------
 def write_index(rundir_path: str | os.PathLike[str]) -> Path:
     """Write ``index.html``: offline page with the phase timeline and the rank grid."""
-    from framework.report_html import render
+    from framework.report.html import render
 
     root = Path(rundir_path)
     return write_atomic(root / "index.html", render(read_run(root)))
@@ -267,7 +266,7 @@ def finalize(rundir_path: str | os.PathLike[str], *, cores: Sequence[Any] = (), 
 
 
 def _render(root: Path) -> str:
-    from framework.report_html import render
+    from framework.report.html import render
 
     return render(read_run(root))
 

@@ -18,7 +18,7 @@ from typing import Any
 import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
-from framework.config_schema import ENV_NAME_RE, Loc, dotted
+from framework.config.document import ENV_NAME_RE, Loc, dotted
 from framework.errors import ConfigError
 
 #: builds the error to raise: (dotted key path or None, problem) -> ConfigError

@@ -19,7 +19,7 @@ from importlib import resources
 from urllib.parse import quote
 
 from framework import __version__
-from framework.report_read import OUTCOMES, PHASE_ORDER, Phase, RankView, RunView, _dur, _iso, _ranges, _tail
+from framework.report.model import OUTCOMES, PHASE_ORDER, Phase, RankView, RunView, _dur, _iso, _ranges, _tail
 
 __all__ = ["render"]
 

@@ -30,7 +30,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from framework.report_read import (
+from framework.report.folder import write_atomic
+from framework.report.model import (
     _ANSI,
     LaunchView,
     RankView,
@@ -46,7 +47,6 @@ from framework.report_read import (
     _tail,
     read_run,
 )
-from framework.rundir import write_atomic
 
 log = logging.getLogger("camit.report")
 
@@ -222,7 +222,7 @@ def _clean_case(case: ET.Element, prefix: str) -> ET.Element:
 
 
 def _record_cores(root: Path, cores: Sequence[Any], scrub: Callable[[str], str]) -> None:
-    """Merge ``cores`` into ``cores.json``, the file ``framework.coredump`` also writes (same entry shape)."""
+    """Merge ``cores`` into ``cores.json``, the file ``framework.cores.watch`` also writes (same entry shape)."""
     known = [c for c in _read_json(root / "cores.json", [], []) or [] if isinstance(c, dict)]
 
     def key(entry: Mapping[str, Any]) -> tuple[Any, ...]:

@@ -1,7 +1,7 @@
 """System-level helpers of the namespace lab: commands, processes, locks, discovery.
 
-Used by ``framework.lab`` (the executor); nothing here knows the lab's layout
-beyond the names ``framework.lab_plan`` produces.
+Used by ``framework.lab.manage`` (the executor); nothing here knows the lab's layout
+beyond the names ``framework.lab.plan`` produces.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from framework.errors import LabError
-from framework.lab_plan import SSH_PORT, SSHD, LabPlan, lab_ns_re, lab_veth_re, overlapping_routes
+from framework.lab.plan import SSH_PORT, SSHD, LabPlan, lab_ns_re, lab_veth_re, overlapping_routes
 
 log = logging.getLogger(__name__)
 

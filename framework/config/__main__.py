@@ -1,0 +1,7 @@
+"""``python -m framework.config schema``: print the JSON Schema of test_env.yaml."""
+
+import sys
+
+from framework.config.effective import main
+
+sys.exit(main())

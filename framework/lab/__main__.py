@@ -1,0 +1,7 @@
+"""``python -m framework.lab up|down|status``: the network-namespace lab (see :mod:`framework.lab.manage`)."""
+
+import sys
+
+from framework.lab.manage import main
+
+sys.exit(main())
