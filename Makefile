@@ -12,7 +12,7 @@ SUITE_ENV  ?= env/lab-suite.yaml
 ARTIFACTS  ?= build/artifacts
 
 
-.PHONY: install deps-apt deps-pip lab-up lab-down lab-status test test-unit test-integration demo clean schema
+.PHONY: install deps-apt deps-pip lab-up lab-down lab-status lint test test-unit test-integration demo clean schema
 
 install: deps-apt deps-pip
 
@@ -44,13 +44,18 @@ lab-down:
 lab-status:
 	$(PYTHON) -m framework.lab status --name $(LAB_NAME)
 
+# static contracts: types (mypy, configured in pyproject.toml) and lint (ruff, likewise)
+lint: install
+	$(PYTHON) -m mypy
+	$(PYTHON) -m ruff check .
+
 test-unit: install
 	$(PYTHON) -m pytest tests/unit -q $(PYTEST_ARGS)
 
 # the lab is torn down whatever the tests did; the tests' status is the target's.
 # One process on purpose (no -n in PYTEST_ARGS): lab tests stop sshd, fill a workdir, take a link down
 # or switch core_pattern on the shared lab hosts; the -n behaviour is tested inside them, on lab shares.
-test: install
+test: install lint
 	@$(MAKE) --no-print-directory lab-up || { $(MAKE) --no-print-directory lab-down; exit 1; }; \
 	CAMIT_LAB_ENV=$(LAB_ENV) $(PYTHON) -m pytest tests -q -ra $(PYTEST_ARGS); rc=$$?; \
 	$(MAKE) --no-print-directory lab-down || rc=1; \
