@@ -1,4 +1,4 @@
-"""framework.report.summary with report_read and report_junit: run folder, cluster.xml, validation, manifest, summary.
+"""framework.report: run folder (model), cluster.xml and validation (junit), manifest, finalize, terminal summary.
 
 Run folders are built by ``tests/data/reports/sample_run.py`` from static host files, real
 pytest ``--junitxml`` output and launch records written through ``LaunchResult.to_json()``.
@@ -22,9 +22,11 @@ import pytest
 import framework
 from framework.config.effective import load
 from framework.launch import LaunchResult, NodeResult, RankResult
+from framework import report
+from framework.report import html as report_html
 from framework.report import junit as report_junit
+from framework.report import manifest as report_manifest
 from framework.report import model as report_read
-from framework.report import summary as report
 
 REPO = Path(__file__).resolve().parents[2]
 DATA = REPO / "tests" / "data"
@@ -400,7 +402,7 @@ def test_finalize_never_raises_and_falls_back_to_minimal_files(run, monkeypatch,
     def boom(_path):
         raise OSError("disk on fire")
 
-    for module in (report, report_junit):  # every module that reads the run folder for finalize
+    for module in (report_junit, report_manifest, report_html):  # every module that reads the run folder for finalize
         monkeypatch.setattr(module, "read_run", boom)
     report.finalize(run, status="interrupted", error="SIGTERM")
     assert report_junit.validate_junit(run / "cluster.xml") == []
