@@ -115,6 +115,8 @@ def write_manifest(rundir_path: str | os.PathLike[str], *, env: EnvLike | None =
     elif status == old.get("status"):
         doc["error"] = old.get("error")
     doc.update(_times(run, started, ended, status))
+    if repro is None and argv is None and seed is None:  # nothing new about the command: the recorded line stands
+        repro = (old.get("command") or {}).get("repro")
     seed = seed if seed is not None else old.get("seed")
     doc["seed"] = seed
     doc["command"] = _command(old.get("command"), argv, seed, repro)
@@ -155,13 +157,11 @@ def _times(run: RunView, started: Moment | None, ended: Moment | None, status: s
 
 def _command(old: Mapping[str, Any] | None, argv: Sequence[str] | None, seed: int | None,
              repro: str | None) -> Mapping[str, Any] | None:
-    """``{argv, cwd, repro}``: this call's, or the earlier call's completed by what this one says."""
+    """``{argv, cwd, repro}``: this call's argv, else the earlier call's; ``repro`` unless built from them."""
     old = old or {}
     args = list(argv) if argv is not None else old.get("argv")
     if not args:
         return old or None
-    if repro is None and argv is None and seed is None:  # nothing new: the recorded line stands
-        repro = old.get("repro")
     return {"argv": args, "cwd": os.getcwd() if argv is not None else old.get("cwd"),
             "repro": repro or repro_command(args, seed)}
 
