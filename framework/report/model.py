@@ -55,7 +55,7 @@ _RANK_FILE = re.compile(r"^rank(\d+)\.(log|json|xml)$")
 # -- the run folder as data -----------------------------------------------------
 @dataclass
 class CoreView:
-    """One core dump from ``cores.json`` (entries in ``framework.coredump.Core.to_json()`` shape)."""
+    """One core dump from ``cores.json`` (entries in ``framework.cores.inspection.Core.to_json()`` shape)."""
 
     host: str
     pid: int | None = None
@@ -563,7 +563,7 @@ def log_tail(root: Path, rel: str | None, lines: int = TAIL_LINES) -> str:
     return "\n".join(strip_ansi(data).splitlines()[-lines:])
 
 
-def inside_run(root: Path, path: Any) -> str | None:
+def inside_run(root: Path, path: object) -> str | None:
     """``path`` relative to the run folder when it lies inside it (absolute or relative), else None."""
     if not path:
         return None
