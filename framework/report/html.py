@@ -1,16 +1,16 @@
 """``index.html`` for a run folder: one static page a person can read, offline.
 
 :func:`render` turns a :class:`~framework.report.model.RunView` into HTML: the run's status
-and the command to reproduce it (``manifest.json``'s ``command.repro``, from
-:func:`framework.report.manifest.repro_command`, the line the terminal summary shows too), a per-host timeline of the phases (connect, deploy,
-launch, run, collect, teardown — recorded in ``phases.json`` or, striped, estimated
-from the deploy and launch files), a grid of rank outcomes per launch linking to each
-rank's log, JUnit and core backtrace, the problems in detail, core dumps, the
-controller's own tests, deployed versions and every collected file. CSS and
-JavaScript come from ``framework/data`` and are inlined; the page loads nothing from
-anywhere and works without JavaScript. Every link is relative to the run folder.
-:func:`write_index` writes the page into the folder, :func:`write_fallback_index` the minimal page
-left when it cannot be built.
+and the command to reproduce it (``manifest.json``'s ``command.repro``, built by
+:func:`framework.report.manifest.repro_command`: the line the terminal summary shows too),
+a per-host timeline of the phases (connect, deploy, launch, run, collect, teardown —
+recorded in ``phases.json`` or, striped, estimated from the deploy and launch files), a
+grid of rank outcomes per launch linking to each rank's log, JUnit and core backtrace,
+the problems in detail, core dumps, the controller's own tests, deployed versions and
+every collected file. CSS and JavaScript come from ``framework/data`` and are inlined;
+the page loads nothing from anywhere and works without JavaScript. Every link is relative
+to the run folder. :func:`write_index` writes the page into the folder,
+:func:`write_fallback_index` the minimal page left when it cannot be built.
 """
 
 from __future__ import annotations

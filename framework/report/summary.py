@@ -103,7 +103,8 @@ def _bad_ranks(run: RunView) -> list[str]:
     lines = []
     for r in bad[:5]:
         where = (f"{r.launch} " if r.launch else "") + f"{r.host} r{r.rank}"
-        lines.append(f"  {r.outcome.upper():6} {where}: " + short(r.reason.removeprefix(f"rank {r.rank} on {r.host} "), 90))
+        reason = r.reason.removeprefix(f"rank {r.rank} on {r.host} ")
+        lines.append(f"  {r.outcome.upper():6} {where}: " + short(reason, 90))
     if len(bad) > 5:
         lines.append(f"  … {len(bad) - 5} more rank(s) not passing: see index.html")
     return lines
