@@ -3,7 +3,8 @@
 A baseline file ``<dir>/<cluster>.json`` maps a case key (e.g. ``prefill.world8``) to the
 cluster numbers of a run that was accepted with ``--update-baseline``. Latencies regress
 when they grow beyond ``baseline · (1 + margin)``, throughputs when they fall below
-``baseline / (1 + margin)``. Pure functions apart from reading and writing the file.
+``baseline / (1 + margin)``. Pure functions apart from reading and writing the file, which is
+written atomically under its lock (:mod:`framework.report.folder`).
 """
 
 from __future__ import annotations
@@ -47,13 +48,14 @@ def regressions(current: Mapping[str, float], baseline: Mapping[str, float], mar
 
 
 def load(path: Path) -> dict[str, Any]:
+    """The baseline file's cases (``{}`` when there is none yet); a corrupt file raises ``ValueError``."""
     if not path.exists():
         return {}
     return json.loads(path.read_text())
 
 
 def update(path: Path, key: str, numbers: Mapping[str, float], note: str = "") -> None:
-    """Set one case's baseline, keeping the others: under the file's lock (``rundir.locked``), since the
+    """Set one case's baseline, keeping the others: under the file's lock (``framework.report.folder.locked``), since the
     xdist workers of one ``--update-baseline`` run write their cases into the same file at once. Unlike
     ``update_json``, an unreadable baseline file is an error, not a fresh start."""
     with locked(path):

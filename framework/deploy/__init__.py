@@ -360,7 +360,7 @@ class Deployer:
         finally:
             result.duration = time.monotonic() - start
             if self.rundir is not None:
-                from framework.report.summary import record_phase
+                from framework.report import record_phase
 
                 t0 = time.time() - result.duration
                 for h, m in result.manifests.items():

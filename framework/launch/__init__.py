@@ -335,7 +335,7 @@ class Launcher:
         t_prep = time.time()
         prepared, target = self._prepare(target, names)
         if self.rundir is not None:
-            from framework.report.summary import record_phase
+            from framework.report import record_phase
 
             for h in prepared:
                 record_phase(self.rundir.path, h, "launch", t_prep, time.time())
@@ -522,7 +522,7 @@ class Launcher:
             n.result.duration = round(now_mono - n.start, 3) if n.start else 0.0
         result.duration = now_mono - start
         if self.rundir is not None:
-            from framework.report.summary import record_phase
+            from framework.report import record_phase
 
             failed_at = getattr(self, "_failed_at", None) if result.failure else None
             for h, n in nodes.items():

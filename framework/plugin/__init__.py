@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import os
 import random
-import shlex
 import sys
 import time
 from collections.abc import Iterator
@@ -291,20 +290,9 @@ def pytest_configure_node(node: Any) -> None:  # pytest-xdist: hand the run fold
 
 
 def _repro(config: pytest.Config, seed: int) -> str:
-    args = [a for a in config.invocation_params.args]
-    cleaned = []
-    skip = False
-    for a in args:
-        if skip:
-            skip = False
-            continue
-        if a in ("--random-seed", "--random_seed"):
-            skip = True
-            continue
-        if a.startswith(("--random-seed=", "--random_seed=")):
-            continue
-        cleaned.append(a)
-    return shlex.join(["pytest", *cleaned, "--random-seed", str(seed)])
+    from framework.report import repro_command  # the one builder: the manifest, index.html and the summary show it
+
+    return repro_command(["pytest", *config.invocation_params.args], seed, program=["pytest"]) or "pytest"
 
 
 def pytest_report_header(config: pytest.Config) -> list[str] | None:
@@ -542,7 +530,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     cs.close()
     if cs.env is None or cs.worker is not None or cs.rundir is None:
         return
-    from framework.report import summary as report
+    from framework import report
 
     if cs.cov_ranks:  # before finalize, so the manifest and index list the coverage report
         from framework import coverage
@@ -550,8 +538,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         cs.cov_summary = coverage.finish(cs.rundir.path)
     status = {0: "ok", 1: "failed", 2: "interrupted", 5: "no tests"}.get(int(exitstatus), "error")
     report.finalize(cs.rundir.path, env=cs.env, seed=cs.seed,
-                    argv=["pytest", *session.config.invocation_params.args], started=cs.started,
-                    ended=time.time(), status=status)
+                    argv=["pytest", *session.config.invocation_params.args], repro=_repro(session.config, cs.seed),
+                    started=cs.started, ended=time.time(), status=status)
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
@@ -559,7 +547,7 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     if cs is None or cs.env is None or cs.worker is not None or cs.rundir is None:
         return
     try:
-        from framework.report import summary as report
+        from framework import report
 
         text = report.terminal_summary(cs.rundir.path, repro=_repro(config, cs.seed))
     except Exception as exc:  # the summary must never hide the run's outcome

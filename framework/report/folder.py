@@ -1,8 +1,9 @@
-"""The run's report folder: ``reports/<run-id>/`` with ``reports/latest`` pointing at it.
+"""The run's report folder: ``reports/<run-id>/`` with ``reports/latest`` pointing at it, and how it is written.
 
 Only the controller writes here (under pytest-xdist: its workers too, each file that several of them
-add to is updated under a file lock next to it). Every file is written atomically (temporary file +
-rename), so an interrupted run leaves whole files or none.
+add to is updated under a file lock next to it: :func:`locked`, :func:`update_json`, :func:`append_text`,
+:func:`record_phase`). Every file is written atomically (temporary file + rename, :func:`write_atomic`),
+so an interrupted run leaves whole files or none. Reading the folder back is :mod:`framework.report.model`.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ _UPDATE_LOCK = threading.Lock()
 
 
 def new_run_id() -> str:
+    """``<YYYYmmdd-HHMMSS>-<6 hex>``: sorts by start time, unique across concurrent runs."""
     return time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(3)
 
 
@@ -74,6 +76,28 @@ def append_text(path: Path, text: str) -> Path:
     with locked(path):
         old = path.read_text(errors="replace") if path.exists() else ""
         return write_atomic(path, old + text)
+
+
+def record_phase(rundir_path: str | os.PathLike[str], host: str, phase: str, start: float, end: float) -> None:
+    """Append ``{host, phase, start, end}`` (epoch seconds) to ``phases.json``.
+
+    Atomic and safe from several threads (and processes: a file lock next to it).
+    Example: ``record_phase(rundir.path, "node1", "deploy", t0, time.time())``.
+    """
+    root = Path(rundir_path)
+    start, end = float(start), float(end)
+    if end < start:
+        log.warning("phase %s on %s ends before it starts (%s < %s): recorded as zero length", phase, host, end, start)
+        end = start
+    entry = {"host": str(host), "phase": str(phase), "start": round(start, 3), "end": round(end, 3)}
+
+    def add(phases: Any) -> list[Any]:
+        if phases is not None and not isinstance(phases, list):
+            log.warning("%s is not a list: starting it again", root / "phases.json")
+            phases = None
+        return [*(phases or []), entry]
+
+    update_json(root / "phases.json", add, indent=1)
 
 
 class RunDir:

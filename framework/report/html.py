@@ -1,29 +1,57 @@
 """``index.html`` for a run folder: one static page a person can read, offline.
 
-:func:`render` turns a :class:`~framework.report_read.RunView` into HTML: the run's status
-and the command to reproduce it, a per-host timeline of the phases (connect, deploy,
-launch, run, collect, teardown — recorded in ``phases.json`` or, striped, estimated
-from the deploy and launch files), a grid of rank outcomes per launch linking to each
-rank's log, JUnit and core backtrace, the problems in detail, core dumps, the
-controller's own tests, deployed versions and every collected file. CSS and
-JavaScript come from ``framework/data`` and are inlined; the page loads nothing from
-anywhere and works without JavaScript. Every link is relative to the run folder.
+:func:`render` turns a :class:`~framework.report.model.RunView` into HTML: the run's status
+and the command to reproduce it (``manifest.json``'s ``command.repro``, built by
+:func:`framework.report.manifest.repro_command`: the line the terminal summary shows too),
+a per-host timeline of the phases (connect, deploy, launch, run, collect, teardown —
+recorded in ``phases.json`` or, striped, estimated from the deploy and launch files), a
+grid of rank outcomes per launch linking to each rank's log, JUnit and core backtrace,
+the problems in detail, core dumps, the controller's own tests, deployed versions and
+every collected file. CSS and JavaScript come from ``framework/data`` and are inlined;
+the page loads nothing from anywhere and works without JavaScript. Every link is relative
+to the run folder. :func:`write_index` writes the page into the folder,
+:func:`write_fallback_index` the minimal page left when it cannot be built.
 """
 
 from __future__ import annotations
 
 import math
+import os
+import xml.etree.ElementTree as ET
 from collections.abc import Iterable, Sequence
 from html import escape
 from importlib import resources
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from framework import __version__
-from framework.report.model import OUTCOMES, PHASE_ORDER, Phase, RankView, RunView, _dur, _iso, _ranges, _tail
+from framework.report.fmt import dur, iso, ranges
+from framework.report.folder import write_atomic
+from framework.report.model import OUTCOMES, PHASE_ORDER, Phase, RankView, RunView, log_tail, read_run
 
-__all__ = ["render"]
+if TYPE_CHECKING:
+    from framework.report.scrub import Scrub
+
+__all__ = ["render", "write_fallback_index", "write_index"]
 
 _NICE_STEPS = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 14400, 28800, 86400)
+
+
+def write_index(rundir_path: str | os.PathLike[str], *, scrub: Scrub | None = None) -> Path:
+    """Write ``index.html``: offline page with the phase timeline and the rank grid (``scrub``: secrets out)."""
+    root = Path(rundir_path)
+    page = render(read_run(root))
+    return write_atomic(root / "index.html", scrub(page) if scrub else page)
+
+
+def write_fallback_index(root: Path, status: str, error: str, problem: str) -> Path:
+    """The ``index.html`` left when the page cannot be built: status, error, the ``problem`` and the links."""
+    return write_atomic(root / "index.html", f"<!doctype html><meta charset=utf-8><title>{escape(root.name)}</title>"
+                        f"<h1>camit run {escape(root.resolve().name)}: {escape(status)}</h1><p>{escape(error)}</p>"
+                        f"<p>The report page could not be built: {escape(problem)}</p>"
+                        "<p><a href='cluster.xml'>cluster.xml</a> · <a href='junit.xml'>junit.xml</a> · "
+                        "<a href='manifest.json'>manifest.json</a></p>")
 
 
 def render(run: RunView) -> str:
@@ -70,7 +98,7 @@ def _href(rel: str) -> str:
 def _when(epoch: float | None) -> str:
     if not epoch:
         return "—"
-    return f"<span data-epoch='{epoch:.3f}'>{escape((_iso(epoch) or '').replace('T', ' '))}</span>"
+    return f"<span data-epoch='{epoch:.3f}'>{escape((iso(epoch) or '').replace('T', ' '))}</span>"
 
 
 def _header(run: RunView, status: str) -> str:
@@ -78,7 +106,7 @@ def _header(run: RunView, status: str) -> str:
     started, ended = (m.get("started") or {}).get("epoch"), (m.get("ended") or {}).get("epoch")
     facts = [("started", _when(started)), ("ended", _when(ended))]
     if m.get("duration") is not None:
-        facts.append(("duration", escape(_dur(float(m["duration"])))))
+        facts.append(("duration", escape(dur(float(m["duration"])))))
     if m.get("seed") is not None:
         facts.append(("seed", f"<code>{escape(str(m['seed']))}</code>"))
     env = (m.get("env") or {}).get("file")
@@ -121,8 +149,6 @@ def _tiles(run: RunView) -> str:
              if o == "pass" or any(r.outcome == o for r in ranks)] if ranks else []
     cx = run.path / "cluster.xml"
     if cx.exists():
-        import xml.etree.ElementTree as ET
-
         try:
             top = ET.parse(cx).getroot()
             tiles.append(f"<div class='tile'><b>{escape(top.get('tests', '?'))}</b>cluster tests "
@@ -172,7 +198,7 @@ def _tick_label(sec: float) -> str:
     return f"+{s // 3600}h" + (f"{s % 3600 // 60:02d}m" if s % 3600 else "")
 
 
-def _timeline(phases: Sequence[Phase], manifest: dict) -> str:
+def _timeline(phases: Sequence[Phase], manifest: dict[str, Any]) -> str:
     head = "<section id='timeline'><h2>Timeline</h2>"
     if not phases:
         return head + "<p class='muted'>No phase was recorded (phases.json) or could be derived.</p></section>"
@@ -194,11 +220,11 @@ def _timeline(phases: Sequence[Phase], manifest: dict) -> str:
         segs = []
         for p, lane in placed:
             left, width = pct(p.start), max(pct(p.end) - pct(p.start), 0.25)
-            tip = (f"{host} {p.phase}: {_dur(p.duration)} ({(_iso(p.start) or '')[11:19]}–{(_iso(p.end) or '')[11:19]} UTC)"
+            tip = (f"{host} {p.phase}: {dur(p.duration)} ({(iso(p.start) or '')[11:19]}–{(iso(p.end) or '')[11:19]} UTC)"
                    + (f" — {p.detail}" if p.detail else "") + (" — estimated" if p.derived else ""))
             segs.append(f"<div class='seg ph-{_cls(p.phase)}{' derived' if p.derived else ''}' data-phase='"
                         f"{escape(p.phase, quote=True)}' style='left:{left:.3f}%;width:{width:.3f}%;top:{lane * 21 + 2}px'"
-                        f" title='{escape(tip, quote=True)}'>{escape(p.phase)} {escape(_dur(p.duration))}</div>")
+                        f" title='{escape(tip, quote=True)}'>{escape(p.phase)} {escape(dur(p.duration))}</div>")
         rows.append(f"<div class='tl-row' data-host='{escape(host, quote=True)}'><div class='tl-host' title="
                     f"'{escape(host, quote=True)}'>{escape(host)}</div><div class='tl-track' style='height:"
                     f"{height + 2}px'>{''.join(segs)}</div></div>")
@@ -218,7 +244,7 @@ def _cell(r: RankView) -> str:
     c = r.counts()
     meta = [r.outcome]
     if r.duration is not None:
-        meta.append(_dur(r.duration))
+        meta.append(dur(r.duration))
     if c["tests"]:
         meta.append(f"{c['tests']} tests" + (f", {c['failures'] + c['errors']} bad" if c["failures"] + c["errors"]
                                             else ""))
@@ -248,7 +274,7 @@ def _host_rows(ranks: Iterable[RankView]) -> str:
     for host in dict.fromkeys(r.host for r in ranks):
         mine = sorted((r for r in ranks if r.host == host), key=lambda r: r.rank)
         rows.append(f"<div class='host-row'><div class='host' title='{escape(host, quote=True)}'>{escape(host)}<br>"
-                    f"<small>ranks {_ranges([r.rank for r in mine])}</small></div><div class='cells'>"
+                    f"<small>ranks {ranges([r.rank for r in mine])}</small></div><div class='cells'>"
                     f"{''.join(_cell(r) for r in mine)}</div></div>")
     return "".join(rows)
 
@@ -264,7 +290,7 @@ def _grid(run: RunView) -> str:
         d = lv.data
         info = [f"world size {lv.world_size}", f"{len(d.get('nodes') or {})} nodes"]
         if d.get("duration") is not None:
-            info.append(_dur(float(d["duration"])))
+            info.append(dur(float(d["duration"])))
         if d.get("master"):
             info.append(f"master {d['master']}")
         if lv.superseded:
@@ -293,7 +319,7 @@ def _problems(run: RunView) -> str:
         body = ""
         if r.log:
             body = f"<p class='muted'>last lines of <a href='{_href(r.log)}'>{escape(r.log)}</a></p>" \
-                   f"<pre>{escape(_tail(run.path, r.log))}</pre>"
+                   f"<pre>{escape(log_tail(run.path, r.log))}</pre>"
         elif r.exit_code is None:
             body = "<p class='muted'>no log was fetched for this rank</p>"
         out.append(f"<details class='o-{r.outcome}' id='{_rank_id(r)}'><summary><span class='kind'>{r.outcome}"

@@ -1,8 +1,10 @@
 """``cluster.xml``: every rank's JUnit merged into one file Jenkins' xunit plugin accepts.
 
-:func:`write_cluster_junit` builds it from :func:`framework.report_read.read_run`, so it can
-be rebuilt at any time; :func:`validate_junit` checks a file against junit-10.xsd. The cores
-handed over are merged into ``cores.json`` (kept so later rebuilds see them).
+:func:`write_cluster_junit` builds it from :func:`framework.report.model.read_run`, so it can
+be rebuilt at any time; :func:`validate_junit` checks a file against junit-10.xsd;
+:func:`write_fallback_cluster` is the one-error file :func:`framework.report.finish.finalize` leaves when
+the merge fails, and :func:`xml_text` makes any text XML 1.0 safe. The cores handed over are merged into
+``cores.json`` (kept so later rebuilds see them).
 
 Layout (junit-10.xsd valid, see ``shared/reference/junit-jenkins.md`` §4): one
 ``<testsuite name="rank<N>@<host>" hostname="<host>">`` per expected rank, classnames rewritten to
@@ -25,32 +27,31 @@ import logging
 import os
 import re
 import xml.etree.ElementTree as ET
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
+from framework.report.fmt import iso, number, signame, slug, strip_ansi
 from framework.report.folder import write_atomic
 from framework.report.model import (
-    _ANSI,
     LaunchView,
     RankView,
     RunView,
-    _counts,
-    _describe,
-    _f,
-    _inside,
-    _iso,
-    _read_json,
-    _signame,
-    _slug,
-    _tail,
+    case_counts,
+    describe_rank,
+    inside_run,
+    log_tail,
+    read_json,
     read_run,
 )
 
+if TYPE_CHECKING:
+    from framework.report.scrub import Scrub
+
 log = logging.getLogger("camit.report")
 
-__all__ = ["validate_junit", "write_cluster_junit"]
+__all__ = ["CoreRecord", "validate_junit", "write_cluster_junit", "write_fallback_cluster", "xml_text"]
 
 SCHEMA_FILE = "xunit-plugin-junit-10.xsd"
 #: statuses of a run that did not finish normally: cluster.xml gets an error entry for them
@@ -61,20 +62,31 @@ _CASE_CHILDREN = {"skipped", "error", "failure", "rerunFailure", "rerunError", "
                   "system-out", "system-err"}
 
 
+class CoreRecord(Protocol):
+    """What the report reads of a core dump handed over: :class:`framework.cores.inspection.Core` is one.
+
+    Also read when present: ``pid``, ``executable`` (or ``exe``, ``comm``), ``signal``, ``rank``,
+    ``backtrace``, ``local_path``, ``backtrace_path`` and ``to_json()``.
+    """
+
+    host: str
+
+    def describe(self) -> str: ...
+
+
 # -- cluster.xml -----------------------------------------------------------------
-def write_cluster_junit(rundir_path: str | os.PathLike[str], cores: Sequence[Any] = ()) -> Path:
+def write_cluster_junit(rundir_path: str | os.PathLike[str], cores: Sequence[CoreRecord] = (), *,
+                        scrub: Scrub | None = None, status: str | None = None, error: str | None = None) -> Path:
     """Merge every rank's JUnit into ``cluster.xml`` and return its path.
 
     Reads ``launch-*.json`` and ``<host>/rank*.xml``; every rank a launch expected
-    gets a suite (a synthetic error when it never reported). ``cores``: objects with
-    ``host, pid, exe, signal, rank, backtrace, local_path`` and ``describe()``
-    (``framework.coredump.Core``); they are added to ``cores.json`` and become failures.
+    gets a suite (a synthetic error when it never reported). ``cores`` (:class:`CoreRecord`,
+    e.g. ``framework.cores.inspection.Core``) are added to ``cores.json`` and become failures.
+    ``scrub`` removes known secrets from the text (none by default); ``status`` and ``error``
+    say how the run ended (default: what ``manifest.json`` says), an unfinished run being an error.
     """
-    return _write_cluster(Path(rundir_path), cores, _unchanged, None, None)
-
-
-def _write_cluster(root: Path, cores: Sequence[Any], scrub: Callable[[str], str], status: str | None,
-                   error: str | None) -> Path:
+    root = Path(rundir_path)
+    scrub = scrub or _unchanged
     if cores:
         _record_cores(root, cores, scrub)
     run = read_run(root)
@@ -97,9 +109,9 @@ def _write_cluster(root: Path, cores: Sequence[Any], scrub: Callable[[str], str]
     return path
 
 
-def _rank_suite(rv: RankView, run: RunView, scrub: Callable[[str], str]) -> ET.Element:
+def _rank_suite(rv: RankView, run: RunView, scrub: Scrub) -> ET.Element:
     lv = next((x for x in run.launches if x.launch_id == rv.launch_id), None)
-    prefix = f"{_slug(rv.host)}.rank{rv.rank}" + (f".{rv.launch}" if rv.launch else "")
+    prefix = f"{slug(rv.host)}.rank{rv.rank}" + (f".{rv.launch}" if rv.launch else "")
     name = (f"{rv.launch}." if rv.launch else "") + f"rank{rv.rank}@{rv.host}"
     suite = ET.Element("testsuite", name=name)
     props: list[tuple[str, str]] = [("rank", str(rv.rank)), ("host", rv.host), ("outcome", rv.outcome)]
@@ -111,17 +123,17 @@ def _rank_suite(rv: RankView, run: RunView, scrub: Callable[[str], str]) -> ET.E
     props += [p for p in rv.props if p[0] not in {k for k, _ in props}]
     pe = ET.SubElement(suite, "properties")
     for k, v in props:
-        ET.SubElement(pe, "property", name=k, value=scrub(_xml_text(v)))
+        ET.SubElement(pe, "property", name=k, value=scrub(xml_text(v)))
     cases = [_clean_case(c, prefix) for c in rv.cases]
     synthetic = _synthetic_case(rv, lv, run, prefix, scrub)
     if synthetic is not None:
         cases.append(synthetic)
     suite.extend(cases)
-    for name, count in _counts(cases).items():
+    for name, count in case_counts(cases).items():
         suite.set(name, str(count))
-    duration = rv.duration if rv.duration is not None else sum(_f(c.get("time")) for c in cases)
+    duration = rv.duration if rv.duration is not None else sum(number(c.get("time")) for c in cases)
     suite.set("time", _t(duration))
-    stamp = _iso(rv.start) if rv.start is not None else rv.junit_timestamp
+    stamp = iso(rv.start) if rv.start is not None else rv.junit_timestamp
     if stamp:
         suite.set("timestamp", stamp)
     suite.set("hostname", rv.host)
@@ -129,7 +141,7 @@ def _rank_suite(rv: RankView, run: RunView, scrub: Callable[[str], str]) -> ET.E
 
 
 def _synthetic_case(rv: RankView, lv: LaunchView | None, run: RunView, prefix: str,
-                    scrub: Callable[[str], str]) -> ET.Element | None:
+                    scrub: Scrub) -> ET.Element | None:
     """The testcase standing for how a rank ended when its own JUnit does not say it."""
     case = ET.Element("testcase", classname=prefix, name="rank_report", time=_t(rv.duration or 0.0))
     if rv.overwritten_by:
@@ -139,7 +151,7 @@ def _synthetic_case(rv: RankView, lv: LaunchView | None, run: RunView, prefix: s
         if ok:
             ET.SubElement(case, "system-out").text = note
         else:
-            ET.SubElement(case, "error", type="RankFailed", message=scrub(_describe(rv, lv))).text = note
+            ET.SubElement(case, "error", type="RankFailed", message=scrub(describe_rank(rv, lv))).text = note
         return case
     if rv.cases and not rv.junit_problem:
         c = rv.counts()
@@ -149,50 +161,50 @@ def _synthetic_case(rv: RankView, lv: LaunchView | None, run: RunView, prefix: s
         else:
             return None
     elif rv.outcome == "pass":
-        ET.SubElement(case, "system-out").text = scrub(_xml_text(f"{_describe(rv, lv)}\n{_tail(run.path, rv.log)}"))
+        ET.SubElement(case, "system-out").text = scrub(xml_text(f"{describe_rank(rv, lv)}\n{log_tail(run.path, rv.log)}"))
         return case
-    message = rv.reason or _describe(rv, lv)
+    message = rv.reason or describe_rank(rv, lv)
     kind = {"lost": "RankLost", "crash": "RankCrashed", "killed": "RankKilled"}.get(rv.outcome, "RankFailed")
     body = [message]
     if rv.log:
-        body += [f"--- tail of {rv.log} ---", _tail(run.path, rv.log)]
+        body += [f"--- tail of {rv.log} ---", log_tail(run.path, rv.log)]
     else:
         body.append("(no log was fetched for this rank)")
-    ET.SubElement(case, "error", type=kind, message=scrub(_xml_text(message))).text = scrub(_xml_text("\n".join(body)))
+    ET.SubElement(case, "error", type=kind, message=scrub(xml_text(message))).text = scrub(xml_text("\n".join(body)))
     return case
 
 
-def _cluster_suite(run: RunView, status: str | None, error: str | None, scrub: Callable[[str], str]) -> ET.Element:
+def _cluster_suite(run: RunView, status: str | None, error: str | None, scrub: Scrub) -> ET.Element:
     suite = ET.Element("testsuite", name="cluster")
     for core in run.cores:
-        where = f"{_slug(core.host)}.rank{core.rank}" if core.rank is not None else _slug(core.host)
+        where = f"{slug(core.host)}.rank{core.rank}" if core.rank is not None else slug(core.host)
         case = ET.SubElement(suite, "testcase", classname=f"{where}.cores",
                              name=f"core_dump[{Path(core.exe or 'unknown').name}:{core.pid}]", time="0")
         text = core.description + (f"\nfile: {core.local_path}" if core.local_path else "") + \
             (f"\n\n{core.backtrace}" if core.backtrace else "")
         ET.SubElement(case, "failure", type="CoreDump",
-                      message=scrub(_xml_text(core.description or f"core dump of {core.exe}"))
-                      ).text = scrub(_xml_text(text))
+                      message=scrub(xml_text(core.description or f"core dump of {core.exe}"))
+                      ).text = scrub(xml_text(text))
     for host, m in ((run.deploy or {}).get("hosts") or {}).items():
         if not isinstance(m, dict):
             continue
-        case = ET.SubElement(suite, "testcase", classname=f"{_slug(host)}.deploy", name="deploy",
+        case = ET.SubElement(suite, "testcase", classname=f"{slug(host)}.deploy", name="deploy",
                              time=_t(sum(v for v in (m.get("durations") or {}).values() if isinstance(v, int | float))))
         if m.get("status") == "failed" or m.get("error"):
             msg = f"deploy on {host} failed at {m.get('step')}: {m.get('error')}"
-            ET.SubElement(case, "error", type="DeployFailed", message=scrub(_xml_text(msg))).text = scrub(_xml_text(msg))
+            ET.SubElement(case, "error", type="DeployFailed", message=scrub(xml_text(msg))).text = scrub(xml_text(msg))
     for problem in run.problems:
         case = ET.SubElement(suite, "testcase", classname="camit.report", name="read_run_folder", time="0")
-        ET.SubElement(case, "error", type="ReportProblem", message=scrub(_xml_text(problem)))
+        ET.SubElement(case, "error", type="ReportProblem", message=scrub(xml_text(problem)))
     if status not in _FINISHED:
         what = f"run {status or 'failed'}" + (f": {error}" if error else "")
         case = ET.SubElement(suite, "testcase", classname="camit.run", name="run", time="0")
         ET.SubElement(case, "error", type=f"Run{(status or 'error').capitalize()}",
-                      message=scrub(_xml_text(what))).text = scrub(_xml_text(
+                      message=scrub(xml_text(what))).text = scrub(xml_text(
                           what + "\nWhat finished is reported above; anything after this point did not run."))
-    for k, v in _counts(suite).items():
+    for k, v in case_counts(suite).items():
         suite.set(k, str(v))
-    suite.set("time", _t(sum(_f(c.get("time")) for c in suite)))
+    suite.set("time", _t(sum(number(c.get("time")) for c in suite)))
     return suite
 
 
@@ -202,8 +214,9 @@ def _clean_case(case: ET.Element, prefix: str) -> ET.Element:
     out = ET.Element("testcase", classname=f"{prefix}.{original}" if original else prefix,
                      name=case.get("name") or "unnamed")
     for attr in ("time", "group"):
-        if case.get(attr) is not None:
-            out.set(attr, case.get(attr))  # type: ignore[arg-type]
+        value = case.get(attr)
+        if value is not None:
+            out.set(attr, value)
     extra_out = []
     for child in case:
         if child.tag == "properties":  # record_property: testcase properties are invalid in junit-10
@@ -221,19 +234,20 @@ def _clean_case(case: ET.Element, prefix: str) -> ET.Element:
     return out
 
 
-def _record_cores(root: Path, cores: Sequence[Any], scrub: Callable[[str], str]) -> None:
+def _record_cores(root: Path, cores: Sequence[CoreRecord], scrub: Scrub) -> None:
     """Merge ``cores`` into ``cores.json``, the file ``framework.cores.watch`` also writes (same entry shape)."""
-    known = [c for c in _read_json(root / "cores.json", [], []) or [] if isinstance(c, dict)]
+    known = [c for c in read_json(root / "cores.json", [], []) or [] if isinstance(c, dict)]
 
     def key(entry: Mapping[str, Any]) -> tuple[Any, ...]:
         return (entry.get("host"), entry.get("pid"), entry.get("executable") or entry.get("exe"),
-                _inside(root, entry.get("local_path")) or entry.get("local_path"))
+                inside_run(root, entry.get("local_path")) or entry.get("local_path"))
 
     for core in cores:
         entry: dict[str, Any] = {}
-        if callable(getattr(core, "to_json", None)):
+        to_json = getattr(core, "to_json", None)
+        if callable(to_json):
             with contextlib.suppress(Exception):
-                entry = dict(core.to_json())
+                entry = dict(to_json())
         try:
             description = str(core.describe())
         except Exception as exc:  # a describe() that fails must not lose the core
@@ -241,17 +255,27 @@ def _record_cores(root: Path, cores: Sequence[Any], scrub: Callable[[str], str])
         rank = getattr(core, "rank", None)
         exe = getattr(core, "executable", None) or getattr(core, "exe", None) or getattr(core, "comm", None)
         entry.update({"host": str(getattr(core, "host", "unknown")), "pid": getattr(core, "pid", None),
-                      "executable": str(exe) if exe else None, "signal": _signame(getattr(core, "signal", None)),
+                      "executable": str(exe) if exe else None, "signal": signame(getattr(core, "signal", None)),
                       "rank": rank if isinstance(rank, int) else None, "describe": scrub(description),
                       "backtrace": scrub(str(getattr(core, "backtrace", "") or ""))})
         for attr in ("local_path", "backtrace_path"):
             value = getattr(core, attr, None)
-            entry[attr] = (_inside(root, value) or str(value)) if value else None
+            entry[attr] = (inside_run(root, value) or str(value)) if value else None
         known = [k for k in known if key(k) != key(entry)]
         known.append(json.loads(json.dumps(entry, default=str)))
     known.sort(key=lambda c: (str(c.get("host")), c.get("rank") if isinstance(c.get("rank"), int) else -1,
                               c.get("pid") or 0))
     write_atomic(root / "cores.json", json.dumps(known, indent=2) + "\n")
+
+
+def write_fallback_cluster(root: Path, status: str, error: str, problem: str) -> Path:
+    """The ``cluster.xml`` left when the merge failed: one error saying so (``problem``) and how the run ended."""
+    top = ET.Element("testsuites", name=root.resolve().name, tests="1", failures="0", errors="1", time="0")
+    suite = ET.SubElement(top, "testsuite", name="cluster", tests="1", failures="0", errors="1", time="0")
+    case = ET.SubElement(suite, "testcase", classname="camit.report", name="cluster_report", time="0")
+    ET.SubElement(case, "error", type="ReportFailed", message=xml_text(f"could not merge rank results: {problem}")
+                  ).text = xml_text(f"run status: {status}\n{error}")
+    return write_atomic(root / "cluster.xml", ET.tostring(top, encoding="unicode", xml_declaration=True))
 
 
 # -- validation --------------------------------------------------------------------
@@ -283,7 +307,7 @@ def validate_junit(path: str | os.PathLike[str]) -> list[str]:
     schema = _schema()
     if schema.validate(doc):
         return []
-    return [f"{p}:{e.line}: {e.message}" for e in schema.error_log]  # type: ignore[attr-defined]
+    return [f"{p}:{e.line}: {e.message}" for e in schema.error_log]
 
 
 # -- small helpers ------------------------------------------------------------------------
@@ -291,8 +315,9 @@ def _unchanged(text: str) -> str:
     return text
 
 
-def _xml_text(text: Any) -> str:
-    return _NOT_XML.sub("", _ANSI.sub("", str(text)))
+def xml_text(text: object) -> str:
+    """``str(text)`` without terminal sequences and the characters XML 1.0 cannot hold."""
+    return _NOT_XML.sub("", strip_ansi(str(text)))
 
 
 def _t(seconds: float) -> str:

@@ -5,7 +5,9 @@ from an archived folder — and it never raises for a missing or corrupt file (w
 cannot read goes to ``RunView.problems``). Each rank gets an outcome (pass, fail,
 crash, killed, lost) and a one-sentence reason; phases come from ``phases.json`` or are
 estimated from the deploy and launch files. :mod:`framework.report.junit`,
-:mod:`framework.report.summary` and :mod:`framework.report.html` build their files from this view.
+:mod:`framework.report.manifest`, :mod:`framework.report.html` and :mod:`framework.report.summary` build
+their files and screens from this view; the few readers they share (:func:`read_json`, :func:`log_tail`,
+:func:`inside_run`, :func:`case_outcome`, :func:`case_counts`, :func:`describe_rank`) are public here.
 
 Read (written by others)::
 
@@ -14,8 +16,8 @@ Read (written by others)::
     <host>/cores/, <host>/*     core files and collected host logs
     cores.json                  core dumps (framework.cores.watch, framework.report.junit)
     deploy-manifest.json        DeployResult.to_json() (framework.deploy)
-    phases.json                 [{host, phase, start, end}], appended by framework.report.record_phase
-    manifest.json               the previous framework.report.write_manifest
+    phases.json                 [{host, phase, start, end}], appended by framework.report.folder.record_phase
+    manifest.json               the previous framework.report.manifest.write_manifest
     junit.xml                   pytest's own ``--junitxml`` (controller-level tests)
 
 With several launches in one run each is named by its launch id without the run id and
@@ -33,11 +35,13 @@ import re
 import xml.etree.ElementTree as ET
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-__all__ = ["CoreView", "LaunchView", "Phase", "RankView", "RunView", "read_run"]
+from framework.report.fmt import number, ranges, signame, slug, strip_ansi
+
+__all__ = ["OUTCOMES", "PHASE_ORDER", "CoreView", "LaunchView", "Phase", "RankView", "RunView", "case_counts",
+           "case_outcome", "describe_rank", "inside_run", "log_tail", "read_json", "read_run"]
 
 PHASE_ORDER = ("connect", "deploy", "launch", "run", "collect", "teardown")
 #: signals that end a rank as a consequence (torchrun or our teardown stopping it), not a crash
@@ -45,14 +49,13 @@ SECONDARY_SIGNALS = ("SIGTERM", "SIGKILL", "SIGINT", "SIGHUP")
 OUTCOMES = ("pass", "fail", "crash", "killed", "lost")
 TAIL_LINES = 40
 
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
 _RANK_FILE = re.compile(r"^rank(\d+)\.(log|json|xml)$")
 
 
 # -- the run folder as data -----------------------------------------------------
 @dataclass
 class CoreView:
-    """One core dump from ``cores.json`` (entries in ``framework.coredump.Core.to_json()`` shape)."""
+    """One core dump from ``cores.json`` (entries in ``framework.cores.inspection.Core.to_json()`` shape)."""
 
     host: str
     pid: int | None = None
@@ -67,16 +70,16 @@ class CoreView:
     @classmethod
     def from_json(cls, entry: Mapping[str, Any], root: Path) -> CoreView:
         rank = entry.get("rank")
-        bt_path = _inside(root, entry.get("backtrace_path"))
+        bt_path = inside_run(root, entry.get("backtrace_path"))
         backtrace = str(entry.get("backtrace") or "")
         if not backtrace and entry.get("backtrace_path"):
             p = Path(str(entry["backtrace_path"]))
-            backtrace = _tail(root, bt_path, lines=400) if bt_path else (_tail(p.parent, p.name, 400) if p.is_file()
+            backtrace = log_tail(root, bt_path, lines=400) if bt_path else (log_tail(p.parent, p.name, 400) if p.is_file()
                                                                          else "")
         exe = entry.get("exe") or entry.get("executable") or entry.get("comm")
         return cls(host=str(entry.get("host") or "unknown"), pid=entry.get("pid"), exe=str(exe) if exe else None,
-                   signal=_signame(entry.get("signal")), rank=rank if isinstance(rank, int) else None,
-                   backtrace=backtrace, local_path=_inside(root, entry.get("local_path")) or entry.get("local_path"),
+                   signal=signame(entry.get("signal")), rank=rank if isinstance(rank, int) else None,
+                   backtrace=backtrace, local_path=inside_run(root, entry.get("local_path")) or entry.get("local_path"),
                    description=str(entry.get("describe") or entry.get("description") or ""), backtrace_path=bt_path)
 
     @property
@@ -88,7 +91,7 @@ class CoreView:
 
     @property
     def anchor(self) -> str:
-        return f"core-{_slug(self.host)}-{self.pid if self.pid is not None else 'x'}"
+        return f"core-{slug(self.host)}-{self.pid if self.pid is not None else 'x'}"
 
 
 @dataclass
@@ -120,7 +123,7 @@ class RankView:
         return self.junit_time
 
     def counts(self) -> dict[str, int]:
-        return _counts(self.cases)
+        return case_counts(self.cases)
 
 
 @dataclass
@@ -193,7 +196,7 @@ def read_run(rundir_path: str | os.PathLike[str]) -> RunView:
     root = Path(rundir_path)
     problems: list[str] = []
     run_id = root.resolve().name
-    cores = [CoreView.from_json(c, root) for c in _read_json(root / "cores.json", problems, []) or []
+    cores = [CoreView.from_json(c, root) for c in read_json(root / "cores.json", problems, []) or []
              if isinstance(c, dict)]
     launches = _read_launches(root, run_id, problems)
     claimed: set[tuple[str, int]] = set()
@@ -216,13 +219,14 @@ def read_run(rundir_path: str | os.PathLike[str]) -> RunView:
             _classify(rv, lv, any(r.junit for r in lv.ranks))
     for rv in orphans:
         _classify(rv, None, rv.junit is not None)
-    deploy = _read_json(root / "deploy-manifest.json", problems, None)
+    deploy = read_json(root / "deploy-manifest.json", problems, None)
     return RunView(root, run_id, launches, orphans, cores, _phases(root, launches, deploy, problems),
-                   _read_json(root / "manifest.json", problems, {}) or {}, deploy,
+                   read_json(root / "manifest.json", problems, {}) or {}, deploy,
                    _junit_summary(root / "junit.xml", problems), problems)
 
 
-def _read_json(path: Path, problems: list[str], default: Any) -> Any:
+def read_json(path: Path, problems: list[str], default: Any) -> Any:
+    """The JSON file ``path``; ``default`` when it is absent, and also when unreadable (then said in ``problems``)."""
     if not path.exists():
         return default
     try:
@@ -235,7 +239,7 @@ def _read_json(path: Path, problems: list[str], default: Any) -> Any:
 def _read_launches(root: Path, run_id: str, problems: list[str]) -> list[LaunchView]:
     found = []
     for p in sorted(root.glob("launch-*.json")) if root.is_dir() else []:
-        data = _read_json(p, problems, None)
+        data = read_json(p, problems, None)
         if not isinstance(data, dict) or not isinstance(data.get("world_size"), int):
             if data is not None:
                 problems.append(f"{p.name}: not a launch record")
@@ -329,7 +333,7 @@ def _launch_ranks(root: Path, lv: LaunchView, owners: Mapping[tuple[str, int], s
 
 def _load_rank_files(root: Path, rv: RankView, folder: Path, problems: list[str]) -> None:
     status = folder / f"rank{rv.rank}.json"
-    st = _read_json(status, problems, None)
+    st = read_json(status, problems, None)
     if isinstance(st, dict):
         if rv.exit_code is None and rv.signal is None:
             rv.exit_code, rv.signal = st.get("exit_code"), st.get("signal")
@@ -358,11 +362,12 @@ def _load_junit(path: Path, rv: RankView) -> None:
             rv.props.append((p.get("name", ""), p.get("value", "")))
     if suites:
         rv.junit_timestamp = suites[0].get("timestamp")
-        rv.junit_time = sum(_f(s.get("time")) for s in suites if s.find("testcase") is not None)
+        rv.junit_time = sum(number(s.get("time")) for s in suites if s.find("testcase") is not None)
     rv.cases = _fold_reruns(cases)
 
 
-def _outcome_of(case: ET.Element) -> str:
+def case_outcome(case: ET.Element) -> str:
+    """A JUnit testcase's outcome: ``error``, ``failure``, ``skipped`` or ``passed``."""
     if case.find("error") is not None:
         return "error"
     if case.find("failure") is not None:
@@ -381,10 +386,10 @@ def _fold_reruns(cases: list[ET.Element]) -> list[ET.Element]:
     for items in groups.values():
         earlier, last = items[:-1], items[-1]
         # a teardown error after a failing call also repeats the name, but never with an empty first entry
-        if not earlier or any(len(c) or _outcome_of(c) != "passed" for c in earlier):
+        if not earlier or any(len(c) or case_outcome(c) != "passed" for c in earlier):
             out.extend(items)
             continue
-        tag = "rerunFailure" if _outcome_of(last) in ("failure", "error") else "flakyFailure"
+        tag = "rerunFailure" if case_outcome(last) in ("failure", "error") else "flakyFailure"
         for i, _ in enumerate(earlier, 1):
             ET.SubElement(last, tag, type="rerun",
                           message=f"attempt {i} of {len(items)} failed (the rerun plugin records no details)")
@@ -404,7 +409,8 @@ def _attach_cores(rv: RankView, cores: list[CoreView], launches: list[LaunchView
             rv.cores.append(core)
 
 
-def _describe(rv: RankView, lv: LaunchView | None) -> str:
+def describe_rank(rv: RankView, lv: LaunchView | None) -> str:
+    """How a rank ended, one sentence: ``rank 2 on node2 died of SIGSEGV`` (and why, when it was stopped)."""
     where = f"rank {rv.rank} on {rv.host}"
     if rv.signal:
         text = f"{where} died of {rv.signal}"
@@ -438,11 +444,11 @@ def _classify(rv: RankView, lv: LaunchView | None, junit_expected: bool) -> None
     if rv.outcome != "pass":
         # pytest exits 1 when tests failed: then the failing tests are the reason, not the exit status
         plain_failure = rv.exit_code == 1 and not rv.signal and (c["failures"] or c["errors"])
-        reasons = [_describe(rv, lv)] if (rv.signal or rv.exit_code != 0) and not plain_failure else []
+        reasons = [describe_rank(rv, lv)] if (rv.signal or rv.exit_code != 0) and not plain_failure else []
         if rv.junit_problem:
             reasons.append(rv.junit_problem)
         elif c["failures"] or c["errors"]:
-            first = next(x for x in rv.cases if _outcome_of(x) in ("failure", "error"))
+            first = next(x for x in rv.cases if case_outcome(x) in ("failure", "error"))
             el = first.find("error") if first.find("error") is not None else first.find("failure")
             msg = (el.get("message") or "").splitlines()[0] if el is not None and el.get("message") else ""
             reasons.append(f"{c['failures'] + c['errors']} failing test(s), first {first.get('name')}"
@@ -455,11 +461,12 @@ def _classify(rv: RankView, lv: LaunchView | None, junit_expected: bool) -> None
         rv.reason = "; ".join(reasons)
 
 
-def _counts(cases: Iterable[ET.Element]) -> dict[str, int]:
+def case_counts(cases: Iterable[ET.Element]) -> dict[str, int]:
+    """``{tests, failures, errors, skipped}`` of JUnit testcases."""
     c = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
     for case in cases:
         c["tests"] += 1
-        kind = _outcome_of(case)
+        kind = case_outcome(case)
         if kind == "error":
             c["errors"] += 1
         elif kind == "failure":
@@ -480,54 +487,70 @@ def _junit_summary(path: Path, problems: list[str]) -> dict[str, Any] | None:
     cases = list(top.iter("testcase"))
     failed = []
     for case in cases:
-        kind = _outcome_of(case)
+        kind = case_outcome(case)
         if kind in ("failure", "error"):
             el = case.find(kind)
             failed.append({"classname": case.get("classname", ""), "name": case.get("name", ""), "kind": kind,
                            "message": (el.get("message") or "") if el is not None else ""})
-    return {**_counts(cases), "failed": failed}
+    return {**case_counts(cases), "failed": failed}
 
 
 # -- phases ---------------------------------------------------------------------
 def _phases(root: Path, launches: list[LaunchView], deploy: Mapping[str, Any] | None,
             problems: list[str]) -> list[Phase]:
+    recorded = _recorded_phases(root, problems)
+    have = {(p.host, p.phase) for p in recorded}
+    derived = [p for p in _deploy_phases(root, deploy) + _launch_phases(launches) if (p.host, p.phase) not in have]
+    return sorted(recorded + derived, key=lambda p: (p.start, p.host))
+
+
+def _recorded_phases(root: Path, problems: list[str]) -> list[Phase]:
     recorded = []
-    for p in _read_json(root / "phases.json", problems, []) or []:
+    for p in read_json(root / "phases.json", problems, []) or []:
         try:
             recorded.append(Phase(str(p["host"]), str(p["phase"]), float(p["start"]), float(p["end"])))
         except (KeyError, TypeError, ValueError):
             problems.append(f"phases.json: bad entry {p!r}")
-    have = {(p.host, p.phase) for p in recorded}
-    derived = []
-    # deploy: the manifest is written when deploy ends; steps ran in order on each host
+    return recorded
+
+
+def _deploy_phases(root: Path, deploy: Mapping[str, Any] | None) -> list[Phase]:
+    """Estimated: the deploy manifest is written when deploy ends; the steps ran in order on each host."""
     dm = root / "deploy-manifest.json"
-    if isinstance(deploy, dict) and dm.exists():
-        end = dm.stat().st_mtime
-        start = end - float(deploy.get("duration") or 0.0)
-        for host, m in (deploy.get("hosts") or {}).items():
-            steps = {k: float(v) for k, v in (m.get("durations") or {}).items() if isinstance(v, int | float)}
-            if (host, "deploy") not in have:
-                detail = ", ".join(f"{k} {v:.1f}s" for k, v in steps.items())
-                derived.append(Phase(host, "deploy", start, min(end, start + sum(steps.values())) if steps else end,
-                                     True, detail))
-    # run: from each rank's status file (host clock); collect: last rank end until the launch record
+    if not isinstance(deploy, dict) or not dm.exists():
+        return []
+    end = dm.stat().st_mtime
+    start = end - float(deploy.get("duration") or 0.0)
+    out = []
+    for host, m in (deploy.get("hosts") or {}).items():
+        steps = {k: float(v) for k, v in (m.get("durations") or {}).items() if isinstance(v, int | float)}
+        detail = ", ".join(f"{k} {v:.1f}s" for k, v in steps.items())
+        out.append(Phase(host, "deploy", start, min(end, start + sum(steps.values())) if steps else end, True, detail))
+    return out
+
+
+def _launch_phases(launches: list[LaunchView]) -> list[Phase]:
+    """Estimated: run from each rank's status file (host clock); collect from the last rank end until the
+    launch record was written."""
+    out = []
     for lv in launches:
         by_host: dict[str, list[tuple[int, float, float]]] = {}
         for r in lv.ranks:
             if r.start is not None and r.end is not None:
                 by_host.setdefault(r.host, []).append((r.rank, r.start, r.end))
+        tag = f" ({lv.name})" if lv.name and len(launches) > 1 else ""
         for host, spans in by_host.items():
             s, e = min(x[1] for x in spans), max(x[2] for x in spans)
-            tag = f" ({lv.name})" if lv.name and len(launches) > 1 else ""
-            if (host, "run") not in have:
-                derived.append(Phase(host, "run", s, e, True, f"ranks {_ranges([x[0] for x in spans])}{tag}"))
-            if (host, "collect") not in have and lv.mtime > e:
-                derived.append(Phase(host, "collect", e, lv.mtime, True, f"teardown and fetch{tag}"))
-    return sorted(recorded + derived, key=lambda p: (p.start, p.host))
+            out.append(Phase(host, "run", s, e, True, f"ranks {ranges([x[0] for x in spans])}{tag}"))
+            if lv.mtime > e:
+                out.append(Phase(host, "collect", e, lv.mtime, True, f"teardown and fetch{tag}"))
+    return out
 
 
-# -- small helpers (also used by framework.report.summary, report_junit and report_html) ----
-def _tail(root: Path, rel: str | None, lines: int = TAIL_LINES) -> str:
+# -- reading files of the folder (also used by framework.report.junit and framework.report.html) --------
+def log_tail(root: Path, rel: str | None, lines: int = TAIL_LINES) -> str:
+    """The last ``lines`` lines of the run-folder file ``rel`` (its last 64 KiB at most), colours stripped;
+    a sentence saying so when it cannot be read, ``""`` for no file."""
     if not rel:
         return ""
     path = root / rel
@@ -537,10 +560,10 @@ def _tail(root: Path, rel: str | None, lines: int = TAIL_LINES) -> str:
             data = fh.read().decode(errors="replace")
     except OSError as exc:
         return f"(cannot read {rel}: {exc})"
-    return "\n".join(_ANSI.sub("", data).splitlines()[-lines:])
+    return "\n".join(strip_ansi(data).splitlines()[-lines:])
 
 
-def _inside(root: Path, path: Any) -> str | None:
+def inside_run(root: Path, path: object) -> str | None:
     """``path`` relative to the run folder when it lies inside it (absolute or relative), else None."""
     if not path:
         return None
@@ -550,48 +573,3 @@ def _inside(root: Path, path: Any) -> str | None:
     with contextlib.suppress(ValueError, OSError):
         return p.resolve().relative_to(root.resolve()).as_posix()
     return None
-
-
-def _slug(host: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_-]", "_", host)
-
-
-def _signame(sig: Any) -> str | None:
-    if sig is None:
-        return None
-    if isinstance(sig, int):
-        import signal as _signal
-
-        with contextlib.suppress(ValueError):
-            return _signal.Signals(sig).name
-    return str(sig)
-
-
-def _f(text: str | None) -> float:
-    try:
-        return float((text or "0").replace(",", ""))
-    except ValueError:
-        return 0.0
-
-
-def _iso(epoch: float | None) -> str | None:
-    return datetime.fromtimestamp(epoch, timezone.utc).isoformat(timespec="seconds") if epoch else None
-
-
-def _ranges(numbers: Iterable[int]) -> str:
-    nums = sorted(set(numbers))
-    parts, i = [], 0
-    while i < len(nums):
-        j = i
-        while j + 1 < len(nums) and nums[j + 1] == nums[j] + 1:
-            j += 1
-        parts.append(str(nums[i]) if i == j else f"{nums[i]}-{nums[j]}")
-        i = j + 1
-    return ",".join(parts)
-
-
-def _dur(seconds: float) -> str:
-    if seconds < 60:
-        return f"{seconds:.1f}s"
-    m, s = divmod(int(round(seconds)), 60)
-    return f"{m}m{s:02d}s" if m < 60 else f"{m // 60}h{m % 60:02d}m"

@@ -1,4 +1,4 @@
-"""framework.report.summary with report_read and report_junit: run folder, cluster.xml, validation, manifest, summary.
+"""framework.report: run folder (model), cluster.xml and validation (junit), manifest, finalize, terminal summary.
 
 Run folders are built by ``tests/data/reports/sample_run.py`` from static host files, real
 pytest ``--junitxml`` output and launch records written through ``LaunchResult.to_json()``.
@@ -20,11 +20,13 @@ from pathlib import Path
 import pytest
 
 import framework
+from framework import report
 from framework.config.effective import load
 from framework.launch import LaunchResult, NodeResult, RankResult
+from framework.report import html as report_html
 from framework.report import junit as report_junit
+from framework.report import manifest as report_manifest
 from framework.report import model as report_read
-from framework.report import summary as report
 
 REPO = Path(__file__).resolve().parents[2]
 DATA = REPO / "tests" / "data"
@@ -400,7 +402,7 @@ def test_finalize_never_raises_and_falls_back_to_minimal_files(run, monkeypatch,
     def boom(_path):
         raise OSError("disk on fire")
 
-    for module in (report, report_junit):  # every module that reads the run folder for finalize
+    for module in (report_junit, report_manifest, report_html):  # every module that reads the run folder for finalize
         monkeypatch.setattr(module, "read_run", boom)
     report.finalize(run, status="interrupted", error="SIGTERM")
     assert report_junit.validate_junit(run / "cluster.xml") == []
@@ -491,3 +493,116 @@ def test_terminal_summary_wraps_wide_hosts(tmp_path):
     grid = [ln for ln in lines if re.search(r"[.C]{10}", ln)]
     assert len(grid) == 2 and grid[1].strip() == "." * 6 + "C" + "." * 57
     assert grid[0].endswith("127 pass, 1 crash")
+
+
+# -- one reproduce line ---------------------------------------------------------------------------
+def _page_repro(run: Path) -> str:
+    """The reproduce line index.html shows."""
+    import html
+
+    found = re.search(r"<code id='repro'>(.*?)</code>", (run / "index.html").read_text())
+    assert found, "index.html shows no reproduce line"
+    return html.unescape(found.group(1))
+
+
+def _screen_repro(lines: list[str]) -> str:
+    """The reproduce line the terminal summary shows."""
+    (line,) = [ln for ln in lines if ln.startswith("  reproduce: ")]
+    return line.removeprefix("  reproduce: ")
+
+
+@pytest.mark.parametrize(("argv", "seed", "program", "line"), [
+    (["pytest", "tests/cluster"], 7, None, "python -m pytest tests/cluster --random-seed 7"),
+    (["/usr/lib/python3/dist-packages/pytest/__main__.py", "-k", "a and b"], None, None, "python -m pytest -k 'a and b'"),
+    (["py.test", "--random_seed", "5", "-x", "--random-seed=6"], 9, None, "python -m pytest -x --random-seed 9"),
+    (["pytest", "--env", "e.yaml", "--random-seed", "1"], 1, ["pytest"], "pytest --env e.yaml --random-seed 1"),
+    (["camit", "run", "--env", "e.yaml"], 3, None, "camit run --env e.yaml --random-seed 3"),
+    (["pytest", "--random-seed", "4"], None, None, "python -m pytest --random-seed 4"),  # no seed: argv as it is
+    ([], 3, None, None),
+])
+def test_repro_command(argv, seed, program, line):
+    assert report.repro_command(argv, seed, program=program) == line
+
+
+def test_terminal_summary_and_index_html_show_the_same_reproduce_line(run):
+    report.finalize(run, seed=99, argv=["pytest", "tests/cluster", "-k", "a and b", "--random_seed", "5"],
+                    started=sr.T0, ended=sr.T0 + 61, status="failed")
+    line = "python -m pytest tests/cluster -k 'a and b' --random-seed 99"  # the seed the run had, once
+    assert _screen_repro(report.terminal_summary(run).splitlines()) == _page_repro(run) == line
+    assert json.loads((run / "manifest.json").read_text())["command"]["repro"] == line
+
+
+def test_a_reproduce_line_built_by_the_caller_is_the_one_recorded_and_shown(run):
+    line = report.repro_command(["pytest", "--env", "e.yaml", "--random-seed", "1"], 7, program=["pytest"])
+    report.finalize(run, seed=7, argv=["pytest", "--env", "e.yaml", "--random-seed", "1"], repro=line)
+    assert _screen_repro(report.terminal_summary(run).splitlines()) == _page_repro(run) == line
+    assert line == "pytest --env e.yaml --random-seed 7"
+    report.write_manifest(run, status="ok")  # a later status-only write keeps the recorded line
+    assert json.loads((run / "manifest.json").read_text())["command"]["repro"] == line
+
+
+PLUGIN_ENV = """\
+host_info:
+  node1:
+    manage_nic: {name: eth0, ip: 192.0.2.11}
+  node2:
+    manage_nic: {name: eth0, ip: 192.0.2.12}
+launch: {backend: gloo}
+"""
+
+
+def test_the_plugin_header_summary_and_index_html_show_one_reproduce_line(pytester):
+    env = pytester.makefile(".yaml", test_env=PLUGIN_ENV)
+    pytester.makepyfile("def test_x(env):\n    pass\n")
+    result = pytester.runpytest("--env", str(env), "--report-dir", "out", "--random_seed", "11", "-k", "test_x or y",
+                                "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1)
+    page = _page_repro(pytester.path / "out" / "latest")
+    assert page.startswith(f"pytest --env {env} --report-dir out -k 'test_x or y' -p no:cacheprovider ")
+    assert page.endswith(" --random-seed 11") and "--random_seed" not in page
+    assert _screen_repro(result.outlines) == page
+    assert [ln for ln in result.outlines if ln.startswith("camit: reproduce with: ")] == [
+        f"camit: reproduce with: {page}"]
+
+
+# -- the package ---------------------------------------------------------------------------------------
+def test_report_modules_import_only_public_names_of_each_other():
+    import ast
+
+    for path in sorted((REPO / "framework" / "report").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("framework"):
+                private = [a.name for a in node.names if a.name.startswith("_") and not a.name.startswith("__")]
+                assert not private, f"{path.name} imports {private} from {node.module}"
+
+
+def test_the_package_exports_resolve_lazily_to_their_modules():
+    import importlib
+
+    for name in report.__all__:
+        module = importlib.import_module(f"framework.report.{report._EXPORTS[name]}")
+        assert getattr(report, name) is getattr(module, name), name
+        assert name in dir(report)
+    assert sorted(report.__all__) == sorted(report._EXPORTS)
+    with pytest.raises(AttributeError):
+        report.no_such_name  # noqa: B018
+
+
+@pytest.mark.parametrize(("fn", "arg", "text"), [
+    ("dur", 4.25, "4.2s"), ("dur", 61, "1m01s"), ("dur", 7500, "2h05m"),
+    ("ranges", [8, 0, 1, 2, 5, 7, 2], "0-2,5,7-8"), ("ranges", [], ""),
+    ("iso", sr.T0, "2026-08-01T10:00:00+00:00"), ("iso", None, None),
+    ("slug", "a3.node-1:22", "a3_node-1_22"), ("signame", 11, "SIGSEGV"), ("signame", "SIGBUS", "SIGBUS"),
+    ("signame", 999, "999"), ("number", "1,234.5", 1234.5), ("number", "x", 0.0),
+    ("strip_ansi", "\x1b[31mred\x1b[0m", "red"),
+])
+def test_fmt_helpers(fn, arg, text):
+    from framework.report import fmt
+
+    assert getattr(fmt, fn)(arg) == text
+
+
+def test_short_folds_and_cuts():
+    from framework.report.fmt import short
+
+    assert short("a\n  b\tc", 10) == "a b c" and short("x" * 12, 10) == "x" * 9 + "…"

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from framework.report import summary as report
+from framework import report
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 

@@ -1,0 +1,69 @@
+"""The end of a run: :func:`finalize` writes ``cluster.xml``, ``manifest.json`` and ``index.html`` from
+whatever the run folder holds, and never raises.
+
+Each file comes from its own module (:mod:`framework.report.junit`, :mod:`framework.report.manifest`,
+:mod:`framework.report.html`), in that order — the manifest lists ``cluster.xml`` with its sha256, the page
+shows the manifest — all filtered by one :class:`~framework.report.scrub.Scrubber` built from the env. A
+file that cannot be built is replaced by its module's minimal fallback saying so and listed in the
+manifest's ``report_problems``, so an interrupted run still leaves a consistent folder.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from framework.report.html import write_fallback_index, write_index
+from framework.report.junit import CoreRecord, write_cluster_junit, write_fallback_cluster
+from framework.report.manifest import write_fallback_manifest, write_manifest
+from framework.report.scrub import Scrubber
+
+log = logging.getLogger("camit.report")
+
+__all__ = ["finalize"]
+
+#: writes a minimal file from (run folder, status, error, problem)
+Fallback = Callable[[Path, str, str, str], object]
+
+
+def finalize(rundir_path: str | os.PathLike[str], *, cores: Sequence[CoreRecord] = (), **manifest_kwargs: Any) -> None:
+    """Write ``cluster.xml``, ``manifest.json`` and ``index.html`` from whatever the folder holds.
+
+    ``manifest_kwargs`` are :func:`framework.report.manifest.write_manifest`'s (``env``, ``seed``,
+    ``argv``, ``repro``, ``started``, ``ended``, ``status``, ``error``, ``extra``). Never raises: a
+    step that fails is logged, replaced by a minimal file saying so and listed in the manifest's
+    ``report_problems``. Call it from ``finally:`` with ``status="interrupted", error=exc`` when the
+    run did not complete.
+    """
+    root = Path(rundir_path)
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        scrub = Scrubber.from_env(manifest_kwargs.get("env"))
+    except Exception:
+        log.exception("cannot prepare the report folder %s", root)
+        return
+    kw = {"status": "ok", "error": None, **manifest_kwargs}
+    status = kw["status"]
+    err = kw["error"]
+    err_text = (f"{type(err).__name__}: {err}" if isinstance(err, BaseException) else str(err)) if err else None
+    problems: list[str] = []
+    steps: list[tuple[str, Callable[[], object], Fallback]] = [
+        ("cluster.xml", lambda: write_cluster_junit(root, cores, scrub=scrub, status=status, error=err_text),
+         write_fallback_cluster),
+        ("manifest.json", lambda: write_manifest(root, scrub=scrub, report_errors=problems, **kw),
+         write_fallback_manifest),
+        ("index.html", lambda: write_index(root, scrub=scrub), write_fallback_index),
+    ]
+    for name, step, fallback in steps:
+        try:
+            step()
+        except Exception as exc:
+            log.exception("report: writing %s failed", name)
+            problems.append(f"{name}: {type(exc).__name__}: {exc}")
+            try:
+                fallback(root, status, scrub(err_text or ""), scrub(problems[-1]))
+            except Exception:
+                log.exception("report: even the fallback %s failed", name)

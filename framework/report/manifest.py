@@ -1,0 +1,259 @@
+"""``manifest.json``: what ran, where, with what, and how it ended — and THE command line that reproduces a run.
+
+:func:`write_manifest` reads the run folder (:func:`framework.report.model.read_run`) and records the run's
+status, times, seed and command, camit's version, the controller, the env (redacted), every host (address,
+deploy result, rank outcomes, collected files), the deployed artifacts, the launches, the result counts and
+every file with its sha256. :func:`repro_command` is the one builder of the reproduce line: the manifest
+records it (``command.repro``), ``index.html`` and the terminal summary show that record, and the pytest
+plugin prints the same builder's line in its header. :func:`write_fallback_manifest` is the minimal file
+:func:`framework.report.finish.finalize` leaves when the manifest cannot be built.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import os
+import platform
+import shlex
+import socket
+import subprocess
+import time
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Union
+
+from framework import __version__
+from framework.hosts import sha256_file
+from framework.report.fmt import iso
+from framework.report.folder import write_atomic
+from framework.report.model import OUTCOMES, RunView, read_run
+from framework.report.scrub import Scrubber, redact_mapping
+
+if TYPE_CHECKING:
+    from framework.config.effective import EnvConfig
+    from framework.report.scrub import Scrub
+
+__all__ = ["HASH_LIMIT", "PYTEST", "EnvLike", "Moment", "repro_command", "write_fallback_manifest", "write_manifest"]
+
+HASH_LIMIT = 256 * 1024 * 1024  # files above this are listed in the manifest without a sha256
+#: how the reproduce line spells a pytest run by default
+PYTEST = ("python", "-m", "pytest")
+_PYTEST_ENTRIES = ("pytest", "py.test", "__main__.py")
+_SEED_OPTIONS = ("--random-seed", "--random_seed")
+
+#: a run's env as the manifest takes it: the loaded env, a plain document (secret keys redacted) or its path
+EnvLike = Union["EnvConfig", Mapping[str, Any], str, "os.PathLike[str]"]
+#: a point in time: epoch seconds, a datetime or ISO 8601 text
+Moment = float | datetime | str
+
+
+# -- the reproduce line ------------------------------------------------------------------
+def repro_command(argv: Sequence[str] | None, seed: int | None = None, *,
+                  program: Sequence[str] | None = None) -> str | None:
+    """The shell line that reproduces a run: its command line with the seed pinned; None without one.
+
+    ``argv`` is the command line, program first. The program is spelled ``program`` when given, else a
+    pytest entry (``pytest``, ``py.test``, ``…/pytest/__main__.py``) becomes ``python -m pytest`` and any
+    other program stays. With a ``seed`` every seed option in ``argv`` (``--random-seed N``,
+    ``--random-seed=N``, the ``_`` spelling too) is dropped and ``--random-seed <seed>`` appended.
+    Example: ``repro_command(["pytest", "suites/cam", "--random_seed", "1"], 7)`` →
+    ``python -m pytest suites/cam --random-seed 7``.
+    """
+    if not argv:
+        return None
+    args = list(argv[1:])
+    if program is not None:
+        head = list(program)
+    elif Path(argv[0]).name in _PYTEST_ENTRIES:
+        head = list(PYTEST)
+    else:
+        head = [argv[0]]
+    if seed is not None:
+        args = [*_without_seed(args), "--random-seed", str(seed)]
+    return shlex.join(head + args)
+
+
+def _without_seed(args: Sequence[str]) -> list[str]:
+    out: list[str] = []
+    skip = False
+    for a in args:
+        if skip:
+            skip = False
+        elif a in _SEED_OPTIONS:
+            skip = True
+        elif not a.startswith(tuple(f"{o}=" for o in _SEED_OPTIONS)):
+            out.append(a)
+    return out
+
+
+# -- manifest.json ------------------------------------------------------------------------
+def write_manifest(rundir_path: str | os.PathLike[str], *, env: EnvLike | None = None, seed: int | None = None,
+                   argv: Sequence[str] | None = None, repro: str | None = None, started: Moment | None = None,
+                   ended: Moment | None = None, status: str = "ok", error: BaseException | str | None = None,
+                   extra: Mapping[str, Any] | None = None, scrub: Scrub | None = None,
+                   report_errors: Sequence[str] = ()) -> Path:
+    """Write ``manifest.json``: what ran, where, with what, and how it ended.
+
+    Values left ``None`` keep what an earlier call recorded, so the plugin can write
+    ``status="running"`` with env, seed and argv at the start and only the status at
+    the end. ``env`` is an ``EnvConfig`` (stored as ``env.redacted()``: no secret is
+    ever written), a mapping (secret-looking keys redacted) or a path. ``repro`` is the
+    reproduce line when the caller built it (:func:`repro_command` with its own spelling),
+    else it is built from ``argv`` and ``seed``. ``scrub`` (default: the env's secrets)
+    filters the text; ``report_errors`` are listed as ``report_problems``.
+    """
+    root = Path(rundir_path)
+    scrub = scrub or Scrubber.from_env(env)
+    run = read_run(root)
+    old = run.manifest
+    doc: dict[str, Any] = {"schema": 1, "run_id": run.run_id, "status": status, "error": None}
+    if error is not None:
+        doc["error"] = f"{type(error).__name__}: {error}" if isinstance(error, BaseException) else str(error)
+    elif status == old.get("status"):
+        doc["error"] = old.get("error")
+    doc.update(_times(run, started, ended, status))
+    if repro is None and argv is None and seed is None:  # nothing new about the command: the recorded line stands
+        repro = (old.get("command") or {}).get("repro")
+    seed = seed if seed is not None else old.get("seed")
+    doc["seed"] = seed
+    doc["command"] = _command(old.get("command"), argv, seed, repro)
+    doc["framework"] = {"name": "camit", "version": __version__, "git": _git_sha(), "python": platform.python_version()}
+    doc["controller"] = {"hostname": socket.gethostname(), "platform": platform.platform()}
+    doc["env"] = _env_doc(env) if env is not None else old.get("env")
+    doc["hosts"] = _hosts_doc(run, env, old.get("hosts") or {})
+    doc["artifacts"], doc["versions"] = _artifacts_doc(run.deploy)
+    doc["launches"] = [{"launch_id": lv.launch_id, "name": lv.name, "ok": lv.data.get("ok"),
+                        "world_size": lv.world_size, "duration": lv.data.get("duration"),
+                        "failure": lv.failure, "failure_kind": lv.data.get("failure_kind"),
+                        "superseded": lv.superseded} for lv in run.launches]
+    doc["results"] = _results(run)
+    doc["files"] = _files(root)
+    doc["extra"] = {**(old.get("extra") or {}), **dict(extra or {})}
+    if report_errors or run.problems:
+        doc["report_problems"] = list(report_errors) + run.problems
+    text = json.dumps(doc, indent=2, default=str) + "\n"
+    return write_atomic(root / "manifest.json", scrub(text))
+
+
+def write_fallback_manifest(root: Path, status: str, error: str, problem: str) -> Path:
+    """The ``manifest.json`` left when the full one cannot be built: status, error and the ``problem``."""
+    doc = {"schema": 1, "run_id": root.resolve().name, "status": status, "error": error or None,
+           "framework": {"name": "camit", "version": __version__}, "report_problems": [problem]}
+    return write_atomic(root / "manifest.json", json.dumps(doc, indent=2) + "\n")
+
+
+def _times(run: RunView, started: Moment | None, ended: Moment | None, status: str) -> dict[str, Any]:
+    old = run.manifest
+    times = [p.start for p in run.phases] + [p.end for p in run.phases]
+    t0 = _epoch(started) or (old.get("started") or {}).get("epoch") or (min(times) if times else None)
+    t1 = _epoch(ended) or (None if status == "running" else (old.get("ended") or {}).get("epoch") or time.time())
+    return {"started": {"epoch": round(t0, 3), "iso": iso(t0)} if t0 else None,
+            "ended": {"epoch": round(t1, 3), "iso": iso(t1)} if t1 else None,
+            "duration": round(t1 - t0, 3) if t0 and t1 else None}
+
+
+def _command(old: Mapping[str, Any] | None, argv: Sequence[str] | None, seed: int | None,
+             repro: str | None) -> Mapping[str, Any] | None:
+    """``{argv, cwd, repro}``: this call's argv, else the earlier call's; ``repro`` unless built from them."""
+    old = old or {}
+    args = list(argv) if argv is not None else old.get("argv")
+    if not args:
+        return old or None
+    return {"argv": args, "cwd": os.getcwd() if argv is not None else old.get("cwd"),
+            "repro": repro or repro_command(args, seed)}
+
+
+def _results(run: RunView) -> dict[str, Any]:
+    outcomes = {o: 0 for o in OUTCOMES}
+    for r in run.ranks:
+        outcomes[r.outcome] += 1
+    controller = {k: v for k, v in (run.junit or {}).items() if k != "failed"} or None
+    return {"ranks": outcomes, "cores": len(run.cores), "controller": controller}
+
+
+def _env_doc(env: EnvLike) -> dict[str, Any]:
+    if hasattr(env, "redacted"):
+        return {"file": str(getattr(env, "path", "") or getattr(env, "source", "")) or None,
+                "document": env.redacted()}
+    if isinstance(env, Mapping):
+        return {"file": None, "document": redact_mapping(env)}
+    return {"file": os.fspath(env), "document": None}  # a path: never read here (it may hold clear secrets)
+
+
+def _hosts_doc(run: RunView, env: EnvLike | None, old: Mapping[str, Any]) -> dict[str, Any]:
+    specs = getattr(env, "hosts", None) or {}
+    deploy_hosts = (run.deploy or {}).get("hosts") or {}
+    out: dict[str, Any] = {}
+    for h in dict.fromkeys([*specs, *old, *run.hosts]):
+        entry = dict(old.get(h) or {})
+        spec = specs.get(h)
+        if spec is not None:
+            entry.update({"address": getattr(spec, "address", None), "user": getattr(spec, "user", None),
+                          "npu": spec.npu.describe() if hasattr(getattr(spec, "npu", None), "describe") else None})
+        m = deploy_hosts.get(h)
+        if isinstance(m, dict):
+            entry["deploy"] = {k: m.get(k) for k in ("status", "installed_version", "vendor", "install_path",
+                                                     "interpreter", "durations", "step", "error")}
+        ranks = [r for r in run.ranks if r.host == h]
+        if ranks:
+            entry["ranks"] = {(f"{r.launch}." if r.launch else "") + f"rank{r.rank}": r.outcome for r in ranks}
+        folder = run.path / h
+        if folder.is_dir():
+            entry["files"] = sorted(p.relative_to(run.path).as_posix() for p in folder.rglob("*")
+                                    if p.is_file() and not p.name.startswith("."))
+        out[h] = entry
+    return out
+
+
+def _artifacts_doc(deploy: Mapping[str, Any] | None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    arts: dict[str, dict[str, Any]] = {}
+    versions: dict[str, Any] = {}
+    for host, m in ((deploy or {}).get("hosts") or {}).items():
+        if not isinstance(m, dict):
+            continue
+        for a in m.get("artifacts") or []:
+            rec = arts.setdefault(a.get("sha256", "?"), {k: a.get(k) for k in ("kind", "name", "sha256", "size")}
+                                  | {"hosts": {}})
+            rec["hosts"][host] = a.get("via")
+        versions[host] = {"installed_version": m.get("installed_version"), "vendor": m.get("vendor"),
+                          "ops": m.get("ops") or []}
+    return list(arts.values()), versions
+
+
+def _files(root: Path) -> list[dict[str, Any]]:
+    out = []
+    for p in sorted(root.rglob("*")):
+        rel = p.relative_to(root).as_posix()
+        if not p.is_file() or any(part.startswith(".") for part in p.relative_to(root).parts) \
+                or rel in ("manifest.json", "index.html"):
+            continue
+        size = p.stat().st_size
+        out.append({"path": rel, "size": size, "sha256": sha256_file(p) if size <= HASH_LIMIT else None})
+    return out
+
+
+@functools.lru_cache(maxsize=1)
+def _git_sha() -> str | None:
+    repo = Path(__file__).resolve().parents[2]
+    if not (repo / ".git").exists():
+        return None
+    try:
+        out = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return (out.stdout.strip() or None) if out.returncode == 0 else None
+
+
+def _epoch(value: Moment | None) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, datetime):
+        return value.timestamp()
+    if isinstance(value, int | float):
+        return float(value)
+    with contextlib.suppress(ValueError):
+        return datetime.fromisoformat(str(value)).timestamp()
+    return None
