@@ -17,7 +17,6 @@ silently skipped code. State lives on each subclass, never shared between them.
 
 from __future__ import annotations
 
-import os
 from typing import Any, ClassVar
 
 from framework.errors import FrameworkError
@@ -42,12 +41,12 @@ class BaseTest:
 
     @classmethod
     def _load_env(cls) -> Any:
-        from framework.config.effective import DEFAULT_ENV_PATH, load
+        from framework.config import load, resolve_env_path
 
         session = cls._camit_session
         if session is not None and session.env is not None:
             return session.env
-        return load(os.environ.get("CAMIT_ENV") or DEFAULT_ENV_PATH)
+        return load(resolve_env_path()[0])
 
     @classmethod
     def setup_class(cls) -> None:

@@ -32,7 +32,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _env_arg(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--env", metavar="FILE", default=os.environ.get("CAMIT_ENV"),
+    p.add_argument("--env", metavar="FILE", default=None,
                    help="test_env.yaml (default: $CAMIT_ENV, else /etc/ubus_ci/test_env.yaml)")
 
 
@@ -124,9 +124,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _load_env(path: str | None) -> Any:
-    from framework.config.effective import DEFAULT_ENV_PATH, load
+    from framework.config import load, resolve_env_path
 
-    return load(path or DEFAULT_ENV_PATH)
+    return load(resolve_env_path(path)[0])
 
 
 def _split_hosts(value: str | None) -> list[str] | None:

@@ -90,7 +90,9 @@ class CamitSession:
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
         opt = config.getoption
-        self.env_path = opt("camit_env") or os.environ.get("CAMIT_ENV") or config.getini("camit_env") or None
+        from framework.config import resolve_env_path  # the one env-file rule: --env, $CAMIT_ENV, ini camit_env
+
+        self.env_path, _ = resolve_env_path(opt("camit_env"), os.environ, config.getini("camit_env"), default=None)
         self.worker = getattr(config, "workerinput", None)
         if self.worker is not None and "camit_seed" in self.worker:
             self.seed = int(self.worker["camit_seed"])  # xdist: the controller's seed, as its repro line says
