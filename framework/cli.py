@@ -225,25 +225,23 @@ def cmd_deploy(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from framework.cores.watch import CoreWatch
+    from framework.cores.runwatch import ClusterWatch
     from framework.launch import Launcher, Target
 
     target = Target.parse(args.target)
     env, cluster, rundir, event = _cluster_run(args)
 
     with cluster, console.terminate_as_interrupt():
-        watch = CoreWatch(cluster, env, policy=args.core_policy)
-        baseline = watch.snapshot()
+        watch = ClusterWatch(cluster, env, policy=args.core_policy, rundir=rundir)
+        watch.begin()
         launcher = Launcher(env, cluster, rundir=rundir, nproc_per_node=args.nproc_per_node, on_event=event,
                             keep_remote=args.keep_remote)
         result = launcher.run(target, timeout=args.timeout)
-        cores = watch.collect(baseline, rundir=rundir, ranks=[result])
-        core_failed, core_message = watch.verdict(cores)
-        if not result.ok or core_failed:
-            watch.collect_logs(rundir, since=baseline)
+        watched = watch.end(ranks=[result], failed=not result.ok)
+    cores, core_failed, core_message = watched.cores, watched.failed, watched.message
     if args.json:
         console.print_json({**result.to_json(), "cores": [c.to_json() for c in cores],
-                            "core_policy": watch.policy.value, "signatures": watch.log_summary})
+                            "core_policy": watched.policy.value, "signatures": watched.log_summary})
     else:
         rows = [[r.rank, r.host, "ok" if r.ok else (r.signal or (f"exit {r.exit_code}" if r.exit_code is not None
                                                                      else "no report")),
@@ -253,8 +251,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(("PASSED: " if result.ok else "FAILED: ") + result.message())
         if core_message:
             print(core_message)
-        if watch.log_summary:
-            print("failure signatures:\n" + watch.log_summary.rstrip())
+        if watched.log_summary:
+            print("failure signatures:\n" + watched.log_summary.rstrip())
         print(f"report: {rundir.path}")
     if result.ok:
         return EXIT_FAILED if core_failed else EXIT_OK
