@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 import yaml
 
-from framework.config import document as config_schema
 from framework.config import (
     DEFAULT_ENV_PATH,
     SCHEMA_VERSION,
@@ -19,6 +18,7 @@ from framework.config import (
     Secret,
     load,
 )
+from framework.config import document as config_schema
 from framework.config.document import main
 from framework.config.yaml_text import parse_yaml
 from framework.errors import ConfigError

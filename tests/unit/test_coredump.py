@@ -33,6 +33,7 @@ from framework.cores.inspection import (
     verdict_message,
 )
 from framework.cores.logs import dmesg_since, logs_script, parse_logs_output, scan_signatures, summarize
+from framework.cores.runwatch import ClusterWatch
 from framework.cores.scan import (
     Baseline,
     CoreSources,
@@ -45,7 +46,6 @@ from framework.cores.scan import (
     scan_script,
     signal_name,
 )
-from framework.cores.runwatch import ClusterWatch
 from framework.cores.watch import CoreDefaults, CoreWatch, rank_procs
 from framework.errors import FrameworkError, UsageError
 from framework.hosts import Cluster, Host
