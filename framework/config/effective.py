@@ -17,7 +17,7 @@ from __future__ import annotations
 import hmac
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -519,7 +519,7 @@ def _host(
     defaults: Defaults,
     dnpu: schema.NpuModel,
     artifacts: ArtifactsSpec,
-    local: Any,
+    local: Callable[[str | None], Path | None],
     report: _Reporter,
 ) -> HostSpec:
     hnpu = h.npu or schema.NpuModel()

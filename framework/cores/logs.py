@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from framework import commands
+from framework.cores.scan import Baseline
 from framework.errors import FrameworkError
 from framework.hosts import Cluster, Host
 from framework.report.folder import append_text, write_atomic
@@ -70,7 +71,7 @@ class _Rule:
     primary: bool = True
 
 
-def _all(pattern: str, fmt: Callable[[list[str]], str]) -> Callable[[str], str]:
+def _all(pattern: str, fmt: Callable[[list[Any]], str]) -> Callable[[str], str]:  # re.findall: str or tuple items
     rx = re.compile(pattern)
 
     def detail(text: str) -> str:
@@ -239,7 +240,7 @@ def parse_logs_output(text: str) -> tuple[str, bool, str | None]:
 
 
 # -- executor ----------------------------------------------------------------------------------------------
-def collect_logs(cluster: Cluster, report: Path, baseline: Any, *,
+def collect_logs(cluster: Cluster, report: Path, baseline: Baseline, *,
                  workdir_of: Callable[[Host], str] | None = None,
                  ascend_dirs: Sequence[str] | None = None,
                  label: str | None = None) -> tuple[dict[str, list[Path]], str]:
@@ -248,7 +249,7 @@ def collect_logs(cluster: Cluster, report: Path, baseline: Any, *,
     The signatures are added to ``<report>/signatures.txt`` and ``<report>/<host>/signatures.txt`` as a
     section headed ``== <label> ==`` (the failed test) when given, so each failure of a run keeps its own.
 
-    ``baseline`` is a ``coredump_scan.Baseline`` (its per-host ``now``/``uptime`` are the
+    ``baseline`` is a ``framework.cores.scan.Baseline`` (its per-host ``now``/``uptime`` are the
     hosts' own clocks). Returns ``({host: [files]}, summary)``; a host that fails is
     logged and gets what could be written. Never raises for one host.
     """
@@ -295,9 +296,9 @@ def collect_logs(cluster: Cluster, report: Path, baseline: Any, *,
             log.warning("%s: collecting logs failed: %s", name, value)
             collected[name] = []
         else:
-            collected[name] = list(value)  # type: ignore[arg-type]
+            collected[name] = list(value)
     found: dict[str, list[Signature]] = {}
-    taken = getattr(baseline, "taken", None)
+    taken = baseline.taken
     head = f"== {label} ==\n" if label else ""
     for name, files in collected.items():
         host_dir = report / name

@@ -16,9 +16,12 @@ from __future__ import annotations
 
 import posixpath
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from framework import commands
+
+if TYPE_CHECKING:
+    from framework.config.effective import EnvConfig, HostSpec
 
 MARK = "@@camit@@"
 SOC_CPU = "cpu"
@@ -80,7 +83,7 @@ class ProbePlan:
         return list(dict.fromkeys(homes))
 
 
-def plan_probe(spec: Any, env: Any = None, limits: Limits | None = None) -> ProbePlan:
+def plan_probe(spec: HostSpec, env: EnvConfig | None = None, limits: Limits | None = None) -> ProbePlan:
     """The probe plan of one host from its ``config.HostSpec`` (and the env's ``cann``)."""
     if spec.host_key:
         key = "pinned"
@@ -89,7 +92,7 @@ def plan_probe(spec: Any, env: Any = None, limits: Limits | None = None) -> Prob
     else:
         key = f"known_hosts ({spec.host_key_policy})"
     wd = spec.workdir.rstrip("/") or "/"
-    cann = getattr(env, "cann", None)
+    cann = env.cann if env is not None else None
     return ProbePlan(
         host=spec.name, workdir=wd, python=spec.python, venv_python=f"{wd}/venv/bin/python",
         soc=spec.npu.soc, npu_count=spec.npu.count, visible=spec.npu.visible,
