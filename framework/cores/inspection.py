@@ -38,6 +38,7 @@ from typing import Any, BinaryIO
 from framework import commands
 from framework.cores.scan import Candidate, CoreSources, signal_name
 from framework.errors import UsageError
+from framework.remote.sections import MARK, read_records, sh_tag
 
 BACKTRACE_BYTES = 256 * 1024
 RUN_TAG = "CAMIT_RUN_ID"
@@ -74,7 +75,7 @@ def inspect_script(cands: Sequence[Candidate], tmp: str, python: str, sources: C
         "printf '@@facts %s\\n' \"$(facts \"$1\")\"; }",
     ]
     for i, c in enumerate(cands):
-        lines.append(f"printf '@@core {i}\\n'")
+        lines.append(sh_tag(f"core {i}"))
         loc = q(c.location)
         if c.source == "systemd":
             e = c.journal
@@ -248,25 +249,28 @@ def crash_header_facts(header: Mapping[str, str]) -> dict[str, Any]:
 
 
 def split_sections(text: str, key: str, raw: bool = False) -> dict[str, dict[str, list[str]]]:
-    """Split ``@@<key> <i>`` sections; inside, ``@@name value`` lines (or the raw text with ``raw``)."""
+    """Group the tagged records (``framework.remote.sections``) under each ``@@<key> <i>`` record.
+
+    Inside a group each ``@@name value`` record adds ``value`` to ``[name]``; with ``raw`` the group's
+    whole text (tag lines included) is ``["raw"][0]`` instead.
+    """
     out: dict[str, dict[str, list[str]]] = {}
     cur: dict[str, list[str]] | None = None
     buf: list[str] = []
-    for line in text.splitlines():
-        if line.startswith(f"@@{key} "):
+    for rec in read_records(text):
+        if rec.tag == key and rec.line.startswith(f"{MARK}{key} "):
             if raw and cur is not None:
-                cur["raw"] = ["\n".join(buf)]
-            cur, buf = out.setdefault(line.split(" ", 1)[1].strip(), {}), []
+                cur["raw"] = ["\n".join("".join(buf).splitlines())]
+            cur, buf = out.setdefault(rec.value.strip(), {}), [rec.body]
             continue
         if cur is None:
             continue
         if raw:
-            buf.append(line)
-        elif line.startswith("@@"):
-            name, _, value = line[2:].partition(" ")
-            cur.setdefault(name, []).append(value)
+            buf.append(rec.raw)
+        else:
+            cur.setdefault(rec.tag, []).append(rec.value)
     if raw and cur is not None:
-        cur["raw"] = ["\n".join(buf)]
+        cur["raw"] = ["\n".join("".join(buf).splitlines())]
     return out
 
 
@@ -441,7 +445,7 @@ def backtrace_script(jobs: Sequence[BacktraceJob], *, timeout: float) -> str:
     lines = ["LC_ALL=C; export LC_ALL",
              f"TO=''; command -v timeout >/dev/null 2>&1 && TO='timeout -k 5 {timeout:g}'"]
     for job in jobs:
-        lines.append(f"printf '@@job {job.index}\\n'")
+        lines.append(sh_tag(f"job {job.index}"))
         if job.core:
             lines.append(f"$TO {commands.join(gdb_argv(job.core, job.executable))} </dev/null 2>&1 "
                          f"| head -c {BACKTRACE_BYTES}")

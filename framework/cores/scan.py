@@ -30,6 +30,7 @@ from datetime import datetime, timezone
 
 from framework import commands
 from framework.cores.pattern import PIPE_HANDLERS, CorePattern, parse_core_pattern
+from framework.remote.sections import read_records, sh_tag
 
 log = logging.getLogger("camit.coredump")
 
@@ -70,12 +71,12 @@ def scan_script(sources: CoreSources, relative_dirs: Sequence[tuple[str, int]] =
         f"K={q(sources.proc_dir)}",
         "now=$(date +%s.%N 2>/dev/null); case $now in *N*|'') now=$(date +%s);; esac",
         "pat=$(cat \"$K/core_pattern\" 2>/dev/null)",
-        "printf '@@now %s\\n' \"$now\"",
-        "printf '@@uptime %s\\n' \"$(cut -d' ' -f1 /proc/uptime 2>/dev/null)\"",
-        "printf '@@boot %s\\n' \"$(cat /proc/sys/kernel/random/boot_id 2>/dev/null)\"",
-        "printf '@@pattern %s\\n' \"$pat\"",
-        "printf '@@ulimit %s %s\\n' \"$(ulimit -S -c)\" \"$(ulimit -H -c)\"",
-        "printf '@@gdb %s\\n' \"$(command -v gdb 2>/dev/null)\"",
+        sh_tag("now", '"$now"'),
+        sh_tag("uptime", "\"$(cut -d' ' -f1 /proc/uptime 2>/dev/null)\""),
+        sh_tag("boot", '"$(cat /proc/sys/kernel/random/boot_id 2>/dev/null)"'),
+        sh_tag("pattern", '"$pat"'),
+        sh_tag("ulimit", '"$(ulimit -S -c) $(ulimit -H -c)"'),
+        sh_tag("gdb", '"$(command -v gdb 2>/dev/null)"'),
         f"lst() {{ find \"$@\" -printf 'F %s %T@ %i %p\\n' 2>/dev/null | head -n {limit}; }}",
         "slashes() { printf %s \"$1\" | tr -cd / | wc -c; }",
         "case $pat in",
@@ -98,7 +99,7 @@ def scan_script(sources: CoreSources, relative_dirs: Sequence[tuple[str, int]] =
         f"  for dd in {rel}; do lst \"${{dd%:*}}\" -maxdepth $(( ${{dd##*:}} + $(slashes \"$pat\") )) "
         "-type f -path \"*/$pre*\"; done ;;" if rel else "  ;;",
         "esac",
-        "printf '@@end\\n'",
+        sh_tag("end"),
     ]) + "\n"
 
 
@@ -163,43 +164,46 @@ class HostScan:
 
 
 def parse_scan(host: str, text: str) -> HostScan:
-    """Parse the output of :func:`scan_script`."""
+    """Parse the output of :func:`scan_script` (tagged records, ``framework.remote.sections``)."""
     scan = HostScan(host)
     mode = ""
     body: list[str] = []
     journal_json = False
-    for line in text.splitlines():
-        if line.startswith("@@"):
-            key, _, value = line[2:].partition(" ")
-            if key in ("files", "journal", "end"):
-                mode = f"{key} {value}".strip()
-                scan.complete = scan.complete or key == "end"
-                continue
-            if key == "now":
-                scan.now = _float(value) or 0.0
-            elif key == "uptime":
-                scan.uptime = _float(value)
-            elif key == "boot":
-                scan.boot_id = value.strip()
-            elif key == "pattern":
-                scan.pattern = parse_core_pattern(value)
-            elif key == "ulimit":
-                soft, _, hard = value.partition(" ")
-                scan.limit_soft, scan.limit_hard = soft.strip(), hard.strip()
-            elif key == "gdb":
-                scan.gdb = value.strip() or None
-            continue
-        if mode == "files":
-            entry = _file_entry(line)
-            if entry is not None:
-                scan.files[entry.path] = entry
-        elif mode.startswith("journal"):
-            body.append(line)
-            journal_json = mode == "journal json"
+    for rec in read_records(text):
+        key, value = rec.tag, rec.value
+        if key in ("files", "journal", "end"):
+            mode = f"{key} {value}".strip()
+            scan.complete = scan.complete or key == "end"
+        else:
+            _scan_fact(scan, key, value)
+        for line in rec.body.splitlines():
+            if mode == "files":
+                entry = _file_entry(line)
+                if entry is not None:
+                    scan.files[entry.path] = entry
+            elif mode.startswith("journal"):
+                body.append(line)
+                journal_json = mode == "journal json"
     if body:
         joined = "\n".join(body)
         scan.journal = parse_coredumpctl_json(joined) if journal_json else parse_coredumpctl_text(joined)
     return scan
+
+
+def _scan_fact(scan: HostScan, key: str, value: str) -> None:
+    if key == "now":
+        scan.now = _float(value) or 0.0
+    elif key == "uptime":
+        scan.uptime = _float(value)
+    elif key == "boot":
+        scan.boot_id = value.strip()
+    elif key == "pattern":
+        scan.pattern = parse_core_pattern(value)
+    elif key == "ulimit":
+        soft, _, hard = value.partition(" ")
+        scan.limit_soft, scan.limit_hard = soft.strip(), hard.strip()
+    elif key == "gdb":
+        scan.gdb = value.strip() or None
 
 
 def _file_entry(line: str) -> FileEntry | None:
