@@ -170,7 +170,8 @@ class CoreWatch:
         return spec
 
     def _workdir(self, host: Host) -> str:
-        return str(getattr(self._spec(host), "workdir", None) or "/var/tmp/camit").rstrip("/") or "/"
+        spec = self._spec(host)
+        return ((spec.workdir if spec is not None else "") or "/var/tmp/camit").rstrip("/") or "/"
 
     def _script(self, host: Host, since: float | None) -> str:
         wd = self._workdir(host)
@@ -269,7 +270,8 @@ class CoreWatch:
         return cores
 
     def _python(self, host: Host) -> str:
-        return str(getattr(self._spec(host), "python", None) or "python3")
+        spec = self._spec(host)
+        return (spec.python if spec is not None else "") or "python3"
 
     def _inspect(self, host: Host, cands: Sequence[Candidate], cores: list[Core], tmp: str,
                  procs: Sequence[RankProc]) -> list[tuple[str | None, str | None]]:
