@@ -17,7 +17,6 @@ silently skipped code. State lives on each subclass, never shared between them.
 
 from __future__ import annotations
 
-import os
 from typing import Any, ClassVar
 
 from framework.errors import FrameworkError
@@ -29,8 +28,7 @@ class BaseTest:
     host_list: ClassVar[list[Any]] = []
     hosts: ClassVar[dict[str, Any]] = {}
     core_policy: ClassVar[str] = "fail"
-    _core_watch: ClassVar[Any] = None
-    _core_baseline: ClassVar[Any] = None
+    _core_watch: ClassVar[Any] = None  # a framework.cores.runwatch.ClusterWatch between setup and teardown
     _camit_session: ClassVar[Any] = None  # set by the plugin when it runs the class
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
@@ -42,12 +40,12 @@ class BaseTest:
 
     @classmethod
     def _load_env(cls) -> Any:
-        from framework.config.effective import DEFAULT_ENV_PATH, load
+        from framework.config import load, resolve_env_path
 
         session = cls._camit_session
         if session is not None and session.env is not None:
             return session.env
-        return load(os.environ.get("CAMIT_ENV") or DEFAULT_ENV_PATH)
+        return load(resolve_env_path()[0])
 
     @classmethod
     def setup_class(cls) -> None:
@@ -60,12 +58,10 @@ class BaseTest:
         cls.hosts = dict(cls.cluster.hosts)
         for name, host in cls.hosts.items():
             setattr(cls, name, host)
-        try:
-            from framework.cores.watch import CoreWatch
-        except ImportError:  # pragma: no cover
-            return
-        cls._core_watch = CoreWatch(cls.cluster, env=cls.env, policy=cls.core_policy)
-        cls._core_baseline = cls._core_watch.snapshot()
+        from framework.cores.runwatch import ClusterWatch
+
+        cls._core_watch = ClusterWatch(cls.cluster, cls.env, policy=cls.core_policy, label=cls.__qualname__)
+        cls._core_watch.begin()
 
     @classmethod
     def teardown_class(cls) -> None:
@@ -73,10 +69,8 @@ class BaseTest:
         try:
             if cls._core_watch is not None:
                 rundir = cls._camit_session.ensure_rundir() if cls._camit_session is not None else None
-                cores = cls._core_watch.collect(cls._core_baseline, rundir=rundir)
-                failed, message = cls._core_watch.verdict(cores)
-                if not failed:
-                    message = ""
+                watched = cls._core_watch.end(rundir=rundir)
+                message = watched.message if watched.failed else ""
         finally:
             if cls.cluster is not None:
                 cls.cluster.close()

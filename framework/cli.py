@@ -32,7 +32,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _env_arg(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--env", metavar="FILE", default=os.environ.get("CAMIT_ENV"),
+    p.add_argument("--env", metavar="FILE", default=None,
                    help="test_env.yaml (default: $CAMIT_ENV, else /etc/ubus_ci/test_env.yaml)")
 
 
@@ -124,9 +124,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _load_env(path: str | None) -> Any:
-    from framework.config.effective import DEFAULT_ENV_PATH, load
+    from framework.config import load, resolve_env_path
 
-    return load(path or DEFAULT_ENV_PATH)
+    return load(resolve_env_path(path)[0])
 
 
 def _split_hosts(value: str | None) -> list[str] | None:
@@ -225,25 +225,23 @@ def cmd_deploy(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from framework.cores.watch import CoreWatch
+    from framework.cores.runwatch import ClusterWatch
     from framework.launch import Launcher, Target
 
     target = Target.parse(args.target)
     env, cluster, rundir, event = _cluster_run(args)
 
     with cluster, console.terminate_as_interrupt():
-        watch = CoreWatch(cluster, env, policy=args.core_policy)
-        baseline = watch.snapshot()
+        watch = ClusterWatch(cluster, env, policy=args.core_policy, rundir=rundir)
+        watch.begin()
         launcher = Launcher(env, cluster, rundir=rundir, nproc_per_node=args.nproc_per_node, on_event=event,
                             keep_remote=args.keep_remote)
         result = launcher.run(target, timeout=args.timeout)
-        cores = watch.collect(baseline, rundir=rundir, ranks=[result])
-        core_failed, core_message = watch.verdict(cores)
-        if not result.ok or core_failed:
-            watch.collect_logs(rundir, since=baseline)
+        watched = watch.end(ranks=[result], failed=not result.ok)
+    cores, core_failed, core_message = watched.cores, watched.failed, watched.message
     if args.json:
         console.print_json({**result.to_json(), "cores": [c.to_json() for c in cores],
-                            "core_policy": watch.policy.value, "signatures": watch.log_summary})
+                            "core_policy": watched.policy.value, "signatures": watched.log_summary})
     else:
         rows = [[r.rank, r.host, "ok" if r.ok else (r.signal or (f"exit {r.exit_code}" if r.exit_code is not None
                                                                      else "no report")),
@@ -253,8 +251,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(("PASSED: " if result.ok else "FAILED: ") + result.message())
         if core_message:
             print(core_message)
-        if watch.log_summary:
-            print("failure signatures:\n" + watch.log_summary.rstrip())
+        if watched.log_summary:
+            print("failure signatures:\n" + watched.log_summary.rstrip())
         print(f"report: {rundir.path}")
     if result.ok:
         return EXIT_FAILED if core_failed else EXIT_OK

@@ -2,6 +2,6 @@
 
 import sys
 
-from framework.config.effective import main
+from framework.config.document import main
 
 sys.exit(main())

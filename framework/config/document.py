@@ -11,6 +11,7 @@ valid :class:`EnvDocument` into frozen *effective* values.
 
 from __future__ import annotations
 
+import argparse
 import base64
 import binascii
 import difflib
@@ -19,7 +20,8 @@ import json
 import posixpath
 import re
 import struct
-from collections.abc import Mapping
+import sys
+from collections.abc import Mapping, Sequence
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -447,7 +449,10 @@ class EnvDocument(_Section):
     cann: CannModel | None = _opt("CANN toolkit location on the hosts.")
     artifacts: ArtifactsModel | None = _opt("Packages to deploy.")
     launch: LaunchModel | None = _opt("torchrun settings.")
-    relay: bool | None = _opt("Relay rank output through the controller.", BUILTIN["relay"])
+    relay: bool | None = _opt(
+        "Deploy artifacts through the relay chain (controller -> host1 -> host2 -> ..., each host writing "
+        "while forwarding) when two or more hosts need one; false pushes directly from the controller to "
+        "every host (as `camit deploy --no-relay`).", BUILTIN["relay"])
 
 
 # --------------------------------------------------------------------------- validation
@@ -608,3 +613,14 @@ def json_schema() -> dict[str, Any]:
 def schema_json() -> str:
     """``json_schema()`` as the text committed in ``env/test_env.json``."""
     return json.dumps(json_schema(), indent=2) + "\n"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m framework.config schema``: print the JSON Schema of test_env.yaml."""
+    parser = argparse.ArgumentParser(prog="python -m framework.config",
+                                     description="Print the JSON Schema of test_env.yaml.")
+    commands = parser.add_subparsers(dest="command", required=True)
+    commands.add_parser("schema", help="print the JSON Schema (commit it as env/test_env.schema.json)")
+    parser.parse_args(argv)
+    sys.stdout.write(schema_json())
+    return 0

@@ -14,12 +14,10 @@ loads unchanged; its sample's misspelt ``passed`` key is rejected with a "did yo
 
 from __future__ import annotations
 
-import argparse
 import hmac
 import os
 import re
-import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -27,6 +25,7 @@ from typing import Any
 
 from framework.config import document as schema
 from framework.config.document import SCHEMA_VERSION, Loc, parse_cpu_list
+from framework.config.envfile import DEFAULT_ENV_PATH
 from framework.config.yaml_text import expand_vars, parse_yaml, read_text
 from framework.errors import ConfigError
 
@@ -44,11 +43,8 @@ __all__ = [
     "Secret",
     "TestNicSpec",
     "load",
-    "main",
 ]
 
-#: where the URMA harness kept the file; used when no path is given
-DEFAULT_ENV_PATH = "/etc/ubus_ci/test_env.yaml"
 
 _SECRET_NAME = re.compile(r"PASS|TOKEN|SECRET|KEY|CREDENTIAL", re.IGNORECASE)
 _MAX_LINES = 10  # validation problems listed in one ConfigError
@@ -523,7 +519,7 @@ def _host(
     defaults: Defaults,
     dnpu: schema.NpuModel,
     artifacts: ArtifactsSpec,
-    local: Any,
+    local: Callable[[str | None], Path | None],
     report: _Reporter,
 ) -> HostSpec:
     hnpu = h.npu or schema.NpuModel()
@@ -582,17 +578,3 @@ def _check_addresses(hosts: Mapping[str, HostSpec], report: _Reporter) -> None:
                 "(ssh_ip defaults to manage_nic.ip)",
             )
         seen[key] = host.name
-
-
-# --------------------------------------------------------------------------- command line
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m framework.config schema``: print the JSON Schema of test_env.yaml."""
-    parser = argparse.ArgumentParser(prog="python -m framework.config", description=__doc__.splitlines()[0])
-    commands = parser.add_subparsers(dest="command", required=True)
-    commands.add_parser("schema", help="print the JSON Schema (commit it as env/test_env.schema.json)")
-    parser.parse_args(argv)
-    sys.stdout.write(schema.schema_json())
-    return 0
-

@@ -29,14 +29,16 @@ import inspect
 import json
 import posixpath
 import re
+import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from framework import commands
 from framework.cores.scan import Candidate, CoreSources, signal_name
 from framework.errors import UsageError
+from framework.remote.sections import MARK, read_records, sh_tag
 
 BACKTRACE_BYTES = 256 * 1024
 RUN_TAG = "CAMIT_RUN_ID"
@@ -73,7 +75,7 @@ def inspect_script(cands: Sequence[Candidate], tmp: str, python: str, sources: C
         "printf '@@facts %s\\n' \"$(facts \"$1\")\"; }",
     ]
     for i, c in enumerate(cands):
-        lines.append(f"printf '@@core {i}\\n'")
+        lines.append(sh_tag(f"core {i}"))
         loc = q(c.location)
         if c.source == "systemd":
             e = c.journal
@@ -102,96 +104,119 @@ def inspect_script(cands: Sequence[Candidate], tmp: str, python: str, sources: C
 
 
 # -- reading a core's notes (shipped to the hosts: standard library only, self-contained) ----------------
-def core_facts(path: str) -> dict:  # type: ignore[type-arg]
+# core_facts and its helpers are sent as source (facts_program): they use only `struct` and builtins.
+def _elf_segments(f: BinaryIO, head: bytes) -> tuple[str, list[tuple[int, int, int]], list[tuple[int, int]]]:
+    """(byte order, PT_LOAD (vaddr, filesz, offset) list, PT_NOTE (offset, size) list) of a 64-bit core."""
+    e = "<" if head[5] == 1 else ">"
+    phoff, shoff = struct.unpack(e + "QQ", head[32:48])
+    phentsize, phnum = struct.unpack(e + "HH", head[54:58])
+    if phnum == 0xFFFF and shoff:  # extended numbering: the count is in section 0
+        f.seek(shoff + 44)
+        phnum = struct.unpack(e + "I", f.read(4))[0]
+    f.seek(phoff)
+    table = f.read(phentsize * phnum)
+    loads, notes = [], []
+    for i in range(phnum):
+        p_type, _fl, off, vaddr, _pa, filesz = struct.unpack(e + "IIQQQQ", table[i * phentsize:i * phentsize + 40])
+        if p_type == 1 and filesz:
+            loads.append((vaddr, filesz, off))
+        elif p_type == 4:
+            notes.append((off, filesz))
+    return e, loads, notes
+
+
+def _note_facts(e: str, ntype: int, desc: bytes, out: dict[str, Any]) -> None:
+    """Fill ``out`` from one ``CORE`` note: NT_PRSTATUS, NT_PRPSINFO, NT_SIGINFO."""
+    if ntype == 1 and "cursig" not in out and len(desc) >= 48:  # NT_PRSTATUS of the dumping thread
+        out["cursig"] = struct.unpack(e + "h", desc[12:14])[0]
+    elif ntype == 3 and len(desc) >= 136:  # NT_PRPSINFO
+        out["uid"], out["gid"], out["pid"], out["ppid"], out["pgrp"], out["sid"] = \
+            struct.unpack(e + "IIiiii", desc[16:40])
+        out["comm"] = desc[40:56].split(b"\0")[0].decode(errors="replace")
+        out["psargs"] = desc[56:136].split(b"\0")[0].decode(errors="replace").strip()
+    elif ntype == 0x53494749 and "signal" not in out and len(desc) >= 4:  # NT_SIGINFO
+        out["signal"] = struct.unpack(e + "i", desc[:4])[0]
+
+
+def _read_notes(f: BinaryIO, e: str, notes: list[tuple[int, int]], out: dict[str, Any]) -> bytes:
+    """Walk the PT_NOTE segments into ``out``; returns the NT_AUXV payload (empty when absent)."""
+    auxv = b""
+    for off, size in notes:
+        f.seek(off)
+        data = f.read(min(size, 16 << 20))
+        pos = 0
+        while pos + 12 <= len(data):
+            namesz, descsz, ntype = struct.unpack(e + "III", data[pos:pos + 12])
+            name = data[pos + 12:pos + 12 + namesz].rstrip(b"\0")
+            dpos = pos + 12 + ((namesz + 3) & ~3)
+            desc = data[dpos:dpos + descsz]
+            pos = dpos + ((descsz + 3) & ~3)
+            if name != b"CORE":
+                continue
+            if ntype == 6 and not auxv:  # NT_AUXV
+                auxv = desc
+            else:
+                _note_facts(e, ntype, desc, out)
+    return auxv
+
+
+def _stack_facts(f: BinaryIO, e: str, auxv: bytes, loads: list[tuple[int, int, int]], out: dict[str, Any]) -> None:
+    """``execfn`` and the run-tag environment strings just below ``AT_EXECFN`` at the top of the stack."""
+    keys = (b"CAMIT_RUN_ID=", b"RANK=", b"LOCAL_RANK=", b"WORLD_SIZE=")
+    execfn = 0
+    for i in range(0, len(auxv) - 15, 16):
+        a_type, a_val = struct.unpack(e + "QQ", auxv[i:i + 16])
+        if a_type == 31:  # AT_EXECFN
+            execfn = a_val
+    for vaddr, filesz, off in loads:
+        if execfn and vaddr <= execfn < vaddr + filesz:
+            start = max(vaddr, execfn - (256 << 10))
+            f.seek(off + (start - vaddr))
+            blob = f.read(min(execfn - start + 4096, vaddr + filesz - start))
+            cut = execfn - start
+            out["execfn"] = blob[cut:].split(b"\0")[0].decode(errors="replace")
+            env = {}
+            for word in blob[:cut].split(b"\0"):
+                for k in keys:
+                    if word.startswith(k):
+                        env[k[:-1].decode()] = word[len(k):].decode(errors="replace")
+            out["env"] = env
+            return
+
+
+def core_facts(path: str) -> dict[str, Any]:
     """Facts from an ELF core's notes and stack: pid, ppid, pgrp, sid, uid, comm, psargs, signal, execfn, env.
 
     Reads ``NT_PRSTATUS``/``NT_PRPSINFO``/``NT_SIGINFO``/``NT_AUXV``; ``env`` holds the
     ``CAMIT_RUN_ID``/``RANK``/``LOCAL_RANK``/``WORLD_SIZE`` strings found just below
     ``AT_EXECFN`` at the top of the dumped stack. 64-bit cores only.
     """
-    import struct
-
-    keys = (b"CAMIT_RUN_ID=", b"RANK=", b"LOCAL_RANK=", b"WORLD_SIZE=")
-    out: dict = {}  # type: ignore[type-arg]
+    out: dict[str, Any] = {}
     with open(path, "rb") as f:
         head = f.read(64)
         if head[:4] != b"\x7fELF":
             return {"error": "not an ELF file"}
         if head[4] != 2:
             return {"error": "not a 64-bit core"}
-        e = "<" if head[5] == 1 else ">"
-        if struct.unpack(e + "H", head[16:18])[0] != 4:
+        if struct.unpack(("<" if head[5] == 1 else ">") + "H", head[16:18])[0] != 4:
             return {"error": "not a core file"}
-        phoff, shoff = struct.unpack(e + "QQ", head[32:48])
-        phentsize, phnum = struct.unpack(e + "HH", head[54:58])
-        if phnum == 0xFFFF and shoff:  # extended numbering: the count is in section 0
-            f.seek(shoff + 44)
-            phnum = struct.unpack(e + "I", f.read(4))[0]
-        f.seek(phoff)
-        table = f.read(phentsize * phnum)
-        loads, notes = [], []
-        for i in range(phnum):
-            p_type, _fl, off, vaddr, _pa, filesz = struct.unpack(e + "IIQQQQ", table[i * phentsize:i * phentsize + 40])
-            if p_type == 1 and filesz:
-                loads.append((vaddr, filesz, off))
-            elif p_type == 4:
-                notes.append((off, filesz))
-        auxv = b""
-        for off, size in notes:
-            f.seek(off)
-            data = f.read(min(size, 16 << 20))
-            pos = 0
-            while pos + 12 <= len(data):
-                namesz, descsz, ntype = struct.unpack(e + "III", data[pos:pos + 12])
-                name = data[pos + 12:pos + 12 + namesz].rstrip(b"\0")
-                dpos = pos + 12 + ((namesz + 3) & ~3)
-                desc = data[dpos:dpos + descsz]
-                pos = dpos + ((descsz + 3) & ~3)
-                if name != b"CORE":
-                    continue
-                if ntype == 1 and "cursig" not in out and len(desc) >= 48:  # NT_PRSTATUS of the dumping thread
-                    out["cursig"] = struct.unpack(e + "h", desc[12:14])[0]
-                elif ntype == 3 and len(desc) >= 136:  # NT_PRPSINFO
-                    out["uid"], out["gid"], out["pid"], out["ppid"], out["pgrp"], out["sid"] = \
-                        struct.unpack(e + "IIiiii", desc[16:40])
-                    out["comm"] = desc[40:56].split(b"\0")[0].decode(errors="replace")
-                    out["psargs"] = desc[56:136].split(b"\0")[0].decode(errors="replace").strip()
-                elif ntype == 0x53494749 and "signal" not in out and len(desc) >= 4:  # NT_SIGINFO
-                    out["signal"] = struct.unpack(e + "i", desc[:4])[0]
-                elif ntype == 6 and not auxv:  # NT_AUXV
-                    auxv = desc
+        e, loads, notes = _elf_segments(f, head)
+        auxv = _read_notes(f, e, notes, out)
         if not out.get("signal") and out.get("cursig"):
             out["signal"] = out["cursig"]
-        execfn = 0
-        for i in range(0, len(auxv) - 15, 16):
-            a_type, a_val = struct.unpack(e + "QQ", auxv[i:i + 16])
-            if a_type == 31:  # AT_EXECFN
-                execfn = a_val
-        for vaddr, filesz, off in loads:
-            if execfn and vaddr <= execfn < vaddr + filesz:
-                start = max(vaddr, execfn - (256 << 10))
-                f.seek(off + (start - vaddr))
-                blob = f.read(min(execfn - start + 4096, vaddr + filesz - start))
-                cut = execfn - start
-                out["execfn"] = blob[cut:].split(b"\0")[0].decode(errors="replace")
-                env = {}
-                for word in blob[:cut].split(b"\0"):
-                    for k in keys:
-                        if word.startswith(k):
-                            env[k[:-1].decode()] = word[len(k):].decode(errors="replace")
-                out["env"] = env
-                break
+        _stack_facts(f, e, auxv, loads, out)
     return out
 
 
+_FACTS_HEAD = "from __future__ import annotations\nimport struct\nfrom typing import Any, BinaryIO\n\n"
 _FACTS_MAIN = "\nimport json, sys\nfor _p in sys.argv[1:]:\n    try:\n        print(json.dumps(core_facts(_p)))\n" \
               "    except Exception as _e:\n        print(json.dumps({'error': repr(_e)}))\n"
 
 
 def facts_program() -> str:
     """Python source that prints :func:`core_facts` as one JSON line per path argument."""
-    src = inspect.getsource(core_facts)
-    return src.replace("  # type: ignore[type-arg]", "") + _FACTS_MAIN
+    parts = [inspect.getsource(fn) for fn in (_elf_segments, _note_facts, _read_notes, _stack_facts, core_facts)]
+    return _FACTS_HEAD + "\n\n".join(parts) + _FACTS_MAIN
 
 
 # -- handler metadata and the inspection's output ------------------------------------------------------
@@ -224,25 +249,28 @@ def crash_header_facts(header: Mapping[str, str]) -> dict[str, Any]:
 
 
 def split_sections(text: str, key: str, raw: bool = False) -> dict[str, dict[str, list[str]]]:
-    """Split ``@@<key> <i>`` sections; inside, ``@@name value`` lines (or the raw text with ``raw``)."""
+    """Group the tagged records (``framework.remote.sections``) under each ``@@<key> <i>`` record.
+
+    Inside a group each ``@@name value`` record adds ``value`` to ``[name]``; with ``raw`` the group's
+    whole text (tag lines included) is ``["raw"][0]`` instead.
+    """
     out: dict[str, dict[str, list[str]]] = {}
     cur: dict[str, list[str]] | None = None
     buf: list[str] = []
-    for line in text.splitlines():
-        if line.startswith(f"@@{key} "):
+    for rec in read_records(text):
+        if rec.tag == key and rec.line.startswith(f"{MARK}{key} "):
             if raw and cur is not None:
-                cur["raw"] = ["\n".join(buf)]
-            cur, buf = out.setdefault(line.split(" ", 1)[1].strip(), {}), []
+                cur["raw"] = ["\n".join("".join(buf).splitlines())]
+            cur, buf = out.setdefault(rec.value.strip(), {}), [rec.body]
             continue
         if cur is None:
             continue
         if raw:
-            buf.append(line)
-        elif line.startswith("@@"):
-            name, _, value = line[2:].partition(" ")
-            cur.setdefault(name, []).append(value)
+            buf.append(rec.raw)
+        else:
+            cur.setdefault(rec.tag, []).append(rec.value)
     if raw and cur is not None:
-        cur["raw"] = ["\n".join(buf)]
+        cur["raw"] = ["\n".join("".join(buf).splitlines())]
     return out
 
 
@@ -285,7 +313,7 @@ def apply_inspection(core: Core, cand: Candidate, sec: Mapping[str, list[str]]) 
         core.time = float(meta["time"])
 
 
-def _int(value: Any) -> int | None:
+def _int(value: object) -> int | None:
     try:
         return int(str(value).strip())
     except (TypeError, ValueError):
@@ -417,7 +445,7 @@ def backtrace_script(jobs: Sequence[BacktraceJob], *, timeout: float) -> str:
     lines = ["LC_ALL=C; export LC_ALL",
              f"TO=''; command -v timeout >/dev/null 2>&1 && TO='timeout -k 5 {timeout:g}'"]
     for job in jobs:
-        lines.append(f"printf '@@job {job.index}\\n'")
+        lines.append(sh_tag(f"job {job.index}"))
         if job.core:
             lines.append(f"$TO {commands.join(gdb_argv(job.core, job.executable))} </dev/null 2>&1 "
                          f"| head -c {BACKTRACE_BYTES}")

@@ -28,8 +28,10 @@ from pathlib import Path
 from typing import Any
 
 from framework import commands
+from framework.cores.scan import Baseline
 from framework.errors import FrameworkError
 from framework.hosts import Cluster, Host
+from framework.remote.sections import read_records, sh_tag
 from framework.report.folder import append_text, write_atomic
 
 log = logging.getLogger("camit.hostlogs")
@@ -70,7 +72,7 @@ class _Rule:
     primary: bool = True
 
 
-def _all(pattern: str, fmt: Callable[[list[str]], str]) -> Callable[[str], str]:
+def _all(pattern: str, fmt: Callable[[list[Any]], str]) -> Callable[[str], str]:  # re.findall: str or tuple items
     rx = re.compile(pattern)
 
     def detail(text: str) -> str:
@@ -211,7 +213,7 @@ def logs_script(since: float, tmp: str, ascend_dirs: Sequence[str], *, dmesg_byt
     dirs = " ".join(f"{_shell_dir(d)}/debug {_shell_dir(d)}/run" for d in ascend_dirs)
     lines = [
         "LC_ALL=C; export LC_ALL",
-        "printf '@@dmesg\\n'",
+        sh_tag("dmesg"),
         f"{{ dmesg 2>&1 || printf '\\n@@dmesg-failed\\n'; }} | tail -c {int(dmesg_bytes)}",
         "printf '\\n@@end-dmesg\\n'",
     ]
@@ -229,17 +231,26 @@ def logs_script(since: float, tmp: str, ascend_dirs: Sequence[str], *, dmesg_byt
 
 
 def parse_logs_output(text: str) -> tuple[str, bool, str | None]:
-    """(dmesg text, dmesg failed?, remote tgz path or None) from :func:`logs_script` output."""
-    dmesg, _, rest = text.partition("@@end-dmesg")
-    dmesg = dmesg.split("@@dmesg\n", 1)[-1]
-    failed = "@@dmesg-failed" in dmesg
-    dmesg = dmesg.replace("@@dmesg-failed", "").strip("\n")
-    m = re.search(r"^@@ascend (\S+)", rest, re.M)
-    return dmesg, failed, (m.group(1) if m else None)
+    """(dmesg text, dmesg failed?, remote tgz path or None) from :func:`logs_script` output.
+
+    Its tagged records (``framework.remote.sections``): ``dmesg`` opens the kernel text (a tag line
+    inside it, but ``dmesg-failed``, is kernel text too) up to ``end-dmesg``; then ``ascend <tgz> <n>``.
+    """
+    records = read_records(text)
+    start = next((i for i, r in enumerate(records) if r.tag == "dmesg"), None)
+    end = next((i for i, r in enumerate(records) if r.tag == "end-dmesg" and start is not None and i > start),
+               len(records))
+    parts: list[str] = []
+    failed = False
+    for rec in records[start:end] if start is not None else ():
+        failed = failed or rec.tag == "dmesg-failed"
+        parts.append(rec.body if rec.tag in ("dmesg", "dmesg-failed") else rec.raw)
+    tgz = next((r.value.split()[0] for r in records[end:] if r.tag == "ascend" and r.value.split()), None)
+    return "".join(parts).strip("\n"), failed, tgz
 
 
 # -- executor ----------------------------------------------------------------------------------------------
-def collect_logs(cluster: Cluster, report: Path, baseline: Any, *,
+def collect_logs(cluster: Cluster, report: Path, baseline: Baseline, *,
                  workdir_of: Callable[[Host], str] | None = None,
                  ascend_dirs: Sequence[str] | None = None,
                  label: str | None = None) -> tuple[dict[str, list[Path]], str]:
@@ -248,7 +259,7 @@ def collect_logs(cluster: Cluster, report: Path, baseline: Any, *,
     The signatures are added to ``<report>/signatures.txt`` and ``<report>/<host>/signatures.txt`` as a
     section headed ``== <label> ==`` (the failed test) when given, so each failure of a run keeps its own.
 
-    ``baseline`` is a ``coredump_scan.Baseline`` (its per-host ``now``/``uptime`` are the
+    ``baseline`` is a ``framework.cores.scan.Baseline`` (its per-host ``now``/``uptime`` are the
     hosts' own clocks). Returns ``({host: [files]}, summary)``; a host that fails is
     logged and gets what could be written. Never raises for one host.
     """
@@ -295,9 +306,9 @@ def collect_logs(cluster: Cluster, report: Path, baseline: Any, *,
             log.warning("%s: collecting logs failed: %s", name, value)
             collected[name] = []
         else:
-            collected[name] = list(value)  # type: ignore[arg-type]
+            collected[name] = list(value)
     found: dict[str, list[Signature]] = {}
-    taken = getattr(baseline, "taken", None)
+    taken = baseline.taken
     head = f"== {label} ==\n" if label else ""
     for name, files in collected.items():
         host_dir = report / name

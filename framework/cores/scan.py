@@ -1,9 +1,9 @@
-"""Finding core dumps: where ``kernel.core_pattern`` sends them and which appeared (pure, no I/O).
+"""Finding core dumps: which appeared on a host between two scans (pure, no I/O).
 
-:func:`parse_core_pattern` maps ``kernel.core_pattern`` to where cores land and
-how to read their names (absolute file pattern with ``%`` specifiers, relative
-pattern — the crashing process's cwd, i.e. a launch's run dir under the host's
-workdir — ``systemd-coredump``, apport, abrt); :func:`scan_script` is the one
+Where ``kernel.core_pattern`` sends cores (absolute file pattern with ``%``
+specifiers, relative pattern — the crashing process's cwd, i.e. a launch's run
+dir under the host's workdir — ``systemd-coredump``, apport, abrt) is the one
+model in ``framework.cores.pattern`` (re-exported here); :func:`scan_script` is the one
 shell script that, in one round trip, reads the pattern, the core size limits
 and lists what is present where the pattern points (``coredumpctl list`` for
 systemd); :func:`parse_scan` (with the ``coredumpctl`` JSON and text parsers)
@@ -27,101 +27,17 @@ import signal as _signal
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any
 
 from framework import commands
+from framework.cores.pattern import PIPE_HANDLERS, CorePattern, parse_core_pattern
+from framework.remote.sections import read_records, sh_tag
 
 log = logging.getLogger("camit.coredump")
 
 #: coredumpctl's time is the journal entry's, a little after the crash: look back this far
 JOURNAL_LAG = 300
 SCAN_LIMIT = 5000
-
-
-# -- pattern plan -----------------------------------------------------------------------------------
-#: specifier -> regex of its expansion (kernel format_corename; '/' in names is written as '!')
-_SPEC_RE = {
-    "p": r"\d+", "P": r"\d+", "i": r"\d+", "I": r"\d+", "u": r"\d+", "g": r"\d+", "d": r"\d+",
-    "s": r"\d+", "t": r"\d+", "c": r"\d+", "C": r"\d+", "F": r"\d+",
-    "h": r"[^/]*", "e": r"[^/]*", "f": r"[^/]*", "E": r"[^/]*",
-}
-_PIPES = (("systemd", "systemd-coredump"), ("apport", "apport"), ("abrt", "abrt-hook-ccpp"))
-
-
-@dataclass(frozen=True)
-class CorePattern:
-    """Where ``kernel.core_pattern`` sends cores and how to read their names.
-
-    ``kind``: ``file`` (absolute), ``relative`` (the process's cwd), ``systemd``,
-    ``apport``, ``abrt``, ``pipe`` (an unknown handler), ``socket`` (``@…``) or
-    ``none`` (empty). For file kinds ``regex`` matches a whole path (absolute) or
-    a path suffix (relative) and names each specifier's group ``<spec><n>``.
-    """
-
-    raw: str
-    kind: str
-    regex: re.Pattern[str] | None = None
-    handler: str | None = None
-
-    @property
-    def checked(self) -> bool:
-        return self.kind in ("file", "relative", "systemd", "apport", "abrt")
-
-    def fields(self, path: str) -> dict[str, str] | None:
-        """The specifier values in ``path`` (``{'e': 'python3', 'p': '12'}``), None if it does not match."""
-        if self.regex is None:
-            return None
-        m = self.regex.search(path) if self.kind == "relative" else self.regex.fullmatch(path)
-        if m is None:
-            return None
-        out: dict[str, str] = {}
-        for name, value in m.groupdict().items():
-            if value is not None:
-                out.setdefault(name.rstrip("0123456789"), value)
-        return out
-
-
-def parse_core_pattern(raw: str) -> CorePattern:
-    """Classify a ``core_pattern`` value and, for file patterns, build its path regex.
-
-    >>> parse_core_pattern("/var/crash/core.%e.%p").fields("/var/crash/core.python3.12")
-    {'e': 'python3', 'p': '12'}
-    """
-    raw = raw.strip()
-    if not raw:
-        return CorePattern(raw, "none")
-    if raw.startswith("|"):
-        handler = raw[1:].split()[0] if raw[1:].split() else ""
-        for kind, needle in _PIPES:
-            if needle in posixpath.basename(handler):
-                return CorePattern(raw, kind, handler=handler)
-        return CorePattern(raw, "pipe", handler=handler)
-    if raw.startswith("@"):
-        return CorePattern(raw, "socket", handler=raw[1:].lstrip("@"))
-    parts: list[str] = []
-    has_pid = False
-    i, n = 0, 0
-    while i < len(raw):
-        ch = raw[i]
-        if ch == "%" and i + 1 < len(raw):
-            spec = raw[i + 1]
-            i += 2
-            if spec == "%":
-                parts.append("%")
-            elif spec in _SPEC_RE:
-                parts.append(f"(?P<{spec}{n}>{_SPEC_RE[spec]})")
-                n += 1
-                has_pid = has_pid or spec == "p"
-            continue  # unknown specifiers expand to nothing
-        if ch != "%":  # a trailing lone '%' is dropped too
-            parts.append(re.escape(ch))
-        i += 1
-    body = "".join(parts)
-    if not has_pid:  # kernel.core_uses_pid appends ".<pid>" to patterns without %p
-        body += r"(?:\.(?P<p99>\d+))?"
-    if raw.startswith("/"):
-        return CorePattern(raw, "file", re.compile(body))
-    return CorePattern(raw, "relative", re.compile(r"(?:^|/)" + body + "$"))
+_NEEDLE = dict(PIPE_HANDLERS)
 
 
 # -- the scan script --------------------------------------------------------------------------------
@@ -155,16 +71,16 @@ def scan_script(sources: CoreSources, relative_dirs: Sequence[tuple[str, int]] =
         f"K={q(sources.proc_dir)}",
         "now=$(date +%s.%N 2>/dev/null); case $now in *N*|'') now=$(date +%s);; esac",
         "pat=$(cat \"$K/core_pattern\" 2>/dev/null)",
-        "printf '@@now %s\\n' \"$now\"",
-        "printf '@@uptime %s\\n' \"$(cut -d' ' -f1 /proc/uptime 2>/dev/null)\"",
-        "printf '@@boot %s\\n' \"$(cat /proc/sys/kernel/random/boot_id 2>/dev/null)\"",
-        "printf '@@pattern %s\\n' \"$pat\"",
-        "printf '@@ulimit %s %s\\n' \"$(ulimit -S -c)\" \"$(ulimit -H -c)\"",
-        "printf '@@gdb %s\\n' \"$(command -v gdb 2>/dev/null)\"",
+        sh_tag("now", '"$now"'),
+        sh_tag("uptime", "\"$(cut -d' ' -f1 /proc/uptime 2>/dev/null)\""),
+        sh_tag("boot", '"$(cat /proc/sys/kernel/random/boot_id 2>/dev/null)"'),
+        sh_tag("pattern", '"$pat"'),
+        sh_tag("ulimit", '"$(ulimit -S -c) $(ulimit -H -c)"'),
+        sh_tag("gdb", '"$(command -v gdb 2>/dev/null)"'),
         f"lst() {{ find \"$@\" -printf 'F %s %T@ %i %p\\n' 2>/dev/null | head -n {limit}; }}",
         "slashes() { printf %s \"$1\" | tr -cd / | wc -c; }",
         "case $pat in",
-        "'|'*systemd-coredump*)",
+        f"'|'*{_NEEDLE['systemd']}*)",
         f"  since={since_expr}",
         f"  out=$({ctl} --no-pager --json=short list --since=\"$since\" 2>/dev/null)",
         "  case $out in",
@@ -172,8 +88,8 @@ def scan_script(sources: CoreSources, relative_dirs: Sequence[tuple[str, int]] =
         f"  *) printf '@@journal text\\n'; TZ=UTC {ctl} --no-pager --no-legend list --since=\"$since\" "
         f"2>/dev/null | head -n {limit} ;;",
         "  esac ;;",
-        f"'|'*apport*) printf '@@files\\n'; lst {' '.join(q(d) for d in sources.apport_dirs)} -maxdepth 1 -type f ;;",
-        f"'|'*abrt-hook-ccpp*) printf '@@files\\n'; find {' '.join(q(d) for d in sources.abrt_dirs)} -mindepth 1 "
+        f"'|'*{_NEEDLE['apport']}*) printf '@@files\\n'; lst {' '.join(q(d) for d in sources.apport_dirs)} -maxdepth 1 -type f ;;",
+        f"'|'*{_NEEDLE['abrt']}*) printf '@@files\\n'; find {' '.join(q(d) for d in sources.abrt_dirs)} -mindepth 1 "
         f"-maxdepth 1 -type d -name 'ccpp-*' -printf 'D %s %T@ %i %p\\n' 2>/dev/null | head -n {limit} ;;",
         "'|'*|'@'*|'') ;;",
         "/*) pre=${pat%%\\%*}; dir=${pre%/*}",
@@ -183,7 +99,7 @@ def scan_script(sources: CoreSources, relative_dirs: Sequence[tuple[str, int]] =
         f"  for dd in {rel}; do lst \"${{dd%:*}}\" -maxdepth $(( ${{dd##*:}} + $(slashes \"$pat\") )) "
         "-type f -path \"*/$pre*\"; done ;;" if rel else "  ;;",
         "esac",
-        "printf '@@end\\n'",
+        sh_tag("end"),
     ]) + "\n"
 
 
@@ -248,43 +164,46 @@ class HostScan:
 
 
 def parse_scan(host: str, text: str) -> HostScan:
-    """Parse the output of :func:`scan_script`."""
+    """Parse the output of :func:`scan_script` (tagged records, ``framework.remote.sections``)."""
     scan = HostScan(host)
     mode = ""
     body: list[str] = []
     journal_json = False
-    for line in text.splitlines():
-        if line.startswith("@@"):
-            key, _, value = line[2:].partition(" ")
-            if key in ("files", "journal", "end"):
-                mode = f"{key} {value}".strip()
-                scan.complete = scan.complete or key == "end"
-                continue
-            if key == "now":
-                scan.now = _float(value) or 0.0
-            elif key == "uptime":
-                scan.uptime = _float(value)
-            elif key == "boot":
-                scan.boot_id = value.strip()
-            elif key == "pattern":
-                scan.pattern = parse_core_pattern(value)
-            elif key == "ulimit":
-                soft, _, hard = value.partition(" ")
-                scan.limit_soft, scan.limit_hard = soft.strip(), hard.strip()
-            elif key == "gdb":
-                scan.gdb = value.strip() or None
-            continue
-        if mode == "files":
-            entry = _file_entry(line)
-            if entry is not None:
-                scan.files[entry.path] = entry
-        elif mode.startswith("journal"):
-            body.append(line)
-            journal_json = mode == "journal json"
+    for rec in read_records(text):
+        key, value = rec.tag, rec.value
+        if key in ("files", "journal", "end"):
+            mode = f"{key} {value}".strip()
+            scan.complete = scan.complete or key == "end"
+        else:
+            _scan_fact(scan, key, value)
+        for line in rec.body.splitlines():
+            if mode == "files":
+                entry = _file_entry(line)
+                if entry is not None:
+                    scan.files[entry.path] = entry
+            elif mode.startswith("journal"):
+                body.append(line)
+                journal_json = mode == "journal json"
     if body:
         joined = "\n".join(body)
         scan.journal = parse_coredumpctl_json(joined) if journal_json else parse_coredumpctl_text(joined)
     return scan
+
+
+def _scan_fact(scan: HostScan, key: str, value: str) -> None:
+    if key == "now":
+        scan.now = _float(value) or 0.0
+    elif key == "uptime":
+        scan.uptime = _float(value)
+    elif key == "boot":
+        scan.boot_id = value.strip()
+    elif key == "pattern":
+        scan.pattern = parse_core_pattern(value)
+    elif key == "ulimit":
+        soft, _, hard = value.partition(" ")
+        scan.limit_soft, scan.limit_hard = soft.strip(), hard.strip()
+    elif key == "gdb":
+        scan.gdb = value.strip() or None
 
 
 def _file_entry(line: str) -> FileEntry | None:
@@ -369,7 +288,7 @@ _APPORT_CORE = re.compile(r"^core\.(?P<exe>.+)\.(?P<uid>\d+)\.(?P<boot>[0-9a-f-]
 _ABRT_DIR = re.compile(r"^ccpp-(?P<when>\d{4}-\d{2}-\d{2}-\d{2}:\d{2}:\d{2})(?:\.\d+)?-(?P<pid>\d+)(?:\.new)?$")
 
 
-def signal_name(value: Any) -> str | None:
+def signal_name(value: object) -> str | None:
     """``11``/``"11"``/``"SEGV"``/``"SIGSEGV"`` → ``"SIGSEGV"``; None when unknown or 0."""
     if value is None or value == "" or value == "-":
         return None

@@ -34,8 +34,9 @@ import os
 import secrets
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from framework.cores.inspection import (
     BACKTRACE_BYTES,
@@ -56,7 +57,11 @@ from framework.cores.inspection import (
 from framework.cores.scan import Baseline, Candidate, CoreSources, HostScan, new_candidates, parse_scan, scan_script
 from framework.errors import FrameworkError
 from framework.hosts import Cluster, Host
-from framework.report.folder import update_json, write_atomic
+from framework.report.folder import RunDir, update_json, write_atomic
+
+if TYPE_CHECKING:
+    from framework.config.effective import EnvConfig, HostSpec
+    from framework.launch import LaunchResult
 
 log = logging.getLogger("camit.coredump")
 
@@ -71,15 +76,14 @@ SETTLE_TIMEOUT = 10.0
 
 
 # -- the ranks' pids, for attribution ------------------------------------------------------------------
-def rank_procs(launches: Any) -> list[RankProc]:
+def rank_procs(launches: LaunchResult | Sequence[LaunchResult] | None) -> list[RankProc]:
     """Rank processes of ``LaunchResult``\\ s, pids read from ``<report>/<host>/rank<N>.json``."""
     if launches is None:
         return []
-    if not isinstance(launches, (list, tuple)):
-        launches = [launches]
+    runs: list[LaunchResult] = list(launches) if isinstance(launches, Sequence) else [launches]
     out = []
-    for lr in launches:
-        report = Path(lr.report_dir) if getattr(lr, "report_dir", None) else None
+    for lr in runs:
+        report = Path(lr.report_dir) if lr.report_dir else None
         for rank, rr in sorted(lr.ranks.items()):
             pid = None
             if report is not None:
@@ -93,11 +97,11 @@ def rank_procs(launches: Any) -> list[RankProc]:
 
 
 # -- the executor --------------------------------------------------------------------------------------
-def _append_cores(path: Path, entries: list[dict[str, Any]]) -> None:
+def _append_cores(path: Path, entries: list[dict[str, object]]) -> None:
     """Add ``entries`` to the run's cores.json (one collect per test: earlier tests' cores stay)."""
     key = lambda e: (e.get("host"), e.get("pid"), e.get("executable"), e.get("local_path"))  # noqa: E731
 
-    def add(known: Any) -> list[dict[str, Any]]:
+    def add(known: object) -> list[dict[str, object]]:
         known = known if isinstance(known, list) else []
         seen = {key(e) for e in known}
         return known + [e for e in entries if key(e) not in seen]
@@ -105,12 +109,29 @@ def _append_cores(path: Path, entries: list[dict[str, Any]]) -> None:
     update_json(path, add)
 
 
+def _rundir_path(rundir: RunDir | Path | str | None) -> Path | None:
+    if rundir is None:
+        return None
+    return rundir.path if isinstance(rundir, RunDir) else Path(rundir)
+
+
+@dataclass(frozen=True)
+class CoreDefaults:
+    """Defaults a caller gives a :class:`CoreWatch` (the env file has no ``cores`` section: the schema forbids it)."""
+
+    policy: str | CorePolicy | None = None
+    cap_bytes: int | None = None
+    gdb_timeout: float | None = None
+
+
 class CoreWatch:
     """Snapshot the hosts before a test, collect the cores that appeared after it, judge them.
 
-    ``env`` (an ``EnvConfig``) may carry defaults in an optional ``cores`` section
-    (``policy``, ``cap_bytes``, ``gdb_timeout``); ``$CAMIT_CORE_POLICY`` comes next,
-    then ``fail``. An explicit ``policy`` wins. ``cap_bytes`` bounds the size of a
+    The policy is the explicit ``policy``, else ``defaults.policy``, else
+    ``$CAMIT_CORE_POLICY``, else ``fail``; ``cap_bytes`` and ``gdb_timeout`` likewise
+    (explicit, ``defaults``, built-in). ``env`` (the ``EnvConfig``) gives each host's
+    workdir and python and the launch's ``ASCEND_PROCESS_LOG_PATH`` — nothing else is
+    read from it. ``cap_bytes`` bounds the size of a
     core we gzip and fetch (larger ones stay on the host, still backtraced).
     ``search_dirs`` add places to look for a relative core_pattern (the host's
     ``<workdir>/runs`` and ``<workdir>`` always are). ``ascend_log_dirs`` replace
@@ -124,18 +145,17 @@ class CoreWatch:
         failed, message = watch.verdict(cores)
     """
 
-    def __init__(self, cluster: Cluster, env: Any = None, policy: str | CorePolicy | None = None,
+    def __init__(self, cluster: Cluster, env: EnvConfig | None = None, policy: str | CorePolicy | None = None,
                  cap_bytes: int | None = None, *, gdb_timeout: float | None = None,
                  sources: CoreSources | None = None, search_dirs: Sequence[str] = (),
-                 ascend_log_dirs: Sequence[str] | None = None) -> None:
-        defaults = getattr(env, "cores", None)
-        chosen = policy or getattr(defaults, "policy", None) or os.environ.get(POLICY_ENV) or CorePolicy.FAIL
+                 ascend_log_dirs: Sequence[str] | None = None, defaults: CoreDefaults | None = None) -> None:
+        defaults = defaults or CoreDefaults()
+        chosen = policy or defaults.policy or os.environ.get(POLICY_ENV) or CorePolicy.FAIL
         self.policy = CorePolicy.parse(chosen)
         self.cluster = cluster
         self.env = env
-        self.cap_bytes = int(cap_bytes if cap_bytes is not None else getattr(defaults, "cap_bytes", None)
-                             or DEFAULT_CAP_BYTES)
-        self.gdb_timeout = float(gdb_timeout or getattr(defaults, "gdb_timeout", None) or DEFAULT_GDB_TIMEOUT)
+        self.cap_bytes = int(cap_bytes if cap_bytes is not None else defaults.cap_bytes or DEFAULT_CAP_BYTES)
+        self.gdb_timeout = float(gdb_timeout or defaults.gdb_timeout or DEFAULT_GDB_TIMEOUT)
         self.sources = sources or CoreSources()
         self.search_dirs = tuple(search_dirs)
         self.ascend_log_dirs = tuple(ascend_log_dirs) if ascend_log_dirs is not None else None
@@ -143,14 +163,15 @@ class CoreWatch:
         self.notes: list[str] = []
         self.log_summary = ""
 
-    def _spec(self, host: Host) -> Any:
-        spec = host.spec
+    def _spec(self, host: Host) -> HostSpec | None:
+        spec: HostSpec | None = host.spec
         if spec is None and self.env is not None:
-            spec = getattr(self.env, "hosts", {}).get(host.name)
+            spec = self.env.hosts.get(host.name)
         return spec
 
     def _workdir(self, host: Host) -> str:
-        return str(getattr(self._spec(host), "workdir", None) or "/var/tmp/camit").rstrip("/") or "/"
+        spec = self._spec(host)
+        return ((spec.workdir if spec is not None else "") or "/var/tmp/camit").rstrip("/") or "/"
 
     def _script(self, host: Host, since: float | None) -> str:
         wd = self._workdir(host)
@@ -176,21 +197,22 @@ class CoreWatch:
                 hosts[name] = HostScan(name, error=text[len(name) + 2:] if text.startswith(name + ": ") else text)
                 log.warning("%s: core snapshot failed: %s", name, value)
             else:
-                hosts[name] = value  # type: ignore[assignment]
+                hosts[name] = value
         baseline = Baseline(hosts, time.time())
         for note in baseline.notes():
             log.warning("%s", note)
         return baseline
 
     # -- after --------------------------------------------------------------------------------------
-    def collect(self, baseline: Baseline, *, rundir: Any = None, ranks: Any = None) -> list[Core]:
+    def collect(self, baseline: Baseline, *, rundir: RunDir | Path | str | None = None,
+                ranks: LaunchResult | Sequence[LaunchResult] | None = None) -> list[Core]:
         """The cores that appeared on the cluster's hosts since ``baseline``: attributed, fetched, backtraced.
 
         ``rundir`` (a ``RunDir`` or a path) receives ``<host>/cores/<name>.gz`` and
         ``<name>.bt.txt`` and a ``cores.json``; ``ranks`` is a ``LaunchResult`` or a list
         of them. Hosts that fail are recorded in ``errors`` (never raised).
         """
-        report = Path(getattr(rundir, "path", rundir)) if rundir is not None else None
+        report = _rundir_path(rundir)
         procs = rank_procs(ranks)
         self.errors = {}
         self.notes = baseline.notes()
@@ -203,7 +225,7 @@ class CoreWatch:
                 self.notes.append(f"{name}: cores not collected: {value}")
                 log.warning("%s: collecting cores failed: %s", name, value)
             else:
-                cores += value  # type: ignore[arg-type]
+                cores += value
         cores.sort(key=lambda c: (c.host, c.time))
         if report is not None and cores and self.policy is not CorePolicy.IGNORE:
             _append_cores(report / "cores.json", [c.to_json() for c in cores])
@@ -248,7 +270,8 @@ class CoreWatch:
         return cores
 
     def _python(self, host: Host) -> str:
-        return str(getattr(self._spec(host), "python", None) or "python3")
+        spec = self._spec(host)
+        return (spec.python if spec is not None else "") or "python3"
 
     def _inspect(self, host: Host, cands: Sequence[Candidate], cores: list[Core], tmp: str,
                  procs: Sequence[RankProc]) -> list[tuple[str | None, str | None]]:
@@ -323,7 +346,8 @@ class CoreWatch:
         """(failed, message) under this watch's policy (``warn``: never failed, message kept)."""
         return verdict_message(cores, self.policy, self.notes if cores else ())
 
-    def collect_logs(self, rundir: Any, since: Baseline, label: str | None = None) -> dict[str, list[Path]]:
+    def collect_logs(self, rundir: RunDir | Path | str, since: Baseline,
+                     label: str | None = None) -> dict[str, list[Path]]:
         """dmesg since the snapshot and recent Ascend logs of every host into ``<report>/<host>/``; bounded.
 
         Also scans those files and the launch's rank logs for the Ascend failure
@@ -334,14 +358,13 @@ class CoreWatch:
 
         dirs = self.ascend_log_dirs
         if dirs is None:
-            launch_env = getattr(getattr(self.env, "launch", None), "env", None) or {}
-            extra = launch_env.get("ASCEND_PROCESS_LOG_PATH")
+            extra = self.env.launch.env.get("ASCEND_PROCESS_LOG_PATH") if self.env is not None else None
             dirs = DEFAULT_ASCEND_DIRS + ((str(extra),) if extra else ())
-        files, summary = collect_logs(self.cluster, Path(getattr(rundir, "path", rundir)), since,
+        files, summary = collect_logs(self.cluster, _rundir_path(rundir) or Path("."), since,
                                       workdir_of=self._workdir, ascend_dirs=dirs, label=label)
         self.log_summary = summary
         return files
 
 
 #: the executor, and the plan's types its API takes and returns
-__all__ = ["Baseline", "Core", "CorePolicy", "CoreSources", "CoreWatch", "rank_procs"]
+__all__ = ["Baseline", "Core", "CoreDefaults", "CorePolicy", "CoreSources", "CoreWatch", "rank_procs"]

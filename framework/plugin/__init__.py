@@ -23,11 +23,14 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from framework.errors import ConfigError, FrameworkError
+
+if TYPE_CHECKING:
+    from framework.cores.runwatch import ClusterWatch
 
 SESSION_KEY = pytest.StashKey["CamitSession"]()
 LAUNCHES_KEY = pytest.StashKey[list]()
@@ -89,7 +92,9 @@ class CamitSession:
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
         opt = config.getoption
-        self.env_path = opt("camit_env") or os.environ.get("CAMIT_ENV") or config.getini("camit_env") or None
+        from framework.config import resolve_env_path  # the one env-file rule: --env, $CAMIT_ENV, ini camit_env
+
+        self.env_path, _ = resolve_env_path(opt("camit_env"), os.environ, config.getini("camit_env"), default=None)
         self.worker = getattr(config, "workerinput", None)
         if self.worker is not None and "camit_seed" in self.worker:
             self.seed = int(self.worker["camit_seed"])  # xdist: the controller's seed, as its repro line says
@@ -408,14 +413,17 @@ def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
     session = session_of(item.config)
     if session.env is None or not _uses_cluster(item) or _core_policy(item, session) == "ignore":
         return (yield)
-    watch, baseline = _snapshot(session)
+    from framework.cores.runwatch import ClusterWatch  # the one watch-around-a-run (also BaseTest, camit run)
+
+    watch = ClusterWatch(session.cluster, session.env, policy=_core_policy(item, session), label=item.nodeid)
+    watch.begin()
     failure: BaseException | None = None
     try:
         outcome = yield
     except BaseException as exc:  # the test failed: still collect cores and logs, then re-raise
         failure = exc
         outcome = None
-    message = _collect(item, session, watch, baseline, failed=failure is not None)
+    message = _collect(item, session, watch, failed=failure is not None)
     if failure is not None:
         if message:
             failure.args = (f"{failure.args[0] if failure.args else failure}\n{message}",) + failure.args[1:]
@@ -430,32 +438,18 @@ def _core_policy(item: pytest.Item, session: CamitSession) -> str:
     return str(m.args[0]) if m else session.core_policy
 
 
-def _snapshot(session: CamitSession) -> tuple[Any, Any]:
-    try:
-        from framework.cores.watch import CoreWatch
-    except ImportError:  # pragma: no cover - cores arrive with the core-dump issue
-        return None, None
-    watch = CoreWatch(session.cluster, env=session.env, policy=session.core_policy)
-    return watch, watch.snapshot()
-
-
-def _collect(item: pytest.Item, session: CamitSession, watch: Any, baseline: Any, failed: bool) -> str:
-    if watch is None:
-        return ""
-    launches = item.stash.get(LAUNCHES_KEY, [])
-    cores = watch.collect(baseline, rundir=session.ensure_rundir(), ranks=launches or None)
-    if failed:
-        try:
-            watch.collect_logs(session.ensure_rundir(), since=baseline, label=item.nodeid)
-        except FrameworkError as exc:
-            _log_event("collect", f"log collection failed: {exc}")
-        else:
-            if watch.log_summary:  # e.g. an OOM kill behind a rank that "died of SIGKILL"
-                item.add_report_section("call", "failure signatures", watch.log_summary)
+def _collect(item: pytest.Item, session: CamitSession, watch: ClusterWatch, failed: bool) -> str:
+    watched = watch.end(ranks=item.stash.get(LAUNCHES_KEY, []) or None, failed=failed,
+                        rundir=session.ensure_rundir())
+    if watched.log_error:
+        _log_event("collect", f"log collection failed: {watched.log_error}")
+    elif watched.log_summary:  # e.g. an OOM kill behind a rank that "died of SIGKILL"
+        item.add_report_section("call", "failure signatures", watched.log_summary)
+    cores = watched.cores
     if not cores:
         return ""
     policy = _core_policy(item, session)
-    text = "\n".join(c.describe() + ("\n" + c.backtrace if getattr(c, "backtrace", None) else "") for c in cores)
+    text = "\n".join(c.describe() + ("\n" + c.backtrace if c.backtrace else "") for c in cores)
     item.add_report_section("call", "core dumps", text)
     if policy == "warn":
         import warnings

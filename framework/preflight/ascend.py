@@ -1,4 +1,4 @@
-"""Pure parsers for what Ascend hosts print: ``npu-smi``, ``hccn_tool``, version records, ``core_pattern``.
+"""Pure parsers for what Ascend hosts print: ``npu-smi``, ``hccn_tool``, version records, ``df``.
 
 Nothing here does I/O; every function takes the text a command printed (or a file's content) and
 returns typed values, so each is tested against real captures (``tests/data/ascend/``). Tables are
@@ -484,28 +484,6 @@ def driver_version(text: str) -> str | None:
 
 
 # --------------------------------------------------------------------------- misc
-
-
-@dataclass(frozen=True)
-class CorePattern:
-    """``kernel.core_pattern`` classified: ``pipe`` (handler), ``file`` (absolute dir) or ``relative``."""
-
-    raw: str
-    kind: str
-    handler: str | None = None
-    directory: str | None = None
-
-
-def parse_core_pattern(text: str) -> CorePattern:
-    """Classify the pattern; for ``file`` the directory is the part before any ``%`` specifier."""
-    raw = next((ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith("# source:")), "")
-    if raw.startswith("|"):
-        return CorePattern(raw, "pipe", handler=raw[1:].split()[0] if raw[1:].split() else "")
-    if raw.startswith("/"):
-        head = raw.split("%", 1)[0]
-        directory = head.rsplit("/", 1)[0] or "/"
-        return CorePattern(raw, "file", directory=directory)
-    return CorePattern(raw, "relative")
 
 
 def parse_lspci_npus(text: str) -> dict[str, int]:

@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from framework.cores.pattern import parse_core_pattern
 from framework.errors import EXIT_FAILED, EXIT_INFRA, EXIT_OK
 from framework.preflight import ascend
 from framework.preflight.probe import CANN_RECORD, Limits, ProbePlan, Section
@@ -449,7 +450,9 @@ def _check_clock(plan: ProbePlan, sec: Mapping[str, Section], limits: Limits) ->
 
 def _check_core(plan: ProbePlan, sec: Mapping[str, Section], limits: Limits) -> CheckResult:
     facts = dict(ln.split("=", 1) for ln in _need(sec, "core").text.splitlines() if "=" in ln)
-    pattern = ascend.parse_core_pattern(facts.get("pattern", ""))
+    # the one pattern model the core watcher reads too; the check judges how cores are delivered
+    pattern = parse_core_pattern(facts.get("pattern", ""))
+    delivery = pattern.delivery
     soft, hard = facts.get("soft", "?"), facts.get("hard", "?")
     limit = f"ulimit -c soft {soft} hard {hard}"
     target = facts.get("target")
@@ -460,20 +463,22 @@ def _check_core(plan: ProbePlan, sec: Mapping[str, Section], limits: Limits) -> 
         notes.append(f"soft limit 0 (launches raise it to {hard})")
     if not pattern.raw:
         problems.append("kernel.core_pattern is empty")
-    elif pattern.kind == "pipe" and target != "ok":
+    elif delivery == "pipe" and target != "ok":
         problems.append(f"core_pattern pipes to {pattern.handler}, which is not an executable here")
-    elif pattern.kind == "file" and target not in ("ok", "creatable"):
+    elif delivery == "file" and target not in ("ok", "creatable"):
         problems.append(f"core directory {pattern.directory} is {target or 'unusable'}")
-    elif pattern.kind == "relative":
+    elif delivery == "relative":
         notes.append("relative pattern: cores land in the crashing process's cwd (the launch run dir)")
-    if pattern.kind == "file" and target == "creatable":
+    elif delivery == "socket":
+        notes.append(f"cores go to the socket {pattern.handler}: camit does not read them")
+    if delivery == "file" and target == "creatable":
         notes.append(f"{pattern.directory} will be created")
     text = f"{pattern.raw!r}, {limit}"
     if problems:
-        return CheckResult(plan.host, "core", FAIL, "; ".join(problems) + f" [{text}]", pattern.kind)
-    if pattern.kind == "relative":
-        return CheckResult(plan.host, "core", WARN, f"{text}; " + "; ".join(notes), pattern.kind)
-    return CheckResult(plan.host, "core", OK, text + ("; " + "; ".join(notes) if notes else ""), pattern.kind)
+        return CheckResult(plan.host, "core", FAIL, "; ".join(problems) + f" [{text}]", delivery)
+    if delivery in ("relative", "socket"):
+        return CheckResult(plan.host, "core", WARN, f"{text}; " + "; ".join(notes), delivery)
+    return CheckResult(plan.host, "core", OK, text + ("; " + "; ".join(notes) if notes else ""), delivery)
 
 
 _CHECK_FNS: dict[str, Callable[[ProbePlan, Mapping[str, Section], Limits], CheckResult]] = {

@@ -5,7 +5,8 @@ one POSIX ``sh`` script that prints tagged sections (``@@camit@@ begin <name>`` 
 <name> <rc>``): clock, identity, interpreter versions, free disk, ``core_pattern`` and core limits
 and, on NPU hosts, ``npu-smi info``, version records of both CANN layouts, driver and firmware,
 and the ``hccn_tool`` queries of the platform (run one after another: parallel calls answer "busy").
-:func:`split_sections` reads the script's output back into :class:`Section` s. :class:`Limits`
+:func:`split_sections` reads the script's output back into :class:`Section` s (the tagged-record
+format of ``framework.remote.sections``). :class:`Limits`
 holds the thresholds and timeouts of a whole preflight.
 
 ``framework.preflight.run`` runs the script on the hosts; ``framework.preflight.checks`` judges
@@ -16,11 +17,16 @@ from __future__ import annotations
 
 import posixpath
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from framework import commands
+from framework.remote.sections import PROBE_MARK, read_records
 
-MARK = "@@camit@@"
+if TYPE_CHECKING:
+    from framework.config.effective import EnvConfig, HostSpec
+
+#: the probe's tag mark without its trailing space (``@@camit@@ begin <name>``)
+MARK = PROBE_MARK.rstrip()
 SOC_CPU = "cpu"
 #: hccn_tool queries per SoC (reference/ascend-hosts.md §5): on A3 only TLS must agree; -link may read
 #: DOWN while HCCS works and -ip covers the RoCE side only, so those are informational there
@@ -80,7 +86,7 @@ class ProbePlan:
         return list(dict.fromkeys(homes))
 
 
-def plan_probe(spec: Any, env: Any = None, limits: Limits | None = None) -> ProbePlan:
+def plan_probe(spec: HostSpec, env: EnvConfig | None = None, limits: Limits | None = None) -> ProbePlan:
     """The probe plan of one host from its ``config.HostSpec`` (and the env's ``cann``)."""
     if spec.host_key:
         key = "pinned"
@@ -89,7 +95,7 @@ def plan_probe(spec: Any, env: Any = None, limits: Limits | None = None) -> Prob
     else:
         key = f"known_hosts ({spec.host_key_policy})"
     wd = spec.workdir.rstrip("/") or "/"
-    cann = getattr(env, "cann", None)
+    cann = env.cann if env is not None else None
     return ProbePlan(
         host=spec.name, workdir=wd, python=spec.python, venv_python=f"{wd}/venv/bin/python",
         soc=spec.npu.soc, npu_count=spec.npu.count, visible=spec.npu.visible,
@@ -224,24 +230,28 @@ class Section:
 
 
 def split_sections(stdout: str) -> dict[str, Section]:
-    """Tagged sections of a probe's stdout; an unterminated last section keeps what it printed."""
+    """Tagged sections of a probe's stdout; an unterminated last section keeps what it printed.
+
+    The records are :mod:`framework.remote.sections`' format under :data:`PROBE_MARK`; a tag line
+    that is neither ``begin <name>`` nor ``end <name> <rc>`` inside a section is part of its text.
+    """
     out: dict[str, Section] = {}
     name: str | None = None
     buf: list[str] = []
-    for line in stdout.splitlines(keepends=True):
-        if line.startswith(MARK + " "):
-            words = line.split()
-            if len(words) >= 3 and words[1] == "begin":
-                name, buf = line.rstrip("\n")[len(MARK) + 7:], []
-                continue
-            if len(words) >= 4 and words[1] == "end" and name is not None:
-                text = "".join(buf)
-                text = text[:-1] if text.endswith("\n") else text  # the newline printed before the end mark
-                out[name] = Section(name, text, int(words[-1]) if words[-1].lstrip("-").isdigit() else None)
-                name = None
-                continue
+    for rec in read_records(stdout, PROBE_MARK):
+        words = rec.value.split()
+        if rec.tag == "begin" and words:
+            name, buf = rec.value, [rec.body]
+            continue
+        if rec.tag == "end" and len(words) >= 2 and name is not None:
+            text = "".join(buf)
+            text = text[:-1] if text.endswith("\n") else text  # the newline printed before the end mark
+            out[name] = Section(name, text, int(words[-1]) if words[-1].lstrip("-").isdigit() else None)
+            name = None
+            buf = []
+            continue
         if name is not None:
-            buf.append(line)
+            buf.append(rec.raw)
     if name is not None:
         out[name] = Section(name, "".join(buf), None)
     return out

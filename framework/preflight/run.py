@@ -26,12 +26,16 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING
 
 from framework.preflight.checks import CHECKS, CheckResult, Report, Sample, evaluate
 from framework.preflight.probe import MARK, Limits, ProbePlan, plan_probe, probe_script, split_sections
 
-#: the public API: the executor, plus the pure types a caller of it handles (defined in preflight_probe/_checks)
+if TYPE_CHECKING:
+    from framework.config.effective import EnvConfig
+    from framework.hosts import Cluster, Host
+
+#: the public API: the executor, plus the pure types a caller of it handles (defined in framework.preflight.probe and .checks)
 __all__ = ["CHECKS", "CheckResult", "Limits", "Preflight", "Report", "run_probe"]
 
 log = logging.getLogger("camit.preflight")
@@ -40,7 +44,7 @@ log = logging.getLogger("camit.preflight")
 # --------------------------------------------------------------------------- executor
 
 
-def run_probe(host: Any, plan: ProbePlan, limits: Limits | None = None) -> Sample:
+def run_probe(host: Host, plan: ProbePlan, limits: Limits | None = None) -> Sample:
     """Connect (host key verified by the transport), run the probe once, time the clock exchange.
 
     The script waits for one line on stdin before reading its clock, so ``sent``/``received``
@@ -76,7 +80,7 @@ def run_probe(host: Any, plan: ProbePlan, limits: Limits | None = None) -> Sampl
 class Preflight:
     """Probe every host of ``cluster`` once (bounded pool) and judge the answers."""
 
-    def __init__(self, env: Any, cluster: Any, limits: Limits | None = None) -> None:
+    def __init__(self, env: EnvConfig, cluster: Cluster, limits: Limits | None = None) -> None:
         self.env = env
         self.cluster = cluster
         self.limits = limits or Limits()

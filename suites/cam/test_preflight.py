@@ -6,7 +6,7 @@ reports its own cell. ``ok``/``warn`` pass (a warning is printed into the test's
 ``skip`` skips with the reason (NPU checks on CPU hosts), ``fail`` fails with the evidence, and an
 unreachable host fails its ``ssh`` test while its other checks skip.
 
-The env file comes from ``--env`` (camit's pytest plugin) or ``$CAMIT_ENV``. Under xdist the first
+The env file comes from ``--env`` (camit's pytest plugin), ``$CAMIT_ENV`` or ini ``camit_env``. Under xdist the first
 worker probes and the others read its report (a file lock in the session's shared temp dir).
 """
 
@@ -23,11 +23,13 @@ from framework.preflight.checks import CHECKS, ERROR, FAIL, SKIP, WARN, Report
 
 
 def _env_path(config: pytest.Config) -> str | None:
+    from framework.config import resolve_env_path  # the one env-file rule, without the default file
+
     try:
-        value = config.getoption("--env")
+        value, ini = config.getoption("--env"), config.getini("camit_env")
     except ValueError:  # camit's plugin is not loaded: no such option
-        value = None
-    return value or os.environ.get("CAMIT_ENV")
+        value, ini = None, None
+    return resolve_env_path(value, os.environ, ini, default=None)[0]
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from framework.cores.pattern import parse_core_pattern
 from framework.preflight import ascend
 from framework.preflight.ascend import A2, A3
 
@@ -240,8 +241,10 @@ def test_cann_layout(path, layout):
 
 
 def test_core_pattern_systemd_pipe():
-    cp = ascend.parse_core_pattern(capture("core-pattern-systemd-coredump.txt"))
-    assert cp.kind == "pipe" and cp.handler == "/usr/lib/systemd/systemd-coredump"
+    # the one pattern model (framework.cores.pattern): a pipe delivery, to the systemd handler
+    cp = parse_core_pattern(capture("core-pattern-systemd-coredump.txt"))
+    assert cp.delivery == "pipe" and cp.handler == "/usr/lib/systemd/systemd-coredump"
+    assert cp.kind == "systemd"
     assert cp.raw.endswith("%h %e")
 
 
@@ -252,8 +255,8 @@ def test_core_pattern_systemd_pipe():
     ("core", "relative", None),
 ])
 def test_core_pattern_kinds(raw, kind, directory):
-    cp = ascend.parse_core_pattern(raw + "\n")
-    assert (cp.kind, cp.directory) == (kind, directory)
+    cp = parse_core_pattern(raw + "\n")
+    assert (cp.delivery, cp.directory) == (kind, directory)
 
 
 def test_df():

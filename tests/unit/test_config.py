@@ -1,4 +1,4 @@
-"""Tests for framework.config.effective: loading, inheritance, paths, ${VAR}, redaction, schema, bad files."""
+"""Tests for framework.config (effective, document, envfile): loading, inheritance, paths, ${VAR}, redaction, schema, bad files."""
 
 from __future__ import annotations
 
@@ -10,16 +10,16 @@ from pathlib import Path
 import pytest
 import yaml
 
-from framework.config import document as config_schema
-from framework.config.effective import (
+from framework.config import (
     DEFAULT_ENV_PATH,
     SCHEMA_VERSION,
     HostSpec,
     NicSpec,
     Secret,
     load,
-    main,
 )
+from framework.config import document as config_schema
+from framework.config.document import main
 from framework.config.yaml_text import parse_yaml
 from framework.errors import ConfigError
 
@@ -458,3 +458,39 @@ def test_bad_env_file(path: Path) -> None:
     for noise in ("Traceback", "For further information visit", "Input should be", "pydantic", "validation error"):
         assert noise not in text
     assert err.__cause__ is None
+
+
+# --------------------------------------------------------------------------- which env file
+
+
+@pytest.mark.parametrize(("explicit", "environ", "ini", "default", "expect"), [
+    ("/opt.yaml", {"CAMIT_ENV": "/var.yaml"}, "/ini.yaml", DEFAULT_ENV_PATH, ("/opt.yaml", "option")),
+    (None, {"CAMIT_ENV": "/var.yaml"}, "/ini.yaml", DEFAULT_ENV_PATH, ("/var.yaml", "CAMIT_ENV")),
+    (None, {}, "/ini.yaml", DEFAULT_ENV_PATH, ("/ini.yaml", "camit_env")),
+    (None, {"CAMIT_ENV": ""}, "", DEFAULT_ENV_PATH, (DEFAULT_ENV_PATH, "default")),  # empty counts as unset
+    (None, {}, None, None, (None, None)),  # the plugin and the preflight suite: no env, stay inert
+    (Path("/p.yaml"), {}, None, None, ("/p.yaml", "option")),
+])
+def test_env_file_precedence_option_then_variable_then_ini_then_default(explicit, environ, ini, default,
+                                                                        expect) -> None:
+    from framework.config import resolve_env_path
+
+    assert resolve_env_path(explicit, environ, ini, default=default) == expect
+
+
+def test_env_file_rule_reads_the_process_environment_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    from framework.config import resolve_env_path
+
+    monkeypatch.setenv("CAMIT_ENV", "/from/env.yaml")
+    assert resolve_env_path() == ("/from/env.yaml", "CAMIT_ENV")
+    monkeypatch.delenv("CAMIT_ENV")
+    assert resolve_env_path() == (DEFAULT_ENV_PATH, "default")
+
+
+def test_package_exports_the_public_api() -> None:
+    import framework.config as config
+    from framework.config import effective
+
+    for name in config.__all__:
+        assert getattr(config, name) is not None
+    assert config.load is effective.load and config.EnvConfig is effective.EnvConfig

@@ -33,6 +33,7 @@ from framework.cores.inspection import (
     verdict_message,
 )
 from framework.cores.logs import dmesg_since, logs_script, parse_logs_output, scan_signatures, summarize
+from framework.cores.runwatch import ClusterWatch
 from framework.cores.scan import (
     Baseline,
     CoreSources,
@@ -45,8 +46,8 @@ from framework.cores.scan import (
     scan_script,
     signal_name,
 )
-from framework.cores.watch import CoreWatch, rank_procs
-from framework.errors import UsageError
+from framework.cores.watch import CoreDefaults, CoreWatch, rank_procs
+from framework.errors import FrameworkError, UsageError
 from framework.hosts import Cluster, Host
 from framework.lab.plan import LAB_CORE_PATTERN, core_pattern_on_down, core_pattern_on_up
 from framework.transport.local import LocalTransport
@@ -447,9 +448,13 @@ def test_policy_parsing_and_precedence(monkeypatch: pytest.MonkeyPatch) -> None:
     assert CoreWatch(cluster).policy is CorePolicy.FAIL
     monkeypatch.setenv("CAMIT_CORE_POLICY", "warn")
     assert CoreWatch(cluster).policy is CorePolicy.WARN
+    # the caller's defaults (the env file has no `cores:` section: the schema forbids it, so it is never read)
+    defaults = CoreDefaults(policy="ignore", cap_bytes=5)
+    assert CoreWatch(cluster, defaults=defaults).policy is CorePolicy.IGNORE
+    assert CoreWatch(cluster, defaults=defaults).cap_bytes == 5
+    assert CoreWatch(cluster, policy="fail", defaults=defaults).policy is CorePolicy.FAIL
     env = SimpleNamespace(cores=SimpleNamespace(policy="ignore", cap_bytes=5))
-    assert CoreWatch(cluster, env).policy is CorePolicy.IGNORE and CoreWatch(cluster, env).cap_bytes == 5
-    assert CoreWatch(cluster, env, policy="fail").policy is CorePolicy.FAIL
+    assert CoreWatch(cluster, env).policy is CorePolicy.WARN and CoreWatch(cluster, env).cap_bytes == 1 << 30
 
 
 def test_gdb_prints_the_crashing_thread_first() -> None:
@@ -498,6 +503,48 @@ def test_corewatch_end_to_end_on_a_file_pattern(tmp_path: Path, real_core: Path)
     assert not list((tmp_path / "wd").rglob("*.gz")), "temporary files left on the host"
     failed, msg = watch.verdict(cores)
     assert failed and "backtrace of the crashing thread" in msg
+
+
+def test_clusterwatch_snapshots_collects_judges_and_collects_logs_only_on_failure(tmp_path: Path,
+                                                                                   real_core: Path) -> None:
+    """The one watch-around-a-run: begin, end with the run's launches; logs when the run or its cores fail."""
+    crash = tmp_path / "crash"
+    crash.mkdir()
+    pid = int(real_core.with_suffix(".pid").read_text())
+    src = CoreSources(proc_dir=str(proc_dir(tmp_path, f"{crash}/core.%e.%p.%t.%s")))
+    report = tmp_path / "report"
+    (report / "h1").mkdir(parents=True)
+    launch = SimpleNamespace(launch_id="LAUNCH1", report_dir=str(report), ranks={5: SimpleNamespace(host="h1")})
+    with local_cluster(tmp_path) as cluster:
+        with ClusterWatch(cluster, policy="warn", sources=src, rundir=report, ascend_log_dirs=[]) as quiet:
+            pass  # nothing crashed, the run passed: no cores, no logs
+        assert quiet.outcome is not None and quiet.outcome.cores == [] and not quiet.outcome.failed
+        assert not (report / "h1" / "dmesg.txt").exists()
+        watch = ClusterWatch(cluster, policy="fail", sources=src, rundir=report, label="t::one",
+                             ascend_log_dirs=[])
+        watch.begin()
+        shutil.copy(real_core, crash / f"core.python3.{pid}.{int(time.time())}.11")
+        out = watch.end(ranks=[launch])  # the run passed, its core fails it
+    assert out.policy is CorePolicy.FAIL and out.failed
+    [core] = out.cores
+    assert (core.rank, core.relation) == (5, "process")  # attributed through the run tag
+    assert out.message.startswith("1 core dump(s) appeared:") and core.describe() in out.message
+    assert json.loads((report / "cores.json").read_text())[0]["rank"] == 5
+    assert core.local_path is not None and core.local_path.exists()
+    assert (report / "h1" / "dmesg.txt").exists() and out.log_error is None  # logs: its cores failed it
+    with pytest.raises(FrameworkError, match="without begin"):
+        ClusterWatch(Cluster([])).end()
+
+
+def test_clusterwatch_warn_policy_keeps_the_outcome_and_a_failed_run_gets_its_logs(tmp_path: Path) -> None:
+    src = CoreSources(proc_dir=str(proc_dir(tmp_path, f"{tmp_path}/crash/core.%e.%p")))
+    report = tmp_path / "report"
+    with local_cluster(tmp_path) as cluster:
+        watch = ClusterWatch(cluster, policy="warn", sources=src, ascend_log_dirs=[])
+        watch.begin()
+        out = watch.end(failed=True, rundir=report)  # the run failed: logs, though no core appeared
+    assert out.cores == [] and not out.failed and out.message == ""
+    assert (report / "h1" / "dmesg.txt").exists()
 
 
 def test_corewatch_cap_keeps_big_cores_on_the_host_and_ignore_fetches_nothing(tmp_path: Path, real_core: Path) -> None:

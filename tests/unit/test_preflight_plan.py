@@ -502,3 +502,29 @@ def test_the_version_snippet_reads_version_py_and_falls_back_to_metadata(tmp_pat
     out = subprocess.run([sys.executable, "-S", "-c", preflight_probe._PY_VERSIONS], capture_output=True, text=True,
                          env={"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin"}, timeout=60)
     assert out.stdout.splitlines()[2] == "torch_npu -"
+
+
+# --------------------------------------------------------------------------- one core-pattern model
+
+
+@pytest.mark.parametrize(("raw", "kind", "delivery"), [
+    ("/var/crash/camit/core.%e.%p", "file", "file"),
+    ("core.%e.%p", "relative", "relative"),
+    ("|/usr/lib/systemd/systemd-coredump %P %u %g %s %t %c %h", "systemd", "pipe"),
+    ("|/usr/share/apport/apport -p%p -s%s -c%c -d%d -P%P -u%u -g%g -- %E", "apport", "pipe"),
+    ("|/usr/libexec/abrt-hook-ccpp %s %c %p %u %g %t %e %P %I %h", "abrt", "pipe"),
+    ("|/usr/local/bin/my-crash-handler %p", "pipe", "pipe"),
+])
+def test_preflight_and_the_core_watcher_classify_a_pattern_the_same_way(raw, kind, delivery):
+    """The preflight ``core`` check and the core scan read ``core_pattern`` through one model."""
+    from framework.cores.scan import parse_scan
+
+    scan = parse_scan("n1", f"@@now 1.0\n@@pattern {raw}\n@@ulimit unlimited unlimited\n@@end\n")
+    checked = run_eval({"n1": make_sample("n1", a2_sections(
+        core=f"pattern={raw}\nsoft=unlimited\nhard=unlimited\ntarget=ok"))}).get("n1", "core")
+    assert (scan.pattern.kind, scan.pattern.delivery) == (kind, delivery)
+    assert checked.value == scan.pattern.delivery and checked.status == (WARN if kind == "relative" else OK)
+    assert repr(raw) in checked.summary and scan.pattern.raw == raw
+    handler = raw[1:].split()[0] if raw.startswith("|") else None
+    assert scan.pattern.handler == handler
+    assert scan.pattern.checked == (kind != "pipe")

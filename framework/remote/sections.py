@@ -1,0 +1,75 @@
+"""The one format of what host-side scripts print back, and its one parser (standard library only).
+
+A script camit runs on a host (the preflight probe, the core scan, the core inspection and
+backtrace, the log collection) prints *tagged records*: a tag line ``<mark><tag>[ <value>]`` and
+then any number of body lines (tool output, file listings, JSON), up to the next tag line. The
+mark is :data:`MARK` (``@@``); the preflight probe, whose bodies are foreign tool output
+(``npu-smi``, ``hccn_tool``, version files), uses the longer :data:`PROBE_MARK` (``@@camit@@ ``)
+with the tags ``begin <name>`` and ``end <name> <rc>`` around each section. :func:`read_records`
+is the parser every controller-side reader builds on; :func:`tag_line` and :func:`sh_tag` write a
+tag line from Python and from ``sh`` (``printf``), so both sides share these constants.
+
+    >>> [(r.tag, r.value, r.body) for r in read_records("@@now 1.5\\n@@files\\nF 1 2 3 /c\\n@@end\\n")]
+    [('now', '1.5', ''), ('files', '', 'F 1 2 3 /c\\n'), ('end', '', '')]
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+#: the mark that opens a tag line
+MARK = "@@"
+#: the preflight probe's mark (its bodies are other tools' output: a distinctive mark)
+PROBE_MARK = "@@camit@@ "
+
+
+@dataclass(frozen=True)
+class Record:
+    """One tag line and the body lines after it (newlines kept; ``line`` is the tag line as printed)."""
+
+    tag: str
+    value: str
+    body: str
+    line: str
+
+    @property
+    def raw(self) -> str:
+        """The record as printed: its tag line and its body."""
+        return f"{self.line}\n{self.body}"
+
+
+def read_records(text: str, mark: str = MARK) -> list[Record]:
+    """The tagged records of ``text`` in order; lines before the first tag line are dropped."""
+    out: list[Record] = []
+    head: tuple[str, str, str] | None = None
+    body: list[str] = []
+    for line in text.splitlines(keepends=True):
+        if line.startswith(mark):
+            if head is not None:
+                out.append(Record(head[0], head[1], "".join(body), head[2]))
+            stripped = line.rstrip("\r\n")
+            tag, _, value = stripped[len(mark):].partition(" ")
+            head, body = (tag, value, stripped), []
+        elif head is not None:
+            body.append(line)
+    if head is not None:
+        out.append(Record(head[0], head[1], "".join(body), head[2]))
+    return out
+
+
+def tag_line(tag: str, value: str = "", mark: str = MARK) -> str:
+    """``@@tag value`` (one line, no newline)."""
+    return f"{mark}{tag}" + (f" {value}" if value else "")
+
+
+def sh_tag(tag: str, value_expr: str | None = None, mark: str = MARK) -> str:
+    """An ``sh`` command printing a tag line; ``value_expr`` is a shell word (``"$now"``) printed as the value.
+
+    ``tag`` and ``mark`` must be plain text (no ``%``, ``\\`` or ``'``): they go into a ``printf`` format.
+    """
+    if value_expr is None:
+        return f"printf '{mark}{tag}\\n'"
+    return f"printf '{mark}{tag} %s\\n' {value_expr}"
+
+
+__all__ = ["MARK", "PROBE_MARK", "Record", "read_records", "sh_tag", "tag_line"]
