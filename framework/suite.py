@@ -181,7 +181,7 @@ class RankSuite:
                 return dest
             host.put(local, f"{dest}.tgz", sha256=sha)
             host.check(commands.ShellScript(f"mkdir -p {q(dest)} && tar xzf {q(dest + '.tgz')} -C {q(dest)} && rm -f {q(dest + '.tgz')} "
-                       f"&& touch {q(dest + '/.ok')}"), timeout=120)
+                                           f"&& touch {q(dest + '/.ok')}"), timeout=120)
             return dest
 
         try:

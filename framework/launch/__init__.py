@@ -571,7 +571,7 @@ class Launcher:
             # here; the core-dump collector fetches those compressed and capped)
             names = " -o ".join(f"-name {q(p)}" for p in FETCH_PATTERNS)
             host.check(commands.ShellScript(f"cd {q(run_dir)} && find . -maxdepth 1 -type f \\( {names} \\) -print0 | "
-                       f"tar czf {q(tgz)} --null -T -"), timeout=120)
+                                           f"tar czf {q(tgz)} --null -T -"), timeout=120)
             local_dir = self._host_dir(host.name, result.launch_id)
             local_dir.mkdir(parents=True, exist_ok=True)
             tmp = local_dir / ".fetch.tgz"
