@@ -1,10 +1,98 @@
 """camit: multi-host integration tests for the CAM MoE dispatch/combine operators.
 
-The package is organised one concern per module (see README.md for the map):
+The public API, importable from ``framework`` itself; each name is loaded from its module on first use
+(PEP 562), so ``import framework`` stays cheap — it imports neither paramiko, pydantic nor rich:
+
+- environment (``framework.config``): ``load``, ``EnvConfig``, ``HostSpec``, ``Secret``
+- hosts (``framework.hosts``, ``framework.result``): ``Host``, ``Cluster``, ``GroupResult``, ``Result``
+- commands (``framework.commands``): ``Command``, ``Argv``, ``ShellScript``
+- leases (``framework.lease``): ``Lease``
+- tests (``framework.base_test``): ``BaseTest``
+- errors (``framework.errors``, tree drawn there): ``FrameworkError``, ``UsageError``, ``ConfigError``,
+  ``LabError``, ``ArtifactError``, ``LeaseHeld``, ``LeaseError``, ``LeaseLost``, ``HostError``,
+  ``HostUnreachable``, ``AuthenticationFailed``, ``HostKeyError``, ``TransferError``, ``DeployError``,
+  ``Cancelled``, ``CommandError``, ``CommandFailed``, ``CommandTimedOut``, ``MultiHostError``
+
+The package is organised one concern per module or package (see README.md for the map):
 ``errors`` (the exception tree), ``config`` (test_env.yaml -> typed environment),
 ``commands`` (pure, quoted command builders), ``transport`` (SSH / local / fake),
 ``hosts`` (Host and Cluster fan-out), ``lab`` (network-namespace cluster on one
 machine) and ``cli`` (the ``camit`` console script).
 """
 
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
 __version__ = "0.1.0"
+
+__all__ = [
+    "__version__",
+    # environment
+    "load", "EnvConfig", "HostSpec", "Secret",
+    # hosts
+    "Host", "Cluster", "GroupResult", "Result",
+    # commands
+    "Command", "Argv", "ShellScript",
+    # leases and tests
+    "Lease", "BaseTest",
+    # errors
+    "FrameworkError", "UsageError", "ConfigError", "LabError", "ArtifactError", "LeaseHeld", "LeaseError",
+    "LeaseLost", "HostError", "HostUnreachable", "AuthenticationFailed", "HostKeyError", "TransferError",
+    "DeployError", "Cancelled", "CommandError", "CommandFailed", "CommandTimedOut", "MultiHostError",
+]
+
+#: the module that defines each public name (every name of ``__all__`` but ``__version__``)
+_MODULES: dict[str, tuple[str, ...]] = {
+    "framework.config.effective": ("load", "EnvConfig", "HostSpec", "Secret"),
+    "framework.hosts": ("Host", "Cluster", "GroupResult"),
+    "framework.result": ("Result",),
+    "framework.commands": ("Command", "Argv", "ShellScript"),
+    "framework.lease": ("Lease",),
+    "framework.base_test": ("BaseTest",),
+    "framework.errors": tuple(__all__[__all__.index("FrameworkError"):]),
+}
+_EXPORTS: dict[str, str] = {name: module for module, names in _MODULES.items() for name in names}
+
+if TYPE_CHECKING:  # pragma: no cover - what the lazy names are, for type checkers and editors
+    from framework.base_test import BaseTest
+    from framework.commands import Argv, Command, ShellScript
+    from framework.config.effective import EnvConfig, HostSpec, Secret, load
+    from framework.errors import (
+        ArtifactError,
+        AuthenticationFailed,
+        Cancelled,
+        CommandError,
+        CommandFailed,
+        CommandTimedOut,
+        ConfigError,
+        DeployError,
+        FrameworkError,
+        HostError,
+        HostKeyError,
+        HostUnreachable,
+        LabError,
+        LeaseError,
+        LeaseHeld,
+        LeaseLost,
+        MultiHostError,
+        TransferError,
+        UsageError,
+    )
+    from framework.hosts import Cluster, GroupResult, Host
+    from framework.lease import Lease
+    from framework.result import Result
+
+
+def __getattr__(name: str) -> object:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'framework' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # the next access is a plain attribute lookup
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -11,11 +11,12 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from framework import __version__, console
+from framework.commands import ShellScript
 from framework.errors import (
     EXIT_FAILED,
     EXIT_INFRA,
@@ -23,7 +24,13 @@ from framework.errors import (
     EXIT_USAGE,
     FrameworkError,
     UsageError,
+    reason_of,
 )
+
+if TYPE_CHECKING:  # pragma: no cover
+    from framework.config.effective import EnvConfig
+    from framework.hosts import Cluster
+    from framework.report.folder import RunDir
 
 
 class _Parser(argparse.ArgumentParser):
@@ -123,7 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _load_env(path: str | None) -> Any:
+def _load_env(path: str | None) -> EnvConfig:
     from framework.config import load, resolve_env_path
 
     return load(resolve_env_path(path)[0])
@@ -154,7 +161,7 @@ def cmd_exec(args: argparse.Namespace) -> int:
     if not argv:
         raise UsageError("camit exec: no command given (camit exec --env FILE -- CMD...)")
     # one word is a shell script as typed; several are joined like ssh does
-    command = argv[0] if len(argv) == 1 else " ".join(argv)
+    command = ShellScript(argv[0] if len(argv) == 1 else " ".join(argv))
     env = _load_env(args.env)
     cluster = Cluster.from_env(env, _split_hosts(args.hosts))
     with cluster:
@@ -164,8 +171,7 @@ def cmd_exec(args: argparse.Namespace) -> int:
         if isinstance(value, BaseException):
             code = getattr(value, "exit_code", EXIT_INFRA)
             status = "UNREACHABLE" if code == EXIT_INFRA else "ERROR"
-            text = str(value)
-            text = text[len(name) + 2:] if text.startswith(name + ": ") else text
+            text = reason_of(value, name)
             rows.append([name, status, "-", text])
             payload.append({"host": name, "status": status.lower(), "error": text})
             worst = max(worst, code)
@@ -184,7 +190,7 @@ def cmd_exec(args: argparse.Namespace) -> int:
     return worst
 
 
-def _cluster_run(args: argparse.Namespace) -> tuple[Any, Any, Any, Any]:
+def _cluster_run(args: argparse.Namespace) -> tuple[EnvConfig, Cluster, RunDir, Callable[[str, str], None]]:
     """The env, its (selected) cluster, a new run folder, and a progress printer (quiet with --json)."""
     from framework.hosts import Cluster
     from framework.report.folder import RunDir
@@ -260,8 +266,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def _host_error_text(name: str, err: BaseException) -> str:
-    text = str(err)
-    return text[len(name) + 2:] if text.startswith(name + ": ") else text
+    return reason_of(err, name)
 
 
 def cmd_check(args: argparse.Namespace) -> int:
@@ -319,8 +324,8 @@ def cmd_collect(args: argparse.Namespace) -> int:
             def fetch(host: Host) -> str:
                 remote = f"{plans[host.name].workdir}/camit-ascend-log.tgz"
                 q = commands.quote
-                made = host.run(f"[ -d \"$HOME/ascend/log\" ] || exit 3; mkdir -p {q(plans[host.name].workdir)} && "
-                                f"tar czf {q(remote)} -C \"$HOME\" ascend/log", timeout=600)
+                made = host.run(ShellScript(f"[ -d \"$HOME/ascend/log\" ] || exit 3; mkdir -p {q(plans[host.name].workdir)} && "
+                                f"tar czf {q(remote)} -C \"$HOME\" ascend/log"), timeout=600)
                 if made.rc == 3:
                     return "no ~/ascend/log"
                 if not made.ok:
@@ -378,7 +383,7 @@ def cmd_lease(args: argparse.Namespace) -> int:
         return _lease_run(args, cluster)
 
 
-def _lease_status(args: argparse.Namespace, cluster: Any) -> int:
+def _lease_status(args: argparse.Namespace, cluster: Cluster) -> int:
     from framework.lease import lease_status
 
     rows: list[list[str]] = []
@@ -402,7 +407,7 @@ def _lease_status(args: argparse.Namespace, cluster: Any) -> int:
     return worst
 
 
-def _lease_release(args: argparse.Namespace, cluster: Any) -> int:
+def _lease_release(args: argparse.Namespace, cluster: Cluster) -> int:
     from framework.lease import release_leases
 
     rows, payload, worst = [], [], EXIT_OK
@@ -421,7 +426,7 @@ def _lease_release(args: argparse.Namespace, cluster: Any) -> int:
     return worst
 
 
-def _lease_run(args: argparse.Namespace, cluster: Any) -> int:
+def _lease_run(args: argparse.Namespace, cluster: Cluster) -> int:
     import subprocess
 
     from framework.lease import Lease

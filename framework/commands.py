@@ -1,10 +1,17 @@
 """Pure builders for every remote command line: the one place where quoting happens.
 
-Nothing here does I/O. A command is either an *argv* (a sequence of strings,
-each quoted with :func:`shlex.quote`) or a *shell script* (a plain ``str`` the
-caller wrote on purpose, passed verbatim to ``sh -c`` — itself quoted). Values
-of environment variables and paths always go through :func:`quote`, so spaces,
-quotes, ``$()``, backticks, ``;`` and newlines arrive literally on the host.
+Nothing here does I/O. A :data:`Command` is one of two types, as tmt's
+``Command``/``ShellScript`` and pytest-mh's ``exec``/``run``:
+
+- an :data:`Argv` (a list or tuple of words), each word quoted with :func:`shlex.quote`;
+- a :class:`ShellScript` (shell text the caller wrote on purpose), passed verbatim to
+  ``sh -c`` — itself quoted.
+
+``ShellScript`` is a ``str`` subclass, so ``host.run(ShellScript("a | b"))`` says what it
+means; the type checker rejects a bare ``str`` where a ``Command`` is expected. At run time
+a plain ``str`` is still taken as a shell script (the behaviour callers always had). Values
+of environment variables and paths always go through :func:`quote`, so spaces, quotes,
+``$()``, backticks, ``;`` and newlines arrive literally on the host.
 
 Secrets (any value with a ``reveal()`` method, such as ``config.Secret``) are
 exported with their real value in the line but shown as ``***`` in the
@@ -17,10 +24,23 @@ import re
 import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Union
+from typing import TypeAlias
 
-#: a command: argv (quoted element-wise) or a shell script (run by ``sh -c``)
-Command = Union[Sequence[str], str]
+
+class ShellScript(str):
+    """Shell text run by ``sh -c`` as written: pipes, ``&&``, redirections and ``$VAR`` work.
+
+    >>> build(ShellScript("echo $HOME | wc -c")).text
+    'echo $HOME | wc -c'
+    """
+
+    __slots__ = ()
+
+
+#: an argv: each word is quoted, nothing is interpreted by a shell
+Argv: TypeAlias = list[str] | tuple[str, ...]
+#: a command: an argv (quoted word by word) or a shell script (run by ``sh -c``)
+Command: TypeAlias = Argv | ShellScript
 
 #: first stderr line of every wrapped command: the remote process-group id (and the login shell's $0)
 PGID_MARKER = "__camit_pgid__="
@@ -36,12 +56,12 @@ def quote(value: str) -> str:
     return shlex.quote(str(value))
 
 
-def _reveal(value: Any) -> str:
+def _reveal(value: object) -> str:
     reveal = getattr(value, "reveal", None)
     return str(reveal()) if callable(reveal) else str(value)
 
 
-def _is_secret(value: Any) -> bool:
+def _is_secret(value: object) -> bool:
     return callable(getattr(value, "reveal", None))
 
 
@@ -53,7 +73,7 @@ def join(argv: Sequence[str]) -> str:
 
 
 def script_of(command: Command) -> str:
-    """The shell text for a command: argv joined and quoted, a script verbatim."""
+    """The shell text for a command: argv joined and quoted, a script (any ``str``) verbatim."""
     if isinstance(command, str):
         return command
     if not command:
@@ -61,7 +81,7 @@ def script_of(command: Command) -> str:
     return join(command)
 
 
-def export_env(env: Mapping[str, Any], *, redact: bool = False) -> str:
+def export_env(env: Mapping[str, object], *, redact: bool = False) -> str:
     """``export A='x' B='y'`` for ``env`` (names validated), or '' when empty."""
     if not env:
         return ""
@@ -85,7 +105,7 @@ class Line:
 def build(
     command: Command,
     *,
-    env: Mapping[str, Any] | None = None,
+    env: Mapping[str, object] | None = None,
     cwd: str | None = None,
 ) -> Line:
     """Build the line that runs ``command`` with ``env`` exported in ``cwd``.

@@ -8,7 +8,7 @@ import logging
 import os
 import sys
 from collections.abc import Iterator, Sequence
-from typing import Any, TextIO
+from typing import TextIO
 
 LOG_FORMAT = "%(asctime)s.%(msecs)03d %(levelname)-7s %(name)s: %(message)s"
 LOG_DATEFMT = "%H:%M:%S"
@@ -57,7 +57,7 @@ def terminate_as_interrupt() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
-def plain_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+def plain_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     """A fixed-width text table; multi-line cells continue on indented lines."""
     cells = [[str(c) for c in r] for r in rows]
     firsts = [[c.splitlines()[0] if c else "" for c in r] for r in cells]
@@ -76,7 +76,7 @@ def plain_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     return "\n".join(out)
 
 
-def print_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], *, title: str | None = None,
+def print_table(headers: Sequence[str], rows: Sequence[Sequence[object]], *, title: str | None = None,
                 stream: TextIO | None = None) -> None:
     stream = stream or sys.stdout
     if interactive(stream):
@@ -95,5 +95,5 @@ def print_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], *, title:
     print(plain_table(headers, rows), file=stream)
 
 
-def print_json(data: Any, stream: TextIO | None = None) -> None:
+def print_json(data: object, stream: TextIO | None = None) -> None:
     print(json.dumps(data, indent=2, sort_keys=False, default=str), file=stream or sys.stdout)

@@ -307,7 +307,7 @@ class RankCoverage:
             probe = self.probes.get(host.name) or self.probes.setdefault(host.name, self._probe(host))
             token = secrets.token_hex(4)
             tgz = f"{self.env.hosts[host.name].workdir.rstrip('/')}/coverage-gcda-{host.name}-{token}.tgz"
-            res = host.run(gcda_script(gcda_roots(probe), tgz), timeout=300)
+            res = host.run(commands.ShellScript(gcda_script(gcda_roots(probe), tgz)), timeout=300)
             count = parse_gcda_count(res.stdout)
             if not count:
                 return 0

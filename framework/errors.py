@@ -1,12 +1,18 @@
 """The one exception tree of camit; every error carries the evidence a person needs.
 
-Hierarchy::
+Hierarchy (every class camit raises on purpose; the module is named where it is not this one)::
 
     FrameworkError                      base of everything camit raises on purpose
     ├── UsageError                      bad command line / options (exit 2)
     ├── ConfigError(file, key_path)     test_env.yaml invalid (exit 2)
-    ├── LabError                        the namespace lab cannot be built / torn down
-    ├── HostError(host)                 something went wrong on one named host
+    ├── LabError                        the namespace lab cannot be built, used or torn down
+    ├── ArtifactError                   a lab artifact (.run package, wheel) cannot be built
+    ├── LeaseHeld(host, holder)         a host of the lease is held by someone else (exit 3)
+    ├── LeaseError                      a lease file cannot be created, read or replaced on a host
+    ├── LeaseLost                       our lease was taken over while we held it (judged stale)
+    ├── coverage.CoverageUnavailable    coverage mode is on and a host's rank interpreter lacks coverage
+    ├── suite.RankSuiteFailed(result)   a rank-side suite did not pass on every rank (also an AssertionError)
+    ├── HostError(host, reason)         something went wrong on one named host
     │   ├── HostUnreachable             TCP connect / SSH banner failed or timed out (exit 3)
     │   ├── AuthenticationFailed        the host refused our credentials (exit 3)
     │   ├── HostKeyError                host key unknown under `strict`, or changed (exit 3)
@@ -18,6 +24,14 @@ Hierarchy::
     │       └── CommandTimedOut         wall-clock timeout; the remote group was killed (exit 1)
     └── MultiHostError(errors)          one or more hosts failed in a fan-out; lists each
 
+Internal, never seen outside their module (not ``FrameworkError``)::
+
+    Exception
+    ├── config.document.DocumentInvalid  the document fails the schema; load() turns it into ConfigError
+    └── preflight.checks._Missing        a probe section a check needs is absent; becomes a FAIL result
+
+``str()`` of a ``HostError`` reads ``<host>: <reason>``; ``.host`` and ``.reason`` hold the two
+parts, so nobody strips the prefix back off a message (:func:`reason_of` does it for any error).
 Only ``framework.transport.ssh`` translates paramiko/socket errors into this tree.
 ``exit_code`` on each class is what the CLI returns when the error ends a command.
 """
@@ -28,6 +42,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # pragma: no cover
+    from framework.lease import LeaseRecord
     from framework.result import Result
 
 #: exit statuses shared by every ``camit`` command
@@ -80,13 +95,50 @@ class LabError(FrameworkError):
     exit_code = EXIT_INFRA
 
 
+class ArtifactError(FrameworkError):
+    """Raised when an artifact cannot be built (missing tool, failed build, unexpected makeself)."""
+
+
+class LeaseHeld(FrameworkError):
+    """Raised when a host of the lease is held by someone else (after waiting, if asked to wait)."""
+
+    exit_code = EXIT_INFRA
+
+    def __init__(self, host: str, holder: LeaseRecord | None, now: float | None = None, *,
+                 waited: float = 0.0) -> None:
+        self.host = host
+        self.holder = holder
+        who = holder.describe(now) if holder is not None else "an unknown holder"
+        text = f"{host}: leased by {who}"
+        if waited:
+            text += f"; still held after waiting {waited:.0f}s"
+        text += " (wait with --wait, or free a dead holder's lease with 'camit lease release --force')"
+        super().__init__(text)
+
+
+class LeaseError(FrameworkError):
+    """Raised when a lease file cannot be created, read or replaced on a host."""
+
+    exit_code = EXIT_INFRA
+
+
+class LeaseLost(FrameworkError):
+    """Raised when our lease was taken over while we held it (we were judged stale)."""
+
+    exit_code = EXIT_INFRA
+
+
 class HostError(FrameworkError):
-    """Raised for a failure on one host; ``host`` names it (the env's host name)."""
+    """Raised for a failure on one host: ``host`` names it (the env's host name), ``reason`` says what.
+
+    ``str()`` is ``<host>: <reason>``.
+    """
 
     exit_code = EXIT_INFRA
 
     def __init__(self, host: str, message: str) -> None:
         self.host = host
+        self.reason = message
         super().__init__(f"{host}: {message}")
 
 
@@ -153,6 +205,12 @@ class CommandTimedOut(CommandError):
     def __init__(self, result: Result, timeout: float) -> None:
         self.timeout = timeout
         super().__init__(result, f"timed out after {timeout:g}s")
+
+
+def reason_of(err: BaseException, host: str | None = None) -> str:
+    """What went wrong, without the host's name: ``err.reason`` of a :class:`HostError` (of ``host``, when
+    given), else ``str(err)``."""
+    return err.reason if isinstance(err, HostError) and host in (None, err.host) else str(err)
 
 
 class MultiHostError(FrameworkError):

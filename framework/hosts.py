@@ -36,6 +36,7 @@ from framework.errors import (
     HostUnreachable,
     MultiHostError,
     TransferError,
+    reason_of,
 )
 from framework.result import Result
 from framework.transport.base import DEFAULT_MAX_OUTPUT, Process, Transport
@@ -94,7 +95,7 @@ class Host:
     def connect(self) -> None:
         """Connect now (otherwise the first command does); remembers a failure."""
         if self.broken is not None:
-            raise type(self.broken)(self.name, _strip_host(self.broken, self.name)) from self.broken
+            raise type(self.broken)(self.name, reason_of(self.broken, self.name)) from self.broken
         try:
             self.transport.connect()
         except HostUnreachable as exc:
@@ -226,12 +227,6 @@ class Host:
             return commands.parse_sha256(result.stdout)
         except ValueError as exc:
             raise TransferError(self.name, str(exc)) from None
-
-
-def _strip_host(err: HostError, host: str) -> str:
-    text = str(err)
-    prefix = f"{host}: "
-    return text[len(prefix):] if text.startswith(prefix) else text
 
 
 def _raise_for(result: Result, timeout: float | None) -> None:

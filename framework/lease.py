@@ -41,10 +41,41 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from framework import commands
-from framework.errors import EXIT_INFRA, FrameworkError
+from framework.commands import ShellScript
+from framework.errors import LeaseError, LeaseHeld, LeaseLost
+
+if TYPE_CHECKING:  # pragma: no cover
+    from framework.hosts import Cluster, Host
+
+__all__ = [
+    "DEFAULT_TTL",
+    "DEFAULT_WAIT",
+    "DEFAULT_WORKDIR",
+    "LEASE_FILE",
+    "Lease",
+    "LeaseError",
+    "LeaseHeld",
+    "LeaseLost",
+    "LeaseRecord",
+    "LeaseState",
+    "Reply",
+    "acquire_script",
+    "default_owner",
+    "lease_path",
+    "lease_status",
+    "parse_reply",
+    "pid_alive",
+    "read_script",
+    "refresh_script",
+    "release_leases",
+    "release_script",
+    "render_template",
+    "stale_reason",
+    "takeover_script",
+]
 
 log = logging.getLogger("camit.lease")
 
@@ -58,35 +89,6 @@ MAX_INTERVAL = 10.0
 #: a heartbeat older than this many intervals makes the lease stale
 STALE_BEATS = 3
 _NOW, _EXPIRES = "__NOW__", "__EXPIRES__"
-
-
-class LeaseHeld(FrameworkError):
-    """Raised when a host of the lease is held by someone else (after waiting, if asked to wait)."""
-
-    exit_code = EXIT_INFRA
-
-    def __init__(self, host: str, holder: LeaseRecord | None, now: float | None = None, *,
-                 waited: float = 0.0) -> None:
-        self.host = host
-        self.holder = holder
-        who = holder.describe(now) if holder is not None else "an unknown holder"
-        text = f"{host}: leased by {who}"
-        if waited:
-            text += f"; still held after waiting {waited:.0f}s"
-        text += " (wait with --wait, or free a dead holder's lease with 'camit lease release --force')"
-        super().__init__(text)
-
-
-class LeaseError(FrameworkError):
-    """Raised when a lease file cannot be created, read or replaced on a host."""
-
-    exit_code = EXIT_INFRA
-
-
-class LeaseLost(FrameworkError):
-    """Raised when our lease was taken over while we held it (we were judged stale)."""
-
-    exit_code = EXIT_INFRA
 
 
 # --------------------------------------------------------------------------- the record
@@ -182,7 +184,7 @@ def default_owner() -> str:
 # --------------------------------------------------------------------------- host scripts (pure)
 
 
-def lease_path(host: Any) -> str:
+def lease_path(host: Host) -> str:
     """``<workdir>/camit-lease.json`` of a ``Host`` (its spec's workdir)."""
     workdir = getattr(getattr(host, "spec", None), "workdir", None) or DEFAULT_WORKDIR
     return posixpath.join(workdir.rstrip("/") or "/", LEASE_FILE)
@@ -203,10 +205,10 @@ def _prelude(path: str, token: str = "read", ttl: int = 0) -> str:
     ])
 
 
-def acquire_script(path: str, content: str, token: str, ttl: int) -> str:
+def acquire_script(path: str, content: str, token: str, ttl: int) -> ShellScript:
     """Create the lease if there is none: write a private file, ``ln`` it into place (atomic)."""
     q = commands.quote
-    return _prelude(path, token, ttl) + "\n" + "\n".join([
+    return ShellScript(_prelude(path, token, ttl) + "\n" + "\n".join([
         "mkdir -p -- \"$D\" || { echo \"RESULT error cannot create $D\"; exit 0; }",
         f"put {q(content)} || {{ echo \"RESULT error cannot write $T\"; exit 0; }}",
         "if err=$(ln -- \"$T\" \"$L\" 2>&1); then echo 'RESULT acquired'",
@@ -214,16 +216,16 @@ def acquire_script(path: str, content: str, token: str, ttl: int) -> str:
         "else case $err in *'File exists'*) echo 'RESULT retry';; *) echo \"RESULT error $err\";; esac; fi",
         "rm -f -- \"$T\"",
         "show",
-    ]) + "\n"
+    ]) + "\n")
 
 
-def _under_mutex(path: str, token: str, ttl: int, condition: str, then: str, otherwise: str) -> str:
-    return _prelude(path, token, ttl) + "\n" + "\n".join([
+def _under_mutex(path: str, token: str, ttl: int, condition: str, then: str, otherwise: str) -> ShellScript:
+    return ShellScript(_prelude(path, token, ttl) + "\n" + "\n".join([
         "mutex || { echo 'RESULT busy'; show; exit 0; }",
         f"if {condition}; then {then}; else {otherwise}; fi",
         "rm -f -- \"$T\"",
         "show",
-    ]) + "\n"
+    ]) + "\n")
 
 
 def _holds_content(old: str) -> str:
@@ -234,7 +236,7 @@ def _holds_token(token: str) -> str:
     return f"grep -q -F -- {commands.quote(json.dumps({'token': token})[1:-1])} \"$L\" 2>/dev/null"
 
 
-def takeover_script(path: str, content: str, token: str, ttl: int, old: str) -> str:
+def takeover_script(path: str, content: str, token: str, ttl: int, old: str) -> ShellScript:
     """Replace a stale lease, but only if the file still holds exactly ``old``."""
     q = commands.quote
     return _under_mutex(path, token, ttl, _holds_content(old),
@@ -243,7 +245,7 @@ def takeover_script(path: str, content: str, token: str, ttl: int, old: str) -> 
                         "echo 'RESULT changed'")
 
 
-def refresh_script(path: str, content: str, token: str, ttl: int) -> str:
+def refresh_script(path: str, content: str, token: str, ttl: int) -> ShellScript:
     """Heartbeat: rewrite our lease (new heartbeat and expiry) while it still holds our token."""
     q = commands.quote
     return _under_mutex(path, token, ttl, _holds_token(token),
@@ -252,7 +254,7 @@ def refresh_script(path: str, content: str, token: str, ttl: int) -> str:
                         "echo 'RESULT lost'")
 
 
-def release_script(path: str, *, token: str | None = None, old: str | None = None) -> str:
+def release_script(path: str, *, token: str | None = None, old: str | None = None) -> ShellScript:
     """Remove the lease if it holds our ``token`` (or, for a forced release, exactly ``old``)."""
     if (token is None) == (old is None):
         raise ValueError("release_script needs exactly one of token= and old=")
@@ -261,8 +263,9 @@ def release_script(path: str, *, token: str | None = None, old: str | None = Non
                         "rm -f -- \"$L\" && echo 'RESULT released'", "echo 'RESULT changed'")
 
 
-def read_script(path: str) -> str:
-    return _prelude(path) + "\nshow\n"
+def read_script(path: str) -> ShellScript:
+    """Print the host's clock and the lease file (if any); change nothing."""
+    return ShellScript(_prelude(path) + "\nshow\n")
 
 
 def render_template(*, owner: str, token: str, pid: int, controller: str, hosts: Iterable[str], ttl: float,
@@ -306,7 +309,7 @@ def parse_reply(stdout: str) -> Reply:
 # --------------------------------------------------------------------------- the lease
 
 
-def _order(host: Any) -> tuple[str, int, str]:
+def _order(host: Host) -> tuple[str, int, str]:
     spec = getattr(host, "spec", None)
     return (getattr(spec, "ssh_ip", ""), getattr(spec, "ssh_port", 0), host.name)
 
@@ -326,7 +329,7 @@ class Lease:
         LeaseLost: on leaving the block, if the lease was taken over while held.
     """
 
-    def __init__(self, cluster: Any, owner: str | None = None, ttl: float = DEFAULT_TTL, wait: float | bool = 0,
+    def __init__(self, cluster: Cluster, owner: str | None = None, ttl: float = DEFAULT_TTL, wait: float | bool = 0,
                  *, interval: float | None = None, poll: float = 1.0) -> None:
         self.cluster = cluster
         self.hosts = sorted(cluster, key=_order)
@@ -351,7 +354,7 @@ class Lease:
                                hosts=[h.name for h in self.hosts], ttl=self.ttl, interval=self.interval,
                                argv=self.argv, start=start)
 
-    def _run(self, host: Any, script: str) -> Reply:
+    def _run(self, host: Host, script: ShellScript) -> Reply:
         reply = parse_reply(host.check(script, timeout=60).stdout)
         if reply.result == "error":
             raise LeaseError(f"{host.name}: lease file {lease_path(host)}: {reply.message}")
@@ -397,7 +400,7 @@ class Lease:
                 return blocker
         return None
 
-    def _take(self, host: Any) -> tuple[str, LeaseRecord | None, float] | None:
+    def _take(self, host: Host) -> tuple[str, LeaseRecord | None, float] | None:
         path = lease_path(host)
         for _ in range(5):
             reply = self._run(host, acquire_script(path, self._content(), self.token, self.ttl))
@@ -431,7 +434,7 @@ class Lease:
         if not names:
             return
 
-        def one(host: Any) -> Reply:
+        def one(host: Host) -> Reply:
             start = self.held[host.name].start
             return self._run(host, refresh_script(lease_path(host), self._content(start), self.token, self.ttl))
 
@@ -464,7 +467,7 @@ class Lease:
         if not names:
             return
 
-        def one(host: Any) -> Reply:
+        def one(host: Host) -> Reply:
             return self._run(host, release_script(lease_path(host), token=self.token))
 
         for name, value in self.cluster.map(one, names).items():
@@ -504,10 +507,10 @@ class LeaseState:
         return "stale" if self.stale else "held"
 
 
-def lease_status(cluster: Any) -> Mapping[str, LeaseState | BaseException]:
+def lease_status(cluster: Cluster) -> Mapping[str, LeaseState | BaseException]:
     """Every host's lease, read in one round trip per host (no change made)."""
 
-    def one(host: Any) -> LeaseState:
+    def one(host: Host) -> LeaseState:
         path = lease_path(host)
         reply = parse_reply(host.check(read_script(path), timeout=60).stdout)
         record = reply.record
@@ -517,14 +520,14 @@ def lease_status(cluster: Any) -> Mapping[str, LeaseState | BaseException]:
     return cluster.map(one)
 
 
-def release_leases(cluster: Any, *, owner: str | None = None, force: bool = False) -> Mapping[str, str | BaseException]:
+def release_leases(cluster: Cluster, *, owner: str | None = None, force: bool = False) -> Mapping[str, str | BaseException]:
     """Remove leases that are stale or ``owner``'s (default: ours); ``force`` removes live ones too.
 
     Returns host → what happened (``free``, ``released``, ``changed``, or ``held by …``).
     """
     owner = owner or default_owner()
 
-    def one(host: Any) -> str:
+    def one(host: Host) -> str:
         path = lease_path(host)
         reply = parse_reply(host.check(read_script(path), timeout=60).stdout)
         if reply.content is None:

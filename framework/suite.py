@@ -177,11 +177,11 @@ class RankSuite:
             wd = self.env.hosts[host.name].workdir.rstrip("/")
             dest = f"{wd}/suites/{sha[:16]}"
             q = commands.quote
-            if host.run(f"test -f {q(dest + '/.ok')}", timeout=30).rc == 0:
+            if host.run(["test", "-f", dest + "/.ok"], timeout=30).rc == 0:
                 return dest
             host.put(local, f"{dest}.tgz", sha256=sha)
-            host.check(f"mkdir -p {q(dest)} && tar xzf {q(dest + '.tgz')} -C {q(dest)} && rm -f {q(dest + '.tgz')} "
-                       f"&& touch {q(dest + '/.ok')}", timeout=120)
+            host.check(commands.ShellScript(f"mkdir -p {q(dest)} && tar xzf {q(dest + '.tgz')} -C {q(dest)} && rm -f {q(dest + '.tgz')} "
+                                           f"&& touch {q(dest + '/.ok')}"), timeout=120)
             return dest
 
         try:

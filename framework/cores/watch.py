@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from framework.commands import ShellScript
 from framework.cores.inspection import (
     BACKTRACE_BYTES,
     BacktraceJob,
@@ -55,7 +56,7 @@ from framework.cores.inspection import (
     verdict_message,
 )
 from framework.cores.scan import Baseline, Candidate, CoreSources, HostScan, new_candidates, parse_scan, scan_script
-from framework.errors import FrameworkError
+from framework.errors import FrameworkError, reason_of
 from framework.hosts import Cluster, Host
 from framework.report.folder import RunDir, update_json, write_atomic
 
@@ -179,7 +180,7 @@ class CoreWatch:
         return scan_script(self.sources, dirs, since=since)
 
     def _scan(self, host: Host, since: float | None) -> HostScan:
-        result = host.run(self._script(host, since), timeout=120)
+        result = host.run(ShellScript(self._script(host, since)), timeout=120)
         scan = parse_scan(host.name, result.stdout)
         if not scan.complete:
             raise FrameworkError(f"{host.name}: core scan did not complete (rc {result.rc}): "
@@ -193,8 +194,7 @@ class CoreWatch:
         hosts: dict[str, HostScan] = {}
         for name, value in got.items():
             if isinstance(value, BaseException):
-                text = str(value)
-                hosts[name] = HostScan(name, error=text[len(name) + 2:] if text.startswith(name + ": ") else text)
+                hosts[name] = HostScan(name, error=reason_of(value, name))
                 log.warning("%s: core snapshot failed: %s", name, value)
             else:
                 hosts[name] = value
@@ -281,7 +281,7 @@ class CoreWatch:
         except for an apport ``.crash`` we cannot unpack (fetched, not backtraced).
         """
         script = inspect_script(cands, tmp, self._python(host), self.sources, self.cap_bytes)
-        result = host.run(script, timeout=120 + 60 * len(cands))
+        result = host.run(ShellScript(script), timeout=120 + 60 * len(cands))
         sections = split_sections(result.stdout, "core")
         paths: list[tuple[str | None, str | None]] = []
         for i, (cand, core) in enumerate(zip(cands, cores)):
@@ -317,7 +317,7 @@ class CoreWatch:
                 core.notes.append(f"gdb is not installed on {host.name}: no backtrace")
         script = backtrace_script(jobs, timeout=self.gdb_timeout)
         budget = len(jobs) * (self.gdb_timeout + 15) + sum((c.size or 0) for c in cores) / 20e6 + 60
-        result = host.run(script, timeout=budget, max_output=len(jobs) * BACKTRACE_BYTES + 65536)
+        result = host.run(ShellScript(script), timeout=budget, max_output=len(jobs) * BACKTRACE_BYTES + 65536)
         sections = split_sections(result.stdout, "job", raw=True)
         for job in jobs:
             core = cores[job.index]

@@ -39,7 +39,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from framework import commands, remote
+from framework import commands, errors, remote
 from framework.errors import ConfigError, DeployError, FrameworkError, HostError, MultiHostError, TransferError
 from framework.hosts import Cluster, Host, sha256_file
 
@@ -371,9 +371,7 @@ class Deployer:
         return result
 
     def _fail(self, result: DeployResult, host: str, step: str, exc: BaseException) -> None:
-        text = str(exc)
-        if text.startswith(f"{host}: "):
-            text = text[len(host) + 2:]
+        text = errors.reason_of(exc, host)
         err = exc if isinstance(exc, DeployError) else DeployError(
             host, step, text, exit_code=getattr(exc, "exit_code", None))
         m = result.manifests[host]
@@ -397,7 +395,7 @@ class Deployer:
         def probe(host: Host) -> Probe:
             plan = self.plans[host.name]
             script = probe_script(plan, artifacts, relay_bin[host.name] if self.relay else None)
-            res = self._timed(result.manifests[host.name], "probe", lambda: host.check(script, timeout=60))
+            res = self._timed(result.manifests[host.name], "probe", lambda: host.check(commands.ShellScript(script), timeout=60))
             return parse_probe(res.stdout)
 
         probes: dict[str, Probe] = {}

@@ -42,7 +42,7 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from framework.errors import FrameworkError
+from framework.errors import ArtifactError, FrameworkError
 
 REPO = Path(__file__).resolve().parents[2]
 STANDIN = REPO / "standin"
@@ -59,10 +59,6 @@ EPOCH = 315532800
 PACKAGING_DATE = "Tue Jan  1 00:00:00 UTC 1980"
 HEADER_CANDIDATES = ("/usr/share/makeself/makeself-header.sh", "/usr/share/makeself-header.sh",
                      "/usr/lib/makeself/makeself-header.sh", "/usr/local/share/makeself/makeself-header.sh")
-
-
-class ArtifactError(FrameworkError):
-    """Raised when an artifact cannot be built (missing tool, failed build, unexpected makeself)."""
 
 
 # --------------------------------------------------------------------------- naming

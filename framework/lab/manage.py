@@ -382,12 +382,9 @@ class Lab:
             say(f"added iptables rule: -I {' '.join(rule)} (removed by down)")
 
     def _spawn_sshd(self, h: LabHost) -> None:
-        out = open(h.plan.sshd_out, "ab")
-        try:
+        with open(h.plan.sshd_out, "ab") as out:  # sshd holds its own copy of the descriptor
             proc = subprocess.Popen(sshd_argv(h.plan, h.small_workdir), stdin=subprocess.DEVNULL, stdout=out,
                                     stderr=subprocess.STDOUT, start_new_session=True)
-        finally:
-            out.close()
         CHILDREN[proc.pid] = proc
         h.sshd_pid = proc.pid
         log.info("%s: sshd pid %d in netns %s", h.name, proc.pid, h.ns)

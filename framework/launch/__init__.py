@@ -296,7 +296,7 @@ class Launcher:
             q = commands.quote
             probe = "; ".join(f"[ -f {q(p)} ] && echo HAVE {q(p)}" for p in files)
             probe += f"; [ -f {q(wd + '/deploy-state.json')} ] && printf 'STATE %s\\n' \"$(tr -d '\\n' < {q(wd + '/deploy-state.json')})\"; true"
-            out = host.check(probe, timeout=60).stdout
+            out = host.check(commands.ShellScript(probe), timeout=60).stdout
             have = {line[5:] for line in out.splitlines() if line.startswith("HAVE ")}
             state: dict[str, Any] = {}
             for line in out.splitlines():
@@ -570,8 +570,8 @@ class Launcher:
             # only what a rank leaves for us — never raw cores (a relative core_pattern drops them
             # here; the core-dump collector fetches those compressed and capped)
             names = " -o ".join(f"-name {q(p)}" for p in FETCH_PATTERNS)
-            host.check(f"cd {q(run_dir)} && find . -maxdepth 1 -type f \\( {names} \\) -print0 | "
-                       f"tar czf {q(tgz)} --null -T -", timeout=120)
+            host.check(commands.ShellScript(f"cd {q(run_dir)} && find . -maxdepth 1 -type f \\( {names} \\) -print0 | "
+                                           f"tar czf {q(tgz)} --null -T -"), timeout=120)
             local_dir = self._host_dir(host.name, result.launch_id)
             local_dir.mkdir(parents=True, exist_ok=True)
             tmp = local_dir / ".fetch.tgz"

@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from framework.cores.pattern import parse_core_pattern
-from framework.errors import EXIT_FAILED, EXIT_INFRA, EXIT_OK
+from framework.errors import EXIT_FAILED, EXIT_INFRA, EXIT_OK, reason_of
 from framework.preflight import ascend
 from framework.preflight.probe import CANN_RECORD, Limits, ProbePlan, Section
 from framework.result import Result
@@ -192,9 +192,7 @@ def evaluate(plans: Mapping[str, ProbePlan], samples: Mapping[str, Sample | Base
 def _host_checks(plan: ProbePlan, sample: Sample | BaseException | None, limits: Limits) -> list[CheckResult]:
     host = plan.host
     if not isinstance(sample, Sample):
-        why = str(sample) if sample is not None else "not probed"
-        prefix = f"{host}: "
-        why = why[len(prefix):] if why.startswith(prefix) else why
+        why = reason_of(sample, host) if sample is not None else "not probed"
         out = [CheckResult(host, "ssh", ERROR, why)]
         return out + [CheckResult(host, c, SKIP, "not run: host unreachable (see ssh)") for c in CHECKS[1:]]
     sec = sample.sections

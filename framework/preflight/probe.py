@@ -154,7 +154,7 @@ _CORE_FACTS = r"""core_facts() {
 }"""
 
 
-def probe_script(plan: ProbePlan) -> str:
+def probe_script(plan: ProbePlan) -> commands.ShellScript:
     """The one script a host runs; every fact it prints sits in a tagged section."""
     q = commands.quote
     wd = plan.workdir
@@ -178,7 +178,7 @@ def probe_script(plan: ProbePlan) -> str:
     ]
     if plan.npu:
         lines += _npu_probe(plan)
-    return "\n".join(lines) + "\n"
+    return commands.ShellScript("\n".join(lines) + "\n")
 
 
 def _npu_probe(plan: ProbePlan) -> list[str]:

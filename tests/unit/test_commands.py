@@ -130,3 +130,40 @@ def test_a_command_killed_by_a_signal_ends_in_128_plus_n(direct):
     proc = subprocess.run(["bash", "-c", commands.with_pgid(crash, direct=direct, stdin=False)],
                           capture_output=True, text=True, timeout=30)
     assert proc.returncode == 128 + 11
+
+
+# --------------------------------------------------------------------------- argv and shell script: two types
+
+
+@pytest.mark.parametrize(("script", "env", "cwd"), [
+    ("echo $HOME | wc -c", None, None),
+    ("echo $A && exit 3", {"A": "$(id)"}, "/w d"),
+])
+def test_a_shell_script_builds_the_line_a_plain_str_always_built(script, env, cwd):
+    typed = commands.build(commands.ShellScript(script), env=env, cwd=cwd)
+    assert typed == commands.build(script, env=env, cwd=cwd)  # the runtime still takes a str as a script
+    assert isinstance(commands.ShellScript(script), str) and commands.ShellScript(script) == script
+
+
+def test_an_argv_tuple_is_an_argv_like_a_list():
+    assert commands.build(("echo", "a b")) == commands.build(["echo", "a b"])
+    assert commands.script_of(("echo", "$(id)")) == "echo '$(id)'"
+
+
+def test_the_type_checker_tells_an_argv_from_a_shell_script(tmp_path):
+    """A bare str is no Command for mypy: the caller has to say ShellScript (or give an argv)."""
+    mypy_api = pytest.importorskip("mypy.api")
+    snippet = tmp_path / "snippet.py"
+    snippet.write_text(
+        "from framework.commands import Command, ShellScript\n"
+        "ok1: Command = ShellScript('a | b')\n"
+        "ok2: Command = ['ls', '-l']\n"
+        "ok3: Command = ('ls',)\n"
+        "bad: Command = 'a | b'\n"
+    )
+    root = Path(__file__).resolve().parents[2]
+    # the checkout's own cache (mypy in make test fills it) keeps this to a second or two
+    out, _, status = mypy_api.run(["--cache-dir", str(root / ".mypy_cache"), "--follow-imports", "silent",
+                                   "--config-file", str(root / "pyproject.toml"), str(snippet)])
+    errors = [line for line in out.splitlines() if ": error:" in line]
+    assert status == 1 and len(errors) == 1 and "snippet.py:5:" in errors[0], out

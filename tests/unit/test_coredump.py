@@ -19,6 +19,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from builders import make_host_spec
 
 from framework.cores.inspection import (
     Core,
@@ -468,7 +469,7 @@ def test_gdb_prints_the_crashing_thread_first() -> None:
 
 
 def local_cluster(tmp_path: Path, name: str = "h1") -> Cluster:
-    spec = SimpleNamespace(workdir=str(tmp_path / "wd"), python=sys.executable)
+    spec = make_host_spec(name, workdir=str(tmp_path / "wd"), python=sys.executable)
     (tmp_path / "wd").mkdir(exist_ok=True)
     return Cluster([Host(name, LocalTransport(name), spec=spec, command_timeout=60)])
 

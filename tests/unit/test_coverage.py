@@ -13,11 +13,12 @@ import sys
 import tarfile
 import xml.etree.ElementTree as ET
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
+from builders import make_env
 
 from framework import coverage as fc
+from framework.config.effective import EnvConfig
 from framework.errors import MultiHostError, UsageError
 from framework.hosts import Cluster, Host
 from framework.launch import Target
@@ -104,13 +105,12 @@ def test_parse_probe(stdout, rc, version, problem, op_lib):
     assert (p.version, p.problem, p.op_lib, p.ok) == (version, problem, op_lib, problem is None)
 
 
-def _env(tmp_path: Path, hosts: list[str], **spec_kw) -> SimpleNamespace:
-    specs = {h: SimpleNamespace(name=h, workdir=str(tmp_path / h / "wd"), python=sys.executable,
-                                install_path=str(tmp_path / h / "opp"), **spec_kw) for h in hosts}
-    return SimpleNamespace(hosts=specs, cann=None, launch=SimpleNamespace(env={}))
+def _env(tmp_path: Path, hosts: list[str], **spec_kw) -> EnvConfig:
+    return make_env({h: dict(workdir=str(tmp_path / h / "wd"), python=sys.executable,
+                             install_path=str(tmp_path / h / "opp"), **spec_kw) for h in hosts})
 
 
-def _fake_cluster(env: SimpleNamespace, outputs: dict[str, str]) -> tuple[Cluster, dict[str, FakeTransport]]:
+def _fake_cluster(env: EnvConfig, outputs: dict[str, str]) -> tuple[Cluster, dict[str, FakeTransport]]:
     fakes = {}
     for h, out in outputs.items():
         f = FakeTransport(h)
@@ -172,7 +172,7 @@ def test_prepare_wraps_and_records_where_the_tree_landed(tmp_path):
     assert cov.probes["host1"].op_lib == "/v/site-packages/umdk_cam_op_lib"
 
 
-def _local_host(name: str, env: SimpleNamespace) -> Host:
+def _local_host(name: str, env: EnvConfig) -> Host:
     return Host(name, LocalTransport(name), spec=env.hosts[name], command_timeout=60)
 
 

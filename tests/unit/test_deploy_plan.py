@@ -5,9 +5,9 @@ from __future__ import annotations
 import hashlib
 import subprocess
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
+from builders import make_env
 
 from framework import deploy
 from framework.errors import ConfigError
@@ -16,8 +16,7 @@ DATA = Path(__file__).resolve().parents[1] / "data" / "ascend"
 
 
 def env_with(tmp_path: Path, run_package=None, wheel=None):
-    return SimpleNamespace(source="lab.yaml", artifacts=SimpleNamespace(run_package=run_package, wheel=wheel,
-                                                                        install_path=None))
+    return make_env(source="lab.yaml", artifacts={"run_package": run_package, "wheel": wheel})
 
 
 def test_resolve_exactly_one_match_each(tmp_path):

@@ -7,6 +7,8 @@ import threading
 from pathlib import Path
 from types import SimpleNamespace
 
+from builders import make_env
+
 from framework.hosts import Cluster, Host
 from framework.suite import RankSuite
 from framework.testing.fake import FakeTransport
@@ -31,7 +33,7 @@ def fake_host(transport: FakeTransport) -> FakeTransport:
 
 
 def suite(transport: FakeTransport, rundir: Path, tree: Path) -> RankSuite:
-    env = SimpleNamespace(hosts={transport.name: SimpleNamespace(workdir="/w")})
+    env = make_env({transport.name: {"workdir": "/w"}})
     launcher = SimpleNamespace(rundir=SimpleNamespace(path=rundir))
     return RankSuite(env, Cluster([Host(transport.name, transport)]), launcher, tree=tree, slots=2)  # type: ignore[arg-type]
 

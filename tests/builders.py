@@ -1,0 +1,105 @@
+"""Test builders: real, validated camit objects from a few keyword arguments, instead of look-alikes.
+
+``make_env`` writes a ``test_env.yaml`` document and loads it with :func:`framework.config.effective.load`,
+so what a test gets is the ``EnvConfig`` a user's file gives — defaults resolved, paths normalised,
+secrets wrapped — and a test that passes a key the schema forbids fails loudly. ``make_host_spec`` is
+one host of such an env::
+
+    env = make_env(["host1", "host2"], npu={"count": 2, "soc": "ascend910_93"}, workdir="/w")
+    spec = make_host_spec("h1", workdir=str(tmp_path / "wd"), python=sys.executable)
+
+Each host gets a distinct management address (``10.0.0.<i>``) unless its keys set one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import tempfile
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from framework.config import document as schema
+from framework.config.effective import EnvConfig, HostSpec, load
+
+__all__ = ["env_document", "make_env", "make_host_spec"]
+
+#: HostSpec fields that no key of a host entry sets per host; make_env applies them after loading
+_EFFECTIVE_ONLY = {f.name for f in dataclasses.fields(HostSpec)} - set(schema.HostModel.model_fields) - {"name"}
+
+
+def env_document(
+    hosts: Iterable[str] | Mapping[str, Mapping[str, Any]] = ("host1",),
+    *,
+    npu: Mapping[str, Any] | None = None,
+    defaults: Mapping[str, Any] | None = None,
+    **sections: Any,
+) -> dict[str, Any]:
+    """The ``test_env.yaml`` document (a dict): ``host_info`` from ``hosts`` plus the other sections.
+
+    ``hosts`` is a list of names or name -> that host's keys; ``npu`` goes to ``defaults.npu``;
+    ``sections`` are top-level sections (``artifacts``, ``cann``, ``launch``, ``relay``, ...).
+    """
+    entries = hosts if isinstance(hosts, Mapping) else {name: {} for name in hosts}
+    host_info: dict[str, Any] = {}
+    for i, (name, keys) in enumerate(entries.items(), 1):
+        entry = {k: v for k, v in keys.items() if k not in _EFFECTIVE_ONLY}
+        entry.setdefault("manage_nic", {"name": "eth0", "ip": f"10.0.0.{i}"})
+        host_info[name] = entry
+    doc: dict[str, Any] = {"host_info": host_info}
+    if defaults or npu:
+        doc["defaults"] = {**(defaults or {}), **({"npu": dict(npu)} if npu else {})}
+    doc.update({k: v for k, v in sections.items() if v is not None})
+    return doc
+
+
+def make_env(
+    hosts: Iterable[str] | Mapping[str, Mapping[str, Any]] = ("host1",),
+    *,
+    npu: Mapping[str, Any] | None = None,
+    defaults: Mapping[str, Any] | None = None,
+    source: str | None = None,
+    directory: str | Path | None = None,
+    environ: Mapping[str, str] | None = None,
+    **sections: Any,
+) -> EnvConfig:
+    """A loaded ``EnvConfig`` for ``hosts`` (see :func:`env_document` for the arguments).
+
+    Relative paths in the document resolve against ``directory`` (default: a temporary directory that
+    is gone afterwards). ``source`` replaces the file name errors quote (``lab.yaml: artifacts.wheel: ...``).
+    A host's keys may also name effective-only fields (``install_path``): those are set on its
+    ``HostSpec`` after loading, as an env whose ``artifacts.install_path`` differs per host would.
+    """
+    doc = env_document(hosts, npu=npu, defaults=defaults, **sections)
+    if directory is not None:
+        env = _load(doc, Path(directory), environ)
+    else:
+        with tempfile.TemporaryDirectory(prefix="camit-env-") as tmp:
+            env = _load(doc, Path(tmp), environ)
+    if isinstance(hosts, Mapping):
+        env = _with_effective(env, hosts)
+    if source is not None:
+        env = dataclasses.replace(env, source=source)
+    return env
+
+
+def make_host_spec(name: str = "host1", **keys: Any) -> HostSpec:
+    """One ``HostSpec`` as :func:`make_env` resolves it: ``keys`` are the host's keys in ``host_info``."""
+    return make_env({name: keys}).hosts[name]
+
+
+def _load(doc: Mapping[str, Any], directory: Path, environ: Mapping[str, str] | None) -> EnvConfig:
+    path = directory / "test_env.yaml"
+    path.write_text(json.dumps(doc, indent=2) + "\n")  # JSON is YAML
+    return load(path, environ)
+
+
+def _with_effective(env: EnvConfig, hosts: Mapping[str, Mapping[str, Any]]) -> EnvConfig:
+    specs = dict(env.hosts)
+    for name, keys in hosts.items():
+        extra = {k: v for k, v in keys.items() if k in _EFFECTIVE_ONLY}
+        if extra:
+            specs[name] = dataclasses.replace(specs[name], **extra)
+    return dataclasses.replace(env, hosts=MappingProxyType(specs)) if specs != dict(env.hosts) else env
