@@ -150,15 +150,23 @@ class Host:
             _raise_for(result, limit)
         return result
 
-    def spawn(self, command: Command, *, env: Mapping[str, Any] | None = None, cwd: str | None = None,
-              max_output: int = DEFAULT_MAX_OUTPUT) -> Process:
-        """Start ``command`` and return a running ``Process`` (stdin, lines, wait, kill)."""
-        line = commands.build(command, env=env, cwd=cwd)
+    def spawn(self, command: Command | commands.Line, *, env: Mapping[str, Any] | None = None,
+              cwd: str | None = None, max_output: int = DEFAULT_MAX_OUTPUT) -> Process:
+        """Start ``command`` and return a running ``Process`` (stdin, lines, wait, kill).
+
+        ``command`` may be a ``commands.Line`` built already (its redacted display is kept).
+        """
+        if isinstance(command, commands.Line):
+            if env or cwd:
+                raise ValueError("a built Line carries its own environment and directory")
+            line = command
+        else:
+            line = commands.build(command, env=env, cwd=cwd)
         self._check_cancelled()
         self.connect()
         self.log.debug("%s: spawn %s", self.name, line.display)
         try:
-            return self.transport.spawn(line.text, display=line.display, max_output=max_output)  # type: ignore[attr-defined]
+            return self.transport.spawn(line.text, display=line.display, max_output=max_output)
         except HostUnreachable as exc:
             self.broken = exc
             raise

@@ -114,6 +114,10 @@ class LocalProcess:
     def pgid(self) -> int | None:
         return self._proc.pid
 
+    @property
+    def lost(self) -> str | None:
+        return None  # no connection to lose
+
     def write(self, data: bytes) -> None:
         assert self._proc.stdin is not None
         self._proc.stdin.write(data)
