@@ -23,7 +23,7 @@ import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from pathlib import Path
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from framework import commands
 from framework.commands import Command
@@ -39,6 +39,9 @@ from framework.errors import (
 )
 from framework.result import Result
 from framework.transport.base import DEFAULT_MAX_OUTPUT, Process, Transport
+
+if TYPE_CHECKING:  # pragma: no cover
+    from framework.config.effective import EnvConfig, HostSpec
 
 log = logging.getLogger("camit.hosts")
 T = TypeVar("T")
@@ -62,7 +65,7 @@ class Host:
     hosts); its ``command_timeout`` is the default timeout of ``run``.
     """
 
-    def __init__(self, name: str, transport: Transport, *, spec: Any = None,
+    def __init__(self, name: str, transport: Transport, *, spec: HostSpec | None = None,
                  command_timeout: float | None = None) -> None:
         self.name = name
         self.transport = transport
@@ -80,7 +83,7 @@ class Host:
             raise Cancelled(self.name, "interrupted: not starting anything new")
 
     @classmethod
-    def from_spec(cls, spec: Any, transport: Transport | None = None) -> Host:
+    def from_spec(cls, spec: HostSpec, transport: Transport | None = None) -> Host:
         if transport is None:
             from framework.transport.ssh import SshTransport
 
@@ -325,10 +328,10 @@ class Cluster:
     @classmethod
     def from_env(
         cls,
-        env: Any,
+        env: EnvConfig,
         names: Sequence[str] | None = None,
         *,
-        transport_factory: Callable[[Any], Transport] | None = None,
+        transport_factory: Callable[[HostSpec], Transport] | None = None,
         max_parallel: int | None = None,
     ) -> Cluster:
         """Hosts of ``env`` (a ``config.EnvConfig``), optionally only ``names``."""

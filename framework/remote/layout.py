@@ -107,11 +107,7 @@ class HostLayout:
 
     def vendor_of(self, set_envs: Sequence[str]) -> str | None:
         """The vendor to use from found ``vendors/*/bin/set_env.bash``: ``CAM`` when present, else the only one."""
-        prefix = self.vendors + "/"
-        names = [t[len(prefix):].split("/", 1)[0] for t in set_envs if t.startswith(prefix)]
-        if VENDOR in names:
-            return VENDOR
-        return names[0] if len(names) == 1 else None
+        return vendor_of(set_envs, self.install_path)
 
     def vendor_glob_script(self, tag: str = "") -> str:
         """sh printing ``[<tag> ]<path>`` for every ``vendors/*/bin/set_env.bash`` there is."""
@@ -139,6 +135,15 @@ class HostLayout:
     def scratch(self, name: str) -> str:
         """A temporary file directly in the workdir (archives on their way to the controller)."""
         return self.join(name)
+
+
+def vendor_of(set_envs: Sequence[str], install_path: str) -> str | None:
+    """The vendor directory under ``install_path`` to use: ``CAM`` when present, else the only one there is."""
+    prefix = f"{install_path}/vendors/"
+    names = [t[len(prefix):].split("/", 1)[0] for t in set_envs if t.startswith(prefix)]
+    if VENDOR in names:
+        return VENDOR
+    return names[0] if len(names) == 1 else None
 
 
 @dataclass(frozen=True)

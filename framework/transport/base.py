@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 from framework.commands import PGID_MARKER, shell_name
 from framework.result import Result
@@ -31,7 +32,7 @@ class Transport(Protocol):
 
     def spawn(self, line: str, *, display: str, max_output: int) -> Process: ...
 
-    def put(self, local: Path, remote: str, progress: Any = None) -> None: ...
+    def put(self, local: Path, remote: str, progress: Callable[[int, int], None] | None = None) -> None: ...
 
     def get(self, remote: str, local: Path) -> None: ...
 
