@@ -6,7 +6,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
-from framework.commands import PGID_MARKER, shell_name
+from framework.commands import shell_name
+from framework.remote.protocol import PGID_MARKER
 from framework.result import Result
 
 #: default bytes kept per stream (the tail); the rest is counted and dropped
