@@ -163,9 +163,6 @@ class DeployState:
     deployed_at: str | None = None
     version: int = STATE_VERSION
 
-    #: the keys that decide whether a host counts as deployed
-    KEYS = ("version", "artifacts", "install_path", "interpreter")
-
     def expected(self) -> dict[str, Any]:
         """The deciding part of the document."""
         return {"version": self.version, "artifacts": dict(self.artifacts), "install_path": self.install_path,
