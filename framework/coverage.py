@@ -42,10 +42,13 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
 from framework import commands
+from framework.commands import ShellScript
 from framework.errors import FrameworkError, UsageError
+from framework.remote.layout import DeployState, HostLayout
 from framework.report.folder import write_atomic
 
 if TYPE_CHECKING:  # pragma: no cover
+    from framework.config.effective import EnvConfig
     from framework.hosts import Cluster, Host
     from framework.launch import Target
 
@@ -125,11 +128,7 @@ class HostProbe:
 
 def read_state(text: str) -> dict[str, Any]:
     """The deploy state file's content (``{}`` when absent or unreadable)."""
-    try:
-        doc = json.loads(text) if text.strip() else {}
-    except ValueError:
-        return {}
-    return doc if isinstance(doc, dict) else {}
+    return DeployState.parse(text)
 
 
 #: run by the ranks' interpreter: is coverage importable, where is the op library (found, not imported)
@@ -221,10 +220,10 @@ def gcda_roots(probe: HostProbe) -> list[str]:
     return roots
 
 
-def gcda_script(roots: Sequence[str], tgz: str) -> str:
+def gcda_script(roots: Sequence[str], tgz: str) -> ShellScript:
     """sh: print ``GCDA <count>`` of ``*.gcda`` under ``roots``; when any, tar them (paths from /) into ``tgz``."""
     find = "find \"$@\" -type f -name '*.gcda'"
-    return (f"set -- {' '.join(roots)}; n=$({find} 2>/dev/null | wc -l); echo \"GCDA $n\"; "
+    return ShellScript(f"set -- {' '.join(roots)}; n=$({find} 2>/dev/null | wc -l); echo \"GCDA $n\"; "
             f"[ \"$n\" -eq 0 ] || {{ {find} -print0 2>/dev/null | sed -z 's|^/||' | "
             f"tar czf {commands.quote(tgz)} -C / --null -T -; }}")
 
@@ -258,7 +257,7 @@ class RankCoverage:
     ``RankSuite`` calls :meth:`prepare` before and :meth:`collect_gcov` after each launch.
     """
 
-    def __init__(self, env: Any, cluster: Cluster, rundir_path: str | os.PathLike[str]) -> None:
+    def __init__(self, env: EnvConfig, cluster: Cluster, rundir_path: str | os.PathLike[str]) -> None:
         self.env = env
         self.cluster = cluster
         self.root = Path(rundir_path)
@@ -286,14 +285,15 @@ class RankCoverage:
 
     def _probe(self, host: Host) -> HostProbe:
         spec = self.env.hosts[host.name]
-        wd = spec.workdir.rstrip("/")
-        state = read_state(host.run(["cat", "--", f"{wd}/deploy-state.json"], timeout=60).stdout)
+        layout = HostLayout.of(spec)
+        state = DeployState.from_doc(read_state(host.run(["cat", "--", layout.state_file], timeout=60).stdout))
         # the same choices as framework.launch: the deployed interpreter and vendor set_env
-        interpreter = state.get("interpreter") or spec.python
-        install_path = state.get("install_path") or spec.install_path
-        vendor = state.get("vendor") or None
+        interpreter = state.interpreter or spec.python
+        install_path = state.install_path or spec.install_path
+        vendor = state.vendor
         argv = probe_argv(interpreter, cann_set_env=self.env.cann.set_env if self.env.cann else None,
-                          vendor_set_env=f"{install_path}/vendors/{vendor}/bin/set_env.bash" if vendor else None,
+                          vendor_set_env=HostLayout(layout.workdir, install_path).vendor_set_env(vendor)
+                          if vendor else None,
                           env=dict(self.env.launch.env))
         res = host.run(argv, timeout=120)
         probe = parse_probe(host.name, interpreter, install_path, vendor, res.rc, res.stdout, res.tail(5))
@@ -306,8 +306,8 @@ class RankCoverage:
         def one(host: Host) -> int:
             probe = self.probes.get(host.name) or self.probes.setdefault(host.name, self._probe(host))
             token = secrets.token_hex(4)
-            tgz = f"{self.env.hosts[host.name].workdir.rstrip('/')}/coverage-gcda-{host.name}-{token}.tgz"
-            res = host.run(commands.ShellScript(gcda_script(gcda_roots(probe), tgz)), timeout=300)
+            tgz = HostLayout.of(self.env.hosts[host.name]).scratch(f"coverage-gcda-{host.name}-{token}.tgz")
+            res = host.run(gcda_script(gcda_roots(probe), tgz), timeout=300)
             count = parse_gcda_count(res.stdout)
             if not count:
                 return 0

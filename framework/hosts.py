@@ -23,7 +23,7 @@ import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from pathlib import Path
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from framework import commands
 from framework.commands import Command
@@ -40,6 +40,9 @@ from framework.errors import (
 )
 from framework.result import Result
 from framework.transport.base import DEFAULT_MAX_OUTPUT, Process, Transport
+
+if TYPE_CHECKING:  # pragma: no cover
+    from framework.config.effective import EnvConfig, HostSpec
 
 log = logging.getLogger("camit.hosts")
 T = TypeVar("T")
@@ -63,7 +66,7 @@ class Host:
     hosts); its ``command_timeout`` is the default timeout of ``run``.
     """
 
-    def __init__(self, name: str, transport: Transport, *, spec: Any = None,
+    def __init__(self, name: str, transport: Transport, *, spec: HostSpec | None = None,
                  command_timeout: float | None = None) -> None:
         self.name = name
         self.transport = transport
@@ -81,7 +84,7 @@ class Host:
             raise Cancelled(self.name, "interrupted: not starting anything new")
 
     @classmethod
-    def from_spec(cls, spec: Any, transport: Transport | None = None) -> Host:
+    def from_spec(cls, spec: HostSpec, transport: Transport | None = None) -> Host:
         if transport is None:
             from framework.transport.ssh import SshTransport
 
@@ -151,15 +154,23 @@ class Host:
             _raise_for(result, limit)
         return result
 
-    def spawn(self, command: Command, *, env: Mapping[str, Any] | None = None, cwd: str | None = None,
-              max_output: int = DEFAULT_MAX_OUTPUT) -> Process:
-        """Start ``command`` and return a running ``Process`` (stdin, lines, wait, kill)."""
-        line = commands.build(command, env=env, cwd=cwd)
+    def spawn(self, command: Command | commands.Line, *, env: Mapping[str, Any] | None = None,
+              cwd: str | None = None, max_output: int = DEFAULT_MAX_OUTPUT) -> Process:
+        """Start ``command`` and return a running ``Process`` (stdin, lines, wait, kill).
+
+        ``command`` may be a ``commands.Line`` built already (its redacted display is kept).
+        """
+        if isinstance(command, commands.Line):
+            if env or cwd:
+                raise ValueError("a built Line carries its own environment and directory")
+            line = command
+        else:
+            line = commands.build(command, env=env, cwd=cwd)
         self._check_cancelled()
         self.connect()
         self.log.debug("%s: spawn %s", self.name, line.display)
         try:
-            return self.transport.spawn(line.text, display=line.display, max_output=max_output)  # type: ignore[attr-defined]
+            return self.transport.spawn(line.text, display=line.display, max_output=max_output)
         except HostUnreachable as exc:
             self.broken = exc
             raise
@@ -312,10 +323,10 @@ class Cluster:
     @classmethod
     def from_env(
         cls,
-        env: Any,
+        env: EnvConfig,
         names: Sequence[str] | None = None,
         *,
-        transport_factory: Callable[[Any], Transport] | None = None,
+        transport_factory: Callable[[HostSpec], Transport] | None = None,
         max_parallel: int | None = None,
     ) -> Cluster:
         """Hosts of ``env`` (a ``config.EnvConfig``), optionally only ``names``."""

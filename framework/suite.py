@@ -20,12 +20,17 @@ import xml.etree.ElementTree as ET
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from framework import commands
 from framework.errors import FrameworkError
 from framework.hosts import Cluster, Host
 from framework.launch import Launcher, LaunchResult, Target
+from framework.remote.layout import HostLayout
+
+if TYPE_CHECKING:  # pragma: no cover
+    from framework.config.effective import EnvConfig
+    from framework.coverage import RankCoverage
 
 log = logging.getLogger("camit.suite")
 
@@ -33,7 +38,7 @@ RANK_TREE = Path(__file__).resolve().parents[1] / "suites" / "cam" / "rank"
 DEFAULT_SLOTS = 2  # ranks per node on a CPU host when the env declares none
 
 
-def slots_per_node(env: Any, override: int | None = None) -> int:
+def slots_per_node(env: EnvConfig, override: int | None = None) -> int:
     """Ranks one node can host: the option, else NPUs per host, else launch.nproc_per_node, else 2 (CPU)."""
     if override:
         return override
@@ -144,9 +149,9 @@ def parse_rank_junit(path: Path) -> tuple[dict[str, int], list[tuple[str, str]]]
 class RankSuite:
     """Ship a rank-side tree and run its modules at a given world size."""
 
-    def __init__(self, env: Any, cluster: Cluster, launcher: Launcher, *, tree: Path = RANK_TREE,
+    def __init__(self, env: EnvConfig, cluster: Cluster, launcher: Launcher, *, tree: Path = RANK_TREE,
                  slots: int | None = None, rank_env: Mapping[str, str] | None = None, case_timeout: float = 600.0,
-                 pytest_args: Sequence[str] = (), coverage: Any = None) -> None:
+                 pytest_args: Sequence[str] = (), coverage: RankCoverage | None = None) -> None:
         self.env = env
         self.cluster = cluster
         self.launcher = launcher
@@ -174,8 +179,7 @@ class RankSuite:
         local = Path(name)
 
         def one(host: Host) -> str:
-            wd = self.env.hosts[host.name].workdir.rstrip("/")
-            dest = f"{wd}/suites/{sha[:16]}"
+            dest = HostLayout.of(self.env.hosts[host.name]).suite(sha)
             q = commands.quote
             if host.run(["test", "-f", dest + "/.ok"], timeout=30).rc == 0:
                 return dest

@@ -1,7 +1,12 @@
-"""Small standard-library programs that camit ships to the hosts (relay, supervisor).
+"""The host side of camit: the programs it ships, the words they speak, the paths it uses.
 
-They are files, not imports: ``script(name)`` gives the local path and its
-sha256 so callers can stage them content-addressed under the host's workdir.
+- ``relay.py``, ``supervisor.py``, ``rankwrap.py``: small standard-library programs run on
+  the hosts. They are files, not imports: ``script(name)`` gives the local path and its
+  sha256 so callers can stage them content-addressed under the host's workdir
+  (``HostLayout.bin``). Each is self-contained: it keeps its own copy of the protocol words.
+- :mod:`~framework.remote.protocol`: the line protocol those programs and the controller share.
+- :mod:`~framework.remote.layout`: :class:`HostLayout` (every path under a host's workdir) and
+  :class:`DeployState` (``deploy-state.json``).
 """
 
 from __future__ import annotations

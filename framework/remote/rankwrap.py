@@ -23,6 +23,9 @@ import subprocess
 import sys
 import time
 
+# the protocol's words (framework.remote.protocol; this file ships alone, a unit test keeps them equal)
+RANK_STEM = "rank"
+
 
 def main() -> int:
     argv = sys.argv[1:]
@@ -34,8 +37,8 @@ def main() -> int:
     local_rank = os.environ.get("LOCAL_RANK", "x")
     args = [a.replace("{rank}", rank).replace("{local_rank}", local_rank) for a in args]
     os.makedirs(status_dir, exist_ok=True)
-    log_path = os.path.join(status_dir, f"rank{rank}.log")
-    status_path = os.path.join(status_dir, f"rank{rank}.json")
+    log_path = os.path.join(status_dir, f"{RANK_STEM}{rank}.log")
+    status_path = os.path.join(status_dir, f"{RANK_STEM}{rank}.json")
     start = time.time()
     with open(log_path, "ab", buffering=0) as log:
         child = subprocess.Popen([sys.executable, *args], stdout=log, stderr=subprocess.STDOUT,
@@ -49,7 +52,7 @@ def main() -> int:
 
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(sig, forward)
-        with open(os.path.join(status_dir, f"rank{rank}.pid"), "w") as fh:
+        with open(os.path.join(status_dir, f"{RANK_STEM}{rank}.pid"), "w") as fh:
             fh.write(f"{child.pid}\n")
         rc = child.wait()
     status = {

@@ -32,8 +32,18 @@ import os
 import signal
 import socket
 import sys
+from typing import BinaryIO
 
 CHUNK = 1 << 20
+
+# the protocol's words (framework.remote.protocol; this file ships alone, a unit test keeps them equal)
+NEXT = "NEXT"
+NEXT_NONE = "-"
+TOKEN = "TOKEN"
+PORT = "PORT"
+OK = "OK"
+ERR = "ERR"
+NEXT_FAILED = "NEXT-FAILED"
 
 
 def say(line: str) -> None:
@@ -41,7 +51,7 @@ def say(line: str) -> None:
     sys.stdout.flush()
 
 
-def read_line(stream) -> str:  # type: ignore[no-untyped-def]
+def read_line(stream: BinaryIO) -> str:
     raw = stream.readline(4096)
     return raw.decode("ascii", errors="replace").strip()
 
@@ -56,31 +66,31 @@ def main() -> int:
     args = ap.parse_args()
 
     def expire(*_: object) -> None:
-        say("ERR deadline reached")
+        say(f"{ERR} deadline reached")
         _cleanup(args.out)
         os._exit(3)
 
     signal.signal(signal.SIGALRM, expire)
     signal.setitimer(signal.ITIMER_REAL, args.deadline)
 
-    stdin = sys.stdin.buffer
+    stdin: BinaryIO = sys.stdin.buffer
     server = None
     if args.listen:
         server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         server.bind((args.listen, 0))
         server.listen(1)
-        say(f"PORT {server.getsockname()[1]}")
+        say(f"{PORT} {server.getsockname()[1]}")
 
     nxt = read_line(stdin).split()
-    if not nxt or nxt[0] != "NEXT":
-        say("ERR protocol: expected NEXT")
+    if not nxt or nxt[0] != NEXT:
+        say(f"{ERR} protocol: expected {NEXT}")
         return 2
     my_token = None
     if server is not None:
         tok = read_line(stdin).split()
-        if len(tok) != 2 or tok[0] != "TOKEN":
-            say("ERR protocol: expected TOKEN")
+        if len(tok) != 2 or tok[0] != TOKEN:
+            say(f"{ERR} protocol: expected {TOKEN}")
             return 2
         my_token = tok[1]
 
@@ -91,17 +101,17 @@ def main() -> int:
             downstream.settimeout(60)
             downstream.sendall(nxt[3].encode() + b"\n")
         except OSError as exc:
-            say(f"NEXT-FAILED connect {nxt[1]}:{nxt[2]}: {exc}")
+            say(f"{NEXT_FAILED} connect {nxt[1]}:{nxt[2]}: {exc}")
             downstream = None
 
     if server is not None:
         conn, _peer = server.accept()
         server.close()
         conn.settimeout(60)
-        source = conn.makefile("rb")
+        source: BinaryIO = conn.makefile("rb")
         got = read_line(source)
         if not (my_token and hmac.compare_digest(got.encode(), my_token.encode())):
-            say("ERR bad token from upstream")
+            say(f"{ERR} bad token from upstream")
             return 2
     else:
         source = stdin
@@ -121,13 +131,13 @@ def main() -> int:
                     try:
                         downstream.sendall(block)
                     except OSError as exc:
-                        say(f"NEXT-FAILED send: {exc}")
+                        say(f"{NEXT_FAILED} send: {exc}")
                         downstream.close()
                         downstream = None
                 fh.write(block)
                 digest.update(block)
     except OSError as exc:
-        say(f"ERR {exc}")
+        say(f"{ERR} {exc}")
         _cleanup(args.out)
         return 1
     finally:
@@ -138,13 +148,13 @@ def main() -> int:
             except OSError:
                 pass
     if digest.hexdigest() != args.sha256:
-        say(f"ERR sha256 mismatch: expected {args.sha256}, got {digest.hexdigest()}")
+        say(f"{ERR} sha256 mismatch: expected {args.sha256}, got {digest.hexdigest()}")
         _cleanup(args.out)
         return 1
     os.replace(part, args.out)
-    with open(os.path.join(os.path.dirname(args.out), ".ok"), "w") as fh:
-        fh.write(args.sha256 + "\n")
-    say(f"OK {args.sha256}")
+    with open(os.path.join(os.path.dirname(args.out), ".ok"), "w") as ok_file:
+        ok_file.write(args.sha256 + "\n")
+    say(f"{OK} {args.sha256}")
     return 0
 
 

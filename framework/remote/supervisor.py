@@ -39,7 +39,21 @@ import subprocess
 import sys
 import time
 
+# the protocol's words (framework.remote.protocol; this file ships alone, a unit test keeps them equal)
 TAG = "CAMIT_RUN_ID"
+STARTED = "STARTED"
+HEARTBEAT = "HB"
+RANK = "RANK"
+RANK_EXIT = "exit"
+RANK_SIGNAL = "SIG"
+EXIT = "EXIT"
+KILLED = "KILLED"
+SWEPT = "SWEPT"
+DONE = "DONE"
+KILL = "KILL"
+KILLED_REASONS = ("stdin-eof", "stdin-kill", "silence", "deadline", "signal")
+RANK_STEM = "rank"
+TORCHRUN_LOG = "torchrun.log"
 
 
 def say(line: str) -> None:
@@ -113,7 +127,7 @@ def terminate(run_id: str, pgid: int | None, grace: float) -> int:
 def report_ranks(status_dir: str, seen: set[str]) -> None:
     """Print a RANK line for each new status file, in the order the ranks ended."""
     new = []
-    for path in glob.glob(os.path.join(status_dir, "rank*.json")):
+    for path in glob.glob(os.path.join(status_dir, f"{RANK_STEM}*.json")):
         if path in seen:
             continue
         try:
@@ -123,8 +137,8 @@ def report_ranks(status_dir: str, seen: set[str]) -> None:
             continue  # being written: next round
     for st, path in sorted(new, key=lambda item: item[0].get("end", 0)):
         seen.add(path)
-        outcome = f"SIG {st['signal']}" if st.get("signal") else f"exit {st.get('exit_code')}"
-        say(f"RANK {st.get('rank')} {outcome} pid {st.get('pid')}")
+        outcome = f"{RANK_SIGNAL} {st['signal']}" if st.get("signal") else f"{RANK_EXIT} {st.get('exit_code')}"
+        say(f"{RANK} {st.get('rank')} {outcome} pid {st.get('pid')}")
 
 
 def main() -> int:
@@ -139,8 +153,8 @@ def main() -> int:
     args = ap.parse_args()
     cmd = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not cmd:
-        say("EXIT 2")
-        say("DONE")
+        say(f"{EXIT} 2")
+        say(DONE)
         return 2
     signal.signal(signal.SIGPIPE, signal.SIG_IGN)
     stop: list[str] = []
@@ -153,10 +167,11 @@ def main() -> int:
 
     os.makedirs(args.status_dir, exist_ok=True)
     env = dict(os.environ, **{TAG: args.run_id})
-    log = open(os.path.join(args.status_dir, "torchrun.log"), "ab", buffering=0)
+    # handed to the child as its stdout for the whole run, closed at the end: no with-block fits
+    log = open(os.path.join(args.status_dir, TORCHRUN_LOG), "ab", buffering=0)  # noqa: SIM115
     child = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
                              start_new_session=True)
-    say(f"STARTED {child.pid}")
+    say(f"{STARTED} {child.pid}")
     start = time.monotonic()
     last_hb = last_input = start
     seen: set[str] = set()
@@ -180,7 +195,7 @@ def main() -> int:
             why = "silence"
             break
         if now - last_hb >= args.heartbeat:
-            say("HB")
+            say(HEARTBEAT)
             last_hb = now
         if stdin_open:
             ready, _, _ = select.select([stdin_fd], [], [], 0.1)
@@ -190,13 +205,13 @@ def main() -> int:
                 if not data:
                     why = "stdin-eof"
                     break
-                if b"KILL" in data:
+                if KILL.encode() in data:
                     why = "stdin-kill"
                     break
         else:
             time.sleep(0.1)
     if why is not None:
-        say(f"KILLED {why}")
+        say(f"{KILLED} {why}")
         terminate(args.run_id, child.pid, args.grace)
         try:
             child.wait(timeout=5)
@@ -204,14 +219,14 @@ def main() -> int:
             pass
         rc = child.poll()
     else:
-        say(f"EXIT {rc}")
+        say(f"{EXIT} {rc}")
         # workers (own sessions) or their children may outlive torchrun: sweep the tag
         swept = terminate(args.run_id, None, args.grace) if tagged(args.run_id) else 0
         if swept:
-            say(f"SWEPT {swept}")
+            say(f"{SWEPT} {swept}")
     report_ranks(args.status_dir, seen)
     log.close()
-    say("DONE")
+    say(DONE)
     return 0 if why is None and rc == 0 else 1
 
 

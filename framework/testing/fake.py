@@ -9,6 +9,14 @@ so transfer verification is tested without a network.
     fake = FakeTransport("node1")
     fake.on("hostname", stdout="node1\\n")
     fake.on(re.compile(r"^sleep "), timed_out=True)
+
+``spawn`` answers from ``on_spawn`` rules with a :class:`FakeProcess`: a scripted running
+command that prints its lines, replies to what is written to its stdin, and ends when its
+script says so (or when killed), so the launcher, the relay chain and the supervisor protocol
+run without a host::
+
+    fake.on_spawn(re.compile(r"supervisor"), lines=["STARTED 7"], ends=False,
+                  replies={"KILL": ["KILLED stdin-kill", "DONE"]})
 """
 
 from __future__ import annotations
@@ -16,13 +24,19 @@ from __future__ import annotations
 import hashlib
 import re
 import shlex
-from collections.abc import Callable
-from dataclasses import dataclass
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Union
+from typing import TYPE_CHECKING, Union
 
 from framework.errors import HostError
 from framework.result import Result
+from framework.transport.base import DEFAULT_MAX_OUTPUT, LineQueue
+
+if TYPE_CHECKING:  # pragma: no cover
+    from framework.transport.base import Process, Transport
 
 Pattern = Union[str, "re.Pattern[str]"]
 Handler = Callable[[str], Result]
@@ -45,13 +59,120 @@ class _Rule:
         return bool(self.pattern.search(text))
 
 
+class FakeProcess:
+    """A running command, scripted: what it prints, how it answers its stdin, when it ends.
+
+    ``lines`` are printed at once; each ``replies`` entry prints its lines when data containing
+    its key is written (once per key); ``on_close`` lines come when stdin is closed. The process
+    ends (EOF, then ``wait`` returns) after ``lines`` when ``ends`` is true, after a reply or
+    ``on_close`` that fired otherwise, and on ``kill()``. ``lost`` is what the transport reports
+    as the broken connection. Everything written is kept in ``written``.
+    """
+
+    def __init__(self, host: str, display: str, *, lines: Sequence[str] = (), rc: int = 0, ends: bool = True,
+                 replies: Mapping[str, Sequence[str]] | None = None, on_close: Sequence[str] | None = None,
+                 lost: str | None = None, stderr: str = "") -> None:
+        self.host = host
+        self.display = display
+        self.rc = rc
+        self.stderr = stderr
+        self.written = b""
+        self.killed = False
+        self.stdin_closed = False
+        self._lost = lost
+        self._replies = {k: list(v) for k, v in (replies or {}).items()}
+        self._on_close = list(on_close) if on_close is not None else None
+        self._out: list[str] = []
+        self._lines = LineQueue()
+        self._ended = threading.Event()
+        self._lock = threading.Lock()
+        self._start = time.monotonic()
+        self._print(lines, end=ends)
+
+    def _print(self, lines: Sequence[str], *, end: bool) -> None:
+        for line in lines:
+            self._out.append(line + "\n")
+            self._lines.feed((line + "\n").encode())
+        if end:
+            self._end()
+
+    def _end(self) -> None:
+        if not self._ended.is_set():
+            self._lines.finish()
+            self._ended.set()
+
+    @property
+    def pgid(self) -> int | None:
+        return 4242
+
+    @property
+    def lost(self) -> str | None:
+        return self._lost
+
+    def write(self, data: bytes) -> None:
+        with self._lock:
+            if self.stdin_closed or self._ended.is_set():
+                raise HostError(self.host, "write to a process whose stdin is closed")
+            self.written += data
+            fired = [k for k in self._replies if k.encode() in self.written]
+            for key in fired:
+                self._print(self._replies.pop(key), end=True)
+
+    def close_stdin(self) -> None:
+        with self._lock:
+            if self.stdin_closed:
+                return
+            self.stdin_closed = True
+            if self._on_close is not None:
+                self._print(self._on_close, end=True)
+
+    def readline(self, timeout: float | None = None) -> str | None:
+        return self._lines.readline(timeout)
+
+    def poll(self) -> bool:
+        return self._ended.is_set()
+
+    def wait(self, timeout: float | None = None) -> Result | None:
+        if not self._ended.wait(timeout):
+            return None
+        return Result(self.host, self.display, None if self.killed else self.rc, "".join(self._out), self.stderr,
+                      time.monotonic() - self._start, timed_out=self.killed, display=self.display)
+
+    def kill(self) -> None:
+        if not self._ended.is_set():
+            self.killed = True
+            self._end()
+
+    def close(self) -> None:
+        self.close_stdin()
+
+
+@dataclass
+class _SpawnRule:
+    pattern: Pattern
+    lines: Sequence[str] = ()
+    rc: int = 0
+    ends: bool = True
+    replies: Mapping[str, Sequence[str]] = field(default_factory=dict)
+    on_close: Sequence[str] | None = None
+    lost: str | None = None
+    raises: BaseException | None = None
+    times: int | None = None
+
+    def matches(self, text: str) -> bool:
+        return self.pattern == text if isinstance(self.pattern, str) else bool(self.pattern.search(text))
+
+
 class FakeTransport:
     """A transport whose behaviour is scripted; unexpected commands raise AssertionError."""
 
     def __init__(self, name: str = "fake", *, files: dict[str, bytes] | None = None) -> None:
         self.name = name
         self.rules: list[_Rule] = []
+        self.spawn_rules: list[_SpawnRule] = []
         self.calls: list[str] = []
+        #: every process ``spawn`` started, in order
+        self.processes: list[FakeProcess] = []
         self.files: dict[str, bytes] = dict(files or {})
         self.connected = False
         self.connect_error: BaseException | None = None
@@ -65,6 +186,34 @@ class FakeTransport:
         self.rules.append(_Rule(pattern, rc, stdout, stderr, timed_out, raises, handler, times))
         return self
 
+    def on_spawn(
+        self, pattern: Pattern, *, lines: Sequence[str] = (), rc: int = 0, ends: bool = True,
+        replies: Mapping[str, Sequence[str]] | None = None, on_close: Sequence[str] | None = None,
+        lost: str | None = None, raises: BaseException | None = None, times: int | None = None,
+    ) -> FakeTransport:
+        """Answer a ``spawn`` whose display matches ``pattern`` with a :class:`FakeProcess` scripted so."""
+        self.spawn_rules.append(_SpawnRule(pattern, lines, rc, ends, dict(replies or {}), on_close, lost, raises,
+                                           times))
+        return self
+
+    def spawn(self, line: str, *, display: str, max_output: int = DEFAULT_MAX_OUTPUT) -> FakeProcess:
+        self.connect()
+        self.calls.append(display)
+        for rule in self.spawn_rules:
+            if not rule.matches(display):
+                continue
+            if rule.times is not None:
+                if rule.times <= 0:
+                    continue
+                rule.times -= 1
+            if rule.raises is not None:
+                raise rule.raises
+            proc = FakeProcess(self.name, display, lines=rule.lines, rc=rule.rc, ends=rule.ends,
+                               replies=rule.replies, on_close=rule.on_close, lost=rule.lost)
+            self.processes.append(proc)
+            return proc
+        raise AssertionError(f"FakeTransport({self.name}): unexpected spawn {display!r}")
+
     def connect(self) -> None:
         if self.connect_error is not None:
             raise self.connect_error
@@ -73,7 +222,7 @@ class FakeTransport:
     def close(self) -> None:
         self.connected = False
 
-    def run(self, line: str, *, timeout: float | None, display: str, max_output: int = 0) -> Result:
+    def run(self, line: str, *, timeout: float | None, display: str, max_output: int = DEFAULT_MAX_OUTPUT) -> Result:
         self.connect()
         self.calls.append(display)
         for rule in self.rules:
@@ -133,3 +282,8 @@ class FakeTransport:
         if remote not in self.files:
             raise HostError(self.name, f"no such file {remote}")
         Path(local).write_bytes(self.files[remote])
+
+
+if TYPE_CHECKING:  # the fakes satisfy the protocols they stand in for (checked by mypy)
+    _transport: Transport = FakeTransport()
+    _process: Process = FakeProcess("fake", "")

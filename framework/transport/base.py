@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
-from framework.commands import PGID_MARKER, shell_name
+from framework.commands import shell_name
+from framework.remote.protocol import PGID_MARKER
 from framework.result import Result
 
 #: default bytes kept per stream (the tail); the rest is counted and dropped
@@ -31,7 +33,7 @@ class Transport(Protocol):
 
     def spawn(self, line: str, *, display: str, max_output: int) -> Process: ...
 
-    def put(self, local: Path, remote: str, progress: Any = None) -> None: ...
+    def put(self, local: Path, remote: str, progress: Callable[[int, int], None] | None = None) -> None: ...
 
     def get(self, remote: str, local: Path) -> None: ...
 
@@ -105,6 +107,11 @@ class Process(Protocol):
 
     @property
     def pgid(self) -> int | None: ...
+
+    @property
+    def lost(self) -> str | None:
+        """Why the connection under the command broke while it ran (None while it holds)."""
+        ...
 
     def write(self, data: bytes) -> None: ...
 

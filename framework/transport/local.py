@@ -7,12 +7,14 @@ a timeout kills that whole process group (TERM, then KILL).
 
 from __future__ import annotations
 
+import io
 import os
 import shutil
 import signal
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from framework.result import Result
@@ -74,14 +76,14 @@ class LocalTransport:
     def spawn(self, line: str, *, display: str, max_output: int = DEFAULT_MAX_OUTPUT) -> LocalProcess:
         return LocalProcess(self.name, line, display, max_output)
 
-    def put(self, local: Path, remote: str, progress: object = None) -> None:
+    def put(self, local: Path, remote: str, progress: Callable[[int, int], None] | None = None) -> None:
         shutil.copyfile(local, remote)
 
     def get(self, remote: str, local: Path) -> None:
         shutil.copyfile(remote, local)
 
 
-def _pump(stream, tail: OutputTail, lines: LineQueue | None = None) -> None:  # type: ignore[no-untyped-def]
+def _pump(stream: io.BufferedReader, tail: OutputTail, lines: LineQueue | None = None) -> None:
     for chunk in iter(lambda: stream.read1(65536), b""):
         tail.feed(chunk)
         if lines is not None:
@@ -113,6 +115,10 @@ class LocalProcess:
     @property
     def pgid(self) -> int | None:
         return self._proc.pid
+
+    @property
+    def lost(self) -> str | None:
+        return None  # no connection to lose
 
     def write(self, data: bytes) -> None:
         assert self._proc.stdin is not None

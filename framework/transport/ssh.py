@@ -23,10 +23,10 @@ import select
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import paramiko
 from filelock import FileLock
@@ -41,6 +41,9 @@ from framework.errors import (
 )
 from framework.result import Result
 from framework.transport.base import DEFAULT_MAX_OUTPUT, LineQueue, OutputTail
+
+if TYPE_CHECKING:  # pragma: no cover
+    from framework.config.effective import HostSpec, Secret
 
 log = logging.getLogger("camit.ssh")
 
@@ -121,7 +124,7 @@ class SshTransport:
         port: int = 22,
         *,
         user: str = "root",
-        password: Any = None,
+        password: Secret | str | None = None,
         key_file: Path | None = None,
         host_key: str | None = None,
         known_hosts: Path | None = None,
@@ -147,8 +150,8 @@ class SshTransport:
         self._sftp_lock = threading.Lock()  # one SFTP client is not thread-safe
 
     @classmethod
-    def from_spec(cls, spec: Any) -> SshTransport:
-        """Build from a ``config.HostSpec`` (duck-typed to keep the import one-way)."""
+    def from_spec(cls, spec: HostSpec) -> SshTransport:
+        """Build from a ``config.HostSpec`` (imported for typing only: the import stays one-way)."""
         return cls(
             spec.name, spec.ssh_ip, spec.ssh_port, user=spec.user, password=spec.password,
             key_file=spec.key_file, host_key=spec.host_key, known_hosts=spec.known_hosts,
@@ -185,7 +188,8 @@ class SshTransport:
                     raise HostKeyError(self.name, f"cannot read known_hosts {self.known_hosts}: {exc}") from exc
             client.set_missing_host_key_policy(_Policy(self))
             remaining = max(0.1, deadline - time.monotonic())
-            password = self._password.reveal() if hasattr(self._password, "reveal") else self._password
+            password = self._password if self._password is None or isinstance(self._password, str) \
+                else self._password.reveal()
             sock: socket.socket | None = None
             try:
                 # our own socket, so Nagle is off before the handshake: paramiko sets no socket option,
@@ -359,7 +363,7 @@ class SshTransport:
         with self._sftp_lock:
             yield sftp
 
-    def put(self, local: Path, remote: str, progress: Any = None) -> None:
+    def put(self, local: Path, remote: str, progress: Callable[[int, int], None] | None = None) -> None:
         try:
             with self._sftp_client() as sftp:
                 sftp.put(str(local), remote, callback=progress, confirm=True)

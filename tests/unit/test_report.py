@@ -581,7 +581,11 @@ def test_the_package_exports_resolve_lazily_to_their_modules():
 
     for name in report.__all__:
         module = importlib.import_module(f"framework.report.{report._EXPORTS[name]}")
-        assert getattr(report, name) is getattr(module, name), name
+        # by module and name, not identity: pytester's in-process runs restore sys.modules afterwards, so a
+        # module first imported inside one is imported again later and its objects are new ones
+        exported, defined = getattr(report, name), getattr(module, name)
+        assert (exported.__module__, exported.__qualname__) == (defined.__module__, defined.__qualname__), name
+        assert exported.__module__ == module.__name__, name
         assert name in dir(report)
     assert sorted(report.__all__) == sorted(report._EXPORTS)
     with pytest.raises(AttributeError):

@@ -1,0 +1,127 @@
+"""Installing the staged artifacts on one host: decide (pure), then run the steps in order.
+
+:func:`is_unchanged` decides from the probe alone whether a host is deployed
+already (nothing sent, the tree and interpreter intact, the state file recording
+the same artifacts). :class:`HostInstall` runs the steps — clear the state, the
+``.run`` with its success line and ``vendors/<vendor>/`` required, the venv, the
+wheel, the import check, the state written last — each timed into the manifest
+and raising ``DeployError(host, step, ...)`` with the output's tail on failure.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from framework import commands
+from framework.deploy.plan import (
+    OP_MODULE,
+    Artifact,
+    HostPlan,
+    Probe,
+    expected_state,
+    install_run_script,
+    parse_run_output,
+    parse_verify,
+    pip_argv,
+    state_script,
+    tree_script,
+    venv_script,
+    verify_argv,
+)
+from framework.deploy.result import HostManifest
+from framework.errors import DeployError
+from framework.hosts import Host
+from framework.remote.layout import DeployState, vendor_of
+from framework.result import Result
+
+
+def artifact_of(artifacts: Sequence[Artifact], kind: str) -> Artifact | None:
+    return next((a for a in artifacts if a.kind == kind), None)
+
+
+def is_unchanged(plan: HostPlan, artifacts: Sequence[Artifact], probe: Probe, manifest: HostManifest) -> bool:
+    """Nothing was sent, what the install left is still there, and the state records these artifacts."""
+    vendor = vendor_of(probe.vendor_trees, plan.install_path)
+    changed = any(r.via != "cached" for r in manifest.artifacts)
+    intact = ((artifact_of(artifacts, "run_package") is None or vendor is not None)
+              and (artifact_of(artifacts, "wheel") is None or probe.interpreter_ok))
+    return not changed and intact and DeployState.matches(probe.state, expected_state(plan, artifacts))
+
+
+def timed(m: HostManifest, step: str, fn: Callable[[], Any]) -> Any:
+    """``fn()``, its duration added to ``m.durations[step]``."""
+    t = time.monotonic()
+    try:
+        return fn()
+    finally:
+        m.durations[step] = round(m.durations.get(step, 0.0) + time.monotonic() - t, 3)
+
+
+class HostInstall:
+    """The install steps on one host, recorded in its manifest."""
+
+    def __init__(self, host: Host, plan: HostPlan, manifest: HostManifest,
+                 on_event: Callable[[str, str], None]) -> None:
+        self.host = host
+        self.plan = plan
+        self.m = manifest
+        self.on_event = on_event
+
+    def run(self, artifacts: Sequence[Artifact], probe: Probe) -> None:
+        plan, m = self.plan, self.m
+        if is_unchanged(plan, artifacts, probe, m):
+            state = probe.state or {}
+            m.status, m.vendor = "unchanged", state.get("vendor", vendor_of(probe.vendor_trees, plan.install_path))
+            m.installed_version, m.ops = state.get("installed_version"), list(state.get("ops", []))
+            self.on_event(self.host.name, "unchanged (hashes match, nothing sent or reinstalled)")
+            return
+        run_art, wheel_art = artifact_of(artifacts, "run_package"), artifact_of(artifacts, "wheel")
+        vendor = vendor_of(probe.vendor_trees, plan.install_path)
+        self.step("clear-state", DeployState.clear_argv(plan.layout), 60)
+        if run_art is not None:
+            vendor = self.run_package(run_art)
+        if wheel_art is not None:
+            self.wheel(wheel_art, vendor if run_art is not None else None)
+        m.vendor = vendor
+        state = dict(expected_state(plan, artifacts), vendor=vendor, installed_version=m.installed_version, ops=m.ops,
+                     deployed_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+        self.step("write-state", state_script(plan, state), 60)
+        m.status = "deployed"
+        self.on_event(self.host.name, f"deployed {OP_MODULE} {m.installed_version or ''}".rstrip())
+
+    def step(self, name: str, command: commands.Command, timeout: float = 600) -> Result:
+        res: Result = timed(self.m, name, lambda: self.host.run(command, timeout=timeout))
+        if not res.ok:
+            why = "timed out" if res.timed_out else f"exit status {res.rc}"
+            raise DeployError(self.host.name, name, f"{why}\n{res.tail(8)}".rstrip())
+        return res
+
+    def run_package(self, art: Artifact) -> str:
+        """Install the ``.run``; the vendor it installed."""
+        plan, name = self.plan, self.host.name
+        self.on_event(name, f"install {art.name} --install-path={plan.install_path}")
+        res = self.step("install-run", install_run_script(plan, art))
+        ok, err = parse_run_output(res.stdout + "\n" + res.stderr)
+        if not ok:
+            raise DeployError(name, "install-run", f"{art.name} printed no SUCCESS line" + (f" ({err})" if err else "")
+                              + f"\n{res.tail(8)}")
+        vendor = vendor_of(self.step("check-tree", tree_script(plan), 60).stdout.split(), plan.install_path)
+        if vendor is None:
+            raise DeployError(name, "install-run",
+                              f"no vendors/<vendor>/bin/set_env.bash under {plan.install_path} after install")
+        return vendor
+
+    def wheel(self, art: Artifact, vendor: str | None) -> None:
+        """The wheel into the interpreter (a venv first when configured), then the import check."""
+        plan = self.plan
+        if plan.venv:
+            self.step("venv", venv_script(plan), 300)
+        self.on_event(self.host.name, f"pip install {art.name} into {plan.interpreter}")
+        self.step("install-wheel", pip_argv(plan, art), 900)
+        version, ops = parse_verify(self.step("verify", verify_argv(plan, vendor), 300).stdout)
+        if version is not None:
+            self.m.installed_version = version
+        if ops is not None:
+            self.m.ops = ops

@@ -1,0 +1,262 @@
+"""The pure half of deploy: artifacts resolved and hashed, where they go on a host, every command line and parser.
+
+Nothing here talks to a host. Paths come from the host's
+:class:`~framework.remote.layout.HostLayout`; the install record is a
+:class:`~framework.remote.layout.DeployState`.
+"""
+
+from __future__ import annotations
+
+import glob
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from framework import commands
+from framework.commands import ShellScript
+from framework.errors import ConfigError
+from framework.hosts import sha256_file
+from framework.remote.layout import STATE_VERSION, VENDOR, DeployState, HostLayout, vendor_of
+
+if TYPE_CHECKING:  # pragma: no cover
+    from framework.config.effective import EnvConfig, HostSpec
+
+KINDS = ("run_package", "wheel")
+OP_MODULE = "umdk_cam_op_lib"
+OPS = ("get_dispatch_layout", "moe_dispatch_prefill", "moe_combine_prefill", "fused_deep_moe")
+#: room kept free on a host beyond the artifacts themselves
+SPACE_MARGIN = 16 * 1024 * 1024
+RELAY_STREAM_CHUNK = 256 * 1024
+
+__all__ = ["KINDS", "OP_MODULE", "OPS", "RELAY_STREAM_CHUNK", "SPACE_MARGIN", "STATE_VERSION", "VENDOR", "Artifact",
+           "HostPlan", "Probe", "expected_state", "install_run_script", "parse_probe", "parse_run_output",
+           "pip_argv", "probe_script", "resolve_artifacts", "space_problem", "state_script", "vendor_of",
+           "venv_script", "verify_argv"]
+
+
+@dataclass(frozen=True)
+class Artifact:
+    """One local file to deploy, identified by content."""
+
+    kind: str
+    path: Path
+    sha256: str
+    size: int
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+
+def _resolve_one(env: EnvConfig, kind: str, pattern: str) -> Artifact:
+    matches = sorted(p for p in glob.glob(pattern) if Path(p).is_file())
+    if not matches:
+        raise ConfigError(env.source, f"artifacts.{kind}", f"{pattern!r} matches no file")
+    if len(matches) > 1:
+        names = ", ".join(Path(m).name for m in matches)
+        raise ConfigError(env.source, f"artifacts.{kind}",
+                          f"{pattern!r} matches {len(matches)} files, expected exactly one: {names}")
+    path = Path(matches[0])
+    suffix = ".whl" if kind == "wheel" else ".run"
+    if path.suffix != suffix:
+        raise ConfigError(env.source, f"artifacts.{kind}", f"{path.name!r} is not a {suffix} file")
+    return Artifact(kind, path, sha256_file(path), path.stat().st_size)
+
+
+def resolve_artifacts(env: EnvConfig, kinds: Sequence[str] = KINDS) -> list[Artifact]:
+    """Resolve the env's artifact globs: exactly one file each, hashed.
+
+    Raises ``ConfigError`` naming ``artifacts.<kind>`` when a pattern matches
+    nothing or more than one file, or when nothing is configured at all.
+    """
+    found = [_resolve_one(env, kind, pattern) for kind in kinds if (pattern := getattr(env.artifacts, kind))]
+    if not found:
+        raise ConfigError(env.source, "artifacts", "neither run_package nor wheel is set: nothing to deploy")
+    return found
+
+
+@dataclass(frozen=True)
+class HostPlan:
+    """Where everything goes on one host (all paths absolute, POSIX; from its :class:`HostLayout`)."""
+
+    host: str
+    workdir: str
+    python: str
+    venv: bool
+    install_path: str
+    manage_ip: str
+    cann_set_env: str | None = None
+    soc: str = "cpu"
+
+    @classmethod
+    def for_spec(cls, spec: HostSpec, env: EnvConfig) -> HostPlan:
+        return cls(
+            host=spec.name, workdir=spec.workdir.rstrip("/") or "/", python=spec.python, venv=spec.venv,
+            install_path=spec.install_path, manage_ip=spec.manage_nic.ip,
+            cann_set_env=env.cann.set_env if env.cann else None, soc=spec.npu.soc,
+        )
+
+    @property
+    def layout(self) -> HostLayout:
+        return HostLayout(self.workdir, self.install_path)
+
+    def stage(self, art: Artifact) -> str:
+        return self.layout.stage(art.sha256)
+
+    def remote_path(self, art: Artifact) -> str:
+        return self.layout.artifact(art.sha256, art.name)
+
+    @property
+    def venv_dir(self) -> str:
+        return self.layout.venv
+
+    @property
+    def interpreter(self) -> str:
+        return self.layout.venv_python if self.venv else self.python
+
+    @property
+    def state_file(self) -> str:
+        return self.layout.state_file
+
+    def bin_path(self, name: str, sha: str) -> str:
+        return self.layout.bin(name, sha)
+
+    def vendor_set_env(self, vendor: str = VENDOR) -> str:
+        return self.layout.vendor_set_env(vendor)
+
+
+def expected_state(plan: HostPlan, artifacts: Sequence[Artifact]) -> dict[str, Any]:
+    """What the state file must say for the host to count as deployed with ``artifacts``."""
+    return DeployState({a.kind: a.sha256 for a in artifacts}, plan.install_path, plan.interpreter).expected()
+
+
+@dataclass
+class Probe:
+    """What one round trip told about a host (:func:`probe_script`, :func:`parse_probe`)."""
+
+    have: set[str] = field(default_factory=set)
+    state: dict[str, Any] | None = None
+    free: int | None = None
+    vendor_trees: list[str] = field(default_factory=list)
+    interpreter_ok: bool = False
+    relay_ok: bool = False
+
+
+def probe_script(plan: HostPlan, artifacts: Sequence[Artifact], relay_bin: str | None = None) -> ShellScript:
+    """One shell script answering everything deploy needs to decide, line-tagged."""
+    q = commands.quote
+    layout = plan.layout
+    parts = [f"mkdir -p {q(plan.workdir)}"]
+    for a in artifacts:
+        parts.append(f"[ -f {q(layout.stage_ok(a.sha256))} ] && [ -f {q(plan.remote_path(a))} ] && echo HAVE {a.sha256}")
+    parts.append(DeployState.read_script(layout))
+    parts.append(f"df -Pk {q(plan.workdir)} | awk 'NR==2 {{print \"FREE\", $4 * 1024}}'")
+    parts.append(layout.vendor_glob_script("TREE"))
+    parts.append(f"[ -x {q(plan.interpreter)} ] && echo INTERP ok")
+    if relay_bin:
+        parts.append(f"[ -f {q(relay_bin)} ] && echo RELAY ok")
+    return ShellScript("; ".join(f"{{ {p}; }}" if i else p for i, p in enumerate(parts)) + "; true")
+
+
+def parse_probe(stdout: str) -> Probe:
+    probe = Probe(state=DeployState.from_probe(stdout))
+    for line in stdout.splitlines():
+        tag, _, rest = line.partition(" ")
+        if tag == "HAVE":
+            probe.have.add(rest.strip())
+        elif tag == "FREE":
+            try:
+                probe.free = int(float(rest))
+            except ValueError:
+                pass
+        elif tag == "TREE":
+            probe.vendor_trees.append(rest.strip())
+        elif tag == "INTERP":
+            probe.interpreter_ok = True
+        elif tag == "RELAY":
+            probe.relay_ok = True
+    return probe
+
+
+def space_problem(plan: HostPlan, missing: Sequence[Artifact], free: int | None) -> str | None:
+    """Why ``missing`` cannot be staged in the host's workdir (free space), or None."""
+    need = sum(a.size for a in missing)
+    if missing and free is not None and free < need + SPACE_MARGIN:
+        return f"not enough space in {plan.workdir}: need {mb(need + SPACE_MARGIN)}, free {mb(free)}"
+    return None
+
+
+def install_run_script(plan: HostPlan, art: Artifact) -> ShellScript:
+    """Run the ``.run`` like CANN packages: absolute ``--install-path``, ``--quiet``, no stdin."""
+    path = commands.quote(plan.remote_path(art))
+    flag = commands.quote(f"--install-path={plan.install_path}")
+    return ShellScript(f"chmod +x {path} && {path} {flag} --quiet < /dev/null")
+
+
+_SUCCESS = re.compile(r"^\s*SUCCESS\b")
+_ERROR = re.compile(r"^\s*(\[[^\]]*\]\s*)*(ERROR|\[ERROR\])", re.IGNORECASE)
+
+
+def parse_run_output(stdout: str) -> tuple[bool, str | None]:
+    """(success line seen, first ERROR line) from a ``.run`` install's output."""
+    lines = stdout.splitlines()
+    ok = any(_SUCCESS.match(line) for line in lines)
+    err = next((line.strip() for line in lines if _ERROR.match(line) or "ERROR:" in line), None)
+    return ok, err
+
+
+def tree_script(plan: HostPlan) -> ShellScript:
+    """sh listing the ``vendors/*/bin/set_env.bash`` under the install path (after a ``.run`` install)."""
+    return ShellScript(plan.layout.vendor_glob_script() + "; true")
+
+
+def venv_script(plan: HostPlan) -> ShellScript:
+    q = commands.quote
+    return ShellScript(f"[ -x {q(plan.interpreter)} ] || {q(plan.python)} -m venv --system-site-packages {q(plan.venv_dir)}")
+
+
+def pip_argv(plan: HostPlan, art: Artifact) -> list[str]:
+    return [plan.interpreter, "-m", "pip", "install", "--force-reinstall", "--no-deps", "--no-index",
+            "--disable-pip-version-check", "-q", plan.remote_path(art)]
+
+
+def verify_argv(plan: HostPlan, vendor: str | None) -> list[str]:
+    """bash that sources CANN and the vendor ``set_env`` and imports the op library."""
+    q = commands.quote
+    # importing torch and the op library writes caches under TMPDIR: keep them in the workdir
+    tmp = plan.layout.tmp
+    steps = [f"mkdir -p {q(tmp)}", f"export TMPDIR={q(tmp)}"]
+    if plan.cann_set_env:
+        steps.append(f". {q(plan.cann_set_env)}")
+    if vendor:
+        steps.append(f". {q(plan.vendor_set_env(vendor))}")
+    code = (
+        ("import torch_npu\n" if plan.soc != "cpu" else "")
+        + f"import torch, {OP_MODULE} as m\n"
+        + "print('CAMIT-VERSION', getattr(m, '__version__', 'unknown'))\n"
+        + f"ns = torch.ops.{OP_MODULE}\n"
+        + f"print('CAMIT-OPS', ','.join(n for n in {OPS!r} if hasattr(ns, n)))\n"
+    )
+    steps.append(f"{q(plan.interpreter)} -c {q(code)}")
+    return ["bash", "-c", " && ".join(steps)]
+
+
+def parse_verify(stdout: str) -> tuple[str | None, list[str] | None]:
+    """(installed version, ops found) from :func:`verify_argv`'s output (None: line missing)."""
+    version = ops = None
+    for line in stdout.splitlines():
+        if line.startswith("CAMIT-VERSION "):
+            version = line.split(" ", 1)[1].strip()
+        elif line.startswith("CAMIT-OPS "):
+            ops = [o for o in line.split(" ", 1)[1].strip().split(",") if o]
+    return version, ops
+
+
+def state_script(plan: HostPlan, state: Mapping[str, Any]) -> ShellScript:
+    return ShellScript(DeployState.write_script(plan.layout, state))
+
+
+def mb(n: float) -> str:
+    return f"{n / 1024 / 1024:.1f} MiB"

@@ -1,0 +1,82 @@
+"""Bringing a node's run folder back: one tar stream per node into ``<report>/<host>/``, then reading it.
+
+:func:`pack_script` and :func:`unpack` are the two ends of the stream;
+:func:`read_ranks` turns what came back (the rank wrapper's ``rank<r>.json``,
+``rank<r>.log``, ``rank<r>.xml``) into :class:`~framework.launch.result.RankResult` entries;
+:func:`port_taken` reads ``torchrun.log`` for a master port another process had.
+"""
+
+from __future__ import annotations
+
+import json
+import tarfile
+from pathlib import Path
+
+from framework import commands
+from framework.commands import ShellScript
+from framework.launch.plan import FETCH_PATTERNS, PORT_TAKEN
+from framework.launch.result import LaunchResult, RankResult
+from framework.remote import protocol
+
+#: lines of the failed rank's log shown with the failure
+TAIL_LINES = 20
+
+
+def pack_script(run_dir: str, tgz: str) -> ShellScript:
+    """sh: tar the run folder's files a rank leaves for us into ``tgz``.
+
+    Only what :data:`FETCH_PATTERNS` names — never raw cores (a relative core_pattern drops them
+    here; the core-dump collector fetches those compressed and capped).
+    """
+    q = commands.quote
+    names = " -o ".join(f"-name {q(p)}" for p in FETCH_PATTERNS)
+    return ShellScript(f"cd {q(run_dir)} && find . -maxdepth 1 -type f \\( {names} \\) -print0 | "
+            f"tar czf {q(tgz)} --null -T -")
+
+
+def cleanup_argv(run_dir: str, tgz: str, keep_remote: bool) -> list[str]:
+    return ["rm", "-rf", "--", tgz] + ([] if keep_remote else [run_dir])
+
+
+def unpack(tgz: Path, local_dir: Path) -> None:
+    """The regular files of ``tgz`` into ``local_dir`` by base name (no folders, nothing hidden)."""
+    with tarfile.open(tgz) as tar:
+        for member in tar.getmembers():
+            name = Path(member.name).name
+            if not member.isfile() or not name or name.startswith("."):
+                continue
+            data = tar.extractfile(member)
+            if data is not None:
+                (local_dir / name).write_bytes(data.read())
+
+
+def read_ranks(result: LaunchResult, host: str, local_dir: Path) -> None:
+    """Status, log and JUnit of every rank fetched into ``local_dir`` (the files win over the lines)."""
+    for status in sorted(local_dir.glob(protocol.rank_file("*", "json"))):
+        try:
+            st = json.loads(status.read_text())
+        except ValueError:
+            continue
+        rank = st.get("rank")
+        if not isinstance(rank, int):
+            continue
+        rr = result.ranks.setdefault(rank, RankResult(rank, host))
+        rr.exit_code, rr.signal = st.get("exit_code"), st.get("signal")
+    for rank_log in local_dir.glob(protocol.rank_file("*", "log")):
+        stem = rank_log.stem[len(protocol.RANK_STEM):]
+        if stem.isdigit():
+            rr = result.ranks.setdefault(int(stem), RankResult(int(stem), host))
+            rr.log = str(rank_log)
+            junit = local_dir / protocol.rank_file(stem, "xml")
+            rr.junit = str(junit) if junit.exists() else None
+
+
+def log_tail(path: str | None, lines: int = TAIL_LINES) -> str:
+    if not path or not Path(path).exists():
+        return ""
+    return "\n".join(Path(path).read_text(errors="replace").splitlines()[-lines:])
+
+
+def port_taken(torchrun_log: Path) -> bool:
+    """Did this node's torchrun fail because the master port was taken?"""
+    return torchrun_log.exists() and any(s in torchrun_log.read_text(errors="replace").lower() for s in PORT_TAKEN)

@@ -1,0 +1,173 @@
+"""The pure half of watching a launch: supervisor lines in, decisions out.
+
+:class:`LaunchMonitor` holds no process and reads no clock: the runner feeds it
+each supervisor line (or the end of a channel) with the time it arrived and
+asks it, as time passes, which nodes are due a heartbeat and whether a node went
+silent or the job ran out of time. It fills the :class:`~framework.launch.result.LaunchResult`
+— the first failure as a sentence, its kind (rank | node | lost | timeout |
+interrupted | infra), the rank that failed first — exactly as the lab sees it,
+so it is unit-tested from recorded supervisor transcripts (``tests/data/launch/``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from framework.launch.plan import HEARTBEAT, LOST_AFTER, NodePlan, host_of_rank
+from framework.launch.result import LaunchResult, NodeResult, RankResult
+from framework.remote import protocol
+
+log = logging.getLogger("camit.launch")
+
+#: signals a rank usually dies of as a consequence (torchrun or our teardown stopping it)
+SECONDARY_SIGNALS = ("SIGTERM", "SIGKILL", "SIGINT", "SIGHUP")
+
+
+def secondary(rank: RankResult) -> bool:
+    return rank.signal in SECONDARY_SIGNALS
+
+
+@dataclass
+class NodeWatch:
+    """One node as the monitor sees it."""
+
+    plan: NodePlan
+    result: NodeResult
+    start: float = 0.0
+    last_line: float = 0.0
+
+    @property
+    def over(self) -> bool:
+        return self.result.done or self.result.lost is not None
+
+
+class LaunchMonitor:
+    """Judges one launch from its supervisors' lines; ``result`` is the launch's result, filled as lines come."""
+
+    def __init__(self, result: LaunchResult, plans: Mapping[str, NodePlan], *, deadline: float,
+                 lost_after: float = LOST_AFTER, heartbeat: float = HEARTBEAT) -> None:
+        self.result = result
+        self.nodes = {h: NodeWatch(p, result.nodes[h]) for h, p in plans.items()}
+        self.deadline = deadline
+        self.lost_after = lost_after
+        self.heartbeat = heartbeat
+        self.failed_at: float | None = None
+        self._last_hb: float | None = None
+
+    # -- facts in -------------------------------------------------------------------------------
+    def started(self, host: str, now: float) -> None:
+        node = self.nodes[host]
+        node.start = node.last_line = now
+
+    def fail(self, kind: str, text: str, now: float) -> None:
+        """Record the launch's first failure (later ones are consequences and only logged by the caller)."""
+        if self.result.failure is None:
+            self.result.failure, self.result.failure_kind = text, kind
+            self.failed_at = now
+            log.warning("%s", text)
+
+    def line(self, host: str, text: str, now: float) -> None:
+        """One line of ``host``'s supervisor."""
+        node = self.nodes[host]
+        node.last_line = now
+        msg = protocol.parse_supervisor_line(text)
+        if msg.kind == protocol.RANK:
+            self._rank(host, msg, now)
+        elif msg.kind == protocol.EXIT:
+            node.result.exit_code = msg.exit_code
+            if node.result.exit_code != 0:
+                self.fail("node", f"torchrun on {host} exited {node.result.exit_code}", now)
+        elif msg.kind == protocol.KILLED:
+            node.result.killed = msg.reason
+        elif msg.kind == protocol.SWEPT:
+            node.result.swept = msg.count
+        elif msg.kind == protocol.DONE:
+            node.result.done = True
+
+    def closed(self, host: str, now: float, why: str | None = None, *, teardown: bool = False) -> None:
+        """``host``'s channel ended (``why``: the transport's reason, when it knows one)."""
+        node = self.nodes[host]
+        node.last_line = now
+        if node.result.done:
+            return
+        if teardown:
+            node.result.lost = node.result.lost or "channel closed during teardown"
+            return
+        node.result.lost = why or "its SSH channel closed"
+        self.fail("lost", f"lost {host}: {node.result.lost}", now)
+
+    def _rank(self, host: str, msg: protocol.SupervisorLine, now: float) -> None:
+        result = self.result
+        rank = msg.rank if msg.rank is not None else -1
+        rr = result.ranks.setdefault(rank, RankResult(rank, host))
+        if msg.signal is not None:
+            rr.signal = msg.signal
+        else:
+            rr.exit_code = msg.exit_code
+        if rr.ok:
+            return
+        # a rank killed by TERM/KILL is usually a consequence (torchrun or our teardown
+        # stopping it); a rank that failed on its own, reported later, is the root cause
+        current = result.ranks.get(result.failure_rank) if result.failure_rank is not None else None
+        if result.failure is None or (result.failure_kind == "rank" and current is not None
+                                      and secondary(current) and not secondary(rr)):
+            result.failure_rank = rank
+            if result.failure is None:
+                self.fail("rank", rr.describe(), now)
+            else:
+                result.failure = rr.describe()
+
+    # -- time passing ---------------------------------------------------------------------------
+    def tick(self, now: float) -> None:
+        """Declare silent nodes lost and the job timed out, as of ``now``."""
+        for host, node in self.nodes.items():
+            if not node.over and now - node.last_line > self.lost_after:
+                node.result.lost = f"no heartbeat for {now - node.last_line:.0f}s"
+                self.fail("lost", f"lost {host}: {node.result.lost}", now)
+        if now > self.deadline and self.result.failure is None:
+            self.result.timed_out = True
+            first = min(n.start for n in self.nodes.values())
+            self.fail("timeout", f"job timeout after {self.deadline - first:.0f}s", now)
+
+    def heartbeats_due(self, now: float) -> list[str]:
+        """The nodes to send ``HB`` to now (every ``heartbeat`` seconds, to every node still running)."""
+        if self._last_hb is not None and now - self._last_hb < self.heartbeat:
+            return []
+        self._last_hb = now
+        return self.running()
+
+    # -- questions --------------------------------------------------------------------------------
+    def running(self) -> list[str]:
+        return [h for h, n in self.nodes.items() if not n.over]
+
+    @property
+    def finished(self) -> bool:
+        """Every node is done or lost."""
+        return all(n.over for n in self.nodes.values())
+
+    @property
+    def stop(self) -> bool:
+        """A failure is recorded: the runner tears the launch down."""
+        return self.result.failure is not None
+
+    # -- the end ------------------------------------------------------------------------------------
+    def conclude(self, now: float) -> None:
+        """After the fetch: every rank of the world has an entry; unreported ranks fail the launch."""
+        result = self.result
+        plans = {h: n.plan for h, n in self.nodes.items()}
+        for r in range(result.world_size):
+            result.ranks.setdefault(r, RankResult(r, host_of_rank(r, plans)))
+        if result.failure is None and not result.ok:
+            missing = [r.describe() for r in result.ranks.values() if not r.ok]
+            self.fail("rank", "; ".join(missing[:4]), now)
+
+    def failed_rank(self) -> RankResult | None:
+        """The rank whose log tail explains the failure: the first failing one, else the lowest failed with a log."""
+        result = self.result
+        failed = result.ranks.get(result.failure_rank) if result.failure_rank is not None else None
+        if failed is None:
+            failed = next((r for r in sorted(result.ranks.values(), key=lambda r: r.rank) if not r.ok and r.log),
+                          None)
+        return failed

@@ -1,0 +1,226 @@
+"""The pure half of launch: targets, backend variables, node plans and the exact node command line.
+
+Nothing here does I/O. :func:`node_command` builds, for each node, the bash line
+(CANN and vendor ``set_env``, the backend's variables, the env's and the test's
+own variables, ``ulimit -c``, then the supervisor running
+``python -m torch.distributed.run ... --no-python <python> rankwrap.py ...``);
+:func:`plan_nodes` decides every node's plan from the env, the prepared hosts
+(their :class:`~framework.remote.layout.HostLayout` and deploy state) and the
+master address and port.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from framework import commands
+from framework.commands import ShellScript
+from framework.errors import UsageError
+from framework.remote.layout import DeployState, HostLayout
+
+if TYPE_CHECKING:  # pragma: no cover
+    from framework.config.effective import EnvConfig, HostSpec
+
+HEARTBEAT = 2.0
+#: a node that said nothing for this long is lost (its supervisor stops the run after SUPERVISOR_SILENCE);
+#: generous enough for a controller starved on a loaded 2-core machine (12 s was seen to misfire)
+LOST_AFTER = 20.0
+SUPERVISOR_SILENCE = 25.0
+KILL_GRACE = 2.0
+DEFAULT_CORE_LIMIT = "unlimited"
+PORT_RETRIES = 3
+#: files of a node's run folder that come back to the report folder
+FETCH_PATTERNS = ("rank*.log", "rank*.json", "rank*.xml", "torchrun.log", "perf-*.json", "coverage-*")
+#: a rendezvous that failed because another process had the master port
+PORT_TAKEN = ("address already in use", "eaddrinuse", "errno 98")
+
+
+@dataclass(frozen=True)
+class Target:
+    """What each worker runs: ``-m module args`` or ``script args`` (script already on the hosts)."""
+
+    module: str | None = None
+    script: str | None = None
+    args: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if (self.module is None) == (self.script is None):
+            raise UsageError("a launch target is either a module (-m NAME) or a script path")
+
+    def python_args(self) -> list[str]:
+        return ["-m", self.module, *self.args] if self.module else [str(self.script), *self.args]
+
+    @classmethod
+    def parse(cls, argv: Sequence[str]) -> Target:
+        """``['-m', 'pkg', 'a']`` or ``['script.py', 'a']`` (the command line after ``--``)."""
+        argv = list(argv)
+        if argv[:1] == ["--"]:
+            argv = argv[1:]
+        if not argv:
+            raise UsageError("no launch target: give a script.py or -m module")
+        if argv[0] == "-m":
+            if len(argv) < 2:
+                raise UsageError("-m needs a module name")
+            return cls(module=argv[1], args=tuple(argv[2:]))
+        return cls(script=argv[0], args=tuple(argv[1:]))
+
+
+def backend_env(spec: HostSpec, backend: str) -> dict[str, str]:
+    """The variables the communication backend needs on this node (ascend-hosts.md §7)."""
+    nic = (spec.test_nic1.name if spec.test_nic1 is not None and spec.test_nic1.name else None) or spec.manage_nic.name
+    if backend == "hccl":
+        env = {"HCCL_IF_IP": spec.test_ip, "HCCL_SOCKET_IFNAME": f"={nic}" if nic else "",
+               "HCCL_BUFFSIZE": "4096", "HCCL_CONNECT_TIMEOUT": "120"}
+        if spec.npu.visible:
+            env["ASCEND_RT_VISIBLE_DEVICES"] = ",".join(str(d) for d in spec.npu.visible)
+        return {k: v for k, v in env.items() if v}
+    if backend == "gloo":
+        return {"GLOO_SOCKET_IFNAME": nic} if nic else {}
+    if backend == "nccl":
+        return {"NCCL_SOCKET_IFNAME": nic} if nic else {}
+    raise UsageError(f"unknown backend {backend!r}")
+
+
+@dataclass(frozen=True)
+class NodePlan:
+    """Everything one node's launch line needs."""
+
+    host: str
+    node_rank: int
+    nnodes: int
+    nproc_per_node: int
+    master_addr: str
+    master_port: int
+    python: str
+    run_dir: str
+    supervisor: str
+    rankwrap: str
+    launch_id: str
+    env: Mapping[str, Any]
+    cann_set_env: str | None = None
+    vendor_set_env: str | None = None
+    deadline: float = 3600.0
+    core_limit: str | None = DEFAULT_CORE_LIMIT
+    silence: float = SUPERVISOR_SILENCE
+
+
+def node_command(plan: NodePlan, target: Target) -> commands.Line:
+    """The bash line that starts this node's supervised torchrun (pure; tested line by line)."""
+    q = commands.quote
+    torchrun = [plan.python, "-m", "torch.distributed.run", "--nnodes", str(plan.nnodes),
+                "--nproc-per-node", str(plan.nproc_per_node), "--node-rank", str(plan.node_rank),
+                "--master-addr", plan.master_addr, "--master-port", str(plan.master_port),
+                "--no-python", plan.python, plan.rankwrap, "--status-dir", plan.run_dir, "--", *target.python_args()]
+    # the tag names the node too: the lab's hosts share one PID namespace, and a
+    # sweep on one node must never reach another node's processes
+    supervisor = [plan.python, plan.supervisor, "--run-id", f"{plan.launch_id}.{plan.host}", "--status-dir", plan.run_dir,
+                  "--deadline", f"{plan.deadline:g}", "--grace", f"{KILL_GRACE:g}",
+                  "--heartbeat", f"{HEARTBEAT:g}", "--silence", f"{plan.silence:g}", "--", *torchrun]
+
+    def assemble(redact: bool) -> str:
+        # TMPDIR under the run folder: torchrun's torchelastic_* and torch's caches go there and
+        # leave with the run folder instead of piling up in the host's /tmp
+        steps = [f"mkdir -p {q(plan.run_dir + '/tmp')}", f"cd {q(plan.run_dir)}"]
+        if plan.core_limit:
+            lim = q(plan.core_limit)
+            steps.append(f"{{ ulimit -S -c {lim} 2>/dev/null || ulimit -S -c \"$(ulimit -H -c)\"; }}")
+        if plan.cann_set_env:
+            steps.append(f". {q(plan.cann_set_env)}")
+        if plan.vendor_set_env:
+            steps.append(f". {q(plan.vendor_set_env)}")
+        exported = commands.export_env({"TMPDIR": plan.run_dir + "/tmp", **plan.env}, redact=redact)
+        steps.append(exported)
+        steps.append("exec " + commands.join(supervisor))
+        return " && ".join(steps)
+
+    return commands.Line(
+        "bash -c " + q(assemble(False)), "bash -c " + q(assemble(True))
+    )
+
+
+def launch_label(name: str | None) -> str:
+    """The part of a launch id taken from its name: safe in a path, a file name and an environment value.
+
+    Test and module names can hold spaces, quotes, slashes or unicode; the launch id becomes a run
+    folder, ``launch-<id>.json`` and the run tag, so only ``[A-Za-z0-9_.-]`` survive (32 at most).
+    """
+    label = re.sub(r"[^A-Za-z0-9_.-]+", "_", name or "").strip("_.-")[:32]
+    return label or "launch"
+
+
+def free_port_argv(python: str, addr: str) -> list[str]:
+    """argv printing a free TCP port on ``addr`` (bound and released at once)."""
+    code = f"import socket; s = socket.socket(); s.bind(({addr!r}, 0)); print(s.getsockname()[1])"
+    return [python, "-c", code]
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """One host made ready for launches: its layout, the shipped programs, its deploy state."""
+
+    layout: HostLayout
+    supervisor: str
+    rankwrap: str
+    script: str | None = None
+    state: DeployState = field(default_factory=DeployState)
+
+
+def shipped_files(layout: HostLayout, programs: Mapping[str, tuple[Path, str]],
+                  script: tuple[Path, str] | None = None) -> dict[str, Path]:
+    """remote path → local path of what a host needs for launches (content-addressed).
+
+    ``programs``: name → (local path, sha256) of the shipped programs; ``script``: a local target
+    script and its sha256.
+    """
+    files = {layout.bin(name, sha): local for name, (local, sha) in programs.items()}
+    if script is not None:
+        local, sha = script
+        files[layout.target(sha, local.name)] = local
+    return files
+
+
+def prepare_probe(files: Sequence[str], layout: HostLayout) -> ShellScript:
+    """sh: ``HAVE <path>`` for each of ``files`` already on the host, then the deploy state's line."""
+    q = commands.quote
+    probe = "; ".join(f"[ -f {q(p)} ] && echo HAVE {q(p)}" for p in files)
+    return ShellScript(probe + f"; {DeployState.read_script(layout)}; true")
+
+
+def parse_prepare_probe(stdout: str) -> tuple[set[str], DeployState]:
+    have = {line[5:] for line in stdout.splitlines() if line.startswith("HAVE ")}
+    return have, DeployState.from_doc(DeployState.from_probe(stdout))
+
+
+def plan_nodes(env: EnvConfig, names: Sequence[str], prepared: Mapping[str, Prepared], *, nproc: int,
+               backend: str, master_port: int, launch_id: str, extra_env: Mapping[str, Any],
+               timeout: float, core_limit: str | None) -> dict[str, NodePlan]:
+    """host → its :class:`NodePlan`, node 0 first (the hosts in ``names`` order)."""
+    specs = [env.hosts[n] for n in names]
+    master_addr = specs[0].test_ip
+    plans = {}
+    for i, spec in enumerate(specs):
+        prep = prepared[spec.name]
+        state = prep.state
+        layout = HostLayout(prep.layout.workdir, state.install_path or spec.install_path)
+        plans[spec.name] = NodePlan(
+            host=spec.name, node_rank=i, nnodes=len(specs), nproc_per_node=nproc, master_addr=master_addr,
+            master_port=master_port, python=state.interpreter or spec.python,
+            run_dir=prep.layout.run_dir(launch_id), supervisor=prep.supervisor, rankwrap=prep.rankwrap,
+            launch_id=launch_id,
+            env={**backend_env(spec, backend), **dict(env.launch.env), **dict(extra_env)},
+            cann_set_env=env.cann.set_env if env.cann else None,
+            vendor_set_env=layout.vendor_set_env(state.vendor) if state.vendor else None,
+            deadline=timeout + 60, core_limit=core_limit,
+        )
+    return plans
+
+
+def host_of_rank(rank: int, plans: Mapping[str, NodePlan]) -> str:
+    for p in plans.values():
+        if p.node_rank * p.nproc_per_node <= rank < (p.node_rank + 1) * p.nproc_per_node:
+            return p.host
+    return "?"

@@ -1,0 +1,78 @@
+"""What a launch came to: per rank, per node and for the whole launch (``launch-<id>.json``)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+
+@dataclass
+class RankResult:
+    rank: int
+    host: str
+    exit_code: int | None = None
+    signal: str | None = None
+    log: str | None = None
+    junit: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0 and self.signal is None
+
+    def describe(self) -> str:
+        if self.signal:
+            return f"rank {self.rank} on {self.host} died of {self.signal}"
+        if self.exit_code is None:
+            return f"rank {self.rank} on {self.host} did not report (killed or lost)"
+        return f"rank {self.rank} on {self.host} exited {self.exit_code}"
+
+
+@dataclass
+class NodeResult:
+    host: str
+    node_rank: int
+    exit_code: int | None = None
+    killed: str | None = None
+    lost: str | None = None
+    swept: int = 0
+    duration: float = 0.0
+    done: bool = False
+
+
+@dataclass
+class LaunchResult:
+    launch_id: str
+    nodes: dict[str, NodeResult]
+    ranks: dict[int, RankResult]
+    world_size: int
+    master: str = ""
+    duration: float = 0.0
+    failure: str | None = None  # the first failure, as a sentence
+    failure_kind: str | None = None  # rank | node | lost | timeout | interrupted | infra
+    failure_tail: str = ""  # tail of the failed rank's log
+    failure_rank: int | None = None  # the rank whose failure came first
+    timed_out: bool = False
+    teardown_seconds: float | None = None
+    report_dir: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.failure is None and len(self.ranks) == self.world_size and all(r.ok for r in self.ranks.values())
+
+    def message(self) -> str:
+        if self.ok:
+            return f"{self.world_size} ranks on {len(self.nodes)} nodes passed in {self.duration:.1f}s"
+        text = self.failure or "not every rank reported success"
+        if self.failure_tail:
+            text += "\n--- log tail ---\n" + self.failure_tail
+        return text
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "launch_id": self.launch_id, "ok": self.ok, "world_size": self.world_size, "master": self.master,
+            "duration": round(self.duration, 3), "failure": self.failure, "failure_kind": self.failure_kind,
+            "failure_rank": self.failure_rank, "timed_out": self.timed_out,
+            "teardown_seconds": self.teardown_seconds,
+            "nodes": {h: asdict(n) for h, n in self.nodes.items()},
+            "ranks": {str(r): asdict(v) for r, v in sorted(self.ranks.items())},
+        }

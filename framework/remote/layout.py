@@ -1,0 +1,230 @@
+"""The host-side contract: where camit keeps everything on a host, and what ``deploy-state.json`` says.
+
+Every path camit writes under a host's workdir is named here, once (:class:`HostLayout`);
+deploy, launch, coverage and the rank suites ask the layout instead of joining strings::
+
+    <workdir>/artifacts/<sha256>/<name>   a staged artifact (+ .ok once verified)
+    <workdir>/venv/                        the deploy's virtualenv (bin/python)
+    <workdir>/deploy-state.json            the install record (DeployState), written last
+    <workdir>/bin/<stem>-<sha12>.<ext>     shipped programs (relay, supervisor, rankwrap)
+    <workdir>/targets/<sha12>/<name>       a launch target script copied from the controller
+    <workdir>/runs/<launch id>/            one node's run folder (cwd of torchrun; tmp/ inside)
+    <workdir>/suites/<sha16>/              a shipped rank-side test tree (+ .ok)
+    <workdir>/tmp/                         TMPDIR of the deploy's import check
+    <install_path>/vendors/<vendor>/bin/set_env.bash   the op package's environment
+
+:class:`DeployState` is the ``deploy-state.json`` document: deploy writes it
+(:meth:`DeployState.write_script`) after a complete install and removes it first;
+launch and coverage read it (:meth:`DeployState.read_script` / :meth:`DeployState.parse`)
+for the ranks' interpreter, install path and vendor. Standard library only.
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+import shlex
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+STATE_FILE = "deploy-state.json"
+STATE_VERSION = 1
+#: the tag of the probe line carrying the state document (``STATE <json>``)
+STATE_TAG = "STATE"
+VENDOR = "CAM"
+DEFAULT_WORKDIR = "/var/tmp/camit"
+
+
+class _HasWorkdir(Protocol):
+    @property
+    def workdir(self) -> str: ...
+
+
+def _q(word: str) -> str:
+    return shlex.quote(str(word))
+
+
+@dataclass(frozen=True)
+class HostLayout:
+    """Every path on one host (absolute, POSIX) below its ``workdir``; ``install_path`` for the op package."""
+
+    workdir: str
+    install_path: str = ""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "workdir", self.workdir.rstrip("/") or "/")
+        if not self.install_path:
+            object.__setattr__(self, "install_path", self.join("opp"))
+
+    @classmethod
+    def of(cls, spec: _HasWorkdir) -> HostLayout:
+        """The layout of a ``HostSpec`` (or anything with ``workdir`` and, optionally, ``install_path``)."""
+        return cls(str(spec.workdir or DEFAULT_WORKDIR), str(getattr(spec, "install_path", "") or ""))
+
+    def join(self, *parts: str) -> str:
+        return posixpath.join(self.workdir, *parts)
+
+    # -- deploy ---------------------------------------------------------------------------------
+    def stage(self, sha256: str) -> str:
+        """The folder of one artifact, by content."""
+        return self.join("artifacts", sha256)
+
+    def artifact(self, sha256: str, name: str) -> str:
+        return f"{self.stage(sha256)}/{name}"
+
+    def stage_ok(self, sha256: str) -> str:
+        """Written once the artifact in ``stage(sha256)`` is verified."""
+        return f"{self.stage(sha256)}/.ok"
+
+    @property
+    def venv(self) -> str:
+        return self.join("venv")
+
+    @property
+    def venv_python(self) -> str:
+        return f"{self.venv}/bin/python"
+
+    @property
+    def state_file(self) -> str:
+        return self.join(STATE_FILE)
+
+    @property
+    def tmp(self) -> str:
+        return self.join("tmp")
+
+    def bin(self, name: str, sha256: str) -> str:
+        """A shipped program, content-addressed: ``bin/relay-<sha12>.py``."""
+        stem, _, ext = name.rpartition(".")
+        return self.join("bin", f"{stem}-{sha256[:12]}.{ext}")
+
+    @property
+    def vendors(self) -> str:
+        return f"{self.install_path}/vendors"
+
+    def vendor_set_env(self, vendor: str = VENDOR) -> str:
+        return f"{self.vendors}/{vendor}/bin/set_env.bash"
+
+    def vendor_of(self, set_envs: Sequence[str]) -> str | None:
+        """The vendor to use from found ``vendors/*/bin/set_env.bash``: ``CAM`` when present, else the only one."""
+        return vendor_of(set_envs, self.install_path)
+
+    def vendor_glob_script(self, tag: str = "") -> str:
+        """sh printing ``[<tag> ]<path>`` for every ``vendors/*/bin/set_env.bash`` there is."""
+        word = f"{tag} " if tag else ""
+        return (f"for f in {_q(self.install_path)}/vendors/*/bin/set_env.bash; "
+                f"do [ -f \"$f\" ] && echo {word}\"$f\"; done")
+
+    # -- launch ---------------------------------------------------------------------------------
+    def target(self, sha256: str, name: str) -> str:
+        """A launch target script copied from the controller."""
+        return self.join("targets", sha256[:12], name)
+
+    @property
+    def runs(self) -> str:
+        return self.join("runs")
+
+    def run_dir(self, launch_id: str) -> str:
+        return f"{self.runs}/{launch_id}"
+
+    # -- suites and coverage --------------------------------------------------------------------
+    def suite(self, sha256: str) -> str:
+        """A shipped rank-side tree (``.ok`` inside once unpacked)."""
+        return self.join("suites", sha256[:16])
+
+    def scratch(self, name: str) -> str:
+        """A temporary file directly in the workdir (archives on their way to the controller)."""
+        return self.join(name)
+
+
+def vendor_of(set_envs: Sequence[str], install_path: str) -> str | None:
+    """The vendor directory under ``install_path`` to use: ``CAM`` when present, else the only one there is."""
+    prefix = f"{install_path}/vendors/"
+    names = [t[len(prefix):].split("/", 1)[0] for t in set_envs if t.startswith(prefix)]
+    if VENDOR in names:
+        return VENDOR
+    return names[0] if len(names) == 1 else None
+
+
+@dataclass(frozen=True)
+class DeployState:
+    """``deploy-state.json``: what deploy installed on a host, written last, removed first.
+
+    ``matches`` compares what decides a redeploy (version, artifact hashes, install
+    path, interpreter); the rest (vendor, installed version, ops, time) is the record.
+    """
+
+    artifacts: Mapping[str, str] = field(default_factory=dict)
+    install_path: str = ""
+    interpreter: str = ""
+    vendor: str | None = None
+    installed_version: str | None = None
+    ops: tuple[str, ...] = ()
+    deployed_at: str | None = None
+    version: int = STATE_VERSION
+
+    def expected(self) -> dict[str, Any]:
+        """The deciding part of the document."""
+        return {"version": self.version, "artifacts": dict(self.artifacts), "install_path": self.install_path,
+                "interpreter": self.interpreter}
+
+    def to_doc(self) -> dict[str, Any]:
+        return dict(self.expected(), vendor=self.vendor, installed_version=self.installed_version,
+                    ops=list(self.ops), deployed_at=self.deployed_at)
+
+    @staticmethod
+    def matches(doc: Mapping[str, Any] | None, expected: Mapping[str, Any]) -> bool:
+        """Whether the document ``doc`` (as read) records ``expected`` (:meth:`expected`)."""
+        doc = doc or {}
+        return {k: doc.get(k) for k in expected} == dict(expected)
+
+    @classmethod
+    def from_doc(cls, doc: Mapping[str, Any] | None) -> DeployState:
+        """The state of a read document (missing keys empty; ``{}`` gives an empty state)."""
+        doc = doc or {}
+        arts = doc.get("artifacts")
+        return cls(
+            artifacts=dict(arts) if isinstance(arts, dict) else {},
+            install_path=str(doc.get("install_path") or ""), interpreter=str(doc.get("interpreter") or ""),
+            vendor=doc.get("vendor") or None, installed_version=doc.get("installed_version"),
+            ops=tuple(doc.get("ops") or ()), deployed_at=doc.get("deployed_at"),
+            version=int(doc.get("version") or 0),
+        )
+
+    # -- reading ----------------------------------------------------------------------------------
+    @staticmethod
+    def parse(text: str) -> dict[str, Any]:
+        """The document in ``text`` (``{}`` when empty, unreadable or not an object)."""
+        try:
+            doc = json.loads(text) if text.strip() else {}
+        except ValueError:
+            return {}
+        return doc if isinstance(doc, dict) else {}
+
+    @staticmethod
+    def read_script(layout: HostLayout) -> str:
+        """sh printing ``STATE <document on one line>`` when the file exists (and nothing else)."""
+        path = _q(layout.state_file)
+        return f"[ -f {path} ] && printf '{STATE_TAG} %s\\n' \"$(tr -d '\\n' < {path})\""
+
+    @staticmethod
+    def from_probe(stdout: str) -> dict[str, Any] | None:
+        """The document from a probe's ``STATE`` line; None without one, ``{}`` when unreadable."""
+        found: dict[str, Any] | None = None
+        for line in stdout.splitlines():
+            tag, _, rest = line.partition(" ")
+            if tag == STATE_TAG:
+                found = DeployState.parse(rest)
+        return found
+
+    # -- writing ----------------------------------------------------------------------------------
+    @staticmethod
+    def write_script(layout: HostLayout, doc: Mapping[str, Any]) -> str:
+        """sh writing ``doc`` to the state file atomically (a temporary file, then ``mv``)."""
+        tmp = layout.state_file + ".tmp"
+        text = json.dumps(dict(doc), sort_keys=True)
+        return f"printf '%s\\n' {_q(text)} > {_q(tmp)} && mv -f {_q(tmp)} {_q(layout.state_file)}"
+
+    @staticmethod
+    def clear_argv(layout: HostLayout) -> list[str]:
+        return ["rm", "-f", "--", layout.state_file]

@@ -1,0 +1,150 @@
+"""The line protocol between the controller and the programs camit ships to the hosts.
+
+One place for every word the shipped scripts print or read and the controller
+parses or writes. The scripts themselves (``supervisor.py``, ``rankwrap.py``,
+``relay.py``) are shipped as single files and run on the host's base python, so
+they cannot import this module: each keeps its own copy of the words it uses,
+and ``tests/unit/test_remote_protocol.py`` asserts those copies equal these.
+Standard library only.
+
+Supervisor (one per node, ``framework.launch``), to the controller::
+
+    STARTED <pid> | HB | RANK <r> exit <rc> pid <p> | RANK <r> SIG <name> pid <p>
+    EXIT <rc> | KILLED <why> | SWEPT <n> | DONE
+
+and from the controller: ``HB`` (any line resets its silence clock) and ``KILL``.
+
+Relay (one per host and artifact, ``framework.deploy``): the controller writes
+``NEXT <ip> <port> <token>`` or ``NEXT -``, then (listeners) ``TOKEN <token>``;
+the relay prints ``PORT <n>`` (listeners, first), ``NEXT-FAILED <why>``,
+``OK <sha256>`` or ``ERR <why>``.
+
+Rank wrapper: files ``rank<r>.json`` / ``rank<r>.log`` / ``rank<r>.pid`` in the
+node's run folder, next to the supervisor's ``torchrun.log``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# -- supervisor -> controller ------------------------------------------------------------------
+STARTED = "STARTED"
+HEARTBEAT = "HB"
+RANK = "RANK"
+EXIT = "EXIT"
+KILLED = "KILLED"
+SWEPT = "SWEPT"
+DONE = "DONE"
+#: the two outcomes of a RANK line
+RANK_EXIT = "exit"
+RANK_SIGNAL = "SIG"
+#: why a supervisor ended the run (the word after KILLED)
+KILLED_REASONS = ("stdin-eof", "stdin-kill", "silence", "deadline", "signal")
+
+# -- controller -> supervisor ------------------------------------------------------------------
+KILL = "KILL"
+#: the environment variable tagging every process of a run (value: the run id)
+RUN_TAG = "CAMIT_RUN_ID"
+
+# -- relay -------------------------------------------------------------------------------------
+NEXT = "NEXT"
+NEXT_NONE = "-"
+TOKEN = "TOKEN"
+PORT = "PORT"
+OK = "OK"
+ERR = "ERR"
+NEXT_FAILED = "NEXT-FAILED"
+
+# -- rank wrapper files --------------------------------------------------------------------------
+RANK_STEM = "rank"
+TORCHRUN_LOG = "torchrun.log"
+
+# -- the process-group marker every transport's command prints first on stderr -------------------
+PGID_MARKER = "__camit_pgid__="
+
+
+def rank_file(rank: object, suffix: str) -> str:
+    """``rank<r>.<suffix>``: a rank's status (json), log (log), pid (pid) or JUnit (xml) file."""
+    return f"{RANK_STEM}{rank}.{suffix}"
+
+
+def heartbeat_line() -> bytes:
+    return f"{HEARTBEAT}\n".encode()
+
+
+def kill_line() -> bytes:
+    return f"{KILL}\n".encode()
+
+
+def next_line(ip: str | None = None, port: int | None = None, token: str | None = None) -> bytes:
+    """``NEXT <ip> <port> <token>`` for a relay with a next hop, ``NEXT -`` for the last one."""
+    if ip is None:
+        return f"{NEXT} {NEXT_NONE}\n".encode()
+    return f"{NEXT} {ip} {port} {token}\n".encode()
+
+
+def token_line(token: str) -> bytes:
+    return f"{TOKEN} {token}\n".encode()
+
+
+@dataclass(frozen=True)
+class SupervisorLine:
+    """One parsed supervisor line. ``kind`` is the tag; the other fields are set per kind.
+
+    ``RANK``: ``rank`` (-1 when not a number), ``signal`` or ``exit_code`` (None when unreadable);
+    ``EXIT``: ``exit_code``; ``KILLED``: ``reason``; ``SWEPT``: ``count``; ``STARTED``: ``pid``.
+    Unknown or empty lines have ``kind == ""``.
+    """
+
+    kind: str
+    rank: int | None = None
+    exit_code: int | None = None
+    signal: str | None = None
+    reason: str | None = None
+    count: int = 0
+    pid: int | None = None
+
+
+def _int(word: str) -> int | None:
+    return int(word) if word.lstrip("-").isdigit() else None
+
+
+def parse_supervisor_line(line: str) -> SupervisorLine:
+    """What the controller reads from one line of a supervisor's stdout."""
+    words = line.split()
+    if not words:
+        return SupervisorLine("")
+    tag, rest = words[0], words[1:]
+    if tag == RANK and len(rest) >= 2:
+        rank = int(rest[0]) if rest[0].isdigit() else -1
+        if rest[1] == RANK_SIGNAL:
+            return SupervisorLine(RANK, rank=rank, signal=rest[2] if len(rest) > 2 else "?")
+        return SupervisorLine(RANK, rank=rank, exit_code=_int(rest[2]) if len(rest) > 2 else None)
+    if tag == EXIT and rest:
+        return SupervisorLine(EXIT, exit_code=_int(rest[0]))
+    if tag == KILLED:
+        return SupervisorLine(KILLED, reason=rest[0] if rest else "?")
+    if tag == SWEPT and rest:
+        return SupervisorLine(SWEPT, count=_int(rest[0]) or 0)
+    if tag == STARTED and rest:
+        return SupervisorLine(STARTED, pid=_int(rest[0]))
+    if tag in (DONE, HEARTBEAT):
+        return SupervisorLine(tag)
+    return SupervisorLine("")
+
+
+def relay_verdict(output: str, sha256: str) -> tuple[bool, list[str], str | None]:
+    """(received and verified, NEXT-FAILED lines, first ERR line) from one relay's stdout."""
+    lines = output.splitlines()
+    ok = any(line == f"{OK} {sha256}" for line in lines)
+    next_failed = [line for line in lines if line.startswith(NEXT_FAILED)]
+    err = next((line for line in lines if line.startswith(ERR)), None)
+    return ok, next_failed, err
+
+
+def parse_port(line: str | None) -> int | None:
+    """The port of a listening relay's first line (``PORT <n>``), None otherwise."""
+    words = (line or "").split()
+    if len(words) == 2 and words[0] == PORT and words[1].isdigit():
+        return int(words[1])
+    return None

@@ -1,0 +1,90 @@
+"""The host-side contract: one HostLayout for every path under a host's workdir, one DeployState document."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+from framework import deploy
+from framework.config.effective import HostSpec, NicSpec
+from framework.launch.plan import Prepared, parse_prepare_probe, prepare_probe, shipped_files
+from framework.remote.layout import STATE_FILE, DeployState, HostLayout
+
+SHA = "0123456789abcdef" * 4
+
+
+def test_every_path_under_the_workdir():
+    lay = HostLayout("/w d/", "/opt/opp")
+    assert lay.workdir == "/w d"
+    assert lay.stage(SHA) == f"/w d/artifacts/{SHA}"
+    assert lay.artifact(SHA, "a.whl") == f"/w d/artifacts/{SHA}/a.whl"
+    assert lay.stage_ok(SHA) == f"/w d/artifacts/{SHA}/.ok"
+    assert (lay.venv, lay.venv_python) == ("/w d/venv", "/w d/venv/bin/python")
+    assert lay.state_file == "/w d/deploy-state.json"
+    assert lay.bin("supervisor.py", SHA) == "/w d/bin/supervisor-0123456789ab.py"
+    assert lay.target(SHA, "t.py") == "/w d/targets/0123456789ab/t.py"
+    assert lay.run_dir("r1-x1-ab") == "/w d/runs/r1-x1-ab"
+    assert lay.suite(SHA) == "/w d/suites/0123456789abcdef"
+    assert lay.tmp == "/w d/tmp"
+    assert lay.vendor_set_env() == "/opt/opp/vendors/CAM/bin/set_env.bash"
+    assert lay.vendor_set_env("customize") == "/opt/opp/vendors/customize/bin/set_env.bash"
+
+
+def test_root_workdir_and_default_install_path():
+    assert HostLayout("/").state_file == "/deploy-state.json"
+    assert HostLayout("/w").install_path == "/w/opp"
+
+
+def test_layout_of_a_spec_agrees_with_the_spec_defaults():
+    spec = HostSpec(name="h", manage_nic=NicSpec("eth0", "10.0.0.1"), workdir="/var/tmp/camit/")
+    lay = HostLayout.of(spec)
+    assert lay.workdir == "/var/tmp/camit" and lay.install_path == spec.install_path
+
+
+def test_deploy_and_launch_name_the_same_host_paths():
+    """Deploy writes what launch reads: the same state file, the same vendor set_env, one bin folder."""
+    spec = HostSpec(name="h", manage_nic=NicSpec("eth0", "10.0.0.1"), workdir="/w", venv=True)
+    plan = deploy.HostPlan(host="h", workdir=spec.workdir, python=spec.python, venv=spec.venv,
+                           install_path=spec.install_path, manage_ip="10.0.0.1")
+    lay = HostLayout.of(spec)
+    assert plan.state_file == lay.state_file
+    assert plan.interpreter == lay.venv_python
+    assert plan.vendor_set_env() == lay.vendor_set_env()
+    assert plan.bin_path("relay.py", SHA) == lay.bin("relay.py", SHA)
+    files = shipped_files(lay, {"supervisor.py": (Path("/x/supervisor.py"), SHA)})
+    assert list(files) == [lay.bin("supervisor.py", SHA)]
+
+
+def test_state_written_by_deploy_is_read_by_launch_through_a_real_shell(tmp_path):
+    lay = HostLayout(str(tmp_path / "w d"), "/o p")
+    Path(lay.workdir).mkdir()
+    state = DeployState({"wheel": SHA}, "/o p", "/w d/venv/bin/python", vendor="CAM", installed_version="1.0",
+                        ops=("fused_deep_moe",), deployed_at="2026-01-01T00:00:00+0000")
+    subprocess.run(["/bin/sh", "-c", DeployState.write_script(lay, {**state.to_doc(), "note": "it's $(x)"})],
+                   check=True)
+    assert (Path(lay.workdir) / STATE_FILE).exists() and not Path(lay.state_file + ".tmp").exists()
+    out = subprocess.run(["/bin/sh", "-c", prepare_probe([lay.bin("supervisor.py", SHA)], lay)],
+                         capture_output=True, text=True, check=True).stdout
+    have, read = parse_prepare_probe(out)
+    assert have == set() and read == state
+    assert DeployState.matches(DeployState.from_probe(out), state.expected())
+    assert not DeployState.matches(DeployState.from_probe(out), {**state.expected(), "artifacts": {"wheel": "x"}})
+    prepared = Prepared(lay, "s", "r", state=read)
+    assert prepared.state.interpreter == "/w d/venv/bin/python"
+
+
+def test_state_absent_or_broken():
+    assert DeployState.from_probe("HAVE x\n") is None
+    assert DeployState.from_probe("STATE {not json\n") == {}
+    assert DeployState.parse("") == {} and DeployState.parse("[1]") == {}
+    empty = DeployState.from_doc({})
+    assert (empty.interpreter, empty.vendor, empty.artifacts, empty.version) == ("", None, {}, 0)
+    assert not DeployState.matches(None, DeployState({"wheel": SHA}, "/o", "/py").expected())
+
+
+def test_the_deploy_expected_state_is_the_documents_deciding_part():
+    plan = deploy.HostPlan(host="h", workdir="/w", python="/py", venv=False, install_path="/o", manage_ip="1.2.3.4")
+    art = deploy.Artifact("wheel", Path("/x/a.whl"), SHA, 1)
+    assert deploy.expected_state(plan, [art]) == {"version": 1, "artifacts": {"wheel": SHA}, "install_path": "/o",
+                                                  "interpreter": "/py"}
+    assert deploy.expected_state(plan, [art]) == DeployState({"wheel": SHA}, "/o", "/py").expected()
