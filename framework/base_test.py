@@ -72,7 +72,7 @@ class BaseTest:
         env = load(os.environ.get("CAMIT_ENV") or DEFAULT_ENV_PATH)
         cls._own_stack = stack = ExitStack()
         try:
-            cluster, _ = open_leased_cluster(env, None, stack)
+            cluster = open_leased_cluster(env, None, stack).cluster
         except BaseException:
             stack.close()
             cls._own_stack = None

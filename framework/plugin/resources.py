@@ -15,12 +15,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from contextlib import ExitStack
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
 
-from framework.errors import FrameworkError
+from framework.errors import FrameworkError, MultiHostError
 from framework.plugin.options import LeaseSettings
 
 if TYPE_CHECKING:
@@ -56,14 +57,25 @@ def _release(lease: Lease) -> None:
         log_event("lease", f"release failed: {exc}")
 
 
-def open_leased_cluster(env: EnvConfig, names: Sequence[str] | None, stack: ExitStack, *,
-                        lease: LeaseSettings | None = None,
-                        transport_factory: TransportFactory | None = None) -> tuple[Cluster, Lease]:
-    """The hosts ``names`` of ``env`` (None: all), leased; ``stack`` releases the lease, then closes them.
+@dataclass
+class LeasedCluster:
+    """An opened cluster: the hosts, the lease on the reachable ones, and why the others were not reached."""
 
-    Two explicit steps: connect the cluster (``Cluster.from_env``), then acquire the lease
-    (``LeaseHeld`` names the holder; ``$CAMIT_LEASE_WAIT`` seconds of waiting). On failure the
-    connections are closed by ``stack`` like after success.
+    cluster: Cluster
+    lease: Lease | None
+    unreachable: MultiHostError | None = None
+
+
+def open_leased_cluster(env: EnvConfig, names: Sequence[str] | None, stack: ExitStack, *,
+                        lease: LeaseSettings | None = None, transport_factory: TransportFactory | None = None,
+                        allow_unreachable: bool = False) -> LeasedCluster:
+    """The hosts ``names`` of ``env`` (None: all), connected and leased; ``stack`` releases, then closes them.
+
+    Three explicit steps: build the cluster (``Cluster.from_env``), connect every host at once, take
+    the lease (``LeaseHeld`` names the holder; ``$CAMIT_LEASE_WAIT`` seconds of waiting). A host that
+    cannot be reached fails the opening (``MultiHostError`` naming each one) unless
+    ``allow_unreachable`` (the preflight suite, which reports such hosts): then the reachable hosts
+    are leased and the error is kept in ``unreachable``. On failure ``stack`` still closes the hosts.
     """
     from framework.hosts import Cluster
     from framework.lease import Lease
@@ -71,10 +83,26 @@ def open_leased_cluster(env: EnvConfig, names: Sequence[str] | None, stack: Exit
     settings = lease or LeaseSettings.from_environ()
     cluster = Cluster.from_env(env, names, transport_factory=transport_factory)
     stack.callback(cluster.close)
-    held = Lease(cluster, owner=settings.owner, wait=settings.wait)
+    connected = cluster.connect()
+    unreachable = None
+    if connected.failed:
+        try:
+            connected.raise_on_failure()
+        except MultiHostError as exc:
+            if not allow_unreachable:
+                raise
+            unreachable = exc
+    reachable = [cluster[n] for n in connected.succeeded]
+    if not reachable:
+        return LeasedCluster(cluster, None, unreachable)
+    # a sub-cluster (the same Host objects) when some hosts are down: the lease covers the others
+    leased = cluster if len(reachable) == len(cluster) else Cluster(reachable, max_parallel=cluster.max_parallel)
+    if leased is not cluster:
+        stack.callback(leased.close)
+    held = Lease(leased, owner=settings.owner, wait=settings.wait)
     held.acquire()
     stack.callback(_release, held)
-    return cluster, held
+    return LeasedCluster(cluster, held, unreachable)
 
 
 class Resources:
@@ -95,21 +123,28 @@ class Resources:
         self.deployed: DeployResult | str | None = None
         self.launcher: Launcher | None = None
         self.suite: RankSuite | None = None
-        self._broken: BaseException | None = None
+        self.unreachable: MultiHostError | None = None
+        self._broken: FrameworkError | None = None
 
-    def open_cluster(self) -> Cluster:
-        """This process's hosts (``ctx.host_names()``), connected lazily and leased."""
-        if self.cluster is not None:
-            return self.cluster
-        if self._broken is not None:
-            raise self._broken  # one unreachable or leased host costs one attempt, not one per test
-        try:
-            self.cluster, self.lease = open_leased_cluster(
-                self.ctx.require_env(), self.ctx.host_names(), self.stack, lease=self.ctx.options.lease,
-                transport_factory=self.transport_factory)
-        except FrameworkError as exc:
-            self._broken = exc
-            raise
+    def open_cluster(self, *, allow_unreachable: bool = False) -> Cluster:
+        """This process's hosts (``ctx.host_names()``), connected and leased (see :func:`open_leased_cluster`).
+
+        Opened once: a lease that cannot be taken is raised again to every later caller (one
+        attempt, not one per test), and so are unreachable hosts, except to ``allow_unreachable``.
+        """
+        if self.cluster is None:
+            if self._broken is not None:
+                raise self._broken
+            try:
+                opened = open_leased_cluster(
+                    self.ctx.require_env(), self.ctx.host_names(), self.stack, lease=self.ctx.options.lease,
+                    transport_factory=self.transport_factory, allow_unreachable=True)
+            except FrameworkError as exc:
+                self._broken = exc
+                raise
+            self.cluster, self.lease, self.unreachable = opened.cluster, opened.lease, opened.unreachable
+        if self.unreachable is not None and not allow_unreachable:
+            raise self.unreachable
         return self.cluster
 
     def deploy(self, tmp_root: Path) -> DeployResult | str:
@@ -174,4 +209,4 @@ class Resources:
     def close(self) -> None:
         """Release the lease and close the connections (reverse order of opening); idempotent."""
         self.stack.close()
-        self.cluster = self.lease = self.launcher = self.suite = None
+        self.cluster = self.lease = self.launcher = self.suite = self.unreachable = None
