@@ -16,7 +16,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from framework.report.folder import RunDir
 
 #: what pytest-xdist hands a worker (``node.workerinput``): workerid, workercount, camit_rundir, camit_seed
-WorkerInput = Mapping[str, Any]
+WorkerInput = Mapping[str, object]
 
 CONTEXT_KEY = pytest.StashKey["RunContext"]()
 #: the launches a test ran (``run_ranks``), for the core watch to attribute cores to ranks
@@ -57,7 +57,7 @@ class RunContext:
         options = Options.from_config(config)
         worker: WorkerInput | None = getattr(config, "workerinput", None)
         if worker is not None and "camit_seed" in worker:
-            seed = int(worker["camit_seed"])  # xdist: the controller's seed, as its repro line says
+            seed = int(str(worker["camit_seed"]))  # xdist: the controller's seed, as its repro line says
         elif options.seed is not None:
             seed = options.seed
         else:
@@ -104,7 +104,7 @@ class RunContext:
             from framework.report.folder import RunDir
 
             if self.worker is not None and self.worker.get("camit_rundir"):
-                path = Path(self.worker["camit_rundir"])
+                path = Path(str(self.worker["camit_rundir"]))
                 self.rundir = RunDir(path, path.name)
             else:
                 self.rundir = RunDir.create(self.options.report_dir)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Generator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import pytest
 
@@ -23,6 +23,13 @@ from framework.plugin.resources import RESOURCES_KEY, Resources, resources_of
 
 if TYPE_CHECKING:
     from _pytest.terminal import TerminalReporter
+
+
+class WorkerNode(Protocol):
+    """What ``pytest_configure_node`` uses of xdist's ``WorkerController``."""
+
+    config: pytest.Config
+    workerinput: dict[str, object]
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -57,7 +64,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> xdist.Cluste
 
 
 @pytest.hookimpl(optionalhook=True)
-def pytest_configure_node(node: Any) -> None:
+def pytest_configure_node(node: WorkerNode) -> None:
     """pytest-xdist (``node`` is its ``WorkerController``): hand the run folder and the seed to a worker."""
     ctx = context_of(node.config)
     if ctx.rundir is not None:

@@ -74,7 +74,7 @@ def make_scheduler(config: pytest.Config, log: Any) -> ClusterScheduling | None:
     return ClusterScheduling(config, log)
 
 
-def host_share(names: Sequence[str], worker: Mapping[str, Any] | None) -> list[str]:
+def host_share(names: Sequence[str], worker: Mapping[str, object] | None) -> list[str]:
     """The hosts one process drives: every one of ``names``, or an xdist worker's contiguous share.
 
     ``worker`` is xdist's ``workerinput`` (``workerid`` ``gwK``, ``workercount``). The shares are as
@@ -83,7 +83,7 @@ def host_share(names: Sequence[str], worker: Mapping[str, Any] | None) -> list[s
     names = list(names)
     if worker is None:
         return names
-    count = int(worker.get("workercount", 1))
+    count = int(str(worker.get("workercount", 1)))
     index = int(str(worker.get("workerid", "gw0")).lstrip("gw") or 0)
     if count <= 1:
         return names

@@ -76,6 +76,6 @@ def _merge(reports: list[Report]) -> Report:
 def cluster_report(camit: RunContext, shared: Path) -> Report:
     """A worker: the report of every host, its own share's and the other workers' (waiting for them)."""
     names = list(camit.require_env().hosts)
-    count = int(camit.worker.get("workercount", 1)) if camit.worker else 1
+    count = int(str(camit.worker.get("workercount", 1))) if camit.worker else 1
     shares = [host_share(names, {"workerid": f"gw{i}", "workercount": count}) for i in range(count)]
     return _merge([_read_share(_share_file(shared, camit, share[0])) for share in shares])
