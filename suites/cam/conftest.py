@@ -20,5 +20,10 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         return
     from preflight_share import publish_share
 
+    from framework.plugin import CONTEXT_KEY
+
+    ctx = config.stash.get(CONTEXT_KEY, None)
+    if ctx is None or ctx.env is None:  # no camit plugin or no env: the preflight tests skip ("no env file")
+        return
     # the session's shared temp dir, the one the tmp_path_factory fixture returns (pytest's own attribute)
     publish_share(config, config._tmp_path_factory.getbasetemp().parent)  # type: ignore[attr-defined]

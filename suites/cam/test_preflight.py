@@ -19,16 +19,14 @@ from __future__ import annotations
 import pytest
 from preflight_share import cluster_report, probe
 
-from framework.plugin import context_of
+from framework.plugin import CONTEXT_KEY
 from framework.plugin.context import RunContext
 from framework.preflight.checks import CHECKS, ERROR, FAIL, SKIP, WARN, Report
 
 
 def _context(config: pytest.Config) -> RunContext | None:
     """The plugin's run context, or None when camit's plugin is not loaded (``-p no:camit``)."""
-    if not config.pluginmanager.hasplugin("camit"):
-        return None
-    return context_of(config)
+    return config.stash.get(CONTEXT_KEY, None)
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

@@ -155,3 +155,11 @@ def test_preflight_suite_needs_the_lease(pytester, local_env):
                                 "-p", "no:cacheprovider")
     result.assert_outcomes(errors=13 * len(HOSTS))
     result.stdout.fnmatch_lines(["*node2: leased by other@test*"])
+
+
+def test_preflight_suite_without_an_env_skips_under_xdist_too(pytester, local_env):
+    _preflight_suite(pytester)
+    result = pytester.runpytest("-n", "2", "-rs", "-p", "no:cacheprovider", "-p", "no:benchmark")
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines(["*no env file: pass --env FILE or set CAMIT_ENV*"])
+    assert transports(pytester) == {}
