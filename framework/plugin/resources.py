@@ -4,8 +4,8 @@ Nothing here runs at import or configure time: a resource is opened by the first
 ``BaseTest`` class, or the preflight suite) that needs it, in a fixed order, and each opening step
 pushes its own undo onto :attr:`Resources.stack`, so ``pytest_sessionfinish`` closes everything in
 reverse with one ``close()``. :func:`open_leased_cluster` is the one way to get hosts: build the
-``Cluster`` of this process's hosts (under ``-n`` the worker's share), then *take the lease* on
-them as a step of its own; a lease that cannot be taken fails the opening, and later callers get
+``Cluster`` of this process's hosts (under ``-n`` the worker's share), connect them, then *take the
+lease* on them as a step of its own; a lease that cannot be taken fails the opening, and later callers get
 the same error instead of an unleased cluster. Deploy runs once per run and host share under a
 file lock (:meth:`Resources.deploy`).
 """
