@@ -1,6 +1,6 @@
 """Root conftest: lets ``pytest`` run from a plain checkout (framework importable
 without an install). The camit pytest plugin itself lives in
-``framework/plugin.py`` and is registered through the ``pytest11`` entry point."""
+``framework/plugin/`` (hooks in ``hooks.py``) and is registered through the ``pytest11`` entry point."""
 
 import sys
 from pathlib import Path

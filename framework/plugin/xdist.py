@@ -1,4 +1,10 @@
-"""pytest-xdist scheduling for cluster suites: deal the first tests out like cards.
+"""pytest-xdist for cluster suites: each worker's host share, the test order, and the first hand-out.
+
+Under ``-n N`` every worker drives its own contiguous share of the env's hosts (:func:`host_share`):
+it leases, deploys and launches there only, so workers never meet on a host. The tests that launch
+across the cluster are sorted first, the largest world first (:func:`sort_for_workers`).
+
+Scheduling: deal the first tests out like cards.
 
 xdist's ``load`` scheduler starts each worker on a *consecutive* chunk of the collection (at least two
 tests: a worker runs a test only once it knows the next one). The plugin sorts the tests that launch
@@ -11,26 +17,33 @@ Everything after the first hand-out is xdist's own (``check_schedule``: whoever 
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+import pytest
 from xdist.scheduler import LoadScheduling
 
 
 class ClusterScheduling(LoadScheduling):
     """``LoadScheduling`` whose initial distribution deals round-robin instead of in blocks."""
 
+    # set by LoadScheduling (untyped in xdist)
+    collection: list[str] | None
+    maxschedchunk: int | None
+
     def schedule(self) -> None:
         if self.collection is not None or not self._check_nodes_have_same_collection():
             # a rescheduling (a node added) or differing collections: xdist's own handling
             return super().schedule()
-        self.collection = next(iter(self.node2collection.values()))
-        self.pending[:] = range(len(self.collection))
-        if not self.collection:
+        collection: list[str] = next(iter(self.node2collection.values()))
+        self.collection = collection
+        self.pending[:] = range(len(collection))
+        if not collection:
             return None
         if self.maxschedchunk is None:
-            self.maxschedchunk = len(self.collection)
+            self.maxschedchunk = len(collection)
         nodes = self.nodes
-        per_node = initial_chunk(len(self.collection), len(nodes), self.maxschedchunk)
+        per_node = initial_chunk(len(collection), len(nodes), self.maxschedchunk)
         for _ in range(per_node):
             for node in nodes:
                 self._send_tests(node, 1)
@@ -51,8 +64,63 @@ def initial_chunk(tests: int, workers: int, maxschedchunk: int) -> int:
     return max(min(tests // workers // 4, maxschedchunk), 2)
 
 
-def make_scheduler(config: Any, log: Any) -> ClusterScheduling | None:
-    """The scheduler for ``--dist load`` (what ``-n N`` means); other ``--dist`` modes stay xdist's."""
+def make_scheduler(config: pytest.Config, log: Any) -> ClusterScheduling | None:
+    """The scheduler for ``--dist load`` (what ``-n N`` means); other ``--dist`` modes stay xdist's.
+
+    ``log`` is xdist's own logger object (untyped in xdist).
+    """
     if config.getvalue("dist") != "load":
         return None
     return ClusterScheduling(config, log)
+
+
+def host_share(names: Sequence[str], worker: Mapping[str, object] | None) -> list[str]:
+    """The hosts one process drives: every one of ``names``, or an xdist worker's contiguous share.
+
+    ``worker`` is xdist's ``workerinput`` (``workerid`` ``gwK``, ``workercount``). The shares are as
+    equal as they go, the first ones one host larger: five hosts and two workers give ``a,b,c`` and ``d,e``.
+    """
+    names = list(names)
+    if worker is None:
+        return names
+    count = int(str(worker.get("workercount", 1)))
+    index = int(str(worker.get("workerid", "gw0")).lstrip("gw") or 0)
+    if count <= 1:
+        return names
+    if len(names) < count:
+        raise pytest.UsageError(f"-n {count} needs at least {count} hosts in the env (one share per worker); "
+                                f"it has {len(names)}")
+    share, extra = divmod(len(names), count)
+    start = index * share + min(index, extra)
+    return names[start:start + share + (1 if index < extra else 0)]
+
+
+def cluster_weight(item: pytest.Item, worlds: frozenset[int] | None) -> int:
+    """How much of the cluster a test occupies: its world size (``ranks``), else its node count (``nodes``).
+
+    A world ``--world-sizes`` leaves out weighs nothing: it is skipped at once, and sorted first it would
+    take a worker's first turn in place of a real launch. Only what is the same on every worker counts
+    (xdist refuses differing collections), so not the worker's own host share.
+    """
+    for name in ("ranks", "nodes"):
+        m = item.get_closest_marker(name)
+        if m and m.args:
+            try:
+                size = int(m.args[0])
+            except (TypeError, ValueError):
+                return 0
+            return 0 if name == "ranks" and worlds is not None and size not in worlds else size
+    return 0
+
+
+def sort_for_workers(items: list[pytest.Item], worlds: frozenset[int] | None) -> None:
+    """Tests that launch across the cluster first, the largest world first (stable: the same on every worker).
+
+    xdist's default ``load`` scheduler sends each worker consecutive chunks of the collection; with the
+    suite's many cheap per-host checks collected first and the launches last, every launch of a 16-host
+    ``-n 2`` run landed on one worker's hosts while the other worker sat idle. Sorted, dealt one per
+    worker at the start (:class:`ClusterScheduling`) and then handed out one at a time
+    (``--maxschedchunk 1``, set in ``pytest_configure`` unless given), the launches go to whichever
+    worker's host share is free, longest first.
+    """
+    items.sort(key=lambda item: -cluster_weight(item, worlds))

@@ -1,80 +1,54 @@
 """Preflight as tests: one test per check per host, ids like ``test_check[host1-ssh]``.
 
-The same checks as ``camit check`` (``framework.preflight.run``): every host is probed once per
-session (one script, one round trip per host, through the cluster's bounded pool); each test then
-reports its own cell. ``ok``/``warn`` pass (a warning is printed into the test's output),
-``skip`` skips with the reason (NPU checks on CPU hosts), ``fail`` fails with the evidence, and an
-unreachable host fails its ``ssh`` test while its other checks skip.
+The same checks as ``camit check`` (``framework.preflight.run``), probed through the session's
+resources: the cluster camit's plugin opened and leased for this process (the env from ``--env``,
+``$CAMIT_ENV`` or the ini key ``camit_env``). Every host is probed once per session (one script, one
+round trip per host, through the cluster's bounded pool); each test then reports its own cell.
+``ok``/``warn`` pass (a warning is printed into the test's output), ``skip`` skips with the reason
+(NPU checks on CPU hosts), ``fail`` fails with the evidence, and an unreachable host fails its
+``ssh`` test while its other checks skip (the reachable hosts are leased and probed all the same).
 
-The env file comes from ``--env`` (camit's pytest plugin), ``$CAMIT_ENV`` or ini ``camit_env``. Under xdist the first
-worker probes and the others read its report (a file lock in the session's shared temp dir).
+Under xdist (``-n N``) each worker probes its own host share, under its own lease, as soon as it
+has collected the suite (``conftest.pytest_collection_finish``), and writes that share's report to
+the session's shared temp dir; a test of a host in another worker's share reads that worker's
+report. Cross-host verdicts (versions, clock skew) are then judged within each share.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
-import os
-from pathlib import Path
-
 import pytest
+from preflight_share import cluster_report, probe
 
+from framework.plugin import CONTEXT_KEY
+from framework.plugin.context import RunContext
 from framework.preflight.checks import CHECKS, ERROR, FAIL, SKIP, WARN, Report
 
 
-def _env_path(config: pytest.Config) -> str | None:
-    from framework.config import resolve_env_path  # the one env-file rule, without the default file
-
-    try:
-        value, ini = config.getoption("--env"), config.getini("camit_env")
-    except ValueError:  # camit's plugin is not loaded: no such option
-        value, ini = None, None
-    return resolve_env_path(value, os.environ, ini, default=None)[0]
+def _context(config: pytest.Config) -> RunContext | None:
+    """The plugin's run context, or None when camit's plugin is not loaded (``-p no:camit``)."""
+    return config.stash.get(CONTEXT_KEY, None)
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "host_check" not in metafunc.fixturenames:
         return
-    path = _env_path(metafunc.config)
-    if not path:
+    ctx = _context(metafunc.config)
+    if ctx is None or ctx.env is None:
         metafunc.parametrize("host_check", [pytest.param(None, marks=pytest.mark.skip(
             reason="no env file: pass --env FILE or set CAMIT_ENV"), id="no-env")])
         return
-    from framework.config.effective import load
-
-    env = load(path)
-    cases = [(host, check) for host in env.hosts for check in CHECKS]
+    # every host, on every worker: xdist needs the same collection everywhere
+    cases = [(host, check) for host in ctx.env.hosts for check in CHECKS]
     metafunc.parametrize("host_check", cases, ids=[f"{h}-{c}" for h, c in cases])
 
 
-def _run(path: str) -> Report:
-    from framework.config.effective import load
-    from framework.hosts import Cluster
-    from framework.preflight.run import Preflight
-
-    env = load(path)
-    with Cluster.from_env(env) as cluster:
-        return Preflight(env, cluster).run()
-
-
 @pytest.fixture(scope="session")
-def preflight_report(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Report:
-    path = _env_path(request.config)
-    assert path, "no env file"
-    if not hasattr(request.config, "workerinput"):
-        return _run(path)
-    from filelock import FileLock
-
-    # one probe per session, shared by the xdist workers (pytest-xdist "how-to": session fixtures once)
-    shared = tmp_path_factory.getbasetemp().parent
-    key = hashlib.sha256(os.path.abspath(path).encode()).hexdigest()[:12]
-    cached = Path(shared) / f"camit-preflight-{key}.json"
-    with FileLock(str(cached) + ".lock"):
-        if cached.exists():
-            return Report.from_json(json.loads(cached.read_text()))
-        report = _run(path)
-        cached.write_text(json.dumps(report.to_json()))
-        return report
+def preflight_report(camit: RunContext, request: pytest.FixtureRequest,
+                     tmp_path_factory: pytest.TempPathFactory) -> Report:
+    if camit.worker is None:
+        return probe(request.config)
+    # xdist: every worker's share report, its own included (published at collection, see conftest)
+    return cluster_report(camit, tmp_path_factory.getbasetemp().parent)
 
 
 def test_check(host_check: tuple[str, str], preflight_report: Report) -> None:

@@ -35,13 +35,14 @@ def pytest_generate_tests(metafunc):
 
 
 @pytest.fixture(scope="session")
-def upstream_suite(camit, deployed):
+def upstream_suite(camit, cluster, launcher, rank_suite):
+    """The checkout's test/cam as a rank-side tree, on the session's cluster and launcher (after deploy)."""
     from framework.suite import RankSuite
 
-    src = Path(camit.config.getoption("camit_umdk_src")) / "test" / "cam"
-    return RankSuite(camit.require_env(), camit.cluster, camit.launcher, tree=src,
-                     slots=camit.config.getoption("camit_slots"), rank_env={"CAMIT_SEED": str(camit.seed)},
-                     case_timeout=camit.case_timeout, pytest_args=["-s"], coverage=camit.suite.coverage)
+    src = Path(camit.options.umdk_src) / "test" / "cam"
+    return RankSuite(camit.require_env(), cluster, launcher, tree=src, slots=camit.options.slots,
+                     rank_env={"CAMIT_SEED": str(camit.seed)}, case_timeout=camit.case_timeout, pytest_args=["-s"],
+                     coverage=rank_suite.coverage)
 
 
 @pytest.mark.multi_process_test

@@ -1,11 +1,11 @@
-"""The -n scheduler: the first hand-out deals tests one per worker in turns; the rest is xdist's."""
+"""The -n scheduler: the first hand-out deals tests one per worker in turns; the rest is xdist's. Host shares."""
 
 from __future__ import annotations
 
 import pytest
 from xdist.scheduler import LoadScheduling
 
-from framework.plugin.xdist import ClusterScheduling, initial_chunk, make_scheduler
+from framework.plugin.xdist import ClusterScheduling, host_share, initial_chunk, make_scheduler
 
 
 class Config:
@@ -83,3 +83,16 @@ def test_an_empty_collection_sends_nothing():
 def test_other_dist_modes_keep_xdists_scheduler():
     assert make_scheduler(Config(2, dist="loadscope"), None) is None
     assert isinstance(make_scheduler(Config(2), None), ClusterScheduling)
+
+
+@pytest.mark.parametrize("hosts,workers,shares", [
+    ("abcde", 2, ["abc", "de"]), ("abcd", 2, ["ab", "cd"]), ("abcdefg", 3, ["abc", "de", "fg"]), ("ab", 1, ["ab"])])
+def test_host_shares_are_contiguous_disjoint_and_cover_every_host(hosts, workers, shares):
+    got = ["".join(host_share(list(hosts), {"workerid": f"gw{i}", "workercount": workers})) for i in range(workers)]
+    assert got == shares
+    assert host_share(list(hosts), None) == list(hosts)  # no xdist: every host
+
+
+def test_more_workers_than_hosts_is_a_usage_error():
+    with pytest.raises(pytest.UsageError, match="-n 3 needs at least 3 hosts in the env"):
+        host_share(["a", "b"], {"workerid": "gw0", "workercount": 3})

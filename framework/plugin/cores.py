@@ -1,0 +1,72 @@
+"""The core watch around a test: cores snapshotted before the body, collected after, judged by the policy.
+
+This is the plugin's one place that watches cores (``pytest_runtest_call`` wraps every test that drives
+the cluster in :func:`around_test`): the snapshot and the collection run on the session's leased
+cluster (under ``-n`` the worker's share); a failed test also gets its hosts' logs and failure
+signatures as a report section; the ``core_policy`` marker or ``--core-policy`` decides whether a
+new core fails a passing test (``fail``), warns (``warn``) or is not looked for (``ignore``).
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING
+
+import pytest
+
+from framework.plugin.context import LAUNCHES_KEY
+from framework.plugin.markers import core_policy, uses_cluster
+from framework.plugin.resources import log_event
+
+if TYPE_CHECKING:
+    from framework.cores.runwatch import ClusterWatch
+    from framework.plugin.context import RunContext
+    from framework.plugin.resources import Resources
+
+
+def watched(item: pytest.Item, ctx: RunContext) -> bool:
+    """Whether ``item`` runs inside the watch: an env, a test that drives the cluster, a policy other than ignore."""
+    return ctx.env is not None and uses_cluster(item) and core_policy(item, ctx) != "ignore"
+
+
+@contextmanager
+def around_test(item: pytest.Item, ctx: RunContext, resources: Resources) -> Iterator[None]:
+    """Snapshot cores before the body, collect them after; the policy may turn a pass into a failure.
+
+    A failed body keeps its exception, with the cores' description appended to its message. The watch
+    is the one :class:`~framework.cores.runwatch.ClusterWatch` that BaseTest and ``camit run`` use too.
+    """
+    from framework.cores.runwatch import ClusterWatch
+
+    watch = ClusterWatch(resources.open_cluster(), ctx.env, policy=core_policy(item, ctx), label=item.nodeid)
+    watch.begin()
+    try:
+        yield
+    except BaseException as failure:  # the test failed: still collect cores and logs, then re-raise
+        message = _collect(item, ctx, watch, failed=True)
+        if message:
+            failure.args = (f"{failure.args[0] if failure.args else failure}\n{message}",) + failure.args[1:]
+        raise
+    message = _collect(item, ctx, watch, failed=False)
+    if message and core_policy(item, ctx) == "fail":
+        raise AssertionError(message)
+
+
+def _collect(item: pytest.Item, ctx: RunContext, watch: ClusterWatch, failed: bool) -> str:
+    """The new cores as text for the report ("" when none or under ``warn``); the logs of a failed test."""
+    watched = watch.end(ranks=item.stash.get(LAUNCHES_KEY, []) or None, failed=failed, rundir=ctx.ensure_rundir())
+    if watched.log_error:
+        log_event("collect", f"log collection failed: {watched.log_error}")
+    elif watched.log_summary:  # e.g. an OOM kill behind a rank that "died of SIGKILL"
+        item.add_report_section("call", "failure signatures", watched.log_summary)
+    cores = watched.cores
+    if not cores:
+        return ""
+    text = "\n".join(c.describe() + ("\n" + c.backtrace if c.backtrace else "") for c in cores)
+    item.add_report_section("call", "core dumps", text)
+    if core_policy(item, ctx) == "warn":
+        warnings.warn(pytest.PytestWarning(f"core dumps (policy warn):\n{text}"), stacklevel=1)
+        return ""
+    return text

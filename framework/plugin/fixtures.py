@@ -1,0 +1,77 @@
+"""The plugin's fixtures: ``camit``, ``env``, ``cluster``, ``deployed``, ``launcher``, ``rank_suite``, ``run_ranks``.
+
+Each is a thin accessor: the data comes from the :class:`~framework.plugin.context.RunContext`, the
+machinery from the session's :class:`~framework.plugin.resources.Resources`, which the first fixture
+that needs a resource opens (``cluster`` connects and leases this process's hosts; ``deployed``
+deploys once per run and host share). Session-scoped, so every test, ``BaseTest`` class and the
+preflight suite of one process share them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from framework.errors import FrameworkError
+from framework.plugin.context import CONTEXT_KEY, LAUNCHES_KEY, RunContext
+from framework.plugin.resources import resources_of
+
+if TYPE_CHECKING:
+    from framework.config.effective import EnvConfig
+    from framework.deploy import DeployResult
+    from framework.hosts import Cluster
+    from framework.launch import Launcher
+    from framework.suite import RankSuite, SuiteResult
+
+@pytest.fixture(scope="session")
+def camit(request: pytest.FixtureRequest) -> RunContext:
+    """The run context: options, env, seed, the worker's host share (``host_names()``), run folder."""
+    return request.config.stash[CONTEXT_KEY]
+
+
+@pytest.fixture(scope="session")
+def env(camit: RunContext) -> EnvConfig:
+    """The validated environment (``framework.config.EnvConfig``)."""
+    return camit.require_env()
+
+
+@pytest.fixture(scope="session")
+def cluster(request: pytest.FixtureRequest) -> Cluster:
+    """This process's hosts of the env (under ``-n`` the worker's share), leased, connected lazily."""
+    return resources_of(request.config).open_cluster()
+
+
+@pytest.fixture(scope="session")
+def deployed(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> DeployResult | str:
+    """The env's artifacts deployed on every host, once per session (xdist-safe)."""
+    root = tmp_path_factory.getbasetemp().parent
+    try:
+        return resources_of(request.config).deploy(root)
+    except FrameworkError as exc:
+        pytest.fail(str(exc), pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def launcher(request: pytest.FixtureRequest, deployed: DeployResult | str) -> Launcher:
+    """A ``framework.launch.Launcher`` over the cluster, after deploy."""
+    return resources_of(request.config).open_launcher()
+
+
+@pytest.fixture(scope="session")
+def rank_suite(request: pytest.FixtureRequest, deployed: DeployResult | str) -> RankSuite:
+    """Runs rank-side modules of suites/cam/rank across the cluster (``framework.suite.RankSuite``)."""
+    return resources_of(request.config).open_suite()
+
+
+@pytest.fixture
+def run_ranks(request: pytest.FixtureRequest, rank_suite: RankSuite) -> Callable[..., SuiteResult]:
+    """``run_ranks(module, world, **kw)`` → ``SuiteResult``; recorded on the test for core attribution."""
+
+    def run(module: str, world: int, **kw: Any) -> SuiteResult:  # kw: RankSuite.run's keywords
+        result = rank_suite.run(module, world, **kw)
+        request.node.stash.setdefault(LAUNCHES_KEY, []).append(result.launch)
+        return result
+
+    return run

@@ -1,0 +1,137 @@
+"""camit's pytest hooks: each one reads the run context and hands the work to the module that owns it.
+
+Configure makes the :class:`~framework.plugin.context.RunContext` and the (unopened)
+:class:`~framework.plugin.resources.Resources` and stores both in ``config.stash``; the markers
+skip what the env cannot host (:mod:`~framework.plugin.markers`); under ``-n`` the collection is
+sorted and dealt by :mod:`~framework.plugin.xdist`; every test that drives the cluster runs inside
+the core watch (:mod:`~framework.plugin.cores`); session finish closes the resources and writes
+the reports (:mod:`~framework.plugin.reporting`). The controller alone writes shared files.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Generator
+from typing import TYPE_CHECKING, Any, Protocol
+
+import pytest
+
+from framework.plugin import cores, markers, reporting, xdist
+from framework.plugin.context import CONTEXT_KEY, RunContext, context_of
+from framework.plugin.options import add_options
+from framework.plugin.resources import RESOURCES_KEY, Resources, resources_of
+
+if TYPE_CHECKING:
+    from _pytest.terminal import TerminalReporter
+
+
+class WorkerNode(Protocol):
+    """What ``pytest_configure_node`` uses of xdist's ``WorkerController``."""
+
+    config: pytest.Config
+    workerinput: dict[str, object]
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    add_options(parser)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    markers.register(config)
+    ctx = RunContext.from_config(config)
+    config.stash[CONTEXT_KEY] = ctx
+    config.stash[RESOURCES_KEY] = Resources(ctx)
+    random.seed(ctx.seed)
+    if ctx.env is not None and ctx.is_controller and not config.option.collectonly:
+        # (--collect-only runs nothing: no run folder, no summary)
+        rundir = ctx.ensure_rundir()
+        # our run folder also holds pytest's own JUnit unless the user chose a path
+        if not getattr(config.option, "xmlpath", None):
+            config.option.xmlpath = str(rundir.path / "junit.xml")
+        if getattr(config.option, "dist", "no") == "load" and getattr(config.option, "maxschedchunk", 0) is None:
+            # cluster tests are few and slow: xdist hands them out one at a time to whichever worker is
+            # free (its option for "a small number of slow tests"); see xdist.sort_for_workers
+            config.option.maxschedchunk = 1
+
+
+@pytest.hookimpl(tryfirst=True, optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> xdist.ClusterScheduling | None:
+    """A cluster run under ``-n``: the first tests (the launches, sorted first) are dealt one per worker."""
+    if context_of(config).env is None:
+        return None
+    return xdist.make_scheduler(config, log)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: WorkerNode) -> None:
+    """pytest-xdist (``node`` is its ``WorkerController``): hand the run folder and the seed to a worker."""
+    ctx = context_of(node.config)
+    if ctx.rundir is not None:
+        node.workerinput["camit_rundir"] = str(ctx.rundir.path)
+    node.workerinput["camit_seed"] = ctx.seed
+
+
+def pytest_report_header(config: pytest.Config) -> list[str] | None:
+    return reporting.header_lines(context_of(config))
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under pytest-xdist: tests that launch across the cluster first, the largest world first."""
+    ctx = context_of(config)
+    if ctx.is_controller or ctx.env is None:
+        return
+    xdist.sort_for_workers(items, ctx.options.worlds)
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Hand a ``BaseTest`` class the session's resources (before its ``setup_class``: this plugin's
+    hook runs before pytest's own, which sets the class up); skip what the env lacks."""
+    cls = getattr(item, "cls", None)
+    if cls is not None:
+        from framework.base_test import BaseTest
+
+        if issubclass(cls, BaseTest):
+            cls._camit_resources = resources_of(item.config)
+    why = markers.requirements(item, context_of(item.config))
+    if why:
+        pytest.skip(why)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Generator[None, object, object]:
+    """Every test that drives the cluster runs inside the core watch (:func:`framework.plugin.cores.around_test`)."""
+    ctx = context_of(item.config)
+    if not cores.watched(item, ctx):
+        return (yield)
+    with cores.around_test(item, ctx, resources_of(item.config)):
+        return (yield)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """After pytest's junitxml wrote its file (trylast): release the lease, close; cluster.xml, manifest, index.
+
+    The terminal summary (a hook wrapper around this one) then reads the finished folder.
+    """
+    if CONTEXT_KEY not in session.config.stash:
+        return
+    resources_of(session.config).close()
+    reporting.finalize(context_of(session.config), exitstatus)
+
+
+def pytest_terminal_summary(terminalreporter: TerminalReporter, exitstatus: int, config: pytest.Config) -> None:
+    if CONTEXT_KEY not in config.stash:
+        return
+    lines = reporting.summary_lines(context_of(config))
+    if lines is None:
+        return
+    terminalreporter.section("camit")
+    for line in lines:
+        terminalreporter.write_line(line)
+
+
+def pytest_keyboard_interrupt(excinfo: pytest.ExceptionInfo[BaseException]) -> None:
+    # pytest also comes here for collection errors (Session.Interrupted) and pytest.exit(): not a Ctrl-C
+    reporting.say_interrupted(excinfo)

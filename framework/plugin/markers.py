@@ -1,0 +1,92 @@
+"""Requirement markers: what a test needs of the cluster, and the reason it is skipped when the env lacks it.
+
+``ranks(n)``, ``nodes(n)``, ``soc(*names)`` and ``a2_test``/``a3_test`` are judged against the hosts
+this process drives (under ``-n`` its own share) by :func:`requirements`; a test the env cannot host
+is skipped with a reason naming what is missing. :func:`core_policy` reads the ``core_policy(policy)``
+marker over ``--core-policy``, and :func:`uses_cluster` says which tests the core watch surrounds.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import pytest
+
+if TYPE_CHECKING:
+    from framework.config.effective import EnvConfig
+    from framework.plugin.context import RunContext
+
+SOC_MARKERS = {"a2_test": "ascend910b", "a3_test": "ascend910_93"}
+MARKERS = (
+    "a2_test: runs on Atlas A2 (910B) hosts",
+    "a3_test: runs on Atlas A3 (910C SuperPoD) hosts",
+    "multi_process_test: launches several ranks",
+    "single_process_test: one process",
+    "author(name): who wrote the case",
+    "ranks(n): needs n ranks in total (skipped with the reason when the env has fewer)",
+    "nodes(n): needs n hosts",
+    "soc(*names): runs only on these SoCs (ascend910b, ascend910_93, cpu)",
+    "core_policy(policy): fail | warn | ignore for cores that appear during this test",
+)
+#: the fixtures that drive the cluster: a test using one is watched for cores
+CLUSTER_FIXTURES = frozenset({"cluster", "launcher", "rank_suite", "deployed"})
+
+
+def register(config: pytest.Config) -> None:
+    """Declare the markers (``--strict-markers`` accepts them; ``pytest --markers`` lists them)."""
+    for marker in MARKERS:
+        config.addinivalue_line("markers", marker)
+
+
+def requirements(item: pytest.Item, ctx: RunContext) -> str | None:
+    """Why the env cannot host ``item``, or None."""
+    env = ctx.env
+    if env is None:
+        return None
+    names = ctx.host_names()
+    return _size_requirements(item, ctx, env, len(names)) or _soc_requirements(item, {env.hosts[n].npu.soc
+                                                                                     for n in names})
+
+
+def _size_requirements(item: pytest.Item, ctx: RunContext, env: EnvConfig, hosts: int) -> str | None:
+    m = item.get_closest_marker("nodes")
+    if m and hosts < int(m.args[0]):
+        return f"needs {m.args[0]} nodes; the env has {hosts}"
+    m = item.get_closest_marker("ranks")
+    if m:
+        from framework.suite import placement, slots_per_node
+
+        where = placement(int(m.args[0]), hosts, slots_per_node(env, ctx.options.slots))
+        if isinstance(where, str):
+            return where
+        worlds = ctx.options.worlds
+        if worlds is not None and int(m.args[0]) not in worlds:
+            return f"world size {m.args[0]} not selected (--world-sizes {ctx.options.worlds_text})"
+    return None
+
+
+def _soc_requirements(item: pytest.Item, socs: set[str]) -> str | None:
+    m = item.get_closest_marker("soc")
+    if m and not socs <= set(m.args):
+        return f"needs soc in {m.args}; the env has {sorted(socs)}"
+    for name, soc in SOC_MARKERS.items():
+        other = set(SOC_MARKERS.values()) - {soc}
+        if item.get_closest_marker(name) and not item.get_closest_marker(
+                "a2_test" if name == "a3_test" else "a3_test") and socs & other:
+            return f"{name} case; the env's hosts are {sorted(socs)}"
+    return None
+
+
+def core_policy(item: pytest.Item, ctx: RunContext) -> str:
+    """The test's ``core_policy`` marker, else ``--core-policy``."""
+    m = item.get_closest_marker("core_policy")
+    return str(m.args[0]) if m else ctx.core_policy
+
+
+def uses_cluster(item: pytest.Item) -> bool:
+    """A test that drives the cluster: it asks for a cluster fixture or is a ``BaseTest`` method."""
+    from framework.base_test import BaseTest
+
+    cls = getattr(item, "cls", None)
+    return bool(set(getattr(item, "fixturenames", ())) & CLUSTER_FIXTURES) or (
+        cls is not None and issubclass(cls, BaseTest))

@@ -1,0 +1,123 @@
+"""The plugin's command-line options and ini keys, read once into a frozen :class:`Options`.
+
+``pytest_addoption`` declares them (the ``camit`` group: ``--env``, ``--random-seed``, ...);
+:meth:`Options.from_config` reads every value once, after the command line is parsed, so the rest of
+the plugin never calls ``config.getoption`` again. :func:`env_path` is the plugin's one rule for
+finding the env file (``--env``, else ``$CAMIT_ENV``, else the ini key ``camit_env``), and
+:class:`LeaseSettings` the lease's owner and wait from the environment.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import pytest
+
+ENV_VAR = "CAMIT_ENV"
+ENV_INI = "camit_env"
+
+
+def add_options(parser: pytest.Parser) -> None:
+    """Declare camit's options (group ``camit``) and its ini key; the names are public, never renamed."""
+    g = parser.getgroup("camit", "camit cluster tests")
+    g.addoption("--env", dest="camit_env", metavar="FILE", default=None,
+                help="test_env.yaml (default: $CAMIT_ENV, else ini camit_env)")
+    g.addoption("--random-seed", "--random_seed", dest="camit_seed", type=int, default=None, metavar="N",
+                help="seed for every rank and every random case (printed with a repro line)")
+    g.addoption("--case-timeout", dest="camit_case_timeout", type=float, default=600.0, metavar="S",
+                help="wall-clock limit of one launch across the cluster (default 600)")
+    g.addoption("--report-dir", dest="camit_report_dir", default="reports", metavar="DIR",
+                help="run folders go here: DIR/<run-id>/ and DIR/latest (default: reports)")
+    g.addoption("--core-policy", dest="camit_core_policy", choices=("fail", "warn", "ignore"), default="fail",
+                help="what a core dump that appeared during a test does (default: fail)")
+    g.addoption("--keep-remote", dest="camit_keep_remote", action="store_true",
+                help="leave the run folders on the hosts for debugging")
+    g.addoption("--no-deploy", dest="camit_no_deploy", action="store_true",
+                help="use what is installed on the hosts; do not deploy the env's artifacts")
+    g.addoption("--world-sizes", dest="camit_worlds", default=None, metavar="4,8,16",
+                help="only these world sizes (default: every size the env can host)")
+    g.addoption("--ranks-per-node", dest="camit_slots", type=int, default=None, metavar="P",
+                help="ranks per node (default: npu.count, else launch.nproc_per_node, else 2)")
+    g.addoption("--umdk-src", dest="camit_umdk_src", default=None, metavar="PATH",
+                help="a UMDK checkout: also run its test/cam/ut through the same launch")
+    g.addoption("--update-baseline", dest="camit_update_baseline", action="store_true",
+                help="write the measured performance as the cluster's new baseline")
+    g.addoption("--baseline-margin", dest="camit_baseline_margin", type=float, default=0.5, metavar="F",
+                help="allowed slow-down over the baseline before a perf test fails (default 0.5 = +50%%)")
+    g.addoption("--cluster-name", dest="camit_cluster", default=None, metavar="NAME",
+                help="name of the cluster for baselines (default: the env file's stem)")
+    g.addoption("--baseline-dir", dest="camit_baseline_dir", default=None, metavar="DIR",
+                help="where <cluster>.json baselines live (default: env/baselines of this checkout)")
+    g.addoption("--full-shapes", dest="camit_full_shapes", action="store_true",
+                help="upstream's full case shapes instead of the small lab defaults")
+    g.addoption("--cov-ranks", dest="camit_cov_ranks", action="store_true",
+                help="coverage of the rank-side tree and the op library on every host, combined into "
+                     "<report>/coverage/ and coverage.xml (also ENABLE_COV=1)")
+    parser.addini(ENV_INI, "default test_env.yaml for --env", default="")
+
+
+def env_path(config: pytest.Config, environ: Mapping[str, str] = os.environ) -> str | None:
+    """The env file of this run: ``--env``, else ``$CAMIT_ENV``, else the ini key ``camit_env``; None: none."""
+    from framework.config import resolve_env_path  # the one env-file rule (also camit, BaseTest)
+
+    return resolve_env_path(config.getoption("camit_env"), environ, config.getini(ENV_INI), default=None)[0]
+
+
+def parse_worlds(text: str | None) -> frozenset[int] | None:
+    """The world sizes ``--world-sizes 4,8`` selects, or None for all."""
+    return frozenset(int(w) for w in text.split(",") if w.strip()) if text else None
+
+
+@dataclass(frozen=True)
+class LeaseSettings:
+    """Who the session's lease names as its owner (``$BUILD_URL``, else the default) and how long it waits."""
+
+    owner: str | None = None
+    wait: float = 0.0
+
+    @classmethod
+    def from_environ(cls, environ: Mapping[str, str] = os.environ) -> LeaseSettings:
+        return cls(owner=environ.get("BUILD_URL") or None, wait=float(environ.get("CAMIT_LEASE_WAIT", "0")))
+
+
+@dataclass(frozen=True)
+class Options:
+    """Every camit option of the run, read once; field names follow the option (``--no-deploy``: ``no_deploy``)."""
+
+    env_path: str | None = None
+    seed: int | None = None
+    case_timeout: float = 600.0
+    report_dir: str = "reports"
+    core_policy: str = "fail"
+    keep_remote: bool = False
+    no_deploy: bool = False
+    worlds_text: str | None = None
+    slots: int | None = None
+    umdk_src: str | None = None
+    update_baseline: bool = False
+    baseline_margin: float = 0.5
+    cluster_name: str | None = None
+    baseline_dir: str | None = None
+    full_shapes: bool = False
+    cov_ranks: bool = False
+    lease: LeaseSettings = LeaseSettings()
+
+    @property
+    def worlds(self) -> frozenset[int] | None:
+        """The selected world sizes (``--world-sizes``), or None for every size."""
+        return parse_worlds(self.worlds_text)
+
+    @classmethod
+    def from_config(cls, config: pytest.Config, environ: Mapping[str, str] = os.environ) -> Options:
+        opt = config.getoption
+        return cls(
+            env_path=env_path(config, environ), seed=opt("camit_seed"), case_timeout=opt("camit_case_timeout"),
+            report_dir=opt("camit_report_dir"), core_policy=opt("camit_core_policy"),
+            keep_remote=bool(opt("camit_keep_remote")), no_deploy=bool(opt("camit_no_deploy")),
+            worlds_text=opt("camit_worlds"), slots=opt("camit_slots"), umdk_src=opt("camit_umdk_src"),
+            update_baseline=bool(opt("camit_update_baseline")), baseline_margin=opt("camit_baseline_margin"),
+            cluster_name=opt("camit_cluster"), baseline_dir=opt("camit_baseline_dir"),
+            full_shapes=bool(opt("camit_full_shapes")), cov_ranks=bool(opt("camit_cov_ranks")),
+            lease=LeaseSettings.from_environ(environ))

@@ -1,0 +1,93 @@
+"""What the plugin reports: the terminal header and the repro line, the run folder's finalize, the camit summary.
+
+The controller only (xdist workers write no shared file): ``pytest_report_header`` prints the env,
+seed and the command that reproduces the run (:func:`header_lines`); ``pytest_sessionfinish`` —
+after pytest's own junitxml wrote ``junit.xml`` — finishes the coverage report and writes
+``cluster.xml``, ``manifest.json`` and ``index.html`` (:func:`finalize`); ``pytest_terminal_summary``
+prints the folder's one-screen summary (:func:`summary_lines`).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import pytest
+
+    from framework.plugin.context import RunContext
+
+#: the session's exit status as manifest.json's ``status``
+STATUS = {0: "ok", 1: "failed", 2: "interrupted", 5: "no tests"}
+INTERRUPTED = "camit: interrupted; every launch was torn down, the report folder is kept\n"
+
+
+def repro(config: pytest.Config, seed: int) -> str:
+    """The pytest command line of this run with its seed pinned (``--random-seed N`` replaces any given).
+
+    Built by the one reproduce-line builder, so the header, the terminal summary, manifest.json and
+    index.html show the same command.
+    """
+    from framework.report import repro_command
+
+    return repro_command(["pytest", *config.invocation_params.args], seed, program=["pytest"]) or "pytest"
+
+
+def header_lines(ctx: RunContext) -> list[str] | None:
+    """``pytest_report_header``: env, backend and seed; the report folder; the repro line (None: inert)."""
+    env = ctx.env
+    if env is None:
+        return None
+    lines = [f"camit: env {env.source} ({len(env.hosts)} hosts: {', '.join(env.hosts)}), "
+             f"backend {env.launch.backend}, seed {ctx.seed}"]
+    if ctx.rundir is not None:
+        lines.append(f"camit: report folder {ctx.rundir.path}")
+    lines.append(f"camit: reproduce with: {repro(ctx.config, ctx.seed)}")
+    return lines
+
+
+def reports_here(ctx: RunContext) -> bool:
+    """This process writes the run folder's reports: an env, the controller, and a run folder made."""
+    return ctx.env is not None and ctx.is_controller and ctx.rundir is not None
+
+
+def finalize(ctx: RunContext, exitstatus: int) -> None:
+    """Coverage (before the manifest, so it lists the coverage report), then cluster.xml, manifest, index."""
+    if not reports_here(ctx) or ctx.rundir is None:
+        return
+    from framework import report
+
+    if ctx.cov_ranks:
+        from framework import coverage
+
+        ctx.cov_summary = coverage.finish(ctx.rundir.path)
+    report.finalize(ctx.rundir.path, env=ctx.env, seed=ctx.seed,
+                    argv=["pytest", *ctx.config.invocation_params.args], repro=repro(ctx.config, ctx.seed),
+                    started=ctx.started,
+                    ended=time.time(), status=STATUS.get(int(exitstatus), "error"))
+
+
+def summary_lines(ctx: RunContext) -> list[str] | None:
+    """The ``camit`` section of the terminal summary (None: none); it never hides the run's outcome."""
+    if not reports_here(ctx) or ctx.rundir is None:
+        return None
+    try:
+        from framework import report
+
+        text = report.terminal_summary(ctx.rundir.path, repro=repro(ctx.config, ctx.seed))
+    except Exception as exc:  # the summary must never hide the run's outcome
+        text = f"(no cluster summary: {exc})"
+    lines = text.splitlines()
+    if ctx.cov_summary:
+        lines.append(ctx.cov_summary)
+    return lines
+
+
+def say_interrupted(excinfo: pytest.ExceptionInfo[BaseException]) -> None:
+    """A real Ctrl-C (not pytest's collection-error ``Interrupted`` or ``pytest.exit``): say what was kept."""
+    import pytest
+
+    if isinstance(excinfo.value, (pytest.Session.Interrupted, pytest.exit.Exception)):
+        return
+    sys.stderr.write(INTERRUPTED)

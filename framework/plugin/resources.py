@@ -1,0 +1,212 @@
+"""The session's resources — cluster, lease, deploy-once, launcher, rank suite — opened explicitly, closed by one ExitStack.
+
+Nothing here runs at import or configure time: a resource is opened by the first fixture (or
+``BaseTest`` class, or the preflight suite) that needs it, in a fixed order, and each opening step
+pushes its own undo onto :attr:`Resources.stack`, so ``pytest_sessionfinish`` closes everything in
+reverse with one ``close()``. :func:`open_leased_cluster` is the one way to get hosts: build the
+``Cluster`` of this process's hosts (under ``-n`` the worker's share), connect them, then *take the
+lease* on them as a step of its own; a lease that cannot be taken fails the opening, and later callers get
+the same error instead of an unleased cluster. Deploy runs once per run and host share under a
+file lock (:meth:`Resources.deploy`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+from framework.errors import FrameworkError, MultiHostError
+from framework.plugin.options import LeaseSettings
+
+if TYPE_CHECKING:
+    from framework.config.effective import EnvConfig, HostSpec
+    from framework.deploy import DeployResult
+    from framework.hosts import Cluster
+    from framework.launch import Launcher
+    from framework.lease import Lease
+    from framework.plugin.context import RunContext
+    from framework.suite import RankSuite
+    from framework.transport.base import Transport
+
+log = logging.getLogger("camit")
+
+TransportFactory = Callable[["HostSpec"], "Transport"]
+RESOURCES_KEY = pytest.StashKey["Resources"]()
+
+
+def resources_of(config: pytest.Config) -> Resources:
+    """The session's resources (``pytest_configure`` makes them; nothing is open until first asked)."""
+    return config.stash[RESOURCES_KEY]
+
+
+def log_event(host: str, message: str) -> None:
+    """The deploy's and launcher's progress events, into the ``camit`` logger."""
+    log.info("%s: %s", host, message)
+
+
+def _release(lease: Lease) -> None:
+    try:
+        lease.__exit__(None, None, None)  # release, then LeaseLost if it was taken over meanwhile
+    except FrameworkError as exc:
+        log_event("lease", f"release failed: {exc}")
+
+
+@dataclass
+class LeasedCluster:
+    """An opened cluster: the hosts, the lease on the reachable ones, and why the others were not reached."""
+
+    cluster: Cluster
+    lease: Lease | None
+    unreachable: MultiHostError | None = None
+
+
+def open_leased_cluster(env: EnvConfig, names: Sequence[str] | None, stack: ExitStack, *,
+                        lease: LeaseSettings | None = None, transport_factory: TransportFactory | None = None,
+                        allow_unreachable: bool = False) -> LeasedCluster:
+    """The hosts ``names`` of ``env`` (None: all), connected and leased; ``stack`` releases, then closes them.
+
+    Three explicit steps: build the cluster (``Cluster.from_env``), connect every host at once, take
+    the lease (``LeaseHeld`` names the holder; ``$CAMIT_LEASE_WAIT`` seconds of waiting). A host that
+    cannot be reached fails the opening (``MultiHostError`` naming each one) unless
+    ``allow_unreachable`` (the preflight suite, which reports such hosts): then the reachable hosts
+    are leased and the error is kept in ``unreachable``. On failure ``stack`` still closes the hosts.
+    """
+    from framework.hosts import Cluster
+    from framework.lease import Lease
+
+    settings = lease or LeaseSettings.from_environ()
+    cluster = Cluster.from_env(env, names, transport_factory=transport_factory)
+    stack.callback(cluster.close)
+    connected = cluster.connect()
+    unreachable = None
+    if connected.failed:
+        try:
+            connected.raise_on_failure()
+        except MultiHostError as exc:
+            if not allow_unreachable:
+                raise
+            unreachable = exc
+    reachable = [cluster[n] for n in connected.succeeded]
+    if not reachable:
+        return LeasedCluster(cluster, None, unreachable)
+    # a sub-cluster (the same Host objects) when some hosts are down: the lease covers the others
+    leased = cluster if len(reachable) == len(cluster) else Cluster(reachable, max_parallel=cluster.max_parallel)
+    if leased is not cluster:
+        stack.callback(leased.close)
+    held = Lease(leased, owner=settings.owner, wait=settings.wait)
+    held.acquire()
+    stack.callback(_release, held)
+    return LeasedCluster(cluster, held, unreachable)
+
+
+class Resources:
+    """What this process opened on the cluster for the run (``config.stash[RESOURCES_KEY]``).
+
+    ``open_cluster``, ``deploy``, ``open_launcher`` and ``open_suite`` each open their resource on
+    the first call (and the ones it needs before it) and return it after; ``close`` undoes them all.
+    ``transport_factory`` replaces SSH for every host (a conftest may set it before the first
+    opening, e.g. to ``LocalTransport`` in the plugin's own tests).
+    """
+
+    def __init__(self, ctx: RunContext, *, transport_factory: TransportFactory | None = None) -> None:
+        self.ctx = ctx
+        self.transport_factory = transport_factory
+        self.stack = ExitStack()
+        self.cluster: Cluster | None = None
+        self.lease: Lease | None = None
+        self.deployed: DeployResult | str | None = None
+        self.launcher: Launcher | None = None
+        self.suite: RankSuite | None = None
+        self.unreachable: MultiHostError | None = None
+        self._broken: FrameworkError | None = None
+
+    def open_cluster(self, *, allow_unreachable: bool = False) -> Cluster:
+        """This process's hosts (``ctx.host_names()``), connected and leased (see :func:`open_leased_cluster`).
+
+        Opened once: a lease that cannot be taken is raised again to every later caller (one
+        attempt, not one per test), and so are unreachable hosts, except to ``allow_unreachable``.
+        """
+        if self.cluster is None:
+            if self._broken is not None:
+                raise self._broken
+            try:
+                opened = open_leased_cluster(
+                    self.ctx.require_env(), self.ctx.host_names(), self.stack, lease=self.ctx.options.lease,
+                    transport_factory=self.transport_factory, allow_unreachable=True)
+            except FrameworkError as exc:
+                self._broken = exc
+                raise
+            self.cluster, self.lease, self.unreachable = opened.cluster, opened.lease, opened.unreachable
+        if self.unreachable is not None and not allow_unreachable:
+            raise self.unreachable
+        return self.cluster
+
+    def deploy(self, tmp_root: Path) -> DeployResult | str:
+        """Deploy once per run and host share (file lock + a record of what was deployed): a worker that
+        xdist restarts on the same share does not deploy again; workers on other shares do not wait."""
+        if self.deployed is not None:
+            return self.deployed
+        env = self.ctx.require_env()
+        if self.ctx.options.no_deploy or not (env.artifacts.run_package or env.artifacts.wheel):
+            self.deployed = "skipped"
+            return self.deployed
+        from filelock import FileLock
+
+        from framework.deploy import Deployer, resolve_artifacts
+
+        # one deploy per run and host share: the run id is shared by the controller and its xdist workers,
+        # and each worker deploys its own (disjoint) share, at the same time as the others
+        names = self.ctx.host_names()
+        rundir = self.ctx.ensure_rundir()
+        share = f"{rundir.run_id}-{names[0]}"
+        marker = tmp_root / f"camit-deployed-{share}.txt"
+        key = ",".join(a.sha256 for a in resolve_artifacts(env)) + "@" + ",".join(names)
+        with FileLock(str(tmp_root / f"camit-deploy-{share}.lock")):
+            if marker.exists() and marker.read_text() == key:
+                self.deployed = "done by another worker"
+                return self.deployed
+            result = Deployer(env, self.open_cluster(), rundir=rundir, on_event=log_event).run()
+            if not result.ok:
+                raise FrameworkError("deploy failed:\n" + "\n".join(f"  {e}" for e in result.errors.values()))
+            marker.write_text(key)
+        self.deployed = result
+        return result
+
+    def open_launcher(self) -> Launcher:
+        """A ``Launcher`` over the cluster, fetching into the run folder (call ``deploy`` first)."""
+        if self.launcher is None:
+            from framework.launch import Launcher
+
+            self.launcher = Launcher(self.ctx.require_env(), self.open_cluster(), rundir=self.ctx.ensure_rundir(),
+                                     on_event=log_event, per_launch_dirs=True, keep_remote=self.ctx.options.keep_remote)
+        return self.launcher
+
+    def open_suite(self) -> RankSuite:
+        """The ``RankSuite`` of suites/cam/rank over the launcher: seed, shapes, slots, timeout and coverage mode."""
+        if self.suite is None:
+            from framework.suite import RankSuite
+
+            ctx = self.ctx
+            rank_env = {"CAMIT_SEED": str(ctx.seed)}
+            if ctx.options.full_shapes:
+                rank_env["CAMIT_FULL_SHAPES"] = "1"
+            cov = None
+            if ctx.cov_ranks:
+                from framework.coverage import RankCoverage
+
+                cov = RankCoverage(ctx.require_env(), self.open_cluster(), ctx.ensure_rundir().path)
+            self.suite = RankSuite(ctx.require_env(), self.open_cluster(), self.open_launcher(),
+                                   slots=ctx.options.slots, rank_env=rank_env, case_timeout=ctx.case_timeout,
+                                   coverage=cov)
+        return self.suite
+
+    def close(self) -> None:
+        """Release the lease and close the connections (reverse order of opening); idempotent."""
+        self.stack.close()
+        self.cluster = self.lease = self.launcher = self.suite = self.unreachable = None

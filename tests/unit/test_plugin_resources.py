@@ -1,0 +1,104 @@
+"""The plugin's resources without pytest: opening the leased cluster, unreachable hosts, the broken opening.
+
+The reachable hosts are this machine (``LocalTransport``, a workdir each under tmp_path), so the lease
+files are written by the real lease scripts; the unreachable one is a ``FakeTransport`` whose
+connect fails.
+"""
+
+from __future__ import annotations
+
+from contextlib import ExitStack
+from pathlib import Path
+
+import pytest
+
+from framework.config.effective import EnvConfig, HostSpec, load
+from framework.errors import HostUnreachable, MultiHostError
+from framework.lease import LeaseHeld
+from framework.plugin.context import RunContext
+from framework.plugin.options import LeaseSettings, Options
+from framework.plugin.resources import Resources, open_leased_cluster
+from framework.testing.fake import FakeTransport
+from framework.transport.base import Transport
+from framework.transport.local import LocalTransport
+
+HOSTS = ("node1", "node2", "node3")
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> EnvConfig:
+    lines = ["host_info:"]
+    for i, name in enumerate(HOSTS, 1):
+        (tmp_path / name).mkdir()
+        lines.append(f"  {name}: {{manage_nic: {{name: eth0, ip: 192.0.2.{i}}}, workdir: {tmp_path / name}}}")
+    (tmp_path / "env.yaml").write_text("\n".join(lines) + "\n")
+    return load(tmp_path / "env.yaml")
+
+
+def transports(down: str | None = None):
+    def make(spec: HostSpec) -> Transport:
+        if spec.name == down:
+            fake = FakeTransport(spec.name)
+            fake.connect_error = HostUnreachable(spec.name, "connect timed out")
+            return fake
+        return LocalTransport(spec.name)
+
+    return make
+
+
+def leased(tmp_path: Path) -> list[str]:
+    return [h for h in HOSTS if (tmp_path / h / "camit-lease.json").exists()]
+
+
+def test_the_cluster_is_leased_and_the_stack_releases_it(env, tmp_path):
+    with ExitStack() as stack:
+        opened = open_leased_cluster(env, ["node1", "node2"], stack, lease=LeaseSettings(owner="me"),
+                                     transport_factory=transports())
+        assert list(opened.cluster.hosts) == ["node1", "node2"]
+        assert opened.lease is not None and sorted(opened.lease.held) == ["node1", "node2"]
+        assert leased(tmp_path) == ["node1", "node2"] and opened.unreachable is None
+    assert leased(tmp_path) == []
+
+
+def test_an_unreachable_host_fails_the_opening_and_leases_nothing(env, tmp_path):
+    with ExitStack() as stack, pytest.raises(MultiHostError, match="node2: connect timed out"):
+        open_leased_cluster(env, None, stack, transport_factory=transports(down="node2"))
+    assert leased(tmp_path) == []
+
+
+def test_allow_unreachable_leases_the_reachable_hosts_and_keeps_the_error(env, tmp_path):
+    with ExitStack() as stack:
+        opened = open_leased_cluster(env, None, stack, transport_factory=transports(down="node2"),
+                                     allow_unreachable=True)
+        assert list(opened.cluster.hosts) == list(HOSTS)  # the probe still reports node2
+        assert leased(tmp_path) == ["node1", "node3"]
+        assert opened.unreachable is not None and list(opened.unreachable.errors) == ["node2"]
+    assert leased(tmp_path) == []
+
+
+def _resources(env: EnvConfig, down: str | None = None) -> Resources:
+    ctx = RunContext(config=None, options=Options(), env=env, seed=1)  # type: ignore[arg-type]
+    return Resources(ctx, transport_factory=transports(down))
+
+
+def test_resources_open_once_and_a_strict_caller_gets_the_unreachable_hosts(env, tmp_path):
+    res = _resources(env, down="node3")
+    cluster = res.open_cluster(allow_unreachable=True)
+    assert res.open_cluster(allow_unreachable=True) is cluster
+    with pytest.raises(MultiHostError, match="node3"):
+        res.open_cluster()  # a launch must not run on a cluster with a dead host
+    res.close()
+    assert leased(tmp_path) == []
+
+
+def test_a_lease_held_elsewhere_breaks_the_opening_for_every_later_caller(env, tmp_path):
+    with ExitStack() as stack:
+        open_leased_cluster(env, ["node2"], stack, lease=LeaseSettings(owner="holder"), transport_factory=transports())
+        res = _resources(env)
+        with pytest.raises(LeaseHeld, match="^node2: leased by holder") as first:
+            res.open_cluster()
+        with pytest.raises(LeaseHeld) as again:
+            res.open_cluster()
+        assert again.value is first.value and res.cluster is None
+        res.close()
+        assert leased(tmp_path) == ["node2"]  # the holder's, untouched
