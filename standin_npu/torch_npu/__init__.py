@@ -30,12 +30,12 @@ from ._ops import (
     npu_moe_distribute_dispatch_v2,
     npu_quant_matmul,
 )
+from .version import __version__
 
-__version__ = "2.13.0.post0+camit.standin"
 STANDIN = True  # lets the lab tell the stand-in from the real package
 
 __all__ = [
-    "Format", "STANDIN", "distributed", "get_npu_format", "npu", "npu_dequant_swiglu_quant",
+    "Format", "STANDIN", "__version__", "distributed", "get_npu_format", "npu", "npu_dequant_swiglu_quant",
     "npu_dynamic_quant", "npu_format_cast", "npu_format_cast_", "npu_grouped_matmul",
     "npu_moe_distribute_combine_v2", "npu_moe_distribute_dispatch_v2", "npu_quant_matmul",
     "_env", "_occupancy", "_plog",

@@ -5,9 +5,8 @@ The emulated host is configured by the lab (never by the code under test):
 - ``CAMIT_EMU_NPU_COUNT``: how many NPUs the host has (default 16, one A3 node's dies);
 - ``CAMIT_EMU_NPU``: path of a JSON file ``{"device_count": N, "registry_dir": "...", "linger_s": S}``;
   any key may be missing, and the matching ``CAMIT_EMU_NPU_*`` variable wins over the file;
-- ``CAMIT_EMU_NPU_DIR``: the occupancy registry directory (default ``<tmp>/camit-emu-npu``);
-- ``CAMIT_EMU_NPU_LINGER``: seconds a device stays listed after its process died without exiting
-  normally (default 0).
+- ``CAMIT_EMU_NPU_DIR``, ``CAMIT_EMU_NPU_LINGER``: the occupancy registry (read by
+  ``torch_npu._occupancy``, which is stdlib-only).
 
 The Ascend variables are read as torch_npu/CANN read them (each function names its upstream rule).
 """
@@ -16,9 +15,7 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 import warnings
-from pathlib import Path
 from typing import Any
 
 DEFAULT_DEVICE_COUNT = 16
@@ -123,19 +120,6 @@ def physical_id(logical: int) -> int:
         return logical
     visible = visible_devices()
     return visible[logical] if 0 <= logical < len(visible) else logical
-
-
-def registry_dir() -> Path:
-    value = _setting("CAMIT_EMU_NPU_DIR", "registry_dir", "")
-    return Path(value) if value else Path(tempfile.gettempdir()) / "camit-emu-npu"
-
-
-def linger_s() -> float:
-    value = _setting("CAMIT_EMU_NPU_LINGER", "linger_s", 0)
-    try:
-        return max(0.0, float(value))
-    except (TypeError, ValueError):
-        return 0.0
 
 
 def exec_timeout() -> int:

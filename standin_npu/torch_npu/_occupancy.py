@@ -8,6 +8,9 @@ aborted leaves the file behind.
 Reader (:func:`occupants`): a record is listed while its pid is alive (same process start time, so a
 reused pid does not count), or, once dead, for ``linger_s`` seconds after its last heartbeat, as a real
 NPU stays busy for a while after a kill. Expired records are pruned by the reader.
+
+Stdlib only and free of package imports, so a fake ``npu-smi`` can load this file by path without
+importing torch: ``importlib.util.spec_from_file_location("occupancy", <path>)``.
 """
 
 from __future__ import annotations
@@ -15,12 +18,11 @@ from __future__ import annotations
 import atexit
 import json
 import os
+import tempfile
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-
-from . import _env
 
 HEARTBEAT_S = 1.0
 
@@ -66,26 +68,55 @@ def _heartbeat(path: Path, pid: int) -> None:
             return
 
 
-def register(logical: int) -> None:
-    """Record that this process uses logical device ``logical`` (idempotent)."""
+def registry_dir() -> Path:
+    """``CAMIT_EMU_NPU_DIR``, else the ``registry_dir`` of the ``CAMIT_EMU_NPU`` JSON file, else
+    ``<tmp>/camit-emu-npu``."""
+    return Path(_setting("CAMIT_EMU_NPU_DIR", "registry_dir", "") or Path(tempfile.gettempdir()) / "camit-emu-npu")
+
+
+def linger_s() -> float:
+    """``CAMIT_EMU_NPU_LINGER`` (or the JSON file's ``linger_s``): seconds a dead holder stays listed."""
+    try:
+        return max(0.0, float(_setting("CAMIT_EMU_NPU_LINGER", "linger_s", 0) or 0))
+    except (TypeError, ValueError):
+        return 0.0
+
+
+def _setting(env: str, key: str, default: object) -> object:
+    if os.environ.get(env):
+        return os.environ[env]
+    path = os.environ.get("CAMIT_EMU_NPU")
+    if path:
+        try:
+            with open(path, encoding="utf-8") as fh:
+                data = json.load(fh)
+            if isinstance(data, dict):
+                return data.get(key, default)
+        except (OSError, ValueError):
+            pass
+    return default
+
+
+def register(logical: int, physical: int) -> None:
+    """Record that this process uses logical device ``logical`` (host NPU ``physical``); idempotent."""
     global _file, _owner
     pid = os.getpid()
     with _lock:
         if _owner != pid:  # a forked child starts its own record
             _devices.clear()
             _file, _owner = None, pid
-        entry = (logical, _env.physical_id(logical))
+        entry = (logical, physical)
         if entry in _devices:
             return
         _devices.append(entry)
-        folder = _env.registry_dir()
+        folder = registry_dir()
         try:
             folder.mkdir(parents=True, exist_ok=True)
             path = folder / f"{pid}.json"
             _write(path, {
                 "pid": pid, "start_ticks": _start_ticks(pid), "name": _proc_name(),
                 "devices": [p for _, p in _devices], "logical": [lg for lg, _ in _devices],
-                "linger_s": _env.linger_s(),
+                "linger_s": linger_s(),
             })
         except OSError:
             return  # occupancy is best effort: the code under test must not fail for it
@@ -115,7 +146,7 @@ class Occupant:
 
 def occupants(folder: Path | None = None, now: float | None = None, prune: bool = True) -> list[Occupant]:
     """The processes to list as holding NPUs, by pid (see the module docstring for the rule)."""
-    folder = _env.registry_dir() if folder is None else folder
+    folder = registry_dir() if folder is None else folder
     now = time.time() if now is None else now
     out = []
     try:

@@ -85,7 +85,7 @@ def _set(index: int) -> None:
                                                       detail))
     with _lock:
         _current, _initialized = index, True
-    _occupancy.register(index)
+    _occupancy.register(index, _env.physical_id(index))
 
 
 def set_device(device: Any) -> None:
