@@ -43,8 +43,9 @@ __all__ = [
 
 
 class _NoAcceleratorHooks(torch._C._acc.PrivateUse1Hooks):
-    """PrivateUse1 hooks reporting no usable device: torch.distributed then picks the CPU (dist.barrier
-    asks ``torch._C._get_accelerator()``, which raises without registered hooks)."""
+    """PrivateUse1 hooks reporting no usable device to torch's C++ side: ``dist.barrier`` (which asks
+    ``torch._C._get_accelerator()``, raising without hooks) then runs on the CPU. The Python side
+    (``torch.accelerator``, ``torch.npu.is_available()``) still sees the emulated NPUs."""
 
     def is_available(self) -> bool:
         return False
@@ -54,6 +55,35 @@ class _NoAcceleratorHooks(torch._C._acc.PrivateUse1Hooks):
 
     def is_built(self) -> bool:
         return True
+
+
+class _NpuDeviceGuard(torch._C._acc.DeviceGuard):
+    """The device guard torch.accelerator (and Dynamo, which asks for the current stream) calls for "npu":
+    it reads and sets the stand-in's current device; every device has one stream, id 0."""
+
+    def type_(self) -> Any:
+        return torch._C._autograd.DeviceType.PrivateUse1
+
+    def getDevice(self) -> torch.device:  # noqa: N802 - c10's names
+        return torch.device("npu", max(npu._device.current_or_minus_one(), 0))
+
+    def setDevice(self, device: torch.device) -> None:  # noqa: N802
+        npu.set_device(device.index if device.index is not None else 0)
+
+    def uncheckedSetDevice(self, device: torch.device) -> None:  # noqa: N802
+        self.setDevice(device)
+
+    def exchangeDevice(self, device: torch.device) -> torch.device:  # noqa: N802
+        previous = self.getDevice()
+        self.setDevice(device)
+        return previous
+
+    def getStream(self, device: torch.device) -> torch.Stream:  # noqa: N802
+        index = device.index if device.index is not None else self.getDevice().index
+        return torch.Stream(stream_id=0, device_index=index, device_type=self.type_())
+
+    def deviceCount(self) -> int:  # noqa: N802
+        return npu.device_count()
 
 
 def _is_npu(device: Any) -> bool:
@@ -91,8 +121,11 @@ def _install() -> None:
     if torch._C._get_privateuse1_backend_name() != "npu":
         torch.utils.rename_privateuse1_backend("npu")
         torch._C._acc.register_python_privateuseone_hook(_NoAcceleratorHooks())
+        torch._C._acc.register_python_privateuseone_device_guard(_NpuDeviceGuard())
     torch._register_device_module("npu", npu)
     torch.Tensor.npu = _tensor_npu  # type: ignore[attr-defined]
+    # the data stays on the CPU, and says so (Dynamo reads is_<privateuse1 name> when it traces)
+    torch.Tensor.is_npu = property(lambda self: False)  # type: ignore[attr-defined]
     torch.Tensor.to = _tensor_to  # type: ignore[method-assign]
     torch.nn.Module.npu = _module_npu  # type: ignore[attr-defined]
     _format.install()

@@ -10,7 +10,8 @@ reused pid does not count), or, once dead, for ``linger_s`` seconds after its la
 NPU stays busy for a while after a kill. Expired records are pruned by the reader.
 
 Stdlib only and free of package imports, so a fake ``npu-smi`` can load this file by path without
-importing torch: ``importlib.util.spec_from_file_location("occupancy", <path>)``.
+importing torch: ``importlib.util.spec_from_file_location("occupancy", <path>)``, then put the module in
+``sys.modules`` before executing it (its dataclass needs that).
 """
 
 from __future__ import annotations
