@@ -259,6 +259,8 @@ class _Watchdog:
             with cls._lock:
                 groups = list(cls._groups)
             for pg in groups:
+                if not pg._teardown:
+                    continue  # without tear-down the failure is raised to whoever waits on the work
                 for pending in pg._pending():
                     if not pending.work.is_completed():
                         continue
