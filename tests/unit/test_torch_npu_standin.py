@@ -299,6 +299,43 @@ def test_watchdog_first_aborts_without_a_plog(tmp_path):
     assert "EI0002" not in plog_text(tmp_path)
 
 
+def test_without_tear_down_the_hang_is_raised(tmp_path):
+    procs = start_ranks(tmp_path, INIT.format(timeout="") + HANG.replace(
+        "dist.all_reduce(t)\nprint(\"unreachable\"", "try:\n    dist.all_reduce(t)\nexcept RuntimeError as exc:\n"
+        "    print(\"raised\", exc, flush=True)\nprint(\"unreachable\""), HCCL_EXEC_TIMEOUT="3",
+        TORCH_HCCL_ASYNC_ERROR_HANDLING="0")
+    rc0, out0, err0 = finish(procs[:1], timeout=45)[0]
+    procs[1].kill()
+    finish(procs[1:])
+    assert rc0 == 0, err0
+    assert "raised \n[ERROR]" in out0 and "ERR02005 DIST internal error" in out0
+    assert "HCCL watchdog thread terminated" not in err0
+    assert "remote rank: [1]" in plog_text(tmp_path)
+
+
+def test_a_peer_missing_at_group_creation_gives_ei0006(tmp_path):
+    procs = start_ranks(tmp_path, INIT.format(timeout="") + textwrap.dedent("""
+        import time
+        if rank == 1:
+            time.sleep(40)  # never creates the group
+        try:
+            dist.new_group(backend="hccl", ranks=[0, 1])
+        except RuntimeError as exc:
+            print("raised", exc, flush=True)
+    """), HCCL_CONNECT_TIMEOUT="3")
+    rc0, out0, err0 = finish(procs[:1], timeout=45)[0]
+    procs[1].kill()
+    finish(procs[1:])
+    assert rc0 == 0, err0
+    assert "ERR02200 DIST call hccl api failed" in out0 and "EI0006: " in out0 and "dst_rank[1]" in out0
+    plog = plog_text(tmp_path)
+    assert "[Wait][LinkEstablish]wait socket establish timeout, role[1] rank[1] timeout[3]" in plog
+    logs = pytest.importorskip("framework.cores.logs")
+    sigs = {s.code: s for s in logs.scan_signatures(out0 + plog)}
+    assert sigs["EI0006"].detail == "peer ranks 1"
+    assert sigs["HCCL-LINK-TIMEOUT"].detail == "rank 1, role 1, timeout 3 s"
+
+
 # -- plogs -----------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("env, root", [
     ({"ASCEND_WORK_PATH": "work"}, "log/debug/plog"),  # ASCEND_PROCESS_LOG_PATH (set by _env) wins

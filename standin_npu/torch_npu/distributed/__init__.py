@@ -14,7 +14,9 @@ Timeouts, as torch_npu reads them (torch_npu/csrc/distributed/ProcessGroupHCCL.c
   explicitly to at most the exec timeout, the same warning as torch_npu is issued ("... The plog may not
   be recorded.").
 
-A collective that has not completed when the first of the two expires fails as on an NPU:
+A group whose peers do not all join within the connect timeout fails with HCCL's ``EI0006`` (and the
+link-establish plog lines naming the missing ranks). A collective that has not completed when the first
+of the two other timeouts expires fails as on an NPU:
 - exec first: an ``EI0002`` notify-wait line naming the peer rank(s) that never reached the collective
   goes to the plog, then the watchdog's report and ``terminate called ...`` go to stderr and the process
   aborts (SIGABRT);
@@ -45,6 +47,7 @@ DEFAULT_PG_TIMEOUT_MS = 30 * 60 * 1000  # ProcessGroupHCCL.hpp: DEFAULT_TIMEOUT
 NEVER_S = 10 * 365 * 24 * 3600.0
 HANDSHAKE_S = 2.0
 POLL_S = 0.2
+JOINED = "camit_hccl_joined/"
 
 _fail_lock = threading.Lock()
 _failing = False
@@ -166,7 +169,14 @@ class ProcessGroupHCCL(dist.ProcessGroup):
         self.timeouts = Timeouts(timeout, self._teardown)
         self._store = store
         self._global_ranks = list(global_ranks or range(size))
-        self._gloo = dist.ProcessGroupGloo(store, rank, size, datetime.timedelta(seconds=self.timeouts.connect_s))
+        try:
+            store.set(f"{JOINED}{rank}", "1")
+        except Exception:  # noqa: BLE001 - only used to name the missing peers on failure
+            pass
+        try:
+            self._gloo = dist.ProcessGroupGloo(store, rank, size, datetime.timedelta(seconds=self.timeouts.connect_s))
+        except RuntimeError as exc:
+            raise _connect_failure(store, rank, size, self.timeouts.connect_s) from exc
         self._gloo.set_timeout(datetime.timedelta(seconds=min(self.timeouts.first_s, NEVER_S)))
         for dev in ("cpu", "npu"):
             self._register_backend(torch.device(dev), dist.ProcessGroup.BackendType.CUSTOM, self._gloo)
@@ -269,6 +279,35 @@ class _Watchdog:
                     except RuntimeError as exc:
                         _fail(pending, exc)
                     pg._done(pending)
+
+
+def _connect_failure(store: Any, rank: int, size: int, timeout_s: float) -> RuntimeError:
+    """Peers that never joined within HCCL_CONNECT_TIMEOUT: HCCL's link-establish plog lines and EI0006.
+
+    The texts follow the captured EI0006 / LINK_ERROR reports (camit's tests/data/ascend); HCCL connects
+    at the first collective, the stand-in (gloo) when the group is created.
+    """
+    try:
+        missing = [r for r in range(size) if r != rank and not store.check([f"{JOINED}{r}"])]
+    except Exception:  # noqa: BLE001
+        missing = []
+    missing = missing or [r for r in range(size) if r != rank]
+    tid = threading.get_native_id()
+    for peer in missing:
+        _plog.write("ERROR", "HCCL", "hccl_socket_manager.cc:778", f"[{tid}][Wait][LinkEstablish]wait socket "
+                    f"establish timeout, role[1] rank[{peer}] timeout[{int(timeout_s)}]")
+    links = "".join(f"\n        Transport init error. Reason: [Create][DestLink]Create Dest error! createLink "
+                    f"para:rank[{rank}]-localUserrank[{rank}], dst_rank[{peer}]-remoteUserrank[{peer}]"
+                    for peer in missing)
+    return RuntimeError(
+        "[ERROR] HCCL error in: torch_npu/csrc/distributed/ProcessGroupHCCL.cpp:64"
+        + _errors.suffix("DIST", "HCCL")
+        + f"\nEI0006: [PID: {os.getpid()}] {_plog.stamp()} Getting socket times out. Reason: Remote Rank did not "
+        "send the data in time. Please check the reason for the rank being stuck\n        Solution: 1. Check the "
+        "rank service processes with other errors or no errors in the cluster.2. If this error is reported for all "
+        "NPUs, check whether the time difference between the earliest and latest errors is greater than the "
+        f"connect timeout interval ({int(timeout_s)}s). If so, adjust the timeout interval by using the "
+        "HCCL_CONNECT_TIMEOUT environment variable.\n        TraceBack (most recent call last):" + links)
 
 
 def _missing_peers(pending: _Pending) -> list[int]:
