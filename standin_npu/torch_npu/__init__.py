@@ -94,13 +94,21 @@ def _is_npu(device: Any) -> bool:
     return False
 
 
+def _use(device: Any) -> None:
+    """What moving data to ``device`` does to the process: it initialises (and so occupies) that NPU."""
+    if device is None:
+        npu._device._lazy_init()
+    else:
+        npu.set_device(device)
+
+
 def _tensor_npu(self: torch.Tensor, device: Any = None, non_blocking: bool = False, **kwargs: Any) -> torch.Tensor:
-    npu._device._lazy_init() if device is None else npu.set_device(device)
+    _use(device)
     return self
 
 
 def _module_npu(self: torch.nn.Module, device: Any = None) -> torch.nn.Module:
-    npu._device._lazy_init() if device is None else npu.set_device(device)
+    _use(device)
     return self
 
 
