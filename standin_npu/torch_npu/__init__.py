@@ -99,7 +99,7 @@ def _use(device: Any) -> None:
     if device is None:
         npu._device._lazy_init()
     else:
-        npu.set_device(device)
+        npu._device.touch(device)
 
 
 def _tensor_npu(self: torch.Tensor, device: Any = None, non_blocking: bool = False, **kwargs: Any) -> torch.Tensor:

@@ -66,6 +66,21 @@ def current_or_minus_one() -> int:
 def _set(index: int) -> None:
     """aclrtSetDevice: fails with 107001 past the visible devices (the runtime lines go to the plog)."""
     global _current, _initialized
+    _check(index)
+    with _lock:
+        _current, _initialized = index, True
+    _occupancy.register(index, _env.physical_id(index))
+
+
+def touch(device: Any) -> None:
+    """Data placed on ``device`` (``t.npu(i)``): opens that device (occupying it) without making it current."""
+    index = _get_device_index(device, optional=True)
+    if index >= 0:
+        _check(index)
+        _occupancy.register(index, _env.physical_id(index))
+
+
+def _check(index: int) -> None:
     count = device_count()
     if index >= count:
         visible = ",".join(str(v) for v in _env.visible_devices()[:count])
@@ -83,9 +98,6 @@ def _set(index: int) -> None:
         # torch_npu/csrc/core/npu/sys_ctrl/npu_sys_ctrl.cpp, NpuSysCtrl::ExchangeDevice
         raise RuntimeError(_errors.npu_function_error("ExchangeDevice", 349, "c10_npu::SetDevice(device)", 107001,
                                                       detail))
-    with _lock:
-        _current, _initialized = index, True
-    _occupancy.register(index, _env.physical_id(index))
 
 
 def set_device(device: Any) -> None:
