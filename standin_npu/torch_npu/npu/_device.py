@@ -1,0 +1,144 @@
+"""The device API of ``torch.npu``: visible devices, the current device, set_device and its failure.
+
+Mirrors torch_npu/npu/utils.py (``set_device``, ``_get_device_index``, ``current_device``,
+``synchronize``) and torch_npu/npu/__init__.py (``device_count``, ``is_available``). Devices are logical
+ids after ``ASCEND_RT_VISIBLE_DEVICES``; the host's count comes from the lab (see ``torch_npu._env``).
+Setting a device registers this process in the occupancy registry (``torch_npu._occupancy``).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Any
+
+import torch
+
+from .. import _env, _errors, _occupancy, _plog
+
+_current: int | None = None
+_initialized = False
+_lock = threading.Lock()
+
+
+def _get_device_index(device: Any, optional: bool = False, allow_cpu: bool = False) -> int:
+    if isinstance(device, int):
+        return device
+    if isinstance(device, str):
+        device = torch.device(device)
+    if isinstance(device, torch.device):
+        if allow_cpu:
+            if device.type not in ("npu", "cpu"):
+                raise ValueError(f"Expected a npu or cpu device, but got: {device}" + _errors.suffix("PTA", "VALUE"))
+        elif device.type != "npu":
+            raise ValueError(f"Expected a npu device, but got: {device}" + _errors.suffix("PTA", "VALUE"))
+        if device.type == "cpu":
+            return -1
+        if device.index is not None:
+            return device.index
+    if device is None and optional:
+        return current_device()
+    if device is None or isinstance(device, torch.device):
+        if optional:
+            return current_device()
+        raise ValueError(f"Expected a torch.device with a specified index or an integer, but got:{device}"
+                         + _errors.suffix("PTA", "VALUE"))
+    raise ValueError(f"Invalid device: {device!r}" + _errors.suffix("PTA", "VALUE"))
+
+
+def device_count() -> int:
+    return _env.device_count()
+
+
+def is_available() -> bool:
+    return device_count() > 0
+
+
+def is_initialized() -> bool:
+    return _initialized
+
+
+def current_or_minus_one() -> int:
+    """The device the error suffix names: the set device, -1 before any."""
+    return -1 if _current is None else _current
+
+
+def _set(index: int) -> None:
+    """aclrtSetDevice: fails with 107001 past the visible devices (the runtime lines go to the plog)."""
+    global _current, _initialized
+    _check(index)
+    with _lock:
+        _current, _initialized = index, True
+    _occupancy.register(index, _env.physical_id(index))
+
+
+def touch(device: Any) -> None:
+    """Data placed on ``device`` (``t.npu(i)``): opens that device (occupying it) without making it current."""
+    index = _get_device_index(device, optional=True)
+    if index >= 0:
+        _check(index)
+        _occupancy.register(index, _env.physical_id(index))
+
+
+def _check(index: int) -> None:
+    count = device_count()
+    if index >= count:
+        visible = ",".join(str(v) for v in _env.visible_devices()[:count])
+        tid = threading.get_native_id()
+        _plog.write("ERROR", "RUNTIME", "api_error.cc:2350",
+                    f"{tid} SetDevice:Set visible device failed, invalid device={index}, input visible devices:{visible}")
+        _plog.write("ERROR", "RUNTIME", "api_c_device.cc:92",
+                    f"{tid} rtSetDevice:ErrCode=107001, desc=[device id error], InnerCode=0x7010003")
+        _plog.write("ERROR", "ASCENDCL", "device.cpp:54",
+                    f"{tid} aclrtSetDeviceImpl: open device {index} failed, runtime result = 107001.")
+        detail = (f"EE1001: [PID: {os.getpid()}] {_plog.stamp()} The argument is invalid.Reason: Set visible device "
+                  f"failed, invalid device={index}, input visible devices:{visible}\n"
+                  "        Solution: 1.Check the input parameter range of the function. "
+                  "2.Check the function invocation relationship.\n")
+        # torch_npu/csrc/core/npu/sys_ctrl/npu_sys_ctrl.cpp, NpuSysCtrl::ExchangeDevice
+        raise RuntimeError(_errors.npu_function_error("ExchangeDevice", 349, "c10_npu::SetDevice(device)", 107001,
+                                                      detail))
+
+
+def set_device(device: Any) -> None:
+    index = _get_device_index(device, optional=True)
+    if index >= 0:
+        _set(index)
+
+
+def _lazy_init() -> None:
+    """First NPU use without set_device initialises device 0, as torch_npu's lazy init does."""
+    if _current is None:
+        _set(0)
+
+
+def current_device() -> int:
+    _lazy_init()
+    assert _current is not None
+    return _current
+
+
+def synchronize(device: Any = None) -> None:
+    """Nothing runs asynchronously on the stand-in; collectives fail in their own call (or the watchdog)."""
+    _lazy_init()
+    if device is not None:
+        _get_device_index(device, optional=True)
+
+
+class device:  # noqa: N801 - torch_npu's name
+    """Context manager selecting a device (torch_npu/npu/utils.py ``device``)."""
+
+    def __init__(self, device: Any) -> None:
+        self.idx = _get_device_index(device, optional=True)
+        self.prev_idx = -1
+
+    def __enter__(self) -> None:
+        if self.idx < 0:
+            return
+        self.prev_idx = current_or_minus_one()
+        if self.prev_idx != self.idx:
+            _set(self.idx)
+
+    def __exit__(self, *args: object) -> None:
+        if self.prev_idx >= 0 and self.prev_idx != self.idx:
+            _set(self.prev_idx)

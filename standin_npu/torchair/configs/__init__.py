@@ -1,0 +1,1 @@
+"""torchair.configs (stand-in): see ``compiler_config``."""

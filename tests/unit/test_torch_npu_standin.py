@@ -1,0 +1,547 @@
+"""The CPU torch_npu stand-in (standin_npu/): device API, formats, hccl on gloo, timeouts, plogs,
+occupancy and the golden ops.
+
+The stand-in is never installed here: every test runs it in a subprocess with ``standin_npu`` on
+PYTHONPATH (this interpreter must keep seeing no torch_npu), with its own log, registry and store
+folders under ``tmp_path``. Numerical references are numpy, computed in this process.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("torch")
+
+STANDIN = Path(__file__).resolve().parents[2] / "standin_npu"
+SCRUB = ("CAMIT_EMU_", "ASCEND_", "HCCL_", "TORCH_HCCL_", "RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_")
+
+
+def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(SCRUB) and k != "PYTHONPATH"}
+    env.update(PYTHONPATH=str(STANDIN), CAMIT_EMU_NPU_COUNT="8", CAMIT_EMU_NPU_DIR=str(tmp_path / "occ"),
+               ASCEND_PROCESS_LOG_PATH=str(tmp_path / "log"), HOME=str(tmp_path / "home"),
+               OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    env.update(extra)
+    return env
+
+
+def _script(tmp_path: Path, body: str, name: str = "snippet.py") -> Path:
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(body))
+    return path
+
+
+def run_py(tmp_path: Path, body: str, timeout: float = 50, **env: str) -> subprocess.CompletedProcess[str]:
+    """Run ``body`` with the stand-in importable; fail with its output unless it exits 0."""
+    proc = subprocess.run([sys.executable, str(_script(tmp_path, body))], env=_env(tmp_path, **env), text=True,
+                          capture_output=True, timeout=timeout, cwd=tmp_path)
+    assert proc.returncode == 0, f"rc={proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
+    return proc
+
+
+def start_ranks(tmp_path: Path, body: str, world: int = 2, **env: str) -> list[subprocess.Popen[str]]:
+    """``world`` processes of ``body`` (rank in argv[1], FileStore path in argv[2])."""
+    script = _script(tmp_path, body, "rank.py")
+    store = tmp_path / "store"
+    return [subprocess.Popen([sys.executable, str(script), str(r), str(store)], env=_env(tmp_path, RANK=str(r), **env),
+                             text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path)
+            for r in range(world)]
+
+
+def finish(procs: list[subprocess.Popen[str]], timeout: float = 50) -> list[tuple[int, str, str]]:
+    out = []
+    for p in procs:
+        try:
+            stdout, stderr = p.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            stdout, stderr = p.communicate()
+        out.append((p.returncode, stdout, stderr))
+    return out
+
+
+def plog_text(tmp_path: Path, root: str = "log") -> str:
+    files = sorted((tmp_path / root).rglob("plog-*.log"))
+    return "".join(f.read_text() for f in files)
+
+
+INIT = """
+import sys, datetime, torch, torch_npu, torch.distributed as dist
+rank, store = int(sys.argv[1]), sys.argv[2]
+torch_npu.npu.set_device(rank)
+dist.init_process_group(backend="hccl", init_method="file://" + store, rank=rank, world_size=2{timeout})
+"""
+
+
+def test_this_interpreter_has_no_torch_npu():
+    assert importlib.util.find_spec("torch_npu") is None  # the stand-in must not leak into the system Python
+
+
+# -- device API ------------------------------------------------------------------------------------------
+def test_device_api_applies_visible_devices(tmp_path):
+    proc = run_py(tmp_path, """
+        import json, os, torch, torch_npu
+        out = {"npu_module": torch.npu is torch_npu.npu, "device": str(torch.device("npu", 3)),
+               "available": torch.npu.is_available()}
+        for visible in [None, "2,3,5", "0,9,1", "3,1", "1,2 3", "1,,2", ""]:
+            if visible is None:
+                os.environ.pop("ASCEND_RT_VISIBLE_DEVICES", None)
+            else:
+                os.environ["ASCEND_RT_VISIBLE_DEVICES"] = visible
+            out[str(visible)] = torch.npu.device_count()
+        os.environ["ASCEND_RT_VISIBLE_DEVICES"] = "4,6"
+        torch.npu.set_device(1)
+        out["current"] = torch.npu.current_device()
+        torch.npu.synchronize()
+        print(json.dumps(out))
+    """)
+    out = json.loads(proc.stdout)
+    assert out == {"npu_module": True, "device": "npu:3", "available": True, "None": 8, "2,3,5": 3,
+                   "0,9,1": 1,  # cut at the first id the 8-NPU host lacks
+                   "3,1": 0,  # not ascending: no device
+                   "1,2 3": 2, "1,,2": 1, "": 0, "current": 1}
+
+
+def test_device_count_from_the_emulation_file(tmp_path):
+    (tmp_path / "host.json").write_text(json.dumps({"device_count": 4}))
+    proc = run_py(tmp_path, "import torch, torch_npu; print(torch.npu.device_count())",
+                  CAMIT_EMU_NPU_COUNT="", CAMIT_EMU_NPU=str(tmp_path / "host.json"))
+    assert proc.stdout.strip() == "4"
+
+
+def test_set_device_past_the_visible_devices_fails_as_torch_npu(tmp_path):
+    proc = run_py(tmp_path, """
+        import torch, torch_npu
+        try:
+            torch_npu.npu.set_device(2)
+        except RuntimeError as exc:
+            print("ERR", exc)
+        try:
+            torch_npu.npu.set_device("cpu")
+        except ValueError as exc:
+            print("VAL", exc)
+        torch_npu.npu.set_device(torch.device("npu", 1))
+        print("current", torch_npu.npu.current_device())
+    """, ASCEND_RT_VISIBLE_DEVICES="0,1")
+    text = proc.stdout
+    assert "ERR ExchangeDevice:build/CMakeFiles/torch_npu.dir/compiler_depend.ts:349 NPU function error: " \
+           "c10_npu::SetDevice(device), error code is 107001" in text
+    assert re.search(r"\(PID:\d+, Device:-1, RankID:-1\) ERR00100 PTA call acl api failed", text)
+    assert "[Error]: Invalid device ID." in text
+    assert "VAL Expected a npu device, but got: cpu" in text
+    assert "current 1" in text
+    plog = plog_text(tmp_path)
+    assert re.search(r"^\[ERROR\] RUNTIME\(\d+,\S+\):\d{4}-\d\d-\d\d-\d\d:\d\d:\d\d\.\d{3}\.\d{3} \[api_error\.cc:\d+\] "
+                     r"\d+ SetDevice:Set visible device failed, invalid device=2, input visible devices:0,1$", plog, re.M)
+
+
+def test_npu_moves_keep_tensors_on_the_cpu(tmp_path):
+    proc = run_py(tmp_path, """
+        import torch, torch_npu
+        t = torch.arange(4.0)
+        m = torch.nn.Linear(2, 2)
+        checks = [t.npu() is t, m.npu() is m, t.to("npu").device.type, t.to("npu:0", torch.float16).dtype,
+                  t.to(device=torch.device("npu", 0)).device.type, next(m.to("npu").parameters()).device.type,
+                  torch.npu.current_device()]
+        print(checks)
+    """)
+    assert proc.stdout.strip() == "[True, True, 'cpu', torch.float16, 'cpu', 'cpu', 0]"
+
+
+# -- formats ---------------------------------------------------------------------------------------------
+def test_format_cast_travels_with_the_storage(tmp_path):
+    proc = run_py(tmp_path, """
+        import warnings, torch, torch_npu
+        F = torch_npu.Format
+        w = torch.arange(24, dtype=torch.int8).reshape(2, 3, 4)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            off = torch_npu.npu_format_cast(w, F.FRACTAL_NZ)
+        print("default", torch_npu.npu.config.allow_internal_format, torch_npu.get_npu_format(off).name,
+              any("allow_internal_format=False" in str(c.message) for c in caught))
+        torch_npu.npu.config.allow_internal_format = True
+        nz = torch_npu.npu_format_cast(w, F.FRACTAL_NZ)
+        p = torch.nn.Parameter(nz, requires_grad=False)
+        print("nz", torch_npu.get_npu_format(nz).name, torch_npu.get_npu_format(p).name,
+              torch_npu.get_npu_format(p.unbind(0)[1]).name, torch_npu.get_npu_format(p.clone()).name,
+              torch_npu.get_npu_format(w).name, bool(torch.equal(nz, w)), nz is not w)
+        x = torch.ones(2, 3, 4, 5)
+        print("base", torch_npu.get_npu_format(x).name, torch_npu.npu_format_cast(x, F.NHWC) is x,
+              torch_npu.get_npu_format(x).name)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            v = torch_npu.npu_format_cast(torch.ones(5), F.FRACTAL_NZ)
+        print("1d", torch_npu.get_npu_format(v).name, any("dim < 2" in str(c.message) for c in caught),
+              int(F.ND), int(F.FRACTAL_NZ), int(F.NCHW), int(F.FRACTAL_NZ_C0_32))
+    """)
+    lines = proc.stdout.splitlines()
+    assert lines == ["default False ND True", "nz FRACTAL_NZ FRACTAL_NZ FRACTAL_NZ FRACTAL_NZ ND True True",
+                     "base NCHW True NHWC", "1d ND True 2 29 0 51"]
+
+
+# -- hccl ------------------------------------------------------------------------------------------------
+def test_hccl_groups_and_comm_names_two_processes(tmp_path):
+    procs = start_ranks(tmp_path, INIT.format(timeout="") + textwrap.dedent("""
+        import json
+        t = torch.ones(3) * (rank + 1)
+        dist.all_reduce(t)
+        g = dist.new_group(backend="hccl", ranks=[0, 1])
+        g2 = dist.new_group(backend="hccl", ranks=[0, 1])
+        name = g._get_backend(torch.device("npu")).get_hccl_comm_name(rank)
+        name2 = g2._get_backend(torch.device("npu")).get_hccl_comm_name(rank)
+        resolved = torch_npu.distributed.resolve_hccl_comm_name(name)
+        x = torch.arange(4.0) + 10 * rank
+        y = torch.empty(4)
+        dist.all_to_all_single(y, x, group=g)
+        dist.barrier()
+        torch_npu.npu.synchronize()
+        print(json.dumps({"sum": t.tolist(), "name": name, "names_differ": name != name2,
+                          "resolves": resolved is g, "group_name": g.group_name, "backend": dist.get_backend(g),
+                          "a2a": y.tolist()}))
+        dist.destroy_process_group()
+    """))
+    results = finish(procs)
+    outs = []
+    for rc, stdout, stderr in results:
+        assert rc == 0, stderr
+        outs.append(json.loads(stdout.strip().splitlines()[-1]))
+    for r, out in enumerate(outs):
+        assert out["sum"] == [3.0, 3.0, 3.0]
+        assert out["name"] == out["group_name"] and out["names_differ"] and out["resolves"]
+        assert out["backend"] == "hccl"
+        assert out["a2a"] == ([0.0, 1.0, 10.0, 11.0] if r == 0 else [2.0, 3.0, 12.0, 13.0])
+    assert outs[0]["name"] == outs[1]["name"]
+
+
+def test_timeouts_and_the_watchdog_warning(tmp_path):
+    proc = run_py(tmp_path, """
+        import datetime, warnings, torch, torch_npu, torch.distributed as dist
+        from torch_npu.distributed import Timeouts
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            short = Timeouts(datetime.timedelta(seconds=5), teardown=True)
+            default = Timeouts(datetime.timedelta(minutes=30), teardown=True)
+            longer = Timeouts(datetime.timedelta(seconds=20), teardown=True)
+        print([str(c.message) for c in caught])
+        print(short.exec_s, short.watchdog_s, short.connect_s, default.watchdog_s, longer.watchdog_first)
+    """, HCCL_EXEC_TIMEOUT="10")
+    messages, values = proc.stdout.splitlines()
+    assert messages == ("['The watchdog timeout 5000ms(which is set by init_process_group) is less than or equal to "
+                        "HCCL execution timeout 10000ms! The plog may not be recorded.']")
+    assert values == "10.0 5.0 120.0 1810.0 False"
+    proc = run_py(tmp_path, """
+        import datetime, torch_npu
+        from torch_npu.distributed import Timeouts
+        t = Timeouts(datetime.timedelta(minutes=30), teardown=True)
+        print(t.exec_s, t.connect_s, t.watchdog_s)
+    """, HCCL_CONNECT_TIMEOUT="300")
+    assert proc.stdout.strip() == "1836.0 300.0 3636.0"
+
+
+HANG = """
+import time
+t = torch.ones(2)
+dist.all_reduce(t)
+print("warm", flush=True)
+if rank == 1:
+    time.sleep(40)  # never reaches the next collective while rank 0 waits
+dist.all_reduce(t)
+print("unreachable", flush=True)
+"""
+
+
+def _hang(tmp_path, timeout, **env):
+    procs = start_ranks(tmp_path, INIT.format(timeout=timeout) + HANG, **env)
+    t0 = time.monotonic()
+    rc0, out0, err0 = finish(procs[:1], timeout=45)[0]
+    elapsed = time.monotonic() - t0
+    procs[1].kill()
+    finish(procs[1:])
+    return rc0, out0, err0, elapsed
+
+
+def test_exec_timeout_writes_ei0002_then_aborts(tmp_path):
+    rc, out, err, elapsed = _hang(tmp_path, "", HCCL_EXEC_TIMEOUT="3")
+    assert rc == -signal.SIGABRT, (rc, out, err)
+    assert "warm" in out and "unreachable" not in out
+    assert elapsed < 40
+    plog = plog_text(tmp_path)
+    assert re.search(r"^\[ERROR\] HCCL\(\d+,\S+\):[\d:.-]+ \[task_exception_handler\.cc:\d+\] \[\d+\].*EI0002: .*"
+                     r"remote rank: \[1\].*rankSize\[2\], rankId\[0\]", plog, re.M), plog
+    assert "HCCL watchdog thread terminated with exception" in err
+    assert "terminate called after throwing an instance of 'std::runtime_error'" in err
+    assert "ERR02005 DIST internal error" in err and "error code is 507048" in err
+    logs = pytest.importorskip("framework.cores.logs")
+    sigs = {s.code: s for s in logs.scan_signatures(plog + err)}
+    assert {"EI0002", "HCCL-WATCHDOG", "ACL-507048", "ERR02005", "TERMINATE"} <= set(sigs)
+    assert sigs["EI0002"].detail == "remote rank 1"
+
+
+def test_watchdog_first_aborts_without_a_plog(tmp_path):
+    rc, out, err, _ = _hang(tmp_path, ", timeout=datetime.timedelta(seconds=3)", HCCL_EXEC_TIMEOUT="30")
+    assert rc == -signal.SIGABRT, (rc, out, err)
+    assert "The plog may not be recorded." in err  # the warning at group creation
+    assert re.search(r"\[rank0\]:\[E\d{4} [\d:.]+ ProcessGroupHCCL\.cpp:\d+\] \[Rank 0\] Watchdog caught collective "
+                     r"operation timeout: WorkHCCL\(SeqNum=2, OpType=ALLREDUCE, NumelIn=2, NumelOut=0, "
+                     r"Timeout\(ms\)=3000\) ran for \d+ milliseconds before timing out\.", err), err
+    assert "EI0002" not in plog_text(tmp_path)
+
+
+def test_without_tear_down_the_hang_is_raised(tmp_path):
+    procs = start_ranks(tmp_path, INIT.format(timeout="") + HANG.replace(
+        "dist.all_reduce(t)\nprint(\"unreachable\"", "try:\n    dist.all_reduce(t)\nexcept RuntimeError as exc:\n"
+        "    print(\"raised\", exc, flush=True)\nprint(\"unreachable\""), HCCL_EXEC_TIMEOUT="3",
+        TORCH_HCCL_ASYNC_ERROR_HANDLING="0")
+    rc0, out0, err0 = finish(procs[:1], timeout=45)[0]
+    procs[1].kill()
+    finish(procs[1:])
+    assert rc0 == 0, err0
+    assert "raised \n[ERROR]" in out0 and "ERR02005 DIST internal error" in out0
+    assert "HCCL watchdog thread terminated" not in err0
+    assert "remote rank: [1]" in plog_text(tmp_path)
+
+
+def test_a_peer_missing_at_group_creation_gives_ei0006(tmp_path):
+    procs = start_ranks(tmp_path, INIT.format(timeout="") + textwrap.dedent("""
+        import time
+        if rank == 1:
+            time.sleep(40)  # never creates the group
+        try:
+            dist.new_group(backend="hccl", ranks=[0, 1])
+        except RuntimeError as exc:
+            print("raised", exc, flush=True)
+    """), HCCL_CONNECT_TIMEOUT="3")
+    rc0, out0, err0 = finish(procs[:1], timeout=45)[0]
+    procs[1].kill()
+    finish(procs[1:])
+    assert rc0 == 0, err0
+    assert "ERR02200 DIST call hccl api failed" in out0 and "EI0006: " in out0 and "dst_rank[1]" in out0
+    plog = plog_text(tmp_path)
+    assert "[Wait][LinkEstablish]wait socket establish timeout, role[1] rank[1] timeout[3]" in plog
+    logs = pytest.importorskip("framework.cores.logs")
+    sigs = {s.code: s for s in logs.scan_signatures(out0 + plog)}
+    assert sigs["EI0006"].detail == "peer ranks 1"
+    assert sigs["HCCL-LINK-TIMEOUT"].detail == "rank 1, role 1, timeout 3 s"
+
+
+# -- plogs -----------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("env, root", [
+    ({"ASCEND_WORK_PATH": "work"}, "log/debug/plog"),  # ASCEND_PROCESS_LOG_PATH (set by _env) wins
+    ({"ASCEND_PROCESS_LOG_PATH": "", "ASCEND_WORK_PATH": "work"}, "work/log/debug/plog"),
+    ({"ASCEND_PROCESS_LOG_PATH": ""}, "home/ascend/log/debug/plog"),
+], ids=["process-log-path", "work-path", "home"])
+def test_plog_location_priority(tmp_path, env, root):
+    env = {k: (str(tmp_path / v) if v else "") for k, v in env.items()}
+    proc = run_py(tmp_path, """
+        import os, torch_npu
+        try:
+            torch_npu.npu.set_device(99)
+        except RuntimeError:
+            pass
+        print(os.getpid(), torch_npu._plog.current_path())
+    """, **env)
+    pid, path = proc.stdout.split()
+    assert Path(path).parent == tmp_path / root
+    assert re.fullmatch(rf"plog-{pid}_\d{{17}}\.log", Path(path).name)
+
+
+# -- occupancy -------------------------------------------------------------------------------------------
+def _reader():
+    spec = importlib.util.spec_from_file_location("camit_occupancy", STANDIN / "torch_npu" / "_occupancy.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclass looks itself up there
+    spec.loader.exec_module(module)
+    return module
+
+
+HOLD = """
+import sys, torch, torch_npu
+torch_npu.npu.set_device(int(sys.argv[1]))
+print("ready", flush=True)
+sys.stdin.readline()
+"""
+
+
+def _hold(tmp_path, device, **env):
+    script = _script(tmp_path, HOLD, f"hold{device}.py")
+    proc = subprocess.Popen([sys.executable, str(script), str(device)], env=_env(tmp_path, **env), text=True,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout.readline().strip() == "ready", proc.stderr.read()
+    return proc
+
+
+def test_occupancy_lists_holders_until_exit_or_linger(tmp_path):
+    reader = _reader()  # stdlib only: loads without torch_npu's package
+    folder = tmp_path / "occ"
+    normal = _hold(tmp_path, 1, ASCEND_RT_VISIBLE_DEVICES="4,5")
+    killed = _hold(tmp_path, 0, CAMIT_EMU_NPU_LINGER="3")
+    listed = {o.pid: o for o in reader.occupants(folder)}
+    assert listed[normal.pid].devices == (5,) and listed[normal.pid].alive  # the host's NPU 5
+    assert listed[killed.pid].devices == (0,) and listed[killed.pid].alive
+
+    normal.communicate("\n", timeout=30)  # normal exit: released at once
+    killed.send_signal(signal.SIGKILL)
+    killed.communicate(timeout=30)
+    listed = {o.pid: o for o in reader.occupants(folder)}
+    assert normal.pid not in listed
+    assert not listed[killed.pid].alive  # a killed holder lingers ...
+    later = time.time() + 3 + reader.HEARTBEAT_S + 0.5
+    assert killed.pid not in {o.pid for o in reader.occupants(folder, now=later)}  # ... for linger_s
+    assert not (folder / f"{killed.pid}.json").exists()  # and the reader prunes it
+
+
+# -- golden ops ------------------------------------------------------------------------------------------
+def _quant_np(x):
+    amax = np.abs(x).max(axis=-1)
+    scale = amax / 127.0
+    q = np.clip(np.rint(x / np.where(scale > 0, scale, 1)[..., None]), -128, 127).astype(np.int8)
+    return q, scale.astype(np.float32)
+
+
+def test_single_rank_golden_ops_match_numpy(tmp_path):
+    run_py(tmp_path, """
+        import numpy as np, torch, torch_npu
+        rng = np.random.default_rng(7)
+        E, K, N, counts = 3, 8, 6, [2, 0, 3]
+        M = sum(counts) + 1  # one row past the groups
+        x = rng.integers(-20, 20, (M, K)).astype(np.int8)
+        w = rng.integers(-16, 16, (E, K, N)).astype(np.int8)
+        ws = (rng.random((E, N)) * 0.01 + 0.001).astype(np.float32)
+        pts = (rng.random(M) * 0.1 + 0.01).astype(np.float32)
+        gl = torch.tensor(counts, dtype=torch.int64)
+        y3 = torch_npu.npu_grouped_matmul(x=[torch.from_numpy(x)], weight=[torch.from_numpy(w)], split_item=3,
+                                          group_list_type=1, group_type=0, group_list=gl, output_dtype=torch.int32)[0]
+        y2 = torch_npu.npu_grouped_matmul(x=[torch.from_numpy(x)], weight=[torch.from_numpy(w)],
+                                          scale=[torch.from_numpy(ws)], per_token_scale=[torch.from_numpy(pts)],
+                                          split_item=2, group_list_type=1, group_type=0, group_list=gl,
+                                          output_dtype=torch.float32)[0]
+        h = rng.integers(-3000, 3000, (M, 2 * N)).astype(np.int32)
+        hs = (rng.random((E, 2 * N)) * 0.01).astype(np.float32)
+        acts = (rng.random(M) * 0.5).astype(np.float32)
+        q, s = torch_npu.npu_dequant_swiglu_quant(x=torch.from_numpy(h), weight_scale=torch.from_numpy(hs),
+                                                  activation_scale=torch.from_numpy(acts), bias=None, quant_scale=None,
+                                                  quant_offset=None, group_index=gl, activate_left=True, quant_mode=1)
+        f = rng.standard_normal((4, K)).astype(np.float32)
+        sm = (rng.random(K) + 0.5).astype(np.float32)
+        dq, ds = torch_npu.npu_dynamic_quant(torch.from_numpy(f), smooth_scales=torch.from_numpy(sm))
+        w1 = rng.integers(-16, 16, (K, N)).astype(np.int8)
+        s1 = (rng.random(N) * 0.01).astype(np.float32)
+        mm32 = torch_npu.npu_quant_matmul(dq, torch.from_numpy(w1), torch.from_numpy(s1), pertoken_scale=None,
+                                          output_dtype=torch.int32)
+        mmf = torch_npu.npu_quant_matmul(dq, torch.from_numpy(w1), torch.from_numpy(s1), pertoken_scale=ds,
+                                         output_dtype=torch.float32)
+        np.savez("ops.npz", x=x, w=w, ws=ws, pts=pts, y3=y3.numpy(), y2=y2.numpy(), h=h, hs=hs, acts=acts,
+                 q=q.numpy(), s=s.numpy(), f=f, sm=sm, dq=dq.numpy(), ds=ds.numpy(), w1=w1, s1=s1,
+                 mm32=mm32.numpy(), mmf=mmf.numpy(), counts=np.array(counts))
+    """)
+    d = np.load(tmp_path / "ops.npz")
+    counts = d["counts"]
+    bounds = np.concatenate([[0], np.cumsum(counts)])
+    ref3 = np.zeros_like(d["y3"])
+    ref2 = np.zeros_like(d["y2"])
+    for g in range(len(counts)):
+        a, b = bounds[g], bounds[g + 1]
+        acc = d["x"][a:b].astype(np.int64) @ d["w"][g].astype(np.int64)
+        ref3[a:b] = acc
+        ref2[a:b] = acc * d["ws"][g] * d["pts"][a:b, None]
+    assert d["y3"].dtype == np.int32 and np.array_equal(d["y3"], ref3)  # the row past the groups stays 0
+    np.testing.assert_allclose(d["y2"], ref2, rtol=1e-5, atol=1e-5)
+
+    rows = int(counts.sum())
+    group_of = np.repeat(np.arange(len(counts)), counts)
+    hf = d["h"][:rows].astype(np.float64) * d["hs"][group_of] * d["acts"][:rows, None]
+    n = hf.shape[1] // 2
+    act = hf[:, :n] / (1 + np.exp(-hf[:, :n])) * hf[:, n:]
+    rq, rs = _quant_np(act)
+    np.testing.assert_allclose(d["s"][:rows], rs, rtol=1e-5)
+    assert np.abs(d["q"][:rows].astype(int) - rq).max() <= 1  # float32 vs float64 at a rounding edge
+
+    fq, fs = _quant_np(d["f"].astype(np.float64) * d["sm"])
+    np.testing.assert_allclose(d["ds"], fs, rtol=1e-5)
+    assert np.abs(d["dq"].astype(int) - fq).max() <= 1
+    acc = d["dq"].astype(np.int64) @ d["w1"].astype(np.int64)
+    assert np.array_equal(d["mm32"], acc)
+    np.testing.assert_allclose(d["mmf"], acc * d["s1"] * d["ds"][:, None], rtol=1e-5, atol=1e-5)
+
+
+DISPATCH = """
+import numpy as np
+rng = np.random.default_rng(100 + rank)
+bs, H, K, E = 5, 8, 3, 4
+x = rng.standard_normal((bs, H)).astype(np.float32)
+ids = np.stack([rng.choice(E, K, replace=False) for _ in range(bs)]).astype(np.int32)
+scales = rng.random((bs, K)).astype(np.float32)
+mask = torch.tensor([True] * 4 + [False])  # 4 active tokens
+g = dist.new_group(backend="hccl", ranks=[0, 1])
+name = g._get_backend(torch.device("npu")).get_hccl_comm_name(rank)
+res = {}
+for quant_mode in (0, 2):
+    out = torch_npu.npu_moe_distribute_dispatch_v2(
+        x=torch.from_numpy(x), expert_ids=torch.from_numpy(ids), expert_scales=torch.from_numpy(scales),
+        scales=None, x_active_mask=mask, group_ep=name, ep_world_size=2, ep_rank_id=rank, moe_expert_num=E,
+        group_tp="", tp_world_size=1, tp_rank_id=0, expert_shard_type=0, shared_expert_num=1,
+        shared_expert_rank_num=0, quant_mode=quant_mode, global_bs=bs * 2, expert_token_nums_type=1)
+    expand_x, dyn, assist, counts, ep_counts, tp_counts, expand_scales = out
+    local = torch.repeat_interleave(torch.arange(2), counts)
+    if quant_mode == 2:
+        rows = expand_x.float() * dyn.unsqueeze(-1)
+    else:
+        rows = expand_x
+    y = rows * (local + 1 + 2 * rank).float().unsqueeze(-1)  # "expert" e multiplies by e + 1
+    comb = torch_npu.npu_moe_distribute_combine_v2(
+        expand_x=y, expert_ids=torch.from_numpy(ids), assist_info_for_combine=assist, ep_send_counts=ep_counts,
+        expert_scales=torch.from_numpy(scales), x_active_mask=mask, group_ep=name, ep_world_size=2,
+        ep_rank_id=rank, moe_expert_num=E, tp_send_counts=tp_counts, expand_scales=expand_scales, group_tp="",
+        tp_world_size=1, tp_rank_id=0, expert_shard_type=0, shared_expert_num=1, shared_expert_rank_num=0,
+        global_bs=bs * 2)
+    res[f"comb{quant_mode}"] = comb.numpy()
+    res[f"counts{quant_mode}"] = counts.numpy()
+    res[f"dtype{quant_mode}"] = np.array(str(expand_x.dtype))
+np.savez(f"dispatch{rank}.npz", x=x, ids=ids, scales=scales, **res)
+dist.destroy_process_group()
+"""
+
+
+def test_dispatch_combine_round_trip_world_2(tmp_path):
+    for rc, _, stderr in finish(start_ranks(tmp_path, INIT.format(timeout="") + DISPATCH)):
+        assert rc == 0, stderr
+    data = [np.load(tmp_path / f"dispatch{r}.npz") for r in range(2)]
+    active = 4
+    for r, d in enumerate(data):
+        factor = d["ids"].astype(np.float64) + 1  # expert e (local l on rank e // 2) multiplies by e + 1
+        ref = (d["scales"][:, :, None] * factor[:, :, None] * d["x"][:, None, :]).sum(axis=1)
+        ref[active:] = 0
+        np.testing.assert_allclose(d["comb0"], ref, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(d["comb2"], ref, rtol=0.02, atol=0.05)  # int8 round trip
+        owned = np.concatenate([e["ids"][:active].reshape(-1) for e in data])
+        ref_counts = np.bincount(owned[owned // 2 == r] % 2, minlength=2)
+        assert np.array_equal(d["counts0"], ref_counts) and np.array_equal(d["counts2"], ref_counts)
+        assert str(d["dtype0"]) == "torch.float32" and str(d["dtype2"]) == "torch.int8"
+
+
+# -- torchair --------------------------------------------------------------------------------------------
+def test_torchair_backend_compiles_on_cpu(tmp_path):
+    proc = run_py(tmp_path, """
+        import torch, torch_npu, torchair
+        from torchair.configs.compiler_config import CompilerConfig
+        torch_npu.npu.set_compile_mode(jit_compile=True)
+        config = CompilerConfig()
+        config.experimental_config.frozen_parameter = True
+        backend = torchair.get_npu_backend(compiler_config=config)
+        mod = torch.compile(torch.nn.Linear(3, 2).npu(), backend=backend)
+        x = torch.ones(4, 3).npu()
+        print(bool(torch.allclose(mod(x), mod._orig_mod(x))), backend.compiler_config is config)
+    """, timeout=55)
+    assert proc.stdout.strip().splitlines()[-1] == "True True"
