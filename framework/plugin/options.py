@@ -15,8 +15,7 @@ from dataclasses import dataclass
 
 import pytest
 
-ENV_VAR = "CAMIT_ENV"
-ENV_INI = "camit_env"
+from framework.config.envfile import INI_KEY as ENV_INI
 
 
 def add_options(parser: pytest.Parser) -> None:
