@@ -45,6 +45,7 @@ from framework import commands
 from framework.commands import ShellScript
 from framework.errors import FrameworkError, UsageError
 from framework.remote.layout import DeployState, HostLayout
+from framework.remote.sections import read_records, sh_tag, tag_line
 from framework.report.folder import write_atomic
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -131,21 +132,27 @@ def read_state(text: str) -> dict[str, Any]:
     return DeployState.parse(text)
 
 
+#: the records of :data:`PROBE_CODE` and :func:`gcda_script` (``@@<tag> <value>``, :mod:`framework.remote.sections`)
+COV_TAG = "cov"  # @@cov <version>: coverage imports
+NOCOV_TAG = "nocov"  # @@nocov <exception>: it does not
+OPLIB_TAG = "oplib"  # @@oplib <folder>: where the ranks' interpreter finds the op library
+GCDA_TAG = "gcda"  # @@gcda <count>: .gcda files found (and packed when any)
+
 #: run by the ranks' interpreter: is coverage importable, where is the op library (found, not imported)
-PROBE_CODE = """\
+PROBE_CODE = f"""\
 import importlib.util, sys
 try:
     import coverage
-    print("COV", coverage.__version__)
+    print({tag_line(COV_TAG)!r}, coverage.__version__)
 except Exception as exc:
-    print("NOCOV", (type(exc).__name__ + ": " + str(exc)).replace("\\n", " "))
+    print({tag_line(NOCOV_TAG)!r}, (type(exc).__name__ + ": " + str(exc)).replace("\\n", " "))
 try:
     spec = importlib.util.find_spec(sys.argv[1])
 except Exception:
     spec = None
 locations = list(spec.submodule_search_locations or []) if spec is not None else []
 if locations:
-    print("OPLIB", locations[0])
+    print({tag_line(OPLIB_TAG)!r}, locations[0])
 """
 
 
@@ -176,14 +183,13 @@ def parse_probe(host: str, interpreter: str, install_path: str, vendor: str | No
                 stdout: str, tail: str = "") -> HostProbe:
     """The probe's output as a :class:`HostProbe` (a problem set whenever coverage cannot be used)."""
     version = problem = op_lib = None
-    for line in stdout.splitlines():
-        tag, _, rest = line.partition(" ")
-        if tag == "COV":
-            version = rest.strip()
-        elif tag == "NOCOV":
-            problem = rest.strip() or "coverage is not importable"
-        elif tag == "OPLIB":
-            op_lib = rest.strip() or None
+    for rec in read_records(stdout):
+        if rec.tag == COV_TAG:
+            version = rec.value.strip()
+        elif rec.tag == NOCOV_TAG:
+            problem = rec.value.strip() or "coverage is not importable"
+        elif rec.tag == OPLIB_TAG:
+            op_lib = rec.value.strip() or None
     if version is None and problem is None:
         problem = f"the probe failed (exit status {rc})" + (f": {tail.strip()}" if tail.strip() else "")
     elif version is not None and version_tuple(version) < MIN_VERSION:
@@ -221,17 +227,20 @@ def gcda_roots(probe: HostProbe) -> list[str]:
 
 
 def gcda_script(roots: Sequence[str], tgz: str) -> ShellScript:
-    """sh: print ``GCDA <count>`` of ``*.gcda`` under ``roots``; when any, tar them (paths from /) into ``tgz``."""
+    """sh: print the ``@@gcda <count>`` record of ``*.gcda`` under ``roots``; when any, tar them (paths from /)
+    into ``tgz``."""
     find = "find \"$@\" -type f -name '*.gcda'"
-    return ShellScript(f"set -- {' '.join(roots)}; n=$({find} 2>/dev/null | wc -l); echo \"GCDA $n\"; "
+    count = sh_tag(GCDA_TAG, '"$n"')
+    return ShellScript(f"set -- {' '.join(roots)}; n=$({find} 2>/dev/null | wc -l); {count}; "
             f"[ \"$n\" -eq 0 ] || {{ {find} -print0 2>/dev/null | sed -z 's|^/||' | "
             f"tar czf {commands.quote(tgz)} -C / --null -T -; }}")
 
 
 def parse_gcda_count(stdout: str) -> int:
-    for line in stdout.splitlines():
-        if line.startswith("GCDA "):
-            value = line[5:].strip()
+    """The count of :func:`gcda_script`'s ``@@gcda`` record (0 without one)."""
+    for rec in read_records(stdout):
+        if rec.tag == GCDA_TAG:
+            value = rec.value.strip()
             return int(value) if value.isdigit() else 0
     return 0
 

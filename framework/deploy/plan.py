@@ -19,6 +19,7 @@ from framework.commands import ShellScript
 from framework.errors import ConfigError
 from framework.hosts import sha256_file
 from framework.remote.layout import STATE_VERSION, VENDOR, DeployState, HostLayout, vendor_of
+from framework.remote.sections import read_records, sh_tag
 
 if TYPE_CHECKING:  # pragma: no cover
     from framework.config.effective import EnvConfig, HostSpec
@@ -144,38 +145,48 @@ class Probe:
     relay_ok: bool = False
 
 
+#: the records of :func:`probe_script` (``@@<tag>[ <value>]``, :mod:`framework.remote.sections`)
+HAVE_TAG = "have"  # @@have <sha256>: the artifact is staged and verified
+FREE_TAG = "free"  # @@free <bytes>: free space in the workdir
+TREE_TAG = "tree"  # @@tree <path>: a vendors/*/bin/set_env.bash under the install path
+INTERP_TAG = "interp"  # @@interp: the interpreter is executable
+RELAY_TAG = "relay"  # @@relay: the relay program is on the host
+
+
 def probe_script(plan: HostPlan, artifacts: Sequence[Artifact], relay_bin: str | None = None) -> ShellScript:
-    """One shell script answering everything deploy needs to decide, line-tagged."""
+    """One shell script answering everything deploy needs to decide, as tagged records."""
     q = commands.quote
     layout = plan.layout
     parts = [f"mkdir -p {q(plan.workdir)}"]
     for a in artifacts:
-        parts.append(f"[ -f {q(layout.stage_ok(a.sha256))} ] && [ -f {q(plan.remote_path(a))} ] && echo HAVE {a.sha256}")
+        parts.append(f"[ -f {q(layout.stage_ok(a.sha256))} ] && [ -f {q(plan.remote_path(a))} ] && "
+                     + sh_tag(HAVE_TAG, a.sha256))
     parts.append(DeployState.read_script(layout))
-    parts.append(f"df -Pk {q(plan.workdir)} | awk 'NR==2 {{print \"FREE\", $4 * 1024}}'")
-    parts.append(layout.vendor_glob_script("TREE"))
-    parts.append(f"[ -x {q(plan.interpreter)} ] && echo INTERP ok")
+    parts.append(f"free=$(df -Pk {q(plan.workdir)} | awk 'NR==2 {{print $4 * 1024}}'); "
+                 "[ -n \"$free\" ] && " + sh_tag(FREE_TAG, '"$free"'))
+    parts.append(layout.vendor_glob_script(TREE_TAG))
+    parts.append(f"[ -x {q(plan.interpreter)} ] && {sh_tag(INTERP_TAG)}")
     if relay_bin:
-        parts.append(f"[ -f {q(relay_bin)} ] && echo RELAY ok")
+        parts.append(f"[ -f {q(relay_bin)} ] && {sh_tag(RELAY_TAG)}")
     return ShellScript("; ".join(f"{{ {p}; }}" if i else p for i, p in enumerate(parts)) + "; true")
 
 
 def parse_probe(stdout: str) -> Probe:
-    probe = Probe(state=DeployState.from_probe(stdout))
-    for line in stdout.splitlines():
-        tag, _, rest = line.partition(" ")
-        if tag == "HAVE":
-            probe.have.add(rest.strip())
-        elif tag == "FREE":
+    records = read_records(stdout)
+    probe = Probe(state=DeployState.from_records(records))
+    for rec in records:
+        if rec.tag == HAVE_TAG:
+            probe.have.add(rec.value.strip())
+        elif rec.tag == FREE_TAG:
             try:
-                probe.free = int(float(rest))
+                probe.free = int(float(rec.value))
             except ValueError:
                 pass
-        elif tag == "TREE":
-            probe.vendor_trees.append(rest.strip())
-        elif tag == "INTERP":
+        elif rec.tag == TREE_TAG:
+            probe.vendor_trees.append(rec.value.strip())
+        elif rec.tag == INTERP_TAG:
             probe.interpreter_ok = True
-        elif tag == "RELAY":
+        elif rec.tag == RELAY_TAG:
             probe.relay_ok = True
     return probe
 

@@ -21,6 +21,7 @@ from framework import commands
 from framework.commands import ShellScript
 from framework.errors import UsageError
 from framework.remote.layout import DeployState, HostLayout
+from framework.remote.sections import read_records, sh_tag
 
 if TYPE_CHECKING:  # pragma: no cover
     from framework.config.effective import EnvConfig, HostSpec
@@ -183,16 +184,21 @@ def shipped_files(layout: HostLayout, programs: Mapping[str, tuple[Path, str]],
     return files
 
 
+#: the record of :func:`prepare_probe` for a file already on the host (``@@have <path>``)
+HAVE_TAG = "have"
+
+
 def prepare_probe(files: Sequence[str], layout: HostLayout) -> ShellScript:
-    """sh: ``HAVE <path>`` for each of ``files`` already on the host, then the deploy state's line."""
+    """sh: a ``@@have <path>`` record for each of ``files`` already on the host, then the deploy state's."""
     q = commands.quote
-    probe = "; ".join(f"[ -f {q(p)} ] && echo HAVE {q(p)}" for p in files)
+    probe = "; ".join(f"[ -f {q(p)} ] && {sh_tag(HAVE_TAG, q(p))}" for p in files)
     return ShellScript(probe + f"; {DeployState.read_script(layout)}; true")
 
 
 def parse_prepare_probe(stdout: str) -> tuple[set[str], DeployState]:
-    have = {line[5:] for line in stdout.splitlines() if line.startswith("HAVE ")}
-    return have, DeployState.from_doc(DeployState.from_probe(stdout))
+    records = read_records(stdout)
+    have = {r.value for r in records if r.tag == HAVE_TAG}
+    return have, DeployState.from_doc(DeployState.from_records(records))
 
 
 def plan_nodes(env: EnvConfig, names: Sequence[str], prepared: Mapping[str, Prepared], *, nproc: int,

@@ -28,10 +28,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from framework.remote.sections import Record, read_records, sh_tag
+
 STATE_FILE = "deploy-state.json"
 STATE_VERSION = 1
-#: the tag of the probe line carrying the state document (``STATE <json>``)
-STATE_TAG = "STATE"
+#: the tag of the probe record carrying the state document (``@@state <json>``, :mod:`~framework.remote.sections`)
+STATE_TAG = "state"
 VENDOR = "CAM"
 DEFAULT_WORKDIR = "/var/tmp/camit"
 
@@ -110,10 +112,11 @@ class HostLayout:
         return vendor_of(set_envs, self.install_path)
 
     def vendor_glob_script(self, tag: str = "") -> str:
-        """sh printing ``[<tag> ]<path>`` for every ``vendors/*/bin/set_env.bash`` there is."""
-        word = f"{tag} " if tag else ""
+        """sh printing every ``vendors/*/bin/set_env.bash`` there is: a ``@@<tag> <path>`` record each, or
+        the bare path without ``tag``."""
+        say = sh_tag(tag, '"$f"') if tag else 'echo "$f"'
         return (f"for f in {_q(self.install_path)}/vendors/*/bin/set_env.bash; "
-                f"do [ -f \"$f\" ] && echo {word}\"$f\"; done")
+                f"do [ -f \"$f\" ] && {say}; done")
 
     # -- launch ---------------------------------------------------------------------------------
     def target(self, sha256: str, name: str) -> str:
@@ -203,19 +206,23 @@ class DeployState:
 
     @staticmethod
     def read_script(layout: HostLayout) -> str:
-        """sh printing ``STATE <document on one line>`` when the file exists (and nothing else)."""
+        """sh printing the ``@@state <document on one line>`` record when the file exists (and nothing else)."""
         path = _q(layout.state_file)
-        return f"[ -f {path} ] && printf '{STATE_TAG} %s\\n' \"$(tr -d '\\n' < {path})\""
+        return f"[ -f {path} ] && " + sh_tag(STATE_TAG, f"\"$(tr -d '\\n' < {path})\"")
+
+    @staticmethod
+    def from_records(records: Sequence[Record]) -> dict[str, Any] | None:
+        """The document from a probe's ``@@state`` record (the last); None without one, ``{}`` when unreadable."""
+        found: dict[str, Any] | None = None
+        for rec in records:
+            if rec.tag == STATE_TAG:
+                found = DeployState.parse(rec.value)
+        return found
 
     @staticmethod
     def from_probe(stdout: str) -> dict[str, Any] | None:
-        """The document from a probe's ``STATE`` line; None without one, ``{}`` when unreadable."""
-        found: dict[str, Any] | None = None
-        for line in stdout.splitlines():
-            tag, _, rest = line.partition(" ")
-            if tag == STATE_TAG:
-                found = DeployState.parse(rest)
-        return found
+        """:meth:`from_records` of a probe's whole output."""
+        return DeployState.from_records(read_records(stdout))
 
     # -- writing ----------------------------------------------------------------------------------
     @staticmethod

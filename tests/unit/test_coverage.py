@@ -92,12 +92,12 @@ def test_probe_argv_sets_up_the_rank_environment_then_runs_the_interpreter():
 
 
 @pytest.mark.parametrize(("stdout", "rc", "version", "problem", "op_lib"), [
-    ("COV 7.17.5\nOPLIB /w/venv/lib/python3.11/site-packages/umdk_cam_op_lib\n", 0, "7.17.5", None,
+    ("@@cov 7.17.5\n@@oplib /w/venv/lib/python3.11/site-packages/umdk_cam_op_lib\n", 0, "7.17.5", None,
      "/w/venv/lib/python3.11/site-packages/umdk_cam_op_lib"),
-    ("NOCOV ModuleNotFoundError: No module named 'coverage'\n", 0, None,
+    ("@@nocov ModuleNotFoundError: No module named 'coverage'\n", 0, None,
      "ModuleNotFoundError: No module named 'coverage'", None),
-    ("COV 6.5.0\n", 0, None, "coverage 6.5.0 is older than 7.4", None),
-    ("COV 7.4.0b1\n", 0, "7.4.0b1", None, None),
+    ("@@cov 6.5.0\n", 0, None, "coverage 6.5.0 is older than 7.4", None),
+    ("@@cov 7.4.0b1\n", 0, "7.4.0b1", None, None),
     ("", 127, None, "the probe failed (exit status 127): bash: /nope: No such file", None),
 ])
 def test_parse_probe(stdout, rc, version, problem, op_lib):
@@ -123,8 +123,8 @@ def _fake_cluster(env: EnvConfig, outputs: dict[str, str]) -> tuple[Cluster, dic
 
 def test_a_host_without_coverage_fails_once_with_one_error_naming_it(tmp_path):
     env = _env(tmp_path, ["host1", "host2", "host3"])
-    cluster, fakes = _fake_cluster(env, {"host1": "COV 7.6.1\n", "host2": "NOCOV ModuleNotFoundError: No module named "
-                                         "'coverage'\n", "host3": "COV 7.6.1\n"})
+    cluster, fakes = _fake_cluster(env, {"host1": "@@cov 7.6.1\n", "host2": "@@nocov ModuleNotFoundError: No module named "
+                                         "'coverage'\n", "host3": "@@cov 7.6.1\n"})
     cov = fc.RankCoverage(env, cluster, tmp_path / "report")
     with pytest.raises(fc.CoverageUnavailable) as exc:
         cov.prepare(Target(module="pytest"), ["host1", "host2", "host3"], "/w/suites/ab", RANK_TREE)
@@ -141,7 +141,7 @@ def test_a_host_without_coverage_fails_once_with_one_error_naming_it(tmp_path):
 
 def test_several_hosts_without_coverage_are_listed_in_the_one_error(tmp_path):
     env = _env(tmp_path, ["host1", "host2"])
-    cluster, _ = _fake_cluster(env, {"host1": "COV 5.5\n", "host2": ""})
+    cluster, _ = _fake_cluster(env, {"host1": "@@cov 5.5\n", "host2": ""})
     with pytest.raises(fc.CoverageUnavailable) as exc:
         fc.RankCoverage(env, cluster, tmp_path).check(["host1", "host2"])
     text = str(exc.value)
@@ -164,7 +164,7 @@ def test_an_unreachable_host_is_not_reported_as_missing_coverage(tmp_path):
 
 def test_prepare_wraps_and_records_where_the_tree_landed(tmp_path):
     env = _env(tmp_path, ["host1"])
-    cluster, _ = _fake_cluster(env, {"host1": "COV 7.6.1\nOPLIB /v/site-packages/umdk_cam_op_lib\n"})
+    cluster, _ = _fake_cluster(env, {"host1": "@@cov 7.6.1\n@@oplib /v/site-packages/umdk_cam_op_lib\n"})
     cov = fc.RankCoverage(env, cluster, tmp_path / "report")
     t = cov.prepare(Target(module="pytest", args=("x",)), ["host1"], "/w/suites/0123456789abcdef/", RANK_TREE)
     assert "--source=/w/suites/0123456789abcdef,umdk_cam_op_lib" in t.args
@@ -247,7 +247,7 @@ def test_unpack_gcda_keeps_only_gcda_files_inside_the_destination(tmp_path):
 
 def test_a_failing_gcov_fetch_is_logged_not_raised(tmp_path, caplog):
     env = _env(tmp_path, ["h1"])
-    f = FakeTransport("h1").on(re.compile(r"^set -- "), rc=2, stdout="GCDA 2\n", stderr="tar: disk full\n")
+    f = FakeTransport("h1").on(re.compile(r"^set -- "), rc=2, stdout="@@gcda 2\n", stderr="tar: disk full\n")
     f.on(re.compile(r"^rm -f -- "))
     cov = fc.RankCoverage(env, Cluster([Host("h1", f, spec=env.hosts["h1"])]), tmp_path)
     cov.probes["h1"] = fc.HostProbe("h1", "/py", "/opp", "CAM", "7.6")

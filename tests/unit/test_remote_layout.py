@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import subprocess
+import sys
 from pathlib import Path
 
-from framework import deploy
+from framework import commands, coverage, deploy
 from framework.config.effective import HostSpec, NicSpec
 from framework.launch.plan import Prepared, parse_prepare_probe, prepare_probe, shipped_files
 from framework.remote.layout import STATE_FILE, DeployState, HostLayout
+from framework.remote.sections import MARK, Record, read_records
 
 SHA = "0123456789abcdef" * 4
 
@@ -74,8 +76,8 @@ def test_state_written_by_deploy_is_read_by_launch_through_a_real_shell(tmp_path
 
 
 def test_state_absent_or_broken():
-    assert DeployState.from_probe("HAVE x\n") is None
-    assert DeployState.from_probe("STATE {not json\n") == {}
+    assert DeployState.from_probe("@@have x\n") is None
+    assert DeployState.from_probe("@@state {not json\n") == {}
     assert DeployState.parse("") == {} and DeployState.parse("[1]") == {}
     empty = DeployState.from_doc({})
     assert (empty.interpreter, empty.vendor, empty.artifacts, empty.version) == ("", None, {}, 0)
@@ -88,3 +90,59 @@ def test_the_deploy_expected_state_is_the_documents_deciding_part():
     assert deploy.expected_state(plan, [art]) == {"version": 1, "artifacts": {"wheel": SHA}, "install_path": "/o",
                                                   "interpreter": "/py"}
     assert deploy.expected_state(plan, [art]) == DeployState({"wheel": SHA}, "/o", "/py").expected()
+
+
+def _sh(script: str | list[str]) -> str:
+    argv = script if isinstance(script, list) else ["/bin/sh", "-c", script]
+    return subprocess.run(argv, capture_output=True, text=True, check=True).stdout
+
+
+def _only_records(out: str) -> list[Record]:
+    """Every line ``out`` has is a tag line of the one section format (no other line format left)."""
+    records = read_records(out)
+    assert out and "".join(r.raw for r in records) == out
+    assert all(r.body == "" and r.line.startswith(MARK) for r in records)
+    return records
+
+
+def test_deploy_launch_and_coverage_probes_print_tagged_records_read_by_the_one_parser(tmp_path):
+    """The three host probes, run by a real sh on one small layout, print only ``@@tag value`` records
+    (:mod:`framework.remote.sections`), and their parsers read the same host facts back."""
+    lay = HostLayout(str(tmp_path / "w d"), str(tmp_path / "o p"))
+    Path(lay.workdir).mkdir()
+    state = DeployState({"wheel": SHA}, lay.install_path, sys.executable, vendor="CAM")
+    _sh(DeployState.write_script(lay, state.to_doc()))
+    art = deploy.Artifact("wheel", Path("/x/a.whl"), SHA, 1)
+    Path(lay.stage(SHA)).mkdir(parents=True)
+    Path(lay.artifact(SHA, "a.whl")).write_bytes(b"x")
+    Path(lay.stage_ok(SHA)).write_text("ok")
+    set_env = Path(lay.vendor_set_env())
+    set_env.parent.mkdir(parents=True)
+    set_env.write_text("")
+    supervisor = Path(lay.bin("supervisor.py", SHA))
+    supervisor.parent.mkdir()
+    supervisor.write_text("")
+    (set_env.parent / "k.gcda").write_bytes(b"adcg")
+    plan = deploy.HostPlan(host="h", workdir=lay.workdir, python=sys.executable, venv=False,
+                           install_path=lay.install_path, manage_ip="10.0.0.1")
+
+    out = _sh(deploy.probe_script(plan, [art], lay.bin("relay.py", SHA)))
+    assert {r.tag for r in _only_records(out)} == {"have", "state", "free", "tree", "interp"}
+    probe = deploy.parse_probe(out)
+    assert probe.have == {SHA} and probe.free and probe.free > 0 and probe.interpreter_ok and not probe.relay_ok
+    assert probe.vendor_trees == [str(set_env)]
+    assert DeployState.matches(probe.state, deploy.expected_state(plan, [art]))
+
+    out = _sh(prepare_probe([str(supervisor), lay.bin("rankwrap.py", SHA)], lay))
+    assert [r.tag for r in _only_records(out)] == ["have", "state"]
+    assert parse_prepare_probe(out) == ({str(supervisor)}, state)
+
+    out = _sh(coverage.probe_argv(sys.executable))
+    assert {r.tag for r in _only_records(out)} <= {"cov", "oplib"}
+    cov = coverage.parse_probe("h", sys.executable, lay.install_path, "CAM", 0, out)
+    assert cov.ok and coverage.version_tuple(cov.version or "") >= coverage.MIN_VERSION
+
+    tgz = lay.scratch("g.tgz")
+    out = _sh(coverage.gcda_script([commands.quote(str(set_env.parent))], tgz))
+    assert [r.tag for r in _only_records(out)] == ["gcda"]
+    assert coverage.parse_gcda_count(out) == 1 and Path(tgz).is_file()
