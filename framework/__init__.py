@@ -22,8 +22,9 @@ machine) and ``cli`` (the ``camit`` console script).
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
+
+from framework._lazy import lazy_exports
 
 __version__ = "0.1.0"
 
@@ -85,14 +86,4 @@ if TYPE_CHECKING:  # pragma: no cover - what the lazy names are, for type checke
     from framework.result import Result
 
 
-def __getattr__(name: str) -> object:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'framework' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # the next access is a plain attribute lookup
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_exports(__name__, globals(), _EXPORTS)

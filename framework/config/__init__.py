@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from framework._lazy import lazy_exports
 from framework.config.envfile import DEFAULT_ENV_PATH, ENV_VAR, INI_KEY, resolve_env_path
 
 if TYPE_CHECKING:
@@ -40,11 +41,4 @@ __all__ = ["DEFAULT_ENV_PATH", "ENV_VAR", "INI_KEY", "SCHEMA_VERSION", "Artifact
            "resolve_env_path"]
 
 
-def __getattr__(name: str) -> object:
-    if name in _EFFECTIVE:
-        from framework.config import effective
-
-        value = getattr(effective, name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__, __dir__ = lazy_exports(__name__, globals(), dict.fromkeys(_EFFECTIVE, "framework.config.effective"))

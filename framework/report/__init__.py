@@ -12,8 +12,9 @@ load on first use, so ``from framework.report import write_atomic`` stays cheap.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from framework._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from framework.report.finish import finalize
@@ -41,14 +42,4 @@ __all__ = ["CoreView", "LaunchView", "Phase", "RankView", "RunDir", "RunView", "
            "validate_junit", "write_atomic", "write_cluster_junit", "write_index", "write_manifest"]
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_EXPORTS))
+__getattr__, __dir__ = lazy_exports(__name__, globals(), {name: f"{__name__}.{module}" for name, module in _EXPORTS.items()})
