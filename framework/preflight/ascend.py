@@ -314,6 +314,22 @@ def parse_health(text: str) -> list[str]:
     return values
 
 
+@dataclass(frozen=True)
+class SpodInfo:
+    """``npu-smi info -t spod-info -i N -c C`` (A3 only): the die's SDID and its Super Pod ID."""
+
+    sdid: int | None
+    super_pod_id: int | None
+
+
+def parse_spod_info(text: str) -> SpodInfo | None:
+    """The first block with a ``Super Pod ID`` (ascend-hosts.md §1: ``SDID`` and ``Super Pod ID``), or None."""
+    for block in parse_kv_blocks(text):
+        if "Super Pod ID" in block:
+            return SpodInfo(_int(block.get("SDID")), _int(block.get("Super Pod ID")))
+    return None
+
+
 # --------------------------------------------------------------------------- hccn_tool
 
 

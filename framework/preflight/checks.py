@@ -27,10 +27,10 @@ from framework.preflight.probe import CANN_RECORD, Limits, ProbePlan, Section
 from framework.result import Result
 
 #: every check, in table order; test ids read ``test_check[<host>-<check>]``
-CHECKS = ("ssh", "python", "torch", "torch_npu", "cann", "driver", "npu", "idle", "hccn", "tls",
+CHECKS = ("ssh", "python", "torch", "torch_npu", "cann", "driver", "npu", "idle", "hccn", "tls", "spod",
           "disk", "clock", "core")
 #: checks that only make sense with NPUs (skipped on CPU hosts)
-NPU_CHECKS = frozenset({"torch_npu", "cann", "driver", "npu", "idle", "hccn", "tls"})
+NPU_CHECKS = frozenset({"torch_npu", "cann", "driver", "npu", "idle", "hccn", "tls", "spod"})
 OK, WARN, SKIP, FAIL, ERROR = "ok", "warn", "skip", "fail", "error"
 
 
@@ -179,7 +179,7 @@ def evaluate(plans: Mapping[str, ProbePlan], samples: Mapping[str, Sample | Base
         for r in _host_checks(plans[host], sample, limits):
             results[(host, r.check)] = r
     for check, key in (("python", _minor), ("torch", None), ("torch_npu", None), ("cann", None),
-                       ("driver", None), ("tls", None)):
+                       ("driver", None), ("tls", None), ("spod", None)):
         _consistency(results, hosts, check, key)
     clock = clock_skew({h: s for h, s in samples.items() if isinstance(s, Sample)})
     empty = ClockSkew({}, {}, 0.0, None)
@@ -425,6 +425,22 @@ def _check_tls(plan: ProbePlan, sec: Mapping[str, Section], limits: Limits) -> C
     return CheckResult(plan.host, "tls", OK, f"TLS switch {value} on all {len(switches)} devices", str(value))
 
 
+def _check_spod(plan: ProbePlan, sec: Mapping[str, Section], limits: Limits) -> CheckResult:
+    """A3: the Super Pod ID of the host (compared across hosts: a multi-node CAM run needs one Super Pod)."""
+    if plan.soc != "ascend910_93":
+        return CheckResult(plan.host, "spod", SKIP, f"npu.soc is {plan.soc}: Super Pods are A3 only")
+    path = sec.get("npu-smi.path")
+    if path is None or not path.text.strip():
+        return CheckResult(plan.host, "spod", FAIL, "npu-smi not found: cannot read the Super Pod ID")
+    s = _need(sec, "spod")
+    info = ascend.parse_spod_info(s.text) if s.rc == 0 else None
+    if info is None or info.super_pod_id is None:
+        tail = " ".join(s.text.strip().splitlines()[-2:])
+        return CheckResult(plan.host, "spod", FAIL, f"npu-smi info -t spod-info failed (rc {s.rc}): {tail}")
+    return CheckResult(plan.host, "spod", OK, f"Super Pod ID {info.super_pod_id} (NPU 0 chip 0 SDID {info.sdid}); "
+                       "a multi-node CAM run needs every host in one Super Pod", str(info.super_pod_id))
+
+
 def _check_disk(plan: ProbePlan, sec: Mapping[str, Section], limits: Limits) -> CheckResult:
     s = _need(sec, "disk")
     df = ascend.parse_df(s.text)
@@ -489,6 +505,7 @@ _CHECK_FNS: dict[str, Callable[[ProbePlan, Mapping[str, Section], Limits], Check
     "idle": _check_idle,
     "hccn": _check_hccn,
     "tls": _check_tls,
+    "spod": _check_spod,
     "disk": _check_disk,
     "clock": _check_clock,
     "core": _check_core,

@@ -196,6 +196,9 @@ def _npu_probe(plan: ProbePlan) -> list[str]:
     ]
     if plan.visible:
         lines.append("[ -n \"$NPUSMI\" ] && sec npu-smi-m $TO \"$NPUSMI\" info -m")
+    if plan.soc == "ascend910_93":
+        # A3: the Super Pod of the first die (one Super Pod per multi-node CAM run; ascend-hosts.md §1)
+        lines.append("[ -n \"$NPUSMI\" ] && sec spod $TO \"$NPUSMI\" info -t spod-info -i 0 -c 0")
     lines += [
         "catf /etc/ascend_install.info",
         "D=$(sed -n 's/^Driver_Install_Path_Param=//p' /etc/ascend_install.info 2>/dev/null | head -n 1)",

@@ -250,8 +250,9 @@ def run_eval(samples: dict[str, Sample], limits: Limits | None = None, **plan_kw
 
 def test_healthy_a2_cluster_passes_everything():
     report = run_eval({h: make_sample(h, a2_sections()) for h in ("n1", "n2")})
-    bad = [r for r in report.results.values() if r.status != OK]
+    bad = [r for r in report.results.values() if r.status != OK and r.check != "spod"]
     assert bad == [], bad
+    assert report.get("n1", "spod").status == SKIP and "A3 only" in report.get("n1", "spod").summary
     assert report.exit_code == EXIT_OK
     assert report.get("n1", "npu").value == "A2 8x910B3"
     assert report.get("n1", "cann").value == "8.3.RC2" and "ascend-toolkit layout" in report.get("n1", "cann").summary
@@ -309,6 +310,35 @@ def test_a2_hccn_failures_are_named_per_device():
     assert r.status == FAIL
     assert "dev 3 has no IP (Get ipconf failed" in r.summary
     assert "dev 5 net health Init" in r.summary and "dev 6 link DOWN" in r.summary
+
+
+SPOD = "        SDID                           : {sdid}\n        Super Pod ID                   : {spod}\n"
+
+
+def a3_sections(spod: int, sdid: int = 0) -> dict[str, str]:
+    sec = a2_sections(**{"npu-smi": capture("npu-smi-info-a3-busy.txt"), "spod": SPOD.format(sdid=sdid, spod=spod)})
+    for d in range(16):
+        sec[f"hccn:{d}:tls"] = f"dev_id:{d}, tls switch[0](0:disable, 1:enable)"
+    return sec
+
+
+def test_a3_hosts_in_another_super_pod_fail_spod():
+    samples = {h: make_sample(h, a3_sections(spod, 16 * i)) for i, (h, spod) in enumerate(
+        (("n1", 0), ("n2", 0), ("n3", 7)))}
+    report = run_eval(samples, soc="ascend910_93", count=16)
+    assert [report.get(h, "spod").status for h in ("n1", "n2")] == [OK, OK]
+    r = report.get("n3", "spod")
+    assert r.status == FAIL and r.value == "7" and "Super Pod ID 7" in r.summary and "differs from 0 on n1, n2" in r.summary
+    # the probe asks for it on A3 only
+    assert "spod-info" in str(probe_script(a2_plan("x", soc="ascend910_93", count=16)))
+    assert "spod-info" not in str(probe_script(a2_plan("x")))
+
+
+def test_a3_spod_query_that_fails_is_named():
+    sec = a3_sections(0)
+    sec["spod"] = "This device does not support querying spod-info."
+    r = run_eval({"n1": make_sample("n1", sec, rcs={"spod": 255})}, soc="ascend910_93", count=16).get("n1", "spod")
+    assert r.status == FAIL and "rc 255" in r.summary and "does not support" in r.summary
 
 
 def test_a3_link_down_is_only_a_warning():
