@@ -378,7 +378,9 @@ def _check_hccn(plan: ProbePlan, sec: Mapping[str, Section], limits: Limits) -> 
                 continue
             s = _need(sec, f"hccn:{dev}:{query}")
             text = s.text.strip()
-            if query == "link":
+            if _busy(text):
+                problems.append(f"dev {dev} {query}: {_BUSY_NOTE}")
+            elif query == "link":
                 state = ascend.parse_link(text)
                 if state != "UP":
                     (notes if a3 else problems).append(f"dev {dev} link {state or text or 'no answer'}")
@@ -399,6 +401,14 @@ def _check_hccn(plan: ProbePlan, sec: Mapping[str, Section], limits: Limits) -> 
     return CheckResult(plan.host, "hccn", OK, f"{plan.npu_count} devices: {queries} fine", "up")
 
 
+#: what hccn_tool answers while another hccn_tool (or the driver) holds the device (ascend-hosts.md §5)
+_BUSY_NOTE = "hccn_tool stayed busy through the probe's retries (another hccn_tool or a device job holds it)"
+
+
+def _busy(text: str) -> bool:
+    return "hccn_tool is busy" in text
+
+
 def _check_tls(plan: ProbePlan, sec: Mapping[str, Section], limits: Limits) -> CheckResult:
     path = sec.get("hccn.path")
     if path is not None and path.rc != 0:
@@ -407,6 +417,9 @@ def _check_tls(plan: ProbePlan, sec: Mapping[str, Section], limits: Limits) -> C
         return CheckResult(plan.host, "tls", SKIP, "env declares no npu.count: no devices to query")
     switches: dict[int, int] = {}
     unknown = []
+    busy = [dev for dev in range(plan.npu_count) if _busy(_need(sec, f"hccn:{dev}:tls").text)]
+    if busy:
+        return CheckResult(plan.host, "tls", FAIL, f"no TLS state from devices {busy}: {_BUSY_NOTE}", "busy")
     for dev in range(plan.npu_count):
         states = ascend.parse_tls(_need(sec, f"hccn:{dev}:tls").text)
         state = next((s for s in states if s.dev == dev), states[0] if states else None)

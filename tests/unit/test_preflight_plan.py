@@ -319,6 +319,7 @@ def a3_sections(spod: int, sdid: int = 0) -> dict[str, str]:
     sec = a2_sections(**{"npu-smi": capture("npu-smi-info-a3-busy.txt"), "spod": SPOD.format(sdid=sdid, spod=spod)})
     for d in range(16):
         sec[f"hccn:{d}:tls"] = f"dev_id:{d}, tls switch[0](0:disable, 1:enable)"
+        sec[f"hccn:{d}:link"] = "link status: UP"
     return sec
 
 
@@ -339,6 +340,16 @@ def test_a3_spod_query_that_fails_is_named():
     sec["spod"] = "This device does not support querying spod-info."
     r = run_eval({"n1": make_sample("n1", sec, rcs={"spod": 255})}, soc="ascend910_93", count=16).get("n1", "spod")
     assert r.status == FAIL and "rc 255" in r.summary and "does not support" in r.summary
+
+
+def test_hccn_tool_that_stays_busy_fails_hccn_and_tls_naming_the_device():
+    busy = "hccn_tool is busy, please try again"
+    sec = a3_sections(0)
+    sec.update({"hccn:3:tls": busy, "hccn:3:link": busy})
+    report = run_eval({"n1": make_sample("n1", sec)}, soc="ascend910_93", count=16)
+    hccn, tls = report.get("n1", "hccn"), report.get("n1", "tls")
+    assert hccn.status == FAIL and "dev 3 link: hccn_tool stayed busy" in hccn.summary
+    assert tls.status == FAIL and "devices [3]" in tls.summary and tls.value == "busy"
 
 
 def test_a3_link_down_is_only_a_warning():
