@@ -39,10 +39,11 @@ DEFAULT_SLOTS = 2  # ranks per node on a CPU host when the env declares none
 
 
 def slots_per_node(env: EnvConfig, override: int | None = None) -> int:
-    """Ranks one node can host: the option, else NPUs per host, else launch.nproc_per_node, else 2 (CPU)."""
+    """Ranks one node can host: the option, else the visible NPUs per host (``npu.visible``, else
+    ``npu.count``), else launch.nproc_per_node, else 2 (CPU)."""
     if override:
         return override
-    counts = [h.npu.count for h in env.hosts.values() if h.npu.count]
+    counts = [h.npu.devices for h in env.hosts.values() if h.npu.devices]
     if counts:
         return min(counts)
     return env.launch.nproc_per_node or DEFAULT_SLOTS

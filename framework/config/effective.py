@@ -115,6 +115,11 @@ class NpuSpec:
     soc: str = schema.BUILTIN["npu.soc"]
     visible: tuple[int, ...] | None = None
 
+    @property
+    def devices(self) -> int:
+        """Ranks this host can take: its visible devices, else all ``count`` (0: no NPU declared)."""
+        return len(self.visible) if self.visible else self.count
+
     def describe(self) -> str:
         """``16 x ascend910_93``, or just the SoC when no count is declared."""
         return f"{self.count} x {self.soc}" if self.count else self.soc

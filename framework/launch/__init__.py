@@ -92,7 +92,9 @@ class Launcher:
         self.cluster = cluster
         self.rundir = rundir
         self.backend = backend or env.launch.backend
-        self.nproc = nproc_per_node or env.launch.nproc_per_node or 1
+        # default: one rank per usable device of the smallest NPU host (npu.visible, else npu.count), else 1
+        devices = [h.npu.devices for h in env.hosts.values() if h.npu.devices]
+        self.nproc = nproc_per_node or env.launch.nproc_per_node or (min(devices) if devices else 1)
         self.core_limit = core_limit
         #: fetch into <report>/<host>/<launch_id>/ (several launches per run) instead of <report>/<host>/
         self.per_launch_dirs = per_launch_dirs

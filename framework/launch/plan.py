@@ -74,8 +74,9 @@ def backend_env(spec: HostSpec, backend: str) -> dict[str, str]:
     """The variables the communication backend needs on this node (ascend-hosts.md §7)."""
     nic = (spec.test_nic1.name if spec.test_nic1 is not None and spec.test_nic1.name else None) or spec.manage_nic.name
     if backend == "hccl":
+        # torch_npu jobs also build gloo groups (CPU collectives, the stand-in's transport): pin its NIC too
         env = {"HCCL_IF_IP": spec.test_ip, "HCCL_SOCKET_IFNAME": f"={nic}" if nic else "",
-               "HCCL_BUFFSIZE": "4096", "HCCL_CONNECT_TIMEOUT": "120"}
+               "GLOO_SOCKET_IFNAME": nic or "", "HCCL_BUFFSIZE": "4096", "HCCL_CONNECT_TIMEOUT": "120"}
         if spec.npu.visible:
             env["ASCEND_RT_VISIBLE_DEVICES"] = ",".join(str(d) for d in spec.npu.visible)
         return {k: v for k, v in env.items() if v}
@@ -201,11 +202,21 @@ def parse_prepare_probe(stdout: str) -> tuple[set[str], DeployState]:
     return have, DeployState.from_doc(DeployState.from_records(records))
 
 
+def check_ranks_fit(specs: Sequence[HostSpec], nproc: int) -> None:
+    """One rank per usable device: raise UsageError naming the first NPU host ``nproc`` ranks do not fit."""
+    for spec in specs:
+        if spec.npu.devices and nproc > spec.npu.devices:
+            which = f"npu.visible {list(spec.npu.visible)}" if spec.npu.visible else f"npu.count {spec.npu.count}"
+            raise UsageError(f"host {spec.name}: {nproc} ranks per node, but it has {spec.npu.devices} usable "
+                             f"devices ({which}); one rank per device")
+
+
 def plan_nodes(env: EnvConfig, names: Sequence[str], prepared: Mapping[str, Prepared], *, nproc: int,
                backend: str, master_port: int, launch_id: str, extra_env: Mapping[str, Any],
                timeout: float, core_limit: str | None) -> dict[str, NodePlan]:
     """host → its :class:`NodePlan`, node 0 first (the hosts in ``names`` order)."""
     specs = [env.hosts[n] for n in names]
+    check_ranks_fit(specs, nproc)
     master_addr = specs[0].test_ip
     plans = {}
     for i, spec in enumerate(specs):

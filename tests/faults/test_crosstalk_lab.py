@@ -21,6 +21,7 @@ import pytest
 from camit_labtools import REPO, wait_none_left
 
 from framework.lab import artifacts
+from framework.preflight.checks import CHECKS
 from framework.report.junit import validate_junit
 
 pytestmark = pytest.mark.lab
@@ -72,10 +73,10 @@ def test_two_workers_on_sixteen_hosts_keep_to_their_halves(lab16, suite16, tmp_p
     assert validate_junit(folder / "junit.xml") == [] and validate_junit(folder / "cluster.xml") == []
 
     # pytest's report: every collected test is there once — 5 modules x 3 worlds (16 skipped), the
-    # upstream placeholder (no --umdk-src), 13 checks x 16 hosts
+    # upstream placeholder (no --umdk-src), every check x 16 hosts
     junit = ET.parse(folder / "junit.xml").getroot()
     names = [f"{c.get('classname')}::{c.get('name')}" for c in junit.iter("testcase")]
-    assert len(names) == len(set(names)) == 5 * 3 + 1 + 13 * 16, len(names)
+    assert len(names) == len(set(names)) == 5 * 3 + 1 + len(CHECKS) * 16, len(names)
     launched = [c.get("name") for c in junit.iter("testcase")
                 if "test_preflight" not in (c.get("classname") or "") and not list(c)]
     assert len(launched) == 10, launched

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from framework.preflight.checks import CHECKS
+
 REPO = Path(__file__).resolve().parents[2]
 HOSTS = ("node1", "node2", "node3", "node4")
 
@@ -140,7 +142,7 @@ def test_preflight_suite_probes_each_workers_share_under_its_lease(pytester, loc
                                 "-v", "-p", "no:cacheprovider", "-p", "no:benchmark")
     outcomes = result.parseoutcomes()
     assert "errors" not in outcomes and "error" not in outcomes, result.stdout.str()[-3000:]
-    assert sum(outcomes.get(k, 0) for k in ("passed", "failed", "skipped")) == 13 * len(HOSTS)
+    assert sum(outcomes.get(k, 0) for k in ("passed", "failed", "skipped")) == len(CHECKS) * len(HOSTS)
     # every host's ssh check passed, whichever worker ran it; each worker probed its own share only
     for host in HOSTS:
         result.stdout.fnmatch_lines([f"*PASSED*test_check?{host}-ssh?*"])
@@ -153,7 +155,7 @@ def test_preflight_suite_needs_the_lease(pytester, local_env):
     hold_lease(pytester, "node2", "other@test")
     result = pytester.runpytest("--env", str(local_env), "--report-dir", "out",
                                 "-p", "no:cacheprovider")
-    result.assert_outcomes(errors=13 * len(HOSTS))
+    result.assert_outcomes(errors=len(CHECKS) * len(HOSTS))
     result.stdout.fnmatch_lines(["*node2: leased by other@test*"])
 
 

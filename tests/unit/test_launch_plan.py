@@ -9,6 +9,9 @@ import pytest
 from framework.config.effective import HostSpec, NicSpec, NpuSpec, Secret, TestNicSpec
 from framework.errors import UsageError
 from framework.launch import NodePlan, Target, backend_env, launch_label, node_command
+from framework.launch.plan import check_ranks_fit
+from framework.suite import slots_per_node
+from tests.builders import make_env
 
 A3 = HostSpec(name="node1", manage_nic=NicSpec("enp1s0", "192.0.2.11"),
               test_nic1=TestNicSpec(name="eth1", ip="198.51.100.11"),
@@ -18,15 +21,34 @@ LAB = HostSpec(name="host1", manage_nic=NicSpec("eth0", "10.77.0.11"))
 
 @pytest.mark.parametrize(("spec", "backend", "expected"), [
     (A3, "hccl", {"HCCL_IF_IP": "198.51.100.11", "HCCL_SOCKET_IFNAME": "=eth1", "HCCL_BUFFSIZE": "4096",
-                  "HCCL_CONNECT_TIMEOUT": "120", "ASCEND_RT_VISIBLE_DEVICES": "0,1,2,3"}),
+                  "GLOO_SOCKET_IFNAME": "eth1", "HCCL_CONNECT_TIMEOUT": "120", "ASCEND_RT_VISIBLE_DEVICES": "0,1,2,3"}),
     (LAB, "hccl", {"HCCL_IF_IP": "10.77.0.11", "HCCL_SOCKET_IFNAME": "=eth0", "HCCL_BUFFSIZE": "4096",
-                   "HCCL_CONNECT_TIMEOUT": "120"}),
+                   "GLOO_SOCKET_IFNAME": "eth0", "HCCL_CONNECT_TIMEOUT": "120"}),
     (A3, "gloo", {"GLOO_SOCKET_IFNAME": "eth1"}),
     (LAB, "gloo", {"GLOO_SOCKET_IFNAME": "eth0"}),
     (A3, "nccl", {"NCCL_SOCKET_IFNAME": "eth1"}),
 ])
 def test_backend_env(spec, backend, expected):
     assert backend_env(spec, backend) == expected
+
+
+def test_ranks_per_node_are_the_visible_devices():
+    """npu.visible, not npu.count, is what a node can take (ASCEND_RT_VISIBLE_DEVICES hides the rest)."""
+    check_ranks_fit([A3, LAB], 4)  # 4 visible devices; CPU hosts declare none and take any number
+    with pytest.raises(UsageError, match=r"host node1: 5 ranks per node, but it has 4 usable devices "
+                                         r"\(npu.visible \[0, 1, 2, 3\]\)"):
+        check_ranks_fit([A3], 5)
+    full = HostSpec(name="node2", manage_nic=NicSpec("eth0", "192.0.2.12"), npu=NpuSpec(count=16, soc="ascend910_93"))
+    check_ranks_fit([full], 16)
+    with pytest.raises(UsageError, match=r"17 ranks per node, but it has 16 usable devices \(npu.count 16\)"):
+        check_ranks_fit([full], 17)
+
+
+def test_suite_slots_follow_npu_visible():
+    env = make_env(npu={"soc": "ascend910_93", "count": 16, "visible": [0, 1]})
+    assert slots_per_node(env) == 2
+    assert slots_per_node(make_env(npu={"soc": "ascend910_93", "count": 16})) == 16
+    assert slots_per_node(env, 3) == 3
 
 
 def test_unknown_backend():
