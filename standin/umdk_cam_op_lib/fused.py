@@ -96,8 +96,8 @@ def _hccl_window_mb() -> int:
         return DEFAULT_HCCL_BUFFSIZE_MB
 
 
-def _tiling(bs: int, hidden: int, top_k: int, gmm1: int, share_gmm1: int | None, world: int, rank: int,
-            experts: int, global_bs: int) -> None:
+def _tiling(bs: int, hidden: int, top_k: int, gmm1: int, share_gmm1: int | None, world: int, experts: int,
+            global_bs: int) -> None:
     """The checks of fused_deep_moe_tiling.cpp, in its order of concern."""
     def check(ok: bool, message: str) -> None:
         tiling_check(ok, _API, _NODE, _TILING, message)
@@ -198,7 +198,7 @@ def fused_deep_moe(
         tiling_check(x_active_mask.size(0) == bs, _API, _NODE, _TILING,
                      f"xActiveMask Dim0 must be batchSize({bs}), but current dim is {x_active_mask.size(0)}.")
     share_width = None if share_gmm1_weight is None else int(share_gmm1_weight.shape[-1])
-    _tiling(bs, hidden, top_k, 2 * inter, share_width, world, ep_rank_id, moe_expert_num, global_bs)
+    _tiling(bs, hidden, top_k, 2 * inter, share_width, world, moe_expert_num, global_bs)
     group = resolve_group(group_ep)
     check_rank(group, ep_rank_id, ep_rank_size, "ep_rank_id", "ep_rank_size")
     ids = expert_ids.to(torch.int64)
