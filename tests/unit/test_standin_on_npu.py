@@ -84,22 +84,21 @@ def test_bad_ids_raise_nothing_then_poison_every_later_sync_and_collective(tmp_p
     """get_dispatch_layout.cpp checks no id values: the kernel's out-of-bounds write surfaces at the
     process's next synchronize (507035, NPUErrorCodes.h) and the process stays poisoned."""
     proc = run_py(tmp_path, """
+        torch_npu.npu.config.allow_internal_format = True
+        nz = lambda w: torch_npu.npu_format_cast(w, torch_npu.Format.FRACTAL_NZ)
+        w1, w2 = nz(torch.zeros(2, 512, 1024, dtype=torch.int8)), nz(torch.zeros(2, 512, 512, dtype=torch.int8))
         torch.npu.synchronize()
         ntpe, slot = ops.get_dispatch_layout(torch.tensor([[0, 5], [1, -1]]), 4, 1)   # E = 4: ids 5 and -1
         print("call:", ntpe.tolist())
         for name, call in (("sync", torch.npu.synchronize), ("again", torch.npu.synchronize),
                            ("all_reduce", lambda: dist.all_reduce(torch.ones(1), group=group)),
-                           ("op collective", lambda: fused(*(torch_npu.npu_format_cast(w, torch_npu.Format.FRACTAL_NZ)
-                                                             for w in (torch.zeros(2, 512, 1024, dtype=torch.int8),
-                                                                       torch.zeros(2, 512, 512, dtype=torch.int8))))),
-                           ("later sync", torch.npu.synchronize)):
+                           ("op collective", lambda: fused(w1, w2)), ("later sync", torch.npu.synchronize)):
             try:
                 call()
                 print(name, "ok")
             except RuntimeError as exc:
                 print(name, "507035" in first(exc), "The vector core execution is abnormal." in str(exc))
-    """.replace("torch_npu.npu_format_cast(w", "(torch_npu.npu.config.__setattr__('allow_internal_format', True) "
-                                                 "or torch_npu.npu_format_cast)(w"))
+    """)
     assert proc.stdout.splitlines() == ["call: [1, 1, 0, 0]", "sync True True", "again True True",
                                         "all_reduce True True", "op collective True True", "later sync True True"]
     plog = "".join(p.read_text() for p in (tmp_path / "log").rglob("plog-*.log"))
