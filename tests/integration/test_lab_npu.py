@@ -125,11 +125,13 @@ def test_per_host_python_imports_the_torch_npu_standin(npu: NpuLab, cluster: Clu
     plan_npu = npu.lab.plan.npu
     assert plan_npu is not None
     visible = plan_npu.visible or (0, 1)
+    # the second line: as camit's launch exports npu.visible (framework/launch/plan.py)
+    script = f"{probe} && ASCEND_RT_VISIBLE_DEVICES={','.join(map(str, visible))} {probe}"
+    results = cluster.run(ShellScript(script))  # all hosts at once
     for h in npu.env.hosts:
-        assert out(cluster, h, probe).strip() == str(plan_npu.count)
-        # what camit's launch exports for npu.visible (framework/launch/plan.py)
-        vis = ",".join(map(str, visible))
-        assert out(cluster, h, f"ASCEND_RT_VISIBLE_DEVICES={vis} {probe}").strip() == str(len(visible))
+        r = results[h]
+        assert not isinstance(r, BaseException) and r.rc == 0, f"{h}: {r}"
+        assert r.stdout.split() == [str(plan_npu.count), str(len(visible))]
 
 
 def test_hosts_do_not_see_each_others_trees(npu: NpuLab, cluster: Cluster) -> None:
