@@ -97,6 +97,8 @@ def set_fault(tree: Path, knob: str, **params: Any) -> None:
     """Turn ``knob`` on for the host of ``tree`` (again: with the new parameters)."""
     emu, host = _emu(tree)
     values = check_params(knob, params, int(host["count"]))
+    if knob == "other-spod" and int(host["chips_per_npu"]) != 2:
+        raise LabError(f"fault knob other-spod: an A2 node ({host['profile']}) has no super pod (spod-info is A3 only)")
     if knob == "other-spod" and values["spod_id"] == host["spod_id"]:
         raise LabError(f"fault knob other-spod: spod_id {values['spod_id']} is this lab's own super pod")
     knobs = _knobs(emu)

@@ -300,7 +300,7 @@ def _emu_dir(tree: Path, info: dict[str, Any], profile: Profile) -> None:
     _write(emu / "npu.json", json.dumps({"device_count": profile.count, "registry_dir": REGISTRY,
                                          "linger_s": linger}) + "\n")
     if not (emu / "faults.json").is_file():
-        _write(emu / "faults.json", json.dumps({"knobs": {}}) + "\n")
+        _write(emu / "faults.json", json.dumps({"knobs": {}}, indent=1) + "\n")
 
 
 def populate(tree: Path, profile: Profile, *, host: str, index: int, n_hosts: int) -> None:
