@@ -420,7 +420,7 @@ class Lab:
 
         prof = emu.profile(npu.profile)
         for h in self.plan.hosts:
-            emu.populate(h.emu_dir, prof, host=h.name, index=h.index, n_hosts=len(self.plan.hosts))
+            emu.populate(h.emu_dir, prof, host=h.name, index=h.index - 1, n_hosts=len(self.plan.hosts))  # 0-based
         with locked(STATE_ROOT / "emu-mounts"):
             create = mount_points_to_create(mount_points(npu), os.path.lexists)
             for path, kind in create:
@@ -497,24 +497,41 @@ class Lab:
         _, tree = self._emu_tree(host)
         return list(emu.active_faults(tree))
 
-    def set_fault(self, host: str, knob: str, *, device: int = 0) -> None:
-        """Set a fault knob on an emulated host; ``held-device`` starts a process holding ``device``."""
+    def check_fault(self, host: str, knob: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Validate a knob and its parameters for that host (LabError: CPU host, unknown host/knob/parameter)."""
         from framework.lab import emu
+        from framework.lab.emu.faults import check_params
 
-        h, tree = self._emu_tree(host)
+        self._emu_tree(host)
         npu = self.plan.npu
         assert npu is not None
         if knob not in emu.KNOBS:
             raise LabError(f"unknown fault knob {knob!r} (knobs: {', '.join(emu.KNOBS)}, or clear)")
+        dev = (params or {}).get("device")
+        if isinstance(dev, int) and not 0 <= dev < npu.count:
+            raise LabError(f"{knob}: device {dev} is past the {npu.profile} profile's {npu.count} devices "
+                           f"(valid ids 0-{npu.count - 1})")
+        return check_params(knob, dict(params or {}), npu.count)
+
+    def set_fault(self, host: str, knob: str, *, linger: float | None = None, **params: Any) -> None:
+        """Set a fault knob on an emulated host (``params``: the knob's, e.g. ``device``, ``level``, ``spod_id``).
+
+        ``held-device`` starts a process holding ``device`` inside the host (its pid recorded in lab.json);
+        ``linger`` (seconds) keeps a killed holder's device listed that long, as a real NPU does.
+        """
+        from framework.lab import emu
+
+        values = self.check_fault(host, knob, params)
+        _, tree = self._emu_tree(host)
         if knob != "held-device":
-            emu.set_fault(tree, knob)
+            emu.set_fault(tree, knob, **params)
             return
-        if not 0 <= device < npu.count:
-            raise LabError(f"held-device: device {device} is past the {npu.profile} profile's {npu.count} devices")
         with self._changing():
             h = self.host(host)
-            emu.set_fault(tree, knob, device=device)
-            h.holders.append(self._start_holder(h, device))
+            if linger is not None:
+                emu.set_linger(tree, linger)
+            emu.set_fault(tree, knob, **params)
+            h.holders.append(self._start_holder(h, int(values["device"])))
 
     def _start_holder(self, h: LabHost, device: int) -> int:
         """Start ``emu.holder_argv(device)`` inside the host, detached; wait until it holds the device."""
@@ -836,7 +853,12 @@ def _parser() -> argparse.ArgumentParser:
     fault.add_argument("host", help="lab host, e.g. host1")
     fault.add_argument("knob", help="tls-mismatch, health-alarm, link-down, hccn-busy, held-device, other-spod, "
                                     "no-driver, or clear")
-    fault.add_argument("--device", type=int, default=0, help="device held by held-device (default 0)")
+    fault.add_argument("--device", type=int, default=None,
+                       help="the knob's logical device (tls-mismatch 1, the others 0 by default)")
+    fault.add_argument("--level", default=None, help="health-alarm: Warning, Alarm (default), Critical or UNKNOWN")
+    fault.add_argument("--spod-id", type=int, default=None, help="other-spod: the super pod id shown (default 1)")
+    fault.add_argument("--linger", type=float, default=None,
+                       help="held-device: seconds the device stays listed after the holder is killed")
     for p in (up, sub.add_parser("down", help="tear the lab down"), sub.add_parser("status", help="show the lab"),
               fault):
         p.add_argument("--name", default=DEFAULT_NAME, help=f"lab name (default {DEFAULT_NAME})")
@@ -901,22 +923,27 @@ def _cmd_status(args: argparse.Namespace, say: Say) -> int:
 
 
 def _cmd_fault(args: argparse.Namespace, say: Say) -> int:
-    from framework.lab import emu
-
+    params = {k: v for k, v in (("device", args.device), ("level", args.level), ("spod_id", args.spod_id))
+              if v is not None}
     try:
         lab = Lab.load(args.name, args.state_dir)
         lab._emu_tree(args.host)  # unknown host, CPU lab host
-        if args.knob != "clear" and args.knob not in emu.KNOBS:
-            raise LabError(f"unknown fault knob {args.knob!r} (knobs: {', '.join(emu.KNOBS)}, or clear)")
+        if args.knob != "clear":
+            lab.check_fault(args.host, args.knob, params)
+            if args.linger is not None and (args.knob != "held-device" or args.linger < 0):
+                raise LabError("--linger is a number of seconds >= 0, for held-device only")
+        if args.knob not in ("clear", "held-device"):  # a file in the tree: what fails is the input
+            lab.set_fault(args.host, args.knob, **params)
     except LabError as exc:
         return _usage_error(exc)
     if args.knob == "clear":
         lab.clear_faults(args.host)
         say(f"{args.host}: fault knobs cleared")
-    else:
-        lab.set_fault(args.host, args.knob, device=args.device)
-        held = f" (holder pid {lab.host(args.host).holders[-1]})" if args.knob == "held-device" else ""
-        say(f"{args.host}: {args.knob} set{held}")
+        return 0
+    if args.knob == "held-device":  # starting the holder can fail for other reasons: not a usage error
+        lab.set_fault(args.host, args.knob, linger=args.linger, **params)
+    held = f" (holder pid {lab.host(args.host).holders[-1]})" if args.knob == "held-device" else ""
+    say(f"{args.host}: {args.knob} set{held}")
     return 0
 
 

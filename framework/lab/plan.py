@@ -327,6 +327,14 @@ def parse_visible(visible: str | Sequence[int], count: int, profile: str) -> tup
     return tuple(ids)
 
 
+def _mount_kind(kind: str) -> MountKind:
+    if kind == "dir":
+        return "dir"
+    if kind == "file":
+        return "file"
+    raise LabError(f"framework.lab.emu.MOUNTS: unknown mount kind {kind!r} (dir or file)")
+
+
 def plan_npu(npu: str | None, visible: str | Sequence[int] | None = None) -> NpuPlan | None:
     """The emulated-NPU part of a plan (None for a CPU lab); LabError for an unknown profile or bad ``visible``."""
     if npu is None:
@@ -338,7 +346,7 @@ def plan_npu(npu: str | None, visible: str | Sequence[int] | None = None) -> Npu
     prof = emu.profile(npu)
     return NpuPlan(
         profile=prof.name, soc=prof.soc, count=prof.count, set_env=prof.set_env, npu_json=emu.NPU_JSON,
-        python=emu.PYTHON, mounts=tuple((m.tree, m.target, m.kind) for m in emu.MOUNTS),
+        python=emu.PYTHON, mounts=tuple((m.tree, m.target, _mount_kind(m.kind)) for m in emu.MOUNTS),
         visible=parse_visible(visible, prof.count, prof.name) if visible is not None else None,
     )
 

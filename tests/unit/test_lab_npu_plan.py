@@ -199,7 +199,7 @@ def test_parse_visible_accepts_lists_and_spaces() -> None:
 
 
 @pytest.mark.parametrize(("extra", "match"), [
-    (["--npu", "a9"], "unknown NPU profile 'a9'"),
+    (["--npu", "a9"], "unknown emulated NPU profile 'a9'"),
     (["--npu", "a3", "--visible", "16"], "device 16 is past"),
     (["--npu", "a3", "--visible", "0;1"], "invalid --visible"),
     (["--visible", "0"], "--visible needs --npu"),
@@ -266,7 +266,7 @@ def saved_lab(state_root: Path, npu: str | None, visible: str | None = None) -> 
     lab.save()
     if npu:
         for h in plan.hosts:
-            emu.populate(h.emu_dir, emu.profile(npu), host=h.name, index=h.index, n_hosts=2)
+            emu.populate(h.emu_dir, emu.profile(npu), host=h.name, index=h.index - 1, n_hosts=2)
     return lab
 
 
@@ -333,3 +333,32 @@ def test_held_device_past_the_profile_is_refused(state_root: Path) -> None:
     lab = saved_lab(state_root, "a2")
     with pytest.raises(LabError, match="device 8 is past the a2 profile's 8 devices"):
         lab.set_fault("host1", "held-device", device=8)
+
+
+@pytest.mark.parametrize(("args", "match"), [
+    (["health-alarm", "--device", "16"], "health-alarm: device 16 is past the a3 profile's 16 devices"),
+    (["health-alarm", "--level", "Sunny"], "level 'Sunny' is not one of"),
+    (["link-down", "--spod-id", "2"], "unknown parameter spod_id"),
+    (["link-down", "--linger", "3"], "--linger is a number of seconds >= 0, for held-device only"),
+    (["held-device", "--linger", "-1"], "--linger is a number of seconds >= 0"),
+    (["other-spod", "--spod-id", "0"], "spod_id 0 is this lab's own super pod"),
+])
+def test_bad_knob_parameters_are_usage_errors(state_root: Path, capsys: pytest.CaptureFixture[str],
+                                              args: list[str], match: str) -> None:
+    lab = saved_lab(state_root, "a3")
+    assert fault(state_root, "host1", *args) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert match in err and len(err.strip().splitlines()) == 1
+    assert lab.active_faults("host1") == []
+
+
+def test_other_spod_on_an_a2_host_is_a_usage_error(state_root: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    saved_lab(state_root, "a2")
+    assert fault(state_root, "host1", "other-spod") == EXIT_USAGE
+    assert "A2 node" in capsys.readouterr().err
+
+
+def test_knob_parameters_reach_the_tree(state_root: Path) -> None:
+    lab = saved_lab(state_root, "a3")
+    assert fault(state_root, "host1", "health-alarm", "--device", "5", "--level", "Critical") == 0
+    assert emu.fault_params(lab.plan.hosts[0].emu_dir, "health-alarm") == {"device": 5, "level": "Critical"}
