@@ -62,6 +62,25 @@ def _lab_of(env: EnvConfig) -> Lab:
     return Lab.load(data["name"], key.parent)
 
 
+def _lock_held_by_an_ancestor(path: Path) -> bool:
+    """True if a flock on ``path`` is held by this process's parent chain (``flock path pytest ...``)."""
+    try:
+        ino = path.stat().st_ino
+        holders = {int(f[4]) for f in (line.split() for line in Path("/proc/locks").read_text().splitlines())
+                   if len(f) > 5 and f[1] == "FLOCK" and f[5].rsplit(":", 1)[-1] == str(ino)}
+    except (OSError, ValueError, IndexError):
+        return False
+    pid = os.getppid()
+    while pid > 1:
+        if pid in holders:
+            return True
+        try:
+            pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            return False
+    return False
+
+
 @pytest.fixture(scope="module")
 def npu(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[NpuLab]:
     if os.environ.get("CAMIT_NPU_LAB_ENV"):
@@ -69,7 +88,8 @@ def npu(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
         yield NpuLab(_lab_of(env), request.getfixturevalue("npu_lab_env_path"), env, own=False)
         return
     with open(LOCK, "a") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
+        if not _lock_held_by_an_ancestor(LOCK):
+            fcntl.flock(fh, fcntl.LOCK_EX)
         try:
             existing: Lab | None = Lab.load(NAME)
         except LabError:
@@ -183,6 +203,56 @@ def test_held_device_shows_its_holder_and_clear_kills_it(npu: NpuLab, cluster: C
     while str(pid) in out(cluster, host, "npu-smi info") and time.monotonic() < deadline:
         time.sleep(0.5)
     assert str(pid) not in out(cluster, host, "npu-smi info")
+
+
+def camit_check(env_path: Path, *hosts: str) -> dict[str, str]:
+    """``camit check --json`` (this worktree's camit): check -> status (the worst over ``hosts``)."""
+    argv = [sys.executable, "-m", "framework.cli", "check", "--env", str(env_path), "--json"]
+    argv += ["--hosts", ",".join(hosts)] if hosts else []
+    cp = subprocess.run(argv, capture_output=True, text=True, timeout=300, cwd=REPO, stdin=subprocess.DEVNULL)
+    data = json.loads(cp.stdout)
+    order = {"ok": 0, "skip": 1, "warn": 2, "fail": 3}
+    out: dict[str, str] = {}
+    for r in data["results"]:
+        prev = out.get(r["check"])
+        if prev is None or order.get(r["status"], 3) > order.get(prev, 3):
+            out[r["check"]] = r["status"]
+    return out
+
+
+def test_preflight_passes_every_npu_check(npu: NpuLab) -> None:
+    statuses = camit_check(npu.env_path)
+    assert {"torch_npu", "cann", "driver", "npu", "idle", "hccn", "tls"} <= set(statuses)
+    assert set(statuses.values()) == {"ok"}, statuses
+
+
+# what camit's preflight reports for each knob (other-spod: no preflight check reads spod-info yet)
+KNOB_REPORTS = {
+    "tls-mismatch": ("tls", "fail"),
+    "health-alarm": ("npu", "fail"),
+    "link-down": ("hccn", "warn"),
+    "hccn-busy": ("tls", "fail"),
+    "held-device": ("idle", "fail"),
+    "no-driver": ("driver", "fail"),
+}
+
+
+@pytest.mark.parametrize("knob", sorted(KNOB_REPORTS))
+def test_preflight_reports_the_knob(npu: NpuLab, knob: str) -> None:
+    host = list(npu.env.hosts)[-1]
+    cp = lab_cli("fault", host, knob, "--name", npu.lab.name)
+    assert cp.returncode == 0, cp.stderr
+    try:
+        check, status = KNOB_REPORTS[knob]
+        got = camit_check(npu.env_path, host)
+        assert got[check] == status, got
+    finally:
+        assert lab_cli("fault", host, "clear", "--name", npu.lab.name).returncode == 0
+
+
+def test_preflight_passes_again_after_clear(npu: NpuLab) -> None:
+    statuses = camit_check(npu.env_path)
+    assert set(statuses.values()) == {"ok"}, statuses
 
 
 def test_down_leaves_no_mount_point_and_no_process(npu: NpuLab) -> None:
