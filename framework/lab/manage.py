@@ -361,6 +361,9 @@ class Lab:
                           core_pattern=old.core_pattern, mount_points=old.mount_points)
                 lab._open_forwarding(say)  # the firewall may have changed since
                 lab.save()
+                if plan.npu is not None:  # the emulation and the stand-in may have changed since: refresh them
+                    lab._populate_trees()
+                    lab._install_emu_python(say)
                 lab._write_env()
                 say(f"lab {plan.name!r} is already up and healthy ({len(plan.hosts)} hosts); rewrote {plan.env_file}")
                 return lab
@@ -416,11 +419,7 @@ class Lab:
         npu = self.plan.npu
         if npu is None:
             return
-        from framework.lab import emu
-
-        prof = emu.profile(npu.profile)
-        for h in self.plan.hosts:
-            emu.populate(h.emu_dir, prof, host=h.name, index=h.index - 1, n_hosts=len(self.plan.hosts))  # 0-based
+        self._populate_trees()
         with locked(STATE_ROOT / "emu-mounts"):
             create = mount_points_to_create(mount_points(npu), os.path.lexists)
             for path, kind in create:
@@ -433,6 +432,15 @@ class Lab:
             self.save()
         if create:
             say(f"created mount point(s) {', '.join(p for p, _ in create)} (removed by the last emulated lab's down)")
+
+    def _populate_trees(self) -> None:
+        """(Re)write every emulated host's tree; keeps its knobs, registry and linger (emu.populate)."""
+        from framework.lab import emu
+
+        assert self.plan.npu is not None
+        prof = emu.profile(self.plan.npu.profile)
+        for h in self.plan.hosts:  # emu's host index is 0-based
+            emu.populate(h.emu_dir, prof, host=h.name, index=h.index - 1, n_hosts=len(self.plan.hosts))
 
     def _release_mount_points(self, say: Say) -> None:
         """Remove the recorded mount points (if still empty) unless another emulated lab is up."""
@@ -475,11 +483,13 @@ class Lab:
         wheel = self._build_standin_wheel()
         venv = str(Path(npu.python).parents[1])
         for h in self.hosts:
-            self.host_exec(h.name, [self.plan.python, "-m", "venv", "--system-site-packages", "--without-pip",
-                                    "--clear", venv], check=True, timeout=300)
+            if not tree_path(h.plan, npu, npu.python).exists():
+                self.host_exec(h.name, [self.plan.python, "-m", "venv", "--system-site-packages", "--without-pip",
+                                        "--clear", venv], check=True, timeout=300)
+            # pip of the base python (seen through --system-site-packages) installs into the venv
             self.host_exec(h.name, [npu.python, "-m", "pip", "install", "--no-deps", "--no-index",
-                                    "--no-build-isolation", "--disable-pip-version-check", "-q", str(wheel)],
-                           check=True, timeout=600)
+                                    "--no-build-isolation", "--force-reinstall", "--disable-pip-version-check",
+                                    "-q", str(wheel)], check=True, timeout=600)
         say(f"per-host Python {npu.python} with {wheel.name} on {len(self.hosts)} host(s)")
 
     def _emu_tree(self, host: str) -> tuple[LabHost, Path]:
