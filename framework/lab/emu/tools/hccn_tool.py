@@ -82,7 +82,7 @@ def answer(host: Host, dev: int, query: str, extra: Sequence[str]) -> list[str]:
     if query == "fec":
         return ["fec mode: rs FEC mode"]
     # ping: -ping -g address <ip> [pkt <n>]
-    opts = dict(zip(extra[::2], extra[1::2], strict=False))
+    opts = dict(zip(extra[::2], extra[1::2]))
     if "address" not in opts:
         raise _Usage("-ping -g needs address <ip>")
     try:

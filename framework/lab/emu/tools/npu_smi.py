@@ -30,7 +30,7 @@ _KV_KEY = 31
 
 
 def _row(cells: Sequence[str], widths: Sequence[int]) -> str:
-    return "|" + "|".join((" " + c).ljust(w) for c, w in zip(cells, widths, strict=True)) + "|"
+    return "|" + "|".join((" " + c).ljust(w) for c, w in zip(cells, widths)) + "|"
 
 
 def _separators(layout: str) -> tuple[str, str]:
