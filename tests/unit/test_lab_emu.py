@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import json
 import os
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from framework.errors import LabError
 from framework.lab import emu
+from framework.lab.emu import tree as emu_tree
 from framework.preflight import ascend
 from framework.preflight.probe import CANN_RECORD, ProbePlan
 
@@ -206,3 +209,12 @@ def test_nothing_outside_the_lab_imports_the_emulation() -> None:
     for part in ("deploy", "launch", "remote"):
         for path in (ROOT / "framework" / part).rglob("*.py"):
             assert not pattern.search(path.read_text(encoding="utf-8")), path
+
+
+def test_the_tools_are_stdlib_only() -> None:
+    for path in sorted(emu_tree.TOOLS.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
+                [node.module or ""] if isinstance(node, ast.ImportFrom) and node.level == 0 else [])
+            for name in names:
+                assert name.split(".")[0] in sys.stdlib_module_names or name == "__future__", (path.name, name)

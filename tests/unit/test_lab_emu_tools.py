@@ -9,6 +9,7 @@ fault knob changes exactly the answers it should and nothing else.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import io
 import json
 import os
@@ -177,6 +178,15 @@ def test_hccn_tool_outputs_parse_to_the_profile(tmp_path: Path, name: str) -> No
     assert _ok(tree, "hccn_tool", "-i", "1", "-gateway", "-g") == "default gateway:192.168.101.1, Iface:eth1\n"
     assert _ok(tree, "hccn_tool", "-i", "1", "-lldp", "-g").startswith("\tIfname: 400GE1/1/6:2")
     assert _ok(tree, "hccn_tool", "-i", "0", "-netdetect", "-g") == "netdetect address: 192.168.101.1\n"
+
+
+def test_a_second_concurrent_hccn_call_answers_busy(tmp_path: Path) -> None:
+    tree = _populate(tmp_path, "a2")
+    with open(tree / "Ascend/.camit-emu/hccn.lock", "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)  # a call in progress
+        r = _run(tree, "hccn_tool", "-i", "0", "-link", "-g")
+        assert (r.returncode, r.stdout) == (1, hccn_tool.BUSY + "\n")
+    assert _ok(tree, "hccn_tool", "-i", "0", "-link", "-g") == "link status: UP\n"
 
 
 def test_a3_dies_of_one_npu_do_not_ping_each_other(tmp_path: Path) -> None:

@@ -299,6 +299,7 @@ def _emu_dir(tree: Path, info: dict[str, Any], profile: Profile) -> None:
         linger = 0.0
     _write(emu / "npu.json", json.dumps({"device_count": profile.count, "registry_dir": REGISTRY,
                                          "linger_s": linger}) + "\n")
+    (emu / "hccn.lock").touch()  # hccn_tool's one-call-at-a-time lock
     if not (emu / "faults.json").is_file():
         _write(emu / "faults.json", json.dumps({"knobs": {}}, indent=1) + "\n")
 

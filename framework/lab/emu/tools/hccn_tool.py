@@ -6,15 +6,19 @@ shipped in the tree): ``-link`` (hccn-link-up.txt), ``-net_health`` (hccn-net-he
 (hccn-ping-ok-8dev.txt). ``-gateway``, ``-lldp``, ``-netdetect`` and ``-fec`` follow the formats of
 reference/ascend-hosts.md §5 and its fixtures (not shipped in tests/data). Addresses are the host's
 (``host.json``), a ping answers when its target is a device of a lab host. Fault knobs: ``link-down``,
-``tls-mismatch``, ``hccn-busy``. Stdlib only (copied into the emulated host's tree).
+``tls-mismatch``, ``hccn-busy``. Two calls at once on one host: the second answers busy, as the real
+tool can (ascend-hosts.md §5: "parallel calls can answer ``hccn_tool is busy``"; here always, through a
+lock on ``.camit-emu/hccn.lock``). Stdlib only (copied into the emulated host's tree).
 """
 
 from __future__ import annotations
 
+import fcntl
 import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import IO
 
 from .common import Host, err, out
 
@@ -78,7 +82,7 @@ def answer(host: Host, dev: int, query: str, extra: Sequence[str]) -> list[str]:
     if query == "fec":
         return ["fec mode: rs FEC mode"]
     # ping: -ping -g address <ip> [pkt <n>]
-    opts = dict(zip(extra[::2], extra[1::2], strict=False))
+    opts = dict(zip(extra[::2], extra[1::2]))
     if "address" not in opts:
         raise _Usage("-ping -g needs address <ip>")
     try:
@@ -107,12 +111,39 @@ def run(host: Host, args: Sequence[str]) -> list[str]:
     return answer(host, dev, query, args[4:])
 
 
+def _lock(emu: Path) -> tuple[bool, IO[str] | None]:
+    """Take the host's hccn_tool lock: (got it, the file holding it). A tree the caller cannot write
+    (a non-root user) takes no lock."""
+    try:
+        fh = open(emu / "hccn.lock", "a", encoding="utf-8")  # noqa: SIM115 - held until the call ends
+    except OSError:
+        return True, None
+    try:
+        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        fh.close()
+        return False, None
+    return True, fh
+
+
 def main(argv: Sequence[str], emu: Path) -> int:
     host = Host(emu)
     busy = host.fault("hccn-busy")
     if busy is not None and (len(argv) < 2 or argv[1] == str(busy.get("device", 0))):
         out(BUSY)  # persistently busy for that device's queries: probe.py's retries give up
         return 1
+    free, fh = _lock(emu)
+    if not free:
+        out(BUSY)  # another call is running on this host
+        return 1
+    try:
+        return _answer(host, argv)
+    finally:
+        if fh is not None:
+            fh.close()
+
+
+def _answer(host: Host, argv: Sequence[str]) -> int:
     try:
         lines = run(host, argv)
     except _Usage as exc:

@@ -30,7 +30,7 @@ _KV_KEY = 31
 
 
 def _row(cells: Sequence[str], widths: Sequence[int]) -> str:
-    return "|" + "|".join((" " + c).ljust(w) for c, w in zip(cells, widths, strict=True)) + "|"
+    return "|" + "|".join((" " + c).ljust(w) for c, w in zip(cells, widths)) + "|"
 
 
 def _separators(layout: str) -> tuple[str, str]:
@@ -79,11 +79,12 @@ def _headers(host: Host) -> tuple[list[str], list[str]]:
 def _held(host: Host) -> dict[int, list[tuple[int, int, str, int]]]:
     """Registry occupants as process-table rows per NPU: (chip, pid, name, MB)."""
     rows: dict[int, list[tuple[int, int, str, int]]] = {}
+    width = _PROC_CELLS[host.info["npu_smi"]["layout"]][2] - 2  # the name cell, less its padding
     for occ in host.occupants():
         for dev in occ.devices:
             if 0 <= dev < host.count:
                 npu, chip = divmod(dev, host.chips_per_npu)
-                rows.setdefault(npu, []).append((chip, occ.pid, occ.name[:24], PROC_MB))
+                rows.setdefault(npu, []).append((chip, occ.pid, occ.name[:width], PROC_MB))
     for held in rows.values():
         held.sort()
     return rows
