@@ -107,9 +107,9 @@ def build_parser() -> argparse.ArgumentParser:
     co.add_argument("--logs", action="store_true", help="also fetch ~/ascend/log from every host (a tarball each)")
     co.add_argument("--json", action="store_true", help="print what was collected as JSON")
 
-    lb = sub.add_parser("lab", help="the network-namespace lab: up | down | status (python -m framework.lab)",
+    lb = sub.add_parser("lab", help="the network-namespace lab: up | down | status | fault (python -m framework.lab)",
                         add_help=False)
-    lb.add_argument("lab_args", nargs=argparse.REMAINDER, metavar="up|down|status ...")
+    lb.add_argument("lab_args", nargs=argparse.REMAINDER, metavar="up|down|status|fault ...")
 
     ls = sub.add_parser("lease", help="cluster leases: status, release, or run a command holding one")
     ls_sub = ls.add_subparsers(dest="lease_command", parser_class=_Parser, metavar="ACTION")

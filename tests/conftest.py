@@ -3,6 +3,8 @@
 Lab fixtures serve tests/integration and tests/faults alike. The lab is brought up by
 ``make test`` (or ``make lab-up``); another lab is chosen with CAMIT_LAB_NAME and
 CAMIT_LAB_ENV. Without one, every test asking for it is skipped with the reason.
+An emulated Ascend lab (``python -m framework.lab up --npu a3``) is named by
+CAMIT_NPU_LAB_ENV (its env file); ``npu_lab_env`` skips when that is unset.
 """
 
 from __future__ import annotations
@@ -49,6 +51,26 @@ def lab_env(lab_env_path):
     from framework.config.effective import load
 
     return load(lab_env_path)
+
+
+@pytest.fixture(scope="session")
+def npu_lab_env_path() -> Path:
+    """The env file of an emulated Ascend lab that is up (CAMIT_NPU_LAB_ENV), absolute."""
+    value = os.environ.get("CAMIT_NPU_LAB_ENV")
+    if not value:
+        pytest.skip("CAMIT_NPU_LAB_ENV is not set (no emulated Ascend lab named); run "
+                    "'python -m framework.lab up --hosts 2 --npu a3 --env-out env/lab-npu.yaml'")
+    path = Path(value).resolve()
+    if not path.exists():
+        pytest.skip(f"CAMIT_NPU_LAB_ENV={value}: {path} missing; bring the emulated lab up")
+    return path
+
+
+@pytest.fixture(scope="session")
+def npu_lab_env(npu_lab_env_path):
+    from framework.config.effective import load
+
+    return load(npu_lab_env_path)
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""``python -m framework.lab up|down|status``: the network-namespace lab (see :mod:`framework.lab.manage`)."""
+"""``python -m framework.lab up|down|status|fault``: the network-namespace lab (see :mod:`framework.lab.manage`)."""
 
 import sys
 

@@ -24,6 +24,14 @@ lab's record when the pattern already is the lab's), and ``down`` restores it
 only when no other lab that recorded one is still up — all under one lock,
 ``/run/camit-lab/.core-pattern.lock``.
 
+``up --npu a2|a3 [--visible 0,1]`` makes every host an emulated Ascend host
+(``framework.lab.emu`` writes its tree under ``<state>/hosts/<host>/emu``; the host
+bind-mounts it over ``/usr/local/sbin``, ``/usr/local/Ascend``, ... and gets a per-host
+Python with the torch_npu stand-in). Missing mount points are created on the
+controller, recorded in ``lab.json`` (shared with the other emulated labs that are up, like
+core_pattern) and removed, if still empty, when the last emulated lab goes down.
+``fault HOST KNOB`` / ``fault HOST clear`` set and clear the emulated host's fault knobs.
+
 State lives in ``/run/camit-lab/<name>`` (``$CAMIT_LAB_DIR`` replaces that
 whole path) with ``lab.json`` describing the lab; :meth:`Lab.load` reads it.
 ``up`` reuses a healthy lab of the same shape (rewriting the env file) and
@@ -49,6 +57,7 @@ import contextlib
 import datetime as _dt
 import json
 import logging
+import os
 import platform
 import shlex
 import shutil
@@ -74,6 +83,7 @@ from framework.lab.plan import (
     STATE_ROOT,
     HostPlan,
     LabPlan,
+    MountKind,
     build_commands,
     core_pattern_on_down,
     core_pattern_on_up,
@@ -82,6 +92,11 @@ from framework.lab.plan import (
     in_host_argv,
     iptables_forward_rule,
     known_hosts_text,
+    mount_points,
+    mount_points_on_down,
+    mount_points_on_up,
+    mount_points_to_create,
+    npu_shape,
     nsenter_argv,
     plan_lab,
     public_key_of,
@@ -91,6 +106,7 @@ from framework.lab.plan import (
     sshd_config_text,
     teardown_commands,
     tmpfs_mount_argv,
+    tree_path,
 )
 from framework.lab.system import (
     CHILDREN,
@@ -120,6 +136,10 @@ log = logging.getLogger(__name__)
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_ENV_FILE = REPO / "env" / "lab.yaml"
 SSHD_READY_TIMEOUT = 15.0
+#: the torch_npu stand-in's source (distribution torch-npu-standin), installed into emulated hosts only
+STANDIN_NPU_SRC = REPO / "standin_npu"
+#: seconds ``fault HOST held-device`` waits for the holder to register its device
+HOLDER_READY_TIMEOUT = 60.0
 
 
 # --------------------------------------------------------------------------- the lab
@@ -132,6 +152,8 @@ class LabHost:
     plan: HostPlan = field(repr=False)
     sshd_pid: int | None = None
     small_workdir: str | None = None
+    #: pids of the ``held-device`` holders started in this (emulated) host
+    holders: list[int] = field(default_factory=list)
 
     @property
     def name(self) -> str:
@@ -184,13 +206,16 @@ class Lab:
     """A lab that is up (or half up); obtain one with :meth:`load` or :meth:`up`."""
 
     def __init__(self, plan: LabPlan, hosts: list[LabHost], *, created: str, iptables_rule: bool = False,
-                 core_pattern: dict[str, Any] | None = None) -> None:
+                 core_pattern: dict[str, Any] | None = None,
+                 mount_points: list[tuple[str, MountKind]] | None = None) -> None:
         self.plan = plan
         self.hosts = hosts
         self.created = created
         self.iptables_rule = iptables_rule
         #: ``{"saved": <original core_pattern or None>}`` once this lab set (or shares) the lab's pattern
         self.core_pattern = core_pattern
+        #: controller paths created as mount points of emulated hosts (by this lab or another one still up)
+        self.mount_points: list[tuple[str, MountKind]] = list(mount_points or [])
 
     @property
     def name(self) -> str:
@@ -234,15 +259,19 @@ class Lab:
         except (OSError, ValueError) as exc:
             raise LabError(f"cannot read {path}: {exc}") from None
         try:
+            npu = data.get("npu") or {}
             plan = plan_lab(len(data["hosts"]), name=data["name"], subnet=data["subnet"],
-                            state_dir=Path(data["state_dir"]), env_file=Path(data["env_file"]), python=data["python"])
+                            state_dir=Path(data["state_dir"]), env_file=Path(data["env_file"]), python=data["python"],
+                            npu=npu.get("profile"), visible=npu.get("visible"))
             by_name = {h["name"]: h for h in data["hosts"]}
-            hosts = [LabHost(hp, by_name[hp.name].get("sshd_pid"), by_name[hp.name].get("small_workdir"))
+            hosts = [LabHost(hp, by_name[hp.name].get("sshd_pid"), by_name[hp.name].get("small_workdir"),
+                             [int(p) for p in by_name[hp.name].get("holders") or []])
                      for hp in plan.hosts]
             core = data.get("core_pattern")
+            mps = [(str(p), k) for p, k in data.get("mount_points") or []]
             return cls(plan, hosts, created=data.get("created", ""), iptables_rule=bool(data.get("iptables_rule")),
-                       core_pattern=dict(core) if isinstance(core, dict) else None)
-        except (KeyError, TypeError) as exc:
+                       core_pattern=dict(core) if isinstance(core, dict) else None, mount_points=mps)
+        except (KeyError, TypeError, ValueError) as exc:
             raise LabError(f"{path} is not a lab state file (missing {exc})") from None
 
     def to_json(self) -> dict[str, Any]:
@@ -252,8 +281,12 @@ class Lab:
             "state_dir": str(p.state_dir), "env_file": str(p.env_file), "python": p.python,
             "key_file": str(p.client_key), "known_hosts": str(p.known_hosts), "created": self.created,
             "iptables_rule": self.iptables_rule, "core_pattern": self.core_pattern,
+            "npu": ({"profile": p.npu.profile, "visible": list(p.npu.visible) if p.npu.visible is not None else None}
+                    if p.npu else None),
+            "mount_points": [list(mp) for mp in self.mount_points],
             "hosts": [{"name": h.name, "ns": h.ns, "ip": h.ip, "mac": h.mac, "veth": h.veth, "sshd_pid": h.sshd_pid,
-                       "small_workdir": h.small_workdir, "dir": str(h.dir)} for h in self.hosts],
+                       "small_workdir": h.small_workdir, "dir": str(h.dir), "holders": h.holders}
+                      for h in self.hosts],
         }
 
     def save(self) -> None:
@@ -267,7 +300,7 @@ class Lab:
                 raise LabError(f"lab {self.name!r} is not up any more ({self.plan.state_file} is gone)")
             fresh = Lab.load(self.name, self.state_dir)
             for mine, theirs in zip(self.hosts, fresh.hosts):
-                mine.sshd_pid, mine.small_workdir = theirs.sshd_pid, theirs.small_workdir
+                mine.sshd_pid, mine.small_workdir, mine.holders = theirs.sshd_pid, theirs.small_workdir, theirs.holders
             yield
             self.save()
 
@@ -275,12 +308,17 @@ class Lab:
     @classmethod
     def up(cls, n_hosts: int, *, name: str = DEFAULT_NAME, subnet: str = DEFAULT_SUBNET,
            state_dir: Path | str | None = None, env_out: Path | str | None = None, python: str | None = None,
-           torch: bool = True, say: Say | None = None) -> Lab:
-        """Bring up (or reuse, if healthy and of the same shape) the lab; write the env file."""
+           torch: bool = True, npu: str | None = None, visible: str | Sequence[int] | None = None,
+           say: Say | None = None) -> Lab:
+        """Bring up (or reuse, if healthy and of the same shape) the lab; write the env file.
+
+        ``npu`` (a2, a3) makes every host an emulated Ascend host; ``visible`` is the device set the env declares.
+        """
         say = say or log.info
         plan = plan_lab(n_hosts, name=name, subnet=subnet,
                         state_dir=Path(state_dir) if state_dir else default_state_dir(name),
-                        env_file=Path(env_out) if env_out else DEFAULT_ENV_FILE, python=python or sys.executable)
+                        env_file=Path(env_out) if env_out else DEFAULT_ENV_FILE, python=python or sys.executable,
+                        npu=npu, visible=visible)
         preflight()
         with locked(plan.state_dir):
             lab = cls._reuse(plan, say)
@@ -297,7 +335,8 @@ class Lab:
                         lab._teardown(lambda m: log.info("%s", m))
                     raise
                 took = time.monotonic() - t0
-                say(f"lab {name!r} is up: {n_hosts} hosts on {plan.bridge} {plan.subnet} in {took:.1f}s")
+                kind = f"emulated Ascend {plan.npu.profile} " if plan.npu else ""
+                say(f"lab {name!r} is up: {n_hosts} {kind}hosts on {plan.bridge} {plan.subnet} in {took:.1f}s")
             lab._claim_core_pattern(say)
             lab.save()
         prepare_torch(plan.python, torch, say)
@@ -315,11 +354,16 @@ class Lab:
             if len(old.hosts) != len(plan.hosts) or old.plan.subnet != plan.subnet:
                 problems.append(f"it has {len(old.hosts)} hosts on {old.plan.subnet}, "
                                 f"asked for {len(plan.hosts)} on {plan.subnet}")
+            if old.plan.npu != plan.npu:
+                problems.append(f"it is {npu_shape(old.plan)}, asked for {npu_shape(plan)}")
             if not problems:
                 lab = cls(plan, old.hosts, created=old.created, iptables_rule=old.iptables_rule,
-                          core_pattern=old.core_pattern)
+                          core_pattern=old.core_pattern, mount_points=old.mount_points)
                 lab._open_forwarding(say)  # the firewall may have changed since
                 lab.save()
+                if plan.npu is not None:  # the emulation and the stand-in may have changed since: refresh them
+                    lab._populate_trees()
+                    lab._install_emu_python(say)
                 lab._write_env()
                 say(f"lab {plan.name!r} is already up and healthy ({len(plan.hosts)} hosts); rewrote {plan.env_file}")
                 return lab
@@ -344,6 +388,7 @@ class Lab:
             d.mkdir(parents=True, exist_ok=True)
         Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # sshd's privilege-separation directory
         self.save()  # from here on `down` finds what we made
+        self._populate_emu(say)
         if not p.client_key.exists():
             run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"camit-lab-{p.name}", "-f", str(p.client_key)],
                 what="generate the lab's client key")
@@ -364,8 +409,182 @@ class Lab:
         self.save()
         for h in self.hosts:
             self._wait_ready(h)
+        self._install_emu_python(say)
         self._write_env()
         self.save()
+
+    # ---- emulated Ascend hosts
+    def _populate_emu(self, say: Say) -> None:
+        """Write every emulated host's tree and create the mount points its bind mounts need."""
+        npu = self.plan.npu
+        if npu is None:
+            return
+        self._populate_trees()
+        with locked(STATE_ROOT / "emu-mounts"):
+            create = mount_points_to_create(mount_points(npu), os.path.lexists)
+            for path, kind in create:
+                if kind == "dir":
+                    Path(path).mkdir(mode=0o755)
+                else:
+                    Path(path).touch(mode=0o644, exist_ok=False)
+            others = [r["mount_points"] for r in self._other_records() if r.get("npu") and r.get("mount_points")]
+            self.mount_points = mount_points_on_up(create, [[(str(p), k) for p, k in o] for o in others])
+            self.save()
+        if create:
+            say(f"created mount point(s) {', '.join(p for p, _ in create)} (removed by the last emulated lab's down)")
+
+    def _populate_trees(self) -> None:
+        """(Re)write every emulated host's tree; keeps its knobs, registry and linger (emu.populate)."""
+        from framework.lab import emu
+
+        assert self.plan.npu is not None
+        prof = emu.profile(self.plan.npu.profile)
+        for h in self.plan.hosts:  # emu's host index is 0-based
+            emu.populate(h.emu_dir, prof, host=h.name, index=h.index - 1, n_hosts=len(self.plan.hosts))
+
+    def _release_mount_points(self, say: Say) -> None:
+        """Remove the recorded mount points (if still empty) unless another emulated lab is up."""
+        if not self.mount_points:
+            return
+        with locked(STATE_ROOT / "emu-mounts"):
+            others = [r for r in self._other_records() if r.get("npu")]
+            for path, kind in mount_points_on_down(self.mount_points, len(others)):
+                p = Path(path)
+                with contextlib.suppress(OSError):
+                    if kind == "dir" and p.is_dir() and not p.is_symlink() and not any(p.iterdir()):
+                        p.rmdir()
+                    elif kind == "file" and p.is_file() and not p.is_symlink() and p.stat().st_size == 0:
+                        p.unlink()
+            if others:
+                say(f"mount point(s) {', '.join(p for p, _ in self.mount_points)} stay: "
+                    f"{len(others)} other emulated lab(s) still up")
+            self.mount_points = []
+
+    def _build_standin_wheel(self) -> Path:
+        """Build the torch_npu stand-in's wheel once (from a copy: the build writes next to its sources)."""
+        out = self.state_dir / "emu-wheels"
+        src = out / "src"
+        shutil.rmtree(out, ignore_errors=True)
+        shutil.copytree(STANDIN_NPU_SRC, src,
+                        ignore=shutil.ignore_patterns("build", "dist", "*.egg-info", "__pycache__"))
+        run([self.plan.python, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index",
+             "--disable-pip-version-check", "-q", str(src), "-w", str(out)],
+            timeout=600, what="build the torch_npu stand-in's wheel")
+        wheels = sorted(out.glob("torch_npu_standin-*.whl"))
+        if not wheels:
+            raise LabError(f"pip wheel of {STANDIN_NPU_SRC} wrote no torch_npu_standin wheel to {out}")
+        return wheels[-1]
+
+    def _install_emu_python(self, say: Say) -> None:
+        """Each emulated host's Python: a venv made inside the host (host paths) with the stand-in installed."""
+        npu = self.plan.npu
+        if npu is None:
+            return
+        wheel = self._build_standin_wheel()
+        venv = str(Path(npu.python).parents[1])
+        for h in self.hosts:
+            if not tree_path(h.plan, npu, npu.python).exists():
+                self.host_exec(h.name, [self.plan.python, "-m", "venv", "--system-site-packages", "--without-pip",
+                                        "--clear", venv], check=True, timeout=300)
+            # pip of the base python (seen through --system-site-packages) installs into the venv
+            self.host_exec(h.name, [npu.python, "-m", "pip", "install", "--no-deps", "--no-index",
+                                    "--no-build-isolation", "--force-reinstall", "--disable-pip-version-check",
+                                    "-q", str(wheel)], check=True, timeout=600)
+        say(f"per-host Python {npu.python} with {wheel.name} on {len(self.hosts)} host(s)")
+
+    def _emu_tree(self, host: str) -> tuple[LabHost, Path]:
+        """The host and its emulated tree; LabError for a CPU lab host."""
+        h = self.host(host)
+        if self.plan.npu is None:
+            raise LabError(f"{host} of lab {self.name!r} is a CPU lab host: fault knobs need an emulated Ascend "
+                           "lab (`python -m framework.lab up --npu a2|a3`)")
+        return h, h.plan.emu_dir
+
+    def active_faults(self, host: str) -> list[str]:
+        """The fault knobs set on an emulated host."""
+        from framework.lab import emu
+
+        _, tree = self._emu_tree(host)
+        return list(emu.active_faults(tree))
+
+    def check_fault(self, host: str, knob: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Validate a knob and its parameters for that host (LabError: CPU host, unknown host/knob/parameter)."""
+        from framework.lab import emu
+        from framework.lab.emu.faults import check_params
+
+        self._emu_tree(host)
+        npu = self.plan.npu
+        assert npu is not None
+        if knob not in emu.KNOBS:
+            raise LabError(f"unknown fault knob {knob!r} (knobs: {', '.join(emu.KNOBS)}, or clear)")
+        dev = (params or {}).get("device")
+        if isinstance(dev, int) and not 0 <= dev < npu.count:
+            raise LabError(f"{knob}: device {dev} is past the {npu.profile} profile's {npu.count} devices "
+                           f"(valid ids 0-{npu.count - 1})")
+        return check_params(knob, dict(params or {}), npu.count)
+
+    def set_fault(self, host: str, knob: str, *, linger: float | None = None, **params: Any) -> None:
+        """Set a fault knob on an emulated host (``params``: the knob's, e.g. ``device``, ``level``, ``spod_id``).
+
+        ``held-device`` starts a process holding ``device`` inside the host (its pid recorded in lab.json);
+        ``linger`` (seconds) keeps a killed holder's device listed that long, as a real NPU does.
+        """
+        from framework.lab import emu
+
+        values = self.check_fault(host, knob, params)
+        _, tree = self._emu_tree(host)
+        if knob != "held-device":
+            emu.set_fault(tree, knob, **params)
+            return
+        with self._changing():
+            h = self.host(host)
+            if linger is not None:
+                emu.set_linger(tree, linger)
+            emu.set_fault(tree, knob, **params)
+            h.holders.append(self._start_holder(h, int(values["device"])))
+
+    def _start_holder(self, h: LabHost, device: int) -> int:
+        """Start ``emu.holder_argv(device)`` inside the host, detached; wait until it holds the device."""
+        from framework.lab import emu
+
+        npu = self.plan.npu
+        assert npu is not None
+        if not h.sshd_running or h.sshd_pid is None:
+            raise LabError(f"{h.name}: sshd is stopped; start it before setting held-device")
+        log_file = h.dir / f"holder-{device}.log"
+        env = {**os.environ, "CAMIT_EMU_NPU": npu.npu_json}
+        with open(log_file, "ab") as out:
+            proc = subprocess.Popen(nsenter_argv(h.sshd_pid, emu.holder_argv(device)), stdin=subprocess.DEVNULL,
+                                    stdout=out, stderr=subprocess.STDOUT, start_new_session=True, env=env)
+        CHILDREN[proc.pid] = proc
+        registry = tree_path(h.plan, npu, str(Path(npu.npu_json).parent / "registry"))
+        deadline = time.monotonic() + HOLDER_READY_TIMEOUT
+        while time.monotonic() < deadline and proc.poll() is None:
+            if (registry / f"{proc.pid}.json").exists():
+                return proc.pid
+            time.sleep(0.1)
+        if proc.poll() is not None:
+            tail = " | ".join(log_file.read_text(errors="replace").strip().splitlines()[-5:])
+            raise LabError(f"{h.name}: the held-device holder exited ({proc.returncode}): {tail or 'no output'}")
+        log.warning("%s: holder pid %d has not registered in %s after %gs", h.name, proc.pid, registry,
+                    HOLDER_READY_TIMEOUT)
+        return proc.pid
+
+    def clear_faults(self, host: str) -> None:
+        """Clear every fault knob of an emulated host and kill its held-device holders."""
+        from framework.lab import emu
+
+        _, tree = self._emu_tree(host)
+        with self._changing():
+            h = self.host(host)
+            self._kill_holders(h)
+            emu.clear_faults(tree)
+
+    def _kill_holders(self, h: LabHost) -> None:
+        ours = [p for p in h.holders if pid_alive(p) and in_netns(p, h.ns)]
+        if ours:
+            kill_pids(ours)
+        h.holders = []
 
     def _open_forwarding(self, say: Say) -> None:
         """With br_netfilter active, bridged frames traverse iptables FORWARD: let ours pass."""
@@ -411,8 +630,8 @@ class Lab:
         atomic_write(self.env_file, render_env_yaml(env_document(self.plan, keys, macs, platform.machine())))
 
     # ---- kernel.core_pattern (machine-global, shared by every lab that is up)
-    def _other_core_pattern_records(self) -> list[dict[str, Any]]:
-        """The ``core_pattern`` records of the other labs that are up (their lab.json files)."""
+    def _other_records(self) -> list[dict[str, Any]]:
+        """The lab.json documents of the other labs that are up."""
         mine = self.plan.state_file.resolve()
         files = set(STATE_ROOT.glob("*/lab.json")) | set(self.state_dir.parent.glob("*/lab.json"))
         out = []
@@ -420,10 +639,14 @@ class Lab:
             if f.resolve() == mine:
                 continue
             with contextlib.suppress(OSError, ValueError):
-                record = json.loads(f.read_text()).get("core_pattern")
+                record = json.loads(f.read_text())
                 if isinstance(record, dict):
                     out.append(record)
         return out
+
+    def _other_core_pattern_records(self) -> list[dict[str, Any]]:
+        """The ``core_pattern`` records of the other labs that are up (their lab.json files)."""
+        return [r["core_pattern"] for r in self._other_records() if isinstance(r.get("core_pattern"), dict)]
 
     def _claim_core_pattern(self, say: Say) -> None:
         """Point kernel.core_pattern at each host's own core dir, remembering the original.
@@ -490,6 +713,11 @@ class Lab:
         for f in (self.key_file, self.known_hosts, self.plan.authorized_keys):
             if not f.exists():
                 out.append(f"{f} is missing")
+        npu = self.plan.npu
+        for h in self.hosts if npu else ():
+            assert npu is not None
+            if not tree_path(h.plan, npu, npu.python).exists():
+                out.append(f"{h.name}: the emulated host's Python {npu.python} is missing")
         return out
 
     # ---- tear down
@@ -502,10 +730,11 @@ class Lab:
         p = self.plan
         namespaces = sorted({h.ns for h in self.hosts} | set(lab_namespaces(p.name)))
         pids: list[int] = []
-        for h in self.hosts:  # recorded sshds (and the pid file), when they are still ours
+        for h in self.hosts:  # recorded sshds (and the pid file) and holders, when they are still ours
             for pid in (h.sshd_pid, read_pid(h.plan.sshd_pid_file)):
                 if pid and pid_alive(pid) and (str(h.plan.sshd_config) in cmdline(pid) or in_netns(pid, h.ns)):
                     pids.append(pid)
+            pids += [pid for pid in h.holders if pid_alive(pid) and in_netns(pid, h.ns)]
         for ns in namespaces:  # everything still inside our namespaces is ours
             cp = run(["ip", "netns", "pids", ns], check=False)
             pids += [int(x) for x in cp.stdout.split() if x.isdigit()]
@@ -524,6 +753,7 @@ class Lab:
                 run(["iptables", "-D", *rule])
             say("removed the iptables FORWARD rule for " + p.bridge)
         self._release_core_pattern(say)
+        self._release_mount_points(say)  # our hosts (their mount namespaces) are gone by now
         with contextlib.suppress(OSError):  # only an env file we generated for this very lab
             text = p.env_file.read_text()
             if text.startswith(ENV_HEADER) and f"key_file: {p.client_key}\n" in text:
@@ -615,7 +845,7 @@ class Lab:
 # --------------------------------------------------------------------------- CLI
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m framework.lab", description=__doc__.split("\n")[0])
     ap.add_argument("-v", "--verbose", action="store_true", help="log every command")
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -625,57 +855,119 @@ def main(argv: Sequence[str] | None = None) -> int:
     up.add_argument("--env-out", type=Path, default=None, help=f"env file to write (default {DEFAULT_ENV_FILE})")
     up.add_argument("--python", default=None, help="interpreter the hosts use (default: this one)")
     up.add_argument("--no-torch", action="store_true", help="do not pip-install torch if it is missing")
-    for p in (up, sub.add_parser("down", help="tear the lab down"), sub.add_parser("status", help="show the lab")):
+    up.add_argument("--npu", default=None, metavar="PROFILE",
+                    help="emulated Ascend hosts of that profile: a2 (8 x 910B) or a3 (16 logical devices)")
+    up.add_argument("--visible", default=None, metavar="IDS",
+                    help="device ids the env declares as npu.visible, e.g. 0,1 (needs --npu)")
+    fault = sub.add_parser("fault", help="set (or clear) a fault knob on an emulated host")
+    fault.add_argument("host", help="lab host, e.g. host1")
+    fault.add_argument("knob", help="tls-mismatch, health-alarm, link-down, hccn-busy, held-device, other-spod, "
+                                    "no-driver, or clear")
+    fault.add_argument("--device", type=int, default=None,
+                       help="the knob's logical device (tls-mismatch 1, the others 0 by default)")
+    fault.add_argument("--level", default=None, help="health-alarm: Warning, Alarm (default), Critical or UNKNOWN")
+    fault.add_argument("--spod-id", type=int, default=None, help="other-spod: the super pod id shown (default 1)")
+    fault.add_argument("--linger", type=float, default=None,
+                       help="held-device: seconds the device stays listed after the holder is killed")
+    for p in (up, sub.add_parser("down", help="tear the lab down"), sub.add_parser("status", help="show the lab"),
+              fault):
         p.add_argument("--name", default=DEFAULT_NAME, help=f"lab name (default {DEFAULT_NAME})")
         p.add_argument("--state-dir", type=Path, default=None,
                        help="state dir (default $CAMIT_LAB_DIR or /run/camit-lab/<name>)")
-    args = ap.parse_args(argv)
+    return ap
+
+
+def _usage_error(exc: LabError) -> int:
+    print(f"lab: error: {exc}".replace("\n", "; "), file=sys.stderr)
+    return EXIT_USAGE
+
+
+def _cmd_up(args: argparse.Namespace, say: Say) -> int:
+    try:
+        plan_lab(args.hosts, name=args.name, subnet=args.subnet,
+                 state_dir=args.state_dir or default_state_dir(args.name),
+                 env_file=args.env_out or DEFAULT_ENV_FILE, python=args.python or sys.executable,
+                 npu=args.npu, visible=args.visible)
+    except LabError as exc:
+        return _usage_error(exc)
+    t0 = time.monotonic()
+    lab = Lab.up(args.hosts, name=args.name, subnet=args.subnet, state_dir=args.state_dir, env_out=args.env_out,
+                 python=args.python, torch=not args.no_torch, npu=args.npu, visible=args.visible, say=say)
+    say(f"env file: {lab.env_file}  (up took {time.monotonic() - t0:.1f}s)")
+    return 0
+
+
+def _cmd_down(args: argparse.Namespace, say: Say) -> int:
+    preflight()
+    sd = args.state_dir or default_state_dir(args.name)
+    try:
+        lab = Lab.load(args.name, sd)
+    except LabError:
+        if not leftovers(args.name, sd):
+            say(f"no lab {args.name!r} is up; nothing to do")
+            return 0
+        plan = plan_lab(1, name=args.name, state_dir=sd, env_file=DEFAULT_ENV_FILE, python=sys.executable)
+        lab = Lab(plan, [], created="")
+    t0 = time.monotonic()
+    lab.down(say)
+    say(f"(down took {time.monotonic() - t0:.1f}s)")
+    return 0
+
+
+def _cmd_status(args: argparse.Namespace, say: Say) -> int:
+    lab = Lab.load(args.name, args.state_dir)
+    say(f"lab {lab.name!r}: {npu_shape(lab.plan)}, bridge {lab.plan.bridge} {lab.plan.bridge_ip}/"
+        f"{lab.plan.prefixlen}, created {lab.created}, env {lab.env_file}")
+    for h in lab.hosts:
+        state = f"sshd pid {h.sshd_pid}" if h.sshd_running else "sshd STOPPED"
+        extra = f", small workdir {h.small_workdir}" if h.small_workdir else ""
+        if lab.plan.npu is not None:
+            faults = lab.active_faults(h.name)
+            extra += f", {lab.plan.npu.profile}, faults: {', '.join(faults) or 'none'}"
+            holders = [p for p in h.holders if pid_alive(p)]
+            extra += f", holder pid(s) {' '.join(map(str, holders))}" if holders else ""
+        say(f"  {h.name:<8} {h.ns:<16} {h.ip:<15} {state}{extra}")
+    problems = lab.problems()
+    say("healthy" if not problems else "NOT healthy: " + "; ".join(problems))
+    return 0 if not problems else 1
+
+
+def _cmd_fault(args: argparse.Namespace, say: Say) -> int:
+    params = {k: v for k, v in (("device", args.device), ("level", args.level), ("spod_id", args.spod_id))
+              if v is not None}
+    try:
+        lab = Lab.load(args.name, args.state_dir)
+        lab._emu_tree(args.host)  # unknown host, CPU lab host
+        if args.knob != "clear":
+            lab.check_fault(args.host, args.knob, params)
+            if args.linger is not None and (args.knob != "held-device" or args.linger < 0):
+                raise LabError("--linger is a number of seconds >= 0, for held-device only")
+        if args.knob not in ("clear", "held-device"):  # a file in the tree: what fails is the input
+            lab.set_fault(args.host, args.knob, **params)
+    except LabError as exc:
+        return _usage_error(exc)
+    if args.knob == "clear":
+        lab.clear_faults(args.host)
+        say(f"{args.host}: fault knobs cleared")
+        return 0
+    if args.knob == "held-device":  # starting the holder can fail for other reasons: not a usage error
+        lab.set_fault(args.host, args.knob, linger=args.linger, **params)
+    held = f" (holder pid {lab.host(args.host).holders[-1]})" if args.knob == "held-device" else ""
+    say(f"{args.host}: {args.knob} set{held}")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
     say: Say = lambda m: print(m, flush=True)  # noqa: E731
+    commands = {"up": _cmd_up, "down": _cmd_down, "status": _cmd_status, "fault": _cmd_fault}
     try:
-        if args.cmd == "up":
-            try:
-                plan_lab(args.hosts, name=args.name, subnet=args.subnet,
-                         state_dir=args.state_dir or default_state_dir(args.name),
-                         env_file=args.env_out or DEFAULT_ENV_FILE, python=args.python or sys.executable)
-            except LabError as exc:
-                print(f"lab: error: {exc}", file=sys.stderr)
-                return EXIT_USAGE
-            t0 = time.monotonic()
-            lab = Lab.up(args.hosts, name=args.name, subnet=args.subnet, state_dir=args.state_dir, env_out=args.env_out,
-                         python=args.python, torch=not args.no_torch, say=say)
-            say(f"env file: {lab.env_file}  (up took {time.monotonic() - t0:.1f}s)")
-        elif args.cmd == "down":
-            preflight()
-            sd = args.state_dir or default_state_dir(args.name)
-            try:
-                lab = Lab.load(args.name, sd)
-            except LabError:
-                if not leftovers(args.name, sd):
-                    say(f"no lab {args.name!r} is up; nothing to do")
-                    return 0
-                plan = plan_lab(1, name=args.name, state_dir=sd, env_file=DEFAULT_ENV_FILE, python=sys.executable)
-                lab = Lab(plan, [], created="")
-            t0 = time.monotonic()
-            lab.down(say)
-            say(f"(down took {time.monotonic() - t0:.1f}s)")
-        else:
-            lab = Lab.load(args.name, args.state_dir)
-            say(f"lab {lab.name!r}: bridge {lab.plan.bridge} {lab.plan.bridge_ip}/{lab.plan.prefixlen}, "
-                f"created {lab.created}, env {lab.env_file}")
-            for h in lab.hosts:
-                state = f"sshd pid {h.sshd_pid}" if h.sshd_running else "sshd STOPPED"
-                extra = f", small workdir {h.small_workdir}" if h.small_workdir else ""
-                say(f"  {h.name:<8} {h.ns:<16} {h.ip:<15} {state}{extra}")
-            problems = lab.problems()
-            say("healthy" if not problems else "NOT healthy: " + "; ".join(problems))
-            return 0 if not problems else 1
+        return commands[args.cmd](args, say)
     except FrameworkError as exc:
         print(f"lab: error: {exc}".replace("\n", "; "), file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print("lab: interrupted", file=sys.stderr)
         return 130
-    return 0
-

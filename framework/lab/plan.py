@@ -14,6 +14,11 @@ Layout for a lab named ``camit`` on ``10.77.0.0/24`` with N hosts::
              sshd on 10.77.0.(10+I):22, hostname hostI
              <state>/hosts/hostI/{tmp,work,cores} bind-mounted over
              /tmp, /var/tmp/camit, /var/crash/camit in the host's mount namespace
+
+An emulated Ascend lab (``up --npu a2|a3``) adds, per host, the bind mounts of
+``framework.lab.emu.MOUNTS`` from ``<state>/hosts/hostI/emu/`` (npu-smi, the CANN
+tree, ``/etc/ascend_install.info``, ``/root/ascend``), ``SetEnv CAMIT_EMU_NPU=...``
+in sshd_config, and an env file that declares the profile's NPUs, CANN and hccl.
 """
 
 from __future__ import annotations
@@ -22,10 +27,10 @@ import ipaddress
 import os
 import re
 import shlex
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 
@@ -80,6 +85,13 @@ class HostPlan:
     mac: str
     veth: str  # root-namespace end of the veth pair; the other end is eth0 in ns
     dir: Path  # <state>/hosts/host1
+    #: extra bind mounts (source on the controller, target in the host) of an emulated Ascend host
+    mounts: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def emu_dir(self) -> Path:
+        """The emulated host's tree (``framework.lab.emu``), bind-mounted piecewise into the host."""
+        return self.dir / "emu"
 
     @property
     def tmp_dir(self) -> Path:
@@ -124,6 +136,24 @@ class HostPlan:
         return self.dir / "sshd.out"
 
 
+MountKind = Literal["dir", "file"]
+
+
+@dataclass(frozen=True)
+class NpuPlan:
+    """What makes a lab an emulated Ascend lab: the profile (``framework.lab.emu.PROFILES``) and visible set."""
+
+    profile: str  # a2 / a3
+    soc: str
+    count: int
+    set_env: str  # host path of CANN's set_env.sh
+    npu_json: str  # host path of the torch_npu stand-in's host file (emu.NPU_JSON)
+    python: str  # host path of the per-host interpreter (emu.PYTHON)
+    #: (tree-relative source, host target, kind) for each bind mount (emu.MOUNTS)
+    mounts: tuple[tuple[str, str, MountKind], ...]
+    visible: tuple[int, ...] | None = None
+
+
 @dataclass(frozen=True)
 class LabPlan:
     """The whole lab as planned: names, addresses and paths."""
@@ -136,6 +166,7 @@ class LabPlan:
     env_file: Path
     python: str
     hosts: tuple[HostPlan, ...]
+    npu: NpuPlan | None = None
 
     @property
     def prefixlen(self) -> int:
@@ -243,27 +274,80 @@ def plan_lab(
     state_dir: Path,
     env_file: Path,
     python: str,
+    npu: str | None = None,
+    visible: str | Sequence[int] | None = None,
 ) -> LabPlan:
-    """Plan a lab of ``n_hosts`` hosts; raise LabError for any invalid input."""
+    """Plan a lab of ``n_hosts`` hosts; raise LabError for any invalid input.
+
+    ``npu`` names an emulated Ascend profile (a2, a3); ``visible`` (only with it) the devices the env declares.
+    """
     if not 1 <= n_hosts <= MAX_HOSTS:
         raise LabError(f"--hosts must be between 1 and {MAX_HOSTS}, not {n_hosts}")
     validate_name(name, n_hosts)
     net = parse_subnet(subnet, n_hosts)
     validate_state_dir(state_dir)
+    npu_plan = plan_npu(npu, visible)
     base = net.network_address
     hosts = []
     for i in range(1, n_hosts + 1):
         ip = base + HOST_OFFSET + i
         hname = f"host{i}"
+        hdir = state_dir / "hosts" / hname
+        mounts = tuple((str(hdir / "emu" / tree), target) for tree, target, _ in npu_plan.mounts) if npu_plan else ()
         hosts.append(
             HostPlan(
                 index=i, name=hname, ns=f"{name}-{hname}", ip=str(ip), mac=host_mac(ip),
-                veth=f"{name}-v{i}", dir=state_dir / "hosts" / hname,
+                veth=f"{name}-v{i}", dir=hdir, mounts=mounts,
             )
         )
     return LabPlan(
         name=name, subnet=net, bridge=f"{name}br0", bridge_ip=str(base + 1), state_dir=state_dir,
-        env_file=env_file, python=python, hosts=tuple(hosts),
+        env_file=env_file, python=python, hosts=tuple(hosts), npu=npu_plan,
+    )
+
+
+def parse_visible(visible: str | Sequence[int], count: int, profile: str) -> tuple[int, ...]:
+    """``"0,1"`` (or a list) -> ``(0, 1)``; LabError if malformed, repeated or past the profile's ``count``."""
+    if isinstance(visible, str):
+        parts = [p.strip() for p in visible.split(",")]
+        if not visible.strip() or not all(p.isdigit() for p in parts):
+            raise LabError(f"invalid --visible {visible!r}: use device ids separated by commas, e.g. 0,1")
+        ids = [int(p) for p in parts]
+    else:
+        ids = list(visible)
+    for dev in ids:
+        if not 0 <= dev < count:
+            raise LabError(f"--visible device {dev} is past the {profile} profile's {count} devices "
+                           f"(valid ids 0-{count - 1})")
+    dup = sorted({d for d in ids if ids.count(d) > 1})
+    if dup:
+        raise LabError(f"--visible lists device {dup[0]} twice")
+    if not ids:
+        raise LabError("--visible must list at least one device")
+    return tuple(ids)
+
+
+def _mount_kind(kind: str) -> MountKind:
+    if kind == "dir":
+        return "dir"
+    if kind == "file":
+        return "file"
+    raise LabError(f"framework.lab.emu.MOUNTS: unknown mount kind {kind!r} (dir or file)")
+
+
+def plan_npu(npu: str | None, visible: str | Sequence[int] | None = None) -> NpuPlan | None:
+    """The emulated-NPU part of a plan (None for a CPU lab); LabError for an unknown profile or bad ``visible``."""
+    if npu is None:
+        if visible is not None:
+            raise LabError("--visible needs --npu a2|a3 (a CPU lab has no NPUs)")
+        return None
+    from framework.lab import emu  # the emulated host content; only emulated labs need it
+
+    prof = emu.profile(npu)
+    return NpuPlan(
+        profile=prof.name, soc=prof.soc, count=prof.count, set_env=prof.set_env, npu_json=emu.NPU_JSON,
+        python=emu.PYTHON, mounts=tuple((m.tree, m.target, _mount_kind(m.kind)) for m in emu.MOUNTS),
+        visible=parse_visible(visible, prof.count, prof.name) if visible is not None else None,
     )
 
 
@@ -347,6 +431,8 @@ def sshd_config_lines(plan: LabPlan, host: HostPlan) -> list[str]:
         "LogLevel VERBOSE",
         # no client environment is accepted (AcceptEnv takes patterns; none match "none")
         "AcceptEnv none",
+        # an emulated Ascend host: every session (and every rank) finds the torch_npu stand-in's host file
+        *([f"SetEnv CAMIT_EMU_NPU={plan.npu.npu_json}"] if plan.npu else []),
     ]
 
 
@@ -374,7 +460,8 @@ def setup_script(host: HostPlan, small_workdir: str | None = None) -> str:
 
     It sets the hostname, bind-mounts the per-host directories (the workdir,
     then the core dir, ``/tmp`` last), masks the controller user's ``~/.bashrc``
-    (``MASKED_RC``), optionally stacks a small tmpfs over the workdir, then
+    (``MASKED_RC``), bind-mounts an emulated host's tree (``host.mounts``),
+    optionally stacks a small tmpfs over the workdir, then
     ``exec "$@"`` — so the command (sshd) keeps the pid of the process that was started.
     """
     q = shlex.quote
@@ -386,6 +473,7 @@ def setup_script(host: HostPlan, small_workdir: str | None = None) -> str:
         f"mount --bind {q(str(host.tmp_dir))} {HOST_TMP}",
         f"if [ -f {MASKED_RC} ]; then mount --bind {q(str(host.shell_rc))} {MASKED_RC}; fi",
     ]
+    lines += [f"mount --bind {q(src)} {q(target)}" for src, target in host.mounts]
     if small_workdir:
         lines.append(shlex.join(tmpfs_mount_argv(small_workdir)))
     lines.append('exec "$@"')
@@ -482,22 +570,28 @@ def env_document(plan: LabPlan, host_keys: Mapping[str, str], macs: Mapping[str,
             "env_type": "lab",
             "arch": arch,
         }
-    return {
-        "defaults": {
-            "user": "root",
-            "key_file": str(plan.client_key),
-            "known_hosts": str(plan.known_hosts),
-            "host_key_policy": "strict",
-            "connect_timeout": 5,
-            "command_timeout": 300,
-            "workdir": HOST_WORKDIR,
-            "python": plan.python,
-            "venv": True,
-            "npu": {"count": 0, "soc": "cpu"},
-        },
-        "launch": {"backend": "gloo"},
-        "host_info": host_info,
+    defaults: dict[str, Any] = {
+        "user": "root",
+        "key_file": str(plan.client_key),
+        "known_hosts": str(plan.known_hosts),
+        "host_key_policy": "strict",
+        "connect_timeout": 5,
+        "command_timeout": 300,
+        "workdir": HOST_WORKDIR,
+        "python": plan.python,
+        "venv": True,
+        "npu": {"count": 0, "soc": "cpu"},
     }
+    doc: dict[str, Any] = {"defaults": defaults, "launch": {"backend": "gloo"}, "host_info": host_info}
+    if plan.npu is not None:
+        # the per-host interpreter has the torch_npu stand-in; a venv made from it would lose it
+        npu: dict[str, Any] = {"soc": plan.npu.soc, "count": plan.npu.count}
+        if plan.npu.visible is not None:
+            npu["visible"] = list(plan.npu.visible)
+        defaults.update(python=plan.npu.python, venv=False, npu=npu)
+        doc = {"defaults": defaults, "cann": {"set_env": plan.npu.set_env}, "launch": {"backend": "hccl"},
+               "host_info": host_info}
+    return doc
 
 
 def render_env_yaml(doc: Mapping[str, Any]) -> str:
@@ -510,6 +604,81 @@ def public_key_of(pub_line: str) -> str:
     if len(parts) < 2:
         raise LabError(f"not an OpenSSH public key line: {pub_line!r}")
     return f"{parts[0]} {parts[1]}"
+
+
+# --------------------------------------------------------------------------- emulated hosts' mount points
+
+
+def npu_shape(plan: LabPlan) -> str:
+    """``a CPU lab`` / ``an emulated a3 lab`` / ``an emulated a3 lab (visible 0,1)``: for messages."""
+    if plan.npu is None:
+        return "a CPU lab"
+    vis = f" (visible {','.join(map(str, plan.npu.visible))})" if plan.npu.visible is not None else ""
+    return f"an emulated {plan.npu.profile} lab{vis}"
+
+
+def tree_path(host: HostPlan, npu: NpuPlan, host_path: str) -> Path:
+    """Where ``host_path`` (a path under one of the emulated host's mount targets) lives on the controller."""
+    p = Path(host_path)
+    for tree, target, _ in npu.mounts:
+        t = Path(target)
+        if p == t or t in p.parents:
+            return host.emu_dir / tree / p.relative_to(t)
+    raise LabError(f"{host_path} is not under any mount of an emulated host ({', '.join(m[1] for m in npu.mounts)})")
+
+
+def mount_points(npu: NpuPlan | None) -> list[tuple[str, MountKind]]:
+    """The controller paths an emulated lab's bind mounts need (the host targets), in mount order."""
+    return [(target, kind) for _, target, kind in npu.mounts] if npu else []
+
+
+def mount_points_to_create(
+    needed: Sequence[tuple[str, MountKind]], exists: Callable[[str], bool],
+) -> list[tuple[str, MountKind]]:
+    """Which of ``needed`` (and their missing parent directories, parents first) ``up`` must create.
+
+    A bind mount needs its target to exist (an empty dir or file will do); ``exists``
+    tells what the controller's filesystem already has.
+    """
+    out: list[tuple[str, MountKind]] = []
+    seen: set[str] = set()
+    for target, kind in needed:
+        for parent in reversed(Path(target).parents):
+            p = str(parent)
+            if p not in seen and not exists(p):
+                out.append((p, "dir"))
+            seen.add(p)
+        if target not in seen and not exists(target):
+            out.append((target, kind))
+        seen.add(target)
+    return out
+
+
+def mount_points_on_up(
+    created: Sequence[tuple[str, MountKind]], recorded_by_others: Iterable[Sequence[tuple[str, MountKind]]],
+) -> list[tuple[str, MountKind]]:
+    """The mount points a lab coming up records: what it created plus what the emulated labs still up created.
+
+    Like kernel.core_pattern, the controller's mount points are shared by every emulated lab that is
+    up: each records them all, so whichever goes down last removes them.
+    """
+    out: dict[tuple[str, MountKind], None] = {}
+    for rec in (*recorded_by_others, created):
+        for path, kind in rec:
+            out[(path, kind)] = None
+    return list(out)
+
+
+def mount_points_on_down(recorded: Sequence[tuple[str, MountKind]], others_up: int) -> list[tuple[str, MountKind]]:
+    """The mount points a lab going down removes, children before parents; none while another emulated lab is up.
+
+    The caller removes each only if it is still empty (an empty dir, an empty file): a host mounts over
+    it, and removing it while another lab's host has it mounted would unmount it there.
+    """
+    if others_up > 0:
+        return []
+    uniq = list(dict.fromkeys((path, kind) for path, kind in recorded))
+    return sorted(uniq, key=lambda pk: -len(Path(pk[0]).parts))
 
 
 # --------------------------------------------------------------------------- kernel.core_pattern

@@ -1,0 +1,171 @@
+"""Fault knobs of an emulated Ascend host: each one puts the host in a state a real node can be in.
+
+A knob is a line in the tree's ``Ascend/.camit-emu/faults.json`` that the fake tools read at every call
+(so it takes effect at once, while the lab is up), except ``no-driver``, which removes the driver's files,
+and ``held-device``, whose effect is a real process (:func:`holder_argv`, started and killed by the lab):
+
+================  ====================================================================================
+``tls-mismatch``  ``hccn_tool -i <device> -tls -g`` reports switch 1, the others 0 (hccn-tls-mismatch.txt)
+``health-alarm``  ``npu-smi info`` Health and ``-t health`` read ``level`` (Alarm) on ``device``
+``link-down``     ``-link -g`` DOWN, ``-net_health -g`` Fault, ``-ping`` times out, on ``device``
+``hccn-busy``     every ``hccn_tool -i <device>`` call answers "hccn_tool is busy, please try again"
+``held-device``   a process holds ``device`` (listed by ``npu-smi info`` until killed, then ``linger_s``)
+``other-spod``    ``npu-smi info -t spod-info`` gives this host Super Pod ID ``spod_id`` (default 1)
+``no-driver``     no ``npu-smi``, no ``driver/`` (``hccn_tool``, ``version.info``), no ``Driver_*`` lines
+================  ====================================================================================
+
+``device`` is a logical device id (0 .. count-1). :func:`set_linger` sets how long a dead holder stays
+listed (``linger_s`` of ``npu.json``, read by the torch_npu stand-in when a process registers).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from framework.errors import LabError
+from framework.lab.emu.profiles import NPU_JSON, PYTHON, profile
+from framework.lab.emu.tree import EMU, populate, remove_driver
+
+KNOBS: tuple[str, ...] = ("tls-mismatch", "health-alarm", "link-down", "hccn-busy", "held-device", "other-spod",
+                          "no-driver")
+#: each knob's parameters and their defaults
+PARAMS: dict[str, dict[str, Any]] = {
+    "tls-mismatch": {"device": 1},
+    "health-alarm": {"device": 0, "level": "Alarm"},
+    "link-down": {"device": 0},
+    "hccn-busy": {"device": 0},
+    "held-device": {"device": 0},
+    "other-spod": {"spod_id": 1},
+    "no-driver": {},
+}
+#: the Health values that are not OK (ascend-hosts.md §3)
+HEALTH_LEVELS = ("Warning", "Alarm", "Critical", "UNKNOWN")
+
+
+def _emu(tree: Path) -> tuple[Path, dict[str, Any]]:
+    emu = Path(tree) / EMU
+    try:
+        host = json.loads((emu / "host.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise LabError(f"{tree} is not an emulated Ascend host's tree (no readable {EMU}/host.json): {exc}") from None
+    return emu, host
+
+
+def _knobs(emu: Path) -> dict[str, dict[str, Any]]:
+    try:
+        data = json.loads((emu / "faults.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    knobs = data.get("knobs", {}) if isinstance(data, dict) else {}
+    return knobs if isinstance(knobs, dict) else {}
+
+
+def _save(emu: Path, knobs: dict[str, dict[str, Any]]) -> None:
+    (emu / "faults.json").write_text(json.dumps({"knobs": knobs}, indent=1) + "\n", encoding="utf-8")
+
+
+def _int(knob: str, key: str, value: object, low: int, high: int | None) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) and not (isinstance(value, str) and value.isdigit()):
+        raise LabError(f"fault knob {knob}: {key} must be an integer, got {value!r}")
+    n = int(value)
+    if n < low or (high is not None and n > high):
+        raise LabError(f"fault knob {knob}: {key} {n} outside {low}..{high if high is not None else ''}")
+    return n
+
+
+def check_params(knob: str, params: dict[str, Any], count: int) -> dict[str, Any]:
+    """The knob's parameters with defaults filled in; unknown knobs, keys or values are a LabError."""
+    if knob not in PARAMS:
+        raise LabError(f"unknown fault knob {knob!r}: valid knobs are {', '.join(KNOBS)}")
+    unknown = sorted(set(params) - set(PARAMS[knob]))
+    if unknown:
+        valid = ", ".join(PARAMS[knob]) or "none"
+        raise LabError(f"fault knob {knob}: unknown parameter {', '.join(unknown)} (valid: {valid})")
+    values = {**PARAMS[knob], **params}
+    if "device" in values:
+        values["device"] = _int(knob, "device", values["device"], 0, count - 1)
+    if "spod_id" in values:
+        values["spod_id"] = _int(knob, "spod_id", values["spod_id"], 0, None)
+    if knob == "health-alarm" and values["level"] not in HEALTH_LEVELS:
+        raise LabError(f"fault knob health-alarm: level {values['level']!r} is not one of {', '.join(HEALTH_LEVELS)}")
+    return values
+
+
+def set_fault(tree: Path, knob: str, **params: Any) -> None:
+    """Turn ``knob`` on for the host of ``tree`` (again: with the new parameters)."""
+    emu, host = _emu(tree)
+    values = check_params(knob, params, int(host["count"]))
+    if knob == "other-spod" and int(host["chips_per_npu"]) != 2:
+        raise LabError(f"fault knob other-spod: an A2 node ({host['profile']}) has no super pod (spod-info is A3 only)")
+    if knob == "other-spod" and values["spod_id"] == host["spod_id"]:
+        raise LabError(f"fault knob other-spod: spod_id {values['spod_id']} is this lab's own super pod")
+    knobs = _knobs(emu)
+    knobs[knob] = values
+    _save(emu, knobs)
+    if knob == "no-driver":
+        remove_driver(Path(tree))
+
+
+def clear_faults(tree: Path) -> None:
+    """Every knob off; a removed driver is put back."""
+    emu, host = _emu(tree)
+    had_driver_fault = "no-driver" in _knobs(emu)
+    _save(emu, {})
+    if had_driver_fault:
+        populate(Path(tree), profile(host["profile"]), host=host["host"], index=int(host["index"]),
+                 n_hosts=int(host["n_hosts"]))
+
+
+def active_faults(tree: Path) -> list[str]:
+    """The knobs now on, in :data:`KNOBS` order."""
+    emu, _ = _emu(tree)
+    knobs = _knobs(emu)
+    return [k for k in KNOBS if k in knobs]
+
+
+def fault_params(tree: Path, knob: str) -> dict[str, Any] | None:
+    """The parameters ``knob`` was set with (None when it is off), e.g. ``held-device``'s device."""
+    emu, _ = _emu(tree)
+    return _knobs(emu).get(knob)
+
+
+def set_linger(tree: Path, seconds: float) -> None:
+    """Seconds a device stays listed after its holder died without exiting (``linger_s`` in ``npu.json``).
+
+    The torch_npu stand-in copies it into a process's registry record when the process registers, so it
+    applies to processes that set a device afterwards (as a real NPU's release time is per process).
+    """
+    emu, _ = _emu(tree)
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float) or seconds < 0:
+        raise LabError(f"linger must be a number of seconds >= 0, got {seconds!r}")
+    path = emu / "npu.json"
+    data = json.loads(path.read_text(encoding="utf-8"))
+    data["linger_s"] = float(seconds)
+    path.write_text(json.dumps(data) + "\n", encoding="utf-8")
+
+
+#: run by the holder: set the device as any rank does (torch_npu registers it), then sleep until killed
+_HOLDER = (
+    "import os, sys, time\n"
+    "os.environ.setdefault('CAMIT_EMU_NPU', {npu_json!r})\n"
+    "os.environ.pop('ASCEND_RT_VISIBLE_DEVICES', None)\n"
+    "import torch, torch_npu\n"
+    "torch.npu.set_device({device})\n"
+    "sys.stdout.write('holding npu %d pid %d\\n' % ({device}, os.getpid())); sys.stdout.flush()\n"
+    "while True:\n"
+    "    time.sleep(3600)\n"
+)
+
+
+def holder_argv(device: int) -> list[str]:
+    """A host-side command (the host's :data:`PYTHON`) that holds logical ``device`` until it is killed.
+
+    It imports torch_npu and calls ``torch.npu.set_device`` (so it is in the registry exactly as a rank
+    is), prints ``holding npu <device> pid <pid>`` once registered, then sleeps. Killed by a signal it
+    leaves its record behind, listed for ``linger_s`` more seconds.
+    """
+    if isinstance(device, bool) or not isinstance(device, int) or device < 0:
+        raise LabError(f"held-device: device must be an integer >= 0, got {device!r}")
+    return [PYTHON, "-c", _HOLDER.format(npu_json=NPU_JSON, device=device)]
