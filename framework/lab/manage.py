@@ -862,7 +862,7 @@ def _parser() -> argparse.ArgumentParser:
     fault = sub.add_parser("fault", help="set (or clear) a fault knob on an emulated host")
     fault.add_argument("host", help="lab host, e.g. host1")
     fault.add_argument("knob", help="tls-mismatch, health-alarm, link-down, hccn-busy, held-device, other-spod, "
-                                    "no-driver, or clear")
+                                    "no-driver; linger (with --linger S); or clear")
     fault.add_argument("--device", type=int, default=None,
                        help="the knob's logical device (tls-mismatch 1, the others 0 by default)")
     fault.add_argument("--level", default=None, help="health-alarm: Warning, Alarm (default), Critical or UNKNOWN")
@@ -932,16 +932,29 @@ def _cmd_status(args: argparse.Namespace, say: Say) -> int:
     return 0 if not problems else 1
 
 
+#: ``fault HOST linger --linger S``: the one setting next to the knobs (a dead process's device stays listed S s)
+LINGER = "linger"
+
+
 def _cmd_fault(args: argparse.Namespace, say: Say) -> int:
+    from framework.lab import emu
+
     params = {k: v for k, v in (("device", args.device), ("level", args.level), ("spod_id", args.spod_id))
               if v is not None}
     try:
         lab = Lab.load(args.name, args.state_dir)
         lab._emu_tree(args.host)  # unknown host, CPU lab host
+        if args.knob == LINGER:
+            # not a knob: how long a device stays listed after its process died (all later processes)
+            if args.linger is None or args.linger < 0 or params:
+                raise LabError("fault HOST linger takes --linger SECONDS (>= 0) and nothing else")
+            emu.set_linger(lab._emu_tree(args.host)[1], args.linger)
+            say(f"{args.host}: a device stays listed {args.linger:g} s after its process died")
+            return 0
         if args.knob != "clear":
             lab.check_fault(args.host, args.knob, params)
             if args.linger is not None and (args.knob != "held-device" or args.linger < 0):
-                raise LabError("--linger is a number of seconds >= 0, for held-device only")
+                raise LabError("--linger is a number of seconds >= 0, for held-device (or linger) only")
         if args.knob not in ("clear", "held-device"):  # a file in the tree: what fails is the input
             lab.set_fault(args.host, args.knob, **params)
     except LabError as exc:

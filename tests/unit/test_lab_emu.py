@@ -204,6 +204,27 @@ def test_faults_are_listed_in_knob_order_and_cleared(tmp_path: Path) -> None:
     assert emu.active_faults(tree) == [] and (tree / "sbin/npu-smi").is_file()
 
 
+def test_clear_resets_linger_and_releases_devices_of_dead_processes_only(tmp_path: Path) -> None:
+    """What an operator's reset does: a dead process's lingering record goes, a live holder's stays."""
+    import json
+    import subprocess
+
+    tree = _populate(tmp_path, "a3")
+    emu.set_linger(tree, 300)
+    registry = tree / "Ascend/.camit-emu/registry"
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
+    (registry / f"{dead.pid}.json").write_text(json.dumps({"pid": dead.pid, "start_ticks": 1, "devices": [0],
+                                                           "logical": [0], "linger_s": 300}))
+    me = os.getpid()
+    (registry / f"{me}.json").write_text(json.dumps({"pid": me, "start_ticks": ticks, "devices": [1],
+                                                     "logical": [1], "linger_s": 300}))
+    emu.clear_faults(tree)
+    assert json.loads((tree / "Ascend/.camit-emu/npu.json").read_text())["linger_s"] == 0
+    assert sorted(p.name for p in registry.glob("*.json")) == [f"{me}.json"]
+
+
 def test_nothing_outside_the_lab_imports_the_emulation() -> None:
     pattern = re.compile(r"^\s*(from|import)\s+framework\.lab(\.emu)?\b", re.M)
     for part in ("deploy", "launch", "remote"):

@@ -339,7 +339,9 @@ def test_held_device_past_the_profile_is_refused(state_root: Path) -> None:
     (["health-alarm", "--device", "16"], "health-alarm: device 16 is past the a3 profile's 16 devices"),
     (["health-alarm", "--level", "Sunny"], "level 'Sunny' is not one of"),
     (["link-down", "--spod-id", "2"], "unknown parameter spod_id"),
-    (["link-down", "--linger", "3"], "--linger is a number of seconds >= 0, for held-device only"),
+    (["link-down", "--linger", "3"], "--linger is a number of seconds >= 0, for held-device (or linger) only"),
+    (["linger"], "fault HOST linger takes --linger SECONDS (>= 0) and nothing else"),
+    (["linger", "--linger", "5", "--device", "1"], "fault HOST linger takes --linger SECONDS"),
     (["held-device", "--linger", "-1"], "--linger is a number of seconds >= 0"),
     (["other-spod", "--spod-id", "0"], "spod_id 0 is this lab's own super pod"),
 ])
@@ -350,6 +352,18 @@ def test_bad_knob_parameters_are_usage_errors(state_root: Path, capsys: pytest.C
     err = capsys.readouterr().err
     assert match in err and len(err.strip().splitlines()) == 1
     assert lab.active_faults("host1") == []
+
+
+def test_linger_setting_is_written_for_later_processes(state_root: Path) -> None:
+    import json
+
+    lab = saved_lab(state_root, "a3")
+    assert fault(state_root, "host1", "linger", "--linger", "30") == 0
+    npu_json = lab._emu_tree("host1")[1] / "Ascend/.camit-emu/npu.json"
+    assert json.loads(npu_json.read_text())["linger_s"] == 30
+    assert lab.active_faults("host1") == []  # a setting, not a knob
+    assert fault(state_root, "host1", "clear") == 0
+    assert json.loads(npu_json.read_text())["linger_s"] == 0
 
 
 def test_other_spod_on_an_a2_host_is_a_usage_error(state_root: Path, capsys: pytest.CaptureFixture[str]) -> None:

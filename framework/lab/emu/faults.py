@@ -108,11 +108,43 @@ def set_fault(tree: Path, knob: str, **params: Any) -> None:
         remove_driver(Path(tree))
 
 
+def _start_ticks(pid: int) -> int | None:
+    """Field 22 of ``/proc/<pid>/stat`` (the process's start time), None when no such process."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat.rsplit(")", 1)[1].split()[19])
+
+
+def release_dead(tree: Path) -> list[int]:
+    """Drop the registry records of processes that are gone (what an operator's device reset does).
+
+    The lab's hosts share the controller's pid namespace, so a record's ``pid`` + ``start_ticks`` (as the
+    torch_npu stand-in writes them, standin_npu/torch_npu/_occupancy.py) say here whether it still runs.
+    Returns the pids released.
+    """
+    gone = []
+    for path in sorted((Path(tree) / EMU / "registry").glob("*.json")):
+        try:
+            rec = json.loads(path.read_text(encoding="utf-8"))
+            pid, ticks = int(rec["pid"]), rec.get("start_ticks")
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        now = _start_ticks(pid)
+        if now is None or (ticks is not None and int(ticks) != now):
+            path.unlink(missing_ok=True)
+            gone.append(pid)
+    return gone
+
+
 def clear_faults(tree: Path) -> None:
-    """Every knob off; a removed driver is put back."""
+    """Every knob off, linger back to 0 and dead holders' devices released; a removed driver is put back."""
     emu, host = _emu(tree)
     had_driver_fault = "no-driver" in _knobs(emu)
     _save(emu, {})
+    set_linger(tree, 0)
+    release_dead(tree)
     if had_driver_fault:
         populate(Path(tree), profile(host["profile"]), host=host["host"], index=int(host["index"]),
                  n_hosts=int(host["n_hosts"]))
