@@ -6,26 +6,30 @@ Without an NPU the lab deploys what a real CAM build would produce, made from ``
   offline with setuptools' PEP 517 backend from a scratch copy of ``standin/`` (the checkout stays clean);
 * a makeself ``.run`` named like CANN's, ``CAM_<soc>_<os_id>_<arch>.run`` (``os_id`` = ``ID=`` of
   /etc/os-release, ``arch`` = ``uname -m``), with the CANN custom-op payload: ``install.sh``,
-  ``help.info`` and ``vendors/CAM/{bin/set_env.bash, op_api/lib/libcust_opapi.so (placeholder),
-  op_api/include/aclnn_*.h, op_impl/…/libcust_opmaster_rt2.0.so, op_proto/…/libcust_opsproto_rt2.0.so,
-  version.info}``.
+  ``help.info`` and ``vendors/CAM/{op_api/lib/libcust_opapi.so, op_api/include/aclnn_*.h,
+  op_impl/…/libcust_opmaster_rt2.0.so, op_proto/…/libcust_opsproto_rt2.0.so (placeholders), version.info}``.
+  ``libcust_opapi.so`` is a real shared object compiled with ``cc`` at build time, exporting
+  ``aclnn<Op>`` and ``aclnn<Op>GetWorkspaceSize`` for each aclnn API the ops call (umdk pybind's
+  ``EXEC_NPU_CMD`` names); the stand-in dlopens it by bare name, as CAM does.
 
-The ``.run`` takes CANN's command line, ``./CAM_x.run --install-path=/abs/path [--quiet]``. Stock makeself
-rejects unknown options, so the archive header is the stock ``makeself-header.sh`` patched at build time
-(every anchor must match, or the build fails naming it): options the header does not know are
-shell-quoted into ``fwdargs`` instead of "Unrecognized flag", ``--quiet`` is honoured by the header *and*
-forwarded, and the embedded script runs as ``./install.sh <fwdargs> "$@"``. makeself's own ``--check``,
-``--info``, ``--list``, ``--help`` (with our help text) keep working. The installer refuses a relative
-path (``ERROR: use absolute path``), installs into ``<path>/vendors/CAM/`` (replacing an older copy, never
-prompting), writes ``bin/set_env.bash`` with the absolute vendor path and ends with
-``SUCCESS: CAM custom operator package installed to <path>/vendors/CAM``; errors are ``ERROR: …`` lines
-on stdout and a non-zero exit.
+The installer is the msOpGen ``install.sh`` of CANN custom-op packages (see ``_INSTALL_SH``): quiet by
+default, unknown ``--*`` options ignored, ``[ops_custom] [<date>] [INFO] ...`` lines, a bare ``SUCCESS``
+line; with ``--install-path=/abs`` it writes ``vendors/CAM/bin/set_env.bash``. ``template="new"`` (default)
+puts ``export LD_LIBRARY_PATH=<vendor>/op_api/lib/:...`` in it; ``template="old"`` writes only
+``ASCEND_CUSTOM_OPP_PATH`` and prints the ``export LD_LIBRARY_PATH=...`` hint instead, so the ops fail
+("aclnnXxx ... not in libopapi.so") until the user sets LD_LIBRARY_PATH. Errors are
+``[ops_custom] [<date>] [ERROR] ...`` lines and exit 1. Stock makeself rejects unknown options, so the
+archive header is the stock ``makeself-header.sh`` patched at build time (every anchor must match, or the
+build fails naming it): options the header does not know are forwarded to the installer instead of
+"Unrecognized flag", ``--quiet`` is honoured by the header *and* forwarded. makeself's own ``--check``,
+``--info``, ``--list``, ``--help`` (with our help text) keep working.
 
 Fault variants for deploy tests: ``fault="fail"`` (installer prints an ERROR line, installs nothing,
 exits 1), ``fault="nosuccess"`` (installs the tree, exits 0, prints no SUCCESS line);
 ``build_wheel(..., broken_import=True)`` gives ``209.0.0b1+broken`` whose import raises ImportError.
-Builds are reproducible (fixed timestamps, owners and packaging date), so unchanged inputs give the same
-sha256. CLI: ``python -m framework.artifacts build --out DIR [--soc cpu] [--fault …] [--broken-wheel]``.
+Builds are reproducible (fixed timestamps, owners and packaging date, the .so without build id), so
+unchanged inputs give the same sha256 with the same compiler. CLI:
+``python -m framework.artifacts build --out DIR [--soc cpu] [--template new|old] [--fault …] [--broken-wheel]``.
 """
 
 from __future__ import annotations
@@ -51,6 +55,8 @@ VERSION = "209.0.0b1"
 BROKEN_VERSION = VERSION + "+broken"
 VENDOR = "CAM"
 FAULTS = ("none", "fail", "nosuccess")
+#: msOpGen install.sh generations: "new" writes op_api/lib into set_env.bash, "old" only prints the hint
+TEMPLATES = ("new", "old")
 OPS = ("fused_deep_moe", "get_dispatch_layout", "moe_dispatch_prefill", "moe_combine_prefill")
 ACLNN_APIS = ("aclnnFusedDeepMoe", "aclnnDispatchLayout", "aclnnNotifyDispatch", "aclnnMoeDispatchNormal",
               "aclnnMoeCombineNormal")
@@ -125,114 +131,211 @@ def build_wheel(out: Path, broken_import: bool = False, source: Path = STANDIN) 
 _HELP = """\
 CAM custom operator package (camit lab build of UMDK CAM, vendor CAM)
  Install:  ./{name} --install-path=<absolute path> [--quiet]
-   installs <path>/vendors/CAM; then: source <path>/vendors/CAM/bin/set_env.bash
-   without --install-path the package installs into $ASCEND_OPP_PATH (CANN set_env.sh sourced)
-   --quiet   print only errors and the final SUCCESS line
-   --version print the package version
+   installs <path>/vendors/CAM and writes <path>/vendors/CAM/bin/set_env.bash (source it before use)
+   without --install-path: into $ASCEND_CUSTOM_OPP_PATH, else $ASCEND_OPP_PATH (CANN set_env.sh sourced)
+   --quiet   accepted (the installer never prompts); other --options are ignored
 """
 
 _INSTALL_SH = r"""#!/bin/bash
-# CAM custom operator package installer (camit lab build; CANN msOpGen install.sh conventions).
-#   <pkg>.run --install-path=<absolute path> [--quiet]
-# Installs vendors/CAM under the path, writes bin/set_env.bash with the absolute vendor directory and
-# ends with a SUCCESS line; every error is an "ERROR: ..." line on stdout and a non-zero exit.
-VENDOR=CAM
-PKG_VERSION=@VERSION@
-FAULT=@FAULT@
-quiet=n
-install_path=""
-path_given=n
+# CAM custom operator package installer (camit lab build). Behaves as the msOpGen install.sh template
+# (CANN's custom-op package, template generation @TEMPLATE@): quiet by default (no prompts; an existing
+# op directory is replaced), unknown --* options ignored, "[ops_custom] [<date>] [INFO] ..." lines, a bare
+# SUCCESS line at the end. With --install-path it writes vendors/<vendor>/bin/set_env.bash (template "new":
+# ASCEND_CUSTOM_OPP_PATH and LD_LIBRARY_PATH; "old": ASCEND_CUSTOM_OPP_PATH only, plus the LD_LIBRARY_PATH
+# hint). Deliberate differences: every path is quoted (spaces work), no chmod/chown, no .so validation.
+vendor_name=@VENDOR@
+template=@TEMPLATE@
+fault=@FAULT@
+vendordir=vendors/$vendor_name
+sourcedir=$(cd "$(dirname "$0")" && pwd)
+QUIET="y"
+INSTALL_PATH=""
 
-info() { [ "$quiet" = y ] || echo "[CAM] [INFO]: $*"; }
-fail() { echo "ERROR: $*"; exit 1; }
-
-while [ $# -gt 0 ]; do
+while true; do
     case "$1" in
-        --install-path=*) install_path="${1#--install-path=}"; path_given=y ;;
-        --install-path)
-            [ $# -ge 2 ] || fail "--install-path needs a value"
-            shift; install_path="$1"; path_given=y ;;
-        --quiet|-q) quiet=y ;;
-        --install|--full) ;;
-        --version) echo "$PKG_VERSION"; exit 0 ;;
-        *) fail "unknown option '$1' (usage: --install-path=<absolute path> [--quiet])" ;;
+        --quiet) QUIET="y"; shift ;;
+        --install-path=*) INSTALL_PATH="${1#*=}"; INSTALL_PATH="${INSTALL_PATH%/}"; shift ;;
+        --install-for-all|--force) shift ;;
+        --*) shift ;;
+        *) break ;;
     esac
-    shift
 done
 
-if [ "$path_given" = n ]; then
-    [ -n "$ASCEND_OPP_PATH" ] || fail "no --install-path given and ASCEND_OPP_PATH is not set" \
-        "(source CANN's set_env.sh or pass --install-path=<absolute path>)"
-    install_path="$ASCEND_OPP_PATH"
-fi
-[ -n "$install_path" ] || fail "--install-path is empty"
-case "$install_path" in
-    /*) ;;
-    *) fail "use absolute path (--install-path=$install_path)" ;;
-esac
-while [ "${install_path%/}" != "$install_path" ] && [ "$install_path" != / ]; do install_path="${install_path%/}"; done
+log() {
+    echo "[ops_custom] [$(date +"%Y-%m-%d %H:%M:%S")] $1"
+}
 
-if [ "$FAULT" = fail ]; then
-    fail "CAM install failed: injected fault (camit build --fault fail); nothing installed"
+if [ -n "$INSTALL_PATH" ]; then
+    case "$INSTALL_PATH" in
+        /*) ;;
+        *) log "[ERROR] use absolute path for --install-path argument"; exit 1 ;;
+    esac
+    if [ ! -d "$INSTALL_PATH" ]; then
+        mkdir -p "$INSTALL_PATH" || { log "[ERROR] create dir $INSTALL_PATH failed."; exit 1; }
+    fi
+    targetdir=$INSTALL_PATH
+elif [ -n "$ASCEND_CUSTOM_OPP_PATH" ]; then
+    case "$ASCEND_CUSTOM_OPP_PATH" in
+        *:*) log "[ERROR] environment variable ASCEND_CUSTOM_OPP_PATH=$ASCEND_CUSTOM_OPP_PATH is set and has multiple path in it (colon inside), which will cause the custom op installed incorrectly. Please use the --install-path option to specify an installation path instead."
+             exit 1 ;;
+    esac
+    mkdir -p "$ASCEND_CUSTOM_OPP_PATH"
+    targetdir=$ASCEND_CUSTOM_OPP_PATH
+else
+    if [ -z "$ASCEND_OPP_PATH" ]; then
+        log "[ERROR] env ASCEND_OPP_PATH no exist"
+        exit 1
+    fi
+    targetdir=$ASCEND_OPP_PATH
+fi
+if [ ! -d "$targetdir" ]; then
+    log "[ERROR] $targetdir no exist"
+    exit 1
+fi
+if [ "$fault" = fail ]; then
+    log "[ERROR] copy new framework files failed (injected fault: camit build --fault fail)"
+    exit 1
 fi
 
-here=$(cd "$(dirname "$0")" && pwd) || fail "cannot find the extracted package"
-[ -d "$here/vendors/$VENDOR" ] || fail "package payload vendors/$VENDOR missing"
-target="$install_path/vendors/$VENDOR"
-staging="$target.camit-new.$$"
-info "installing CAM $PKG_VERSION into $target"
-mkdir -p "$install_path/vendors" 2>/dev/null || fail "cannot create $install_path/vendors (permission denied?)"
-rm -rf "$staging"
-cp -R "$here/vendors/$VENDOR" "$staging" 2>/dev/null \
-    || { rm -rf "$staging"; fail "cannot copy the package to $staging"; }
+upgrade() {
+    if [ ! -d "$sourcedir/$vendordir/$1" ]; then
+        log "[INFO] no need to upgrade ops $1 files"
+        return 0
+    fi
+    if [ ! -d "$targetdir/$vendordir/$1" ]; then
+        log "[INFO] create $targetdir/$vendordir/$1."
+        mkdir -p "$targetdir/$vendordir/$1" || { log "[ERROR] create dir $targetdir/$vendordir/$1 failed."; return 1; }
+    else
+        has_same_file=-1
+        for file_a in "$sourcedir/$vendordir/$1"/*; do
+            file_b=${file_a##*/}
+            if [ -e "$targetdir/$vendordir/$1/$file_b" ]; then
+                echo -n "$file_b "
+                has_same_file=0
+            fi
+        done
+        if [ "$has_same_file" -eq 0 ]; then
+            echo
+            rm -rf "${targetdir:?}/$vendordir/$1"/*
+        fi
+        log "[INFO] replace or merge old ops $1 files ......"
+    fi
+    log "[INFO] copy new ops $1 files ......"
+    cp -rf "$sourcedir/$vendordir/$1"/* "$targetdir/$vendordir/$1/" || { log "[ERROR] copy new $1 files failed"; return 1; }
+    return 0
+}
 
-sq="'\''"
-quoted="'${target//\'/$sq}'"
-cat > "$staging/bin/set_env.bash" <<EOF || { rm -rf "$staging"; fail "cannot write $target/bin/set_env.bash"; }
-#!/bin/bash
-# CAM vendor environment, written by the CAM installer: source it before importing umdk_cam_op_lib.
-cam_vendor_dir=$quoted
-export ASCEND_CUSTOM_OPP_PATH="\${cam_vendor_dir}\${ASCEND_CUSTOM_OPP_PATH:+:\${ASCEND_CUSTOM_OPP_PATH}}"
-export LD_LIBRARY_PATH="\${cam_vendor_dir}/op_api/lib\${LD_LIBRARY_PATH:+:\${LD_LIBRARY_PATH}}"
-unset cam_vendor_dir
-EOF
-if [ -e "$target" ]; then
-    info "replacing the existing $target"
-    rm -rf "$target" || { rm -rf "$staging"; fail "cannot remove the existing $target"; }
+if [ ! -d "$targetdir/vendors" ]; then
+    log "[INFO] create $targetdir/vendors."
+    mkdir -p "$targetdir/vendors" || { log "[ERROR] create dir $targetdir/vendors failed."; exit 1; }
 fi
-mv "$staging" "$target" || { rm -rf "$staging"; fail "cannot move the package into $target"; }
-info "ops: @OPS@"
-info "source $target/bin/set_env.bash before importing umdk_cam_op_lib (puts $target/op_api/lib on LD_LIBRARY_PATH)"
-if [ "$FAULT" = nosuccess ]; then
-    exit 0
+if [ ! -d "$targetdir/$vendordir" ]; then
+    log "[INFO] create $targetdir/$vendordir."
+    mkdir -p "$targetdir/$vendordir" || { log "[ERROR] create dir $targetdir/$vendordir failed."; exit 1; }
 fi
-echo "SUCCESS: CAM custom operator package installed to $target"
+
+log "[INFO] upgrade framework"
+upgrade framework || exit 1
+log "[INFO] upgrade op proto"
+upgrade op_proto || exit 1
+log "[INFO] upgrade op impl"
+upgrade op_impl || exit 1
+log "[INFO] upgrade op api"
+upgrade op_api || exit 1
+log "[INFO] upgrade uninstall"
+log "[INFO] no need to upgrade uninstall.sh file"
+log "[INFO] upgrade version.info"
+log "[INFO] copy new version.info files ......"
+cp -f "$sourcedir/$vendordir/version.info" "$targetdir/$vendordir/version.info" \
+    || { log "[ERROR] copy new version.info file failed"; exit 1; }
+log "[INFO] no need to upgrade custom.proto files"
+
+vendor_path=$targetdir/$vendordir
+q_vendor=$(printf %q "$vendor_path")
+if [ -n "$INSTALL_PATH" ]; then
+    mkdir -p "$vendor_path/bin" || { log "[ERROR] create dir $vendor_path/bin failed."; exit 1; }
+    {
+        echo "#!/bin/bash"
+        echo "export ASCEND_CUSTOM_OPP_PATH=$q_vendor:\${ASCEND_CUSTOM_OPP_PATH}"
+        if [ "$template" = new ]; then echo "export LD_LIBRARY_PATH=$q_vendor/op_api/lib/:\${LD_LIBRARY_PATH}"; fi
+    } > "$vendor_path/bin/set_env.bash" || { log "[ERROR] write ASCEND_CUSTOM_OPP_PATH to set_env.bash failed"; exit 1; }
+    if [ "$template" = new ]; then
+        log "[INFO] using requirements: when custom module install finished or before you run the custom module, execute the command [ source $vendor_path/bin/set_env.bash ] to set the environment path"
+    else
+        log "[INFO] using requirements: when custom module install finished or before you run the custom module, execute the command [ export LD_LIBRARY_PATH=$vendor_path/op_api/lib/:\${LD_LIBRARY_PATH} ] to set the environment path"
+    fi
+else
+    config_file=$targetdir/vendors/config.ini
+    if [ ! -f "$config_file" ]; then
+        echo "load_priority=$vendor_name" > "$config_file"
+    elif ! grep -qw "load_priority=.*\b$vendor_name\b" "$config_file"; then
+        sed -i "s@^load_priority=@load_priority=$vendor_name,@" "$config_file"
+    fi
+    log "[INFO] using requirements: when custom module install finished or before you run the custom module, execute the command [ export LD_LIBRARY_PATH=$vendor_path/op_api/lib/:\${LD_LIBRARY_PATH} ] to set the environment path"
+fi
+
+[ "$fault" = nosuccess ] && exit 0
+echo "SUCCESS"
 exit 0
 """
 
-_SET_ENV_PLACEHOLDER = """\
-#!/bin/bash
-# Replaced at install time by the CAM installer with the absolute vendor directory.
-echo "ERROR: this set_env.bash was not written by the CAM installer" >&2
-return 1 2>/dev/null || exit 1
-"""
+def opapi_source(apis: Sequence[str] = ACLNN_APIS) -> str:
+    """C source of the lab's ``libcust_opapi.so``: ``<api>GetWorkspaceSize`` and ``<api>`` for every api.
+
+    The names are the ``EXEC_NPU_CMD(aclnnXxx, ...)`` of umdk ``src/cam/comm_operator/pybind/*.cpp``; CAM's
+    ``GetOpApiFuncAddr`` looks both up. The CPU stand-in only resolves them; calling one returns
+    561103 (``ACLNN_ERR_RUNTIME_ERROR``): there is no device behind them.
+    """
+    lines = ["/* camit lab build of CAM's libcust_opapi.so: the aclnn entry points umdk_cam_op_lib resolves",
+             " * (by bare name, through LD_LIBRARY_PATH). Generated by framework/lab/artifacts.py. */",
+             "#define CAMIT_NO_DEVICE 561103", ""]
+    for api in apis:
+        lines += [f"int {api}GetWorkspaceSize(void) {{ return CAMIT_NO_DEVICE; }}",
+                  f"int {api}(void) {{ return CAMIT_NO_DEVICE; }}"]
+    return "\n".join(lines) + "\n"
 
 
-def _payload(root: Path, soc: str, fault: str) -> None:
+def find_cc() -> str:
+    """The C compiler (``cc``, else ``gcc``); ArtifactError if there is none."""
+    exe = shutil.which("cc") or shutil.which("gcc")
+    if not exe:
+        raise ArtifactError("no C compiler (cc/gcc) on PATH: the CAM .run ships a real libcust_opapi.so "
+                            "(Debian: apt-get install gcc)")
+    return exe
+
+
+def build_opapi_library(out_dir: Path, apis: Sequence[str] = ACLNN_APIS) -> Path:
+    """Compile ``libcust_opapi.so`` (:func:`opapi_source`) into `out_dir`; returns its path.
+
+    Built from a relative source path without debug info or build id, so the bytes depend only on the compiler.
+    """
+    out_dir = Path(out_dir).resolve()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="camit-opapi-") as tmp:
+        (Path(tmp) / "cust_opapi.c").write_text(opapi_source(apis))
+        argv = [find_cc(), "-shared", "-fPIC", "-O2", "-g0", "-Wl,-soname,libcust_opapi.so", "-Wl,--build-id=none",
+                "-o", "libcust_opapi.so", "cust_opapi.c"]
+        proc = subprocess.run(argv, cwd=tmp, capture_output=True, text=True, timeout=120,
+                              env=dict(os.environ, LC_ALL="C"))
+        built = Path(tmp) / "libcust_opapi.so"
+        if proc.returncode != 0 or not built.is_file():
+            raise ArtifactError(f"compiling libcust_opapi.so failed (rc={proc.returncode}): "
+                                + (proc.stderr.strip().splitlines() or ["no output"])[-1])
+        dest = out_dir / "libcust_opapi.so"
+        shutil.copyfile(built, dest)
+    return dest
+
+
+def _payload(root: Path, soc: str, fault: str, template: str = "new") -> None:
     """Write the .run payload (install.sh, help.info, vendors/CAM/…) under `root`."""
     arch = platform.machine()
     files: dict[str, str] = {
-        "install.sh": _INSTALL_SH.replace("@VERSION@", VERSION).replace("@FAULT@", fault)
-                                 .replace("@OPS@", " ".join(OPS)),
+        "install.sh": _INSTALL_SH.replace("@VENDOR@", VENDOR).replace("@FAULT@", fault)
+                                 .replace("@TEMPLATE@", template),
         "help.info": _HELP.format(name=run_package_name(soc)),
-        f"vendors/{VENDOR}/bin/set_env.bash": _SET_ENV_PLACEHOLDER,
         f"vendors/{VENDOR}/version.info": (
             f"Version={VERSION}\nvendor_name={VENDOR}\nsoc_version={soc}\nos={os_id()}\narch={arch}\n"
-            f"ops={','.join(OPS)}\nbuilt_by=camit (CPU stand-in; placeholder libraries)\n"
-        ),
-        f"vendors/{VENDOR}/op_api/lib/libcust_opapi.so": (
-            "camit placeholder for the CAM aclnn library: not a shared object.\n"
-            "The umdk_cam_op_lib CPU stand-in only checks that LD_LIBRARY_PATH reaches this file.\n"
+            f"ops={','.join(OPS)}\nbuilt_by=camit (CPU stand-in; msOpGen template {template})\n"
         ),
         f"vendors/{VENDOR}/op_impl/ai_core/tbe/op_tiling/lib/linux/{arch}/libcust_opmaster_rt2.0.so":
             "camit placeholder (tiling library)\n",
@@ -247,6 +350,7 @@ def _payload(root: Path, soc: str, fault: str) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
         path.chmod(0o755 if rel.endswith((".sh", ".bash")) else 0o644)
+    build_opapi_library(root / "vendors" / VENDOR / "op_api" / "lib").chmod(0o755)
     for path in [root, *root.rglob("*")]:
         if path.is_dir():
             path.chmod(0o755)
@@ -306,7 +410,7 @@ def patched_header(stock: str) -> str:
 
 
 # --------------------------------------------------------------------------- the .run package
-def build_run_package(out: Path, soc: str = "cpu", fault: str = "none") -> Path:
+def build_run_package(out: Path, soc: str = "cpu", fault: str = "none", template: str = "new") -> Path:
     """Build ``CAM_<soc>_<os_id>_<arch>.run`` into `out`; returns its path.
 
     `fault`: ``none``; ``fail`` (installer prints ERROR, exits 1, installs nothing); ``nosuccess``
@@ -314,6 +418,8 @@ def build_run_package(out: Path, soc: str = "cpu", fault: str = "none") -> Path:
     """
     if fault not in FAULTS:
         raise ArtifactError(f"unknown fault {fault!r} (one of {', '.join(FAULTS)})")
+    if template not in TEMPLATES:
+        raise ArtifactError(f"unknown installer template {template!r} (one of {', '.join(TEMPLATES)})")
     if not soc or any(c in soc for c in "/ \t'\""):
         raise ArtifactError(f"bad soc name {soc!r}")
     exe, stock_header = find_makeself()
@@ -322,7 +428,7 @@ def build_run_package(out: Path, soc: str = "cpu", fault: str = "none") -> Path:
     name = run_package_name(soc)
     with tempfile.TemporaryDirectory(prefix="camit-run-") as tmp:
         work = Path(tmp)
-        _payload(work / "payload", soc, fault)
+        _payload(work / "payload", soc, fault, template)
         (work / "header.sh").write_text(patched_header(stock_header.read_text()))
         (work / "help.info").write_text(_HELP.format(name=name))
         label = f"CAM custom operator package {VERSION} ({soc})"
@@ -350,10 +456,11 @@ def build_run_package(out: Path, soc: str = "cpu", fault: str = "none") -> Path:
     return dest
 
 
-def build_all(out: Path, soc: str = "cpu", fault: str = "none", broken_wheel: bool = False) -> dict[str, Path]:
+def build_all(out: Path, soc: str = "cpu", fault: str = "none", broken_wheel: bool = False,
+              template: str = "new") -> dict[str, Path]:
     """Both artifacts into `out`: ``{"wheel": …, "run": …}``."""
     return {"wheel": build_wheel(out, broken_import=broken_wheel),
-            "run": build_run_package(out, soc=soc, fault=fault)}
+            "run": build_run_package(out, soc=soc, fault=fault, template=template)}
 
 
 # --------------------------------------------------------------------------- CLI
@@ -384,6 +491,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     build.add_argument("--soc", default="cpu", help="soc part of the .run name (default: cpu)")
     build.add_argument("--fault", choices=FAULTS, default="none",
                        help="build a faulty .run: 'fail' exits non-zero, 'nosuccess' prints no SUCCESS line")
+    build.add_argument("--template", choices=TEMPLATES, default="new",
+                       help="msOpGen installer generation: 'new' (default) writes op_api/lib into set_env.bash, "
+                            "'old' writes only ASCEND_CUSTOM_OPP_PATH and prints the LD_LIBRARY_PATH hint")
     build.add_argument("--broken-wheel", action="store_true",
                        help=f"build {BROKEN_VERSION}, whose import raises ImportError")
     build.add_argument("--only", choices=("wheel", "run"), help="build just one of the two")
@@ -399,7 +509,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.only in (None, "wheel"):
             paths["wheel"] = build_wheel(args.out, broken_import=args.broken_wheel)
         if args.only in (None, "run"):
-            paths["run"] = build_run_package(args.out, soc=args.soc, fault=args.fault)
+            paths["run"] = build_run_package(args.out, soc=args.soc, fault=args.fault, template=args.template)
     except FrameworkError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

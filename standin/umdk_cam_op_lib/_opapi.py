@@ -1,37 +1,56 @@
-"""The stand-in for the real ops' `libcust_opapi.so` requirement.
+"""How an op reaches its aclnn API: `libcust_opapi.so` by bare name, as CAM's pybind does.
 
-Upstream kernels run through `EXEC_NPU_CMD(aclnnXxx, ...)`, which dlopens `libcust_opapi.so` (found via the
-`LD_LIBRARY_PATH` entry the CAM vendor `bin/set_env.bash` prepends: `<install>/vendors/CAM/op_api/lib`) and
-fails at the first op call, not at import, when it is missing. The stand-in checks, at every call, that
-some `LD_LIBRARY_PATH` entry holds a file `libcust_opapi.so` (the lab's CAM .run installs a placeholder).
-`CAMIT_STANDIN_NO_OPAPI_CHECK=1` turns the check off (unit tests).
+Mirrors umdk `src/cam/comm_operator/pybind/pytorch_extension/pytorch_npu_helper.hpp`: `EXEC_NPU_CMD(aclnnXxx,
+...)` looks up `aclnnXxxGetWorkspaceSize` and `aclnnXxx` with `GetOpApiFuncAddr`, which dlopens
+`libcust_opapi.so` by bare name (so only LD_LIBRARY_PATH, the ld cache or an RPATH find it: the CAM vendor
+`bin/set_env.bash` of new msOpGen templates prepends `<install>/vendors/<vendor>/op_api/lib`), takes the
+symbol from it, else falls back to `libopapi.so` (CANN's own). Missing → `TORCH_CHECK` at the op call, not
+at import, with the text of that macro (including its missing space before "not found").
+The lab's CAM `.run` installs a real `libcust_opapi.so` exporting both symbols of every stand-in op.
+A successful lookup is remembered for the process (upstream's function-local statics); a failed one is
+retried at the next call (upstream keeps the null handle: either way the process must be restarted with
+LD_LIBRARY_PATH set, since the loader reads it once at start-up).
+`CAMIT_STANDIN_NO_OPAPI_CHECK=1` turns the lookup off (unit tests).
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
 
 LIBRARY = "libcust_opapi.so"
+FALLBACK = "libopapi.so"
 DISABLE_ENV = "CAMIT_STANDIN_NO_OPAPI_CHECK"
 
+_found: set[str] = set()
 
-def find_opapi(ld_library_path: str | None = None) -> str | None:
-    """Path of the first `libcust_opapi.so` on LD_LIBRARY_PATH, or None."""
-    value = os.environ.get("LD_LIBRARY_PATH", "") if ld_library_path is None else ld_library_path
-    for entry in value.split(":"):
-        if entry and os.path.isfile(os.path.join(entry, LIBRARY)):
-            return os.path.join(entry, LIBRARY)
-    return None
+
+def _handle(name: str) -> ctypes.CDLL | None:
+    try:
+        return ctypes.CDLL(name, mode=os.RTLD_LAZY)
+    except OSError:
+        return None
+
+
+def lookup(api: str) -> bool:
+    """True when `api` and `api`GetWorkspaceSize resolve (libcust_opapi.so first, then libopapi.so)."""
+    if api in _found:
+        return True
+    for symbol in (api + "GetWorkspaceSize", api):
+        if not any(hasattr(lib, symbol) for lib in (_handle(LIBRARY), _handle(FALLBACK)) if lib is not None):
+            return False
+    _found.add(api)
+    return True
 
 
 def missing_message(api: str) -> str:
-    """The upstream error text for an aclnn API that could not be resolved."""
-    return f"{api} or {api}GetWorkspaceSize not in libopapi.so, or libopapi.so not found."
+    """The upstream error text for an aclnn API that could not be resolved (TORCH_CHECK in EXEC_NPU_CMD)."""
+    return f"{api} or {api}GetWorkspaceSize not in {FALLBACK}, or {FALLBACK}not found."
 
 
 def require_opapi(api: str) -> None:
-    """Raise RuntimeError (upstream text) unless the vendor library is reachable or the check is off."""
+    """Raise RuntimeError (upstream text) unless the aclnn API resolves or the check is off."""
     if os.environ.get(DISABLE_ENV) == "1":
         return
-    if find_opapi() is None:
+    if not lookup(api):
         raise RuntimeError(missing_message(api))

@@ -33,8 +33,7 @@ moe_combine_prefill(Tensor x, Tensor topk_idx, Tensor topk_weights, Tensor src_i
 ACLNN_API: dict[str, str] = {
     "fused_deep_moe": "aclnnFusedDeepMoe",
     "get_dispatch_layout": "aclnnDispatchLayout",
-    # upstream calls aclnnNotifyDispatch first; the lab standardises on the data-path API's name
-    "moe_dispatch_prefill": "aclnnMoeDispatchNormal",
+    "moe_dispatch_prefill": "aclnnNotifyDispatch",   # then aclnnMoeDispatchNormal
     "moe_combine_prefill": "aclnnMoeCombineNormal",
 }
 

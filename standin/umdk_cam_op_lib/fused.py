@@ -9,13 +9,28 @@ per-token int8 quantisation (scale sx); dispatch to the rank owning e; GMM1
 
 Weights are the ND arrays: coupled (each list holds one (L, …) tensor) or separated (L tensors). The
 shared expert (all four `share_*` given) runs the same FFN on the local x into `share_output`, which is
-zero-filled otherwise (uninitialised upstream), as are rows masked off by `x_active_mask`.
+zero-filled otherwise (uninitialised upstream); output rows past the active count are NaN (undefined).
 Outputs: [output (bs, H), share_output (bs, H), expert_token_nums (L,) int64 = copies per local expert].
 Integer matmuls run in float64, which is exact for int8 operands at these sizes.
+
+Strict and lax as upstream (umdk 00cc16f1):
+- formats (op definition `ascend_kernels/fused_deep_moe/op_host/fused_deep_moe.cpp`, the `Input(...)` blocks):
+  gmm1/gmm2 weights and the shared-expert weights are FRACTAL_NZ. When torch_npu is imported, every such
+  tensor must be tagged NZ (`torch_npu.get_npu_format(t) == Format.FRACTAL_NZ`), else the aclnn call fails
+  (EZ9999); without torch_npu (CPU host) formats are not known and not checked. The data is read in ND order.
+- `x_active_mask` is a count (`TokenActiveMaskCal`: Sum → activeMaskBsCnt, in
+  `op_kernel/.../grouped_matmul_slice_m_per_token_dequant_swiglu_quant_multistage_workspace.h`): the first
+  sum(mask) tokens are processed, whatever the mask's pattern; the other output rows are undefined (NaN here).
+- tiling `op_host/fused_deep_moe_tiling.cpp`: bs <= 256, H in [512, 7168], gmm1 width 2I in [1024, 6144]
+  and divisible by 1024 (also the shared expert's), top_k <= 12 and <= E, E in (0, 512], E % ranks == 0,
+  ep_rank_id in [0, ranks), global_bs (0 = bs·ranks) divisible by ranks, and the HCCL_BUFFSIZE window
+  (default 200 MB) >= L·global_bs·H·2·2 bytes; failures are EZ9999 (`_tiling`).
+- no check of the expert ids' values: an id outside [0, E) is a device fault (`layout.valid_ids`), the copy lost.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 
 import torch
@@ -24,10 +39,21 @@ from ._assert import bind_assert
 from ._comm import check_rank, exchange_rows, resolve_group
 from ._opapi import require_opapi
 from ._schemas import ACLNN_API
-from .layout import MAX_RANKS, check_expert_ids
+from ._tiling import tiling_check, tiling_fail
+from .layout import MAX_RANKS, valid_ids
 from .quant import quantize_per_row
 
 FLOAT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+# fused_deep_moe_tiling.cpp
+MAX_BATCH = 256
+MAX_EXPERTS = 512
+MAX_TOP_K = 12
+H_MIN, H_MAX = 512, 7168          # MIN_TOKEN_LENGTH, MAX_TOKEN_LENGTH
+GMM1_MIN, GMM1_MAX, GMM1_ALIGN = 1024, 6144, 1024
+DEFAULT_HCCL_BUFFSIZE_MB = 200    # Mc2TilingUtils::GetMaxWindowSize (utils/op_host/mc2_tiling_utils.h)
+FRACTAL_NZ = 29                   # torch_npu.Format.FRACTAL_NZ
+_TILING = "fused_deep_moe_tiling.cpp"
+_API, _NODE = "aclnnFusedDeepMoe", "FusedDeepMoe"
 
 
 def _stack(tensors: Sequence[torch.Tensor], local: int, dim: int, name: str) -> torch.Tensor:
@@ -46,6 +72,57 @@ def _stack(tensors: Sequence[torch.Tensor], local: int, dim: int, name: str) -> 
 
 def _squeeze_one(t: torch.Tensor, dim: int) -> torch.Tensor:
     return t[0] if t.dim() == dim + 1 and t.size(0) == 1 else t
+
+
+def check_nz(named: Sequence[tuple[str, torch.Tensor | None]]) -> None:
+    """FRACTAL_NZ weights (fused_deep_moe.cpp's op definition), checked when torch_npu can tell formats."""
+    import sys
+
+    torch_npu = sys.modules.get("torch_npu")
+    get_format = getattr(torch_npu, "get_npu_format", None)
+    if get_format is None:
+        return
+    for name, t in named:
+        if t is not None and int(get_format(t)) != FRACTAL_NZ:
+            tiling_fail(_API, _NODE, "fused_deep_moe.cpp",
+                        f"the format of input {name} is {get_format(t)!s}, but the op supports only FRACTAL_NZ "
+                        "(convert it with torch_npu.npu_format_cast(t, torch_npu.Format.FRACTAL_NZ)).")
+
+
+def _hccl_window_mb() -> int:
+    try:
+        return int(os.environ.get("HCCL_BUFFSIZE", DEFAULT_HCCL_BUFFSIZE_MB))
+    except ValueError:
+        return DEFAULT_HCCL_BUFFSIZE_MB
+
+
+def _tiling(bs: int, hidden: int, top_k: int, gmm1: int, share_gmm1: int | None, world: int, rank: int,
+            experts: int, global_bs: int) -> None:
+    """The checks of fused_deep_moe_tiling.cpp, in its order of concern."""
+    def check(ok: bool, message: str) -> None:
+        tiling_check(ok, _API, _NODE, _TILING, message)
+
+    if share_gmm1 is not None:
+        check(GMM1_MIN <= share_gmm1 <= GMM1_MAX,
+              f"shareGmm1 hidden size is invalid. Only support [{GMM1_MIN}, {GMM1_MAX}].")
+        check(share_gmm1 % GMM1_ALIGN == 0,
+              f"shareGmm1 hidden size must be divisible by {GMM1_ALIGN}, but got {share_gmm1}.")
+    check(bs <= MAX_BATCH, f"batchSize(bs) must <= {MAX_BATCH}.")
+    check(H_MIN <= hidden <= H_MAX, f"tokenLength(h) is invalid. Only support [{H_MIN}, {H_MAX}].")
+    check(GMM1_MIN <= gmm1 <= GMM1_MAX, f"gmm1 hidden size is invalid. Only support [{GMM1_MIN}, {GMM1_MAX}].")
+    check(gmm1 % GMM1_ALIGN == 0, f"gmm1 hidden size must be divisible by {GMM1_ALIGN}, but got {gmm1}.")
+    check(top_k <= MAX_TOP_K, f"topK(k) must <= {MAX_TOP_K}.")
+    check(top_k <= experts, f"topK(k) must <= moeExpertNum({experts}).")
+    check(global_bs >= 0, "globalBatchSize must >= 0.")
+    gbs = world * bs if global_bs == 0 else global_bs
+    check(gbs % world == 0, "globalBatchSize must be divisible by epRankSize.")
+    local = experts // world
+    demand = local * gbs * hidden * 2 * 2
+    window = _hccl_window_mb() * 1024 * 1024
+    check(demand <= window,
+          f"HCCL_BUFFSIZE is too SMALL, globalBatchSize = {gbs}, h = {hidden}, moeExpertNumPerRank = {local}, "
+          "NEEDED_HCCL_BUFFSIZE(moeExpertNumPerRank * globalBatchSize * h * TOKEN_DTYPE_BYTE_SIZE * doubleBuffer) "
+          f"B={(demand + 1024 * 1024 - 1) // (1024 * 1024)}MB, HCCL_BUFFSIZE={window // (1024 * 1024)}MB.")
 
 
 def ffn(qx: torch.Tensor, sx: torch.Tensor, w1: torch.Tensor, s1: torch.Tensor, w2: torch.Tensor,
@@ -72,14 +149,25 @@ def fused_deep_moe(
     moe_expert_num: int, quant_mode: int, global_bs: int,
 ) -> list[torch.Tensor]:
     """CPU kernel of `umdk_cam_op_lib::fused_deep_moe` (`quant_mode` is reserved and ignored)."""
+    # pybind fused_deep_moe.cpp
+    bind_assert(x.dim() == 2, "x.dim() == DIM_TWO", f"x shape {tuple(x.shape)}")
+    bind_assert(expert_ids.dim() == 2, "expertIds.dim() == DIM_TWO", f"expert_ids shape {tuple(expert_ids.shape)}")
     require_opapi(ACLNN_API["fused_deep_moe"])
+    # aclnn: the op definition's formats (fused_deep_moe.cpp)
+    check_nz([*((f"gmm1_weight[{i}]", t) for i, t in enumerate(gmm1_weight)),
+              *((f"gmm2_weight[{i}]", t) for i, t in enumerate(gmm2_weight)),
+              ("share_gmm1_weight", share_gmm1_weight), ("share_gmm2_weight", share_gmm2_weight)])
+    # tiling fused_deep_moe_tiling.cpp: the attributes
     world = ep_rank_size
-    bind_assert(1 <= world <= MAX_RANKS, f"1 <= ep_rank_size <= {MAX_RANKS}", f"ep_rank_size={world}")
-    bind_assert(moe_expert_num > 0 and moe_expert_num % world == 0, "moe_expert_num % ep_rank_size == 0",
-                f"moe_expert_num={moe_expert_num}, ep_rank_size={world}")
+    tiling_check(world > 0, _API, _NODE, _TILING, "epRankSize must > 0.")
+    tiling_check(0 <= ep_rank_id < world, _API, _NODE, _TILING,
+                 "epRankId must >= 0." if ep_rank_id < 0 else "epRankId must < epRankSize.")
+    tiling_check(moe_expert_num <= MAX_EXPERTS, _API, _NODE, _TILING, f"moeExpertNum must <= {MAX_EXPERTS}.")
+    tiling_check(moe_expert_num > 0, _API, _NODE, _TILING, "moeExpertNum must > 0.")
+    tiling_check(moe_expert_num % world == 0, _API, _NODE, _TILING, "moeExpertNum must be divisible by epRankSize.")
+    bind_assert(world <= MAX_RANKS, f"ep_rank_size <= {MAX_RANKS}", f"ep_rank_size={world}")
     local = moe_expert_num // world
-    bind_assert(x.dim() == 2 and x.is_contiguous(), "x.dim() == 2 && x.is_contiguous()",
-                f"x shape {tuple(x.shape)}")
+    bind_assert(x.is_contiguous(), "x.is_contiguous()")
     bind_assert(x.dtype in FLOAT_DTYPES, "x.dtype in (bf16, fp16, fp32)", f"got {x.dtype}")
     bs, hidden = x.shape
     bind_assert(expert_ids.dim() == 2 and expert_ids.size(0) == bs, "expert_ids.sizes() == (bs, top_k)",
@@ -87,9 +175,6 @@ def fused_deep_moe(
     top_k = expert_ids.size(1)
     bind_assert(tuple(expert_scales.shape) == (bs, top_k), "expert_scales.sizes() == expert_ids.sizes()",
                 f"{tuple(expert_scales.shape)} vs {(bs, top_k)}")
-    bind_assert(global_bs >= 0 and global_bs % world == 0 and (global_bs == 0 or global_bs >= bs * world),
-                "global_bs in {0, bs*ep_rank_size, max_bs*ep_rank_size}",
-                f"global_bs={global_bs}, bs={bs}, ep_rank_size={world}")
     w1 = _stack(gmm1_weight, local, 2, "gmm1_weight")
     s1 = _stack(gmm1_weight_scale, local, 1, "gmm1_weight_scale")
     w2 = _stack(gmm2_weight, local, 2, "gmm2_weight")
@@ -108,18 +193,23 @@ def fused_deep_moe(
     bind_assert(all(t is None for t in shared) or all(t is not None for t in shared),
                 "share_* all given or all absent")
     if x_active_mask is not None:
-        bind_assert(x_active_mask.dim() == 1 and x_active_mask.numel() == bs, "x_active_mask (bs,)",
-                    f"shape {tuple(x_active_mask.shape)}")
+        tiling_check(x_active_mask.dim() == 1, _API, _NODE, _TILING,
+                     f" xActiveMask scale shape dims must be 1, but current dim num is {x_active_mask.dim()}.")
+        tiling_check(x_active_mask.size(0) == bs, _API, _NODE, _TILING,
+                     f"xActiveMask Dim0 must be batchSize({bs}), but current dim is {x_active_mask.size(0)}.")
+    share_width = None if share_gmm1_weight is None else int(share_gmm1_weight.shape[-1])
+    _tiling(bs, hidden, top_k, 2 * inter, share_width, world, ep_rank_id, moe_expert_num, global_bs)
     group = resolve_group(group_ep)
     check_rank(group, ep_rank_id, ep_rank_size, "ep_rank_id", "ep_rank_size")
     ids = expert_ids.to(torch.int64)
-    check_expert_ids(ids, moe_expert_num, "expert_ids")
 
+    # the mask is a count: the first sum(mask) tokens are active (TokenActiveMaskCal)
+    n_active = bs if x_active_mask is None else min(int(x_active_mask.to(torch.int64).sum()), bs)
+    active = torch.arange(bs) < n_active
     # source side: smooth, quantise each copy, ship it to the owner of its expert
-    active = torch.ones(bs, dtype=torch.bool) if x_active_mask is None else x_active_mask.to(torch.bool)
     tok = torch.arange(bs, dtype=torch.int64).repeat_interleave(top_k)
     kk = torch.arange(top_k, dtype=torch.int64).repeat(bs)
-    keep = active[tok]
+    keep = active[tok] & valid_ids(ids.reshape(-1), moe_expert_num)
     tok, kk = tok[keep], kk[keep]
     exp = ids[tok, kk]
     rows = x.to(torch.float32)[tok]
@@ -144,7 +234,7 @@ def fused_deep_moe(
     gathered[b_meta[:, 0] * top_k + b_meta[:, 1]] = b_y.to(torch.float32)
     weights = expert_scales.to(torch.float32).unsqueeze(-1)
     output = (gathered.view(bs, top_k, hidden) * weights).sum(dim=1)
-    output[~active] = 0
+    output[~active] = float("nan")   # undefined upstream (never written by the kernel)
     output = output.to(x.dtype)
 
     share_output = torch.zeros((bs, hidden), dtype=x.dtype)

@@ -12,6 +12,15 @@ Dispatch:
    top-k slot, as the kernel computes it) and, with `use_quant`, quantised per row (see `quant`).
    max(R_d, 1) rows are allocated; a spare row is zero-filled (undefined upstream).
 
+Checks as upstream (umdk 00cc16f1): the pybind TORCH_BIND_ASSERTs of
+`src/cam/comm_operator/pybind/moe_dispatch_prefill.cpp` / `moe_combine_prefill.cpp`, then the tiling of
+`ascend_kernels/moe_dispatch_normal/op_host/moe_dispatch_normal_tiling.cpp` (ranks [2, 384], experts
+(0, 512] and divisible by ranks, tokens [1, 8000], H in [1024, 7168], x bf16/fp16, top_k in (0, min(16, E)])
+and `moe_combine_normal/op_host/moe_combine_normal_tiling.cpp` (H of x in [1024, 7168], x bf16/fp16, tokens of
+topk_weights [1, 8000]), failing with EZ9999 (`_tiling`). Not modelled: the HCCL_BUFFSIZE window check (the
+prefill ops need about 414 MB plus the rows, so the default 200 MB window always fails upstream).
+Ids outside [0, E) are the kernel's out-of-bounds write (`layout.valid_ids`): those copies are dropped.
+
 Combine: each received row goes back to slot t·K + k of its source, which computes
 `out[t] = Σ_k topk_weights[t, k] · row(t, k)` accumulating in float32, cast to x's dtype.
 """
@@ -23,24 +32,18 @@ import torch
 from ._assert import bind_assert
 from ._comm import all_to_all_counts, check_rank, exchange_rows, resolve_group
 from ._opapi import require_opapi
-from ._schemas import ACLNN_API
-from .layout import MAX_RANKS, check_expert_ids
+from ._tiling import tiling_check
+from .layout import MAX_EXPERTS, MAX_RANKS, valid_ids
 from .quant import quantize_per_row
 
-FLOAT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
-
-
-MAX_TOKENS = 8192
-MAX_TOP_K = 16
-
-
-def _check_2d(t: torch.Tensor, name: str) -> None:
-    bind_assert(t.dim() == 2, f"{name}.dim() == 2", f"{name} has shape {tuple(t.shape)}")
-    bind_assert(t.is_contiguous(), f"{name}.is_contiguous()")
-
-
-def _check_ranks(num_ranks: int) -> None:
-    bind_assert(2 <= num_ranks <= MAX_RANKS, f"2 <= num_ranks <= {MAX_RANKS}", f"num_ranks={num_ranks}")
+# moe_dispatch_normal_tiling.cpp / moe_combine_normal_tiling.cpp (umdk 00cc16f1)
+X_DTYPES = (torch.bfloat16, torch.float16)
+MIN_RANKS = 2
+MAX_TOKENS = 8000   # BS_UPPER_BOUND
+MAX_TOP_K = 16      # K_MAX
+H_MIN, H_MAX = 1024, 7168
+_DISPATCH_TILING = "moe_dispatch_normal_tiling.cpp"
+_COMBINE_TILING = "moe_combine_normal_tiling.cpp"
 
 
 def moe_dispatch_prefill(
@@ -50,33 +53,50 @@ def moe_dispatch_prefill(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """CPU kernel of `umdk_cam_op_lib::moe_dispatch_prefill`; returns
     (recv_x, dynamic_scales_out, expand_idx_out, recv_count, recv_tokens_per_expert)."""
-    require_opapi(ACLNN_API["moe_dispatch_prefill"])
     ntpe = num_tokens_per_expert
-    bind_assert(ntpe.dtype == torch.int32, "num_tokens_per_expert.dtype == int32", f"got {ntpe.dtype}")
-    bind_assert(ntpe.dim() == 1, "num_tokens_per_expert.dim() == 1", f"shape {tuple(ntpe.shape)}")
-    bind_assert(ntpe.is_contiguous(), "num_tokens_per_expert.is_contiguous()")
-    _check_ranks(num_ranks)
+    # pybind moe_dispatch_prefill.cpp
+    bind_assert(ntpe.dtype == torch.int32, "numTokensPerExpert.scalar_type() == at::kInt", f"got {ntpe.dtype}")
+    bind_assert(MIN_RANKS <= num_ranks <= MAX_RANKS, "numRanks >= NUM_RANKS_MIN && numRanks <= NUM_RANKS_MAX",
+                f"num_ranks={num_ranks}")
+    bind_assert(x.dim() == 2 and x.is_contiguous(), "x.dim() == DIM_TWO and x.is_contiguous()",
+                f"x shape {tuple(x.shape)}")
+    bind_assert(ntpe.dim() == 1 and ntpe.is_contiguous(),
+                "numTokensPerExpert.dim() == 1 and numTokensPerExpert.is_contiguous()", f"shape {tuple(ntpe.shape)}")
+    bind_assert(ntpe.size(0) % num_ranks == 0, "numTokensPerExpert.size(0) % numRanks == 0",
+                f"len(num_tokens_per_expert)={ntpe.numel()}, num_ranks={num_ranks}")
     num_experts = ntpe.numel()
-    bind_assert(num_experts > 0 and num_experts % num_ranks == 0, "num_experts % num_ranks == 0",
-                f"len(num_tokens_per_expert)={num_experts}, num_ranks={num_ranks}")
-    _check_2d(x, "x")
-    bind_assert(x.dtype in FLOAT_DTYPES, "x.dtype in (bf16, fp16, fp32)", f"got {x.dtype}")
-    _check_2d(topk_idx, "topk_idx")
-    _check_2d(topk_weights, "topk_weights")
-    tokens, top_k = topk_idx.shape
-    # documented limits (CAM API Guide, cam-ops.md §8): batch [1, 8K], top_k (0, 16]
-    bind_assert(1 <= tokens <= MAX_TOKENS, f"1 <= batch size <= {MAX_TOKENS}", f"batch size {tokens}")
-    bind_assert(0 < top_k <= MAX_TOP_K, f"0 < top_k <= {MAX_TOP_K}", f"top_k {top_k}")
-    bind_assert(x.size(0) == tokens, "x.size(0) == topk_idx.size(0)", f"{x.size(0)} vs {tokens}")
-    bind_assert(tuple(topk_weights.shape) == (tokens, top_k), "topk_weights.sizes() == topk_idx.sizes()")
-    bind_assert(tuple(send_token_idx_small.shape) == (tokens, top_k),
-                "send_token_idx_small.sizes() == topk_idx.sizes()",
-                f"{tuple(send_token_idx_small.shape)} vs {(tokens, top_k)}")
+    bind_assert(num_experts > 0, "numExperts > 0")
+    bind_assert(topk_idx.dim() == 2 and topk_idx.is_contiguous(),
+                "topkIdxInt32.dim() == DIM_TWO and topkIdxInt32.is_contiguous()", f"shape {tuple(topk_idx.shape)}")
+    bind_assert(topk_weights.dim() == 2 and topk_weights.is_contiguous(),
+                "topkWeights.dim() == DIM_TWO and topkWeights.is_contiguous()")
+    tokens, hidden = x.shape
+    top_k = topk_idx.size(1)
+    bind_assert(tokens == topk_idx.size(0), "numTokens == topkIdxInt32.size(0)", f"{tokens} vs {topk_idx.size(0)}")
+    bind_assert(send_token_idx_small.dim() == 2 and tokens == send_token_idx_small.size(0),
+                "numTokens == sendTokenIdxSmall.size(0)", f"shape {tuple(send_token_idx_small.shape)}")
+    bind_assert(top_k == topk_weights.size(1), "numTopk == topkWeights.size(1)")
+    bind_assert(top_k == send_token_idx_small.size(1), "numTopk == sendTokenIdxSmall.size(1)")
+    require_opapi("aclnnNotifyDispatch")
+    require_opapi("aclnnMoeDispatchNormal")
+    # tiling moe_dispatch_normal_tiling.cpp
+    api, node = "aclnnMoeDispatchNormal", "MoeDispatchNormal"
+    tiling_check(num_experts <= MAX_EXPERTS, api, node, _DISPATCH_TILING,
+                 f"moeExpertNum is invalid, only support (0, {MAX_EXPERTS}], but got moeExpertNum={num_experts}.")
+    tiling_check(1 <= tokens <= MAX_TOKENS, api, node, _DISPATCH_TILING,
+                 f"xDim0(BS) is invalid. Should be between [1, {MAX_TOKENS}], but got xDim0={tokens}.")
+    tiling_check(H_MIN <= hidden <= H_MAX, api, node, _DISPATCH_TILING,
+                 f"xShape dims1(H) should be in [{H_MIN}, {H_MAX}], but got {hidden}.")
+    tiling_check(0 < top_k <= min(MAX_TOP_K, num_experts), api, node, _DISPATCH_TILING,
+                 f"expertIdShape's dim1(k) should be in (0, min({MAX_TOP_K}, moeExpertNum={num_experts})], "
+                 f"but got expertIdShape's dim1={top_k}.")
+    tiling_check(x.dtype in X_DTYPES, api, node, _DISPATCH_TILING,
+                 "x dataType is invalid, dataType should be bf16 or float16, but is .")
     group = resolve_group(group_ep)
     check_rank(group, rank, num_ranks)
     idx = topk_idx.to(torch.int64).reshape(-1)
-    check_expert_ids(idx, num_experts)
-    actual = torch.bincount(idx, minlength=num_experts)
+    ok = valid_ids(idx, num_experts)
+    actual = torch.bincount(idx[ok], minlength=num_experts)
     bind_assert(bool(torch.equal(actual, ntpe.to(torch.int64))),
                 "num_tokens_per_expert matches topk_idx",
                 "num_tokens_per_expert is not the per-expert count of topk_idx (use get_dispatch_layout)")
@@ -90,10 +110,9 @@ def moe_dispatch_prefill(
     recv_tokens_per_expert = cnt.sum(dim=1).to(torch.int64)
 
     # MoeDispatchNormal: ship (l, t, k, slot) + the row, to the owner of each copy's expert
-    n = idx.numel()
-    copy_no = torch.arange(n, dtype=torch.int64)
-    meta = torch.stack([idx % local, copy_no // top_k, copy_no % top_k,
-                        send_token_idx_small.to(torch.int64).reshape(-1)], dim=1)
+    copy_no = torch.arange(idx.numel(), dtype=torch.int64)[ok]                 # bad-id copies are lost
+    meta = torch.stack([idx[ok] % local, copy_no // top_k, copy_no % top_k,
+                        send_token_idx_small.to(torch.int64).reshape(-1)[ok]], dim=1)
     token_of_copy = copy_no // top_k
     if use_quant:
         q, dq = quantize_per_row(x)
@@ -101,7 +120,7 @@ def moe_dispatch_prefill(
     else:
         columns = [meta, x[token_of_copy]]
     recv_from = cnt.sum(dim=0)                                                 # rows from each source
-    got, src = exchange_rows(columns, idx // local, group, recv_counts=recv_from.tolist())
+    got, src = exchange_rows(columns, idx[ok] // local, group, recv_counts=recv_from.tolist())
 
     rows = max(total, 1)
     recv_x = torch.zeros((rows, x.size(1)), dtype=torch.int8 if use_quant else x.dtype)
@@ -127,15 +146,27 @@ def moe_combine_prefill(
     send_head: torch.Tensor, group_ep: str, rank: int, num_ranks: int,
 ) -> torch.Tensor:
     """CPU kernel of `umdk_cam_op_lib::moe_combine_prefill`; returns combined_x (T, H), dtype of x."""
-    require_opapi(ACLNN_API["moe_combine_prefill"])
-    _check_ranks(num_ranks)
-    _check_2d(x, "x")
-    bind_assert(x.dtype in FLOAT_DTYPES, "x.dtype in (bf16, fp16, fp32)", f"got {x.dtype}")
-    _check_2d(topk_weights, "topk_weights")
-    bind_assert(topk_idx.dim() == 2, "topk_idx.dim() == 2", f"shape {tuple(topk_idx.shape)}")
-    bind_assert(src_idx.dim() == 1, "src_idx.dim() == 1", f"shape {tuple(src_idx.shape)}")
-    bind_assert(send_head.dim() == 1 and send_head.numel() > 0, "send_head.dim() == 1",
+    # pybind moe_combine_prefill.cpp
+    bind_assert(x.dim() == 2 and x.is_contiguous(), "x.dim() == DIM_TWO and x.is_contiguous()",
+                f"x shape {tuple(x.shape)}")
+    bind_assert(topk_weights.dim() == 2, "topkWeights.dim() == DIM_TWO", f"shape {tuple(topk_weights.shape)}")
+    bind_assert(topk_idx.dim() == 2, "topkIdx.dim() == DIM_TWO", f"shape {tuple(topk_idx.shape)}")
+    bind_assert(src_idx.dim() == 1, "srcIdx.dim() == 1", f"shape {tuple(src_idx.shape)}")
+    bind_assert(send_head.dim() == 1 and send_head.numel() > 0, "sendHead.dim() == 1",
                 f"shape {tuple(send_head.shape)}")
+    require_opapi("aclnnMoeCombineNormal")
+    # tiling moe_combine_normal_tiling.cpp
+    api, node = "aclnnMoeCombineNormal", "MoeCombineNormal"
+    tiling_check(MIN_RANKS <= num_ranks <= MAX_RANKS, api, node, _COMBINE_TILING,
+                 f"epWorldSize is invalid, only support [{MIN_RANKS}, {MAX_RANKS}], but got epWorldSize={num_ranks}.")
+    tiling_check(x.dtype in X_DTYPES, api, node, _COMBINE_TILING,
+                 "recvX dataType is invalid, dataType should be bf16 or float16, but is ")
+    tiling_check(H_MIN <= x.size(1) <= H_MAX, api, node, _COMBINE_TILING,
+                 f"recvX's dim1(H) should be in [{H_MIN}, {H_MAX}], but got {x.size(1)}.")
+    tiling_check(1 <= topk_weights.size(0) <= MAX_TOKENS, api, node, _COMBINE_TILING,
+                 f"Invalid topkWeights dims0(BS) {topk_weights.size(0)}. Should be between [1, {MAX_TOKENS}].")
+    tiling_check(0 < topk_weights.size(1) <= MAX_TOP_K, api, node, _COMBINE_TILING,
+                 f"topkWeights's dim1(k) should be in (0, {MAX_TOP_K}], but got {topk_weights.size(1)}.")
     bind_assert(send_head.numel() % num_ranks == 0, "send_head.size(0) % num_ranks == 0",
                 f"len(send_head)={send_head.numel()}, num_ranks={num_ranks}")
     group = resolve_group(group_ep)

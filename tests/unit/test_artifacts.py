@@ -8,6 +8,7 @@ import hashlib
 import json
 import os
 import platform
+import re
 import shutil
 import subprocess
 import sys
@@ -20,7 +21,9 @@ from framework.lab.artifacts import ArtifactError
 
 REPO = Path(__file__).resolve().parents[2]
 needs_makeself = pytest.mark.skipif(shutil.which("makeself") is None, reason="makeself not installed")
-SUCCESS = "SUCCESS: CAM custom operator package installed to {}/vendors/CAM"
+SUCCESS = "SUCCESS"
+#: a line of the msOpGen installer (tests/data/ascend/custom-opp-install-*.txt)
+LOG_RE = re.compile(r"^\[ops_custom\] \[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\] \[(INFO|ERROR|WARNING)\] ")
 
 
 def run(argv: list[str], **kw) -> subprocess.CompletedProcess:
@@ -87,9 +90,11 @@ def test_cli_builds_and_prints_both_paths(tmp_path):
     paths = json.loads(res.stdout)
     assert sorted(paths) == ["run", "wheel"] and all(Path(p).is_file() for p in paths.values())
     res = run([sys.executable, "-m", "framework.artifacts", "build", "--out", str(tmp_path / "p"), "--only", "run",
-               "--soc", "ascend910_93"], cwd=REPO)
+               "--soc", "ascend910_93", "--template", "old"], cwd=REPO)
     assert res.returncode == 0 and res.stdout.strip().endswith(f"CAM_ascend910_93_{artifacts.os_id()}_"
                                                                 f"{platform.machine()}.run")
+    listing = run(["sh", res.stdout.strip(), "--list"]).stdout
+    assert "./vendors/CAM/op_api/lib/libcust_opapi.so" in listing
 
 
 @needs_makeself
@@ -102,6 +107,8 @@ def test_builds_are_reproducible(built, tmp_path):
 def test_bad_arguments_are_artifact_errors(tmp_path):
     with pytest.raises(ArtifactError, match="unknown fault"):
         artifacts.build_run_package(tmp_path, fault="boom")
+    with pytest.raises(ArtifactError, match="unknown installer template"):
+        artifacts.build_run_package(tmp_path, template="boom")
     with pytest.raises(ArtifactError, match="no pyproject.toml"):
         artifacts.build_wheel(tmp_path, source=tmp_path)
     with pytest.raises(ArtifactError, match="unsupported makeself version"):
@@ -109,11 +116,24 @@ def test_bad_arguments_are_artifact_errors(tmp_path):
 
 
 # --------------------------------------------------------------------------- the .run package
+def _installer_lines(stdout: str) -> list[str]:
+    """The installer's log lines; every other line must be a same-file listing (``include lib ``)."""
+    lines = stdout.splitlines()
+    for line in lines[:-1]:
+        assert LOG_RE.match(line) or re.fullmatch(r"([\w.-]+ )+", line), line
+    return [ln for ln in lines if LOG_RE.match(ln)]
+
+
 def test_install_tree_and_output(built, installed, tmp_path):
     res = run([str(built["run"]), f"--install-path={installed}", "--quiet"])      # reinstall over it
     assert res.returncode == 0
-    assert res.stdout.splitlines() == [SUCCESS.format(installed)]
+    lines = res.stdout.splitlines()
+    assert lines[-1] == SUCCESS                                                    # a bare SUCCESS line, last
+    logged = _installer_lines(res.stdout)
+    assert "[INFO] upgrade op api" in " ".join(logged) and "include lib " in lines   # same files listed
     vendor = installed / "vendors" / "CAM"
+    assert logged[-1].endswith(f"execute the command [ source {vendor}/bin/set_env.bash ] to set the environment "
+                               "path")
     for rel in ("bin/set_env.bash", "op_api/lib/libcust_opapi.so", "version.info",
                 "op_api/include/aclnn_moe_dispatch_normal.h",
                 f"op_impl/ai_core/tbe/op_tiling/lib/linux/{platform.machine()}/libcust_opmaster_rt2.0.so",
@@ -121,20 +141,32 @@ def test_install_tree_and_output(built, installed, tmp_path):
         assert (vendor / rel).is_file(), rel
     info = dict(line.split("=", 1) for line in (vendor / "version.info").read_text().splitlines())
     assert info["Version"] == "209.0.0b1" and info["vendor_name"] == "CAM" and info["soc_version"] == "cpu"
-    assert not list(installed.glob("vendors/CAM.camit-new.*"))                     # no staging left over
+
+
+def test_libcust_opapi_is_a_shared_object_with_every_aclnn_api(installed):
+    lib = installed / "vendors" / "CAM" / "op_api" / "lib" / "libcust_opapi.so"
+    assert lib.read_bytes()[:4] == b"\x7fELF"
+    res = run([sys.executable, "-c", "import ctypes, sys; lib = ctypes.CDLL(sys.argv[1]); "
+               "print(all(hasattr(lib, n) for n in sys.argv[2:]))", str(lib),
+               *[n for api in artifacts.ACLNN_APIS for n in (api, api + "GetWorkspaceSize")]])
+    assert res.stdout.strip() == "True", res.stderr
+    # the names are upstream's EXEC_NPU_CMD(...) of umdk src/cam/comm_operator/pybind/*.cpp
+    assert set(artifacts.ACLNN_APIS) == {"aclnnFusedDeepMoe", "aclnnDispatchLayout", "aclnnNotifyDispatch",
+                                         "aclnnMoeDispatchNormal", "aclnnMoeCombineNormal"}
 
 
 def test_verbose_install_looks_like_cann(built, tmp_path):
     root = tmp_path / "opp"
-    (root / "vendors" / "CAM").mkdir(parents=True)
-    (root / "vendors" / "CAM" / "stale.txt").write_text("old")
-    res = run([str(built["run"]), f"--install-path={root}/"])
+    stale = root / "vendors" / "CAM" / "op_api" / "lib" / "libstale.so"
+    stale.parent.mkdir(parents=True)
+    stale.write_text("old")
+    res = run(["sh", str(built["run"]), f"--install-path={root}/"])
     assert res.returncode == 0, res.stdout
     lines = res.stdout.splitlines()
     assert lines[0].startswith("Verifying archive integrity...") and "All good." in lines[0]
-    assert any("replacing the existing" in ln for ln in lines)
-    assert lines[-1] == SUCCESS.format(root)
-    assert not (root / "vendors" / "CAM" / "stale.txt").exists()
+    assert any(ln.endswith("[INFO] replace or merge old ops op_api files ......") for ln in lines)
+    assert lines[-1] == SUCCESS
+    assert not stale.exists()                                   # quiet: the old op_api directory is replaced
 
 
 def test_set_env_bash_prepends_the_vendor_paths(installed):
@@ -145,35 +177,61 @@ def test_set_env_bash_prepends_the_vendor_paths(installed):
     res = bash(script)
     assert res.returncode == 0, res.stderr
     ld, opp, opp2 = res.stdout.splitlines()
-    assert ld == f"{vendor}/op_api/lib:/usr/lib/x"
-    assert opp == str(vendor)                                       # no stray ':' when it was unset
-    assert opp2 == f"{vendor}:{vendor}"
+    assert ld == f"{vendor}/op_api/lib/:/usr/lib/x"              # as the template writes it (trailing '/')
+    assert opp == f"{vendor}:"                                   # the template's stray ':' when unset
+    assert opp2 == f"{vendor}:{vendor}:"
+
+
+def test_old_template_set_env_lacks_op_api_and_prints_the_hint(tmp_path):
+    pkg = artifacts.build_run_package(tmp_path / "out", template="old")
+    root = tmp_path / "opp"
+    res = run(["sh", str(pkg), f"--install-path={root}", "--quiet"])
+    assert res.returncode == 0 and res.stdout.splitlines()[-1] == SUCCESS
+    vendor = root / "vendors" / "CAM"
+    assert _installer_lines(res.stdout)[-1].endswith(
+        f"execute the command [ export LD_LIBRARY_PATH={vendor}/op_api/lib/:${{LD_LIBRARY_PATH}} ] to set the "
+        "environment path")
+    text = (vendor / "bin" / "set_env.bash").read_text()
+    assert text == f"#!/bin/bash\nexport ASCEND_CUSTOM_OPP_PATH={vendor}:${{ASCEND_CUSTOM_OPP_PATH}}\n"
+    res = bash(f'unset LD_LIBRARY_PATH; source "{vendor}/bin/set_env.bash"; printf %s "$LD_LIBRARY_PATH"')
+    assert res.stdout == ""
+    with pytest.raises(ArtifactError, match="unknown installer template"):
+        artifacts.build_run_package(tmp_path / "x", template="ancient")
 
 
 def test_quotes_and_spaces_in_the_install_path(built, tmp_path):
     root = tmp_path / "it's a $HOME `id` dir" / "opp"
     res = run([str(built["run"]), f"--install-path={root}", "--quiet"])
-    assert res.returncode == 0 and res.stdout.strip() == SUCCESS.format(root)
+    assert res.returncode == 0 and res.stdout.splitlines()[-1] == SUCCESS
     res = bash('unset LD_LIBRARY_PATH; source "$0/vendors/CAM/bin/set_env.bash"; printf %s "$LD_LIBRARY_PATH"',
                str(root))
-    assert res.stdout == f"{root}/vendors/CAM/op_api/lib"
+    assert res.stdout == f"{root}/vendors/CAM/op_api/lib/:"
 
 
 def test_relative_install_path_is_refused(built, tmp_path):
     res = run([str(built["run"]), "--install-path=rel/opp", "--quiet"], cwd=tmp_path)
     assert res.returncode != 0
-    assert res.stdout.startswith("ERROR: use absolute path")
+    assert LOG_RE.match(res.stdout) and "[ERROR] use absolute path for --install-path argument" in res.stdout
     assert "SUCCESS" not in res.stdout and not (tmp_path / "rel").exists()
 
 
-def test_unknown_option_and_missing_path(built, tmp_path):
-    res = run([str(built["run"]), "--install-path=/x", "--frobnicate", "--quiet"])
-    assert res.returncode != 0 and "ERROR: unknown option '--frobnicate'" in res.stdout
-    env = {k: v for k, v in os.environ.items() if k != "ASCEND_OPP_PATH"}
+def test_unknown_options_are_ignored_and_the_default_target(built, tmp_path):
+    res = run([str(built["run"]), f"--install-path={tmp_path / 'a'}", "--frobnicate", "--install-for-all",
+               "--quiet", "--version"])
+    assert res.returncode == 0 and res.stdout.splitlines()[-1] == SUCCESS, res.stdout
+    assert (tmp_path / "a" / "vendors" / "CAM" / "bin" / "set_env.bash").is_file()
+    env = {k: v for k, v in os.environ.items() if k not in ("ASCEND_OPP_PATH", "ASCEND_CUSTOM_OPP_PATH")}
     res = run([str(built["run"]), "--quiet"], env=env)
-    assert res.returncode != 0 and "ERROR: no --install-path given" in res.stdout
+    assert res.returncode != 0 and "[ERROR] env ASCEND_OPP_PATH no exist" in res.stdout
     res = run([str(built["run"]), "--quiet"], env=dict(env, ASCEND_OPP_PATH=str(tmp_path / "opp")))
-    assert res.returncode == 0 and res.stdout.strip() == SUCCESS.format(tmp_path / "opp")
+    assert res.returncode != 0 and f"[ERROR] {tmp_path / 'opp'} no exist" in res.stdout
+    (tmp_path / "opp").mkdir()
+    res = run([str(built["run"]), "--quiet"], env=dict(env, ASCEND_OPP_PATH=str(tmp_path / "opp")))
+    assert res.returncode == 0 and res.stdout.splitlines()[-1] == SUCCESS
+    vendors = tmp_path / "opp" / "vendors"
+    assert (vendors / "config.ini").read_text() == "load_priority=CAM\n"
+    assert not (vendors / "CAM" / "bin").exists()               # set_env.bash only with --install-path
+    assert "export LD_LIBRARY_PATH=" in _installer_lines(res.stdout)[-1]
 
 
 def test_makeself_own_options_still_work(built):
@@ -187,8 +245,6 @@ def test_makeself_own_options_still_work(built):
     assert "./install.sh" in res.stdout
     res = run([str(built["run"]), "--help"])
     assert res.returncode == 0 and "--install-path=<absolute path>" in res.stderr
-    res = run([str(built["run"]), "--quiet", "--version"])
-    assert res.returncode == 0 and res.stdout.strip() == "209.0.0b1"
 
 
 @needs_makeself
@@ -198,8 +254,11 @@ def test_fault_fail_exits_nonzero_and_installs_nothing(tmp_path):
     root = tmp_path / "opp"
     res = run([str(pkg), f"--install-path={root}", "--quiet"])
     assert res.returncode != 0
-    assert any(ln.startswith("ERROR:") for ln in res.stdout.splitlines()) and "SUCCESS" not in res.stdout
-    assert not root.exists()
+    assert any("[ERROR]" in ln and LOG_RE.match(ln) for ln in res.stdout.splitlines()) and "SUCCESS" not in res.stdout
+    assert not (root / "vendors").exists()
+    from framework.deploy.plan import parse_run_output
+    ok, err = parse_run_output(res.stdout)
+    assert not ok and err is not None and "[ERROR]" in err
 
 
 @needs_makeself
@@ -244,7 +303,22 @@ def test_op_call_needs_the_vendor_set_env(venv, installed, tmp_path):
     assert bad.returncode != 0
     assert bad.stderr.strip().splitlines()[-1] == (
         "RuntimeError: aclnnDispatchLayout or aclnnDispatchLayoutGetWorkspaceSize not in libopapi.so, "
-        "or libopapi.so not found.")
+        "or libopapi.sonot found.")
+
+
+def test_old_template_op_call_needs_ld_library_path(venv, tmp_path):
+    """Old msOpGen template: set_env.bash alone is not enough, the printed LD_LIBRARY_PATH export is."""
+    pkg = artifacts.build_run_package(tmp_path / "out", template="old")
+    root = tmp_path / "opp"
+    assert run(["sh", str(pkg), f"--install-path={root}", "--quiet"]).returncode == 0
+    vendor = root / "vendors" / "CAM"
+    only_set_env = bash('source "$0/bin/set_env.bash" && exec "$1" -c "$2"', str(vendor), str(venv), _CALL,
+                        cwd=tmp_path, env=_clean_env())
+    assert only_set_env.returncode != 0 and "not in libopapi.so" in only_set_env.stderr
+    with_hint = bash('source "$0/bin/set_env.bash" && export LD_LIBRARY_PATH="$0/op_api/lib/:${LD_LIBRARY_PATH}" '
+                     '&& exec "$1" -c "$2"', str(vendor), str(venv), _CALL, cwd=tmp_path, env=_clean_env())
+    assert with_hint.returncode == 0, with_hint.stderr
+    assert with_hint.stdout.strip() == "209.0.0b1 [1, 2, 1, 0]"
 
 
 def test_broken_wheel_has_its_own_version_and_fails_to_import(tmp_path):

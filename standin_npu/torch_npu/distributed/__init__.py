@@ -41,7 +41,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.distributed_c10d import _world
 
-from .. import _env, _errors, _plog
+from .. import _env, _errors, _fault, _plog
 
 DEFAULT_PG_TIMEOUT_MS = 30 * 60 * 1000  # ProcessGroupHCCL.hpp: DEFAULT_TIMEOUT
 NEVER_S = 10 * 365 * 24 * 3600.0
@@ -198,6 +198,8 @@ class ProcessGroupHCCL(dist.ProcessGroup):
         return super()._get_backend(device)
 
     def _issue(self, op: str, call: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> HcclWork:
+        # a kernel fault poisoned this process's stream: every collective fails (torch_npu._fault)
+        _fault.check("acl::AclQueryEventRecordedStatus(event_, &currStatus)", "query", 859)
         with self._lock:
             self._seq += 1
             seq = self._seq

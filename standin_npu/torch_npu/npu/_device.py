@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from .. import _env, _errors, _occupancy, _plog
+from .. import _env, _errors, _fault, _occupancy, _plog
 
 _current: int | None = None
 _initialized = False
@@ -119,10 +119,12 @@ def current_device() -> int:
 
 
 def synchronize(device: Any = None) -> None:
-    """Nothing runs asynchronously on the stand-in; collectives fail in their own call (or the watchdog)."""
+    """Nothing runs asynchronously on the stand-in except a recorded kernel fault (``torch_npu._fault``),
+    which fails here, and at every later call; collectives fail in their own call (or the watchdog)."""
     _lazy_init()
     if device is not None:
         _get_device_index(device, optional=True)
+    _fault.check()
 
 
 class device:  # noqa: N801 - torch_npu's name
