@@ -40,7 +40,7 @@ from ._comm import check_rank, exchange_rows, resolve_group
 from ._opapi import require_opapi
 from ._schemas import ACLNN_API
 from ._tiling import tiling_check, tiling_fail
-from .layout import MAX_RANKS, valid_ids
+from .layout import MAX_RANKS, fault_unless, valid_ids
 from .quant import quantize_per_row
 
 FLOAT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
@@ -96,8 +96,8 @@ def _hccl_window_mb() -> int:
         return DEFAULT_HCCL_BUFFSIZE_MB
 
 
-def _tiling(bs: int, hidden: int, top_k: int, gmm1: int, share_gmm1: int | None, world: int, rank: int,
-            experts: int, global_bs: int) -> None:
+def _tiling(bs: int, hidden: int, top_k: int, gmm1: int, share_gmm1: int | None, world: int, experts: int,
+            global_bs: int) -> None:
     """The checks of fused_deep_moe_tiling.cpp, in its order of concern."""
     def check(ok: bool, message: str) -> None:
         tiling_check(ok, _API, _NODE, _TILING, message)
@@ -198,7 +198,7 @@ def fused_deep_moe(
         tiling_check(x_active_mask.size(0) == bs, _API, _NODE, _TILING,
                      f"xActiveMask Dim0 must be batchSize({bs}), but current dim is {x_active_mask.size(0)}.")
     share_width = None if share_gmm1_weight is None else int(share_gmm1_weight.shape[-1])
-    _tiling(bs, hidden, top_k, 2 * inter, share_width, world, ep_rank_id, moe_expert_num, global_bs)
+    _tiling(bs, hidden, top_k, 2 * inter, share_width, world, moe_expert_num, global_bs)
     group = resolve_group(group_ep)
     check_rank(group, ep_rank_id, ep_rank_size, "ep_rank_id", "ep_rank_size")
     ids = expert_ids.to(torch.int64)
@@ -209,7 +209,8 @@ def fused_deep_moe(
     # source side: smooth, quantise each copy, ship it to the owner of its expert
     tok = torch.arange(bs, dtype=torch.int64).repeat_interleave(top_k)
     kk = torch.arange(top_k, dtype=torch.int64).repeat(bs)
-    keep = active[tok] & valid_ids(ids.reshape(-1), moe_expert_num)
+    ids_ok = valid_ids(ids.reshape(-1), moe_expert_num)
+    keep = active[tok] & ids_ok
     tok, kk = tok[keep], kk[keep]
     exp = ids[tok, kk]
     rows = x.to(torch.float32)[tok]
@@ -254,6 +255,7 @@ def fused_deep_moe(
             srows = srows * share_smooth_scales.to(torch.float32).reshape(1, hidden)
         sq, ssx = quantize_per_row(srows)
         share_output = ffn(sq, ssx, sw1, ss1, sw2, ss2, x.dtype)
+    fault_unless(ids_ok[active[torch.arange(bs).repeat_interleave(top_k)]])   # only active tokens are read
     return [output, share_output, expert_token_nums]
 
 

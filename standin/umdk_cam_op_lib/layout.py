@@ -31,17 +31,22 @@ _TILING = "dispatch_layout_tiling.cpp"
 
 
 def valid_ids(ids: torch.Tensor, num_experts: int) -> torch.Tensor:
-    """Mask of the ids in [0, E); any other id is the kernel's out-of-bounds write (`_tiling.device_fault`)."""
-    ok = (ids >= 0) & (ids < num_experts)
+    """Mask of the ids in [0, E); any other id is an out-of-bounds write of the kernel (see `fault_unless`)."""
+    return (ids >= 0) & (ids < num_experts)
+
+
+def fault_unless(ok: torch.Tensor) -> None:
+    """After the op's work (the fault is asynchronous: the call itself completes): a device fault if any
+    id was out of bounds (`_tiling.device_fault`)."""
     if not bool(ok.all()):
         device_fault()
-    return ok
 
 
 def layout(topk_idx: torch.Tensor, num_experts: int) -> tuple[torch.Tensor, torch.Tensor]:
     """The two outputs for an int64 (T, K) `topk_idx`; copies with ids outside [0, E) are left out."""
     flat = topk_idx.reshape(-1)
     ok = valid_ids(flat, num_experts)
+    fault_unless(ok)
     good = flat[ok]
     counts = torch.bincount(good, minlength=num_experts)
     order = torch.argsort(good, stable=True)

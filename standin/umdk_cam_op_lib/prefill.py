@@ -33,7 +33,7 @@ from ._assert import bind_assert
 from ._comm import all_to_all_counts, check_rank, exchange_rows, resolve_group
 from ._opapi import require_opapi
 from ._tiling import tiling_check
-from .layout import MAX_EXPERTS, MAX_RANKS, valid_ids
+from .layout import MAX_EXPERTS, MAX_RANKS, fault_unless, valid_ids
 from .quant import quantize_per_row
 
 # moe_dispatch_normal_tiling.cpp / moe_combine_normal_tiling.cpp (umdk 00cc16f1)
@@ -138,6 +138,7 @@ def moe_dispatch_prefill(
         if use_quant:
             scales[pos] = got[2].view(-1)
         expand_idx[pos] = torch.stack([src, r_meta[:, 1], r_meta[:, 2]], dim=1).to(torch.int32)
+    fault_unless(ok)
     return (recv_x, scales, expand_idx.view(-1), recv_count.to(torch.int32), recv_tokens_per_expert)
 
 

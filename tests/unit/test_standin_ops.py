@@ -3,6 +3,8 @@ the libcust_opapi requirement, group_ep resolution, and fused_deep_moe on a one-
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
@@ -89,7 +91,7 @@ def _np_layout(idx: np.ndarray, num_experts: int) -> tuple[np.ndarray, np.ndarra
 
 
 @pytest.mark.parametrize("tokens,top_k,experts,ranks,dtype", [
-    (32, 8, 16, 16, torch.int64), (37, 5, 24, 4, torch.int32), (1, 1, 2, 2, torch.int64), (0, 4, 8, 2, torch.int64),
+    (32, 8, 16, 16, torch.int64), (37, 5, 24, 4, torch.int32), (1, 1, 2, 2, torch.int64), (8000, 16, 512, 256, torch.int64),
 ])
 def test_layout_matches_numpy(no_opapi_check, tokens, top_k, experts, ranks, dtype):
     rng = np.random.default_rng(tokens * 31 + experts)
@@ -106,19 +108,45 @@ def test_layout_matches_numpy(no_opapi_check, tokens, top_k, experts, ranks, dty
     assert torch.equal(again[0], ntpe) and torch.equal(again[1], slot)
 
 
+# pybind get_dispatch_layout.cpp: dim, contiguity, num_experts > 0 (TORCH_BIND_ASSERT)
 @pytest.mark.parametrize("idx,experts,ranks,cond", [
-    (torch.tensor([[0, -1]]), 4, 2, "0 <= topk_idx < num_experts"),
-    (torch.tensor([[0, 4]]), 4, 2, "0 <= topk_idx < num_experts"),
-    (torch.tensor([0, 1]), 4, 2, "topk_idx.dim() == 2"),
-    (torch.tensor([[0, 1], [1, 2]]).t(), 4, 2, "topk_idx.is_contiguous()"),
-    (torch.tensor([[0, 1]]), 0, 1, "num_experts > 0"),
-    (torch.tensor([[0, 1]]), 4, 3, "num_experts % num_ranks == 0"),
-    (torch.tensor([[0, 1]]), 4, 385, "1 <= num_ranks <= 384"),
+    (torch.tensor([0, 1]), 4, 2, "topkIdxInt64.dim() == DIM_TWO"),
+    (torch.tensor([[0, 1], [1, 2]]).t(), 4, 2, "topkIdxInt64.is_contiguous()"),
+    (torch.tensor([[0, 1]]), 0, 1, "numExperts > 0"),
 ])
 def test_layout_argument_checks(no_opapi_check, idx, experts, ranks, cond):
     with pytest.raises(RuntimeError, match=ASSERT_RE) as info:
         OPS.get_dispatch_layout(idx, experts, ranks)
     assert f"'{cond}'" in str(info.value)
+
+
+TILING_RE = r"^call {} failed, detail:EZ9999: Inner Error!\nEZ9999: \[PID: \d+\] \S+ {}: "
+
+
+# dispatch_layout_tiling.cpp: ranks (0, 384], experts (0, 512], E % R, top_k (0, 16], tokens (0, 8000]
+@pytest.mark.parametrize("tokens,top_k,experts,ranks,message", [
+    (1, 1, 4, 385, "rankSize is invalid, only support (0, 384], but got rankSize=385."),
+    (1, 1, 4, 0, "rankSize is invalid, only support (0, 384], but got rankSize=0."),
+    (1, 1, 513, 1, "numExperts is invalid, only support (0, 512], but got numExperts=513."),
+    (1, 1, 4, 3, "numExperts (4) not divisible by numRanks (3)."),
+    (1, 17, 32, 2, "numTopkPtr is invalid, only support (0, 16], but got numTopk=17."),
+    (1, 0, 4, 2, "numTopkPtr is invalid, only support (0, 16], but got numTopk=0."),
+    (8001, 1, 4, 2, "tokenNum is invalid, only support (0, 8000], but got tokenNum=8001."),
+    (0, 4, 8, 2, "tokenNum is invalid, only support (0, 8000], but got tokenNum=0."),
+])
+def test_layout_tiling_limits(no_opapi_check, tokens, top_k, experts, ranks, message):
+    idx = torch.zeros((tokens, top_k), dtype=torch.int64)
+    with pytest.raises(RuntimeError, match=TILING_RE.format("aclnnDispatchLayout", "DispatchLayout")) as info:
+        OPS.get_dispatch_layout(idx, experts, ranks)
+    assert message in str(info.value) and "[FILE:dispatch_layout_tiling.cpp]" in str(info.value)
+
+
+def test_layout_makes_no_value_check_on_a_cpu_host(no_opapi_check):
+    """An id outside [0, E) (or -1) raises nothing (CPU host, no torch_npu): that copy's write is lost."""
+    assert "torch_npu" not in sys.modules
+    ntpe, slot = OPS.get_dispatch_layout(torch.tensor([[0, -1], [4, 1], [1, 0]]), 4, 2)
+    assert ntpe.tolist() == [2, 2, 0, 0]
+    assert slot[0, 0] == 0 and slot[1, 1] == 0 and slot[2].tolist() == [1, 1]
 
 
 # ----------------------------------------------------------------------------- quantisation
@@ -146,39 +174,68 @@ def test_quant_rounds_half_to_even_and_handles_zero_rows():
 
 
 # ----------------------------------------------------------------------------- libcust_opapi requirement
+_OPAPI_CALLS = {
+    "get_dispatch_layout": "ops.get_dispatch_layout(torch.zeros(1, 1, dtype=torch.int64), 2, 2)",
+    "moe_dispatch_prefill": "ops.moe_dispatch_prefill(torch.zeros(1, 1), torch.zeros(1, 1, dtype=torch.int64), "
+                            "torch.zeros(1, 1), torch.zeros(2, dtype=torch.int32), "
+                            "torch.zeros(1, 1, dtype=torch.int32), '0', 0, 2, False)",
+    "moe_combine_prefill": "ops.moe_combine_prefill(torch.zeros(1, 1), torch.zeros(1, 1, dtype=torch.int64), "
+                           "torch.zeros(1, 1), torch.zeros(3, dtype=torch.int32), torch.zeros(2, dtype=torch.int32), "
+                           "'0', 0, 2)",
+    "fused_deep_moe": "ops.fused_deep_moe(torch.zeros(1, 1), torch.zeros(1, 1, dtype=torch.int32), [], [], [], [], "
+                      "torch.zeros(1, 1), None, None, None, None, None, None, None, '0', 1, 0, 1, 0, 0)",
+}
+
+
+def _call_in_fresh_process(op: str, ld_library_path: str | None, tmp_path: Path) -> subprocess.CompletedProcess:
+    """The op call in a new interpreter: the loader reads LD_LIBRARY_PATH once, at process start."""
+    env = {k: v for k, v in os.environ.items() if k not in ("LD_LIBRARY_PATH", "CAMIT_STANDIN_NO_OPAPI_CHECK")}
+    env["PYTHONPATH"] = STANDIN
+    if ld_library_path is not None:
+        env["LD_LIBRARY_PATH"] = ld_library_path
+    code = ("import torch, umdk_cam_op_lib\nops = torch.ops.umdk_cam_op_lib\n"
+            f"try:\n    {_OPAPI_CALLS[op]}\nexcept RuntimeError as exc:\n    print('ERR', exc)\nelse:\n    print('OK')\n")
+    return subprocess.run([sys.executable, "-c", code], env=env, cwd=tmp_path, capture_output=True, text=True,
+                          timeout=120)
+
+
+@pytest.fixture(scope="module")
+def opapi_dir(tmp_path_factory) -> Path:
+    """A real libcust_opapi.so (the .run's), compiled into a tmp dir."""
+    from framework.lab import artifacts
+
+    return artifacts.build_opapi_library(tmp_path_factory.mktemp("opapi") / "op_api" / "lib").parent
+
+
 @pytest.mark.parametrize("op,api", [
-    ("get_dispatch_layout", "aclnnDispatchLayout"), ("moe_dispatch_prefill", "aclnnMoeDispatchNormal"),
+    ("get_dispatch_layout", "aclnnDispatchLayout"), ("moe_dispatch_prefill", "aclnnNotifyDispatch"),
     ("moe_combine_prefill", "aclnnMoeCombineNormal"), ("fused_deep_moe", "aclnnFusedDeepMoe"),
 ])
-def test_opapi_missing_gives_upstream_message(monkeypatch, tmp_path, op, api):
-    monkeypatch.delenv("CAMIT_STANDIN_NO_OPAPI_CHECK", raising=False)
-    monkeypatch.setenv("LD_LIBRARY_PATH", f"{tmp_path}:/nonexistent")
-    # the check comes first, before any argument is looked at (as the dlopen does upstream)
-    args = {"get_dispatch_layout": (torch.zeros(1, 1, dtype=torch.int64), 2, 2),
-            "moe_dispatch_prefill": (torch.zeros(1, 1), torch.zeros(1, 1, dtype=torch.int64), torch.zeros(1, 1),
-                                     torch.zeros(2, dtype=torch.int32), torch.zeros(1, 1, dtype=torch.int32),
-                                     "0", 0, 2, False),
-            "moe_combine_prefill": (torch.zeros(1, 1), torch.zeros(1, 1, dtype=torch.int64), torch.zeros(1, 1),
-                                    torch.zeros(3, dtype=torch.int32), torch.zeros(2, dtype=torch.int32),
-                                    "0", 0, 2),
-            "fused_deep_moe": (torch.zeros(1, 1), torch.zeros(1, 1, dtype=torch.int32), [], [], [], [],
-                               torch.zeros(1, 1), None, None, None, None, None, None, None, "0", 1, 0, 1, 0, 0)}
-    with pytest.raises(RuntimeError) as info:
-        getattr(OPS, op)(*args[op])
-    assert str(info.value) == f"{api} or {api}GetWorkspaceSize not in libopapi.so, or libopapi.so not found."
+def test_opapi_missing_gives_upstream_message(tmp_path, opapi_dir, op, api):
+    # the library exists on disk, but dlopen by bare name only looks at LD_LIBRARY_PATH (and the ld cache)
+    assert (opapi_dir / "libcust_opapi.so").is_file()
+    res = _call_in_fresh_process(op, f"{tmp_path}:/nonexistent", tmp_path)
+    # EXEC_NPU_CMD's TORCH_CHECK text, with upstream's missing space (pytorch_npu_helper.hpp)
+    assert res.stdout.strip() == f"ERR {api} or {api}GetWorkspaceSize not in libopapi.so, or libopapi.sonot found.", \
+        res.stderr
 
 
-def test_opapi_found_on_ld_library_path(monkeypatch, tmp_path):
-    monkeypatch.delenv("CAMIT_STANDIN_NO_OPAPI_CHECK", raising=False)
-    lib = tmp_path / "vendors" / "CAM" / "op_api" / "lib"
-    lib.mkdir(parents=True)
-    (lib / "libcust_opapi.so").write_text("placeholder\n")
-    monkeypatch.setenv("LD_LIBRARY_PATH", f"::/nonexistent:{lib}")
-    ntpe, _ = OPS.get_dispatch_layout(torch.tensor([[1, 0]]), 2, 1)
-    assert ntpe.tolist() == [1, 1]
-    monkeypatch.setenv("LD_LIBRARY_PATH", "")
-    monkeypatch.setenv("CAMIT_STANDIN_NO_OPAPI_CHECK", "1")
-    assert OPS.get_dispatch_layout(torch.tensor([[1, 0]]), 2, 1)[0].tolist() == [1, 1]
+@pytest.mark.parametrize("op", sorted(_OPAPI_CALLS))
+def test_opapi_dlopened_by_bare_name_through_ld_library_path(tmp_path, opapi_dir, op):
+    res = _call_in_fresh_process(op, f"::/nonexistent:{opapi_dir}", tmp_path)
+    # found: the call goes on to the op's own checks (here: argument, tiling or group errors), never the opapi one
+    assert res.returncode == 0 and "not in libopapi.so" not in res.stdout, res.stdout + res.stderr
+    if op == "get_dispatch_layout":
+        assert res.stdout.strip() == "OK"
+
+
+def test_opapi_check_can_be_turned_off(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "LD_LIBRARY_PATH"}
+    env.update(PYTHONPATH=STANDIN, CAMIT_STANDIN_NO_OPAPI_CHECK="1")
+    res = subprocess.run([sys.executable, "-c", "import torch, umdk_cam_op_lib as m; "
+                          "print(m.get_dispatch_layout(torch.tensor([[1, 0]]), 2, 1)[0].tolist())"],
+                         env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert res.stdout.strip() == "[1, 1]", res.stderr
 
 
 # ----------------------------------------------------------------------------- groups, one-rank world
@@ -197,14 +254,68 @@ def test_group_ep_needs_initialised_dist(no_opapi_check):
 
 
 def test_prefill_needs_two_ranks_and_matching_rank(world1):
-    x, idx = torch.zeros(2, 8, dtype=torch.bfloat16), torch.tensor([[0], [1]])
+    x, idx = torch.zeros(2, 1024, dtype=torch.bfloat16), torch.tensor([[0], [1]])
     ntpe, slot = OPS.get_dispatch_layout(idx, 2, 1)
-    with pytest.raises(RuntimeError, match=ASSERT_RE + "2 <= num_ranks <= 384'"):
+    with pytest.raises(RuntimeError, match=ASSERT_RE + "numRanks >= NUM_RANKS_MIN && numRanks <= NUM_RANKS_MAX'"):
         OPS.moe_dispatch_prefill(x, idx, torch.ones(2, 1), ntpe, slot, cam.group_name(), 0, 1, False)
     with pytest.raises(RuntimeError, match=ASSERT_RE + "num_ranks == group size'"):
         OPS.moe_dispatch_prefill(x, idx, torch.ones(2, 1), ntpe, slot, cam.group_name(), 0, 2, False)
-    with pytest.raises(RuntimeError, match=ASSERT_RE + "num_tokens_per_expert.dtype == int32'"):
+    with pytest.raises(RuntimeError, match=ASSERT_RE + "numTokensPerExpert.scalar_type\\(\\) == at::kInt'"):
         OPS.moe_dispatch_prefill(x, idx, torch.ones(2, 1), ntpe.long(), slot, cam.group_name(), 0, 2, False)
+
+
+GROUP_SIZE_ERR = ASSERT_RE + "num_ranks == group size'"   # past every tiling check (one-rank world, num_ranks 2)
+
+
+def _dispatch(tokens: int, hidden: int, dtype: torch.dtype = torch.bfloat16, top_k: int = 1, experts: int = 2):
+    x = torch.zeros(tokens, hidden, dtype=dtype)
+    idx = torch.zeros(tokens, top_k, dtype=torch.int64)
+    ntpe = torch.zeros(experts, dtype=torch.int32)
+    ntpe[0] = tokens * top_k
+    slot = torch.zeros(tokens, top_k, dtype=torch.int32)
+    return OPS.moe_dispatch_prefill(x, idx, torch.ones(tokens, top_k), ntpe, slot, cam.group_name(), 0, 2, False)
+
+
+# moe_dispatch_normal_tiling.cpp: tokens [1, 8000], H [1024, 7168], x bf16/fp16, top_k (0, min(16, E)]
+@pytest.mark.parametrize("kw,message", [
+    ({"tokens": 8000, "hidden": 1024}, None), ({"tokens": 1, "hidden": 7168, "dtype": torch.float16}, None),
+    ({"tokens": 8001, "hidden": 1024}, "xDim0(BS) is invalid. Should be between [1, 8000], but got xDim0=8001."),
+    ({"tokens": 2, "hidden": 1023}, "xShape dims1(H) should be in [1024, 7168], but got 1023."),
+    ({"tokens": 2, "hidden": 7169}, "xShape dims1(H) should be in [1024, 7168], but got 7169."),
+    ({"tokens": 2, "hidden": 1024, "dtype": torch.float32}, "x dataType is invalid, dataType should be bf16 or float16"),
+    ({"tokens": 2, "hidden": 1024, "top_k": 3, "experts": 2}, "expertIdShape's dim1(k) should be in (0, min(16, "
+                                                                "moeExpertNum=2)], but got expertIdShape's dim1=3."),
+])
+def test_dispatch_prefill_tiling_limits(world1, kw, message):
+    if message is None:
+        with pytest.raises(RuntimeError, match=GROUP_SIZE_ERR):
+            _dispatch(**kw)
+        return
+    with pytest.raises(RuntimeError, match=TILING_RE.format("aclnnMoeDispatchNormal", "MoeDispatchNormal")) as info:
+        _dispatch(**kw)
+    assert message in str(info.value)
+
+
+# moe_combine_normal_tiling.cpp: H of x [1024, 7168], x bf16/fp16, tokens of topk_weights [1, 8000]
+@pytest.mark.parametrize("hidden,dtype,tokens,message", [
+    (1024, torch.bfloat16, 8000, None), (7168, torch.float16, 1, None),
+    (1023, torch.bfloat16, 2, "recvX's dim1(H) should be in [1024, 7168], but got 1023."),
+    (7169, torch.bfloat16, 2, "recvX's dim1(H) should be in [1024, 7168], but got 7169."),
+    (1024, torch.float32, 2, "recvX dataType is invalid, dataType should be bf16 or float16"),
+    (1024, torch.bfloat16, 8001, "Invalid topkWeights dims0(BS) 8001. Should be between [1, 8000]."),
+])
+def test_combine_prefill_tiling_limits(world1, hidden, dtype, tokens, message):
+    def call() -> None:
+        OPS.moe_combine_prefill(torch.zeros(1, hidden, dtype=dtype), torch.zeros(tokens, 1, dtype=torch.int64),
+                                torch.ones(tokens, 1), torch.zeros(3, dtype=torch.int32),
+                                torch.zeros(2, dtype=torch.int32), cam.group_name(), 0, 2)
+    if message is None:
+        with pytest.raises(RuntimeError, match=GROUP_SIZE_ERR):
+            call()
+        return
+    with pytest.raises(RuntimeError, match=TILING_RE.format("aclnnMoeCombineNormal", "MoeCombineNormal")) as info:
+        call()
+    assert message in str(info.value)
 
 
 def _np_ffn(row: np.ndarray, w1: np.ndarray, s1: np.ndarray, w2: np.ndarray, s2: np.ndarray) -> np.ndarray:
@@ -221,7 +332,7 @@ def _np_ffn(row: np.ndarray, w1: np.ndarray, s1: np.ndarray, w2: np.ndarray, s2:
 
 def test_fused_deep_moe_one_rank_against_numpy(world1):
     g = torch.Generator().manual_seed(11)
-    bs, hidden, inter, local, top_k = 6, 256, 128, 4, 2
+    bs, hidden, inter, local, top_k = 6, 512, 512, 4, 2      # the smallest in-limit H and 2I
     x = (torch.rand(bs, hidden, generator=g) * 10 - 5).to(torch.bfloat16)
     ids = torch.stack([torch.randperm(local, generator=g)[:top_k] for _ in range(bs)]).to(torch.int32)
     scales = torch.rand(bs, top_k, generator=g)
@@ -240,12 +351,84 @@ def test_fused_deep_moe_one_rank_against_numpy(world1):
             y = _np_ffn(x[t].float().numpy(), w1[e].numpy(), s1[e].numpy(), w2[e].numpy(), s2[e].numpy())
             ref[t] += scales[t, k].item() * torch.from_numpy(y).to(torch.bfloat16).float().numpy()
     np.testing.assert_allclose(out.float().numpy(), ref, rtol=1e-2, atol=1e-2)   # bf16 output rounding
-    with pytest.raises(RuntimeError, match=ASSERT_RE + "ep_rank_id == group rank'"):
+    with pytest.raises(RuntimeError, match="epRankId must < epRankSize"):
         cam.fused_deep_moe(x, ids, [w1], [s1], [w2], [s2], scales, None, None, None, None,
                            None, None, None, cam.group_name(), 1, 1, local, 0, 0)
-    with pytest.raises(RuntimeError, match=ASSERT_RE + "0 <= expert_ids < num_experts'"):
-        cam.fused_deep_moe(x, ids + local, [w1], [s1], [w2], [s2], scales, None, None, None, None,
-                           None, None, None, cam.group_name(), 1, 0, local, 0, 0)
+    # no value check on ids (CPU host): the copies with ids outside [0, E) are lost, nothing raises
+    bad = ids.clone()
+    bad[0, 0] = local
+    out_bad, _, nums_bad = cam.fused_deep_moe(x, bad, [w1], [s1], [w2], [s2], scales, None, None, None, None,
+                                              None, None, None, cam.group_name(), 1, 0, local, 0, 0)
+    assert int(nums_bad.sum()) == bs * top_k - 1
+    assert torch.equal(out_bad[1:], out[1:])
+
+    # x_active_mask is a count (TokenActiveMaskCal): sum = 2 -> tokens 0 and 1, whatever the pattern
+    mask = torch.tensor([True, False, False, False, True, False])
+    out_m, _, nums_m = cam.fused_deep_moe(x, ids, [w1], [s1], [w2], [s2], scales, None, None, None, None,
+                                          None, None, mask, cam.group_name(), 1, 0, local, 0, 0)
+    assert torch.equal(out_m[:2], out[:2])
+    assert bool(torch.isnan(out_m[2:].float()).all())                       # undefined rows, never zeros
+    assert nums_m.tolist() == np.bincount(ids[:2].reshape(-1).numpy(), minlength=local).tolist()
+
+
+def _fused(bs: int = 2, hidden: int = 512, two_i: int = 1024, top_k: int = 1, experts: int = 2, world: int = 1,
+           rank: int = 0, global_bs: int = 0, mask: torch.Tensor | None = None, group: str = "no-such-group",
+           share: int | None = None) -> list[torch.Tensor]:
+    """fused_deep_moe with zero data of the given shape; the default group name fails after the tiling."""
+    local = experts // world if world > 0 and experts % world == 0 else 1
+    w1 = torch.zeros(local, hidden, two_i, dtype=torch.int8)
+    w2 = torch.zeros(local, two_i // 2, hidden, dtype=torch.int8)
+    sh = [None, None, None, None]
+    if share is not None:
+        sh = [torch.zeros(hidden, share, dtype=torch.int8), torch.ones(share),
+              torch.zeros(share // 2, hidden, dtype=torch.int8), torch.ones(hidden)]
+    return cam.fused_deep_moe(torch.zeros(bs, hidden, dtype=torch.bfloat16), torch.zeros(bs, top_k, dtype=torch.int32),
+                              [w1], [torch.ones(local, two_i)], [w2], [torch.ones(local, hidden)],
+                              torch.ones(bs, top_k), *sh, None, None, mask, group, world, rank, experts, 0, global_bs)
+
+
+NO_GROUP_ERR = ASSERT_RE + "group_ep names a process group'"    # past every tiling check
+
+
+# fused_deep_moe_tiling.cpp (umdk 00cc16f1)
+@pytest.mark.parametrize("kw,message", [
+    ({"bs": 256}, None), ({"hidden": 7168}, None), ({"two_i": 6144}, None), ({"top_k": 2, "experts": 2}, None),
+    ({"top_k": 12, "experts": 512}, None), ({"share": 1024}, None), ({"mask": torch.ones(2, dtype=torch.bool)}, None),
+    ({"bs": 257}, "batchSize(bs) must <= 256."),
+    ({"hidden": 511}, "tokenLength(h) is invalid. Only support [512, 7168]."),
+    ({"hidden": 7169}, "tokenLength(h) is invalid. Only support [512, 7168]."),
+    ({"two_i": 512}, "gmm1 hidden size is invalid. Only support [1024, 6144]."),
+    ({"two_i": 7168}, "gmm1 hidden size is invalid. Only support [1024, 6144]."),
+    ({"two_i": 1536}, "gmm1 hidden size must be divisible by 1024, but got 1536."),
+    ({"share": 1536}, "shareGmm1 hidden size must be divisible by 1024, but got 1536."),
+    ({"top_k": 13, "experts": 16}, "topK(k) must <= 12."),
+    ({"top_k": 3, "experts": 2}, "topK(k) must <= moeExpertNum(2)."),
+    ({"experts": 513}, "moeExpertNum must <= 512."),
+    ({"experts": 3, "world": 2, "rank": 0}, "moeExpertNum must be divisible by epRankSize."),
+    ({"rank": 1}, "epRankId must < epRankSize."),
+    ({"global_bs": 3, "world": 2, "rank": 0}, "globalBatchSize must be divisible by epRankSize."),
+    ({"mask": torch.ones(3, dtype=torch.bool)}, "xActiveMask Dim0 must be batchSize(2), but current dim is 3."),
+])
+def test_fused_tiling_limits(world1, kw, message):
+    if message is None:
+        with pytest.raises(RuntimeError, match=NO_GROUP_ERR):
+            _fused(**kw)
+        return
+    with pytest.raises(RuntimeError, match=TILING_RE.format("aclnnFusedDeepMoe", "FusedDeepMoe")) as info:
+        _fused(**kw)
+    assert message in str(info.value) and "fused_deep_moe_tiling.cpp" in str(info.value)
+
+
+def test_fused_hccl_buffsize_window(world1, monkeypatch):
+    # L * global_bs * H * 2 B * 2 (double buffer) against HCCL_BUFFSIZE (MB, default 200)
+    monkeypatch.setenv("HCCL_BUFFSIZE", "1")
+    with pytest.raises(RuntimeError, match="HCCL_BUFFSIZE is too SMALL, globalBatchSize = 256, h = 1024, "
+                                           "moeExpertNumPerRank = 2,") as info:
+        _fused(bs=256, hidden=1024)                      # 2 * 256 * 1024 * 4 B = 2 MB
+    assert "B=2MB, HCCL_BUFFSIZE=1MB." in str(info.value)
+    monkeypatch.setenv("HCCL_BUFFSIZE", "2")
+    with pytest.raises(RuntimeError, match=NO_GROUP_ERR):
+        _fused(bs=256, hidden=1024)
 
 
 def test_fused_deep_moe_meta_kernel_gives_shapes():

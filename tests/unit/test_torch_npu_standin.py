@@ -191,6 +191,55 @@ def test_format_cast_travels_with_the_storage(tmp_path):
                      "base NCHW True NHWC", "1d ND True 2 29 0 51"]
 
 
+# -- device faults (stand-in-only torch_npu.npu._standin_fault) -------------------------------------------
+def test_a_device_fault_fails_every_later_sync_and_collective_of_that_process(tmp_path):
+    """Rank 0's kernel fault surfaces at its next synchronize and collective, and for ever after; rank 1 is
+    healthy. Texts: NPU_CHECK_ERROR of npuSynchronizeDevice with NPUErrorCodes.h's 507035 text."""
+    body = INIT.format(timeout="") + """
+import os
+out = []
+if rank == 0:
+    torch_npu.npu._standin_fault(507035)          # raises nothing where the kernel ran
+    for call in (torch.npu.synchronize, torch_npu.npu.synchronize,
+                 lambda: dist.all_reduce(torch.ones(2)), torch.npu.synchronize):
+        try:
+            call()
+            out.append("ok")
+        except RuntimeError as exc:
+            out.append(str(exc).splitlines()[0] + " | " + str(exc).splitlines()[2])
+else:
+    torch.npu.synchronize()
+    out.append("healthy")
+print("\\n".join(out), flush=True)
+os._exit(0)
+"""
+    (rc0, out0, err0), (rc1, out1, err1) = finish(start_ranks(tmp_path, body))
+    assert rc0 == 0 and rc1 == 0, err0 + err1
+    sync = ("npuSynchronizeDevice:build/CMakeFiles/torch_npu.dir/compiler_depend.ts:479 NPU function error: "
+            "AclrtSynchronizeDeviceWithTimeout, error code is 507035 | [Error]: The vector core execution is abnormal. ")
+    coll = ("query:build/CMakeFiles/torch_npu.dir/compiler_depend.ts:859 NPU function error: "
+            "acl::AclQueryEventRecordedStatus(event_, &currStatus), error code is 507035 | "
+            "[Error]: The vector core execution is abnormal. ")
+    assert out0.splitlines() == [sync, sync, coll, sync]
+    assert out1.splitlines() == ["healthy"]
+    plog = plog_text(tmp_path)
+    assert "GetError:Stream Synchronize failed, retCode=507035, [vector core exception]." in plog
+    assert "rtDeviceSynchronizeWithTimeout:ErrCode=507035" in plog
+
+
+def test_standin_fault_refuses_a_non_fault_code(tmp_path):
+    proc = run_py(tmp_path, """
+        import torch, torch_npu
+        try:
+            torch_npu.npu._standin_fault(107001)
+        except ValueError as exc:
+            print("refused", "107001" in str(exc))
+        torch.npu.synchronize()
+        print("healthy")
+    """)
+    assert proc.stdout.split() == ["refused", "True", "healthy"]
+
+
 # -- hccl ------------------------------------------------------------------------------------------------
 def test_hccl_groups_and_comm_names_two_processes(tmp_path):
     procs = start_ranks(tmp_path, INIT.format(timeout="") + textwrap.dedent("""

@@ -1,0 +1,123 @@
+"""The op stand-in on an emulated Ascend host (torch_npu stand-in importable): FRACTAL_NZ weights refused
+or taken, and ids outside [0, E) poisoning the device (the next synchronize / collective fails with 507035,
+for ever). Each test runs in a subprocess with ``standin_npu`` and ``standin`` on PYTHONPATH (this
+interpreter keeps seeing no torch_npu)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+
+REPO = Path(__file__).resolve().parents[2]
+SCRUB = ("CAMIT_EMU_", "ASCEND_", "HCCL_", "TORCH_HCCL_", "RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_")
+
+PRELUDE = """
+import os, sys, torch, torch_npu, torch.distributed as dist
+import umdk_cam_op_lib as cam
+torch_npu.npu.set_device(0)
+dist.init_process_group(backend="hccl", init_method="file://" + sys.argv[1], rank=0, world_size=1)
+group = dist.new_group(backend="hccl", ranks=[0])
+group_ep = group._get_backend(torch.device("npu")).get_hccl_comm_name(0)
+ops = torch.ops.umdk_cam_op_lib
+
+def fused(w1, w2, ids=None):
+    bs, hidden, local = 2, 512, 2
+    ids = torch.zeros(bs, 1, dtype=torch.int32) if ids is None else ids
+    return ops.fused_deep_moe(torch.ones(bs, hidden, dtype=torch.bfloat16), ids, [w1], [torch.ones(local, 1024)],
+                              [w2], [torch.ones(local, hidden)], torch.ones(bs, 1), None, None, None, None, None,
+                              None, None, group_ep, 1, 0, local, 0, 0)
+
+def first(exc):
+    return str(exc).splitlines()[0]
+"""
+
+
+def run_py(tmp_path: Path, body: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(SCRUB) and k != "PYTHONPATH"}
+    env.update(PYTHONPATH=f"{REPO / 'standin_npu'}{os.pathsep}{REPO / 'standin'}", CAMIT_EMU_NPU_COUNT="8",
+               CAMIT_EMU_NPU_DIR=str(tmp_path / "occ"), ASCEND_PROCESS_LOG_PATH=str(tmp_path / "log"),
+               HOME=str(tmp_path / "home"), OMP_NUM_THREADS="1", CAMIT_STANDIN_NO_OPAPI_CHECK="1")
+    script = tmp_path / "snippet.py"
+    script.write_text(PRELUDE + textwrap.dedent(body) + "\nsys.stdout.flush()\nos._exit(0)\n")
+    proc = subprocess.run([sys.executable, str(script), str(tmp_path / "store")], env=env, text=True,
+                          capture_output=True, timeout=timeout, cwd=tmp_path)
+    assert proc.returncode == 0, f"rc={proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
+    return proc
+
+
+def test_fused_refuses_nd_weights_and_takes_fractal_nz(tmp_path):
+    """fused_deep_moe.cpp declares gmm1/gmm2 (and shared) weights FORMAT_FRACTAL_NZ."""
+    proc = run_py(tmp_path, """
+        w1 = torch.zeros(2, 512, 1024, dtype=torch.int8)
+        w2 = torch.zeros(2, 512, 512, dtype=torch.int8)
+        try:
+            fused(w1, w2)
+        except RuntimeError as exc:
+            print("ND:", first(exc), "|", "the format of input gmm1_weight[0] is ND" in str(exc))
+        nz_off = torch_npu.npu_format_cast(w1, torch_npu.Format.FRACTAL_NZ)   # allow_internal_format False: ND
+        try:
+            fused(nz_off, w2)
+        except RuntimeError as exc:
+            print("fallback:", "gmm1_weight[0] is ND" in str(exc))
+        torch_npu.npu.config.allow_internal_format = True
+        nz1 = torch_npu.npu_format_cast(w1, torch_npu.Format.FRACTAL_NZ)
+        try:
+            fused(nz1, w2)
+        except RuntimeError as exc:
+            print("half:", "the format of input gmm2_weight[0] is ND" in str(exc))
+        out, share, nums = fused(nz1, torch_npu.npu_format_cast(w2, torch_npu.Format.FRACTAL_NZ))
+        print("NZ:", tuple(out.shape), nums.tolist())
+    """)
+    assert proc.stdout.splitlines() == [
+        "ND: call aclnnFusedDeepMoe failed, detail:EZ9999: Inner Error! | True",
+        "fallback: True", "half: True", "NZ: (2, 512) [2, 0]"]
+
+
+def test_bad_ids_raise_nothing_then_poison_every_later_sync_and_collective(tmp_path):
+    """get_dispatch_layout.cpp checks no id values: the kernel's out-of-bounds write surfaces at the
+    process's next synchronize (507035, NPUErrorCodes.h) and the process stays poisoned."""
+    proc = run_py(tmp_path, """
+        torch_npu.npu.config.allow_internal_format = True
+        nz = lambda w: torch_npu.npu_format_cast(w, torch_npu.Format.FRACTAL_NZ)
+        w1, w2 = nz(torch.zeros(2, 512, 1024, dtype=torch.int8)), nz(torch.zeros(2, 512, 512, dtype=torch.int8))
+        torch.npu.synchronize()
+        ntpe, slot = ops.get_dispatch_layout(torch.tensor([[0, 5], [1, -1]]), 4, 1)   # E = 4: ids 5 and -1
+        print("call:", ntpe.tolist())
+        for name, call in (("sync", torch.npu.synchronize), ("again", torch.npu.synchronize),
+                           ("all_reduce", lambda: dist.all_reduce(torch.ones(1), group=group)),
+                           ("op collective", lambda: fused(w1, w2)), ("later sync", torch.npu.synchronize)):
+            try:
+                call()
+                print(name, "ok")
+            except RuntimeError as exc:
+                print(name, "507035" in first(exc), "The vector core execution is abnormal." in str(exc))
+    """)
+    assert proc.stdout.splitlines() == ["call: [1, 1, 0, 0]", "sync True True", "again True True",
+                                        "all_reduce True True", "op collective True True", "later sync True True"]
+    plog = "".join(p.read_text() for p in (tmp_path / "log").rglob("plog-*.log"))
+    assert "retCode=507035, [vector core exception]" in plog
+
+
+def test_fused_bad_ids_poison_too_and_a_healthy_call_does_not(tmp_path):
+    proc = run_py(tmp_path, """
+        torch_npu.npu.config.allow_internal_format = True
+        nz = lambda w: torch_npu.npu_format_cast(w, torch_npu.Format.FRACTAL_NZ)
+        w1, w2 = nz(torch.zeros(2, 512, 1024, dtype=torch.int8)), nz(torch.zeros(2, 512, 512, dtype=torch.int8))
+        fused(w1, w2)
+        torch.npu.synchronize()
+        print("healthy ok")
+        out, _, nums = fused(w1, w2, ids=torch.tensor([[0], [7]], dtype=torch.int32))
+        print("bad ids:", nums.tolist())
+        try:
+            torch.npu.synchronize()
+        except RuntimeError as exc:
+            print("sync", "507035" in first(exc))
+    """)
+    assert proc.stdout.splitlines() == ["healthy ok", "bad ids: [1, 0]", "sync True"]
