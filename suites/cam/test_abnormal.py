@@ -8,4 +8,5 @@ from camsuite import WORLDS
 @pytest.mark.parametrize("world", WORLDS)
 def test_abnormal_inputs(run_ranks, world):
     result = run_ranks("test_abnormal_rank.py", world).check()
-    assert result.counts["passed"] == world * 9, result.counts
+    # 8 cases per rank, each an input the op checks (ids outside [0, E) are not: see the rank file)
+    assert result.counts["passed"] == world * 8, result.counts

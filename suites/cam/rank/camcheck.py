@@ -8,6 +8,13 @@ from __future__ import annotations
 
 import numpy as np
 
+#: the op's own error texts, for ``pytest.raises(..., match=OP_ERROR)``: a pybind check
+#: (TORCH_BIND_ASSERT, umdk src/cam/comm_operator/pybind/torch_bind_exception.h: ``Failed: Assertion
+#: error <file>:<line> error message or error code is '<cond>'``) or a failed aclnn call, where the tiling
+#: checks live (EXEC_NPU_CMD in pybind/pytorch_extension/pytorch_npu_helper.hpp: ``call aclnnXxx failed,
+#: detail:<EZ9999 ...>``)
+OP_ERROR = r"Failed: Assertion error|call aclnn\w+ failed"
+
 
 class Mismatch(AssertionError):
     """An op's output differs from the reference; the message says op, rank, what and where."""
@@ -77,3 +84,23 @@ def expect_diff(op: str, what: str, got: np.ndarray, want: np.ndarray, rank: int
         rows = np.argwhere(np.abs(np.asarray(got, np.float64) - np.asarray(want, np.float64)).max(axis=-1) > 1e-2)
         raise Mismatch(f"{op}: {what} on rank {rank}: calc_diff {d:.3g} >= {limit:g}; "
                        f"rows differing: {[int(r[0]) for r in rows[:8]]}")
+
+
+def rel_error(got: np.ndarray, want: np.ndarray) -> float:
+    """‖got − want‖₂ / ‖want‖₂ in float64 (‖got‖₂ when want is all zeros)."""
+    got64, want64 = np.asarray(got, np.float64), np.asarray(want, np.float64)
+    norm = float(np.linalg.norm(want64))
+    diff = float(np.linalg.norm(got64 - want64))
+    return diff / norm if norm else diff
+
+
+def expect_rel(op: str, what: str, got: np.ndarray, want: np.ndarray, rank: int, bound: float) -> None:
+    """Norm-relative bound beside upstream's tolerances: a systematic error of 1 % in an output moves
+    ‖got − want‖/‖want‖ by 1 %, whatever the magnitudes (atol=2.0 alone passes it at small outputs)."""
+    got, want = np.asarray(got), np.asarray(want)
+    if got.shape != want.shape:
+        raise Mismatch(f"{op}: {what} on rank {rank}: shape {got.shape}, expected {want.shape}")
+    rel = rel_error(got, want)
+    if not rel < bound:
+        raise Mismatch(f"{op}: {what} on rank {rank}: norm-relative error {rel:.3g} >= {bound:g} "
+                       f"(‖got − want‖/‖want‖ over {want.size} elements)")

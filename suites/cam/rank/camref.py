@@ -150,10 +150,11 @@ def fused_inputs(seed: int, rank: int, case: FusedCase) -> dict[str, np.ndarray]
     score = rs.rand(bs, case.experts) * rs.gamma(0.8, size=case.experts)[None, :]
     ids = np.argsort(-score, axis=1, kind="stable")[:, : case.top_k].astype(np.int32)
     scales = rs.rand(bs, case.top_k).astype(np.float32)
-    mask = (rs.rand(bs) > 0.25) if case.with_mask else np.ones(bs, dtype=bool)
-    if case.with_mask:
-        mask[0] = True
-    return {"x": x, "ids": ids, "scales": scales, "mask": mask}
+    # x_active_mask is a count: the kernel sums it and takes that many tokens from the front
+    # (umdk fused_deep_moe op_kernel TokenActiveMaskCal); upstream's UT builds ones then zeros
+    valid = (int(rs.randint(1, bs)) if bs > 1 else 1) if case.with_mask else bs
+    mask = np.concatenate([np.ones(valid, dtype=bool), np.zeros(bs - valid, dtype=bool)])
+    return {"x": x, "ids": ids, "scales": scales, "mask": mask, "valid": valid}
 
 
 def _silu(v: np.ndarray) -> np.ndarray:
@@ -172,19 +173,20 @@ def expert_ffn(rows: np.ndarray, w1: np.ndarray, s1: np.ndarray, w2: np.ndarray,
 
 @dataclass
 class FusedRef:
-    output: np.ndarray  # (bs, H) float64 (compare active rows only)
-    share: np.ndarray | None
+    output: np.ndarray  # (valid, H) float64: the active rows, the first sum(mask) tokens
+    share: np.ndarray | None  # (valid, H): masked rows of share_output are undefined too (at::empty)
     expert_token_nums: np.ndarray  # (L,) int64
-    active: np.ndarray  # (bs,) bool
+    valid: int  # compare the op's outputs [:valid]
 
 
 def fused_reference(seed: int, rank: int, world: int, case: FusedCase) -> FusedRef:
     w = fused_weights(seed, case)
     local = case.experts // world
     mine = fused_inputs(seed, rank, case)
-    x, ids, scales, active = mine["x"], mine["ids"], mine["scales"], mine["mask"]
+    valid = mine["valid"]
+    x, ids, scales = mine["x"][:valid], mine["ids"][:valid], mine["scales"][:valid]
     out = np.zeros(x.shape, dtype=np.float64)
-    for t in np.flatnonzero(active):
+    for t in range(valid):
         for k in range(case.top_k):
             e = int(ids[t, k])
             row = x[t:t + 1].astype(np.float32)
@@ -194,7 +196,7 @@ def fused_reference(seed: int, rank: int, world: int, case: FusedCase) -> FusedR
     counts = np.zeros(local, dtype=np.int64)
     for s in range(world):
         other = fused_inputs(seed, s, case)
-        for t in np.flatnonzero(other["mask"]):
+        for t in range(other["valid"]):
             for e in other["ids"][t]:
                 if int(e) // local == rank:
                     counts[int(e) % local] += 1
@@ -204,4 +206,4 @@ def fused_reference(seed: int, rank: int, world: int, case: FusedCase) -> FusedR
         if w.get("ssmooth") is not None:
             rows = rows * w["ssmooth"][None, :]
         share = expert_ffn(rows, w["sw1"], w["ss1"], w["sw2"], w["ss2"])
-    return FusedRef(out, share, counts, active)
+    return FusedRef(out, share, counts, valid)

@@ -12,7 +12,9 @@ FULL = os.environ.get("CAMIT_FULL_SHAPES") == "1"
 def prefill_case(world: int) -> PrefillCase:
     if FULL:  # upstream CASE_16RANK, experts scaled so that E % R == 0
         return PrefillCase(tokens=32, hidden=7168, experts=max(16, world), top_k=8)
-    return PrefillCase(tokens=24, hidden=256, experts=2 * world, top_k=min(4, 2 * world))
+    # inside the prefill tiling (umdk moe_dispatch_normal_tiling.cpp, moe_combine_normal_tiling.cpp): H in
+    # [1024, 7168], tokens in [1, 8000]; H at its floor and few tokens keep the CPU lab's cost down
+    return PrefillCase(tokens=16, hidden=1024, experts=2 * world, top_k=min(4, 2 * world))
 
 
 def fused_case(world: int, **flags: bool) -> FusedCase:

@@ -1,16 +1,34 @@
-"""Abnormal inputs: each must raise a clean error on every rank — no crash, no hang.
+"""Abnormal inputs: each must raise the op's own error on every rank — no crash, no hang.
 
-Every case is invalid on every rank alike, so no rank is left waiting in a collective.
+Every case is invalid on every rank alike, so no rank is left waiting in a collective. Each is an input
+the op checks (a pybind TORCH_BIND_ASSERT or its tiling); inside ``raises`` the device is synchronised
+too, where an NPU reports what the call did not, and the error must be the op's (``OP_ERROR``). After
+each case a synchronize and a small all-reduce on the op's group prove the ranks healthy
+(``cam.check_healthy``). Expert ids outside [0, E) (or -1) are no case here: get_dispatch_layout does
+not check them (umdk src/cam/comm_operator/pybind/get_dispatch_layout.cpp); on an NPU the kernel
+writes out of bounds and the device faults at the next synchronize, leaving that process unusable.
 """
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
+from camcheck import OP_ERROR
 from camref import dispatch_layout, prefill_inputs
 from cases import prefill_case
 
 pytestmark = pytest.mark.multi_process_test
+
+
+@pytest.fixture(autouse=True)
+def _healthy_after(cam, request):
+    yield
+    cam.check_healthy(request.node.name)
+
+
+def raises_op_error():
+    return pytest.raises(RuntimeError, match=OP_ERROR)
 
 
 def inputs(cam, seed, tokens=None, top_k=None, experts=None):
@@ -35,67 +53,70 @@ def dispatch(cam, case, x, topk, w, ntpe=None, sti=None, use_quant=False):
                                         cam.world, use_quant)
 
 
-def test_expert_id_out_of_range(cam, seed):
-    case, x, topk, w = inputs(cam, seed)
-    topk[0, 0] = case.experts  # one past the last expert
-    with pytest.raises(RuntimeError):
-        cam.ops.get_dispatch_layout(cam.to_device(torch.from_numpy(topk)), case.experts, cam.world)
-
-
-def test_negative_expert_id(cam, seed):
-    case, x, topk, w = inputs(cam, seed)
-    topk[1, 0] = -1
-    with pytest.raises(RuntimeError):
-        cam.ops.get_dispatch_layout(cam.to_device(torch.from_numpy(topk)), case.experts, cam.world)
-
-
 def test_experts_not_divisible_by_ranks(cam, seed):
     case, x, topk, w = inputs(cam, seed, experts=2 * cam.world + 1)
-    with pytest.raises(RuntimeError):
+    with raises_op_error():
         cam.ops.get_dispatch_layout(cam.to_device(torch.from_numpy(topk)), case.experts, cam.world)
+        cam.sync()
 
 
 def test_empty_batch(cam, seed):
     case, x, topk, w = inputs(cam, seed)
-    with pytest.raises(RuntimeError):
+    with raises_op_error():
         dispatch(cam, case, x[:0], topk[:0], w[:0], torch.zeros(case.experts, dtype=torch.int32),
                  torch.zeros((0, case.top_k), dtype=torch.int32))
+        cam.sync()
 
 
 def test_wrong_dtype_num_tokens_per_expert(cam, seed):
     case, x, topk, w = inputs(cam, seed)
     n, s = dispatch_layout(topk, case.experts)
-    with pytest.raises(RuntimeError):
+    with raises_op_error():
         dispatch(cam, case, x, topk, w, torch.from_numpy(n).to(torch.int64), torch.from_numpy(s))
+        cam.sync()
 
 
 def test_wrong_dtype_x(cam, seed):
     case, x, topk, w = inputs(cam, seed)
     n, s = dispatch_layout(topk, case.experts)
-    with pytest.raises(RuntimeError):
+    with raises_op_error():
         cam.ops.moe_dispatch_prefill(cam.to_device(torch.from_numpy(x).to(torch.int32)),
                                      cam.to_device(torch.from_numpy(topk)), cam.to_device(torch.from_numpy(w)),
                                      cam.to_device(torch.from_numpy(n)), cam.to_device(torch.from_numpy(s)),
                                      cam.group_ep, cam.rank, cam.world, False)
+        cam.sync()
 
 
 def test_wrong_shape_x(cam, seed):
     case, x, topk, w = inputs(cam, seed)
-    with pytest.raises(RuntimeError):
+    with raises_op_error():
         dispatch(cam, case, x.reshape(x.shape[0], 2, -1), topk, w)
+        cam.sync()
+
+
+def test_too_many_tokens(cam, seed):
+    """Past the tiling's BS_UPPER_BOUND = 8000 (moe_dispatch_normal_tiling.cpp) and past 8192 too."""
+    case, x, topk, w = inputs(cam, seed)
+    reps = -(-8193 // case.tokens)
+    x, topk, w = (np.tile(a, (reps, 1)) for a in (x, topk, w))
+    with raises_op_error():
+        dispatch(cam, case, x, topk, w)
+        cam.sync()
 
 
 def test_top_k_over_limit(cam, seed):
     case, x, topk, w = inputs(cam, seed, experts=32 * cam.world, top_k=17)
-    with pytest.raises(RuntimeError):
+    with raises_op_error():
         dispatch(cam, case, x, topk, w)
+        cam.sync()
 
 
 def test_wrong_rank_argument(cam, seed):
     case, x, topk, w = inputs(cam, seed)
     n, s = dispatch_layout(topk, case.experts)
-    with pytest.raises(RuntimeError):
+    with raises_op_error():
         cam.ops.moe_dispatch_prefill(cam.to_device(torch.from_numpy(x).to(torch.bfloat16)),
                                      cam.to_device(torch.from_numpy(topk)), cam.to_device(torch.from_numpy(w)),
                                      cam.to_device(torch.from_numpy(n)), cam.to_device(torch.from_numpy(s)),
                                      cam.group_ep, cam.rank, cam.world + 1, False)
+        cam.sync()

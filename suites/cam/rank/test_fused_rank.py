@@ -1,7 +1,12 @@
 """fused_deep_moe: CASE_4RANK/CASE_8RANK and the matrix upstream never ran, against a float reference model.
 
-Tolerance as upstream: allclose_nparray(reference, output, rtol=0.02, atol=2.0) on the active rows;
-expert_token_nums exact. GE (graph) mode needs torch_npu's graph capture and is skipped elsewhere.
+As the kernels take them (umdk fused_deep_moe op_host/fused_deep_moe.cpp, and its UT
+test/cam/ut/fused_deep_moe/test_fused_deep_moe.py): gmm1/gmm2 and shared-expert weights FRACTAL_NZ on
+NPU (``cam.nz``; the reference keeps the ND arrays); ``x_active_mask`` ones then zeros, a count, so
+``output`` and ``share_output`` are compared on ``[:valid]`` only (masked rows are ``at::empty``).
+Tolerance: upstream's allclose_nparray(reference, output, rtol=0.02, atol=2.0) and, beside it, a
+norm-relative bound (``FUSED_REL``) that a systematic 1 % error cannot pass; expert_token_nums exact.
+GE (graph) mode needs torch_npu's graph capture and is skipped elsewhere.
 """
 
 from __future__ import annotations
@@ -9,11 +14,18 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from camcheck import expect_close, expect_equal
+from camcheck import expect_close, expect_equal, expect_rel
 from camref import FusedCase, fused_inputs, fused_reference, fused_weights
 from cases import fused_case
 
 pytestmark = [pytest.mark.multi_process_test, pytest.mark.a3_test]
+
+#: ‖out − ref‖/‖ref‖ bound on output and share_output. What legitimately separates a correct op from the
+#: float64 reference: the bf16 output (≤ 2⁻⁹ relative per element, ~0.1 % in norm) and an occasional int8
+#: level flip where the kernel's requantisation rounds a value on the .5 boundary the other way. Measured
+#: on the stand-in at the lab and fuzz shapes: ≤ 0.25 % (output), ≤ 0.17 % (share_output); a systematic
+#: 1 % error in either gives ≥ 1 %, twice the bound.
+FUSED_REL = 0.005
 
 MATRIX = {
     "base": {},
@@ -26,7 +38,8 @@ MATRIX = {
 }
 
 
-def run_fused(cam, seed: int, case: FusedCase):
+def fused_args(cam, seed: int, case: FusedCase) -> tuple:
+    """The op's positional arguments, as device tensors (gmm weights in the op's format)."""
     w = fused_weights(seed, case)
     inp = fused_inputs(seed, cam.rank, case)
     local = case.experts // cam.world
@@ -37,28 +50,50 @@ def run_fused(cam, seed: int, case: FusedCase):
         tensor = torch.from_numpy(np.ascontiguousarray(a))
         return dev(tensor.to(dtype) if dtype is not None else tensor)
 
+    def nz(a):  # gmm weights: FRACTAL_NZ on NPU, as the op declares them
+        return cam.nz(torch.from_numpy(np.ascontiguousarray(a)))
+
     if case.separated:
-        w1 = [t(w["w1"][e]) for e in range(lo, hi)]
+        w1 = [nz(w["w1"][e]) for e in range(lo, hi)]
         s1 = [t(w["s1"][e]) for e in range(lo, hi)]
-        w2 = [t(w["w2"][e]) for e in range(lo, hi)]
+        w2 = [nz(w["w2"][e]) for e in range(lo, hi)]
         s2 = [t(w["s2"][e], torch.bfloat16) for e in range(lo, hi)]
     else:
-        w1, s1 = [t(w["w1"][lo:hi])], [t(w["s1"][lo:hi])]
-        w2, s2 = [t(w["w2"][lo:hi])], [t(w["s2"][lo:hi], torch.bfloat16)]
+        w1, s1 = [nz(w["w1"][lo:hi])], [t(w["s1"][lo:hi])]
+        w2, s2 = [nz(w["w2"][lo:hi])], [t(w["s2"][lo:hi], torch.bfloat16)]
     share = [None] * 4
     if case.with_share:
-        share = [t(w["sw1"]), t(w["ss1"]), t(w["sw2"]), t(w["ss2"], torch.bfloat16)]
+        share = [nz(w["sw1"]), t(w["ss1"]), nz(w["sw2"]), t(w["ss2"], torch.bfloat16)]
     smooth = t(w["smooth"]) if case.with_smooth else None
     ssmooth = t(w["ssmooth"]) if case.with_share and case.with_smooth else None
     mask = t(inp["mask"]) if case.with_mask else None
     bs = inp["x"].shape[0]
     max_bs = max(fused_inputs(seed, r, case)["x"].shape[0] for r in range(cam.world))
     global_bs = max_bs * cam.world if case.dynamic_bs else bs * cam.world
-    out, share_out, counts = cam.ops.fused_deep_moe(
-        t(inp["x"], torch.bfloat16), t(inp["ids"]), w1, s1, w2, s2, t(inp["scales"]),
-        share[0], share[1], share[2], share[3], smooth, ssmooth, mask,
-        cam.group_ep, cam.world, cam.rank, case.experts, 0, global_bs)
+    return (t(inp["x"], torch.bfloat16), t(inp["ids"]), w1, s1, w2, s2, t(inp["scales"]),
+            share[0], share[1], share[2], share[3], smooth, ssmooth, mask,
+            cam.group_ep, cam.world, cam.rank, case.experts, 0, global_bs)
+
+
+def run_fused(cam, seed: int, case: FusedCase):
+    out, share_out, counts = cam.ops.fused_deep_moe(*fused_args(cam, seed, case))
+    cam.sync()
     return out, share_out, counts
+
+
+def check_fused(cam, ref, out, share_out, counts, what: str = "") -> None:
+    """Every output against the reference: counts exact; output and share_output on [:valid] with
+    upstream's tolerance and the norm-relative bound."""
+    op, n = "fused_deep_moe", ref.valid
+    tag = f" [{what}]" if what else ""
+    expect_equal(op, f"expert_token_nums{tag}", counts.cpu().numpy(), ref.expert_token_nums, cam.rank)
+    got = out.float().cpu().numpy()[:n]
+    expect_close(op, f"output[:{n}]{tag}", got, ref.output, cam.rank, rtol=0.02, atol=2.0)
+    expect_rel(op, f"output[:{n}]{tag}", got, ref.output, cam.rank, FUSED_REL)
+    if ref.share is not None:
+        got = share_out.float().cpu().numpy()[:n]
+        expect_close(op, f"share_output[:{n}]{tag}", got, ref.share, cam.rank, rtol=0.02, atol=2.0)
+        expect_rel(op, f"share_output[:{n}]{tag}", got, ref.share, cam.rank, FUSED_REL)
 
 
 @pytest.mark.author("camit")
@@ -67,13 +102,7 @@ def test_fused_deep_moe(cam, seed, variant):
     case = fused_case(cam.world, **MATRIX[variant])
     out, share_out, counts = run_fused(cam, seed, case)
     ref = fused_reference(seed, cam.rank, cam.world, case)
-    op = "fused_deep_moe"
-    expect_equal(op, "expert_token_nums", counts.cpu().numpy(), ref.expert_token_nums, cam.rank)
-    active = ref.active
-    expect_close(op, "output (active rows)", out.float().cpu().numpy()[active], ref.output[active], cam.rank,
-                 rtol=0.02, atol=2.0)
-    if ref.share is not None:
-        expect_close(op, "share_output", share_out.float().cpu().numpy(), ref.share, cam.rank, rtol=0.02, atol=2.0)
+    check_fused(cam, ref, out, share_out, counts)
 
 
 @pytest.mark.parametrize("mode", ["GE"])
@@ -82,7 +111,9 @@ def test_fused_deep_moe_graph_mode(cam, mode):
         pytest.skip("GE mode needs graph capture through torch_npu/torchair (NPU only); eager covered above")
     torchair = pytest.importorskip("torchair", reason="GE mode needs torchair")
     case = fused_case(cam.world)
-    compiled = torch.compile(lambda *a: run_fused(*a), backend=torchair.get_npu_backend())
-    out, _, counts = compiled(cam, 1, case)
+    # only the op goes through the graph backend, on prebuilt device tensors (the inputs are numpy-made)
+    compiled = torch.compile(lambda *a: cam.ops.fused_deep_moe(*a), backend=torchair.get_npu_backend())
+    out, _, counts = compiled(*fused_args(cam, 1, case))
+    cam.sync()
     ref = fused_reference(1, cam.rank, cam.world, case)
     expect_equal("fused_deep_moe[GE]", "expert_token_nums", counts.cpu().numpy(), ref.expert_token_nums, cam.rank)
