@@ -594,3 +594,18 @@ def test_torchair_backend_compiles_on_cpu(tmp_path):
         print(bool(torch.allclose(mod(x), mod._orig_mod(x))), backend.compiler_config is config)
     """, timeout=55)
     assert proc.stdout.strip().splitlines()[-1] == "True True"
+
+
+def test_torch_manual_seed_seeds_through_torch_npu_without_recursing(tmp_path: Path) -> None:
+    """``torch.manual_seed`` also seeds every registered device (torch/random.py): the npu one must not loop."""
+    proc = run_py(tmp_path, """
+        import torch, torch_npu
+        torch.manual_seed(7)
+        a = torch.rand(3)
+        torch.npu.manual_seed(7)
+        b = torch.rand(3)
+        torch.npu.manual_seed_all(7)
+        c = torch.rand(3)
+        print(bool(torch.equal(a, b) and torch.equal(b, c)))
+    """)
+    assert proc.stdout.strip() == "True"

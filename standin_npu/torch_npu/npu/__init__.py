@@ -40,9 +40,14 @@ def get_device_name(device_index: object = None) -> str:
 
 
 def manual_seed(seed: int) -> None:
+    """Seed the device's generator. The stand-in's device tensors are CPU tensors, so that is the CPU one.
+
+    Not ``torch.manual_seed``: that seeds every registered device too, i.e. calls back into
+    ``torch.npu.manual_seed_all`` (torch/random.py), which would recurse.
+    """
     import torch
 
-    torch.manual_seed(seed)
+    torch.random.default_generator.manual_seed(int(seed))
 
 
 manual_seed_all = manual_seed
