@@ -41,7 +41,9 @@ def _start_ticks(pid: int) -> int | None:
     except OSError:
         return None
     try:
-        return int(stat.rsplit(")", 1)[1].split()[19])
+        fields = stat.rsplit(")", 1)[1].split()
+        # a zombie has exited (its memory, and so its device, is released): only its pid is left to reap
+        return None if fields[0] == "Z" else int(fields[19])
     except (IndexError, ValueError):
         return None
 

@@ -9,6 +9,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -217,10 +218,20 @@ def test_clear_resets_linger_and_releases_devices_of_dead_processes_only(tmp_pat
     ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
     (registry / f"{dead.pid}.json").write_text(json.dumps({"pid": dead.pid, "start_ticks": 1, "devices": [0],
                                                            "logical": [0], "linger_s": 300}))
+    zombie = subprocess.Popen(["true"])  # exited, not reaped yet: its device is free (only the pid is left)
+    for _ in range(100):
+        stat = Path(f"/proc/{zombie.pid}/stat").read_text()
+        if stat.rsplit(")", 1)[1].split()[0] == "Z":
+            break
+        time.sleep(0.02)
+    zticks = int(stat.rsplit(")", 1)[1].split()[19])
+    (registry / f"{zombie.pid}.json").write_text(json.dumps({"pid": zombie.pid, "start_ticks": zticks,
+                                                             "devices": [2], "logical": [2], "linger_s": 300}))
     me = os.getpid()
     (registry / f"{me}.json").write_text(json.dumps({"pid": me, "start_ticks": ticks, "devices": [1],
                                                      "logical": [1], "linger_s": 300}))
     emu.clear_faults(tree)
+    zombie.wait()
     assert json.loads((tree / "Ascend/.camit-emu/npu.json").read_text())["linger_s"] == 0
     assert sorted(p.name for p in registry.glob("*.json")) == [f"{me}.json"]
 

@@ -109,12 +109,12 @@ def set_fault(tree: Path, knob: str, **params: Any) -> None:
 
 
 def _start_ticks(pid: int) -> int | None:
-    """Field 22 of ``/proc/<pid>/stat`` (the process's start time), None when no such process."""
+    """Field 22 of ``/proc/<pid>/stat`` (the process's start time), None when no such process or a zombie."""
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except OSError:
         return None
-    return int(stat.rsplit(")", 1)[1].split()[19])
+    return None if fields[0] == "Z" else int(fields[19])
 
 
 def release_dead(tree: Path) -> list[int]:
