@@ -1,18 +1,27 @@
 # camit — everything a fresh Debian machine (as root) needs, in one place.
-#   make test   install, bring up a 4-host lab, run every test, tear the lab down
-#   make demo   install, bring up the lab, run the main job on it (lab stays up: make lab-down)
+#   make test   install, bring up a 4-host CPU lab and a 2-host emulated A3 lab, run every test, tear both down
+#   make demo   install, bring up an emulated A3 lab, run the main job on it (lab stays up: make lab-down)
 
 PYTHON     ?= python3
 LAB_HOSTS  ?= 4
 LAB_NAME   ?= camit
 LAB_ENV    ?= env/lab.yaml
+# LAB_NPU=a2|a3 makes lab-up bring up emulated Ascend hosts (empty: CPU hosts, gloo)
+LAB_NPU    ?=
+LAB_VISIBLE ?=
+LAB_SUBNET ?= 10.77.0.0/24
+# the emulated A3 lab `make test` brings up beside the CPU lab
+NPU_LAB_NAME   ?= camitnpu
+NPU_LAB_HOSTS  ?= 2
+NPU_LAB_SUBNET ?= 10.78.0.0/24
+NPU_LAB_ENV    ?= env/lab-npu.yaml
 PYTEST_ARGS ?=
-APT_PKGS   := openssh-server makeself gdb iproute2 chromium groovy default-jre-headless
+APT_PKGS   := openssh-server makeself gdb iproute2 gcc libc6-dev chromium groovy default-jre-headless
 SUITE_ENV  ?= env/lab-suite.yaml
 ARTIFACTS  ?= build/artifacts
 
 
-.PHONY: install deps-apt deps-pip lab-up lab-down lab-status lint test test-unit test-integration demo clean schema
+.PHONY: install deps-apt deps-pip lab-up lab-down lab-status npu-lab-up npu-lab-down lint test test-unit test-integration demo clean schema
 
 install: deps-apt deps-pip
 
@@ -21,6 +30,7 @@ deps-apt:
 	command -v sshd >/dev/null 2>&1 || [ -x /usr/sbin/sshd ] || missing="$$missing openssh-server"; \
 	command -v makeself >/dev/null 2>&1 || missing="$$missing makeself"; \
 	command -v gdb >/dev/null 2>&1 || missing="$$missing gdb"; \
+	command -v cc >/dev/null 2>&1 || missing="$$missing gcc libc6-dev"; \
 	command -v ip >/dev/null 2>&1 || missing="$$missing iproute2"; \
 	command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
 	command -v groovy >/dev/null 2>&1 || missing="$$missing groovy default-jre-headless"; \
@@ -36,7 +46,15 @@ deps-pip:
 	@$(PYTHON) -m pip install -q --disable-pip-version-check --root-user-action=ignore -e '.[test]' torch==2.13.0
 
 lab-up: install
-	$(PYTHON) -m framework.lab up --hosts $(LAB_HOSTS) --name $(LAB_NAME) --env-out $(LAB_ENV)
+	$(PYTHON) -m framework.lab up --hosts $(LAB_HOSTS) --name $(LAB_NAME) --subnet $(LAB_SUBNET) --env-out $(LAB_ENV) \
+	  $(if $(LAB_NPU),--npu $(LAB_NPU)) $(if $(LAB_VISIBLE),--visible $(LAB_VISIBLE))
+
+npu-lab-up: install
+	$(PYTHON) -m framework.lab up --hosts $(NPU_LAB_HOSTS) --name $(NPU_LAB_NAME) --subnet $(NPU_LAB_SUBNET) \
+	  --npu a3 --env-out $(NPU_LAB_ENV)
+
+npu-lab-down:
+	$(PYTHON) -m framework.lab down --name $(NPU_LAB_NAME)
 
 lab-down:
 	$(PYTHON) -m framework.lab down --name $(LAB_NAME)
@@ -56,12 +74,16 @@ test-unit: install
 # One process on purpose (no -n in PYTEST_ARGS): lab tests stop sshd, fill a workdir, take a link down
 # or switch core_pattern on the shared lab hosts; the -n behaviour is tested inside them, on lab shares.
 test: install lint
-	@$(MAKE) --no-print-directory lab-up || { $(MAKE) --no-print-directory lab-down; exit 1; }; \
-	CAMIT_LAB_ENV=$(LAB_ENV) $(PYTHON) -m pytest tests -q -ra $(PYTEST_ARGS); rc=$$?; \
-	$(MAKE) --no-print-directory lab-down || rc=1; \
+	@down() { $(MAKE) --no-print-directory lab-down LAB_NPU= ; r1=$$?; $(MAKE) --no-print-directory npu-lab-down; r2=$$?; [ $$r1 = 0 ] && [ $$r2 = 0 ]; }; \
+	{ $(MAKE) --no-print-directory lab-up LAB_NPU= && $(MAKE) --no-print-directory npu-lab-up; } || { down; exit 1; }; \
+	CAMIT_LAB_ENV=$(LAB_ENV) CAMIT_NPU_LAB_ENV=$(NPU_LAB_ENV) $(PYTHON) -m pytest tests -q -ra $(PYTEST_ARGS); rc=$$?; \
+	down || rc=1; \
 	exit $$rc
 
-# the main job on the lab: preflight, stand-in artifacts built and deployed, the CAM suite at 4 ranks
+# the main job, as a user sees it on an A3 cluster: two emulated A3 hosts (16 dies each, hccl), preflight with
+# every NPU column, the stand-in artifacts built and deployed, the CAM suite at 4 ranks
+demo: LAB_NPU = a3
+demo: LAB_HOSTS = 2
 demo: lab-up
 	camit check --env $(LAB_ENV)
 	$(PYTHON) -m framework.artifacts build --out $(ARTIFACTS) --env-in $(LAB_ENV) --env-out $(SUITE_ENV)

@@ -1,0 +1,250 @@
+"""camit on the emulated Ascend lab (``python -m framework.lab up --npu a3``): the NPU path end to end.
+
+Preflight shows every NPU column; each fault knob is reported by preflight on its host only; the CAM suite runs
+on the hccl path with ranks per node = the visible devices; a collective one rank never joins ends in HCCL's
+exec-timeout plog line, whose signature the run's report shows; a rank killed on its device leaves the device
+held, and preflight names the pid. The emulated lab is named by CAMIT_NPU_LAB_ENV (``make test`` brings it up
+beside the CPU lab); without it every test here is skipped with the reason. Knob tests take
+``/tmp/camit-npulab.lock``, as every user of that lab does.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import re
+import subprocess
+import sys
+import textwrap
+import xml.etree.ElementTree as ET
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from framework.config.effective import EnvConfig
+from framework.preflight.checks import CHECKS
+
+pytestmark = pytest.mark.lab
+REPO = Path(__file__).resolve().parents[2]
+LOCK = Path("/tmp/camit-npulab.lock")
+
+
+def run(*argv: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, *argv], capture_output=True, text=True, timeout=timeout, cwd=REPO,
+                          stdin=subprocess.DEVNULL)
+
+
+def lab_name(env: EnvConfig) -> str:
+    key = env.defaults.key_file
+    assert key is not None
+    return str(json.loads((key.parent / "lab.json").read_text())["name"])
+
+
+@contextlib.contextmanager
+def npu_lab_lock() -> Iterator[None]:
+    with open(LOCK, "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        yield
+
+
+def check(env_path: Path, *extra: str) -> tuple[int, dict[tuple[str, str], dict[str, Any]]]:
+    proc = run("-m", "framework.cli", "check", "--env", str(env_path), "--json", *extra)
+    assert proc.stdout.strip(), proc.stderr[-2000:]
+    data = json.loads(proc.stdout)
+    return proc.returncode, {(r["host"], r["check"]): r for r in data["results"]}
+
+
+def variant(src: Path, dest: Path, change) -> Path:
+    doc = yaml.safe_load(src.read_text())
+    change(doc)
+    dest.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return dest
+
+
+@pytest.fixture(scope="module")
+def npu(npu_lab_env_path: Path, npu_lab_env: EnvConfig) -> tuple[Path, EnvConfig, str]:
+    return npu_lab_env_path, npu_lab_env, lab_name(npu_lab_env)
+
+
+@pytest.fixture
+def fault(npu) -> Iterator[Any]:
+    """``fault(host, knob, *args)`` through the lab CLI; every host's knobs are cleared afterwards."""
+    _, env, name = npu
+    touched: set[str] = set()
+
+    def set_knob(host: str, knob: str, *args: str) -> None:
+        touched.add(host)
+        proc = run("-m", "framework.lab", "fault", host, knob, *args, "--name", name)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+
+    with npu_lab_lock():
+        try:
+            yield set_knob
+        finally:
+            for host in sorted(touched):
+                proc = run("-m", "framework.lab", "fault", host, "clear", "--name", name)
+                assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_preflight_shows_every_npu_column_on_emulated_a3_hosts(npu):
+    path, env, _ = npu
+    with npu_lab_lock():
+        rc, cells = check(path)
+    assert rc == 0, {k: v for k, v in cells.items() if v["status"] != "ok"}
+    for host in env.hosts:
+        for name in CHECKS:
+            cell = cells[(host, name)]
+            assert cell["status"] == ("ok" if name != "core" else cell["status"]), cell
+            assert cell["status"] != "skip", cell
+        assert cells[(host, "npu")]["value"].startswith("A3 16x"), cells[(host, "npu")]
+        assert cells[(host, "torch_npu")]["value"].startswith("2.13.0"), cells[(host, "torch_npu")]
+        assert "cann layout" in cells[(host, "cann")]["summary"], cells[(host, "cann")]
+        assert cells[(host, "idle")]["value"] == "idle"
+
+
+#: knob → (check, status, text of its summary on the faulty host)
+KNOBS = {
+    "tls-mismatch": ("tls", "fail", "TLS differs between devices"),
+    "health-alarm": ("npu", "fail", "not healthy: NPU 0 chip 0: Alarm"),
+    "link-down": ("hccn", "warn", "link DOWN"),  # A3: -link may read DOWN while HCCS works (ascend-hosts.md §5)
+    "hccn-busy": ("tls", "fail", "hccn_tool stayed busy"),
+    "held-device": ("idle", "fail", "busy: NPU 0 chip 0 pid "),
+    "other-spod": ("spod", "fail", "differs from 0 on host1"),
+    "no-driver": ("driver", "fail", "driver not installed"),
+}
+
+
+@pytest.mark.parametrize("knob", list(KNOBS))
+def test_each_fault_knob_is_reported_by_preflight_on_its_host_only(npu, fault, knob):
+    path, env, _ = npu
+    good, bad = list(env.hosts)[:2]
+    name, status, text = KNOBS[knob]
+    fault(bad, knob)
+    rc, cells = check(path)
+    assert rc == (0 if status == "warn" else 1), cells
+    cell = cells[(bad, name)]
+    assert cell["status"] == status and text in cell["summary"], cell
+    assert cells[(good, name)]["status"] == "ok", cells[(good, name)]
+
+
+def test_cleared_knobs_leave_a_clean_host(npu, fault):
+    """Clearing restores what the knob changed: the held device is free and the driver is back."""
+    path, env, _ = npu
+    host = list(env.hosts)[1]
+    fault(host, "held-device")
+    fault(host, "no-driver")
+    proc = run("-m", "framework.lab", "fault", host, "clear", "--name", npu[2])
+    assert proc.returncode == 0, proc.stderr
+    rc, cells = check(path)
+    assert rc == 0, {k: v for k, v in cells.items() if v["status"] not in ("ok",)}
+
+
+def _suite_env(npu, tmp_path: Path, change) -> Path:
+    path, _, _ = npu
+    art, built = tmp_path / "art", tmp_path / "suite.yaml"
+    proc = run("-m", "framework.artifacts", "build", "--out", str(art), "--env-in", str(path),
+               "--env-out", str(built), timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return variant(built, tmp_path / "variant.yaml", change)
+
+
+def test_cam_suite_passes_on_the_hccl_path_with_ranks_per_node_the_visible_devices(npu, tmp_path):
+    """npu.count 16 with npu.visible [0, 1]: world 4 needs both hosts, two ranks (devices) each."""
+    def visible(doc: dict[str, Any]) -> None:
+        doc["defaults"]["npu"]["visible"] = [0, 1]
+        doc["defaults"]["workdir"] = "/var/tmp/camit/hccl-suite"
+
+    env = _suite_env(npu, tmp_path, visible)
+    with npu_lab_lock():
+        proc = run("-m", "pytest", "suites/cam", "--env", str(env), "--world-sizes", "4", "--report-dir",
+                   str(tmp_path / "r"), "-p", "no:cacheprovider", "-q", "-rs", timeout=1800)
+    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-2000:]
+    tail = proc.stdout.strip().splitlines()[-1]
+    assert re.search(r"\b\d+ passed", tail) and not re.search(r"\b\d+ (failed|error)", tail), tail
+    folder = (tmp_path / "r" / "latest").resolve()
+    launches = [json.loads(p.read_text()) for p in folder.glob("launch-*.json")]
+    assert len(launches) == 5, [p.name for p in folder.glob("launch-*.json")]
+    for launch in launches:  # two visible devices per host: world 4 takes both hosts, two ranks each
+        assert launch["world_size"] == 4 and sorted(launch["nodes"]) == ["host1", "host2"], launch
+    # the hccl path ran: the graph-mode case (torchair, NPU only; skipped on gloo) passed on every rank
+    for xml in folder.glob("host*/*test_fused_rank*/rank*.xml"):
+        cases = {c.get("name"): c for c in ET.parse(xml).getroot().iter("testcase")}
+        graph = [c for n, c in cases.items() if n and n.startswith("test_fused_deep_moe_graph_mode")]
+        assert graph and all(not list(c) for c in graph), (xml, {n: [e.tag for e in c] for n, c in cases.items()})
+
+
+HANG = textwrap.dedent("""\
+    import os, time
+    import torch, torch_npu  # noqa: F401
+    import torch.distributed as dist
+
+    torch.npu.set_device(int(os.environ["LOCAL_RANK"]))
+    dist.init_process_group("hccl")
+    t = torch.ones(8).npu()
+    dist.all_reduce(t)                 # everyone is there
+    if dist.get_rank() == 3:
+        time.sleep(120)                # rank 3 never joins the second one
+    dist.all_reduce(t)
+    torch.npu.synchronize()
+""")
+
+
+def test_an_hccl_hang_ends_in_the_exec_timeout_plog_signature_the_report_shows(npu, tmp_path):
+    path, _, _ = npu
+    env = variant(path, tmp_path / "hang.yaml", lambda doc: doc.setdefault("launch", {}).setdefault(
+        "env", {}).update({"HCCL_EXEC_TIMEOUT": "8"}))
+    script = tmp_path / "hang.py"
+    script.write_text(HANG)
+    with npu_lab_lock():
+        proc = run("-m", "framework.cli", "run", "--env", str(env), "--hosts", "host1", "--nproc-per-node", "4",
+                   "--timeout", "150", "--report-dir", str(tmp_path / "r"), "--core-policy", "ignore", "--",
+                   str(script), timeout=400)
+    assert proc.returncode != 0, proc.stdout[-3000:]
+    folder = (tmp_path / "r" / "latest").resolve()
+    sigs = (folder / "signatures.txt").read_text()
+    # HCCL's own diagnosis, before camit's job timeout: the exec timeout's notify-wait line names rank 3
+    assert "EI0002" in sigs, sigs[-3000:]
+    assert "[remote rank 3]" in sigs, sigs[-3000:]
+    assert "EI0002" in proc.stdout, proc.stdout[-3000:]
+    plogs = list(folder.glob("host1/ascend/**/plog-*.log"))
+    assert plogs and any("EI0002" in p.read_text(errors="replace") for p in plogs), \
+        sorted(str(p) for p in folder.rglob("*"))[:60]
+    result = json.loads((folder / next(p.name for p in folder.glob("launch-*.json"))).read_text())
+    assert not result["timed_out"], result  # the ranks ended (SIGABRT from the watchdog), not camit's timeout
+
+
+KILLED = textwrap.dedent("""\
+    import os, signal, time
+    import torch, torch_npu  # noqa: F401
+
+    local = int(os.environ["LOCAL_RANK"])
+    torch.npu.set_device(local)
+    torch.ones(4).npu()
+    if local == 1:
+        print("HOLDER", os.getpid(), flush=True)
+        os.kill(os.getpid(), signal.SIGKILL)  # dies on its device, as a rank killed mid-kernel
+    time.sleep(2)
+""")
+
+
+def test_a_rank_killed_on_its_device_leaves_it_held_and_preflight_names_the_pid(npu, fault, tmp_path):
+    path, env, _ = npu
+    host = list(env.hosts)[0]
+    fault(host, "linger", "--linger", "300")
+    script = tmp_path / "killed.py"
+    script.write_text(KILLED)
+    proc = run("-m", "framework.cli", "run", "--env", str(path), "--hosts", host, "--nproc-per-node", "2",
+               "--timeout", "120", "--report-dir", str(tmp_path / "r"), "--core-policy", "ignore", "--",
+               str(script), timeout=300)
+    assert proc.returncode != 0, proc.stdout[-3000:]
+    folder = (tmp_path / "r" / "latest").resolve()
+    logs = "\n".join(p.read_text(errors="replace") for p in folder.rglob("rank*.log"))
+    pid = next(line.split()[1] for line in logs.splitlines() if line.startswith("HOLDER "))
+    rc, cells = check(path)
+    idle = cells[(host, "idle")]
+    assert rc == 1 and idle["status"] == "fail" and f"pid {pid}" in idle["summary"], idle
+    assert "NPU 0 chip 1" in idle["summary"], idle  # logical device 1 = NPU 0's second die on A3
