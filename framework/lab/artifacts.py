@@ -481,6 +481,16 @@ def write_env_with_artifacts(env_in: Path, env_out: Path, paths: dict[str, Path]
     return env_out
 
 
+def env_soc(env_file: Path) -> str:
+    """The SoC the env's hosts declare (``npu.soc``; one value for all of them), for the .run's name."""
+    from framework.config.effective import load
+
+    socs = sorted({h.npu.soc for h in load(env_file).hosts.values()})
+    if len(socs) != 1:
+        raise ArtifactError(f"{env_file}: hosts declare npu.soc {', '.join(socs)}; give --soc for the .run")
+    return socs[0]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m framework.artifacts build --out DIR``: prints the wheel's and the .run's paths."""
     parser = argparse.ArgumentParser(prog="python -m framework.artifacts",
@@ -488,7 +498,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="cmd", required=True)
     build = sub.add_parser("build", help="build the umdk_cam_op_lib wheel and the CAM .run into --out")
     build.add_argument("--out", required=True, type=Path, help="output directory (created)")
-    build.add_argument("--soc", default="cpu", help="soc part of the .run name (default: cpu)")
+    build.add_argument("--soc", default=None,
+                       help="soc part of the .run name (default: the --env-in file's npu.soc, else cpu)")
     build.add_argument("--fault", choices=FAULTS, default="none",
                        help="build a faulty .run: 'fail' exits non-zero, 'nosuccess' prints no SUCCESS line")
     build.add_argument("--template", choices=TEMPLATES, default="new",
@@ -505,11 +516,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if (args.env_in is None) != (args.env_out is None):
         parser.error("--env-in and --env-out go together")
     try:
+        soc = args.soc or (env_soc(args.env_in) if args.env_in is not None else "cpu")
         paths: dict[str, Path] = {}
         if args.only in (None, "wheel"):
             paths["wheel"] = build_wheel(args.out, broken_import=args.broken_wheel)
         if args.only in (None, "run"):
-            paths["run"] = build_run_package(args.out, soc=args.soc, fault=args.fault, template=args.template)
+            paths["run"] = build_run_package(args.out, soc=soc, fault=args.fault, template=args.template)
     except FrameworkError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

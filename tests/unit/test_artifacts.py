@@ -83,6 +83,25 @@ def test_os_id_reads_os_release(tmp_path):
 
 
 @needs_makeself
+def test_the_run_is_named_for_the_soc_the_env_declares(tmp_path):
+    """--env-in an A3 env: CAM_ascend910_93_<os>_<arch>.run, as the real package for those hosts is named."""
+    from tests.builders import env_document
+
+    env_in = tmp_path / "a3.yaml"
+    env_in.write_text(json.dumps(env_document(["h1", "h2"], npu={"soc": "ascend910_93", "count": 16})))
+    res = run([sys.executable, "-m", "framework.artifacts", "build", "--out", str(tmp_path / "o"), "--only", "run",
+               "--env-in", str(env_in), "--env-out", str(tmp_path / "out.yaml")], cwd=REPO)
+    assert res.returncode == 0, res.stderr
+    assert Path(res.stdout.strip()).name == f"CAM_ascend910_93_{artifacts.os_id()}_{platform.machine()}.run"
+    mixed = env_document({"h1": {"npu": {"soc": "ascend910b", "count": 8}},
+                          "h2": {"npu": {"soc": "ascend910_93", "count": 16}}})
+    env_in.write_text(json.dumps(mixed))
+    res = run([sys.executable, "-m", "framework.artifacts", "build", "--out", str(tmp_path / "p"), "--only", "run",
+               "--env-in", str(env_in), "--env-out", str(tmp_path / "out.yaml")], cwd=REPO)
+    assert res.returncode == 1 and "hosts declare npu.soc ascend910_93, ascend910b; give --soc" in res.stderr
+
+
+@needs_makeself
 def test_cli_builds_and_prints_both_paths(tmp_path):
     res = run([sys.executable, "-m", "framework.artifacts", "build", "--out", str(tmp_path / "o"), "--json"],
               cwd=REPO)
