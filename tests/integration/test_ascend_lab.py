@@ -248,3 +248,20 @@ def test_a_rank_killed_on_its_device_leaves_it_held_and_preflight_names_the_pid(
     idle = cells[(host, "idle")]
     assert rc == 1 and idle["status"] == "fail" and f"pid {pid}" in idle["summary"], idle
     assert "NPU 0 chip 1" in idle["summary"], idle  # logical device 1 = NPU 0's second die on A3
+
+
+def test_the_upstream_runner_takes_the_hccl_path_at_4_and_16_ranks(npu, tmp_path):
+    """The miniature checkout, like upstream, goes through torch_npu and hccl; 16 ranks fit one A3 node."""
+    path, _, _ = npu
+    fake = REPO / "tests" / "data" / "fake_umdk"
+    with npu_lab_lock():
+        proc = run("-m", "pytest", "suites/cam/test_upstream.py", "--env", str(path), "--umdk-src", str(fake),
+                   "--no-deploy", "--report-dir", str(tmp_path / "r"), "-p", "no:cacheprovider", "-q", "-rs",
+                   timeout=900)
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    assert "2 passed" in proc.stdout, proc.stdout[-2000:]
+    folder = (tmp_path / "r" / "latest").resolve()
+    worlds = sorted(json.loads(p.read_text())["world_size"] for p in folder.glob("launch-*.json"))
+    assert worlds == [4, 16], worlds
+    logs = "\n".join(p.read_text(errors="replace") for p in folder.rglob("rank*.log"))
+    assert logs.count("backend hccl group ") == 4, logs[-2000:]  # the fused file's 4 ranks, on hccl
