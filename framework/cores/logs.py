@@ -112,6 +112,20 @@ _RULES: tuple[_Rule, ...] = (
     _Rule("ACL-507048", re.compile(r"\b507048\b"),
           "ACL 507048: internal task timeout (AclrtSynchronizeDeviceWithTimeout); also linked to a bad card"),
     _Rule("ACL-507901", re.compile(r"\b507901\b"), "ACL 507901: HDC disconnected (device or driver lost)"),
+    # device faults a kernel raises; they surface at the process's next synchronize, and that process's
+    # stream stays unusable (torch_npu/csrc/core/npu/NPUErrorCodes.h; npu-fidelity.md §1: an expert id outside
+    # [0, E) is one way, as get_dispatch_layout checks no values)
+    _Rule("ACL-507015", re.compile(r"\b507015\b"),
+          "ACL 507015: aicore execution is abnormal (a kernel faulted, e.g. an out-of-range index); the "
+          "process's stream is unusable from here on"),
+    _Rule("ACL-507035", re.compile(r"\b507035\b"),
+          "ACL 507035: vector core execution is abnormal (a kernel faulted, e.g. an out-of-range index); the "
+          "process's stream is unusable from here on"),
+    _Rule("ACL-50704X", re.compile(r"\b50704[45]\b"), "ACL 507044/507045: a kernel trapped out of bounds"),
+    _Rule("ACL-207018", re.compile(r"\b207018\b"),
+          "ACL 207018: device memory exhausted (HCCL_BUFFSIZE per communicator is a common cause)"),
+    _Rule("EZ9999", re.compile(r"\bEZ9999\b"),
+          "EZ9999: an op's tiling or inner check refused the call (shape, dtype or buffer outside its limits)"),
     _Rule("HCCL-LINK-TIMEOUT", re.compile(r"wait socket establish timeout"),
           "HCCL link establishment timed out (host-side detail of EI0006)",
           _first(r"role\[(\d+)\] rank\[(\d+)\] timeout\[(\d+)\]",

@@ -681,6 +681,19 @@ def test_other_listed_signatures(code: str) -> None:
     assert [s.code for s in scan_signatures("x\n" + text + "\n")] == [code]
 
 
+@pytest.mark.parametrize(("line", "code"), [
+    ("synchronize:build/CMakeFiles/torch_npu.dir/compiler_depend.ts:467 NPU function error: "
+     "AclrtSynchronizeDeviceWithTimeout, error code is 507035", "ACL-507035"),
+    ("[ERROR] RUNTIME(4242,python):... error code is 507015", "ACL-507015"),
+    ("rtStreamSynchronize failed, error code is 507045", "ACL-50704X"),
+    ("EL0004: alloc device memory failed, runtime result = 207018", "ACL-207018"),
+    ("call aclnnMoeDispatchNormal failed, detail:EZ9999: Inner Error!", "EZ9999"),
+])
+def test_device_faults_a_cam_kernel_raises_are_primary_signatures(line: str, code: str) -> None:
+    found = {s.code: s for s in scan_signatures("x\n" + line + "\n")}
+    assert code in found and found[code].primary, found
+
+
 def test_dmesg_since_the_snapshot() -> None:
     text = "[  10.000000] old\n[  99.500000] segfault at 0\n  continuation\n[ 100.000000] after\nno stamp\n"
     assert dmesg_since(text, 99.0) == ["[  99.500000] segfault at 0", "  continuation", "[ 100.000000] after", "no stamp"]
