@@ -394,7 +394,7 @@ def _check_hccn(plan: ProbePlan, sec: Mapping[str, Section], limits: Limits) -> 
                     problems.append(f"dev {dev} has no IP ({text or 'no answer'})")
     queries = "/".join(q for q in plan.hccn_queries if q != "tls")
     if problems:
-        return CheckResult(plan.host, "hccn", FAIL, "; ".join(problems), f"{len(problems)} bad")
+        return CheckResult(plan.host, "hccn", FAIL, "; ".join(problems + notes), f"{len(problems)} bad")
     if notes:
         return CheckResult(plan.host, "hccn", WARN, "; ".join(notes) + " (A3: -link may read DOWN while HCCS works)",
                            "link?")
