@@ -207,9 +207,6 @@ def test_faults_are_listed_in_knob_order_and_cleared(tmp_path: Path) -> None:
 
 def test_clear_resets_linger_and_releases_devices_of_dead_processes_only(tmp_path: Path) -> None:
     """What an operator's reset does: a dead process's lingering record goes, a live holder's stays."""
-    import json
-    import subprocess
-
     tree = _populate(tmp_path, "a3")
     emu.set_linger(tree, 300)
     registry = tree / "Ascend/.camit-emu/registry"

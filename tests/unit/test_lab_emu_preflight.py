@@ -10,7 +10,6 @@ up in the check that reads its tool; ``other-spod`` is absent: no check reads ``
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -21,6 +20,8 @@ import pytest
 from framework.lab import emu
 from framework.preflight.checks import FAIL, OK, Report, Sample, evaluate
 from framework.preflight.probe import ProbePlan, probe_script, split_sections
+from tests.emu_holders import holder as start_holder
+from tests.emu_holders import kill
 
 ROOT = Path(__file__).resolve().parents[2]
 JUDGED = ("npu", "idle", "hccn", "tls")
@@ -57,24 +58,6 @@ def _verdicts(report: Report) -> dict[str, tuple[str, str]]:
     return {c: (report.get("host0", c).status, report.get("host0", c).summary) for c in JUDGED}
 
 
-def _holder(tree: Path, device: int) -> subprocess.Popen[str]:
-    code = ("import importlib.util, sys, time\n"
-            "spec = importlib.util.spec_from_file_location('occ', sys.argv[1])\n"
-            "m = importlib.util.module_from_spec(spec); sys.modules['occ'] = m; spec.loader.exec_module(m)\n"
-            "m.register(int(sys.argv[2]), int(sys.argv[2])); print('ready', flush=True); time.sleep(120)\n")
-    p = subprocess.Popen([sys.executable, "-c", code, str(ROOT / "standin_npu/torch_npu/_occupancy.py"), str(device)],
-                         stdout=subprocess.PIPE, text=True, env=_env(tree))
-    assert p.stdout is not None and p.stdout.readline().strip() == "ready"
-    return p
-
-
-def _kill(p: subprocess.Popen[str]) -> None:
-    p.send_signal(signal.SIGKILL)
-    p.wait()
-    if p.stdout is not None:
-        p.stdout.close()
-
-
 @pytest.mark.parametrize("name", ["a2", "a3"])
 def test_a_healthy_emulated_host_passes_every_npu_check(tmp_path: Path, name: str) -> None:
     prof = emu.profile(name)
@@ -89,11 +72,11 @@ def test_knobs_show_in_their_checks(tmp_path: Path) -> None:
     emu.set_fault(tree, "tls-mismatch", device=1)
     emu.set_fault(tree, "health-alarm", device=4)
     emu.set_fault(tree, "link-down", device=2)
-    holder = _holder(tree, 6)  # what held-device's process (holder_argv) does: a registry record
+    holder = start_holder(tree, 6)  # what held-device's process (holder_argv) does: a registry record
     try:
         verdicts = _verdicts(_preflight(tmp_path, tree, "a2"))
     finally:
-        _kill(holder)
+        kill(holder)
     assert verdicts["tls"][0] == FAIL and "switch 1: devices [1]" in verdicts["tls"][1]
     assert verdicts["npu"][0] == FAIL and "not healthy: NPU 4 chip 0: Alarm" in verdicts["npu"][1]
     assert verdicts["hccn"] == (FAIL, "dev 2 link DOWN; dev 2 net health Fault")
@@ -102,12 +85,12 @@ def test_knobs_show_in_their_checks(tmp_path: Path) -> None:
 
 def test_a_held_device_outside_the_visible_ones_is_idle(tmp_path: Path) -> None:
     tree = _populate(tmp_path, "a3")
-    holder = _holder(tree, 9)
+    holder = start_holder(tree, 9)
     try:
         report = _preflight(tmp_path, tree, "a3", visible=(0, 1), count=1)
         busy = _preflight(tmp_path, tree, "a3", visible=(8, 9), count=1)
     finally:
-        _kill(holder)
+        kill(holder)
     assert report.get("host0", "idle").status == OK
     assert busy.get("host0", "idle").status == FAIL and "NPU 4 chip 1" in busy.get("host0", "idle").summary
 

@@ -13,7 +13,6 @@ import fcntl
 import io
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -25,6 +24,8 @@ from framework.lab import emu
 from framework.lab.emu import tree as emu_tree
 from framework.lab.emu.tools import common, hccn_tool, msnpureport, npu_smi
 from framework.preflight import ascend
+from tests.emu_holders import holder as start_holder
+from tests.emu_holders import kill
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "tests" / "data" / "ascend"
@@ -222,38 +223,13 @@ def test_msnpureport_exports_a_directory_per_device(tmp_path: Path) -> None:
 
 # --------------------------------------------------------------------------- the registry in the process table
 
-_REGISTER = (
-    "import importlib.util, sys, time\n"
-    "spec = importlib.util.spec_from_file_location('occ', sys.argv[1])\n"
-    "m = importlib.util.module_from_spec(spec); sys.modules['occ'] = m; spec.loader.exec_module(m)\n"
-    "for d in sys.argv[2:]:\n    m.register(int(d), int(d))\n"
-    "print('ready', flush=True)\ntime.sleep(120)\n"
-)
-
-
-def _holder(tree: Path, *devices: int) -> subprocess.Popen[str]:
-    """A process registered through the torch_npu stand-in's own occupancy module (as set_device does)."""
-    occ = ROOT / "standin_npu" / "torch_npu" / "_occupancy.py"
-    p = subprocess.Popen([sys.executable, "-c", _REGISTER, str(occ), *map(str, devices)], stdout=subprocess.PIPE,
-                         text=True, env=_env(tree))
-    assert p.stdout is not None and p.stdout.readline().strip() == "ready"
-    return p
-
-
-def _kill(p: subprocess.Popen[str]) -> None:
-    p.send_signal(signal.SIGKILL)
-    p.wait()
-    if p.stdout is not None:
-        p.stdout.close()
-
-
 def _procs(tree: Path) -> list[ascend.NpuProcess]:
     return list(ascend.parse_npu_smi_info(_ok(tree, "npu-smi", "info")).processes)
 
 
 def test_registered_process_is_listed_until_it_dies(tmp_path: Path) -> None:
     tree = _populate(tmp_path, "a3")
-    p = _holder(tree, 3, 12)
+    p = start_holder(tree, 3, 12)
     try:
         info = ascend.parse_npu_smi_info(_ok(tree, "npu-smi", "info"))
         assert [(q.npu, q.chip, q.pid) for q in info.processes] == [(1, 1, p.pid), (6, 0, p.pid)]
@@ -263,7 +239,7 @@ def test_registered_process_is_listed_until_it_dies(tmp_path: Path) -> None:
         rate = ascend.parse_kv_blocks(_ok(tree, "npu-smi", "info", "-t", "usages", "-i", "1"))
         assert int(rate[2]["HBM Usage Rate(%)"]) > int(rate[1]["HBM Usage Rate(%)"])
     finally:
-        _kill(p)
+        kill(p)
     deadline = time.monotonic() + 10
     while _procs(tree) and time.monotonic() < deadline:  # linger 0: gone a heartbeat after the kill
         time.sleep(0.3)
@@ -274,8 +250,8 @@ def test_linger_keeps_a_killed_holder_listed(tmp_path: Path) -> None:
     tree = _populate(tmp_path, "a2")
     emu.set_linger(tree, 30)
     assert json.loads((tree / "Ascend/.camit-emu/npu.json").read_text())["linger_s"] == 30
-    p = _holder(tree, 5)
-    _kill(p)
+    p = start_holder(tree, 5)
+    kill(p)
     time.sleep(2.5)  # past the heartbeat slack a linger of 0 allows
     assert [(q.npu, q.chip, q.pid) for q in _procs(tree)] == [(5, 0, p.pid)]
 
@@ -291,7 +267,7 @@ def test_holder_argv_holds_a_device_through_torch_npu(tmp_path: Path) -> None:
         assert p.stdout is not None and p.stdout.readline().strip() == f"holding npu 6 pid {p.pid}"
         assert [(q.npu, q.chip, q.pid) for q in _procs(tree)] == [(6, 0, p.pid)]
     finally:
-        _kill(p)
+        kill(p)
 
 
 # --------------------------------------------------------------------------- knobs: exactly their change

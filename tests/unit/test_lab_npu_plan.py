@@ -355,8 +355,6 @@ def test_bad_knob_parameters_are_usage_errors(state_root: Path, capsys: pytest.C
 
 
 def test_linger_setting_is_written_for_later_processes(state_root: Path) -> None:
-    import json
-
     lab = saved_lab(state_root, "a3")
     assert fault(state_root, "host1", "linger", "--linger", "30") == 0
     npu_json = lab._emu_tree("host1")[1] / "Ascend/.camit-emu/npu.json"
