@@ -417,11 +417,12 @@ def _check_tls(plan: ProbePlan, sec: Mapping[str, Section], limits: Limits) -> C
         return CheckResult(plan.host, "tls", SKIP, "env declares no npu.count: no devices to query")
     switches: dict[int, int] = {}
     unknown = []
-    busy = [dev for dev in range(plan.npu_count) if _busy(_need(sec, f"hccn:{dev}:tls").text)]
+    texts = {dev: _need(sec, f"hccn:{dev}:tls").text for dev in range(plan.npu_count)}
+    busy = [dev for dev, text in texts.items() if _busy(text)]
     if busy:
         return CheckResult(plan.host, "tls", FAIL, f"no TLS state from devices {busy}: {_BUSY_NOTE}", "busy")
-    for dev in range(plan.npu_count):
-        states = ascend.parse_tls(_need(sec, f"hccn:{dev}:tls").text)
+    for dev, text in texts.items():
+        states = ascend.parse_tls(text)
         state = next((s for s in states if s.dev == dev), states[0] if states else None)
         if state is None:
             unknown.append(dev)
