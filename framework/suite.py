@@ -26,6 +26,7 @@ from framework import commands
 from framework.errors import FrameworkError
 from framework.hosts import Cluster, Host
 from framework.launch import Launcher, LaunchResult, Target
+from framework.launch.plan import devices_per_node
 from framework.remote.layout import HostLayout
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -43,10 +44,7 @@ def slots_per_node(env: EnvConfig, override: int | None = None) -> int:
     ``npu.count``), else launch.nproc_per_node, else 2 (CPU)."""
     if override:
         return override
-    counts = [h.npu.devices for h in env.hosts.values() if h.npu.devices]
-    if counts:
-        return min(counts)
-    return env.launch.nproc_per_node or DEFAULT_SLOTS
+    return devices_per_node(env) or env.launch.nproc_per_node or DEFAULT_SLOTS
 
 
 def placement(world: int, hosts: int, slots: int) -> tuple[int, int] | str:

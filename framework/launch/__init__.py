@@ -46,6 +46,7 @@ from framework.launch.plan import (
     Prepared,
     Target,
     backend_env,
+    devices_per_node,
     free_port_argv,
     launch_label,
     node_command,
@@ -93,8 +94,7 @@ class Launcher:
         self.rundir = rundir
         self.backend = backend or env.launch.backend
         # default: one rank per usable device of the smallest NPU host (npu.visible, else npu.count), else 1
-        devices = [h.npu.devices for h in env.hosts.values() if h.npu.devices]
-        self.nproc = nproc_per_node or env.launch.nproc_per_node or (min(devices) if devices else 1)
+        self.nproc = nproc_per_node or env.launch.nproc_per_node or devices_per_node(env) or 1
         self.core_limit = core_limit
         #: fetch into <report>/<host>/<launch_id>/ (several launches per run) instead of <report>/<host>/
         self.per_launch_dirs = per_launch_dirs

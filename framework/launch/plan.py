@@ -202,6 +202,11 @@ def parse_prepare_probe(stdout: str) -> tuple[set[str], DeployState]:
     return have, DeployState.from_doc(DeployState.from_records(records))
 
 
+def devices_per_node(env: EnvConfig) -> int:
+    """Usable devices of the smallest NPU host (``npu.visible``, else ``npu.count``); 0 when no host declares any."""
+    return min((h.npu.devices for h in env.hosts.values() if h.npu.devices), default=0)
+
+
 def check_ranks_fit(specs: Sequence[HostSpec], nproc: int) -> None:
     """One rank per usable device: raise UsageError naming the first NPU host ``nproc`` ranks do not fit."""
     for spec in specs:
