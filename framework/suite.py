@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from framework import commands
+from framework.coverage import ENV_FLAG
 from framework.errors import FrameworkError
 from framework.hosts import Cluster, Host
 from framework.launch import Launcher, LaunchResult, Target
@@ -47,13 +48,37 @@ def slots_per_node(env: EnvConfig, override: int | None = None) -> int:
     return devices_per_node(env) or env.launch.nproc_per_node or DEFAULT_SLOTS
 
 
-def placement(world: int, hosts: int, slots: int) -> tuple[int, int] | str:
-    """(nodes, ranks per node) for ``world`` ranks, fewest nodes first; or why it cannot be placed."""
-    for nodes in range(1, hosts + 1):
+#: the small world sizes every cluster runs (cam-ops.md: upstream's CASE_4RANK/CASE_8RANK and the 16-rank prefill)
+SMALL_WORLDS = (4, 8, 16)
+
+
+def default_worlds(hosts: int, per_node: int, selected: frozenset[int] | None = None) -> list[int]:
+    """The world sizes the suite parametrizes: :data:`SMALL_WORLDS`, ``2 x per_node`` and ``hosts x per_node``
+    (the worlds that cross nodes on a cluster of ``hosts`` nodes of ``per_node`` ranks: on a 16-device A3,
+    32 ranks run on two nodes whatever the small sizes do), and any ``selected`` (``--world-sizes``) beside
+    them; sorted, each once. Sizes the env cannot host stay in: they skip with the reason."""
+    crossing = {2 * per_node, hosts * per_node} if per_node > 0 else set()
+    return sorted(set(SMALL_WORLDS) | crossing | set(selected or ()))
+
+
+def placement(world: int, hosts: int, slots: int, min_nodes: int = 1) -> tuple[int, int] | str:
+    """(nodes, ranks per node) for ``world`` ranks, fewest nodes first but at least ``min_nodes``
+    (``--spread`` or the test's ``nodes(n)`` marker: world 4 with min_nodes 2 runs 2+2); or why it cannot
+    be placed."""
+    if min_nodes > hosts:
+        return f"needs {world} ranks on >= {min_nodes} nodes; the env has {hosts} host(s)"
+    for nodes in range(max(1, min_nodes), hosts + 1):
         if world % nodes == 0 and world // nodes <= slots:
             return nodes, world // nodes
-    return (f"needs {world} ranks; the env has {hosts} host(s) x {slots} rank(s) per node = {hosts * slots}"
-            if world > hosts * slots else f"cannot split {world} ranks evenly over <= {hosts} hosts of {slots} slots")
+    if world > hosts * slots:
+        return f"needs {world} ranks; the env has {hosts} host(s) x {slots} rank(s) per node = {hosts * slots}"
+    at_least = f" on >= {min_nodes} nodes" if min_nodes > 1 else ""
+    return f"cannot split {world} ranks evenly{at_least} over <= {hosts} hosts of {slots} slots"
+
+
+def describe_placement(world: int, hosts: Sequence[str], per_node: int) -> str:
+    """``32 ranks on 2 nodes x 16 (a3-1, a3-2)``: the placement a test's report records."""
+    return f"{world} ranks on {len(hosts)} node(s) x {per_node} ({', '.join(hosts)})"
 
 
 def tree_archive(root: Path) -> tuple[bytes, str]:
@@ -90,6 +115,25 @@ class SuiteResult:
     failures: list[RankFailure] = field(default_factory=list)
     missing_junit: list[int] = field(default_factory=list)
     counts: dict[str, int] = field(default_factory=dict)  # passed/failed/skipped over all ranks
+    #: where the ranks ran (:func:`describe_placement`), for the test's report
+    placed: str = ""
+    #: (test id, reason) of every rank-side skip, rank 0's first
+    skips: list[tuple[str, str]] = field(default_factory=list)
+
+    def skip_reasons(self) -> list[str]:
+        """Each distinct ``test: reason`` once, in the order the ranks reported them."""
+        return list(dict.fromkeys(f"{t}: {r}" for t, r in self.skips))
+
+    def require_ran(self) -> SuiteResult:
+        """Fail when no rank-side test passed (all skipped, or none collected), with the skip reasons: a file
+        whose every case skipped (a rank-count guard, a missing device) tested nothing."""
+        __tracebackhide__ = True
+        if self.ok and not self.counts.get("passed"):
+            shown = self.skip_reasons()
+            lines = [f"{self.module} (world {self.world}) ran nothing: {self.counts.get('skipped', 0)} skipped, "
+                     f"0 passed over {self.world} ranks"] + [f"  skipped {s}" for s in shown[:12]]
+            raise RankSuiteFailed(self, "\n".join(lines))
+        return self
 
     @property
     def ok(self) -> bool:
@@ -121,28 +165,36 @@ class RankSuiteFailed(FrameworkError, AssertionError):
 
     exit_code = 1
 
-    def __init__(self, result: SuiteResult) -> None:
+    def __init__(self, result: SuiteResult, message: str | None = None) -> None:
         self.result = result
-        super().__init__(result.message())
+        super().__init__(message or result.message())
 
 
 def parse_rank_junit(path: Path) -> tuple[dict[str, int], list[tuple[str, str]]]:
     """(counts, [(test id, message)]) from one rank's pytest JUnit file."""
+    counts, failures, _ = read_rank_junit(path)
+    return counts, failures
+
+
+def read_rank_junit(path: Path) -> tuple[dict[str, int], list[tuple[str, str]], list[tuple[str, str]]]:
+    """(counts, failures, skips) from one rank's pytest JUnit file; failures and skips as (test id, message)."""
     counts = {"passed": 0, "failed": 0, "skipped": 0}
-    failures = []
+    failures, skips = [], []
     root = ET.parse(path).getroot()
     for case in root.iter("testcase"):
         name = f"{case.get('classname', '')}::{case.get('name', '')}".strip(":")
         bad = case.find("failure") if case.find("failure") is not None else case.find("error")
+        skipped = case.find("skipped")
         if bad is not None:
             counts["failed"] += 1
             msg = (bad.get("message") or (bad.text or "").strip().splitlines()[-1:] or ["(no message)"])
             failures.append((name, msg if isinstance(msg, str) else msg[0]))
-        elif case.find("skipped") is not None:
+        elif skipped is not None:
             counts["skipped"] += 1
+            skips.append((name, skipped.get("message") or (skipped.text or "").strip() or "(no reason)"))
         else:
             counts["passed"] += 1
-    return counts, failures
+    return counts, failures, skips
 
 
 class RankSuite:
@@ -150,7 +202,7 @@ class RankSuite:
 
     def __init__(self, env: EnvConfig, cluster: Cluster, launcher: Launcher, *, tree: Path = RANK_TREE,
                  slots: int | None = None, rank_env: Mapping[str, str] | None = None, case_timeout: float = 600.0,
-                 pytest_args: Sequence[str] = (), coverage: RankCoverage | None = None) -> None:
+                 pytest_args: Sequence[str] = (), coverage: RankCoverage | None = None, spread: int = 1) -> None:
         self.env = env
         self.cluster = cluster
         self.launcher = launcher
@@ -161,10 +213,12 @@ class RankSuite:
         self.pytest_args = list(pytest_args)
         #: a framework.coverage.RankCoverage in coverage mode (--cov-ranks): ranks run under `coverage run`
         self.coverage = coverage
+        #: every world on at least this many nodes (``--spread N``)
+        self.spread = spread
         self._shipped: dict[str, str] = {}
 
-    def can_place(self, world: int) -> tuple[int, int] | str:
-        return placement(world, len(self.cluster), self.slots)
+    def can_place(self, world: int, min_nodes: int = 1) -> tuple[int, int] | str:
+        return placement(world, len(self.cluster), self.slots, max(min_nodes, self.spread))
 
     def ship(self) -> dict[str, str]:
         """Put the tree on every host (once per content hash); host → remote directory."""
@@ -198,9 +252,11 @@ class RankSuite:
         return self._shipped
 
     def run(self, module: str, world: int, *, extra_env: Mapping[str, str] | None = None,
-            select: str | None = None, name: str | None = None) -> SuiteResult:
-        """Run rank-side ``module`` (a path inside the tree) on ``world`` ranks and judge every rank."""
-        where = self.can_place(world)
+            select: str | None = None, name: str | None = None, min_nodes: int = 1) -> SuiteResult:
+        """Run rank-side ``module`` (a path inside the tree) on ``world`` ranks and judge every rank; the ranks
+        go on the fewest nodes that hold them, but on at least ``min_nodes`` (and ``--spread``): torchrun
+        runs ``--nnodes`` = those nodes, ``--nproc-per-node`` = world / nodes."""
+        where = self.can_place(world, min_nodes)
         if isinstance(where, str):
             raise FrameworkError(where)
         nodes, per_node = where
@@ -222,12 +278,18 @@ class RankSuite:
             env.setdefault("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
         target = Target(module="pytest", args=tuple(args))
         if self.coverage is not None:
+            # upstream test/cam/ut/util/tool.py is_run_for_cov() is `"ENABLE_COV" in os.environ` (its GE cases
+            # return early under coverage); the ranks get it as the controller's coverage mode has it
+            env[ENV_FLAG] = "1"
             target = self.coverage.prepare(target, hosts, remote_dir, self.tree)
         launch = self.launcher.run(target, env=env, timeout=self.case_timeout,
                                    nproc_per_node=per_node, hosts=hosts, name=name or Path(module).stem)
         if self.coverage is not None:
             self.coverage.collect_gcov(hosts)
-        return self.judge(module, world, launch)
+        result = self.judge(module, world, launch)
+        result.placed = describe_placement(world, hosts, per_node)
+        log.info("%s: %s", name or Path(module).stem, result.placed)
+        return result
 
     def judge(self, module: str, world: int, launch: LaunchResult) -> SuiteResult:
         result = SuiteResult(module, world, launch, counts={"passed": 0, "failed": 0, "skipped": 0})
@@ -237,11 +299,12 @@ class RankSuite:
                 result.missing_junit.append(rank)
                 continue
             try:
-                counts, failures = parse_rank_junit(Path(rr.junit))
+                counts, failures, skips = read_rank_junit(Path(rr.junit))
             except ET.ParseError as exc:
                 result.failures.append(RankFailure(rank, rr.host, "(junit)", f"unreadable JUnit: {exc}"))
                 continue
             for k, v in counts.items():
                 result.counts[k] += v
             result.failures += [RankFailure(rank, rr.host, t, m) for t, m in failures]
+            result.skips += skips
         return result

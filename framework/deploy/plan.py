@@ -246,7 +246,10 @@ def verify_argv(plan: HostPlan, vendor: str | None) -> list[str]:
     code = (
         ("import torch_npu\n" if plan.soc != "cpu" else "")
         + f"import torch, {OP_MODULE} as m\n"
-        + "print('CAMIT-VERSION', getattr(m, '__version__', 'unknown'))\n"
+        # the real wheel is a bare extension module without __version__: its version is the distribution's
+        + "from importlib import metadata as md\n"
+        + "try:\n    v = md.version(m.__name__)\nexcept md.PackageNotFoundError:\n    v = 'unknown'\n"
+        + "print('CAMIT-VERSION', v)\n"
         + f"ns = torch.ops.{OP_MODULE}\n"
         + f"print('CAMIT-OPS', ','.join(n for n in {OPS!r} if hasattr(ns, n)))\n"
     )

@@ -16,6 +16,7 @@ import pytest
 
 from framework.errors import FrameworkError
 from framework.plugin.context import CONTEXT_KEY, LAUNCHES_KEY, RunContext
+from framework.plugin.markers import min_nodes
 from framework.plugin.resources import resources_of
 
 if TYPE_CHECKING:
@@ -65,13 +66,21 @@ def rank_suite(request: pytest.FixtureRequest, deployed: DeployResult | str) -> 
     return resources_of(request.config).open_suite()
 
 
+def record_launch(item: pytest.Item, result: SuiteResult) -> None:
+    """Note a suite launch on ``item``: for the core watch, and its placement as a report property."""
+    item.stash.setdefault(LAUNCHES_KEY, []).append(result.launch)
+    if result.placed:
+        item.user_properties.append(("placement", result.placed))
+
+
 @pytest.fixture
 def run_ranks(request: pytest.FixtureRequest, rank_suite: RankSuite) -> Callable[..., SuiteResult]:
-    """``run_ranks(module, world, **kw)`` → ``SuiteResult``; recorded on the test for core attribution."""
-
+    """``run_ranks(module, world, **kw)`` → ``SuiteResult``; recorded on the test for core attribution, its
+    placement (the test's ``nodes(n)`` marker and ``--spread``) in the test's report (property ``placement``)."""
     def run(module: str, world: int, **kw: Any) -> SuiteResult:  # kw: RankSuite.run's keywords
+        kw.setdefault("min_nodes", min_nodes(request.node, request.config.stash[CONTEXT_KEY]))
         result = rank_suite.run(module, world, **kw)
-        request.node.stash.setdefault(LAUNCHES_KEY, []).append(result.launch)
+        record_launch(request.node, result)
         return result
 
     return run

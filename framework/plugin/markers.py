@@ -24,7 +24,7 @@ MARKERS = (
     "single_process_test: one process",
     "author(name): who wrote the case",
     "ranks(n): needs n ranks in total (skipped with the reason when the env has fewer)",
-    "nodes(n): needs n hosts",
+    "nodes(n): needs n hosts, and places the test's world on at least n of them (world 4 on 2 nodes: 2+2)",
     "soc(*names): runs only on these SoCs (ascend910b, ascend910_93, cpu)",
     "core_policy(policy): fail | warn | ignore for cores that appear during this test",
 )
@@ -44,8 +44,15 @@ def requirements(item: pytest.Item, ctx: RunContext) -> str | None:
     if env is None:
         return None
     names = ctx.host_names()
-    return _size_requirements(item, ctx, env, len(names)) or _soc_requirements(item, {env.hosts[n].npu.soc
-                                                                                     for n in names})
+    # the SoC first: an A3-only case on A2 hosts is skipped for that, whatever its size
+    return _soc_requirements(item, {env.hosts[n].npu.soc for n in names}) or _size_requirements(
+        item, ctx, env, len(names))
+
+
+def min_nodes(item: pytest.Item, ctx: RunContext) -> int:
+    """The fewest nodes ``item``'s world goes on: its ``nodes(n)`` marker, else ``--spread`` (the larger)."""
+    m = item.get_closest_marker("nodes")
+    return max(int(m.args[0]) if m else 1, ctx.options.spread)
 
 
 def _size_requirements(item: pytest.Item, ctx: RunContext, env: EnvConfig, hosts: int) -> str | None:
@@ -56,7 +63,7 @@ def _size_requirements(item: pytest.Item, ctx: RunContext, env: EnvConfig, hosts
     if m:
         from framework.suite import placement, slots_per_node
 
-        where = placement(int(m.args[0]), hosts, slots_per_node(env, ctx.options.slots))
+        where = placement(int(m.args[0]), hosts, slots_per_node(env, ctx.options.slots), min_nodes(item, ctx))
         if isinstance(where, str):
             return where
         worlds = ctx.options.worlds

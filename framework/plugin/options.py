@@ -39,6 +39,9 @@ def add_options(parser: pytest.Parser) -> None:
                 help="only these world sizes (default: every size the env can host)")
     g.addoption("--ranks-per-node", dest="camit_slots", type=int, default=None, metavar="P",
                 help="ranks per node (default: npu.count, else launch.nproc_per_node, else 2)")
+    g.addoption("--spread", dest="camit_spread", type=int, default=1, metavar="N",
+                help="place every world on at least N nodes (world 4 with --spread 2 runs 2+2; default 1: "
+                     "the fewest nodes that hold it)")
     g.addoption("--umdk-src", dest="camit_umdk_src", default=None, metavar="PATH",
                 help="a UMDK checkout: also run its test/cam/ut through the same launch")
     g.addoption("--update-baseline", dest="camit_update_baseline", action="store_true",
@@ -69,6 +72,12 @@ def parse_worlds(text: str | None) -> frozenset[int] | None:
     return frozenset(int(w) for w in text.split(",") if w.strip()) if text else None
 
 
+def _spread(value: int | None) -> int:
+    if value is not None and value < 1:
+        raise pytest.UsageError(f"--spread {value}: the number of nodes must be >= 1")
+    return value or 1
+
+
 @dataclass(frozen=True)
 class LeaseSettings:
     """Who the session's lease names as its owner (``$BUILD_URL``, else the default) and how long it waits."""
@@ -94,6 +103,7 @@ class Options:
     no_deploy: bool = False
     worlds_text: str | None = None
     slots: int | None = None
+    spread: int = 1
     umdk_src: str | None = None
     update_baseline: bool = False
     baseline_margin: float = 0.5
@@ -115,7 +125,8 @@ class Options:
             env_path=env_path(config, environ), seed=opt("camit_seed"), case_timeout=opt("camit_case_timeout"),
             report_dir=opt("camit_report_dir"), core_policy=opt("camit_core_policy"),
             keep_remote=bool(opt("camit_keep_remote")), no_deploy=bool(opt("camit_no_deploy")),
-            worlds_text=opt("camit_worlds"), slots=opt("camit_slots"), umdk_src=opt("camit_umdk_src"),
+            worlds_text=opt("camit_worlds"), slots=opt("camit_slots"),
+            spread=_spread(opt("camit_spread")), umdk_src=opt("camit_umdk_src"),
             update_baseline=bool(opt("camit_update_baseline")), baseline_margin=opt("camit_baseline_margin"),
             cluster_name=opt("camit_cluster"), baseline_dir=opt("camit_baseline_dir"),
             full_shapes=bool(opt("camit_full_shapes")), cov_ranks=bool(opt("camit_cov_ranks")),

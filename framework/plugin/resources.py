@@ -203,7 +203,7 @@ class Resources:
                 cov = RankCoverage(ctx.require_env(), self.open_cluster(), ctx.ensure_rundir().path)
             self.suite = RankSuite(ctx.require_env(), self.open_cluster(), self.open_launcher(),
                                    slots=ctx.options.slots, rank_env=rank_env, case_timeout=ctx.case_timeout,
-                                   coverage=cov)
+                                   coverage=cov, spread=ctx.options.spread)
         return self.suite
 
     def close(self) -> None:

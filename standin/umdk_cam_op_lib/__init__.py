@@ -24,12 +24,11 @@ except ImportError as exc:  # torch is deliberately not a declared dependency (s
 from ._comm import group_name, resolve_group
 from ._register import register as _register
 from ._schemas import SCHEMAS
-from ._version import __version__
 
 _register()
 
 __all__ = [
-    "__version__", "SCHEMAS", "group_name", "resolve_group",
+    "SCHEMAS", "group_name", "resolve_group",
     "fused_deep_moe", "get_dispatch_layout", "moe_dispatch_prefill", "moe_combine_prefill",
 ]
 

@@ -1,6 +1,34 @@
-"""Shared parameters of the controller-side suite modules."""
+"""Shared parameters of the controller-side suite modules: the world sizes every CAM case runs at.
+
+:func:`world_params` is what ``conftest.py`` parametrizes ``world`` with (every test that takes it):
+the small sizes, ``2 x ranks per node`` and ``nodes x ranks per node`` of the env
+(:func:`framework.suite.default_worlds`), so a case crosses nodes on any cluster, not only on one
+of two slots a node; a size the env (or this worker's host share) cannot host is skipped with the
+reason. Each is an A3 case: the CAM ops are built for ascend910_93 only (umdk's
+``operator_registry.json`` lists that SoC alone; its API guide: A3 only), so an A2 env skips
+them with the reason instead of failing.
+"""
+
+from __future__ import annotations
 
 import pytest
 
-#: world sizes every case runs at, each skipped with a reason when the env cannot host it
-WORLDS = [pytest.param(w, marks=pytest.mark.ranks(w), id=f"{w}ranks") for w in (4, 8, 16)]
+#: the A3-only marks every CAM controller case carries (markers.SOC_MARKERS: skipped on an A2 env)
+CAM_MARKS = (pytest.mark.a3_test,)
+
+
+def worlds_of(config: pytest.Config) -> list[int]:
+    """The world sizes of this run: the env's default worlds (with ``--world-sizes`` beside them)."""
+    from framework.plugin import CONTEXT_KEY
+    from framework.suite import SMALL_WORLDS, default_worlds, slots_per_node
+
+    ctx = config.stash.get(CONTEXT_KEY, None)
+    if ctx is None or ctx.env is None:  # no env: the small sizes (each skips: "no env file")
+        return list(SMALL_WORLDS)
+    env = ctx.env
+    return default_worlds(len(env.hosts), slots_per_node(env, ctx.options.slots), ctx.options.worlds)
+
+
+def world_params(config: pytest.Config) -> list:
+    """``world`` parameters: each with ``ranks(w)`` (its skip when the env is too small) and the A3 marks."""
+    return [pytest.param(w, marks=[pytest.mark.ranks(w), *CAM_MARKS], id=f"{w}ranks") for w in worlds_of(config)]

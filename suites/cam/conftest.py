@@ -3,6 +3,9 @@
 The rank-side tree runs only under torchrun on the hosts; it is never collected here. Under
 pytest-xdist each worker probes its own host share for the preflight tests once it has collected
 them (preflight_share.py), so every share's report exists whichever worker runs which test.
+Every test that takes ``world`` runs at the suite's world sizes (``camsuite.world_params``: the env's
+default worlds, each an A3-only case); a module with its own ``pytest_generate_tests`` (the upstream
+runner) parametrizes its own.
 """
 
 from __future__ import annotations
@@ -10,6 +13,14 @@ from __future__ import annotations
 import pytest
 
 collect_ignore = ["rank"]
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "world" not in metafunc.fixturenames or hasattr(metafunc.module, "pytest_generate_tests"):
+        return
+    from camsuite import world_params
+
+    metafunc.parametrize("world", world_params(metafunc.config))
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:

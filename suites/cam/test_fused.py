@@ -1,11 +1,9 @@
 """fused_deep_moe: base, with_share, with_smooth, with_mc2_mask, dynamicBS, dynamicEPLB, all (rank/test_fused_rank.py)."""
 
 import pytest
-from camsuite import WORLDS
 
 
 @pytest.mark.a3_test
 @pytest.mark.multi_process_test
-@pytest.mark.parametrize("world", WORLDS)
 def test_fused_deep_moe(run_ranks, world):
     run_ranks("test_fused_rank.py", world).check()

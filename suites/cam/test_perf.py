@@ -8,7 +8,6 @@ import json
 from pathlib import Path
 
 import pytest
-from camsuite import WORLDS
 
 from framework import perfbase
 
@@ -16,7 +15,6 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.multi_process_test
-@pytest.mark.parametrize("world", WORLDS)
 def test_dispatch_combine_perf(run_ranks, world, camit):
     result = run_ranks("test_perf_rank.py", world).check()
     samples = []

@@ -1,11 +1,16 @@
 """Upstream CAM unit tests (``--umdk-src PATH``): ship the checkout's test/cam to the hosts and run each
 test file with the rank count it needs (4 for fused_deep_moe, 16 for the prefill ops) through the same
-launch, results in the same reports. Upstream's tests import torch_npu: they need an NPU env.
+launch, results in the same reports. Upstream's tests import torch_npu: they need an NPU env, and the CAM
+ops are A3-only (skipped with the reason on A2). A file that ran nothing (every case skipped, e.g. by
+upstream's SKIP_ENV_RANKSIZE_UNEQUAL guard at a wrong rank count) fails, showing the skip reasons.
+In coverage mode the ranks get ``ENABLE_COV=1`` (RankSuite.run): upstream's ``tool.is_run_for_cov()``
+reads it (its GE cases return early: graph mode has no operator coverage).
 """
 
 from pathlib import Path
 
 import pytest
+from camsuite import CAM_MARKS
 
 #: ranks each upstream test directory needs (cam-ops.md §7); others run at 4
 UPSTREAM_RANKS = {"fused_deep_moe": 4, "moe_dispatch_combine_prefill": 16}
@@ -28,7 +33,7 @@ def pytest_generate_tests(metafunc):
     params = []
     for f in files:
         ranks = next((n for d, n in UPSTREAM_RANKS.items() if f"/{d}/" in f"/{f}"), 4)
-        params.append(pytest.param(f, ranks, marks=pytest.mark.ranks(ranks), id=f"{f}-{ranks}ranks"))
+        params.append(pytest.param(f, ranks, marks=[pytest.mark.ranks(ranks), *CAM_MARKS], id=f"{f}-{ranks}ranks"))
     if not params:
         params = [pytest.param(None, 0, marks=pytest.mark.skip(reason="no --umdk-src given"), id="none")]
     metafunc.parametrize(("upstream_file", "world"), params)
@@ -41,14 +46,16 @@ def upstream_suite(camit, cluster, launcher, rank_suite):
 
     src = Path(camit.options.umdk_src) / "test" / "cam"
     return RankSuite(camit.require_env(), cluster, launcher, tree=src, slots=camit.options.slots,
-                     rank_env={"CAMIT_SEED": str(camit.seed)}, case_timeout=camit.case_timeout, pytest_args=["-s"],
-                     coverage=rank_suite.coverage)
+                     rank_env={"CAMIT_SEED": str(camit.seed)}, case_timeout=camit.case_timeout, pytest_args=["-s", "-rs"],
+                     coverage=rank_suite.coverage, spread=camit.options.spread)
 
 
 @pytest.mark.multi_process_test
-def test_upstream_ut(request, upstream_suite, upstream_file, world):
-    from framework.plugin import LAUNCHES_KEY
+def test_upstream_ut(request, camit, upstream_suite, upstream_file, world):
+    from framework.plugin.fixtures import record_launch
+    from framework.plugin.markers import min_nodes
 
-    result = upstream_suite.run(upstream_file, world, name=Path(upstream_file).stem)
-    request.node.stash.setdefault(LAUNCHES_KEY, []).append(result.launch)
-    result.check()
+    result = upstream_suite.run(upstream_file, world, name=Path(upstream_file).stem,
+                                min_nodes=min_nodes(request.node, camit))
+    record_launch(request.node, result)
+    result.check().require_ran()

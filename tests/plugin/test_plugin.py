@@ -6,6 +6,7 @@ connection.
 
 from __future__ import annotations
 
+import re
 import textwrap
 
 import pytest
@@ -258,3 +259,83 @@ def test_interrupted_line_only_for_a_real_interrupt(pytester, env_file):
     result = pytester.runpytest_subprocess("--env", str(env_file), "-p", "no:cacheprovider")
     assert result.ret == pytest.ExitCode.INTERRUPTED
     result.stderr.fnmatch_lines(["camit: interrupted; every launch was torn down, the report folder is kept"])
+
+
+# ------------------------------------------------------------------ the CAM suite's worlds, placement, A3-only
+REPO = __import__("pathlib").Path(__file__).resolve().parents[2]
+CAM_FILES = [f"suites/cam/test_{n}.py" for n in ("abnormal", "fused", "fuzz", "perf", "prefill", "upstream")]
+
+
+def _npu_env(tmp_path, soc: str, count: int, hosts: int = 2):
+    lines = ["defaults:", f"  npu: {{soc: {soc}, count: {count}}}", "cann: {set_env: /usr/local/Ascend/cann/set_env.sh}",
+             "launch: {backend: hccl}", "host_info:"]
+    for i in range(1, hosts + 1):
+        lines += [f"  node{i}:", f"    manage_nic: {{name: eth0, ip: 192.0.2.{10 + i}}}"]
+    path = tmp_path / f"{soc}.yaml"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _suite(tmp_path, *args: str):
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "pytest", *args, "-p", "no:cacheprovider", "--report-dir",
+                           str(tmp_path / "reports")], cwd=REPO, capture_output=True, text=True, timeout=300)
+
+
+def test_cam_worlds_cross_nodes_on_the_env(tmp_path):
+    """Two A3 nodes of 16: every CAM case also runs at 32 ranks (2 x 16), beside 4, 8 and 16."""
+    env = _npu_env(tmp_path, "ascend910_93", 16)
+    proc = _suite(tmp_path, "suites/cam/test_fused.py", "suites/cam/test_abnormal.py", "--env", str(env),
+                  "--co", "-q")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    ids = [ln for ln in proc.stdout.splitlines() if "::" in ln]
+    assert ids == [f"suites/cam/test_{t}[{w}ranks]" for t in ("fused.py::test_fused_deep_moe",
+                                                             "abnormal.py::test_abnormal_inputs")
+                   for w in (4, 8, 16, 32)]
+    big = _npu_env(tmp_path, "ascend910_93", 16, hosts=4)
+    proc = _suite(tmp_path, "suites/cam/test_fused.py", "--env", str(big), "--co", "-q", "--world-sizes", "12")
+    assert [ln.split("[")[1] for ln in proc.stdout.splitlines() if "::" in ln] == [
+        f"{w}ranks]" for w in (4, 8, 12, 16, 32, 64)]
+
+
+def test_cam_cases_are_a3_only_skipped_with_the_reason_on_a2(tmp_path):
+    """An A2 env (910B hosts): every CAM controller case and the upstream runner skip, none fails."""
+    env = _npu_env(tmp_path, "ascend910b", 8)
+    checkout = tmp_path / "umdk" / "test" / "cam" / "ut" / "fused_deep_moe"
+    checkout.mkdir(parents=True)
+    (checkout / "test_fused_deep_moe.py").write_text("def test_x():\n    pass\n")
+    proc = _suite(tmp_path, *CAM_FILES, "--env", str(env), "-rs", "--umdk-src", str(tmp_path / "umdk"))
+    out = proc.stdout
+    assert proc.returncode == 0, out + proc.stderr
+    # 5 cases x worlds 4, 8, 16 and the upstream file
+    assert re.search(r"^=+ 16 skipped in [0-9.]+s =+$", out, re.M), out
+    assert re.search(r"^SKIPPED \[16\] \S+: a3_test case; the env's hosts are \['ascend910b'\]$", out, re.M), out
+
+
+def test_spread_and_nodes_marker_place_a_world_over_more_nodes(pytester, env_file):
+    """--spread 2 (or nodes(2)): world 2 on 2 nodes; the size check judges the spread placement."""
+    pytester.makepyfile(textwrap.dedent("""
+        import pytest
+        from framework.plugin.markers import min_nodes
+
+        @pytest.mark.ranks(2)
+        def test_two(request, camit):
+            assert min_nodes(request.node, camit) == camit.options.spread
+
+        @pytest.mark.ranks(4)
+        @pytest.mark.nodes(2)
+        def test_four_on_two(request, camit):
+            assert min_nodes(request.node, camit) == 2
+
+        @pytest.mark.ranks(1)
+        def test_one(env):
+            pass
+    """))
+    result = pytester.runpytest("--env", str(env_file), "--spread", "2", "-rs", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=2, skipped=1)
+    result.stdout.fnmatch_lines(["*cannot split 1 ranks evenly on >= 2 nodes over <= 2 hosts of 2 slots*"])
+    result = pytester.runpytest("--env", str(env_file), "--spread", "0")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--spread 0: the number of nodes must be >= 1*"])

@@ -10,6 +10,7 @@ import pytest
 from builders import make_env
 
 from framework import deploy
+from framework.deploy.plan import parse_verify
 from framework.errors import ConfigError
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "ascend"
@@ -91,6 +92,30 @@ def test_verify_on_cpu_skips_torch_npu_and_cann():
     script = deploy.verify_argv(plan, None)[2]
     assert "torch_npu" not in script and "set_env" not in script
     assert script.startswith("mkdir -p /w/tmp && export TMPDIR=/w/tmp && python3 -c ")
+
+
+@pytest.mark.parametrize("metadata", [True, False])
+def test_verify_reads_the_version_from_the_distribution_metadata(tmp_path, metadata):
+    """The real wheel is a bare extension module without ``__version__`` (npu-fidelity.md §1): the deployed
+    version is the distribution's. A module-level __version__ is never read."""
+    import sys
+
+    site = tmp_path / "site"
+    pkg = site / "umdk_cam_op_lib"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("__version__ = 'module-says-so'\n")
+    if metadata:
+        info = site / "umdk_cam_op_lib-209.0.0b1.dist-info"
+        info.mkdir()
+        (info / "METADATA").write_text("Metadata-Version: 2.1\nName: umdk_cam_op_lib\nVersion: 209.0.0b1\n")
+    plan = deploy.HostPlan(host="h", workdir=str(tmp_path / "w"), python=sys.executable, venv=False,
+                           install_path=str(tmp_path / "opp"), manage_ip="10.0.0.1")
+    res = subprocess.run(deploy.verify_argv(plan, None), capture_output=True, text=True, timeout=120,
+                         env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(site)})
+    assert res.returncode == 0, res.stderr
+    version, ops = parse_verify(res.stdout)
+    assert version == ("209.0.0b1" if metadata else "unknown")
+    assert ops == []
 
 
 def test_probe_script_runs_in_a_real_shell_and_parses(tmp_path):
