@@ -3,7 +3,12 @@
 ``get_npu_backend(compiler_config=...)`` returns a torch.compile backend that runs the captured FX graph
 as it is (Dynamo's ``eager`` backend): no graph engine (GE) compilation, so "GE mode" exercises Dynamo
 capture and then the same CPU kernels as eager mode. The config is accepted and kept on the backend.
-Lab-only test scaffolding.
+The API follows Ascend's TorchAir guide (``get_npu_backend(*, compiler_config=None,
+custom_decompositions={})`` returns the backend ``torch.compile`` takes; ``get_compiler(compiler_config)``
+the FX-graph compiler) and its use in umdk test/cam/ut (``torch.compile(Module().npu(),
+backend=torchair.get_npu_backend(compiler_config=CompilerConfig()))``). Whether the op is captured in one
+graph without breaks is Dynamo's doing (the op library's Meta kernel), not this backend's: the backend
+receives the FX graph the real torchair would. Lab-only test scaffolding.
 """
 
 from __future__ import annotations

@@ -265,3 +265,77 @@ def test_the_upstream_runner_takes_the_hccl_path_at_4_and_16_ranks(npu, tmp_path
     assert worlds == [4, 16], worlds
     logs = "\n".join(p.read_text(errors="replace") for p in folder.rglob("rank*.log"))
     assert logs.count("backend hccl group ") == 4, logs[-2000:]  # the fused file's 4 ranks, on hccl
+
+
+def test_spread_places_world_4_on_both_nodes_and_ge_mode_compiles_one_graph(npu, tmp_path):
+    """--spread 2: world 4, which one 16-device node holds, runs 2+2 on both (torchrun --nnodes 2
+    --nproc-per-node 2), the test's report says so; the fused file's GE case compiled the op as one graph."""
+    env = _suite_env(npu, tmp_path, lambda doc: doc["defaults"].update(workdir="/var/tmp/camit/spread"))
+    with npu_lab_lock():
+        proc = run("-m", "pytest", "suites/cam/test_fused.py", "--env", str(env), "--world-sizes", "4",
+                   "--spread", "2", "--report-dir", str(tmp_path / "r"), "-p", "no:cacheprovider", "-q", "-rs",
+                   timeout=1200)
+    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-2000:]
+    folder = (tmp_path / "r" / "latest").resolve()
+    (launch,) = [json.loads(p.read_text()) for p in folder.glob("launch-*.json")]
+    assert launch["world_size"] == 4 and sorted(launch["nodes"]) == ["host1", "host2"], launch
+    ranks_on = {h: sorted(int(r) for r, v in launch["ranks"].items() if v["host"] == h) for h in launch["nodes"]}
+    assert ranks_on == {"host1": [0, 1], "host2": [2, 3]}, ranks_on
+    props = {p.get("name"): p.get("value") for p in ET.parse(folder / "junit.xml").getroot().iter("property")}
+    assert props.get("placement") == "4 ranks on 2 node(s) x 2 (host1, host2)", props
+    for xml in folder.glob("host*/*test_fused_rank*/rank*.xml"):
+        cases = {c.get("name"): c for c in ET.parse(xml).getroot().iter("testcase")}
+        graph = [c for n, c in cases.items() if n and n.startswith("test_fused_deep_moe_graph_mode")]
+        assert graph and all(not list(c) for c in graph), (xml, {n: [e.tag for e in c] for n, c in cases.items()})
+
+
+def test_an_upstream_file_that_ran_nothing_fails_with_the_skip_reasons(npu, tmp_path):
+    """Every case of the file skips at this rank count (upstream's SKIP_ENV_RANKSIZE_UNEQUAL): it fails."""
+    import shutil
+
+    path, _, _ = npu
+    checkout = tmp_path / "umdk"
+    shutil.copytree(REPO / "tests" / "data" / "fake_umdk", checkout)
+    shutil.rmtree(checkout / "test" / "cam" / "ut" / "moe_dispatch_combine_prefill")
+    (checkout / "test" / "cam" / "ut" / "fused_deep_moe" / "test_fused_deep_moe.py").write_text(textwrap.dedent("""\
+        import os
+        import pytest
+
+        @pytest.mark.skipif(int(os.environ["WORLD_SIZE"]) != 8, reason="skip if ranksize is not equal to 8")
+        @pytest.mark.parametrize("mode", ["GE", "Eager"])
+        def test_base_test(mode):
+            pass
+    """))
+    with npu_lab_lock():
+        proc = run("-m", "pytest", "suites/cam/test_upstream.py", "--env", str(path), "--umdk-src", str(checkout),
+                   "--no-deploy", "--report-dir", str(tmp_path / "r"), "-p", "no:cacheprovider", "-q", "-rs",
+                   timeout=600)
+    assert proc.returncode == 1, proc.stdout[-4000:]
+    out = proc.stdout
+    assert "ut/fused_deep_moe/test_fused_deep_moe.py (world 4) ran nothing: 8 skipped, 0 passed over 4 ranks" in out, \
+        out[-4000:]
+    assert "skip if ranksize is not equal to 8" in out, out[-4000:]
+
+
+def test_cam_cases_skip_with_the_reason_on_an_emulated_a2_lab(tmp_path):
+    """CAMIT_NPU_A2_LAB_ENV (``python -m framework.lab up --npu a2``): every CAM case and the upstream
+    runner are A3-only, skipped with the reason, none failed, nothing deployed or launched."""
+    import os
+
+    a2 = os.environ.get("CAMIT_NPU_A2_LAB_ENV")
+    if not a2:
+        pytest.skip("no emulated A2 lab: set CAMIT_NPU_A2_LAB_ENV to its env file")
+    from framework.config.effective import load
+
+    assert {h.npu.soc for h in load(a2).hosts.values()} == {"ascend910b"}, a2
+    fake = REPO / "tests" / "data" / "fake_umdk"
+    files = [f"suites/cam/test_{n}.py" for n in ("abnormal", "fused", "fuzz", "perf", "prefill", "upstream")]
+    proc = run("-m", "pytest", *files, "--env", a2, "--umdk-src", str(fake), "--report-dir",
+               str(tmp_path / "r"), "-p", "no:cacheprovider", "-q", "-rs", timeout=600)
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    assert re.search(r"^SKIPPED \[\d+\] \S+: a3_test case; the env's hosts are \['ascend910b'\]$", proc.stdout,
+                     re.M), proc.stdout[-3000:]
+    tail = proc.stdout.strip().splitlines()[-1]
+    assert re.search(r"\b\d+ skipped", tail) and not re.search(r"passed|failed|error", tail), tail
+    folder = (tmp_path / "r" / "latest").resolve()
+    assert not list(folder.glob("launch-*.json")), "an A3-only case launched on A2 hosts"

@@ -83,3 +83,57 @@ def test_a_file_that_ran_nothing_fails_with_the_skip_reasons(tmp_path):
 def test_a_file_with_one_pass_ran(tmp_path):
     result, _ = _result(tmp_path, '<testcase classname="t" name="test_b"/>')
     assert result.require_ran() is result
+
+
+class _Launcher:
+    """Records what RankSuite.run asks of the launch (no host is contacted)."""
+
+    rundir = None
+
+    def __init__(self) -> None:
+        self.calls: list[dict] = []
+
+    def run(self, target, **kw):
+        self.calls.append(dict(kw, target=target))
+        return LaunchResult(launch_id="x", nodes={}, ranks={}, world_size=0)
+
+
+class _Coverage:
+    def prepare(self, target, hosts, remote_dir, tree):
+        return target
+
+    def collect_gcov(self, hosts):
+        pass
+
+
+def _suite(coverage, spread=1):
+    from builders import make_env
+
+    from framework.hosts import Cluster, Host
+    from framework.suite import RankSuite
+    from framework.testing.fake import FakeTransport
+
+    env = make_env({"h1": {"workdir": "/w"}, "h2": {"workdir": "/w"}})
+    launcher = _Launcher()
+    suite = RankSuite(env, Cluster([Host(n, FakeTransport(n)) for n in ("h1", "h2")]), launcher,  # type: ignore[arg-type]
+                      slots=4, coverage=coverage, spread=spread)
+    suite._shipped = {"h1": "/w/suites/abc", "h2": "/w/suites/abc"}
+    return suite, launcher
+
+
+def test_enable_cov_reaches_the_ranks_in_coverage_mode_only():
+    """upstream test/cam/ut/util/tool.py is_run_for_cov() reads ENABLE_COV on the rank."""
+    for cov, expect in ((_Coverage(), "1"), (None, None)):
+        suite, launcher = _suite(cov)
+        suite.run("test_x.py", 4)
+        assert launcher.calls[0]["env"].get("ENABLE_COV") == expect
+
+
+def test_the_launch_takes_the_spread_placement():
+    suite, launcher = _suite(None)
+    assert suite.run("test_x.py", 4).placed == "4 ranks on 1 node(s) x 4 (h1)"
+    assert suite.run("test_x.py", 4, min_nodes=2).placed == "4 ranks on 2 node(s) x 2 (h1, h2)"
+    assert [(c["hosts"], c["nproc_per_node"]) for c in launcher.calls] == [(["h1"], 4), (["h1", "h2"], 2)]
+    suite, launcher = _suite(None, spread=2)
+    suite.run("test_x.py", 4)
+    assert (launcher.calls[0]["hosts"], launcher.calls[0]["nproc_per_node"]) == (["h1", "h2"], 2)

@@ -596,6 +596,62 @@ def test_torchair_backend_compiles_on_cpu(tmp_path):
     assert proc.stdout.strip().splitlines()[-1] == "True True"
 
 
+def test_torchair_backend_compiles_the_fused_op_as_one_graph(tmp_path):
+    """Graph mode as the CAM suite checks it (suites/cam/rank/test_fused_rank.py): a module whose forward
+    only calls the op compiles with fullgraph=True through torchair's backend, which receives one FX graph
+    holding the op (its Meta kernel gives Dynamo the shapes); a forward that leaves the graph
+    is a graph break fullgraph refuses."""
+    proc = run_py(tmp_path, """
+        import torch, torch_npu, torchair
+        import torch.distributed as dist
+        import umdk_cam_op_lib as cam
+        from torchair.configs.compiler_config import CompilerConfig
+        dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+        torch_npu.npu.config.allow_internal_format = True
+        nz = lambda t: torch_npu.npu_format_cast(t, torch_npu.Format.FRACTAL_NZ)
+        g = torch.Generator().manual_seed(3)
+        bs, hidden, inter, local = 4, 1024, 512, 2
+        args = ((torch.rand(bs, hidden, generator=g) - 0.5).to(torch.bfloat16),
+                torch.randint(0, local, (bs, 1), generator=g, dtype=torch.int32),
+                [nz(torch.randint(-8, 8, (local, hidden, 2 * inter), generator=g, dtype=torch.int8))],
+                [torch.rand(local, 2 * inter, generator=g) * 0.003],
+                [nz(torch.randint(-8, 8, (local, inter, hidden), generator=g, dtype=torch.int8))],
+                [torch.rand(local, hidden, generator=g) * 0.003], torch.ones(bs, 1),
+                None, None, None, None, None, None, None, cam.group_name(), 1, 0, local, 0, bs)
+
+        class Op(torch.nn.Module):
+            def forward(self, *a):
+                return torch.ops.umdk_cam_op_lib.fused_deep_moe(*a)
+
+        class Leaky(torch.nn.Module):
+            def forward(self, *a):
+                out = torch.ops.umdk_cam_op_lib.fused_deep_moe(*a)
+                torch._dynamo.graph_break()  # what a Python-side step between op and output does
+                return out
+
+        npu_backend = torchair.get_npu_backend(compiler_config=CompilerConfig())
+        graphs = []
+        def backend(gm, example_inputs):
+            graphs.append([str(n.target) for n in gm.graph.nodes if "umdk" in str(n.target)])
+            return npu_backend(gm, example_inputs)
+        ex = torch._dynamo.explain(Op())(*args)
+        print("explain", ex.graph_count, ex.graph_break_count)
+        out = torch.compile(Op(), backend=backend, fullgraph=True)(*args)
+        eager = cam.fused_deep_moe(*args)
+        print("graphs", graphs, all(torch.equal(a, b) for a, b in zip(out, eager)))
+        torch._dynamo.reset()
+        try:
+            torch.compile(Leaky(), backend=backend, fullgraph=True)(*args)
+            print("fullgraph accepted a break")
+        except Exception as exc:
+            print("fullgraph refused", type(exc).__name__)
+    """, timeout=170, PYTHONPATH=f"{STANDIN}:{STANDIN.parent / 'standin'}", CAMIT_STANDIN_NO_OPAPI_CHECK="1")
+    lines = proc.stdout.strip().splitlines()[-3:]
+    assert lines[0] == "explain 1 0"
+    assert lines[1] == "graphs [['umdk_cam_op_lib.fused_deep_moe']] True", lines
+    assert lines[2].startswith("fullgraph refused"), lines
+
+
 def test_torch_manual_seed_seeds_through_torch_npu_without_recursing(tmp_path: Path) -> None:
     """``torch.manual_seed`` also seeds every registered device (torch/random.py): the npu one must not loop."""
     proc = run_py(tmp_path, """

@@ -6,10 +6,14 @@ NPU (``cam.nz``; the reference keeps the ND arrays); ``x_active_mask`` ones then
 ``output`` and ``share_output`` are compared on ``[:valid]`` only (masked rows are ``at::empty``).
 Tolerance: upstream's allclose_nparray(reference, output, rtol=0.02, atol=2.0) and, beside it, a
 norm-relative bound (``FUSED_REL``) that a systematic 1 % error cannot pass; expert_token_nums exact.
-GE (graph) mode needs torch_npu's graph capture and is skipped elsewhere.
+GE (graph) mode compiles a module that only calls the op through torchair's backend, checks Dynamo
+captured it as one graph without breaks, and compares the outputs; skipped where torchair is missing
+and in coverage mode (as upstream).
 """
 
 from __future__ import annotations
+
+import os
 
 import numpy as np
 import pytest
@@ -105,15 +109,48 @@ def test_fused_deep_moe(cam, seed, variant):
     check_fused(cam, ref, out, share_out, counts)
 
 
+class FusedModule(torch.nn.Module):
+    """Graph mode's module, as upstream's GE case builds one: ``forward`` only calls the op, on inputs
+    prebuilt on the device (umdk test/cam/ut/fused_deep_moe/test_fused_deep_moe.py compiles such a
+    module with ``torch.compile(mod, backend=torchair.get_npu_backend(compiler_config=CompilerConfig()))``)."""
+
+    def forward(self, *args):
+        return torch.ops.umdk_cam_op_lib.fused_deep_moe(*args)
+
+
+def op_nodes(graph: torch.fx.GraphModule) -> list[str]:
+    """The fused op's calls in a captured FX graph (its OpOverload or OpOverloadPacket as the target)."""
+    return [str(n.target) for n in graph.graph.nodes
+            if n.op == "call_function" and "umdk_cam_op_lib.fused_deep_moe" in str(n.target)]
+
+
 @pytest.mark.parametrize("mode", ["GE"])
 def test_fused_deep_moe_graph_mode(cam, mode):
-    if cam.backend != "hccl":
-        pytest.skip("GE mode needs graph capture through torch_npu/torchair (NPU only); eager covered above")
-    torchair = pytest.importorskip("torchair", reason="GE mode needs torchair")
+    """GE mode is graph mode: Dynamo captures the module as ONE graph holding the op (no graph break: a
+    break would run the op eagerly and GE would never see it), torchair's backend compiles it
+    (``fullgraph=True``: a break is an error), and the compiled module's outputs match the reference."""
+    if os.environ.get("ENABLE_COV"):  # upstream: "图模式无法获得算子覆盖率故提前退出" (no op coverage in graph mode)
+        pytest.skip("coverage mode (ENABLE_COV): graph mode yields no operator coverage, as upstream skips it")
+    torchair = pytest.importorskip("torchair", reason="GE mode needs torchair (the torch.compile backend for NPU)")
+    from torchair.configs.compiler_config import CompilerConfig
+
     case = fused_case(cam.world)
-    # only the op goes through the graph backend, on prebuilt device tensors (the inputs are numpy-made)
-    compiled = torch.compile(lambda *a: cam.ops.fused_deep_moe(*a), backend=torchair.get_npu_backend())
-    out, _, counts = compiled(*fused_args(cam, 1, case))
+    args = fused_args(cam, 1, case)
+    torch._dynamo.reset()
+    explained = torch._dynamo.explain(FusedModule())(*args)
+    assert explained.graph_break_count == 0, f"graph breaks in GE mode: {explained.break_reasons}"
+    assert explained.graph_count == 1 and op_nodes(explained.graphs[0]), (
+        f"the op is not in the captured graph: {[str(g.graph) for g in explained.graphs]}")
+    npu_backend = torchair.get_npu_backend(compiler_config=CompilerConfig())
+    compiled_graphs = []
+
+    def backend(gm, example_inputs):  # what torchair receives: one graph with the op in it
+        compiled_graphs.append(gm)
+        return npu_backend(gm, example_inputs)
+
+    torch._dynamo.reset()
+    mod = torch.compile(FusedModule(), backend=backend, fullgraph=True)
+    out, share_out, counts = mod(*args)
     cam.sync()
-    ref = fused_reference(1, cam.rank, cam.world, case)
-    expect_equal("fused_deep_moe[GE]", "expert_token_nums", counts.cpu().numpy(), ref.expert_token_nums, cam.rank)
+    assert len(compiled_graphs) == 1 and op_nodes(compiled_graphs[0]), "torchair's backend did not compile the op"
+    check_fused(cam, fused_reference(1, cam.rank, cam.world, case), out, share_out, counts, "GE")
