@@ -77,6 +77,7 @@ def record_launch(item: pytest.Item, result: SuiteResult) -> None:
 def run_ranks(request: pytest.FixtureRequest, rank_suite: RankSuite) -> Callable[..., SuiteResult]:
     """``run_ranks(module, world, **kw)`` → ``SuiteResult``; recorded on the test for core attribution, its
     placement (the test's ``nodes(n)`` marker and ``--spread``) in the test's report (property ``placement``)."""
+
     def run(module: str, world: int, **kw: Any) -> SuiteResult:  # kw: RankSuite.run's keywords
         kw.setdefault("min_nodes", min_nodes(request.node, request.config.stash[CONTEXT_KEY]))
         result = rank_suite.run(module, world, **kw)
