@@ -259,6 +259,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             print(core_message)
         if watched.log_summary:
             print("failure signatures:\n" + watched.log_summary.rstrip())
+        for held in result.held:
+            print(f"DIRTY: {held.describe()} (camit never resets a device)")
         print(f"report: {rundir.path}")
     if result.ok:
         return EXIT_FAILED if core_failed else EXIT_OK

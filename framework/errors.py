@@ -19,6 +19,7 @@ Hierarchy (every class camit raises on purpose; the module is named where it is 
     │   ├── TransferError               put/get failed or the sha256 did not match
     │   ├── DeployError(step)           deploying artifacts failed at a named step
     │   ├── Cancelled                   the run was interrupted (Ctrl-C/SIGTERM) before this step
+    │   ├── launch.devices.HostDirty     a device is still held by an earlier launch's pid: no launch here
     │   └── CommandError(result)        a command ran and did not do what was asked
     │       ├── CommandFailed           non-zero exit status (exit 1)
     │       └── CommandTimedOut         wall-clock timeout; the remote group was killed (exit 1)

@@ -31,6 +31,7 @@ from framework import commands
 from framework.cores.scan import Baseline
 from framework.errors import FrameworkError
 from framework.hosts import Cluster, Host
+from framework.remote.layout import DEFAULT_WORKDIR
 from framework.remote.sections import read_records, sh_tag
 from framework.report.folder import append_text, write_atomic
 
@@ -113,7 +114,7 @@ _RULES: tuple[_Rule, ...] = (
           "ACL 507048: internal task timeout (AclrtSynchronizeDeviceWithTimeout); also linked to a bad card"),
     _Rule("ACL-507901", re.compile(r"\b507901\b"), "ACL 507901: HDC disconnected (device or driver lost)"),
     # device faults a kernel raises; they surface at the process's next synchronize, and that process's
-    # stream stays unusable (torch_npu/csrc/core/npu/NPUErrorCodes.h; npu-fidelity.md §1: an expert id outside
+    # stream stays unusable (meanings: torch_npu/csrc/core/npu/NPUErrorCodes.h; npu-fidelity.md §1: an expert id outside
     # [0, E) is one way, as get_dispatch_layout checks no values)
     _Rule("ACL-507015", re.compile(r"\b507015\b"),
           "ACL 507015: aicore execution is abnormal (a kernel faulted, e.g. an out-of-range index); the "
@@ -121,7 +122,19 @@ _RULES: tuple[_Rule, ...] = (
     _Rule("ACL-507035", re.compile(r"\b507035\b"),
           "ACL 507035: vector core execution is abnormal (a kernel faulted, e.g. an out-of-range index); the "
           "process's stream is unusable from here on"),
-    _Rule("ACL-50704X", re.compile(r"\b50704[45]\b"), "ACL 507044/507045: a kernel trapped out of bounds"),
+    _Rule("ACL-507016", re.compile(r"\b507016\b"),
+          "ACL 507016: an aicore trap was executed (a kernel faulted); the process's stream is unusable from here on"),
+    _Rule("ACL-507036", re.compile(r"\b507036\b"),
+          "ACL 507036: a vector core trap was executed (a kernel faulted); the process's stream is unusable "
+          "from here on"),
+    _Rule("ACL-507034", re.compile(r"\b507034\b"),
+          "ACL 507034: vector core execution timed out (a kernel hung; also linked to a bad card)"),
+    _Rule("ACL-507033", re.compile(r"\b507033\b"), "ACL 507033: failed to start the device"),
+    _Rule("ACL-50704X", re.compile(r"\b50704[2-5]\b"),
+          "ACL 507042-507045: a kernel trapped on an out-of-bounds read or write (aicore 507042/507043, vector "
+          "core 507044/507045)"),
+    _Rule("ACL-50704X-WAIT", re.compile(r"\b50704[67]\b"),
+          "ACL 507046/507047: a stream or event did not complete within the synchronize timeout (a kernel hung)"),
     _Rule("ACL-207018", re.compile(r"\b207018\b"),
           "ACL 207018: device memory exhausted (HCCL_BUFFSIZE per communicator is a common cause)"),
     _Rule("EZ9999", re.compile(r"\bEZ9999\b"),
@@ -283,7 +296,7 @@ def collect_logs(cluster: Cluster, report: Path, baseline: Baseline, *,
         scan = baseline.hosts.get(host.name)
         since = scan.now if scan is not None and scan.now else baseline.taken
         uptime = scan.uptime if scan is not None and scan.error is None else None
-        wd = workdir_of(host) if workdir_of else "/var/tmp/camit"
+        wd = workdir_of(host) if workdir_of else DEFAULT_WORKDIR
         tmp = f"{wd}/.camit-logs-{secrets.token_hex(4)}"
         out_dir = report / host.name
         files: list[Path] = []
@@ -327,8 +340,9 @@ def collect_logs(cluster: Cluster, report: Path, baseline: Baseline, *,
     for name, files in collected.items():
         host_dir = report / name
         # the launch logs fetched since the snapshot: <host>/rank*.log, or <host>/<launch>/rank*.log
-        # when a run holds several launches (the per-test case); older launches' logs are not this failure's
-        launch_logs = [p for p in sorted(host_dir.rglob("*.log")) if p.name.startswith("rank") or
+        # when a run holds several launches (the per-test case), and the plogs that came back with the
+        # run folder (<host>/[<launch>/]ascend/); older launches' logs are not this failure's
+        launch_logs = [p for p in sorted(host_dir.rglob("*.log")) if p.name.startswith(("rank", "plog-")) or
                        p.name == "torchrun.log"]
         candidates = [p for p in launch_logs if taken is None or _mtime(p) >= taken - 1.0] + files
         sigs = []

@@ -24,6 +24,13 @@ to ``SETTLE_TIMEOUT`` seconds.
 Limits: a relative pattern is searched in ``<workdir>/runs/*`` (a launch's cwd),
 ``<workdir>`` and ``search_dirs`` — not in home directories (the lab's hosts
 share ``/root``); the collect scan reads the pattern in force at that time.
+
+Plogs: a launch points ``ASCEND_PROCESS_LOG_PATH`` into its run folder
+(``framework.launch.plan.run_folder_env``), so a run's plogs come back with the
+run folder (``<report>/<host>/[<launch>/]ascend/``) and :meth:`CoreWatch.collect_logs`
+scans them there; on the hosts it still looks at the default root
+(``$HOME/ascend/log``, for processes outside a launch) or the root the env's
+``launch.env`` sets instead.
 """
 
 from __future__ import annotations
@@ -58,6 +65,7 @@ from framework.cores.inspection import (
 from framework.cores.scan import Baseline, Candidate, CoreSources, HostScan, new_candidates, parse_scan, scan_script
 from framework.errors import FrameworkError, reason_of
 from framework.hosts import Cluster, Host
+from framework.remote.layout import DEFAULT_WORKDIR, HostLayout
 from framework.report.folder import RunDir, update_json, write_atomic
 
 if TYPE_CHECKING:
@@ -170,13 +178,16 @@ class CoreWatch:
             spec = self.env.hosts.get(host.name)
         return spec
 
-    def _workdir(self, host: Host) -> str:
+    def _layout(self, host: Host) -> HostLayout:
         spec = self._spec(host)
-        return ((spec.workdir if spec is not None else "") or "/var/tmp/camit").rstrip("/") or "/"
+        return HostLayout.of(spec) if spec is not None else HostLayout(DEFAULT_WORKDIR)
+
+    def _workdir(self, host: Host) -> str:
+        return self._layout(host).workdir
 
     def _script(self, host: Host, since: float | None) -> str:
-        wd = self._workdir(host)
-        dirs = [(f"{wd}/runs", 2), (wd, 1)] + [(d, 1) for d in self.search_dirs]
+        layout = self._layout(host)
+        dirs = [(layout.runs, 2), (layout.workdir, 1)] + [(d, 1) for d in self.search_dirs]
         return scan_script(self.sources, dirs, since=since)
 
     def _scan(self, host: Host, since: float | None) -> HostScan:
@@ -254,7 +265,7 @@ class CoreWatch:
                  for c in cands]
         if self.policy is CorePolicy.IGNORE:
             return cores
-        tmp = f"{self._workdir(host)}/.camit-cores/{secrets.token_hex(4)}"
+        tmp = self._layout(host).scratch(f".camit-cores/{secrets.token_hex(4)}")
         try:
             paths = self._inspect(host, cands, cores, tmp, procs)
             self._backtrace_and_fetch(host, after.gdb, cores, paths, tmp, report)
@@ -350,7 +361,10 @@ class CoreWatch:
                      label: str | None = None) -> dict[str, list[Path]]:
         """dmesg since the snapshot and recent Ascend logs of every host into ``<report>/<host>/``; bounded.
 
-        Also scans those files and the launch's rank logs for the Ascend failure
+        The launches' own plogs came back with their run folders (``ASCEND_PROCESS_LOG_PATH`` points
+        there); on the hosts only the env's ``ASCEND_PROCESS_LOG_PATH`` (when ``launch.env`` sets one)
+        or else the default root are read. Also scans those files, the launch's rank logs and its
+        fetched plogs for the Ascend failure
         signatures and adds them to ``<report>/signatures.txt`` (under ``label``, e.g. the failed test's
         id, when given), kept in ``log_summary``.
         """
@@ -358,8 +372,9 @@ class CoreWatch:
 
         dirs = self.ascend_log_dirs
         if dirs is None:
+            # a launch's own root is its run folder's (fetched with it); a user's launch.env root wins over it
             extra = self.env.launch.env.get("ASCEND_PROCESS_LOG_PATH") if self.env is not None else None
-            dirs = DEFAULT_ASCEND_DIRS + ((str(extra),) if extra else ())
+            dirs = (str(extra),) if extra else DEFAULT_ASCEND_DIRS
         files, summary = collect_logs(self.cluster, _rundir_path(rundir) or Path("."), since,
                                       workdir_of=self._workdir, ascend_dirs=dirs, label=label)
         self.log_summary = summary

@@ -6,15 +6,19 @@ Split in three, as deploy is:
   line (CANN and vendor ``set_env``, the variables, ``ulimit -c``, then the supervisor running
   ``python -m torch.distributed.run ... --no-python <python> rankwrap.py ...``);
 - :mod:`~framework.launch.monitor` (pure): the supervisors' lines in, the launch's verdict out;
-- :mod:`~framework.launch.fetch`: each node's run folder back into ``<report>/<host>/``.
+- :mod:`~framework.launch.fetch`: each node's run folder back into ``<report>/<host>/``;
+- :mod:`~framework.launch.devices`: on NPU hosts, the bounded check that the run's pids released their
+  devices (a device still held marks the host dirty for the session: later launches there fail at once),
+  and the NPU state a failed launch saves.
 
 :class:`Launcher` is the thin runner over them: it ships the supervisor and rank wrapper
 (content-addressed, once), picks a free master port on node 0 at launch time, starts one
 supervisor per node over its own SSH channel and feeds their lines to the monitor. The first
 failing rank or node, a node that goes silent (heartbeats, not TCP timeouts), the job timeout or
 Ctrl-C/SIGTERM → every supervisor is told to kill its run (its process group and every process
-tagged with the run id), and we wait for each to confirm. Then per-rank logs, status and JUnit
-files are fetched. Phases (``launch``, ``run``, ``teardown``, ``collect``) go to ``on_phase``.
+tagged with the run id; on the job timeout it first asks every rank for its Python stacks), and we
+wait for each to confirm. Then, on NPU hosts, the devices are checked (and a failure's NPU state
+saved), and per-rank logs, status, JUnit files, plogs and that state are fetched. Phases (``launch``, ``run``, ``teardown``, ``collect``) go to ``on_phase``.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 from framework import remote
 from framework.errors import HostError
 from framework.hosts import Cluster, Host, sha256_file
-from framework.launch import fetch
+from framework.launch import devices, fetch
 from framework.launch.monitor import LaunchMonitor
 from framework.launch.plan import (
     DEFAULT_CORE_LIMIT,
@@ -41,6 +45,7 @@ from framework.launch.plan import (
     KILL_GRACE,
     LOST_AFTER,
     PORT_RETRIES,
+    STACK_WAIT,
     SUPERVISOR_SILENCE,
     NodePlan,
     Prepared,
@@ -103,6 +108,8 @@ class Launcher:
         self.on_event = on_event or (lambda host, msg: log.info("%s: %s", host, msg))
         self.on_phase = on_phase or (rundir_sink(rundir) if rundir is not None else discard)
         self._count = 0
+        #: hosts where a device is still held by one of this launcher's runs (the session's, in the plugin)
+        self.dirty = devices.DirtyHosts()
         self.programs = {name: remote.script(name) for name in ("supervisor.py", "rankwrap.py")}
 
     def _phase(self, host: str, phase: str, start: float, end: float) -> None:
@@ -141,6 +148,7 @@ class Launcher:
         run_id = getattr(self.rundir, "run_id", None) or secrets.token_hex(4)
         launch_id = f"{run_id}-{launch_label(name)}{self._count}-{secrets.token_hex(2)}"
         names = list(hosts) if hosts is not None else list(self.cluster.hosts)
+        self.dirty.check(names)  # fail fast, naming the held device, instead of at HCCL init
         t_prep = time.time()
         prepared, target = self._prepare(target, names)
         for h in prepared:
@@ -231,10 +239,11 @@ class Launcher:
         """Tell every live supervisor to kill its run; wait for each DONE (bounded)."""
         live = [h for h in monitor.running() if nodes[h].proc is not None]
         t0 = time.monotonic()
+        stacks = monitor.result.failure_kind == "timeout"  # ask the ranks where they hang, then kill
         for h in live:
-            if not _write(nodes[h].proc, protocol.kill_line()):
+            if not _write(nodes[h].proc, protocol.kill_line(stacks=stacks)):
                 _close(nodes[h].proc)  # stdin EOF does the same
-        end = t0 + KILL_GRACE + 8
+        end = t0 + KILL_GRACE + 8 + (STACK_WAIT if stacks else 0)
         while any(not monitor.nodes[h].over for h in live) and time.monotonic() < end:
             try:
                 host, line = events.get(timeout=0.1)
@@ -253,6 +262,7 @@ class Launcher:
         for h, w in monitor.nodes.items():
             result.nodes[h].duration = round(now_mono - w.start, 3) if w.start else 0.0
         result.duration = now_mono - start
+        self._check_devices(nodes, result)
         if self.rundir is not None:
             self._record_run_phases(monitor, now_mono, now_wall)
             t_fetch = time.time()
@@ -260,11 +270,35 @@ class Launcher:
             for h in nodes:
                 self._phase(h, "collect", t_fetch, time.time())
             self.rundir.write_json(f"launch-{result.launch_id}.json", result.to_json())
+            self.dirty.write(Path(self.rundir.path))
             result.report_dir = str(self.rundir.path)
         monitor.conclude(time.monotonic())
         failed = monitor.failed_rank()
         if failed is not None and failed.log:
             result.failure_tail = fetch.log_tail(failed.log)
+
+    def _check_devices(self, nodes: dict[str, _Node], result: LaunchResult) -> None:
+        """NPU hosts: wait (bounded) until no pid of the run holds a device; a failure saves the NPU state."""
+        npu_hosts = [h for h in nodes if self.env.hosts[h].npu.count and not result.nodes[h].lost]
+        failed = result.failure is not None
+
+        def one(host: Host) -> list[devices.HeldDevice]:
+            node = result.nodes[host.name]
+            held = devices.wait_released(devices.host_result(host.run), host.name, {*node.tree, *node.left},
+                                         launch_id=result.launch_id)
+            if failed:
+                spec = self.env.hosts[host.name]
+                host.run(devices.state_script(nodes[host.name].plan.run_dir, spec.npu.count), timeout=180)
+            return held
+
+        got = self.cluster.map(one, npu_hosts)
+        for name, err in got.failed.items():
+            log.warning("%s: device check failed: %s", name, err)
+        for held in got.succeeded.values():
+            result.held += held
+        for dev in result.held:
+            log.warning("%s", dev.describe())
+        self.dirty.mark(result.held)
 
     def _record_run_phases(self, monitor: LaunchMonitor, now_mono: float, now_wall: float) -> None:
         def wall(mono: float) -> float:  # monotonic → epoch for the timeline

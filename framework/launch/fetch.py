@@ -14,40 +14,57 @@ from pathlib import Path
 
 from framework import commands
 from framework.commands import ShellScript
-from framework.launch.plan import FETCH_PATTERNS, PORT_TAKEN
+from framework.launch.plan import FETCH_DIRS, FETCH_PATTERNS, PORT_TAKEN
 from framework.launch.result import LaunchResult, RankResult
 from framework.remote import protocol
 
 #: lines of the failed rank's log shown with the failure
 TAIL_LINES = 20
+#: larger files of the FETCH_DIRS stay on the host (a plog is rotated at 20 MB by default)
+DIR_FILE_CAP_KB = 64 * 1024
 
 
 def pack_script(run_dir: str, tgz: str) -> ShellScript:
     """sh: tar the run folder's files a rank leaves for us into ``tgz``.
 
-    Only what :data:`FETCH_PATTERNS` names — never raw cores (a relative core_pattern drops them
-    here; the core-dump collector fetches those compressed and capped).
+    Only what :data:`FETCH_PATTERNS` names at the top, and the files of :data:`FETCH_DIRS` (plogs, the
+    failure's NPU state) up to :data:`DIR_FILE_CAP_KB` each — never raw cores (a relative core_pattern
+    drops them here; the core-dump collector fetches those compressed and capped).
     """
     q = commands.quote
     names = " -o ".join(f"-name {q(p)}" for p in FETCH_PATTERNS)
-    return ShellScript(f"cd {q(run_dir)} && find . -maxdepth 1 -type f \\( {names} \\) -print0 | "
-            f"tar czf {q(tgz)} --null -T -")
+    dirs = " ".join(f"./{d}" for d in FETCH_DIRS)
+    return ShellScript(f"cd {q(run_dir)} && {{ find . -maxdepth 1 -type f \\( {names} \\) -print0; "
+                       f"find {dirs} -type f -size -{DIR_FILE_CAP_KB}k -print0 2>/dev/null; }} | "
+                       f"tar czf {q(tgz)} --null -T -")
 
 
 def cleanup_argv(run_dir: str, tgz: str, keep_remote: bool) -> list[str]:
     return ["rm", "-rf", "--", tgz] + ([] if keep_remote else [run_dir])
 
 
+def _local_path(member: str) -> Path | None:
+    """Where a packed file goes below the local folder: top-level files by base name, files of
+    :data:`FETCH_DIRS` at their path inside; nothing hidden, nothing outside (``..``, absolute)."""
+    parts = [p for p in Path(member).parts if p not in (".", "")]
+    if not parts or any(p == ".." or p.startswith(".") for p in parts) or Path(member).is_absolute():
+        return None
+    if len(parts) > 1 and parts[0] in FETCH_DIRS:
+        return Path(*parts)
+    return Path(parts[-1])
+
+
 def unpack(tgz: Path, local_dir: Path) -> None:
-    """The regular files of ``tgz`` into ``local_dir`` by base name (no folders, nothing hidden)."""
+    """The regular files of ``tgz`` into ``local_dir`` (see :func:`_local_path`)."""
     with tarfile.open(tgz) as tar:
         for member in tar.getmembers():
-            name = Path(member.name).name
-            if not member.isfile() or not name or name.startswith("."):
+            rel = _local_path(member.name) if member.isfile() else None
+            data = tar.extractfile(member) if rel is not None else None
+            if rel is None or data is None:
                 continue
-            data = tar.extractfile(member)
-            if data is not None:
-                (local_dir / name).write_bytes(data.read())
+            dest = local_dir / rel
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            dest.write_bytes(data.read())
 
 
 def read_ranks(result: LaunchResult, host: str, local_dir: Path) -> None:

@@ -83,6 +83,13 @@ class LaunchMonitor:
             node.result.killed = msg.reason
         elif msg.kind == protocol.SWEPT:
             node.result.swept = msg.count
+        elif msg.kind == protocol.STACKS:
+            node.result.stacks = msg.count
+        elif msg.kind == protocol.LEFT:
+            node.result.left = list(msg.pids)
+            log.warning("%s: processes of the run survived the kill: pid %s", host, ", ".join(map(str, msg.pids)))
+        elif msg.kind == protocol.TREE:
+            node.result.tree = list(msg.pids)
         elif msg.kind == protocol.DONE:
             node.result.done = True
 

@@ -32,10 +32,18 @@ HEARTBEAT = 2.0
 LOST_AFTER = 20.0
 SUPERVISOR_SILENCE = 25.0
 KILL_GRACE = 2.0
+#: seconds between asking the ranks for their Python stacks (job timeout) and the kill
+STACK_WAIT = 3.0
 DEFAULT_CORE_LIMIT = "unlimited"
 PORT_RETRIES = 3
 #: files of a node's run folder that come back to the report folder
-FETCH_PATTERNS = ("rank*.log", "rank*.json", "rank*.xml", "torchrun.log", "perf-*.json", "coverage-*")
+FETCH_PATTERNS = ("rank*.log", "rank*.json", "rank*.xml", "torchrun.log", "perf-*.json", "coverage-*",
+                  "hccl_trace_rank_*")
+#: folders of a node's run folder that come back whole: the plogs (``ASCEND_PROCESS_LOG_PATH``) and the
+#: NPU state a failed launch saves (framework.launch.devices)
+FETCH_DIRS = ("ascend", "npu-state")
+#: the run folder's plog root (``ASCEND_PROCESS_LOG_PATH``)
+ASCEND_LOG_DIR = "ascend"
 #: a rendezvous that failed because another process had the master port
 PORT_TAKEN = ("address already in use", "eaddrinuse", "errno 98")
 
@@ -87,6 +95,25 @@ def backend_env(spec: HostSpec, backend: str) -> dict[str, str]:
     raise UsageError(f"unknown backend {backend!r}")
 
 
+def run_folder_env(spec: HostSpec, backend: str, run_dir: str) -> dict[str, str]:
+    """Variables that keep a launch's diagnostics in its run folder, so they come back with it.
+
+    NPU hosts: ``ASCEND_PROCESS_LOG_PATH`` (the plog root; CANN's priority is it > ``ASCEND_WORK_PATH`` >
+    ``$HOME/ascend/log``, npu-fidelity.md). hccl: ``TORCH_HCCL_DUMP_ON_TIMEOUT=1`` — torch_npu reads it
+    (torch_npu/csrc/distributed/ProcessGroupHCCL.hpp, ``TORCH_HCCL_DUMP_ON_TIMEOUT``; read in
+    ProcessGroupHCCL.cpp) and dumps its flight recorder on a watchdog timeout to
+    ``TORCH_HCCL_DEBUG_INFO_TEMP_FILE<rank>`` (default ``/tmp/hccl_trace_rank_``, HCCLUtils.cpp), here
+    ``<run folder>/hccl_trace_rank_<rank>``. The env's ``launch.env`` overrides any of them.
+    """
+    env: dict[str, str] = {}
+    if spec.npu.count:
+        env["ASCEND_PROCESS_LOG_PATH"] = f"{run_dir}/{ASCEND_LOG_DIR}"
+    if backend == "hccl":
+        env["TORCH_HCCL_DUMP_ON_TIMEOUT"] = "1"
+        env["TORCH_HCCL_DEBUG_INFO_TEMP_FILE"] = f"{run_dir}/hccl_trace_rank_"
+    return env
+
+
 @dataclass(frozen=True)
 class NodePlan:
     """Everything one node's launch line needs."""
@@ -121,7 +148,8 @@ def node_command(plan: NodePlan, target: Target) -> commands.Line:
     # sweep on one node must never reach another node's processes
     supervisor = [plan.python, plan.supervisor, "--run-id", f"{plan.launch_id}.{plan.host}", "--status-dir", plan.run_dir,
                   "--deadline", f"{plan.deadline:g}", "--grace", f"{KILL_GRACE:g}",
-                  "--heartbeat", f"{HEARTBEAT:g}", "--silence", f"{plan.silence:g}", "--", *torchrun]
+                  "--heartbeat", f"{HEARTBEAT:g}", "--silence", f"{plan.silence:g}",
+                  "--stack-wait", f"{STACK_WAIT:g}", "--", *torchrun]
 
     def assemble(redact: bool) -> str:
         # TMPDIR under the run folder: torchrun's torchelastic_* and torch's caches go there and
@@ -228,12 +256,14 @@ def plan_nodes(env: EnvConfig, names: Sequence[str], prepared: Mapping[str, Prep
         prep = prepared[spec.name]
         state = prep.state
         layout = HostLayout(prep.layout.workdir, state.install_path or spec.install_path)
+        run_dir = prep.layout.run_dir(launch_id)
         plans[spec.name] = NodePlan(
             host=spec.name, node_rank=i, nnodes=len(specs), nproc_per_node=nproc, master_addr=master_addr,
             master_port=master_port, python=state.interpreter or spec.python,
-            run_dir=prep.layout.run_dir(launch_id), supervisor=prep.supervisor, rankwrap=prep.rankwrap,
+            run_dir=run_dir, supervisor=prep.supervisor, rankwrap=prep.rankwrap,
             launch_id=launch_id,
-            env={**backend_env(spec, backend), **dict(env.launch.env), **dict(extra_env)},
+            env={**backend_env(spec, backend), **run_folder_env(spec, backend, run_dir), **dict(env.launch.env),
+                 **dict(extra_env)},
             cann_set_env=env.cann.set_env if env.cann else None,
             vendor_set_env=layout.vendor_set_env(state.vendor) if state.vendor else None,
             deadline=timeout + 60, core_limit=core_limit,

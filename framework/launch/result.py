@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # pragma: no cover
+    from framework.launch.devices import HeldDevice
 
 
 @dataclass
@@ -37,6 +40,12 @@ class NodeResult:
     swept: int = 0
     duration: float = 0.0
     done: bool = False
+    #: ranks asked for their Python stacks before the kill (None: not asked)
+    stacks: int | None = None
+    #: pids of the run alive after the supervisor's KILL (``LEFT``)
+    left: list[int] = field(default_factory=list)
+    #: every pid the node's process tree had (``TREE``)
+    tree: list[int] = field(default_factory=list)
 
 
 @dataclass
@@ -54,6 +63,8 @@ class LaunchResult:
     timed_out: bool = False
     teardown_seconds: float | None = None
     report_dir: str | None = None
+    #: NPUs a pid of this run still held when the bounded post-launch check gave up (framework.launch.devices)
+    held: list[HeldDevice] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -63,6 +74,11 @@ class LaunchResult:
         if self.ok:
             return f"{self.world_size} ranks on {len(self.nodes)} nodes passed in {self.duration:.1f}s"
         text = self.failure or "not every rank reported success"
+        for n in self.nodes.values():
+            if n.left:
+                text += f"\n{n.host}: processes of the run left after the kill: pid {', '.join(map(str, n.left))}"
+        for h in self.held:
+            text += "\n" + h.describe()
         if self.failure_tail:
             text += "\n--- log tail ---\n" + self.failure_tail
         return text
@@ -73,6 +89,7 @@ class LaunchResult:
             "duration": round(self.duration, 3), "failure": self.failure, "failure_kind": self.failure_kind,
             "failure_rank": self.failure_rank, "timed_out": self.timed_out,
             "teardown_seconds": self.teardown_seconds,
+            "held": [asdict(h) for h in self.held],
             "nodes": {h: asdict(n) for h, n in self.nodes.items()},
             "ranks": {str(r): asdict(v) for r, v in sorted(self.ranks.items())},
         }

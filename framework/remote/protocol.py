@@ -10,9 +10,10 @@ Standard library only.
 Supervisor (one per node, ``framework.launch``), to the controller::
 
     STARTED <pid> | HB | RANK <r> exit <rc> pid <p> | RANK <r> SIG <name> pid <p>
-    EXIT <rc> | KILLED <why> | SWEPT <n> | DONE
+    EXIT <rc> | KILLED <why> | SWEPT <n> | STACKS <n> | LEFT <pid>... | TREE <pid>... | DONE
 
-and from the controller: ``HB`` (any line resets its silence clock) and ``KILL``.
+and from the controller: ``HB`` (any line resets its silence clock), ``KILL``, and ``STACKS``
+(the job timed out: ask every rank for its Python stacks, wait, then kill).
 
 Relay (one per host and artifact, ``framework.deploy``): the controller writes
 ``NEXT <ip> <port> <token>`` or ``NEXT -``, then (listeners) ``TOKEN <token>``;
@@ -34,6 +35,12 @@ RANK = "RANK"
 EXIT = "EXIT"
 KILLED = "KILLED"
 SWEPT = "SWEPT"
+#: ranks asked for their stacks (supervisor -> controller: ``STACKS <n>``; controller -> supervisor: ``STACKS``)
+STACKS = "STACKS"
+#: processes of the run alive after the supervisor's KILL
+LEFT = "LEFT"
+#: every pid the run's process tree had
+TREE = "TREE"
 DONE = "DONE"
 #: the two outcomes of a RANK line
 RANK_EXIT = "exit"
@@ -72,8 +79,9 @@ def heartbeat_line() -> bytes:
     return f"{HEARTBEAT}\n".encode()
 
 
-def kill_line() -> bytes:
-    return f"{KILL}\n".encode()
+def kill_line(stacks: bool = False) -> bytes:
+    """``KILL``, or ``STACKS`` (ask the ranks for their Python stacks first: a job timeout)."""
+    return f"{STACKS if stacks else KILL}\n".encode()
 
 
 def next_line(ip: str | None = None, port: int | None = None, token: str | None = None) -> bytes:
@@ -92,7 +100,8 @@ class SupervisorLine:
     """One parsed supervisor line. ``kind`` is the tag; the other fields are set per kind.
 
     ``RANK``: ``rank`` (-1 when not a number), ``signal`` or ``exit_code`` (None when unreadable);
-    ``EXIT``: ``exit_code``; ``KILLED``: ``reason``; ``SWEPT``: ``count``; ``STARTED``: ``pid``.
+    ``EXIT``: ``exit_code``; ``KILLED``: ``reason``; ``SWEPT`` and ``STACKS``: ``count``; ``STARTED``: ``pid``;
+    ``LEFT`` and ``TREE``: ``pids`` (words that are not pids are dropped).
     Unknown or empty lines have ``kind == ""``.
     """
 
@@ -103,6 +112,7 @@ class SupervisorLine:
     reason: str | None = None
     count: int = 0
     pid: int | None = None
+    pids: tuple[int, ...] = ()
 
 
 def _int(word: str) -> int | None:
@@ -124,8 +134,10 @@ def parse_supervisor_line(line: str) -> SupervisorLine:
         return SupervisorLine(EXIT, exit_code=_int(rest[0]))
     if tag == KILLED:
         return SupervisorLine(KILLED, reason=rest[0] if rest else "?")
-    if tag == SWEPT and rest:
-        return SupervisorLine(SWEPT, count=_int(rest[0]) or 0)
+    if tag in (SWEPT, STACKS) and rest:
+        return SupervisorLine(tag, count=_int(rest[0]) or 0)
+    if tag in (LEFT, TREE):
+        return SupervisorLine(tag, pids=tuple(int(w) for w in rest if w.isdigit() and int(w) > 0))
     if tag == STARTED and rest:
         return SupervisorLine(STARTED, pid=_int(rest[0]))
     if tag in (DONE, HEARTBEAT):

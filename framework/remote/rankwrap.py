@@ -10,6 +10,11 @@ the parent survives to report. ``{rank}`` and ``{local_rank}`` in the arguments
 are replaced (``--junitxml=.../rank{rank}.xml``). The wrapper then exits the way
 the child did, so torchrun sees the same outcome.
 
+The child runs through a two-line bootstrap (``python -c``) that registers ``faulthandler`` on
+SIGUSR1 for every thread, then runs the script, ``-m`` module or ``-c`` code as ``__main__`` (``runpy``, with
+the ``sys.argv`` and ``sys.path[0]`` plain ``python`` would give it): on a job timeout the
+supervisor sends SIGUSR1 and each rank's Python stacks land in its log before the kill.
+
     rankwrap.py --status-dir DIR -- <python args...>
 """
 
@@ -26,6 +31,31 @@ import time
 # the protocol's words (framework.remote.protocol; this file ships alone, a unit test keeps them equal)
 RANK_STEM = "rank"
 
+#: python -c: faulthandler on SIGUSR1 (stacks of all threads to stderr = the rank log), then the target as
+#: python itself would run it (``-m mod args`` or ``script args``)
+BOOTSTRAP = (
+    "import faulthandler, os, runpy, signal, sys\n"
+    "faulthandler.register(signal.SIGUSR1, all_threads=True)\n"
+    "a = sys.argv[1:]\n"
+    "if a[0] == '-m':\n"
+    "    sys.argv = a[1:]\n"
+    "    runpy.run_module(a[1], run_name='__main__', alter_sys=True)\n"
+    "elif a[0] == '-c':\n"
+    "    sys.argv = ['-c', *a[2:]]\n"
+    "    exec(compile(a[1], '<string>', 'exec'), {'__name__': '__main__', '__builtins__': __builtins__})\n"
+    "else:\n"
+    "    sys.argv = a\n"
+    "    sys.path[0] = os.path.dirname(os.path.abspath(a[0]))\n"
+    "    runpy.run_path(a[0], run_name='__main__')\n"
+)
+
+
+def child_argv(python: str, args: list[str]) -> list[str]:
+    """The rank program's argv: through :data:`BOOTSTRAP` for a script, ``-m`` or ``-c`` target, else as given."""
+    if args and (args[0] in ("-m", "-c") and len(args) > 1 or not args[0].startswith("-")):
+        return [python, "-c", BOOTSTRAP, *args]
+    return [python, *args]
+
 
 def main() -> int:
     argv = sys.argv[1:]
@@ -41,7 +71,7 @@ def main() -> int:
     status_path = os.path.join(status_dir, f"{RANK_STEM}{rank}.json")
     start = time.time()
     with open(log_path, "ab", buffering=0) as log:
-        child = subprocess.Popen([sys.executable, *args], stdout=log, stderr=subprocess.STDOUT,
+        child = subprocess.Popen(child_argv(sys.executable, args), stdout=log, stderr=subprocess.STDOUT,
                                  stdin=subprocess.DEVNULL)
 
         def forward(signum: int, _frame: object) -> None:

@@ -4,7 +4,7 @@
 Shipped to the hosts by ``framework.launch``; standard library only.
 
     supervisor.py --run-id ID --status-dir DIR [--deadline S] [--grace S]
-                  [--heartbeat S] [--silence S] -- <command...>
+                  [--heartbeat S] [--silence S] [--stack-wait S] -- <command...>
 
 It starts the command in a new session with ``CAMIT_RUN_ID=<ID>`` in its
 environment (torchrun puts every worker in a session of its own, so a group kill
@@ -17,7 +17,10 @@ reports on stdout, one line each:
     EXIT <rc>                  the command ended by itself (rc, or -signal)
     KILLED <why>               we ended it: stdin-eof | stdin-kill | silence | deadline | signal
     SWEPT <n>                  tagged processes we had to kill after the command ended
-    DONE                       nothing of the run is left (the last line)
+    STACKS <n>                 n ranks were asked for their Python stacks (SIGUSR1) before the kill
+    LEFT <pid> ...             processes of the run still alive after our KILL (not killable, or escaped)
+    TREE <pid> ...             every pid the run's process tree had (for the controller's device check)
+    DONE                       we are finished (the last line)
 
 It ends the run — TERM to the command's group and to every process carrying the
 tag, KILL after --grace — when stdin reaches EOF (the controller's SSH channel
@@ -25,6 +28,17 @@ closed), when a line ``KILL`` arrives, when no line at all (``HB`` from the
 controller) arrived for --silence seconds (a link that went down), at its own
 --deadline, or on TERM/INT/HUP. Processes are found by the tag in
 ``/proc/<pid>/environ`` and by the group we created: never by name or command line.
+
+Before a kill for ``--deadline`` or on the controller's ``STACKS`` line (its job timeout), every
+rank program (the pids in the rank wrapper's ``rank<r>.pid`` that still carry the tag) gets SIGUSR1
+— the rank wrapper registered ``faulthandler`` on it, so each prints its Python stacks into its
+rank log — and we wait ``--stack-wait`` seconds before the TERM.
+
+While the run lasts we follow its process tree (``/proc/<pid>/stat`` parent links, with each
+process's start time so a reused pid is never mistaken for ours). A process that left both the
+session and the tag (``setsid`` with a clean environment) is not killed — it is no longer the run's
+by the two rules above — but it is still ours by descent: ``LEFT`` names it, with any tagged process
+the KILL did not end (uninterruptible sleep), so the controller can check what it still holds.
 """
 
 from __future__ import annotations
@@ -49,6 +63,9 @@ RANK_SIGNAL = "SIG"
 EXIT = "EXIT"
 KILLED = "KILLED"
 SWEPT = "SWEPT"
+STACKS = "STACKS"
+LEFT = "LEFT"
+TREE = "TREE"
 DONE = "DONE"
 KILL = "KILL"
 KILLED_REASONS = ("stdin-eof", "stdin-kill", "silence", "deadline", "signal")
@@ -96,6 +113,64 @@ def group_alive(pgid: int) -> bool:
     return False
 
 
+def proc_table() -> dict[int, tuple[int, str, int]]:
+    """pid -> (ppid, state, start time in ticks) of every process now listed in /proc."""
+    table = {}
+    for stat in glob.glob("/proc/[0-9]*/stat"):
+        try:
+            with open(stat) as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+            table[int(stat.split("/")[2])] = (int(fields[1]), fields[0], int(fields[19]))
+        except (OSError, IndexError, ValueError):
+            continue
+    return table
+
+
+def follow_tree(root: int, tree: dict[int, int]) -> None:
+    """Add to ``tree`` (pid -> start ticks) every live descendant of ``root`` or of a pid already in it."""
+    table = proc_table()
+    known = {root} | {p for p, ticks in tree.items() if p in table and table[p][2] == ticks}
+    grew = True
+    while grew:
+        grew = False
+        for pid, (ppid, state, ticks) in table.items():
+            if pid not in known and ppid in known and state not in ("Z", "X"):
+                known.add(pid)
+                tree.setdefault(pid, ticks)
+                grew = True
+    if root in table:
+        tree.setdefault(root, table[root][2])
+
+
+def survivors(run_id: str, tree: dict[int, int]) -> list[int]:
+    """The run's processes still alive: tagged ones, and tree pids with their own start time (not zombies)."""
+    table = proc_table()
+    alive = {p for p, ticks in tree.items() if p in table and table[p][2] == ticks and table[p][1] not in ("Z", "X")}
+    return sorted(alive | set(tagged(run_id)))
+
+
+def ask_stacks(run_id: str, status_dir: str, wait: float) -> int:
+    """SIGUSR1 to every rank program of this run (rankwrap's ``rank*.pid`` files, still tagged); then wait."""
+    ours = set(tagged(run_id))
+    asked = 0
+    for path in glob.glob(os.path.join(status_dir, f"{RANK_STEM}*.pid")):
+        try:
+            with open(path) as fh:
+                pid = int(fh.read().strip())
+        except (OSError, ValueError):
+            continue
+        if pid not in ours:
+            continue  # ended, or the pid is someone else's now
+        try:
+            os.kill(pid, signal.SIGUSR1)
+            asked += 1
+        except (ProcessLookupError, PermissionError):
+            pass
+    if asked:
+        time.sleep(wait)
+    return asked
+
+
 def terminate(run_id: str, pgid: int | None, grace: float) -> int:
     """TERM the group and the tagged processes, KILL what is left after ``grace``; return how many."""
     victims = set(tagged(run_id))
@@ -141,6 +216,21 @@ def report_ranks(status_dir: str, seen: set[str]) -> None:
         say(f"{RANK} {st.get('rank')} {outcome} pid {st.get('pid')}")
 
 
+def end_run(args: argparse.Namespace, child: subprocess.Popen[bytes], why: str, stacks: bool,
+            tree: dict[int, int]) -> int | None:
+    """We end the run (``why``): stacks first when asked, then TERM/KILL; the command's rc."""
+    say(f"{KILLED} {why}")
+    if stacks:
+        say(f"{STACKS} {ask_stacks(args.run_id, args.status_dir, args.stack_wait)}")
+        follow_tree(child.pid, tree)
+    terminate(args.run_id, child.pid, args.grace)
+    try:
+        child.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        pass
+    return child.poll()
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--run-id", required=True)
@@ -149,6 +239,7 @@ def main() -> int:
     ap.add_argument("--grace", type=float, default=2.0)
     ap.add_argument("--heartbeat", type=float, default=2.0)
     ap.add_argument("--silence", type=float, default=0.0, help="0: do not expect controller heartbeats")
+    ap.add_argument("--stack-wait", type=float, default=3.0, help="seconds between asking for stacks and the kill")
     ap.add_argument("command", nargs=argparse.REMAINDER)
     args = ap.parse_args()
     cmd = args.command[1:] if args.command[:1] == ["--"] else args.command
@@ -175,6 +266,9 @@ def main() -> int:
     start = time.monotonic()
     last_hb = last_input = start
     seen: set[str] = set()
+    tree: dict[int, int] = {}
+    last_tree = 0.0
+    stacks = False
     stdin_fd = sys.stdin.fileno()
     stdin_open = True
     rc = None
@@ -188,8 +282,12 @@ def main() -> int:
             why = stop[0]
             break
         now = time.monotonic()
+        if now - last_tree >= 0.25:
+            follow_tree(child.pid, tree)
+            last_tree = now
         if now - start > args.deadline:
             why = "deadline"
+            stacks = True
             break
         if args.silence and now - last_input > args.silence:
             why = "silence"
@@ -205,20 +303,15 @@ def main() -> int:
                 if not data:
                     why = "stdin-eof"
                     break
-                if KILL.encode() in data:
+                if STACKS.encode() in data or KILL.encode() in data:
                     why = "stdin-kill"
+                    stacks = STACKS.encode() in data
                     break
         else:
             time.sleep(0.1)
-    if why is not None:
-        say(f"{KILLED} {why}")
-        terminate(args.run_id, child.pid, args.grace)
-        try:
-            child.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            pass
-        rc = child.poll()
-    else:
+    follow_tree(child.pid, tree)
+    rc = end_run(args, child, why, stacks, tree) if why is not None else rc
+    if why is None:
         say(f"{EXIT} {rc}")
         # workers (own sessions) or their children may outlive torchrun: sweep the tag
         swept = terminate(args.run_id, None, args.grace) if tagged(args.run_id) else 0
@@ -226,6 +319,11 @@ def main() -> int:
             say(f"{SWEPT} {swept}")
     report_ranks(args.status_dir, seen)
     log.close()
+    left = [p for p in survivors(args.run_id, tree) if p != os.getpid()]
+    if left:
+        say(f"{LEFT} " + " ".join(map(str, left)))
+    if tree:
+        say(f"{TREE} " + " ".join(map(str, sorted(tree))))
     say(DONE)
     return 0 if why is None and rc == 0 else 1
 

@@ -34,7 +34,7 @@ def terminal_summary(rundir_path: str | os.PathLike[str], repro: str | None = No
     """
     run = read_run(rundir_path)
     lines = [_headline(run), *_counts(run), *_rank_grid(run), *_bad_ranks(run), *_cores(run),
-             *_failed_tests(run), *_slowest_phases(run), f"  report: {run.path / 'index.html'}",
+             *_dirty_hosts(run), *_failed_tests(run), *_slowest_phases(run), f"  report: {run.path / 'index.html'}",
              _reproduce(run, repro)]
     if run.problems:
         lines.append("  report problems: " + short("; ".join(run.problems), 90))
@@ -120,6 +120,13 @@ def _cores(run: RunView) -> list[str]:
     if len(run.cores) > 3:
         lines.append(f"  … {len(run.cores) - 3} more core dump(s)")
     return lines
+
+
+def _dirty_hosts(run: RunView) -> list[str]:
+    """Devices a launch's process still held (``dirty-hosts.json``) and the operator's reset command for each."""
+    from framework.launch.devices import read_dirty, reset_lines
+
+    return ["  DIRTY  " + line for line in reset_lines(read_dirty(run.path))]
 
 
 def _failed_tests(run: RunView) -> list[str]:

@@ -210,9 +210,12 @@ def test_an_hccl_hang_ends_in_the_exec_timeout_plog_signature_the_report_shows(n
     assert "EI0002" in sigs, sigs[-3000:]
     assert "[remote rank 3]" in sigs, sigs[-3000:]
     assert "EI0002" in proc.stdout, proc.stdout[-3000:]
-    plogs = list(folder.glob("host1/ascend/**/plog-*.log"))
+    # the plogs came back with the run folder (ASCEND_PROCESS_LOG_PATH pointed there), not from the host's
+    # $HOME/ascend/log: <host>/ascend/debug/plog/ is the run folder's own root
+    plogs = list(folder.glob("host1/ascend/debug/plog/plog-*.log"))
     assert plogs and any("EI0002" in p.read_text(errors="replace") for p in plogs), \
         sorted(str(p) for p in folder.rglob("*"))[:60]
+    assert "host1/ascend/debug/plog/plog-" in sigs, sigs[-3000:]
     result = json.loads((folder / next(p.name for p in folder.glob("launch-*.json"))).read_text())
     assert not result["timed_out"], result  # the ranks ended (SIGABRT from the watchdog), not camit's timeout
 
@@ -339,3 +342,97 @@ def test_cam_cases_skip_with_the_reason_on_an_emulated_a2_lab(tmp_path):
     assert re.search(r"\b\d+ skipped", tail) and not re.search(r"passed|failed|error", tail), tail
     folder = (tmp_path / "r" / "latest").resolve()
     assert not list(folder.glob("launch-*.json")), "an A3-only case launched on A2 hosts"
+
+
+STUCK = textwrap.dedent("""\
+    import os, time
+    import torch, torch_npu  # noqa: F401
+
+    torch.npu.set_device(int(os.environ["LOCAL_RANK"]))
+    print("ENV", os.environ.get("TORCH_HCCL_DUMP_ON_TIMEOUT"), os.environ.get("ASCEND_PROCESS_LOG_PATH"), flush=True)
+
+    def stuck_in_a_collective():
+        time.sleep(600)
+
+    stuck_in_a_collective()
+""")
+
+
+def test_a_job_timeout_leaves_each_ranks_stacks_in_its_log_and_the_failure_saves_the_npu_state(npu, tmp_path):
+    path, _, _ = npu
+    script = tmp_path / "stuck.py"
+    script.write_text(STUCK)
+    with npu_lab_lock():
+        proc = run("-m", "framework.cli", "run", "--env", str(path), "--hosts", "host1", "--nproc-per-node", "2",
+                   "--timeout", "25", "--report-dir", str(tmp_path / "r"), "--core-policy", "ignore", "--",
+                   str(script), timeout=300)
+    assert proc.returncode != 0, proc.stdout[-3000:]
+    folder = (tmp_path / "r" / "latest").resolve()
+    result = json.loads(next(folder.glob("launch-*.json")).read_text())
+    assert result["timed_out"] and result["nodes"]["host1"]["stacks"] == 2, result
+    for rank in (0, 1):
+        log = (folder / "host1" / f"rank{rank}.log").read_text(errors="replace")
+        # faulthandler's dump from SIGUSR1, before the kill: where each rank hangs
+        assert "most recent call first" in log and "in stuck_in_a_collective" in log, log[-3000:]
+        env_line = next(line for line in log.splitlines() if line.startswith("ENV "))
+        dump, plog_root = env_line.split()[1:]
+        assert dump == "1" and plog_root.endswith(f"/runs/{result['launch_id']}/ascend"), env_line
+    # what a failed launch on an NPU host saves, per host, into the report folder
+    state = folder / "host1" / "npu-state"
+    assert "Process id" in (state / "npu-smi-info.txt").read_text(), sorted(state.iterdir())
+    hccn = (state / "hccn.txt").read_text()
+    assert "== hccn_tool -i 15 -net_health -g" in hccn and "link status: UP" in hccn, hccn[:2000]
+    assert "export device logs of 16 devices" in (state / "msnpureport.txt").read_text()
+    assert not (state / "notes.txt").exists()  # every tool is installed there (the emulated export is empty)
+
+
+DIRTY_TESTS = textwrap.dedent("""\
+    from pathlib import Path
+
+    from framework.launch import Target
+
+    KILLED = str(Path(__file__).with_name("killed.py"))
+
+
+    def test_a_rank_dies_on_its_device(launcher):
+        result = launcher.run(Target(script=KILLED), hosts=["host1"], nproc_per_node=2, timeout=120, name="killed")
+        assert not result.ok and result.held, result.message()
+
+
+    def test_the_next_launch_on_that_host(launcher):
+        launcher.run(Target(script=KILLED), hosts=["host1"], nproc_per_node=2, timeout=120, name="next")
+""")
+
+
+def test_a_device_held_after_a_launch_marks_the_host_dirty_and_the_next_test_fails_fast_naming_it(
+        npu, fault, tmp_path):
+    path, env, _ = npu
+    fault("host1", "linger", "--linger", "300")
+    tests = tmp_path / "t"
+    tests.mkdir()
+    (tests / "killed.py").write_text(KILLED)
+    (tests / "test_dirty.py").write_text(DIRTY_TESTS)
+    proc = run("-m", "pytest", str(tests / "test_dirty.py"), "--env", str(path), "--report-dir", str(tmp_path / "r"),
+               "--core-policy", "ignore", "--junitxml", str(tmp_path / "j.xml"), "-p", "no:cacheprovider", "-q",
+               timeout=600)
+    assert proc.returncode == 1, proc.stdout[-4000:]
+    folder = (tmp_path / "r" / "latest").resolve()
+    logs = "\n".join(p.read_text(errors="replace") for p in folder.rglob("rank*.log"))
+    pid = next(line.split()[1] for line in logs.splitlines() if line.startswith("HOLDER "))
+    cases = {c.get("name"): c for c in ET.parse(tmp_path / "j.xml").getroot().iter("testcase")}
+    first, second = cases["test_a_rank_dies_on_its_device"], cases["test_the_next_launch_on_that_host"]
+    assert not list(first), ET.tostring(first)[:2000]
+    failure = second.find("failure")
+    assert failure is not None, ET.tostring(second)[:2000]
+    text = failure.get("message", "") + (failure.text or "")
+    # fails at once, before any process starts, naming the device and the pid (not an HCCL init failure)
+    assert "host1: dirty since launch" in text and f"NPU 0 chip 1 held by pid {pid}" in text, text[:3000]
+    assert "npu-smi set -t reset -i 0 -c 1" in text
+    assert float(second.get("time", "99")) < 5, second.get("time")
+    assert len(list(folder.glob("launch-*.json"))) == 1  # the second test launched nothing
+    dirty = json.loads((folder / "dirty-hosts.json").read_text())
+    assert (0, 1, pid, "npu-smi set -t reset -i 0 -c 1") in [
+        (d["npu"], d["chip"], str(d["pid"]), d["reset"]) for d in dirty["host1"]], dirty
+    # the terminal summary tells the operator; camit never resets a device itself
+    assert f"DIRTY  host1: NPU 0 chip 1 held by pid {pid} — reset (operator): npu-smi set -t reset -i 0 -c 1" \
+        in proc.stdout, proc.stdout[-3000:]

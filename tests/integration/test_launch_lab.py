@@ -233,3 +233,37 @@ def test_one_nodes_torchrun_killed_9_tears_everything_down(lab, launcher):
     assert "host2" in result.failure  # type: ignore[attr-defined]
     assert wait_none_left(result.launch_id, 15) == []  # type: ignore[attr-defined]
     assert time.monotonic() - t0 < 45
+
+
+ESCAPER = """\
+import os, subprocess, sys, time
+if os.environ["RANK"] == "1":
+    # a child that leaves the session (setsid) and drops the run's tag (a clean environment): the
+    # supervisor's group and tag kills miss it, its process tree does not
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"], start_new_session=True,
+                             env={"PATH": "/usr/bin:/bin"})
+    print("ESCAPED", child.pid, flush=True)
+    time.sleep(1)  # the supervisor follows its tree every 0.25 s
+    sys.exit(3)  # the launch fails: camit kills every node's run
+time.sleep(300)
+"""
+
+
+def test_a_child_escaping_session_and_tag_survives_the_kill_and_the_supervisor_reports_it_left(launcher, tmp_path):
+    script = tmp_path / "escaper.py"
+    script.write_text(ESCAPER)
+    result = launcher.run(Target(script=str(script)), timeout=120)
+    logs = "\n".join(Path(r.log).read_text() for r in result.ranks.values() if r.log)
+    pid = int(next(line.split()[1] for line in logs.splitlines() if line.startswith("ESCAPED ")))
+    try:
+        assert result.failure_rank == 1, result.message()
+        node = result.nodes["host1"]  # rank 1 runs on host1 (two ranks per node)
+        assert node.left == [pid], (node, result.message())
+        assert pid in node.tree and result.nodes["host2"].left == []
+        assert f"host1: processes of the run left after the kill: pid {pid}" in result.message()
+        saved = json.loads((Path(result.report_dir) / f"launch-{result.launch_id}.json").read_text())
+        assert saved["nodes"]["host1"]["left"] == [pid]
+        assert Path(f"/proc/{pid}").exists()  # it really survived (the lab's hosts share this pid namespace)
+    finally:
+        os.kill(pid, signal.SIGKILL)
+    assert wait_none_left(result.launch_id, 15) == []

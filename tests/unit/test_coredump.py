@@ -688,6 +688,15 @@ def test_other_listed_signatures(code: str) -> None:
     ("rtStreamSynchronize failed, error code is 507045", "ACL-50704X"),
     ("EL0004: alloc device memory failed, runtime result = 207018", "ACL-207018"),
     ("call aclnnMoeDispatchNormal failed, detail:EZ9999: Inner Error!", "EZ9999"),
+    ("error code is 507016", "ACL-507016"),
+    ("error code is 507036", "ACL-507036"),
+    ("error code is 507034", "ACL-507034"),
+    ("error code is 507033", "ACL-507033"),
+    ("error code is 507042", "ACL-50704X"),
+    ("error code is 507043", "ACL-50704X"),
+    ("error code is 507044", "ACL-50704X"),
+    ("error code is 507046", "ACL-50704X-WAIT"),
+    ("error code is 507047", "ACL-50704X-WAIT"),
 ])
 def test_device_faults_a_cam_kernel_raises_are_primary_signatures(line: str, code: str) -> None:
     found = {s.code: s for s in scan_signatures("x\n" + line + "\n")}

@@ -76,7 +76,7 @@ def test_node_command_exact_line():
         ". /usr/local/Ascend/cann/set_env.sh && . /w/opp/vendors/CAM/bin/set_env.bash && "
         "export TMPDIR=/w/runs/r1/tmp GLOO_SOCKET_IFNAME=eth1 && "
         "exec /w/venv/bin/python /w/bin/sup.py --run-id r1.node1 --status-dir /w/runs/r1 --deadline 660 "
-        "--grace 2 --heartbeat 2 --silence 25 -- "
+        "--grace 2 --heartbeat 2 --silence 25 --stack-wait 3 -- "
         "/w/venv/bin/python -m torch.distributed.run --nnodes 2 --nproc-per-node 8 --node-rank 1 "
         "--master-addr 198.51.100.10 --master-port 29512 --no-python /w/venv/bin/python /w/bin/wrap.py "
         "--status-dir /w/runs/r1 -- -m pytest t.py '--junitxml=rank{rank}.xml'"

@@ -28,7 +28,7 @@ def constants(name: str) -> dict[str, object]:
 
 @pytest.mark.parametrize(("name", "aliases"), [
     ("supervisor.py", {"TAG": "RUN_TAG"}),
-    ("rankwrap.py", {}),
+    ("rankwrap.py", {"BOOTSTRAP": None}),
     ("relay.py", {"CHUNK": None}),
 ])
 def test_shipped_scripts_use_the_protocol_words(name, aliases):
@@ -66,6 +66,11 @@ def test_the_pgid_marker_is_the_one_the_transports_parse():
     ("KILLED silence", protocol.SupervisorLine("KILLED", reason="silence")),
     ("KILLED", protocol.SupervisorLine("KILLED", reason="?")),
     ("SWEPT 4", protocol.SupervisorLine("SWEPT", count=4)),
+    ("STACKS 2", protocol.SupervisorLine("STACKS", count=2)),
+    ("LEFT 812 913", protocol.SupervisorLine("LEFT", pids=(812, 913))),
+    ("LEFT 812 x -3 0", protocol.SupervisorLine("LEFT", pids=(812,))),
+    ("TREE 5 6 7", protocol.SupervisorLine("TREE", pids=(5, 6, 7))),
+    ("LEFT", protocol.SupervisorLine("LEFT")),
     ("STARTED 4711", protocol.SupervisorLine("STARTED", pid=4711)),
     ("DONE", protocol.SupervisorLine("DONE")),
     ("HB", protocol.SupervisorLine("HB")),
@@ -74,6 +79,11 @@ def test_the_pgid_marker_is_the_one_the_transports_parse():
 ])
 def test_parse_supervisor_line(line, expected):
     assert protocol.parse_supervisor_line(line) == expected
+
+
+def test_a_job_timeout_asks_for_stacks_instead_of_a_bare_kill():
+    assert protocol.kill_line() == b"KILL\n"
+    assert protocol.kill_line(stacks=True) == b"STACKS\n"
 
 
 def test_relay_lines():

@@ -1,0 +1,216 @@
+"""After a launch on NPU hosts: are the devices free again, and what a failure leaves for the report.
+
+An NPU process killed mid-kernel can stay (D state) holding its device; the next job there fails at
+HCCL init and gets the blame (npu-fidelity.md, "Leftover processes"; ascend-hosts.md §4: decide
+idleness from ``npu-smi info``'s process table, mark such a host dirty instead of waiting on it).
+So after every launch on a host that declares NPUs (``npu.count``):
+
+- :func:`wait_released` polls ``npu-smi info`` (bounded: :data:`RELEASE_TIMEOUT`, every
+  :data:`RELEASE_INTERVAL`) until no pid of the run — the supervisor's ``TREE`` and ``LEFT`` pids and
+  the ranks' own — holds a device, and returns the :class:`HeldDevice`\\ s still held after that;
+- :class:`DirtyHosts` remembers them for the session: every later launch on such a host fails at once
+  (:class:`HostDirty`, naming device and pid) and the report folder's ``dirty-hosts.json`` carries the
+  operator's reset command (:meth:`HeldDevice.reset_command`; camit never runs it);
+- on a failed launch, :func:`state_script` saves ``npu-smi info``, each device's ``hccn_tool -link -g``
+  and ``-net_health -g`` and, where installed, ``msnpureport``'s export into the node's run folder
+  (``npu-state/``), which comes back with it. Each tool is bounded; a missing one is noted, not an error.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from framework import commands
+from framework.commands import ShellScript
+from framework.errors import FrameworkError, HostError
+from framework.preflight.ascend import NpuSmiInfo, parse_npu_smi_info
+from framework.report.folder import update_json
+
+log = logging.getLogger("camit.launch")
+
+#: how long a device may take to be released after its process ended, and how often to look
+RELEASE_TIMEOUT = 10.0
+RELEASE_INTERVAL = 0.5
+#: seconds each diagnostic tool of :func:`state_script` may take (coreutils ``timeout``)
+TOOL_TIMEOUT = 20
+#: the folder of a node's run folder the failure snapshot goes to
+STATE_DIR = "npu-state"
+DIRTY_FILE = "dirty-hosts.json"
+#: where the tools are when they are not on PATH (ascend-hosts.md §3, §5)
+NPU_SMI_DIRS = ("/usr/local/sbin/npu-smi", "/usr/local/bin/npu-smi")
+HCCN_TOOL = "/usr/local/Ascend/driver/tools/hccn_tool"
+MSNPUREPORT = "/usr/local/Ascend/driver/tools/msnpureport"
+
+
+@dataclass(frozen=True)
+class HeldDevice:
+    """A device (``npu`` card, ``chip`` die, as ``npu-smi info`` numbers them) a pid of a launch still holds."""
+
+    host: str
+    npu: int
+    chip: int
+    pid: int
+    name: str = ""
+    launch_id: str = ""
+
+    def reset_command(self) -> str:
+        """The operator's reset of this device (npu-fidelity.md / ascend-hosts.md §4); never run by camit."""
+        return f"npu-smi set -t reset -i {self.npu} -c {self.chip}"
+
+    def describe(self) -> str:
+        what = f" ({self.name})" if self.name else ""
+        by = f" after launch {self.launch_id}" if self.launch_id else ""
+        return (f"{self.host}: NPU {self.npu} chip {self.chip} still held by pid {self.pid}{what}{by}; "
+                f"an operator may reset it: {self.reset_command()}")
+
+
+def held_by(host: str, info: NpuSmiInfo, pids: Iterable[int], launch_id: str = "") -> list[HeldDevice]:
+    """The process-table rows of ``info`` whose pid is one of ``pids``."""
+    ours = set(pids)
+    return [HeldDevice(host, p.npu, p.chip, p.pid, p.name, launch_id) for p in info.processes if p.pid in ours]
+
+
+def npu_smi_script() -> ShellScript:
+    """sh: ``npu-smi info`` wherever the driver put it (exit 127 when there is none)."""
+    dirs = " ".join(NPU_SMI_DIRS)
+    return ShellScript("S=$(command -v npu-smi 2>/dev/null); "
+                       f"for c in {dirs}; do [ -z \"$S\" ] && [ -x $c ] && S=$c; done; "
+                       "[ -n \"$S\" ] || exit 127; exec \"$S\" info")
+
+
+def wait_released(run: Callable[[ShellScript], tuple[int, str]], host: str, pids: Iterable[int], *,
+                  launch_id: str = "", timeout: float = RELEASE_TIMEOUT, interval: float = RELEASE_INTERVAL,
+                  clock: Callable[[], float] = time.monotonic,
+                  sleep: Callable[[float], None] = time.sleep) -> list[HeldDevice]:
+    """Poll ``npu-smi info`` (``run`` returns its rc and stdout) until no pid of ``pids`` holds a device.
+
+    Returns what is still held when ``timeout`` ran out ([] once free, or when npu-smi cannot be run:
+    that is preflight's finding, not this launch's).
+    """
+    ours = set(pids)
+    if not ours:
+        return []
+    end = clock() + timeout
+    while True:
+        rc, out = run(npu_smi_script())
+        if rc != 0:
+            log.info("%s: npu-smi info failed (rc %s): device release not checked", host, rc)
+            return []
+        held = held_by(host, parse_npu_smi_info(out), ours, launch_id)
+        if not held or clock() + interval > end:
+            return held
+        sleep(interval)
+
+
+class HostDirty(HostError):
+    """A launch on a host where a device is still held by an earlier launch's process."""
+
+    def __init__(self, host: str, held: Sequence[HeldDevice]) -> None:
+        self.held = list(held)
+        lines = "; ".join(f"NPU {h.npu} chip {h.chip} held by pid {h.pid}" + (f" ({h.name})" if h.name else "")
+                          for h in held)
+        resets = "; ".join(dict.fromkeys(h.reset_command() for h in held))
+        super().__init__(host, f"dirty since launch {held[0].launch_id}: {lines} — not launching here "
+                               f"(HCCL init would fail and blame this test); an operator may reset: {resets}")
+
+
+class DirtyHosts:
+    """The session's hosts with a device still held by one of its launches (first finding per device kept)."""
+
+    def __init__(self) -> None:
+        self.held: dict[str, list[HeldDevice]] = {}
+
+    def mark(self, held: Iterable[HeldDevice]) -> None:
+        for h in held:
+            known = self.held.setdefault(h.host, [])
+            if not any((k.npu, k.chip, k.pid) == (h.npu, h.chip, h.pid) for k in known):
+                known.append(h)
+
+    def check(self, names: Iterable[str]) -> None:
+        """Raise :class:`HostDirty` for the first of ``names`` that is dirty."""
+        for name in names:
+            if self.held.get(name):
+                raise HostDirty(name, self.held[name])
+
+    def to_json(self) -> dict[str, list[dict[str, object]]]:
+        return {host: [dict(asdict(h), reset=h.reset_command()) for h in held] for host, held in self.held.items()}
+
+    def write(self, report: Path) -> Path | None:
+        """Merge into ``<report>/dirty-hosts.json`` (xdist workers share the folder, not the hosts); None when clean."""
+        if not self.held:
+            return None
+        mine = self.to_json()
+        path = report / DIRTY_FILE
+        update_json(path, lambda known: {**(known if isinstance(known, dict) else {}), **mine})
+        return path
+
+
+def read_dirty(report: Path) -> dict[str, list[dict[str, object]]]:
+    """The run folder's dirty hosts (``{}`` when there are none or the file is unreadable)."""
+    try:
+        doc = json.loads((report / DIRTY_FILE).read_text())
+    except (OSError, ValueError):
+        return {}
+    return {str(h): [e for e in v if isinstance(e, dict)] for h, v in doc.items() if isinstance(v, list)} \
+        if isinstance(doc, dict) else {}
+
+
+def reset_lines(dirty: dict[str, list[dict[str, object]]]) -> list[str]:
+    """One line per held device: host, device, pid and the reset command (for the summary and ``camit run``)."""
+    return [f"{host}: NPU {e.get('npu')} chip {e.get('chip')} held by pid {e.get('pid')} — reset (operator): "
+            f"{e.get('reset')}" for host, held in dirty.items() for e in held]
+
+
+def state_script(run_dir: str, devices: int, *, tool_timeout: int = TOOL_TIMEOUT) -> ShellScript:
+    """sh saving the NPU state of a failed launch into ``<run_dir>/npu-state/`` (never failing).
+
+    ``npu-smi-info.txt``; ``hccn.txt`` (``hccn_tool -i N -link -g`` and ``-net_health -g`` for each of the
+    host's ``devices``, one call at a time: parallel calls answer "busy"); ``msnpureport.txt`` and the
+    export it writes into its working directory, ``msnpureport/``; ``notes.txt`` names a tool that is not
+    installed or did not finish within ``tool_timeout`` seconds.
+    """
+    q = commands.quote
+    d = f"{run_dir}/{STATE_DIR}"
+    to = f"timeout {int(tool_timeout)}"
+    dirs = " ".join(NPU_SMI_DIRS)
+    lines = [
+        f"D={q(d)}; mkdir -p \"$D/msnpureport\" || exit 0",
+        "note() { echo \"$*\" >> \"$D/notes.txt\"; }",
+        "ran() { rc=$?; [ $rc -eq 124 ] && note \"$1: no answer within " + str(int(tool_timeout)) + "s\"; }",
+        "S=$(command -v npu-smi 2>/dev/null)",
+        f"for c in {dirs}; do [ -z \"$S\" ] && [ -x $c ] && S=$c; done",
+        f"if [ -n \"$S\" ]; then {to} \"$S\" info > \"$D/npu-smi-info.txt\" 2>&1; ran npu-smi; "
+        "else note 'npu-smi: not installed'; fi",
+        "H=$(command -v hccn_tool 2>/dev/null); [ -n \"$H\" ] || H=" + q(HCCN_TOOL),
+        f"if [ -x \"$H\" ]; then for i in $(seq 0 {max(0, int(devices) - 1)}); do "
+        "for a in -link -net_health; do echo \"== hccn_tool -i $i $a -g\"; "
+        f"{to} \"$H\" -i $i $a -g 2>&1; ran \"hccn_tool -i $i $a -g\"; done; done > \"$D/hccn.txt\"; "
+        "else note 'hccn_tool: not installed'; fi",
+        "M=$(command -v msnpureport 2>/dev/null); [ -n \"$M\" ] || M=" + q(MSNPUREPORT),
+        f"if [ -x \"$M\" ]; then (cd \"$D/msnpureport\" && {to} \"$M\" > \"$D/msnpureport.txt\" 2>&1); "
+        "ran msnpureport; else note 'msnpureport: not installed'; rmdir \"$D/msnpureport\"; fi",
+        "exit 0",
+    ]
+    return ShellScript("\n".join(lines) + "\n")
+
+
+def host_result(host_run: Callable[..., object]) -> Callable[[ShellScript], tuple[int, str]]:
+    """``run`` for :func:`wait_released` over a ``Host.run`` (a transport error counts as "not checked")."""
+
+    def run(script: ShellScript) -> tuple[int, str]:
+        try:
+            res = host_run(script, timeout=30)
+        except FrameworkError as exc:
+            return -1, str(exc)
+        return int(getattr(res, "rc", -1)), str(getattr(res, "stdout", ""))
+
+    return run
+
+
+__all__ = ["DIRTY_FILE", "RELEASE_INTERVAL", "RELEASE_TIMEOUT", "STATE_DIR", "DirtyHosts", "HeldDevice", "HostDirty",
+           "held_by", "read_dirty", "reset_lines", "state_script", "wait_released"]
