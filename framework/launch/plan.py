@@ -22,6 +22,7 @@ from framework.commands import ShellScript
 from framework.errors import UsageError
 from framework.remote.layout import DeployState, HostLayout
 from framework.remote.sections import read_records, sh_tag
+from framework.setenv import env_steps, extra_of, require_cann
 
 if TYPE_CHECKING:  # pragma: no cover
     from framework.config.effective import EnvConfig, HostSpec
@@ -108,6 +109,7 @@ class NodePlan:
     deadline: float = 3600.0
     core_limit: str | None = DEFAULT_CORE_LIMIT
     silence: float = SUPERVISOR_SILENCE
+    extra_set_env: tuple[str, ...] = ()
 
 
 def node_command(plan: NodePlan, target: Target) -> commands.Line:
@@ -130,10 +132,7 @@ def node_command(plan: NodePlan, target: Target) -> commands.Line:
         if plan.core_limit:
             lim = q(plan.core_limit)
             steps.append(f"{{ ulimit -S -c {lim} 2>/dev/null || ulimit -S -c \"$(ulimit -H -c)\"; }}")
-        if plan.cann_set_env:
-            steps.append(f". {q(plan.cann_set_env)}")
-        if plan.vendor_set_env:
-            steps.append(f". {q(plan.vendor_set_env)}")
+        steps += env_steps(plan.cann_set_env, plan.extra_set_env, plan.vendor_set_env)
         exported = commands.export_env({"TMPDIR": plan.run_dir + "/tmp", **plan.env}, redact=redact)
         steps.append(exported)
         steps.append("exec " + commands.join(supervisor))
@@ -225,6 +224,7 @@ def plan_nodes(env: EnvConfig, names: Sequence[str], prepared: Mapping[str, Prep
     master_addr = specs[0].test_ip
     plans = {}
     for i, spec in enumerate(specs):
+        require_cann(env, spec)
         prep = prepared[spec.name]
         state = prep.state
         layout = HostLayout(prep.layout.workdir, state.install_path or spec.install_path)
@@ -236,7 +236,7 @@ def plan_nodes(env: EnvConfig, names: Sequence[str], prepared: Mapping[str, Prep
             env={**backend_env(spec, backend), **dict(env.launch.env), **dict(extra_env)},
             cann_set_env=env.cann.set_env if env.cann else None,
             vendor_set_env=layout.vendor_set_env(state.vendor) if state.vendor else None,
-            deadline=timeout + 60, core_limit=core_limit,
+            deadline=timeout + 60, core_limit=core_limit, extra_set_env=extra_of(env),
         )
     return plans
 
