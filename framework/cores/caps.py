@@ -57,8 +57,10 @@ def parse_coredump_conf(text: str) -> dict[str, str]:
         elif files:
             files[-1][1].append(line)
     mains = [f for f in files if f[0] in MAIN_FILES]
-    dropins = sorted((f for f in files if f[0] not in MAIN_FILES), key=lambda f: posixpath.basename(f[0]))
-    # the same drop-in name in several dirs: /etc hides /run hides /usr/lib
+    # one name in several dirs: /etc hides /run hides /usr/lib (the later one in this order wins below)
+    rank = {d: i for i, d in enumerate(DROPIN_DIRS)}
+    dropins = sorted((f for f in files if f[0] not in MAIN_FILES),
+                     key=lambda f: (posixpath.basename(f[0]), rank.get(posixpath.dirname(f[0]), -1)))
     seen: dict[str, tuple[str, list[str]]] = {}
     for f in dropins:
         seen[posixpath.basename(f[0])] = f
