@@ -47,6 +47,7 @@ from framework.errors import FrameworkError, UsageError
 from framework.remote.layout import DeployState, HostLayout
 from framework.remote.sections import read_records, sh_tag, tag_line
 from framework.report.folder import write_atomic
+from framework.setenv import env_steps, extra_of
 
 if TYPE_CHECKING:  # pragma: no cover
     from framework.config.effective import EnvConfig
@@ -157,10 +158,9 @@ if locations:
 
 
 def probe_argv(interpreter: str, *, cann_set_env: str | None = None, vendor_set_env: str | None = None,
-               env: Mapping[str, Any] | None = None) -> list[str]:
+               env: Mapping[str, Any] | None = None, extra_set_env: Sequence[str] = ()) -> list[str]:
     """bash that sets up the ranks' environment as a launch does, then runs :data:`PROBE_CODE`."""
-    q = commands.quote
-    steps = [f". {q(p)}" for p in (cann_set_env, vendor_set_env) if p]
+    steps = env_steps(cann_set_env, extra_set_env, vendor_set_env)
     exported = commands.export_env(env or {})
     if exported:
         steps.append(exported)
@@ -303,7 +303,7 @@ class RankCoverage:
         argv = probe_argv(interpreter, cann_set_env=self.env.cann.set_env if self.env.cann else None,
                           vendor_set_env=HostLayout(layout.workdir, install_path).vendor_set_env(vendor)
                           if vendor else None,
-                          env=dict(self.env.launch.env))
+                          env=dict(self.env.launch.env), extra_set_env=extra_of(self.env))
         res = host.run(argv, timeout=120)
         probe = parse_probe(host.name, interpreter, install_path, vendor, res.rc, res.stdout, res.tail(5))
         log.info("%s: coverage %s in %s", host.name, probe.version or f"unusable ({probe.problem})", interpreter)

@@ -414,6 +414,8 @@ class CannModel(_Section):
     """The CANN toolkit on the hosts."""
 
     set_env: AbsPath = Field(description="Absolute path of CANN's set_env.sh on the hosts.")
+    extra_set_env: list[AbsPath] | None = _opt(
+        "More set_env scripts on the hosts (SHMEM, ATB), sourced in order after CANN's and before the vendor's.")
 
 
 class ArtifactsModel(_Section):

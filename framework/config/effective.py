@@ -145,9 +145,10 @@ class Defaults:
 
 @dataclass(frozen=True)
 class CannSpec:
-    """Where CANN's ``set_env.sh`` lives on the hosts."""
+    """Where CANN's ``set_env.sh`` lives on the hosts; ``extra_set_env``: SHMEM/ATB scripts sourced after it."""
 
     set_env: str
+    extra_set_env: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -280,7 +281,8 @@ class EnvConfig:
                 }
             ),
             "host_info": {name: _host_doc(h) for name, h in self.hosts.items()},
-            "cann": {"set_env": self.cann.set_env} if self.cann else None,
+            "cann": _prune({"set_env": self.cann.set_env, "extra_set_env": list(self.cann.extra_set_env) or None})
+            if self.cann else None,
             "artifacts": _prune(vars(self.artifacts)) or None,
             "launch": _prune(
                 {
@@ -506,7 +508,8 @@ def _resolve(
         source=report.source,
         hosts=MappingProxyType(hosts),
         defaults=defaults,
-        cann=CannSpec(set_env=doc.cann.set_env) if doc.cann else None,
+        cann=CannSpec(set_env=doc.cann.set_env, extra_set_env=tuple(doc.cann.extra_set_env or ()))
+        if doc.cann else None,
         artifacts=artifacts,
         launch=LaunchSpec(
             backend=_first(launch.backend, schema.BUILTIN["backend"]),

@@ -53,6 +53,7 @@ from framework.deploy.plan import (
     mb,
     parse_probe,
     parse_run_output,
+    pick_for_host,
     pip_argv,
     probe_script,
     resolve_artifacts,
@@ -62,6 +63,7 @@ from framework.deploy.plan import (
     venv_script,
     verify_argv,
 )
+from framework.deploy.platform import Platform
 from framework.deploy.relay import RelayChain
 from framework.deploy.result import ArtifactRecord, DeployResult, HostManifest, merge_manifest
 from framework.errors import DeployError, TransferError, reason_of
@@ -134,9 +136,27 @@ class Deployer:
     def _relay_bin(self, host: str) -> str:
         return self.plans[host].bin_path("relay.py", self.relay_sha)
 
-    def _run(self, artifacts: list[Artifact], result: DeployResult) -> None:
-        probes = self._probe(artifacts, result)
-        missing = {h: [a for a in artifacts if a.sha256 not in probes[h].have] for h in probes}
+    def _pick(self, artifacts: list[Artifact], probes: dict[str, Probe], result: DeployResult) -> dict[str, list[Artifact]]:
+        """host → its artifacts: the ``.run`` named for its platform (npu.soc, os-release ID, uname -m)."""
+        chosen: dict[str, list[Artifact]] = {}
+        for h, probe in probes.items():
+            host = Platform(self.plans[h].soc, probe.os_id or "linux", probe.arch or "unknown")
+            try:
+                chosen[h], note = pick_for_host(artifacts, host)
+            except ValueError as exc:
+                self._fail(result, h, "match", DeployError(h, "match", str(exc)))
+                continue
+            if note:
+                result.notes.append(f"{h}: {note}")
+                self.on_event(h, note)
+        return chosen
+
+    def _run(self, every: list[Artifact], result: DeployResult) -> None:
+        probes = self._probe(every, result)
+        per_host = self._pick(every, probes, result)
+        probes = {h: p for h, p in probes.items() if h in per_host}
+        missing = {h: [a for a in per_host[h] if a.sha256 not in probes[h].have] for h in probes}
+        artifacts = [a for a in every if any(a in arts for arts in per_host.values())]
         for h, arts in missing.items():
             problem = space_problem(self.plans[h], arts, probes[h].free)
             if problem:
@@ -146,9 +166,9 @@ class Deployer:
             self._transfer(art, missing, probes, via, result)
         for h in self._alive(result):
             result.manifests[h].artifacts = [
-                ArtifactRecord(a.kind, a.name, a.sha256, a.size, via.get((h, a.kind), "cached")) for a in artifacts
+                ArtifactRecord(a.kind, a.name, a.sha256, a.size, via.get((h, a.kind), "cached")) for a in per_host[h]
             ]
-        self._install(artifacts, probes, result)
+        self._install(per_host, probes, result)
 
     # -- 1. probe -------------------------------------------------------------------------------
     def _probe(self, artifacts: list[Artifact], result: DeployResult) -> dict[str, Probe]:
@@ -171,7 +191,7 @@ class Deployer:
         """``art`` to every live host missing it: the relay chain when two or more do, direct push for the rest."""
         targets = [h for h in self._alive(result) if art in missing.get(h, [])]
         for h in self._alive(result):
-            if art not in missing.get(h, []):
+            if art not in missing.get(h, []) and (h, art.kind) not in via:
                 via[(h, art.kind)] = "cached"
         if not targets:
             return
@@ -241,10 +261,10 @@ class Deployer:
         return report
 
     # -- 3. install -----------------------------------------------------------------------------
-    def _install(self, artifacts: list[Artifact], probes: dict[str, Probe], result: DeployResult) -> None:
+    def _install(self, per_host: dict[str, list[Artifact]], probes: dict[str, Probe], result: DeployResult) -> None:
         def install(host: Host) -> None:
             HostInstall(host, self.plans[host.name], result.manifests[host.name], self.on_event).run(
-                artifacts, probes[host.name])
+                per_host[host.name], probes[host.name])
 
         for name, value in self.cluster.map(install, self._alive(result)).items():
             if isinstance(value, BaseException):

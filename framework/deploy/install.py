@@ -27,6 +27,7 @@ from framework.deploy.plan import (
     pip_argv,
     state_script,
     tree_script,
+    vendor_env_problems,
     venv_script,
     verify_argv,
 )
@@ -120,7 +121,11 @@ class HostInstall:
             self.step("venv", venv_script(plan), 300)
         self.on_event(self.host.name, f"pip install {art.name} into {plan.interpreter}")
         self.step("install-wheel", pip_argv(plan, art), 900)
-        version, ops = parse_verify(self.step("verify", verify_argv(plan, vendor), 300).stdout)
+        out = self.step("verify", verify_argv(plan, vendor), 300).stdout
+        problems = vendor_env_problems(plan, vendor, out) if vendor else []
+        if problems:
+            raise DeployError(self.host.name, "verify", "; ".join(problems))
+        version, ops = parse_verify(out)
         if version is not None:
             self.m.installed_version = version
         if ops is not None:

@@ -16,10 +16,12 @@ from typing import TYPE_CHECKING, Any
 
 from framework import commands
 from framework.commands import ShellScript
+from framework.deploy.platform import Platform, choose, parse_run_name
 from framework.errors import ConfigError
 from framework.hosts import sha256_file
 from framework.remote.layout import STATE_VERSION, VENDOR, DeployState, HostLayout, vendor_of
 from framework.remote.sections import read_records, sh_tag
+from framework.setenv import OPAPI_LIBRARY, aclnn_symbols, env_steps, extra_of, require_cann, vendor_dir_of
 
 if TYPE_CHECKING:  # pragma: no cover
     from framework.config.effective import EnvConfig, HostSpec
@@ -32,7 +34,7 @@ SPACE_MARGIN = 16 * 1024 * 1024
 RELAY_STREAM_CHUNK = 256 * 1024
 
 __all__ = ["KINDS", "OP_MODULE", "OPS", "RELAY_STREAM_CHUNK", "SPACE_MARGIN", "STATE_VERSION", "VENDOR", "Artifact",
-           "HostPlan", "Probe", "expected_state", "install_run_script", "parse_probe", "parse_run_output",
+           "HostPlan", "Probe", "expected_state", "pick_for_host", "install_run_script", "parse_probe", "parse_run_output",
            "pip_argv", "probe_script", "resolve_artifacts", "space_problem", "state_script", "vendor_of",
            "venv_script", "verify_argv"]
 
@@ -51,31 +53,52 @@ class Artifact:
         return self.path.name
 
 
-def _resolve_one(env: EnvConfig, kind: str, pattern: str) -> Artifact:
+def _resolve_kind(env: EnvConfig, kind: str, pattern: str) -> list[Artifact]:
     matches = sorted(p for p in glob.glob(pattern) if Path(p).is_file())
     if not matches:
         raise ConfigError(env.source, f"artifacts.{kind}", f"{pattern!r} matches no file")
-    if len(matches) > 1:
-        names = ", ".join(Path(m).name for m in matches)
+    names = [Path(m).name for m in matches]
+    # several CAM_<soc>_<os>_<arch>.run of one output folder: deploy picks each host's (framework.deploy.platform)
+    several_runs = kind == "run_package" and all(parse_run_name(n) is not None for n in names)
+    if len(matches) > 1 and not several_runs:
+        hint = " (several .run files are allowed when each is named CAM_<soc>_<os>_<arch>.run)" \
+            if kind == "run_package" else ""
         raise ConfigError(env.source, f"artifacts.{kind}",
-                          f"{pattern!r} matches {len(matches)} files, expected exactly one: {names}")
-    path = Path(matches[0])
+                          f"{pattern!r} matches {len(matches)} files, expected exactly one: {', '.join(names)}{hint}")
     suffix = ".whl" if kind == "wheel" else ".run"
-    if path.suffix != suffix:
-        raise ConfigError(env.source, f"artifacts.{kind}", f"{path.name!r} is not a {suffix} file")
-    return Artifact(kind, path, sha256_file(path), path.stat().st_size)
+    found = []
+    for m in matches:
+        path = Path(m)
+        if path.suffix != suffix:
+            raise ConfigError(env.source, f"artifacts.{kind}", f"{path.name!r} is not a {suffix} file")
+        found.append(Artifact(kind, path, sha256_file(path), path.stat().st_size))
+    return found
 
 
 def resolve_artifacts(env: EnvConfig, kinds: Sequence[str] = KINDS) -> list[Artifact]:
     """Resolve the env's artifact globs: exactly one file each, hashed.
 
-    Raises ``ConfigError`` naming ``artifacts.<kind>`` when a pattern matches
-    nothing or more than one file, or when nothing is configured at all.
+    ``run_package`` may match several ``CAM_<soc>_<os>_<arch>.run`` (one per platform; :func:`pick_for_host`
+    chooses). Raises ``ConfigError`` naming ``artifacts.<kind>`` when a pattern matches nothing or more than one
+    file otherwise, or when nothing is configured at all.
     """
-    found = [_resolve_one(env, kind, pattern) for kind in kinds if (pattern := getattr(env.artifacts, kind))]
+    found = [a for kind in kinds if (pattern := getattr(env.artifacts, kind)) for a in _resolve_kind(env, kind, pattern)]
     if not found:
         raise ConfigError(env.source, "artifacts", "neither run_package nor wheel is set: nothing to deploy")
     return found
+
+
+def pick_for_host(artifacts: Sequence[Artifact], host: Platform) -> tuple[list[Artifact], str | None]:
+    """The artifacts for one host: the wheel and the ``.run`` built for ``host`` (and a note when picked among
+    several). Raises ``ValueError`` with the mismatch when no ``.run`` is for this host."""
+    runs = [a for a in artifacts if a.kind == "run_package"]
+    if not runs:
+        return list(artifacts), None
+    choice = choose([a.name for a in runs], host)
+    if choice.index is None:
+        raise ValueError(choice.error)
+    chosen = runs[choice.index]
+    return [a for a in artifacts if a.kind != "run_package" or a is chosen], choice.note
 
 
 @dataclass(frozen=True)
@@ -90,13 +113,15 @@ class HostPlan:
     manage_ip: str
     cann_set_env: str | None = None
     soc: str = "cpu"
+    extra_set_env: tuple[str, ...] = ()
 
     @classmethod
     def for_spec(cls, spec: HostSpec, env: EnvConfig) -> HostPlan:
+        require_cann(env, spec)
         return cls(
             host=spec.name, workdir=spec.workdir.rstrip("/") or "/", python=spec.python, venv=spec.venv,
             install_path=spec.install_path, manage_ip=spec.manage_nic.ip,
-            cann_set_env=env.cann.set_env if env.cann else None, soc=spec.npu.soc,
+            cann_set_env=env.cann.set_env if env.cann else None, soc=spec.npu.soc, extra_set_env=extra_of(env),
         )
 
     @property
@@ -143,6 +168,8 @@ class Probe:
     vendor_trees: list[str] = field(default_factory=list)
     interpreter_ok: bool = False
     relay_ok: bool = False
+    os_id: str | None = None
+    arch: str | None = None
 
 
 #: the records of :func:`probe_script` (``@@<tag>[ <value>]``, :mod:`framework.remote.sections`)
@@ -151,6 +178,8 @@ FREE_TAG = "free"  # @@free <bytes>: free space in the workdir
 TREE_TAG = "tree"  # @@tree <path>: a vendors/*/bin/set_env.bash under the install path
 INTERP_TAG = "interp"  # @@interp: the interpreter is executable
 RELAY_TAG = "relay"  # @@relay: the relay program is on the host
+OS_TAG = "os"  # @@os <ID>: ID= of /etc/os-release, as UMDK's compile_ascend_proj.sh reads it for the .run name
+ARCH_TAG = "arch"  # @@arch <uname -m>
 
 
 def probe_script(plan: HostPlan, artifacts: Sequence[Artifact], relay_bin: str | None = None) -> ShellScript:
@@ -166,6 +195,10 @@ def probe_script(plan: HostPlan, artifacts: Sequence[Artifact], relay_bin: str |
                  "[ -n \"$free\" ] && " + sh_tag(FREE_TAG, '"$free"'))
     parts.append(layout.vendor_glob_script(TREE_TAG))
     parts.append(f"[ -x {q(plan.interpreter)} ] && {sh_tag(INTERP_TAG)}")
+    # the .run's name: os_id=$(grep ^ID= /etc/os-release | cut -d= -f2 | tr -d '"'), arch=$(uname -m)
+    parts.append("id=$(grep '^ID=' /etc/os-release 2>/dev/null | head -n 1 | cut -d= -f2 | tr -d '\"'); "
+                 + sh_tag(OS_TAG, '"${id:-linux}"'))
+    parts.append(sh_tag(ARCH_TAG, '"$(uname -m)"'))
     if relay_bin:
         parts.append(f"[ -f {q(relay_bin)} ] && {sh_tag(RELAY_TAG)}")
     return ShellScript("; ".join(f"{{ {p}; }}" if i else p for i, p in enumerate(parts)) + "; true")
@@ -188,6 +221,10 @@ def parse_probe(stdout: str) -> Probe:
             probe.interpreter_ok = True
         elif rec.tag == RELAY_TAG:
             probe.relay_ok = True
+        elif rec.tag == OS_TAG:
+            probe.os_id = rec.value.strip()
+        elif rec.tag == ARCH_TAG:
+            probe.arch = rec.value.strip()
     return probe
 
 
@@ -234,17 +271,29 @@ def pip_argv(plan: HostPlan, art: Artifact) -> list[str]:
 
 
 def verify_argv(plan: HostPlan, vendor: str | None) -> list[str]:
-    """bash that sources CANN and the vendor ``set_env`` and imports the op library."""
+    """bash that sources CANN, the extra scripts and the vendor ``set_env`` (:func:`framework.setenv.env_steps`),
+    checks ``libcust_opapi.so`` and ``ASCEND_CUSTOM_OPP_PATH`` (with a vendor), and imports the op library."""
     q = commands.quote
     # importing torch and the op library writes caches under TMPDIR: keep them in the workdir
     tmp = plan.layout.tmp
-    steps = [f"mkdir -p {q(tmp)}", f"export TMPDIR={q(tmp)}"]
-    if plan.cann_set_env:
-        steps.append(f". {q(plan.cann_set_env)}")
+    steps = [f"mkdir -p {q(tmp)}", f"export TMPDIR={q(tmp)}",
+             *env_steps(plan.cann_set_env, plan.extra_set_env, plan.vendor_set_env(vendor) if vendor else None)]
+    opapi = ""
     if vendor:
-        steps.append(f". {q(plan.vendor_set_env(vendor))}")
+        # what CAM's GetOpApiFuncAddr does: dlopen by bare name, then look up each aclnn symbol
+        opapi = (
+            "import ctypes, os\n"
+            "print('CAMIT-OPP', os.environ.get('ASCEND_CUSTOM_OPP_PATH', ''))\n"
+            "try:\n"
+            f"    lib = ctypes.CDLL({OPAPI_LIBRARY!r})\n"
+            "except OSError as exc:\n"
+            "    print('CAMIT-OPAPI-ERROR', str(exc).replace(chr(10), ' '))\n"
+            "else:\n"
+            f"    print('CAMIT-OPAPI-MISSING', ','.join(s for s in {aclnn_symbols(OPS)!r} if not hasattr(lib, s)))\n"
+        )
     code = (
-        ("import torch_npu\n" if plan.soc != "cpu" else "")
+        opapi
+        + ("import torch_npu\n" if plan.soc != "cpu" else "")
         + f"import torch, {OP_MODULE} as m\n"
         # the real wheel is a bare extension module without __version__: its version is the distribution's
         + "from importlib import metadata as md\n"
@@ -266,6 +315,26 @@ def parse_verify(stdout: str) -> tuple[str | None, list[str] | None]:
         elif line.startswith("CAMIT-OPS "):
             ops = [o for o in line.split(" ", 1)[1].strip().split(",") if o]
     return version, ops
+
+
+def vendor_env_problems(plan: HostPlan, vendor: str, stdout: str) -> list[str]:
+    """What :func:`verify_argv` found wrong in the vendor's environment: ``libcust_opapi.so`` not loadable by bare
+    name or missing an op's ``aclnn*`` symbols, ``ASCEND_CUSTOM_OPP_PATH`` not starting with the vendor dir."""
+    vendor_dir = vendor_dir_of(plan.vendor_set_env(vendor))
+    problems, opp = [], None
+    for line in stdout.splitlines():
+        tag, _, value = line.partition(" ")
+        if tag == "CAMIT-OPP":
+            opp = value.strip()
+        elif tag == "CAMIT-OPAPI-ERROR":
+            problems.append(f"dlopen({OPAPI_LIBRARY}) by bare name failed after sourcing set_env: {value.strip()}")
+        elif tag == "CAMIT-OPAPI-MISSING" and value.strip():
+            problems.append(f"{OPAPI_LIBRARY} lacks {value.strip().replace(',', ', ')}")
+    if opp is None:
+        problems.append("the verify step printed no ASCEND_CUSTOM_OPP_PATH")
+    elif not (opp == vendor_dir or opp.startswith((vendor_dir + ":", vendor_dir + "/"))):
+        problems.append(f"ASCEND_CUSTOM_OPP_PATH={opp or '(empty)'} does not start with the vendor dir {vendor_dir}")
+    return problems
 
 
 def state_script(plan: HostPlan, state: Mapping[str, Any]) -> ShellScript:

@@ -535,6 +535,7 @@ class Lab:
         _, tree = self._emu_tree(host)
         if knob != "held-device":
             emu.set_fault(tree, knob, **params)
+            emu.sync_peer_links([h.emu_dir for h in self.plan.hosts])
             return
         with self._changing():
             h = self.host(host)
@@ -579,6 +580,7 @@ class Lab:
             h = self.host(host)
             self._kill_holders(h)
             emu.clear_faults(tree)
+            emu.sync_peer_links([h.emu_dir for h in self.plan.hosts])
 
     def _kill_holders(self, h: LabHost) -> None:
         ours = [p for p in h.holders if pid_alive(p) and in_netns(p, h.ns)]

@@ -39,7 +39,7 @@ from framework.hosts import Cluster, Host, sha256_file
 from framework.launch import devices, fetch
 from framework.launch.monitor import LaunchMonitor
 from framework.launch.plan import (
-    DEFAULT_CORE_LIMIT,
+    AUTO_CORE_LIMIT,
     FETCH_PATTERNS,
     HEARTBEAT,
     KILL_GRACE,
@@ -91,7 +91,7 @@ class Launcher:
 
     def __init__(self, env: EnvConfig, cluster: Cluster, *, rundir: RunDir | None = None,
                  backend: str | None = None, nproc_per_node: int | None = None,
-                 core_limit: str | None = DEFAULT_CORE_LIMIT, per_launch_dirs: bool = False,
+                 core_limit: str | None = AUTO_CORE_LIMIT, per_launch_dirs: bool = False,
                  keep_remote: bool = False, on_event: Callable[[str, str], None] | None = None,
                  on_phase: PhaseSink | None = None) -> None:
         self.env = env

@@ -22,6 +22,7 @@ from framework.commands import ShellScript
 from framework.errors import UsageError
 from framework.remote.layout import DeployState, HostLayout
 from framework.remote.sections import read_records, sh_tag
+from framework.setenv import env_steps, extra_of, require_cann
 
 if TYPE_CHECKING:  # pragma: no cover
     from framework.config.effective import EnvConfig, HostSpec
@@ -35,6 +36,15 @@ KILL_GRACE = 2.0
 #: seconds between asking the ranks for their Python stacks (job timeout) and the kill
 STACK_WAIT = 3.0
 DEFAULT_CORE_LIMIT = "unlimited"
+#: the launcher's default: :data:`NPU_CORE_LIMIT` on NPU hosts, :data:`DEFAULT_CORE_LIMIT` elsewhere
+AUTO_CORE_LIMIT = "auto"
+#: ``ulimit -c`` (1024-byte blocks) of ranks on NPU hosts: 4 GiB. An NPU process maps terabytes of device and
+#: host-shared memory (a full core is ~100 GB); with :data:`NPU_COREDUMP_FILTER` the Python heap and stacks fit.
+NPU_CORE_LIMIT = str(4 * 1024 * 1024)
+#: ``/proc/<pid>/coredump_filter`` of ranks on NPU hosts (bits per core(5): 0 anonymous private, 1 anonymous
+#: shared, 2 file-backed private, 3 file-backed shared, 4 ELF headers, 5 private huge pages, 6 shared huge
+#: pages, 7/8 DAX): anonymous private memory and ELF headers only, no shared or hugetlb mappings
+NPU_COREDUMP_FILTER = "0x11"
 PORT_RETRIES = 3
 #: files of a node's run folder that come back to the report folder
 FETCH_PATTERNS = ("rank*.log", "rank*.json", "rank*.xml", "torchrun.log", "perf-*.json", "coverage-*",
@@ -135,6 +145,8 @@ class NodePlan:
     deadline: float = 3600.0
     core_limit: str | None = DEFAULT_CORE_LIMIT
     silence: float = SUPERVISOR_SILENCE
+    extra_set_env: tuple[str, ...] = ()
+    coredump_filter: str | None = None
 
 
 def node_command(plan: NodePlan, target: Target) -> commands.Line:
@@ -158,10 +170,10 @@ def node_command(plan: NodePlan, target: Target) -> commands.Line:
         if plan.core_limit:
             lim = q(plan.core_limit)
             steps.append(f"{{ ulimit -S -c {lim} 2>/dev/null || ulimit -S -c \"$(ulimit -H -c)\"; }}")
-        if plan.cann_set_env:
-            steps.append(f". {q(plan.cann_set_env)}")
-        if plan.vendor_set_env:
-            steps.append(f". {q(plan.vendor_set_env)}")
+        if plan.coredump_filter:
+            # inherited by the supervisor, torchrun and the ranks (kept across fork and execve, core(5))
+            steps.append(f"{{ echo {q(plan.coredump_filter)} > /proc/self/coredump_filter; }} 2>/dev/null || true")
+        steps += env_steps(plan.cann_set_env, plan.extra_set_env, plan.vendor_set_env)
         exported = commands.export_env({"TMPDIR": plan.run_dir + "/tmp", **plan.env}, redact=redact)
         steps.append(exported)
         steps.append("exec " + commands.join(supervisor))
@@ -244,6 +256,13 @@ def check_ranks_fit(specs: Sequence[HostSpec], nproc: int) -> None:
                              f"devices ({which}); one rank per device")
 
 
+def rank_core_limit(spec: HostSpec, requested: str | None) -> str | None:
+    """The ``ulimit -c`` of a node's ranks: ``auto`` is bounded on NPU hosts, unlimited elsewhere."""
+    if requested != AUTO_CORE_LIMIT:
+        return requested
+    return NPU_CORE_LIMIT if spec.npu.soc != "cpu" else DEFAULT_CORE_LIMIT
+
+
 def plan_nodes(env: EnvConfig, names: Sequence[str], prepared: Mapping[str, Prepared], *, nproc: int,
                backend: str, master_port: int, launch_id: str, extra_env: Mapping[str, Any],
                timeout: float, core_limit: str | None) -> dict[str, NodePlan]:
@@ -253,6 +272,7 @@ def plan_nodes(env: EnvConfig, names: Sequence[str], prepared: Mapping[str, Prep
     master_addr = specs[0].test_ip
     plans = {}
     for i, spec in enumerate(specs):
+        require_cann(env, spec)
         prep = prepared[spec.name]
         state = prep.state
         layout = HostLayout(prep.layout.workdir, state.install_path or spec.install_path)
@@ -266,7 +286,8 @@ def plan_nodes(env: EnvConfig, names: Sequence[str], prepared: Mapping[str, Prep
                  **dict(extra_env)},
             cann_set_env=env.cann.set_env if env.cann else None,
             vendor_set_env=layout.vendor_set_env(state.vendor) if state.vendor else None,
-            deadline=timeout + 60, core_limit=core_limit,
+            deadline=timeout + 60, core_limit=rank_core_limit(spec, core_limit), extra_set_env=extra_of(env),
+            coredump_filter=NPU_COREDUMP_FILTER if spec.npu.soc != "cpu" else None,
         )
     return plans
 

@@ -20,8 +20,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from framework.cores.caps import core_findings, sections_text
 from framework.cores.pattern import parse_core_pattern
 from framework.errors import EXIT_FAILED, EXIT_INFRA, EXIT_OK, reason_of
+from framework.launch.plan import NPU_CORE_LIMIT
 from framework.preflight import ascend
 from framework.preflight.probe import CANN_RECORD, Limits, ProbePlan, Section
 from framework.result import Result
@@ -501,10 +503,13 @@ def _check_core(plan: ProbePlan, sec: Mapping[str, Section], limits: Limits) -> 
         notes.append(f"cores go to the socket {pattern.handler}: camit does not read them")
     if delivery == "file" and target == "creatable":
         notes.append(f"{pattern.directory} will be created")
+    warnings, more = core_findings(pattern, sections_text(sec, "core.caps"), sections_text(sec, "core.space"),
+                                   npu=plan.npu, core_limit_bytes=int(NPU_CORE_LIMIT) * 1024 if plan.npu else None)
+    notes += warnings + more
     text = f"{pattern.raw!r}, {limit}"
     if problems:
         return CheckResult(plan.host, "core", FAIL, "; ".join(problems) + f" [{text}]", delivery)
-    if delivery in ("relative", "socket"):
+    if delivery in ("relative", "socket") or warnings:
         return CheckResult(plan.host, "core", WARN, f"{text}; " + "; ".join(notes), delivery)
     return CheckResult(plan.host, "core", OK, text + ("; " + "; ".join(notes) if notes else ""), delivery)
 

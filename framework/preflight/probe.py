@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from framework import commands
+from framework.cores.caps import CAPS_SCRIPT, space_script
 from framework.remote.sections import PROBE_MARK, read_records
 
 if TYPE_CHECKING:
@@ -175,6 +176,8 @@ def probe_script(plan: ProbePlan) -> commands.ShellScript:
         "sec disk dfw",
         _CORE_FACTS,
         "sec core core_facts",
+        # systemd-coredump's caps and the free space where cores land (framework.cores.caps)
+        CAPS_SCRIPT, "sec core.caps core_caps", space_script(wd), "sec core.space core_space",
     ]
     if plan.npu:
         lines += _npu_probe(plan)

@@ -28,6 +28,7 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
+from framework.preflight import pings
 from framework.preflight.checks import CHECKS, CheckResult, Report, Sample, evaluate
 from framework.preflight.probe import MARK, Limits, ProbePlan, plan_probe, probe_script, split_sections
 
@@ -95,7 +96,9 @@ class Preflight:
     def run(self) -> Report:
         start = time.monotonic()
         plans = self.plans()
-        report = evaluate(plans, self.samples(plans), self.limits)
+        samples = self.samples(plans)
+        report = evaluate(plans, samples, self.limits)
+        pings.run(self.cluster, plans, samples, report)  # A2: a device-NIC ping per node pair
         report.duration = time.monotonic() - start
         log.info("preflight of %d hosts took %.2fs", len(plans), report.duration)
         return report

@@ -86,8 +86,9 @@ def test_probe_argv_sets_up_the_rank_environment_then_runs_the_interpreter():
     argv = fc.probe_argv("/w/venv/bin/python", cann_set_env="/c/set_env.sh",
                          vendor_set_env="/o/vendors/CAM/bin/set_env.bash", env={"PYTHONPATH": "/x y"})
     assert argv[:2] == ["bash", "-c"]
-    assert argv[2].startswith(". /c/set_env.sh && . /o/vendors/CAM/bin/set_env.bash && export PYTHONPATH='/x y' && "
-                              "exec /w/venv/bin/python -c ")
+    assert argv[2].startswith(". /c/set_env.sh && . /o/vendors/CAM/bin/set_env.bash && "
+                              'case ":${LD_LIBRARY_PATH:-}:" in *:/o/vendors/CAM/op_api/lib:*|')
+    assert " ;; esac && export PYTHONPATH='/x y' && exec /w/venv/bin/python -c " in argv[2]
     assert argv[2].endswith(" umdk_cam_op_lib")
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import shlex
 import subprocess
 from pathlib import Path
 
@@ -82,8 +83,11 @@ def test_exact_command_lines():
     assert bash[:2] == ["bash", "-c"]
     assert bash[2].startswith("mkdir -p '/w d/tmp' && export TMPDIR='/w d/tmp' && "
                               ". /usr/local/Ascend/cann/set_env.sh && . '/w d/opp/vendors/CAM/bin/set_env.bash' && "
-                              "'/w d/venv/bin/python' -c ")
+                              'case ":${LD_LIBRARY_PATH:-}:" in *:\'/w d/opp/vendors/CAM/op_api/lib\':*|')
+    assert " ;; esac && '/w d/venv/bin/python' -c " in bash[2]
     assert "import torch_npu\nimport torch, umdk_cam_op_lib" in bash[2]  # torch_npu first on NPU hosts
+    code = shlex.split(bash[2].rsplit(" -c ", 1)[1])[0]
+    assert "ctypes.CDLL('libcust_opapi.so')" in code  # by bare name, as CAM's GetOpApiFuncAddr
 
 
 def test_verify_on_cpu_skips_torch_npu_and_cann():

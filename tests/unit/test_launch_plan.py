@@ -74,6 +74,9 @@ def test_node_command_exact_line():
         "mkdir -p /w/runs/r1/tmp && cd /w/runs/r1 && "
         "{ ulimit -S -c unlimited 2>/dev/null || ulimit -S -c \"$(ulimit -H -c)\"; } && "
         ". /usr/local/Ascend/cann/set_env.sh && . /w/opp/vendors/CAM/bin/set_env.bash && "
+        # old-template packages leave op_api/lib off LD_LIBRARY_PATH: the line adds it once
+        'case ":${LD_LIBRARY_PATH:-}:" in *:/w/opp/vendors/CAM/op_api/lib:*|*:/w/opp/vendors/CAM/op_api/lib/:*) ;; '
+        '*) export LD_LIBRARY_PATH=/w/opp/vendors/CAM/op_api/lib"${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" ;; esac && '
         "export TMPDIR=/w/runs/r1/tmp GLOO_SOCKET_IFNAME=eth1 && "
         "exec /w/venv/bin/python /w/bin/sup.py --run-id r1.node1 --status-dir /w/runs/r1 --deadline 660 "
         "--grace 2 --heartbeat 2 --silence 25 --stack-wait 3 -- "

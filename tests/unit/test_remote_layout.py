@@ -127,7 +127,7 @@ def test_deploy_launch_and_coverage_probes_print_tagged_records_read_by_the_one_
                            install_path=lay.install_path, manage_ip="10.0.0.1")
 
     out = _sh(deploy.probe_script(plan, [art], lay.bin("relay.py", SHA)))
-    assert {r.tag for r in _only_records(out)} == {"have", "state", "free", "tree", "interp"}
+    assert {r.tag for r in _only_records(out)} == {"have", "state", "free", "tree", "interp", "os", "arch"}
     probe = deploy.parse_probe(out)
     assert probe.have == {SHA} and probe.free and probe.free > 0 and probe.interpreter_ok and not probe.relay_ok
     assert probe.vendor_trees == [str(set_env)]

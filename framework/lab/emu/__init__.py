@@ -23,11 +23,12 @@ from framework.lab.emu.faults import (
     holder_argv,
     set_fault,
     set_linger,
+    sync_peer_links,
 )
 from framework.lab.emu.profiles import NPU_JSON, PROFILES, PYTHON, Profile, profile
 from framework.lab.emu.tree import MOUNTS, Mount, populate
 
 __all__ = [
     "KNOBS", "MOUNTS", "NPU_JSON", "PROFILES", "PYTHON", "Mount", "Profile", "active_faults", "clear_faults",
-    "fault_params", "holder_argv", "populate", "profile", "set_fault", "set_linger",
+    "fault_params", "holder_argv", "populate", "profile", "set_fault", "set_linger", "sync_peer_links",
 ]

@@ -201,3 +201,22 @@ def holder_argv(device: int) -> list[str]:
     if isinstance(device, bool) or not isinstance(device, int) or device < 0:
         raise LabError(f"held-device: device must be an integer >= 0, got {device!r}")
     return [PYTHON, "-c", _HOLDER.format(npu_json=NPU_JSON, device=device)]
+
+
+#: per host tree: the device IPs of *other* hosts whose link is down (written by :func:`sync_peer_links`)
+PEERS_DOWN = "peers-down.json"
+
+
+def sync_peer_links(trees: list[Path]) -> None:
+    """Tell every host of a lab which peer device IPs have ``link-down``: a real device NIC whose link is down
+    answers no ping, so a ping *to* it times out as well as one *from* it (``hccn-ping-loss.txt``'s
+    ``recv time out`` lines). Each tree gets :data:`PEERS_DOWN`, the down devices' IPs of the other trees."""
+    down: dict[Path, list[str]] = {}
+    for tree in trees:
+        emu, host = _emu(tree)
+        knob = _knobs(emu).get("link-down")
+        down[tree] = [] if knob is None else [host["devices"][int(knob.get("device", 0))]["ip"]]
+    for tree in trees:
+        others = sorted(ip for t, ips in down.items() if t != tree for ip in ips)
+        (Path(tree) / EMU / PEERS_DOWN).write_text(json.dumps({"down": others}) + "\n", encoding="utf-8")
+

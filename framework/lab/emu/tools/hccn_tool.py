@@ -14,6 +14,7 @@ lock on ``.camit-emu/hccn.lock``). Stdlib only (copied into the emulated host's 
 from __future__ import annotations
 
 import fcntl
+import json
 import re
 import sys
 from collections.abc import Sequence
@@ -47,7 +48,7 @@ def _ping(host: Host, dev: int, address: str, count: int) -> list[str]:
     times = [m.group(1) for ln in host.capture("hccn-ping-ok-8dev.txt")
              if (m := re.search(r"time=([0-9.]+)ms", ln))]
     devices = host.info["devices"]
-    reachable = address in host.info["peers"] and not _down(host, dev)
+    reachable = address in host.info["peers"] and not _down(host, dev) and address not in _peers_down(host)
     if host.chips_per_npu == 2 and address == devices[dev ^ 1]["ip"]:
         reachable = False  # A3: -ping does not run between the two dies of one NPU (ascend-hosts.md §5)
     lines = [f"device {dev} PING {address}"]
@@ -56,6 +57,15 @@ def _ping(host: Host, dev: int, address: str, count: int) -> list[str]:
     got = count if reachable else 0
     lines.append(f"{count} packets transmitted, {got} received, {100 * (count - got) / count:.2f}% packet loss")
     return lines
+
+
+def _peers_down(host: Host) -> list[str]:
+    """Device IPs of other lab hosts whose link is down (``peers-down.json``, kept by the lab's fault command):
+    a real device NIC with its link down answers no ping, so pings to it time out too."""
+    try:
+        return list(json.loads((host.emu / "peers-down.json").read_text(encoding="utf-8")).get("down", []))
+    except (OSError, ValueError, AttributeError):
+        return []
 
 
 def _down(host: Host, dev: int) -> bool:

@@ -1,0 +1,127 @@
+"""A2 preflight: one device-NIC ping per node pair and direction (``hccn_tool -i <dev> -ping -g address <ip>``).
+
+On A2 (``ascend910b``) ranks of different nodes talk over the device NICs (RoCE), so a multi-node run needs each
+node's device to reach the others': each node pings, from its first usable device, that device's peer on every
+other node (the address from the peer's ``hccn_tool -i <dev> -ip -g`` in the first probe round). The answer is
+parsed by :func:`framework.preflight.ascend.parse_ping`; a ping that loses packets fails the ``hccn`` column of the
+node that sent it, naming the peer, both devices and the loss. A3 nodes talk over HCCS inside their Super Pod:
+their check is the ``spod`` column, not a ping (ascend-hosts.md §5).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from framework import commands
+from framework.preflight import ascend
+from framework.preflight.probe import MARK, ProbePlan, Section, split_sections
+
+if TYPE_CHECKING:  # pragma: no cover
+    from framework.hosts import Cluster, Host
+    from framework.preflight.checks import Report, Sample
+
+A2 = "ascend910b"
+
+
+@dataclass(frozen=True)
+class Ping:
+    """One ping to send: from ``host``'s ``device`` to ``peer``'s ``peer_device`` at ``address``."""
+
+    host: str
+    device: int
+    peer: str
+    peer_device: int
+    address: str
+
+    @property
+    def section(self) -> str:
+        return f"ping:{self.peer}"
+
+
+def first_device(plan: ProbePlan) -> int:
+    return plan.visible[0] if plan.visible else 0
+
+
+def plan_pings(plans: Mapping[str, ProbePlan], sections: Mapping[str, Mapping[str, Section]]) -> dict[str, list[Ping]]:
+    """host → the pings it sends: A2 nodes only, two or more of them, peers whose device IP the probe read."""
+    a2 = [h for h, p in plans.items() if p.soc == A2 and p.npu_count > 0 and h in sections]
+    if len(a2) < 2:
+        return {}
+    address: dict[str, str] = {}
+    for h in a2:
+        dev = first_device(plans[h])
+        s = sections[h].get(f"hccn:{dev}:ip")
+        ips = ascend.parse_ip(s.text) if s is not None else []
+        if ips and ips[0].ip:
+            address[h] = ips[0].ip
+    return {h: [Ping(h, first_device(plans[h]), p, first_device(plans[p]), address[p])
+                for p in a2 if p != h and p in address] for h in a2}
+
+
+def ping_script(pings: Sequence[Ping]) -> commands.ShellScript:
+    """sh running the pings one after another (hccn_tool answers "busy" to parallel calls), in tagged sections."""
+    q = commands.quote
+    lines = ["HCCN=$(command -v hccn_tool 2>/dev/null); [ -n \"$HCCN\" ] || HCCN=/usr/local/Ascend/driver/tools/hccn_tool"]
+    for p in pings:
+        lines.append(f"echo {MARK} begin {q(p.section)}; \"$HCCN\" -i {p.device} -ping -g address {q(p.address)} 2>&1; "
+                     f"printf '\\n{MARK} end %s %s\\n' {q(p.section)} \"$?\"")
+    return commands.ShellScript("\n".join(lines) + "\n")
+
+
+def verdict(pings: Sequence[Ping], sections: Mapping[str, Section] | BaseException) -> tuple[list[str], list[str]]:
+    """(problems, notes) of one node's pings."""
+    if isinstance(sections, BaseException):
+        return [f"device ping round failed: {sections}"], []
+    problems, notes = [], []
+    for p in pings:
+        s = sections.get(p.section)
+        what = f"ping dev {p.device} -> {p.peer} dev {p.peer_device} {p.address}"
+        results = ascend.parse_ping(s.text) if s is not None else []
+        if not results:
+            problems.append(f"{what}: no answer ({(s.text.strip() if s else '') or 'no output'})")
+        elif not results[-1].ok:
+            r = results[-1]
+            problems.append(f"{what}: {r.received} of {r.transmitted} replies ({r.loss_pct:g}% loss)")
+        else:
+            notes.append(f"{what} ok")
+    return problems, notes
+
+
+def apply(report: Report, pings: Mapping[str, Sequence[Ping]],
+          answers: Mapping[str, Mapping[str, Section] | BaseException]) -> None:
+    """Fold each node's ping verdict into its ``hccn`` column (a lost ping fails it; an ok one is noted)."""
+    from framework.preflight.checks import FAIL, OK, WARN
+
+    for host, mine in pings.items():
+        key = (host, "hccn")
+        current = report.results.get(key)
+        if current is None or not mine or host not in answers:
+            continue
+        problems, notes = verdict(mine, answers[host])
+        if problems:
+            summary = "; ".join(problems) + (f"; {current.summary}" if current.status != OK else "")
+            report.results[key] = dataclasses.replace(current, status=FAIL, summary=summary, value="ping lost")
+        elif current.status in (OK, WARN):
+            report.results[key] = dataclasses.replace(current, summary=f"{current.summary}; " + "; ".join(notes))
+
+
+def run(cluster: Cluster, plans: Mapping[str, ProbePlan], samples: Mapping[str, Sample | BaseException],
+        report: Report, timeout: float = 120.0) -> None:
+    """The second round: send each A2 node's pings (one script per node, in parallel) and judge them."""
+    from framework.preflight.checks import Sample
+
+    sections = {h: s.sections for h, s in samples.items() if isinstance(s, Sample)}
+    pings = plan_pings(plans, sections)
+    targets = [h for h, mine in pings.items() if mine]
+    if not targets:
+        return
+
+    def send(host: Host) -> Mapping[str, Section]:
+        res = host.run(ping_script(pings[host.name]), timeout=timeout)
+        return split_sections(res.stdout)
+
+    answers = dict(cluster.map(send, targets).items())
+    apply(report, pings, answers)
