@@ -15,13 +15,17 @@ NPU_LAB_NAME   ?= camitnpu
 NPU_LAB_HOSTS  ?= 2
 NPU_LAB_SUBNET ?= 10.78.0.0/24
 NPU_LAB_ENV    ?= env/lab-npu.yaml
+# the emulated A2 lab (8 x 910B a host) for the A2-only paths: A3-only skips, device-NIC pings
+A2_LAB_NAME    ?= camita2
+A2_LAB_SUBNET  ?= 10.79.0.0/24
+A2_LAB_ENV     ?= env/lab-npu-a2.yaml
 PYTEST_ARGS ?=
 APT_PKGS   := openssh-server makeself gdb iproute2 gcc libc6-dev chromium groovy default-jre-headless
 SUITE_ENV  ?= env/lab-suite.yaml
 ARTIFACTS  ?= build/artifacts
 
 
-.PHONY: install deps-apt deps-pip lab-up lab-down lab-status npu-lab-up npu-lab-down lint test test-unit test-integration demo clean schema
+.PHONY: install deps-apt deps-pip lab-up lab-down lab-status npu-lab-up npu-lab-down a2-lab-up a2-lab-down lint test test-unit test-integration demo clean schema
 
 install: deps-apt deps-pip
 
@@ -56,6 +60,12 @@ npu-lab-up: install
 npu-lab-down:
 	$(PYTHON) -m framework.lab down --name $(NPU_LAB_NAME)
 
+a2-lab-up: install
+	$(PYTHON) -m framework.lab up --hosts 2 --name $(A2_LAB_NAME) --subnet $(A2_LAB_SUBNET) --npu a2 --env-out $(A2_LAB_ENV)
+
+a2-lab-down:
+	$(PYTHON) -m framework.lab down --name $(A2_LAB_NAME)
+
 lab-down:
 	$(PYTHON) -m framework.lab down --name $(LAB_NAME)
 
@@ -74,9 +84,11 @@ test-unit: install
 # One process on purpose (no -n in PYTEST_ARGS): lab tests stop sshd, fill a workdir, take a link down
 # or switch core_pattern on the shared lab hosts; the -n behaviour is tested inside them, on lab shares.
 test: install lint
-	@down() { $(MAKE) --no-print-directory lab-down LAB_NPU= ; r1=$$?; $(MAKE) --no-print-directory npu-lab-down; r2=$$?; [ $$r1 = 0 ] && [ $$r2 = 0 ]; }; \
-	{ $(MAKE) --no-print-directory lab-up LAB_NPU= && $(MAKE) --no-print-directory npu-lab-up; } || { down; exit 1; }; \
-	CAMIT_LAB_ENV=$(LAB_ENV) CAMIT_NPU_LAB_ENV=$(NPU_LAB_ENV) $(PYTHON) -m pytest tests -q -ra $(PYTEST_ARGS); rc=$$?; \
+	@down() { $(MAKE) --no-print-directory lab-down LAB_NPU= ; r1=$$?; $(MAKE) --no-print-directory npu-lab-down; r2=$$?; \
+	  $(MAKE) --no-print-directory a2-lab-down; r3=$$?; [ $$r1 = 0 ] && [ $$r2 = 0 ] && [ $$r3 = 0 ]; }; \
+	{ $(MAKE) --no-print-directory lab-up LAB_NPU= && $(MAKE) --no-print-directory npu-lab-up && \
+	  $(MAKE) --no-print-directory a2-lab-up; } || { down; exit 1; }; \
+	CAMIT_LAB_ENV=$(LAB_ENV) CAMIT_NPU_LAB_ENV=$(NPU_LAB_ENV) CAMIT_NPU_A2_LAB_ENV=$(A2_LAB_ENV) $(PYTHON) -m pytest tests -q -ra $(PYTEST_ARGS); rc=$$?; \
 	down || rc=1; \
 	exit $$rc
 
