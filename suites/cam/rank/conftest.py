@@ -247,10 +247,10 @@ class Agreement:
         bounded_since = time.monotonic() if failed else None
         while True:
             wait = 1.0 if bounded_since is None else min(1.0, bounded_since + self.timeout - time.monotonic())
-            if wait <= 0:
+            if wait < 0.01:  # (a wait of 0 ms would be c10d's "no timeout")
                 break
             try:
-                store.wait([base + "all"], datetime.timedelta(seconds=wait))
+                store.wait([base + "all"], datetime.timedelta(milliseconds=int(wait * 1000)))
                 break
             except RuntimeError:  # DistStoreError (a RuntimeError): not everyone yet
                 if bounded_since is None and store.add(base + "failed", 0) > 0:
