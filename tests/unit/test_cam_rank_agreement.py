@@ -1,10 +1,16 @@
 """The rank-side harness's meeting after each test (suites/cam/rank/conftest.py ``Agreement``), on a real
 c10d HashStore shared by threads as ranks: bounded only once a rank reported a failure, naming the ranks
-that failed and those that never came; and the fuzz draws (test_fuzz_rank.py) against the stand-in's limits."""
+that failed and those that never came; the fuzz draws (test_fuzz_rank.py) against the stand-in's limits; and
+the out-of-range-id case (test_bad_ids_rank.py) on one real torchrun rank with the torch_npu stand-in: it
+passes on the device fault and skips what follows it, and fails against a kernel that never faults."""
 
 from __future__ import annotations
 
 import importlib.util
+import os
+import shutil
+import socket
+import subprocess
 import sys
 import threading
 import time
@@ -125,3 +131,42 @@ def test_every_invalid_kind_is_drawn_within_one_pass(fuzz):
     for needed in ("hidden_below", "hidden_above", "empty_batch", "too_many_tokens", "x_fp32", "fused_batch_over",
                    "fused_hidden_above", "fused_gmm1_unaligned", "fused_top_k_over", "fused_experts_over"):
         assert needed in fuzz.INVALID
+
+
+def _bad_ids_run(tmp_path: Path, standin: Path) -> subprocess.CompletedProcess[str]:
+    """test_bad_ids_rank.py on one hccl rank (torch_npu stand-in), the op library from ``standin``."""
+    scrub = ("CAMIT_", "ASCEND_", "HCCL_", "TORCH_HCCL_", "RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_", "PYTEST_")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(scrub) and k != "PYTHONPATH"}
+    env.update(PYTHONPATH=f"{REPO / 'standin_npu'}{os.pathsep}{standin}", CAMIT_BACKEND="hccl",
+               CAMIT_EMU_NPU_COUNT="2", CAMIT_EMU_NPU_DIR=str(tmp_path / "occ"),
+               ASCEND_PROCESS_LOG_PATH=str(tmp_path / "log"), CAMIT_STANDIN_NO_OPAPI_CHECK="1",
+               PYTEST_DISABLE_PLUGIN_AUTOLOAD="1")
+    with socket.socket() as sock:  # a free port (torchrun's --master-port 0 does not rendezvous)
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "1",
+                           "--master-addr", "127.0.0.1", "--master-port", str(port), "-m", "pytest", "test_bad_ids_rank.py", "-p", "no:cacheprovider",
+                           "-q", "-rs"], cwd=RANK, env=env, capture_output=True, text=True, timeout=120)
+
+
+def test_an_out_of_range_id_passes_on_the_fault_then_the_process_runs_nothing_more(tmp_path):
+    proc = _bad_ids_run(tmp_path, REPO / "standin")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "1 passed, 1 skipped" in proc.stdout, proc.stdout[-3000:]
+    assert "poisoned on purpose by test_bad_ids_rank.py::test_out_of_range_expert_id_faults_the_device[" \
+        "id_num_experts]" in proc.stdout, proc.stdout[-3000:]
+
+
+def test_an_out_of_range_id_without_a_device_fault_fails(tmp_path):
+    """An op library whose kernel never faults (the ids silently dropped): the case fails, DID NOT RAISE (the
+    next is skipped all the same: a case marked poisons_device ends what its process runs)."""
+    lax = tmp_path / "lax"
+    shutil.copytree(REPO / "standin", lax, ignore=shutil.ignore_patterns("__pycache__"))
+    tiling = lax / "umdk_cam_op_lib" / "_tiling.py"
+    text = tiling.read_text()
+    assert "def device_fault(code: int = VECTOR_CORE_FAULT) -> None:\n" in text
+    tiling.write_text(text.replace("def device_fault(code: int = VECTOR_CORE_FAULT) -> None:\n",
+                                   "def device_fault(code: int = VECTOR_CORE_FAULT) -> None:\n    return\n"))
+    proc = _bad_ids_run(tmp_path, lax)
+    assert proc.returncode == 1 and "1 failed, 1 skipped" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert "DID NOT RAISE" in proc.stdout, proc.stdout[-3000:]
