@@ -53,8 +53,9 @@ BACKEND = os.environ.get("CAMIT_BACKEND", "gloo")
 SEED = int(os.environ.get("CAMIT_SEED", "1234"))
 CASE_TIMEOUT = float(os.environ.get("CAMIT_CASE_TIMEOUT", "300"))
 #: how long a rank waits for its peers once some rank reported a failed test (``CAMIT_AGREE_TIMEOUT`` seconds):
-#: longer than a healthy peer's checks after the test's last collective (the reference models at the lab and
-#: upstream shapes take seconds), far below the case timeout a peer stuck in a collective would otherwise wait
+#: longer than a healthy peer's checks after the test's last collective (under a second at the lab shapes; raise
+#: it through ``launch.env`` where the reference checks run longer), far below the case timeout a peer stuck in a
+#: collective would otherwise wait
 AGREE_TIMEOUT = float(os.environ.get("CAMIT_AGREE_TIMEOUT") or min(30.0, CASE_TIMEOUT / 4))
 #: exit codes of a rank the harness ends: its device or group is broken / its peers never arrived
 EXIT_UNHEALTHY, EXIT_PEERS_GONE = 3, 4
