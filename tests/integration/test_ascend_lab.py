@@ -27,6 +27,7 @@ import yaml
 
 from framework.config.effective import EnvConfig
 from framework.preflight.checks import CHECKS
+from tests import one_rank_failure
 
 pytestmark = pytest.mark.lab
 REPO = Path(__file__).resolve().parents[2]
@@ -167,7 +168,10 @@ def test_cam_suite_passes_on_the_hccl_path_with_ranks_per_node_the_visible_devic
     assert re.search(r"\b\d+ passed", tail) and not re.search(r"\b\d+ (failed|error)", tail), tail
     folder = (tmp_path / "r" / "latest").resolve()
     launches = [json.loads(p.read_text()) for p in folder.glob("launch-*.json")]
-    assert len(launches) == 5, [p.name for p in folder.glob("launch-*.json")]
+    # five CAM tests at world 4, plus the two out-of-range-id cases, each alone in a launch (a fault poisons it)
+    assert len(launches) == 7, [p.name for p in folder.glob("launch-*.json")]
+    bad_ids = [p for p in folder.glob("launch-*test_bad_ids_rank*.json")]
+    assert len(bad_ids) == 2 and all(json.loads(p.read_text())["ok"] for p in bad_ids), bad_ids
     for launch in launches:  # two visible devices per host: world 4 takes both hosts, two ranks each
         assert launch["world_size"] == 4 and sorted(launch["nodes"]) == ["host1", "host2"], launch
     # the hccl path ran: the graph-mode case (torchair, NPU only; skipped on gloo) passed on every rank
@@ -175,6 +179,16 @@ def test_cam_suite_passes_on_the_hccl_path_with_ranks_per_node_the_visible_devic
         cases = {c.get("name"): c for c in ET.parse(xml).getroot().iter("testcase")}
         graph = [c for n, c in cases.items() if n and n.startswith("test_fused_deep_moe_graph_mode")]
         assert graph and all(not list(c) for c in graph), (xml, {n: [e.tag for e in c] for n, c in cases.items()})
+
+
+def test_a_test_failing_on_one_rank_ends_the_launch_in_seconds_on_hccl(npu, tmp_path):
+    """Rank 1's dispatch is refused while ranks 0, 2, 3 wait in the op's collective on the hccl group, whose
+    exec timeout (1836 s by default) would otherwise end it: the harness's agreement ends it within its bound."""
+    env = _suite_env(npu, tmp_path, lambda doc: doc["defaults"].update(workdir="/var/tmp/camit/one-rank"))
+    ctl = one_rank_failure.write(tmp_path / "ctl")
+    with npu_lab_lock():
+        proc = one_rank_failure.run(ctl, env, tmp_path / "r")
+    one_rank_failure.check(proc, tmp_path / "r")
 
 
 HANG = textwrap.dedent("""\

@@ -14,6 +14,7 @@ import pytest
 
 from framework.lab import artifacts
 from framework.report.junit import validate_junit
+from tests import one_rank_failure
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -172,3 +173,13 @@ def test_a_failed_case_shows_the_failure_signatures_of_its_hosts(lab_env_path, t
     assert len(heads) == 2 and "test_timeout.py" in heads[0] + heads[1] and \
         "test_timeout_again.py" in heads[0] + heads[1], text
     assert "peer ranks 3" in text and "peer ranks 0" in text, text
+
+
+def test_a_test_failing_on_one_rank_ends_the_launch_in_seconds_naming_it_and_the_ranks(env_variant, built,
+                                                                                       tmp_path):
+    """Rank 1's dispatch is refused while ranks 0, 2, 3 wait for it in the op's collective (gloo): the
+    harness's agreement ends the launch within its bound, not at the case timeout (issue 15, item 9)."""
+    env = suite_env(env_variant, built["run"], built["wheel"], "/var/tmp/camit/suite", "one-rank.yaml")
+    ctl = one_rank_failure.write(tmp_path / "ctl")
+    proc = one_rank_failure.run(ctl, env, tmp_path / "r")
+    one_rank_failure.check(proc, tmp_path / "r")

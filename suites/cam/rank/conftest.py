@@ -4,8 +4,16 @@
   LOCAL_RANK), gloo on CPU — with the case timeout, and destroys it at the end (gloo
   can SIGABRT at exit otherwise; torchrun-notes.md);
 - imports the op library after torch_npu, as the real one requires;
-- a barrier before and after every test, and seeds derived from the controller's
-  ``CAMIT_SEED`` and the test id (identical on every rank);
+- a barrier before every test, and seeds derived from the controller's ``CAMIT_SEED`` and the test id
+  (identical on every rank);
+- after every test the ranks agree (:func:`agree_after`, bounded): each says through the rendezvous store
+  whether its test failed, so every rank learns who failed; a rank whose peers have not arrived within
+  ``AGREE_TIMEOUT`` of a reported failure ends the launch at once naming the test and the missing ranks,
+  instead of leaving them in the op's collective until the case timeout. Then a small all-reduce of the
+  per-rank failure flags on WORLD proves the backend (and on NPU the device) still works; on hccl it is
+  bounded by HCCL's exec timeout;
+- ``@pytest.mark.poisons_device``: a test that faults its device on purpose (an out-of-range expert id);
+  after it only the store agreement runs, and any later test of the process is skipped with the reason;
 - the ``cam`` fixture: rank, world size, device, the op's own group and ``group_ep``. As upstream's UTs
   do (umdk ``test/cam/ut/fused_deep_moe/test_fused_deep_moe.py``, ``dist.new_group(backend="hccl",
   ranks=...)``), the ops get a dedicated group over all ranks, not WORLD: on NPU ``group_ep`` is that
@@ -28,6 +36,7 @@ import datetime
 import os
 import random
 import sys
+import time
 import traceback
 import zlib
 from dataclasses import dataclass
@@ -43,6 +52,13 @@ UNDER_TORCHRUN = all(v in os.environ for v in TORCHRUN_VARS)
 BACKEND = os.environ.get("CAMIT_BACKEND", "gloo")
 SEED = int(os.environ.get("CAMIT_SEED", "1234"))
 CASE_TIMEOUT = float(os.environ.get("CAMIT_CASE_TIMEOUT", "300"))
+#: how long a rank waits for its peers once some rank reported a failed test (``CAMIT_AGREE_TIMEOUT`` seconds):
+#: longer than a healthy peer's checks after the test's last collective (under a second at the lab shapes; raise
+#: it through ``launch.env`` where the reference checks run longer), far below the case timeout a peer stuck in a
+#: collective would otherwise wait
+AGREE_TIMEOUT = float(os.environ.get("CAMIT_AGREE_TIMEOUT") or min(30.0, CASE_TIMEOUT / 4))
+#: exit codes of a rank the harness ends: its device or group is broken / its peers never arrived
+EXIT_UNHEALTHY, EXIT_PEERS_GONE = 3, 4
 
 
 @dataclass
@@ -99,7 +115,8 @@ _cam: Cam | None = None
 def pytest_configure(config: pytest.Config) -> None:
     for marker in ("author(name): who wrote the case", "multi_process_test: needs torchrun",
                    "single_process_test: one process", "a2_test: runs on A2", "a3_test: runs on A3",
-                   "world(*sizes): world sizes the case supports"):
+                   "world(*sizes): world sizes the case supports",
+                   "poisons_device: faults the device on purpose; the last case its process runs"):
         config.addinivalue_line("markers", marker)
     global _cam
     if not UNDER_TORCHRUN:
@@ -143,7 +160,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def pytest_unconfigure(config: pytest.Config) -> None:
     if dist.is_available() and dist.is_initialized():
         try:
-            dist.barrier()
+            if _agreement.poisoned is None:
+                dist.barrier()
+            else:  # a device poisoned on purpose fails every collective: meet in the store only
+                _agreement.meet("the end of the session", failed=False)
         finally:
             dist.destroy_process_group()
 
@@ -171,10 +191,139 @@ def _ranks_in_step(request: pytest.FixtureRequest) -> Any:
     if _cam is not None:
         dist.barrier()
     yield seed
-    if _cam is not None:
-        dist.barrier()
+    # the ranks meet again after the test in agree_after (bounded), not in a barrier here
 
 
 @pytest.fixture
 def seed(_ranks_in_step: int) -> int:
     return _ranks_in_step
+
+
+# -- agreement after every test (a failure on some ranks never leaves the others in a collective) --------------
+def _say(line: str) -> None:
+    print(f"camit: {line}", file=sys.stderr, flush=True)
+
+
+def _ranks(ranks: list[int]) -> str:
+    return ", ".join(map(str, ranks)) or "none"
+
+
+class Agreement:
+    """The ranks' meeting after each test, through the rendezvous store (c10d's default store).
+
+    Why the store and not a collective: a rank whose test failed before one of the op's collectives leaves
+    its peers inside that collective; any collective it enters next waits for them for the process-group
+    timeout (the case timeout). ``dist.monitored_barrier`` bounds the wait on rank 0 only: measured on torch
+    2.13 gloo, with rank 0 stuck the other ranks waited past a 3 s ``timeout`` until rank 0 died. The store
+    is served by its own thread (torchrun's agent or rank 0's TCPStore), so a stuck peer does not block it.
+
+    Each rank writes ``pass``/``fail`` under the meeting's key and bumps the arrival (and failure) counters.
+    While no arrived rank failed, the wait is the one a barrier had (the launch's case timeout bounds it);
+    from the first reported failure on, at most ``timeout`` seconds. The result: who failed, who is missing.
+    """
+
+    def __init__(self, timeout: float) -> None:
+        self.timeout = timeout
+        self.count = 0
+        #: the test that poisoned this process's device on purpose (``poisons_device``), if any
+        self.poisoned: str | None = None
+
+    def meet(self, what: str, failed: bool, store: Any = None, rank: int | None = None,
+             world: int | None = None) -> tuple[list[int], list[int]]:
+        """(ranks whose test failed, ranks that did not arrive in time) after ``what``; by default on
+        c10d's default store, this process's rank and the world size."""
+        if store is None:
+            from torch.distributed.distributed_c10d import _get_default_store
+
+            store = _get_default_store()
+        rank = dist.get_rank() if rank is None else rank
+        world = dist.get_world_size() if world is None else world
+        self.count += 1
+        base = f"camit/agree/{self.count}/"
+        store.set(f"{base}{rank}", "fail" if failed else "pass")
+        if failed:
+            store.add(base + "failed", 1)
+        if store.add(base + "arrived", 1) == world:
+            store.set(base + "all", "1")
+        bounded_since = time.monotonic() if failed else None
+        while True:
+            wait = 1.0 if bounded_since is None else min(1.0, bounded_since + self.timeout - time.monotonic())
+            if wait < 0.01:  # (a wait of 0 ms would be c10d's "no timeout")
+                break
+            try:
+                store.wait([base + "all"], datetime.timedelta(milliseconds=int(wait * 1000)))
+                break
+            except RuntimeError:  # DistStoreError (a RuntimeError): not everyone yet
+                if bounded_since is None and store.add(base + "failed", 0) > 0:
+                    bounded_since = time.monotonic()
+        if store.add(base + "arrived", 0) >= world and store.add(base + "failed", 0) == 0:
+            return [], []  # the usual case: two reads, not two per rank
+        present = {r: store.check([f"{base}{r}"]) for r in range(world)}
+        missing = [r for r, here in present.items() if not here]
+        failed_ranks = [r for r, here in present.items() if here and store.get(f"{base}{r}") == b"fail"]
+        return failed_ranks, missing
+
+
+_agreement = Agreement(AGREE_TIMEOUT)
+_failed_tests: set[str] = set()
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.failed:
+        _failed_tests.add(report.nodeid)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if _agreement.poisoned is not None:
+        pytest.skip(f"this process's device was poisoned on purpose by {_agreement.poisoned}: nothing runs after "
+                    "it here (run such a case alone, in a launch of its own)")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Any:
+    yield
+    if _cam is not None:
+        agree_after(item.nodeid, item.nodeid in _failed_tests, item.get_closest_marker("poisons_device") is not None)
+
+
+def agree_after(test: str, failed: bool, poisons: bool) -> None:
+    """Meet the other ranks after ``test``; end this rank at once when they cannot all meet.
+
+    - a peer missing ``AGREE_TIMEOUT`` s after a reported failure: the line names the test, the missing
+      ranks and those that failed it, and the rank exits (``EXIT_PEERS_GONE``); torchrun then ends the rest;
+    - everyone here, some failed: a line says which ranks failed, the session goes on;
+    - then (not after a ``poisons_device`` test) an all-reduce of the failure flags on WORLD and a device
+      synchronize: a rank whose device or group fails here exits with the error (``EXIT_UNHEALTHY``).
+    """
+    assert _cam is not None
+    if poisons and _agreement.poisoned is None:
+        _agreement.poisoned = test
+    failed_ranks, missing = _agreement.meet(test, failed)
+    if missing:
+        _say(f"rank {_cam.rank}: after {test} rank(s) {_ranks(missing)} of {_cam.world} did not arrive within "
+             f"{_agreement.timeout:g}s of a failure (failed on rank(s) {_ranks(failed_ranks)}); they are stuck "
+             "where the failing rank(s) left them (an op's collective): ending the launch now")
+        os._exit(EXIT_PEERS_GONE)
+    if failed_ranks and _cam.rank == min(failed_ranks):
+        _say(f"{test} failed on rank(s) {_ranks(failed_ranks)} of {_cam.world}; every rank arrived, going on")
+    if _agreement.poisoned is None:
+        _flags_all_reduce(test, failed_ranks)
+
+
+def _flags_all_reduce(test: str, failed_ranks: list[int]) -> None:
+    """All-reduce of the per-rank failure flags on WORLD, then synchronize; must agree with the store."""
+    assert _cam is not None
+    try:
+        flags = torch.zeros(_cam.world, dtype=torch.int32)
+        flags[_cam.rank] = int(_cam.rank in failed_ranks)
+        flags = _cam.to_device(flags)
+        dist.all_reduce(flags)
+        _cam.sync()
+        got = [r for r, f in enumerate(flags.cpu().tolist()) if f]
+        why = "" if got == failed_ranks else f"the flags all-reduce says ranks {got} failed, the store {failed_ranks}"
+    except Exception as exc:  # noqa: BLE001 - any failure here is the evidence
+        why = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+    if why:
+        _say(f"rank {_cam.rank} is not healthy after {test}: {why}; ending this rank now")
+        os._exit(EXIT_UNHEALTHY)

@@ -2,10 +2,27 @@
 
 The configuration of case i depends only on CAMIT_SEED and i, so every rank draws the same one
 and a failing case reproduces with the seed printed by the controller (``--random-seed``).
-Valid cases lie inside the kernels' limits (prefill: H in [1024, 7168], tokens in [1, 8000], top_k in
-(0, 16]; fused: see ``fused_config``), invalid ones outside a limit the op checks. Expert ids outside
-[0, E) are no invalid case: get_dispatch_layout does not check them (umdk
-src/cam/comm_operator/pybind/get_dispatch_layout.cpp), the kernel faults on the device instead.
+
+Valid cases lie inside the kernels' limits, edges included:
+- prefill (umdk moe_dispatch_normal_tiling.cpp, moe_combine_normal_tiling.cpp): H in [1024, 7168] (a multiple of
+  128, for the quant path's per-block dequantisation), tokens in [1, 8000], x bf16 or fp16, top_k in
+  (0, min(16, E)], E % R == 0. Tokens are drawn up to ``CAMIT_FUZZ_MAX_TOKENS`` (default 48): the reference
+  costs O(T·K·H·R) per rank and a CPU lab runs 8 ranks on 2 cores; set it to 8000 on a real cluster.
+- fused (the stand-in's fused tiling rules, from umdk fused_deep_moe/op_host/fused_deep_moe_tiling.cpp):
+  bs in [1, 256] (drawn up to 16, the reference's cost again), H in [512, 7168], gmm1 width 2I in [1024, 6144]
+  with 2I % 1024 == 0, top_k in [1, min(12, E)], E in (0, 512] with E % R == 0.
+Invalid cases lie outside exactly one limit the op checks, at the call or in its tiling, and must raise the
+op's own error (``OP_ERROR``) after a synchronize: prefill H below/above, tokens 0 / over 8000, x fp32, top_k
+over 16, E not divisible, int64 counts, a wrong rank count, 3-D x; combine H below/above, x fp32, tokens over
+8000; fused bs over 256, H below/above, 2I below/above/unaligned, top_k over 12, E over 512. Every rank draws the
+same invalid case, so every rank is refused before any communication. Expert ids outside [0, E) are no invalid
+case: get_dispatch_layout does not check them (umdk src/cam/comm_operator/pybind/get_dispatch_layout.cpp),
+the kernel faults on the device instead (test_bad_ids_rank.py).
+
+Bounds of the valid cases' comparisons: the integer outputs (recv_count, expand_idx, expert_token_nums) exact;
+combined_x by check_combine (upstream's calc_diff and COMBINE_REL: bf16/fp16 output rounding only, so a 1 %
+systematic error fails; reasons in test_prefill_rank.py); fused output and share_output by check_fused
+(upstream's allclose and FUSED_REL: bf16 rounding and int8 level flips; reasons in test_fused_rank.py).
 """
 
 from __future__ import annotations
@@ -17,7 +34,7 @@ import numpy as np
 import pytest
 import torch
 from camcheck import OP_ERROR, expect_equal
-from camref import FusedCase, PrefillCase, dispatch_layout, dispatch_reference, fused_reference
+from camref import FusedCase, PrefillCase, dispatch_layout, dispatch_reference, fused_reference, prefill_inputs
 from test_fused_rank import check_fused, run_fused
 from test_prefill_rank import check_combine, run_prefill
 
@@ -25,33 +42,56 @@ from conftest import SEED
 
 N = int(os.environ.get("CAMIT_FUZZ_N", "6"))
 WORLD = int(os.environ.get("WORLD_SIZE", "2"))
+#: the prefill limits (moe_dispatch_normal_tiling.cpp: BS_UPPER_BOUND, H_MIN, H_MAX; K_MAX)
+TOKENS_MAX, H_MIN, H_MAX, TOP_K_MAX = 8000, 1024, 7168, 16
+#: the fused limits (fused_deep_moe_tiling.cpp, as the stand-in's fused.py has them)
+F_BS_MAX, F_H_MIN, F_H_MAX, F_GMM1_MIN, F_GMM1_MAX, F_GMM1_ALIGN, F_TOP_K_MAX, F_E_MAX = \
+    256, 512, 7168, 1024, 6144, 1024, 12, 512
+MAX_TOKENS = max(1, min(TOKENS_MAX, int(os.environ.get("CAMIT_FUZZ_MAX_TOKENS", "48"))))
 
 
-def prefill_config(i: int) -> tuple[PrefillCase, bool]:
+def prefill_config(i: int) -> tuple[PrefillCase, bool, torch.dtype]:
     r = random.Random(f"{SEED}-prefill-{i}")
     experts = WORLD * r.randint(1, 4)
-    # H in [1024, 7168] (moe_dispatch_normal_tiling.cpp), a multiple of 128 for the quant path's
-    # per-block dequantisation; the lower end and few tokens keep the CPU lab's cost down
-    case = PrefillCase(tokens=r.randint(1, 16), hidden=128 * r.randint(8, 12), experts=experts,
-                       top_k=r.randint(1, min(16, experts)))
-    return case, r.random() < 0.5
+    edge = r.random()  # a quarter of the cases at an H edge
+    hidden = H_MIN if edge < 0.125 else H_MAX if edge < 0.25 else 128 * r.randint(H_MIN // 128, H_MAX // 128)
+    tokens = 1 if r.random() < 0.15 else r.randint(1, MAX_TOKENS)
+    case = PrefillCase(tokens=tokens, hidden=hidden, experts=experts, top_k=r.randint(1, min(TOP_K_MAX, experts)))
+    return case, r.random() < 0.5, r.choice([torch.bfloat16, torch.float16])
 
 
 def fused_config(i: int) -> FusedCase:
-    """Inside the fused limits: batch ≤ 256, top_k ≤ 12 and < E, H in [1024, 7168] with H % 256 == 0,
-    2I in [1024, 6144] with 2I % 1024 == 0, E ≤ 512 (cam-ops.md §8, the fused tiling)."""
+    """Inside the fused limits (module docstring)."""
     r = random.Random(f"{SEED}-fused-{i}")
     experts = WORLD * r.randint(1, 3)
-    return FusedCase(batch=r.randint(1, 12), hidden=256 * r.randint(4, 5), inter=512 * r.randint(1, 2),
-                     experts=experts, top_k=r.randint(1, min(12, experts - 1)) if experts > 1 else 1,
+    return FusedCase(batch=r.randint(1, min(16, F_BS_MAX)), hidden=256 * r.randint(F_H_MIN // 256, 6),
+                     inter=F_GMM1_ALIGN // 2 * r.randint(1, 2), experts=experts,
+                     top_k=r.randint(1, min(F_TOP_K_MAX, experts)),
                      with_share=r.random() < 0.3, with_smooth=r.random() < 0.3, with_mask=r.random() < 0.3,
                      separated=r.random() < 0.3, dynamic_bs=r.random() < 0.3)
 
 
 #: each outside one limit the op checks at the call or in its tiling (pybind moe_dispatch_prefill.cpp,
-#: get_dispatch_layout.cpp; dispatch_layout_tiling.cpp, moe_dispatch_normal_tiling.cpp)
-INVALID = ["experts_not_divisible", "top_k_over_limit", "empty_batch", "too_many_tokens", "int64_counts",
-           "rank_mismatch", "x_3d"]
+#: moe_combine_prefill.cpp, get_dispatch_layout.cpp, fused_deep_moe.cpp; dispatch_layout_tiling.cpp,
+#: moe_dispatch_normal_tiling.cpp, moe_combine_normal_tiling.cpp, fused_deep_moe_tiling.cpp)
+PREFILL_INVALID = ["experts_not_divisible", "top_k_over_limit", "empty_batch", "too_many_tokens", "int64_counts",
+                   "rank_mismatch", "x_3d", "hidden_below", "hidden_above", "x_fp32"]
+COMBINE_INVALID = ["combine_hidden_below", "combine_hidden_above", "combine_x_fp32", "combine_too_many_tokens"]
+FUSED_INVALID = ["fused_batch_over", "fused_hidden_below", "fused_hidden_above", "fused_gmm1_below",
+                 "fused_gmm1_above", "fused_gmm1_unaligned", "fused_top_k_over", "fused_experts_over"]
+INVALID = PREFILL_INVALID + COMBINE_INVALID + FUSED_INVALID
+
+
+def refusal(kind: str, exc: BaseException) -> None:
+    """Into the rank log: what the op said (its check's text, the EZ9999 detail line of a tiling refusal)."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    print(f"{kind}: refused: {' | '.join(lines[:2])[:400]}")
+
+
+def invalid_kind(i: int) -> str:
+    """Case i's kind: a seeded permutation, so N cases cover N different kinds."""
+    order = random.Random(f"{SEED}-invalid-order").sample(INVALID, len(INVALID))
+    return order[i % len(order)]
 
 
 @pytest.fixture(autouse=True)
@@ -62,10 +102,10 @@ def _healthy_after(cam, request):
 
 @pytest.mark.parametrize("i", range(N), ids=lambda i: f"valid{i}")
 def test_prefill_fuzz_valid(cam, i):
-    case, quant = prefill_config(i)
+    case, quant, dtype = prefill_config(i)
     seed = SEED + i
-    got = run_prefill(cam, seed, case, quant)
-    what = f"case {case} quant={quant} seed={SEED}"
+    got = run_prefill(cam, seed, case, quant, dtype)
+    what = f"case {case} quant={quant} dtype={dtype} seed={SEED}"
     ref = dispatch_reference(seed, cam.rank, cam.world, case)
     expect_equal("moe_dispatch_prefill", f"recv_count [{what}]", got["recv_count"].cpu().numpy(), ref.recv_count,
                  cam.rank)
@@ -78,48 +118,122 @@ def test_prefill_fuzz_valid(cam, i):
 @pytest.mark.parametrize("i", range(max(1, N // 2)), ids=lambda i: f"valid{i}")
 def test_fused_fuzz_valid(cam, i):
     case = fused_config(i)
-    if case.experts % cam.world or case.top_k >= case.experts:
+    if case.experts % cam.world:
         pytest.skip(f"drawn case not valid for world {cam.world}: {case}")
     out, share, counts = run_fused(cam, SEED + i, case)
     ref = fused_reference(SEED + i, cam.rank, cam.world, case)
     check_fused(cam, ref, out, share, counts, f"case {case} seed={SEED}")
 
 
-@pytest.mark.parametrize("i", range(N), ids=lambda i: f"invalid{i}")
-def test_prefill_fuzz_invalid(cam, i):
-    r = random.Random(f"{SEED}-invalid-{i}")
-    kind = INVALID[r.randrange(len(INVALID))]
+def _prefill_invalid(cam, r: random.Random, kind: str, i: int) -> None:
     experts = cam.world * r.randint(1, 3)
-    case = PrefillCase(tokens=r.randint(1, 16), hidden=1024, experts=experts, top_k=min(4, experts))
-    from camref import prefill_inputs
-
+    case = PrefillCase(tokens=r.randint(1, 16), hidden=H_MIN, experts=experts, top_k=min(4, experts))
+    if kind == "hidden_below":
+        case = PrefillCase(case.tokens, H_MIN - 128 * r.randint(1, 4), experts, case.top_k)
+    elif kind == "hidden_above":
+        case = PrefillCase(case.tokens, H_MAX + 128 * r.randint(1, 4), experts, case.top_k)
     x, topk, w = prefill_inputs(SEED + i, cam.rank, case)
-    rank, world, n_exp = cam.rank, cam.world, experts
+    rank, world, n_exp, dtype = cam.rank, cam.world, experts, torch.bfloat16
     if kind == "experts_not_divisible":
         n_exp = experts + 1
     elif kind == "top_k_over_limit":
-        topk = np.tile(topk[:, :1], (1, 17))
-        w = np.tile(w[:, :1], (1, 17))
+        topk = np.tile(topk[:, :1], (1, TOP_K_MAX + 1))
+        w = np.tile(w[:, :1], (1, TOP_K_MAX + 1))
     elif kind == "empty_batch":
         x, topk, w = x[:0], topk[:0], w[:0]
-    elif kind == "too_many_tokens":  # past BS_UPPER_BOUND = 8000 (and past 8192, the old stand-in's bound)
-        reps = -(-(8193 + r.randint(0, 100)) // case.tokens)
+    elif kind == "too_many_tokens":  # past BS_UPPER_BOUND = 8000, some past 8192 too (an old stand-in's bound)
+        reps = -(-(TOKENS_MAX + 1 + r.randint(0, 300)) // case.tokens)
         x, topk, w = (np.tile(a, (reps, 1)) for a in (x, topk, w))
     elif kind == "rank_mismatch":
         world = world + 1
     elif kind == "x_3d":
         x = x.reshape(x.shape[0], 2, -1)
+    elif kind == "x_fp32":
+        dtype = torch.float32
     ntpe, sti = (torch.from_numpy(a) for a in dispatch_layout(topk, experts))
     if kind == "top_k_over_limit":
         sti = torch.zeros(topk.shape, dtype=torch.int32)
     elif kind == "int64_counts":
         ntpe = ntpe.to(torch.int64)
-    with pytest.raises(RuntimeError, match=OP_ERROR):
+    dev = cam.to_device
+    with pytest.raises(RuntimeError, match=OP_ERROR) as refused:
         if kind == "experts_not_divisible":
-            cam.ops.get_dispatch_layout(cam.to_device(torch.from_numpy(topk)), n_exp, cam.world)
+            cam.ops.get_dispatch_layout(dev(torch.from_numpy(topk)), n_exp, cam.world)
         else:
-            cam.ops.moe_dispatch_prefill(cam.to_device(torch.from_numpy(np.ascontiguousarray(x)).to(torch.bfloat16)),
-                                         cam.to_device(torch.from_numpy(np.ascontiguousarray(topk))),
-                                         cam.to_device(torch.from_numpy(np.ascontiguousarray(w))),
-                                         cam.to_device(ntpe), cam.to_device(sti), cam.group_ep, rank, world, False)
+            cam.ops.moe_dispatch_prefill(dev(torch.from_numpy(np.ascontiguousarray(x)).to(dtype)),
+                                         dev(torch.from_numpy(np.ascontiguousarray(topk))),
+                                         dev(torch.from_numpy(np.ascontiguousarray(w))),
+                                         dev(ntpe), dev(sti), cam.group_ep, rank, world, False)
         cam.sync()
+    refusal(kind, refused.value)
+
+
+def _combine_invalid(cam, r: random.Random, kind: str) -> None:
+    """moe_combine_prefill refused by its tiling (moe_combine_normal_tiling.cpp), before any communication."""
+    tokens, top_k, rows, hidden, dtype = r.randint(1, 16), 4, 8, H_MIN, torch.bfloat16
+    if kind == "combine_hidden_below":
+        hidden = H_MIN - 128 * r.randint(1, 4)
+    elif kind == "combine_hidden_above":
+        hidden = H_MAX + 128 * r.randint(1, 4)
+    elif kind == "combine_x_fp32":
+        dtype = torch.float32
+    elif kind == "combine_too_many_tokens":
+        tokens = TOKENS_MAX + 1 + r.randint(0, 300)
+    dev = cam.to_device
+    x = torch.zeros((rows, hidden), dtype=dtype)
+    topk = torch.zeros((tokens, top_k), dtype=torch.int64)
+    w = torch.ones((tokens, top_k), dtype=torch.float32)
+    src_idx = torch.zeros(3 * rows, dtype=torch.int32)
+    send_head = torch.zeros(cam.world, dtype=torch.int32)
+    with pytest.raises(RuntimeError, match=OP_ERROR) as refused:
+        cam.ops.moe_combine_prefill(dev(x), dev(topk), dev(w), dev(src_idx), dev(send_head), cam.group_ep,
+                                    cam.rank, cam.world)
+        cam.sync()
+    refusal(kind, refused.value)
+
+
+def _fused_invalid(cam, r: random.Random, kind: str) -> None:
+    """fused_deep_moe refused by its tiling (fused_deep_moe_tiling.cpp): arguments consistent in every other way,
+    zero-filled (the op refuses before reading them), so the one limit is what it refuses."""
+    bs, hidden, gmm1, top_k, experts = r.randint(1, 8), F_H_MIN, F_GMM1_MIN, 2, 2 * cam.world
+    if kind == "fused_batch_over":
+        bs = F_BS_MAX + r.randint(1, 40)
+    elif kind == "fused_hidden_below":
+        hidden = F_H_MIN - 128 * r.randint(1, 2)
+    elif kind == "fused_hidden_above":
+        hidden = F_H_MAX + 256 * r.randint(1, 2)
+    elif kind == "fused_gmm1_below":
+        gmm1 = F_GMM1_MIN // 2
+    elif kind == "fused_gmm1_above":
+        gmm1 = F_GMM1_MAX + F_GMM1_ALIGN
+    elif kind == "fused_gmm1_unaligned":
+        gmm1 = F_GMM1_MIN + F_GMM1_ALIGN // 2
+    elif kind == "fused_top_k_over":
+        top_k = F_TOP_K_MAX + 1
+        experts = cam.world * -(-(top_k + 1) // cam.world)
+    elif kind == "fused_experts_over":
+        experts = F_E_MAX + cam.world
+    local, inter, dev = experts // cam.world, gmm1 // 2, cam.to_device
+    ids = torch.stack([(torch.arange(bs) + k) % experts for k in range(top_k)], dim=1).to(torch.int32)
+    args = (dev(torch.zeros((bs, hidden), dtype=torch.bfloat16)), dev(ids),
+            [cam.nz(torch.zeros((local, hidden, gmm1), dtype=torch.int8))], [dev(torch.ones((local, gmm1)))],
+            [cam.nz(torch.zeros((local, inter, hidden), dtype=torch.int8))],
+            [dev(torch.ones((local, hidden), dtype=torch.bfloat16))], dev(torch.ones((bs, top_k))),
+            None, None, None, None, None, None, None, cam.group_ep, cam.world, cam.rank, experts, 0, 0)
+    with pytest.raises(RuntimeError, match=OP_ERROR) as refused:
+        cam.ops.fused_deep_moe(*args)
+        cam.sync()
+    refusal(kind, refused.value)
+
+
+@pytest.mark.parametrize("i", range(N), ids=lambda i: f"invalid{i}")
+def test_prefill_fuzz_invalid(cam, i):
+    r = random.Random(f"{SEED}-invalid-{i}")
+    kind = invalid_kind(i)
+    print(f"invalid{i}: {kind} (seed {SEED})")
+    if kind in COMBINE_INVALID:
+        _combine_invalid(cam, r, kind)
+    elif kind in FUSED_INVALID:
+        _fused_invalid(cam, r, kind)
+    else:
+        _prefill_invalid(cam, r, kind, i)
