@@ -5,6 +5,8 @@ import pytest
 
 #: the bad-id cases of rank/test_bad_ids_rank.py (BAD_IDS there); one launch each: a fault poisons the process
 BAD_IDS = ["id_num_experts", "id_minus_one"]
+#: the one world the bad-id cases run at
+BAD_IDS_WORLD = 4
 
 
 @pytest.mark.multi_process_test
@@ -16,10 +18,13 @@ def test_abnormal_inputs(run_ranks, world):
 
 @pytest.mark.multi_process_test
 @pytest.mark.parametrize("kind", BAD_IDS)
-@pytest.mark.parametrize("world", [pytest.param(4, marks=pytest.mark.ranks(4), id="4ranks")])
-def test_out_of_range_expert_ids_fault_the_device(run_ranks, world, kind, camit):
+@pytest.mark.ranks(BAD_IDS_WORLD)
+@pytest.mark.a3_test
+def test_out_of_range_expert_ids_fault_the_device(run_ranks, kind, camit):
     """Passes when every rank's next synchronize reports the kernel fault, fails when none comes; one world
-    is enough (the layout kernel is rank-local) and keeps the launches few."""
+    is enough (the layout kernel is rank-local) and keeps the launches few. Not ``world``-parametrized:
+    it runs at that one size only, an A3 case like every CAM case."""
+    world = BAD_IDS_WORLD
     if camit.require_env().launch.backend != "hccl":
         pytest.skip("the device fault of an out-of-range id needs the NPU (hccl) path; on gloo the id is lost "
                     "silently")
