@@ -73,6 +73,21 @@ def npu_lab_env(npu_lab_env_path):
     return load(npu_lab_env_path)
 
 
+@pytest.fixture(scope="session")
+def npu_a2_lab_env_path() -> Path:
+    """The env file of an emulated A2 lab that is up (CAMIT_NPU_A2_LAB_ENV), absolute; ``make test`` brings
+    one up (``make a2-lab-up``)."""
+    value = os.environ.get("CAMIT_NPU_A2_LAB_ENV")
+    if not value:
+        pytest.skip("CAMIT_NPU_A2_LAB_ENV is not set (no emulated A2 lab named); run "
+                    "'python -m framework.lab up --hosts 2 --npu a2 --name camita2 --subnet 10.79.0.0/24 "
+                    "--env-out env/lab-npu-a2.yaml'")
+    path = Path(value).resolve()
+    if not path.exists():
+        pytest.skip(f"CAMIT_NPU_A2_LAB_ENV={value}: {path} missing; bring the emulated A2 lab up")
+    return path
+
+
 @pytest.fixture
 def env_variant(lab_env_path, tmp_path):
     """Write a modified copy of the lab env: ``env_variant(lambda doc: ...)`` → path."""

@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
-import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -26,12 +25,8 @@ LOCK = Path("/tmp/camit-npulab-a2.lock")
 
 
 @pytest.fixture(scope="module")
-def a2_env() -> tuple[Path, str]:
-    value = os.environ.get("CAMIT_NPU_A2_LAB_ENV")
-    if not value:
-        pytest.skip("CAMIT_NPU_A2_LAB_ENV is not set (bring up `python -m framework.lab up --npu a2` and point it "
-                    "at the env file)")
-    path = Path(value)
+def a2_env(npu_a2_lab_env_path) -> tuple[Path, str]:
+    path = npu_a2_lab_env_path
     key = next(ln.split(":", 1)[1].strip() for ln in path.read_text().splitlines() if "key_file:" in ln)
     return path, str(json.loads((Path(key).parent / "lab.json").read_text())["name"])
 

@@ -334,15 +334,12 @@ def test_an_upstream_file_that_ran_nothing_fails_with_the_skip_reasons(npu, tmp_
     assert "skip if ranksize is not equal to 8" in out, out[-4000:]
 
 
-def test_cam_cases_skip_with_the_reason_on_an_emulated_a2_lab(tmp_path):
+def test_cam_cases_skip_with_the_reason_on_an_emulated_a2_lab(npu_a2_lab_env_path, tmp_path):
     """CAMIT_NPU_A2_LAB_ENV (``python -m framework.lab up --npu a2``): every CAM case and the upstream
     runner are A3-only, skipped with the reason, none failed, nothing deployed or launched."""
-    import os
-
-    a2 = os.environ.get("CAMIT_NPU_A2_LAB_ENV")
-    if not a2:
-        pytest.skip("no emulated A2 lab: set CAMIT_NPU_A2_LAB_ENV to its env file")
     from framework.config.effective import load
+
+    a2 = str(npu_a2_lab_env_path)
 
     assert {h.npu.soc for h in load(a2).hosts.values()} == {"ascend910b"}, a2
     fake = REPO / "tests" / "data" / "fake_umdk"
