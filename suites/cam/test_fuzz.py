@@ -4,11 +4,11 @@ The cases derive from --random-seed; the header prints the line that reproduces 
 """
 
 import pytest
-from camsuite import WORLDS
+from camsuite import PREFILL_ENV, WORLDS
 
 
 @pytest.mark.multi_process_test
 @pytest.mark.parametrize("world", WORLDS)
 def test_fuzz(run_ranks, world, camit):
-    result = run_ranks("test_fuzz_rank.py", world, extra_env={"CAMIT_FUZZ_N": "6"})
+    result = run_ranks("test_fuzz_rank.py", world, extra_env={"CAMIT_FUZZ_N": "6", **PREFILL_ENV})
     assert result.ok, f"seed {camit.seed}: {result.message()}"

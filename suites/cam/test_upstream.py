@@ -9,6 +9,8 @@ import pytest
 
 #: ranks each upstream test directory needs (cam-ops.md §7); others run at 4
 UPSTREAM_RANKS = {"fused_deep_moe": 4, "moe_dispatch_combine_prefill": 16}
+#: launch env per upstream test directory: the prefill ops need a 4096 MB HCCL buffer (CAM API guide)
+UPSTREAM_ENV = {"moe_dispatch_combine_prefill": {"HCCL_BUFFSIZE": "4096"}}
 
 
 def upstream_files(config):
@@ -49,6 +51,7 @@ def upstream_suite(camit, cluster, launcher, rank_suite):
 def test_upstream_ut(request, upstream_suite, upstream_file, world):
     from framework.plugin import LAUNCHES_KEY
 
-    result = upstream_suite.run(upstream_file, world, name=Path(upstream_file).stem)
+    extra = next((e for d, e in UPSTREAM_ENV.items() if f"/{d}/" in f"/{upstream_file}"), {})
+    result = upstream_suite.run(upstream_file, world, extra_env=extra, name=Path(upstream_file).stem)
     request.node.stash.setdefault(LAUNCHES_KEY, []).append(result.launch)
     result.check()
