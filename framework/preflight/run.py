@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 
 from framework.preflight.checks import CHECKS, CheckResult, Report, Sample, evaluate
 from framework.preflight.probe import MARK, Limits, ProbePlan, plan_probe, probe_script, split_sections
+from framework.preflight.rendezvous import check_reachability
 
 if TYPE_CHECKING:
     from framework.config.effective import EnvConfig
@@ -95,7 +96,9 @@ class Preflight:
     def run(self) -> Report:
         start = time.monotonic()
         plans = self.plans()
-        report = evaluate(plans, self.samples(plans), self.limits)
+        samples = self.samples(plans)
+        probed = [h for h, s in samples.items() if isinstance(s, Sample)]
+        report = evaluate(plans, samples, self.limits, cross=check_reachability(self.env, self.cluster, probed))
         report.duration = time.monotonic() - start
         log.info("preflight of %d hosts took %.2fs", len(plans), report.duration)
         return report
