@@ -47,6 +47,7 @@ from framework.launch.plan import (
     Prepared,
     Target,
     backend_env,
+    comm_env,
     devices_per_node,
     free_port_argv,
     launch_label,
@@ -189,7 +190,7 @@ class Launcher:
         plans = plan_nodes(self.env, names, prepared, nproc=nproc, backend=self.backend, master_port=port,
                            launch_id=lid, extra_env=extra_env, timeout=timeout, core_limit=self.core_limit)
         nodes = {h: _Node(self.cluster[h], p) for h, p in plans.items()}
-        result = LaunchResult(lid, {h: NodeResult(h, p.node_rank) for h, p in plans.items()}, {},
+        result = LaunchResult(lid, {h: NodeResult(h, p.node_rank, comm_env=comm_env(p.env)) for h, p in plans.items()}, {},
                               world_size=nproc * len(plans), master=f"{addr0}:{port}")
         start = time.monotonic()
         monitor = LaunchMonitor(result, plans, deadline=start + timeout)

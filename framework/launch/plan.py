@@ -281,6 +281,15 @@ def plan_nodes(env: EnvConfig, names: Sequence[str], prepared: Mapping[str, Prep
     return plans
 
 
+#: variables of a node's env that the launch record shows (framework.launch.result.NodeResult.comm_env)
+COMM_PREFIXES = ("HCCL_", "GLOO_", "NCCL_", "TP_SOCKET", "ASCEND_RT_VISIBLE", "CAMIT_PG_TIMEOUT")
+
+
+def comm_env(env: Mapping[str, Any]) -> dict[str, str]:
+    """The communication variables of a node's env, as strings (a secret-looking value stays redacted)."""
+    return {k: (v if isinstance(v, str) else "***") for k, v in env.items() if k.startswith(COMM_PREFIXES)}
+
+
 def host_of_rank(rank: int, plans: Mapping[str, NodePlan]) -> str:
     for p in plans.values():
         if p.node_rank * p.nproc_per_node <= rank < (p.node_rank + 1) * p.nproc_per_node:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 
@@ -37,6 +37,8 @@ class NodeResult:
     swept: int = 0
     duration: float = 0.0
     done: bool = False
+    #: the communication variables this node's ranks got (HCCL_*, GLOO_*, NCCL_*, the process-group timeout)
+    comm_env: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
