@@ -170,6 +170,15 @@ def test_cam_suite_passes_on_the_hccl_path_with_ranks_per_node_the_visible_devic
     assert len(launches) == 5, [p.name for p in folder.glob("launch-*.json")]
     for launch in launches:  # two visible devices per host: world 4 takes both hosts, two ranks each
         assert launch["world_size"] == 4 and sorted(launch["nodes"]) == ["host1", "host2"], launch
+        # HCCL_BUFFSIZE=4096 only where the prefill ops run (every CAM module but the fused one); timeouts ordered
+        prefill = "test_fused_rank" not in launch["launch_id"]
+        for node in launch["nodes"].values():
+            comm = node["comm_env"]
+            assert comm.get("HCCL_BUFFSIZE") == ("4096" if prefill else None), (launch["launch_id"], comm)
+            assert int(comm["HCCL_CONNECT_TIMEOUT"]) < int(comm["HCCL_EXEC_TIMEOUT"]) < int(comm["CAMIT_PG_TIMEOUT"])
+    # the process-group timeout is above the exec timeout: torch_npu's watchdog warning is gone from every rank
+    for log in folder.glob("host*/**/rank*.log"):
+        assert "The plog may not be recorded" not in log.read_text(errors="replace"), log
     # the hccl path ran: the graph-mode case (torchair, NPU only; skipped on gloo) passed on every rank
     for xml in folder.glob("host*/*test_fused_rank*/rank*.xml"):
         cases = {c.get("name"): c for c in ET.parse(xml).getroot().iter("testcase")}
