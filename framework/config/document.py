@@ -60,6 +60,8 @@ HOST_KEY_TYPES = (
 _HOST_KEY_PATTERN = "^(" + "|".join(map(re.escape, HOST_KEY_TYPES)) + ") +[A-Za-z0-9+/]+=*( .*)?$"
 Soc = Literal["ascend910b", "ascend910_93", "cpu"]
 Backend = Literal["hccl", "nccl", "gloo"]
+#: the NIC roles the rendezvous may use (framework.launch.nic.RENDEZVOUS_NICS)
+RendezvousNic = Literal["manage_nic", "test_nic1", "test_nic2"]
 HostKeyPolicy = Literal["strict", "accept-new", "insecure"]
 
 #: built-in values used when neither the host nor ``defaults:`` sets a key
@@ -430,7 +432,11 @@ class LaunchModel(_Section):
     """How torchrun is started on every node."""
 
     backend: Backend | None = _opt("torch.distributed backend.", BUILTIN["backend"])
-    master_port: Port | None = _opt("Rendezvous port; null = chosen at launch.")
+    master_port: Port | None = _opt("Rendezvous port; null = chosen at launch (outside HCCL's host ports, "
+                                    "HCCL_IF_BASE_PORT and the 31 after it).")
+    rendezvous_nic: RendezvousNic | None = _opt(
+        "The NIC of each host whose address the rendezvous (node 0's) and HCCL_IF_IP use: a NIC that carries "
+        "TCP. Every host needs that NIC's ip.", "manage_nic")
     nproc_per_node: PosInt | None = _opt("Processes per node; null = from npu.count.")
     env: Annotated[dict[EnvName, EnvValue], Field(json_schema_extra={"additionalProperties": False})] | None = Field(
         default=None, repr=False, description="Extra environment for every rank; values become strings."

@@ -15,6 +15,7 @@ loads unchanged; its sample's misspelt ``passed`` key is rejected with a "did yo
 from __future__ import annotations
 
 import hmac
+import logging
 import os
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -28,6 +29,8 @@ from framework.config.document import SCHEMA_VERSION, Loc, parse_cpu_list
 from framework.config.envfile import DEFAULT_ENV_PATH
 from framework.config.yaml_text import expand_vars, parse_yaml, read_text
 from framework.errors import ConfigError
+
+log = logging.getLogger("camit.config")
 
 __all__ = [
     "DEFAULT_ENV_PATH",
@@ -168,6 +171,8 @@ class LaunchSpec:
     master_port: int | None = None
     nproc_per_node: int | None = None
     env: Mapping[str, str | Secret] = field(default_factory=lambda: MappingProxyType({}))
+    #: the NIC role (manage_nic, test_nic1, test_nic2) whose address the rendezvous and HCCL_IF_IP use
+    rendezvous_nic: str = "manage_nic"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -236,6 +241,8 @@ class EnvConfig:
     artifacts: ArtifactsSpec
     launch: LaunchSpec
     relay: bool
+    #: what the loader found questionable but not wrong (each names its key path); logged at load
+    warnings: tuple[str, ...] = ()
 
     @property
     def max_parallel(self) -> int:
@@ -500,6 +507,7 @@ def _resolve(
         hosts[name] = _host(name, model, defaults, dnpu, artifacts, local, report)
     _check_addresses(hosts, report)
     launch = doc.launch or schema.LaunchModel()
+    _check_rendezvous_nic(hosts, _first(launch.rendezvous_nic, "manage_nic"), report)
     env = {
         k: Secret(v) if _is_secret_env(k, ("launch", "env", k), expanded) else v for k, v in (launch.env or {}).items()
     }
@@ -516,9 +524,38 @@ def _resolve(
             master_port=launch.master_port,
             nproc_per_node=launch.nproc_per_node,
             env=MappingProxyType(env),
+            rendezvous_nic=_first(launch.rendezvous_nic, "manage_nic"),
         ),
         relay=_first(doc.relay, schema.BUILTIN["relay"]),
+        warnings=tuple(_launch_warnings(launch, env, report)),
     )
+
+
+def _launch_warnings(launch: schema.LaunchModel, env: Mapping[str, Any], report: _Reporter) -> list[str]:
+    """The timeout order of ``launch.env`` (warnings), its master port against HCCL's ports (an error)."""
+    from framework.launch.nic import hccl_host_ports
+    from framework.launch.timeouts import order_problems
+
+    plain = {k: str(v) for k, v in env.items() if not isinstance(v, Secret)}
+    ports = hccl_host_ports(plain)
+    backend = _first(launch.backend, schema.BUILTIN["backend"])
+    if backend == "hccl" and launch.master_port is not None and launch.master_port in ports:
+        raise report.error("launch.master_port", f"{launch.master_port} is one of HCCL's host ports "
+                                                 f"({ports.start}-{ports.stop - 1}, from HCCL_IF_BASE_PORT): pick "
+                                                 "another, or null to let camit choose")
+    out = [f"{report.source}: {w}" for w in order_problems(plain)]
+    for w in out:
+        log.warning("%s", w)
+    return out
+
+
+def _check_rendezvous_nic(hosts: Mapping[str, HostSpec], which: str, report: _Reporter) -> None:
+    """Every host needs the address of the NIC role the rendezvous uses."""
+    for host in hosts.values():
+        nic = getattr(host, which)
+        if nic is None or not nic.ip:
+            raise report.error(f"host_info.{host.name}.{which}",
+                               f"launch.rendezvous_nic is {which}, but host {host.name!r} has no {which}.ip")
 
 
 def _host(

@@ -473,6 +473,10 @@ def setup_script(host: HostPlan, small_workdir: str | None = None) -> str:
         f"mount --bind {q(str(host.tmp_dir))} {HOST_TMP}",
         f"if [ -f {MASKED_RC} ]; then mount --bind {q(str(host.shell_rc))} {MASKED_RC}; fi",
     ]
+    if host.mounts:
+        # an emulated Ascend host is set up as CANN's docs ask: HCCL's host ports (HCCL_IF_BASE_PORT, 60000 and
+        # the 31 after it) reserved, out of the ephemeral range (the sysctl is per network namespace)
+        lines.append("echo 60000-60031 > /proc/sys/net/ipv4/ip_local_reserved_ports 2>/dev/null || true")
     lines += [f"mount --bind {q(src)} {q(target)}" for src, target in host.mounts]
     if small_workdir:
         lines.append(shlex.join(tmpfs_mount_argv(small_workdir)))

@@ -36,8 +36,9 @@ from typing import TYPE_CHECKING, Any
 from framework import remote
 from framework.errors import HostError
 from framework.hosts import Cluster, Host, sha256_file
-from framework.launch import devices, fetch
+from framework.launch import devices, fetch, timeouts
 from framework.launch.monitor import LaunchMonitor
+from framework.launch.nic import hccl_host_ports, rendezvous_ip
 from framework.launch.plan import (
     AUTO_CORE_LIMIT,
     FETCH_PATTERNS,
@@ -51,10 +52,12 @@ from framework.launch.plan import (
     Prepared,
     Target,
     backend_env,
+    comm_env,
     devices_per_node,
     free_port_argv,
     launch_label,
     node_command,
+    parse_net,
     parse_prepare_probe,
     plan_nodes,
     prepare_probe,
@@ -123,13 +126,14 @@ class Launcher:
         def prep(host: Host) -> Prepared:
             layout = HostLayout.of(self.env.hosts[host.name])
             files = shipped_files(layout, self.programs, script)
-            have, state = parse_prepare_probe(host.check(prepare_probe(list(files), layout), timeout=60).stdout)
+            stdout = host.check(prepare_probe(list(files), layout), timeout=60).stdout
+            have, state = parse_prepare_probe(stdout)
             for remote_path, local in files.items():
                 if remote_path not in have:
                     host.put(local, remote_path)
             paths = list(files)
             return Prepared(layout, supervisor=paths[0], rankwrap=paths[1],
-                            script=paths[2] if script is not None else None, state=state)
+                            script=paths[2] if script is not None else None, state=state, net=parse_net(stdout))
 
         prepared = self.cluster.map(prep, names).raise_on_failure()
         out = prepared.succeeded
@@ -138,7 +142,9 @@ class Launcher:
         return out, target
 
     def _free_port(self, host: Host, python: str, addr: str) -> int:
-        return int(host.check(free_port_argv(python, addr), timeout=30).stdout.strip())
+        """A free port on node 0, outside HCCL's host ports (HCCL_IF_BASE_PORT and after)."""
+        avoid = hccl_host_ports({k: str(v) for k, v in self.env.launch.env.items()})
+        return int(host.check(free_port_argv(python, addr, avoid), timeout=30).stdout.strip())
 
     def run(self, target: Target, *, env: Mapping[str, Any] | None = None, timeout: float = 600.0,
             nproc_per_node: int | None = None, hosts: Sequence[str] | None = None,
@@ -154,32 +160,46 @@ class Launcher:
         for h in prepared:
             self._phase(h, "launch", t_prep, time.time())
         nproc = nproc_per_node or self.nproc
+        self._timeout_notes(names[0], timeout, env or {})
         attempt = 0
         while True:
             attempt += 1
             result = self._launch_once(target, names, prepared, nproc, env or {}, timeout, launch_id, attempt)
             if result.ok or attempt >= PORT_RETRIES or not self._port_taken(result):
                 return result
-            self.on_event(names[0], f"master port {result.master} was taken; retrying with another")
+            self.on_event(names[0], f"master port {result.master} or an HCCL host port was taken; retrying "
+                                    "with another master port")
+
+    def _timeout_notes(self, host: str, timeout: float, extra_env: Mapping[str, Any]) -> None:
+        """Say when this launch's timeouts cannot keep HCCL's order (a short timeout, or variables that break it)."""
+        if self.backend != "hccl":
+            return
+        derived = timeouts.derive(timeout)
+        notes = [derived.note] if derived.note else []
+        given = {k: str(v) for k, v in {**dict(self.env.launch.env), **dict(extra_env)}.items()}
+        notes += timeouts.order_problems(given, timeout, where="launch env")
+        for note in notes:
+            self.on_event(host, f"warning: {note}")
 
     def _port_taken(self, result: LaunchResult) -> bool:
+        """The master port was taken, or HCCL could not listen on its host port (EI0019): worth a retry."""
         if self.rundir is None or result.failure_kind not in ("rank", "node"):
             return False
-        return any(fetch.port_taken(self._host_dir(h, result.launch_id) / protocol.TORCHRUN_LOG)
-                   for h in result.nodes)
+        return any(fetch.port_taken(self._host_dir(h, result.launch_id)) for h in result.nodes)
 
     def _launch_once(self, target: Target, names: list[str], prepared: dict[str, Prepared], nproc: int,
                      extra_env: Mapping[str, Any], timeout: float, launch_id: str, attempt: int) -> LaunchResult:
         spec0 = self.env.hosts[names[0]]
         py0 = prepared[names[0]].state.interpreter or spec0.python
+        addr0 = rendezvous_ip(spec0, self.env.launch.rendezvous_nic)
         port = self.env.launch.master_port if (self.env.launch.master_port and attempt == 1) else \
-            self._free_port(self.cluster[names[0]], py0, spec0.test_ip)
+            self._free_port(self.cluster[names[0]], py0, addr0)
         lid = launch_id if attempt == 1 else f"{launch_id}-r{attempt}"
         plans = plan_nodes(self.env, names, prepared, nproc=nproc, backend=self.backend, master_port=port,
                            launch_id=lid, extra_env=extra_env, timeout=timeout, core_limit=self.core_limit)
         nodes = {h: _Node(self.cluster[h], p) for h, p in plans.items()}
-        result = LaunchResult(lid, {h: NodeResult(h, p.node_rank) for h, p in plans.items()}, {},
-                              world_size=nproc * len(plans), master=f"{spec0.test_ip}:{port}")
+        result = LaunchResult(lid, {h: NodeResult(h, p.node_rank, comm_env=comm_env(p.env)) for h, p in plans.items()}, {},
+                              world_size=nproc * len(plans), master=f"{addr0}:{port}")
         start = time.monotonic()
         monitor = LaunchMonitor(result, plans, deadline=start + timeout)
         events: Events = queue.Queue()

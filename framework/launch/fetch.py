@@ -14,7 +14,7 @@ from pathlib import Path
 
 from framework import commands
 from framework.commands import ShellScript
-from framework.launch.plan import FETCH_DIRS, FETCH_PATTERNS, PORT_TAKEN
+from framework.launch.plan import FETCH_DIRS, FETCH_PATTERNS, HCCL_PORT_CLASH, PORT_TAKEN
 from framework.launch.result import LaunchResult, RankResult
 from framework.remote import protocol
 
@@ -94,6 +94,11 @@ def log_tail(path: str | None, lines: int = TAIL_LINES) -> str:
     return "\n".join(Path(path).read_text(errors="replace").splitlines()[-lines:])
 
 
-def port_taken(torchrun_log: Path) -> bool:
-    """Did this node's torchrun fail because the master port was taken?"""
-    return torchrun_log.exists() and any(s in torchrun_log.read_text(errors="replace").lower() for s in PORT_TAKEN)
+def port_taken(node_dir: Path) -> bool:
+    """Did this node's launch fail on a taken port: torchrun's master port, or HCCL's host port (EI0019,
+    "listen on ip ... fail" in a rank log or a plog under ``ascend/``)?"""
+    torchrun_log = node_dir / protocol.TORCHRUN_LOG
+    if torchrun_log.exists() and any(s in torchrun_log.read_text(errors="replace").lower() for s in PORT_TAKEN):
+        return True
+    logs = [*node_dir.glob("rank*.log"), *node_dir.glob("ascend/**/plog-*.log")]
+    return any(any(s in p.read_text(errors="replace").lower() for s in HCCL_PORT_CLASH) for p in logs)

@@ -20,6 +20,15 @@ from typing import TYPE_CHECKING, Any
 from framework import commands
 from framework.commands import ShellScript
 from framework.errors import UsageError
+from framework.launch.nic import (
+    DEFAULT_NIC,
+    HostNet,
+    net_from_records,
+    net_script,
+    rendezvous_ip,
+    socket_ifname,
+)
+from framework.launch.timeouts import PG_TIMEOUT_VAR, Timeouts, derive
 from framework.remote.layout import DeployState, HostLayout
 from framework.remote.sections import read_records, sh_tag
 from framework.setenv import env_steps, extra_of, require_cann
@@ -56,6 +65,10 @@ FETCH_DIRS = ("ascend", "npu-state")
 ASCEND_LOG_DIR = "ascend"
 #: a rendezvous that failed because another process had the master port
 PORT_TAKEN = ("address already in use", "eaddrinuse", "errno 98")
+#: an HCCL host-port clash at comm init (EI0019, or the plog's "listen on ip[...] ... fail"): retried the same way
+#: (npu-fidelity.md §3, ascend-hosts.md §9)
+HCCL_PORT_CLASH = ("ei0019", "listen on ip")
+
 
 
 @dataclass(frozen=True)
@@ -88,20 +101,31 @@ class Target:
         return cls(script=argv[0], args=tuple(argv[1:]))
 
 
-def backend_env(spec: HostSpec, backend: str) -> dict[str, str]:
-    """The variables the communication backend needs on this node (ascend-hosts.md §7)."""
-    nic = (spec.test_nic1.name if spec.test_nic1 is not None and spec.test_nic1.name else None) or spec.manage_nic.name
+def backend_env(spec: HostSpec, backend: str, *, nic: str = DEFAULT_NIC, net: HostNet | None = None,
+                timeouts: Timeouts | None = None) -> dict[str, str]:
+    """The variables the communication backend needs on this node (ascend-hosts.md §7).
+
+    ``nic`` is the NIC role of the rendezvous (``launch.rendezvous_nic``); ``net`` the host's
+    devices and addresses (``ip -o link``/``ip -o addr``): a ``*_SOCKET_IFNAME`` only ever names a
+    device listed there, none when the host was not probed. ``timeouts``: HCCL's connect and exec
+    timeouts on hccl (:func:`framework.launch.timeouts.derive`). ``HCCL_BUFFSIZE`` is not here: the
+    CAM prefill launches ask for it (suites/cam/camsuite.py), every other launch keeps CANN's default.
+    """
+    ifname = socket_ifname(spec, nic, net)
     if backend == "hccl":
         # torch_npu jobs also build gloo groups (CPU collectives, the stand-in's transport): pin its NIC too
-        env = {"HCCL_IF_IP": spec.test_ip, "HCCL_SOCKET_IFNAME": f"={nic}" if nic else "",
-               "GLOO_SOCKET_IFNAME": nic or "", "HCCL_BUFFSIZE": "4096", "HCCL_CONNECT_TIMEOUT": "120"}
+        env = {"HCCL_IF_IP": rendezvous_ip(spec, nic), "HCCL_SOCKET_IFNAME": f"={ifname}" if ifname else "",
+               "GLOO_SOCKET_IFNAME": ifname or ""}
+        if timeouts is not None:
+            env["HCCL_CONNECT_TIMEOUT"] = str(timeouts.connect)
+            env["HCCL_EXEC_TIMEOUT"] = str(timeouts.exec)
         if spec.npu.visible:
             env["ASCEND_RT_VISIBLE_DEVICES"] = ",".join(str(d) for d in spec.npu.visible)
         return {k: v for k, v in env.items() if v}
     if backend == "gloo":
-        return {"GLOO_SOCKET_IFNAME": nic} if nic else {}
+        return {"GLOO_SOCKET_IFNAME": ifname} if ifname else {}
     if backend == "nccl":
-        return {"NCCL_SOCKET_IFNAME": nic} if nic else {}
+        return {"NCCL_SOCKET_IFNAME": ifname} if ifname else {}
     raise UsageError(f"unknown backend {backend!r}")
 
 
@@ -194,9 +218,15 @@ def launch_label(name: str | None) -> str:
     return label or "launch"
 
 
-def free_port_argv(python: str, addr: str) -> list[str]:
-    """argv printing a free TCP port on ``addr`` (bound and released at once)."""
-    code = f"import socket; s = socket.socket(); s.bind(({addr!r}, 0)); print(s.getsockname()[1])"
+def free_port_argv(python: str, addr: str, avoid: range = range(0)) -> list[str]:
+    """argv printing a free TCP port on ``addr`` outside ``avoid`` (bound and released at once).
+
+    A port the kernel hands out inside ``avoid`` (HCCL's host ports lie inside Linux's default
+    ephemeral range, 32768-60999) stays bound while the next one is asked for.
+    """
+    code = ("import socket\nheld = []\nfor _ in range(200):\n    s = socket.socket()\n"
+            f"    s.bind(({addr!r}, 0))\n    p = s.getsockname()[1]\n"
+            f"    if not {avoid.start} <= p < {avoid.stop}:\n        print(p)\n        break\n    held.append(s)\n")
     return [python, "-c", code]
 
 
@@ -209,6 +239,8 @@ class Prepared:
     rankwrap: str
     script: str | None = None
     state: DeployState = field(default_factory=DeployState)
+    #: the host's devices and addresses (None: not probed)
+    net: HostNet | None = None
 
 
 def shipped_files(layout: HostLayout, programs: Mapping[str, tuple[Path, str]],
@@ -233,13 +265,18 @@ def prepare_probe(files: Sequence[str], layout: HostLayout) -> ShellScript:
     """sh: a ``@@have <path>`` record for each of ``files`` already on the host, then the deploy state's."""
     q = commands.quote
     probe = "; ".join(f"[ -f {q(p)} ] && {sh_tag(HAVE_TAG, q(p))}" for p in files)
-    return ShellScript(probe + f"; {DeployState.read_script(layout)}; true")
+    return ShellScript(probe + f"; {DeployState.read_script(layout)}; {net_script()}")
 
 
 def parse_prepare_probe(stdout: str) -> tuple[set[str], DeployState]:
     records = read_records(stdout)
     have = {r.value for r in records if r.tag == HAVE_TAG}
     return have, DeployState.from_doc(DeployState.from_records(records))
+
+
+def parse_net(stdout: str) -> HostNet | None:
+    """The host's devices and addresses from the prepare probe's ``@@links``/``@@addrs`` records."""
+    return net_from_records(read_records(stdout))
 
 
 def devices_per_node(env: EnvConfig) -> int:
@@ -269,7 +306,9 @@ def plan_nodes(env: EnvConfig, names: Sequence[str], prepared: Mapping[str, Prep
     """host → its :class:`NodePlan`, node 0 first (the hosts in ``names`` order)."""
     specs = [env.hosts[n] for n in names]
     check_ranks_fit(specs, nproc)
-    master_addr = specs[0].test_ip
+    nic = env.launch.rendezvous_nic
+    master_addr = rendezvous_ip(specs[0], nic)
+    timeouts = derive(timeout)
     plans = {}
     for i, spec in enumerate(specs):
         require_cann(env, spec)
@@ -277,19 +316,29 @@ def plan_nodes(env: EnvConfig, names: Sequence[str], prepared: Mapping[str, Prep
         state = prep.state
         layout = HostLayout(prep.layout.workdir, state.install_path or spec.install_path)
         run_dir = prep.layout.run_dir(launch_id)
+        base = backend_env(spec, backend, nic=nic, net=prep.net, timeouts=timeouts)
         plans[spec.name] = NodePlan(
             host=spec.name, node_rank=i, nnodes=len(specs), nproc_per_node=nproc, master_addr=master_addr,
             master_port=master_port, python=state.interpreter or spec.python,
             run_dir=run_dir, supervisor=prep.supervisor, rankwrap=prep.rankwrap,
             launch_id=launch_id,
-            env={**backend_env(spec, backend), **run_folder_env(spec, backend, run_dir), **dict(env.launch.env),
-                 **dict(extra_env)},
+            env={**base, PG_TIMEOUT_VAR: str(timeouts.pg), **run_folder_env(spec, backend, run_dir),
+                 **dict(env.launch.env), **dict(extra_env)},
             cann_set_env=env.cann.set_env if env.cann else None,
             vendor_set_env=layout.vendor_set_env(state.vendor) if state.vendor else None,
             deadline=timeout + 60, core_limit=rank_core_limit(spec, core_limit), extra_set_env=extra_of(env),
             coredump_filter=NPU_COREDUMP_FILTER if spec.npu.soc != "cpu" else None,
         )
     return plans
+
+
+#: variables of a node's env that the launch record shows (framework.launch.result.NodeResult.comm_env)
+COMM_PREFIXES = ("HCCL_", "GLOO_", "NCCL_", "TP_SOCKET", "ASCEND_RT_VISIBLE", "CAMIT_PG_TIMEOUT")
+
+
+def comm_env(env: Mapping[str, Any]) -> dict[str, str]:
+    """The communication variables of a node's env, as strings (a secret-looking value stays redacted)."""
+    return {k: (v if isinstance(v, str) else "***") for k, v in env.items() if k.startswith(COMM_PREFIXES)}
 
 
 def host_of_rank(rank: int, plans: Mapping[str, NodePlan]) -> str:

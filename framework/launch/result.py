@@ -46,6 +46,8 @@ class NodeResult:
     left: list[int] = field(default_factory=list)
     #: every pid the node's process tree had (``TREE``)
     tree: list[int] = field(default_factory=list)
+    #: the communication variables this node's ranks got (HCCL_*, GLOO_*, NCCL_*, the process-group timeout)
+    comm_env: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass

@@ -23,6 +23,7 @@ from typing import Any
 from framework.cores.caps import core_findings, sections_text
 from framework.cores.pattern import parse_core_pattern
 from framework.errors import EXIT_FAILED, EXIT_INFRA, EXIT_OK, reason_of
+from framework.launch.nic import parse_addrs
 from framework.launch.plan import NPU_CORE_LIMIT
 from framework.preflight import ascend
 from framework.preflight.probe import CANN_RECORD, Limits, ProbePlan, Section
@@ -30,9 +31,11 @@ from framework.result import Result
 
 #: every check, in table order; test ids read ``test_check[<host>-<check>]``
 CHECKS = ("ssh", "python", "torch", "torch_npu", "cann", "driver", "npu", "idle", "hccn", "tls", "spod",
-          "disk", "clock", "core")
+          "disk", "clock", "core", "addr", "ports", "rdzv")
 #: checks that only make sense with NPUs (skipped on CPU hosts)
-NPU_CHECKS = frozenset({"torch_npu", "cann", "driver", "npu", "idle", "hccn", "tls", "spod"})
+NPU_CHECKS = frozenset({"torch_npu", "cann", "driver", "npu", "idle", "hccn", "tls", "spod", "ports"})
+#: checks judged across hosts after the probe (framework.preflight.rendezvous), not from one host's sections
+CROSS_CHECKS = ("rdzv",)
 OK, WARN, SKIP, FAIL, ERROR = "ok", "warn", "skip", "fail", "error"
 
 
@@ -171,8 +174,11 @@ class Report:
 
 
 def evaluate(plans: Mapping[str, ProbePlan], samples: Mapping[str, Sample | BaseException],
-             limits: Limits | None = None) -> Report:
-    """Turn every host's probe (or its connection error) into the full host × check report."""
+             limits: Limits | None = None, cross: Mapping[str, CheckResult] | None = None) -> Report:
+    """Turn every host's probe (or its connection error) into the full host × check report.
+
+    ``cross``: host → its ``rdzv`` result (framework.preflight.rendezvous); not run without it.
+    """
     limits = limits or Limits()
     hosts = list(plans)
     results: dict[tuple[str, str], CheckResult] = {}
@@ -180,6 +186,8 @@ def evaluate(plans: Mapping[str, ProbePlan], samples: Mapping[str, Sample | Base
         sample = samples.get(host)
         for r in _host_checks(plans[host], sample, limits):
             results[(host, r.check)] = r
+        if isinstance(sample, Sample):
+            results[(host, "rdzv")] = (cross or {}).get(host) or CheckResult(host, "rdzv", SKIP, "not run")
     for check, key in (("python", _minor), ("torch", None), ("torch_npu", None), ("cann", None),
                        ("driver", None), ("tls", None), ("spod", None)):
         _consistency(results, hosts, check, key)
@@ -200,7 +208,7 @@ def _host_checks(plan: ProbePlan, sample: Sample | BaseException | None, limits:
     sec = sample.sections
     late = f" (probe timed out after {limits.probe_timeout:g}s)" if sample.timed_out else ""
     out = [_check_ssh(plan, sec)]
-    for check, fn in _CHECK_FNS.items():
+    for check, fn in _CHECK_FNS.items():  # (the cross-host checks are added by evaluate)
         if check in NPU_CHECKS and not plan.npu:
             out.append(CheckResult(host, check, SKIP, f"npu.soc is {plan.soc}: no NPU on this host"))
             continue
@@ -514,6 +522,49 @@ def _check_core(plan: ProbePlan, sec: Mapping[str, Section], limits: Limits) -> 
     return CheckResult(plan.host, "core", OK, text + ("; " + "; ".join(notes) if notes else ""), delivery)
 
 
+def _check_addr(plan: ProbePlan, sec: Mapping[str, Section], limits: Limits) -> CheckResult:
+    """The rendezvous address (manage_nic, or launch.rendezvous_nic) is bound on this host (``ip -o addr``)."""
+    s = _need(sec, "addr")
+    addrs = parse_addrs(s.text)
+    ip = plan.rendezvous_ip
+    where = f"{plan.rendezvous_nic}.ip {ip}"
+    if not addrs:
+        return CheckResult(plan.host, "addr", FAIL, f"cannot list this host's addresses (ip -o addr): "
+                                                    f"{s.text.strip()[-200:]}")
+    if ip not in addrs:
+        mine = ", ".join(a for a in addrs if not a.startswith(("127.", "::1", "fe80:")))
+        return CheckResult(plan.host, "addr", FAIL, f"{where} (the rendezvous and HCCL_IF_IP) is not bound on this "
+                                                    f"host; it has {mine or 'only loopback'}", "unbound")
+    return CheckResult(plan.host, "addr", OK, f"{where} is on {addrs[ip]}", addrs[ip])
+
+
+def _check_ports(plan: ProbePlan, sec: Mapping[str, Section], limits: Limits) -> CheckResult:
+    """HCCL's host ports are out of the ephemeral range (``net.ipv4.ip_local_reserved_ports``), as CANN's docs ask
+    (HCCL_IF_BASE_PORT: ``sysctl -w net.ipv4.ip_local_reserved_ports=60000-60015``, 60000-60031 from CANN 8.2)."""
+    text = _need(sec, "reserved_ports").text.strip()
+    first, last = plan.hccl_ports
+    reserved = set(parse_port_list(text))
+    missing = [p for p in range(first, last + 1) if p not in reserved]
+    if missing:
+        gap = f"{missing[0]}-{missing[-1]}" if len(missing) > 1 else str(missing[0])
+        return CheckResult(plan.host, "ports", WARN, f"HCCL's host ports {first}-{last} are not all reserved "
+                                                     f"(net.ipv4.ip_local_reserved_ports={text or 'empty'}; {gap} "
+                                                     "missing): an outgoing connection may take one and HCCL fail "
+                                                     f"with EI0019; sysctl -w net.ipv4.ip_local_reserved_ports="
+                                                     f"{first}-{last}", "unreserved")
+    return CheckResult(plan.host, "ports", OK, f"HCCL's host ports {first}-{last} are reserved", "reserved")
+
+
+def parse_port_list(text: str) -> list[int]:
+    """Ports of a ``ip_local_reserved_ports`` value (``60000-60015,61000``)."""
+    out: list[int] = []
+    for part in text.replace(" ", "").split(","):
+        lo, _, hi = part.partition("-")
+        if lo.isdigit() and (not hi or hi.isdigit()):
+            out += range(int(lo), int(hi or lo) + 1)
+    return out
+
+
 _CHECK_FNS: dict[str, Callable[[ProbePlan, Mapping[str, Section], Limits], CheckResult]] = {
     "python": _check_python,
     "torch": _check_package("torch"),
@@ -528,8 +579,10 @@ _CHECK_FNS: dict[str, Callable[[ProbePlan, Mapping[str, Section], Limits], Check
     "disk": _check_disk,
     "clock": _check_clock,
     "core": _check_core,
+    "addr": _check_addr,
+    "ports": _check_ports,
 }
-assert tuple(["ssh", *_CHECK_FNS]) == CHECKS
+assert tuple(["ssh", *_CHECK_FNS, *CROSS_CHECKS]) == CHECKS
 
 
 def _minor(version: str) -> str:

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 from framework import commands
 from framework.cores.caps import CAPS_SCRIPT, space_script
+from framework.launch.nic import hccl_host_ports, rendezvous_ip
 from framework.remote.sections import PROBE_MARK, read_records
 
 if TYPE_CHECKING:
@@ -66,6 +67,12 @@ class ProbePlan:
     cann_set_env: str | None = None
     host_key: str = "known_hosts"
     tool_timeout: float = 60.0
+    #: the address launches use on this host (rendezvous, HCCL_IF_IP: manage_nic or launch.rendezvous_nic)
+    rendezvous_ip: str | None = None
+    #: which NIC role that is
+    rendezvous_nic: str = "manage_nic"
+    #: HCCL's host ports (HCCL_IF_BASE_PORT and after), as (first, last)
+    hccl_ports: tuple[int, int] = (60000, 60031)
 
     @property
     def npu(self) -> bool:
@@ -97,11 +104,14 @@ def plan_probe(spec: HostSpec, env: EnvConfig | None = None, limits: Limits | No
         key = f"known_hosts ({spec.host_key_policy})"
     wd = spec.workdir.rstrip("/") or "/"
     cann = env.cann if env is not None else None
+    nic = env.launch.rendezvous_nic if env is not None else "manage_nic"
+    ports = hccl_host_ports({k: str(v) for k, v in env.launch.env.items()} if env is not None else {})
     return ProbePlan(
         host=spec.name, workdir=wd, python=spec.python, venv_python=f"{wd}/venv/bin/python",
         soc=spec.npu.soc, npu_count=spec.npu.count, visible=spec.npu.visible,
         cann_set_env=cann.set_env if cann else None, host_key=key,
         tool_timeout=(limits or Limits()).tool_timeout,
+        rendezvous_ip=rendezvous_ip(spec, nic), rendezvous_nic=nic, hccl_ports=(ports.start, ports.stop - 1),
     )
 
 
@@ -178,6 +188,8 @@ def probe_script(plan: ProbePlan) -> commands.ShellScript:
         "sec core core_facts",
         # systemd-coredump's caps and the free space where cores land (framework.cores.caps)
         CAPS_SCRIPT, "sec core.caps core_caps", space_script(wd), "sec core.space core_space",
+        # the addresses bound here (the rendezvous address must be one of them)
+        "sec addr ip -o addr",
     ]
     if plan.npu:
         lines += _npu_probe(plan)
@@ -192,6 +204,7 @@ def _npu_probe(plan: ProbePlan) -> list[str]:
         h = h.replace("$HOME", "\"$HOME\"")
         records += [f"{h}/*-linux/{CANN_RECORD}", f"{h}/version.cfg"]
     lines = [
+        "sec reserved_ports cat /proc/sys/net/ipv4/ip_local_reserved_ports",
         "NPUSMI=$(command -v npu-smi 2>/dev/null)",
         "for _c in /usr/local/sbin/npu-smi /usr/local/bin/npu-smi; do [ -z \"$NPUSMI\" ] && [ -x $_c ] && NPUSMI=$_c; done",
         "sec npu-smi.path echo \"$NPUSMI\"",

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 from framework.preflight import pings
 from framework.preflight.checks import CHECKS, CheckResult, Report, Sample, evaluate
 from framework.preflight.probe import MARK, Limits, ProbePlan, plan_probe, probe_script, split_sections
+from framework.preflight.rendezvous import check_reachability
 
 if TYPE_CHECKING:
     from framework.config.effective import EnvConfig
@@ -97,7 +98,8 @@ class Preflight:
         start = time.monotonic()
         plans = self.plans()
         samples = self.samples(plans)
-        report = evaluate(plans, samples, self.limits)
+        probed = [h for h, s in samples.items() if isinstance(s, Sample)]
+        report = evaluate(plans, samples, self.limits, cross=check_reachability(self.env, self.cluster, probed))
         pings.run(self.cluster, plans, samples, report)  # A2: a device-NIC ping per node pair
         report.duration = time.monotonic() - start
         log.info("preflight of %d hosts took %.2fs", len(plans), report.duration)

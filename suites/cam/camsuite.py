@@ -32,3 +32,6 @@ def worlds_of(config: pytest.Config) -> list[int]:
 def world_params(config: pytest.Config) -> list:
     """``world`` parameters: each with ``ranks(w)`` (its skip when the env is too small) and the A3 marks."""
     return [pytest.param(w, marks=[pytest.mark.ranks(w), *CAM_MARKS], id=f"{w}ranks") for w in worlds_of(config)]
+#: launch env of the launches that run the prefill ops (dispatch/combine prefill): the CAM API guide requires a
+#: 4096 MB HCCL buffer for them (npu-fidelity.md §3); every other launch keeps CANN's default
+PREFILL_ENV = {"HCCL_BUFFSIZE": "4096"}

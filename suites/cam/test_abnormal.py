@@ -2,6 +2,7 @@
 out-of-range expert ids fault the device, each in a launch of its own (rank/test_bad_ids_rank.py)."""
 
 import pytest
+from camsuite import PREFILL_ENV
 
 #: the bad-id cases of rank/test_bad_ids_rank.py (BAD_IDS there); one launch each: a fault poisons the process
 BAD_IDS = ["id_num_experts", "id_minus_one"]
@@ -11,7 +12,7 @@ BAD_IDS_WORLD = 4
 
 @pytest.mark.multi_process_test
 def test_abnormal_inputs(run_ranks, world):
-    result = run_ranks("test_abnormal_rank.py", world).check()
+    result = run_ranks("test_abnormal_rank.py", world, extra_env=PREFILL_ENV).check()
     # 8 cases per rank, each an input the op checks (ids outside [0, E) are not: test_bad_ids_rank.py)
     assert result.counts["passed"] == world * 8, result.counts
 

@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
+from camsuite import PREFILL_ENV
 
 from framework import perfbase
 
@@ -16,7 +17,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 @pytest.mark.multi_process_test
 def test_dispatch_combine_perf(run_ranks, world, camit):
-    result = run_ranks("test_perf_rank.py", world).check()
+    result = run_ranks("test_perf_rank.py", world, extra_env=PREFILL_ENV).check()
     samples = []
     for rank in range(world):
         log = result.launch.ranks[rank].log

@@ -14,6 +14,8 @@ from camsuite import CAM_MARKS
 
 #: ranks each upstream test directory needs (cam-ops.md §7); others run at 4
 UPSTREAM_RANKS = {"fused_deep_moe": 4, "moe_dispatch_combine_prefill": 16}
+#: launch env per upstream test directory: the prefill ops need a 4096 MB HCCL buffer (CAM API guide)
+UPSTREAM_ENV = {"moe_dispatch_combine_prefill": {"HCCL_BUFFSIZE": "4096"}}
 
 
 def upstream_files(config):
@@ -55,7 +57,9 @@ def test_upstream_ut(request, camit, upstream_suite, upstream_file, world):
     from framework.plugin.fixtures import record_launch
     from framework.plugin.markers import min_nodes
 
-    result = upstream_suite.run(upstream_file, world, name=Path(upstream_file).stem,
+    extra = next((e for d, e in UPSTREAM_ENV.items() if f"/{d}/" in f"/{upstream_file}"), {})
+    result = upstream_suite.run(upstream_file, world, extra_env=extra,
+                                name=Path(upstream_file).stem,
                                 min_nodes=min_nodes(request.node, camit))
     record_launch(request.node, result)
     result.check().require_ran()

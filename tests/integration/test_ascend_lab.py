@@ -174,6 +174,15 @@ def test_cam_suite_passes_on_the_hccl_path_with_ranks_per_node_the_visible_devic
     assert len(bad_ids) == 2 and all(json.loads(p.read_text())["ok"] for p in bad_ids), bad_ids
     for launch in launches:  # two visible devices per host: world 4 takes both hosts, two ranks each
         assert launch["world_size"] == 4 and sorted(launch["nodes"]) == ["host1", "host2"], launch
+        # HCCL_BUFFSIZE=4096 only where the prefill ops run (every CAM module but the fused one); timeouts ordered
+        prefill = "test_fused_rank" not in launch["launch_id"]
+        for node in launch["nodes"].values():
+            comm = node["comm_env"]
+            assert comm.get("HCCL_BUFFSIZE") == ("4096" if prefill else None), (launch["launch_id"], comm)
+            assert int(comm["HCCL_CONNECT_TIMEOUT"]) < int(comm["HCCL_EXEC_TIMEOUT"]) < int(comm["CAMIT_PG_TIMEOUT"])
+    # the process-group timeout is above the exec timeout: torch_npu's watchdog warning is gone from every rank
+    for log in folder.glob("host*/**/rank*.log"):
+        assert "The plog may not be recorded" not in log.read_text(errors="replace"), log
     # the hccl path ran: the graph-mode case (torchair, NPU only; skipped on gloo) passed on every rank
     for xml in folder.glob("host*/*test_fused_rank*/rank*.xml"):
         cases = {c.get("name"): c for c in ET.parse(xml).getroot().iter("testcase")}
@@ -447,3 +456,127 @@ def test_a_device_held_after_a_launch_marks_the_host_dirty_and_the_next_test_fai
     # the terminal summary tells the operator; camit never resets a device itself
     assert f"DIRTY  host1: NPU 0 chip 1 held by pid {pid} — reset (operator): npu-smi set -t reset -i 0 -c 1" \
         in proc.stdout, proc.stdout[-3000:]
+
+
+#: a rank that creates its group as the CAM suite's rank harness does (suites/cam/rank/conftest.py: the
+#: process-group timeout camit derived, else the case timeout as before) and prints what it was given
+COMM = textwrap.dedent("""\
+    import datetime, os, warnings
+    import torch, torch_npu  # noqa: F401
+    import torch.distributed as dist
+
+    warnings.simplefilter("always")
+    torch.npu.set_device(int(os.environ["LOCAL_RANK"]))
+    pg = float(os.environ.get("CAMIT_PG_TIMEOUT") or os.environ.get("CAMIT_CASE_TIMEOUT", "600"))
+    dist.init_process_group("hccl", timeout=datetime.timedelta(seconds=pg))
+    t = torch.ones(4).npu()
+    dist.all_reduce(t)
+    keys = ("MASTER_ADDR", "HCCL_IF_IP", "HCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "HCCL_CONNECT_TIMEOUT",
+            "HCCL_EXEC_TIMEOUT", "CAMIT_PG_TIMEOUT", "HCCL_BUFFSIZE")
+    print("ENV", dist.get_rank(), int(t[0].item()), *(f"{k}={os.environ.get(k, '-')}" for k in keys), flush=True)
+    dist.barrier()  # nobody leaves while a peer still talks (a gloo pair torn down mid-exchange aborts)
+    dist.destroy_process_group()
+""")
+
+
+def _comm_run(env_path: Path, tmp_path: Path) -> dict[int, dict[str, str]]:
+    """``camit run`` of COMM on both hosts, two ranks each: rank → the variables it printed (and its logs' text)."""
+    script = tmp_path / "comm.py"
+    script.write_text(COMM)
+    proc = run("-m", "framework.cli", "run", "--env", str(env_path), "--nproc-per-node", "2", "--report-dir",
+               str(tmp_path / "r"), "--core-policy", "ignore", "--", str(script), timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    out: dict[int, dict[str, str]] = {}
+    for log in (tmp_path / "r" / "latest").resolve().glob("host*/rank*.log"):
+        text = log.read_text(errors="replace")
+        line = next(ln for ln in text.splitlines() if ln.startswith("ENV "))
+        _, rank, total, *pairs = line.split()
+        assert total == "4", line
+        out[int(rank)] = {**dict(p.split("=", 1) for p in pairs), "log": text}
+    assert sorted(out) == [0, 1, 2, 3], out
+    return out
+
+
+def test_a_default_hccl_launch_orders_the_timeouts_without_the_watchdog_warning_or_a_big_buffer(npu, tmp_path):
+    """Before: the case timeout (600 s) as watchdog timeout, at or below HCCL's default exec timeout (1836 s):
+    torch_npu warned on every rank that the plog may not be recorded; and every launch reserved 4096 MB buffers."""
+    path, env, _ = npu
+    with npu_lab_lock():
+        ranks = _comm_run(path, tmp_path)
+    for rank, got in ranks.items():
+        assert "The plog may not be recorded" not in got["log"], got["log"][-2000:]
+        assert int(got["HCCL_CONNECT_TIMEOUT"]) < int(got["HCCL_EXEC_TIMEOUT"]) < int(got["CAMIT_PG_TIMEOUT"]) < 600
+        assert got["HCCL_BUFFSIZE"] == "-", got  # only the CAM prefill launches ask for 4096
+        host = "host1" if rank < 2 else "host2"
+        assert got["HCCL_IF_IP"] == env.hosts[host].manage_nic.ip, got
+        assert got["MASTER_ADDR"] == env.hosts["host1"].manage_nic.ip, got
+        assert got["HCCL_SOCKET_IFNAME"] == "=eth0" and got["GLOO_SOCKET_IFNAME"] == "eth0", got
+
+
+@contextlib.contextmanager
+def _addresses(env_path: Path, adds: dict[str, tuple[str, str]]) -> Iterator[None]:
+    """host → (address/prefix, device) added for the block, removed after (camit exec on the lab's hosts)."""
+    def each(verb: str) -> None:
+        for host, (addr, dev) in adds.items():
+            proc = run("-m", "framework.cli", "exec", "--env", str(env_path), "--hosts", host, "--", "ip", "addr",
+                       verb, addr, "dev", dev)
+            assert proc.returncode == 0 or verb == "del", proc.stdout + proc.stderr
+
+    each("add")
+    try:
+        yield
+    finally:
+        each("del")
+
+
+def _test_nic1(ips: dict[str, str]):
+    def change(doc: dict[str, Any]) -> None:
+        doc.setdefault("launch", {})["rendezvous_nic"] = "test_nic1"
+        for host, ip in ips.items():
+            doc["host_info"][host]["test_nic1"] = {"name": "eth0", "ip": ip}
+    return change
+
+
+def test_the_rendezvous_nic_is_honoured(npu, tmp_path):
+    """launch.rendezvous_nic test_nic1: the master address and HCCL_IF_IP are each host's test_nic1.ip (a second
+    address of eth0 here), the socket interfaces the device that holds it."""
+    path, env, _ = npu
+    ips = {"host1": "10.81.0.211", "host2": "10.81.0.212"}
+    variant_path = variant(path, tmp_path / "nic.yaml", _test_nic1(ips))
+    with npu_lab_lock(), _addresses(path, {h: (f"{ip}/24", "eth0") for h, ip in ips.items()}):
+        rc, cells = check(variant_path)
+        ranks = _comm_run(variant_path, tmp_path)
+    assert cells[("host1", "rdzv")]["status"] == "ok" and "10.81.0.211" in cells[("host1", "rdzv")]["summary"], cells
+    assert cells[("host2", "addr")]["summary"] == "test_nic1.ip 10.81.0.212 is on eth0", cells[("host2", "addr")]
+    for rank, got in ranks.items():
+        assert got["MASTER_ADDR"] == "10.81.0.211", got
+        assert got["HCCL_IF_IP"] == ips["host1" if rank < 2 else "host2"], got
+        assert got["HCCL_SOCKET_IFNAME"] == "=eth0", got
+
+
+def test_preflight_reports_an_unbound_address_an_unreachable_rendezvous_and_unreserved_hccl_ports(npu, tmp_path):
+    """Real failures: host2's test_nic1.ip is bound nowhere; node 0's rendezvous address sits on host1's loopback,
+    which host2 has no route to (host1 reaches it, host2 cannot); host2's HCCL ports are not reserved."""
+    path, env, _ = npu
+    variant_path = variant(path, tmp_path / "bad.yaml", _test_nic1({"host1": "10.81.9.1", "host2": "10.81.0.250"}))
+    sysctl = "/proc/sys/net/ipv4/ip_local_reserved_ports"
+    with npu_lab_lock(), _addresses(path, {"host1": ("10.81.9.1/32", "lo")}):
+        proc = run("-m", "framework.cli", "exec", "--env", str(path), "--hosts", "host2", "--", "sh", "-c",
+                   f"echo 61000 > {sysctl}")
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        try:
+            rc, cells = check(variant_path)
+        finally:
+            proc = run("-m", "framework.cli", "exec", "--env", str(path), "--hosts", "host2", "--", "sh", "-c",
+                       f"echo 60000-60031 > {sysctl}")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert rc == 1, cells
+    assert cells[("host1", "addr")]["status"] == "ok" and cells[("host1", "rdzv")]["status"] == "ok", cells
+    addr = cells[("host2", "addr")]
+    assert addr["status"] == "fail" and "test_nic1.ip 10.81.0.250 (the rendezvous and HCCL_IF_IP) is not bound" in \
+        addr["summary"], addr
+    rdzv = cells[("host2", "rdzv")]
+    assert rdzv["status"] == "fail" and rdzv["summary"].startswith("cannot reach node 0's rendezvous 10.81.9.1:"), rdzv
+    ports = cells[("host2", "ports")]
+    assert ports["status"] == "warn" and "60000-60031 missing" in ports["summary"], ports
+    assert cells[("host1", "ports")]["status"] == "ok", cells[("host1", "ports")]

@@ -39,7 +39,13 @@ def test_two_nodes_two_ranks_all_to_all(launcher):
         assert r.exit_code == 0 and r.log and "all_to_all ok" in Path(r.log).read_text()
         assert r.host == NODES[r.rank // 2] and Path(r.log).parent.name == r.host
     assert {n.exit_code for n in result.nodes.values()} == {0}
-    assert json.loads((Path(result.report_dir) / f"launch-{result.launch_id}.json").read_text())["ok"]
+    record = json.loads((Path(result.report_dir) / f"launch-{result.launch_id}.json").read_text())
+    assert record["ok"]
+    # gloo: the NIC the host's ip -o link lists for its manage_nic address, the process-group timeout below the
+    # case timeout, no HCCL variable (HCCL_BUFFSIZE least of all); the rendezvous on node 0's manage_nic address
+    for host, node in record["nodes"].items():
+        assert node["comm_env"] == {"GLOO_SOCKET_IFNAME": "eth0", "CAMIT_PG_TIMEOUT": "108"}, (host, node)
+    assert result.master.startswith(launcher.env.hosts["host1"].manage_nic.ip + ":"), result.master
     assert wait_none_left(result.launch_id, 15) == []
 
 

@@ -166,3 +166,22 @@ def test_collect_writes_every_hosts_sections(lab_env_path, lab_env, tmp_path):
         assert (folder / "core.txt").read_text().startswith("pattern=")
         entry = next(e for e in data["hosts"] if e["host"] == host)
         assert entry["logs"] in ("no ~/ascend/log",) or entry["logs"].endswith("KiB")
+
+
+def test_an_unbound_rendezvous_address_fails_addr_and_rdzv(lab_env_path, env_variant):
+    """launch.rendezvous_nic test_nic1 with node 0's test_nic1.ip bound nowhere: node 0 cannot listen there, so no
+    host reaches its rendezvous; host2's own address is bound and its addr passes."""
+    def unbound(doc):
+        doc.setdefault("launch", {})["rendezvous_nic"] = "test_nic1"
+        doc["host_info"]["host1"]["test_nic1"] = {"name": "eth0", "ip": "10.77.0.250"}
+
+    rc, data = check_json(env_variant(unbound), "--hosts", "host1,host2")
+    assert rc == 1, data
+    cells = by_cell(data)
+    addr = cells[("host1", "addr")]
+    assert addr["status"] == "fail" and "test_nic1.ip 10.77.0.250 (the rendezvous and HCCL_IF_IP) is not bound" in \
+        addr["summary"], addr
+    assert cells[("host2", "addr")]["status"] == "ok", cells[("host2", "addr")]
+    for host in ("host1", "host2"):
+        rdzv = cells[(host, "rdzv")]
+        assert rdzv["status"] == "fail" and "node 0 (host1) cannot listen on 10.77.0.250" in rdzv["summary"], rdzv

@@ -90,6 +90,8 @@ def test_setup_script_binds_the_tree_after_the_host_dirs_and_before_exec() -> No
     assert lines[-1] == 'exec "$@"'
     assert lines[-1 - len(binds):-1] == binds
     assert lines.index(binds[0]) > max(i for i, line in enumerate(lines) if "/tmp" in line and "--bind" in line)
+    # set up as CANN's docs ask: HCCL's host ports reserved (preflight's ports check)
+    assert "echo 60000-60031 > /proc/sys/net/ipv4/ip_local_reserved_ports 2>/dev/null || true" in lines
 
 
 def test_setup_script_with_small_workdir_keeps_the_tree_binds() -> None:

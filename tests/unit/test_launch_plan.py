@@ -9,7 +9,9 @@ import pytest
 from framework.config.effective import HostSpec, NicSpec, NpuSpec, Secret, TestNicSpec
 from framework.errors import UsageError
 from framework.launch import NodePlan, Target, backend_env, launch_label, node_command
+from framework.launch.nic import HostNet
 from framework.launch.plan import check_ranks_fit
+from framework.launch.timeouts import derive
 from framework.suite import slots_per_node
 from tests.builders import make_env
 
@@ -19,17 +21,41 @@ A3 = HostSpec(name="node1", manage_nic=NicSpec("enp1s0", "192.0.2.11"),
 LAB = HostSpec(name="host1", manage_nic=NicSpec("eth0", "10.77.0.11"))
 
 
-@pytest.mark.parametrize(("spec", "backend", "expected"), [
-    (A3, "hccl", {"HCCL_IF_IP": "198.51.100.11", "HCCL_SOCKET_IFNAME": "=eth1", "HCCL_BUFFSIZE": "4096",
-                  "GLOO_SOCKET_IFNAME": "eth1", "HCCL_CONNECT_TIMEOUT": "120", "ASCEND_RT_VISIBLE_DEVICES": "0,1,2,3"}),
-    (LAB, "hccl", {"HCCL_IF_IP": "10.77.0.11", "HCCL_SOCKET_IFNAME": "=eth0", "HCCL_BUFFSIZE": "4096",
-                   "GLOO_SOCKET_IFNAME": "eth0", "HCCL_CONNECT_TIMEOUT": "120"}),
-    (A3, "gloo", {"GLOO_SOCKET_IFNAME": "eth1"}),
-    (LAB, "gloo", {"GLOO_SOCKET_IFNAME": "eth0"}),
-    (A3, "nccl", {"NCCL_SOCKET_IFNAME": "eth1"}),
+A3_NET = HostNet(frozenset({"lo", "enp1s0", "eth1"}), {"192.0.2.11": "enp1s0", "198.51.100.11": "eth1"})
+LAB_NET = HostNet(frozenset({"lo", "eth0"}), {"10.77.0.11": "eth0"})
+T300 = derive(300)
+
+
+@pytest.mark.parametrize(("spec", "backend", "net", "expected"), [
+    # the rendezvous uses manage_nic by default; HCCL_BUFFSIZE is left to the CAM prefill launches
+    (A3, "hccl", A3_NET, {"HCCL_IF_IP": "192.0.2.11", "HCCL_SOCKET_IFNAME": "=enp1s0", "GLOO_SOCKET_IFNAME": "enp1s0",
+                          "HCCL_CONNECT_TIMEOUT": "120", "HCCL_EXEC_TIMEOUT": "220",
+                          "ASCEND_RT_VISIBLE_DEVICES": "0,1,2,3"}),
+    (LAB, "hccl", LAB_NET, {"HCCL_IF_IP": "10.77.0.11", "HCCL_SOCKET_IFNAME": "=eth0", "GLOO_SOCKET_IFNAME": "eth0",
+                            "HCCL_CONNECT_TIMEOUT": "120", "HCCL_EXEC_TIMEOUT": "220"}),
+    (A3, "gloo", A3_NET, {"GLOO_SOCKET_IFNAME": "enp1s0"}),
+    (LAB, "gloo", LAB_NET, {"GLOO_SOCKET_IFNAME": "eth0"}),
+    (A3, "nccl", A3_NET, {"NCCL_SOCKET_IFNAME": "enp1s0"}),
+    # a host not probed: no device is named at all
+    (LAB, "gloo", None, {}),
 ])
-def test_backend_env(spec, backend, expected):
-    assert backend_env(spec, backend) == expected
+def test_backend_env(spec, backend, net, expected):
+    assert backend_env(spec, backend, net=net, timeouts=T300) == expected
+
+
+def test_backend_env_follows_the_rendezvous_nic_and_names_only_listed_devices():
+    env = backend_env(A3, "hccl", nic="test_nic1", net=A3_NET, timeouts=T300)
+    assert env["HCCL_IF_IP"] == "198.51.100.11" and env["HCCL_SOCKET_IFNAME"] == "=eth1"
+    # test_nic1.name is a URMA device (bonding_dev_0), not a netdev: the device holding the address is used
+    urma = HostSpec(name="n", manage_nic=NicSpec("enp1s0", "192.0.2.11"),
+                    test_nic1=TestNicSpec(name="bonding_dev_0", dev="udma0", ip="198.51.100.11"))
+    assert backend_env(urma, "gloo", nic="test_nic1", net=A3_NET) == {"GLOO_SOCKET_IFNAME": "eth1"}
+    # the address on no device and the names no device of ip -o link: nothing is pinned
+    ghost = HostNet(frozenset({"lo", "enp1s0"}), {"192.0.2.11": "enp1s0"})
+    env = backend_env(urma, "hccl", nic="test_nic1", net=ghost)
+    assert env == {"HCCL_IF_IP": "198.51.100.11"}
+    # without derived timeouts (a bare call) no timeout variable appears
+    assert "HCCL_EXEC_TIMEOUT" not in backend_env(LAB, "hccl", net=LAB_NET)
 
 
 def test_ranks_per_node_are_the_visible_devices():

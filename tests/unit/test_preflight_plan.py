@@ -6,6 +6,7 @@ and ``hccn_tool`` on PATH printing captured outputs, so the shell side is tested
 
 from __future__ import annotations
 
+import dataclasses
 import stat
 import sys
 import threading
@@ -13,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from framework.config.effective import HostSpec, NicSpec, NpuSpec
+from framework.config.effective import HostSpec, LaunchSpec, NicSpec, NpuSpec
 from framework.errors import EXIT_FAILED, EXIT_INFRA, EXIT_OK, HostUnreachable
 from framework.hosts import Cluster, Host
 from framework.preflight.checks import CHECKS, ERROR, FAIL, NPU_CHECKS, OK, SKIP, WARN, Report, Sample, evaluate
@@ -38,6 +39,7 @@ def spec(name: str = "node1", *, soc: str = "cpu", count: int = 0, visible=None,
 class _Env:
     def __init__(self, *specs: HostSpec, set_env: str | None = None) -> None:
         self.hosts = {s.name: s for s in specs}
+        self.launch = LaunchSpec()
         self.cann = type("Cann", (), {"set_env": set_env})() if set_env else None
 
 
@@ -207,11 +209,15 @@ BASE = {
     "python": "interpreter /w/venv/bin/python\npython 3.11.7\ntorch 2.5.1\ntorch_npu 2.5.1.post1",
     "disk": "dir /w\nFilesystem 1024-blocks Used Available Capacity Mounted on\n/dev/sda 100000000 1 50000000 1% /",
     "core": "pattern=|/usr/lib/systemd/systemd-coredump %P %u %g %s %t %c %h\nsoft=0\nhard=unlimited\ntarget=ok",
+    # the manage_nic addresses spec() gives (10.0.0.<len(name)>)
+    "addr": "1: lo    inet 127.0.0.1/8 scope host lo\\       valid_lft forever preferred_lft forever\n"
+            + "\n".join(f"2: eth0    inet 10.0.0.{i}/24 brd 10.0.0.255 scope global eth0" for i in range(1, 10)),
 }
 
 
 def a2_sections(**over: str) -> dict[str, str]:
     sec = dict(BASE)
+    sec["reserved_ports"] = "60000-60031"
     sec["npu-smi.path"] = "/usr/local/sbin/npu-smi"
     sec["npu-smi"] = capture("npu-smi-info-910b3-a2-busy.txt").replace(
         "| 2       0                 | 1333928       |                          | 37709                   |\n", "")
@@ -250,8 +256,10 @@ def run_eval(samples: dict[str, Sample], limits: Limits | None = None, **plan_kw
 
 def test_healthy_a2_cluster_passes_everything():
     report = run_eval({h: make_sample(h, a2_sections()) for h in ("n1", "n2")})
-    bad = [r for r in report.results.values() if r.status != OK and r.check != "spod"]
+    bad = [r for r in report.results.values() if r.status != OK and r.check not in ("spod", "rdzv")]
     assert bad == [], bad
+    # the reachability check needs the hosts themselves (framework.preflight.rendezvous): evaluate alone skips it
+    assert report.get("n1", "rdzv").status == SKIP and report.get("n1", "rdzv").summary == "not run"
     assert report.get("n1", "spod").status == SKIP and "A3 only" in report.get("n1", "spod").summary
     assert report.exit_code == EXIT_OK
     assert report.get("n1", "npu").value == "A2 8x910B3"
@@ -507,13 +515,18 @@ class CountingLocal(LocalTransport):
 
 def test_preflight_is_one_round_trip_per_host_through_the_bounded_pool(tmp_path):
     names = [f"h{i:02d}" for i in range(12)]
-    specs = [spec(n, workdir=str(tmp_path / n), python=sys.executable) for n in names]
+    specs = [dataclasses.replace(spec(n, workdir=str(tmp_path / n), python=sys.executable),
+                                 manage_nic=NicSpec("lo", "127.0.0.1")) for n in names]
     env = _Env(*specs)
     transports = {n: CountingLocal(n) for n in names}
     cluster = Cluster([Host(n, transports[n], spec=s) for n, s in zip(names, specs)], max_parallel=4)
     report = Preflight(env, cluster).run()
     assert report.hosts == names
-    assert all(t.spawns == 1 and t.runs == 0 for t in transports.values())
+    # the probe: one script per host; then the reachability check: node 0's listener (spawned, later killed by
+    # its pid) and one connect from every host
+    assert transports[names[0]].spawns == 2 and transports[names[0]].runs == 2
+    assert all(t.spawns == 1 and t.runs == 1 for t in list(transports.values())[1:])
+    assert {report.get(n, "rdzv").status for n in names} == {OK}
     assert 1 <= CountingLocal.peak <= 4
     assert report.exit_code == EXIT_OK, [r for r in report.results.values() if not r.passed]
 

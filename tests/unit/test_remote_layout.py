@@ -8,7 +8,7 @@ from pathlib import Path
 
 from framework import commands, coverage, deploy
 from framework.config.effective import HostSpec, NicSpec
-from framework.launch.plan import Prepared, parse_prepare_probe, prepare_probe, shipped_files
+from framework.launch.plan import Prepared, parse_net, parse_prepare_probe, prepare_probe, shipped_files
 from framework.remote.layout import STATE_FILE, DeployState, HostLayout
 from framework.remote.sections import MARK, Record, read_records
 
@@ -134,8 +134,12 @@ def test_deploy_launch_and_coverage_probes_print_tagged_records_read_by_the_one_
     assert DeployState.matches(probe.state, deploy.expected_state(plan, [art]))
 
     out = _sh(prepare_probe([str(supervisor), lay.bin("rankwrap.py", SHA)], lay))
-    assert [r.tag for r in _only_records(out)] == ["have", "state"]
+    tags = [r.tag for r in _only_records(out)]
+    # then this machine's devices and addresses (ip -o link / ip -o addr), one record each, and the end mark
+    assert tags[:2] == ["have", "state"] and tags[-1] == "net" and set(tags[2:-1]) == {"link", "addr"}, tags
     assert parse_prepare_probe(out) == ({str(supervisor)}, state)
+    net = parse_net(out)
+    assert net is not None and "lo" in net.links and net.addrs["127.0.0.1"] == "lo"
 
     out = _sh(coverage.probe_argv(sys.executable))
     assert {r.tag for r in _only_records(out)} <= {"cov", "oplib"}

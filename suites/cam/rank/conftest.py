@@ -122,7 +122,8 @@ def pytest_configure(config: pytest.Config) -> None:
     if not UNDER_TORCHRUN:
         return
     rank, world, local = (int(os.environ[v]) for v in ("RANK", "WORLD_SIZE", "LOCAL_RANK"))
-    timeout = datetime.timedelta(seconds=CASE_TIMEOUT)
+    # the process-group (watchdog) timeout camit derived: above HCCL_EXEC_TIMEOUT, below the case timeout
+    timeout = datetime.timedelta(seconds=float(os.environ.get("CAMIT_PG_TIMEOUT") or CASE_TIMEOUT))
     if BACKEND == "hccl":
         import torch_npu  # (must precede the op library)
 

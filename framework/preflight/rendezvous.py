@@ -1,0 +1,170 @@
+"""Preflight's reachability check: is node 0's rendezvous port reachable from every node?
+
+A short-lived TCP listener on node 0, on the address the launch will use as master address
+(``manage_nic``, or ``launch.rendezvous_nic``; :func:`framework.launch.nic.rendezvous_ip`) and on
+``launch.master_port`` (else a free port outside HCCL's host ports, as launch picks it), then one
+connect from every node, then the listener is stopped by its pid (and ends by itself after
+:data:`LISTEN_LIFE` seconds whatever happens). The programs are standard-library Python run with
+each host's interpreter, their argv quoted by :mod:`framework.commands` like every remote command.
+
+:func:`listener_argv`, :func:`connect_argv` and :func:`verdicts` are pure; :func:`check_reachability`
+runs them on a cluster.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from framework.errors import HostError, reason_of
+from framework.launch.nic import hccl_host_ports, rendezvous_ip
+from framework.preflight.checks import FAIL, OK, SKIP, CheckResult
+
+if TYPE_CHECKING:
+    from framework.config.effective import EnvConfig
+    from framework.hosts import Cluster, Host
+
+log = logging.getLogger("camit.preflight")
+
+CHECK = "rdzv"
+#: the listener's own end, should camit never stop it
+LISTEN_LIFE = 60.0
+CONNECT_TIMEOUT = 5.0
+
+_LISTENER = r"""
+import os, socket, sys, time
+addr, port, lo, hi, life = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5])
+held = []
+try:
+    for _ in range(200):
+        s = socket.socket(socket.AF_INET6 if ":" in addr else socket.AF_INET)
+        s.bind((addr, port))
+        got = s.getsockname()[1]
+        if port or not lo <= got < hi:
+            break
+        held.append(s)
+    s.listen(64)
+except OSError as exc:
+    print("error %s" % exc, flush=True)
+    sys.exit(1)
+for h in held:
+    h.close()
+print("listen %d %d" % (os.getpid(), got), flush=True)
+s.settimeout(0.5)
+end = time.monotonic() + life
+while time.monotonic() < end:
+    try:
+        c, _ = s.accept()
+        c.close()
+    except OSError:
+        pass
+"""
+
+_CONNECT = r"""
+import socket, sys
+try:
+    socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=float(sys.argv[3])).close()
+except OSError as exc:
+    print("error %s" % exc, flush=True)
+    sys.exit(1)
+print("ok", flush=True)
+"""
+
+
+def listener_argv(python: str, addr: str, port: int | None, avoid: range) -> list[str]:
+    """argv of the listener: prints ``listen <pid> <port>`` once listening, or ``error <why>`` and exits 1."""
+    return [python, "-c", _LISTENER, addr, str(port or 0), str(avoid.start), str(avoid.stop), f"{LISTEN_LIFE:g}"]
+
+
+def connect_argv(python: str, addr: str, port: int) -> list[str]:
+    """argv of one connect: prints ``ok``, or ``error <why>`` and exits 1."""
+    return [python, "-c", _CONNECT, addr, str(port), f"{CONNECT_TIMEOUT:g}"]
+
+
+@dataclass(frozen=True)
+class Listening:
+    """Node 0's listener: where it listens, or why it could not."""
+
+    host: str
+    addr: str
+    port: int | None
+    error: str | None = None
+
+    @property
+    def target(self) -> str:
+        return f"{self.addr}:{self.port}" if ":" not in self.addr else f"[{self.addr}]:{self.port}"
+
+
+def parse_listener(line: str) -> tuple[int, int] | str:
+    """``listen <pid> <port>`` → (pid, port); anything else → the reason it gave."""
+    words = line.split()
+    if len(words) == 3 and words[0] == "listen" and words[1].isdigit() and words[2].isdigit():
+        return int(words[1]), int(words[2])
+    return line.strip().removeprefix("error ").strip() or "the listener ended without a word"
+
+
+def verdicts(hosts: Sequence[str], listening: Listening | str, answers: Mapping[str, str]) -> dict[str, CheckResult]:
+    """One ``rdzv`` result per host: ``listening`` is node 0's listener (or why it did not run, a skip);
+    ``answers`` each probed host's connect output (``ok`` or the error)."""
+    out = {}
+    for host in hosts:
+        if isinstance(listening, str):
+            out[host] = CheckResult(host, CHECK, SKIP, listening)
+        elif listening.error is not None:
+            out[host] = CheckResult(host, CHECK, FAIL, f"node 0 ({listening.host}) cannot listen on "
+                                                      f"{listening.addr} port {listening.port or 'any'}: "
+                                                      f"{listening.error}", "no listener")
+        elif host not in answers:
+            out[host] = CheckResult(host, CHECK, SKIP, "not run: host unreachable (see ssh)")
+        elif answers[host].strip() == "ok":
+            out[host] = CheckResult(host, CHECK, OK, f"reached node 0's rendezvous {listening.target}", "ok")
+        else:
+            why = answers[host].strip().removeprefix("error ").strip()
+            out[host] = CheckResult(host, CHECK, FAIL, f"cannot reach node 0's rendezvous {listening.target} "
+                                                      f"({listening.host}): {why}", "unreachable")
+    return out
+
+
+def check_reachability(env: EnvConfig, cluster: Cluster, probed: Sequence[str]) -> dict[str, CheckResult]:
+    """Listen on node 0, connect from every host in ``probed`` (the hosts whose probe answered), stop the listener."""
+    hosts = list(cluster.hosts)
+    node0 = next(iter(env.hosts))
+    if node0 not in cluster.hosts:
+        return verdicts(hosts, f"node 0 ({node0}) is not among the hosts probed here", {})
+    if node0 not in probed:
+        return verdicts(hosts, f"node 0 ({node0}) is unreachable (see its ssh check)", {})
+    spec0 = env.hosts[node0]
+    addr = rendezvous_ip(spec0, env.launch.rendezvous_nic)
+    avoid = hccl_host_ports({k: str(v) for k, v in env.launch.env.items()})
+    host0 = cluster[node0]
+    try:
+        proc = host0.spawn(listener_argv(spec0.python, addr, env.launch.master_port, avoid))
+    except HostError as exc:
+        return verdicts(hosts, Listening(node0, addr, env.launch.master_port, f"cannot start it: {exc}"), {})
+    pid = None
+    try:
+        line = proc.readline(timeout=30.0) or ""
+        got = parse_listener(line)
+        if isinstance(got, str):
+            return verdicts(hosts, Listening(node0, addr, env.launch.master_port, got), {})
+        pid, port = got
+        listening = Listening(node0, addr, port)
+
+        def one(host: Host) -> str:
+            res = host.run(connect_argv(env.hosts[host.name].python, addr, port), timeout=CONNECT_TIMEOUT + 30)
+            return (res.stdout.strip() or res.stderr.strip()[-300:]) or f"rc {res.rc}"
+
+        answers = cluster.map(one, [h for h in hosts if h in probed])
+        got_answers = dict(answers.succeeded)
+        for h, err in answers.failed.items():
+            got_answers[h] = f"error {reason_of(err, h)}"
+        return verdicts(hosts, listening, got_answers)
+    finally:
+        if pid is not None:
+            host0.run(["kill", str(pid)], timeout=30)
+        if proc.wait(10) is None:  # it ends by itself after LISTEN_LIFE; do not wait that long
+            proc.kill()
+            proc.wait(5)
+        proc.close()
