@@ -142,7 +142,8 @@ def test_the_free_port_is_never_one_of_hccls():
 
 
 def test_plan_nodes_use_the_rendezvous_nic_and_the_derived_timeouts(tmp_path):
-    env = make_env(("node1", "node2"), npu={"soc": "ascend910_93", "count": 16}, launch={"backend": "hccl"})
+    env = make_env(("node1", "node2"), npu={"soc": "ascend910_93", "count": 16}, launch={"backend": "hccl"},
+                   cann={"set_env": "/usr/local/Ascend/cann/set_env.sh"})
     names = list(env.hosts)
     nets = {n: HostNet(frozenset({"lo", "eth0"}), {env.hosts[n].manage_nic.ip: "eth0"}) for n in names}
     prepared = {n: Prepared(HostLayout.of(env.hosts[n]), "s", "r", net=nets[n]) for n in names}
