@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from framework.report.html import write_fallback_index, write_index
-from framework.report.junit import CoreRecord, write_cluster_junit, write_fallback_cluster
+from framework.report.junit import CoreRecord, fold_case_properties, write_cluster_junit, write_fallback_cluster
 from framework.report.manifest import write_fallback_manifest, write_manifest
 from framework.report.scrub import Scrubber
 
@@ -29,8 +29,13 @@ __all__ = ["finalize"]
 Fallback = Callable[[Path, str, str, str], object]
 
 
+def _keep(root: Path, status: str, error: str, problem: str) -> None:
+    """pytest's junit.xml stays as pytest wrote it when folding its testcase properties failed."""
+
+
 def finalize(rundir_path: str | os.PathLike[str], *, cores: Sequence[CoreRecord] = (), **manifest_kwargs: Any) -> None:
-    """Write ``cluster.xml``, ``manifest.json`` and ``index.html`` from whatever the folder holds.
+    """Write ``cluster.xml``, ``manifest.json`` and ``index.html`` from whatever the folder holds (and keep
+    pytest's ``junit.xml`` junit-10 valid: :func:`~framework.report.junit.fold_case_properties`).
 
     ``manifest_kwargs`` are :func:`framework.report.manifest.write_manifest`'s (``env``, ``seed``,
     ``argv``, ``repro``, ``started``, ``ended``, ``status``, ``error``, ``extra``). Never raises: a
@@ -51,6 +56,7 @@ def finalize(rundir_path: str | os.PathLike[str], *, cores: Sequence[CoreRecord]
     err_text = (f"{type(err).__name__}: {err}" if isinstance(err, BaseException) else str(err)) if err else None
     problems: list[str] = []
     steps: list[tuple[str, Callable[[], object], Fallback]] = [
+        ("junit.xml", lambda: fold_case_properties(root / "junit.xml"), _keep),
         ("cluster.xml", lambda: write_cluster_junit(root, cores, scrub=scrub, status=status, error=err_text),
          write_fallback_cluster),
         ("manifest.json", lambda: write_manifest(root, scrub=scrub, report_errors=problems, **kw),

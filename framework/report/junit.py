@@ -2,6 +2,7 @@
 
 :func:`write_cluster_junit` builds it from :func:`framework.report.model.read_run`, so it can
 be rebuilt at any time; :func:`validate_junit` checks a file against junit-10.xsd;
+:func:`fold_case_properties` keeps pytest's own ``junit.xml`` valid too;
 :func:`write_fallback_cluster` is the one-error file :func:`framework.report.finish.finalize` leaves when
 the merge fails, and :func:`xml_text` makes any text XML 1.0 safe. The cores handed over are merged into
 ``cores.json`` (kept so later rebuilds see them).
@@ -51,7 +52,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("camit.report")
 
-__all__ = ["CoreRecord", "validate_junit", "write_cluster_junit", "write_fallback_cluster", "xml_text"]
+__all__ = ["CoreRecord", "fold_case_properties", "validate_junit", "write_cluster_junit", "write_fallback_cluster",
+           "xml_text"]
 
 SCHEMA_FILE = "xunit-plugin-junit-10.xsd"
 #: statuses of a run that did not finish normally: cluster.xml gets an error entry for them
@@ -232,6 +234,38 @@ def _clean_case(case: ET.Element, prefix: str) -> ET.Element:
     if extra_out:
         ET.SubElement(out, "system-out").text = "\n".join(extra_out)
     return out
+
+
+def fold_case_properties(path: str | os.PathLike[str]) -> bool:
+    """Move each testcase's ``<properties>`` of pytest's ``junit.xml`` into its ``<system-out>``.
+
+    pytest writes ``record_property`` and ``item.user_properties`` (camit's ``placement``) as testcase
+    properties, which junit-10.xsd does not allow (only suites have them): Jenkins' xunit plugin would
+    drop the file. Each becomes a ``property <name> = <value>`` line, as :func:`_clean_case` does for
+    cluster.xml. Returns whether the file changed; a missing file is no change.
+    """
+    file = Path(path)
+    if not file.exists():
+        return False
+    tree = ET.parse(file)
+    changed = False
+    for case in tree.getroot().iter("testcase"):
+        lines = []
+        for props in case.findall("properties"):
+            lines += [f"property {p.get('name')} = {p.get('value')}" for p in props.iter("property")]
+            case.remove(props)
+        if not lines:
+            continue
+        changed = True
+        out = case.find("system-out")
+        if out is None:
+            out = ET.SubElement(case, "system-out")
+            out.text = "\n".join(lines)
+        else:
+            out.text = "\n".join([*lines, out.text or ""])
+    if changed:
+        write_atomic(file, ET.tostring(tree.getroot(), encoding="unicode", xml_declaration=True) + "\n")
+    return changed
 
 
 def _record_cores(root: Path, cores: Sequence[CoreRecord], scrub: Scrub) -> None:

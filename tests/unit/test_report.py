@@ -313,6 +313,26 @@ def test_validate_junit_names_what_junit_10_rejects(tmp_path):
     assert report_junit.validate_junit(tmp_path / "missing.xml") == [f"{tmp_path / 'missing.xml'}: no such file"]
 
 
+def test_finalize_folds_testcase_properties_of_pytests_junit_into_system_out(tmp_path):
+    """pytest writes record_property / user_properties (camit's ``placement``) as testcase properties, which
+    junit-10 rejects: finalize moves them into the case's system-out, keeping what was there."""
+    junit = tmp_path / "junit.xml"
+    junit.write_text('<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite name="pytest" errors="0" '
+                     'failures="0" skipped="0" tests="2" time="1.0"><testcase classname="t" name="a" time="0.5">'
+                     '<properties><property name="placement" value="4 ranks on 2 node(s) x 2 (host1, host2)"/>'
+                     '</properties><system-out>captured</system-out></testcase>'
+                     '<testcase classname="t" name="b" time="0.5"><properties><property name="k" value="v"/>'
+                     '</properties></testcase></testsuite></testsuites>\n')
+    assert report_junit.validate_junit(junit) != []
+    report.finalize(tmp_path, status="passed")
+    assert report_junit.validate_junit(junit) == []
+    cases = {c.get("name"): c for c in ET.parse(junit).getroot().iter("testcase")}
+    assert cases["a"].findtext("system-out") == "property placement = 4 ranks on 2 node(s) x 2 (host1, host2)\ncaptured"
+    assert cases["b"].findtext("system-out") == "property k = v"
+    assert report_junit.fold_case_properties(junit) is False  # nothing left to fold
+    assert report_junit.fold_case_properties(tmp_path / "none.xml") is False
+
+
 # -- manifest.json, secrets ----------------------------------------------------------------
 SECRET = "hunter2-Zq8!camit"
 
