@@ -174,8 +174,9 @@ def test_cam_suite_passes_on_the_hccl_path_with_ranks_per_node_the_visible_devic
     assert len(bad_ids) == 2 and all(json.loads(p.read_text())["ok"] for p in bad_ids), bad_ids
     for launch in launches:  # two visible devices per host: world 4 takes both hosts, two ranks each
         assert launch["world_size"] == 4 and sorted(launch["nodes"]) == ["host1", "host2"], launch
-        # HCCL_BUFFSIZE=4096 only where the prefill ops run (every CAM module but the fused one); timeouts ordered
-        prefill = "test_fused_rank" not in launch["launch_id"]
+        # HCCL_BUFFSIZE=4096 only where the prefill dispatch/combine run (every CAM module but the fused one and
+        # the bad-id cases, which call the rank-local get_dispatch_layout alone); timeouts ordered
+        prefill = not any(m in launch["launch_id"] for m in ("test_fused_rank", "test_bad_ids_rank"))
         for node in launch["nodes"].values():
             comm = node["comm_env"]
             assert comm.get("HCCL_BUFFSIZE") == ("4096" if prefill else None), (launch["launch_id"], comm)
