@@ -566,15 +566,17 @@ def test_preflight_reports_an_unbound_address_an_unreachable_rendezvous_and_unre
     variant_path = variant(path, tmp_path / "bad.yaml", _test_nic1({"host1": "10.81.9.1", "host2": "10.81.0.250"}))
     sysctl = "/proc/sys/net/ipv4/ip_local_reserved_ports"
     with npu_lab_lock(), _addresses(path, {"host1": ("10.81.9.1/32", "lo")}):
-        proc = run("-m", "framework.cli", "exec", "--env", str(path), "--hosts", "host2", "--", "sh", "-c",
-                   f"echo 61000 > {sysctl}")
-        assert proc.returncode == 0, proc.stdout + proc.stderr
+        proc = run("-m", "framework.cli", "exec", "--env", str(path), "--hosts", "host2", "--",
+                   f"echo 61000 > {sysctl} && cat {sysctl}")
+        assert proc.returncode == 0 and "61000" in proc.stdout, proc.stdout + proc.stderr
         try:
             rc, cells = check(variant_path)
         finally:
-            proc = run("-m", "framework.cli", "exec", "--env", str(path), "--hosts", "host2", "--", "sh", "-c",
-                       f"echo 60000-60031 > {sysctl}")
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+            proc = run("-m", "framework.cli", "exec", "--env", str(path), "--hosts", "host2", "--",
+                       f"echo 60000-60031 > {sysctl} && cat {sysctl}")
+    # restored as the lab set it up, and read back: `camit exec` joins its argv into one shell line as ssh does,
+    # so a `sh -c 'echo … > f'` split into words had written an empty line and left later preflights warning
+    assert proc.returncode == 0 and "60000-60031" in proc.stdout, proc.stdout + proc.stderr
     assert rc == 1, cells
     assert cells[("host1", "addr")]["status"] == "ok" and cells[("host1", "rdzv")]["status"] == "ok", cells
     addr = cells[("host2", "addr")]
