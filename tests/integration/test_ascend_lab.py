@@ -39,6 +39,17 @@ def run(*argv: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
                           stdin=subprocess.DEVNULL)
 
 
+def run_script_failing(env: Path, host: str, script: Path, tmp_path: Path, *, nproc: int, job_timeout: int,
+                       timeout: float) -> tuple[subprocess.CompletedProcess[str], Path]:
+    """``camit run`` of ``script`` on ``host`` (report under ``tmp_path/r``, cores ignored), which must fail;
+    the process and the run's report folder."""
+    proc = run("-m", "framework.cli", "run", "--env", str(env), "--hosts", host, "--nproc-per-node", str(nproc),
+               "--timeout", str(job_timeout), "--report-dir", str(tmp_path / "r"), "--core-policy", "ignore", "--",
+               str(script), timeout=timeout)
+    assert proc.returncode != 0, proc.stdout[-3000:]
+    return proc, (tmp_path / "r" / "latest").resolve()
+
+
 def lab_name(env: EnvConfig) -> str:
     key = env.defaults.key_file
     assert key is not None
@@ -224,11 +235,7 @@ def test_an_hccl_hang_ends_in_the_exec_timeout_plog_signature_the_report_shows(n
     script = tmp_path / "hang.py"
     script.write_text(HANG)
     with npu_lab_lock():
-        proc = run("-m", "framework.cli", "run", "--env", str(env), "--hosts", "host1", "--nproc-per-node", "4",
-                   "--timeout", "150", "--report-dir", str(tmp_path / "r"), "--core-policy", "ignore", "--",
-                   str(script), timeout=400)
-    assert proc.returncode != 0, proc.stdout[-3000:]
-    folder = (tmp_path / "r" / "latest").resolve()
+        proc, folder = run_script_failing(env, "host1", script, tmp_path, nproc=4, job_timeout=150, timeout=400)
     sigs = (folder / "signatures.txt").read_text()
     # HCCL's own diagnosis, before camit's job timeout: the exec timeout's notify-wait line names rank 3
     assert "EI0002" in sigs, sigs[-3000:]
@@ -264,11 +271,7 @@ def test_a_rank_killed_on_its_device_leaves_it_held_and_preflight_names_the_pid(
     fault(host, "linger", "--linger", "300")
     script = tmp_path / "killed.py"
     script.write_text(KILLED)
-    proc = run("-m", "framework.cli", "run", "--env", str(path), "--hosts", host, "--nproc-per-node", "2",
-               "--timeout", "120", "--report-dir", str(tmp_path / "r"), "--core-policy", "ignore", "--",
-               str(script), timeout=300)
-    assert proc.returncode != 0, proc.stdout[-3000:]
-    folder = (tmp_path / "r" / "latest").resolve()
+    proc, folder = run_script_failing(path, host, script, tmp_path, nproc=2, job_timeout=120, timeout=300)
     logs = "\n".join(p.read_text(errors="replace") for p in folder.rglob("rank*.log"))
     pid = next(line.split()[1] for line in logs.splitlines() if line.startswith("HOLDER "))
     rc, cells = check(path)
@@ -388,11 +391,7 @@ def test_a_job_timeout_leaves_each_ranks_stacks_in_its_log_and_the_failure_saves
     script = tmp_path / "stuck.py"
     script.write_text(STUCK)
     with npu_lab_lock():
-        proc = run("-m", "framework.cli", "run", "--env", str(path), "--hosts", "host1", "--nproc-per-node", "2",
-                   "--timeout", "25", "--report-dir", str(tmp_path / "r"), "--core-policy", "ignore", "--",
-                   str(script), timeout=300)
-    assert proc.returncode != 0, proc.stdout[-3000:]
-    folder = (tmp_path / "r" / "latest").resolve()
+        proc, folder = run_script_failing(path, "host1", script, tmp_path, nproc=2, job_timeout=25, timeout=300)
     result = json.loads(next(folder.glob("launch-*.json")).read_text())
     assert result["timed_out"] and result["nodes"]["host1"]["stacks"] == 2, result
     for rank in (0, 1):
