@@ -665,3 +665,28 @@ def test_torch_manual_seed_seeds_through_torch_npu_without_recursing(tmp_path: P
         print(bool(torch.equal(a, b) and torch.equal(b, c)))
     """)
     assert proc.stdout.strip() == "True"
+
+
+SHUTDOWN = """
+import gc, threading, time, weakref
+g = dist.new_group(backend="hccl", ranks=[0, 1])
+t = torch.ones(3)
+dist.all_reduce(t, group=g)
+refs = [weakref.ref(g), weakref.ref(dist.distributed_c10d._get_default_group())]
+dist.destroy_process_group()
+del g
+gc.collect()
+deadline = time.monotonic() + 10
+while any(th.name == "hccl-watchdog" for th in threading.enumerate()) and time.monotonic() < deadline:
+    time.sleep(0.1)
+print("alive", sum(r() is not None for r in refs), "watchdog",
+      any(th.name == "hccl-watchdog" for th in threading.enumerate()), "sum", t.tolist())
+"""
+
+
+def test_destroy_process_group_releases_the_groups_and_ends_the_watchdog(tmp_path):
+    # ProcessGroupHCCL::shutdown ends the watchdog; a watchdog that kept every group left gloo's works to
+    # interpreter finalisation, where the process could abort ("terminate called without an active exception")
+    for rc, stdout, stderr in finish(start_ranks(tmp_path, INIT.format(timeout="") + SHUTDOWN)):
+        assert rc == 0, stderr
+        assert "alive 0 watchdog False sum [2.0, 2.0, 2.0]" in stdout, stdout + stderr

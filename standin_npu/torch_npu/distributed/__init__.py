@@ -184,6 +184,7 @@ class ProcessGroupHCCL(dist.ProcessGroup):
         self._lock = threading.Lock()
         self._inflight: list[_Pending] = []
         self._view = _BackendView(self)
+        self._shut = False
         _Watchdog.watch(self)
 
     def getBackendName(self) -> str:  # noqa: N802 - c10d's name
@@ -217,6 +218,23 @@ class ProcessGroupHCCL(dist.ProcessGroup):
     def _pending(self) -> list[_Pending]:
         with self._lock:
             return list(self._inflight)
+
+    def shutdown(self) -> None:
+        """Leave the watchdog and drop the in-flight works, then shut the inner gloo down.
+
+        As ProcessGroupHCCL::shutdown (torch_npu/csrc/distributed/ProcessGroupHCCL.cpp) ends its watchdog
+        thread: ``destroy_process_group`` calls it, and without it the watchdog kept the group (and gloo's
+        works holding tensors) alive until interpreter finalisation, where gloo's threads could abort the
+        process ("terminate called without an active exception").
+        """
+        if self._shut:  # once, as the C++ (terminateProcessGroup_.exchange(true))
+            return
+        self._shut = True
+        _Watchdog.forget(self)
+        with self._lock:
+            self._inflight.clear()
+        self._gloo.shutdown()
+        super().shutdown()
 
 
 def _numel(items: tuple[Any, ...]) -> int:
@@ -265,11 +283,20 @@ class _Watchdog:
                 cls._thread.start()
 
     @classmethod
+    def forget(cls, pg: ProcessGroupHCCL) -> None:
+        with cls._lock:
+            if pg in cls._groups:
+                cls._groups.remove(pg)
+
+    @classmethod
     def _run(cls) -> None:
         while True:
             time.sleep(POLL_S)
             with cls._lock:
                 groups = list(cls._groups)
+                if not groups:
+                    cls._thread = None  # the last group was shut down: the thread ends with it
+                    return
             for pg in groups:
                 if not pg._teardown:
                     continue  # without tear-down the failure is raised to whoever waits on the work
