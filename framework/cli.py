@@ -240,10 +240,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     with cluster, console.terminate_as_interrupt():
         watch = ClusterWatch(cluster, env, policy=args.core_policy, rundir=rundir)
         watch.begin()
+        # the run folders go only after the core scan: a relative core_pattern puts a rank's core there
         launcher = Launcher(env, cluster, rundir=rundir, nproc_per_node=args.nproc_per_node, on_event=event,
-                            keep_remote=args.keep_remote)
-        result = launcher.run(target, timeout=args.timeout)
-        watched = watch.end(ranks=[result], failed=not result.ok)
+                            keep_remote=args.keep_remote, defer_cleanup=True)
+        try:
+            result = launcher.run(target, timeout=args.timeout)
+            watched = watch.end(ranks=[result], failed=not result.ok)
+        finally:
+            launcher.cleanup_remote()
     cores, core_failed, core_message = watched.cores, watched.failed, watched.message
     if args.json:
         console.print_json({**result.to_json(), "cores": [c.to_json() for c in cores],
@@ -255,6 +259,8 @@ def cmd_run(args: argparse.Namespace) -> int:
                 for r in sorted(result.ranks.values(), key=lambda r: r.rank)]
         console.print_table(["rank", "host", "outcome", "log"], rows)
         print(("PASSED: " if result.ok else "FAILED: ") + result.message())
+        for note in result.notes:
+            print(f"note: {note}")
         if core_message:
             print(core_message)
         if watched.log_summary:
@@ -310,6 +316,7 @@ def _safe_name(section: str) -> str:
 
 def cmd_collect(args: argparse.Namespace) -> int:
     from framework import commands
+    from framework.fetchcaps import FetchCapError
     from framework.hosts import Cluster, Host
     from framework.preflight.checks import evaluate
     from framework.preflight.run import Preflight
@@ -333,8 +340,10 @@ def cmd_collect(args: argparse.Namespace) -> int:
                 if not made.ok:
                     return f"tar failed: {made.tail(2)}"
                 local = rundir.file("collect", host.name, "ascend-log.tgz")
-                try:
-                    host.get(remote, local)
+                try:  # bounded (framework.fetchcaps): a cut archive keeps its first part
+                    host.get(remote, local, keep_partial=True)
+                except FetchCapError as exc:
+                    return f"{local.stat().st_size // 1024} KiB, cut: {exc.reason}"
                 finally:
                     host.run(["rm", "-f", "--", remote], timeout=60)
                 return f"{local.stat().st_size // 1024} KiB"

@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any
 from framework import commands
 from framework.commands import ShellScript
 from framework.errors import FrameworkError, UsageError
+from framework.fetchcaps import extract_tar
 from framework.remote.layout import DeployState, HostLayout
 from framework.remote.sections import read_records, sh_tag, tag_line
 from framework.report.folder import write_atomic
@@ -245,18 +246,19 @@ def parse_gcda_count(stdout: str) -> int:
     return 0
 
 
-def unpack_gcda(tgz: Path, dest: Path) -> list[Path]:
+def unpack_gcda(tgz: Path, dest: Path, host: str = "host") -> list[Path]:
     """Extract the ``.gcda`` regular files of ``tgz`` below ``dest`` (nothing absolute, no ``..``)."""
-    out = []
-    with tarfile.open(tgz) as tar:
-        for member in tar.getmembers():
-            rel = PurePosixPath(member.name)
-            if not member.isfile() or rel.is_absolute() or ".." in rel.parts or rel.suffix != ".gcda":
-                continue
-            data = tar.extractfile(member)
-            if data is not None:
-                out.append(write_atomic(dest.joinpath(*rel.parts), data.read()))
-    return out
+    def place(member: tarfile.TarInfo) -> Path | None:
+        rel = PurePosixPath(member.name)
+        if rel.is_absolute() or ".." in rel.parts or rel.suffix != ".gcda":
+            return None
+        return Path(*rel.parts)
+
+    # streamed under the fetch caps (framework.fetchcaps): a bomb stops at the member and total caps
+    got = extract_tar(tgz, dest, host=host, what=f".gcda data {tgz.name}", place=place)
+    for note in got.notes or []:
+        log.warning("%s", note)
+    return got.files
 
 
 # -- the session-side executor -------------------------------------------------------------
@@ -329,7 +331,7 @@ class RankCoverage:
             finally:
                 host.run(["rm", "-f", "--", tgz], timeout=60)
             try:
-                files = unpack_gcda(local, dest)
+                files = unpack_gcda(local, dest, host.name)
             finally:
                 local.unlink(missing_ok=True)
             log.info("%s: fetched %d .gcda file(s) into %s", host.name, len(files), dest)

@@ -25,7 +25,7 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from framework import commands
+from framework import commands, fetchcaps
 from framework.commands import Command
 from framework.errors import (
     Cancelled,
@@ -38,6 +38,7 @@ from framework.errors import (
     TransferError,
     reason_of,
 )
+from framework.fetchcaps import FetchCapError, FetchCaps
 from framework.result import Result
 from framework.transport.base import DEFAULT_MAX_OUTPUT, Process, Transport
 
@@ -213,14 +214,23 @@ class Host:
             raise
         return digest
 
-    def get(self, remote: str, local: Path | str) -> str:
-        """Download ``remote`` to ``local``, verified against the host's sha256."""
+    def get(self, remote: str, local: Path | str, *, cap: FetchCaps | None = None, keep_partial: bool = False) -> str:
+        """Download ``remote`` to ``local`` (mode 0600), verified against the host's sha256.
+
+        Bounded by ``cap`` (default ``framework.fetchcaps.caps()``): past its byte or time cap this raises
+        ``FetchCapError`` naming host and file; with ``keep_partial`` what came so far is left at ``local``.
+        """
         local = Path(local)
         expected = self.remote_sha256(remote)
         local.parent.mkdir(parents=True, exist_ok=True)
         part = local.with_name(local.name + f".camit-part-{secrets.token_hex(4)}")
         try:
-            self.transport.get(remote, part)
+            try:
+                self.transport.get(remote, part, cap=cap or fetchcaps.caps())
+            except FetchCapError:
+                if keep_partial and part.exists():
+                    part.replace(local)
+                raise
             got = sha256_file(part)
             if got != expected:
                 raise TransferError(self.name, f"sha256 mismatch after download of {remote}: "

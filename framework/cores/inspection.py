@@ -66,6 +66,7 @@ def inspect_script(cands: Sequence[Candidate], tmp: str, python: str, sources: C
     q = commands.quote
     lines = [
         "LC_ALL=C; export LC_ALL",
+        "umask 077",  # a core materialised here (coredumpctl dump, apport-unpack) is readable by us alone
         f"T={q(tmp)}; mkdir -p \"$T\"",
         f"PY=$(command -v {q(python)} 2>/dev/null || command -v python3 2>/dev/null || command -v python 2>/dev/null)",
         f"facts() {{ if [ -n \"$PY\" ]; then \"$PY\" -c {q(facts_program())} \"$1\" 2>&1 | head -c 65536 "
@@ -309,6 +310,9 @@ def apply_inspection(core: Core, cand: Candidate, sec: Mapping[str, list[str]]) 
         psargs += "…"
     core.cmdline = meta.get("cmdline") or header.get("cmdline") or psargs or None
     core.env = dict(facts.get("env") or {})
+    uid = facts.get("uid")
+    core.uid = uid if isinstance(uid, int) else (cand.journal.uid if cand.journal is not None else None)
+    core.facts_read = isinstance(facts.get("pid"), int)
     if cand.source == "abrt" and _int(meta.get("time")):
         core.time = float(meta["time"])
 
@@ -382,6 +386,9 @@ class Core:
     backtrace: str | None = None
     backtrace_path: Path | None = None
     notes: list[str] = field(default_factory=list)
+    #: the crashed process's uid (NT_PRPSINFO, else the journal) and whether its notes were read at all
+    uid: int | None = None
+    facts_read: bool = False
 
     @property
     def name(self) -> str:
@@ -442,7 +449,7 @@ def gdb_argv(core: str, executable: str | None) -> list[str]:
 def backtrace_script(jobs: Sequence[BacktraceJob], *, timeout: float) -> str:
     """Script: per job ``@@job <i>``, the bounded gdb output, then ``@@gzip ok|failed``."""
     q = commands.quote
-    lines = ["LC_ALL=C; export LC_ALL",
+    lines = ["LC_ALL=C; export LC_ALL", "umask 077",
              f"TO=''; command -v timeout >/dev/null 2>&1 && TO='timeout -k 5 {timeout:g}'"]
     for job in jobs:
         lines.append(sh_tag(f"job {job.index}"))
@@ -462,6 +469,34 @@ _GDB_NOISE = re.compile(
 def clean_backtrace(text: str) -> str:
     """gdb output without the noise lines (xstate warnings, thread-db banners)."""
     return "\n".join(ln for ln in text.splitlines() if not _GDB_NOISE.match(ln)).strip() + "\n"
+
+
+def is_ours(core: Core, procs: Sequence[RankProc], user_uid: int | None) -> bool:
+    """Whether ``core`` belongs to the run: attributed to one of its ranks or launches (pid, parent pid or the
+    run tag). With ranks to match, a core whose notes were read and match none is another process's;
+    without them (or notes unreadable), a core of another uid than the SSH user's is someone else's."""
+    if core.relation is not None:
+        return True
+    if procs and core.facts_read:
+        return False
+    return core.uid is None or user_uid is None or core.uid == user_uid
+
+
+def unique_base(out_dir: Path, base: str, pid: int | None, taken: set[str]) -> str:
+    """``base``, else ``base.<pid>``, else ``base-<n>``: a name no fetched core or backtrace in ``out_dir`` has
+    (two ``core`` files from two ranks or two tests never overwrite each other). Adds it to ``taken``."""
+    def free(name: str) -> bool:
+        return name not in taken and not any((out_dir / f"{name}{ext}").exists() for ext in (".gz", ".bt.txt"))
+
+    tail = f".{pid}"
+    names = [base] + ([base + tail] if pid is not None and not base.endswith(tail) else [])
+    name = next((n for n in names if free(n)), None)
+    n = 2
+    while name is None:
+        name = f"{base}-{n}" if free(f"{base}-{n}") else None
+        n += 1
+    taken.add(name)
+    return name
 
 
 def local_name(core: Core) -> str:

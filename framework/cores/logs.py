@@ -24,10 +24,10 @@ import secrets
 import tarfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
-from framework import commands
+from framework import commands, fetchcaps
 from framework.cores.scan import Baseline
 from framework.errors import FrameworkError
 from framework.hosts import Cluster, Host
@@ -277,6 +277,14 @@ def parse_logs_output(text: str) -> tuple[str, bool, str | None]:
 
 
 # -- executor ----------------------------------------------------------------------------------------------
+def _log_member(member: tarfile.TarInfo) -> Path | None:
+    """Where an Ascend log member goes below ``ascend/``: its relative path, nothing hidden or outside."""
+    parts = [p for p in PurePosixPath(member.name).parts if p not in ("", ".")]
+    if not parts or PurePosixPath(member.name).is_absolute() or any(p == ".." for p in parts):
+        return None
+    return Path(*parts)
+
+
 def collect_logs(cluster: Cluster, report: Path, baseline: Baseline, *,
                  workdir_of: Callable[[Host], str] | None = None,
                  ascend_dirs: Sequence[str] | None = None,
@@ -311,12 +319,17 @@ def collect_logs(cluster: Cluster, report: Path, baseline: Baseline, *,
         if tgz:
             local = out_dir / ".ascend-logs.tgz"
             try:
-                host.get(tgz, local)
+                try:  # bounded download; a cut one keeps its first members
+                    host.get(tgz, local, keep_partial=True)
+                except fetchcaps.FetchCapError as exc:
+                    log.warning("%s", exc)
                 dest = out_dir / "ascend"
-                with tarfile.open(local) as tar:
-                    tar.extractall(dest, filter="data")
-                files += sorted(p for p in dest.rglob("*") if p.is_file())
-            except (FrameworkError, tarfile.TarError, OSError) as exc:
+                got = fetchcaps.extract_tar(local, dest, host=host.name, what=f"Ascend logs {tgz}",
+                                            place=_log_member)
+                for note in got.notes or []:
+                    log.warning("%s", note)
+                files += sorted(got.files)
+            except (FrameworkError, OSError) as exc:
                 log.warning("%s: could not fetch Ascend logs: %s", host.name, exc)
             finally:
                 local.unlink(missing_ok=True)

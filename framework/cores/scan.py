@@ -77,6 +77,7 @@ def scan_script(sources: CoreSources, relative_dirs: Sequence[tuple[str, int]] =
         sh_tag("pattern", '"$pat"'),
         sh_tag("ulimit", '"$(ulimit -S -c) $(ulimit -H -c)"'),
         sh_tag("gdb", '"$(command -v gdb 2>/dev/null)"'),
+        sh_tag("uid", '"$(id -u 2>/dev/null)"'),
         f"lst() {{ find \"$@\" -printf 'F %s %T@ %i %p\\n' 2>/dev/null | head -n {limit}; }}",
         "slashes() { printf %s \"$1\" | tr -cd / | wc -c; }",
         "case $pat in",
@@ -144,6 +145,8 @@ class HostScan:
     limit_soft: str = ""
     limit_hard: str = ""
     gdb: str | None = None
+    #: the SSH user's uid on the host (a core of another uid is not the run's)
+    uid: int | None = None
     files: dict[str, FileEntry] = field(default_factory=dict)
     journal: list[JournalEntry] = field(default_factory=list)
     complete: bool = False
@@ -204,6 +207,8 @@ def _scan_fact(scan: HostScan, key: str, value: str) -> None:
         scan.limit_soft, scan.limit_hard = soft.strip(), hard.strip()
     elif key == "gdb":
         scan.gdb = value.strip() or None
+    elif key == "uid":
+        scan.uid = int(value.strip()) if value.strip().isdigit() else None
 
 
 def _file_entry(line: str) -> FileEntry | None:

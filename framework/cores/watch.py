@@ -45,6 +45,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from framework import fetchcaps
 from framework.commands import ShellScript
 from framework.cores.inspection import (
     BACKTRACE_BYTES,
@@ -58,15 +59,17 @@ from framework.cores.inspection import (
     clean_backtrace,
     human_size,
     inspect_script,
+    is_ours,
     local_name,
     split_sections,
+    unique_base,
     verdict_message,
 )
 from framework.cores.scan import Baseline, Candidate, CoreSources, HostScan, new_candidates, parse_scan, scan_script
 from framework.errors import FrameworkError, reason_of
 from framework.hosts import Cluster, Host
 from framework.remote.layout import DEFAULT_WORKDIR, HostLayout
-from framework.report.folder import RunDir, update_json, write_atomic
+from framework.report.folder import RunDir, update_json
 
 if TYPE_CHECKING:
     from framework.config.effective import EnvConfig, HostSpec
@@ -268,6 +271,11 @@ class CoreWatch:
         tmp = self._layout(host).scratch(f".camit-cores/{secrets.token_hex(4)}")
         try:
             paths = self._inspect(host, cands, cores, tmp, procs)
+            # another process's core (another user's, or not of the run's ranks) is neither fetched nor reported
+            mine = [i for i, c in enumerate(cores) if is_ours(c, procs, after.uid)]
+            if len(mine) < len(cores):
+                log.info("%s: %d core(s) of processes outside the run left alone", host.name, len(cores) - len(mine))
+            cores, paths = [cores[i] for i in mine], [paths[i] for i in mine]
             self._backtrace_and_fetch(host, after.gdb, cores, paths, tmp, report)
         except FrameworkError as exc:  # the cores were seen: report them with what we could not do
             log.warning("%s: inspecting cores failed: %s", host.name, exc)
@@ -330,6 +338,8 @@ class CoreWatch:
         budget = len(jobs) * (self.gdb_timeout + 15) + sum((c.size or 0) for c in cores) / 20e6 + 60
         result = host.run(ShellScript(script), timeout=budget, max_output=len(jobs) * BACKTRACE_BYTES + 65536)
         sections = split_sections(result.stdout, "job", raw=True)
+        taken: set[str] = set()
+        cap = fetchcaps.caps().with_(max_bytes=self.cap_bytes)
         for job in jobs:
             core = cores[job.index]
             text = sections.get(str(job.index), {}).get("raw", [""])[0]
@@ -339,13 +349,13 @@ class CoreWatch:
             if report is None:
                 continue
             out_dir = report / host.name / "cores"
-            base = local_name(core)
+            out_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+            base = unique_base(out_dir, local_name(core), core.pid, taken)
             if core.backtrace:
-                    core.backtrace_path = write_atomic(out_dir / f"{base}.bt.txt", core.backtrace)
+                core.backtrace_path = fetchcaps.write_private(out_dir / f"{base}.bt.txt", core.backtrace)
             if job.gzip_to and tail.startswith("ok"):
-                try:
-                    out_dir.mkdir(parents=True, exist_ok=True)
-                    host.get(job.gzip_to, out_dir / f"{base}.gz")
+                try:  # bytes counted while reading: the cap holds whatever size the host reported
+                    host.get(job.gzip_to, out_dir / f"{base}.gz", cap=cap)
                     core.local_path = out_dir / f"{base}.gz"
                 except FrameworkError as exc:
                     core.notes.append(f"fetch failed: {exc}")

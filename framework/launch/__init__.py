@@ -96,7 +96,7 @@ class Launcher:
                  backend: str | None = None, nproc_per_node: int | None = None,
                  core_limit: str | None = AUTO_CORE_LIMIT, per_launch_dirs: bool = False,
                  keep_remote: bool = False, on_event: Callable[[str, str], None] | None = None,
-                 on_phase: PhaseSink | None = None) -> None:
+                 on_phase: PhaseSink | None = None, defer_cleanup: bool = False) -> None:
         self.env = env
         self.cluster = cluster
         self.rundir = rundir
@@ -108,12 +108,28 @@ class Launcher:
         self.per_launch_dirs = per_launch_dirs
         #: leave each node's run folder on the host (debugging); by default it is removed once fetched
         self.keep_remote = keep_remote
+        #: leave the run folders until :meth:`cleanup_remote` (a core watch scans them first: a relative
+        #: core_pattern puts a rank's core there)
+        self.defer_cleanup = defer_cleanup
+        self.pending_cleanup: list[tuple[str, str]] = []
         self.on_event = on_event or (lambda host, msg: log.info("%s: %s", host, msg))
         self.on_phase = on_phase or (rundir_sink(rundir) if rundir is not None else discard)
         self._count = 0
         #: hosts where a device is still held by one of this launcher's runs (the session's, in the plugin)
         self.dirty = devices.DirtyHosts()
         self.programs = {name: remote.script(name) for name in ("supervisor.py", "rankwrap.py")}
+
+    def cleanup_remote(self) -> None:
+        """Remove the run folders left for the core watch (``defer_cleanup``); a host that fails is logged."""
+        by_host: dict[str, list[str]] = {}
+        for host, run_dir in self.pending_cleanup:
+            by_host.setdefault(host, []).append(run_dir)
+        self.pending_cleanup = []
+        if not by_host:
+            return
+        got = self.cluster.map(lambda h: h.run(["rm", "-rf", "--", *by_host[h.name]], timeout=60), list(by_host))
+        for h, err in got.failed.items():
+            log.warning("%s: could not remove the run folder(s) %s: %s", h, ", ".join(by_host[h]), err)
 
     def _phase(self, host: str, phase: str, start: float, end: float) -> None:
         self.on_phase(PhaseEvent(host, phase, start, end))
@@ -339,21 +355,21 @@ class Launcher:
     def _fetch(self, nodes: dict[str, _Node], result: LaunchResult) -> None:
         """Bring each node's run folder back as ``<report>/<host>/`` (one tar stream per node)."""
 
-        def one(host: Host) -> None:
+        def one(host: Host) -> list[str]:
             run_dir = nodes[host.name].plan.run_dir
-            tgz = run_dir + ".tgz"
-            host.check(fetch.pack_script(run_dir, tgz), timeout=120)
-            local_dir = self._host_dir(host.name, result.launch_id)
-            local_dir.mkdir(parents=True, exist_ok=True)
-            tmp = local_dir / ".fetch.tgz"
-            host.get(tgz, tmp)
-            host.run(fetch.cleanup_argv(run_dir, tgz, self.keep_remote), timeout=60)
-            fetch.unpack(tmp, local_dir)
-            tmp.unlink(missing_ok=True)
+            deferred = self.defer_cleanup and not self.keep_remote
+            if deferred:  # removed by cleanup_remote(), after the core watch scanned it (a relative core_pattern)
+                self.pending_cleanup.append((host.name, run_dir))
+            return fetch.fetch_run_folder(host, run_dir, run_dir + ".tgz", self._host_dir(host.name, result.launch_id),
+                                          keep_remote=self.keep_remote or deferred)
 
         got = self.cluster.map(one, [h for h in nodes if not result.nodes[h].lost])
         for h, err in got.failed.items():
             log.warning("%s: could not fetch logs: %s", h, err)
+        for notes in got.succeeded.values():
+            for note in notes:
+                log.warning("%s", note)
+                result.notes.append(note)
         for h in nodes:
             fetch.read_ranks(result, h, self._host_dir(h, result.launch_id))
 

@@ -9,14 +9,22 @@
 from __future__ import annotations
 
 import json
-import tarfile
+import logging
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from framework import commands
 from framework.commands import ShellScript
+from framework.errors import FrameworkError
+from framework.fetchcaps import FetchCapError, FetchCaps, caps, extract_tar
 from framework.launch.plan import FETCH_DIRS, FETCH_PATTERNS, HCCL_PORT_CLASH, PORT_TAKEN
 from framework.launch.result import LaunchResult, RankResult
 from framework.remote import protocol
+
+if TYPE_CHECKING:
+    from framework.hosts import Host
+
+log = logging.getLogger("camit.launch")
 
 #: lines of the failed rank's log shown with the failure
 TAIL_LINES = 20
@@ -54,17 +62,44 @@ def _local_path(member: str) -> Path | None:
     return Path(parts[-1])
 
 
-def unpack(tgz: Path, local_dir: Path) -> None:
-    """The regular files of ``tgz`` into ``local_dir`` (see :func:`_local_path`)."""
-    with tarfile.open(tgz) as tar:
-        for member in tar.getmembers():
-            rel = _local_path(member.name) if member.isfile() else None
-            data = tar.extractfile(member) if rel is not None else None
-            if rel is None or data is None:
-                continue
-            dest = local_dir / rel
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            dest.write_bytes(data.read())
+def unpack(tgz: Path, local_dir: Path, *, host: str = "host", what: str | None = None,
+           cap: FetchCaps | None = None) -> list[str]:
+    """The regular files of ``tgz`` into ``local_dir`` (see :func:`_local_path`), mode 0600, bounded.
+
+    Streams each member under the caps of :func:`framework.fetchcaps.extract_tar` (member and total size);
+    returns the notes of what was cut (naming ``host`` and the file), empty when everything came.
+    """
+    got = extract_tar(tgz, local_dir, host=host, what=what or tgz.name,
+                      place=lambda m: _local_path(m.name), cap=cap)
+    return list(got.notes or [])
+
+
+def fetch_run_folder(host: Host, run_dir: str, tgz: str, local_dir: Path, *, keep_remote: bool,
+                     cap: FetchCaps | None = None) -> list[str]:
+    """Pack, download (bounded) and unpack (bounded) one node's run folder; the notes of every cap hit.
+
+    A download stopped at its byte cap keeps what came and unpacks the members before the cut. The remote
+    tgz (and, unless ``keep_remote``, the run folder) is removed whatever happened.
+    """
+    cap = cap or caps()
+    notes: list[str] = []
+    tmp = local_dir / ".fetch.tgz"
+    try:
+        host.check(pack_script(run_dir, tgz), timeout=120)
+        local_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            host.get(tgz, tmp, cap=cap, keep_partial=True)
+        except FetchCapError as exc:
+            notes.append(str(exc))
+        if tmp.exists():
+            notes += unpack(tmp, local_dir, host=host.name, what=f"run folder {run_dir}", cap=cap)
+    finally:
+        tmp.unlink(missing_ok=True)
+        try:
+            host.run(cleanup_argv(run_dir, tgz, keep_remote), timeout=60)
+        except FrameworkError as exc:
+            log.warning("%s: could not clean %s up: %s", host.name, run_dir, exc)
+    return notes
 
 
 def read_ranks(result: LaunchResult, host: str, local_dir: Path) -> None:

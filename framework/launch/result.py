@@ -67,6 +67,8 @@ class LaunchResult:
     report_dir: str | None = None
     #: NPUs a pid of this run still held when the bounded post-launch check gave up (framework.launch.devices)
     held: list[HeldDevice] = field(default_factory=list)
+    #: what a fetch cap cut (host, file, cap) — framework.fetchcaps
+    notes: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -92,6 +94,7 @@ class LaunchResult:
             "failure_rank": self.failure_rank, "timed_out": self.timed_out,
             "teardown_seconds": self.teardown_seconds,
             "held": [asdict(h) for h in self.held],
+            **({"notes": list(self.notes)} if self.notes else {}),
             "nodes": {h: asdict(n) for h, n in self.nodes.items()},
             "ranks": {str(r): asdict(v) for r, v in sorted(self.ranks.items())},
         }

@@ -45,18 +45,25 @@ def around_test(item: pytest.Item, ctx: RunContext, resources: Resources) -> Ite
     try:
         yield
     except BaseException as failure:  # the test failed: still collect cores and logs, then re-raise
-        message = _collect(item, ctx, watch, failed=True)
+        message = _collect(item, ctx, watch, failed=True, resources=resources)
         if message:
             failure.args = (f"{failure.args[0] if failure.args else failure}\n{message}",) + failure.args[1:]
         raise
-    message = _collect(item, ctx, watch, failed=False)
+    message = _collect(item, ctx, watch, failed=False, resources=resources)
     if message and core_policy(item, ctx) == "fail":
         raise AssertionError(message)
 
 
-def _collect(item: pytest.Item, ctx: RunContext, watch: ClusterWatch, failed: bool) -> str:
-    """The new cores as text for the report ("" when none or under ``warn``); the logs of a failed test."""
-    watched = watch.end(ranks=item.stash.get(LAUNCHES_KEY, []) or None, failed=failed, rundir=ctx.ensure_rundir())
+def _collect(item: pytest.Item, ctx: RunContext, watch: ClusterWatch, failed: bool, resources: Resources) -> str:
+    """The new cores as text for the report ("" when none or under ``warn``); the logs of a failed test.
+
+    The launches' run folders are removed only after the scan (a relative core_pattern puts cores there)."""
+    try:
+        watched = watch.end(ranks=item.stash.get(LAUNCHES_KEY, []) or None, failed=failed,
+                            rundir=ctx.ensure_rundir())
+    finally:
+        if resources.launcher is not None:
+            resources.launcher.cleanup_remote()
     if watched.log_error:
         log_event("collect", f"log collection failed: {watched.log_error}")
     elif watched.log_summary:  # e.g. an OOM kill behind a rank that "died of SIGKILL"

@@ -184,7 +184,8 @@ class Resources:
             from framework.launch import Launcher
 
             self.launcher = Launcher(self.ctx.require_env(), self.open_cluster(), rundir=self.ctx.ensure_rundir(),
-                                     on_event=log_event, per_launch_dirs=True, keep_remote=self.ctx.options.keep_remote)
+                                     on_event=log_event, per_launch_dirs=True, keep_remote=self.ctx.options.keep_remote,
+                                     defer_cleanup=True)  # after the core watch: cores.around_test, close()
         return self.launcher
 
     def open_suite(self) -> RankSuite:
@@ -208,5 +209,10 @@ class Resources:
 
     def close(self) -> None:
         """Release the lease and close the connections (reverse order of opening); idempotent."""
+        if self.launcher is not None:
+            try:  # run folders of tests outside the core watch
+                self.launcher.cleanup_remote()
+            except Exception as exc:  # noqa: BLE001 - closing must go on
+                log_event("cleanup", f"removing run folders failed: {exc}")
         self.stack.close()
         self.cluster = self.lease = self.launcher = self.suite = self.unreachable = None

@@ -22,6 +22,7 @@ run without a host::
 from __future__ import annotations
 
 import hashlib
+import io
 import re
 import shlex
 import threading
@@ -31,7 +32,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Union
 
+from framework import fetchcaps
 from framework.errors import HostError
+from framework.fetchcaps import FetchCaps
 from framework.result import Result
 from framework.transport.base import DEFAULT_MAX_OUTPUT, LineQueue
 
@@ -277,11 +280,13 @@ class FakeTransport:
         if progress is not None:
             progress(len(data), len(data))
 
-    def get(self, remote: str, local: Path) -> None:
+    def get(self, remote: str, local: Path, *, cap: FetchCaps | None = None) -> None:
         self.connect()
         if remote not in self.files:
             raise HostError(self.name, f"no such file {remote}")
-        Path(local).write_bytes(self.files[remote])
+        with fetchcaps.open_private(Path(local)) as out:
+            fetchcaps.copy_bounded(io.BytesIO(self.files[remote]).read, out, host=self.name, remote=remote,
+                                   cap=cap or fetchcaps.caps())
 
 
 if TYPE_CHECKING:  # the fakes satisfy the protocols they stand in for (checked by mypy)

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 from framework.commands import shell_name
+from framework.fetchcaps import FetchCaps
 from framework.remote.protocol import PGID_MARKER
 from framework.result import Result
 
@@ -35,7 +36,10 @@ class Transport(Protocol):
 
     def put(self, local: Path, remote: str, progress: Callable[[int, int], None] | None = None) -> None: ...
 
-    def get(self, remote: str, local: Path) -> None: ...
+    def get(self, remote: str, local: Path, *, cap: FetchCaps | None = None) -> None:
+        """Copy ``remote`` into the new file ``local`` (mode 0600), counting bytes as they are read:
+        raises ``FetchCapError`` past ``cap``'s byte or time cap, with what came so far in ``local``."""
+        ...
 
     def close(self) -> None: ...
 

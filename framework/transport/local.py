@@ -17,6 +17,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from framework import fetchcaps
+from framework.fetchcaps import FetchCaps
 from framework.result import Result
 from framework.transport.base import DEFAULT_MAX_OUTPUT, LineQueue, OutputTail
 
@@ -79,8 +81,9 @@ class LocalTransport:
     def put(self, local: Path, remote: str, progress: Callable[[int, int], None] | None = None) -> None:
         shutil.copyfile(local, remote)
 
-    def get(self, remote: str, local: Path) -> None:
-        shutil.copyfile(remote, local)
+    def get(self, remote: str, local: Path, *, cap: FetchCaps | None = None) -> None:
+        with open(remote, "rb") as src, fetchcaps.open_private(local) as out:
+            fetchcaps.copy_bounded(src.read, out, host=self.name, remote=remote, cap=cap or fetchcaps.caps())
 
 
 def _pump(stream: io.BufferedReader, tail: OutputTail, lines: LineQueue | None = None) -> None:

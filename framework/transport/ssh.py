@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 import paramiko
 from filelock import FileLock
 
-from framework import commands
+from framework import commands, fetchcaps
 from framework.errors import (
     AuthenticationFailed,
     HostError,
@@ -39,6 +39,7 @@ from framework.errors import (
     HostUnreachable,
     TransferError,
 )
+from framework.fetchcaps import FetchCaps
 from framework.result import Result
 from framework.transport.base import DEFAULT_MAX_OUTPUT, LineQueue, OutputTail
 
@@ -370,10 +371,15 @@ class SshTransport:
         except (OSError, paramiko.SSHException, EOFError) as exc:
             raise TransferError(self.name, f"upload of {local} to {remote} failed: {exc}") from None
 
-    def get(self, remote: str, local: Path) -> None:
+    def get(self, remote: str, local: Path, *, cap: FetchCaps | None = None) -> None:
+        # bytes are counted as they arrive (never the size stat() reports); prefetch at most the cap
+        cap = cap or fetchcaps.caps()
+        start = time.monotonic()
         try:
-            with self._sftp_client() as sftp:
-                sftp.get(remote, str(local))
+            with self._sftp_client() as sftp, sftp.open(remote, "rb") as src, fetchcaps.open_private(local) as out:
+                size = src.stat().st_size or 0
+                src.prefetch(min(size, cap.max_bytes + 1))
+                fetchcaps.copy_bounded(src.read, out, host=self.name, remote=remote, cap=cap, started=start)
         except (OSError, paramiko.SSHException, EOFError) as exc:
             raise TransferError(self.name, f"download of {remote} to {local} failed: {exc}") from None
 

@@ -1,0 +1,222 @@
+"""Bounds on everything camit brings back from a host: bytes read, time taken, what an archive expands to.
+
+The one place the fetch caps are named. Every download (:meth:`framework.hosts.Host.get` over the
+transports' ``get``) counts the bytes as it reads them — never trusting the size the host reports —
+and stops at :attr:`FetchCaps.max_bytes` or after :attr:`FetchCaps.timeout` seconds; every archive a
+host packed for us (a run folder, Ascend logs, ``.gcda`` data, ``camit collect --logs``) is extracted
+by :func:`extract_tar`, which streams each member in chunks and stops a member at
+:attr:`FetchCaps.member_bytes` and the whole archive at :attr:`FetchCaps.total_bytes`, keeping what it
+wrote so far. A 1 MiB gzip that expands to 1 GiB then costs the controller one chunk of memory and at
+most ``total_bytes`` of disk, and the stop is one :class:`FetchCapError` / note naming host and file.
+
+Defaults (:data:`DEFAULTS`) are overridden per key by environment variables (:data:`ENV_KEYS`), read
+each time :func:`caps` is called: ``CAMIT_FETCH_MAX_BYTES``, ``CAMIT_FETCH_TIMEOUT``,
+``CAMIT_FETCH_MEMBER_BYTES``, ``CAMIT_FETCH_TOTAL_BYTES`` (sizes take ``K``/``M``/``G`` suffixes, base
+1024). Files written from host data are created mode ``0600`` (:func:`open_private`).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tarfile
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import BinaryIO
+
+from framework.errors import TransferError, UsageError
+
+CHUNK = 1 << 20
+MiB = 1 << 20
+GiB = 1 << 30
+
+#: the built-in caps: one download, its time, one archive member, one archive's whole expansion
+DEFAULTS: Mapping[str, float] = {
+    "max_bytes": 2 * GiB,   # a compressed core up to the core cap (1 GiB raw) always fits
+    "timeout": 1800.0,
+    "member_bytes": 256 * MiB,
+    "total_bytes": 2 * GiB,
+}
+ENV_KEYS: Mapping[str, str] = {
+    "max_bytes": "CAMIT_FETCH_MAX_BYTES",
+    "timeout": "CAMIT_FETCH_TIMEOUT",
+    "member_bytes": "CAMIT_FETCH_MEMBER_BYTES",
+    "total_bytes": "CAMIT_FETCH_TOTAL_BYTES",
+}
+_SIZE = re.compile(r"^\s*(\d+)\s*([KMGT]?)i?B?\s*$", re.IGNORECASE)
+
+
+class FetchCapError(TransferError):
+    """A download stopped at its byte or time cap (what was read so far may be kept)."""
+
+    def __init__(self, host: str, message: str, *, received: int = 0) -> None:
+        super().__init__(host, message)
+        self.received = received
+
+
+@dataclass(frozen=True)
+class FetchCaps:
+    """The caps of one fetch (see the module doc); ``with_(...)`` for a variant."""
+
+    max_bytes: int = int(DEFAULTS["max_bytes"])
+    timeout: float = float(DEFAULTS["timeout"])
+    member_bytes: int = int(DEFAULTS["member_bytes"])
+    total_bytes: int = int(DEFAULTS["total_bytes"])
+
+    def with_(self, **changes: float) -> FetchCaps:
+        return replace(self, **changes)  # type: ignore[arg-type]
+
+
+def parse_size(value: str, key: str) -> int:
+    """``64M`` → 64 MiB; a clear error naming ``key`` otherwise."""
+    m = _SIZE.match(value)
+    if m is None or int(m.group(1)) <= 0:
+        raise UsageError(f"{key}={value!r}: expected a positive size in bytes (K, M, G or T suffix allowed)")
+    return int(m.group(1)) * 1024 ** " KMGT".index((m.group(2) or " ").upper())
+
+
+def caps(environ: Mapping[str, str] | None = None) -> FetchCaps:
+    """The effective caps: :data:`DEFAULTS`, each overridden by its :data:`ENV_KEYS` variable when set."""
+    env = os.environ if environ is None else environ
+    values: dict[str, float] = {}
+    for field_name, key in ENV_KEYS.items():
+        raw = env.get(key, "").strip()
+        if not raw:
+            continue
+        if field_name == "timeout":
+            try:
+                values[field_name] = float(raw)
+            except ValueError:
+                values[field_name] = -1.0
+            if not 0 < values[field_name] < 1e7:
+                raise UsageError(f"{key}={raw!r}: expected a positive number of seconds")
+        else:
+            values[field_name] = parse_size(raw, key)
+    return FetchCaps().with_(**values)
+
+
+def human(n: int) -> str:
+    for unit, size in (("GiB", GiB), ("MiB", MiB), ("KiB", 1024)):
+        if n >= size:
+            return f"{n / size:g} {unit}"
+    return f"{n} B"
+
+
+def open_private(path: Path) -> BinaryIO:
+    """A new file at ``path`` for host data: mode 0600, never through a symlink, never an existing file."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), 0o600)
+    return os.fdopen(fd, "wb")
+
+
+def write_private(path: Path, data: bytes | str) -> Path:
+    """Write ``data`` to ``path`` (mode 0600) via a new file in the same folder and a rename."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{time.monotonic_ns()}")
+    try:
+        with open_private(tmp) as fh:
+            fh.write(data.encode() if isinstance(data, str) else data)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return path
+
+
+def copy_bounded(read: Callable[[int], bytes], out: BinaryIO, *, host: str, remote: str, cap: FetchCaps,
+                 started: float | None = None) -> int:
+    """Copy ``read(n)`` chunks to ``out`` until EOF; raise :class:`FetchCapError` past the byte or time cap.
+
+    The bytes counted are the bytes read: at most ``cap.max_bytes`` are written (what came so far stays in
+    ``out``); the time cap is checked after every chunk.
+    """
+    start = time.monotonic() if started is None else started
+    got = 0
+    while True:
+        chunk = read(CHUNK)
+        if not chunk:
+            return got
+        room = cap.max_bytes - got
+        if len(chunk) > room:
+            out.write(chunk[:room])
+            raise FetchCapError(host, f"download of {remote} stopped at the cap of {human(cap.max_bytes)} "
+                                      f"({ENV_KEYS['max_bytes']}); the first {human(cap.max_bytes)} are kept",
+                                received=cap.max_bytes)
+        out.write(chunk)
+        got += len(chunk)
+        if time.monotonic() - start > cap.timeout:
+            raise FetchCapError(host, f"download of {remote} took longer than {cap.timeout:g}s "
+                                      f"({ENV_KEYS['timeout']}); stopped after {human(got)}", received=got)
+
+
+@dataclass
+class Extracted:
+    """What :func:`extract_tar` wrote and where it stopped (``notes`` name the host and file)."""
+
+    files: list[Path]
+    total: int = 0
+    notes: list[str] | None = None
+
+    def __post_init__(self) -> None:
+        if self.notes is None:
+            self.notes = []
+
+
+def extract_tar(tgz: Path, dest: Path, *, host: str, what: str, place: Callable[[tarfile.TarInfo], Path | None],
+                cap: FetchCaps | None = None) -> Extracted:
+    """Stream the regular files of ``tgz`` that ``place`` maps to a relative path into ``dest`` (mode 0600).
+
+    Each member stops at ``cap.member_bytes`` (the part written is kept, a note says so) and the archive at
+    ``cap.total_bytes`` (nothing after it is read). A truncated or corrupt archive (a download cut at its
+    cap) keeps the members read before the damage. Never follows or writes through a symlink; never
+    leaves ``dest``. ``what`` names the archive in the notes (``host:/path``).
+    """
+    cap = cap or caps()
+    out = Extracted([])
+    notes: list[str] = out.notes or []
+    out.notes = notes
+    dest.mkdir(parents=True, exist_ok=True)
+    root = dest.resolve()
+    try:
+        with tarfile.open(tgz, "r|*") as tar:  # a stream: members are read once, in order, never indexed
+            for member in tar:
+                rel = place(member) if member.isfile() else None
+                if rel is None or rel.is_absolute() or ".." in rel.parts:
+                    continue
+                if out.total >= cap.total_bytes:
+                    notes.append(f"{host}: {what}: stopped at the total cap of {human(cap.total_bytes)} "
+                                 f"({ENV_KEYS['total_bytes']}) before {member.name}; the files before it are kept")
+                    break
+                target = dest / rel
+                target.parent.mkdir(parents=True, exist_ok=True)
+                if not target.parent.resolve().is_relative_to(root):
+                    continue
+                if target.is_symlink() or target.exists():
+                    target.unlink()
+                src = tar.extractfile(member)
+                if src is None:
+                    continue
+                limit = min(cap.member_bytes, cap.total_bytes - out.total)
+                written = 0
+                with open_private(target) as fh:
+                    while written < limit:
+                        chunk = src.read(min(CHUNK, limit - written))
+                        if not chunk:
+                            break
+                        fh.write(chunk)
+                        written += len(chunk)
+                out.total += written
+                out.files.append(target)
+                if written < member.size:
+                    which = "member" if limit == cap.member_bytes else "total"
+                    key = ENV_KEYS["member_bytes" if which == "member" else "total_bytes"]
+                    notes.append(f"{host}: {what}: {member.name} is {human(member.size)}, cut at the {which} cap "
+                                 f"of {human(limit if which == 'member' else cap.total_bytes)} ({key})")
+    except (tarfile.TarError, EOFError, OSError, ValueError) as exc:
+        notes.append(f"{host}: {what}: archive unreadable after {len(out.files)} file(s): {exc}")
+    return out
+
+
+__all__ = ["DEFAULTS", "ENV_KEYS", "Extracted", "FetchCapError", "FetchCaps", "caps", "copy_bounded",
+           "extract_tar", "open_private", "parse_size", "write_private"]
