@@ -17,6 +17,7 @@ Hierarchy (every class camit raises on purpose; the module is named where it is 
     │   ├── AuthenticationFailed        the host refused our credentials (exit 3)
     │   ├── HostKeyError                host key unknown under `strict`, or changed (exit 3)
     │   ├── TransferError               put/get failed or the sha256 did not match
+    │   │   └── fetchcaps.FetchCapError  a download stopped at its byte or time cap (framework.fetchcaps)
     │   ├── DeployError(step)           deploying artifacts failed at a named step
     │   ├── Cancelled                   the run was interrupted (Ctrl-C/SIGTERM) before this step
     │   ├── launch.devices.HostDirty     a device is still held by an earlier launch's pid: no launch here

@@ -6,12 +6,12 @@ and stops at :attr:`FetchCaps.max_bytes` or after :attr:`FetchCaps.timeout` seco
 host packed for us (a run folder, Ascend logs, ``.gcda`` data, ``camit collect --logs``) is extracted
 by :func:`extract_tar`, which streams each member in chunks and stops a member at
 :attr:`FetchCaps.member_bytes` and the whole archive at :attr:`FetchCaps.total_bytes`, keeping what it
-wrote so far. A 1 MiB gzip that expands to 1 GiB then costs the controller one chunk of memory and at
-most ``total_bytes`` of disk, and the stop is one :class:`FetchCapError` / note naming host and file.
+wrote so far. A 1 MiB gzip that expands to 1 GiB then costs the controller one chunk of memory, at
+most ``total_bytes`` of disk and at most ``expand_bytes`` of inflating, and the stop is one :class:`FetchCapError` / note naming host and file.
 
 Defaults (:data:`DEFAULTS`) are overridden per key by environment variables (:data:`ENV_KEYS`), read
 each time :func:`caps` is called: ``CAMIT_FETCH_MAX_BYTES``, ``CAMIT_FETCH_TIMEOUT``,
-``CAMIT_FETCH_MEMBER_BYTES``, ``CAMIT_FETCH_TOTAL_BYTES`` (sizes take ``K``/``M``/``G`` suffixes, base
+``CAMIT_FETCH_MEMBER_BYTES``, ``CAMIT_FETCH_TOTAL_BYTES``, ``CAMIT_FETCH_EXPAND_BYTES`` (sizes take ``K``/``M``/``G`` suffixes, base
 1024). Files written from host data are created mode ``0600`` (:func:`open_private`).
 """
 
@@ -21,6 +21,7 @@ import os
 import re
 import tarfile
 import time
+import zlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -38,13 +39,17 @@ DEFAULTS: Mapping[str, float] = {
     "timeout": 1800.0,
     "member_bytes": 256 * MiB,
     "total_bytes": 2 * GiB,
+    "expand_bytes": 8 * GiB,  # expanded archive stream read at all (skipping a cut member's rest costs this)
 }
 ENV_KEYS: Mapping[str, str] = {
     "max_bytes": "CAMIT_FETCH_MAX_BYTES",
     "timeout": "CAMIT_FETCH_TIMEOUT",
     "member_bytes": "CAMIT_FETCH_MEMBER_BYTES",
     "total_bytes": "CAMIT_FETCH_TOTAL_BYTES",
+    "expand_bytes": "CAMIT_FETCH_EXPAND_BYTES",
 }
+#: members of one archive read at all (each costs a header in memory)
+MAX_MEMBERS = 50_000
 _SIZE = re.compile(r"^\s*(\d+)\s*([KMGT]?)i?B?\s*$", re.IGNORECASE)
 
 
@@ -64,6 +69,7 @@ class FetchCaps:
     timeout: float = float(DEFAULTS["timeout"])
     member_bytes: int = int(DEFAULTS["member_bytes"])
     total_bytes: int = int(DEFAULTS["total_bytes"])
+    expand_bytes: int = int(DEFAULTS["expand_bytes"])
 
     def with_(self, **changes: float) -> FetchCaps:
         return replace(self, **changes)  # type: ignore[arg-type]
@@ -165,57 +171,81 @@ class Extracted:
 
 def extract_tar(tgz: Path, dest: Path, *, host: str, what: str, place: Callable[[tarfile.TarInfo], Path | None],
                 cap: FetchCaps | None = None) -> Extracted:
-    """Stream the regular files of ``tgz`` that ``place`` maps to a relative path into ``dest`` (mode 0600).
+    """Extract the regular files of ``tgz`` that ``place`` maps to a relative path into ``dest`` (mode 0600).
 
-    Each member stops at ``cap.member_bytes`` (the part written is kept, a note says so) and the archive at
-    ``cap.total_bytes`` (nothing after it is read). A truncated or corrupt archive (a download cut at its
-    cap) keeps the members read before the damage. Never follows or writes through a symlink; never
-    leaves ``dest``. ``what`` names the archive in the notes (``host:/path``).
+    Members are read one at a time in chunks (never whole): each stops at ``cap.member_bytes`` (the part
+    written is kept, a note says so), the archive at ``cap.total_bytes`` written, at ``cap.expand_bytes``
+    of expanded stream (what skipping a cut member's rest costs) and at :data:`MAX_MEMBERS` members. A
+    truncated or corrupt archive (a download cut at its cap) keeps the members read before the damage.
+    Never follows or writes through a symlink; never leaves ``dest``. ``what`` names the archive in the notes.
     """
     cap = cap or caps()
     out = Extracted([])
-    notes: list[str] = out.notes or []
-    out.notes = notes
+    notes: list[str] = out.notes if out.notes is not None else []
     dest.mkdir(parents=True, exist_ok=True)
     root = dest.resolve()
     try:
-        with tarfile.open(tgz, "r|*") as tar:  # a stream: members are read once, in order, never indexed
-            for member in tar:
+        with tarfile.open(tgz, "r:*") as tar:
+            for count in range(MAX_MEMBERS + 1):
+                member = tar.next()
+                if member is None:
+                    break
+                stop = _stop_before(member, count, out.total, cap)
+                if stop:
+                    notes.append(f"{host}: {what}: {stop} before {member.name}; the files before it are kept")
+                    break
                 rel = place(member) if member.isfile() else None
                 if rel is None or rel.is_absolute() or ".." in rel.parts:
                     continue
-                if out.total >= cap.total_bytes:
-                    notes.append(f"{host}: {what}: stopped at the total cap of {human(cap.total_bytes)} "
-                                 f"({ENV_KEYS['total_bytes']}) before {member.name}; the files before it are kept")
-                    break
-                target = dest / rel
-                target.parent.mkdir(parents=True, exist_ok=True)
-                if not target.parent.resolve().is_relative_to(root):
-                    continue
-                if target.is_symlink() or target.exists():
-                    target.unlink()
-                src = tar.extractfile(member)
-                if src is None:
-                    continue
-                limit = min(cap.member_bytes, cap.total_bytes - out.total)
-                written = 0
-                with open_private(target) as fh:
-                    while written < limit:
-                        chunk = src.read(min(CHUNK, limit - written))
-                        if not chunk:
-                            break
-                        fh.write(chunk)
-                        written += len(chunk)
-                out.total += written
-                out.files.append(target)
-                if written < member.size:
-                    which = "member" if limit == cap.member_bytes else "total"
-                    key = ENV_KEYS["member_bytes" if which == "member" else "total_bytes"]
-                    notes.append(f"{host}: {what}: {member.name} is {human(member.size)}, cut at the {which} cap "
-                                 f"of {human(limit if which == 'member' else cap.total_bytes)} ({key})")
-    except (tarfile.TarError, EOFError, OSError, ValueError) as exc:
+                note = _extract_member(tar, member, dest / rel, root, cap, out)
+                if note:
+                    notes.append(f"{host}: {what}: {note}")
+    except (tarfile.TarError, EOFError, OSError, ValueError, zlib.error) as exc:
         notes.append(f"{host}: {what}: archive unreadable after {len(out.files)} file(s): {exc}")
+    out.notes = notes
     return out
+
+
+def _stop_before(member: tarfile.TarInfo, count: int, total: int, cap: FetchCaps) -> str:
+    """Why extraction stops before ``member`` ("" to go on)."""
+    if count >= MAX_MEMBERS:
+        return f"stopped at {MAX_MEMBERS} members"
+    if total >= cap.total_bytes:
+        return f"stopped at the total cap of {human(cap.total_bytes)} ({ENV_KEYS['total_bytes']})"
+    if member.offset_data + member.size > cap.expand_bytes:
+        return f"stopped: the archive expands past {human(cap.expand_bytes)} ({ENV_KEYS['expand_bytes']})"
+    return ""
+
+
+def _extract_member(tar: tarfile.TarFile, member: tarfile.TarInfo, target: Path, root: Path, cap: FetchCaps,
+                    out: Extracted) -> str:
+    """Copy one member to ``target`` up to the member and total caps; the note when it was cut."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if not target.parent.resolve().is_relative_to(root):
+        return ""
+    if target.is_symlink() or target.exists():
+        target.unlink()
+    src = tar.extractfile(member)
+    if src is None:
+        return ""
+    limit = min(cap.member_bytes, cap.total_bytes - out.total)
+    written = 0
+    with src, open_private(target) as fh:
+        while written < limit:
+            chunk = src.read(min(CHUNK, limit - written))
+            if not chunk:
+                break
+            fh.write(chunk)
+            written += len(chunk)
+        while written >= limit and src.read(4 * CHUNK):  # skip the rest in large reads (tar's seek reads 8 KiB)
+            pass
+    out.total += written
+    out.files.append(target)
+    if written >= member.size:
+        return ""
+    which = "member_bytes" if limit == cap.member_bytes else "total_bytes"
+    return (f"{member.name} is {human(member.size)}, cut at the {which.split('_')[0]} cap of "
+            f"{human(getattr(cap, which))} ({ENV_KEYS[which]})")
 
 
 __all__ = ["DEFAULTS", "ENV_KEYS", "Extracted", "FetchCapError", "FetchCaps", "caps", "copy_bounded",

@@ -98,8 +98,8 @@ def test_corrupted_download_is_detected(tmp_path):
     fake.files["/w/x"] = b"abc"
     orig_get = fake.get
 
-    def bad_get(remote, local):
-        orig_get(remote, local)
+    def bad_get(remote, local, **caps):
+        orig_get(remote, local, **caps)
         local.write_bytes(b"abd")
 
     fake.get = bad_get  # type: ignore[method-assign]
