@@ -15,7 +15,14 @@ cap), fetches it into ``<report>/<host>/cores/`` and appends it to the run's
 their status JSON for attribution.
 
 Only cores that appeared between the two scans *and* are no older than the
-snapshot count; each host is scanned in its own mount namespace (the lab's
+snapshot count, and only the run's own (:func:`~framework.cores.inspection.is_ours`: attributed to
+one of its ranks or launches when ranks are given, else of the SSH user's uid): another process's
+core is neither fetched nor reported. Fetched cores and backtraces are mode 0600 under a 0700
+``cores/``, each under a name no other core of the report has (``core``, ``core.<pid>``,
+``core-2``); the download is capped while reading at ``cap_bytes`` (``framework.fetchcaps``). The
+scan must run before the run folders go: ``Launcher(defer_cleanup=True)`` and
+``cleanup_remote()`` after the collect (``camit run``, the pytest plugin) — a relative pattern puts
+the core in the rank's cwd, the run folder. Each host is scanned in its own mount namespace (the lab's
 ``/var/crash/camit`` is per host), so other hosts' cores are never seen. A pipe
 handler stores a core after its process is gone: when a rank died of a
 core-dumping signal and its core is not there yet, the scan is repeated for up

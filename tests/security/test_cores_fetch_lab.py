@@ -16,9 +16,7 @@ import pytest
 from _cores_fetch import camit_run, core_pattern, mode
 from camit_labtools import pids_with_cmdline, wait_for
 
-from framework import fetchcaps
 from framework.cores.watch import CoreWatch
-from framework.fetchcaps import FetchCapError
 from framework.hosts import Cluster
 
 CRASH = "import ctypes, os; print(os.getpid(), flush=True); ctypes.string_at(0)"
@@ -171,6 +169,9 @@ def test_a_fetch_bomb_and_an_oversized_log_stop_at_the_caps(lab_env_path, tmp_pa
 
 def test_a_download_stops_at_its_byte_cap_over_ssh_naming_host_and_file(lab_env, tmp_path) -> None:
     """The cap is counted while reading (not from the host's stat): the first bytes are kept, one clear error."""
+    from framework import fetchcaps
+    from framework.fetchcaps import FetchCapError
+
     with Cluster.from_env(lab_env, ["host3"]) as cluster:
         host = cluster["host3"]
         remote = f"{lab_env.hosts['host3'].workdir}/big-{os.getpid()}.log"
