@@ -12,7 +12,8 @@ characters would survive in its escaped form (``&amp;``, ``\\u00e4``). So each f
 - XML: :func:`scrub_tree` — every element's text and tail and every attribute value except identifiers and
   numbers (:data:`ID_ATTRS`: ``name``, ``classname``, ``hostname``, ``time``, counts…); never a tag or an
   attribute name, so ``cluster.xml`` and ``junit.xml`` stay junit-10 valid;
-- HTML: :func:`framework.report.html.render` scrubs each value before it escapes it.
+- HTML: :func:`framework.report.html.render` scrubs each value before it escapes it; another page in the
+  folder (a coverage report) has the text between its tags scrubbed (:func:`scrub_html`).
 
 :func:`scrub_folder` puts every file of a run folder through the scrubber of its kind (``finalize`` calls
 it before writing ``cluster.xml``, ``manifest.json`` and ``index.html``; ``camit run``, ``deploy`` and
@@ -22,6 +23,7 @@ it before writing ``cluster.xml``, ``manifest.json`` and ``index.html``; ``camit
 
 from __future__ import annotations
 
+import html
 import json
 import logging
 import os
@@ -34,7 +36,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from framework.config.effective import EnvConfig
 
-__all__ = ["ID_ATTRS", "ID_KEYS", "Scrub", "Scrubber", "redact_mapping", "scrub_doc", "scrub_folder", "scrub_tree"]
+__all__ = ["ID_ATTRS", "ID_KEYS", "Scrub", "Scrubber", "redact_mapping", "scrub_doc", "scrub_file", "scrub_folder",
+           "scrub_html", "scrub_tree"]
 
 log = logging.getLogger("camit.report")
 
@@ -62,6 +65,8 @@ _BINARY_SUFFIXES = (".gz", ".tgz", ".xz", ".zst", ".bz2", ".zip", ".tar", ".core
 #: the files ``finalize`` writes after the sweep (built from scrubbed values anyway)
 _WRITTEN_AFTER = ("cluster.xml", "manifest.json", "index.html")
 _PROBE = 8192
+_HTML_TOKEN = re.compile(r"(<!--.*?-->|<[^>]*>)", re.S)
+_HTML_RAW = re.compile(r"<(/?)(?:script|style)\b", re.I)
 
 
 class Scrubber:
@@ -137,6 +142,26 @@ def scrub_tree(root: ET.Element, scrub: Scrub) -> bool:
     return changed
 
 
+def scrub_html(page: str, scrub: Scrub) -> str:
+    """An HTML page (one camit did not render: a coverage report) with ``scrub`` applied to its text between
+    tags, unescaped first and escaped again; tags, attributes, scripts and styles stay as they are."""
+    out: list[str] = []
+    hidden = False
+    for piece in _HTML_TOKEN.split(page):
+        if piece.startswith("<"):
+            m = _HTML_RAW.match(piece)
+            if m:
+                hidden = not m.group(1)
+            out.append(piece)
+        elif piece and not hidden:
+            value = html.unescape(piece)
+            clean = scrub(value)
+            out.append(piece if clean == value else html.escape(clean, quote=False))
+        else:
+            out.append(piece)
+    return "".join(out)
+
+
 def scrub_file(path: Path, scrubber: Scrubber) -> bool:
     """Scrub one file of a run folder by its kind (JSON, XML, text); binary files are left alone.
 
@@ -171,6 +196,13 @@ def scrub_file(path: Path, scrubber: Scrubber) -> bool:
                 return False
             write_atomic(path, ET.tostring(top, encoding="unicode", xml_declaration=True) + "\n")
             return True
+    elif path.suffix in (".html", ".htm"):
+        text = raw.decode("utf-8", "surrogateescape")
+        clean = scrub_html(text, scrubber)
+        if clean == text:
+            return False
+        write_atomic(path, clean.encode("utf-8", "surrogateescape"))
+        return True
     clean_raw = scrubber.data(raw)
     if clean_raw == raw:
         return False

@@ -12,8 +12,8 @@ from framework.errors import UsageError
 from framework.launch import NodePlan, Target, backend_env, launch_label, node_command
 from framework.launch.nic import HostNet
 from framework.launch.plan import check_ranks_fit, secret_env
-from framework.remote import protocol
 from framework.launch.timeouts import derive
+from framework.remote import protocol
 from framework.suite import slots_per_node
 from tests.builders import make_env
 
