@@ -3,8 +3,9 @@ metacharacters or non-ASCII, configured as host ``passwd`` and as secret ``launc
 ``pytest`` run through the camit plugin on the lab.
 
 The run leaks every secret on purpose where a real one ends up: each rank prints them to its log and one rank
-fails with them in its exit message (rank log, launch record, cluster.xml's log tail), the controller test
-records them as a property and fails with them in its assertion (pytest's junit.xml). Expected:
+fails with them in its exit message (rank log, cluster.xml's log tail), the controller test records them as a
+property and fails with them in its assertion (pytest's junit.xml). ``camit run`` of the same ranks too (its
+folder: rank logs, launch record). Expected:
 
 - every report file stays valid — cluster.xml and junit.xml junit-10 (what Jenkins' xunit plugin reads),
   every ``.json`` parses, index.html parses with its inlined script and style untouched;
@@ -141,53 +142,47 @@ def _leaked(value: str) -> list[str]:
     return [f"[{value}]"] if value in COMMON else [value]
 
 
-def test_no_secret_reaches_a_report_file_or_a_command_line(lab, env_variant, tmp_path):
+@pytest.fixture
+def leaky(env_variant, tmp_path):
+    """The env with every secret (launch variables and host passwords) and the rank script that leaks them."""
     def change(doc):
         doc.setdefault("launch", {})["env"] = dict(LAUNCH_SECRETS)
         for host, pw in HOST_PASSWORDS.items():
             doc["host_info"][host]["passwd"] = pw
 
     env = env_variant(change, "secrets.yaml")
-    (tmp_path / "rank_leak.py").write_text(RANK_SCRIPT)
-    ctl = tmp_path / "ctl"
-    ctl.mkdir()
-    (ctl / "test_leaky.py").write_text(CONTROLLER_TEST)
-    reports = tmp_path / "reports"
-    needles = [v.encode() for v in DISTINCT] + [f"{k}=".encode() for k in LAUNCH_SECRETS]
-    watch = _CmdlineWatch(needles)
+    script = tmp_path / "rank_leak.py"
+    script.write_text(RANK_SCRIPT)
+    return env, script
+
+
+def _watched(argv: list[str], cwd: Path, env: dict[str, str]) -> tuple[subprocess.CompletedProcess[str], _CmdlineWatch]:
+    """Run ``argv`` while every command line on the machine is sampled for a secret or a secret's name."""
+    watch = _CmdlineWatch([v.encode() for v in DISTINCT] + [f"{k}=".encode() for k in LAUNCH_SECRETS])
     watch.start()
     try:
-        proc = subprocess.run(
-            [sys.executable, "-m", "pytest", "test_leaky.py", "--env", str(env), "--no-deploy", "--report-dir",
-             str(reports), "-p", "no:cacheprovider", "-q"],
-            cwd=ctl, capture_output=True, text=True, timeout=420,
-            env={**os.environ, "PYTHONPATH": str(REPO), "CAMIT_TEST_RANK_SCRIPT": str(tmp_path / "rank_leak.py"),
-                 "CAMIT_TEST_SECRETS": json.dumps(list(LAUNCH_SECRETS.values()))})
+        proc = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=420,
+                              env={**os.environ, "PYTHONPATH": str(REPO), **env})
     finally:
         watch.done.set()
         watch.join(5)
-    out = proc.stdout + proc.stderr
-    assert proc.returncode == 1 and "1 failed" in proc.stdout, out[-4000:]
-    assert "Traceback (most recent call last)" not in proc.stderr, proc.stderr[-3000:]
-    folder = (reports / "latest").resolve()
-
     # ps on the hosts during the run: the supervisors were seen, never a secret or a secret's name
     assert watch.supervisors, "the sampler never saw a supervisor: it sampled nothing of the run"
     assert watch.hits == {}, {p: c.replace(b"\0", b" ")[:300] for p, c in watch.hits.items()}
+    return proc, watch
 
-    # the ranks received every secret value
+
+def _check_folder(folder: Path, ranks: int) -> dict[Path, list[str]]:
+    """Every file of the run folder parses, holds no secret where one leaked, in any encoding, and the ranks
+    got every secret (their logs hold its sha256); returns each file's values."""
     logs = sorted(folder.rglob("rank*.log"))
-    assert len(logs) == 4, logs
+    assert len(logs) == ranks, logs
     for log in logs:
         text = log.read_text(encoding="utf-8")
         for name, value in LAUNCH_SECRETS.items():
             assert f"HASH {name} {hashlib.sha256(value.encode()).hexdigest()}" in text, (log, name)
         assert "LEAK CAMIT_SECRET_0=[***]" in text, log  # the leak happened and was scrubbed
-
-    # every report file valid
     files = [p for p in folder.rglob("*") if p.is_file() and not p.name.startswith(".")]
-    for name in ("junit.xml", "cluster.xml"):
-        assert validate_junit(folder / name) == [], name
     values: dict[Path, list[str]] = {}
     for p in files:
         if p.suffix == ".json":
@@ -204,12 +199,6 @@ def test_no_secret_reaches_a_report_file_or_a_command_line(lab, env_variant, tmp
                 assert parser.style == [(REPO / "framework/data/report.css").read_text(encoding="utf-8")]
         else:
             values[p] = [p.read_text(encoding="utf-8", errors="replace")]
-    assert {"junit.xml", "cluster.xml", "manifest.json", "index.html", "deploy-manifest.json"} - \
-        {p.name for p in files} <= {"deploy-manifest.json"}, sorted(p.name for p in files)
-    assert any("[***]" in v for v in values[folder / "cluster.xml"]), "the rank's leak is not in cluster.xml"
-    assert any("[***]" in v for v in values[folder / "junit.xml"]), "the controller's leak is not in junit.xml"
-
-    # free of every secret where it leaked, in any encoding
     secret_values = list(LAUNCH_SECRETS.values()) + list(HOST_PASSWORDS.values())
     for p, vals in values.items():
         for secret in secret_values:
@@ -218,3 +207,40 @@ def test_no_secret_reaches_a_report_file_or_a_command_line(lab, env_variant, tmp
         raw = p.read_bytes()
         for secret in DISTINCT + list(HOST_PASSWORDS.values())[:2]:
             assert not [f for f in _encodings(secret) if f in raw], (p.relative_to(folder).as_posix(), secret)
+    return values
+
+
+def test_no_secret_reaches_a_report_file_or_a_command_line(lab, leaky, tmp_path):
+    env, script = leaky
+    ctl = tmp_path / "ctl"
+    ctl.mkdir()
+    (ctl / "test_leaky.py").write_text(CONTROLLER_TEST)
+    reports = tmp_path / "reports"
+    proc, _ = _watched([sys.executable, "-m", "pytest", "test_leaky.py", "--env", str(env), "--no-deploy",
+                        "--report-dir", str(reports), "-p", "no:cacheprovider", "-q"], ctl,
+                       {"CAMIT_TEST_RANK_SCRIPT": str(script),
+                        "CAMIT_TEST_SECRETS": json.dumps(list(LAUNCH_SECRETS.values()))})
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1 and "1 failed" in proc.stdout, out[-4000:]
+    assert "Traceback (most recent call last)" not in proc.stderr, proc.stderr[-3000:]
+    folder = (reports / "latest").resolve()
+    for name in ("junit.xml", "cluster.xml"):  # what Jenkins' xunit plugin reads
+        assert validate_junit(folder / name) == [], name
+    values = _check_folder(folder, ranks=4)
+    assert {"junit.xml", "cluster.xml", "manifest.json", "index.html"} <= {p.name for p in values}, sorted(values)
+    assert any("[***]" in v for v in values[folder / "cluster.xml"]), "the rank's leak is not in cluster.xml"
+    assert any("[***]" in v for v in values[folder / "junit.xml"]), "the controller's leak is not in junit.xml"
+
+
+def test_camit_run_keeps_the_secrets_out_of_its_folder_and_command_lines(lab, leaky, tmp_path):
+    env, script = leaky
+    reports = tmp_path / "reports"
+    proc, _ = _watched([sys.executable, "-m", "framework.cli", "run", "--env", str(env), "--hosts", "host1,host2",
+                        "--nproc-per-node", "1", "--report-dir", str(reports), "--timeout", "180", "--json", "--",
+                        str(script)], REPO, {})
+    assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert json.loads(proc.stdout)["failure_rank"] == 1
+    folder = (reports / "latest").resolve()
+    values = _check_folder(folder, ranks=2)
+    assert [p for p in values if p.name.startswith("launch-")], sorted(values)
+    assert any("rank 1 LEAK [***]" in v for p, vs in values.items() if p.name == "rank1.log" for v in vs)
