@@ -59,9 +59,10 @@ ID_ATTRS = frozenset({
     "name", "classname", "hostname", "package", "id", "group", "type", "file", "line", "time", "timestamp",
     "tests", "failures", "errors", "skipped", "disabled", "assertions",
 })
-#: file kinds never rewritten: archives, core dumps, pickles (their bytes are not text to edit)
+#: file kinds never rewritten: archives, compressed cores, binaries, static assets (their bytes are not text to
+#: edit); any other file with a NUL in its first bytes (an ELF core dump) is left alone too
 _BINARY_SUFFIXES = (".gz", ".tgz", ".xz", ".zst", ".bz2", ".zip", ".tar", ".core", ".pt", ".bin", ".so",
-                    ".pyc", ".npy", ".whl", ".run", ".png", ".svg", ".ico", ".js", ".css", ".lock")
+                    ".pyc", ".npy", ".whl", ".run", ".lz4", ".png", ".svg", ".ico", ".js", ".css", ".lock")
 #: the files ``finalize`` writes after the sweep (built from scrubbed values anyway)
 _WRITTEN_AFTER = ("cluster.xml", "manifest.json", "index.html")
 _PROBE = 8192
@@ -170,11 +171,13 @@ def scrub_file(path: Path, scrubber: Scrubber) -> bool:
     """
     from framework.report.folder import write_atomic
 
-    if path.name.endswith(_BINARY_SUFFIXES) or path.name.startswith("core") or path.parent.name == "cores":
+    if path.name.endswith(_BINARY_SUFFIXES):
         return False
-    raw = path.read_bytes()
-    if b"\0" in raw[:_PROBE]:
-        return False
+    with open(path, "rb") as fh:  # a core dump (gigabytes, NULs at once) is never read further than this
+        raw = fh.read(_PROBE)
+        if b"\0" in raw:
+            return False
+        raw += fh.read()
     if path.suffix == ".json":
         try:
             doc = json.loads(raw.decode("utf-8"))

@@ -132,7 +132,10 @@ def test_binary_files_and_symlinks_are_left_alone(tmp_path):
     outside.write_text("secret")
     (tmp_path / "link.txt").symlink_to(outside)
     (tmp_path / "a.log").write_text("the secret\n")
-    assert scrub_folder(tmp_path, Scrubber(["secret"])) == ["a.log"]
+    backtrace = core.parent / "core.123.bt.txt"  # a core's backtrace is text: scrubbed
+    backtrace.write_text("#0 login (pw=secret)\n")
+    assert sorted(scrub_folder(tmp_path, Scrubber(["secret"]))) == ["a.log", "node1/cores/core.123.bt.txt"]
+    assert backtrace.read_text() == "#0 login (pw=***)\n"
     assert core.read_bytes() == b"\x7fELF\0\0secret" and outside.read_text() == "secret"
     assert (tmp_path / "a.log").read_text() == "the ***\n"
 
