@@ -168,3 +168,11 @@ def test_another_page_in_the_folder_has_its_text_scrubbed_never_its_markup_or_sc
     page.write_text('<html><script>var ok = true;</script><p class="true">is true &amp; Pw&amp;&lt;x</p></html>')
     assert scrub_folder(tmp_path, Scrubber(["true", "Pw&<x"])) == ["coverage/index.html"]
     assert page.read_text() == '<html><script>var ok = true;</script><p class="true">is *** &amp; ***</p></html>'
+
+
+def test_the_coverage_probe_line_holds_no_secret_variable():
+    from framework.config.effective import Secret
+    from framework.coverage import probe_argv
+
+    argv = probe_argv("/usr/bin/python3", env={"HCCL_TOKEN": Secret("s3cret"), "X": "1"})
+    assert "s3cret" not in " ".join(argv) and "HCCL_TOKEN" not in " ".join(argv) and "X=1" in argv[2]
