@@ -143,9 +143,25 @@ def test_binary_files_and_symlinks_are_left_alone(tmp_path):
 def _supervisor(tmp_path: Path, *, env_stdin: bool, stdin: bytes) -> tuple[subprocess.CompletedProcess[bytes], Path]:
     out = tmp_path / "seen"
     argv = [sys.executable, str(REPO / "framework/remote/supervisor.py"), "--run-id", "t-env-stdin",
-            "--status-dir", str(tmp_path / "st"), *(["--env-stdin"] if env_stdin else []), "--",
+            "--status-dir", str(tmp_path / "st"), "--deadline", "60", *(["--env-stdin"] if env_stdin else []), "--",
             "sh", "-c", f'printf %s "$CAMIT_SECRET_X" > {out}']
-    return subprocess.run(argv, input=stdin, capture_output=True, timeout=30), out
+    # stdin stays open until the supervisor says DONE (its EOF would end the run), as the controller's channel
+    with subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as proc:
+        assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+        try:
+            proc.stdin.write(stdin)
+            proc.stdin.flush()
+            lines = []
+            for line in proc.stdout:  # the supervisor's own --deadline bounds this
+                lines.append(line)
+                if line.strip() == b"DONE":
+                    break
+            proc.stdin.close()
+            proc.wait(30)
+            stderr = proc.stderr.read()
+        finally:
+            proc.kill()
+    return subprocess.CompletedProcess(argv, proc.returncode, b"".join(lines), stderr), out
 
 
 def test_the_supervisor_takes_its_secret_variables_from_stdin(tmp_path):
