@@ -206,6 +206,13 @@ def _cluster_run(args: argparse.Namespace) -> tuple[EnvConfig, Cluster, RunDir, 
     return env, cluster, rundir, event
 
 
+def _scrub_folder(rundir: RunDir, env: EnvConfig) -> None:
+    """The env's secrets out of every file of the run folder (as values: framework.report.scrub)."""
+    from framework.report.scrub import Scrubber, scrub_folder
+
+    scrub_folder(rundir.path, Scrubber.from_env(env))
+
+
 def cmd_deploy(args: argparse.Namespace) -> int:
     from framework.deploy import Deployer
 
@@ -214,6 +221,7 @@ def cmd_deploy(args: argparse.Namespace) -> int:
     with cluster, console.terminate_as_interrupt():
         result = Deployer(env, cluster, relay=False if args.no_relay else None, rundir=rundir,
                           on_event=event).run()
+    _scrub_folder(rundir, env)
     if args.json:
         console.print_json(result.to_json())
     else:
@@ -248,6 +256,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             watched = watch.end(ranks=[result], failed=not result.ok)
         finally:
             launcher.cleanup_remote()
+    _scrub_folder(rundir, env)
     cores, core_failed, core_message = watched.cores, watched.failed, watched.message
     if args.json:
         console.print_json({**result.to_json(), "cores": [c.to_json() for c in cores],
@@ -363,6 +372,7 @@ def cmd_collect(args: argparse.Namespace) -> int:
             rundir.write_text(f"collect/{name}/{_safe_name(section.name)}", section.text + "\n")
         rows.append([name, "ok", f"{len(sample.sections)} sections", logs.get(name, "-")])
         payload.append({"host": name, "sections": sorted(sample.sections), "logs": logs.get(name)})
+    _scrub_folder(rundir, env)
     if args.json:
         console.print_json({"report": str(rundir.path), "hosts": payload})
     else:

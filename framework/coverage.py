@@ -160,9 +160,11 @@ if locations:
 
 def probe_argv(interpreter: str, *, cann_set_env: str | None = None, vendor_set_env: str | None = None,
                env: Mapping[str, Any] | None = None, extra_set_env: Sequence[str] = ()) -> list[str]:
-    """bash that sets up the ranks' environment as a launch does, then runs :data:`PROBE_CODE`."""
+    """bash that sets up the ranks' environment as a launch does, then runs :data:`PROBE_CODE`.
+
+    Secret variables are left out: a command line is any local user's to read (the probe needs none)."""
     steps = env_steps(cann_set_env, extra_set_env, vendor_set_env)
-    exported = commands.export_env(env or {})
+    exported = commands.export_env({k: v for k, v in (env or {}).items() if not callable(getattr(v, "reveal", None))})
     if exported:
         steps.append(exported)
     steps.append("exec " + commands.join([interpreter, "-c", PROBE_CODE, OP_MODULE]))

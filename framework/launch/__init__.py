@@ -61,6 +61,7 @@ from framework.launch.plan import (
     parse_prepare_probe,
     plan_nodes,
     prepare_probe,
+    secret_env,
     shipped_files,
 )
 from framework.launch.result import LaunchResult, NodeResult, RankResult
@@ -247,6 +248,11 @@ class Launcher:
             monitor.started(h, time.monotonic())
             threading.Thread(target=_pump_lines, args=(h, node.proc, events), daemon=True,
                              name=f"camit-launch-{h}").start()
+            secret = secret_env(node.plan.env)  # the supervisor's first stdin line, never in the command line
+            if secret and not _write(node.proc, protocol.env_line(secret)):
+                monitor.fail("infra", f"{h}: cannot send the launch's secret variables to its supervisor",
+                             time.monotonic())
+                return
 
     def _watch(self, nodes: dict[str, _Node], monitor: LaunchMonitor, events: Events) -> None:
         while not monitor.finished:

@@ -3,7 +3,8 @@
 Nothing here does I/O. :func:`node_command` builds, for each node, the bash line
 (CANN and vendor ``set_env``, the backend's variables, the env's and the test's
 own variables, ``ulimit -c``, then the supervisor running
-``python -m torch.distributed.run ... --no-python <python> rankwrap.py ...``);
+``python -m torch.distributed.run ... --no-python <python> rankwrap.py ...``) — every variable but the
+secret ones, which the supervisor reads from its stdin (:func:`secret_env`);
 :func:`plan_nodes` decides every node's plan from the env, the prepared hosts
 (their :class:`~framework.remote.layout.HostLayout` and deploy state) and the
 master address and port.
@@ -29,6 +30,7 @@ from framework.launch.nic import (
     socket_ifname,
 )
 from framework.launch.timeouts import PG_TIMEOUT_VAR, Timeouts, derive
+from framework.remote import protocol
 from framework.remote.layout import DeployState, HostLayout
 from framework.remote.sections import read_records, sh_tag
 from framework.setenv import env_steps, extra_of, require_cann
@@ -173,9 +175,24 @@ class NodePlan:
     coredump_filter: str | None = None
 
 
+def secret_env(env: Mapping[str, Any]) -> dict[str, str]:
+    """The secret variables of a node's env (values with ``reveal()``, such as ``config.Secret``), revealed.
+
+    They never go into the command line (``/proc/<pid>/cmdline`` and ``ps`` show it to every local user for
+    the whole job): :func:`node_command` starts the supervisor with ``--env-stdin`` and the launcher sends
+    them as the first line on its stdin (:func:`framework.remote.protocol.env_line`).
+    """
+    return {k: str(v.reveal()) for k, v in env.items() if callable(getattr(v, "reveal", None))}
+
+
 def node_command(plan: NodePlan, target: Target) -> commands.Line:
-    """The bash line that starts this node's supervised torchrun (pure; tested line by line)."""
+    """The bash line that starts this node's supervised torchrun (pure; tested line by line).
+
+    Secret variables are left out of it: the supervisor reads them from its stdin (:func:`secret_env`).
+    """
     q = commands.quote
+    secret = secret_env(plan.env)
+    public = {k: v for k, v in plan.env.items() if k not in secret}
     torchrun = [plan.python, "-m", "torch.distributed.run", "--nnodes", str(plan.nnodes),
                 "--nproc-per-node", str(plan.nproc_per_node), "--node-rank", str(plan.node_rank),
                 "--master-addr", plan.master_addr, "--master-port", str(plan.master_port),
@@ -185,7 +202,7 @@ def node_command(plan: NodePlan, target: Target) -> commands.Line:
     supervisor = [plan.python, plan.supervisor, "--run-id", f"{plan.launch_id}.{plan.host}", "--status-dir", plan.run_dir,
                   "--deadline", f"{plan.deadline:g}", "--grace", f"{KILL_GRACE:g}",
                   "--heartbeat", f"{HEARTBEAT:g}", "--silence", f"{plan.silence:g}",
-                  "--stack-wait", f"{STACK_WAIT:g}", "--", *torchrun]
+                  "--stack-wait", f"{STACK_WAIT:g}", *([protocol.ENV_STDIN_FLAG] if secret else []), "--", *torchrun]
 
     def assemble(redact: bool) -> str:
         # TMPDIR under the run folder: torchrun's torchelastic_* and torch's caches go there and
@@ -198,7 +215,7 @@ def node_command(plan: NodePlan, target: Target) -> commands.Line:
             # inherited by the supervisor, torchrun and the ranks (kept across fork and execve, core(5))
             steps.append(f"{{ echo {q(plan.coredump_filter)} > /proc/self/coredump_filter; }} 2>/dev/null || true")
         steps += env_steps(plan.cann_set_env, plan.extra_set_env, plan.vendor_set_env)
-        exported = commands.export_env({"TMPDIR": plan.run_dir + "/tmp", **plan.env}, redact=redact)
+        exported = commands.export_env({"TMPDIR": plan.run_dir + "/tmp", **public}, redact=redact)
         steps.append(exported)
         steps.append("exec " + commands.join(supervisor))
         return " && ".join(steps)

@@ -74,8 +74,10 @@ def summary_lines(ctx: RunContext) -> list[str] | None:
         return None
     try:
         from framework import report
+        from framework.report.scrub import Scrubber
 
-        text = report.terminal_summary(ctx.rundir.path, repro=repro(ctx.config, ctx.seed))
+        text = report.terminal_summary(ctx.rundir.path, repro=repro(ctx.config, ctx.seed),
+                                       scrub=Scrubber.from_env(ctx.env))
     except Exception as exc:  # the summary must never hide the run's outcome
         text = f"(no cluster summary: {exc})"
     lines = text.splitlines()

@@ -12,7 +12,8 @@ Supervisor (one per node, ``framework.launch``), to the controller::
     STARTED <pid> | HB | RANK <r> exit <rc> pid <p> | RANK <r> SIG <name> pid <p>
     EXIT <rc> | KILLED <why> | SWEPT <n> | STACKS <n> | LEFT <pid>... | TREE <pid>... | DONE
 
-and from the controller: ``HB`` (any line resets its silence clock), ``KILL``, and ``STACKS``
+and from the controller: ``ENV <base64 JSON>`` first when it was started with ``--env-stdin`` (the
+secret variables of the run), then ``HB`` (any line resets its silence clock), ``KILL``, and ``STACKS``
 (the job timed out: ask every rank for its Python stacks, wait, then kill).
 
 Relay (one per host and artifact, ``framework.deploy``): the controller writes
@@ -26,6 +27,9 @@ node's run folder, next to the supervisor's ``torchrun.log``.
 
 from __future__ import annotations
 
+import base64
+import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 # -- supervisor -> controller ------------------------------------------------------------------
@@ -50,6 +54,12 @@ KILLED_REASONS = ("stdin-eof", "stdin-kill", "silence", "deadline", "signal")
 
 # -- controller -> supervisor ------------------------------------------------------------------
 KILL = "KILL"
+#: the first line to a supervisor started with ``--env-stdin``: ``ENV <base64 of a JSON name -> value map>``
+#: (the secret launch variables: never in the command line, where any local user reads them)
+ENV = "ENV"
+ENV_STDIN_FLAG = "--env-stdin"
+#: how long such a supervisor waits for its ENV line before it gives up (``EXIT 2``)
+ENV_WAIT = 60.0
 #: the environment variable tagging every process of a run (value: the run id)
 RUN_TAG = "CAMIT_RUN_ID"
 
@@ -77,6 +87,12 @@ def rank_file(rank: object, suffix: str) -> str:
 
 def heartbeat_line() -> bytes:
     return f"{HEARTBEAT}\n".encode()
+
+
+def env_line(env: Mapping[str, str]) -> bytes:
+    """``ENV <base64(JSON)>``: variables a supervisor started with ``--env-stdin`` adds to its command's env."""
+    payload = base64.b64encode(json.dumps(dict(env), ensure_ascii=True).encode()).decode("ascii")
+    return f"{ENV} {payload}\n".encode()
 
 
 def kill_line(stacks: bool = False) -> bytes:

@@ -4,7 +4,11 @@
 Shipped to the hosts by ``framework.launch``; standard library only.
 
     supervisor.py --run-id ID --status-dir DIR [--deadline S] [--grace S]
-                  [--heartbeat S] [--silence S] [--stack-wait S] -- <command...>
+                  [--heartbeat S] [--silence S] [--stack-wait S] [--env-stdin] -- <command...>
+
+With ``--env-stdin`` the first line on stdin is ``ENV <base64 of a JSON object>``: variables added to the
+command's environment (the run's secrets, which must never appear in a command line any local user can
+read in ``/proc/<pid>/cmdline``); without it within a minute the supervisor ends (``EXIT 2``).
 
 It starts the command in a new session with ``CAMIT_RUN_ID=<ID>`` in its
 environment (torchrun puts every worker in a session of its own, so a group kill
@@ -68,6 +72,10 @@ LEFT = "LEFT"
 TREE = "TREE"
 DONE = "DONE"
 KILL = "KILL"
+ENV = "ENV"
+ENV_STDIN_FLAG = "--env-stdin"
+#: how long a supervisor started with --env-stdin waits for its ENV line
+ENV_WAIT = 60.0
 KILLED_REASONS = ("stdin-eof", "stdin-kill", "silence", "deadline", "signal")
 RANK_STEM = "rank"
 TORCHRUN_LOG = "torchrun.log"
@@ -216,6 +224,37 @@ def report_ranks(status_dir: str, seen: set[str]) -> None:
         say(f"{RANK} {st.get('rank')} {outcome} pid {st.get('pid')}")
 
 
+def read_env_line(fd: int, wait: float) -> dict[str, str] | None:
+    """The variables of the controller's first stdin line ``ENV <base64 JSON>``; None when it does not come
+    within ``wait`` seconds or is not one. Read a byte at a time: what follows it (``HB``, ``KILL``) stays
+    for the main loop."""
+    import base64
+
+    end = time.monotonic() + wait
+    buf = b""
+    while not buf.endswith(b"\n"):
+        left = end - time.monotonic()
+        if left <= 0 or len(buf) > 1 << 20:
+            return None
+        ready, _, _ = select.select([fd], [], [], left)
+        if not ready:
+            return None
+        byte = os.read(fd, 1)
+        if not byte:
+            return None
+        buf += byte
+    word, _, payload = buf.decode("ascii", "replace").strip().partition(" ")
+    if word != ENV:
+        return None
+    try:
+        env = json.loads(base64.b64decode(payload, validate=True))
+    except ValueError:
+        return None
+    if not isinstance(env, dict):
+        return None
+    return {str(k): str(v) for k, v in env.items()}
+
+
 def end_run(args: argparse.Namespace, child: subprocess.Popen[bytes], why: str, stacks: bool,
             tree: dict[int, int]) -> int | None:
     """We end the run (``why``): stacks first when asked, then TERM/KILL; the command's rc."""
@@ -240,6 +279,8 @@ def main() -> int:
     ap.add_argument("--heartbeat", type=float, default=2.0)
     ap.add_argument("--silence", type=float, default=0.0, help="0: do not expect controller heartbeats")
     ap.add_argument("--stack-wait", type=float, default=3.0, help="seconds between asking for stacks and the kill")
+    ap.add_argument(ENV_STDIN_FLAG, dest="env_stdin", action="store_true",
+                    help="read the command's secret variables from the first stdin line (ENV <base64 JSON>)")
     ap.add_argument("command", nargs=argparse.REMAINDER)
     args = ap.parse_args()
     cmd = args.command[1:] if args.command[:1] == ["--"] else args.command
@@ -256,8 +297,15 @@ def main() -> int:
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, on_signal)
 
+    # the secret variables: on stdin, never in our command line
+    secret = read_env_line(sys.stdin.fileno(), ENV_WAIT) if args.env_stdin else {}
+    if secret is None:
+        sys.stderr.write("camit supervisor: no ENV line on stdin (--env-stdin)\n")
+        say(f"{EXIT} 2")
+        say(DONE)
+        return 2
     os.makedirs(args.status_dir, exist_ok=True)
-    env = dict(os.environ, **{TAG: args.run_id})
+    env = dict(os.environ, **secret, **{TAG: args.run_id})
     # handed to the child as its stdout for the whole run, closed at the end: no with-block fits
     log = open(os.path.join(args.status_dir, TORCHRUN_LOG), "ab", buffering=0)  # noqa: SIM115
     child = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,

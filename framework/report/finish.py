@@ -3,7 +3,9 @@ whatever the run folder holds, and never raises.
 
 Each file comes from its own module (:mod:`framework.report.junit`, :mod:`framework.report.manifest`,
 :mod:`framework.report.html`), in that order — the manifest lists ``cluster.xml`` with its sha256, the page
-shows the manifest — all filtered by one :class:`~framework.report.scrub.Scrubber` built from the env. A
+shows the manifest — after every other file of the folder went through one
+:class:`~framework.report.scrub.Scrubber` built from the env (:func:`~framework.report.scrub.scrub_folder`),
+and each of the three scrubs the values it writes with it too. A
 file that cannot be built is replaced by its module's minimal fallback saying so and listed in the
 manifest's ``report_problems``, so an interrupted run still leaves a consistent folder.
 """
@@ -19,7 +21,7 @@ from typing import Any
 from framework.report.html import write_fallback_index, write_index
 from framework.report.junit import CoreRecord, fold_case_properties, write_cluster_junit, write_fallback_cluster
 from framework.report.manifest import write_fallback_manifest, write_manifest
-from framework.report.scrub import Scrubber
+from framework.report.scrub import Scrubber, scrub_folder
 
 log = logging.getLogger("camit.report")
 
@@ -35,7 +37,8 @@ def _keep(root: Path, status: str, error: str, problem: str) -> None:
 
 def finalize(rundir_path: str | os.PathLike[str], *, cores: Sequence[CoreRecord] = (), **manifest_kwargs: Any) -> None:
     """Write ``cluster.xml``, ``manifest.json`` and ``index.html`` from whatever the folder holds (and keep
-    pytest's ``junit.xml`` junit-10 valid: :func:`~framework.report.junit.fold_case_properties`).
+    pytest's ``junit.xml`` junit-10 valid: :func:`~framework.report.junit.fold_case_properties`), every
+    file of the folder scrubbed of the env's secrets first (:func:`~framework.report.scrub.scrub_folder`).
 
     ``manifest_kwargs`` are :func:`framework.report.manifest.write_manifest`'s (``env``, ``seed``,
     ``argv``, ``repro``, ``started``, ``ended``, ``status``, ``error``, ``extra``). Never raises: a
@@ -56,7 +59,8 @@ def finalize(rundir_path: str | os.PathLike[str], *, cores: Sequence[CoreRecord]
     err_text = (f"{type(err).__name__}: {err}" if isinstance(err, BaseException) else str(err)) if err else None
     problems: list[str] = []
     steps: list[tuple[str, Callable[[], object], Fallback]] = [
-        ("junit.xml", lambda: fold_case_properties(root / "junit.xml"), _keep),
+        ("junit.xml", lambda: fold_case_properties(root / "junit.xml", scrub), _keep),
+        ("scrub", lambda: scrub_folder(root, scrub), _keep),
         ("cluster.xml", lambda: write_cluster_junit(root, cores, scrub=scrub, status=status, error=err_text),
          write_fallback_cluster),
         ("manifest.json", lambda: write_manifest(root, scrub=scrub, report_errors=problems, **kw),

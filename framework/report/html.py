@@ -15,11 +15,12 @@ to the run folder. :func:`write_index` writes the page into the folder,
 
 from __future__ import annotations
 
+import html as _html
 import math
 import os
 import xml.etree.ElementTree as ET
 from collections.abc import Iterable, Sequence
-from html import escape
+from contextvars import ContextVar
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -35,14 +36,24 @@ if TYPE_CHECKING:
 
 __all__ = ["render", "write_fallback_index", "write_index"]
 
+#: the scrubber of the page being rendered: every value goes through it before it is escaped
+_SCRUB: ContextVar[Scrub | None] = ContextVar("camit_report_scrub", default=None)
+
+
+def escape(text: str, quote: bool = True) -> str:
+    """``text`` scrubbed of the secrets (the value, before escaping: never the markup) and HTML-escaped."""
+    scrub = _SCRUB.get()
+    text = str(text)
+    return _html.escape(scrub(text) if scrub is not None else text, quote)
+
+
 _NICE_STEPS = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 14400, 28800, 86400)
 
 
 def write_index(rundir_path: str | os.PathLike[str], *, scrub: Scrub | None = None) -> Path:
     """Write ``index.html``: offline page with the phase timeline and the rank grid (``scrub``: secrets out)."""
     root = Path(rundir_path)
-    page = render(read_run(root))
-    return write_atomic(root / "index.html", scrub(page) if scrub else page)
+    return write_atomic(root / "index.html", render(read_run(root), scrub=scrub))
 
 
 def write_fallback_index(root: Path, status: str, error: str, problem: str) -> Path:
@@ -54,8 +65,17 @@ def write_fallback_index(root: Path, status: str, error: str, problem: str) -> P
                         "<a href='manifest.json'>manifest.json</a></p>")
 
 
-def render(run: RunView) -> str:
-    """The whole page as a string (no I/O besides reading the run's own files)."""
+def render(run: RunView, *, scrub: Scrub | None = None) -> str:
+    """The whole page as a string (no I/O besides reading the run's own files); ``scrub`` is applied to
+    every value shown, before it is escaped (links into the run folder stay as they are)."""
+    token = _SCRUB.set(scrub)
+    try:
+        return _render(run)
+    finally:
+        _SCRUB.reset(token)
+
+
+def _render(run: RunView) -> str:
     m = run.manifest
     status = str(m.get("status") or "unknown")
     parts = [
@@ -92,7 +112,7 @@ def _cls(text: str) -> str:
 
 
 def _href(rel: str) -> str:
-    return escape(quote(rel, safe="/"), quote=True)
+    return _html.escape(quote(rel, safe="/"), quote=True)
 
 
 def _when(epoch: float | None) -> str:

@@ -46,6 +46,7 @@ from framework.report.model import (
     read_json,
     read_run,
 )
+from framework.report.scrub import scrub_tree
 
 if TYPE_CHECKING:
     from framework.report.scrub import Scrub
@@ -84,7 +85,8 @@ def write_cluster_junit(rundir_path: str | os.PathLike[str], cores: Sequence[Cor
     Reads ``launch-*.json`` and ``<host>/rank*.xml``; every rank a launch expected
     gets a suite (a synthetic error when it never reported). ``cores`` (:class:`CoreRecord`,
     e.g. ``framework.cores.inspection.Core``) are added to ``cores.json`` and become failures.
-    ``scrub`` removes known secrets from the text (none by default); ``status`` and ``error``
+    ``scrub`` removes known secrets from every value (text and attribute values, before the tree is
+    serialised; none by default); ``status`` and ``error``
     say how the run ended (default: what ``manifest.json`` says), an unfinished run being an error.
     """
     root = Path(rundir_path)
@@ -105,7 +107,8 @@ def write_cluster_junit(rundir_path: str | os.PathLike[str], cores: Sequence[Cor
         top.set(k, str(v))
     top.set("time", _t(sum(float(s.get("time", "0")) for s in top)))
     ET.indent(top)
-    path = write_atomic(root / "cluster.xml", scrub(ET.tostring(top, encoding="unicode", xml_declaration=True)))
+    scrub_tree(top, scrub)  # values only (the rank cases copied in too): never a tag or an attribute name
+    path = write_atomic(root / "cluster.xml", ET.tostring(top, encoding="unicode", xml_declaration=True))
     for problem in validate_junit(path):  # our own output must never be dropped by the xunit plugin
         log.error("cluster.xml does not validate: %s", problem)
     return path
@@ -236,13 +239,14 @@ def _clean_case(case: ET.Element, prefix: str) -> ET.Element:
     return out
 
 
-def fold_case_properties(path: str | os.PathLike[str]) -> bool:
+def fold_case_properties(path: str | os.PathLike[str], scrub: Scrub | None = None) -> bool:
     """Move each testcase's ``<properties>`` of pytest's ``junit.xml`` into its ``<system-out>``.
 
     pytest writes ``record_property`` and ``item.user_properties`` (camit's ``placement``) as testcase
     properties, which junit-10.xsd does not allow (only suites have them): Jenkins' xunit plugin would
     drop the file. Each becomes a ``property <name> = <value>`` line, as :func:`_clean_case` does for
-    cluster.xml. Returns whether the file changed; a missing file is no change.
+    cluster.xml. ``scrub`` (none by default) is applied to the values of the whole tree (never to a tag or
+    an attribute name). Returns whether the file changed; a missing file is no change.
     """
     file = Path(path)
     if not file.exists():
@@ -263,6 +267,8 @@ def fold_case_properties(path: str | os.PathLike[str]) -> bool:
             out.text = "\n".join(lines)
         else:
             out.text = "\n".join([*lines, out.text or ""])
+    if scrub is not None and scrub_tree(tree.getroot(), scrub):
+        changed = True
     if changed:
         write_atomic(file, ET.tostring(tree.getroot(), encoding="unicode", xml_declaration=True) + "\n")
     return changed

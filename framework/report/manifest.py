@@ -30,7 +30,7 @@ from framework.hosts import sha256_file
 from framework.report.fmt import iso
 from framework.report.folder import write_atomic
 from framework.report.model import OUTCOMES, RunView, read_run
-from framework.report.scrub import Scrubber, redact_mapping
+from framework.report.scrub import Scrubber, redact_mapping, scrub_doc
 
 if TYPE_CHECKING:
     from framework.config.effective import EnvConfig
@@ -103,7 +103,7 @@ def write_manifest(rundir_path: str | os.PathLike[str], *, env: EnvLike | None =
     ever written), a mapping (secret-looking keys redacted) or a path. ``repro`` is the
     reproduce line when the caller built it (:func:`repro_command` with its own spelling),
     else it is built from ``argv`` and ``seed``. ``scrub`` (default: the env's secrets)
-    filters the text; ``report_errors`` are listed as ``report_problems``.
+    filters every string value (:func:`~framework.report.scrub.scrub_doc`); ``report_errors`` are listed as ``report_problems``.
     """
     root = Path(rundir_path)
     scrub = scrub or Scrubber.from_env(env)
@@ -134,8 +134,9 @@ def write_manifest(rundir_path: str | os.PathLike[str], *, env: EnvLike | None =
     doc["extra"] = {**(old.get("extra") or {}), **dict(extra or {})}
     if report_errors or run.problems:
         doc["report_problems"] = list(report_errors) + run.problems
-    text = json.dumps(doc, indent=2, default=str) + "\n"
-    return write_atomic(root / "manifest.json", scrub(text))
+    # the values, before serialising: a password that is a common word never hits a key or a literal
+    text = json.dumps(scrub_doc(json.loads(json.dumps(doc, default=str)), scrub), indent=2) + "\n"
+    return write_atomic(root / "manifest.json", text)
 
 
 def write_fallback_manifest(root: Path, status: str, error: str, problem: str) -> Path:

@@ -1,33 +1,81 @@
-"""Keeping secrets out of the report: :class:`Scrubber` replaces the env's known secret values by ``***`` in
-any text written to the run folder, :func:`redact_mapping` hides secret-looking keys of a plain document.
+"""Keeping secrets out of the report: every known secret value is replaced by ``***`` in the *values* of the
+data each report file is built from, before it is serialised — never in the serialised text.
 
-:func:`framework.report.finish.finalize` builds one :class:`Scrubber` from the env and passes it to every
-writer (``cluster.xml``, ``manifest.json``, ``index.html``); a writer called on its own scrubs nothing
-unless given one. A :data:`Scrub` is any ``str -> str`` callable.
+A password is often a common word or number (``test``, ``error``, ``true``, ``123456``): replacing it in
+escaped XML or JSON would hit element names (``<testcase>``, ``<error>``), attribute names (``hostname=``),
+literals (``true``) or numbers and corrupt the file, while a password with ``& < > " '`` or non-ASCII
+characters would survive in its escaped form (``&amp;``, ``\\u00e4``). So each format is scrubbed in its model:
+
+- text (rank logs, backtraces, collected logs, the terminal summary): :meth:`Scrubber.text` / :meth:`Scrubber.data`;
+- JSON: :func:`scrub_doc` — every string value, except the values of camit's identifier keys
+  (:data:`ID_KEYS`: host names, statuses, launch ids, run-folder paths) and never a key, a number or a literal;
+- XML: :func:`scrub_tree` — every element's text and tail and every attribute value except identifiers and
+  numbers (:data:`ID_ATTRS`: ``name``, ``classname``, ``hostname``, ``time``, counts…); never a tag or an
+  attribute name, so ``cluster.xml`` and ``junit.xml`` stay junit-10 valid;
+- HTML: :func:`framework.report.html.render` scrubs each value before it escapes it; another page in the
+  folder (a coverage report) has the text between its tags scrubbed (:func:`scrub_html`).
+
+:func:`scrub_folder` puts every file of a run folder through the scrubber of its kind (``finalize`` calls
+it before writing ``cluster.xml``, ``manifest.json`` and ``index.html``; ``camit run``, ``deploy`` and
+``collect`` at their end). :func:`redact_mapping` hides secret-looking keys of a plain document. A
+:data:`Scrub` is any ``str -> str`` callable; a :class:`Scrubber` is one.
 """
 
 from __future__ import annotations
 
+import html
+import json
+import logging
+import os
 import re
+import xml.etree.ElementTree as ET
 from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from framework.config.effective import EnvConfig
 
-__all__ = ["Scrub", "Scrubber", "redact_mapping"]
+__all__ = ["ID_ATTRS", "ID_KEYS", "Scrub", "Scrubber", "redact_mapping", "scrub_doc", "scrub_file", "scrub_folder",
+           "scrub_html", "scrub_tree"]
 
-#: a text filter every report writer applies to what it writes
+log = logging.getLogger("camit.report")
+
+#: a text filter every report writer applies to the values it writes
 Scrub = Callable[[str], str]
 
+REDACTED = "***"
 _SECRET_KEY = re.compile(r"passw|pass$|token|secret|credential", re.I)
+
+#: JSON keys whose string values camit makes itself (names, enums, run-folder paths, hashes): kept as they
+#: are, so a password that is a common word never turns a status, a host name or a link into ``***``
+ID_KEYS = frozenset({
+    "schema", "run_id", "launch_id", "status", "outcome", "kind", "failure_kind", "phase", "host", "hostname",
+    "signal", "log", "junit", "local_path", "backtrace_path", "sha256", "iso", "via", "name", "superseded",
+    "step", "policy", "core_policy", "state", "backend", "soc",
+})
+#: XML attributes that are identifiers or numbers (junit-10.xsd types several as decimals and dates)
+ID_ATTRS = frozenset({
+    "name", "classname", "hostname", "package", "id", "group", "type", "file", "line", "time", "timestamp",
+    "tests", "failures", "errors", "skipped", "disabled", "assertions",
+})
+#: file kinds never rewritten: archives, compressed cores, binaries, static assets (their bytes are not text to
+#: edit); any other file with a NUL in its first bytes (an ELF core dump) is left alone too
+_BINARY_SUFFIXES = (".gz", ".tgz", ".xz", ".zst", ".bz2", ".zip", ".tar", ".core", ".pt", ".bin", ".so",
+                    ".pyc", ".npy", ".whl", ".run", ".lz4", ".png", ".svg", ".ico", ".js", ".css", ".lock")
+#: the files ``finalize`` writes after the sweep (built from scrubbed values anyway)
+_WRITTEN_AFTER = ("cluster.xml", "manifest.json", "index.html")
+_PROBE = 8192
+_HTML_TOKEN = re.compile(r"(<!--.*?-->|<[^>]*>)", re.S)
+_HTML_RAW = re.compile(r"<(/?)(?:script|style)\b", re.I)
 
 
 class Scrubber:
     """Replaces known secret values (the env's passwords and secret launch variables) by ``***``."""
 
     def __init__(self, secrets: Iterable[str]) -> None:
-        self.secrets = sorted({s for s in secrets if s and len(s) >= 3}, key=len, reverse=True)
+        self.secrets = sorted({str(s) for s in secrets if s}, key=len, reverse=True)
+        self._raw = [s.encode("utf-8", "surrogateescape") for s in self.secrets]
 
     @classmethod
     def from_env(cls, env: EnvConfig | object | None) -> Scrubber:
@@ -42,10 +90,151 @@ class Scrubber:
                 found.append(value.reveal())
         return cls(found)
 
-    def __call__(self, text: str) -> str:
+    def __bool__(self) -> bool:
+        return bool(self.secrets)
+
+    def text(self, text: str) -> str:
+        """``text`` (a value, not escaped markup) with every secret replaced by ``***``."""
         for s in self.secrets:
-            text = text.replace(s, "***")
+            if s in text:
+                text = text.replace(s, REDACTED)
         return text
+
+    __call__ = text
+
+    def data(self, raw: bytes) -> bytes:
+        """``raw`` text bytes with every secret's UTF-8 form replaced by ``***``."""
+        for s in self._raw:
+            if s in raw:
+                raw = raw.replace(s, REDACTED.encode())
+        return raw
+
+
+def scrub_doc(doc: Any, scrub: Scrub, key: str = "") -> Any:
+    """A copy of a JSON document with ``scrub`` applied to every string value (and list item) except under
+    :data:`ID_KEYS`; keys, numbers, booleans and null stay as they are."""
+    if isinstance(doc, Mapping):
+        return {k: scrub_doc(v, scrub, str(k)) for k, v in doc.items()}
+    if isinstance(doc, list | tuple):
+        return [scrub_doc(v, scrub, key) for v in doc]
+    if isinstance(doc, str) and key not in ID_KEYS:
+        return scrub(doc)
+    return doc
+
+
+def scrub_tree(root: ET.Element, scrub: Scrub) -> bool:
+    """Apply ``scrub`` in place to every text, tail and non-identifier attribute value (not :data:`ID_ATTRS`)
+    under ``root``; tags and attribute names are never touched. Returns whether anything changed."""
+    changed = False
+    for el in root.iter():
+        for attr in ("text", "tail"):
+            value = getattr(el, attr)
+            if value:
+                new = scrub(value)
+                if new != value:
+                    setattr(el, attr, new)
+                    changed = True
+        for name, value in list(el.attrib.items()):
+            if name not in ID_ATTRS:
+                new = scrub(value)
+                if new != value:
+                    el.set(name, new)
+                    changed = True
+    return changed
+
+
+def scrub_html(page: str, scrub: Scrub) -> str:
+    """An HTML page (one camit did not render: a coverage report) with ``scrub`` applied to its text between
+    tags, unescaped first and escaped again; tags, attributes, scripts and styles stay as they are."""
+    out: list[str] = []
+    hidden = False
+    for piece in _HTML_TOKEN.split(page):
+        if piece.startswith("<"):
+            m = _HTML_RAW.match(piece)
+            if m:
+                hidden = not m.group(1)
+            out.append(piece)
+        elif piece and not hidden:
+            value = html.unescape(piece)
+            clean = scrub(value)
+            out.append(piece if clean == value else html.escape(clean, quote=False))
+        else:
+            out.append(piece)
+    return "".join(out)
+
+
+def scrub_file(path: Path, scrubber: Scrubber) -> bool:
+    """Scrub one file of a run folder by its kind (JSON, XML, text); binary files are left alone.
+
+    Returns whether the file was rewritten. A JSON or XML file that does not parse is scrubbed as text
+    (it is not valid to begin with, and must not keep a secret either).
+    """
+    from framework.report.folder import write_atomic
+
+    if path.name.endswith(_BINARY_SUFFIXES):
+        return False
+    with open(path, "rb") as fh:  # a core dump (gigabytes, NULs at once) is never read further than this
+        raw = fh.read(_PROBE)
+        if b"\0" in raw:
+            return False
+        raw += fh.read()
+    if path.suffix == ".json":
+        try:
+            doc = json.loads(raw.decode("utf-8"))
+        except ValueError:
+            pass
+        else:
+            clean = scrub_doc(doc, scrubber)
+            if clean == doc:
+                return False
+            write_atomic(path, json.dumps(clean, indent=2, default=str) + "\n")
+            return True
+    elif path.suffix == ".xml":
+        try:
+            top = ET.fromstring(raw)
+        except ET.ParseError:
+            pass
+        else:
+            if not scrub_tree(top, scrubber):
+                return False
+            write_atomic(path, ET.tostring(top, encoding="unicode", xml_declaration=True) + "\n")
+            return True
+    elif path.suffix in (".html", ".htm"):
+        text = raw.decode("utf-8", "surrogateescape")
+        clean = scrub_html(text, scrubber)
+        if clean == text:
+            return False
+        write_atomic(path, clean.encode("utf-8", "surrogateescape"))
+        return True
+    clean_raw = scrubber.data(raw)
+    if clean_raw == raw:
+        return False
+    write_atomic(path, clean_raw)
+    return True
+
+
+def scrub_folder(root: str | os.PathLike[str], scrubber: Scrubber, *, skip: Iterable[str] = _WRITTEN_AFTER) -> list[str]:
+    """Put every regular file under the run folder ``root`` through :func:`scrub_file` (symlinks are not
+    followed; lock and temporary files are skipped, and the top-level files in ``skip``). Returns the
+    run-folder relative paths rewritten. Nothing to do without secrets."""
+    base = Path(root)
+    done: list[str] = []
+    if not scrubber or not base.is_dir():
+        return done
+    skipped = set(skip)
+    for folder, dirs, files in os.walk(base, followlinks=False):
+        dirs[:] = [d for d in dirs if not os.path.islink(os.path.join(folder, d))]
+        for name in files:
+            path = Path(folder, name)
+            rel = path.relative_to(base).as_posix()
+            if rel in skipped or name.startswith(".") or path.is_symlink() or not path.is_file():
+                continue
+            try:
+                if scrub_file(path, scrubber):
+                    done.append(rel)
+            except OSError as exc:
+                log.warning("report: cannot scrub %s: %s", path, exc)
+    return done
 
 
 def redact_mapping(doc: Any, key: str = "") -> Any:
@@ -56,5 +245,5 @@ def redact_mapping(doc: Any, key: str = "") -> Any:
     if isinstance(doc, list):
         return [redact_mapping(v, key) for v in doc]
     if _SECRET_KEY.search(key) or type(doc).__name__ == "Secret":
-        return "***"
+        return REDACTED
     return doc

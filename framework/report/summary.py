@@ -15,9 +15,13 @@ import os
 import xml.etree.ElementTree as ET
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from framework.report.fmt import dur, ranges, short
 from framework.report.model import OUTCOMES, RankView, RunView, case_counts, read_run
+
+if TYPE_CHECKING:
+    from framework.report.scrub import Scrub
 
 __all__ = ["terminal_summary"]
 
@@ -26,18 +30,21 @@ _RANKS_A_LINE = 64  # 64 ranks a line keeps a 1024-rank host on one screen
 _WIDTH = 100
 
 
-def terminal_summary(rundir_path: str | os.PathLike[str], repro: str | None = None) -> str:
+def terminal_summary(rundir_path: str | os.PathLike[str], repro: str | None = None, *,
+                     scrub: Scrub | None = None) -> str:
     """One screen for the end of a pytest run: ranks per host, problems, slowest phases, how to reproduce.
 
     Pure: reads the folder's files only. ``repro`` overrides the command recorded in the
-    manifest (:func:`framework.report.manifest.repro_command`'s line).
+    manifest (:func:`framework.report.manifest.repro_command`'s line). ``scrub`` takes the secrets out of
+    every line but the report folder's path (which must stay one to open).
     """
     run = read_run(rundir_path)
-    lines = [_headline(run), *_counts(run), *_rank_grid(run), *_bad_ranks(run), *_cores(run),
-             *_dirty_hosts(run), *_failed_tests(run), *_slowest_phases(run), f"  report: {run.path / 'index.html'}",
-             _reproduce(run, repro)]
+    keep = scrub or str
+    lines = [keep(line) for line in [_headline(run), *_counts(run), *_rank_grid(run), *_bad_ranks(run), *_cores(run),
+                                     *_dirty_hosts(run), *_failed_tests(run), *_slowest_phases(run)]]
+    lines += [f"  report: {run.path / 'index.html'}", keep(_reproduce(run, repro))]
     if run.problems:
-        lines.append("  report problems: " + short("; ".join(run.problems), 90))
+        lines.append(keep("  report problems: " + short("; ".join(run.problems), 90)))
     return "\n".join(lines)
 
 

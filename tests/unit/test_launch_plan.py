@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import shlex
 
 import pytest
@@ -10,8 +11,9 @@ from framework.config.effective import HostSpec, NicSpec, NpuSpec, Secret, TestN
 from framework.errors import UsageError
 from framework.launch import NodePlan, Target, backend_env, launch_label, node_command
 from framework.launch.nic import HostNet
-from framework.launch.plan import check_ranks_fit
+from framework.launch.plan import check_ranks_fit, secret_env
 from framework.launch.timeouts import derive
+from framework.remote import protocol
 from framework.suite import slots_per_node
 from tests.builders import make_env
 
@@ -118,10 +120,21 @@ def test_node_command_without_cann_vendor_or_core_limit():
     assert text.endswith("-- '/w/t/a b.py' '$(x)'")
 
 
-def test_secrets_are_exported_but_not_displayed():
-    line = node_command(plan(env={"HCCL_TOKEN": Secret("s3cret"), "X": "it's"}), Target(module="m"))
-    assert "s3cret" in line.text
-    assert "s3cret" not in line.display and "HCCL_TOKEN='***'" in shlex.split(line.display)[2]
+def test_secrets_stay_out_of_the_command_line_and_go_to_the_supervisors_stdin():
+    p = plan(env={"HCCL_TOKEN": Secret("s3cret"), "X": "it's"})
+    line = node_command(p, Target(module="m"))
+    # the line is any local user's to read in /proc/<pid>/cmdline: the secret is not in it, not even its name
+    assert "s3cret" not in line.text and "HCCL_TOKEN" not in line.text
+    assert "s3cret" not in line.display and "HCCL_TOKEN" not in line.display
+    text = shlex.split(line.text)[2]
+    assert "X='it'\"'\"'s'" in text  # the public variables are still exported
+    assert " --env-stdin -- " in text.split("exec ", 1)[1]
+    assert secret_env(p.env) == {"HCCL_TOKEN": "s3cret"}
+    assert base64.b64decode(protocol.env_line(secret_env(p.env)).split()[1]) == b'{"HCCL_TOKEN": "s3cret"}'
+
+
+def test_no_secret_no_env_stdin():
+    assert "--env-stdin" not in node_command(plan(env={"X": "1"}), Target(module="m")).text
 
 
 def test_hostile_env_values_arrive_literally_in_bash(tmp_path):
