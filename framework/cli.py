@@ -273,7 +273,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         if core_message:
             print(core_message)
         if watched.log_summary:
-            print("failure signatures:\n" + watched.log_summary.rstrip())
+            print("failure signatures:\n" + console.printable(watched.log_summary.rstrip()))
         for held in result.held:
             print(f"DIRTY: {held.describe()} (camit never resets a device)")
         print(f"report: {rundir.path}")
@@ -302,7 +302,8 @@ def cmd_check(args: argparse.Namespace) -> int:
     headers, rows = report.table()
     console.print_table(headers, rows, title=f"preflight of {len(report.hosts)} host(s)")
     for r in report.problems:
-        print(f"{r.host} {r.check}: {'warning' if r.status == WARN else r.status.upper()}: {r.summary}")
+        print(f"{r.host} {r.check}: {'warning' if r.status == WARN else r.status.upper()}: "
+              f"{console.printable(r.summary)}")
     if report.clock is not None and report.clock.pair:
         a, b = report.clock.pair
         print(f"clock: max pairwise skew {report.clock.max_pairwise:.3f}s ({a} vs {b})")
@@ -501,7 +502,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except FrameworkError as exc:
         if os.environ.get("CAMIT_DEBUG"):
             raise
-        print(f"camit: error: {exc}", file=sys.stderr)
+        print(f"camit: error: {console.printable(str(exc))}", file=sys.stderr)  # may quote a host's output
         return exc.exit_code
     except KeyboardInterrupt:
         print("camit: interrupted", file=sys.stderr)

@@ -1,4 +1,11 @@
-"""Terminal output for the CLI: tables (rich on a terminal, plain text in CI) and logging set-up."""
+r"""Terminal output for the CLI: tables (rich on a terminal, plain text in CI) and logging set-up.
+
+Text from hosts (command output, error reasons) is data, never markup or terminal control: every
+table cell and progress line goes through :func:`printable`, which escapes control characters and
+bidirectional overrides (``\x1b]0;title\x07`` is printed as those eleven characters), and rich
+receives cells as :class:`rich.text.Text`, so a host printing ``[/red]`` or ``[bold]`` changes
+neither the styling nor the outcome.
+"""
 
 from __future__ import annotations
 
@@ -6,12 +13,36 @@ import contextlib
 import json
 import logging
 import os
+import re
 import sys
 from collections.abc import Iterator, Sequence
 from typing import TextIO
 
 LOG_FORMAT = "%(asctime)s.%(msecs)03d %(levelname)-7s %(name)s: %(message)s"
 LOG_DATEFMT = "%H:%M:%S"
+
+#: C0 and C1 control characters but tab and newline, DEL, and the bidirectional embeddings,
+#: overrides and isolates (which reorder what a terminal shows)
+_UNPRINTABLE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def printable(text: str) -> str:
+    r"""``text`` with control characters escaped (``\x1b``, ``\r``, ``\u202e``); tab and newline kept.
+
+    What a host prints can then neither move the cursor, retitle or clear the terminal, nor hide
+    or reorder text in a CI log; the escapes show what was there.
+
+    >>> printable("ok\x1b[2J\tdone\n")
+    'ok\\x1b[2J\tdone\n'
+    """
+    return _UNPRINTABLE.sub(_escape, text)
+
+
+def _escape(match: re.Match[str]) -> str:
+    char = match.group()
+    if char == "\r":
+        return "\\r"
+    return f"\\x{ord(char):02x}" if ord(char) <= 0xFF else f"\\u{ord(char):04x}"
 
 
 def interactive(stream: TextIO | None = None) -> bool:
@@ -34,7 +65,8 @@ def event(host: str, message: str, stream: TextIO | None = None) -> None:
     """One progress line: ``HH:MM:SS host: message`` (timestamped, greppable in CI logs)."""
     import time
 
-    print(f"{time.strftime('%H:%M:%S')} {host}: {message}", file=stream or sys.stderr, flush=True)
+    print(f"{time.strftime('%H:%M:%S')} {printable(host)}: {printable(message)}", file=stream or sys.stderr,
+          flush=True)
 
 
 @contextlib.contextmanager
@@ -78,21 +110,27 @@ def plain_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str
 
 def print_table(headers: Sequence[str], rows: Sequence[Sequence[object]], *, title: str | None = None,
                 stream: TextIO | None = None) -> None:
+    """A table of text: rich on a terminal (cells as Text, never markup), :func:`plain_table` otherwise.
+
+    Every cell, header and the title go through :func:`printable` in both modes.
+    """
     stream = stream or sys.stdout
+    cells = [[printable(str(c)) for c in r] for r in rows]
     if interactive(stream):
         from rich.console import Console
         from rich.table import Table
+        from rich.text import Text
 
-        table = Table(title=title)
+        table = Table(title=Text(printable(title)) if title else None)
         for h in headers:
-            table.add_column(h)
-        for r in rows:
-            table.add_row(*(str(c) for c in r))
+            table.add_column(Text(printable(h)))
+        for r in cells:
+            table.add_row(*(Text(c) for c in r))
         Console(file=stream).print(table)
         return
     if title:
-        print(title, file=stream)
-    print(plain_table(headers, rows), file=stream)
+        print(printable(title), file=stream)
+    print(plain_table([printable(h) for h in headers], cells), file=stream)
 
 
 def print_json(data: object, stream: TextIO | None = None) -> None:

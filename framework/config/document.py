@@ -15,6 +15,7 @@ import argparse
 import base64
 import binascii
 import difflib
+import functools
 import ipaddress
 import json
 import posixpath
@@ -82,6 +83,11 @@ BUILTIN: dict[str, Any] = {
     "relay": True,
 }
 
+#: the most NPUs a host may declare, and ranks per node (an Ascend host has 8 or 16)
+MAX_DEVICES = 1024
+#: the longest timeout, in seconds (a week; Python's waits overflow on much larger ones)
+MAX_TIMEOUT = 7 * 24 * 3600.0
+
 #: keys people mistype that difflib would not always catch (the URMA sample itself says ``passed``)
 KNOWN_TYPOS = {"passed": "passwd", "password": "passwd"}
 
@@ -119,7 +125,7 @@ def _ipv4(value: str) -> str:
     try:
         ipaddress.IPv4Address(value)
     except ValueError:
-        raise PydanticCustomError("ipv4", "{value} is not an IPv4 address", {"value": repr(value)}) from None
+        raise PydanticCustomError("ipv4", "{value} is not an IPv4 address", {"value": _describe(value)}) from None
     return value
 
 
@@ -127,7 +133,7 @@ def _ipv6(value: str) -> str:
     try:
         ipaddress.IPv6Address(value)
     except ValueError:
-        raise PydanticCustomError("ipv6", "{value} is not an IPv6 address", {"value": repr(value)}) from None
+        raise PydanticCustomError("ipv6", "{value} is not an IPv6 address", {"value": _describe(value)}) from None
     return value
 
 
@@ -146,7 +152,7 @@ def _ssh_target(value: str) -> str:
     except ValueError:
         if not is_hostname(value):
             raise PydanticCustomError(
-                "ssh_target", "{value} is not an IPv4 address or host name", {"value": repr(value)}
+                "ssh_target", "{value} is not an IPv4 address or host name", {"value": _describe(value)}
             ) from None
     return value
 
@@ -154,7 +160,7 @@ def _ssh_target(value: str) -> str:
 def _mac(value: str) -> str:
     if not _MAC.fullmatch(value):
         raise PydanticCustomError(
-            "mac", "{value} is not a MAC address like 52:54:00:12:34:56", {"value": repr(value)}
+            "mac", "{value} is not a MAC address like 52:54:00:12:34:56", {"value": _describe(value)}
         )
     return value
 
@@ -162,9 +168,36 @@ def _mac(value: str) -> str:
 def _abs_posix(value: str) -> str:
     if not value.startswith("/") or "\0" in value or "\n" in value:
         raise PydanticCustomError(
-            "abs_path", "{value} is not an absolute path on the host", {"value": repr(value)}
+            "abs_path", "{value} is not an absolute path on the host", {"value": _describe(value)}
         )
-    return posixpath.normpath(value)
+    return "/" + posixpath.normpath(value).lstrip("/")  # normpath keeps POSIX's "//"
+
+
+#: what a workdir may not be, exactly: the root, the FHS system directories, the shared scratch roots (anyone
+#: may create camit's folder in them first) and the home roots; a folder below them (``/var/tmp/camit``,
+#: ``/home/ci/camit``, ``/opt/camit``) is fine
+SYSTEM_DIRS = frozenset({
+    "/", "/bin", "/boot", "/etc", "/home", "/lib", "/lib32", "/lib64", "/libx32", "/lost+found", "/media",
+    "/mnt", "/opt", "/root", "/run", "/run/lock", "/run/shm", "/run/user", "/sbin", "/snap", "/srv", "/tmp",
+    "/usr", "/usr/bin", "/usr/include", "/usr/lib", "/usr/lib32", "/usr/lib64", "/usr/libexec", "/usr/libx32",
+    "/usr/local", "/usr/local/bin", "/usr/local/etc", "/usr/local/include", "/usr/local/lib",
+    "/usr/local/sbin", "/usr/local/share", "/usr/local/src", "/usr/sbin", "/usr/share", "/usr/src",
+    "/var", "/var/backups", "/var/cache", "/var/crash", "/var/lib", "/var/local", "/var/lock", "/var/log",
+    "/var/mail", "/var/opt", "/var/run", "/var/spool", "/var/tmp",
+})
+#: trees a workdir may not be in at all: the kernel's and the devices' file systems
+SYSTEM_TREES = ("/dev", "/proc", "/sys")
+
+
+def _workdir(value: str) -> str:
+    if value in SYSTEM_DIRS or any(value == tree or value.startswith(tree + "/") for tree in SYSTEM_TREES):
+        raise PydanticCustomError(
+            "system_dir",
+            "{value} is a system, shared or home root directory, not a workdir: use a folder of camit's own "
+            "below it, such as /var/tmp/camit",
+            {"value": _describe(value)},
+        )
+    return value
 
 
 def _local_path(value: str) -> str:
@@ -173,16 +206,36 @@ def _local_path(value: str) -> str:
     return value
 
 
+#: the highest CPU number an ``isolcpu`` list may name (Linux's NR_CPUS is at most 4096 on arm64 and 8192 on x86)
+MAX_CPU = 8191
+
+
+class CpuOutOfRange(ValueError):
+    """A CPU number of an ``isolcpu`` list is above :data:`MAX_CPU`."""
+
+
+@functools.lru_cache(maxsize=256)
 def parse_cpu_list(text: str) -> tuple[int, ...]:
-    """``"1-3,8"`` -> ``(1, 2, 3, 8)`` (sorted, without repeats); ValueError on bad syntax."""
+    """``"1-3,8"`` -> ``(1, 2, 3, 8)`` (sorted, without repeats); ValueError on bad syntax.
+
+    Raises:
+        CpuOutOfRange: a number above :data:`MAX_CPU` (checked before any range is built).
+        ValueError: not a CPU list, or a range whose start is above its end.
+    """
     if not re.fullmatch(ISOLCPU_RE, text):
         raise ValueError(text)
-    cpus: set[int] = set()
+    bounds: list[tuple[int, int]] = []
     for part in text.split(","):
         lo, _, hi = part.partition("-")
+        for number in (lo, hi):
+            if len(number) > len(str(MAX_CPU)) or (number and int(number) > MAX_CPU):
+                raise CpuOutOfRange(number)
         first, last = int(lo), int(hi or lo)
         if first > last:
             raise ValueError(part)
+        bounds.append((first, last))
+    cpus: set[int] = set()
+    for first, last in bounds:
         cpus.update(range(first, last + 1))
     return tuple(sorted(cpus))
 
@@ -190,9 +243,14 @@ def parse_cpu_list(text: str) -> tuple[int, ...]:
 def _isolcpu(value: str) -> str:
     try:
         parse_cpu_list(value)
+    except CpuOutOfRange as exc:
+        shown = str(exc) if len(str(exc)) <= 20 else f"{str(exc)[:12]}... ({len(str(exc))} digits)"
+        raise PydanticCustomError(
+            "isolcpu", "CPU {cpu} is out of range: CPU numbers go up to {top}", {"cpu": shown, "top": MAX_CPU}
+        ) from None
     except ValueError:
         raise PydanticCustomError(
-            "isolcpu", "{value} is not a CPU list like '1-10,20,30'", {"value": repr(value)}
+            "isolcpu", "{value} is not a CPU list like '1-10,20,30'", {"value": _describe(value)}
         ) from None
     return value
 
@@ -218,7 +276,7 @@ def _host_key(value: str) -> str:
     except (binascii.Error, struct.error, UnicodeDecodeError, ValueError):
         raise PydanticCustomError("host_key", "the key data after {kind} is not valid base64", {"kind": repr(kind)}) from None
     if embedded != kind or len(raw) <= 4 + length:
-        held = repr(embedded) if embedded.isprintable() and embedded else "no key type"
+        held = _describe(embedded) if embedded.isprintable() and embedded else "no key type"
         raise PydanticCustomError(
             "host_key", "the key data does not match {kind}: it holds {held}", {"kind": repr(kind), "held": held}
         )
@@ -229,9 +287,9 @@ def _visible_before(value: object) -> object:
     """``"0,1,2"`` or ``3`` -> a list; the list itself is checked by the field type."""
     if isinstance(value, str):
         items = [item.strip() for item in value.split(",")]
-        if not all(item.isdigit() for item in items):
+        if not all(re.fullmatch(r"[0-9]{1,9}", item) for item in items):  # ASCII digits: int() takes '²' too
             raise PydanticCustomError(
-                "visible", "{value} is not a device list like '0,1,2'", {"value": repr(value)}
+                "visible", "{value} is not a device list like '0,1,2'", {"value": _describe(value)}
             )
         return [int(item) for item in items]
     if isinstance(value, int) and not isinstance(value, bool):
@@ -278,21 +336,23 @@ def _s(**schema: Any) -> WithJsonSchema:
 LooseStr = Annotated[str, BeforeValidator(_loose_str, json_schema_input_type=str | int)]
 NonEmptyStr = Annotated[LooseStr, Field(min_length=1)]
 Port = Annotated[int, Field(ge=1, le=65535), BeforeValidator(_int_not_bool)]
-NonNegInt = Annotated[int, Field(ge=0), BeforeValidator(_int_not_bool)]
-PosInt = Annotated[int, Field(ge=1), BeforeValidator(_int_not_bool)]
+DeviceCount = Annotated[int, Field(ge=0, le=MAX_DEVICES), BeforeValidator(_int_not_bool)]
+DeviceId = Annotated[int, Field(ge=0, lt=MAX_DEVICES), BeforeValidator(_int_not_bool)]
+Nproc = Annotated[int, Field(ge=1, le=MAX_DEVICES), BeforeValidator(_int_not_bool)]
 Parallel = Annotated[int, Field(ge=1, le=1024), BeforeValidator(_int_not_bool)]
-Timeout = Annotated[float, Field(gt=0, allow_inf_nan=False), BeforeValidator(_float_not_bool)]
+Timeout = Annotated[float, Field(gt=0, le=MAX_TIMEOUT, allow_inf_nan=False), BeforeValidator(_float_not_bool)]
 IPv4 = Annotated[str, AfterValidator(_ipv4), _s(format="ipv4")]
 IPv6 = Annotated[str, AfterValidator(_ipv6), _s(format="ipv6")]
 SshTarget = Annotated[str, AfterValidator(_ssh_target), _s(anyOf=[{"format": "ipv4"}, {"format": "hostname"}])]
 Mac = Annotated[str, AfterValidator(_mac), _s(pattern=f"^({_MAC.pattern})$")]
 AbsPath = Annotated[str, AfterValidator(_abs_posix), _s(pattern="^/")]
+Workdir = Annotated[str, AfterValidator(_abs_posix), AfterValidator(_workdir), _s(pattern="^/")]
 LocalPath = Annotated[str, AfterValidator(_local_path), _s(minLength=1)]
 HostKey = Annotated[str, AfterValidator(_host_key), _s(pattern=_HOST_KEY_PATTERN)]
 IsolCpu = Annotated[LooseStr, AfterValidator(_isolcpu), WithJsonSchema({"type": ["string", "integer"], "pattern": ISOLCPU_RE})]
 Visible = Annotated[
-    list[NonNegInt],
-    BeforeValidator(_visible_before, json_schema_input_type=list[Annotated[int, Field(ge=0)]] | Annotated[str, Field(pattern=r"^ *[0-9]+ *(, *[0-9]+ *)*$")]),
+    list[DeviceId],
+    BeforeValidator(_visible_before, json_schema_input_type=list[Annotated[int, Field(ge=0, lt=MAX_DEVICES)]] | Annotated[str, Field(pattern=r"^ *[0-9]+ *(, *[0-9]+ *)*$")]),
     AfterValidator(_visible_after),
 ]
 HostName = Annotated[str, Field(pattern=HOST_NAME_RE)]
@@ -361,7 +421,7 @@ class TestNicModel(_Section):
 class NpuModel(_Section):
     """NPUs on a host; each key falls back to ``defaults.npu`` and then the built-in value."""
 
-    count: NonNegInt | None = _opt("Number of NPUs (0 = none declared).", 0)
+    count: DeviceCount | None = _opt("Number of NPUs (0 = none declared).", 0)
     soc: Soc | None = _opt("SoC family.", "cpu")
     visible: Visible | None = _opt("Device ids to use: a list or a '0,1,2' string; each < count when count > 0.")
 
@@ -372,7 +432,9 @@ class _HostKeys(_Section):
     user: NonEmptyStr | None = _opt("SSH user.", BUILTIN["user"])
     key_file: LocalPath | None = _opt("Private key on the controller; relative to this file's directory; ~ expanded.")
     host_key: HostKey | None = _opt("Pinned public host key, e.g. 'ssh-ed25519 AAAA...'.")
-    workdir: AbsPath | None = _opt("Absolute working directory on the host.", BUILTIN["workdir"])
+    workdir: Workdir | None = _opt(
+        "Absolute working directory on the host; not / nor a system, shared (/tmp, /var/tmp) or home root "
+        "(/home, /root) directory itself.", BUILTIN["workdir"])
     python: Annotated[str, Field(min_length=1, pattern=r"^\S+$")] | None = _opt(
         "Base Python interpreter on the host.", BUILTIN["python"]
     )
@@ -437,7 +499,7 @@ class LaunchModel(_Section):
     rendezvous_nic: RendezvousNic | None = _opt(
         "The NIC of each host whose address the rendezvous (node 0's) and HCCL_IF_IP use: a NIC that carries "
         "TCP. Every host needs that NIC's ip.", "manage_nic")
-    nproc_per_node: PosInt | None = _opt("Processes per node; null = from npu.count.")
+    nproc_per_node: Nproc | None = _opt("Processes per node; null = from npu.count.")
     env: Annotated[dict[EnvName, EnvValue], Field(json_schema_extra={"additionalProperties": False})] | None = Field(
         default=None, repr=False, description="Extra environment for every rank; values become strings."
     )
@@ -592,7 +654,8 @@ def _describe(value: object, secret: bool = False) -> str:
         text = repr(value)
         return text if len(text) <= 60 else text[:56] + "...'"
     if isinstance(value, int | float):
-        return repr(value)
+        text = repr(value)
+        return text if len(text) <= 30 else f"{text[:12]}... ({len(text)} digits)"
     return f"a {type(value).__name__}"
 
 

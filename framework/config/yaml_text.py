@@ -4,18 +4,35 @@ PyYAML silently keeps the last of two equal mapping keys, so a second ``host1:``
 the first without a word; :func:`parse_yaml` composes the node tree first and rejects any
 duplicate key, at any depth, with its key path and line. The loader also drops YAML 1.1's
 base-60 numbers, octal and timestamps, which would turn an unquoted MAC such as
-``52:54:00:12:34:56`` into an integer. Syntax errors are reported with a 1-based line and column
-but without PyYAML's source snippet, which could show a password.
+``52:54:00:12:34:56`` into an integer.
+
+The file is not trusted: every error is one :class:`~framework.errors.ConfigError`, found within
+bounded time and memory, and no message quotes text from the file that could be a password.
+
+- :func:`read_text` reads only a regular file (a FIFO, device or socket is refused before it is
+  read, so ``/dev/zero`` or a pipe cannot hang or exhaust the loader) of at most
+  :data:`MAX_BYTES`, and refuses NUL and other control characters with their line and column.
+- :func:`parse_yaml` bounds the node tree *as the program will see it*, aliases expanded: at
+  most :data:`MAX_DEPTH` levels and :data:`MAX_NODES` values of :data:`MAX_CHARS` characters in
+  all (a 450-byte "billion laughs" alias bomb stands for 387 million values), refuses recursive
+  and undefined aliases, an anchor with no value (``passwd: &x`` is a password that YAML read as
+  an anchor), YAML tags (``passwd: !x``) and integers of more than :data:`MAX_INT_DIGITS` digits,
+  each with its key path.
+- Syntax errors give a 1-based line and column but neither PyYAML's source snippet nor the alias,
+  anchor, tag or character it quotes: that text could be the start of a password.
+- :func:`expand_vars` stops when substitutions would grow the data past :data:`MAX_CHARS`.
 """
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 from collections.abc import Callable, Mapping
-from pathlib import Path
 from typing import Any
 
 import yaml
+from yaml.events import AliasEvent, CollectionStartEvent, NodeEvent
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from framework.config.document import ENV_NAME_RE, Loc, dotted
@@ -24,15 +41,101 @@ from framework.errors import ConfigError
 #: builds the error to raise: (dotted key path or None, problem) -> ConfigError
 MakeError = Callable[[str | None, str], ConfigError]
 
+#: the largest environment file read, in bytes (a 500-host file is about 150 KiB)
+MAX_BYTES = 4 * 1024 * 1024
+#: the deepest nesting of mappings and lists, aliases followed (the schema needs 5)
+MAX_DEPTH = 32
+#: the most values (mappings, lists and scalars) in the document, every alias counted where it is used
+MAX_NODES = 100_000
+#: the most characters in all scalars together, aliases counted where used and ``${VAR}`` substituted
+MAX_CHARS = 2 * MAX_BYTES
+#: the longest integer literal (Python refuses to convert more than 4300 decimal digits)
+MAX_INT_DIGITS = 100
+
+_STR = "tag:yaml.org,2002:str"
 _INT = "tag:yaml.org,2002:int"
 _FLOAT = "tag:yaml.org,2002:float"
+_BOOL = "tag:yaml.org,2002:bool"
+_NULL = "tag:yaml.org,2002:null"
 _TIMESTAMP = "tag:yaml.org,2002:timestamp"
 _MERGE = "tag:yaml.org,2002:merge"
+_SEQ = "tag:yaml.org,2002:seq"
+_MAP = "tag:yaml.org,2002:map"
+#: the tags a document may carry: those the resolver gives plain values (no ``!!binary``, ``!!set``, ``!x``)
+_ALLOWED_TAGS = frozenset({_STR, _INT, _FLOAT, _BOOL, _NULL, _MERGE, _SEQ, _MAP})
 _REF = re.compile(r"\$\$\{|\$\{(?P<name>[^}]*)(?P<close>\})?")
+#: what PyYAML's reader refuses (its NON_PRINTABLE), plus NUL
+_CONTROL = re.compile("[^\x09\x0a\x0d\x20-\x7e\x85\xa0-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+#: a quoted value in a PyYAML message that came from the file (after "found", "alias", "tag", ...)
+_QUOTED = re.compile(r"""(?P<lead>\b(?:found|got|character|handle|alias|anchor|tag)) (?P<repr>'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*")""")
+#: PyYAML token names: quoting them shows no text from the file
+_TOKEN_IDS = frozenset({
+    "<directive>", "<document start>", "<document end>", "<stream start>", "<stream end>",
+    "<block sequence start>", "<block mapping start>", "<block end>", "<alias>", "<anchor>", "<tag>",
+    "<scalar>", "[", "]", "{", "}", "?", ":", "-", ",",
+})
+_BLANKS = {"'\\t'": "a tab", "' '": "a space", "'\\n'": "a line break", "'\\r'": "a line break",
+           "'\\x00'": "end of input", "'\\ufeff'": "a byte order mark"}
+
+
+class _Refused(Exception):
+    """A problem found while composing, with the key path where it is."""
+
+    def __init__(self, loc: Loc, problem: str) -> None:
+        super().__init__(problem)
+        self.loc, self.problem = loc, problem
 
 
 class _EnvLoader(yaml.SafeLoader):
-    """SafeLoader with decimal/hex integers and plain floats only (no 1:30 = 90, no 0755 = 493)."""
+    """SafeLoader with decimal/hex integers and plain floats only (no 1:30 = 90, no 0755 = 493).
+
+    Its composer keeps the key path of the node being composed, refuses nesting deeper than
+    :data:`MAX_DEPTH` before Python's recursion limit is near, refuses undefined, duplicate and
+    recursive aliases naming the key (not the alias), and records which nodes carry an anchor.
+    """
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self.path: list[Any] = []
+        self.anchored: set[int] = set()  # id() of every node that carries an anchor
+        self._open: set[str] = set()  # anchors of the collections being composed
+
+    def compose_node(self, parent: Node | None, index: Any) -> Node | None:
+        if parent is not None:
+            self.path.append(index.value if isinstance(index, ScalarNode) else "?" if index is None else index)
+        try:
+            if len(self.path) > MAX_DEPTH:
+                raise _Refused(tuple(self.path[:1]), f"nested deeper than {MAX_DEPTH} levels")
+            event = self.peek_event()
+            anchor = event.anchor if isinstance(event, NodeEvent) else None
+            if anchor is not None:
+                self._check_anchor(event, anchor)
+            if anchor is None or isinstance(event, AliasEvent):
+                return super().compose_node(parent, index)
+            collection = isinstance(event, CollectionStartEvent)
+            if collection:
+                self._open.add(anchor)
+            try:
+                node = super().compose_node(parent, index)
+            finally:
+                self._open.discard(anchor)
+            self.anchored.add(id(node))
+            return node
+        finally:
+            if parent is not None:
+                self.path.pop()
+
+    def _check_anchor(self, event: NodeEvent, anchor: str) -> None:
+        here = tuple(self.path)
+        if isinstance(event, AliasEvent):
+            if anchor in self._open:
+                raise _Refused(here, "a recursive alias: it refers to the mapping or list that contains it")
+            if anchor not in self.anchors:
+                raise _Refused(here, "an alias ('*...') that names no anchor defined before it "
+                                     "(quote the value if it is a string that starts with '*')")
+        elif anchor in self.anchors:
+            first = self.anchors[anchor].start_mark.line + 1
+            raise _Refused(here, f"an anchor ('&...') defined twice (first at line {first})")
 
 
 _EnvLoader.yaml_implicit_resolvers = {
@@ -55,36 +158,91 @@ _EnvLoader.add_implicit_resolver(
 )
 
 
-def read_text(source: str, error: MakeError) -> str:
-    """The file's text (UTF-8, BOM allowed); ConfigError when it cannot be read."""
-    problem = None
+def _file_kind(mode: int) -> str | None:
+    """Why a file of this mode is not read, or None for a regular file."""
+    if stat.S_ISREG(mode):
+        return None
+    if stat.S_ISDIR(mode):
+        return "is a directory, not a file"
+    kinds = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
+             (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+    kind = next((name for test, name in kinds if test(mode)), "not a regular file")
+    return f"is {kind}, not a regular file (camit reads an environment file only from a regular file)"
+
+
+def _too_big(size: int) -> str:
+    return (f"is larger than {MAX_BYTES // (1024 * 1024)} MiB ({size} bytes), the limit for an environment file")
+
+
+def _read_bytes(source: str) -> bytes | str:
+    """The file's bytes, or the problem: only a regular file (checked before and after opening), at most MAX_BYTES."""
+    problem = _file_kind(os.stat(source).st_mode)
+    if problem:
+        return problem
+    # O_NONBLOCK: a FIFO swapped in after the stat does not block the open; fstat then refuses it
+    fd = os.open(source, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
     try:
-        raw = Path(source).read_bytes()
+        st = os.fstat(fd)
+        problem = _file_kind(st.st_mode) or (_too_big(st.st_size) if st.st_size > MAX_BYTES else None)
+        if problem:
+            return problem
+        chunks, size = [], 0
+        while size <= MAX_BYTES:
+            chunk = os.read(fd, min(1 << 20, MAX_BYTES + 1 - size))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+    finally:
+        os.close(fd)
+    return _too_big(size) if size > MAX_BYTES else b"".join(chunks)
+
+
+def read_text(source: str, error: MakeError) -> str:
+    """The file's text (UTF-8, BOM allowed); ConfigError when it cannot be read or is not text.
+
+    Only a regular file of at most :data:`MAX_BYTES` is read; NUL and control characters (other
+    than tab and line breaks) are refused with their line and column.
+    """
+    result: bytes | str
+    try:
+        result = _read_bytes(source)
     except FileNotFoundError:
-        problem = "file not found"
+        result = "file not found"
     except IsADirectoryError:
-        problem = "is a directory, not a file"
+        result = "is a directory, not a file"
     except PermissionError:
-        problem = "permission denied"
+        result = "permission denied"
     except OSError as exc:
-        problem = f"cannot read the file: {exc.strerror or type(exc).__name__}"
-    if problem is None:
-        try:
-            return raw.decode("utf-8-sig")
-        except UnicodeDecodeError as exc:
-            problem = f"not UTF-8 text (bad byte at offset {exc.start})"
-    raise error(None, problem)
+        result = f"cannot read the file: {exc.strerror or type(exc).__name__}"
+    if isinstance(result, str):
+        raise error(None, result)
+    try:
+        text = result.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise error(None, f"not UTF-8 text (bad byte at offset {exc.start})") from None
+    bad = _CONTROL.search(text)
+    if bad:
+        line = text.count("\n", 0, bad.start()) + 1
+        column = bad.start() - (text.rfind("\n", 0, bad.start()) + 1) + 1
+        what = "a NUL byte" if bad.group() == "\0" else f"the control character U+{ord(bad.group()):04X}"
+        raise error(None, f"{what} at line {line}, column {column}: an environment file is text "
+                          "(write control characters as escapes in a double-quoted string)")
+    return text
 
 
-def expand_vars(value: Any, environ: Mapping[str, str], expanded: set[Loc], error: MakeError, loc: Loc = ()) -> Any:
+def expand_vars(value: Any, environ: Mapping[str, str], expanded: set[Loc], error: MakeError, loc: Loc = (),
+                budget: list[int] | None = None) -> Any:
     """Replace ``${VAR}`` in every string value (``$${`` is a literal ``${``).
 
     The key path of every value that had a variable substituted is added to ``expanded``.
+    ``budget`` holds the characters substitutions may still add (default :data:`MAX_CHARS`).
     """
+    budget = [MAX_CHARS] if budget is None else budget
     if isinstance(value, dict):
-        return {k: expand_vars(v, environ, expanded, error, (*loc, k)) for k, v in value.items()}
+        return {k: expand_vars(v, environ, expanded, error, (*loc, k), budget) for k, v in value.items()}
     if isinstance(value, list):
-        return [expand_vars(v, environ, expanded, error, (*loc, i)) for i, v in enumerate(value)]
+        return [expand_vars(v, environ, expanded, error, (*loc, i), budget) for i, v in enumerate(value)]
     if not isinstance(value, str) or "${" not in value:
         return value
 
@@ -98,6 +256,10 @@ def expand_vars(value: Any, environ: Mapping[str, str], expanded: set[Loc], erro
             raise error(dotted(loc), f"'${{{name}}}' is not a valid variable reference (write '$${{' for a literal '${{')")
         if name not in environ:
             raise error(dotted(loc), f"environment variable {name!r} is not set")
+        budget[0] -= len(environ[name])
+        if budget[0] < 0:
+            raise error(dotted(loc), f"substituting ${{{name}}} makes the document larger than {MAX_CHARS} "
+                                     "characters (an alias repeats each substitution)")
         expanded.add(loc)
         return environ[name]
 
@@ -108,23 +270,30 @@ def parse_yaml(text: str, error: MakeError) -> dict[str, Any]:
     """Parse one environment document; it must be a non-empty mapping.
 
     Raises:
-        ConfigError: (built by ``error``) syntax error, duplicate key, empty file, not a mapping.
+        ConfigError: (built by ``error``) syntax error, duplicate key, a bound exceeded (depth,
+            values, characters, digits), a recursive or undefined alias, an anchor with no value,
+            a tag, empty file, not a mapping.
     """
-    loader = _EnvLoader(text)
     problem: tuple[str | None, str] | None = None
     data: Any = None
     try:
-        node = loader.get_single_node()
-        if node is not None:
-            problem = _find_duplicate(node, (), set())
-            if problem is None:
-                data = loader.construct_document(node)
+        loader = _EnvLoader(text)
+        try:
+            node = loader.get_single_node()
+            if node is not None:
+                problem = _check_size(node) or _check_tree(node, (), set(), loader.anchored)
+                if problem is None:
+                    data = loader.construct_document(node)
+        finally:
+            loader.dispose()
+    except _Refused as exc:
+        problem = (dotted(exc.loc) or None, exc.problem)
     except yaml.MarkedYAMLError as exc:
         problem = (None, _syntax_problem(exc))
-    except yaml.YAMLError as exc:  # ReaderError: a control character in the text
+    except yaml.YAMLError as exc:
         problem = (None, f"not a valid YAML document ({type(exc).__name__})")
-    finally:
-        loader.dispose()
+    except RecursionError:  # a backstop: the bounds above stop every nesting we know of first
+        problem = (None, f"nested deeper than {MAX_DEPTH} levels")
     # raised outside the except block: PyYAML's exception text quotes the source line
     if problem is not None:
         raise error(*problem)
@@ -136,25 +305,106 @@ def parse_yaml(text: str, error: MakeError) -> dict[str, Any]:
     return data
 
 
+def _hide_quoted(text: str) -> str:
+    """PyYAML's message without the file's text it quotes (an alias, tag or character may start a password)."""
+    def hide(match: re.Match[str]) -> str:
+        quoted = match.group("repr")
+        if quoted[1:-1] in _TOKEN_IDS:
+            return match.group(0)
+        return f"{match.group('lead')} ({_BLANKS.get(quoted, 'not shown')})"
+
+    return _QUOTED.sub(hide, text)
+
+
 def _syntax_problem(exc: yaml.MarkedYAMLError) -> str:
     mark = exc.problem_mark or exc.context_mark
     where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-    text = f"YAML syntax error{where}: {exc.problem or exc.context}"
+    text = f"YAML syntax error{where}: {_hide_quoted(exc.problem or exc.context or '')}"
     if exc.context and exc.problem and exc.context_mark is not None:
-        text += f" ({exc.context} at line {exc.context_mark.line + 1})"
+        text += f" ({_hide_quoted(exc.context)} at line {exc.context_mark.line + 1})"
     return text
 
 
-def _find_duplicate(node: Node, loc: Loc, visited: set[int]) -> tuple[str | None, str] | None:
-    """The first mapping key that appears twice in one mapping, as (parent key path, problem)."""
-    if id(node) in visited:  # an alias seen before (also stops recursive aliases)
+def _check_size(root: Node) -> tuple[str | None, str] | None:
+    """The first bound the document exceeds with every alias expanded: depth, values, characters.
+
+    Each node is measured once (memoised), so a bomb is measured in the time its text takes.
+    """
+    sizes: dict[int, tuple[int, int, int]] = {}  # id -> (values, characters, height)
+
+    def measure(node: Node, loc: Loc) -> tuple[int, int, int]:
+        known = sizes.get(id(node))
+        if known is None:
+            if isinstance(node, ScalarNode):
+                known = (1, len(node.value), 0)
+            else:
+                items = node.value if isinstance(node, SequenceNode) else [v for pair in node.value for v in pair]
+                keys = [k.value if isinstance(k, ScalarNode) else "?" for k, _ in node.value] \
+                    if isinstance(node, MappingNode) else None
+                parts = [measure(child, (*loc, keys[i // 2] if keys is not None else i))
+                         for i, child in enumerate(items)]
+                known = (1 + sum(p[0] for p in parts), sum(p[1] for p in parts), 1 + max((p[2] for p in parts), default=0))
+                known = (min(known[0], MAX_NODES + 1), min(known[1], MAX_CHARS + 1), known[2])
+            sizes[id(node)] = known
+        if len(loc) + known[2] > MAX_DEPTH:
+            raise _Refused(loc[:1], f"nested deeper than {MAX_DEPTH} levels (through aliases)")
+        return known
+
+    values, chars, _ = measure(root, ())
+    if values <= MAX_NODES and chars <= MAX_CHARS:
+        return None
+    where = _largest_key(root, sizes)
+    what = f"{MAX_NODES} values" if values > MAX_NODES else f"{MAX_CHARS} characters"
+    return where, f"expands to more than {what} (aliases counted where they are used; a YAML alias bomb?)"
+
+
+def _largest_key(root: Node, sizes: dict[int, tuple[int, int, int]]) -> str | None:
+    """The first top-level key over a bound by itself, else the one holding most of the values, else None."""
+    if not isinstance(root, MappingNode):
+        return None
+    pairs = [(k.value, sizes[id(v)]) for k, v in root.value if isinstance(k, ScalarNode)]
+    over = [key for key, (values, chars, _) in pairs if values > MAX_NODES or chars > MAX_CHARS]
+    most = [key for key, (values, _, _) in pairs if 2 * values > sizes[id(root)][0]]
+    return next(iter(over or most), None)
+
+
+def _scalar_problem(node: ScalarNode, anchored: set[int]) -> str | None:
+    if node.tag == _INT and len(node.value) > MAX_INT_DIGITS:
+        return (f"an integer of {len(node.value)} characters is longer than {MAX_INT_DIGITS} "
+                "(quote it if it is text)")
+    if node.tag == _NULL and node.value == "" and id(node) in anchored:
+        return ("an anchor ('&...') with no value: quote the value if it is a string that starts with '&' "
+                "(a password, for example)")
+    return None
+
+
+def _node_problem(node: Node, anchored: set[int]) -> str | None:
+    """What is wrong with one node itself (its tag, its scalar), never quoting it."""
+    if node.tag not in _ALLOWED_TAGS:
+        return ("a YAML tag ('!...') is not supported here: quote the value if it is a string that starts "
+                "with '!' (a password, for example)")
+    if isinstance(node, ScalarNode):
+        return _scalar_problem(node, anchored)
+    if isinstance(node, MappingNode):
+        for key_node, _ in node.value:
+            if not isinstance(key_node, ScalarNode):
+                return "a mapping or a list as a mapping key is not supported"
+    return None
+
+
+def _check_tree(node: Node, loc: Loc, visited: set[int], anchored: set[int]) -> tuple[str | None, str] | None:
+    """The first problem in the node tree, as (key path, problem): a duplicate key, a tag, a node's value."""
+    if id(node) in visited:  # an alias seen before
         return None
     visited.add(id(node))
+    problem = _node_problem(node, anchored)
+    if problem:
+        return dotted(loc) or None, problem
     if isinstance(node, MappingNode):
         first_line: dict[str, int] = {}
         for key_node, value_node in node.value:
             child: Loc = (*loc, "?")
-            if isinstance(key_node, ScalarNode) and key_node.tag != _MERGE:
+            if key_node.tag != _MERGE:
                 key, line = key_node.value, key_node.start_mark.line + 1
                 if key in first_line:
                     return (
@@ -163,12 +413,12 @@ def _find_duplicate(node: Node, loc: Loc, visited: set[int]) -> tuple[str | None
                     )
                 first_line[key] = line
                 child = (*loc, key)
-            found = _find_duplicate(value_node, child, visited)
+            found = _check_tree(key_node, child, visited, anchored) or _check_tree(value_node, child, visited, anchored)
             if found:
                 return found
     elif isinstance(node, SequenceNode):
         for index, item in enumerate(node.value):
-            found = _find_duplicate(item, (*loc, index), visited)
+            found = _check_tree(item, (*loc, index), visited, anchored)
             if found:
                 return found
     return None

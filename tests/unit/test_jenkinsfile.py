@@ -173,3 +173,71 @@ def test_block_finder_ignores_braces_in_strings_and_comments():
     text = "a { x = '}' // }\n b { y = \"{\" } }\n"
     block = Block(text, _blank_strings_and_comments(text), 0, len(text)).find("a")
     assert block.find("b").body.strip() == 'y = "{"'
+
+
+# --------------------------------------------------------------------------- shell quoting
+
+_SH_CALL = re.compile(r"\bsh\s*(?:\(\s*(?:[^'\"()]*?\bscript:\s*)?)?(?P<quote>'''|\"\"\"|'|\")")
+
+
+def sh_scripts(text: str) -> list[tuple[str, str]]:
+    """Every ``sh`` step's script as (Groovy quote, body), in file order; comments and strings skipped."""
+    clean = _blank_strings_and_comments(text)
+    found = []
+    for m in _SH_CALL.finditer(text):
+        if clean[m.start()] == " ":  # the word sh inside a string or a comment
+            continue
+        quote, start = m.group("quote"), m.end()
+        end = start
+        while not text.startswith(quote, end):
+            end += 2 if text[end] == "\\" and len(quote) == 1 else 1
+        found.append((quote, text[start:end]))
+    return found
+
+
+def unquoted_expansions(script: str) -> list[str]:
+    """Every ``$NAME``, ``${...}``, ``$(...)`` the shell would expand outside double quotes (split, globbed)."""
+    out, i, state = [], 0, None  # state: None, "'" or '"'
+    while i < len(script):
+        c = script[i]
+        if state == "'":
+            state = None if c == "'" else state
+        elif c == "\\":
+            i += 1  # the next character is literal (a backslash-newline continues the line)
+        elif c == '"':
+            state = None if state == '"' else '"'
+        elif c == "'" and state is None:
+            state = "'"
+        elif c == "$" and state is None:
+            m = re.match(r"\$(\{[^}]*\}|\([^)]*\)|[A-Za-z_][A-Za-z0-9_]*|[0-9@*#?$!-])", script[i:])
+            if m:
+                out.append(m.group(0))
+                i += len(m.group(0)) - 1
+        i += 1
+    return out
+
+
+def test_every_sh_step_is_single_quoted_groovy_and_double_quotes_each_expansion():
+    scripts = sh_scripts(JENKINSFILE.read_text())
+    assert len(scripts) >= 4, scripts  # unit tests, make install, the suite, the lease release
+    problems = []
+    for quote, body in scripts:
+        if quote.startswith('"'):  # Groovy would interpolate ${params.X} into the shell text itself
+            problems.append(f"double-quoted Groovy string as a shell script: {body.strip()[:80]!r}")
+        problems += [f"unquoted {exp} in: {body.strip()[:80]!r}" for exp in unquoted_expansions(body)]
+    assert not problems, "\n".join(problems)
+
+
+def test_pytest_args_reach_pytest_quoted_through_pytest_addopts():
+    suite = next(body for _, body in sh_scripts(JENKINSFILE.read_text()) if "pytest suites/cam" in body)
+    assert 'PYTEST_ADDOPTS="$PYTEST_ARGS"' in suite
+    assert "$PYTEST_ARGS" not in suite.replace('"$PYTEST_ARGS"', "")
+
+
+def test_the_quoting_check_catches_the_unquoted_form():
+    old = ("python3 -m pytest suites/cam --env \"$ENV_FILE\" --report-dir reports \\\n"
+           "  --cluster-name \"$CLUSTER\" -o junit_family=xunit2 $PYTEST_ARGS")
+    assert unquoted_expansions(old) == ["$PYTEST_ARGS"]
+    assert unquoted_expansions("echo ${X} $(id) '$Y' \"$Z\" \\$W") == ["${X}", "$(id)"]
+    text = "stage { sh \"make ${params.X}\" }\n// sh 'x $Y'\nsh(returnStatus: true, script: '''a $B''')\n"
+    assert sh_scripts(text) == [('"', "make ${params.X}"), ("'''", "a $B")]
