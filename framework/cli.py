@@ -30,6 +30,7 @@ from framework.errors import (
 if TYPE_CHECKING:  # pragma: no cover
     from framework.config.effective import EnvConfig
     from framework.hosts import Cluster
+    from framework.lease import Lease
     from framework.report.folder import RunDir
 
 
@@ -45,6 +46,12 @@ def _env_arg(p: argparse.ArgumentParser) -> None:
 
 def _hosts_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--hosts", metavar="H1,H2", help="only these hosts (names from host_info)")
+
+
+def _lease_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--wait", type=float, default=0.0, metavar="S",
+                   help="wait up to S seconds for hosts another controller holds (default: fail naming the holder)")
+    p.add_argument("--owner", default=None, help="lease owner (default: $BUILD_URL, else user@host)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -74,6 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
     dp.add_argument("--no-relay", action="store_true", help="push directly from here to every host")
     dp.add_argument("--report-dir", metavar="D", default="reports", help="run folders go here (default: reports)")
     dp.add_argument("--json", action="store_true", help="print the manifest as JSON")
+    _lease_args(dp)
 
     rn = sub.add_parser("run", help="launch a torchrun target across the cluster")
     _env_arg(rn)
@@ -85,6 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
     rn.add_argument("--keep-remote", action="store_true", help="leave the run folders on the hosts")
     rn.add_argument("--core-policy", choices=("fail", "warn", "ignore"), default=None,
                     help="what a core dump during the run does: fail (default, or $CAMIT_CORE_POLICY), warn, ignore")
+    _lease_args(rn)
     rn.add_argument("target", nargs=argparse.REMAINDER, metavar="-- script.py|-m module [args]")
 
     from framework.preflight.probe import Limits
@@ -206,12 +215,20 @@ def _cluster_run(args: argparse.Namespace) -> tuple[EnvConfig, Cluster, RunDir, 
     return env, cluster, rundir, event
 
 
+def _leased(args: argparse.Namespace, cluster: Cluster) -> Lease:
+    """The lease on ``cluster`` that ``run`` and ``deploy`` hold as the pytest path does (``--wait``,
+    ``--owner``); ``LeaseHeld`` names the holder."""
+    from framework.lease import Lease
+
+    return Lease(cluster, owner=args.owner, wait=args.wait)
+
+
 def cmd_deploy(args: argparse.Namespace) -> int:
     from framework.deploy import Deployer
 
     env, cluster, rundir, event = _cluster_run(args)
 
-    with cluster, console.terminate_as_interrupt():
+    with cluster, console.terminate_as_interrupt(), _leased(args, cluster):
         result = Deployer(env, cluster, relay=False if args.no_relay else None, rundir=rundir,
                           on_event=event).run()
     if args.json:
@@ -237,7 +254,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     target = Target.parse(args.target)
     env, cluster, rundir, event = _cluster_run(args)
 
-    with cluster, console.terminate_as_interrupt():
+    with cluster, console.terminate_as_interrupt(), _leased(args, cluster):
         watch = ClusterWatch(cluster, env, policy=args.core_policy, rundir=rundir)
         watch.begin()
         launcher = Launcher(env, cluster, rundir=rundir, nproc_per_node=args.nproc_per_node, on_event=event,
