@@ -352,12 +352,12 @@ class SshTransport:
                 wait = 0.5 if deadline is None else min(0.5, max(0.0, deadline - time.monotonic()))
                 _wait_for_news(chan, wait)
                 _drain(chan, out, err)
+                if self.lost and _dead(chan):  # the watchdog closed it: no exit status is coming
+                    raise self._lost_error(f"while running: {display}")
                 if chan.exit_status_ready() and (chan.eof_received or chan.closed):
                     _drain(chan, out, err)
                     break
                 if chan.closed:
-                    if self.lost:
-                        raise self._lost_error(f"while running: {display}")
                     break
                 if deadline is not None and time.monotonic() >= deadline:
                     timed_out = True
@@ -458,7 +458,8 @@ class SshTransport:
             with self._sftp_client() as sftp:
                 sftp.put(str(local), remote, callback=progress, confirm=True)
         except (OSError, paramiko.SSHException, EOFError) as exc:
-            raise TransferError(self.name, f"upload of {local} to {remote} failed: {exc}") from None
+            why = self.lost or str(exc) or type(exc).__name__
+            raise TransferError(self.name, f"upload of {local} to {remote} failed: {why}") from None
 
     def get(self, remote: str, local: Path) -> None:
         try:
@@ -501,6 +502,11 @@ def _ping(transport: paramiko.Transport) -> threading.Event:
 
     threading.Thread(target=send, daemon=True, name="camit-keepalive-send").start()
     return answered
+
+
+def _dead(chan: paramiko.Channel) -> bool:
+    transport = chan.get_transport()
+    return transport is None or not transport.is_active()
 
 
 def _wait_for_news(chan: paramiko.Channel, wait: float) -> None:
@@ -579,11 +585,12 @@ class SshProcess:
                     self._lines.feed(data)
                 while chan.recv_stderr_ready():
                     self._err.feed(chan.recv_stderr(_CHUNK))
+                if self._owner.lost and _dead(chan):  # the watchdog closed it: no exit status is coming
+                    self._lost = f"SSH connection lost: {self._owner.lost}"
+                    break
                 if chan.exit_status_ready() and (chan.eof_received or chan.closed):
                     break
                 if chan.closed:
-                    if self._owner.lost:
-                        self._lost = f"SSH connection lost: {self._owner.lost}"
                     break
                 transport = chan.get_transport()
                 if transport is None or not transport.is_active():
@@ -596,7 +603,7 @@ class SshProcess:
             self._out.close()
             self._err.close()
             self._lines.finish()
-            rc = chan.recv_exit_status() if chan.exit_status_ready() else None
+            rc = chan.recv_exit_status() if chan.exit_status_ready() and self._lost is None else None
             self._result = Result(
                 host=self.host, command=self._line, rc=rc, stdout=self._out.text(), stderr=self._err.text(),
                 duration=time.monotonic() - self._start, timed_out=self._killed and rc is None,
