@@ -9,6 +9,7 @@ never a traceback (``-v`` adds logging, ``CAMIT_DEBUG=1`` re-raises).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -73,6 +74,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="per-host wall-clock timeout (default: command_timeout of the env)")
     ex.add_argument("--json", action="store_true", help="machine-readable results")
     ex.add_argument("--tail", type=int, default=3, metavar="N", help="output lines shown per host")
+    ex.add_argument("--lease", action="store_true",
+                    help="hold the hosts' lease while the command runs (without it exec works beside a holder)")
+    _lease_args(ex)
     ex.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD...")
 
     dp = sub.add_parser("deploy", help="deploy the .run package and the wheel to every host")
@@ -173,7 +177,7 @@ def cmd_exec(args: argparse.Namespace) -> int:
     command = ShellScript(argv[0] if len(argv) == 1 else " ".join(argv))
     env = _load_env(args.env)
     cluster = Cluster.from_env(env, _split_hosts(args.hosts))
-    with cluster:
+    with cluster, (_leased(args, cluster) if args.lease else contextlib.nullcontext()):
         group = cluster.run(command, timeout=args.timeout)
     rows, payload, worst = [], [], EXIT_OK
     for name, value in group.items():

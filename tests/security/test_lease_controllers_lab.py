@@ -169,3 +169,23 @@ def test_two_pytest_sessions_a_few_seconds_apart_never_overlap(own_workdir, tmp_
         assert p.returncode == 0, out[-3000:]
     (s0, e0), (s1, e1) = (json.loads((tmp_path / f"w{i}.json").read_text()) for i in range(2))
     assert s1 >= e0 or s0 >= e1, f"the sessions overlapped on the hosts: {s0:.1f}..{e0:.1f} and {s1:.1f}..{e1:.1f}"
+
+
+def test_deploy_and_exec_lease_take_the_lease_while_exec_and_status_stay_usable(own_workdir):
+    from framework.config.effective import load
+
+    with Cluster.from_env(load(own_workdir)) as c, Lease(c, owner="holder@lab"):
+        base = ["--env", str(own_workdir)]
+        deploy = camit_popen("deploy", *base, "--no-relay")
+        leased_exec = camit_popen("exec", *base, "--lease", "--", "true")
+        plain_exec = camit_popen("exec", *base, "--", "echo", "beside")
+        status = camit_popen("lease", "status", *base)
+        results = {name: (p, *finish(p, 180)) for name, p in
+                   {"deploy": deploy, "exec --lease": leased_exec, "exec": plain_exec, "status": status}.items()}
+    for name in ("deploy", "exec --lease"):
+        p, out, err, _ = results[name]
+        assert p.returncode == 3 and "leased by holder@lab" in err, (name, out[-1500:], err[-1500:])
+    p, out, err, _ = results["exec"]
+    assert p.returncode == 0 and "beside" in out, (out[-1500:], err[-1500:])
+    p, out, err, _ = results["status"]
+    assert p.returncode == 0 and "holder@lab" in out, (out[-1500:], err[-1500:])
