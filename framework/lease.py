@@ -424,8 +424,8 @@ class Lease:
                     out[n] = exc
         return out
 
-    def _run(self, host: Host, script: ShellScript) -> Reply:
-        reply = parse_reply(host.check(script, timeout=60).stdout)
+    def _run(self, host: Host, script: ShellScript, timeout: float = 60) -> Reply:
+        reply = parse_reply(host.check(script, timeout=timeout).stdout)
         if reply.result == "error":
             raise LeaseError(f"{host.name}: lease file {lease_path(host)}: {reply.message}")
         return reply
@@ -506,7 +506,9 @@ class Lease:
 
         def one(host: Host) -> Reply:
             start = self.held[host.name].start
-            return self._run(host, refresh_script(lease_path(host), self._content(start), self.token, self.ttl))
+            # bounded well inside the staleness window: one silent host must not hold back the others' beats
+            return self._run(host, refresh_script(lease_path(host), self._content(start), self.token, self.ttl),
+                             timeout=max(5.0, min(60.0, self.interval * 1.5)))
 
         for name, value in self._each(one, names).items():
             if isinstance(value, BaseException):

@@ -329,7 +329,15 @@ class SshTransport:
                 raise paramiko.SSHException("connection is closed")
             return transport.open_session(timeout=self.connect_timeout)
         except (paramiko.SSHException, EOFError, OSError) as exc:
+            if transport is not None and transport.is_active():
+                # a live connection that cannot open a channel in time: the host stopped answering; what
+                # else runs on it (an upload, a process) ends now, naming that
+                self.lost = self.lost or (f"{self.address}:{self.port} stopped answering (no channel opened in "
+                                          f"{self.connect_timeout:g}s: {exc})")
+                log.error("%s: connection lost: %s", self.name, self.lost)
             self.close()
+            if self.lost:
+                raise self._lost_error("") from None
             raise HostUnreachable(self.name, f"lost the SSH connection to {self.address}:{self.port}: {exc}") from None
 
     # -- commands -------------------------------------------------------------
