@@ -9,6 +9,7 @@ never a traceback (``-v`` adds logging, ``CAMIT_DEBUG=1`` re-raises).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -30,6 +31,7 @@ from framework.errors import (
 if TYPE_CHECKING:  # pragma: no cover
     from framework.config.effective import EnvConfig
     from framework.hosts import Cluster
+    from framework.lease import Lease
     from framework.report.folder import RunDir
 
 
@@ -45,6 +47,12 @@ def _env_arg(p: argparse.ArgumentParser) -> None:
 
 def _hosts_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--hosts", metavar="H1,H2", help="only these hosts (names from host_info)")
+
+
+def _lease_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--wait", type=float, default=0.0, metavar="S",
+                   help="wait up to S seconds for hosts another controller holds (default: fail naming the holder)")
+    p.add_argument("--owner", default=None, help="lease owner (default: $BUILD_URL, else user@host)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -66,6 +74,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="per-host wall-clock timeout (default: command_timeout of the env)")
     ex.add_argument("--json", action="store_true", help="machine-readable results")
     ex.add_argument("--tail", type=int, default=3, metavar="N", help="output lines shown per host")
+    ex.add_argument("--lease", action="store_true",
+                    help="hold the hosts' lease while the command runs (without it exec works beside a holder)")
+    _lease_args(ex)
     ex.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD...")
 
     dp = sub.add_parser("deploy", help="deploy the .run package and the wheel to every host")
@@ -74,6 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
     dp.add_argument("--no-relay", action="store_true", help="push directly from here to every host")
     dp.add_argument("--report-dir", metavar="D", default="reports", help="run folders go here (default: reports)")
     dp.add_argument("--json", action="store_true", help="print the manifest as JSON")
+    _lease_args(dp)
 
     rn = sub.add_parser("run", help="launch a torchrun target across the cluster")
     _env_arg(rn)
@@ -85,6 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
     rn.add_argument("--keep-remote", action="store_true", help="leave the run folders on the hosts")
     rn.add_argument("--core-policy", choices=("fail", "warn", "ignore"), default=None,
                     help="what a core dump during the run does: fail (default, or $CAMIT_CORE_POLICY), warn, ignore")
+    _lease_args(rn)
     rn.add_argument("target", nargs=argparse.REMAINDER, metavar="-- script.py|-m module [args]")
 
     from framework.preflight.probe import Limits
@@ -164,7 +177,7 @@ def cmd_exec(args: argparse.Namespace) -> int:
     command = ShellScript(argv[0] if len(argv) == 1 else " ".join(argv))
     env = _load_env(args.env)
     cluster = Cluster.from_env(env, _split_hosts(args.hosts))
-    with cluster:
+    with cluster, (_leased(args, cluster) if args.lease else contextlib.nullcontext()):
         group = cluster.run(command, timeout=args.timeout)
     rows, payload, worst = [], [], EXIT_OK
     for name, value in group.items():
@@ -213,12 +226,20 @@ def _scrub_folder(rundir: RunDir, env: EnvConfig) -> None:
     scrub_folder(rundir.path, Scrubber.from_env(env))
 
 
+def _leased(args: argparse.Namespace, cluster: Cluster) -> Lease:
+    """The lease on ``cluster`` that ``run`` and ``deploy`` hold as the pytest path does (``--wait``,
+    ``--owner``); ``LeaseHeld`` names the holder."""
+    from framework.lease import Lease
+
+    return Lease(cluster, owner=args.owner, wait=args.wait)
+
+
 def cmd_deploy(args: argparse.Namespace) -> int:
     from framework.deploy import Deployer
 
     env, cluster, rundir, event = _cluster_run(args)
 
-    with cluster, console.terminate_as_interrupt():
+    with cluster, console.terminate_as_interrupt(), _leased(args, cluster):
         result = Deployer(env, cluster, relay=False if args.no_relay else None, rundir=rundir,
                           on_event=event).run()
     _scrub_folder(rundir, env)
@@ -245,7 +266,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     target = Target.parse(args.target)
     env, cluster, rundir, event = _cluster_run(args)
 
-    with cluster, console.terminate_as_interrupt():
+    with cluster, console.terminate_as_interrupt(), _leased(args, cluster):
         watch = ClusterWatch(cluster, env, policy=args.core_policy, rundir=rundir)
         watch.begin()
         # the run folders go only after the core scan: a relative core_pattern puts a rank's core there

@@ -16,10 +16,15 @@ judged. All times in the file come from the *host's* clock (``date +%s`` in the 
 staleness is judged against that clock too, so controller clock skew cannot expire a lease.
 
 A lease is stale when it expired (``expires`` = last heartbeat + ``ttl``), when its heartbeat is
-more than :data:`STALE_BEATS` intervals old, or when its holder ran on this very controller and its
-pid is gone. A stale lease is taken over with a warning. While held, a background thread refreshes
-every host's file every ``interval`` seconds; if a refresh finds the lease gone (someone judged it
-stale and took it), ``lost`` says so and leaving the ``with`` block raises :class:`LeaseLost`.
+more than :data:`STALE_BEATS` intervals old, or when its holder ran on this very controller and is
+gone. "This very controller" is the same hostname *and* the same boot and PID namespace (a container
+with the same hostname cannot see our pids, so it never judges them); "gone" means no process with
+that pid *and* that start time (a reused pid is not the holder). The file names its holder by owner,
+pid, process start time and run id, never by command line (argv may carry secrets). A stale lease is
+taken over with a warning. While held, a heartbeat thread of the lease's own (with its own worker
+threads, never the cluster's pool, which long host work may fill) refreshes every host's file every
+``interval`` seconds; if a refresh finds the lease gone (someone judged it stale and took it), ``lost``
+says so and leaving the ``with`` block raises :class:`LeaseLost`.
 
     with Lease(cluster, ttl=300, wait=600) as lease:   # LeaseHeld names the holder (exit 3)
         deploy(...); launch(...)
@@ -34,12 +39,11 @@ import math
 import os
 import posixpath
 import secrets
-import shlex
 import socket
-import sys
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -67,7 +71,9 @@ __all__ = [
     "lease_path",
     "lease_status",
     "parse_reply",
+    "controller_id",
     "pid_alive",
+    "process_start",
     "read_script",
     "refresh_script",
     "release_leases",
@@ -108,7 +114,12 @@ class LeaseRecord:
     expires: float
     ttl: float
     interval: float
-    argv: str = ""
+    #: the holder's process start time (seconds since boot, from /proc/PID/stat; 0 when unknown)
+    pid_start: float = 0.0
+    #: the holder's run (``$CAMIT_RUN_ID`` when set, else the lease's own id)
+    run_id: str = ""
+    #: hostname, boot id and PID namespace of the holder's controller (its pids mean something only there)
+    controller_id: str = ""
 
     @classmethod
     def parse(cls, text: str | None) -> LeaseRecord | None:
@@ -120,14 +131,16 @@ class LeaseRecord:
             return cls(owner=str(d["owner"]), token=str(d["token"]), pid=int(d["pid"]),
                        controller=str(d["controller"]), hosts=tuple(d["hosts"]), start=float(d["start"]),
                        heartbeat=float(d["heartbeat"]), expires=float(d["expires"]), ttl=float(d["ttl"]),
-                       interval=float(d["interval"]), argv=str(d.get("argv", "")))
+                       interval=float(d["interval"]), pid_start=float(d.get("pid_start", 0) or 0),
+                       run_id=str(d.get("run_id", "")), controller_id=str(d.get("controller_id", "")))
         except (ValueError, KeyError, TypeError):
             return None
 
     def describe(self, now: float | None = None) -> str:
         """``owner (pid P on C, since …; heartbeat Ns ago, expires in Ms)`` for error messages."""
         since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(self.start))
-        text = f"{self.owner} (pid {self.pid} on {self.controller}, since {since}"
+        run = f", run {self.run_id}" if self.run_id else ""
+        text = f"{self.owner} (pid {self.pid} on {self.controller}{run}, since {since}"
         if now is not None:
             text += f"; heartbeat {max(0.0, now - self.heartbeat):.0f}s ago, expires in {self.expires - now:.0f}s"
         return text + ")"
@@ -139,8 +152,13 @@ class LeaseRecord:
 
 
 def stale_reason(record: LeaseRecord | None, now: float, *, here: str | None = None,
-                 alive: Callable[[int], bool] | None = None) -> str | None:
-    """Why a lease may be taken over (None while it is live). ``now`` is the host's clock."""
+                 alive: Callable[[int, float], bool] | None = None, here_id: str | None = None) -> str | None:
+    """Why a lease may be taken over (None while it is live). ``now`` is the host's clock.
+
+    The holder's pid is judged only when it ran on this controller: the same hostname and the same
+    ``controller_id`` (boot and PID namespace); then it is gone only if no process has that pid with
+    that start time (``alive(pid, start)``).
+    """
     if record is None:
         return "the lease file is not a camit lease"
     if now > record.expires:
@@ -148,14 +166,45 @@ def stale_reason(record: LeaseRecord | None, now: float, *, here: str | None = N
     if record.interval > 0 and now - record.heartbeat > STALE_BEATS * record.interval:
         return f"its heartbeat is {now - record.heartbeat:.0f}s old (interval {record.interval:g}s)"
     here = socket.gethostname() if here is None else here
+    here_id = controller_id() if here_id is None else here_id
     alive = alive or pid_alive
-    if record.controller == here and not alive(record.pid):
-        return f"its holder, pid {record.pid} on this controller, is gone"
+    # an old record without controller_id cannot be judged by pid: it may come from another PID namespace
+    if record.controller == here and record.controller_id == here_id and not alive(record.pid, record.pid_start):
+        return f"its holder, pid {record.pid} on this controller, is gone (run {record.run_id or '?'})"
     return None
 
 
-def pid_alive(pid: int) -> bool:
-    """True when ``pid`` exists on this machine (a zombie counts as gone)."""
+def process_start(pid: int) -> float | None:
+    """Seconds after boot at which ``pid`` started (``/proc/PID/stat`` field 22), None when unreadable."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            fields = fh.read().rsplit(")", 1)[-1].split()
+        return int(fields[19]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def controller_id() -> str:
+    """``hostname/boot-id/pid-namespace``: where a pid of ours means this process."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as fh:
+            boot = fh.read().strip()
+    except OSError:
+        boot = "?"
+    try:
+        ns = os.readlink("/proc/self/ns/pid")
+    except OSError:
+        ns = "?"
+    return f"{socket.gethostname()}/{boot}/{ns}"
+
+
+def pid_alive(pid: int, start: float = 0.0) -> bool:
+    """True when ``pid`` exists on this machine (a zombie counts as gone) and, when ``start`` is
+    given, started then (a pid reused by another process is not the holder)."""
+    if start:
+        began = process_start(pid)
+        if began is not None and abs(began - start) > 0.05:
+            return False
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -269,10 +318,14 @@ def read_script(path: str) -> ShellScript:
 
 
 def render_template(*, owner: str, token: str, pid: int, controller: str, hosts: Iterable[str], ttl: float,
-                    interval: float, argv: str, start: float | None = None) -> str:
-    """The lease file text, with the host-clock placeholders the script fills in (``start`` None: now)."""
-    doc = {"version": 1, "owner": owner, "token": token, "pid": pid, "controller": controller,
-           "hosts": list(hosts), "argv": argv, "ttl": ttl, "interval": interval,
+                    interval: float, pid_start: float = 0.0, run_id: str = "", controller_id: str = "",
+                    start: float | None = None) -> str:
+    """The lease file text, with the host-clock placeholders the script fills in (``start`` None: now).
+
+    It names the holder (owner, pid, its start time, run id, controller); never its command line."""
+    doc = {"version": 2, "owner": owner, "token": token, "pid": pid, "pid_start": pid_start, "run_id": run_id,
+           "controller": controller, "controller_id": controller_id, "hosts": list(hosts), "ttl": ttl,
+           "interval": interval,
            "start": _NOW if start is None else start, "heartbeat": _NOW, "expires": _EXPIRES}
     return json.dumps(doc).replace(f'"{_NOW}"', _NOW).replace(f'"{_EXPIRES}"', _EXPIRES)
 
@@ -339,7 +392,7 @@ class Lease:
         self.interval = min(MAX_INTERVAL, self.ttl / 3) if interval is None else float(interval)
         self.wait = DEFAULT_WAIT if wait is True else float(wait or 0)
         self.poll = poll
-        self.argv = shlex.join(sys.argv)[:200]
+        self.run_id = os.environ.get("CAMIT_RUN_ID") or self.token
         self.held: dict[str, LeaseRecord] = {}
         self.lost: dict[str, str] = {}
         self._stop = threading.Event()
@@ -350,12 +403,29 @@ class Lease:
         return f"<Lease {', '.join(h.name for h in self.hosts)} {state} by {self.owner}>"
 
     def _content(self, start: float | None = None) -> str:
-        return render_template(owner=self.owner, token=self.token, pid=os.getpid(), controller=socket.gethostname(),
+        pid = os.getpid()
+        return render_template(owner=self.owner, token=self.token, pid=pid, controller=socket.gethostname(),
                                hosts=[h.name for h in self.hosts], ttl=self.ttl, interval=self.interval,
-                               argv=self.argv, start=start)
+                               pid_start=process_start(pid) or 0.0, run_id=self.run_id,
+                               controller_id=controller_id(), start=start)
 
-    def _run(self, host: Host, script: ShellScript) -> Reply:
-        reply = parse_reply(host.check(script, timeout=60).stdout)
+    def _each(self, fn: Callable[[Host], Reply], names: Sequence[str]) -> dict[str, Reply | BaseException]:
+        """``fn`` on the named hosts on threads of the lease's own: the cluster's pool may be full of long
+        host work (a launch, a deploy), and a heartbeat queued behind it would let the lease go stale."""
+        by_name = {h.name: h for h in self.hosts}
+        out: dict[str, Reply | BaseException] = {}
+        with ThreadPoolExecutor(max_workers=max(1, min(16, len(names))),
+                                thread_name_prefix="camit-lease") as pool:
+            futures = {n: pool.submit(fn, by_name[n]) for n in names}
+            for n, fut in futures.items():
+                try:
+                    out[n] = fut.result()
+                except Exception as exc:  # one host's failure is logged by the caller, the others go on
+                    out[n] = exc
+        return out
+
+    def _run(self, host: Host, script: ShellScript, timeout: float = 60) -> Reply:
+        reply = parse_reply(host.check(script, timeout=timeout).stdout)
         if reply.result == "error":
             raise LeaseError(f"{host.name}: lease file {lease_path(host)}: {reply.message}")
         return reply
@@ -436,9 +506,11 @@ class Lease:
 
         def one(host: Host) -> Reply:
             start = self.held[host.name].start
-            return self._run(host, refresh_script(lease_path(host), self._content(start), self.token, self.ttl))
+            # bounded well inside the staleness window: one silent host must not hold back the others' beats
+            return self._run(host, refresh_script(lease_path(host), self._content(start), self.token, self.ttl),
+                             timeout=max(5.0, min(60.0, self.interval * 1.5)))
 
-        for name, value in self.cluster.map(one, names).items():
+        for name, value in self._each(one, names).items():
             if isinstance(value, BaseException):
                 log.warning("%s: lease heartbeat failed: %s", name, value)
             elif value.result == "refreshed" and value.record is not None:
@@ -470,7 +542,7 @@ class Lease:
         def one(host: Host) -> Reply:
             return self._run(host, release_script(lease_path(host), token=self.token))
 
-        for name, value in self.cluster.map(one, names).items():
+        for name, value in self._each(one, names).items():
             if isinstance(value, BaseException):
                 log.warning("%s: could not release the lease (it expires by itself): %s", name, value)
             elif value.result != "released" and name not in self.lost:

@@ -13,6 +13,29 @@ from framework.result import Result
 
 #: default bytes kept per stream (the tail); the rest is counted and dropped
 DEFAULT_MAX_OUTPUT = 4 * 1024 * 1024
+#: how much of a command's first stderr is searched for the process-group marker (the login shell's
+#: noise before it — profile scripts, setlocale warnings — is kept as the command's stderr)
+HEAD_LIMIT = 64 * 1024
+
+
+def _find_marker(head: bytes | bytearray) -> tuple[int, int, int, str | None] | None:
+    """(start, end, pgid, shell) of the first complete marker line in ``head``, wherever it is."""
+    marker = PGID_MARKER.encode()
+    at = 0
+    while True:
+        i = head.find(marker, at)
+        if i < 0:
+            return None
+        nl = head.find(b"\n", i)
+        if nl < 0:
+            return None  # not complete yet
+        at = nl
+        if i and head[i - 1:i] != b"\n":
+            continue  # only at the start of a line
+        pid, _, arg0 = bytes(head[i + len(marker):nl]).partition(b" ")
+        if pid.isdigit():
+            shell = shell_name(arg0.decode(errors="replace")) if arg0 else None
+            return i, nl + 1, int(pid), shell
 
 
 @runtime_checkable
@@ -48,9 +71,9 @@ class OutputTail:
     """Keeps the last ``limit`` bytes of a stream and counts everything fed.
 
     Memory stays bounded however much a command prints (a 50 MB stderr costs
-    ``limit`` bytes). With ``strip_pgid`` the first line, when it carries our
-    process-group marker, is parsed into ``pgid`` (and the login shell's name into
-    ``shell``) and not kept.
+    ``limit`` bytes). With ``strip_pgid`` the line carrying our process-group marker,
+    wherever it is in the first :data:`HEAD_LIMIT` bytes (login-shell noise may come
+    first), is parsed into ``pgid`` (and the login shell's name into ``shell``) and not kept.
     """
 
     def __init__(self, limit: int = DEFAULT_MAX_OUTPUT, *, strip_pgid: bool = False) -> None:
@@ -64,17 +87,13 @@ class OutputTail:
     def feed(self, data: bytes) -> None:
         if self._head is not None:
             self._head += data
-            nl = self._head.find(b"\n")
-            if nl < 0 and len(self._head) < 512:
-                return
+            found = _find_marker(self._head)
+            if found is None and len(self._head) < HEAD_LIMIT:
+                return  # the marker may still come: login-shell noise (a setlocale warning) can precede it
             head, self._head = bytes(self._head), None
-            first, _, rest = head.partition(b"\n") if nl >= 0 else (head, b"", b"")
-            marker = PGID_MARKER.encode()
-            pid, _, arg0 = first[len(marker):].partition(b" ")
-            if nl >= 0 and first.startswith(marker) and pid.isdigit():
-                self.pgid = int(pid)
-                self.shell = shell_name(arg0.decode(errors="replace")) if arg0 else None
-                data = rest
+            if found is not None:
+                begin, end, self.pgid, self.shell = found
+                data = head[:begin] + head[end:]  # the noise is the command's stderr; the marker line is ours
             else:
                 data = head
         self.total += len(data)

@@ -59,7 +59,10 @@ class LocalTransport:
         except subprocess.TimeoutExpired:
             timed_out = True
             kill_group(proc.pid)
-            proc.wait()
+            try:  # bounded: a process stuck in the kernel (D state) survives even KILL for a while
+                proc.wait(timeout=KILL_GRACE + 10)
+            except subprocess.TimeoutExpired:
+                pass
         except KeyboardInterrupt:
             kill_group(proc.pid)
             raise

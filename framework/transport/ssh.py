@@ -6,10 +6,18 @@ records unseen keys; ``insecure`` is explicit and logged loudly; a changed key
 is always refused with both fingerprints. Paramiko and socket errors are
 translated into ``framework.errors`` here and nowhere else.
 
-Every command is wrapped by ``commands.with_pgid`` so the first stderr line
-tells us the remote process group (and the login shell); a timeout (or Ctrl-C)
-kills that group over a second channel, TERM then KILL, so the remote command
-really ends. The first command on a connection runs in ``/bin/sh``; once the login
+Every command is wrapped by ``commands.with_pgid`` so its first stderr tells us
+the remote process group (and the login shell), even after login-shell noise; a
+timeout (or Ctrl-C) kills that group over a second channel, TERM then KILL, so the
+remote command really ends.
+
+Every wait is bounded: a keepalive that expects sshd's reply goes out every
+:data:`KEEPALIVE_INTERVAL` seconds, and a connection whose host leaves one
+unanswered for :data:`KEEPALIVE_DEADLINE` seconds (a host that stops reading: a
+stopped sshd, a hung kernel, a dead link that TCP has not noticed) is declared
+lost, naming the host, and closed: every command, process and transfer on it ends
+as on a lost link. SFTP operations time out after :data:`SFTP_TIMEOUT`; the kill
+channel's exit status is awaited at most a few seconds. The first command on a connection runs in ``/bin/sh``; once the login
 shell is known to be POSIX (bash, dash, sh) later ones run in it directly.
 """
 
@@ -51,6 +59,12 @@ log = logging.getLogger("camit.ssh")
 POLICIES = ("strict", "accept-new", "insecure")
 #: how long a killed command may take to go away before we stop waiting
 KILL_GRACE = 1.0
+#: seconds between keepalives that expect a reply
+KEEPALIVE_INTERVAL = 5.0
+#: a keepalive unanswered this long means the host stopped answering: the connection is declared lost
+KEEPALIVE_DEADLINE = 20.0
+#: one SFTP request (open, read, write, stat) waits at most this long for the host
+SFTP_TIMEOUT = 60.0
 _CHUNK = 65536
 
 # At most one handshake at a time per target (sshd MaxStartups drops bursts;
@@ -85,6 +99,37 @@ def known_hosts_name(address: str, port: int) -> str:
     return address if port == 22 else f"[{address}]:{port}"
 
 
+def _accept_new(o: SshTransport, hostname: str, key: paramiko.PKey) -> None:
+    """accept-new: check known_hosts again and append, under one lock (two controllers meeting the same
+    new host record it once; one that recorded a *different* key meanwhile makes this a changed key)."""
+    assert o.known_hosts is not None
+    fp = fingerprint(key)
+    o.known_hosts.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(o.known_hosts) + ".lock", timeout=60):
+        seen = paramiko.HostKeys()
+        if o.known_hosts.exists():
+            try:
+                seen.load(str(o.known_hosts))
+            except (OSError, paramiko.SSHException) as exc:
+                raise HostKeyError(o.name, f"cannot read known_hosts {o.known_hosts}: {exc}") from exc
+        entry = seen.lookup(hostname)
+        recorded = entry.get(key.get_name()) if entry is not None else None
+        if recorded is not None:
+            if recorded.asbytes() == key.asbytes():
+                log.info("%s: accept-new: %s key %s for %s was recorded meanwhile", o.name, key.get_name(),
+                         fp, hostname)
+                return
+            raise HostKeyError(
+                o.name,
+                f"HOST KEY CHANGED for {hostname}: known_hosts ({o.known_hosts}) has {key.get_name()} "
+                f"{fingerprint(recorded)}, server offered {fp}; refusing to connect",
+            )
+        with o.known_hosts.open("a") as fh:
+            fh.write(f"{hostname} {key.get_name()} {key.get_base64()}\n")
+    log.warning("%s: accept-new: recorded new %s key %s for %s in %s",
+                o.name, key.get_name(), fp, hostname, o.known_hosts)
+
+
 class _Policy(paramiko.MissingHostKeyPolicy):
     """Decides about a key that is in neither the pin nor known_hosts."""
 
@@ -101,11 +146,7 @@ class _Policy(paramiko.MissingHostKeyPolicy):
             )
             return
         if o.policy == "accept-new" and o.known_hosts is not None and o.pinned is None:
-            o.known_hosts.parent.mkdir(parents=True, exist_ok=True)
-            with FileLock(str(o.known_hosts) + ".lock"), o.known_hosts.open("a") as fh:
-                fh.write(f"{hostname} {key.get_name()} {key.get_base64()}\n")
-            log.warning("%s: accept-new: recorded new %s key %s for %s in %s",
-                        o.name, key.get_name(), fp, hostname, o.known_hosts)
+            _accept_new(o, hostname, key)
             return
         where = "the pinned host_key" if o.pinned is not None else f"known_hosts ({o.known_hosts})"
         raise HostKeyError(
@@ -149,6 +190,8 @@ class SshTransport:
         self._shell: str | None = None  # the login shell, as the first command's marker line named it
         self._lock = threading.Lock()
         self._sftp_lock = threading.Lock()  # one SFTP client is not thread-safe
+        #: why the watchdog declared the current connection lost (None while it answers)
+        self.lost: str | None = None
 
     @classmethod
     def from_spec(cls, spec: HostSpec) -> SshTransport:
@@ -240,9 +283,29 @@ class SshTransport:
                 raise HostUnreachable(self.name, f"cannot connect to {self.address}:{self.port}: {reason}") from None
             transport = client.get_transport()
             if transport is not None:
-                transport.set_keepalive(15)
+                self.lost = None
+                threading.Thread(target=self._watchdog, args=(transport,), daemon=True,
+                                 name=f"camit-{self.name}-keepalive").start()
             log.debug("%s: connected to %s@%s:%d", self.name, self.user, self.address, self.port)
             return client
+
+    def _watchdog(self, transport: paramiko.Transport) -> None:
+        """Keepalives that expect a reply; an unanswered one past the deadline closes the connection."""
+        while transport.is_active():
+            time.sleep(KEEPALIVE_INTERVAL)
+            if not transport.is_active():
+                return
+            answered = _ping(transport)
+            if not answered.wait(KEEPALIVE_DEADLINE) and transport.is_active():
+                self.lost = (f"{self.address}:{self.port} stopped answering (no reply to a keepalive in "
+                             f"{KEEPALIVE_DEADLINE:g}s)")
+                log.error("%s: connection lost: %s", self.name, self.lost)
+                transport.close()
+                return
+
+    def _lost_error(self, what: str) -> HostUnreachable:
+        why = self.lost or f"lost the SSH connection to {self.address}:{self.port}"
+        return HostUnreachable(self.name, f"{why} {what}".rstrip())
 
     def _drop(self) -> None:
         for obj in (self._sftp, self._client):
@@ -267,7 +330,15 @@ class SshTransport:
                 raise paramiko.SSHException("connection is closed")
             return transport.open_session(timeout=self.connect_timeout)
         except (paramiko.SSHException, EOFError, OSError) as exc:
+            if transport is not None and transport.is_active():
+                # a live connection that cannot open a channel in time: the host stopped answering; what
+                # else runs on it (an upload, a process) ends now, naming that
+                self.lost = self.lost or (f"{self.address}:{self.port} stopped answering (no channel opened in "
+                                          f"{self.connect_timeout:g}s: {exc})")
+                log.error("%s: connection lost: %s", self.name, self.lost)
             self.close()
+            if self.lost:
+                raise self._lost_error("") from None
             raise HostUnreachable(self.name, f"lost the SSH connection to {self.address}:{self.port}: {exc}") from None
 
     # -- commands -------------------------------------------------------------
@@ -290,6 +361,8 @@ class SshTransport:
                 wait = 0.5 if deadline is None else min(0.5, max(0.0, deadline - time.monotonic()))
                 _wait_for_news(chan, wait)
                 _drain(chan, out, err)
+                if self.lost and _dead(chan):  # the watchdog closed it: no exit status is coming
+                    raise self._lost_error(f"while running: {display}")
                 if chan.exit_status_ready() and (chan.eof_received or chan.closed):
                     _drain(chan, out, err)
                     break
@@ -302,7 +375,7 @@ class SshTransport:
                     break
                 transport = chan.get_transport()
                 if transport is None or not transport.is_active():
-                    raise HostUnreachable(self.name, f"connection lost while running: {display}")
+                    raise self._lost_error(f"while running: {display}")
         except KeyboardInterrupt:
             self._kill(err.pgid)
             raise
@@ -340,17 +413,25 @@ class SshTransport:
             return
         script = "/bin/sh -c " + commands.quote(commands.kill_group(pgid, KILL_GRACE))
         for attempt in range(1, 4):
+            if self.lost:
+                log.error("%s: cannot kill remote process group %d: %s", self.name, pgid, self.lost)
+                return
+            chan = None
             try:
                 chan = self._session()
                 chan.settimeout(KILL_GRACE + 5 * attempt)
                 chan.exec_command(script)
-                chan.recv_exit_status()
-                chan.close()
+                # never recv_exit_status(): it waits forever on a host that stopped answering
+                if not chan.status_event.wait(KILL_GRACE + 5 * attempt):
+                    raise TimeoutError(f"no exit status within {KILL_GRACE + 5 * attempt:g}s")
                 log.info("%s: killed remote process group %d", self.name, pgid)
                 return
             except (HostError, paramiko.SSHException, OSError) as exc:
                 log.warning("%s: killing remote process group %d failed (attempt %d): %s",
                             self.name, pgid, attempt, exc)
+            finally:
+                if chan is not None:
+                    chan.close()
 
     # -- files ----------------------------------------------------------------
     @contextmanager
@@ -359,17 +440,35 @@ class SshTransport:
         with self._lock:
             if self._sftp is None:
                 assert self._client is not None
-                self._sftp = self._client.open_sftp()
+                try:
+                    transport = self._client.get_transport()
+                    if transport is None or not transport.is_active():
+                        raise paramiko.SSHException("connection is closed")
+                    chan = transport.open_session(timeout=self.connect_timeout)
+                    chan.settimeout(SFTP_TIMEOUT)  # every request and reply: a stopped host times out
+                    chan.invoke_subsystem("sftp")
+                    self._sftp = paramiko.SFTPClient(chan)
+                except (paramiko.SSHException, EOFError, OSError) as exc:
+                    raise TransferError(self.name, self.lost or f"cannot open SFTP: {exc}") from None
             sftp = self._sftp
         with self._sftp_lock:
-            yield sftp
+            try:
+                yield sftp
+            except (OSError, paramiko.SSHException, EOFError) as exc:
+                if isinstance(exc, (TimeoutError, EOFError, paramiko.SSHException)) or self.lost:
+                    with self._lock:  # a timed-out client has replies in flight: never reuse it
+                        if self._sftp is sftp:
+                            self._sftp = None
+                    sftp.close()
+                raise
 
     def put(self, local: Path, remote: str, progress: Callable[[int, int], None] | None = None) -> None:
         try:
             with self._sftp_client() as sftp:
                 sftp.put(str(local), remote, callback=progress, confirm=True)
         except (OSError, paramiko.SSHException, EOFError) as exc:
-            raise TransferError(self.name, f"upload of {local} to {remote} failed: {exc}") from None
+            why = self.lost or str(exc) or type(exc).__name__
+            raise TransferError(self.name, f"upload of {local} to {remote} failed: {why}") from None
 
     def get(self, remote: str, local: Path, *, cap: FetchCaps | None = None) -> None:
         # bytes are counted as they arrive (never the size stat() reports); prefetch at most the cap
@@ -392,6 +491,36 @@ def _close(client: paramiko.SSHClient, sock: socket.socket | None) -> None:
             sock.close()
         except OSError:
             pass
+
+
+def _ping(transport: paramiko.Transport) -> threading.Event:
+    """Send ``keepalive@openssh.com`` wanting a reply; the event is set when any reply arrives.
+
+    paramiko's own keepalive wants no reply, and its ``global_request(wait=True)`` waits without a
+    deadline: the request is built here and paramiko's reply handlers set our event (sshd answers
+    an unknown request with REQUEST_FAILURE, which counts). Sent from a helper thread, as a
+    host that stopped reading can fill the socket and block the send itself.
+    """
+    answered = threading.Event()
+    transport.completion_event = answered
+
+    def send() -> None:
+        m = paramiko.Message()
+        m.add_byte(paramiko.common.cMSG_GLOBAL_REQUEST)
+        m.add_string("keepalive@openssh.com")
+        m.add_boolean(True)
+        try:
+            getattr(transport, "_send_user_message")(m)  # noqa: B009 (private: the public one has no deadline)
+        except Exception:  # the connection died meanwhile: the watchdog sees it inactive
+            answered.set()
+
+    threading.Thread(target=send, daemon=True, name="camit-keepalive-send").start()
+    return answered
+
+
+def _dead(chan: paramiko.Channel) -> bool:
+    transport = chan.get_transport()
+    return transport is None or not transport.is_active()
 
 
 def _wait_for_news(chan: paramiko.Channel, wait: float) -> None:
@@ -470,13 +599,17 @@ class SshProcess:
                     self._lines.feed(data)
                 while chan.recv_stderr_ready():
                     self._err.feed(chan.recv_stderr(_CHUNK))
+                if self._owner.lost and _dead(chan):  # the watchdog closed it: no exit status is coming
+                    self._lost = f"SSH connection lost: {self._owner.lost}"
+                    break
                 if chan.exit_status_ready() and (chan.eof_received or chan.closed):
                     break
                 if chan.closed:
                     break
                 transport = chan.get_transport()
                 if transport is None or not transport.is_active():
-                    self._lost = "SSH connection lost"
+                    self._lost = f"SSH connection lost: {self._owner.lost}" if self._owner.lost \
+                        else "SSH connection lost"
                     break
         except (OSError, paramiko.SSHException, EOFError) as exc:
             self._lost = f"SSH connection lost: {exc}"
@@ -484,7 +617,7 @@ class SshProcess:
             self._out.close()
             self._err.close()
             self._lines.finish()
-            rc = chan.recv_exit_status() if chan.exit_status_ready() else None
+            rc = chan.recv_exit_status() if chan.exit_status_ready() and self._lost is None else None
             self._result = Result(
                 host=self.host, command=self._line, rc=rc, stdout=self._out.text(), stderr=self._err.text(),
                 duration=time.monotonic() - self._start, timed_out=self._killed and rc is None,

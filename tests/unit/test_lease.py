@@ -54,12 +54,15 @@ def record(**over) -> LeaseRecord:
 
 def test_template_fills_host_times_and_parses_back():
     text = render_template(owner='o "q" $(x)', token="t1", pid=7, controller="c", hosts=["h1"], ttl=300,
-                           interval=10, argv="camit run")
+                           interval=10, pid_start=12.5, run_id="r1", controller_id="c/boot/ns")
     assert '"start": __NOW__' in text and '"expires": __EXPIRES__' in text
     filled = text.replace("__NOW__", "1000").replace("__EXPIRES__", "1300")
     rec = LeaseRecord.parse(filled)
-    assert rec == LeaseRecord('o "q" $(x)', "t1", 7, "c", ("h1",), 1000, 1000, 1300, 300, 10, "camit run")
-    kept = render_template(owner="o", token="t", pid=1, controller="c", hosts=[], ttl=1, interval=0, argv="",
+    assert rec == LeaseRecord('o "q" $(x)', "t1", 7, "c", ("h1",), 1000, 1000, 1300, 300, 10, 12.5, "r1",
+                              "c/boot/ns")
+    # the holder is named by owner, pid, start time and run id: never by its command line
+    assert "argv" not in json.loads(filled)
+    kept = render_template(owner="o", token="t", pid=1, controller="c", hosts=[], ttl=1, interval=0,
                            start=900.0)
     assert '"start": 900.0' in kept
     assert LeaseRecord.parse("not json") is None and LeaseRecord.parse('{"owner": 1}') is None
@@ -77,12 +80,28 @@ def test_parse_reply():
     (record(), 1401.0, "other", True, "it expired 1s ago"),
     (record(), 1131.0, "other", True, "its heartbeat is 31s old (interval 10s)"),
     (record(interval=0.0), 1390.0, "other", True, None),  # no heartbeat thread: only expiry counts
-    (record(), 1105.0, "ctl", False, "its holder, pid 4242 on this controller, is gone"),
-    (record(), 1105.0, "other", False, None),  # a pid on another controller cannot be checked
+    (record(controller_id="ctl/b/ns", run_id="r9"), 1105.0, "ctl", False,
+     "its holder, pid 4242 on this controller, is gone (run r9)"),
+    (record(controller_id="ctl/b/ns"), 1105.0, "other", False, None),  # a pid on another controller: unjudged
+    # same hostname, another boot or PID namespace (a container): its pid means nothing here
+    (record(controller_id="ctl/b/other-ns"), 1105.0, "ctl", False, None),
+    (record(), 1105.0, "ctl", False, None),  # an old record without controller id is never judged by pid
     (None, 0.0, "x", True, "the lease file is not a camit lease"),
 ])
 def test_stale_reason(rec, now, here, alive, reason):
-    assert stale_reason(rec, now, here=here, alive=lambda pid: alive) == reason
+    assert stale_reason(rec, now, here=here, here_id="ctl/b/ns", alive=lambda pid, start: alive) == reason
+
+
+def test_pid_alive_needs_the_start_time_too():
+    import os
+
+    from framework.lease import pid_alive, process_start
+
+    me = os.getpid()
+    began = process_start(me)
+    assert began is not None and pid_alive(me, began) and pid_alive(me)
+    # the same pid with another start time is another process (the holder's pid was reused)
+    assert not pid_alive(me, began + 5)
 
 
 def test_lease_held_names_the_holder():
