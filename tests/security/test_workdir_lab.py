@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import os
 import secrets
+import shutil
 import socket
 import subprocess
 import sys
@@ -43,9 +44,18 @@ def name() -> str:
 
 
 @pytest.fixture
-def marker(tmp_path) -> Path:
-    """A path a tampered program would create (shared file system: visible from the controller)."""
-    path = tmp_path / "RAN-TAMPERED"
+def shared():
+    """A directory the controller and every lab host see alike (the hosts' /tmp is private to each)."""
+    path = Path("/var/tmp") / f"camit-sec-{secrets.token_hex(4)}"
+    path.mkdir(mode=0o700)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def marker(shared) -> Path:
+    """A path a tampered program would create (visible from the controller)."""
+    path = shared / "RAN-TAMPERED"
     assert not path.exists()
     return path
 
@@ -85,8 +95,8 @@ def run_package(tmp_path_factory) -> Path:
 # -- item 1: the workdir ---------------------------------------------------------------------------------------
 
 def test_a_symlinked_workdir_is_refused_naming_host_and_path_and_nothing_goes_through_it(
-        lab, env_variant, name, wheel, tmp_path):
-    victim = tmp_path / "victim"
+        lab, env_variant, name, wheel, tmp_path, shared):
+    victim = shared / "victim"
     victim.mkdir()
     link = host_dir(lab, "host1", name)
     link.symlink_to(victim)
@@ -261,9 +271,10 @@ def test_a_tampered_relay_program_is_reshipped_and_never_run(lab, env_variant, n
 
 # -- item 9: the relay -------------------------------------------------------------------------------------------
 
-def test_a_symlink_at_the_relays_part_path_does_not_overwrite_its_target(lab, env_variant, name, wheel, tmp_path):
+def test_a_symlink_at_the_relays_part_path_does_not_overwrite_its_target(lab, env_variant, name, wheel, tmp_path,
+                                                                          shared):
     hosts = ["host1", "host2"]
-    victim = tmp_path / "victim.txt"
+    victim = shared / "victim.txt"
     victim.write_text("precious\n")
     sha = hashlib.sha256(wheel.read_bytes()).hexdigest()
     for h in hosts:
@@ -274,7 +285,8 @@ def test_a_symlink_at_the_relays_part_path_does_not_overwrite_its_target(lab, en
     with Cluster.from_env(env, hosts) as cluster:
         result = Deployer(env, cluster, relay=True).run()
     assert not result.errors, result.errors
-    assert victim.read_text() == "precious\n"
+    assert {result.manifests[h].artifacts[0].via for h in hosts} == {"relay"}  # not a fallback to direct push
+    assert victim.read_bytes() == b"precious\n"  # not overwritten through the planted link
     for h in hosts:
         staged = host_dir(lab, h, name) / "artifacts" / sha / wheel.name
         assert not staged.is_symlink() and hashlib.sha256(staged.read_bytes()).hexdigest() == sha
