@@ -229,11 +229,13 @@ def bin_sha(path: str) -> str:
 
 def interpreter_ok(plan: HostPlan) -> str:
     """sh test: the interpreter is executable and, for a venv, resolves to the host's python (a venv's
-    ``bin/python`` is a symlink to it; anything else there is not run, the venv is rebuilt)."""
+    ``bin/python`` is a symlink to the real executable behind ``python``, shims and bare names included;
+    anything else there is not run, the venv is rebuilt)."""
     q = commands.quote
     test = f"[ -x {q(plan.interpreter)} ]"
     if plan.venv:
-        test += f" && [ \"$(readlink -f -- {q(plan.interpreter)})\" = \"$(readlink -f -- {q(plan.python)})\" ]"
+        real = f"$({q(plan.python)} -I -S -c 'import os, sys; print(os.path.realpath(sys.executable))' 2>/dev/null)"
+        test += f" && [ \"$(readlink -f -- {q(plan.interpreter)})\" = \"{real}\" ]"
     return f"{{ {test}; }}"
 
 
