@@ -58,6 +58,7 @@ from framework.deploy.plan import (
     probe_script,
     resolve_artifacts,
     space_problem,
+    stage_ok_script,
     state_script,
     vendor_of,
     venv_script,
@@ -66,9 +67,10 @@ from framework.deploy.plan import (
 from framework.deploy.platform import Platform
 from framework.deploy.relay import RelayChain
 from framework.deploy.result import ArtifactRecord, DeployResult, HostManifest, merge_manifest
-from framework.errors import DeployError, TransferError, reason_of
+from framework.errors import CommandFailed, CommandTimedOut, DeployError, TransferError, reason_of
 from framework.hosts import Cluster, Host
 from framework.phases import PhaseEvent, PhaseSink, discard, rundir_sink
+from framework.remote.layout import unsafe_message, unsafe_reason
 
 if TYPE_CHECKING:  # pragma: no cover
     from framework.config.effective import EnvConfig
@@ -174,7 +176,12 @@ class Deployer:
     def _probe(self, artifacts: list[Artifact], result: DeployResult) -> dict[str, Probe]:
         def probe(host: Host) -> Probe:
             script = probe_script(self.plans[host.name], artifacts, self._relay_bin(host.name) if self.relay else None)
-            res = timed(result.manifests[host.name], "probe", lambda: host.check(script, timeout=60))
+            res = timed(result.manifests[host.name], "probe", lambda: host.run(script, timeout=60))
+            why = unsafe_reason(res.stdout)
+            if why is not None:
+                raise DeployError(host.name, "workdir", unsafe_message(why))
+            if not res.ok:
+                raise CommandTimedOut(res, 60) if res.timed_out else CommandFailed(res)
             return parse_probe(res.stdout)
 
         probes: dict[str, Probe] = {}
@@ -243,7 +250,7 @@ class Deployer:
                 if attempt == 2 or "mismatch" not in str(exc):
                     raise
                 self.on_event(host.name, f"retrying upload of {art.name}: {exc}")
-        host.check(["touch", "--", plan.layout.stage_ok(art.sha256)], timeout=30)
+        host.check(stage_ok_script(plan, art), timeout=30)
 
     def _progress(self, host: str, art: Artifact, every: float = 1.0) -> Callable[[int, int], None]:
         """A callback reporting bytes and rate at most every ``every`` seconds (and at the end)."""

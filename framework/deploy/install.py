@@ -22,9 +22,9 @@ from framework.deploy.plan import (
     Probe,
     expected_state,
     install_run_script,
+    install_wheel_script,
     parse_run_output,
     parse_verify,
-    pip_argv,
     state_script,
     tree_script,
     vendor_env_problems,
@@ -120,7 +120,7 @@ class HostInstall:
         if plan.venv:
             self.step("venv", venv_script(plan), 300)
         self.on_event(self.host.name, f"pip install {art.name} into {plan.interpreter}")
-        self.step("install-wheel", pip_argv(plan, art), 900)
+        self.step("install-wheel", install_wheel_script(plan, art), 900)
         out = self.step("verify", verify_argv(plan, vendor), 300).stdout
         problems = vendor_env_problems(plan, vendor, out) if vendor else []
         if problems:

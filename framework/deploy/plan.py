@@ -14,12 +14,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from framework import commands
+from framework import commands, remote
 from framework.commands import ShellScript
 from framework.deploy.platform import Platform, choose, parse_run_name
 from framework.errors import ConfigError
 from framework.hosts import sha256_file
-from framework.remote.layout import STATE_VERSION, VENDOR, DeployState, HostLayout, vendor_of
+from framework.remote.layout import (
+    STATE_VERSION,
+    VENDOR,
+    DeployState,
+    HostLayout,
+    sh_sha_ok,
+    sh_verified,
+    sh_write_file,
+    vendor_of,
+)
 from framework.remote.sections import read_records, sh_tag
 from framework.setenv import OPAPI_LIBRARY, aclnn_symbols, env_steps, extra_of, require_cann, vendor_dir_of
 
@@ -183,25 +192,51 @@ ARCH_TAG = "arch"  # @@arch <uname -m>
 
 
 def probe_script(plan: HostPlan, artifacts: Sequence[Artifact], relay_bin: str | None = None) -> ShellScript:
-    """One shell script answering everything deploy needs to decide, as tagged records."""
+    """One shell script answering everything deploy needs to decide, as tagged records.
+
+    It starts with the workdir's guard (:meth:`HostLayout.guard_script`: an unsafe workdir ends it with
+    an ``@@unsafe`` record); a staged artifact, the venv's interpreter and the relay program count as
+    present only when they hash (or resolve) to what they must be, so a tampered one is replaced.
+    """
     q = commands.quote
     layout = plan.layout
-    parts = [f"mkdir -p {q(plan.workdir)}"]
+    parts = [layout.guard_script()]
     for a in artifacts:
-        parts.append(f"[ -f {q(layout.stage_ok(a.sha256))} ] && [ -f {q(plan.remote_path(a))} ] && "
+        parts.append(f"[ -f {q(layout.stage_ok(a.sha256))} ] && {sh_sha_ok(plan.remote_path(a), a.sha256)} && "
                      + sh_tag(HAVE_TAG, a.sha256))
     parts.append(DeployState.read_script(layout))
     parts.append(f"free=$(df -Pk {q(plan.workdir)} | awk 'NR==2 {{print $4 * 1024}}'); "
                  "[ -n \"$free\" ] && " + sh_tag(FREE_TAG, '"$free"'))
     parts.append(layout.vendor_glob_script(TREE_TAG))
-    parts.append(f"[ -x {q(plan.interpreter)} ] && {sh_tag(INTERP_TAG)}")
+    parts.append(f"{interpreter_ok(plan)} && {sh_tag(INTERP_TAG)}")
     # the .run's name: os_id=$(grep ^ID= /etc/os-release | cut -d= -f2 | tr -d '"'), arch=$(uname -m)
     parts.append("id=$(grep '^ID=' /etc/os-release 2>/dev/null | head -n 1 | cut -d= -f2 | tr -d '\"'); "
                  + sh_tag(OS_TAG, '"${id:-linux}"'))
     parts.append(sh_tag(ARCH_TAG, '"$(uname -m)"'))
     if relay_bin:
-        parts.append(f"[ -f {q(relay_bin)} ] && {sh_tag(RELAY_TAG)}")
+        parts.append(f"{sh_sha_ok(relay_bin, bin_sha(relay_bin))} && {sh_tag(RELAY_TAG)}")
     return ShellScript("; ".join(f"{{ {p}; }}" if i else p for i, p in enumerate(parts)) + "; true")
+
+
+def bin_sha(path: str) -> str:
+    """The sha256 a shipped program must have: the one its content-addressed name was made from
+    (:meth:`HostLayout.bin` keeps 12 hex digits; the full digest comes from :func:`framework.remote.script`)."""
+    name = path.rsplit("/", 1)[-1]
+    stem, _, ext = name.rpartition(".")
+    base = stem.rsplit("-", 1)[0] + "." + ext
+    return remote.script(base)[1]
+
+
+def interpreter_ok(plan: HostPlan) -> str:
+    """sh test: the interpreter is executable and, for a venv, resolves to the host's python (a venv's
+    ``bin/python`` is a symlink to the real executable behind ``python``, shims and bare names included;
+    anything else there is not run, the venv is rebuilt)."""
+    q = commands.quote
+    test = f"[ -x {q(plan.interpreter)} ]"
+    if plan.venv:
+        real = f"$({q(plan.python)} -I -S -c 'import os, sys; print(os.path.realpath(sys.executable))' 2>/dev/null)"
+        test += f" && [ \"$(readlink -f -- {q(plan.interpreter)})\" = \"{real}\" ]"
+    return f"{{ {test}; }}"
 
 
 def parse_probe(stdout: str) -> Probe:
@@ -240,7 +275,8 @@ def install_run_script(plan: HostPlan, art: Artifact) -> ShellScript:
     """Run the ``.run`` like CANN packages: absolute ``--install-path``, ``--quiet``, no stdin."""
     path = commands.quote(plan.remote_path(art))
     flag = commands.quote(f"--install-path={plan.install_path}")
-    return ShellScript(f"chmod +x {path} && {path} {flag} --quiet < /dev/null")
+    check = sh_verified(plan.remote_path(art), art.sha256, "the staged package")
+    return ShellScript(f"{check} && chmod 0700 {path} && {path} {flag} --quiet < /dev/null")
 
 
 _SUCCESS = re.compile(r"^\s*SUCCESS\b")
@@ -262,12 +298,26 @@ def tree_script(plan: HostPlan) -> ShellScript:
 
 def venv_script(plan: HostPlan) -> ShellScript:
     q = commands.quote
-    return ShellScript(f"[ -x {q(plan.interpreter)} ] || {q(plan.python)} -m venv --system-site-packages {q(plan.venv_dir)}")
+    return ShellScript(f"{interpreter_ok(plan)} || {q(plan.python)} -m venv --clear --system-site-packages "
+                       f"{q(plan.venv_dir)}")
 
 
 def pip_argv(plan: HostPlan, art: Artifact) -> list[str]:
     return [plan.interpreter, "-m", "pip", "install", "--force-reinstall", "--no-deps", "--no-index",
             "--disable-pip-version-check", "-q", plan.remote_path(art)]
+
+
+def install_wheel_script(plan: HostPlan, art: Artifact) -> ShellScript:
+    """:func:`pip_argv`, run only when the staged wheel still hashes to ``art.sha256`` and the interpreter is
+    the one it must be."""
+    check = sh_verified(plan.remote_path(art), art.sha256, "the staged wheel")
+    interp = f"{{ {interpreter_ok(plan)} || {{ echo {commands.quote(f'camit: {plan.interpreter} is not {plan.python}: not run')} >&2; exit 3; }}; }}"
+    return ShellScript(f"{check} && {interp} && exec {commands.join(pip_argv(plan, art))}")
+
+
+def stage_ok_script(plan: HostPlan, art: Artifact) -> ShellScript:
+    """sh marking ``art`` staged and verified (its ``.ok``, written to a fresh name and renamed)."""
+    return ShellScript(sh_write_file(plan.layout.stage_ok(art.sha256), art.sha256))
 
 
 def verify_argv(plan: HostPlan, vendor: str | None) -> list[str]:

@@ -16,10 +16,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from framework.deploy.plan import RELAY_STREAM_CHUNK, Artifact, HostPlan, Probe, mb
+from framework import commands
+from framework.commands import ShellScript
+from framework.deploy.plan import RELAY_STREAM_CHUNK, Artifact, HostPlan, Probe, bin_sha, mb
 from framework.errors import HostError
 from framework.hosts import Cluster
 from framework.remote import protocol
+from framework.remote.layout import sh_sha_ok
 from framework.transport.base import Process
 
 #: seconds a listener has to print its port
@@ -35,6 +38,15 @@ def relay_argv(plan: HostPlan, relay_bin: str, art: Artifact, deadline: float, l
     a = [plan.python, relay_bin, "--out", plan.remote_path(art), "--sha256", art.sha256,
          "--size", str(art.size), "--deadline", f"{deadline:.0f}"]
     return a + (["--listen", plan.manage_ip] if listen else [])
+
+
+def relay_command(plan: HostPlan, relay_bin: str, art: Artifact, deadline: float, listen: bool) -> ShellScript:
+    """:func:`relay_argv`, run only when the relay program on the host hashes to the shipped one (a tampered
+    one prints ``ERR`` and is never run: the chain falls back to direct pushes)."""
+    sha = bin_sha(relay_bin)
+    msg = commands.quote(f"{protocol.ERR} the relay program {relay_bin} does not match its sha256: not run")
+    return ShellScript(f"{{ {sh_sha_ok(relay_bin, sha)} || {{ echo {msg}; exit 3; }}; }} && "
+                       f"exec {commands.join(relay_argv(plan, relay_bin, art, deadline, listen))}")
 
 
 def link_lines(links: Sequence[str], plans: Mapping[str, HostPlan], ports: Mapping[str, int],
@@ -147,7 +159,7 @@ class RelayChain:
         """Start a listening relay on each of ``hosts``; host → the port it listens on."""
         for h in hosts:
             try:
-                procs[h] = self.cluster[h].spawn(relay_argv(self.plans[h], self.relay_bin[h], art, deadline, True))
+                procs[h] = self.cluster[h].spawn(relay_command(self.plans[h], self.relay_bin[h], art, deadline, True))
             except HostError as exc:
                 outcome.notes.append(f"relay: cannot start the relay on {h}: {exc}")
         ports: dict[str, int] = {}
@@ -165,15 +177,18 @@ class RelayChain:
                 procs: dict[str, Process]) -> None:
         """Start the head of the chain and feed it the artifact."""
         head = links[0]
-        procs[head] = self.cluster[head].spawn(relay_argv(self.plans[head], self.relay_bin[head], art, deadline,
-                                                          False))
+        procs[head] = self.cluster[head].spawn(relay_command(self.plans[head], self.relay_bin[head], art, deadline,
+                                                             False))
         self.on_event(head, f"relay {art.name} ({mb(art.size)}) through {' -> '.join(links)}")
         proc = procs[head]
         proc.write(first_line)
         progress = self.progress(head, art)
         sent = 0
+        end = time.monotonic() + deadline
         with open(art.path, "rb") as fh:
             for block in iter(lambda: fh.read(RELAY_STREAM_CHUNK), b""):
+                if time.monotonic() > end:
+                    raise HostError(head, f"relay of {art.name} passed its deadline ({deadline:.0f} s) while sending")
                 proc.write(block)
                 sent += len(block)
                 progress(sent, art.size)

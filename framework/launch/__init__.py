@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from framework import remote
-from framework.errors import HostError
+from framework.errors import CommandFailed, CommandTimedOut, HostError
 from framework.hosts import Cluster, Host, sha256_file
 from framework.launch import devices, fetch, timeouts
 from framework.launch.monitor import LaunchMonitor
@@ -63,11 +63,12 @@ from framework.launch.plan import (
     prepare_probe,
     secret_env,
     shipped_files,
+    shipped_shas,
 )
 from framework.launch.result import LaunchResult, NodeResult, RankResult
 from framework.phases import PhaseEvent, PhaseSink, discard, rundir_sink
 from framework.remote import protocol
-from framework.remote.layout import HostLayout
+from framework.remote.layout import HostLayout, unsafe_message, unsafe_reason
 from framework.transport.base import Process
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -143,14 +144,22 @@ class Launcher:
         def prep(host: Host) -> Prepared:
             layout = HostLayout.of(self.env.hosts[host.name])
             files = shipped_files(layout, self.programs, script)
-            stdout = host.check(prepare_probe(list(files), layout), timeout=60).stdout
+            shas = shipped_shas(layout, self.programs, script)
+            res = host.run(prepare_probe(shas, layout), timeout=60)
+            why = unsafe_reason(res.stdout)
+            if why is not None:
+                raise HostError(host.name, unsafe_message(why))
+            if not res.ok:
+                raise CommandTimedOut(res, 60) if res.timed_out else CommandFailed(res)
+            stdout = res.stdout
             have, state = parse_prepare_probe(stdout)
             for remote_path, local in files.items():
-                if remote_path not in have:
-                    host.put(local, remote_path)
+                if remote_path not in have:  # missing, or not what it must be: replaced, never run
+                    host.put(local, remote_path, sha256=shas[remote_path])
             paths = list(files)
             return Prepared(layout, supervisor=paths[0], rankwrap=paths[1],
-                            script=paths[2] if script is not None else None, state=state, net=parse_net(stdout))
+                            script=paths[2] if script is not None else None, state=state, net=parse_net(stdout),
+                            shas=shas)
 
         prepared = self.cluster.map(prep, names).raise_on_failure()
         out = prepared.succeeded

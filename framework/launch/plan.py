@@ -31,7 +31,7 @@ from framework.launch.nic import (
 )
 from framework.launch.timeouts import PG_TIMEOUT_VAR, Timeouts, derive
 from framework.remote import protocol
-from framework.remote.layout import DeployState, HostLayout
+from framework.remote.layout import DeployState, HostLayout, sh_sha_ok, sh_verified
 from framework.remote.sections import read_records, sh_tag
 from framework.setenv import env_steps, extra_of, require_cann
 
@@ -173,6 +173,8 @@ class NodePlan:
     silence: float = SUPERVISOR_SILENCE
     extra_set_env: tuple[str, ...] = ()
     coredump_filter: str | None = None
+    #: remote path → sha256 of the shipped programs and script, verified before anything runs
+    verify: Mapping[str, str] = field(default_factory=dict)
 
 
 def secret_env(env: Mapping[str, Any]) -> dict[str, str]:
@@ -207,7 +209,10 @@ def node_command(plan: NodePlan, target: Target) -> commands.Line:
     def assemble(redact: bool) -> str:
         # TMPDIR under the run folder: torchrun's torchelastic_* and torch's caches go there and
         # leave with the run folder instead of piling up in the host's /tmp
-        steps = [f"mkdir -p {q(plan.run_dir + '/tmp')}", f"cd {q(plan.run_dir)}"]
+        # the run folder private (umask 077 while it is made); what it runs verified by hash first
+        steps = [*(sh_verified(p, sha, "the shipped program") for p, sha in plan.verify.items()),
+                 f"{{ _um=$(umask); umask 077; mkdir -p {q(plan.run_dir + '/tmp')}; umask \"$_um\"; }}",
+                 f"cd {q(plan.run_dir)}"]
         if plan.core_limit:
             lim = q(plan.core_limit)
             steps.append(f"{{ ulimit -S -c {lim} 2>/dev/null || ulimit -S -c \"$(ulimit -H -c)\"; }}")
@@ -258,6 +263,8 @@ class Prepared:
     state: DeployState = field(default_factory=DeployState)
     #: the host's devices and addresses (None: not probed)
     net: HostNet | None = None
+    #: remote path → sha256 of what the node's command runs (checked right before it starts)
+    shas: Mapping[str, str] = field(default_factory=dict)
 
 
 def shipped_files(layout: HostLayout, programs: Mapping[str, tuple[Path, str]],
@@ -274,15 +281,25 @@ def shipped_files(layout: HostLayout, programs: Mapping[str, tuple[Path, str]],
     return files
 
 
+def shipped_shas(layout: HostLayout, programs: Mapping[str, tuple[Path, str]],
+                 script: tuple[Path, str] | None = None) -> dict[str, str]:
+    """remote path → sha256 of :func:`shipped_files` (what the host's copies must hash to)."""
+    shas = {layout.bin(name, sha): sha for name, (_local, sha) in programs.items()}
+    if script is not None:
+        shas[layout.target(script[1], script[0].name)] = script[1]
+    return shas
+
+
 #: the record of :func:`prepare_probe` for a file already on the host (``@@have <path>``)
 HAVE_TAG = "have"
 
 
-def prepare_probe(files: Sequence[str], layout: HostLayout) -> ShellScript:
-    """sh: a ``@@have <path>`` record for each of ``files`` already on the host, then the deploy state's."""
+def prepare_probe(files: Mapping[str, str], layout: HostLayout) -> ShellScript:
+    """sh: the workdir's guard (an unsafe one ends it with ``@@unsafe``), a ``@@have <path>`` record for each of
+    ``files`` (remote path → sha256) on the host with that very content, then the deploy state's."""
     q = commands.quote
-    probe = "; ".join(f"[ -f {q(p)} ] && {sh_tag(HAVE_TAG, q(p))}" for p in files)
-    return ShellScript(probe + f"; {DeployState.read_script(layout)}; {net_script()}")
+    probe = "; ".join(f"{{ {sh_sha_ok(p, sha)} && {sh_tag(HAVE_TAG, q(p))}; }}" for p, sha in files.items())
+    return ShellScript(f"{layout.guard_script()}; {probe}; {DeployState.read_script(layout)}; {net_script()}")
 
 
 def parse_prepare_probe(stdout: str) -> tuple[set[str], DeployState]:
@@ -344,7 +361,7 @@ def plan_nodes(env: EnvConfig, names: Sequence[str], prepared: Mapping[str, Prep
             cann_set_env=env.cann.set_env if env.cann else None,
             vendor_set_env=layout.vendor_set_env(state.vendor) if state.vendor else None,
             deadline=timeout + 60, core_limit=rank_core_limit(spec, core_limit), extra_set_env=extra_of(env),
-            coredump_filter=NPU_COREDUMP_FILTER if spec.npu.soc != "cpu" else None,
+            coredump_filter=NPU_COREDUMP_FILTER if spec.npu.soc != "cpu" else None, verify=dict(prep.shas),
         )
     return plans
 

@@ -16,7 +16,14 @@ deploy, launch, coverage and the rank suites ask the layout instead of joining s
 :class:`DeployState` is the ``deploy-state.json`` document: deploy writes it
 (:meth:`DeployState.write_script`) after a complete install and removes it first;
 launch and coverage read it (:meth:`DeployState.read_script` / :meth:`DeployState.parse`)
-for the ranks' interpreter, install path and vendor. Standard library only.
+for the ranks' interpreter, install path and vendor.
+
+A workdir is trusted only when it is safe (:meth:`HostLayout.guard_script`): camit makes it
+``0700`` under ``umask 077`` and refuses one that is a symlink, not owned by the SSH user, or
+writable by group/others, and any ancestor another user could swap (owned by someone but root or
+the user, or group/other-writable without the sticky bit). Every program or artifact camit runs
+from it is hash-checked first (:func:`sh_sha_ok`); files are written to a fresh name made with
+``O_EXCL`` (``mktemp``) and renamed into place. Standard library only.
 """
 
 from __future__ import annotations
@@ -36,6 +43,10 @@ STATE_VERSION = 1
 STATE_TAG = "state"
 VENDOR = "CAM"
 DEFAULT_WORKDIR = "/var/tmp/camit"
+#: the record of :meth:`HostLayout.guard_script` refusing a workdir (``@@unsafe <path>: <why>``)
+UNSAFE_TAG = "unsafe"
+#: the exit status of :meth:`HostLayout.guard_script` refusing a workdir
+UNSAFE_RC = 97
 
 
 class _HasWorkdir(Protocol):
@@ -66,6 +77,50 @@ class HostLayout:
 
     def join(self, *parts: str) -> str:
         return posixpath.join(self.workdir, *parts)
+
+    # -- trust ----------------------------------------------------------------------------------
+    def guard_script(self) -> str:
+        """sh (one line, for the start of a round trip): make the workdir and refuse an unsafe one.
+
+        Sets ``umask 077`` for the rest of the script, creates the missing components (``0700``),
+        then checks from ``/`` down: an ancestor must be owned by root or the SSH user (the link
+        itself too, when it is a symlink) and not group/other-writable unless sticky; the workdir
+        itself must be a real directory (not a symlink) owned by the user and not group/other-writable
+        (it is then made ``0700``). A refusal prints ``@@unsafe <path>: <why>`` and exits
+        :data:`UNSAFE_RC` before anything is written there. Uses GNU/busybox ``stat -c``.
+        """
+        w = _q(self.workdir)
+        bad = f"{{ printf '%s%s: %s\\n' '@@{UNSAFE_TAG} ' \"$1\" \"$2\"; exit {UNSAFE_RC}; }}"
+        return (
+            f"umask 077; _cw={w}; _me=$(id -u); "
+            f"_cbad() {bad}; "
+            "_cown() { [ \"$1\" = 0 ] || [ \"$1\" = \"$_me\" ]; }; "
+            # the walk from / down, over what exists (run before mkdir -p follows anything, and after)
+            "_cchk() { _cp=''; _crest=${_cw#/}; "
+            "while [ -n \"$_crest\" ]; do "
+            "_cc=${_crest%%/*}; [ \"$_cc\" = \"$_crest\" ] && _crest='' || _crest=${_crest#*/}; "
+            "[ -z \"$_cc\" ] && continue; _cp=\"$_cp/$_cc\"; [ \"$_cp\" = \"$_cw\" ] && break; "
+            "[ -e \"$_cp\" ] || [ -L \"$_cp\" ] || return 0; "
+            "if [ -L \"$_cp\" ]; then _o=$(stat -c %u -- \"$_cp\"); "
+            "_cown \"$_o\" || _cbad \"$_cp\" \"is a symlink owned by uid $_o\"; fi; "
+            "_o=$(stat -L -c %u -- \"$_cp\" 2>/dev/null) || _cbad \"$_cp\" 'cannot be read'; "
+            "_cown \"$_o\" || _cbad \"$_cp\" \"is owned by uid $_o (not root or uid $_me)\"; "
+            "_m=0$(stat -L -c %a -- \"$_cp\"); "
+            "[ $((_m & 022)) -ne 0 ] && [ $((_m & 01000)) -eq 0 ] && "
+            "_cbad \"$_cp\" \"is writable by group/others (mode $(stat -L -c %a -- \"$_cp\")) without the sticky bit\"; "
+            "done; "
+            "[ -L \"$_cw\" ] && _cbad \"$_cw\" \"is a symlink (to $(readlink -- \"$_cw\")), not a directory\"; "
+            "[ -e \"$_cw\" ] || return 0; "
+            "[ -d \"$_cw\" ] || _cbad \"$_cw\" 'is not a directory'; "
+            "_o=$(stat -c %u -- \"$_cw\"); "
+            "[ \"$_o\" = \"$_me\" ] || _cbad \"$_cw\" \"is owned by uid $_o, not by the SSH user (uid $_me)\"; "
+            "_m=0$(stat -c %a -- \"$_cw\"); "
+            "[ $((_m & 022)) -ne 0 ] && _cbad \"$_cw\" \"is writable by group/others (mode $(stat -c %a -- \"$_cw\"))\"; "
+            "return 0; }; "
+            "_cchk; mkdir -p -- \"$_cw\" 2>/dev/null; "
+            "[ -d \"$_cw\" ] || _cbad \"$_cw\" 'cannot be created as a directory'; "
+            "_cchk; chmod 0700 -- \"$_cw\""
+        )
 
     # -- deploy ---------------------------------------------------------------------------------
     def stage(self, sha256: str) -> str:
@@ -138,6 +193,42 @@ class HostLayout:
     def scratch(self, name: str) -> str:
         """A temporary file directly in the workdir (archives on their way to the controller)."""
         return self.join(name)
+
+
+def unsafe_reason(stdout: str) -> str | None:
+    """The ``<path>: <why>`` of a :meth:`HostLayout.guard_script` refusal in a round trip's output, or None."""
+    for rec in read_records(stdout):
+        if rec.tag == UNSAFE_TAG:
+            return rec.value.strip()
+    return None
+
+
+def unsafe_message(reason: str) -> str:
+    """The one line a refused workdir is reported with (the host name is added by ``HostError``)."""
+    return f"refusing the workdir: {reason}"
+
+
+def sh_sha_ok(path: str, sha256: str) -> str:
+    """sh test: ``path`` is a regular file (not a symlink) whose sha256 is ``sha256``."""
+    p = _q(path)
+    return (f"{{ [ -f {p} ] && [ ! -L {p} ] && "
+            f"[ \"$(sha256sum < {p} 2>/dev/null | cut -c1-64)\" = {_q(sha256)} ]; }}")
+
+
+def sh_verified(path: str, sha256: str, what: str) -> str:
+    """sh: fail (exit 3, a line on stderr naming the file) unless ``path`` hashes to ``sha256``; for right
+    before ``path`` is run."""
+    msg = f"camit: {what} {path} does not match its sha256 {sha256[:12]}: not run"
+    return f"{{ {sh_sha_ok(path, sha256)} || {{ echo {_q(msg)} >&2; exit 3; }}; }}"
+
+
+def sh_write_file(path: str, text: str) -> str:
+    """sh writing ``text`` (plus a newline) to ``path``: a fresh file made by ``mktemp`` (``O_EXCL``) in the
+    same directory, then renamed over ``path`` (a planted symlink at ``path`` is replaced, never followed)."""
+    p = _q(path)
+    d = _q(posixpath.dirname(path) or "/")
+    return (f"{{ _t=$(mktemp {d}/.camit-XXXXXXXX) && printf '%s\\n' {_q(text)} > \"$_t\" && "
+            f"mv -f -- \"$_t\" {p} || {{ rm -f -- \"$_t\"; false; }}; }}")
 
 
 def vendor_of(set_envs: Sequence[str], install_path: str) -> str | None:
@@ -227,10 +318,8 @@ class DeployState:
     # -- writing ----------------------------------------------------------------------------------
     @staticmethod
     def write_script(layout: HostLayout, doc: Mapping[str, Any]) -> str:
-        """sh writing ``doc`` to the state file atomically (a temporary file, then ``mv``)."""
-        tmp = layout.state_file + ".tmp"
-        text = json.dumps(dict(doc), sort_keys=True)
-        return f"printf '%s\\n' {_q(text)} > {_q(tmp)} && mv -f {_q(tmp)} {_q(layout.state_file)}"
+        """sh writing ``doc`` to the state file atomically (a fresh ``mktemp`` file, then ``mv``)."""
+        return sh_write_file(layout.state_file, json.dumps(dict(doc), sort_keys=True))
 
     @staticmethod
     def clear_argv(layout: HostLayout) -> list[str]:

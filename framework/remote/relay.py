@@ -12,15 +12,21 @@ Protocol on stdin (lines, then — for the head of the chain — the raw bytes):
     TOKEN <token>                (listeners only)     the one-time token the upstream must send
     <size raw bytes>             (head only)          the artifact itself
 
-A listener binds ``IP:0`` and prints ``PORT <n>`` first; it accepts exactly one
-connection whose first line is its token (compared in constant time), then reads
-``size`` bytes. Every byte read is written to ``PATH.part`` and sent on to the
-next hop at the same time (a pipeline, not store-and-forward). At the end the
-sha256 is checked, the file renamed to PATH and ``<dir>/.ok`` written, and the
-relay prints ``OK <sha256>``; otherwise ``ERR <reason>`` and the partial file is
-removed. A failed next hop never stops the local write: it prints
-``NEXT-FAILED <reason>`` and carries on, so the controller can push directly to
-the hosts after it. The process exits at ``--deadline`` seconds whatever happens.
+A listener binds ``IP:0`` and prints ``PORT <n>`` first; it keeps accepting until a
+connection's first line is its one-time token (compared in constant time) or the
+deadline passes: a connection that sends anything else, nothing within
+``TOKEN_WAIT`` seconds or more than a line is closed unread (a stray local user can
+neither end the hop nor get data; nothing is ever sent upstream). Then it reads
+``size`` bytes. Every byte read is written to a fresh file created exclusively
+(``O_CREAT|O_EXCL|O_NOFOLLOW``, mode 0600, ``PATH.part-<random>``: a symlink planted
+at any name is never followed) and sent on to the next hop at the same time (a
+pipeline, not store-and-forward). At the end the sha256 is checked, the file
+renamed to PATH and ``<dir>/.ok`` written (the same way), and the relay prints
+``OK <sha256>``; otherwise ``ERR <reason>`` and the partial file is removed. A
+failed next hop never stops the local write: it prints ``NEXT-FAILED <reason>``
+and carries on, so the controller can push directly to the hosts after it. Every
+socket operation has a deadline (``IO_TIMEOUT``: a next hop that stops reading is
+dropped as failed), and the process exits at ``--deadline`` seconds whatever happens.
 """
 
 from __future__ import annotations
@@ -29,12 +35,20 @@ import argparse
 import hashlib
 import hmac
 import os
+import select
 import signal
 import socket
 import sys
+import time
 from typing import BinaryIO
 
 CHUNK = 1 << 20
+#: seconds a connection to a listener has to send its token line
+TOKEN_WAIT = 10.0
+#: seconds any single socket operation may take (connect, sendall, recv)
+IO_TIMEOUT = 60.0
+#: connections waiting for their token line at once (more are closed at once)
+MAX_PENDING = 16
 
 # the protocol's words (framework.remote.protocol; this file ships alone, a unit test keeps them equal)
 NEXT = "NEXT"
@@ -64,6 +78,7 @@ def main() -> int:
     ap.add_argument("--listen", default=None)
     ap.add_argument("--deadline", type=float, default=600.0)
     args = ap.parse_args()
+    global _PART
 
     def expire(*_: object) -> None:
         say(f"{ERR} deadline reached")
@@ -79,7 +94,7 @@ def main() -> int:
         server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         server.bind((args.listen, 0))
-        server.listen(1)
+        server.listen(MAX_PENDING)
         say(f"{PORT} {server.getsockname()[1]}")
 
     nxt = read_line(stdin).split()
@@ -98,30 +113,36 @@ def main() -> int:
     if len(nxt) == 4:
         try:
             downstream = socket.create_connection((nxt[1], int(nxt[2])), timeout=10)
-            downstream.settimeout(60)
+            downstream.settimeout(IO_TIMEOUT)
             downstream.sendall(nxt[3].encode() + b"\n")
         except OSError as exc:
             say(f"{NEXT_FAILED} connect {nxt[1]}:{nxt[2]}: {exc}")
             downstream = None
 
     if server is not None:
-        conn, _peer = server.accept()
+        assert my_token is not None
+        conn = accept_peer(server, my_token.encode(), time.monotonic() + args.deadline)
         server.close()
-        conn.settimeout(60)
-        source: BinaryIO = conn.makefile("rb")
-        got = read_line(source)
-        if not (my_token and hmac.compare_digest(got.encode(), my_token.encode())):
-            say(f"{ERR} bad token from upstream")
+        if conn is None:
+            say(f"{ERR} no upstream with the token arrived")
             return 2
+        conn.settimeout(IO_TIMEOUT)
+        source: BinaryIO = conn.makefile("rb")
     else:
         source = stdin
 
-    os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
-    part = args.out + ".part"
+    out_dir = os.path.dirname(args.out) or "."
+    os.makedirs(out_dir, mode=0o700, exist_ok=True)
+    try:
+        part, fd = exclusive_file(args.out + ".part")
+    except OSError as exc:
+        say(f"{ERR} cannot create the partial file: {exc}")
+        return 1
+    _PART = part
     digest = hashlib.sha256()
     remaining = args.size
     try:
-        with open(part, "wb") as fh:
+        with os.fdopen(fd, "wb") as fh:
             while remaining > 0:
                 block = source.read(min(CHUNK, remaining))
                 if not block:
@@ -152,17 +173,115 @@ def main() -> int:
         _cleanup(args.out)
         return 1
     os.replace(part, args.out)
-    with open(os.path.join(os.path.dirname(args.out), ".ok"), "w") as ok_file:
+    _PART = None
+    ok_tmp, ok_fd = exclusive_file(os.path.join(out_dir, ".ok"))
+    with os.fdopen(ok_fd, "w") as ok_file:
         ok_file.write(args.sha256 + "\n")
+    os.replace(ok_tmp, os.path.join(out_dir, ".ok"))
     say(f"{OK} {args.sha256}")
     return 0
 
 
-def _cleanup(out: str) -> None:
+#: the partial file being written (removed on failure and at the deadline)
+_PART: str | None = None
+
+
+def exclusive_file(base: str) -> tuple[str, int]:
+    """A new file ``<base>-<random>`` created exclusively, never through a symlink (mode 0600): (path, fd)."""
+    for _ in range(100):
+        path = f"{base}-{os.urandom(6).hex()}"
+        try:
+            return path, os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"no free name for {base}-*")
+
+
+def accept_peer(server: socket.socket, token: bytes, deadline: float) -> socket.socket | None:
+    """The first connection whose first line is ``token`` (None at ``deadline``); every other is closed unread.
+
+    Connections are served together (``select``): a stray one that says nothing holds nobody up.
+    """
+    server.setblocking(False)
+    pending: dict[socket.socket, tuple[bytes, float]] = {}
     try:
-        os.unlink(out + ".part")
+        while True:
+            now = time.monotonic()
+            if now >= deadline:
+                return None
+            for c, (_buf, since) in list(pending.items()):
+                if now - since > TOKEN_WAIT:
+                    _drop(pending, c, "sent no token in time")
+            ready, _, _ = select.select([server, *pending], [], [], min(1.0, deadline - now))
+            for r in ready:
+                if r is server:
+                    _accept_one(server, pending)
+                    continue
+                found = _read_token(r, pending, token)
+                if found:
+                    pending.pop(r)
+                    r.setblocking(True)
+                    return r
+    finally:
+        for c in list(pending):
+            _drop(pending, c, "")
+
+
+def _accept_one(server: socket.socket, pending: dict[socket.socket, tuple[bytes, float]]) -> None:
+    try:
+        conn, _peer = server.accept()
+    except OSError:
+        return
+    conn.setblocking(False)
+    pending[conn] = (b"", time.monotonic())
+    if len(pending) > MAX_PENDING:
+        _drop(pending, conn, "too many connections")
+
+
+def _read_token(conn: socket.socket, pending: dict[socket.socket, tuple[bytes, float]], token: bytes) -> bool:
+    """Read what ``conn`` sent so far (byte by byte up to the newline: no data past the token is taken);
+    True when its line is ``token``. A wrong line, EOF or an over-long line drops it."""
+    buf, since = pending[conn]
+    try:
+        while True:
+            b = conn.recv(1)
+            if not b:
+                _drop(pending, conn, "closed before its token")
+                return False
+            if b == b"\n":
+                if hmac.compare_digest(buf.strip(), token):
+                    return True
+                _drop(pending, conn, "sent a wrong token")
+                return False
+            buf += b
+            if len(buf) > 4096:
+                _drop(pending, conn, "sent an over-long line")
+                return False
+    except BlockingIOError:
+        pending[conn] = (buf, since)
+        return False
+    except OSError:
+        _drop(pending, conn, "failed before its token")
+        return False
+
+
+def _drop(pending: dict[socket.socket, tuple[bytes, float]], conn: socket.socket, why: str) -> None:
+    pending.pop(conn, None)
+    if why:
+        sys.stderr.write(f"relay: dropped a connection that {why}\n")
+        sys.stderr.flush()
+    try:
+        conn.close()
     except OSError:
         pass
+
+
+def _cleanup(out: str) -> None:
+    if _PART is not None:
+        try:
+            os.unlink(_PART)
+        except OSError:
+            pass
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ from builders import make_env
 from framework import deploy
 from framework.deploy.plan import parse_verify
 from framework.errors import ConfigError
+from framework.remote.layout import sh_verified
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "ascend"
 
@@ -70,15 +71,20 @@ def test_plan_paths_are_content_addressed():
 
 
 def test_exact_command_lines():
+    run_path = PLAN.remote_path(RUN)
+    # run only when it still hashes to what was staged (issue 17: nothing reused "because it exists")
     assert deploy.install_run_script(PLAN, RUN) == (
-        f"chmod +x '/w d/artifacts/{'cd' * 32}/CAM_ascend910_93_ubuntu_aarch64.run' && "
+        sh_verified(run_path, RUN.sha256, "the staged package") + " && "
+        f"chmod 0700 '/w d/artifacts/{'cd' * 32}/CAM_ascend910_93_ubuntu_aarch64.run' && "
         f"'/w d/artifacts/{'cd' * 32}/CAM_ascend910_93_ubuntu_aarch64.run' '--install-path=/w d/opp' --quiet < /dev/null"
     )
     assert deploy.pip_argv(PLAN, ART) == [
         "/w d/venv/bin/python", "-m", "pip", "install", "--force-reinstall", "--no-deps", "--no-index",
         "--disable-pip-version-check", "-q", PLAN.remote_path(ART)]
-    assert deploy.venv_script(PLAN) == ("[ -x '/w d/venv/bin/python' ] || /usr/bin/python3 -m venv "
-                                        "--system-site-packages '/w d/venv'")
+    assert deploy.venv_script(PLAN) == (
+        "{ [ -x '/w d/venv/bin/python' ] && [ \"$(readlink -f -- '/w d/venv/bin/python')\" = "
+        "\"$(/usr/bin/python3 -I -S -c 'import os, sys; print(os.path.realpath(sys.executable))' 2>/dev/null)\" ]; }"
+        " || /usr/bin/python3 -m venv --clear --system-site-packages '/w d/venv'")
     bash = deploy.verify_argv(PLAN, "CAM")
     assert bash[:2] == ["bash", "-c"]
     assert bash[2].startswith("mkdir -p '/w d/tmp' && export TMPDIR='/w d/tmp' && "
@@ -126,7 +132,7 @@ def test_probe_script_runs_in_a_real_shell_and_parses(tmp_path):
     work = tmp_path / "w d"
     plan = deploy.HostPlan(host="h", workdir=str(work), python="/bin/true", venv=False,
                            install_path=str(work / "opp"), manage_ip="10.0.0.1")
-    art = deploy.Artifact("wheel", Path("/x/a.whl"), "ef" * 32, 1)
+    art = deploy.Artifact("wheel", Path("/x/a.whl"), hashlib.sha256(b"x").hexdigest(), 1)
     stage = Path(plan.stage(art))
     stage.mkdir(parents=True)
     (stage / "a.whl").write_bytes(b"x")
@@ -138,7 +144,11 @@ def test_probe_script_runs_in_a_real_shell_and_parses(tmp_path):
     out = subprocess.run(["/bin/sh", "-c", deploy.probe_script(plan, [art, RUN], str(work / "bin" / "relay.py"))],
                          capture_output=True, text=True, check=True).stdout
     probe = deploy.parse_probe(out)
-    assert probe.have == {"ef" * 32}
+    assert probe.have == {art.sha256}
+    (stage / "a.whl").write_bytes(b"y")  # changed on the host: not staged any more (replaced, never run)
+    out2 = subprocess.run(["/bin/sh", "-c", deploy.probe_script(plan, [art], None)], capture_output=True,
+                          text=True, check=True).stdout
+    assert deploy.parse_probe(out2).have == set()
     assert probe.state == {"version": 1, "x": "y"}
     assert probe.free and probe.free > 0
     assert probe.vendor_trees == [str(tree / "set_env.bash")]

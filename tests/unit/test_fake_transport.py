@@ -77,7 +77,7 @@ def env_of(tmp_path: Path, hosts: list[str] = HOSTS) -> EnvConfig:
 def prepared(fake: FakeTransport) -> FakeTransport:
     # the prepare probe: nothing shipped yet, and the deploy state
     state = '{"interpreter": "/w/venv/bin/python", "install_path": "/w/opp", "vendor": "CAM"}'
-    return fake.on(re.compile(r"^\[ -f .*/bin/supervisor-"), stdout=f"@@state {state}\n")
+    return fake.on(re.compile(r"^umask 077; .*/bin/supervisor-"), stdout=f"@@state {state}\n")
 
 
 def launcher(tmp_path: Path, scripts: dict[str, dict]) -> tuple[Launcher, dict[str, FakeTransport]]:

@@ -99,7 +99,7 @@ def test_node_command_exact_line():
     argv = shlex.split(line.text)
     assert argv[:2] == ["bash", "-c"]
     assert argv[2] == (
-        "mkdir -p /w/runs/r1/tmp && cd /w/runs/r1 && "
+        "{ _um=$(umask); umask 077; mkdir -p /w/runs/r1/tmp; umask \"$_um\"; } && cd /w/runs/r1 && "
         "{ ulimit -S -c unlimited 2>/dev/null || ulimit -S -c \"$(ulimit -H -c)\"; } && "
         ". /usr/local/Ascend/cann/set_env.sh && . /w/opp/vendors/CAM/bin/set_env.bash && "
         # old-template packages leave op_api/lib off LD_LIBRARY_PATH: the line adds it once

@@ -56,19 +56,59 @@ def test_three_hop_pipeline_writes_and_verifies_everywhere(tmp_path):
         assert not Path(str(out) + ".part").exists()
 
 
-def test_wrong_token_is_refused_and_nothing_written(tmp_path):
-    data = b"payload"
+def test_wrong_token_is_dropped_unread_and_the_real_peer_still_served(tmp_path):
+    """A connection with a wrong token (a stray local user) is closed without data; the listener keeps
+    listening and the upstream with the token delivers (issue 17: the first connection no longer wins)."""
+    import socket
+
+    data = b"payload" * 1000
     listener = start(tmp_path / "l" / "x", data, True)
     port = port_of(listener)
     listener.stdin.write(b"NEXT -\nTOKEN right\n")  # type: ignore[union-attr]
     listener.stdin.close()  # type: ignore[union-attr]
+    silent = socket.create_connection(("127.0.0.1", port))  # says nothing at all
+    stray = socket.create_connection(("127.0.0.1", port))
+    stray.sendall(b"wrong\n" + b"evil" * 100)
+    stray.settimeout(10)
+    try:
+        got = stray.recv(100)
+    except ConnectionResetError:  # closed with our bytes unread
+        got = b""
+    assert got == b""  # closed, nothing sent back
+    stray.close()
     head = start(tmp_path / "h" / "x", data, False)
-    head.stdin.write(f"NEXT 127.0.0.1 {port} wrong\n".encode() + data)  # type: ignore[union-attr]
+    head.stdin.write(f"NEXT 127.0.0.1 {port} right\n".encode() + data)  # type: ignore[union-attr]
     head.stdin.close()  # type: ignore[union-attr]
-    assert "ERR bad token" in finish(listener)
-    out = finish(head)
-    assert "OK " in out  # the head still has its own copy
-    assert not (tmp_path / "l" / "x").exists()
+    assert "OK " in finish(head) and "OK " in finish(listener)
+    assert (tmp_path / "l" / "x").read_bytes() == data
+    silent.close()
+
+
+def test_a_listener_without_its_peer_ends_at_the_deadline(tmp_path):
+    import hashlib as h
+
+    data = b"x"
+    argv = [sys.executable, str(RELAY), "--out", str(tmp_path / "x"), "--sha256", h.sha256(data).hexdigest(),
+            "--size", "1", "--deadline", "3", "--listen", "127.0.0.1"]
+    p = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    port_of(p)
+    p.stdin.write(b"NEXT -\nTOKEN t\n")  # type: ignore[union-attr]
+    p.stdin.close()  # type: ignore[union-attr]
+    assert "ERR" in finish(p)
+    assert not (tmp_path / "x").exists()
+
+
+def test_a_symlink_planted_at_the_part_path_is_not_followed(tmp_path):
+    victim = tmp_path / "victim"
+    victim.write_text("keep me")
+    (tmp_path / "x.part").symlink_to(victim)
+    data = b"new bytes" * 100
+    head = start(tmp_path / "x", data, False)
+    head.stdin.write(b"NEXT -\n" + data)  # type: ignore[union-attr]
+    head.stdin.close()  # type: ignore[union-attr]
+    assert "OK " in finish(head)
+    assert victim.read_text() == "keep me"
+    assert (tmp_path / "x").read_bytes() == data and not (tmp_path / "x").is_symlink()
 
 
 def test_dead_next_hop_is_reported_and_local_copy_kept(tmp_path):
@@ -98,3 +138,17 @@ def test_short_stream_or_bad_hash_leaves_no_partial_file(tmp_path):
     head.stdin.close()  # type: ignore[union-attr]
     assert "ERR sha256 mismatch" in finish(head)
     assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_ok_marker_is_written_to_a_fresh_file_not_through_a_symlink(tmp_path):
+    victim = tmp_path / "victim"
+    victim.write_text("keep me")
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / ".ok").symlink_to(victim)
+    data = b"abc"
+    head = start(tmp_path / "d" / "x", data, False)
+    head.stdin.write(b"NEXT -\n" + data)  # type: ignore[union-attr]
+    head.stdin.close()  # type: ignore[union-attr]
+    assert "OK " in finish(head)
+    assert victim.read_text() == "keep me"
+    assert not (tmp_path / "d" / ".ok").is_symlink()

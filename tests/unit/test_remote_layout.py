@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import subprocess
 import sys
 from pathlib import Path
@@ -65,7 +66,7 @@ def test_state_written_by_deploy_is_read_by_launch_through_a_real_shell(tmp_path
     subprocess.run(["/bin/sh", "-c", DeployState.write_script(lay, {**state.to_doc(), "note": "it's $(x)"})],
                    check=True)
     assert (Path(lay.workdir) / STATE_FILE).exists() and not Path(lay.state_file + ".tmp").exists()
-    out = subprocess.run(["/bin/sh", "-c", prepare_probe([lay.bin("supervisor.py", SHA)], lay)],
+    out = subprocess.run(["/bin/sh", "-c", prepare_probe({lay.bin("supervisor.py", SHA): SHA}, lay)],
                          capture_output=True, text=True, check=True).stdout
     have, read = parse_prepare_probe(out)
     assert have == set() and read == state
@@ -112,16 +113,19 @@ def test_deploy_launch_and_coverage_probes_print_tagged_records_read_by_the_one_
     Path(lay.workdir).mkdir()
     state = DeployState({"wheel": SHA}, lay.install_path, sys.executable, vendor="CAM")
     _sh(DeployState.write_script(lay, state.to_doc()))
-    art = deploy.Artifact("wheel", Path("/x/a.whl"), SHA, 1)
-    Path(lay.stage(SHA)).mkdir(parents=True)
-    Path(lay.artifact(SHA, "a.whl")).write_bytes(b"x")
-    Path(lay.stage_ok(SHA)).write_text("ok")
+    x_sha = hashlib.sha256(b"x").hexdigest()
+    art = deploy.Artifact("wheel", Path("/x/a.whl"), x_sha, 1)
+    state = DeployState({"wheel": x_sha}, lay.install_path, sys.executable, vendor="CAM")
+    _sh(DeployState.write_script(lay, state.to_doc()))
+    Path(lay.stage(x_sha)).mkdir(parents=True)
+    Path(lay.artifact(x_sha, "a.whl")).write_bytes(b"x")
+    Path(lay.stage_ok(x_sha)).write_text("ok")
     set_env = Path(lay.vendor_set_env())
     set_env.parent.mkdir(parents=True)
     set_env.write_text("")
     supervisor = Path(lay.bin("supervisor.py", SHA))
     supervisor.parent.mkdir()
-    supervisor.write_text("")
+    supervisor.write_text("x")
     (set_env.parent / "k.gcda").write_bytes(b"adcg")
     plan = deploy.HostPlan(host="h", workdir=lay.workdir, python=sys.executable, venv=False,
                            install_path=lay.install_path, manage_ip="10.0.0.1")
@@ -129,11 +133,11 @@ def test_deploy_launch_and_coverage_probes_print_tagged_records_read_by_the_one_
     out = _sh(deploy.probe_script(plan, [art], lay.bin("relay.py", SHA)))
     assert {r.tag for r in _only_records(out)} == {"have", "state", "free", "tree", "interp", "os", "arch"}
     probe = deploy.parse_probe(out)
-    assert probe.have == {SHA} and probe.free and probe.free > 0 and probe.interpreter_ok and not probe.relay_ok
+    assert probe.have == {x_sha} and probe.free and probe.free > 0 and probe.interpreter_ok and not probe.relay_ok
     assert probe.vendor_trees == [str(set_env)]
     assert DeployState.matches(probe.state, deploy.expected_state(plan, [art]))
 
-    out = _sh(prepare_probe([str(supervisor), lay.bin("rankwrap.py", SHA)], lay))
+    out = _sh(prepare_probe({str(supervisor): x_sha, lay.bin("rankwrap.py", SHA): SHA}, lay))
     tags = [r.tag for r in _only_records(out)]
     # then this machine's devices and addresses (ip -o link / ip -o addr), one record each, and the end mark
     assert tags[:2] == ["have", "state"] and tags[-1] == "net" and set(tags[2:-1]) == {"link", "addr"}, tags
