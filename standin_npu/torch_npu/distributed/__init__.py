@@ -29,6 +29,7 @@ store, the next rank in ring order is named.
 
 from __future__ import annotations
 
+import atexit
 import datetime
 import os
 import sys
@@ -268,10 +269,18 @@ for _name in _COLLECTIVES:
 
 
 class _Watchdog:
-    """One thread per process: notices collectives that failed while nobody waits on them."""
+    """One thread per process: notices collectives that failed while nobody waits on them.
+
+    It is stopped and joined when the last group shuts down and at interpreter exit (``atexit``), as
+    ProcessGroupHCCL::shutdown joins its watchdog thread: a daemon thread still inside a C++ call (gloo's
+    ``wait``) when the interpreter finalises is ended by ``pthread_exit`` as it retakes the GIL, and the
+    forced unwind through a ``noexcept`` frame aborts the process ("terminate called without an active
+    exception", seen in CI).
+    """
 
     _groups: list[ProcessGroupHCCL] = []
     _thread: threading.Thread | None = None
+    _stop = threading.Event()
     _lock = threading.Lock()
 
     @classmethod
@@ -279,7 +288,9 @@ class _Watchdog:
         with cls._lock:
             cls._groups.append(pg)
             if cls._thread is None or not cls._thread.is_alive():
-                cls._thread = threading.Thread(target=cls._run, name="hccl-watchdog", daemon=True)
+                cls._stop = threading.Event()
+                cls._thread = threading.Thread(target=cls._run, args=(cls._stop,), name="hccl-watchdog",
+                                               daemon=True)
                 cls._thread.start()
 
     @classmethod
@@ -287,17 +298,27 @@ class _Watchdog:
         with cls._lock:
             if pg in cls._groups:
                 cls._groups.remove(pg)
+            last = not cls._groups
+        if last:
+            cls.stop()
 
     @classmethod
-    def _run(cls) -> None:
-        while True:
-            time.sleep(POLL_S)
+    def stop(cls) -> None:
+        """End the thread and wait for it (never from the thread itself)."""
+        with cls._lock:
+            thread, cls._thread = cls._thread, None
+            cls._stop.set()
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=5)
+
+    @classmethod
+    def _run(cls, stop: threading.Event) -> None:
+        while not stop.wait(POLL_S):
             with cls._lock:
                 groups = list(cls._groups)
-                if not groups:
-                    cls._thread = None  # the last group was shut down: the thread ends with it
-                    return
             for pg in groups:
+                if stop.is_set():
+                    return
                 if not pg._teardown:
                     continue  # without tear-down the failure is raised to whoever waits on the work
                 for pending in pg._pending():
@@ -308,6 +329,9 @@ class _Watchdog:
                     except RuntimeError as exc:
                         _fail(pending, exc)
                     pg._done(pending)
+
+
+atexit.register(_Watchdog.stop)
 
 
 def _connect_failure(store: Any, rank: int, size: int, timeout_s: float) -> RuntimeError:
