@@ -99,6 +99,27 @@ def tree_archive(root: Path) -> tuple[bytes, str]:
     return data, hashlib.sha256(data).hexdigest()
 
 
+def tree_digest(data: bytes) -> str:
+    """The digest :func:`sh_tree_digest` prints for the extracted archive ``data``: sha256 over the
+    ``sha256sum`` lines of its files in byte order (``LC_ALL=C sort``), so a reused tree is the shipped one."""
+    lines = []
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
+        for member in tar.getmembers():
+            if member.isfile():
+                fh = tar.extractfile(member)
+                assert fh is not None
+                lines.append((f"./{member.name}".encode(), hashlib.sha256(fh.read()).hexdigest()))
+    text = b"".join(f"{sha}  ".encode() + name + b"\n" for name, sha in sorted(lines))
+    return hashlib.sha256(text).hexdigest()
+
+
+def sh_tree_digest(dest: str) -> str:
+    """Shell: print :func:`tree_digest` of the extracted tree at ``dest`` (its ``.ok`` marker left out)."""
+    q = commands.quote
+    return (f"cd {q(dest)} && find . -type f ! -path ./.ok -print0 | LC_ALL=C sort -z | xargs -0 -r sha256sum "
+            "| sha256sum | cut -d' ' -f1")
+
+
 @dataclass
 class RankFailure:
     rank: int
@@ -225,6 +246,7 @@ class RankSuite:
         if self._shipped:
             return self._shipped
         data, sha = tree_archive(self.tree)
+        digest = tree_digest(data)
         base = Path(self.launcher.rundir.path) if self.launcher.rundir else Path(tempfile.gettempdir())
         # written once, read by every host's upload; a name of its own, because the xdist workers of a run
         # share the run folder and ship the same tree at the same time (one's cleanup took the other's file)
@@ -234,11 +256,16 @@ class RankSuite:
         def one(host: Host) -> str:
             dest = HostLayout.of(self.env.hosts[host.name]).suite(sha)
             q = commands.quote
-            if host.run(["test", "-f", dest + "/.ok"], timeout=30).rc == 0:
+            # the ranks import and run this tree: a tree left on the host is reused only when every file
+            # still hashes as shipped (issue 17: nothing cached on a host is trusted without its hash)
+            probe = host.run(commands.ShellScript(f"[ -f {q(dest + '/.ok')} ] && {{ {sh_tree_digest(dest)}; }}"),
+                             timeout=60)
+            if probe.rc == 0 and probe.stdout.strip() == digest:
                 return dest
             host.put(local, f"{dest}.tgz", sha256=sha)
-            host.check(commands.ShellScript(f"mkdir -p {q(dest)} && tar xzf {q(dest + '.tgz')} -C {q(dest)} && rm -f {q(dest + '.tgz')} "
-                                           f"&& touch {q(dest + '/.ok')}"), timeout=120)
+            host.check(commands.ShellScript(f"rm -rf {q(dest)} && {{ _um=$(umask); umask 077; mkdir -p {q(dest)}; "
+                                            f"umask \"$_um\"; }} && tar xzf {q(dest + '.tgz')} -C {q(dest)} "
+                                            f"&& rm -f {q(dest + '.tgz')} && touch {q(dest + '/.ok')}"), timeout=120)
             return dest
 
         try:
