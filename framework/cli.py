@@ -351,6 +351,7 @@ def cmd_collect(args: argparse.Namespace) -> int:
     from framework.hosts import Cluster, Host
     from framework.preflight.checks import evaluate
     from framework.preflight.run import Preflight
+    from framework.remote.layout import UNSAFE_RC, HostLayout, unsafe_message, unsafe_reason
     from framework.report.folder import RunDir
 
     env = _load_env(args.env)
@@ -364,8 +365,12 @@ def cmd_collect(args: argparse.Namespace) -> int:
             def fetch(host: Host) -> str:
                 remote = f"{plans[host.name].workdir}/camit-ascend-log.tgz"
                 q = commands.quote
-                made = host.run(ShellScript(f"[ -d \"$HOME/ascend/log\" ] || exit 3; mkdir -p {q(plans[host.name].workdir)} && "
+                # the archive goes into the workdir: made and checked as deploy and launch do (issue 17)
+                guard = HostLayout.of(env.hosts[host.name]).guard_script()
+                made = host.run(ShellScript(f"{guard} && {{ [ -d \"$HOME/ascend/log\" ] || exit 3; }} && "
                                 f"tar czf {q(remote)} -C \"$HOME\" ascend/log"), timeout=600)
+                if made.rc == UNSAFE_RC:
+                    return f"error: {unsafe_message(unsafe_reason(made.stdout) or plans[host.name].workdir)}"
                 if made.rc == 3:
                     return "no ~/ascend/log"
                 if not made.ok:

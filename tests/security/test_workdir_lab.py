@@ -9,6 +9,7 @@ run, and the marker must never appear.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import secrets
 import shutil
@@ -139,6 +140,12 @@ def test_a_foreign_or_writable_workdir_is_refused_and_nothing_is_written_in_it(
             with pytest.raises(FrameworkError) as err:
                 Launcher(load(env), cluster).run(Target(script=str(TARGET)), timeout=60)
         assert "host1" in str(err.value) and workdir in str(err.value)
+        # `camit collect --logs` puts its archive in the workdir: refused the same way
+        proc = camit("collect", "--env", str(env), "--hosts", "host1", "--logs", "--json",
+                     "--report-dir", str(tmp_path / "c"))
+        assert "Traceback" not in proc.stderr, proc.stderr
+        logs = {h["host"]: h.get("logs", h) for h in json.loads(proc.stdout)["hosts"]}
+        assert "refusing the workdir" in str(logs["host1"]) and workdir in str(logs["host1"]), proc.stdout
         assert list(planted.iterdir()) == []
         assert (planted.stat().st_mode & 0o777) == 0o777  # left as it was, not "fixed" by camit
     finally:
