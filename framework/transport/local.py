@@ -82,7 +82,10 @@ class LocalTransport:
         return LocalProcess(self.name, line, display, max_output)
 
     def put(self, local: Path, remote: str, progress: Callable[[int, int], None] | None = None) -> None:
-        shutil.copyfile(local, remote)
+        # a new private file, never through a symlink (as SshTransport.put: O_CREAT|O_EXCL)
+        fd = os.open(remote, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        with open(local, "rb") as src, os.fdopen(fd, "wb") as dst:
+            shutil.copyfileobj(src, dst)
 
     def get(self, remote: str, local: Path, *, cap: FetchCaps | None = None) -> None:
         with open(remote, "rb") as src, fetchcaps.open_private(local) as out:

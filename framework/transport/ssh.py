@@ -463,9 +463,23 @@ class SshTransport:
                 raise
 
     def put(self, local: Path, remote: str, progress: Callable[[int, int], None] | None = None) -> None:
+        """Upload to a file the server creates new (``O_CREAT|O_EXCL``: never through a planted symlink or
+        into someone's file), private (0600) before the first byte, then the size confirmed."""
+        total = Path(local).stat().st_size
         try:
-            with self._sftp_client() as sftp:
-                sftp.put(str(local), remote, callback=progress, confirm=True)
+            with self._sftp_client() as sftp, open(local, "rb") as src:
+                with sftp.open(remote, "wxb") as dst:  # "x": CREATE|EXCL
+                    dst.chmod(0o600)
+                    dst.set_pipelined(True)
+                    sent = 0
+                    for chunk in iter(lambda: src.read(32768), b""):
+                        dst.write(chunk)
+                        sent += len(chunk)
+                        if progress is not None:
+                            progress(sent, total)
+                got = sftp.stat(remote).st_size
+                if got != total:
+                    raise OSError(f"size mismatch: {got} on the host, {total} here")
         except (OSError, paramiko.SSHException, EOFError) as exc:
             why = self.lost or str(exc) or type(exc).__name__
             raise TransferError(self.name, f"upload of {local} to {remote} failed: {why}") from None

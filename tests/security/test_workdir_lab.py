@@ -349,3 +349,33 @@ def test_a_stray_connection_to_the_relay_listener_neither_breaks_the_hop_nor_get
     assert res_listener is not None and f"{protocol.OK} {art.sha256}" in res_listener.stdout, res_listener
     staged = host_dir(lab, "host2", name) / plans["host2"].remote_path(art)[len(plans["host2"].workdir) + 1:]
     assert staged.read_bytes() == data
+
+
+def test_an_upload_never_writes_through_a_planted_symlink_or_into_an_existing_file(lab, lab_env, name, shared,
+                                                                                  tmp_path):
+    """The SFTP upload creates its file new (O_EXCL) and private: a symlink or a file already at the path is
+    refused by the server, and the file it targets keeps its bytes."""
+    from framework.errors import TransferError
+
+    folder = host_dir(lab, "host1", name)
+    folder.mkdir(mode=0o700)
+    victim = shared / "victim"
+    victim.write_text("keep me\n")
+    (folder / "link").symlink_to(victim)
+    (folder / "there").write_text("mine\n")
+    local = tmp_path / "payload"
+    local.write_bytes(b"payload\n" * 1000)
+    remote = f"/var/tmp/camit/{name}"
+    try:
+        with Cluster.from_env(lab_env, ["host1"]) as cluster:
+            transport = cluster["host1"].transport
+            for target in ("link", "there"):
+                with pytest.raises(TransferError) as err:
+                    transport.put(local, f"{remote}/{target}")
+                assert "host1" in str(err.value), err.value
+            transport.put(local, f"{remote}/fresh")
+        assert victim.read_text() == "keep me\n" and (folder / "there").read_text() == "mine\n"
+        assert (folder / "fresh").read_bytes() == local.read_bytes()
+        assert (folder / "fresh").stat().st_mode & 0o777 == 0o600
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
