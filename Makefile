@@ -88,7 +88,7 @@ test: install lint
 	  $(MAKE) --no-print-directory a2-lab-down; r3=$$?; [ $$r1 = 0 ] && [ $$r2 = 0 ] && [ $$r3 = 0 ]; }; \
 	{ $(MAKE) --no-print-directory lab-up LAB_NPU= && $(MAKE) --no-print-directory npu-lab-up && \
 	  $(MAKE) --no-print-directory a2-lab-up; } || { down; exit 1; }; \
-	CAMIT_LAB_ENV=$(LAB_ENV) CAMIT_NPU_LAB_ENV=$(NPU_LAB_ENV) CAMIT_NPU_A2_LAB_ENV=$(A2_LAB_ENV) $(PYTHON) -m pytest tests -q -ra $(PYTEST_ARGS); rc=$$?; \
+	CAMIT_LAB_ENV=$(LAB_ENV) CAMIT_NPU_LAB_ENV=$(NPU_LAB_ENV) CAMIT_NPU_A2_LAB_ENV=$(A2_LAB_ENV) $(PYTHON) -m pytest tests -q -ra --durations=25 $(PYTEST_ARGS); rc=$$?; \
 	down || rc=1; \
 	exit $$rc
 
