@@ -50,6 +50,7 @@ from typing import TYPE_CHECKING, Any
 from framework import commands
 from framework.commands import ShellScript
 from framework.errors import LeaseError, LeaseHeld, LeaseLost
+from framework.remote.layout import HostLayout
 
 if TYPE_CHECKING:  # pragma: no cover
     from framework.hosts import Cluster, Host
@@ -258,7 +259,11 @@ def acquire_script(path: str, content: str, token: str, ttl: int) -> ShellScript
     """Create the lease if there is none: write a private file, ``ln`` it into place (atomic)."""
     q = commands.quote
     return ShellScript(_prelude(path, token, ttl) + "\n" + "\n".join([
-        "mkdir -p -- \"$D\" || { echo \"RESULT error cannot create $D\"; exit 0; }",
+        # the workdir made and checked as deploy and launch make it (framework.remote.layout guard): the lease
+        # is the first thing camit writes on a host, so it must not create it inside another user's directory
+        f"_g=$( ( {HostLayout(posixpath.dirname(path) or '/').guard_script()} ) 2>&1 ) || "
+        "{ echo \"RESULT error refusing the workdir: $(printf '%s\\n' \"$_g\" | sed -n 's/^@@unsafe //p' | head -n 1)\"; "
+        "exit 0; }",
         f"put {q(content)} || {{ echo \"RESULT error cannot write $T\"; exit 0; }}",
         "if err=$(ln -- \"$T\" \"$L\" 2>&1); then echo 'RESULT acquired'",
         "elif [ -e \"$L\" ]; then echo 'RESULT held'",

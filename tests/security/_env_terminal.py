@@ -30,6 +30,14 @@ _BOOT = (
     "resource.setrlimit(resource.RLIMIT_DATA, ({data}, {data}))\n"
     "resource.setrlimit(resource.RLIMIT_CPU, ({cpu}, {cpu}))\n"
     "sys.argv = ['camit'] + sys.argv[1:]\n"
+    # the peak of this process only: VmHWM belongs to the address space exec made, while ru_maxrss of a
+    # child starts at its parent's (a long pytest session's 500 MiB) and wait4 reports that
+    "def _hwm():\n"
+    "    import os\n"
+    "    for line in open('/proc/self/status'):\n"
+    "        if line.startswith('VmHWM:'):\n"
+    "            open(os.environ['_CAMIT_TEST_HWM'], 'w').write(line.split()[1])\n"
+    "import atexit; atexit.register(_hwm)\n"
     "runpy.run_module('framework.cli', run_name='__main__', alter_sys=True)\n"
 )
 
@@ -61,10 +69,12 @@ def clean_env(**extra: str) -> dict[str, str]:
 def run_cli(*args: str, env: dict[str, str] | None = None, wall_limit: float = WALL_LIMIT_S) -> CliRun:
     """``camit ARGS...`` from this checkout, bounded (see the module docstring), measured."""
     boot = _BOOT.format(data=DATA_LIMIT, cpu=CPU_LIMIT_S)
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err, \
+            tempfile.NamedTemporaryFile(prefix="hwm-") as hwm:
+        child_env = dict(env if env is not None else clean_env(), _CAMIT_TEST_HWM=hwm.name)
         start = time.monotonic()
         proc = subprocess.Popen([sys.executable, "-c", boot, *args], cwd=REPO, stdin=subprocess.DEVNULL,
-                                stdout=out, stderr=err, env=env if env is not None else clean_env())
+                                stdout=out, stderr=err, env=child_env)
         rc: int | None = None
         usage = None
         while True:
@@ -81,5 +91,8 @@ def run_cli(*args: str, env: dict[str, str] | None = None, wall_limit: float = W
         wall = time.monotonic() - start
         out.seek(0)
         err.seek(0)
+        peak_kib = Path(hwm.name).read_text().strip()
+        # without the atexit report (killed at a limit) the child's ru_maxrss, which can only be higher
+        rss_mib = int(peak_kib) / 1024 if peak_kib.isdigit() else usage.ru_maxrss / 1024
         return CliRun(rc=rc, stdout=out.read().decode(errors="replace"), stderr=err.read().decode(errors="replace"),
-                      cpu_s=usage.ru_utime + usage.ru_stime, max_rss_mib=usage.ru_maxrss / 1024, wall_s=wall)
+                      cpu_s=usage.ru_utime + usage.ru_stime, max_rss_mib=rss_mib, wall_s=wall)
