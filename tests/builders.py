@@ -14,7 +14,9 @@ Each host gets a distinct management address (``10.0.0.<i>``) unless its keys se
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import json
+import sys
 import tempfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -103,3 +105,15 @@ def _with_effective(env: EnvConfig, hosts: Mapping[str, Mapping[str, Any]]) -> E
         if extra:
             specs[name] = dataclasses.replace(specs[name], **extra)
     return dataclasses.replace(env, hosts=MappingProxyType(specs)) if specs != dict(env.hosts) else env
+
+
+def sample_run():
+    """``tests/data/reports/sample_run.py`` (a sample run folder's builders), loaded once per process."""
+    name = "camit_report_sample_run"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, Path(__file__).parent / "data" / "reports" / "sample_run.py")
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]

@@ -6,8 +6,10 @@ processes; each host has private /tmp, workdir and core dir (``Footprint``).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -127,3 +129,19 @@ class Footprint:
         return sorted(str(p.relative_to(root)) for p in root.rglob("*")) if root.exists() else []
 
 
+
+
+@contextlib.contextmanager
+def core_pattern(value: str) -> Iterator[None]:
+    """Switch the machine-global ``kernel.core_pattern`` for the block, holding the labs' core-pattern lock;
+    restored in a finally."""
+    from framework.lab.plan import CORE_PATTERN_FILE, STATE_ROOT
+    from framework.lab.system import locked
+
+    with locked(STATE_ROOT / "core-pattern"):
+        old = CORE_PATTERN_FILE.read_text().strip()
+        CORE_PATTERN_FILE.write_text(value)
+        try:
+            yield
+        finally:
+            CORE_PATTERN_FILE.write_text(old)

@@ -6,7 +6,6 @@ the machine-global ``kernel.core_pattern`` hold the lab's core-pattern lock and 
 
 from __future__ import annotations
 
-import contextlib
 import gzip
 import json
 import os
@@ -19,12 +18,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from camit_labtools import core_pattern
 
 from framework.cores.scan import CoreSources
 from framework.cores.watch import CoreWatch
 from framework.hosts import Cluster, Host
-from framework.lab.plan import CORE_PATTERN_FILE, LAB_CORE_PATTERN, STATE_ROOT
-from framework.lab.system import locked
+from framework.lab.plan import CORE_PATTERN_FILE, LAB_CORE_PATTERN
 from framework.launch import Launcher, Target
 from framework.report.folder import RunDir
 
@@ -64,16 +63,6 @@ def crash(host: Host, python: str, cwd: str | None = None) -> int:
     return int(result.stdout.split()[0])
 
 
-@contextlib.contextmanager
-def core_pattern(value: str) -> Iterator[None]:
-    """Switch the machine-global core_pattern for the block, holding the labs' lock; restore it."""
-    with locked(STATE_ROOT / "core-pattern"):
-        old = CORE_PATTERN_FILE.read_text().strip()
-        CORE_PATTERN_FILE.write_text(value)
-        try:
-            yield
-        finally:
-            CORE_PATTERN_FILE.write_text(old)
 
 
 # --------------------------------------------------------------------------- the lab's pattern

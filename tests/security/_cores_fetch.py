@@ -3,30 +3,16 @@ switched under the labs' lock and restored, ``camit run`` from this worktree, a 
 
 from __future__ import annotations
 
-import contextlib
 import os
 import stat
 import subprocess
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
-
-from framework.lab.plan import CORE_PATTERN_FILE, STATE_ROOT
-from framework.lab.system import locked
 
 REPO = Path(__file__).resolve().parents[2]
 
 
-@contextlib.contextmanager
-def core_pattern(value: str) -> Iterator[None]:
-    """Switch ``kernel.core_pattern`` for the block, holding the labs' core-pattern lock; restored in a finally."""
-    with locked(STATE_ROOT / "core-pattern"):
-        old = CORE_PATTERN_FILE.read_text().strip()
-        CORE_PATTERN_FILE.write_text(value)
-        try:
-            yield
-        finally:
-            CORE_PATTERN_FILE.write_text(old)
 
 
 def camit_run(env_path: Path, reports: Path, target: Path, *, hosts: str = "host1,host2", nproc: int = 2,

@@ -13,8 +13,8 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from _cores_fetch import camit_run, core_pattern, mode
-from camit_labtools import pids_with_cmdline, wait_for
+from _cores_fetch import camit_run, mode
+from camit_labtools import core_pattern, pids_with_cmdline, wait_for
 
 from framework.cores.watch import CoreWatch
 from framework.hosts import Cluster

@@ -7,17 +7,16 @@ pytest ``--junitxml`` output and launch records written through ``LaunchResult.t
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import os
 import re
 import shutil
-import sys
 import threading
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+from builders import sample_run
 
 import framework
 from framework import report
@@ -34,17 +33,7 @@ SCHEMA = DATA / "schemas" / "xunit-plugin-junit-10.xsd"
 SUREFIRE_TIME = re.compile(r"^\d+(\.\d{1,3})?$")
 
 
-def _sample():
-    name = "camit_report_sample_run"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, DATA / "reports" / "sample_run.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-sr = _sample()
+sr = sample_run()
 
 
 @pytest.fixture(scope="module")

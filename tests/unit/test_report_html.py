@@ -6,34 +6,23 @@ The Chromium tests skip with a reason when no ``chromium`` is installed (Debian:
 
 from __future__ import annotations
 
-import importlib.util
 import re
 import shutil
 import struct
 import subprocess
-import sys
 import zlib
 from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
+from builders import sample_run
 
 from framework import report
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 
 
-def _sample():
-    name = "camit_report_sample_run"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, DATA / "reports" / "sample_run.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-sr = _sample()
+sr = sample_run()
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 needs_chromium = pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (apt-get install -y chromium)")
 

@@ -10,7 +10,6 @@ for passwords that are common words and numbers as much as for ones with markup 
 from __future__ import annotations
 
 import html
-import importlib.util
 import json
 import subprocess
 import sys
@@ -23,24 +22,14 @@ from framework import report
 from framework.remote import protocol
 from framework.report.junit import validate_junit
 from framework.report.scrub import Scrubber, scrub_doc, scrub_folder, scrub_tree
-from tests.builders import make_env
+from tests.builders import make_env, sample_run
 
 REPO = Path(__file__).resolve().parents[2]
 DATA = REPO / "tests" / "data"
 PASSWORDS = ["test", "host", "error", "true", "123456", 'Pw&<"x>9', "pässwörd€"]
 
 
-def _sample():
-    name = "camit_report_sample_run"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, DATA / "reports" / "sample_run.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-sr = _sample()
+sr = sample_run()
 
 
 @pytest.fixture(scope="module")
