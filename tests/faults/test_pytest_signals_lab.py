@@ -192,3 +192,53 @@ def test_a_lease_lost_mid_run_stops_the_launch_within_one_heartbeat_with_7(hang_
     assert launch["failure_kind"] == "interrupted"
     assert wait_none_left(run_id, 15) == []
     assert set(lease_states(hang_env).values()) == {"free"}
+
+
+STOPPED_TEST = '''
+import signal
+import threading
+
+import pytest
+from camit_labtools import wait_ranks_up
+
+from framework.launch import Target
+
+
+def stop(signum, frame):
+    {stop}
+
+
+def test_stopped_during_the_launch(camit, launcher):
+    signal.signal(signal.SIGALRM, stop)
+    run_id = camit.ensure_rundir().run_id
+    main = threading.main_thread().ident
+    # as pytest-timeout's signal method does, once every rank is up: an exception raised in the main thread
+    threading.Thread(target=lambda: wait_ranks_up(run_id, 2) and signal.pthread_kill(main, signal.SIGALRM),
+                     daemon=True).start()
+    launcher.run(Target(script={target!r}, args=("--hang-rank", "0")), nproc_per_node=1, timeout=300)
+'''
+
+
+@pytest.mark.parametrize("stop, rc, kind", [
+    ("pytest.exit('stopped by the test', returncode=3)", 3, "Exit"),
+    ("pytest.fail('Timeout (pytest-timeout)', pytrace=False)", 1, "Failed"),
+], ids=["pytest.exit", "pytest-timeout"])
+def test_an_exception_during_a_launch_tears_it_down_and_fetches_the_rank_logs(env_variant, tmp_path, stop, rc, kind):
+    def change(doc):
+        doc["defaults"]["workdir"] = f"/var/tmp/camit/sig-{secrets.token_hex(3)}"
+        doc["host_info"] = {h: doc["host_info"][h] for h in ("host1", "host2")}
+    env = env_variant(change, "two.yaml")
+    target = REPO / "tests" / "data" / "targets" / "alltoall.py"
+    (tmp_path / "test_stopped.py").write_text(STOPPED_TEST.format(stop=stop, target=str(target)))
+    proc = subprocess.run([sys.executable, "-m", "pytest", "test_stopped.py", "--env", str(env), "--report-dir",
+                           "reports", "-p", "no:cacheprovider", "-q"], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{REPO / 'tests'}"})
+    out = proc.stdout[-4000:] + proc.stderr[-2000:]
+    assert proc.returncode == rc, out
+    run = (tmp_path / "reports" / "latest").resolve()
+    launch = json.loads(next(run.glob("launch-*.json")).read_text())
+    assert launch["failure_kind"] == "interrupted" and f"stopped ({kind}" in launch["failure"], launch["failure"]
+    assert (run / "host1" / launch["launch_id"] / "rank0.log").is_file()
+    assert (run / "host2" / launch["launch_id"] / "rank1.log").is_file()
+    assert wait_none_left(run.name, 15) == []
+    assert set(lease_states(env).values()) == {"free"}
