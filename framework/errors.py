@@ -53,6 +53,33 @@ EXIT_FAILED = 1
 EXIT_USAGE = 2
 EXIT_INFRA = 3
 
+#: Exit statuses of a pytest session with camit (``pytest suites/cam``); the Jenkinsfile maps 1 to
+#: UNSTABLE and everything from 2 up to FAILURE. 0-5 are pytest's own, 6-8 camit's: an infrastructure
+#: failure ends the session with one of these (``pytest.exit``, one line naming the host and step)
+#: instead of one error per test.
+#:
+#: ====  =====================================================================
+#: code  meaning
+#: ====  =====================================================================
+#: 0     every test passed
+#: 1     tests failed (CAM, not the cluster)
+#: 2     interrupted: Ctrl-C, SIGTERM (a Jenkins abort or timeout), SIGHUP
+#: 3     pytest internal error
+#: 4     usage error (options; an env file that does not load)
+#: 5     no tests collected
+#: 6     cluster unreachable: a host down, authentication or host key refused
+#: 7     lease held by another owner (after ``CAMIT_LEASE_WAIT``), or lost mid-run
+#: 8     deploy failed
+#: ====  =====================================================================
+SESSION_UNREACHABLE = 6
+SESSION_LEASE = 7
+SESSION_DEPLOY = 8
+#: what each session exit status means (the table above), for messages and manifest.json
+SESSION_MEANING = {
+    0: "ok", 1: "tests failed", 2: "interrupted", 3: "internal error", 4: "usage error", 5: "no tests collected",
+    SESSION_UNREACHABLE: "cluster unreachable", SESSION_LEASE: "lease held or lost", SESSION_DEPLOY: "deploy failed",
+}
+
 
 class FrameworkError(Exception):
     """Base class: raised for every failure camit reports on purpose."""
@@ -238,3 +265,32 @@ class MultiHostError(FrameworkError):
     def exit_code(self) -> int:  # type: ignore[override]
         codes = [getattr(e, "exit_code", EXIT_INFRA) for e in self.errors.values()]
         return max(codes, default=EXIT_FAILED)
+
+
+def session_exit_code(err: BaseException) -> int | None:
+    """The session exit status (``SESSION_*``) an infrastructure error ends a pytest run with; None: not one.
+
+    Unreachable hosts, refused credentials or host keys give 6, a held or lost lease 7, a failed deploy
+    (at any step, on any host) 8; a fan-out's ``MultiHostError`` the code its members share.
+    """
+    if isinstance(err, (LeaseHeld, LeaseLost)):
+        return SESSION_LEASE
+    if isinstance(err, DeployError):
+        return SESSION_DEPLOY
+    if isinstance(err, (HostUnreachable, AuthenticationFailed, HostKeyError)):
+        return SESSION_UNREACHABLE
+    if isinstance(err, MultiHostError) and err.errors:
+        codes = {session_exit_code(e) for e in err.errors.values()}
+        if len(codes) == 1:
+            return codes.pop()
+    return None
+
+
+def one_line(err: BaseException) -> str:
+    """``err``'s first line (a command's output tail after it stays in the log); a ``MultiHostError``'s hosts
+    joined with ``; ``, each named once."""
+    if isinstance(err, MultiHostError):
+        return "; ".join(one_line(e) if str(e).startswith(f"{h}:") else f"{h}: {one_line(e)}"
+                         for h, e in err.errors.items())
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    return lines[0] if lines else type(err).__name__

@@ -14,8 +14,8 @@ Split in three, as deploy is:
 :class:`Launcher` is the thin runner over them: it ships the supervisor and rank wrapper
 (content-addressed, once), picks a free master port on node 0 at launch time, starts one
 supervisor per node over its own SSH channel and feeds their lines to the monitor. The first
-failing rank or node, a node that goes silent (heartbeats, not TCP timeouts), the job timeout or
-Ctrl-C/SIGTERM → every supervisor is told to kill its run (its process group and every process
+failing rank or node, a node that goes silent (heartbeats, not TCP timeouts), the job timeout,
+Ctrl-C/SIGTERM or any other exception that stops the controller (pytest-timeout, ``pytest.exit``) → every supervisor is told to kill its run (its process group and every process
 tagged with the run id; on the job timeout it first asks every rank for its Python stacks), and we
 wait for each to confirm. Then, on NPU hosts, the devices are checked (and a failure's NPU state
 saved), and per-rank logs, status, JUnit files, plogs and that state are fetched. Phases (``launch``, ``run``, ``teardown``, ``collect``) go to ``on_phase``.
@@ -233,8 +233,10 @@ class Launcher:
             self._start(nodes, target, monitor, events)
             if not monitor.stop:
                 self._watch(nodes, monitor, events)
-        except KeyboardInterrupt:
-            monitor.fail("interrupted", "interrupted (Ctrl-C/SIGTERM): tearing down every node", time.monotonic())
+        except BaseException as exc:  # Ctrl-C/SIGTERM, and pytest-timeout, pytest.exit, SystemExit: the same teardown
+            why = "interrupted (Ctrl-C/SIGTERM)" if isinstance(exc, KeyboardInterrupt) else \
+                f"stopped ({type(exc).__name__}: {' '.join(str(exc).split())[:200]})"
+            monitor.fail("interrupted", f"{why}: tearing down every node", time.monotonic())
             self._teardown(nodes, monitor, events)
             self._finish(nodes, monitor, start)
             raise

@@ -31,7 +31,11 @@ from framework.plugin.hooks import (
     pytest_runtest_call,
     pytest_runtest_setup,
     pytest_sessionfinish,
+    pytest_sessionfinish_exit_status,
     pytest_terminal_summary,
+    pytest_testnodedown,
+    pytest_testnodeready,
+    pytest_unconfigure,
     pytest_xdist_make_scheduler,
 )
 from framework.plugin.markers import MARKERS, SOC_MARKERS
@@ -44,5 +48,6 @@ __all__ = [
     "resources_of", "run_ranks",
     "pytest_addoption", "pytest_collection_modifyitems", "pytest_configure", "pytest_configure_node",
     "pytest_keyboard_interrupt", "pytest_report_header", "pytest_runtest_call", "pytest_runtest_setup",
-    "pytest_sessionfinish", "pytest_terminal_summary", "pytest_xdist_make_scheduler",
+    "pytest_sessionfinish", "pytest_sessionfinish_exit_status", "pytest_terminal_summary", "pytest_testnodedown",
+    "pytest_testnodeready", "pytest_unconfigure", "pytest_xdist_make_scheduler",
 ]

@@ -6,12 +6,16 @@ skip what the env cannot host (:mod:`~framework.plugin.markers`); under ``-n`` t
 sorted and dealt by :mod:`~framework.plugin.xdist`; every test that drives the cluster runs inside
 the core watch (:mod:`~framework.plugin.cores`); session finish closes the resources and writes
 the reports (:mod:`~framework.plugin.reporting`). The controller alone writes shared files.
+With an env, SIGTERM and SIGHUP do what Ctrl-C does, in the controller and every xdist worker
+(:mod:`~framework.plugin.signals`); an infrastructure failure ends the session with its exit status
+(``framework.errors.SESSION_*``), a worker's becoming the whole run's.
 """
 
 from __future__ import annotations
 
 import random
 from collections.abc import Generator
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 import pytest
@@ -20,6 +24,7 @@ from framework.plugin import cores, markers, reporting, xdist
 from framework.plugin.context import CONTEXT_KEY, RunContext, context_of
 from framework.plugin.options import add_options
 from framework.plugin.resources import RESOURCES_KEY, Resources, resources_of
+from framework.plugin.signals import SIGNALS_KEY, Signals, name_cut_cases, signals_of
 
 if TYPE_CHECKING:
     from _pytest.terminal import TerminalReporter
@@ -30,6 +35,8 @@ class WorkerNode(Protocol):
 
     config: pytest.Config
     workerinput: dict[str, object]
+    workeroutput: dict[str, object]
+    gateway: Any
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -43,6 +50,10 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[CONTEXT_KEY] = ctx
     config.stash[RESOURCES_KEY] = Resources(ctx)
     random.seed(ctx.seed)
+    if ctx.env is not None and not config.option.collectonly:
+        signals = config.stash[SIGNALS_KEY] = Signals()
+        signals.install()
+        config.pluginmanager.register(signals, "camit-signals")  # its hooks note the running tests
     if ctx.env is not None and ctx.is_controller and not config.option.collectonly:
         # (--collect-only runs nothing: no run folder, no summary)
         rundir = ctx.ensure_rundir()
@@ -61,6 +72,31 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> xdist.Cluste
     if context_of(config).env is None:
         return None
     return xdist.make_scheduler(config, log)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    signals = signals_of(config)
+    if signals is not None:
+        signals.restore()
+        if config.pluginmanager.is_registered(signals):
+            config.pluginmanager.unregister(signals)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodeready(node: WorkerNode) -> None:
+    """pytest-xdist, controller: the worker's pid, to forward SIGTERM/SIGHUP to (execnet's popen gateway)."""
+    signals = signals_of(node.config)
+    if signals is not None:
+        signals.add_worker(getattr(getattr(getattr(node.gateway, "_io", None), "popen", None), "pid", None))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: WorkerNode, error: object) -> None:
+    """pytest-xdist, controller: a worker that ended its session on an infrastructure failure ends the run's."""
+    ended = getattr(node, "workeroutput", {}).get("camit_exit")
+    resources = node.config.stash.get(RESOURCES_KEY, None)
+    if isinstance(ended, (list, tuple)) and resources is not None and resources.ended is None:
+        resources.ended = (int(ended[0]), str(ended[1]))
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -109,16 +145,47 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, object, object]:
         return (yield)
 
 
+@pytest.hookimpl(wrapper=True, tryfirst=True, specname="pytest_sessionfinish")
+def pytest_sessionfinish_exit_status(session: pytest.Session, exitstatus: int) -> Generator[None, None, None]:
+    """Before every other session-finish hook: no signal breaks the finish off; an infrastructure failure's
+    exit status and reason go where they count. A worker puts them in its ``workeroutput`` and asks xdist to
+    stop the run (``shouldstop``, read by xdist's own finish hook); the controller returns the code."""
+    signals = signals_of(session.config)
+    if signals is not None:
+        signals.finishing()
+    resources = session.config.stash.get(RESOURCES_KEY, None)
+    ended = resources.ended if resources is not None else None
+    if ended is not None:
+        workeroutput = getattr(session.config, "workeroutput", None)
+        if workeroutput is not None:
+            workeroutput["camit_exit"] = list(ended)
+            session.shouldstop = ended[1]
+        else:
+            session.exitstatus = ended[0]
+    return (yield)
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """After pytest's junitxml wrote its file (trylast): release the lease, close; cluster.xml, manifest, index.
 
-    The terminal summary (a hook wrapper around this one) then reads the finished folder.
+    The terminal summary (a hook wrapper around this one) then reads the finished folder. The status is
+    the infrastructure failure's that ended the session, if one did (a worker's, under xdist).
     """
     if CONTEXT_KEY not in session.config.stash:
         return
-    resources_of(session.config).close()
-    reporting.finalize(context_of(session.config), exitstatus)
+    resources = resources_of(session.config)
+    resources.close()
+    signals = signals_of(session.config)
+    error = None
+    if resources.ended is not None:
+        exitstatus, error = resources.ended
+    elif signals is not None and signals.received is not None:
+        error = f"stopped by {signals.received_name}"
+    xmlpath = getattr(session.config.option, "xmlpath", None)
+    if signals is not None and signals.running and xmlpath and reporting.reports_here(context_of(session.config)):
+        name_cut_cases(Path(xmlpath), signals.running, error or "interrupted")
+    reporting.finalize(context_of(session.config), exitstatus, error=error)
 
 
 def pytest_terminal_summary(terminalreporter: TerminalReporter, exitstatus: int, config: pytest.Config) -> None:

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from framework.plugin.context import RunContext
 
 #: the session's exit status as manifest.json's ``status``
-STATUS = {0: "ok", 1: "failed", 2: "interrupted", 5: "no tests"}
+STATUS = {0: "ok", 1: "failed", 2: "interrupted", 5: "no tests", 6: "unreachable", 7: "lease", 8: "deploy failed"}
 INTERRUPTED = "camit: interrupted; every launch was torn down, the report folder is kept\n"
 
 
@@ -52,8 +52,9 @@ def reports_here(ctx: RunContext) -> bool:
     return ctx.env is not None and ctx.is_controller and ctx.rundir is not None
 
 
-def finalize(ctx: RunContext, exitstatus: int) -> None:
-    """Coverage (before the manifest, so it lists the coverage report), then cluster.xml, manifest, index."""
+def finalize(ctx: RunContext, exitstatus: int, *, error: str | None = None) -> None:
+    """Coverage (before the manifest, so it lists the coverage report), then cluster.xml, manifest, index;
+    ``error``: why the session ended early (manifest's ``error``, the summary's headline)."""
     if not reports_here(ctx) or ctx.rundir is None:
         return
     from framework import report
@@ -65,7 +66,7 @@ def finalize(ctx: RunContext, exitstatus: int) -> None:
     report.finalize(ctx.rundir.path, env=ctx.env, seed=ctx.seed,
                     argv=["pytest", *ctx.config.invocation_params.args], repro=repro(ctx.config, ctx.seed),
                     started=ctx.started,
-                    ended=time.time(), status=STATUS.get(int(exitstatus), "error"))
+                    ended=time.time(), status=STATUS.get(int(exitstatus), "error"), error=error)
 
 
 def summary_lines(ctx: RunContext) -> list[str] | None:

@@ -8,6 +8,13 @@ reverse with one ``close()``. :func:`open_leased_cluster` is the one way to get 
 lease* on them as a step of its own; a lease that cannot be taken fails the opening, and later callers get
 the same error instead of an unleased cluster. Deploy runs once per run and host share under a
 file lock (:meth:`Resources.deploy`).
+
+An infrastructure failure ends the session, not each test (:meth:`Resources.end_session`):
+unreachable hosts, refused credentials or host keys, a held lease and a failed deploy become
+``pytest.exit(reason, returncode=6|7|8)`` (``framework.errors.SESSION_*``), the reason one line
+naming host and step; a lease the heartbeat finds taken over stops the run at once, the running
+launch torn down (:mod:`~framework.plugin.signals`). The fixtures, ``BaseTest`` classes and the core
+watch all open through here, so all get it. Session finish still closes everything and writes the reports.
 """
 
 from __future__ import annotations
@@ -17,11 +24,19 @@ from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 import pytest
 
-from framework.errors import FrameworkError, MultiHostError
+from framework.errors import (
+    SESSION_DEPLOY,
+    FrameworkError,
+    LeaseHeld,
+    LeaseLost,
+    MultiHostError,
+    one_line,
+    session_exit_code,
+)
 from framework.plugin.options import LeaseSettings
 
 if TYPE_CHECKING:
@@ -68,7 +83,8 @@ class LeasedCluster:
 
 def open_leased_cluster(env: EnvConfig, names: Sequence[str] | None, stack: ExitStack, *,
                         lease: LeaseSettings | None = None, transport_factory: TransportFactory | None = None,
-                        allow_unreachable: bool = False) -> LeasedCluster:
+                        allow_unreachable: bool = False,
+                        on_lost: Callable[[LeaseLost], None] | None = None) -> LeasedCluster:
     """The hosts ``names`` of ``env`` (None: all), connected and leased; ``stack`` releases, then closes them.
 
     Three explicit steps: build the cluster (``Cluster.from_env``), connect every host at once, take
@@ -76,6 +92,7 @@ def open_leased_cluster(env: EnvConfig, names: Sequence[str] | None, stack: Exit
     cannot be reached fails the opening (``MultiHostError`` naming each one) unless
     ``allow_unreachable`` (the preflight suite, which reports such hosts): then the reachable hosts
     are leased and the error is kept in ``unreachable``. On failure ``stack`` still closes the hosts.
+    ``on_lost`` is the lease's (called on its heartbeat thread when the lease is taken over).
     """
     from framework.hosts import Cluster
     from framework.lease import Lease
@@ -99,7 +116,7 @@ def open_leased_cluster(env: EnvConfig, names: Sequence[str] | None, stack: Exit
     leased = cluster if len(reachable) == len(cluster) else Cluster(reachable, max_parallel=cluster.max_parallel)
     if leased is not cluster:
         stack.callback(leased.close)
-    held = Lease(leased, owner=settings.owner, wait=settings.wait)
+    held = Lease(leased, owner=settings.owner, wait=settings.wait, on_lost=on_lost)
     held.acquire()
     stack.callback(_release, held)
     return LeasedCluster(cluster, held, unreachable)
@@ -125,6 +142,8 @@ class Resources:
         self.suite: RankSuite | None = None
         self.unreachable: MultiHostError | None = None
         self._broken: FrameworkError | None = None
+        #: (exit status, reason) when an infrastructure failure ended the session (``end_session``)
+        self.ended: tuple[int, str] | None = None
 
     def open_cluster(self, *, allow_unreachable: bool = False) -> Cluster:
         """This process's hosts (``ctx.host_names()``), connected and leased (see :func:`open_leased_cluster`).
@@ -134,18 +153,56 @@ class Resources:
         """
         if self.cluster is None:
             if self._broken is not None:
-                raise self._broken
+                self.end_session(self._broken)
             try:
                 opened = open_leased_cluster(
                     self.ctx.require_env(), self.ctx.host_names(), self.stack, lease=self.ctx.options.lease,
-                    transport_factory=self.transport_factory, allow_unreachable=True)
+                    transport_factory=self.transport_factory, allow_unreachable=True, on_lost=self._lease_lost)
             except FrameworkError as exc:
                 self._broken = exc
-                raise
+                self.end_session(exc)
             self.cluster, self.lease, self.unreachable = opened.cluster, opened.lease, opened.unreachable
         if self.unreachable is not None and not allow_unreachable:
-            raise self.unreachable
+            self.end_session(self.unreachable)
+        if self.lease is not None and self.lease.lost:
+            try:
+                self.lease.check()
+            except LeaseLost as exc:
+                self.end_session(exc)
         return self.cluster
+
+    def end_session(self, exc: FrameworkError) -> NoReturn:
+        """Raise ``exc`` again, or — an infrastructure failure (:func:`framework.errors.session_exit_code`) —
+        end the session: ``pytest.exit`` with one line naming host and step, and the code."""
+        code = session_exit_code(exc)
+        if code is None:
+            raise exc
+        reason = self._reason(exc, code)
+        if self.ended is None:
+            self.ended = (code, reason)
+        log.error("%s", str(exc))  # the whole story (every host, the output's tail) in the log
+        pytest.exit(self.ended[1], returncode=self.ended[0])
+
+    @staticmethod
+    def _reason(exc: FrameworkError, code: int) -> str:
+        if isinstance(exc, LeaseLost):
+            return f"camit: {one_line(exc)}"
+        what = "lease held" if isinstance(exc, LeaseHeld) else \
+            "deploy failed" if code == SESSION_DEPLOY else "cluster unreachable"
+        return f"camit: {what}: {one_line(exc)}"
+
+    def _lease_lost(self, exc: LeaseLost) -> None:
+        """The lease heartbeat (its own thread) found the lease taken over: stop the run now, exit status 7."""
+        from framework.plugin.signals import signals_of
+
+        code = session_exit_code(exc) or 1
+        reason = self._reason(exc, code)
+        if self.ended is None:
+            self.ended = (code, reason)
+        log.error("%s; stopping the run", reason)
+        signals = signals_of(self.ctx.config)
+        if signals is not None:
+            signals.end_session(reason, code)  # raised in the main thread; otherwise the next opening raises it
 
     def deploy(self, tmp_root: Path) -> DeployResult | str:
         """Deploy once per run and host share (file lock + a record of what was deployed): a worker that
@@ -173,7 +230,7 @@ class Resources:
                 return self.deployed
             result = Deployer(env, self.open_cluster(), rundir=rundir, on_event=log_event).run()
             if not result.ok:
-                raise FrameworkError("deploy failed:\n" + "\n".join(f"  {e}" for e in result.errors.values()))
+                self.end_session(MultiHostError(result.errors, total=len(result.manifests)))
             marker.write_text(key)
         self.deployed = result
         return result

@@ -158,6 +158,21 @@ def test_hardware_stage_locks_before_its_agent_and_times_out_inside(pipeline):
     assert re.search(r"else if \(rc >= 2\) \{\s*error\(", script)
 
 
+def test_each_exit_status_from_2_up_fails_the_build_naming_what_it_means(pipeline):
+    from framework.errors import SESSION_DEPLOY, SESSION_LEASE, SESSION_MEANING, SESSION_UNREACHABLE
+
+    script = pipeline.find(r"stage\('Cluster tests'\)").find(r"script").body
+    table = re.search(r"def meaning = \[(.*?)\]\s*\n", script, re.DOTALL)
+    assert table, script
+    meaning = {int(k): v for k, v in re.findall(r"(\d+): '([^']*)'", table.group(1))}
+    assert sorted(meaning) == list(range(2, 9))  # pytest's 2-5 and camit's 6-8, nothing else
+    for code in range(2, 9):  # each says what errors.py's table says
+        assert SESSION_MEANING[code].split()[0] in meaning[code].lower(), (code, meaning[code])
+    assert "unreachable" in meaning[SESSION_UNREACHABLE] and "lease" in meaning[SESSION_LEASE]
+    assert "deploy" in meaning[SESSION_DEPLOY]
+    assert re.search(r"else if \(rc >= 2\) \{\s*error\(\"[^\"]*\$\{meaning\.get\(rc", script)
+
+
 def test_results_are_published_in_post_always(pipeline):
     stage = pipeline.find(r"stage\('Cluster tests'\)")
     always = stage.find(r"post").find(r"always").body

@@ -85,8 +85,9 @@ def test_resources_open_once_and_a_strict_caller_gets_the_unreachable_hosts(env,
     res = _resources(env, down="node3")
     cluster = res.open_cluster(allow_unreachable=True)
     assert res.open_cluster(allow_unreachable=True) is cluster
-    with pytest.raises(MultiHostError, match="node3"):
-        res.open_cluster()  # a launch must not run on a cluster with a dead host
+    with pytest.raises(pytest.exit.Exception, match="^camit: cluster unreachable: node3: connect timed out$") as ended:
+        res.open_cluster()  # a launch must not run on a cluster with a dead host: the session ends
+    assert ended.value.returncode == 6 and res.ended == (6, str(ended.value.msg))
     res.close()
     assert leased(tmp_path) == []
 
@@ -95,10 +96,12 @@ def test_a_lease_held_elsewhere_breaks_the_opening_for_every_later_caller(env, t
     with ExitStack() as stack:
         open_leased_cluster(env, ["node2"], stack, lease=LeaseSettings(owner="holder"), transport_factory=transports())
         res = _resources(env)
-        with pytest.raises(LeaseHeld, match="^node2: leased by holder") as first:
+        with pytest.raises(pytest.exit.Exception, match="^camit: lease held: node2: leased by holder") as first:
             res.open_cluster()
-        with pytest.raises(LeaseHeld) as again:
+        with pytest.raises(pytest.exit.Exception) as again:  # one attempt: the same end for every later caller
             res.open_cluster()
-        assert again.value is first.value and res.cluster is None
+        assert first.value.returncode == again.value.returncode == 7
+        assert again.value.msg == first.value.msg and res.cluster is None
+        assert isinstance(res._broken, LeaseHeld)
         res.close()
         assert leased(tmp_path) == ["node2"]  # the holder's, untouched
