@@ -233,3 +233,38 @@ def _alive(pid: int) -> bool:
             return fh.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
     except (OSError, IndexError):
         return False
+
+
+# -- which URMA env files load (the README's statement) ----------------------------------------------------
+def test_the_urma_ut_sample_fails_on_passed_then_on_its_x_placeholders(tmp_path):
+    """URMA_UT's shipped test_env.yaml: ``passed:`` is refused on both hosts; with passwd its four
+    ``x.x.x.x`` (manage_nic.ip, test_nic1.ip of each host) are not IPv4; its ``xxx`` names and
+    ``xxxx:…`` eids are accepted, so with addresses it loads."""
+    from pathlib import Path
+
+    from framework.config import load
+    from framework.errors import FrameworkError
+
+    sample = (Path(__file__).parents[1] / "data" / "envs" / "bad" / "urma_sample_passed.yaml").read_text()
+    env = tmp_path / "test_env.yaml"
+
+    def errors(text: str) -> list[str]:
+        env.write_text(text)
+        with pytest.raises(FrameworkError) as exc:
+            load(env)
+        return [line.split(": ", 1)[1] for line in str(exc.value).splitlines()]
+
+    assert errors(sample) == ["host_info.host1: unknown key 'passed' (did you mean 'passwd'?)",
+                              "host_info.host2: unknown key 'passed' (did you mean 'passwd'?)"]
+    fixed = sample.replace("passed:", "passwd:")
+    assert errors(fixed) == [f"host_info.{h}.{k}.ip: 'x.x.x.x' is not an IPv4 address"
+                             for h in ("host1", "host2") for k in ("manage_nic", "test_nic1")]
+    n = iter(range(1, 5))
+    loaded = load(_write(env, "\n".join(line.replace("x.x.x.x", f"192.0.2.{next(n)}") if "x.x.x.x" in line else line
+                                        for line in fixed.splitlines())))
+    assert [h.test_nic1.eid for h in loaded.hosts.values()] == ["xxxx:xxxx:xxxx:xxxx:xxxx:xxxx:xxxx:xxxx"] * 2
+
+
+def _write(path, text):
+    path.write_text(text + "\n")
+    return path
