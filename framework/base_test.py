@@ -193,6 +193,7 @@ class BackgroundCmd:
         self.killed = False
         self.result: Result | None = None
         self._deadline = time.monotonic() + timeout
+        self._expired_at: float | None = None
         self._lines: collections.deque[str] = collections.deque()
         self._size = 0
         self._lock = threading.Lock()
@@ -215,6 +216,8 @@ class BackgroundCmd:
                     self._keep(line)
                 elif time.monotonic() >= self._deadline and not self.p.poll():
                     self._expire(f"its timeout of {self.timeout:g}s passed")
+                if self._expired_at is not None and time.monotonic() > self._expired_at + KILL_WAIT:
+                    break  # killed, yet its stdout stays open (a process that left the group): stop reading
             result = self.p.wait(max(0.0, self._deadline - time.monotonic()))
             if result is None:
                 self._expire(f"its timeout of {self.timeout:g}s passed")
@@ -242,9 +245,11 @@ class BackgroundCmd:
             self._log.flush()
 
     def _expire(self, why: str) -> None:
-        if self.timed_out:
-            return
-        self.timed_out = True
+        with self._lock:  # the reader and a waiting test may both get here: one kill
+            if self.timed_out:
+                return
+            self.timed_out = True
+            self._expired_at = time.monotonic()
         log.warning("%s: killing %r: %s", self.host.name, self.command, why)
         self.p.kill()
 
@@ -299,6 +304,8 @@ class BackgroundCmd:
         """End the command: TERM, then KILL, to its process group on the host; then wait for it."""
         if not self._done.is_set():
             self.killed = True
+            with self._lock:
+                self._expired_at = time.monotonic()
             self.p.kill()
             self._done.wait(KILL_WAIT)
         self.need_kill = 0
