@@ -61,6 +61,29 @@ CRASH = textwrap.dedent("""
 """)
 
 
+PORTS = textwrap.dedent("""
+    import socket
+
+    from framework.base_test import BaseTest
+
+    LISTEN = "python3 -c 'import socket, time; s = socket.create_server((\\"0.0.0.0\\", {})); print(\\"up\\", flush=True); time.sleep(120)'"
+
+
+    class TestPorts(BaseTest):
+        def test_a_port_taken_on_the_host_is_skipped(self):
+            first = self.host2.get_free_port()
+            server = self.host2.exec_cmd(LISTEN.format(first + 1), background=True)
+            self.assertEqual(server.expect("up", timeout=30), 0, server.stderr)
+            second = self.host2.get_free_port()
+            assert second not in (first, first + 1), (first, second)
+            # found on host2: the controller (another network namespace) could bind that port itself
+            with socket.socket() as s:
+                s.bind(("0.0.0.0", first + 1))
+            common = self.get_free_port()  # free on every host of the class, never handed out before
+            assert common not in (first, first + 1, second)
+""")
+
+
 def run(tmp_path, env_path, source, name):
     (tmp_path / name).write_text(source)
     return subprocess.run([sys.executable, "-m", "pytest", str(tmp_path / name), "--env", str(env_path),
@@ -73,6 +96,12 @@ def test_basetest_class_api(lab_env_path, tmp_path):
     proc = run(tmp_path, lab_env_path, CASE, "test_case.py")
     assert proc.returncode == 0, proc.stdout[-3000:]
     assert "2 passed" in proc.stdout
+
+
+def test_get_free_port_is_found_on_the_host(lab_env_path, tmp_path):
+    proc = run(tmp_path, lab_env_path, PORTS, "test_ports.py")
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert "1 passed" in proc.stdout
 
 
 def test_basetest_cores_fail_the_test_or_the_class_once(lab_env_path, tmp_path):
