@@ -1,13 +1,22 @@
-"""URMA-style classes on BaseTest against the lab: hosts as attributes, host_list, core check at teardown."""
+"""URMA-style classes on BaseTest against the lab: hosts as attributes, host_list, core check at teardown,
+and a URMA-style suite ported by renaming only (``urma_suite/``) run as URMA runs its cases."""
 
 from __future__ import annotations
 
+import json
+import os
+import re
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.lab
+
 REPO = Path(__file__).resolve().parents[2]
+PORTED = REPO / "tests" / "integration" / "urma_suite" / "TCP" / "test_urma_tcp_echo" / "test.py"
 
 CASE = textwrap.dedent("""
     from framework.base_test import BaseTest
@@ -34,11 +43,44 @@ CASE = textwrap.dedent("""
 CRASH = textwrap.dedent("""
     from framework.base_test import BaseTest
 
+    SEGV = "cd /var/tmp/camit && ulimit -c unlimited && python3 -c 'import ctypes; ctypes.string_at(0)'"
+
 
     class TestCrash(BaseTest):
         def test_segfault_on_host2(self):
             # a process of ours dumps core on host2 (the lab's core dir is per host)
-            self.host2.run("cd /var/tmp/camit && ulimit -c unlimited && python3 -c 'import ctypes; ctypes.string_at(0)'")
+            self.host2.run(SEGV)
+
+
+    class TestCrashInTeardown(BaseTest):
+        def teardown_method(self, method):
+            self.host2.run(SEGV)
+
+        def test_passes(self):
+            pass
+""")
+
+
+PORTS = textwrap.dedent("""
+    import socket
+
+    from framework.base_test import BaseTest
+
+    LISTEN = "python3 -c 'import socket, time; s = socket.create_server((\\"0.0.0.0\\", {})); print(\\"up\\", flush=True); time.sleep(120)'"
+
+
+    class TestPorts(BaseTest):
+        def test_a_port_taken_on_the_host_is_skipped(self):
+            first = self.host2.get_free_port()
+            server = self.host2.exec_cmd(LISTEN.format(first + 1), background=True)
+            self.assertEqual(server.expect("up", timeout=30), 0, server.stderr)
+            second = self.host2.get_free_port()
+            assert second not in (first, first + 1), (first, second)
+            # found on host2: the controller (another network namespace) could bind that port itself
+            with socket.socket() as s:
+                s.bind(("0.0.0.0", first + 1))
+            common = self.get_free_port()  # free on every host of the class, never handed out before
+            assert common not in (first, first + 1, second)
 """)
 
 
@@ -46,7 +88,8 @@ def run(tmp_path, env_path, source, name):
     (tmp_path / name).write_text(source)
     return subprocess.run([sys.executable, "-m", "pytest", str(tmp_path / name), "--env", str(env_path),
                            "--report-dir", str(tmp_path / "reports"), "-p", "no:cacheprovider", "-q",
-                           "--rootdir", str(tmp_path)], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+                           "--rootdir", str(tmp_path)], cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})  # this checkout's framework, not an install
 
 
 def test_basetest_class_api(lab_env_path, tmp_path):
@@ -55,7 +98,55 @@ def test_basetest_class_api(lab_env_path, tmp_path):
     assert "2 passed" in proc.stdout
 
 
-def test_basetest_teardown_fails_the_class_on_a_new_core(lab_env_path, tmp_path):
+def test_get_free_port_is_found_on_the_host(lab_env_path, tmp_path):
+    proc = run(tmp_path, lab_env_path, PORTS, "test_ports.py")
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert "1 passed" in proc.stdout
+
+
+def test_basetest_cores_fail_the_test_or_the_class_once(lab_env_path, tmp_path):
+    """A core in a test body fails that test (the session's watch around every test); a core outside
+    the bodies (here teardown_method) fails the class at teardown_class (CHECK CORE FAILED). Each core
+    is reported once: in cores.json and as one failure of cluster.xml's cluster suite (the class watch
+    covers only what lies between the bodies); junit.xml and index.html name both classes."""
     proc = run(tmp_path, lab_env_path, CRASH, "test_crash.py")
     assert proc.returncode == 1, proc.stdout[-3000:]
     assert "core dump on host2" in proc.stdout
+    latest = tmp_path / "reports" / "latest"
+    junit = (latest / "junit.xml").read_text()
+    assert re.search(r'<testcase classname="test_crash.TestCrash" name="test_segfault_on_host2"[^>]*>\s*'
+                     r'<failure message="AssertionError: core dump on host2', junit), junit[-3000:]
+    assert re.search(r'<testcase classname="test_crash.TestCrashInTeardown" name="test_passes"[^>]*>\s*'
+                     r'<error message="failed on teardown with [^"]*CHECK CORE FAILED', junit), junit[-3000:]
+    cores = json.loads((latest / "cores.json").read_text())
+    assert [c["host"] for c in cores] == ["host2", "host2"]
+    assert len({c["location"] for c in cores}) == 2
+    cluster = (latest / "cluster.xml").read_text()
+    assert len(re.findall(r'<testcase classname="host2.cores" name="core_dump\[python3:\d+\]"', cluster)) == 2
+    assert re.search(r'<testsuite name="cluster" tests="2" failures="2"', cluster), cluster[:2000]
+    index = (latest / "index.html").read_text()
+    assert "TestCrash" in index and "TestCrashInTeardown" in index
+
+
+def test_ported_urma_case(lab_env_path, tmp_path):
+    """The URMA-style case, run as URMA runs one (``pytest <case>/test.py``): exec_cmd, background
+    commands with expect/wait/ret, get_free_port, test_nic1_*; the server it leaves running is
+    killed at teardown_class (its listener is gone from host2's network namespace)."""
+    proc = subprocess.run([sys.executable, "-m", "pytest", str(PORTED), "--env", str(lab_env_path),
+                           "--report-dir", str(tmp_path / "reports"), "-p", "no:cacheprovider", "-v",
+                           "-o", "log_cli=true", "--log-cli-level=INFO"],
+                          cwd=REPO, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    out = proc.stdout
+    assert proc.returncode == 0, out[-4000:]
+    assert "2 passed" in out
+    server = re.search(r"\[ host2 exec_cmd \] python3 -m http.server (\d+) --bind ([\d.]+) background=True", out)
+    assert server, out[-4000:]
+    port, ip = server.groups()
+    assert f"host2: killing background command still running at teardown: python3 -m http.server {port}" in out
+    from framework.config import load
+    from framework.hosts import Host
+
+    with Host.from_spec(load(lab_env_path).hosts["host2"]) as host2:
+        listening = host2.check(["ss", "-Htln", f"sport = :{port}"]).stdout
+    assert f"{ip}:{port}" not in listening, listening

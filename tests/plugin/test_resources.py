@@ -168,3 +168,33 @@ def test_preflight_suite_without_an_env_skips_under_xdist_too(pytester, local_en
     result.assert_outcomes(skipped=1)
     result.stdout.fnmatch_lines(["*no env file: pass --env FILE or set CAMIT_ENV*"])
     assert transports(pytester) == {}
+
+
+BACKGROUND = textwrap.dedent("""
+    import os
+    from pathlib import Path
+
+    from framework.base_test import BaseTest
+
+
+    class TestBackground(BaseTest):
+        def test_leaves_a_server_running(self):
+            server = self.node1.exec_cmd("sleep 120", background=True)
+            Path(os.environ["CAMIT_TEST_RECORD"], "pgid").write_text(str(server.pid))
+            self.assertEqual(self.node2.exec_cmd("echo $((6*7))").stdout, 42)
+
+        def test_the_server_still_runs_in_the_next_test(self):
+            pgid = int(Path(os.environ["CAMIT_TEST_RECORD"], "pgid").read_text())
+            os.killpg(pgid, 0)  # as in URMA: background commands live until teardown_class
+""")
+
+
+def test_basetest_kills_its_background_commands_at_teardown_class(pytester, local_env):
+    from framework.transport.local import group_alive
+
+    pytester.makepyfile(test_bg=BACKGROUND)
+    result = pytester.runpytest("--env", str(local_env), "--report-dir", "out", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=2)
+    pgid = int((pytester.path / "record" / "pgid").read_text())
+    assert not group_alive(pgid)
+    assert not [h for h in HOSTS if lease_file(pytester, h).exists()]
