@@ -119,6 +119,7 @@ def build_parser() -> argparse.ArgumentParser:
     co.add_argument("--report-dir", metavar="D", default="reports", help="run folders go here (default: reports)")
     co.add_argument("--logs", action="store_true", help="also fetch ~/ascend/log from every host (a tarball each)")
     co.add_argument("--json", action="store_true", help="print what was collected as JSON")
+    _lease_args(co)
 
     lb = sub.add_parser("lab", help="the network-namespace lab: up | down | status | fault (python -m framework.lab)",
                         add_help=False)
@@ -260,11 +261,38 @@ def cmd_deploy(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from framework.cores.runwatch import ClusterWatch
-    from framework.launch import Launcher, Target
+    """Launch the target holding the lease; the report folder is finished (cluster.xml, manifest.json,
+    index.html: :func:`framework.report.finalize`) however the run ends, a crash of camit or Ctrl-C too."""
+    import time
+
+    from framework.launch import Target
 
     target = Target.parse(args.target)
     env, cluster, rundir, event = _cluster_run(args)
+    started = time.time()
+    state: dict[str, Any] = {"status": "error", "error": None, "cores": ()}
+    try:
+        code = _run_leased(args, env, cluster, rundir, event, target, state)
+    except KeyboardInterrupt:
+        state["status"], state["error"] = "interrupted", "interrupted (Ctrl-C/SIGTERM)"
+        raise
+    except BaseException as exc:
+        state["status"], state["error"] = "error", exc
+        raise
+    finally:
+        from framework.report import finalize
+
+        finalize(rundir.path, cores=state["cores"], env=env, argv=["camit", *getattr(args, "argv", ["run"])],
+                 started=started, ended=time.time(), status=state["status"], error=state["error"])
+    if not args.json:
+        print(f"report: {rundir.path}")
+    return code
+
+
+def _run_leased(args: argparse.Namespace, env: EnvConfig, cluster: Cluster, rundir: RunDir,
+                event: Callable[[str, str], None], target: Any, state: dict[str, Any]) -> int:
+    from framework.cores.runwatch import ClusterWatch
+    from framework.launch import Launcher
 
     with cluster, console.terminate_as_interrupt(), _leased(args, cluster):
         watch = ClusterWatch(cluster, env, policy=args.core_policy, rundir=rundir)
@@ -277,30 +305,33 @@ def cmd_run(args: argparse.Namespace) -> int:
             watched = watch.end(ranks=[result], failed=not result.ok)
         finally:
             launcher.cleanup_remote()
-    _scrub_folder(rundir, env)
     cores, core_failed, core_message = watched.cores, watched.failed, watched.message
+    state["cores"] = cores
+    if result.ok:
+        code = EXIT_FAILED if core_failed else EXIT_OK
+    else:
+        code = EXIT_INFRA if result.failure_kind in ("lost", "infra") else EXIT_FAILED
+    state["status"] = "ok" if code == EXIT_OK else "failed"
     if args.json:
         console.print_json({**result.to_json(), "cores": [c.to_json() for c in cores],
-                            "core_policy": watched.policy.value, "signatures": watched.log_summary})
-    else:
-        rows = [[r.rank, r.host, "ok" if r.ok else (r.signal or (f"exit {r.exit_code}" if r.exit_code is not None
-                                                                     else "no report")),
-                 Path(r.log).relative_to(rundir.path).as_posix() if r.log else "-"]
-                for r in sorted(result.ranks.values(), key=lambda r: r.rank)]
-        console.print_table(["rank", "host", "outcome", "log"], rows)
-        print(("PASSED: " if result.ok else "FAILED: ") + result.message())
-        for note in result.notes:
-            print(f"note: {note}")
-        if core_message:
-            print(core_message)
-        if watched.log_summary:
-            print("failure signatures:\n" + console.printable(watched.log_summary.rstrip()))
-        for held in result.held:
-            print(f"DIRTY: {held.describe()} (camit never resets a device)")
-        print(f"report: {rundir.path}")
-    if result.ok:
-        return EXIT_FAILED if core_failed else EXIT_OK
-    return EXIT_INFRA if result.failure_kind in ("lost", "infra") else EXIT_FAILED
+                            "core_policy": watched.policy.value, "signatures": watched.log_summary,
+                            "report": str(rundir.path)})
+        return code
+    rows = [[r.rank, r.host, "ok" if r.ok else (r.signal or (f"exit {r.exit_code}" if r.exit_code is not None
+                                                                 else "no report")),
+             Path(r.log).relative_to(rundir.path).as_posix() if r.log else "-"]
+            for r in sorted(result.ranks.values(), key=lambda r: r.rank)]
+    console.print_table(["rank", "host", "outcome", "log"], rows)
+    print(("PASSED: " if result.ok else "FAILED: ") + console.printable(result.message()))
+    for note in result.notes:
+        print(f"note: {console.printable(note)}")
+    if core_message:
+        print(console.printable(core_message))
+    if watched.log_summary:
+        print("failure signatures:\n" + console.printable(watched.log_summary.rstrip()))
+    for held in result.held:
+        print(f"DIRTY: {console.printable(held.describe())} (camit never resets a device)")
+    return code
 
 
 def _host_error_text(name: str, err: BaseException) -> str:
@@ -356,7 +387,8 @@ def cmd_collect(args: argparse.Namespace) -> int:
 
     env = _load_env(args.env)
     rundir = RunDir.create(args.report_dir)
-    with Cluster.from_env(env, _split_hosts(args.hosts)) as cluster:
+    cluster = Cluster.from_env(env, _split_hosts(args.hosts))
+    with cluster, console.terminate_as_interrupt(), _leased(args, cluster):
         pre = Preflight(env, cluster)
         plans = pre.plans()
         samples = pre.samples(plans)
@@ -506,6 +538,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return cmd_lab(argv[1:])
     try:
         args = parser.parse_args(argv)
+        args.argv = argv  # the manifest's command line (camit run)
         console.setup_logging(args.verbose)
         if args.command == "env" and getattr(args, "env_command", None) == "validate":
             return cmd_env_validate(args)
