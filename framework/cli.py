@@ -1,9 +1,13 @@
 """The ``camit`` console script: manual cluster validation from a shell.
 
-Exit codes (every sub-command): 0 ok; 1 a command/test/check failed or timed
-out; 2 usage or environment-file error; 3 infrastructure error (a host
-unreachable, authentication or host key refused). User errors print one line,
-never a traceback (``-v`` adds logging, ``CAMIT_DEBUG=1`` re-raises).
+Exit codes (every sub-command, :data:`EXIT_CODES`, printed by every ``--help``): 0 ok; 1 a
+command/test/rank/check failed or timed out; 2 usage or environment-file error; 3 infrastructure
+(a host unreachable, authentication or host key refused, hosts leased by someone else); 130
+interrupted (Ctrl-C, SIGTERM). User errors print one line, never a traceback (``-v`` adds logging,
+``CAMIT_DEBUG=1`` re-raises). Every verb that changes hosts (``deploy``, ``run``, ``collect``,
+``exec --lease``) holds the hosts' lease as the pytest path does; ``check``, ``exec`` and
+``lease status`` work beside a holder. ``camit completion bash|zsh`` prints a completion script
+generated from this parser (:mod:`framework.completion`).
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from framework.commands import ShellScript
 from framework.errors import (
     EXIT_FAILED,
     EXIT_INFRA,
+    EXIT_INTERRUPTED,
     EXIT_OK,
     EXIT_USAGE,
     FrameworkError,
@@ -35,7 +40,54 @@ if TYPE_CHECKING:  # pragma: no cover
     from framework.report.folder import RunDir
 
 
+#: what each exit status of every ``camit`` command means (the ``--help`` epilogs print it)
+EXIT_CODES = (
+    (EXIT_OK, "ok"),
+    (EXIT_FAILED, "failed: a command, test, rank or check failed or timed out"),
+    (EXIT_USAGE, "usage or environment-file error (one line naming the option, or the file and key)"),
+    (EXIT_INFRA, "infrastructure: a host unreachable or lost, authentication or host key refused, "
+                 "hosts leased by someone else"),
+    (EXIT_INTERRUPTED, "interrupted (Ctrl-C, SIGTERM): torn down, report folder and lease handled"),
+)
+
+#: ``--help`` examples per command path
+EXAMPLES: dict[str, tuple[str, ...]] = {
+    "camit": ("camit check --env test_env.yaml", "camit deploy --env test_env.yaml --dry-run",
+              "camit run --env test_env.yaml --nproc-per-node 2 -- suites/cam/rank_suite.py",
+              'eval "$(camit completion bash)"'),
+    "camit env validate": ("camit env validate test_env.yaml", "camit env validate test_env.yaml --json"),
+    "camit exec": ("camit exec --env e.yaml -- uname -r", "camit exec --env e.yaml --hosts node1,node2 -- 'npu-smi info | head'",
+                   "camit exec --env e.yaml --lease --wait 600 -- 'rm -rf /var/tmp/camit/old'"),
+    "camit deploy": ("camit deploy --env e.yaml",
+                     "camit deploy --env e.yaml --hosts node1 --no-relay --wait 900"),
+    "camit run": ("camit run --env e.yaml --nproc-per-node 2 -- script.py --arg 1",
+                  "camit run --env e.yaml --json -- -m my.module"),
+    "camit check": ("camit check --env e.yaml", "camit check --env e.yaml --hosts node3 --json"),
+    "camit collect": ("camit collect --env e.yaml", "camit collect --env e.yaml --logs --wait 600"),
+    "camit lease status": ("camit lease status --env e.yaml",),
+    "camit lease release": ("camit lease release --env e.yaml", "camit lease release --env e.yaml --hosts node2 --force"),
+    "camit lease run": ("camit lease run --env e.yaml -- pytest suites/cam --env e.yaml",),
+    "camit completion": ('eval "$(camit completion bash)"', 'eval "$(camit completion zsh)"',
+                         "camit completion bash > /etc/bash_completion.d/camit"),
+}
+
+
+def epilog(path: str) -> str:
+    """The ``--help`` epilog of a command: its examples, then the exit-code table."""
+    lines = []
+    if path in EXAMPLES:
+        lines += ["examples:", *(f"  {e}" for e in EXAMPLES[path]), ""]
+    lines += ["exit codes:", *(f"  {code:<4} {text}" for code, text in EXIT_CODES)]
+    return "\n".join(lines)
+
+
 class _Parser(argparse.ArgumentParser):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
+        super().__init__(*args, **kwargs)
+        if self.epilog is None and self.add_help:
+            self.epilog = epilog(self.prog)
+
     def error(self, message: str) -> None:  # type: ignore[override]
         raise UsageError(f"{self.prog}: {message}")
 
@@ -141,6 +193,9 @@ def build_parser() -> argparse.ArgumentParser:
     lrn.add_argument("--wait", type=float, default=0.0, metavar="S", help="wait up to S seconds for a held lease")
     lrn.add_argument("--ttl", type=float, default=300.0, metavar="S", help="lease validity after a heartbeat")
     lrn.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD...")
+
+    cp = sub.add_parser("completion", help="print a shell completion script (bash or zsh)")
+    cp.add_argument("shell", choices=("bash", "zsh"))
     return parser
 
 
@@ -441,6 +496,14 @@ def cmd_collect(args: argparse.Namespace) -> int:
                default=EXIT_OK)
 
 
+def cmd_completion(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    """``camit completion bash|zsh``: the script, generated from this very parser."""
+    from framework.completion import script
+
+    sys.stdout.write(script(args.shell, parser))
+    return EXIT_OK
+
+
 def cmd_lab(lab_args: Sequence[str]) -> int:
     """``camit lab ...`` is ``python -m framework.lab ...`` (its own options, --help included)."""
     from framework.lab.manage import main as lab_main
@@ -556,6 +619,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_lab(args.lab_args)
         if args.command == "lease":
             return cmd_lease(args)
+        if args.command == "completion":
+            return cmd_completion(args, parser)
         parser.print_help(sys.stderr)
         return EXIT_USAGE
     except FrameworkError as exc:
@@ -565,7 +630,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exc.exit_code
     except KeyboardInterrupt:
         print("camit: interrupted", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -52,6 +52,8 @@ EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
 EXIT_INFRA = 3
+#: Ctrl-C or SIGTERM ended the command (128 + SIGINT, as a shell reports it)
+EXIT_INTERRUPTED = 130
 
 
 class FrameworkError(Exception):
@@ -165,7 +167,7 @@ class TransferError(HostError):
 class Cancelled(HostError):
     """Raised on a host when the run was interrupted: no new command starts, uploads stop."""
 
-    exit_code = 130
+    exit_code = EXIT_INTERRUPTED
 
 
 class DeployError(HostError):
