@@ -52,7 +52,7 @@ EXIT_CODES = (
 
 #: ``--help`` examples per command path
 EXAMPLES: dict[str, tuple[str, ...]] = {
-    "camit": ("camit check --env test_env.yaml", "camit deploy --env test_env.yaml --dry-run",
+    "camit": ("camit check --env test_env.yaml", "camit deploy --env test_env.yaml",
               "camit run --env test_env.yaml --nproc-per-node 2 -- suites/cam/rank_suite.py",
               'eval "$(camit completion bash)"'),
     "camit env validate": ("camit env validate test_env.yaml", "camit env validate test_env.yaml --json"),
