@@ -1,9 +1,13 @@
 """The ``camit`` console script: manual cluster validation from a shell.
 
-Exit codes (every sub-command): 0 ok; 1 a command/test/check failed or timed
-out; 2 usage or environment-file error; 3 infrastructure error (a host
-unreachable, authentication or host key refused). User errors print one line,
-never a traceback (``-v`` adds logging, ``CAMIT_DEBUG=1`` re-raises).
+Exit codes (every sub-command, :data:`EXIT_CODES`, printed by every ``--help``): 0 ok; 1 a
+command/test/rank/check failed or timed out; 2 usage or environment-file error; 3 infrastructure
+(a host unreachable, authentication or host key refused, hosts leased by someone else); 130
+interrupted (Ctrl-C, SIGTERM). User errors print one line, never a traceback (``-v`` adds logging,
+``CAMIT_DEBUG=1`` re-raises). Every verb that changes hosts (``deploy``, ``run``, ``collect``,
+``exec --lease``) holds the hosts' lease as the pytest path does; ``check``, ``exec`` and
+``lease status`` work beside a holder. ``camit completion bash|zsh`` prints a completion script
+generated from this parser (:mod:`framework.completion`).
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from framework.commands import ShellScript
 from framework.errors import (
     EXIT_FAILED,
     EXIT_INFRA,
+    EXIT_INTERRUPTED,
     EXIT_OK,
     EXIT_USAGE,
     FrameworkError,
@@ -35,7 +40,54 @@ if TYPE_CHECKING:  # pragma: no cover
     from framework.report.folder import RunDir
 
 
+#: what each exit status of every ``camit`` command means (the ``--help`` epilogs print it)
+EXIT_CODES = (
+    (EXIT_OK, "ok"),
+    (EXIT_FAILED, "failed: a command, test, rank or check failed or timed out"),
+    (EXIT_USAGE, "usage or environment-file error (one line naming the option, or the file and key)"),
+    (EXIT_INFRA, "infrastructure: a host unreachable or lost, authentication or host key refused, "
+                 "hosts leased by someone else"),
+    (EXIT_INTERRUPTED, "interrupted (Ctrl-C, SIGTERM): torn down, report folder and lease handled"),
+)
+
+#: ``--help`` examples per command path
+EXAMPLES: dict[str, tuple[str, ...]] = {
+    "camit": ("camit check --env test_env.yaml", "camit deploy --env test_env.yaml",
+              "camit run --env test_env.yaml --nproc-per-node 2 -- suites/cam/rank_suite.py",
+              'eval "$(camit completion bash)"'),
+    "camit env validate": ("camit env validate test_env.yaml", "camit env validate test_env.yaml --json"),
+    "camit exec": ("camit exec --env e.yaml -- uname -r", "camit exec --env e.yaml --hosts node1,node2 -- 'npu-smi info | head'",
+                   "camit exec --env e.yaml --lease --wait 600 -- 'rm -rf /var/tmp/camit/old'"),
+    "camit deploy": ("camit deploy --env e.yaml",
+                     "camit deploy --env e.yaml --hosts node1 --no-relay --wait 900"),
+    "camit run": ("camit run --env e.yaml --nproc-per-node 2 -- script.py --arg 1",
+                  "camit run --env e.yaml --json -- -m my.module"),
+    "camit check": ("camit check --env e.yaml", "camit check --env e.yaml --hosts node3 --json"),
+    "camit collect": ("camit collect --env e.yaml", "camit collect --env e.yaml --logs --wait 600"),
+    "camit lease status": ("camit lease status --env e.yaml",),
+    "camit lease release": ("camit lease release --env e.yaml", "camit lease release --env e.yaml --hosts node2 --force"),
+    "camit lease run": ("camit lease run --env e.yaml -- pytest suites/cam --env e.yaml",),
+    "camit completion": ('eval "$(camit completion bash)"', 'eval "$(camit completion zsh)"',
+                         "camit completion bash > /etc/bash_completion.d/camit"),
+}
+
+
+def epilog(path: str) -> str:
+    """The ``--help`` epilog of a command: its examples, then the exit-code table."""
+    lines = []
+    if path in EXAMPLES:
+        lines += ["examples:", *(f"  {e}" for e in EXAMPLES[path]), ""]
+    lines += ["exit codes:", *(f"  {code:<4} {text}" for code, text in EXIT_CODES)]
+    return "\n".join(lines)
+
+
 class _Parser(argparse.ArgumentParser):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
+        super().__init__(*args, **kwargs)
+        if self.epilog is None and self.add_help:
+            self.epilog = epilog(self.prog)
+
     def error(self, message: str) -> None:  # type: ignore[override]
         raise UsageError(f"{self.prog}: {message}")
 
@@ -119,6 +171,7 @@ def build_parser() -> argparse.ArgumentParser:
     co.add_argument("--report-dir", metavar="D", default="reports", help="run folders go here (default: reports)")
     co.add_argument("--logs", action="store_true", help="also fetch ~/ascend/log from every host (a tarball each)")
     co.add_argument("--json", action="store_true", help="print what was collected as JSON")
+    _lease_args(co)
 
     lb = sub.add_parser("lab", help="the network-namespace lab: up | down | status | fault (python -m framework.lab)",
                         add_help=False)
@@ -140,6 +193,9 @@ def build_parser() -> argparse.ArgumentParser:
     lrn.add_argument("--wait", type=float, default=0.0, metavar="S", help="wait up to S seconds for a held lease")
     lrn.add_argument("--ttl", type=float, default=300.0, metavar="S", help="lease validity after a heartbeat")
     lrn.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD...")
+
+    cp = sub.add_parser("completion", help="print a shell completion script (bash or zsh)")
+    cp.add_argument("shell", choices=("bash", "zsh"))
     return parser
 
 
@@ -260,11 +316,38 @@ def cmd_deploy(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from framework.cores.runwatch import ClusterWatch
-    from framework.launch import Launcher, Target
+    """Launch the target holding the lease; the report folder is finished (cluster.xml, manifest.json,
+    index.html: :func:`framework.report.finalize`) however the run ends, a crash of camit or Ctrl-C too."""
+    import time
+
+    from framework.launch import Target
 
     target = Target.parse(args.target)
     env, cluster, rundir, event = _cluster_run(args)
+    started = time.time()
+    state: dict[str, Any] = {"status": "error", "error": None, "cores": ()}
+    try:
+        code = _run_leased(args, env, cluster, rundir, event, target, state)
+    except KeyboardInterrupt:
+        state["status"], state["error"] = "interrupted", "interrupted (Ctrl-C/SIGTERM)"
+        raise
+    except BaseException as exc:
+        state["status"], state["error"] = "error", exc
+        raise
+    finally:
+        from framework.report import finalize
+
+        finalize(rundir.path, cores=state["cores"], env=env, argv=["camit", *getattr(args, "argv", ["run"])],
+                 started=started, ended=time.time(), status=state["status"], error=state["error"])
+    if not args.json:
+        print(f"report: {rundir.path}")
+    return code
+
+
+def _run_leased(args: argparse.Namespace, env: EnvConfig, cluster: Cluster, rundir: RunDir,
+                event: Callable[[str, str], None], target: Any, state: dict[str, Any]) -> int:
+    from framework.cores.runwatch import ClusterWatch
+    from framework.launch import Launcher
 
     with cluster, console.terminate_as_interrupt(), _leased(args, cluster):
         watch = ClusterWatch(cluster, env, policy=args.core_policy, rundir=rundir)
@@ -277,30 +360,33 @@ def cmd_run(args: argparse.Namespace) -> int:
             watched = watch.end(ranks=[result], failed=not result.ok)
         finally:
             launcher.cleanup_remote()
-    _scrub_folder(rundir, env)
     cores, core_failed, core_message = watched.cores, watched.failed, watched.message
+    state["cores"] = cores
+    if result.ok:
+        code = EXIT_FAILED if core_failed else EXIT_OK
+    else:
+        code = EXIT_INFRA if result.failure_kind in ("lost", "infra") else EXIT_FAILED
+    state["status"] = "ok" if code == EXIT_OK else "failed"
     if args.json:
         console.print_json({**result.to_json(), "cores": [c.to_json() for c in cores],
-                            "core_policy": watched.policy.value, "signatures": watched.log_summary})
-    else:
-        rows = [[r.rank, r.host, "ok" if r.ok else (r.signal or (f"exit {r.exit_code}" if r.exit_code is not None
-                                                                     else "no report")),
-                 Path(r.log).relative_to(rundir.path).as_posix() if r.log else "-"]
-                for r in sorted(result.ranks.values(), key=lambda r: r.rank)]
-        console.print_table(["rank", "host", "outcome", "log"], rows)
-        print(("PASSED: " if result.ok else "FAILED: ") + result.message())
-        for note in result.notes:
-            print(f"note: {note}")
-        if core_message:
-            print(core_message)
-        if watched.log_summary:
-            print("failure signatures:\n" + console.printable(watched.log_summary.rstrip()))
-        for held in result.held:
-            print(f"DIRTY: {held.describe()} (camit never resets a device)")
-        print(f"report: {rundir.path}")
-    if result.ok:
-        return EXIT_FAILED if core_failed else EXIT_OK
-    return EXIT_INFRA if result.failure_kind in ("lost", "infra") else EXIT_FAILED
+                            "core_policy": watched.policy.value, "signatures": watched.log_summary,
+                            "report": str(rundir.path)})
+        return code
+    rows = [[r.rank, r.host, "ok" if r.ok else (r.signal or (f"exit {r.exit_code}" if r.exit_code is not None
+                                                                 else "no report")),
+             Path(r.log).relative_to(rundir.path).as_posix() if r.log else "-"]
+            for r in sorted(result.ranks.values(), key=lambda r: r.rank)]
+    console.print_table(["rank", "host", "outcome", "log"], rows)
+    print(("PASSED: " if result.ok else "FAILED: ") + console.printable(result.message()))
+    for note in result.notes:
+        print(f"note: {console.printable(note)}")
+    if core_message:
+        print(console.printable(core_message))
+    if watched.log_summary:
+        print("failure signatures:\n" + console.printable(watched.log_summary.rstrip()))
+    for held in result.held:
+        print(f"DIRTY: {console.printable(held.describe())} (camit never resets a device)")
+    return code
 
 
 def _host_error_text(name: str, err: BaseException) -> str:
@@ -356,7 +442,8 @@ def cmd_collect(args: argparse.Namespace) -> int:
 
     env = _load_env(args.env)
     rundir = RunDir.create(args.report_dir)
-    with Cluster.from_env(env, _split_hosts(args.hosts)) as cluster:
+    cluster = Cluster.from_env(env, _split_hosts(args.hosts))
+    with cluster, console.terminate_as_interrupt(), _leased(args, cluster):
         pre = Preflight(env, cluster)
         plans = pre.plans()
         samples = pre.samples(plans)
@@ -407,6 +494,14 @@ def cmd_collect(args: argparse.Namespace) -> int:
         print(f"collected into {rundir.path / 'collect'} (checks: {rundir.path / 'preflight.json'})")
     return max((getattr(s, "exit_code", EXIT_INFRA) for s in samples.values() if isinstance(s, BaseException)),
                default=EXIT_OK)
+
+
+def cmd_completion(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    """``camit completion bash|zsh``: the script, generated from this very parser."""
+    from framework.completion import script
+
+    sys.stdout.write(script(args.shell, parser))
+    return EXIT_OK
 
 
 def cmd_lab(lab_args: Sequence[str]) -> int:
@@ -506,6 +601,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return cmd_lab(argv[1:])
     try:
         args = parser.parse_args(argv)
+        args.argv = argv  # the manifest's command line (camit run)
         console.setup_logging(args.verbose)
         if args.command == "env" and getattr(args, "env_command", None) == "validate":
             return cmd_env_validate(args)
@@ -523,6 +619,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_lab(args.lab_args)
         if args.command == "lease":
             return cmd_lease(args)
+        if args.command == "completion":
+            return cmd_completion(args, parser)
         parser.print_help(sys.stderr)
         return EXIT_USAGE
     except FrameworkError as exc:
@@ -532,7 +630,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exc.exit_code
     except KeyboardInterrupt:
         print("camit: interrupted", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":  # pragma: no cover

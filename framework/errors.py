@@ -52,6 +52,8 @@ EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
 EXIT_INFRA = 3
+#: Ctrl-C or SIGTERM ended the command (128 + SIGINT, as a shell reports it)
+EXIT_INTERRUPTED = 130
 
 #: Exit statuses of a pytest session with camit (``pytest suites/cam``); the Jenkinsfile maps 1 to
 #: UNSTABLE and everything from 2 up to FAILURE. 0-5 are pytest's own, 6-8 camit's: an infrastructure
@@ -192,7 +194,7 @@ class TransferError(HostError):
 class Cancelled(HostError):
     """Raised on a host when the run was interrupted: no new command starts, uploads stop."""
 
-    exit_code = 130
+    exit_code = EXIT_INTERRUPTED
 
 
 class DeployError(HostError):

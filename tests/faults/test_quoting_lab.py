@@ -17,6 +17,8 @@ import time
 import pytest
 from camit_labtools import REPO, Footprint, wait_none_left
 
+from framework.report.junit import validate_junit
+
 pytestmark = pytest.mark.lab
 
 TOKEN = secrets.token_hex(3)
@@ -93,6 +95,11 @@ def test_run_of_a_script_at_a_hostile_path_with_hostile_args(lab, hostile_env, w
         assert got["env"] == " | ".join(HOSTILE)
         assert got["file"].startswith(workdir + "/targets/") and got["file"].endswith("/my script ü.py")
     assert (folder / f"launch-{result['launch_id']}.json").exists()
+    # a passing camit run finishes its report folder too (issue 16, item 10), the hostile argv kept as given
+    assert result["report"] == str(folder)
+    manifest = json.loads((folder / "manifest.json").read_text())
+    assert manifest["status"] == "ok" and manifest["command"]["argv"][-len(HOSTILE):] == HOSTILE
+    assert validate_junit(folder / "cluster.xml") == [] and (folder / "index.html").is_file()
     assert wait_none_left(result["launch_id"], 5) == []
     assert fp.strays() == {}
     # the run folder on each host was removed after the fetch; the shipped scripts stay in the workdir

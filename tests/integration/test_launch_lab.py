@@ -116,6 +116,11 @@ def test_signal_to_the_controller_tears_down_and_keeps_the_report(lab_env_path, 
     launch = json.loads(next(run_dir.glob("launch-*.json")).read_text())
     assert launch["failure_kind"] == "interrupted"
     assert wait_none_left(launch["launch_id"], 15) == []
+    # the report folder is finished all the same: an interrupted run is an error entry in cluster.xml
+    for name in ("cluster.xml", "manifest.json", "index.html"):
+        assert (run_dir / name).is_file(), (name, err[-1500:])
+    assert json.loads((run_dir / "manifest.json").read_text())["status"] == "interrupted"
+    assert 'name="run"' in (run_dir / "cluster.xml").read_text() and "RunInterrupted" in (run_dir / "cluster.xml").read_text()
 
 
 def _session_pids(lab, host: str) -> list[int]:

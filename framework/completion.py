@@ -1,0 +1,167 @@
+"""``camit completion bash|zsh``: a shell completion script generated from camit's own argument parser.
+
+Nothing is listed by hand: :func:`tree` walks the :mod:`argparse` parser (sub-commands, their options, which
+options take a value and what kind — ``choices``, a ``FILE`` or a directory ``D`` metavar) and the scripts are
+written from that walk, so a new option completes as soon as the parser has it. The zsh script is the bash
+one under zsh's ``bashcompinit`` (one generator, one behaviour). After ``--`` (the command for the hosts, the
+torchrun target) the shell's default file completion applies.
+
+    eval "$(camit completion bash)"     # in ~/.bashrc
+    eval "$(camit completion zsh)"      # in ~/.zshrc
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+__all__ = ["Node", "bash_script", "script", "tree", "zsh_script"]
+
+SHELLS = ("bash", "zsh")
+#: metavars of options and positionals that name a file / a directory
+FILE_METAVARS = frozenset({"FILE"})
+DIR_METAVARS = frozenset({"D", "DIR"})
+
+
+@dataclass
+class Node:
+    """One (sub-)command: its words path (``camit lease status``), options, value kinds and children."""
+
+    path: str
+    options: list[str] = field(default_factory=list)
+    #: option → ``("words", "a b")`` | ``("file", "")`` | ``("dir", "")`` | ``("none", "")``
+    values: dict[str, tuple[str, str]] = field(default_factory=dict)
+    children: dict[str, Node] = field(default_factory=dict)
+    #: the positional's completion when there are no sub-commands (``file``, ``words``, or ``none``)
+    positional: tuple[str, str] = ("none", "")
+
+    def walk(self) -> Iterator[Node]:
+        yield self
+        for child in self.children.values():
+            yield from child.walk()
+
+
+def _kind(action: argparse.Action) -> tuple[str, str]:
+    if action.choices is not None and not isinstance(action, argparse._SubParsersAction):
+        return "words", " ".join(str(c) for c in action.choices)
+    metavar = action.metavar if isinstance(action.metavar, str) else ""
+    if metavar in FILE_METAVARS:
+        return "file", ""
+    if metavar in DIR_METAVARS:
+        return "dir", ""
+    if action.nargs == argparse.REMAINDER and "|" in metavar and " " not in metavar.split("...")[0].strip():
+        return "words", " ".join(w for w in metavar.split("...")[0].strip().split("|") if w)
+    return "none", ""
+
+
+def tree(parser: argparse.ArgumentParser, path: str | None = None) -> Node:
+    """The command tree of ``parser`` (``path`` defaults to its ``prog``)."""
+    node = Node(path or parser.prog)
+    for action in parser._actions:
+        if action.help == argparse.SUPPRESS:
+            continue
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                node.children[name] = tree(sub, f"{node.path} {name}")
+            continue
+        if action.option_strings:
+            node.options += action.option_strings
+            if action.nargs != 0:
+                for opt in action.option_strings:
+                    node.values[opt] = _kind(action)
+        elif node.positional == ("none", ""):
+            node.positional = _kind(action)
+    return node
+
+
+def _q(text: str) -> str:
+    """A double-quoted bash word for generated text (the parser's own names: no quote, $ or backtick in them)."""
+    if any(c in text for c in '"$`\\'):
+        raise ValueError(f"unexpected character in a completion word: {text!r}")
+    return f'"{text}"'
+
+
+def _compgen(kind: tuple[str, str]) -> str:
+    what, words = kind
+    if what == "words":
+        return f'COMPREPLY=( $(compgen -W {_q(words)} -- "$cur") )'
+    if what == "file":
+        return 'COMPREPLY=( $(compgen -f -- "$cur") )'
+    if what == "dir":
+        return 'COMPREPLY=( $(compgen -d -- "$cur") )'
+    return "COMPREPLY=()"
+
+
+def bash_script(parser: argparse.ArgumentParser) -> str:
+    """The bash completion script for ``parser`` (a function ``_<prog>`` and its ``complete`` line)."""
+    root = tree(parser)
+    prog = root.path
+    fn = "_" + "".join(c if c.isalnum() else "_" for c in prog) + "_complete"
+    nodes = list(root.walk())
+    descend = [f'            {_q(f"{n.path}/{name}")}) path={_q(c.path)} ;;'
+               for n in nodes for name, c in n.children.items()]
+    takes = sorted({f"{n.path}/{opt}" for n in nodes for opt in n.values})
+    values: dict[str, list[str]] = {}
+    for n in nodes:
+        for opt, kind in n.values.items():
+            values.setdefault(_compgen(kind), []).append(f"{n.path}/{opt}")
+    value_cases = [f'        {"|".join(_q(k) for k in keys)}) {action}; return 0 ;;' for action, keys in values.items()]
+    word_cases = []
+    for n in nodes:
+        subs = " ".join(n.children)
+        opts = " ".join(n.options)
+        if n.children:
+            rest = f'COMPREPLY=( $(compgen -W {_q(subs)} -- "$cur") )'
+        else:
+            rest = _compgen(n.positional)
+        word_cases.append(f'        {_q(n.path)})\n'
+                          f'            if [[ "$cur" == -* ]]; then COMPREPLY=( $(compgen -W {_q(opts)} -- "$cur") )\n'
+                          f'            else {rest}; fi ;;')
+    nl = "\n"
+    return f"""# {prog} completion for bash, generated from {prog}'s argument parser by `{prog} completion bash`.
+# Use: eval "$({prog} completion bash)"   (e.g. in ~/.bashrc)
+{fn}() {{
+    [[ -n "${{ZSH_VERSION-}}" ]] && setopt localoptions ksharrays
+    local cur="${{COMP_WORDS[COMP_CWORD]}}" prev="" path={_q(prog)} w i skip=0
+    (( COMP_CWORD > 0 )) && prev="${{COMP_WORDS[COMP_CWORD-1]}}"
+    COMPREPLY=()
+    for (( i = 1; i < COMP_CWORD; i++ )); do
+        w="${{COMP_WORDS[i]}}"
+        if (( skip )); then skip=0; continue; fi
+        [[ "$w" == "--" ]] && return 0  # the rest is a command or target: the shell's default completion
+        case "$path/$w" in
+{nl.join(descend)}
+            *) case "$path/$w" in
+                   {"|".join(_q(t) for t in takes) or '""'}) skip=1 ;;
+               esac ;;
+        esac
+    done
+    case "$path/$prev" in
+{nl.join(value_cases)}
+    esac
+    case "$path" in
+{nl.join(word_cases)}
+    esac
+    return 0
+}}
+complete -o default -F {fn} {prog}
+"""
+
+
+def zsh_script(parser: argparse.ArgumentParser) -> str:
+    """The zsh completion script: the bash one under ``bashcompinit``."""
+    prog = parser.prog
+    body = bash_script(parser).split("\n", 2)[2]
+    return (f"# {prog} completion for zsh, generated from {prog}'s argument parser by `{prog} completion zsh`.\n"
+            f'# Use: eval "$({prog} completion zsh)"   (e.g. in ~/.zshrc)\n'
+            "autoload -U +X compinit && { (( $+functions[compdef] )) || compinit; }\n"
+            "autoload -U +X bashcompinit && bashcompinit\n" + body)
+
+
+def script(shell: str, parser: argparse.ArgumentParser) -> str:
+    if shell == "bash":
+        return bash_script(parser)
+    if shell == "zsh":
+        return zsh_script(parser)
+    raise ValueError(f"no completion for {shell!r} (one of {', '.join(SHELLS)})")
