@@ -31,12 +31,13 @@ Phases (``connect``, ``deploy``) go to ``on_phase`` as :class:`~framework.phases
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from framework import remote
-from framework.deploy.install import HostInstall, timed
+from framework.deploy.install import HostInstall, needs_install, timed
 from framework.deploy.plan import (
     KINDS,
     OP_MODULE,
@@ -164,8 +165,12 @@ class Deployer:
             if problem:
                 self._fail(result, h, "upload", TransferError(h, problem))
         via: dict[tuple[str, str], str] = {}
-        for art in artifacts:
-            self._transfer(art, missing, probes, via, result)
+        prepared = self._prepare(per_host, probes, result)
+        try:
+            for art in artifacts:
+                self._transfer(art, missing, probes, via, result)
+        finally:
+            prepared.join()
         for h in self._alive(result):
             result.manifests[h].artifacts = [
                 ArtifactRecord(a.kind, a.name, a.sha256, a.size, via.get((h, a.kind), "cached")) for a in per_host[h]
@@ -267,6 +272,31 @@ class Deployer:
 
         return report
 
+    def _prepare(self, per_host: dict[str, list[Artifact]], probes: dict[str, Probe],
+                 result: DeployResult) -> threading.Thread:
+        """Start, beside the transfer, what the install needs and the upload does not (the venv) on every host
+        that will install a wheel into one; the caller joins the thread before installing."""
+        hosts = [h for h in self._alive(result)
+                 if self.plans[h].venv and any(a.kind == "wheel" for a in per_host[h])
+                 and needs_install(self.plans[h], per_host[h], probes[h])]
+        failed: dict[str, BaseException] = {}
+
+        def prepare(host: Host) -> None:
+            HostInstall(host, self.plans[host.name], result.manifests[host.name], self.on_event).prepare()
+
+        def work() -> None:
+            failed.update((n, v) for n, v in self.cluster.map(prepare, hosts).items() if isinstance(v, BaseException))
+
+        def after() -> None:
+            for name, exc in failed.items():
+                if name not in result.errors:  # a host lost mid-upload is reported at its upload
+                    self._fail(result, name, "venv", exc)
+
+        thread = _Joined(work, after)
+        if hosts:
+            thread.start()
+        return thread
+
     # -- 3. install -----------------------------------------------------------------------------
     def _install(self, per_host: dict[str, list[Artifact]], probes: dict[str, Probe], result: DeployResult) -> None:
         def install(host: Host) -> None:
@@ -277,6 +307,19 @@ class Deployer:
             if isinstance(value, BaseException):
                 step = value.step if isinstance(value, DeployError) else "install"
                 self._fail(result, name, step, value)
+
+
+class _Joined(threading.Thread):
+    """A thread whose ``join()`` (a no-op when it never started) then runs ``after`` in the joining thread."""
+
+    def __init__(self, target: Callable[[], None], after: Callable[[], None]) -> None:
+        super().__init__(target=target, name="camit-deploy-prepare", daemon=True)
+        self.after = after
+
+    def join(self, timeout: float | None = None) -> None:
+        if self.is_alive() or self.ident is not None:
+            super().join(timeout)
+            self.after()
 
 
 def deploy(env: EnvConfig, cluster: Cluster, **kwargs: Any) -> DeployResult:

@@ -23,6 +23,7 @@ from framework.deploy.plan import (
     expected_state,
     install_run_script,
     install_wheel_script,
+    parse_cpu,
     parse_run_output,
     parse_verify,
     state_script,
@@ -30,6 +31,7 @@ from framework.deploy.plan import (
     vendor_env_problems,
     venv_script,
     verify_argv,
+    with_cpu,
 )
 from framework.deploy.result import HostManifest
 from framework.errors import DeployError
@@ -58,6 +60,13 @@ def timed(m: HostManifest, step: str, fn: Callable[[], Any]) -> Any:
         return fn()
     finally:
         m.durations[step] = round(m.durations.get(step, 0.0) + time.monotonic() - t, 3)
+
+
+def needs_install(plan: HostPlan, artifacts: Sequence[Artifact], probe: Probe) -> bool:
+    """Before the transfer: will :meth:`HostInstall.run` install on this host (something to send, or what
+    the probe saw is not what :func:`is_unchanged` requires)?"""
+    return (any(a.sha256 not in probe.have for a in artifacts)
+            or not is_unchanged(plan, artifacts, probe, HostManifest(plan.host)))
 
 
 class HostInstall:
@@ -93,7 +102,13 @@ class HostInstall:
         self.on_event(self.host.name, f"deployed {OP_MODULE} {m.installed_version or ''}".rstrip())
 
     def step(self, name: str, command: commands.Command, timeout: float = 600) -> Result:
-        res: Result = timed(self.m, name, lambda: self.host.run(command, timeout=timeout))
+        """Run one step; its wall time and its CPU on the host (:func:`~framework.deploy.plan.with_cpu`) go
+        into the manifest."""
+        script = commands.ShellScript(with_cpu(command if isinstance(command, str) else commands.join(command)))
+        res: Result = timed(self.m, name, lambda: self.host.run(script, timeout=timeout))
+        cpu = parse_cpu(res.stdout)
+        if cpu is not None:
+            self.m.cpu_seconds[name] = round(self.m.cpu_seconds.get(name, 0.0) + cpu, 3)
         if not res.ok:
             why = "timed out" if res.timed_out else f"exit status {res.rc}"
             raise DeployError(self.host.name, name, f"{why}\n{res.tail(8)}".rstrip())
@@ -114,10 +129,15 @@ class HostInstall:
                               f"no vendors/<vendor>/bin/set_env.bash under {plan.install_path} after install")
         return vendor
 
+    def prepare(self) -> None:
+        """What needs neither the artifacts nor much CPU, done while they upload: the venv (``--without-pip``)."""
+        if self.plan.venv:
+            self.step("venv", venv_script(self.plan), 300)
+
     def wheel(self, art: Artifact, vendor: str | None) -> None:
         """The wheel into the interpreter (a venv first when configured), then the import check."""
         plan = self.plan
-        if plan.venv:
+        if plan.venv and "venv" not in self.m.durations:  # not made already while the artifacts uploaded
             self.step("venv", venv_script(plan), 300)
         self.on_event(self.host.name, f"pip install {art.name} into {plan.interpreter}")
         self.step("install-wheel", install_wheel_script(plan, art), 900)

@@ -44,7 +44,7 @@ RELAY_STREAM_CHUNK = 256 * 1024
 
 __all__ = ["KINDS", "OP_MODULE", "OPS", "RELAY_STREAM_CHUNK", "SPACE_MARGIN", "STATE_VERSION", "VENDOR", "Artifact",
            "HostPlan", "Probe", "expected_state", "pick_for_host", "install_run_script", "parse_probe", "parse_run_output",
-           "pip_argv", "probe_script", "resolve_artifacts", "space_problem", "state_script", "vendor_of",
+           "parse_cpu", "pip_argv", "probe_script", "resolve_artifacts", "space_problem", "state_script", "vendor_of",
            "venv_script", "verify_argv"]
 
 
@@ -297,22 +297,74 @@ def tree_script(plan: HostPlan) -> ShellScript:
 
 
 def venv_script(plan: HostPlan) -> ShellScript:
+    """sh building the venv when its interpreter is missing or not the host's python: ``--without-pip``
+    (ensurepip was ~15 s of a first deploy per host under load; the wheel goes in with the host python's own
+    pip, :func:`install_wheel_script`), ``--system-site-packages`` (torch and CANN's python are the host's)."""
     q = commands.quote
-    return ShellScript(f"{interpreter_ok(plan)} || {q(plan.python)} -m venv --clear --system-site-packages "
-                       f"{q(plan.venv_dir)}")
+    return ShellScript(f"{interpreter_ok(plan)} || {q(plan.python)} -m venv --clear --without-pip "
+                       f"--system-site-packages {q(plan.venv_dir)}")
+
+
+#: the oldest pip with ``--python`` (install into another interpreter's environment)
+PIP_PYTHON_OPTION = (22, 3)
+PIP_OPTIONS = ("install", "--force-reinstall", "--no-deps", "--no-index", "--disable-pip-version-check", "-q")
+#: exits 0 when the interpreter's pip has ``--python``
+_PIP_HAS_PYTHON = ("import sys, pip; v = pip.__version__.split('.'); "
+                   f"sys.exit(0 if (int(v[0]), int(v[1])) >= {PIP_PYTHON_OPTION!r} else 1)")
 
 
 def pip_argv(plan: HostPlan, art: Artifact) -> list[str]:
-    return [plan.interpreter, "-m", "pip", "install", "--force-reinstall", "--no-deps", "--no-index",
-            "--disable-pip-version-check", "-q", plan.remote_path(art)]
+    """pip run by the interpreter itself (no venv, or the fallbacks of :func:`pip_choice_script`)."""
+    return [plan.interpreter, "-m", "pip", *PIP_OPTIONS, plan.remote_path(art)]
+
+
+def pip_python_argv(plan: HostPlan, art: Artifact) -> list[str]:
+    """The host python's pip installing into the venv (``--python``, pip >= 22.3): the venv needs no pip."""
+    return [plan.python, "-m", "pip", "--python", plan.interpreter, *PIP_OPTIONS, plan.remote_path(art)]
+
+
+def pip_choice_script(plan: HostPlan, art: Artifact) -> str:
+    """sh installing the wheel into the venv with the first pip that can: the host python's with ``--python``
+    when it is >= 22.3; else an older one the venv sees through its system site-packages; else (no pip on the
+    host at all) the venv's own from ``ensurepip``, what every venv had before."""
+    q = commands.quote
+    new_pip = f"{q(plan.python)} -c {q(_PIP_HAS_PYTHON)} >/dev/null 2>&1"
+    venv_pip = f"{q(plan.interpreter)} -c 'import pip' >/dev/null 2>&1"
+    ensurepip = f"{q(plan.interpreter)} -m ensurepip --default-pip >/dev/null"
+    return (f"if {new_pip}; then {commands.join(pip_python_argv(plan, art))}; "
+            f"elif {venv_pip}; then {commands.join(pip_argv(plan, art))}; "
+            f"else {ensurepip} && {commands.join(pip_argv(plan, art))}; fi")
+
+
+#: ``@@cpu`` and then the shell's ``times`` (its own user/sys, then its children's): a step's CPU on the host
+CPU_TAG = "cpu"
+
+
+def with_cpu(script: str) -> str:
+    """sh running ``script`` and then printing the CPU seconds it took on the host (the shell and every process
+    it waited for: the step's process tree) as an ``@@cpu`` record; the exit status stays ``script``'s."""
+    return f"{{ {script}\n}}; rc=$?; {sh_tag(CPU_TAG)}; times; exit $rc"
+
+
+_TIMES = re.compile(r"(\d+)m(\d+(?:\.\d*)?)s")
+
+
+def parse_cpu(stdout: str) -> float | None:
+    """The CPU seconds of a :func:`with_cpu` step (user + sys of the shell and its children), None if absent."""
+    rec = next((r for r in reversed(read_records(stdout)) if r.tag == CPU_TAG), None)
+    found = _TIMES.findall(rec.body) if rec is not None else []
+    if not found:
+        return None
+    return round(sum(int(m) * 60 + float(s) for m, s in found), 3)
 
 
 def install_wheel_script(plan: HostPlan, art: Artifact) -> ShellScript:
-    """:func:`pip_argv`, run only when the staged wheel still hashes to ``art.sha256`` and the interpreter is
-    the one it must be."""
+    """pip on the staged wheel (into a venv: :func:`pip_choice_script`), run only when the wheel still hashes to
+    ``art.sha256`` and the interpreter is the one it must be."""
     check = sh_verified(plan.remote_path(art), art.sha256, "the staged wheel")
     interp = f"{{ {interpreter_ok(plan)} || {{ echo {commands.quote(f'camit: {plan.interpreter} is not {plan.python}: not run')} >&2; exit 3; }}; }}"
-    return ShellScript(f"{check} && {interp} && exec {commands.join(pip_argv(plan, art))}")
+    pip = pip_choice_script(plan, art) if plan.venv else commands.join(pip_argv(plan, art))
+    return ShellScript(f"{check} && {interp} && {{ {pip}; }}")
 
 
 def stage_ok_script(plan: HostPlan, art: Artifact) -> ShellScript:

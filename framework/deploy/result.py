@@ -28,6 +28,8 @@ class HostManifest:
     installed_version: str | None = None
     ops: list[str] = field(default_factory=list)
     durations: dict[str, float] = field(default_factory=dict)
+    #: CPU seconds on the host per install step (user + sys of the step's process tree, reported by the host)
+    cpu_seconds: dict[str, float] = field(default_factory=dict)
     error: str | None = None
     step: str | None = None
 

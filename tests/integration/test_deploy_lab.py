@@ -73,6 +73,32 @@ def test_deploy_then_redeploy_unchanged(env_variant, lab_env, built, tmp_path):
         assert set(m.durations) == {"probe"}  # nothing sent, nothing installed
 
 
+def test_first_deploy_venv_has_no_pip_and_metadata_is_right_on_every_host(env_variant, lab_env, built, tmp_path):
+    """Issue 18: the venv is made --without-pip (no ensurepip) and the host python's pip installs into it;
+    pip show and importlib.metadata inside the venv see the deployed version and its files; each install step
+    reports its CPU on the host."""
+    env = env_for(env_variant, None, built["wheel"], workdir=fresh_workdir(lab_env, "d0"))
+    result, _ = deploy(env)
+    assert result.ok, result.errors
+    code = ("import glob, json, sys, importlib.metadata as md; d = md.distribution('umdk_cam_op_lib'); "
+            "print(json.dumps([d.version, str(d.locate_file('')), sorted(str(f) for f in d.files), "
+            "glob.glob(sys.prefix + '/lib/python*/site-packages/pip')]))")
+    with Cluster.from_env(env) as cluster:
+        for host in cluster:
+            plan = Deployer(env, cluster).plans[host.name]
+            m = result.manifests[host.name]
+            assert {"venv", "install-wheel", "verify"} <= set(m.cpu_seconds), m.cpu_seconds
+            assert m.cpu_seconds["verify"] > 0
+            out = host.check([plan.interpreter, "-c", code], timeout=120).stdout
+            version, location, files, own_pip = json.loads(out.strip().splitlines()[-1])
+            assert version == "209.0.0b1" and location.startswith(plan.venv_dir + "/lib/"), (host.name, location)
+            assert own_pip == [], f"{host.name}: ensurepip ran, the venv has its own pip"
+            assert "umdk_cam_op_lib/__init__.py" in files
+            show = host.check([plan.python, "-m", "pip", "--python", plan.interpreter, "show", "umdk_cam_op_lib"],
+                              timeout=120).stdout
+            assert "Version: 209.0.0b1" in show and f"Location: {location}" in show, show
+
+
 def test_no_relay_pushes_directly_and_a_changed_wheel_reinstalls(env_variant, lab_env, built, tmp_path):
     env = env_for(env_variant, built["run"], built["wheel"], workdir=fresh_workdir(lab_env, "d2"),
                   relay=False)

@@ -84,7 +84,7 @@ def test_exact_command_lines():
     assert deploy.venv_script(PLAN) == (
         "{ [ -x '/w d/venv/bin/python' ] && [ \"$(readlink -f -- '/w d/venv/bin/python')\" = "
         "\"$(/usr/bin/python3 -I -S -c 'import os, sys; print(os.path.realpath(sys.executable))' 2>/dev/null)\" ]; }"
-        " || /usr/bin/python3 -m venv --clear --system-site-packages '/w d/venv'")
+        " || /usr/bin/python3 -m venv --clear --without-pip --system-site-packages '/w d/venv'")
     bash = deploy.verify_argv(PLAN, "CAM")
     assert bash[:2] == ["bash", "-c"]
     assert bash[2].startswith("mkdir -p '/w d/tmp' && export TMPDIR='/w d/tmp' && "

@@ -1,0 +1,177 @@
+"""A first deploy's non-transfer steps (issue 18): the venv without ensurepip, the wheel installed by the host
+python's own pip (``--python``, with the fallbacks for older or missing pip), the CPU of each step measured on the
+host, and the venv made while the artifacts upload. Real ``sh``/``bash``, a real venv and pip on this machine."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import threading
+import zipfile
+from pathlib import Path
+
+import pytest
+from builders import make_env
+
+from framework import deploy
+from framework.deploy.plan import PIP_PYTHON_OPTION, install_wheel_script, parse_cpu, pip_choice_script, with_cpu
+from framework.hosts import Cluster, Host, sha256_file
+from framework.transport.local import LocalTransport
+
+VERSION = "209.0.0b1"
+
+
+def tiny_wheel(out: Path) -> Path:
+    """A pure-Python ``umdk_cam_op_lib`` wheel with a correct RECORD (what pip checks and rewrites)."""
+    files = {"umdk_cam_op_lib/__init__.py": b"OPS = ()\n",
+             "umdk_cam_op_lib/_data.txt": b"payload\n",
+             f"umdk_cam_op_lib-{VERSION}.dist-info/METADATA":
+                 f"Metadata-Version: 2.1\nName: umdk_cam_op_lib\nVersion: {VERSION}\n".encode(),
+             f"umdk_cam_op_lib-{VERSION}.dist-info/WHEEL":
+                 b"Wheel-Version: 1.0\nGenerator: camit-test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
+    record = f"umdk_cam_op_lib-{VERSION}.dist-info/RECORD"
+    lines = []
+    for name, data in files.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+        lines.append(f"{name},sha256={digest},{len(data)}")
+    lines.append(f"{record},,")
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"umdk_cam_op_lib-{VERSION}-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w") as z:
+        for name, data in files.items():
+            z.writestr(name, data)
+        z.writestr(record, "\n".join(lines) + "\n")
+    return path
+
+
+def _plan(work: Path, python: str = sys.executable) -> deploy.HostPlan:
+    return deploy.HostPlan(host="h", workdir=str(work), python=python, venv=True, install_path=str(work / "opp"),
+                           manage_ip="10.0.0.1")
+
+
+def _stage(plan: deploy.HostPlan, wheel: Path) -> deploy.Artifact:
+    art = deploy.Artifact("wheel", wheel, sha256_file(wheel), wheel.stat().st_size)
+    dest = Path(plan.remote_path(art))
+    dest.parent.mkdir(parents=True)
+    dest.write_bytes(wheel.read_bytes())
+    return art
+
+
+def _sh(script: str, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["sh", "-c", script], capture_output=True, text=True, timeout=600,
+                          env={"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/root"), **env})
+
+
+def test_venv_has_no_pip_and_the_host_pip_installs_with_correct_metadata(tmp_path):
+    plan = _plan(tmp_path / "w d")
+    art = _stage(plan, tiny_wheel(tmp_path / "dist"))
+    assert "--without-pip" in deploy.venv_script(plan)
+    assert _sh(deploy.venv_script(plan)).returncode == 0
+    venv = Path(plan.venv_dir)
+    assert not list(venv.glob("lib/python*/site-packages/pip")), "ensurepip ran: the venv has its own pip"
+    res = _sh(install_wheel_script(plan, art))
+    assert res.returncode == 0, res.stderr
+    site = next(venv.glob("lib/python*/site-packages"))
+    assert (site / "umdk_cam_op_lib" / "_data.txt").read_bytes() == b"payload\n"  # into the venv, not the host
+    code = ("import json, importlib.metadata as md; d = md.distribution('umdk_cam_op_lib'); "
+            "print(json.dumps([d.version, str(d.locate_file('')), sorted(str(f) for f in d.files), "
+            "d.read_text('INSTALLER')]))")
+    out = subprocess.run([plan.interpreter, "-c", code], capture_output=True, text=True, check=True).stdout
+    version, location, files, installer = json.loads(out)
+    assert version == VERSION and Path(location) == site and installer.strip() == "pip"
+    assert {"umdk_cam_op_lib/__init__.py", "umdk_cam_op_lib/_data.txt",
+            f"umdk_cam_op_lib-{VERSION}.dist-info/RECORD"} <= set(files)
+    show = subprocess.run([sys.executable, "-m", "pip", "--python", plan.interpreter, "show", "-f", "umdk_cam_op_lib"],
+                          capture_output=True, text=True, check=True).stdout
+    assert f"Version: {VERSION}" in show and f"Location: {site}" in show and "umdk_cam_op_lib/_data.txt" in show
+    # a reinstall (the next changed wheel) replaces, and still leaves no pip in the venv
+    assert _sh(install_wheel_script(plan, art)).returncode == 0
+    assert not list(venv.glob("lib/python*/site-packages/pip"))
+
+
+def _fake_python(path: Path, log: Path, pip_version: str | None) -> Path:
+    """An interpreter stand-in for the branch logic only: logs its argv, has pip ``pip_version`` (None: no pip)."""
+    has_pip = "exit 0" if pip_version else "exit 1"
+    new = pip_version and tuple(int(x) for x in pip_version.split(".")[:2]) >= PIP_PYTHON_OPTION
+    path.write_text(f"""#!/bin/sh
+echo "$0 $*" >> '{log}'
+case "$*" in
+  "-c import sys, pip;"*) {"exit 0" if new else "exit 1"} ;;
+  "-c import pip") {has_pip} ;;
+esac
+exit 0
+""")
+    path.chmod(0o755)
+    return path
+
+
+@pytest.mark.parametrize(("host_pip", "venv_sees_pip", "expect"), [
+    ("23.2.1", True, "host -m pip --python"),
+    ("21.3.1", True, "venv -m pip install"),  # older pip: the one the venv sees through system site-packages
+    (None, False, "venv -m ensurepip"),  # no pip at all: the venv's own, as before
+])
+def test_pip_choice_falls_back_for_old_or_missing_pip(tmp_path, host_pip, venv_sees_pip, expect):
+    log = tmp_path / "log"
+    host = _fake_python(tmp_path / "host", log, host_pip)
+    plan = deploy.HostPlan(host="h", workdir=str(tmp_path), python=str(host), venv=True,
+                           install_path=str(tmp_path / "opp"), manage_ip="10.0.0.1")
+    Path(plan.interpreter).parent.mkdir(parents=True)
+    venv = _fake_python(Path(plan.interpreter), log, "21.3.1" if venv_sees_pip else None)
+    art = deploy.Artifact("wheel", Path("/x/u.whl"), "ab" * 32, 1)
+    assert _sh(pip_choice_script(plan, art)).returncode == 0
+    calls = [line.replace(str(host), "host").replace(str(venv), "venv") for line in log.read_text().splitlines()]
+    installs = [c for c in calls if " -c " not in c]
+    assert installs[0].startswith(expect), calls
+    assert installs[-1].endswith("install --force-reinstall --no-deps --no-index --disable-pip-version-check -q "
+                                 + plan.remote_path(art)), calls
+    if expect.startswith("host"):
+        assert installs[0].startswith("host -m pip --python venv install"), calls  # into the venv
+
+
+@pytest.mark.parametrize("shell", ["sh", "bash"])
+def test_cpu_of_a_step_is_measured_on_the_host_and_the_exit_status_kept(shell):
+    busy = f"{sys.executable} -c 'import time; t = time.process_time() + 0.3\nwhile time.process_time() < t: pass'"
+    res = subprocess.run([shell, "-c", with_cpu(f"{busy} && echo out")], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0 and res.stdout.startswith("out\n")
+    cpu = parse_cpu(res.stdout)
+    assert cpu is not None and cpu >= 0.3, res.stdout  # the child's CPU, not the shell's own
+    failed = subprocess.run([shell, "-c", with_cpu(f"{busy}; exit 7")], capture_output=True, text=True, timeout=60)
+    assert failed.returncode == 7
+    assert parse_cpu("no record\n") is None
+
+
+class _SlowUpload(LocalTransport):
+    """A host whose upload waits until its venv exists (or gives up after ``wait`` seconds): the deploy must make
+    the venv while the artifacts are still on the way, not after."""
+
+    def __init__(self, name: str, venv: Path, wait: float) -> None:
+        super().__init__(name)
+        self.venv, self.wait, self.venv_before_upload_end = venv, wait, threading.Event()
+
+    def put(self, local, remote, **kwargs):  # type: ignore[no-untyped-def]
+        for _ in range(int(self.wait * 20)):
+            if (self.venv / "pyvenv.cfg").exists():
+                self.venv_before_upload_end.set()
+                break
+            threading.Event().wait(0.05)
+        return super().put(local, remote, **kwargs)
+
+
+def test_the_venv_is_made_while_the_artifacts_upload(tmp_path, monkeypatch):
+    wheel = tiny_wheel(tmp_path / "dist")
+    work = tmp_path / "w"
+    env = make_env({"h1": {"workdir": str(work)}}, defaults={"python": sys.executable, "venv": True},
+                   artifacts={"wheel": str(wheel)}, relay=False)
+    transport = _SlowUpload("h1", work / "venv", wait=20)
+    with Cluster([Host("h1", transport, spec=env.hosts["h1"], command_timeout=120)]) as cluster:
+        dep = deploy.Deployer(env, cluster, on_event=lambda h, m: None)
+        monkeypatch.setattr(dep, "_install", lambda *a: None)  # the order up to the install is what is tested
+        result = dep.run()
+    assert result.ok, result.errors
+    assert transport.venv_before_upload_end.is_set(), "the venv was made only after the upload"
+    m = result.manifests["h1"]
+    assert "venv" in m.durations and m.cpu_seconds.get("venv", -1) >= 0
