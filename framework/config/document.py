@@ -157,6 +157,42 @@ def _ssh_target(value: str) -> str:
     return value
 
 
+#: ``jump_host:``: ``[user@]host[:port]`` (host an IPv4 address or a name, e.g. an ssh_config alias), or ``none``
+JUMP_HOST_RE = r"^(?:[A-Za-z0-9_][A-Za-z0-9_.-]*@)?[A-Za-z0-9.-]+(?::[0-9]{1,5})?$"
+NO_JUMP = "none"
+
+
+def parse_jump(value: str) -> tuple[str | None, str, int | None]:
+    """``"ci@bastion:2222"`` -> ``("ci", "bastion", 2222)``; user and port ``None`` when not given.
+
+    Raises:
+        ValueError: not ``[user@]host[:port]`` (the message says what is wrong).
+    """
+    if not re.fullmatch(JUMP_HOST_RE, value):
+        raise ValueError("is not a jump host like 'bastion', 'ci@10.0.0.1' or 'ci@bastion:2222'")
+    user, _, rest = value.rpartition("@")
+    host, _, port = rest.partition(":")
+    try:
+        ipaddress.IPv4Address(host)
+    except ValueError:
+        if not is_hostname(host):
+            raise ValueError(f"names {host!r}, which is not an IPv4 address or host name") from None
+    number = int(port) if port else None
+    if number is not None and not 1 <= number <= 65535:
+        raise ValueError(f"has port {number}, which is not between 1 and 65535")
+    return user or None, host, number
+
+
+def _jump_host(value: str) -> str:
+    if value.lower() == NO_JUMP:
+        return NO_JUMP
+    try:
+        parse_jump(value)
+    except ValueError as exc:
+        raise PydanticCustomError("jump_host", "{value} {why}", {"value": _describe(value), "why": str(exc)}) from None
+    return value
+
+
 def _mac(value: str) -> str:
     if not _MAC.fullmatch(value):
         raise PydanticCustomError(
@@ -349,6 +385,7 @@ AbsPath = Annotated[str, AfterValidator(_abs_posix), _s(pattern="^/")]
 Workdir = Annotated[str, AfterValidator(_abs_posix), AfterValidator(_workdir), _s(pattern="^/")]
 LocalPath = Annotated[str, AfterValidator(_local_path), _s(minLength=1)]
 HostKey = Annotated[str, AfterValidator(_host_key), _s(pattern=_HOST_KEY_PATTERN)]
+JumpHost = Annotated[str, AfterValidator(_jump_host), _s(pattern=JUMP_HOST_RE)]
 IsolCpu = Annotated[LooseStr, AfterValidator(_isolcpu), WithJsonSchema({"type": ["string", "integer"], "pattern": ISOLCPU_RE})]
 Visible = Annotated[
     list[DeviceId],
@@ -440,6 +477,11 @@ class _HostKeys(_Section):
     )
     venv: bool | None = _opt("Create a virtualenv under workdir.", BUILTIN["venv"])
     npu: NpuModel | None = _opt("NPU inventory.")
+    jump_host: JumpHost | None = _opt(
+        "Reach the host through this SSH jump host: '[user@]host[:port]' (host may be an ssh_config alias; user "
+        "defaults to ssh_config's, then the host's user; port to ssh_config's, then 22), or 'none' (direct, "
+        "overriding defaults.jump_host and ssh_config's ProxyJump). Its host key is checked against known_hosts "
+        "with host_key_policy.")
 
 
 class HostModel(_HostKeys):
@@ -472,6 +514,10 @@ class DefaultsModel(_HostKeys):
     connect_timeout: Timeout | None = _opt("SSH connect timeout in seconds.", BUILTIN["connect_timeout"])
     command_timeout: Timeout | None = _opt("Default per-command timeout in seconds.", BUILTIN["command_timeout"])
     max_parallel: Parallel | None = _opt("Hosts contacted at once.", BUILTIN["max_parallel"])
+    ssh_config: LocalPath | None = _opt(
+        "OpenSSH client config read for HostName, User, Port, IdentityFile and ProxyJump (looked up by each "
+        "host's ssh_ip; values set in this file win); relative to this file's directory; 'none' reads none. "
+        "Default: $CAMIT_SSH_CONFIG, else ~/.ssh/config when it exists.")
 
 
 class CannModel(_Section):

@@ -8,6 +8,14 @@ Every problem is one :class:`~framework.errors.ConfigError` naming the file and 
 and secret-looking launch variables are :class:`Secret`: they never appear in error messages,
 reprs, :meth:`EnvConfig.summary_rows` or :meth:`EnvConfig.redacted`. Nothing downstream re-checks.
 
+SSH settings come from three places, in this order (the first that sets a key wins): the host's own key,
+``defaults:``, then the OpenSSH client config (:mod:`framework.config.sshconfig`: ``defaults.ssh_config``, else
+``$CAMIT_SSH_CONFIG``, else ``~/.ssh/config`` when it exists), looked up by the host's ``ssh_ip`` as ``ssh
+<ssh_ip>`` would: ``User`` -> ``user``, ``Port`` -> ``ssh_port``, ``IdentityFile`` -> ``key_file``, ``ProxyJump``
+-> ``jump_host``; its ``HostName`` is the address connected to (``ssh_ip`` is then the alias). A jump host
+(``jump_host: [user@]host[:port]``, ``none`` for direct) is itself looked up there too (HostName, User, Port,
+IdentityFile); its user defaults to the target's, its key to the target's ``key_file``. One hop only.
+
 The URMA harness format (``host_info`` with ``user``, ``passwd``, ``manage_nic``, ``test_nic1``, …)
 loads unchanged; its sample's misspelt ``passed`` key is rejected with a "did you mean" hint.
 """
@@ -15,6 +23,7 @@ loads unchanged; its sample's misspelt ``passed`` key is rejected with a "did yo
 from __future__ import annotations
 
 import hmac
+import ipaddress
 import logging
 import os
 import re
@@ -27,6 +36,8 @@ from typing import Any
 from framework.config import document as schema
 from framework.config.document import SCHEMA_VERSION, Loc, parse_cpu_list
 from framework.config.envfile import DEFAULT_ENV_PATH
+from framework.config.sshconfig import SSH_CONFIG_ENV, SshConfigFile, SshHostConfig
+from framework.config.sshconfig import find as find_ssh_config
 from framework.config.yaml_text import expand_vars, parse_yaml, read_text
 from framework.errors import ConfigError
 
@@ -40,6 +51,7 @@ __all__ = [
     "Defaults",
     "EnvConfig",
     "HostSpec",
+    "JumpSpec",
     "LaunchSpec",
     "NicSpec",
     "NpuSpec",
@@ -129,6 +141,22 @@ class NpuSpec:
 
 
 @dataclass(frozen=True)
+class JumpSpec:
+    """The SSH jump host a host is reached through; ``origin`` says which key (or ssh_config file) named it."""
+
+    address: str
+    port: int = schema.BUILTIN["ssh_port"]
+    user: str = schema.BUILTIN["user"]
+    key_file: Path | None = None
+    origin: str = ""
+
+    @property
+    def display(self) -> str:
+        """``user@address:port`` (a valid ``jump_host:`` value)."""
+        return f"{self.user}@{self.address}:{self.port}"
+
+
+@dataclass(frozen=True)
 class Defaults:
     """The effective ``defaults:`` section (built-in values filled in)."""
 
@@ -144,6 +172,9 @@ class Defaults:
     connect_timeout: float = schema.BUILTIN["connect_timeout"]
     command_timeout: float = schema.BUILTIN["command_timeout"]
     max_parallel: int = schema.BUILTIN["max_parallel"]
+    #: the ssh_config file read (None: none)
+    ssh_config: Path | None = None
+    jump_host: str | None = None
 
 
 @dataclass(frozen=True)
@@ -207,6 +238,8 @@ class HostSpec:
     venv: bool = schema.BUILTIN["venv"]
     npu: NpuSpec = field(default_factory=NpuSpec)
     install_path: str = ""
+    #: the jump host this host is reached through (None: directly)
+    jump: JumpSpec | None = None
 
     def __post_init__(self) -> None:
         if not self.ssh_ip:
@@ -220,6 +253,11 @@ class HostSpec:
     def address(self) -> str:
         """``ssh_ip:ssh_port``."""
         return f"{self.ssh_ip}:{self.ssh_port}"
+
+    @property
+    def route(self) -> str:
+        """``ssh_ip:ssh_port``, with `` via <jump>`` when reached through a jump host."""
+        return f"{self.address} via {self.jump.display}" if self.jump else self.address
 
     @property
     def test_ip(self) -> str:
@@ -285,6 +323,8 @@ class EnvConfig:
                     "connect_timeout": d.connect_timeout,
                     "command_timeout": d.command_timeout,
                     "max_parallel": d.max_parallel,
+                    "ssh_config": d.ssh_config,
+                    "jump_host": d.jump_host,
                 }
             ),
             "host_info": {name: _host_doc(h) for name, h in self.hosts.items()},
@@ -322,7 +362,7 @@ class EnvConfig:
             rows.append(
                 {
                     "name": h.name,
-                    "address": h.address,
+                    "address": h.route,
                     "user": h.user,
                     "auth": auth,
                     "host_key": host_key,
@@ -364,6 +404,7 @@ def _host_doc(h: HostSpec) -> dict[str, Any]:
             "python": h.python,
             "venv": h.venv,
             "npu": _npu_doc(h.npu),
+            "jump_host": h.jump.display if h.jump else None,
         }
     )
 
@@ -478,6 +519,8 @@ def _resolve(
     def local(value: str | None) -> Path | None:
         return Path(_controller_path(value, base, environ)) if value is not None else None
 
+    ssh_config, warnings = _ssh_config(d, base, environ, report)
+
     defaults = Defaults(
         user=_first(d.user, schema.BUILTIN["user"]),
         key_file=local(d.key_file),
@@ -495,6 +538,8 @@ def _resolve(
         connect_timeout=float(_first(d.connect_timeout, schema.BUILTIN["connect_timeout"])),
         command_timeout=float(_first(d.command_timeout, schema.BUILTIN["command_timeout"])),
         max_parallel=_first(d.max_parallel, schema.BUILTIN["max_parallel"]),
+        ssh_config=ssh_config.path if ssh_config else None,
+        jump_host=d.jump_host,
     )
     art = doc.artifacts or schema.ArtifactsModel()
     artifacts = ArtifactsSpec(
@@ -504,7 +549,7 @@ def _resolve(
     )
     hosts: dict[str, HostSpec] = {}
     for name, model in doc.host_info.items():
-        hosts[name] = _host(name, model, defaults, dnpu, artifacts, local, report)
+        hosts[name] = _host(name, model, d, defaults, artifacts, local, report, ssh_config)
     _check_addresses(hosts, report)
     launch = doc.launch or schema.LaunchModel()
     _check_rendezvous_nic(hosts, _first(launch.rendezvous_nic, "manage_nic"), report)
@@ -527,7 +572,7 @@ def _resolve(
             rendezvous_nic=_first(launch.rendezvous_nic, "manage_nic"),
         ),
         relay=_first(doc.relay, schema.BUILTIN["relay"]),
-        warnings=tuple(_launch_warnings(launch, env, report)),
+        warnings=tuple(warnings + _launch_warnings(launch, env, report)),
     )
 
 
@@ -558,14 +603,90 @@ def _check_rendezvous_nic(hosts: Mapping[str, HostSpec], which: str, report: _Re
                                f"launch.rendezvous_nic is {which}, but host {host.name!r} has no {which}.ip")
 
 
+def _ssh_config(d: schema.DefaultsModel, base: Path, environ: Mapping[str, str],
+                report: _Reporter) -> tuple[SshConfigFile | None, list[str]]:
+    """The ssh_config file to honour (None: none) and the warnings about it."""
+    path, named = find_ssh_config(d.ssh_config, base, environ)
+    if path is None:
+        return None, []
+    key = "defaults.ssh_config" if d.ssh_config is not None else None
+    origin = "" if key else (f" (from ${SSH_CONFIG_ENV})" if named else "")
+    if named and not path.is_file():
+        raise report.error(key, f"ssh_config {path}{origin} does not exist (set defaults.ssh_config: none to read none)")
+    try:
+        parsed = SshConfigFile(path)
+    except ValueError as exc:
+        raise report.error(key, f"{exc}{origin}") from None
+    warnings = [f"{report.source}: ssh_config {path}: {what} is not followed by camit (only this file is read)"
+                for what in parsed.ignored]
+    for w in warnings:
+        log.warning("%s", w)
+    return parsed, warnings
+
+
+def _ssh_lookup(cfg: SshConfigFile | None, name: str, key_path: str, report: _Reporter) -> SshHostConfig:
+    if cfg is None:
+        return SshHostConfig()
+    try:
+        found = cfg.lookup(name)
+    except ValueError as exc:
+        raise report.error(key_path, str(exc)) from None
+    if found.hostname is not None and not (_is_ipv4(found.hostname) or schema.is_hostname(found.hostname)):
+        raise report.error(key_path, f"ssh_config {cfg.path} (Host {name}): HostName {found.hostname!r} is not an "
+                                     "IPv4 address or host name")
+    return found
+
+
+def _is_ipv4(value: str) -> bool:
+    try:
+        ipaddress.IPv4Address(value)
+    except ValueError:
+        return False
+    return True
+
+
+def _jump(name: str, h: schema.HostModel, d: schema.DefaultsModel, found: SshHostConfig, lookup: str,
+          user: str, key_file: Path | None, cfg: SshConfigFile | None, report: _Reporter) -> JumpSpec | None:
+    """The host's jump host: its own ``jump_host``, else ``defaults.jump_host``, else ssh_config's ProxyJump."""
+    if h.jump_host is not None:
+        value, key, origin = h.jump_host, f"host_info.{name}.jump_host", f"host_info.{name}.jump_host"
+    elif d.jump_host is not None:
+        value, key, origin = d.jump_host, "defaults.jump_host", "defaults.jump_host"
+    elif found.proxy_jump is not None:
+        assert cfg is not None
+        value, key = found.proxy_jump, f"host_info.{name}"
+        origin = f"ProxyJump of Host {lookup} in ssh_config {cfg.path}"
+    else:
+        return None
+    if value.lower() == schema.NO_JUMP:
+        return None
+    try:
+        juser, jname, jport = schema.parse_jump(value)
+    except ValueError as exc:  # only ssh_config's value gets here unchecked
+        raise report.error(key, f"{origin}: {value!r} {exc}") from None
+    jfound = _ssh_lookup(cfg, jname, key, report)
+    if jfound.proxy_jump is not None and jfound.proxy_jump not in (value, jname):
+        assert cfg is not None
+        raise report.error(key, f"jump host {jname!r} (from {origin}) has its own ProxyJump {jfound.proxy_jump!r} "
+                                f"in ssh_config {cfg.path}; camit supports one jump host")
+    return JumpSpec(
+        address=jfound.hostname or jname,
+        port=_first(jport, jfound.port, schema.BUILTIN["ssh_port"]),
+        user=_first(juser, jfound.user, user),
+        key_file=_first(jfound.identity_file, key_file),
+        origin=origin,
+    )
+
+
 def _host(
     name: str,
     h: schema.HostModel,
+    d: schema.DefaultsModel,
     defaults: Defaults,
-    dnpu: schema.NpuModel,
     artifacts: ArtifactsSpec,
     local: Callable[[str | None], Path | None],
     report: _Reporter,
+    ssh_config: SshConfigFile | None = None,
 ) -> HostSpec:
     hnpu = h.npu or schema.NpuModel()
     npu = NpuSpec(
@@ -583,12 +704,17 @@ def _host(
                     f"(devices 0..{npu.count - 1})",
                 )
     workdir = _first(h.workdir, defaults.workdir)
+    # explicit values (the host's, then defaults:) win over ssh_config's, which win over the built-in ones
+    lookup = _first(h.ssh_ip, h.manage_nic.ip)
+    found = _ssh_lookup(ssh_config, lookup, f"host_info.{name}", report)
+    user = _first(h.user, d.user, found.user, schema.BUILTIN["user"])
+    key_file = _first(local(h.key_file), defaults.key_file, found.identity_file)
     return HostSpec(
         name=name,
-        user=_first(h.user, defaults.user),
+        user=user,
         password=Secret(h.passwd) if h.passwd is not None else None,
-        ssh_ip=_first(h.ssh_ip, h.manage_nic.ip),
-        ssh_port=_first(h.ssh_port, schema.BUILTIN["ssh_port"]),
+        ssh_ip=found.hostname or lookup,
+        ssh_port=_first(h.ssh_port, found.port, schema.BUILTIN["ssh_port"]),
         manage_nic=NicSpec(name=h.manage_nic.name, ip=h.manage_nic.ip, mac=h.manage_nic.mac),
         test_nic1=TestNicSpec(**h.test_nic1.model_dump()) if h.test_nic1 else None,
         test_nic2=TestNicSpec(**h.test_nic2.model_dump()) if h.test_nic2 else None,
@@ -597,7 +723,7 @@ def _host(
         isolcpu_list=parse_cpu_list(h.isolcpu) if h.isolcpu else (),
         env_type=h.env_type,
         arch=h.arch,
-        key_file=_first(local(h.key_file), defaults.key_file),
+        key_file=key_file,
         host_key=_first(h.host_key, defaults.host_key),
         known_hosts=defaults.known_hosts,
         host_key_policy=defaults.host_key_policy,
@@ -608,18 +734,19 @@ def _host(
         venv=_first(h.venv, defaults.venv),
         npu=npu,
         install_path=_first(artifacts.install_path, f"{workdir.rstrip('/')}/opp"),
+        jump=_jump(name, h, d, found, lookup, user, key_file, ssh_config, report),
     )
 
 
 def _check_addresses(hosts: Mapping[str, HostSpec], report: _Reporter) -> None:
     """Two entries reaching the same sshd are one machine counted twice: refuse."""
-    seen: dict[tuple[str, int], str] = {}
+    seen: dict[tuple[str, int, str], str] = {}
     for host in hosts.values():
-        key = (host.ssh_ip.lower().rstrip("."), host.ssh_port)
+        key = (host.ssh_ip.lower().rstrip("."), host.ssh_port, host.jump.display if host.jump else "")
         if key in seen:
             raise report.error(
                 f"host_info.{host.name}",
-                f"hosts {seen[key]!r} and {host.name!r} have the same SSH address {host.address} "
+                f"hosts {seen[key]!r} and {host.name!r} have the same SSH address {host.route} "
                 "(ssh_ip defaults to manage_nic.ip)",
             )
         seen[key] = host.name

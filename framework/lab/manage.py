@@ -32,6 +32,11 @@ controller, recorded in ``lab.json`` (shared with the other emulated labs that a
 core_pattern) and removed, if still empty, when the last emulated lab goes down.
 ``fault HOST KNOB`` / ``fault HOST clear`` set and clear the emulated host's fault knobs.
 
+``up --jump SUBNET`` makes a jump lab (``framework.lab.plan``): the hosts sit on SUBNET behind a second
+bridge without an address (and an ``unreachable`` route in the root namespace), and one jump host
+(netns ``<name>-jump``, on both bridges, sshd with TCP forwarding) is the only way in; the env file
+names it as ``defaults.jump_host``. ``down`` removes the jump, the second bridge and the route too.
+
 State lives in ``/run/camit-lab/<name>`` (``$CAMIT_LAB_DIR`` replaces that
 whole path) with ``lab.json`` describing the lab; :meth:`Lab.load` reads it.
 ``up`` reuses a healthy lab of the same shape (rewriting the env file) and
@@ -99,6 +104,7 @@ from framework.lab.plan import (
     npu_shape,
     nsenter_argv,
     plan_lab,
+    private_route_argv,
     public_key_of,
     render_env_yaml,
     small_workdir_size,
@@ -123,6 +129,7 @@ from framework.lab.system import (
     mac_in_ns,
     pid_alive,
     port_open,
+    port_open_in,
     preflight,
     prepare_torch,
     read_pid,
@@ -207,7 +214,7 @@ class Lab:
 
     def __init__(self, plan: LabPlan, hosts: list[LabHost], *, created: str, iptables_rule: bool = False,
                  core_pattern: dict[str, Any] | None = None,
-                 mount_points: list[tuple[str, MountKind]] | None = None) -> None:
+                 mount_points: list[tuple[str, MountKind]] | None = None, jump: LabHost | None = None) -> None:
         self.plan = plan
         self.hosts = hosts
         self.created = created
@@ -216,6 +223,8 @@ class Lab:
         self.core_pattern = core_pattern
         #: controller paths created as mount points of emulated hosts (by this lab or another one still up)
         self.mount_points: list[tuple[str, MountKind]] = list(mount_points or [])
+        #: a jump lab's jump host (the only way to the hosts), else None
+        self.jump: LabHost | None = jump if jump is not None else (LabHost(plan.jump) if plan.jump else None)
 
     @property
     def name(self) -> str:
@@ -262,15 +271,16 @@ class Lab:
             npu = data.get("npu") or {}
             plan = plan_lab(len(data["hosts"]), name=data["name"], subnet=data["subnet"],
                             state_dir=Path(data["state_dir"]), env_file=Path(data["env_file"]), python=data["python"],
-                            npu=npu.get("profile"), visible=npu.get("visible"))
+                            npu=npu.get("profile"), visible=npu.get("visible"), jump=data.get("jump_subnet"))
             by_name = {h["name"]: h for h in data["hosts"]}
             hosts = [LabHost(hp, by_name[hp.name].get("sshd_pid"), by_name[hp.name].get("small_workdir"),
                              [int(p) for p in by_name[hp.name].get("holders") or []])
                      for hp in plan.hosts]
             core = data.get("core_pattern")
             mps = [(str(p), k) for p, k in data.get("mount_points") or []]
+            jump = LabHost(plan.jump, (data.get("jump") or {}).get("sshd_pid")) if plan.jump else None
             return cls(plan, hosts, created=data.get("created", ""), iptables_rule=bool(data.get("iptables_rule")),
-                       core_pattern=dict(core) if isinstance(core, dict) else None, mount_points=mps)
+                       core_pattern=dict(core) if isinstance(core, dict) else None, mount_points=mps, jump=jump)
         except (KeyError, TypeError, ValueError) as exc:
             raise LabError(f"{path} is not a lab state file (missing {exc})") from None
 
@@ -284,6 +294,9 @@ class Lab:
             "npu": ({"profile": p.npu.profile, "visible": list(p.npu.visible) if p.npu.visible is not None else None}
                     if p.npu else None),
             "mount_points": [list(mp) for mp in self.mount_points],
+            "jump_subnet": str(p.private_subnet) if p.private_subnet else None,
+            "jump": ({"name": self.jump.name, "ns": self.jump.ns, "ip": self.jump.ip, "private_ip": p.jump.private_ip,
+                      "sshd_pid": self.jump.sshd_pid} if self.jump and p.jump else None),
             "hosts": [{"name": h.name, "ns": h.ns, "ip": h.ip, "mac": h.mac, "veth": h.veth, "sshd_pid": h.sshd_pid,
                        "small_workdir": h.small_workdir, "dir": str(h.dir), "holders": h.holders}
                       for h in self.hosts],
@@ -301,6 +314,8 @@ class Lab:
             fresh = Lab.load(self.name, self.state_dir)
             for mine, theirs in zip(self.hosts, fresh.hosts):
                 mine.sshd_pid, mine.small_workdir, mine.holders = theirs.sshd_pid, theirs.small_workdir, theirs.holders
+            if self.jump is not None and fresh.jump is not None:
+                self.jump.sshd_pid = fresh.jump.sshd_pid
             yield
             self.save()
 
@@ -309,16 +324,17 @@ class Lab:
     def up(cls, n_hosts: int, *, name: str = DEFAULT_NAME, subnet: str = DEFAULT_SUBNET,
            state_dir: Path | str | None = None, env_out: Path | str | None = None, python: str | None = None,
            torch: bool = True, npu: str | None = None, visible: str | Sequence[int] | None = None,
-           say: Say | None = None) -> Lab:
+           jump: str | None = None, say: Say | None = None) -> Lab:
         """Bring up (or reuse, if healthy and of the same shape) the lab; write the env file.
 
-        ``npu`` (a2, a3) makes every host an emulated Ascend host; ``visible`` is the device set the env declares.
+        ``npu`` (a2, a3) makes every host an emulated Ascend host; ``visible`` is the device set the env declares;
+        ``jump`` (a private subnet) puts the hosts behind a jump host.
         """
         say = say or log.info
         plan = plan_lab(n_hosts, name=name, subnet=subnet,
                         state_dir=Path(state_dir) if state_dir else default_state_dir(name),
                         env_file=Path(env_out) if env_out else DEFAULT_ENV_FILE, python=python or sys.executable,
-                        npu=npu, visible=visible)
+                        npu=npu, visible=visible, jump=jump)
         preflight()
         with locked(plan.state_dir):
             lab = cls._reuse(plan, say)
@@ -336,7 +352,9 @@ class Lab:
                     raise
                 took = time.monotonic() - t0
                 kind = f"emulated Ascend {plan.npu.profile} " if plan.npu else ""
-                say(f"lab {name!r} is up: {n_hosts} {kind}hosts on {plan.bridge} {plan.subnet} in {took:.1f}s")
+                where = (f"{plan.private_bridge} {plan.private_subnet} behind jump host {plan.jump.ip} on "
+                         f"{plan.bridge}" if plan.jump else f"{plan.bridge} {plan.subnet}")
+                say(f"lab {name!r} is up: {n_hosts} {kind}hosts on {where} in {took:.1f}s")
             lab._claim_core_pattern(say)
             lab.save()
         prepare_torch(plan.python, torch, say)
@@ -356,9 +374,11 @@ class Lab:
                                 f"asked for {len(plan.hosts)} on {plan.subnet}")
             if old.plan.npu != plan.npu:
                 problems.append(f"it is {npu_shape(old.plan)}, asked for {npu_shape(plan)}")
+            if old.plan.private_subnet != plan.private_subnet:
+                problems.append(f"its jump subnet is {old.plan.private_subnet}, asked for {plan.private_subnet}")
             if not problems:
                 lab = cls(plan, old.hosts, created=old.created, iptables_rule=old.iptables_rule,
-                          core_pattern=old.core_pattern, mount_points=old.mount_points)
+                          core_pattern=old.core_pattern, mount_points=old.mount_points, jump=old.jump)
                 lab._open_forwarding(say)  # the firewall may have changed since
                 lab.save()
                 if plan.npu is not None:  # the emulation and the stand-in may have changed since: refresh them
@@ -376,10 +396,11 @@ class Lab:
 
     def _build(self, say: Say) -> None:
         p = self.plan
-        for d in (p.state_dir, *(h.dir for h in p.hosts)):
+        every = (*p.hosts, *((p.jump,) if p.jump else ()))
+        for d in (p.state_dir, *(h.dir for h in every)):
             d.mkdir(parents=True, exist_ok=True)
         p.state_dir.chmod(0o700)
-        for hp in p.hosts:
+        for hp in every:
             for d, mode in ((hp.tmp_dir, 0o1777), (hp.work_dir, 0o755), (hp.core_dir, 0o1777)):
                 d.mkdir(exist_ok=True)
                 d.chmod(mode)
@@ -400,14 +421,14 @@ class Lab:
             if cp.returncode != 0:
                 raise LabError(f"{what}: {shlex.join(argv)}: {cp.stderr.strip()}")
         self._open_forwarding(say)
-        for h in self.hosts:
+        for h in self._sshd_hosts():
             if not h.plan.host_key.exists():
                 run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"{h.name}@{p.name}-lab",
                      "-f", str(h.plan.host_key)], what=f"generate {h.name}'s host key")
             atomic_write(h.plan.sshd_config, sshd_config_text(p, h.plan))
             self._spawn_sshd(h)
         self.save()
-        for h in self.hosts:
+        for h in self._sshd_hosts():
             self._wait_ready(h)
         self._install_emu_python(say)
         self._write_env()
@@ -596,11 +617,12 @@ class Lab:
             bridged = False
         if not bridged or shutil.which("iptables") is None:
             return
-        rule = iptables_forward_rule(self.plan.bridge)
-        if run(["iptables", "-C", *rule], check=False).returncode != 0:
-            run(["iptables", "-I", *rule], what="allow host-to-host traffic on the lab bridge")
-            self.iptables_rule = True
-            say(f"added iptables rule: -I {' '.join(rule)} (removed by down)")
+        for br in self.plan.bridges:
+            rule = iptables_forward_rule(br)
+            if run(["iptables", "-C", *rule], check=False).returncode != 0:
+                run(["iptables", "-I", *rule], what="allow host-to-host traffic on the lab bridge")
+                self.iptables_rule = True
+                say(f"added iptables rule: -I {' '.join(rule)} (removed by down)")
 
     def _spawn_sshd(self, h: LabHost) -> None:
         with open(h.plan.sshd_out, "ab") as out:  # sshd holds its own copy of the descriptor
@@ -610,12 +632,22 @@ class Lab:
         h.sshd_pid = proc.pid
         log.info("%s: sshd pid %d in netns %s", h.name, proc.pid, h.ns)
 
+    def _sshd_hosts(self) -> list[LabHost]:
+        """The hosts and, in a jump lab, the jump host: everything that runs an sshd."""
+        return [*self.hosts, *((self.jump,) if self.jump else ())]
+
+    def _answers(self, h: LabHost) -> bool:
+        """Does that sshd answer? A jump lab's hosts are asked from inside their own namespace (no route here)."""
+        if self.plan.jump is not None and h is not self.jump:
+            return port_open_in(h.ns, h.ip)
+        return port_open(h.ip)
+
     def _wait_ready(self, h: LabHost, timeout: float = SSHD_READY_TIMEOUT) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if not pid_alive(h.sshd_pid):
                 break
-            if port_open(h.ip):
+            if self._answers(h):
                 return
             time.sleep(0.05)
         tail = ""
@@ -626,9 +658,9 @@ class Lab:
         raise LabError(f"{h.name}: sshd (pid {h.sshd_pid}) {state}: {tail or 'no log output'}")
 
     def _write_env(self) -> None:
-        keys = {h.name: public_key_of(h.plan.host_key_pub.read_text()) for h in self.hosts}
+        keys = {h.name: public_key_of(h.plan.host_key_pub.read_text()) for h in self._sshd_hosts()}
         macs = {h.name: mac_in_ns(h.ns) or h.mac for h in self.hosts}
-        atomic_write(self.known_hosts, known_hosts_text((h.ip, keys[h.name]) for h in self.hosts))
+        atomic_write(self.known_hosts, known_hosts_text((h.ip, keys[h.name]) for h in self._sshd_hosts()))
         atomic_write(self.env_file, render_env_yaml(env_document(self.plan, keys, macs, platform.machine())))
 
     # ---- kernel.core_pattern (machine-global, shared by every lab that is up)
@@ -705,12 +737,14 @@ class Lab:
         out = []
         if not Path(f"/sys/class/net/{self.plan.bridge}").exists():
             out.append(f"bridge {self.plan.bridge} is missing")
-        for h in self.hosts:
+        if self.plan.private_bridge and not Path(f"/sys/class/net/{self.plan.private_bridge}").exists():
+            out.append(f"bridge {self.plan.private_bridge} is missing")
+        for h in self._sshd_hosts():
             if not Path(f"/run/netns/{h.ns}").exists():
                 out.append(f"{h.name}: netns {h.ns} is missing")
             elif not h.sshd_running:
                 out.append(f"{h.name}: sshd is not running")
-            elif not port_open(h.ip):
+            elif not self._answers(h):
                 out.append(f"{h.name}: sshd does not answer on {h.ip}:{SSH_PORT}")
         for f in (self.key_file, self.known_hosts, self.plan.authorized_keys):
             if not f.exists():
@@ -730,13 +764,18 @@ class Lab:
 
     def _teardown(self, say: Say) -> None:
         p = self.plan
-        namespaces = sorted({h.ns for h in self.hosts} | set(lab_namespaces(p.name)))
+        namespaces = sorted({h.ns for h in self._sshd_hosts()} | set(lab_namespaces(p.name)))
         pids: list[int] = []
         for h in self.hosts:  # recorded sshds (and the pid file) and holders, when they are still ours
             for pid in (h.sshd_pid, read_pid(h.plan.sshd_pid_file)):
                 if pid and pid_alive(pid) and (str(h.plan.sshd_config) in cmdline(pid) or in_netns(pid, h.ns)):
                     pids.append(pid)
             pids += [pid for pid in h.holders if pid_alive(pid) and in_netns(pid, h.ns)]
+        if self.jump is not None:
+            for pid in (self.jump.sshd_pid, read_pid(self.jump.plan.sshd_pid_file)):
+                if pid and pid_alive(pid) and (str(self.jump.plan.sshd_config) in cmdline(pid)
+                                               or in_netns(pid, self.jump.ns)):
+                    pids.append(pid)
         for ns in namespaces:  # everything still inside our namespaces is ours
             cp = run(["ip", "netns", "pids", ns], check=False)
             pids += [int(x) for x in cp.stdout.split() if x.isdigit()]
@@ -744,16 +783,22 @@ class Lab:
             uniq = sorted(set(pids))
             say(f"killing {len(uniq)} process(es) in lab {p.name!r}: {' '.join(map(str, uniq))}")
             kill_pids(pids)
-        veths = sorted({h.veth for h in self.hosts} | set(lab_veths(p.name)))
+        veths = sorted({h.veth for h in self._sshd_hosts()} | set(lab_veths(p.name)))
         bridge = p.bridge if Path(f"/sys/class/net/{p.bridge}").exists() else None
         veths = [v for v in veths if Path(f"/sys/class/net/{v}").exists()]
-        for argv in teardown_commands(namespaces, veths, bridge):
+        # a jump lab's second bridge, also when this record lost it (a half-made lab): it is ours by name
+        more = [b for b in {p.private_bridge or f"{p.name}br1", f"{p.name}br1"} if Path(f"/sys/class/net/{b}").exists()]
+        for argv in teardown_commands(namespaces, veths, bridge, more):
             run(argv, check=False)
+        if p.private_subnet is not None:
+            while run(private_route_argv("del", p.private_subnet), check=False).returncode == 0:
+                pass
         if self.iptables_rule and shutil.which("iptables"):
-            rule = iptables_forward_rule(p.bridge)
-            while run(["iptables", "-C", *rule], check=False).returncode == 0:
-                run(["iptables", "-D", *rule])
-            say("removed the iptables FORWARD rule for " + p.bridge)
+            for br in p.bridges:
+                rule = iptables_forward_rule(br)
+                while run(["iptables", "-C", *rule], check=False).returncode == 0:
+                    run(["iptables", "-D", *rule])
+                say("removed the iptables FORWARD rule for " + br)
         self._release_core_pattern(say)
         self._release_mount_points(say)  # our hosts (their mount namespaces) are gone by now
         with contextlib.suppress(OSError):  # only an env file we generated for this very lab
@@ -762,8 +807,9 @@ class Lab:
                 p.env_file.unlink()
         shutil.rmtree(p.state_dir, ignore_errors=True)
         left = [ns for ns in lab_namespaces(p.name)] + [v for v in lab_veths(p.name)]
-        if left or Path(f"/sys/class/net/{p.bridge}").exists():
-            raise LabError(f"lab {p.name!r}: could not remove {', '.join(left) or p.bridge}")
+        left += [b for b in (p.bridge, f"{p.name}br1") if Path(f"/sys/class/net/{b}").exists()]
+        if left:
+            raise LabError(f"lab {p.name!r}: could not remove {', '.join(left)}")
         say(f"lab {p.name!r} is down ({len(namespaces)} namespaces removed)")
 
     # ---- per-host operations (for tests)
@@ -776,7 +822,7 @@ class Lab:
                 kill_pids([h.sshd_pid])
             h.sshd_pid = None
         deadline = time.monotonic() + 5
-        while port_open(h.ip) and time.monotonic() < deadline:
+        while self._answers(h) and time.monotonic() < deadline:
             time.sleep(0.05)
         log.info("%s: sshd stopped", host)
 
@@ -861,6 +907,9 @@ def _parser() -> argparse.ArgumentParser:
                     help="emulated Ascend hosts of that profile: a2 (8 x 910B) or a3 (16 logical devices)")
     up.add_argument("--visible", default=None, metavar="IDS",
                     help="device ids the env declares as npu.visible, e.g. 0,1 (needs --npu)")
+    up.add_argument("--jump", default=None, metavar="SUBNET",
+                    help="put the hosts on this private subnet, which only a jump host (on both networks) reaches; "
+                         "the env file names it as defaults.jump_host")
     fault = sub.add_parser("fault", help="set (or clear) a fault knob on an emulated host")
     fault.add_argument("host", help="lab host, e.g. host1")
     fault.add_argument("knob", help="tls-mismatch, health-alarm, link-down, hccn-busy, held-device, other-spod, "
@@ -889,12 +938,13 @@ def _cmd_up(args: argparse.Namespace, say: Say) -> int:
         plan_lab(args.hosts, name=args.name, subnet=args.subnet,
                  state_dir=args.state_dir or default_state_dir(args.name),
                  env_file=args.env_out or DEFAULT_ENV_FILE, python=args.python or sys.executable,
-                 npu=args.npu, visible=args.visible)
+                 npu=args.npu, visible=args.visible, jump=args.jump)
     except LabError as exc:
         return _usage_error(exc)
     t0 = time.monotonic()
     lab = Lab.up(args.hosts, name=args.name, subnet=args.subnet, state_dir=args.state_dir, env_out=args.env_out,
-                 python=args.python, torch=not args.no_torch, npu=args.npu, visible=args.visible, say=say)
+                 python=args.python, torch=not args.no_torch, npu=args.npu, visible=args.visible, jump=args.jump,
+                 say=say)
     say(f"env file: {lab.env_file}  (up took {time.monotonic() - t0:.1f}s)")
     return 0
 
@@ -920,6 +970,10 @@ def _cmd_status(args: argparse.Namespace, say: Say) -> int:
     lab = Lab.load(args.name, args.state_dir)
     say(f"lab {lab.name!r}: {npu_shape(lab.plan)}, bridge {lab.plan.bridge} {lab.plan.bridge_ip}/"
         f"{lab.plan.prefixlen}, created {lab.created}, env {lab.env_file}")
+    if lab.jump is not None and lab.plan.jump is not None:
+        state = f"sshd pid {lab.jump.sshd_pid}" if lab.jump.sshd_running else "sshd STOPPED"
+        say(f"  {'jump':<8} {lab.jump.ns:<16} {lab.jump.ip:<15} {state}, hosts' network {lab.plan.private_bridge} "
+            f"{lab.plan.private_subnet} (jump leg {lab.plan.jump.private_ip})")
     for h in lab.hosts:
         state = f"sshd pid {h.sshd_pid}" if h.sshd_running else "sshd STOPPED"
         extra = f", small workdir {h.small_workdir}" if h.small_workdir else ""

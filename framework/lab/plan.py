@@ -15,6 +15,19 @@ Layout for a lab named ``camit`` on ``10.77.0.0/24`` with N hosts::
              <state>/hosts/hostI/{tmp,work,cores} bind-mounted over
              /tmp, /var/tmp/camit, /var/crash/camit in the host's mount namespace
 
+A jump lab (``up --jump 10.177.0.0/24``) puts the hosts on a second, private network the controller
+cannot reach, and adds one jump host with a leg on each::
+
+    bridge   camitbr1     (no address: the root namespace has no way in; plus a root-namespace
+                          ``unreachable 10.177.0.0/24`` route, so a direct connection fails at once)
+    jump     netns camit-jump, veth camit-vj <-> eth0 on camitbr0, 10.77.0.10/24
+                              veth camit-pj <-> eth1 on camitbr1, 10.177.0.10/24
+             sshd on 10.77.0.10:22 (TCP forwarding on), hostname jump
+    hostI    as above but on camitbr1, eth0 10.177.0.(10+I)/24
+
+and the env file says ``defaults.jump_host: root@10.77.0.10:22`` (the jump's host key goes into
+known_hosts; the hosts' keys stay pinned).
+
 An emulated Ascend lab (``up --npu a2|a3``) adds, per host, the bind mounts of
 ``framework.lab.emu.MOUNTS`` from ``<state>/hosts/hostI/emu/`` (npu-smi, the CANN
 tree, ``/etc/ascend_install.info``, ``/root/ascend``), ``SetEnv CAMIT_EMU_NPU=...``
@@ -87,6 +100,9 @@ class HostPlan:
     dir: Path  # <state>/hosts/host1
     #: extra bind mounts (source on the controller, target in the host) of an emulated Ascend host
     mounts: tuple[tuple[str, str], ...] = ()
+    #: the jump host's leg on the private network (address, root-side veth); None for every other host
+    private_ip: str | None = None
+    private_veth: str | None = None
 
     @property
     def emu_dir(self) -> Path:
@@ -167,6 +183,14 @@ class LabPlan:
     python: str
     hosts: tuple[HostPlan, ...]
     npu: NpuPlan | None = None
+    #: a jump lab: the hosts' private subnet, its bridge (no address) and the jump host
+    private_subnet: ipaddress.IPv4Network | None = None
+    private_bridge: str | None = None
+    jump: HostPlan | None = None
+
+    @property
+    def bridges(self) -> tuple[str, ...]:
+        return (self.bridge, self.private_bridge) if self.private_bridge else (self.bridge,)
 
     @property
     def prefixlen(self) -> int:
@@ -276,10 +300,12 @@ def plan_lab(
     python: str,
     npu: str | None = None,
     visible: str | Sequence[int] | None = None,
+    jump: str | None = None,
 ) -> LabPlan:
     """Plan a lab of ``n_hosts`` hosts; raise LabError for any invalid input.
 
-    ``npu`` names an emulated Ascend profile (a2, a3); ``visible`` (only with it) the devices the env declares.
+    ``npu`` names an emulated Ascend profile (a2, a3); ``visible`` (only with it) the devices the env declares;
+    ``jump`` the private subnet of a jump lab (the hosts' network, reached only through the jump host).
     """
     if not 1 <= n_hosts <= MAX_HOSTS:
         raise LabError(f"--hosts must be between 1 and {MAX_HOSTS}, not {n_hosts}")
@@ -287,10 +313,14 @@ def plan_lab(
     net = parse_subnet(subnet, n_hosts)
     validate_state_dir(state_dir)
     npu_plan = plan_npu(npu, visible)
+    private = parse_subnet(jump, n_hosts) if jump is not None else None
+    if private is not None and private.overlaps(net):
+        raise LabError(f"--jump subnet {private} overlaps the lab's subnet {net}: choose a separate one")
     base = net.network_address
+    host_base = private.network_address if private is not None else base
     hosts = []
     for i in range(1, n_hosts + 1):
-        ip = base + HOST_OFFSET + i
+        ip = host_base + HOST_OFFSET + i
         hname = f"host{i}"
         hdir = state_dir / "hosts" / hname
         mounts = tuple((str(hdir / "emu" / tree), target) for tree, target, _ in npu_plan.mounts) if npu_plan else ()
@@ -300,9 +330,16 @@ def plan_lab(
                 veth=f"{name}-v{i}", dir=hdir, mounts=mounts,
             )
         )
+    jump_plan = None
+    if private is not None:
+        jip = base + HOST_OFFSET
+        jump_plan = HostPlan(index=0, name="jump", ns=f"{name}-jump", ip=str(jip), mac=host_mac(jip),
+                             veth=f"{name}-vj", dir=state_dir / "jump",
+                             private_ip=str(private.network_address + HOST_OFFSET), private_veth=f"{name}-pj")
     return LabPlan(
         name=name, subnet=net, bridge=f"{name}br0", bridge_ip=str(base + 1), state_dir=state_dir,
-        env_file=env_file, python=python, hosts=tuple(hosts), npu=npu_plan,
+        env_file=env_file, python=python, hosts=tuple(hosts), npu=npu_plan, private_subnet=private,
+        private_bridge=f"{name}br1" if private is not None else None, jump=jump_plan,
     )
 
 
@@ -432,7 +469,9 @@ def sshd_config_lines(plan: LabPlan, host: HostPlan) -> list[str]:
         # no client environment is accepted (AcceptEnv takes patterns; none match "none")
         "AcceptEnv none",
         # an emulated Ascend host: every session (and every rank) finds the torch_npu stand-in's host file
-        *([f"SetEnv CAMIT_EMU_NPU={plan.npu.npu_json}"] if plan.npu else []),
+        *([f"SetEnv CAMIT_EMU_NPU={plan.npu.npu_json}"] if plan.npu and host is not plan.jump else []),
+        # the jump host forwards the controller's connections to the hosts (ssh -J, direct-tcpip)
+        *(["AllowTcpForwarding yes", "PermitOpen any"] if host is plan.jump else []),
     ]
 
 
@@ -516,18 +555,42 @@ def build_commands(plan: LabPlan) -> list[list[str]]:
         ["ip", "addr", "add", f"{plan.bridge_ip}/{plan.prefixlen}", "dev", plan.bridge],
         ["ip", "link", "set", plan.bridge, "up"],
     ]
-    for h in plan.hosts:
+    hosts_bridge, hosts_prefix = plan.bridge, plan.prefixlen
+    if plan.jump is not None and plan.private_bridge and plan.private_subnet is not None:
+        # the hosts' network: a bridge without an address, and a route that refuses at once
+        hosts_bridge, hosts_prefix = plan.private_bridge, plan.private_subnet.prefixlen
         cmds += [
-            ["ip", "netns", "add", h.ns],
-            ["ip", "link", "add", h.veth, "type", "veth", "peer", "name", "eth0", "netns", h.ns],
-            ["ip", "link", "set", h.veth, "master", plan.bridge],
-            ["ip", "link", "set", h.veth, "up"],
-            ["ip", "-n", h.ns, "link", "set", "lo", "up"],
-            ["ip", "-n", h.ns, "link", "set", "eth0", "address", h.mac],
-            ["ip", "-n", h.ns, "addr", "add", f"{h.ip}/{plan.prefixlen}", "dev", "eth0"],
-            ["ip", "-n", h.ns, "link", "set", "eth0", "up"],
+            ["ip", "link", "add", plan.private_bridge, "type", "bridge"],
+            ["ip", "link", "set", plan.private_bridge, "up"],
+            private_route_argv("add", plan.private_subnet),
         ]
+        j = plan.jump
+        assert j.private_ip is not None and j.private_veth is not None
+        cmds += _leg(j.ns, j.veth, "eth0", plan.bridge, j.mac, j.ip, plan.prefixlen, new_ns=True)
+        cmds += _leg(j.ns, j.private_veth, "eth1", plan.private_bridge, host_mac(ipaddress.IPv4Address(j.private_ip)),
+                     j.private_ip, hosts_prefix, new_ns=False)
+    for h in plan.hosts:
+        cmds += _leg(h.ns, h.veth, "eth0", hosts_bridge, h.mac, h.ip, hosts_prefix, new_ns=True)
     return cmds
+
+
+def _leg(ns: str, veth: str, dev: str, bridge: str, mac: str, ip: str, prefix: int, *, new_ns: bool) -> list[list[str]]:
+    """A namespace's interface ``dev`` on ``bridge`` (creating the namespace first when ``new_ns``)."""
+    return [
+        *([["ip", "netns", "add", ns]] if new_ns else []),
+        ["ip", "link", "add", veth, "type", "veth", "peer", "name", dev, "netns", ns],
+        ["ip", "link", "set", veth, "master", bridge],
+        ["ip", "link", "set", veth, "up"],
+        *([["ip", "-n", ns, "link", "set", "lo", "up"]] if new_ns else []),
+        ["ip", "-n", ns, "link", "set", dev, "address", mac],
+        ["ip", "-n", ns, "addr", "add", f"{ip}/{prefix}", "dev", dev],
+        ["ip", "-n", ns, "link", "set", dev, "up"],
+    ]
+
+
+def private_route_argv(action: str, subnet: ipaddress.IPv4Network) -> list[str]:
+    """The root-namespace route of a jump lab's private subnet: unreachable (``add`` or ``del``)."""
+    return ["ip", "route", action, "unreachable", str(subnet)]
 
 
 def iptables_forward_rule(bridge: str) -> list[str]:
@@ -535,21 +598,25 @@ def iptables_forward_rule(bridge: str) -> list[str]:
     return ["FORWARD", "-i", bridge, "-o", bridge, "-j", "ACCEPT"]
 
 
-def teardown_commands(namespaces: Iterable[str], veths: Iterable[str], bridge: str | None) -> list[list[str]]:
-    """Delete veths, then namespaces, then the bridge (each may already be gone)."""
+def teardown_commands(namespaces: Iterable[str], veths: Iterable[str], bridge: str | None,
+                      more_bridges: Iterable[str] = ()) -> list[list[str]]:
+    """Delete veths, then namespaces, then the bridge(s) (each may already be gone)."""
     cmds = [["ip", "link", "del", v] for v in veths]
     cmds += [["ip", "netns", "del", ns] for ns in namespaces]
     if bridge:
         cmds.append(["ip", "link", "del", bridge])
+    cmds += [["ip", "link", "del", b] for b in more_bridges]
     return cmds
 
 
 def lab_ns_re(name: str) -> re.Pattern[str]:
-    return re.compile(rf"^{re.escape(name)}-host(\d+)$")
+    """The lab's namespaces: ``<name>-hostN`` and a jump lab's ``<name>-jump``."""
+    return re.compile(rf"^{re.escape(name)}-(host(\d+)|jump)$")
 
 
 def lab_veth_re(name: str) -> re.Pattern[str]:
-    return re.compile(rf"^{re.escape(name)}-v(\d+)$")
+    """The lab's root-side veths: ``<name>-vN`` and a jump lab's ``<name>-vj``/``<name>-pj``."""
+    return re.compile(rf"^{re.escape(name)}-(v(\d+)|vj|pj)$")
 
 
 # --------------------------------------------------------------------------- env file
@@ -586,6 +653,8 @@ def env_document(plan: LabPlan, host_keys: Mapping[str, str], macs: Mapping[str,
         "venv": True,
         "npu": {"count": 0, "soc": "cpu"},
     }
+    if plan.jump is not None:  # its host key is checked through known_hosts (strict), the hosts' stay pinned
+        defaults["jump_host"] = f"root@{plan.jump.ip}:{SSH_PORT}"
     doc: dict[str, Any] = {"defaults": defaults, "launch": {"backend": "gloo"}, "host_info": host_info}
     if plan.npu is not None:
         # the per-host interpreter has the torch_npu stand-in; a venv made from it would lose it

@@ -15,6 +15,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -109,6 +110,21 @@ def port_open(ip: str, port: int = SSH_PORT, timeout: float = 0.5) -> bool:
         return False
 
 
+_PORT_PROBE = ("import socket, sys\n"
+               "try:\n"
+               "    s = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=0.5)\n"
+               "    s.settimeout(0.5)\n"
+               "    sys.exit(0 if s.recv(8).startswith(b'SSH-') else 1)\n"
+               "except OSError:\n"
+               "    sys.exit(1)\n")
+
+
+def port_open_in(ns: str, ip: str, port: int = SSH_PORT) -> bool:
+    """:func:`port_open`, asked from inside network namespace ``ns`` (a jump lab's hosts: no route from here)."""
+    cp = run(["ip", "netns", "exec", ns, sys.executable, "-c", _PORT_PROBE, ip, str(port)], check=False, timeout=10)
+    return cp.returncode == 0
+
+
 def atomic_write(path: Path, text: str, mode: int = 0o644) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
@@ -175,7 +191,7 @@ def lab_veths(name: str) -> list[str]:
 
 def leftovers(name: str, state_dir: Path) -> bool:
     return bool(state_dir.exists() or lab_namespaces(name) or lab_veths(name)
-                or Path(f"/sys/class/net/{name}br0").exists())
+                or any(Path(f"/sys/class/net/{name}{br}").exists() for br in ("br0", "br1")))
 
 
 def read_pid(path: Path) -> int | None:
@@ -197,5 +213,10 @@ def check_overlap(plan: LabPlan) -> None:
     if hits:
         raise LabError(f"subnet {plan.subnet} overlaps what this machine already uses ({'; '.join(hits)}): "
                        "choose another with --subnet")
+    if plan.private_subnet is not None:
+        hits = overlapping_routes(plan.private_subnet, routes, addrs, ignore_dev=plan.private_bridge)
+        if hits:
+            raise LabError(f"--jump subnet {plan.private_subnet} overlaps what this machine already uses "
+                           f"({'; '.join(hits)}): choose another")
 
 

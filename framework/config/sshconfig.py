@@ -1,0 +1,109 @@
+"""The OpenSSH client config (``~/.ssh/config``) as camit reads it: which file, and what it says about one host.
+
+Five keys are honoured — ``HostName``, ``User``, ``Port``, ``IdentityFile`` (the first) and ``ProxyJump`` (one
+hop) — looked up, as ``ssh <name>`` would, by the name camit connects to (a host's ``ssh_ip``, a jump host's
+name). Anything else in the file (``ProxyCommand`` aside, which is refused) is left to OpenSSH. Which file:
+``defaults.ssh_config`` of the env file, else ``$CAMIT_SSH_CONFIG``, else ``~/.ssh/config`` when it exists;
+``none`` for either reads no file. Parsing uses paramiko's ``SSHConfig``, imported only when there is a file.
+Every problem is a ``ValueError`` whose text names the file; :mod:`framework.config.effective` turns it into one
+``ConfigError`` naming the key path too.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+#: the environment variable naming the ssh_config file (``none``: read none)
+SSH_CONFIG_ENV = "CAMIT_SSH_CONFIG"
+DEFAULT_SSH_CONFIG = "~/.ssh/config"
+NONE = "none"
+
+
+@dataclass(frozen=True)
+class SshHostConfig:
+    """What the ssh_config says about one name; ``None``: not set there."""
+
+    hostname: str | None = None
+    user: str | None = None
+    port: int | None = None
+    identity_file: Path | None = None
+    proxy_jump: str | None = None
+
+
+class SshConfigFile:
+    """One parsed ssh_config file; :meth:`lookup` answers for a name."""
+
+    def __init__(self, path: Path) -> None:
+        import paramiko  # only when a file is read: loading an env without one stays light
+
+        self.path = path
+        try:
+            text = path.read_text()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ValueError(f"cannot read ssh_config {path}: {exc}") from None
+        try:
+            self._config = paramiko.SSHConfig.from_text(text)
+        except paramiko.SSHException as exc:
+            raise ValueError(f"ssh_config {path} is not valid: {exc}") from None
+        #: directives paramiko does not follow, for a warning
+        self.ignored = sorted({line.split()[0] for line in text.splitlines()
+                               if line.strip() and line.split()[0].lower() == "include"})
+
+    def lookup(self, name: str) -> SshHostConfig:
+        """The honoured keys for ``name``; ValueError (naming the file and the name) when one is unusable."""
+        import paramiko
+
+        try:
+            found: Mapping[str, Any] = self._config.lookup(name)
+        except (paramiko.SSHException, OSError, ValueError) as exc:
+            raise ValueError(f"ssh_config {self.path}: looking up {name!r} failed: {exc}") from None
+        where = f"ssh_config {self.path} (Host {name})"
+        if "proxycommand" in found and str(found["proxycommand"]).lower() != NONE:
+            raise ValueError(f"{where}: ProxyCommand is not supported by camit; use ProxyJump (one hop)")
+        port = None
+        if "port" in found:
+            text = str(found["port"])
+            if not text.isdigit() or not 1 <= int(text) <= 65535:
+                raise ValueError(f"{where}: Port {text!r} is not a port number (1-65535)")
+            port = int(text)
+        jump = found.get("proxyjump")
+        if jump is not None and str(jump).lower() == NONE:
+            jump = None
+        if jump is not None and "," in str(jump):
+            raise ValueError(f"{where}: ProxyJump {jump!r} has several hops; camit supports one jump host")
+        files = found.get("identityfile") or []
+        hostname = found.get("hostname")
+        return SshHostConfig(
+            hostname=str(hostname) if hostname and hostname != name else None,
+            user=str(found["user"]) if found.get("user") else None,
+            port=port,
+            identity_file=Path(files[0]) if files else None,
+            proxy_jump=str(jump) if jump else None,
+        )
+
+
+def find(value: str | None, base: Path, environ: Mapping[str, str]) -> tuple[Path | None, bool]:
+    """The ssh_config file to read and whether it was named explicitly (a missing named file is an error).
+
+    ``value`` is ``defaults.ssh_config`` (relative to ``base``, ``~`` expanded with ``environ``'s HOME).
+    """
+    named = value if value is not None else environ.get(SSH_CONFIG_ENV) or None
+    if named is not None:
+        if named.strip().lower() == NONE:
+            return None, True
+        return Path(_expand(named, base, environ)), True
+    default = Path(_expand(DEFAULT_SSH_CONFIG, base, environ))
+    return (default if default.is_file() else None), False
+
+
+def _expand(value: str, base: Path, environ: Mapping[str, str]) -> str:
+    head, sep, rest = value.partition("/")
+    if head == "~":
+        value = (environ.get("HOME") or os.path.expanduser("~")) + sep + rest
+    elif head.startswith("~"):
+        value = os.path.expanduser(value)
+    return os.path.normpath(os.path.join(base, value))
