@@ -125,17 +125,23 @@ class RunContext:
             self.ensure_rundir()
         return True
 
-    def require_env(self) -> EnvConfig:
+    def loaded_env(self) -> EnvConfig:
+        """The env (``UsageError`` saying why there is none); asking for it does not put camit in use."""
         if self.env is None:
             if self.env_error:
                 raise pytest.UsageError(self.env_error)
             raise pytest.UsageError("this test needs a cluster: pass --env FILE (or set CAMIT_ENV)")
-        self.activate()
         return self.env
 
+    def require_env(self) -> EnvConfig:
+        """The env, for something that uses the cluster: camit is in use from now on (:meth:`activate`)."""
+        env = self.loaded_env()
+        self.activate()
+        return env
+
     def chosen_hosts(self) -> list[str]:
-        """The env's hosts this run uses: ``--hosts`` (in file order), less ``--exclude-hosts``."""
-        return chosen_hosts(self.require_env(), self.options)
+        """The env's hosts this run uses: ``--hosts`` (in file order), less ``--exclude-hosts``; not an activation."""
+        return chosen_hosts(self.loaded_env(), self.options)
 
     def host_names(self) -> list[str]:
         """The hosts this process drives: the chosen ones, or under pytest-xdist (-n N) the share the
