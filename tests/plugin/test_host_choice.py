@@ -26,7 +26,7 @@ RECORD_SHARE = textwrap.dedent("""
     @pytest.mark.parametrize("i", range(6))
     def test_share(camit, i, tmp_path_factory):
         worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
-        out = os.path.join(os.environ["CAMIT_TEST_RECORD"], f"share-{worker}.txt")
+        out = os.path.join(os.environ["CAMIT_TEST_RECORD"], f"hosts-{worker}.txt")
         with open(out, "w") as fh:
             fh.write(",".join(camit.host_names()))
 """)
@@ -40,7 +40,7 @@ def five(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch):
 
 
 def shares(pytester: pytest.Pytester) -> dict[str, str]:
-    return {p.stem.removeprefix("share-"): p.read_text() for p in (pytester.path / "record").glob("share-*.txt")}
+    return {p.stem.removeprefix("hosts-"): p.read_text() for p in (pytester.path / "record").glob("hosts-*.txt")}
 
 
 def test_hosts_and_exclude_hosts_choose_and_show(pytester, five):
@@ -84,7 +84,7 @@ CRASH = textwrap.dedent("""
         base = pathlib.Path(os.environ["CAMIT_TEST_RECORD"])
         worker = os.environ["PYTEST_XDIST_WORKER"]
         names = ",".join(camit.host_names())
-        with open(base / f"share-{worker}.txt", "w") as fh:
+        with open(base / f"hosts-{worker}.txt", "w") as fh:
             fh.write(names)
         if worker == "gw0" and not (base / "killed").exists():
             (base / "killed").write_text(names)
