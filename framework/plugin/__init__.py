@@ -2,7 +2,9 @@
 
 ``pytest suites/cam --env test_env.yaml`` — the env may also come from ``$CAMIT_ENV`` or the ini key
 ``camit_env``. Nothing touches a host until a test asks for the ``cluster``/``deployed``/``launcher``/
-``rank_suite`` fixtures (or is a ``BaseTest``), so the plugin is inert for ordinary test runs. pytest
+``rank_suite`` fixtures (or is a ``BaseTest``), so the plugin is inert for ordinary test runs; with only
+``$CAMIT_ENV`` or the ini key (no ``--env``) it makes nothing at all — no run folder, no JUnit, no env
+error — unless a test uses camit. pytest
 finds the hooks and fixtures as attributes of this module; each lives in its own module:
 
 - :mod:`.options` — the options and ini key, read once into a frozen ``Options``; the env-file rule;
@@ -12,6 +14,7 @@ finds the hooks and fixtures as attributes of this module; each lives in its own
   with the reason; the core policy marker;
 - :mod:`.xdist` — each worker's host share, the launch-first order, the round-robin first hand-out;
 - :mod:`.cores` — the core watch around every test that drives the cluster;
+- :mod:`.progress` — camit's events on the terminal (under ``-n`` forwarded in report sections), camit.log;
 - :mod:`.reporting` — header and repro line, the run folder's finalize, the terminal summary;
 - :mod:`.fixtures` — ``camit``, ``env``, ``cluster``, ``deployed``, ``launcher``, ``rank_suite``, ``run_ranks``;
 - :mod:`.hooks` — the hook functions, each handing its work to one of the above.
@@ -27,6 +30,7 @@ from framework.plugin.hooks import (
     pytest_configure,
     pytest_configure_node,
     pytest_keyboard_interrupt,
+    pytest_load_initial_conftests,
     pytest_report_header,
     pytest_runtest_call,
     pytest_runtest_setup,
@@ -47,7 +51,7 @@ __all__ = [
     "camit", "cluster", "context_of", "deployed", "env", "launcher", "open_leased_cluster", "rank_suite",
     "resources_of", "run_ranks",
     "pytest_addoption", "pytest_collection_modifyitems", "pytest_configure", "pytest_configure_node",
-    "pytest_keyboard_interrupt", "pytest_report_header", "pytest_runtest_call", "pytest_runtest_setup",
+    "pytest_keyboard_interrupt", "pytest_load_initial_conftests", "pytest_report_header", "pytest_runtest_call", "pytest_runtest_setup",
     "pytest_sessionfinish", "pytest_sessionfinish_exit_status", "pytest_terminal_summary", "pytest_testnodedown",
     "pytest_testnodeready", "pytest_unconfigure", "pytest_xdist_make_scheduler",
 ]

@@ -3,7 +3,15 @@
 One :class:`RunContext` per process (the controller and each xdist worker), made in
 ``pytest_configure`` from the :class:`~framework.plugin.options.Options`: the loaded env (or None:
 the plugin stays inert), the seed (a worker takes the controller's, so its repro line holds), the
-xdist ``workerinput``, the run folder and the coverage mode. It opens nothing on a host; the
+xdist ``workerinput``, the chosen hosts (``--hosts``/``--exclude-hosts``), the run folder and the
+coverage mode.
+
+camit is *in use* (:attr:`RunContext.active`) from the start with an explicit ``--env``; with only
+``$CAMIT_ENV`` or the ini key it becomes so when a collected test uses a camit fixture or is a
+``BaseTest`` (:meth:`RunContext.activate`, after collection), or when a camit fixture is first asked
+for. Until then nothing is made: the run folder is only planned (its path, handed to xdist
+workers), and an env that does not load is kept as :attr:`RunContext.env_error`, raised at
+activation as one line, so unrelated tests in a venv with ``$CAMIT_ENV`` run as without camit. It opens nothing on a host; the
 cluster, lease, deploy and launcher are the :mod:`~framework.plugin.resources`. The ``camit``
 fixture returns it. ``LAUNCHES_KEY`` is the per-test record of launches the core watch attributes
 cores to.
@@ -22,14 +30,15 @@ import pytest
 
 from framework.errors import ConfigError, FrameworkError
 from framework.plugin.options import Options
-from framework.plugin.xdist import host_share
+from framework.plugin.xdist import ShareBook, host_share
 
 if TYPE_CHECKING:
     from framework.config.effective import EnvConfig
     from framework.launch import LaunchResult
     from framework.report.folder import RunDir
 
-#: what pytest-xdist hands a worker (``node.workerinput``): workerid, workercount, camit_rundir, camit_seed
+#: what pytest-xdist hands a worker (``node.workerinput``): workerid, workercount, camit_rundir, camit_seed,
+#: camit_hosts (the worker's host share, from the controller's :class:`~framework.plugin.xdist.ShareBook`)
 WorkerInput = Mapping[str, object]
 
 CONTEXT_KEY = pytest.StashKey["RunContext"]()
@@ -50,6 +59,12 @@ class RunContext:
     rundir: RunDir | None = None
     cov_ranks: bool = False
     cov_summary: str = ""
+    #: why the env (from ``$CAMIT_ENV`` or the ini key, not ``--env``) did not load: raised at activation
+    env_error: str | None = None
+    #: camit is in use in this process (explicit ``--env``, or a test uses a camit fixture)
+    active: bool = False
+    #: the controller's hand-out of host shares under ``-n`` (made at the first worker)
+    shares: ShareBook | None = None
 
     @classmethod
     def from_config(cls, config: pytest.Config) -> RunContext:
@@ -63,6 +78,7 @@ class RunContext:
         else:
             seed = random.randint(0, 10000)
         env = None
+        env_error = None
         cov_ranks = False
         if options.env_path:
             from framework import coverage
@@ -71,9 +87,16 @@ class RunContext:
             try:
                 env = load(options.env_path)
                 cov_ranks = coverage.requested(options.cov_ranks)  # coverage mode: framework/coverage.py
-            except (ConfigError, FrameworkError) as exc:
-                raise pytest.UsageError(str(exc)) from None
-        return cls(config, options, env, seed, worker=worker, cov_ranks=cov_ranks)
+                chosen_hosts(env, options)
+            except (ConfigError, FrameworkError, pytest.UsageError) as exc:
+                if options.env_explicit or options.hosts or options.exclude_hosts:
+                    raise pytest.UsageError(str(exc)) from None
+                env, env_error = None, str(exc)  # $CAMIT_ENV alone: an error only once camit is used
+        elif options.hosts or options.exclude_hosts:
+            raise pytest.UsageError("--hosts/--exclude-hosts: no env file (pass --env FILE or set CAMIT_ENV)")
+        ctx = cls(config, options, env, seed, worker=worker, cov_ranks=cov_ranks, env_error=env_error)
+        ctx.active = env is not None and options.env_explicit
+        return ctx
 
     @property
     def case_timeout(self) -> float:
@@ -88,27 +111,102 @@ class RunContext:
         """Not an xdist worker: the process that writes the run's shared files."""
         return self.worker is None
 
-    def require_env(self) -> EnvConfig:
+    def activate(self) -> bool:
+        """camit is used in this process: the env must load (else ``UsageError``, one line naming the file),
+        the run folder is made (not under ``--collect-only``). Idempotent; False without any env file."""
+        if self.active:
+            return True
+        if not self.options.env_path:
+            return False
         if self.env is None:
+            raise pytest.UsageError(self.env_error or f"{self.options.env_path}: the env did not load")
+        self.active = True
+        if not self.config.option.collectonly:
+            self.ensure_rundir()
+        return True
+
+    def loaded_env(self) -> EnvConfig:
+        """The env (``UsageError`` saying why there is none); asking for it does not put camit in use."""
+        if self.env is None:
+            if self.env_error:
+                raise pytest.UsageError(self.env_error)
             raise pytest.UsageError("this test needs a cluster: pass --env FILE (or set CAMIT_ENV)")
         return self.env
 
-    def host_names(self) -> list[str]:
-        """The hosts this process drives: all of them, or under pytest-xdist (-n N) this worker's
-        own contiguous share, so that workers lease, deploy and launch on disjoint hosts."""
-        return host_share(list(self.require_env().hosts), self.worker)
+    def require_env(self) -> EnvConfig:
+        """The env, for something that uses the cluster: camit is in use from now on (:meth:`activate`)."""
+        env = self.loaded_env()
+        self.activate()
+        return env
 
-    def ensure_rundir(self) -> RunDir:
-        """The run folder: the controller's (a worker gets its path through ``workerinput``), made on first use."""
+    def chosen_hosts(self) -> list[str]:
+        """The env's hosts this run uses: ``--hosts`` (in file order), less ``--exclude-hosts``; not an activation."""
+        return chosen_hosts(self.loaded_env(), self.options)
+
+    def host_names(self) -> list[str]:
+        """The hosts this process drives: the chosen ones, or under pytest-xdist (-n N) the share the
+        controller handed this worker (``camit_hosts``), so that workers lease, deploy and launch on
+        disjoint hosts, and a replacement worker on the share of the one that died."""
+        chosen = self.chosen_hosts()
+        if self.worker is not None and "camit_hosts" in self.worker:
+            given = self.worker["camit_hosts"]
+            return [str(n) for n in given] if isinstance(given, list | tuple) else []
+        return host_share(chosen, self.worker)
+
+    def worker_share(self, worker_id: str, count: int) -> list[str] | None:
+        """The controller: the host share to hand the starting xdist worker ``worker_id`` (None: no env, or
+        fewer hosts than workers, which the worker then reports when it needs its hosts)."""
+        if self.env is None:
+            return None
+        try:
+            if self.shares is None:
+                self.shares = ShareBook(self.chosen_hosts(), count)
+            return self.shares.hand_out(worker_id)
+        except pytest.UsageError:
+            return None
+
+    def plan_rundir(self) -> RunDir:
+        """The run folder's path, not made yet (the controller hands it to xdist workers at once)."""
         if self.rundir is None:
-            from framework.report.folder import RunDir
+            from framework.report.folder import RunDir, new_run_id
 
             if self.worker is not None and self.worker.get("camit_rundir"):
                 path = Path(str(self.worker["camit_rundir"]))
                 self.rundir = RunDir(path, path.name)
             else:
-                self.rundir = RunDir.create(self.options.report_dir)
+                run_id = new_run_id()
+                self.rundir = RunDir(Path(self.options.report_dir) / run_id, run_id)
         return self.rundir
+
+    def in_use(self) -> bool:
+        """camit was used by this process or, under xdist, by a worker (which made the planned run folder)."""
+        return self.active or (self.rundir is not None and self.rundir.path.is_dir())
+
+    def ensure_rundir(self) -> RunDir:
+        """The run folder: the controller's (a worker gets its path through ``workerinput``), made on first use
+        (by whichever process uses camit first; ``latest`` points at it)."""
+        planned = self.plan_rundir()
+        if not planned.path.is_dir():
+            from framework.report.folder import RunDir
+
+            self.rundir = RunDir.create(planned.path.parent, planned.run_id)
+        return self.rundir or planned
+
+
+def chosen_hosts(env: EnvConfig, options: Options) -> list[str]:
+    """The env's hosts that ``--hosts`` / ``--exclude-hosts`` leave (file order); an unknown name or none left
+    is a ``UsageError`` naming the option, the host and the env file."""
+    known = list(env.hosts)
+    for flag, names in (("--hosts", options.hosts), ("--exclude-hosts", options.exclude_hosts)):
+        unknown = [n for n in names or () if n not in env.hosts]
+        if unknown:
+            raise pytest.UsageError(f"{flag} {','.join(names or ())}: unknown host {unknown[0]!r}: not in "
+                                    f"{env.source} (its hosts: {', '.join(known)})")
+    chosen = [n for n in known if (options.hosts is None or n in options.hosts)
+              and n not in (options.exclude_hosts or ())]
+    if not chosen:
+        raise pytest.UsageError(f"--hosts/--exclude-hosts leave no host of {env.source}")
+    return chosen
 
 
 def context_of(config: pytest.Config) -> RunContext:

@@ -28,8 +28,19 @@ if TYPE_CHECKING:
 
 @pytest.fixture(scope="session")
 def camit(request: pytest.FixtureRequest) -> RunContext:
-    """The run context: options, env, seed, the worker's host share (``host_names()``), run folder."""
-    return request.config.stash[CONTEXT_KEY]
+    """The run context: options, env, seed, the worker's host share (``host_names()``), run folder.
+
+    Asking for it puts camit in use (:meth:`RunContext.activate`): an env that does not load fails here, in one line.
+    """
+    ctx = request.config.stash[CONTEXT_KEY]
+    try:
+        if ctx.activate():
+            from framework.plugin import progress
+
+            progress.start(request.config, ctx)
+    except pytest.UsageError as exc:
+        pytest.fail(f"camit: {exc}", pytrace=False)
+    return ctx
 
 
 @pytest.fixture(scope="session")

@@ -1,7 +1,9 @@
 """camit's pytest hooks: each one reads the run context and hands the work to the module that owns it.
 
 Configure makes the :class:`~framework.plugin.context.RunContext` and the (unopened)
-:class:`~framework.plugin.resources.Resources` and stores both in ``config.stash``; the markers
+:class:`~framework.plugin.resources.Resources` and stores both in ``config.stash``; with an explicit
+``--env`` camit is in use at once, else only once a collected test uses a camit fixture or is a
+``BaseTest`` (:func:`pytest_collection_modifyitems`, :meth:`RunContext.activate`); the markers
 skip what the env cannot host (:mod:`~framework.plugin.markers`); under ``-n`` the collection is
 sorted and dealt by :mod:`~framework.plugin.xdist`; every test that drives the cluster runs inside
 the core watch (:mod:`~framework.plugin.cores`); session finish closes the resources and writes
@@ -20,9 +22,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import pytest
 
-from framework.plugin import cores, markers, reporting, xdist
+from framework.plugin import cores, markers, progress, reporting, xdist
 from framework.plugin.context import CONTEXT_KEY, RunContext, context_of
-from framework.plugin.options import add_options
+from framework.plugin.options import add_options, add_seed_alias
 from framework.plugin.resources import RESOURCES_KEY, Resources, resources_of
 from framework.plugin.signals import SIGNALS_KEY, Signals, name_cut_cases, signals_of
 
@@ -36,11 +38,23 @@ class WorkerNode(Protocol):
     config: pytest.Config
     workerinput: dict[str, object]
     workeroutput: dict[str, object]
-    gateway: Any
+    gateway: Any  # execnet's gateway (its ``id`` is the worker id)
+
+
+#: the fixtures that make a test a camit test (their dependants have them in ``fixturenames`` too)
+CAMIT_FIXTURES = frozenset({"camit", "env", "cluster", "deployed", "launcher", "rank_suite", "run_ranks"})
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     add_options(parser)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Parser,
+                                  args: list[str]) -> Generator[None, None, None]:
+    """After the initial conftests: ``--random_seed`` is camit's alias unless a conftest declared it."""
+    yield
+    add_seed_alias(parser)
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -55,21 +69,24 @@ def pytest_configure(config: pytest.Config) -> None:
         signals.install()
         config.pluginmanager.register(signals, "camit-signals")  # its hooks note the running tests
     if ctx.env is not None and ctx.is_controller and not config.option.collectonly:
-        # (--collect-only runs nothing: no run folder, no summary)
-        rundir = ctx.ensure_rundir()
-        # our run folder also holds pytest's own JUnit unless the user chose a path
+        # (--collect-only runs nothing: no run folder, no summary); the folder is made once camit is used
+        rundir = ctx.ensure_rundir() if ctx.active else ctx.plan_rundir()
+        # our run folder also holds pytest's own JUnit unless the user chose a path (written if camit is used)
         if not getattr(config.option, "xmlpath", None):
-            config.option.xmlpath = str(rundir.path / "junit.xml")
-        if getattr(config.option, "dist", "no") == "load" and getattr(config.option, "maxschedchunk", 0) is None:
-            # cluster tests are few and slow: xdist hands them out one at a time to whichever worker is
-            # free (its option for "a small number of slow tests"); see xdist.sort_for_workers
-            config.option.maxschedchunk = 1
+            reporting.register_junit(config, ctx, rundir.path / "junit.xml")
+    if ctx.active or (ctx.env is not None and ctx.is_controller and getattr(config.option, "dist", "no") != "no"):
+        progress.start(config, ctx)  # (an xdist controller prints its workers' events once camit is used)
+    if (ctx.active and ctx.is_controller and not config.option.collectonly
+            and getattr(config.option, "dist", "no") == "load" and getattr(config.option, "maxschedchunk", 0) is None):
+        # cluster tests are few and slow: xdist hands them out one at a time to whichever worker is
+        # free (its option for "a small number of slow tests"); see xdist.sort_for_workers
+        config.option.maxschedchunk = 1
 
 
 @pytest.hookimpl(tryfirst=True, optionalhook=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> xdist.ClusterScheduling | None:
     """A cluster run under ``-n``: the first tests (the launches, sorted first) are dealt one per worker."""
-    if context_of(config).env is None:
+    if not context_of(config).active:  # (with $CAMIT_ENV alone, unrelated tests keep xdist's own)
         return None
     return xdist.make_scheduler(config, log)
 
@@ -91,32 +108,63 @@ def pytest_testnodeready(node: WorkerNode) -> None:
 
 
 @pytest.hookimpl(optionalhook=True)
-def pytest_testnodedown(node: WorkerNode, error: object) -> None:
-    """pytest-xdist, controller: a worker that ended its session on an infrastructure failure ends the run's."""
-    ended = getattr(node, "workeroutput", {}).get("camit_exit")
-    resources = node.config.stash.get(RESOURCES_KEY, None)
-    if isinstance(ended, (list, tuple)) and resources is not None and resources.ended is None:
-        resources.ended = (int(ended[0]), str(ended[1]))
-
-
-@pytest.hookimpl(optionalhook=True)
 def pytest_configure_node(node: WorkerNode) -> None:
-    """pytest-xdist (``node`` is its ``WorkerController``): hand the run folder and the seed to a worker."""
+    """pytest-xdist (``node`` is its ``WorkerController``): hand the run folder, the seed and the host share
+    to a worker; a replacement for a worker that died gets the dead one's share (:class:`xdist.ShareBook`)."""
     ctx = context_of(node.config)
     if ctx.rundir is not None:
         node.workerinput["camit_rundir"] = str(ctx.rundir.path)
     node.workerinput["camit_seed"] = ctx.seed
+    share = ctx.worker_share(str(node.workerinput["workerid"]), int(str(node.workerinput["workercount"])))
+    if share is not None:
+        node.workerinput["camit_hosts"] = share
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: WorkerNode, error: object | None) -> None:
+    """pytest-xdist, controller: a worker that ended its session on an infrastructure failure ends the run's;
+    a worker that died gives its host share back, for the replacement xdist starts."""
+    ended = getattr(node, "workeroutput", {}).get("camit_exit")
+    resources = node.config.stash.get(RESOURCES_KEY, None)
+    if isinstance(ended, (list, tuple)) and resources is not None and resources.ended is None:
+        resources.ended = (int(ended[0]), str(ended[1]))
+    ctx = context_of(node.config)
+    if error and ctx.shares is not None:
+        ctx.shares.give_back(str(node.workerinput["workerid"]))
 
 
 def pytest_report_header(config: pytest.Config) -> list[str] | None:
     return reporting.header_lines(context_of(config))
 
 
+def uses_camit(item: pytest.Item) -> bool:
+    """The test asks for a camit fixture (or one that depends on one), or is a ``BaseTest`` method."""
+    if CAMIT_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+        return True
+    cls = getattr(item, "cls", None)
+    if cls is None:
+        return False
+    from framework.base_test import BaseTest
+
+    return issubclass(cls, BaseTest)
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under pytest-xdist: tests that launch across the cluster first, the largest world first."""
+    """camit is in use when a collected test uses it (an env that does not load then ends the session here,
+    with one line; under xdist a worker leaves it to the tests); under pytest-xdist: tests that launch
+    across the cluster first, the largest world first."""
     ctx = context_of(config)
-    if ctx.is_controller or ctx.env is None:
+    if not ctx.active and ctx.options.env_path and any(uses_camit(item) for item in items):
+        try:
+            ctx.activate()
+        except pytest.UsageError:
+            if ctx.is_controller:
+                raise
+        else:
+            progress.start(config, ctx)
+            reporting.show_header(config, ctx)
+    if ctx.is_controller or not ctx.active:
         return
     xdist.sort_for_workers(items, ctx.options.worlds)
 
@@ -176,6 +224,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         return
     resources = resources_of(session.config)
     resources.close()
+    progress.stop(session.config)  # camit.log closed before the folder is scrubbed
     signals = signals_of(session.config)
     error = None
     if resources.ended is not None:

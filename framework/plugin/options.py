@@ -5,6 +5,11 @@
 the plugin never calls ``config.getoption`` again. :func:`env_path` is the plugin's one rule for
 finding the env file (``--env``, else ``$CAMIT_ENV``, else the ini key ``camit_env``), and
 :class:`LeaseSettings` the lease's owner and wait from the environment.
+
+``--random_seed`` (the URMA harness's spelling) is an alias of ``--random-seed`` only when no conftest
+owns it: the URMA harness's root conftest registers ``--random_seed`` itself, and camit's plugin is
+loaded before conftests, so :func:`add_seed_alias` runs after the initial conftests
+(``pytest_load_initial_conftests``) and :func:`seed_of` then reads the conftest's value.
 """
 
 from __future__ import annotations
@@ -23,8 +28,13 @@ def add_options(parser: pytest.Parser) -> None:
     g = parser.getgroup("camit", "camit cluster tests")
     g.addoption("--env", dest="camit_env", metavar="FILE", default=None,
                 help="test_env.yaml (default: $CAMIT_ENV, else ini camit_env)")
-    g.addoption("--random-seed", "--random_seed", dest="camit_seed", type=int, default=None, metavar="N",
+    g.addoption("--random-seed", dest="camit_seed", type=int, default=None, metavar="N",
                 help="seed for every rank and every random case (printed with a repro line)")
+    g.addoption("--hosts", dest="camit_hosts", default=None, metavar="H1,H2",
+                help="only these hosts of the env (names from host_info); under -n the worker shares are cut "
+                     "from them")
+    g.addoption("--exclude-hosts", dest="camit_exclude_hosts", default=None, metavar="H1,H2",
+                help="leave these hosts of the env out (e.g. a broken one)")
     g.addoption("--case-timeout", dest="camit_case_timeout", type=float, default=600.0, metavar="S",
                 help="wall-clock limit of one launch across the cluster (default 600)")
     g.addoption("--report-dir", dest="camit_report_dir", default="reports", metavar="DIR",
@@ -58,6 +68,45 @@ def add_options(parser: pytest.Parser) -> None:
                 help="coverage of the rank-side tree and the op library on every host, combined into "
                      "<report>/coverage/ and coverage.xml (also ENABLE_COV=1)")
     parser.addini(ENV_INI, "default test_env.yaml for --env", default="")
+
+
+#: the URMA harness's spelling of ``--random-seed``
+SEED_ALIAS = "--random_seed"
+
+
+def _option_names(parser: pytest.Parser) -> dict[str, str]:
+    """Every option name already declared (any group, conftests' too) -> its ``dest``."""
+    groups = [parser._anonymous, *parser._groups]  # pytest's own attributes: the declared option groups
+    return {name: str(opt.dest) for group in groups for opt in group.options for name in opt.names()}
+
+
+def add_seed_alias(parser: pytest.Parser) -> None:
+    """After the initial conftests: ``--random_seed`` as camit's alias unless one of them declared it."""
+    if SEED_ALIAS not in _option_names(parser):
+        parser.getgroup("camit").addoption(SEED_ALIAS, dest="camit_seed", type=int, default=None, metavar="N",
+                                           help="the same as --random-seed")
+
+
+def seed_of(config: pytest.Config) -> int | None:
+    """The seed given: ``--random-seed``, else ``--random_seed`` (camit's alias, or a conftest's own option)."""
+    seed = config.getoption("camit_seed")
+    if seed is not None:
+        return int(seed)
+    dest = _option_names(config._parser).get(SEED_ALIAS)  # pytest's own attribute: the parser
+    if dest and dest != "camit_seed":
+        value = config.getoption(dest, None)
+        if value is not None and str(value).strip():
+            try:
+                return int(str(value))
+            except ValueError:
+                raise pytest.UsageError(f"{SEED_ALIAS} {value!r}: not an integer") from None
+    return None
+
+
+def split_names(text: str | None) -> tuple[str, ...] | None:
+    """``a, b,c`` -> ``("a", "b", "c")``; None or empty: None."""
+    names = tuple(n.strip() for n in text.split(",") if n.strip()) if text else ()
+    return names or None
 
 
 def env_path(config: pytest.Config, environ: Mapping[str, str] = os.environ) -> str | None:
@@ -95,7 +144,11 @@ class Options:
     """Every camit option of the run, read once; field names follow the option (``--no-deploy``: ``no_deploy``)."""
 
     env_path: str | None = None
+    #: ``--env`` was given on the command line (not only ``$CAMIT_ENV`` or the ini key): camit is in use at once
+    env_explicit: bool = False
     seed: int | None = None
+    hosts: tuple[str, ...] | None = None
+    exclude_hosts: tuple[str, ...] | None = None
     case_timeout: float = 600.0
     report_dir: str = "reports"
     core_policy: str = "fail"
@@ -122,7 +175,9 @@ class Options:
     def from_config(cls, config: pytest.Config, environ: Mapping[str, str] = os.environ) -> Options:
         opt = config.getoption
         return cls(
-            env_path=env_path(config, environ), seed=opt("camit_seed"), case_timeout=opt("camit_case_timeout"),
+            env_path=env_path(config, environ), env_explicit=bool(opt("camit_env")), seed=seed_of(config),
+            hosts=split_names(opt("camit_hosts")), exclude_hosts=split_names(opt("camit_exclude_hosts")),
+            case_timeout=opt("camit_case_timeout"),
             report_dir=opt("camit_report_dir"), core_policy=opt("camit_core_policy"),
             keep_remote=bool(opt("camit_keep_remote")), no_deploy=bool(opt("camit_no_deploy")),
             worlds_text=opt("camit_worlds"), slots=opt("camit_slots"),

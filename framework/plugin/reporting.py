@@ -5,12 +5,18 @@ seed and the command that reproduces the run (:func:`header_lines`); ``pytest_se
 after pytest's own junitxml wrote ``junit.xml`` — finishes the coverage report and writes
 ``cluster.xml``, ``manifest.json`` and ``index.html`` (:func:`finalize`); ``pytest_terminal_summary``
 prints the folder's one-screen summary (:func:`summary_lines`).
+
+All of it only once camit is in use (:meth:`~framework.plugin.context.RunContext.in_use`): pytest's
+JUnit goes to the run folder through the plugin's own writer (:func:`register_junit`, pytest's
+``LogXML``), which writes nothing when no test used camit; a run whose camit use was found after
+collection prints the header then (:func:`show_header`).
 """
 
 from __future__ import annotations
 
 import sys
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -37,19 +43,56 @@ def repro(config: pytest.Config, seed: int) -> str:
 def header_lines(ctx: RunContext) -> list[str] | None:
     """``pytest_report_header``: env, backend and seed; the report folder; the repro line (None: inert)."""
     env = ctx.env
-    if env is None:
+    if env is None or not ctx.active:
         return None
-    lines = [f"camit: env {env.source} ({len(env.hosts)} hosts: {', '.join(env.hosts)}), "
+    chosen = ctx.chosen_hosts()
+    lines = [f"camit: env {env.source} ({len(chosen)} hosts: {', '.join(chosen)}), "
              f"backend {env.launch.backend}, seed {ctx.seed}"]
+    left_out = [n for n in env.hosts if n not in chosen]
+    if left_out:
+        lines.append(f"camit: left out by --hosts/--exclude-hosts: {', '.join(left_out)}")
     if ctx.rundir is not None:
         lines.append(f"camit: report folder {ctx.rundir.path}")
     lines.append(f"camit: reproduce with: {repro(ctx.config, ctx.seed)}")
     return lines
 
 
+def show_header(config: pytest.Config, ctx: RunContext) -> None:
+    """camit found in use after collection (``$CAMIT_ENV`` or the ini key): its header lines now."""
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    lines = header_lines(ctx) if ctx.is_controller else None
+    if reporter is None or not lines:
+        return
+    reporter.ensure_newline()
+    for line in lines:
+        reporter.write_line(line)
+
+
+def register_junit(config: pytest.Config, ctx: RunContext, path: Path) -> None:
+    """pytest's JUnit writer (``LogXML``, as ``--junitxml`` would make it) into the run folder, writing only
+    if camit was used: with ``$CAMIT_ENV`` alone an unrelated run gets no file (and under xdist only the
+    controller, which collects nothing, sees every report: the writer must be there from the start)."""
+    from _pytest.junitxml import LogXML, xml_key
+
+    class CamitXML(LogXML):
+        def pytest_sessionfinish(self) -> None:
+            if ctx.in_use():
+                super().pytest_sessionfinish()
+
+        def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
+            if ctx.in_use():
+                super().pytest_terminal_summary(terminalreporter, config)
+
+    xml = CamitXML(str(path), config.option.junitprefix, config.getini("junit_suite_name"),
+                   config.getini("junit_logging"), config.getini("junit_duration_report"),
+                   config.getini("junit_family"), config.getini("junit_log_passing_tests"))
+    config.stash[xml_key] = xml
+    config.pluginmanager.register(xml, "camit-junitxml")
+
+
 def reports_here(ctx: RunContext) -> bool:
-    """This process writes the run folder's reports: an env, the controller, and a run folder made."""
-    return ctx.env is not None and ctx.is_controller and ctx.rundir is not None
+    """This process writes the run folder's reports: an env, the controller, and camit used (a folder made)."""
+    return ctx.env is not None and ctx.is_controller and ctx.rundir is not None and ctx.in_use()
 
 
 def finalize(ctx: RunContext, exitstatus: int, *, error: str | None = None) -> None:
@@ -63,10 +106,14 @@ def finalize(ctx: RunContext, exitstatus: int, *, error: str | None = None) -> N
         from framework import coverage
 
         ctx.cov_summary = coverage.finish(ctx.rundir.path)
+    extra = None
+    if ctx.env is not None and (ctx.options.hosts or ctx.options.exclude_hosts):
+        chosen = ctx.chosen_hosts()
+        extra = {"hosts_chosen": chosen, "hosts_left_out": [n for n in ctx.env.hosts if n not in chosen]}
     report.finalize(ctx.rundir.path, env=ctx.env, seed=ctx.seed,
                     argv=["pytest", *ctx.config.invocation_params.args], repro=repro(ctx.config, ctx.seed),
                     started=ctx.started,
-                    ended=time.time(), status=STATUS.get(int(exitstatus), "error"), error=error)
+                    ended=time.time(), status=STATUS.get(int(exitstatus), "error"), error=error, extra=extra)
 
 
 def summary_lines(ctx: RunContext) -> list[str] | None:

@@ -61,8 +61,8 @@ def resources_of(config: pytest.Config) -> Resources:
 
 
 def log_event(host: str, message: str) -> None:
-    """The deploy's and launcher's progress events, into the ``camit`` logger."""
-    log.info("%s: %s", host, message)
+    """The deploy's and launcher's progress events, into the ``camit`` logger (shown by :mod:`.progress`)."""
+    log.info("%s: %s", host, message, extra={"camit_event": (host, message)})
 
 
 def _release(lease: Lease) -> None:

@@ -13,6 +13,12 @@ worker's hosts and the second worker ran the cheap checks beside it, then idled:
 after the other on one half of the cluster. ``ClusterScheduling`` hands the first chunk out in turns,
 one test per worker per round, so the heaviest tests start at once, one on each worker's host share.
 Everything after the first hand-out is xdist's own (``check_schedule``: whoever is free takes the next).
+
+Host shares come from the controller: :class:`ShareBook` cuts the chosen hosts (``--hosts`` /
+``--exclude-hosts``) into one share per worker and hands one to each worker as it starts
+(``pytest_configure_node``: ``workerinput["camit_hosts"]``). A worker that dies gives its share back
+(``pytest_testnodedown`` with an error), and the replacement xdist starts under a new id (``gw2`` of
+two workers) gets it, instead of computing an empty share from its id.
 """
 
 from __future__ import annotations
@@ -93,6 +99,38 @@ def host_share(names: Sequence[str], worker: Mapping[str, object] | None) -> lis
     share, extra = divmod(len(names), count)
     start = index * share + min(index, extra)
     return names[start:start + share + (1 if index < extra else 0)]
+
+
+class ShareBook:
+    """The controller's hand-out of host shares to xdist workers, one per worker, a dead worker's to its replacement."""
+
+    def __init__(self, names: Sequence[str], count: int) -> None:
+        self.names = list(names)
+        self.count = count
+        self.held: dict[str, int] = {}  # worker id -> share index
+        self.free: list[int] = []  # shares of dead workers, for their replacements
+
+    def share(self, index: int) -> list[str]:
+        return host_share(self.names, {"workerid": f"gw{index}", "workercount": self.count})
+
+    def hand_out(self, worker_id: str) -> list[str]:
+        """The share of a starting worker: its own (``gwK``, K below the count), else a dead worker's.
+
+        Raises ``UsageError`` when the hosts are fewer than the workers (as :func:`host_share`).
+        """
+        index = int(worker_id.lstrip("gw") or 0) if worker_id.lstrip("gw").isdigit() else -1
+        if not 0 <= index < self.count or index in self.held.values():
+            if not self.free:
+                raise pytest.UsageError(f"no host share left for xdist worker {worker_id}")
+            index = self.free.pop(0)
+        self.held[worker_id] = index
+        return self.share(index)
+
+    def give_back(self, worker_id: str) -> None:
+        """A worker died: its share waits for the replacement xdist starts."""
+        index = self.held.pop(worker_id, None)
+        if index is not None:
+            self.free.append(index)
 
 
 def cluster_weight(item: pytest.Item, worlds: frozenset[int] | None) -> int:
