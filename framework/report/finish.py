@@ -1,9 +1,10 @@
 """The end of a run: :func:`finalize` writes ``cluster.xml``, ``manifest.json`` and ``index.html`` from
-whatever the run folder holds, and never raises.
+whatever the run folder holds, and never raises; for a CI server also ``perf.csv`` (when the run measured
+performance) and ``summary.txt`` (:mod:`framework.report.ci`).
 
-Each file comes from its own module (:mod:`framework.report.junit`, :mod:`framework.report.manifest`,
-:mod:`framework.report.html`), in that order — the manifest lists ``cluster.xml`` with its sha256, the page
-shows the manifest — after every other file of the folder went through one
+Each file comes from its own module (:mod:`framework.report.junit`, :mod:`framework.report.ci`,
+:mod:`framework.report.manifest`, :mod:`framework.report.html`), in that order — the manifest lists
+``cluster.xml`` and ``perf.csv`` with their sha256, the page and ``summary.txt`` show the manifest — after every other file of the folder went through one
 :class:`~framework.report.scrub.Scrubber` built from the env (:func:`~framework.report.scrub.scrub_folder`),
 and each of the three scrubs the values it writes with it too. A
 file that cannot be built is replaced by its module's minimal fallback saying so and listed in the
@@ -18,6 +19,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from framework.report.ci import write_fallback_summary, write_perf_csv, write_summary_txt
 from framework.report.html import write_fallback_index, write_index
 from framework.report.junit import CoreRecord, fold_case_properties, write_cluster_junit, write_fallback_cluster
 from framework.report.manifest import write_fallback_manifest, write_manifest
@@ -36,7 +38,8 @@ def _keep(root: Path, status: str, error: str, problem: str) -> None:
 
 
 def finalize(rundir_path: str | os.PathLike[str], *, cores: Sequence[CoreRecord] = (), **manifest_kwargs: Any) -> None:
-    """Write ``cluster.xml``, ``manifest.json`` and ``index.html`` from whatever the folder holds (and keep
+    """Write ``cluster.xml``, ``perf.csv``, ``manifest.json``, ``index.html`` and ``summary.txt`` from whatever
+    the folder holds (and keep
     pytest's ``junit.xml`` junit-10 valid: :func:`~framework.report.junit.fold_case_properties`), every
     file of the folder scrubbed of the env's secrets first (:func:`~framework.report.scrub.scrub_folder`).
 
@@ -63,9 +66,11 @@ def finalize(rundir_path: str | os.PathLike[str], *, cores: Sequence[CoreRecord]
         ("scrub", lambda: scrub_folder(root, scrub), _keep),
         ("cluster.xml", lambda: write_cluster_junit(root, cores, scrub=scrub, status=status, error=err_text),
          write_fallback_cluster),
+        ("perf.csv", lambda: write_perf_csv(root, scrub=scrub), _keep),
         ("manifest.json", lambda: write_manifest(root, scrub=scrub, report_errors=problems, **kw),
          write_fallback_manifest),
         ("index.html", lambda: write_index(root, scrub=scrub), write_fallback_index),
+        ("summary.txt", lambda: write_summary_txt(root, scrub=scrub), write_fallback_summary),
     ]
     for name, step, fallback in steps:
         try:

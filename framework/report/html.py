@@ -7,10 +7,18 @@ a per-host timeline of the phases (connect, deploy, launch, run, collect, teardo
 recorded in ``phases.json`` or, striped, estimated from the deploy and launch files), a
 grid of rank outcomes per launch linking to each rank's log, JUnit and core backtrace,
 the problems in detail, core dumps, the controller's own tests, deployed versions and
-every collected file. CSS and JavaScript come from ``framework/data`` and are inlined;
-the page loads nothing from anywhere and works without JavaScript. Every link is relative
-to the run folder. :func:`write_index` writes the page into the folder,
-:func:`write_fallback_index` the minimal page left when it cannot be built.
+every collected file. Every link is relative to the run folder.
+
+The page has no inline ``<style>``, ``<script>`` or ``style=`` attribute, so it keeps its layout under
+a Content-Security-Policy such as Jenkins' default for archived files (``sandbox; default-src 'none';
+img-src 'self'; style-src 'self';``): its stylesheet ``report.css`` (from ``framework/data``) is
+copied into the run folder beside it (:data:`ASSETS`), the timeline is SVG whose positions are
+attributes (``x``, ``width``: CSP governs ``<style>`` elements and ``style`` attributes, not
+presentation attributes), colours come from classes. Nothing needs JavaScript: the "problems only"
+filter is a checkbox and CSS; ``report.js`` (copied beside it too, blocked by that policy) only opens
+the ``<details>`` a link points to and shows local times on hover. :func:`write_index` writes the
+page and its assets into the folder, :func:`write_fallback_index` the minimal page left when it
+cannot be built.
 """
 
 from __future__ import annotations
@@ -34,7 +42,10 @@ from framework.report.model import OUTCOMES, PHASE_ORDER, Phase, RankView, RunVi
 if TYPE_CHECKING:
     from framework.report.scrub import Scrub
 
-__all__ = ["render", "write_fallback_index", "write_index"]
+__all__ = ["ASSETS", "render", "write_fallback_index", "write_index"]
+
+#: the files of ``framework/data`` that ``index.html`` loads, copied beside it into the run folder
+ASSETS = ("report.css", "report.js")
 
 #: the scrubber of the page being rendered: every value goes through it before it is escaped
 _SCRUB: ContextVar[Scrub | None] = ContextVar("camit_report_scrub", default=None)
@@ -47,13 +58,19 @@ def escape(text: str, quote: bool = True) -> str:
     return _html.escape(scrub(text) if scrub is not None else text, quote)
 
 
+#: the height of one timeline lane (px; a bar is 18 px)
+_LANE = 21
 _NICE_STEPS = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 14400, 28800, 86400)
 
 
 def write_index(rundir_path: str | os.PathLike[str], *, scrub: Scrub | None = None) -> Path:
-    """Write ``index.html``: offline page with the phase timeline and the rank grid (``scrub``: secrets out)."""
+    """Write ``index.html`` and its :data:`ASSETS`: offline page with the phase timeline and the rank grid
+    (``scrub``: secrets out)."""
     root = Path(rundir_path)
-    return write_atomic(root / "index.html", render(read_run(root), scrub=scrub))
+    page = render(read_run(root), scrub=scrub)
+    for name in ASSETS:
+        write_atomic(root / name, _asset(name))
+    return write_atomic(root / "index.html", page)
 
 
 def write_fallback_index(root: Path, status: str, error: str, problem: str) -> Path:
@@ -82,7 +99,7 @@ def _render(run: RunView) -> str:
         "<!doctype html>\n<html lang='en'><head><meta charset='utf-8'>",
         "<meta name='viewport' content='width=device-width, initial-scale=1'>",
         f"<title>camit {escape(run.run_id)} — {escape(status)}</title>",
-        f"<style>{_asset('report.css')}</style></head>",
+        "<link rel='stylesheet' href='report.css'><script src='report.js' defer></script></head>",
         f"<body class='status-{_cls(status)}'>",
         _header(run, status),
         "<main>",
@@ -97,7 +114,6 @@ def _render(run: RunView) -> str:
         _files(run),
         f"<footer>camit {escape(__version__)} · report of {escape(str(run.path.resolve()))}</footer>",
         "</main>",
-        f"<script>{_asset('report.js')}</script>",
         "</body></html>\n",
     ]
     return "\n".join(p for p in parts if p)
@@ -142,7 +158,7 @@ def _header(run: RunView, status: str) -> str:
                   if repro else "")
     first = ("cluster.xml", "junit.xml", "manifest.json", "phases.json", "deploy-manifest.json")
     others = sorted(p.name for p in run.path.iterdir() if p.is_file() and not p.name.startswith(".")
-                    and p.name not in first and p.name != "index.html") if run.path.is_dir() else []
+                    and p.name not in first and p.name not in ("index.html", *ASSETS)) if run.path.is_dir() else []
     links = [n for n in first if (run.path / n).exists()] + others
     nav = "".join(f"<a href='{_href(n)}'>{escape(n)}</a>" for n in links)
     return (f"<header><div class='inner'><h1>camit run <code>{escape(run.run_id)}</code>"
@@ -231,27 +247,32 @@ def _timeline(phases: Sequence[Phase], manifest: dict[str, Any]) -> str:
     def pct(x: float) -> float:
         return max(0.0, min(100.0, (x - t0) / span * 100))
 
-    ticks = "".join(f"<span class='tl-tick' style='left:{pct(t0 + s):.3f}%'>{_tick_label(s)}</span>"
-                    for s in _ticks(span))
-    rows = [f"<div class='tl-axis'><div></div><div class='tl-scale'>{ticks}</div></div>"]
+    def anchor(x: float) -> str:
+        return "start" if x < 2 else "end" if x > 97 else "middle"
+
+    ticks = "".join(f"<text class='tl-tick' x='{pct(t0 + s):.3f}%' y='13' text-anchor='{anchor(pct(t0 + s))}'>"
+                    f"{_tick_label(s)}</text>" for s in _ticks(span))
+    rows = [f"<div class='tl-axis'><div></div><svg class='tl-scale' width='100%' height='18' aria-hidden='true'>"
+            f"{ticks}</svg></div>"]
     for host in dict.fromkeys(p.host for p in phases):
         placed = _lanes([p for p in phases if p.host == host])
-        height = (max(lane for _, lane in placed) + 1) * 21
+        height = (max(lane for _, lane in placed) + 1) * _LANE
         segs = []
         for p, lane in placed:
             left, width = pct(p.start), max(pct(p.end) - pct(p.start), 0.25)
             tip = (f"{host} {p.phase}: {dur(p.duration)} ({(iso(p.start) or '')[11:19]}–{(iso(p.end) or '')[11:19]} UTC)"
                    + (f" — {p.detail}" if p.detail else "") + (" — estimated" if p.derived else ""))
-            segs.append(f"<div class='seg ph-{_cls(p.phase)}{' derived' if p.derived else ''}' data-phase='"
-                        f"{escape(p.phase, quote=True)}' style='left:{left:.3f}%;width:{width:.3f}%;top:{lane * 21 + 2}px'"
-                        f" title='{escape(tip, quote=True)}'>{escape(p.phase)} {escape(dur(p.duration))}</div>")
+            # a nested <svg> per segment: positioned by attributes, and it clips its label to the bar
+            segs.append(f"<svg class='seg ph-{_cls(p.phase)}{' derived' if p.derived else ''}' data-phase='"
+                        f"{escape(p.phase, quote=True)}' x='{left:.3f}%' y='{lane * _LANE + 2}' width='{width:.3f}%' "
+                        f"height='18'><title>{escape(tip, quote=False)}</title><rect width='100%' height='100%' rx='3'/>"
+                        f"<text x='4' y='13'>{escape(p.phase)} {escape(dur(p.duration))}</text></svg>")
         rows.append(f"<div class='tl-row' data-host='{escape(host, quote=True)}'><div class='tl-host' title="
-                    f"'{escape(host, quote=True)}'>{escape(host)}</div><div class='tl-track' style='height:"
-                    f"{height + 2}px'>{''.join(segs)}</div></div>")
+                    f"'{escape(host, quote=True)}'>{escape(host)}</div><svg class='tl-track' width='100%' height='"
+                    f"{height + 2}' role='img' aria-label='{escape(host, quote=True)} phases'>{''.join(segs)}</svg></div>")
     names = sorted({p.phase for p in phases}, key=lambda n: (_phase_rank(n), n))
-    legend = "".join(f"<span><i class='seg-key ph-{_cls(n)}' style='background-color:var(--{_cls(n)}, var(--other))'>"
-                     f"</i>{escape(n)}</span>" for n in names)
-    legend += "<span><i style='background:repeating-linear-gradient(135deg,#999 0 3px,#ccc 3px 6px)'></i>estimated</span>"
+    legend = "".join(f"<span><i class='seg-key ph-{_cls(n)}'></i>{escape(n)}</span>" for n in names)
+    legend += "<span><i class='seg-key derived'></i>estimated</span>"
     return head + f"<div class='card'>{''.join(rows)}<div class='legend'>{legend}</div></div></section>"
 
 
@@ -303,9 +324,10 @@ def _grid(run: RunView) -> str:
     if not run.ranks:
         return ("<section id='ranks'><h2>Ranks</h2><p class='muted'>No launch was recorded in this run "
                 "(no launch-*.json, no &lt;host&gt;/rank*.* files).</p></section>")
+    # the filter is a checkbox and a CSS rule (a sibling selector): it works where scripts are blocked
     out = ["<section id='ranks'><h2>Ranks</h2>",
-           "<div class='filters'><button type='button' class='on' data-mode='all'>all ranks</button>"
-           "<button type='button' data-mode='problems'>problems only</button></div>"]
+           "<input type='checkbox' id='only-problems' class='filter-toggle'>"
+           "<label for='only-problems' class='filter'>problems only</label>"]
     for lv in run.launches:
         d = lv.data
         info = [f"world size {lv.world_size}", f"{len(d.get('nodes') or {})} nodes"]

@@ -386,7 +386,8 @@ def test_finalize_after_an_interruption_leaves_a_consistent_folder(tmp_path):
     report.record_phase(run, "node1", "connect", sr.T0, sr.T0 + 1)
     report.finalize(run, status="interrupted", error=KeyboardInterrupt(), argv=["pytest", "tests"], seed=3)
     assert sorted(p.name for p in run.iterdir() if p.is_file()) == [
-        ".phases.json.lock", "cluster.xml", "index.html", "manifest.json", "phases.json"]
+        ".phases.json.lock", "cluster.xml", "index.html", "manifest.json", "phases.json", "report.css", "report.js",
+        "summary.txt"]
     m = json.loads((run / "manifest.json").read_text())
     assert (m["status"], m["error"]) == ("interrupted", "KeyboardInterrupt: ")
     assert m["started"]["epoch"] == sr.T0  # from the first recorded phase
@@ -399,10 +400,11 @@ def test_finalize_after_an_interruption_leaves_a_consistent_folder(tmp_path):
     assert "interrupted" in (run / "index.html").read_text()
 
 
-def test_finalize_on_a_missing_folder_writes_the_three_files(tmp_path):
+def test_finalize_on_a_missing_folder_writes_the_report_files(tmp_path):
     run = tmp_path / "never-started"
     report.finalize(run, status="error", error="could not load env")
-    assert {p.name for p in run.iterdir()} == {"cluster.xml", "manifest.json", "index.html"}
+    assert {p.name for p in run.iterdir()} == {"cluster.xml", "manifest.json", "index.html", "report.css", "report.js",
+                                               "summary.txt"}
     assert report_junit.validate_junit(run / "cluster.xml") == []
     assert json.loads((run / "manifest.json").read_text())["error"] == "could not load env"
 

@@ -1,4 +1,5 @@
-"""index.html: self-contained, and it really renders — checked in headless Chromium.
+"""index.html: self-contained, and it really renders — checked in headless Chromium, also under Jenkins'
+default Content-Security-Policy for archived files (served over HTTP on 127.0.0.1 with that header).
 
 The Chromium tests skip with a reason when no ``chromium`` is installed (Debian:
 ``apt-get install -y chromium``; the Makefile installs it for CI).
@@ -6,11 +7,16 @@ The Chromium tests skip with a reason when no ``chromium`` is installed (Debian:
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import http.server
 import re
 import shutil
 import struct
 import subprocess
+import threading
 import zlib
+from collections.abc import Iterator
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -25,6 +31,8 @@ DATA = Path(__file__).resolve().parents[1] / "data"
 sr = sample_run()
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 needs_chromium = pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (apt-get install -y chromium)")
+#: Jenkins' default Content-Security-Policy for files it serves from a build (archived artifacts, workspace)
+JENKINS_CSP = "sandbox; default-src 'none'; img-src 'self'; style-src 'self';"
 
 
 @pytest.fixture(scope="module")
@@ -37,11 +45,37 @@ def run(tmp_path_factory) -> Path:
     return path
 
 
-def chromium(args: list[str], tmp_path: Path) -> subprocess.CompletedProcess:
+def chromium(args: list[str], tmp_path: Path, profile: str = "chromium-profile") -> subprocess.CompletedProcess:
     argv = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
             "--disable-background-networking", "--disable-component-update", "--disable-sync", "--hide-scrollbars",
-            f"--user-data-dir={tmp_path / 'chromium-profile'}", *args]
+            f"--user-data-dir={tmp_path / profile}", *args]
     return subprocess.run(argv, capture_output=True, text=True, timeout=120, check=True)
+
+
+@contextlib.contextmanager
+def serve(root: Path, csp: str | None) -> Iterator[str]:
+    """The folder ``root`` over HTTP on 127.0.0.1 (an ephemeral port), every response with the
+    ``Content-Security-Policy`` header ``csp`` when given; yields the base URL."""
+
+    class Handler(http.server.SimpleHTTPRequestHandler):
+        def end_headers(self) -> None:
+            if csp:
+                self.send_header("Content-Security-Policy", csp)
+            self.send_header("Cache-Control", "no-store")
+            super().end_headers()
+
+        def log_message(self, format, *args):  # noqa: A002 - the base class's name
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Handler, directory=str(root)))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=10)
 
 
 def png_pixels(path: Path, max_rows: int) -> tuple[int, int, list[bytes]]:
@@ -108,11 +142,28 @@ class Dom(HTMLParser):
 
 def test_index_loads_nothing_from_outside(run):
     html = (run / "index.html").read_text()
-    assert "<style>" in html and "<script>" in html
     assert not re.search(r"\b(src|href)\s*=\s*['\"]?(https?:)?//", html)
-    assert not re.search(r"<link\b|<script\s+src|@import|url\(\s*['\"]?https?:", html)
+    assert not re.search(r"@import|url\(\s*['\"]?https?:", html)
+    # what it loads is its own stylesheet and script, copied beside it from the package
+    assert re.findall(r"<link\b[^>]*>", html) == ["<link rel='stylesheet' href='report.css'>"]
+    assert re.findall(r"<script\b[^>]*>", html) == ["<script src='report.js' defer>"]
+    for name in ("report.css", "report.js"):
+        assert (run / name).read_bytes() == (Path(report.__file__).parents[1] / "data" / name).read_bytes()
     for href in re.findall(r"href='([^'#]+)'", html):  # every link stays inside the run folder
         assert not href.startswith(("/", "..")) and (run / href).exists(), href
+
+
+def test_index_has_no_inline_style_or_script(run):
+    """A Content-Security-Policy with ``style-src 'self'`` (Jenkins' default) blocks ``<style>`` elements,
+    ``style=`` attributes and inline scripts: the page has none; positions and colours are SVG
+    attributes and classes."""
+    html = (run / "index.html").read_text()
+    assert not re.search(r"<style\b", html, re.I)
+    assert not re.search(r"<[a-z][^>]*\sstyle\s*=", html, re.I)
+    assert not re.search(r"<script\b(?![^>]*\bsrc=)", html, re.I)
+    assert not re.search(r"\son[a-z]+\s*=", html, re.I)  # no inline event handlers either
+    assert "<svg class='tl-track'" in html and re.search(r"<svg class='seg ph-deploy[^']*' data-phase='deploy' "
+                                                          r"x='[0-9.]+%' y='\d+' width='[0-9.]+%'", html)
 
 
 def test_index_of_an_interrupted_run_without_launches(tmp_path):
@@ -151,6 +202,42 @@ def test_index_renders_in_headless_chromium(run, tmp_path):
     text = " ".join(dom.text)
     assert "cam::dispatch_prefill" in text and "Fatal Python error: Segmentation fault" in text
     assert {r["data-host"] for r in dom.find("div", class_="tl-row")} == {"node1", "node2"}
-    phases = {s["data-phase"] for s in dom.find("div", class_="seg .*")}
+    phases = {s["data-phase"] for s in dom.find("svg", class_="seg .*")}
     assert phases == {"connect", "deploy", "launch", "run", "collect", "teardown"}
     assert "python -m pytest tests/cluster --env-file env/lab.yaml --random-seed 1234" in text
+
+
+def screenshot(shot: Path, height: int) -> tuple[list[bytes], set[bytes]]:
+    """The screenshot's rows (bytes each) and the set of its RGB colours."""
+    width, bpp, rows = png_pixels(shot, max_rows=height)
+    assert width == 1280 and len(rows) == height
+    return rows, {row[i:i + 3] for row in rows for i in range(0, len(row), bpp)}
+
+
+@needs_chromium
+def test_index_under_jenkins_csp_renders_as_without_it(run, tmp_path):
+    """Served with Jenkins' default CSP the page looks exactly as without it (the stylesheet beside it is
+    'self'; the timeline's positions are SVG attributes), and Chromium refuses nothing: only the script
+    is blocked (``sandbox`` without ``allow-scripts``), and the page does not need it."""
+    shots, logs, doms = {}, {}, {}
+    for name, csp in (("plain", None), ("jenkins", JENKINS_CSP)):
+        with serve(run, csp) as url:
+            shots[name] = tmp_path / f"{name}.png"
+            done = chromium(["--window-size=1280,1100", f"--screenshot={shots[name]}", "--dump-dom",
+                             "--enable-logging=stderr", "--v=0", url + "index.html"], tmp_path, profile=f"profile-{name}")
+            logs[name], doms[name] = done.stderr, Dom(done.stdout)
+    # Chromium's console says "Refused to apply inline style …" or "Applying inline style violates the
+    # following Content Security Policy directive …", depending on its version
+    refused = [line for name in logs for line in logs[name].splitlines()
+               if "Refused" in line or "Content Security Policy" in line]
+    assert not refused, refused
+    # the header really reached Chromium: the script ran without it and was blocked with it
+    (plain_body,), (csp_body,) = doms["plain"].find("body"), doms["jenkins"].find("body")
+    assert plain_body.get("data-js") == "ready" and "data-js" not in csp_body
+    assert "Blocked script execution" in logs["jenkins"] and "allow-scripts" in logs["jenkins"]
+    (plain, _), (csp, colours) = screenshot(shots["plain"], 1100), screenshot(shots["jenkins"], 1100)
+    differing = [y for y, (a, b) in enumerate(zip(plain, csp)) if a != b]
+    assert not differing, f"{len(differing)} screenshot rows differ, first at y={differing[0]}"
+    # and what both show is the styled page: the phase colours of the timeline and the outcome colours
+    for colour in ("3d7fbf", "8a63c6", "2f8f46", "d9822b", "c0392b"):  # deploy, launch, pass/run, fail, crash
+        assert bytes.fromhex(colour) in colours, colour

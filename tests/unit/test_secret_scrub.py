@@ -83,8 +83,8 @@ def test_a_password_leaked_everywhere_leaves_every_report_file_valid_and_free_of
     manifest = json.loads((run / "manifest.json").read_text())
     assert manifest["status"] == "failed" and manifest["hosts"] and not manifest.get("report_problems")
     page = (run / "index.html").read_text(encoding="utf-8")
-    assert (REPO / "framework/data/report.js").read_text(encoding="utf-8") in page  # the page's script untouched
-    assert (REPO / "framework/data/report.css").read_text(encoding="utf-8") in page
+    for asset in ("report.js", "report.css"):  # the page's script and stylesheet, beside it, untouched
+        assert (run / asset).read_bytes() == (REPO / "framework/data" / asset).read_bytes()
     files = [p for p in run.rglob("*") if p.is_file() and not p.name.startswith(".") and "cores" not in p.parts]
     for p in files:
         assert not [v for v in _values(p) if marker in v], p.relative_to(run)
@@ -96,6 +96,7 @@ def test_a_password_leaked_everywhere_leaves_every_report_file_valid_and_free_of
     assert any("[***]" in v for v in _values(run / "cluster.xml"))
     assert any("[***]" in v for v in _values(run / "junit.xml"))
     assert "[***]" in html.unescape(page)
+    assert "[***]" in (run / "summary.txt").read_text()  # the build description: the error and the failures
     assert "[***]" in json.dumps(json.loads((run / "deploy-manifest.json").read_text()))
 
 

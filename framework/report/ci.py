@@ -1,0 +1,154 @@
+"""Two small files of a run folder for a CI server: ``summary.txt`` and ``perf.csv``.
+
+:func:`write_summary_txt` writes ``summary.txt``, a short plain-text block a Jenkinsfile can put in
+the build description (``currentBuild.description = readFile(...)``): the verdict, the counts, the
+run id, the hosts, the failing tests and ranks by name (at most :data:`MAX_NAMED`) and the line that
+reproduces the run (``manifest.json``'s ``command.repro``, the one ``index.html`` and the terminal
+summary show). It is built from the finished folder (:func:`framework.report.model.read_run`), every
+line put through the run's scrubber before it is written, like every other report file.
+
+:func:`write_perf_csv` writes ``perf.csv`` for the Jenkins Plot plugin from the ``perf-<case>.json``
+files the performance tests leave in the folder (``{"cluster", "numbers": {metric: value}}``): the
+plugin's CSV series takes the first row as the labels and plots the row under it, one point per
+column and build, so the file is one row of labels ``<case>.<metric>`` and one row of values. No
+``perf-*.json``, no ``perf.csv``. Both are written by :func:`framework.report.finish.finalize`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import io
+import json
+import math
+import os
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from framework.report.fmt import dur, short
+from framework.report.folder import write_atomic
+from framework.report.model import OUTCOMES, RunView, case_counts, read_run
+
+if TYPE_CHECKING:
+    from framework.report.scrub import Scrub
+
+__all__ = ["MAX_NAMED", "perf_table", "summary_text", "write_fallback_summary", "write_perf_csv", "write_summary_txt"]
+
+#: failing tests and ranks named in summary.txt; the rest are counted
+MAX_NAMED = 8
+_MAX_HOSTS = 8
+_WIDTH = 160
+
+
+def write_summary_txt(rundir_path: str | os.PathLike[str], *, scrub: Scrub | None = None) -> Path:
+    """Write ``summary.txt`` (:func:`summary_text`) into the run folder."""
+    root = Path(rundir_path)
+    return write_atomic(root / "summary.txt", summary_text(read_run(root), scrub=scrub) + "\n")
+
+
+def write_fallback_summary(root: Path, status: str, error: str, problem: str) -> Path:
+    """The ``summary.txt`` left when it cannot be built: the status, the error and the ``problem``."""
+    lines = [f"camit {status.upper()} · run {root.resolve().name}"] + ([f"error: {short(error, 120)}"] if error else [])
+    return write_atomic(root / "summary.txt", "\n".join([*lines, f"summary.txt could not be built: {problem}"]) + "\n")
+
+
+def summary_text(run: RunView, *, scrub: Scrub | None = None) -> str:
+    """The build-description block of ``run``: a few plain lines, no markup, secrets scrubbed."""
+    m = run.manifest
+    keep = scrub or str
+    head = f"camit {str(m.get('status') or 'unknown').upper()} · run {run.run_id}"
+    if m.get("duration") is not None:
+        head += f" · {dur(float(m['duration']))}"
+    lines = [head]
+    if m.get("error"):
+        lines.append("error: " + short(str(m["error"]), 120))
+    hosts = run.hosts
+    if hosts:
+        shown = ", ".join(hosts[:_MAX_HOSTS]) + (f" (+{len(hosts) - _MAX_HOSTS} more)" if len(hosts) > _MAX_HOSTS else "")
+        lines.append(f"hosts ({len(hosts)}): {shown}")
+    counts = []
+    cluster = _cluster_root(run.path)
+    if cluster is not None:
+        counts.append("cluster.xml " + _counts(case_counts(cluster.iter("testcase"))))
+    if run.junit:
+        counts.append("junit.xml " + _counts(run.junit))
+    if counts:
+        lines.append(" · ".join(counts))
+    ranks = [f"{n} {o}" for o in OUTCOMES if (n := sum(r.outcome == o for r in run.ranks))]
+    if run.cores:
+        ranks.append(f"{len(run.cores)} core dump" + ("s" if len(run.cores) > 1 else ""))
+    if ranks:
+        lines.append("ranks: " + ", ".join(ranks))
+    named = _failures(run, cluster)
+    if named:
+        lines.append(f"failed ({len(named)}):")
+        lines += [f"  {short(n, _WIDTH)}" for n in named[:MAX_NAMED]]
+        if len(named) > MAX_NAMED:
+            lines.append(f"  … {len(named) - MAX_NAMED} more: see index.html")
+    repro = (m.get("command") or {}).get("repro")
+    lines.append(f"reproduce: {repro}" if repro else "reproduce: (no command line recorded)")
+    return "\n".join(keep(line) for line in lines)
+
+
+def _counts(c: dict) -> str:
+    text = f"{c['tests']} tests, {c['failures']} failed, {c['errors']} errors"
+    return text + (f", {c['skipped']} skipped" if c.get("skipped") else "")
+
+
+def _cluster_root(root: Path) -> ET.Element | None:
+    with contextlib.suppress(ET.ParseError, OSError):
+        return ET.parse(root / "cluster.xml").getroot()
+    return None
+
+
+def _failures(run: RunView, cluster: ET.Element | None) -> list[str]:
+    """The failing tests by name: cluster.xml's (a rank that did not pass is one of them), the controller's,
+    and the ranks that did not pass when there is no cluster.xml."""
+    names: dict[str, None] = {}
+    if cluster is not None:
+        for case in cluster.iter("testcase"):
+            bad = next((el for el in case if el.tag in ("failure", "error")), None)
+            if bad is not None:
+                first = (bad.get("message") or "").strip().splitlines()[:1]
+                names.setdefault(f"{case.get('classname') or ''}::{case.get('name') or ''}"
+                                 + (f" — {first[0]}" if first else ""))
+    for failed in (run.junit or {}).get("failed", []):
+        first = (failed["message"] or "").splitlines()[:1]
+        names.setdefault(f"{failed['classname']}::{failed['name']}" + (f" — {first[0]}" if first else ""))
+    for r in run.ranks if cluster is None else ():
+        if r.outcome != "pass":
+            names.setdefault(f"{r.outcome} " + (f"{r.launch} " if r.launch else "") + f"rank {r.rank} on {r.host}: "
+                             + r.reason.removeprefix(f"rank {r.rank} on {r.host} "))
+    return list(names)
+
+
+def perf_table(root: str | os.PathLike[str]) -> dict[str, float]:
+    """``{"<case>.<metric>": value}`` from the folder's ``perf-<case>.json`` files (sorted by label);
+    a file that cannot be read or a value that is not a finite number is left out."""
+    out: dict[str, float] = {}
+    for path in sorted(Path(root).glob("perf-*.json")):
+        case = path.name.removeprefix("perf-").removesuffix(".json")
+        try:
+            numbers = json.loads(path.read_text(encoding="utf-8")).get("numbers") or {}
+        except (OSError, ValueError, AttributeError):
+            continue
+        for metric, value in sorted(numbers.items()):
+            if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+                out[f"{case}.{metric}"] = float(value)
+    return out
+
+
+def write_perf_csv(rundir_path: str | os.PathLike[str], *, scrub: Scrub | None = None) -> Path | None:
+    """Write ``perf.csv`` (labels row, values row: the Plot plugin's CSV series) when the folder holds
+    performance results; returns its path, or ``None`` when there were none."""
+    root = Path(rundir_path)
+    table = perf_table(root)
+    if not table:
+        return None
+    keep = scrub or str
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow([keep(label) for label in table])
+    writer.writerow([f"{v:.6g}" for v in table.values()])
+    return write_atomic(root / "perf.csv", buf.getvalue())
