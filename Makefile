@@ -1,5 +1,5 @@
 # camit — everything a fresh Debian machine (as root) needs, in one place.
-#   make test   install, bring up a 4-host CPU lab and a 2-host emulated A3 lab, run every test, tear both down
+#   make test   install, bring up the CPU, emulated A3/A2 and jump-host labs, run every test, tear them all down
 #   make demo   install, bring up an emulated A3 lab, run the main job on it (lab stays up: make lab-down)
 
 PYTHON     ?= python3
@@ -19,13 +19,18 @@ NPU_LAB_ENV    ?= env/lab-npu.yaml
 A2_LAB_NAME    ?= camita2
 A2_LAB_SUBNET  ?= 10.79.0.0/24
 A2_LAB_ENV     ?= env/lab-npu-a2.yaml
+# hosts only a jump namespace reaches (defaults.jump_host), for the SSH-through-a-jump lab tests
+JUMP_LAB_NAME   ?= camitj
+JUMP_LAB_SUBNET ?= 10.76.0.0/24
+JUMP_LAB_INNER  ?= 10.176.0.0/24
+JUMP_LAB_ENV    ?= env/lab-jump.yaml
 PYTEST_ARGS ?=
 APT_PKGS   := openssh-server makeself gdb iproute2 gcc libc6-dev chromium groovy default-jre-headless
 SUITE_ENV  ?= env/lab-suite.yaml
 ARTIFACTS  ?= build/artifacts
 
 
-.PHONY: install deps-apt deps-pip lab-up lab-down lab-status npu-lab-up npu-lab-down a2-lab-up a2-lab-down lint test test-unit test-integration demo clean schema
+.PHONY: install deps-apt deps-pip lab-up lab-down lab-status npu-lab-up npu-lab-down a2-lab-up a2-lab-down jump-lab-up jump-lab-down lint test test-unit test-integration demo clean schema
 
 install: deps-apt deps-pip
 
@@ -66,6 +71,13 @@ a2-lab-up: install
 a2-lab-down:
 	$(PYTHON) -m framework.lab down --name $(A2_LAB_NAME)
 
+jump-lab-up: install
+	$(PYTHON) -m framework.lab up --hosts 2 --name $(JUMP_LAB_NAME) --subnet $(JUMP_LAB_SUBNET) \
+	  --jump $(JUMP_LAB_INNER) --env-out $(JUMP_LAB_ENV)
+
+jump-lab-down:
+	$(PYTHON) -m framework.lab down --name $(JUMP_LAB_NAME)
+
 lab-down:
 	$(PYTHON) -m framework.lab down --name $(LAB_NAME)
 
@@ -85,10 +97,12 @@ test-unit: install
 # or switch core_pattern on the shared lab hosts; the -n behaviour is tested inside them, on lab shares.
 test: install lint
 	@down() { $(MAKE) --no-print-directory lab-down LAB_NPU= ; r1=$$?; $(MAKE) --no-print-directory npu-lab-down; r2=$$?; \
-	  $(MAKE) --no-print-directory a2-lab-down; r3=$$?; [ $$r1 = 0 ] && [ $$r2 = 0 ] && [ $$r3 = 0 ]; }; \
+	  $(MAKE) --no-print-directory a2-lab-down; r3=$$?; $(MAKE) --no-print-directory jump-lab-down; r4=$$?; \
+	  [ $$r1 = 0 ] && [ $$r2 = 0 ] && [ $$r3 = 0 ] && [ $$r4 = 0 ]; }; \
 	{ $(MAKE) --no-print-directory lab-up LAB_NPU= && $(MAKE) --no-print-directory npu-lab-up && \
-	  $(MAKE) --no-print-directory a2-lab-up; } || { down; exit 1; }; \
-	CAMIT_LAB_ENV=$(LAB_ENV) CAMIT_NPU_LAB_ENV=$(NPU_LAB_ENV) CAMIT_NPU_A2_LAB_ENV=$(A2_LAB_ENV) $(PYTHON) -m pytest tests -q -ra --durations=25 $(PYTEST_ARGS); rc=$$?; \
+	  $(MAKE) --no-print-directory a2-lab-up && $(MAKE) --no-print-directory jump-lab-up; } || { down; exit 1; }; \
+	CAMIT_LAB_ENV=$(LAB_ENV) CAMIT_NPU_LAB_ENV=$(NPU_LAB_ENV) CAMIT_NPU_A2_LAB_ENV=$(A2_LAB_ENV) \
+	CAMIT_JUMP_LAB_ENV=$(JUMP_LAB_ENV) CAMIT_JUMP_LAB_NAME=$(JUMP_LAB_NAME) $(PYTHON) -m pytest tests -q -ra --durations=25 $(PYTEST_ARGS); rc=$$?; \
 	down || rc=1; \
 	exit $$rc
 
