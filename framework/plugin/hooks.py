@@ -231,7 +231,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         exitstatus, error = resources.ended
     elif signals is not None and signals.received is not None:
         error = f"stopped by {signals.received_name}"
-    xmlpath = getattr(session.config.option, "xmlpath", None)
+    xmlpath = reporting.junit_path(session.config)
     if signals is not None and signals.running and xmlpath and reporting.reports_here(context_of(session.config)):
         name_cut_cases(Path(xmlpath), signals.running, error or "interrupted")
     reporting.finalize(context_of(session.config), exitstatus, error=error)

@@ -44,6 +44,8 @@ PROGRESS_KEY = pytest.StashKey["Progress"]()
 #: the report section a worker's events of one test phase travel in (``Captured <name> <when>``)
 SECTION = "camit"
 LOGGER = "camit"
+#: a record attribute: for camit.log only, the terminal has it already in another form (``extra={QUIET: True}``)
+QUIET = "camit_quiet"
 
 
 def is_failure(message: str) -> bool:
@@ -120,6 +122,8 @@ class Progress:
 
     # ------------------------------------------------------------------ what is shown
     def shown(self, record: logging.LogRecord) -> bool:
+        if getattr(record, QUIET, False):
+            return False
         event = getattr(record, "camit_event", None)
         if self.verbosity < 0:
             return record.levelno >= logging.ERROR or (event is not None and is_failure(str(event[1])))

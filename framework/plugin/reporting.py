@@ -90,6 +90,14 @@ def register_junit(config: pytest.Config, ctx: RunContext, path: Path) -> None:
     config.pluginmanager.register(xml, "camit-junitxml")
 
 
+def junit_path(config: pytest.Config) -> str | None:
+    """Where pytest's JUnit file is written this session (``--junitxml``, or camit's into the run folder)."""
+    from _pytest.junitxml import xml_key
+
+    xml = config.stash.get(xml_key, None)
+    return getattr(xml, "logfile", None) or getattr(config.option, "xmlpath", None) or None
+
+
 def reports_here(ctx: RunContext) -> bool:
     """This process writes the run folder's reports: an env, the controller, and camit used (a folder made)."""
     return ctx.env is not None and ctx.is_controller and ctx.rundir is not None and ctx.in_use()

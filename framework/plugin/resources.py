@@ -38,6 +38,7 @@ from framework.errors import (
     session_exit_code,
 )
 from framework.plugin.options import LeaseSettings
+from framework.plugin.progress import QUIET
 
 if TYPE_CHECKING:
     from framework.config.effective import EnvConfig, HostSpec
@@ -180,7 +181,8 @@ class Resources:
         reason = self._reason(exc, code)
         if self.ended is None:
             self.ended = (code, reason)
-        log.error("%s", str(exc))  # the whole story (every host, the output's tail) in the log
+        # the whole story (every host, the output's tail) in camit.log; the terminal gets pytest.exit's one line
+        log.error("%s", str(exc), extra={QUIET: True})
         pytest.exit(self.ended[1], returncode=self.ended[0])
 
     @staticmethod

@@ -35,6 +35,7 @@ RECORD_SHARE = textwrap.dedent("""
 @pytest.fixture
 def five(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch):
     monkeypatch.delenv("CAMIT_ENV", raising=False)
+    monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)  # (this file itself may run under -n)
     monkeypatch.setenv("CAMIT_TEST_RECORD", str(pytester.mkdir("record")))
     return pytester.makefile(".yaml", five=FIVE)
 
