@@ -184,6 +184,22 @@ def test_results_are_published_in_post_always(pipeline):
     assert "lease release --env" in cleanup
 
 
+def test_summary_becomes_the_build_description_and_perf_csv_a_plot(pipeline):
+    """The two files finalize writes for a CI server (framework/report/ci.py) are the ones the post block reads."""
+    from framework.report import ci
+
+    always = pipeline.find(r"stage\('Cluster tests'\)").find(r"post").find(r"always").body
+    described = re.search(r"if \(fileExists\('(reports/latest/[^']+)'\)\) \{\s*currentBuild\.description = "
+                          r"readFile\('([^']+)'\)", always)
+    assert described and described.group(1) == described.group(2) == "reports/latest/summary.txt"
+    plotted = re.search(r"if \(fileExists\('(reports/latest/[^']+)'\)\) \{\s*plot csvFileName: .*?"
+                        r"csvSeries: \[\[file: '([^']+)'", always, re.S)
+    assert plotted and plotted.group(1) == plotted.group(2) == "reports/latest/perf.csv"
+    # the names are what finalize writes (the module's own docs and writers agree with the Jenkinsfile)
+    assert "summary.txt" in (ci.write_summary_txt.__doc__ or "") + (ci.__doc__ or "")
+    assert "perf.csv" in (ci.write_perf_csv.__doc__ or "") + (ci.__doc__ or "")
+
+
 def test_block_finder_ignores_braces_in_strings_and_comments():
     text = "a { x = '}' // }\n b { y = \"{\" } }\n"
     block = Block(text, _blank_strings_and_comments(text), 0, len(text)).find("a")
