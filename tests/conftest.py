@@ -10,6 +10,7 @@ CAMIT_NPU_LAB_ENV (its env file); ``npu_lab_env`` skips when that is unset.
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -21,6 +22,14 @@ pytest_plugins = ["pytester"]
 REPO = Path(__file__).resolve().parents[1]
 # tests/camit_labtools.py (evidence helpers) importable from every test folder
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+# A CI that starts `make test` in the background without job control (`cmd &` in a script) hands every
+# process SIGINT ignored, and an ignored signal stays ignored across exec: the camit processes these tests
+# interrupt as Ctrl-C does would never see it (Python installs no KeyboardInterrupt handler for an ignored
+# SIGINT; camit honours the ignore, as nohup'd programs do). A handled signal is reset to the default at
+# exec, so Python's own handler here gives every subprocess of the tests a default SIGINT.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 #: tests/data holds inputs (a miniature UMDK checkout with its own test files, fixtures), never tests of ours
 collect_ignore = ["data"]

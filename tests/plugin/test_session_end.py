@@ -178,8 +178,12 @@ DEPLOY_FAILS = textwrap.dedent("""
 
     @pytest.fixture(autouse=True, scope="session")
     def _failing_deploy():
+        # an in-process pytester run: put the real Deployer back, or later tests of this process get Failing
         import framework.deploy
+        real = framework.deploy.Deployer
         framework.deploy.Deployer = Failing
+        yield
+        framework.deploy.Deployer = real
 """)
 
 

@@ -45,7 +45,9 @@ def test_a_relative_core_without_keep_remote_is_reported_with_its_core_and_backt
     cores = json.loads((run / "cores.json").read_text())
     assert [(c["host"], c["rank"], c["relation"]) for c in cores] == [("host1", 1, "rank")], cores
     assert cores[0]["location"].endswith("/core") and "/runs/" in cores[0]["location"], cores[0]
-    gz, bt = Path(cores[0]["local_path"]), Path(cores[0]["backtrace_path"])
+    # (cores.json names files inside the run folder relative to it, so an archived folder still resolves them)
+    gz, bt = run / cores[0]["local_path"], run / cores[0]["backtrace_path"]
+    assert not Path(cores[0]["local_path"]).is_absolute(), cores[0]
     assert gz.is_file() and gz.stat().st_size > 0 and gz.name == "core.gz"
     assert "#0" in bt.read_text(), bt.read_text()
     # host data in the report is ours alone

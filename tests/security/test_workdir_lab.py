@@ -9,7 +9,6 @@ run, and the marker must never appear.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import secrets
 import shutil
@@ -27,7 +26,7 @@ from framework.config.effective import load
 from framework.deploy import Deployer
 from framework.deploy.plan import Artifact, HostPlan, install_run_script
 from framework.deploy.relay import relay_command
-from framework.errors import FrameworkError
+from framework.errors import EXIT_INFRA, FrameworkError
 from framework.hosts import Cluster
 from framework.lab import artifacts
 from framework.launch import Launcher, Target
@@ -140,12 +139,13 @@ def test_a_foreign_or_writable_workdir_is_refused_and_nothing_is_written_in_it(
             with pytest.raises(FrameworkError) as err:
                 Launcher(load(env), cluster).run(Target(script=str(TARGET)), timeout=60)
         assert "host1" in str(err.value) and workdir in str(err.value)
-        # `camit collect --logs` puts its archive in the workdir: refused the same way
+        # `camit collect --logs` puts its archive in the workdir, and the hosts' lease (taken first, as by
+        # every verb that changes hosts) lives there: refused the same way, before anything else is done
         proc = camit("collect", "--env", str(env), "--hosts", "host1", "--logs", "--json",
                      "--report-dir", str(tmp_path / "c"))
-        assert "Traceback" not in proc.stderr, proc.stderr
-        logs = {h["host"]: h.get("logs", h) for h in json.loads(proc.stdout)["hosts"]}
-        assert "refusing the workdir" in str(logs["host1"]) and workdir in str(logs["host1"]), proc.stdout
+        assert proc.returncode == EXIT_INFRA and "Traceback" not in proc.stderr, proc.stderr
+        assert f"host1: lease file {workdir}/camit-lease.json: refusing the workdir: {workdir}" in proc.stderr
+        assert why in proc.stderr, proc.stderr
         assert list(planted.iterdir()) == []
         assert (planted.stat().st_mode & 0o777) == 0o777  # left as it was, not "fixed" by camit
     finally:

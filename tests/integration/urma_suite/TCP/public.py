@@ -56,7 +56,8 @@ class UBUSFeature(BaseTest):
         c_cmd = f"{_cmd} -d {client.test_nic1_dev} -S {server.test_nic1_ip}"
 
         p1 = server.exec_cmd(s_cmd, background=True)
-        self.assertEqual(p1.expect("listening", timeout=20), 0, f"server did not start: {p1.stdout}")
+        self.assertEqual(p1.expect("listening", timeout=20), 0,
+                         f"server did not start (ret {p1.ret}): {p1.stdout} {p1.stderr}")
         p2 = client.exec_cmd(c_cmd, background=True)
         p1.wait(timeout)
         p2.wait(timeout)
