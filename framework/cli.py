@@ -152,7 +152,7 @@ def build_parser() -> argparse.ArgumentParser:
     _lease_args(rn)
     rn.add_argument("target", nargs=argparse.REMAINDER, metavar="-- script.py|-m module [args]")
 
-    from framework.preflight.probe import Limits
+    from framework.preflight.limits import Limits  # stdlib-only: the probe module imports framework.launch
 
     ck = sub.add_parser("check", help="preflight: is every host ready? (a host x check table)")
     _env_arg(ck)
@@ -396,7 +396,7 @@ def _host_error_text(name: str, err: BaseException) -> str:
 def cmd_check(args: argparse.Namespace) -> int:
     from framework.hosts import Cluster
     from framework.preflight.checks import SKIP, WARN
-    from framework.preflight.probe import Limits
+    from framework.preflight.limits import Limits
     from framework.preflight.run import Preflight
 
     env = _load_env(args.env)
