@@ -226,7 +226,7 @@ def _connect(self, address):
     global _fd
     fd, _fd = _fd, -1
     if fd >= 0:
-        os.write(fd, f"{time.time()!r} {time.process_time()!r}".encode())
+        os.write(fd, f"{time.time()!r} {time.process_time()!r} {sys.modules['framework'].__file__}".encode())
         os.close(fd)
     return _real(self, address)
 socket.socket.connect = _connect
@@ -243,11 +243,16 @@ def _child_env(root: Path = common.ROOT) -> dict[str, str]:
     return env
 
 
+#: the working directory of every timed process: ``python -c`` puts its cwd first on sys.path, so a
+#: checkout as cwd would shadow ``PYTHONPATH`` (and ``--baseline`` would time this checkout twice)
+NEUTRAL_CWD = Path(tempfile.mkdtemp(prefix="camit-fanproc-cwd-"))
+
+
 def _spawn_wait(argvs: list[list[str]], env: dict[str, str], pass_fds: tuple[int, ...] = ()) -> tuple[float, float]:
     """Start every argv at once, wait for all: (wall seconds, CPU seconds of them and their children)."""
     t = time.time()
     procs = [subprocess.Popen(a, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.PIPE, pass_fds=pass_fds) for a in argvs]
+                              stderr=subprocess.PIPE, pass_fds=pass_fds, cwd=NEUTRAL_CWD) for a in argvs]
     cpu, bad = 0.0, []
     for p in procs:
         _, status, usage = os.wait4(p.pid, 0)
@@ -269,7 +274,8 @@ def process_round(tool: str, cfg: dict[str, Any], conf: Path, baseline: Path | N
 
     ``camit-baseline`` is camit from another checkout (``--baseline``), to compare before and after.
     """
-    env = _child_env(baseline if tool == "camit-baseline" and baseline else common.ROOT)
+    root = baseline if tool == "camit-baseline" and baseline else common.ROOT
+    env = _child_env(root)
     if tool in ("camit", "camit-baseline"):
         r, w = os.pipe()
         env["FANOUT_FIRST_CONNECT_FD"] = str(w)
@@ -282,6 +288,8 @@ def process_round(tool: str, cfg: dict[str, Any], conf: Path, baseline: Path | N
             os.close(w)
             with os.fdopen(r, "rb") as f:
                 noted = f.read().split()
+        if Path(noted[2].decode()).resolve() != root / "framework" / "__init__.py":
+            raise SystemExit(f"{tool} imported {noted[2].decode()}, not the checkout {root}")
         return {"wall": wall, "cpu": cpu, "first_connect": float(noted[0]) - spawned,
                 "first_connect_cpu": float(noted[1])}
     if tool == "pdsh":
