@@ -16,6 +16,17 @@ parallel-ssh (``ParallelSSHClient``), pdsh (``-R ssh``, which opens a new
 connection for every command, so its warm round is a cold one). Every tool uses
 the lab's client key and known_hosts file (fabric and parallel-ssh do not verify
 host keys at all). Goals (issue 9): camit ≤ 1.1 × the fastest peer, cold and warm.
+
+    python bench/fanout.py --process [--rounds 9] [--sizes 8] [--env LAB.yaml]
+
+``--process`` times whole processes instead (issue 18): ``camit exec --env E -- true`` (the CLI,
+interpreter start-up and imports included), ``pdsh -R ssh -w <ips> true`` and parallel OpenSSH (one
+``ssh <ip> true`` process per host, all started at once, no ControlMaster), each from its spawn to the
+exit of the last process, interleaved round by round. camit's row also shows when its first TCP
+connection started (from spawn: the start-up on the hot path). ``--env`` reuses a running lab (its
+key and known_hosts), else a private one is brought up as above; ``--baseline DIR`` also times the
+camit of another checkout (before/after) in the same rounds. Goal (issue 18): the camit process
+≤ 1.1 × pdsh and parallel OpenSSH.
 """
 
 from __future__ import annotations
@@ -205,6 +216,182 @@ def run_worker(tool: str, cfg_path: Path, warm: int) -> dict[str, Any]:
     return json.loads(p.stdout.strip().splitlines()[-1])
 
 
+# -- --process: whole processes, spawn to exit ------------------------------------
+#: ``camit`` as its console script runs it (``from framework.cli import main``), plus a hook that notes
+#: when the first TCP connection starts (a write to an inherited pipe: wall clock and CPU so far)
+CAMIT_LAUNCHER = r"""
+import os, socket, sys, time
+_fd, _real = int(os.environ.pop("FANOUT_FIRST_CONNECT_FD")), socket.socket.connect
+def _connect(self, address):
+    global _fd
+    fd, _fd = _fd, -1
+    if fd >= 0:
+        os.write(fd, f"{time.time()!r} {time.process_time()!r} {sys.modules['framework'].__file__}".encode())
+        os.close(fd)
+    return _real(self, address)
+socket.socket.connect = _connect
+from framework.cli import main
+sys.exit(main())
+"""
+PROCESS_TOOLS = ("camit", "pdsh", "openssh")
+
+
+def _child_env(root: Path = common.ROOT) -> dict[str, str]:
+    env = dict(os.environ, PYTHONPATH=str(root))
+    env.pop("PYTHONDONTWRITEBYTECODE", None)  # as installed: camit's modules come from their .pyc
+    env.pop("CAMIT_ENV", None)
+    return env
+
+
+#: the working directory of every timed process: ``python -c`` puts its cwd first on sys.path, so a
+#: checkout as cwd would shadow ``PYTHONPATH`` (and ``--baseline`` would time this checkout twice)
+NEUTRAL_CWD = Path(tempfile.mkdtemp(prefix="camit-fanproc-cwd-"))
+
+
+def _spawn_wait(argvs: list[list[str]], env: dict[str, str], pass_fds: tuple[int, ...] = ()) -> tuple[float, float]:
+    """Start every argv at once, wait for all: (wall seconds, CPU seconds of them and their children)."""
+    t = time.time()
+    procs = [subprocess.Popen(a, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.PIPE, pass_fds=pass_fds, cwd=NEUTRAL_CWD) for a in argvs]
+    cpu, bad = 0.0, []
+    for p in procs:
+        _, status, usage = os.wait4(p.pid, 0)
+        p.returncode = os.waitstatus_to_exitcode(status)
+        cpu += usage.ru_utime + usage.ru_stime
+        if p.returncode != 0:
+            bad.append((p.args, p.returncode, p.stderr.read()[-400:] if p.stderr else b""))
+    wall = time.time() - t
+    for p in procs:
+        if p.stderr:
+            p.stderr.close()
+    if bad:
+        raise SystemExit(f"failed: {bad[:2]}")
+    return wall, cpu
+
+
+def process_round(tool: str, cfg: dict[str, Any], conf: Path, baseline: Path | None = None) -> dict[str, float]:
+    """One cold fan-out of ``true`` by ``tool`` as processes: wall, CPU (and camit's first connect).
+
+    ``camit-baseline`` is camit from another checkout (``--baseline``), to compare before and after.
+    """
+    root = baseline if tool == "camit-baseline" and baseline else common.ROOT
+    env = _child_env(root)
+    if tool in ("camit", "camit-baseline"):
+        r, w = os.pipe()
+        env["FANOUT_FIRST_CONNECT_FD"] = str(w)
+        argv = [sys.executable, "-c", CAMIT_LAUNCHER, "exec", "--env", cfg["env"], "--hosts", ",".join(cfg["names"]),
+                "--", "true"]
+        spawned = time.time()
+        try:
+            wall, cpu = _spawn_wait([argv], env, pass_fds=(w,))
+        finally:
+            os.close(w)
+            with os.fdopen(r, "rb") as f:
+                noted = f.read().split()
+        if Path(noted[2].decode()).resolve() != root / "framework" / "__init__.py":
+            raise SystemExit(f"{tool} imported {noted[2].decode()}, not the checkout {root}")
+        return {"wall": wall, "cpu": cpu, "first_connect": float(noted[0]) - spawned,
+                "first_connect_cpu": float(noted[1])}
+    if tool == "pdsh":
+        env.update(PDSH_RCMD_TYPE="ssh", PDSH_SSH_ARGS=f"-F {conf} -l%u %h")
+        wall, cpu = _spawn_wait([["pdsh", "-S", "-R", "ssh", "-f", "64", "-w", ",".join(cfg["ips"]), "true"]], env)
+        return {"wall": wall, "cpu": cpu}
+    wall, cpu = _spawn_wait([["ssh", "-F", str(conf), ip, "true"] for ip in cfg["ips"]], env)
+    return {"wall": wall, "cpu": cpu}
+
+
+def _lab_cfg_from_env(path: str, n: int) -> dict[str, Any]:
+    from framework.config import load
+
+    env = load(path)
+    hosts = list(env.hosts.values())[:n]
+    if len(hosts) < n:
+        raise SystemExit(f"{path}: {len(hosts)} host(s), {n} wanted")
+    first = hosts[0]
+    return {"env": str(Path(path).resolve()), "names": [h.name for h in hosts], "ips": [h.ssh_ip for h in hosts],
+            "key": str(first.key_file), "known_hosts": str(first.known_hosts)}
+
+
+def process_main(args: argparse.Namespace) -> int:
+    sizes = [int(s) for s in args.sizes.split(",")]
+    tools = [t for t in PROCESS_TOOLS if t != "pdsh" or available("pdsh") is None]
+    baseline = Path(args.baseline).resolve() if args.baseline else None
+    if baseline is not None:
+        if not (baseline / "framework" / "cli.py").is_file():
+            raise SystemExit(f"--baseline {baseline}: no framework/cli.py there")
+        subprocess.run([sys.executable, "-m", "compileall", "-q", str(baseline / "framework")], check=True,
+                       capture_output=True, env=_child_env(baseline))
+        tools.insert(1, "camit-baseline")
+    tmp = Path(tempfile.mkdtemp(prefix="camit-fanproc-"))
+    times: dict[tuple[int, str], dict[str, list[float]]] = {}
+    loads = [os.getloadavg()[0]]
+
+    def measure(cfgs: dict[int, dict[str, Any]]) -> None:
+        for n, cfg in cfgs.items():
+            conf = _ssh_config(cfg, tmp / f"ssh_config{n}")
+            for tool in tools:  # warm-up, not timed: page cache, camit's .pyc files written
+                process_round(tool, cfg, conf, baseline)
+            for r in range(args.rounds):
+                for tool in tools if r % 2 == 0 else list(reversed(tools)):
+                    got = process_round(tool, cfg, conf, baseline)
+                    slot = times.setdefault((n, tool), {})
+                    for k, v in got.items():
+                        slot.setdefault(k, []).append(v)
+                loads.append(os.getloadavg()[0])
+                print(f"{n} hosts round {r + 1}/{args.rounds} done (load {loads[-1]:.2f})", file=sys.stderr)
+
+    if args.env:
+        measure({n: _lab_cfg_from_env(args.env, n) for n in sizes})
+        where = f"the running lab of {args.env}"
+    else:
+        with common.lab(max(sizes), "fan", "10.84.0.0/24") as lab:
+            measure({n: {"env": str(lab.env_file), "names": [h.name for h in lab.hosts[:n]],
+                         "ips": [h.ip for h in lab.hosts[:n]], "key": str(lab.key_file),
+                         "known_hosts": str(lab.known_hosts)} for n in sizes})
+        where = "a private lab"
+    rows, raw = [], {}
+    peers = [t for t in tools if not t.startswith("camit")]
+    for n in sizes:
+        med = {t: {k: statistics.median(v) for k, v in times[(n, t)].items()} for t in tools}
+        raw[n] = {t: times[(n, t)] for t in tools}
+        row: dict[str, Any] = {"hosts": n}
+        for t in (t for t in tools if t.startswith("camit")):
+            row[f"{t} first connect ms"] = (f"{med[t]['first_connect'] * 1000:.0f} "
+                                            f"({med[t]['first_connect_cpu'] * 1000:.0f} CPU)")
+        for t in tools:
+            row[f"{t} ms"] = f"{med[t]['wall'] * 1000:.0f} ({med[t]['cpu'] * 1000:.0f} CPU)"
+        for t in peers:
+            row[f"camit / {t}"] = f"**{med['camit']['wall'] / med[t]['wall']:.2f}**"
+        worst = max(med["camit"]["wall"] / med[t]["wall"] for t in peers)
+        row["goal ≤ 1.1"] = "met" if worst <= 1.1 else "MISSED"
+        rows.append(row)
+    notes = [
+        f"median of {args.rounds} rounds per tool and size on {where}, tools interleaved (order reversed every "
+        "other round) after one untimed warm-up round each; every round is cold (new processes, new connections)",
+        "each cell: wall time from spawn to the exit of the last process (CPU: user+sys of the processes and their "
+        "children, from wait4); camit = `python -c 'from framework.cli import main; ...' exec --env E --hosts ... "
+        "-- true` (the console script's code, run by the interpreter itself, not through a pyenv shim), with a "
+        "hook on socket.connect that notes the first connection (wall from spawn, and the process's CPU by then)",
+        "pdsh = `pdsh -S -R ssh -f 64 -w <ips> true`; openssh = one `ssh -F <config> <ip> true` per host, all "
+        "started at once, no ControlMaster; both through the same ssh_config (the lab's key and known_hosts, "
+        "StrictHostKeyChecking yes, BatchMode); OpenSSH negotiates its default key exchange "
+        "(sntrup761x25519-sha512 here), paramiko curve25519-sha256",
+        f"load average (1 min) during the run: {min(loads):.2f}–{max(loads):.2f} on 2 cores shared with the lab "
+        "sshds and other engineers' test runs",
+    ]
+    if baseline is not None:
+        notes.append(f"camit-baseline = the same command run on the checkout {baseline} (before the start-up work), "
+                     "timed in the same rounds")
+    if "pdsh" not in tools:
+        notes.append(f"pdsh: not measured — {available('pdsh')}")
+    (common.RESULTS / "fanout-process-raw.json").parent.mkdir(parents=True, exist_ok=True)
+    (common.RESULTS / "fanout-process-raw.json").write_text(json.dumps({str(k): v for k, v in raw.items()},
+                                                                       indent=1) + "\n")
+    common.save("fanout-process", "Fan-out as processes: `camit exec -- true` vs pdsh and parallel OpenSSH, cold",
+                rows, notes)
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rounds", type=int, default=5)
@@ -213,9 +400,17 @@ def main() -> int:
     ap.add_argument("--worker", choices=TOOLS)
     ap.add_argument("--cfg")
     ap.add_argument("--tools", default=",".join(TOOLS))
+    ap.add_argument("--process", action="store_true",
+                    help="time whole processes: camit exec vs pdsh and parallel OpenSSH (default sizes 8)")
+    ap.add_argument("--env", help="with --process: a running lab's env file (default: a private lab)")
+    ap.add_argument("--baseline", metavar="DIR", help="with --process: also time camit from this checkout")
     args = ap.parse_args()
     if args.worker:
         return worker_main(args.worker, args.cfg, args.warm)
+    if args.process:
+        if args.sizes == ap.get_default("sizes"):
+            args.sizes = "8"
+        return process_main(args)
     sizes = [int(s) for s in args.sizes.split(",")]
     tools = [t for t in args.tools.split(",") if t]
     missing = {t: why for t in tools if (why := available(t))}

@@ -19,15 +19,17 @@ from __future__ import annotations
 
 import os
 import re
-import tarfile
 import time
 import zlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
 
 from framework.errors import TransferError, UsageError
+
+if TYPE_CHECKING:  # imported where archives are read: the hosts module (every command) imports this one
+    import tarfile
 
 CHUNK = 1 << 20
 MiB = 1 << 20
@@ -179,6 +181,8 @@ def extract_tar(tgz: Path, dest: Path, *, host: str, what: str, place: Callable[
     truncated or corrupt archive (a download cut at its cap) keeps the members read before the damage.
     Never follows or writes through a symlink; never leaves ``dest``. ``what`` names the archive in the notes.
     """
+    import tarfile
+
     cap = cap or caps()
     out = Extracted([])
     notes: list[str] = out.notes if out.notes is not None else []

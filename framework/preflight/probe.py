@@ -7,7 +7,8 @@ and, on NPU hosts, ``npu-smi info``, version records of both CANN layouts, drive
 and the ``hccn_tool`` queries of the platform (run one after another: parallel calls answer "busy").
 :func:`split_sections` reads the script's output back into :class:`Section` s (the tagged-record
 format of ``framework.remote.sections``). :class:`Limits`
-holds the thresholds and timeouts of a whole preflight.
+(defined in :mod:`framework.preflight.limits`, re-exported here) holds the thresholds and timeouts of a
+whole preflight.
 
 ``framework.preflight.run`` runs the script on the hosts; ``framework.preflight.checks`` judges
 the sections.
@@ -22,6 +23,7 @@ from typing import TYPE_CHECKING
 from framework import commands
 from framework.cores.caps import CAPS_SCRIPT, space_script
 from framework.launch.nic import hccl_host_ports, rendezvous_ip
+from framework.preflight.limits import Limits
 from framework.remote.sections import PROBE_MARK, read_records
 
 if TYPE_CHECKING:
@@ -38,16 +40,6 @@ HCCN_QUERIES = {
 }
 _HCCN_ARGS = {"link": "-link -g", "net_health": "-net_health -g", "ip": "-ip -g", "tls": "-tls -g"}
 CANN_RECORD = "ascend_toolkit_install.info"
-
-
-@dataclass(frozen=True)
-class Limits:
-    """Thresholds and timeouts of a preflight."""
-
-    min_free_gb: float = 2.0
-    max_skew: float = 1.0
-    probe_timeout: float = 180.0
-    tool_timeout: float = 60.0
 
 
 # --------------------------------------------------------------------------- plan

@@ -221,7 +221,7 @@ def test_a_program_changed_after_it_was_shipped_is_not_run_by_the_node_command(l
             local.write_text(tampered_python(marker))
         return plans
 
-    monkeypatch.setattr("framework.launch.plan_nodes", tamper_then_plan)
+    monkeypatch.setattr("framework.launch.runner.plan_nodes", tamper_then_plan)
     with Cluster.from_env(env, ["host1"]) as cluster:
         launcher = Launcher(env, cluster, rundir=RunDir.create(tmp_path / "r"), nproc_per_node=1)
         result = launcher.run(Target(script=str(TARGET)), timeout=60)

@@ -1,0 +1,404 @@
+"""The launch runner: :class:`Launcher` over the pure parts of :mod:`framework.launch` (see its docstring).
+
+It ships the supervisor and rank wrapper, picks the master port, starts one supervisor per node,
+feeds their lines to the monitor, tears down everywhere and fetches each node's run folder. Import it
+from the package (``from framework.launch import Launcher``).
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import secrets
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from framework import remote
+from framework.errors import CommandFailed, CommandTimedOut, HostError
+from framework.hosts import Cluster, Host, sha256_file
+from framework.launch import devices, fetch, timeouts
+from framework.launch.monitor import LaunchMonitor
+from framework.launch.nic import hccl_host_ports, rendezvous_ip
+from framework.launch.plan import (
+    AUTO_CORE_LIMIT,
+    FETCH_PATTERNS,
+    HEARTBEAT,
+    KILL_GRACE,
+    LOST_AFTER,
+    PORT_RETRIES,
+    STACK_WAIT,
+    SUPERVISOR_SILENCE,
+    NodePlan,
+    Prepared,
+    Target,
+    backend_env,
+    comm_env,
+    devices_per_node,
+    free_port_argv,
+    launch_label,
+    node_command,
+    parse_net,
+    parse_prepare_probe,
+    plan_nodes,
+    prepare_probe,
+    secret_env,
+    shipped_files,
+    shipped_shas,
+)
+from framework.launch.result import LaunchResult, NodeResult, RankResult
+from framework.phases import PhaseEvent, PhaseSink, discard, rundir_sink
+from framework.remote import protocol
+from framework.remote.layout import HostLayout, unsafe_message, unsafe_reason
+from framework.transport.base import Process
+
+if TYPE_CHECKING:  # pragma: no cover
+    from framework.config.effective import EnvConfig
+    from framework.report.folder import RunDir
+
+log = logging.getLogger("camit.launch")
+
+Events = queue.Queue[tuple[str, "str | None"]]
+
+
+@dataclass
+class _Node:
+    host: Host
+    plan: NodePlan
+    proc: Process | None = None
+
+
+class Launcher:
+    """Launch targets on ``cluster`` (hosts in env order: the first is node 0).
+
+    ``on_phase`` receives a :class:`~framework.phases.PhaseEvent` per host and phase; by default
+    (with a ``rundir``) they go to the run folder's ``phases.json``.
+    """
+
+    def __init__(self, env: EnvConfig, cluster: Cluster, *, rundir: RunDir | None = None,
+                 backend: str | None = None, nproc_per_node: int | None = None,
+                 core_limit: str | None = AUTO_CORE_LIMIT, per_launch_dirs: bool = False,
+                 keep_remote: bool = False, on_event: Callable[[str, str], None] | None = None,
+                 on_phase: PhaseSink | None = None, defer_cleanup: bool = False) -> None:
+        self.env = env
+        self.cluster = cluster
+        self.rundir = rundir
+        self.backend = backend or env.launch.backend
+        # default: one rank per usable device of the smallest NPU host (npu.visible, else npu.count), else 1
+        self.nproc = nproc_per_node or env.launch.nproc_per_node or devices_per_node(env) or 1
+        self.core_limit = core_limit
+        #: fetch into <report>/<host>/<launch_id>/ (several launches per run) instead of <report>/<host>/
+        self.per_launch_dirs = per_launch_dirs
+        #: leave each node's run folder on the host (debugging); by default it is removed once fetched
+        self.keep_remote = keep_remote
+        #: leave the run folders until :meth:`cleanup_remote` (a core watch scans them first: a relative
+        #: core_pattern puts a rank's core there)
+        self.defer_cleanup = defer_cleanup
+        self.pending_cleanup: list[tuple[str, str]] = []
+        self.on_event = on_event or (lambda host, msg: log.info("%s: %s", host, msg))
+        self.on_phase = on_phase or (rundir_sink(rundir) if rundir is not None else discard)
+        self._count = 0
+        #: hosts where a device is still held by one of this launcher's runs (the session's, in the plugin)
+        self.dirty = devices.DirtyHosts()
+        self.programs = {name: remote.script(name) for name in ("supervisor.py", "rankwrap.py")}
+
+    def cleanup_remote(self) -> None:
+        """Remove the run folders left for the core watch (``defer_cleanup``); a host that fails is logged."""
+        by_host: dict[str, list[str]] = {}
+        for host, run_dir in self.pending_cleanup:
+            by_host.setdefault(host, []).append(run_dir)
+        self.pending_cleanup = []
+        if not by_host:
+            return
+        got = self.cluster.map(lambda h: h.run(["rm", "-rf", "--", *by_host[h.name]], timeout=60), list(by_host))
+        for h, err in got.failed.items():
+            log.warning("%s: could not remove the run folder(s) %s: %s", h, ", ".join(by_host[h]), err)
+
+    def _phase(self, host: str, phase: str, start: float, end: float) -> None:
+        self.on_phase(PhaseEvent(host, phase, start, end))
+
+    # preparing the hosts: scripts shipped once, deploy state read in the same round trip
+    def _prepare(self, target: Target, names: Sequence[str]) -> tuple[dict[str, Prepared], Target]:
+        local_script = Path(target.script) if target.script and Path(target.script).is_file() else None
+        script = (local_script, sha256_file(local_script)) if local_script is not None else None
+
+        def prep(host: Host) -> Prepared:
+            layout = HostLayout.of(self.env.hosts[host.name])
+            files = shipped_files(layout, self.programs, script)
+            shas = shipped_shas(layout, self.programs, script)
+            res = host.run(prepare_probe(shas, layout), timeout=60)
+            why = unsafe_reason(res.stdout)
+            if why is not None:
+                raise HostError(host.name, unsafe_message(why))
+            if not res.ok:
+                raise CommandTimedOut(res, 60) if res.timed_out else CommandFailed(res)
+            stdout = res.stdout
+            have, state = parse_prepare_probe(stdout)
+            for remote_path, local in files.items():
+                if remote_path not in have:  # missing, or not what it must be: replaced, never run
+                    host.put(local, remote_path, sha256=shas[remote_path])
+            paths = list(files)
+            return Prepared(layout, supervisor=paths[0], rankwrap=paths[1],
+                            script=paths[2] if script is not None else None, state=state, net=parse_net(stdout),
+                            shas=shas)
+
+        prepared = self.cluster.map(prep, names).raise_on_failure()
+        out = prepared.succeeded
+        if script is not None:
+            target = Target(script=next(iter(out.values())).script, args=target.args)
+        return out, target
+
+    def _free_port(self, host: Host, python: str, addr: str) -> int:
+        """A free port on node 0, outside HCCL's host ports (HCCL_IF_BASE_PORT and after)."""
+        avoid = hccl_host_ports({k: str(v) for k, v in self.env.launch.env.items()})
+        return int(host.check(free_port_argv(python, addr, avoid), timeout=30).stdout.strip())
+
+    def run(self, target: Target, *, env: Mapping[str, Any] | None = None, timeout: float = 600.0,
+            nproc_per_node: int | None = None, hosts: Sequence[str] | None = None,
+            name: str | None = None) -> LaunchResult:
+        """Launch ``target`` on every (selected) host and return when nothing of it runs anywhere."""
+        self._count += 1
+        run_id = getattr(self.rundir, "run_id", None) or secrets.token_hex(4)
+        launch_id = f"{run_id}-{launch_label(name)}{self._count}-{secrets.token_hex(2)}"
+        names = list(hosts) if hosts is not None else list(self.cluster.hosts)
+        self.dirty.check(names)  # fail fast, naming the held device, instead of at HCCL init
+        t_prep = time.time()
+        prepared, target = self._prepare(target, names)
+        for h in prepared:
+            self._phase(h, "launch", t_prep, time.time())
+        nproc = nproc_per_node or self.nproc
+        self._timeout_notes(names[0], timeout, env or {})
+        attempt = 0
+        while True:
+            attempt += 1
+            result = self._launch_once(target, names, prepared, nproc, env or {}, timeout, launch_id, attempt)
+            if result.ok or attempt >= PORT_RETRIES or not self._port_taken(result):
+                return result
+            self.on_event(names[0], f"master port {result.master} or an HCCL host port was taken; retrying "
+                                    "with another master port")
+
+    def _timeout_notes(self, host: str, timeout: float, extra_env: Mapping[str, Any]) -> None:
+        """Say when this launch's timeouts cannot keep HCCL's order (a short timeout, or variables that break it)."""
+        if self.backend != "hccl":
+            return
+        derived = timeouts.derive(timeout)
+        notes = [derived.note] if derived.note else []
+        given = {k: str(v) for k, v in {**dict(self.env.launch.env), **dict(extra_env)}.items()}
+        notes += timeouts.order_problems(given, timeout, where="launch env")
+        for note in notes:
+            self.on_event(host, f"warning: {note}")
+
+    def _port_taken(self, result: LaunchResult) -> bool:
+        """The master port was taken, or HCCL could not listen on its host port (EI0019): worth a retry."""
+        if self.rundir is None or result.failure_kind not in ("rank", "node"):
+            return False
+        return any(fetch.port_taken(self._host_dir(h, result.launch_id)) for h in result.nodes)
+
+    def _launch_once(self, target: Target, names: list[str], prepared: dict[str, Prepared], nproc: int,
+                     extra_env: Mapping[str, Any], timeout: float, launch_id: str, attempt: int) -> LaunchResult:
+        spec0 = self.env.hosts[names[0]]
+        py0 = prepared[names[0]].state.interpreter or spec0.python
+        addr0 = rendezvous_ip(spec0, self.env.launch.rendezvous_nic)
+        port = self.env.launch.master_port if (self.env.launch.master_port and attempt == 1) else \
+            self._free_port(self.cluster[names[0]], py0, addr0)
+        lid = launch_id if attempt == 1 else f"{launch_id}-r{attempt}"
+        plans = plan_nodes(self.env, names, prepared, nproc=nproc, backend=self.backend, master_port=port,
+                           launch_id=lid, extra_env=extra_env, timeout=timeout, core_limit=self.core_limit)
+        nodes = {h: _Node(self.cluster[h], p) for h, p in plans.items()}
+        result = LaunchResult(lid, {h: NodeResult(h, p.node_rank, comm_env=comm_env(p.env)) for h, p in plans.items()}, {},
+                              world_size=nproc * len(plans), master=f"{addr0}:{port}")
+        start = time.monotonic()
+        monitor = LaunchMonitor(result, plans, deadline=start + timeout)
+        events: Events = queue.Queue()
+        try:
+            self._start(nodes, target, monitor, events)
+            if not monitor.stop:
+                self._watch(nodes, monitor, events)
+        except BaseException as exc:  # Ctrl-C/SIGTERM, and pytest-timeout, pytest.exit, SystemExit: the same teardown
+            why = "interrupted (Ctrl-C/SIGTERM)" if isinstance(exc, KeyboardInterrupt) else \
+                f"stopped ({type(exc).__name__}: {' '.join(str(exc).split())[:200]})"
+            monitor.fail("interrupted", f"{why}: tearing down every node", time.monotonic())
+            self._teardown(nodes, monitor, events)
+            self._finish(nodes, monitor, start)
+            raise
+        self._teardown(nodes, monitor, events)
+        self._finish(nodes, monitor, start)
+        return result
+
+    def _start(self, nodes: dict[str, _Node], target: Target, monitor: LaunchMonitor, events: Events) -> None:
+        """One supervisor per node, each with a thread pumping its lines into ``events``."""
+        for h, node in nodes.items():
+            line = node_command(node.plan, target)
+            self.on_event(h, f"launch node {node.plan.node_rank}/{len(nodes)} x{node.plan.nproc_per_node} ranks, "
+                             f"master {monitor.result.master}")
+            log.debug("%s: %s", h, line.display)
+            try:
+                node.proc = node.host.spawn(line)
+            except HostError as exc:
+                monitor.fail("infra", f"{h}: cannot start the launch: {exc}", time.monotonic())
+                return
+            monitor.started(h, time.monotonic())
+            threading.Thread(target=_pump_lines, args=(h, node.proc, events), daemon=True,
+                             name=f"camit-launch-{h}").start()
+            secret = secret_env(node.plan.env)  # the supervisor's first stdin line, never in the command line
+            if secret and not _write(node.proc, protocol.env_line(secret)):
+                monitor.fail("infra", f"{h}: cannot send the launch's secret variables to its supervisor",
+                             time.monotonic())
+                return
+
+    def _watch(self, nodes: dict[str, _Node], monitor: LaunchMonitor, events: Events) -> None:
+        while not monitor.finished:
+            for h in monitor.heartbeats_due(time.monotonic()):
+                _write(nodes[h].proc, protocol.heartbeat_line())
+            try:
+                host, line = events.get(timeout=0.2)
+            except queue.Empty:
+                pass
+            else:
+                self._deliver(nodes, monitor, host, line)
+            monitor.tick(time.monotonic())
+            if monitor.stop:
+                return
+
+    def _deliver(self, nodes: dict[str, _Node], monitor: LaunchMonitor, host: str, line: str | None,
+                 teardown: bool = False) -> None:
+        now = time.monotonic()
+        if line is None:  # channel closed
+            proc = nodes[host].proc
+            monitor.closed(host, now, proc.lost if proc is not None else None, teardown=teardown)
+        else:
+            monitor.line(host, line, now)
+
+    def _teardown(self, nodes: dict[str, _Node], monitor: LaunchMonitor, events: Events) -> None:
+        """Tell every live supervisor to kill its run; wait for each DONE (bounded)."""
+        live = [h for h in monitor.running() if nodes[h].proc is not None]
+        t0 = time.monotonic()
+        stacks = monitor.result.failure_kind == "timeout"  # ask the ranks where they hang, then kill
+        for h in live:
+            if not _write(nodes[h].proc, protocol.kill_line(stacks=stacks)):
+                _close(nodes[h].proc)  # stdin EOF does the same
+        end = t0 + KILL_GRACE + 8 + (STACK_WAIT if stacks else 0)
+        while any(not monitor.nodes[h].over for h in live) and time.monotonic() < end:
+            try:
+                host, line = events.get(timeout=0.1)
+            except queue.Empty:
+                continue
+            self._deliver(nodes, monitor, host, line, teardown=True)
+        for n in nodes.values():
+            _close(n.proc)
+        if monitor.result.failure is not None:
+            failed_at = monitor.failed_at if monitor.failed_at is not None else t0
+            monitor.result.teardown_seconds = round(time.monotonic() - failed_at, 3)
+
+    def _finish(self, nodes: dict[str, _Node], monitor: LaunchMonitor, start: float) -> None:
+        result = monitor.result
+        now_mono, now_wall = time.monotonic(), time.time()
+        for h, w in monitor.nodes.items():
+            result.nodes[h].duration = round(now_mono - w.start, 3) if w.start else 0.0
+        result.duration = now_mono - start
+        self._check_devices(nodes, result)
+        if self.rundir is not None:
+            self._record_run_phases(monitor, now_mono, now_wall)
+            t_fetch = time.time()
+            self._fetch(nodes, result)
+            for h in nodes:
+                self._phase(h, "collect", t_fetch, time.time())
+            self.rundir.write_json(f"launch-{result.launch_id}.json", result.to_json())
+            self.dirty.write(Path(self.rundir.path))
+            result.report_dir = str(self.rundir.path)
+        monitor.conclude(time.monotonic())
+        failed = monitor.failed_rank()
+        if failed is not None and failed.log:
+            result.failure_tail = fetch.log_tail(failed.log)
+
+    def _check_devices(self, nodes: dict[str, _Node], result: LaunchResult) -> None:
+        """NPU hosts: wait (bounded) until no pid of the run holds a device; a failure saves the NPU state."""
+        npu_hosts = [h for h in nodes if self.env.hosts[h].npu.count and not result.nodes[h].lost]
+        failed = result.failure is not None
+
+        def one(host: Host) -> list[devices.HeldDevice]:
+            node = result.nodes[host.name]
+            held = devices.wait_released(devices.host_result(host.run), host.name, {*node.tree, *node.left},
+                                         launch_id=result.launch_id)
+            if failed:
+                spec = self.env.hosts[host.name]
+                host.run(devices.state_script(nodes[host.name].plan.run_dir, spec.npu.count), timeout=180)
+            return held
+
+        got = self.cluster.map(one, npu_hosts)
+        for name, err in got.failed.items():
+            log.warning("%s: device check failed: %s", name, err)
+        for held in got.succeeded.values():
+            result.held += held
+        for dev in result.held:
+            log.warning("%s", dev.describe())
+        self.dirty.mark(result.held)
+
+    def _record_run_phases(self, monitor: LaunchMonitor, now_mono: float, now_wall: float) -> None:
+        def wall(mono: float) -> float:  # monotonic → epoch for the timeline
+            return now_wall - (now_mono - mono)
+
+        failed_at = monitor.failed_at if monitor.result.failure else None
+        for h, w in monitor.nodes.items():
+            if w.start:
+                self._phase(h, "run", wall(w.start), wall(failed_at or now_mono))
+            if failed_at is not None:
+                self._phase(h, "teardown", wall(failed_at), now_wall)
+
+    def _host_dir(self, host: str, launch_id: str) -> Path:
+        assert self.rundir is not None
+        base = Path(self.rundir.path) / host
+        return base / launch_id if self.per_launch_dirs else base
+
+    def _fetch(self, nodes: dict[str, _Node], result: LaunchResult) -> None:
+        """Bring each node's run folder back as ``<report>/<host>/`` (one tar stream per node)."""
+
+        def one(host: Host) -> list[str]:
+            run_dir = nodes[host.name].plan.run_dir
+            deferred = self.defer_cleanup and not self.keep_remote
+            if deferred:  # removed by cleanup_remote(), after the core watch scanned it (a relative core_pattern)
+                self.pending_cleanup.append((host.name, run_dir))
+            return fetch.fetch_run_folder(host, run_dir, run_dir + ".tgz", self._host_dir(host.name, result.launch_id),
+                                          keep_remote=self.keep_remote or deferred)
+
+        got = self.cluster.map(one, [h for h in nodes if not result.nodes[h].lost])
+        for h, err in got.failed.items():
+            log.warning("%s: could not fetch logs: %s", h, err)
+        for notes in got.succeeded.values():
+            for note in notes:
+                log.warning("%s", note)
+                result.notes.append(note)
+        for h in nodes:
+            fetch.read_ranks(result, h, self._host_dir(h, result.launch_id))
+
+
+def _write(proc: Process | None, data: bytes) -> bool:
+    """Write to a supervisor's stdin; False when its channel refuses."""
+    if proc is None:
+        return False
+    try:
+        proc.write(data)
+    except HostError:
+        return False
+    return True
+
+
+def _close(proc: Process | None) -> None:
+    if proc is not None:
+        proc.close()
+
+
+def _pump_lines(host: str, proc: Process, events: Events) -> None:
+    while True:
+        line = proc.readline(timeout=None)
+        if not line:
+            events.put((host, None))
+            return
+        events.put((host, line.strip()))
+
+
+__all__ = ["FETCH_PATTERNS", "HEARTBEAT", "LOST_AFTER", "SUPERVISOR_SILENCE", "LaunchResult", "Launcher", "NodePlan",
+           "NodeResult", "RankResult", "Target", "backend_env", "launch_label", "node_command"]
