@@ -324,15 +324,17 @@ def pip_python_argv(plan: HostPlan, art: Artifact) -> list[str]:
 
 
 def pip_choice_script(plan: HostPlan, art: Artifact) -> str:
-    """sh installing the wheel into the venv with the first pip that can: the host python's with ``--python``
-    when it is >= 22.3; else an older one the venv sees through its system site-packages; else (no pip on the
-    host at all) the venv's own from ``ensurepip``, what every venv had before."""
+    """sh installing the wheel into the venv with the first pip that can, none of them the venv's own: the host's
+    pip as the venv sees it through its system site-packages, run by the venv's interpreter (one process: pip's
+    ``--python`` starts pip in the host python and then again in the venv's, ~0.35 s more CPU per host); else,
+    when the venv cannot see it (a pip outside the system site-packages), the host python's with ``--python`` when
+    it is >= 22.3; else (no pip on the host at all) the venv's own from ``ensurepip``, what every venv had before."""
     q = commands.quote
     new_pip = f"{q(plan.python)} -c {q(_PIP_HAS_PYTHON)} >/dev/null 2>&1"
     venv_pip = f"{q(plan.interpreter)} -c 'import pip' >/dev/null 2>&1"
     ensurepip = f"{q(plan.interpreter)} -m ensurepip --default-pip >/dev/null"
-    return (f"if {new_pip}; then {commands.join(pip_python_argv(plan, art))}; "
-            f"elif {venv_pip}; then {commands.join(pip_argv(plan, art))}; "
+    return (f"if {venv_pip}; then {commands.join(pip_argv(plan, art))}; "
+            f"elif {new_pip}; then {commands.join(pip_python_argv(plan, art))}; "
             f"else {ensurepip} && {commands.join(pip_argv(plan, art))}; fi")
 
 
