@@ -45,7 +45,7 @@ RELAY_STREAM_CHUNK = 256 * 1024
 __all__ = ["KINDS", "OP_MODULE", "OPS", "RELAY_STREAM_CHUNK", "SPACE_MARGIN", "STATE_VERSION", "VENDOR", "Artifact",
            "HostPlan", "Probe", "expected_state", "pick_for_host", "install_run_script", "parse_probe", "parse_run_output",
            "parse_cpu", "pip_argv", "probe_script", "resolve_artifacts", "space_problem", "state_script", "vendor_of",
-           "venv_script", "verify_argv"]
+           "venv_script", "verify_argv", "warm_verify_argv", "go_script", "warm_go_path"]
 
 
 @dataclass(frozen=True)
@@ -374,14 +374,32 @@ def stage_ok_script(plan: HostPlan, art: Artifact) -> ShellScript:
     return ShellScript(sh_write_file(plan.layout.stage_ok(art.sha256), art.sha256))
 
 
+def _import_code(plan: HostPlan) -> str:
+    """Python importing the op library (torch_npu first on an NPU host) and printing its version and ops."""
+    return (
+        ("import torch_npu\n" if plan.soc != "cpu" else "")
+        + f"import torch, {OP_MODULE} as m\n"
+        # the real wheel is a bare extension module without __version__: its version is the distribution's
+        + "from importlib import metadata as md\n"
+        + "try:\n    v = md.version(m.__name__)\nexcept md.PackageNotFoundError:\n    v = 'unknown'\n"
+        + "print('CAMIT-VERSION', v)\n"
+        + f"ns = torch.ops.{OP_MODULE}\n"
+        + f"print('CAMIT-OPS', ','.join(n for n in {OPS!r} if hasattr(ns, n)))\n"
+    )
+
+
+def _verify_steps(plan: HostPlan, vendor: str | None) -> list[str]:
+    q = commands.quote
+    # importing torch and the op library writes caches under TMPDIR: keep them in the workdir
+    tmp = plan.layout.tmp
+    return [f"mkdir -p {q(tmp)}", f"export TMPDIR={q(tmp)}",
+            *env_steps(plan.cann_set_env, plan.extra_set_env, plan.vendor_set_env(vendor) if vendor else None)]
+
+
 def verify_argv(plan: HostPlan, vendor: str | None) -> list[str]:
     """bash that sources CANN, the extra scripts and the vendor ``set_env`` (:func:`framework.setenv.env_steps`),
     checks ``libcust_opapi.so`` and ``ASCEND_CUSTOM_OPP_PATH`` (with a vendor), and imports the op library."""
     q = commands.quote
-    # importing torch and the op library writes caches under TMPDIR: keep them in the workdir
-    tmp = plan.layout.tmp
-    steps = [f"mkdir -p {q(tmp)}", f"export TMPDIR={q(tmp)}",
-             *env_steps(plan.cann_set_env, plan.extra_set_env, plan.vendor_set_env(vendor) if vendor else None)]
     opapi = ""
     if vendor:
         # what CAM's GetOpApiFuncAddr does: dlopen by bare name, then look up each aclnn symbol
@@ -395,19 +413,54 @@ def verify_argv(plan: HostPlan, vendor: str | None) -> list[str]:
             "else:\n"
             f"    print('CAMIT-OPAPI-MISSING', ','.join(s for s in {aclnn_symbols(OPS)!r} if not hasattr(lib, s)))\n"
         )
-    code = (
-        opapi
-        + ("import torch_npu\n" if plan.soc != "cpu" else "")
-        + f"import torch, {OP_MODULE} as m\n"
-        # the real wheel is a bare extension module without __version__: its version is the distribution's
-        + "from importlib import metadata as md\n"
-        + "try:\n    v = md.version(m.__name__)\nexcept md.PackageNotFoundError:\n    v = 'unknown'\n"
-        + "print('CAMIT-VERSION', v)\n"
-        + f"ns = torch.ops.{OP_MODULE}\n"
-        + f"print('CAMIT-OPS', ','.join(n for n in {OPS!r} if hasattr(ns, n)))\n"
-    )
-    steps.append(f"{q(plan.interpreter)} -c {q(code)}")
+    steps = _verify_steps(plan, vendor)
+    steps.append(f"{q(plan.interpreter)} -c {q(opapi + _import_code(plan))}")
     return ["bash", "-c", " && ".join(steps)]
+
+
+#: how long a warm verify (:func:`warm_verify_argv`) waits for its go file before it gives up (the install then
+#: runs the plain :func:`verify_argv`)
+WARM_WAIT = 600
+#: the go file's words: import the op library now / exit without importing it
+GO, STOP = "go", "stop"
+
+
+def warm_go_path(plan: HostPlan, nonce: str) -> str:
+    return f"{plan.layout.tmp}/verify-{nonce}.go"
+
+
+def warm_verify_argv(plan: HostPlan, go_path: str) -> list[str]:
+    """The import check started while the artifacts upload (a wheel without a ``.run``: no vendor environment
+    to source first): bash sourcing CANN and the extra scripts, then the interpreter importing torch (and
+    torch_npu) — the bulk of the check's CPU and time — and waiting for ``go_path``. Its word ``go`` (written
+    once the wheel is installed, :func:`go_script`) makes it import the op library as :func:`verify_argv` does,
+    anything else ends it without; :data:`WARM_WAIT` passing ends it with ``CAMIT-WARM-ABANDONED``."""
+    q = commands.quote
+    wait = (
+        "import os, sys, time\n"
+        "go, deadline = sys.argv[1], time.monotonic() + float(sys.argv[2])\n"
+        "while not os.path.exists(go):\n"
+        "    if time.monotonic() > deadline:\n"
+        "        print('CAMIT-WARM-ABANDONED'); sys.exit(5)\n"
+        "    time.sleep(0.02)\n"
+        "with open(go) as f:\n"
+        "    word = f.read().strip()\n"
+        "os.unlink(go)\n"
+        f"if word != {GO!r}:\n"
+        "    sys.exit(0)\n"
+        "import importlib\n"
+        "importlib.invalidate_caches()  # the wheel went into site-packages after this interpreter listed it\n"
+    )
+    pre = ("import torch_npu\n" if plan.soc != "cpu" else "") + "import torch\n"
+    code = pre + wait + _import_code(plan)
+    steps = _verify_steps(plan, None)
+    steps.append(f"exec {q(plan.interpreter)} -c {q(code)} {q(go_path)} {WARM_WAIT}")
+    return ["bash", "-c", " && ".join(steps)]
+
+
+def go_script(plan: HostPlan, go_path: str, word: str) -> ShellScript:
+    """sh handing a warm verify its word (:func:`warm_verify_argv`), written whole (renamed into place)."""
+    return ShellScript(f"mkdir -p {commands.quote(plan.layout.tmp)} && {sh_write_file(go_path, word)}")
 
 
 def parse_verify(stdout: str) -> tuple[str | None, list[str] | None]:
