@@ -8,7 +8,8 @@ wheel, the import check, the state written last — each timed into the manifest
 and raising ``DeployError(host, step, ...)`` with the output's tail on failure.
 :meth:`HostInstall.prepare` runs beside the transfer what needs no artifact: the venv,
 and (a wheel without a ``.run``) the import check's torch import (:class:`WarmVerify`),
-which the ``verify`` step then only tells to import the op library.
+which the ``verify`` step then only tells to import the op library; with a ``.run``, the
+check starts once the vendor ``set_env`` exists, beside the wheel's pip.
 """
 
 from __future__ import annotations
@@ -178,6 +179,8 @@ class HostInstall:
         plan = self.plan
         if plan.venv and "venv" not in self.m.durations:  # not made already while the artifacts uploaded
             self.step("venv", venv_script(plan), 300)
+        if vendor is not None and self.warm is None:  # the import check beside pip, in the vendor's environment
+            self.warm = WarmVerify(self.host, plan, vendor)
         self.on_event(self.host.name, f"pip install {art.name} into {plan.interpreter}")
         self.step("install-wheel", install_wheel_script(plan, art), 900)
         out = self.verify(vendor)
@@ -194,12 +197,10 @@ class HostInstall:
         """The import check's output: the warm one told to go on (its CPU since it started counts), else — none
         started, or it gave up waiting — a fresh one."""
         warm, self.warm = self.warm, None
-        if warm is not None and vendor is None:
+        if warm is not None:
             res = timed(self.m, "verify", lambda: warm.finish(GO))
             if WarmVerify.ABANDONED not in res.stdout:
                 return self.checked("verify", res).stdout
-        elif warm is not None:
-            warm.finish(STOP)
         return self.step("verify", verify_argv(self.plan, vendor), 300).stdout
 
 
@@ -209,8 +210,8 @@ class WarmVerify:
 
     ABANDONED = "CAMIT-WARM-ABANDONED"
 
-    def __init__(self, host: Host, plan: HostPlan) -> None:
-        self.host, self.plan = host, plan
+    def __init__(self, host: Host, plan: HostPlan, vendor: str | None = None) -> None:
+        self.host, self.plan, self.vendor = host, plan, vendor
         self.go = warm_go_path(plan, secrets.token_hex(8))
         self.result: Result | None = None
         self.error: BaseException | None = None
@@ -218,7 +219,7 @@ class WarmVerify:
         self.thread.start()
 
     def _run(self) -> None:
-        script = commands.ShellScript(with_cpu(commands.join(warm_verify_argv(self.plan, self.go))))
+        script = commands.ShellScript(with_cpu(commands.join(warm_verify_argv(self.plan, self.go, self.vendor))))
         try:
             self.result = self.host.run(script, timeout=WARM_WAIT + 300)
         except BaseException as exc:  # noqa: BLE001 - re-raised by finish() in the installing thread

@@ -396,23 +396,26 @@ def _verify_steps(plan: HostPlan, vendor: str | None) -> list[str]:
             *env_steps(plan.cann_set_env, plan.extra_set_env, plan.vendor_set_env(vendor) if vendor else None)]
 
 
+def _opapi_code() -> str:
+    """Python checking the vendor's op API as CAM's GetOpApiFuncAddr finds it: dlopen by bare name, then look up
+    each aclnn symbol; and printing ``ASCEND_CUSTOM_OPP_PATH`` (:func:`vendor_env_problems` reads both)."""
+    return (
+        "import ctypes, os\n"
+        "print('CAMIT-OPP', os.environ.get('ASCEND_CUSTOM_OPP_PATH', ''))\n"
+        "try:\n"
+        f"    lib = ctypes.CDLL({OPAPI_LIBRARY!r})\n"
+        "except OSError as exc:\n"
+        "    print('CAMIT-OPAPI-ERROR', str(exc).replace(chr(10), ' '))\n"
+        "else:\n"
+        f"    print('CAMIT-OPAPI-MISSING', ','.join(s for s in {aclnn_symbols(OPS)!r} if not hasattr(lib, s)))\n"
+    )
+
+
 def verify_argv(plan: HostPlan, vendor: str | None) -> list[str]:
     """bash that sources CANN, the extra scripts and the vendor ``set_env`` (:func:`framework.setenv.env_steps`),
     checks ``libcust_opapi.so`` and ``ASCEND_CUSTOM_OPP_PATH`` (with a vendor), and imports the op library."""
     q = commands.quote
-    opapi = ""
-    if vendor:
-        # what CAM's GetOpApiFuncAddr does: dlopen by bare name, then look up each aclnn symbol
-        opapi = (
-            "import ctypes, os\n"
-            "print('CAMIT-OPP', os.environ.get('ASCEND_CUSTOM_OPP_PATH', ''))\n"
-            "try:\n"
-            f"    lib = ctypes.CDLL({OPAPI_LIBRARY!r})\n"
-            "except OSError as exc:\n"
-            "    print('CAMIT-OPAPI-ERROR', str(exc).replace(chr(10), ' '))\n"
-            "else:\n"
-            f"    print('CAMIT-OPAPI-MISSING', ','.join(s for s in {aclnn_symbols(OPS)!r} if not hasattr(lib, s)))\n"
-        )
+    opapi = _opapi_code() if vendor else ""
     steps = _verify_steps(plan, vendor)
     steps.append(f"{q(plan.interpreter)} -c {q(opapi + _import_code(plan))}")
     return ["bash", "-c", " && ".join(steps)]
@@ -429,12 +432,16 @@ def warm_go_path(plan: HostPlan, nonce: str) -> str:
     return f"{plan.layout.tmp}/verify-{nonce}.go"
 
 
-def warm_verify_argv(plan: HostPlan, go_path: str) -> list[str]:
-    """The import check started while the artifacts upload (a wheel without a ``.run``: no vendor environment
-    to source first): bash sourcing CANN and the extra scripts, then the interpreter importing torch (and
-    torch_npu) — the bulk of the check's CPU and time — and waiting for ``go_path``. Its word ``go`` (written
-    once the wheel is installed, :func:`go_script`) makes it import the op library as :func:`verify_argv` does,
-    anything else ends it without; :data:`WARM_WAIT` passing ends it with ``CAMIT-WARM-ABANDONED``."""
+def warm_verify_argv(plan: HostPlan, go_path: str, vendor: str | None = None) -> list[str]:
+    """:func:`verify_argv` started before the wheel is installed: the same bash (CANN, the extra scripts and,
+    with a ``vendor``, its ``set_env`` sourced; the op API checked), then the interpreter imports torch (and
+    torch_npu) — the bulk of the check's CPU and time — and waits for ``go_path``. Its word ``go`` (written once
+    the wheel is in, :func:`go_script`) makes it import the op library as :func:`verify_argv` does (a ``.pth``
+    file the wheel brings is not read: the real wheel has none); anything else ends it without;
+    :data:`WARM_WAIT` passing ends it with ``CAMIT-WARM-ABANDONED``.
+
+    Without a ``.run`` it starts while the artifacts upload; with one, once the ``.run`` made the vendor
+    ``set_env`` it sources, beside the wheel's pip install."""
     q = commands.quote
     wait = (
         "import os, sys, time\n"
@@ -452,8 +459,8 @@ def warm_verify_argv(plan: HostPlan, go_path: str) -> list[str]:
         "importlib.invalidate_caches()  # the wheel went into site-packages after this interpreter listed it\n"
     )
     pre = ("import torch_npu\n" if plan.soc != "cpu" else "") + "import torch\n"
-    code = pre + wait + _import_code(plan)
-    steps = _verify_steps(plan, None)
+    code = (_opapi_code() if vendor else "") + pre + wait + _import_code(plan)
+    steps = _verify_steps(plan, vendor)
     steps.append(f"exec {q(plan.interpreter)} -c {q(code)} {q(go_path)} {WARM_WAIT}")
     return ["bash", "-c", " && ".join(steps)]
 

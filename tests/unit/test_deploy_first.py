@@ -216,7 +216,7 @@ class _UploadAfterWarm(LocalTransport):
 def _counting_wheel(out: Path, log: Path, broken: bool = False) -> Path:
     """:func:`tiny_wheel` whose import appends its pid to ``log`` (or raises, ``broken``)."""
     wheel = tiny_wheel(out / "plain")
-    body = (f"raise ImportError('broken build (test)')\n" if broken else
+    body = ("raise ImportError('broken build (test)')\n" if broken else
             f"import os\nwith open({str(log)!r}, 'a') as f:\n    f.write(f'{{os.getpid()}}\\n')\nOPS = ()\n").encode()
     digest = base64.urlsafe_b64encode(hashlib.sha256(body).digest()).rstrip(b"=").decode()
     path = out / wheel.name
@@ -300,3 +300,42 @@ def test_an_import_check_that_gave_up_waiting_is_run_again(tmp_path, monkeypatch
     assert result.ok, result.errors
     assert result.manifests["h1"].installed_version == VERSION
     assert len(log.read_text().split()) == 1
+
+
+class _PipAfterWarm(LocalTransport):
+    """A host whose pip install waits until the import check's interpreter is running (or ``wait`` seconds)."""
+
+    def __init__(self, name: str, work: Path, wait: float) -> None:
+        super().__init__(name)
+        self.work, self.wait, self.warm_during_pip = work, wait, threading.Event()
+
+    def run(self, line, **kwargs):  # type: ignore[no-untyped-def]
+        if "--force-reinstall" in line:
+            for _ in range(int(self.wait * 20)):
+                if _warm_pids(self.work):
+                    self.warm_during_pip.set()
+                    break
+                threading.Event().wait(0.05)
+        return super().run(line, **kwargs)
+
+
+def test_with_a_run_package_the_import_check_starts_in_the_vendor_env_beside_pip(tmp_path):
+    """With a ``.run`` the check needs the vendor ``set_env`` the ``.run`` makes: it starts right after that
+    install, runs while pip installs the wheel, and still checks the op API and ASCEND_CUSTOM_OPP_PATH."""
+    from framework.lab import artifacts
+
+    run = artifacts.build_run_package(tmp_path / "run")
+    log = tmp_path / "imports"
+    wheel = _counting_wheel(tmp_path / "dist", log)
+    work = tmp_path / "w"
+    env = make_env({"h1": {"workdir": str(work), "install_path": str(tmp_path / "opp")}},
+                   defaults={"python": sys.executable, "venv": True},
+                   artifacts={"wheel": str(wheel), "run_package": str(run)}, relay=False)
+    transport = _PipAfterWarm("h1", work, wait=60)
+    with Cluster([Host("h1", transport, spec=env.hosts["h1"], command_timeout=120)]) as cluster:
+        result = deploy.Deployer(env, cluster, on_event=lambda h, m: None).run()
+    assert result.ok, result.errors
+    assert transport.warm_during_pip.is_set(), "the import check started only after pip"
+    m = result.manifests["h1"]
+    assert m.installed_version == VERSION and m.vendor and len(log.read_text().split()) == 1
+    assert _warm_pids(work) == []
