@@ -165,17 +165,23 @@ class Deployer:
             if problem:
                 self._fail(result, h, "upload", TransferError(h, problem))
         via: dict[tuple[str, str], str] = {}
-        prepared = self._prepare(per_host, probes, result)
+        installs: dict[str, HostInstall] = {}
         try:
-            for art in artifacts:
-                self._transfer(art, missing, probes, via, result)
+            prepared = self._prepare(per_host, probes, result, installs)
+            try:
+                for art in artifacts:
+                    self._transfer(art, missing, probes, via, result)
+            finally:
+                prepared.join()
+            for h in self._alive(result):
+                result.manifests[h].artifacts = [
+                    ArtifactRecord(a.kind, a.name, a.sha256, a.size, via.get((h, a.kind), "cached"))
+                    for a in per_host[h]
+                ]
+            self._install(per_host, probes, result, installs)
         finally:
-            prepared.join()
-        for h in self._alive(result):
-            result.manifests[h].artifacts = [
-                ArtifactRecord(a.kind, a.name, a.sha256, a.size, via.get((h, a.kind), "cached")) for a in per_host[h]
-            ]
-        self._install(per_host, probes, result)
+            for inst in installs.values():  # hosts lost before their install: no import check left running
+                inst.stop()
 
     # -- 1. probe -------------------------------------------------------------------------------
     def _probe(self, artifacts: list[Artifact], result: DeployResult) -> dict[str, Probe]:
@@ -272,17 +278,19 @@ class Deployer:
 
         return report
 
-    def _prepare(self, per_host: dict[str, list[Artifact]], probes: dict[str, Probe],
-                 result: DeployResult) -> threading.Thread:
-        """Start, beside the transfer, what the install needs and the upload does not (the venv) on every host
-        that will install a wheel into one; the caller joins the thread before installing."""
+    def _prepare(self, per_host: dict[str, list[Artifact]], probes: dict[str, Probe], result: DeployResult,
+                 installs: dict[str, HostInstall]) -> threading.Thread:
+        """Start, beside the transfer, what the install needs and the upload does not (the venv, the import
+        check's torch import: :meth:`HostInstall.prepare`) on every host that will install a wheel; the caller
+        joins the thread before installing, and the install goes on with ``installs[host]``."""
         hosts = [h for h in self._alive(result)
-                 if self.plans[h].venv and any(a.kind == "wheel" for a in per_host[h])
-                 and needs_install(self.plans[h], per_host[h], probes[h])]
+                 if any(a.kind == "wheel" for a in per_host[h]) and needs_install(self.plans[h], per_host[h], probes[h])]
         failed: dict[str, BaseException] = {}
 
         def prepare(host: Host) -> None:
-            HostInstall(host, self.plans[host.name], result.manifests[host.name], self.on_event).prepare()
+            inst = installs[host.name] = HostInstall(host, self.plans[host.name], result.manifests[host.name],
+                                                     self.on_event)
+            inst.prepare(per_host[host.name])
 
         def work() -> None:
             failed.update((n, v) for n, v in self.cluster.map(prepare, hosts).items() if isinstance(v, BaseException))
@@ -298,10 +306,12 @@ class Deployer:
         return thread
 
     # -- 3. install -----------------------------------------------------------------------------
-    def _install(self, per_host: dict[str, list[Artifact]], probes: dict[str, Probe], result: DeployResult) -> None:
+    def _install(self, per_host: dict[str, list[Artifact]], probes: dict[str, Probe], result: DeployResult,
+                 installs: dict[str, HostInstall]) -> None:
         def install(host: Host) -> None:
-            HostInstall(host, self.plans[host.name], result.manifests[host.name], self.on_event).run(
-                per_host[host.name], probes[host.name])
+            inst = installs.get(host.name) or HostInstall(host, self.plans[host.name], result.manifests[host.name],
+                                                          self.on_event)
+            inst.run(per_host[host.name], probes[host.name])
 
         for name, value in self.cluster.map(install, self._alive(result)).items():
             if isinstance(value, BaseException):

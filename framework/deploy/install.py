@@ -6,21 +6,32 @@ the same artifacts). :class:`HostInstall` runs the steps — clear the state, th
 ``.run`` with its success line and ``vendors/<vendor>/`` required, the venv, the
 wheel, the import check, the state written last — each timed into the manifest
 and raising ``DeployError(host, step, ...)`` with the output's tail on failure.
+:meth:`HostInstall.prepare` runs beside the transfer what needs no artifact: the venv,
+and (a wheel without a ``.run``) the import check's torch import (:class:`WarmVerify`),
+which the ``verify`` step then only tells to import the op library; with a ``.run``, the
+check starts once the vendor ``set_env`` exists, beside the wheel's pip.
 """
 
 from __future__ import annotations
 
+import logging
+import secrets
+import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from framework import commands
 from framework.deploy.plan import (
+    GO,
     OP_MODULE,
+    STOP,
+    WARM_WAIT,
     Artifact,
     HostPlan,
     Probe,
     expected_state,
+    go_script,
     install_run_script,
     install_wheel_script,
     parse_cpu,
@@ -31,6 +42,8 @@ from framework.deploy.plan import (
     vendor_env_problems,
     venv_script,
     verify_argv,
+    warm_go_path,
+    warm_verify_argv,
     with_cpu,
 )
 from framework.deploy.result import HostManifest
@@ -38,6 +51,8 @@ from framework.errors import DeployError
 from framework.hosts import Host
 from framework.remote.layout import DeployState, vendor_of
 from framework.result import Result
+
+log = logging.getLogger("camit.deploy")
 
 
 def artifact_of(artifacts: Sequence[Artifact], kind: str) -> Artifact | None:
@@ -78,8 +93,16 @@ class HostInstall:
         self.plan = plan
         self.m = manifest
         self.on_event = on_event
+        #: the import check started by :meth:`prepare`, until the ``verify`` step uses it
+        self.warm: WarmVerify | None = None
 
     def run(self, artifacts: Sequence[Artifact], probe: Probe) -> None:
+        try:
+            self._run(artifacts, probe)
+        finally:
+            self.stop()
+
+    def _run(self, artifacts: Sequence[Artifact], probe: Probe) -> None:
         plan, m = self.plan, self.m
         if is_unchanged(plan, artifacts, probe, m):
             state = probe.state or {}
@@ -106,6 +129,10 @@ class HostInstall:
         into the manifest."""
         script = commands.ShellScript(with_cpu(command if isinstance(command, str) else commands.join(command)))
         res: Result = timed(self.m, name, lambda: self.host.run(script, timeout=timeout))
+        return self.checked(name, res)
+
+    def checked(self, name: str, res: Result) -> Result:
+        """``res`` of step ``name``: its CPU into the manifest; ``DeployError`` when it failed."""
         cpu = parse_cpu(res.stdout)
         if cpu is not None:
             self.m.cpu_seconds[name] = round(self.m.cpu_seconds.get(name, 0.0) + cpu, 3)
@@ -129,19 +156,34 @@ class HostInstall:
                               f"no vendors/<vendor>/bin/set_env.bash under {plan.install_path} after install")
         return vendor
 
-    def prepare(self) -> None:
-        """What needs neither the artifacts nor much CPU, done while they upload: the venv (``--without-pip``)."""
+    def prepare(self, artifacts: Sequence[Artifact]) -> None:
+        """What needs neither the artifacts nor the network, done while they upload: the venv (``--without-pip``),
+        then, for a wheel without a ``.run`` (no vendor ``set_env`` to source first), the import check up to the
+        op library (:class:`WarmVerify`)."""
         if self.plan.venv:
             self.step("venv", venv_script(self.plan), 300)
+        if artifact_of(artifacts, "wheel") is not None and artifact_of(artifacts, "run_package") is None:
+            self.warm = WarmVerify(self.host, self.plan)
+
+    def stop(self) -> None:
+        """End a warm import check that will not be used (the host failed or installs nothing)."""
+        warm, self.warm = self.warm, None
+        if warm is not None:
+            try:
+                warm.finish(STOP)
+            except Exception as exc:  # noqa: BLE001 - the host's own failure is reported already
+                log.debug("%s: ending the import check: %s", self.host.name, exc)
 
     def wheel(self, art: Artifact, vendor: str | None) -> None:
         """The wheel into the interpreter (a venv first when configured), then the import check."""
         plan = self.plan
         if plan.venv and "venv" not in self.m.durations:  # not made already while the artifacts uploaded
             self.step("venv", venv_script(plan), 300)
+        if vendor is not None and self.warm is None:  # the import check beside pip, in the vendor's environment
+            self.warm = WarmVerify(self.host, plan, vendor)
         self.on_event(self.host.name, f"pip install {art.name} into {plan.interpreter}")
         self.step("install-wheel", install_wheel_script(plan, art), 900)
-        out = self.step("verify", verify_argv(plan, vendor), 300).stdout
+        out = self.verify(vendor)
         problems = vendor_env_problems(plan, vendor, out) if vendor else []
         if problems:
             raise DeployError(self.host.name, "verify", "; ".join(problems))
@@ -150,3 +192,47 @@ class HostInstall:
             self.m.installed_version = version
         if ops is not None:
             self.m.ops = ops
+
+    def verify(self, vendor: str | None) -> str:
+        """The import check's output: the warm one told to go on (its CPU since it started counts), else — none
+        started, or it gave up waiting — a fresh one."""
+        warm, self.warm = self.warm, None
+        if warm is not None:
+            res = timed(self.m, "verify", lambda: warm.finish(GO))
+            if WarmVerify.ABANDONED not in res.stdout:
+                return self.checked("verify", res).stdout
+        return self.step("verify", verify_argv(self.plan, vendor), 300).stdout
+
+
+class WarmVerify:
+    """The import check running from before the wheel is there (:func:`~framework.deploy.plan.warm_verify_argv`):
+    started in a thread of its own, given its word by :meth:`finish`."""
+
+    ABANDONED = "CAMIT-WARM-ABANDONED"
+
+    def __init__(self, host: Host, plan: HostPlan, vendor: str | None = None) -> None:
+        self.host, self.plan, self.vendor = host, plan, vendor
+        self.go = warm_go_path(plan, secrets.token_hex(8))
+        self.result: Result | None = None
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, name=f"camit-verify-{host.name}", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        script = commands.ShellScript(with_cpu(commands.join(warm_verify_argv(self.plan, self.go, self.vendor))))
+        try:
+            self.result = self.host.run(script, timeout=WARM_WAIT + 300)
+        except BaseException as exc:  # noqa: BLE001 - re-raised by finish() in the installing thread
+            self.error = exc
+
+    def finish(self, word: str) -> Result:
+        """Write ``word`` to the go file (unless the check has ended already), wait for the check, its result;
+        the exception that ended its thread is raised here."""
+        if self.thread.is_alive():
+            self.host.run(go_script(self.plan, self.go, word), timeout=60)
+        self.thread.join(WARM_WAIT + 360)
+        if self.error is not None:
+            raise self.error
+        if self.result is None:
+            raise DeployError(self.host.name, "verify", "the import check did not end")
+        return self.result

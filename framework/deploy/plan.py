@@ -45,7 +45,7 @@ RELAY_STREAM_CHUNK = 256 * 1024
 __all__ = ["KINDS", "OP_MODULE", "OPS", "RELAY_STREAM_CHUNK", "SPACE_MARGIN", "STATE_VERSION", "VENDOR", "Artifact",
            "HostPlan", "Probe", "expected_state", "pick_for_host", "install_run_script", "parse_probe", "parse_run_output",
            "parse_cpu", "pip_argv", "probe_script", "resolve_artifacts", "space_problem", "state_script", "vendor_of",
-           "venv_script", "verify_argv"]
+           "venv_script", "verify_argv", "warm_verify_argv", "go_script", "warm_go_path"]
 
 
 @dataclass(frozen=True)
@@ -324,15 +324,17 @@ def pip_python_argv(plan: HostPlan, art: Artifact) -> list[str]:
 
 
 def pip_choice_script(plan: HostPlan, art: Artifact) -> str:
-    """sh installing the wheel into the venv with the first pip that can: the host python's with ``--python``
-    when it is >= 22.3; else an older one the venv sees through its system site-packages; else (no pip on the
-    host at all) the venv's own from ``ensurepip``, what every venv had before."""
+    """sh installing the wheel into the venv with the first pip that can, none of them the venv's own: the host's
+    pip as the venv sees it through its system site-packages, run by the venv's interpreter (one process: pip's
+    ``--python`` starts pip in the host python and then again in the venv's, ~0.35 s more CPU per host); else,
+    when the venv cannot see it (a pip outside the system site-packages), the host python's with ``--python`` when
+    it is >= 22.3; else (no pip on the host at all) the venv's own from ``ensurepip``, what every venv had before."""
     q = commands.quote
     new_pip = f"{q(plan.python)} -c {q(_PIP_HAS_PYTHON)} >/dev/null 2>&1"
     venv_pip = f"{q(plan.interpreter)} -c 'import pip' >/dev/null 2>&1"
     ensurepip = f"{q(plan.interpreter)} -m ensurepip --default-pip >/dev/null"
-    return (f"if {new_pip}; then {commands.join(pip_python_argv(plan, art))}; "
-            f"elif {venv_pip}; then {commands.join(pip_argv(plan, art))}; "
+    return (f"if {venv_pip}; then {commands.join(pip_argv(plan, art))}; "
+            f"elif {new_pip}; then {commands.join(pip_python_argv(plan, art))}; "
             f"else {ensurepip} && {commands.join(pip_argv(plan, art))}; fi")
 
 
@@ -372,30 +374,10 @@ def stage_ok_script(plan: HostPlan, art: Artifact) -> ShellScript:
     return ShellScript(sh_write_file(plan.layout.stage_ok(art.sha256), art.sha256))
 
 
-def verify_argv(plan: HostPlan, vendor: str | None) -> list[str]:
-    """bash that sources CANN, the extra scripts and the vendor ``set_env`` (:func:`framework.setenv.env_steps`),
-    checks ``libcust_opapi.so`` and ``ASCEND_CUSTOM_OPP_PATH`` (with a vendor), and imports the op library."""
-    q = commands.quote
-    # importing torch and the op library writes caches under TMPDIR: keep them in the workdir
-    tmp = plan.layout.tmp
-    steps = [f"mkdir -p {q(tmp)}", f"export TMPDIR={q(tmp)}",
-             *env_steps(plan.cann_set_env, plan.extra_set_env, plan.vendor_set_env(vendor) if vendor else None)]
-    opapi = ""
-    if vendor:
-        # what CAM's GetOpApiFuncAddr does: dlopen by bare name, then look up each aclnn symbol
-        opapi = (
-            "import ctypes, os\n"
-            "print('CAMIT-OPP', os.environ.get('ASCEND_CUSTOM_OPP_PATH', ''))\n"
-            "try:\n"
-            f"    lib = ctypes.CDLL({OPAPI_LIBRARY!r})\n"
-            "except OSError as exc:\n"
-            "    print('CAMIT-OPAPI-ERROR', str(exc).replace(chr(10), ' '))\n"
-            "else:\n"
-            f"    print('CAMIT-OPAPI-MISSING', ','.join(s for s in {aclnn_symbols(OPS)!r} if not hasattr(lib, s)))\n"
-        )
-    code = (
-        opapi
-        + ("import torch_npu\n" if plan.soc != "cpu" else "")
+def _import_code(plan: HostPlan) -> str:
+    """Python importing the op library (torch_npu first on an NPU host) and printing its version and ops."""
+    return (
+        ("import torch_npu\n" if plan.soc != "cpu" else "")
         + f"import torch, {OP_MODULE} as m\n"
         # the real wheel is a bare extension module without __version__: its version is the distribution's
         + "from importlib import metadata as md\n"
@@ -404,8 +386,88 @@ def verify_argv(plan: HostPlan, vendor: str | None) -> list[str]:
         + f"ns = torch.ops.{OP_MODULE}\n"
         + f"print('CAMIT-OPS', ','.join(n for n in {OPS!r} if hasattr(ns, n)))\n"
     )
-    steps.append(f"{q(plan.interpreter)} -c {q(code)}")
+
+
+def _verify_steps(plan: HostPlan, vendor: str | None) -> list[str]:
+    q = commands.quote
+    # importing torch and the op library writes caches under TMPDIR: keep them in the workdir
+    tmp = plan.layout.tmp
+    return [f"mkdir -p {q(tmp)}", f"export TMPDIR={q(tmp)}",
+            *env_steps(plan.cann_set_env, plan.extra_set_env, plan.vendor_set_env(vendor) if vendor else None)]
+
+
+def _opapi_code() -> str:
+    """Python checking the vendor's op API as CAM's GetOpApiFuncAddr finds it: dlopen by bare name, then look up
+    each aclnn symbol; and printing ``ASCEND_CUSTOM_OPP_PATH`` (:func:`vendor_env_problems` reads both)."""
+    return (
+        "import ctypes, os\n"
+        "print('CAMIT-OPP', os.environ.get('ASCEND_CUSTOM_OPP_PATH', ''))\n"
+        "try:\n"
+        f"    lib = ctypes.CDLL({OPAPI_LIBRARY!r})\n"
+        "except OSError as exc:\n"
+        "    print('CAMIT-OPAPI-ERROR', str(exc).replace(chr(10), ' '))\n"
+        "else:\n"
+        f"    print('CAMIT-OPAPI-MISSING', ','.join(s for s in {aclnn_symbols(OPS)!r} if not hasattr(lib, s)))\n"
+    )
+
+
+def verify_argv(plan: HostPlan, vendor: str | None) -> list[str]:
+    """bash that sources CANN, the extra scripts and the vendor ``set_env`` (:func:`framework.setenv.env_steps`),
+    checks ``libcust_opapi.so`` and ``ASCEND_CUSTOM_OPP_PATH`` (with a vendor), and imports the op library."""
+    q = commands.quote
+    opapi = _opapi_code() if vendor else ""
+    steps = _verify_steps(plan, vendor)
+    steps.append(f"{q(plan.interpreter)} -c {q(opapi + _import_code(plan))}")
     return ["bash", "-c", " && ".join(steps)]
+
+
+#: how long a warm verify (:func:`warm_verify_argv`) waits for its go file before it gives up (the install then
+#: runs the plain :func:`verify_argv`)
+WARM_WAIT = 600
+#: the go file's words: import the op library now / exit without importing it
+GO, STOP = "go", "stop"
+
+
+def warm_go_path(plan: HostPlan, nonce: str) -> str:
+    return f"{plan.layout.tmp}/verify-{nonce}.go"
+
+
+def warm_verify_argv(plan: HostPlan, go_path: str, vendor: str | None = None) -> list[str]:
+    """:func:`verify_argv` started before the wheel is installed: the same bash (CANN, the extra scripts and,
+    with a ``vendor``, its ``set_env`` sourced; the op API checked), then the interpreter imports torch (and
+    torch_npu) — the bulk of the check's CPU and time — and waits for ``go_path``. Its word ``go`` (written once
+    the wheel is in, :func:`go_script`) makes it import the op library as :func:`verify_argv` does (a ``.pth``
+    file the wheel brings is not read: the real wheel has none); anything else ends it without;
+    :data:`WARM_WAIT` passing ends it with ``CAMIT-WARM-ABANDONED``.
+
+    Without a ``.run`` it starts while the artifacts upload; with one, once the ``.run`` made the vendor
+    ``set_env`` it sources, beside the wheel's pip install."""
+    q = commands.quote
+    wait = (
+        "import os, sys, time\n"
+        "go, deadline = sys.argv[1], time.monotonic() + float(sys.argv[2])\n"
+        "while not os.path.exists(go):\n"
+        "    if time.monotonic() > deadline:\n"
+        "        print('CAMIT-WARM-ABANDONED'); sys.exit(5)\n"
+        "    time.sleep(0.02)\n"
+        "with open(go) as f:\n"
+        "    word = f.read().strip()\n"
+        "os.unlink(go)\n"
+        f"if word != {GO!r}:\n"
+        "    sys.exit(0)\n"
+        "import importlib\n"
+        "importlib.invalidate_caches()  # the wheel went into site-packages after this interpreter listed it\n"
+    )
+    pre = ("import torch_npu\n" if plan.soc != "cpu" else "") + "import torch\n"
+    code = (_opapi_code() if vendor else "") + pre + wait + _import_code(plan)
+    steps = _verify_steps(plan, vendor)
+    steps.append(f"exec {q(plan.interpreter)} -c {q(code)} {q(go_path)} {WARM_WAIT}")
+    return ["bash", "-c", " && ".join(steps)]
+
+
+def go_script(plan: HostPlan, go_path: str, word: str) -> ShellScript:
+    """sh handing a warm verify its word (:func:`warm_verify_argv`), written whole (renamed into place)."""
+    return ShellScript(f"mkdir -p {commands.quote(plan.layout.tmp)} && {sh_write_file(go_path, word)}")
 
 
 def parse_verify(stdout: str) -> tuple[str | None, list[str] | None]:
