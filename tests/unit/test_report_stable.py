@@ -92,3 +92,23 @@ def test_a_rerun_that_failed_again_is_one_error_with_its_earlier_attempt(tmp_pat
     top = ET.parse(path).getroot()
     assert (top.get("tests"), top.get("errors")) == ("2", "1")
     assert report_junit.validate_junit(path) == []
+
+
+def test_the_run_properties_name_the_deployed_artifacts_by_sha256(tmp_path):
+    from framework import report
+
+    run = tmp_path / "20260801-100000-eeeeee"
+    run.mkdir()
+    art = {"kind": "wheel", "name": "cam-1.0-py3-none-any.whl", "sha256": "ab" * 32, "size": 10, "via": "sftp"}
+    (run / "deploy-manifest.json").write_text(json.dumps({"duration": 1.0, "hosts": {
+        h: {"status": "ok", "artifacts": [art], "durations": {"upload": 0.5}} for h in ("node1", "node2")}}))
+    (run / "junit.xml").write_text('<testsuites><testsuite name="pytest" tests="1" failures="0" errors="0" '
+                                   'skipped="0" time="0.1"><testcase classname="t" name="x" time="0.1"/>'
+                                   "</testsuite></testsuites>")
+    report.finalize(run, seed=7, argv=["pytest"])
+    for name in ("junit.xml", "cluster.xml"):
+        suites = list(ET.parse(run / name).getroot().iter("testsuite"))
+        props = {p.get("name"): p.get("value") for s in suites for p in s.findall("properties/property")}
+        assert props["run_id"] == run.name and props["seed"] == "7", name
+        assert props["artifact.cam-1.0-py3-none-any.whl"] == "ab" * 32, name
+        assert report_junit.validate_junit(run / name) == [], name
