@@ -69,6 +69,12 @@ class LaunchResult:
     held: list[HeldDevice] = field(default_factory=list)
     #: what a fetch cap cut (host, file, cap) — framework.fetchcaps
     notes: list[str] = field(default_factory=list)
+    #: the pytest test that launched it (nodeid), its attempt (pytest-rerunfailures: 1, 2, ...) and the
+    #: launch's place among that attempt's launches of the same world size (1, 2, ...): the report names
+    #: the launch from these, never from the launcher's counter (None: no test, e.g. ``camit run``)
+    test: str | None = None
+    attempt: int | None = None
+    seq: int | None = None
 
     @property
     def ok(self) -> bool:
@@ -95,6 +101,7 @@ class LaunchResult:
             "teardown_seconds": self.teardown_seconds,
             "held": [asdict(h) for h in self.held],
             **({"notes": list(self.notes)} if self.notes else {}),
+            **({"test": self.test, "attempt": self.attempt, "seq": self.seq} if self.test is not None else {}),
             "nodes": {h: asdict(n) for h, n in self.nodes.items()},
             "ranks": {str(r): asdict(v) for r, v in sorted(self.ranks.items())},
         }

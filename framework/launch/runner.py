@@ -82,7 +82,8 @@ class Launcher:
                  backend: str | None = None, nproc_per_node: int | None = None,
                  core_limit: str | None = AUTO_CORE_LIMIT, per_launch_dirs: bool = False,
                  keep_remote: bool = False, on_event: Callable[[str, str], None] | None = None,
-                 on_phase: PhaseSink | None = None, defer_cleanup: bool = False) -> None:
+                 on_phase: PhaseSink | None = None, defer_cleanup: bool = False,
+                 owner: Callable[[], tuple[str, int] | None] | None = None) -> None:
         self.env = env
         self.cluster = cluster
         self.rundir = rundir
@@ -101,6 +102,10 @@ class Launcher:
         self.on_event = on_event or (lambda host, msg: log.info("%s: %s", host, msg))
         self.on_phase = on_phase or (rundir_sink(rundir) if rundir is not None else discard)
         self._count = 0
+        #: the test launching now, as (pytest nodeid, attempt) (the plugin's; None: not a test): recorded in
+        #: each launch record with the launch's place in that attempt, so the report's names stay stable
+        self.owner = owner or (lambda: None)
+        self._seq: dict[tuple[str, int, int], int] = {}
         #: hosts where a device is still held by one of this launcher's runs (the session's, in the plugin)
         self.dirty = devices.DirtyHosts()
         self.programs = {name: remote.script(name) for name in ("supervisor.py", "rankwrap.py")}
@@ -171,10 +176,16 @@ class Launcher:
             self._phase(h, "launch", t_prep, time.time())
         nproc = nproc_per_node or self.nproc
         self._timeout_notes(names[0], timeout, env or {})
+        owner = self.owner()
+        seq = None
+        if owner is not None:
+            key = (owner[0], owner[1], nproc * len(names))
+            seq = self._seq[key] = self._seq.get(key, 0) + 1
         attempt = 0
         while True:
             attempt += 1
-            result = self._launch_once(target, names, prepared, nproc, env or {}, timeout, launch_id, attempt)
+            result = self._launch_once(target, names, prepared, nproc, env or {}, timeout, launch_id, attempt,
+                                       owner=owner, seq=seq)
             if result.ok or attempt >= PORT_RETRIES or not self._port_taken(result):
                 return result
             self.on_event(names[0], f"master port {result.master} or an HCCL host port was taken; retrying "
@@ -198,7 +209,8 @@ class Launcher:
         return any(fetch.port_taken(self._host_dir(h, result.launch_id)) for h in result.nodes)
 
     def _launch_once(self, target: Target, names: list[str], prepared: dict[str, Prepared], nproc: int,
-                     extra_env: Mapping[str, Any], timeout: float, launch_id: str, attempt: int) -> LaunchResult:
+                     extra_env: Mapping[str, Any], timeout: float, launch_id: str, attempt: int, *,
+                     owner: tuple[str, int] | None = None, seq: int | None = None) -> LaunchResult:
         spec0 = self.env.hosts[names[0]]
         py0 = prepared[names[0]].state.interpreter or spec0.python
         addr0 = rendezvous_ip(spec0, self.env.launch.rendezvous_nic)
@@ -210,6 +222,8 @@ class Launcher:
         nodes = {h: _Node(self.cluster[h], p) for h, p in plans.items()}
         result = LaunchResult(lid, {h: NodeResult(h, p.node_rank, comm_env=comm_env(p.env)) for h, p in plans.items()}, {},
                               world_size=nproc * len(plans), master=f"{addr0}:{port}")
+        if owner is not None:
+            result.test, result.attempt, result.seq = owner[0], owner[1], seq
         start = time.monotonic()
         monitor = LaunchMonitor(result, plans, deadline=start + timeout)
         events: Events = queue.Queue()

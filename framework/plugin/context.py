@@ -24,7 +24,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -65,6 +65,11 @@ class RunContext:
     active: bool = False
     #: the controller's hand-out of host shares under ``-n`` (made at the first worker)
     shares: ShareBook | None = None
+    #: the test running now (pytest nodeid, attempt: pytest-rerunfailures' ``execution_count``, else 1); the
+    #: launcher records it in each launch so the report names launches by test, not by a counter
+    test: tuple[str, int] | None = None
+    #: the failed attempts pytest-rerunfailures reran (controller): folded into pytest's junit.xml at the end
+    reruns: list[Any] = field(default_factory=list)
 
     @classmethod
     def from_config(cls, config: pytest.Config) -> RunContext:

@@ -74,6 +74,7 @@ def pytest_configure(config: pytest.Config) -> None:
         # our run folder also holds pytest's own JUnit unless the user chose a path (written if camit is used)
         if not getattr(config.option, "xmlpath", None):
             reporting.register_junit(config, ctx, rundir.path / "junit.xml")
+        config.pluginmanager.register(reporting.RerunRecorder(config, ctx), "camit-reruns")
     if ctx.active or (ctx.env is not None and ctx.is_controller and getattr(config.option, "dist", "no") != "no"):
         progress.start(config, ctx)  # (an xdist controller prints its workers' events once camit is used)
     if (ctx.active and ctx.is_controller and not config.option.collectonly
@@ -171,7 +172,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
     """Hand a ``BaseTest`` class the session's resources (before its ``setup_class``: this plugin's
-    hook runs before pytest's own, which sets the class up); skip what the env lacks."""
+    hook runs before pytest's own, which sets the class up); skip what the env lacks. The test (and its
+    attempt under pytest-rerunfailures) is noted first: its launches are named after it in the report."""
+    context_of(item.config).test = (item.nodeid, int(getattr(item, "execution_count", 1) or 1))
     cls = getattr(item, "cls", None)
     if cls is not None:
         from framework.base_test import BaseTest

@@ -90,6 +90,32 @@ def register_junit(config: pytest.Config, ctx: RunContext, path: Path) -> None:
     config.pluginmanager.register(xml, "camit-junitxml")
 
 
+class RerunRecorder:
+    """Notes each failed attempt pytest-rerunfailures reran (a report with outcome ``rerun``) as pytest's
+    ``junit.xml`` names its test (:class:`~framework.report.junit.RerunRecord`): pytest's writer leaves such an
+    attempt as an empty, passing testcase, :func:`finalize` folds it into the final one. The controller sees
+    every report, under xdist too."""
+
+    def __init__(self, config: pytest.Config, ctx: RunContext) -> None:
+        self.config, self.ctx = config, ctx
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if str(report.outcome) != "rerun":  # rerunfailures sets it; pytest types only its own three
+            return
+        from _pytest.junitxml import mangle_test_address
+
+        from framework.report.junit import RerunRecord
+
+        names = mangle_test_address(report.nodeid)
+        prefix = self.config.option.junitprefix
+        if prefix:
+            names[0] = f"{prefix}.{names[0]}"
+        crash = getattr(report.longrepr, "reprcrash", None)
+        message = str(getattr(crash, "message", "") or "") or (str(report.longrepr).strip().splitlines() or [""])[-1]
+        self.ctx.reruns.append(RerunRecord(".".join(names[:-1]), names[-1], int(getattr(report, "rerun", 0)) + 1,
+                                           report.when or "call", message, str(report.longrepr or "")))
+
+
 def junit_path(config: pytest.Config) -> str | None:
     """Where pytest's JUnit file is written this session (``--junitxml``, or camit's into the run folder)."""
     from _pytest.junitxml import xml_key
@@ -118,7 +144,8 @@ def finalize(ctx: RunContext, exitstatus: int, *, error: str | None = None) -> N
     if ctx.env is not None and (ctx.options.hosts or ctx.options.exclude_hosts):
         chosen = ctx.chosen_hosts()
         extra = {"hosts_chosen": chosen, "hosts_left_out": [n for n in ctx.env.hosts if n not in chosen]}
-    report.finalize(ctx.rundir.path, env=ctx.env, seed=ctx.seed,
+    xml = junit_path(ctx.config)
+    report.finalize(ctx.rundir.path, junit=Path(xml) if xml else None, reruns=ctx.reruns, env=ctx.env, seed=ctx.seed,
                     argv=["pytest", *ctx.config.invocation_params.args], repro=repro(ctx.config, ctx.seed),
                     started=ctx.started,
                     ended=time.time(), status=STATUS.get(int(exitstatus), "error"), error=error, extra=extra)

@@ -244,7 +244,8 @@ class Resources:
 
             self.launcher = Launcher(self.ctx.require_env(), self.open_cluster(), rundir=self.ctx.ensure_rundir(),
                                      on_event=log_event, per_launch_dirs=True, keep_remote=self.ctx.options.keep_remote,
-                                     defer_cleanup=True)  # after the core watch: cores.around_test, close()
+                                     defer_cleanup=True,  # after the core watch: cores.around_test, close()
+                                     owner=lambda: self.ctx.test)
         return self.launcher
 
     def open_suite(self) -> RankSuite:

@@ -21,8 +21,17 @@ from typing import Any
 
 from framework.report.ci import write_fallback_summary, write_perf_csv, write_summary_txt
 from framework.report.html import write_fallback_index, write_index
-from framework.report.junit import CoreRecord, fold_case_properties, write_cluster_junit, write_fallback_cluster
+from framework.report.junit import (
+    CoreRecord,
+    RerunRecord,
+    fold_case_properties,
+    fold_pytest_reruns,
+    run_properties,
+    write_cluster_junit,
+    write_fallback_cluster,
+)
 from framework.report.manifest import write_fallback_manifest, write_manifest
+from framework.report.model import read_run
 from framework.report.scrub import Scrubber, scrub_folder
 
 log = logging.getLogger("camit.report")
@@ -37,11 +46,18 @@ def _keep(root: Path, status: str, error: str, problem: str) -> None:
     """pytest's junit.xml stays as pytest wrote it when folding its testcase properties failed."""
 
 
-def finalize(rundir_path: str | os.PathLike[str], *, cores: Sequence[CoreRecord] = (), **manifest_kwargs: Any) -> None:
+def finalize(rundir_path: str | os.PathLike[str], *, cores: Sequence[CoreRecord] = (),
+             junit: str | os.PathLike[str] | None = None, reruns: Sequence[RerunRecord] = (),
+             **manifest_kwargs: Any) -> None:
     """Write ``cluster.xml``, ``perf.csv``, ``manifest.json``, ``index.html`` and ``summary.txt`` from whatever
     the folder holds (and keep
     pytest's ``junit.xml`` junit-10 valid: :func:`~framework.report.junit.fold_case_properties`), every
     file of the folder scrubbed of the env's secrets first (:func:`~framework.report.scrub.scrub_folder`).
+
+    pytest's ``junit`` file (default ``junit.xml`` of the folder) also gets the run's properties (run id,
+    seed, env, hosts, artifacts' sha256: :func:`~framework.report.junit.run_properties`) and each failed
+    attempt pytest-rerunfailures reran (``reruns``) folded into its test's final testcase
+    (:func:`~framework.report.junit.fold_pytest_reruns`).
 
     ``manifest_kwargs`` are :func:`framework.report.manifest.write_manifest`'s (``env``, ``seed``,
     ``argv``, ``repro``, ``started``, ``ended``, ``status``, ``error``, ``extra``). Never raises: a
@@ -62,9 +78,11 @@ def finalize(rundir_path: str | os.PathLike[str], *, cores: Sequence[CoreRecord]
     err_text = (f"{type(err).__name__}: {err}" if isinstance(err, BaseException) else str(err)) if err else None
     problems: list[str] = []
     steps: list[tuple[str, Callable[[], object], Fallback]] = [
-        ("junit.xml", lambda: fold_case_properties(root / "junit.xml", scrub), _keep),
+        ("junit.xml", lambda: _fold_junit(root, Path(junit) if junit else root / "junit.xml", reruns, scrub,
+                                          kw.get("env"), kw.get("seed")), _keep),
         ("scrub", lambda: scrub_folder(root, scrub), _keep),
-        ("cluster.xml", lambda: write_cluster_junit(root, cores, scrub=scrub, status=status, error=err_text),
+        ("cluster.xml", lambda: write_cluster_junit(root, cores, scrub=scrub, status=status, error=err_text,
+                                                      env=kw.get("env"), seed=kw.get("seed")),
          write_fallback_cluster),
         ("perf.csv", lambda: write_perf_csv(root, scrub=scrub), _keep),
         ("manifest.json", lambda: write_manifest(root, scrub=scrub, report_errors=problems, **kw),
@@ -82,3 +100,13 @@ def finalize(rundir_path: str | os.PathLike[str], *, cores: Sequence[CoreRecord]
                 fallback(root, status, scrub(err_text or ""), scrub(problems[-1]))
             except Exception:
                 log.exception("report: even the fallback %s failed", name)
+
+
+def _fold_junit(root: Path, junit: Path, reruns: Sequence[RerunRecord], scrub: Scrubber,
+                env: Any, seed: int | None) -> None:
+    """pytest's JUnit file made junit-10 valid, its reruns folded, the run's properties added (all scrubbed)."""
+    if not junit.exists():
+        return
+    props = [(k, scrub(v)) for k, v in run_properties(read_run(root), env=env, seed=seed)]
+    fold_pytest_reruns(junit, reruns, props)
+    fold_case_properties(junit, scrub)

@@ -9,14 +9,25 @@ the merge fails, and :func:`xml_text` makes any text XML 1.0 safe. The cores han
 
 Layout (junit-10.xsd valid, see ``shared/reference/junit-jenkins.md`` §4): one
 ``<testsuite name="rank<N>@<host>" hostname="<host>">`` per expected rank, classnames rewritten to
-``<host>.rank<N>.<original>`` (dots in host names become ``_``). With several launches in one run
-each launch's suites are named ``<launch>.rank<N>@<host>`` and classnames
-``<host>.rank<N>.<launch>.<original>``, ``<launch>`` being the launch id without the run id and
-random suffix (``alltoall1``); a superseded port-retry attempt (``…-r<k>`` present) is left out.
+``<host>.rank<N>.<original>`` (dots in host names become ``_``). A launch made by a pytest test, and
+every launch when there are several in one run, qualifies its suites as ``<launch>.rank<N>@<host>``
+and classnames as ``<host>.rank<N>.<launch>.<original>``; ``<launch>`` is
+:func:`~framework.report.model.launch_name` for a test's launch (nodeid, world size, place in the
+test: the same in every build, so Jenkins' history lines up), else the launch id without the run id
+and random suffix (``alltoall1``); a superseded port-retry attempt (``…-r<k>`` present) is left out.
 A rank without JUnit gets one synthetic ``rank_report`` testcase: an error naming how it ended
-(signal, exit status, never reported: lost host, timeout) with the tail of its log — or a pass
-when it exited 0 and no rank of its launch was a pytest run. Core dumps, per-host deploy results
-and an unfinished run are testcases of a final ``cluster`` suite.
+(signal, exit status, never reported: lost host, timeout) with the tail of its log — ``skipped`` when
+it was only torn down because another rank failed first — or a pass when it exited 0 and no rank of
+its launch was a pytest run. Core dumps, per-host deploy results and an unfinished run are testcases
+of a final ``cluster`` suite, whose properties describe the run (:func:`run_properties`).
+
+Reruns (pytest-rerunfailures): a test's final attempt gives the cases; each failure of an earlier
+attempt is kept on the same case as ``flakyFailure``/``flakyError`` when the case passed in the end
+(Jenkins counts a pass) or ``rerunFailure``/``rerunError`` when it failed again (Surefire's
+convention, allowed by junit-10.xsd); :func:`fold_pytest_reruns` does the same to pytest's own
+``junit.xml``, where rerunfailures leaves each failed attempt as an empty, passing testcase. The log
+of every rank case that did not simply pass is attached with the junit-attachments convention
+(``[[ATTACHMENT|<path>]]`` first in its ``system-out``; :func:`attachment_path`).
 """
 
 from __future__ import annotations
@@ -29,6 +40,7 @@ import os
 import re
 import xml.etree.ElementTree as ET
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -40,6 +52,7 @@ from framework.report.model import (
     RankView,
     RunView,
     case_counts,
+    case_outcome,
     describe_rank,
     inside_run,
     log_tail,
@@ -53,8 +66,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("camit.report")
 
-__all__ = ["CoreRecord", "fold_case_properties", "validate_junit", "write_cluster_junit", "write_fallback_cluster",
-           "xml_text"]
+__all__ = ["CoreRecord", "RerunRecord", "attachment_path", "fold_case_properties", "fold_pytest_reruns",
+           "run_properties", "validate_junit", "write_cluster_junit", "write_fallback_cluster", "xml_text"]
 
 SCHEMA_FILE = "xunit-plugin-junit-10.xsd"
 #: statuses of a run that did not finish normally: cluster.xml gets an error entry for them
@@ -63,6 +76,7 @@ _FINISHED = ("ok", "passed", "failed", "running", None)
 _NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 _CASE_CHILDREN = {"skipped", "error", "failure", "rerunFailure", "rerunError", "flakyFailure", "flakyError",
                   "system-out", "system-err"}
+_RERUN_TAGS = ("rerunFailure", "rerunError", "flakyFailure", "flakyError")
 
 
 class CoreRecord(Protocol):
@@ -77,9 +91,47 @@ class CoreRecord(Protocol):
     def describe(self) -> str: ...
 
 
+@dataclass(frozen=True)
+class RerunRecord:
+    """One failed attempt pytest-rerunfailures reran (its report had outcome ``rerun``), as pytest's
+    ``junit.xml`` names the test: ``classname`` and ``name``; ``attempt`` counts from 1."""
+
+    classname: str
+    name: str
+    attempt: int
+    when: str
+    message: str
+    text: str
+
+
+def run_properties(run: RunView, *, env: Any = None, seed: int | None = None) -> list[tuple[str, str]]:
+    """The run as testsuite properties: ``run_id``, ``seed``, ``env`` (file name), ``env_file``, ``hosts``
+    (comma-separated) and ``artifact.<file name>`` = sha256 of each deployed artifact. ``env`` (an
+    ``EnvConfig``) and ``seed`` default to what ``manifest.json`` recorded; what is unknown is left out."""
+    old = run.manifest
+    props = [("run_id", run.run_id)]
+    seed = seed if seed is not None else old.get("seed")
+    if seed is not None:
+        props.append(("seed", str(seed)))
+    env_file = str(getattr(env, "source", "") or ((old.get("env") or {}).get("file") or ""))
+    if env_file:
+        props += [("env", Path(env_file).name), ("env_file", env_file)]
+    hosts = list(getattr(env, "hosts", None) or []) or run.hosts
+    if hosts:
+        props.append(("hosts", ",".join(hosts)))
+    seen: dict[str, str] = {}
+    for m in ((run.deploy or {}).get("hosts") or {}).values():
+        for a in (m.get("artifacts") or []) if isinstance(m, dict) else []:
+            if isinstance(a, dict) and a.get("name") and a.get("sha256"):
+                seen.setdefault(f"artifact.{a['name']}", str(a["sha256"]))
+    props += sorted(seen.items())
+    return props
+
+
 # -- cluster.xml -----------------------------------------------------------------
 def write_cluster_junit(rundir_path: str | os.PathLike[str], cores: Sequence[CoreRecord] = (), *,
-                        scrub: Scrub | None = None, status: str | None = None, error: str | None = None) -> Path:
+                        scrub: Scrub | None = None, status: str | None = None, error: str | None = None,
+                        env: Any = None, seed: int | None = None) -> Path:
     """Merge every rank's JUnit into ``cluster.xml`` and return its path.
 
     Reads ``launch-*.json`` and ``<host>/rank*.xml``; every rank a launch expected
@@ -87,7 +139,8 @@ def write_cluster_junit(rundir_path: str | os.PathLike[str], cores: Sequence[Cor
     e.g. ``framework.cores.inspection.Core``) are added to ``cores.json`` and become failures.
     ``scrub`` removes known secrets from every value (text and attribute values, before the tree is
     serialised; none by default); ``status`` and ``error``
-    say how the run ended (default: what ``manifest.json`` says), an unfinished run being an error.
+    say how the run ended (default: what ``manifest.json`` says), an unfinished run being an error;
+    ``env`` and ``seed`` go into the run properties (default: what ``manifest.json`` says).
     """
     root = Path(rundir_path)
     scrub = scrub or _unchanged
@@ -97,10 +150,19 @@ def write_cluster_junit(rundir_path: str | os.PathLike[str], cores: Sequence[Cor
     if status is None:
         status, error = run.manifest.get("status"), run.manifest.get("error")
     top = ET.Element("testsuites", name=run.run_id)
-    for rv in run.ranks:
-        top.append(_rank_suite(rv, run, scrub))
+    for lv in run.launches:
+        for rv in lv.ranks:
+            top.append(_rank_suite(rv, run, scrub, lv))
+        for rv in _stale_ranks(lv):  # ranks an earlier attempt had and the final one did not
+            top.append(_rank_suite(rv, run, scrub, lv))
+    for rv in run.orphans:
+        top.append(_rank_suite(rv, run, scrub, None))
     cluster = _cluster_suite(run, status, error, scrub)
-    if len(cluster):
+    props = ET.Element("properties")
+    for key, value in run_properties(run, env=env, seed=seed):
+        ET.SubElement(props, "property", name=key, value=scrub(xml_text(value)))
+    if len(cluster):  # the run's properties go with it; a run with nothing of its own has no cluster suite
+        cluster.insert(0, props)
         top.append(cluster)
     totals = {k: sum(int(s.get(k, "0")) for s in top) for k in ("tests", "failures", "errors")}
     for k, v in totals.items():
@@ -114,14 +176,36 @@ def write_cluster_junit(rundir_path: str | os.PathLike[str], cores: Sequence[Cor
     return path
 
 
-def _rank_suite(rv: RankView, run: RunView, scrub: Scrub) -> ET.Element:
-    lv = next((x for x in run.launches if x.launch_id == rv.launch_id), None)
+def _stale_ranks(lv: LaunchView) -> list[RankView]:
+    mine = {r.rank for r in lv.ranks}
+    out: dict[int, RankView] = {}
+    for earlier in lv.reruns:
+        for r in earlier.ranks:
+            if r.rank not in mine:
+                out[r.rank] = r
+    return [out[k] for k in sorted(out)]
+
+
+def _rank_suite(rv: RankView, run: RunView, scrub: Scrub, lv: LaunchView | None) -> ET.Element:
+    """The suite of one rank; with ``lv`` (the final attempt's launch) the earlier attempts' failures of the
+    same rank are folded into its cases (a rank only an earlier attempt had: every failure becomes flaky)."""
+    final = lv is None or (lv.launch_id == rv.launch_id and not lv.stale)  # None: a rank no launch claims
+    own = lv if lv is not None and lv.launch_id == rv.launch_id else \
+        next((x for x in (lv.reruns if lv else []) if x.launch_id == rv.launch_id), None)
     prefix = f"{slug(rv.host)}.rank{rv.rank}" + (f".{rv.launch}" if rv.launch else "")
     name = (f"{rv.launch}." if rv.launch else "") + f"rank{rv.rank}@{rv.host}"
     suite = ET.Element("testsuite", name=name)
     props: list[tuple[str, str]] = [("rank", str(rv.rank)), ("host", rv.host), ("outcome", rv.outcome)]
-    if lv is not None:
-        props += [("world_size", str(lv.world_size)), ("launch_id", lv.launch_id)]
+    if own is not None:
+        props += [("world_size", str(own.world_size)), ("launch_id", own.launch_id)]
+        if own.test is not None:
+            props += [("test", own.test), ("attempt", str(own.attempt))]
+    earlier = [(e, r) for e in (lv.reruns if lv is not None else []) if e.launch_id != rv.launch_id
+               for r in e.ranks if r.rank == rv.rank]
+    if earlier or (lv is not None and lv.stale):
+        props.append(("earlier_attempts", "; ".join(
+            f"attempt {e.attempt} ({e.launch_id}): {r.reason or r.outcome}" for e, r in earlier)
+            or "this launch's test was rerun and its final attempt did not launch it again"))
     props += [(k, str(v)) for k, v in (("exit_code", rv.exit_code), ("signal", rv.signal), ("log", rv.log),
                                        ("junit", rv.junit), ("start", rv.start), ("end", rv.end),
                                        ("overwritten_by", rv.overwritten_by)) if v is not None]
@@ -129,10 +213,17 @@ def _rank_suite(rv: RankView, run: RunView, scrub: Scrub) -> ET.Element:
     pe = ET.SubElement(suite, "properties")
     for k, v in props:
         ET.SubElement(pe, "property", name=k, value=scrub(xml_text(v)))
-    cases = [_clean_case(c, prefix) for c in rv.cases]
-    synthetic = _synthetic_case(rv, lv, run, prefix, scrub)
-    if synthetic is not None:
-        cases.append(synthetic)
+    cases = _rank_cases(rv, own, run, prefix, scrub)
+    for e, r in earlier:
+        eprefix = f"{slug(r.host)}.rank{r.rank}" + (f".{r.launch}" if r.launch else "")
+        _fold_attempt(cases, prefix, _rank_cases(r, e, run, eprefix, scrub), eprefix, e.attempt)
+    if not final:  # nothing of this rank ran in the final attempt: its failures only flaked
+        cases = [_flaky_only(c, own.attempt if own is not None else 1) for c in cases]
+    log_line = _attachment_line(run, rv.log)
+    if log_line:
+        for c in cases:
+            if case_outcome(c) != "passed" or any(c.find(t) is not None for t in _RERUN_TAGS):
+                _prepend_out(c, log_line)
     suite.extend(cases)
     for name, count in case_counts(cases).items():
         suite.set(name, str(count))
@@ -143,6 +234,80 @@ def _rank_suite(rv: RankView, run: RunView, scrub: Scrub) -> ET.Element:
         suite.set("timestamp", stamp)
     suite.set("hostname", rv.host)
     return suite
+
+
+def _rank_cases(rv: RankView, lv: LaunchView | None, run: RunView, prefix: str, scrub: Scrub) -> list[ET.Element]:
+    cases = [_clean_case(c, prefix) for c in rv.cases]
+    synthetic = _synthetic_case(rv, lv, run, prefix, scrub)
+    if synthetic is not None:
+        cases.append(synthetic)
+    return cases
+
+
+def _rerun_element(tag: str, outcome_el: ET.Element, attempt: int) -> ET.Element:
+    """``tag`` (rerunFailure … flakyError) for an earlier attempt's ``<failure>``/``<error>``: junit-10's
+    rerunType (``type`` required, ``message``, ``stackTrace``)."""
+    msg = outcome_el.get("message") or ""
+    el = ET.Element(tag, type=outcome_el.get("type") or outcome_el.tag,
+                    message=f"attempt {attempt}: {msg}" if msg else f"attempt {attempt} failed")
+    if outcome_el.text:
+        ET.SubElement(el, "stackTrace").text = outcome_el.text
+    return el
+
+
+def _fold_attempt(cases: list[ET.Element], prefix: str, earlier: list[ET.Element], eprefix: str,
+                  attempt: int) -> None:
+    """Fold an earlier attempt's failing ``earlier`` cases into the final ``cases`` (matched by the classname
+    without the rank prefix, and the name): ``rerun*`` on a case that failed again, ``flaky*`` on one that
+    passed; a case the final attempt does not have is added holding only its flaky element (a pass)."""
+    def key(c: ET.Element, p: str) -> tuple[str, str]:
+        cn = c.get("classname") or ""
+        return (cn[len(p):] if cn.startswith(p) else cn, c.get("name") or "")
+
+    index = {key(c, prefix): c for c in cases}
+    for old in earlier:
+        kind = case_outcome(old)
+        if kind not in ("failure", "error"):
+            continue
+        el = old.find(kind)
+        assert el is not None
+        target = index.get(key(old, eprefix))
+        if target is None:
+            k = key(old, eprefix)
+            target = ET.Element("testcase", classname=prefix + k[0], name=k[1], time="0.000")
+            cases.append(target)
+            index[k] = target
+        failed_again = case_outcome(target) in ("failure", "error")
+        tag = ("rerun" if failed_again else "flaky") + ("Failure" if kind == "failure" else "Error")
+        target.append(_rerun_element(tag, el, attempt))
+
+
+def _flaky_only(case: ET.Element, attempt: int) -> ET.Element:
+    """``case`` of an attempt that was rerun: its failure or error becomes ``flakyFailure``/``flakyError``."""
+    for kind, tag in (("failure", "flakyFailure"), ("error", "flakyError")):
+        for el in case.findall(kind):
+            case.remove(el)
+            case.append(_rerun_element(tag, el, attempt))
+    return case
+
+
+def _prepend_out(case: ET.Element, line: str) -> None:
+    out = case.find("system-out")
+    if out is None:
+        ET.SubElement(case, "system-out").text = line
+    elif line not in (out.text or ""):
+        out.text = f"{line}\n{out.text or ''}"
+
+
+def attachment_path(run_root: Path, rel: str) -> str:
+    """The path of the run-folder file ``rel`` for Jenkins' junit-attachments plugin: absolute (the
+    plugin's ``[[ATTACHMENT|/absolute/path/to/file]]`` form), read on the agent when the ``junit`` step runs,
+    so it does not depend on the step's directory or ``$WORKSPACE``."""
+    return (run_root / rel).resolve().as_posix()
+
+
+def _attachment_line(run: RunView, rel: str | None) -> str:
+    return f"[[ATTACHMENT|{attachment_path(run.path, rel)}]]" if rel and (run.path / rel).is_file() else ""
 
 
 def _synthetic_case(rv: RankView, lv: LaunchView | None, run: RunView, prefix: str,
@@ -175,6 +340,10 @@ def _synthetic_case(rv: RankView, lv: LaunchView | None, run: RunView, prefix: s
         body += [f"--- tail of {rv.log} ---", log_tail(run.path, rv.log)]
     else:
         body.append("(no log was fetched for this rank)")
+    if rv.torn_down:  # not this rank's failure: the rank that failed first is the error
+        ET.SubElement(case, "skipped", type="RankTornDown", message=scrub(xml_text(rv.torn_down))
+                      ).text = scrub(xml_text("\n".join(body)))
+        return case
     ET.SubElement(case, "error", type=kind, message=scrub(xml_text(message))).text = scrub(xml_text("\n".join(body)))
     return case
 
@@ -271,6 +440,65 @@ def fold_case_properties(path: str | os.PathLike[str], scrub: Scrub | None = Non
         changed = True
     if changed:
         write_atomic(file, ET.tostring(tree.getroot(), encoding="unicode", xml_declaration=True) + "\n")
+    return changed
+
+
+def fold_pytest_reruns(path: str | os.PathLike[str], reruns: Sequence[RerunRecord],
+                       properties: Sequence[tuple[str, str]] = ()) -> bool:
+    """Fold pytest-rerunfailures' attempts in pytest's ``junit.xml`` and add the run ``properties``.
+
+    rerunfailures leaves every failed attempt as an empty, passing ``<testcase>`` before the final one:
+    a test failing then passing shows two passes, and its failure is lost. For each test of ``reruns``
+    the first (number of reruns) testcases of its classname and name are removed, and each recorded
+    failure is put on the remaining (final) one: ``flakyFailure``/``flakyError`` when it passed (no failure
+    left: Jenkins counts a pass), ``rerunFailure``/``rerunError`` when it failed again. The ``properties``
+    are added to each ``<testsuite>``'s ``<properties>`` (``record_testsuite_property`` and
+    ``LogXML.add_global_property`` write there too; names already present are kept). Returns whether the
+    file changed; a missing file is no change.
+    """
+    file = Path(path)
+    if not file.exists() or not (reruns or properties):
+        return False
+    tree = ET.parse(file)
+    top = tree.getroot()
+    changed = False
+    by_test: dict[tuple[str, str], list[RerunRecord]] = {}
+    for r in reruns:
+        by_test.setdefault((r.classname, r.name), []).append(r)
+    for suite in [top] if top.tag == "testsuite" else top.findall("testsuite"):
+        for (classname, name), records in by_test.items():
+            found = [c for c in suite.findall("testcase") if c.get("classname", "") == classname
+                     and c.get("name", "") == name]
+            if not found:
+                continue
+            attempts = sorted({r.attempt for r in records})
+            earlier, final = found[:-1][:len(attempts)], found[-1]
+            for c in earlier:
+                suite.remove(c)
+            failed_again = case_outcome(final) in ("failure", "error")
+            for r in sorted(records, key=lambda r: r.attempt):
+                kind = "Error" if r.when != "call" else "Failure"
+                el = ET.Element(("rerun" if failed_again else "flaky") + kind,
+                                type=(r.message.split(":", 1)[0] if ":" in r.message else "") or kind.lower(),
+                                message=xml_text(f"attempt {r.attempt} ({r.when}): {r.message}"))
+                if r.text:
+                    ET.SubElement(el, "stackTrace").text = xml_text(r.text)
+                final.append(el)
+            changed = True
+        if suite.get("tests") is not None:
+            suite.set("tests", str(len(suite.findall("testcase"))))
+        if properties:
+            props = suite.find("properties")
+            if props is None:
+                props = ET.Element("properties")
+                suite.insert(0, props)
+            have = {p.get("name") for p in props.findall("property")}
+            for k, v in properties:
+                if k not in have:
+                    ET.SubElement(props, "property", name=k, value=xml_text(v))
+                    changed = True
+    if changed:
+        write_atomic(file, ET.tostring(top, encoding="unicode", xml_declaration=True) + "\n")
     return changed
 
 

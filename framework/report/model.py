@@ -20,10 +20,17 @@ Read (written by others)::
     manifest.json               the previous framework.report.manifest.write_manifest
     junit.xml                   pytest's own ``--junitxml`` (controller-level tests)
 
-With several launches in one run each is named by its launch id without the run id and
-random suffix (``alltoall1``); a superseded port-retry attempt (``…-r<k>`` present) is left
-out. Launches fetch into the same ``<host>/rank<N>.*`` files, so each file is given to the
-launch that wrote it last.
+A launch a pytest test made (its record names the ``test``, ``attempt`` and ``seq``) is named after
+that test, the same in every build (:func:`launch_name`: the nodeid, the world size and the launch's
+place among the test's launches of that world); other launches, when there are several in one run,
+by their launch id without the run id and random suffix (``alltoall1``). A superseded port-retry
+attempt (``…-r<k>`` present) is left out; the launches of a test's earlier attempts
+(pytest-rerunfailures) are kept apart, in ``LaunchView.reruns`` of the final attempt's launch.
+Launches fetch into the same ``<host>/rank<N>.*`` files, so each file is given to the launch that
+wrote it last.
+
+A rank stopped only because another rank (or host) failed first is ``torn_down`` (the sentence says
+after what); the rank that failed first stays the failure.
 """
 
 from __future__ import annotations
@@ -41,7 +48,7 @@ from typing import Any
 from framework.report.fmt import number, ranges, signame, slug, strip_ansi
 
 __all__ = ["OUTCOMES", "PHASE_ORDER", "CoreView", "LaunchView", "Phase", "RankView", "RunView", "case_counts",
-           "case_outcome", "describe_rank", "inside_run", "log_tail", "read_json", "read_run"]
+           "case_outcome", "describe_rank", "inside_run", "launch_name", "log_tail", "read_json", "read_run"]
 
 PHASE_ORDER = ("connect", "deploy", "launch", "run", "collect", "teardown")
 #: signals that end a rank as a consequence (torchrun or our teardown stopping it), not a crash
@@ -115,6 +122,8 @@ class RankView:
     cores: list[CoreView] = field(default_factory=list)
     outcome: str = "pass"
     reason: str = ""  # one sentence when the outcome is not 'pass'
+    #: stopped only because another rank or host failed first: "torn down after rank 3 on node2 failed"
+    torn_down: str | None = None
 
     @property
     def duration(self) -> float | None:
@@ -135,10 +144,25 @@ class LaunchView:
     mtime: float
     ranks: list[RankView] = field(default_factory=list)
     superseded: list[str] = field(default_factory=list)
+    #: the same launch of the test's earlier attempts (pytest-rerunfailures), first attempt first
+    reruns: list[LaunchView] = field(default_factory=list)
+    #: an earlier attempt's launch that the test's final attempt did not repeat
+    stale: bool = False
 
     @property
     def failure(self) -> str | None:
         return self.data.get("failure")
+
+    @property
+    def test(self) -> str | None:
+        """The pytest nodeid of the test that made the launch (None: no test recorded)."""
+        test = self.data.get("test")
+        return str(test) if test else None
+
+    @property
+    def attempt(self) -> int:
+        attempt = self.data.get("attempt")
+        return attempt if isinstance(attempt, int) else 1
 
 
 @dataclass
@@ -201,7 +225,8 @@ def read_run(rundir_path: str | os.PathLike[str]) -> RunView:
     launches = _read_launches(root, run_id, problems)
     claimed: set[tuple[str, int]] = set()
     owners = _rank_owners(root, launches)
-    for lv in launches:
+    every = [*launches, *(e for lv in launches for e in lv.reruns)]
+    for lv in every:
         lv.ranks = _launch_ranks(root, lv, owners, launches, problems)
         claimed.update((r.host, r.rank) for r in lv.ranks)
     orphans = []
@@ -214,7 +239,7 @@ def read_run(rundir_path: str | os.PathLike[str]) -> RunView:
                 orphans.append(rv)
     for rv in [r for lv in launches for r in lv.ranks] + orphans:
         _attach_cores(rv, cores, launches)
-    for lv in launches:
+    for lv in every:
         for rv in lv.ranks:
             _classify(rv, lv, any(r.junit for r in lv.ranks))
     for rv in orphans:
@@ -260,14 +285,60 @@ def _read_launches(root: Path, run_id: str, problems: list[str]) -> list[LaunchV
     kept = [lv for lv in found if last[attempt(lv.launch_id)[0]] is lv]
     for lv in kept:
         lv.superseded = [o.launch_id for o in found if o is not lv and attempt(o.launch_id)[0] == attempt(lv.launch_id)[0]]
+    kept = _fold_test_attempts(kept)
     names = []
     for lv in kept:
+        if lv.test is not None:
+            names.append(launch_name(lv.test, lv.world_size, lv.data.get("seq")))
+            continue
         short = lv.launch_id[len(run_id) + 1:] if lv.launch_id.startswith(run_id + "-") else lv.launch_id
         short = re.sub(r"-[0-9a-f]{4}(-r\d+)?$", "", short) or short
         names.append(short.replace(".", "_"))
     for lv, name in zip(kept, names):
         lv.name = name if names.count(name) == 1 else lv.launch_id.replace(".", "_")
+        for earlier in lv.reruns:
+            earlier.name = lv.name
     return kept
+
+
+def launch_name(test: str, world_size: int, seq: object = None) -> str:
+    """A test's launch as the report names it, the same in every build: the pytest nodeid (``.py`` dropped,
+    every character but letters, digits, ``_``, ``-`` and ``[]`` made ``_``: no dot, so Jenkins adds no
+    package level), ``-w<world size>``, and ``-<n>`` for the test's n-th launch of that world (n > 1).
+
+    ``suites/cam/test_cam.py::test_dispatch[4]`` on 4 ranks → ``suites_cam_test_cam_test_dispatch[4]-w4``.
+    """
+    label = re.sub(r"[^A-Za-z0-9_\-\[\]]+", "_", re.sub(r"\.py(?=::|$)", "", test)).strip("_")
+    n = seq if isinstance(seq, int) else 1
+    return f"{label or 'test'}-w{world_size}" + (f"-{n}" if n > 1 else "")
+
+
+def _fold_test_attempts(launches: list[LaunchView]) -> list[LaunchView]:
+    """Keep the final attempt's launches of each test; an earlier attempt's go into the final one's ``reruns``.
+
+    Launches match by (test, world size, place in the attempt). An earlier attempt's launch the final
+    attempt did not repeat stays, marked ``stale`` (the report turns its failures into flaky ones).
+    """
+    final_attempt: dict[str, int] = {}
+    for lv in launches:
+        if lv.test is not None:
+            final_attempt[lv.test] = max(final_attempt.get(lv.test, 0), lv.attempt)
+    groups: dict[tuple[str, int, object], list[LaunchView]] = {}
+    for lv in launches:
+        if lv.test is not None:
+            groups.setdefault((lv.test, lv.world_size, lv.data.get("seq")), []).append(lv)
+    out = []
+    for lv in launches:
+        if lv.test is None:
+            out.append(lv)
+            continue
+        group = sorted(groups[(lv.test, lv.world_size, lv.data.get("seq"))], key=lambda x: (x.attempt, x.mtime))
+        if lv is not group[-1]:
+            continue  # folded into the group's last attempt
+        lv.reruns = group[:-1]
+        lv.stale = lv.attempt < final_attempt[lv.test]
+        out.append(lv)
+    return out
 
 
 def _expected_host(data: Mapping[str, Any], rank: int) -> str:
@@ -311,7 +382,7 @@ def _launch_ranks(root: Path, lv: LaunchView, owners: Mapping[tuple[str, int], s
                   problems: list[str]) -> list[RankView]:
     order = {x.launch_id: i for i, x in enumerate(launches)}
     names = {x.launch_id: x.name for x in launches}
-    multi = len(launches) > 1
+    multi = len(launches) > 1 or lv.test is not None  # a test's launch is always named: stable across builds
     recorded = {int(k): v for k, v in (lv.data.get("ranks") or {}).items() if str(k).isdigit() and isinstance(v, dict)}
     out = []
     for r in sorted(set(range(lv.world_size)) | set(recorded)):
@@ -324,7 +395,7 @@ def _launch_ranks(root: Path, lv: LaunchView, owners: Mapping[tuple[str, int], s
             _load_rank_files(root, rv, own_dir, problems)
         elif owners.get((host, r), lv.launch_id) == lv.launch_id:
             _load_rank_files(root, rv, root / host, problems)
-        elif order.get(owners[(host, r)], -1) > order[lv.launch_id]:
+        elif order.get(owners[(host, r)], -1) > order.get(lv.launch_id, -1):  # -1: an earlier attempt (not kept)
             rv.overwritten_by = names.get(owners[(host, r)], owners[(host, r)])
         # else: the files on disk are an earlier launch's; this launch fetched none for the rank
         out.append(rv)
@@ -441,6 +512,9 @@ def _classify(rv: RankView, lv: LaunchView | None, junit_expected: bool) -> None
         rv.outcome = "fail"
     else:
         rv.outcome = "pass"
+    rv.torn_down = _torn_down(rv, lv) if rv.outcome in ("killed", "lost") else None
+    if rv.torn_down:
+        rv.outcome = "killed"
     if rv.outcome != "pass":
         # pytest exits 1 when tests failed: then the failing tests are the reason, not the exit status
         plain_failure = rv.exit_code == 1 and not rv.signal and (c["failures"] or c["errors"])
@@ -459,6 +533,24 @@ def _classify(rv: RankView, lv: LaunchView | None, junit_expected: bool) -> None
         if rv.overwritten_by:
             reasons.append(f"its files were overwritten by launch {rv.overwritten_by}")
         rv.reason = "; ".join(reasons)
+
+
+def _torn_down(rv: RankView, lv: LaunchView | None) -> str | None:
+    """"torn down after rank 3 on node2 failed" when ``rv`` died of a teardown signal (or never reported) only
+    because the launch's first failure was another rank's or host's (:mod:`framework.launch.monitor` records
+    which); None for the rank that failed first, a lost host's own ranks, timeouts and interruptions."""
+    if lv is None or not lv.failure or rv.cores or (rv.signal and rv.signal not in SECONDARY_SIGNALS):
+        return None
+    data = lv.data
+    kind, first = data.get("failure_kind"), data.get("failure_rank")
+    if kind == "rank" and isinstance(first, int) and first != rv.rank:
+        rec = (data.get("ranks") or {}).get(str(first)) or {}
+        return f"torn down after rank {first} on {rec.get('host') or _expected_host(data, first)} failed"
+    # the monitor's sentences: "lost <host>: <why>", "torchrun on <host> exited <n>"
+    if (kind == "lost" and not lv.failure.startswith(f"lost {rv.host}:")) or \
+            (kind == "node" and not lv.failure.startswith(f"torchrun on {rv.host} ")):
+        return f"torn down after {lv.failure}"
+    return None
 
 
 def case_counts(cases: Iterable[ET.Element]) -> dict[str, int]:

@@ -174,3 +174,45 @@ def test_a_relay_that_does_not_listen_is_left_out_of_the_chain(tmp_path):
     assert outcome.pending == ["h1", "h2"] and outcome.received == {}
     assert outcome.notes == ["relay: h2 did not listen: ERR cannot bind"]
     assert fakes["h2"].processes[0].killed or fakes["h2"].processes[0].poll()
+
+
+def test_the_launcher_records_the_test_its_attempt_and_the_place_of_each_launch(tmp_path):
+    ranks = {"host1": (0, 1), "host2": (2, 3)}
+    scripts = {h: {"lines": ["STARTED 10", *(f"RANK {r} exit 0 pid {r + 20}" for r in ranks[h]), "EXIT 0", "DONE"]}
+               for h in HOSTS}
+    lau, _ = launcher(tmp_path, scripts)
+    owner: list[tuple[str, int] | None] = [("t.py::test_a", 1)]
+    lau.owner = lambda: owner[0]
+    seen = []
+    for now in [("t.py::test_a", 1), ("t.py::test_a", 1), ("t.py::test_a", 2), None]:
+        owner[0] = now
+        data = lau.run(Target(module="pytest"), timeout=30).to_json()
+        seen.append((data.get("test"), data.get("attempt"), data.get("seq")))
+    # the n-th launch of a world in one attempt of a test; a rerun starts again at 1; no test: nothing recorded
+    assert seen == [("t.py::test_a", 1, 1), ("t.py::test_a", 1, 2), ("t.py::test_a", 2, 1), (None, None, None)]
+
+
+def test_ranks_the_launcher_tore_down_after_another_failed_are_skipped_in_cluster_xml(tmp_path):
+    import json
+    import xml.etree.ElementTree as ET
+
+    from framework.report.junit import validate_junit, write_cluster_junit
+
+    scripts = {
+        "host1": {"lines": ["STARTED 10"], "ends": False,
+                  "replies": {protocol.KILL: ["KILLED stdin-kill", "RANK 0 SIG SIGTERM pid 1", "RANK 1 SIG SIGTERM pid 2",
+                                              "DONE"]}},
+        "host2": {"lines": ["STARTED 11", "RANK 2 exit 0 pid 3", "RANK 3 SIG SIGSEGV pid 4", "EXIT 1", "DONE"]},
+    }
+    lau, _ = launcher(tmp_path, scripts)
+    result = lau.run(Target(module="true"), timeout=30)
+    run = tmp_path / "20260801-100000-ffffff"
+    run.mkdir()
+    (run / f"launch-{result.launch_id}.json").write_text(json.dumps(result.to_json()))
+    outcome = {}
+    for suite in ET.parse(write_cluster_junit(run)).getroot().iter("testsuite"):
+        for case in suite.iter("testcase"):
+            outcome[suite.get("name")] = [(el.tag, el.get("type")) for el in case if el.tag != "system-out"]
+    assert outcome == {"rank0@host1": [("skipped", "RankTornDown")], "rank1@host1": [("skipped", "RankTornDown")],
+                       "rank2@host2": [], "rank3@host2": [("error", "RankCrashed")]}
+    assert validate_junit(run / "cluster.xml") == []

@@ -88,7 +88,8 @@ def test_one_suite_per_rank_with_host_and_rank_in_every_classname(run):
     assert top.get("name") == sr.RUN_ID and "skipped" not in top.attrib
     for key in ("tests", "failures", "errors"):
         assert int(top.get(key)) == sum(int(s.get(key)) for s in by_name.values())
-    assert (top.get("tests"), top.get("failures"), top.get("errors")) == ("15", "2", "2")
+    # rank 3 was only torn down after rank 2 crashed: skipped, not a second error
+    assert (top.get("tests"), top.get("failures"), top.get("errors")) == ("15", "2", "1")
     assert all(SUREFIRE_TIME.match(s.get("time")) for s in [top, *by_name.values()])
 
 
@@ -100,9 +101,12 @@ def test_rank_without_junit_is_an_error_with_how_it_ended_and_its_log_tail(run):
     assert err.get("type") == "RankCrashed" and err.get("message") == "rank 2 on node2 died of SIGSEGV"
     assert "--- tail of node2/rank2.log ---" in err.text and "Fatal Python error: Segmentation fault" in err.text
     (killed,) = by_name["rank3@node2"].iter("testcase")
-    assert killed.find("error").get("type") == "RankKilled"
-    assert killed.find("error").get("message") == ("rank 3 on node2 died of SIGTERM; the launch failed: "
-                                                   "rank 2 on node2 died of SIGSEGV")
+    # rank 3 died of SIGTERM only because rank 2 failed first: skipped with why, not an error
+    assert killed.find("error") is None and by_name["rank3@node2"].get("skipped") == "1"
+    assert killed.find("skipped").get("type") == "RankTornDown"
+    assert killed.find("skipped").get("message") == "torn down after rank 2 on node2 failed"
+    assert "rank 3 on node2 died of SIGTERM; the launch failed: rank 2 on node2 died of SIGSEGV" in \
+        killed.find("skipped").text
     assert props(by_name["rank2@node2"])["outcome"] == "crash" and props(by_name["rank3@node2"])["signal"] == "SIGTERM"
     raw = (run / "cluster.xml").read_bytes()
     assert b"\x1b" not in raw and b"\x07" not in raw  # log colours and control bytes are not XML 1.0
@@ -240,7 +244,12 @@ def test_a_port_retry_supersedes_its_first_attempt(run):
 def test_reruns_are_folded_and_invalid_testcase_content_cleaned(run):
     shutil.copy(DATA / "reports" / "rank-messy.xml", run / "node1" / "rank0.xml")
     suite = suites(report_junit.write_cluster_junit(run))["rank0@node1"]
-    cases = [(c.get("name"), [ch.tag for ch in c]) for c in suite.iter("testcase")]
+    attach = "[[ATTACHMENT|" + str(run / "node1" / "rank0.log") + "]]"
+    # every case that did not simply pass has the rank's log attached (first line of its system-out)
+    assert [c.get("name") for c in suite.iter("testcase") if c.findtext("system-out", "").startswith(attach)] == [
+        "test_flaky", "test_always_fails", "test_teardown", "test_teardown", "test_no_message"]
+    cases = [(c.get("name"), [ch.tag for ch in c if ch.tag != "system-out" or not ch.text.startswith(attach)])
+             for c in suite.iter("testcase")]
     assert cases == [
         ("test_flaky", ["flakyFailure"]),  # failed once, then passed: a pass with its flake
         ("test_always_fails", ["failure", "rerunFailure", "rerunFailure"]),
@@ -475,7 +484,8 @@ def test_terminal_summary_fits_one_screen(run):
     assert len(lines) <= 24 and max(len(ln) for ln in lines if not ln.startswith("  report: ")) <= 120
     assert [ln for ln in lines if ln.startswith("  report: ")] == [f"  report: {run / 'index.html'}"]
     assert lines[0] == "camit run 20260801-100000-c0ffee: FAILED in 1m01s"
-    assert lines[1] == ("  cluster.xml 15 tests, 2 failed, 2 errors, 2 skipped; "
+    # rank 3 on node2, only torn down after rank 2 crashed, is skipped (RankTornDown), not an error
+    assert lines[1] == ("  cluster.xml 15 tests, 2 failed, 1 errors, 3 skipped; "
                         "junit.xml 5 tests, 1 failed, 0 errors, 1 skipped")
     assert "    node1  r0-1      .F  1 pass, 1 fail" in lines
     assert "    node2  r2-3      CK  1 crash, 1 killed" in lines
