@@ -103,10 +103,14 @@ class Progress:
         self.open_file()
 
     def open_file(self) -> None:
-        if self.file is not None or self.ctx.rundir is None or not self.ctx.rundir.path.is_dir():
+        if self.file is not None:
+            return
+        # a worker knows the controller's folder from its workerinput before anything asked for it
+        rundir = self.ctx.plan_rundir() if self.worker_id and self.ctx.rundir is None else self.ctx.rundir
+        if rundir is None or not rundir.path.is_dir():
             return
         name = f"camit-{self.worker_id}.log" if self.worker_id else "camit.log"
-        self.file = logging.FileHandler(self.ctx.rundir.path / name, encoding="utf-8", delay=True)
+        self.file = logging.FileHandler(rundir.path / name, encoding="utf-8", delay=True)
         self.file.setLevel(logging.DEBUG)
         self.file.setFormatter(logging.Formatter(LOG_FORMAT, LOG_DATEFMT))
         logging.getLogger(LOGGER).addHandler(self.file)
@@ -150,6 +154,9 @@ class Progress:
         with self.lock:
             suspended = capman.global_and_fixture_disabled() if capman is not None else contextlib.nullcontext()
             with suspended:
+                reporter.ensure_newline()
+                if getattr(getattr(reporter, "_tw", None), "width_of_current_line", 0):
+                    reporter.write("\n")  # -q: pytest's dots have no path, so write_line would append to them
                 reporter.write_line(line)
 
     # ------------------------------------------------------------------ a worker's phases -> report sections
@@ -212,6 +219,8 @@ def start(config: pytest.Config, ctx: RunContext) -> Progress:
         config.pluginmanager.register(progress, "camit-progress")
     if ctx.active and progress.tap is None:
         progress.attach()
+    elif ctx.active:
+        progress.open_file()  # the run folder may exist now
     return progress
 
 

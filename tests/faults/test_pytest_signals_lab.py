@@ -242,3 +242,43 @@ def test_an_exception_during_a_launch_tears_it_down_and_fetches_the_rank_logs(en
     assert (run / "host2" / launch["launch_id"] / "rank1.log").is_file()
     assert wait_none_left(run.name, 15) == []
     assert set(lease_states(env).values()) == {"free"}
+
+
+def test_a_deploy_failed_on_one_host_ends_the_run_with_8_naming_host_and_step(lab, env_variant, tmp_path):
+    """rc 8 as Jenkins sees it: host2's workdir too small for the wheel (a tmpfs, as in test_deploy_lab.py)."""
+    import zipfile
+
+    from framework.errors import SESSION_DEPLOY
+    from framework.lab import artifacts
+
+    wheel = artifacts.build_wheel(tmp_path / "built")
+    big = tmp_path / "big" / wheel.name  # 12 MiB more than host2's 8 MiB workdir holds
+    big.parent.mkdir()
+    with zipfile.ZipFile(wheel) as zin, zipfile.ZipFile(big, "w", zipfile.ZIP_STORED) as zout:
+        for item in zin.infolist():
+            zout.writestr(item, zin.read(item.filename))
+        zout.writestr("umdk_cam_op_lib/_pad.bin", os.urandom(12 * 1024 * 1024))
+
+    def change(doc):
+        doc["defaults"]["workdir"] = "/var/tmp/camit"  # the folder set_small_workdir mounts over
+        doc["artifacts"] = {"wheel": str(big)}
+        doc["relay"] = False
+    env = env_variant(change, "deploy-fails.yaml")
+    reports = tmp_path / "reports"
+    lab.set_small_workdir("host2", "8m")
+    try:
+        with jenkins_pytest(env, reports, *ONE) as proc:
+            out, _ = proc.communicate(timeout=180)
+        states = lease_states(env)
+    finally:
+        lab.reset_workdir("host2")
+    assert proc.returncode == SESSION_DEPLOY, out[-4000:]
+    lines = [line for line in out.splitlines() if "camit: deploy failed" in line]
+    assert len(lines) == 1 and "host2: deploy step 'upload' failed" in lines[0], out[-4000:]
+    assert "Traceback" not in out
+    run = (reports / "latest").resolve()
+    manifest = assert_complete(run, "deploy failed")
+    assert "host2" in manifest["error"] and "upload" in manifest["error"], manifest
+    assert not list(run.glob("launch-*.json"))  # nothing ran on the hosts, and no error per test
+    assert " error" not in out.splitlines()[-1], out[-2000:]
+    assert states == {"host1": "free", "host2": "free", "host3": "free", "host4": "free"}, states
