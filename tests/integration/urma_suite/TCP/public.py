@@ -66,6 +66,7 @@ class UBUSFeature(BaseTest):
         if p1.ret != 0 or p2.ret != 0:
             perf_ret = -1
         if not expect_failed:
-            self.assertEqual(perf_ret, 0, f"ERROR: echo failed! server: {p1.stdout} client: {p2.stdout}")
+            self.assertEqual(perf_ret, 0, f"ERROR: echo failed! server (ret {p1.ret}): {p1.stdout} {p1.stderr} client (ret {p2.ret}): "
+                             f"{p2.stdout} {p2.stderr}")
         self.assertEqual(p1.match_keyword("echoed"), p2.match_keyword("echo ok"))
         return perf_ret
