@@ -92,8 +92,12 @@ def test_hostile_test_names_reach_every_report_intact(lab, env_variant, workdir_
     # (pytest-dev/pytest#14483, fixed upstream after 9.0) and camit keeps what the rank wrote.
     cluster = ET.parse(folder / "cluster.xml").getroot()
     cases = [c for c in cluster.iter("testcase") if "odd" in (c.get("classname") or "")]
+    # (a rank the launch tore down after another rank failed first, once its tests had reported, has one
+    # more case, ``rank_exit``, skipped as RankTornDown: whether the teardown reaches it first is a race)
+    torn = [c for c in cases if c.get("name") == "rank_exit"]
+    assert all(c.find("skipped") is not None and c.find("skipped").get("type") == "RankTornDown" for c in torn)
     for rank in range(4):
-        names = {c.get("name") for c in cases if f".rank{rank}." in (c.get("classname") or "")}
+        names = {c.get("name") for c in cases if f".rank{rank}." in (c.get("classname") or "")} - {"rank_exit"}
         assert names == {bin_xml_escape(f"test_named[{i}]") for i in IDS}, (rank, names)
     failed = [c for c in cases if c.find("failure") is not None]
     assert len(failed) == 4 and {c.get("name") for c in failed} == {f"test_named[{FAILING}]"}
