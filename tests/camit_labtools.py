@@ -145,3 +145,17 @@ def core_pattern(value: str) -> Iterator[None]:
             yield
         finally:
             CORE_PATTERN_FILE.write_text(old)
+
+
+def assert_complete(run: Path, status: str) -> dict:
+    """junit.xml and cluster.xml valid, manifest.json and index.html there; the manifest (returned) says ``status``."""
+    import json
+
+    from framework.report.junit import validate_junit
+
+    for xml in ("junit.xml", "cluster.xml"):
+        assert validate_junit(run / xml) == [], xml
+    assert (run / "index.html").is_file()
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["status"] == status, manifest
+    return manifest

@@ -36,7 +36,7 @@ from typing import Any
 from framework.config import document as schema
 from framework.config.document import SCHEMA_VERSION, Loc, parse_cpu_list
 from framework.config.envfile import DEFAULT_ENV_PATH
-from framework.config.sshconfig import SSH_CONFIG_ENV, SshConfigFile, SshHostConfig
+from framework.config.sshconfig import SSH_CONFIG_ENV, SshConfigFile, SshHostConfig, controller_path
 from framework.config.sshconfig import find as find_ssh_config
 from framework.config.yaml_text import expand_vars, parse_yaml, read_text
 from framework.errors import ConfigError
@@ -499,16 +499,6 @@ def _first(*values: Any) -> Any:
     return next((v for v in values if v is not None), None)
 
 
-def _controller_path(value: str, base: Path, environ: Mapping[str, str]) -> str:
-    """``~`` expanded (HOME from ``environ``), relative -> relative to ``base``; globs untouched."""
-    head, sep, rest = value.partition("/")
-    if head == "~":
-        value = (environ.get("HOME") or os.path.expanduser("~")) + sep + rest
-    elif head.startswith("~"):
-        value = os.path.expanduser(value)
-    return os.path.normpath(os.path.join(base, value))
-
-
 def _resolve(
     doc: schema.EnvDocument, path: Path, environ: Mapping[str, str], expanded: set[Loc], report: _Reporter
 ) -> EnvConfig:
@@ -517,7 +507,7 @@ def _resolve(
     dnpu = d.npu or schema.NpuModel()
 
     def local(value: str | None) -> Path | None:
-        return Path(_controller_path(value, base, environ)) if value is not None else None
+        return Path(controller_path(value, base, environ)) if value is not None else None
 
     ssh_config, warnings = _ssh_config(d, base, environ, report)
 
@@ -533,7 +523,7 @@ def _resolve(
             soc=_first(dnpu.soc, schema.BUILTIN["npu.soc"]),
             visible=tuple(dnpu.visible) if dnpu.visible is not None else None,
         ),
-        known_hosts=Path(_controller_path(_first(d.known_hosts, schema.BUILTIN["known_hosts"]), base, environ)),
+        known_hosts=Path(controller_path(_first(d.known_hosts, schema.BUILTIN["known_hosts"]), base, environ)),
         host_key_policy=_first(d.host_key_policy, schema.BUILTIN["host_key_policy"]),
         connect_timeout=float(_first(d.connect_timeout, schema.BUILTIN["connect_timeout"])),
         command_timeout=float(_first(d.command_timeout, schema.BUILTIN["command_timeout"])),
@@ -543,8 +533,8 @@ def _resolve(
     )
     art = doc.artifacts or schema.ArtifactsModel()
     artifacts = ArtifactsSpec(
-        run_package=_controller_path(art.run_package, base, environ) if art.run_package else None,
-        wheel=_controller_path(art.wheel, base, environ) if art.wheel else None,
+        run_package=controller_path(art.run_package, base, environ) if art.run_package else None,
+        wheel=controller_path(art.wheel, base, environ) if art.wheel else None,
         install_path=art.install_path,
     )
     hosts: dict[str, HostSpec] = {}

@@ -95,12 +95,14 @@ def find(value: str | None, base: Path, environ: Mapping[str, str]) -> tuple[Pat
     if named is not None:
         if named.strip().lower() == NONE:
             return None, True
-        return Path(_expand(named, base, environ)), True
-    default = Path(_expand(DEFAULT_SSH_CONFIG, base, environ))
+        return Path(controller_path(named, base, environ)), True
+    default = Path(controller_path(DEFAULT_SSH_CONFIG, base, environ))
     return (default if default.is_file() else None), False
 
 
-def _expand(value: str, base: Path, environ: Mapping[str, str]) -> str:
+def controller_path(value: str, base: Path, environ: Mapping[str, str]) -> str:
+    """A controller path of the env file: ``~`` expanded (HOME from ``environ``), relative -> relative to
+    ``base``; globs untouched (also :mod:`framework.config.effective`'s key_file, known_hosts, artifacts)."""
     head, sep, rest = value.partition("/")
     if head == "~":
         value = (environ.get("HOME") or os.path.expanduser("~")) + sep + rest

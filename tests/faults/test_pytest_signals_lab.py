@@ -23,10 +23,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from camit_labtools import REPO, tagged, wait_for, wait_none_left
+from camit_labtools import REPO, assert_complete, tagged, wait_for, wait_none_left
 
 from framework.errors import SESSION_LEASE, SESSION_UNREACHABLE
-from framework.report.junit import validate_junit
 
 pytestmark = pytest.mark.lab
 HANG = REPO / "tests" / "data" / "hang"
@@ -90,15 +89,6 @@ def lease_states(env: Path) -> dict[str, str]:
 
     with Cluster.from_env(load(env)) as cluster:
         return {h: (s.state if not isinstance(s, BaseException) else repr(s)) for h, s in lease_status(cluster).items()}
-
-
-def assert_complete(run: Path, status: str) -> dict:
-    for xml in ("junit.xml", "cluster.xml"):
-        assert validate_junit(run / xml) == [], xml
-    assert (run / "index.html").is_file()
-    manifest = json.loads((run / "manifest.json").read_text())
-    assert manifest["status"] == status, manifest
-    return manifest
 
 
 @pytest.mark.parametrize("sig, to_group, args, ranks", [

@@ -8,7 +8,6 @@ signal goes to that process, never to this one.
 
 from __future__ import annotations
 
-import json
 import signal
 import subprocess
 import sys
@@ -17,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+from camit_labtools import assert_complete
 from test_resources import HOSTS, hold_lease, lease_file, local_env  # noqa: F401 - the fixture
 
 from framework.errors import (
@@ -34,7 +34,6 @@ from framework.errors import (
     one_line,
     session_exit_code,
 )
-from framework.report.junit import validate_junit
 
 WORKTREE = Path(__file__).resolve().parents[2]
 
@@ -59,16 +58,6 @@ THREE_TESTS = textwrap.dedent("""
 
 def folder(pytester: pytest.Pytester) -> Path:
     return (pytester.path / "out" / "latest").resolve()
-
-
-def assert_complete(run: Path, status: str) -> dict:
-    """junit.xml and cluster.xml valid, manifest.json and index.html there; the manifest (returned) says ``status``."""
-    for xml in ("junit.xml", "cluster.xml"):
-        assert validate_junit(run / xml) == [], xml
-    assert (run / "index.html").is_file()
-    manifest = json.loads((run / "manifest.json").read_text())
-    assert manifest["status"] == status, manifest
-    return manifest
 
 
 # --------------------------------------------------------------------------- the table and the mapping
