@@ -46,7 +46,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import paramiko
-from filelock import FileLock
 
 from framework import commands, fetchcaps
 from framework.errors import (
@@ -152,6 +151,9 @@ def _accept_new(o: SshTransport, hostname: str, key: paramiko.PKey) -> None:
     new host record it once; one that recorded a *different* key meanwhile makes this a changed key)."""
     assert o.known_hosts is not None
     fp = fingerprint(key)
+    # imported here: only a host key not yet recorded needs it, and filelock (asyncio) costs ~9 ms of start-up
+    from filelock import FileLock
+
     o.known_hosts.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(o.known_hosts) + ".lock", timeout=60):
         seen = paramiko.HostKeys()

@@ -6,7 +6,7 @@ No timing: a fresh interpreter on this checkout reports what is in ``sys.modules
 TCP connection (``socket.socket.connect`` wrapped in that interpreter only; the port is a loopback
 port nobody listens on, so the host is unreachable and exec ends with 3). The env loader (pydantic,
 yaml) and paramiko are needed by then; the launch runner, the preflight probe, the report writers,
-``tarfile`` (fetches only) and rich (output only, on a terminal) are not.
+``tarfile`` (fetches only), filelock (recording a new host key only) and rich (output only, on a terminal) are not.
 """
 
 from __future__ import annotations
@@ -24,7 +24,9 @@ ROOT = Path(__file__).resolve().parents[2]
 NOT_BEFORE_CONNECT = ("rich", "torch", "numpy", "lxml", "framework.preflight.probe", "framework.preflight.ascend",
                       "framework.preflight.run", "framework.launch.runner", "framework.launch.plan",
                       "framework.launch.devices", "framework.launch.fetch", "framework.report", "framework.lease",
-                      "framework.deploy", "framework.cores.runwatch", "tarfile")
+                      "framework.deploy", "framework.cores.runwatch", "tarfile",
+                      # only a host key not yet recorded takes the known_hosts lock
+                      "filelock")
 #: and not by the parser either: the parser is argparse and stdlib-only modules of camit
 NOT_IN_PARSER = ("paramiko", "pydantic", "yaml", "framework.config.document", "framework.hosts",
                  "framework.transport.ssh", *NOT_BEFORE_CONNECT)
