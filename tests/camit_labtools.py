@@ -159,3 +159,17 @@ def assert_complete(run: Path, status: str) -> dict:
     manifest = json.loads((run / "manifest.json").read_text())
     assert manifest["status"] == status, manifest
     return manifest
+
+
+def lab_env_or_skip(variable: str, what: str, bring_up: str) -> Path:
+    """The absolute env file that ``variable`` names, or a skip saying which lab is missing and how to bring it up
+    (``what``: "emulated Ascend lab"; ``bring_up``: the command)."""
+    import pytest
+
+    value = os.environ.get(variable)
+    if not value:
+        pytest.skip(f"{variable} is not set (no {what} named); run '{bring_up}'")
+    path = Path(value).resolve()
+    if not path.exists():
+        pytest.skip(f"{variable}={value}: {path} missing; bring the {what} up")
+    return path

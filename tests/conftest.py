@@ -22,6 +22,7 @@ pytest_plugins = ["pytester"]
 REPO = Path(__file__).resolve().parents[1]
 # tests/camit_labtools.py (evidence helpers) importable from every test folder
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from camit_labtools import lab_env_or_skip  # noqa: E402
 
 # A CI that starts `make test` in the background without job control (`cmd &` in a script) hands every
 # process SIGINT ignored, and an ignored signal stays ignored across exec: the camit processes these tests
@@ -65,14 +66,8 @@ def lab_env(lab_env_path):
 @pytest.fixture(scope="session")
 def npu_lab_env_path() -> Path:
     """The env file of an emulated Ascend lab that is up (CAMIT_NPU_LAB_ENV), absolute."""
-    value = os.environ.get("CAMIT_NPU_LAB_ENV")
-    if not value:
-        pytest.skip("CAMIT_NPU_LAB_ENV is not set (no emulated Ascend lab named); run "
-                    "'python -m framework.lab up --hosts 2 --npu a3 --env-out env/lab-npu.yaml'")
-    path = Path(value).resolve()
-    if not path.exists():
-        pytest.skip(f"CAMIT_NPU_LAB_ENV={value}: {path} missing; bring the emulated lab up")
-    return path
+    return lab_env_or_skip("CAMIT_NPU_LAB_ENV", "emulated Ascend lab",
+                           "python -m framework.lab up --hosts 2 --npu a3 --env-out env/lab-npu.yaml")
 
 
 @pytest.fixture(scope="session")
@@ -86,15 +81,9 @@ def npu_lab_env(npu_lab_env_path):
 def npu_a2_lab_env_path() -> Path:
     """The env file of an emulated A2 lab that is up (CAMIT_NPU_A2_LAB_ENV), absolute; ``make test`` brings
     one up (``make a2-lab-up``)."""
-    value = os.environ.get("CAMIT_NPU_A2_LAB_ENV")
-    if not value:
-        pytest.skip("CAMIT_NPU_A2_LAB_ENV is not set (no emulated A2 lab named); run "
-                    "'python -m framework.lab up --hosts 2 --npu a2 --name camita2 --subnet 10.79.0.0/24 "
-                    "--env-out env/lab-npu-a2.yaml'")
-    path = Path(value).resolve()
-    if not path.exists():
-        pytest.skip(f"CAMIT_NPU_A2_LAB_ENV={value}: {path} missing; bring the emulated A2 lab up")
-    return path
+    return lab_env_or_skip("CAMIT_NPU_A2_LAB_ENV", "emulated A2 lab",
+                           "python -m framework.lab up --hosts 2 --npu a2 --name camita2 --subnet 10.79.0.0/24 "
+                           "--env-out env/lab-npu-a2.yaml")
 
 
 @pytest.fixture

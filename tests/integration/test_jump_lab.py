@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 import yaml
+from camit_labtools import lab_env_or_skip
 
 from framework.config.effective import EnvConfig, load
 from framework.errors import AuthenticationFailed, HostKeyError, HostUnreachable
@@ -31,14 +32,9 @@ TARGET = REPO / "tests" / "data" / "targets" / "alltoall.py"
 
 @pytest.fixture(scope="module")
 def jump_env_path() -> Path:
-    value = os.environ.get("CAMIT_JUMP_LAB_ENV")
-    if not value:
-        pytest.skip("CAMIT_JUMP_LAB_ENV is not set (no jump lab named); run 'python -m framework.lab up --hosts 2 "
-                    "--name camitj --subnet 10.76.0.0/24 --jump 10.176.0.0/24 --env-out env/lab-jump.yaml'")
-    path = Path(value).resolve()
-    if not path.exists():
-        pytest.skip(f"CAMIT_JUMP_LAB_ENV={value}: {path} missing; bring the jump lab up")
-    return path
+    return lab_env_or_skip("CAMIT_JUMP_LAB_ENV", "jump lab",
+                           "python -m framework.lab up --hosts 2 --name camitj --subnet 10.76.0.0/24 "
+                           "--jump 10.176.0.0/24 --env-out env/lab-jump.yaml")
 
 
 @pytest.fixture(scope="module")
