@@ -15,6 +15,7 @@ import logging
 import os
 import re
 import sys
+import threading
 from collections.abc import Iterator, Sequence
 from typing import TextIO
 
@@ -61,12 +62,20 @@ def setup_logging(verbose: int = 0) -> None:
     logging.getLogger("paramiko").setLevel(logging.CRITICAL if verbose < 2 else logging.DEBUG)
 
 
+#: progress lines come from every host's thread at once: print() writes the text and the newline apart, so two
+#: hosts' lines could glue together ("…reinstalled)22:59:31 host2: …", seen on an 8-host redeploy)
+_EVENT_LOCK = threading.Lock()
+
+
 def event(host: str, message: str, stream: TextIO | None = None) -> None:
-    """One progress line: ``HH:MM:SS host: message`` (timestamped, greppable in CI logs)."""
+    """One progress line: ``HH:MM:SS host: message`` (timestamped, greppable in CI logs), written whole."""
     import time
 
-    print(f"{time.strftime('%H:%M:%S')} {printable(host)}: {printable(message)}", file=stream or sys.stderr,
-          flush=True)
+    line = f"{time.strftime('%H:%M:%S')} {printable(host)}: {printable(message)}\n"
+    out = stream or sys.stderr
+    with _EVENT_LOCK:
+        out.write(line)
+        out.flush()
 
 
 @contextlib.contextmanager
