@@ -45,7 +45,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from framework import commands
 from framework.commands import ShellScript
@@ -84,6 +84,7 @@ __all__ = [
     "takeover_script",
 ]
 
+_T = TypeVar("_T")
 log = logging.getLogger("camit.lease")
 
 LEASE_FILE = "camit-lease.json"
@@ -406,6 +407,8 @@ class Lease:
         self._stop = threading.Event()
         self._beat: threading.Thread | None = None
         self.on_lost = on_lost
+        #: an attempt found a host held: take host by host from then on (:meth:`_take_all`)
+        self._contended = False
 
     def __repr__(self) -> str:
         state = "held" if self.held else "not held"
@@ -418,11 +421,11 @@ class Lease:
                                pid_start=process_start(pid) or 0.0, run_id=self.run_id,
                                controller_id=controller_id(), start=start)
 
-    def _each(self, fn: Callable[[Host], Reply], names: Sequence[str]) -> dict[str, Reply | BaseException]:
+    def _each(self, fn: Callable[[Host], _T], names: Sequence[str]) -> dict[str, _T | BaseException]:
         """``fn`` on the named hosts on threads of the lease's own: the cluster's pool may be full of long
         host work (a launch, a deploy), and a heartbeat queued behind it would let the lease go stale."""
         by_name = {h.name: h for h in self.hosts}
-        out: dict[str, Reply | BaseException] = {}
+        out: dict[str, _T | BaseException] = {}
         with ThreadPoolExecutor(max_workers=max(1, min(16, len(names))),
                                 thread_name_prefix="camit-lease") as pool:
             futures = {n: pool.submit(fn, by_name[n]) for n in names}
@@ -468,7 +471,35 @@ class Lease:
             delay = min(delay * 1.5, 5.0)
 
     def _take_all(self) -> tuple[str, LeaseRecord | None, float] | None:
-        for host in self.hosts:
+        """One attempt at every host, all or none: the blocker (host, its record, its clock) or None.
+
+        A free cluster costs two round trips, not one per host (8 hosts: 220 ms host by host): the first host
+        in order alone, then the rest at once. Contenders whose hosts overlap meet at the first one they
+        share; once an attempt found a host held, the retries go host by host in order, so of two
+        controllers waiting for each other the one holding the earlier host always gets through."""
+        if self._contended or len(self.hosts) <= 2:
+            return self._take_in_order(self.hosts)
+        blocker = self._take_in_order(self.hosts[:1])
+        if blocker is not None:
+            return blocker
+        rest = self.hosts[1:]
+        try:
+            taken = self._each(self._take, [h.name for h in rest])
+        except BaseException:
+            self._release_held()
+            raise
+        failed = [v for v in taken.values() if isinstance(v, BaseException)]
+        blockers = [v for h in rest if isinstance(v := taken[h.name], tuple)]
+        if failed or blockers:
+            self._release_held()
+            if failed:
+                raise failed[0]
+            self._contended = True
+            return blockers[0]
+        return None
+
+    def _take_in_order(self, hosts: Sequence[Host]) -> tuple[str, LeaseRecord | None, float] | None:
+        for host in hosts:
             try:
                 blocker = self._take(host)
             except BaseException:

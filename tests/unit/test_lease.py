@@ -242,6 +242,66 @@ def test_all_or_nothing_leaves_nothing_behind(hosts):
         assert not lease_file(h1).exists() and not lease_file(h3).exists()
 
 
+class TimedTransport(LocalTransport):
+    """The real scripts, each acquire's (start, end) noted: which hosts were taken at the same time."""
+
+    def __init__(self, name: str, spans: list[tuple[str, float, float]]) -> None:
+        super().__init__(name)
+        self.spans = spans
+
+    def run(self, line: str, **kw):  # type: ignore[no-untyped-def, override]
+        start = time.monotonic()
+        try:
+            return super().run(line, **kw)
+        finally:
+            if "ln -- " in line:  # the acquire script
+                self.spans.append((self.name, start, time.monotonic()))
+
+
+def timed_hosts(tmp_path: Path, n: int, spans: list[tuple[str, float, float]]) -> list[Host]:
+    out = []
+    for i in range(1, n + 1):
+        s = HostSpec(name=f"h{i}", manage_nic=NicSpec("eth0", f"10.0.0.{i}"), workdir=str(tmp_path / f"h{i}"))
+        out.append(Host(s.name, TimedTransport(s.name, spans), spec=s, command_timeout=30))
+    return out
+
+
+def _overlapping(spans: list[tuple[str, float, float]]) -> int:
+    """The most acquires that ran at one moment."""
+    edges = sorted([(a, 1) for _, a, _ in spans] + [(b, -1) for _, _, b in spans], key=lambda e: (e[0], e[1]))
+    now = most = 0
+    for _, d in edges:
+        now += d
+        most = max(most, now)
+    return most
+
+
+def test_a_free_cluster_is_taken_first_host_then_the_rest_at_once(tmp_path):
+    spans: list[tuple[str, float, float]] = []
+    hs = timed_hosts(tmp_path, 6, spans)
+    with Lease(Cluster(hs), owner="me", interval=0):
+        assert all(lease_file(h).exists() for h in hs)
+    assert len(spans) == 6
+    first = next(s for s in spans if s[0] == "h1")
+    assert all(first[2] <= start for name, start, _ in spans if name != "h1")  # the first host alone, before
+    assert _overlapping(spans) > 1  # the rest together, not one round trip per host
+
+
+def test_after_a_held_host_the_retries_go_host_by_host(tmp_path):
+    spans: list[tuple[str, float, float]] = []
+    hs = timed_hosts(tmp_path, 6, spans)
+    holder = Lease(Cluster([hs[3]]), owner="holder", interval=0).acquire()
+    threading.Timer(0.5, holder.release).start()
+    with Lease(Cluster(hs), owner="me", wait=20, interval=0, poll=0.1) as lease:
+        assert all(LeaseRecord.parse(lease_file(h).read_text()).owner == "me" for h in hs)
+        assert lease._contended
+    retries = [s for s in spans if s[1] > spans[0][1]]  # everything after the first attempt's h1
+    last = [s for s in retries if s[0] == "h1"][-1]
+    after = [s for s in spans if s[1] >= last[1]]
+    assert [n for n, _, _ in after] == [h.name for h in hs]  # the winning attempt, in order
+    assert _overlapping(after) == 1
+
+
 def test_disjoint_groups_are_leased_concurrently(hosts):
     h1, h2, h3, h4 = hosts(4)
     with Lease(Cluster([h1, h2]), owner="a", interval=0), Lease(Cluster([h3, h4]), owner="b", interval=0):
