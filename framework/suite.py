@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from framework import commands
+from framework import batch, commands
 from framework.coverage import ENV_FLAG
 from framework.errors import FrameworkError
 from framework.hosts import Cluster, Host
@@ -140,6 +140,15 @@ class SuiteResult:
     placed: str = ""
     #: (test id, reason) of every rank-side skip, rank 0's first
     skips: list[tuple[str, str]] = field(default_factory=list)
+    #: ``--launch-per world``: the modules that shared the launch (empty: a launch of its own)
+    shared_with: tuple[str, ...] = ()
+    #: the shared launch's failure is this module's (it crashed in it, or no module began): False for a module
+    #: every rank had finished before the launch failed
+    launch_failed_here: bool = True
+    #: why the module did not run (a shared launch crashed before it, twice); None: it ran
+    not_run: str | None = None
+    #: more lines for :meth:`message` (a shared launch's cores of this module: framework.plugin.batches)
+    notes: list[str] = field(default_factory=list)
 
     def skip_reasons(self) -> list[str]:
         """Each distinct ``test: reason`` once, in the order the ranks reported them."""
@@ -158,20 +167,28 @@ class SuiteResult:
 
     @property
     def ok(self) -> bool:
-        return self.launch.ok and not self.failures and not self.missing_junit
+        launch_ok = self.launch.ok or not self.launch_failed_here
+        return launch_ok and not self.failures and not self.missing_junit and self.not_run is None
 
     def message(self) -> str:
         lines = []
+        if self.not_run is not None:
+            lines.append(f"{self.module} (world {self.world}) did not run: {self.not_run}")
         if self.failures:
             first = self.failures[0]
             lines.append(f"{len(self.failures)} rank-side failure(s) in {self.module} (world {self.world}); "
                          f"first: rank {first.rank} on {first.host}: {first.test}")
             for f in self.failures[:12]:
                 lines.append(f"  rank {f.rank} on {f.host}: {f.test}: {f.message}")
-        if not self.launch.ok:
+        if not self.launch.ok and self.launch_failed_here and self.not_run is None:
+            if self.shared_with:
+                lines.append(f"{self.module} was running when the launch it shared with "
+                             f"{', '.join(m for m in self.shared_with if m != self.module)} failed:")
             lines.append(self.launch.message())
         if self.missing_junit:
             lines.append(f"no JUnit from rank(s) {self.missing_junit}")
+        if lines:
+            lines += self.notes
         return "\n".join(lines) or "ok"
 
     def check(self) -> SuiteResult:
@@ -197,12 +214,16 @@ def parse_rank_junit(path: Path) -> tuple[dict[str, int], list[tuple[str, str]]]
     return counts, failures
 
 
-def read_rank_junit(path: Path) -> tuple[dict[str, int], list[tuple[str, str]], list[tuple[str, str]]]:
-    """(counts, failures, skips) from one rank's pytest JUnit file; failures and skips as (test id, message)."""
+def read_rank_junit(path: Path, module: str | None = None
+                    ) -> tuple[dict[str, int], list[tuple[str, str]], list[tuple[str, str]]]:
+    """(counts, failures, skips) from one rank's pytest JUnit file; failures and skips as (test id, message);
+    with ``module``, only that module's cases (a launch that ran several: ``--launch-per world``)."""
     counts = {"passed": 0, "failed": 0, "skipped": 0}
     failures, skips = [], []
     root = ET.parse(path).getroot()
     for case in root.iter("testcase"):
+        if module is not None and not batch.in_module(case.get("classname", ""), module):
+            continue
         name = f"{case.get('classname', '')}::{case.get('name', '')}".strip(":")
         bad = case.find("failure") if case.find("failure") is not None else case.find("error")
         skipped = case.find("skipped")
@@ -283,6 +304,67 @@ class RankSuite:
         """Run rank-side ``module`` (a path inside the tree) on ``world`` ranks and judge every rank; the ranks
         go on the fewest nodes that hold them, but on at least ``min_nodes`` (and ``--spread``): torchrun
         runs ``--nnodes`` = those nodes, ``--nproc-per-node`` = world / nodes."""
+        label = name or Path(module).stem
+        launch, placed = self._launch([module], world, extra_env=extra_env, select=select, name=label,
+                                      min_nodes=min_nodes, timeout=self.case_timeout)
+        result = self.judge(module, world, launch)
+        result.placed = placed
+        log.info("%s: %s", label, placed)
+        return result
+
+    def run_batch(self, modules: Sequence[str], world: int, *, extra_env: Mapping[str, str] | None = None,
+                  name: str | None = None, min_nodes: int = 1, rerun: bool = True) -> dict[str, SuiteResult]:
+        """``--launch-per world``: every module of ``modules`` in one launch of ``world`` ranks, its results split
+        back per module (:meth:`split`). The launch may take the case timeout once per module. When it fails
+        after some module began, the modules no rank began run once more in a fresh launch (``rerun``); a
+        module still not run then is reported not run, with the reason (framework.batch)."""
+        label = name or f"world{world}"
+        launch, placed = self._launch(list(modules), world, extra_env=extra_env, name=label, min_nodes=min_nodes,
+                                      timeout=self.case_timeout * len(modules), record=True)
+        records = {rank: batch.read_record(Path(rr.log).parent / batch.RECORD_FILE.format(rank=rank))
+                   for rank, rr in launch.ranks.items() if rr.log}
+        results = self.split(modules, world, launch, records)
+        for result in results.values():
+            result.placed = placed
+        log.info("%s: %s, %d module(s) in one launch", label, placed, len(modules))
+        left = [m for m, r in results.items() if r.not_run is not None]
+        if left and rerun:
+            log.info("%s: %s did not run before the launch failed; running them in a fresh launch", label,
+                     ", ".join(left))
+            results.update(self.run_batch(left, world, extra_env=extra_env, name=f"{label}-rerun",
+                                          min_nodes=min_nodes, rerun=False))
+        return results
+
+    def split(self, modules: Sequence[str], world: int, launch: LaunchResult,
+              records: Mapping[int, Mapping[str, batch.ModuleProgress]]) -> dict[str, SuiteResult]:
+        """module → its :class:`SuiteResult` from one shared launch: a module every rank finished keeps its
+        verdict even when the launch failed later; the launch's failure is the first unfinished module's (or
+        every module's when none began); the modules after it are marked not run."""
+        shared = tuple(modules)
+        states = {m: batch.DONE for m in modules} if launch.ok else batch.module_states(modules, records, world)
+        began = any(state != batch.NOT_RUN for state in states.values())
+        failed_in: str | None = None
+        out: dict[str, SuiteResult] = {}
+        for module in modules:
+            state = states[module]
+            if began and (state == batch.NOT_RUN or (state == batch.CRASHED and failed_in is not None)):
+                out[module] = SuiteResult(module, world, launch, counts={"passed": 0, "failed": 0, "skipped": 0},
+                                          shared_with=shared, launch_failed_here=False,
+                                          not_run=f"the launch it shared failed in {failed_in} first "
+                                                  f"({launch.failure or 'not every rank reported success'})")
+                continue
+            if state == batch.CRASHED:
+                failed_in = module
+            result = self.judge(module, world, launch, only=module, records=records)
+            result.shared_with = shared
+            result.launch_failed_here = state != batch.DONE
+            out[module] = result
+        return out
+
+    def _launch(self, modules: Sequence[str], world: int, *, extra_env: Mapping[str, str] | None,
+                name: str, min_nodes: int, timeout: float, select: str | None = None,
+                record: bool = False) -> tuple[LaunchResult, str]:
+        """One launch of ``world`` ranks running pytest on ``modules``; (its result, where it ran)."""
         where = self.can_place(world, min_nodes)
         if isinstance(where, str):
             raise FrameworkError(where)
@@ -293,12 +375,14 @@ class RankSuite:
         if len({dirs[h] for h in hosts}) != 1:
             raise FrameworkError("the rank-side tree landed in different paths on the hosts; use one workdir")
         # -p no:camit: ranks never load the controller's plugin (the lab's hosts share its python)
-        args = [f"{remote_dir}/{module}", "-p", "no:cacheprovider", "-p", "no:camit", "--rootdir", remote_dir,
-                "--junitxml=rank{rank}.xml", "-o", "junit_family=xunit2", *self.pytest_args]
+        args = [*(f"{remote_dir}/{m}" for m in modules), "-p", "no:cacheprovider", "-p", "no:camit",
+                "--rootdir", remote_dir, "--junitxml=rank{rank}.xml", "-o", "junit_family=xunit2", *self.pytest_args]
         if select:
             args += ["-k", select]
         env = {"CAMIT_BACKEND": self.env.launch.backend, "CAMIT_CASE_TIMEOUT": f"{self.case_timeout:g}",
                "PYTHONDONTWRITEBYTECODE": "1", **self.rank_env, **dict(extra_env or {})}
+        if record:
+            env[batch.RECORD_ENV] = "1"
         if self.tree == RANK_TREE:
             # our rank tree needs no third-party pytest plugin; loading every installed one costs each
             # rank about a second (hypothesis alone, measured by bench/launch.py). Upstream trees keep theirs.
@@ -309,29 +393,34 @@ class RankSuite:
             # return early under coverage); the ranks get it as the controller's coverage mode has it
             env[ENV_FLAG] = "1"
             target = self.coverage.prepare(target, hosts, remote_dir, self.tree)
-        launch = self.launcher.run(target, env=env, timeout=self.case_timeout,
-                                   nproc_per_node=per_node, hosts=hosts, name=name or Path(module).stem)
+        launch = self.launcher.run(target, env=env, timeout=timeout, nproc_per_node=per_node, hosts=hosts,
+                                   name=name)
         if self.coverage is not None:
             self.coverage.collect_gcov(hosts)
-        result = self.judge(module, world, launch)
-        result.placed = describe_placement(world, hosts, per_node)
-        log.info("%s: %s", name or Path(module).stem, result.placed)
-        return result
+        return launch, describe_placement(world, hosts, per_node)
 
-    def judge(self, module: str, world: int, launch: LaunchResult) -> SuiteResult:
+    def judge(self, module: str, world: int, launch: LaunchResult, *, only: str | None = None,
+              records: Mapping[int, Mapping[str, batch.ModuleProgress]] | None = None) -> SuiteResult:
+        """Every rank's verdict from its JUnit (with ``only``, that module's cases); a rank with no JUnit (it
+        died before pytest wrote it) is judged from its record of ``only`` when it has one, else missing."""
         result = SuiteResult(module, world, launch, counts={"passed": 0, "failed": 0, "skipped": 0})
         for rank in range(world):
             rr = launch.ranks.get(rank)
+            progress = (records or {}).get(rank, {}).get(only) if only is not None else None
             if rr is None or not rr.junit or not Path(rr.junit).exists():
-                result.missing_junit.append(rank)
-                continue
-            try:
-                counts, failures, skips = read_rank_junit(Path(rr.junit))
-            except ET.ParseError as exc:
-                result.failures.append(RankFailure(rank, rr.host, "(junit)", f"unreadable JUnit: {exc}"))
-                continue
+                if progress is None:
+                    result.missing_junit.append(rank)
+                    continue
+                counts, failures, skips = batch.counts_of(progress)
+            else:
+                try:
+                    counts, failures, skips = read_rank_junit(Path(rr.junit), only)
+                except ET.ParseError as exc:
+                    result.failures.append(RankFailure(rank, rr.host, "(junit)", f"unreadable JUnit: {exc}"))
+                    continue
+            host = rr.host if rr is not None else "?"
             for k, v in counts.items():
                 result.counts[k] += v
-            result.failures += [RankFailure(rank, rr.host, t, m) for t, m in failures]
+            result.failures += [RankFailure(rank, host, t, m) for t, m in failures]
             result.skips += skips
         return result

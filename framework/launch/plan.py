@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from framework import commands
+from framework import batch, commands
 from framework.commands import ShellScript
 from framework.errors import UsageError
 from framework.launch.nic import (
@@ -59,7 +59,7 @@ NPU_COREDUMP_FILTER = "0x11"
 PORT_RETRIES = 3
 #: files of a node's run folder that come back to the report folder
 FETCH_PATTERNS = ("rank*.log", "rank*.json", "rank*.xml", "torchrun.log", "perf-*.json", "coverage-*",
-                  "hccl_trace_rank_*")
+                  "hccl_trace_rank_*", batch.RECORD_FILE.format(rank="*"))
 #: folders of a node's run folder that come back whole: the plogs (``ASCEND_PROCESS_LOG_PATH``) and the
 #: NPU state a failed launch saves (framework.launch.devices)
 FETCH_DIRS = ("ascend", "npu-state")

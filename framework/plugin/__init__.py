@@ -12,6 +12,7 @@ finds the hooks and fixtures as attributes of this module; each lives in its own
 - :mod:`.resources` — cluster, lease, deploy-once, launcher, rank suite: opened explicitly, one ExitStack;
 - :mod:`.markers` — requirement markers (``ranks``, ``nodes``, ``soc``, ``a2_test``/``a3_test``), skips
   with the reason; the core policy marker;
+- :mod:`.batches` — ``--launch-per world``: the tests of one world share one launch, split back per test;
 - :mod:`.xdist` — each worker's host share, the launch-first order, the round-robin first hand-out;
 - :mod:`.cores` — the core watch around every test that drives the cluster;
 - :mod:`.progress` — camit's events on the terminal (under ``-n`` forwarded in report sections), camit.log;
@@ -26,6 +27,7 @@ from framework.plugin.context import CONTEXT_KEY, LAUNCHES_KEY, RunContext, cont
 from framework.plugin.fixtures import camit, cluster, deployed, env, launcher, rank_suite, run_ranks
 from framework.plugin.hooks import (
     pytest_addoption,
+    pytest_collection_finish,
     pytest_collection_modifyitems,
     pytest_configure,
     pytest_configure_node,
@@ -50,7 +52,8 @@ __all__ = [
     "CONTEXT_KEY", "LAUNCHES_KEY", "MARKERS", "RESOURCES_KEY", "SOC_MARKERS", "Options", "Resources", "RunContext",
     "camit", "cluster", "context_of", "deployed", "env", "launcher", "open_leased_cluster", "rank_suite",
     "resources_of", "run_ranks",
-    "pytest_addoption", "pytest_collection_modifyitems", "pytest_configure", "pytest_configure_node",
+    "pytest_addoption", "pytest_collection_finish", "pytest_collection_modifyitems", "pytest_configure",
+    "pytest_configure_node",
     "pytest_keyboard_interrupt", "pytest_load_initial_conftests", "pytest_report_header", "pytest_runtest_call", "pytest_runtest_setup",
     "pytest_sessionfinish", "pytest_sessionfinish_exit_status", "pytest_terminal_summary", "pytest_testnodedown",
     "pytest_testnodeready", "pytest_unconfigure", "pytest_xdist_make_scheduler",

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from framework.errors import FrameworkError
+from framework.plugin import batches
 from framework.plugin.context import CONTEXT_KEY, LAUNCHES_KEY, RunContext
 from framework.plugin.markers import min_nodes
 from framework.plugin.resources import resources_of
@@ -87,11 +88,21 @@ def record_launch(item: pytest.Item, result: SuiteResult) -> None:
 @pytest.fixture
 def run_ranks(request: pytest.FixtureRequest, rank_suite: RankSuite) -> Callable[..., SuiteResult]:
     """``run_ranks(module, world, **kw)`` → ``SuiteResult``; recorded on the test for core attribution, its
-    placement (the test's ``nodes(n)`` marker and ``--spread``) in the test's report (property ``placement``)."""
+    placement (the test's ``nodes(n)`` marker and ``--spread``) in the test's report (property ``placement``).
+
+    Under ``--launch-per world`` a test of a batch (framework.plugin.batches) gets its module's share of the
+    world's one launch, run here at the first of the batch's tests to set up."""
+    ctx = request.config.stash[CONTEXT_KEY]
+    shared = batches.for_item(request.node)
+    if shared is not None:
+        shared.ensure(rank_suite, resources_of(request.config), ctx)
 
     def run(module: str, world: int, **kw: Any) -> SuiteResult:  # kw: RankSuite.run's keywords
-        kw.setdefault("min_nodes", min_nodes(request.node, request.config.stash[CONTEXT_KEY]))
-        result = rank_suite.run(module, world, **kw)
+        kw.setdefault("min_nodes", min_nodes(request.node, ctx))
+        if shared is not None and shared.covers(request.node.nodeid, module, world, kw):
+            result = shared.result_for(request.node, module, ctx)
+        else:
+            result = rank_suite.run(module, world, **kw)
         record_launch(request.node, result)
         return result
 

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import pytest
 
-from framework.plugin import cores, markers, progress, reporting, xdist
+from framework.plugin import batches, cores, markers, progress, reporting, xdist
 from framework.plugin.context import CONTEXT_KEY, RunContext, context_of
 from framework.plugin.options import add_options, add_seed_alias
 from framework.plugin.resources import RESOURCES_KEY, Resources, resources_of
@@ -168,6 +168,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if ctx.is_controller or not ctx.active:
         return
     xdist.sort_for_workers(items, ctx.options.worlds)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """``--launch-per world``: which of the collected (and selected) tests share a launch (:mod:`.batches`)."""
+    ctx = context_of(session.config)
+    if ctx.active and not session.config.option.collectonly:
+        session.config.stash[batches.BATCHES_KEY] = batches.plan(session.items, ctx)
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:

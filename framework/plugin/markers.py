@@ -27,6 +27,8 @@ MARKERS = (
     "nodes(n): needs n hosts, and places the test's world on at least n of them (world 4 on 2 nodes: 2+2)",
     "soc(*names): runs only on these SoCs (ascend910b, ascend910_93, cpu)",
     "core_policy(policy): fail | warn | ignore for cores that appear during this test",
+    "rank_module(module, env=None): the rank-side module (and launch env) the test runs through run_ranks; "
+    "with --launch-per world the tests of one world share one launch",
 )
 #: the fixtures that drive the cluster: a test using one is watched for cores
 CLUSTER_FIXTURES = frozenset({"cluster", "launcher", "rank_suite", "deployed"})

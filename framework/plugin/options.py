@@ -67,8 +67,16 @@ def add_options(parser: pytest.Parser) -> None:
     g.addoption("--cov-ranks", dest="camit_cov_ranks", action="store_true",
                 help="coverage of the rank-side tree and the op library on every host, combined into "
                      "<report>/coverage/ and coverage.xml (also ENABLE_COV=1)")
+    g.addoption("--launch-per", dest="camit_launch_per", choices=LAUNCH_MODES, default=None,
+                help="test: one launch per test and world (default); world: the tests of one world size share "
+                     "one launch of their rank-side modules, results split back per test (ini camit_launch_per)")
     parser.addini(ENV_INI, "default test_env.yaml for --env", default="")
+    parser.addini(LAUNCH_INI, "--launch-per's default: test or world", default="test")
 
+
+#: ``--launch-per``'s values and its ini key (framework.plugin.batches)
+LAUNCH_MODES = ("test", "world")
+LAUNCH_INI = "camit_launch_per"
 
 #: the URMA harness's spelling of ``--random-seed``
 SEED_ALIAS = "--random_seed"
@@ -121,6 +129,14 @@ def parse_worlds(text: str | None) -> frozenset[int] | None:
     return frozenset(int(w) for w in text.split(",") if w.strip()) if text else None
 
 
+def launch_per(config: pytest.Config) -> str:
+    """``--launch-per``, else the ini key ``camit_launch_per``, else ``test``; another value is a usage error."""
+    value = config.getoption("camit_launch_per") or str(config.getini(LAUNCH_INI) or "").strip() or "test"
+    if value not in LAUNCH_MODES:
+        raise pytest.UsageError(f"ini {LAUNCH_INI} = {value!r}: expected one of {', '.join(LAUNCH_MODES)}")
+    return str(value)
+
+
 def _spread(value: int | None) -> int:
     if value is not None and value < 1:
         raise pytest.UsageError(f"--spread {value}: the number of nodes must be >= 1")
@@ -164,6 +180,8 @@ class Options:
     baseline_dir: str | None = None
     full_shapes: bool = False
     cov_ranks: bool = False
+    #: ``--launch-per``: ``test`` (one launch per test and world) or ``world`` (framework.plugin.batches)
+    launch_per: str = "test"
     lease: LeaseSettings = LeaseSettings()
 
     @property
@@ -185,4 +203,4 @@ class Options:
             update_baseline=bool(opt("camit_update_baseline")), baseline_margin=opt("camit_baseline_margin"),
             cluster_name=opt("camit_cluster"), baseline_dir=opt("camit_baseline_dir"),
             full_shapes=bool(opt("camit_full_shapes")), cov_ranks=bool(opt("camit_cov_ranks")),
-            lease=LeaseSettings.from_environ(environ))
+            launch_per=launch_per(config), lease=LeaseSettings.from_environ(environ))

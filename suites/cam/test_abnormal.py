@@ -11,6 +11,7 @@ BAD_IDS_WORLD = 4
 
 
 @pytest.mark.multi_process_test
+@pytest.mark.rank_module("test_abnormal_rank.py", env=PREFILL_ENV)
 def test_abnormal_inputs(run_ranks, world):
     result = run_ranks("test_abnormal_rank.py", world, extra_env=PREFILL_ENV).check()
     # 8 cases per rank, each an input the op checks (ids outside [0, E) are not: test_bad_ids_rank.py)

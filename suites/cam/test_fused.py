@@ -5,5 +5,6 @@ import pytest
 
 @pytest.mark.a3_test
 @pytest.mark.multi_process_test
+@pytest.mark.rank_module("test_fused_rank.py")
 def test_fused_deep_moe(run_ranks, world):
     run_ranks("test_fused_rank.py", world).check()

@@ -6,8 +6,11 @@ The cases derive from --random-seed; the header prints the line that reproduces 
 import pytest
 from camsuite import PREFILL_ENV
 
+FUZZ_ENV = {"CAMIT_FUZZ_N": "6", **PREFILL_ENV}
+
 
 @pytest.mark.multi_process_test
+@pytest.mark.rank_module("test_fuzz_rank.py", env=FUZZ_ENV)
 def test_fuzz(run_ranks, world, camit):
-    result = run_ranks("test_fuzz_rank.py", world, extra_env={"CAMIT_FUZZ_N": "6", **PREFILL_ENV})
+    result = run_ranks("test_fuzz_rank.py", world, extra_env=FUZZ_ENV)
     assert result.ok, f"seed {camit.seed}: {result.message()}"

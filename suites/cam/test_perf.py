@@ -16,6 +16,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.multi_process_test
+@pytest.mark.rank_module("test_perf_rank.py", env=PREFILL_ENV)
 def test_dispatch_combine_perf(run_ranks, world, camit):
     result = run_ranks("test_perf_rank.py", world, extra_env=PREFILL_ENV).check()
     samples = []

@@ -21,6 +21,10 @@
   harness's barriers stay on WORLD;
 - ``cam.nz(t)``: a gmm weight as the kernels declare it (FRACTAL_NZ on NPU, with
   ``allow_internal_format`` on, as upstream's fused UT sets it), the ND tensor on CPU;
+- with ``CAMIT_MODULE_RECORD=1`` (camit's ``--launch-per world``: several modules in one launch) each rank
+  appends its progress to ``camit-modules-rank<rank>.jsonl`` in its run folder, a JSON line per event:
+  ``start`` of a module, each ``test`` with its outcome once the ranks agreed on it, ``done`` after the
+  module's last test (the format framework/batch.py reads), so a crash later in the launch keeps what ran;
 - ``cam.sync()`` (the device's synchronize on NPU, where asynchronous kernel faults surface) and
   ``cam.check_healthy(after)``: sync plus a small collective on the op's group; a rank whose device
   is poisoned ends its process at once with the evidence, so its peers do not wait in a barrier
@@ -33,6 +37,7 @@ so — never silently, unlike upstream's SKIP_ENV_RANKSIZE_UNEQUAL.
 from __future__ import annotations
 
 import datetime
+import json
 import os
 import random
 import sys
@@ -269,9 +274,53 @@ _agreement = Agreement(AGREE_TIMEOUT)
 _failed_tests: set[str] = set()
 
 
+class ModuleRecord:
+    """This rank's progress by module, one JSON line per event appended (and flushed) as it happens."""
+
+    def __init__(self, path: str | None) -> None:
+        self.path = path
+        self.module: str | None = None
+        #: test id -> (outcome, message) from its reports; a failure wins over a skip, a skip over a pass
+        self.outcomes: dict[str, tuple[str, str]] = {}
+
+    def _write(self, **event: Any) -> None:
+        if self.path is None:
+            return
+        with open(self.path, "a", encoding="utf-8") as fh:
+            fh.write(json.dumps({**event, "ts": time.time()}) + "\n")
+
+    def note(self, report: pytest.TestReport) -> None:
+        had = self.outcomes.get(report.nodeid, ("passed", ""))
+        if report.failed:
+            crash = getattr(report.longrepr, "reprcrash", None)
+            text = getattr(crash, "message", None) or str(report.longrepr).strip().splitlines()[-1:] or [""]
+            self.outcomes[report.nodeid] = ("failed", text if isinstance(text, str) else text[0])
+        elif report.skipped and had[0] == "passed":
+            reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+            self.outcomes[report.nodeid] = ("skipped", str(reason))
+
+    def begin(self, item: pytest.Item) -> None:
+        module = item.nodeid.split("::")[0]
+        if module != self.module:
+            self.module = module
+            self._write(event="start", module=module)
+
+    def end(self, item: pytest.Item, nextitem: pytest.Item | None) -> None:
+        module = item.nodeid.split("::")[0]
+        outcome, message = self.outcomes.get(item.nodeid, ("passed", ""))
+        self._write(event="test", module=module, test=item.nodeid, outcome=outcome, message=message[:500])
+        if nextitem is None or nextitem.nodeid.split("::")[0] != module:
+            self._write(event="done", module=module)
+
+
+_record = ModuleRecord(f"camit-modules-rank{os.environ.get('RANK', '0')}.jsonl"
+                       if os.environ.get("CAMIT_MODULE_RECORD") == "1" and UNDER_TORCHRUN else None)
+
+
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     if report.failed:
         _failed_tests.add(report.nodeid)
+    _record.note(report)
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -283,9 +332,11 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Any:
+    _record.begin(item)
     yield
     if _cam is not None:
         agree_after(item.nodeid, item.nodeid in _failed_tests, item.get_closest_marker("poisons_device") is not None)
+    _record.end(item, nextitem)
 
 
 def agree_after(test: str, failed: bool, poisons: bool) -> None:

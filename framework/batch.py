@@ -1,0 +1,131 @@
+"""One launch for the rank-side modules of a world (``--launch-per world``): what each rank finished, and the split.
+
+With ``--launch-per world`` the controller tests of one world (the same world size, launch env and
+fewest nodes) declare their rank-side module with the ``rank_module`` marker, and one torchrun runs
+all of them (:meth:`framework.suite.RankSuite.run_batch`) instead of one launch per test. Each rank
+writes a record of its own progress, one JSON line per event, to ``camit-modules-rank<rank>.jsonl``
+in its run folder (the rank tree's conftest: ``CAMIT_MODULE_RECORD=1``): ``start`` when a module's
+first test begins, ``test`` with each test's outcome once its agreement is over, ``done`` after a
+module's last test. The file is appended line by line, so what a rank finished survives its crash
+(JUnit is written only when pytest ends). :func:`module_states` reads them back:
+
+- ``done``: every rank finished the module: its verdict stands, whatever came later;
+- ``crashed``: some rank began it and not every rank finished it: the launch's failure is its failure;
+- ``not run``: no rank began it. After a crash such modules run once more in a fresh launch; a
+  module still not run after that is reported not run, with the reason.
+
+Only this module and the rank conftest know the record's format.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+#: the variable that turns the rank-side record on, and the record's file name in the rank's run folder
+RECORD_ENV = "CAMIT_MODULE_RECORD"
+RECORD_FILE = "camit-modules-rank{rank}.jsonl"
+
+DONE, CRASHED, NOT_RUN = "done", "crashed", "not run"
+
+
+@dataclass
+class ModuleProgress:
+    """One rank's progress through one module: when it began and ended (rank host's clock) and its tests."""
+
+    started: float | None = None
+    done: float | None = None
+    #: (test id, outcome: passed | failed | skipped, message)
+    tests: list[tuple[str, str, str]] = field(default_factory=list)
+
+    def window(self) -> tuple[float, float]:
+        """(start, end) of the module on this rank; an unfinished module is open-ended."""
+        return (self.started if self.started is not None else float("-inf"),
+                self.done if self.done is not None else float("inf"))
+
+
+def read_record(path: Path) -> dict[str, ModuleProgress]:
+    """module (path inside the tree) → its progress on one rank; a missing file is no progress, and a line cut
+    short by the rank's death (its last) is left out."""
+    out: dict[str, ModuleProgress] = {}
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return out
+    for line in text.splitlines():
+        try:
+            event = json.loads(line)
+            module, kind, ts = str(event["module"]), str(event["event"]), float(event["ts"])
+        except (ValueError, KeyError, TypeError):
+            continue
+        progress = out.setdefault(module, ModuleProgress())
+        if kind == "start":
+            progress.started = ts
+        elif kind == "done":
+            progress.done = ts
+        elif kind == "test":
+            progress.tests.append((str(event.get("test", "")), str(event.get("outcome", "")),
+                                   str(event.get("message", ""))))
+    return out
+
+
+def module_states(modules: Sequence[str], records: Mapping[int, Mapping[str, ModuleProgress]],
+                  world: int) -> dict[str, str]:
+    """module → ``done`` | ``crashed`` | ``not run`` over the ``world`` ranks' records (a rank with no record
+    finished nothing)."""
+    states = {}
+    for module in modules:
+        per_rank = [records.get(rank, {}).get(module) for rank in range(world)]
+        if all(p is not None and p.done is not None for p in per_rank):
+            states[module] = DONE
+        elif any(p is not None and p.started is not None for p in per_rank):
+            states[module] = CRASHED
+        else:
+            states[module] = NOT_RUN
+    return states
+
+
+def counts_of(progress: ModuleProgress) -> tuple[dict[str, int], list[tuple[str, str]], list[tuple[str, str]]]:
+    """(counts, failures, skips) of one rank's module from its record, as :func:`framework.suite.read_rank_junit`
+    gives them from JUnit."""
+    counts = {"passed": 0, "failed": 0, "skipped": 0}
+    failures, skips = [], []
+    for test, outcome, message in progress.tests:
+        kind = outcome if outcome in counts else "failed"
+        counts[kind] += 1
+        if kind == "failed":
+            failures.append((test, message or "(no message)"))
+        elif kind == "skipped":
+            skips.append((test, message or "(no reason)"))
+    return counts, failures, skips
+
+
+def junit_prefix(module: str) -> str:
+    """The ``classname`` prefix pytest's JUnit gives the cases of ``module`` (a path inside the rank tree):
+    ``sub/test_x.py`` → ``sub.test_x`` (``_pytest.junitxml.mangle_test_address``: the path without ``.py``,
+    ``/`` as ``.``; a class adds ``.Class``)."""
+    path = module[:-3] if module.endswith(".py") else module
+    return path.replace("/", ".")
+
+
+def in_module(classname: str, module: str) -> bool:
+    """Whether a JUnit case of ``classname`` belongs to ``module``."""
+    prefix = junit_prefix(module)
+    return classname == prefix or classname.startswith(prefix + ".")
+
+
+def module_at(records: Mapping[str, ModuleProgress], when: float, order: Iterable[str]) -> str | None:
+    """The module one rank was running at ``when`` (its host's clock), by the record's windows; None: none."""
+    for module in order:
+        progress = records.get(module)
+        if progress is not None and progress.started is not None:
+            start, end = progress.window()
+            if start <= when <= end:
+                return module
+    return None
+
+
+__all__ = ["CRASHED", "DONE", "NOT_RUN", "RECORD_ENV", "RECORD_FILE", "ModuleProgress", "counts_of", "in_module",
+           "junit_prefix", "module_at", "module_states", "read_record"]

@@ -1,0 +1,209 @@
+"""``--launch-per world``: the controller tests of one world share one launch of their rank-side modules.
+
+At the end of collection (:func:`plan`) the tests that declare their rank-side module
+(``@pytest.mark.rank_module("test_x_rank.py", env={...})``) and take ``world`` are grouped by world
+size and fewest nodes, their launch envs merged (``HCCL_BUFFSIZE`` of the prefill modules and the fuzz
+module's ``CAMIT_FUZZ_N`` go to the one launch; a variable two tests want with different values splits
+the group); a group of two modules or more is a :class:`Batch`. The first of its
+tests to set up runs the batch (the ``run_ranks`` fixture's setup: outside that test's own core watch,
+inside a watch of the batch's own), :meth:`framework.suite.RankSuite.run_batch` splits the launch back
+per module, and each test's ``run_ranks(module, world, ...)`` returns its module's result: its own
+verdict, counts, skips and placement, and the cores that appeared while its module ran on the rank
+that dumped (framework.batch's records), judged by the test's own core policy.
+
+A test launches alone as before when its call differs from what it declared (another module, env or
+``select=``), on a rerun (pytest-rerunfailures), and under ``-n`` (xdist deals tests to workers one at
+a time, so a worker cannot know its batch; each test then launches per test, and a note says so).
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from framework import batch
+from framework.plugin.markers import core_policy, min_nodes, requirements
+from framework.plugin.resources import log_event
+
+if TYPE_CHECKING:
+    from framework.cores.inspection import Core
+    from framework.launch import LaunchResult
+    from framework.plugin.context import RunContext
+    from framework.plugin.resources import Resources
+    from framework.suite import RankSuite, SuiteResult
+
+BATCHES_KEY = pytest.StashKey[dict[str, "Batch"]]()
+
+
+@dataclass(frozen=True)
+class BatchKey:
+    """What the tests of one launch share: the world size, the (merged) launch env and the fewest nodes."""
+
+    world: int
+    env: tuple[tuple[str, str], ...]
+    min_nodes: int
+
+    def describe(self) -> str:
+        extra = f", env {' '.join(f'{k}={v}' for k, v in self.env)}" if self.env else ""
+        return f"world {self.world}{extra}" + (f", >= {self.min_nodes} nodes" if self.min_nodes > 1 else "")
+
+
+def declared(item: pytest.Item) -> tuple[str, dict[str, str]] | None:
+    """(module, launch env) of the test's ``rank_module`` marker, or None."""
+    m = item.get_closest_marker("rank_module")
+    if m is None or not m.args:
+        return None
+    env = m.kwargs.get("env") or {}
+    return str(m.args[0]), {str(k): str(v) for k, v in dict(env).items()}
+
+
+@dataclass
+class Batch:
+    """The tests of one :class:`BatchKey` and, once run, their modules' results and cores."""
+
+    key: BatchKey
+    modules: list[str]
+    #: nodeid -> the launch env that test declared (its ``run_ranks`` call must pass the same)
+    declared: dict[str, dict[str, str]]
+    results: dict[str, SuiteResult] | None = None
+    error: Exception | None = None
+    cores: dict[str, list[Core]] = field(default_factory=dict)
+    log_summary: str = ""
+
+    def covers(self, nodeid: str, module: str, world: int, kw: Mapping[str, Any]) -> bool:
+        """Whether a ``run_ranks`` call is what the test declared (else it launches alone)."""
+        return (module in self.modules and world == self.key.world and not kw.get("select")
+                and dict(kw.get("extra_env") or {}) == self.declared.get(nodeid)
+                and int(kw.get("min_nodes", 1)) == self.key.min_nodes)
+
+    def ensure(self, suite: RankSuite, resources: Resources, ctx: RunContext) -> None:
+        """Run the shared launch once (the first test of the batch to set up), inside a core watch of its own."""
+        if self.results is not None or self.error is not None:
+            return
+        from framework.cores.runwatch import ClusterWatch
+
+        log_event("launch", f"one launch for {len(self.modules)} modules at {self.key.describe()}: "
+                            f"{', '.join(self.modules)}")
+        watch = ClusterWatch(resources.open_cluster(), ctx.env, policy="fail",
+                             label=f"shared launch, {self.key.describe()}")
+        watch.begin()
+        try:
+            self.results = suite.run_batch(self.modules, self.key.world, extra_env=dict(self.key.env),
+                                           min_nodes=self.key.min_nodes, name=f"world{self.key.world}")
+        except Exception as exc:  # noqa: BLE001 - each of the batch's tests raises it (run_ranks)
+            self.error = exc
+        launches = self.launches()
+        try:
+            outcome = watch.end(ranks=launches or None, failed=self.error is not None or
+                                not all(r.ok for r in (self.results or {}).values()), rundir=ctx.ensure_rundir())
+        finally:
+            if resources.launcher is not None:
+                resources.launcher.cleanup_remote()
+        self.log_summary = outcome.log_summary
+        for core in outcome.cores:
+            self.cores.setdefault(self.module_of(core), []).append(core)
+
+    def launches(self) -> list[LaunchResult]:
+        """The batch's launches in order (the shared one, then its rerun if it had one)."""
+        seen: dict[str, LaunchResult] = {}
+        for result in (self.results or {}).values():
+            seen.setdefault(result.launch.launch_id, result.launch)
+        return list(seen.values())
+
+    def module_of(self, core: Core) -> str:
+        """The module a core belongs to: the one its rank was running when it dumped (the ranks' records),
+        else the module the launch failed in, else the batch's first."""
+        if core.rank is not None:
+            for launch in self.launches():
+                rr = launch.ranks.get(core.rank)
+                if rr is not None and rr.log and rr.host == core.host:
+                    record = batch.read_record(Path(rr.log).parent / batch.RECORD_FILE.format(rank=core.rank))
+                    found = batch.module_at(record, core.time, self.modules)
+                    if found is not None:
+                        return found
+        failed = [m for m, r in (self.results or {}).items() if not r.launch.ok and r.launch_failed_here]
+        return failed[-1] if failed else self.modules[0]
+
+    def result_for(self, item: pytest.Item, module: str, ctx: RunContext) -> SuiteResult:
+        """``module``'s result for ``item``; its cores reported on it under its own core policy."""
+        if self.error is not None:
+            raise self.error
+        assert self.results is not None
+        result = self.results[module]
+        if not result.ok and self.log_summary:
+            item.add_report_section("call", "failure signatures", self.log_summary)
+        item.user_properties.append(("shared_launch", f"{', '.join(self.modules)} ({self.key.describe()})"))
+        cores = self.cores.get(module, [])
+        if cores:
+            text = "\n".join(c.describe() + ("\n" + c.backtrace if c.backtrace else "") for c in cores)
+            item.add_report_section("call", "core dumps", text)
+            policy = core_policy(item, ctx)
+            if policy == "fail":
+                if not result.ok:  # the module's own failure first, its cores after it (as the core watch does)
+                    if text not in result.notes:
+                        result.notes.append(text)
+                    return result
+                raise AssertionError(f"core dumps while {module} ran in the shared launch:\n{text}")
+            if policy == "warn":
+                warnings.warn(pytest.PytestWarning(f"core dumps (policy warn):\n{text}"), stacklevel=2)
+        return result
+
+
+def plan(items: Sequence[pytest.Item], ctx: RunContext) -> dict[str, Batch]:
+    """nodeid → its :class:`Batch`, for the tests that share a launch under ``--launch-per world``."""
+    if ctx.options.launch_per != "world" or ctx.env is None:
+        return {}
+    if not ctx.is_controller:
+        log_event("launch", "--launch-per world: under -n each test launches on its own (a worker does not "
+                            "know which tests it will get)")
+        return {}
+    groups: dict[tuple[int, int], list[tuple[str, str, dict[str, str]]]] = {}
+    for item in items:
+        what = declared(item)
+        world = getattr(getattr(item, "callspec", None), "params", {}).get("world")
+        if what is None or not isinstance(world, int) or requirements(item, ctx) is not None:
+            continue
+        groups.setdefault((world, min_nodes(item, ctx)), []).append((item.nodeid, *what))
+    out: dict[str, Batch] = {}
+    for (world, nodes), members in groups.items():
+        for env, part in _merge_envs(members):
+            modules = list(dict.fromkeys(m for _, m, _ in part))
+            if len(modules) < 2:
+                continue
+            shared = Batch(BatchKey(world, tuple(sorted(env.items())), nodes), modules,
+                           {nodeid: own for nodeid, _, own in part})
+            for nodeid, _, _ in part:
+                out[nodeid] = shared
+    return out
+
+
+def _merge_envs(members: list[tuple[str, str, dict[str, str]]]
+                ) -> list[tuple[dict[str, str], list[tuple[str, str, dict[str, str]]]]]:
+    """The members in groups whose launch envs agree (no variable with two values), in collection order:
+    each member joins the first group it agrees with."""
+    parts: list[tuple[dict[str, str], list[tuple[str, str, dict[str, str]]]]] = []
+    for member in members:
+        own = member[2]
+        for env, part in parts:
+            if all(env.get(k, v) == v for k, v in own.items()):
+                env.update(own)
+                part.append(member)
+                break
+        else:
+            parts.append((dict(own), [member]))
+    return parts
+
+
+def for_item(item: pytest.Item) -> Batch | None:
+    """The batch ``item`` runs in, or None: it launches on its own (no batch, or a rerun attempt)."""
+    if int(getattr(item, "execution_count", 1) or 1) > 1:
+        return None
+    return item.config.stash.get(BATCHES_KEY, {}).get(item.nodeid)
+
+
+__all__ = ["BATCHES_KEY", "Batch", "BatchKey", "declared", "for_item", "plan"]
