@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Launch overhead: a 2-node × 2-rank rank-side test through camit vs a hand-written ssh + torchrun loop.
+"""Launch overhead: camit's launches vs hand-written ssh + torchrun loops, 2 nodes × 2 ranks (world 4).
 
     python bench/launch.py [--repeat 5]
 
@@ -14,7 +14,15 @@ artifacts and deploys them once (the first ``pytest`` run, untimed). Then, alter
   for each node in the background and waits for both — the same rank-side tests, the same
   interpreter and op library, no report.
 
-Goal (issue 9): camit ≤ 1.3 × bare.
+And the suite at world 4 (the five controller tests that launch: fused, abnormal inputs, perf, prefill,
+fuzz), alternating:
+
+- camit per test: ``pytest suites/cam -k <those five> --world-sizes 4 --no-deploy`` (one launch each);
+- camit per world: the same with ``--launch-per world`` (one launch for the five modules);
+- bare world: one upstream-style torchrun per node running the five rank modules in one pytest, with the
+  launch env camit gives them (``CAMIT_FUZZ_N``, ``HCCL_BUFFSIZE``, plugin autoload off).
+
+Goals: camit ≤ 1.3 × bare (issue 9); the suite per world ≤ 1.15 × bare world (issue 18).
 """
 
 from __future__ import annotations
@@ -34,6 +42,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402
 
 WORKDIR = "/var/tmp/camit/lbench"
+#: the controller tests that launch at world 4 on the CPU lab, and their rank modules (their rank_module markers)
+SUITE_TESTS = "test_fused_deep_moe or test_abnormal_inputs or test_dispatch_combine_perf or " \
+              "test_prefill_dispatch_combine or test_fuzz"
+RANK_MODULES = ("test_abnormal_rank.py", "test_fused_rank.py", "test_fuzz_rank.py", "test_perf_rank.py",
+                "test_prefill_rank.py")
+#: the merged launch env of those tests (camit's PREFILL_ENV and FUZZ_ENV; autoload off as RankSuite sets it)
+WORLD_ENV = "CAMIT_FUZZ_N=6 HCCL_BUFFSIZE=4096 PYTEST_DISABLE_PLUGIN_AUTOLOAD=1"
 
 
 def main() -> int:
@@ -47,7 +62,7 @@ def main() -> int:
     tmp = Path(tempfile.mkdtemp(prefix="camit-lbench-"))
     built = artifacts.build_all(tmp / "artifacts")
     loads = [os.getloadavg()[0]]
-    times: dict[str, list[float]] = {"camit": [], "bare": []}
+    times: dict[str, list[float]] = {"camit": [], "bare": [], "per test": [], "per world": [], "bare world": []}
     with common.lab(2, "lbench", "10.86.0.0/24") as lab:
         doc = yaml.safe_load(lab.env_file.read_text())
         doc["artifacts"] = {"run_package": str(built["run"]), "wheel": str(built["wheel"])}
@@ -60,8 +75,10 @@ def main() -> int:
                            "  StrictHostKeyChecking yes\n  BatchMode yes\n  LogLevel ERROR\n")
         ips = [h.ip for h in lab.hosts]
 
-        def camit(deploy: bool = False) -> float:
-            argv = [sys.executable, "-m", "pytest", "suites/cam/test_prefill.py", "--env", str(env), "--world-sizes",
+        def camit(deploy: bool = False, suite: str | None = None) -> float:
+            what = ["suites/cam", "-k", SUITE_TESTS, *(["--launch-per", suite] if suite else [])] if suite \
+                else ["suites/cam/test_prefill.py"]
+            argv = [sys.executable, "-m", "pytest", *what, "--env", str(env), "--world-sizes",
                     "4", "--report-dir", str(tmp / "reports"), "-p", "no:cacheprovider", "-q"]
             t = time.perf_counter()
             p = subprocess.run(argv + ([] if deploy else ["--no-deploy"]), cwd=common.ROOT, capture_output=True,
@@ -84,14 +101,15 @@ def main() -> int:
         set_env = f". {shlex.quote(state['install_path'] + '/vendors/' + vendor + '/bin/set_env.bash')} && " \
             if vendor else ""
 
-        def bare(port: int) -> float:
+        def bare(port: int, modules: tuple[str, ...] = ("test_prefill_rank.py",), extra: str = "") -> float:
             lines = []
+            paths = " ".join(f"{rank_dir}/{m}" for m in modules)
             for i, ip in enumerate(ips):
                 work = f"/tmp/bare-{port}"
                 torchrun = (f"{set_env}mkdir -p {work} && cd {work} && GLOO_SOCKET_IFNAME=eth0 CAMIT_BACKEND=gloo "
-                            f"PYTHONDONTWRITEBYTECODE=1 {py} -m torch.distributed.run --nnodes 2 --nproc-per-node 2 "
-                            f"--node-rank {i} --master-addr {ips[0]} --master-port {port} -m pytest "
-                            f"{rank_dir}/test_prefill_rank.py -p no:cacheprovider -p no:camit --rootdir {rank_dir} "
+                            f"PYTHONDONTWRITEBYTECODE=1 {extra} {py} -m torch.distributed.run --nnodes 2 "
+                            f"--nproc-per-node 2 --node-rank {i} --master-addr {ips[0]} --master-port {port} -m pytest "
+                            f"{paths} -p no:cacheprovider -p no:camit --rootdir {rank_dir} "
                             f"-q; rc=$?; rm -rf {work}; exit $rc")
                 lines.append(f"ssh -F {shlex.quote(str(ssh_cfg))} {ip} {shlex.quote(torchrun)} > "
                              f"{tmp}/bare-{port}-{i}.log 2>&1 & p{i}=$!")
@@ -103,10 +121,13 @@ def main() -> int:
                 raise RuntimeError(f"bare loop failed: {(tmp / f'bare-{port}-0.log').read_text()[-3000:]}")
             return took
 
+        runs = {"camit": lambda r: camit(), "bare": lambda r: bare(29700 + r),
+                "per test": lambda r: camit(suite="test"), "per world": lambda r: camit(suite="world"),
+                "bare world": lambda r: bare(29800 + r, RANK_MODULES, WORLD_ENV)}
         for r in range(args.repeat):
-            order = ("camit", "bare") if r % 2 == 0 else ("bare", "camit")
+            order = list(runs) if r % 2 == 0 else list(reversed(runs))
             for what in order:
-                times[what].append(camit() if what == "camit" else bare(29700 + r))
+                times[what].append(runs[what](r))
                 loads.append(os.getloadavg()[0])
                 print(f"#{r + 1} {what}: {times[what][-1]:.2f}s (load {loads[-1]:.2f})", file=sys.stderr)
     med = {k: statistics.median(v) for k, v in times.items()}
@@ -117,12 +138,25 @@ def main() -> int:
              "min–max": f"{min(times['bare']):.2f}–{max(times['bare']):.2f}"},
             {"run": "camit / bare", "wall s (median)": f"**{ratio:.2f} ×**",
              "min–max": "goal ≤ 1.3 × " + ("met" if ratio <= 1.3 else "MISSED")}]
+    world_ratio = med["per world"] / med["bare world"]
+    rows += [{"run": f"suite, world 4, per test: pytest suites/cam -k <{len(RANK_MODULES)} launching tests>",
+              "wall s (median)": f"{med['per test']:.2f}",
+              "min–max": f"{min(times['per test']):.2f}–{max(times['per test']):.2f}"},
+             {"run": "suite, world 4, --launch-per world (one launch)", "wall s (median)": f"{med['per world']:.2f}",
+              "min–max": f"{min(times['per world']):.2f}–{max(times['per world']):.2f}"},
+             {"run": f"bare world: one ssh + torchrun per node, the {len(RANK_MODULES)} rank modules in one pytest",
+              "wall s (median)": f"{med['bare world']:.2f}",
+              "min–max": f"{min(times['bare world']):.2f}–{max(times['bare world']):.2f}"},
+             {"run": "per test / per world", "wall s (median)": f"{med['per test'] / med['per world']:.2f} ×",
+              "min–max": ""},
+             {"run": "per world / bare world", "wall s (median)": f"**{world_ratio:.2f} ×**",
+              "min–max": "goal ≤ 1.15 × " + ("met" if world_ratio <= 1.15 else "MISSED")}]
     notes = [f"2 nodes × 2 ranks (gloo, CPU stand-in op library), median of {args.repeat} runs each, alternated",
              "camit's wall includes the controller pytest session, connecting, the launch, fetching logs and JUnit, "
              "and writing cluster.xml, manifest.json and index.html; bare writes nothing",
              f"load average (1 min) during the run: {min(loads):.2f}–{max(loads):.2f} on 2 cores shared with "
              "other engineers' test runs"]
-    common.save("launch", "Launch overhead: camit vs a hand-written ssh + torchrun loop", rows, notes)
+    common.save("launch", "Launch overhead: camit vs hand-written ssh + torchrun loops", rows, notes)
     return 0
 
 
