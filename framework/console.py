@@ -16,8 +16,8 @@ import os
 import re
 import sys
 import threading
-from collections.abc import Iterator, Sequence
-from typing import TextIO
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, TextIO
 
 LOG_FORMAT = "%(asctime)s.%(msecs)03d %(levelname)-7s %(name)s: %(message)s"
 LOG_DATEFMT = "%H:%M:%S"
@@ -76,6 +76,66 @@ def event(host: str, message: str, stream: TextIO | None = None) -> None:
     with _EVENT_LOCK:
         out.write(line)
         out.flush()
+
+
+def live_wanted(stream: TextIO | None = None) -> bool:
+    """A live display on ``stream`` (default stderr, where progress goes): a terminal outside CI whose ``TERM``
+    is set and not ``dumb`` (a dumb terminal, or one not named, gets plain lines: no cursor movement)."""
+    stream = stream or sys.stderr
+    return interactive(stream) and os.environ.get("TERM", "dumb") not in ("", "dumb")
+
+
+#: progress messages also kept above the live display as they come (not only as a host's last line)
+_KEPT = re.compile(r"\b(FAILED|ERROR)\b|^(warning|retrying|relay)\b", re.IGNORECASE)
+
+
+@contextlib.contextmanager
+def progress(stream: TextIO | None = None) -> Iterator[Callable[[str, str], None]]:
+    """An ``on_event(host, message)`` for the long commands (deploy, run) while the block runs.
+
+    On a terminal (:func:`live_wanted`) a rich live display: one row per host with its latest message;
+    ``NO_COLOR`` (non-empty) turns every colour and style code off. Failures and warnings are printed above it
+    as they come, and when the block ends the display goes and each host's last message stays as a line of
+    its own, so the terminal keeps what happened per host. Anywhere else (a pipe, CI, ``TERM=dumb``) the
+    plain :func:`event` lines. rich is imported only for the live display.
+    """
+    out = stream or sys.stderr
+    if not live_wanted(out):
+        yield lambda host, message: event(host, message, out)
+        return
+    import time
+
+    from rich.console import Console
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+    from rich.text import Text
+
+    con = Console(file=out, color_system=None if os.environ.get("NO_COLOR") else "auto", highlight=False)
+    bar = Progress(SpinnerColumn(), TextColumn("{task.description}", markup=False), TimeElapsedColumn(),
+                   console=con, transient=True, redirect_stdout=False, redirect_stderr=False)
+    tasks: dict[str, Any] = {}
+    last: dict[str, str] = {}
+    lock = threading.Lock()
+
+    def on_event(host: str, message: str) -> None:
+        row = f"{printable(host)}: {printable(message)}"
+        with lock:
+            last[host] = message
+            if host in tasks:
+                bar.update(tasks[host], description=row.replace("\n", " "))
+            else:
+                tasks[host] = bar.add_task(row.replace("\n", " "))
+        if _KEPT.search(message):
+            bar.console.print(Text(f"{time.strftime('%H:%M:%S')} {row}"))
+
+    bar.start()
+    try:
+        yield on_event
+    finally:
+        bar.stop()
+        with lock:
+            final = dict(last)
+        for host, message in final.items():
+            event(host, message, out)
 
 
 @contextlib.contextmanager
