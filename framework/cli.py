@@ -20,7 +20,7 @@ import argparse
 import contextlib
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -517,7 +517,6 @@ def _host_error_text(name: str, err: BaseException) -> str:
 
 def cmd_check(args: argparse.Namespace) -> int:
     from framework.hosts import Cluster
-    from framework.preflight.checks import SKIP, WARN
     from framework.preflight.limits import Limits
     from framework.preflight.run import Preflight
 
@@ -528,6 +527,14 @@ def cmd_check(args: argparse.Namespace) -> int:
     if args.json:
         console.print_json(report.to_json())
         return report.exit_code
+    _print_check(report)
+    return report.exit_code
+
+
+def _print_check(report: Any) -> None:
+    """The preflight table, each problem, the clock and what was skipped why (a reason can quote a host)."""
+    from framework.preflight.checks import SKIP, WARN
+
     headers, rows = report.table()
     console.print_table(headers, rows, title=f"preflight of {len(report.hosts)} host(s)")
     for r in report.problems:
@@ -542,11 +549,10 @@ def cmd_check(args: argparse.Namespace) -> int:
             skipped.setdefault(r.summary, {}).setdefault(r.check, []).append(r.host)
     for reason, by_check in skipped.items():
         hosts = sorted({h for hs in by_check.values() for h in hs}, key=report.hosts.index)
-        print(f"skipped {', '.join(by_check)} on {', '.join(hosts)}: {reason}")
+        print(f"skipped {', '.join(by_check)} on {', '.join(hosts)}: {console.printable(reason)}")
     skipped_n = sum(len(hs) for by in skipped.values() for hs in by.values())
     verdict = {EXIT_OK: "all checks passed", EXIT_FAILED: "some checks FAILED", EXIT_INFRA: "host(s) UNREACHABLE"}
     print(f"{verdict[report.exit_code]} ({skipped_n} skipped) in {report.duration:.2f}s")
-    return report.exit_code
 
 
 def _safe_name(section: str) -> str:
@@ -705,7 +711,7 @@ def _lease_run(args: argparse.Namespace, cluster: Cluster) -> int:
     with console.terminate_as_interrupt(), Lease(cluster, owner=args.owner, ttl=args.ttl, wait=args.wait) as lease:
         proc = subprocess.Popen(command)
         try:
-            print(f"camit: lease held on {', '.join(lease.held)} by {lease.owner}", file=sys.stderr, flush=True)
+            print(_held_line(lease.held, lease.owner), file=sys.stderr, flush=True)
             return proc.wait()
         except KeyboardInterrupt:
             proc.terminate()
@@ -714,6 +720,11 @@ def _lease_run(args: argparse.Namespace, cluster: Cluster) -> int:
             except subprocess.TimeoutExpired:
                 proc.kill()
             raise
+
+
+def _held_line(held: Iterable[str], owner: str) -> str:
+    """What ``camit lease run`` says once it holds the lease; the owner comes from --owner or $BUILD_URL."""
+    return console.printable(f"camit: lease held on {', '.join(held)} by {owner}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
