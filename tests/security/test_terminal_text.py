@@ -62,3 +62,14 @@ def test_lab_error_lines_are_escaped(capsys, tmp_path):
     _raw_free(err)
     assert f"lab: error: ip netns add failed: {SHOWN}\n" in err
     assert f"{SHOWN}.yaml: file not found" in err
+
+
+def test_the_pytest_terminal_summary_escapes_what_the_run_recorded(tmp_path):
+    import json
+
+    from framework import report
+
+    (tmp_path / "manifest.json").write_text(json.dumps({"status": "failed", "error": f"rank 0 said {HOSTILE}"}))
+    text = report.terminal_summary(tmp_path)
+    _raw_free(text)
+    assert text.splitlines()[0] == f"camit run {tmp_path.name}: FAILED (rank 0 said {SHOWN})"
