@@ -54,10 +54,18 @@ def interactive(stream: TextIO | None = None) -> bool:
     )
 
 
+class PrintableFormatter(logging.Formatter):
+    """Log lines with control characters escaped (:func:`printable`): records quote hosts' words too."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return printable(super().format(record))
+
+
 def setup_logging(verbose: int = 0) -> None:
     level = logging.WARNING - 10 * verbose
-    logging.basicConfig(level=max(level, logging.DEBUG), format=LOG_FORMAT, datefmt=LOG_DATEFMT,
-                        stream=sys.stderr)
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(PrintableFormatter(LOG_FORMAT, LOG_DATEFMT))
+    logging.basicConfig(level=max(level, logging.DEBUG), handlers=[handler])
     # paramiko logs every transport exception at ERROR; our errors already say it once
     logging.getLogger("paramiko").setLevel(logging.CRITICAL if verbose < 2 else logging.DEBUG)
 
@@ -127,15 +135,38 @@ def progress(stream: TextIO | None = None) -> Iterator[Callable[[str, str], None
         if _KEPT.search(message):
             bar.console.print(Text(f"{time.strftime('%H:%M:%S')} {row}"))
 
+    # log lines (warnings) go above the display too, instead of through it
+    handlers = [h for h in logging.getLogger().handlers
+                if isinstance(h, logging.StreamHandler) and getattr(h, "stream", None) is out]
+    above = _Above(bar.console, Text)
+    saved = [(h, h.setStream(above)) for h in handlers]
     bar.start()
     try:
         yield on_event
     finally:
         bar.stop()
+        for h, stream in saved:
+            h.setStream(stream)
         with lock:
             final = dict(last)
         for host, message in final.items():
             event(host, message, out)
+
+
+class _Above:
+    """A text stream whose lines a rich console prints above its live display (for the logging handlers)."""
+
+    def __init__(self, con: Any, text: Any) -> None:
+        self.con, self.text, self.partial = con, text, ""
+
+    def write(self, data: str) -> int:
+        *lines, self.partial = (self.partial + data).split("\n")
+        for line in lines:
+            self.con.print(self.text(printable(line)))
+        return len(data)
+
+    def flush(self) -> None:
+        pass
 
 
 @contextlib.contextmanager

@@ -30,15 +30,20 @@ EVENTS = [("host1", "probe"), ("host2", "probe"), ("host1", "upload x.whl (1.0 M
           ("host2", "warning: slow link \x1b]0;pwned\x07"), ("host1", "deployed umdk_cam_op_lib 1.0"),
           ("host2", "FAILED at upload: gone\x1b[2J")]
 PROGRAM = (
-    "import sys, time\n"
+    "import logging, sys, time\n"
     "from framework import console\n"
+    "console.setup_logging()\n"
     f"events = {EVENTS!r}\n"
     "with console.progress() as event:\n"
     "    for host, message in events:\n"
     "        event(host, message)\n"
     "        time.sleep(0.25)\n"
+    "    logging.getLogger('camit.test').warning('relay: direct push to host2 \\x1b[2J')\n"
+    "    time.sleep(0.25)\n"
     "sys.stderr.write('rich imported: %s\\n' % ('rich' in sys.modules))\n"
 )
+#: the warning logged while the display runs: a whole line of its own, escaped
+LOGGED = re.compile(r"\d\d:\d\d:\d\d\.\d{3} WARNING camit\.test: relay: direct push to host2 \\x1b\[2J")
 #: what the hosts' last messages look like once escaped (the lines that stay)
 LAST = {"host1": "deployed umdk_cam_op_lib 1.0", "host2": r"FAILED at upload: gone\x1b[2J"}
 SGR = re.compile(rb"\x1b\[[0-9;]*m")
@@ -102,6 +107,9 @@ def test_a_terminal_gets_the_live_display_then_each_hosts_last_line():
     lines = _final_lines(out)
     _assert_last_lines(lines)
     assert lines[-1] == "rich imported: True"
+    # printed above the display (its rows erased first, then drawn again below), never into it: a line
+    # written through the display would be erased by its next redraw
+    assert re.search(rb"\x1b\[2K" + LOGGED.pattern.encode() + rb"\r?\n", out), out
 
 
 def test_no_color_keeps_the_live_display_without_a_style_code():
@@ -116,8 +124,9 @@ def test_a_dumb_terminal_gets_plain_lines():
         out = run_on_pty(env)
         assert b"\x1b" not in out, out  # no cursor movement, no colour: nothing to interpret
         lines = out.decode().replace("\r", "").splitlines()
-        assert [PLAIN.fullmatch(ln).groups() for ln in lines[:-1]] == [
+        assert [PLAIN.fullmatch(ln).groups() for ln in lines[:-2]] == [
             (h, m.replace("\x1b", r"\x1b").replace("\x07", r"\x07")) for h, m in EVENTS]
+        assert LOGGED.fullmatch(lines[-2]), lines
         assert lines[-1] == "rich imported: False"
 
 
@@ -127,6 +136,7 @@ def test_a_pipe_gets_the_plain_lines_unchanged():
     assert proc.returncode == 0, proc.stderr
     assert b"\x1b" not in proc.stderr
     lines = proc.stderr.decode().splitlines()
-    assert [PLAIN.fullmatch(ln).groups() for ln in lines[:-1]] == [
+    assert [PLAIN.fullmatch(ln).groups() for ln in lines[:-2]] == [
         (h, m.replace("\x1b", r"\x1b").replace("\x07", r"\x07")) for h, m in EVENTS]
+    assert LOGGED.fullmatch(lines[-2]), lines
     assert lines[-1] == "rich imported: False"
