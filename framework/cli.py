@@ -358,6 +358,7 @@ def _run_dry_run(args: argparse.Namespace, target: Any) -> int:
     later = ["the interpreter: the one deploy recorded in each host's install record replaces the python shown "
              "(and the vendor set_env it installed is sourced)",
              "the *_SOCKET_IFNAME variables: from each host's network devices",
+             "the launch id, and with it each node's run folder: a new one every run",
              "the shipped programs and script: uploaded where missing or not matching their sha256"]
     if not env.launch.master_port:
         later.insert(0, "the master port: a free port on node 0, picked at launch (0 in the commands: "

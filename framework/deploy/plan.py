@@ -513,7 +513,7 @@ def dry_run_plan(plan: HostPlan, artifacts: Sequence[Artifact]) -> dict[str, Any
     """What deploy would send and run on one host, decided without contacting it (``camit deploy --dry-run``).
 
     Every step the install can take, in order, with its exact command (``when`` says which ones run only in
-    some cases): the probe that decides what is sent and whether anything is installed is left out, as are
+    some cases; the install runs each inside :func:`with_cpu`, for its CPU time on the host): the probe that decides what is sent and whether anything is installed is left out, as are
     its findings (staged hashes, the recorded state, the host's OS and arch: which of several ``.run`` files
     fits, the vendor the ``.run`` makes: the import check is shown for :data:`VENDOR`).
     """
