@@ -20,7 +20,7 @@ import argparse
 import contextlib
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -63,9 +63,11 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "camit exec": ("camit exec --env e.yaml -- uname -r", "camit exec --env e.yaml --hosts node1,node2 -- 'npu-smi info | head'",
                    "camit exec --env e.yaml --lease --wait 600 -- 'rm -rf /var/tmp/camit/old'"),
     "camit deploy": ("camit deploy --env e.yaml",
-                     "camit deploy --env e.yaml --hosts node1 --no-relay --wait 900"),
+                     "camit deploy --env e.yaml --hosts node1 --no-relay --wait 900",
+                     "camit deploy --env e.yaml --dry-run   # what would go where; no host contacted"),
     "camit run": ("camit run --env e.yaml --nproc-per-node 2 -- script.py --arg 1",
-                  "camit run --env e.yaml --json -- -m my.module"),
+                  "camit run --env e.yaml --json -- -m my.module",
+                  "camit run --env e.yaml --dry-run -- script.py   # each node's command; nothing started"),
     "camit check": ("camit check --env e.yaml", "camit check --env e.yaml --hosts node3 --json"),
     "camit collect": ("camit collect --env e.yaml", "camit collect --env e.yaml --logs --wait 600"),
     "camit lease status": ("camit lease status --env e.yaml",),
@@ -141,6 +143,8 @@ def build_parser() -> argparse.ArgumentParser:
     dp.add_argument("--no-relay", action="store_true", help="push directly from here to every host")
     dp.add_argument("--report-dir", metavar="D", default="reports", help="run folders go here (default: reports)")
     dp.add_argument("--json", action="store_true", help="print the manifest as JSON")
+    dp.add_argument("--dry-run", action="store_true",
+                    help="print what would be sent and run on each host; no connection, no lease, nothing changed")
     _lease_args(dp)
 
     rn = sub.add_parser("run", help="launch a torchrun target across the cluster")
@@ -150,6 +154,8 @@ def build_parser() -> argparse.ArgumentParser:
     rn.add_argument("--timeout", type=float, default=600.0, metavar="S", help="job timeout (default 600)")
     rn.add_argument("--report-dir", metavar="D", default="reports", help="run folders go here (default: reports)")
     rn.add_argument("--json", action="store_true", help="print the result as JSON")
+    rn.add_argument("--dry-run", action="store_true",
+                    help="print each node's exact command line; no connection, no lease, nothing started")
     rn.add_argument("--keep-remote", action="store_true", help="leave the run folders on the hosts")
     rn.add_argument("--core-policy", choices=("fail", "warn", "ignore"), default=None,
                     help="what a core dump during the run does: fail (default, or $CAMIT_CORE_POLICY), warn, ignore")
@@ -263,20 +269,124 @@ def cmd_exec(args: argparse.Namespace) -> int:
     return worst
 
 
-def _cluster_run(args: argparse.Namespace) -> tuple[EnvConfig, Cluster, RunDir, Callable[[str, str], None]]:
-    """The env, its (selected) cluster, a new run folder, and a progress printer (quiet with --json)."""
+def _cluster_run(args: argparse.Namespace) -> tuple[EnvConfig, Cluster, RunDir]:
+    """The env, its (selected) cluster and a new run folder."""
     from framework.hosts import Cluster
     from framework.report.folder import RunDir
 
     env = _load_env(args.env)
     cluster = Cluster.from_env(env, _split_hosts(args.hosts))
     rundir = RunDir.create(args.report_dir)
+    return env, cluster, rundir
 
-    def event(host: str, message: str) -> None:
-        if not args.json:
-            console.event(host, message)
 
-    return env, cluster, rundir, event
+def _progress(args: argparse.Namespace) -> contextlib.AbstractContextManager[Callable[[str, str], None]]:
+    """The progress of a long command (:func:`framework.console.progress`: live on a terminal, plain lines
+    otherwise); none with --json."""
+    if args.json:
+        return contextlib.nullcontext(lambda host, message: None)
+    return console.progress()
+
+
+def _dry_cluster(args: argparse.Namespace) -> tuple[EnvConfig, Cluster]:
+    """The env and its (selected) cluster for a dry run: transports are made but never connected (a host is
+    contacted on its first command, and a dry run sends none)."""
+    from framework.hosts import Cluster
+
+    env = _load_env(args.env)
+    return env, Cluster.from_env(env, _split_hosts(args.hosts))
+
+
+def _say(text: str, scrub: Callable[[str], str]) -> None:
+    """One line of a dry run's plan: the env's secrets out (as values), control characters escaped."""
+    print(console.printable(scrub(text)))
+
+
+DRY_RUN_HEADER = "dry run: no host contacted, no lease taken, nothing changed"
+
+
+def _deploy_dry_run(args: argparse.Namespace) -> int:
+    from framework.deploy import Deployer
+    from framework.deploy.plan import mb
+    from framework.report.scrub import Scrubber, scrub_doc
+
+    env, cluster = _dry_cluster(args)
+    plans = Deployer(env, cluster, relay=False if args.no_relay else None).plan_only()
+    scrub = Scrubber.from_env(env)
+    later = ["which artifacts each host has staged already (only the missing ones are sent)",
+             "whether a host is unchanged (hashes and install record match: then nothing is sent or installed)",
+             "which steps a host needs (the venv when its interpreter is not the host's python)",
+             "the vendor the .run installs (the import check is shown for the default vendor)"]
+    if any(p["run_package_choice"] for p in plans):
+        later.append("which .run fits each host (its os-release ID and uname -m)")
+    if args.json:
+        console.print_json(scrub_doc({"dry_run": True, "hosts": plans, "resolved_at_run_time": later}, scrub))
+        return EXIT_OK
+    _say(DRY_RUN_HEADER, scrub)
+    first: dict[str, Any] = plans[0] if plans else {"artifacts": [], "transfer": "-"}
+    _say(f"deploy {len(first['artifacts'])} artifact(s) to {len(plans)} host(s); transfer: {first['transfer']}",
+         scrub)
+    for a in first["artifacts"]:
+        _say(f"  {a['kind']} {a['name']} ({mb(a['size'])}, sha256 {a['sha256'][:12]}) from {a['local']}", scrub)
+    for p in plans:
+        venv = f" (venv {p['venv']} on {p['python']})" if p["venv"] else ""
+        _say(f"{p['host']}: workdir {p['workdir']}, install path {p['install_path']}, "
+             f"interpreter {p['interpreter']}{venv}", scrub)
+        if p["run_package_choice"]:
+            _say(f"  .run: {p['run_package_choice']}", scrub)
+        for a in p["artifacts"]:
+            _say(f"  upload {a['name']} -> {a['remote']}", scrub)
+        for st in p["steps"]:
+            when = f" [when {st['when']}]" if st.get("when") else ""
+            what = st["command"] if "command" in st else f"writes {st['writes']}"
+            _say(f"  {st['step']}{when}: {what}", scrub)
+    _say("resolved at run time, by each host's probe: " + "; ".join(later), scrub)
+    return EXIT_OK
+
+
+def _run_dry_run(args: argparse.Namespace, target: Any) -> int:
+    from framework.launch import Launcher, node_command
+    from framework.launch.plan import secret_env
+    from framework.report.scrub import Scrubber, scrub_doc
+
+    env, cluster = _dry_cluster(args)
+    launcher = Launcher(env, cluster, nproc_per_node=args.nproc_per_node)
+    plans, shipped, notes = launcher.plan_only(target, timeout=args.timeout)
+    scrub = Scrubber.from_env(env)
+    first = next(iter(plans.values()))
+    port = str(first.master_port) if env.launch.master_port else "0"
+    later = ["the interpreter: the one deploy recorded in each host's install record replaces the python shown "
+             "(and the vendor set_env it installed is sourced)",
+             "the *_SOCKET_IFNAME variables: from each host's network devices",
+             "the launch id, and with it each node's run folder: a new one every run",
+             "the shipped programs and script: uploaded where missing or not matching their sha256"]
+    if not env.launch.master_port:
+        later.insert(0, "the master port: a free port on node 0, picked at launch (0 in the commands: "
+                        "launch.master_port is not set)")
+    nodes: list[dict[str, Any]] = []
+    for host, plan in plans.items():
+        nodes.append({"host": host, "node_rank": plan.node_rank, "nproc_per_node": plan.nproc_per_node,
+                      "python": plan.python, "run_dir": plan.run_dir, "ships": sorted(plan.verify),
+                      "secret_env": sorted(secret_env(plan.env)),  # names only: their values go on stdin
+                      "command": node_command(plan, shipped).display})
+    doc = {"dry_run": True, "launch_id": first.launch_id, "backend": launcher.backend, "nnodes": len(plans),
+           "world_size": first.nproc_per_node * len(plans), "master": f"{first.master_addr}:{port}",
+           "target": shipped.python_args(), "nodes": nodes, "warnings": notes, "resolved_at_run_time": later}
+    if args.json:
+        console.print_json(scrub_doc(doc, scrub))
+        return EXIT_OK
+    _say(DRY_RUN_HEADER, scrub)
+    _say(f"launch {first.launch_id}: {len(plans)} node(s) x {first.nproc_per_node} rank(s), backend "
+         f"{launcher.backend}, master {first.master_addr}:{port}", scrub)
+    for note in notes:
+        _say(f"warning: {note}", scrub)
+    for n in nodes:
+        secret = f"; secret variables on the supervisor's stdin: {', '.join(n['secret_env'])}" \
+            if n["secret_env"] else ""
+        _say(f"{n['host']} (node {n['node_rank']}): ships {', '.join(n['ships'])}{secret}", scrub)
+        _say(f"  {n['command']}", scrub)
+    _say("resolved at run time: " + "; ".join(later), scrub)
+    return EXIT_OK
 
 
 def _scrub_folder(rundir: RunDir, env: EnvConfig) -> None:
@@ -297,26 +407,33 @@ def _leased(args: argparse.Namespace, cluster: Cluster) -> Lease:
 def cmd_deploy(args: argparse.Namespace) -> int:
     from framework.deploy import Deployer
 
-    env, cluster, rundir, event = _cluster_run(args)
+    if args.dry_run:
+        return _deploy_dry_run(args)
+    env, cluster, rundir = _cluster_run(args)
 
-    with cluster, console.terminate_as_interrupt(), _leased(args, cluster):
+    with cluster, console.terminate_as_interrupt(), _leased(args, cluster), _progress(args) as event:
         result = Deployer(env, cluster, relay=False if args.no_relay else None, rundir=rundir,
                           on_event=event).run()
     _scrub_folder(rundir, env)
     if args.json:
         console.print_json(result.to_json())
     else:
-        rows = []
-        for name, m in result.manifests.items():
-            arts = "\n".join(f"{a.name} {a.sha256[:12]} ({a.via})" for a in m.artifacts) or "-"
-            took = sum(m.durations.values())
-            detail = m.error if m.error else f"{m.installed_version or '-'} @ {m.install_path}"
-            rows.append([name, m.status.upper(), arts, detail, f"{took:.2f}s"])
-        console.print_table(["host", "status", "artifacts", "version @ install path / error", "time"], rows)
-        for note in result.notes:
-            print(f"note: {note}")
-        print(f"manifest: {rundir.path / 'deploy-manifest.json'}  ({result.duration:.2f}s)")
+        _print_deploy(result, rundir)
     return max((e.exit_code for e in result.errors.values()), default=EXIT_OK)
+
+
+def _print_deploy(result: Any, rundir: RunDir) -> None:
+    """The deploy table, its notes (which quote hosts: escaped) and where the manifest is."""
+    rows = []
+    for name, m in result.manifests.items():
+        arts = "\n".join(f"{a.name} {a.sha256[:12]} ({a.via})" for a in m.artifacts) or "-"
+        took = sum(m.durations.values())
+        detail = m.error if m.error else f"{m.installed_version or '-'} @ {m.install_path}"
+        rows.append([name, m.status.upper(), arts, detail, f"{took:.2f}s"])
+    console.print_table(["host", "status", "artifacts", "version @ install path / error", "time"], rows)
+    for note in result.notes:
+        print(f"note: {console.printable(note)}")
+    print(f"manifest: {rundir.path / 'deploy-manifest.json'}  ({result.duration:.2f}s)")
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -327,11 +444,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     from framework.launch import Target
 
     target = Target.parse(args.target)
-    env, cluster, rundir, event = _cluster_run(args)
+    if args.dry_run:
+        return _run_dry_run(args, target)
+    env, cluster, rundir = _cluster_run(args)
     started = time.time()
     state: dict[str, Any] = {"status": "error", "error": None, "cores": ()}
     try:
-        code = _run_leased(args, env, cluster, rundir, event, target, state)
+        code = _run_leased(args, env, cluster, rundir, target, state)
     except KeyboardInterrupt:
         state["status"], state["error"] = "interrupted", "interrupted (Ctrl-C/SIGTERM)"
         raise
@@ -348,12 +467,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     return code
 
 
-def _run_leased(args: argparse.Namespace, env: EnvConfig, cluster: Cluster, rundir: RunDir,
-                event: Callable[[str, str], None], target: Any, state: dict[str, Any]) -> int:
+def _run_leased(args: argparse.Namespace, env: EnvConfig, cluster: Cluster, rundir: RunDir, target: Any,
+                state: dict[str, Any]) -> int:
     from framework.cores.runwatch import ClusterWatch
     from framework.launch import Launcher
 
-    with cluster, console.terminate_as_interrupt(), _leased(args, cluster):
+    with cluster, console.terminate_as_interrupt(), _leased(args, cluster), _progress(args) as event:
         watch = ClusterWatch(cluster, env, policy=args.core_policy, rundir=rundir)
         watch.begin()
         # the run folders go only after the core scan: a relative core_pattern puts a rank's core there
@@ -399,7 +518,6 @@ def _host_error_text(name: str, err: BaseException) -> str:
 
 def cmd_check(args: argparse.Namespace) -> int:
     from framework.hosts import Cluster
-    from framework.preflight.checks import SKIP, WARN
     from framework.preflight.limits import Limits
     from framework.preflight.run import Preflight
 
@@ -410,6 +528,14 @@ def cmd_check(args: argparse.Namespace) -> int:
     if args.json:
         console.print_json(report.to_json())
         return report.exit_code
+    _print_check(report)
+    return report.exit_code
+
+
+def _print_check(report: Any) -> None:
+    """The preflight table, each problem, the clock and what was skipped why (a reason can quote a host)."""
+    from framework.preflight.checks import SKIP, WARN
+
     headers, rows = report.table()
     console.print_table(headers, rows, title=f"preflight of {len(report.hosts)} host(s)")
     for r in report.problems:
@@ -424,11 +550,10 @@ def cmd_check(args: argparse.Namespace) -> int:
             skipped.setdefault(r.summary, {}).setdefault(r.check, []).append(r.host)
     for reason, by_check in skipped.items():
         hosts = sorted({h for hs in by_check.values() for h in hs}, key=report.hosts.index)
-        print(f"skipped {', '.join(by_check)} on {', '.join(hosts)}: {reason}")
+        print(f"skipped {', '.join(by_check)} on {', '.join(hosts)}: {console.printable(reason)}")
     skipped_n = sum(len(hs) for by in skipped.values() for hs in by.values())
     verdict = {EXIT_OK: "all checks passed", EXIT_FAILED: "some checks FAILED", EXIT_INFRA: "host(s) UNREACHABLE"}
     print(f"{verdict[report.exit_code]} ({skipped_n} skipped) in {report.duration:.2f}s")
-    return report.exit_code
 
 
 def _safe_name(section: str) -> str:
@@ -587,7 +712,7 @@ def _lease_run(args: argparse.Namespace, cluster: Cluster) -> int:
     with console.terminate_as_interrupt(), Lease(cluster, owner=args.owner, ttl=args.ttl, wait=args.wait) as lease:
         proc = subprocess.Popen(command)
         try:
-            print(f"camit: lease held on {', '.join(lease.held)} by {lease.owner}", file=sys.stderr, flush=True)
+            print(_held_line(lease.held, lease.owner), file=sys.stderr, flush=True)
             return proc.wait()
         except KeyboardInterrupt:
             proc.terminate()
@@ -596,6 +721,11 @@ def _lease_run(args: argparse.Namespace, cluster: Cluster) -> int:
             except subprocess.TimeoutExpired:
                 proc.kill()
             raise
+
+
+def _held_line(held: Iterable[str], owner: str) -> str:
+    """What ``camit lease run`` says once it holds the lease; the owner comes from --owner or $BUILD_URL."""
+    return console.printable(f"camit: lease held on {', '.join(held)} by {owner}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -16,8 +16,8 @@ import os
 import re
 import sys
 import threading
-from collections.abc import Iterator, Sequence
-from typing import TextIO
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, TextIO
 
 LOG_FORMAT = "%(asctime)s.%(msecs)03d %(levelname)-7s %(name)s: %(message)s"
 LOG_DATEFMT = "%H:%M:%S"
@@ -54,10 +54,18 @@ def interactive(stream: TextIO | None = None) -> bool:
     )
 
 
+class PrintableFormatter(logging.Formatter):
+    """Log lines with control characters escaped (:func:`printable`): records quote hosts' words too."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return printable(super().format(record))
+
+
 def setup_logging(verbose: int = 0) -> None:
     level = logging.WARNING - 10 * verbose
-    logging.basicConfig(level=max(level, logging.DEBUG), format=LOG_FORMAT, datefmt=LOG_DATEFMT,
-                        stream=sys.stderr)
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(PrintableFormatter(LOG_FORMAT, LOG_DATEFMT))
+    logging.basicConfig(level=max(level, logging.DEBUG), handlers=[handler])
     # paramiko logs every transport exception at ERROR; our errors already say it once
     logging.getLogger("paramiko").setLevel(logging.CRITICAL if verbose < 2 else logging.DEBUG)
 
@@ -76,6 +84,89 @@ def event(host: str, message: str, stream: TextIO | None = None) -> None:
     with _EVENT_LOCK:
         out.write(line)
         out.flush()
+
+
+def live_wanted(stream: TextIO | None = None) -> bool:
+    """A live display on ``stream`` (default stderr, where progress goes): a terminal outside CI whose ``TERM``
+    is set and not ``dumb`` (a dumb terminal, or one not named, gets plain lines: no cursor movement)."""
+    stream = stream or sys.stderr
+    return interactive(stream) and os.environ.get("TERM", "dumb") not in ("", "dumb")
+
+
+#: progress messages also kept above the live display as they come (not only as a host's last line)
+_KEPT = re.compile(r"\b(FAILED|ERROR)\b|^(warning|retrying|relay)\b", re.IGNORECASE)
+
+
+@contextlib.contextmanager
+def progress(stream: TextIO | None = None) -> Iterator[Callable[[str, str], None]]:
+    """An ``on_event(host, message)`` for the long commands (deploy, run) while the block runs.
+
+    On a terminal (:func:`live_wanted`) a rich live display: one row per host with its latest message;
+    ``NO_COLOR`` (non-empty) turns every colour and style code off. Failures and warnings are printed above it
+    as they come, and when the block ends the display goes and each host's last message stays as a line of
+    its own, so the terminal keeps what happened per host. Anywhere else (a pipe, CI, ``TERM=dumb``) the
+    plain :func:`event` lines. rich is imported only for the live display.
+    """
+    out = stream or sys.stderr
+    if not live_wanted(out):
+        yield lambda host, message: event(host, message, out)
+        return
+    import time
+
+    from rich.console import Console
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+    from rich.text import Text
+
+    con = Console(file=out, color_system=None if os.environ.get("NO_COLOR") else "auto", highlight=False)
+    bar = Progress(SpinnerColumn(), TextColumn("{task.description}", markup=False), TimeElapsedColumn(),
+                   console=con, transient=True, redirect_stdout=False, redirect_stderr=False)
+    tasks: dict[str, Any] = {}
+    last: dict[str, str] = {}
+    lock = threading.Lock()
+
+    def on_event(host: str, message: str) -> None:
+        row = f"{printable(host)}: {printable(message)}"
+        with lock:
+            last[host] = message
+            if host in tasks:
+                bar.update(tasks[host], description=row.replace("\n", " "))
+            else:
+                tasks[host] = bar.add_task(row.replace("\n", " "))
+        if _KEPT.search(message):
+            bar.console.print(Text(f"{time.strftime('%H:%M:%S')} {row}"))
+
+    # log lines (warnings) go above the display too, instead of through it
+    handlers = [h for h in logging.getLogger().handlers
+                if isinstance(h, logging.StreamHandler) and getattr(h, "stream", None) is out]
+    above = _Above(bar.console, Text)
+    saved = [(h, h.setStream(above)) for h in handlers]
+    bar.start()
+    try:
+        yield on_event
+    finally:
+        bar.stop()
+        for h, stream in saved:
+            h.setStream(stream)
+        with lock:
+            final = dict(last)
+        for host, message in final.items():
+            event(host, message, out)
+
+
+class _Above:
+    """A text stream whose lines a rich console prints above its live display (for the logging handlers)."""
+
+    def __init__(self, con: Any, text: Any) -> None:
+        self.con, self.text, self.partial = con, text, ""
+
+    def write(self, data: str) -> int:
+        *lines, self.partial = (self.partial + data).split("\n")
+        for line in lines:
+            self.con.print(self.text(printable(line)))
+        return len(data)
+
+    def flush(self) -> None:
+        pass
 
 
 @contextlib.contextmanager

@@ -49,6 +49,7 @@ from framework.deploy.plan import (
     Artifact,
     HostPlan,
     Probe,
+    dry_run_plan,
     expected_state,
     install_run_script,
     mb,
@@ -100,6 +101,15 @@ class Deployer:
         self.on_phase = on_phase or (rundir_sink(rundir) if rundir is not None else discard)
         self.plans = {h.name: HostPlan.for_spec(env.hosts[h.name], env) for h in cluster}
         self.relay_script, self.relay_sha = remote.script("relay.py")
+
+    def plan_only(self) -> list[dict[str, Any]]:
+        """What :meth:`run` would send and run on each host (:func:`~framework.deploy.plan.dry_run_plan`), with
+        how the artifacts would travel; nothing contacts a host (``camit deploy --dry-run``)."""
+        artifacts = resolve_artifacts(self.env)
+        relay = self.relay and len(self.plans) >= 2
+        return [dict(dry_run_plan(plan, artifacts),
+                     transfer="relay chain when two or more hosts lack an artifact, else direct SFTP" if relay
+                     else "direct SFTP") for plan in self.plans.values()]
 
     def run(self) -> DeployResult:
         start = time.monotonic()

@@ -45,7 +45,7 @@ RELAY_STREAM_CHUNK = 256 * 1024
 __all__ = ["KINDS", "OP_MODULE", "OPS", "RELAY_STREAM_CHUNK", "SPACE_MARGIN", "STATE_VERSION", "VENDOR", "Artifact",
            "HostPlan", "Probe", "expected_state", "pick_for_host", "install_run_script", "parse_probe", "parse_run_output",
            "parse_cpu", "pip_argv", "probe_script", "resolve_artifacts", "space_problem", "state_script", "vendor_of",
-           "venv_script", "verify_argv", "warm_verify_argv", "go_script", "warm_go_path"]
+           "venv_script", "verify_argv", "warm_verify_argv", "go_script", "warm_go_path", "dry_run_plan"]
 
 
 @dataclass(frozen=True)
@@ -507,3 +507,44 @@ def state_script(plan: HostPlan, state: Mapping[str, Any]) -> ShellScript:
 
 def mb(n: float) -> str:
     return f"{n / 1024 / 1024:.1f} MiB"
+
+
+def dry_run_plan(plan: HostPlan, artifacts: Sequence[Artifact]) -> dict[str, Any]:
+    """What deploy would send and run on one host, decided without contacting it (``camit deploy --dry-run``).
+
+    Every step the install can take, in order, with its exact command (``when`` says which ones run only in
+    some cases; the install runs each inside :func:`with_cpu`, for its CPU time on the host): the probe that decides what is sent and whether anything is installed is left out, as are
+    its findings (staged hashes, the recorded state, the host's OS and arch: which of several ``.run`` files
+    fits, the vendor the ``.run`` makes: the import check is shown for :data:`VENDOR`).
+    """
+    runs = [a for a in artifacts if a.kind == "run_package"]
+    wheel = next((a for a in artifacts if a.kind == "wheel"), None)
+    several = len(runs) > 1
+    steps: list[dict[str, str]] = []
+
+    def step(name: str, command: str, when: str = "") -> None:
+        steps.append({"step": name, "command": str(command), **({"when": when} if when else {})})
+
+    if plan.venv and wheel is not None:
+        step("venv", venv_script(plan), "the venv's interpreter is missing or not the host's python")
+    step("clear-state", commands.join(DeployState.clear_argv(plan.layout)))
+    for art in runs:
+        step("install-run", install_run_script(plan, art),
+             f"{art.name} is the .run for the host's platform" if several else "")
+    if runs:
+        step("check-tree", tree_script(plan))
+    if wheel is not None:
+        step("install-wheel", install_wheel_script(plan, wheel))
+        step("verify", commands.join(verify_argv(plan, VENDOR if runs else None)))
+    # its content (the vendor, the installed version, the time) is known only once the steps ran
+    steps.append({"step": "write-state", "writes": plan.state_file,
+                  "when": "last, once every step passed: the artifacts' sha256, interpreter, vendor, version"})
+    return {
+        "host": plan.host, "workdir": plan.workdir, "install_path": plan.install_path, "python": plan.python,
+        "venv": plan.venv_dir if plan.venv else None, "interpreter": plan.interpreter, "state_file": plan.state_file,
+        "artifacts": [{"kind": a.kind, "name": a.name, "sha256": a.sha256, "size": a.size, "local": str(a.path),
+                       "remote": plan.remote_path(a)} for a in artifacts],
+        "run_package_choice": (f"one of {len(runs)} .run files, picked on the host's platform (npu.soc {plan.soc}, "
+                               "os-release ID and uname -m from the probe)") if several else None,
+        "steps": steps,
+    }

@@ -46,6 +46,7 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
+from framework.console import printable
 from framework.errors import ArtifactError, FrameworkError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -523,7 +524,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.only in (None, "run"):
             paths["run"] = build_run_package(args.out, soc=soc, fault=args.fault, template=args.template)
     except FrameworkError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(printable(f"error: {exc}"), file=sys.stderr)
         return 1
     if args.env_in is not None:
         write_env_with_artifacts(args.env_in, args.env_out, paths)

@@ -74,6 +74,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from framework.console import printable
 from framework.errors import EXIT_USAGE, FrameworkError, LabError
 from framework.lab.plan import (
     CORE_PATTERN_FILE,
@@ -929,7 +930,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _usage_error(exc: LabError) -> int:
-    print(f"lab: error: {exc}".replace("\n", "; "), file=sys.stderr)
+    print(printable(f"lab: error: {exc}".replace("\n", "; ")), file=sys.stderr)
     return EXIT_USAGE
 
 
@@ -1035,7 +1036,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return commands[args.cmd](args, say)
     except FrameworkError as exc:
-        print(f"lab: error: {exc}".replace("\n", "; "), file=sys.stderr)
+        print(printable(f"lab: error: {exc}".replace("\n", "; ")), file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print("lab: interrupted", file=sys.stderr)

@@ -290,6 +290,16 @@ def shipped_shas(layout: HostLayout, programs: Mapping[str, tuple[Path, str]],
     return shas
 
 
+def prepared_for(layout: HostLayout, programs: Mapping[str, tuple[Path, str]], script: tuple[Path, str] | None = None,
+                 *, state: DeployState | None = None, net: HostNet | None = None) -> Prepared:
+    """The :class:`Prepared` of a host with this layout once :func:`shipped_files` are there: the runner's after
+    its probe (``state``, ``net`` from it), a dry run's without one (no deploy state, no devices known)."""
+    paths = list(shipped_files(layout, programs, script))
+    return Prepared(layout, supervisor=paths[0], rankwrap=paths[1], script=paths[2] if script is not None else None,
+                    state=state if state is not None else DeployState(), net=net,
+                    shas=shipped_shas(layout, programs, script))
+
+
 #: the record of :func:`prepare_probe` for a file already on the host (``@@have <path>``)
 HAVE_TAG = "have"
 

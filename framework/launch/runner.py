@@ -45,6 +45,7 @@ from framework.launch.plan import (
     parse_prepare_probe,
     plan_nodes,
     prepare_probe,
+    prepared_for,
     secret_env,
     shipped_files,
     shipped_shas,
@@ -125,10 +126,15 @@ class Launcher:
     def _phase(self, host: str, phase: str, start: float, end: float) -> None:
         self.on_phase(PhaseEvent(host, phase, start, end))
 
+    @staticmethod
+    def _local_script(target: Target) -> tuple[Path, str] | None:
+        """(path, sha256) of a target script that is a file here (shipped to the hosts), else None."""
+        local = Path(target.script) if target.script and Path(target.script).is_file() else None
+        return (local, sha256_file(local)) if local is not None else None
+
     # preparing the hosts: scripts shipped once, deploy state read in the same round trip
     def _prepare(self, target: Target, names: Sequence[str]) -> tuple[dict[str, Prepared], Target]:
-        local_script = Path(target.script) if target.script and Path(target.script).is_file() else None
-        script = (local_script, sha256_file(local_script)) if local_script is not None else None
+        script = self._local_script(target)
 
         def prep(host: Host) -> Prepared:
             layout = HostLayout.of(self.env.hosts[host.name])
@@ -145,10 +151,7 @@ class Launcher:
             for remote_path, local in files.items():
                 if remote_path not in have:  # missing, or not what it must be: replaced, never run
                     host.put(local, remote_path, sha256=shas[remote_path])
-            paths = list(files)
-            return Prepared(layout, supervisor=paths[0], rankwrap=paths[1],
-                            script=paths[2] if script is not None else None, state=state, net=parse_net(stdout),
-                            shas=shas)
+            return prepared_for(layout, self.programs, script, state=state, net=parse_net(stdout))
 
         prepared = self.cluster.map(prep, names).raise_on_failure()
         out = prepared.succeeded
@@ -165,9 +168,7 @@ class Launcher:
             nproc_per_node: int | None = None, hosts: Sequence[str] | None = None,
             name: str | None = None) -> LaunchResult:
         """Launch ``target`` on every (selected) host and return when nothing of it runs anywhere."""
-        self._count += 1
-        run_id = getattr(self.rundir, "run_id", None) or secrets.token_hex(4)
-        launch_id = f"{run_id}-{launch_label(name)}{self._count}-{secrets.token_hex(2)}"
+        launch_id = self._launch_id(name)
         names = list(hosts) if hosts is not None else list(self.cluster.hosts)
         self.dirty.check(names)  # fail fast, naming the held device, instead of at HCCL init
         t_prep = time.time()
@@ -175,7 +176,8 @@ class Launcher:
         for h in prepared:
             self._phase(h, "launch", t_prep, time.time())
         nproc = nproc_per_node or self.nproc
-        self._timeout_notes(names[0], timeout, env or {})
+        for note in self._timeout_notes(timeout, env or {}):
+            self.on_event(names[0], f"warning: {note}")
         owner = self.owner()
         seq = None
         if owner is not None:
@@ -191,16 +193,38 @@ class Launcher:
             self.on_event(names[0], f"master port {result.master} or an HCCL host port was taken; retrying "
                                     "with another master port")
 
-    def _timeout_notes(self, host: str, timeout: float, extra_env: Mapping[str, Any]) -> None:
-        """Say when this launch's timeouts cannot keep HCCL's order (a short timeout, or variables that break it)."""
+    def _launch_id(self, name: str | None) -> str:
+        self._count += 1
+        run_id = getattr(self.rundir, "run_id", None) or secrets.token_hex(4)
+        return f"{run_id}-{launch_label(name)}{self._count}-{secrets.token_hex(2)}"
+
+    def plan_only(self, target: Target, *, env: Mapping[str, Any] | None = None, timeout: float = 600.0,
+                  nproc_per_node: int | None = None, hosts: Sequence[str] | None = None,
+                  name: str | None = None) -> tuple[dict[str, NodePlan], Target, list[str]]:
+        """What :meth:`run` would start, decided here without contacting any host (``camit run --dry-run``):
+        each node's plan (its command: :func:`node_command`), the target as the hosts would run it, and the
+        timeout warnings. What only the hosts know is left as the plans have it without them: the interpreter
+        and vendor ``set_env`` deploy recorded (the spec's python, none), the NIC names (none), and, unless
+        ``launch.master_port`` is set, the master port node 0 picks at launch (0)."""
+        names = list(hosts) if hosts is not None else list(self.cluster.hosts)
+        script = self._local_script(target)
+        prepared = {n: prepared_for(HostLayout.of(self.env.hosts[n]), self.programs, script) for n in names}
+        if script is not None:
+            target = Target(script=next(iter(prepared.values())).script, args=target.args)
+        plans = plan_nodes(self.env, names, prepared, nproc=nproc_per_node or self.nproc, backend=self.backend,
+                           master_port=self.env.launch.master_port or 0, launch_id=self._launch_id(name),
+                           extra_env=env or {}, timeout=timeout, core_limit=self.core_limit)
+        return plans, target, self._timeout_notes(timeout, env or {})
+
+    def _timeout_notes(self, timeout: float, extra_env: Mapping[str, Any]) -> list[str]:
+        """Why this launch's timeouts cannot keep HCCL's order (a short timeout, or variables that break it)."""
         if self.backend != "hccl":
-            return
+            return []
         derived = timeouts.derive(timeout)
         notes = [derived.note] if derived.note else []
         given = {k: str(v) for k, v in {**dict(self.env.launch.env), **dict(extra_env)}.items()}
         notes += timeouts.order_problems(given, timeout, where="launch env")
-        for note in notes:
-            self.on_event(host, f"warning: {note}")
+        return notes
 
     def _port_taken(self, result: LaunchResult) -> bool:
         """The master port was taken, or HCCL could not listen on its host port (EI0019): worth a retry."""

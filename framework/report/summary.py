@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from framework.console import printable
 from framework.report.fmt import dur, ranges, short
 from framework.report.model import OUTCOMES, RankView, RunView, case_counts, read_run
 
@@ -36,7 +37,8 @@ def terminal_summary(rundir_path: str | os.PathLike[str], repro: str | None = No
 
     Pure: reads the folder's files only. ``repro`` overrides the command recorded in the
     manifest (:func:`framework.report.manifest.repro_command`'s line). ``scrub`` takes the secrets out of
-    every line but the report folder's path (which must stay one to open).
+    every line but the report folder's path (which must stay one to open); control characters come out
+    escaped (:func:`framework.console.printable`).
     """
     run = read_run(rundir_path)
     keep = scrub or str
@@ -45,7 +47,8 @@ def terminal_summary(rundir_path: str | os.PathLike[str], repro: str | None = No
     lines += [f"  report: {run.path / 'index.html'}", keep(_reproduce(run, repro))]
     if run.problems:
         lines.append(keep("  report problems: " + short("; ".join(run.problems), 90)))
-    return "\n".join(lines)
+    # errors, failure messages and core facts quote the hosts: text on the terminal, never control
+    return "\n".join(printable(line) for line in lines)
 
 
 def _headline(run: RunView) -> str:
