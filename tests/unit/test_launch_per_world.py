@@ -249,3 +249,18 @@ def test_a_call_other_than_declared_launches_alone():
     assert not shared.covers("t2", "b.py", 4, {"select": "case_x", "min_nodes": 1})
     assert not shared.covers("t2", "c.py", 4, {"min_nodes": 1})
     assert not shared.covers("t2", "b.py", 4, {"min_nodes": 2})
+
+
+@pytest.mark.parametrize(("option", "ini", "expected"), [
+    (None, "", "test"), (None, "world", "world"), ("test", "world", "test"), ("world", "", "world"),
+    (None, " world ", "world"), (None, "bogus", None)])
+def test_the_mode_is_the_option_else_the_ini_key(option, ini, expected):
+    from framework.plugin.options import launch_per
+
+    config: Any = SimpleNamespace(getoption=lambda name: option if name == "camit_launch_per" else None,
+                                  getini=lambda name: ini if name == "camit_launch_per" else "")
+    if expected is None:
+        with pytest.raises(pytest.UsageError, match="camit_launch_per = 'bogus'"):
+            launch_per(config)
+    else:
+        assert launch_per(config) == expected
