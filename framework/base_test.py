@@ -61,6 +61,11 @@ What URMA cases call, with URMA's names and signatures (``test_framework/common/
   take it between the check and the use), and never handed out twice to this process.
   ``self.get_free_port()`` (URMA's, on the class) is a port free in that sense on every host of
   the class. What remains of the race is a program binding exactly that port on purpose.
+- ``self.ship(path)`` (camit's, for URMA's "Preparation: this tree at the same path on every host"):
+  ``path`` (a case's folder, its test binary) at the same absolute path on every host of the class,
+  so a case may start ``os.path.join(local_path, "echo_app")`` on a host even when the checkout is a
+  CI clone under the controller's /tmp (:mod:`framework.samepath`); taken away at ``teardown_class``.
+  A suite's conftest calls it for every case (``tests/integration/urma_suite/conftest.py``).
 - ``assertEqual``, ``assertNotEqual``, ``assertGreater``, ``assertGreaterEqual``, ``assertLess``,
   ``assertLessEqual``, ``assertTrue``, ``assertFalse``, ``assertIn``, ``assertNotIn`` with URMA's
   semantics, ``msg`` positional or keyword: a ``str`` that reads as a number compares as that
@@ -78,11 +83,13 @@ from __future__ import annotations
 
 import collections
 import logging
+import os
 import re
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import ExitStack
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, TextIO
 
 import pytest
@@ -96,6 +103,7 @@ if TYPE_CHECKING:
     from framework.hosts import Cluster, Host
     from framework.plugin.resources import Resources
     from framework.result import Result
+    from framework.samepath import Shipment
     from framework.transport.base import Process
 
 log = logging.getLogger("camit.urma")
@@ -581,6 +589,8 @@ class BaseTest:
     _camit_resources: ClassVar[Resources | None] = None
     #: what the class opened itself (no plugin env): its own leased cluster, closed at teardown
     _own_stack: ClassVar[ExitStack | None] = None
+    #: what :meth:`ship` wrote, by local path: taken away at teardown_class
+    _shipped: ClassVar[dict[str, list[Shipment]]] = {}
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -626,6 +636,7 @@ class BaseTest:
             setattr(cls, name, host)
         cls._core_watch = ClusterWatch(cls.cluster, cls.env, policy=cls.core_policy, label=cls.__qualname__)
         cls._core_messages = []
+        cls._shipped = {}
         cls._core_watch.begin()
 
     @pytest.fixture(autouse=True)
@@ -664,6 +675,7 @@ class BaseTest:
         try:
             for host in cls.host_list:  # only what this class started, each by its process group
                 host.kill_background()
+            cls._unship()
             cls._end_core_window()
             message = "\n".join(cls._core_messages)
         finally:
@@ -688,6 +700,43 @@ class BaseTest:
     def get_free_port(cls) -> int:
         """URMA's: a TCP port free on every host of the class (see :meth:`UrmaHost.get_free_port`)."""
         return free_port([h.host for h in cls.host_list])
+
+    @classmethod
+    def ship(cls, path: str | os.PathLike[str]) -> str:
+        """Put ``path`` (a file, or a folder's files) at the same absolute path on every host of the class, as
+        URMA's "Preparation" wants a case's test binary (:mod:`framework.samepath`): a host that has it
+        there already with the same sha256 gets nothing, a file there with other content is refused; what
+        was written is taken away at ``teardown_class``. Once per class and path. Returns the absolute path.
+        """
+        from framework.hosts import sha256_file
+        from framework.samepath import files_of, ship
+
+        local = Path(path).resolve()
+        key = str(local)
+        if cls.cluster is None:
+            raise FrameworkError(f"{cls.__name__}.ship({key!r}): the class has no hosts (before setup_class?)")
+        if key not in cls._shipped:
+            digests = {f: sha256_file(f) for f in files_of(local)}
+            shipped = cls.cluster.map(lambda h: ship(h, local, digests=digests), [h.name for h in cls.host_list])
+            cls._shipped[key] = list(shipped.succeeded.values())
+            shipped.raise_on_failure()  # what did ship is taken away at teardown_class all the same
+        return key
+
+    @classmethod
+    def _unship(cls) -> None:
+        """Take away what :meth:`ship` wrote on each host (a failure is a warning naming the host)."""
+        shipments, cls._shipped = [s for group in cls._shipped.values() for s in group], {}
+        if shipments and cls.cluster is not None:
+            names = list(dict.fromkeys(s.host.name for s in shipments))
+
+            def remove(host: Host) -> None:
+                for shipment in shipments:
+                    if shipment.host is host:
+                        shipment.remove()
+
+            removed = cls.cluster.map(remove, names)
+            for name, exc in removed.failed.items():  # best effort, as the kills: teardown goes on
+                log.warning("%s: cannot remove the files ship() put there: %s", name, exc)
 
     # -- URMA's assertions (common/utils.py BaseObject), same semantics; a failure shows both values
     @staticmethod

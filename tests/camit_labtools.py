@@ -1,4 +1,5 @@
-"""Evidence helpers for tests on the lab: processes of a run, processes by command line, host file footprints.
+"""Evidence helpers for tests on the lab: processes of a run, processes by command line, host file footprints,
+``pytest suites/cam`` run as a Jenkins stage runs it (``jenkins_pytest``).
 
 The lab's hosts share this machine's PID namespace, so scanning /proc here sees every host's
 processes; each host has private /tmp, workdir and core dir (``Footprint``).
@@ -8,6 +9,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -159,6 +163,26 @@ def assert_complete(run: Path, status: str) -> dict:
     manifest = json.loads((run / "manifest.json").read_text())
     assert manifest["status"] == status, manifest
     return manifest
+
+
+@contextlib.contextmanager
+def jenkins_pytest(env: Path, reports: Path, *args: str, extra_env: dict[str, str] | None = None,
+                   verbosity: str | None = "-q") -> Iterator[subprocess.Popen[str]]:
+    """``pytest suites/cam`` in its own process group (as Jenkins' ``sh`` step); killed if left running.
+
+    ``verbosity``: the flag given (``-q``, as a Jenkins stage runs it; ``-v``; None: pytest's default).
+    """
+    flags = [verbosity] if verbosity else []
+    proc = subprocess.Popen([sys.executable, "-m", "pytest", "suites/cam", "--env", str(env), "--report-dir",
+                             str(reports), "-o", "junit_family=xunit2", "-p", "no:cacheprovider", *flags, *args],
+                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True, env={**os.environ, "PYTHONPATH": str(REPO), **(extra_env or {})})
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
 
 
 def lab_env_or_skip(variable: str, what: str, bring_up: str) -> Path:

@@ -316,6 +316,8 @@ class Launcher:
         t0 = time.monotonic()
         stacks = monitor.result.failure_kind == "timeout"  # ask the ranks where they hang, then kill
         for h in live:
+            self.on_event(h, f"teardown: stopping node {nodes[h].plan.node_rank}/{len(nodes)}"
+                             f"{' (asking the ranks for their stacks first)' if stacks else ''}")
             if not _write(nodes[h].proc, protocol.kill_line(stacks=stacks)):
                 _close(nodes[h].proc)  # stdin EOF does the same
         end = t0 + KILL_GRACE + 8 + (STACK_WAIT if stacks else 0)
@@ -347,6 +349,11 @@ class Launcher:
             self.rundir.write_json(f"launch-{result.launch_id}.json", result.to_json())
             self.dirty.write(Path(self.rundir.path))
             result.report_dir = str(self.rundir.path)
+        for h, node in result.nodes.items():  # the end of the launch on each node, as its start was said
+            how = "ended" if result.failure is None else "torn down"
+            why = " (the launch failed)" if result.failure is not None else ""
+            fetched = ", run folder fetched" if self.rundir is not None else ""
+            self.on_event(h, f"teardown: node {node.node_rank}/{len(nodes)} {how} after {node.duration:.1f}s{why}{fetched}")
         monitor.conclude(time.monotonic())
         failed = monitor.failed_rank()
         if failed is not None and failed.log:

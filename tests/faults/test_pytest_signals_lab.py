@@ -11,7 +11,6 @@ own ``CAMIT_RUN_ID`` tag) and the lease free.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import secrets
@@ -19,11 +18,10 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from camit_labtools import REPO, assert_complete, tagged, wait_for, wait_none_left
+from camit_labtools import REPO, assert_complete, jenkins_pytest, tagged, wait_for, wait_none_left
 
 from framework.errors import SESSION_LEASE, SESSION_UNREACHABLE
 
@@ -42,22 +40,6 @@ def hang_env(env_variant):
         doc["defaults"]["workdir"] = workdir
         doc.setdefault("launch", {})["env"] = {"PYTHONPATH": str(HANG), "CAMIT_TEST_HANG": "1"}
     return env_variant(change, "hang.yaml")
-
-
-@contextlib.contextmanager
-def jenkins_pytest(env: Path, reports: Path, *args: str, extra_env: dict[str, str] | None = None
-                   ) -> Iterator[subprocess.Popen[str]]:
-    """``pytest suites/cam`` in its own process group (as Jenkins' ``sh`` step); killed if left running."""
-    proc = subprocess.Popen([sys.executable, "-m", "pytest", "suites/cam", "--env", str(env), "--report-dir",
-                             str(reports), "-o", "junit_family=xunit2", "-p", "no:cacheprovider", "-q", *args],
-                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True, env={**os.environ, "PYTHONPATH": str(REPO), **(extra_env or {})})
-    try:
-        yield proc
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate()
 
 
 def ranks_running(reports: Path, count: int, proc: subprocess.Popen[str], within: float = 120) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -128,27 +129,36 @@ def test_basetest_cores_fail_the_test_or_the_class_once(lab_env_path, tmp_path):
     assert "TestCrash" in index and "TestCrashInTeardown" in index
 
 
-def test_ported_urma_case(lab_env_path, tmp_path):
-    """The URMA-style case, run as URMA runs one (``pytest <case>/test.py``): exec_cmd, background
-    commands with expect/wait/ret, get_free_port, test_nic1_*; the server it leaves running is
-    killed at teardown_class (its listener is gone from host2's network namespace)."""
-    # The HTTP case only: the suite's echo_app pair (test_urma_tcp_echo) runs a file of this checkout on the
-    # hosts, so it needs the tree at the same path on every host (URMA's own "Preparation"), which a CI clone
-    # under /tmp is not (each lab host has its own /tmp); and on a lab earlier tests had used, its client was
-    # refused while the server listened (seen twice; open, in the issue 16 note). The HTTP case still runs a
-    # background server, a client command, the free port, test_nic1_* and the teardown kill.
-    proc = subprocess.run([sys.executable, "-m", "pytest", f"{PORTED}::Test::test_urma_tcp_http", "--env", str(lab_env_path),
+def test_ported_urma_case(lab, lab_env_path, tmp_path):
+    """The URMA-style suite, run as URMA runs one case (``pytest <case>/test.py``) from a copy under this
+    machine's /tmp, as CI clones to /tmp/ci: each lab host has a /tmp of its own, so the echo_app the case
+    starts by the controller's path is on no host until the suite's conftest ships the case's folder there
+    (``BaseTest.ship``), and is gone from every host after the class. Both cases pass: the HTTP one (a
+    background server, a client command, the free port, test_nic1_*, the teardown kill) and the echo_app
+    pair, whose client starts once the server said it listens (no sleep; the readiness message names no
+    ``p1.ret``, which would wait for the server's end)."""
+    suite = tmp_path / "urma_suite"
+    shutil.copytree(PORTED.parents[2], suite, ignore=shutil.ignore_patterns("__pycache__"))
+    case = suite / PORTED.relative_to(PORTED.parents[2])
+    proc = subprocess.run([sys.executable, "-m", "pytest", str(case), "--env", str(lab_env_path),
                            "--report-dir", str(tmp_path / "reports"), "-p", "no:cacheprovider", "-v",
                            "-o", "log_cli=true", "--log-cli-level=INFO"],
-                          cwd=REPO, capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "PYTHONPATH": str(REPO)})
+                          cwd=suite, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})  # this checkout's framework, not an install
     out = proc.stdout
     assert proc.returncode == 0, out[-4000:]
-    assert "1 passed" in out
-    server = re.search(r"\[ host2 exec_cmd \] python3 -m http.server (\d+) --bind ([\d.]+) background=True", out)
+    assert "2 passed" in out
+    for host in ("host1", "host2"):  # not on the hosts before: shipped, creating the copy's top folder there
+        assert re.search(rf"{host}: shipped 2 file\(s\) to {re.escape(str(case.parent))} \(created /tmp/", out), out[-4000:]
+    app = case.parent / "echo_app.py"
+    assert re.search(rf"\[ host1 exec_cmd end \] python3 {re.escape(str(app))} -n 5 .* -S [\d.]+ ret=0", out), out[-4000:]
+    assert re.search(rf"\[ host2 exec_cmd end \] python3 {re.escape(str(app))} -n 5 .* -B [\d.]+ ret=0", out), out[-4000:]
+    server = re.search(r"\[ host2 exec_cmd \] python3 -u -m http.server (\d+) --bind ([\d.]+) background=True", out)
     assert server, out[-4000:]
     port, ip = server.groups()
-    assert f"host2: killing background command still running at teardown: python3 -m http.server {port}" in out
+    assert f"host2: killing background command still running at teardown: python3 -u -m http.server {port}" in out
+    for host in ("host1", "host2", "host3", "host4"):  # taken away again: that host's /tmp as before
+        assert not (lab.host(host).tmp_dir / tmp_path.relative_to("/tmp")).exists(), host
     from framework.config import load
     from framework.hosts import Host
 

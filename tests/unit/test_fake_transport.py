@@ -80,21 +80,32 @@ def prepared(fake: FakeTransport) -> FakeTransport:
     return fake.on(re.compile(r"^umask 077; .*/bin/supervisor-"), stdout=f"@@state {state}\n")
 
 
-def launcher(tmp_path: Path, scripts: dict[str, dict]) -> tuple[Launcher, dict[str, FakeTransport]]:
+def launcher(tmp_path: Path, scripts: dict[str, dict], events: list[tuple[str, str]] | None = None
+             ) -> tuple[Launcher, dict[str, FakeTransport]]:
     fakes = {h: prepared(FakeTransport(h)).on_spawn(re.compile(r"^bash -c .*supervisor-"), **scripts[h])
              for h in HOSTS}
     env = env_of(tmp_path)
     cluster = Cluster([Host(h, fakes[h], spec=env.hosts[h], command_timeout=5) for h in HOSTS])
-    return Launcher(env, cluster, nproc_per_node=2, on_event=lambda h, m: None), fakes
+    said = events.append if events is not None else (lambda e: None)
+    return Launcher(env, cluster, nproc_per_node=2, on_event=lambda h, m: said((h, m))), fakes
+
+
+def teardown_events(events: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """The launch's teardown events, their durations blanked (``after N.Ns`` -> ``after _s``)."""
+    return [(h, re.sub(r"after [\d.]+s", "after _s", m)) for h, m in events if m.startswith("teardown: ")]
 
 
 def test_a_launch_through_the_fake_passes_and_ships_the_programs_once(tmp_path):
     ranks = {"host1": (0, 1), "host2": (2, 3)}
     scripts = {h: {"lines": ["STARTED 10", *(f"RANK {r} exit 0 pid {r + 20}" for r in ranks[h]), "EXIT 0", "DONE"]}
                for h in HOSTS}
-    lau, fakes = launcher(tmp_path, scripts)
+    events: list[tuple[str, str]] = []
+    lau, fakes = launcher(tmp_path, scripts, events)
     result = lau.run(Target(module="pytest"), timeout=30)
     assert result.ok, result.message()
+    # each node's end is said as its start was: nothing to stop, every node ended by itself (no run folder here)
+    assert teardown_events(events) == [("host1", "teardown: node 0/2 ended after _s"),
+                                       ("host2", "teardown: node 1/2 ended after _s")]
     assert result.world_size == 4 and result.master == "10.77.0.11:29500"
     for h, fake in fakes.items():
         shipped = sorted(p for p in fake.files if "/bin/" in p)
@@ -112,9 +123,17 @@ def test_a_rank_failure_through_the_fake_tears_the_other_node_down(tmp_path):
                                               "DONE"]}},
         "host2": {"lines": ["STARTED 11", "RANK 2 exit 0 pid 3", "RANK 3 SIG SIGSEGV pid 4", "EXIT 1", "DONE"]},
     }
-    lau, fakes = launcher(tmp_path, scripts)
+    events: list[tuple[str, str]] = []
+    lau, fakes = launcher(tmp_path, scripts, events)
     result = lau.run(Target(module="pytest"), timeout=30)
     assert (result.failure_kind, result.failure_rank, result.failure) == ("rank", 3, "rank 3 on host2 died of SIGSEGV")
+    # the node still running is stopped (host2's may be too, its DONE not read yet), then both ends say the
+    # launch failed (the words -q shows)
+    said = teardown_events(events)
+    assert said[-2:] == [("host1", "teardown: node 0/2 torn down after _s (the launch failed)"),
+                         ("host2", "teardown: node 1/2 torn down after _s (the launch failed)")]
+    assert ("host1", "teardown: stopping node 0/2") in said[:-2]
+    assert set(said[:-2]) <= {("host1", "teardown: stopping node 0/2"), ("host2", "teardown: stopping node 1/2")}
     assert result.nodes["host1"].killed == "stdin-kill" and result.nodes["host1"].done
     assert protocol.kill_line() in fakes["host1"].processes[0].written
     assert result.teardown_seconds is not None and result.teardown_seconds < 5

@@ -5,7 +5,6 @@
 """
 
 import logging
-import time
 
 from framework.base_test import BaseTest
 
@@ -27,9 +26,10 @@ class UBUSFeature(BaseTest):
         server_ip = server.test_nic1_ip
         port = self.get_free_port()
 
-        srv_cmd = f"python3 -m http.server {port} --bind {server_ip}"
-        server.exec_cmd(srv_cmd, background=True)
-        time.sleep(2)
+        srv_cmd = f"python3 -u -m http.server {port} --bind {server_ip}"
+        p = server.exec_cmd(srv_cmd, background=True)
+        self.assertEqual(p.expect("Serving HTTP", timeout=20), 0,
+                         f"http server did not start: {p.stdout} {p.stderr}")
 
         full_cmd = f"curl -s -o /dev/null -w '%{{http_code}}' http://{server_ip}:{port}/"
         log.info(f"Starting http test: {full_cmd}")
@@ -56,8 +56,9 @@ class UBUSFeature(BaseTest):
         c_cmd = f"{_cmd} -d {client.test_nic1_dev} -S {server.test_nic1_ip}"
 
         p1 = server.exec_cmd(s_cmd, background=True)
+        # the message names no p1.ret: an argument is evaluated before the call, and ret waits for the end
         self.assertEqual(p1.expect("listening", timeout=20), 0,
-                         f"server did not start (ret {p1.ret}): {p1.stdout} {p1.stderr}")
+                         f"server did not start: {p1.stdout} {p1.stderr}")
         p2 = client.exec_cmd(c_cmd, background=True)
         p1.wait(timeout)
         p2.wait(timeout)
