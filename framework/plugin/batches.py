@@ -19,7 +19,7 @@ a time, so a worker cannot know its batch; each test then launches per test, and
 from __future__ import annotations
 
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -32,6 +32,7 @@ from framework.plugin.resources import log_event
 
 if TYPE_CHECKING:
     from framework.cores.inspection import Core
+    from framework.cores.runwatch import WatchOutcome
     from framework.launch import LaunchResult
     from framework.plugin.context import RunContext
     from framework.plugin.resources import Resources
@@ -85,28 +86,36 @@ class Batch:
         """Run the shared launch once (the first test of the batch to set up), inside a core watch of its own."""
         if self.results is not None or self.error is not None:
             return
-        from framework.cores.runwatch import ClusterWatch
-
         log_event("launch", f"one launch for {len(self.modules)} modules at {self.key.describe()}: "
                             f"{', '.join(self.modules)}")
-        watch = ClusterWatch(resources.open_cluster(), ctx.env, policy="fail",
-                             label=f"shared launch, {self.key.describe()}")
-        watch.begin()
-        try:
+
+        def run() -> None:
             self.results = suite.run_batch(self.modules, self.key.world, extra_env=dict(self.key.env),
                                            min_nodes=self.key.min_nodes, name=f"world{self.key.world}")
-        except Exception as exc:  # noqa: BLE001 - each of the batch's tests raises it (run_ranks)
-            self.error = exc
-        launches = self.launches()
-        try:
-            outcome = watch.end(ranks=launches or None, failed=self.error is not None or
-                                not all(r.ok for r in (self.results or {}).values()), rundir=ctx.ensure_rundir())
-        finally:
-            if resources.launcher is not None:
-                resources.launcher.cleanup_remote()
+
+        self.error, outcome = watched(resources, ctx, f"shared launch, {self.key.describe()}", run,
+                                      lambda: (self.launches(), all(r.ok for r in (self.results or {}).values())))
         self.log_summary = outcome.log_summary
         for core in outcome.cores:
             self.cores.setdefault(self.module_of(core), []).append(core)
+
+    def run_alone(self, item: pytest.Item, suite: RankSuite, resources: Resources, ctx: RunContext, module: str,
+                  world: int, kw: Mapping[str, Any]) -> SuiteResult:
+        """A batch's test whose call is not what it declared launches alone, in a watch of its own (the core
+        watch around the test's call is left out for a batch's tests: :func:`framework.plugin.cores.watched`)."""
+        box: dict[str, SuiteResult] = {}
+
+        def run() -> None:
+            box["result"] = suite.run(module, world, **kw)
+
+        error, outcome = watched(resources, ctx, item.nodeid, run,
+                                 lambda: ([box["result"].launch], box["result"].ok) if box else ([], False))
+        if error is not None:
+            raise error
+        result = box["result"]
+        if not result.ok and outcome.log_summary:
+            item.add_report_section("call", "failure signatures", outcome.log_summary)
+        return report_cores(item, ctx, module, result, outcome.cores)
 
     def launches(self) -> list[LaunchResult]:
         """The batch's launches in order (the shared one, then its rerun if it had one)."""
@@ -138,20 +147,50 @@ class Batch:
         if not result.ok and self.log_summary:
             item.add_report_section("call", "failure signatures", self.log_summary)
         item.user_properties.append(("shared_launch", f"{', '.join(self.modules)} ({self.key.describe()})"))
-        cores = self.cores.get(module, [])
-        if cores:
-            text = "\n".join(c.describe() + ("\n" + c.backtrace if c.backtrace else "") for c in cores)
-            item.add_report_section("call", "core dumps", text)
-            policy = core_policy(item, ctx)
-            if policy == "fail":
-                if not result.ok:  # the module's own failure first, its cores after it (as the core watch does)
-                    if text not in result.notes:
-                        result.notes.append(text)
-                    return result
-                raise AssertionError(f"core dumps while {module} ran in the shared launch:\n{text}")
-            if policy == "warn":
-                warnings.warn(pytest.PytestWarning(f"core dumps (policy warn):\n{text}"), stacklevel=2)
+        return report_cores(item, ctx, module, result, self.cores.get(module, []))
+
+
+def watched(resources: Resources, ctx: RunContext, label: str, run: Callable[[], None],
+            launches: Callable[[], tuple[list[LaunchResult], bool]]) -> tuple[Exception | None, WatchOutcome]:
+    """``run()`` inside a core watch of the cluster; (the exception it raised, the watch's outcome). ``launches()``
+    gives the launches it ran and whether all passed, for attributing and judging cores; the launches' run
+    folders on the hosts are removed after the scan (a relative core_pattern puts cores there)."""
+    from framework.cores.runwatch import ClusterWatch
+
+    watch = ClusterWatch(resources.open_cluster(), ctx.env, policy="fail", label=label)
+    watch.begin()
+    error: Exception | None = None
+    try:
+        run()
+    except Exception as exc:  # noqa: BLE001 - handed back: the tests that needed the run raise it
+        error = exc
+    ran, ok = launches()
+    try:
+        outcome = watch.end(ranks=ran or None, failed=error is not None or not ok, rundir=ctx.ensure_rundir())
+    finally:
+        if resources.launcher is not None:
+            resources.launcher.cleanup_remote()
+    return error, outcome
+
+
+def report_cores(item: pytest.Item, ctx: RunContext, module: str, result: SuiteResult,
+                 cores: Sequence[Core]) -> SuiteResult:
+    """The cores of ``module``'s run on ``item``'s report, judged by its core policy: under ``fail`` a passing
+    result fails with them, a failing one carries them after its own message; ``warn`` warns."""
+    if not cores:
         return result
+    text = "\n".join(c.describe() + ("\n" + c.backtrace if c.backtrace else "") for c in cores)
+    item.add_report_section("call", "core dumps", text)
+    policy = core_policy(item, ctx)
+    if policy == "fail":
+        if not result.ok:  # the module's own failure first, its cores after it (as the core watch does)
+            if text not in result.notes:
+                result.notes.append(text)
+            return result
+        raise AssertionError(f"core dumps while {module} ran:\n{text}")
+    if policy == "warn":
+        warnings.warn(pytest.PytestWarning(f"core dumps (policy warn):\n{text}"), stacklevel=3)
+    return result
 
 
 def plan(items: Sequence[pytest.Item], ctx: RunContext) -> dict[str, Batch]:

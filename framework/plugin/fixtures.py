@@ -99,10 +99,12 @@ def run_ranks(request: pytest.FixtureRequest, rank_suite: RankSuite) -> Callable
 
     def run(module: str, world: int, **kw: Any) -> SuiteResult:  # kw: RankSuite.run's keywords
         kw.setdefault("min_nodes", min_nodes(request.node, ctx))
-        if shared is not None and shared.covers(request.node.nodeid, module, world, kw):
+        if shared is None:
+            result = rank_suite.run(module, world, **kw)
+        elif shared.covers(request.node.nodeid, module, world, kw):
             result = shared.result_for(request.node, module, ctx)
         else:
-            result = rank_suite.run(module, world, **kw)
+            result = shared.run_alone(request.node, rank_suite, resources_of(request.config), ctx, module, world, kw)
         record_launch(request.node, result)
         return result
 
