@@ -146,6 +146,31 @@ def known_hosts_name(address: str, port: int) -> str:
     return address if port == 22 else f"[{address}]:{port}"
 
 
+# known_hosts files as parsed, by path, with the (inode, size, mtime) they were parsed at: every host's connect
+# parsed the whole file again (paramiko's load is itself quadratic in the lines), N hosts × an N-line file —
+# 0.5 s of the controller's CPU for 128 hosts (bench/scale.py, issue 18)
+_known_guard = threading.Lock()
+_known: dict[str, tuple[tuple[int, int, int], paramiko.HostKeys]] = {}
+
+
+def known_host_keys(path: Path) -> paramiko.HostKeys:
+    """``path`` parsed, once per version of the file for the whole process (read-only: callers copy out).
+
+    A file replaced or appended to (accept-new, another controller, the user) is parsed again.
+    Raises OSError / paramiko.SSHException as ``HostKeys.load`` does.
+    """
+    st = path.stat()
+    version = (st.st_ino, st.st_size, st.st_mtime_ns)
+    with _known_guard:  # one thread parses; the others wait for its result instead of parsing too
+        cached = _known.get(str(path))
+        if cached is not None and cached[0] == version:
+            return cached[1]
+        keys = paramiko.HostKeys()
+        keys.load(str(path))
+        _known[str(path)] = (version, keys)
+        return keys
+
+
 def _accept_new(o: SshTransport, hostname: str, key: paramiko.PKey) -> None:
     """accept-new: check known_hosts again and append, under one lock (two controllers meeting the same
     new host record it once; one that recorded a *different* key meanwhile makes this a changed key)."""
@@ -315,9 +340,11 @@ class SshTransport:
                 client.get_host_keys().add(hk_name, self.pinned.get_name(), self.pinned)
             elif self.known_hosts is not None and self.known_hosts.exists():
                 try:
-                    client.load_host_keys(str(self.known_hosts))
+                    recorded = known_host_keys(self.known_hosts).lookup(hk_name)
                 except (OSError, paramiko.SSHException) as exc:
                     raise HostKeyError(self.name, f"cannot read known_hosts {self.known_hosts}: {exc}") from exc
+                for keytype, key in (recorded or {}).items():  # this host's keys only, as paramiko looks them up
+                    client.get_host_keys().add(hk_name, keytype, key)
             client.set_missing_host_key_policy(_Policy(self))
             remaining = max(0.1, deadline - time.monotonic())
             password = self._password if self._password is None or isinstance(self._password, str) \
