@@ -43,7 +43,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import paramiko
 
@@ -73,7 +73,23 @@ KEEPALIVE_INTERVAL = 5.0
 KEEPALIVE_DEADLINE = 20.0
 #: one SFTP request (open, read, write, stat) waits at most this long for the host
 SFTP_TIMEOUT = 60.0
+#: how often an idle connection's reader thread wakes to see whether the connection was closed (paramiko: 0.1 s);
+#: incoming data wakes it at once either way. Ten wake-ups a second per host were 25 ms of the controller's CPU
+#: per second with 128 idle connections — 0.6 s of a 25 s 128-host deploy on the lab (bench/scale.py, issue 18)
+READER_WAKEUP = 1.0
 _CHUNK = 65536
+
+
+class _Transport(paramiko.Transport):
+    """paramiko's transport whose reader thread polls for a close every ``READER_WAKEUP`` seconds."""
+
+    _active_check_timeout = READER_WAKEUP
+
+
+def _new_transport(sock: Any, /, **kw: Any) -> paramiko.Transport:
+    """``SSHClient.connect``'s ``transport_factory`` (it passes options that differ between paramiko versions)."""
+    return _Transport(sock, **kw)
+
 
 # At most one handshake at a time per target (sshd MaxStartups drops bursts;
 # paramiko#664): keyed by (address, port), shared by every transport object.
@@ -362,6 +378,7 @@ class SshTransport:
                     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
                 client.connect(
                     self.address, self.port, username=self.user, password=password, sock=sock,
+                    transport_factory=_new_transport,
                     key_filename=str(self.key_file) if self.key_file else None,
                     look_for_keys=self.key_file is None and password is None,
                     allow_agent=self.key_file is None,

@@ -1,5 +1,5 @@
 """Phase events into ``phases.json``: a whole cluster's at once (issue 18: one rewrite of the growing file per host
-made recording 128 hosts' phases O(N²), 2.5 s of the controller's CPU in a 128-host deploy)."""
+made recording N hosts' phases O(N²): 0.22 s of CPU for a 128-host deploy's 256 entries, 2.2 s for 1024)."""
 
 from __future__ import annotations
 

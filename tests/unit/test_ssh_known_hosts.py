@@ -1,6 +1,7 @@
-"""known_hosts is parsed once per version of the file, not once per host (issue 18: 128 hosts each parsing a
-128-line file cost 0.5 s of the controller's CPU in ``camit exec``). No sshd: the connects are refused after the
-host keys are looked up, which is all these tests need."""
+"""What every host's connection costs the controller (issue 18, bench/scale.py): known_hosts is parsed once per
+version of the file, not once per host (128 hosts each parsing a 128-line file cost 0.5 s of CPU in ``camit exec``),
+and an idle connection's reader thread wakes once a second, not ten times. No sshd: the connects are refused after
+the host keys are looked up, or stopped at paramiko's connect, which is all these tests need."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from framework.errors import HostUnreachable
-from framework.transport.ssh import SshTransport, known_host_keys
+from framework.transport.ssh import READER_WAKEUP, SshTransport, known_host_keys
 
 
 def _key_line() -> str:
@@ -75,3 +76,24 @@ def test_a_hashed_entry_is_found_by_the_host_name(tmp_path: Path) -> None:
     kh.write_text(f"{paramiko.HostKeys.hash_host('10.0.0.7')} {line}\n")
     entry = known_host_keys(kh).lookup("10.0.0.7")
     assert entry is not None and entry["ssh-ed25519"].get_base64() == line.split()[1]
+
+
+def test_an_idle_connection_wakes_its_reader_once_a_second(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The transport paramiko builds for us polls its socket every READER_WAKEUP (1 s), not paramiko's 0.1 s."""
+    made: list[paramiko.Transport] = []
+
+    def connect(self: paramiko.SSHClient, hostname: str, port: int, **kw: object) -> None:
+        factory = kw["transport_factory"]
+        assert callable(factory)
+        made.append(factory(kw["sock"]))
+        raise paramiko.AuthenticationException("stop here")
+
+    monkeypatch.setattr(paramiko.SSHClient, "connect", connect)
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(1)
+        t = SshTransport("host1", "127.0.0.1", server.getsockname()[1], connect_timeout=5)
+        with pytest.raises(Exception, match="stop here"):
+            t.connect()
+    assert READER_WAKEUP == 1.0 and made and made[0].sock.gettimeout() == READER_WAKEUP
+    made[0].sock.close()
