@@ -38,8 +38,8 @@ def machine() -> str:
 
 
 @contextmanager
-def lab(n: int, name: str, subnet: str) -> Iterator[Any]:
-    """A lab of ``n`` hosts only for this benchmark; always removed."""
+def lab(n: int, name: str, subnet: str, keep: bool = False) -> Iterator[Any]:
+    """A lab of ``n`` hosts only for this benchmark (a healthy one of that shape is reused); removed unless ``keep``."""
     from framework.lab.manage import Lab
 
     env_out = Path(f"/run/camit-lab/{name}.yaml")
@@ -47,7 +47,8 @@ def lab(n: int, name: str, subnet: str) -> Iterator[Any]:
     try:
         yield the_lab
     finally:
-        the_lab.down(say=lambda m: None)
+        if not keep:
+            the_lab.down(say=lambda m: None)
 
 
 def timed(fn: Callable[[], Any], repeat: int = 1) -> float:

@@ -4,11 +4,14 @@ Deploy emits ``connect`` and ``deploy``, launch ``launch``, ``run``, ``teardown`
 ``collect`` per host, as :class:`PhaseEvent` values (epoch seconds) to an ``on_phase``
 callback. :func:`rundir_sink` is the callback that appends them to the run folder's
 ``phases.json`` (the timeline of the report); the executors never write the report.
+The executors hand a whole cluster's events over with :func:`emit`, which a sink that takes
+batches (``many``, as the run folder's does) gets in one call: one write of ``phases.json``
+for all hosts instead of one rewrite of the growing file per host (O(N²), issue 18).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -29,14 +32,37 @@ class PhaseEvent:
 PhaseSink = Callable[[PhaseEvent], None]
 
 
+class RundirSink:
+    """The sink writing events to ``<rundir>/phases.json``: one event per call, or a batch with ``many``."""
+
+    def __init__(self, rundir: RunDir) -> None:
+        self.rundir = rundir
+
+    def __call__(self, event: PhaseEvent) -> None:
+        self.many((event,))
+
+    def many(self, events: Sequence[PhaseEvent]) -> None:
+        """Every event of ``events`` in one locked update of ``phases.json``."""
+        from framework.report.folder import record_phases
+
+        record_phases(self.rundir.path, [(e.host, e.phase, e.start, e.end) for e in events])
+
+
 def rundir_sink(rundir: RunDir) -> PhaseSink:
-    """The sink writing each event to ``<rundir>/phases.json``."""
-    from framework.report.folder import record_phase
+    """The sink writing each event to ``<rundir>/phases.json`` (a :class:`RundirSink`)."""
+    return RundirSink(rundir)
 
-    def record(event: PhaseEvent) -> None:
-        record_phase(rundir.path, event.host, event.phase, event.start, event.end)
 
-    return record
+def emit(sink: PhaseSink, events: Iterable[PhaseEvent]) -> None:
+    """Give ``events`` to ``sink``: in one call when it takes batches (a ``many`` method), else one by one."""
+    batch = list(events)
+    many = getattr(sink, "many", None)
+    if callable(many):
+        if batch:
+            many(batch)
+        return
+    for event in batch:
+        sink(event)
 
 
 def discard(_event: PhaseEvent) -> None:

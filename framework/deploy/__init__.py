@@ -71,7 +71,7 @@ from framework.deploy.relay import RelayChain
 from framework.deploy.result import ArtifactRecord, DeployResult, HostManifest, merge_manifest
 from framework.errors import CommandFailed, CommandTimedOut, DeployError, TransferError, reason_of
 from framework.hosts import Cluster, Host
-from framework.phases import PhaseEvent, PhaseSink, discard, rundir_sink
+from framework.phases import PhaseEvent, PhaseSink, discard, emit, rundir_sink
 from framework.remote.layout import unsafe_message, unsafe_reason
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -129,10 +129,12 @@ class Deployer:
         if self.on_phase is discard:
             return
         t0 = time.time() - result.duration
+        events = []
         for h, m in result.manifests.items():
             probe = m.durations.get("probe", 0.0)
-            self.on_phase(PhaseEvent(h, "connect", t0, t0 + probe))
-            self.on_phase(PhaseEvent(h, "deploy", t0 + probe, t0 + sum(m.durations.values())))
+            events.append(PhaseEvent(h, "connect", t0, t0 + probe))
+            events.append(PhaseEvent(h, "deploy", t0 + probe, t0 + sum(m.durations.values())))
+        emit(self.on_phase, events)  # every host's at once: one write of phases.json, not one per host
 
     def _fail(self, result: DeployResult, host: str, step: str, exc: BaseException) -> None:
         text = reason_of(exc, host)

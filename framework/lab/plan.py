@@ -58,7 +58,10 @@ STATE_ROOT = Path("/run/camit-lab")
 STATE_DIR_ENV = "CAMIT_LAB_DIR"
 #: host i gets address base + HOST_OFFSET + i
 HOST_OFFSET = 10
-MAX_HOSTS = 64
+#: a Linux bridge takes at most 1024 ports (BR_MAX_PORTS), one veth per host; the subnet (``parse_subnet``)
+#: and the interface names (``validate_name``) limit a lab further (a /24 holds 244 hosts). It was 64, a
+#: number with no reason behind it, which stopped the 128-host scale benchmark (issue 18)
+MAX_HOSTS = 1024
 SSH_PORT = 22
 SSHD = "/usr/sbin/sshd"
 #: mount points inside every host's mount namespace

@@ -12,7 +12,7 @@ import queue
 import secrets
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -51,7 +51,7 @@ from framework.launch.plan import (
     shipped_shas,
 )
 from framework.launch.result import LaunchResult, NodeResult, RankResult
-from framework.phases import PhaseEvent, PhaseSink, discard, rundir_sink
+from framework.phases import PhaseEvent, PhaseSink, discard, emit, rundir_sink
 from framework.remote import protocol
 from framework.remote.layout import HostLayout, unsafe_message, unsafe_reason
 from framework.transport.base import Process
@@ -123,8 +123,9 @@ class Launcher:
         for h, err in got.failed.items():
             log.warning("%s: could not remove the run folder(s) %s: %s", h, ", ".join(by_host[h]), err)
 
-    def _phase(self, host: str, phase: str, start: float, end: float) -> None:
-        self.on_phase(PhaseEvent(host, phase, start, end))
+    def _phases(self, events: Iterable[PhaseEvent]) -> None:
+        """Every host's events at once (``emit``): one write of phases.json, not one per host."""
+        emit(self.on_phase, events)
 
     @staticmethod
     def _local_script(target: Target) -> tuple[Path, str] | None:
@@ -173,8 +174,8 @@ class Launcher:
         self.dirty.check(names)  # fail fast, naming the held device, instead of at HCCL init
         t_prep = time.time()
         prepared, target = self._prepare(target, names)
-        for h in prepared:
-            self._phase(h, "launch", t_prep, time.time())
+        t_ready = time.time()
+        self._phases(PhaseEvent(h, "launch", t_prep, t_ready) for h in prepared)
         nproc = nproc_per_node or self.nproc
         for note in self._timeout_notes(timeout, env or {}):
             self.on_event(names[0], f"warning: {note}")
@@ -344,8 +345,8 @@ class Launcher:
             self._record_run_phases(monitor, now_mono, now_wall)
             t_fetch = time.time()
             self._fetch(nodes, result)
-            for h in nodes:
-                self._phase(h, "collect", t_fetch, time.time())
+            t_fetched = time.time()
+            self._phases(PhaseEvent(h, "collect", t_fetch, t_fetched) for h in nodes)
             self.rundir.write_json(f"launch-{result.launch_id}.json", result.to_json())
             self.dirty.write(Path(self.rundir.path))
             result.report_dir = str(self.rundir.path)
@@ -387,11 +388,13 @@ class Launcher:
             return now_wall - (now_mono - mono)
 
         failed_at = monitor.failed_at if monitor.result.failure else None
+        events = []
         for h, w in monitor.nodes.items():
             if w.start:
-                self._phase(h, "run", wall(w.start), wall(failed_at or now_mono))
+                events.append(PhaseEvent(h, "run", wall(w.start), wall(failed_at or now_mono)))
             if failed_at is not None:
-                self._phase(h, "teardown", wall(failed_at), now_wall)
+                events.append(PhaseEvent(h, "teardown", wall(failed_at), now_wall))
+        self._phases(events)
 
     def _host_dir(self, host: str, launch_id: str) -> Path:
         assert self.rundir is not None

@@ -2,7 +2,7 @@
 
 Only the controller writes here (under pytest-xdist: its workers too, each file that several of them
 add to is updated under a file lock next to it: :func:`locked`, :func:`update_json`, :func:`append_text`,
-:func:`record_phase`). Every file is written atomically (temporary file + rename, :func:`write_atomic`),
+:func:`record_phase`, :func:`record_phases`). Every file is written atomically (temporary file + rename, :func:`write_atomic`),
 so an interrupted run leaves whole files or none. Reading the folder back is :mod:`framework.report.model`.
 """
 
@@ -15,7 +15,7 @@ import secrets
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -84,18 +84,32 @@ def record_phase(rundir_path: str | os.PathLike[str], host: str, phase: str, sta
     Atomic and safe from several threads (and processes: a file lock next to it).
     Example: ``record_phase(rundir.path, "node1", "deploy", t0, time.time())``.
     """
+    record_phases(rundir_path, [(host, phase, start, end)])
+
+
+def record_phases(rundir_path: str | os.PathLike[str], entries: Iterable[tuple[str, str, float, float]]) -> None:
+    """Append many ``(host, phase, start, end)`` to ``phases.json`` in one locked read-modify-write.
+
+    A cluster's phases go in at once: one rewrite of the file per phase (a host) made recording N hosts'
+    phases O(N²) — 256 entries one by one cost 0.22 s of CPU, 1024 cost 2.2 s; at once, 1 ms (issue 18).
+    """
     root = Path(rundir_path)
-    start, end = float(start), float(end)
-    if end < start:
-        log.warning("phase %s on %s ends before it starts (%s < %s): recorded as zero length", phase, host, end, start)
-        end = start
-    entry = {"host": str(host), "phase": str(phase), "start": round(start, 3), "end": round(end, 3)}
+    new = []
+    for host, phase, start, end in entries:
+        start, end = float(start), float(end)
+        if end < start:
+            log.warning("phase %s on %s ends before it starts (%s < %s): recorded as zero length",
+                        phase, host, end, start)
+            end = start
+        new.append({"host": str(host), "phase": str(phase), "start": round(start, 3), "end": round(end, 3)})
+    if not new:
+        return
 
     def add(phases: Any) -> list[Any]:
         if phases is not None and not isinstance(phases, list):
             log.warning("%s is not a list: starting it again", root / "phases.json")
             phases = None
-        return [*(phases or []), entry]
+        return [*(phases or []), *new]
 
     update_json(root / "phases.json", add, indent=1)
 

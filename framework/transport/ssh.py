@@ -43,7 +43,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import paramiko
 
@@ -73,7 +73,23 @@ KEEPALIVE_INTERVAL = 5.0
 KEEPALIVE_DEADLINE = 20.0
 #: one SFTP request (open, read, write, stat) waits at most this long for the host
 SFTP_TIMEOUT = 60.0
+#: how often an idle connection's reader thread wakes to see whether the connection was closed (paramiko: 0.1 s);
+#: incoming data wakes it at once either way. Ten wake-ups a second per host were 25 ms of the controller's CPU
+#: per second with 128 idle connections — 0.6 s of a 25 s 128-host deploy on the lab (bench/scale.py, issue 18)
+READER_WAKEUP = 1.0
 _CHUNK = 65536
+
+
+class _Transport(paramiko.Transport):
+    """paramiko's transport whose reader thread polls for a close every ``READER_WAKEUP`` seconds."""
+
+    _active_check_timeout = READER_WAKEUP
+
+
+def _new_transport(sock: Any, /, **kw: Any) -> paramiko.Transport:
+    """``SSHClient.connect``'s ``transport_factory`` (it passes options that differ between paramiko versions)."""
+    return _Transport(sock, **kw)
+
 
 # At most one handshake at a time per target (sshd MaxStartups drops bursts;
 # paramiko#664): keyed by (address, port), shared by every transport object.
@@ -144,6 +160,31 @@ def parse_public_key(line: str) -> paramiko.PKey:
 
 def known_hosts_name(address: str, port: int) -> str:
     return address if port == 22 else f"[{address}]:{port}"
+
+
+# known_hosts files as parsed, by path, with the (inode, size, mtime) they were parsed at: every host's connect
+# parsed the whole file again (paramiko's load is itself quadratic in the lines), N hosts × an N-line file —
+# 0.5 s of the controller's CPU for 128 hosts (bench/scale.py, issue 18)
+_known_guard = threading.Lock()
+_known: dict[str, tuple[tuple[int, int, int], paramiko.HostKeys]] = {}
+
+
+def known_host_keys(path: Path) -> paramiko.HostKeys:
+    """``path`` parsed, once per version of the file for the whole process (read-only: callers copy out).
+
+    A file replaced or appended to (accept-new, another controller, the user) is parsed again.
+    Raises OSError / paramiko.SSHException as ``HostKeys.load`` does.
+    """
+    st = path.stat()
+    version = (st.st_ino, st.st_size, st.st_mtime_ns)
+    with _known_guard:  # one thread parses; the others wait for its result instead of parsing too
+        cached = _known.get(str(path))
+        if cached is not None and cached[0] == version:
+            return cached[1]
+        keys = paramiko.HostKeys()
+        keys.load(str(path))
+        _known[str(path)] = (version, keys)
+        return keys
 
 
 def _accept_new(o: SshTransport, hostname: str, key: paramiko.PKey) -> None:
@@ -315,9 +356,11 @@ class SshTransport:
                 client.get_host_keys().add(hk_name, self.pinned.get_name(), self.pinned)
             elif self.known_hosts is not None and self.known_hosts.exists():
                 try:
-                    client.load_host_keys(str(self.known_hosts))
+                    recorded = known_host_keys(self.known_hosts).lookup(hk_name)
                 except (OSError, paramiko.SSHException) as exc:
                     raise HostKeyError(self.name, f"cannot read known_hosts {self.known_hosts}: {exc}") from exc
+                for keytype, key in (recorded or {}).items():  # this host's keys only, as paramiko looks them up
+                    client.get_host_keys().add(hk_name, keytype, key)
             client.set_missing_host_key_policy(_Policy(self))
             remaining = max(0.1, deadline - time.monotonic())
             password = self._password if self._password is None or isinstance(self._password, str) \
@@ -335,6 +378,7 @@ class SshTransport:
                     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
                 client.connect(
                     self.address, self.port, username=self.user, password=password, sock=sock,
+                    transport_factory=_new_transport,
                     key_filename=str(self.key_file) if self.key_file else None,
                     look_for_keys=self.key_file is None and password is None,
                     allow_agent=self.key_file is None,

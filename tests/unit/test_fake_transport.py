@@ -14,6 +14,7 @@ from framework.deploy.plan import Artifact, HostPlan, Probe
 from framework.deploy.relay import RelayChain
 from framework.hosts import Cluster, Host
 from framework.launch import Launcher, Target
+from framework.phases import PhaseEvent
 from framework.remote import protocol
 from framework.testing import FakeTransport
 from framework.testing.fake import FakeProcess
@@ -114,6 +115,28 @@ def test_a_launch_through_the_fake_passes_and_ships_the_programs_once(tmp_path):
         assert "--node-rank " + str(HOSTS.index(h)) in line and f"/w/{h}/runs/{result.launch_id}" in line
         assert "/w/venv/bin/python -m torch.distributed.run" in line  # the deployed interpreter
         assert "/w/opp/vendors/CAM/bin/set_env.bash" in line
+
+
+class _BatchSink:
+    """A phase sink that takes batches (``many``), as the run folder's does."""
+
+    def __init__(self) -> None:
+        self.batches: list[list[tuple[str, str]]] = []
+
+    def __call__(self, event: PhaseEvent) -> None:
+        self.many([event])
+
+    def many(self, events: list[PhaseEvent]) -> None:
+        self.batches.append([(e.host, e.phase) for e in events])
+
+
+def test_a_launch_hands_every_hosts_phase_over_at_once(tmp_path):
+    """One batch per phase for the whole cluster (a run folder's phases.json is then written once, not per host)."""
+    scripts = {h: {"lines": ["STARTED 10", "EXIT 0", "DONE"]} for h in HOSTS}
+    lau, _ = launcher(tmp_path, scripts)
+    lau.on_phase = sink = _BatchSink()
+    lau.run(Target(module="pytest"), timeout=30)
+    assert sink.batches == [[(h, "launch") for h in HOSTS]]
 
 
 def test_a_rank_failure_through_the_fake_tears_the_other_node_down(tmp_path):

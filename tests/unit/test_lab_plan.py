@@ -89,9 +89,9 @@ def test_paths_live_under_the_state_dir() -> None:
 
 
 def test_interface_names_fit_ifnamsiz() -> None:
-    for n in (1, 4, 9, 10, 64):
+    for n in (1, 4, 9, 10, 64, 128, 1024):
         name = "a" * max_name_len(n)
-        plan = make(n, name=name)
+        plan = make(n, name=name, subnet="10.64.0.0/16")
         names = [plan.bridge, *(h.veth for h in plan.hosts)]
         assert max(len(x) for x in names) <= 15, names
 
@@ -110,10 +110,19 @@ def test_invalid_names_are_refused(bad: str) -> None:
         validate_name(bad)
 
 
-@pytest.mark.parametrize("n", [0, -1, 65])
+@pytest.mark.parametrize("n", [0, -1, 1025])
 def test_host_count_bounds(n: int) -> None:
-    with pytest.raises(LabError, match="--hosts must be between 1 and 64"):
-        make(n)
+    with pytest.raises(LabError, match="--hosts must be between 1 and 1024"):
+        make(n, subnet="10.64.0.0/16")
+
+
+def test_a_slash_24_holds_128_hosts_and_the_subnet_sets_the_limit() -> None:
+    plan = make(128, name="scale", subnet="10.85.0.0/24")
+    assert [h.ip for h in plan.hosts][-1] == "10.85.0.138"
+    assert len({h.mac for h in plan.hosts}) == len({h.veth for h in plan.hosts}) == 128
+    assert len(make(244, subnet="10.85.0.0/24").hosts) == 244
+    with pytest.raises(LabError, match="too small for 245 hosts"):
+        make(245, subnet="10.85.0.0/24")
 
 
 # --------------------------------------------------------------------------- subnets
