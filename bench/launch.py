@@ -22,6 +22,9 @@ fuzz), alternating:
 - bare world: one upstream-style torchrun per node running the five rank modules in one pytest, with the
   launch env camit gives them (``CAMIT_FUZZ_N``, ``HCCL_BUFFSIZE``, plugin autoload off).
 
+camit runs with ``--random-seed 1234``, the seed the bare loops' ranks default to, so both run the same cases
+(the fuzz module draws its shapes from the seed).
+
 Goals: camit ≤ 1.3 × bare (issue 9); the suite per world ≤ 1.15 × bare world (issue 18).
 """
 
@@ -79,7 +82,9 @@ def main() -> int:
             what = ["suites/cam", "-k", SUITE_TESTS, *(["--launch-per", suite] if suite else [])] if suite \
                 else ["suites/cam/test_prefill.py"]
             argv = [sys.executable, "-m", "pytest", *what, "--env", str(env), "--world-sizes",
-                    "4", "--report-dir", str(tmp / "reports"), "-p", "no:cacheprovider", "-q"]
+                    "4", "--report-dir", str(tmp / "reports"), "-p", "no:cacheprovider", "-q",
+                    # the seed the bare loops' ranks default to (suites/cam/rank/conftest.py): the same fuzz cases
+                    "--random-seed", "1234"]
             t = time.perf_counter()
             p = subprocess.run(argv + ([] if deploy else ["--no-deploy"]), cwd=common.ROOT, capture_output=True,
                                text=True, timeout=900)
