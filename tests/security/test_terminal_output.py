@@ -12,20 +12,13 @@ Needs the lab (any size: it runs on every host of the lab's env).
 
 from __future__ import annotations
 
-import errno
-import fcntl
-import os
-import pty
-import select
-import struct
 import subprocess
 import sys
-import termios
-import time
 from pathlib import Path
 
 import pytest
 from _env_terminal import REPO, clean_env
+from ptyrun import run_on_pty
 
 pytestmark = pytest.mark.lab
 
@@ -40,38 +33,10 @@ def _exec_argv(env_path: Path, command: str) -> list[str]:
 
 def run_on_tty(argv: list[str], timeout: float = 120) -> tuple[int | None, bytes]:
     """Run ``argv`` with a pseudo-terminal (200 columns) as stdin, stdout and stderr; (exit status, output)."""
-    master, slave = pty.openpty()
-    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 50, 200, 0, 0))
     env = clean_env(TERM="xterm-256color")
     env.pop("COLUMNS", None)
     env.pop("NO_COLOR", None)
-    proc = subprocess.Popen(argv, cwd=REPO, stdin=slave, stdout=slave, stderr=slave, env=env, close_fds=True,
-                            start_new_session=True)
-    os.close(slave)
-    out = bytearray()
-    deadline = time.monotonic() + timeout
-    try:
-        while time.monotonic() < deadline:
-            if not select.select([master], [], [], 1.0)[0]:
-                continue
-            try:
-                chunk = os.read(master, 65536)
-            except OSError as exc:  # EIO: every writer of the pty is gone
-                if exc.errno != errno.EIO:
-                    raise
-                break
-            if not chunk:
-                break
-            out += chunk
-        try:
-            rc: int | None = proc.wait(timeout=max(1.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-            rc = None
-    finally:
-        os.close(master)
-    return rc, bytes(out)
+    return run_on_pty(argv, env=env, cwd=REPO, columns=200, rows=50, timeout=timeout)
 
 
 def run_plain(argv: list[str], timeout: float = 120) -> subprocess.CompletedProcess[bytes]:

@@ -6,7 +6,6 @@ passes on the device fault and skips what follows it, and fails against a kernel
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import shutil
 import socket
@@ -17,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+import rankside
 import torch
 import torch.distributed as dist
 
@@ -27,15 +27,8 @@ STANDIN = str(REPO / "standin")
 
 @pytest.fixture(scope="module")
 def harness():
-    spec = importlib.util.spec_from_file_location("cam_rank_conftest", RANK / "conftest.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["cam_rank_conftest"] = module  # (its dataclass looks its module up)
-    try:
-        spec.loader.exec_module(module)
+    with rankside.rank_conftest("cam_rank_conftest") as module:
         yield module
-    finally:
-        sys.modules.pop("cam_rank_conftest", None)
 
 
 def meet_all(harness, world: int, plan: dict[int, tuple[float, bool] | None], timeout: float):

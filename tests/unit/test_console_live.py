@@ -11,18 +11,13 @@ terminal escapes a host could print) and runs with its stderr on a pty (``pty.op
 
 from __future__ import annotations
 
-import errno
-import fcntl
 import os
-import pty
 import re
-import select
-import struct
 import subprocess
 import sys
-import termios
-import time
 from pathlib import Path
+
+import ptyrun
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -61,30 +56,10 @@ def _env(**extra: str) -> dict[str, str]:
 
 def run_on_pty(env: dict[str, str], timeout: float = 120) -> bytes:
     """The program with a 120-column pseudo-terminal as stdin, stdout and stderr: everything it wrote."""
-    master, slave = pty.openpty()
-    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
-    proc = subprocess.Popen([sys.executable, "-c", PROGRAM], cwd=ROOT, stdin=slave, stdout=slave, stderr=slave,
-                            env=env, close_fds=True, start_new_session=True)
-    os.close(slave)
-    out = bytearray()
-    deadline = time.monotonic() + timeout
-    try:
-        while time.monotonic() < deadline:
-            if not select.select([master], [], [], 1.0)[0]:
-                continue
-            try:
-                chunk = os.read(master, 65536)
-            except OSError as exc:  # EIO: every writer of the pty is gone
-                if exc.errno != errno.EIO:
-                    raise
-                break
-            if not chunk:
-                break
-            out += chunk
-        assert proc.wait(timeout=max(1.0, deadline - time.monotonic())) == 0, out.decode(errors="replace")
-    finally:
-        os.close(master)
-    return bytes(out)
+    rc, out = ptyrun.run_on_pty([sys.executable, "-c", PROGRAM], env=env, cwd=ROOT, columns=120, rows=40,
+                                timeout=timeout)
+    assert rc == 0, out.decode(errors="replace")
+    return out
 
 
 def _final_lines(out: bytes) -> list[str]:
