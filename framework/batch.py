@@ -23,6 +23,10 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # pragma: no cover
+    from framework.launch.result import LaunchResult
 
 #: the variable that turns the rank-side record on, and the record's file name in the rank's run folder
 RECORD_ENV = "CAMIT_MODULE_RECORD"
@@ -69,6 +73,13 @@ def read_record(path: Path) -> dict[str, ModuleProgress]:
             progress.tests.append((str(event.get("test", "")), str(event.get("outcome", "")),
                                    str(event.get("message", ""))))
     return out
+
+
+def records_of(launch: LaunchResult) -> dict[int, dict[str, ModuleProgress]]:
+    """rank → its record (:func:`read_record`), from the rank's run folder as the launch fetched it (beside its
+    log); a rank without a log has none."""
+    return {rank: read_record(Path(rr.log).parent / RECORD_FILE.format(rank=rank))
+            for rank, rr in launch.ranks.items() if rr.log}
 
 
 def module_states(modules: Sequence[str], records: Mapping[int, Mapping[str, ModuleProgress]],
@@ -128,4 +139,4 @@ def module_at(records: Mapping[str, ModuleProgress], when: float, order: Iterabl
 
 
 __all__ = ["CRASHED", "DONE", "NOT_RUN", "RECORD_ENV", "RECORD_FILE", "ModuleProgress", "counts_of", "in_module",
-           "junit_prefix", "module_at", "module_states", "read_record"]
+           "junit_prefix", "module_at", "module_states", "read_record", "records_of"]

@@ -321,9 +321,7 @@ class RankSuite:
         label = name or f"world{world}"
         launch, placed = self._launch(list(modules), world, extra_env=extra_env, name=label, min_nodes=min_nodes,
                                       timeout=self.case_timeout * len(modules), record=True)
-        records = {rank: batch.read_record(Path(rr.log).parent / batch.RECORD_FILE.format(rank=rank))
-                   for rank, rr in launch.ranks.items() if rr.log}
-        results = self.split(modules, world, launch, records)
+        results = self.split(modules, world, launch, batch.records_of(launch))
         for result in results.values():
             result.placed = placed
         log.info("%s: %s, %d module(s) in one launch", label, placed, len(modules))

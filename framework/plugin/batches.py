@@ -21,7 +21,6 @@ from __future__ import annotations
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -96,8 +95,10 @@ class Batch:
         self.error, outcome = watched(resources, ctx, f"shared launch, {self.key.describe()}", run,
                                       lambda: (self.launches(), all(r.ok for r in (self.results or {}).values())))
         self.log_summary = outcome.log_summary
-        for core in outcome.cores:
-            self.cores.setdefault(self.module_of(core), []).append(core)
+        if outcome.cores:
+            records = [(launch, batch.records_of(launch)) for launch in self.launches()]
+            for core in outcome.cores:
+                self.cores.setdefault(self.module_of(core, records), []).append(core)
 
     def run_alone(self, item: pytest.Item, suite: RankSuite, resources: Resources, ctx: RunContext, module: str,
                   world: int, kw: Mapping[str, Any]) -> SuiteResult:
@@ -124,15 +125,15 @@ class Batch:
             seen.setdefault(result.launch.launch_id, result.launch)
         return list(seen.values())
 
-    def module_of(self, core: Core) -> str:
-        """The module a core belongs to: the one its rank was running when it dumped (the ranks' records),
-        else the module the launch failed in, else the batch's first."""
+    def module_of(self, core: Core,
+                  records: Sequence[tuple[LaunchResult, Mapping[int, Mapping[str, batch.ModuleProgress]]]]) -> str:
+        """The module a core belongs to: the one its rank was running when it dumped (``records``: each launch
+        of the batch with its ranks' records), else the module the launch failed in, else the batch's first."""
         if core.rank is not None:
-            for launch in self.launches():
+            for launch, by_rank in records:
                 rr = launch.ranks.get(core.rank)
-                if rr is not None and rr.log and rr.host == core.host:
-                    record = batch.read_record(Path(rr.log).parent / batch.RECORD_FILE.format(rank=core.rank))
-                    found = batch.module_at(record, core.time, self.modules)
+                if rr is not None and rr.host == core.host:
+                    found = batch.module_at(by_rank.get(core.rank, {}), core.time, self.modules)
                     if found is not None:
                         return found
         failed = [m for m, r in (self.results or {}).items() if not r.launch.ok and r.launch_failed_here]

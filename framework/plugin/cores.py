@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from framework.plugin import batches
 from framework.plugin.context import LAUNCHES_KEY
 from framework.plugin.markers import core_policy, uses_cluster
 from framework.plugin.resources import log_event
@@ -30,8 +31,6 @@ def watched(item: pytest.Item, ctx: RunContext) -> bool:
     """Whether ``item`` runs inside the watch: an env, a test that drives the cluster, a policy other than ignore,
     and not a test of a shared launch (``--launch-per world``: its module ran under the batch's own watch, and a
     call that launches alone is watched there too: :mod:`.batches`)."""
-    from framework.plugin import batches
-
     return (ctx.env is not None and uses_cluster(item) and core_policy(item, ctx) != "ignore"
             and batches.for_item(item) is None)
 

@@ -4,14 +4,13 @@ reruns the rest once), and which controller tests share a launch (framework.plug
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
+import rankside
 from builders import make_env
 
 from framework import batch
@@ -20,23 +19,14 @@ from framework.launch.result import NodeResult, RankResult
 from framework.plugin import batches
 from framework.suite import RankSuite
 
-REPO = Path(__file__).resolve().parents[2]
-RANK = REPO / "suites" / "cam" / "rank"
 MODULES = ["test_a_rank.py", "test_b_rank.py", "test_c_rank.py"]
 WORLD = 2
 
 
 @pytest.fixture(scope="module")
 def rank_conftest():
-    spec = importlib.util.spec_from_file_location("cam_rank_conftest_rec", RANK / "conftest.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["cam_rank_conftest_rec"] = module  # (its dataclass looks its module up)
-    try:
-        spec.loader.exec_module(module)
+    with rankside.rank_conftest("cam_rank_conftest_rec") as module:
         yield module
-    finally:
-        sys.modules.pop("cam_rank_conftest_rec", None)
 
 
 def _item(nodeid: str) -> Any:
@@ -139,11 +129,6 @@ def _launch(tmp: Path, ok: bool, *, junit: dict[int, list[tuple[str, str, str | 
                         failure_kind=None if ok else "rank")
 
 
-def _records_of(launch: LaunchResult) -> dict[int, dict[str, batch.ModuleProgress]]:
-    return {r: batch.read_record(Path(rr.log or "").parent / batch.RECORD_FILE.format(rank=r))
-            for r, rr in launch.ranks.items()}
-
-
 def _suite() -> RankSuite:
     return RankSuite(make_env(["host1", "host2"]), None, None, slots=1)  # type: ignore[arg-type]
 
@@ -171,7 +156,7 @@ def test_a_crash_keeps_what_finished_fails_where_it_hit_and_leaves_the_rest_not_
     recs = {0: [*_done("test_a_rank.py", ("t1", "passed")), {"event": "start", "module": "test_b_rank.py"}],
             1: [*_done("test_a_rank.py", ("t1", "passed")), {"event": "start", "module": "test_b_rank.py"}]}
     launch = _launch(tmp_path, False, records=recs)  # no JUnit: torchrun ended every rank
-    out = _suite().split(MODULES, WORLD, launch, _records_of(launch))
+    out = _suite().split(MODULES, WORLD, launch, batch.records_of(launch))
     a, b, c = (out[m] for m in MODULES)
     assert a.ok and a.counts["passed"] == 2 and not a.missing_junit, a.message()
     assert not b.ok and b.not_run is None
@@ -183,7 +168,7 @@ def test_a_crash_keeps_what_finished_fails_where_it_hit_and_leaves_the_rest_not_
 
 def test_a_failure_before_any_module_began_is_every_modules(tmp_path):
     launch = _launch(tmp_path, False, records={})
-    out = _suite().split(MODULES, WORLD, launch, _records_of(launch))
+    out = _suite().split(MODULES, WORLD, launch, batch.records_of(launch))
     for result in out.values():
         assert not result.ok and result.not_run is None and "SIGSEGV" in result.message()
 

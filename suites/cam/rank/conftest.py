@@ -293,8 +293,8 @@ class ModuleRecord:
         had = self.outcomes.get(report.nodeid, ("passed", ""))
         if report.failed:
             crash = getattr(report.longrepr, "reprcrash", None)
-            text = getattr(crash, "message", None) or str(report.longrepr).strip().splitlines()[-1:] or [""]
-            self.outcomes[report.nodeid] = ("failed", text if isinstance(text, str) else text[0])
+            lines = str(report.longrepr).strip().splitlines()
+            self.outcomes[report.nodeid] = ("failed", getattr(crash, "message", None) or (lines[-1] if lines else ""))
         elif report.skipped and had[0] == "passed":
             reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
             self.outcomes[report.nodeid] = ("skipped", str(reason))
