@@ -82,6 +82,12 @@ import sys, datetime, torch, torch_npu, torch.distributed as dist
 rank, store = int(sys.argv[1]), sys.argv[2]
 torch_npu.npu.set_device(rank)
 dist.init_process_group(backend="hccl", init_method="file://" + store, rank=rank, world_size=2{timeout})
+# every rank waits, on a store of its own, until all have made the group: gloo's full-mesh connect can return
+# on one rank while its peer still reads the handshake, and a rank exiting then makes that peer's connect fail
+# ("Connection closed by peer"), which is this test's start-up racing, not what it checks
+_up = dist.FileStore(store + "-up", 2)
+_up.set(f"up{{rank}}", "1")
+_up.wait([f"up{{r}}" for r in range(2)])
 """
 
 
