@@ -93,8 +93,11 @@ test-unit: install
 	$(PYTHON) -m pytest tests/unit -q $(PYTEST_ARGS)
 
 # the lab is torn down whatever the tests did; the tests' status is the target's.
-# One process on purpose (no -n in PYTEST_ARGS): lab tests stop sshd, fill a workdir, take a link down
-# or switch core_pattern on the shared lab hosts; the -n behaviour is tested inside them, on lab shares.
+# Two passes: the tests that reach no lab (tests/conftest.py marks the rest `lab`) on TEST_WORKERS xdist
+# workers, then the lab tests in one process: they stop sshd, fill a workdir, take a link down or switch
+# core_pattern on the shared lab hosts, so never two at once (the -n behaviour is tested inside them, on lab
+# shares). Both passes always run; either failing fails the target.
+TEST_WORKERS ?= 2
 test: install lint
 	@down() { $(MAKE) --no-print-directory lab-down LAB_NPU= ; r1=$$?; $(MAKE) --no-print-directory npu-lab-down; r2=$$?; \
 	  $(MAKE) --no-print-directory a2-lab-down; r3=$$?; $(MAKE) --no-print-directory jump-lab-down; r4=$$?; \
@@ -102,7 +105,10 @@ test: install lint
 	{ $(MAKE) --no-print-directory lab-up LAB_NPU= && $(MAKE) --no-print-directory npu-lab-up && \
 	  $(MAKE) --no-print-directory a2-lab-up && $(MAKE) --no-print-directory jump-lab-up; } || { down; exit 1; }; \
 	CAMIT_LAB_ENV=$(LAB_ENV) CAMIT_NPU_LAB_ENV=$(NPU_LAB_ENV) CAMIT_NPU_A2_LAB_ENV=$(A2_LAB_ENV) \
-	CAMIT_JUMP_LAB_ENV=$(JUMP_LAB_ENV) CAMIT_JUMP_LAB_NAME=$(JUMP_LAB_NAME) $(PYTHON) -m pytest tests -q -ra --durations=25 $(PYTEST_ARGS); rc=$$?; \
+	CAMIT_JUMP_LAB_ENV=$(JUMP_LAB_ENV) CAMIT_JUMP_LAB_NAME=$(JUMP_LAB_NAME) sh -c '\
+	  $(PYTHON) -m pytest tests -m "not lab" -n $(TEST_WORKERS) -q -ra --durations=10 $(PYTEST_ARGS); r1=$$?; \
+	  $(PYTHON) -m pytest tests -m lab -q -ra --durations=25 $(PYTEST_ARGS); r2=$$?; \
+	  echo "make test: tests without a lab rc=$$r1, lab tests rc=$$r2"; [ $$r1 = 0 ] && [ $$r2 = 0 ]'; rc=$$?; \
 	down || rc=1; \
 	exit $$rc
 

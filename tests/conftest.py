@@ -36,6 +36,23 @@ if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
 collect_ignore = ["data"]
 
 
+#: fixtures that reach a lab; a test asking for one (or living in a ``*_lab.py`` file) is a lab test
+LAB_FIXTURES = frozenset({"lab", "lab_env_path", "lab_env", "npu_lab_env_path", "npu_lab_env",
+                          "npu_a2_lab_env_path", "env_variant", "cluster"})
+
+
+def is_lab_test(item: pytest.Item) -> bool:
+    return item.path.name.endswith("_lab.py") or not LAB_FIXTURES.isdisjoint(getattr(item, "fixturenames", ()))
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every lab test carries the ``lab`` marker, so ``make test`` can run the rest with ``-n 2`` and the lab
+    tests, which share the lab hosts' sshd, links, workdirs and core_pattern, one at a time after them."""
+    for item in items:
+        if is_lab_test(item) and item.get_closest_marker("lab") is None:
+            item.add_marker(pytest.mark.lab)
+
+
 @pytest.fixture(scope="session")
 def lab():
     from framework.errors import LabError

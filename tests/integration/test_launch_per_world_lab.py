@@ -1,6 +1,7 @@
-"""``--launch-per world`` on the lab: one launch per world with the verdicts of one launch per test, and a crash
-in a shared launch (a real SIGSEGV and its core) failing only the module it hit: what finished before keeps its
-verdict, the module after it runs in a fresh launch, the core goes to the test whose module dumped it."""
+"""``--launch-per world`` on the lab: a crash in a shared launch (a real SIGSEGV and its core) failing only the
+module it hit: what finished before keeps its verdict, the module after it runs in a fresh launch, the core goes
+to the test whose module dumped it. That one launch per world gives the verdicts of one launch per test is
+tested on the main job, in test_suites_lab.py."""
 
 from __future__ import annotations
 
@@ -49,25 +50,6 @@ def verdicts(junit: Path) -> dict[str, str]:
 
 def launches(folder: Path) -> list[dict]:
     return [json.loads(p.read_text()) for p in sorted(folder.glob("launch-*.json"))]
-
-
-def test_one_launch_per_world_gives_the_verdicts_of_one_launch_per_test(world_env, tmp_path):
-    per_test = pytest_run("suites/cam", "--env", str(world_env), "--world-sizes", "4", "--report-dir",
-                          str(tmp_path / "test"))
-    assert per_test.returncode == 0, per_test.stdout[-3000:]
-    per_world = pytest_run("suites/cam", "--env", str(world_env), "--world-sizes", "4", "--no-deploy",
-                           "--launch-per", "world", "--report-dir", str(tmp_path / "world"))
-    assert per_world.returncode == 0, per_world.stdout[-3000:]
-    a, b = (tmp_path / d / "latest" for d in ("test", "world"))
-    assert verdicts(b / "junit.xml") == verdicts(a / "junit.xml")
-    ran = [t for t, v in verdicts(a / "junit.xml").items() if v == "passed" and "4ranks" in t]
-    assert len(ran) >= 5, ran
-    assert len(launches(a)) == len(ran)  # one per test ...
-    shared = launches(b)
-    assert len(shared) == 1 and shared[0]["ok"], shared  # ... against one for the world
-    # each test keeps its own report: the shared launch named, its own module's rank-side counts
-    # (pytest's xunit2 JUnit carries a test's properties in its system-out)
-    assert (b / "junit.xml").read_text().count("property shared_launch = ") == len(ran)
 
 
 RANK_FIRST = """

@@ -4,10 +4,12 @@ and an op library with one injected mistake makes it fail naming the op, the ran
 from __future__ import annotations
 
 import json
+import re
 import secrets
 import shutil
 import subprocess
 import sys
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
@@ -37,15 +39,29 @@ def run_suite(env: Path, reports: Path, *args: str, timeout: float = 1500) -> su
                           cwd=REPO, capture_output=True, text=True, timeout=timeout)
 
 
-def test_suite_passes_with_a_complete_report_folder(env_variant, built, tmp_path):
-    env = suite_env(env_variant, built["run"], built["wheel"], "/var/tmp/camit/suite", "suite.yaml")
-    proc = run_suite(env, tmp_path / "reports", "--world-sizes", "4,8,16")
+@pytest.fixture(scope="module")
+def main_job(lab_env_path, built, tmp_path_factory):
+    """The main job once for the module, one launch per test (the default) at worlds 4, 8 and 16:
+    (its process, its report folder, its env)."""
+    import yaml
+
+    tmp = tmp_path_factory.mktemp("main-job")
+    doc = yaml.safe_load(lab_env_path.read_text())
+    doc["artifacts"] = {"run_package": str(built["run"]), "wheel": str(built["wheel"])}
+    doc["defaults"]["workdir"] = "/var/tmp/camit/suite"
+    env = tmp / "suite.yaml"
+    env.write_text(yaml.safe_dump(doc, sort_keys=False))
+    proc = run_suite(env, tmp / "reports", "--world-sizes", "4,8,16")
+    return proc, (tmp / "reports" / "latest").resolve(), env
+
+
+def test_suite_passes_with_a_complete_report_folder(main_job):
+    proc, folder, _ = main_job
     out = proc.stdout
     assert proc.returncode == 0, out[-4000:] + proc.stderr[-2000:]
     # a case the env cannot host is skipped with the requirement named
     assert "needs 16 ranks; the env has 4 host(s) x 2 rank(s) per node = 8" in out
     assert "camit run" in out and "reproduce: pytest suites/cam" in out and "--random-seed" in out
-    folder = (tmp_path / "reports" / "latest").resolve()
     for name in ("junit.xml", "cluster.xml", "manifest.json", "index.html", "deploy-manifest.json"):
         assert (folder / name).exists(), name
     assert validate_junit(folder / "junit.xml") == []
@@ -57,6 +73,39 @@ def test_suite_passes_with_a_complete_report_folder(env_variant, built, tmp_path
     assert manifest["status"] == "ok" and manifest["seed"] is not None
     # per-rank logs came back under <host>/<launch>/
     assert list(folder.glob("host1/*/rank0.log")) and list(folder.glob("host4/*/rank7.log"))
+
+
+def _verdicts(junit: Path) -> dict[str, str]:
+    out = {}
+    for case in ET.parse(junit).getroot().iter("testcase"):
+        kind = next((c.tag for c in case if c.tag in ("failure", "error", "skipped")), "passed")
+        out[f"{case.get('classname')}::{case.get('name')}"] = kind
+    return out
+
+
+def test_one_launch_per_world_gives_the_verdicts_of_one_launch_per_test(main_job, tmp_path):
+    """The main job again at world 4 with ``--launch-per world`` (no redeploy): every test the verdict it had with
+    one launch per test, one launch for the world instead of one per launching test, each test its own report."""
+    per_test, a, env = main_job
+    assert per_test.returncode == 0, per_test.stdout[-3000:]
+    per_world = run_suite(env, tmp_path / "world", "--world-sizes", "4", "--no-deploy", "--launch-per", "world")
+    assert per_world.returncode == 0, per_world.stdout[-3000:] + per_world.stderr[-2000:]
+    b = (tmp_path / "world" / "latest").resolve()
+    def at_4(verdicts: dict[str, str]) -> dict[str, str]:
+        return {t: v for t, v in verdicts.items() if not re.search(r"(?<!\d)(8|16)ranks", t)}
+
+    got = _verdicts(b / "junit.xml")
+    assert at_4(got) == at_4(_verdicts(a / "junit.xml"))
+    assert {v for t, v in got.items() if t not in at_4(got)} == {"skipped"}  # (--world-sizes 4)
+    ran = [t for t, v in at_4(got).items() if v == "passed" and re.search(r"(?<!\d)4ranks", t)]
+    assert len(ran) >= 5, ran
+    launched = [json.loads(p.read_text())["world_size"] for p in sorted(a.glob("launch-*.json"))]
+    assert launched.count(4) == len(ran)  # one per test ...
+    shared = [json.loads(p.read_text()) for p in sorted(b.glob("launch-*.json"))]
+    assert len(shared) == 1 and shared[0]["ok"] and shared[0]["world_size"] == 4, shared  # ... against one
+    # each test keeps its own report: the shared launch named, its own module's rank-side counts
+    # (pytest's xunit2 JUnit carries a test's properties in its system-out)
+    assert (b / "junit.xml").read_text().count("property shared_launch = ") == len(ran)
 
 
 def _mistaken_standin(tmp_path: Path) -> Path:
