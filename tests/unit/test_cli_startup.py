@@ -125,3 +125,23 @@ def test_main_called_with_argv_leaves_the_callers_collector_alone():
     proc = _run(code)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "rc 0 frozen 0"
+
+
+def test_a_controller_session_of_the_suite_never_imports_hypothesis(tmp_path):
+    """pyproject's ``-p no:hypothesispytest``: that plugin imports all of hypothesis at the terminal summary (~1 s
+    of every ``pytest suites/cam`` on the lab); nothing of ours uses it."""
+    import importlib.util
+
+    import pytest
+
+    if importlib.util.find_spec("_hypothesis_pytestplugin") is None:
+        pytest.skip("hypothesis is not installed here: nothing to keep out")
+    out = tmp_path / "modules.json"
+    code = _DUMP + ("import pytest\n"
+                    f"rc = pytest.main(['suites/cam', '--collect-only', '-q', '-p', 'no:cacheprovider'])\n"
+                    f"dump({str(out)!r})\n"
+                    "sys.exit(rc)\n")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    modules = json.loads(out.read_text())["modules"]
+    assert "_hypothesis_pytestplugin" not in modules and "hypothesis" not in modules
