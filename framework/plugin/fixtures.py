@@ -59,7 +59,11 @@ def cluster(request: pytest.FixtureRequest) -> Cluster:
 @pytest.fixture(scope="session")
 def deployed(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> DeployResult | str:
     """The env's artifacts deployed on every host, once per session (xdist-safe)."""
-    root = tmp_path_factory.getbasetemp().parent
+    # the marker and lock live in the run's own base temp, which pytest rotates (keeps the last 3): an xdist
+    # worker's is <basetemp>/popen-gwN, so its parent is the one its controller and sibling workers share; a
+    # session without xdist uses its own (its parent, /tmp/pytest-of-<user>, is never cleaned)
+    base = tmp_path_factory.getbasetemp()
+    root = base.parent if hasattr(request.config, "workerinput") else base
     try:
         return resources_of(request.config).deploy(root)
     except FrameworkError as exc:

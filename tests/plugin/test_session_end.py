@@ -295,3 +295,45 @@ def test_the_previous_signal_handlers_are_back_after_the_session(pytester, local
         assert signal.getsignal(signal.SIGHUP) is mine
     finally:
         signal.signal(signal.SIGHUP, before)
+
+
+DEPLOY_SUCCEEDS = textwrap.dedent("""
+    import pytest
+
+    from framework.deploy import DeployResult
+    from framework.deploy.result import HostManifest
+
+
+    class Succeeding:
+        def __init__(self, env, cluster, **kw):
+            self.cluster = cluster
+
+        def run(self):
+            return DeployResult({h: HostManifest(h) for h in self.cluster.hosts}, {})
+
+
+    @pytest.fixture(autouse=True, scope="session")
+    def _succeeding_deploy():
+        import framework.deploy
+        real = framework.deploy.Deployer
+        framework.deploy.Deployer = Succeeding
+        yield
+        framework.deploy.Deployer = real
+""")
+
+
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["alone", "xdist"])
+def test_the_deploy_once_marker_stays_in_the_runs_own_temp_folder(pytester, local_env, tmp_path, workers):  # noqa: F811
+    """The record that a run's share is deployed (and its lock) goes into the run's base temp folder, which pytest
+    rotates, never into /tmp/pytest-of-<user> itself, where every run used to leave two files for good."""
+    wheel = tmp_path / "camops-1.0-py3-none-any.whl"
+    wheel.write_bytes(b"not really a wheel")
+    local_env.write_text(local_env.read_text().rstrip("\n") + f"\nartifacts: {{wheel: {wheel}}}\n")
+    pytester.makeconftest(pytester.path.joinpath("conftest.py").read_text() + DEPLOY_SUCCEEDS)
+    pytester.makepyfile(test_three=THREE_TESTS.replace("(cluster)", "(deployed)"))
+    base = pytester.path / "base"
+    result = pytester.runpytest("--env", str(local_env), "--report-dir", "out", "-p", "no:cacheprovider",
+                                f"--basetemp={base}", *workers)
+    result.assert_outcomes(passed=3)
+    assert not list(pytester.path.glob("camit-deploy*")), sorted(p.name for p in pytester.path.iterdir())
+    assert len(list(base.glob("camit-deployed-*.txt"))) == (2 if workers else 1), sorted(base.rglob("*"))
