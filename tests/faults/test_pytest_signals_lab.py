@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import signal
 import subprocess
@@ -156,10 +157,13 @@ def test_a_lease_lost_mid_run_stops_the_launch_within_one_heartbeat_with_7(hang_
                 thief.release()
     assert proc.returncode == SESSION_LEASE, out[-4000:]
     assert took < 1 + 25, took  # one heartbeat, then the launch's teardown and the reports
-    assert "camit: lease lost: host2: taken over by thief@else" in out, out[-4000:]
+    # the thief takes the lease in two steps (force-free, then acquire): a heartbeat between them finds no lease
+    # and cannot name a holder ("someone"; stop 27's CI, under load, with the test's 1 s beats)
+    lost = re.search(r"camit: lease lost: host2: taken over by (thief@else|someone)\b", out)
+    assert lost, out[-4000:]
     run = (reports / "latest").resolve()
     manifest = assert_complete(run, "lease")
-    assert "taken over by thief@else" in manifest["error"]
+    assert f"taken over by {lost.group(1)}" in manifest["error"]
     launch = json.loads(next(run.glob("launch-*.json")).read_text())
     assert launch["failure_kind"] == "interrupted"
     assert wait_none_left(run_id, 15) == []
