@@ -147,40 +147,49 @@ def test_an_unreachable_host_ends_the_session_with_6_in_one_line(pytester, local
     assert "node2" in manifest["error"]
 
 
-DEPLOY_FAILS = textwrap.dedent("""
-    import pytest
+def fake_deployer(errors: str) -> str:
+    """A conftest whose Deployer 'deploys' every host, with ``errors`` (an expression over ``names``, the hosts) as
+    the result's failures; put back after the in-process pytester run, or later tests of this process get it."""
+    return textwrap.dedent("""
+        import pytest
 
-    from framework.deploy import DeployResult
-    from framework.deploy.result import HostManifest
-    from framework.errors import DeployError
-
-
-    class Failing:
-        def __init__(self, env, cluster, **kw):
-            self.cluster = cluster
-
-        def run(self):
-            names = list(self.cluster.hosts)
-            return DeployResult({h: HostManifest(h) for h in names},
-                                {names[1]: DeployError(names[1], "install-run", "exit status 3\\ninstaller log tail")})
+        from framework.deploy import DeployResult
+        from framework.deploy.result import HostManifest
+        from framework.errors import DeployError
 
 
-    @pytest.fixture(autouse=True, scope="session")
-    def _failing_deploy():
-        # an in-process pytester run: put the real Deployer back, or later tests of this process get Failing
-        import framework.deploy
-        real = framework.deploy.Deployer
-        framework.deploy.Deployer = Failing
-        yield
-        framework.deploy.Deployer = real
-""")
+        class Fake:
+            def __init__(self, env, cluster, **kw):
+                self.cluster = cluster
+
+            def run(self):
+                names = list(self.cluster.hosts)
+                return DeployResult({h: HostManifest(h) for h in names}, ERRORS)
+
+
+        @pytest.fixture(autouse=True, scope="session")
+        def _fake_deploy():
+            import framework.deploy
+            real = framework.deploy.Deployer
+            framework.deploy.Deployer = Fake
+            yield
+            framework.deploy.Deployer = real
+    """).replace("ERRORS", errors)
+
+
+DEPLOY_FAILS = fake_deployer('{names[1]: DeployError(names[1], "install-run", "exit status 3\\ninstaller log tail")}')
+DEPLOY_SUCCEEDS = fake_deployer("{}")
+
+
+def with_wheel(env: Path, tmp_path: Path) -> None:
+    """The env gets a wheel artifact (its bytes never read: the Deployer is the conftest's fake)."""
+    wheel = tmp_path / "camops-1.0-py3-none-any.whl"
+    wheel.write_bytes(b"not really a wheel")
+    env.write_text(env.read_text().rstrip("\n") + f"\nartifacts: {{wheel: {wheel}}}\n")
 
 
 def test_a_failed_deploy_ends_the_session_with_8_naming_host_and_step(pytester, local_env, tmp_path):  # noqa: F811
-    wheel = tmp_path / "camops-1.0-py3-none-any.whl"
-    wheel.write_bytes(b"not really a wheel")
-    env = local_env.read_text().rstrip("\n") + f"\nartifacts: {{wheel: {wheel}}}\n"
-    local_env.write_text(env)
+    with_wheel(local_env, tmp_path)
     pytester.makeconftest(pytester.path.joinpath("conftest.py").read_text() + DEPLOY_FAILS)
     pytester.makepyfile(test_three=THREE_TESTS.replace("(cluster)", "(deployed)"))
     result = pytester.runpytest("--env", str(local_env), "--report-dir", "out", "-p", "no:cacheprovider")
@@ -297,38 +306,12 @@ def test_the_previous_signal_handlers_are_back_after_the_session(pytester, local
         signal.signal(signal.SIGHUP, before)
 
 
-DEPLOY_SUCCEEDS = textwrap.dedent("""
-    import pytest
-
-    from framework.deploy import DeployResult
-    from framework.deploy.result import HostManifest
-
-
-    class Succeeding:
-        def __init__(self, env, cluster, **kw):
-            self.cluster = cluster
-
-        def run(self):
-            return DeployResult({h: HostManifest(h) for h in self.cluster.hosts}, {})
-
-
-    @pytest.fixture(autouse=True, scope="session")
-    def _succeeding_deploy():
-        import framework.deploy
-        real = framework.deploy.Deployer
-        framework.deploy.Deployer = Succeeding
-        yield
-        framework.deploy.Deployer = real
-""")
-
 
 @pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["alone", "xdist"])
 def test_the_deploy_once_marker_stays_in_the_runs_own_temp_folder(pytester, local_env, tmp_path, workers):  # noqa: F811
     """The record that a run's share is deployed (and its lock) goes into the run's base temp folder, which pytest
     rotates, never into /tmp/pytest-of-<user> itself, where every run used to leave two files for good."""
-    wheel = tmp_path / "camops-1.0-py3-none-any.whl"
-    wheel.write_bytes(b"not really a wheel")
-    local_env.write_text(local_env.read_text().rstrip("\n") + f"\nartifacts: {{wheel: {wheel}}}\n")
+    with_wheel(local_env, tmp_path)
     pytester.makeconftest(pytester.path.joinpath("conftest.py").read_text() + DEPLOY_SUCCEEDS)
     pytester.makepyfile(test_three=THREE_TESTS.replace("(cluster)", "(deployed)"))
     base = pytester.path / "base"
