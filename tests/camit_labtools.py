@@ -8,11 +8,13 @@ processes; each host has private /tmp, workdir and core dir (``Footprint``).
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
 import sys
 import time
+import xml.etree.ElementTree as ET
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -197,3 +199,17 @@ def lab_env_or_skip(variable: str, what: str, bring_up: str) -> Path:
     if not path.exists():
         pytest.skip(f"{variable}={value}: {path} missing; bring the {what} up")
     return path
+
+
+def verdicts(junit: Path) -> dict[str, str]:
+    """``classname::name`` → passed, failure, error or skipped, for every test case of a JUnit file."""
+    out = {}
+    for case in ET.parse(junit).getroot().iter("testcase"):
+        kind = next((c.tag for c in case if c.tag in ("failure", "error", "skipped")), "passed")
+        out[f"{case.get('classname')}::{case.get('name')}"] = kind
+    return out
+
+
+def launches(folder: Path) -> list[dict]:
+    """A run folder's launch records (``launch-*.json``), in name order."""
+    return [json.loads(p.read_text()) for p in sorted(folder.glob("launch-*.json"))]

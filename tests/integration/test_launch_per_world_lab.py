@@ -5,7 +5,6 @@ tested on the main job, in test_suites_lab.py."""
 
 from __future__ import annotations
 
-import json
 import shutil
 import subprocess
 import sys
@@ -14,6 +13,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+from camit_labtools import launches, verdicts
 
 from framework.lab import artifacts
 
@@ -38,18 +38,6 @@ def world_env(env_variant, built):
 def pytest_run(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rs", *args], cwd=cwd,
                           capture_output=True, text=True, timeout=1500)
-
-
-def verdicts(junit: Path) -> dict[str, str]:
-    out = {}
-    for case in ET.parse(junit).getroot().iter("testcase"):
-        kind = next((c.tag for c in case if c.tag in ("failure", "error", "skipped")), "passed")
-        out[f"{case.get('classname')}::{case.get('name')}"] = kind
-    return out
-
-
-def launches(folder: Path) -> list[dict]:
-    return [json.loads(p.read_text()) for p in sorted(folder.glob("launch-*.json"))]
 
 
 RANK_FIRST = """

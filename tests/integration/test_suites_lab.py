@@ -9,10 +9,10 @@ import secrets
 import shutil
 import subprocess
 import sys
-import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+from camit_labtools import launches, verdicts
 
 from framework.lab import artifacts
 from framework.report.junit import validate_junit
@@ -75,14 +75,6 @@ def test_suite_passes_with_a_complete_report_folder(main_job):
     assert list(folder.glob("host1/*/rank0.log")) and list(folder.glob("host4/*/rank7.log"))
 
 
-def _verdicts(junit: Path) -> dict[str, str]:
-    out = {}
-    for case in ET.parse(junit).getroot().iter("testcase"):
-        kind = next((c.tag for c in case if c.tag in ("failure", "error", "skipped")), "passed")
-        out[f"{case.get('classname')}::{case.get('name')}"] = kind
-    return out
-
-
 def test_one_launch_per_world_gives_the_verdicts_of_one_launch_per_test(main_job, tmp_path):
     """The main job again at world 4 with ``--launch-per world`` (no redeploy): every test the verdict it had with
     one launch per test, one launch for the world instead of one per launching test, each test its own report."""
@@ -91,17 +83,17 @@ def test_one_launch_per_world_gives_the_verdicts_of_one_launch_per_test(main_job
     per_world = run_suite(env, tmp_path / "world", "--world-sizes", "4", "--no-deploy", "--launch-per", "world")
     assert per_world.returncode == 0, per_world.stdout[-3000:] + per_world.stderr[-2000:]
     b = (tmp_path / "world" / "latest").resolve()
-    def at_4(verdicts: dict[str, str]) -> dict[str, str]:
-        return {t: v for t, v in verdicts.items() if not re.search(r"(?<!\d)(8|16)ranks", t)}
+    def at_4(cases: dict[str, str]) -> dict[str, str]:
+        return {t: v for t, v in cases.items() if not re.search(r"(?<!\d)(8|16)ranks", t)}
 
-    got = _verdicts(b / "junit.xml")
-    assert at_4(got) == at_4(_verdicts(a / "junit.xml"))
+    got = verdicts(b / "junit.xml")
+    assert at_4(got) == at_4(verdicts(a / "junit.xml"))
     assert {v for t, v in got.items() if t not in at_4(got)} == {"skipped"}  # (--world-sizes 4)
     ran = [t for t, v in at_4(got).items() if v == "passed" and re.search(r"(?<!\d)4ranks", t)]
     assert len(ran) >= 5, ran
-    launched = [json.loads(p.read_text())["world_size"] for p in sorted(a.glob("launch-*.json"))]
+    launched = [launch["world_size"] for launch in launches(a)]
     assert launched.count(4) == len(ran)  # one per test ...
-    shared = [json.loads(p.read_text()) for p in sorted(b.glob("launch-*.json"))]
+    shared = launches(b)
     assert len(shared) == 1 and shared[0]["ok"] and shared[0]["world_size"] == 4, shared  # ... against one
     # each test keeps its own report: the shared launch named, its own module's rank-side counts
     # (pytest's xunit2 JUnit carries a test's properties in its system-out)
