@@ -142,19 +142,21 @@ from pathlib import Path
 
 def test_hold(cluster):
     start = time.time()
-    # long host work on every host, in the cluster's pool, longer than the lease's staleness window
-    cluster.run("sleep {work}", timeout=300).raise_on_failure()
+    # host work on every host, in the cluster's pool: the first session's longer than the lease's staleness window
+    cluster.run("sleep " + os.environ["WORK"], timeout=300).raise_on_failure()
     Path(os.environ["WINDOW_OUT"]).write_text(json.dumps([start, time.time()]))
 '''
 
 
 def test_two_pytest_sessions_a_few_seconds_apart_never_overlap(own_workdir, tmp_path):
     test_file = tmp_path / "test_hold.py"
-    test_file.write_text(SESSION_TEST.format(work=36))  # the lease is stale after 3 missed beats (30 s)
+    test_file.write_text(SESSION_TEST)
     sessions = []
-    for i in range(2):
+    # the first session holds the lease past its staleness window (3 missed beats, 30 s), so only its heartbeat
+    # keeps the waiting second from taking it over; the second needs only to start after the first ended
+    for i, work in enumerate(("36", "1")):
         env = {**os.environ, "WINDOW_OUT": str(tmp_path / f"w{i}.json"), "CAMIT_LEASE_WAIT": "300",
-               "PYTHONPATH": str(REPO)}
+               "PYTHONPATH": str(REPO), "WORK": work}
         sessions.append(subprocess.Popen(
             [sys.executable, "-m", "pytest", str(test_file), "--env", str(own_workdir), "-q", "-p", "no:cacheprovider", "--report-dir", str(tmp_path / f"rep{i}"), "--no-deploy"],
             cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
