@@ -50,6 +50,8 @@ HASHES = ("sha256", "sha384", "sha512")
 DATA_KEYS = ("purelib", "platlib", "scripts", "headers", "data")
 #: RECORD's own name and the signature files that are listed without a hash
 UNHASHED = ("RECORD", "RECORD.jws", "RECORD.p7s")
+#: the staging folder in the target lib folder, ``<STAGING><pid>``
+STAGING = ".camit-wheelinst-"
 #: exit status: the wheel is refused (bad, tampered or unsupported); an I/O failure while installing
 EXIT_REFUSED, EXIT_FAILED = 2, 1
 
@@ -92,9 +94,11 @@ class Wheel:
         names = [i.filename for i in self.members]
         for n in names:
             safe_member(n)
-        dupes = sorted({n for n in names if names.count(n) > 1})
-        if dupes:
-            raise Refused(dupes[0], "appears more than once in the wheel")
+        seen: set[str] = set()
+        for n in names:
+            if n in seen:
+                raise Refused(n, "appears more than once in the wheel")
+            seen.add(n)
         infos = sorted({n.split("/", 1)[0] for n in names if n.split("/", 1)[0].endswith(".dist-info")})
         if len(infos) != 1:
             raise Refused("", f"expected one top-level .dist-info folder, found {len(infos) or 'none'}")
@@ -368,6 +372,19 @@ def write_new(path: str, data: bytes, mode: int = 0o644) -> tuple[str, int]:
     return f"sha256={b64_digest(hashlib.sha256(data))}", len(data)
 
 
+def sweep(lib: str) -> None:
+    """Remove the staging folders an installer killed mid-way left in ``lib`` (its process is gone)."""
+    for entry in os.listdir(lib):
+        pid = entry[len(STAGING):]
+        if entry.startswith(STAGING) and pid.isdigit():
+            try:
+                os.kill(int(pid), 0)
+            except ProcessLookupError:
+                shutil.rmtree(os.path.join(lib, entry), ignore_errors=True)
+            except OSError:
+                pass
+
+
 def install(path: str, installer: str = "camit", compile_py: bool = True) -> Wheel:
     """Install the wheel at ``path`` into this interpreter's scheme; raises :class:`Refused` before anything of
     the environment is changed when the wheel is bad."""
@@ -375,7 +392,8 @@ def install(path: str, installer: str = "camit", compile_py: bool = True) -> Whe
     scheme = Scheme(wheel.name)
     lib = scheme.purelib if wheel.purelib else scheme.platlib
     os.makedirs(lib, exist_ok=True)
-    tmp = os.path.join(lib, f".camit-wheelinst-{os.getpid()}")
+    sweep(lib)
+    tmp = os.path.join(lib, f"{STAGING}{os.getpid()}")
     os.mkdir(tmp, 0o700)
     try:
         files = stage(wheel, scheme, tmp)

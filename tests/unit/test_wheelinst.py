@@ -9,6 +9,7 @@ import base64
 import csv
 import hashlib
 import json
+import os
 import subprocess
 import sys
 import sysconfig
@@ -152,6 +153,18 @@ def test_a_reinstall_of_another_version_removes_the_old_versions_files(tmp_path,
     check_record(site(venv) / "demo_pkg-2.0.dist-info")
 
 
+
+def test_a_reinstall_removes_the_pyc_an_import_wrote_beside_the_old_files(tmp_path, venv):
+    """pycs not in the old RECORD (written by an import after a ``--no-compile`` install) go with their .py."""
+    v1 = make_wheel(tmp_path / "1", {"demo_pkg/__init__.py": b"", "demo_pkg/old.py": b"OLD = 1\n"})
+    assert install(venv, v1, "--no-compile").returncode == 0
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    assert subprocess.run([str(venv / "bin" / "python"), "-c", "import demo_pkg.old"], env=env).returncode == 0
+    assert list((site(venv) / "demo_pkg" / "__pycache__").glob("old.*.pyc"))
+    assert install(venv, make_wheel(tmp_path / "2", {"demo_pkg/__init__.py": b""}, version="2.0")).returncode == 0
+    assert not list((site(venv) / "demo_pkg" / "__pycache__").glob("old.*.pyc"))
+
+
 def test_data_scripts_headers_and_entry_points_go_to_the_scheme_paths(tmp_path, venv):
     files = {
         "demo_pkg/__init__.py": b"",
@@ -239,3 +252,12 @@ def test_not_a_wheel_and_no_compile(tmp_path, venv):
     assert install(venv, wheel, "--no-compile").returncode == 0
     assert not (site(venv) / "demo_pkg" / "__pycache__").exists()
     assert py(venv, "import demo_pkg; print(demo_pkg.V)").stdout == "new\n"
+
+
+def test_a_staging_folder_left_by_a_killed_installer_is_swept(tmp_path, venv):
+    left = site(venv) / ".camit-wheelinst-999999999"  # above any pid_max: no such process
+    (left / "sub").mkdir(parents=True)
+    (left / "sub" / "0").write_bytes(b"half")
+    assert install(venv, make_wheel(tmp_path / "d", dict(GOOD))).returncode == 0
+    assert not left.exists()
+    assert not list(site(venv).glob(".camit-wheelinst-*"))
