@@ -375,3 +375,21 @@ def test_the_installer_is_shipped_once_and_again_when_it_changed_on_the_host(tmp
     assert third.ok, third.errors
     assert transport.puts.count(local) == 2
     assert Path(installer_bin(plan)).read_bytes() == Path(local).read_bytes()
+
+
+class _NoInstaller(LocalTransport):
+    """A host where putting the wheel installer fails (the artifacts go through)."""
+
+    def put(self, local, remote, **kwargs):  # type: ignore[no-untyped-def]
+        if Path(local).name == "wheelinst.py":
+            from framework.errors import TransferError
+            raise TransferError(self.name, "disk quota exceeded (test)")
+        return super().put(local, remote, **kwargs)
+
+
+def test_an_installer_that_cannot_be_shipped_fails_the_wheel_install_naming_it(tmp_path):
+    result, _, work = _deploy_one(tmp_path, tiny_wheel(tmp_path / "dist"), lambda w: _NoInstaller("h1"))
+    m = result.manifests["h1"]
+    assert not result.ok and m.step == "install-wheel", (m.step, m.error)
+    assert "cannot ship the wheel installer: disk quota exceeded (test)" in (m.error or "")
+    assert not (work / "deploy-state.json").exists() and _warm_pids(work) == []
