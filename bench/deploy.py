@@ -13,7 +13,7 @@ transfer times next to the physical limit size / uplink.
 Then the whole first deploy as a user meets it (issue 18): ``camit deploy --json`` as a
 process, ``--first`` times, each to a fresh workdir on every host (no venv, nothing
 staged), timed from the call to the result — connect, lease, probe, relay transfer,
-venv, pip install, the verify import, state, report folder — beside that deploy's own
+venv, the wheel's install, the verify import, state, report folder — beside that deploy's own
 transfer (the slowest host's upload), and the CPU seconds on each host of the
 non-transfer steps (``cpu_seconds`` of ``deploy-manifest.json``: the step's process
 tree as the host's shell counts it; sshd's own share is not in it).

@@ -338,7 +338,8 @@ def _deploy_dry_run(args: argparse.Namespace) -> int:
             _say(f"  upload {a['name']} -> {a['remote']}", scrub)
         for st in p["steps"]:
             when = f" [when {st['when']}]" if st.get("when") else ""
-            what = st["command"] if "command" in st else f"writes {st['writes']}"
+            what = st["command"] if "command" in st else \
+                f"sends {st['sends']}" if "sends" in st else f"writes {st['writes']}"
             _say(f"  {st['step']}{when}: {what}", scrub)
     _say("resolved at run time, by each host's probe: " + "; ".join(later), scrub)
     return EXIT_OK

@@ -17,7 +17,9 @@ and :class:`Deployer`, the thin runner over ``Cluster``:
    SFTP push; the sha256 is verified on every host, a bad transfer retried once;
 3. install — the ``.run`` with an absolute ``--install-path`` (success line and
    ``vendors/<vendor>/`` required), the wheel into a venv under the workdir built
-   on the host's python (``--system-site-packages``), then one bash that sources
+   on the host's python (``--system-site-packages``, no pip in it: camit's shipped
+   installer ``framework/remote/wheelinst.py`` checks the wheel against its RECORD and
+   leaves what pip would), then one bash that sources
    CANN's and the vendor's ``set_env`` and imports the op library for its version;
    the state file is removed first and written last, so a half-installed host is
    never reported as deployed;
@@ -52,6 +54,7 @@ from framework.deploy.plan import (
     dry_run_plan,
     expected_state,
     install_run_script,
+    installer_bin,
     mb,
     parse_probe,
     parse_run_output,
@@ -198,7 +201,10 @@ class Deployer:
     # -- 1. probe -------------------------------------------------------------------------------
     def _probe(self, artifacts: list[Artifact], result: DeployResult) -> dict[str, Probe]:
         def probe(host: Host) -> Probe:
-            script = probe_script(self.plans[host.name], artifacts, self._relay_bin(host.name) if self.relay else None)
+            plan = self.plans[host.name]
+            wheel = plan.venv and any(a.kind == "wheel" for a in artifacts)
+            script = probe_script(plan, artifacts, self._relay_bin(host.name) if self.relay else None,
+                                  installer_bin(plan) if wheel else None)
             res = timed(result.manifests[host.name], "probe", lambda: host.run(script, timeout=60))
             why = unsafe_reason(res.stdout)
             if why is not None:
@@ -292,8 +298,8 @@ class Deployer:
 
     def _prepare(self, per_host: dict[str, list[Artifact]], probes: dict[str, Probe], result: DeployResult,
                  installs: dict[str, HostInstall]) -> threading.Thread:
-        """Start, beside the transfer, what the install needs and the upload does not (the venv, the import
-        check's torch import: :meth:`HostInstall.prepare`) on every host that will install a wheel; the caller
+        """Start, beside the transfer, what the install needs and the upload does not (the venv, the wheel
+        installer, the import check's torch import: :meth:`HostInstall.prepare`) on every host that will install a wheel; the caller
         joins the thread before installing, and the install goes on with ``installs[host]``."""
         hosts = [h for h in self._alive(result)
                  if any(a.kind == "wheel" for a in per_host[h]) and needs_install(self.plans[h], per_host[h], probes[h])]
@@ -302,7 +308,7 @@ class Deployer:
         def prepare(host: Host) -> None:
             inst = installs[host.name] = HostInstall(host, self.plans[host.name], result.manifests[host.name],
                                                      self.on_event)
-            inst.prepare(per_host[host.name])
+            inst.prepare(per_host[host.name], probes[host.name])
 
         def work() -> None:
             failed.update((n, v) for n, v in self.cluster.map(prepare, hosts).items() if isinstance(v, BaseException))

@@ -6,10 +6,14 @@ the same artifacts). :class:`HostInstall` runs the steps — clear the state, th
 ``.run`` with its success line and ``vendors/<vendor>/`` required, the venv, the
 wheel, the import check, the state written last — each timed into the manifest
 and raising ``DeployError(host, step, ...)`` with the output's tail on failure.
+The wheel goes into camit's venv with the shipped standard-library installer
+(``framework/remote/wheelinst.py``: RECORD-verified, ``pip show``/``uninstall`` correct,
+a fifth of pip's CPU), without a venv with the configured python's pip.
 :meth:`HostInstall.prepare` runs beside the transfer what needs no artifact: the venv,
-and (a wheel without a ``.run``) the import check's torch import (:class:`WarmVerify`),
-which the ``verify`` step then only tells to import the op library; with a ``.run``, the
-check starts once the vendor ``set_env`` exists, beside the wheel's pip.
+the installer shipped where the probe did not find it, and (a wheel without a ``.run``)
+the import check's torch import (:class:`WarmVerify`), which the ``verify`` step then
+only tells to import the op library; with a ``.run``, the check starts once the vendor
+``set_env`` exists, beside the wheel's install.
 """
 
 from __future__ import annotations
@@ -21,9 +25,10 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from framework import commands
+from framework import commands, remote
 from framework.deploy.plan import (
     GO,
+    INSTALLER,
     OP_MODULE,
     STOP,
     WARM_WAIT,
@@ -34,6 +39,7 @@ from framework.deploy.plan import (
     go_script,
     install_run_script,
     install_wheel_script,
+    installer_bin,
     parse_cpu,
     parse_run_output,
     parse_verify,
@@ -47,7 +53,7 @@ from framework.deploy.plan import (
     with_cpu,
 )
 from framework.deploy.result import HostManifest
-from framework.errors import DeployError
+from framework.errors import CommandError, DeployError, TransferError, reason_of
 from framework.hosts import Host
 from framework.remote.layout import DeployState, vendor_of
 from framework.result import Result
@@ -95,6 +101,8 @@ class HostInstall:
         self.on_event = on_event
         #: the import check started by :meth:`prepare`, until the ``verify`` step uses it
         self.warm: WarmVerify | None = None
+        #: the wheel installer is on the host with its sha256 (the probe saw it, or it was shipped)
+        self.installer_ready = False
 
     def run(self, artifacts: Sequence[Artifact], probe: Probe) -> None:
         try:
@@ -116,7 +124,7 @@ class HostInstall:
         if run_art is not None:
             vendor = self.run_package(run_art)
         if wheel_art is not None:
-            self.wheel(wheel_art, vendor if run_art is not None else None)
+            self.wheel(wheel_art, vendor if run_art is not None else None, probe)
         m.vendor = vendor
         state = dict(expected_state(plan, artifacts), vendor=vendor, installed_version=m.installed_version, ops=m.ops,
                      deployed_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
@@ -156,14 +164,17 @@ class HostInstall:
                               f"no vendors/<vendor>/bin/set_env.bash under {plan.install_path} after install")
         return vendor
 
-    def prepare(self, artifacts: Sequence[Artifact]) -> None:
+    def prepare(self, artifacts: Sequence[Artifact], probe: Probe | None = None) -> None:
         """What needs neither the artifacts nor the network, done while they upload: the venv (``--without-pip``),
-        then, for a wheel without a ``.run`` (no vendor ``set_env`` to source first), the import check up to the
-        op library (:class:`WarmVerify`)."""
+        for a wheel without a ``.run`` (no vendor ``set_env`` to source first) the import check up to the op
+        library (:class:`WarmVerify`), then the wheel installer (:meth:`ship_installer`)."""
+        wheel = artifact_of(artifacts, "wheel") is not None
         if self.plan.venv:
             self.step("venv", venv_script(self.plan), 300)
-        if artifact_of(artifacts, "wheel") is not None and artifact_of(artifacts, "run_package") is None:
+        if wheel and artifact_of(artifacts, "run_package") is None:
             self.warm = WarmVerify(self.host, self.plan)
+        if wheel and self.plan.venv:  # after the check's start: torch's import is the longer of the two
+            self.ship_installer(probe)
 
     def stop(self) -> None:
         """End a warm import check that will not be used (the host failed or installs nothing)."""
@@ -174,14 +185,33 @@ class HostInstall:
             except Exception as exc:  # noqa: BLE001 - the host's own failure is reported already
                 log.debug("%s: ending the import check: %s", self.host.name, exc)
 
-    def wheel(self, art: Artifact, vendor: str | None) -> None:
-        """The wheel into the interpreter (a venv first when configured), then the import check."""
+    def ship_installer(self, probe: Probe | None) -> None:
+        """Put the wheel installer on the host unless the probe found it there with its sha256 (content-addressed:
+        shipped once per version); the install step checks its hash again right before it runs it."""
+        if self.installer_ready or (probe is not None and probe.installer_ok):
+            self.installer_ready = True
+            return
+        local, sha = remote.script(INSTALLER)
+        try:
+            timed(self.m, "ship-installer", lambda: self.host.put(local, installer_bin(self.plan), sha256=sha))
+        except (TransferError, CommandError) as exc:
+            raise DeployError(self.host.name, "install-wheel",
+                              f"cannot ship the wheel installer: {reason_of(exc, self.host.name)}",
+                              exit_code=exc.exit_code) from exc
+        self.installer_ready = True
+
+    def wheel(self, art: Artifact, vendor: str | None, probe: Probe | None = None) -> None:
+        """The wheel into the interpreter (a venv first when configured, and the installer there), then the
+        import check."""
         plan = self.plan
-        if plan.venv and "venv" not in self.m.durations:  # not made already while the artifacts uploaded
-            self.step("venv", venv_script(plan), 300)
-        if vendor is not None and self.warm is None:  # the import check beside pip, in the vendor's environment
+        if plan.venv:
+            if "venv" not in self.m.durations:  # not made already while the artifacts uploaded
+                self.step("venv", venv_script(plan), 300)
+            self.ship_installer(probe)
+        if vendor is not None and self.warm is None:  # the import check beside the install, in the vendor's env
             self.warm = WarmVerify(self.host, plan, vendor)
-        self.on_event(self.host.name, f"pip install {art.name} into {plan.interpreter}")
+        how = "install" if plan.venv else "pip install"
+        self.on_event(self.host.name, f"{how} {art.name} into {plan.interpreter}")
         self.step("install-wheel", install_wheel_script(plan, art), 900)
         out = self.verify(vendor)
         problems = vendor_env_problems(plan, vendor, out) if vendor else []

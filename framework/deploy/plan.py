@@ -44,7 +44,7 @@ RELAY_STREAM_CHUNK = 256 * 1024
 
 __all__ = ["KINDS", "OP_MODULE", "OPS", "RELAY_STREAM_CHUNK", "SPACE_MARGIN", "STATE_VERSION", "VENDOR", "Artifact",
            "HostPlan", "Probe", "expected_state", "pick_for_host", "install_run_script", "parse_probe", "parse_run_output",
-           "parse_cpu", "pip_argv", "probe_script", "resolve_artifacts", "space_problem", "state_script", "vendor_of",
+           "parse_cpu", "pip_argv", "installer_bin", "probe_script", "resolve_artifacts", "space_problem", "state_script", "vendor_of",
            "venv_script", "verify_argv", "warm_verify_argv", "go_script", "warm_go_path", "dry_run_plan"]
 
 
@@ -177,6 +177,7 @@ class Probe:
     vendor_trees: list[str] = field(default_factory=list)
     interpreter_ok: bool = False
     relay_ok: bool = False
+    installer_ok: bool = False
     os_id: str | None = None
     arch: str | None = None
 
@@ -187,16 +188,19 @@ FREE_TAG = "free"  # @@free <bytes>: free space in the workdir
 TREE_TAG = "tree"  # @@tree <path>: a vendors/*/bin/set_env.bash under the install path
 INTERP_TAG = "interp"  # @@interp: the interpreter is executable
 RELAY_TAG = "relay"  # @@relay: the relay program is on the host
+INSTALLER_TAG = "wheelinst"  # @@wheelinst: the wheel installer is on the host
 OS_TAG = "os"  # @@os <ID>: ID= of /etc/os-release, as UMDK's compile_ascend_proj.sh reads it for the .run name
 ARCH_TAG = "arch"  # @@arch <uname -m>
 
 
-def probe_script(plan: HostPlan, artifacts: Sequence[Artifact], relay_bin: str | None = None) -> ShellScript:
+def probe_script(plan: HostPlan, artifacts: Sequence[Artifact], relay_bin: str | None = None,
+                 installer: str | None = None) -> ShellScript:
     """One shell script answering everything deploy needs to decide, as tagged records.
 
     It starts with the workdir's guard (:meth:`HostLayout.guard_script`: an unsafe workdir ends it with
-    an ``@@unsafe`` record); a staged artifact, the venv's interpreter and the relay program count as
-    present only when they hash (or resolve) to what they must be, so a tampered one is replaced.
+    an ``@@unsafe`` record); a staged artifact, the venv's interpreter, the relay program (``relay_bin``) and
+    the wheel installer (``installer``, :func:`installer_bin`) count as present only when they hash (or
+    resolve) to what they must be, so a tampered one is replaced.
     """
     q = commands.quote
     layout = plan.layout
@@ -215,6 +219,8 @@ def probe_script(plan: HostPlan, artifacts: Sequence[Artifact], relay_bin: str |
     parts.append(sh_tag(ARCH_TAG, '"$(uname -m)"'))
     if relay_bin:
         parts.append(f"{sh_sha_ok(relay_bin, bin_sha(relay_bin))} && {sh_tag(RELAY_TAG)}")
+    if installer:
+        parts.append(f"{sh_sha_ok(installer, bin_sha(installer))} && {sh_tag(INSTALLER_TAG)}")
     return ShellScript("; ".join(f"{{ {p}; }}" if i else p for i, p in enumerate(parts)) + "; true")
 
 
@@ -256,6 +262,8 @@ def parse_probe(stdout: str) -> Probe:
             probe.interpreter_ok = True
         elif rec.tag == RELAY_TAG:
             probe.relay_ok = True
+        elif rec.tag == INSTALLER_TAG:
+            probe.installer_ok = True
         elif rec.tag == OS_TAG:
             probe.os_id = rec.value.strip()
         elif rec.tag == ARCH_TAG:
@@ -298,44 +306,19 @@ def tree_script(plan: HostPlan) -> ShellScript:
 
 def venv_script(plan: HostPlan) -> ShellScript:
     """sh building the venv when its interpreter is missing or not the host's python: ``--without-pip``
-    (ensurepip was ~15 s of a first deploy per host under load; the wheel goes in with the host python's own
-    pip, :func:`install_wheel_script`), ``--system-site-packages`` (torch and CANN's python are the host's)."""
+    (ensurepip was ~15 s of a first deploy per host under load; the wheel goes in with camit's own installer,
+    :func:`install_wheel_script`), ``--system-site-packages`` (torch and CANN's python are the host's)."""
     q = commands.quote
     return ShellScript(f"{interpreter_ok(plan)} || {q(plan.python)} -m venv --clear --without-pip "
                        f"--system-site-packages {q(plan.venv_dir)}")
 
 
-#: the oldest pip with ``--python`` (install into another interpreter's environment)
-PIP_PYTHON_OPTION = (22, 3)
 PIP_OPTIONS = ("install", "--force-reinstall", "--no-deps", "--no-index", "--disable-pip-version-check", "-q")
-#: exits 0 when the interpreter's pip has ``--python``
-_PIP_HAS_PYTHON = ("import sys, pip; v = pip.__version__.split('.'); "
-                   f"sys.exit(0 if (int(v[0]), int(v[1])) >= {PIP_PYTHON_OPTION!r} else 1)")
 
 
 def pip_argv(plan: HostPlan, art: Artifact) -> list[str]:
-    """pip run by the interpreter itself (no venv, or the fallbacks of :func:`pip_choice_script`)."""
+    """pip run by the interpreter itself: the install without a venv (into the configured python)."""
     return [plan.interpreter, "-m", "pip", *PIP_OPTIONS, plan.remote_path(art)]
-
-
-def pip_python_argv(plan: HostPlan, art: Artifact) -> list[str]:
-    """The host python's pip installing into the venv (``--python``, pip >= 22.3): the venv needs no pip."""
-    return [plan.python, "-m", "pip", "--python", plan.interpreter, *PIP_OPTIONS, plan.remote_path(art)]
-
-
-def pip_choice_script(plan: HostPlan, art: Artifact) -> str:
-    """sh installing the wheel into the venv with the first pip that can, none of them the venv's own: the host's
-    pip as the venv sees it through its system site-packages, run by the venv's interpreter (one process: pip's
-    ``--python`` starts pip in the host python and then again in the venv's, ~0.35 s more CPU per host); else,
-    when the venv cannot see it (a pip outside the system site-packages), the host python's with ``--python`` when
-    it is >= 22.3; else (no pip on the host at all) the venv's own from ``ensurepip``, what every venv had before."""
-    q = commands.quote
-    new_pip = f"{q(plan.python)} -c {q(_PIP_HAS_PYTHON)} >/dev/null 2>&1"
-    venv_pip = f"{q(plan.interpreter)} -c 'import pip' >/dev/null 2>&1"
-    ensurepip = f"{q(plan.interpreter)} -m ensurepip --default-pip >/dev/null"
-    return (f"if {venv_pip}; then {commands.join(pip_argv(plan, art))}; "
-            f"elif {new_pip}; then {commands.join(pip_python_argv(plan, art))}; "
-            f"else {ensurepip} && {commands.join(pip_argv(plan, art))}; fi")
 
 
 #: ``@@cpu`` and then the shell's ``times`` (its own user/sys, then its children's): a step's CPU on the host
@@ -360,13 +343,36 @@ def parse_cpu(stdout: str) -> float | None:
     return round(sum(int(m) * 60 + float(s) for m, s in found), 3)
 
 
+#: the wheel installer shipped to the hosts (``framework/remote/wheelinst.py``): installs into camit's venv
+INSTALLER = "wheelinst.py"
+
+
+def installer_bin(plan: HostPlan) -> str:
+    """Where the wheel installer goes on the host: content-addressed under its workdir (:meth:`HostPlan.bin_path`)."""
+    return plan.bin_path(INSTALLER, remote.script(INSTALLER)[1])
+
+
+def wheelinst_argv(plan: HostPlan, art: Artifact) -> list[str]:
+    """The venv's interpreter running the shipped installer on the staged wheel (``-I``: no ``PYTHON*``
+    variables, user site or working directory; ``sysconfig`` is then the venv's own scheme)."""
+    return [plan.interpreter, "-I", installer_bin(plan), plan.remote_path(art)]
+
+
 def install_wheel_script(plan: HostPlan, art: Artifact) -> ShellScript:
-    """pip on the staged wheel (into a venv: :func:`pip_choice_script`), run only when the wheel still hashes to
-    ``art.sha256`` and the interpreter is the one it must be."""
+    """The staged wheel installed, only when it still hashes to ``art.sha256`` and the interpreter is the one it
+    must be: into camit's venv by the shipped installer (:func:`wheelinst_argv`, ~0.2 s of CPU for a 64 MiB
+    wheel where pip took ~0.9 s; run only when it hashes to the shipped one), without a venv by the configured
+    python's pip (:func:`pip_argv`). A wheel the installer refuses (not matching its RECORD, unsafe paths,
+    ``Wheel-Version`` 2) fails the step: there is no fallback to pip."""
     check = sh_verified(plan.remote_path(art), art.sha256, "the staged wheel")
     interp = f"{{ {interpreter_ok(plan)} || {{ echo {commands.quote(f'camit: {plan.interpreter} is not {plan.python}: not run')} >&2; exit 3; }}; }}"
-    pip = pip_choice_script(plan, art) if plan.venv else commands.join(pip_argv(plan, art))
-    return ShellScript(f"{check} && {interp} && {{ {pip}; }}")
+    if plan.venv:
+        installer = installer_bin(plan)
+        install = (f"{sh_verified(installer, bin_sha(installer), 'the wheel installer')} && "
+                   + commands.join(wheelinst_argv(plan, art)))
+    else:
+        install = commands.join(pip_argv(plan, art))
+    return ShellScript(f"{check} && {interp} && {{ {install}; }}")
 
 
 def stage_ok_script(plan: HostPlan, art: Artifact) -> ShellScript:
@@ -527,6 +533,8 @@ def dry_run_plan(plan: HostPlan, artifacts: Sequence[Artifact]) -> dict[str, Any
 
     if plan.venv and wheel is not None:
         step("venv", venv_script(plan), "the venv's interpreter is missing or not the host's python")
+        steps.append({"step": "ship-installer", "sends": installer_bin(plan),
+                      "when": "the probe did not find the wheel installer there with its sha256"})
     step("clear-state", commands.join(DeployState.clear_argv(plan.layout)))
     for art in runs:
         step("install-run", install_run_script(plan, art),

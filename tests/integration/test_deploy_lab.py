@@ -99,6 +99,55 @@ def test_first_deploy_venv_has_no_pip_and_metadata_is_right_on_every_host(env_va
             assert "Version: 209.0.0b1" in show and f"Location: {location}" in show, show
 
 
+#: run on a host by the venv's python: every RECORD row of the op library hashes right, and no file of the package
+#: or its dist-info is missing from RECORD
+_RECORD_CHECK = """
+import base64, csv, hashlib, json, os, importlib.metadata as md
+d = md.distribution('umdk_cam_op_lib')
+base = str(d.locate_file(''))
+bad, listed = [], set()
+record = next(str(f) for f in d.files if f.name == 'RECORD' and f.parent.name.endswith('.dist-info'))
+with open(os.path.join(base, record), newline='') as f:
+    for path, digest, size in (r for r in csv.reader(f) if r):
+        full = os.path.normpath(os.path.join(base, path))
+        listed.add(full)
+        if digest:
+            data = open(full, 'rb').read()
+            got = 'sha256=' + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b'=').decode()
+            if got != digest or int(size) != len(data):
+                bad.append(path)
+ours = [os.path.join(root, n) for top in ('umdk_cam_op_lib', os.path.dirname(record))
+        for root, _, names in os.walk(os.path.join(base, top)) for n in names]
+print(json.dumps([d.read_text('INSTALLER'), bad, sorted(set(ours) - listed), len(listed)]))
+"""
+
+
+def test_first_deploy_wheel_is_installed_as_pip_would_and_pip_uninstalls_it(env_variant, lab_env, built, tmp_path):
+    """Issue 18 item 1: the wheel goes into camit's venv with the shipped installer, not pip; on every deployed host
+    the venv's own ``python -m pip show`` sees the right name, version and location, and the installed files are
+    exactly what RECORD lists, each with its hash; ``pip uninstall -y`` removes it."""
+    env = env_for(env_variant, None, built["wheel"], workdir=fresh_workdir(lab_env, "d3"))
+    result, _ = deploy(env)
+    assert result.ok, result.errors
+    with Cluster.from_env(env) as cluster:
+        plans = Deployer(env, cluster).plans
+        for host in cluster:
+            plan = plans[host.name]
+            assert "ship-installer" in result.manifests[host.name].durations  # a fresh workdir: shipped
+            show = host.check([plan.interpreter, "-m", "pip", "show", "-f", "umdk_cam_op_lib"], timeout=120).stdout
+            site = f"{plan.venv_dir}/lib/"
+            assert "Name: umdk_cam_op_lib\n" in show and "Version: 209.0.0b1\n" in show, show
+            assert f"Location: {site}" in show and "/site-packages\n" in show, show
+            out = host.check([plan.interpreter, "-c", _RECORD_CHECK], timeout=120).stdout
+            installer, bad, unlisted, n = json.loads(out.strip().splitlines()[-1])
+            assert installer == "camit\n" and bad == [] and unlisted == [] and n > 10, (host.name, out)
+        host = next(iter(cluster))
+        plan = plans[host.name]
+        host.check([plan.interpreter, "-m", "pip", "uninstall", "-y", "umdk_cam_op_lib"], timeout=120)
+        left = host.run([plan.interpreter, "-c", "import umdk_cam_op_lib"], timeout=120)
+        assert left.rc != 0 and "ModuleNotFoundError" in left.stderr
+
+
 def test_no_relay_pushes_directly_and_a_changed_wheel_reinstalls(env_variant, lab_env, built, tmp_path):
     env = env_for(env_variant, built["run"], built["wheel"], workdir=fresh_workdir(lab_env, "d2"),
                   relay=False)

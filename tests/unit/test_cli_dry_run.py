@@ -20,7 +20,7 @@ import pytest
 
 from framework import cli, remote
 from framework.config import load
-from framework.deploy.plan import HostPlan, install_run_script, resolve_artifacts
+from framework.deploy.plan import HostPlan, install_run_script, install_wheel_script, installer_bin, resolve_artifacts
 from framework.launch.plan import Target, node_command, plan_nodes, prepared_for
 from framework.remote.layout import HostLayout
 
@@ -99,6 +99,9 @@ def test_deploy_dry_run_prints_each_hosts_uploads_and_install_steps(env_file, no
         assert f"  upload {wheel.name} -> {workdir}/artifacts/{wheel.sha256}/{wheel.name}\n" in out
         run = next(a for a in arts if a.kind == "run_package")
         assert f"  install-run: {install_run_script(plan, run)}\n" in out  # the very command deploy runs
+        assert f"  install-wheel: {install_wheel_script(plan, wheel)}\n" in out
+        assert (f"  ship-installer [when the probe did not find the wheel installer there with its sha256]: "
+                f"sends {installer_bin(plan)}\n") in out
     assert "resolved at run time, by each host's probe: which artifacts each host has staged already" in out
 
 
@@ -111,8 +114,9 @@ def test_deploy_dry_run_json_and_no_relay(env_file, no_way_out, capsys):
     (host,) = doc["hosts"]
     assert host["host"] == "node2" and host["transfer"] == "direct SFTP"
     assert host["interpreter"] == "/srv/camit w/venv/bin/python"
-    assert [s["step"] for s in host["steps"]] == ["venv", "clear-state", "install-run", "check-tree",
-                                                  "install-wheel", "verify", "write-state"]
+    assert [s["step"] for s in host["steps"]] == ["venv", "ship-installer", "clear-state", "install-run",
+                                                  "check-tree", "install-wheel", "verify", "write-state"]
+    assert host["steps"][1]["sends"].startswith("/srv/camit w/bin/wheelinst-")
     assert host["steps"][-1]["writes"] == "/srv/camit w/deploy-state.json"
     assert {a["kind"] for a in host["artifacts"]} == {"run_package", "wheel"}
     assert doc["resolved_at_run_time"]

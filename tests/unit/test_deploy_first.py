@@ -1,6 +1,7 @@
-"""A first deploy's non-transfer steps (issue 18): the venv without ensurepip, the wheel installed by the host
-python's own pip (``--python``, with the fallbacks for older or missing pip), the CPU of each step measured on the
-host, and the venv made while the artifacts upload. Real ``sh``/``bash``, a real venv and pip on this machine."""
+"""A first deploy's non-transfer steps (issue 18): the venv without ensurepip, the wheel installed into it by the
+shipped installer (``framework/remote/wheelinst.py``, its sha256 checked before it runs), the CPU of each step
+measured on the host, and the venv and the installer made ready while the artifacts upload. Real ``sh``/``bash``,
+a real venv and pip on this machine."""
 
 from __future__ import annotations
 
@@ -17,8 +18,8 @@ from pathlib import Path
 import pytest
 from builders import make_env
 
-from framework import deploy
-from framework.deploy.plan import PIP_PYTHON_OPTION, install_wheel_script, parse_cpu, pip_choice_script, with_cpu
+from framework import deploy, remote
+from framework.deploy.plan import install_wheel_script, installer_bin, parse_cpu, with_cpu
 from framework.hosts import Cluster, Host, sha256_file
 from framework.transport.local import LocalTransport
 
@@ -66,13 +67,22 @@ def _sh(script: str, **env: str) -> subprocess.CompletedProcess[str]:
                           env={"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/root"), **env})
 
 
-def test_venv_has_no_pip_and_the_host_pip_installs_with_correct_metadata(tmp_path):
+def _ship(plan: deploy.HostPlan) -> Path:
+    """The wheel installer where deploy ships it (what :meth:`HostInstall.ship_installer` does over the transport)."""
+    dest = Path(installer_bin(plan))
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    dest.write_bytes(remote.script("wheelinst.py")[0].read_bytes())
+    return dest
+
+
+def test_venv_has_no_pip_and_the_shipped_installer_installs_with_correct_metadata(tmp_path):
     plan = _plan(tmp_path / "w d")
     art = _stage(plan, tiny_wheel(tmp_path / "dist"))
     assert "--without-pip" in deploy.venv_script(plan)
     assert _sh(deploy.venv_script(plan)).returncode == 0
     venv = Path(plan.venv_dir)
     assert not list(venv.glob("lib/python*/site-packages/pip")), "ensurepip ran: the venv has its own pip"
+    _ship(plan)
     res = _sh(install_wheel_script(plan, art))
     assert res.returncode == 0, res.stderr
     site = next(venv.glob("lib/python*/site-packages"))
@@ -82,7 +92,7 @@ def test_venv_has_no_pip_and_the_host_pip_installs_with_correct_metadata(tmp_pat
             "d.read_text('INSTALLER')]))")
     out = subprocess.run([plan.interpreter, "-c", code], capture_output=True, text=True, check=True).stdout
     version, location, files, installer = json.loads(out)
-    assert version == VERSION and Path(location) == site and installer.strip() == "pip"
+    assert version == VERSION and Path(location) == site and installer.strip() == "camit"  # not pip
     assert {"umdk_cam_op_lib/__init__.py", "umdk_cam_op_lib/_data.txt",
             f"umdk_cam_op_lib-{VERSION}.dist-info/RECORD"} <= set(files)
     show = subprocess.run([sys.executable, "-m", "pip", "--python", plan.interpreter, "show", "-f", "umdk_cam_op_lib"],
@@ -93,46 +103,37 @@ def test_venv_has_no_pip_and_the_host_pip_installs_with_correct_metadata(tmp_pat
     assert not list(venv.glob("lib/python*/site-packages/pip"))
 
 
-def _fake_python(path: Path, log: Path, pip_version: str | None) -> Path:
-    """An interpreter stand-in for the branch logic only: logs its argv, has pip ``pip_version`` (None: no pip)."""
-    has_pip = "exit 0" if pip_version else "exit 1"
-    new = pip_version and tuple(int(x) for x in pip_version.split(".")[:2]) >= PIP_PYTHON_OPTION
-    path.write_text(f"""#!/bin/sh
-echo "$0 $*" >> '{log}'
-case "$*" in
-  "-c import sys, pip;"*) {"exit 0" if new else "exit 1"} ;;
-  "-c import pip") {has_pip} ;;
-esac
-exit 0
-""")
-    path.chmod(0o755)
-    return path
+def test_an_installer_on_the_host_that_does_not_hash_right_is_never_run(tmp_path):
+    plan = _plan(tmp_path / "w")
+    art = _stage(plan, tiny_wheel(tmp_path / "dist"))
+    assert _sh(deploy.venv_script(plan)).returncode == 0
+    missing = _sh(install_wheel_script(plan, art))
+    assert missing.returncode == 3 and "the wheel installer" in missing.stderr
+    planted = _ship(plan)
+    mark = tmp_path / "ran"
+    planted.write_text(f"open({str(mark)!r}, 'w').close()\n")
+    res = _sh(install_wheel_script(plan, art))
+    assert res.returncode == 3 and not mark.exists()
+    assert f"camit: the wheel installer {planted} does not match its sha256" in res.stderr
 
 
-@pytest.mark.parametrize(("host_pip", "venv_sees_pip", "expect"), [
-    # the host's pip as the venv sees it (system site-packages), run once by the venv's python, not re-run by
-    # the host python's pip --python (a second pip start, ~0.35 s CPU per host)
-    ("23.2.1", True, "venv -m pip install"),
-    ("21.3.1", True, "venv -m pip install"),  # older pip: the same
-    ("23.2.1", False, "host -m pip --python"),  # a host pip the venv cannot see (not in the system site-packages)
-    (None, False, "venv -m ensurepip"),  # no pip at all: the venv's own, as before
-])
-def test_pip_choice_falls_back_for_old_or_missing_pip(tmp_path, host_pip, venv_sees_pip, expect):
-    log = tmp_path / "log"
-    host = _fake_python(tmp_path / "host", log, host_pip)
-    plan = deploy.HostPlan(host="h", workdir=str(tmp_path), python=str(host), venv=True,
-                           install_path=str(tmp_path / "opp"), manage_ip="10.0.0.1")
-    Path(plan.interpreter).parent.mkdir(parents=True)
-    venv = _fake_python(Path(plan.interpreter), log, "21.3.1" if venv_sees_pip else None)
-    art = deploy.Artifact("wheel", Path("/x/u.whl"), "ab" * 32, 1)
-    assert _sh(pip_choice_script(plan, art)).returncode == 0
-    calls = [line.replace(str(host), "host").replace(str(venv), "venv") for line in log.read_text().splitlines()]
-    installs = [c for c in calls if " -c " not in c]
-    assert installs[0].startswith(expect), calls
-    assert installs[-1].endswith("install --force-reinstall --no-deps --no-index --disable-pip-version-check -q "
-                                 + plan.remote_path(art)), calls
-    if expect.startswith("host"):
-        assert installs[0].startswith("host -m pip --python venv install"), calls  # into the venv
+def test_a_tampered_staged_wheel_fails_the_step_and_is_not_installed(tmp_path):
+    """A wheel whose member does not match its RECORD: the installer's one line, no fallback to pip."""
+    plan = _plan(tmp_path / "w")
+    wheel = tiny_wheel(tmp_path / "dist")
+    bad = tmp_path / "bad" / wheel.name
+    bad.parent.mkdir()
+    with zipfile.ZipFile(wheel) as zin, zipfile.ZipFile(bad, "w") as zout:
+        for item in zin.infolist():
+            zout.writestr(item, b"tampered\n" if item.filename.endswith("_data.txt") else zin.read(item.filename))
+    art = _stage(plan, bad)
+    assert _sh(deploy.venv_script(plan)).returncode == 0
+    _ship(plan)
+    res = _sh(install_wheel_script(plan, art))
+    assert res.returncode == 2, res
+    assert res.stderr.strip().splitlines() == [
+        f"wheelinst: {wheel.name} refused, nothing installed: umdk_cam_op_lib/_data.txt: sha256 does not match RECORD"]
+    assert not list(Path(plan.venv_dir).glob("lib/python*/site-packages/umdk_cam_op_lib*"))
 
 
 @pytest.mark.parametrize("shell", ["sh", "bash"])
@@ -202,6 +203,8 @@ class _UploadAfterWarm(LocalTransport):
         self.work, self.wait, self.fail, self.warm_during_upload = work, wait, fail, threading.Event()
 
     def put(self, local, remote, **kwargs):  # type: ignore[no-untyped-def]
+        if Path(local).name == "wheelinst.py":  # the installer, shipped beside the upload: not an artifact
+            return super().put(local, remote, **kwargs)
         for _ in range(int(self.wait * 20)):
             if _warm_pids(self.work):
                 self.warm_during_upload.set()
@@ -303,14 +306,14 @@ def test_an_import_check_that_gave_up_waiting_is_run_again(tmp_path, monkeypatch
 
 
 class _PipAfterWarm(LocalTransport):
-    """A host whose pip install waits until the import check's interpreter is running (or ``wait`` seconds)."""
+    """A host whose wheel install waits until the import check's interpreter is running (or ``wait`` seconds)."""
 
     def __init__(self, name: str, work: Path, wait: float) -> None:
         super().__init__(name)
         self.work, self.wait, self.warm_during_pip = work, wait, threading.Event()
 
     def run(self, line, **kwargs):  # type: ignore[no-untyped-def]
-        if "--force-reinstall" in line:
+        if "wheelinst-" in line:
             for _ in range(int(self.wait * 20)):
                 if _warm_pids(self.work):
                     self.warm_during_pip.set()
@@ -319,9 +322,9 @@ class _PipAfterWarm(LocalTransport):
         return super().run(line, **kwargs)
 
 
-def test_with_a_run_package_the_import_check_starts_in_the_vendor_env_beside_pip(tmp_path):
+def test_with_a_run_package_the_import_check_starts_in_the_vendor_env_beside_the_wheel_install(tmp_path):
     """With a ``.run`` the check needs the vendor ``set_env`` the ``.run`` makes: it starts right after that
-    install, runs while pip installs the wheel, and still checks the op API and ASCEND_CUSTOM_OPP_PATH."""
+    install, runs while the wheel is installed, and still checks the op API and ASCEND_CUSTOM_OPP_PATH."""
     from framework.lab import artifacts
 
     run = artifacts.build_run_package(tmp_path / "run")
@@ -335,7 +338,58 @@ def test_with_a_run_package_the_import_check_starts_in_the_vendor_env_beside_pip
     with Cluster([Host("h1", transport, spec=env.hosts["h1"], command_timeout=120)]) as cluster:
         result = deploy.Deployer(env, cluster, on_event=lambda h, m: None).run()
     assert result.ok, result.errors
-    assert transport.warm_during_pip.is_set(), "the import check started only after pip"
+    assert transport.warm_during_pip.is_set(), "the import check started only after the wheel's install"
     m = result.manifests["h1"]
     assert m.installed_version == VERSION and m.vendor and len(log.read_text().split()) == 1
     assert _warm_pids(work) == []
+
+
+class _Counting(LocalTransport):
+    """A host that records what is put on it."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.puts: list[str] = []
+
+    def put(self, local, remote, **kwargs):  # type: ignore[no-untyped-def]
+        self.puts.append(str(local))
+        return super().put(local, remote, **kwargs)
+
+
+def test_the_installer_is_shipped_once_and_again_when_it_changed_on_the_host(tmp_path):
+    """The probe finds the installer by its sha256: shipped on the first deploy (beside the upload), not on the next
+    one with a changed wheel, again when the copy on the host was altered."""
+    local = str(remote.script("wheelinst.py")[0])
+    transport = _Counting("h1")
+    first, _, work = _deploy_one(tmp_path / "a", tiny_wheel(tmp_path / "dist1"), lambda w: transport)
+    assert first.ok, first.errors
+    assert transport.puts.count(local) == 1 and "ship-installer" in first.manifests["h1"].durations
+    assert first.manifests["h1"].installed_version == VERSION
+    other = _counting_wheel(tmp_path / "dist2", tmp_path / "imports")  # a changed wheel, the same installer
+    again, _, _ = _deploy_one(tmp_path / "a", other, lambda w: transport)
+    assert again.ok, again.errors
+    assert transport.puts.count(local) == 1 and "ship-installer" not in again.manifests["h1"].durations
+    plan = _plan(work)
+    Path(installer_bin(plan)).write_text("print('altered')\n")
+    third, _, _ = _deploy_one(tmp_path / "a", tiny_wheel(tmp_path / "dist1"), lambda w: transport)
+    assert third.ok, third.errors
+    assert transport.puts.count(local) == 2
+    assert Path(installer_bin(plan)).read_bytes() == Path(local).read_bytes()
+
+
+class _NoInstaller(LocalTransport):
+    """A host where putting the wheel installer fails (the artifacts go through)."""
+
+    def put(self, local, remote, **kwargs):  # type: ignore[no-untyped-def]
+        if Path(local).name == "wheelinst.py":
+            from framework.errors import TransferError
+            raise TransferError(self.name, "disk quota exceeded (test)")
+        return super().put(local, remote, **kwargs)
+
+
+def test_an_installer_that_cannot_be_shipped_fails_the_wheel_install_naming_it(tmp_path):
+    result, _, work = _deploy_one(tmp_path, tiny_wheel(tmp_path / "dist"), lambda w: _NoInstaller("h1"))
+    m = result.manifests["h1"]
+    assert not result.ok and m.step == "install-wheel", (m.step, m.error)
+    assert "cannot ship the wheel installer: disk quota exceeded (test)" in (m.error or "")
+    assert not (work / "deploy-state.json").exists() and _warm_pids(work) == []

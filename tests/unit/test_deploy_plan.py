@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import shlex
 import subprocess
@@ -10,8 +11,8 @@ from pathlib import Path
 import pytest
 from builders import make_env
 
-from framework import deploy
-from framework.deploy.plan import parse_verify
+from framework import deploy, remote
+from framework.deploy.plan import install_wheel_script, interpreter_ok, parse_verify
 from framework.errors import ConfigError
 from framework.remote.layout import sh_verified
 
@@ -94,6 +95,52 @@ def test_exact_command_lines():
     assert "import torch_npu\nimport torch, umdk_cam_op_lib" in bash[2]  # torch_npu first on NPU hosts
     code = shlex.split(bash[2].rsplit(" -c ", 1)[1])[0]
     assert "ctypes.CDLL('libcust_opapi.so')" in code  # by bare name, as CAM's GetOpApiFuncAddr
+
+
+def test_into_a_venv_the_wheel_goes_in_with_the_shipped_installer_checked_and_without_one_with_pip():
+    """Issue 18: the venv gets camit's installer, run by the venv's interpreter only when it hashes to the shipped
+    file; the user's own interpreter (no venv) keeps pip exactly as before."""
+    path, sha = remote.script("wheelinst.py")
+    installer = f"/w d/bin/wheelinst-{sha[:12]}.py"
+    assert deploy.installer_bin(PLAN) == installer
+    check = sh_verified(PLAN.remote_path(ART), ART.sha256, "the staged wheel")
+    interp = (f"{{ {interpreter_ok(PLAN)} || {{ echo 'camit: /w d/venv/bin/python is not /usr/bin/python3: not run' "
+              ">&2; exit 3; }; }")
+    assert install_wheel_script(PLAN, ART) == (
+        f"{check} && {interp} && {{ {sh_verified(installer, sha, 'the wheel installer')} && "
+        f"'/w d/venv/bin/python' -I '{installer}' '{PLAN.remote_path(ART)}'; }}")
+    assert "pip" not in install_wheel_script(PLAN, ART)
+    own = dataclasses.replace(PLAN, venv=False)
+    assert install_wheel_script(own, ART) == (
+        f"{check} && {{ {interpreter_ok(own)} || {{ echo 'camit: /usr/bin/python3 is not /usr/bin/python3: not run' "
+        ">&2; exit 3; }; } && { /usr/bin/python3 -m pip install --force-reinstall --no-deps --no-index "
+        f"--disable-pip-version-check -q '{PLAN.remote_path(ART)}'; }}")
+    assert "wheelinst" not in install_wheel_script(own, ART)
+    # the dry run shows the installer shipped beside the venv, only into a venv
+    steps = deploy.plan.dry_run_plan(PLAN, [ART])["steps"]
+    assert steps[1] == {"step": "ship-installer", "sends": installer,
+                        "when": "the probe did not find the wheel installer there with its sha256"}
+    assert next(st for st in steps if st["step"] == "install-wheel")["command"] == install_wheel_script(PLAN, ART)
+    assert "ship-installer" not in [st["step"] for st in deploy.plan.dry_run_plan(own, [ART])["steps"]]
+    assert path.read_bytes().startswith(b"#!/usr/bin/env python3\n")
+
+
+def test_the_probe_reports_the_installer_only_when_it_hashes_right(tmp_path):
+    plan = deploy.HostPlan(host="h", workdir=str(tmp_path / "w"), python="/bin/true", venv=True,
+                           install_path=str(tmp_path / "opp"), manage_ip="10.0.0.1")
+    installer = Path(deploy.installer_bin(plan))
+
+    def probe() -> deploy.Probe:
+        out = subprocess.run(["/bin/sh", "-c", deploy.probe_script(plan, [ART], None, str(installer))],
+                             capture_output=True, text=True, check=True).stdout
+        return deploy.parse_probe(out)
+
+    assert not probe().installer_ok
+    installer.parent.mkdir(parents=True)
+    installer.write_bytes(remote.script("wheelinst.py")[0].read_bytes())
+    assert probe().installer_ok
+    installer.write_bytes(installer.read_bytes() + b"# altered\n")
+    assert not probe().installer_ok
 
 
 def test_verify_on_cpu_skips_torch_npu_and_cann():
