@@ -9,6 +9,7 @@ import base64
 import hashlib
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -313,7 +314,8 @@ class _PipAfterWarm(LocalTransport):
         self.work, self.wait, self.warm_during_pip = work, wait, threading.Event()
 
     def run(self, line, **kwargs):  # type: ignore[no-untyped-def]
-        if "wheelinst-" in line:
+        # the install-wheel step: the installer run on the wheel (the probe and the ship name the installer too)
+        if re.search(r" -I \S*/wheelinst-\w+\.py \S+\.whl", line):
             for _ in range(int(self.wait * 20)):
                 if _warm_pids(self.work):
                     self.warm_during_pip.set()
