@@ -18,6 +18,10 @@ transfer (the slowest host's upload), and the CPU seconds on each host of the
 non-transfer steps (``cpu_seconds`` of ``deploy-manifest.json``: the step's process
 tree as the host's shell counts it; sshd's own share is not in it).
 
+The wheel install step alone, side by side on the controller machine: pip (what a deploy into
+camit's venv ran before) vs camit's shipped installer, each into a fresh venv, and ``import torch``
+(the verify import's floor).
+
 Last, a redeploy of unchanged artifacts against ``camit exec -- true`` on the same hosts.
 Goals: relay transfer ≤ 1.5 × limit, redeploy ≤ 1.5 × exec (issue 3); whole first
 deploy ≤ 2 × limit, non-transfer CPU per host ≤ 3 s (issue 18).
@@ -100,6 +104,39 @@ def load_avg() -> str:
     return "/".join(f"{x:.1f}" for x in os.getloadavg())
 
 
+def child_cpu(argv: list[str]) -> float:
+    """CPU seconds (user + sys) of ``argv`` run to its end as a child process."""
+    import resource
+
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def installers(wheel: Path, tmp: Path, rounds: int = 5) -> dict[str, float]:
+    """The wheel install step's own cost, side by side on this machine: the median CPU seconds of pip (what a
+    deploy into camit's venv ran before, ``--python`` into a ``--without-pip`` venv) and of camit's shipped
+    installer (``framework/remote/wheelinst.py``), each into a fresh ``--without-pip --system-site-packages``
+    venv, alternated; and of ``import torch``, the verify import's floor."""
+    from framework.deploy.plan import PIP_OPTIONS
+    from framework.remote import script
+
+    inst = str(script("wheelinst.py")[0])
+    got: dict[str, list[float]] = {"pip": [], "camit": [], "torch": []}
+    for i in range(rounds):
+        for kind in ("pip", "camit"):
+            venv = tmp / f"venv-{kind}-{i}"
+            subprocess.run([sys.executable, "-m", "venv", "--without-pip", "--system-site-packages", str(venv)],
+                           check=True)
+            py = str(venv / "bin" / "python")
+            argv = ([sys.executable, "-m", "pip", "--python", py, *PIP_OPTIONS, str(wheel)] if kind == "pip"
+                    else [py, "-I", inst, str(wheel)])
+            got[kind].append(child_cpu(argv))
+        got["torch"].append(child_cpu([sys.executable, "-c", "import torch"]))
+    return {k: statistics.median(v) for k, v in got.items()}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--hosts", type=int, default=8)
@@ -175,6 +212,13 @@ def main() -> int:
                          "transfer s": f"{few_transfer:.2f}", "whole deploy s": f"{few_wall:.2f}",
                          "× limit": f"{few_transfer / limit:.2f} / {few_wall / limit:.2f}",
                          "non-transfer CPU s per host": f"{statistics.median(few_cpus):.2f} (max {max(few_cpus):.2f})"})
+        cost = installers(wheel, tmp)
+        results.update(pip_cpu=cost["pip"], installer_cpu=cost["camit"], torch_cpu=cost["torch"])
+        rows.append({"case": f"wheel install step alone, {size / 2**20:.0f} MiB wheel into a fresh venv, this machine: "
+                             "pip vs camit's installer (CPU s, median of 5, alternated)",
+                     "transfer s": "-", "whole deploy s": "-",
+                     "× limit": f"{cost['camit'] / cost['pip']:.2f} × pip",
+                     "non-transfer CPU s per host": f"{cost['pip']:.2f} vs {cost['camit']:.2f}"})
         rows.append({"case": "physical limit (size / uplink)", "transfer s": f"{limit:.2f}", "whole deploy s": "-",
                      "× limit": "1.00", "non-transfer CPU s per host": "-"})
         if not args.only_first:
@@ -202,6 +246,10 @@ def main() -> int:
                  f"least {args.hosts} × {results['cpu_median']:.2f} / {os.cpu_count()} = "
                  f"{args.hosts * results['cpu_median'] / (os.cpu_count() or 1):.2f} s of wall time here, whatever "
                  "overlaps; on a cluster each host spends its CPU on its own cores")
+    notes.append(f"of that, the verify's `import torch` alone: {results['torch_cpu']:.2f} s of CPU on this machine "
+                 f"({args.hosts} hosts: {args.hosts * results['torch_cpu'] / (os.cpu_count() or 1):.2f} s of wall "
+                 f"time on {os.cpu_count()} cores); the wheel install with camit's installer "
+                 f"{results['installer_cpu']:.2f} s vs pip's {results['pip_cpu']:.2f} s (side by side, same wheel)")
     if "redeploy" in results:
         notes.append(f"goal: redeploy ≤ 1.5 × exec → {results['redeploy'] / results['exec']:.2f} (median of 5, "
                      "both as CLI processes)")
