@@ -3,7 +3,7 @@
 ``make_env`` writes a ``test_env.yaml`` document and loads it with :func:`framework.config.effective.load`,
 so what a test gets is the ``EnvConfig`` a user's file gives — defaults resolved, paths normalised,
 secrets wrapped — and a test that passes a key the schema forbids fails loudly. ``make_host_spec`` is
-one host of such an env::
+one host of such an env; ``make_wheel`` is a wheel with a RECORD that hashes right (``record_digest``)::
 
     env = make_env(["host1", "host2"], npu={"count": 2, "soc": "ascend910_93"}, workdir="/w")
     spec = make_host_spec("h1", workdir=str(tmp_path / "wd"), python=sys.executable)
@@ -13,11 +13,14 @@ Each host gets a distinct management address (``10.0.0.<i>``) unless its keys se
 
 from __future__ import annotations
 
+import base64
 import dataclasses
+import hashlib
 import importlib.util
 import json
 import sys
 import tempfile
+import zipfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from types import MappingProxyType
@@ -26,7 +29,7 @@ from typing import Any
 from framework.config import document as schema
 from framework.config.effective import EnvConfig, HostSpec, load
 
-__all__ = ["env_document", "make_env", "make_host_spec"]
+__all__ = ["env_document", "make_env", "make_host_spec", "make_wheel", "record_digest"]
 
 #: HostSpec fields that no key of a host entry sets per host; make_env applies them after loading
 _EFFECTIVE_ONLY = {f.name for f in dataclasses.fields(HostSpec)} - set(schema.HostModel.model_fields) - {"name"}
@@ -117,3 +120,32 @@ def sample_run():
         sys.modules[name] = module
         spec.loader.exec_module(module)
     return sys.modules[name]
+
+
+def record_digest(data: bytes) -> str:
+    """A RECORD row's hash of ``data`` (PEP 376/427: ``sha256=`` and the unpadded urlsafe base64 digest)."""
+    return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+
+
+def make_wheel(out: Path, files: dict[str, bytes], name: str = "demo_pkg", version: str = "1.0", *,
+               wheel_version: str = "1.0", purelib: bool = True, record: dict[str, str] | None = None,
+               unrecorded: dict[str, bytes] | None = None, executable: tuple[str, ...] = ()) -> Path:
+    """A wheel of ``files`` plus its dist-info (METADATA, WHEEL, a RECORD that hashes right) in ``out``;
+    ``record`` overrides RECORD rows (member → row), ``unrecorded`` members are put in the zip but not in RECORD."""
+    info = f"{name}-{version}.dist-info"
+    every = dict(files)
+    every[f"{info}/METADATA"] = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n".encode()
+    every[f"{info}/WHEEL"] = (f"Wheel-Version: {wheel_version}\nGenerator: camit-test\n"
+                              f"Root-Is-Purelib: {'true' if purelib else 'false'}\nTag: py3-none-any\n").encode()
+    rows = {n: f"{n},{record_digest(d)},{len(d)}" for n, d in every.items()}
+    rows.update(record or {})
+    rows[f"{info}/RECORD"] = f"{info}/RECORD,,"
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"{name}-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w") as z:
+        for n, d in {**every, **(unrecorded or {})}.items():
+            zi = zipfile.ZipInfo(n)
+            zi.external_attr = (0o755 if n in executable else 0o644) << 16
+            z.writestr(zi, d)
+        z.writestr(f"{info}/RECORD", "\n".join(rows.values()) + "\n")
+    return path

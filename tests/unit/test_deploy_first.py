@@ -5,8 +5,6 @@ a real venv and pip on this machine."""
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import json
 import os
 import re
@@ -17,7 +15,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from builders import make_env
+from builders import make_env, make_wheel, record_digest
 
 from framework import deploy, remote
 from framework.deploy.plan import install_wheel_script, installer_bin, parse_cpu, with_cpu
@@ -28,26 +26,9 @@ VERSION = "209.0.0b1"
 
 
 def tiny_wheel(out: Path) -> Path:
-    """A pure-Python ``umdk_cam_op_lib`` wheel with a correct RECORD (what pip checks and rewrites)."""
-    files = {"umdk_cam_op_lib/__init__.py": b"OPS = ()\n",
-             "umdk_cam_op_lib/_data.txt": b"payload\n",
-             f"umdk_cam_op_lib-{VERSION}.dist-info/METADATA":
-                 f"Metadata-Version: 2.1\nName: umdk_cam_op_lib\nVersion: {VERSION}\n".encode(),
-             f"umdk_cam_op_lib-{VERSION}.dist-info/WHEEL":
-                 b"Wheel-Version: 1.0\nGenerator: camit-test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
-    record = f"umdk_cam_op_lib-{VERSION}.dist-info/RECORD"
-    lines = []
-    for name, data in files.items():
-        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-        lines.append(f"{name},sha256={digest},{len(data)}")
-    lines.append(f"{record},,")
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / f"umdk_cam_op_lib-{VERSION}-py3-none-any.whl"
-    with zipfile.ZipFile(path, "w") as z:
-        for name, data in files.items():
-            z.writestr(name, data)
-        z.writestr(record, "\n".join(lines) + "\n")
-    return path
+    """A pure-Python ``umdk_cam_op_lib`` wheel with a correct RECORD (what the installer and pip check)."""
+    return make_wheel(out, {"umdk_cam_op_lib/__init__.py": b"OPS = ()\n", "umdk_cam_op_lib/_data.txt": b"payload\n"},
+                      "umdk_cam_op_lib", VERSION)
 
 
 def _plan(work: Path, python: str = sys.executable) -> deploy.HostPlan:
@@ -222,7 +203,6 @@ def _counting_wheel(out: Path, log: Path, broken: bool = False) -> Path:
     wheel = tiny_wheel(out / "plain")
     body = ("raise ImportError('broken build (test)')\n" if broken else
             f"import os\nwith open({str(log)!r}, 'a') as f:\n    f.write(f'{{os.getpid()}}\\n')\nOPS = ()\n").encode()
-    digest = base64.urlsafe_b64encode(hashlib.sha256(body).digest()).rstrip(b"=").decode()
     path = out / wheel.name
     with zipfile.ZipFile(wheel) as zin, zipfile.ZipFile(path, "w") as zout:
         for item in zin.infolist():
@@ -230,7 +210,7 @@ def _counting_wheel(out: Path, log: Path, broken: bool = False) -> Path:
             if item.filename == "umdk_cam_op_lib/__init__.py":
                 data = body
             elif item.filename.endswith("RECORD"):
-                data = b"\n".join(f"umdk_cam_op_lib/__init__.py,sha256={digest},{len(body)}".encode()
+                data = b"\n".join(f"umdk_cam_op_lib/__init__.py,{record_digest(body)},{len(body)}".encode()
                                   if line.startswith(b"umdk_cam_op_lib/__init__.py,") else line
                                   for line in data.split(b"\n"))
             zout.writestr(item, data)

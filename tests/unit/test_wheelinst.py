@@ -5,9 +5,7 @@ wheel is refused with one line and nothing changed."""
 
 from __future__ import annotations
 
-import base64
 import csv
-import hashlib
 import json
 import os
 import subprocess
@@ -17,40 +15,13 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from builders import make_wheel, record_digest
 
 from framework import remote
 from framework.lab import artifacts
 
 INSTALLER, _ = remote.script("wheelinst.py")
 PY = f"python{sys.version_info[0]}.{sys.version_info[1]}"
-
-
-def digest(data: bytes) -> str:
-    return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-
-
-def make_wheel(out: Path, files: dict[str, bytes], name: str = "demo_pkg", version: str = "1.0", *,
-               wheel_version: str = "1.0", purelib: bool = True, record: dict[str, str] | None = None,
-               unrecorded: dict[str, bytes] | None = None, executable: tuple[str, ...] = ()) -> Path:
-    """A wheel of ``files`` plus its dist-info; ``record`` overrides RECORD rows (member → row), ``unrecorded``
-    members are put in the zip but not in RECORD."""
-    info = f"{name}-{version}.dist-info"
-    every = dict(files)
-    every[f"{info}/METADATA"] = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n".encode()
-    every[f"{info}/WHEEL"] = (f"Wheel-Version: {wheel_version}\nGenerator: camit-test\n"
-                              f"Root-Is-Purelib: {'true' if purelib else 'false'}\nTag: py3-none-any\n").encode()
-    rows = {n: f"{n},{digest(d)},{len(d)}" for n, d in every.items()}
-    rows.update(record or {})
-    rows[f"{info}/RECORD"] = f"{info}/RECORD,,"
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / f"{name}-{version}-py3-none-any.whl"
-    with zipfile.ZipFile(path, "w") as z:
-        for n, d in {**every, **(unrecorded or {})}.items():
-            zi = zipfile.ZipInfo(n)
-            zi.external_attr = (0o755 if n in executable else 0o644) << 16
-            z.writestr(zi, d)
-        z.writestr(f"{info}/RECORD", "\n".join(rows.values()) + "\n")
-    return path
 
 
 @pytest.fixture
@@ -99,7 +70,7 @@ def check_record(dist_info: Path) -> set[Path]:
             assert hashed == "" and size == "", path
             continue
         data = f.read_bytes()
-        assert hashed == digest(data) and int(size) == len(data), path
+        assert hashed == record_digest(data) and int(size) == len(data), path
     return files
 
 
@@ -220,9 +191,9 @@ def test_a_bad_wheel_is_refused_with_one_line_and_nothing_changes(tmp_path, venv
     before = {p: p.read_bytes() for p in venv.rglob("*") if p.is_file()}
     files, kw = dict(GOOD), {}
     if case == "hash":
-        kw["record"] = {member: f"{member},{digest(b'other')},0"}
+        kw["record"] = {member: f"{member},{record_digest(b'other')},0"}
     elif case == "size":
-        kw["record"] = {member: f"{member},{digest(b'')},5"}
+        kw["record"] = {member: f"{member},{record_digest(b'')},5"}
     elif case == "unrecorded":
         kw["unrecorded"] = {member: b"import os\n"}
     elif case == "nohash":
