@@ -8,7 +8,7 @@ wheel, the import check, the state written last — each timed into the manifest
 and raising ``DeployError(host, step, ...)`` with the output's tail on failure.
 The wheel goes into camit's venv with the shipped standard-library installer
 (``framework/remote/wheelinst.py``: RECORD-verified, ``pip show``/``uninstall`` correct,
-a fifth of pip's CPU), without a venv with the configured python's pip.
+about a third of pip's CPU, ``bench/deploy.py``), without a venv with the configured python's pip.
 :meth:`HostInstall.prepare` runs beside the transfer what needs no artifact: the venv,
 the installer shipped where the probe did not find it, and (a wheel without a ``.run``)
 the import check's torch import (:class:`WarmVerify`), which the ``verify`` step then

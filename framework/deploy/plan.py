@@ -360,8 +360,8 @@ def wheelinst_argv(plan: HostPlan, art: Artifact) -> list[str]:
 
 def install_wheel_script(plan: HostPlan, art: Artifact) -> ShellScript:
     """The staged wheel installed, only when it still hashes to ``art.sha256`` and the interpreter is the one it
-    must be: into camit's venv by the shipped installer (:func:`wheelinst_argv`, ~0.2 s of CPU for a 64 MiB
-    wheel where pip took ~0.9 s; run only when it hashes to the shipped one), without a venv by the configured
+    must be: into camit's venv by the shipped installer (:func:`wheelinst_argv`, 0.35 s of CPU for a 64 MiB
+    wheel where pip took 1.02 s, side by side in ``bench/deploy.py``; run only when it hashes to the shipped one), without a venv by the configured
     python's pip (:func:`pip_argv`). A wheel the installer refuses (not matching its RECORD, unsafe paths,
     ``Wheel-Version`` 2) fails the step: there is no fallback to pip."""
     check = sh_verified(plan.remote_path(art), art.sha256, "the staged wheel")

@@ -11,12 +11,16 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 
 
+@functools.cache
 def script(name: str) -> tuple[Path, str]:
+    """The shipped program ``name``: its local path and sha256, read once per process (every host's probe and
+    install step names the program's content-addressed path and checks its hash)."""
     path = HERE / name
     return path, hashlib.sha256(path.read_bytes()).hexdigest()
