@@ -350,10 +350,9 @@ class Launcher:
             self.rundir.write_json(f"launch-{result.launch_id}.json", result.to_json())
             self.dirty.write(Path(self.rundir.path))
             result.report_dir = str(self.rundir.path)
+        how, why = ("ended", "") if result.failure is None else ("torn down", " (the launch failed)")
+        fetched = ", run folder fetched" if self.rundir is not None else ""
         for h, node in result.nodes.items():  # the end of the launch on each node, as its start was said
-            how = "ended" if result.failure is None else "torn down"
-            why = " (the launch failed)" if result.failure is not None else ""
-            fetched = ", run folder fetched" if self.rundir is not None else ""
             self.on_event(h, f"teardown: node {node.node_rank}/{len(nodes)} {how} after {node.duration:.1f}s{why}{fetched}")
         monitor.conclude(time.monotonic())
         failed = monitor.failed_rank()
