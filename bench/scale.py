@@ -99,10 +99,41 @@ def idle_cost(env: Path, names: list[str], seconds: float = 5.0) -> float:
         return r.ru_utime + r.ru_stime
 
     with Cluster.from_env(load(env), names) as cluster:
-        cluster.check("true")
+        cluster.check(["true"])
         c0, t0 = cpu(), time.monotonic()
         time.sleep(seconds)  # a measuring window, not a wait for anything
         return (cpu() - c0) / (time.monotonic() - t0) / len(names)
+
+
+def command_cost(env: Path, names: list[str], rounds: int = 5) -> float:
+    """Controller CPU seconds of one short remote command on an open connection (``Host.check("true")``, as a
+    lease heartbeat is one short command per host), per host, measured over ``names``' connections."""
+    from framework.config.effective import load
+    from framework.hosts import Cluster
+
+    def cpu() -> float:
+        r = resource.getrusage(resource.RUSAGE_SELF)
+        return r.ru_utime + r.ru_stime
+
+    with Cluster.from_env(load(env), names) as cluster:
+        cluster.check(["true"])
+        c0 = cpu()
+        for _ in range(rounds):
+            cluster.check(["true"])
+        return (cpu() - c0) / rounds / len(names)
+
+
+def beat_interval() -> float:
+    """The heartbeat interval of a lease with the default ttl (``framework.lease``), as ``camit deploy`` holds one."""
+    from framework.lease import DEFAULT_TTL, MAX_INTERVAL
+
+    return min(MAX_INTERVAL, DEFAULT_TTL / 3)
+
+
+def heartbeats(wall: float) -> int:
+    """Lease heartbeats a deploy of ``wall`` seconds sends to each host (one per host every interval while the
+    lease is held, about the whole process)."""
+    return int(wall // beat_interval())
 
 
 def suite_env(lab_env: Path, tmp: Path) -> Path:
@@ -181,6 +212,7 @@ def main() -> int:
             for c in COMMANDS:
                 one(root, c, small, names, sshds, envs, tmp, f"warm-{v}")
         idle = idle_cost(lab.env_file, names)
+        per_command = command_cost(lab.env_file, names)
         for r in range(max(repeats.values())):
             for n in sizes if r % 2 == 0 else tuple(reversed(sizes)):
                 if r >= repeats[n]:
@@ -196,10 +228,13 @@ def main() -> int:
     def med(n: int, cmd: str, key: str, v: str = "new") -> float:
         return statistics.median(run[key] for run in got[v][n][cmd])
 
-    def marginal(cmd: str, v: str = "new", busy: bool = False) -> tuple[float, float]:
-        """CPU per added host, small → mid and mid → large; ``busy``: less the idle cost × hosts × wall."""
+    def marginal(cmd: str, v: str = "new", busy: bool = False, beats: bool = False) -> tuple[float, float]:
+        """CPU per added host, small → mid and mid → large; ``busy``: less the idle cost × hosts × wall;
+        ``beats``: also less the lease heartbeats (one short command per host every interval of the wall)."""
         def c(n: int) -> float:
-            return med(n, cmd, "cpu", v) - (idle * n * med(n, cmd, "wall", v) if busy else 0.0)
+            wall = med(n, cmd, "wall", v)
+            return (med(n, cmd, "cpu", v) - (idle * n * wall if busy else 0.0)
+                    - (per_command * n * heartbeats(wall) if beats else 0.0))
 
         return (c(mid) - c(small)) / (mid - small), (c(large) - c(mid)) / (large - mid)
 
@@ -245,6 +280,13 @@ def main() -> int:
         blo, bhi = marginal(cmd, busy=True)
         line += (f"; less the idle cost ({1e6 * idle:.0f} µs per host-second × hosts × wall): {1000 * bhi:.1f} vs "
                  f"{1000 * blo:.1f} ms = {bhi / blo if blo > 0 else float('inf'):.2f} ×")
+        if cmd == "deploy":  # the only command here that holds a lease
+            hlo, hhi = marginal(cmd, busy=True, beats=True)
+            line += (f"; less the idle cost and the lease heartbeats ({heartbeats(med(large, cmd, 'wall'))} per host at "
+                     f"{large} hosts, {heartbeats(med(mid, cmd, 'wall'))} at {mid}, "
+                     f"{heartbeats(med(small, cmd, 'wall'))} at {small}; {1000 * per_command:.1f} ms of controller "
+                     f"CPU per command and host, measured here): {1000 * hhi:.1f} vs {1000 * hlo:.1f} ms = "
+                     f"{hhi / hlo if hlo > 0 else float('inf'):.2f} ×")
         row["exit codes"] = "-"
         rows.append(row)
         verdicts.append(line)
@@ -265,6 +307,9 @@ def main() -> int:
 f"idle cost of a connection (reader wake-ups, 5 s keepalives), measured here over {large} idle connections for "
         f"5 s: {1e6 * idle:.0f} µs of controller CPU per host per second — proportional to hosts × wall, and the lab's "
         "wall grows with N because every host's own CPU runs on these cores",
+        f"a short remote command on an open connection (a lease heartbeat is one per host every "
+        f"{beat_interval():g} s while a deploy holds the lease) costs {1000 * per_command:.1f} ms of controller "
+        "CPU per host, measured here over the same connections: also hosts × wall",
         "threshold for 'flat' CPU per host: ≤ 1.3 × on the marginal CPU per added host (see bench/scale.py): "
         "total / N falls with N as the fixed start-up spreads, so it alone would hide a quadratic term",
         *([f"before = {args.baseline} run right after ours each time"] if args.baseline else []),
