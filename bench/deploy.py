@@ -116,23 +116,28 @@ def child_cpu(argv: list[str]) -> float:
 
 def installers(wheel: Path, tmp: Path, rounds: int = 5) -> dict[str, float]:
     """The wheel install step's own cost, side by side on this machine: the median CPU seconds of pip (what a
-    deploy into camit's venv ran before, ``--python`` into a ``--without-pip`` venv) and of camit's shipped
-    installer (``framework/remote/wheelinst.py``), each into a fresh ``--without-pip --system-site-packages``
-    venv, alternated; and of ``import torch``, the verify import's floor."""
+    deploy into camit's venv ran before, ``--python`` into a ``--without-pip`` venv), of camit's shipped
+    installer (``framework/remote/wheelinst.py``) alone, of ``sha256sum`` on the wheel (the step's separate hash
+    check before the installer hashed the wheel itself) and of the installer with ``--sha256`` (the step now),
+    each into a fresh ``--without-pip --system-site-packages`` venv, alternated; and of ``import torch``, the
+    verify import's floor."""
     from framework.deploy.plan import PIP_OPTIONS
+    from framework.hosts import sha256_file
     from framework.remote import script
 
     inst = str(script("wheelinst.py")[0])
-    got: dict[str, list[float]] = {"pip": [], "camit": [], "torch": []}
+    sha = sha256_file(wheel)
+    got: dict[str, list[float]] = {"pip": [], "camit": [], "sha256sum": [], "camit-sha": [], "torch": []}
     for i in range(rounds):
-        for kind in ("pip", "camit"):
+        for kind in ("pip", "camit", "camit-sha"):
             venv = tmp / f"venv-{kind}-{i}"
             subprocess.run([sys.executable, "-m", "venv", "--without-pip", "--system-site-packages", str(venv)],
                            check=True)
             py = str(venv / "bin" / "python")
             argv = ([sys.executable, "-m", "pip", "--python", py, *PIP_OPTIONS, str(wheel)] if kind == "pip"
-                    else [py, "-I", inst, str(wheel)])
+                    else [py, "-I", inst, *(["--sha256", sha] if kind == "camit-sha" else []), str(wheel)])
             got[kind].append(child_cpu(argv))
+        got["sha256sum"].append(child_cpu(["sha256sum", str(wheel)]))
         got["torch"].append(child_cpu([sys.executable, "-c", "import torch"]))
     return {k: statistics.median(v) for k, v in got.items()}
 
@@ -246,6 +251,12 @@ def main() -> int:
                      "transfer s": "-", "whole deploy s": "-",
                      "× limit": f"{cost['camit'] / cost['pip']:.2f} × pip",
                      "non-transfer CPU s per host": f"{cost['pip']:.2f} vs {cost['camit']:.2f}"})
+        before, now = cost["sha256sum"] + cost["camit"], cost["camit-sha"]
+        results.update(step_before=before, step_now=now)
+        rows.append({"case": "install-wheel step, same wheel, this machine: `sha256sum` then the installer (before) vs "
+                             "the installer hashing the open wheel itself, `--sha256` (now) (CPU s, median of 5)",
+                     "transfer s": "-", "whole deploy s": "-", "× limit": f"{now / before:.2f} × before",
+                     "non-transfer CPU s per host": f"{cost['sha256sum']:.2f} + {cost['camit']:.2f} vs {now:.2f}"})
         rows.append({"case": "physical limit (size / uplink)", "transfer s": f"{limit:.2f}", "whole deploy s": "-",
                      "× limit": "1.00", "non-transfer CPU s per host": "-"})
         if not args.only_first:

@@ -354,25 +354,27 @@ def installer_bin(plan: HostPlan) -> str:
 
 def wheelinst_argv(plan: HostPlan, art: Artifact) -> list[str]:
     """The venv's interpreter running the shipped installer on the staged wheel (``-I``: no ``PYTHON*``
-    variables, user site or working directory; ``sysconfig`` is then the venv's own scheme)."""
-    return [plan.interpreter, "-I", installer_bin(plan), plan.remote_path(art)]
+    variables, user site or working directory; ``sysconfig`` is then the venv's own scheme). The installer
+    checks the wheel's sha256 itself (``--sha256``) on the file it then installs from."""
+    return [plan.interpreter, "-I", installer_bin(plan), "--sha256", art.sha256, plan.remote_path(art)]
 
 
 def install_wheel_script(plan: HostPlan, art: Artifact) -> ShellScript:
     """The staged wheel installed, only when it still hashes to ``art.sha256`` and the interpreter is the one it
     must be: into camit's venv by the shipped installer (:func:`wheelinst_argv`, 0.35 s of CPU for a 64 MiB
-    wheel where pip took 1.02 s, side by side in ``bench/deploy.py``; run only when it hashes to the shipped one), without a venv by the configured
-    python's pip (:func:`pip_argv`). A wheel the installer refuses (not matching its RECORD, unsafe paths,
-    ``Wheel-Version`` 2) fails the step: there is no fallback to pip."""
-    check = sh_verified(plan.remote_path(art), art.sha256, "the staged wheel")
+    wheel where pip took 1.02 s, side by side in ``bench/deploy.py``; run only when it hashes to the shipped
+    one), which hashes the wheel itself, on the open file it installs from (hashlib: a fifth of ``sha256sum``'s
+    CPU on this machine, ``bench/deploy.py``); without a venv by the configured python's pip
+    (:func:`pip_argv`) after ``sha256sum``. A wheel the installer refuses (not matching its RECORD, unsafe
+    paths, ``Wheel-Version`` 2) fails the step: there is no fallback to pip."""
     interp = f"{{ {interpreter_ok(plan)} || {{ echo {commands.quote(f'camit: {plan.interpreter} is not {plan.python}: not run')} >&2; exit 3; }}; }}"
     if plan.venv:
         installer = installer_bin(plan)
         install = (f"{sh_verified(installer, bin_sha(installer), 'the wheel installer')} && "
                    + commands.join(wheelinst_argv(plan, art)))
-    else:
-        install = commands.join(pip_argv(plan, art))
-    return ShellScript(f"{check} && {interp} && {{ {install}; }}")
+        return ShellScript(f"{interp} && {{ {install}; }}")
+    check = sh_verified(plan.remote_path(art), art.sha256, "the staged wheel")
+    return ShellScript(f"{check} && {interp} && {{ {commands.join(pip_argv(plan, art))}; }}")
 
 
 def stage_ok_script(plan: HostPlan, art: Artifact) -> ShellScript:

@@ -4,12 +4,17 @@
 Shipped to the hosts by ``framework.deploy`` and run by the interpreter of camit's own venv
 (``sysconfig.get_paths()`` is then the venv's scheme); standard library only:
 
-    wheelinst.py [--no-compile] [--installer NAME] WHEEL
+    wheelinst.py [--no-compile] [--installer NAME] [--sha256 HEX] WHEEL
 
 What pip's ``install --force-reinstall --no-deps`` does for a wheel, in one process that
 imports no more than it needs (issue 18: pip's own start-up and its copy were ~0.9 s of CPU
 per host for a 64 MiB wheel, on hosts that share cores):
 
+0. with ``--sha256``: the wheel file is opened once (a regular file, no symlink followed) and hashed
+   (hashlib: OpenSSL's SHA-256, several times ``sha256sum``'s speed where the CPU has SHA
+   instructions); one that differs ends it with a line naming the file and exit status 3, before
+   anything is read from it; the install then reads that same open file, so what was hashed is
+   what is installed;
 1. read the wheel; ``WHEEL`` must say ``Wheel-Version: 1.x``; ``Root-Is-Purelib`` picks
    purelib or platlib for the root;
 2. every member is checked against the wheel's ``RECORD`` (a listed sha256/384/512 hash and
@@ -38,10 +43,12 @@ import io
 import os
 import re
 import shutil
+import stat
 import sys
 import sysconfig
 import zipfile
 from email.parser import HeaderParser
+from typing import BinaryIO
 
 CHUNK = 1 << 20
 #: the hash algorithms a RECORD may use (PEP 376/427: sha256 or stronger)
@@ -52,8 +59,9 @@ DATA_KEYS = ("purelib", "platlib", "scripts", "headers", "data")
 UNHASHED = ("RECORD", "RECORD.jws", "RECORD.p7s")
 #: the staging folder in the target lib folder, ``<STAGING><pid>``
 STAGING = ".camit-wheelinst-"
-#: exit status: the wheel is refused (bad, tampered or unsupported); an I/O failure while installing
-EXIT_REFUSED, EXIT_FAILED = 2, 1
+#: exit status: the wheel is refused (bad, tampered or unsupported); an I/O failure while installing; the wheel
+#: file is not the one ``--sha256`` names (as ``framework.remote.layout.sh_verified``'s exit status)
+EXIT_REFUSED, EXIT_FAILED, EXIT_MISMATCH = 2, 1, 3
 
 
 class Refused(Exception):
@@ -84,8 +92,7 @@ def safe_member(name: str) -> str:
 class Wheel:
     """One ``.whl``: its dist-info, WHEEL, METADATA name and RECORD, read and checked before anything is written."""
 
-    def __init__(self, path: str) -> None:
-        self.path = path
+    def __init__(self, path: str | BinaryIO) -> None:
         try:
             self.zip = zipfile.ZipFile(path)
         except (OSError, zipfile.BadZipFile) as exc:
@@ -385,9 +392,30 @@ def sweep(lib: str) -> None:
                 pass
 
 
-def install(path: str, installer: str = "camit", compile_py: bool = True) -> Wheel:
-    """Install the wheel at ``path`` into this interpreter's scheme; raises :class:`Refused` before anything of
-    the environment is changed when the wheel is bad."""
+def open_verified(path: str, sha256: str) -> BinaryIO | None:
+    """``path`` opened for reading (a regular file; a symlink is not followed) when its content hashes to
+    ``sha256``, at its start; None when it does not."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    f = os.fdopen(fd, "rb")
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(f"{path}: not a regular file")
+        h = hashlib.sha256()
+        for block in iter(lambda: f.read(CHUNK), b""):
+            h.update(block)
+        if h.hexdigest() != sha256.lower():
+            f.close()
+            return None
+        f.seek(0)
+        return f
+    except BaseException:
+        f.close()
+        raise
+
+
+def install(path: str | BinaryIO, installer: str = "camit", compile_py: bool = True) -> Wheel:
+    """Install the wheel at ``path`` (or read from an open file) into this interpreter's scheme; raises
+    :class:`Refused` before anything of the environment is changed when the wheel is bad."""
     wheel = Wheel(path)
     scheme = Scheme(wheel.name)
     lib = scheme.purelib if wheel.purelib else scheme.platlib
@@ -436,28 +464,40 @@ UMASK = _umask()
 
 def main(argv: list[str]) -> int:
     args = list(argv)
-    compile_py, installer = True, "camit"
+    compile_py, installer, sha256 = True, "camit", None
     while args and args[0].startswith("--"):
         opt = args.pop(0)
         if opt == "--no-compile":
             compile_py = False
         elif opt == "--installer" and args:
             installer = args.pop(0)
+        elif opt == "--sha256" and args and re.fullmatch(r"[0-9a-fA-F]{64}", args[0]):
+            sha256 = args.pop(0)
         else:
             print(f"wheelinst: unknown option {opt}", file=sys.stderr)
             return EXIT_REFUSED
     if len(args) != 1:
-        print("usage: wheelinst.py [--no-compile] [--installer NAME] WHEEL", file=sys.stderr)
+        print("usage: wheelinst.py [--no-compile] [--installer NAME] [--sha256 HEX] WHEEL", file=sys.stderr)
         return EXIT_REFUSED
     name = os.path.basename(args[0])
+    source: str | BinaryIO = args[0]
     try:
-        wheel = install(args[0], installer, compile_py)
+        if sha256 is not None:
+            opened = open_verified(args[0], sha256)
+            if opened is None:
+                print(f"wheelinst: {args[0]} does not match its sha256 {sha256[:12]}: not installed", file=sys.stderr)
+                return EXIT_MISMATCH
+            source = opened
+        wheel = install(source, installer, compile_py)
     except Refused as exc:
         print(f"wheelinst: {name} refused, nothing installed: {exc}", file=sys.stderr)
         return EXIT_REFUSED
     except (OSError, UnicodeDecodeError, zipfile.BadZipFile, csv.Error) as exc:
         print(f"wheelinst: installing {name} failed: {exc}", file=sys.stderr)
         return EXIT_FAILED
+    finally:
+        if not isinstance(source, str):
+            source.close()
     print(f"wheelinst: installed {wheel.name} {wheel.version} into {sys.prefix}")
     return 0
 

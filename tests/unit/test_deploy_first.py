@@ -99,6 +99,24 @@ def test_an_installer_on_the_host_that_does_not_hash_right_is_never_run(tmp_path
     assert f"camit: the wheel installer {planted} does not match its sha256" in res.stderr
 
 
+def test_a_staged_wheel_changed_after_staging_fails_the_step_naming_it_and_is_not_installed(tmp_path):
+    """The step's hash check of the staged wheel (done by the installer itself on the file it installs from):
+    a wheel replaced after it was staged, even by another valid wheel, is not installed; exit 3, one line."""
+    plan = _plan(tmp_path / "w")
+    art = _stage(plan, tiny_wheel(tmp_path / "dist"))
+    assert _sh(deploy.venv_script(plan)).returncode == 0
+    _ship(plan)
+    staged = Path(plan.remote_path(art))
+    other = make_wheel(tmp_path / "other", {"umdk_cam_op_lib/__init__.py": b"X = 1\n"}, name="umdk_cam_op_lib",
+                       version=VERSION)
+    staged.write_bytes(other.read_bytes())
+    res = _sh(install_wheel_script(plan, art))
+    assert res.returncode == 3, res
+    assert res.stderr.strip().splitlines() == [
+        f"wheelinst: {staged} does not match its sha256 {art.sha256[:12]}: not installed"]
+    assert not list(Path(plan.venv_dir).glob("lib/python*/site-packages/umdk_cam_op_lib*"))
+
+
 def test_a_tampered_staged_wheel_fails_the_step_and_is_not_installed(tmp_path):
     """A wheel whose member does not match its RECORD: the installer's one line, no fallback to pip."""
     plan = _plan(tmp_path / "w")
@@ -295,7 +313,7 @@ class _PipAfterWarm(LocalTransport):
 
     def run(self, line, **kwargs):  # type: ignore[no-untyped-def]
         # the install-wheel step: the installer run on the wheel (the probe and the ship name the installer too)
-        if re.search(r" -I \S*/wheelinst-\w+\.py \S+\.whl", line):
+        if re.search(r" -I \S*/wheelinst-\w+\.py (--\S+ \S+ )*\S+\.whl", line):
             for _ in range(int(self.wait * 20)):
                 if _warm_pids(self.work):
                     self.warm_during_pip.set()

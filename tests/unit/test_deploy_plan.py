@@ -106,9 +106,10 @@ def test_into_a_venv_the_wheel_goes_in_with_the_shipped_installer_checked_and_wi
     check = sh_verified(PLAN.remote_path(ART), ART.sha256, "the staged wheel")
     interp = (f"{{ {interpreter_ok(PLAN)} || {{ echo 'camit: /w d/venv/bin/python is not /usr/bin/python3: not run' "
               ">&2; exit 3; }; }")
-    assert install_wheel_script(PLAN, ART) == (
-        f"{check} && {interp} && {{ {sh_verified(installer, sha, 'the wheel installer')} && "
-        f"'/w d/venv/bin/python' -I '{installer}' '{PLAN.remote_path(ART)}'; }}")
+    assert install_wheel_script(PLAN, ART) == (  # the installer hashes the staged wheel itself (--sha256)
+        f"{interp} && {{ {sh_verified(installer, sha, 'the wheel installer')} && "
+        f"'/w d/venv/bin/python' -I '{installer}' --sha256 {ART.sha256} '{PLAN.remote_path(ART)}'; }}")
+    assert "sha256sum" not in install_wheel_script(PLAN, ART).replace(sh_verified(installer, sha, "the wheel installer"), "")
     assert "pip" not in install_wheel_script(PLAN, ART)
     own = dataclasses.replace(PLAN, venv=False)
     assert install_wheel_script(own, ART) == (

@@ -232,3 +232,31 @@ def test_a_staging_folder_left_by_a_killed_installer_is_swept(tmp_path, venv):
     assert install(venv, make_wheel(tmp_path / "d", dict(GOOD))).returncode == 0
     assert not left.exists()
     assert not list(site(venv).glob(".camit-wheelinst-*"))
+
+
+def test_with_sha256_the_open_wheel_is_hashed_first_and_a_mismatch_installs_nothing(tmp_path, venv):
+    """``--sha256``: the installer checks the staged wheel itself (deploy no longer runs ``sha256sum`` on it
+    first); a wheel that is not the named one ends it with exit 3 and one line before anything is read."""
+    import hashlib
+
+    old = make_wheel(tmp_path / "old", {"demo_pkg/__init__.py": b"V = 'old'\n"}, version="0.9")
+    assert install(venv, old).returncode == 0
+    before = {p: p.read_bytes() for p in venv.rglob("*") if p.is_file()}
+    wheel = make_wheel(tmp_path / "d", dict(GOOD))
+    sha = hashlib.sha256(wheel.read_bytes()).hexdigest()
+    other = hashlib.sha256(b"another wheel").hexdigest()
+    res = install(venv, wheel, "--sha256", other)
+    assert res.returncode == 3, res
+    assert res.stderr.splitlines() == [f"wheelinst: {wheel} does not match its sha256 {other[:12]}: not installed"]
+    assert {p: p.read_bytes() for p in venv.rglob("*") if p.is_file()} == before
+    # a symlink at the wheel's path is not followed, even to the right content
+    link = tmp_path / "link" / wheel.name
+    link.parent.mkdir()
+    link.symlink_to(wheel)
+    res = install(venv, link, "--sha256", sha)
+    assert res.returncode == 1 and "installing" in res.stderr and "failed" in res.stderr, res
+    assert {p: p.read_bytes() for p in venv.rglob("*") if p.is_file()} == before
+    assert install(venv, wheel, "--sha256", "not-hex").returncode == 2  # a malformed digest is a usage error
+    res = install(venv, wheel, "--sha256", sha.upper())
+    assert res.returncode == 0, res
+    assert py(venv, "import demo_pkg; print(demo_pkg.V)").stdout == "new\n"
