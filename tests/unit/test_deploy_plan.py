@@ -14,7 +14,7 @@ from builders import make_env
 from framework import deploy, remote
 from framework.deploy.plan import install_wheel_script, interpreter_ok, parse_verify
 from framework.errors import ConfigError
-from framework.remote.layout import sh_verified
+from framework.remote.layout import sh_sha_ok, sh_verified
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "ascend"
 
@@ -296,3 +296,23 @@ def _merge_many(path, worker):
         new = {"duration": 0.1, "relay_used": False, "notes": [],
                "hosts": {f"w{worker}h{i}": {"host": f"w{worker}h{i}", "status": "deployed"}}}
         rundir.update_json("deploy-manifest.json", lambda old, new=new: deploy.merge_manifest(old, new))
+
+
+def test_a_big_staged_artifact_is_hashed_by_the_hosts_python_and_a_small_one_by_sha256sum():
+    """Issue 18: the probe's and the install steps' hash checks of an artifact of BIG_FILE or more run the host's
+    python (OpenSSL's SHA-256), below it ``sha256sum`` (no interpreter start-up)."""
+    from framework.remote.layout import BIG_FILE
+
+    big_run = dataclasses.replace(RUN, size=BIG_FILE)
+    big_wheel = dataclasses.replace(ART, size=BIG_FILE + 1)
+    own = dataclasses.replace(PLAN, venv=False)
+    hashes_with_python = "hashlib.sha256()"
+    probe = deploy.probe_script(PLAN, [big_run, ART])
+    assert probe.count(hashes_with_python) == 1 and sh_sha_ok(PLAN.remote_path(big_run), RUN.sha256,
+                                                             "/usr/bin/python3") in probe
+    assert sh_sha_ok(PLAN.remote_path(ART), ART.sha256) in probe
+    assert hashes_with_python in deploy.install_run_script(PLAN, big_run)
+    assert hashes_with_python not in deploy.install_run_script(PLAN, RUN)
+    assert hashes_with_python in install_wheel_script(own, big_wheel)  # pip's path: checked before pip
+    assert hashes_with_python not in install_wheel_script(own, ART)
+    assert hashes_with_python not in install_wheel_script(PLAN, big_wheel)  # the installer hashes it itself

@@ -103,6 +103,36 @@ def test_sha_checks_refuse_a_changed_file_and_a_symlink(tmp_path):
     assert sh(sh_sha_ok(str(tmp_path / "missing"), sha)).returncode != 0
 
 
+@pytest.mark.parametrize("python", [sys.executable, "/nonexistent/python3"])
+def test_sha_checks_with_the_hosts_python_agree_with_sha256sum_and_fall_back_to_it(tmp_path, python):
+    """A big artifact is hashed by the host's python (OpenSSL's SHA-256); the same verdicts as ``sha256sum``,
+    which still answers where that python cannot run."""
+    data = os.urandom(3 * 1024 * 1024 + 17)  # more than one read block, not a multiple of it
+    f = tmp_path / "big.run"
+    f.write_bytes(data)
+    sha = hashlib.sha256(data).hexdigest()
+    assert sh(sh_sha_ok(str(f), sha, python)).returncode == 0
+    assert sh(sh_sha_ok(str(f), hashlib.sha256(b"other").hexdigest(), python)).returncode != 0
+    link = tmp_path / "link.run"
+    link.symlink_to(f)
+    assert sh(sh_sha_ok(str(link), sha, python)).returncode != 0
+    assert sh(sh_sha_ok(str(tmp_path / "missing"), sha, python)).returncode != 0
+    f.write_bytes(data[:-1] + b"x")
+    res = sh(sh_verified(str(f), sha, "the staged package", python) + "; echo RAN")
+    assert res.returncode == 3 and "RAN" not in res.stdout
+    assert res.stderr.strip() == f"camit: the staged package {f} does not match its sha256 {sha[:12]}: not run"
+    # where the python runs, it is what hashed (sha256sum itself is not run)
+    if python == sys.executable:
+        shim = tmp_path / "bin"
+        shim.mkdir()
+        (shim / "sha256sum").write_text("#!/bin/sh\necho 0000\n")
+        (shim / "sha256sum").chmod(0o755)
+        f.write_bytes(data)
+        env = {**os.environ, "PATH": f"{shim}:{os.environ['PATH']}"}
+        assert subprocess.run(["sh", "-c", sh_sha_ok(str(f), sha, python)], env=env).returncode == 0
+        assert subprocess.run(["sh", "-c", sh_sha_ok(str(f), sha)], env=env).returncode != 0
+
+
 def test_exclusive_write_replaces_a_planted_symlink_instead_of_following_it(tmp_path):
     victim = tmp_path / "victim"
     victim.write_text("keep")
