@@ -252,6 +252,45 @@ def test_host_lost_mid_upload(lab, env_variant, lab_env, built, tmp_path):
     assert all(result.manifests[h].status == "deployed" for h in lab_env.hosts if h != victim)  # type: ignore[attr-defined]
 
 
+def test_a_big_staged_artifact_is_hashed_on_the_host_and_a_changed_byte_is_sent_again(lab, env_variant, lab_env,
+                                                                                       built, tmp_path):
+    """An artifact of BIG_FILE or more is hash-checked by the host's python (the probe of every redeploy): the
+    same verdicts as sha256sum on the real hosts — unchanged when intact, sent again and reinstalled on the one
+    host where one byte of the staged copy changed."""
+    from framework.remote.layout import BIG_FILE
+
+    big = pad_wheel(built["wheel"], tmp_path / "big", BIG_FILE + 1024)
+    workdir = fresh_workdir(lab_env, "bighash")
+    env = env_for(env_variant, None, big, workdir=workdir)
+    first, _ = deploy(env)
+    assert first.ok, first.errors
+    again, _ = deploy(env)
+    assert again.ok and {m.status for m in again.manifests.values()} == {"unchanged"}
+    victim = list(lab_env.hosts)[1]
+    sha = hashlib.sha256(big.read_bytes()).hexdigest()
+    staged = f"{workdir}/artifacts/{sha}/{big.name}"
+    flip = lab.host_exec(victim, ["sh", "-c", f"printf x | dd of={staged} bs=1 seek={BIG_FILE // 2} conv=notrunc"])
+    assert flip.returncode == 0, flip.stderr
+    third, _ = deploy(env)
+    assert third.ok, third.errors
+    assert third.manifests[victim].status == "deployed"
+    assert {a.via for a in third.manifests[victim].artifacts} == {"direct"}
+    assert all(third.manifests[h].status == "unchanged" for h in lab_env.hosts if h != victim)
+    check = lab.host_exec(victim, ["sha256sum", staged])
+    assert check.stdout.split()[0] == sha
+    # it is the host's python that answers there: with a sha256sum that always lies first on PATH, the same check
+    # still tells the intact file from a changed one
+    from framework.remote.layout import sh_sha_ok
+
+    python = env.hosts[victim].python
+    fake = f"{workdir}/fakebin"
+    lie = f"mkdir -p {fake} && printf '#!/bin/sh\\necho 0000\\n' > {fake}/sha256sum && chmod +x {fake}/sha256sum"
+    assert lab.host_exec(victim, ["sh", "-c", lie]).returncode == 0
+    assert lab.host_exec(victim, ["sh", "-c", f"PATH={fake}:$PATH; {sh_sha_ok(staged, sha, python)}"]).returncode == 0
+    assert lab.host_exec(victim, ["sh", "-c", f"PATH={fake}:$PATH; {sh_sha_ok(staged, '0' * 64, python)}"]).returncode
+    assert lab.host_exec(victim, ["sh", "-c", f"PATH={fake}:$PATH; {sh_sha_ok(staged, sha)}"]).returncode  # the liar
+
+
 def pad_wheel(wheel: Path, out_dir: Path, pad: int) -> Path:
     """A copy of ``wheel`` with a ``pad``-byte data file (listed in RECORD), same name."""
     out_dir.mkdir(parents=True, exist_ok=True)
