@@ -242,8 +242,10 @@ def crash_header_facts(header: Mapping[str, str]) -> dict[str, Any]:
     status = header.get("ProcStatus", "")
     pid = re.search(r"^Pid:\s*(\d+)", status, re.M)
     ppid = re.search(r"^PPid:\s*(\d+)", status, re.M)
+    uid = re.search(r"^Uid:\s*(\d+)", status, re.M)
     return {
         "pid": int(pid.group(1)) if pid else None, "ppid": int(ppid.group(1)) if ppid else None,
+        "uid": int(uid.group(1)) if uid else None,
         "executable": header.get("ExecutablePath"), "signal": signal_name(header.get("Signal")),
         "cmdline": header.get("ProcCmdline"),
     }
@@ -311,7 +313,8 @@ def apply_inspection(core: Core, cand: Candidate, sec: Mapping[str, list[str]]) 
     core.cmdline = meta.get("cmdline") or header.get("cmdline") or psargs or None
     core.env = dict(facts.get("env") or {})
     uid = facts.get("uid")
-    core.uid = uid if isinstance(uid, int) else (cand.journal.uid if cand.journal is not None else None)
+    recorded = cand.journal.uid if cand.journal is not None else header.get("uid")
+    core.uid = uid if isinstance(uid, int) else recorded
     core.facts_read = isinstance(facts.get("pid"), int)
     if cand.source == "abrt" and _int(meta.get("time")):
         core.time = float(meta["time"])
@@ -472,14 +475,15 @@ def clean_backtrace(text: str) -> str:
 
 
 def is_ours(core: Core, procs: Sequence[RankProc], user_uid: int | None) -> bool:
-    """Whether ``core`` belongs to the run: attributed to one of its ranks or launches (pid, parent pid or the
-    run tag). With ranks to match, a core whose notes were read and match none is another process's;
-    without them (or notes unreadable), a core of another uid than the SSH user's is someone else's."""
+    """Whether ``core`` belongs to the run (fail closed): its uid (notes, else the handler's record) is
+    known and the SSH user's, and it is attributed to one of the run's ranks or launches (pid, parent pid
+    or the run tag) — or, without ranks to match (or notes unreadable), not someone else's. A core of an
+    unknown uid (not an ELF core, notes unreadable, no record) is never the run's."""
+    if core.uid is None or user_uid is None or core.uid != user_uid:
+        return False
     if core.relation is not None:
         return True
-    if procs and core.facts_read:
-        return False
-    return core.uid is None or user_uid is None or core.uid == user_uid
+    return not (procs and core.facts_read)
 
 
 def unique_base(out_dir: Path, base: str, pid: int | None, taken: set[str]) -> str:

@@ -72,7 +72,16 @@ from framework.cores.inspection import (
     unique_base,
     verdict_message,
 )
-from framework.cores.scan import Baseline, Candidate, CoreSources, HostScan, new_candidates, parse_scan, scan_script
+from framework.cores.scan import (
+    Baseline,
+    Candidate,
+    CoreSources,
+    HostScan,
+    new_candidates,
+    parse_scan,
+    scan_roots,
+    scan_script,
+)
 from framework.errors import FrameworkError, reason_of
 from framework.hosts import Cluster, Host
 from framework.remote.layout import DEFAULT_WORKDIR, HostLayout
@@ -195,18 +204,24 @@ class CoreWatch:
     def _workdir(self, host: Host) -> str:
         return self._layout(host).workdir
 
-    def _script(self, host: Host, since: float | None) -> str:
+    def _relative_dirs(self, host: Host) -> list[tuple[str, int]]:
         layout = self._layout(host)
-        dirs = [(layout.runs, 2), (layout.workdir, 1)] + [(d, 1) for d in self.search_dirs]
-        return scan_script(self.sources, dirs, since=since)
+        return [(layout.runs, 2), (layout.workdir, 1)] + [(d, 1) for d in self.search_dirs]
+
+    def _script(self, host: Host, since: float | None) -> str:
+        return scan_script(self.sources, self._relative_dirs(host), since=since)
 
     def _scan(self, host: Host, since: float | None) -> HostScan:
         result = host.run(ShellScript(self._script(host, since)), timeout=120)
         scan = parse_scan(host.name, result.stdout)
         if not scan.complete:
-            raise FrameworkError(f"{host.name}: core scan did not complete (rc {result.rc}): "
-                                 f"{result.tail(3) or 'no output'}")
+            why = scan.error or f"rc {result.rc}: {result.tail(3) or 'no output'}"
+            raise FrameworkError(f"{host.name}: core scan did not complete: {why}")
         return scan
+
+    def _new(self, host: Host, before: HostScan, after: HostScan) -> list[Candidate]:
+        dirs = [d for d, _depth in self._relative_dirs(host)]
+        return new_candidates(before, after, scan_roots(after.pattern, self.sources, dirs))
 
     # -- before -------------------------------------------------------------------------------------
     def snapshot(self) -> Baseline:
@@ -257,7 +272,7 @@ class CoreWatch:
     def _collect_host(self, host: Host, before: HostScan, report: Path | None,
                       procs: Sequence[RankProc]) -> list[Core]:
         after = self._scan(host, before.now)
-        cands = new_candidates(before, after)
+        cands = self._new(host, before, after)
         # a pipe handler (systemd-coredump, apport, abrt) stores the core after the process is
         # gone: when a rank here died of a core-dumping signal, give it a moment to appear
         expected = sum(1 for p in procs if p.host == host.name and p.signal in CORE_SIGNALS)
@@ -266,7 +281,8 @@ class CoreWatch:
                 and time.monotonic() < deadline:
             time.sleep(0.5)
             after = self._scan(host, before.now)
-            cands = new_candidates(before, after)
+            cands = self._new(host, before, after)
+        self.notes += [n for n in after.name_notes() if n not in self.notes]
         if after.boot_id and before.boot_id and after.boot_id != before.boot_id:
             self.notes.append(f"{host.name}: rebooted during the test (boot id changed)")
         if not cands:

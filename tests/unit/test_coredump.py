@@ -5,6 +5,7 @@ Ascend failure signatures, and CoreWatch end to end on a LocalTransport host.
 
 from __future__ import annotations
 
+import base64
 import gzip
 import json
 import os
@@ -286,9 +287,10 @@ def test_coredumpctl_text_fixture_new_and_old_layouts() -> None:
 def test_apport_crash_header() -> None:
     text = ("ProblemType: Crash\nDate: Tue Jan  2 10:00:00 2024\nExecutablePath: /usr/bin/python3.11\n"
             "ProcCmdline: python3 train.py --x\nProcStatus:\n Name:\tpython3\n Pid:\t4242\n PPid:\t4200\n"
+            " Uid:\t1000\t1000\t1000\t1000\n"
             "Signal: 11\nCoreDump: base64\n H4sICAAAAAAC/0NvcmVEdW1wAA==\n")
     facts = crash_header_facts(parse_crash_header(text))
-    assert facts == {"pid": 4242, "ppid": 4200, "executable": "/usr/bin/python3.11", "signal": "SIGSEGV",
+    assert facts == {"pid": 4242, "ppid": 4200, "uid": 1000, "executable": "/usr/bin/python3.11", "signal": "SIGSEGV",
                      "cmdline": "python3 train.py --x"}
 
 
@@ -617,7 +619,7 @@ def test_corewatch_reads_an_apport_crash_file_and_its_core_store(tmp_path: Path,
         baseline = watch.snapshot()
         (crash / "_usr_bin_python3.11.0.crash").write_text(
             "ProblemType: Crash\nExecutablePath: /usr/bin/python3.11\nProcStatus:\n Pid:\t4242\n PPid:\t1\n"
-            "Signal: 6\nCoreDump: base64\n AAAA\n")
+            f" Uid:\t{os.getuid()}\t{os.getuid()}\t0\t0\nSignal: 6\nCoreDump: base64\n AAAA\n")
         shutil.copy(real_core, store / "core._usr_bin_python3.0.0123456789abcdef0123456789abcdef.777.4242")
         cores = watch.collect(baseline, rundir=tmp_path / "report")
     by_name = {Path(c.location).name: c for c in cores}
@@ -795,7 +797,8 @@ def test_cores_are_still_reported_when_inspecting_them_fails(tmp_path: Path) -> 
     from framework.testing import FakeTransport
 
     empty = "@@now 1700000000.0\n@@pattern /c/core.%e.%p.%t.%s\n@@ulimit 0 unlimited\n@@gdb /usr/bin/gdb\n@@files\n@@end\n"
-    one = empty.replace("@@files\n", "@@files\nF 100 1700000005.0 7 /c/core.python3.42.1700000005.11\n")
+    listing = base64.b64encode(b"F 100 1700000005.0 7 /c/core.python3.42.1700000005.11\0").decode()
+    one = empty.replace("@@files\n", f"@@files\n{listing}\n")
     fake = FakeTransport("h1")
     fake.on(re.compile(r"core_pattern"), stdout=empty, times=1).on(re.compile(r"core_pattern"), stdout=one)
     fake.on(re.compile(r"@@core 0"), raises=HostUnreachable("h1", "connection lost"))

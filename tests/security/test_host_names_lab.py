@@ -1,0 +1,77 @@
+"""Host output is data (issue 31, security-review-3 §1, §2, §4), played on the lab's real hosts.
+
+The co-tenant is uid 65534 (``nobody``, ``setpriv``) on a lab host; it writes only where every user may
+(the 1777 crash directory ``/var/crash/camit`` of the lab's pattern, a shared 1777 plog root). The victim
+is a root-only file. Tests that need the lab's file pattern hold the labs' core-pattern lock.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from camit_labtools import core_pattern
+
+from framework import commands
+from framework.cores.watch import CoreWatch
+from framework.hosts import Cluster, Host
+
+LAB_PATTERN = "/var/crash/camit/core.%e.%p.%t.%s"
+CRASH_DIR = "/var/crash/camit"
+SECRET = b"ROOT-ONLY-SECRET-31"
+
+
+def as_nobody(host: Host, script: str, *args: str) -> None:
+    """Run ``script`` (sh, with ``args`` as $1...) as uid 65534 on ``host``."""
+    argv = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--", "sh", "-c", script, "sh", *args]
+    host.check(commands.join(argv), timeout=30)
+
+
+def report_bytes(root: Path) -> bytes:
+    import gzip
+
+    blobs = []
+    for p in root.rglob("*"):
+        if p.is_file():
+            data = p.read_bytes()
+            blobs.append(gzip.decompress(data) if data[:2] == b"\x1f\x8b" else data)
+    return b"".join(blobs)
+
+
+@pytest.fixture
+def host1(lab_env) -> Iterator[tuple[Cluster, Host]]:
+    with Cluster.from_env(lab_env, ["host1"]) as cluster:
+        yield cluster, cluster["host1"]
+
+
+@pytest.fixture
+def secret(host1: tuple[Cluster, Host]) -> Iterator[str]:
+    """A root-only (0600) file in the SSH user's home, the review's ``.bash_history``."""
+    _, host = host1
+    name = f".camit-secret-{os.getpid()}"
+    host.check(f"umask 077; printf '%s\\n' {SECRET.decode()} > \"$HOME\"/{name}", timeout=30)
+    try:
+        yield name
+    finally:
+        host.run(f"rm -f -- \"$HOME\"/{name}", timeout=30)
+
+
+def test_a_cotenants_file_name_cannot_inject_core_scan_records(host1, secret: str, lab_env, tmp_path) -> None:
+    """review §1: ``core.x\\n@@pattern %e\\nF 60 99999999999 1 <file>`` made the scan 'find' a core at a file
+    of the SSH user's $HOME, gzip it as root and fetch it. Now the name is one listed name, refused for its
+    newlines: no core, nothing fetched, one note."""
+    cluster, host = host1
+    name = f"core.x\n@@pattern %e\nF 60 99999999999 1 {secret}"
+    with core_pattern(LAB_PATTERN):
+        watch = CoreWatch(cluster, lab_env, policy="fail")
+        baseline = watch.snapshot()
+        as_nobody(host, 'printf junk > "$1/$2"', CRASH_DIR, name)
+        try:
+            cores = watch.collect(baseline, rundir=tmp_path)
+        finally:
+            host.run(commands.join(["rm", "-f", "--", f"{CRASH_DIR}/{name}"]), timeout=30)
+    assert cores == [], [c.describe() for c in cores]
+    assert SECRET not in report_bytes(tmp_path)
+    assert any("1 file name(s) with control characters" in n for n in watch.notes), watch.notes
