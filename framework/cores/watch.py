@@ -317,10 +317,11 @@ class CoreWatch:
 
     def _inspect(self, host: Host, cands: Sequence[Candidate], cores: list[Core], tmp: str,
                  procs: Sequence[RankProc]) -> list[tuple[str | None, str | None]]:
-        """Round trip 2: materialise each core file, read its facts and metadata.
+        """Round trip 2: open each core file once (``framework.remote.hostfile``): judge it by its
+        descriptor, read its notes, copy and gzip it within the cap.
 
-        Returns per core (core file to backtrace, file to fetch): the same path,
-        except for an apport ``.crash`` we cannot unpack (fetched, not backtraced).
+        Returns per core (camit's copy to backtrace, gzip to fetch): paths camit chose under ``tmp``,
+        never ones the host printed; the ``.crash``'s gzip for an apport report it could not unpack.
         """
         script = inspect_script(cands, tmp, self._python(host), self.sources, self.cap_bytes)
         result = host.run(ShellScript(script), timeout=120 + 60 * len(cands))
@@ -330,44 +331,36 @@ class CoreWatch:
             sec = sections.get(str(i), {})
             apply_inspection(core, cand, sec)
             core.rank, core.relation = attribute(host.name, core.pid, core.ppid, core.env, procs)
-            path = sec.get("path", [""])[0] or None
-            if path is None:
-                core.notes.append(sec.get("err", ["no core file to read"])[0])
-            artifact = path or (cand.location if cand.source == "apport" else None)
-            paths.append((path, artifact))
+            if sec.get("err"):
+                core.notes.append(sec["err"][0][:300])
+            copy = f"{tmp}/{i}.core" if core.copied else None
+            gz = f"{tmp}/{i}.gz" if core.copied else f"{tmp}/c{i}.gz" if core.artifact_copied else None
+            paths.append((copy, gz))
         return paths
 
     def _backtrace_and_fetch(self, host: Host, gdb: str | None, cores: list[Core],
                              paths: Sequence[tuple[str | None, str | None]], tmp: str, report: Path | None) -> None:
-        """Round trip 3 (backtraces, gzip), then one download per core."""
-        jobs = []
-        for i, (core, (path, artifact)) in enumerate(zip(cores, paths)):
-            if path is None and artifact is None:
-                continue
-            fetch = (report is not None and artifact is not None and core.size is not None
-                     and core.size <= self.cap_bytes)
-            if report is not None and artifact is not None and not fetch:
-                core.notes.append(f"not fetched: {human_size(core.size)} is over the cap of "
-                                  f"{human_size(self.cap_bytes)}; left on {host.name} at {core.location}")
-            exe = core.executable if (core.executable or "").startswith("/") else None
-            jobs.append(BacktraceJob(i, path if gdb else None, exe, artifact if fetch else None,
-                                     f"{tmp}/{i}.gz" if fetch else None))
-        if not jobs:
-            return
-        if not gdb:
+        """Round trip 3 (backtraces on camit's copies), then one download per core."""
+        for core, (_copy, gz) in zip(cores, paths):
+            if gz is None and core.size is not None and core.size > self.cap_bytes:
+                core.notes.append(f"not copied, fetched or backtraced: {human_size(core.size)} is over the cap "
+                                  f"of {human_size(self.cap_bytes)}; left on {host.name} at {core.location}")
+        jobs = [BacktraceJob(i, copy, core.executable if (core.executable or "").startswith("/") else None)
+                for i, (core, (copy, _gz)) in enumerate(zip(cores, paths)) if copy is not None and gdb]
+        if cores and not gdb:
             for core in cores:
                 core.notes.append(f"gdb is not installed on {host.name}: no backtrace")
-        script = backtrace_script(jobs, timeout=self.gdb_timeout)
-        budget = len(jobs) * (self.gdb_timeout + 15) + sum((c.size or 0) for c in cores) / 20e6 + 60
-        result = host.run(ShellScript(script), timeout=budget, max_output=len(jobs) * BACKTRACE_BYTES + 65536)
-        sections = split_sections(result.stdout, "job", raw=True)
+        sections: dict[str, dict[str, list[str]]] = {}
+        if jobs:
+            script = backtrace_script(jobs, timeout=self.gdb_timeout)
+            budget = len(jobs) * (self.gdb_timeout + 15) + 60
+            result = host.run(ShellScript(script), timeout=budget, max_output=len(jobs) * BACKTRACE_BYTES + 65536)
+            sections = split_sections(result.stdout, "job", raw=True)
         taken: set[str] = set()
         cap = fetchcaps.caps().with_(max_bytes=self.cap_bytes)
-        for job in jobs:
-            core = cores[job.index]
-            text = sections.get(str(job.index), {}).get("raw", [""])[0]
-            bt, _, tail = text.partition("@@gzip ")
-            if job.core and bt.strip():
+        for i, (core, (_copy, gz)) in enumerate(zip(cores, paths)):
+            bt = sections.get(str(i), {}).get("raw", [""])[0]
+            if bt.strip():
                 core.backtrace = clean_backtrace(bt)
             if report is None:
                 continue
@@ -376,14 +369,12 @@ class CoreWatch:
             base = unique_base(out_dir, local_name(core), core.pid, taken)
             if core.backtrace:
                 core.backtrace_path = fetchcaps.write_private(out_dir / f"{base}.bt.txt", core.backtrace)
-            if job.gzip_to and tail.startswith("ok"):
+            if gz is not None:
                 try:  # bytes counted while reading: the cap holds whatever size the host reported
-                    host.get(job.gzip_to, out_dir / f"{base}.gz", cap=cap)
+                    host.get(gz, out_dir / f"{base}.gz", cap=cap)
                     core.local_path = out_dir / f"{base}.gz"
                 except FrameworkError as exc:
                     core.notes.append(f"fetch failed: {exc}")
-            elif job.gzip_to:
-                core.notes.append(f"gzip on {host.name} failed: {tail.strip()[:200]}")
 
     # -- judgement and logs ---------------------------------------------------------------------------
     def verdict(self, cores: Sequence[Core]) -> tuple[bool, str]:

@@ -7,7 +7,9 @@ is a root-only file. Tests that need the lab's file pattern hold the labs' core-
 
 from __future__ import annotations
 
+import base64
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -75,3 +77,56 @@ def test_a_cotenants_file_name_cannot_inject_core_scan_records(host1, secret: st
     assert cores == [], [c.describe() for c in cores]
     assert SECRET not in report_bytes(tmp_path)
     assert any("1 file name(s) with control characters" in n for n in watch.notes), watch.notes
+
+
+def crafted_core() -> bytes:
+    """A minimal ELF core whose notes say uid 0, pid 4242 (tests/unit/test_coredump.py's builder)."""
+    from unit.test_coredump import synth_core
+
+    return synth_core(pid=4242, ppid=1, sig=11, comm="python3", env=[])
+
+
+def test_a_cotenants_crafted_core_is_not_the_runs(host1, lab_env, tmp_path) -> None:
+    """review §2: a planted ELF core whose notes say uid 0 passed as root's (the file's owner was never
+    read) and failed the run at will. Now the file is judged by its descriptor: owned by uid 65534, refused."""
+    cluster, host = host1
+    name = f"core.python3.4242.{int(time.time()) + 5}.11"
+    blob = base64.b64encode(crafted_core()).decode()
+    with core_pattern(LAB_PATTERN):
+        watch = CoreWatch(cluster, lab_env, policy="fail")
+        baseline = watch.snapshot()
+        as_nobody(host, 'printf %s "$1" | base64 -d > "$2/$3"', blob, CRASH_DIR, name)
+        try:
+            cores = watch.collect(baseline, rundir=tmp_path)
+        finally:
+            host.run(commands.join(["rm", "-f", "--", f"{CRASH_DIR}/{name}"]), timeout=30)
+    assert cores == [], [(c.describe(), c.notes) for c in cores]
+    assert watch.verdict(cores) == (False, "")
+    assert not list(tmp_path.rglob("*.gz"))
+
+
+def test_a_core_swapped_for_a_symlink_is_refused_not_followed(host1, secret: str, lab_env, tmp_path,
+                                                             monkeypatch) -> None:
+    """review §2: a listed core replaced by a symlink to a root-only file (the review's trigger: gdb's argv
+    in ps) made root gzip that file into the report. Now the one open is O_NOFOLLOW: refused, nothing read."""
+    cluster, host = host1
+    name = f"core.python3.4242.{int(time.time()) + 5}.11"
+    target = f"/root/{secret}"
+    real_inspect = CoreWatch._inspect
+
+    def swap_then_inspect(self, h, cands, cores, tmp, procs):  # type: ignore[no-untyped-def]
+        as_nobody(host, 'ln -sf -- "$1" "$2/$3.new" && mv -f -- "$2/$3.new" "$2/$3"', target, CRASH_DIR, name)
+        return real_inspect(self, h, cands, cores, tmp, procs)
+
+    monkeypatch.setattr(CoreWatch, "_inspect", swap_then_inspect)
+    with core_pattern(LAB_PATTERN):
+        watch = CoreWatch(cluster, lab_env, policy="fail")
+        baseline = watch.snapshot()
+        as_nobody(host, 'printf %s "$1" | base64 -d > "$2/$3"', base64.b64encode(crafted_core()).decode(),
+                  CRASH_DIR, name)
+        try:
+            cores = watch.collect(baseline, rundir=tmp_path)
+        finally:
+            host.run(commands.join(["rm", "-f", "--", f"{CRASH_DIR}/{name}"]), timeout=30)
+    assert cores == [], [(c.describe(), c.notes) for c in cores]
+    assert SECRET not in report_bytes(tmp_path)

@@ -167,7 +167,7 @@ def test_extraction_never_writes_through_a_symlink_or_outside(tmp_path: Path) ->
 
 # -- cores: whose, and under which name ----------------------------------------------------------------
 def _core(**kw: object) -> Core:
-    c = Core("host1", "file", "/w/runs/x/core", 0.0)
+    c = Core("host1", "file", "/w/runs/x/core", 0.0, owner=0)
     for k, v in kw.items():
         setattr(c, k, v)
     return c

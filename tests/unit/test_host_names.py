@@ -85,7 +85,7 @@ def test_a_relative_core_counts_only_under_the_searched_dirs() -> None:
 
 def test_a_core_of_unknown_uid_is_not_the_runs() -> None:
     def core(**kw: object) -> Core:
-        c = Core("h1", "file", "/c/core.1", 0.0)
+        c = Core("h1", "file", "/c/core.1", 0.0, owner=0)
         for k, v in kw.items():
             setattr(c, k, v)
         return c
@@ -96,3 +96,69 @@ def test_a_core_of_unknown_uid_is_not_the_runs() -> None:
     assert not is_ours(core(uid=0, facts_read=True), [], None)  # the SSH user's uid unknown
     assert is_ours(core(uid=0, facts_read=True), [], 0)
     assert is_ours(core(uid=0, facts_read=True, relation="rank", rank=0), procs, 0)
+
+
+def test_a_core_is_the_runs_only_when_its_owner_and_notes_agree() -> None:
+    def core(source: str, owner: int | None, uid: int | None) -> Core:
+        return Core("h1", source, "/c/core.1", 0.0, uid=uid, owner=owner, facts_read=True)
+
+    assert is_ours(core("file", 1000, 1000), [], 1000)
+    assert not is_ours(core("file", 65534, 1000), [], 1000)  # a co-tenant's file whose notes say uid 1000
+    assert not is_ours(core("file", 0, 1000), [], 1000)  # root's file, not the kernel's dump of our process
+    assert not is_ours(core("file", None, 1000), [], 1000)  # refused by its descriptor, or never opened
+    assert is_ours(core("apport", 0, 1000), [], 1000)  # a root-run handler's store: the recorded uid decides
+    assert not is_ours(core("apport", 65534, 1000), [], 1000)
+
+
+def run_hostfile(out: Path, cap: int, *items: tuple[str, str, Path]) -> dict[str, dict[str, object]]:
+    import json
+    import sys
+
+    from framework.cores.inspection import hostfile_program
+
+    args = [a for i, uids, path in items for a in (i, uids, str(path))]
+    cp = subprocess.run([sys.executable, "-I", "-c", hostfile_program(), str(out), str(cap), *args],
+                        capture_output=True, text=True, timeout=60, check=True)
+    return {r["i"]: r for r in map(json.loads, cp.stdout.splitlines())}
+
+
+def test_the_host_program_judges_each_file_by_its_descriptor(tmp_path: Path) -> None:
+    import gzip
+    import hashlib
+    import os
+
+    me = str(os.getuid())
+    good = tmp_path / "core.1"
+    good.write_bytes(b"\x7fELF-not-really" * 100)
+    good.chmod(0o600)
+    (tmp_path / "link").symlink_to(good)
+    (tmp_path / "hard").write_bytes(b"x")
+    os.link(tmp_path / "hard", tmp_path / "hard2")
+    (tmp_path / "gw").write_bytes(b"x")
+    (tmp_path / "gw").chmod(0o620)
+    os.mkfifo(tmp_path / "fifo")  # O_NONBLOCK: opening it does not hang
+    out = tmp_path / "out"
+    out.mkdir()
+    got = run_hostfile(out, 1 << 20, ("0", me, good), ("1", me, tmp_path / "link"), ("2", me, tmp_path / "hard"),
+                       ("3", me, tmp_path / "gw"), ("4", me, tmp_path / "fifo"), ("5", "65534", good))
+    assert got["0"]["owner"] == os.getuid() and got["0"]["size"] == 1500
+    assert (out / "0.core").read_bytes() == good.read_bytes() == gzip.decompress((out / "0.gz").read_bytes())
+    assert got["0"]["sha256"] == hashlib.sha256(good.read_bytes()).hexdigest()
+    assert (out / "0.core").stat().st_mode & 0o777 == 0o600 and (out / "0.gz").stat().st_mode & 0o777 == 0o600
+    assert "cannot open without following links" in str(got["1"]["refused"])
+    assert got["2"]["refused"] == "has 2 links"
+    assert got["3"]["refused"] == "writable by group or others"
+    assert got["4"]["refused"] == "not a regular file"
+    assert got["5"]["refused"] == f"owned by uid {os.getuid()}"
+    assert sorted(p.name for p in out.iterdir()) == ["0.core", "0.gz"]  # nothing else read or copied
+
+
+def test_the_host_program_copies_nothing_over_the_cap(tmp_path: Path) -> None:
+    import os
+
+    big = tmp_path / "core.2"
+    big.write_bytes(b"y" * 4096)
+    out = tmp_path / "out"
+    out.mkdir()
+    got = run_hostfile(out, 1024, ("0", str(os.getuid()), big))
+    assert got["0"]["size"] == 4096 and "copy" not in got["0"] and not list(out.iterdir())
