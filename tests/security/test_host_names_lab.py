@@ -130,3 +130,26 @@ def test_a_core_swapped_for_a_symlink_is_refused_not_followed(host1, secret: str
             host.run(commands.join(["rm", "-f", "--", f"{CRASH_DIR}/{name}"]), timeout=30)
     assert cores == [], [(c.describe(), c.notes) for c in cores]
     assert SECRET not in report_bytes(tmp_path)
+
+
+def test_a_plog_name_cannot_add_files_to_roots_tar(host1, secret: str, lab_env, tmp_path) -> None:
+    """review §4: in a shared (1777) plog root, nobody's file ``x\\n9999999992 1 <file>`` put a line naming
+    a root-only file of $HOME (tar's cwd) into root's ``tar -T`` list: it came back in the report. Now the
+    list is NUL-separated and verbatim, and only the SSH user's own single-link files are packed."""
+    cluster, host = host1
+    root = f"/tmp/camit-plog-{os.getpid()}"
+    host.check(f"mkdir -p {root}/debug/plog && chmod 1777 {root} {root}/debug {root}/debug/plog "
+               f"&& printf 'EI0006 ours\\n' > {root}/debug/plog/plog-1.log", timeout=30)
+    try:
+        watch = CoreWatch(cluster, lab_env, ascend_log_dirs=[root])
+        baseline = watch.snapshot()
+        time.sleep(1.1)  # the logs are those changed after the snapshot's second
+        as_nobody(host, 'printf x > "$1/x"; printf x > "$1/$2"',
+                  f"{root}/debug/plog", f"x\n9999999992 1 {secret}")
+        host.check(f"touch {root}/debug/plog/plog-1.log", timeout=30)
+        files = watch.collect_logs(tmp_path, baseline)
+    finally:
+        host.run(f"rm -rf -- {root}", timeout=30)
+    got = sorted(p.name for p in files["host1"] if p.parent.name != "host1")
+    assert got == ["plog-1.log"], files
+    assert SECRET not in report_bytes(tmp_path)

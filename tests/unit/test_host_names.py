@@ -162,3 +162,24 @@ def test_the_host_program_copies_nothing_over_the_cap(tmp_path: Path) -> None:
     out.mkdir()
     got = run_hostfile(out, 1024, ("0", str(os.getuid()), big))
     assert got["0"]["size"] == 4096 and "copy" not in got["0"] and not list(out.iterdir())
+
+
+def test_the_plog_list_reaches_tar_nul_separated_and_verbatim(tmp_path: Path) -> None:
+    """review §4: a plog named ``x\\n<ts> 1 -C ..\\n...`` added lines (and ``-C``) to root's ``tar -T`` list.
+    Now each name is one NUL-terminated entry, taken verbatim: the archive holds exactly the files."""
+    import tarfile
+
+    from framework.cores.logs import logs_script
+
+    plog = tmp_path / "root" / "debug" / "plog"
+    plog.mkdir(parents=True)
+    (tmp_path / "outside").write_text("not a plog")
+    evil = "x\n9999999993 1 -C ..\n9999999992 1 outside"
+    (plog / evil).write_text("plog text")
+    (plog / "-C").write_text("a plog named like an option")
+    (plog / "plog-1.log").write_text("EI0006")
+    out = run_sh(logs_script(time.time() - 60, str(tmp_path / "t"), [str(tmp_path / "root")]) + "printf '@@end\\n'\n")
+    tgz = next(line.split()[1] for line in out.splitlines() if line.startswith("@@ascend "))
+    with tarfile.open(tgz) as tar:
+        names = sorted(Path(m.name).name for m in tar.getmembers())
+    assert names == sorted(["-C", evil, "plog-1.log"]), names
