@@ -183,3 +183,32 @@ def test_the_plog_list_reaches_tar_nul_separated_and_verbatim(tmp_path: Path) ->
     with tarfile.open(tgz) as tar:
         names = sorted(Path(m.name).name for m in tar.getmembers())
     assert names == sorted(["-C", evil, "plog-1.log"]), names
+
+
+def test_gdb_gets_an_executable_only_when_nobody_else_can_write_it(tmp_path: Path) -> None:
+    """review §15: root ran gdb on an attacker-chosen ELF. gdb reads camit's copy of the core with init
+    files, auto-load and debuginfod off; the executable hint is used only when root or the SSH user owns
+    it and group/others cannot write it (else gdb reads the core alone)."""
+    import os
+    import sys
+
+    from framework.cores.inspection import _EXE_OK, BacktraceJob, backtrace_script, gdb_argv
+
+    planted = tmp_path / "python3"
+    planted.write_bytes(b"\x7fELF planted")
+    planted.chmod(0o777)
+    link = tmp_path / "link"
+    link.symlink_to(sys.executable)
+
+    def exe_ok(path: Path) -> str:
+        cp = subprocess.run(["/bin/sh", "-c", f'U=$(id -u); {_EXE_OK}; exe_ok "$1"', "sh", str(path)],
+                            capture_output=True, text=True, timeout=30)
+        return cp.stdout if cp.returncode == 0 else ""
+
+    assert exe_ok(link) == os.path.realpath(sys.executable)
+    assert exe_ok(planted) == "" and exe_ok(tmp_path / "missing") == ""
+    argv = gdb_argv("/w/.camit-cores/x/0.core", None)
+    assert argv[:8] == ["gdb", "-batch", "-nx", "-iex", "set auto-load off", "-iex", "set debuginfod enabled off",
+                        "-ex"] and argv[-2:] == ["-c", "/w/.camit-cores/x/0.core"]
+    script = backtrace_script([BacktraceJob(0, "/w/.camit-cores/x/0.core", str(planted))], timeout=5)
+    assert f"exe_ok {planted}" in script and '"$x" /w/.camit-cores/x/0.core' in script
