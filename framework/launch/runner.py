@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from framework import remote
 from framework.errors import CommandFailed, CommandTimedOut, HostError
 from framework.hosts import Cluster, Host, sha256_file
-from framework.launch import devices, fetch, timeouts
+from framework.launch import devices, fetch, stacks, timeouts
 from framework.launch.monitor import LaunchMonitor
 from framework.launch.nic import hccl_host_ports, rendezvous_ip
 from framework.launch.plan import (
@@ -420,6 +420,10 @@ class Launcher:
                 result.notes.append(note)
         for h in nodes:
             fetch.read_ranks(result, h, self._host_dir(h, result.launch_id))
+        if any(n.stacks for n in result.nodes.values()):
+            result.stacks = stacks.from_logs({r: (rr.host, Path(rr.log) if rr.log else None)
+                                              for r, rr in result.ranks.items()})
+            log.warning("%s", stacks.summary(result.stacks))
 
 
 def _write(proc: Process | None, data: bytes) -> bool:

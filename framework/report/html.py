@@ -339,6 +339,9 @@ def _grid(run: RunView) -> str:
             info.append(f"retry of {', '.join(lv.superseded)}")
         failure = (f"<div class='banner'><b>first failure</b> ({escape(str(d.get('failure_kind') or '?'))}): "
                    f"{escape(lv.failure)}</div>") if lv.failure else ""
+        if lv.stacks:
+            failure += ("<div class='banner'><b>stacks</b> (identical stacks grouped, majority first):<ul>"
+                        + "".join(f"<li>{escape(line)}</li>" for line in lv.stacks) + "</ul></div>")
         out.append(f"<div class='launch card' data-launch='{escape(lv.launch_id, quote=True)}'><h3>"
                    f"{escape(lv.name)} <small>{escape(' · '.join(info))}</small></h3>{failure}"
                    f"{_host_rows(lv.ranks)}</div>")
