@@ -65,6 +65,8 @@ class LaunchResult:
     failure_kind: str | None = None  # rank | node | lost | timeout | interrupted | infra
     failure_tail: str = ""  # tail of the failed rank's log
     failure_rank: int | None = None  # the rank whose failure came first
+    #: why, in a rank's own words: "rank 3 on host2: AssertionError: ..." (framework.launch.cause)
+    cause: str | None = None
     timed_out: bool = False
     teardown_seconds: float | None = None
     report_dir: str | None = None
@@ -89,6 +91,8 @@ class LaunchResult:
         if self.ok:
             return f"{self.world_size} ranks on {len(self.nodes)} nodes passed in {self.duration:.1f}s"
         text = self.failure or "not every rank reported success"
+        if self.cause:
+            text += f"\ncause: {self.cause}"
         for n in self.nodes.values():
             if n.left:
                 text += f"\n{n.host}: processes of the run left after the kill: pid {', '.join(map(str, n.left))}"
@@ -104,7 +108,7 @@ class LaunchResult:
         return {
             "launch_id": self.launch_id, "ok": self.ok, "world_size": self.world_size, "master": self.master,
             "duration": round(self.duration, 3), "failure": self.failure, "failure_kind": self.failure_kind,
-            "failure_rank": self.failure_rank, "timed_out": self.timed_out,
+            "failure_rank": self.failure_rank, "cause": self.cause, "timed_out": self.timed_out,
             "teardown_seconds": self.teardown_seconds,
             "held": [asdict(h) for h in self.held],
             **({"notes": list(self.notes)} if self.notes else {}),
