@@ -74,7 +74,7 @@ def of_ranks(ranks: Iterable[RankResult], first: int | None) -> Cause | None:
         if text is not None:
             found.append(Cause(rr.rank, rr.host, text, bool(CONSEQUENCE.search(text))))
     primary = [c for c in found if not c.consequence]
-    return (primary or found or [None])[0]
+    return next(iter(primary or found), None)
 
 
 __all__ = ["Cause", "first_error", "of_ranks"]
