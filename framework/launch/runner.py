@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from framework import remote
 from framework.errors import CommandFailed, CommandTimedOut, HostError
 from framework.hosts import Cluster, Host, sha256_file
-from framework.launch import devices, fetch, timeouts
+from framework.launch import cause, devices, fetch, stacks, timeouts
 from framework.launch.monitor import LaunchMonitor
 from framework.launch.nic import hccl_host_ports, rendezvous_ip
 from framework.launch.plan import (
@@ -358,6 +358,10 @@ class Launcher:
         failed = monitor.failed_rank()
         if failed is not None and failed.log:
             result.failure_tail = fetch.log_tail(failed.log)
+        found = cause.of_ranks(result.ranks.values(), result.failure_rank) if result.failure else None
+        result.cause = found.describe() if found else None
+        if self.rundir is not None and found:  # the record written before the logs were read gets the cause too
+            self.rundir.write_json(f"launch-{result.launch_id}.json", result.to_json())
 
     def _check_devices(self, nodes: dict[str, _Node], result: LaunchResult) -> None:
         """NPU hosts: wait (bounded) until no pid of the run holds a device; a failure saves the NPU state."""
@@ -420,6 +424,10 @@ class Launcher:
                 result.notes.append(note)
         for h in nodes:
             fetch.read_ranks(result, h, self._host_dir(h, result.launch_id))
+        if any(n.stacks for n in result.nodes.values()):
+            result.stacks = stacks.from_logs({r: (rr.host, Path(rr.log) if rr.log else None)
+                                              for r, rr in result.ranks.items()})
+            log.warning("%s", stacks.summary(result.stacks))
 
 
 def _write(proc: Process | None, data: bytes) -> bool:

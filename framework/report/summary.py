@@ -42,7 +42,7 @@ def terminal_summary(rundir_path: str | os.PathLike[str], repro: str | None = No
     """
     run = read_run(rundir_path)
     keep = scrub or str
-    lines = [keep(line) for line in [_headline(run), *_counts(run), *_rank_grid(run), *_bad_ranks(run), *_cores(run),
+    lines = [keep(line) for line in [_headline(run), *_counts(run), *_causes(run), *_rank_grid(run), *_bad_ranks(run), *_stacks(run), *_cores(run),
                                      *_dirty_hosts(run), *_failed_tests(run), *_slowest_phases(run)]]
     lines += [f"  report: {run.path / 'index.html'}", keep(_reproduce(run, repro))]
     if run.problems:
@@ -117,6 +117,26 @@ def _bad_ranks(run: RunView) -> list[str]:
         lines.append(f"  {r.outcome.upper():6} {where}: " + short(reason, 90))
     if len(bad) > 5:
         lines.append(f"  … {len(bad) - 5} more rank(s) not passing: see index.html")
+    return lines
+
+
+def _causes(run: RunView) -> list[str]:
+    """What failed and why, first: each failed launch's cause in its rank's own words (at most three)."""
+    causes = [(lv.name, str(lv.data["cause"])) for lv in run.launches if lv.data.get("cause")]
+    lines = ["  CAUSE  " + short(f"{name}: {text}", 2 * _WIDTH) for name, text in causes[:3]]
+    if len(causes) > 3:
+        lines.append(f"  … {len(causes) - 3} more failed launch(es) with a cause: see index.html")
+    return lines
+
+
+def _stacks(run: RunView) -> list[str]:
+    """Where the ranks of each launch that was asked for its stacks stood: the majority, then the odd ones."""
+    lines = []
+    for lv in run.launches:
+        groups = lv.stacks
+        if groups:
+            odd = f"; odd: {'; '.join(groups[1:])}" if groups[1:] else ""
+            lines.append("  STACKS " + short(f"{lv.name}: {groups[0]}{odd}", 2 * _WIDTH))
     return lines
 
 

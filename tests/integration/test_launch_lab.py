@@ -16,8 +16,9 @@ from camit_labtools import tagged, wait_for, wait_none_left, wait_ranks_up
 
 from framework.hosts import Cluster
 from framework.lab.plan import nsenter_argv
-from framework.launch import Launcher, Target
+from framework.launch import Launcher, Target, stacks
 from framework.report.folder import RunDir
+from framework.report.summary import terminal_summary
 
 TARGET = Path(__file__).resolve().parents[1] / "data" / "targets" / "alltoall.py"
 NODES = ["host1", "host2"]
@@ -93,6 +94,14 @@ def test_hanging_rank_hits_the_job_timeout(launcher):
     assert result.timed_out and result.failure_kind == "timeout"
     assert 19 <= elapsed <= 60, elapsed
     assert wait_none_left(result.launch_id, 15) == []
+    # the stacks each rank printed before the kill, grouped: the three in the barrier, rank 2 the odd one out
+    assert [g.ranks for g in result.stacks] == [[0, 1, 3], [2]], result.message()
+    assert result.stacks[0].stack[0].func == "barrier", result.stacks[0].stack
+    line = stacks.summary(result.stacks)
+    assert "odd one out: rank 2 on host2 in <module> (alltoall.py:" in line, line
+    assert "odd one out: rank 2 on host2" in result.message()
+    summary = terminal_summary(launcher.rundir.path)
+    assert "STACKS" in summary and "rank 2 on host2 in <module> (alltoall.py:" in summary, summary
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
