@@ -287,3 +287,31 @@ def test_a_child_escaping_session_and_tag_survives_the_kill_and_the_supervisor_r
     finally:
         os.kill(pid, signal.SIGKILL)
     assert wait_none_left(result.launch_id, 15) == []
+
+
+def test_diagnose_names_the_odd_rank_of_a_running_launch_and_stops_nothing(lab_env_path, tmp_path):
+    """``camit diagnose RUN_ID`` while rank 2 sleeps and the others wait in the barrier: it names rank 2
+    and its host, and every rank is still running afterwards."""
+    reports = tmp_path / "reports"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "framework.cli", "run", "--env", str(lab_env_path), "--hosts", ",".join(NODES),
+         "--nproc-per-node", "2", "--report-dir", str(reports), "--timeout", "180", "--",
+         str(TARGET), "--hang-rank", "2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        run_dir = wait_for(lambda: (reports / "latest").exists() and (reports / "latest").resolve(), 60)
+        assert run_dir, "no report folder appeared"
+        assert wait_ranks_up(run_dir.name, 4), "ranks never up"
+        time.sleep(3)  # rendezvous + all_to_all, then the barrier
+        t0 = time.monotonic()
+        diag = subprocess.run([sys.executable, "-m", "framework.cli", "diagnose", "--env", str(lab_env_path),
+                               run_dir.name], capture_output=True, text=True, timeout=120)
+        took = time.monotonic() - t0
+        assert diag.returncode == 0, diag.stdout + diag.stderr
+        assert "3 ranks (0, 1, 3) in barrier (" in diag.stdout, diag.stdout
+        assert "odd one out: rank 2 on host2 in <module> (alltoall.py:" in diag.stdout, diag.stdout
+        assert took < 10, took
+        assert wait_ranks_up(run_dir.name, 4, within=2), "a rank ended after the diagnosis"
+        assert proc.poll() is None
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=120)
