@@ -54,6 +54,7 @@ from typing import TYPE_CHECKING
 
 from framework import fetchcaps
 from framework.commands import ShellScript
+from framework.cores import missing
 from framework.cores.inspection import (
     BACKTRACE_BYTES,
     BacktraceJob,
@@ -99,6 +100,8 @@ POLICY_ENV = "CAMIT_CORE_POLICY"
 #: signals whose default action dumps core (signal(7))
 CORE_SIGNALS = frozenset({"SIGABRT", "SIGBUS", "SIGFPE", "SIGILL", "SIGQUIT", "SIGSEGV", "SIGSYS", "SIGTRAP",
                           "SIGXCPU", "SIGXFSZ"})
+#: the ranks that died of a core-dumping signal and left no core, with why (report folder)
+MISSING_FILE = "cores-missing.json"
 #: pipe handlers store a core after the process is gone: how long to wait for one we expect
 SETTLE_TIMEOUT = 10.0
 
@@ -189,6 +192,7 @@ class CoreWatch:
         self.ascend_log_dirs = tuple(ascend_log_dirs) if ascend_log_dirs is not None else None
         self.errors: dict[str, str] = {}
         self.notes: list[str] = []
+        self.missing: list[missing.MissingCore] = []
         self.log_summary = ""
 
     def _spec(self, host: Host) -> HostSpec | None:
@@ -252,6 +256,7 @@ class CoreWatch:
         procs = rank_procs(ranks)
         self.errors = {}
         self.notes = baseline.notes()
+        self.missing = []
         names = [n for n, s in baseline.hosts.items() if s.error is None and n in self.cluster.hosts]
         got = self.cluster.map(lambda h: self._collect_host(h, baseline.hosts[h.name], report, procs), names)
         cores: list[Core] = []
@@ -267,6 +272,11 @@ class CoreWatch:
             _append_cores(report / "cores.json", [c.to_json() for c in cores])
         for c in cores:
             log.warning("%s", c.describe())
+        for m in self.missing:
+            log.warning("%s", m.describe())
+            self.notes.append(m.describe())
+        if report is not None and self.missing:
+            _append_cores(report / MISSING_FILE, [m.to_json() for m in self.missing])
         return cores
 
     def _collect_host(self, host: Host, before: HostScan, report: Path | None,
@@ -286,6 +296,7 @@ class CoreWatch:
         if after.boot_id and before.boot_id and after.boot_id != before.boot_id:
             self.notes.append(f"{host.name}: rebooted during the test (boot id changed)")
         if not cands:
+            self._note_missing(host, after, procs, [])
             return []
         cores = [Core(c.host, c.source, c.location, c.time, c.pid, None, c.executable, c.comm, c.signal, c.size)
                  for c in cands]
@@ -309,7 +320,21 @@ class CoreWatch:
                 host.run(["rm", "-rf", "--", tmp], timeout=60)
             except FrameworkError as exc:
                 log.warning("%s: could not remove %s: %s", host.name, tmp, exc)
+        self._note_missing(host, after, procs, cores)
         return cores
+
+    def _note_missing(self, host: Host, after: HostScan, procs: Sequence[RankProc], cores: Sequence[Core]) -> None:
+        """The ranks here that died of a core-dumping signal with no core of theirs found: say why."""
+        found = {(c.pid, c.rank) for c in cores}
+        dumped = [p for p in procs if p.host == host.name and p.signal in CORE_SIGNALS
+                  and not any(pid == p.pid or rank == p.rank for pid, rank in found)]
+        if not dumped:
+            return
+        directory = after.pattern.directory
+        writable = host.run(["test", "-w", directory], timeout=30).ok if directory else None
+        reason = missing.why(after, writable)
+        for p in dumped:
+            self.missing.append(missing.MissingCore(p.launch_id, p.rank, host.name, str(p.signal), reason))
 
     def _python(self, host: Host) -> str:
         spec = self._spec(host)

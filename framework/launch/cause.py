@@ -18,7 +18,11 @@ from framework.launch.stacks import read_tail
 
 #: pytest's short test summary line of a failed test (``-ra`` / ``-rf``)
 PYTEST_FAILED = re.compile(r"^(?:FAILED|ERROR) (?P<test>\S+) - (?P<text>.+)$")
+#: CPython's fatal-signal report (faulthandler): "Fatal Python error: Segmentation fault"
+FATAL = re.compile(r"^(?P<text>Fatal Python error: .+)$")
 TRACEBACK = "Traceback (most recent call last):"
+#: what launchers put before a rank's lines (torchrun's ``--tee``/``--log-line-prefix``: ``[rank3]:``)
+PREFIX = re.compile(r"^\[[^\]\n]{0,40}\]:\s?")
 #: an exception's last line: ``pkg.ModError: text`` at column 0 (or pytest's ``E   `` prefix)
 EXCEPTION = re.compile(r"^(?:E +)?(?P<text>(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Exit|Failed|Timeout)"
                        r"(?::.*)?)$")
@@ -47,15 +51,17 @@ def _clip(text: str) -> str:
 
 
 def first_error(text: str) -> str | None:
-    """The error a rank log reports: pytest's first FAILED line, else the last traceback's exception line."""
-    lines = text.splitlines()
-    for line in lines:
-        failed = PYTEST_FAILED.match(line)
-        if failed:
-            return _clip(failed["text"])
-    if TRACEBACK not in text:
+    """The error a rank log reports: pytest's first FAILED line, else CPython's fatal-error line, else the
+    last traceback's exception line."""
+    lines = [PREFIX.sub("", line, count=1) for line in text.splitlines()]
+    for rule in (PYTEST_FAILED, FATAL):
+        found = next((m for m in map(rule.match, lines) if m), None)
+        if found:
+            return _clip(found["text"])
+    starts = [i for i, line in enumerate(lines) if line.startswith(TRACEBACK)]
+    if not starts:
         return None
-    start = max(i for i, line in enumerate(lines) if line.startswith(TRACEBACK))
+    start = starts[-1]
     for line in lines[start + 1:]:
         exc = EXCEPTION.match(line)
         if exc:

@@ -11,6 +11,7 @@ function of the :class:`~framework.report.model.RunView` returning its lines.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import xml.etree.ElementTree as ET
 from collections.abc import Mapping
@@ -42,7 +43,7 @@ def terminal_summary(rundir_path: str | os.PathLike[str], repro: str | None = No
     """
     run = read_run(rundir_path)
     keep = scrub or str
-    lines = [keep(line) for line in [_headline(run), *_counts(run), *_causes(run), *_rank_grid(run), *_bad_ranks(run), *_stacks(run), *_cores(run),
+    lines = [keep(line) for line in [_headline(run), *_counts(run), *_causes(run), *_rank_grid(run), *_bad_ranks(run), *_stacks(run), *_cores(run), *_missing_cores(run),
                                      *_dirty_hosts(run), *_failed_tests(run), *_slowest_phases(run)]]
     lines += [f"  report: {run.path / 'index.html'}", keep(_reproduce(run, repro))]
     if run.problems:
@@ -149,6 +150,19 @@ def _cores(run: RunView) -> list[str]:
         lines.append("  CORE   " + short(f"{where}: {what}" + (f" — {frame}" if frame else ""), _WIDTH))
     if len(run.cores) > 3:
         lines.append(f"  … {len(run.cores) - 3} more core dump(s)")
+    return lines
+
+
+def _missing_cores(run: RunView) -> list[str]:
+    """Ranks that died of a core-dumping signal and left no core, with why (``cores-missing.json``)."""
+    try:
+        entries = json.loads((run.path / "cores-missing.json").read_text())
+    except (OSError, ValueError):
+        return []
+    lines = [f"  NOCORE {e.get('host')} r{e.get('rank')} {e.get('signal')}: " + short(str(e.get("why")), _WIDTH)
+             for e in entries[:3] if isinstance(e, dict)]
+    if len(entries) > 3:
+        lines.append(f"  … {len(entries) - 3} more rank(s) without a core: see cores-missing.json")
     return lines
 
 

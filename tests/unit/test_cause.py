@@ -35,6 +35,18 @@ def test_pytests_short_summary_wins_over_a_traceback():
     assert cause.first_error(text) == "AssertionError: recv_x mismatch on rank 3"
 
 
+def test_a_rank_prefix_is_read_through_and_a_traceback_word_inside_a_line_is_no_traceback():
+    text = ("[rank3]:Traceback (most recent call last):\n[rank3]:  File \"x.py\", line 1, in f\n"
+            "[rank3]:ValueError: bad expert 7\n")
+    assert cause.first_error(text) == "ValueError: bad expert 7"
+    assert cause.first_error("printed: Traceback (most recent call last): nothing else\n") is None
+
+
+def test_a_segfault_is_named_by_cpythons_fatal_error_line(tmp_path):
+    log = real_log(tmp_path, "r.log", "import faulthandler, ctypes; faulthandler.enable(); ctypes.string_at(0)")
+    assert cause.first_error(log.read_text()) == "Fatal Python error: Segmentation fault"
+
+
 def test_no_error_control_characters_and_length_are_bounded():
     assert cause.first_error("all fine\n") is None
     text = "Traceback (most recent call last):\nRuntimeError: \x1b[31mred" + "x" * 1000 + "\n"
