@@ -30,6 +30,7 @@ from framework.launch.plan import (
     KILL_GRACE,
     LOST_AFTER,
     PORT_RETRIES,
+    PYSPY_WAIT,
     STACK_WAIT,
     SUPERVISOR_SILENCE,
     NodePlan,
@@ -321,7 +322,7 @@ class Launcher:
                              f"{' (asking the ranks for their stacks first)' if stacks else ''}")
             if not _write(nodes[h].proc, protocol.kill_line(stacks=stacks)):
                 _close(nodes[h].proc)  # stdin EOF does the same
-        end = t0 + KILL_GRACE + 8 + (STACK_WAIT if stacks else 0)
+        end = t0 + KILL_GRACE + 8 + (STACK_WAIT + PYSPY_WAIT if stacks else 0)
         while any(not monitor.nodes[h].over for h in live) and time.monotonic() < end:
             try:
                 host, line = events.get(timeout=0.1)

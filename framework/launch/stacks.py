@@ -1,8 +1,8 @@
-"""Where each rank of a hung launch was: faulthandler dumps from the rank logs, identical stacks grouped.
+"""Where each rank of a hung launch was: its stacks (py-spy's native dump, else faulthandler's), grouped.
 
-The rank wrapper registers ``faulthandler`` on SIGUSR1 and the supervisor sends it before a timeout's kill
-(framework.remote.rankwrap, framework.remote.supervisor), so each rank log ends with its threads' stacks.
-A log is host output: it is parsed as data, and a rank whose log holds no dump is reported as such.
+Before a timeout's kill the supervisor runs ``py-spy dump --native`` on each rank where py-spy is installed
+(``rank<r>.pyspy``) and sends SIGUSR1, on which the rank wrapper registered ``faulthandler`` (the rank
+log's end). Both are host output, parsed as data; a rank with neither is reported as such.
 """
 
 from __future__ import annotations
@@ -12,9 +12,16 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from framework.remote.protocol import PYSPY_SUFFIX
+
 #: a thread's header in a faulthandler dump (``Current thread`` is the one the signal interrupted)
 HEADER = re.compile(r"^(Current thread|Thread) 0x[0-9a-f]+ \(most recent call first\):$")
 FRAME = re.compile(r'^  File "(?P<file>[^"\n]*)", line (?P<line>\d+) in (?P<func>\S+)$')
+#: py-spy dump: ``Thread 8433 (idle): "MainThread"`` then ``    func (file:line)`` / ``    func (lib.so)``
+SPY_THREAD = re.compile(r'^Thread (?:\d+|0x[0-9A-Fa-f]+) \([\w-]+\): "(?P<name>[^"\n]*)"$')
+SPY_FRAME = re.compile(r"^ {4}(?P<func>\S[^\n]*?) \((?P<loc>[^()\n]*?)(?::(?P<line>\d+))?\)$")
+#: a native frame py-spy could not name: an address, different in every process (ASLR)
+ADDRESS = re.compile(r"^0x[0-9a-fA-F]+$")
 #: at most this many bytes of a log's end are read (a dump is a few KiB; a log may be huge)
 TAIL_BYTES = 256 * 1024
 #: frames of this many innermost levels make the description of a group
@@ -27,8 +34,13 @@ class Frame:
     line: int
     func: str
 
+    @property
+    def native(self) -> bool:
+        return self.line == 0
+
     def short(self) -> str:
-        return f"{self.func} ({Path(self.file).name}:{self.line})"
+        where = Path(self.file).name
+        return f"{self.func} ({where})" if self.native else f"{self.func} ({where}:{self.line})"
 
 
 Stack = tuple[Frame, ...]
@@ -43,7 +55,12 @@ class StackGroup:
     hosts: dict[int, str] = field(default_factory=dict)
 
     def where(self) -> str:
-        return f"in {self.stack[0].short()}" if self.stack else "with no stack dump in its log"
+        if not self.stack:
+            return "with no stack dump in its log"
+        inner = self.stack[0]
+        python = next((f for f in self.stack if not f.native), None)
+        below = f" from {python.short()}" if inner.native and python is not None else ""
+        return f"in {inner.short()}{below}"
 
     def describe(self) -> str:
         if len(self.ranks) == 1:
@@ -90,6 +107,23 @@ def main_stack(text: str) -> Stack:
     return current[0] if current else ()
 
 
+def pyspy_main(text: str) -> Stack:
+    """The MainThread's frames of a ``py-spy dump`` (innermost first, unnamed addresses left out)."""
+    frames: list[Frame] = []
+    main = False
+    for line in text.splitlines():
+        thread = SPY_THREAD.match(line)
+        if thread:
+            if main:
+                break
+            main = thread["name"] == "MainThread"
+            continue
+        frame = SPY_FRAME.match(line) if main else None
+        if frame and not ADDRESS.match(frame["func"]):
+            frames.append(Frame(frame["loc"], int(frame["line"] or 0), frame["func"]))
+    return tuple(frames)
+
+
 def read_tail(path: Path) -> str:
     with open(path, "rb") as fh:
         fh.seek(0, 2)
@@ -97,20 +131,35 @@ def read_tail(path: Path) -> str:
         return fh.read().decode("utf-8", errors="replace")
 
 
+def python_frames(stack: Stack) -> Stack:
+    """The Python frames of a stack: what makes two ranks' stacks the same (native frames vary with timing)."""
+    return tuple(f for f in stack if not f.native)
+
+
 def group(stacks: Mapping[int, Stack], hosts: Mapping[int, str]) -> list[StackGroup]:
-    """Identical stacks together; the largest group first, ranks without a dump last."""
+    """Identical stacks (by their Python frames) together, shown with the first rank's native frames; the
+    largest group first, ranks without a dump last."""
     groups: dict[Stack, StackGroup] = {}
     for rank in sorted(stacks):
-        g = groups.setdefault(stacks[rank], StackGroup(stacks[rank]))
+        g = groups.setdefault(python_frames(stacks[rank]), StackGroup(stacks[rank]))
         g.ranks.append(rank)
         g.hosts[rank] = hosts[rank]
     return sorted(groups.values(), key=lambda g: (not g.stack, -len(g.ranks), g.ranks[0]))
 
 
+def rank_stack(log: Path | None) -> Stack:
+    """A rank's main stack: py-spy's dump beside its log (``rank<r>.pyspy``) when it holds one, else the
+    log's last faulthandler dump; ``()`` for neither."""
+    if log is None:
+        return ()
+    spy = log.with_suffix(f".{PYSPY_SUFFIX}")
+    native = pyspy_main(read_tail(spy)) if spy.is_file() else ()
+    return native or (main_stack(read_tail(log)) if log.is_file() else ())
+
+
 def from_logs(logs: Mapping[int, tuple[str, Path | None]]) -> list[StackGroup]:
     """Groups from each rank's (host, log path); a missing log counts as no dump."""
-    stacks = {r: main_stack(read_tail(p)) if p is not None and p.is_file() else () for r, (_, p) in logs.items()}
-    return group(stacks, {r: h for r, (h, _) in logs.items()})
+    return group({r: rank_stack(p) for r, (_, p) in logs.items()}, {r: h for r, (h, _) in logs.items()})
 
 
 def summary(groups: Iterable[StackGroup]) -> str:
@@ -126,4 +175,5 @@ def summary(groups: Iterable[StackGroup]) -> str:
     return f"stacks: {head.describe()}; {odd}: " + "; ".join(g.describe() for g in rest)
 
 
-__all__ = ["Frame", "StackGroup", "from_logs", "group", "main_stack", "summary", "threads_of_last_dump"]
+__all__ = ["Frame", "StackGroup", "from_logs", "group", "main_stack", "pyspy_main", "rank_stack", "summary",
+           "threads_of_last_dump"]

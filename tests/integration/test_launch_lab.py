@@ -96,12 +96,15 @@ def test_hanging_rank_hits_the_job_timeout(launcher):
     assert wait_none_left(result.launch_id, 15) == []
     # the stacks each rank printed before the kill, grouped: the three in the barrier, rank 2 the odd one out
     assert [g.ranks for g in result.stacks] == [[0, 1, 3], [2]], result.message()
-    assert result.stacks[0].stack[0].func == "barrier", result.stacks[0].stack
+    # py-spy's dump (installed with the test extra; its native frames first when they resolved in time)
+    assert "barrier" in [f.func for f in result.stacks[0].stack]
     line = stacks.summary(result.stacks)
-    assert "odd one out: rank 2 on host2 in <module> (alltoall.py:" in line, line
+    assert "3 ranks (0, 1, 3) in " in line and "barrier (distributed_c10d.py:" in line, line
+    assert "odd one out: rank 2 on host2 in " in line and "<module> (alltoall.py:" in line, line
+    assert all((Path(r.log).with_suffix(".pyspy")).is_file() for r in result.ranks.values() if r.log)
     assert "odd one out: rank 2 on host2" in result.message()
     summary = terminal_summary(launcher.rundir.path)
-    assert "STACKS" in summary and "rank 2 on host2 in <module> (alltoall.py:" in summary, summary
+    assert "STACKS" in summary and "rank 2 on host2 in " in summary, summary
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
@@ -301,14 +304,20 @@ def test_diagnose_names_the_odd_rank_of_a_running_launch_and_stops_nothing(lab_e
         run_dir = wait_for(lambda: (reports / "latest").exists() and (reports / "latest").resolve(), 60)
         assert run_dir, "no report folder appeared"
         assert wait_ranks_up(run_dir.name, 4), "ranks never up"
-        time.sleep(3)  # rendezvous + all_to_all, then the barrier
-        t0 = time.monotonic()
-        diag = subprocess.run([sys.executable, "-m", "framework.cli", "diagnose", "--env", str(lab_env_path),
-                               run_dir.name], capture_output=True, text=True, timeout=120)
-        took = time.monotonic() - t0
-        assert diag.returncode == 0, diag.stdout + diag.stderr
-        assert "3 ranks (0, 1, 3) in barrier (" in diag.stdout, diag.stdout
-        assert "odd one out: rank 2 on host2 in <module> (alltoall.py:" in diag.stdout, diag.stdout
+        # a diagnosis stops nothing: ask again until the ranks are past torch's import and the all_to_all
+        deadline = time.monotonic() + 90
+        while True:
+            t0 = time.monotonic()
+            diag = subprocess.run([sys.executable, "-m", "framework.cli", "diagnose", "--env", str(lab_env_path),
+                                   run_dir.name], capture_output=True, text=True, timeout=120)
+            took = time.monotonic() - t0
+            assert diag.returncode == 0, diag.stdout + diag.stderr
+            if "3 ranks (0, 1, 3)" in diag.stdout or time.monotonic() > deadline:
+                break
+            time.sleep(2)
+        assert "3 ranks (0, 1, 3) in " in diag.stdout and "barrier (distributed_c10d.py:" in diag.stdout, diag.stdout
+        assert "odd one out: rank 2 on host2 in " in diag.stdout, diag.stdout
+        assert "<module> (alltoall.py:" in diag.stdout, diag.stdout
         assert took < 10, took
         assert wait_ranks_up(run_dir.name, 4, within=2), "a rank ended after the diagnosis"
         assert proc.poll() is None

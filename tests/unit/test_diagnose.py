@@ -48,12 +48,15 @@ def test_only_the_launchs_tagged_ranks_are_asked_and_they_go_on(tmp_path):
     other = start(tmp_path, "run2-t1-cd", 0, "run2-t1-cd.hostA")  # another launch: not named
     try:
         out = subprocess.run([sys.executable, "-I", "-c", diagnose.HOST_PROGRAM, str(tmp_path / "runs"), "run1",
-                              "hostA", "1", str(stacks.TAIL_BYTES), RUN_TAG],
+                              "hostA", "1", str(stacks.TAIL_BYTES), RUN_TAG, "5", "2"],
                              capture_output=True, text=True, timeout=60, check=True).stdout
         found = diagnose.parse(out)
         assert sorted(found) == ["run1-t1-ab"] and sorted(found["run1-t1-ab"]) == [0, 1]
-        for text in found["run1-t1-ab"].values():
-            assert stacks.main_stack(text)[0].func == "waiting_for_peers"
+        for log, spy in found["run1-t1-ab"].values():
+            assert stacks.main_stack(log)[0].func == "waiting_for_peers"
+            # py-spy (installed with camit's test extra) names the native frame and the Python one
+            native = stacks.pyspy_main(spy)
+            assert native and native[0].native and "waiting_for_peers" in [f.func for f in native], spy
         assert "most recent call first" not in (tmp_path / "runs" / "run1-t1-ab" / "rank2.log").read_text()
         assert all(p.poll() is None for p in [*ours, stranger, other])  # nobody stopped
     finally:
@@ -62,7 +65,8 @@ def test_only_the_launchs_tagged_ranks_are_asked_and_they_go_on(tmp_path):
             p.wait()
 
 
-@pytest.mark.parametrize("stdout", ["", "[]", '{"L": 1}', '{"L": {"logs": {"0": "%%%"}}}', "not json"])
+@pytest.mark.parametrize("stdout", ["", "[]", '{"L": 1}', '{"L": {"logs": {"0": "%%%"}, "spy": {}}}',
+                                    '{"L": {"logs": {}}}', "not json"])
 def test_a_malformed_answer_is_refused(stdout):
     with pytest.raises(ValueError):
         diagnose.parse(stdout)
@@ -72,5 +76,5 @@ def test_the_answer_is_decoded_as_data():
     text = 'Current thread 0x1 (most recent call first):\n  File "/w/x.py", line 3 in f\n'
     import base64
     line = json.dumps({"L-1": {"asked": [0], "logs": {"0": base64.b64encode(text.encode()).decode(),
-                                                      "../x": "AAAA"}}})
-    assert diagnose.parse("noise before\n" + line) == {"L-1": {0: text}}
+                                                      "../x": "AAAA"}, "spy": {}}})
+    assert diagnose.parse("noise before\n" + line) == {"L-1": {0: (text, "")}}

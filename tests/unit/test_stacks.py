@@ -21,7 +21,7 @@ RANK = textwrap.dedent("""\
 
     def wait_in_collective():
         while True:
-            time.sleep(0.05)
+            signal.pause()  # blocked in one native call: every dump of it reads the same
 
     def stuck_in_sleep():
         time.sleep(60)
@@ -119,3 +119,85 @@ def test_the_launch_record_and_the_report_carry_the_groups(tmp_path):
     view = LaunchView("L1", "L1", 2, data, 0.0)
     assert view.stacks[0].startswith("rank 0 on host1 in wait_in_collective (rank.py:")
     assert view.stacks[1].startswith("rank 1 on host1 in stuck_in_sleep (rank.py:")
+
+
+def test_py_spy_native_dumps_are_grouped_with_native_and_python_frames(tmp_path):
+    """The supervisor's native_stacks runs the real py-spy on each rank; addresses (ASLR) do not split groups."""
+    from framework.remote import supervisor
+
+    spy = supervisor.find_pyspy()
+    assert spy is not None, "py-spy is part of camit's test extra"
+    logs = dump_ranks_alive(tmp_path, {0: "wait", 1: "wait", 2: "odd"})
+    try:
+        supervisor.native_stacks(spy, {r: p.pid for r, (p, _) in logs.items()}, str(tmp_path), 10)
+    finally:
+        for p, _ in logs.values():
+            p.kill()
+            p.wait()
+    groups = stacks.from_logs({r: ("host1" if r < 2 else "host2", log) for r, (_, log) in logs.items()})
+    assert [g.ranks for g in groups] == [[0, 1], [2]], [g.stack for g in groups]
+    odd = groups[1]
+    assert odd.stack[0].native and "stuck_in_sleep" in [f.func for f in odd.stack]
+    assert odd.describe().startswith("rank 2 on host2 in ") and " from stuck_in_sleep (rank.py:" in odd.describe()
+
+
+def test_without_py_spy_each_rank_gets_a_plain_note_and_faulthandlers_dump_counts(tmp_path):
+    from framework.remote import supervisor
+
+    logs = dump_ranks(tmp_path, {0: "odd"})
+    supervisor.native_stacks(None, {0: 1}, str(tmp_path), 1)
+    assert "py-spy is not installed on this host" in (tmp_path / "rank0.pyspy").read_text()
+    [g] = stacks.from_logs({0: ("h", logs[0])})
+    assert g.stack[0].func == "stuck_in_sleep" and not g.stack[0].native
+
+
+def test_a_py_spy_dump_is_parsed_as_data():
+    text = textwrap.dedent("""\
+        Process 8433: python x.py
+        Python v3.11.7 (/usr/bin/python3.11)
+
+        Thread 8434 (idle): "Thread-1"
+            wait (threading.py:320)
+        Thread 8433 (idle): "MainThread"
+            clock_nanosleep (libc.so.6)
+            stuck (x.py:4)
+            <module> (x.py:5)
+            0x7f255804524a (libc.so.6)
+        Thread 8435 (active): "worker"
+            run (y.py:1)
+        """)
+    main = stacks.pyspy_main(text)
+    assert [(f.func, f.file, f.line) for f in main] == [("clock_nanosleep", "libc.so.6", 0), ("stuck", "x.py", 4),
+                                                        ("<module>", "x.py", 5)]
+    assert stacks.pyspy_main("py-spy is not installed on this host\n") == ()
+
+
+def dump_ranks_alive(tmp_path: Path, roles: dict[int, str]) -> dict[int, tuple[subprocess.Popen[bytes], Path]]:
+    """Processes ready to be read, still running (the caller ends them)."""
+    script = tmp_path / "rank.py"
+    script.write_text(RANK)
+    out = {}
+    for rank, role in roles.items():
+        log = tmp_path / f"rank{rank}.log"
+        with open(log, "w") as fh:
+            proc = subprocess.Popen([sys.executable, str(script), role], stdout=fh, stderr=subprocess.STDOUT)
+        out[rank] = (proc, log)
+    for _, log in out.values():
+        deadline = time.monotonic() + 30
+        while "ready" not in log.read_text() and time.monotonic() < deadline:
+            time.sleep(0.05)
+    return out
+
+
+def test_a_native_dump_not_done_in_time_is_replaced_by_a_python_only_one(tmp_path):
+    """A py-spy that hangs on --native (a slow symbol load) is stopped; the plain dump takes its place."""
+    from framework.remote import supervisor
+
+    spy = tmp_path / "py-spy"
+    spy.write_text('#!/bin/sh\ncase "$*" in *--native*) sleep 30;; *) echo "Thread 1 (idle): \\"MainThread\\""; '
+                   'echo "    stuck (x.py:4)";; esac\n')
+    spy.chmod(0o755)
+    t0 = time.monotonic()
+    supervisor.native_stacks(str(spy), {0: 1}, str(tmp_path), 0.5)
+    assert time.monotonic() - t0 < 5
+    assert [f.func for f in stacks.pyspy_main((tmp_path / "rank0.pyspy").read_text())] == ["stuck"]
