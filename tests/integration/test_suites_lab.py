@@ -4,17 +4,20 @@ and an op library with one injected mistake makes it fail naming the op, the ran
 from __future__ import annotations
 
 import json
+import random
 import re
 import secrets
 import shutil
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from camit_labtools import launches, verdicts
 
 from framework.lab import artifacts
+from framework.perf.history import History, RunKey, path_for
 from framework.report.junit import validate_junit
 from tests import one_rank_failure
 
@@ -152,14 +155,23 @@ def test_perf_baseline_is_recorded_then_a_regression_fails(env_variant, built, t
     assert proc.returncode == 0, proc.stdout[-3000:]
     data = json.loads((base / "lab.json").read_text())
     assert data["prefill.world4"]["dispatch_us"] > 0
-    # pretend the cluster used to be 100x faster: the same run is now a regression, with numbers
-    data["prefill.world4"].update({k: v / 100 for k, v in data["prefill.world4"].items() if k.endswith("_us")})
-    (base / "lab.json").write_text(json.dumps(data))
+    # the run went into the history too; pretend the cluster used to be 100x faster for 20 runs since:
+    # the same run is now a regression, named with its series and step
+    with History(path_for(base, "lab")) as h:
+        soc, = h.db.execute("SELECT soc FROM runs").fetchone()
+        key = RunKey("past", "lab", soc, "unknown", "unknown")
+        measured = h.series(key, "prefill.world4", "dispatch_us").values
+        assert len(measured) == 1 and measured[0] > 0
+        rng = random.Random(1)
+        for i in range(20):
+            h.record(replace(key, run_id=f"past{i}"),
+                     {("prefill.world4", "dispatch_us"): measured[0] / 100 * (1 + rng.gauss(0, 0.03))})
     proc = subprocess.run([sys.executable, "-m", "pytest", *args, "--env", str(env),
                            "--report-dir", str(tmp_path / "r2"), "-p", "no:cacheprovider", "-q"],
                           cwd=REPO, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 1
-    assert "performance regression on lab (prefill.world4): dispatch_us" in proc.stdout
+    assert "performance regression on lab (prefill.world4):" in proc.stdout
+    assert "prefill.world4 dispatch_us: regression by the newest point beyond 5 sigma at point 21" in proc.stdout
 
 
 def test_two_xdist_workers_share_the_cluster_without_crosstalk(env_variant, built, tmp_path):
