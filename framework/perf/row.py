@@ -26,6 +26,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from framework.perf import straggler
+
 __all__ = ["SCHEMA_ID", "Bandwidth", "Bytes", "Config", "Environment", "RankStats", "Reference", "Row", "Stats",
            "build_row", "json_schema", "read_rows", "stats"]
 
@@ -221,4 +223,9 @@ def build_row(*, run_id: str, seed: int, config: Config, warmup: int, times_us: 
                iterations=len(times_us), time_us=total, iterations_us=slowest, ranks=per_rank, bytes=moved,
                bandwidth=_bandwidth(moved, world, total.p50), reference=reference,
                speedup=reference.time_us.p50 / total.p50 if reference else None, environment=environment,
-               output_hashes=list(output_hashes))
+               output_hashes=list(output_hashes), straggler=_straggler(times_us, hosts))
+
+
+def _straggler(times_us: Sequence[Sequence[float]], hosts: Sequence[str]) -> str | None:
+    found = straggler.find(times_us, hosts)
+    return "; ".join(s.describe() for s in found) or None

@@ -1,0 +1,59 @@
+"""The straggler: a rank (and its host) consistently slower than its peers, named with its factor.
+
+Per iteration each rank's time is divided by that iteration's median over the ranks; a rank's *score* is
+the median of its ratios over the iterations (median of ratios: one slow iteration, a hiccup of the host's
+scheduler, moves it by nothing), and it is a straggler when the score reaches ``1 + THRESHOLD``. A host's
+score is the median of its ranks' scores: a slow link or a hot host slows all its ranks. The iterations
+are needed because a single run's numbers cannot tell a slow rank from a slow moment.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+__all__ = ["MIN_ITERATIONS", "THRESHOLD", "Straggler", "find", "scores"]
+
+#: a rank 5 % slower than the median rank, in the median iteration, is named
+THRESHOLD = 0.05
+#: fewer timed iterations than this name nobody
+MIN_ITERATIONS = 5
+
+
+@dataclass(frozen=True)
+class Straggler:
+    rank: int
+    host: str
+    factor: float
+    #: the median score of the host's ranks; a host is slow as a whole when it reaches the threshold too
+    host_factor: float
+
+    def describe(self) -> str:
+        whole = f"; host {self.host} as a whole x{self.host_factor:.2f}" if self.host_factor >= 1 + THRESHOLD \
+            else ""
+        return f"straggler: rank {self.rank} on {self.host} x{self.factor:.2f} the median rank{whole}"
+
+
+def scores(times: Sequence[Sequence[float]]) -> list[float]:
+    """Each rank's median over iterations of its time / the iteration's median over ranks."""
+    ratios = []
+    for it in times:
+        mid = statistics.median(it)
+        ratios.append([t / mid if mid > 0 else 1.0 for t in it])
+    return [statistics.median(r[rank] for r in ratios) for rank in range(len(times[0]))]
+
+
+def find(times: Sequence[Sequence[float]], hosts: Sequence[str], threshold: float = THRESHOLD) -> list[Straggler]:
+    """The stragglers among ``times[iteration][rank]`` (slowest first); ``hosts[rank]`` names their hosts."""
+    if len(times) < MIN_ITERATIONS or len(hosts) < 3:
+        return []  # two ranks have no majority to be slower than
+    if any(len(it) != len(hosts) for it in times):
+        raise ValueError(f"every iteration needs one time per rank ({len(hosts)} ranks)")
+    s = scores(times)
+    by_host: dict[str, list[float]] = {}
+    for rank, host in enumerate(hosts):
+        by_host.setdefault(host, []).append(s[rank])
+    found = [Straggler(r, hosts[r], s[r], statistics.median(by_host[hosts[r]]))
+             for r in range(len(hosts)) if s[r] >= 1 + threshold]
+    return sorted(found, key=lambda x: -x.factor)
