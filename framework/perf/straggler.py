@@ -3,7 +3,8 @@
 Per iteration each rank's time is divided by that iteration's median over the ranks; a rank's *score* is
 the median of its ratios over the iterations (median of ratios: one slow iteration, a hiccup of the host's
 scheduler, moves it by nothing), and it is a straggler when the score reaches ``1 + THRESHOLD``. A host's
-score is the median of its ranks' scores: a slow link or a hot host slows all its ranks. The iterations
+score is the lowest of its ranks' scores: a slow link or a hot host slows all its ranks, and when even its
+fastest rank is slow the host is named as a whole. The iterations
 are needed because a single run's numbers cannot tell a slow rank from a slow moment.
 """
 
@@ -26,7 +27,7 @@ class Straggler:
     rank: int
     host: str
     factor: float
-    #: the median score of the host's ranks; a host is slow as a whole when it reaches the threshold too
+    #: the lowest score of the host's ranks; a host is slow as a whole when it reaches the threshold too
     host_factor: float
 
     def describe(self) -> str:
@@ -54,6 +55,6 @@ def find(times: Sequence[Sequence[float]], hosts: Sequence[str], threshold: floa
     by_host: dict[str, list[float]] = {}
     for rank, host in enumerate(hosts):
         by_host.setdefault(host, []).append(s[rank])
-    found = [Straggler(r, hosts[r], s[r], statistics.median(by_host[hosts[r]]))
+    found = [Straggler(r, hosts[r], s[r], min(by_host[hosts[r]]))
              for r in range(len(hosts)) if s[r] >= 1 + threshold]
     return sorted(found, key=lambda x: -x.factor)

@@ -66,3 +66,8 @@ def test_the_row_carries_the_straggler():
     healthy = build_row(run_id="r", seed=1, config=CFG, warmup=1, times_us=_times(5, ranks=4, spikes=False),
                         hosts=hosts, sent=SENT, environment=ENV, output_hashes=[])
     assert healthy.straggler is None
+
+
+def test_one_slow_rank_does_not_make_its_host_slow():
+    found = straggler.find(_times(8, slow=3, ranks=4, spikes=False), ["h1", "h1", "h2", "h2"])
+    assert [s.rank for s in found] == [3] and "as a whole" not in found[0].describe()
