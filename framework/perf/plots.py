@@ -19,6 +19,7 @@ import matplotlib
 matplotlib.use("Agg")  # no display, no GUI toolkit: before pyplot is imported
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from framework.perf.row import Row  # noqa: E402
 
@@ -97,6 +98,7 @@ def history_svg(title: str, values: Sequence[float], change_points: Sequence[int
         for cp in change_points:
             ax.axvline(cp - 0.5, color=COLOURS[1], linestyle="--", linewidth=1.5)
         ax.set_xlabel("run")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_title(title + ("  — REGRESSION" if regression else ""))
         ax.grid(True, alpha=0.3)
         return _svg(fig)

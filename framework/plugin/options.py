@@ -59,6 +59,8 @@ def add_options(parser: pytest.Parser) -> None:
     g.addoption("--baseline-margin", dest="camit_baseline_margin", type=float, default=None, metavar="F",
                 help="fail a perf test beyond this slow-down over its recent runs (0.5 = +50%%) instead of "
                      "the history's change points (default)")
+    g.addoption("--perf-matrix", dest="camit_perf_matrix", default=None, metavar="quick|nightly|FILE",
+                help="the perf sweep's configurations (suites/cam/test_sweep.py; default with -m perf: quick)")
     g.addoption("--cluster-name", dest="camit_cluster", default=None, metavar="NAME",
                 help="name of the cluster for baselines (default: the env file's stem)")
     g.addoption("--baseline-dir", dest="camit_baseline_dir", default=None, metavar="DIR",

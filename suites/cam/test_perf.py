@@ -17,6 +17,7 @@ from framework import perfbase
 from framework.perf import history
 
 REPO = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.perf
 
 
 @pytest.mark.multi_process_test
