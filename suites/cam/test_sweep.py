@@ -77,7 +77,8 @@ def test_sweep(run_ranks, world, camit, request):
     configs = matrix.configs(m, world)
     if not configs:
         pytest.skip(f"no configuration of the matrix fits the ops' contract at {world} ranks")
-    worlds = worlds_of(request.config)
+    chosen = camit.options.worlds  # --world-sizes: the other default worlds are skipped, not measured
+    worlds = [w for w in worlds_of(request.config) if chosen is None or w in chosen]
     _say(request.config, f"perf sweep at {world} ranks: {len(configs)} configuration(s), "
                          f"{m.warmup} warm-up + {m.iterations} timed iterations each; the whole sweep "
                          f"({len(worlds)} world size(s)) about {matrix.estimate_s(m, worlds):.0f} s")

@@ -254,7 +254,8 @@ def test_perf_sweep_rows_page_and_compare(env_variant, built, tmp_path):
                            "--cluster-name", "lab", "--report-dir", str(tmp_path / "r"), "-p", "no:cacheprovider",
                            "-q"], cwd=REPO, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
-    assert "perf sweep at 4 ranks: 2 configuration(s), 1 warm-up + 3 timed iterations each" in proc.stdout
+    assert "perf sweep at 4 ranks: 2 configuration(s), 1 warm-up + 3 timed iterations each; the whole sweep " \
+        "(1 world size(s)) about" in proc.stdout
     folder = (tmp_path / "r" / "latest").resolve()
     lines = (folder / "perf-rows.jsonl").read_text().splitlines()
     assert len(lines) == 2
