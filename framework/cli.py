@@ -36,6 +36,7 @@ from framework.errors import (
     UsageError,
     reason_of,
 )
+from framework.perf import verb as perf_verb
 
 if TYPE_CHECKING:  # pragma: no cover
     from framework.config.effective import EnvConfig
@@ -208,6 +209,8 @@ def build_parser() -> argparse.ArgumentParser:
     lrn.add_argument("--wait", type=float, default=0.0, metavar="S", help="wait up to S seconds for a held lease")
     lrn.add_argument("--ttl", type=float, default=300.0, metavar="S", help="lease validity after a heartbeat")
     lrn.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD...")
+
+    perf_verb.add_parser(sub, _Parser)
 
     cp = sub.add_parser("completion", help="print a shell completion script (bash or zsh)")
     cp.add_argument("shell", choices=("bash", "zsh"))
@@ -801,6 +804,8 @@ def _main(argv: Sequence[str]) -> int:
             return cmd_lab(args.lab_args)
         if args.command == "lease":
             return cmd_lease(args)
+        if args.command == "perf":
+            return perf_verb.run(args)
         if args.command == "completion":
             return cmd_completion(args, parser)
         parser.print_help(sys.stderr)
