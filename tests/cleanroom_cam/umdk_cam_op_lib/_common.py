@@ -152,7 +152,9 @@ def garbage(shape, dtype, device):
 # Rank exchange (variable sized all-to-all over torch.distributed)
 # ---------------------------------------------------------------------------
 def _to_bytes(t):
-    t = t.contiguous().view(-1)
+    flat = torch.empty(t.numel(), dtype=t.dtype, device=t.device)
+    flat.copy_(t.reshape(-1))
+    t = flat
     if t.numel() == 0:
         return torch.empty(0, dtype=torch.uint8, device=t.device)
     return t.view(torch.uint8)
