@@ -450,9 +450,10 @@ def fused_deep_moe(x, expert_ids, gmm1_weight, gmm1_weight_scale, gmm2_weight, g
         output.copy_(out_c)
     expert_token_nums.copy_(counts.to(expert_token_nums.device))
 
-    # ---- shared expert (computed on this card for its own tokens) ----
-    if share_gmm1_weight is not None:
-        xf = xc[:active].to(F32)
+    # ---- shared expert: quantised/computed on this card for all bs tokens
+    # (shareQuantCoreFunc splits axisBS, not the active-mask count) ----
+    if share_gmm1_weight is not None and bs:
+        xf = xc.to(F32)
         if share_smooth_scales is not None and ess is not None:
             xf = xf * share_smooth_scales.detach().cpu().to(F32).unsqueeze(0)
         sw1 = share_gmm1_weight.detach().cpu()
@@ -461,11 +462,7 @@ def fused_deep_moe(x, expert_ids, gmm1_weight, gmm1_weight_scale, gmm2_weight, g
         sw2 = share_gmm2_weight.detach().cpu()
         sw2 = sw2[0] if sw2.dim() == 3 else sw2
         sw2s = share_gmm2_weight_scale.detach().cpu().reshape(-1)
-        if active:
-            q, inv = quant_dispatch(xf)
-            so = ffn(q, inv, sw1, sw1s, sw2, sw2s, x.dtype)
-            sc = share_output.cpu().clone() if dev.type != "cpu" else share_output
-            sc[:active] = so
-            if dev.type != "cpu":
-                share_output.copy_(sc)
+        q, inv = quant_dispatch(xf)
+        so = ffn(q, inv, sw1, sw1s, sw2, sw2s, x.dtype)
+        share_output.copy_(so.to(share_output.device))
     return [output, share_output, expert_token_nums]
