@@ -330,6 +330,36 @@ def _pick(lst, l, is_list, base_dims):
     return t.detach().cpu()
 
 
+def _check_dtypes(x, expert_ids, g1, g1s, g2, g2s, es, sg1, sg2, mask):
+    """op_host/fused_deep_moe.cpp DataType lists: x bf16|fp16, expert_ids int32, weights int8,
+    weight scales float32 or x's dtype, expert_scales float32, x_active_mask bool. The message
+    text is ours (the op-selection failure text is not in the sources)."""
+    from ._common import aclnn_fail
+    bad = []
+    if x.dtype not in (torch.bfloat16, torch.float16):
+        bad.append(("x", x.dtype))
+    if expert_ids.dtype != torch.int32:
+        bad.append(("expert_ids", expert_ids.dtype))
+    for name, lst in (("gmm1_weight", g1), ("gmm2_weight", g2)):
+        for t in lst:
+            if t.dtype != torch.int8:
+                bad.append((name, t.dtype))
+    for name, lst in (("gmm1_weight_scale", g1s), ("gmm2_weight_scale", g2s)):
+        for t in lst:
+            if t.dtype not in (F32, x.dtype):
+                bad.append((name, t.dtype))
+    if es.dtype != F32:
+        bad.append(("expert_scales", es.dtype))
+    for name, t in (("share_gmm1_weight", sg1), ("share_gmm2_weight", sg2)):
+        if t is not None and t.dtype != torch.int8:
+            bad.append((name, t.dtype))
+    if mask is not None and mask.dtype != torch.bool:
+        bad.append(("x_active_mask", mask.dtype))
+    if bad:
+        name, dt = bad[0]
+        aclnn_fail("aclnnFusedDeepMoe", ["%s dataType %s is not supported by FusedDeepMoe." % (name, dt)])
+
+
 def fused_deep_moe(x, expert_ids, gmm1_weight, gmm1_weight_scale, gmm2_weight, gmm2_weight_scale, expert_scales,
                    share_gmm1_weight, share_gmm1_weight_scale, share_gmm2_weight, share_gmm2_weight_scale,
                    expert_smooth_scales, share_smooth_scales, x_active_mask, group_ep, ep_rank_size, ep_rank_id,
@@ -355,10 +385,8 @@ def fused_deep_moe(x, expert_ids, gmm1_weight, gmm1_weight_scale, gmm2_weight, g
     local_num = _c_div(moe_expert_num, ep_rank_size)
     expert_token_nums = garbage((local_num,), torch.int64, expert_ids.device)
 
-    if x.dtype not in (torch.bfloat16, torch.float16) or expert_ids.dtype != torch.int32:
-        from ._common import aclnn_fail
-        aclnn_fail("aclnnFusedDeepMoe", ["x dtype must be bf16/float16 and expert_ids dtype int32, but got %s, %s."
-                                         % (x.dtype, expert_ids.dtype)])
+    _check_dtypes(x, expert_ids, gmm1_weight, gmm1_weight_scale, gmm2_weight, gmm2_weight_scale, expert_scales,
+                  share_gmm1_weight, share_gmm2_weight, x_active_mask)
     L, n1, gbs, is_list = run_tiling(
         "aclnnFusedDeepMoe", _tiling, x, expert_ids, list(gmm1_weight), list(gmm1_weight_scale), list(gmm2_weight),
         list(gmm2_weight_scale), share_gmm1_weight, share_gmm1_weight_scale, share_gmm2_weight,
