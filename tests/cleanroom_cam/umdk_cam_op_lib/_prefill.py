@@ -6,7 +6,7 @@ moe_dispatch_normal,moe_combine_normal}; see DECISIONS.md for every choice.
 """
 import torch
 
-from ._common import (MB, TilingError, bind_assert, check_device, device_fault, garbage, is_nz,
+from ._common import (MB, TilingError, aclnn_fail, bind_assert, check_device, device_fault, garbage, is_nz,
                       max_window_size, pack, resolve_group, run_tiling, unpack, alltoallv_bytes)
 
 LOCAL_RANK_SIZE = 8
@@ -209,16 +209,6 @@ def dynamic_quant_rows(xr):
     return q, inv
 
 
-def _reinterpret_int32(t, n):
-    raw = t.contiguous().view(-1)
-    raw = raw.view(torch.uint8) if raw.numel() else torch.empty(0, dtype=torch.uint8, device=t.device)
-    need = 4 * n
-    if raw.numel() < need:
-        pad = garbage((need - raw.numel(),), torch.uint8, t.device)
-        raw = torch.cat([raw, pad])
-    return raw[:need].clone().view(torch.int32)
-
-
 def moe_dispatch_prefill(x, topk_idx, topk_weights, num_tokens_per_expert, send_token_idx_small, group_ep, rank,
                          num_ranks, use_quant):
     for name, t in (("x", x), ("topk_idx", topk_idx), ("topk_weights", topk_weights),
@@ -282,13 +272,17 @@ def moe_dispatch_prefill(x, topk_idx, topk_weights, num_tokens_per_expert, send_
     expand_x = garbage((n_recv, hidden), out_dtype, dev)
     scales_out = garbage((n_recv,), torch.float32, dev)
     expand_idx = garbage((n_recv * 3,), torch.int32, dev)
+    if send_token_idx_small.dtype != torch.int32:
+        # op def (K/moe_dispatch_normal/op_host/moe_dispatch_normal.cpp) accepts DT_INT32 only
+        aclnn_fail("aclnnMoeDispatchNormal", ["send_tokenIdx dataType %s is not supported by MoeDispatchNormal."
+                                              % send_token_idx_small.dtype])
     run_tiling("aclnnMoeDispatchNormal", _dispatch_tiling, group_ep, num_ranks, rank, num_experts, quant_mode,
                g_bs, x, topk32, converted)
 
     # sender side: scatter (token, k) rows into the local window
     n_flat = num_tokens * num_topk
     e_flat = topk32.reshape(-1).cpu().to(torch.int64)
-    sti = _reinterpret_int32(send_token_idx_small, n_flat).cpu().to(torch.int64)
+    sti = send_token_idx_small.detach().reshape(-1).cpu().to(torch.int64)
     if n_flat and bool(((e_flat < 0) | (e_flat >= num_experts)).any()):
         device_fault("moe_dispatch_prefill: expert id outside [0, %d) addresses the window out of range"
                      % num_experts)
@@ -448,6 +442,10 @@ def moe_combine_prefill(x, topk_idx, topk_weights, src_idx, send_head, group_ep,
     moe_expert_num = send_head.size(0)
     global_bs = topk32.size(0) * num_ranks
     combined = garbage((w.size(0), hidden), x.dtype, dev)
+    if send_head.dtype != torch.int32:
+        # op def (K/moe_combine_normal/op_host/moe_combine_normal.cpp) accepts DT_INT32 only
+        aclnn_fail("aclnnMoeCombineNormal", ["ep_recv_counts dataType %s is not supported by MoeCombineNormal."
+                                             % send_head.dtype])
     k = run_tiling("aclnnMoeCombineNormal", _combine_tiling, x, src_idx, w, group_ep, num_ranks, rank,
                    moe_expert_num, global_bs)
     bs = w.size(0)
