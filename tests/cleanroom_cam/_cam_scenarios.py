@@ -191,3 +191,36 @@ def suite(rank, world, group, steps):
         except Exception as e:
             raise AssertionError("scenario %s%r failed on rank %d: %s" % (name, args, rank, e)) from e
         dist.barrier()
+
+
+def faults(rank, world, group):
+    """Out-of-range expert ids fault the device (STANDIN hook); combine with a
+    src_idx that never fills a (token, k) slot raises instead of hanging."""
+    import torch_npu
+    os.environ["HCCL_BUFFSIZE"] = "4096"
+    E, k, h, bs = 4, 2, 1024, 3
+    topk = torch.tensor([[0, 1], [2, E], [3, 1]])
+    x = torch.ones(bs, h, dtype=torch.bfloat16)
+    w = torch.ones(bs, k)
+    n, sti = umdk_cam_op_lib.get_dispatch_layout(topk, E, world)
+    assert n.tolist() == [1, 2, 1, 1] and int(sti[1, 1]) == 0x7FFFFFFF  # invalid id: garbage slot, not counted
+    torch_npu.STANDIN = True
+    try:
+        umdk_cam_op_lib.moe_dispatch_prefill(x, topk, w, n, sti, group, rank, world, False)
+    except RuntimeError as e:
+        assert "507035" in str(e), str(e)
+    else:
+        raise AssertionError("expected a device fault")
+    finally:
+        torch_npu.STANDIN = False
+    topk = torch.tensor([[0, 1], [2, 3], [3, 1]])
+    n, sti = umdk_cam_op_lib.get_dispatch_layout(topk, E, world)
+    rx, _, eidx, rc, _ = umdk_cam_op_lib.moe_dispatch_prefill(x, topk, w, n, sti, group, rank, world, False)
+    bad = eidx.clone().view(-1, 3)
+    bad[:, 2] = 0   # every row claims top-k slot 0 -> slot 1 of each token never arrives
+    try:
+        umdk_cam_op_lib.moe_combine_prefill(rx, topk, w, bad.view(-1), rc, group, rank, world)
+    except RuntimeError as e:
+        assert "waits forever" in str(e), str(e)
+    else:
+        raise AssertionError("expected the combine to report missing slots")
