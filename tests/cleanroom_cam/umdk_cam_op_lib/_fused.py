@@ -465,7 +465,12 @@ def fused_deep_moe(x, expert_ids, gmm1_weight, gmm1_weight_scale, gmm2_weight, g
         sl, rows = unpack(buf[8:], [((n,), torch.int64), ((n, h), x.dtype)])
         for i in range(n):
             slot_rows[int(sl[i])] = rows[i]
-    ws = expert_scales.detach().cpu().to(F32)
+    # expert_scales is read as bs*k floats from its start (shape unchecked by tiling);
+    # a short tensor is read past its end -> garbage
+    ws = expert_scales.detach().cpu().to(F32).reshape(-1)
+    if ws.numel() < bs * topk:
+        ws = torch.cat([ws, torch.full((bs * topk - ws.numel(),), float("nan"), dtype=F32)])
+    ws = ws[:bs * topk].view(bs, topk) if bs * topk else torch.zeros((bs, topk), dtype=F32)
     out_c = output.cpu().clone() if dev.type != "cpu" else output
     for t in range(active):
         acc = torch.zeros(h, dtype=F32)
