@@ -224,3 +224,31 @@ def faults(rank, world, group):
         assert "waits forever" in str(e), str(e)
     else:
         raise AssertionError("expected the combine to report missing slots")
+
+
+def dispatch_tiling_after_notify(rank, world, group):
+    """Checks of aclnnMoeDispatchNormal run after the notify exchange (symmetric here)."""
+    import _cam_harness as H
+    os.environ["HCCL_BUFFSIZE"] = "4096"
+    E, k, bs = 4, 2, 3
+    topk = torch.tensor([[0, 1], [2, 3], [3, 1]])
+    w = torch.ones(bs, k)
+    n, sti = umdk_cam_op_lib.get_dispatch_layout(topk, E, world)
+    cases = []
+    cases.append((torch.ones(bs, 512, dtype=torch.bfloat16), "xShape dims1(H) should be in [1024, 7168], but got 512."))
+    cases.append((torch.ones(bs, 1024, dtype=torch.float32),
+                  "x dataType is invalid, dataType should be bf16 or float16, but is ."))
+    nz = torch.ones(bs, 1024, dtype=torch.float16)
+    H.tag_format(nz, 29)
+    cases.append((nz, "x format is invalid."))
+    for x, inner in cases:
+        try:
+            umdk_cam_op_lib.moe_dispatch_prefill(x, topk, w, n, sti, group, rank, world, False)
+        except RuntimeError as e:
+            assert str(e).startswith("call aclnnMoeDispatchNormal failed, detail:EZ9999") and inner in str(e), str(e)
+        else:
+            raise AssertionError("expected dispatch tiling failure: " + inner)
+    # fp16 passes
+    rx = umdk_cam_op_lib.moe_dispatch_prefill(torch.ones(bs, 1024, dtype=torch.float16), topk, w, n, sti, group,
+                                             rank, world, False)[0]
+    assert rx.dtype == torch.float16

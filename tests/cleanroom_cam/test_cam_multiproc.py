@@ -19,6 +19,7 @@ def test_world2():
         ("dispatch_combine", (4, 2, 1024, True, [5, 5])),
         ("dispatch_buffsize_too_small", ()),
         ("faults", ()),
+        ("dispatch_tiling_after_notify", ()),
         ("fused", (4, 2, 512, 1024, [3, 2], True, True, True)),
         ("fused", (4, 2, 512, 1024, [3, 3], False, False, True)),
     ])
