@@ -68,6 +68,7 @@ def free_port():
 def _entry(rank, world, port, fn_module, fn_name, args):
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     import importlib
+
     import torch
     import torch.distributed as dist
     torch.set_num_threads(1)

@@ -3,7 +3,6 @@ import os
 
 import torch
 import torch.distributed as dist
-
 import umdk_cam_op_lib
 
 

@@ -9,8 +9,8 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from _cam_harness import run_world  # noqa: E402
 import _cam_scenarios as sc  # noqa: E402
+from _cam_harness import run_world  # noqa: E402
 
 
 def test_world2():

@@ -7,8 +7,20 @@ ascend_kernels/fused_deep_moe/{op_host,op_kernel}; see DECISIONS.md.
 """
 import torch
 
-from ._common import (MB, TilingError, bind_assert, check_device, device_fault, garbage, max_window_size,
-                      pack, resolve_group, run_tiling, unpack, alltoallv_bytes)
+from ._common import (
+    MB,
+    TilingError,
+    alltoallv_bytes,
+    bind_assert,
+    check_device,
+    device_fault,
+    garbage,
+    max_window_size,
+    pack,
+    resolve_group,
+    run_tiling,
+    unpack,
+)
 
 F32 = torch.float32
 
@@ -72,7 +84,7 @@ def _tiling(x, expert_ids, g1, g1s, g2, g2s, sg1, sg1s, sg2, sg2s, ess, sss, mas
                 raise TilingError("gmm1Weight input length does not equals to token hidden size.", cw)
             n1 = d[1]
         else:
-            if L != d[0]:
+            if d[0] != L:
                 raise TilingError("gmm1Weight does not match local expert number per rank.", cw)
             if h != d[1]:
                 raise TilingError("gmm1Weight input length does not equals to token hidden size.", cw)
@@ -94,7 +106,7 @@ def _tiling(x, expert_ids, g1, g1s, g2, g2s, sg1, sg1s, sg2, sg2s, ess, sss, mas
             if n1 != d[0]:
                 raise TilingError("gmm1Scale length does not equals to gmm1 hidden size.", cw)
         else:
-            if L != d[0]:
+            if d[0] != L:
                 raise TilingError("gmm1Scale does not match local expert number perRank.", cw)
             if n1 != d[1]:
                 raise TilingError("gmm1Scale length does not equals to gmm1 hidden size.", cw)
@@ -122,7 +134,7 @@ def _tiling(x, expert_ids, g1, g1s, g2, g2s, sg1, sg1s, sg2, sg2s, ess, sss, mas
             if h != d[1]:
                 raise TilingError("gmm2 does not match token hidden size.", cw)
         else:
-            if L != d[0]:
+            if d[0] != L:
                 raise TilingError("gmm2 does not match local expert num perRank.", cw)
             if half != d[1]:
                 raise TilingError("gmm2 does not match half of gmm1 hidden size.", cw)
@@ -147,7 +159,7 @@ def _tiling(x, expert_ids, g1, g1s, g2, g2s, sg1, sg1s, sg2, sg2s, ess, sss, mas
             if h != d[0]:
                 raise TilingError("gmm2Scale does not match token hidden size.", cw)
         else:
-            if L != d[0]:
+            if d[0] != L:
                 raise TilingError("gmm2Scale does not match local expert number perRank.", cw)
             if h != d[1]:
                 raise TilingError("gmm2Scale does not match token hidden size.", cw)

@@ -6,8 +6,22 @@ moe_dispatch_normal,moe_combine_normal}; see DECISIONS.md for every choice.
 """
 import torch
 
-from ._common import (MB, TilingError, aclnn_fail, bind_assert, check_device, device_fault, garbage, is_nz,
-                      max_window_size, pack, resolve_group, run_tiling, unpack, alltoallv_bytes)
+from ._common import (
+    MB,
+    TilingError,
+    aclnn_fail,
+    alltoallv_bytes,
+    bind_assert,
+    check_device,
+    device_fault,
+    garbage,
+    is_nz,
+    max_window_size,
+    pack,
+    resolve_group,
+    run_tiling,
+    unpack,
+)
 
 LOCAL_RANK_SIZE = 8
 MAX_BATCH_SIZE = 4096
