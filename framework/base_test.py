@@ -135,6 +135,28 @@ def _tail(text: str, lines: int = LOG_LINES) -> str:
     return "\n".join(text.rstrip("\n").splitlines()[-lines:])
 
 
+#: lines of a failed command's output kept for the failure report (its stderr, else its stdout)
+FAILURE_LINES = 20
+#: the last failed commands of the running test (``failed_commands``): the plugin shows them in a failure
+_failures: collections.deque[str] = collections.deque(maxlen=5)
+
+
+def note_failure(host: str, command: str, rc: int | None, stdout: str, stderr: str) -> None:
+    """Keep a failed command's exit status and output tail for the test's failure text, and log it."""
+    output, what = (stderr, "stderr") if stderr.strip() else (stdout, "output")
+    text = f"{host}: {command}\n  ret={rc}; {what} (last {FAILURE_LINES} lines):\n{_tail(output, FAILURE_LINES)}"
+    _failures.append(text)
+    log.warning("command failed: %s", text)
+
+
+def failed_commands(clear: bool = False) -> list[str]:
+    """The failed commands noted since the last ``clear`` (at most the last 5), oldest first."""
+    out = list(_failures)
+    if clear:
+        _failures.clear()
+    return out
+
+
 class ExecResult:
     """What ``exec_cmd`` returns: URMA's names over camit's :class:`~framework.result.Result` (``.result``)."""
 
@@ -303,6 +325,8 @@ class BackgroundCmd:
         if self.silence == 0 and self._done.is_set():
             log.info("[ %s exec_cmd end ] %s ret=%s stdout=\n%s", self.host.name, self.command,
                      self.result.rc if self.result else None, _tail(self.stdout))
+        if self.result is not None and self.result.rc != 0 and not self.killed and self.silence < 2:
+            note_failure(self.host.name, self.command, self.result.rc, self.stdout, self.result.stderr)
         if self.exp_ret is not None:
             BaseTest.assertEqual(self.result.rc if self.result else None, self.exp_ret,
                                  f"{self.host.name}: {self.command}")
@@ -429,6 +453,9 @@ class UrmaHost:
         self.host = host
         self.process: list[BackgroundCmd] = []
 
+    #: what ``exec_cmd(background=True)`` returns (the URMA layer's keeps URMA's ``ret``/``pid``)
+    background_class: ClassVar[type[BackgroundCmd]] = BackgroundCmd
+
     def __repr__(self) -> str:
         return f"<UrmaHost {self.host.name}>"
 
@@ -527,7 +554,7 @@ class UrmaHost:
             log.info("[ %s exec_cmd ] %s background=%s timeout=%gs", self.host.name, shown, background, limit)
         if background:
             proc = self.host.spawn(command, env=env)
-            bg = BackgroundCmd(self, proc, shown, timeout=limit, silence=silence, log_path=log_path, port=port,
+            bg = self.background_class(self, proc, shown, timeout=limit, silence=silence, log_path=log_path, port=port,
                                exp_ret=exp_ret)
             self.process.append(bg)
             return bg
@@ -536,6 +563,8 @@ class UrmaHost:
             log.warning("%s: timed out after %gs (process group killed): %s", self.host.name, limit, shown)
         if silence == 0:
             log.info("[ %s exec_cmd end ] %s ret=%s stdout=\n%s", self.host.name, shown, res.ret, _tail(res.stdout))
+        if res.ret != 0 and silence < 2:
+            note_failure(self.host.name, shown, res.ret, res.stdout, res.stderr)
         if log_path is not None:
             _append(log_path, res.stdout + res.stderr)
         if exp_ret is not None:
@@ -591,10 +620,16 @@ class BaseTest:
     _own_stack: ClassVar[ExitStack | None] = None
     #: what :meth:`ship` wrote, by local path: taken away at teardown_class
     _shipped: ClassVar[dict[str, list[Shipment]]] = {}
+    #: the class of ``self.host1``, ``host_list[i]`` (the URMA layer's adds URMA's transfers)
+    host_class: ClassVar[type[UrmaHost]] = UrmaHost
+
+    #: True where ``setup_method``/``teardown_method`` call nose-style ``setup()``/``teardown()``
+    #: (the URMA layer's ``ubus_test.base_test.BaseTest``): then defining them is no error
+    calls_nose_hooks: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        for legacy in ("setup", "teardown"):
+        for legacy in ("setup", "teardown") if not cls.calls_nose_hooks else ():
             if legacy in cls.__dict__:
                 raise TypeError(f"{cls.__name__}.{legacy}() is nose-style and pytest >= 8.1 never calls it; "
                                 f"rename it to {legacy}_method(self, method)")
@@ -630,7 +665,7 @@ class BaseTest:
 
         cls.env, cls.cluster = cls._open()
         cls.cluster.connect().raise_on_failure()
-        cls.host_list = [UrmaHost(h) for h in cls.cluster]
+        cls.host_list = [cls.host_class(h) for h in cls.cluster]
         cls.hosts = {h.name: h for h in cls.host_list}
         for name, host in cls.hosts.items():
             setattr(cls, name, host)
