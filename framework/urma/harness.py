@@ -26,6 +26,7 @@ from pathlib import Path
 import pytest
 
 from framework.plugin.context import context_of
+from framework.urma.tree import PREPARED
 
 #: the file that marks a harness root (under it)
 MARKER = Path("test_framework") / "ubus_test" / "base_test.py"
@@ -139,6 +140,10 @@ class HarnessPlugin:
         _prepend(suite)
         self._set_case(file_path.resolve())
 
+    def pytest_sessionfinish(self) -> None:
+        """The trees shipped this session taken away (before camit closes the cluster)."""
+        PREPARED.remove_all()
+
     @staticmethod
     def _set_case(path: Path) -> None:
         from framework.urma.shims.common.constants import const
@@ -159,4 +164,4 @@ class HarnessPlugin:
         if ctx.env is not None and ctx.options.env_path:
             const.CONF_FILE = ctx.options.env_path
         if ctx.env is not None and not item.config.option.collectonly:
-            const.CASE_LOG_PATH = str(ctx.ensure_rundir().path / "case_log")
+            const.CASE_LOG_PATH = str((ctx.ensure_rundir().path / "case_log").resolve())

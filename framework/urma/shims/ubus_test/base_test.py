@@ -10,12 +10,14 @@ not provide raise an error naming them.
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from collections.abc import Callable
 from typing import Any, ClassVar
 
 from framework.base_test import BaseTest as _CamitBaseTest
 from framework.errors import FrameworkError
 from framework.urma.host import UBUSHost
+from framework.urma.tree import PREPARED
 from framework.urma.shims.common.utils import BaseObject
 
 log = logging.getLogger("camit.urma")
@@ -44,6 +46,26 @@ class BaseTest(_CamitBaseTest, BaseObject):  # type: ignore[misc]  # the asserti
     core_list_setup: ClassVar[list[str]] = []
     used_ports: ClassVar[set[int] | None] = None
     free_port: ClassVar[int] = 40000
+
+    @classmethod
+    def setup_class(cls) -> None:
+        """camit's set-up, then the harness tree (and umdk ``src``) at the same path on every host."""
+        super().setup_class()
+        from framework.urma.harness import harness_root
+        from framework.urma.shims.common.constants import const
+
+        root = harness_root(Path(const.CASE_PATH)) if const.CASE_PATH else None
+        if root is not None:
+            PREPARED.ensure([h.host for h in cls.host_list], root)
+
+    @classmethod
+    def teardown_class(cls) -> None:
+        own = cls._own_stack is not None  # no plugin env: the class's own cluster closes now
+        try:
+            if own:
+                PREPARED.remove_all()
+        finally:
+            super().teardown_class()
 
     def setup_method(self, method: Callable[..., Any]) -> None:
         self.setup()

@@ -1,0 +1,118 @@
+"""URMA's "Preparation": the harness tree (and the umdk ``src`` tree beside it) at the same path on every host.
+
+Compiled cases ``cd`` into ``test_framework/app/<module>`` and include files of the umdk ``src`` tree by
+relative paths, so the whole tree has to be there, not a case's folder. :func:`ship_tree` does it once
+per session: the same probe as :mod:`framework.samepath` (each file's sha256 on the host, the topmost
+missing folder; a file there with other content is refused, never overwritten), then the files the
+host lacks go as **one** tar archive through :meth:`Host.put <framework.hosts.Host.put>` (sha256
+verified on the host), unpacked at ``/`` and the archive removed. What was written is a
+:class:`~framework.samepath.Shipment`, taken away at the end of the session.
+"""
+
+from __future__ import annotations
+
+import logging
+import tarfile
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from framework import commands
+from framework.errors import TransferError
+from framework.hosts import sha256_file
+from framework.samepath import Shipment, ancestors, files_of, parse_probe, probe_script
+
+if TYPE_CHECKING:
+    from framework.hosts import Host
+
+log = logging.getLogger("camit.urma")
+
+
+def trees_of(root: Path) -> list[Path]:
+    """The harness ``root``, and the umdk ``src`` tree when ``root`` is ``<umdk>/test/<harness>``."""
+    src = root.parent.parent / "src"
+    return [root, src] if root.parent.name == "test" and src.is_dir() else [root]
+
+
+def pack(files: Sequence[Path], archive: Path) -> str:
+    """``files`` (absolute) into ``archive`` (gzip tar, names relative to ``/``); its sha256."""
+    with tarfile.open(archive, "w:gz") as tar:
+        for path in files:
+            tar.add(path, arcname=path.as_posix().lstrip("/"), recursive=False)
+    return sha256_file(archive)
+
+
+def unpack_script(archive: str) -> commands.ShellScript:
+    q = commands.quote(archive)
+    return commands.ShellScript(f"tar -xzf {q} -C / --no-same-owner; rc=$?; rm -f {q}; exit $rc")
+
+
+def ship_tree(host: Host, trees: Sequence[Path], digests: dict[Path, str]) -> list[Shipment]:
+    """Put ``trees`` at their own absolute paths on ``host``; one archive for everything missing there."""
+    shipments: list[Shipment] = []
+    missing: list[Path] = []
+    for tree in trees:
+        files = files_of(tree)
+        remote = [f.as_posix() for f in files]
+        folders = ancestors(tree.resolve().as_posix())
+        probe = host.check(probe_script(remote, folders), timeout=max(host.command_timeout, 60.0))
+        there, top = parse_probe(probe.stdout, remote, folders)
+        differ = [n for p, n in zip(files, remote, strict=True) if there[n] not in (None, digests[p])]
+        if differ:
+            raise TransferError(host.name, f"{differ[0]} is there with other content "
+                                           f"({len(differ)} file(s) differ): the tree is not shipped over it")
+        absent = [p for p, n in zip(files, remote, strict=True) if there[n] is None]
+        missing += absent
+        shipments.append(Shipment(host, written=[p.as_posix() for p in absent] if top is None else [],
+                                  kept=[n for n in remote if there[n] is not None], created=top))
+    if missing:
+        with tempfile.TemporaryDirectory(prefix="camit-tree-") as tmp:
+            archive = Path(tmp) / "tree.tar.gz"
+            digest = pack(missing, archive)
+            remote_archive = host.check(["mktemp", "/tmp/camit-tree.XXXXXX"]).stdout.strip()
+            try:
+                host.put(archive, remote_archive, sha256=digest)
+                host.check(unpack_script(remote_archive), timeout=600)
+            except BaseException:
+                host.run(["rm", "-f", "--", remote_archive], timeout=60)
+                for shipment in shipments:
+                    shipment.remove()
+                raise
+        log.info("%s: shipped %d file(s) of %s as one archive", host.name, len(missing),
+                 ", ".join(str(t) for t in trees))
+    return shipments
+
+
+class Prepared:
+    """What :func:`ship_tree` wrote this session, by (host, harness root): each tree shipped once."""
+
+    def __init__(self) -> None:
+        self.shipments: dict[tuple[str, Path], list[Shipment]] = {}
+        self.digests: dict[Path, str] = {}
+
+    def ensure(self, hosts: Sequence[Host], root: Path) -> None:
+        """The trees of ``root`` on each of ``hosts`` (once per session and host)."""
+        trees = trees_of(root)
+        for tree in trees:
+            for path in files_of(tree):
+                if path not in self.digests:
+                    self.digests[path] = sha256_file(path)
+        for host in hosts:
+            key = (host.name, root)
+            if key not in self.shipments:
+                self.shipments[key] = ship_tree(host, trees, self.digests)
+
+    def remove_all(self) -> None:
+        """Take away everything shipped (a failure is a warning naming the host)."""
+        shipments, self.shipments = self.shipments, {}
+        for (name, _), group in shipments.items():
+            for shipment in group:
+                try:
+                    shipment.remove()
+                except Exception as exc:  # noqa: BLE001 - best effort at the end, as teardown's kills
+                    log.warning("%s: cannot remove the shipped tree: %s", name, exc)
+
+
+#: this process's shipped trees (the harness plugin removes them at session end)
+PREPARED = Prepared()
