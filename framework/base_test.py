@@ -456,6 +456,10 @@ class UrmaHost:
     #: what ``exec_cmd(background=True)`` returns (the URMA layer's keeps URMA's ``ret``/``pid``)
     background_class: ClassVar[type[BackgroundCmd]] = BackgroundCmd
 
+    def _prepare(self, command: commands.Command) -> commands.Command:
+        """The command ``exec_cmd`` runs for ``command`` (shown as given); the URMA layer's merges stderr."""
+        return command
+
     def __repr__(self) -> str:
         return f"<UrmaHost {self.host.name}>"
 
@@ -547,9 +551,9 @@ class UrmaHost:
         """Run ``cmd`` on this host (URMA's signature); see the module docstring. Returns an
         :class:`ExecResult`, or with ``background`` a running :class:`BackgroundCmd`."""
         __tracebackhide__ = True
-        command = _command(cmd)
+        shown = commands.build(_command(cmd), env=env).display
+        command = self._prepare(_command(cmd))
         limit = float(timeout) if timeout else self.host.command_timeout
-        shown = commands.build(command, env=env).display
         if silence <= 1:
             log.info("[ %s exec_cmd ] %s background=%s timeout=%gs", self.host.name, shown, background, limit)
         if background:

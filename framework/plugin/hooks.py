@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import pytest
 
-from framework.plugin import batches, cores, markers, progress, reporting, xdist
+from framework.plugin import batches, cores, failtext, markers, progress, reporting, xdist
 from framework.plugin.context import CONTEXT_KEY, RunContext, context_of
 from framework.plugin.options import add_options, add_seed_alias
 from framework.plugin.resources import RESOURCES_KEY, Resources, resources_of
@@ -63,6 +63,7 @@ def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Pa
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
     markers.register(config)
+    config.pluginmanager.register(failtext.FailText(), "camit-failtext")
     ctx = RunContext.from_config(config)
     config.stash[CONTEXT_KEY] = ctx
     config.stash[RESOURCES_KEY] = Resources(ctx)

@@ -209,11 +209,14 @@ class UBUSHost(UrmaHost):
                  get_pid: bool = True, port: int | None = None, exp_ret: int | None = None) -> Any:
         """Upstream's ``exec_cmd``: pty-style output, ``timeout=0`` the test's limit (``const.TMOUT``)."""
         __tracebackhide__ = True
-        merged = "exec 2>&1\n" + cmd if isinstance(cmd, str) else cmd
-        res = super().exec_cmd(merged, background=background, timeout=timeout or float(const.TMOUT),
+        res = super().exec_cmd(cmd, background=background, timeout=timeout or float(const.TMOUT),
                                log_path=log_path, env=env, silence=silence, get_pid=get_pid, port=port,
                                exp_ret=exp_ret)
         return res if background else PtyResult(res.result)
+
+    def _prepare(self, command: commands.Command) -> commands.Command:
+        """Shell text runs with stderr into stdout, as under upstream's pty."""
+        return commands.ShellScript("exec 2>&1\n" + command) if isinstance(command, str) else command
 
     # -- processes ---------------------------------------------------------------
     def get_child_pid(self, pid: int) -> set[int]:
