@@ -14,6 +14,7 @@ import logging
 from collections.abc import Generator
 
 import pytest
+from _pytest._code.code import ExceptionRepr
 from _pytest.logging import LogCaptureHandler, caplog_handler_key
 
 from framework.base_test import failed_commands
@@ -64,8 +65,9 @@ class FailText:
     def pytest_runtest_makereport(self, item: pytest.Item,
                                   call: pytest.CallInfo[None]) -> Generator[None, pytest.TestReport, pytest.TestReport]:
         report = yield
-        if report.failed and hasattr(report.longrepr, "addsection"):
+        longrepr = report.longrepr
+        if report.failed and isinstance(longrepr, ExceptionRepr):
             failed = failed_commands(clear=True)
             if failed:
-                report.longrepr.addsection("failed commands (last first)", "\n\n".join(reversed(failed)))
+                longrepr.addsection("failed commands (last first)", "\n\n".join(reversed(failed)))
         return report

@@ -10,15 +10,15 @@ not provide raise an error naming them.
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, ClassVar
 
 from framework.base_test import BaseTest as _CamitBaseTest
 from framework.errors import FrameworkError
 from framework.urma.host import UBUSHost
-from framework.urma.tree import PREPARED
 from framework.urma.shims.common.utils import BaseObject
+from framework.urma.tree import PREPARED
 
 log = logging.getLogger("camit.urma")
 
@@ -39,7 +39,7 @@ def _unprovided(name: str) -> Callable[..., Any]:
     return method
 
 
-class BaseTest(_CamitBaseTest, BaseObject):  # type: ignore[misc]  # the assertions are the same functions
+class BaseTest(_CamitBaseTest, BaseObject):  # the assertions are the same functions
     host_class = UBUSHost
     calls_nose_hooks = True
     test_base_flag: ClassVar[dict[str, bool]] = {"check_core": True}
