@@ -87,7 +87,8 @@ def detect(config: pytest.Config, parser: pytest.Parser, args: list[str]) -> Har
     for root in roots:
         _prepend(root / "test_framework")
         config.pluginmanager.set_blocked(str(root / "conftest.py"))
-    plugin = HarnessPlugin(roots)
+    named = (config.invocation_params.dir / a.split("::", 1)[0] for a in args if not a.startswith("-"))
+    plugin = HarnessPlugin(roots, {p.resolve() for p in named if p.is_file()})
     config.pluginmanager.register(plugin, "camit-urma-harness")
     declared = {name for group in [parser._anonymous, *parser._groups] for opt in group.options
                 for name in opt.names()}  # pytest's own attributes: the declared option groups
@@ -117,8 +118,9 @@ def timeout_of(item: pytest.Item) -> float:
 class HarnessPlugin:
     """Upstream's root conftest, done per test from the collected item (registered by :func:`detect`)."""
 
-    def __init__(self, roots: list[Path]) -> None:
+    def __init__(self, roots: list[Path], cases: set[Path]) -> None:
         self.roots = roots
+        self.cases = cases  # the files named on the command line
 
     def owns(self, path: Path) -> Path | None:
         path = path.resolve()
@@ -129,16 +131,18 @@ class HarnessPlugin:
             config.addinivalue_line("markers", "timeout(seconds): the test's time limit (URMA harness)")
 
     def pytest_collect_file(self, file_path: Path) -> None:
-        """Before a case module is imported: its suite folder on ``sys.path`` (``from public import``),
-        and the ``public`` of another suite forgotten."""
-        if self.owns(file_path) is None or file_path.suffix != ".py":
+        """Before a case module is imported: its suite folder on ``sys.path`` (``from public import``; the
+        ``public`` of another suite forgotten), and for a case named on the command line ``const.CASE_*``."""
+        path = file_path.resolve()
+        if self.owns(path) is None or path.suffix != ".py" or path.name in ("conftest.py", "public.py"):
             return
-        suite = file_path.resolve().parent.parent
+        suite = path.parent.parent
         public = sys.modules.get("public")
         if public is not None and Path(str(getattr(public, "__file__", ""))).parent != suite:
             del sys.modules["public"]
         _prepend(suite)
-        self._set_case(file_path.resolve())
+        if path in self.cases:
+            self._set_case(path)
 
     def pytest_sessionfinish(self) -> None:
         """The trees shipped this session taken away (before camit closes the cluster)."""

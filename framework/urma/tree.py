@@ -12,6 +12,7 @@ verified on the host), unpacked at ``/`` and the archive removed. What was writt
 from __future__ import annotations
 
 import logging
+import shutil
 import tarfile
 import tempfile
 from collections.abc import Sequence
@@ -37,7 +38,7 @@ def trees_of(root: Path) -> list[Path]:
 
 def pack(files: Sequence[Path], archive: Path) -> str:
     """``files`` (absolute) into ``archive`` (gzip tar, names relative to ``/``); its sha256."""
-    with tarfile.open(archive, "w:gz") as tar:
+    with tarfile.open(archive, "w:gz", compresslevel=1) as tar:
         for path in files:
             tar.add(path, arcname=path.as_posix().lstrip("/"), recursive=False)
     return sha256_file(archive)
@@ -48,12 +49,18 @@ def unpack_script(archive: str) -> commands.ShellScript:
     return commands.ShellScript(f"tar -xzf {q} -C / --no-same-owner; rc=$?; rm -f {q}; exit $rc")
 
 
-def ship_tree(host: Host, trees: Sequence[Path], digests: dict[Path, str]) -> list[Shipment]:
-    """Put ``trees`` at their own absolute paths on ``host``; one archive for everything missing there."""
+def ship_tree(host: Host, trees: Sequence[Path], digests: dict[Path, str], *,
+              packed: dict[tuple[Path, ...], tuple[Path, str]] | None = None,
+              skip: Sequence[Path] = ()) -> list[Shipment]:
+    """Put ``trees`` at their own absolute paths on ``host``; one archive for everything missing there.
+
+    ``packed`` (the missing files -> an archive and its sha256) lets hosts that lack the same files share
+    one archive (the caller removes it); files under ``skip`` (camit's own run folders) are not shipped.
+    """
     shipments: list[Shipment] = []
     missing: list[Path] = []
     for tree in trees:
-        files = files_of(tree)
+        files = [f for f in files_of(tree) if not any(f.is_relative_to(s) for s in skip)]
         remote = [f.as_posix() for f in files]
         folders = ancestors(tree.resolve().as_posix())
         probe = host.check(probe_script(remote, folders), timeout=max(host.command_timeout, 60.0))
@@ -67,9 +74,12 @@ def ship_tree(host: Host, trees: Sequence[Path], digests: dict[Path, str]) -> li
         shipments.append(Shipment(host, written=[p.as_posix() for p in absent] if top is None else [],
                                   kept=[n for n in remote if there[n] is not None], created=top))
     if missing:
+        cache = {} if packed is None else packed
         with tempfile.TemporaryDirectory(prefix="camit-tree-") as tmp:
-            archive = Path(tmp) / "tree.tar.gz"
-            digest = pack(missing, archive)
+            if tuple(missing) not in cache:
+                archive = Path(tmp if packed is None else tempfile.mkdtemp(prefix="camit-tree-")) / "tree.tar.gz"
+                cache[tuple(missing)] = (archive, pack(missing, archive))
+            archive, digest = cache[tuple(missing)]
             remote_archive = host.check(["mktemp", "/tmp/camit-tree.XXXXXX"]).stdout.strip()
             try:
                 host.put(archive, remote_archive, sha256=digest)
@@ -91,17 +101,26 @@ class Prepared:
         self.shipments: dict[tuple[str, Path], list[Shipment]] = {}
         self.digests: dict[Path, str] = {}
 
-    def ensure(self, hosts: Sequence[Host], root: Path) -> None:
-        """The trees of ``root`` on each of ``hosts`` (once per session and host)."""
+    def ensure(self, hosts: Sequence[Host], root: Path, skip: Sequence[Path] = ()) -> None:
+        """The trees of ``root`` on each of ``hosts`` (once per session and host), without ``skip``."""
         trees = trees_of(root)
+        packed: dict[tuple[Path, ...], tuple[Path, str]] = {}
+        try:
+            self._ensure(hosts, root, trees, skip, packed)
+        finally:
+            for archive, _ in packed.values():
+                shutil.rmtree(archive.parent, ignore_errors=True)
+
+    def _ensure(self, hosts: Sequence[Host], root: Path, trees: Sequence[Path], skip: Sequence[Path],
+                packed: dict[tuple[Path, ...], tuple[Path, str]]) -> None:
         for tree in trees:
             for path in files_of(tree):
-                if path not in self.digests:
+                if path not in self.digests and not any(path.is_relative_to(s) for s in skip):
                     self.digests[path] = sha256_file(path)
         for host in hosts:
             key = (host.name, root)
             if key not in self.shipments:
-                self.shipments[key] = ship_tree(host, trees, self.digests)
+                self.shipments[key] = ship_tree(host, trees, self.digests, packed=packed, skip=skip)
 
     def remove_all(self) -> None:
         """Take away everything shipped (a failure is a warning naming the host)."""

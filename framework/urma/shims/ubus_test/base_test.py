@@ -56,7 +56,10 @@ class BaseTest(_CamitBaseTest, BaseObject):  # the assertions are the same funct
 
         root = harness_root(Path(const.CASE_PATH)) if const.CASE_PATH else None
         if root is not None:
-            PREPARED.ensure([h.host for h in cls.host_list], root)
+            resources = cls._camit_resources
+            rundir = resources.ctx.rundir if resources is not None else None
+            skip = [rundir.path.resolve().parent] if rundir is not None else []  # camit's run folders
+            PREPARED.ensure([h.host for h in cls.host_list], root, skip)
 
     @classmethod
     def teardown_class(cls) -> None:
