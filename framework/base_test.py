@@ -136,7 +136,7 @@ def _tail(text: str, lines: int = LOG_LINES) -> str:
 
 
 #: lines of a failed command's output kept for the failure report (its stderr, else its stdout)
-FAILURE_LINES = 20
+FAILURE_LINES = 30
 #: the last failed commands of the running test (``failed_commands``): the plugin shows them in a failure
 _failures: collections.deque[str] = collections.deque(maxlen=5)
 

@@ -39,14 +39,11 @@ class FailText:
         return [h for h in logging.getLogger().handlers if isinstance(h, LogCaptureHandler) and h is not ours]
 
     def _phase(self, item: pytest.Item) -> Generator[None, None, None]:
-        handlers = self._report_handlers(item)
-        for handler in handlers:
+        # the phase's report handler is new for each phase and dropped after it: the filter stays on it,
+        # so what camit logs after this (innermost) wrapper in the same phase (its core watch) is kept out too
+        for handler in self._report_handlers(item):
             handler.addFilter(self.filter)
-        try:
-            yield
-        finally:
-            for handler in handlers:
-                handler.removeFilter(self.filter)
+        yield
 
     @pytest.hookimpl(wrapper=True, trylast=True)
     def pytest_runtest_setup(self, item: pytest.Item) -> Generator[None, None, None]:

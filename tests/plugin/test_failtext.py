@@ -21,7 +21,21 @@ def test_caplog_sees_debug(caplog):
 """
 
 
+CONFTEST = """
+import logging
+import pytest
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):  # as camit's core watch: logs after the test body, in the same phase
+    try:
+        return (yield)
+    finally:
+        logging.getLogger("camit.cores").debug("core %s line", "scanXYZ")
+"""
+
+
 def test_failed_command_in_failure_text_and_no_camit_debug(pytester: pytest.Pytester) -> None:
+    pytester.makeconftest(CONFTEST)
     pytester.makepyfile(test_case=CASE)
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--log-level=DEBUG")
     result.assert_outcomes(failed=1, passed=1)
@@ -29,3 +43,4 @@ def test_failed_command_in_failure_text_and_no_camit_debug(pytester: pytest.Pyte
                                  "x.c:1: fatal error: y.h: No such file or directory",
                                  "*Captured log call*", "*an info line*"])
     result.stdout.no_fnmatch_line("*lease scriptXYZ line*")
+    result.stdout.no_fnmatch_line("*core scanXYZ line*")
