@@ -73,10 +73,12 @@ What URMA cases call, with URMA's names and signatures (``test_framework/common/
   ``assertTrue``/``assertFalse`` test ``is True``/``is False``; a failure shows ``msg`` and both
   values.
 
-Not provided (AttributeError): URMA's host-to-host ``scp`` helpers (``try_put``, ``get_file``,
-…: copy through the controller with ``put``/``get``), ``reconnect``, ``check_resource``,
-``conn``, ``passwd``, and the class attributes ``test_base_flag``/``core_list_setup``/``used_ports``
-(``core_policy`` says what a new core does).
+Unmodified upstream trees (``test/intergration_test``) use :mod:`framework.urma` instead: its
+``ubus_test.base_test.BaseTest`` is this class with nose-style ``setup()``/``teardown()``, pty-style
+output, ``timeout=0`` as the test's limit, upstream's transfers (``try_put``, ``get_file``, ...),
+``capture_log``, ``get_child_pid``, ``reconnect``, ``check_resource``. Here those are not provided
+(AttributeError), nor ``conn``, ``passwd`` and the class attributes
+``test_base_flag``/``core_list_setup``/``used_ports`` (``core_policy`` says what a new core does).
 """
 
 from __future__ import annotations

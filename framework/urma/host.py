@@ -13,7 +13,8 @@ What differs from camit's own :class:`~framework.base_test.UrmaHost`, so upstrea
   host-to-host scp; a destination under ``const.CASE_LOG_PATH`` is the controller's (upstream's
   controller was host1); a failed copy is logged and noted, not raised, as upstream's scp was;
 - ``capture_log``, ``get_child_pid``, ``get_process_pid``, ``reconnect`` as upstream's.
-What stays unprovided (``conn``, ``passwd``, ``info``, ``ns_list``) raises an AttributeError naming the
+Unlike upstream, an unreachable host raises ``HostError`` naming it (upstream returned None).
+What stays unprovided (``conn``, ``conn_pid``, ``passwd``, ``info``, ``ns_list``) raises an AttributeError naming the
 upstream member.
 """
 
@@ -47,6 +48,7 @@ NOT_PROVIDED = {
     "passwd": "camit never exposes the password",
     "info": "the env file's host mapping is validated into .host.spec",
     "ns_list": "network namespaces are not managed by camit",
+    "conn_pid": "camit keeps no connection shell; a background command's pid is its .pid",
 }
 _NEWLINE = re.compile(r"(?<!\r)\n")
 

@@ -5,6 +5,7 @@ camit's shims won and the conftest was blocked."""
 
 from __future__ import annotations
 
+import random
 import textwrap
 from pathlib import Path
 
@@ -105,3 +106,15 @@ def test_timeout_option_anywhere_on_the_command_line(pytester: pytest.Pytester, 
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-s", *args, str(case))
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines([f"*{expected}*"])
+
+
+def test_upstream_command_line_seed_and_timeout(pytester: pytest.Pytester, tree: Path) -> None:
+    """``pytest <case> --random_seed N --timeout=S`` as upstream ran it: one seed, camit's, is N."""
+    case = tree / "test_suites" / "MINI" / "test_case2" / "test.py"
+    case.write_text(UNMARKED.replace('print("TMOUT", const.TMOUT)',
+                                     'import random; print("TMOUT", const.TMOUT, "R", random.random())'))
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-s", str(case), "--random_seed", "42",
+                                           "--timeout=30")
+    result.assert_outcomes(passed=1)
+    random.seed(42)
+    result.stdout.fnmatch_lines([f"*TMOUT 30.0 R {random.random()}*"])
