@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from framework.commands import ShellScript, quote
 from framework.config.effective import load
 from framework.hosts import Cluster
 
@@ -59,3 +60,19 @@ def test_failed_compile_shows_gcc_error(tree: Path, lab_env_path: Path) -> None:
     assert "gcc test_case failed!" in done.stdout
     assert "no_such_header.h: No such file or directory" in done.stdout  # the reason, in the failure text
     assert "DEBUG" not in done.stdout  # camit's own DEBUG log stays in camit.log
+
+
+def test_tree_over_other_content_is_refused(tree: Path, lab_env_path: Path) -> None:
+    theirs = tree / "test" / "intergration_test" / "conftest.py"
+    with Cluster.from_env(load(lab_env_path)) as cluster:
+        host1 = cluster["host1"]
+        host1.check(ShellScript(f"mkdir -p {quote(str(theirs.parent))} && echo theirs > {quote(str(theirs))}"))
+        try:
+            done = _pytest(tree / CASES / "test_mini_shell" / "test.py", lab_env_path)
+            kept = host1.check(["cat", str(theirs)]).stdout
+        finally:
+            host1.check(["rm", "-rf", "--", str(tree.parent)])
+    assert done.returncode == 1, done.stdout[-4000:]
+    assert f"{theirs} is there with other content" in done.stdout
+    assert kept == "theirs\n"  # never overwritten
+    assert _present(lab_env_path, tree) == {"host1": False, "host2": False}  # host2's copy taken away
