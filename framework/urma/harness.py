@@ -83,6 +83,10 @@ def detect(config: pytest.Config, parser: pytest.Parser, args: list[str]) -> Har
     roots = roots_of(args, config.invocation_params.dir)
     if not roots:
         return None
+    if getattr(config.known_args_namespace, "numprocesses", None):
+        raise pytest.UsageError(f"{roots[0]}: an URMA harness tree runs without -n (one session ships the tree "
+                                "to the hosts and removes it at its end; xdist workers would remove it under "
+                                "each other)")
     install_shims()
     for root in roots:
         _prepend(root / "test_framework")

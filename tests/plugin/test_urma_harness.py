@@ -118,3 +118,10 @@ def test_upstream_command_line_seed_and_timeout(pytester: pytest.Pytester, tree:
     result.assert_outcomes(passed=1)
     random.seed(42)
     result.stdout.fnmatch_lines([f"*TMOUT 30.0 R {random.random()}*"])
+
+
+def test_xdist_is_refused_with_one_line(pytester: pytest.Pytester, tree: Path) -> None:
+    case = tree / "test_suites" / "MINI" / "test_case2" / "test.py"
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-n", "2", str(case))
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"*{tree}: an URMA harness tree runs without -n*"])
