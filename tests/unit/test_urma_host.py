@@ -107,3 +107,17 @@ def test_check_resource_samples_the_process_tree(hosts: tuple[UBUSHost, UBUSHost
 def test_unprovided_member_names_upstream(hosts: tuple[UBUSHost, UBUSHost], name: str) -> None:
     with pytest.raises(AttributeError, match=rf"URMA's common.host.UBUSHost.{name} is not provided by camit"):
         getattr(hosts[0], name)
+
+
+def test_capture_log_follows_new_lines_only(hosts: tuple[UBUSHost, UBUSHost], tmp_path: Path) -> None:
+    watched = tmp_path / "messages"
+    watched.write_text("old\n")
+    cap = hosts[0].capture_log(str(watched), output=str(tmp_path / "copy.log"))
+    time.sleep(0.5)
+    with watched.open("a") as fh:
+        fh.write("new line\n")
+    deadline = time.monotonic() + 5
+    while "new line" not in cap.stdout and time.monotonic() < deadline:
+        time.sleep(0.05)
+    cap.kill()
+    assert cap.stdout == "new line\r\n" and (tmp_path / "copy.log").read_text() == "new line\n"
