@@ -139,16 +139,17 @@ def _tail(text: str, lines: int = LOG_LINES) -> str:
 
 #: lines of a failed command's output kept for the failure report (its stderr, else its stdout)
 FAILURE_LINES = 30
-#: the last failed commands of the running test (``failed_commands``): the plugin shows them in a failure
+#: the last failed commands of the running test (``failed_commands``): shown in its failure
 _failures: collections.deque[str] = collections.deque(maxlen=5)
 
 
 def note_failure(host: str, command: str, rc: int | None, stdout: str, stderr: str) -> None:
-    """Keep a failed command's exit status and output tail for the test's failure text, and log it."""
+    """Keep a failed command's exit status and output tail for the test's failure text; log it."""
     output, what = (stderr, "stderr") if stderr.strip() else (stdout, "output")
-    text = f"{host}: {command}\n  ret={rc}; {what} (last {FAILURE_LINES} lines):\n{_tail(output, FAILURE_LINES)}"
+    tail = _tail(output, FAILURE_LINES)
+    text = f"{host}: {command}\n  ret={rc}; {what} (last {FAILURE_LINES} lines):\n{tail}"
     _failures.append(text)
-    log.warning("command failed: %s", text)
+    log.info("command failed: %s", text)  # may be expected: shown only when the test fails
 
 
 def failed_commands(clear: bool = False) -> list[str]:
@@ -328,7 +329,8 @@ class BackgroundCmd:
             log.info("[ %s exec_cmd end ] %s ret=%s stdout=\n%s", self.host.name, self.command,
                      self.result.rc if self.result else None, _tail(self.stdout))
         if self.result is not None and self.result.rc != 0 and not self.killed and self.silence < 2:
-            note_failure(self.host.name, self.command, self.result.rc, self.stdout, self.result.stderr)
+            note_failure(self.host.name, self.command, self.result.rc, self.stdout,
+                         self.result.stderr)
         if self.exp_ret is not None:
             BaseTest.assertEqual(self.result.rc if self.result else None, self.exp_ret,
                                  f"{self.host.name}: {self.command}")
@@ -459,7 +461,7 @@ class UrmaHost:
     background_class: ClassVar[type[BackgroundCmd]] = BackgroundCmd
 
     def _prepare(self, command: commands.Command) -> commands.Command:
-        """The command ``exec_cmd`` runs for ``command`` (shown as given); the URMA layer's merges stderr."""
+        """What ``exec_cmd`` runs for ``command`` (shown as given); the URMA layer's merges stderr."""
         return command
 
     def __repr__(self) -> str:
@@ -560,8 +562,8 @@ class UrmaHost:
             log.info("[ %s exec_cmd ] %s background=%s timeout=%gs", self.host.name, shown, background, limit)
         if background:
             proc = self.host.spawn(command, env=env)
-            bg = self.background_class(self, proc, shown, timeout=limit, silence=silence, log_path=log_path, port=port,
-                               exp_ret=exp_ret)
+            bg = self.background_class(self, proc, shown, timeout=limit, silence=silence,
+                                       log_path=log_path, port=port, exp_ret=exp_ret)
             self.process.append(bg)
             return bg
         res = ExecResult(self.host.run(command, env=env, timeout=limit))

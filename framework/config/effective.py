@@ -458,7 +458,7 @@ def load(path: str | os.PathLike[str] = DEFAULT_ENV_PATH, environ: Mapping[str, 
     expanded: set[Loc] = set()
     data = expand_vars(data, env_vars, expanded, report.error)
     report.secrets.update(_secret_values(data, expanded))
-    ignored = [f"{source}: {w}" for w in legacy.tolerate(data)]  # harness-only keys, with a warning each
+    ignored = [f"{source}: {w}" for w in legacy.tolerate(data)]  # harness-only keys: warnings
     for warning in ignored:
         log.warning("%s", warning)
     doc = _validate(data, report)

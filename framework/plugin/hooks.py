@@ -53,8 +53,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 @pytest.hookimpl(wrapper=True)
 def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Parser,
                                   args: list[str]) -> Generator[None, None, None]:
-    """Before the initial conftests: an URMA harness tree is set up (:func:`framework.urma.harness.detect`);
-    after them: ``--random_seed`` is camit's alias unless a conftest declared it."""
+    """Before the initial conftests: an URMA harness tree is set up
+    (:func:`framework.urma.harness.detect`); after them: ``--random_seed`` is camit's alias unless a conftest declared it."""
     harness.detect(early_config, parser, args)
     yield
     add_seed_alias(parser)

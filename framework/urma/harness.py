@@ -1,19 +1,21 @@
 """Running an unmodified URMA harness tree (``test/intergration_test``) under camit's plugin.
 
-:func:`detect` (camit's ``pytest_load_initial_conftests``, before any conftest loads) looks for a harness
-root above each path argument: a folder holding ``test_framework/ubus_test/base_test.py``. For each one:
+:func:`detect` (camit's ``pytest_load_initial_conftests``, before any conftest loads) looks for a
+harness root above each path argument: a folder holding ``test_framework/ubus_test/base_test.py``.
+For each one:
 
 1. camit's :mod:`framework.urma.shims` modules go into ``sys.modules`` as ``common``,
-   ``common.constants``, ``common.host``, ``common.utils``, ``common.check_resource``, ``ubus_test``,
-   ``ubus_test.base_test``, so they win over the tree's own files whatever ``sys.path`` says; the
-   tree's ``test_framework`` goes on ``sys.path`` for its ``app`` layer;
-2. the root's ``conftest.py`` is blocked (imported by pytest, never registered): :class:`HarnessPlugin`
-   does its work instead, per test, from the collected item: the suite folder on ``sys.path`` (``from
-   public import ...``), ``const.CASE_PATH``/``CASE_DIR``/``CASE_NAME``, ``const.TMOUT`` = the test's
-   ``@pytest.mark.timeout``, else ``--timeout``, else 300; ``random`` is seeded by camit
-   (``--random_seed``, upstream's spelling, is camit's seed), ``const.CASE_LOG_PATH`` goes into the
-   run folder. ``--timeout`` and the ``timeout`` marker are declared when pytest-timeout is absent
-   (then nothing kills a test at its limit; only commands are bounded by it).
+   ``common.constants``, ``common.host``, ``common.utils``, ``common.check_resource``,
+   ``ubus_test``, ``ubus_test.base_test``, so they win over the tree's own files whatever
+   ``sys.path`` says; the tree's ``test_framework`` goes on ``sys.path`` for its ``app`` layer;
+2. the root's ``conftest.py`` is blocked (imported by pytest, never registered):
+   :class:`HarnessPlugin` does its work instead, per test, from the collected item: the suite folder
+   on ``sys.path`` (``from public import ...``), ``const.CASE_PATH``/``CASE_DIR``/``CASE_NAME``,
+   ``const.TMOUT`` = the test's ``@pytest.mark.timeout``, else ``--timeout``, else 300; ``random``
+   is seeded by camit (``--random_seed``, upstream's spelling, is camit's seed),
+   ``const.CASE_LOG_PATH`` goes into the run folder. ``--timeout`` and the ``timeout`` marker are
+   declared when pytest-timeout is absent (then nothing kills a test at its limit; only commands are
+   bounded by it).
 """
 
 from __future__ import annotations
@@ -54,7 +56,8 @@ def harness_root(path: Path) -> Path | None:
 
 
 def roots_of(args: Iterable[str], invocation_dir: Path) -> list[Path]:
-    """The harness roots of the path arguments (options and ``::`` node parts ignored), once each."""
+    """The harness roots of the path arguments (options and ``::`` node parts ignored), once
+    each."""
     roots: list[Path] = []
     for arg in args:
         if arg.startswith("-"):
@@ -67,7 +70,8 @@ def roots_of(args: Iterable[str], invocation_dir: Path) -> list[Path]:
 
 
 def install_shims() -> None:
-    """camit's modules under upstream's names in ``sys.modules`` (an upstream one loaded already is replaced)."""
+    """camit's modules under upstream's names in ``sys.modules`` (an upstream one loaded already is
+    replaced)."""
     for name, ours in SHIMS.items():
         sys.modules[name] = importlib.import_module(ours)
 
@@ -79,27 +83,42 @@ def _prepend(path: Path) -> None:
 
 
 def detect(config: pytest.Config, parser: pytest.Parser, args: list[str]) -> HarnessPlugin | None:
-    """Before the initial conftests: set a harness tree up (see the module docstring); None when no tree."""
+    """Before the initial conftests: set a harness tree up (see the module docstring); None when no
+    tree."""
     roots = roots_of(args, config.invocation_params.dir)
     if not roots:
         return None
     if getattr(config.known_args_namespace, "numprocesses", None):
-        raise pytest.UsageError(f"{roots[0]}: an URMA harness tree runs without -n (one session ships the tree "
-                                "to the hosts and removes it at its end; xdist workers would remove it under "
-                                "each other)")
+        raise pytest.UsageError(
+            f"{roots[0]}: an URMA harness tree runs without -n (one session ships the tree "
+            "to the hosts and removes it at its end; xdist workers would remove it under "
+            "each other)"
+        )
     install_shims()
     for root in roots:
         _prepend(root / "test_framework")
         config.pluginmanager.set_blocked(str(root / "conftest.py"))
-    named = (config.invocation_params.dir / a.split("::", 1)[0] for a in args if not a.startswith("-"))
+    named = (
+        config.invocation_params.dir / a.split("::", 1)[0] for a in args if not a.startswith("-")
+    )
     plugin = HarnessPlugin(roots, {p.resolve() for p in named if p.is_file()})
     config.pluginmanager.register(plugin, "camit-urma-harness")
-    declared = {name for group in [parser._anonymous, *parser._groups] for opt in group.options
-                for name in opt.names()}  # pytest's own attributes: the declared option groups
+    declared = {
+        name
+        for group in [parser._anonymous, *parser._groups]
+        for opt in group.options
+        for name in opt.names()
+    }  # pytest's own attributes: the declared option groups
     if "--timeout" not in declared:
-        parser.getgroup("camit").addoption("--timeout", dest="camit_urma_timeout", type=float, default=None,
-                                           metavar="SECONDS", help="URMA harness: the tests' time limit "
-                                           "(const.TMOUT; install pytest-timeout to enforce it)")
+        parser.getgroup("camit").addoption(
+            "--timeout",
+            dest="camit_urma_timeout",
+            type=float,
+            default=None,
+            metavar="SECONDS",
+            help="URMA harness: the tests' time limit "
+            "(const.TMOUT; install pytest-timeout to enforce it)",
+        )
     return plugin
 
 
@@ -120,7 +139,8 @@ def timeout_of(item: pytest.Item) -> float:
 
 
 class HarnessPlugin:
-    """Upstream's root conftest, done per test from the collected item (registered by :func:`detect`)."""
+    """Upstream's root conftest, done per test from the collected item (registered by
+    :func:`detect`)."""
 
     def __init__(self, roots: list[Path], cases: set[Path]) -> None:
         self.roots = roots
@@ -131,14 +151,26 @@ class HarnessPlugin:
         return next((r for r in self.roots if path.is_relative_to(r)), None)
 
     def pytest_configure(self, config: pytest.Config) -> None:
-        if "timeout" not in config.getini("markers") and not config.pluginmanager.hasplugin("timeout"):
-            config.addinivalue_line("markers", "timeout(seconds): the test's time limit (URMA harness)")
+        if "timeout" not in config.getini("markers") and not config.pluginmanager.hasplugin(
+            "timeout"
+        ):
+            config.addinivalue_line(
+                "markers", "timeout(seconds): the test's time limit (URMA harness)"
+            )
 
     def pytest_collect_file(self, file_path: Path) -> None:
-        """Before a case module is imported: its suite folder on ``sys.path`` (``from public import``; the
-        ``public`` of another suite forgotten), and for a case named on the command line ``const.CASE_*``."""
+        """Before a case module is imported: its suite folder on ``sys.path`` (``from public
+        import``;
+        the
+        ``public`` of another suite forgotten), and for a case named on the command line
+        ``const.CASE_*``.
+        """
         path = file_path.resolve()
-        if self.owns(path) is None or path.suffix != ".py" or path.name in ("conftest.py", "public.py"):
+        if (
+            self.owns(path) is None
+            or path.suffix != ".py"
+            or path.name in ("conftest.py", "public.py")
+        ):
             return
         suite = path.parent.parent
         public = sys.modules.get("public")

@@ -1,21 +1,25 @@
-"""URMA's ``UBUSHost`` and ``BackgroundCmdRes`` (``test_framework/common/host.py``) on camit's hosts.
+"""URMA's ``UBUSHost`` and ``BackgroundCmdRes`` (``test_framework/common/host.py``) on camit's
+hosts.
 
-What differs from camit's own :class:`~framework.base_test.UrmaHost`, so upstream code runs unchanged:
+What differs from camit's own :class:`~framework.base_test.UrmaHost`, so upstream code runs
+unchanged:
 
 - output as a pty gave it (upstream ran ``conn.run(..., pty=True)``): a shell-text command runs with
-  ``exec 2>&1`` first, so stderr is in ``.stdout``, and lines end in ``\\r\\n`` (``split("\\r\\n")`` finds
-  them); a failed command's output is kept for the test's failure text;
-- ``timeout=0`` is ``const.TMOUT``: the running test's pytest-timeout limit (marker, ``--timeout``, 300);
+  ``exec 2>&1`` first, so stderr is in ``.stdout``, and lines end in ``\\r\\n`` (``split("\\r\\n")``
+  finds them); a failed command's output is kept for the test's failure text;
+- ``timeout=0`` is ``const.TMOUT``: the running test's pytest-timeout limit (marker, ``--timeout``,
+  300);
 - a background command's ``ret`` is None while it runs (never blocks), ``pid`` is set when
   ``exec_cmd`` returns; ``check_resource``/``all_pid``/``stop_check_resource`` sample it from /proc;
 - ``put_file``/``get_file``/``try_put``/``try_get`` copy host to host through the controller (one
-  tar archive each way, sha256-verified by :meth:`Host.put <framework.hosts.Host.put>`/``get``), never
-  host-to-host scp; a destination under ``const.CASE_LOG_PATH`` is the controller's (upstream's
-  controller was host1); a failed copy is logged and noted, not raised, as upstream's scp was;
-- ``capture_log``, ``get_child_pid``, ``get_process_pid``, ``reconnect`` as upstream's.
-Unlike upstream, an unreachable host raises ``HostError`` naming it (upstream returned None).
-What stays unprovided (``conn``, ``conn_pid``, ``passwd``, ``info``, ``ns_list``) raises an AttributeError naming the
-upstream member.
+  tar archive each way, sha256-verified by :meth:`Host.put <framework.hosts.Host.put>`/``get``),
+  never host-to-host scp; a destination under ``const.CASE_LOG_PATH`` is the controller's
+  (upstream's controller was host1); a failed copy is logged and noted, not raised, as upstream's
+  scp was;
+- ``capture_log``, ``get_child_pid``, ``get_process_pid``, ``reconnect`` as upstream's. Unlike
+  upstream, an unreachable host raises ``HostError`` naming it (upstream returned None). What stays
+  unprovided (``conn``, ``conn_pid``, ``passwd``, ``info``, ``ns_list``) raises an AttributeError
+  naming the upstream member.
 """
 
 from __future__ import annotations
@@ -52,7 +56,8 @@ NOT_PROVIDED = {
 }
 _NEWLINE = re.compile(r"(?<!\r)\n")
 
-#: the sampler run on a host for ``check_resource`` (stdlib, /proc): time, rss bytes, cpu %, open fds
+#: the sampler run on a host for ``check_resource`` (stdlib, /proc): time, rss bytes, cpu %, open
+#: fds
 SAMPLER = """\
 import os, sys, time
 pid, interval = int(sys.argv[1]), float(sys.argv[2])
@@ -84,7 +89,8 @@ def not_provided(owner: str, name: str) -> AttributeError:
 
 
 class PtyResult(ExecResult):
-    """``exec_cmd``'s result as upstream's pty gave it: stderr merged into ``stdout``, ``\\r\\n`` endings."""
+    """``exec_cmd``'s result as upstream's pty gave it: stderr merged into ``stdout``, ``\\r\\n``
+    endings."""
 
     __slots__ = ()
 
@@ -104,7 +110,9 @@ class PtyResult(ExecResult):
 class ResourceInfo:
     """Samples of one process (upstream's ``ResourceInfo``): rows ``[time, rss, cpu %, fds]``."""
 
-    def __init__(self, res: BackgroundCmdRes, pid: int, timeout: float, interval: float = 1) -> None:
+    def __init__(
+        self, res: BackgroundCmdRes, pid: int, timeout: float, interval: float = 1
+    ) -> None:
         argv = [res.host.python, "-c", SAMPLER, str(pid), str(interval)]
         self.p = res.host.exec_cmd(argv, background=True, timeout=timeout, silence=2)
         self.info_list: list[list[Any]] = []
@@ -112,7 +120,7 @@ class ResourceInfo:
 
     def parse_stdout(self) -> None:
         lines = self.p.stdout.replace("\r\n", "\n").splitlines()
-        for line in lines[self._seen:]:
+        for line in lines[self._seen :]:
             parts = line.split("\t")
             if len(parts) == 4:
                 self.info_list.append([parts[0], int(parts[1]), float(parts[2]), int(parts[3])])
@@ -151,7 +159,8 @@ class ResourceInfo:
 
 
 class BackgroundCmdRes(BackgroundCmd):
-    """A background command with upstream's ``ret`` (None while it runs) and ``pid`` (set at spawn)."""
+    """A background command with upstream's ``ret`` (None while it runs) and ``pid`` (set at
+    spawn)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -162,7 +171,8 @@ class BackgroundCmdRes(BackgroundCmd):
 
     @property
     def ret(self) -> int | None:
-        """The exit status once the command ended; None while it runs (upstream's ``returncode()``)."""
+        """The exit status once the command ended; None while it runs (upstream's
+        ``returncode()``)."""
         return self.result.rc if self._done.is_set() and self.result is not None else None
 
     @property
@@ -206,19 +216,39 @@ class UBUSHost(UrmaHost):
     def python(self) -> str:
         return self.host.spec.python if self.host.spec is not None else "python3"
 
-    def exec_cmd(self, cmd: str | Sequence[str], background: bool = False, timeout: float = 0,
-                 log_path: str | None = None, env: Mapping[str, Any] | None = None, silence: int = 0,
-                 get_pid: bool = True, port: int | None = None, exp_ret: int | None = None) -> Any:
-        """Upstream's ``exec_cmd``: pty-style output, ``timeout=0`` the test's limit (``const.TMOUT``)."""
+    def exec_cmd(
+        self,
+        cmd: str | Sequence[str],
+        background: bool = False,
+        timeout: float = 0,
+        log_path: str | None = None,
+        env: Mapping[str, Any] | None = None,
+        silence: int = 0,
+        get_pid: bool = True,
+        port: int | None = None,
+        exp_ret: int | None = None,
+    ) -> Any:
+        """Upstream's ``exec_cmd``: pty-style output, ``timeout=0`` the test's limit
+        (``const.TMOUT``)."""
         __tracebackhide__ = True
-        res = super().exec_cmd(cmd, background=background, timeout=timeout or float(const.TMOUT),
-                               log_path=log_path, env=env, silence=silence, get_pid=get_pid, port=port,
-                               exp_ret=exp_ret)
+        res = super().exec_cmd(
+            cmd,
+            background=background,
+            timeout=timeout or float(const.TMOUT),
+            log_path=log_path,
+            env=env,
+            silence=silence,
+            get_pid=get_pid,
+            port=port,
+            exp_ret=exp_ret,
+        )
         return res if background else PtyResult(res.result)
 
     def _prepare(self, command: commands.Command) -> commands.Command:
         """Shell text runs with stderr into stdout, as under upstream's pty."""
-        return commands.ShellScript("exec 2>&1\n" + command) if isinstance(command, str) else command
+        return (
+            commands.ShellScript("exec 2>&1\n" + command) if isinstance(command, str) else command
+        )
 
     # -- processes ---------------------------------------------------------------
     def get_child_pid(self, pid: int) -> set[int]:
@@ -240,16 +270,23 @@ class UBUSHost(UrmaHost):
         return found
 
     def get_process_pid(self) -> set[int]:
-        """The pids of this host's background commands still running (camit has no connection shell)."""
+        """The pids of this host's background commands still running (camit has no connection
+        shell)."""
         return {bg.pid for bg in self.process if bg.process_is_running and bg.pid is not None}
 
     def capture_log(self, log_path: str, output: str | None = None, silence: int = 2) -> Any:
-        """Follow ``log_path`` on this host from now on (``tail -F``); ``output`` a controller file."""
-        return self.exec_cmd(commands.ShellScript(f"tail -n 0 -F {commands.quote(log_path)}"), background=True,
-                             log_path=output, silence=silence)
+        """Follow ``log_path`` on this host from now on (``tail -F``); ``output`` a controller
+        file."""
+        return self.exec_cmd(
+            commands.ShellScript(f"tail -n 0 -F {commands.quote(log_path)}"),
+            background=True,
+            log_path=output,
+            silence=silence,
+        )
 
     def reconnect(self, wait_time: float = 30, timeout: float = 0) -> None:
-        """Sleep ``wait_time``, then try to connect every 10 s until ``timeout`` (0: ``const.TMOUT``)."""
+        """Sleep ``wait_time``, then try to connect every 10 s until ``timeout`` (0:
+        ``const.TMOUT``)."""
         deadline = time.monotonic() + (timeout or float(const.TMOUT)) - wait_time
         time.sleep(wait_time)
         while True:
@@ -280,24 +317,32 @@ class UBUSHost(UrmaHost):
 
 
 def pack_script(path: str, pattern: str | None) -> commands.ShellScript:
-    """Pack ``path`` (or the ``pattern`` matches in folder ``path``) into a new temp archive; print its name."""
+    """Pack ``path`` (or the ``pattern`` matches in folder ``path``) into a new temp archive; print
+    its name."""
     q = commands.quote
     if pattern is None:
         folder, names = posixpath.dirname(path) or ".", q(posixpath.basename(path.rstrip("/")))
     else:
-        folder, names = path, pattern  # upstream's fixed glob ("tsan*"), expanded by the host's shell
+        folder, names = (
+            path,
+            pattern,
+        )  # upstream's fixed glob ("tsan*"), expanded by the host's shell
     return commands.ShellScript(
         f't=$(mktemp /tmp/camit-xfer.XXXXXX) && cd {q(folder)} && tar -czf "$t" -- {names} '
-        f'&& echo "$t" || {{ rm -f "$t"; exit 1; }}')
+        f'&& echo "$t" || {{ rm -f "$t"; exit 1; }}'
+    )
 
 
 def unpack_script(archive: str, dst: str) -> commands.ShellScript:
-    """Unpack ``archive`` into folder ``dst``, or, when ``dst`` is no folder, its one entry as ``dst``."""
+    """Unpack ``archive`` into folder ``dst``, or, when ``dst`` is no folder, its one entry as
+    ``dst``."""
     q = commands.quote
     return commands.ShellScript(
         f'a={q(archive)}; d={q(dst)}; if [ -d "$d" ]; then tar -xzf "$a" -C "$d"; rc=$?; else '
-        f't=$(mktemp -d "$d.camit-xfer.XXXXXX") && tar -xzf "$a" -C "$t" && mv -- "$t"/* "$d"; rc=$?; '
-        f'rm -rf "$t"; fi; rm -f "$a"; exit $rc')
+        f't=$(mktemp -d "$d.camit-xfer.XXXXXX") && tar -xzf "$a" -C "$t" '
+        f'&& mv -- "$t"/* "$d"; rc=$?; '
+        f'rm -rf "$t"; fi; rm -f "$a"; exit $rc'
+    )
 
 
 def _unpack_local(archive: Path, dst: str) -> None:
@@ -312,10 +357,20 @@ def _unpack_local(archive: Path, dst: str) -> None:
             entry.replace(target)
 
 
-def copy(what: str, src: UBUSHost, src_path: str, dst: UBUSHost, dst_path: str, *,
-         pattern: str | None = None) -> None:
-    """``src:src_path`` to ``dst:dst_path`` as upstream's ``what`` did (scp semantics), through the controller;
-    a destination under ``const.CASE_LOG_PATH`` is the controller's own folder (see the module docstring)."""
+def copy(
+    what: str,
+    src: UBUSHost,
+    src_path: str,
+    dst: UBUSHost,
+    dst_path: str,
+    *,
+    pattern: str | None = None,
+) -> None:
+    """``src:src_path`` to ``dst:dst_path`` as upstream's ``what`` did (scp semantics), through the
+    controller;
+    a destination under ``const.CASE_LOG_PATH`` is the controller's own folder (see the module
+    docstring).
+    """
     shown = f"{what}({src.name}:{src_path} -> {dst.name}:{dst_path})"
     packed: str | None = None
     try:

@@ -1,12 +1,14 @@
-"""URMA's "Preparation": the harness tree (and the umdk ``src`` tree beside it) at the same path on every host.
+"""URMA's "Preparation": the harness tree (and the umdk ``src`` tree beside it) at the same path on
+every host.
 
-Compiled cases ``cd`` into ``test_framework/app/<module>`` and include files of the umdk ``src`` tree by
-relative paths, so the whole tree has to be there, not a case's folder. :func:`ship_tree` does it once
-per session: the same probe as :mod:`framework.samepath` (each file's sha256 on the host, the topmost
-missing folder; a file there with other content is refused, never overwritten), then the files the
-host lacks go as **one** tar archive through :meth:`Host.put <framework.hosts.Host.put>` (sha256
-verified on the host), unpacked at ``/`` and the archive removed. What was written is a
-:class:`~framework.samepath.Shipment`, taken away at the end of the session.
+Compiled cases ``cd`` into ``test_framework/app/<module>`` and include files of the umdk ``src``
+tree by relative paths, so the whole tree has to be there, not a case's folder. :func:`ship_tree`
+does it once per session: the same probe as :mod:`framework.samepath` (each file's sha256 on the
+host, the topmost missing folder; a file there with other content is refused, never overwritten),
+then the files the host lacks go as **one** tar archive through :meth:`Host.put
+<framework.hosts.Host.put>` (sha256 verified on the host), unpacked at ``/`` and the archive
+removed. What was written is a :class:`~framework.samepath.Shipment`, taken away at the end of the
+session.
 """
 
 from __future__ import annotations
@@ -31,7 +33,8 @@ log = logging.getLogger("camit.urma")
 
 
 def trees_of(root: Path) -> list[Path]:
-    """The harness ``root``, and the umdk ``src`` tree when ``root`` is ``<umdk>/test/<harness>``."""
+    """The harness ``root``, and the umdk ``src`` tree when ``root`` is
+    ``<umdk>/test/<harness>``."""
     src = root.parent.parent / "src"
     return [root, src] if root.parent.name == "test" and src.is_dir() else [root]
 
@@ -49,13 +52,20 @@ def unpack_script(archive: str) -> commands.ShellScript:
     return commands.ShellScript(f"tar -xzf {q} -C / --no-same-owner; rc=$?; rm -f {q}; exit $rc")
 
 
-def ship_tree(host: Host, trees: Sequence[Path], digests: dict[Path, str], *,
-              packed: dict[tuple[Path, ...], tuple[Path, str]] | None = None,
-              skip: Sequence[Path] = ()) -> list[Shipment]:
-    """Put ``trees`` at their own absolute paths on ``host``; one archive for everything missing there.
+def ship_tree(
+    host: Host,
+    trees: Sequence[Path],
+    digests: dict[Path, str],
+    *,
+    packed: dict[tuple[Path, ...], tuple[Path, str]] | None = None,
+    skip: Sequence[Path] = (),
+) -> list[Shipment]:
+    """Put ``trees`` at their own absolute paths on ``host``; one archive for everything missing
+    there.
 
-    ``packed`` (the missing files -> an archive and its sha256) lets hosts that lack the same files share
-    one archive (the caller removes it); files under ``skip`` (camit's own run folders) are not shipped.
+    ``packed`` (the missing files -> an archive and its sha256) lets hosts that lack the same files
+    share one archive (the caller removes it); files under ``skip`` (camit's own run folders) are
+    not shipped.
     """
     shipments: list[Shipment] = []
     missing: list[Path] = []
@@ -65,19 +75,33 @@ def ship_tree(host: Host, trees: Sequence[Path], digests: dict[Path, str], *,
         folders = ancestors(tree.resolve().as_posix())
         probe = host.check(probe_script(remote, folders), timeout=max(host.command_timeout, 60.0))
         there, top = parse_probe(probe.stdout, remote, folders)
-        differ = [n for p, n in zip(files, remote, strict=True) if there[n] not in (None, digests[p])]
+        differ = [
+            n for p, n in zip(files, remote, strict=True) if there[n] not in (None, digests[p])
+        ]
         if differ:
-            raise TransferError(host.name, f"{differ[0]} is there with other content "
-                                           f"({len(differ)} file(s) differ): the tree is not shipped over it")
+            raise TransferError(
+                host.name,
+                f"{differ[0]} is there with other content "
+                f"({len(differ)} file(s) differ): the tree is not shipped over it",
+            )
         absent = [p for p, n in zip(files, remote, strict=True) if there[n] is None]
         missing += absent
-        shipments.append(Shipment(host, written=[p.as_posix() for p in absent] if top is None else [],
-                                  kept=[n for n in remote if there[n] is not None], created=top))
+        shipments.append(
+            Shipment(
+                host,
+                written=[p.as_posix() for p in absent] if top is None else [],
+                kept=[n for n in remote if there[n] is not None],
+                created=top,
+            )
+        )
     if missing:
         cache = {} if packed is None else packed
         with tempfile.TemporaryDirectory(prefix="camit-tree-") as tmp:
             if tuple(missing) not in cache:
-                archive = Path(tmp if packed is None else tempfile.mkdtemp(prefix="camit-tree-")) / "tree.tar.gz"
+                archive = (
+                    Path(tmp if packed is None else tempfile.mkdtemp(prefix="camit-tree-"))
+                    / "tree.tar.gz"
+                )
                 cache[tuple(missing)] = (archive, pack(missing, archive))
             archive, digest = cache[tuple(missing)]
             remote_archive = host.check(["mktemp", "/tmp/camit-tree.XXXXXX"]).stdout.strip()
@@ -89,20 +113,26 @@ def ship_tree(host: Host, trees: Sequence[Path], digests: dict[Path, str], *,
                 for shipment in shipments:
                     shipment.remove()
                 raise
-        log.info("%s: shipped %d file(s) of %s as one archive", host.name, len(missing),
-                 ", ".join(str(t) for t in trees))
+        log.info(
+            "%s: shipped %d file(s) of %s as one archive",
+            host.name,
+            len(missing),
+            ", ".join(str(t) for t in trees),
+        )
     return shipments
 
 
 class Prepared:
-    """What :func:`ship_tree` wrote this session, by (host, harness root): each tree shipped once."""
+    """What :func:`ship_tree` wrote this session, by (host, harness root): each tree shipped
+    once."""
 
     def __init__(self) -> None:
         self.shipments: dict[tuple[str, Path], list[Shipment]] = {}
         self.digests: dict[Path, str] = {}
 
     def ensure(self, hosts: Sequence[Host], root: Path, skip: Sequence[Path] = ()) -> None:
-        """The trees of ``root`` on each of ``hosts`` (once per session and host), without ``skip``."""
+        """The trees of ``root`` on each of ``hosts`` (once per session and host), without
+        ``skip``."""
         trees = trees_of(root)
         packed: dict[tuple[Path, ...], tuple[Path, str]] = {}
         try:
@@ -111,8 +141,14 @@ class Prepared:
             for archive, _ in packed.values():
                 shutil.rmtree(archive.parent, ignore_errors=True)
 
-    def _ensure(self, hosts: Sequence[Host], root: Path, trees: Sequence[Path], skip: Sequence[Path],
-                packed: dict[tuple[Path, ...], tuple[Path, str]]) -> None:
+    def _ensure(
+        self,
+        hosts: Sequence[Host],
+        root: Path,
+        trees: Sequence[Path],
+        skip: Sequence[Path],
+        packed: dict[tuple[Path, ...], tuple[Path, str]],
+    ) -> None:
         for tree in trees:
             for path in files_of(tree):
                 if path not in self.digests and not any(path.is_relative_to(s) for s in skip):
@@ -129,7 +165,7 @@ class Prepared:
             for shipment in group:
                 try:
                     shipment.remove()
-                except Exception as exc:  # noqa: BLE001 - best effort at the end, as teardown's kills
+                except Exception as exc:  # noqa: BLE001 - best effort at the end, as the kills
                     log.warning("%s: cannot remove the shipped tree: %s", name, exc)
 
 

@@ -1,4 +1,5 @@
-"""framework.plugin.failtext: failed commands in the failure text; camit's DEBUG out of Captured log."""
+"""framework.plugin.failtext: failed commands in the failure text; camit's DEBUG out of Captured
+log."""
 
 from __future__ import annotations
 
@@ -39,8 +40,15 @@ def test_failed_command_in_failure_text_and_no_camit_debug(pytester: pytest.Pyte
     pytester.makepyfile(test_case=CASE)
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--log-level=DEBUG")
     result.assert_outcomes(failed=1, passed=1)
-    result.stdout.fnmatch_lines(["*failed commands (last first)*", "host1: gcc x.c", "*ret=1; stderr*",
-                                 "x.c:1: fatal error: y.h: No such file or directory",
-                                 "*Captured log call*", "*an info line*"])
+    result.stdout.fnmatch_lines(
+        [
+            "*failed commands (last first)*",
+            "host1: gcc x.c",
+            "*ret=1; stderr*",
+            "x.c:1: fatal error: y.h: No such file or directory",
+            "*Captured log call*",
+            "*an info line*",
+        ]
+    )
     result.stdout.no_fnmatch_line("*lease scriptXYZ line*")
     result.stdout.no_fnmatch_line("*core scanXYZ line*")

@@ -1,6 +1,8 @@
-"""framework.urma.harness: an URMA harness tree runs unmodified (pytest in a subprocess, no hosts needed).
+"""framework.urma.harness: an URMA harness tree runs unmodified (pytest in a subprocess, no hosts
+needed).
 
-The tree's own ``ubus_test``/``common`` and root conftest fail when used, so each test also proves that
+The tree's own ``ubus_test``/``common`` and root conftest fail when used, so each test also proves
+that
 camit's shims won and the conftest was blocked."""
 
 from __future__ import annotations
@@ -93,15 +95,20 @@ def test_root_is_found_above_a_case(tree: Path) -> None:
     assert roots_of(["-q", f"{case}::Test::test_marked", "--env", "x"], Path("/")) == [tree]
 
 
-def test_case_runs_with_shims_nose_hooks_and_marker_timeout(pytester: pytest.Pytester, tree: Path) -> None:
+def test_case_runs_with_shims_nose_hooks_and_marker_timeout(
+    pytester: pytest.Pytester, tree: Path
+) -> None:
     case = tree / "test_suites" / "MINI" / "test_case1" / "test.py"
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", str(case))
     result.assert_outcomes(passed=1)
 
 
-@pytest.mark.parametrize(("args", "expected"), [((), "TMOUT 300"), (("--timeout", "50"), "TMOUT 50.0")])
-def test_timeout_option_anywhere_on_the_command_line(pytester: pytest.Pytester, tree: Path,
-                                                     args: tuple[str, ...], expected: str) -> None:
+@pytest.mark.parametrize(
+    ("args", "expected"), [((), "TMOUT 300"), (("--timeout", "50"), "TMOUT 50.0")]
+)
+def test_timeout_option_anywhere_on_the_command_line(
+    pytester: pytest.Pytester, tree: Path, args: tuple[str, ...], expected: str
+) -> None:
     case = tree / "test_suites" / "MINI" / "test_case2" / "test.py"
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-s", *args, str(case))
     result.assert_outcomes(passed=1)
@@ -111,10 +118,15 @@ def test_timeout_option_anywhere_on_the_command_line(pytester: pytest.Pytester, 
 def test_upstream_command_line_seed_and_timeout(pytester: pytest.Pytester, tree: Path) -> None:
     """``pytest <case> --random_seed N --timeout=S`` as upstream ran it: one seed, camit's, is N."""
     case = tree / "test_suites" / "MINI" / "test_case2" / "test.py"
-    case.write_text(UNMARKED.replace('print("TMOUT", const.TMOUT)',
-                                     'import random; print("TMOUT", const.TMOUT, "R", random.random())'))
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-s", str(case), "--random_seed", "42",
-                                           "--timeout=30")
+    case.write_text(
+        UNMARKED.replace(
+            'print("TMOUT", const.TMOUT)',
+            'import random; print("TMOUT", const.TMOUT, "R", random.random())',
+        )
+    )
+    result = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "-s", str(case), "--random_seed", "42", "--timeout=30"
+    )
     result.assert_outcomes(passed=1)
     random.seed(42)
     result.stdout.fnmatch_lines([f"*TMOUT 30.0 R {random.random()}*"])

@@ -1,4 +1,5 @@
-"""framework.urma.host: upstream's UBUSHost semantics, on local hosts (LocalTransport: real shells, real tar)."""
+"""framework.urma.host: upstream's UBUSHost semantics, on local hosts (LocalTransport: real shells,
+real tar)."""
 
 from __future__ import annotations
 
@@ -33,7 +34,9 @@ def test_exec_cmd_output_is_pty_style(hosts: tuple[UBUSHost, UBUSHost]) -> None:
     assert res.stdout.split("\r\n") == ["out", "err", "40001", "40002", ""]
 
 
-def test_timeout_zero_is_the_tests_limit(hosts: tuple[UBUSHost, UBUSHost], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_timeout_zero_is_the_tests_limit(
+    hosts: tuple[UBUSHost, UBUSHost], monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(const, "TMOUT", 1)
     start = time.monotonic()
     res = hosts[0].exec_cmd("sleep 20")
@@ -58,7 +61,9 @@ def test_failed_command_is_noted_with_its_output(hosts: tuple[UBUSHost, UBUSHost
     assert "ret=4" in noted and "gcc: fatal error: x.h" in noted
 
 
-def test_put_file_get_file_try_put_try_get(hosts: tuple[UBUSHost, UBUSHost], tmp_path: Path) -> None:
+def test_put_file_get_file_try_put_try_get(
+    hosts: tuple[UBUSHost, UBUSHost], tmp_path: Path
+) -> None:
     a, b = hosts
     src = tmp_path / "src"
     (src / "sub").mkdir(parents=True)
@@ -82,8 +87,9 @@ def test_failed_copy_is_noted_not_raised(hosts: tuple[UBUSHost, UBUSHost], tmp_p
     assert noted.startswith("a: put_file(a:") and "absent" in noted
 
 
-def test_destination_under_case_log_path_is_the_controller(hosts: tuple[UBUSHost, UBUSHost], tmp_path: Path,
-                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+def test_destination_under_case_log_path_is_the_controller(
+    hosts: tuple[UBUSHost, UBUSHost], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     logs = tmp_path / "case_log"
     (logs / "run1").mkdir(parents=True)
     monkeypatch.setattr(const, "CASE_LOG_PATH", str(logs))
@@ -105,11 +111,15 @@ def test_check_resource_samples_the_process_tree(hosts: tuple[UBUSHost, UBUSHost
 
 @pytest.mark.parametrize("name", ["conn", "passwd", "info"])
 def test_unprovided_member_names_upstream(hosts: tuple[UBUSHost, UBUSHost], name: str) -> None:
-    with pytest.raises(AttributeError, match=rf"URMA's common.host.UBUSHost.{name} is not provided by camit"):
+    with pytest.raises(
+        AttributeError, match=rf"URMA's common.host.UBUSHost.{name} is not provided by camit"
+    ):
         getattr(hosts[0], name)
 
 
-def test_capture_log_follows_new_lines_only(hosts: tuple[UBUSHost, UBUSHost], tmp_path: Path) -> None:
+def test_capture_log_follows_new_lines_only(
+    hosts: tuple[UBUSHost, UBUSHost], tmp_path: Path
+) -> None:
     watched = tmp_path / "messages"
     watched.write_text("old\n")
     cap = hosts[0].capture_log(str(watched), output=str(tmp_path / "copy.log"))

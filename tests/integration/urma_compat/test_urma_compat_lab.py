@@ -1,6 +1,7 @@
 """An URMA harness tree of our own (``mini_umdk/``: root conftest, ``test_framework`` with its own
-``ubus_test``/``common`` that must never be imported, an app layer inheriting BaseTest, a compiled case
-and a shell-only case, a ``src`` tree) run unmodified as upstream runs it: ``pytest <case> --env FILE``.
+``ubus_test``/``common`` that must never be imported, an app layer inheriting BaseTest, a
+compiled case and a shell-only case, a ``src`` tree) run unmodified as upstream runs it:
+``pytest <case> --env FILE``.
 
 The tree is copied under /tmp, which each lab host has of its own: the compiled case works only when
 camit ships the tree (and ``src``) to the same path on every host, and it is gone afterwards."""
@@ -29,8 +30,24 @@ CASES = Path("test") / "intergration_test" / "test_suites" / "MINI"
 def _pytest(case: Path, env: Path, *extra: str) -> subprocess.CompletedProcess[str]:
     environ = {**os.environ, "PYTHONPATH": str(REPO)}
     environ.pop("CAMIT_ENV", None)
-    return subprocess.run([sys.executable, "-m", "pytest", str(case), "--env", str(env), "-p", "no:cacheprovider",
-                           *extra], capture_output=True, text=True, timeout=120, cwd=case.parent, env=environ)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            str(case),
+            "--env",
+            str(env),
+            "-p",
+            "no:cacheprovider",
+            *extra,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=case.parent,
+        env=environ,
+    )
 
 
 @pytest.fixture
@@ -49,7 +66,10 @@ def test_compiled_and_shell_cases_run_unmodified(tree: Path, lab_env_path: Path)
         done = _pytest(tree / CASES / case / "test.py", lab_env_path)
         assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
         assert "1 passed" in done.stdout
-    assert _present(lab_env_path, tree) == {"host1": False, "host2": False}  # shipped, then taken away
+    assert _present(lab_env_path, tree) == {
+        "host1": False,
+        "host2": False,
+    }  # shipped, then taken away
 
 
 def test_failed_compile_shows_gcc_error(tree: Path, lab_env_path: Path) -> None:
@@ -58,7 +78,9 @@ def test_failed_compile_shows_gcc_error(tree: Path, lab_env_path: Path) -> None:
     done = _pytest(case / "test.py", lab_env_path)
     assert done.returncode == 1, done.stdout[-4000:]
     assert "gcc test_case failed!" in done.stdout
-    assert "no_such_header.h: No such file or directory" in done.stdout  # the reason, in the failure text
+    assert (
+        "no_such_header.h: No such file or directory" in done.stdout
+    )  # the reason, in the failure text
     assert "DEBUG" not in done.stdout  # camit's own DEBUG log stays in camit.log
 
 
@@ -66,7 +88,11 @@ def test_tree_over_other_content_is_refused(tree: Path, lab_env_path: Path) -> N
     theirs = tree / "test" / "intergration_test" / "conftest.py"
     with Cluster.from_env(load(lab_env_path)) as cluster:
         host1 = cluster["host1"]
-        host1.check(ShellScript(f"mkdir -p {quote(str(theirs.parent))} && echo theirs > {quote(str(theirs))}"))
+        host1.check(
+            ShellScript(
+                f"mkdir -p {quote(str(theirs.parent))} && echo theirs > {quote(str(theirs))}"
+            )
+        )
         try:
             done = _pytest(tree / CASES / "test_mini_shell" / "test.py", lab_env_path)
             kept = host1.check(["cat", str(theirs)]).stdout
@@ -75,4 +101,7 @@ def test_tree_over_other_content_is_refused(tree: Path, lab_env_path: Path) -> N
     assert done.returncode == 1, done.stdout[-4000:]
     assert f"{theirs} is there with other content" in done.stdout
     assert kept == "theirs\n"  # never overwritten
-    assert _present(lab_env_path, tree) == {"host1": False, "host2": False}  # host2's copy taken away
+    assert _present(lab_env_path, tree) == {
+        "host1": False,
+        "host2": False,
+    }  # host2's copy taken away

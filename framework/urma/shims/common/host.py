@@ -1,4 +1,5 @@
-"""``common.host`` (upstream ``test_framework/common/host.py``): camit's :mod:`framework.urma.host`."""
+"""``common.host`` (upstream ``test_framework/common/host.py``): camit's
+:mod:`framework.urma.host`."""
 
 from framework.urma.host import BackgroundCmdRes, ResourceInfo, UBUSHost
 

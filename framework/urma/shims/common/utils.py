@@ -1,4 +1,5 @@
-"""``common.utils`` (upstream ``test_framework/common/utils.py``): ``BaseObject``'s assertions and parsers."""
+"""``common.utils`` (upstream ``test_framework/common/utils.py``): ``BaseObject``'s assertions and
+parsers."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ def get_caller_info() -> str:
 def parse_cpu_list(cpu_txt: str | None) -> list[int]:
     """``"1-3,7"`` -> ``[1, 2, 3, 7]``; None -> ``[]``."""
     cpus: list[int] = []
-    for part in (cpu_txt.split(",") if cpu_txt is not None else []):
+    for part in cpu_txt.split(",") if cpu_txt is not None else []:
         low, _, high = part.partition("-")
         cpus.extend(range(int(low), int(high) + 1) if high else [int(low)])
     return cpus

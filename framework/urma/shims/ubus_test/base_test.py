@@ -1,7 +1,8 @@
-"""``ubus_test.base_test.BaseTest`` (upstream ``test_framework/ubus_test/base_test.py``) on camit's BaseTest.
+"""``ubus_test.base_test.BaseTest`` (upstream ``test_framework/ubus_test/base_test.py``) on camit's
+BaseTest.
 
-camit's :class:`framework.base_test.BaseTest` (the env's leased hosts, cores, teardown kills) with what
-upstream's cases rely on: nose-style ``setup()``/``teardown()`` called around each test (as
+camit's :class:`framework.base_test.BaseTest` (the env's leased hosts, cores, teardown kills) with
+what upstream's cases rely on: nose-style ``setup()``/``teardown()`` called around each test (as
 ``setup_method``/``teardown_method``, as pytest < 8.1 called them), ``self.host1`` etc. being
 :class:`~framework.urma.host.UBUSHost`, and upstream's class attributes. Upstream members camit does
 not provide raise an error naming them.
@@ -33,8 +34,11 @@ NOT_PROVIDED = {
 
 def _unprovided(name: str) -> Callable[..., Any]:
     def method(self: object, *args: Any, **kwargs: Any) -> Any:
-        raise FrameworkError(f"URMA's ubus_test.base_test.BaseTest.{name} is not provided by camit: "
-                             f"{NOT_PROVIDED[name]}")
+        raise FrameworkError(
+            f"URMA's ubus_test.base_test.BaseTest.{name} is not provided by camit: "
+            f"{NOT_PROVIDED[name]}"
+        )
+
     method.__name__ = name
     return method
 
@@ -49,7 +53,8 @@ class BaseTest(_CamitBaseTest, BaseObject):  # the assertions are the same funct
 
     @classmethod
     def setup_class(cls) -> None:
-        """camit's set-up, then the harness tree (and umdk ``src``) at the same path on every host."""
+        """camit's set-up, then the harness tree (and umdk ``src``) at the same path on every
+        host."""
         super().setup_class()
         from framework.urma.harness import harness_root
         from framework.urma.shims.common.constants import const
@@ -58,7 +63,9 @@ class BaseTest(_CamitBaseTest, BaseObject):  # the assertions are the same funct
         if root is not None:
             resources = cls._camit_resources
             rundir = resources.ctx.rundir if resources is not None else None
-            skip = [rundir.path.resolve().parent] if rundir is not None else []  # camit's run folders
+            skip = (
+                [rundir.path.resolve().parent] if rundir is not None else []
+            )  # camit's run folders
             PREPARED.ensure([h.host for h in cls.host_list], root, skip)
 
     @classmethod
