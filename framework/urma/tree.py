@@ -17,12 +17,14 @@ import logging
 import shutil
 import tarfile
 import tempfile
+import threading
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from framework import commands
-from framework.errors import TransferError
+from framework.errors import MultiHostError, TransferError
 from framework.hosts import sha256_file
 from framework.samepath import Shipment, ancestors, files_of, parse_probe, probe_script
 
@@ -30,6 +32,10 @@ if TYPE_CHECKING:
     from framework.hosts import Host
 
 log = logging.getLogger("camit.urma")
+
+#: hosts the tree is shipped to at once
+MAX_PARALLEL = 8
+_PACK_LOCK = threading.Lock()
 
 
 def trees_of(root: Path) -> list[Path]:
@@ -97,12 +103,11 @@ def ship_tree(
     if missing:
         cache = {} if packed is None else packed
         with tempfile.TemporaryDirectory(prefix="camit-tree-") as tmp:
-            if tuple(missing) not in cache:
-                archive = (
-                    Path(tmp if packed is None else tempfile.mkdtemp(prefix="camit-tree-"))
-                    / "tree.tar.gz"
-                )
-                cache[tuple(missing)] = (archive, pack(missing, archive))
+            with _PACK_LOCK:  # hosts ship in parallel: one archive per set of missing files
+                if tuple(missing) not in cache:
+                    where = tmp if packed is None else tempfile.mkdtemp(prefix="camit-tree-")
+                    archive = Path(where) / "tree.tar.gz"
+                    cache[tuple(missing)] = (archive, pack(missing, archive))
             archive, digest = cache[tuple(missing)]
             remote_archive = host.check(["mktemp", "/tmp/camit-tree.XXXXXX"]).stdout.strip()
             try:
@@ -153,10 +158,22 @@ class Prepared:
             for path in files_of(tree):
                 if path not in self.digests and not any(path.is_relative_to(s) for s in skip):
                     self.digests[path] = sha256_file(path)
-        for host in hosts:
-            key = (host.name, root)
-            if key not in self.shipments:
-                self.shipments[key] = ship_tree(host, trees, self.digests, packed=packed, skip=skip)
+        todo = [h for h in hosts if (h.name, root) not in self.shipments]
+        failed: dict[str, BaseException] = {}
+        with ThreadPoolExecutor(max_workers=max(1, min(MAX_PARALLEL, len(todo)))) as pool:
+            futures = {
+                pool.submit(ship_tree, h, trees, self.digests, packed=packed, skip=skip): h
+                for h in todo
+            }
+            for future, host in futures.items():
+                try:
+                    self.shipments[(host.name, root)] = future.result()
+                except Exception as exc:  # noqa: BLE001 - every host's outcome, then one error
+                    failed[host.name] = exc
+        if len(failed) == 1:
+            raise next(iter(failed.values()))
+        if failed:
+            raise MultiHostError(failed, total=len(todo))
 
     def remove_all(self) -> None:
         """Take away everything shipped (a failure is a warning naming the host)."""
