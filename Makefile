@@ -25,7 +25,7 @@ JUMP_LAB_SUBNET ?= 10.76.0.0/24
 JUMP_LAB_INNER  ?= 10.176.0.0/24
 JUMP_LAB_ENV    ?= env/lab-jump.yaml
 PYTEST_ARGS ?=
-APT_PKGS   := openssh-server makeself gdb iproute2 gcc libc6-dev chromium groovy default-jre-headless
+APT_PKGS   := openssh-server makeself gdb iproute2 gcc libc6-dev chromium groovy default-jre-headless libglib2.0-dev
 SUITE_ENV  ?= env/lab-suite.yaml
 ARTIFACTS  ?= build/artifacts
 

@@ -73,10 +73,12 @@ What URMA cases call, with URMA's names and signatures (``test_framework/common/
   ``assertTrue``/``assertFalse`` test ``is True``/``is False``; a failure shows ``msg`` and both
   values.
 
-Not provided (AttributeError): URMA's host-to-host ``scp`` helpers (``try_put``, ``get_file``,
-…: copy through the controller with ``put``/``get``), ``reconnect``, ``check_resource``,
-``conn``, ``passwd``, and the class attributes ``test_base_flag``/``core_list_setup``/``used_ports``
-(``core_policy`` says what a new core does).
+Unmodified upstream trees (``test/intergration_test``) use :mod:`framework.urma` instead: its
+``ubus_test.base_test.BaseTest`` is this class with nose-style ``setup()``/``teardown()``, pty-style
+output, ``timeout=0`` as the test's limit, upstream's transfers (``try_put``, ``get_file``, ...),
+``capture_log``, ``get_child_pid``, ``reconnect``, ``check_resource``. Here those are not provided
+(AttributeError), nor ``conn``, ``passwd`` and the class attributes
+``test_base_flag``/``core_list_setup``/``used_ports`` (``core_policy`` says what a new core does).
 """
 
 from __future__ import annotations
@@ -133,6 +135,29 @@ def _append(path: str, text: str) -> None:
 
 def _tail(text: str, lines: int = LOG_LINES) -> str:
     return "\n".join(text.rstrip("\n").splitlines()[-lines:])
+
+
+#: lines of a failed command's output kept for the failure report (its stderr, else its stdout)
+FAILURE_LINES = 30
+#: the last failed commands of the running test (``failed_commands``): shown in its failure
+_failures: collections.deque[str] = collections.deque(maxlen=5)
+
+
+def note_failure(host: str, command: str, rc: int | None, stdout: str, stderr: str) -> None:
+    """Keep a failed command's exit status and output tail for the test's failure text; log it."""
+    output, what = (stderr, "stderr") if stderr.strip() else (stdout, "output")
+    tail = _tail(output, FAILURE_LINES)
+    text = f"{host}: {command}\n  ret={rc}; {what} (last {FAILURE_LINES} lines):\n{tail}"
+    _failures.append(text)
+    log.info("command failed: %s", text)  # may be expected: shown only when the test fails
+
+
+def failed_commands(clear: bool = False) -> list[str]:
+    """The failed commands noted since the last ``clear`` (at most the last 5), oldest first."""
+    out = list(_failures)
+    if clear:
+        _failures.clear()
+    return out
 
 
 class ExecResult:
@@ -303,6 +328,9 @@ class BackgroundCmd:
         if self.silence == 0 and self._done.is_set():
             log.info("[ %s exec_cmd end ] %s ret=%s stdout=\n%s", self.host.name, self.command,
                      self.result.rc if self.result else None, _tail(self.stdout))
+        if self.result is not None and self.result.rc != 0 and not self.killed and self.silence < 2:
+            note_failure(self.host.name, self.command, self.result.rc, self.stdout,
+                         self.result.stderr)
         if self.exp_ret is not None:
             BaseTest.assertEqual(self.result.rc if self.result else None, self.exp_ret,
                                  f"{self.host.name}: {self.command}")
@@ -429,6 +457,13 @@ class UrmaHost:
         self.host = host
         self.process: list[BackgroundCmd] = []
 
+    #: what ``exec_cmd(background=True)`` returns (the URMA layer's keeps URMA's ``ret``/``pid``)
+    background_class: ClassVar[type[BackgroundCmd]] = BackgroundCmd
+
+    def _prepare(self, command: commands.Command) -> commands.Command:
+        """What ``exec_cmd`` runs for ``command`` (shown as given); the URMA layer's merges stderr."""
+        return command
+
     def __repr__(self) -> str:
         return f"<UrmaHost {self.host.name}>"
 
@@ -520,15 +555,15 @@ class UrmaHost:
         """Run ``cmd`` on this host (URMA's signature); see the module docstring. Returns an
         :class:`ExecResult`, or with ``background`` a running :class:`BackgroundCmd`."""
         __tracebackhide__ = True
-        command = _command(cmd)
+        shown = commands.build(_command(cmd), env=env).display
+        command = self._prepare(_command(cmd))
         limit = float(timeout) if timeout else self.host.command_timeout
-        shown = commands.build(command, env=env).display
         if silence <= 1:
             log.info("[ %s exec_cmd ] %s background=%s timeout=%gs", self.host.name, shown, background, limit)
         if background:
             proc = self.host.spawn(command, env=env)
-            bg = BackgroundCmd(self, proc, shown, timeout=limit, silence=silence, log_path=log_path, port=port,
-                               exp_ret=exp_ret)
+            bg = self.background_class(self, proc, shown, timeout=limit, silence=silence,
+                                       log_path=log_path, port=port, exp_ret=exp_ret)
             self.process.append(bg)
             return bg
         res = ExecResult(self.host.run(command, env=env, timeout=limit))
@@ -536,6 +571,8 @@ class UrmaHost:
             log.warning("%s: timed out after %gs (process group killed): %s", self.host.name, limit, shown)
         if silence == 0:
             log.info("[ %s exec_cmd end ] %s ret=%s stdout=\n%s", self.host.name, shown, res.ret, _tail(res.stdout))
+        if res.ret != 0 and silence < 2:
+            note_failure(self.host.name, shown, res.ret, res.stdout, res.stderr)
         if log_path is not None:
             _append(log_path, res.stdout + res.stderr)
         if exp_ret is not None:
@@ -591,10 +628,16 @@ class BaseTest:
     _own_stack: ClassVar[ExitStack | None] = None
     #: what :meth:`ship` wrote, by local path: taken away at teardown_class
     _shipped: ClassVar[dict[str, list[Shipment]]] = {}
+    #: the class of ``self.host1``, ``host_list[i]`` (the URMA layer's adds URMA's transfers)
+    host_class: ClassVar[type[UrmaHost]] = UrmaHost
+
+    #: True where ``setup_method``/``teardown_method`` call nose-style ``setup()``/``teardown()``
+    #: (the URMA layer's ``ubus_test.base_test.BaseTest``): then defining them is no error
+    calls_nose_hooks: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        for legacy in ("setup", "teardown"):
+        for legacy in ("setup", "teardown") if not cls.calls_nose_hooks else ():
             if legacy in cls.__dict__:
                 raise TypeError(f"{cls.__name__}.{legacy}() is nose-style and pytest >= 8.1 never calls it; "
                                 f"rename it to {legacy}_method(self, method)")
@@ -630,7 +673,7 @@ class BaseTest:
 
         cls.env, cls.cluster = cls._open()
         cls.cluster.connect().raise_on_failure()
-        cls.host_list = [UrmaHost(h) for h in cls.cluster]
+        cls.host_list = [cls.host_class(h) for h in cls.cluster]
         cls.hosts = {h.name: h for h in cls.host_list}
         for name, host in cls.hosts.items():
             setattr(cls, name, host)

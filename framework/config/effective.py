@@ -22,6 +22,7 @@ loads unchanged; its sample's misspelt ``passed`` key is rejected with a "did yo
 
 from __future__ import annotations
 
+import dataclasses
 import hmac
 import ipaddress
 import logging
@@ -34,6 +35,7 @@ from types import MappingProxyType
 from typing import Any
 
 from framework.config import document as schema
+from framework.config import legacy
 from framework.config.document import SCHEMA_VERSION, Loc, parse_cpu_list
 from framework.config.envfile import DEFAULT_ENV_PATH
 from framework.config.sshconfig import SSH_CONFIG_ENV, SshConfigFile, SshHostConfig, controller_path
@@ -456,8 +458,12 @@ def load(path: str | os.PathLike[str] = DEFAULT_ENV_PATH, environ: Mapping[str, 
     expanded: set[Loc] = set()
     data = expand_vars(data, env_vars, expanded, report.error)
     report.secrets.update(_secret_values(data, expanded))
+    ignored = [f"{source}: {w}" for w in legacy.tolerate(data)]  # harness-only keys: warnings
+    for warning in ignored:
+        log.warning("%s", warning)
     doc = _validate(data, report)
-    return _resolve(doc, Path(os.path.abspath(source)), env_vars, expanded, report)
+    env = _resolve(doc, Path(os.path.abspath(source)), env_vars, expanded, report)
+    return dataclasses.replace(env, warnings=(*ignored, *env.warnings)) if ignored else env
 
 
 def _secret_values(data: dict[str, Any], expanded: set[Loc]) -> set[str]:

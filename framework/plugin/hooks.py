@@ -22,11 +22,12 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import pytest
 
-from framework.plugin import batches, cores, markers, progress, reporting, xdist
+from framework.plugin import batches, cores, failtext, markers, progress, reporting, xdist
 from framework.plugin.context import CONTEXT_KEY, RunContext, context_of
 from framework.plugin.options import add_options, add_seed_alias
 from framework.plugin.resources import RESOURCES_KEY, Resources, resources_of
 from framework.plugin.signals import SIGNALS_KEY, Signals, name_cut_cases, signals_of
+from framework.urma import harness
 
 if TYPE_CHECKING:
     from _pytest.terminal import TerminalReporter
@@ -52,7 +53,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 @pytest.hookimpl(wrapper=True)
 def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Parser,
                                   args: list[str]) -> Generator[None, None, None]:
-    """After the initial conftests: ``--random_seed`` is camit's alias unless a conftest declared it."""
+    """Before the initial conftests: an URMA harness tree is set up
+    (:func:`framework.urma.harness.detect`); after them: ``--random_seed`` is camit's alias unless a conftest declared it."""
+    harness.detect(early_config, parser, args)
     yield
     add_seed_alias(parser)
 
@@ -60,6 +63,7 @@ def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Pa
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
     markers.register(config)
+    config.pluginmanager.register(failtext.FailText(), "camit-failtext")
     ctx = RunContext.from_config(config)
     config.stash[CONTEXT_KEY] = ctx
     config.stash[RESOURCES_KEY] = Resources(ctx)

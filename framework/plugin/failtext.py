@@ -1,0 +1,80 @@
+"""A failure a person can use: the failed commands' output in the failure text, camit's DEBUG out of
+it.
+
+- A test that fails gets a section ``failed commands`` in its failure text (so in the terminal,
+  JUnit and camit's report): the last commands that failed during it, with their stderr tail (or
+  their output, pty style), from :func:`framework.base_test.failed_commands`. The reason for a
+  failed compile or a missing binary is there even when the case raised its own bare error.
+- camit's DEBUG records (lease scripts, uploads, core scans: thousands of lines) are kept out of
+  pytest's "Captured log" report sections; they stay in ``camit.log``. ``caplog`` still sees them.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Generator
+
+import pytest
+from _pytest._code.code import ExceptionRepr
+from _pytest.logging import LogCaptureHandler, caplog_handler_key
+
+from framework.base_test import failed_commands
+
+#: the logger whose DEBUG records stay out of the report sections
+LOGGER = "camit"
+
+
+class _NoCamitDebug(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno > logging.DEBUG or not (
+            record.name == LOGGER or record.name.startswith(LOGGER + ".")
+        )
+
+
+class FailText:
+    """Registered by the plugin's ``pytest_configure``."""
+
+    def __init__(self) -> None:
+        self.filter = _NoCamitDebug()
+
+    def _report_handlers(self, item: pytest.Item) -> list[logging.Handler]:
+        ours = item.stash.get(caplog_handler_key, None)
+        return [
+            h
+            for h in logging.getLogger().handlers
+            if isinstance(h, LogCaptureHandler) and h is not ours
+        ]
+
+    def _phase(self, item: pytest.Item) -> Generator[None, None, None]:
+        # the phase's report handler is new for each phase and dropped after it: the filter stays
+        # on it,
+        # so what camit logs after this (innermost) wrapper in the same phase (its core watch) is
+        # kept out too
+        for handler in self._report_handlers(item):
+            handler.addFilter(self.filter)
+        yield
+
+    @pytest.hookimpl(wrapper=True, trylast=True)
+    def pytest_runtest_setup(self, item: pytest.Item) -> Generator[None, None, None]:
+        failed_commands(clear=True)
+        return (yield from self._phase(item))
+
+    @pytest.hookimpl(wrapper=True, trylast=True)
+    def pytest_runtest_call(self, item: pytest.Item) -> Generator[None, None, None]:
+        return (yield from self._phase(item))
+
+    @pytest.hookimpl(wrapper=True, trylast=True)
+    def pytest_runtest_teardown(self, item: pytest.Item) -> Generator[None, None, None]:
+        return (yield from self._phase(item))
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(
+        self, item: pytest.Item, call: pytest.CallInfo[None]
+    ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+        report = yield
+        longrepr = report.longrepr
+        if report.failed and isinstance(longrepr, ExceptionRepr):
+            failed = failed_commands(clear=True)
+            if failed:
+                longrepr.addsection("failed commands (last first)", "\n\n".join(reversed(failed)))
+        return report

@@ -1,0 +1,2 @@
+"""camit's modules under upstream's names (``common.*``, ``ubus_test.*``); see
+:mod:`framework.urma.harness`."""

@@ -1,0 +1,1 @@
+"""camit's ``common`` package of the URMA harness (``test_framework/common``)."""

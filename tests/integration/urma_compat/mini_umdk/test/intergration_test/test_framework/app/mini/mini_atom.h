@@ -1,0 +1,2 @@
+#include "../../../../../src/include/mini_version.h"
+int mini_atom(void);
