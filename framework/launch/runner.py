@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from framework import remote
+from framework.console import printable
 from framework.errors import CommandFailed, CommandTimedOut, HostError
 from framework.hosts import Cluster, Host, sha256_file
 from framework.launch import devices, fetch, timeouts
@@ -54,6 +55,7 @@ from framework.launch.result import LaunchResult, NodeResult, RankResult
 from framework.phases import PhaseEvent, PhaseSink, discard, emit, rundir_sink
 from framework.remote import protocol
 from framework.remote.layout import HostLayout, unsafe_message, unsafe_reason
+from framework.report.scrub import Scrubber
 from framework.transport.base import Process
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -357,7 +359,8 @@ class Launcher:
         monitor.conclude(time.monotonic())
         failed = monitor.failed_rank()
         if failed is not None and failed.log:
-            result.failure_tail = fetch.log_tail(failed.log)
+            # host text bound for pytest's failure text and the terminal: no secret, no control character
+            result.failure_tail = printable(Scrubber.from_env(self.env).text(fetch.log_tail(failed.log)))
 
     def _check_devices(self, nodes: dict[str, _Node], result: LaunchResult) -> None:
         """NPU hosts: wait (bounded) until no pid of the run holds a device; a failure saves the NPU state."""
