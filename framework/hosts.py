@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 import posixpath
 import secrets
+import tempfile
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
@@ -140,15 +142,18 @@ class Host:
         wall-clock: on expiry the remote process group is killed and the result
         has ``timed_out=True`` (``check=True`` raises ``CommandTimedOut``).
         """
-        line = commands.build(command, env=env, cwd=cwd)
         self._check_cancelled()
         self.connect()
+        line, staged = self._line(command, env, cwd)
         limit = self.command_timeout if timeout is None else (timeout or None)
         self.log.debug("%s: run %s", self.name, line.display)
         try:
             result = self.transport.run(line.text, timeout=limit, display=line.display, max_output=max_output)
-        except HostUnreachable as exc:
-            self.broken = exc
+        except BaseException as exc:
+            if isinstance(exc, HostUnreachable):
+                self.broken = exc
+            if staged:  # the command removes it first thing; this is for one that never started
+                self._unstage(staged)
             raise
         self.log.debug("%s: %r", self.name, result)
         if check:
@@ -165,16 +170,43 @@ class Host:
             if env or cwd:
                 raise ValueError("a built Line carries its own environment and directory")
             line = command
+            self._check_cancelled()
+            self.connect()
         else:
-            line = commands.build(command, env=env, cwd=cwd)
-        self._check_cancelled()
-        self.connect()
+            self._check_cancelled()
+            self.connect()
+            line, _ = self._line(command, env, cwd)
         self.log.debug("%s: spawn %s", self.name, line.display)
         try:
             return self.transport.spawn(line.text, display=line.display, max_output=max_output)
         except HostUnreachable as exc:
             self.broken = exc
             raise
+
+    def _line(self, command: Command, env: Mapping[str, Any] | None, cwd: str | None) -> tuple[commands.Line, str]:
+        """The line for ``command``; secret values of ``env`` (anything with ``reveal()``) are never on it:
+        they go to a new private file on the host (SFTP, ``O_EXCL``, 0600 before the first byte) that the
+        line reads and removes first. Returns the line and that file ('' without secrets)."""
+        plain, hidden = commands.secret_env(env)
+        if not hidden:
+            return commands.build(command, env=env, cwd=cwd), ""
+        staged = f"/tmp/camit-env-{secrets.token_hex(16)}"
+        with tempfile.TemporaryDirectory(prefix="camit-env-") as folder:  # 0700, files 0600
+            local = Path(folder, "env")
+            fd = os.open(local, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                fh.write(commands.env_file_text(hidden))
+            self.transport.put(local, staged)
+        line = commands.build(command, env=plain, cwd=cwd, env_file=staged)
+        redacted = commands.build(command, env={**plain, **dict.fromkeys(hidden, commands.REDACTED)}, cwd=cwd)
+        return commands.Line(line.text, redacted.display), staged
+
+    def _unstage(self, staged: str) -> None:
+        try:
+            line = commands.build(["rm", "-f", "--", staged])
+            self.transport.run(line.text, timeout=30, display=line.display, max_output=4096)
+        except FrameworkError:
+            pass
 
     def check(self, command: Command, **kwargs: Any) -> Result:
         """``run(..., check=True)``: raise ``CommandFailed``/``CommandTimedOut`` unless rc is 0."""
