@@ -480,7 +480,11 @@ def _run_leased(args: argparse.Namespace, env: EnvConfig, cluster: Cluster, rund
         launcher = Launcher(env, cluster, rundir=rundir, nproc_per_node=args.nproc_per_node, on_event=event,
                             keep_remote=args.keep_remote, defer_cleanup=True)
         try:
-            result = launcher.run(target, timeout=args.timeout)
+            try:
+                result = launcher.run(target, timeout=args.timeout)
+            except BaseException:  # interrupted or failed: the cores are scanned all the same, first
+                state["cores"] = _scan_anyway(watch)
+                raise
             watched = watch.end(ranks=[result], failed=not result.ok)
         finally:
             launcher.cleanup_remote()
@@ -511,6 +515,17 @@ def _run_leased(args: argparse.Namespace, env: EnvConfig, cluster: Cluster, rund
     for held in result.held:
         print(f"DIRTY: {console.printable(held.describe())} (camit never resets a device)")
     return code
+
+
+def _scan_anyway(watch: Any) -> list[Any]:
+    """The cores of a ``camit run`` whose launch raised (an interrupt, a host error), scanned and fetched
+    before its run folders go (a relative core_pattern puts a rank's core there); a failing scan is a
+    warning, never the error the run ends with."""
+    try:
+        return list(watch.end(ranks=[], failed=True).cores)
+    except Exception as exc:  # the launch's own error is what the run reports
+        print(console.printable(f"warning: core scan after the failed launch: {exc}"), file=sys.stderr)
+        return []
 
 
 def _host_error_text(name: str, err: BaseException) -> str:

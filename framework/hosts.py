@@ -52,6 +52,8 @@ T = TypeVar("T")
 
 DEFAULT_COMMAND_TIMEOUT = 600.0
 DEFAULT_MAX_PARALLEL = 32
+#: how long an interrupted ``Cluster.map`` waits for its hosts' killed commands before it re-raises
+CANCEL_GRACE = 15.0
 
 
 def sha256_file(path: Path) -> str:
@@ -148,7 +150,8 @@ class Host:
         limit = self.command_timeout if timeout is None else (timeout or None)
         self.log.debug("%s: run %s", self.name, line.display)
         try:
-            result = self.transport.run(line.text, timeout=limit, display=line.display, max_output=max_output)
+            result = self.transport.run(line.text, timeout=limit, display=line.display, max_output=max_output,
+                                        cancel=self.cancel_event)
         except BaseException as exc:
             if isinstance(exc, HostUnreachable):
                 self.broken = exc
@@ -417,10 +420,16 @@ class Cluster:
                 futures.append(pool.submit(one, host))
             wait(futures)
         except KeyboardInterrupt:
-            # Ctrl-C/SIGTERM: hosts stop starting commands and abort uploads; the pool
-            # then drains quickly and the interrupt goes on to the caller
-            self.cancel()
-            wait(futures)
+            # Ctrl-C/SIGTERM: this map's hosts stop starting commands, kill the ones running (as a timeout
+            # does) and abort uploads; the pool drains within CANCEL_GRACE and the interrupt goes on to the
+            # caller. The cancel is scoped to this map: cleanup after it (lease release, fetch, core scan,
+            # run-folder removal) runs on the same hosts
+            try:
+                self.cancel(targets)
+                wait(futures, timeout=CANCEL_GRACE)
+            finally:
+                for host in targets:
+                    host.cancel_event.clear()
             raise
         finally:
             if nested:
@@ -445,9 +454,9 @@ class Cluster:
     def connect(self) -> GroupResult[None]:
         return self.map(lambda h: h.connect())
 
-    def cancel(self) -> None:
-        """Interrupt the run on every host (see ``Host.cancel_event``)."""
-        for h in self.hosts.values():
+    def cancel(self, hosts: Iterable[Host] | None = None) -> None:
+        """Interrupt what runs on ``hosts`` (default: every host; see ``Host.cancel_event``)."""
+        for h in self.hosts.values() if hosts is None else hosts:
             h.cancel_event.set()
 
     def close(self) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol, runtime_checkable
@@ -45,7 +46,8 @@ class Transport(Protocol):
     ``run`` executes one complete shell line (already built and quoted by
     ``framework.commands``) and returns a ``Result``; when ``timeout`` passes it
     kills the command's whole process group on the machine and returns a result
-    with ``timed_out=True``. ``put``/``get`` copy one file as-is (verification
+    with ``timed_out=True``; when ``cancel`` is set meanwhile it kills the group the
+    same way at once and raises ``Cancelled``. ``put``/``get`` copy one file as-is (verification
     is the ``Host``'s job).
     """
 
@@ -53,7 +55,8 @@ class Transport(Protocol):
 
     def connect(self) -> None: ...
 
-    def run(self, line: str, *, timeout: float | None, display: str, max_output: int) -> Result: ...
+    def run(self, line: str, *, timeout: float | None, display: str, max_output: int,
+            cancel: threading.Event | None = None) -> Result: ...
 
     def spawn(self, line: str, *, display: str, max_output: int) -> Process: ...
 
