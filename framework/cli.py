@@ -190,7 +190,7 @@ def build_parser() -> argparse.ArgumentParser:
     ls = sub.add_parser("lease", help="cluster leases: status, release, or run a command holding one")
     ls_sub = ls.add_subparsers(dest="lease_command", parser_class=_Parser, metavar="ACTION")
     lst = ls_sub.add_parser("status", help="who holds each host")
-    lrl = ls_sub.add_parser("release", help="remove stale leases and our own (--force: any)")
+    lrl = ls_sub.add_parser("release", help="remove stale leases and the one of --token (--force: any)")
     lrn = ls_sub.add_parser("run", help="hold the lease on the hosts while a local command runs")
     for p in (lst, lrl, lrn):
         _env_arg(p)
@@ -198,8 +198,8 @@ def build_parser() -> argparse.ArgumentParser:
     for p in (lst, lrl):
         p.add_argument("--json", action="store_true", help="machine-readable results")
     lrl.add_argument("--force", action="store_true", help="also remove a live lease of someone else")
-    for p in (lrl, lrn):
-        p.add_argument("--owner", default=None, help="lease owner (default: $BUILD_URL, else user@host)")
+    lrl.add_argument("--token", help="also remove the live lease holding this token (a lease's own id)")
+    lrn.add_argument("--owner", default=None, help="lease owner (default: $BUILD_URL, else user@host)")
     lrn.add_argument("--wait", type=float, default=0.0, metavar="S", help="wait up to S seconds for a held lease")
     lrn.add_argument("--ttl", type=float, default=300.0, metavar="S", help="lease validity after a heartbeat")
     lrn.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD...")
@@ -699,7 +699,7 @@ def _lease_release(args: argparse.Namespace, cluster: Cluster) -> int:
     from framework.lease import release_leases
 
     rows, payload, worst = [], [], EXIT_OK
-    for name, what in release_leases(cluster, owner=args.owner, force=args.force).items():
+    for name, what in release_leases(cluster, token=args.token, force=args.force).items():
         if isinstance(what, BaseException):
             worst = max(worst, getattr(what, "exit_code", EXIT_INFRA))
             what = "UNREACHABLE: " + _host_error_text(name, what)
