@@ -24,6 +24,7 @@ import tempfile
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
@@ -261,7 +262,8 @@ class Host:
         part = local.with_name(local.name + f".camit-part-{secrets.token_hex(4)}")
         try:
             try:
-                self.transport.get(remote, part, cap=cap or fetchcaps.caps())
+                # an interrupt stops the download at its next chunk, as it kills a running command
+                self.transport.get(remote, part, cap=replace(cap or fetchcaps.caps(), cancel=self.cancel_event))
             except FetchCapError:
                 if keep_partial and part.exists():
                     part.replace(local)

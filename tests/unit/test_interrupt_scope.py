@@ -74,3 +74,36 @@ def test_camit_run_scans_cores_before_it_removes_anything_however_the_launch_end
                         None, state)  # type: ignore[arg-type]
     assert calls == ["scan before", "launch", "scan after", "remove run folders"]
     assert state["cores"] == ["a core"]
+
+
+def test_an_interrupt_stops_a_download_at_its_next_chunk(tmp_path):
+    """A fetch is bounded by its 1800 s cap, not by the interrupt, unless it looks at the host's cancel."""
+    import io
+
+    from framework.errors import Cancelled
+    from framework.fetchcaps import CHUNK, caps, copy_bounded
+
+    stop = threading.Event()
+    source = io.BytesIO(b"x" * (CHUNK * 8))
+
+    def read(n: int) -> bytes:
+        if source.tell() >= 2 * CHUNK:
+            stop.set()  # the interrupt arrives while the file is coming
+        return source.read(n)
+
+    out = io.BytesIO()
+    with pytest.raises(Cancelled, match="interrupted: download of /big stopped after"):
+        copy_bounded(read, out, host="h1", remote="/big", cap=caps({}).with_(cancel=stop))  # type: ignore[arg-type]
+    assert len(out.getvalue()) <= 3 * CHUNK
+
+    seen = []
+
+    class Recording(LocalTransport):
+        def get(self, remote, local, *, cap=None):  # type: ignore[no-untyped-def, override]
+            seen.append(cap.cancel)
+            return super().get(remote, local, cap=cap)
+
+    (tmp_path / "f").write_bytes(b"data")
+    host = Host("h1", Recording("h1"), command_timeout=30)
+    host.get(str(tmp_path / "f"), tmp_path / "copy")
+    assert seen == [host.cancel_event] and (tmp_path / "copy").read_bytes() == b"data"
