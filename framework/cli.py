@@ -36,6 +36,7 @@ from framework.errors import (
     UsageError,
     reason_of,
 )
+from framework.perf import verb as perf_verb
 
 if TYPE_CHECKING:  # pragma: no cover
     from framework.config.effective import EnvConfig
@@ -183,6 +184,11 @@ def build_parser() -> argparse.ArgumentParser:
     co.add_argument("--json", action="store_true", help="print what was collected as JSON")
     _lease_args(co)
 
+    dg = sub.add_parser("diagnose", help="where the ranks of a running launch are: stacks grouped, odd ones named")
+    _env_arg(dg)
+    _hosts_arg(dg)
+    dg.add_argument("launch_id", metavar="LAUNCH_ID",
+                    help="a launch id, or its start (the run id): every running launch it begins")
     lb = sub.add_parser("lab", help="the network-namespace lab: up | down | status | fault (python -m framework.lab)",
                         add_help=False)
     lb.add_argument("lab_args", nargs=argparse.REMAINDER, metavar="up|down|status|fault ...")
@@ -203,6 +209,8 @@ def build_parser() -> argparse.ArgumentParser:
     lrn.add_argument("--wait", type=float, default=0.0, metavar="S", help="wait up to S seconds for a held lease")
     lrn.add_argument("--ttl", type=float, default=300.0, metavar="S", help="lease validity after a heartbeat")
     lrn.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD...")
+
+    perf_verb.add_parser(sub, _Parser)
 
     cp = sub.add_parser("completion", help="print a shell completion script (bash or zsh)")
     cp.add_argument("shell", choices=("bash", "zsh"))
@@ -576,6 +584,19 @@ def _safe_name(section: str) -> str:
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in section).strip("_") + ".txt"
 
 
+def cmd_diagnose(args: argparse.Namespace) -> int:
+    """Ask the ranks of a running launch for their stacks (no lease: the launch holds it; nothing stops)."""
+    from framework.hosts import Cluster
+    from framework.launch.diagnose import diagnose
+
+    env = _load_env(args.env)
+    with Cluster.from_env(env, _split_hosts(args.hosts)) as cluster:
+        found = diagnose(env, cluster, args.launch_id)
+    for d in found:
+        print(console.printable(d.describe()))
+    return 0 if any(d.groups for d in found) else 1
+
+
 def cmd_collect(args: argparse.Namespace) -> int:
     from framework import commands
     from framework.fetchcaps import FetchCapError
@@ -792,10 +813,14 @@ def _main(argv: Sequence[str]) -> int:
             return cmd_check(args)
         if args.command == "collect":
             return cmd_collect(args)
+        if args.command == "diagnose":
+            return cmd_diagnose(args)
         if args.command == "lab":
             return cmd_lab(args.lab_args)
         if args.command == "lease":
             return cmd_lease(args)
+        if args.command == "perf":
+            return perf_verb.run(args)
         if args.command == "completion":
             return cmd_completion(args, parser)
         parser.print_help(sys.stderr)

@@ -17,15 +17,17 @@ each time :func:`caps` is called: ``CAMIT_FETCH_MAX_BYTES``, ``CAMIT_FETCH_TIMEO
 
 from __future__ import annotations
 
+import contextlib
+import gzip
 import os
 import re
 import threading
 import time
 import zlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, BinaryIO
+from typing import TYPE_CHECKING, BinaryIO, cast
 
 from framework.errors import Cancelled, TransferError, UsageError
 
@@ -194,14 +196,15 @@ def extract_tar(tgz: Path, dest: Path, *, host: str, what: str, place: Callable[
     dest.mkdir(parents=True, exist_ok=True)
     root = dest.resolve()
     try:
-        with tarfile.open(tgz, "r:*") as tar:
+        with _bounded_stream(tgz, cap.expand_bytes) as stream, tarfile.open(fileobj=cast(BinaryIO, stream), mode="r:") as tar:
             for count in range(MAX_MEMBERS + 1):
                 member = tar.next()
                 if member is None:
                     break
                 stop = _stop_before(member, count, out.total, cap)
                 if stop:
-                    notes.append(f"{host}: {what}: {stop} before {member.name}; the files before it are kept")
+                    notes.append(f"{host}: {what}: {stop} before {shown(member.name)}; "
+                                 "the files before it are kept")
                     break
                 rel = place(member) if member.isfile() else None
                 if rel is None or rel.is_absolute() or ".." in rel.parts:
@@ -209,10 +212,81 @@ def extract_tar(tgz: Path, dest: Path, *, host: str, what: str, place: Callable[
                 note = _extract_member(tar, member, dest / rel, root, cap, out)
                 if note:
                     notes.append(f"{host}: {what}: {note}")
-    except (tarfile.TarError, EOFError, OSError, ValueError, zlib.error) as exc:
-        notes.append(f"{host}: {what}: archive unreadable after {len(out.files)} file(s): {exc}")
+    except ArchiveBound as exc:
+        notes.append(f"{host}: {what}: stopped after {len(out.files)} file(s): {exc}; the files before it are kept")
+    except (tarfile.TarError, EOFError, OSError, ValueError, zlib.error, MemoryError) as exc:
+        notes.append(f"{host}: {what}: archive unreadable after {len(out.files)} file(s): {shown(str(exc))}")
     out.notes = notes
     return out
+
+
+#: the largest GNU long-name/long-link or pax header a member may carry (tarfile reads one whole)
+HEADER_BYTES = 64 * 1024
+_LONG_HEADERS = frozenset(b"LKxgX")
+
+
+class ArchiveBound(Exception):
+    """An archive's expanded stream broke a bound before tarfile could read it (a header bomb, a bomb)."""
+
+
+def shown(text: str, limit: int = 200) -> str:
+    """At most ``limit`` printable characters of a host-supplied name, for a note."""
+    clean = "".join(ch if ch.isprintable() else "?" for ch in text[:limit])
+    return clean + ("…" if len(text) > limit else "")
+
+
+def _header_size(block: bytes) -> int:
+    """The size field of a 512-byte tar header (octal, or GNU base-256)."""
+    field = block[124:136]
+    if field[:1] and field[0] & 0x80:
+        return int.from_bytes(field[1:], "big")
+    digits = field.split(b"\0", 1)[0].strip()
+    return int(digits, 8) if digits and all(48 <= c <= 55 for c in digits) else 0
+
+
+class _Bounded:
+    """The expanded archive stream as tarfile reads it, bounded before anything is parsed: a long-name or
+    pax header over :data:`HEADER_BYTES`, a single read over 4 MiB, or reading or seeking past
+    ``expand`` bytes raises :class:`ArchiveBound` (tarfile reads such a header whole inside ``next()``)."""
+
+    def __init__(self, raw: BinaryIO, expand: int) -> None:
+        self.raw, self.expand = raw, expand
+
+    def read(self, n: int = -1) -> bytes:
+        if n is None or n < 0 or n > 4 * CHUNK:
+            raise ArchiveBound(f"a single read of {'all' if n is None or n < 0 else human(n)} refused "
+                               f"(a header bigger than {human(HEADER_BYTES)}?)")
+        pos = self.raw.tell()
+        if pos + n > self.expand:
+            n = max(0, self.expand - pos)
+            if n == 0:
+                raise ArchiveBound(f"the archive expands past {human(self.expand)} ({ENV_KEYS['expand_bytes']})")
+        data = self.raw.read(n)
+        if n == 512 and pos % 512 == 0 and len(data) == 512 and data[156] in _LONG_HEADERS \
+                and _header_size(data) > HEADER_BYTES:
+            raise ArchiveBound(f"a member header of {human(_header_size(data))} (type {chr(data[156])}) "
+                               f"is over {human(HEADER_BYTES)}")
+        return data
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        target = offset if whence == 0 else self.raw.tell() + offset if whence == 1 else -1
+        if whence == 2 or target > self.expand:
+            raise ArchiveBound(f"the archive expands past {human(self.expand)} ({ENV_KEYS['expand_bytes']})")
+        return self.raw.seek(target)
+
+    def tell(self) -> int:
+        return self.raw.tell()
+
+
+@contextlib.contextmanager
+def _bounded_stream(tgz: Path, expand: int) -> Iterator[_Bounded]:
+    """``tgz`` (gzip or plain tar) as a :class:`_Bounded` stream."""
+    with open(tgz, "rb") as f:
+        magic = f.read(2)
+        f.seek(0)
+        raw: BinaryIO = gzip.GzipFile(fileobj=f, mode="rb") if magic == b"\x1f\x8b" else f  # type: ignore[assignment]
+        with raw:
+            yield _Bounded(raw, expand)
 
 
 def _stop_before(member: tarfile.TarInfo, count: int, total: int, cap: FetchCaps) -> str:
@@ -253,9 +327,9 @@ def _extract_member(tar: tarfile.TarFile, member: tarfile.TarInfo, target: Path,
     if written >= member.size:
         return ""
     which = "member_bytes" if limit == cap.member_bytes else "total_bytes"
-    return (f"{member.name} is {human(member.size)}, cut at the {which.split('_')[0]} cap of "
+    return (f"{shown(member.name)} is {human(member.size)}, cut at the {which.split('_')[0]} cap of "
             f"{human(getattr(cap, which))} ({ENV_KEYS[which]})")
 
 
-__all__ = ["DEFAULTS", "ENV_KEYS", "Extracted", "FetchCapError", "FetchCaps", "caps", "copy_bounded",
-           "extract_tar", "open_private", "parse_size", "write_private"]
+__all__ = ["DEFAULTS", "ENV_KEYS", "HEADER_BYTES", "ArchiveBound", "Extracted", "FetchCapError", "FetchCaps", "caps", "copy_bounded",
+           "extract_tar", "open_private", "parse_size", "shown", "write_private"]

@@ -38,6 +38,7 @@ from typing import Any, BinaryIO
 from framework import commands
 from framework.cores.scan import Candidate, CoreSources, signal_name
 from framework.errors import UsageError
+from framework.remote import hostfile
 from framework.remote.sections import MARK, read_records, sh_tag
 
 BACKTRACE_BYTES = 256 * 1024
@@ -60,47 +61,56 @@ class CorePolicy(str, enum.Enum):
 
 
 # -- reading a core on its host ------------------------------------------------------------------------
+def _allowed_uids(cand: Candidate) -> str:
+    """Who may own the file: the SSH user (``$U``); for a pipe handler's store also root, the handler."""
+    return "$U" if cand.source == "file" else "$U,0"
+
+
 def inspect_script(cands: Sequence[Candidate], tmp: str, python: str, sources: CoreSources,
                    cap_bytes: int) -> str:
-    """Script: for each candidate ``@@core <i>`` then ``@@path``, ``@@size``, ``@@file``, ``@@facts``, ``@@meta``."""
+    """Script: for each candidate ``@@core <i>``, then ``@@open <json>`` (:mod:`framework.remote.hostfile`:
+    the file opened once, judged by its descriptor, its notes read, copied and gzipped from it within
+    ``cap_bytes``), ``@@meta`` / ``@@hdr`` from the handlers' records, or ``@@err``."""
     q = commands.quote
     lines = [
         "LC_ALL=C; export LC_ALL",
         "umask 077",  # a core materialised here (coredumpctl dump, apport-unpack) is readable by us alone
-        f"T={q(tmp)}; mkdir -p \"$T\"",
+        f"T={q(tmp)}; mkdir -p \"$T\"; U=$(id -u)",
         f"PY=$(command -v {q(python)} 2>/dev/null || command -v python3 2>/dev/null || command -v python 2>/dev/null)",
-        f"facts() {{ if [ -n \"$PY\" ]; then \"$PY\" -c {q(facts_program())} \"$1\" 2>&1 | head -c 65536 "
-        "| tr '\\n' ' '; fi; }",
-        "one() { printf '@@path %s\\n' \"$1\"; printf '@@size %s\\n' \"$(stat -c %s -- \"$1\" 2>/dev/null)\"; "
-        "printf '@@file %s\\n' \"$(file -b -- \"$1\" 2>/dev/null | head -c 2000 | tr '\\n' ' ')\"; "
-        "printf '@@facts %s\\n' \"$(facts \"$1\")\"; }",
+        f"HF={q(hostfile_program())}",
+        # one <index> <uids> <path>: the program's JSON line (escaped: one line whatever the name holds)
+        f"one() {{ if [ -n \"$PY\" ]; then printf '@@open %s\\n' \"$(\"$PY\" -I -c \"$HF\" \"$T\" {int(cap_bytes)} "
+        "\"$1\" \"$2\" \"$3\" 2>&1 | head -c 65536 | tr '\\n' ' ')\"; "
+        "else printf '@@err no python on the host: the core is not read\\n'; fi; }",
     ]
     for i, c in enumerate(cands):
         lines.append(sh_tag(f"core {i}"))
         loc = q(c.location)
+        uids = _allowed_uids(c)
         if c.source == "systemd":
             e = c.journal
             if e is not None and e.size is not None and e.size > cap_bytes:
                 lines.append(f"printf '@@err stored core is {e.size} bytes, over the cap: not extracted\\n'")
                 continue
             since = f"@{int(c.time) - 1}"
-            lines.append(f"if {q(sources.coredumpctl)} --no-pager -q -o \"$T/{i}.core\" --since={since} "
-                         f"dump {int(c.pid or 0)} >/dev/null 2>\"$T/{i}.err\"; then one \"$T/{i}.core\"; "
+            lines.append(f"if {q(sources.coredumpctl)} --no-pager -q -o \"$T/d{i}\" --since={since} "
+                         f"dump {int(c.pid or 0)} >/dev/null 2>\"$T/{i}.err\"; then one {i} \"$U\" \"$T/d{i}\"; "
                          f"else printf '@@err coredumpctl dump failed: %s\\n' \"$(head -c 300 \"$T/{i}.err\" "
                          "| tr '\\n' ' ')\"; fi")
         elif c.source == "abrt":
             lines.append(f"for k in executable pid global_pid time reason cmdline; do [ -f {loc}/$k ] && "
                          f"printf '@@meta %s %s\\n' \"$k\" \"$(head -c 2000 {loc}/$k | tr '\\n' ' ')\"; done")
-            lines.append(f"if [ -f {loc}/coredump ]; then one {loc}/coredump; "
-                         "else printf '@@err no coredump file in the abrt dump dir\\n'; fi")
+            lines.append(f"one {i} \"{uids}\" {loc}/coredump")
         elif c.source == "apport" and c.location.endswith(".crash"):
-            lines.append(f"sed -n '/^CoreDump:/q; p' {loc} | head -c 65536 | sed 's/^/@@hdr /'")
-            lines.append(f"printf '@@crash %s\\n' \"$(stat -c %s -- {loc} 2>/dev/null)\"")
-            lines.append(f"if command -v apport-unpack >/dev/null 2>&1 && apport-unpack {loc} \"$T/{i}.d\" "
-                         f">/dev/null 2>&1 && [ -f \"$T/{i}.d/CoreDump\" ]; then one \"$T/{i}.d/CoreDump\"; "
-                         "else printf '@@err apport-unpack is not available: the .crash file is the artifact\\n'; fi")
+            # the .crash itself is opened once and copied; the header and the unpacked core come from the copy
+            lines.append(f"one c{i} \"{uids}\" {loc}")
+            lines.append(f"if [ -f \"$T/c{i}.core\" ]; then sed -n '/^CoreDump:/q; p' \"$T/c{i}.core\" "
+                         "| head -c 65536 | tr -d '\\r' | sed 's/^/@@hdr /'; "
+                         f"if command -v apport-unpack >/dev/null 2>&1 && apport-unpack \"$T/c{i}.core\" \"$T/{i}.d\" "
+                         f">/dev/null 2>&1 && [ -f \"$T/{i}.d/CoreDump\" ]; then one {i} \"$U\" \"$T/{i}.d/CoreDump\"; "
+                         "else printf '@@err apport-unpack is not available: the .crash file is the artifact\\n'; fi; fi")
         else:
-            lines.append(f"one {loc}")
+            lines.append(f"one {i} \"{uids}\" {loc}")
     return "\n".join(lines) + "\n"
 
 
@@ -185,6 +195,24 @@ def _stack_facts(f: BinaryIO, e: str, auxv: bytes, loads: list[tuple[int, int, i
             return
 
 
+def core_facts_file(f: BinaryIO) -> dict[str, Any]:
+    """Facts from an ELF core's notes and stack, read from an open file (see :func:`core_facts`)."""
+    out: dict[str, Any] = {}
+    head = f.read(64)
+    if head[:4] != b"\x7fELF":
+        return {"error": "not an ELF file"}
+    if head[4] != 2:
+        return {"error": "not a 64-bit core"}
+    if struct.unpack(("<" if head[5] == 1 else ">") + "H", head[16:18])[0] != 4:
+        return {"error": "not a core file"}
+    e, loads, notes = _elf_segments(f, head)
+    auxv = _read_notes(f, e, notes, out)
+    if not out.get("signal") and out.get("cursig"):
+        out["signal"] = out["cursig"]
+    _stack_facts(f, e, auxv, loads, out)
+    return out
+
+
 def core_facts(path: str) -> dict[str, Any]:
     """Facts from an ELF core's notes and stack: pid, ppid, pgrp, sid, uid, comm, psargs, signal, execfn, env.
 
@@ -192,21 +220,8 @@ def core_facts(path: str) -> dict[str, Any]:
     ``CAMIT_RUN_ID``/``RANK``/``LOCAL_RANK``/``WORLD_SIZE`` strings found just below
     ``AT_EXECFN`` at the top of the dumped stack. 64-bit cores only.
     """
-    out: dict[str, Any] = {}
     with open(path, "rb") as f:
-        head = f.read(64)
-        if head[:4] != b"\x7fELF":
-            return {"error": "not an ELF file"}
-        if head[4] != 2:
-            return {"error": "not a 64-bit core"}
-        if struct.unpack(("<" if head[5] == 1 else ">") + "H", head[16:18])[0] != 4:
-            return {"error": "not a core file"}
-        e, loads, notes = _elf_segments(f, head)
-        auxv = _read_notes(f, e, notes, out)
-        if not out.get("signal") and out.get("cursig"):
-            out["signal"] = out["cursig"]
-        _stack_facts(f, e, auxv, loads, out)
-    return out
+        return core_facts_file(f)
 
 
 _FACTS_HEAD = "from __future__ import annotations\nimport struct\nfrom typing import Any, BinaryIO\n\n"
@@ -214,10 +229,19 @@ _FACTS_MAIN = "\nimport json, sys\nfor _p in sys.argv[1:]:\n    try:\n        pr
               "    except Exception as _e:\n        print(json.dumps({'error': repr(_e)}))\n"
 
 
+_FACTS_FNS = (_elf_segments, _note_facts, _read_notes, _stack_facts, core_facts_file, core_facts)
+
+
 def facts_program() -> str:
     """Python source that prints :func:`core_facts` as one JSON line per path argument."""
-    parts = [inspect.getsource(fn) for fn in (_elf_segments, _note_facts, _read_notes, _stack_facts, core_facts)]
-    return _FACTS_HEAD + "\n\n".join(parts) + _FACTS_MAIN
+    return _FACTS_HEAD + "\n\n".join(inspect.getsource(fn) for fn in _FACTS_FNS) + _FACTS_MAIN
+
+
+def hostfile_program() -> str:
+    """Python source of :mod:`framework.remote.hostfile` with the core-notes reader, standalone."""
+    body = inspect.getsource(hostfile).replace("from __future__ import annotations\n", "")
+    return (_FACTS_HEAD + "\n\n".join(inspect.getsource(fn) for fn in _FACTS_FNS) + "\n\n" + body
+            + "\n\nsys.exit(main(sys.argv[1:], core_facts_file))\n")
 
 
 # -- handler metadata and the inspection's output ------------------------------------------------------
@@ -242,8 +266,10 @@ def crash_header_facts(header: Mapping[str, str]) -> dict[str, Any]:
     status = header.get("ProcStatus", "")
     pid = re.search(r"^Pid:\s*(\d+)", status, re.M)
     ppid = re.search(r"^PPid:\s*(\d+)", status, re.M)
+    uid = re.search(r"^Uid:\s*(\d+)", status, re.M)
     return {
         "pid": int(pid.group(1)) if pid else None, "ppid": int(ppid.group(1)) if ppid else None,
+        "uid": int(uid.group(1)) if uid else None,
         "executable": header.get("ExecutablePath"), "signal": signal_name(header.get("Signal")),
         "cmdline": header.get("ProcCmdline"),
     }
@@ -275,25 +301,50 @@ def split_sections(text: str, key: str, raw: bool = False) -> dict[str, dict[str
     return out
 
 
+def opened_records(sec: Mapping[str, list[str]]) -> dict[str, dict[str, Any]]:
+    """The ``@@open`` JSON records of an inspection section by their index (``<i>``, or ``c<i>`` for an
+    apport ``.crash``); a line that is not the program's JSON (a traceback) is dropped."""
+    out: dict[str, dict[str, Any]] = {}
+    for raw in sec.get("open", []):
+        try:
+            rec = json.loads(raw)
+        except ValueError:
+            continue
+        if isinstance(rec, dict) and isinstance(rec.get("i"), str):
+            out[rec["i"]] = rec
+    return out
+
+
+def _opened(core: Core, sec: Mapping[str, list[str]]) -> dict[str, Any]:
+    """The file's descriptor facts into ``core`` (owner, size, copy made); returns the core's notes."""
+    recs = opened_records(sec)
+    crash = next((r for i, r in recs.items() if i.startswith("c")), None)
+    main = next((r for i, r in recs.items() if not i.startswith("c")), None)
+    for rec in (crash, main):
+        if rec is not None and rec.get("refused"):
+            core.notes.append(f"not read: {str(rec['refused'])[:200]}")
+        if rec is not None and rec.get("error"):
+            core.notes.append(f"not read: {str(rec['error'])[:200]}")
+    first = crash if crash is not None else main
+    if first is not None and isinstance(first.get("owner"), int) and not first.get("refused"):
+        core.owner = first["owner"]
+    for rec in (main, crash):
+        if rec is not None and isinstance(rec.get("size"), int):
+            core.size = rec["size"]
+            break
+    core.copied = main is not None and isinstance(main.get("sha256"), str)
+    core.artifact_copied = core.copied or (crash is not None and isinstance(crash.get("sha256"), str))
+    facts = main.get("facts") if main is not None else None
+    return facts if isinstance(facts, dict) else {}
+
+
 def apply_inspection(core: Core, cand: Candidate, sec: Mapping[str, list[str]]) -> None:
     """Fill ``core`` from an inspection section (facts beat the pattern's fields, metadata fills gaps)."""
-    size = sec.get("size", [""])[0].strip()
-    if size.isdigit():
-        core.size = int(size)
-    facts: dict[str, Any] = {}
-    raw = sec.get("facts", [""])[0].strip()
-    if raw.startswith("{"):
-        try:
-            facts = json.loads(raw)
-        except ValueError:
-            facts = {}
+    facts = _opened(core, sec)
     if facts.get("error"):
-        core.notes.append(f"core notes unreadable: {facts['error']}")
+        core.notes.append(f"core notes unreadable: {str(facts['error'])[:200]}")
     meta = {v.split(" ", 1)[0]: (v.split(" ", 1)[1].strip() if " " in v else "") for v in sec.get("meta", [])}
     header = crash_header_facts(parse_crash_header("\n".join(sec.get("hdr", [])))) if sec.get("hdr") else {}
-    if sec.get("crash") and not sec.get("size"):
-        crash_size = sec["crash"][0].strip()
-        core.size = int(crash_size) if crash_size.isdigit() else core.size
     core.pid = facts.get("pid") or _int(meta.get("pid")) or header.get("pid") or core.pid
     core.ppid = facts.get("ppid") or header.get("ppid")
     core.comm = facts.get("comm") or core.comm
@@ -301,7 +352,7 @@ def apply_inspection(core: Core, cand: Candidate, sec: Mapping[str, list[str]]) 
     core.signal = (core.signal or signal_name(facts.get("signal")) or header.get("signal")
                    or _reason_signal(meta.get("reason", "")))
     exe = cand.executable or meta.get("executable") or header.get("executable")
-    execfn = facts.get("execfn") or _file_execfn(sec.get("file", [""])[0])
+    execfn = facts.get("execfn")
     if not exe and execfn and execfn.startswith("/"):
         exe = execfn
     core.executable = exe or execfn or core.executable
@@ -311,7 +362,8 @@ def apply_inspection(core: Core, cand: Candidate, sec: Mapping[str, list[str]]) 
     core.cmdline = meta.get("cmdline") or header.get("cmdline") or psargs or None
     core.env = dict(facts.get("env") or {})
     uid = facts.get("uid")
-    core.uid = uid if isinstance(uid, int) else (cand.journal.uid if cand.journal is not None else None)
+    recorded = cand.journal.uid if cand.journal is not None else header.get("uid")
+    core.uid = uid if isinstance(uid, int) else recorded
     core.facts_read = isinstance(facts.get("pid"), int)
     if cand.source == "abrt" and _int(meta.get("time")):
         core.time = float(meta["time"])
@@ -326,11 +378,6 @@ def _int(value: object) -> int | None:
 
 def _reason_signal(reason: str) -> str | None:
     m = re.search(r"\b(SIG[A-Z0-9]+)\b", reason)
-    return m.group(1) if m else None
-
-
-def _file_execfn(text: str) -> str | None:
-    m = re.search(r"execfn: '([^']*)'", text)
     return m.group(1) if m else None
 
 
@@ -389,6 +436,10 @@ class Core:
     #: the crashed process's uid (NT_PRPSINFO, else the journal) and whether its notes were read at all
     uid: int | None = None
     facts_read: bool = False
+    #: the file's owner by its descriptor (None: not opened, or refused) and whether camit copied it
+    owner: int | None = None
+    copied: bool = False
+    artifact_copied: bool = False
 
     @property
     def name(self) -> str:
@@ -430,35 +481,45 @@ class Core:
 # -- backtraces and fetching ---------------------------------------------------------------------------
 @dataclass(frozen=True)
 class BacktraceJob:
-    """One core to backtrace (``core``) and/or a file to gzip into ``gzip_to`` for fetching."""
+    """One core to backtrace: ``core`` is camit's own copy (None: none was made), ``executable`` a hint."""
 
     index: int
     core: str | None
     executable: str | None
-    artifact: str | None = None
-    gzip_to: str | None = None
 
 
 def gdb_argv(core: str, executable: str | None) -> list[str]:
-    """``gdb -batch`` printing the crashing thread's backtrace, then every thread's."""
-    argv = ["gdb", "-batch", "-nx", "-iex", "set auto-load off", "-ex", "set pagination off",
+    """``gdb -batch`` printing the crashing thread's backtrace, then every thread's: no init files, no
+    auto-loaded scripts, no debuginfod (``-nx``, ``-iex`` before anything is read)."""
+    argv = ["gdb", "-batch", "-nx", "-iex", "set auto-load off", "-iex", "set debuginfod enabled off",
+            "-ex", "set pagination off",
             "-ex", "echo @@crashing\\n", "-ex", "bt", "-ex", "echo @@threads\\n", "-ex", "thread apply all bt"]
     return argv + ([executable, core] if executable else ["-c", core])
 
 
+#: sh: prints the resolved executable when root or the SSH user ($U) owns it and group/others cannot write it
+_EXE_OK = ("exe_ok() { r=$(readlink -f -- \"$1\" 2>/dev/null) && [ -f \"$r\" ] && "
+           "s=$(stat -c '%u %A' -- \"$r\" 2>/dev/null) || return 1; case $s in \"0 \"*|\"$U \"*) ;; *) return 1;; esac; "
+           "case ${s#* } in ?????w*|????????w*) return 1;; esac; printf %s \"$r\"; }")
+
+
 def backtrace_script(jobs: Sequence[BacktraceJob], *, timeout: float) -> str:
-    """Script: per job ``@@job <i>``, the bounded gdb output, then ``@@gzip ok|failed``."""
+    """Script: per job ``@@job <i>`` and the bounded gdb output on camit's copy of the core; the
+    executable is given to gdb only when root or the SSH user owns it and nobody else can write it."""
     q = commands.quote
-    lines = ["LC_ALL=C; export LC_ALL", "umask 077",
+    lines = ["LC_ALL=C; export LC_ALL", "umask 077", "U=$(id -u)", _EXE_OK,
              f"TO=''; command -v timeout >/dev/null 2>&1 && TO='timeout -k 5 {timeout:g}'"]
     for job in jobs:
         lines.append(sh_tag(f"job {job.index}"))
-        if job.core:
-            lines.append(f"$TO {commands.join(gdb_argv(job.core, job.executable))} </dev/null 2>&1 "
-                         f"| head -c {BACKTRACE_BYTES}")
-        if job.artifact and job.gzip_to:
-            lines.append(f"if gzip -1 -c -- {q(job.artifact)} > {q(job.gzip_to)}; then printf '\\n@@gzip ok\\n'; "
-                         "else printf '\\n@@gzip failed\\n'; fi")
+        if not job.core:
+            continue
+        if job.executable:
+            with_exe = commands.join(gdb_argv(job.core, "EXE")).replace(" EXE ", ' "$x" ')
+            lines.append(f"if x=$(exe_ok {q(job.executable)}); then $TO {with_exe} </dev/null 2>&1 "
+                         f"| head -c {BACKTRACE_BYTES}; else $TO {commands.join(gdb_argv(job.core, None))} "
+                         f"</dev/null 2>&1 | head -c {BACKTRACE_BYTES}; fi")
+        else:
+            lines.append(f"$TO {commands.join(gdb_argv(job.core, None))} </dev/null 2>&1 | head -c {BACKTRACE_BYTES}")
     return "\n".join(lines) + "\n"
 
 
@@ -471,15 +532,25 @@ def clean_backtrace(text: str) -> str:
     return "\n".join(ln for ln in text.splitlines() if not _GDB_NOISE.match(ln)).strip() + "\n"
 
 
+#: sources whose store a root-run handler writes (the file may be root's; the recorded uid decides)
+HANDLER_SOURCES = frozenset({"systemd", "apport", "abrt"})
+
+
 def is_ours(core: Core, procs: Sequence[RankProc], user_uid: int | None) -> bool:
-    """Whether ``core`` belongs to the run: attributed to one of its ranks or launches (pid, parent pid or the
-    run tag). With ranks to match, a core whose notes were read and match none is another process's;
-    without them (or notes unreadable), a core of another uid than the SSH user's is someone else's."""
+    """Whether ``core`` belongs to the run (fail closed).
+
+    The file was opened once and judged by its descriptor: owned by the SSH user (or, for a pipe
+    handler's store, by root, the handler). Its uid (the core's notes, else the handler's record) is
+    known and is the SSH user's — the file's owner and the notes agree. It is attributed to one of
+    the run's ranks or launches (pid, parent pid or the run tag), or, without ranks to match (or notes
+    unreadable), it is the SSH user's. A core of an unknown uid or owner is never the run's."""
+    if core.uid is None or user_uid is None or core.uid != user_uid or core.owner is None:
+        return False
+    if core.owner != user_uid and not (core.source in HANDLER_SOURCES and core.owner == 0):
+        return False
     if core.relation is not None:
         return True
-    if procs and core.facts_read:
-        return False
-    return core.uid is None or user_uid is None or core.uid == user_uid
+    return not (procs and core.facts_read)
 
 
 def unique_base(out_dir: Path, base: str, pid: int | None, taken: set[str]) -> str:
@@ -549,5 +620,5 @@ def verdict_message(cores: Sequence[Core], policy: CorePolicy, notes: Sequence[s
 
 __all__ = ["BACKTRACE_BYTES", "BacktraceJob", "Core", "CorePolicy", "RUN_TAG", "RankProc", "apply_inspection",
            "attribute", "backtrace_script", "clean_backtrace", "core_facts", "crash_header_facts",
-           "facts_program", "gdb_argv", "human_size", "inspect_script", "local_name", "parse_crash_header",
+           "facts_program", "gdb_argv", "hostfile_program", "opened_records", "human_size", "inspect_script", "local_name", "parse_crash_header",
            "split_sections", "verdict_message"]

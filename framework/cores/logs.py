@@ -41,6 +41,7 @@ DMESG_BYTES = 2 * 1024 * 1024
 ASCEND_BYTES = 32 * 1024 * 1024
 SCAN_BYTES = 16 * 1024 * 1024
 DEFAULT_ASCEND_DIRS = ("$HOME/ascend/log",)
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 # -- signatures ------------------------------------------------------------------------------------------
@@ -247,11 +248,15 @@ def logs_script(since: float, tmp: str, ascend_dirs: Sequence[str], *, dmesg_byt
     if dirs:
         lines += [
             f"T={q(tmp)}",
-            f"find {dirs} -type f -newermt @{int(since)} -printf '%T@ %s %p\\n' 2>/dev/null | sort -rn "
-            f"| awk -v cap={int(ascend_bytes)} '{{ s += $2; if (s > cap) exit; sub(/^[^ ]+ [^ ]+ /, \"\"); print }}' "
-            "> \"$T.list\"",
-            "if [ -s \"$T.list\" ] && tar czf \"$T.tgz\" -T \"$T.list\" 2>/dev/null; then "
-            "printf '@@ascend %s %s\\n' \"$T.tgz\" \"$(wc -l < \"$T.list\")\"; fi",
+            # names are data end to end: NUL-terminated from find to tar (--null --verbatim-files-from: a
+            # name is never an option such as -C); only the SSH user's single-link files, never a symlink
+            f"find {dirs} -type f -user \"$(id -u)\" -links 1 -newermt @{int(since)} -printf '%T@ %s %p\\0' "
+            "2>/dev/null | sort -z -rn "
+            f"| awk -v RS='\\0' -v ORS='\\0' -v cap={int(ascend_bytes)} "
+            "'{ s += $2; if (s > cap) exit; sub(/^[^ ]+ [^ ]+ /, \"\"); print }' > \"$T.list\"",
+            "if [ -s \"$T.list\" ] && tar czf \"$T.tgz\" --null --verbatim-files-from --no-recursion "
+            "-T \"$T.list\" 2>/dev/null; then "
+            "printf '@@ascend %s %s\\n' \"$T.tgz\" \"$(tr -cd '\\0' < \"$T.list\" | wc -c)\"; fi",
             "rm -f \"$T.list\"",
         ]
     return "\n".join(lines) + "\n"
@@ -280,7 +285,8 @@ def parse_logs_output(text: str) -> tuple[str, bool, str | None]:
 def _log_member(member: tarfile.TarInfo) -> Path | None:
     """Where an Ascend log member goes below ``ascend/``: its relative path, nothing hidden or outside."""
     parts = [p for p in PurePosixPath(member.name).parts if p not in ("", ".")]
-    if not parts or PurePosixPath(member.name).is_absolute() or any(p == ".." for p in parts):
+    if not parts or PurePosixPath(member.name).is_absolute() or any(p == ".." for p in parts) \
+            or _CONTROL.search(member.name):
         return None
     return Path(*parts)
 

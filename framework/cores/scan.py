@@ -18,6 +18,7 @@ before a test.
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import math
@@ -56,10 +57,11 @@ def scan_script(sources: CoreSources, relative_dirs: Sequence[tuple[str, int]] =
     """The shell script behind a snapshot and a scan: one round trip, any pattern.
 
     It prints ``@@key value`` lines (``now``, ``uptime``, ``boot``, ``pattern``,
-    ``ulimit``, ``gdb``) and then, for the pattern it read, either ``@@files``
-    followed by ``F|D <size> <mtime> <inode> <path>`` lines, or ``@@journal
-    json|text`` followed by ``coredumpctl list`` output since ``since`` (default:
-    ``JOURNAL_LAG`` seconds ago). ``relative_dirs`` are ``(dir, depth)`` pairs
+    ``ulimit``, ``gdb``, ``uid``) and then, for the pattern it read, either ``@@files``
+    followed by one line of base64 of NUL-terminated ``F|D <size> <mtime> <inode> <path>``
+    records, or ``@@journal json|text`` followed by one line of base64 of ``coredumpctl list``
+    output since ``since`` (default: ``JOURNAL_LAG`` seconds ago): no byte a host's file name
+    or an executable's name holds can read as a record. ``relative_dirs`` are ``(dir, depth)`` pairs
     searched for a relative pattern.
     """
     q = commands.quote
@@ -78,27 +80,30 @@ def scan_script(sources: CoreSources, relative_dirs: Sequence[tuple[str, int]] =
         sh_tag("ulimit", '"$(ulimit -S -c) $(ulimit -H -c)"'),
         sh_tag("gdb", '"$(command -v gdb 2>/dev/null)"'),
         sh_tag("uid", '"$(id -u 2>/dev/null)"'),
-        f"lst() {{ find \"$@\" -printf 'F %s %T@ %i %p\\n' 2>/dev/null | head -n {limit}; }}",
+        # names are data: NUL-terminated records, base64 on one line (no byte of a name can read as a record)
+        f"lst() {{ find \"$@\" -printf 'F %s %T@ %i %p\\0' 2>/dev/null | head -z -n {limit}; }}",
+        "b64() { base64 -w0; printf '\\n'; }",
         "slashes() { printf %s \"$1\" | tr -cd / | wc -c; }",
         "case $pat in",
         f"'|'*{_NEEDLE['systemd']}*)",
         f"  since={since_expr}",
         f"  out=$({ctl} --no-pager --json=short list --since=\"$since\" 2>/dev/null)",
         "  case $out in",
-        "  '['*) printf '@@journal json\\n%s\\n' \"$out\" ;;",
+        "  '['*) printf '@@journal json\\n'; printf %s \"$out\" | b64 ;;",
         f"  *) printf '@@journal text\\n'; TZ=UTC {ctl} --no-pager --no-legend list --since=\"$since\" "
-        f"2>/dev/null | head -n {limit} ;;",
+        f"2>/dev/null | head -n {limit} | b64 ;;",
         "  esac ;;",
-        f"'|'*{_NEEDLE['apport']}*) printf '@@files\\n'; lst {' '.join(q(d) for d in sources.apport_dirs)} -maxdepth 1 -type f ;;",
+        f"'|'*{_NEEDLE['apport']}*) printf '@@files\\n'; lst {' '.join(q(d) for d in sources.apport_dirs)} "
+        "-maxdepth 1 -type f | b64 ;;",
         f"'|'*{_NEEDLE['abrt']}*) printf '@@files\\n'; find {' '.join(q(d) for d in sources.abrt_dirs)} -mindepth 1 "
-        f"-maxdepth 1 -type d -name 'ccpp-*' -printf 'D %s %T@ %i %p\\n' 2>/dev/null | head -n {limit} ;;",
+        f"-maxdepth 1 -type d -name 'ccpp-*' -printf 'D %s %T@ %i %p\\0' 2>/dev/null | head -z -n {limit} | b64 ;;",
         "'|'*|'@'*|'') ;;",
         "/*) pre=${pat%%\\%*}; dir=${pre%/*}",
         "  printf '@@files\\n'; lst \"${dir:-/}\" -maxdepth $(( $(slashes \"$pat\") - $(slashes \"$dir\") )) "
-        "-type f -path \"$pre*\" ;;",
+        "-type f -path \"$pre*\" | b64 ;;",
         "*) pre=${pat%%\\%*}; printf '@@files\\n'",
         f"  for dd in {rel}; do lst \"${{dd%:*}}\" -maxdepth $(( ${{dd##*:}} + $(slashes \"$pat\") )) "
-        "-type f -path \"*/$pre*\"; done ;;" if rel else "  ;;",
+        "-type f -path \"*/$pre*\"; done | b64 ;;" if rel else "  ;;",
         "esac",
         sh_tag("end"),
     ]) + "\n"
@@ -151,6 +156,13 @@ class HostScan:
     journal: list[JournalEntry] = field(default_factory=list)
     complete: bool = False
     error: str | None = None
+    #: listed names refused (a control character, not UTF-8, not absolute): never candidates
+    ignored: int = 0
+
+    def name_notes(self) -> list[str]:
+        """The listed names refused (never candidates), as a note."""
+        return [f"{self.host}: {self.ignored} file name(s) with control characters or not absolute in the "
+                "core directories were ignored"] if self.ignored else []
 
     def notes(self) -> list[str]:
         """Why cores on this host might be missed (for the verdict and the log)."""
@@ -161,36 +173,83 @@ class HostScan:
         if not self.pattern.checked:
             out.append(f"{self.host}: core_pattern {self.pattern.raw!r} is not one camit can read "
                        f"({self.pattern.kind}); cores there are not checked")
+        out += self.name_notes()
         if self.limit_hard == "0":
             out.append(f"{self.host}: hard core size limit is 0: crashes leave no core")
         return out
 
 
+#: the scan's records, in the order the script prints them; each at most once, ``end`` last
+SCAN_ORDER = ("now", "uptime", "boot", "pattern", "ulimit", "gdb", "uid", "files", "journal", "end")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+class ScanFormatError(ValueError):
+    """The scan's output breaks its format (a record repeated, out of order, or a body not base64)."""
+
+
 def parse_scan(host: str, text: str) -> HostScan:
-    """Parse the output of :func:`scan_script` (tagged records, ``framework.remote.sections``)."""
+    """Parse the output of :func:`scan_script` (tagged records, ``framework.remote.sections``).
+
+    Each record is accepted once, in :data:`SCAN_ORDER`; the listings are base64 of NUL-terminated
+    records, so no byte of a host's file name can read as a record. A name with a control character
+    is dropped (``ignored`` counts it). Output that breaks the format leaves the scan incomplete,
+    with ``error`` saying why.
+    """
     scan = HostScan(host)
-    mode = ""
-    body: list[str] = []
-    journal_json = False
-    for rec in read_records(text):
-        key, value = rec.tag, rec.value
-        if key in ("files", "journal", "end"):
-            mode = f"{key} {value}".strip()
-            scan.complete = scan.complete or key == "end"
-        else:
-            _scan_fact(scan, key, value)
-        for line in rec.body.splitlines():
-            if mode == "files":
-                entry = _file_entry(line)
-                if entry is not None:
-                    scan.files[entry.path] = entry
-            elif mode.startswith("journal"):
-                body.append(line)
-                journal_json = mode == "journal json"
-    if body:
-        joined = "\n".join(body)
-        scan.journal = parse_coredumpctl_json(joined) if journal_json else parse_coredumpctl_text(joined)
+    try:
+        _parse_records(scan, text)
+    except ScanFormatError as exc:
+        scan.complete, scan.files, scan.journal = False, {}, []
+        scan.error = f"core scan output is malformed: {exc}"
     return scan
+
+
+def _parse_records(scan: HostScan, text: str) -> None:
+    last = -1
+    for rec in read_records(text):
+        rank = SCAN_ORDER.index(rec.tag) if rec.tag in SCAN_ORDER else -1
+        if rank <= last:
+            why = "unknown" if rank < 0 else "repeated or out of order"
+            raise ScanFormatError(f"record {rec.tag[:40]!r} {why}")
+        if last >= SCAN_ORDER.index("files") and rec.tag != "end":
+            raise ScanFormatError(f"record {rec.tag!r} after the listing")
+        last = rank
+        if rec.tag == "files":
+            for entry in _file_entries(_b64(rec.body), scan):
+                scan.files[entry.path] = entry
+        elif rec.tag == "journal":
+            body = _b64(rec.body).decode(errors="replace")
+            scan.journal = (parse_coredumpctl_json(body) if rec.value == "json"
+                            else parse_coredumpctl_text(body))
+        elif rec.tag == "end":
+            scan.complete = True
+        else:
+            _scan_fact(scan, rec.tag, rec.value)
+        if rec.tag not in ("files", "journal") and rec.body.strip():
+            raise ScanFormatError(f"unexpected text after the {rec.tag!r} record")
+
+
+def _b64(body: str) -> bytes:
+    try:
+        return base64.b64decode("".join(body.split()), validate=True)
+    except ValueError:
+        raise ScanFormatError("a listing is not base64") from None
+
+
+def _file_entries(data: bytes, scan: HostScan) -> list[FileEntry]:
+    """The ``F|D <size> <mtime> <inode> <path>`` records of a NUL-terminated listing."""
+    out = []
+    for raw in data.split(b"\0"):
+        if not raw:
+            continue
+        entry = _file_entry(raw.decode("utf-8", errors="replace"))
+        if entry is None or "\ufffd" in entry.path or _CONTROL.search(entry.path) \
+                or not entry.path.startswith("/"):
+            scan.ignored += 1
+            continue
+        out.append(entry)
+    return out
 
 
 def _scan_fact(scan: HostScan, key: str, value: str) -> None:
@@ -328,12 +387,28 @@ class Candidate:
     journal: JournalEntry | None = None
 
 
-def new_candidates(before: HostScan, after: HostScan) -> list[Candidate]:
+def scan_roots(pattern: CorePattern, sources: CoreSources, relative_dirs: Sequence[str]) -> tuple[str, ...]:
+    """The directories a core of ``pattern`` may lie under: the pattern's own directory, the handler's
+    store, or (relative pattern) the run directories the scan searched."""
+    table: dict[str, tuple[str, ...]] = {
+        "file": (pattern.directory or "/",), "relative": tuple(relative_dirs),
+        "apport": sources.apport_dirs, "abrt": sources.abrt_dirs,
+    }
+    return table.get(pattern.kind, ())
+
+
+def _under(path: str, roots: Sequence[str]) -> bool:
+    norm = posixpath.normpath(path)
+    return norm == path and any(norm.startswith(r.rstrip("/") + "/") for r in roots if r.startswith("/"))
+
+
+def new_candidates(before: HostScan, after: HostScan, roots: Sequence[str] | None = None) -> list[Candidate]:
     """Cores in ``after`` that were not in ``before`` and are no older than ``before.now``.
 
     A file counts as new when its path is new or its mtime/inode changed (a
     pattern without ``%p``/``%t`` rewrites the same name). A core whose own time
-    (``%t``, else mtime) precedes the snapshot never counts.
+    (``%t``, else mtime) precedes the snapshot never counts. With ``roots``
+    (:func:`scan_roots`), a file counts only at a normal absolute path under one of them.
     """
     t0 = math.floor(before.now)
     pattern = after.pattern
@@ -350,6 +425,8 @@ def new_candidates(before: HostScan, after: HostScan) -> list[Candidate]:
     for path, entry in sorted(after.files.items()):
         old = before.files.get(path)
         if old is not None and (old.mtime, old.inode) == (entry.mtime, entry.inode):
+            continue
+        if roots is not None and not _under(path, roots):
             continue
         cand = _file_candidate(after.host, pattern, entry)
         if cand is not None and cand.time >= t0:
@@ -397,5 +474,5 @@ class Baseline:
 
 
 __all__ = ["Baseline", "Candidate", "CorePattern", "CoreSources", "FileEntry", "HostScan", "JournalEntry",
-           "new_candidates", "parse_core_pattern", "parse_coredumpctl_json", "parse_coredumpctl_text",
-           "parse_scan", "scan_script", "signal_name"]
+           "ScanFormatError", "new_candidates", "parse_core_pattern", "parse_coredumpctl_json",
+           "parse_coredumpctl_text", "parse_scan", "scan_roots", "scan_script", "signal_name"]

@@ -54,6 +54,7 @@ from typing import TYPE_CHECKING
 
 from framework import fetchcaps
 from framework.commands import ShellScript
+from framework.cores import missing
 from framework.cores.inspection import (
     BACKTRACE_BYTES,
     BacktraceJob,
@@ -72,7 +73,16 @@ from framework.cores.inspection import (
     unique_base,
     verdict_message,
 )
-from framework.cores.scan import Baseline, Candidate, CoreSources, HostScan, new_candidates, parse_scan, scan_script
+from framework.cores.scan import (
+    Baseline,
+    Candidate,
+    CoreSources,
+    HostScan,
+    new_candidates,
+    parse_scan,
+    scan_roots,
+    scan_script,
+)
 from framework.errors import FrameworkError, reason_of
 from framework.hosts import Cluster, Host
 from framework.remote.layout import DEFAULT_WORKDIR, HostLayout
@@ -90,6 +100,8 @@ POLICY_ENV = "CAMIT_CORE_POLICY"
 #: signals whose default action dumps core (signal(7))
 CORE_SIGNALS = frozenset({"SIGABRT", "SIGBUS", "SIGFPE", "SIGILL", "SIGQUIT", "SIGSEGV", "SIGSYS", "SIGTRAP",
                           "SIGXCPU", "SIGXFSZ"})
+#: the ranks that died of a core-dumping signal and left no core, with why (report folder)
+MISSING_FILE = "cores-missing.json"
 #: pipe handlers store a core after the process is gone: how long to wait for one we expect
 SETTLE_TIMEOUT = 10.0
 
@@ -180,6 +192,7 @@ class CoreWatch:
         self.ascend_log_dirs = tuple(ascend_log_dirs) if ascend_log_dirs is not None else None
         self.errors: dict[str, str] = {}
         self.notes: list[str] = []
+        self.missing: list[missing.MissingCore] = []
         self.log_summary = ""
 
     def _spec(self, host: Host) -> HostSpec | None:
@@ -195,18 +208,24 @@ class CoreWatch:
     def _workdir(self, host: Host) -> str:
         return self._layout(host).workdir
 
-    def _script(self, host: Host, since: float | None) -> str:
+    def _relative_dirs(self, host: Host) -> list[tuple[str, int]]:
         layout = self._layout(host)
-        dirs = [(layout.runs, 2), (layout.workdir, 1)] + [(d, 1) for d in self.search_dirs]
-        return scan_script(self.sources, dirs, since=since)
+        return [(layout.runs, 2), (layout.workdir, 1)] + [(d, 1) for d in self.search_dirs]
+
+    def _script(self, host: Host, since: float | None) -> str:
+        return scan_script(self.sources, self._relative_dirs(host), since=since)
 
     def _scan(self, host: Host, since: float | None) -> HostScan:
         result = host.run(ShellScript(self._script(host, since)), timeout=120)
         scan = parse_scan(host.name, result.stdout)
         if not scan.complete:
-            raise FrameworkError(f"{host.name}: core scan did not complete (rc {result.rc}): "
-                                 f"{result.tail(3) or 'no output'}")
+            why = scan.error or f"rc {result.rc}: {result.tail(3) or 'no output'}"
+            raise FrameworkError(f"{host.name}: core scan did not complete: {why}")
         return scan
+
+    def _new(self, host: Host, before: HostScan, after: HostScan) -> list[Candidate]:
+        dirs = [d for d, _depth in self._relative_dirs(host)]
+        return new_candidates(before, after, scan_roots(after.pattern, self.sources, dirs))
 
     # -- before -------------------------------------------------------------------------------------
     def snapshot(self) -> Baseline:
@@ -237,6 +256,7 @@ class CoreWatch:
         procs = rank_procs(ranks)
         self.errors = {}
         self.notes = baseline.notes()
+        self.missing = []
         names = [n for n, s in baseline.hosts.items() if s.error is None and n in self.cluster.hosts]
         got = self.cluster.map(lambda h: self._collect_host(h, baseline.hosts[h.name], report, procs), names)
         cores: list[Core] = []
@@ -252,12 +272,17 @@ class CoreWatch:
             _append_cores(report / "cores.json", [c.to_json() for c in cores])
         for c in cores:
             log.warning("%s", c.describe())
+        for m in self.missing:
+            log.warning("%s", m.describe())
+            self.notes.append(m.describe())
+        if report is not None and self.missing:
+            _append_cores(report / MISSING_FILE, [m.to_json() for m in self.missing])
         return cores
 
     def _collect_host(self, host: Host, before: HostScan, report: Path | None,
                       procs: Sequence[RankProc]) -> list[Core]:
         after = self._scan(host, before.now)
-        cands = new_candidates(before, after)
+        cands = self._new(host, before, after)
         # a pipe handler (systemd-coredump, apport, abrt) stores the core after the process is
         # gone: when a rank here died of a core-dumping signal, give it a moment to appear
         expected = sum(1 for p in procs if p.host == host.name and p.signal in CORE_SIGNALS)
@@ -266,10 +291,12 @@ class CoreWatch:
                 and time.monotonic() < deadline:
             time.sleep(0.5)
             after = self._scan(host, before.now)
-            cands = new_candidates(before, after)
+            cands = self._new(host, before, after)
+        self.notes += [n for n in after.name_notes() if n not in self.notes]
         if after.boot_id and before.boot_id and after.boot_id != before.boot_id:
             self.notes.append(f"{host.name}: rebooted during the test (boot id changed)")
         if not cands:
+            self._note_missing(host, after, procs, [])
             return []
         cores = [Core(c.host, c.source, c.location, c.time, c.pid, None, c.executable, c.comm, c.signal, c.size)
                  for c in cands]
@@ -293,7 +320,21 @@ class CoreWatch:
                 host.run(["rm", "-rf", "--", tmp], timeout=60)
             except FrameworkError as exc:
                 log.warning("%s: could not remove %s: %s", host.name, tmp, exc)
+        self._note_missing(host, after, procs, cores)
         return cores
+
+    def _note_missing(self, host: Host, after: HostScan, procs: Sequence[RankProc], cores: Sequence[Core]) -> None:
+        """The ranks here that died of a core-dumping signal with no core of theirs found: say why."""
+        found = {(c.pid, c.rank) for c in cores}
+        dumped = [p for p in procs if p.host == host.name and p.signal in CORE_SIGNALS
+                  and not any(pid == p.pid or rank == p.rank for pid, rank in found)]
+        if not dumped:
+            return
+        directory = after.pattern.directory
+        writable = host.run(["test", "-w", directory], timeout=30).ok if directory else None
+        reason = missing.why(after, writable)
+        for p in dumped:
+            self.missing.append(missing.MissingCore(p.launch_id, p.rank, host.name, str(p.signal), reason))
 
     def _python(self, host: Host) -> str:
         spec = self._spec(host)
@@ -301,10 +342,11 @@ class CoreWatch:
 
     def _inspect(self, host: Host, cands: Sequence[Candidate], cores: list[Core], tmp: str,
                  procs: Sequence[RankProc]) -> list[tuple[str | None, str | None]]:
-        """Round trip 2: materialise each core file, read its facts and metadata.
+        """Round trip 2: open each core file once (``framework.remote.hostfile``): judge it by its
+        descriptor, read its notes, copy and gzip it within the cap.
 
-        Returns per core (core file to backtrace, file to fetch): the same path,
-        except for an apport ``.crash`` we cannot unpack (fetched, not backtraced).
+        Returns per core (camit's copy to backtrace, gzip to fetch): paths camit chose under ``tmp``,
+        never ones the host printed; the ``.crash``'s gzip for an apport report it could not unpack.
         """
         script = inspect_script(cands, tmp, self._python(host), self.sources, self.cap_bytes)
         result = host.run(ShellScript(script), timeout=120 + 60 * len(cands))
@@ -314,44 +356,36 @@ class CoreWatch:
             sec = sections.get(str(i), {})
             apply_inspection(core, cand, sec)
             core.rank, core.relation = attribute(host.name, core.pid, core.ppid, core.env, procs)
-            path = sec.get("path", [""])[0] or None
-            if path is None:
-                core.notes.append(sec.get("err", ["no core file to read"])[0])
-            artifact = path or (cand.location if cand.source == "apport" else None)
-            paths.append((path, artifact))
+            if sec.get("err"):
+                core.notes.append(sec["err"][0][:300])
+            copy = f"{tmp}/{i}.core" if core.copied else None
+            gz = f"{tmp}/{i}.gz" if core.copied else f"{tmp}/c{i}.gz" if core.artifact_copied else None
+            paths.append((copy, gz))
         return paths
 
     def _backtrace_and_fetch(self, host: Host, gdb: str | None, cores: list[Core],
                              paths: Sequence[tuple[str | None, str | None]], tmp: str, report: Path | None) -> None:
-        """Round trip 3 (backtraces, gzip), then one download per core."""
-        jobs = []
-        for i, (core, (path, artifact)) in enumerate(zip(cores, paths)):
-            if path is None and artifact is None:
-                continue
-            fetch = (report is not None and artifact is not None and core.size is not None
-                     and core.size <= self.cap_bytes)
-            if report is not None and artifact is not None and not fetch:
-                core.notes.append(f"not fetched: {human_size(core.size)} is over the cap of "
-                                  f"{human_size(self.cap_bytes)}; left on {host.name} at {core.location}")
-            exe = core.executable if (core.executable or "").startswith("/") else None
-            jobs.append(BacktraceJob(i, path if gdb else None, exe, artifact if fetch else None,
-                                     f"{tmp}/{i}.gz" if fetch else None))
-        if not jobs:
-            return
-        if not gdb:
+        """Round trip 3 (backtraces on camit's copies), then one download per core."""
+        for core, (_copy, gz) in zip(cores, paths):
+            if gz is None and core.size is not None and core.size > self.cap_bytes:
+                core.notes.append(f"not copied, fetched or backtraced: {human_size(core.size)} is over the cap "
+                                  f"of {human_size(self.cap_bytes)}; left on {host.name} at {core.location}")
+        jobs = [BacktraceJob(i, copy, core.executable if (core.executable or "").startswith("/") else None)
+                for i, (core, (copy, _gz)) in enumerate(zip(cores, paths)) if copy is not None and gdb]
+        if cores and not gdb:
             for core in cores:
                 core.notes.append(f"gdb is not installed on {host.name}: no backtrace")
-        script = backtrace_script(jobs, timeout=self.gdb_timeout)
-        budget = len(jobs) * (self.gdb_timeout + 15) + sum((c.size or 0) for c in cores) / 20e6 + 60
-        result = host.run(ShellScript(script), timeout=budget, max_output=len(jobs) * BACKTRACE_BYTES + 65536)
-        sections = split_sections(result.stdout, "job", raw=True)
+        sections: dict[str, dict[str, list[str]]] = {}
+        if jobs:
+            script = backtrace_script(jobs, timeout=self.gdb_timeout)
+            budget = len(jobs) * (self.gdb_timeout + 15) + 60
+            result = host.run(ShellScript(script), timeout=budget, max_output=len(jobs) * BACKTRACE_BYTES + 65536)
+            sections = split_sections(result.stdout, "job", raw=True)
         taken: set[str] = set()
         cap = fetchcaps.caps().with_(max_bytes=self.cap_bytes)
-        for job in jobs:
-            core = cores[job.index]
-            text = sections.get(str(job.index), {}).get("raw", [""])[0]
-            bt, _, tail = text.partition("@@gzip ")
-            if job.core and bt.strip():
+        for i, (core, (_copy, gz)) in enumerate(zip(cores, paths)):
+            bt = sections.get(str(i), {}).get("raw", [""])[0]
+            if bt.strip():
                 core.backtrace = clean_backtrace(bt)
             if report is None:
                 continue
@@ -360,14 +394,12 @@ class CoreWatch:
             base = unique_base(out_dir, local_name(core), core.pid, taken)
             if core.backtrace:
                 core.backtrace_path = fetchcaps.write_private(out_dir / f"{base}.bt.txt", core.backtrace)
-            if job.gzip_to and tail.startswith("ok"):
+            if gz is not None:
                 try:  # bytes counted while reading: the cap holds whatever size the host reported
-                    host.get(job.gzip_to, out_dir / f"{base}.gz", cap=cap)
+                    host.get(gz, out_dir / f"{base}.gz", cap=cap)
                     core.local_path = out_dir / f"{base}.gz"
                 except FrameworkError as exc:
                     core.notes.append(f"fetch failed: {exc}")
-            elif job.gzip_to:
-                core.notes.append(f"gzip on {host.name} failed: {tail.strip()[:200]}")
 
     # -- judgement and logs ---------------------------------------------------------------------------
     def verdict(self, cores: Sequence[Core]) -> tuple[bool, str]:

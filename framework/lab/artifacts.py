@@ -509,6 +509,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     build.add_argument("--broken-wheel", action="store_true",
                        help=f"build {BROKEN_VERSION}, whose import raises ImportError")
     build.add_argument("--only", choices=("wheel", "run"), help="build just one of the two")
+    build.add_argument("--wheel-source", type=Path, default=STANDIN, metavar="DIR",
+                       help="the umdk_cam_op_lib source tree the wheel is built from (default: the stand-in, "
+                            "standin/; tests/cleanroom_cam is the independently written second library)")
     build.add_argument("--json", action="store_true", help='print {"wheel": path, "run": path}')
     build.add_argument("--env-in", type=Path, default=None, metavar="FILE",
                        help="an env file (e.g. the lab's) to copy with artifacts: pointing at what was built")
@@ -520,7 +523,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         soc = args.soc or (env_soc(args.env_in) if args.env_in is not None else "cpu")
         paths: dict[str, Path] = {}
         if args.only in (None, "wheel"):
-            paths["wheel"] = build_wheel(args.out, broken_import=args.broken_wheel)
+            paths["wheel"] = build_wheel(args.out, broken_import=args.broken_wheel, source=args.wheel_source)
         if args.only in (None, "run"):
             paths["run"] = build_run_package(args.out, soc=soc, fault=args.fault, template=args.template)
     except FrameworkError as exc:

@@ -46,6 +46,8 @@ SUPERVISOR_SILENCE = 25.0
 KILL_GRACE = 2.0
 #: seconds between asking the ranks for their Python stacks (job timeout) and the kill
 STACK_WAIT = 3.0
+#: what the supervisor's py-spy dumps may take before the stacks' wait
+PYSPY_WAIT = protocol.PYSPY_TIMEOUT + protocol.PLAIN_TIMEOUT
 DEFAULT_CORE_LIMIT = "unlimited"
 #: the launcher's default: :data:`NPU_CORE_LIMIT` on NPU hosts, :data:`DEFAULT_CORE_LIMIT` elsewhere
 AUTO_CORE_LIMIT = "auto"
@@ -58,7 +60,7 @@ NPU_CORE_LIMIT = str(4 * 1024 * 1024)
 NPU_COREDUMP_FILTER = "0x11"
 PORT_RETRIES = 3
 #: files of a node's run folder that come back to the report folder
-FETCH_PATTERNS = ("rank*.log", "rank*.json", "rank*.xml", "torchrun.log", "perf-*.json", "coverage-*",
+FETCH_PATTERNS = ("rank*.log", "rank*.json", "rank*.xml", "rank*.pyspy", "torchrun.log", "perf-*.json", "coverage-*",
                   "hccl_trace_rank_*", batch.RECORD_FILE.format(rank="*"))
 #: folders of a node's run folder that come back whole: the plogs (``ASCEND_PROCESS_LOG_PATH``) and the
 #: NPU state a failed launch saves (framework.launch.devices)

@@ -5,8 +5,11 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from framework.launch.stacks import summary as stack_summary
+
 if TYPE_CHECKING:  # pragma: no cover
     from framework.launch.devices import HeldDevice
+    from framework.launch.stacks import StackGroup
 
 
 @dataclass
@@ -62,6 +65,8 @@ class LaunchResult:
     failure_kind: str | None = None  # rank | node | lost | timeout | interrupted | infra
     failure_tail: str = ""  # tail of the failed rank's log
     failure_rank: int | None = None  # the rank whose failure came first
+    #: why, in a rank's own words: "rank 3 on host2: AssertionError: ..." (framework.launch.cause)
+    cause: str | None = None
     timed_out: bool = False
     teardown_seconds: float | None = None
     report_dir: str | None = None
@@ -69,6 +74,8 @@ class LaunchResult:
     held: list[HeldDevice] = field(default_factory=list)
     #: what a fetch cap cut (host, file, cap) — framework.fetchcaps
     notes: list[str] = field(default_factory=list)
+    #: where the ranks were when they were asked for their stacks (identical stacks grouped, largest first)
+    stacks: list[StackGroup] = field(default_factory=list)
     #: the pytest test that launched it (nodeid), its attempt (pytest-rerunfailures: 1, 2, ...) and the
     #: launch's place among that attempt's launches of the same world size (1, 2, ...): the report names
     #: the launch from these, never from the launcher's counter (None: no test, e.g. ``camit run``)
@@ -84,11 +91,15 @@ class LaunchResult:
         if self.ok:
             return f"{self.world_size} ranks on {len(self.nodes)} nodes passed in {self.duration:.1f}s"
         text = self.failure or "not every rank reported success"
+        if self.cause:
+            text += f"\ncause: {self.cause}"
         for n in self.nodes.values():
             if n.left:
                 text += f"\n{n.host}: processes of the run left after the kill: pid {', '.join(map(str, n.left))}"
         for h in self.held:
             text += "\n" + h.describe()
+        if self.stacks:
+            text += "\n" + stack_summary(self.stacks)
         if self.failure_tail:
             text += "\n--- log tail ---\n" + self.failure_tail
         return text
@@ -97,10 +108,11 @@ class LaunchResult:
         return {
             "launch_id": self.launch_id, "ok": self.ok, "world_size": self.world_size, "master": self.master,
             "duration": round(self.duration, 3), "failure": self.failure, "failure_kind": self.failure_kind,
-            "failure_rank": self.failure_rank, "timed_out": self.timed_out,
+            "failure_rank": self.failure_rank, "cause": self.cause, "timed_out": self.timed_out,
             "teardown_seconds": self.teardown_seconds,
             "held": [asdict(h) for h in self.held],
             **({"notes": list(self.notes)} if self.notes else {}),
+            **({"stacks": [g.to_json() for g in self.stacks]} if self.stacks else {}),
             **({"test": self.test, "attempt": self.attempt, "seq": self.seq} if self.test is not None else {}),
             "nodes": {h: asdict(n) for h, n in self.nodes.items()},
             "ranks": {str(r): asdict(v) for r, v in sorted(self.ranks.items())},

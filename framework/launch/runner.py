@@ -21,7 +21,7 @@ from framework import remote
 from framework.console import printable
 from framework.errors import CommandFailed, CommandTimedOut, HostError
 from framework.hosts import Cluster, Host, sha256_file
-from framework.launch import devices, fetch, timeouts
+from framework.launch import cause, devices, fetch, stacks, timeouts
 from framework.launch.monitor import LaunchMonitor
 from framework.launch.nic import hccl_host_ports, rendezvous_ip
 from framework.launch.plan import (
@@ -31,6 +31,7 @@ from framework.launch.plan import (
     KILL_GRACE,
     LOST_AFTER,
     PORT_RETRIES,
+    PYSPY_WAIT,
     STACK_WAIT,
     SUPERVISOR_SILENCE,
     NodePlan,
@@ -323,7 +324,7 @@ class Launcher:
                              f"{' (asking the ranks for their stacks first)' if stacks else ''}")
             if not _write(nodes[h].proc, protocol.kill_line(stacks=stacks)):
                 _close(nodes[h].proc)  # stdin EOF does the same
-        end = t0 + KILL_GRACE + 8 + (STACK_WAIT if stacks else 0)
+        end = t0 + KILL_GRACE + 8 + (STACK_WAIT + PYSPY_WAIT if stacks else 0)
         while any(not monitor.nodes[h].over for h in live) and time.monotonic() < end:
             try:
                 host, line = events.get(timeout=0.1)
@@ -361,6 +362,10 @@ class Launcher:
         if failed is not None and failed.log:
             # host text bound for pytest's failure text and the terminal: no secret, no control character
             result.failure_tail = printable(Scrubber.from_env(self.env).text(fetch.log_tail(failed.log)))
+        found = cause.of_ranks(result.ranks.values(), result.failure_rank) if result.failure else None
+        result.cause = found.describe() if found else None
+        if self.rundir is not None and found:  # the record written before the logs were read gets the cause too
+            self.rundir.write_json(f"launch-{result.launch_id}.json", result.to_json())
 
     def _check_devices(self, nodes: dict[str, _Node], result: LaunchResult) -> None:
         """NPU hosts: wait (bounded) until no pid of the run holds a device; a failure saves the NPU state."""
@@ -423,6 +428,10 @@ class Launcher:
                 result.notes.append(note)
         for h in nodes:
             fetch.read_ranks(result, h, self._host_dir(h, result.launch_id))
+        if any(n.stacks for n in result.nodes.values()):
+            result.stacks = stacks.from_logs({r: (rr.host, Path(rr.log) if rr.log else None)
+                                              for r, rr in result.ranks.items()})
+            log.warning("%s", stacks.summary(result.stacks))
 
 
 def _write(proc: Process | None, data: bytes) -> bool:

@@ -26,6 +26,7 @@ MARKERS = (
     "ranks(n): needs n ranks in total (skipped with the reason when the env has fewer)",
     "nodes(n): needs n hosts, and places the test's world on at least n of them (world 4 on 2 nodes: 2+2)",
     "soc(*names): runs only on these SoCs (ascend910b, ascend910_93, cpu)",
+    "perf: a performance measurement (pytest suites/cam -m perf; the sweep's matrix: --perf-matrix)",
     "core_policy(policy): fail | warn | ignore for cores that appear during this test",
     "rank_module(module, env=None): the rank-side module (and launch env) the test runs through run_ranks; "
     "with --launch-per world the tests of one world share one launch",

@@ -56,8 +56,11 @@ def add_options(parser: pytest.Parser) -> None:
                 help="a UMDK checkout: also run its test/cam/ut through the same launch")
     g.addoption("--update-baseline", dest="camit_update_baseline", action="store_true",
                 help="write the measured performance as the cluster's new baseline")
-    g.addoption("--baseline-margin", dest="camit_baseline_margin", type=float, default=0.5, metavar="F",
-                help="allowed slow-down over the baseline before a perf test fails (default 0.5 = +50%%)")
+    g.addoption("--baseline-margin", dest="camit_baseline_margin", type=float, default=None, metavar="F",
+                help="fail a perf test beyond this slow-down over its recent runs (0.5 = +50%%) instead of "
+                     "the history's change points (default)")
+    g.addoption("--perf-matrix", dest="camit_perf_matrix", default=None, metavar="quick|nightly|FILE",
+                help="the perf sweep's configurations (suites/cam/test_sweep.py; default with -m perf: quick)")
     g.addoption("--cluster-name", dest="camit_cluster", default=None, metavar="NAME",
                 help="name of the cluster for baselines (default: the env file's stem)")
     g.addoption("--baseline-dir", dest="camit_baseline_dir", default=None, metavar="DIR",
@@ -175,7 +178,7 @@ class Options:
     spread: int = 1
     umdk_src: str | None = None
     update_baseline: bool = False
-    baseline_margin: float = 0.5
+    baseline_margin: float | None = None
     cluster_name: str | None = None
     baseline_dir: str | None = None
     full_shapes: bool = False

@@ -74,6 +74,11 @@ NEXT_FAILED = "NEXT-FAILED"
 
 # -- rank wrapper files --------------------------------------------------------------------------
 RANK_STEM = "rank"
+#: ``rank<r>.pyspy``: py-spy's dump of a rank asked for its stacks (framework.remote.supervisor)
+PYSPY_SUFFIX = "pyspy"
+#: seconds the supervisor's native py-spy dumps get (all at once), then the Python-only ones of those not done
+PYSPY_TIMEOUT = 6.0
+PLAIN_TIMEOUT = 2.0
 TORCHRUN_LOG = "torchrun.log"
 
 # -- the process-group marker every transport's command prints first on stderr -------------------

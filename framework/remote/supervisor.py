@@ -68,6 +68,12 @@ EXIT = "EXIT"
 KILLED = "KILLED"
 SWEPT = "SWEPT"
 STACKS = "STACKS"
+#: ``rank<r>.pyspy``: py-spy's dump of a rank asked for its stacks (protocol.PYSPY_SUFFIX)
+PYSPY_SUFFIX = "pyspy"
+#: seconds the native py-spy dumps get (all at once), then the Python-only ones of those not done; the
+#: controller's teardown wait includes both (protocol.PYSPY_TIMEOUT, PLAIN_TIMEOUT)
+PYSPY_TIMEOUT = 6.0
+PLAIN_TIMEOUT = 2.0
 LEFT = "LEFT"
 TREE = "TREE"
 DONE = "DONE"
@@ -157,18 +163,72 @@ def survivors(run_id: str, tree: dict[int, int]) -> list[int]:
     return sorted(alive | set(tagged(run_id)))
 
 
+def find_pyspy() -> str | None:
+    """py-spy beside this Python or on PATH (None: not installed; faulthandler's dump alone then)."""
+    for folder in (os.path.dirname(sys.executable), *os.environ.get("PATH", "").split(os.pathsep)):
+        path = os.path.join(folder or ".", "py-spy")
+        if os.path.isfile(path) and os.access(path, os.X_OK):
+            return path
+    return None
+
+
+def native_stacks(spy: str | None, ranks: dict[int, int], status_dir: str, timeout: float) -> None:
+    """``py-spy dump --native`` of every rank at once into ``rank<r>.pyspy``; a dump not done in ``timeout``
+    (native symbols of a big library take long on a loaded host) is stopped and replaced by a Python-only
+    dump (``PLAIN_TIMEOUT``). A rank is only paused while it is read, never ended. Without py-spy each file
+    says so."""
+    paths = {r: os.path.join(status_dir, f"{RANK_STEM}{r}.{PYSPY_SUFFIX}") for r in ranks}
+    if spy is None:
+        for path in paths.values():
+            _write_new(path, b"py-spy is not installed on this host: the stacks are faulthandler's, in the rank log\n")
+        return
+    late = _dump_all(spy, ranks, paths, ["--native"], timeout)
+    _dump_all(spy, {r: ranks[r] for r in late}, paths, [], PLAIN_TIMEOUT)
+
+
+def _write_new(path: str, data: bytes) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "wb") as out:
+        out.write(data)
+
+
+def _dump_all(spy: str, ranks: dict[int, int], paths: dict[int, str], extra: list[str], timeout: float) -> list[int]:
+    """One py-spy dump per rank, all at once, each into its file; the ranks whose dump did not end in time."""
+    running = {}
+    for rank, pid in ranks.items():
+        fd = os.open(paths[rank], os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "wb") as out:
+            running[rank] = subprocess.Popen([spy, "dump", "--pid", str(pid), *extra], stdout=out,
+                                             stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    end = time.monotonic() + timeout
+    late = []
+    for rank, proc in running.items():
+        try:
+            proc.wait(timeout=max(0.0, end - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            late.append(rank)
+    return late
+
+
 def ask_stacks(run_id: str, status_dir: str, wait: float) -> int:
-    """SIGUSR1 to every rank program of this run (rankwrap's ``rank*.pid`` files, still tagged); then wait."""
+    """The stacks of every rank program of this run (rankwrap's ``rank*.pid`` files, still tagged): py-spy's
+    native dump where it runs, then SIGUSR1 (faulthandler into the rank log); then wait."""
     ours = set(tagged(run_id))
-    asked = 0
+    ranks = {}
     for path in glob.glob(os.path.join(status_dir, f"{RANK_STEM}*.pid")):
+        stem = os.path.basename(path)[len(RANK_STEM):-len(".pid")]
         try:
             with open(path) as fh:
                 pid = int(fh.read().strip())
         except (OSError, ValueError):
             continue
-        if pid not in ours:
-            continue  # ended, or the pid is someone else's now
+        if stem.isdigit() and pid in ours:  # else ended, or the pid is someone else's now
+            ranks[int(stem)] = pid
+    native_stacks(find_pyspy(), ranks, status_dir, PYSPY_TIMEOUT)
+    asked = 0
+    for pid in ranks.values():
         try:
             os.kill(pid, signal.SIGUSR1)
             asked += 1

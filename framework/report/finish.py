@@ -49,7 +49,8 @@ def _keep(root: Path, status: str, error: str, problem: str) -> None:
 def finalize(rundir_path: str | os.PathLike[str], *, cores: Sequence[CoreRecord] = (),
              junit: str | os.PathLike[str] | None = None, reruns: Sequence[RerunRecord] = (),
              **manifest_kwargs: Any) -> None:
-    """Write ``cluster.xml``, ``perf.csv``, ``manifest.json``, ``index.html`` and ``summary.txt`` from whatever
+    """Write ``cluster.xml``, ``perf.csv``, ``manifest.json``, ``perf.html`` (a perf sweep's page), ``index.html``
+    and ``summary.txt`` from whatever
     the folder holds (and keep
     pytest's ``junit.xml`` junit-10 valid: :func:`~framework.report.junit.fold_case_properties`), every
     file of the folder scrubbed of the env's secrets first (:func:`~framework.report.scrub.scrub_folder`).
@@ -87,6 +88,7 @@ def finalize(rundir_path: str | os.PathLike[str], *, cores: Sequence[CoreRecord]
         ("perf.csv", lambda: write_perf_csv(root, scrub=scrub), _keep),
         ("manifest.json", lambda: write_manifest(root, scrub=scrub, report_errors=problems, **kw),
          write_fallback_manifest),
+        ("perf.html", lambda: _perf_page(root), _keep),
         ("index.html", lambda: write_index(root, scrub=scrub), write_fallback_index),
         ("summary.txt", lambda: write_summary_txt(root, scrub=scrub), write_fallback_summary),
     ]
@@ -100,6 +102,15 @@ def finalize(rundir_path: str | os.PathLike[str], *, cores: Sequence[CoreRecord]
                 fallback(root, status, scrub(err_text or ""), scrub(problems[-1]))
             except Exception:
                 log.exception("report: even the fallback %s failed", name)
+
+
+def _perf_page(root: Path) -> None:
+    """``perf.html`` when the run measured a perf sweep (``perf-rows.jsonl``). Imported here, not at the top:
+    matplotlib's import is half a second that a run without perf rows does not pay."""
+    if (root / "perf-rows.jsonl").exists():
+        from framework.perf.page import write_perf_page
+
+        write_perf_page(root)
 
 
 def _fold_junit(root: Path, junit: Path, reruns: Sequence[RerunRecord], scrub: Scrubber,

@@ -172,6 +172,10 @@ def _banners(run: RunView) -> str:
     if err:
         out.append(f"<div class='banner' id='run-error'><b>{escape(str(run.manifest.get('status')))}:</b> "
                    f"{escape(str(err))}</div>")
+    for lv in run.launches:  # what failed and why, before anything else
+        if lv.data.get("cause"):
+            out.append(f"<div class='banner cause'><b>{escape(lv.name)} failed:</b> "
+                       f"{escape(str(lv.data['cause']))}</div>")
     problems = list(run.problems) + list(run.manifest.get("report_problems") or [])
     if problems:
         items = "".join(f"<li>{escape(p)}</li>" for p in dict.fromkeys(problems))
@@ -339,6 +343,11 @@ def _grid(run: RunView) -> str:
             info.append(f"retry of {', '.join(lv.superseded)}")
         failure = (f"<div class='banner'><b>first failure</b> ({escape(str(d.get('failure_kind') or '?'))}): "
                    f"{escape(lv.failure)}</div>") if lv.failure else ""
+        if d.get("cause"):
+            failure += f"<div class='banner'><b>cause</b>: {escape(str(d['cause']))}</div>"
+        if lv.stacks:
+            failure += ("<div class='banner'><b>stacks</b> (identical stacks grouped, majority first):<ul>"
+                        + "".join(f"<li>{escape(line)}</li>" for line in lv.stacks) + "</ul></div>")
         out.append(f"<div class='launch card' data-launch='{escape(lv.launch_id, quote=True)}'><h3>"
                    f"{escape(lv.name)} <small>{escape(' · '.join(info))}</small></h3>{failure}"
                    f"{_host_rows(lv.ranks)}</div>")

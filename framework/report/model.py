@@ -154,6 +154,11 @@ class LaunchView:
         return self.data.get("failure")
 
     @property
+    def stacks(self) -> list[str]:
+        """The launch's stack groups, one line each (majority first): ``launch-<id>.json``'s ``stacks``."""
+        return [_stack_line(g) for g in self.data.get("stacks", []) if isinstance(g, dict)]
+
+    @property
     def test(self) -> str | None:
         """The pytest nodeid of the test that made the launch (None: no test recorded)."""
         test = self.data.get("test")
@@ -163,6 +168,14 @@ class LaunchView:
     def attempt(self) -> int:
         attempt = self.data.get("attempt")
         return attempt if isinstance(attempt, int) else 1
+
+
+def _stack_line(group: dict[str, Any]) -> str:
+    ranks = [int(r) for r in group.get("ranks", [])]
+    hosts = sorted({str(h) for h in dict(group.get("hosts", {})).values()})
+    where = str(group.get("where", "?"))
+    who = f"rank {ranks[0]}" if len(ranks) == 1 else f"{len(ranks)} ranks ({ranges(ranks)})"
+    return f"{who} on {', '.join(hosts)} {where}"
 
 
 @dataclass

@@ -11,6 +11,7 @@ function of the :class:`~framework.report.model.RunView` returning its lines.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import xml.etree.ElementTree as ET
 from collections.abc import Mapping
@@ -42,7 +43,7 @@ def terminal_summary(rundir_path: str | os.PathLike[str], repro: str | None = No
     """
     run = read_run(rundir_path)
     keep = scrub or str
-    lines = [keep(line) for line in [_headline(run), *_counts(run), *_rank_grid(run), *_bad_ranks(run), *_cores(run),
+    lines = [keep(line) for line in [_headline(run), *_counts(run), *_causes(run), *_rank_grid(run), *_bad_ranks(run), *_stacks(run), *_cores(run), *_missing_cores(run),
                                      *_dirty_hosts(run), *_failed_tests(run), *_slowest_phases(run)]]
     lines += [f"  report: {run.path / 'index.html'}", keep(_reproduce(run, repro))]
     if run.problems:
@@ -120,6 +121,26 @@ def _bad_ranks(run: RunView) -> list[str]:
     return lines
 
 
+def _causes(run: RunView) -> list[str]:
+    """What failed and why, first: each failed launch's cause in its rank's own words (at most three)."""
+    causes = [(lv.name, str(lv.data["cause"])) for lv in run.launches if lv.data.get("cause")]
+    lines = ["  CAUSE  " + short(f"{name}: {text}", 2 * _WIDTH) for name, text in causes[:3]]
+    if len(causes) > 3:
+        lines.append(f"  … {len(causes) - 3} more failed launch(es) with a cause: see index.html")
+    return lines
+
+
+def _stacks(run: RunView) -> list[str]:
+    """Where the ranks of each launch that was asked for its stacks stood: the majority, then the odd ones."""
+    lines = []
+    for lv in run.launches:
+        groups = lv.stacks
+        if groups:
+            odd = f"; odd: {'; '.join(groups[1:])}" if groups[1:] else ""
+            lines.append("  STACKS " + short(f"{lv.name}: {groups[0]}{odd}", 2 * _WIDTH))
+    return lines
+
+
 def _cores(run: RunView) -> list[str]:
     lines = []
     for core in run.cores[:3]:
@@ -129,6 +150,19 @@ def _cores(run: RunView) -> list[str]:
         lines.append("  CORE   " + short(f"{where}: {what}" + (f" — {frame}" if frame else ""), _WIDTH))
     if len(run.cores) > 3:
         lines.append(f"  … {len(run.cores) - 3} more core dump(s)")
+    return lines
+
+
+def _missing_cores(run: RunView) -> list[str]:
+    """Ranks that died of a core-dumping signal and left no core, with why (``cores-missing.json``)."""
+    try:
+        entries = json.loads((run.path / "cores-missing.json").read_text())
+    except (OSError, ValueError):
+        return []
+    lines = [f"  NOCORE {e.get('host')} r{e.get('rank')} {e.get('signal')}: " + short(str(e.get("why")), _WIDTH)
+             for e in entries[:3] if isinstance(e, dict)]
+    if len(entries) > 3:
+        lines.append(f"  … {len(entries) - 3} more rank(s) without a core: see cores-missing.json")
     return lines
 
 

@@ -1,7 +1,10 @@
-"""Performance baseline: dispatch and combine latency and bytes/s per rank, against env/baselines/<cluster>.json.
+"""Performance: dispatch and combine latency and bytes/s per rank, judged against the cluster's history.
 
-A regression beyond --baseline-margin fails with the numbers; --update-baseline records the run
-as the new baseline; with no baseline yet the numbers are reported and the test passes.
+Every run is added to ``<baseline-dir>/<cluster>.perf.sqlite`` (:mod:`framework.perf.history`); a metric whose
+series shows a change point for the worse, or whose newest point is far outside its segment, fails the test
+with the series, the change point and the step (:mod:`framework.perf.changepoint`). ``--baseline-margin F``
+judges by the old fixed margin instead; ``--update-baseline`` accepts the run as the new baseline (a step
+before it no longer fails) and also writes ``<cluster>.json`` as before.
 """
 
 import json
@@ -11,8 +14,10 @@ import pytest
 from camsuite import PREFILL_ENV
 
 from framework import perfbase
+from framework.perf import history
 
 REPO = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.perf
 
 
 @pytest.mark.multi_process_test
@@ -26,15 +31,17 @@ def test_dispatch_combine_perf(run_ranks, world, camit):
     numbers = perfbase.cluster_numbers(samples)
     opt = camit.config.getoption
     cluster = opt("camit_cluster") or Path(camit.env.source).stem
-    path = Path(opt("camit_baseline_dir") or REPO / "env" / "baselines") / f"{cluster}.json"
+    base_dir = Path(opt("camit_baseline_dir") or REPO / "env" / "baselines")
     key = f"prefill.world{world}"
-    camit.ensure_rundir().write_json(f"perf-{key}.json", {"cluster": cluster, "numbers": numbers, "ranks": samples})
-    if opt("camit_update_baseline"):
-        perfbase.update(path, key, numbers, note=f"seed {camit.seed}")
-        return
-    baseline = perfbase.load(path).get(key)
-    if baseline is None:
-        print(f"no baseline {key} in {path}: measured {numbers} (record it with --update-baseline)")
-        return
-    problems = perfbase.regressions(numbers, baseline, opt("camit_baseline_margin"))
-    assert not problems, f"performance regression on {cluster} ({key}): " + "; ".join(problems)
+    rundir = camit.ensure_rundir()
+    rundir.write_json(f"perf-{key}.json", {"cluster": cluster, "numbers": numbers, "ranks": samples})
+    accept = bool(opt("camit_update_baseline"))
+    if accept:
+        perfbase.update(base_dir / f"{cluster}.json", key, numbers, note=f"seed {camit.seed}")
+    socs = sorted({h.npu.soc for h in camit.env.hosts.values()})
+    run = history.RunKey(run_id=rundir.run_id, cluster=cluster, soc="+".join(socs), cann="unknown",
+                         op_lib_version="unknown")
+    problems = history.record_and_judge(history.path_for(base_dir, cluster), run, key, numbers,
+                                        higher_is_better=perfbase.THROUGHPUT, margin=opt("camit_baseline_margin"),
+                                        accepted=accept)
+    assert accept or not problems, f"performance regression on {cluster} ({key}):\n" + "\n".join(problems)

@@ -295,3 +295,24 @@ def test_collect_logs_brings_dmesg_and_ascend_logs_with_signatures(lab, lab_env,
     assert "segfault" in dmesg or dmesg.startswith("# dmesg is not readable")
     assert "EI0006" in (tmp_path / "signatures.txt").read_text() and "peer ranks 2" in watch.log_summary
     assert "host2:" not in watch.log_summary
+
+
+def test_a_rank_that_segfaults_where_no_core_can_be_written_is_reported_with_why(lab, lab_env, cluster,
+                                                                                  tmp_path) -> None:
+    """core_pattern's directory does not exist for the SSH user: the rank's SIGSEGV leaves no core, and the
+    watch says so for that rank and host, in the report folder and its notes."""
+    with core_pattern("/nonexistent-camit-cores/core.%p"):
+        watch = CoreWatch(cluster, lab_env)
+        baseline = watch.snapshot()
+        rundir = RunDir.create(tmp_path / "reports")
+        result = Launcher(lab_env, cluster, rundir=rundir, nproc_per_node=2).run(
+            Target(script=str(TARGET), args=("--segv-rank", "1")), timeout=120)
+        assert result.ranks[1].signal == "SIGSEGV", result.message()
+        cores = watch.collect(baseline, rundir=rundir.path, ranks=result)
+    assert cores == []
+    [missing] = watch.missing
+    assert (missing.rank, missing.host, missing.signal) == (1, "host1", "SIGSEGV")
+    assert missing.why.startswith("core_pattern's directory /nonexistent-camit-cores is not writable"), missing
+    assert missing.describe() in watch.notes
+    recorded = json.loads((rundir.path / "cores-missing.json").read_text())
+    assert recorded == [missing.to_json()]

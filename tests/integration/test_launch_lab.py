@@ -16,8 +16,9 @@ from camit_labtools import tagged, wait_for, wait_none_left, wait_ranks_up
 
 from framework.hosts import Cluster
 from framework.lab.plan import nsenter_argv
-from framework.launch import Launcher, Target
+from framework.launch import Launcher, Target, stacks
 from framework.report.folder import RunDir
+from framework.report.summary import terminal_summary
 
 TARGET = Path(__file__).resolve().parents[1] / "data" / "targets" / "alltoall.py"
 NODES = ["host1", "host2"]
@@ -93,6 +94,17 @@ def test_hanging_rank_hits_the_job_timeout(launcher):
     assert result.timed_out and result.failure_kind == "timeout"
     assert 19 <= elapsed <= 60, elapsed
     assert wait_none_left(result.launch_id, 15) == []
+    # the stacks each rank printed before the kill, grouped: the three in the barrier, rank 2 the odd one out
+    assert [g.ranks for g in result.stacks] == [[0, 1, 3], [2]], result.message()
+    # py-spy's dump (installed with the test extra; its native frames first when they resolved in time)
+    assert "barrier" in [f.func for f in result.stacks[0].stack]
+    line = stacks.summary(result.stacks)
+    assert "3 ranks (0, 1, 3) in " in line and "barrier (distributed_c10d.py:" in line, line
+    assert "odd one out: rank 2 on host2 in " in line and "<module> (alltoall.py:" in line, line
+    assert all((Path(r.log).with_suffix(".pyspy")).is_file() for r in result.ranks.values() if r.log)
+    assert "odd one out: rank 2 on host2" in result.message()
+    summary = terminal_summary(launcher.rundir.path)
+    assert "STACKS" in summary and "rank 2 on host2 in " in summary, summary
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
@@ -278,3 +290,37 @@ def test_a_child_escaping_session_and_tag_survives_the_kill_and_the_supervisor_r
     finally:
         os.kill(pid, signal.SIGKILL)
     assert wait_none_left(result.launch_id, 15) == []
+
+
+def test_diagnose_names_the_odd_rank_of_a_running_launch_and_stops_nothing(lab_env_path, tmp_path):
+    """``camit diagnose RUN_ID`` while rank 2 sleeps and the others wait in the barrier: it names rank 2
+    and its host, and every rank is still running afterwards."""
+    reports = tmp_path / "reports"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "framework.cli", "run", "--env", str(lab_env_path), "--hosts", ",".join(NODES),
+         "--nproc-per-node", "2", "--report-dir", str(reports), "--timeout", "180", "--",
+         str(TARGET), "--hang-rank", "2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        run_dir = wait_for(lambda: (reports / "latest").exists() and (reports / "latest").resolve(), 60)
+        assert run_dir, "no report folder appeared"
+        assert wait_ranks_up(run_dir.name, 4), "ranks never up"
+        # a diagnosis stops nothing: ask again until the ranks are past torch's import and the all_to_all
+        deadline = time.monotonic() + 90
+        while True:
+            t0 = time.monotonic()
+            diag = subprocess.run([sys.executable, "-m", "framework.cli", "diagnose", "--env", str(lab_env_path),
+                                   run_dir.name], capture_output=True, text=True, timeout=120)
+            took = time.monotonic() - t0
+            assert diag.returncode == 0, diag.stdout + diag.stderr
+            if "3 ranks (0, 1, 3)" in diag.stdout or time.monotonic() > deadline:
+                break
+            time.sleep(2)
+        assert "3 ranks (0, 1, 3) in " in diag.stdout and "barrier (distributed_c10d.py:" in diag.stdout, diag.stdout
+        assert "odd one out: rank 2 on host2 in " in diag.stdout, diag.stdout
+        assert "<module> (alltoall.py:" in diag.stdout, diag.stdout
+        assert took < 10, took
+        assert wait_ranks_up(run_dir.name, 4, within=2), "a rank ended after the diagnosis"
+        assert proc.poll() is None
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=120)

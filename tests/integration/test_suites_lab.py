@@ -4,17 +4,20 @@ and an op library with one injected mistake makes it fail naming the op, the ran
 from __future__ import annotations
 
 import json
+import random
 import re
 import secrets
 import shutil
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from camit_labtools import launches, verdicts
 
 from framework.lab import artifacts
+from framework.perf.history import History, RunKey, path_for
 from framework.report.junit import validate_junit
 from tests import one_rank_failure
 
@@ -152,14 +155,23 @@ def test_perf_baseline_is_recorded_then_a_regression_fails(env_variant, built, t
     assert proc.returncode == 0, proc.stdout[-3000:]
     data = json.loads((base / "lab.json").read_text())
     assert data["prefill.world4"]["dispatch_us"] > 0
-    # pretend the cluster used to be 100x faster: the same run is now a regression, with numbers
-    data["prefill.world4"].update({k: v / 100 for k, v in data["prefill.world4"].items() if k.endswith("_us")})
-    (base / "lab.json").write_text(json.dumps(data))
+    # the run went into the history too; pretend the cluster used to be 100x faster for 20 runs since:
+    # the same run is now a regression, named with its series and step
+    with History(path_for(base, "lab")) as h:
+        soc, = h.db.execute("SELECT soc FROM runs").fetchone()
+        key = RunKey("past", "lab", soc, "unknown", "unknown")
+        measured = h.series(key, "prefill.world4", "dispatch_us").values
+        assert len(measured) == 1 and measured[0] > 0
+        rng = random.Random(1)
+        for i in range(20):
+            h.record(replace(key, run_id=f"past{i}"),
+                     {("prefill.world4", "dispatch_us"): measured[0] / 100 * (1 + rng.gauss(0, 0.03))})
     proc = subprocess.run([sys.executable, "-m", "pytest", *args, "--env", str(env),
                            "--report-dir", str(tmp_path / "r2"), "-p", "no:cacheprovider", "-q"],
                           cwd=REPO, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 1
-    assert "performance regression on lab (prefill.world4): dispatch_us" in proc.stdout
+    assert "performance regression on lab (prefill.world4):" in proc.stdout
+    assert "prefill.world4 dispatch_us: regression by the newest point beyond 5 sigma at point 21" in proc.stdout
 
 
 def test_two_xdist_workers_share_the_cluster_without_crosstalk(env_variant, built, tmp_path):
@@ -225,3 +237,40 @@ def test_a_test_failing_on_one_rank_ends_the_launch_in_seconds_naming_it_and_the
     ctl = one_rank_failure.write(tmp_path / "ctl")
     proc = one_rank_failure.run(ctl, env, tmp_path / "r")
     one_rank_failure.check(proc, tmp_path / "r")
+
+
+def test_perf_sweep_rows_page_and_compare(env_variant, built, tmp_path):
+    """``-m perf`` with a one-shape matrix file at world 4: schema-valid rows with every iteration's outputs
+    identical, the performance page with its pictures, the history file, and ``camit perf compare`` on them."""
+    import jsonschema
+
+    from framework.perf.row import packaged_schema
+
+    env = suite_env(env_variant, built["run"], built["wheel"], "/var/tmp/camit/suite", "sweep.yaml")
+    spec = tmp_path / "matrix.yaml"
+    spec.write_text("tokens: [16]\nhidden: [1024]\ntop_k: [2]\nwarmup: 1\niterations: 3\n")
+    proc = subprocess.run([sys.executable, "-m", "pytest", "suites/cam/test_sweep.py", "-m", "perf", "--perf-matrix",
+                           str(spec), "--world-sizes", "4", "--env", str(env), "--baseline-dir", str(tmp_path / "b"),
+                           "--cluster-name", "lab", "--report-dir", str(tmp_path / "r"), "-p", "no:cacheprovider",
+                           "-q"], cwd=REPO, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert "perf sweep at 4 ranks: 2 configuration(s), 1 warm-up + 3 timed iterations each; the whole sweep " \
+        "(1 world size(s)) about" in proc.stdout
+    folder = (tmp_path / "r" / "latest").resolve()
+    lines = (folder / "perf-rows.jsonl").read_text().splitlines()
+    assert len(lines) == 2
+    for line in lines:
+        doc = json.loads(line)
+        jsonschema.validate(doc, packaged_schema())
+        assert doc["config"]["world"] == 4 and len(doc["ranks"]) == 4 and doc["reference"]["time_us"]["p50"] > 0
+        assert len(doc["output_hashes"]) == 3 and len(set(doc["output_hashes"])) == 1
+    assert (tmp_path / "b" / "lab.perf.sqlite").exists()
+    assert sorted(p.name for p in (folder / "perf").glob("bandwidth-*.svg")) == ["bandwidth-combine.svg",
+                                                                                "bandwidth-dispatch.svg"]
+    assert "href='perf.html'" in (folder / "index.html").read_text()
+    cmp = subprocess.run([sys.executable, "-m", "framework.cli", "perf", "compare", str(folder), str(folder),
+                          "--out", str(tmp_path / "cmp"), "--json"], cwd=REPO, capture_output=True, text=True,
+                         timeout=120)
+    assert cmp.returncode == 0, cmp.stderr
+    table = json.loads(cmp.stdout)["configurations"]
+    assert len(table) == 2 and not any(c["significant"] for c in table) and all(c["delta"] == 0 for c in table)

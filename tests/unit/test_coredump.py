@@ -5,6 +5,7 @@ Ascend failure signatures, and CoreWatch end to end on a LocalTransport host.
 
 from __future__ import annotations
 
+import base64
 import gzip
 import json
 import os
@@ -286,9 +287,10 @@ def test_coredumpctl_text_fixture_new_and_old_layouts() -> None:
 def test_apport_crash_header() -> None:
     text = ("ProblemType: Crash\nDate: Tue Jan  2 10:00:00 2024\nExecutablePath: /usr/bin/python3.11\n"
             "ProcCmdline: python3 train.py --x\nProcStatus:\n Name:\tpython3\n Pid:\t4242\n PPid:\t4200\n"
+            " Uid:\t1000\t1000\t1000\t1000\n"
             "Signal: 11\nCoreDump: base64\n H4sICAAAAAAC/0NvcmVEdW1wAA==\n")
     facts = crash_header_facts(parse_crash_header(text))
-    assert facts == {"pid": 4242, "ppid": 4200, "executable": "/usr/bin/python3.11", "signal": "SIGSEGV",
+    assert facts == {"pid": 4242, "ppid": 4200, "uid": 1000, "executable": "/usr/bin/python3.11", "signal": "SIGSEGV",
                      "cmdline": "python3 train.py --x"}
 
 
@@ -559,7 +561,8 @@ def test_corewatch_cap_keeps_big_cores_on_the_host_and_ignore_fetches_nothing(tm
         shutil.copy(real_core, crash / f"core.python3.1.{int(time.time())}.6")
         [core] = capped.collect(b1, rundir=tmp_path / "r1")
         [seen] = ignoring.collect(b2, rundir=tmp_path / "r2")
-    assert core.local_path is None and any("over the cap" in n for n in core.notes) and core.backtrace
+    # over the cap: no copy is made, so nothing is fetched or backtraced (gdb reads only camit's copies)
+    assert core.local_path is None and any("over the cap" in n for n in core.notes) and core.backtrace is None
     assert capped.verdict([core])[0] is False
     assert seen.local_path is None and seen.backtrace is None and not (tmp_path / "r2").exists()
     assert ignoring.verdict([seen]) == (False, "")
@@ -617,7 +620,7 @@ def test_corewatch_reads_an_apport_crash_file_and_its_core_store(tmp_path: Path,
         baseline = watch.snapshot()
         (crash / "_usr_bin_python3.11.0.crash").write_text(
             "ProblemType: Crash\nExecutablePath: /usr/bin/python3.11\nProcStatus:\n Pid:\t4242\n PPid:\t1\n"
-            "Signal: 6\nCoreDump: base64\n AAAA\n")
+            f" Uid:\t{os.getuid()}\t{os.getuid()}\t0\t0\nSignal: 6\nCoreDump: base64\n AAAA\n")
         shutil.copy(real_core, store / "core._usr_bin_python3.0.0123456789abcdef0123456789abcdef.777.4242")
         cores = watch.collect(baseline, rundir=tmp_path / "report")
     by_name = {Path(c.location).name: c for c in cores}
@@ -795,7 +798,8 @@ def test_cores_are_still_reported_when_inspecting_them_fails(tmp_path: Path) -> 
     from framework.testing import FakeTransport
 
     empty = "@@now 1700000000.0\n@@pattern /c/core.%e.%p.%t.%s\n@@ulimit 0 unlimited\n@@gdb /usr/bin/gdb\n@@files\n@@end\n"
-    one = empty.replace("@@files\n", "@@files\nF 100 1700000005.0 7 /c/core.python3.42.1700000005.11\n")
+    listing = base64.b64encode(b"F 100 1700000005.0 7 /c/core.python3.42.1700000005.11\0").decode()
+    one = empty.replace("@@files\n", f"@@files\n{listing}\n")
     fake = FakeTransport("h1")
     fake.on(re.compile(r"core_pattern"), stdout=empty, times=1).on(re.compile(r"core_pattern"), stdout=one)
     fake.on(re.compile(r"@@core 0"), raises=HostUnreachable("h1", "connection lost"))

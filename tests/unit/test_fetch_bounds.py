@@ -167,7 +167,7 @@ def test_extraction_never_writes_through_a_symlink_or_outside(tmp_path: Path) ->
 
 # -- cores: whose, and under which name ----------------------------------------------------------------
 def _core(**kw: object) -> Core:
-    c = Core("host1", "file", "/w/runs/x/core", 0.0)
+    c = Core("host1", "file", "/w/runs/x/core", 0.0, owner=0)
     for k, v in kw.items():
         setattr(c, k, v)
     return c
@@ -177,7 +177,7 @@ def test_only_the_runs_cores_are_its_own() -> None:
     procs = [RankProc("L", 0, "host1", 100, None)]
     assert is_ours(_core(relation="rank", rank=0, facts_read=True, uid=0), procs, 0)
     assert not is_ours(_core(pid=555, facts_read=True, uid=0), procs, 0)  # another process, notes read
-    assert is_ours(_core(pid=None, facts_read=False, uid=None), procs, 0)  # unreadable: cannot tell, kept
+    assert not is_ours(_core(pid=None, facts_read=False, uid=None), procs, 0)  # unknown uid: fail closed
     # without the run's ranks (a pytest test driving hosts): another user's core is not ours
     assert not is_ours(_core(uid=1000, facts_read=True), [], 0)
     assert is_ours(_core(uid=0, facts_read=True), [], 0)
@@ -193,5 +193,5 @@ def test_two_cores_with_one_name_get_two_names(tmp_path: Path) -> None:
 
 
 def test_the_scan_reads_the_ssh_users_uid() -> None:
-    scan = parse_scan("h", "@@now 1\n@@uid 1000\n@@pattern core\n@@files\n@@end\n")
+    scan = parse_scan("h", "@@now 1\n@@pattern core\n@@uid 1000\n@@files\n@@end\n")
     assert scan.uid == 1000 and scan.complete

@@ -1,0 +1,102 @@
+"""``camit perf compare RUN_A RUN_B``: every configuration of two runs side by side, with its delta and
+whether it is significant.
+
+A run is a run folder holding ``perf-rows.jsonl`` or such a file itself. The delta is B's median time over
+A's minus one (negative: B is faster); it is *significant* when the two runs' per-iteration times
+(``iterations_us``: each iteration's slowest rank) differ by a two-sided Mann-Whitney U test at
+``ALPHA`` — no assumption of normal timing — and the delta is at least ``MIN_EFFECT``, below which a
+real but tiny shift is not worth a reader's time. A configuration in one run only is listed as such.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from scipy.stats import mannwhitneyu
+
+from framework.perf.row import Row, read_rows
+
+__all__ = ["ALPHA", "MIN_EFFECT", "ROWS", "Delta", "compare", "load_run", "markdown"]
+
+ROWS = "perf-rows.jsonl"
+ALPHA = 0.01
+MIN_EFFECT = 0.01
+
+
+@dataclass(frozen=True)
+class Delta:
+    config: str
+    a_us: float | None
+    b_us: float | None
+    delta: float | None
+    p_value: float | None
+    significant: bool
+    a_busbw: float | None
+    b_busbw: float | None
+    note: str = ""
+
+
+def load_run(path: Path) -> dict[str, Row]:
+    """The rows of a run folder or a ``.jsonl`` file by configuration; a missing or bad file raises
+    ``ValueError`` naming it."""
+    file = path / ROWS if path.is_dir() else path
+    if not file.is_file():
+        raise ValueError(f"{path}: no {ROWS} (not a perf run folder nor a rows file)")
+    return {r.key(): r for r in read_rows(file.read_text(encoding="utf-8"), str(file))}
+
+
+def _delta(key: str, a: Row, b: Row) -> Delta:
+    change = b.time_us.p50 / a.time_us.p50 - 1
+    if len(a.iterations_us) > 1 and len(b.iterations_us) > 1 and a.iterations_us != b.iterations_us:
+        p = float(mannwhitneyu(a.iterations_us, b.iterations_us, alternative="two-sided").pvalue)
+    else:
+        p = 1.0
+    return Delta(key, a.time_us.p50, b.time_us.p50, change, p, p < ALPHA and abs(change) >= MIN_EFFECT,
+                 a.bandwidth.busbw, b.bandwidth.busbw, ("slower" if change > 0 else "faster") if p < ALPHA else "")
+
+
+def compare(a: dict[str, Row], b: dict[str, Row]) -> list[Delta]:
+    """One :class:`Delta` per configuration of either run, sorted by configuration."""
+    out = []
+    for key in sorted(set(a) | set(b)):
+        if key in a and key in b:
+            out.append(_delta(key, a[key], b[key]))
+        else:
+            row = a.get(key, b.get(key))
+            assert row is not None
+            here = key in a
+            out.append(Delta(key, row.time_us.p50 if here else None, None if here else row.time_us.p50, None,
+                             None, False, row.bandwidth.busbw if here else None,
+                             None if here else row.bandwidth.busbw, "only in A" if here else "only in B"))
+    return out
+
+
+def _fmt(v: float | None, spec: str) -> str:
+    return "—" if v is None else format(v, spec)
+
+
+HEADERS = ("configuration", "A p50 µs", "B p50 µs", "delta", "p", "significant", "A busbw GB/s", "B busbw GB/s",
+           "note")
+
+
+def table(deltas: list[Delta]) -> list[list[str]]:
+    """The rows of the comparison table (strings, :data:`HEADERS` order)."""
+    return [[d.config, _fmt(d.a_us, ".1f"), _fmt(d.b_us, ".1f"),
+             "—" if d.delta is None else f"{d.delta * 100:+.1f}%", _fmt(d.p_value, ".2g"),
+             "yes" if d.significant else "no", _fmt(d.a_busbw, ".2f"), _fmt(d.b_busbw, ".2f"), d.note]
+            for d in deltas]
+
+
+def markdown(deltas: list[Delta], a: str, b: str) -> str:
+    lines = [f"# camit perf compare\n\nA: `{a}`  \nB: `{b}`  \nsignificant: Mann-Whitney U p < {ALPHA:g} "
+             f"and |delta| >= {MIN_EFFECT * 100:g}%\n", "| " + " | ".join(HEADERS) + " |",
+             "|" + "---|" * len(HEADERS)]
+    lines += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in table(deltas)]
+    return "\n".join(lines) + "\n"
+
+
+def to_json(deltas: list[Delta], a: str, b: str) -> str:
+    return json.dumps({"a": a, "b": b, "alpha": ALPHA, "min_effect": MIN_EFFECT,
+                       "configurations": [asdict(d) for d in deltas]}, indent=2) + "\n"

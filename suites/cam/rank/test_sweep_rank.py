@@ -1,0 +1,148 @@
+"""The perf sweep, rank side: every configuration of ``CAMIT_SWEEP`` timed, hashed and compared with all_to_all.
+
+``CAMIT_SWEEP`` is ``warmup;iterations;tokens:hidden:top_k:experts,...``. For each shape the rank runs the
+warm-up, then the timed iterations: a barrier, dispatch, sync (the time), combine, sync (the time), each
+iteration's outputs hashed (sha256 of their bytes: identical for one seed, or the op is not deterministic),
+then the reference — ``all_to_all_single`` over the same group moving the same bytes as the dispatch (each
+destination gets the rows of the experts it hosts). Times are microseconds of the host clock around the
+device's synchronize (the stand-in's events are host clocks). It writes ``perf-sweep-rank<N>.json`` (fetched by the launch's ``perf-*.json`` pattern): per shape
+the times, the hashes and the send matrix (every rank can compute every rank's seeded routing, camref).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import json
+import os
+import platform
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from camref import PrefillCase, prefill_inputs
+
+SPEC = os.environ.get("CAMIT_SWEEP", "1;3;16:1024:2:0")
+DRIVER_INFO = Path("/usr/local/Ascend/driver/version.info")
+
+
+def _key_value(path: Path, key: str) -> str:
+    """``key=value`` out of an Ascend info file ("unknown" when the file or the key is not there)."""
+    try:
+        lines = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return "unknown"
+    values = [line.split("=", 1)[1].strip() for line in lines if line.split("=", 1)[0].strip().lower() == key]
+    return values[0] if values else "unknown"
+
+
+def _op_lib() -> tuple[str, str]:
+    """The op library's version and the sha256 over its package's files (name and bytes, sorted)."""
+    import umdk_cam_op_lib
+
+    try:
+        version = importlib.metadata.version("umdk_cam_op_lib")
+    except importlib.metadata.PackageNotFoundError:
+        version = str(getattr(umdk_cam_op_lib, "__version__", "unknown"))
+    digest = hashlib.sha256()
+    root = Path(umdk_cam_op_lib.__file__).parent
+    for f in sorted(p for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
+        digest.update(str(f.relative_to(root)).encode() + b"\0" + f.read_bytes())
+    return version, digest.hexdigest()
+
+
+def environment() -> dict[str, object]:
+    """CANN (``<toolkit home>/<arch>-linux/ascend_toolkit_install.info``, what camit's preflight reads), driver,
+    op library and HCCL settings as this rank sees them."""
+    home = Path(os.environ.get("ASCEND_TOOLKIT_HOME", "/usr/local/Ascend/ascend-toolkit/latest"))
+    version, digest = _op_lib()
+    records = [home / f"{platform.machine()}-linux" / "ascend_toolkit_install.info", home / "ascend_toolkit_install.info"]
+    cann = next((v for v in (_key_value(r, "version") for r in records) if v != "unknown"), "unknown")
+    return {"cann": cann,
+            "driver": _key_value(DRIVER_INFO, "version"), "op_lib_version": version, "op_lib_hash": digest,
+            "hccl": {k: v for k, v in sorted(os.environ.items()) if k.startswith("HCCL_")}}
+
+
+def _shapes(spec: str) -> tuple[int, int, list[PrefillCase]]:
+    warmup, iterations, shapes = spec.split(";")
+    cases = []
+    for item in shapes.split(","):
+        tokens, hidden, top_k, experts = (int(v) for v in item.split(":"))
+        cases.append(PrefillCase(tokens=tokens, hidden=hidden, experts=experts, top_k=top_k))
+    return int(warmup), int(iterations), cases
+
+
+def _rows(seed: int, world: int, case: PrefillCase) -> list[list[int]]:
+    """rows[i][j]: the (token, expert) rows rank i sends rank j (experts in contiguous blocks per rank)."""
+    per_rank = case.experts // world
+    out = []
+    for src in range(world):
+        _, topk, _ = prefill_inputs(seed, src, case)
+        out.append(np.bincount((topk // per_rank).ravel(), minlength=world).astype(int).tolist())
+    return out
+
+
+def _digest(t: torch.Tensor) -> str:
+    return hashlib.sha256(t.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes()).hexdigest()
+
+
+def _reference(cam, rows: list[list[int]], hidden: int) -> float:
+    """One all_to_all_single of the dispatch's bytes over the op's group: microseconds."""
+    send = [rows[cam.rank][j] * hidden * 2 for j in range(cam.world)]
+    recv = [rows[i][cam.rank] * hidden * 2 for i in range(cam.world)]
+    src = torch.ones(sum(send), dtype=torch.uint8)
+    dst = torch.empty(sum(recv), dtype=torch.uint8)
+    src, dst = cam.to_device(src), cam.to_device(dst)
+    dist.barrier()
+    t0 = time.perf_counter()
+    dist.all_to_all_single(dst, src, recv, send, group=cam.group)
+    cam.sync()
+    return (time.perf_counter() - t0) * 1e6
+
+
+def _measure(cam, seed: int, case: PrefillCase, warmup: int, iterations: int) -> dict:
+    x, topk, w = prefill_inputs(seed, cam.rank, case)
+    xt = cam.to_device(torch.from_numpy(x).to(torch.bfloat16))
+    topk_t, w_t = cam.to_device(torch.from_numpy(topk)), cam.to_device(torch.from_numpy(w))
+    ntpe, sti = cam.ops.get_dispatch_layout(topk_t, case.experts, cam.world)
+    rows = _rows(seed, cam.world, case)
+    got: dict = {"dispatch_us": [], "combine_us": [], "reference_us": [], "dispatch_hash": [], "combine_hash": []}
+    for it in range(warmup + iterations):
+        dist.barrier()
+        t0 = time.perf_counter()
+        recv_x, _, expand, recv_count, _ = cam.ops.moe_dispatch_prefill(
+            xt, topk_t, w_t, ntpe, sti, cam.group_ep, cam.rank, cam.world, False)
+        cam.sync()
+        t1 = time.perf_counter()
+        out = cam.ops.moe_combine_prefill(recv_x, topk_t, w_t, expand, recv_count, cam.group_ep, cam.rank, cam.world)
+        cam.sync()
+        t2 = time.perf_counter()
+        ref = _reference(cam, rows, case.hidden)
+        if it >= warmup:
+            got["dispatch_us"].append((t1 - t0) * 1e6)
+            got["combine_us"].append((t2 - t1) * 1e6)
+            got["reference_us"].append(ref)
+            got["dispatch_hash"].append(_digest(recv_x[: int(recv_count[-1])] if recv_count.numel() else recv_x))
+            got["combine_hash"].append(_digest(out))
+    got["rows"] = rows
+    got["shape"] = case.__dict__
+    return got
+
+
+def test_sweep(cam, seed):
+    warmup, iterations, cases = _shapes(SPEC)
+    results = []
+    for case in cases:
+        if case.experts == 0:  # the default spec: experts follow the world
+            case = PrefillCase(tokens=case.tokens, hidden=case.hidden, experts=2 * cam.world, top_k=case.top_k)
+        results.append(_measure(cam, seed, case, warmup, iterations))
+    with open(f"perf-sweep-rank{cam.rank}.json", "w") as fh:
+        json.dump({"rank": cam.rank, "world": cam.world, "seed": seed, "warmup": warmup, "iterations": iterations,
+                   "environment": environment(), "shapes": results}, fh)
+    for r in results:
+        for op in ("dispatch", "combine"):
+            assert len(set(r[f"{op}_hash"])) == 1, \
+                f"rank {cam.rank}: {op} {r['shape']} gave {len(set(r[f'{op}_hash']))} different outputs " \
+                f"over {iterations} iterations of one seed (not deterministic)"

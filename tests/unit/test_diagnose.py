@@ -1,0 +1,80 @@
+"""framework.launch.diagnose: the host program signals only the launch's tagged ranks; its answer is data."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from framework.launch import diagnose, stacks
+from framework.remote.protocol import RUN_TAG
+
+RANK = textwrap.dedent("""\
+    import faulthandler, signal, sys, time
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
+    def waiting_for_peers():
+        while True:
+            time.sleep(0.05)
+    print("ready", flush=True)
+    waiting_for_peers()
+""")
+
+
+def start(tmp_path: Path, launch: str, rank: int, tag: str | None) -> subprocess.Popen[bytes]:
+    run = tmp_path / "runs" / launch
+    run.mkdir(parents=True, exist_ok=True)
+    env = {k: v for k, v in os.environ.items() if k != RUN_TAG}
+    if tag is not None:
+        env[RUN_TAG] = tag
+    with open(run / f"rank{rank}.log", "w") as log:
+        proc = subprocess.Popen([sys.executable, "-c", RANK], stdout=log, stderr=subprocess.STDOUT, env=env)
+    (run / f"rank{rank}.pid").write_text(f"{proc.pid}\n")
+    deadline = time.monotonic() + 30
+    while "ready" not in (run / f"rank{rank}.log").read_text() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return proc
+
+
+def test_only_the_launchs_tagged_ranks_are_asked_and_they_go_on(tmp_path):
+    ours = [start(tmp_path, "run1-t1-ab", r, "run1-t1-ab.hostA") for r in (0, 1)]
+    # a pid file in the launch's folder whose process is not the launch's (the pid was reused): never signalled
+    stranger = start(tmp_path, "run1-t1-ab", 2, None)
+    other = start(tmp_path, "run2-t1-cd", 0, "run2-t1-cd.hostA")  # another launch: not named
+    try:
+        out = subprocess.run([sys.executable, "-I", "-c", diagnose.HOST_PROGRAM, str(tmp_path / "runs"), "run1",
+                              "hostA", "1", str(stacks.TAIL_BYTES), RUN_TAG, "5", "2"],
+                             capture_output=True, text=True, timeout=60, check=True).stdout
+        found = diagnose.parse(out)
+        assert sorted(found) == ["run1-t1-ab"] and sorted(found["run1-t1-ab"]) == [0, 1]
+        for log, spy in found["run1-t1-ab"].values():
+            assert stacks.main_stack(log)[0].func == "waiting_for_peers"
+            # py-spy (installed with camit's test extra) names the native frame and the Python one
+            native = stacks.pyspy_main(spy)
+            assert native and native[0].native and "waiting_for_peers" in [f.func for f in native], spy
+        assert "most recent call first" not in (tmp_path / "runs" / "run1-t1-ab" / "rank2.log").read_text()
+        assert all(p.poll() is None for p in [*ours, stranger, other])  # nobody stopped
+    finally:
+        for p in [*ours, stranger, other]:
+            p.kill()
+            p.wait()
+
+
+@pytest.mark.parametrize("stdout", ["", "[]", '{"L": 1}', '{"L": {"logs": {"0": "%%%"}, "spy": {}}}',
+                                    '{"L": {"logs": {}}}', "not json"])
+def test_a_malformed_answer_is_refused(stdout):
+    with pytest.raises(ValueError):
+        diagnose.parse(stdout)
+
+
+def test_the_answer_is_decoded_as_data():
+    text = 'Current thread 0x1 (most recent call first):\n  File "/w/x.py", line 3 in f\n'
+    import base64
+    line = json.dumps({"L-1": {"asked": [0], "logs": {"0": base64.b64encode(text.encode()).decode(),
+                                                      "../x": "AAAA"}, "spy": {}}})
+    assert diagnose.parse("noise before\n" + line) == {"L-1": {0: (text, "")}}

@@ -1,0 +1,83 @@
+"""The straggler score on synthetic timings: a 10 % slow rank is named with its host, healthy runs name nobody."""
+
+import random
+
+import pytest
+
+from framework.perf import straggler
+from framework.perf.row import build_row
+from tests.unit.test_perf_row import CFG, ENV, SENT
+
+HOSTS8 = [f"host{h}" for h in range(2) for _ in range(4)]
+
+
+def _times(seed, slow=None, factor=1.10, iters=20, ranks=8, sd=0.03, spikes=True):
+    rng = random.Random(seed)
+    out = []
+    for _ in range(iters):
+        it = [100 * (1 + rng.gauss(0, sd)) * (factor if r == slow else 1) for r in range(ranks)]
+        if spikes:  # one healthy rank has a bad moment in some iteration: not a straggler
+            it[rng.randrange(ranks)] *= 1.5 if rng.random() < 0.3 else 1
+        out.append(it)
+    return out
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_a_10_percent_slow_rank_is_named_with_its_host_and_factor(seed):
+    slow = seed % 8
+    found = straggler.find(_times(seed, slow=slow), HOSTS8)
+    assert [s.rank for s in found] == [slow]
+    assert found[0].host == HOSTS8[slow] and found[0].factor == pytest.approx(1.10, abs=0.03)
+    assert found[0].describe().startswith(f"straggler: rank {slow} on {HOSTS8[slow]} x1.")
+
+
+def test_twenty_healthy_runs_name_nobody():
+    assert [straggler.find(_times(100 + seed), HOSTS8) for seed in range(20)] == [[]] * 20
+
+
+def test_one_very_slow_iteration_is_not_a_straggler():
+    times = _times(7, spikes=False)
+    times[3][2] *= 20
+    assert straggler.find(times, HOSTS8) == []
+
+
+def test_a_slow_host_is_named_as_a_whole():
+    rng = random.Random(3)
+    times = [[100 * (1 + rng.gauss(0, 0.02)) * (1.2 if r >= 6 else 1) for r in range(8)] for _ in range(10)]
+    hosts = ["a"] * 3 + ["b"] * 3 + ["c"] * 2
+    found = straggler.find(times, hosts)
+    assert {s.rank for s in found} == {6, 7} and "host c as a whole x1.1" in found[0].describe()
+    assert found[0].host_factor == pytest.approx(1.2, abs=0.03)
+
+
+def test_too_few_iterations_or_ranks_name_nobody_and_a_bad_shape_is_named():
+    assert straggler.find(_times(1, slow=0, iters=4), HOSTS8) == []
+    assert straggler.find(_times(1, slow=0, ranks=2), ["a", "b"]) == []
+    with pytest.raises(ValueError, match="one time per rank"):
+        straggler.find(_times(1, ranks=7), HOSTS8)
+
+
+def test_the_row_carries_the_straggler():
+    hosts = ["h1", "h1", "h2", "h2"]
+    times = _times(4, slow=3, ranks=4)
+    row = build_row(run_id="r", seed=1, config=CFG, warmup=1, times_us=times, hosts=hosts, sent=SENT,
+                    environment=ENV, output_hashes=[])
+    assert row.straggler is not None and row.straggler.startswith("straggler: rank 3 on h2 x1.")
+    healthy = build_row(run_id="r", seed=1, config=CFG, warmup=1, times_us=_times(5, ranks=4, spikes=False),
+                        hosts=hosts, sent=SENT, environment=ENV, output_hashes=[])
+    assert healthy.straggler is None
+
+
+def test_one_slow_rank_does_not_make_its_host_slow():
+    found = straggler.find(_times(8, slow=3, ranks=4, spikes=False), ["h1", "h1", "h2", "h2"])
+    assert [s.rank for s in found] == [3] and "as a whole" not in found[0].describe()
+
+
+def test_a_rank_slow_in_only_some_iterations_is_not_named():
+    # slower than the median by 8 % in 3 of 5 iterations (a busy core now and then), faster in the others
+    times = [[100.0, 100.0, 100.0, 108.0], [100.0, 100.0, 100.0, 108.0], [100.0, 100.0, 100.0, 108.0],
+             [100.0, 101.0, 100.0, 99.0], [100.0, 101.0, 100.0, 99.0]]
+    assert straggler.scores(times)[3] >= 1.05
+    assert straggler.find(times, ["a", "a", "b", "b"]) == []
+    times[3][3] = times[4][3] = 106.0
+    assert [s.rank for s in straggler.find(times, ["a", "a", "b", "b"])] == [3]
