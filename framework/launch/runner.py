@@ -363,7 +363,7 @@ class Launcher:
             # host text bound for pytest's failure text and the terminal: no secret, no control character
             result.failure_tail = printable(Scrubber.from_env(self.env).text(fetch.log_tail(failed.log)))
         found = cause.of_ranks(result.ranks.values(), result.failure_rank) if result.failure else None
-        result.cause = found.describe() if found else None
+        result.cause = Scrubber.from_env(self.env).text(found.describe()) if found else None  # a rank's words
         if self.rundir is not None and found:  # the record written before the logs were read gets the cause too
             self.rundir.write_json(f"launch-{result.launch_id}.json", result.to_json())
 

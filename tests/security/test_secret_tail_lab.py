@@ -19,7 +19,7 @@ RANK = """\
 import os, sys
 if os.environ.get("RANK") == "0":
     sys.stderr.write("\\x1b]0;FAKE TITLE\\x07\\x1b[2Jerror: token=" + os.environ["API_TOKEN"] + "\\n")
-    sys.exit(3)
+    raise RuntimeError("login failed with token=" + os.environ["API_TOKEN"])  # the launch's cause line
 """
 
 
@@ -35,4 +35,5 @@ def test_the_failed_ranks_log_tail_is_scrubbed_and_escaped(env_variant, tmp_path
     message = result.message()
     assert not result.ok and "--- log tail ---" in message
     assert "\\x1b]0;FAKE TITLE\\x07\\x1b[2Jerror: token=***" in message, message
+    assert "cause: rank 0 on host1: RuntimeError: login failed with token=***" in message, message
     assert TOKEN not in message and "\x1b" not in message and "\x07" not in message
