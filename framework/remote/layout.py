@@ -121,11 +121,11 @@ class HostLayout:
             "_cchk; mkdir -p -- \"$_cw\" 2>/dev/null; "
             "[ -d \"$_cw\" ] || _cbad \"$_cw\" 'cannot be created as a directory'; "
             "_cchk; chmod 0700 -- \"$_cw\""
-        ) + self._install_guard()
+        ) + self.install_guard()
 
-    def _install_guard(self) -> str:
-        """sh: a custom ``install_path`` outside the workdir (its ``set_env.bash`` is sourced as root) passes
-        :func:`trust_tree_sh`; empty when it lies inside the workdir (guarded already)."""
+    def install_guard(self) -> str:
+        """sh (``; ...``): a custom ``install_path`` outside the workdir (its ``set_env.bash`` is sourced as
+        root) passes :func:`trust_tree_sh`; empty when it lies inside the workdir (guarded already)."""
         inside = self.install_path == self.workdir or self.install_path.startswith(self.workdir.rstrip("/") + "/")
         return "" if inside else f"; {trust_functions_sh()}; {trust_tree_sh(self.install_path)}"
 
