@@ -196,7 +196,7 @@ def build_parser() -> argparse.ArgumentParser:
     ls = sub.add_parser("lease", help="cluster leases: status, release, or run a command holding one")
     ls_sub = ls.add_subparsers(dest="lease_command", parser_class=_Parser, metavar="ACTION")
     lst = ls_sub.add_parser("status", help="who holds each host")
-    lrl = ls_sub.add_parser("release", help="remove stale leases and our own (--force: any)")
+    lrl = ls_sub.add_parser("release", help="remove stale leases and the one of --token (--force: any)")
     lrn = ls_sub.add_parser("run", help="hold the lease on the hosts while a local command runs")
     for p in (lst, lrl, lrn):
         _env_arg(p)
@@ -204,8 +204,8 @@ def build_parser() -> argparse.ArgumentParser:
     for p in (lst, lrl):
         p.add_argument("--json", action="store_true", help="machine-readable results")
     lrl.add_argument("--force", action="store_true", help="also remove a live lease of someone else")
-    for p in (lrl, lrn):
-        p.add_argument("--owner", default=None, help="lease owner (default: $BUILD_URL, else user@host)")
+    lrl.add_argument("--token", help="also remove the live lease holding this token (a lease's own id)")
+    lrn.add_argument("--owner", default=None, help="lease owner (default: $BUILD_URL, else user@host)")
     lrn.add_argument("--wait", type=float, default=0.0, metavar="S", help="wait up to S seconds for a held lease")
     lrn.add_argument("--ttl", type=float, default=300.0, metavar="S", help="lease validity after a heartbeat")
     lrn.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD...")
@@ -488,7 +488,11 @@ def _run_leased(args: argparse.Namespace, env: EnvConfig, cluster: Cluster, rund
         launcher = Launcher(env, cluster, rundir=rundir, nproc_per_node=args.nproc_per_node, on_event=event,
                             keep_remote=args.keep_remote, defer_cleanup=True)
         try:
-            result = launcher.run(target, timeout=args.timeout)
+            try:
+                result = launcher.run(target, timeout=args.timeout)
+            except BaseException:  # interrupted or failed: the cores are scanned all the same, first
+                state["cores"] = _scan_anyway(watch)
+                raise
             watched = watch.end(ranks=[result], failed=not result.ok)
         finally:
             launcher.cleanup_remote()
@@ -519,6 +523,17 @@ def _run_leased(args: argparse.Namespace, env: EnvConfig, cluster: Cluster, rund
     for held in result.held:
         print(f"DIRTY: {console.printable(held.describe())} (camit never resets a device)")
     return code
+
+
+def _scan_anyway(watch: Any) -> list[Any]:
+    """The cores of a ``camit run`` whose launch raised (an interrupt, a host error), scanned and fetched
+    before its run folders go (a relative core_pattern puts a rank's core there); a failing scan is a
+    warning, never the error the run ends with."""
+    try:
+        return list(watch.end(ranks=[], failed=True).cores)
+    except Exception as exc:  # the launch's own error is what the run reports
+        print(console.printable(f"warning: core scan after the failed launch: {exc}"), file=sys.stderr)
+        return []
 
 
 def _host_error_text(name: str, err: BaseException) -> str:
@@ -705,7 +720,7 @@ def _lease_release(args: argparse.Namespace, cluster: Cluster) -> int:
     from framework.lease import release_leases
 
     rows, payload, worst = [], [], EXIT_OK
-    for name, what in release_leases(cluster, owner=args.owner, force=args.force).items():
+    for name, what in release_leases(cluster, token=args.token, force=args.force).items():
         if isinstance(what, BaseException):
             worst = max(worst, getattr(what, "exit_code", EXIT_INFRA))
             what = "UNREACHABLE: " + _host_error_text(name, what)

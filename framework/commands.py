@@ -102,13 +102,28 @@ class Line:
     display: str
 
 
+def secret_env(env: Mapping[str, object] | None) -> tuple[dict[str, object], dict[str, str]]:
+    """``env`` split into the values that may be on a command line and the secrets (revealed), which never
+    may: those travel in a private file (:func:`env_file_text`, read by ``build(..., env_file=...)``)."""
+    plain = {k: v for k, v in (env or {}).items() if not _is_secret(v)}
+    hidden = {k: _reveal(v) for k, v in (env or {}).items() if _is_secret(v)}
+    return plain, hidden
+
+
+def env_file_text(secrets: Mapping[str, str]) -> str:
+    """The text of a private env file: one ``export NAME='value'`` line a variable (names validated)."""
+    return "".join(export_env({name: value}) + "\n" for name, value in secrets.items())
+
+
 def build(
     command: Command,
     *,
     env: Mapping[str, object] | None = None,
     cwd: str | None = None,
+    env_file: str | None = None,
 ) -> Line:
-    """Build the line that runs ``command`` with ``env`` exported in ``cwd``.
+    """Build the line that runs ``command`` with ``env`` exported in ``cwd``; with ``env_file``, first read
+    that (private, :func:`env_file_text`) file's variables and remove it.
 
     >>> build(["echo", "a b"], env={"X": "$(id)"}, cwd="/w d").text
     "cd -- '/w d' && export X='$(id)' && echo 'a b'"
@@ -116,7 +131,7 @@ def build(
     script = script_of(command)
 
     def assemble(redact: bool) -> str:
-        steps = []
+        steps = [f". {quote(env_file)} && rm -f -- {quote(env_file)}"] if env_file else []
         if cwd:
             steps.append(f"cd -- {quote(cwd)}")
         exported = export_env(env or {}, redact=redact)

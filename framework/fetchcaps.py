@@ -21,14 +21,15 @@ import contextlib
 import gzip
 import os
 import re
+import threading
 import time
 import zlib
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO, cast
 
-from framework.errors import TransferError, UsageError
+from framework.errors import Cancelled, TransferError, UsageError
 
 if TYPE_CHECKING:  # imported where archives are read: the hosts module (every command) imports this one
     import tarfile
@@ -74,6 +75,8 @@ class FetchCaps:
     member_bytes: int = int(DEFAULTS["member_bytes"])
     total_bytes: int = int(DEFAULTS["total_bytes"])
     expand_bytes: int = int(DEFAULTS["expand_bytes"])
+    #: set by an interrupt (``Host.cancel_event``): the download stops at the next chunk (``Cancelled``)
+    cancel: threading.Event | None = field(default=None, compare=False)
 
     def with_(self, **changes: float) -> FetchCaps:
         return replace(self, **changes)  # type: ignore[arg-type]
@@ -155,6 +158,8 @@ def copy_bounded(read: Callable[[int], bytes], out: BinaryIO, *, host: str, remo
                                 received=cap.max_bytes)
         out.write(chunk)
         got += len(chunk)
+        if cap.cancel is not None and cap.cancel.is_set():
+            raise Cancelled(host, f"interrupted: download of {remote} stopped after {human(got)}")
         if time.monotonic() - start > cap.timeout:
             raise FetchCapError(host, f"download of {remote} took longer than {cap.timeout:g}s "
                                       f"({ENV_KEYS['timeout']}); stopped after {human(got)}", received=got)

@@ -17,11 +17,14 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 import posixpath
 import secrets
+import tempfile
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
@@ -50,6 +53,8 @@ T = TypeVar("T")
 
 DEFAULT_COMMAND_TIMEOUT = 600.0
 DEFAULT_MAX_PARALLEL = 32
+#: how long an interrupted ``Cluster.map`` waits for its hosts' killed commands before it re-raises
+CANCEL_GRACE = 15.0
 
 
 def sha256_file(path: Path) -> str:
@@ -140,15 +145,19 @@ class Host:
         wall-clock: on expiry the remote process group is killed and the result
         has ``timed_out=True`` (``check=True`` raises ``CommandTimedOut``).
         """
-        line = commands.build(command, env=env, cwd=cwd)
         self._check_cancelled()
         self.connect()
+        line, staged = self._line(command, env, cwd)
         limit = self.command_timeout if timeout is None else (timeout or None)
         self.log.debug("%s: run %s", self.name, line.display)
         try:
-            result = self.transport.run(line.text, timeout=limit, display=line.display, max_output=max_output)
-        except HostUnreachable as exc:
-            self.broken = exc
+            result = self.transport.run(line.text, timeout=limit, display=line.display, max_output=max_output,
+                                        cancel=self.cancel_event)
+        except BaseException as exc:
+            if isinstance(exc, HostUnreachable):
+                self.broken = exc
+            if staged:  # the command removes it first thing; this is for one that never started
+                self._unstage(staged)
             raise
         self.log.debug("%s: %r", self.name, result)
         if check:
@@ -165,16 +174,43 @@ class Host:
             if env or cwd:
                 raise ValueError("a built Line carries its own environment and directory")
             line = command
+            self._check_cancelled()
+            self.connect()
         else:
-            line = commands.build(command, env=env, cwd=cwd)
-        self._check_cancelled()
-        self.connect()
+            self._check_cancelled()
+            self.connect()
+            line, _ = self._line(command, env, cwd)
         self.log.debug("%s: spawn %s", self.name, line.display)
         try:
             return self.transport.spawn(line.text, display=line.display, max_output=max_output)
         except HostUnreachable as exc:
             self.broken = exc
             raise
+
+    def _line(self, command: Command, env: Mapping[str, Any] | None, cwd: str | None) -> tuple[commands.Line, str]:
+        """The line for ``command``; secret values of ``env`` (anything with ``reveal()``) are never on it:
+        they go to a new private file on the host (SFTP, ``O_EXCL``, 0600 before the first byte) that the
+        line reads and removes first. Returns the line and that file ('' without secrets)."""
+        plain, hidden = commands.secret_env(env)
+        if not hidden:
+            return commands.build(command, env=env, cwd=cwd), ""
+        staged = f"/tmp/camit-env-{secrets.token_hex(16)}"
+        with tempfile.TemporaryDirectory(prefix="camit-env-") as folder:  # 0700, files 0600
+            local = Path(folder, "env")
+            fd = os.open(local, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                fh.write(commands.env_file_text(hidden))
+            self.transport.put(local, staged)
+        line = commands.build(command, env=plain, cwd=cwd, env_file=staged)
+        redacted = commands.build(command, env={**plain, **dict.fromkeys(hidden, commands.REDACTED)}, cwd=cwd)
+        return commands.Line(line.text, redacted.display), staged
+
+    def _unstage(self, staged: str) -> None:
+        try:
+            line = commands.build(["rm", "-f", "--", staged])
+            self.transport.run(line.text, timeout=30, display=line.display, max_output=4096)
+        except FrameworkError:
+            pass
 
     def check(self, command: Command, **kwargs: Any) -> Result:
         """``run(..., check=True)``: raise ``CommandFailed``/``CommandTimedOut`` unless rc is 0."""
@@ -226,7 +262,8 @@ class Host:
         part = local.with_name(local.name + f".camit-part-{secrets.token_hex(4)}")
         try:
             try:
-                self.transport.get(remote, part, cap=cap or fetchcaps.caps())
+                # an interrupt stops the download at its next chunk, as it kills a running command
+                self.transport.get(remote, part, cap=replace(cap or fetchcaps.caps(), cancel=self.cancel_event))
             except FetchCapError:
                 if keep_partial and part.exists():
                     part.replace(local)
@@ -385,10 +422,16 @@ class Cluster:
                 futures.append(pool.submit(one, host))
             wait(futures)
         except KeyboardInterrupt:
-            # Ctrl-C/SIGTERM: hosts stop starting commands and abort uploads; the pool
-            # then drains quickly and the interrupt goes on to the caller
-            self.cancel()
-            wait(futures)
+            # Ctrl-C/SIGTERM: this map's hosts stop starting commands, kill the ones running (as a timeout
+            # does) and abort uploads; the pool drains within CANCEL_GRACE and the interrupt goes on to the
+            # caller. The cancel is scoped to this map: cleanup after it (lease release, fetch, core scan,
+            # run-folder removal) runs on the same hosts
+            try:
+                self.cancel(targets)
+                wait(futures, timeout=CANCEL_GRACE)
+            finally:
+                for host in targets:
+                    host.cancel_event.clear()
             raise
         finally:
             if nested:
@@ -413,9 +456,9 @@ class Cluster:
     def connect(self) -> GroupResult[None]:
         return self.map(lambda h: h.connect())
 
-    def cancel(self) -> None:
-        """Interrupt the run on every host (see ``Host.cancel_event``)."""
-        for h in self.hosts.values():
+    def cancel(self, hosts: Iterable[Host] | None = None) -> None:
+        """Interrupt what runs on ``hosts`` (default: every host; see ``Host.cancel_event``)."""
+        for h in self.hosts.values() if hosts is None else hosts:
             h.cancel_event.set()
 
     def close(self) -> None:

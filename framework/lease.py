@@ -21,10 +21,12 @@ gone. "This very controller" is the same hostname *and* the same boot and PID na
 with the same hostname cannot see our pids, so it never judges them); "gone" means no process with
 that pid *and* that start time (a reused pid is not the holder). The file names its holder by owner,
 pid, process start time and run id, never by command line (argv may carry secrets). A stale lease is
-taken over with a warning. While held, a heartbeat thread of the lease's own (with its own worker
-threads, never the cluster's pool, which long host work may fill) refreshes every host's file every
-``interval`` seconds; if a refresh finds the lease gone (someone judged it stale and took it), ``lost``
-says so and leaving the ``with`` block raises :class:`LeaseLost`.
+taken over with a warning. While held, each host has a heartbeat thread of its own (never the cluster's
+pool, which long host work may fill) refreshing its file every ``interval`` seconds on its own schedule,
+so a host whose refresh is slow delays only its own beats, never a healthy host's; if a refresh finds the
+lease gone (someone judged it stale and took it), ``lost`` says so and leaving the ``with`` block raises
+:class:`LeaseLost`. ``lease release`` without ``--force`` removes stale leases and the one holding the
+given token, never a live lease by its owner string (two sessions of one user share it).
 
     with Lease(cluster, ttl=300, wait=600) as lease:   # LeaseHeld names the holder (exit 3)
         deploy(...); launch(...)
@@ -33,6 +35,7 @@ says so and leaving the ``with`` block raises :class:`LeaseLost`.
 from __future__ import annotations
 
 import getpass
+import hmac
 import json
 import logging
 import math
@@ -405,7 +408,8 @@ class Lease:
         self.held: dict[str, LeaseRecord] = {}
         self.lost: dict[str, str] = {}
         self._stop = threading.Event()
-        self._beat: threading.Thread | None = None
+        self._beats: list[threading.Thread] = []
+        self._lost_lock = threading.Lock()
         self.on_lost = on_lost
         #: an attempt found a host held: take host by host from then on (:meth:`_take_all`)
         self._contended = False
@@ -455,9 +459,7 @@ class Lease:
             if blocker is None:
                 log.info("lease on %s taken by %s", ", ".join(self.held), self.owner)
                 if self.interval > 0:
-                    self._stop.clear()
-                    self._beat = threading.Thread(target=self._heartbeat, name="camit-lease-heartbeat", daemon=True)
-                    self._beat.start()
+                    self._start_heartbeats()
                 return self
             host, record, now = blocker
             waited = time.monotonic() - start
@@ -534,37 +536,52 @@ class Lease:
         raise LeaseError(f"{host.name}: the lease file {path} keeps changing; giving up")
 
     # -- heartbeat ------------------------------------------------------------
-    def _heartbeat(self) -> None:
-        while not self._stop.wait(self.interval):
-            lost = len(self.lost)
-            self.refresh()
-            if len(self.lost) > lost and self.on_lost is not None and not self._stop.is_set():
-                try:
-                    self.check()
-                except LeaseLost as exc:
-                    self.on_lost(exc)
+    def _start_heartbeats(self) -> None:
+        """One heartbeat thread per held host, each on its own schedule: a host whose refresh is slow (a
+        stopped host: its timeout, then the kill path) delays only its own beats, never a healthy one's."""
+        self._stop.clear()
+        self._beats = [threading.Thread(target=self._heartbeat, args=(h,), name=f"camit-lease-{h.name}",
+                                        daemon=True) for h in self.hosts if h.name in self.held]
+        for t in self._beats:
+            t.start()
+
+    def _heartbeat(self, host: Host) -> None:
+        due = time.monotonic() + self.interval
+        while not self._stop.wait(max(0.0, due - time.monotonic())):
+            if host.name in self.lost:
+                return
+            self._refresh_one(host)
+            # the next beat one interval after this one was due; beats missed while slow are not made up
+            due = max(due + self.interval, time.monotonic())
+            if host.name in self.lost and self.on_lost is not None and not self._stop.is_set():
+                with self._lost_lock:
+                    try:
+                        self.check()
+                    except LeaseLost as exc:
+                        self.on_lost(exc)
+
+    def _refresh_one(self, host: Host) -> None:
+        """Renew ``host``'s lease now; a takeover found is recorded in ``lost``, a failure logged."""
+        start = self.held[host.name].start
+        try:
+            # bounded well inside the staleness window
+            reply = self._run(host, refresh_script(lease_path(host), self._content(start), self.token, self.ttl),
+                              timeout=max(5.0, min(60.0, self.interval * 1.5)))
+        except Exception as exc:  # this host's beat failed; the next one tries again
+            log.warning("%s: lease heartbeat failed: %s", host.name, exc)
+            return
+        if reply.result == "refreshed" and reply.record is not None:
+            self.held[host.name] = reply.record
+        elif reply.result == "lost":
+            holder = reply.record
+            self.lost[host.name] = f"taken over by {holder.describe(reply.now) if holder else 'someone'}"
+            log.error("%s: our lease was %s", host.name, self.lost[host.name])
 
     def refresh(self) -> None:
-        """Renew every held host's lease now (the heartbeat thread calls this)."""
+        """Renew every held host's lease now, in parallel (each host's heartbeat thread renews its own)."""
         names = [n for n in self.held if n not in self.lost]
-        if not names:
-            return
-
-        def one(host: Host) -> Reply:
-            start = self.held[host.name].start
-            # bounded well inside the staleness window: one silent host must not hold back the others' beats
-            return self._run(host, refresh_script(lease_path(host), self._content(start), self.token, self.ttl),
-                             timeout=max(5.0, min(60.0, self.interval * 1.5)))
-
-        for name, value in self._each(one, names).items():
-            if isinstance(value, BaseException):
-                log.warning("%s: lease heartbeat failed: %s", name, value)
-            elif value.result == "refreshed" and value.record is not None:
-                self.held[name] = value.record
-            elif value.result == "lost":
-                holder = value.record
-                self.lost[name] = f"taken over by {holder.describe(value.now) if holder else 'someone'}"
-                log.error("%s: our lease was %s", name, self.lost[name])
+        if names:
+            self._each(self._refresh_one, names)
 
     def check(self) -> None:
         """Raise :class:`LeaseLost` if any host's lease was taken over while we held it."""
@@ -575,9 +592,10 @@ class Lease:
     def release(self) -> None:
         """Stop the heartbeat and remove our lease files (best effort; failures are logged)."""
         self._stop.set()
-        if self._beat is not None:
-            self._beat.join(timeout=self.interval + 65)
-            self._beat = None
+        deadline = time.monotonic() + self.interval + 65
+        for t in self._beats:
+            t.join(timeout=max(0.0, deadline - time.monotonic()))
+        self._beats = []
         self._release_held()
 
     def _release_held(self) -> None:
@@ -638,12 +656,13 @@ def lease_status(cluster: Cluster) -> Mapping[str, LeaseState | BaseException]:
     return cluster.map(one)
 
 
-def release_leases(cluster: Cluster, *, owner: str | None = None, force: bool = False) -> Mapping[str, str | BaseException]:
-    """Remove leases that are stale or ``owner``'s (default: ours); ``force`` removes live ones too.
+def release_leases(cluster: Cluster, *, token: str | None = None, force: bool = False) -> Mapping[str, str | BaseException]:
+    """Remove stale leases (expired, silent, or whose holder on this controller is gone) and the live one
+    holding ``token``; ``force`` removes any live one too. A live lease is never judged by its owner string:
+    two sessions of one user on one controller share it (``user@host``), and neither releases the other's.
 
     Returns host → what happened (``free``, ``released``, ``changed``, or ``held by …``).
     """
-    owner = owner or default_owner()
 
     def one(host: Host) -> str:
         path = lease_path(host)
@@ -651,7 +670,8 @@ def release_leases(cluster: Cluster, *, owner: str | None = None, force: bool = 
         if reply.content is None:
             return "free"
         record = reply.record
-        if not force and stale_reason(record, reply.now) is None and record is not None and record.owner != owner:
+        ours = record is not None and token is not None and hmac.compare_digest(record.token, token)
+        if not force and not ours and stale_reason(record, reply.now) is None and record is not None:
             return f"held by {record.describe(reply.now)}; not released (use --force)"
         done = parse_reply(host.check(release_script(path, old=reply.content), timeout=60).stdout)
         return done.result

@@ -6,9 +6,13 @@ host (an NFS checkout). A CI clone under /tmp, or a controller the hosts share n
 that (each lab host has a private /tmp). :func:`ship` puts each file at its own absolute path on one host,
 unless the host has it there already with the same sha256 (a host sharing the controller's file system:
 nothing is written), through :meth:`Host.put <framework.hosts.Host.put>` (sha256 verified, atomic), with
-the local permission bits. A file there with other content is refused, never overwritten.
-:meth:`Shipment.remove` takes away what was written: the topmost folder the upload created, else the
-files it wrote (each of them absent before). The probe is one shell script per host, every path quoted by
+the local permission bits (never group/other-writable). A file there with other content is refused, never
+overwritten. The files run as root, so the tree lives under trust: every folder on the way passes the
+workdir's guard (owned by root or the SSH user, not group/other-writable unless sticky, no symlink), a file
+kept must be a regular file the SSH user owns, and missing folders are made one level at a time (``mkdir``
+without ``-p``: one made meanwhile by someone else is refused). A refusal is one line naming host and path.
+:meth:`Shipment.remove` takes away what was written: the topmost folders camit made and the files it
+wrote (each of them absent before). The probe is one shell script per host, every path quoted by
 :func:`framework.commands.quote`; :func:`probe_script` and :func:`parse_probe` are pure.
 """
 
@@ -24,17 +28,21 @@ from typing import TYPE_CHECKING
 
 from framework import commands
 from framework.commands import ShellScript
-from framework.errors import FrameworkError, TransferError
+from framework.errors import CommandFailed, FrameworkError, TransferError
+from framework.remote.layout import trust_functions_sh, unsafe_reason
 
 if TYPE_CHECKING:
     from framework.hosts import Host
+    from framework.result import Result
 
 log = logging.getLogger("camit.samepath")
 
 #: file and folder names never shipped (byte code, editor and VCS files)
 SKIPPED = ("__pycache__",)
-#: the probe's line naming the topmost missing folder (by its index in the ancestors it was given)
-TOP = "@@top"
+#: the probe's line naming a missing folder (by its index in the folders it was given)
+MISSING = "@@missing"
+#: the line of :func:`mkdir_script` naming a folder it made
+MADE = "@@made"
 
 
 def files_of(local: Path) -> list[Path]:
@@ -54,57 +62,104 @@ def ancestors(root: str) -> list[str]:
     return ["/" + "/".join(parts[: i + 1]) for i in range(len(parts))]
 
 
+def folders_of(files: Sequence[str]) -> list[str]:
+    """Every folder holding one of ``files`` and every ancestor of those, parents before children."""
+    found = {d for f in files for d in ancestors(posixpath.dirname(f))}
+    return sorted(found, key=lambda d: (d.count("/"), d))
+
+
 def probe_script(files: Sequence[str], folders: Sequence[str]) -> ShellScript:
-    """A script printing ``<i> <sha256>`` (``-`` when absent) for each of ``files`` (1-based), then
-    ``@@top <j>`` for the first of ``folders`` (top down) that does not exist, if one does not."""
+    """A script judging ``folders`` (top down: :func:`~framework.remote.layout.trust_functions_sh`'s
+    ``_ctrust``, a refusal ends it with ``@@unsafe``), printing ``@@missing <j>`` for each that does not
+    exist, then ``<i> <sha256>`` (``-`` when absent) for each of ``files`` (1-based); a file there must
+    pass ``_cmine`` (a regular file the SSH user owns) before it is read."""
     q = commands.quote
-    listed = " ".join(q(f) for f in files)
     dirs = " ".join(q(d) for d in folders)
-    # the digest read from stdin: sha256sum escapes odd names in its output, never a hash of "-"
-    script = (f'i=0; for f in {listed}; do i=$((i+1)); if [ -f "$f" ]; then '
-              f'h=$(sha256sum < "$f" | cut -c1-64); else h=-; fi; echo "$i ${{h:--}}"; done')
+    listed = " ".join(q(f) for f in files)
+    script = trust_functions_sh()
     if folders:
-        script += f'; j=0; for d in {dirs}; do j=$((j+1)); [ -d "$d" ] || {{ echo "{TOP} $j"; break; }}; done'
+        script += f'; j=0; for d in {dirs}; do j=$((j+1)); _ctrust "$d"; [ -e "$d" ] || echo "{MISSING} $j"; done'
+    # the digest read from stdin: sha256sum escapes odd names in its output, never a hash of "-"
+    script += (f'; i=0; for f in {listed}; do i=$((i+1)); if [ -e "$f" ] || [ -L "$f" ]; then _cmine "$f"; '
+               f'h=$(sha256sum < "$f" | cut -c1-64); else h=-; fi; echo "$i ${{h:--}}"; done')
     return ShellScript(script)
 
 
-def parse_probe(output: str, files: Sequence[str], folders: Sequence[str]) -> tuple[dict[str, str | None], str | None]:
-    """``probe_script``'s output -> (each file's sha256 on the host or None, the topmost missing folder or None)."""
-    digests: dict[str, str | None] = dict.fromkeys(files)
-    top = None
+def mkdir_script(folders: Sequence[str]) -> ShellScript:
+    """Make each of ``folders`` (parents first, each under a judged parent) one level at a time, ``0755``,
+    printing ``@@made <j>`` for each: ``mkdir`` without ``-p``, so a folder someone made meanwhile is
+    refused (``@@unsafe``), never used."""
+    q = commands.quote
+    made = "; ".join(f"mkdir -m 0755 -- {q(d)} || _cbad {q(d)} 'could not be made (made by someone else "
+                     f"meanwhile?)'; echo '{MADE} {j}'; _ctrust {q(d)}" for j, d in enumerate(folders, 1))
+    return ShellScript(f"{trust_functions_sh()}; {made}")
+
+
+def parse_made(output: str, folders: Sequence[str]) -> list[str]:
+    """The folders ``mkdir_script`` made (its ``@@made`` records), in order."""
+    made = []
     for line in output.splitlines():
         word, _, value = line.strip().partition(" ")
-        if word == TOP and value.isdigit() and 1 <= int(value) <= len(folders):
-            top = folders[int(value) - 1]
+        if word == MADE and value.isdigit() and 1 <= int(value) <= len(folders):
+            made.append(folders[int(value) - 1])
+    return made
+
+
+def parse_probe(output: str, files: Sequence[str], folders: Sequence[str]) -> tuple[dict[str, str | None], list[str]]:
+    """``probe_script``'s output -> (each file's sha256 on the host or None, the missing folders, top down)."""
+    digests: dict[str, str | None] = dict.fromkeys(files)
+    missing = []
+    for line in output.splitlines():
+        word, _, value = line.strip().partition(" ")
+        if word == MISSING and value.isdigit() and 1 <= int(value) <= len(folders):
+            missing.append(folders[int(value) - 1])
         elif word.isdigit() and 1 <= int(word) <= len(files):
             digests[files[int(word) - 1]] = value if len(value) == 64 else None
-    return digests, top
+    return digests, missing
+
+
+def tops(missing: Sequence[str]) -> list[str]:
+    """The topmost of ``missing`` folders (those whose parent is not missing too)."""
+    gone = set(missing)
+    return [d for d in missing if posixpath.dirname(d) not in gone]
+
+
+def _refuse(host: Host, result: Result, what: str) -> None:
+    """One line naming host and path when the guard refused (``@@unsafe``); CommandFailed otherwise."""
+    why = unsafe_reason(result.stdout)
+    if why is not None:
+        raise TransferError(host.name, f"refusing to ship {what}: {why}")
+    if not result.ok:
+        raise CommandFailed(result)
 
 
 @dataclass
 class Shipment:
-    """What :func:`ship` wrote on one host: ``created`` (the topmost folder it made) or ``written`` files."""
+    """What :func:`ship` did on one host: the topmost folders it ``created`` and the files it ``written``."""
 
     host: Host
     written: list[str] = field(default_factory=list)
-    kept: list[str] = field(default_factory=list)  # there already, same sha256
-    created: str | None = None
+    kept: list[str] = field(default_factory=list)  # there already, same sha256, owned by the SSH user
+    created: list[str] = field(default_factory=list)
 
     def remove(self) -> None:
         """Take away what was written (nothing when the host had every file already)."""
-        if self.created is not None:
-            self.host.check(["rm", "-rf", "--", self.created], timeout=60)
-        elif self.written:
-            self.host.check(["rm", "-f", "--", *self.written], timeout=60)
-        self.written, self.created = [], None
+        inside = [f for f in self.written if not any(f.startswith(d + "/") for d in self.created)]
+        if self.created:
+            self.host.check(["rm", "-rf", "--", *self.created], timeout=60)
+        if inside:
+            self.host.check(["rm", "-f", "--", *inside], timeout=60)
+        self.written, self.created = [], []
 
 
 def ship(host: Host, local: Path, *, digests: dict[Path, str] | None = None) -> Shipment:
     """Put ``local`` (a file, or a folder's files) at the same absolute path on ``host``; see the module docstring.
 
-    A file already there with other content is never overwritten: ``TransferError`` names it and both
-    digests, before anything is written. ``digests`` (local file -> sha256) spares hashing the same files
-    again for the next host.
+    Every folder on the way must pass the workdir's guard (owned by root or the SSH user, not writable by
+    others unless sticky, no symlink) and a file kept must be the SSH user's: otherwise ``TransferError``
+    names host and path, before anything is written. A file already there with other content is never
+    overwritten (``TransferError`` naming it and both digests). ``digests`` (local file -> sha256) spares
+    hashing the same files again for the next host.
     """
     from framework.hosts import sha256_file
 
@@ -112,9 +167,10 @@ def ship(host: Host, local: Path, *, digests: dict[Path, str] | None = None) -> 
     files = files_of(local)
     remote = [f.as_posix() for f in files]
     root = local.as_posix() if local.is_dir() else posixpath.dirname(local.as_posix())
-    folders = ancestors(root)
-    probe = host.check(probe_script(remote, folders), timeout=max(host.command_timeout, 60.0))
-    there, top = parse_probe(probe.stdout, remote, folders)
+    folders = folders_of(remote)
+    probe = host.run(probe_script(remote, folders), timeout=max(host.command_timeout, 60.0))
+    _refuse(host, probe, root)
+    there, missing = parse_probe(probe.stdout, remote, folders)
     digests = {} if digests is None else digests
     for path in files:
         if path not in digests:
@@ -124,17 +180,22 @@ def ship(host: Host, local: Path, *, digests: dict[Path, str] | None = None) -> 
         name, theirs, ours = differ[0]
         raise TransferError(host.name, f"{name} is there with other content (sha256 {theirs} on the host, {ours} "
                                        f"here{f'; {len(differ) - 1} more' if len(differ) > 1 else ''}): not overwritten")
-    shipment = Shipment(host, created=top)
+    shipment = Shipment(host)
     modes: dict[str, list[str]] = {}
     try:
+        if missing:
+            made = host.run(mkdir_script(missing), timeout=60)
+            shipment.created = tops(parse_made(made.stdout, missing))
+            _refuse(host, made, root)
         for path, name in zip(files, remote, strict=True):
             if there[name] is not None:
                 shipment.kept.append(name)
                 continue
             host.put(path, name, sha256=digests[path])
             shipment.written.append(name)
-            modes.setdefault(f"{stat.S_IMODE(path.stat().st_mode):o}", []).append(name)
-        for mode, names in modes.items():  # put leaves 0600: keep the local bits (a test binary stays executable)
+            # put leaves 0600: keep the local bits (a test binary stays executable), never group/other-writable
+            modes.setdefault(f"{stat.S_IMODE(path.stat().st_mode) & 0o755:o}", []).append(name)
+        for mode, names in modes.items():
             host.check(["chmod", mode, "--", *names])
     except BaseException:
         try:  # nothing half-shipped stays behind (only what was absent was written)
@@ -144,7 +205,7 @@ def ship(host: Host, local: Path, *, digests: dict[Path, str] | None = None) -> 
         raise
     if shipment.written:
         log.info("%s: shipped %d file(s) to %s (%s)", host.name, len(shipment.written), root,
-                 f"created {top}" if top else f"{len(shipment.kept)} already there")
+                 f"created {', '.join(shipment.created)}" if shipment.created else f"{len(shipment.kept)} already there")
     else:
         log.debug("%s: %s already there (%d file(s), same sha256)", host.name, root, len(shipment.kept))
     return shipment

@@ -2,7 +2,8 @@
 
 Five keys are honoured — ``HostName``, ``User``, ``Port``, ``IdentityFile`` (the first) and ``ProxyJump`` (one
 hop) — looked up, as ``ssh <name>`` would, by the name camit connects to (a host's ``ssh_ip``, a jump host's
-name). Anything else in the file (``ProxyCommand`` aside, which is refused) is left to OpenSSH. Which file:
+name). Anything else in the file (``ProxyCommand`` aside, which is refused) is left to OpenSSH. ``Match exec``
+is refused before paramiko sees the file (it would run the command), naming file and line. Which file:
 ``defaults.ssh_config`` of the env file, else ``$CAMIT_SSH_CONFIG``, else ``~/.ssh/config`` when it exists;
 ``none`` for either reads no file. Parsing uses paramiko's ``SSHConfig``, imported only when there is a file.
 Every problem is a ``ValueError`` whose text names the file; :mod:`framework.config.effective` turns it into one
@@ -12,6 +13,8 @@ Every problem is a ``ValueError`` whose text names the file; :mod:`framework.con
 from __future__ import annotations
 
 import os
+import re
+import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +24,8 @@ from typing import Any
 SSH_CONFIG_ENV = "CAMIT_SSH_CONFIG"
 DEFAULT_SSH_CONFIG = "~/.ssh/config"
 NONE = "none"
+#: an ssh_config line: keyword, then ``=`` or blanks, then the rest (as OpenSSH and paramiko split it)
+_SETTING = re.compile(r"^\s*(\w+)(?:\s*=\s*|\s+)(.*)$")
 
 
 @dataclass(frozen=True)
@@ -45,6 +50,7 @@ class SshConfigFile:
             text = path.read_text()
         except (OSError, UnicodeDecodeError) as exc:
             raise ValueError(f"cannot read ssh_config {path}: {exc}") from None
+        refuse_exec(text, path)
         try:
             self._config = paramiko.SSHConfig.from_text(text)
         except paramiko.SSHException as exc:
@@ -84,6 +90,23 @@ class SshConfigFile:
             identity_file=Path(files[0]) if files else None,
             proxy_jump=str(jump) if jump else None,
         )
+
+
+def refuse_exec(text: str, path: Path) -> None:
+    """ValueError naming file and line for a ``Match exec`` line: paramiko would run its command on the
+    controller while looking a name up (a shell, as root on a CI agent); the file comes from an env file, which
+    camit treats as untrusted. Reading an ssh_config never executes anything."""
+    for number, line in enumerate(text.splitlines(), 1):
+        found = _SETTING.match(line.strip())
+        if found is None or found.group(1).lower() != "match":
+            continue
+        try:
+            words = shlex.split(found.group(2))
+        except ValueError:
+            words = found.group(2).split()
+        if any(w.lstrip("!").lower() == "exec" for w in words):
+            raise ValueError(f"ssh_config {path}:{number}: 'Match exec' runs a command on the controller; "
+                             "camit refuses it (use Host blocks)")
 
 
 def find(value: str | None, base: Path, environ: Mapping[str, str]) -> tuple[Path | None, bool]:

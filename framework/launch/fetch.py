@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -123,10 +124,14 @@ def read_ranks(result: LaunchResult, host: str, local_dir: Path) -> None:
             rr.junit = str(junit) if junit.exists() else None
 
 
-def log_tail(path: str | None, lines: int = TAIL_LINES) -> str:
+def log_tail(path: str | None, lines: int = TAIL_LINES, window: int = 64 * 1024) -> str:
+    """The last ``lines`` lines of a fetched log, read from its last ``window`` bytes only (a log may be
+    hundreds of MiB)."""
     if not path or not Path(path).exists():
         return ""
-    return "\n".join(Path(path).read_text(errors="replace").splitlines()[-lines:])
+    with open(path, "rb") as fh:
+        fh.seek(max(0, fh.seek(0, os.SEEK_END) - window))
+        return "\n".join(fh.read().decode("utf-8", "replace").splitlines()[-lines:])
 
 
 def port_taken(node_dir: Path) -> bool:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from framework import remote
+from framework.console import printable
 from framework.errors import CommandFailed, CommandTimedOut, HostError
 from framework.hosts import Cluster, Host, sha256_file
 from framework.launch import cause, devices, fetch, stacks, timeouts
@@ -55,6 +56,7 @@ from framework.launch.result import LaunchResult, NodeResult, RankResult
 from framework.phases import PhaseEvent, PhaseSink, discard, emit, rundir_sink
 from framework.remote import protocol
 from framework.remote.layout import HostLayout, unsafe_message, unsafe_reason
+from framework.report.scrub import Scrubber
 from framework.transport.base import Process
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -358,9 +360,10 @@ class Launcher:
         monitor.conclude(time.monotonic())
         failed = monitor.failed_rank()
         if failed is not None and failed.log:
-            result.failure_tail = fetch.log_tail(failed.log)
+            # host text bound for pytest's failure text and the terminal: no secret, no control character
+            result.failure_tail = printable(Scrubber.from_env(self.env).text(fetch.log_tail(failed.log)))
         found = cause.of_ranks(result.ranks.values(), result.failure_rank) if result.failure else None
-        result.cause = found.describe() if found else None
+        result.cause = Scrubber.from_env(self.env).text(found.describe()) if found else None  # a rank's words
         if self.rundir is not None and found:  # the record written before the logs were read gets the cause too
             self.rundir.write_json(f"launch-{result.launch_id}.json", result.to_json())
 

@@ -21,7 +21,8 @@ for the ranks' interpreter, install path and vendor.
 A workdir is trusted only when it is safe (:meth:`HostLayout.guard_script`): camit makes it
 ``0700`` under ``umask 077`` and refuses one that is a symlink, not owned by the SSH user, or
 writable by group/others, and any ancestor another user could swap (owned by someone but root or
-the user, or group/other-writable without the sticky bit). Every program or artifact camit runs
+the user, or group/other-writable without the sticky bit). A custom ``install_path`` outside the workdir
+passes the same test on every folder from ``/`` down to it, with no symlink (:func:`trust_tree_sh`). Every program or artifact camit runs
 from it is hash-checked first (:func:`sh_sha_ok`); files are written to a fresh name made with
 ``O_EXCL`` (``mktemp``) and renamed into place. Standard library only.
 """
@@ -120,7 +121,13 @@ class HostLayout:
             "_cchk; mkdir -p -- \"$_cw\" 2>/dev/null; "
             "[ -d \"$_cw\" ] || _cbad \"$_cw\" 'cannot be created as a directory'; "
             "_cchk; chmod 0700 -- \"$_cw\""
-        )
+        ) + self.install_guard()
+
+    def install_guard(self) -> str:
+        """sh (``; ...``): a custom ``install_path`` outside the workdir (its ``set_env.bash`` is sourced as
+        root) passes :func:`trust_tree_sh`; empty when it lies inside the workdir (guarded already)."""
+        inside = self.install_path == self.workdir or self.install_path.startswith(self.workdir.rstrip("/") + "/")
+        return "" if inside else f"; {trust_functions_sh()}; {trust_tree_sh(self.install_path)}"
 
     # -- deploy ---------------------------------------------------------------------------------
     def stage(self, sha256: str) -> str:
@@ -193,6 +200,41 @@ class HostLayout:
     def scratch(self, name: str) -> str:
         """A temporary file directly in the workdir (archives on their way to the controller)."""
         return self.join(name)
+
+
+def trust_functions_sh() -> str:
+    """sh defining ``_ctrust <dir>`` and ``_cmine <file>`` (plus ``_me``, ``_cbad``, ``_cown``): the guard of a
+    tree camit places outside its workdir (``samepath``, a custom ``install_path``).
+
+    ``_ctrust`` judges one folder (call it for every ancestor, top down): when it exists it must be a real
+    directory (no symlink), owned by root or the SSH user, and not group/other-writable unless sticky.
+    ``_cmine`` judges a file that is kept: a regular file (no symlink), owned by the SSH user, not
+    group/other-writable. A refusal prints ``@@unsafe <path>: <why>`` and exits :data:`UNSAFE_RC`.
+    """
+    bad = f"{{ printf '%s%s: %s\\n' '@@{UNSAFE_TAG} ' \"$1\" \"$2\"; exit {UNSAFE_RC}; }}"
+    return (
+        f"_me=$(id -u); _cbad() {bad}; "
+        "_cown() { [ \"$1\" = 0 ] || [ \"$1\" = \"$_me\" ]; }; "
+        "_ctrust() { [ -L \"$1\" ] && _cbad \"$1\" 'is a symlink'; [ -e \"$1\" ] || return 0; "
+        "[ -d \"$1\" ] || _cbad \"$1\" 'is not a directory'; "
+        "_o=$(stat -c %u -- \"$1\") || _cbad \"$1\" 'cannot be read'; "
+        "_cown \"$_o\" || _cbad \"$1\" \"is owned by uid $_o (not root or the SSH user, uid $_me)\"; "
+        "_m=0$(stat -c %a -- \"$1\"); [ $((_m & 022)) -ne 0 ] && [ $((_m & 01000)) -eq 0 ] && "
+        "_cbad \"$1\" \"is writable by group/others (mode $(stat -c %a -- \"$1\")) without the sticky bit\"; "
+        "return 0; }; "
+        "_cmine() { [ -L \"$1\" ] && _cbad \"$1\" 'is a symlink'; "
+        "[ -f \"$1\" ] || _cbad \"$1\" 'is not a regular file'; "
+        "_o=$(stat -c %u -- \"$1\"); "
+        "[ \"$_o\" = \"$_me\" ] || _cbad \"$1\" \"is owned by uid $_o, not by the SSH user (uid $_me)\"; "
+        "_m=0$(stat -c %a -- \"$1\"); [ $((_m & 022)) -ne 0 ] && "
+        "_cbad \"$1\" \"is writable by group/others (mode $(stat -c %a -- \"$1\"))\"; return 0; }"
+    )
+
+
+def trust_tree_sh(path: str) -> str:
+    """sh: ``_ctrust`` (:func:`trust_functions_sh`) on each existing folder from ``/`` down to ``path``."""
+    parts = [p for p in path.split("/") if p]
+    return "; ".join(f"_ctrust {_q('/' + '/'.join(parts[: i + 1]))}" for i in range(len(parts))) or ":"
 
 
 def unsafe_reason(stdout: str) -> str | None:

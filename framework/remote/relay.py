@@ -16,7 +16,9 @@ A listener binds ``IP:0`` and prints ``PORT <n>`` first; it keeps accepting unti
 connection's first line is its one-time token (compared in constant time) or the
 deadline passes: a connection that sends anything else, nothing within
 ``TOKEN_WAIT`` seconds or more than a line is closed unread (a stray local user can
-neither end the hop nor get data; nothing is ever sent upstream). Then it reads
+neither end the hop nor get data; nothing is ever sent upstream). Idle connections cannot
+crowd out the upstream: past ``MAX_PENDING`` waiting (``MAX_PER_PEER`` from one address)
+the oldest one is closed, never the newcomer. Then it reads
 ``size`` bytes. Every byte read is written to a fresh file created exclusively
 (``O_CREAT|O_EXCL|O_NOFOLLOW``, mode 0600, ``PATH.part-<random>``: a symlink planted
 at any name is never followed) and sent on to the next hop at the same time (a
@@ -47,8 +49,10 @@ CHUNK = 1 << 20
 TOKEN_WAIT = 10.0
 #: seconds any single socket operation may take (connect, sendall, recv)
 IO_TIMEOUT = 60.0
-#: connections waiting for their token line at once (more are closed at once)
+#: connections waiting for their token line at once (past it, the oldest that sent nothing is closed)
 MAX_PENDING = 16
+#: connections from one address waiting for their token line at once (past it, that address's oldest is closed)
+MAX_PER_PEER = 4
 
 # the protocol's words (framework.remote.protocol; this file ships alone, a unit test keeps them equal)
 NEXT = "NEXT"
@@ -203,13 +207,13 @@ def accept_peer(server: socket.socket, token: bytes, deadline: float) -> socket.
     Connections are served together (``select``): a stray one that says nothing holds nobody up.
     """
     server.setblocking(False)
-    pending: dict[socket.socket, tuple[bytes, float]] = {}
+    pending: dict[socket.socket, tuple[bytes, float, str]] = {}  # what it sent, since, from
     try:
         while True:
             now = time.monotonic()
             if now >= deadline:
                 return None
-            for c, (_buf, since) in list(pending.items()):
+            for c, (_buf, since, _peer) in list(pending.items()):
                 if now - since > TOKEN_WAIT:
                     _drop(pending, c, "sent no token in time")
             ready, _, _ = select.select([server, *pending], [], [], min(1.0, deadline - now))
@@ -227,21 +231,29 @@ def accept_peer(server: socket.socket, token: bytes, deadline: float) -> socket.
             _drop(pending, c, "")
 
 
-def _accept_one(server: socket.socket, pending: dict[socket.socket, tuple[bytes, float]]) -> None:
+def _accept_one(server: socket.socket, pending: dict[socket.socket, tuple[bytes, float, str]]) -> None:
+    """Take the new connection; past :data:`MAX_PER_PEER` from its address, or :data:`MAX_PENDING` in all,
+    the oldest one (of that address; in all: one that sent nothing first) goes, never the newcomer: idle
+    connections cannot crowd out the upstream, which sends its token at once."""
     try:
-        conn, _peer = server.accept()
+        conn, peer = server.accept()
     except OSError:
         return
     conn.setblocking(False)
-    pending[conn] = (b"", time.monotonic())
+    address = str(peer[0]) if isinstance(peer, tuple) and peer else "?"
+    pending[conn] = (b"", time.monotonic(), address)
+    same = [c for c, (_b, _t, a) in pending.items() if a == address]
+    if len(same) > MAX_PER_PEER:
+        _drop(pending, same[0], "was the oldest of too many from one address")
     if len(pending) > MAX_PENDING:
-        _drop(pending, conn, "too many connections")
+        idle = [c for c, (b, _t, _a) in pending.items() if not b] or list(pending)
+        _drop(pending, idle[0], "was the oldest of too many connections")
 
 
-def _read_token(conn: socket.socket, pending: dict[socket.socket, tuple[bytes, float]], token: bytes) -> bool:
+def _read_token(conn: socket.socket, pending: dict[socket.socket, tuple[bytes, float, str]], token: bytes) -> bool:
     """Read what ``conn`` sent so far (byte by byte up to the newline: no data past the token is taken);
     True when its line is ``token``. A wrong line, EOF or an over-long line drops it."""
-    buf, since = pending[conn]
+    buf, since, peer = pending[conn]
     try:
         while True:
             b = conn.recv(1)
@@ -258,14 +270,14 @@ def _read_token(conn: socket.socket, pending: dict[socket.socket, tuple[bytes, f
                 _drop(pending, conn, "sent an over-long line")
                 return False
     except BlockingIOError:
-        pending[conn] = (buf, since)
+        pending[conn] = (buf, since, peer)
         return False
     except OSError:
         _drop(pending, conn, "failed before its token")
         return False
 
 
-def _drop(pending: dict[socket.socket, tuple[bytes, float]], conn: socket.socket, why: str) -> None:
+def _drop(pending: dict[socket.socket, tuple[bytes, float, str]], conn: socket.socket, why: str) -> None:
     pending.pop(conn, None)
     if why:
         sys.stderr.write(f"relay: dropped a connection that {why}\n")

@@ -28,6 +28,7 @@ import json
 import logging
 import os
 import re
+import urllib.parse
 import xml.etree.ElementTree as ET
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
@@ -60,12 +61,14 @@ ID_ATTRS = frozenset({
     "tests", "failures", "errors", "skipped", "disabled", "assertions",
 })
 #: file kinds never rewritten: archives, compressed cores, binaries, static assets (their bytes are not text to
-#: edit); any other file with a NUL in its first bytes (an ELF core dump) is left alone too
+#: edit); any other file is scrubbed as bytes, NULs or not (a rank log with a progress bar), unless it starts
+#: with a binary format's magic (:data:`_BINARY_MAGIC`)
 _BINARY_SUFFIXES = (".gz", ".tgz", ".xz", ".zst", ".bz2", ".zip", ".tar", ".core", ".pt", ".bin", ".so",
                     ".pyc", ".npy", ".whl", ".run", ".lz4", ".png", ".svg", ".ico", ".js", ".css", ".lock")
 #: the files ``finalize`` writes after the sweep (built from scrubbed values anyway)
 _WRITTEN_AFTER = ("cluster.xml", "manifest.json", "index.html")
-_PROBE = 8192
+#: the leading bytes of the binary formats never rewritten: ELF (a core dump), gzip, xz, zstd, bzip2, zip
+_BINARY_MAGIC = (b"\x7fELF", b"\x1f\x8b", b"\xfd7zXZ\x00", b"\x28\xb5\x2f\xfd", b"BZh", b"PK\x03\x04")
 _HTML_TOKEN = re.compile(r"(<!--.*?-->|<[^>]*>)", re.S)
 _HTML_RAW = re.compile(r"<(/?)(?:script|style)\b", re.I)
 
@@ -74,7 +77,8 @@ class Scrubber:
     """Replaces known secret values (the env's passwords and secret launch variables) by ``***``."""
 
     def __init__(self, secrets: Iterable[str]) -> None:
-        self.secrets = sorted({str(s) for s in secrets if s}, key=len, reverse=True)
+        #: each secret and its escaped forms (:func:`escaped_forms`), longest first
+        self.secrets = sorted({f for s in secrets if s for f in escaped_forms(str(s))}, key=len, reverse=True)
         self._raw = [s.encode("utf-8", "surrogateescape") for s in self.secrets]
 
     @classmethod
@@ -108,6 +112,15 @@ class Scrubber:
             if s in raw:
                 raw = raw.replace(s, REDACTED.encode())
         return raw
+
+
+def escaped_forms(secret: str) -> set[str]:
+    """``secret`` as a program may print it: raw, inside a JSON string (ASCII-escaped or not), inside a
+    Python ``repr`` (of the str and of its UTF-8 bytes), URL-encoded (``%XX`` and form ``+``)."""
+    forms = {secret, json.dumps(secret)[1:-1], json.dumps(secret, ensure_ascii=False)[1:-1], repr(secret)[1:-1],
+             repr(secret.encode("utf-8", "surrogateescape"))[2:-1], urllib.parse.quote(secret, safe=""),
+             urllib.parse.quote_plus(secret, safe="")}
+    return {f for f in forms if f}
 
 
 def scrub_doc(doc: Any, scrub: Scrub, key: str = "") -> Any:
@@ -173,9 +186,9 @@ def scrub_file(path: Path, scrubber: Scrubber) -> bool:
 
     if path.name.endswith(_BINARY_SUFFIXES):
         return False
-    with open(path, "rb") as fh:  # a core dump (gigabytes, NULs at once) is never read further than this
-        raw = fh.read(_PROBE)
-        if b"\0" in raw:
+    with open(path, "rb") as fh:  # a core dump (gigabytes, ELF magic first) is never read further than this
+        raw = fh.read(8)
+        if raw.startswith(_BINARY_MAGIC):
             return False
         raw += fh.read()
     if path.suffix == ".json":

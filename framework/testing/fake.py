@@ -225,7 +225,8 @@ class FakeTransport:
     def close(self) -> None:
         self.connected = False
 
-    def run(self, line: str, *, timeout: float | None, display: str, max_output: int = DEFAULT_MAX_OUTPUT) -> Result:
+    def run(self, line: str, *, timeout: float | None, display: str, max_output: int = DEFAULT_MAX_OUTPUT,
+            cancel: threading.Event | None = None) -> Result:
         self.connect()
         self.calls.append(display)
         for rule in self.rules:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import collections
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol, runtime_checkable
@@ -45,7 +47,8 @@ class Transport(Protocol):
     ``run`` executes one complete shell line (already built and quoted by
     ``framework.commands``) and returns a ``Result``; when ``timeout`` passes it
     kills the command's whole process group on the machine and returns a result
-    with ``timed_out=True``. ``put``/``get`` copy one file as-is (verification
+    with ``timed_out=True``; when ``cancel`` is set meanwhile it kills the group the
+    same way at once and raises ``Cancelled``. ``put``/``get`` copy one file as-is (verification
     is the ``Host``'s job).
     """
 
@@ -53,7 +56,8 @@ class Transport(Protocol):
 
     def connect(self) -> None: ...
 
-    def run(self, line: str, *, timeout: float | None, display: str, max_output: int) -> Result: ...
+    def run(self, line: str, *, timeout: float | None, display: str, max_output: int,
+            cancel: threading.Event | None = None) -> Result: ...
 
     def spawn(self, line: str, *, display: str, max_output: int) -> Process: ...
 
@@ -151,31 +155,60 @@ class Process(Protocol):
     def close(self) -> None: ...
 
 
+#: the longest stdout line a spawned process's :class:`LineQueue` keeps (the supervisor's records are short)
+MAX_LINE = 64 * 1024
+#: the most lines a :class:`LineQueue` holds unread
+MAX_QUEUED = 100_000
+
+
 class LineQueue:
-    """Thread-safe stdout line splitter shared by the ``Process`` implementations."""
+    """Thread-safe stdout line splitter shared by the ``Process`` implementations, bounded: a line longer
+    than :data:`MAX_LINE` bytes keeps its first :data:`MAX_LINE` (the rest is dropped up to its newline,
+    and the line ends in a ``[camit: N bytes dropped]`` note), and at most :data:`MAX_QUEUED` lines wait
+    to be read (later ones are dropped and counted in ``dropped``). Each byte is looked at once: what a
+    host prints without a newline costs linear time, never quadratic."""
 
     def __init__(self) -> None:
-        import threading
-
         self._cond = threading.Condition()
-        self._lines: list[str] = []
-        self._partial = b""
+        self._lines: collections.deque[str] = collections.deque()
+        self._partial = bytearray()
+        self._cut = 0  # bytes of the current line dropped past MAX_LINE
         self._eof = False
+        #: lines dropped because MAX_QUEUED were waiting
+        self.dropped = 0
 
     def feed(self, data: bytes) -> None:
         with self._cond:
-            self._partial += data
-            *complete, self._partial = self._partial.split(b"\n")
-            for raw in complete:
-                self._lines.append(raw.decode("utf-8", errors="replace") + "\n")
-            if complete:
+            added = False
+            start = 0
+            while start < len(data):
+                end = data.find(b"\n", start)
+                stop = len(data) if end < 0 else end
+                room = max(0, MAX_LINE - len(self._partial))
+                self._partial += data[start:min(stop, start + room)]
+                self._cut += max(0, stop - start - room)
+                if end < 0:
+                    break
+                added |= self._push("\n")
+                start = end + 1
+            if added:
                 self._cond.notify_all()
+
+    def _push(self, ending: str) -> bool:
+        text = self._partial.decode("utf-8", errors="replace")
+        if self._cut:
+            text += f" [camit: {self._cut} bytes dropped]"
+        self._partial, self._cut = bytearray(), 0
+        if len(self._lines) >= MAX_QUEUED:
+            self.dropped += 1
+            return False
+        self._lines.append(text + ending)
+        return True
 
     def finish(self) -> None:
         with self._cond:
-            if self._partial:
-                self._lines.append(self._partial.decode("utf-8", errors="replace"))
-                self._partial = b""
+            if self._partial or self._cut:
+                self._push("")
             self._eof = True
             self._cond.notify_all()
 
@@ -183,4 +216,4 @@ class LineQueue:
         with self._cond:
             if not self._cond.wait_for(lambda: self._lines or self._eof, timeout):
                 return None
-            return self._lines.pop(0) if self._lines else ""
+            return self._lines.popleft() if self._lines else ""

@@ -7,6 +7,7 @@ a timeout kills that whole process group (TERM, then KILL).
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import shutil
@@ -18,6 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from framework import fetchcaps
+from framework.errors import Cancelled
 from framework.fetchcaps import FetchCaps
 from framework.result import Result
 from framework.transport.base import DEFAULT_MAX_OUTPUT, LineQueue, OutputTail
@@ -40,7 +42,8 @@ class LocalTransport:
     def close(self) -> None:
         return None
 
-    def run(self, line: str, *, timeout: float | None, display: str, max_output: int = DEFAULT_MAX_OUTPUT) -> Result:
+    def run(self, line: str, *, timeout: float | None, display: str, max_output: int = DEFAULT_MAX_OUTPUT,
+            cancel: threading.Event | None = None) -> Result:
         start = time.monotonic()
         proc = subprocess.Popen(
             ["/bin/sh", "-c", line], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
@@ -55,7 +58,12 @@ class LocalTransport:
             t.start()
         timed_out = False
         try:
-            proc.wait(timeout=timeout)
+            _wait(proc, timeout, cancel, self.name)
+        except Cancelled:  # as on a timeout: the whole group killed, the process reaped (bounded)
+            kill_group(proc.pid)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=KILL_GRACE + 10)
+            raise
         except subprocess.TimeoutExpired:
             timed_out = True
             kill_group(proc.pid)
@@ -90,6 +98,22 @@ class LocalTransport:
     def get(self, remote: str, local: Path, *, cap: FetchCaps | None = None) -> None:
         with open(remote, "rb") as src, fetchcaps.open_private(local) as out:
             fetchcaps.copy_bounded(src.read, out, host=self.name, remote=remote, cap=cap or fetchcaps.caps())
+
+
+def _wait(proc: subprocess.Popen[bytes], timeout: float | None, cancel: threading.Event | None,
+          name: str) -> None:
+    """``proc.wait(timeout)``, looking at ``cancel`` every 50 ms (``Cancelled`` when it is set)."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        step = 0.05 if deadline is None else max(0.0, min(0.05, deadline - time.monotonic()))
+        try:
+            proc.wait(timeout=step)
+            return
+        except subprocess.TimeoutExpired:
+            if deadline is not None and time.monotonic() >= deadline:
+                raise
+        if cancel is not None and cancel.is_set():
+            raise Cancelled(name, "interrupted: killed the command")
 
 
 def _pump(stream: io.BufferedReader, tail: OutputTail, lines: LineQueue | None = None) -> None:

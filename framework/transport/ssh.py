@@ -50,6 +50,7 @@ import paramiko
 from framework import commands, fetchcaps
 from framework.errors import (
     AuthenticationFailed,
+    Cancelled,
     HostError,
     HostKeyError,
     HostUnreachable,
@@ -487,7 +488,8 @@ class SshTransport:
 
     # -- commands -------------------------------------------------------------
     def run(
-        self, line: str, *, timeout: float | None, display: str, max_output: int = DEFAULT_MAX_OUTPUT
+        self, line: str, *, timeout: float | None, display: str, max_output: int = DEFAULT_MAX_OUTPUT,
+        cancel: threading.Event | None = None,
     ) -> Result:
         start = time.monotonic()
         chan = self._session()
@@ -517,6 +519,9 @@ class SshTransport:
                     self._kill(err.pgid)
                     _drain_until(chan, out, err, time.monotonic() + KILL_GRACE)
                     break
+                if cancel is not None and cancel.is_set():  # interrupted: killed at once, as on a timeout
+                    self._kill(err.pgid)
+                    raise Cancelled(self.name, f"interrupted: killed {display}")
                 transport = chan.get_transport()
                 if transport is None or not transport.is_active():
                     raise self._lost_error(f"while running: {display}")

@@ -24,6 +24,7 @@ from framework.errors import EXIT_INFRA
 from framework.hosts import Cluster, Host
 from framework.lease import (
     LEASE_FILE,
+    STALE_BEATS,
     Lease,
     LeaseHeld,
     LeaseLost,
@@ -409,9 +410,9 @@ def test_status_and_forced_release(hosts):
     st = lease_status(Cluster(hs))
     assert st["h1"].state == "held" and st["h1"].record.owner == "someone-else"
     assert st["h2"].state == "free"
-    result = release_leases(Cluster(hs), owner="me")
+    result = release_leases(Cluster(hs))
     assert result["h1"].startswith("held by someone-else") and result["h2"] == "free"
-    assert release_leases(Cluster(hs), owner="me", force=True)["h1"] == "released"
+    assert release_leases(Cluster(hs), force=True)["h1"] == "released"
     assert not lease_file(hs[0]).exists()
 
 
@@ -421,3 +422,61 @@ def test_acquire_script_reports_an_unwritable_workdir(tmp_path):
     r = LocalTransport("x").run(acquire_script(str(blocker / "sub" / LEASE_FILE), "{}", "tok", 10), timeout=10,
                                 display="acquire")
     assert parse_reply(r.stdout).result == "error"
+
+
+def test_release_without_force_takes_only_the_lease_of_its_token_never_by_owner(hosts):
+    """Security review 3, #15: two sessions of one user on one controller have the same owner string
+    (``user@host``); ``lease release`` without ``--force`` once removed the other session's live lease."""
+    hs = hosts(2)
+    other = Lease(Cluster(hs), interval=0).acquire()  # the other session: the same default owner as ours
+    try:
+        result = release_leases(Cluster(hs))
+        assert all(v.startswith(f"held by {default_owner()}") and v.endswith("not released (use --force)")
+                   for v in result.values()), result
+        assert all(lease_file(h).exists() for h in hs)
+        assert release_leases(Cluster(hs), token="0" * 16)["h1"].startswith("held by")
+        assert dict(release_leases(Cluster(hs), token=other.token)) == {"h1": "released", "h2": "released"}
+    finally:
+        other.held.clear()
+    assert not any(lease_file(h).exists() for h in hs)
+
+
+class SlowRefresh(LocalTransport):
+    """The real scripts; while ``slow`` is set, each heartbeat takes ``delay`` seconds first (a stopped host:
+    its timeout, then the kill path; the review measured 26 s against a 30 s staleness window)."""
+
+    def __init__(self, name: str, slow: threading.Event, delay: float) -> None:
+        super().__init__(name)
+        self.slow, self.delay = slow, delay
+
+    def run(self, line: str, **kw):  # type: ignore[no-untyped-def, override]
+        if "RESULT refreshed" in line and self.slow.is_set():
+            time.sleep(self.delay)
+        return super().run(line, **kw)
+
+
+def test_one_slow_host_never_ages_a_healthy_hosts_heartbeat(tmp_path):
+    """Security review 3, #7 as ``lease_barrier.py`` ran it, scaled to a 1 s interval (staleness at 3 s): h2's
+    heartbeat takes 5 s; h1's must stay fresh, so a second controller finds h1 held, never stale."""
+    slow = threading.Event()
+    hs = []
+    for i in (1, 2):
+        spec = HostSpec(name=f"h{i}", manage_nic=NicSpec("eth0", f"10.0.0.{i}"), workdir=str(tmp_path / f"h{i}"))
+        hs.append(Host(spec.name, SlowRefresh(spec.name, slow, 5.0 if i == 2 else 0.0), spec=spec,
+                       command_timeout=30))
+    lease = Lease(Cluster(hs), owner="controller-A", ttl=300, interval=1).acquire()
+    try:
+        slow.set()
+        ages = []
+        deadline = time.monotonic() + 4.5  # 1.5 staleness windows
+        while time.monotonic() < deadline:
+            rec = LeaseRecord.parse(lease_file(hs[0]).read_text())
+            ages.append(time.time() - rec.heartbeat)
+            time.sleep(0.25)
+        print(f"h1 heartbeat age max {max(ages):.2f}s")
+        assert max(ages) < STALE_BEATS, f"h1's heartbeat aged {max(ages):.1f}s (stale past {STALE_BEATS}s)"
+        with pytest.raises(LeaseHeld, match="^h1: leased by controller-A"):
+            Lease(Cluster([hs[0]]), owner="controller-B", interval=0).acquire()
+    finally:
+        slow.clear()
+        lease.release()

@@ -152,3 +152,27 @@ def test_ok_marker_is_written_to_a_fresh_file_not_through_a_symlink(tmp_path):
     assert "OK " in finish(head)
     assert victim.read_text() == "keep me"
     assert not (tmp_path / "d" / ".ok").is_symlink()
+
+
+def test_idle_local_connections_cannot_crowd_out_the_upstream(tmp_path):
+    """Security review 3, #14 as ``relay_flood.py`` ran it: 16 idle local connections filled MAX_PENDING and
+    the real upstream was dropped ("too many connections"). Now the oldest idle one goes, never the newcomer,
+    and one address keeps at most MAX_PER_PEER waiting."""
+    import socket
+
+    data = b"payload" * 1000
+    listener = start(tmp_path / "l" / "x", data, True)
+    port = port_of(listener)
+    listener.stdin.write(b"NEXT -\nTOKEN right\n")  # type: ignore[union-attr]
+    listener.stdin.close()  # type: ignore[union-attr]
+    idle = [socket.create_connection(("127.0.0.1", port)) for _ in range(20)]
+    try:
+        head = start(tmp_path / "h" / "x", data, False)
+        head.stdin.write(f"NEXT 127.0.0.1 {port} right\n".encode() + data)  # type: ignore[union-attr]
+        head.stdin.close()  # type: ignore[union-attr]
+        assert f"OK {hashlib.sha256(data).hexdigest()}" in finish(head)
+        assert f"OK {hashlib.sha256(data).hexdigest()}" in finish(listener)
+    finally:
+        for s in idle:
+            s.close()
+    assert (tmp_path / "l" / "x").read_bytes() == data

@@ -29,7 +29,8 @@ def constants(name: str) -> dict[str, object]:
 @pytest.mark.parametrize(("name", "aliases"), [
     ("supervisor.py", {"TAG": "RUN_TAG"}),
     ("rankwrap.py", {"BOOTSTRAP": None}),
-    ("relay.py", {"CHUNK": None, "TOKEN_WAIT": None, "IO_TIMEOUT": None, "MAX_PENDING": None}),
+    ("relay.py", {"CHUNK": None, "TOKEN_WAIT": None, "IO_TIMEOUT": None, "MAX_PENDING": None,
+                  "MAX_PER_PEER": None}),
 ])
 def test_shipped_scripts_use_the_protocol_words(name, aliases):
     found = constants(name)

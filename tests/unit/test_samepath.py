@@ -5,8 +5,11 @@ other ones (``FakeTransport``'s in-memory files: what is written, refused, taken
 from __future__ import annotations
 
 import hashlib
+import os
 import re
+import stat
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -14,7 +17,18 @@ import pytest
 from framework.commands import quote
 from framework.errors import TransferError
 from framework.hosts import Host
-from framework.samepath import ancestors, files_of, parse_probe, probe_script, ship
+from framework.remote.layout import UNSAFE_RC, unsafe_reason
+from framework.samepath import (
+    ancestors,
+    files_of,
+    folders_of,
+    mkdir_script,
+    parse_made,
+    parse_probe,
+    probe_script,
+    ship,
+    tops,
+)
 from framework.testing import FakeTransport
 from framework.transport.local import LocalTransport
 
@@ -45,37 +59,106 @@ def test_files_of_a_folder_leaves_out_byte_code_and_dot_names(tmp_path):
 def test_ancestors_top_down_without_the_root():
     assert ancestors("/tmp/ci/tests") == ["/tmp", "/tmp/ci", "/tmp/ci/tests"]
     assert ancestors("/") == []
+    assert folders_of(["/t/a/x", "/t/a/b/y", "/t/c/z"]) == ["/t", "/t/a", "/t/c", "/t/a/b"]
+    assert tops(["/t/a", "/t/a/b", "/t/c/d"]) == ["/t/a", "/t/c/d"]
 
 
-def test_the_probe_reports_digests_and_the_topmost_missing_folder_quoting_every_path(tmp_path):
+def sh(script: str, cwd: Path) -> str:
+    return subprocess.run(["/bin/sh", "-c", script], cwd=cwd, capture_output=True, text=True).stdout
+
+
+def test_the_probe_reports_digests_and_the_missing_folders_quoting_every_path(tmp_path):
     folder = case(tmp_path)
-    files = [str(folder / "echo app"), str(folder / "test.py"), str(folder / "missing")]
-    absent = folder / "sub dir" / "deeper"
-    folders = ancestors(str(absent))
-    out = subprocess.run(["/bin/sh", "-c", probe_script(files, folders)], cwd=tmp_path, capture_output=True,
-                         text=True, check=True).stdout
-    digests, top = parse_probe(out, files, folders)
+    files = [str(folder / "echo app"), str(folder / "test.py"), str(folder / "sub dir" / "deeper" / "missing")]
+    folders = folders_of(files)
+    digests, missing = parse_probe(sh(probe_script(files, folders), tmp_path), files, folders)
     assert digests == {files[0]: sha(folder / "echo app"), files[1]: sha(folder / "test.py"), files[2]: None}
-    assert top == str(folder / "sub dir")
+    assert missing == [str(folder / "sub dir"), str(folder / "sub dir" / "deeper")]
+    assert tops(missing) == [str(folder / "sub dir")]
     assert not list(tmp_path.rglob("PWNED"))  # the $(...) in the name is a name, never run
-    out = subprocess.run(["/bin/sh", "-c", probe_script(files[:1], ancestors(str(folder)))], capture_output=True,
-                         text=True, check=True).stdout
-    assert parse_probe(out, files[:1], ancestors(str(folder)))[1] is None  # every folder there
+    out = sh(probe_script(files[:1], ancestors(str(folder))), tmp_path)
+    assert parse_probe(out, files[:1], ancestors(str(folder)))[1] == []  # every folder there
+
+
+def local_host() -> Host:
+    return Host("host1", LocalTransport("host1"), command_timeout=30)
 
 
 def test_a_host_sharing_this_file_system_gets_nothing_written(tmp_path):
     folder = case(tmp_path)
-    host = Host("host1", LocalTransport("host1"), command_timeout=30)
-    shipment = ship(host, folder)
-    assert shipment.written == [] and shipment.created is None
+    shipment = ship(local_host(), folder)
+    assert shipment.written == [] and shipment.created == []
     assert shipment.kept == [str(folder / "echo app"), str(folder / "test.py")]
     shipment.remove()
     assert (folder / "test.py").read_text() == "# the case\n"  # removing takes away only what was written
 
 
-def fake_host(probe_stdout: str, files: dict[str, bytes] | None = None) -> tuple[Host, FakeTransport]:
+def run_sh(script: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["/bin/sh", "-c", script], cwd=cwd, capture_output=True, text=True)
+
+
+def test_missing_folders_are_made_one_level_at_a_time_0755(tmp_path):
+    folders = [str(tmp_path / "a b"), str(tmp_path / "a b" / "c")]
+    out = run_sh(mkdir_script(folders), tmp_path)
+    assert out.returncode == 0 and parse_made(out.stdout, folders) == folders
+    assert all(stat.S_IMODE(os.stat(d).st_mode) == 0o755 for d in folders)
+    out = run_sh(mkdir_script(folders), tmp_path)  # there already: made by someone, so never used
+    assert out.returncode == UNSAFE_RC and parse_made(out.stdout, folders) == []
+    assert unsafe_reason(out.stdout) == f"{folders[0]}: could not be made (made by someone else meanwhile?)"
+
+
+#: the review's co-tenant (security-review-3 #3): an unprivileged uid owning what camit would use
+NOBODY = 65534
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to play the co-tenant's uid")
+@pytest.mark.parametrize("plant", ["folder", "kept file", "writable folder"])
+def test_a_tree_a_co_tenant_could_swap_is_refused_naming_host_and_path(tmp_path, plant):
+    """Security review 3, #3 on this machine as the host (LocalTransport, the SSH user is root): the
+    controller's path is there, but something on the way is not root's, so ship refuses before writing."""
+    folder = case(tmp_path / "ci")
+    shared = tmp_path / "ci"
+    if plant == "folder":
+        os.chown(shared, NOBODY, NOBODY)
+        where, why = shared, f"is owned by uid {NOBODY} (not root or the SSH user, uid 0)"
+    elif plant == "kept file":
+        os.chown(folder / "test.py", NOBODY, NOBODY)
+        where, why = folder / "test.py", f"is owned by uid {NOBODY}, not by the SSH user (uid 0)"
+    else:
+        shared.chmod(0o777)
+        where, why = shared, "is writable by group/others (mode 777) without the sticky bit"
+    with pytest.raises(TransferError) as err:
+        ship(local_host(), folder)
+    assert str(err.value) == f"host1: refusing to ship {folder}: {where}: {why}"
+    assert not list(tmp_path.rglob("*.camit-part-*"))
+
+
+def test_a_symlink_on_the_way_is_refused_where_mkdir_p_would_follow_it(tmp_path):
+    """A symlink planted at a folder the controller has as a real one: refused, nothing made behind it."""
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "ci").symlink_to(tmp_path / "elsewhere")
+    files = [str(tmp_path / "ci" / "case" / "test.py")]
+    out = run_sh(probe_script(files, folders_of(files)), tmp_path)
+    assert out.returncode == UNSAFE_RC and unsafe_reason(out.stdout) == f"{tmp_path / 'ci'}: is a symlink"
+    assert list((tmp_path / "elsewhere").iterdir()) == []
+
+
+def test_a_fifo_at_a_file_path_is_refused_at_once(tmp_path):
+    """A FIFO where a shipped file goes once hung the probe until its timeout (``[ -f ]`` then a read)."""
+    os.mkfifo(tmp_path / "test.py")
+    files = [str(tmp_path / "test.py")]
+    start = time.monotonic()
+    out = subprocess.run(["/bin/sh", "-c", probe_script(files, folders_of(files))], capture_output=True,
+                         text=True, timeout=20)
+    assert out.returncode == UNSAFE_RC and unsafe_reason(out.stdout) == f"{files[0]}: is not a regular file"
+    assert time.monotonic() - start < 5
+
+
+def fake_host(probe_stdout: str, files: dict[str, bytes] | None = None,
+              made: str = "") -> tuple[Host, FakeTransport]:
     fake = FakeTransport("host2", files=files)
-    fake.on(re.compile(r"^i=0; for f in "), stdout=probe_stdout)
+    fake.on(re.compile(r"; i=0; for f in "), stdout=probe_stdout)
+    fake.on(re.compile(r"; mkdir -m 0755 -- "), stdout=made)
     fake.on(re.compile(r"^chmod "))
     fake.on(re.compile(r"^rm -rf -- "))
     return Host("host2", fake, command_timeout=30), fake
@@ -85,10 +168,13 @@ def test_a_host_without_the_folder_gets_each_file_with_its_mode_and_loses_the_fo
     folder = case(tmp_path)
     app, test = str(folder / "echo app"), str(folder / "test.py")
     depth = len(ancestors(str(folder)))
-    host, fake = fake_host(f"1 -\n2 -\n@@top {depth - 1}\n")  # the case's parent is missing there too
+    # the case's parent is missing there too: both made, the parent is the top
+    host, fake = fake_host(f"@@missing {depth - 1}\n@@missing {depth}\n1 -\n2 -\n", made="@@made 1\n@@made 2\n")
     shipment = ship(host, folder)
     assert fake.files == {app: (folder / "echo app").read_bytes(), test: b"# the case\n"}
-    assert shipment.written == [app, test] and shipment.created == str(folder.parent)
+    assert shipment.written == [app, test] and shipment.created == [str(folder.parent)]
+    mkdir = [c for c in fake.calls if "; mkdir -m 0755 -- " in c]
+    assert mkdir == [str(mkdir_script([str(folder.parent), str(folder)]))]
     chmods = [c for c in fake.calls if c.startswith("chmod ")]
     assert sorted(chmods) == sorted([f"chmod 755 -- {quote(app)}", f"chmod 644 -- {quote(test)}"])
     shipment.remove()
@@ -103,4 +189,4 @@ def test_a_file_there_with_other_content_is_refused_before_anything_is_written(t
                                             rf"host, {sha(folder / 'echo app')} here\): not overwritten"):
         ship(host, folder)
     assert fake.files == {}
-    assert not [c for c in fake.calls if not c.startswith("i=0; for f in ")]
+    assert not [c for c in fake.calls if "; i=0; for f in " not in c]

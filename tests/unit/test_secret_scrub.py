@@ -182,3 +182,28 @@ def test_the_coverage_probe_line_holds_no_secret_variable():
 
     argv = probe_argv("/usr/bin/python3", env={"HCCL_TOKEN": Secret("s3cret"), "X": "1"})
     assert "s3cret" not in " ".join(argv) and "HCCL_TOKEN" not in " ".join(argv) and "X=1" in argv[2]
+
+
+def test_a_log_with_nul_bytes_and_escaped_secrets_is_scrubbed_every_form(tmp_path):
+    """Security review 3, #10 as the review ran it: a rank log with a NUL (a progress bar) was never scrubbed,
+    and a torchrun log printing the environment as JSON kept ``Pw\\"\\u00e49x``; also repr and URL-encoded."""
+    token, pw = "tok-SUPERSECRET-42", 'Pw"ä9x'
+    node = tmp_path / "h1"
+    node.mkdir()
+    (node / "rank0.log").write_bytes(b"step 1\0\0 binary progress bar\nenv: API_TOKEN=" + token.encode() + b"\n")
+    (node / "torchrun.log").write_text("env " + json.dumps({"DB_PASSWORD": pw}) + "\n")
+    (node / "repr.log").write_text(f"environ({ {'DB_PASSWORD': pw}!r}) {pw.encode()!r}\n")
+    (node / "url.log").write_text("GET /login?pw=Pw%22%C3%A49x&q=Pw%22%C3%A49x+ok\n")
+    (node / "json-unicode.log").write_text(json.dumps({"pw": pw}, ensure_ascii=False) + "\n")
+    core = node / "core.4242"  # an ELF core is the one thing left as it is (gzip, xz... likewise)
+    core.write_bytes(b"\x7fELF\2\1\1\0" + token.encode())
+    done = scrub_folder(tmp_path, Scrubber([token, pw]))
+    assert sorted(done) == ["h1/json-unicode.log", "h1/rank0.log", "h1/repr.log", "h1/torchrun.log", "h1/url.log"]
+    for path in node.glob("*.log"):
+        raw = path.read_bytes()
+        for leaked in (token, pw, json.dumps(pw)[1:-1], repr(pw)[1:-1], "Pw%22%C3%A49x", "\\xc3\\xa4"):
+            assert leaked.encode() not in raw, (path.name, raw)
+        assert b"***" in raw
+    assert (node / "rank0.log").read_bytes() == b"step 1\0\0 binary progress bar\nenv: API_TOKEN=***\n"
+    assert token.encode() in core.read_bytes()
+    assert Scrubber([pw]).text('{"p": "Pw\\"\\u00e49x"}') == '{"p": "***"}'

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -171,3 +174,19 @@ def test_include_is_warned_about(tmp_path: Path) -> None:
     env = load(env_file(tmp_path, "ssh_config: ssh_config", ssh_config="Include other\n" + SSH_CONFIG),
                environ={"HOME": str(tmp_path)})
     assert any("Include is not followed" in w for w in env.warnings)
+
+
+@pytest.mark.parametrize("line", ['Match exec "touch {marker}"', "match host node1 !EXEC 'touch {marker}'",
+                                  "Match=exec 'touch {marker}'"])
+def test_match_exec_is_refused_naming_file_and_line_and_never_runs(tmp_path: Path, line: str) -> None:
+    """Security review 3, #9 as the review ran it: ``camit env validate`` of an env file whose ssh_config has
+    ``Match exec`` once ran the command on the controller (paramiko, with invoke importable). Now: exit 2, one
+    line naming the file and line, nothing run."""
+    marker = tmp_path / "RAN"
+    config = "Host node1\n  User ci\n" + line.format(marker=marker) + "\n  User x\n"
+    path = env_file(tmp_path, "ssh_config: ssh_config", ssh_config=config)
+    proc = subprocess.run([sys.executable, "-m", "framework.cli", "env", "validate", str(path)], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=60, env={**os.environ, "HOME": str(tmp_path)})
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr + proc.stdout
+    assert f"ssh_config {tmp_path / 'ssh_config'}:3: 'Match exec' runs a command" in proc.stderr + proc.stdout
+    assert not marker.exists()

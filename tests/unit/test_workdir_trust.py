@@ -154,3 +154,59 @@ def test_the_venv_interpreter_must_resolve_to_the_hosts_python(tmp_path):
     py.write_text("#!/bin/sh\necho planted\n")
     py.chmod(0o755)
     assert sh(interpreter_ok(plan)).returncode != 0
+
+
+@needs_root
+@pytest.mark.parametrize("plant", ["foreign", "symlink", "writable"])
+def test_a_custom_install_path_outside_the_workdir_passes_the_same_guard(tmp_path, plant):
+    """Issue 31 item 3 (security review 3, #15): ``set_env.bash`` under ``install_path`` is sourced as root, so
+    a folder on its way that another user owns or could swap refuses the host, one line naming the path."""
+    opt = tmp_path / "opt"
+    opt.mkdir(mode=0o755)
+    install = opt / "ascend"
+    if plant == "foreign":
+        os.chown(opt, 65534, 65534)
+        why = "is owned by uid 65534 (not root or the SSH user, uid 0)"
+    elif plant == "symlink":
+        (tmp_path / "real").mkdir(mode=0o755)
+        opt.rmdir()
+        opt.symlink_to(tmp_path / "real")
+        why = "is a symlink"
+    else:
+        opt.chmod(0o777)
+        why = "is writable by group/others (mode 777) without the sticky bit"
+    layout = HostLayout(str(tmp_path / "work"), str(install))
+    res = sh(layout.guard_script() + "; echo GUARDED-OK")
+    assert res.returncode == UNSAFE_RC and unsafe_reason(res.stdout) == f"{opt}: {why}"
+    # inside the workdir (the default) or on a sound path: accepted
+    assert sh(HostLayout(str(tmp_path / "work2")).guard_script() + "; echo ok").stdout == "ok\n"
+    sound = tmp_path / "sound" / "ascend"
+    sound.parent.mkdir(mode=0o755)
+    assert sh(HostLayout(str(tmp_path / "work3"), str(sound)).guard_script() + "; echo ok").stdout == "ok\n"
+
+
+@needs_root
+def test_the_run_installer_never_runs_into_a_custom_install_path_a_co_tenant_owns(tmp_path):
+    """The ``.run`` step judges a custom install path again (it may have been made between probe and
+    install): a folder on the way owned by uid 65534 stops it before the installer runs."""
+    from framework.deploy.plan import Artifact, install_run_script
+
+    marker = tmp_path / "RAN"
+    package = tmp_path / "pkg.run"
+    package.write_text(f"#!/bin/sh\ntouch {marker}\n")
+    sha = hashlib.sha256(package.read_bytes()).hexdigest()
+    opt = tmp_path / "opt"
+    opt.mkdir(mode=0o755)
+    plan = HostPlan(host="h1", workdir=str(tmp_path / "work"), python=sys.executable, venv=False,
+                    install_path=str(opt / "ascend"), manage_ip="10.0.0.1")
+    art = Artifact("run_package", package, sha, package.stat().st_size)
+    staged = Path(plan.remote_path(art))
+    staged.parent.mkdir(parents=True)
+    staged.write_bytes(package.read_bytes())
+    os.chown(opt, 65534, 65534)
+    res = sh(install_run_script(plan, art))
+    assert res.returncode == UNSAFE_RC and unsafe_reason(res.stdout) == (
+        f"{opt}: is owned by uid 65534 (not root or the SSH user, uid 0)")
+    assert not marker.exists()
+    os.chown(opt, 0, 0)
+    assert sh(install_run_script(plan, art)).returncode == 0 and marker.exists()
