@@ -26,7 +26,18 @@ from typing import TYPE_CHECKING
 from framework import commands
 from framework.errors import MultiHostError, TransferError
 from framework.hosts import sha256_file
-from framework.samepath import Shipment, ancestors, files_of, parse_probe, probe_script
+from framework.samepath import (
+    Shipment,
+    _refuse,
+    ancestors,
+    files_of,
+    folders_of,
+    mkdir_script,
+    parse_made,
+    parse_probe,
+    probe_script,
+    tops,
+)
 
 if TYPE_CHECKING:
     from framework.hosts import Host
@@ -55,7 +66,10 @@ def pack(files: Sequence[Path], archive: Path) -> str:
 
 def unpack_script(archive: str) -> commands.ShellScript:
     q = commands.quote(archive)
-    return commands.ShellScript(f"tar -xzf {q} -C / --no-same-owner; rc=$?; rm -f {q}; exit $rc")
+    # into folders the guard judged or made: files are new (a file that appeared meanwhile fails the unpack),
+    # never group/other-writable whatever their mode here
+    return commands.ShellScript(f"umask 022; tar -xzf {q} -C / --no-same-owner --no-same-permissions "
+                                f"--keep-old-files; rc=$?; rm -f {q}; exit $rc")
 
 
 def ship_tree(
@@ -78,9 +92,11 @@ def ship_tree(
     for tree in trees:
         files = [f for f in files_of(tree) if not any(f.is_relative_to(s) for s in skip)]
         remote = [f.as_posix() for f in files]
-        folders = ancestors(tree.resolve().as_posix())
-        probe = host.check(probe_script(remote, folders), timeout=max(host.command_timeout, 60.0))
-        there, top = parse_probe(probe.stdout, remote, folders)
+        # every folder on the way is judged as the workdir is (samepath's guard), a kept file must be ours
+        folders = folders_of([*remote, *ancestors(tree.resolve().as_posix())])
+        probe = host.run(probe_script(remote, folders), timeout=max(host.command_timeout, 60.0))
+        _refuse(host, probe, tree.as_posix())
+        there, absent_folders = parse_probe(probe.stdout, remote, folders)
         differ = [
             n for p, n in zip(files, remote, strict=True) if there[n] not in (None, digests[p])
         ]
@@ -90,16 +106,15 @@ def ship_tree(
                 f"{differ[0]} is there with other content "
                 f"({len(differ)} file(s) differ): the tree is not shipped over it",
             )
+        shipment = Shipment(host, kept=[n for n in remote if there[n] is not None])
+        shipments.append(shipment)
+        if absent_folders:  # made one level at a time under judged parents, never by tar
+            made = host.run(mkdir_script(absent_folders), timeout=60)
+            shipment.created = tops(parse_made(made.stdout, absent_folders))
+            _refuse(host, made, tree.as_posix())
         absent = [p for p, n in zip(files, remote, strict=True) if there[n] is None]
+        shipment.written = [p.as_posix() for p in absent]
         missing += absent
-        shipments.append(
-            Shipment(
-                host,
-                written=[p.as_posix() for p in absent] if top is None else [],
-                kept=[n for n in remote if there[n] is not None],
-                created=top,
-            )
-        )
     if missing:
         cache = {} if packed is None else packed
         with tempfile.TemporaryDirectory(prefix="camit-tree-") as tmp:
