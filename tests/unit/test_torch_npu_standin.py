@@ -153,17 +153,46 @@ def test_set_device_past_the_visible_devices_fails_as_torch_npu(tmp_path):
                      r"\d+ SetDevice:Set visible device failed, invalid device=2, input visible devices:0,1$", plog, re.M)
 
 
-def test_npu_moves_keep_tensors_on_the_cpu(tmp_path):
+def test_npu_is_a_device_of_its_own(tmp_path):
+    """Moves and factories give npu tensors; mixing devices, .numpy() before .cpu() fail with torch's texts."""
     proc = run_py(tmp_path, """
-        import torch, torch_npu
+        import json, torch, torch_npu
         t = torch.arange(4.0)
         m = torch.nn.Linear(2, 2)
-        checks = [t.npu() is t, m.npu() is m, t.to("npu").device.type, t.to("npu:0", torch.float16).dtype,
-                  t.to(device=torch.device("npu", 0)).device.type, next(m.to("npu").parameters()).device.type,
-                  torch.npu.current_device()]
-        print(checks)
+        dev = torch.device("npu", 0)
+        moved = {"npu()": t.npu(), "to(str)": t.to("npu"), "to(dev)": t.to(dev), "to(kw)": t.to(device=dev),
+                 "ones": torch.ones(2, device="npu"), "zeros": torch.zeros(2, device=dev),
+                 "empty": torch.empty(2, device="npu:0"), "randn": torch.randn(2, device="npu"),
+                 "tensor": torch.tensor([1, 2], device="npu"), "arange": torch.arange(3, device="npu"),
+                 "full": torch.full((2,), 7.0, device="npu"), "param": next(m.npu().parameters()),
+                 "view": t.npu()[1:], "sum": t.npu() + t.npu()}
+        out = {"devices": {k: v.device.type for k, v in moved.items()}}
+        out["is_npu"] = [t.is_npu, t.npu().is_npu]
+        out["module_same"] = m.npu() is m
+        out["npu_of_npu_same"] = moved["ones"].npu() is moved["ones"]
+        out["cpu"] = [str(moved["sum"].cpu().device), type(moved["sum"].cpu()).__name__,
+                      moved["sum"].cpu().numpy().tolist()]
+        errors = {}
+        for name, call in {"mix": lambda: moved["ones"] + torch.ones(2), "numpy": lambda: moved["ones"].numpy(),
+                           "mix_cat": lambda: torch.cat([moved["ones"], torch.ones(2)])}.items():
+            try:
+                call()
+            except Exception as exc:
+                errors[name] = f"{type(exc).__name__}: {exc}"
+        out["errors"] = errors
+        out["scalar_ok"] = (moved["ones"] * torch.tensor(2.0)).device.type  # a 0-dim CPU scalar mixes, as in torch
+        print(json.dumps(out))
     """)
-    assert proc.stdout.strip() == "[True, True, 'cpu', torch.float16, 'cpu', 'cpu', 0]"
+    out = json.loads(proc.stdout)
+    assert set(out["devices"].values()) == {"npu"} and len(out["devices"]) == 14, out["devices"]
+    assert out["is_npu"] == [False, True] and out["module_same"] and out["npu_of_npu_same"]
+    assert out["cpu"] == ["cpu", "Tensor", [0.0, 2.0, 4.0, 6.0]]
+    same = "RuntimeError: Expected all tensors to be on the same device, but found at least two devices, npu:0 and cpu!"
+    assert out["errors"] == {
+        "mix": same, "mix_cat": same,
+        "numpy": "TypeError: can't convert npu:0 device type tensor to numpy. Use Tensor.cpu() to copy the tensor "
+                 "to host memory first."}, out["errors"]
+    assert out["scalar_ok"] == "npu"
 
 
 # -- formats ---------------------------------------------------------------------------------------------
@@ -207,7 +236,7 @@ out = []
 if rank == 0:
     torch_npu.npu._standin_fault(507035)          # raises nothing where the kernel ran
     for call in (torch.npu.synchronize, torch_npu.npu.synchronize,
-                 lambda: dist.all_reduce(torch.ones(2)), torch.npu.synchronize):
+                 lambda: dist.all_reduce(torch.ones(2).npu()), torch.npu.synchronize):
         try:
             call()
             out.append("ok")
@@ -250,21 +279,26 @@ def test_standin_fault_refuses_a_non_fault_code(tmp_path):
 def test_hccl_groups_and_comm_names_two_processes(tmp_path):
     procs = start_ranks(tmp_path, INIT.format(timeout="") + textwrap.dedent("""
         import json
-        t = torch.ones(3) * (rank + 1)
+        t = torch.ones(3).npu() * (rank + 1)
         dist.all_reduce(t)
         g = dist.new_group(backend="hccl", ranks=[0, 1])
         g2 = dist.new_group(backend="hccl", ranks=[0, 1])
         name = g._get_backend(torch.device("npu")).get_hccl_comm_name(rank)
         name2 = g2._get_backend(torch.device("npu")).get_hccl_comm_name(rank)
         resolved = torch_npu.distributed.resolve_hccl_comm_name(name)
-        x = torch.arange(4.0) + 10 * rank
-        y = torch.empty(4)
+        x = torch.arange(4.0).npu() + 10 * rank
+        y = torch.empty(4, device="npu")
         dist.all_to_all_single(y, x, group=g)
+        try:  # hccl is registered for npu only (torch_npu/_init/registry/distributed.py)
+            dist.all_reduce(torch.ones(1), group=g)
+            cpu = "accepted"
+        except RuntimeError as exc:
+            cpu = str(exc)
         dist.barrier()
         torch_npu.npu.synchronize()
         print(json.dumps({"sum": t.tolist(), "name": name, "names_differ": name != name2,
                           "resolves": resolved is g, "group_name": g.group_name, "backend": dist.get_backend(g),
-                          "a2a": y.tolist()}))
+                          "a2a": y.tolist(), "cpu": cpu, "devices": [t.device.type, y.device.type]}))
         dist.destroy_process_group()
     """))
     results = finish(procs)
@@ -277,6 +311,8 @@ def test_hccl_groups_and_comm_names_two_processes(tmp_path):
         assert out["name"] == out["group_name"] and out["names_differ"] and out["resolves"]
         assert out["backend"] == "hccl"
         assert out["a2a"] == ([0.0, 1.0, 10.0, 11.0] if r == 0 else [2.0, 3.0, 12.0, 13.0])
+        assert out["cpu"] == "No backend type associated with device type cpu"  # c10d's own text
+        assert out["devices"] == ["npu", "npu"]
     assert outs[0]["name"] == outs[1]["name"]
 
 
@@ -307,7 +343,7 @@ def test_timeouts_and_the_watchdog_warning(tmp_path):
 
 HANG = """
 import time
-t = torch.ones(2)
+t = torch.ones(2).npu()
 dist.all_reduce(t)
 print("warm", flush=True)
 if rank == 1:
@@ -475,31 +511,31 @@ def test_single_rank_golden_ops_match_numpy(tmp_path):
         w = rng.integers(-16, 16, (E, K, N)).astype(np.int8)
         ws = (rng.random((E, N)) * 0.01 + 0.001).astype(np.float32)
         pts = (rng.random(M) * 0.1 + 0.01).astype(np.float32)
-        gl = torch.tensor(counts, dtype=torch.int64)
-        y3 = torch_npu.npu_grouped_matmul(x=[torch.from_numpy(x)], weight=[torch.from_numpy(w)], split_item=3,
+        gl = torch.tensor(counts, dtype=torch.int64).npu()
+        y3 = torch_npu.npu_grouped_matmul(x=[torch.from_numpy(x).npu()], weight=[torch.from_numpy(w).npu()], split_item=3,
                                           group_list_type=1, group_type=0, group_list=gl, output_dtype=torch.int32)[0]
-        y2 = torch_npu.npu_grouped_matmul(x=[torch.from_numpy(x)], weight=[torch.from_numpy(w)],
-                                          scale=[torch.from_numpy(ws)], per_token_scale=[torch.from_numpy(pts)],
+        y2 = torch_npu.npu_grouped_matmul(x=[torch.from_numpy(x).npu()], weight=[torch.from_numpy(w).npu()],
+                                          scale=[torch.from_numpy(ws).npu()], per_token_scale=[torch.from_numpy(pts).npu()],
                                           split_item=2, group_list_type=1, group_type=0, group_list=gl,
                                           output_dtype=torch.float32)[0]
         h = rng.integers(-3000, 3000, (M, 2 * N)).astype(np.int32)
         hs = (rng.random((E, 2 * N)) * 0.01).astype(np.float32)
         acts = (rng.random(M) * 0.5).astype(np.float32)
-        q, s = torch_npu.npu_dequant_swiglu_quant(x=torch.from_numpy(h), weight_scale=torch.from_numpy(hs),
-                                                  activation_scale=torch.from_numpy(acts), bias=None, quant_scale=None,
+        q, s = torch_npu.npu_dequant_swiglu_quant(x=torch.from_numpy(h).npu(), weight_scale=torch.from_numpy(hs).npu(),
+                                                  activation_scale=torch.from_numpy(acts).npu(), bias=None, quant_scale=None,
                                                   quant_offset=None, group_index=gl, activate_left=True, quant_mode=1)
         f = rng.standard_normal((4, K)).astype(np.float32)
         sm = (rng.random(K) + 0.5).astype(np.float32)
-        dq, ds = torch_npu.npu_dynamic_quant(torch.from_numpy(f), smooth_scales=torch.from_numpy(sm))
+        dq, ds = torch_npu.npu_dynamic_quant(torch.from_numpy(f).npu(), smooth_scales=torch.from_numpy(sm).npu())
         w1 = rng.integers(-16, 16, (K, N)).astype(np.int8)
         s1 = (rng.random(N) * 0.01).astype(np.float32)
-        mm32 = torch_npu.npu_quant_matmul(dq, torch.from_numpy(w1), torch.from_numpy(s1), pertoken_scale=None,
+        mm32 = torch_npu.npu_quant_matmul(dq, torch.from_numpy(w1).npu(), torch.from_numpy(s1).npu(), pertoken_scale=None,
                                           output_dtype=torch.int32)
-        mmf = torch_npu.npu_quant_matmul(dq, torch.from_numpy(w1), torch.from_numpy(s1), pertoken_scale=ds,
+        mmf = torch_npu.npu_quant_matmul(dq, torch.from_numpy(w1).npu(), torch.from_numpy(s1).npu(), pertoken_scale=ds,
                                          output_dtype=torch.float32)
-        np.savez("ops.npz", x=x, w=w, ws=ws, pts=pts, y3=y3.numpy(), y2=y2.numpy(), h=h, hs=hs, acts=acts,
-                 q=q.numpy(), s=s.numpy(), f=f, sm=sm, dq=dq.numpy(), ds=ds.numpy(), w1=w1, s1=s1,
-                 mm32=mm32.numpy(), mmf=mmf.numpy(), counts=np.array(counts))
+        np.savez("ops.npz", x=x, w=w, ws=ws, pts=pts, y3=y3.cpu().numpy(), y2=y2.cpu().numpy(), h=h, hs=hs, acts=acts,
+                 q=q.cpu().numpy(), s=s.cpu().numpy(), f=f, sm=sm, dq=dq.cpu().numpy(), ds=ds.cpu().numpy(), w1=w1, s1=s1,
+                 mm32=mm32.cpu().numpy(), mmf=mmf.cpu().numpy(), counts=np.array(counts))
     """)
     d = np.load(tmp_path / "ops.npz")
     counts = d["counts"]
@@ -538,31 +574,31 @@ bs, H, K, E = 5, 8, 3, 4
 x = rng.standard_normal((bs, H)).astype(np.float32)
 ids = np.stack([rng.choice(E, K, replace=False) for _ in range(bs)]).astype(np.int32)
 scales = rng.random((bs, K)).astype(np.float32)
-mask = torch.tensor([True] * 4 + [False])  # 4 active tokens
+mask = torch.tensor([True] * 4 + [False]).npu()  # 4 active tokens
 g = dist.new_group(backend="hccl", ranks=[0, 1])
 name = g._get_backend(torch.device("npu")).get_hccl_comm_name(rank)
 res = {}
 for quant_mode in (0, 2):
     out = torch_npu.npu_moe_distribute_dispatch_v2(
-        x=torch.from_numpy(x), expert_ids=torch.from_numpy(ids), expert_scales=torch.from_numpy(scales),
+        x=torch.from_numpy(x).npu(), expert_ids=torch.from_numpy(ids).npu(), expert_scales=torch.from_numpy(scales).npu(),
         scales=None, x_active_mask=mask, group_ep=name, ep_world_size=2, ep_rank_id=rank, moe_expert_num=E,
         group_tp="", tp_world_size=1, tp_rank_id=0, expert_shard_type=0, shared_expert_num=1,
         shared_expert_rank_num=0, quant_mode=quant_mode, global_bs=bs * 2, expert_token_nums_type=1)
     expand_x, dyn, assist, counts, ep_counts, tp_counts, expand_scales = out
-    local = torch.repeat_interleave(torch.arange(2), counts)
+    local = torch.repeat_interleave(torch.arange(2).npu(), counts)
     if quant_mode == 2:
         rows = expand_x.float() * dyn.unsqueeze(-1)
     else:
         rows = expand_x
     y = rows * (local + 1 + 2 * rank).float().unsqueeze(-1)  # "expert" e multiplies by e + 1
     comb = torch_npu.npu_moe_distribute_combine_v2(
-        expand_x=y, expert_ids=torch.from_numpy(ids), assist_info_for_combine=assist, ep_send_counts=ep_counts,
-        expert_scales=torch.from_numpy(scales), x_active_mask=mask, group_ep=name, ep_world_size=2,
+        expand_x=y, expert_ids=torch.from_numpy(ids).npu(), assist_info_for_combine=assist, ep_send_counts=ep_counts,
+        expert_scales=torch.from_numpy(scales).npu(), x_active_mask=mask, group_ep=name, ep_world_size=2,
         ep_rank_id=rank, moe_expert_num=E, tp_send_counts=tp_counts, expand_scales=expand_scales, group_tp="",
         tp_world_size=1, tp_rank_id=0, expert_shard_type=0, shared_expert_num=1, shared_expert_rank_num=0,
         global_bs=bs * 2)
-    res[f"comb{quant_mode}"] = comb.numpy()
-    res[f"counts{quant_mode}"] = counts.numpy()
+    res[f"comb{quant_mode}"] = comb.cpu().numpy()
+    res[f"counts{quant_mode}"] = counts.cpu().numpy()
     res[f"dtype{quant_mode}"] = np.array(str(expand_x.dtype))
 np.savez(f"dispatch{rank}.npz", x=x, ids=ids, scales=scales, **res)
 dist.destroy_process_group()
@@ -614,15 +650,15 @@ def test_torchair_backend_compiles_the_fused_op_as_one_graph(tmp_path):
         from torchair.configs.compiler_config import CompilerConfig
         dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
         torch_npu.npu.config.allow_internal_format = True
-        nz = lambda t: torch_npu.npu_format_cast(t, torch_npu.Format.FRACTAL_NZ)
+        nz = lambda t: torch_npu.npu_format_cast(t.npu(), torch_npu.Format.FRACTAL_NZ)
         g = torch.Generator().manual_seed(3)
         bs, hidden, inter, local = 4, 1024, 512, 2
-        args = ((torch.rand(bs, hidden, generator=g) - 0.5).to(torch.bfloat16),
-                torch.randint(0, local, (bs, 1), generator=g, dtype=torch.int32),
+        args = ((torch.rand(bs, hidden, generator=g) - 0.5).to(torch.bfloat16).npu(),
+                torch.randint(0, local, (bs, 1), generator=g, dtype=torch.int32).npu(),
                 [nz(torch.randint(-8, 8, (local, hidden, 2 * inter), generator=g, dtype=torch.int8))],
-                [torch.rand(local, 2 * inter, generator=g) * 0.003],
+                [(torch.rand(local, 2 * inter, generator=g) * 0.003).npu()],
                 [nz(torch.randint(-8, 8, (local, inter, hidden), generator=g, dtype=torch.int8))],
-                [torch.rand(local, hidden, generator=g) * 0.003], torch.ones(bs, 1),
+                [(torch.rand(local, hidden, generator=g) * 0.003).npu()], torch.ones(bs, 1).npu(),
                 None, None, None, None, None, None, None, cam.group_name(), 1, 0, local, 0, bs)
 
         class Op(torch.nn.Module):
@@ -676,7 +712,7 @@ def test_torch_manual_seed_seeds_through_torch_npu_without_recursing(tmp_path: P
 SHUTDOWN = """
 import gc, threading, time, weakref
 g = dist.new_group(backend="hccl", ranks=[0, 1])
-t = torch.ones(3)
+t = torch.ones(3).npu()
 dist.all_reduce(t, group=g)
 refs = [weakref.ref(g), weakref.ref(dist.distributed_c10d._get_default_group())]
 dist.destroy_process_group()

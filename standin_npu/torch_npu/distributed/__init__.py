@@ -1,6 +1,8 @@
 """The ``hccl`` backend of torch.distributed, built on gloo, with HCCL's timeouts and failure mode.
 
-``import torch_npu`` registers it (``dist.Backend.register_backend("hccl", ..., devices=["cpu", "npu"])``);
+``import torch_npu`` registers it for ``npu`` only, as torch_npu/_init/registry/distributed.py does
+(``dist.Backend.register_backend("hccl", ..., devices=["npu"])``): a CPU tensor in a collective fails with
+c10d's own ``No backend type associated with device type cpu``; npu tensors travel as their host memory.
 ``init_process_group(backend="hccl")`` and ``new_group(backend="hccl", ranks=...)`` then create a
 :class:`ProcessGroupHCCL`: a Python ``ProcessGroup`` whose collectives run on an inner
 ``ProcessGroupGloo`` (also registered as its backend, so c10d's group name and ``_resolve_process_group``
@@ -41,8 +43,9 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from torch.distributed.distributed_c10d import _world
+from torch.utils._pytree import tree_flatten, tree_map
 
-from .. import _env, _errors, _fault, _plog
+from .. import _env, _errors, _fault, _plog, _tensor
 
 DEFAULT_PG_TIMEOUT_MS = 30 * 60 * 1000  # ProcessGroupHCCL.hpp: DEFAULT_TIMEOUT
 NEVER_S = 10 * 365 * 24 * 3600.0
@@ -179,8 +182,7 @@ class ProcessGroupHCCL(dist.ProcessGroup):
         except RuntimeError as exc:
             raise _connect_failure(store, rank, size, self.timeouts.connect_s) from exc
         self._gloo.set_timeout(datetime.timedelta(seconds=min(self.timeouts.first_s, NEVER_S)))
-        for dev in ("cpu", "npu"):
-            self._register_backend(torch.device(dev), dist.ProcessGroup.BackendType.CUSTOM, self._gloo)
+        self._register_backend(torch.device("npu"), dist.ProcessGroup.BackendType.CUSTOM, self._gloo)
         self._seq = 0
         self._lock = threading.Lock()
         self._inflight: list[_Pending] = []
@@ -206,10 +208,20 @@ class ProcessGroupHCCL(dist.ProcessGroup):
             self._seq += 1
             seq = self._seq
         numel = (_numel(args[:1]), _numel(args[1:2]))
-        pending = _Pending(self, seq, op, call(*args, **kwargs), numel)
+        pending = _Pending(self, seq, op, call(*self._host_args(args), **kwargs), numel)
         with self._lock:
             self._inflight.append(pending)
         return HcclWork(pending)
+
+    def _host_args(self, args: tuple[Any, ...]) -> Any:
+        """The collective's tensors as host memory for gloo; a tensor not on the NPU fails as c10d does for a
+        device type the backend was not registered for (``ProcessGroup::getBackend``). Inside an op running on
+        the device (an op library's kernel, a golden op) its own host tensors are device memory."""
+        leaves, _ = tree_flatten(args)
+        for t in leaves:
+            if isinstance(t, torch.Tensor) and not _tensor.is_device(t) and not _tensor.in_device_op():
+                dist.ProcessGroup._get_backend(self, t.device)  # raises c10d's error for that device type
+        return tree_map(lambda a: _tensor.host(a) if isinstance(a, torch.Tensor) else a, args)
 
     def _done(self, pending: _Pending) -> None:
         with self._lock:
@@ -472,7 +484,7 @@ def _create(opts: Any, backend_options: Any = None) -> ProcessGroupHCCL:
 def register() -> None:
     """Register the ``hccl`` backend with torch.distributed (once)."""
     if "HCCL" not in dist.Backend._plugins:
-        dist.Backend.register_backend("hccl", _create, extended_api=True, devices=["cpu", "npu"])
+        dist.Backend.register_backend("hccl", _create, extended_api=True, devices=["npu"])
     dist.is_hccl_available = lambda: True  # type: ignore[attr-defined]
 
 
