@@ -638,11 +638,12 @@ def test_torchair_backend_compiles_on_cpu(tmp_path):
     assert proc.stdout.strip().splitlines()[-1] == "True True"
 
 
-def test_torchair_backend_compiles_the_fused_op_as_one_graph(tmp_path):
-    """Graph mode as the CAM suite checks it (suites/cam/rank/test_fused_rank.py): a module whose forward
-    only calls the op compiles with fullgraph=True through torchair's backend, which receives one FX graph
-    holding the op (its Meta kernel gives Dynamo the shapes); a forward that leaves the graph
-    is a graph break fullgraph refuses."""
+def test_torchair_takes_cam_ops_in_aclgraph_mode_only(tmp_path):
+    """Graph mode as CAM supports it (umdk doc/en/cam/CAM API Guide.md: aclgraph only, no fullgraph=True, no
+    GE mode): a module whose forward only calls the op is one FX graph holding the op (its Meta kernel gives
+    Dynamo the shapes); torchair's backend runs it with ``config.mode = "reduce-overhead"`` and refuses it in
+    the default GE mode ("max-autotune") and under fullgraph=True, citing the guide; a graph without CAM ops
+    still compiles in GE mode."""
     proc = run_py(tmp_path, """
         import torch, torch_npu, torchair
         import torch.distributed as dist
@@ -671,27 +672,39 @@ def test_torchair_backend_compiles_the_fused_op_as_one_graph(tmp_path):
                 torch._dynamo.graph_break()  # what a Python-side step between op and output does
                 return out
 
-        npu_backend = torchair.get_npu_backend(compiler_config=CompilerConfig())
+        aclgraph = CompilerConfig()
+        aclgraph.mode = "reduce-overhead"
         graphs = []
-        def backend(gm, example_inputs):
-            graphs.append([str(n.target) for n in gm.graph.nodes if "umdk" in str(n.target)])
-            return npu_backend(gm, example_inputs)
+        def backend_of(config):
+            npu_backend = torchair.get_npu_backend(compiler_config=config)
+            def backend(gm, example_inputs):
+                graphs.append([str(n.target) for n in gm.graph.nodes if "umdk" in str(n.target)])
+                return npu_backend(gm, example_inputs)
+            return backend
         ex = torch._dynamo.explain(Op())(*args)
         print("explain", ex.graph_count, ex.graph_break_count)
-        out = torch.compile(Op(), backend=backend, fullgraph=True)(*args)
+        out = torch.compile(Op(), backend=backend_of(aclgraph))(*args)
         eager = cam.fused_deep_moe(*args)
-        print("graphs", graphs, all(torch.equal(a, b) for a, b in zip(out, eager)))
+        print("graphs", graphs, all(torch.equal(a, b) for a, b in zip(out, eager)), out[0].device.type)
+        for name, config, fullgraph in (("GE", CompilerConfig(), False), ("fullgraph", aclgraph, True)):
+            torch._dynamo.reset()
+            try:
+                torch.compile(Op(), backend=torchair.get_npu_backend(compiler_config=config), fullgraph=fullgraph)(*args)
+                print(name, "accepted")
+            except Exception as exc:
+                print(name, "refused |", [ln for ln in str(exc).splitlines() if "torchair:" in ln][0])
         torch._dynamo.reset()
-        try:
-            torch.compile(Leaky(), backend=backend, fullgraph=True)(*args)
-            print("fullgraph accepted a break")
-        except Exception as exc:
-            print("fullgraph refused", type(exc).__name__)
+        lin = torch.nn.Linear(3, 2).npu()
+        ge = torch.compile(lin, backend=torchair.get_npu_backend(compiler_config=CompilerConfig()), fullgraph=True)
+        print("no CAM op in GE", bool(torch.allclose(ge(torch.ones(2, 3).npu()), lin(torch.ones(2, 3).npu()))))
     """, timeout=170, PYTHONPATH=f"{STANDIN}:{STANDIN.parent / 'standin'}", CAMIT_STANDIN_NO_OPAPI_CHECK="1")
-    lines = proc.stdout.strip().splitlines()[-3:]
+    lines = proc.stdout.strip().splitlines()[-5:]
     assert lines[0] == "explain 1 0"
-    assert lines[1] == "graphs [['umdk_cam_op_lib.fused_deep_moe']] True", lines
-    assert lines[2].startswith("fullgraph refused"), lines
+    assert lines[1] == "graphs [['umdk_cam_op_lib.fused_deep_moe']] True npu", lines
+    assert lines[2].startswith("GE refused |") and "in mode 'max-autotune' (GE)" in lines[2], lines
+    assert "config.mode = 'reduce-overhead'" in lines[2] and "CAM API Guide.md" in lines[2], lines
+    assert lines[3].startswith("fullgraph refused |") and "compile without fullgraph=True" in lines[3], lines
+    assert lines[4] == "no CAM op in GE True", lines
 
 
 def test_torch_manual_seed_seeds_through_torch_npu_without_recursing(tmp_path: Path) -> None:
