@@ -262,6 +262,46 @@ os._exit(0)
     assert "rtDeviceSynchronizeWithTimeout:ErrCode=507035" in plog
 
 
+def test_a_stuck_kernel_fails_the_next_sync_after_the_op_execute_timeout(tmp_path):
+    """A kernel that spins (``_standin_stuck``, e.g. a CAM op whose peer never came) raises nothing where it
+    ran; the next synchronize waits out torch_npu's op-execute timeout (547 s by default, npu_sys_ctrl.cpp;
+    here ``set_op_timeout_ms(1500)``, torch_npu/npu/utils.py) and fails with 507034 (NPUErrorCodes.h), and
+    every later one at once; camit's signatures call it an op-execute timeout, not HCCL's EI0002."""
+    proc = run_py(tmp_path, """
+        import time, torch, torch_npu
+        from torch_npu import _fault
+        print("default", _fault.op_timeout_s())
+        torch_npu.npu.set_op_timeout_ms(1500)
+        torch.npu.synchronize()
+        torch_npu.npu._standin_stuck()
+        start = time.monotonic()
+        for _ in range(2):
+            try:
+                torch.npu.synchronize()
+                print("ok")
+            except RuntimeError as exc:
+                print(round(time.monotonic() - start, 1), "|", str(exc).splitlines()[0], "|",
+                      str(exc).splitlines()[2])
+        try:
+            torch_npu.npu._standin_stuck(507035)
+        except ValueError as exc:
+            print("refused", "507035" in str(exc))
+    """)
+    lines = proc.stdout.splitlines()
+    assert lines[0] == "default 547.0"
+    first, again = (line.split(" | ") for line in lines[1:3])
+    err = ("npuSynchronizeDevice:build/CMakeFiles/torch_npu.dir/compiler_depend.ts:479 NPU function error: "
+           "AclrtSynchronizeDeviceWithTimeout, error code is 507034")
+    assert first[1:] == again[1:] == [err, "[Error]: Vector core execution timed out. "], lines
+    assert 1.4 <= float(first[0]) < 10 and float(again[0]) - float(first[0]) < 1.0, lines
+    assert lines[3] == "refused True"
+    from framework.cores import logs
+
+    codes = [s.code for s in logs.scan_signatures(proc.stdout + plog_text(tmp_path))]
+    assert codes[0] == "OP-EXECUTE-TIMEOUT" and "EI0002" not in codes, codes
+    assert "retCode=507034, [vector core timeout]" in plog_text(tmp_path)
+
+
 def test_standin_fault_refuses_a_non_fault_code(tmp_path):
     proc = run_py(tmp_path, """
         import torch, torch_npu
