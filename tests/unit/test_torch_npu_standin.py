@@ -127,6 +127,33 @@ def test_device_count_from_the_emulation_file(tmp_path):
     assert proc.stdout.strip() == "4"
 
 
+def test_device_index_and_the_device_context_follow_torchs_semantics(tmp_path):
+    """``_get_device_index`` as torch's CUDA one (int as is, the device's index, the current device when
+    optional, -1 for the CPU when allowed); ``torch.npu.device`` switches inside its block and restores."""
+    proc = run_py(tmp_path, """
+        import torch, torch_npu
+        from torch_npu.npu import _get_device_index as index
+        torch_npu.npu.set_device(1)
+        print(index(3), index("npu:2"), index(torch.device("npu", 0)), index("npu", optional=True),
+              index(None, optional=True), index("cpu", allow_cpu=True))
+        for bad in (lambda: index("npu"), lambda: index(None), lambda: index("cpu"), lambda: index(1.5)):
+            try:
+                bad()
+            except ValueError as exc:
+                print("bad", str(exc).splitlines()[0])
+        with torch.npu.device(0):
+            inside = torch.npu.current_device()
+            with torch.npu.device(-1):
+                unchanged = torch.npu.current_device()
+        print(inside, unchanged, torch.npu.current_device())
+    """, ASCEND_RT_VISIBLE_DEVICES="0,1,2,3")
+    assert proc.stdout.splitlines() == [
+        "3 2 0 1 1 -1",
+        "bad Expected a torch.device with a specified index or an integer, but got:npu",
+        "bad Expected a torch.device with a specified index or an integer, but got:None",
+        "bad Expected a npu device, but got: cpu", "bad Invalid device: 1.5", "0 0 1"]
+
+
 def test_set_device_past_the_visible_devices_fails_as_torch_npu(tmp_path):
     proc = run_py(tmp_path, """
         import torch, torch_npu
