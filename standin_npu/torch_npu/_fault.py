@@ -68,16 +68,23 @@ def op_timeout_s() -> float:
     return _op_timeout_s
 
 
-def standin_stuck(code: int = 507034) -> None:
-    """A kernel launched now spins (507034 vector core, 507014 aicore): the next synchronize waits out the
-    op-execute timeout from now, then fails with `code`; the first stuck kernel of the process counts."""
+def standin_stuck(code: int = 507034, since: float | None = None) -> None:
+    """A kernel launched now (or at monotonic time `since`) spins (507034 vector core, 507014 aicore): the
+    next synchronize waits out the op-execute timeout from then, then fails with `code`; the first stuck
+    kernel of the process counts."""
     global _stuck
     if code not in TIMEOUT_CODES:
         raise ValueError(f"_standin_stuck: code {code} is not a kernel timeout code "
                          f"({', '.join(map(str, TIMEOUT_CODES))})")
     with _lock:
         if _stuck is None or _stuck[1] != os.getpid():
-            _stuck = (code, os.getpid(), time.monotonic() + _op_timeout_s)
+            _stuck = (code, os.getpid(), (time.monotonic() if since is None else since) + _op_timeout_s)
+
+
+def stuck() -> bool:
+    """True while a kernel of this process spins (before the synchronize that reports it)."""
+    entry = _stuck
+    return entry is not None and entry[1] == os.getpid()
 
 
 def _expire_stuck() -> None:

@@ -475,6 +475,12 @@ COMM = textwrap.dedent("""\
     dist.init_process_group("hccl", timeout=datetime.timedelta(seconds=pg))
     t = torch.ones(4).npu()
     dist.all_reduce(t)
+    try:  # hccl is registered for npu only (torch_npu/_init/registry/distributed.py): a CPU tensor is refused
+        dist.all_reduce(torch.ones(1))
+        cpu = "accepted"
+    except RuntimeError as exc:
+        cpu = str(exc).splitlines()[0]
+    print("CPU", dist.get_rank(), cpu, flush=True)
     keys = ("MASTER_ADDR", "HCCL_IF_IP", "HCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "HCCL_CONNECT_TIMEOUT",
             "HCCL_EXEC_TIMEOUT", "CAMIT_PG_TIMEOUT", "HCCL_BUFFSIZE")
     print("ENV", dist.get_rank(), int(t[0].item()), *(f"{k}={os.environ.get(k, '-')}" for k in keys), flush=True)
@@ -496,7 +502,8 @@ def _comm_run(env_path: Path, tmp_path: Path) -> dict[int, dict[str, str]]:
         line = next(ln for ln in text.splitlines() if ln.startswith("ENV "))
         _, rank, total, *pairs = line.split()
         assert total == "4", line
-        out[int(rank)] = {**dict(p.split("=", 1) for p in pairs), "log": text}
+        cpu = next(ln for ln in text.splitlines() if ln.startswith(f"CPU {rank} "))
+        out[int(rank)] = {**dict(p.split("=", 1) for p in pairs), "log": text, "cpu": cpu.split(" ", 2)[2]}
     assert sorted(out) == [0, 1, 2, 3], out
     return out
 
@@ -511,6 +518,7 @@ def test_a_default_hccl_launch_orders_the_timeouts_without_the_watchdog_warning_
         assert "The plog may not be recorded" not in got["log"], got["log"][-2000:]
         assert int(got["HCCL_CONNECT_TIMEOUT"]) < int(got["HCCL_EXEC_TIMEOUT"]) < int(got["CAMIT_PG_TIMEOUT"]) < 600
         assert got["HCCL_BUFFSIZE"] == "-", got  # only the CAM prefill launches ask for 4096
+        assert got["cpu"] == "No backend type associated with device type cpu", got  # as on a real NPU host
         host = "host1" if rank < 2 else "host2"
         assert got["HCCL_IF_IP"] == env.hosts[host].manage_nic.ip, got
         assert got["MASTER_ADDR"] == env.hosts["host1"].manage_nic.ip, got

@@ -329,6 +329,39 @@ def test_a_stuck_kernel_fails_the_next_sync_after_the_op_execute_timeout(tmp_pat
     assert "retCode=507034, [vector core timeout]" in plog_text(tmp_path)
 
 
+def test_a_cam_kernel_whose_peer_never_comes_ends_in_the_op_execute_timeout_not_hccls(tmp_path):
+    """Rank 0 runs a device op (the golden dispatch: its transfers are the kernel's, as a CAM op's) that
+    rank 1 never joins: no EI0002 and no abort at HCCL's exec timeout (it does not bound kernels); the op
+    returns after the op-execute timeout (set_op_timeout_ms(2000)) and the next synchronize fails with 507034."""
+    body = INIT.format(timeout="") + """
+import os, time
+g = dist.new_group(backend="hccl", ranks=[0, 1])
+name = g._get_backend(torch.device("npu")).get_hccl_comm_name(rank)
+if rank == 0:
+    torch_npu.npu.set_op_timeout_ms(2000)
+    start = time.monotonic()
+    torch_npu.npu_moe_distribute_dispatch_v2(
+        x=torch.ones(2, 4).npu(), expert_ids=torch.zeros(2, 1, dtype=torch.int32).npu(), group_ep=name,
+        ep_world_size=2, ep_rank_id=0, moe_expert_num=2)
+    returned = time.monotonic() - start
+    try:
+        torch.npu.synchronize()
+        print("sync ok", flush=True)
+    except RuntimeError as exc:
+        print(f"returned {returned:.1f} | {str(exc).splitlines()[0]}", flush=True)
+    _up.set("done", "1")
+else:
+    _up.wait(["done"])
+os._exit(0)
+"""
+    (rc0, out0, err0), (rc1, _, err1) = finish(start_ranks(tmp_path, body))
+    assert rc0 == 0 and rc1 == 0, err0[-3000:] + err1[-3000:]
+    returned, error = out0.strip().splitlines()[-1].split(" | ")
+    assert 1.9 <= float(returned.split()[1]) < 15, out0
+    assert error.endswith("NPU function error: AclrtSynchronizeDeviceWithTimeout, error code is 507034"), error
+    assert "EI0002" not in plog_text(tmp_path) + err0 and "terminate called" not in err0, err0[-3000:]
+
+
 def test_standin_fault_refuses_a_non_fault_code(tmp_path):
     proc = run_py(tmp_path, """
         import torch, torch_npu

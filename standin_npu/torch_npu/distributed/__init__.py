@@ -100,6 +100,8 @@ class _Pending:
     def __init__(self, pg: ProcessGroupHCCL, seq: int, op: str, work: Any, numel: tuple[int, int]) -> None:
         self.pg, self.seq, self.op, self.work, self.numel = pg, seq, op, work, numel
         self.started = time.monotonic()
+        #: a transfer of an op library's kernel (a CAM op): not an HCCL task, see :func:`_kernel_stuck`
+        self.in_kernel = _tensor.in_device_op()
 
 
 class HcclWork(dist.Work):
@@ -110,11 +112,18 @@ class HcclWork(dist.Work):
         self._pending = pending
 
     def wait(self, timeout: datetime.timedelta | None = None) -> bool:
+        pending = self._pending
         try:
-            self._pending.work.wait()
+            if pending.in_kernel:  # bounded by the op-execute timeout, not HCCL's
+                left = pending.started + _fault.op_timeout_s() - time.monotonic()
+                pending.work.wait(datetime.timedelta(seconds=max(left, 0.001)))
+            else:
+                pending.work.wait()
         except RuntimeError as exc:
-            _fail(self._pending, exc)
-        self._pending.pg._done(self._pending)
+            if not pending.in_kernel:
+                _fail(pending, exc)
+            _kernel_stuck(pending)
+        pending.pg._done(pending)
         return True
 
     def is_completed(self) -> bool:
@@ -134,6 +143,16 @@ class HcclWork(dist.Work):
 
     def exception(self) -> Any:
         return self._pending.work.exception()
+
+
+class _Skipped(dist.Work):
+    """A transfer of a kernel queued behind a spinning one on this process's stream: it never runs."""
+
+    def wait(self, timeout: datetime.timedelta | None = None) -> bool:
+        return True
+
+    def is_completed(self) -> bool:
+        return True
 
 
 class _BackendView:
@@ -201,7 +220,9 @@ class ProcessGroupHCCL(dist.ProcessGroup):
             return self._view
         return super()._get_backend(device)
 
-    def _issue(self, op: str, call: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> HcclWork:
+    def _issue(self, op: str, call: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        if _tensor.in_device_op() and _fault.stuck():
+            return _Skipped()  # the kernel's later steps never run behind a spinning one (outputs undefined)
         # a kernel fault poisoned this process's stream: every collective fails (torch_npu._fault)
         _fault.check("acl::AclQueryEventRecordedStatus(event_, &currStatus)", "query", 859)
         with self._lock:
@@ -334,8 +355,8 @@ class _Watchdog:
                 if not pg._teardown:
                     continue  # without tear-down the failure is raised to whoever waits on the work
                 for pending in pg._pending():
-                    if not pending.work.is_completed():
-                        continue
+                    if pending.in_kernel or not pending.work.is_completed():
+                        continue  # (a kernel's transfer is judged by its own wait: _kernel_stuck)
                     try:
                         pending.work.wait()
                     except RuntimeError as exc:
@@ -344,6 +365,13 @@ class _Watchdog:
 
 
 atexit.register(_Watchdog.stop)
+
+
+def _kernel_stuck(pending: _Pending) -> None:
+    """An op library's kernel whose peers never came: on an NPU it spins in vector-core code outside HCCL
+    (no EI0002, HCCL_EXEC_TIMEOUT does not apply) until torch_npu's op-execute timeout; the call returns,
+    its outputs undefined, and the next synchronize fails with 507034 (``torch_npu._fault``)."""
+    _fault.standin_stuck(507034, since=pending.started)
 
 
 def _connect_failure(store: Any, rank: int, size: int, timeout_s: float) -> RuntimeError:
