@@ -2,15 +2,16 @@
 
 Design: a wrapper tensor subclass (``_make_wrapper_subclass``, device ``npu:<i>``, the PrivateUse1 name)
 around a CPU tensor holding its values (``_host``). Every aten op on it reaches ``__torch_dispatch__``,
-which runs the op on the host tensors and wraps the results on the same device; torch's own checks do
-the rest (``.numpy()`` refuses a non-CPU tensor with torch's text). As on a real device:
+which runs the op on the host tensors and wraps the results on the same device. As on a real device:
 
 - an op mixing ``npu`` and CPU tensors (other than 0-dim CPU scalars, CPU indices, and the copies
   ``copy_`` / ``to``) fails with torch's ``Expected all tensors to be on the same device`` text;
 - ``torch.empty``/``ones``/``zeros``/``randn``/``tensor``/``arange``... with ``device="npu"`` and
   ``.to("npu")`` allocate through the PrivateUse1 ``empty`` kernels registered here;
 - an op library's kernel (any op outside ``aten``/``prim``) runs on the host tensors of its npu
-  arguments (:func:`device_op`): what it allocates is device memory, its results come back on npu.
+  arguments (:func:`device_op`): what it allocates is device memory, its results come back on npu;
+- ``.numpy()`` refuses with torch's text for a device tensor (torch/csrc/utils/tensor_numpy.cpp) until
+  ``.cpu()``, which gives a real CPU tensor (a copy).
 
 Needs torch 2.13 (``_make_wrapper_subclass``, PrivateUse1 kernels from Python; the stand-in pins it).
 """
@@ -30,7 +31,7 @@ _local = threading.local()
 #: ops that take tensors of two devices by design (cross-device copies) or allow CPU index tensors
 _CROSS_DEVICE = {"aten::copy_", "aten::_to_copy", "aten::_copy_from", "aten::_copy_from_and_resize",
                  "aten::index", "aten::index_put_", "aten::index_put", "aten::_index_put_impl_"}
-_FOREIGN_NAMESPACES = ("aten", "prim", "prims")
+_TORCH_NAMESPACES = ("aten", "prim", "prims")
 
 
 class NpuTensor(torch.Tensor):
@@ -127,7 +128,7 @@ def _dispatch(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     npu = sorted(d for d in devs if d.type == "npu")
     index = int(npu[0].index or 0) if npu else 0
     namespace = name.split("::", 1)[0]
-    if namespace not in _FOREIGN_NAMESPACES:  # an op library's kernel: it runs on the device's memory
+    if namespace not in _TORCH_NAMESPACES:  # an op library's kernel: it runs on the device's memory
         with device_op(index, (args, kwargs)):
             return _wrap(func(*_unwrap(args), **_unwrap(kwargs)), index)
     if len(devs) > 1 and name not in _CROSS_DEVICE:
