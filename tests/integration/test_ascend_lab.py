@@ -299,7 +299,8 @@ def test_the_upstream_runner_takes_the_hccl_path_at_4_and_16_ranks(npu, tmp_path
 
 def test_spread_places_world_4_on_both_nodes_and_ge_mode_compiles_one_graph(npu, tmp_path):
     """--spread 2: world 4, which one 16-device node holds, runs 2+2 on both (torchrun --nnodes 2
-    --nproc-per-node 2), the test's report says so; the fused file's GE case compiled the op as one graph."""
+    --nproc-per-node 2), the test's report says so; the fused file's graph-mode case (aclgraph, the mode CAM
+    supports) compiled the op as one graph."""
     env = _suite_env(npu, tmp_path, lambda doc: doc["defaults"].update(workdir="/var/tmp/camit/spread"))
     with npu_lab_lock():
         proc = run("-m", "pytest", "suites/cam/test_fused.py", "--env", str(env), "--world-sizes", "4",
@@ -510,7 +511,8 @@ def _comm_run(env_path: Path, tmp_path: Path) -> dict[int, dict[str, str]]:
 
 def test_a_default_hccl_launch_orders_the_timeouts_without_the_watchdog_warning_or_a_big_buffer(npu, tmp_path):
     """Before: the case timeout (600 s) as watchdog timeout, at or below HCCL's default exec timeout (1836 s):
-    torch_npu warned on every rank that the plog may not be recorded; and every launch reserved 4096 MB buffers."""
+    torch_npu warned on every rank that the plog may not be recorded; and every launch reserved 4096 MB buffers.
+    On every rank a CPU tensor in an hccl collective fails as on a real NPU host (hccl is npu-only)."""
     path, env, _ = npu
     with npu_lab_lock():
         ranks = _comm_run(path, tmp_path)
