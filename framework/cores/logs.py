@@ -110,6 +110,15 @@ _RULES: tuple[_Rule, ...] = (
           "HCCL_BUFFSIZE is too small for the message size"),
     _Rule("HCCL-WATCHDOG", re.compile(r"HCCL watchdog thread terminated with exception"),
           "HCCL watchdog abort: std::terminate -> SIGABRT (torchrun exitcode -6), a core is written"),
+    # a kernel past torch_npu's op-execute timeout, seen at the rank's own synchronize: a CAM kernel waits for
+    # its peers in vector-core code, outside HCCL (npu-fidelity.md §1), so no EI0002 and no HCCL_EXEC_TIMEOUT
+    _Rule("OP-EXECUTE-TIMEOUT",
+          re.compile(r"AclrtSynchronizeDeviceWithTimeout, error code is 5070[13]4\b"),
+          "CAM op did not finish (op-execute timeout): a kernel on this rank's stream (a CAM op waiting for its "
+          "peers in vector-core code) ran past torch_npu's op-execute timeout (547 s by default, "
+          "torch_npu.npu.set_op_timeout_ms) and the next synchronize failed; HCCL_EXEC_TIMEOUT does not bound "
+          "CAM kernels and no EI0002 names the peer: look for the rank that never entered the op",
+          _first(r"error code is (5070[13]4)", lambda m: f"error code {m[1]}")),
     _Rule("ACL-507014", re.compile(r"\b507014\b"), "ACL 507014: AI Core execution timeout"),
     _Rule("ACL-507048", re.compile(r"\b507048\b"),
           "ACL 507048: internal task timeout (AclrtSynchronizeDeviceWithTimeout); also linked to a bad card"),

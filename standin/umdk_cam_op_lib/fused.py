@@ -37,6 +37,7 @@ import torch
 
 from ._assert import bind_assert
 from ._comm import check_rank, exchange_rows, resolve_group
+from ._device import require_npu
 from ._opapi import require_opapi
 from ._schemas import ACLNN_API
 from ._tiling import tiling_check, tiling_fail
@@ -149,6 +150,7 @@ def fused_deep_moe(
     moe_expert_num: int, quant_mode: int, global_bs: int,
 ) -> list[torch.Tensor]:
     """CPU kernel of `umdk_cam_op_lib::fused_deep_moe` (`quant_mode` is reserved and ignored)."""
+    require_npu("fused_deep_moe", locals())  # first: the op runs on the NPU only
     # pybind fused_deep_moe.cpp
     bind_assert(x.dim() == 2, "x.dim() == DIM_TWO", f"x shape {tuple(x.shape)}")
     bind_assert(expert_ids.dim() == 2, "expertIds.dim() == DIM_TWO", f"expert_ids shape {tuple(expert_ids.shape)}")

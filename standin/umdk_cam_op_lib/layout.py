@@ -19,6 +19,7 @@ from __future__ import annotations
 import torch
 
 from ._assert import bind_assert
+from ._device import require_npu
 from ._opapi import require_opapi
 from ._schemas import ACLNN_API
 from ._tiling import device_fault, tiling_check
@@ -61,6 +62,7 @@ def layout(topk_idx: torch.Tensor, num_experts: int) -> tuple[torch.Tensor, torc
 def get_dispatch_layout(topk_idx: torch.Tensor, num_experts: int,
                         num_ranks: int) -> tuple[torch.Tensor, torch.Tensor]:
     """CPU kernel of `umdk_cam_op_lib::get_dispatch_layout`."""
+    require_npu("get_dispatch_layout", locals())  # first: the op runs on the NPU only
     idx = topk_idx.to(torch.int64)
     # pybind get_dispatch_layout.cpp
     bind_assert(idx.dim() == 2, "topkIdxInt64.dim() == DIM_TWO", f"topk_idx has shape {tuple(idx.shape)}")

@@ -31,6 +31,7 @@ import torch
 
 from ._assert import bind_assert
 from ._comm import all_to_all_counts, check_rank, exchange_rows, resolve_group
+from ._device import require_npu
 from ._opapi import require_opapi
 from ._tiling import tiling_check
 from .layout import MAX_EXPERTS, MAX_RANKS, fault_unless, valid_ids
@@ -53,6 +54,7 @@ def moe_dispatch_prefill(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """CPU kernel of `umdk_cam_op_lib::moe_dispatch_prefill`; returns
     (recv_x, dynamic_scales_out, expand_idx_out, recv_count, recv_tokens_per_expert)."""
+    require_npu("moe_dispatch_prefill", locals())  # first: the op runs on the NPU only
     ntpe = num_tokens_per_expert
     # pybind moe_dispatch_prefill.cpp
     bind_assert(ntpe.dtype == torch.int32, "numTokensPerExpert.scalar_type() == at::kInt", f"got {ntpe.dtype}")
@@ -147,6 +149,7 @@ def moe_combine_prefill(
     send_head: torch.Tensor, group_ep: str, rank: int, num_ranks: int,
 ) -> torch.Tensor:
     """CPU kernel of `umdk_cam_op_lib::moe_combine_prefill`; returns combined_x (T, H), dtype of x."""
+    require_npu("moe_combine_prefill", locals())  # first: the op runs on the NPU only
     # pybind moe_combine_prefill.cpp
     bind_assert(x.dim() == 2 and x.is_contiguous(), "x.dim() == DIM_TWO and x.is_contiguous()",
                 f"x shape {tuple(x.shape)}")

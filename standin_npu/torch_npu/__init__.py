@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from . import _env, _format, _occupancy, _plog
+from . import _env, _format, _occupancy, _plog, _tensor
 from . import distributed as distributed
 from . import npu as npu
 from ._format import Format, get_npu_format, npu_format_cast, npu_format_cast_
@@ -86,43 +86,26 @@ class _NpuDeviceGuard(torch._C._acc.DeviceGuard):
         return npu.device_count()
 
 
-def _is_npu(device: Any) -> bool:
-    if isinstance(device, torch.device):
-        return device.type == "npu"
-    if isinstance(device, str):
-        return device.split(":", 1)[0] == "npu"
-    return False
-
-
-def _use(device: Any) -> None:
-    """What moving data to ``device`` does to the process: it initialises (and so occupies) that NPU."""
+def _npu_device(device: Any) -> torch.device:
+    """The npu device ``t.npu(device)`` means: the current device, or the index / device given."""
     if device is None:
-        npu._device._lazy_init()
-    else:
-        npu._device.touch(device)
+        return torch.device("npu", npu.current_device())
+    if isinstance(device, int):
+        return torch.device("npu", device)
+    dev = torch.device(device)
+    if dev.type != "npu":
+        raise ValueError(f"Expected a npu device, but got: {dev}")
+    return dev if dev.index is not None else torch.device("npu", npu.current_device())
 
 
 def _tensor_npu(self: torch.Tensor, device: Any = None, non_blocking: bool = False, **kwargs: Any) -> torch.Tensor:
-    _use(device)
-    return self
+    """A copy on the NPU (``self`` when already there), as torch_npu's ``Tensor.npu``."""
+    return self.to(_npu_device(device), non_blocking=non_blocking)
 
 
 def _module_npu(self: torch.nn.Module, device: Any = None) -> torch.nn.Module:
-    _use(device)
-    return self
-
-
-_orig_to = torch.Tensor.to
-
-
-def _tensor_to(self: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
-    if args and _is_npu(args[0]):
-        npu._device._lazy_init()
-        args = ("cpu", *args[1:])
-    if _is_npu(kwargs.get("device")):
-        npu._device._lazy_init()
-        kwargs["device"] = "cpu"
-    return _orig_to(self, *args, **kwargs)
+    dev = _npu_device(device)
+    return self._apply(lambda t: t.npu(dev))
 
 
 def _install() -> None:
@@ -132,10 +115,9 @@ def _install() -> None:
         torch._C._acc.register_python_privateuseone_device_guard(_NpuDeviceGuard())
     torch._register_device_module("npu", npu)
     torch.Tensor.npu = _tensor_npu  # type: ignore[attr-defined]
-    # the data stays on the CPU, and says so (Dynamo reads is_<privateuse1 name> when it traces)
-    torch.Tensor.is_npu = property(lambda self: False)  # type: ignore[attr-defined]
-    torch.Tensor.to = _tensor_to  # type: ignore[method-assign]
+    torch.Tensor.is_npu = property(lambda self: self.device.type == "npu")  # type: ignore[attr-defined]
     torch.nn.Module.npu = _module_npu  # type: ignore[attr-defined]
+    _tensor.install()
     _format.install()
     distributed.register()
 

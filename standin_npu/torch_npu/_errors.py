@@ -17,6 +17,10 @@ ERRCODES = {"VALUE": (3, "invalid value"), "INTERNAL": (5, "internal error"),
 # NPUErrorCodes.h (only the codes the stand-in raises)
 ACL_TEXT = {
     107001: "Invalid device ID.\n        Check whether the device ID is valid.",
+    507014: "The aicore execution times out. \n"
+            "        Rectify the fault based on the error information in the ascend log.",
+    507034: "Vector core execution timed out. \n"
+            "        Rectify the fault based on the error information in the ascend log.",
     507015: "The aicore execution is abnormal. \n"
             "        Rectify the fault based on the error information in the ascend log.",
     507035: "The vector core execution is abnormal. \n"

@@ -1,28 +1,44 @@
-"""Device faults: a kernel that broke the device poisons this process's stream (stand-in-only API).
+"""Device faults and stuck kernels: what a broken kernel does to this process's stream (stand-in-only API).
 
 On an NPU a kernel that writes out of bounds raises nothing where it is launched: the runtime reports it
 asynchronously, at the next synchronisation of that process's stream, and the stream stays unusable
 (every later synchronize or collective of the process fails again). The texts are torch_npu's:
-``NPU_CHECK_ERROR`` of ``aclrtSynchronizeDeviceWithTimeout`` (torch_npu/csrc/core/npu/NPUFunctions.cpp,
-``npuSynchronizeDevice``) with the 507035 text of torch_npu/csrc/core/npu/NPUErrorCodes.h, plus the
+``NPU_CHECK_ERROR`` of ``aclrtSynchronizeDeviceWithTimeout`` (torch_npu/csrc/core/npu/NPUStream.cpp,
+``npuSynchronizeDevice``) with the code's text of torch_npu/csrc/core/npu/NPUErrorCodes.h, plus the
 runtime's ``EE9999`` detail and a RUNTIME plog line.
 
-``torch_npu.npu._standin_fault(code)`` records the fault. The real torch_npu has no such call: an op library
-calls it only when ``getattr(torch_npu, "STANDIN", False)``. Nothing here knows any op library.
+A kernel that spins (a CAM kernel polling its peers' window flags in vector-core code, outside HCCL, so
+``HCCL_EXEC_TIMEOUT`` does not bound it) holds the stream until torch_npu's op-execute timeout: 547 s, set
+at device init (``kMaxOpExecuteTimeOut``, torch_npu/csrc/core/npu/sys_ctrl/npu_sys_ctrl.cpp), changed with
+``torch_npu.npu.set_op_timeout_ms(ms)`` (torch_npu/npu/utils.py, ``aclrtSetOpExecuteTimeOutV2`` in
+torch_npu/csrc/npu/Module.cpp). The next synchronize waits until the timeout has passed since the kernel
+started, then fails with 507034 (vector core) or 507014 (aicore) "execution timed out", and the stream
+stays unusable as after a fault.
+
+``torch_npu.npu._standin_fault(code)`` records a fault, ``torch_npu.npu._standin_stuck(code)`` a spinning
+kernel. The real torch_npu has neither: an op library calls them only when ``getattr(torch_npu, "STANDIN",
+False)``. Nothing here knows any op library.
 """
 
 from __future__ import annotations
 
 import os
 import threading
+import time
 
 from . import _errors, _plog
 
 #: the codes a kernel fault may report (NPUErrorCodes.h): aicore / vector core exceptions
 CODES = {507015: "aicore exception", 507035: "vector core exception"}
+#: the codes of a kernel past the op-execute timeout (NPUErrorCodes.h: "... execution times out")
+TIMEOUT_CODES = {507014: "aicore timeout", 507034: "vector core timeout"}
+#: torch_npu's op-execute timeout, seconds (npu_sys_ctrl.cpp, kMaxOpExecuteTimeOut)
+DEFAULT_OP_TIMEOUT_S = 547.0
 
 _lock = threading.Lock()
 _fault: tuple[int, int] | None = None   # (code, pid): a forked child starts clean, as a new NPU context
+_stuck: tuple[int, int, float] | None = None   # (code, pid, monotonic deadline) of a spinning kernel
+_op_timeout_s = DEFAULT_OP_TIMEOUT_S
 
 
 def standin_fault(code: int = 507035) -> None:
@@ -40,6 +56,54 @@ def standin_fault(code: int = 507035) -> None:
                 f"{tid} GetError:Stream Synchronize failed, retCode={code}, [{CODES[code]}].")
 
 
+def set_op_timeout_ms(timeout: int) -> None:
+    """torch_npu.npu.set_op_timeout_ms: the op-execute timeout of kernels launched from now on."""
+    global _op_timeout_s
+    if int(timeout) < 0:
+        raise ValueError(f"set_op_timeout_ms: timeout must be >= 0, got {timeout}")
+    _op_timeout_s = int(timeout) / 1000.0
+
+
+def op_timeout_s() -> float:
+    return _op_timeout_s
+
+
+def standin_stuck(code: int = 507034, since: float | None = None) -> None:
+    """A kernel launched now (or at monotonic time `since`) spins (507034 vector core, 507014 aicore): the
+    next synchronize waits out the op-execute timeout from then, then fails with `code`; the first stuck
+    kernel of the process counts."""
+    global _stuck
+    if code not in TIMEOUT_CODES:
+        raise ValueError(f"_standin_stuck: code {code} is not a kernel timeout code "
+                         f"({', '.join(map(str, TIMEOUT_CODES))})")
+    with _lock:
+        if _stuck is None or _stuck[1] != os.getpid():
+            _stuck = (code, os.getpid(), (time.monotonic() if since is None else since) + _op_timeout_s)
+
+
+def stuck() -> bool:
+    """True while a kernel of this process spins (before the synchronize that reports it)."""
+    entry = _stuck
+    return entry is not None and entry[1] == os.getpid()
+
+
+def _expire_stuck() -> None:
+    """Wait out a spinning kernel's op-execute timeout; then the stream is broken with its code."""
+    global _fault, _stuck
+    stuck = _stuck
+    if stuck is None or stuck[1] != os.getpid():
+        return
+    code, pid, deadline = stuck
+    time.sleep(max(0.0, deadline - time.monotonic()))
+    with _lock:
+        _stuck = None
+        if _fault is None or _fault[1] != pid:
+            _fault = (code, pid)
+    tid = threading.get_native_id()
+    _plog.write("ERROR", "RUNTIME", "stream.cc:1245",
+                f"{tid} GetError:Stream Synchronize failed, retCode={code}, [{TIMEOUT_CODES[code]}].")
+
+
 def current() -> int | None:
     """The fault code of this process, None when its device is healthy."""
     fault = _fault
@@ -47,22 +111,25 @@ def current() -> int | None:
 
 
 def clear() -> None:
-    """Forget the fault (tests only; a real NPU needs a new process, or a device reset)."""
-    global _fault
+    """Forget the fault and any stuck kernel (tests only; a real NPU needs a new process, or a reset)."""
+    global _fault, _stuck
     with _lock:
-        _fault = None
+        _fault, _stuck = None, None
 
 
 def check(call: str = "AclrtSynchronizeDeviceWithTimeout", func: str = "npuSynchronizeDevice",
           line: int = 479) -> None:
-    """Raise torch_npu's RuntimeError if this process's device is poisoned (at every sync, for ever)."""
+    """Raise torch_npu's RuntimeError if this process's device is poisoned (at every sync, for ever); a
+    spinning kernel is waited for until its op-execute timeout first."""
+    _expire_stuck()
     code = current()
     if code is None:
         return
+    desc = {**CODES, **TIMEOUT_CODES}[code]
     tid = threading.get_native_id()
     _plog.write("ERROR", "RUNTIME", "api_c.cc:3286",
-                f"{tid} rtDeviceSynchronizeWithTimeout:ErrCode={code}, desc=[{CODES[code]}], InnerCode=0x715002a")
+                f"{tid} rtDeviceSynchronizeWithTimeout:ErrCode={code}, desc=[{desc}], InnerCode=0x715002a")
     detail = (f"EE9999: Inner Error!\nEE9999: [PID: {os.getpid()}] {_plog.stamp()} rtDeviceSynchronizeWithTimeout "
-              f"execution failed, reason={CODES[code]}[FUNC:FuncErrorReason][FILE:error_message_manage.cc]"
+              f"execution failed, reason={desc}[FUNC:FuncErrorReason][FILE:error_message_manage.cc]"
               "[LINE:53]\n")
     raise RuntimeError(_errors.npu_function_error(func, line, call, code, detail))

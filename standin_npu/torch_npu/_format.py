@@ -25,7 +25,7 @@ from enum import IntEnum
 
 import torch
 
-from . import _env
+from . import _env, _tensor
 
 _ATTR = "_camit_npu_format"
 
@@ -84,18 +84,23 @@ class _NpuConfig:
 config = _NpuConfig()
 
 
+def _storage(t: torch.Tensor) -> torch.UntypedStorage:
+    """The storage the tag lives on: an npu tensor's host storage (shared by its views)."""
+    return _tensor.host(t).untyped_storage()
+
+
 def _guess_base(t: torch.Tensor) -> Format:
     return {4: Format.NCHW, 5: Format.NCDHW}.get(t.dim(), Format.ND)
 
 
 def get_npu_format(t: torch.Tensor) -> Format:
     """The storage format of ``t`` (a ``Format``, as torch_npu's patched ``get_npu_format`` returns)."""
-    tag = getattr(t.untyped_storage(), _ATTR, None)
+    tag = getattr(_storage(t), _ATTR, None)
     return Format(tag) if tag is not None else _guess_base(t)
 
 
 def _tag(t: torch.Tensor, fmt: Format) -> torch.Tensor:
-    setattr(t.untyped_storage(), _ATTR, int(fmt))
+    setattr(_storage(t), _ATTR, int(fmt))
     return t
 
 
@@ -133,9 +138,9 @@ _orig_clone = torch.Tensor.clone
 
 def _clone(self: torch.Tensor, *args: object, **kwargs: object) -> torch.Tensor:
     out = _orig_clone(self, *args, **kwargs)
-    tag = getattr(self.untyped_storage(), _ATTR, None)
+    tag = getattr(_storage(self), _ATTR, None)
     if tag is not None and tag not in (int(f) for f in _BASE):
-        setattr(out.untyped_storage(), _ATTR, tag)
+        setattr(_storage(out), _ATTR, tag)
     return out
 
 

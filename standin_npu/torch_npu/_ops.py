@@ -21,6 +21,8 @@ semantics follow the op-plugin API documentation of each op:
 - ``npu_quant_matmul``: int8 GEMM; int32 output is the raw sum, another dtype applies ``scale`` per
   column and ``pertoken_scale`` per row.
 
+Each runs on the device (``torch_npu._tensor.device_kernel``): npu tensors in, npu tensors out; CPU
+tensors are refused as the dispatcher refuses them for an op registered for the NPU only.
 Not supported (a RuntimeError says so): tensor parallel (tp_world_size > 1), shared-expert ranks,
 expert_shard_type != 0, static quantisation, other split_item / group_type values.
 Integer GEMMs run in float64, exact for int8 operands at these sizes. Rounding is half to even, as the
@@ -34,6 +36,7 @@ from collections.abc import Sequence
 import torch
 import torch.distributed as dist
 
+from ._tensor import device_kernel
 from .distributed import resolve_hccl_comm_name
 
 ASSIST_STRIDE = 128  # assist_info_for_combine: A * 128 int32, as the v2 API documents its shape
@@ -88,6 +91,7 @@ def _unsupported(tp_world_size: int, expert_shard_type: int, shared_expert_rank_
     _check(shared_expert_rank_num == 0, "the stand-in supports shared_expert_rank_num 0 only")
 
 
+@device_kernel
 def npu_moe_distribute_dispatch_v2(
     x: torch.Tensor, expert_ids: torch.Tensor, group_ep: str, ep_world_size: int, ep_rank_id: int,
     moe_expert_num: int, *, scales: torch.Tensor | None = None, x_active_mask: torch.Tensor | None = None,
@@ -156,6 +160,7 @@ def npu_moe_distribute_dispatch_v2(
     return (r_rows, r_scale, assist.reshape(-1), expert_token_nums, ep_recv_counts, tp_recv_counts, r_weight)
 
 
+@device_kernel
 def npu_moe_distribute_combine_v2(
     expand_x: torch.Tensor, expert_ids: torch.Tensor, assist_info_for_combine: torch.Tensor,
     ep_send_counts: torch.Tensor, expert_scales: torch.Tensor, group_ep: str, ep_world_size: int, ep_rank_id: int,
@@ -208,6 +213,7 @@ def _int_gemm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return (a.to(torch.float64) @ b.to(torch.float64)).to(torch.int32)
 
 
+@device_kernel
 def npu_grouped_matmul(
     x: list[torch.Tensor], weight: list[torch.Tensor], *, bias: list[torch.Tensor] | None = None,
     scale: list[torch.Tensor] | None = None, offset: list[torch.Tensor] | None = None,
@@ -252,6 +258,7 @@ def npu_grouped_matmul(
     return [out]
 
 
+@device_kernel
 def npu_dequant_swiglu_quant(
     x: torch.Tensor, *, weight_scale: torch.Tensor | None = None, activation_scale: torch.Tensor | None = None,
     bias: torch.Tensor | None = None, quant_scale: torch.Tensor | None = None,
@@ -290,6 +297,7 @@ def npu_dequant_swiglu_quant(
     return q, s
 
 
+@device_kernel
 def npu_dynamic_quant(x: torch.Tensor, *, smooth_scales: torch.Tensor | None = None,
                       group_index: torch.Tensor | None = None, dst_type: torch.dtype | None = None
                       ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -302,6 +310,7 @@ def npu_dynamic_quant(x: torch.Tensor, *, smooth_scales: torch.Tensor | None = N
     return q.reshape(x.shape), s.reshape(x.shape[:-1])
 
 
+@device_kernel
 def npu_quant_matmul(x1: torch.Tensor, x2: torch.Tensor, scale: torch.Tensor, *, offset: torch.Tensor | None = None,
                      pertoken_scale: torch.Tensor | None = None, bias: torch.Tensor | None = None,
                      output_dtype: torch.dtype | None = None, x1_dtype: object = None, x2_dtype: object = None,

@@ -1,14 +1,18 @@
-"""CPU stand-in for ``torchair`` (Ascend's torch.compile backend), enough for UMDK's CAM UTs.
+"""CPU stand-in for ``torchair`` (Ascend's torch.compile backend), enough for UMDK's CAM UTs and samples.
 
 ``get_npu_backend(compiler_config=...)`` returns a torch.compile backend that runs the captured FX graph
-as it is (Dynamo's ``eager`` backend): no graph engine (GE) compilation, so "GE mode" exercises Dynamo
-capture and then the same CPU kernels as eager mode. The config is accepted and kept on the backend.
-The API follows Ascend's TorchAir guide (``get_npu_backend(*, compiler_config=None,
-custom_decompositions={})`` returns the backend ``torch.compile`` takes; ``get_compiler(compiler_config)``
-the FX-graph compiler) and its use in umdk test/cam/ut (``torch.compile(Module().npu(),
-backend=torchair.get_npu_backend(compiler_config=CompilerConfig()))``). Whether the op is captured in one
-graph without breaks is Dynamo's doing (the op library's Meta kernel), not this backend's: the backend
-receives the FX graph the real torchair would. Lab-only test scaffolding.
+as it is (Dynamo's ``eager`` backend): no graph engine (GE) compilation and no aclgraph capture. The API
+follows Ascend's TorchAir guide (``get_npu_backend(*, compiler_config=None, custom_decompositions={})``
+returns the backend ``torch.compile`` takes; ``get_compiler(compiler_config)`` the FX-graph compiler;
+``CompilerConfig().mode`` is "max-autotune" (GE, the default) or "reduce-overhead" (aclgraph)).
+
+As the CAM ops allow it (umdk ``doc/en/cam/CAM API Guide.md``: fused_deep_moe "Support aclgraph only when
+graph in on"; get_dispatch_layout / moe_dispatch_prefill / moe_combine_prefill "Do not support dynamic graph
+when in GE mode; Do not support fullgraph=true"; umdk ships no GE converter for them, and its only compiled
+use is ``config.mode = "reduce-overhead"`` in ``src/cam/examples/fused_deep_moe_sample.py``), a graph holding
+a ``umdk_cam_op_lib`` op is refused in GE mode ("max-autotune") and under ``fullgraph=True``, with an error
+citing the guide; in "reduce-overhead" mode it runs. Graphs without CAM ops compile in any mode.
+Lab-only test scaffolding.
 """
 
 from __future__ import annotations
@@ -22,11 +26,51 @@ from .configs.compiler_config import CompilerConfig
 
 __all__ = ["CompilerConfig", "get_compiler", "get_npu_backend"]
 
+CAM_NAMESPACE = "umdk_cam_op_lib"
+ACLGRAPH = "reduce-overhead"
+GUIDE = ("umdk doc/en/cam/CAM API Guide.md: fused_deep_moe \"Support aclgraph only when graph in on\"; the "
+         "layout and prefill ops \"Do not support dynamic graph when in GE mode; Do not support fullgraph=true\"")
+
+
+def cam_ops(gm: torch.fx.GraphModule) -> list[str]:
+    """The CAM ops the graph calls (``umdk_cam_op_lib.<op>``), in graph order."""
+    return [str(n.target) for n in gm.graph.nodes
+            if n.op == "call_function" and str(n.target).startswith(CAM_NAMESPACE + ".")]
+
+
+def _fullgraph() -> bool:
+    """Whether Dynamo compiles this frame with ``fullgraph=True`` (its translator's ``one_graph``)."""
+    from torch._dynamo.symbolic_convert import InstructionTranslator
+
+    try:
+        return bool(InstructionTranslator.current_tx().one_graph)
+    except AttributeError:  # no frame being translated (a graph handed over directly)
+        return False
+
+
+def check_cam_graph(gm: torch.fx.GraphModule, config: CompilerConfig, fullgraph: bool) -> None:
+    """RuntimeError when the graph holds CAM ops in a way the CAM API guide does not support."""
+    ops = cam_ops(gm)
+    if not ops:
+        return
+    mode = str(config.mode)
+    if mode != ACLGRAPH:
+        raise RuntimeError(
+            f"torchair: the graph calls {', '.join(sorted(set(ops)))} in mode '{mode}' (GE): the CAM ops do not "
+            f"support GE mode and ship no GE converter ({GUIDE}); compile with config.mode = '{ACLGRAPH}' "
+            "(aclgraph), as umdk src/cam/examples/fused_deep_moe_sample.py does")
+    if fullgraph:
+        raise RuntimeError(
+            f"torchair: the graph calls {', '.join(sorted(set(ops)))} under fullgraph=True, which the CAM ops do "
+            f"not support ({GUIDE}); compile without fullgraph=True")
+
 
 def get_compiler(compiler_config: CompilerConfig | None = None) -> Callable[..., Any]:
-    """The compiler of an FX graph: the graph module itself (it runs eagerly)."""
+    """The compiler of an FX graph: the graph module itself (it runs eagerly), after the CAM check."""
+    config = compiler_config if compiler_config is not None else CompilerConfig()
 
     def compile_graph(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
+        check_cam_graph(gm, config, _fullgraph())
         return gm.forward
 
     return compile_graph

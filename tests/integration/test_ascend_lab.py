@@ -299,7 +299,8 @@ def test_the_upstream_runner_takes_the_hccl_path_at_4_and_16_ranks(npu, tmp_path
 
 def test_spread_places_world_4_on_both_nodes_and_ge_mode_compiles_one_graph(npu, tmp_path):
     """--spread 2: world 4, which one 16-device node holds, runs 2+2 on both (torchrun --nnodes 2
-    --nproc-per-node 2), the test's report says so; the fused file's GE case compiled the op as one graph."""
+    --nproc-per-node 2), the test's report says so; the fused file's graph-mode case (aclgraph, the mode CAM
+    supports) compiled the op as one graph."""
     env = _suite_env(npu, tmp_path, lambda doc: doc["defaults"].update(workdir="/var/tmp/camit/spread"))
     with npu_lab_lock():
         proc = run("-m", "pytest", "suites/cam/test_fused.py", "--env", str(env), "--world-sizes", "4",
@@ -475,6 +476,12 @@ COMM = textwrap.dedent("""\
     dist.init_process_group("hccl", timeout=datetime.timedelta(seconds=pg))
     t = torch.ones(4).npu()
     dist.all_reduce(t)
+    try:  # hccl is registered for npu only (torch_npu/_init/registry/distributed.py): a CPU tensor is refused
+        dist.all_reduce(torch.ones(1))
+        cpu = "accepted"
+    except RuntimeError as exc:
+        cpu = str(exc).splitlines()[0]
+    print("CPU", dist.get_rank(), cpu, flush=True)
     keys = ("MASTER_ADDR", "HCCL_IF_IP", "HCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "HCCL_CONNECT_TIMEOUT",
             "HCCL_EXEC_TIMEOUT", "CAMIT_PG_TIMEOUT", "HCCL_BUFFSIZE")
     print("ENV", dist.get_rank(), int(t[0].item()), *(f"{k}={os.environ.get(k, '-')}" for k in keys), flush=True)
@@ -496,14 +503,16 @@ def _comm_run(env_path: Path, tmp_path: Path) -> dict[int, dict[str, str]]:
         line = next(ln for ln in text.splitlines() if ln.startswith("ENV "))
         _, rank, total, *pairs = line.split()
         assert total == "4", line
-        out[int(rank)] = {**dict(p.split("=", 1) for p in pairs), "log": text}
+        cpu = next(ln for ln in text.splitlines() if ln.startswith(f"CPU {rank} "))
+        out[int(rank)] = {**dict(p.split("=", 1) for p in pairs), "log": text, "cpu": cpu.split(" ", 2)[2]}
     assert sorted(out) == [0, 1, 2, 3], out
     return out
 
 
 def test_a_default_hccl_launch_orders_the_timeouts_without_the_watchdog_warning_or_a_big_buffer(npu, tmp_path):
     """Before: the case timeout (600 s) as watchdog timeout, at or below HCCL's default exec timeout (1836 s):
-    torch_npu warned on every rank that the plog may not be recorded; and every launch reserved 4096 MB buffers."""
+    torch_npu warned on every rank that the plog may not be recorded; and every launch reserved 4096 MB buffers.
+    On every rank a CPU tensor in an hccl collective fails as on a real NPU host (hccl is npu-only)."""
     path, env, _ = npu
     with npu_lab_lock():
         ranks = _comm_run(path, tmp_path)
@@ -511,6 +520,7 @@ def test_a_default_hccl_launch_orders_the_timeouts_without_the_watchdog_warning_
         assert "The plog may not be recorded" not in got["log"], got["log"][-2000:]
         assert int(got["HCCL_CONNECT_TIMEOUT"]) < int(got["HCCL_EXEC_TIMEOUT"]) < int(got["CAMIT_PG_TIMEOUT"]) < 600
         assert got["HCCL_BUFFSIZE"] == "-", got  # only the CAM prefill launches ask for 4096
+        assert got["cpu"] == "No backend type associated with device type cpu", got  # as on a real NPU host
         host = "host1" if rank < 2 else "host2"
         assert got["HCCL_IF_IP"] == env.hosts[host].manage_nic.ip, got
         assert got["MASTER_ADDR"] == env.hosts["host1"].manage_nic.ip, got

@@ -706,6 +706,22 @@ def test_device_faults_a_cam_kernel_raises_are_primary_signatures(line: str, cod
     assert code in found and found[code].primary, found
 
 
+def test_a_cam_op_past_the_op_execute_timeout_is_its_own_diagnosis_not_hccls() -> None:
+    """507034/507014 at the rank's own synchronize: the op-execute timeout (a CAM kernel spins outside HCCL),
+    named as such; HCCL's EI0002 stays the diagnosis of collectives only; a 507014 of the HCCL watchdog's
+    event query (the captured vllm-ascend report) is not taken for it."""
+    sync = ("npuSynchronizeDevice:build/CMakeFiles/torch_npu.dir/compiler_depend.ts:479 NPU function error: "
+            "AclrtSynchronizeDeviceWithTimeout, error code is {code}")
+    for code in (507034, 507014):
+        found = {s.code: s for s in scan_signatures("x\n" + sync.format(code=code) + "\n")}
+        assert found["OP-EXECUTE-TIMEOUT"].primary and found["OP-EXECUTE-TIMEOUT"].detail == f"error code {code}"
+        assert found["OP-EXECUTE-TIMEOUT"].meaning.startswith("CAM op did not finish (op-execute timeout)")
+        assert "EI0002" not in found
+    hccl = {s.code for s in scan_signatures(fixture("hccl-ei0002-notify-wait-timeout.txt"))}
+    watchdog = {s.code for s in scan_signatures(fixture("torch-npu-hccl-watchdog-abort.txt"))}
+    assert "EI0002" in hccl and "OP-EXECUTE-TIMEOUT" not in hccl | watchdog
+
+
 def test_dmesg_since_the_snapshot() -> None:
     text = "[  10.000000] old\n[  99.500000] segfault at 0\n  continuation\n[ 100.000000] after\nno stamp\n"
     assert dmesg_since(text, 99.0) == ["[  99.500000] segfault at 0", "  continuation", "[ 100.000000] after", "no stamp"]

@@ -29,10 +29,11 @@ ops = torch.ops.umdk_cam_op_lib
 
 def fused(w1, w2, ids=None):
     bs, hidden, local = 2, 512, 2
-    ids = torch.zeros(bs, 1, dtype=torch.int32) if ids is None else ids
-    return ops.fused_deep_moe(torch.ones(bs, hidden, dtype=torch.bfloat16), ids, [w1], [torch.ones(local, 1024)],
-                              [w2], [torch.ones(local, hidden)], torch.ones(bs, 1), None, None, None, None, None,
-                              None, None, group_ep, 1, 0, local, 0, 0)
+    ids = torch.zeros(bs, 1, dtype=torch.int32).npu() if ids is None else ids
+    return ops.fused_deep_moe(torch.ones(bs, hidden, dtype=torch.bfloat16).npu(), ids, [w1],
+                              [torch.ones(local, 1024).npu()], [w2], [torch.ones(local, hidden).npu()],
+                              torch.ones(bs, 1).npu(), None, None, None, None, None, None, None, group_ep, 1, 0,
+                              local, 0, 0)
 
 def first(exc):
     return str(exc).splitlines()[0]
@@ -55,8 +56,8 @@ def run_py(tmp_path: Path, body: str, timeout: float = 120) -> subprocess.Comple
 def test_fused_refuses_nd_weights_and_takes_fractal_nz(tmp_path):
     """fused_deep_moe.cpp declares gmm1/gmm2 (and shared) weights FORMAT_FRACTAL_NZ."""
     proc = run_py(tmp_path, """
-        w1 = torch.zeros(2, 512, 1024, dtype=torch.int8)
-        w2 = torch.zeros(2, 512, 512, dtype=torch.int8)
+        w1 = torch.zeros(2, 512, 1024, dtype=torch.int8).npu()
+        w2 = torch.zeros(2, 512, 512, dtype=torch.int8).npu()
         try:
             fused(w1, w2)
         except RuntimeError as exc:
@@ -85,13 +86,13 @@ def test_bad_ids_raise_nothing_then_poison_every_later_sync_and_collective(tmp_p
     process's next synchronize (507035, NPUErrorCodes.h) and the process stays poisoned."""
     proc = run_py(tmp_path, """
         torch_npu.npu.config.allow_internal_format = True
-        nz = lambda w: torch_npu.npu_format_cast(w, torch_npu.Format.FRACTAL_NZ)
+        nz = lambda w: torch_npu.npu_format_cast(w.npu(), torch_npu.Format.FRACTAL_NZ)
         w1, w2 = nz(torch.zeros(2, 512, 1024, dtype=torch.int8)), nz(torch.zeros(2, 512, 512, dtype=torch.int8))
         torch.npu.synchronize()
-        ntpe, slot = ops.get_dispatch_layout(torch.tensor([[0, 5], [1, -1]]), 4, 1)   # E = 4: ids 5 and -1
+        ntpe, slot = ops.get_dispatch_layout(torch.tensor([[0, 5], [1, -1]]).npu(), 4, 1)   # E = 4: ids 5 and -1
         print("call:", ntpe.tolist())
         for name, call in (("sync", torch.npu.synchronize), ("again", torch.npu.synchronize),
-                           ("all_reduce", lambda: dist.all_reduce(torch.ones(1), group=group)),
+                           ("all_reduce", lambda: dist.all_reduce(torch.ones(1).npu(), group=group)),
                            ("op collective", lambda: fused(w1, w2)), ("later sync", torch.npu.synchronize)):
             try:
                 call()
@@ -108,12 +109,12 @@ def test_bad_ids_raise_nothing_then_poison_every_later_sync_and_collective(tmp_p
 def test_fused_bad_ids_poison_too_and_a_healthy_call_does_not(tmp_path):
     proc = run_py(tmp_path, """
         torch_npu.npu.config.allow_internal_format = True
-        nz = lambda w: torch_npu.npu_format_cast(w, torch_npu.Format.FRACTAL_NZ)
+        nz = lambda w: torch_npu.npu_format_cast(w.npu(), torch_npu.Format.FRACTAL_NZ)
         w1, w2 = nz(torch.zeros(2, 512, 1024, dtype=torch.int8)), nz(torch.zeros(2, 512, 512, dtype=torch.int8))
         fused(w1, w2)
         torch.npu.synchronize()
         print("healthy ok")
-        out, _, nums = fused(w1, w2, ids=torch.tensor([[0], [7]], dtype=torch.int32))
+        out, _, nums = fused(w1, w2, ids=torch.tensor([[0], [7]], dtype=torch.int32).npu())
         print("bad ids:", nums.tolist())
         try:
             torch.npu.synchronize()
@@ -121,3 +122,33 @@ def test_fused_bad_ids_poison_too_and_a_healthy_call_does_not(tmp_path):
             print("sync", "507035" in first(exc))
     """)
     assert proc.stdout.splitlines() == ["healthy ok", "bad ids: [1, 0]", "sync True"]
+
+
+def test_ops_refuse_cpu_tensors_naming_the_argument_and_answer_on_the_npu(tmp_path):
+    """The kernels are registered for the NPU only (umdk pybind ``TORCH_LIBRARY_IMPL(..., PrivateUse1, m)``):
+    a CPU tensor, alone or beside npu ones, is refused naming the argument; npu inputs give npu outputs."""
+    proc = run_py(tmp_path, """
+        torch_npu.npu.config.allow_internal_format = True
+        nz = lambda w: torch_npu.npu_format_cast(w.npu(), torch_npu.Format.FRACTAL_NZ)
+        w1, w2 = nz(torch.zeros(2, 512, 1024, dtype=torch.int8)), nz(torch.zeros(2, 512, 512, dtype=torch.int8))
+        idx = torch.tensor([[0, 1], [1, 2]])
+        calls = {"layout cpu": lambda: ops.get_dispatch_layout(idx, 4, 1),
+                 "fused cpu weight": lambda: fused(w1, w2.cpu()),
+                 "fused cpu ids": lambda: fused(w1, w2, ids=torch.zeros(2, 1, dtype=torch.int32))}
+        for name, call in calls.items():
+            try:
+                call()
+                print(name, "accepted")
+            except RuntimeError as exc:
+                print(name, "|", first(exc))
+        ntpe, slot = ops.get_dispatch_layout(idx.npu(), 4, 1)
+        out, share, nums = fused(w1, w2)
+        print("devices", [t.device.type for t in (ntpe, slot, out, share, nums)], ntpe.cpu().tolist())
+    """)
+    tail = "; the op runs on the NPU only (its kernels are registered for PrivateUse1, umdk pybind): move it with .npu() first"
+    assert proc.stdout.splitlines() == [
+        "layout cpu | umdk_cam_op_lib::get_dispatch_layout: argument 'topk_idx' is on cpu, not on the NPU" + tail,
+        "fused cpu weight | umdk_cam_op_lib::fused_deep_moe: argument 'gmm2_weight[0]' is on cpu, not on the NPU"
+        + tail,
+        "fused cpu ids | umdk_cam_op_lib::fused_deep_moe: argument 'expert_ids' is on cpu, not on the NPU" + tail,
+        "devices ['npu', 'npu', 'npu', 'npu', 'npu'] [1, 2, 1, 0]"]

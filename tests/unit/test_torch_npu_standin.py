@@ -127,6 +127,33 @@ def test_device_count_from_the_emulation_file(tmp_path):
     assert proc.stdout.strip() == "4"
 
 
+def test_device_index_and_the_device_context_follow_torchs_semantics(tmp_path):
+    """``_get_device_index`` as torch's CUDA one (int as is, the device's index, the current device when
+    optional, -1 for the CPU when allowed); ``torch.npu.device`` switches inside its block and restores."""
+    proc = run_py(tmp_path, """
+        import torch, torch_npu
+        from torch_npu.npu import _get_device_index as index
+        torch_npu.npu.set_device(1)
+        print(index(3), index("npu:2"), index(torch.device("npu", 0)), index("npu", optional=True),
+              index(None, optional=True), index("cpu", allow_cpu=True))
+        for bad in (lambda: index("npu"), lambda: index(None), lambda: index("cpu"), lambda: index(1.5)):
+            try:
+                bad()
+            except ValueError as exc:
+                print("bad", str(exc).splitlines()[0])
+        with torch.npu.device(0):
+            inside = torch.npu.current_device()
+            with torch.npu.device(-1):
+                unchanged = torch.npu.current_device()
+        print(inside, unchanged, torch.npu.current_device())
+    """, ASCEND_RT_VISIBLE_DEVICES="0,1,2,3")
+    assert proc.stdout.splitlines() == [
+        "3 2 0 1 1 -1",
+        "bad Expected a torch.device with a specified index or an integer, but got:npu",
+        "bad Expected a torch.device with a specified index or an integer, but got:None",
+        "bad Expected a npu device, but got: cpu", "bad Invalid device: 1.5", "0 0 1"]
+
+
 def test_set_device_past_the_visible_devices_fails_as_torch_npu(tmp_path):
     proc = run_py(tmp_path, """
         import torch, torch_npu
@@ -153,17 +180,46 @@ def test_set_device_past_the_visible_devices_fails_as_torch_npu(tmp_path):
                      r"\d+ SetDevice:Set visible device failed, invalid device=2, input visible devices:0,1$", plog, re.M)
 
 
-def test_npu_moves_keep_tensors_on_the_cpu(tmp_path):
+def test_npu_is_a_device_of_its_own(tmp_path):
+    """Moves and factories give npu tensors; mixing devices, .numpy() before .cpu() fail with torch's texts."""
     proc = run_py(tmp_path, """
-        import torch, torch_npu
+        import json, torch, torch_npu
         t = torch.arange(4.0)
         m = torch.nn.Linear(2, 2)
-        checks = [t.npu() is t, m.npu() is m, t.to("npu").device.type, t.to("npu:0", torch.float16).dtype,
-                  t.to(device=torch.device("npu", 0)).device.type, next(m.to("npu").parameters()).device.type,
-                  torch.npu.current_device()]
-        print(checks)
+        dev = torch.device("npu", 0)
+        moved = {"npu()": t.npu(), "to(str)": t.to("npu"), "to(dev)": t.to(dev), "to(kw)": t.to(device=dev),
+                 "ones": torch.ones(2, device="npu"), "zeros": torch.zeros(2, device=dev),
+                 "empty": torch.empty(2, device="npu:0"), "randn": torch.randn(2, device="npu"),
+                 "tensor": torch.tensor([1, 2], device="npu"), "arange": torch.arange(3, device="npu"),
+                 "full": torch.full((2,), 7.0, device="npu"), "param": next(m.npu().parameters()),
+                 "view": t.npu()[1:], "sum": t.npu() + t.npu()}
+        out = {"devices": {k: v.device.type for k, v in moved.items()}}
+        out["is_npu"] = [t.is_npu, t.npu().is_npu]
+        out["module_same"] = m.npu() is m
+        out["npu_of_npu_same"] = moved["ones"].npu() is moved["ones"]
+        out["cpu"] = [str(moved["sum"].cpu().device), type(moved["sum"].cpu()).__name__,
+                      moved["sum"].cpu().numpy().tolist()]
+        errors = {}
+        for name, call in {"mix": lambda: moved["ones"] + torch.ones(2), "numpy": lambda: moved["ones"].numpy(),
+                           "mix_cat": lambda: torch.cat([moved["ones"], torch.ones(2)])}.items():
+            try:
+                call()
+            except Exception as exc:
+                errors[name] = f"{type(exc).__name__}: {exc}"
+        out["errors"] = errors
+        out["scalar_ok"] = (moved["ones"] * torch.tensor(2.0)).device.type  # a 0-dim CPU scalar mixes, as in torch
+        print(json.dumps(out))
     """)
-    assert proc.stdout.strip() == "[True, True, 'cpu', torch.float16, 'cpu', 'cpu', 0]"
+    out = json.loads(proc.stdout)
+    assert set(out["devices"].values()) == {"npu"} and len(out["devices"]) == 14, out["devices"]
+    assert out["is_npu"] == [False, True] and out["module_same"] and out["npu_of_npu_same"]
+    assert out["cpu"] == ["cpu", "Tensor", [0.0, 2.0, 4.0, 6.0]]
+    same = "RuntimeError: Expected all tensors to be on the same device, but found at least two devices, npu:0 and cpu!"
+    assert out["errors"] == {
+        "mix": same, "mix_cat": same,
+        "numpy": "TypeError: can't convert npu:0 device type tensor to numpy. Use Tensor.cpu() to copy the tensor "
+                 "to host memory first."}, out["errors"]
+    assert out["scalar_ok"] == "npu"
 
 
 # -- formats ---------------------------------------------------------------------------------------------
@@ -207,7 +263,7 @@ out = []
 if rank == 0:
     torch_npu.npu._standin_fault(507035)          # raises nothing where the kernel ran
     for call in (torch.npu.synchronize, torch_npu.npu.synchronize,
-                 lambda: dist.all_reduce(torch.ones(2)), torch.npu.synchronize):
+                 lambda: dist.all_reduce(torch.ones(2).npu()), torch.npu.synchronize):
         try:
             call()
             out.append("ok")
@@ -233,6 +289,79 @@ os._exit(0)
     assert "rtDeviceSynchronizeWithTimeout:ErrCode=507035" in plog
 
 
+def test_a_stuck_kernel_fails_the_next_sync_after_the_op_execute_timeout(tmp_path):
+    """A kernel that spins (``_standin_stuck``, e.g. a CAM op whose peer never came) raises nothing where it
+    ran; the next synchronize waits out torch_npu's op-execute timeout (547 s by default, npu_sys_ctrl.cpp;
+    here ``set_op_timeout_ms(1500)``, torch_npu/npu/utils.py) and fails with 507034 (NPUErrorCodes.h), and
+    every later one at once; camit's signatures call it an op-execute timeout, not HCCL's EI0002."""
+    proc = run_py(tmp_path, """
+        import time, torch, torch_npu
+        from torch_npu import _fault
+        print("default", _fault.op_timeout_s())
+        torch_npu.npu.set_op_timeout_ms(1500)
+        torch.npu.synchronize()
+        torch_npu.npu._standin_stuck()
+        start = time.monotonic()
+        for _ in range(2):
+            try:
+                torch.npu.synchronize()
+                print("ok")
+            except RuntimeError as exc:
+                print(round(time.monotonic() - start, 1), "|", str(exc).splitlines()[0], "|",
+                      str(exc).splitlines()[2])
+        try:
+            torch_npu.npu._standin_stuck(507035)
+        except ValueError as exc:
+            print("refused", "507035" in str(exc))
+    """)
+    lines = proc.stdout.splitlines()
+    assert lines[0] == "default 547.0"
+    first, again = (line.split(" | ") for line in lines[1:3])
+    err = ("npuSynchronizeDevice:build/CMakeFiles/torch_npu.dir/compiler_depend.ts:479 NPU function error: "
+           "AclrtSynchronizeDeviceWithTimeout, error code is 507034")
+    assert first[1:] == again[1:] == [err, "[Error]: Vector core execution timed out. "], lines
+    assert 1.4 <= float(first[0]) < 10 and float(again[0]) - float(first[0]) < 1.0, lines
+    assert lines[3] == "refused True"
+    from framework.cores import logs
+
+    codes = [s.code for s in logs.scan_signatures(proc.stdout + plog_text(tmp_path))]
+    assert codes[0] == "OP-EXECUTE-TIMEOUT" and "EI0002" not in codes, codes
+    assert "retCode=507034, [vector core timeout]" in plog_text(tmp_path)
+
+
+def test_a_cam_kernel_whose_peer_never_comes_ends_in_the_op_execute_timeout_not_hccls(tmp_path):
+    """Rank 0 runs a device op (the golden dispatch: its transfers are the kernel's, as a CAM op's) that
+    rank 1 never joins: no EI0002 and no abort at HCCL's exec timeout (it does not bound kernels); the op
+    returns after the op-execute timeout (set_op_timeout_ms(2000)) and the next synchronize fails with 507034."""
+    body = INIT.format(timeout="") + """
+import os, time
+g = dist.new_group(backend="hccl", ranks=[0, 1])
+name = g._get_backend(torch.device("npu")).get_hccl_comm_name(rank)
+if rank == 0:
+    torch_npu.npu.set_op_timeout_ms(2000)
+    start = time.monotonic()
+    torch_npu.npu_moe_distribute_dispatch_v2(
+        x=torch.ones(2, 4).npu(), expert_ids=torch.zeros(2, 1, dtype=torch.int32).npu(), group_ep=name,
+        ep_world_size=2, ep_rank_id=0, moe_expert_num=2)
+    returned = time.monotonic() - start
+    try:
+        torch.npu.synchronize()
+        print("sync ok", flush=True)
+    except RuntimeError as exc:
+        print(f"returned {returned:.1f} | {str(exc).splitlines()[0]}", flush=True)
+    _up.set("done", "1")
+else:
+    _up.wait(["done"])
+os._exit(0)
+"""
+    (rc0, out0, err0), (rc1, _, err1) = finish(start_ranks(tmp_path, body))
+    assert rc0 == 0 and rc1 == 0, err0[-3000:] + err1[-3000:]
+    returned, error = out0.strip().splitlines()[-1].split(" | ")
+    assert 1.9 <= float(returned.split()[1]) < 15, out0
+    assert error.endswith("NPU function error: AclrtSynchronizeDeviceWithTimeout, error code is 507034"), error
+    assert "EI0002" not in plog_text(tmp_path) + err0 and "terminate called" not in err0, err0[-3000:]
+
+
 def test_standin_fault_refuses_a_non_fault_code(tmp_path):
     proc = run_py(tmp_path, """
         import torch, torch_npu
@@ -250,21 +379,26 @@ def test_standin_fault_refuses_a_non_fault_code(tmp_path):
 def test_hccl_groups_and_comm_names_two_processes(tmp_path):
     procs = start_ranks(tmp_path, INIT.format(timeout="") + textwrap.dedent("""
         import json
-        t = torch.ones(3) * (rank + 1)
+        t = torch.ones(3).npu() * (rank + 1)
         dist.all_reduce(t)
         g = dist.new_group(backend="hccl", ranks=[0, 1])
         g2 = dist.new_group(backend="hccl", ranks=[0, 1])
         name = g._get_backend(torch.device("npu")).get_hccl_comm_name(rank)
         name2 = g2._get_backend(torch.device("npu")).get_hccl_comm_name(rank)
         resolved = torch_npu.distributed.resolve_hccl_comm_name(name)
-        x = torch.arange(4.0) + 10 * rank
-        y = torch.empty(4)
+        x = torch.arange(4.0).npu() + 10 * rank
+        y = torch.empty(4, device="npu")
         dist.all_to_all_single(y, x, group=g)
+        try:  # hccl is registered for npu only (torch_npu/_init/registry/distributed.py)
+            dist.all_reduce(torch.ones(1), group=g)
+            cpu = "accepted"
+        except RuntimeError as exc:
+            cpu = str(exc)
         dist.barrier()
         torch_npu.npu.synchronize()
         print(json.dumps({"sum": t.tolist(), "name": name, "names_differ": name != name2,
                           "resolves": resolved is g, "group_name": g.group_name, "backend": dist.get_backend(g),
-                          "a2a": y.tolist()}))
+                          "a2a": y.tolist(), "cpu": cpu, "devices": [t.device.type, y.device.type]}))
         dist.destroy_process_group()
     """))
     results = finish(procs)
@@ -277,6 +411,8 @@ def test_hccl_groups_and_comm_names_two_processes(tmp_path):
         assert out["name"] == out["group_name"] and out["names_differ"] and out["resolves"]
         assert out["backend"] == "hccl"
         assert out["a2a"] == ([0.0, 1.0, 10.0, 11.0] if r == 0 else [2.0, 3.0, 12.0, 13.0])
+        assert out["cpu"] == "No backend type associated with device type cpu"  # c10d's own text
+        assert out["devices"] == ["npu", "npu"]
     assert outs[0]["name"] == outs[1]["name"]
 
 
@@ -307,7 +443,7 @@ def test_timeouts_and_the_watchdog_warning(tmp_path):
 
 HANG = """
 import time
-t = torch.ones(2)
+t = torch.ones(2).npu()
 dist.all_reduce(t)
 print("warm", flush=True)
 if rank == 1:
@@ -475,31 +611,31 @@ def test_single_rank_golden_ops_match_numpy(tmp_path):
         w = rng.integers(-16, 16, (E, K, N)).astype(np.int8)
         ws = (rng.random((E, N)) * 0.01 + 0.001).astype(np.float32)
         pts = (rng.random(M) * 0.1 + 0.01).astype(np.float32)
-        gl = torch.tensor(counts, dtype=torch.int64)
-        y3 = torch_npu.npu_grouped_matmul(x=[torch.from_numpy(x)], weight=[torch.from_numpy(w)], split_item=3,
+        gl = torch.tensor(counts, dtype=torch.int64).npu()
+        y3 = torch_npu.npu_grouped_matmul(x=[torch.from_numpy(x).npu()], weight=[torch.from_numpy(w).npu()], split_item=3,
                                           group_list_type=1, group_type=0, group_list=gl, output_dtype=torch.int32)[0]
-        y2 = torch_npu.npu_grouped_matmul(x=[torch.from_numpy(x)], weight=[torch.from_numpy(w)],
-                                          scale=[torch.from_numpy(ws)], per_token_scale=[torch.from_numpy(pts)],
+        y2 = torch_npu.npu_grouped_matmul(x=[torch.from_numpy(x).npu()], weight=[torch.from_numpy(w).npu()],
+                                          scale=[torch.from_numpy(ws).npu()], per_token_scale=[torch.from_numpy(pts).npu()],
                                           split_item=2, group_list_type=1, group_type=0, group_list=gl,
                                           output_dtype=torch.float32)[0]
         h = rng.integers(-3000, 3000, (M, 2 * N)).astype(np.int32)
         hs = (rng.random((E, 2 * N)) * 0.01).astype(np.float32)
         acts = (rng.random(M) * 0.5).astype(np.float32)
-        q, s = torch_npu.npu_dequant_swiglu_quant(x=torch.from_numpy(h), weight_scale=torch.from_numpy(hs),
-                                                  activation_scale=torch.from_numpy(acts), bias=None, quant_scale=None,
+        q, s = torch_npu.npu_dequant_swiglu_quant(x=torch.from_numpy(h).npu(), weight_scale=torch.from_numpy(hs).npu(),
+                                                  activation_scale=torch.from_numpy(acts).npu(), bias=None, quant_scale=None,
                                                   quant_offset=None, group_index=gl, activate_left=True, quant_mode=1)
         f = rng.standard_normal((4, K)).astype(np.float32)
         sm = (rng.random(K) + 0.5).astype(np.float32)
-        dq, ds = torch_npu.npu_dynamic_quant(torch.from_numpy(f), smooth_scales=torch.from_numpy(sm))
+        dq, ds = torch_npu.npu_dynamic_quant(torch.from_numpy(f).npu(), smooth_scales=torch.from_numpy(sm).npu())
         w1 = rng.integers(-16, 16, (K, N)).astype(np.int8)
         s1 = (rng.random(N) * 0.01).astype(np.float32)
-        mm32 = torch_npu.npu_quant_matmul(dq, torch.from_numpy(w1), torch.from_numpy(s1), pertoken_scale=None,
+        mm32 = torch_npu.npu_quant_matmul(dq, torch.from_numpy(w1).npu(), torch.from_numpy(s1).npu(), pertoken_scale=None,
                                           output_dtype=torch.int32)
-        mmf = torch_npu.npu_quant_matmul(dq, torch.from_numpy(w1), torch.from_numpy(s1), pertoken_scale=ds,
+        mmf = torch_npu.npu_quant_matmul(dq, torch.from_numpy(w1).npu(), torch.from_numpy(s1).npu(), pertoken_scale=ds,
                                          output_dtype=torch.float32)
-        np.savez("ops.npz", x=x, w=w, ws=ws, pts=pts, y3=y3.numpy(), y2=y2.numpy(), h=h, hs=hs, acts=acts,
-                 q=q.numpy(), s=s.numpy(), f=f, sm=sm, dq=dq.numpy(), ds=ds.numpy(), w1=w1, s1=s1,
-                 mm32=mm32.numpy(), mmf=mmf.numpy(), counts=np.array(counts))
+        np.savez("ops.npz", x=x, w=w, ws=ws, pts=pts, y3=y3.cpu().numpy(), y2=y2.cpu().numpy(), h=h, hs=hs, acts=acts,
+                 q=q.cpu().numpy(), s=s.cpu().numpy(), f=f, sm=sm, dq=dq.cpu().numpy(), ds=ds.cpu().numpy(), w1=w1, s1=s1,
+                 mm32=mm32.cpu().numpy(), mmf=mmf.cpu().numpy(), counts=np.array(counts))
     """)
     d = np.load(tmp_path / "ops.npz")
     counts = d["counts"]
@@ -538,31 +674,31 @@ bs, H, K, E = 5, 8, 3, 4
 x = rng.standard_normal((bs, H)).astype(np.float32)
 ids = np.stack([rng.choice(E, K, replace=False) for _ in range(bs)]).astype(np.int32)
 scales = rng.random((bs, K)).astype(np.float32)
-mask = torch.tensor([True] * 4 + [False])  # 4 active tokens
+mask = torch.tensor([True] * 4 + [False]).npu()  # 4 active tokens
 g = dist.new_group(backend="hccl", ranks=[0, 1])
 name = g._get_backend(torch.device("npu")).get_hccl_comm_name(rank)
 res = {}
 for quant_mode in (0, 2):
     out = torch_npu.npu_moe_distribute_dispatch_v2(
-        x=torch.from_numpy(x), expert_ids=torch.from_numpy(ids), expert_scales=torch.from_numpy(scales),
+        x=torch.from_numpy(x).npu(), expert_ids=torch.from_numpy(ids).npu(), expert_scales=torch.from_numpy(scales).npu(),
         scales=None, x_active_mask=mask, group_ep=name, ep_world_size=2, ep_rank_id=rank, moe_expert_num=E,
         group_tp="", tp_world_size=1, tp_rank_id=0, expert_shard_type=0, shared_expert_num=1,
         shared_expert_rank_num=0, quant_mode=quant_mode, global_bs=bs * 2, expert_token_nums_type=1)
     expand_x, dyn, assist, counts, ep_counts, tp_counts, expand_scales = out
-    local = torch.repeat_interleave(torch.arange(2), counts)
+    local = torch.repeat_interleave(torch.arange(2).npu(), counts)
     if quant_mode == 2:
         rows = expand_x.float() * dyn.unsqueeze(-1)
     else:
         rows = expand_x
     y = rows * (local + 1 + 2 * rank).float().unsqueeze(-1)  # "expert" e multiplies by e + 1
     comb = torch_npu.npu_moe_distribute_combine_v2(
-        expand_x=y, expert_ids=torch.from_numpy(ids), assist_info_for_combine=assist, ep_send_counts=ep_counts,
-        expert_scales=torch.from_numpy(scales), x_active_mask=mask, group_ep=name, ep_world_size=2,
+        expand_x=y, expert_ids=torch.from_numpy(ids).npu(), assist_info_for_combine=assist, ep_send_counts=ep_counts,
+        expert_scales=torch.from_numpy(scales).npu(), x_active_mask=mask, group_ep=name, ep_world_size=2,
         ep_rank_id=rank, moe_expert_num=E, tp_send_counts=tp_counts, expand_scales=expand_scales, group_tp="",
         tp_world_size=1, tp_rank_id=0, expert_shard_type=0, shared_expert_num=1, shared_expert_rank_num=0,
         global_bs=bs * 2)
-    res[f"comb{quant_mode}"] = comb.numpy()
-    res[f"counts{quant_mode}"] = counts.numpy()
+    res[f"comb{quant_mode}"] = comb.cpu().numpy()
+    res[f"counts{quant_mode}"] = counts.cpu().numpy()
     res[f"dtype{quant_mode}"] = np.array(str(expand_x.dtype))
 np.savez(f"dispatch{rank}.npz", x=x, ids=ids, scales=scales, **res)
 dist.destroy_process_group()
@@ -602,11 +738,12 @@ def test_torchair_backend_compiles_on_cpu(tmp_path):
     assert proc.stdout.strip().splitlines()[-1] == "True True"
 
 
-def test_torchair_backend_compiles_the_fused_op_as_one_graph(tmp_path):
-    """Graph mode as the CAM suite checks it (suites/cam/rank/test_fused_rank.py): a module whose forward
-    only calls the op compiles with fullgraph=True through torchair's backend, which receives one FX graph
-    holding the op (its Meta kernel gives Dynamo the shapes); a forward that leaves the graph
-    is a graph break fullgraph refuses."""
+def test_torchair_takes_cam_ops_in_aclgraph_mode_only(tmp_path):
+    """Graph mode as CAM supports it (umdk doc/en/cam/CAM API Guide.md: aclgraph only, no fullgraph=True, no
+    GE mode): a module whose forward only calls the op is one FX graph holding the op (its Meta kernel gives
+    Dynamo the shapes); torchair's backend runs it with ``config.mode = "reduce-overhead"`` and refuses it in
+    the default GE mode ("max-autotune") and under fullgraph=True, citing the guide; a graph without CAM ops
+    still compiles in GE mode."""
     proc = run_py(tmp_path, """
         import torch, torch_npu, torchair
         import torch.distributed as dist
@@ -614,15 +751,15 @@ def test_torchair_backend_compiles_the_fused_op_as_one_graph(tmp_path):
         from torchair.configs.compiler_config import CompilerConfig
         dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
         torch_npu.npu.config.allow_internal_format = True
-        nz = lambda t: torch_npu.npu_format_cast(t, torch_npu.Format.FRACTAL_NZ)
+        nz = lambda t: torch_npu.npu_format_cast(t.npu(), torch_npu.Format.FRACTAL_NZ)
         g = torch.Generator().manual_seed(3)
         bs, hidden, inter, local = 4, 1024, 512, 2
-        args = ((torch.rand(bs, hidden, generator=g) - 0.5).to(torch.bfloat16),
-                torch.randint(0, local, (bs, 1), generator=g, dtype=torch.int32),
+        args = ((torch.rand(bs, hidden, generator=g) - 0.5).to(torch.bfloat16).npu(),
+                torch.randint(0, local, (bs, 1), generator=g, dtype=torch.int32).npu(),
                 [nz(torch.randint(-8, 8, (local, hidden, 2 * inter), generator=g, dtype=torch.int8))],
-                [torch.rand(local, 2 * inter, generator=g) * 0.003],
+                [(torch.rand(local, 2 * inter, generator=g) * 0.003).npu()],
                 [nz(torch.randint(-8, 8, (local, inter, hidden), generator=g, dtype=torch.int8))],
-                [torch.rand(local, hidden, generator=g) * 0.003], torch.ones(bs, 1),
+                [(torch.rand(local, hidden, generator=g) * 0.003).npu()], torch.ones(bs, 1).npu(),
                 None, None, None, None, None, None, None, cam.group_name(), 1, 0, local, 0, bs)
 
         class Op(torch.nn.Module):
@@ -635,27 +772,39 @@ def test_torchair_backend_compiles_the_fused_op_as_one_graph(tmp_path):
                 torch._dynamo.graph_break()  # what a Python-side step between op and output does
                 return out
 
-        npu_backend = torchair.get_npu_backend(compiler_config=CompilerConfig())
+        aclgraph = CompilerConfig()
+        aclgraph.mode = "reduce-overhead"
         graphs = []
-        def backend(gm, example_inputs):
-            graphs.append([str(n.target) for n in gm.graph.nodes if "umdk" in str(n.target)])
-            return npu_backend(gm, example_inputs)
+        def backend_of(config):
+            npu_backend = torchair.get_npu_backend(compiler_config=config)
+            def backend(gm, example_inputs):
+                graphs.append([str(n.target) for n in gm.graph.nodes if "umdk" in str(n.target)])
+                return npu_backend(gm, example_inputs)
+            return backend
         ex = torch._dynamo.explain(Op())(*args)
         print("explain", ex.graph_count, ex.graph_break_count)
-        out = torch.compile(Op(), backend=backend, fullgraph=True)(*args)
+        out = torch.compile(Op(), backend=backend_of(aclgraph))(*args)
         eager = cam.fused_deep_moe(*args)
-        print("graphs", graphs, all(torch.equal(a, b) for a, b in zip(out, eager)))
+        print("graphs", graphs, all(torch.equal(a, b) for a, b in zip(out, eager)), out[0].device.type)
+        for name, config, fullgraph in (("GE", CompilerConfig(), False), ("fullgraph", aclgraph, True)):
+            torch._dynamo.reset()
+            try:
+                torch.compile(Op(), backend=torchair.get_npu_backend(compiler_config=config), fullgraph=fullgraph)(*args)
+                print(name, "accepted")
+            except Exception as exc:
+                print(name, "refused |", [ln for ln in str(exc).splitlines() if "torchair:" in ln][0])
         torch._dynamo.reset()
-        try:
-            torch.compile(Leaky(), backend=backend, fullgraph=True)(*args)
-            print("fullgraph accepted a break")
-        except Exception as exc:
-            print("fullgraph refused", type(exc).__name__)
+        lin = torch.nn.Linear(3, 2).npu()
+        ge = torch.compile(lin, backend=torchair.get_npu_backend(compiler_config=CompilerConfig()), fullgraph=True)
+        print("no CAM op in GE", bool(torch.allclose(ge(torch.ones(2, 3).npu()), lin(torch.ones(2, 3).npu()))))
     """, timeout=170, PYTHONPATH=f"{STANDIN}:{STANDIN.parent / 'standin'}", CAMIT_STANDIN_NO_OPAPI_CHECK="1")
-    lines = proc.stdout.strip().splitlines()[-3:]
+    lines = proc.stdout.strip().splitlines()[-5:]
     assert lines[0] == "explain 1 0"
-    assert lines[1] == "graphs [['umdk_cam_op_lib.fused_deep_moe']] True", lines
-    assert lines[2].startswith("fullgraph refused"), lines
+    assert lines[1] == "graphs [['umdk_cam_op_lib.fused_deep_moe']] True npu", lines
+    assert lines[2].startswith("GE refused |") and "in mode 'max-autotune' (GE)" in lines[2], lines
+    assert "config.mode = 'reduce-overhead'" in lines[2] and "CAM API Guide.md" in lines[2], lines
+    assert lines[3].startswith("fullgraph refused |") and "compile without fullgraph=True" in lines[3], lines
+    assert lines[4] == "no CAM op in GE True", lines
 
 
 def test_torch_manual_seed_seeds_through_torch_npu_without_recursing(tmp_path: Path) -> None:
@@ -676,7 +825,7 @@ def test_torch_manual_seed_seeds_through_torch_npu_without_recursing(tmp_path: P
 SHUTDOWN = """
 import gc, threading, time, weakref
 g = dist.new_group(backend="hccl", ranks=[0, 1])
-t = torch.ones(3)
+t = torch.ones(3).npu()
 dist.all_reduce(t, group=g)
 refs = [weakref.ref(g), weakref.ref(dist.distributed_c10d._get_default_group())]
 dist.destroy_process_group()

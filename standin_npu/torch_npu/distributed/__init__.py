@@ -1,6 +1,8 @@
 """The ``hccl`` backend of torch.distributed, built on gloo, with HCCL's timeouts and failure mode.
 
-``import torch_npu`` registers it (``dist.Backend.register_backend("hccl", ..., devices=["cpu", "npu"])``);
+``import torch_npu`` registers it for ``npu`` only, as torch_npu/_init/registry/distributed.py does
+(``dist.Backend.register_backend("hccl", ..., devices=["npu"])``): a CPU tensor in a collective fails with
+c10d's own ``No backend type associated with device type cpu``; npu tensors travel as their host memory.
 ``init_process_group(backend="hccl")`` and ``new_group(backend="hccl", ranks=...)`` then create a
 :class:`ProcessGroupHCCL`: a Python ``ProcessGroup`` whose collectives run on an inner
 ``ProcessGroupGloo`` (also registered as its backend, so c10d's group name and ``_resolve_process_group``
@@ -41,8 +43,9 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from torch.distributed.distributed_c10d import _world
+from torch.utils._pytree import tree_flatten, tree_map
 
-from .. import _env, _errors, _fault, _plog
+from .. import _env, _errors, _fault, _plog, _tensor
 
 DEFAULT_PG_TIMEOUT_MS = 30 * 60 * 1000  # ProcessGroupHCCL.hpp: DEFAULT_TIMEOUT
 NEVER_S = 10 * 365 * 24 * 3600.0
@@ -97,6 +100,8 @@ class _Pending:
     def __init__(self, pg: ProcessGroupHCCL, seq: int, op: str, work: Any, numel: tuple[int, int]) -> None:
         self.pg, self.seq, self.op, self.work, self.numel = pg, seq, op, work, numel
         self.started = time.monotonic()
+        #: a transfer of an op library's kernel (a CAM op): not an HCCL task, see :func:`_kernel_stuck`
+        self.in_kernel = _tensor.in_device_op()
 
 
 class HcclWork(dist.Work):
@@ -107,11 +112,18 @@ class HcclWork(dist.Work):
         self._pending = pending
 
     def wait(self, timeout: datetime.timedelta | None = None) -> bool:
+        pending = self._pending
         try:
-            self._pending.work.wait()
+            if pending.in_kernel:  # bounded by the op-execute timeout, not HCCL's
+                left = pending.started + _fault.op_timeout_s() - time.monotonic()
+                pending.work.wait(datetime.timedelta(seconds=max(left, 0.001)))
+            else:
+                pending.work.wait()
         except RuntimeError as exc:
-            _fail(self._pending, exc)
-        self._pending.pg._done(self._pending)
+            if not pending.in_kernel:
+                _fail(pending, exc)
+            _kernel_stuck(pending)
+        pending.pg._done(pending)
         return True
 
     def is_completed(self) -> bool:
@@ -131,6 +143,16 @@ class HcclWork(dist.Work):
 
     def exception(self) -> Any:
         return self._pending.work.exception()
+
+
+class _Skipped(dist.Work):
+    """A transfer of a kernel queued behind a spinning one on this process's stream: it never runs."""
+
+    def wait(self, timeout: datetime.timedelta | None = None) -> bool:
+        return True
+
+    def is_completed(self) -> bool:
+        return True
 
 
 class _BackendView:
@@ -179,8 +201,7 @@ class ProcessGroupHCCL(dist.ProcessGroup):
         except RuntimeError as exc:
             raise _connect_failure(store, rank, size, self.timeouts.connect_s) from exc
         self._gloo.set_timeout(datetime.timedelta(seconds=min(self.timeouts.first_s, NEVER_S)))
-        for dev in ("cpu", "npu"):
-            self._register_backend(torch.device(dev), dist.ProcessGroup.BackendType.CUSTOM, self._gloo)
+        self._register_backend(torch.device("npu"), dist.ProcessGroup.BackendType.CUSTOM, self._gloo)
         self._seq = 0
         self._lock = threading.Lock()
         self._inflight: list[_Pending] = []
@@ -199,17 +220,29 @@ class ProcessGroupHCCL(dist.ProcessGroup):
             return self._view
         return super()._get_backend(device)
 
-    def _issue(self, op: str, call: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> HcclWork:
+    def _issue(self, op: str, call: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        if _tensor.in_device_op() and _fault.stuck():
+            return _Skipped()  # the kernel's later steps never run behind a spinning one (outputs undefined)
         # a kernel fault poisoned this process's stream: every collective fails (torch_npu._fault)
         _fault.check("acl::AclQueryEventRecordedStatus(event_, &currStatus)", "query", 859)
         with self._lock:
             self._seq += 1
             seq = self._seq
         numel = (_numel(args[:1]), _numel(args[1:2]))
-        pending = _Pending(self, seq, op, call(*args, **kwargs), numel)
+        pending = _Pending(self, seq, op, call(*self._host_args(args), **kwargs), numel)
         with self._lock:
             self._inflight.append(pending)
         return HcclWork(pending)
+
+    def _host_args(self, args: tuple[Any, ...]) -> Any:
+        """The collective's tensors as host memory for gloo; a tensor not on the NPU fails as c10d does for a
+        device type the backend was not registered for (``ProcessGroup::getBackend``). Inside an op running on
+        the device (an op library's kernel, a golden op) its own host tensors are device memory."""
+        leaves, _ = tree_flatten(args)
+        for t in leaves:
+            if isinstance(t, torch.Tensor) and not _tensor.is_device(t) and not _tensor.in_device_op():
+                dist.ProcessGroup._get_backend(self, t.device)  # raises c10d's error for that device type
+        return tree_map(lambda a: _tensor.host(a) if isinstance(a, torch.Tensor) else a, args)
 
     def _done(self, pending: _Pending) -> None:
         with self._lock:
@@ -322,8 +355,8 @@ class _Watchdog:
                 if not pg._teardown:
                     continue  # without tear-down the failure is raised to whoever waits on the work
                 for pending in pg._pending():
-                    if not pending.work.is_completed():
-                        continue
+                    if pending.in_kernel or not pending.work.is_completed():
+                        continue  # (a kernel's transfer is judged by its own wait: _kernel_stuck)
                     try:
                         pending.work.wait()
                     except RuntimeError as exc:
@@ -332,6 +365,13 @@ class _Watchdog:
 
 
 atexit.register(_Watchdog.stop)
+
+
+def _kernel_stuck(pending: _Pending) -> None:
+    """An op library's kernel whose peers never came: on an NPU it spins in vector-core code outside HCCL
+    (no EI0002, HCCL_EXEC_TIMEOUT does not apply) until torch_npu's op-execute timeout; the call returns,
+    its outputs undefined, and the next synchronize fails with 507034 (``torch_npu._fault``)."""
+    _fault.standin_stuck(507034, since=pending.started)
 
 
 def _connect_failure(store: Any, rank: int, size: int, timeout_s: float) -> RuntimeError:
@@ -472,7 +512,7 @@ def _create(opts: Any, backend_options: Any = None) -> ProcessGroupHCCL:
 def register() -> None:
     """Register the ``hccl`` backend with torch.distributed (once)."""
     if "HCCL" not in dist.Backend._plugins:
-        dist.Backend.register_backend("hccl", _create, extended_api=True, devices=["cpu", "npu"])
+        dist.Backend.register_backend("hccl", _create, extended_api=True, devices=["npu"])
     dist.is_hccl_available = lambda: True  # type: ignore[attr-defined]
 
 

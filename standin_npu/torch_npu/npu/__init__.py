@@ -5,7 +5,9 @@ The device functions are in ``_device``; ``config.allow_internal_format`` in ``t
 
 from __future__ import annotations
 
+from .._fault import set_op_timeout_ms
 from .._fault import standin_fault as _standin_fault
+from .._fault import standin_stuck as _standin_stuck
 from .._format import config
 from . import _device
 from ._device import (
@@ -58,7 +60,7 @@ def _is_in_bad_fork() -> bool:
 
 
 __all__ = [
-    "_device", "_standin_fault", "_get_device_index", "_lazy_init", "config", "current_device", "device", "device_count",
-    "get_device_name", "is_available", "is_initialized", "is_jit_compile_false", "manual_seed",
-    "manual_seed_all", "set_compile_mode", "set_device", "synchronize",
+    "_device", "_standin_fault", "_standin_stuck", "_get_device_index", "_lazy_init", "config", "current_device",
+    "device", "device_count", "get_device_name", "is_available", "is_initialized", "is_jit_compile_false",
+    "manual_seed", "manual_seed_all", "set_compile_mode", "set_device", "set_op_timeout_ms", "synchronize",
 ]

@@ -21,29 +21,33 @@ _initialized = False
 _lock = threading.Lock()
 
 
+def _device_type_error(device: torch.device, allow_cpu: bool) -> ValueError:
+    wanted = "a npu or cpu device" if allow_cpu else "a npu device"
+    return ValueError(f"Expected {wanted}, but got: {device}" + _errors.suffix("PTA", "VALUE"))
+
+
 def _get_device_index(device: Any, optional: bool = False, allow_cpu: bool = False) -> int:
+    """The NPU index ``device`` names, with the semantics of torch's ``_get_device_index`` for CUDA.
+
+    An int is the index itself; ``"npu:1"`` or ``torch.device("npu", 1)`` give 1; a CPU device gives -1 when
+    ``allow_cpu``; an npu device without an index, or None, gives the current device when ``optional``.
+    Anything else is a ValueError (texts as torch_npu's)."""
     if isinstance(device, int):
         return device
-    if isinstance(device, str):
-        device = torch.device(device)
-    if isinstance(device, torch.device):
-        if allow_cpu:
-            if device.type not in ("npu", "cpu"):
-                raise ValueError(f"Expected a npu or cpu device, but got: {device}" + _errors.suffix("PTA", "VALUE"))
-        elif device.type != "npu":
-            raise ValueError(f"Expected a npu device, but got: {device}" + _errors.suffix("PTA", "VALUE"))
-        if device.type == "cpu":
-            return -1
-        if device.index is not None:
-            return device.index
-    if device is None and optional:
-        return current_device()
-    if device is None or isinstance(device, torch.device):
-        if optional:
-            return current_device()
+    as_device = torch.device(device) if isinstance(device, str) else device
+    if as_device is not None and not isinstance(as_device, torch.device):
+        raise ValueError(f"Invalid device: {device!r}" + _errors.suffix("PTA", "VALUE"))
+    index: int | None = None
+    if as_device is not None:
+        if as_device.type not in (("npu", "cpu") if allow_cpu else ("npu",)):
+            raise _device_type_error(as_device, allow_cpu)
+        index = -1 if as_device.type == "cpu" else as_device.index
+    if index is not None:
+        return index
+    if not optional:
         raise ValueError(f"Expected a torch.device with a specified index or an integer, but got:{device}"
                          + _errors.suffix("PTA", "VALUE"))
-    raise ValueError(f"Invalid device: {device!r}" + _errors.suffix("PTA", "VALUE"))
+    return current_device()
 
 
 def device_count() -> int:
@@ -128,19 +132,20 @@ def synchronize(device: Any = None) -> None:
 
 
 class device:  # noqa: N801 - torch_npu's name
-    """Context manager selecting a device (torch_npu/npu/utils.py ``device``)."""
+    """``with torch.npu.device(d):`` makes ``d`` the current device inside the block and restores the one
+    before it afterwards; a device naming no NPU (index < 0, e.g. the CPU) changes nothing."""
 
     def __init__(self, device: Any) -> None:
         self.idx = _get_device_index(device, optional=True)
-        self.prev_idx = -1
+        self._restore: int | None = None
 
     def __enter__(self) -> None:
-        if self.idx < 0:
-            return
-        self.prev_idx = current_or_minus_one()
-        if self.prev_idx != self.idx:
+        before = current_or_minus_one()
+        if self.idx >= 0 and before != self.idx:
+            self._restore = before
             _set(self.idx)
 
     def __exit__(self, *args: object) -> None:
-        if self.prev_idx >= 0 and self.prev_idx != self.idx:
-            _set(self.prev_idx)
+        restore, self._restore = self._restore, None
+        if restore is not None and restore >= 0:
+            _set(restore)

@@ -101,7 +101,9 @@ class Cam:
         talks. A rank that fails this prints why and exits at once (torchrun then ends its peers)."""
         try:
             self.sync()
-            probe = torch.ones(1, dtype=torch.float32)
+            # on the device: torch_npu registers hccl for npu only (torch_npu/_init/registry/distributed.py),
+            # a CPU probe fails there with "No backend type associated with device type cpu"
+            probe = self.to_device(torch.ones(1, dtype=torch.float32))
             dist.all_reduce(probe, group=self.group)
             self.sync()
             ok = int(probe.item()) == self.world

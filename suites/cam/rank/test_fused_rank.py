@@ -110,9 +110,10 @@ def test_fused_deep_moe(cam, seed, variant):
 
 
 class FusedModule(torch.nn.Module):
-    """Graph mode's module, as upstream's GE case builds one: ``forward`` only calls the op, on inputs
-    prebuilt on the device (umdk test/cam/ut/fused_deep_moe/test_fused_deep_moe.py compiles such a
-    module with ``torch.compile(mod, backend=torchair.get_npu_backend(compiler_config=CompilerConfig()))``)."""
+    """Graph mode's module: ``forward`` only calls the op, on inputs prebuilt on the device. Upstream's
+    fused UT compiles nothing (its "GE" parameter reruns eager, or returns early under coverage); the one
+    compiled use upstream is umdk ``src/cam/examples/fused_deep_moe_sample.py``: ``config.mode =
+    "reduce-overhead"`` (aclgraph) and ``torch.compile(fused_ops, backend=torchair.get_npu_backend(...))``."""
 
     def forward(self, *args):
         return torch.ops.umdk_cam_op_lib.fused_deep_moe(*args)
@@ -124,24 +125,28 @@ def op_nodes(graph: torch.fx.GraphModule) -> list[str]:
             if n.op == "call_function" and "umdk_cam_op_lib.fused_deep_moe" in str(n.target)]
 
 
-@pytest.mark.parametrize("mode", ["GE"])
+@pytest.mark.parametrize("mode", ["aclgraph"])
 def test_fused_deep_moe_graph_mode(cam, mode):
-    """GE mode is graph mode: Dynamo captures the module as ONE graph holding the op (no graph break: a
-    break would run the op eagerly and GE would never see it), torchair's backend compiles it
-    (``fullgraph=True``: a break is an error), and the compiled module's outputs match the reference."""
+    """Graph mode as CAM supports it: the CAM API guide (umdk doc/en/cam/CAM API Guide.md) says fused_deep_moe
+    supports aclgraph only and the ops do not support fullgraph=True (nor GE mode, torchair's default), so
+    the module compiles with ``config.mode = "reduce-overhead"`` and no ``fullgraph``, as umdk's
+    fused_deep_moe_sample.py does. Dynamo captures it as ONE graph holding the op (a break would run the op
+    eagerly outside the graph), torchair's backend receives that graph, and the outputs match the reference."""
     if os.environ.get("ENABLE_COV"):  # upstream: "图模式无法获得算子覆盖率故提前退出" (no op coverage in graph mode)
         pytest.skip("coverage mode (ENABLE_COV): graph mode yields no operator coverage, as upstream skips it")
-    torchair = pytest.importorskip("torchair", reason="GE mode needs torchair (the torch.compile backend for NPU)")
+    torchair = pytest.importorskip("torchair", reason="graph mode needs torchair (the torch.compile backend for NPU)")
     from torchair.configs.compiler_config import CompilerConfig
 
     case = fused_case(cam.world)
     args = fused_args(cam, 1, case)
     torch._dynamo.reset()
     explained = torch._dynamo.explain(FusedModule())(*args)
-    assert explained.graph_break_count == 0, f"graph breaks in GE mode: {explained.break_reasons}"
+    assert explained.graph_break_count == 0, f"graph breaks in graph mode: {explained.break_reasons}"
     assert explained.graph_count == 1 and op_nodes(explained.graphs[0]), (
         f"the op is not in the captured graph: {[str(g.graph) for g in explained.graphs]}")
-    npu_backend = torchair.get_npu_backend(compiler_config=CompilerConfig())
+    config = CompilerConfig()
+    config.mode = "reduce-overhead"  # aclgraph: the only graph mode fused_deep_moe supports
+    npu_backend = torchair.get_npu_backend(compiler_config=config)
     compiled_graphs = []
 
     def backend(gm, example_inputs):  # what torchair receives: one graph with the op in it
@@ -149,8 +154,8 @@ def test_fused_deep_moe_graph_mode(cam, mode):
         return npu_backend(gm, example_inputs)
 
     torch._dynamo.reset()
-    mod = torch.compile(FusedModule(), backend=backend, fullgraph=True)
+    mod = torch.compile(FusedModule(), backend=backend)
     out, share_out, counts = mod(*args)
     cam.sync()
     assert len(compiled_graphs) == 1 and op_nodes(compiled_graphs[0]), "torchair's backend did not compile the op"
-    check_fused(cam, fused_reference(1, cam.rank, cam.world, case), out, share_out, counts, "GE")
+    check_fused(cam, fused_reference(1, cam.rank, cam.world, case), out, share_out, counts, "aclgraph")

@@ -1,0 +1,41 @@
+"""The ops run on the NPU only: a tensor argument not on the device is refused, naming the argument.
+
+Upstream registers every op's kernel for the NPU alone (umdk `src/cam/comm_operator/pybind/*.cpp`,
+`TORCH_LIBRARY_IMPL(umdk_cam_op_lib, PrivateUse1, m)`): CPU tensors never reach a kernel that works. On an
+emulated Ascend host (the torch_npu stand-in imported) the stand-in's kernels see the host memory of the
+npu arguments (`torch_npu._tensor.is_device`); any other tensor is refused here, before any check of the
+op, with one line naming the op and the argument. Without torch_npu (a CPU/gloo host) there is no device
+and nothing is checked.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import torch
+
+from ._tiling import torch_npu_standin
+
+
+def _items(name: str, value: object) -> list[tuple[str, torch.Tensor]]:
+    """The tensors of one argument: itself, or the items of a tensor list (`gmm1_weight[0]`)."""
+    if isinstance(value, torch.Tensor):
+        return [(name, value)]
+    if isinstance(value, Sequence) and not isinstance(value, str):
+        return [(f"{name}[{i}]", t) for i, t in enumerate(value) if isinstance(t, torch.Tensor)]
+    return []
+
+
+def require_npu(op: str, args: Mapping[str, object]) -> None:
+    """RuntimeError naming the first tensor argument of `op` (in `args`, e.g. the kernel's `locals()` at its
+    entry) that is not on the NPU; emulated hosts only."""
+    mod = torch_npu_standin()
+    if mod is None:
+        return
+    for name, value in args.items():
+        for label, t in _items(name, value):
+            if not mod._tensor.is_device(t):  # type: ignore[attr-defined]
+                raise RuntimeError(
+                    f"umdk_cam_op_lib::{op}: argument '{label}' is on {t.device}, not on the NPU; the op runs "
+                    "on the NPU only (its kernels are registered for PrivateUse1, umdk pybind): move it with "
+                    ".npu() first")
