@@ -11,7 +11,22 @@ them with the reason instead of failing.
 
 from __future__ import annotations
 
+import importlib.util
+from pathlib import Path
+
 import pytest
+
+
+def _contract():  # the rank side's contract module (stdlib only), the one file the op stand-in ships too
+    spec = importlib.util.spec_from_file_location("camcontract", Path(__file__).parent / "rank" / "camcontract.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+#: the most ranks any CAM op takes (the prefill/layout tilings and pybind: [2, 384]; camcontract.MAX_RANKS)
+MAX_RANKS: int = _contract().MAX_RANKS
 
 #: the A3-only marks every CAM controller case carries (markers.SOC_MARKERS: skipped on an A2 env)
 CAM_MARKS = (pytest.mark.a3_test,)
@@ -31,7 +46,16 @@ def worlds_of(config: pytest.Config) -> list[int]:
 
 def world_params(config: pytest.Config) -> list:
     """``world`` parameters: each with ``ranks(w)`` (its skip when the env is too small) and the A3 marks."""
-    return [pytest.param(w, marks=[pytest.mark.ranks(w), *CAM_MARKS], id=f"{w}ranks") for w in worlds_of(config)]
+    return [pytest.param(w, marks=[pytest.mark.ranks(w), *CAM_MARKS, *_too_big(w)], id=f"{w}ranks")
+            for w in worlds_of(config)]
+
+
+def _too_big(world: int) -> list:
+    """A world no CAM op takes: skipped, naming the limit (camcontract LIMITS dispatch.ranks / layout.ranks)."""
+    if world <= MAX_RANKS:
+        return []
+    return [pytest.mark.skip(reason=f"{world} ranks: the CAM ops take at most {MAX_RANKS} ranks "
+                                    "(moe_dispatch_prefill.cpp:63, dispatch_layout_tiling.cpp:99)")]
 #: launch env of the launches that run the prefill ops (dispatch/combine prefill): the CAM API guide requires a
 #: 4096 MB HCCL buffer for them (npu-fidelity.md §3); every other launch keeps CANN's default
 PREFILL_ENV = {"HCCL_BUFFSIZE": "4096"}

@@ -118,3 +118,15 @@ def test_the_stand_in_takes_the_fused_dtypes_of_the_op_definition_only(world1, k
         _fused(**kw)
     with pytest.raises(RuntimeError, match="group_ep names a process group"):   # the valid one gets past
         _fused()
+
+
+def test_worlds_past_the_ops_rank_limit_are_skipped_with_the_reason():
+    sys.path.insert(0, str(REPO / "suites" / "cam"))
+    try:
+        import camsuite
+    finally:
+        sys.path.remove(str(REPO / "suites" / "cam"))
+    assert camsuite.MAX_RANKS == camcontract.MAX_RANKS == 384
+    assert camsuite._too_big(384) == []
+    (mark,) = camsuite._too_big(400)
+    assert mark.name == "skip" and "at most 384 ranks" in mark.kwargs["reason"]

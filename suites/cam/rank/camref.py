@@ -25,19 +25,29 @@ class PrefillCase:
     hidden: int
     experts: int
     top_k: int
+    uneven: bool = False  # ranks hold different token counts (the dispatch sizes by the max, combine its own)
+    zero_rows: bool = False  # rank 0's first row is all zeros (upstream's UT sends zero rows from rank 0)
+
+
+def prefill_tokens(case: PrefillCase, rank: int) -> int:
+    """Rank ``rank``'s token count: ``case.tokens``, or with ``uneven`` fewer on some ranks (never 0)."""
+    return max(1, case.tokens - (rank % 3) * (case.tokens // 3 + 1)) if case.uneven else case.tokens
 
 
 def prefill_inputs(seed: int, rank: int, case: PrefillCase) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """x (T,H) bf16-representable float32, topk_idx (T,K) int64 (distinct per row), weights (T,K) f32."""
     rs = np.random.RandomState((seed * 7919 + rank * 104729) % (2**32))
-    x = bf16_round(rs.randn(case.tokens, case.hidden).astype(np.float32) * (1 + rank))
-    score = np.abs(rs.randn(case.tokens, case.experts)) + 1
+    tokens = prefill_tokens(case, rank)
+    x = bf16_round(rs.randn(tokens, case.hidden).astype(np.float32) * (1 + rank))
+    if case.zero_rows and rank == 0:
+        x[0] = 0
+    score = np.abs(rs.randn(tokens, case.experts)) + 1
     # skew: some experts are hot, some cold, so counts are non-uniform
     score *= rs.gamma(0.6, size=case.experts)[None, :]
     topk = np.argsort(-score, axis=1, kind="stable")[:, : case.top_k].astype(np.int64)
-    perm = rs.rand(case.tokens, case.top_k).argsort(axis=1)
+    perm = rs.rand(tokens, case.top_k).argsort(axis=1)
     topk = np.take_along_axis(topk, perm, axis=1)  # unsorted ids per row, as argpartition gives
-    weights = rs.rand(case.tokens, case.top_k).astype(np.float32) + 0.1
+    weights = rs.rand(tokens, case.top_k).astype(np.float32) + 0.1
     return x, topk, weights
 
 
@@ -85,7 +95,7 @@ def dispatch_reference(seed: int, dest: int, world: int, case: PrefillCase) -> D
     expand = np.zeros((max(rows, 1), 3), dtype=np.int32)
     for s, (x, topk, _) in enumerate(inputs):
         slots = layouts[s][1]
-        for t in range(case.tokens):
+        for t in range(x.shape[0]):
             for k in range(case.top_k):
                 e = int(topk[t, k])
                 if e // local != dest:
@@ -115,6 +125,8 @@ class FusedCase:
     with_mask: bool = False
     separated: bool = False  # dynamicEPLB: weight lists of L tensors
     dynamic_bs: bool = False  # ranks have different batch sizes; global_bs = max_bs · R
+    fp16: bool = False  # x (and the gmm2 scales, so the op definition has a binary for them) in float16
+    placeholders: bool = False  # some expert ids -1 (API guide: range [-1, num_experts), -1 a placeholder)
 
 
 def fused_batch(case: FusedCase, rank: int) -> int:
@@ -154,6 +166,8 @@ def fused_inputs(seed: int, rank: int, case: FusedCase) -> dict[str, np.ndarray]
     # (umdk fused_deep_moe op_kernel TokenActiveMaskCal); upstream's UT builds ones then zeros
     valid = (int(rs.randint(1, bs)) if bs > 1 else 1) if case.with_mask else bs
     mask = np.concatenate([np.ones(valid, dtype=bool), np.zeros(bs - valid, dtype=bool)])
+    if case.placeholders:  # every other token's last copy is the placeholder -1
+        ids[::2, -1] = -1
     return {"x": x, "ids": ids, "scales": scales, "mask": mask, "valid": valid}
 
 
@@ -174,7 +188,8 @@ def expert_ffn(rows: np.ndarray, w1: np.ndarray, s1: np.ndarray, w2: np.ndarray,
 @dataclass
 class FusedRef:
     output: np.ndarray  # (valid, H) float64: the active rows, the first sum(mask) tokens
-    share: np.ndarray | None  # (valid, H): masked rows of share_output are undefined too (at::empty)
+    share: np.ndarray | None  # (bs, H): the shared expert runs on every token, masked or not
+    # (…multistage_workspace.h:767-770 shareQuantCoreFunc over axisBS), so every row is defined
     expert_token_nums: np.ndarray  # (L,) int64
     valid: int  # compare the op's outputs [:valid]
 
@@ -189,6 +204,8 @@ def fused_reference(seed: int, rank: int, world: int, case: FusedCase) -> FusedR
     for t in range(valid):
         for k in range(case.top_k):
             e = int(ids[t, k])
+            if e == -1:  # the placeholder: no copy
+                continue
             row = x[t:t + 1].astype(np.float32)
             if case.with_smooth:
                 row = row * w["smooth"][e][None, :]
@@ -198,11 +215,11 @@ def fused_reference(seed: int, rank: int, world: int, case: FusedCase) -> FusedR
         other = fused_inputs(seed, s, case)
         for t in range(other["valid"]):
             for e in other["ids"][t]:
-                if int(e) // local == rank:
+                if int(e) >= 0 and int(e) // local == rank:
                     counts[int(e) % local] += 1
     share = None
     if case.with_share:
-        rows = x.astype(np.float32)
+        rows = mine["x"].astype(np.float32)
         if w.get("ssmooth") is not None:
             rows = rows * w["ssmooth"][None, :]
         share = expert_ffn(rows, w["sw1"], w["ss1"], w["sw2"], w["ss2"])
