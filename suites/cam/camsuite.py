@@ -12,17 +12,24 @@ them with the reason instead of failing.
 from __future__ import annotations
 
 import importlib.util
+import sys
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
 
-def _contract():  # the rank side's contract module (stdlib only), the one file the op stand-in ships too
-    spec = importlib.util.spec_from_file_location("camcontract", Path(__file__).parent / "rank" / "camcontract.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def _contract() -> ModuleType:
+    """The rank side's contract module (stdlib only; the one file the op stand-in ships too), loaded under a
+    name of its own so the controller never shadows a rank-side import."""
+    name = "camsuite_contract"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, Path(__file__).parent / "rank" / "camcontract.py")
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module   # dataclasses resolve their module through sys.modules
+        spec.loader.exec_module(module)
+    return sys.modules[name]
 
 
 #: the most ranks any CAM op takes (the prefill/layout tilings and pybind: [2, 384]; camcontract.MAX_RANKS)

@@ -130,3 +130,23 @@ def test_worlds_past_the_ops_rank_limit_are_skipped_with_the_reason():
     assert camsuite._too_big(384) == []
     (mark,) = camsuite._too_big(400)
     assert mark.name == "skip" and "at most 384 ranks" in mark.kwargs["reason"]
+
+
+def test_the_out_of_range_id_observations_are_read_from_the_rank_logs(tmp_path):
+    from types import SimpleNamespace
+
+    sys.path.insert(0, str(REPO / "suites" / "cam"))
+    try:
+        import test_abnormal
+    finally:
+        sys.path.remove(str(REPO / "suites" / "cam"))
+    logs = []
+    for rank in range(2):
+        log = tmp_path / f"rank{rank}.log"
+        log.write_text(f"../test_bad_ids_rank.py \ncamit-observation: rank {rank} id_minus_one: returned, no fault\n"
+                       "1 passed\n")
+        logs.append(SimpleNamespace(rank=rank, log=str(log)))
+    missing = SimpleNamespace(rank=2, log=str(tmp_path / "none.log"))
+    result = SimpleNamespace(launch=SimpleNamespace(ranks={1: logs[1], 0: logs[0], 2: missing}))
+    assert test_abnormal.observations(result) == ["rank 0 id_minus_one: returned, no fault",
+                                                  "rank 1 id_minus_one: returned, no fault"]

@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from camref import dispatch_layout, prefill_inputs
+from camref import prefill_inputs
 from cases import prefill_case
 
 pytestmark = [pytest.mark.multi_process_test, pytest.mark.poisons_device]
@@ -44,10 +44,9 @@ def observe(cam, topk: np.ndarray, experts: int) -> str:
     want = np.bincount(good, minlength=experts).astype(np.int32)
     got = ntpe.cpu().numpy()
     same = bool(np.array_equal(got, want))
-    slots_same = bool(np.array_equal(sti.cpu().numpy()[1:], dispatch_layout(topk[1:], experts)[1][1:]))
     return (f"returned, no fault; num_tokens_per_expert {'equals' if same else 'differs from'} the in-range "
-            f"ids' counts (got {got.tolist()[:8]}, in-range {want.tolist()[:8]}); send_token_idx_small of the "
-            f"other rows {'as' if slots_same else 'unlike'} without the bad row")
+            f"ids' counts (got {got.tolist()[:8]}, in-range {want.tolist()[:8]}); send_token_idx_small "
+            f"{tuple(sti.shape)}")
 
 
 @pytest.mark.parametrize("kind", list(BAD_IDS))
@@ -58,6 +57,6 @@ def test_out_of_range_expert_id_is_observed(cam, seed, kind, record_property, ca
     topk[0, 0] = BAD_IDS[kind](case.experts)
     seen = observe(cam, topk, case.experts)
     with capsys.disabled():  # into the rank log whatever the outcome (a passing test's output is dropped)
-        print(f"camit-observation: rank {cam.rank} {kind} (id {int(topk[0, 0])}, E={case.experts}): {seen}",
+        print(f"\ncamit-observation: rank {cam.rank} {kind} (id {int(topk[0, 0])}, E={case.experts}): {seen}",
               flush=True)
     record_property("observation", seen)
