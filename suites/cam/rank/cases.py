@@ -7,6 +7,10 @@ import os
 from camref import FusedCase, PrefillCase
 
 FULL = os.environ.get("CAMIT_FULL_SHAPES") == "1"
+#: tokens of the layout case with more tokens than an A3 die's vector cores (48 AIV per die, 24 AI cores with
+#: 2 vector units each): over twice the count, and not a multiple of it, so every core takes several tokens and
+#: some one more (dispatch_layout.h:51-74, the rest split)
+MANY_TOKENS = 2 * 48 + 11
 
 
 def prefill_case(world: int) -> PrefillCase:

@@ -39,6 +39,8 @@ MATRIX = {
     "with_mc2_mask": {"with_mask": True},
     "dynamicBS": {"dynamic_bs": True},
     "dynamicEPLB": {"separated": True},
+    "fp16": {"fp16": True},                    # x fp16 (the op definition's second half of binaries)
+    "placeholders": {"placeholders": True},    # expert ids -1 (API guide: a placeholder, range [-1, E))
     "all": {"with_share": True, "with_smooth": True, "with_mask": True, "dynamic_bs": True, "separated": True},
 }
 
@@ -82,9 +84,22 @@ def fused_args(cam, seed: int, case: FusedCase) -> tuple:
             cam.group_ep, cam.world, cam.rank, case.experts, 0, global_bs)
 
 
+#: the op's plain tensor inputs by position, checked untouched after every call (an op writing into its inputs)
+INPUTS = {"x": 0, "expert_ids": 1, "expert_scales": 6, "expert_smooth_scales": 11, "share_smooth_scales": 12,
+          "x_active_mask": 13}
+
+
 def run_fused(cam, seed: int, case: FusedCase):
-    out, share_out, counts = cam.ops.fused_deep_moe(*fused_args(cam, seed, case))
+    args = fused_args(cam, seed, case)
+    before = {name: args[i].cpu().clone() for name, i in INPUTS.items() if args[i] is not None}
+    before.update({f"gmm1_weight_scale[{i}]": t.cpu().clone() for i, t in enumerate(args[3])})
+    out, share_out, counts = cam.ops.fused_deep_moe(*args)
     cam.sync()
+    after = {name: args[i] for name, i in INPUTS.items() if args[i] is not None}
+    after.update({f"gmm1_weight_scale[{i}]": t for i, t in enumerate(args[3])})
+    for name, was in before.items():
+        expect_equal("fused_deep_moe", f"input {name} after the call (written in place?)",
+                     after[name].cpu().float().numpy(), was.float().numpy(), cam.rank)
     return out, share_out, counts
 
 
