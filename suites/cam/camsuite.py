@@ -66,3 +66,25 @@ def _too_big(world: int) -> list:
 #: launch env of the launches that run the prefill ops (dispatch/combine prefill): the CAM API guide requires a
 #: 4096 MB HCCL buffer for them (npu-fidelity.md §3); every other launch keeps CANN's default
 PREFILL_ENV = {"HCCL_BUFFSIZE": "4096"}
+
+
+def fused_demand(world: int, full: bool) -> int:
+    """Bytes of HCCL window test_fused_rank.py's largest case needs at ``world`` (fused_deep_moe_tiling.cpp:618-625,
+    camcontract.fused_window): its shapes as rank/cases.py has them (tests/unit/test_cam_contract.py keeps the two
+    equal): full shapes L 4, batch 32 (16 below world 8), H 7168; lab shapes L 2, batch 8, H 1024; the production
+    case (L 4, batch 16, H 7168) at world 4; global_bs = batch x world."""
+    contract = _contract()
+    if full:
+        return contract.fused_window(4, (32 if world >= 8 else 16) * world, 7168)
+    lab = contract.fused_window(2, 8 * world, 1024)
+    return max(lab, contract.fused_window(4, 16 * world, 7168)) if world == 4 else lab
+
+
+def fused_env(world: int, full: bool) -> dict[str, str]:
+    """The fused launch's env: HCCL_BUFFSIZE when the window needs more than CANN's default 200 MB
+    (mc2_tiling_utils.h:25), else nothing (the launch keeps the cluster's setting)."""
+    contract = _contract()
+    demand = fused_demand(world, full)
+    if contract.fits(demand, contract.DEFAULT_HCCL_BUFFSIZE_MB):
+        return {}
+    return {"HCCL_BUFFSIZE": str(contract.needed_mb(demand))}

@@ -150,3 +150,28 @@ def test_the_out_of_range_id_observations_are_read_from_the_rank_logs(tmp_path):
     result = SimpleNamespace(launch=SimpleNamespace(ranks={1: logs[1], 0: logs[0], 2: missing}))
     assert test_abnormal.observations(result) == ["rank 0 id_minus_one: returned, no fault",
                                                   "rank 1 id_minus_one: returned, no fault"]
+
+
+@pytest.mark.parametrize("full", [False, True])
+@pytest.mark.parametrize("world", [2, 4, 8, 64, 384])
+def test_fused_launches_get_the_hccl_window_their_cases_need(world, full, monkeypatch):
+    """camsuite.fused_demand mirrors rank/cases.py: the largest fused case's window, and fused_env sets
+    HCCL_BUFFSIZE exactly when the default 200 MB does not hold it (--full-shapes from world 58)."""
+    sys.path.insert(0, str(REPO / "suites" / "cam"))
+    try:
+        import camsuite
+    finally:
+        sys.path.remove(str(REPO / "suites" / "cam"))
+    import cases
+    from camref import fused_inputs
+
+    monkeypatch.setattr(cases, "FULL", full)
+    shapes = [cases.fused_case(world)] + ([cases.PRODUCTION] if world == cases.PRODUCTION_WORLD and not full else [])
+    need = max(camcontract.fused_window(c.experts // world, max(fused_inputs(1, r, c)["x"].shape[0]
+                                                                for r in range(min(world, 3))) * world, c.hidden)
+               for c in shapes)
+    assert camsuite.fused_demand(world, full) == need
+    env = camsuite.fused_env(world, full)
+    assert camcontract.fits(need, camcontract.hccl_buffsize_mb(env))
+    assert ("HCCL_BUFFSIZE" in env) == (not camcontract.fits(need, 200))
+    assert ("HCCL_BUFFSIZE" in env) == (full and world >= 58)

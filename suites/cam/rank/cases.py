@@ -27,3 +27,9 @@ def fused_case(world: int, **flags: bool) -> FusedCase:
         return FusedCase(batch=batch, hidden=7168, inter=2048, experts=4 * world, top_k=8, **flags)
     # H in [1024, 7168] % 256, gmm1 width 2I in [1024, 6144] % 1024, E ≤ 512, top_k ≤ 12 and < E
     return FusedCase(batch=8, hidden=1024, inter=512, experts=2 * world, top_k=min(4, 2 * world - 1), **flags)
+
+
+#: upstream's production shape (umdk test_fused_deep_moe.py CASE_4RANK: 4 ranks, E 16, top_k 8, BS 16, H 7168,
+#: I 2048, i.e. gmm1 width 2I = 4096), run once per run at world 4
+PRODUCTION_WORLD = 4
+PRODUCTION = FusedCase(batch=16, hidden=7168, inter=2048, experts=16, top_k=8)

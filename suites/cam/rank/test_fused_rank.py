@@ -21,7 +21,7 @@ import pytest
 import torch
 from camcheck import expect_close, expect_equal, expect_rel
 from camref import FusedCase, fused_inputs, fused_reference, fused_weights
-from cases import fused_case
+from cases import PRODUCTION, PRODUCTION_WORLD, fused_case
 
 pytestmark = [pytest.mark.multi_process_test, pytest.mark.a3_test]
 
@@ -125,6 +125,15 @@ def test_fused_deep_moe(cam, seed, variant):
     out, share_out, counts = run_fused(cam, seed, case)
     ref = fused_reference(seed, cam.rank, cam.world, case)
     check_fused(cam, ref, out, share_out, counts)
+
+
+def test_fused_deep_moe_production_shape(cam, seed):
+    """Upstream's production shape (H 7168, 2I 4096, top_k 8, E 16 at 4 ranks), once per run."""
+    if cam.world != PRODUCTION_WORLD:
+        pytest.skip(f"the production shape runs at world {PRODUCTION_WORLD} (upstream's CASE_4RANK) only")
+    out, share_out, counts = run_fused(cam, seed, PRODUCTION)
+    ref = fused_reference(seed, cam.rank, cam.world, PRODUCTION)
+    check_fused(cam, ref, out, share_out, counts, "production shape")
 
 
 class FusedModule(torch.nn.Module):

@@ -91,10 +91,17 @@ def check_inputs_untouched(got, rank):
                  w_after, got["w"], rank)
 
 
+#: the case's shape: the lab's, or with unequal token counts across ranks (the dispatch sizes its window by the
+#: most tokens of any rank, moe_dispatch_prefill.cpp:110; combine by its own, moe_combine_prefill.cpp:51) and a
+#: row of zeros on rank 0 (the quantisation's 127 / max path; upstream's UT sends zero rows from rank 0)
+SHAPES = {"even": {}, "uneven_zero_rows": {"uneven": True, "zero_rows": True}}
+
+
 @pytest.mark.author("camit")
+@pytest.mark.parametrize("shape", list(SHAPES))
 @pytest.mark.parametrize("use_quant", [False, True], ids=["noquant", "quant"])
-def test_dispatch_combine(cam, seed, use_quant):
-    case = prefill_case(cam.world)
+def test_dispatch_combine(cam, seed, use_quant, shape):
+    case = dataclasses.replace(prefill_case(cam.world), **SHAPES[shape])
     got = run_prefill(cam, seed, case, use_quant)
     rank = cam.rank
     ref_ntpe, ref_sti = dispatch_layout(got["topk"], case.experts)
