@@ -71,12 +71,16 @@ PREFILL_ENV = {"HCCL_BUFFSIZE": "4096"}
 def fused_demand(world: int, full: bool) -> int:
     """Bytes of HCCL window test_fused_rank.py's largest case needs at ``world`` (fused_deep_moe_tiling.cpp:618-625,
     camcontract.fused_window): its shapes as rank/cases.py has them (tests/unit/test_cam_contract.py keeps the two
-    equal): full shapes L 4, batch 32 (16 below world 8), H 7168; lab shapes L 2, batch 8, H 1024; the production
+    equal): full shapes L 4 (fewer past 512 experts), batch 32 (16 below world 8), H 7168; lab shapes L 2, batch 8, H 1024; the production
     case (L 4, batch 16, H 7168) at world 4; global_bs = batch x world."""
     contract = _contract()
+
+    def local(per_rank: int) -> int:  # cases.experts: per_rank a rank, fewer past 512 experts
+        return max(1, min(per_rank, contract.MAX_EXPERTS // world))
+
     if full:
-        return contract.fused_window(4, (32 if world >= 8 else 16) * world, 7168)
-    lab = contract.fused_window(2, 8 * world, 1024)
+        return contract.fused_window(local(4), (32 if world >= 8 else 16) * world, 7168)
+    lab = contract.fused_window(local(2), 8 * world, 1024)
     return max(lab, contract.fused_window(4, 16 * world, 7168)) if world == 4 else lab
 
 

@@ -175,3 +175,17 @@ def test_fused_launches_get_the_hccl_window_their_cases_need(world, full, monkey
     assert camcontract.fits(need, camcontract.hccl_buffsize_mb(env))
     assert ("HCCL_BUFFSIZE" in env) == (not camcontract.fits(need, 200))
     assert ("HCCL_BUFFSIZE" in env) == (full and world >= 58)
+
+
+@pytest.mark.parametrize("world", [2, 4, 8, 200, 257, 300, 384])
+def test_the_case_shapes_stay_inside_the_contract_at_every_world_the_ops_take(world, monkeypatch):
+    import cases
+
+    lim = camcontract.LIMITS
+    for full in (False, True):
+        monkeypatch.setattr(cases, "FULL", full)
+        pre, fus = cases.prefill_case(world), cases.fused_case(world)
+        assert lim["dispatch.experts"].valid(pre.experts) and pre.experts % world == 0, pre
+        assert lim["dispatch.top_k"].valid(pre.top_k) and pre.top_k <= pre.experts, pre
+        assert lim["fused.experts"].valid(fus.experts) and fus.experts % world == 0, fus
+        assert lim["fused.hidden"].valid(fus.hidden) and 1 <= fus.top_k < fus.experts, fus
