@@ -58,7 +58,10 @@ _COMBINE_TILING = "moe_combine_normal_tiling.cpp"
 
 
 def _window_mb() -> int:
-    return contract.hccl_buffsize_mb(dict(os.environ))
+    try:
+        return contract.hccl_buffsize_mb(dict(os.environ))
+    except ValueError:  # GetMaxWindowSize logs the parse error and keeps its default (mc2_tiling_utils.h:30-36)
+        return contract.DEFAULT_HCCL_BUFFSIZE_MB
 
 
 def _window_message(max_bs: int, hidden: int, top_k: int, demand: int, combine: bool) -> str:

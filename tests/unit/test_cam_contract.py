@@ -90,6 +90,9 @@ def test_the_stand_in_refuses_a_prefill_window_too_small(world1, monkeypatch):
         _dispatch(8000, 7168, 9)
     with pytest.raises(RuntimeError, match="stand-in cannot emulate"):   # fits: on to the group checks
         _dispatch(8000, 7168, 8)
+    monkeypatch.setenv("HCCL_BUFFSIZE", "lots")   # unparsable: GetMaxWindowSize keeps its 200 MB default
+    with pytest.raises(RuntimeError, match=lim.pattern()):
+        _dispatch(16, 1024, 4)
     monkeypatch.setenv("HCCL_BUFFSIZE", "300")
     with pytest.raises(RuntimeError, match=camcontract.LIMITS["combine.window"].pattern()):
         cam.moe_combine_prefill(torch.zeros(1, 1024, dtype=torch.bfloat16), torch.zeros(8, 1, dtype=torch.int64),
