@@ -23,3 +23,12 @@ def bind_assert(ok: bool, cond: str, detail: str = "") -> None:
     """Raise RuntimeError in TORCH_BIND_ASSERT's format unless `ok`."""
     if not ok:
         fail_assert(cond, detail, _depth=2)
+
+
+def standin_limit(ok: bool, what: str) -> None:
+    """A check the real op does not make (its result would be garbage or a hang), which the stand-in needs
+    to move rows over torch.distributed. Worded as the stand-in's, never as an upstream refusal, so no
+    suite can mistake it for the op's contract (audit: stand-in checks upstream lacks)."""
+    if not ok:
+        raise RuntimeError(f"umdk_cam_op_lib stand-in cannot emulate this input: {what} (the real op does "
+                           "not check it; its result is undefined)")

@@ -17,7 +17,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed import ProcessGroup
 
-from ._assert import bind_assert, fail_assert
+from ._assert import bind_assert, fail_assert, standin_limit
 
 
 def group_name(group: ProcessGroup | None = None) -> str:
@@ -51,10 +51,8 @@ def resolve_group(name: str) -> ProcessGroup:
 def check_rank(group: ProcessGroup, rank: int, num_ranks: int, rank_arg: str = "rank",
                size_arg: str = "num_ranks") -> None:
     """The rank/size arguments must be this process's rank in, and the size of, the group."""
-    bind_assert(num_ranks == group.size(), f"{size_arg} == group size",
-                f"{size_arg}={num_ranks} but the group has {group.size()} ranks")
-    bind_assert(rank == group.rank(), f"{rank_arg} == group rank",
-                f"{rank_arg}={rank} but this process is rank {group.rank()} of the group")
+    standin_limit(num_ranks == group.size(), f"{size_arg}={num_ranks} but the group has {group.size()} ranks")
+    standin_limit(rank == group.rank(), f"{rank_arg}={rank} but this process is rank {group.rank()} of the group")
 
 
 def all_to_all_counts(send: torch.Tensor, group: ProcessGroup) -> torch.Tensor:

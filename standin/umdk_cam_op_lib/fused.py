@@ -9,7 +9,8 @@ per-token int8 quantisation (scale sx); dispatch to the rank owning e; GMM1
 
 Weights are the ND arrays: coupled (each list holds one (L, …) tensor) or separated (L tensors). The
 shared expert (all four `share_*` given) runs the same FFN on the local x into `share_output`, which is
-zero-filled otherwise (uninitialised upstream); output rows past the active count are NaN (undefined).
+garbage otherwise (at::empty, pybind fused_deep_moe.cpp:61-62); output rows past the active count are garbage
+too (`_hostile`: NaN, huge values).
 Outputs: [output (bs, H), share_output (bs, H), expert_token_nums (L,) int64 = copies per local expert].
 Integer matmuls run in float64, which is exact for int8 operands at these sizes.
 
@@ -20,12 +21,18 @@ Strict and lax as upstream (umdk 00cc16f1):
   (EZ9999); without torch_npu (CPU host) formats are not known and not checked. The data is read in ND order.
 - `x_active_mask` is a count (`TokenActiveMaskCal`: Sum → activeMaskBsCnt, in
   `op_kernel/.../grouped_matmul_slice_m_per_token_dequant_swiglu_quant_multistage_workspace.h`): the first
-  sum(mask) tokens are processed, whatever the mask's pattern; the other output rows are undefined (NaN here).
+  sum(mask) tokens are processed, whatever the mask's pattern; the other output rows are undefined (garbage).
 - tiling `op_host/fused_deep_moe_tiling.cpp`: bs <= 256, H in [512, 7168], gmm1 width 2I in [1024, 6144]
   and divisible by 1024 (also the shared expert's), top_k <= 12 and <= E, E in (0, 512], E % ranks == 0,
   ep_rank_id in [0, ranks), global_bs (0 = bs·ranks) divisible by ranks, and the HCCL_BUFFSIZE window
   (default 200 MB) >= L·global_bs·H·2·2 bytes; failures are EZ9999 (`_tiling`).
-- no check of the expert ids' values: an id outside [0, E) is a device fault (`layout.valid_ids`), the copy lost.
+- dtypes: the op definition's DataType lists (fused_deep_moe.cpp:16-211; `_contract.FUSED_*`): x bf16/fp16,
+  expert_ids int32, expert_scales and smooth scales fp32, x_active_mask bool, weight scales one of its
+  (x, gmm1 scale, gmm2 scale) columns; anything else is refused by the aclnn call (text ours: the generated
+  aclnn dtype check is not in the sources).
+- expert ids: -1 is the documented placeholder (API guide: range [-1, num_experts)): that copy is skipped.
+  Any other id outside [0, E) is undefined: the copy is lost and the token's output row is garbage (no fault).
+- pybind has only the two dim checks; the stand-in's own shape/list checks (`_assert.standin_limit`) say so.
 """
 
 from __future__ import annotations
@@ -35,23 +42,26 @@ from collections.abc import Sequence
 
 import torch
 
-from ._assert import bind_assert
+from . import _contract as contract
+from ._assert import bind_assert, standin_limit
 from ._comm import check_rank, exchange_rows, resolve_group
 from ._device import require_npu
+from ._hostile import fill_undefined, garbage
 from ._opapi import require_opapi
 from ._schemas import ACLNN_API
 from ._tiling import tiling_check, tiling_fail
-from .layout import MAX_RANKS, fault_unless, valid_ids
+from .layout import valid_ids
 from .quant import quantize_per_row
 
-FLOAT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
-# fused_deep_moe_tiling.cpp
-MAX_BATCH = 256
-MAX_EXPERTS = 512
-MAX_TOP_K = 12
-H_MIN, H_MAX = 512, 7168          # MIN_TOKEN_LENGTH, MAX_TOKEN_LENGTH
-GMM1_MIN, GMM1_MAX, GMM1_ALIGN = 1024, 6144, 1024
-DEFAULT_HCCL_BUFFSIZE_MB = 200    # Mc2TilingUtils::GetMaxWindowSize (utils/op_host/mc2_tiling_utils.h)
+_LIM = contract.LIMITS
+# fused_deep_moe_tiling.cpp, through the contract the suite reads too
+MAX_BATCH = _LIM["fused.batch"].hi or 0
+MAX_EXPERTS = _LIM["fused.experts"].hi or 0
+MAX_TOP_K = _LIM["fused.top_k"].hi or 0
+H_MIN, H_MAX = _LIM["fused.hidden"].refused_lo or 0, _LIM["fused.hidden"].hi or 0  # the tiling's [512, 7168]
+GMM1_MIN, GMM1_MAX = _LIM["fused.gmm1"].lo or 0, _LIM["fused.gmm1"].hi or 0
+GMM1_ALIGN = _LIM["fused.gmm1"].step
+DEFAULT_HCCL_BUFFSIZE_MB = contract.DEFAULT_HCCL_BUFFSIZE_MB
 FRACTAL_NZ = 29                   # torch_npu.Format.FRACTAL_NZ
 _TILING = "fused_deep_moe_tiling.cpp"
 _API, _NODE = "aclnnFusedDeepMoe", "FusedDeepMoe"
@@ -59,15 +69,14 @@ _API, _NODE = "aclnnFusedDeepMoe", "FusedDeepMoe"
 
 def _stack(tensors: Sequence[torch.Tensor], local: int, dim: int, name: str) -> torch.Tensor:
     """Coupled [(L, …)] or separated L × [(…)] → one (L, …) tensor."""
-    bind_assert(len(tensors) in (1, local), f"{name}.size() in (1, L)",
-                f"{name} has {len(tensors)} tensors, L={local}")
+    standin_limit(len(tensors) in (1, local), f"{name} has {len(tensors)} tensors, L={local}")
     if len(tensors) == 1 and tensors[0].dim() == dim + 1:
         full = tensors[0]
     else:
-        bind_assert(len(tensors) == local and all(t.dim() == dim for t in tensors),
-                    f"separated {name}: L tensors of dim {dim}", f"{name}: {[tuple(t.shape) for t in tensors]}")
+        standin_limit(len(tensors) == local and all(t.dim() == dim for t in tensors),
+                      f"separated {name}: {[tuple(t.shape) for t in tensors]}, L={local}")
         full = torch.stack(list(tensors))
-    bind_assert(full.size(0) == local, f"{name}.size(0) == L", f"{name} shape {tuple(full.shape)}, L={local}")
+    standin_limit(full.size(0) == local, f"{name} shape {tuple(full.shape)}, L={local}")
     return full
 
 
@@ -92,14 +101,43 @@ def check_nz(named: Sequence[tuple[str, torch.Tensor | None]]) -> None:
 
 def _hccl_window_mb() -> int:
     try:
-        return int(os.environ.get("HCCL_BUFFSIZE", DEFAULT_HCCL_BUFFSIZE_MB))
-    except ValueError:
+        return contract.hccl_buffsize_mb(dict(os.environ))
+    except ValueError:  # GetMaxWindowSize logs the parse error and keeps its default
         return DEFAULT_HCCL_BUFFSIZE_MB
+
+
+def _dtype_name(t: torch.Tensor | None) -> str | None:
+    return None if t is None else str(t.dtype).removeprefix("torch.")
+
+
+def _refuse_dtype(name: str, got: str, allowed: str) -> None:
+    tiling_fail(_API, _NODE, "fused_deep_moe.cpp",
+                f"the dtype of input {name} is {got}, but the op supports only {allowed}.")
+
+
+def check_dtypes(x: torch.Tensor, expert_ids: torch.Tensor, expert_scales: torch.Tensor,
+                 scales: tuple[torch.Tensor | None, torch.Tensor | None], smooth: list[torch.Tensor | None],
+                 mask: torch.Tensor | None) -> None:
+    """The op definition's DataType lists (fused_deep_moe.cpp:16-211): no binary for anything else."""
+    fixed = [("x", _dtype_name(x), contract.FUSED_X_DTYPES),
+             ("expert_ids", _dtype_name(expert_ids), (contract.FUSED_IDS_DTYPE,)),
+             ("expert_scales", _dtype_name(expert_scales), (contract.FUSED_SCALES_DTYPE,)),
+             *((name, _dtype_name(t), (contract.FUSED_SCALES_DTYPE,))
+               for name, t in zip(("expert_smooth_scales", "share_smooth_scales"), smooth) if t is not None),
+             *((("x_active_mask", _dtype_name(mask), (contract.FUSED_MASK_DTYPE,)),) if mask is not None else ())]
+    for name, got, allowed in fixed:
+        if got not in allowed:
+            _refuse_dtype(name, str(got), ", ".join(allowed))
+    combo = (_dtype_name(x), _dtype_name(scales[0]), _dtype_name(scales[1]))
+    if None not in combo and combo not in contract.FUSED_SCALE_COMBOS:
+        _refuse_dtype("gmm1_weight_scale/gmm2_weight_scale", f"{combo[1]}/{combo[2]} with x {combo[0]}",
+                      "the op definition's (x, gmm1 scale, gmm2 scale) combinations")
 
 
 def _tiling(bs: int, hidden: int, top_k: int, gmm1: int, share_gmm1: int | None, world: int, experts: int,
             global_bs: int) -> None:
-    """The checks of fused_deep_moe_tiling.cpp, in its order of concern."""
+    """The checks of fused_deep_moe_tiling.cpp in its order: CheckWeightTensorList (shared widths, :186-190),
+    CheckHcclBufferSize (:618-625, before CheckData turns global_bs 0 into bs * ranks), CheckData (:522-560)."""
     def check(ok: bool, message: str) -> None:
         tiling_check(ok, _API, _NODE, _TILING, message)
 
@@ -108,6 +146,13 @@ def _tiling(bs: int, hidden: int, top_k: int, gmm1: int, share_gmm1: int | None,
               f"shareGmm1 hidden size is invalid. Only support [{GMM1_MIN}, {GMM1_MAX}].")
         check(share_gmm1 % GMM1_ALIGN == 0,
               f"shareGmm1 hidden size must be divisible by {GMM1_ALIGN}, but got {share_gmm1}.")
+    local = experts // world
+    demand = contract.fused_window(local, global_bs, hidden)
+    window = _hccl_window_mb()
+    check(contract.fits(demand, window),
+          f"HCCL_BUFFSIZE is too SMALL, globalBatchSize = {global_bs}, h = {hidden}, moeExpertNumPerRank = {local}, "
+          "NEEDED_HCCL_BUFFSIZE(moeExpertNumPerRank * globalBatchSize * h * TOKEN_DTYPE_BYTE_SIZE * doubleBuffer) "
+          f"B={contract.needed_mb(demand)}MB, HCCL_BUFFSIZE={window}MB.")
     check(bs <= MAX_BATCH, f"batchSize(bs) must <= {MAX_BATCH}.")
     check(H_MIN <= hidden <= H_MAX, f"tokenLength(h) is invalid. Only support [{H_MIN}, {H_MAX}].")
     check(GMM1_MIN <= gmm1 <= GMM1_MAX, f"gmm1 hidden size is invalid. Only support [{GMM1_MIN}, {GMM1_MAX}].")
@@ -117,13 +162,6 @@ def _tiling(bs: int, hidden: int, top_k: int, gmm1: int, share_gmm1: int | None,
     check(global_bs >= 0, "globalBatchSize must >= 0.")
     gbs = world * bs if global_bs == 0 else global_bs
     check(gbs % world == 0, "globalBatchSize must be divisible by epRankSize.")
-    local = experts // world
-    demand = local * gbs * hidden * 2 * 2
-    window = _hccl_window_mb() * 1024 * 1024
-    check(demand <= window,
-          f"HCCL_BUFFSIZE is too SMALL, globalBatchSize = {gbs}, h = {hidden}, moeExpertNumPerRank = {local}, "
-          "NEEDED_HCCL_BUFFSIZE(moeExpertNumPerRank * globalBatchSize * h * TOKEN_DTYPE_BYTE_SIZE * doubleBuffer) "
-          f"B={(demand + 1024 * 1024 - 1) // (1024 * 1024)}MB, HCCL_BUFFSIZE={window // (1024 * 1024)}MB.")
 
 
 def ffn(qx: torch.Tensor, sx: torch.Tensor, w1: torch.Tensor, s1: torch.Tensor, w2: torch.Tensor,
@@ -155,7 +193,10 @@ def fused_deep_moe(
     bind_assert(x.dim() == 2, "x.dim() == DIM_TWO", f"x shape {tuple(x.shape)}")
     bind_assert(expert_ids.dim() == 2, "expertIds.dim() == DIM_TWO", f"expert_ids shape {tuple(expert_ids.shape)}")
     require_opapi(ACLNN_API["fused_deep_moe"])
-    # aclnn: the op definition's formats (fused_deep_moe.cpp)
+    # aclnn: the op definition's dtypes and formats (fused_deep_moe.cpp)
+    check_dtypes(x, expert_ids, expert_scales, (next(iter(gmm1_weight_scale), None),
+                                                next(iter(gmm2_weight_scale), None)),
+                 [expert_smooth_scales, share_smooth_scales], x_active_mask)
     check_nz([*((f"gmm1_weight[{i}]", t) for i, t in enumerate(gmm1_weight)),
               *((f"gmm2_weight[{i}]", t) for i, t in enumerate(gmm2_weight)),
               ("share_gmm1_weight", share_gmm1_weight), ("share_gmm2_weight", share_gmm2_weight)])
@@ -167,33 +208,28 @@ def fused_deep_moe(
     tiling_check(moe_expert_num <= MAX_EXPERTS, _API, _NODE, _TILING, f"moeExpertNum must <= {MAX_EXPERTS}.")
     tiling_check(moe_expert_num > 0, _API, _NODE, _TILING, "moeExpertNum must > 0.")
     tiling_check(moe_expert_num % world == 0, _API, _NODE, _TILING, "moeExpertNum must be divisible by epRankSize.")
-    bind_assert(world <= MAX_RANKS, f"ep_rank_size <= {MAX_RANKS}", f"ep_rank_size={world}")
     local = moe_expert_num // world
-    bind_assert(x.is_contiguous(), "x.is_contiguous()")
-    bind_assert(x.dtype in FLOAT_DTYPES, "x.dtype in (bf16, fp16, fp32)", f"got {x.dtype}")
     bs, hidden = x.shape
-    bind_assert(expert_ids.dim() == 2 and expert_ids.size(0) == bs, "expert_ids.sizes() == (bs, top_k)",
-                f"expert_ids shape {tuple(expert_ids.shape)}, bs={bs}")
+    tiling_check(expert_ids.size(0) == bs, _API, _NODE, _TILING,
+                 f"expertIds dim 0 must be batchSize({bs}), but get {expert_ids.size(0)}.")
     top_k = expert_ids.size(1)
-    bind_assert(tuple(expert_scales.shape) == (bs, top_k), "expert_scales.sizes() == expert_ids.sizes()",
-                f"{tuple(expert_scales.shape)} vs {(bs, top_k)}")
+    standin_limit(x.is_contiguous() and tuple(expert_scales.shape) == (bs, top_k),
+                  f"x contiguous, expert_scales {tuple(expert_scales.shape)} == {(bs, top_k)}")
     w1 = _stack(gmm1_weight, local, 2, "gmm1_weight")
     s1 = _stack(gmm1_weight_scale, local, 1, "gmm1_weight_scale")
     w2 = _stack(gmm2_weight, local, 2, "gmm2_weight")
     s2 = _stack(gmm2_weight_scale, local, 1, "gmm2_weight_scale")
-    bind_assert(w1.size(1) == hidden and w1.size(2) % 2 == 0, "gmm1_weight (L, H, 2I)",
-                f"gmm1_weight {tuple(w1.shape)}, H={hidden}")
+    standin_limit(w1.size(1) == hidden and w1.size(2) % 2 == 0, f"gmm1_weight {tuple(w1.shape)}, H={hidden}")
     inter = w1.size(2) // 2
-    bind_assert(tuple(w2.shape[1:]) == (inter, hidden), "gmm2_weight (L, I, H)",
-                f"gmm2_weight {tuple(w2.shape)}, I={inter}, H={hidden}")
-    bind_assert(tuple(s1.shape) == (local, 2 * inter) and tuple(s2.shape) == (local, hidden),
-                "weight scales (L, 2I) and (L, H)", f"{tuple(s1.shape)}, {tuple(s2.shape)}")
+    standin_limit(tuple(w2.shape[1:]) == (inter, hidden) and tuple(s1.shape) == (local, 2 * inter)
+                  and tuple(s2.shape) == (local, hidden),
+                  f"gmm2_weight {tuple(w2.shape)}, scales {tuple(s1.shape)}, {tuple(s2.shape)}, I={inter}")
     if expert_smooth_scales is not None:
-        bind_assert(tuple(expert_smooth_scales.shape) == (moe_expert_num, hidden),
-                    "expert_smooth_scales (E, H)", f"shape {tuple(expert_smooth_scales.shape)}")
+        standin_limit(tuple(expert_smooth_scales.shape) == (moe_expert_num, hidden),
+                      f"expert_smooth_scales shape {tuple(expert_smooth_scales.shape)}")
     shared = [share_gmm1_weight, share_gmm1_weight_scale, share_gmm2_weight, share_gmm2_weight_scale]
-    bind_assert(all(t is None for t in shared) or all(t is not None for t in shared),
-                "share_* all given or all absent")
+    standin_limit(all(t is None for t in shared) or all(t is not None for t in shared),
+                  "share_* weights partly given")
     if x_active_mask is not None:
         tiling_check(x_active_mask.dim() == 1, _API, _NODE, _TILING,
                      f" xActiveMask scale shape dims must be 1, but current dim num is {x_active_mask.dim()}.")
@@ -211,8 +247,12 @@ def fused_deep_moe(
     # source side: smooth, quantise each copy, ship it to the owner of its expert
     tok = torch.arange(bs, dtype=torch.int64).repeat_interleave(top_k)
     kk = torch.arange(top_k, dtype=torch.int64).repeat(bs)
-    ids_ok = valid_ids(ids.reshape(-1), moe_expert_num)
+    flat_ids = ids.reshape(-1)
+    ids_ok = valid_ids(flat_ids, moe_expert_num)
+    # -1 is the documented placeholder (skipped); any other id out of range is undefined (garbage row)
+    stray = active[tok] & ~ids_ok & (flat_ids != -1)
     keep = active[tok] & ids_ok
+    stray_tokens = torch.unique(tok[stray])
     tok, kk = tok[keep], kk[keep]
     exp = ids[tok, kk]
     rows = x.to(torch.float32)[tok]
@@ -237,27 +277,27 @@ def fused_deep_moe(
     gathered[b_meta[:, 0] * top_k + b_meta[:, 1]] = b_y.to(torch.float32)
     weights = expert_scales.to(torch.float32).unsqueeze(-1)
     output = (gathered.view(bs, top_k, hidden) * weights).sum(dim=1)
-    output[~active] = float("nan")   # undefined upstream (never written by the kernel)
     output = output.to(x.dtype)
+    fill_undefined(output, ~active, "fused.output.masked")       # at::empty, never written by the kernel
+    fill_undefined(output, stray_tokens, "fused.output.bad_id")  # an id outside [-1, E): undefined
 
-    share_output = torch.zeros((bs, hidden), dtype=x.dtype)
+    share_output = garbage((bs, hidden), x.dtype, "fused.share_output")   # at::empty (pybind :62)
     if (share_gmm1_weight is not None and share_gmm1_weight_scale is not None
             and share_gmm2_weight is not None and share_gmm2_weight_scale is not None):
         sw1 = _squeeze_one(share_gmm1_weight, 2)
         sw2 = _squeeze_one(share_gmm2_weight, 2)
         ss1 = share_gmm1_weight_scale.reshape(-1)
         ss2 = share_gmm2_weight_scale.reshape(-1)
-        bind_assert(sw1.dim() == 2 and sw1.size(0) == hidden and sw1.size(1) % 2 == 0
-                    and tuple(sw2.shape) == (sw1.size(1) // 2, hidden)
-                    and ss1.numel() == sw1.size(1) and ss2.numel() == hidden,
-                    "shared weights (H, 2I_s), (2I_s,), (I_s, H), (H,)",
-                    f"{tuple(sw1.shape)}, {tuple(ss1.shape)}, {tuple(sw2.shape)}, {tuple(ss2.shape)}")
+        standin_limit(sw1.dim() == 2 and sw1.size(0) == hidden and sw1.size(1) % 2 == 0
+                      and tuple(sw2.shape) == (sw1.size(1) // 2, hidden)
+                      and ss1.numel() == sw1.size(1) and ss2.numel() == hidden,
+                      f"shared weights {tuple(sw1.shape)}, {tuple(ss1.shape)}, {tuple(sw2.shape)}, "
+                      f"{tuple(ss2.shape)}")
         srows = x.to(torch.float32)
         if share_smooth_scales is not None:
             srows = srows * share_smooth_scales.to(torch.float32).reshape(1, hidden)
         sq, ssx = quantize_per_row(srows)
         share_output = ffn(sq, ssx, sw1, ss1, sw2, ss2, x.dtype)
-    fault_unless(ids_ok[active[torch.arange(bs).repeat_interleave(top_k)]])   # only active tokens are read
     return [output, share_output, expert_token_nums]
 
 

@@ -10,8 +10,10 @@ Checks, as upstream has them (umdk 00cc16f1):
 - tiling `src/cam/comm_operator/ascend_kernels/dispatch_layout/op_host/dispatch_layout_tiling.cpp`:
   ranks in (0, 384], experts in (0, 512], experts % ranks == 0, top_k in (0, 16], tokens in (0, 8000]
   (EZ9999, see `_tiling`).
-An id outside [0, E) is an out-of-bounds write of the kernel: no error at the call, a device fault on an
-emulated Ascend host, undefined outputs (that copy is not counted, its slot is 0) on a CPU host.
+An id outside [0, E) (API guide: range [0, num_experts)) is used by the kernel as an index into its UB
+buffers (op_kernel/dispatch_layout.h:112-160): no error, no fault, a silent stray write. Here: that copy is
+not counted, and one element of the outputs is overwritten with garbage (`_hostile.corrupt`).
+Limits: `_contract.LIMITS["layout.*"]` (the same data the suite's case generators read).
 """
 
 from __future__ import annotations
@@ -20,34 +22,35 @@ import torch
 
 from ._assert import bind_assert
 from ._device import require_npu
+from ._contract import LIMITS
+from ._hostile import corrupt
 from ._opapi import require_opapi
 from ._schemas import ACLNN_API
-from ._tiling import device_fault, tiling_check
+from ._tiling import tiling_check
 
-MAX_RANKS = 384
-MAX_EXPERTS = 512
-MAX_TOKENS = 8000
-MAX_TOP_K = 16
+MAX_RANKS = LIMITS["layout.ranks"].hi or 0
+MAX_EXPERTS = LIMITS["layout.experts"].hi or 0
+MAX_TOKENS = LIMITS["layout.tokens"].hi or 0
+MAX_TOP_K = LIMITS["layout.top_k"].hi or 0
 _TILING = "dispatch_layout_tiling.cpp"
 
 
 def valid_ids(ids: torch.Tensor, num_experts: int) -> torch.Tensor:
-    """Mask of the ids in [0, E); any other id is an out-of-bounds write of the kernel (see `fault_unless`)."""
+    """Mask of the ids in [0, E); any other id is a stray write of the kernel (see `corrupt_unless`)."""
     return (ids >= 0) & (ids < num_experts)
 
 
-def fault_unless(ok: torch.Tensor) -> None:
-    """After the op's work (the fault is asynchronous: the call itself completes): a device fault if any
-    id was out of bounds (`_tiling.device_fault`)."""
+def corrupt_unless(ok: torch.Tensor, outputs: list[torch.Tensor], tag: str) -> None:
+    """Any id out of range: a silent stray write into one of `outputs` (no error, no fault)."""
     if not bool(ok.all()):
-        device_fault()
+        for i, out in enumerate(outputs):
+            corrupt(out, f"{tag}:{i}")
 
 
 def layout(topk_idx: torch.Tensor, num_experts: int) -> tuple[torch.Tensor, torch.Tensor]:
     """The two outputs for an int64 (T, K) `topk_idx`; copies with ids outside [0, E) are left out."""
     flat = topk_idx.reshape(-1)
     ok = valid_ids(flat, num_experts)
-    fault_unless(ok)
     good = flat[ok]
     counts = torch.bincount(good, minlength=num_experts)
     order = torch.argsort(good, stable=True)
@@ -56,7 +59,9 @@ def layout(topk_idx: torch.Tensor, num_experts: int) -> tuple[torch.Tensor, torc
     slot_good[order] = torch.arange(good.numel(), dtype=torch.int64) - starts[good[order]]
     slot = torch.zeros_like(flat)
     slot[ok] = slot_good
-    return counts.to(torch.int32), slot.view(topk_idx.shape).to(torch.int32)
+    counts32, slots32 = counts.to(torch.int32), slot.view(topk_idx.shape).to(torch.int32)
+    corrupt_unless(ok, [counts32, slots32], "get_dispatch_layout")
+    return counts32, slots32
 
 
 def get_dispatch_layout(topk_idx: torch.Tensor, num_experts: int,

@@ -10,16 +10,21 @@ Dispatch:
 2. MoeDispatchNormal: copy (s, t, k) of local expert l lands on d at row
    `recv_count_d[l*R+s] − cnt[d][l][s] + send_token_idx_small_s[t, k]`, with triple (s, t, k) (k is the
    top-k slot, as the kernel computes it) and, with `use_quant`, quantised per row (see `quant`).
-   max(R_d, 1) rows are allocated; a spare row is zero-filled (undefined upstream).
+   max(R_d, 1) rows are allocated (torch::empty, moe_dispatch_prefill.cpp:97-101): a spare row, and
+   dynamic_scales_out without use_quant, hold garbage (`_hostile`), as never-written memory does.
 
 Checks as upstream (umdk 00cc16f1): the pybind TORCH_BIND_ASSERTs of
 `src/cam/comm_operator/pybind/moe_dispatch_prefill.cpp` / `moe_combine_prefill.cpp`, then the tiling of
 `ascend_kernels/moe_dispatch_normal/op_host/moe_dispatch_normal_tiling.cpp` (ranks [2, 384], experts
 (0, 512] and divisible by ranks, tokens [1, 8000], H in [1024, 7168], x bf16/fp16, top_k in (0, min(16, E)])
 and `moe_combine_normal/op_host/moe_combine_normal_tiling.cpp` (H of x in [1024, 7168], x bf16/fp16, tokens of
-topk_weights [1, 8000]), failing with EZ9999 (`_tiling`). Not modelled: the HCCL_BUFFSIZE window check (the
-prefill ops need about 414 MB plus the rows, so the default 200 MB window always fails upstream).
-Ids outside [0, E) are the kernel's out-of-bounds write (`layout.valid_ids`): those copies are dropped.
+topk_weights [1, 8000]), failing with EZ9999 (`_tiling`), and both HCCL_BUFFSIZE window checks (dispatch:
+maxBs = the most tokens of any rank, learnt in NotifyDispatch; combine: this rank's tokens; formulas in
+`_contract`). Limits are `_contract.LIMITS["dispatch.*"/"combine.*"]`, the data the suite reads.
+Ids outside [0, E) are undefined (API guide [0, num_experts)): those copies are dropped and one received
+row is overwritten with garbage (a stray write, no fault).
+Checks upstream lacks, which the stand-in needs to move rows (counts matching topk_idx, rank/size of the
+group, triples in range), fail with the stand-in's own text (`_assert.standin_limit`), never upstream's.
 
 Combine: each received row goes back to slot t·K + k of its source, which computes
 `out[t] = Σ_k topk_weights[t, k] · row(t, k)` accumulating in float32, cast to x's dtype.
@@ -27,24 +32,43 @@ Combine: each received row goes back to slot t·K + k of its source, which compu
 
 from __future__ import annotations
 
-import torch
+import os
 
-from ._assert import bind_assert
+import torch
+import torch.distributed as dist
+
+from . import _contract as contract
+from ._assert import bind_assert, standin_limit
 from ._comm import all_to_all_counts, check_rank, exchange_rows, resolve_group
 from ._device import require_npu
+from ._hostile import corrupt, garbage
 from ._opapi import require_opapi
 from ._tiling import tiling_check
-from .layout import MAX_EXPERTS, MAX_RANKS, fault_unless, valid_ids
+from .layout import valid_ids
 from .quant import quantize_per_row
 
-# moe_dispatch_normal_tiling.cpp / moe_combine_normal_tiling.cpp (umdk 00cc16f1)
-X_DTYPES = (torch.bfloat16, torch.float16)
-MIN_RANKS = 2
-MAX_TOKENS = 8000   # BS_UPPER_BOUND
-MAX_TOP_K = 16      # K_MAX
-H_MIN, H_MAX = 1024, 7168
+_LIM = contract.LIMITS
+X_DTYPES = tuple(getattr(torch, name) for name in contract.PREFILL_X_DTYPES)
+MIN_RANKS, MAX_RANKS = _LIM["dispatch.ranks"].lo or 0, _LIM["dispatch.ranks"].hi or 0
+MAX_EXPERTS = _LIM["dispatch.experts"].hi or 0
+MAX_TOKENS = _LIM["dispatch.tokens"].hi or 0    # BS_UPPER_BOUND
+MAX_TOP_K = _LIM["dispatch.top_k"].hi or 0      # K_MAX
+H_MIN, H_MAX = _LIM["dispatch.hidden"].lo or 0, _LIM["dispatch.hidden"].hi or 0
 _DISPATCH_TILING = "moe_dispatch_normal_tiling.cpp"
 _COMBINE_TILING = "moe_combine_normal_tiling.cpp"
+
+
+def _window_mb() -> int:
+    try:
+        return contract.hccl_buffsize_mb(dict(os.environ))
+    except ValueError:  # GetMaxWindowSize logs the parse error and keeps its default (mc2_tiling_utils.h:30-36)
+        return contract.DEFAULT_HCCL_BUFFSIZE_MB
+
+
+def _window_message(max_bs: int, hidden: int, top_k: int, demand: int, combine: bool) -> str:
+    what = "combine" if combine else "dispatch"
+    return (f"HCCL_BUFFSIZE is too SMALL, maxBs = {max_bs}, h = {hidden}, k = {top_k} ({what}), "
+            f"NEEDED_HCCL_BUFFSIZE = {demand // contract.MB + 1}MB, HCCL_BUFFSIZE={_window_mb()}MB.")
 
 
 def moe_dispatch_prefill(
@@ -95,13 +119,18 @@ def moe_dispatch_prefill(
     tiling_check(x.dtype in X_DTYPES, api, node, _DISPATCH_TILING,
                  "x dataType is invalid, dataType should be bf16 or float16, but is .")
     group = resolve_group(group_ep)
+    # NotifyDispatch learns maxBs (the most tokens of any rank); then the window check of the tiling
+    max_bs = torch.tensor([tokens], dtype=torch.int64)
+    dist.all_reduce(max_bs, op=dist.ReduceOp.MAX, group=group)
+    demand = contract.dispatch_window(int(max_bs), top_k, hidden)
+    tiling_check(contract.fits(demand, _window_mb()), api, node, _DISPATCH_TILING,
+                 _window_message(int(max_bs), hidden, top_k, demand, combine=False))
     check_rank(group, rank, num_ranks)
     idx = topk_idx.to(torch.int64).reshape(-1)
     ok = valid_ids(idx, num_experts)
     actual = torch.bincount(idx[ok], minlength=num_experts)
-    bind_assert(bool(torch.equal(actual, ntpe.to(torch.int64))),
-                "num_tokens_per_expert matches topk_idx",
-                "num_tokens_per_expert is not the per-expert count of topk_idx (use get_dispatch_layout)")
+    standin_limit(bool(torch.equal(actual, ntpe.to(torch.int64))),
+                  "num_tokens_per_expert is not the per-expert count of topk_idx (use get_dispatch_layout)")
 
     world, local = num_ranks, num_experts // num_ranks
     # NotifyDispatch: block d of my counts (ntpe[d*L:(d+1)*L]) goes to rank d; cnt[l][s] after transpose
@@ -125,22 +154,23 @@ def moe_dispatch_prefill(
     got, src = exchange_rows(columns, idx[ok] // local, group, recv_counts=recv_from.tolist())
 
     rows = max(total, 1)
-    recv_x = torch.zeros((rows, x.size(1)), dtype=torch.int8 if use_quant else x.dtype)
-    scales = torch.zeros(rows, dtype=torch.float32)
-    expand_idx = torch.zeros((rows, 3), dtype=torch.int32)
+    # torch::empty (moe_dispatch_prefill.cpp:97-101): what the kernel does not write stays garbage
+    recv_x = garbage((rows, x.size(1)), torch.int8 if use_quant else x.dtype, "dispatch.recv_x")
+    scales = garbage((rows,), torch.float32, "dispatch.dynamic_scales_out")
+    expand_idx = garbage((rows, 3), torch.int32, "dispatch.expand_idx_out")
     if total:
         r_meta = got[0]
         lcl, slot = r_meta[:, 0], r_meta[:, 3]
         group_no = lcl * world + src
-        bind_assert(bool(((slot >= 0) & (slot < flat_cnt[group_no])).all()),
-                    "0 <= send_token_idx_small < num_tokens_per_expert",
-                    "send_token_idx_small is not the layout of topk_idx (use get_dispatch_layout)")
+        standin_limit(bool(((slot >= 0) & (slot < flat_cnt[group_no])).all()),
+                      "send_token_idx_small is not the layout of topk_idx (use get_dispatch_layout)")
         pos = recv_count[group_no] - flat_cnt[group_no] + slot
         recv_x[pos] = got[1]
         if use_quant:
             scales[pos] = got[2].view(-1)
         expand_idx[pos] = torch.stack([src, r_meta[:, 1], r_meta[:, 2]], dim=1).to(torch.int32)
-    fault_unless(ok)
+    if not bool(ok.all()):  # an id outside [0, E): a stray write, no fault
+        corrupt(recv_x, "dispatch.bad_id")
     return (recv_x, scales, expand_idx.view(-1), recv_count.to(torch.int32), recv_tokens_per_expert)
 
 
@@ -153,14 +183,16 @@ def moe_combine_prefill(
     # pybind moe_combine_prefill.cpp
     bind_assert(x.dim() == 2 and x.is_contiguous(), "x.dim() == DIM_TWO and x.is_contiguous()",
                 f"x shape {tuple(x.shape)}")
-    bind_assert(topk_weights.dim() == 2, "topkWeights.dim() == DIM_TWO", f"shape {tuple(topk_weights.shape)}")
-    bind_assert(topk_idx.dim() == 2, "topkIdx.dim() == DIM_TWO", f"shape {tuple(topk_idx.shape)}")
-    bind_assert(src_idx.dim() == 1, "srcIdx.dim() == 1", f"shape {tuple(src_idx.shape)}")
-    bind_assert(send_head.dim() == 1 and send_head.numel() > 0, "sendHead.dim() == 1",
-                f"shape {tuple(send_head.shape)}")
+    # the tiling's dim checks (moe_combine_normal_tiling.cpp:196-242); their texts are the tiling's
+    api, node = "aclnnMoeCombineNormal", "MoeCombineNormal"
+    tiling_check(topk_weights.dim() == 2, api, node, _COMBINE_TILING,
+                 f"topkWeights must be 2-dimension, but got {topk_weights.dim()} dim")
+    tiling_check(src_idx.dim() == 1, api, node, _COMBINE_TILING,
+                 f"tokenSrcInfoForCombine must be 1-dimension, but got {src_idx.dim()} dim")
+    standin_limit(topk_idx.dim() == 2 and send_head.dim() == 1 and send_head.numel() > 0,
+                  "topk_idx 2-D and send_head 1-D, not empty")
     require_opapi("aclnnMoeCombineNormal")
     # tiling moe_combine_normal_tiling.cpp
-    api, node = "aclnnMoeCombineNormal", "MoeCombineNormal"
     tiling_check(MIN_RANKS <= num_ranks <= MAX_RANKS, api, node, _COMBINE_TILING,
                  f"epWorldSize is invalid, only support [{MIN_RANKS}, {MAX_RANKS}], but got epWorldSize={num_ranks}.")
     tiling_check(x.dtype in X_DTYPES, api, node, _COMBINE_TILING,
@@ -169,27 +201,29 @@ def moe_combine_prefill(
                  f"recvX's dim1(H) should be in [{H_MIN}, {H_MAX}], but got {x.size(1)}.")
     tiling_check(1 <= topk_weights.size(0) <= MAX_TOKENS, api, node, _COMBINE_TILING,
                  f"Invalid topkWeights dims0(BS) {topk_weights.size(0)}. Should be between [1, {MAX_TOKENS}].")
-    tiling_check(0 < topk_weights.size(1) <= MAX_TOP_K, api, node, _COMBINE_TILING,
-                 f"topkWeights's dim1(k) should be in (0, {MAX_TOP_K}], but got {topk_weights.size(1)}.")
-    bind_assert(send_head.numel() % num_ranks == 0, "send_head.size(0) % num_ranks == 0",
-                f"len(send_head)={send_head.numel()}, num_ranks={num_ranks}")
+    experts = send_head.numel()   # moeExpertNumber = sendHead.size(0) (moe_combine_prefill.cpp:50)
+    tiling_check(0 < topk_weights.size(1) <= min(MAX_TOP_K, experts), api, node, _COMBINE_TILING,
+                 f"topkWeights's dim1(K) should be in (0, min({MAX_TOP_K}, moeExpertNum {experts})], "
+                 f"but got topkWeights's dim1={topk_weights.size(1)}.")
+    tokens, top_k = topk_weights.shape
+    demand = contract.combine_window(tokens, top_k, x.size(1))
+    tiling_check(contract.fits(demand, _window_mb()), api, node, _COMBINE_TILING,
+                 _window_message(tokens, x.size(1), top_k, demand, combine=True))
+    standin_limit(send_head.numel() % num_ranks == 0, "len(send_head) is not a multiple of num_ranks")
     group = resolve_group(group_ep)
     check_rank(group, rank, num_ranks)
     total = int(send_head[-1])
-    bind_assert(x.size(0) >= total, "x.size(0) >= recv rows", f"x has {x.size(0)} rows, send_head says {total}")
-    bind_assert(src_idx.numel() >= 3 * total, "src_idx.size(0) >= 3 * recv rows",
-                f"src_idx has {src_idx.numel()} entries, {3 * total} needed")
-    tokens, top_k = topk_weights.shape
+    standin_limit(x.size(0) >= total and src_idx.numel() >= 3 * total,
+                  f"x has {x.size(0)} rows and src_idx {src_idx.numel()} entries, send_head says {total} rows")
 
     triples = src_idx[:3 * total].to(torch.int64).view(total, 3)
     dest = triples[:, 0]
-    bind_assert(bool(((dest >= 0) & (dest < num_ranks)).all()), "0 <= src_rank < num_ranks",
-                "src_idx names a rank outside the group")
+    standin_limit(bool(((dest >= 0) & (dest < num_ranks)).all()), "src_idx names a rank outside the group")
     got, _ = exchange_rows([triples[:, 1:].contiguous(), x[:total]], dest, group)
     tk, rows = got
     tok, slot = tk[:, 0], tk[:, 1]
-    bind_assert(bool(((tok >= 0) & (tok < tokens) & (slot >= 0) & (slot < top_k)).all()),
-                "0 <= token < bs && 0 <= k < top_k", "a returned row names a token slot outside topk_weights")
+    standin_limit(bool(((tok >= 0) & (tok < tokens) & (slot >= 0) & (slot < top_k)).all()),
+                  "a returned row names a token slot outside topk_weights")
     gathered = torch.zeros((tokens * top_k, x.size(1)), dtype=torch.float32)
     gathered[tok * top_k + slot] = rows.to(torch.float32)
     weights = topk_weights.to(torch.float32).unsqueeze(-1)

@@ -1,5 +1,8 @@
 """Abnormal inputs fail cleanly on every rank: no crash, no hang past the case timeout (rank/test_abnormal_rank.py);
-out-of-range expert ids fault the device, each in a launch of its own (rank/test_bad_ids_rank.py)."""
+out-of-range expert ids (undefined behaviour) are observed and recorded, each in a launch of its own
+(rank/test_bad_ids_rank.py): never a pass/fail contract."""
+
+from pathlib import Path
 
 import pytest
 from camsuite import PREFILL_ENV
@@ -18,17 +21,34 @@ def test_abnormal_inputs(run_ranks, world):
     assert result.counts["passed"] == world * 8, result.counts
 
 
+#: the line each rank of test_bad_ids_rank.py prints for what it saw
+OBSERVATION = "camit-observation: "
+
+
+def observations(result) -> list[str]:
+    """The ranks' ``camit-observation:`` lines, from their logs (fetched into the report folder), as text."""
+    seen = []
+    for rank in sorted(result.launch.ranks.values(), key=lambda r: r.rank):
+        log = Path(rank.log) if rank.log else None
+        if log is not None and log.is_file():
+            text = log.read_text(encoding="utf-8", errors="replace")
+            seen += [ln.split(OBSERVATION, 1)[1].strip()[:400] for ln in text.splitlines() if OBSERVATION in ln]
+    return seen
+
+
 @pytest.mark.multi_process_test
 @pytest.mark.parametrize("kind", BAD_IDS)
 @pytest.mark.ranks(BAD_IDS_WORLD)
 @pytest.mark.a3_test
-def test_out_of_range_expert_ids_fault_the_device(run_ranks, kind, camit):
-    """Passes when every rank's next synchronize reports the kernel fault, fails when none comes; one world
-    is enough (the layout kernel is rank-local) and keeps the launches few. Not ``world``-parametrized:
-    it runs at that one size only, an A3 case like every CAM case."""
+def test_out_of_range_expert_ids_are_observed(run_ranks, kind, request):
+    """What an id outside [0, E) did (refused, a device fault, or silently different outputs), recorded per
+    rank as the test's ``observation`` properties (report and JUnit) and printed: the kernels leave it
+    undefined (CAM API Guide.md:27), so the test fails only when the launch itself does (a crash, a hang).
+    One world: the layout kernel is rank-local."""
     world = BAD_IDS_WORLD
-    if camit.require_env().launch.backend != "hccl":
-        pytest.skip("the device fault of an out-of-range id needs the NPU (hccl) path; on gloo the id is lost "
-                    "silently")
     result = run_ranks("test_bad_ids_rank.py", world, select=kind, name=f"test_bad_ids_rank-{kind}").check()
     assert result.counts["passed"] == world, result.counts
+    seen = observations(result) or ["no observation line in the rank logs"]
+    for line in seen:
+        request.node.user_properties.append(("observation", line))
+        print(f"observed: {line}")

@@ -179,7 +179,8 @@ def test_cam_suite_passes_on_the_hccl_path_with_ranks_per_node_the_visible_devic
     assert re.search(r"\b\d+ passed", tail) and not re.search(r"\b\d+ (failed|error)", tail), tail
     folder = (tmp_path / "r" / "latest").resolve()
     launches = [json.loads(p.read_text()) for p in folder.glob("launch-*.json")]
-    # five CAM tests at world 4, plus the two out-of-range-id cases, each alone in a launch (a fault poisons it)
+    # five CAM tests at world 4, plus the two out-of-range-id observations, each alone in a launch (a device
+    # fault, should one come on a real cluster, poisons its process)
     assert len(launches) == 7, [p.name for p in folder.glob("launch-*.json")]
     bad_ids = [p for p in folder.glob("launch-*test_bad_ids_rank*.json")]
     assert len(bad_ids) == 2 and all(json.loads(p.read_text())["ok"] for p in bad_ids), bad_ids

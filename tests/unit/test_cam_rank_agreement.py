@@ -142,24 +142,55 @@ def _bad_ids_run(tmp_path: Path, standin: Path) -> subprocess.CompletedProcess[s
                            "-q", "-rs"], cwd=RANK, env=env, capture_output=True, text=True, timeout=120)
 
 
-def test_an_out_of_range_id_passes_on_the_fault_then_the_process_runs_nothing_more(tmp_path):
+def test_an_out_of_range_id_is_recorded_as_an_observation_and_the_process_runs_nothing_more(tmp_path):
+    """The stand-in corrupts silently (no fault): the case passes, saying what happened, and the next case of the
+    process is skipped all the same (a case marked poisons_device ends what its process runs)."""
     proc = _bad_ids_run(tmp_path, REPO / "standin")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "1 passed, 1 skipped" in proc.stdout, proc.stdout[-3000:]
-    assert "poisoned on purpose by test_bad_ids_rank.py::test_out_of_range_expert_id_faults_the_device[" \
-        "id_num_experts]" in proc.stdout, proc.stdout[-3000:]
+    assert "camit-observation: rank 0 id_num_experts (id 2, E=2): returned, no fault; num_tokens_per_expert " \
+        "differs from the in-range ids' counts" in proc.stdout, proc.stdout[-3000:]
 
 
-def test_an_out_of_range_id_without_a_device_fault_fails(tmp_path):
-    """An op library whose kernel never faults (the ids silently dropped): the case fails, DID NOT RAISE (the
-    next is skipped all the same: a case marked poisons_device ends what its process runs)."""
-    lax = tmp_path / "lax"
-    shutil.copytree(REPO / "standin", lax, ignore=shutil.ignore_patterns("__pycache__"))
-    tiling = lax / "umdk_cam_op_lib" / "_tiling.py"
-    text = tiling.read_text()
-    assert "def device_fault(code: int = VECTOR_CORE_FAULT) -> None:\n" in text
-    tiling.write_text(text.replace("def device_fault(code: int = VECTOR_CORE_FAULT) -> None:\n",
-                                   "def device_fault(code: int = VECTOR_CORE_FAULT) -> None:\n    return\n"))
-    proc = _bad_ids_run(tmp_path, lax)
-    assert proc.returncode == 1 and "1 failed, 1 skipped" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-2000:]
-    assert "DID NOT RAISE" in proc.stdout, proc.stdout[-3000:]
+def test_a_refused_or_faulting_id_is_recorded_too_never_failed(tmp_path):
+    """An op library that refuses the id at the call (a check upstream does not have): still an observation."""
+    strict = tmp_path / "strict"
+    shutil.copytree(REPO / "standin", strict, ignore=shutil.ignore_patterns("__pycache__"))
+    layout = strict / "umdk_cam_op_lib" / "layout.py"
+    text = layout.read_text()
+    anchor = "    ok = valid_ids(flat, num_experts)\n"
+    assert anchor in text
+    layout.write_text(text.replace(anchor, anchor + "    if not bool(ok.all()):\n"
+                                   "        raise RuntimeError('call aclnnDispatchLayout failed: bad id')\n"))
+    proc = _bad_ids_run(tmp_path, strict)
+    assert proc.returncode == 0 and "1 passed, 1 skipped" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert "refused at the call: call aclnnDispatchLayout failed: bad id" in proc.stdout, proc.stdout[-3000:]
+
+
+def test_the_fuzz_draws_valid_cases_inside_the_contract_and_names_one_entry_per_invalid_kind(fuzz, monkeypatch):
+    """Fused valid cases inside the API guide's contract (H in [1024, 7168] % 256, top_k < E), prefill within the
+    launch's window; each invalid kind crosses one contract entry, the same data the op stand-in enforces."""
+    lim = fuzz.LIMITS
+    assert lim is sys.modules["camcontract"].LIMITS
+    monkeypatch.setattr(fuzz, "WINDOW_MB", 4096)   # the fuzz launch's HCCL_BUFFSIZE (FUZZ_ENV)
+    monkeypatch.setattr(fuzz, "MAX_TOKENS", 8000)  # as on a cluster: the window caps the tokens
+    for i in range(200):
+        case = fuzz.fused_config(i)
+        assert lim["fused.hidden"].valid(case.hidden), case
+        assert 1 <= case.top_k < case.experts and lim["fused.gmm1"].valid(2 * case.inter), case
+        pre, _, _ = fuzz.prefill_config(i)
+        assert fuzz.fits(fuzz.dispatch_window(pre.tokens, pre.top_k, pre.hidden), fuzz.WINDOW_MB), pre
+    assert set(fuzz.INVALID_ENTRY) == set(fuzz.INVALID)
+    assert all(key in lim and lim[key].check != "none" for key in fuzz.INVALID_ENTRY.values())
+
+
+def test_a_refusal_for_another_entry_does_not_pass_the_case(fuzz):
+    """refused_for(key) needs that entry's quantity: the old OP_ERROR took any refusal."""
+    import camcheck
+
+    text = ("call aclnnMoeDispatchNormal failed, detail:EZ9999: Inner Error!\nEZ9999: [PID: 1] t MoeDispatchNormal: "
+            "xShape dims1(H) should be in [1024, 7168], but got 1023.[FUNC:TilingFunc]")
+    with camcheck.refused_for("dispatch.hidden"):
+        raise RuntimeError(text)
+    with pytest.raises((RuntimeError, AssertionError)), camcheck.refused_for("dispatch.tokens"):
+        raise RuntimeError(text)

@@ -1,6 +1,6 @@
 """The op stand-in on an emulated Ascend host (torch_npu stand-in importable): FRACTAL_NZ weights refused
-or taken, and ids outside [0, E) poisoning the device (the next synchronize / collective fails with 507035,
-for ever). Each test runs in a subprocess with ``standin_npu`` and ``standin`` on PYTHONPATH (this
+or taken, and ids outside their documented range silently corrupting outputs without any device fault (the
+kernels index UB buffers with them: dispatch_layout.h:112-160). Each test runs in a subprocess with ``standin_npu`` and ``standin`` on PYTHONPATH (this
 interpreter keeps seeing no torch_npu)."""
 
 from __future__ import annotations
@@ -81,47 +81,39 @@ def test_fused_refuses_nd_weights_and_takes_fractal_nz(tmp_path):
         "fallback: True", "half: True", "NZ: (2, 512) [2, 0]"]
 
 
-def test_bad_ids_raise_nothing_then_poison_every_later_sync_and_collective(tmp_path):
-    """get_dispatch_layout.cpp checks no id values: the kernel's out-of-bounds write surfaces at the
-    process's next synchronize (507035, NPUErrorCodes.h) and the process stays poisoned."""
+def test_bad_ids_raise_nothing_and_never_poison_the_device(tmp_path):
+    """get_dispatch_layout.cpp checks no id values, and the layout kernel indexes only its UB buffers with them:
+    a silent stray write (corrupted outputs), no trap: every later synchronize, collective and op works."""
     proc = run_py(tmp_path, """
         torch_npu.npu.config.allow_internal_format = True
         nz = lambda w: torch_npu.npu_format_cast(w.npu(), torch_npu.Format.FRACTAL_NZ)
         w1, w2 = nz(torch.zeros(2, 512, 1024, dtype=torch.int8)), nz(torch.zeros(2, 512, 512, dtype=torch.int8))
         torch.npu.synchronize()
         ntpe, slot = ops.get_dispatch_layout(torch.tensor([[0, 5], [1, -1]]).npu(), 4, 1)   # E = 4: ids 5 and -1
-        print("call:", ntpe.tolist())
-        for name, call in (("sync", torch.npu.synchronize), ("again", torch.npu.synchronize),
+        print("counts corrupted:", ntpe.tolist() != [1, 1, 0, 0] or slot.tolist() != [[0, 0], [0, 0]])
+        for name, call in (("sync", torch.npu.synchronize),
                            ("all_reduce", lambda: dist.all_reduce(torch.ones(1).npu(), group=group)),
                            ("op collective", lambda: fused(w1, w2)), ("later sync", torch.npu.synchronize)):
-            try:
-                call()
-                print(name, "ok")
-            except RuntimeError as exc:
-                print(name, "507035" in first(exc), "The vector core execution is abnormal." in str(exc))
+            call()
+            print(name, "ok")
     """)
-    assert proc.stdout.splitlines() == ["call: [1, 1, 0, 0]", "sync True True", "again True True",
-                                        "all_reduce True True", "op collective True True", "later sync True True"]
-    plog = "".join(p.read_text() for p in (tmp_path / "log").rglob("plog-*.log"))
-    assert "retCode=507035, [vector core exception]" in plog
+    assert proc.stdout.splitlines() == ["counts corrupted: True", "sync ok", "all_reduce ok", "op collective ok",
+                                        "later sync ok"]
 
 
-def test_fused_bad_ids_poison_too_and_a_healthy_call_does_not(tmp_path):
+def test_fused_placeholder_and_bad_ids_do_not_fault(tmp_path):
+    """-1 is fused's documented placeholder (API guide: [-1, num_experts)); 7 (E = 2) is undefined: garbage,
+    no fault."""
     proc = run_py(tmp_path, """
         torch_npu.npu.config.allow_internal_format = True
         nz = lambda w: torch_npu.npu_format_cast(w.npu(), torch_npu.Format.FRACTAL_NZ)
         w1, w2 = nz(torch.zeros(2, 512, 1024, dtype=torch.int8)), nz(torch.zeros(2, 512, 512, dtype=torch.int8))
-        fused(w1, w2)
+        out, _, nums = fused(w1, w2, ids=torch.tensor([[-1], [7]], dtype=torch.int32).npu())
+        print("counts:", nums.tolist(), "placeholder row:", out[0].float().abs().max().item())
         torch.npu.synchronize()
-        print("healthy ok")
-        out, _, nums = fused(w1, w2, ids=torch.tensor([[0], [7]], dtype=torch.int32).npu())
-        print("bad ids:", nums.tolist())
-        try:
-            torch.npu.synchronize()
-        except RuntimeError as exc:
-            print("sync", "507035" in first(exc))
+        print("sync ok")
     """)
-    assert proc.stdout.splitlines() == ["healthy ok", "bad ids: [1, 0]", "sync True"]
+    assert proc.stdout.splitlines() == ["counts: [0, 0] placeholder row: 0.0", "sync ok"]
 
 
 def test_ops_refuse_cpu_tensors_naming_the_argument_and_answer_on_the_npu(tmp_path):

@@ -142,12 +142,17 @@ def test_layout_tiling_limits(no_opapi_check, tokens, top_k, experts, ranks, mes
     assert message in str(info.value) and "[FILE:dispatch_layout_tiling.cpp]" in str(info.value)
 
 
-def test_layout_makes_no_value_check_on_a_cpu_host(no_opapi_check):
-    """An id outside [0, E) (or -1) raises nothing (CPU host, no torch_npu): that copy's write is lost."""
-    assert "torch_npu" not in sys.modules
-    ntpe, slot = OPS.get_dispatch_layout(torch.tensor([[0, -1], [4, 1], [1, 0]]), 4, 2)
-    assert ntpe.tolist() == [2, 2, 0, 0]
-    assert slot[0, 0] == 0 and slot[1, 1] == 0 and slot[2].tolist() == [1, 1]
+def test_layout_makes_no_value_check_and_an_out_of_range_id_silently_corrupts(no_opapi_check):
+    """An id outside [0, E) (or -1) raises nothing: the kernel indexes its UB buffers with it (dispatch_layout.h),
+    a stray write. The stand-in drops the copy and overwrites one output value with garbage, reproducibly."""
+    good = OPS.get_dispatch_layout(torch.tensor([[0, 2], [3, 1], [1, 0]]), 4, 2)
+    for bad_id in (-1, 4):
+        idx = torch.tensor([[0, bad_id], [3, 1], [1, 0]])
+        first = OPS.get_dispatch_layout(idx, 4, 2)
+        again = OPS.get_dispatch_layout(idx, 4, 2)
+        assert all(torch.equal(a, b) for a, b in zip(first, again))          # seeded: reproducible
+        clean_counts = [2, 2, 0, 1]                                           # the good ids' counts
+        assert first[0].tolist() != clean_counts or not torch.equal(first[1], good[1])
 
 
 # ----------------------------------------------------------------------------- quantisation
@@ -254,18 +259,20 @@ def test_group_ep_needs_initialised_dist(no_opapi_check):
         cam.group_name()
 
 
-def test_prefill_needs_two_ranks_and_matching_rank(world1):
+def test_prefill_needs_two_ranks_and_matching_rank(world1, monkeypatch):
+    monkeypatch.setenv("HCCL_BUFFSIZE", "4096")
     x, idx = torch.zeros(2, 1024, dtype=torch.bfloat16), torch.tensor([[0], [1]])
     ntpe, slot = OPS.get_dispatch_layout(idx, 2, 1)
     with pytest.raises(RuntimeError, match=ASSERT_RE + "numRanks >= NUM_RANKS_MIN && numRanks <= NUM_RANKS_MAX'"):
         OPS.moe_dispatch_prefill(x, idx, torch.ones(2, 1), ntpe, slot, cam.group_name(), 0, 1, False)
-    with pytest.raises(RuntimeError, match=ASSERT_RE + "num_ranks == group size'"):
+    with pytest.raises(RuntimeError, match=GROUP_SIZE_ERR):
         OPS.moe_dispatch_prefill(x, idx, torch.ones(2, 1), ntpe, slot, cam.group_name(), 0, 2, False)
     with pytest.raises(RuntimeError, match=ASSERT_RE + "numTokensPerExpert.scalar_type\\(\\) == at::kInt'"):
         OPS.moe_dispatch_prefill(x, idx, torch.ones(2, 1), ntpe.long(), slot, cam.group_name(), 0, 2, False)
 
 
-GROUP_SIZE_ERR = ASSERT_RE + "num_ranks == group size'"   # past every tiling check (one-rank world, num_ranks 2)
+#: past every check that precedes the group (one-rank world, num_ranks 2): the stand-in's own limit, not upstream's
+GROUP_SIZE_ERR = r"^umdk_cam_op_lib stand-in cannot emulate this input: num_ranks=2 but the group has 1 ranks"
 
 
 def _dispatch(tokens: int, hidden: int, dtype: torch.dtype = torch.bfloat16, top_k: int = 1, experts: int = 2):
@@ -287,7 +294,8 @@ def _dispatch(tokens: int, hidden: int, dtype: torch.dtype = torch.bfloat16, top
     ({"tokens": 2, "hidden": 1024, "top_k": 3, "experts": 2}, "expertIdShape's dim1(k) should be in (0, min(16, "
                                                                 "moeExpertNum=2)], but got expertIdShape's dim1=3."),
 ])
-def test_dispatch_prefill_tiling_limits(world1, kw, message):
+def test_dispatch_prefill_tiling_limits(world1, monkeypatch, kw, message):
+    monkeypatch.setenv("HCCL_BUFFSIZE", "4096")   # the prefill ops' documented window (API guide)
     if message is None:
         with pytest.raises(RuntimeError, match=GROUP_SIZE_ERR):
             _dispatch(**kw)
@@ -305,7 +313,8 @@ def test_dispatch_prefill_tiling_limits(world1, kw, message):
     (1024, torch.float32, 2, "recvX dataType is invalid, dataType should be bf16 or float16"),
     (1024, torch.bfloat16, 8001, "Invalid topkWeights dims0(BS) 8001. Should be between [1, 8000]."),
 ])
-def test_combine_prefill_tiling_limits(world1, hidden, dtype, tokens, message):
+def test_combine_prefill_tiling_limits(world1, monkeypatch, hidden, dtype, tokens, message):
+    monkeypatch.setenv("HCCL_BUFFSIZE", "4096")
     def call() -> None:
         OPS.moe_combine_prefill(torch.zeros(1, hidden, dtype=dtype), torch.zeros(tokens, 1, dtype=torch.int64),
                                 torch.ones(tokens, 1), torch.zeros(3, dtype=torch.int32),
@@ -355,20 +364,29 @@ def test_fused_deep_moe_one_rank_against_numpy(world1):
     with pytest.raises(RuntimeError, match="epRankId must < epRankSize"):
         cam.fused_deep_moe(x, ids, [w1], [s1], [w2], [s2], scales, None, None, None, None,
                            None, None, None, cam.group_name(), 1, 1, local, 0, 0)
-    # no value check on ids (CPU host): the copies with ids outside [0, E) are lost, nothing raises
+    # no value check on ids: -1 is the documented placeholder (that copy skipped, the row still defined);
+    # any other id outside [-1, E) is undefined: the copy is lost and its token's row is garbage; no fault
     bad = ids.clone()
-    bad[0, 0] = local
+    bad[0, 0] = -1
+    bad[1, 0] = local
     out_bad, _, nums_bad = cam.fused_deep_moe(x, bad, [w1], [s1], [w2], [s2], scales, None, None, None, None,
                                               None, None, None, cam.group_name(), 1, 0, local, 0, 0)
-    assert int(nums_bad.sum()) == bs * top_k - 1
-    assert torch.equal(out_bad[1:], out[1:])
+    assert int(nums_bad.sum()) == bs * top_k - 2
+    assert torch.equal(out_bad[2:], out[2:])
+    e = int(ids[0, 1])
+    placeholder = scales[0, 1].item() * torch.from_numpy(
+        _np_ffn(x[0].float().numpy(), w1[e].numpy(), s1[e].numpy(), w2[e].numpy(), s2[e].numpy())
+    ).to(torch.bfloat16).float().numpy()
+    np.testing.assert_allclose(out_bad[0].float().numpy(), placeholder, rtol=1e-2, atol=1e-2)
+    assert not np.allclose(out_bad[1].float().numpy(), out[1].float().numpy(), equal_nan=False)
 
     # x_active_mask is a count (TokenActiveMaskCal): sum = 2 -> tokens 0 and 1, whatever the pattern
     mask = torch.tensor([True, False, False, False, True, False])
     out_m, _, nums_m = cam.fused_deep_moe(x, ids, [w1], [s1], [w2], [s2], scales, None, None, None, None,
                                           None, None, mask, cam.group_name(), 1, 0, local, 0, 0)
     assert torch.equal(out_m[:2], out[:2])
-    assert bool(torch.isnan(out_m[2:].float()).all())                       # undefined rows, never zeros
+    rest = out_m[2:].float()
+    assert bool(torch.isnan(rest).any()) and float(rest.nan_to_num(0).abs().max()) > 1e30  # garbage, not zeros
     assert nums_m.tolist() == np.bincount(ids[:2].reshape(-1).numpy(), minlength=local).tolist()
 
 
@@ -425,11 +443,14 @@ def test_fused_hccl_buffsize_window(world1, monkeypatch):
     monkeypatch.setenv("HCCL_BUFFSIZE", "1")
     with pytest.raises(RuntimeError, match="HCCL_BUFFSIZE is too SMALL, globalBatchSize = 256, h = 1024, "
                                            "moeExpertNumPerRank = 2,") as info:
-        _fused(bs=256, hidden=1024)                      # 2 * 256 * 1024 * 4 B = 2 MB
+        _fused(bs=256, hidden=1024, global_bs=256)      # 2 * 256 * 1024 * 4 B = 2 MB
     assert "B=2MB, HCCL_BUFFSIZE=1MB." in str(info.value)
-    monkeypatch.setenv("HCCL_BUFFSIZE", "2")
+    # global_bs 0 is checked as 0 (the window check precedes CheckData's bs * ranks, tiling.cpp:753-764)
     with pytest.raises(RuntimeError, match=NO_GROUP_ERR):
         _fused(bs=256, hidden=1024)
+    monkeypatch.setenv("HCCL_BUFFSIZE", "2")
+    with pytest.raises(RuntimeError, match=NO_GROUP_ERR):
+        _fused(bs=256, hidden=1024, global_bs=256)
 
 
 def test_fused_deep_moe_meta_kernel_gives_shapes():

@@ -7,6 +7,8 @@ rtol also bounds the *fraction* of failing elements. Independent of the op libra
 from __future__ import annotations
 
 import numpy as np
+import pytest
+from camcontract import LIMITS
 
 #: the op's own error texts, for ``pytest.raises(..., match=OP_ERROR)``: a pybind check
 #: (TORCH_BIND_ASSERT, umdk src/cam/comm_operator/pybind/torch_bind_exception.h: ``Failed: Assertion
@@ -14,6 +16,13 @@ import numpy as np
 #: checks live (EXEC_NPU_CMD in pybind/pytorch_extension/pytorch_npu_helper.hpp: ``call aclnnXxx failed,
 #: detail:<EZ9999 ...>``)
 OP_ERROR = r"Failed: Assertion error|call aclnn\w+ failed"
+
+
+def refused_for(key: str):
+    """``pytest.raises`` for a refusal of contract entry ``key`` (camcontract.LIMITS): the error form of the
+    check that holds it (pybind assert or aclnn/tiling) AND the text naming that quantity, so an input
+    refused for another reason (a different limit reached first) fails the case instead of passing it."""
+    return pytest.raises(RuntimeError, match=LIMITS[key].pattern())
 
 
 class Mismatch(AssertionError):

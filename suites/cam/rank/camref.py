@@ -6,6 +6,7 @@ the reference for a rank's outputs needs no communication.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -25,19 +26,29 @@ class PrefillCase:
     hidden: int
     experts: int
     top_k: int
+    uneven: bool = False  # ranks hold different token counts (the dispatch sizes by the max, combine its own)
+    zero_rows: bool = False  # rank 0's first row is all zeros (upstream's UT sends zero rows from rank 0)
+
+
+def prefill_tokens(case: PrefillCase, rank: int) -> int:
+    """Rank ``rank``'s token count: ``case.tokens``, or with ``uneven`` fewer on some ranks (never 0)."""
+    return max(1, case.tokens - (rank % 3) * (case.tokens // 3 + 1)) if case.uneven else case.tokens
 
 
 def prefill_inputs(seed: int, rank: int, case: PrefillCase) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """x (T,H) bf16-representable float32, topk_idx (T,K) int64 (distinct per row), weights (T,K) f32."""
     rs = np.random.RandomState((seed * 7919 + rank * 104729) % (2**32))
-    x = bf16_round(rs.randn(case.tokens, case.hidden).astype(np.float32) * (1 + rank))
-    score = np.abs(rs.randn(case.tokens, case.experts)) + 1
+    tokens = prefill_tokens(case, rank)
+    x = bf16_round(rs.randn(tokens, case.hidden).astype(np.float32) * (1 + rank))
+    if case.zero_rows and rank == 0:
+        x[0] = 0
+    score = np.abs(rs.randn(tokens, case.experts)) + 1
     # skew: some experts are hot, some cold, so counts are non-uniform
     score *= rs.gamma(0.6, size=case.experts)[None, :]
     topk = np.argsort(-score, axis=1, kind="stable")[:, : case.top_k].astype(np.int64)
-    perm = rs.rand(case.tokens, case.top_k).argsort(axis=1)
+    perm = rs.rand(tokens, case.top_k).argsort(axis=1)
     topk = np.take_along_axis(topk, perm, axis=1)  # unsorted ids per row, as argpartition gives
-    weights = rs.rand(case.tokens, case.top_k).astype(np.float32) + 0.1
+    weights = rs.rand(tokens, case.top_k).astype(np.float32) + 0.1
     return x, topk, weights
 
 
@@ -85,7 +96,7 @@ def dispatch_reference(seed: int, dest: int, world: int, case: PrefillCase) -> D
     expand = np.zeros((max(rows, 1), 3), dtype=np.int32)
     for s, (x, topk, _) in enumerate(inputs):
         slots = layouts[s][1]
-        for t in range(case.tokens):
+        for t in range(x.shape[0]):
             for k in range(case.top_k):
                 e = int(topk[t, k])
                 if e // local != dest:
@@ -115,6 +126,8 @@ class FusedCase:
     with_mask: bool = False
     separated: bool = False  # dynamicEPLB: weight lists of L tensors
     dynamic_bs: bool = False  # ranks have different batch sizes; global_bs = max_bs · R
+    fp16: bool = False  # x (and the gmm2 scales, so the op definition has a binary for them) in float16
+    placeholders: bool = False  # some expert ids -1 (API guide: range [-1, num_experts), -1 a placeholder)
 
 
 def fused_batch(case: FusedCase, rank: int) -> int:
@@ -122,22 +135,29 @@ def fused_batch(case: FusedCase, rank: int) -> int:
     return max(1, case.batch - (rank % 3) * 2) if case.dynamic_bs else case.batch
 
 
+def _int8(rs: np.random.RandomState, shape: tuple[int, ...]) -> np.ndarray:
+    """Uniform int8 in [-16, 16), drawn as int8 (no int64 temporary at the production shape's 700 M)."""
+    return rs.randint(-16, 16, size=shape, dtype=np.int8)
+
+
+@functools.lru_cache(maxsize=1)
 def fused_weights(seed: int, case: FusedCase) -> dict[str, np.ndarray]:
-    """Weights of every expert (each rank passes its own slice), seeded identically on all ranks."""
+    """Weights of every expert (each rank passes its own slice), seeded identically on all ranks; the last
+    case's are kept (the op's arguments and the reference read the same arrays, never writing them)."""
     rs = np.random.RandomState((seed * 31337 + 17) % (2**32))
     e, h, i2 = case.experts, case.hidden, 2 * case.inter
     w = {
-        "w1": rs.randint(-16, 16, size=(e, h, i2)).astype(np.int8),
+        "w1": _int8(rs, (e, h, i2)),
         "s1": (rs.rand(e, i2) * 0.003 + 0.0015).astype(np.float32),
-        "w2": rs.randint(-16, 16, size=(e, case.inter, h)).astype(np.int8),
+        "w2": _int8(rs, (e, case.inter, h)),
         "s2": bf16_round((rs.rand(e, h) * 0.003 + 0.0015).astype(np.float32)),
     }
     if case.with_smooth:
         w["smooth"] = (rs.rand(e, h) * 0.5 + 0.75).astype(np.float32)
     if case.with_share:
-        w["sw1"] = rs.randint(-16, 16, size=(h, i2)).astype(np.int8)
+        w["sw1"] = _int8(rs, (h, i2))
         w["ss1"] = (rs.rand(i2) * 0.003 + 0.0015).astype(np.float32)
-        w["sw2"] = rs.randint(-16, 16, size=(case.inter, h)).astype(np.int8)
+        w["sw2"] = _int8(rs, (case.inter, h))
         w["ss2"] = bf16_round((rs.rand(h) * 0.003 + 0.0015).astype(np.float32))
         w["ssmooth"] = (rs.rand(h) * 0.5 + 0.75).astype(np.float32) if case.with_smooth else None
     return w
@@ -154,6 +174,8 @@ def fused_inputs(seed: int, rank: int, case: FusedCase) -> dict[str, np.ndarray]
     # (umdk fused_deep_moe op_kernel TokenActiveMaskCal); upstream's UT builds ones then zeros
     valid = (int(rs.randint(1, bs)) if bs > 1 else 1) if case.with_mask else bs
     mask = np.concatenate([np.ones(valid, dtype=bool), np.zeros(bs - valid, dtype=bool)])
+    if case.placeholders:  # every other token's last copy is the placeholder -1
+        ids[::2, -1] = -1
     return {"x": x, "ids": ids, "scales": scales, "mask": mask, "valid": valid}
 
 
@@ -162,19 +184,24 @@ def _silu(v: np.ndarray) -> np.ndarray:
 
 
 def expert_ffn(rows: np.ndarray, w1: np.ndarray, s1: np.ndarray, w2: np.ndarray, s2: np.ndarray) -> np.ndarray:
-    """quant → GMM1 → SwiGLU (left half activated) → requant → GMM2, in float64 (the reference model)."""
+    """quant → GMM1 → SwiGLU (left half activated) → requant → GMM2, in float64 (the reference model). The
+    integer products run in float32, exact here: |q| <= 128, |w| <= 16 (``_int8``), so every partial sum is
+    below 7168 * 128 * 16 < 2**24."""
     q, sx = quantize_rows(rows)
-    h = (q.astype(np.float64) @ w1.astype(np.float64)) * s1.astype(np.float64) * sx[:, None].astype(np.float64)
+    h = (q.astype(np.float32) @ w1.astype(np.float32)).astype(np.float64) * s1.astype(np.float64) \
+        * sx[:, None].astype(np.float64)
     half = h.shape[1] // 2
     a = _silu(h[:, :half]) * h[:, half:]
     qa, sa = quantize_rows(a.astype(np.float32))
-    return (qa.astype(np.float64) @ w2.astype(np.float64)) * s2.astype(np.float64) * sa[:, None].astype(np.float64)
+    return ((qa.astype(np.float32) @ w2.astype(np.float32)).astype(np.float64) * s2.astype(np.float64)
+            * sa[:, None].astype(np.float64))
 
 
 @dataclass
 class FusedRef:
     output: np.ndarray  # (valid, H) float64: the active rows, the first sum(mask) tokens
-    share: np.ndarray | None  # (valid, H): masked rows of share_output are undefined too (at::empty)
+    share: np.ndarray | None  # (bs, H): the shared expert runs on every token, masked or not
+    # (…multistage_workspace.h:767-770 shareQuantCoreFunc over axisBS), so every row is defined
     expert_token_nums: np.ndarray  # (L,) int64
     valid: int  # compare the op's outputs [:valid]
 
@@ -186,23 +213,25 @@ def fused_reference(seed: int, rank: int, world: int, case: FusedCase) -> FusedR
     valid = mine["valid"]
     x, ids, scales = mine["x"][:valid], mine["ids"][:valid], mine["scales"][:valid]
     out = np.zeros(x.shape, dtype=np.float64)
-    for t in range(valid):
-        for k in range(case.top_k):
-            e = int(ids[t, k])
-            row = x[t:t + 1].astype(np.float32)
-            if case.with_smooth:
-                row = row * w["smooth"][e][None, :]
-            out[t] += float(scales[t, k]) * expert_ffn(row, w["w1"][e], w["s1"][e], w["w2"][e], w["s2"][e])[0]
+    # grouped by expert (each weight matrix converted once: the production shape's are 7168 x 4096); the
+    # per-row quantisation makes a row's result independent of the rows beside it
+    for e in np.unique(ids[ids >= 0]):  # -1 is the placeholder: no copy
+        tok, slot = np.nonzero(ids == e)
+        rows = x[tok].astype(np.float32)
+        if case.with_smooth:
+            rows = rows * w["smooth"][e][None, :]
+        y = expert_ffn(rows, w["w1"][e], w["s1"][e], w["w2"][e], w["s2"][e])
+        np.add.at(out, tok, scales[tok, slot].astype(np.float64)[:, None] * y)
     counts = np.zeros(local, dtype=np.int64)
     for s in range(world):
         other = fused_inputs(seed, s, case)
         for t in range(other["valid"]):
             for e in other["ids"][t]:
-                if int(e) // local == rank:
+                if int(e) >= 0 and int(e) // local == rank:
                     counts[int(e) % local] += 1
     share = None
     if case.with_share:
-        rows = x.astype(np.float32)
+        rows = mine["x"].astype(np.float32)
         if w.get("ssmooth") is not None:
             rows = rows * w["ssmooth"][None, :]
         share = expert_ffn(rows, w["sw1"], w["ss1"], w["sw2"], w["ss2"])

@@ -91,6 +91,14 @@ class Cam:
 
         return torch_npu.npu_format_cast(t, torch_npu.Format.FRACTAL_NZ)
 
+    def new_op_group(self) -> tuple[Any, str]:
+        """A further group over all ranks and its ``group_ep`` (a second CAM communicator in this process, as
+        upstream's fused UT builds ``ep_group`` and ``ep_group_small``). Every rank must call it, in step."""
+        group = dist.new_group(backend=self.backend, ranks=list(range(self.world)))
+        if self.backend == "hccl":
+            return group, group._get_backend(torch.device("npu")).get_hccl_comm_name(self.rank)
+        return group, group.group_name
+
     def sync(self) -> None:
         """Wait for the device: on NPU kernel faults (507015, 507035, ...) surface here, not at the call."""
         if self.backend == "hccl":

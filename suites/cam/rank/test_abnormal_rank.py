@@ -1,12 +1,13 @@
 """Abnormal inputs: each must raise the op's own error on every rank — no crash, no hang.
 
 Every case is invalid on every rank alike, so no rank is left waiting in a collective. Each is an input
-the op checks (a pybind TORCH_BIND_ASSERT or its tiling); inside ``raises`` the device is synchronised
-too, where an NPU reports what the call did not, and the error must be the op's (``OP_ERROR``). After
+the op checks (a pybind TORCH_BIND_ASSERT or its tiling), outside exactly one entry of the contract
+(camcontract.LIMITS); inside ``raises`` the device is synchronised too, where an NPU reports what the call did
+not, and the error must be that entry's refusal: its check's error form and the quantity's name
+(``refused_for``), not any refusal. After
 each case a synchronize and a small all-reduce on the op's group prove the ranks healthy
-(``cam.check_healthy``). Expert ids outside [0, E) (or -1) are no case here: get_dispatch_layout does
-not check them (umdk src/cam/comm_operator/pybind/get_dispatch_layout.cpp); on an NPU the kernel
-writes out of bounds and the device faults at the next synchronize, leaving that process unusable.
+(``cam.check_healthy``). Expert ids outside [0, E) (or -1) are no case here: no op checks them, the result
+is undefined (test_bad_ids_rank.py records what happens).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from camcheck import OP_ERROR
+from camcheck import refused_for
 from camref import dispatch_layout, prefill_inputs
 from cases import prefill_case
 
@@ -25,10 +26,6 @@ pytestmark = pytest.mark.multi_process_test
 def _healthy_after(cam, request):
     yield
     cam.check_healthy(request.node.name)
-
-
-def raises_op_error():
-    return pytest.raises(RuntimeError, match=OP_ERROR)
 
 
 def inputs(cam, seed, tokens=None, top_k=None, experts=None):
@@ -54,15 +51,16 @@ def dispatch(cam, case, x, topk, w, ntpe=None, sti=None, use_quant=False):
 
 
 def test_experts_not_divisible_by_ranks(cam, seed):
-    case, x, topk, w = inputs(cam, seed, experts=2 * cam.world + 1)
-    with raises_op_error():
+    # E = R + 1 <= 385: under the experts limit (512) at every world the ops take
+    case, x, topk, w = inputs(cam, seed, experts=cam.world + 1, top_k=1)
+    with refused_for("layout.experts_per_rank"):
         cam.ops.get_dispatch_layout(cam.to_device(torch.from_numpy(topk)), case.experts, cam.world)
         cam.sync()
 
 
 def test_empty_batch(cam, seed):
     case, x, topk, w = inputs(cam, seed)
-    with raises_op_error():
+    with refused_for("dispatch.tokens"):
         dispatch(cam, case, x[:0], topk[:0], w[:0], torch.zeros(case.experts, dtype=torch.int32),
                  torch.zeros((0, case.top_k), dtype=torch.int32))
         cam.sync()
@@ -71,7 +69,7 @@ def test_empty_batch(cam, seed):
 def test_wrong_dtype_num_tokens_per_expert(cam, seed):
     case, x, topk, w = inputs(cam, seed)
     n, s = dispatch_layout(topk, case.experts)
-    with raises_op_error():
+    with refused_for("dispatch.counts_dtype"):
         dispatch(cam, case, x, topk, w, torch.from_numpy(n).to(torch.int64), torch.from_numpy(s))
         cam.sync()
 
@@ -79,7 +77,7 @@ def test_wrong_dtype_num_tokens_per_expert(cam, seed):
 def test_wrong_dtype_x(cam, seed):
     case, x, topk, w = inputs(cam, seed)
     n, s = dispatch_layout(topk, case.experts)
-    with raises_op_error():
+    with refused_for("dispatch.x_dtype"):
         cam.ops.moe_dispatch_prefill(cam.to_device(torch.from_numpy(x).to(torch.int32)),
                                      cam.to_device(torch.from_numpy(topk)), cam.to_device(torch.from_numpy(w)),
                                      cam.to_device(torch.from_numpy(n)), cam.to_device(torch.from_numpy(s)),
@@ -89,7 +87,7 @@ def test_wrong_dtype_x(cam, seed):
 
 def test_wrong_shape_x(cam, seed):
     case, x, topk, w = inputs(cam, seed)
-    with raises_op_error():
+    with refused_for("dispatch.x_dim"):
         dispatch(cam, case, x.reshape(x.shape[0], 2, -1), topk, w)
         cam.sync()
 
@@ -99,14 +97,15 @@ def test_too_many_tokens(cam, seed):
     case, x, topk, w = inputs(cam, seed)
     reps = -(-8193 // case.tokens)
     x, topk, w = (np.tile(a, (reps, 1)) for a in (x, topk, w))
-    with raises_op_error():
+    with refused_for("dispatch.tokens"):
         dispatch(cam, case, x, topk, w)
         cam.sync()
 
 
 def test_top_k_over_limit(cam, seed):
-    case, x, topk, w = inputs(cam, seed, experts=32 * cam.world, top_k=17)
-    with raises_op_error():
+    # E >= 17 and <= 512 at every world the ops take, so top_k = 17 is the one limit crossed
+    case, x, topk, w = inputs(cam, seed, experts=cam.world * -(-17 // cam.world), top_k=17)
+    with refused_for("dispatch.top_k"):
         dispatch(cam, case, x, topk, w)
         cam.sync()
 
@@ -114,7 +113,8 @@ def test_top_k_over_limit(cam, seed):
 def test_wrong_rank_argument(cam, seed):
     case, x, topk, w = inputs(cam, seed)
     n, s = dispatch_layout(topk, case.experts)
-    with raises_op_error():
+    # num_ranks R + 1 does not divide E = 2R (R >= 2): the pybind's numTokensPerExpert.size(0) % numRanks
+    with refused_for("dispatch.counts_per_rank"):
         cam.ops.moe_dispatch_prefill(cam.to_device(torch.from_numpy(x).to(torch.bfloat16)),
                                      cam.to_device(torch.from_numpy(topk)), cam.to_device(torch.from_numpy(w)),
                                      cam.to_device(torch.from_numpy(n)), cam.to_device(torch.from_numpy(s)),

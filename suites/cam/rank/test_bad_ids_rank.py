@@ -1,13 +1,15 @@
-"""Expert ids outside [0, E) fault the device: each case runs alone, in a launch of its own.
+"""Expert ids outside [0, E): an observation, never a pass/fail contract. Each case runs alone, in a launch of
+its own.
 
-No op checks the ids' values (umdk src/cam/comm_operator/pybind/get_dispatch_layout.cpp has only the
-dim/contiguity/num_experts checks; the dispatch_layout tiling cannot see values): the kernel uses the id as an
-offset, its write lands out of bounds, and the runtime reports it asynchronously at the process's next
-synchronize, as one of the kernel-fault codes of torch_npu's NPUErrorCodes.h (507015 aicore, 507035 vector core,
-507044/507045 trap out of bounds). The process's stream stays unusable, so the case is the last one its process
-runs (``poisons_device``: the harness then meets the other ranks through the store only). Every rank passes
-the bad id, so no rank waits for a poisoned peer. On the CPU (gloo) path there is no device to fault: the copy
-is lost silently (undefined outputs) and the case is skipped.
+No op checks the ids' values (umdk src/cam/comm_operator/pybind/get_dispatch_layout.cpp:39-41 has only the
+dim/contiguity/num_experts checks) and the API guide documents the range [0, num_experts) (CAM API Guide.md:27):
+outside it the result is undefined. The layout kernel indexes its on-chip (UB) buffers with the id
+(ascend_kernels/dispatch_layout/op_kernel/dispatch_layout.h:112-160): id = E lands in a neighbouring buffer (a
+silent overwrite), -1 becomes index 0xFFFFFFFF (may trap, may not). So the case records what happened (an error
+at the call, a device fault at the next synchronize, or outputs that differ from the in-range ids' counts) as one
+``camit-observation:`` line in the rank log and the test's properties, and passes whatever it was. A device fault
+leaves the process unusable, so the case is the last its process runs (``poisons_device``). Every rank passes
+the bad id, so no rank waits for a poisoned peer.
 """
 
 from __future__ import annotations
@@ -20,23 +22,41 @@ from cases import prefill_case
 
 pytestmark = [pytest.mark.multi_process_test, pytest.mark.poisons_device]
 
-#: the error a kernel fault raises at the next synchronize (torch_npu NPUFunctions.cpp npuSynchronizeDevice:
-#: ``NPU function error: AclrtSynchronizeDeviceWithTimeout, error code is <code>``; codes from NPUErrorCodes.h)
-DEVICE_FAULT = r"NPU function error: \w+, error code is (507015|507035|507044|507045)"
-
 #: the bad id each case puts into row 0 of every rank's topk_idx: E (one past the end) or -1
 BAD_IDS = {"id_num_experts": lambda experts: experts, "id_minus_one": lambda experts: -1}
 
 
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).splitlines() or [type(exc).__name__])[0][:300]
+
+
+def observe(cam, topk: np.ndarray, experts: int) -> str:
+    """What the op did with ``topk``: one line, never raising."""
+    try:
+        ntpe, sti = cam.ops.get_dispatch_layout(cam.to_device(torch.from_numpy(topk)), experts, cam.world)
+    except RuntimeError as exc:
+        return f"refused at the call: {_first_line(exc)}"
+    try:
+        cam.sync()
+    except RuntimeError as exc:
+        return f"device fault at the next synchronize: {_first_line(exc)}"
+    good = topk[(topk >= 0) & (topk < experts)]
+    want = np.bincount(good, minlength=experts).astype(np.int32)
+    got = ntpe.cpu().numpy()
+    same = bool(np.array_equal(got, want))
+    return (f"returned, no fault; num_tokens_per_expert {'equals' if same else 'differs from'} the in-range "
+            f"ids' counts (got {got.tolist()[:8]}, in-range {want.tolist()[:8]}); send_token_idx_small "
+            f"{tuple(sti.shape)}")
+
+
 @pytest.mark.parametrize("kind", list(BAD_IDS))
-def test_out_of_range_expert_id_faults_the_device(cam, seed, kind):
-    if cam.backend != "hccl":
-        pytest.skip("no device on the gloo path: an out-of-range id is lost silently, nothing to observe")
+def test_out_of_range_expert_id_is_observed(cam, seed, kind, record_property, capsys):
     case = prefill_case(cam.world)
     _, topk, _ = prefill_inputs(seed, cam.rank, case)
     topk = np.ascontiguousarray(topk)
     topk[0, 0] = BAD_IDS[kind](case.experts)
-    # no error at the call: the op makes no value check (a refusal here fails the match below)
-    with pytest.raises(RuntimeError, match=DEVICE_FAULT):
-        cam.ops.get_dispatch_layout(cam.to_device(torch.from_numpy(topk)), case.experts, cam.world)
-        cam.sync()
+    seen = observe(cam, topk, case.experts)
+    with capsys.disabled():  # into the rank log whatever the outcome (a passing test's output is dropped)
+        print(f"\ncamit-observation: rank {cam.rank} {kind} (id {int(topk[0, 0])}, E={case.experts}): {seen}",
+              flush=True)
+    record_property("observation", seen)

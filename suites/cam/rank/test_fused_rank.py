@@ -3,7 +3,8 @@
 As the kernels take them (umdk fused_deep_moe op_host/fused_deep_moe.cpp, and its UT
 test/cam/ut/fused_deep_moe/test_fused_deep_moe.py): gmm1/gmm2 and shared-expert weights FRACTAL_NZ on
 NPU (``cam.nz``; the reference keeps the ND arrays); ``x_active_mask`` ones then zeros, a count, so
-``output`` and ``share_output`` are compared on ``[:valid]`` only (masked rows are ``at::empty``).
+``output`` is compared on ``[:valid]`` only (its masked rows are ``at::empty``), ``share_output`` on every
+row (the shared expert runs on all tokens).
 Tolerance: upstream's allclose_nparray(reference, output, rtol=0.02, atol=2.0) and, beside it, a
 norm-relative bound (``FUSED_REL``) that a systematic 1 % error cannot pass; expert_token_nums exact.
 GE (graph) mode compiles a module that only calls the op through torchair's backend, checks Dynamo
@@ -20,7 +21,7 @@ import pytest
 import torch
 from camcheck import expect_close, expect_equal, expect_rel
 from camref import FusedCase, fused_inputs, fused_reference, fused_weights
-from cases import fused_case
+from cases import PRODUCTION, PRODUCTION_WORLD, fused_case
 
 pytestmark = [pytest.mark.multi_process_test, pytest.mark.a3_test]
 
@@ -38,6 +39,8 @@ MATRIX = {
     "with_mc2_mask": {"with_mask": True},
     "dynamicBS": {"dynamic_bs": True},
     "dynamicEPLB": {"separated": True},
+    "fp16": {"fp16": True},                    # x fp16 (the op definition's second half of binaries)
+    "placeholders": {"placeholders": True},    # expert ids -1 (API guide: a placeholder, range [-1, E))
     "all": {"with_share": True, "with_smooth": True, "with_mask": True, "dynamic_bs": True, "separated": True},
 }
 
@@ -57,31 +60,46 @@ def fused_args(cam, seed: int, case: FusedCase) -> tuple:
     def nz(a):  # gmm weights: FRACTAL_NZ on NPU, as the op declares them
         return cam.nz(torch.from_numpy(np.ascontiguousarray(a)))
 
+    scale2 = torch.float16 if case.fp16 else torch.bfloat16   # the op definition's (x, fp32, x) column
     if case.separated:
         w1 = [nz(w["w1"][e]) for e in range(lo, hi)]
         s1 = [t(w["s1"][e]) for e in range(lo, hi)]
         w2 = [nz(w["w2"][e]) for e in range(lo, hi)]
-        s2 = [t(w["s2"][e], torch.bfloat16) for e in range(lo, hi)]
+        s2 = [t(w["s2"][e], scale2) for e in range(lo, hi)]
     else:
         w1, s1 = [nz(w["w1"][lo:hi])], [t(w["s1"][lo:hi])]
-        w2, s2 = [nz(w["w2"][lo:hi])], [t(w["s2"][lo:hi], torch.bfloat16)]
+        w2, s2 = [nz(w["w2"][lo:hi])], [t(w["s2"][lo:hi], scale2)]
     share = [None] * 4
     if case.with_share:
-        share = [nz(w["sw1"]), t(w["ss1"]), nz(w["sw2"]), t(w["ss2"], torch.bfloat16)]
+        share = [nz(w["sw1"]), t(w["ss1"]), nz(w["sw2"]), t(w["ss2"], scale2)]
     smooth = t(w["smooth"]) if case.with_smooth else None
     ssmooth = t(w["ssmooth"]) if case.with_share and case.with_smooth else None
     mask = t(inp["mask"]) if case.with_mask else None
     bs = inp["x"].shape[0]
     max_bs = max(fused_inputs(seed, r, case)["x"].shape[0] for r in range(cam.world))
     global_bs = max_bs * cam.world if case.dynamic_bs else bs * cam.world
-    return (t(inp["x"], torch.bfloat16), t(inp["ids"]), w1, s1, w2, s2, t(inp["scales"]),
+    x_dtype = torch.float16 if case.fp16 else torch.bfloat16
+    return (t(inp["x"], x_dtype), t(inp["ids"]), w1, s1, w2, s2, t(inp["scales"]),
             share[0], share[1], share[2], share[3], smooth, ssmooth, mask,
             cam.group_ep, cam.world, cam.rank, case.experts, 0, global_bs)
 
 
+#: the op's plain tensor inputs by position, checked untouched after every call (an op writing into its inputs)
+INPUTS = {"x": 0, "expert_ids": 1, "expert_scales": 6, "expert_smooth_scales": 11, "share_smooth_scales": 12,
+          "x_active_mask": 13}
+
+
 def run_fused(cam, seed: int, case: FusedCase):
-    out, share_out, counts = cam.ops.fused_deep_moe(*fused_args(cam, seed, case))
+    args = fused_args(cam, seed, case)
+    before = {name: args[i].cpu().clone() for name, i in INPUTS.items() if args[i] is not None}
+    before.update({f"gmm1_weight_scale[{i}]": t.cpu().clone() for i, t in enumerate(args[3])})
+    out, share_out, counts = cam.ops.fused_deep_moe(*args)
     cam.sync()
+    after = {name: args[i] for name, i in INPUTS.items() if args[i] is not None}
+    after.update({f"gmm1_weight_scale[{i}]": t for i, t in enumerate(args[3])})
+    for name, was in before.items():
+        expect_equal("fused_deep_moe", f"input {name} after the call (written in place?)",
+                     after[name].cpu().float().numpy(), was.float().numpy(), cam.rank)
     return out, share_out, counts
 
 
@@ -94,10 +112,10 @@ def check_fused(cam, ref, out, share_out, counts, what: str = "") -> None:
     got = out.float().cpu().numpy()[:n]
     expect_close(op, f"output[:{n}]{tag}", got, ref.output, cam.rank, rtol=0.02, atol=2.0)
     expect_rel(op, f"output[:{n}]{tag}", got, ref.output, cam.rank, FUSED_REL)
-    if ref.share is not None:
-        got = share_out.float().cpu().numpy()[:n]
-        expect_close(op, f"share_output[:{n}]{tag}", got, ref.share, cam.rank, rtol=0.02, atol=2.0)
-        expect_rel(op, f"share_output[:{n}]{tag}", got, ref.share, cam.rank, FUSED_REL)
+    if ref.share is not None:  # every row: the shared expert runs on masked tokens too
+        got = share_out.float().cpu().numpy()
+        expect_close(op, f"share_output{tag}", got, ref.share, cam.rank, rtol=0.02, atol=2.0)
+        expect_rel(op, f"share_output{tag}", got, ref.share, cam.rank, FUSED_REL)
 
 
 @pytest.mark.author("camit")
@@ -107,6 +125,15 @@ def test_fused_deep_moe(cam, seed, variant):
     out, share_out, counts = run_fused(cam, seed, case)
     ref = fused_reference(seed, cam.rank, cam.world, case)
     check_fused(cam, ref, out, share_out, counts)
+
+
+def test_fused_deep_moe_production_shape(cam, seed):
+    """Upstream's production shape (H 7168, 2I 4096, top_k 8, E 16 at 4 ranks), once per run."""
+    if cam.world != PRODUCTION_WORLD:
+        pytest.skip(f"the production shape runs at world {PRODUCTION_WORLD} (upstream's CASE_4RANK) only")
+    out, share_out, counts = run_fused(cam, seed, PRODUCTION)
+    ref = fused_reference(seed, cam.rank, cam.world, PRODUCTION)
+    check_fused(cam, ref, out, share_out, counts, "production shape")
 
 
 class FusedModule(torch.nn.Module):

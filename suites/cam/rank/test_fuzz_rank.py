@@ -3,21 +3,23 @@
 The configuration of case i depends only on CAMIT_SEED and i, so every rank draws the same one
 and a failing case reproduces with the seed printed by the controller (``--random-seed``).
 
-Valid cases lie inside the kernels' limits, edges included:
-- prefill (umdk moe_dispatch_normal_tiling.cpp, moe_combine_normal_tiling.cpp): H in [1024, 7168] (a multiple of
-  128, for the quant path's per-block dequantisation), tokens in [1, 8000], x bf16 or fp16, top_k in
-  (0, min(16, E)], E % R == 0. Tokens are drawn up to ``CAMIT_FUZZ_MAX_TOKENS`` (default 48): the reference
-  costs O(T·K·H·R) per rank and a CPU lab runs 8 ranks on 2 cores; set it to 8000 on a real cluster.
-- fused (the stand-in's fused tiling rules, from umdk fused_deep_moe/op_host/fused_deep_moe_tiling.cpp):
-  bs in [1, 256] (drawn up to 16, the reference's cost again), H in [512, 7168], gmm1 width 2I in [1024, 6144]
-  with 2I % 1024 == 0, top_k in [1, min(12, E)], E in (0, 512] with E % R == 0.
-Invalid cases lie outside exactly one limit the op checks, at the call or in its tiling, and must raise the
-op's own error (``OP_ERROR``) after a synchronize: prefill H below/above, tokens 0 / over 8000, x fp32, top_k
+Valid cases lie inside the contract (camcontract.LIMITS: the API guide's ranges intersected with the checks),
+edges included:
+- prefill: H in [1024, 7168] (a multiple of 128, for the quant path's per-block dequantisation), tokens in
+  [1, 8000] and within the launch's HCCL_BUFFSIZE window (camcontract.dispatch_window), x bf16 or fp16, top_k
+  in (0, min(16, E)], E % R == 0; some cases with unequal token counts across ranks, some with a zero row.
+  Tokens are drawn up to ``CAMIT_FUZZ_MAX_TOKENS`` (default 48): the reference costs O(T·K·H·R) per rank and a
+  CPU lab runs 8 ranks on 2 cores; raise it on a real cluster (the window caps it all the same).
+- fused: bs in [1, 256] (drawn up to 16, the reference's cost again), H in [1024, 7168] with H % 256 == 0 (the
+  guide's range; the tiling also takes [512, 1024), undocumented), gmm1 width 2I in [1024, 6144] with
+  2I % 1024 == 0, top_k in [1, min(12, E - 1)] (the guide: lower than the expert count), E % R == 0; x bf16
+  or fp16; some cases with -1 placeholder ids.
+Invalid cases lie outside exactly one contract entry (``INVALID_ENTRY``), and must raise that entry's refusal
+(its check's error form and the quantity's name, ``refused_for``) after a synchronize: prefill H below/above, tokens 0 / over 8000, x fp32, top_k
 over 16, E not divisible, int64 counts, a wrong rank count, 3-D x; combine H below/above, x fp32, tokens over
 8000; fused bs over 256, H below/above, 2I below/above/unaligned, top_k over 12, E over 512. Every rank draws the
-same invalid case, so every rank is refused before any communication. Expert ids outside [0, E) are no invalid
-case: get_dispatch_layout does not check them (umdk src/cam/comm_operator/pybind/get_dispatch_layout.cpp),
-the kernel faults on the device instead (test_bad_ids_rank.py).
+same invalid case, so every rank is refused before any communication. Expert ids outside their range are no
+invalid case: no op checks them, the result is undefined (test_bad_ids_rank.py records what happens).
 
 Bounds of the valid cases' comparisons: the integer outputs (recv_count, expand_idx, expert_token_nums) exact;
 combined_x by check_combine (upstream's calc_diff and COMBINE_REL: bf16/fp16 output rounding only, so a 1 %
@@ -33,7 +35,8 @@ import random
 import numpy as np
 import pytest
 import torch
-from camcheck import OP_ERROR, expect_equal
+from camcheck import expect_equal, refused_for
+from camcontract import LIMITS, dispatch_window, fits, hccl_buffsize_mb
 from camref import FusedCase, PrefillCase, dispatch_layout, dispatch_reference, fused_reference, prefill_inputs
 from test_fused_rank import check_fused, run_fused
 from test_prefill_rank import check_combine, run_prefill
@@ -42,12 +45,26 @@ from conftest import SEED
 
 N = int(os.environ.get("CAMIT_FUZZ_N", "6"))
 WORLD = int(os.environ.get("WORLD_SIZE", "2"))
-#: the prefill limits (moe_dispatch_normal_tiling.cpp: BS_UPPER_BOUND, H_MIN, H_MAX; K_MAX)
-TOKENS_MAX, H_MIN, H_MAX, TOP_K_MAX = 8000, 1024, 7168, 16
-#: the fused limits (fused_deep_moe_tiling.cpp, as the stand-in's fused.py has them)
-F_BS_MAX, F_H_MIN, F_H_MAX, F_GMM1_MIN, F_GMM1_MAX, F_GMM1_ALIGN, F_TOP_K_MAX, F_E_MAX = \
-    256, 512, 7168, 1024, 6144, 1024, 12, 512
+#: the prefill limits, from the contract the op stand-in enforces too
+TOKENS_MAX = LIMITS["dispatch.tokens"].hi or 0
+H_MIN, H_MAX = LIMITS["dispatch.hidden"].lo or 0, LIMITS["dispatch.hidden"].hi or 0
+TOP_K_MAX = LIMITS["dispatch.top_k"].hi or 0
+#: the fused limits: valid draws inside the contract, invalid ones past what the tiling refuses
+_FH, _FG = LIMITS["fused.hidden"], LIMITS["fused.gmm1"]
+F_BS_MAX, F_TOP_K_MAX, F_E_MAX = LIMITS["fused.batch"].hi or 0, LIMITS["fused.top_k"].hi or 0, \
+    LIMITS["fused.experts"].hi or 0
+F_H_MIN, F_H_MAX, F_H_STEP, F_H_REFUSED_BELOW = _FH.lo or 0, _FH.hi or 0, _FH.step, _FH.refused_lo or 0
+F_GMM1_MIN, F_GMM1_MAX, F_GMM1_ALIGN = _FG.lo or 0, _FG.hi or 0, _FG.step
 MAX_TOKENS = max(1, min(TOKENS_MAX, int(os.environ.get("CAMIT_FUZZ_MAX_TOKENS", "48"))))
+#: the launch's HCCL window (MB): valid prefill cases are sized to fit it
+WINDOW_MB = hccl_buffsize_mb(dict(os.environ))
+
+
+def window_tokens(top_k: int, hidden: int, want: int) -> int:
+    """``want`` tokens, fewer if the dispatch window of the launch's HCCL_BUFFSIZE cannot hold them."""
+    while want > 1 and not fits(dispatch_window(want, top_k, hidden), WINDOW_MB):
+        want = want * 3 // 4
+    return want
 
 
 def prefill_config(i: int) -> tuple[PrefillCase, bool, torch.dtype]:
@@ -55,20 +72,23 @@ def prefill_config(i: int) -> tuple[PrefillCase, bool, torch.dtype]:
     experts = WORLD * r.randint(1, 4)
     edge = r.random()  # a quarter of the cases at an H edge
     hidden = H_MIN if edge < 0.125 else H_MAX if edge < 0.25 else 128 * r.randint(H_MIN // 128, H_MAX // 128)
-    tokens = 1 if r.random() < 0.15 else r.randint(1, MAX_TOKENS)
-    case = PrefillCase(tokens=tokens, hidden=hidden, experts=experts, top_k=r.randint(1, min(TOP_K_MAX, experts)))
+    top_k = r.randint(1, min(TOP_K_MAX, experts))
+    tokens = window_tokens(top_k, hidden, 1 if r.random() < 0.15 else r.randint(1, MAX_TOKENS))
+    case = PrefillCase(tokens=tokens, hidden=hidden, experts=experts, top_k=top_k, uneven=r.random() < 0.4,
+                       zero_rows=r.random() < 0.3)
     return case, r.random() < 0.5, r.choice([torch.bfloat16, torch.float16])
 
 
 def fused_config(i: int) -> FusedCase:
-    """Inside the fused limits (module docstring)."""
+    """Inside the fused contract (module docstring)."""
     r = random.Random(f"{SEED}-fused-{i}")
     experts = WORLD * r.randint(1, 3)
-    return FusedCase(batch=r.randint(1, min(16, F_BS_MAX)), hidden=256 * r.randint(F_H_MIN // 256, 6),
-                     inter=F_GMM1_ALIGN // 2 * r.randint(1, 2), experts=experts,
-                     top_k=r.randint(1, min(F_TOP_K_MAX, experts)),
+    return FusedCase(batch=r.randint(1, min(16, F_BS_MAX)),
+                     hidden=F_H_STEP * r.randint(F_H_MIN // F_H_STEP, 6), inter=F_GMM1_ALIGN // 2 * r.randint(1, 2),
+                     experts=experts, top_k=r.randint(1, min(F_TOP_K_MAX, experts - 1)),
                      with_share=r.random() < 0.3, with_smooth=r.random() < 0.3, with_mask=r.random() < 0.3,
-                     separated=r.random() < 0.3, dynamic_bs=r.random() < 0.3)
+                     separated=r.random() < 0.3, dynamic_bs=r.random() < 0.3, fp16=r.random() < 0.3,
+                     placeholders=r.random() < 0.3)
 
 
 #: each outside one limit the op checks at the call or in its tiling (pybind moe_dispatch_prefill.cpp,
@@ -80,6 +100,18 @@ COMBINE_INVALID = ["combine_hidden_below", "combine_hidden_above", "combine_x_fp
 FUSED_INVALID = ["fused_batch_over", "fused_hidden_below", "fused_hidden_above", "fused_gmm1_below",
                  "fused_gmm1_above", "fused_gmm1_unaligned", "fused_top_k_over", "fused_experts_over"]
 INVALID = PREFILL_INVALID + COMBINE_INVALID + FUSED_INVALID
+#: the one contract entry each invalid kind crosses: its refusal must name that entry's quantity
+INVALID_ENTRY = {
+    "experts_not_divisible": "layout.experts_per_rank", "top_k_over_limit": "dispatch.top_k",
+    "empty_batch": "dispatch.tokens", "too_many_tokens": "dispatch.tokens", "int64_counts": "dispatch.counts_dtype",
+    "rank_mismatch": "dispatch.counts_per_rank", "x_3d": "dispatch.x_dim", "hidden_below": "dispatch.hidden",
+    "hidden_above": "dispatch.hidden", "x_fp32": "dispatch.x_dtype",
+    "combine_hidden_below": "combine.hidden", "combine_hidden_above": "combine.hidden",
+    "combine_x_fp32": "combine.x_dtype", "combine_too_many_tokens": "combine.tokens",
+    "fused_batch_over": "fused.batch", "fused_hidden_below": "fused.hidden", "fused_hidden_above": "fused.hidden",
+    "fused_gmm1_below": "fused.gmm1", "fused_gmm1_above": "fused.gmm1", "fused_gmm1_unaligned": "fused.gmm1",
+    "fused_top_k_over": "fused.top_k", "fused_experts_over": "fused.experts",
+}
 
 
 def refusal(kind: str, exc: BaseException) -> None:
@@ -126,7 +158,8 @@ def test_fused_fuzz_valid(cam, i):
 
 
 def _prefill_invalid(cam, r: random.Random, kind: str, i: int) -> None:
-    experts = cam.world * r.randint(1, 3)
+    # rank_mismatch: E = R, which R + 1 never divides (the one check crossed)
+    experts = cam.world * (1 if kind == "rank_mismatch" else r.randint(1, 3))
     case = PrefillCase(tokens=r.randint(1, 16), hidden=H_MIN, experts=experts, top_k=min(4, experts))
     if kind == "hidden_below":
         case = PrefillCase(case.tokens, H_MIN - 128 * r.randint(1, 4), experts, case.top_k)
@@ -156,7 +189,7 @@ def _prefill_invalid(cam, r: random.Random, kind: str, i: int) -> None:
     elif kind == "int64_counts":
         ntpe = ntpe.to(torch.int64)
     dev = cam.to_device
-    with pytest.raises(RuntimeError, match=OP_ERROR) as refused:
+    with refused_for(INVALID_ENTRY[kind]) as refused:
         if kind == "experts_not_divisible":
             cam.ops.get_dispatch_layout(dev(torch.from_numpy(topk)), n_exp, cam.world)
         else:
@@ -170,7 +203,7 @@ def _prefill_invalid(cam, r: random.Random, kind: str, i: int) -> None:
 
 def _combine_invalid(cam, r: random.Random, kind: str) -> None:
     """moe_combine_prefill refused by its tiling (moe_combine_normal_tiling.cpp), before any communication."""
-    tokens, top_k, rows, hidden, dtype = r.randint(1, 16), 4, 8, H_MIN, torch.bfloat16
+    tokens, top_k, rows, hidden, dtype = r.randint(1, 16), 2, 8, H_MIN, torch.bfloat16
     if kind == "combine_hidden_below":
         hidden = H_MIN - 128 * r.randint(1, 4)
     elif kind == "combine_hidden_above":
@@ -184,8 +217,8 @@ def _combine_invalid(cam, r: random.Random, kind: str) -> None:
     topk = torch.zeros((tokens, top_k), dtype=torch.int64)
     w = torch.ones((tokens, top_k), dtype=torch.float32)
     src_idx = torch.zeros(3 * rows, dtype=torch.int32)
-    send_head = torch.zeros(cam.world, dtype=torch.int32)
-    with pytest.raises(RuntimeError, match=OP_ERROR) as refused:
+    send_head = torch.zeros(2 * cam.world, dtype=torch.int32)   # E = 2R >= top_k: the K check passes
+    with refused_for(INVALID_ENTRY[kind]) as refused:
         cam.ops.moe_combine_prefill(dev(x), dev(topk), dev(w), dev(src_idx), dev(send_head), cam.group_ep,
                                     cam.rank, cam.world)
         cam.sync()
@@ -199,7 +232,7 @@ def _fused_invalid(cam, r: random.Random, kind: str) -> None:
     if kind == "fused_batch_over":
         bs = F_BS_MAX + r.randint(1, 40)
     elif kind == "fused_hidden_below":
-        hidden = F_H_MIN - 128 * r.randint(1, 2)
+        hidden = F_H_REFUSED_BELOW - 128 * r.randint(1, 2)
     elif kind == "fused_hidden_above":
         hidden = F_H_MAX + 256 * r.randint(1, 2)
     elif kind == "fused_gmm1_below":
@@ -220,7 +253,7 @@ def _fused_invalid(cam, r: random.Random, kind: str) -> None:
             [cam.nz(torch.zeros((local, inter, hidden), dtype=torch.int8))],
             [dev(torch.ones((local, hidden), dtype=torch.bfloat16))], dev(torch.ones((bs, top_k))),
             None, None, None, None, None, None, None, cam.group_ep, cam.world, cam.rank, experts, 0, 0)
-    with pytest.raises(RuntimeError, match=OP_ERROR) as refused:
+    with refused_for(INVALID_ENTRY[kind]) as refused:
         cam.ops.fused_deep_moe(*args)
         cam.sync()
     refusal(kind, refused.value)

@@ -7,12 +7,14 @@ check, so a failing check on one rank never leaves the others waiting.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
 from camcheck import Mismatch, expect_diff, expect_equal, expect_rel, per_token_cast_back
-from camref import combine_reference, dispatch_layout, dispatch_reference, prefill_inputs, quantize_rows
-from cases import prefill_case
+from camref import PrefillCase, combine_reference, dispatch_layout, dispatch_reference, prefill_inputs, quantize_rows
+from cases import MANY_TOKENS, prefill_case
 
 pytestmark = [pytest.mark.multi_process_test, pytest.mark.a3_test]
 
@@ -89,10 +91,17 @@ def check_inputs_untouched(got, rank):
                  w_after, got["w"], rank)
 
 
+#: the case's shape: the lab's, or with unequal token counts across ranks (the dispatch sizes its window by the
+#: most tokens of any rank, moe_dispatch_prefill.cpp:110; combine by its own, moe_combine_prefill.cpp:51) and a
+#: row of zeros on rank 0 (the quantisation's 127 / max path; upstream's UT sends zero rows from rank 0)
+SHAPES = {"even": {}, "uneven_zero_rows": {"uneven": True, "zero_rows": True}}
+
+
 @pytest.mark.author("camit")
+@pytest.mark.parametrize("shape", list(SHAPES))
 @pytest.mark.parametrize("use_quant", [False, True], ids=["noquant", "quant"])
-def test_dispatch_combine(cam, seed, use_quant):
-    case = prefill_case(cam.world)
+def test_dispatch_combine(cam, seed, use_quant, shape):
+    case = dataclasses.replace(prefill_case(cam.world), **SHAPES[shape])
     got = run_prefill(cam, seed, case, use_quant)
     rank = cam.rank
     ref_ntpe, ref_sti = dispatch_layout(got["topk"], case.experts)
@@ -120,3 +129,34 @@ def test_dispatch_combine(cam, seed, use_quant):
         expect_equal(op, "recv_x rows", got["recv_x"].float().cpu().numpy()[:n], ref.recv_x[:n], rank)
     check_combine(got, rank, use_quant)
     check_inputs_untouched(got, rank)
+
+
+def check_dispatch(got, seed, rank, world, case, what=""):
+    """The layout and the dispatch's integer outputs exact, recv_x rows exact (quant off), combine bounded."""
+    ref_ntpe, ref_sti = dispatch_layout(got["topk"], case.experts)
+    expect_equal("get_dispatch_layout", f"num_tokens_per_expert{what}", got["ntpe"].cpu().numpy(), ref_ntpe, rank)
+    expect_equal("get_dispatch_layout", f"send_token_idx_small{what}", got["sti"].cpu().numpy(), ref_sti, rank)
+    ref = dispatch_reference(seed, rank, world, case)
+    op, n = "moe_dispatch_prefill", ref.rows
+    expect_equal(op, f"recv_count{what}", got["recv_count"].cpu().numpy(), ref.recv_count, rank)
+    expect_equal(op, f"expand_idx{what}", got["expand"].cpu().numpy()[: 3 * n], ref.expand_idx[: 3 * n], rank)
+    check_combine(got, rank, False, what)
+    check_inputs_untouched(got, rank)
+
+
+def test_more_tokens_than_vector_cores(cam, seed):
+    """The layout kernel splits tokens over the AIV cores (dispatch_layout.h:51-74: several tokens per core once
+    T exceeds the core count; 48 vector cores per A3 die): T = MANY_TOKENS, several per core on every core."""
+    case = PrefillCase(tokens=MANY_TOKENS, hidden=1024, experts=2 * cam.world, top_k=min(4, 2 * cam.world))
+    check_dispatch(run_prefill(cam, seed, case, False), seed, cam.rank, cam.world, case, f" [T={MANY_TOKENS}]")
+
+
+def test_two_cam_communicators_in_one_process(cam, seed):
+    """Ops on a second communicator of the same ranks, interleaved with the first (upstream's fused UT builds
+    ep_group and ep_group_small in one process): each call's results as if it were alone."""
+    group2, ep2 = cam.new_op_group()
+    other = dataclasses.replace(cam, group=group2, group_ep=ep2)
+    case = prefill_case(cam.world)
+    for i, who in enumerate((other, cam, other)):
+        got = run_prefill(who, seed + i, case, False)
+        check_dispatch(got, seed + i, cam.rank, cam.world, case, f" [communicator {'2' if who is other else '1'}]")
