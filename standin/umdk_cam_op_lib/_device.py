@@ -10,11 +10,16 @@ and nothing is checked.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping, Sequence
 
 import torch
 
-from ._tiling import torch_npu_standin
+
+def torch_npu_standin() -> object | None:
+    """The torch_npu stand-in module when this process imported it (an emulated Ascend host), else None."""
+    mod = sys.modules.get("torch_npu")
+    return mod if mod is not None and getattr(mod, "STANDIN", False) else None
 
 
 def _items(name: str, value: object) -> list[tuple[str, torch.Tensor]]:

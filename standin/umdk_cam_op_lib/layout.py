@@ -21,8 +21,8 @@ from __future__ import annotations
 import torch
 
 from ._assert import bind_assert
-from ._device import require_npu
 from ._contract import LIMITS
+from ._device import require_npu
 from ._hostile import corrupt
 from ._opapi import require_opapi
 from ._schemas import ACLNN_API
