@@ -785,7 +785,8 @@ def test_torchair_takes_cam_ops_in_aclgraph_mode_only(tmp_path):
         print("explain", ex.graph_count, ex.graph_break_count)
         out = torch.compile(Op(), backend=backend_of(aclgraph))(*args)
         eager = cam.fused_deep_moe(*args)
-        print("graphs", graphs, all(torch.equal(a, b) for a, b in zip(out, eager)), out[0].device.type)
+        # output and expert_token_nums; share_output is undefined without a shared expert (stand-in garbage)
+        print("graphs", graphs, all(torch.equal(out[i], eager[i]) for i in (0, 2)), out[0].device.type)
         for name, config, fullgraph in (("GE", CompilerConfig(), False), ("fullgraph", aclgraph, True)):
             torch._dynamo.reset()
             try:
