@@ -112,23 +112,26 @@ test: install lint docs
 	down || rc=1; \
 	exit $$rc
 
-# the main job, as a user sees it on an A3 cluster: two emulated A3 hosts (16 dies each, hccl), preflight with
-# every NPU column, the stand-in artifacts built and deployed, the CAM suite at 4 ranks
+# the main job, as a user sees it on an A3 cluster: two emulated A3 hosts (16 dies each, hccl; the env
+# declares 2 of them visible, so world 4 runs 2 + 2 across both nodes), preflight with every NPU column, the
+# stand-in artifacts built and deployed, the CAM suite at 4 ranks; then the docs, and where both are
 demo: LAB_NPU = a3
 demo: LAB_HOSTS = 2
+demo: LAB_VISIBLE = 0,1
 demo: lab-up
 	camit check --env $(LAB_ENV)
 	$(PYTHON) -m framework.artifacts build --out $(ARTIFACTS) --env-in $(LAB_ENV) --env-out $(SUITE_ENV)
-	$(PYTHON) -m pytest suites/cam --env $(SUITE_ENV) --world-sizes 4 -q -rs -p no:cacheprovider
-	@$(MAKE) --no-print-directory docs
-	@echo "the report: $(CURDIR)/reports/latest/index.html (run folder reports/latest/)"
-	@echo "the docs:   $(CURDIR)/build/site/index.html"
-	@echo "lab is still up: 'make lab-down' removes it"
+	@$(PYTHON) -m pytest suites/cam --env $(SUITE_ENV) --world-sizes 4 -q -rs -p no:cacheprovider; rc=$$?; \
+	$(MKDOCS) || rc=1; \
+	echo "the report: $(CURDIR)/reports/latest/index.html (run folder reports/latest/)"; \
+	echo "the docs:   $(CURDIR)/build/site/index.html"; \
+	echo "lab is still up: 'make lab-down' removes it"; exit $$rc
 
 # the documentation site into build/site: warnings (broken links and anchors too) are errors; the reference
 # pages are generated from the schema, the parsers and bench/results (docs/hooks.py); nothing is fetched
+MKDOCS = NO_MKDOCS_2_WARNING=1 $(PYTHON) -m mkdocs build --strict --quiet
 docs: install
-	NO_MKDOCS_2_WARNING=1 $(PYTHON) -m mkdocs build --strict --quiet
+	$(MKDOCS)
 
 schema:
 	$(PYTHON) -m framework.config schema > env/test_env.schema.json
