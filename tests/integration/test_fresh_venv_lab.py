@@ -12,7 +12,8 @@ The venv gets no setuptools at all (as on Python 3.12) and no torch: the lab com
 torch would cost minutes and bring a current setuptools with it (torch requires setuptools), hiding
 the very problem this test is about. The venv lives under /var/tmp, not /tmp: a lab host has its own
 /tmp and runs the controller's interpreter. Lab name and subnet are this test's own (the Makefile's
-labs use 10.76-10.79 and 10.176).
+labs use 10.76-10.79 and 10.176); $CAMIT_VENV_LAB and $CAMIT_VENV_SUBNET override them (a second
+checkout testing beside a running make test).
 """
 
 from __future__ import annotations
