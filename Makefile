@@ -30,7 +30,7 @@ SUITE_ENV  ?= env/lab-suite.yaml
 ARTIFACTS  ?= build/artifacts
 
 
-.PHONY: install deps-apt deps-pip lab-up lab-down lab-status npu-lab-up npu-lab-down a2-lab-up a2-lab-down jump-lab-up jump-lab-down lint test test-unit test-integration demo clean schema
+.PHONY: docs install deps-apt deps-pip lab-up lab-down lab-status npu-lab-up npu-lab-down a2-lab-up a2-lab-down jump-lab-up jump-lab-down lint test test-unit test-integration demo clean schema
 
 install: deps-apt deps-pip
 
@@ -52,7 +52,7 @@ deps-apt:
 # always (re)install this checkout: an editable install of another checkout would otherwise
 # be what the camit script and the pytest plugin import (quick when everything is satisfied)
 deps-pip:
-	@$(PYTHON) -m pip install -q --disable-pip-version-check --root-user-action=ignore -e '.[test]' torch==2.13.0
+	@$(PYTHON) -m pip install -q --disable-pip-version-check --root-user-action=ignore -e '.[test,docs]' torch==2.13.0
 
 lab-up: install
 	$(PYTHON) -m framework.lab up --hosts $(LAB_HOSTS) --name $(LAB_NAME) --subnet $(LAB_SUBNET) --env-out $(LAB_ENV) \
@@ -102,7 +102,7 @@ CLEANROOM ?= tests/cleanroom_cam
 # core_pattern on the shared lab hosts, so never two at once (the -n behaviour is tested inside them, on lab
 # shares). Both passes always run; either failing fails the target.
 TEST_WORKERS ?= 2
-test: install lint
+test: install lint docs
 	@down() { $(MAKE) --no-print-directory lab-down LAB_NPU= ; r1=$$?; $(MAKE) --no-print-directory npu-lab-down; r2=$$?; \
 	  $(MAKE) --no-print-directory a2-lab-down; r3=$$?; $(MAKE) --no-print-directory jump-lab-down; r4=$$?; \
 	  [ $$r1 = 0 ] && [ $$r2 = 0 ] && [ $$r3 = 0 ] && [ $$r4 = 0 ]; }; \
@@ -118,15 +118,26 @@ test: install lint
 	down || rc=1; \
 	exit $$rc
 
-# the main job, as a user sees it on an A3 cluster: two emulated A3 hosts (16 dies each, hccl), preflight with
-# every NPU column, the stand-in artifacts built and deployed, the CAM suite at 4 ranks
+# the main job, as a user sees it on an A3 cluster: two emulated A3 hosts (16 dies each, hccl; the env
+# declares 2 of them visible, so world 4 runs 2 + 2 across both nodes), preflight with every NPU column, the
+# stand-in artifacts built and deployed, the CAM suite at 4 ranks; then the docs, and where both are
 demo: LAB_NPU = a3
 demo: LAB_HOSTS = 2
+demo: LAB_VISIBLE = 0,1
 demo: lab-up
 	camit check --env $(LAB_ENV)
 	$(PYTHON) -m framework.artifacts build --out $(ARTIFACTS) --env-in $(LAB_ENV) --env-out $(SUITE_ENV)
-	$(PYTHON) -m pytest suites/cam --env $(SUITE_ENV) --world-sizes 4 -q -rs -p no:cacheprovider
-	@echo "lab is still up: 'make lab-down' removes it; the report folder is reports/latest/"
+	@$(PYTHON) -m pytest suites/cam --env $(SUITE_ENV) --world-sizes 4 -q -rs -p no:cacheprovider; rc=$$?; \
+	$(MKDOCS) || rc=1; \
+	echo "the report: $(CURDIR)/reports/latest/index.html (run folder reports/latest/)"; \
+	echo "the docs:   $(CURDIR)/build/site/index.html"; \
+	echo "lab is still up: 'make lab-down' removes it"; exit $$rc
+
+# the documentation site into build/site: warnings (broken links and anchors too) are errors; the reference
+# pages are generated from the schema, the parsers and bench/results (docs/hooks.py); nothing is fetched
+MKDOCS = NO_MKDOCS_2_WARNING=1 $(PYTHON) -m mkdocs build --strict --quiet
+docs: install
+	$(MKDOCS)
 
 schema:
 	$(PYTHON) -m framework.config schema > env/test_env.schema.json

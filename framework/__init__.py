@@ -13,7 +13,7 @@ The public API, importable from ``framework`` itself; each name is loaded from i
   ``HostUnreachable``, ``AuthenticationFailed``, ``HostKeyError``, ``TransferError``, ``DeployError``,
   ``Cancelled``, ``CommandError``, ``CommandFailed``, ``CommandTimedOut``, ``MultiHostError``
 
-The package is organised one concern per module or package (see README.md for the map):
+The package is organised one concern per module or package (the map: docs/design.md):
 ``errors`` (the exception tree), ``config`` (test_env.yaml -> typed environment),
 ``commands`` (pure, quoted command builders), ``transport`` (SSH / local / fake),
 ``hosts`` (Host and Cluster fan-out), ``lab`` (network-namespace cluster on one

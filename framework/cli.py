@@ -58,7 +58,7 @@ EXIT_CODES = (
 #: ``--help`` examples per command path
 EXAMPLES: dict[str, tuple[str, ...]] = {
     "camit": ("camit check --env test_env.yaml", "camit deploy --env test_env.yaml",
-              "camit run --env test_env.yaml --nproc-per-node 2 -- suites/cam/rank_suite.py",
+              "camit run --env test_env.yaml --nproc-per-node 2 -- examples/hello_ranks.py",
               'eval "$(camit completion bash)"'),
     "camit env validate": ("camit env validate test_env.yaml", "camit env validate test_env.yaml --json"),
     "camit exec": ("camit exec --env e.yaml -- uname -r", "camit exec --env e.yaml --hosts node1,node2 -- 'npu-smi info | head'",
@@ -66,9 +66,9 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "camit deploy": ("camit deploy --env e.yaml",
                      "camit deploy --env e.yaml --hosts node1 --no-relay --wait 900",
                      "camit deploy --env e.yaml --dry-run   # what would go where; no host contacted"),
-    "camit run": ("camit run --env e.yaml --nproc-per-node 2 -- script.py --arg 1",
+    "camit run": ("camit run --env e.yaml --nproc-per-node 2 -- examples/hello_ranks.py",
                   "camit run --env e.yaml --json -- -m my.module",
-                  "camit run --env e.yaml --dry-run -- script.py   # each node's command; nothing started"),
+                  "camit run --env e.yaml --dry-run -- examples/hello_ranks.py   # each node's command; nothing started"),
     "camit check": ("camit check --env e.yaml", "camit check --env e.yaml --hosts node3 --json"),
     "camit collect": ("camit collect --env e.yaml", "camit collect --env e.yaml --logs --wait 600"),
     "camit lease status": ("camit lease status --env e.yaml",),
@@ -161,7 +161,7 @@ def build_parser() -> argparse.ArgumentParser:
     rn.add_argument("--core-policy", choices=("fail", "warn", "ignore"), default=None,
                     help="what a core dump during the run does: fail (default, or $CAMIT_CORE_POLICY), warn, ignore")
     _lease_args(rn)
-    rn.add_argument("target", nargs=argparse.REMAINDER, metavar="-- script.py|-m module [args]")
+    rn.add_argument("target", nargs=argparse.REMAINDER, metavar="-- SCRIPT|-m MODULE [ARGS]")
 
     from framework.preflight.limits import Limits  # stdlib-only: the probe module imports framework.launch
 

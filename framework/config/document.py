@@ -22,8 +22,8 @@ import posixpath
 import re
 import struct
 import sys
-from collections.abc import Mapping, Sequence
-from typing import Annotated, Any, Literal
+from collections.abc import Callable, Mapping, Sequence
+from typing import Annotated, Any, Literal, cast, get_args, get_origin
 
 from pydantic import (
     AfterValidator,
@@ -591,11 +591,56 @@ def validate(data: dict[str, Any]) -> EnvDocument:
     Raises:
         DocumentInvalid: one or more problems.
     """
+    unknown: list[tuple[Loc, str]] = []
+    known = _without_unknown_keys(EnvDocument, data, (), unknown)
+    found = [(loc, (dotted(loc), problem)) for loc, problem in unknown]
     try:
-        return EnvDocument.model_validate(data)
+        doc = EnvDocument.model_validate(known)
     except ValidationError as exc:
-        errors = sorted(exc.errors(include_url=False), key=lambda e: _file_order(data, e["loc"]))
-    raise DocumentInvalid([_translate(e) for e in errors])
+        found += [(tuple(e["loc"]), _translate(e)) for e in exc.errors(include_url=False)]
+    else:
+        if not found:
+            return doc
+    # unknown keys no longer hide the other mistakes of their section: every problem, in file order
+    found.sort(key=lambda item: _file_order(data, item[0]))
+    raise DocumentInvalid([problem for _, problem in found])
+
+
+def _section_in(annotation: Any) -> tuple[type[_Section], bool] | None:
+    """The section model a field holds, and whether as the values of a mapping (``host_info``)."""
+    if isinstance(annotation, type) and issubclass(annotation, _Section):
+        return annotation, False
+    args = get_args(annotation)
+    if get_origin(annotation) is dict and len(args) == 2:
+        inner = _section_in(args[1])
+        return (inner[0], True) if inner else None
+    return next((found for found in map(_section_in, args) if found), None)
+
+
+def _without_unknown_keys(model: type[_Section], data: Any, loc: Loc,
+                          unknown: list[tuple[Loc, str]]) -> Any:
+    """``data`` without the keys its section does not know (each noted in ``unknown``), recursively."""
+    if not isinstance(data, dict):
+        return data
+    # the section's own check (pydantic's decorator proxy is the classmethod at run time)
+    known_keys = cast("Callable[[Any], Any]", model._known_keys)
+    try:
+        data = known_keys(data)
+    except PydanticCustomError as exc:
+        unknown.append((loc, exc.message()))
+        data = {k: v for k, v in data.items() if k in model.model_fields}
+    out = {}
+    for key, value in data.items():
+        field = model.model_fields.get(key)
+        section = _section_in(field.annotation) if field is not None else None
+        if section is None or not isinstance(value, dict):
+            out[key] = value
+        elif section[1]:
+            out[key] = {k: _without_unknown_keys(section[0], v, (*loc, key, k), unknown)
+                        for k, v in value.items()}
+        else:
+            out[key] = _without_unknown_keys(section[0], value, (*loc, key), unknown)
+    return out
 
 
 def dotted(loc: Loc) -> str:

@@ -40,7 +40,7 @@ from framework.config.document import SCHEMA_VERSION, Loc, parse_cpu_list
 from framework.config.envfile import DEFAULT_ENV_PATH
 from framework.config.sshconfig import SSH_CONFIG_ENV, SshConfigFile, SshHostConfig, controller_path
 from framework.config.sshconfig import find as find_ssh_config
-from framework.config.yaml_text import expand_vars, parse_yaml, read_text
+from framework.config.yaml_text import MAX_CHARS, expand_vars, parse_yaml, read_text
 from framework.errors import ConfigError
 
 log = logging.getLogger("camit.config")
@@ -420,11 +420,27 @@ def _prune(doc: Mapping[str, Any]) -> dict[str, Any]:
 
 
 class _Reporter:
-    """Makes ConfigErrors for one file, scrubbing every known secret from the text."""
+    """Makes ConfigErrors for one file, scrubbing every known secret from the text; collects the
+    file's problems (``add``) so that ``raise_problems`` reports all of them at once, a line each."""
 
     def __init__(self, source: str) -> None:
         self.source = source
         self.secrets: set[str] = set()
+        self.problems: list[tuple[str | None, str]] = []
+
+    def add(self, key_path: str | None, problem: str) -> None:
+        self.problems.append((key_path, problem))
+
+    def raise_problems(self) -> None:
+        """One ConfigError naming the first problem's key path, a line per problem (_MAX_LINES)."""
+        if not self.problems:
+            return
+        (key_path, first), rest = self.problems[0], self.problems[1:_MAX_LINES]
+        src = self.source
+        lines = [first] + [f"{src}: {p}: {m}" if p else f"{src}: {m}" for p, m in rest]
+        if len(self.problems) > _MAX_LINES:
+            lines.append(f"{src}: ... and {len(self.problems) - _MAX_LINES} more problem(s)")
+        raise self.error(key_path, "\n".join(lines))
 
     def error(self, key_path: str | None, problem: str) -> ConfigError:
         # Messages are built so as never to quote a secret; this is the second line of defence.
@@ -456,14 +472,40 @@ def load(path: str | os.PathLike[str] = DEFAULT_ENV_PATH, environ: Mapping[str, 
     report = _Reporter(source)
     data = parse_yaml(read_text(source, report.error), report.error)
     expanded: set[Loc] = set()
-    data = expand_vars(data, env_vars, expanded, report.error)
+    unexpanded: set[str] = set()
+    data = _expand(data, (), _Expansion(env_vars, expanded, unexpanded, [MAX_CHARS]), report)
     report.secrets.update(_secret_values(data, expanded))
     ignored = [f"{source}: {w}" for w in legacy.tolerate(data)]  # harness-only keys: warnings
     for warning in ignored:
         log.warning("%s", warning)
-    doc = _validate(data, report)
+    doc = _validate(data, report, unexpanded)
     env = _resolve(doc, Path(os.path.abspath(source)), env_vars, expanded, report)
+    report.raise_problems()
     return dataclasses.replace(env, warnings=(*ignored, *env.warnings)) if ignored else env
+
+
+@dataclass(frozen=True)
+class _Expansion:
+    environ: Mapping[str, str]
+    expanded: set[Loc]
+    failed: set[str]  # key paths whose ${VAR} could not be expanded
+    budget: list[int]
+
+
+def _expand(value: Any, loc: Loc, how: _Expansion, report: _Reporter) -> Any:
+    """``${VAR}`` in every value; a value's problem is collected and the value left as written."""
+    if isinstance(value, dict):
+        return {k: _expand(v, (*loc, k), how, report) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_expand(v, (*loc, i), how, report) for i, v in enumerate(value)]
+    try:
+        return expand_vars(value, how.environ, how.expanded, report.error, loc, how.budget)
+    except ConfigError as exc:
+        if len(report.problems) >= _MAX_LINES:
+            report.raise_problems()
+        report.add(exc.key_path, exc.problem)
+        how.failed.add(schema.dotted(loc))
+        return value
 
 
 def _secret_values(data: dict[str, Any], expanded: set[Loc]) -> set[str]:
@@ -485,17 +527,18 @@ def _is_secret_env(name: str, loc: Loc, expanded: set[Loc]) -> bool:
     return bool(_SECRET_NAME.search(name)) or loc in expanded
 
 
-def _validate(data: dict[str, Any], report: _Reporter) -> schema.EnvDocument:
+def _validate(data: dict[str, Any], report: _Reporter, unexpanded: set[str]) -> schema.EnvDocument:
+    """The document, or every problem so far raised at once (a ${VAR} that failed: that one only)."""
+    doc: schema.EnvDocument | None = None
     try:
-        return schema.validate(data)
+        doc = schema.validate(data)
     except schema.DocumentInvalid as exc:
-        problems = exc.problems
-    # raised outside the except block so the ValidationError (which holds the input) is not chained
-    (key_path, first), rest = problems[0], problems[1:_MAX_LINES]
-    lines = [first] + [f"{report.source}: {p}: {m}" if p else f"{report.source}: {m}" for p, m in rest]
-    if len(problems) > _MAX_LINES:
-        lines.append(f"{report.source}: ... and {len(problems) - _MAX_LINES} more problem(s)")
-    raise report.error(key_path, "\n".join(lines))
+        report.problems += [(p, m) for p, m in exc.problems if p not in unexpanded]
+    # raised outside the except block so the ValidationError (holding the input) is not chained
+    if doc is None:
+        report.raise_problems()
+        raise AssertionError("an invalid document without problems")  # pragma: no cover
+    return doc  # the problems of ${VAR}s so far are raised with the later ones, at the end of load
 
 
 # --------------------------------------------------------------------------- effective values
@@ -581,9 +624,9 @@ def _launch_warnings(launch: schema.LaunchModel, env: Mapping[str, Any], report:
     ports = hccl_host_ports(plain)
     backend = _first(launch.backend, schema.BUILTIN["backend"])
     if backend == "hccl" and launch.master_port is not None and launch.master_port in ports:
-        raise report.error("launch.master_port", f"{launch.master_port} is one of HCCL's host ports "
-                                                 f"({ports.start}-{ports.stop - 1}, from HCCL_IF_BASE_PORT): pick "
-                                                 "another, or null to let camit choose")
+        report.add("launch.master_port", f"{launch.master_port} is one of HCCL's host ports "
+                                         f"({ports.start}-{ports.stop - 1}, from HCCL_IF_BASE_PORT): pick "
+                                         "another, or null to let camit choose")
     out = [f"{report.source}: {w}" for w in order_problems(plain)]
     for w in out:
         log.warning("%s", w)
@@ -595,8 +638,8 @@ def _check_rendezvous_nic(hosts: Mapping[str, HostSpec], which: str, report: _Re
     for host in hosts.values():
         nic = getattr(host, which)
         if nic is None or not nic.ip:
-            raise report.error(f"host_info.{host.name}.{which}",
-                               f"launch.rendezvous_nic is {which}, but host {host.name!r} has no {which}.ip")
+            report.add(f"host_info.{host.name}.{which}",
+                       f"launch.rendezvous_nic is {which}, but host {host.name!r} has no {which}.ip")
 
 
 def _ssh_config(d: schema.DefaultsModel, base: Path, environ: Mapping[str, str],
@@ -608,11 +651,14 @@ def _ssh_config(d: schema.DefaultsModel, base: Path, environ: Mapping[str, str],
     key = "defaults.ssh_config" if d.ssh_config is not None else None
     origin = "" if key else (f" (from ${SSH_CONFIG_ENV})" if named else "")
     if named and not path.is_file():
-        raise report.error(key, f"ssh_config {path}{origin} does not exist (set defaults.ssh_config: none to read none)")
+        report.add(key, f"ssh_config {path}{origin} does not exist "
+                        "(set defaults.ssh_config: none to read none)")
+        return None, []
     try:
         parsed = SshConfigFile(path)
     except ValueError as exc:
-        raise report.error(key, f"{exc}{origin}") from None
+        report.add(key, f"{exc}{origin}")
+        return None, []
     warnings = [f"{report.source}: ssh_config {path}: {what} is not followed by camit (only this file is read)"
                 for what in parsed.ignored]
     for w in warnings:
@@ -626,10 +672,12 @@ def _ssh_lookup(cfg: SshConfigFile | None, name: str, key_path: str, report: _Re
     try:
         found = cfg.lookup(name)
     except ValueError as exc:
-        raise report.error(key_path, str(exc)) from None
+        report.add(key_path, str(exc))
+        return SshHostConfig()
     if found.hostname is not None and not (_is_ipv4(found.hostname) or schema.is_hostname(found.hostname)):
-        raise report.error(key_path, f"ssh_config {cfg.path} (Host {name}): HostName {found.hostname!r} is not an "
-                                     "IPv4 address or host name")
+        report.add(key_path, f"ssh_config {cfg.path} (Host {name}): HostName {found.hostname!r} is not an "
+                             "IPv4 address or host name")
+        return SshHostConfig()
     return found
 
 
@@ -659,12 +707,14 @@ def _jump(name: str, h: schema.HostModel, d: schema.DefaultsModel, found: SshHos
     try:
         juser, jname, jport = schema.parse_jump(value)
     except ValueError as exc:  # only ssh_config's value gets here unchecked
-        raise report.error(key, f"{origin}: {value!r} {exc}") from None
+        report.add(key, f"{origin}: {value!r} {exc}")
+        return None
     jfound = _ssh_lookup(cfg, jname, key, report)
     if jfound.proxy_jump is not None and jfound.proxy_jump not in (value, jname):
         assert cfg is not None
-        raise report.error(key, f"jump host {jname!r} (from {origin}) has its own ProxyJump {jfound.proxy_jump!r} "
-                                f"in ssh_config {cfg.path}; camit supports one jump host")
+        report.add(key, f"jump host {jname!r} (from {origin}) has its own ProxyJump {jfound.proxy_jump!r} "
+                        f"in ssh_config {cfg.path}; camit supports one jump host")
+        return None
     return JumpSpec(
         address=jfound.hostname or jname,
         port=_first(jport, jfound.port, schema.BUILTIN["ssh_port"]),
@@ -694,11 +744,8 @@ def _host(
         where = f"host_info.{name}.npu.visible" if hnpu.visible is not None else "defaults.npu.visible"
         for dev in npu.visible:
             if dev >= npu.count:
-                raise report.error(
-                    where,
-                    f"device {dev} is out of range: host {name!r} has npu.count {npu.count} "
-                    f"(devices 0..{npu.count - 1})",
-                )
+                report.add(where, f"device {dev} is out of range: host {name!r} has npu.count {npu.count} "
+                                  f"(devices 0..{npu.count - 1})")
     workdir = _first(h.workdir, defaults.workdir)
     # explicit values (the host's, then defaults:) win over ssh_config's, which win over the built-in ones
     lookup = _first(h.ssh_ip, h.manage_nic.ip)
@@ -740,9 +787,7 @@ def _check_addresses(hosts: Mapping[str, HostSpec], report: _Reporter) -> None:
     for host in hosts.values():
         key = (host.ssh_ip.lower().rstrip("."), host.ssh_port, host.jump.display if host.jump else "")
         if key in seen:
-            raise report.error(
-                f"host_info.{host.name}",
-                f"hosts {seen[key]!r} and {host.name!r} have the same SSH address {host.route} "
-                "(ssh_ip defaults to manage_nic.ip)",
-            )
+            report.add(f"host_info.{host.name}", f"hosts {seen[key]!r} and {host.name!r} have the same SSH "
+                                                 f"address {host.route} (ssh_ip defaults to manage_nic.ip)")
+            continue
         seen[key] = host.name

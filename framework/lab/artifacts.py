@@ -3,7 +3,7 @@
 Without an NPU the lab deploys what a real CAM build would produce, made from ``standin/``:
 
 * the wheel ``umdk_cam_op_lib-209.0.0b1-py3-none-any.whl`` (the CPU stand-in of the op library), built
-  offline with setuptools' PEP 517 backend from a scratch copy of ``standin/`` (the checkout stays clean);
+  offline by ``framework.lab.wheelwrite`` (stdlib) from a scratch copy of ``standin/`` (the checkout stays clean);
 * a makeself ``.run`` named like CANN's, ``CAM_<soc>_<os_id>_<arch>.run`` (``os_id`` = ``ID=`` of
   /etc/os-release, ``arch`` = ``uname -m``), with the CANN custom-op payload: ``install.sh``,
   ``help.info`` and ``vendors/CAM/{op_api/lib/libcust_opapi.so, op_api/include/aclnn_*.h,
@@ -48,9 +48,11 @@ from pathlib import Path
 
 from framework.console import printable
 from framework.errors import ArtifactError, FrameworkError
+from framework.lab import checkout
+from framework.lab.wheelwrite import WheelError, write_wheel
 
-REPO = Path(__file__).resolve().parents[2]
-STANDIN = REPO / "standin"
+#: the umdk_cam_op_lib stand-in's source folder in the checkout (framework.lab.checkout)
+STANDIN = "standin"
 PACKAGE = "umdk_cam_op_lib"
 VERSION = "209.0.0b1"
 BROKEN_VERSION = VERSION + "+broken"
@@ -86,11 +88,6 @@ def run_package_name(soc: str = "cpu") -> str:
 
 
 # --------------------------------------------------------------------------- the wheel
-_BUILD_WHEEL = (
-    "import sys\n"
-    "from setuptools import build_meta\n"
-    "print('CAMIT-WHEEL', build_meta.build_wheel(sys.argv[1]))\n"
-)
 _BROKEN_INIT = (
     '"""camit fault-injection build of the umdk_cam_op_lib stand-in: importing it fails."""\n\n'
     f'raise ImportError("umdk_cam_op_lib {BROKEN_VERSION} is a deliberately broken build '
@@ -98,12 +95,13 @@ _BROKEN_INIT = (
 )
 
 
-def build_wheel(out: Path, broken_import: bool = False, source: Path = STANDIN) -> Path:
+def build_wheel(out: Path, broken_import: bool = False, source: Path | None = None) -> Path:
     """Build ``umdk_cam_op_lib-<version>-py3-none-any.whl`` into `out`; returns its path.
 
-    Offline and without build isolation (setuptools of this interpreter), from a scratch copy of
+    Offline, written with the standard library (``framework.lab.wheelwrite``), from a scratch copy of
     `source`. With `broken_import` the version is ``209.0.0b1+broken`` and ``import`` raises ImportError.
     """
+    source = source or checkout.require(f"the {PACKAGE} stand-in") / STANDIN
     if not (source / "pyproject.toml").is_file():
         raise ArtifactError(f"{source}: no pyproject.toml (the umdk_cam_op_lib stand-in source)")
     out = Path(out).resolve()
@@ -115,17 +113,10 @@ def build_wheel(out: Path, broken_import: bool = False, source: Path = STANDIN) 
         if broken_import:
             (src / PACKAGE / "_version.py").write_text(f'__version__ = "{BROKEN_VERSION}"\n')
             (src / PACKAGE / "__init__.py").write_text(_BROKEN_INIT)
-        env = dict(os.environ, SOURCE_DATE_EPOCH=str(EPOCH), PYTHONDONTWRITEBYTECODE="1")
-        proc = subprocess.run([sys.executable, "-c", _BUILD_WHEEL, str(out)], cwd=src, env=env,
-                              capture_output=True, text=True, timeout=300)
-        names = [ln.split(" ", 1)[1].strip() for ln in proc.stdout.splitlines() if ln.startswith("CAMIT-WHEEL ")]
-        if proc.returncode != 0 or not names:
-            tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
-            raise ArtifactError(f"building the {PACKAGE} wheel failed (rc={proc.returncode}):\n{tail}")
-    wheel = out / names[-1]
-    if not wheel.is_file():
-        raise ArtifactError(f"setuptools reported {wheel.name} but {wheel} does not exist")
-    return wheel
+        try:  # the standard library's zip: no setuptools needed (framework/lab/wheelwrite.py)
+            return write_wheel(src, out)
+        except WheelError as exc:
+            raise ArtifactError(f"building the {PACKAGE} wheel failed: {exc}") from None
 
 
 # --------------------------------------------------------------------------- the .run payload

@@ -76,6 +76,7 @@ from typing import Any
 
 from framework.console import printable
 from framework.errors import EXIT_USAGE, FrameworkError, LabError
+from framework.lab import checkout
 from framework.lab.plan import (
     CORE_PATTERN_FILE,
     DEFAULT_NAME,
@@ -136,16 +137,17 @@ from framework.lab.system import (
     read_pid,
     run,
 )
+from framework.lab.wheelwrite import WheelError, write_wheel
 
 __all__ = ["DEFAULT_ENV_FILE", "Lab", "LabHost", "main"]
 
 log = logging.getLogger(__name__)
 
-REPO = Path(__file__).resolve().parents[2]
-DEFAULT_ENV_FILE = REPO / "env" / "lab.yaml"
+#: the checkout's env/lab.yaml (camit installed from a wheel with no checkout: ./env/lab.yaml)
+DEFAULT_ENV_FILE = (checkout.find() or Path.cwd()) / "env" / "lab.yaml"
 SSHD_READY_TIMEOUT = 15.0
-#: the torch_npu stand-in's source (distribution torch-npu-standin), installed into emulated hosts only
-STANDIN_NPU_SRC = REPO / "standin_npu"
+#: the torch_npu stand-in's source (distribution torch-npu-standin) in the checkout, for emulated hosts only
+STANDIN_NPU = "standin_npu"
 #: seconds ``fault HOST held-device`` waits for the holder to register its device
 HOLDER_READY_TIMEOUT = 60.0
 
@@ -487,15 +489,12 @@ class Lab:
         out = self.state_dir / "emu-wheels"
         src = out / "src"
         shutil.rmtree(out, ignore_errors=True)
-        shutil.copytree(STANDIN_NPU_SRC, src,
+        shutil.copytree(checkout.require("the torch_npu stand-in") / STANDIN_NPU, src,
                         ignore=shutil.ignore_patterns("build", "dist", "*.egg-info", "__pycache__"))
-        run([self.plan.python, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index",
-             "--disable-pip-version-check", "-q", str(src), "-w", str(out)],
-            timeout=600, what="build the torch_npu stand-in's wheel")
-        wheels = sorted(out.glob("torch_npu_standin-*.whl"))
-        if not wheels:
-            raise LabError(f"pip wheel of {STANDIN_NPU_SRC} wrote no torch_npu_standin wheel to {out}")
-        return wheels[-1]
+        try:  # written with the standard library: a fresh venv's setuptools is too old or absent
+            return write_wheel(src, out)
+        except WheelError as exc:
+            raise LabError(f"building the torch_npu stand-in's wheel: {exc}") from None
 
     def _install_emu_python(self, say: Say) -> None:
         """Each emulated host's Python: a venv made inside the host (host paths) with the stand-in installed."""

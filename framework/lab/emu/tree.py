@@ -26,14 +26,15 @@ from pathlib import Path
 from typing import Any
 
 from framework.errors import LabError
+from framework.lab import checkout
 from framework.lab.emu.profiles import ASCEND, REGISTRY, Profile
 from framework.preflight import ascend
 
 _HERE = Path(__file__).resolve().parent
 DATA = _HERE / "data"
 TOOLS = _HERE / "tools"
-#: the torch_npu stand-in's stdlib-only registry module, copied as text into every tree
-OCCUPANCY_SRC = _HERE.parents[2] / "standin_npu" / "torch_npu" / "_occupancy.py"
+#: the torch_npu stand-in's stdlib-only registry module in the checkout, copied as text into every tree
+OCCUPANCY = Path("standin_npu") / "torch_npu" / "_occupancy.py"
 EMU = "Ascend/.camit-emu"  # tree-relative (host path profiles.EMU_DIR)
 _V26_HEADER = "npu-smi-info-a3-v26-header-excerpt.txt"
 _V26_PROC = "npu-smi-info-a3-v26-proc-excerpt.txt"
@@ -285,10 +286,11 @@ def _emu_dir(tree: Path, info: dict[str, Any], profile: Profile) -> None:
     (emu / "registry").mkdir(parents=True, exist_ok=True)
     for src in sorted(TOOLS.glob("*.py")):
         _write(lib / src.name, src.read_text(encoding="utf-8"))
-    if not OCCUPANCY_SRC.is_file():
-        raise LabError(f"{OCCUPANCY_SRC} not found: the emulated tools read the torch_npu stand-in's registry "
-                       "with it (run from a camit checkout)")
-    _write(emu / "lib" / "_occupancy.py", OCCUPANCY_SRC.read_text(encoding="utf-8"))
+    occupancy = checkout.require("the emulated tools' device registry") / OCCUPANCY
+    if not occupancy.is_file():
+        raise LabError(f"{occupancy} not found: the emulated tools read the torch_npu stand-in's registry "
+                       "with it")
+    _write(emu / "lib" / "_occupancy.py", occupancy.read_text(encoding="utf-8"))
     for src in sorted(DATA.glob("*.txt")):
         _write(emu / "data" / src.name, src.read_text(encoding="utf-8"))
     _write(emu / "host.json", json.dumps(info, indent=1) + "\n")
