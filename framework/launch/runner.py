@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from framework import remote
 from framework.errors import CommandFailed, CommandTimedOut, HostError
 from framework.hosts import Cluster, Host, sha256_file
-from framework.launch import cause, devices, fetch, stacks, timeouts
+from framework.launch import cause, devices, fetch, stacks, timeline, timeouts
 from framework.launch.monitor import LaunchMonitor
 from framework.launch.nic import hccl_host_ports, rendezvous_ip
 from framework.launch.plan import (
@@ -361,8 +361,22 @@ class Launcher:
             result.failure_tail = fetch.log_tail(failed.log)
         found = cause.of_ranks(result.ranks.values(), result.failure_rank) if result.failure else None
         result.cause = found.describe() if found else None
+        if self.rundir is not None and result.failure:  # the timeline's root cause, when it finds one, wins
+            result.cause = self._timeline(result) or result.cause
         if self.rundir is not None and found:  # the record written before the logs were read gets the cause too
             self.rundir.write_json(f"launch-{result.launch_id}.json", result.to_json())
+
+    def _timeline(self, result: LaunchResult) -> str | None:
+        """Write the failed launch's ``timeline.json``; its root cause line (None when it found none)."""
+        assert self.rundir is not None
+        root = Path(self.rundir.path)
+        try:
+            found = timeline.build(root, {h: self._host_dir(h, result.launch_id) for h in result.nodes})
+            timeline.write(root, found)
+        except OSError as exc:
+            log.warning("timeline: %s", exc)
+            return None
+        return timeline.root_line(found)
 
     def _check_devices(self, nodes: dict[str, _Node], result: LaunchResult) -> None:
         """NPU hosts: wait (bounded) until no pid of the run holds a device; a failure saves the NPU state."""
