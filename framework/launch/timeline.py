@@ -150,6 +150,13 @@ def oom_pids(dmesg: str) -> set[int]:
     return {int(m["pid"]) for m in OOM_KILL.finditer(dmesg)}
 
 
+def _absence(text: str) -> str | None:
+    """The first line of ``text`` reporting a peer's absence, when no line of it names a device fault."""
+    if DEVICE_FAULT.search(text):
+        return None
+    return next((line.strip() for line in text.splitlines() if CONSEQUENCE.search(line)), None)
+
+
 def exit_event(status: Mapping[str, Any], host: str, log_text: str | None, oom: set[int]) -> Event | None:
     """A rank's exit from its status JSON (rankwrap), classified by how it ended and what its log says."""
     end, rank = status.get("end"), status.get("rank")
@@ -158,8 +165,10 @@ def exit_event(status: Mapping[str, Any], host: str, log_text: str | None, oom: 
     sig, code = status.get("signal"), status.get("exit_code")
     error = first_error(log_text) if log_text else None
     kind, what, text = INFO, "exit", f"exited {code}"
-    if sig in CRASH_SIGNALS:
-        kind, what, text = CAUSE, "crash", f"died of {sig}" + (f": {error}" if error else "")
+    if sig in CRASH_SIGNALS:  # an abort after a peer's absence (HCCL's watchdog) is that absence's consequence
+        absent = _absence(error or "") or (None if error else _absence(log_text or ""))
+        kind, what = (CONSEQ, "peer absence") if absent else (CAUSE, "crash")
+        text = f"died of {sig}: " + (error or absent or "") if error or absent else f"died of {sig}"
     elif sig == "SIGKILL" and status.get("pid") in oom:
         kind, what, text = CAUSE, "oom kill", "killed by the kernel's OOM killer (dmesg)"
     elif sig:

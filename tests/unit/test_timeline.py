@@ -129,3 +129,19 @@ def test_index_html_shows_the_cluster_timeline_with_its_root_cause(tmp_path: Pat
     assert "<b>root cause</b>: rank 3 on host2, device fault: RUNTIME:" in section
     assert section.count("<tr") == 1 + 2 + 4  # header, rank 3 plog + exit, 4 consequences (the rest is info)
     assert "<tr class='root'><td>+0.000s</td><td>host2</td><td>3</td><td>plog</td>" in section
+
+
+def test_an_abort_after_a_peers_absence_is_a_consequence() -> None:
+    log = "Traceback (most recent call last):\nRuntimeError: EI0002: The wait execution of the Notify register\n"
+    event = timeline.exit_event({"rank": 1, "pid": 42, "end": T0, "exit_code": None, "signal": "SIGABRT"}, "h", log,
+                                set())
+    assert event is not None and (event.kind, event.what) == (CONSEQ, "peer absence")
+
+
+def test_a_watchdog_abort_whose_log_reports_a_peers_absence_is_a_consequence() -> None:
+    log = ("EI0002: [PID: 7] The wait execution of the Notify register times out. remote rank: [3]\n"
+           "terminate called after throwing an instance of 'std::runtime_error'\n")
+    event = timeline.exit_event({"rank": 0, "pid": 7, "end": T0, "exit_code": None, "signal": "SIGABRT"}, "h", log,
+                                set())
+    assert event is not None and (event.kind, event.what) == (CONSEQ, "peer absence")
+    assert event.text.startswith("died of SIGABRT: EI0002")
