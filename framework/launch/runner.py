@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from framework import remote
+from framework import __version__, remote
+from framework.cores import faultbundle
 from framework.errors import CommandFailed, CommandTimedOut, HostError
 from framework.hosts import Cluster, Host, sha256_file
 from framework.launch import cause, devices, fetch, stacks, timeline, timeouts
@@ -55,6 +56,7 @@ from framework.launch.result import LaunchResult, NodeResult, RankResult
 from framework.phases import PhaseEvent, PhaseSink, discard, emit, rundir_sink
 from framework.remote import protocol
 from framework.remote.layout import HostLayout, unsafe_message, unsafe_reason
+from framework.report.scrub import Scrubber
 from framework.transport.base import Process
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -363,6 +365,7 @@ class Launcher:
         result.cause = found.describe() if found else None
         if self.rundir is not None and result.failure:  # the timeline's root cause, when it finds one, wins
             result.cause = self._timeline(result) or result.cause
+            self._fault_bundle(result)
         if self.rundir is not None and found:  # the record written before the logs were read gets the cause too
             self.rundir.write_json(f"launch-{result.launch_id}.json", result.to_json())
 
@@ -377,6 +380,23 @@ class Launcher:
             log.warning("timeline: %s", exc)
             return None
         return timeline.root_line(found)
+
+    def _fault_bundle(self, result: LaunchResult) -> None:
+        """A failed launch on NPU hosts: ascend-fd's input tree per host (and its verdict where installed)."""
+        assert self.rundir is not None
+        hosts = [h for h in result.nodes if self.env.hosts[h].npu.count and not result.nodes[h].lost]
+        if not hosts:
+            return
+        try:
+            _, verdict = faultbundle.write_bundle(
+                Path(self.rundir.path), {h: self._host_dir(h, result.launch_id) for h in hosts},
+                scrub=Scrubber.from_env(self.env).text, env={h: result.nodes[h].comm_env for h in hosts},
+                versions={"camit": __version__, "launch": result.launch_id})
+        except OSError as exc:
+            log.warning("fault bundle: %s", exc)
+            return
+        if verdict is not None:
+            result.notes.append(f"ascend-fd: {verdict}")
 
     def _check_devices(self, nodes: dict[str, _Node], result: LaunchResult) -> None:
         """NPU hosts: wait (bounded) until no pid of the run holds a device; a failure saves the NPU state."""
