@@ -107,10 +107,11 @@ def host_tree(src: Path, dest: Path, *, scrub: Callable[[str], str] = str,
 
 def _device_logs(w: _Writer, folder: Path, cap: int) -> None:
     (w.root / "device_log").mkdir(parents=True, exist_ok=True)
-    if not folder.is_dir():
-        w.notes.append("device_log: no msnpureport export on this host (not installed, or no failed launch)")
-        return
-    for path in sorted(p for p in folder.rglob("*") if p.is_file() and not p.is_symlink()):
+    files = sorted(p for p in folder.rglob("*") if p.is_file() and not p.is_symlink()) if folder.is_dir() else []
+    if not files:
+        w.notes.append("device_log: msnpureport " + ("exported no file" if folder.is_dir() else "did not run")
+                       + " on this host")
+    for path in files:
         w.copy(f"device_log/{path.relative_to(folder).as_posix()}", path, cap)
 
 

@@ -7,6 +7,7 @@ import textwrap
 
 import pytest
 
+from framework.cores import faultbundle
 from tests.integration.test_ascend_lab import npu_lab_lock, run, variant
 
 pytestmark = pytest.mark.lab
@@ -60,3 +61,8 @@ def test_a_device_fault_on_rank_3_is_the_root_cause_and_its_peers_errors_are_con
     head = (folder / "summary.txt").read_text().splitlines()[1]
     assert head.startswith("CAUSE ") and f"rank 3 on {host3}: device fault" in head, head
     assert "<section id='cluster-timeline'>" in (folder / "index.html").read_text()
+    # the failed launch on NPU hosts left ascend-fd's input tree per host: rank 3's fault plog among host2's
+    tree = folder / faultbundle.BUNDLE / host3
+    assert faultbundle.check_tree(tree) == []
+    assert any("retCode=507035" in p.read_text() for p in (tree / "process_log").rglob("plog-*.log"))
+    assert (tree / "rank-3.txt").is_file() and (tree / "environment_check" / "npu_info_after.txt").is_file()

@@ -58,8 +58,8 @@ def test_the_manifest_check_names_what_is_missing_or_too_big(tmp_path: Path) -> 
     man = faultbundle.layout()
     small = {**man, "limits": {**man["limits"], "cann_log_file_bytes": 32}}
     problems = faultbundle.check_tree(tree, small)
-    assert "host1: rank-{rank}.txt (a rank's console (training/inference) log; the tool reads its last 1 MB) " \
-           "is missing" in problems
+    assert "host1: environment_check (NPU network port and state information, resource information) is missing" \
+        in problems
     assert "host1: environment_check/npu_info_after.txt (NPU check after the job (npu-smi, hccn_tool)) is missing" \
            in problems
     assert "host1: process_log/plog-1.log is over 32 bytes" in problems
