@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from framework import __version__
+from framework.cores import faultbundle
 from framework.report.fmt import dur, iso, ranges
 from framework.report.folder import write_atomic
 from framework.report.model import OUTCOMES, PHASE_ORDER, Phase, RankView, RunView, log_tail, read_run
@@ -109,6 +110,7 @@ def _render(run: RunView) -> str:
         _timeline(run.phases, m),
         _grid(run),
         _cluster_timeline(run),
+        _fault_bundle(run),
         _problems(run),
         _cores(run),
         _controller(run),
@@ -381,6 +383,22 @@ def _cluster_timeline(run: RunView, limit: int = 15) -> str:
     return (f"<section id='cluster-timeline'><h2>Cluster timeline</h2>{head}<p class='muted'>{note}</p>"
             "<table><tr><th>t</th><th>host</th><th>rank</th><th>source</th><th>kind</th><th>event</th></tr>"
             f"{rows}</table>{more}</section>")
+
+
+def _fault_bundle(run: RunView) -> str:
+    """Where ascend-fd's input trees are, and its verdict when it ran on the controller."""
+    bundle = run.path / faultbundle.BUNDLE
+    if not bundle.is_dir():
+        return ""
+    hosts = sorted(p.name for p in bundle.iterdir() if p.is_dir() and p.name not in ("parsed", "diag"))
+    verdict = bundle / faultbundle.VERDICT
+    said = (f"<p><b>ascend-fd</b>: {escape(faultbundle.verdict_line(verdict.read_text(errors='replace')))} "
+            f"(<a href='{_href(f'{faultbundle.BUNDLE}/{faultbundle.VERDICT}')}'>output</a>)</p>"
+            if verdict.is_file() else "<p class='muted'>ascend-fd is not installed here: run "
+            "<code>ascend-fd parse</code> on each host's tree, then <code>ascend-fd diag</code></p>")
+    return (f"<section id='fault-bundle'><h2>Fault bundle</h2><p><a href='{_href(faultbundle.BUNDLE)}'>"
+            f"{faultbundle.BUNDLE}/</a>: MindCluster FaultDiag's input, one tree per host "
+            f"({escape(', '.join(hosts))})</p>{said}</section>")
 
 
 def _problems(run: RunView) -> str:

@@ -116,3 +116,17 @@ def test_the_layout_cites_its_source() -> None:
     man = faultbundle.layout()
     assert all(s.startswith("https://") and "faultdiag" in s for s in man["sources"])
     assert json.dumps(man)  # plain data
+
+
+def test_the_report_shows_the_bundle_and_ascend_fds_verdict(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from framework.report.html import write_index
+
+    calls = tmp_path / "calls.txt"
+    _fake_tool(tmp_path / "bin", calls)
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
+    run = tmp_path / "run"
+    faultbundle.write_bundle(run, {"host2": _host(tmp_path / "src" / "host2")})
+    page = write_index(run).read_text()
+    section = page[page.index("<section id='fault-bundle'>"):]
+    assert "one tree per host (host2)" in section
+    assert "<b>ascend-fd</b>: Root cause node: host2 device 1 (507035 vector core exception)" in section
