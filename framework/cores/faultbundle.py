@@ -126,6 +126,15 @@ def _npu_info(w: _Writer, folder: Path, name: str, cap: int) -> None:
     w.text(f"environment_check/{name}", "".join(parts), cap)
 
 
+def add_dmesg(root: Path, host: str, text: str) -> None:
+    """``dmesg`` into ``host``'s tree of the run's bundle, when a failed launch wrote one (the kernel lines are
+    collected after the launch's bundle; the tool reads the newest 100000 lines)."""
+    tree = root / BUNDLE / host
+    if tree.is_dir():
+        lines = text.splitlines(keepends=True)[-int(_limits()["dmesg_lines"]):]
+        _Writer(tree, str).text("dmesg", "".join(lines), int(_limits()["metric_file_bytes"]))
+
+
 def check_tree(tree: Path, manifest: Mapping[str, Any] | None = None) -> list[str]:
     """What in one host's ``tree`` departs from the layout: a missing required entry, a file over its limit."""
     man = manifest or layout()
@@ -194,4 +203,4 @@ def write_bundle(root: Path, folders: Mapping[str, Path], *, scrub: Callable[[st
     return bundle, None if text is None else verdict_line(text)
 
 
-__all__ = ["BUNDLE", "VERDICT", "check_tree", "host_tree", "layout", "run_tool", "verdict_line", "write_bundle"]
+__all__ = ["BUNDLE", "VERDICT", "add_dmesg", "check_tree", "host_tree", "layout", "run_tool", "verdict_line", "write_bundle"]

@@ -130,3 +130,12 @@ def test_the_report_shows_the_bundle_and_ascend_fds_verdict(tmp_path: Path, monk
     section = page[page.index("<section id='fault-bundle'>"):]
     assert "one tree per host (host2)" in section
     assert "<b>ascend-fd</b>: Root cause node: host2 device 1 (507035 vector core exception)" in section
+
+
+def test_dmesg_collected_after_the_launch_joins_its_hosts_tree_only(tmp_path: Path) -> None:
+    faultbundle.host_tree(_host(tmp_path / "src"), tmp_path / faultbundle.BUNDLE / "host2")
+    (tmp_path / faultbundle.BUNDLE / "host2" / "dmesg").unlink()
+    faultbundle.add_dmesg(tmp_path, "host2", "[1.0] Out of memory: Killed process 42 (python3)\n")
+    faultbundle.add_dmesg(tmp_path, "host1", "[1.0] no bundle for this host\n")
+    assert (tmp_path / faultbundle.BUNDLE / "host2" / "dmesg").read_text().startswith("[1.0] Out of memory")
+    assert not (tmp_path / faultbundle.BUNDLE / "host1").exists()
