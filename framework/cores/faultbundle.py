@@ -194,10 +194,11 @@ def verdict_line(text: str) -> str:
 def write_bundle(root: Path, folders: Mapping[str, Path], *, scrub: Callable[[str], str] = str,
                  env: Mapping[str, Mapping[str, str]] | None = None,
                  versions: Mapping[str, str] | None = None) -> tuple[Path, str | None]:
-    """``<root>/fault-bundle/<host>/`` for each host's fetched folder; then the tool where installed.
-    Returns the bundle's path and the tool's verdict line (None: not installed)."""
+    """``<root>/fault-bundle/<host>/`` for each host's fetched folder (the last failed launch's); then the tool
+    where installed. Returns the bundle's path and the tool's verdict line (None: not installed)."""
     bundle = root / BUNDLE
     for host, src in sorted(folders.items()):
+        shutil.rmtree(bundle / host, ignore_errors=True)  # a later failed launch's tree replaces, never mixes
         host_tree(src, bundle / host, scrub=scrub, env=(env or {}).get(host), versions=versions)
     text = run_tool(bundle, sorted(folders))
     return bundle, None if text is None else verdict_line(text)

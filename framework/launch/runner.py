@@ -375,7 +375,7 @@ class Launcher:
         root = Path(self.rundir.path)
         try:
             found = timeline.build(root, {h: self._host_dir(h, result.launch_id) for h in result.nodes})
-            timeline.write(root, found)
+            timeline.write(root, found, result.launch_id)
         except OSError as exc:
             log.warning("timeline: %s", exc)
             return None

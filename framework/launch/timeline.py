@@ -265,10 +265,11 @@ def _shift(e: Event, offset: float) -> Event:
     return Event(round(e.t - offset, 6), e.host, e.rank, e.source, e.kind, e.what, e.text)
 
 
-def write(root: Path, timeline: Timeline) -> Path:
+def write(root: Path, timeline: Timeline, launch_id: str | None = None) -> Path:
+    """``<root>/timeline.json`` (the run's last failed launch's, named by ``launch_id``)."""
     path = root / FILE
     tmp = path.with_name(f".{FILE}.tmp")
-    tmp.write_text(json.dumps(timeline.to_json(), indent=1) + "\n", encoding="utf-8")
+    tmp.write_text(json.dumps({"launch": launch_id, **timeline.to_json()}, indent=1) + "\n", encoding="utf-8")
     tmp.replace(path)
     return path
 

@@ -139,3 +139,11 @@ def test_dmesg_collected_after_the_launch_joins_its_hosts_tree_only(tmp_path: Pa
     faultbundle.add_dmesg(tmp_path, "host1", "[1.0] no bundle for this host\n")
     assert (tmp_path / faultbundle.BUNDLE / "host2" / "dmesg").read_text().startswith("[1.0] Out of memory")
     assert not (tmp_path / faultbundle.BUNDLE / "host1").exists()
+
+
+def test_a_later_failed_launchs_tree_replaces_the_earlier_one(tmp_path: Path) -> None:
+    first = _host(tmp_path / "l1" / "host2")
+    (first / "rank7.log").write_text("from the first launch\n")
+    faultbundle.write_bundle(tmp_path, {"host2": first})
+    faultbundle.write_bundle(tmp_path, {"host2": _host(tmp_path / "l2" / "host2")})
+    assert not (tmp_path / faultbundle.BUNDLE / "host2" / "rank-7.txt").exists()

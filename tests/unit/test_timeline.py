@@ -83,7 +83,8 @@ def test_root_cause_is_rank3_whatever_the_file_order(tmp_path: Path, seed: int) 
 
 def test_timeline_json_is_schema_versioned_and_names_root_and_consequences(tmp_path: Path) -> None:
     found = timeline.build(tmp_path, _run(tmp_path, list(range(6))))
-    data = json.loads(timeline.write(tmp_path, found).read_text())
+    data = json.loads(timeline.write(tmp_path, found, "launch-9").read_text())
+    assert data["launch"] == "launch-9"
     assert data["schema"] == timeline.SCHEMA and data["clock"]["offsets"] == OFFSETS
     assert data["root_cause"]["rank"] == 3 and data["t0"] == pytest.approx(T0, abs=1e-3)
     assert {e["source"] for e in data["events"]} == {"plog", "rank-exit", "phase"}
