@@ -64,6 +64,9 @@ class _Writer:
         write_atomic(self.root / rel, data)
 
     def copy(self, rel: str, src: Path, cap: int) -> None:
+        if src.is_symlink():  # the fetched folder holds none; never follow one out of it
+            self.notes.append(f"{rel}: a symlink, not followed")
+            return
         try:
             with open(src, "rb") as fh:
                 size = os.fstat(fh.fileno()).st_size
