@@ -30,6 +30,8 @@ from framework.report.folder import write_atomic
 log = logging.getLogger("camit.faultbundle")
 
 BUNDLE = "fault-bundle"
+#: a host folder's NPU state before the launch (``npu-smi info``; the runner writes it on a failure)
+BEFORE = "npu-state-before"
 VERDICT = "ascend-fd.txt"
 #: camit's bound per host (far below the tool's 5 GB)
 HOST_BYTES = 256 * 1024 * 1024
@@ -98,7 +100,7 @@ def host_tree(src: Path, dest: Path, *, scrub: Callable[[str], str] = str,
         w.copy(f"process_log/plog/{plog.name}", plog, lim["cann_log_file_bytes"])
     (dest / "process_log").mkdir(parents=True, exist_ok=True)
     _device_logs(w, src / "npu-state" / "msnpureport", lim["cann_log_file_bytes"])
-    _npu_info(w, src / "npu-state-before", "npu_info_before.txt", lim["metric_file_bytes"])
+    _npu_info(w, src / BEFORE, "npu_info_before.txt", lim["metric_file_bytes"])
     _npu_info(w, src / "npu-state", "npu_info_after.txt", lim["metric_file_bytes"])
     if (src / "dmesg.txt").is_file():
         w.copy("dmesg", src / "dmesg.txt", lim["metric_file_bytes"])
@@ -207,4 +209,4 @@ def write_bundle(root: Path, folders: Mapping[str, Path], *, scrub: Callable[[st
     return bundle, None if text is None else verdict_line(text)
 
 
-__all__ = ["BUNDLE", "VERDICT", "add_dmesg", "check_tree", "host_tree", "layout", "run_tool", "verdict_line", "write_bundle"]
+__all__ = ["BEFORE", "BUNDLE", "VERDICT", "add_dmesg", "check_tree", "host_tree", "layout", "run_tool", "verdict_line", "write_bundle"]

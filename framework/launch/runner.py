@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from framework import __version__, remote
 from framework.cores import faultbundle
-from framework.errors import CommandFailed, CommandTimedOut, HostError
+from framework.errors import CommandFailed, CommandTimedOut, FrameworkError, HostError
 from framework.hosts import Cluster, Host, sha256_file
 from framework.launch import cause, devices, fetch, stacks, timeline, timeouts
 from framework.launch.monitor import LaunchMonitor
@@ -56,6 +56,7 @@ from framework.launch.result import LaunchResult, NodeResult, RankResult
 from framework.phases import PhaseEvent, PhaseSink, discard, emit, rundir_sink
 from framework.remote import protocol
 from framework.remote.layout import HostLayout, unsafe_message, unsafe_reason
+from framework.report.folder import write_atomic
 from framework.report.scrub import Scrubber
 from framework.transport.base import Process
 
@@ -112,6 +113,8 @@ class Launcher:
         self._seq: dict[tuple[str, int, int], int] = {}
         #: hosts where a device is still held by one of this launcher's runs (the session's, in the plugin)
         self.dirty = devices.DirtyHosts()
+        #: each NPU host's ``npu-smi info`` before the current launch (the fault bundle's npu_info_before)
+        self.npu_before: dict[str, str] = {}
         self.programs = {name: remote.script(name) for name in ("supervisor.py", "rankwrap.py")}
 
     def cleanup_remote(self) -> None:
@@ -155,6 +158,7 @@ class Launcher:
             for remote_path, local in files.items():
                 if remote_path not in have:  # missing, or not what it must be: replaced, never run
                     host.put(local, remote_path, sha256=shas[remote_path])
+            self._npu_before(host)
             return prepared_for(layout, self.programs, script, state=state, net=parse_net(stdout))
 
         prepared = self.cluster.map(prep, names).raise_on_failure()
@@ -381,6 +385,18 @@ class Launcher:
             return None
         return timeline.root_line(found)
 
+    def _npu_before(self, host: Host) -> None:
+        """An NPU host's ``npu-smi info`` before the launch (bounded; a host that does not answer has none)."""
+        self.npu_before.pop(host.name, None)
+        if self.rundir is None or not self.env.hosts[host.name].npu.count:
+            return
+        try:
+            res = host.run(devices.npu_smi_script(), timeout=30, max_output=1 << 16)
+        except FrameworkError as exc:
+            log.warning("%s: npu-smi before the launch: %s", host.name, exc)
+            return
+        self.npu_before[host.name] = res.stdout
+
     def _fault_bundle(self, result: LaunchResult) -> None:
         """A failed launch on NPU hosts: ascend-fd's input tree per host (and its verdict where installed)."""
         assert self.rundir is not None
@@ -388,6 +404,10 @@ class Launcher:
         if not hosts:
             return
         try:
+            for h in hosts:
+                if h in self.npu_before:
+                    write_atomic(self._host_dir(h, result.launch_id) / faultbundle.BEFORE / "npu-smi-info.txt",
+                                 self.npu_before[h])
             _, verdict = faultbundle.write_bundle(
                 Path(self.rundir.path), {h: self._host_dir(h, result.launch_id) for h in hosts},
                 scrub=Scrubber.from_env(self.env).text, env={h: result.nodes[h].comm_env for h in hosts},

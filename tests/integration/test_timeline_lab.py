@@ -67,3 +67,4 @@ def test_a_device_fault_on_rank_3_is_the_root_cause_and_its_peers_errors_are_con
     assert any("retCode=507035" in p.read_text() for p in (tree / "process_log").rglob("plog-*.log"))
     assert (tree / "rank-3.txt").is_file() and (tree / "environment_check" / "npu_info_after.txt").is_file()
     assert (tree / "dmesg").is_file()  # collected after the launch, added to its bundle
+    assert "npu-smi" in (tree / "environment_check" / "npu_info_before.txt").read_text()  # before the launch

@@ -147,3 +147,12 @@ def test_a_later_failed_launchs_tree_replaces_the_earlier_one(tmp_path: Path) ->
     faultbundle.write_bundle(tmp_path, {"host2": first})
     faultbundle.write_bundle(tmp_path, {"host2": _host(tmp_path / "l2" / "host2")})
     assert not (tmp_path / faultbundle.BUNDLE / "host2" / "rank-7.txt").exists()
+
+
+def test_npu_smi_before_the_launch_is_npu_info_before(tmp_path: Path) -> None:
+    src = _host(tmp_path / "src")
+    (src / faultbundle.BEFORE).mkdir()
+    (src / faultbundle.BEFORE / "npu-smi-info.txt").write_text("| npu-smi 24.1.0 | before |\n")
+    notes = faultbundle.host_tree(src, tmp_path / "t")
+    assert "before |" in (tmp_path / "t/environment_check/npu_info_before.txt").read_text()
+    assert not [n for n in notes if "npu_info_before" in n]
