@@ -182,6 +182,8 @@ def build_parser() -> argparse.ArgumentParser:
     co.add_argument("--report-dir", metavar="D", default="reports", help="run folders go here (default: reports)")
     co.add_argument("--logs", action="store_true", help="also fetch ~/ascend/log from every host (a tarball each)")
     co.add_argument("--json", action="store_true", help="print what was collected as JSON")
+    co.add_argument("--diag", action="store_true",
+                    help="also write fault-bundle/<host>/ in ascend-fd's input layout (and run ascend-fd if installed)")
     _lease_args(co)
 
     dg = sub.add_parser("diagnose", help="where the ranks of a running launch are: stacks grouped, odd ones named")
@@ -639,6 +641,8 @@ def cmd_collect(args: argparse.Namespace) -> int:
 
             logs = {h: (v if isinstance(v, str) else f"error: {_host_error_text(h, v)}")
                     for h, v in cluster.map(fetch).items()}
+        if args.diag:
+            _collect_diag(env, cluster, rundir.path, plans)
     report = evaluate(plans, samples)
     rundir.write_json("preflight.json", report.to_json())
     rows: list[list[str]] = []
@@ -660,6 +664,22 @@ def cmd_collect(args: argparse.Namespace) -> int:
         print(f"collected into {rundir.path / 'collect'} (checks: {rundir.path / 'preflight.json'})")
     return max((getattr(s, "exit_code", EXIT_INFRA) for s in samples.values() if isinstance(s, BaseException)),
                default=EXIT_OK)
+
+
+def _collect_diag(env: Any, cluster: Any, root: Path, plans: Any) -> None:
+    """``collect --diag``: the fault bundle of every host (framework.cores.diagcollect)."""
+    from framework.cores.diagcollect import collect_diag
+    from framework.remote.layout import HostLayout
+    from framework.report.scrub import Scrubber
+
+    bundle, verdict, failed = collect_diag(
+        cluster, root, lambda h: plans[h.name].workdir, lambda h: env.hosts[h.name].npu.count,
+        guard_of=lambda h: HostLayout.of(env.hosts[h.name]).guard_script(), scrub=Scrubber.from_env(env).text)
+    for host, why in sorted(failed.items()):
+        print(console.printable(f"{host}: no diagnostics: {why}"), file=sys.stderr)
+    print(f"fault bundle (ascend-fd input, one tree per host): {bundle}", file=sys.stderr)
+    print(console.printable(f"ascend-fd: {verdict}" if verdict is not None else
+                            "ascend-fd: not installed on this machine (run it on the bundle by hand)"), file=sys.stderr)
 
 
 def cmd_completion(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:

@@ -28,6 +28,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from framework import commands, fetchcaps
+from framework.cores import faultbundle
 from framework.cores.scan import Baseline
 from framework.errors import FrameworkError
 from framework.hosts import Cluster, Host
@@ -331,6 +332,7 @@ def collect_logs(cluster: Cluster, report: Path, baseline: Baseline, *,
             kept = dmesg_since(dmesg, uptime)
             text = "\n".join(kept) + "\n" if kept else "# no kernel messages since the test started\n"
         files.append(write_atomic(out_dir / "dmesg.txt", text))
+        faultbundle.add_dmesg(report, host.name, text)  # a failed NPU launch's bundle gets it too
         if tgz:
             local = out_dir / ".ascend-logs.tgz"
             try:

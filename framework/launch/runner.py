@@ -17,11 +17,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from framework import remote
+from framework import __version__, remote
 from framework.console import printable
-from framework.errors import CommandFailed, CommandTimedOut, HostError
+from framework.cores import faultbundle
+from framework.errors import CommandFailed, CommandTimedOut, FrameworkError, HostError
 from framework.hosts import Cluster, Host, sha256_file
-from framework.launch import cause, devices, fetch, stacks, timeouts
+from framework.launch import cause, devices, fetch, stacks, timeline, timeouts
 from framework.launch.monitor import LaunchMonitor
 from framework.launch.nic import hccl_host_ports, rendezvous_ip
 from framework.launch.plan import (
@@ -56,6 +57,7 @@ from framework.launch.result import LaunchResult, NodeResult, RankResult
 from framework.phases import PhaseEvent, PhaseSink, discard, emit, rundir_sink
 from framework.remote import protocol
 from framework.remote.layout import HostLayout, unsafe_message, unsafe_reason
+from framework.report.folder import write_atomic
 from framework.report.scrub import Scrubber
 from framework.transport.base import Process
 
@@ -112,6 +114,8 @@ class Launcher:
         self._seq: dict[tuple[str, int, int], int] = {}
         #: hosts where a device is still held by one of this launcher's runs (the session's, in the plugin)
         self.dirty = devices.DirtyHosts()
+        #: each NPU host's ``npu-smi info`` before the current launch (the fault bundle's npu_info_before)
+        self.npu_before: dict[str, str] = {}
         self.programs = {name: remote.script(name) for name in ("supervisor.py", "rankwrap.py")}
 
     def cleanup_remote(self) -> None:
@@ -155,6 +159,7 @@ class Launcher:
             for remote_path, local in files.items():
                 if remote_path not in have:  # missing, or not what it must be: replaced, never run
                     host.put(local, remote_path, sha256=shas[remote_path])
+            self._npu_before(host)
             return prepared_for(layout, self.programs, script, state=state, net=parse_net(stdout))
 
         prepared = self.cluster.map(prep, names).raise_on_failure()
@@ -363,9 +368,59 @@ class Launcher:
             # host text bound for pytest's failure text and the terminal: no secret, no control character
             result.failure_tail = printable(Scrubber.from_env(self.env).text(fetch.log_tail(failed.log)))
         found = cause.of_ranks(result.ranks.values(), result.failure_rank) if result.failure else None
-        result.cause = Scrubber.from_env(self.env).text(found.describe()) if found else None  # a rank's words
-        if self.rundir is not None and found:  # the record written before the logs were read gets the cause too
+        result.cause = found.describe() if found else None
+        if self.rundir is not None and result.failure:  # the timeline's root cause, when it finds one, wins
+            result.cause = self._timeline(result) or result.cause
+            self._fault_bundle(result)
+        if result.cause:  # a rank's words: no secret
+            result.cause = Scrubber.from_env(self.env).text(result.cause)
+        if self.rundir is not None and result.cause:  # the record written before the logs were read gets it too
             self.rundir.write_json(f"launch-{result.launch_id}.json", result.to_json())
+
+    def _timeline(self, result: LaunchResult) -> str | None:
+        """Write the failed launch's ``timeline.json``; its root cause line (None when it found none)."""
+        assert self.rundir is not None
+        root = Path(self.rundir.path)
+        try:
+            found = timeline.build(root, {h: self._host_dir(h, result.launch_id) for h in result.nodes})
+            timeline.write(root, found, result.launch_id)
+        except OSError as exc:
+            log.warning("timeline: %s", exc)
+            return None
+        return timeline.root_line(found)
+
+    def _npu_before(self, host: Host) -> None:
+        """An NPU host's ``npu-smi info`` before the launch (bounded; a host that does not answer has none)."""
+        self.npu_before.pop(host.name, None)
+        if self.rundir is None or not self.env.hosts[host.name].npu.count:
+            return
+        try:
+            res = host.run(devices.npu_smi_script(), timeout=30, max_output=1 << 16)
+        except FrameworkError as exc:
+            log.warning("%s: npu-smi before the launch: %s", host.name, exc)
+            return
+        self.npu_before[host.name] = res.stdout
+
+    def _fault_bundle(self, result: LaunchResult) -> None:
+        """A failed launch on NPU hosts: ascend-fd's input tree per host (and its verdict where installed)."""
+        assert self.rundir is not None
+        hosts = [h for h in result.nodes if self.env.hosts[h].npu.count and not result.nodes[h].lost]
+        if not hosts:
+            return
+        try:
+            for h in hosts:
+                if h in self.npu_before:
+                    write_atomic(self._host_dir(h, result.launch_id) / faultbundle.BEFORE / "npu-smi-info.txt",
+                                 self.npu_before[h])
+            _, verdict = faultbundle.write_bundle(
+                Path(self.rundir.path), {h: self._host_dir(h, result.launch_id) for h in hosts},
+                scrub=Scrubber.from_env(self.env).text, env={h: result.nodes[h].comm_env for h in hosts},
+                versions={"camit": __version__, "launch": result.launch_id})
+        except OSError as exc:
+            log.warning("fault bundle: %s", exc)
+            return
+        if verdict is not None:
+            result.notes.append(f"ascend-fd: {verdict}")
 
     def _check_devices(self, nodes: dict[str, _Node], result: LaunchResult) -> None:
         """NPU hosts: wait (bounded) until no pid of the run holds a device; a failure saves the NPU state."""

@@ -63,6 +63,8 @@ def summary_text(run: RunView, *, scrub: Scrub | None = None) -> str:
     lines = [head]
     if m.get("error"):
         lines.append("error: " + short(str(m["error"]), 120))
+    causes = [(lv.name, str(lv.data["cause"])) for lv in run.launches if lv.data.get("cause")]
+    lines += [f"CAUSE {short(f'{name}: {text}', _WIDTH)}" for name, text in causes[:3]]
     hosts = run.hosts
     if hosts:
         shown = ", ".join(hosts[:_MAX_HOSTS]) + (f" (+{len(hosts) - _MAX_HOSTS} more)" if len(hosts) > _MAX_HOSTS else "")

@@ -24,6 +24,7 @@ cannot be built.
 from __future__ import annotations
 
 import html as _html
+import json
 import math
 import os
 import xml.etree.ElementTree as ET
@@ -35,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from framework import __version__
+from framework.cores import faultbundle
 from framework.report.fmt import dur, iso, ranges
 from framework.report.folder import write_atomic
 from framework.report.model import OUTCOMES, PHASE_ORDER, Phase, RankView, RunView, log_tail, read_run
@@ -107,6 +109,8 @@ def _render(run: RunView) -> str:
         _tiles(run),
         _timeline(run.phases, m),
         _grid(run),
+        _cluster_timeline(run),
+        _fault_bundle(run),
         _problems(run),
         _cores(run),
         _controller(run),
@@ -356,6 +360,45 @@ def _grid(run: RunView) -> str:
                    f"finish writing its record</small></h3>{_host_rows(run.orphans)}</div>")
     out.append("</section>")
     return "".join(out)
+
+
+def _cluster_timeline(run: RunView, limit: int = 15) -> str:
+    """timeline.json in short: the root cause and the first causes and consequences after it."""
+    try:
+        data = json.loads((run.path / "timeline.json").read_text(encoding="utf-8"))
+        events = [e for e in data["events"] if e["kind"] != "info"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return ""
+    root = data.get("root_cause") or {}
+    head = (f"<p><b>root cause</b>: rank {escape(str(root.get('rank')))} on {escape(str(root.get('host')))}, "
+            f"{escape(str(root.get('what')))}: {escape(str(root.get('text')))}</p>") if root else \
+        "<p class='muted'>no causal event found: only a peer's absence was reported</p>"
+    rows = "".join(
+        f"<tr class='{'root' if e['t'] == root.get('t') and e['text'] == root.get('text') else ''}'>"
+        f"<td>{float(e['dt']):+.3f}s</td><td>{escape(str(e['host']))}</td><td>{escape(str(e['rank']))}</td>"
+        f"<td>{escape(str(e['source']))}</td><td>{escape(str(e['kind']))}</td><td>{escape(str(e['text']))}</td></tr>"
+        for e in events[:limit])
+    more = f"<p class='muted'>… {len(events) - limit} more in timeline.json</p>" if len(events) > limit else ""
+    note = escape(str((data.get("clock") or {}).get("note", "")))
+    return (f"<section id='cluster-timeline'><h2>Cluster timeline</h2>{head}<p class='muted'>{note}</p>"
+            "<table><tr><th>t</th><th>host</th><th>rank</th><th>source</th><th>kind</th><th>event</th></tr>"
+            f"{rows}</table>{more}</section>")
+
+
+def _fault_bundle(run: RunView) -> str:
+    """Where ascend-fd's input trees are, and its verdict when it ran on the controller."""
+    bundle = run.path / faultbundle.BUNDLE
+    if not bundle.is_dir():
+        return ""
+    hosts = sorted(p.name for p in bundle.iterdir() if p.is_dir() and p.name not in ("parsed", "diag"))
+    verdict = bundle / faultbundle.VERDICT
+    said = (f"<p><b>ascend-fd</b>: {escape(faultbundle.verdict_line(verdict.read_text(errors='replace')))} "
+            f"(<a href='{_href(f'{faultbundle.BUNDLE}/{faultbundle.VERDICT}')}'>output</a>)</p>"
+            if verdict.is_file() else "<p class='muted'>ascend-fd is not installed here: run "
+            "<code>ascend-fd parse</code> on each host's tree, then <code>ascend-fd diag</code></p>")
+    return (f"<section id='fault-bundle'><h2>Fault bundle</h2><p><a href='{_href(faultbundle.BUNDLE)}'>"
+            f"{faultbundle.BUNDLE}/</a>: MindCluster FaultDiag's input, one tree per host "
+            f"({escape(', '.join(hosts))})</p>{said}</section>")
 
 
 def _problems(run: RunView) -> str:

@@ -120,3 +120,13 @@ def test_perf_csv_from_what_the_perf_test_records(tmp_path):
     report.RunDir(tmp_path, tmp_path.name).write_json("perf-prefill.world4.json",
                                                       {"cluster": "lab", "numbers": numbers, "ranks": samples})
     assert ci.perf_table(tmp_path) == {f"prefill.world4.{k}": v for k, v in sorted(numbers.items())}
+
+
+def test_summary_says_why_right_under_the_headline(tmp_path, junits):
+    run = sr.build(tmp_path / "reports", *junits, controller_junit=junits[1])
+    launch = next(run.glob("launch-*.json"))
+    data = json.loads(launch.read_text())
+    launch.write_text(json.dumps({**data, "cause": "rank 3 on node2: device fault: RUNTIME: retCode=507035"}))
+    report.finalize(run, started=sr.T0, ended=sr.T0 + 61, status="failed")
+    lines = (run / "summary.txt").read_text().splitlines()
+    assert lines[1].startswith("CAUSE ") and lines[1].endswith(": rank 3 on node2: device fault: RUNTIME: retCode=507035")

@@ -1,0 +1,289 @@
+"""A failed launch's cluster timeline on one clock, and its root cause: the earliest causal event.
+
+Events come from each host's fetched files (rank status JSON: the rank's exit at its ``end``; rank logs: lines
+that carry a timestamp; plogs: ``[ERROR] HCCL(pid,comm):yyyy-mm-dd-HH:MM:SS.mmm.uuu`` lines; dmesg: OOM kills
+matched to a rank's pid) and from camit's own ``phases.json``. Host stamps are moved to the controller's clock
+with the host's offset from preflight's clock exchange (``preflight.json``; none: offset 0, said so). Causal
+events are device faults, crashes (a fatal signal), OOM kills and ranks that raised; errors that only report a
+peer's absence (:data:`framework.launch.cause.CONSEQUENCE`) are consequences and never the root cause. Every
+text a host wrote is data: clipped, never interpreted beyond these patterns. Ties break on (host, rank, text),
+so the verdict never depends on the order the files were read.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from framework.launch.cause import CONSEQUENCE, first_error
+from framework.launch.stacks import read_tail
+
+SCHEMA = 1
+FILE = "timeline.json"
+#: events kept in timeline.json (causes and consequences first, then the earliest of the rest)
+MAX_EVENTS = 400
+MAX_TEXT = 240
+READ_BYTES = 4 * 1024 * 1024
+CAUSE, CONSEQ, INFO = "cause", "consequence", "info"
+#: kernel fault codes a device reports (torch_npu/csrc/core/npu/NPUErrorCodes.h; see framework/cores/logs.py)
+DEVICE_FAULT = re.compile(r"\b50701[4-6]\b|\b50703[3-6]\b|\b50704[2-7]\b|\b507901\b")
+#: signals that mean the rank itself crashed (SIGKILL/SIGTERM are usually the teardown's)
+CRASH_SIGNALS = frozenset({"SIGSEGV", "SIGABRT", "SIGBUS", "SIGFPE", "SIGILL", "SIGSYS", "SIGTRAP"})
+PLOG_LINE = re.compile(r"^\[(?P<level>[A-Z]+)\] (?P<mod>[A-Z_]+)\((?P<pid>\d+),[^)]{0,64}\):"
+                       r"(?P<stamp>\d{4}-\d\d-\d\d-\d\d:\d\d:\d\d)\.(?P<ms>\d{3})\.(?P<us>\d{3}) ?(?P<text>.*)$")
+#: a log line that starts with a date and time (python logging, ISO): ``2026-12-06 05:58:46,123``
+LOG_STAMP = re.compile(r"^(?:\[[^\]\n]{0,40}\]:\s?)?(?P<stamp>\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d)(?:[.,](?P<frac>\d{1,6}))?")
+OOM_KILL = re.compile(r"(?:Out of memory|Memory cgroup out of memory): Killed process (?P<pid>\d+)")
+
+
+@dataclass(frozen=True)
+class Event:
+    """Something a host (or camit) recorded at ``t`` (controller clock, epoch seconds)."""
+
+    t: float
+    host: str
+    rank: int | None
+    source: str  # rank-exit | rank-log | plog | dmesg | phase
+    kind: str  # cause | consequence | info
+    what: str  # device fault | crash | oom kill | raised | peer absence | exit | phase | error
+    text: str
+
+    def key(self) -> tuple[float, str, int, str]:
+        return (self.t, self.host, -1 if self.rank is None else self.rank, self.text)
+
+    def describe(self) -> str:
+        who = f"rank {self.rank} on {self.host}" if self.rank is not None else self.host
+        return f"{who}: {self.what}: {self.text}"
+
+
+@dataclass(frozen=True)
+class Timeline:
+    events: tuple[Event, ...]
+    offsets: Mapping[str, float]
+    note: str
+
+    @property
+    def root(self) -> Event | None:
+        return next((e for e in self.events if e.kind == CAUSE), None)
+
+    @property
+    def consequences(self) -> list[Event]:
+        return [e for e in self.events if e.kind == CONSEQ]
+
+    def to_json(self) -> dict[str, Any]:
+        root = self.root
+        keep = sorted([e for e in self.events if e.kind != INFO][:MAX_EVENTS]
+                      + [e for e in self.events if e.kind == INFO][:MAX_EVENTS // 4], key=Event.key)
+        t0 = root.t if root else (self.events[0].t if self.events else 0.0)
+        return {
+            "schema": SCHEMA,
+            "clock": {"reference": "controller", "offsets": dict(self.offsets), "note": self.note},
+            "t0": t0,
+            "root_cause": asdict(root) if root else None,
+            "consequences": [asdict(e) for e in self.consequences[:MAX_EVENTS]],
+            "events": [{**asdict(e), "dt": round(e.t - t0, 6)} for e in keep],
+            "dropped": len(self.events) - len(keep),
+        }
+
+
+def _clip(text: str) -> str:
+    text = "".join(c if c.isprintable() else "?" for c in text.strip())
+    return text if len(text) <= MAX_TEXT else text[:MAX_TEXT - 1] + "…"
+
+
+def _local(stamp: str, fmt: str, frac: float) -> float | None:
+    """A host's local wall-clock stamp as epoch seconds (read in the controller's time zone)."""
+    try:
+        return time.mktime(time.strptime(stamp, fmt)) + frac
+    except (ValueError, OverflowError):
+        return None
+
+
+def classify(text: str) -> tuple[str, str]:
+    """(kind, what) of an error text: a peer's absence is a consequence; a fault code a device fault."""
+    if CONSEQUENCE.search(text):
+        return CONSEQ, "peer absence"
+    if DEVICE_FAULT.search(text):
+        return CAUSE, "device fault"
+    return CAUSE, "raised"
+
+
+# -- parsers (pure: text in, host-clock events out) -------------------------------------------------------
+def plog_events(text: str, host: str, ranks_by_pid: Mapping[int, int]) -> list[Event]:
+    """ERROR lines of a plog that name a device fault or a peer's absence (other lines are not events)."""
+    out = []
+    for line in text.splitlines():
+        m = PLOG_LINE.match(line)
+        if not m or m["level"] != "ERROR":
+            continue
+        kind, what = classify(m["text"])
+        if what == "raised":  # an ERROR line that is neither: context, not a cause
+            kind, what = INFO, "error"
+        t = _local(m["stamp"], "%Y-%m-%d-%H:%M:%S", int(m["ms"]) / 1e3 + int(m["us"]) / 1e6)
+        if t is not None:
+            out.append(Event(t, host, ranks_by_pid.get(int(m["pid"])), "plog", kind, what,
+                             _clip(f"{m['mod']}: {m['text']}")))
+    return out
+
+
+def log_events(text: str, host: str, rank: int | None) -> list[Event]:
+    """Timestamped lines of a rank log that carry a device fault code or report a peer's absence."""
+    out = []
+    for line in text.splitlines():
+        m = LOG_STAMP.match(line)
+        if not m or not (DEVICE_FAULT.search(line) or CONSEQUENCE.search(line)):
+            continue
+        frac = float("0." + m["frac"]) if m["frac"] else 0.0
+        t = _local(m["stamp"].replace("T", " "), "%Y-%m-%d %H:%M:%S", frac)
+        if t is not None:
+            kind, what = classify(line)
+            out.append(Event(t, host, rank, "rank-log", kind, what, _clip(line[m.end():])))
+    return out
+
+
+def oom_pids(dmesg: str) -> set[int]:
+    return {int(m["pid"]) for m in OOM_KILL.finditer(dmesg)}
+
+
+def _absence(text: str) -> str | None:
+    """The first line of ``text`` reporting a peer's absence, when no line of it names a device fault."""
+    if DEVICE_FAULT.search(text):
+        return None
+    return next((line.strip() for line in text.splitlines() if CONSEQUENCE.search(line)), None)
+
+
+def exit_event(status: Mapping[str, Any], host: str, log_text: str | None, oom: set[int]) -> Event | None:
+    """A rank's exit from its status JSON (rankwrap), classified by how it ended and what its log says."""
+    end, rank = status.get("end"), status.get("rank")
+    if not isinstance(end, (int, float)) or not isinstance(rank, int):
+        return None
+    sig, code = status.get("signal"), status.get("exit_code")
+    error = first_error(log_text) if log_text else None
+    kind, what, text = INFO, "exit", f"exited {code}"
+    if sig in CRASH_SIGNALS:  # an abort after a peer's absence (HCCL's watchdog) is that absence's consequence
+        absent = _absence(error or "") or (None if error else _absence(log_text or ""))
+        kind, what = (CONSEQ, "peer absence") if absent else (CAUSE, "crash")
+        text = f"died of {sig}: " + (error or absent or "") if error or absent else f"died of {sig}"
+    elif sig == "SIGKILL" and status.get("pid") in oom:
+        kind, what, text = CAUSE, "oom kill", "killed by the kernel's OOM killer (dmesg)"
+    elif sig:
+        text = f"died of {sig}"
+    elif code and error:
+        kind, what = classify(error)
+        text = error
+    return Event(float(end), host, rank, "rank-exit", kind, what, _clip(text))
+
+
+# -- reading a run folder --------------------------------------------------------------------------------
+def _read(path: Path) -> str:
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(max(0, path.stat().st_size - READ_BYTES))
+            return fh.read().decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def _statuses(folder: Path) -> list[dict[str, Any]]:
+    out = []
+    for path in sorted(folder.glob("rank*.json")):
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(data, dict):
+            out.append({**data, "_log": path.with_suffix(".log")})
+    return out
+
+
+def host_events(host: str, folder: Path, dmesg: str = "") -> list[Event]:
+    """Every event of one host's fetched launch folder (host clock)."""
+    statuses = _statuses(folder)
+    by_pid = {s["pid"]: s["rank"] for s in statuses if isinstance(s.get("pid"), int) and isinstance(s.get("rank"), int)}
+    oom = oom_pids(dmesg)
+    events: list[Event] = []
+    for s in statuses:
+        log_path = s["_log"]
+        text = read_tail(log_path) if log_path.is_file() else None
+        found = exit_event(s, host, text, oom)
+        events += [found] if found else []
+        events += log_events(_read(log_path), host, s.get("rank")) if log_path.is_file() else []
+    for plog in sorted(folder.rglob("plog-*.log")):
+        events += plog_events(_read(plog), host, by_pid)
+    return events
+
+
+def phase_events(phases: Iterable[Mapping[str, Any]]) -> list[Event]:
+    """camit's own phases (controller clock already): one event at each phase's start."""
+    out = []
+    for p in phases:
+        start, host, name = p.get("start"), p.get("host"), p.get("phase")
+        if isinstance(start, (int, float)) and isinstance(host, str) and isinstance(name, str):
+            out.append(Event(float(start), host, None, "phase", INFO, "phase", _clip(f"{name} began")))
+    return out
+
+
+def offsets_of(root: Path) -> tuple[dict[str, float], str]:
+    """Each host's clock offset from the controller's (``preflight.json``), and a note on where they came from."""
+    try:
+        clock = json.loads((root / "preflight.json").read_text(encoding="utf-8")).get("clock") or {}
+        offsets = {str(h): float(v) for h, v in (clock.get("offsets") or {}).items()}
+    except (OSError, ValueError, AttributeError, TypeError):
+        offsets = {}
+    if offsets:
+        return offsets, "host stamps moved to the controller's clock by preflight's clock offsets"
+    return {}, "no preflight clock offsets in this run: every host's offset taken as 0"
+
+
+def _phases(root: Path) -> list[Mapping[str, Any]]:
+    try:
+        data = json.loads((root / "phases.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return []
+    items = data.get("phases", data) if isinstance(data, dict) else data
+    return [p for p in items if isinstance(p, dict)] if isinstance(items, list) else []
+
+
+def build(root: Path, folders: Mapping[str, Path]) -> Timeline:
+    """The timeline of a launch whose hosts' files are in ``folders`` ({host: folder}) below run folder ``root``."""
+    offsets, note = offsets_of(root)
+    events: list[Event] = []
+    for host in sorted(folders):
+        dmesg = _read(root / host / "dmesg.txt")
+        off = offsets.get(host, 0.0)
+        events += [_shift(e, off) for e in host_events(host, folders[host], dmesg)]
+    events += phase_events(_phases(root))
+    return Timeline(tuple(sorted(set(events), key=Event.key)), offsets, note)
+
+
+def _shift(e: Event, offset: float) -> Event:
+    return Event(round(e.t - offset, 6), e.host, e.rank, e.source, e.kind, e.what, e.text)
+
+
+def write(root: Path, timeline: Timeline, launch_id: str | None = None) -> Path:
+    """``<root>/timeline.json`` (the run's last failed launch's, named by ``launch_id``)."""
+    path = root / FILE
+    tmp = path.with_name(f".{FILE}.tmp")
+    tmp.write_text(json.dumps({"launch": launch_id, **timeline.to_json()}, indent=1) + "\n", encoding="utf-8")
+    tmp.replace(path)
+    return path
+
+
+def root_line(timeline: Timeline) -> str | None:
+    """The cause line: the root cause, with how many consequences followed it."""
+    root = timeline.root
+    if root is None:
+        return None
+    n = len(timeline.consequences)
+    after = f" (root cause by the timeline; {n} consequence event(s) on other ranks after it)" if n else \
+        " (root cause by the timeline)"
+    return root.describe() + after
+
+
+__all__ = ["Event", "Timeline", "build", "classify", "exit_event", "host_events", "log_events", "plog_events",
+           "root_line", "write"]
