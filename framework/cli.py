@@ -175,6 +175,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help=f"clock skew allowed between hosts and to this machine (default {Limits.max_skew:g})")
     ck.add_argument("--timeout", type=float, default=Limits.probe_timeout, metavar="S",
                     help=f"per-host probe timeout (default {Limits.probe_timeout:g})")
+    ck.add_argument("--heal", action="store_true",
+                    help="re-admit suspect hosts that pass the preflight and a two-node smoke run")
 
     co = sub.add_parser("collect", help="collect diagnostics (npu-smi, hccn_tool, versions, logs) from every host")
     _env_arg(co)
@@ -534,11 +536,28 @@ def cmd_check(args: argparse.Namespace) -> int:
     limits = Limits(min_free_gb=args.min_free_gb, max_skew=args.max_skew, probe_timeout=args.timeout)
     with Cluster.from_env(env, _split_hosts(args.hosts)) as cluster:
         report = Preflight(env, cluster, limits).run()
+        verdicts = _suspects_after_check(env, cluster, report, args.heal)
     if args.json:
-        console.print_json(report.to_json())
+        console.print_json({**report.to_json(), "suspects": verdicts})
         return report.exit_code
     _print_check(report)
-    return report.exit_code
+    for host, what in verdicts.items():
+        print(f"suspect {host}: {console.printable(what)}")
+    healed_all = all(w.startswith("re-admitted") for w in verdicts.values()) or not args.heal
+    return report.exit_code or (EXIT_OK if healed_all else EXIT_FAILED)
+
+
+def _suspects_after_check(env: EnvConfig, cluster: Cluster, report: Any, heal: bool) -> dict[str, str]:
+    """Hosts the preflight failed become suspect; ``--heal`` re-admits the clean ones (framework.heal)."""
+    from framework import heal as healing
+    from framework import suspects
+
+    suspects.mark(cluster, suspects.preflight_faults(report))
+    marks = suspects.read(cluster)
+    if not heal:
+        return {n: f"{m.describe()} (camit check --heal re-admits it)" for n, m in marks.items()}
+    return {v.host: ("re-admitted: " if v.healed else "still suspect: ") + v.why
+            for v in healing.heal(env, cluster, report, marks)}
 
 
 def _print_check(report: Any) -> None:

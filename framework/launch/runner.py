@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from framework import remote
+from framework import remote, suspects
 from framework.errors import CommandFailed, CommandTimedOut, HostError
 from framework.hosts import Cluster, Host, sha256_file
 from framework.launch import cause, devices, fetch, stacks, timeouts
@@ -342,6 +342,7 @@ class Launcher:
             result.nodes[h].duration = round(now_mono - w.start, 3) if w.start else 0.0
         result.duration = now_mono - start
         self._check_devices(nodes, result)
+        self._mark_suspects(result)
         if self.rundir is not None:
             self._record_run_phases(monitor, now_mono, now_wall)
             t_fetch = time.time()
@@ -363,6 +364,13 @@ class Launcher:
         result.cause = found.describe() if found else None
         if self.rundir is not None and found:  # the record written before the logs were read gets the cause too
             self.rundir.write_json(f"launch-{result.launch_id}.json", result.to_json())
+
+    def _mark_suspects(self, result: LaunchResult) -> None:
+        """Lost hosts and held devices make their host suspect (framework.suspects), on every host still here."""
+        faults = suspects.launch_faults(result)
+        if faults:
+            lost = {h for h, n in result.nodes.items() if n.lost}
+            suspects.mark(self.cluster, faults, on=[h.name for h in self.cluster if h.name not in lost])
 
     def _check_devices(self, nodes: dict[str, _Node], result: LaunchResult) -> None:
         """NPU hosts: wait (bounded) until no pid of the run holds a device; a failure saves the NPU state."""

@@ -16,12 +16,16 @@ from __future__ import annotations
 
 import sys
 import time
+import warnings
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from framework import console
 
 if TYPE_CHECKING:
-    import pytest
-
     from framework.plugin.context import RunContext
 
 #: the session's exit status as manifest.json's ``status``
@@ -45,15 +49,36 @@ def header_lines(ctx: RunContext) -> list[str] | None:
     env = ctx.env
     if env is None or not ctx.active:
         return None
+    suspect = ctx.load_suspects() if not ctx.config.option.collectonly else {}
     chosen = ctx.chosen_hosts()
     lines = [f"camit: env {env.source} ({len(chosen)} hosts: {', '.join(chosen)}), "
              f"backend {env.launch.backend}, seed {ctx.seed}"]
-    left_out = [n for n in env.hosts if n not in chosen]
+    left_out = [n for n in env.hosts if n not in chosen and n not in suspect]
     if left_out:
         lines.append(f"camit: left out by --hosts/--exclude-hosts: {', '.join(left_out)}")
+    lines += suspect_lines(ctx, suspect, chosen)
     if ctx.rundir is not None:
         lines.append(f"camit: report folder {ctx.rundir.path}")
     lines.append(f"camit: reproduce with: {repro(ctx.config, ctx.seed)}")
+    return lines
+
+
+def suspect_lines(ctx: RunContext, suspect: Mapping[str, Any], chosen: list[str]) -> list[str]:
+    """Header lines for the suspect hosts (framework.suspects); each also a JUnit global property."""
+    from _pytest.junitxml import xml_key
+
+    lines = []
+    for name, mark in suspect.items():
+        used = name in chosen
+        what = "WARNING: --hosts names suspect host" if used else "suspect host left out:"
+        lines.append(f"camit: {what} {name} ({console.printable(mark.describe())})"
+                     + ("; running there" if used else "; camit check --heal re-admits it"))
+        xml = ctx.config.stash.get(xml_key, None)
+        if xml is not None:
+            xml.add_global_property(f"camit_suspect_{name}", f"{'used' if used else 'left out'}: {mark.describe()}")
+    if any(n in chosen for n in suspect):
+        warnings.warn(pytest.PytestWarning(f"camit: running on suspect host(s) "
+                                           f"{', '.join(n for n in suspect if n in chosen)}"), stacklevel=1)
     return lines
 
 
@@ -140,10 +165,12 @@ def finalize(ctx: RunContext, exitstatus: int, *, error: str | None = None) -> N
         from framework import coverage
 
         ctx.cov_summary = coverage.finish(ctx.rundir.path)
-    extra = None
-    if ctx.env is not None and (ctx.options.hosts or ctx.options.exclude_hosts):
+    extra: dict[str, Any] | None = None
+    if ctx.env is not None and (ctx.options.hosts or ctx.options.exclude_hosts or ctx.suspects):
         chosen = ctx.chosen_hosts()
         extra = {"hosts_chosen": chosen, "hosts_left_out": [n for n in ctx.env.hosts if n not in chosen]}
+        if ctx.suspects:
+            extra["suspect_hosts"] = {n: {**m.to_json(), "used": n in chosen} for n, m in ctx.suspects.items()}
     xml = junit_path(ctx.config)
     report.finalize(ctx.rundir.path, junit=Path(xml) if xml else None, reruns=ctx.reruns, env=ctx.env, seed=ctx.seed,
                     argv=["pytest", *ctx.config.invocation_params.args], repro=repro(ctx.config, ctx.seed),
