@@ -164,6 +164,9 @@ class RunContext:
             factory = res.transport_factory if res is not None else None
             with Cluster.from_env(self.loaded_env(), None, transport_factory=factory) as cluster:
                 self.suspects = suspects.read(cluster)
+            from framework.plugin.reporting import record_suspects
+
+            record_suspects(self)
         return self.suspects or {}
 
     def host_names(self) -> list[str]:

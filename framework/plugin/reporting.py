@@ -16,16 +16,15 @@ from __future__ import annotations
 
 import sys
 import time
-import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import pytest
-
 from framework import console
 
 if TYPE_CHECKING:
+    import pytest
+
     from framework.plugin.context import RunContext
 
 #: the session's exit status as manifest.json's ``status``
@@ -64,22 +63,27 @@ def header_lines(ctx: RunContext) -> list[str] | None:
 
 
 def suspect_lines(ctx: RunContext, suspect: Mapping[str, Any], chosen: list[str]) -> list[str]:
-    """Header lines for the suspect hosts (framework.suspects); each also a JUnit global property."""
-    from _pytest.junitxml import xml_key
-
+    """One line per suspect host (framework.suspects): left out, or run on with a warning (``--hosts``)."""
     lines = []
     for name, mark in suspect.items():
         used = name in chosen
         what = "WARNING: --hosts names suspect host" if used else "suspect host left out:"
         lines.append(f"camit: {what} {name} ({console.printable(mark.describe())})"
                      + ("; running there" if used else "; camit check --heal re-admits it"))
-        xml = ctx.config.stash.get(xml_key, None)
-        if xml is not None:
-            xml.add_global_property(f"camit_suspect_{name}", f"{'used' if used else 'left out'}: {mark.describe()}")
-    if any(n in chosen for n in suspect):
-        warnings.warn(pytest.PytestWarning(f"camit: running on suspect host(s) "
-                                           f"{', '.join(n for n in suspect if n in chosen)}"), stacklevel=1)
     return lines
+
+
+def record_suspects(ctx: RunContext) -> None:
+    """The suspects just read: a JUnit global property each (``camit_suspect_<host>``: used or left out)."""
+    from _pytest.junitxml import xml_key
+
+    suspect = ctx.suspects or {}
+    chosen = ctx.chosen_hosts() if suspect else []
+    xml = ctx.config.stash.get(xml_key, None)
+    for name, mark in suspect.items():
+        if xml is not None:
+            used = "used" if name in chosen else "left out"
+            xml.add_global_property(f"camit_suspect_{name}", f"{used}: {mark.describe()}")
 
 
 def show_header(config: pytest.Config, ctx: RunContext) -> None:
@@ -191,6 +195,8 @@ def summary_lines(ctx: RunContext) -> list[str] | None:
     except Exception as exc:  # the summary must never hide the run's outcome
         text = f"(no cluster summary: {exc})"
     lines = text.splitlines()
+    if ctx.suspects and ctx.env is not None:
+        lines += suspect_lines(ctx, ctx.suspects, ctx.chosen_hosts())
     if ctx.cov_summary:
         lines.append(ctx.cov_summary)
     return lines
