@@ -177,6 +177,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help=f"per-host probe timeout (default {Limits.probe_timeout:g})")
     ck.add_argument("--heal", action="store_true",
                     help="re-admit suspect hosts that pass the preflight and a two-node smoke run")
+    ck.add_argument("--pairs", action="store_true",
+                    help="instead of the preflight: time gloo send/recv between node pairs in rounds, name a slow node")
+    ck.add_argument("--rounds", type=int, default=4, metavar="N", help="--pairs: rounds to run (default 4)")
 
     co = sub.add_parser("collect", help="collect diagnostics (npu-smi, hccn_tool, versions, logs) from every host")
     _env_arg(co)
@@ -533,6 +536,8 @@ def cmd_check(args: argparse.Namespace) -> int:
     from framework.preflight.run import Preflight
 
     env = _load_env(args.env)
+    if args.pairs:
+        return _check_pairs(args, env)
     limits = Limits(min_free_gb=args.min_free_gb, max_skew=args.max_skew, probe_timeout=args.timeout)
     with Cluster.from_env(env, _split_hosts(args.hosts)) as cluster:
         report = Preflight(env, cluster, limits).run()
@@ -545,6 +550,22 @@ def cmd_check(args: argparse.Namespace) -> int:
         print(f"suspect {host}: {console.printable(what)}")
     healed_all = all(w.startswith("re-admitted") for w in verdicts.values()) or not args.heal
     return report.exit_code or (EXIT_OK if healed_all else EXIT_FAILED)
+
+
+def _check_pairs(args: argparse.Namespace, env: EnvConfig) -> int:
+    """``check --pairs``: the pair rounds on the leased hosts (framework.pairs); exit 1 names a slow node."""
+    from framework import pairs
+    from framework.hosts import Cluster
+    from framework.lease import Lease
+    from framework.report.folder import RunDir
+
+    rundir = RunDir.create("reports")
+    with Cluster.from_env(env, _split_hosts(args.hosts)) as cluster, Lease(cluster):
+        report = pairs.run_pairs(env, cluster, rundir, rounds=args.rounds)
+    for line in report.lines():
+        print(console.printable(line))
+    print(f"report: {rundir.path}")
+    return EXIT_INFRA if report.failure else EXIT_FAILED if report.slow else EXIT_OK
 
 
 def _suspects_after_check(env: EnvConfig, cluster: Cluster, report: Any, heal: bool) -> dict[str, str]:
