@@ -28,9 +28,9 @@ __all__ = ["DEFAULT_ROUNDS", "PairsReport", "SlowNode", "THRESHOLD", "find", "ru
 DEFAULT_ROUNDS = 4
 #: bytes each exchange sends (and receives back)
 DEFAULT_SIZE = 4 << 20
-DEFAULT_ITERS = 5
+DEFAULT_ITERS = 10
 #: a node whose every pair is this many times slower than the pairs without it is named
-THRESHOLD = 1.5
+THRESHOLD = 2.0
 SCRIPT = Path(__file__).parent / "launch" / "pairs_rank.py"
 _LINE = re.compile(r"^PAIRTIME (\d+) (\d+) (\d+) ([0-9.]+)$", re.M)
 
@@ -85,7 +85,7 @@ def schedule_text(rounds: Sequence[Sequence[Pair]]) -> str:
 
 
 def parse_times(text: str) -> dict[Pair, float]:
-    """The ``PAIRTIME`` lines of the rank logs: pair -> median seconds of one round trip."""
+    """The ``PAIRTIME`` lines of the rank logs: pair -> seconds of its fastest round trip."""
     return {(int(m[2]), int(m[3])): float(m[4]) for m in _LINE.finditer(text)}
 
 

@@ -17,7 +17,7 @@ import os
 import posixpath
 import re
 import socket
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -28,11 +28,12 @@ from framework.lease import default_owner, lease_path
 from framework.remote.layout import HostLayout
 
 if TYPE_CHECKING:  # pragma: no cover
+    from framework.cores.logs import Signature
     from framework.hosts import Cluster, Host
     from framework.launch.result import LaunchResult
     from framework.preflight.checks import Report
 
-__all__ = ["DEFAULT_TTL", "SUSPECT_DIR", "Suspect", "clear", "launch_faults", "mark", "preflight_faults",
+__all__ = ["DEFAULT_TTL", "SUSPECT_DIR", "Suspect", "clear", "launch_faults", "mark", "oom_faults", "preflight_faults",
            "read", "suspect_key"]
 
 log = logging.getLogger("camit.suspects")
@@ -236,6 +237,16 @@ def launch_faults(result: LaunchResult, oom_hosts: Iterable[str] = ()) -> dict[s
     for name, node in result.nodes.items():
         if node.lost:
             out[name] = ("lost", f"lost during launch {result.launch_id}: {node.lost}")
+    return out
+
+
+def oom_faults(found: Mapping[str, Sequence[Signature]]) -> dict[str, tuple[str, str]]:
+    """The hosts whose kernel log (``dmesg.txt``) holds an OOM kill, with its line (framework.cores.logs)."""
+    out: dict[str, tuple[str, str]] = {}
+    for host, sigs in found.items():
+        oom = [s for s in sigs if s.code == "OOM-KILL" and s.source.endswith("dmesg.txt")]
+        if oom:
+            out[host] = ("oom", f"{oom[0].meaning}: {oom[0].line.strip()[:200]}")
     return out
 
 

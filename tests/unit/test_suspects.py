@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -122,3 +123,28 @@ def test_runs_plan_around_suspects_unless_hosts_names_them(env):
     assert chosen_hosts(env, Options(hosts=["node2", "node3"]), marked) == ["node2", "node3"]
     with pytest.raises(pytest.UsageError, match="every host .* is suspect .*node1, node2, node3.*--heal"):
         chosen_hosts(env, Options(), dict.fromkeys(HOSTS, object()))
+
+
+def test_the_launcher_marks_a_lost_host_and_a_held_device_on_the_hosts_still_there(env, tmp_path, monkeypatch):
+    from framework.launch import Launcher
+
+    monkeypatch.setenv("CAMIT_SUSPECT_TTL", "600")
+    nodes = {"node1": NodeResult("node1", 0), "node2": NodeResult("node2", 1, lost="its SSH channel closed"),
+             "node3": NodeResult("node3", 2)}
+    result = LaunchResult("L7", nodes, {}, 3, failure="lost node2", failure_kind="lost",
+                          held=[HeldDevice("node3", 0, 1, 99, "python", "L7")])
+    with cluster(env, down="node2") as c:
+        Launcher(env, c)._mark_suspects(result)
+        seen = suspects.read(c)
+    assert {n: m.kind for n, m in seen.items()} == {"node2": "lost", "node3": "held-device"}
+    assert marks_on(tmp_path, "node2") == [] and len(marks_on(tmp_path, "node1")) == 2
+
+
+def test_an_oom_kill_in_the_kernel_log_is_a_host_fault_but_not_in_a_rank_log():
+    from framework.cores.logs import scan_signatures
+
+    line = "[ 812.5] Out of memory: Killed process 4242 (python) total-vm:9000kB"
+    found = {"h1": [replace(s, source="h1/dmesg.txt") for s in scan_signatures(line + "\n")],
+             "h2": [replace(s, source="h2/rank0.log") for s in scan_signatures(line + "\n")]}
+    faults = suspects.oom_faults(found)
+    assert list(faults) == ["h1"] and faults["h1"][0] == "oom" and "Killed process 4242" in faults["h1"][1]
