@@ -148,3 +148,18 @@ def test_an_oom_kill_in_the_kernel_log_is_a_host_fault_but_not_in_a_rank_log():
              "h2": [replace(s, source="h2/rank0.log") for s in scan_signatures(line + "\n")]}
     faults = suspects.oom_faults(found)
     assert list(faults) == ["h1"] and faults["h1"][0] == "oom" and "Killed process 4242" in faults["h1"][1]
+
+
+def test_heal_keeps_a_host_that_still_fails_preflight_or_has_no_healthy_partner(env, monkeypatch):
+    from framework import heal
+
+    monkeypatch.setenv("CAMIT_SUSPECT_TTL", "600")
+    report = Report(list(HOSTS), {("node1", "disk"): CheckResult("node1", "disk", FAIL, "only 0.1 GiB free")})
+    with cluster(env) as c:
+        suspects.mark(c, {"node1": ("lost", "gone"), "node2": ("oom", "killed"), "node3": ("oom", "killed")})
+        verdicts = heal.heal(env, c, report, suspects.read(c))
+        assert [(v.host, v.healed) for v in verdicts] == [("node1", False), ("node2", False), ("node3", False)]
+        assert verdicts[0].why == "disk: fail: only 0.1 GiB free"
+        assert verdicts[1].why == "no healthy host to pair it with for the smoke run"
+        after = suspects.read(c)
+    assert {n: m.kind for n, m in after.items()} == {"node1": "lost", "node2": "heal", "node3": "heal"}
