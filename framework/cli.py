@@ -178,8 +178,10 @@ def build_parser() -> argparse.ArgumentParser:
     ck.add_argument("--heal", action="store_true",
                     help="re-admit suspect hosts that pass the preflight and a two-node smoke run")
     ck.add_argument("--pairs", action="store_true",
-                    help="instead of the preflight: time gloo send/recv between node pairs in rounds, name a slow node")
-    ck.add_argument("--rounds", type=int, default=4, metavar="N", help="--pairs: rounds to run (default 4)")
+                    help="instead of the preflight: time gloo send/recv between node pairs "
+                         "in rounds, name a slow node")
+    ck.add_argument("--rounds", type=int, default=4, metavar="N",
+                    help="--pairs: rounds to run (default 4)")
 
     co = sub.add_parser("collect", help="collect diagnostics (npu-smi, hccn_tool, versions, logs) from every host")
     _env_arg(co)
@@ -553,7 +555,8 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def _check_pairs(args: argparse.Namespace, env: EnvConfig) -> int:
-    """``check --pairs``: the pair rounds on the leased hosts (framework.pairs); exit 1 names a slow node."""
+    """``check --pairs``: the pair rounds on the leased hosts (framework.pairs); exit 1 names a
+    slow node."""
     from framework import pairs
     from framework.hosts import Cluster
     from framework.lease import Lease
@@ -568,8 +571,10 @@ def _check_pairs(args: argparse.Namespace, env: EnvConfig) -> int:
     return EXIT_INFRA if report.failure else EXIT_FAILED if report.slow else EXIT_OK
 
 
-def _suspects_after_check(env: EnvConfig, cluster: Cluster, report: Any, heal: bool) -> dict[str, str]:
-    """Hosts the preflight failed become suspect; ``--heal`` re-admits the clean ones (framework.heal)."""
+def _suspects_after_check(env: EnvConfig, cluster: Cluster, report: Any,
+                          heal: bool) -> dict[str, str]:
+    """Hosts the preflight failed become suspect; ``--heal`` re-admits the clean ones
+    (framework.heal)."""
     from framework import heal as healing
     from framework import suspects
 

@@ -1,12 +1,13 @@
 """Suspect hosts: a host a host-level failure was attributed to, kept out of later runs for a while.
 
 A mark is one file ``<workdir>/camit-suspects/<address>.json`` (beside the lease file, so every
-controller driving the same machines sees it), written to *every* reachable host of the cluster, so a
-lost host's mark survives on its peers. Written atomically (private temporary file, ``mv -f``), with
-``since``/``expires`` from the writing host's clock, judged against the reading host's clock. Marked
-for: a held device, an OOM kill, a lost or unreachable host, a failed preflight check; never for a
-test that failed or raised there. Runs plan around suspects (``--hosts`` naming one runs there, with a
-warning); ``camit check --heal`` clears a mark after a clean preflight and a two-node smoke run.
+controller driving the same machines sees it), written to *every* reachable host of the cluster, so
+a lost host's mark survives on its peers. Written atomically (private temporary file, ``mv -f``),
+with ``since``/``expires`` from the writing host's clock, judged against the reading host's clock.
+Marked for: a held device, an OOM kill, a lost or unreachable host, a failed preflight check; never
+for a test that failed or raised there. Runs plan around suspects (``--hosts`` naming one runs
+there, with a warning); ``camit check --heal`` clears a mark after a clean preflight and a two-node
+smoke run.
 """
 
 from __future__ import annotations
@@ -33,13 +34,24 @@ if TYPE_CHECKING:  # pragma: no cover
     from framework.launch.result import LaunchResult
     from framework.preflight.checks import Report
 
-__all__ = ["DEFAULT_TTL", "SUSPECT_DIR", "Suspect", "clear", "launch_faults", "mark", "oom_faults", "preflight_faults",
-           "read", "suspect_key"]
+__all__ = [
+    "DEFAULT_TTL",
+    "SUSPECT_DIR",
+    "Suspect",
+    "clear",
+    "launch_faults",
+    "mark",
+    "oom_faults",
+    "preflight_faults",
+    "read",
+    "suspect_key",
+]
 
 log = logging.getLogger("camit.suspects")
 
 SUSPECT_DIR = "camit-suspects"
-#: seconds a mark keeps a host out (``$CAMIT_SUSPECT_TTL`` overrides; 0 turns suspect hosts off: nothing is
+#: seconds a mark keeps a host out (``$CAMIT_SUSPECT_TTL`` overrides; 0 turns suspect hosts off:
+#: nothing is
 #: marked, and runs do not read marks)
 DEFAULT_TTL = 4 * 3600.0
 _NOW, _EXPIRES = "__NOW__", "__EXPIRES__"
@@ -64,9 +76,16 @@ class Suspect:
         """The mark in a file's text; None when it is not one of ours."""
         try:
             d = json.loads(text)
-            return cls(host=str(d["host"]), address=str(d["address"]), kind=str(d["kind"]),
-                       reason=str(d["reason"]), since=float(d["since"]), expires=float(d["expires"]),
-                       by=str(d.get("by", "")), run_id=str(d.get("run_id", "")))
+            return cls(
+                host=str(d["host"]),
+                address=str(d["address"]),
+                kind=str(d["kind"]),
+                reason=str(d["reason"]),
+                since=float(d["since"]),
+                expires=float(d["expires"]),
+                by=str(d.get("by", "")),
+                run_id=str(d.get("run_id", "")),
+            )
         except (ValueError, KeyError, TypeError, AttributeError):
             return None
 
@@ -85,7 +104,9 @@ def default_ttl() -> float:
     try:
         return float(raw) if raw else DEFAULT_TTL
     except ValueError:
-        raise ConfigError("$CAMIT_SUSPECT_TTL", None, f"{raw!r} is not a number of seconds") from None
+        raise ConfigError(
+            "$CAMIT_SUSPECT_TTL", None, f"{raw!r} is not a number of seconds"
+        ) from None
 
 
 def address_of(host: Host) -> str:
@@ -108,24 +129,33 @@ def suspect_dir(host: Host) -> str:
 
 
 def mark_script(workdir: str, key: str, content: str, ttl: int) -> ShellScript:
-    """Write ``<workdir>/camit-suspects/<key>.json`` atomically; the host's clock fills the times."""
+    """Write ``<workdir>/camit-suspects/<key>.json`` atomically; the host's clock sets the times."""
     q = commands.quote
     d = posixpath.join(workdir, SUSPECT_DIR)
-    return ShellScript("\n".join([
-        f"_g=$( ( {HostLayout(workdir).guard_script()} ) 2>&1 ) || {{ echo 'RESULT error unsafe workdir'; exit 0; }}",
-        f"D={q(d)}; F=\"$D/\"{q(key + '.json')}; T=\"$F.$$.tmp\"; now=$(date +%s)",
-        "mkdir -p -- \"$D\" || { echo 'RESULT error mkdir'; exit 0; }",
-        f"printf '%s\\n' {q(content)} | sed \"s/{_NOW}/$now/g; s/{_EXPIRES}/$((now + {ttl}))/g\" > \"$T\" "
-        "&& mv -f -- \"$T\" \"$F\" && echo 'RESULT marked' || { rm -f -- \"$T\"; echo 'RESULT error write'; }",
-    ]) + "\n")
+    return ShellScript(
+        "\n".join(
+            [
+                f"_g=$( ( {HostLayout(workdir).guard_script()} ) 2>&1 ) "
+                "|| { echo 'RESULT error unsafe workdir'; exit 0; }",
+                f'D={q(d)}; F="$D/"{q(key + ".json")}; T="$F.$$.tmp"; now=$(date +%s)',
+                "mkdir -p -- \"$D\" || { echo 'RESULT error mkdir'; exit 0; }",
+                f"printf '%s\\n' {q(content)} "
+                f'| sed "s/{_NOW}/$now/g; s/{_EXPIRES}/$((now + {ttl}))/g" > "$T" '
+                "&& mv -f -- \"$T\" \"$F\" && echo 'RESULT marked' "
+                "|| { rm -f -- \"$T\"; echo 'RESULT error write'; }",
+            ]
+        )
+        + "\n"
+    )
 
 
 def read_script(workdir: str) -> ShellScript:
     """Print the host's clock and every mark file; change nothing."""
     d = posixpath.join(workdir, SUSPECT_DIR)
     return ShellScript(
-        f"echo \"NOW $(date +%s)\"; for f in {commands.quote(d)}/*.json; do [ -f \"$f\" ] || continue; "
-        "echo MARK-BEGIN; cat -- \"$f\"; echo; echo MARK-END; done\n")
+        f'echo "NOW $(date +%s)"; for f in {commands.quote(d)}/*.json; do [ -f "$f" ] || continue; '
+        'echo MARK-BEGIN; cat -- "$f"; echo; echo MARK-END; done\n'
+    )
 
 
 def clear_script(workdir: str, keys: Iterable[str]) -> ShellScript:
@@ -154,8 +184,17 @@ def parse_read(stdout: str) -> tuple[float, list[Suspect]]:
 
 
 def render(host: str, address: str, kind: str, reason: str, *, by: str, run_id: str) -> str:
-    doc = {"version": 1, "host": host, "address": address, "kind": kind, "reason": reason,
-           "since": _NOW, "expires": _EXPIRES, "by": by, "run_id": run_id}
+    doc = {
+        "version": 1,
+        "host": host,
+        "address": address,
+        "kind": kind,
+        "reason": reason,
+        "since": _NOW,
+        "expires": _EXPIRES,
+        "by": by,
+        "run_id": run_id,
+    }
     return json.dumps(doc).replace(f'"{_NOW}"', _NOW).replace(f'"{_EXPIRES}"', _EXPIRES)
 
 
@@ -166,24 +205,36 @@ def _workdir(host: Host) -> str:
     return posixpath.dirname(lease_path(host)) or "/"
 
 
-def mark(cluster: Cluster, faults: Mapping[str, tuple[str, str]], *, ttl: float | None = None,
-         run_id: str | None = None, on: Iterable[str] | None = None) -> dict[str, str]:
-    """Mark each ``host → (kind, reason)`` of ``faults`` on every host of ``cluster`` (or of ``on``: the
+def mark(
+    cluster: Cluster,
+    faults: Mapping[str, tuple[str, str]],
+    *,
+    ttl: float | None = None,
+    run_id: str | None = None,
+    on: Iterable[str] | None = None,
+) -> dict[str, str]:
+    """Mark each ``host → (kind, reason)`` of ``faults`` on every host of ``cluster`` (or of
+    ``on``: the
     ones known reachable) it can reach.
 
-    Best effort (a host that cannot be written to is logged); returns host → where it was written."""
+    Best effort (a host that cannot be written to is logged); returns host → where it was
+    written."""
     seconds = int(ttl if ttl is not None else default_ttl())
     if not faults or seconds <= 0:
         return {}
     by = f"{default_owner()} (pid {os.getpid()} on {socket.gethostname()})"
     run = run_id if run_id is not None else os.environ.get("CAMIT_RUN_ID", "")
-    docs = {address_of(cluster[n]): render(n, address_of(cluster[n]), kind, reason, by=by, run_id=run)
-            for n, (kind, reason) in faults.items()}
+    docs = {
+        address_of(cluster[n]): render(n, address_of(cluster[n]), kind, reason, by=by, run_id=run)
+        for n, (kind, reason) in faults.items()
+    }
 
     def one(host: Host) -> str:
         for address, content in docs.items():
-            out = host.check(mark_script(_workdir(host), suspect_key(address), content, seconds),
-                             timeout=_TIMEOUT).stdout
+            out = host.check(
+                mark_script(_workdir(host), suspect_key(address), content, seconds),
+                timeout=_TIMEOUT,
+            ).stdout
             if "RESULT marked" not in out:
                 raise OSError(f"could not write the mark of {address}: {out.strip()[:200]}")
         return host.name
@@ -192,13 +243,20 @@ def mark(cluster: Cluster, faults: Mapping[str, tuple[str, str]], *, ttl: float 
     for name, err in got.failed.items():
         log.warning("%s: could not record the suspect mark(s) there: %s", name, err)
     for n, (kind, reason) in faults.items():
-        log.warning("%s: marked suspect (%s: %s) for %.0fs; written on %s", n, kind, reason, seconds,
-                    ", ".join(got.succeeded) or "no host")
+        log.warning(
+            "%s: marked suspect (%s: %s) for %.0fs; written on %s",
+            n,
+            kind,
+            reason,
+            seconds,
+            ", ".join(got.succeeded) or "no host",
+        )
     return {n: ", ".join(got.succeeded) for n in faults}
 
 
 def read(cluster: Cluster) -> dict[str, Suspect]:
-    """The live (unexpired) marks of ``cluster``'s hosts, read from every host it can reach (the newest
+    """The live (unexpired) marks of ``cluster``'s hosts, read from every host it can reach (the
+    newest
     mark of each wins); host name → mark. Unreachable hosts are skipped (logged at debug level)."""
     names = {address_of(h): h.name for h in cluster}
 
@@ -212,7 +270,11 @@ def read(cluster: Cluster) -> dict[str, Suspect]:
     for now, marks in got.succeeded.values():
         for m in marks:
             found = names.get(m.address)
-            if found is not None and m.expires > now and (found not in out or m.since > out[found].since):
+            if (
+                found is not None
+                and m.expires > now
+                and (found not in out or m.since > out[found].since)
+            ):
                 out[found] = m
     return out
 
@@ -223,15 +285,22 @@ def clear(cluster: Cluster, names: Iterable[str]) -> dict[str, str]:
     if not keys:
         return {}
     got = cluster.map(lambda h: h.check(clear_script(_workdir(h), keys), timeout=_TIMEOUT).stdout)
-    return {n: "cleared" if "RESULT cleared" in str(v) else f"not cleared: {v}" for n, v in got.items()}
+    return {
+        n: "cleared" if "RESULT cleared" in str(v) else f"not cleared: {v}" for n, v in got.items()
+    }
 
 
 # --------------------------------------------------------------------------- attribution (pure)
 
 
-def launch_faults(result: LaunchResult, oom_hosts: Iterable[str] = ()) -> dict[str, tuple[str, str]]:
-    """The host-level failures of a launch: lost hosts, held devices, OOM kills (not a rank's failure)."""
-    out: dict[str, tuple[str, str]] = {h: ("oom", "the kernel's OOM killer ended a process") for h in oom_hosts}
+def launch_faults(
+    result: LaunchResult, oom_hosts: Iterable[str] = ()
+) -> dict[str, tuple[str, str]]:
+    """The host-level failures of a launch: lost hosts, held devices, OOM kills (never a rank's
+    own failure)."""
+    out: dict[str, tuple[str, str]] = {
+        h: ("oom", "the kernel's OOM killer ended a process") for h in oom_hosts
+    }
     for held in result.held:
         out[held.host] = ("held-device", held.describe())
     for name, node in result.nodes.items():
@@ -241,7 +310,8 @@ def launch_faults(result: LaunchResult, oom_hosts: Iterable[str] = ()) -> dict[s
 
 
 def oom_faults(found: Mapping[str, Sequence[Signature]]) -> dict[str, tuple[str, str]]:
-    """The hosts whose kernel log (``dmesg.txt``) holds an OOM kill, with its line (framework.cores.logs)."""
+    """The hosts whose kernel log (``dmesg.txt``) holds an OOM kill, with its line
+    (framework.cores.logs)."""
     out: dict[str, tuple[str, str]] = {}
     for host, sigs in found.items():
         oom = [s for s in sigs if s.code == "OOM-KILL" and s.source.endswith("dmesg.txt")]

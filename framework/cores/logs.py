@@ -377,7 +377,8 @@ def collect_logs(cluster: Cluster, report: Path, baseline: Baseline, *,
         found[name] = sigs
         if sigs:
             collected[name].append(append_text(host_dir / "signatures.txt", head + summarize({name: sigs})))
-    suspects.mark(cluster, suspects.oom_faults(found), on=[n for n in collected if n not in got.failed])
+    reached = [n for n in collected if n not in got.failed]
+    suspects.mark(cluster, suspects.oom_faults(found), on=reached)
     summary = summarize(found)
     if summary:
         append_text(report / "signatures.txt", head + summary)

@@ -366,11 +366,13 @@ class Launcher:
             self.rundir.write_json(f"launch-{result.launch_id}.json", result.to_json())
 
     def _mark_suspects(self, result: LaunchResult) -> None:
-        """Lost hosts and held devices make their host suspect (framework.suspects), on every host still here."""
+        """Lost hosts and held devices make their host suspect (framework.suspects), marked on
+        every host still here."""
         faults = suspects.launch_faults(result)
         if faults:
             lost = {h for h, n in result.nodes.items() if n.lost}
-            suspects.mark(self.cluster, faults, on=[h.name for h in self.cluster if h.name not in lost])
+            here = [h.name for h in self.cluster if h.name not in lost]
+            suspects.mark(self.cluster, faults, on=here)
 
     def _check_devices(self, nodes: dict[str, _Node], result: LaunchResult) -> None:
         """NPU hosts: wait (bounded) until no pid of the run holds a device; a failure saves the NPU state."""

@@ -63,7 +63,8 @@ def header_lines(ctx: RunContext) -> list[str] | None:
 
 
 def suspect_lines(ctx: RunContext, suspect: Mapping[str, Any], chosen: list[str]) -> list[str]:
-    """One line per suspect host (framework.suspects): left out, or run on with a warning (``--hosts``)."""
+    """One line per suspect host (framework.suspects): left out, or run on with a warning
+    (``--hosts``)."""
     lines = []
     for name, mark in suspect.items():
         used = name in chosen
@@ -74,7 +75,8 @@ def suspect_lines(ctx: RunContext, suspect: Mapping[str, Any], chosen: list[str]
 
 
 def record_suspects(ctx: RunContext) -> None:
-    """The suspects just read: a JUnit global property each (``camit_suspect_<host>``: used or left out)."""
+    """The suspects just read: a JUnit global property each (``camit_suspect_<host>``: used or
+    left out)."""
     from _pytest.junitxml import xml_key
 
     suspect = ctx.suspects or {}
@@ -174,7 +176,8 @@ def finalize(ctx: RunContext, exitstatus: int, *, error: str | None = None) -> N
         chosen = ctx.chosen_hosts()
         extra = {"hosts_chosen": chosen, "hosts_left_out": [n for n in ctx.env.hosts if n not in chosen]}
         if ctx.suspects:
-            extra["suspect_hosts"] = {n: {**m.to_json(), "used": n in chosen} for n, m in ctx.suspects.items()}
+            extra["suspect_hosts"] = {n: {**m.to_json(), "used": n in chosen}
+                                      for n, m in ctx.suspects.items()}
     xml = junit_path(ctx.config)
     report.finalize(ctx.rundir.path, junit=Path(xml) if xml else None, reruns=ctx.reruns, env=ctx.env, seed=ctx.seed,
                     argv=["pytest", *ctx.config.invocation_params.args], repro=repro(ctx.config, ctx.seed),

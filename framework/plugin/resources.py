@@ -176,7 +176,8 @@ class Resources:
         return self.cluster
 
     def _mark_unreachable(self) -> None:
-        """Hosts that could not be reached become suspect (framework.suspects), marked on the reachable ones."""
+        """Hosts that could not be reached become suspect (framework.suspects), marked on the
+        reachable ones."""
         from framework import suspects
 
         if self.unreachable is None or self.cluster is None or self.lease is None:

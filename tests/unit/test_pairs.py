@@ -1,7 +1,8 @@
-"""``camit check --pairs`` logic (framework.pairs): the round-robin schedule, and the slow-node score over
-synthetic pair timings with the noise the lab shows (a whole round up to 2x slower on the shared cores,
-each pair 0.6-1.6x, up to 2.7x between two pairs of a round; 4000 such runs named nobody once):
-20 healthy runs name nobody, one slow node is named among 8 within 4 rounds."""
+"""``camit check --pairs`` logic (framework.pairs): the round-robin schedule, and the slow-node
+score over synthetic pair timings with the noise the lab shows (a whole round up to 2x slower on the
+shared cores, each pair 0.6-1.6x, up to 2.7x between two pairs of a round; 4000 such runs named
+nobody once): 20 healthy runs name nobody, one slow node is named among 8 within 4 rounds.
+"""
 
 from __future__ import annotations
 
@@ -21,14 +22,18 @@ def test_every_round_pairs_every_node_with_a_new_partner(n):
     seen: set[tuple[int, int]] = set()
     for r in rounds:
         nodes = [x for p in r for x in p]
-        assert len(nodes) == len(set(nodes)) == n - n % 2  # a matching: one node sits out when n is odd
+        assert (
+            len(nodes) == len(set(nodes)) == n - n % 2
+        )  # a matching: one node sits out when n is odd
         assert not seen & set(r)
         seen |= set(r)
     assert len(seen) == n * (n - 1) // 2  # all rounds: every pair once
     assert pairs.schedule(n, 2) == rounds[:2]
 
 
-def timings(n: int, rounds: int, rng: random.Random, slow: dict[int, float]) -> dict[tuple[int, int], float]:
+def timings(
+    n: int, rounds: int, rng: random.Random, slow: dict[int, float]
+) -> dict[tuple[int, int], float]:
     out = {}
     for r in pairs.schedule(n, rounds):
         round_factor = rng.uniform(1.0, 2.0)
