@@ -175,6 +175,13 @@ def build_parser() -> argparse.ArgumentParser:
                     help=f"clock skew allowed between hosts and to this machine (default {Limits.max_skew:g})")
     ck.add_argument("--timeout", type=float, default=Limits.probe_timeout, metavar="S",
                     help=f"per-host probe timeout (default {Limits.probe_timeout:g})")
+    ck.add_argument("--heal", action="store_true",
+                    help="re-admit suspect hosts that pass the preflight and a two-node smoke run")
+    ck.add_argument("--pairs", action="store_true",
+                    help="instead of the preflight: time gloo send/recv between node pairs "
+                         "in rounds, name a slow node")
+    ck.add_argument("--rounds", type=int, default=4, metavar="N",
+                    help="--pairs: rounds to run (default 4)")
 
     co = sub.add_parser("collect", help="collect diagnostics (npu-smi, hccn_tool, versions, logs) from every host")
     _env_arg(co)
@@ -548,14 +555,52 @@ def cmd_check(args: argparse.Namespace) -> int:
     from framework.preflight.run import Preflight
 
     env = _load_env(args.env)
+    if args.pairs:
+        return _check_pairs(args, env)
     limits = Limits(min_free_gb=args.min_free_gb, max_skew=args.max_skew, probe_timeout=args.timeout)
     with Cluster.from_env(env, _split_hosts(args.hosts)) as cluster:
         report = Preflight(env, cluster, limits).run()
+        verdicts = _suspects_after_check(env, cluster, report, args.heal)
     if args.json:
-        console.print_json(report.to_json())
+        console.print_json({**report.to_json(), "suspects": verdicts})
         return report.exit_code
     _print_check(report)
-    return report.exit_code
+    for host, what in verdicts.items():
+        print(f"suspect {host}: {console.printable(what)}")
+    healed_all = all(w.startswith("re-admitted") for w in verdicts.values()) or not args.heal
+    return report.exit_code or (EXIT_OK if healed_all else EXIT_FAILED)
+
+
+def _check_pairs(args: argparse.Namespace, env: EnvConfig) -> int:
+    """``check --pairs``: the pair rounds on the leased hosts (framework.pairs); exit 1 names a
+    slow node."""
+    from framework import pairs
+    from framework.hosts import Cluster
+    from framework.lease import Lease
+    from framework.report.folder import RunDir
+
+    rundir = RunDir.create("reports")
+    with Cluster.from_env(env, _split_hosts(args.hosts)) as cluster, Lease(cluster):
+        report = pairs.run_pairs(env, cluster, rundir, rounds=args.rounds)
+    for line in report.lines():
+        print(console.printable(line))
+    print(f"report: {rundir.path}")
+    return EXIT_INFRA if report.failure else EXIT_FAILED if report.slow else EXIT_OK
+
+
+def _suspects_after_check(env: EnvConfig, cluster: Cluster, report: Any,
+                          heal: bool) -> dict[str, str]:
+    """Hosts the preflight failed become suspect; ``--heal`` re-admits the clean ones
+    (framework.heal)."""
+    from framework import heal as healing
+    from framework import suspects
+
+    suspects.mark(cluster, suspects.preflight_faults(report))
+    marks = suspects.read(cluster)
+    if not heal:
+        return {n: f"{m.describe()} (camit check --heal re-admits it)" for n, m in marks.items()}
+    return {v.host: ("re-admitted: " if v.healed else "still suspect: ") + v.why
+            for v in healing.heal(env, cluster, report, marks)}
 
 
 def _print_check(report: Any) -> None:

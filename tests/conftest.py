@@ -32,6 +32,10 @@ from camit_labtools import lab_env_or_skip  # noqa: E402
 if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
+# suspect hosts off (framework.suspects) unless a test turns them on: the tests that fail a
+# preflight on purpose must not keep the shared lab's hosts out of the tests after them
+os.environ.setdefault("CAMIT_SUSPECT_TTL", "0")
+
 #: tests/data holds inputs (a miniature UMDK checkout with its own test files, fixtures), never tests of ours
 collect_ignore = ["data"]
 

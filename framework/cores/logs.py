@@ -27,7 +27,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from framework import commands, fetchcaps
+from framework import commands, fetchcaps, suspects
 from framework.cores import faultbundle
 from framework.cores.scan import Baseline
 from framework.errors import FrameworkError
@@ -388,6 +388,8 @@ def collect_logs(cluster: Cluster, report: Path, baseline: Baseline, *,
         found[name] = sigs
         if sigs:
             collected[name].append(append_text(host_dir / "signatures.txt", head + summarize({name: sigs})))
+    reached = [n for n in collected if n not in got.failed]
+    suspects.mark(cluster, suspects.oom_faults(found), on=reached)
     summary = summarize(found)
     if summary:
         append_text(report / "signatures.txt", head + summary)

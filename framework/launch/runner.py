@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from framework import __version__, remote
+from framework import __version__, remote, suspects
 from framework.console import printable
 from framework.cores import faultbundle
 from framework.errors import CommandFailed, CommandTimedOut, FrameworkError, HostError
@@ -349,6 +349,7 @@ class Launcher:
             result.nodes[h].duration = round(now_mono - w.start, 3) if w.start else 0.0
         result.duration = now_mono - start
         self._check_devices(nodes, result)
+        self._mark_suspects(result)
         if self.rundir is not None:
             self._record_run_phases(monitor, now_mono, now_wall)
             t_fetch = time.time()
@@ -421,6 +422,14 @@ class Launcher:
             return
         if verdict is not None:
             result.notes.append(f"ascend-fd: {verdict}")
+    def _mark_suspects(self, result: LaunchResult) -> None:
+        """Lost hosts and held devices make their host suspect (framework.suspects), marked on
+        every host still here."""
+        faults = suspects.launch_faults(result)
+        if faults:
+            lost = {h for h, n in result.nodes.items() if n.lost}
+            here = [h.name for h in self.cluster if h.name not in lost]
+            suspects.mark(self.cluster, faults, on=here)
 
     def _check_devices(self, nodes: dict[str, _Node], result: LaunchResult) -> None:
         """NPU hosts: wait (bounded) until no pid of the run holds a device; a failure saves the NPU state."""

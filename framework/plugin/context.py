@@ -70,6 +70,9 @@ class RunContext:
     test: tuple[str, int] | None = None
     #: the failed attempts pytest-rerunfailures reran (controller): folded into pytest's junit.xml at the end
     reruns: list[Any] = field(default_factory=list)
+    #: the env's suspect hosts (framework.suspects), host → mark; None until read
+    #: (:meth:`load_suspects`)
+    suspects: dict[str, Any] | None = None
 
     @classmethod
     def from_config(cls, config: pytest.Config) -> RunContext:
@@ -145,8 +148,28 @@ class RunContext:
         return env
 
     def chosen_hosts(self) -> list[str]:
-        """The env's hosts this run uses: ``--hosts`` (in file order), less ``--exclude-hosts``; not an activation."""
-        return chosen_hosts(self.loaded_env(), self.options)
+        """The env's hosts this run uses: ``--hosts`` (in file order), less ``--exclude-hosts``,
+        less the suspect hosts read so far unless ``--hosts`` names them; not an activation."""
+        return chosen_hosts(self.loaded_env(), self.options, self.suspects or {})
+
+    def load_suspects(self) -> dict[str, Any]:
+        """Read the env's suspect marks once (the controller, before hosts are chosen; through the
+        session's transport factory); unreachable hosts are skipped (reported when the cluster
+        opens)."""
+        from framework import suspects
+
+        if self.suspects is None and self.worker is None and suspects.default_ttl() > 0:
+            from framework.hosts import Cluster
+            from framework.plugin.resources import RESOURCES_KEY
+
+            res = self.config.stash.get(RESOURCES_KEY, None)
+            factory = res.transport_factory if res is not None else None
+            with Cluster.from_env(self.loaded_env(), None, transport_factory=factory) as cluster:
+                self.suspects = suspects.read(cluster)
+            from framework.plugin.reporting import record_suspects
+
+            record_suspects(self)
+        return self.suspects or {}
 
     def host_names(self) -> list[str]:
         """The hosts this process drives: the chosen ones, or under pytest-xdist (-n N) the share the
@@ -165,6 +188,7 @@ class RunContext:
             return None
         try:
             if self.shares is None:
+                self.load_suspects()
                 self.shares = ShareBook(self.chosen_hosts(), count)
             return self.shares.hand_out(worker_id)
         except pytest.UsageError:
@@ -198,17 +222,25 @@ class RunContext:
         return self.rundir or planned
 
 
-def chosen_hosts(env: EnvConfig, options: Options) -> list[str]:
-    """The env's hosts that ``--hosts`` / ``--exclude-hosts`` leave (file order); an unknown name or none left
-    is a ``UsageError`` naming the option, the host and the env file."""
+def chosen_hosts(env: EnvConfig, options: Options,
+                 suspect: Mapping[str, Any] | None = None) -> list[str]:
+    """The env's hosts that ``--hosts`` / ``--exclude-hosts`` leave (file order), without the
+    ``suspect`` ones unless ``--hosts`` names them; an unknown name or none left is a
+    ``UsageError`` naming the option, the host and the env file."""
     known = list(env.hosts)
     for flag, names in (("--hosts", options.hosts), ("--exclude-hosts", options.exclude_hosts)):
         unknown = [n for n in names or () if n not in env.hosts]
         if unknown:
             raise pytest.UsageError(f"{flag} {','.join(names or ())}: unknown host {unknown[0]!r}: not in "
                                     f"{env.source} (its hosts: {', '.join(known)})")
-    chosen = [n for n in known if (options.hosts is None or n in options.hosts)
-              and n not in (options.exclude_hosts or ())]
+    left_out = set(options.exclude_hosts or ())
+    if options.hosts is None:
+        left_out |= set(suspect or ())
+    chosen = [n for n in known if (options.hosts is None or n in options.hosts) and n not in left_out]
+    if not chosen and suspect and options.hosts is None:
+        raise pytest.UsageError(f"every host of {env.source} left is suspect "
+                                f"({', '.join(suspect)}): "
+                                "re-admit with camit check --heal, or name hosts with --hosts")
     if not chosen:
         raise pytest.UsageError(f"--hosts/--exclude-hosts leave no host of {env.source}")
     return chosen

@@ -16,8 +16,11 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+from framework import console
 
 if TYPE_CHECKING:
     import pytest
@@ -45,16 +48,44 @@ def header_lines(ctx: RunContext) -> list[str] | None:
     env = ctx.env
     if env is None or not ctx.active:
         return None
+    suspect = ctx.load_suspects() if not ctx.config.option.collectonly else {}
     chosen = ctx.chosen_hosts()
     lines = [f"camit: env {env.source} ({len(chosen)} hosts: {', '.join(chosen)}), "
              f"backend {env.launch.backend}, seed {ctx.seed}"]
-    left_out = [n for n in env.hosts if n not in chosen]
+    left_out = [n for n in env.hosts if n not in chosen and n not in suspect]
     if left_out:
         lines.append(f"camit: left out by --hosts/--exclude-hosts: {', '.join(left_out)}")
+    lines += suspect_lines(ctx, suspect, chosen)
     if ctx.rundir is not None:
         lines.append(f"camit: report folder {ctx.rundir.path}")
     lines.append(f"camit: reproduce with: {repro(ctx.config, ctx.seed)}")
     return lines
+
+
+def suspect_lines(ctx: RunContext, suspect: Mapping[str, Any], chosen: list[str]) -> list[str]:
+    """One line per suspect host (framework.suspects): left out, or run on with a warning
+    (``--hosts``)."""
+    lines = []
+    for name, mark in suspect.items():
+        used = name in chosen
+        what = "WARNING: --hosts names suspect host" if used else "suspect host left out:"
+        lines.append(f"camit: {what} {name} ({console.printable(mark.describe())})"
+                     + ("; running there" if used else "; camit check --heal re-admits it"))
+    return lines
+
+
+def record_suspects(ctx: RunContext) -> None:
+    """The suspects just read: a JUnit global property each (``camit_suspect_<host>``: used or
+    left out)."""
+    from _pytest.junitxml import xml_key
+
+    suspect = ctx.suspects or {}
+    chosen = ctx.chosen_hosts() if suspect else []
+    xml = ctx.config.stash.get(xml_key, None)
+    for name, mark in suspect.items():
+        if xml is not None:
+            used = "used" if name in chosen else "left out"
+            xml.add_global_property(f"camit_suspect_{name}", f"{used}: {mark.describe()}")
 
 
 def show_header(config: pytest.Config, ctx: RunContext) -> None:
@@ -140,10 +171,13 @@ def finalize(ctx: RunContext, exitstatus: int, *, error: str | None = None) -> N
         from framework import coverage
 
         ctx.cov_summary = coverage.finish(ctx.rundir.path)
-    extra = None
-    if ctx.env is not None and (ctx.options.hosts or ctx.options.exclude_hosts):
+    extra: dict[str, Any] | None = None
+    if ctx.env is not None and (ctx.options.hosts or ctx.options.exclude_hosts or ctx.suspects):
         chosen = ctx.chosen_hosts()
         extra = {"hosts_chosen": chosen, "hosts_left_out": [n for n in ctx.env.hosts if n not in chosen]}
+        if ctx.suspects:
+            extra["suspect_hosts"] = {n: {**m.to_json(), "used": n in chosen}
+                                      for n, m in ctx.suspects.items()}
     xml = junit_path(ctx.config)
     report.finalize(ctx.rundir.path, junit=Path(xml) if xml else None, reruns=ctx.reruns, env=ctx.env, seed=ctx.seed,
                     argv=["pytest", *ctx.config.invocation_params.args], repro=repro(ctx.config, ctx.seed),
@@ -164,6 +198,8 @@ def summary_lines(ctx: RunContext) -> list[str] | None:
     except Exception as exc:  # the summary must never hide the run's outcome
         text = f"(no cluster summary: {exc})"
     lines = text.splitlines()
+    if ctx.suspects and ctx.env is not None:
+        lines += suspect_lines(ctx, ctx.suspects, ctx.chosen_hosts())
     if ctx.cov_summary:
         lines.append(ctx.cov_summary)
     return lines

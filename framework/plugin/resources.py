@@ -155,6 +155,8 @@ class Resources:
         if self.cluster is None:
             if self._broken is not None:
                 self.end_session(self._broken)
+            if self.ctx.is_controller:
+                self.ctx.load_suspects()
             try:
                 opened = open_leased_cluster(
                     self.ctx.require_env(), self.ctx.host_names(), self.stack, lease=self.ctx.options.lease,
@@ -163,6 +165,7 @@ class Resources:
                 self._broken = exc
                 self.end_session(exc)
             self.cluster, self.lease, self.unreachable = opened.cluster, opened.lease, opened.unreachable
+            self._mark_unreachable()
         if self.unreachable is not None and not allow_unreachable:
             self.end_session(self.unreachable)
         if self.lease is not None and self.lease.lost:
@@ -171,6 +174,16 @@ class Resources:
             except LeaseLost as exc:
                 self.end_session(exc)
         return self.cluster
+
+    def _mark_unreachable(self) -> None:
+        """Hosts that could not be reached become suspect (framework.suspects), marked on the
+        reachable ones."""
+        from framework import suspects
+
+        if self.unreachable is None or self.cluster is None or self.lease is None:
+            return
+        down = {h: ("unreachable", one_line(e)) for h, e in self.unreachable.errors.items()}
+        suspects.mark(self.cluster, down, on=[h.name for h in self.lease.hosts])
 
     def end_session(self, exc: FrameworkError) -> NoReturn:
         """Raise ``exc`` again, or — an infrastructure failure (:func:`framework.errors.session_exit_code`) —

@@ -105,3 +105,19 @@ def test_a_lease_held_elsewhere_breaks_the_opening_for_every_later_caller(env, t
         assert isinstance(res._broken, LeaseHeld)
         res.close()
         assert leased(tmp_path) == ["node2"]  # the holder's, untouched
+
+
+def test_an_unreachable_host_is_marked_suspect_on_the_reachable_ones(env, tmp_path, monkeypatch):
+    from framework import suspects
+    from framework.hosts import Cluster
+
+    monkeypatch.setenv("CAMIT_SUSPECT_TTL", "600")
+    res = _resources(env, down="node3")
+    res.ctx.suspects = {}  # read already (none): the opening marks what it finds
+    res.open_cluster(allow_unreachable=True)
+    res.close()
+    with Cluster.from_env(env, None, transport_factory=transports()) as other:
+        seen = suspects.read(other)
+    assert list(seen) == ["node3"] and seen["node3"].kind == "unreachable"
+    assert "connect timed out" in seen["node3"].reason
+    assert not (tmp_path / "node3" / suspects.SUSPECT_DIR).exists()
