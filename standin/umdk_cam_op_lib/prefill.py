@@ -55,6 +55,7 @@ MAX_TOKENS = _LIM["dispatch.tokens"].hi or 0    # BS_UPPER_BOUND
 MAX_TOP_K = _LIM["dispatch.top_k"].hi or 0      # K_MAX
 H_MIN, H_MAX = _LIM["dispatch.hidden"].lo or 0, _LIM["dispatch.hidden"].hi or 0
 _DISPATCH_TILING = "moe_dispatch_normal_tiling.cpp"
+_NOTIFY_TILING = "notify_dispatch_tiling.cpp"
 _COMBINE_TILING = "moe_combine_normal_tiling.cpp"
 
 
@@ -105,6 +106,9 @@ def moe_dispatch_prefill(
     bind_assert(top_k == send_token_idx_small.size(1), "numTopk == sendTokenIdxSmall.size(1)")
     require_opapi("aclnnNotifyDispatch")
     require_opapi("aclnnMoeDispatchNormal")
+    # tiling notify_dispatch_tiling.cpp: aclnnNotifyDispatch runs first (pybind moe_dispatch_prefill.cpp:103)
+    tiling_check(tokens > 0, "aclnnNotifyDispatch", "NotifyDispatch", _NOTIFY_TILING,
+                 f"numTokenPtr is invalid, only support > 0, but got numTokenPtr={tokens}.")
     # tiling moe_dispatch_normal_tiling.cpp
     api, node = "aclnnMoeDispatchNormal", "MoeDispatchNormal"
     tiling_check(num_experts <= MAX_EXPERTS, api, node, _DISPATCH_TILING,

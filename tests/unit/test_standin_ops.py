@@ -305,6 +305,17 @@ def test_dispatch_prefill_tiling_limits(world1, monkeypatch, kw, message):
     assert message in str(info.value)
 
 
+def test_an_empty_dispatch_is_refused_by_notify_dispatchs_tiling_first(world1, monkeypatch):
+    """pybind moe_dispatch_prefill.cpp runs aclnnNotifyDispatch before aclnnMoeDispatchNormal, and
+    notify_dispatch_tiling.cpp:132-135 refuses numTokens <= 0: an empty batch never reaches xDim0's check
+    (a disagreement the clean-room library found; upstream decides)."""
+    monkeypatch.setenv("HCCL_BUFFSIZE", "4096")
+    with pytest.raises(RuntimeError, match=TILING_RE.format("aclnnNotifyDispatch", "NotifyDispatch")) as info:
+        _dispatch(tokens=0, hidden=1024)
+    assert "numTokenPtr is invalid, only support > 0, but got numTokenPtr=0." in str(info.value)
+    assert "xDim0" not in str(info.value)
+
+
 # moe_combine_normal_tiling.cpp: H of x [1024, 7168], x bf16/fp16, tokens of topk_weights [1, 8000]
 @pytest.mark.parametrize("hidden,dtype,tokens,message", [
     (1024, torch.bfloat16, 8000, None), (7168, torch.float16, 1, None),

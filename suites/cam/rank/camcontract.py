@@ -20,6 +20,7 @@ KERNELS = "src/cam/comm_operator/ascend_kernels/"
 GUIDE = "doc/en/cam/CAM API Guide.md"
 _LAYOUT_T = KERNELS + "dispatch_layout/op_host/dispatch_layout_tiling.cpp"
 _DISPATCH_T = KERNELS + "moe_dispatch_normal/op_host/moe_dispatch_normal_tiling.cpp"
+_NOTIFY_T = KERNELS + "notify_dispatch/op_host/notify_dispatch_tiling.cpp"
 _COMBINE_T = KERNELS + "moe_combine_normal/op_host/moe_combine_normal_tiling.cpp"
 _FUSED_T = KERNELS + "fused_deep_moe/op_host/fused_deep_moe_tiling.cpp"
 _FUSED_DEF = KERNELS + "fused_deep_moe/op_host/fused_deep_moe.cpp"
@@ -91,6 +92,9 @@ LIMITS: dict[str, Limit] = {lim.key: lim for lim in (
        PYBIND + "moe_dispatch_prefill.cpp:68", GUIDE + ":98"),
     _L("dispatch.x_dtype", "tiling", "x dataType is invalid", _DISPATCH_T + ":185", GUIDE + ":68"),
     _L("dispatch.experts", "tiling", "moeExpertNum is invalid", _DISPATCH_T + ":340", GUIDE + ":95", lo=1, hi=512),
+    # an empty batch never reaches xDim0's check: pybind moe_dispatch_prefill.cpp:103 runs aclnnNotifyDispatch
+    # first, whose tiling refuses numTokens <= 0 (the clean-room library found it; tests/cleanroom_cam)
+    _L("dispatch.tokens_notify", "tiling", "numTokenPtr is invalid", _NOTIFY_T + ":133", GUIDE + ":93", lo=1),
     _L("dispatch.tokens", "tiling", "xDim0(BS) is invalid", _DISPATCH_T + ":393", GUIDE + ":93", lo=1, hi=8000),
     _L("dispatch.hidden", "tiling", "xShape dims1(H)", _DISPATCH_T + ":426", lo=1024, hi=7168),
     _L("dispatch.top_k", "tiling", "expertIdShape's dim1(k)", _DISPATCH_T + ":444", GUIDE + ":92", lo=1, hi=16),

@@ -103,7 +103,7 @@ INVALID = PREFILL_INVALID + COMBINE_INVALID + FUSED_INVALID
 #: the one contract entry each invalid kind crosses: its refusal must name that entry's quantity
 INVALID_ENTRY = {
     "experts_not_divisible": "layout.experts_per_rank", "top_k_over_limit": "dispatch.top_k",
-    "empty_batch": "dispatch.tokens", "too_many_tokens": "dispatch.tokens", "int64_counts": "dispatch.counts_dtype",
+    "empty_batch": "dispatch.tokens_notify", "too_many_tokens": "dispatch.tokens", "int64_counts": "dispatch.counts_dtype",
     "rank_mismatch": "dispatch.counts_per_rank", "x_3d": "dispatch.x_dim", "hidden_below": "dispatch.hidden",
     "hidden_above": "dispatch.hidden", "x_fp32": "dispatch.x_dtype",
     "combine_hidden_below": "combine.hidden", "combine_hidden_above": "combine.hidden",
