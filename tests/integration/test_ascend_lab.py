@@ -155,11 +155,12 @@ def test_cleared_knobs_leave_a_clean_host(npu, fault):
     assert rc == 0, {k: v for k, v in cells.items() if v["status"] not in ("ok",)}
 
 
-def _suite_env(npu, tmp_path: Path, change) -> Path:
+def _suite_env(npu, tmp_path: Path, change, wheel_source: Path | None = None) -> Path:
     path, _, _ = npu
     art, built = tmp_path / "art", tmp_path / "suite.yaml"
+    source = ("--wheel-source", str(wheel_source)) if wheel_source is not None else ()
     proc = run("-m", "framework.artifacts", "build", "--out", str(art), "--env-in", str(path),
-               "--env-out", str(built), timeout=600)
+               "--env-out", str(built), *source, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return variant(built, tmp_path / "variant.yaml", change)
 
@@ -201,6 +202,36 @@ def test_cam_suite_passes_on_the_hccl_path_with_ranks_per_node_the_visible_devic
         cases = {c.get("name"): c for c in ET.parse(xml).getroot().iter("testcase")}
         graph = [c for n, c in cases.items() if n and n.startswith("test_fused_deep_moe_graph_mode")]
         assert graph and all(not list(c) for c in graph), (xml, {n: [e.tag for e in c] for n, c in cases.items()})
+
+
+#: the second umdk_cam_op_lib, written from upstream's sources alone by an author who never read the suite
+CLEANROOM = REPO / "tests" / "cleanroom_cam"
+
+
+def test_the_cam_suite_and_the_upstream_runner_pass_against_the_clean_room_library(npu, tmp_path):
+    """The same suite, deployed with the clean-room library's wheel instead of the stand-in's, at world 4 across
+    both hosts (two visible dies each): every CAM test passes; the upstream runner (the miniature checkout) too.
+    Where the two libraries disagreed, upstream decided and the contract records it (camcontract.py)."""
+    def visible(doc: dict[str, Any]) -> None:
+        doc["defaults"]["npu"]["visible"] = [0, 1]
+        doc["defaults"]["workdir"] = "/var/tmp/camit/cleanroom-suite"
+
+    env = _suite_env(npu, tmp_path, visible, wheel_source=CLEANROOM)
+    fake = REPO / "tests" / "data" / "fake_umdk"
+    with npu_lab_lock():
+        proc = run("-m", "pytest", "suites/cam", "--env", str(env), "--world-sizes", "4", "--umdk-src", str(fake),
+                   "--report-dir", str(tmp_path / "r"), "-p", "no:cacheprovider", "-q", "-rs", timeout=1800)
+    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-2000:]
+    tail = proc.stdout.strip().splitlines()[-1]
+    assert re.search(r"\b\d+ passed", tail) and not re.search(r"\b\d+ (failed|error)", tail), tail
+    folder = (tmp_path / "r" / "latest").resolve()
+    deploy = json.loads((folder / "deploy-manifest.json").read_text())
+    wheels = {a["name"] for m in deploy["hosts"].values() for a in m["artifacts"] if a["name"].endswith(".whl")}
+    assert wheels == {"umdk_cam_op_lib-0.1.0-py3-none-any.whl"}, wheels   # the clean-room build, not 209.0.0b1
+    cases = {c.get("name"): c for c in ET.parse(folder / "junit.xml").getroot().iter("testcase")}
+    upstream = [c for n, c in cases.items() if n and n.startswith("test_upstream_ut")]
+    bad = ("failure", "error", "skipped")
+    assert any(not any(e.tag in bad for e in c) for c in upstream), {n: [e.tag for e in c] for n, c in cases.items()}
 
 
 def test_a_test_failing_on_one_rank_ends_the_launch_in_seconds_on_hccl(npu, tmp_path):
