@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -72,9 +73,13 @@ def test_the_sweep_measures_the_modelled_time_and_names_a_rank_slowed_by_10_perc
         assert r["straggler"] is None, r["straggler"]
     assert slow.returncode != 0 and "performance regression at 4 ranks" in slow.stdout, slow.stdout[-3000:]
     for r in slow_rows:
+        key = ".".join([r["config"]["op"], f"t{TOKENS}.h{HIDDEN}.k{TOP_K}.e8.w4.bfloat16.none"])
+        step = re.search(rf"{re.escape(key)} p50_us: regression by margin 0.05 at point 1(?: \(.*?\))? of 2: "
+                         r"\S+ -> \S+ \(\+(\d+\.\d)%\)", slow.stdout)
+        assert step and 9.0 <= float(step.group(1)) <= 11.0, (key, slow.stdout[-3000:])
         host = r["ranks"][3]["host"]
-        assert r["straggler"] is not None and r["straggler"].startswith(f"straggler: rank 3 on {host} x1.1"), \
-            r["straggler"]
+        named = re.fullmatch(rf"straggler: rank 3 on {host} x(\d\.\d\d) the median rank", r["straggler"] or "")
+        assert named and abs(float(named.group(1)) - 1.1) <= 0.011, r["straggler"]
         others = sorted(x["p50"] for x in r["ranks"][:3])
         assert abs(r["ranks"][3]["p50"] / others[1] - 1.1) < 0.011, r["ranks"]
         assert abs(r["bandwidth"]["algbw"] * 1.1 / expected - 1) < 0.01, (r["bandwidth"], expected)
