@@ -4,7 +4,8 @@
 one :class:`~framework.perf.row.Row` per configuration from the ``perf-sweep-rank<N>.json`` documents: the per-rank
 times of every timed iteration, the send matrix (dispatch: rows x hidden x 2 bytes of bf16 from rank i to j;
 combine: the same rows back, the transpose), the reference all_to_all's times and an output hash per
-iteration (sha256 of the ranks' hashes of that iteration, in rank order).
+iteration (sha256 of the ranks' hashes of that iteration, in rank order). :func:`standin_env` forwards the
+lab's op-time knobs (``standin/README.md``: a modelled op time, slow ranks) from the controller to the ranks.
 """
 
 from __future__ import annotations
@@ -15,10 +16,18 @@ from typing import Any
 
 from framework.perf.row import Config, Environment, Row, build_row
 
-__all__ = ["ELEMENT_BYTES", "rows", "shapes", "spec"]
+__all__ = ["ELEMENT_BYTES", "STANDIN_KNOBS", "rows", "shapes", "spec", "standin_env"]
 
 #: bytes per element of the dispatched rows, by dtype
 ELEMENT_BYTES = {"bfloat16": 2}
+
+#: the op stand-in's time-model knobs (standin/umdk_cam_op_lib/_timing.py), lab only
+STANDIN_KNOBS = ("CAMIT_STANDIN_OP_BW_GBPS", "CAMIT_STANDIN_OP_LATENCY_US", "CAMIT_STANDIN_SLOW_RANKS")
+
+
+def standin_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """The stand-in's time-model knobs set in the controller's ``environ``, for the ranks' launch env."""
+    return {k: environ[k] for k in STANDIN_KNOBS if k in environ}
 
 
 def shapes(configs: Sequence[Config]) -> list[tuple[int, int, int, int]]:

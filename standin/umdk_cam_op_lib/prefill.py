@@ -33,11 +33,13 @@ Combine: each received row goes back to slot t·K + k of its source, which compu
 from __future__ import annotations
 
 import os
+import time
 
 import torch
 import torch.distributed as dist
 
 from . import _contract as contract
+from . import _timing
 from ._assert import bind_assert, standin_limit
 from ._comm import all_to_all_counts, check_rank, exchange_rows, resolve_group
 from ._device import require_npu
@@ -79,6 +81,7 @@ def moe_dispatch_prefill(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """CPU kernel of `umdk_cam_op_lib::moe_dispatch_prefill`; returns
     (recv_x, dynamic_scales_out, expand_idx_out, recv_count, recv_tokens_per_expert)."""
+    start = time.perf_counter()  # the modelled time (lab knob, _timing.py) counts from here
     require_npu("moe_dispatch_prefill", locals())  # first: the op runs on the NPU only
     ntpe = num_tokens_per_expert
     # pybind moe_dispatch_prefill.cpp
@@ -175,6 +178,8 @@ def moe_dispatch_prefill(
         expand_idx[pos] = torch.stack([src, r_meta[:, 1], r_meta[:, 2]], dim=1).to(torch.int32)
     if not bool(ok.all()):  # an id outside [0, E): a stray write, no fault
         corrupt(recv_x, "dispatch.bad_id")
+    _timing.pace("moe_dispatch_prefill", start,
+                 _timing.row_bytes(tokens, top_k, hidden, 1 if use_quant else x.element_size()), rank)
     return (recv_x, scales, expand_idx.view(-1), recv_count.to(torch.int32), recv_tokens_per_expert)
 
 
@@ -183,6 +188,7 @@ def moe_combine_prefill(
     send_head: torch.Tensor, group_ep: str, rank: int, num_ranks: int,
 ) -> torch.Tensor:
     """CPU kernel of `umdk_cam_op_lib::moe_combine_prefill`; returns combined_x (T, H), dtype of x."""
+    start = time.perf_counter()  # the modelled time (lab knob, _timing.py) counts from here
     require_npu("moe_combine_prefill", locals())  # first: the op runs on the NPU only
     # pybind moe_combine_prefill.cpp
     bind_assert(x.dim() == 2 and x.is_contiguous(), "x.dim() == DIM_TWO and x.is_contiguous()",
@@ -232,4 +238,5 @@ def moe_combine_prefill(
     gathered[tok * top_k + slot] = rows.to(torch.float32)
     weights = topk_weights.to(torch.float32).unsqueeze(-1)
     out = (gathered.view(tokens, top_k, -1) * weights).sum(dim=1)
+    _timing.pace("moe_combine_prefill", start, _timing.row_bytes(tokens, top_k, x.size(1), x.element_size()), rank)
     return out.to(x.dtype)

@@ -13,6 +13,7 @@ sweep is skipped, saying so: the default suite stays short.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -82,7 +83,8 @@ def test_sweep(run_ranks, world, camit, request):
     _say(request.config, f"perf sweep at {world} ranks: {len(configs)} configuration(s), "
                          f"{m.warmup} warm-up + {m.iterations} timed iterations each; the whole sweep "
                          f"({len(worlds)} world size(s)) about {matrix.estimate_s(m, worlds):.0f} s")
-    extra = {**PREFILL_ENV, "CAMIT_SWEEP": sweep.spec(configs, m.warmup, m.iterations)}
+    extra = {**PREFILL_ENV, **sweep.standin_env(os.environ),
+             "CAMIT_SWEEP": sweep.spec(configs, m.warmup, m.iterations)}
     result = run_ranks("test_sweep_rank.py", world, extra_env=extra).check()
     ranks = [result.launch.ranks[r] for r in range(world)]
     docs = [json.loads((Path(r.log).parent / f"perf-sweep-rank{r.rank}.json").read_text()) for r in ranks]
