@@ -373,6 +373,8 @@ class Launcher:
         if self.rundir is not None and result.failure:  # the timeline's root cause, when it finds one, wins
             result.cause = self._timeline(result) or result.cause
             self._fault_bundle(result)
+        if result.cause is None and result.timed_out and result.stacks:  # a hang: where the ranks stood
+            result.cause = "hang: " + stacks.summary(result.stacks).removeprefix("stacks: ")
         if result.cause:  # a rank's words: no secret
             result.cause = Scrubber.from_env(self.env).text(result.cause)
         if self.rundir is not None and result.cause:  # the record written before the logs were read gets it too

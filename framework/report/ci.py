@@ -65,6 +65,7 @@ def summary_text(run: RunView, *, scrub: Scrub | None = None) -> str:
         lines.append("error: " + short(str(m["error"]), 120))
     causes = [(lv.name, str(lv.data["cause"])) for lv in run.launches if lv.data.get("cause")]
     lines += [f"CAUSE {short(f'{name}: {text}', _WIDTH)}" for name, text in causes[:3]]
+    lines += _missing_cores(run.path)
     hosts = run.hosts
     if hosts:
         shown = ", ".join(hosts[:_MAX_HOSTS]) + (f" (+{len(hosts) - _MAX_HOSTS} more)" if len(hosts) > _MAX_HOSTS else "")
@@ -91,6 +92,16 @@ def summary_text(run: RunView, *, scrub: Scrub | None = None) -> str:
     repro = (m.get("command") or {}).get("repro")
     lines.append(f"reproduce: {repro}" if repro else "reproduce: (no command line recorded)")
     return "\n".join(keep(line) for line in lines)
+
+
+def _missing_cores(root: Path) -> list[str]:
+    """A line per rank that died of a core-dumping signal and left no core, with why (cores-missing.json)."""
+    try:
+        entries = json.loads((root / "cores-missing.json").read_text())
+    except (OSError, ValueError):
+        return []
+    return [f"NOCORE {short(str(e.get('host')) + ' r' + str(e.get('rank')) + ': ' + str(e.get('why')), _WIDTH)}"
+            for e in entries[:3] if isinstance(e, dict)]
 
 
 def _counts(c: dict) -> str:
