@@ -1,0 +1,107 @@
+"""What ``camit calibrate`` asks a host: one sh script of tagged sections (tool outputs, version records)
+and one stdlib+torch Python probe (torch_npu's error texts, HCCL defaults, the op library's refusals).
+
+Pure: this module builds text; :mod:`framework.calib.bundle` runs it and keeps the answers. Each
+section becomes one fact (:data:`HOST_FACTS`: fact key → section); every Python probe is wrapped so an
+error is recorded as that fact's value, never a failed probe.
+"""
+
+from __future__ import annotations
+
+from framework import commands
+from framework.preflight.probe import CANN_RECORD, MARK
+
+#: host fact key → (section name, shell command run in the section, what it is)
+HOST_FACTS: dict[str, tuple[str, str, str]] = {
+    "host.npu_smi_info": ("npu-smi", "$NPUSMI info", "npu-smi info"),
+    "host.npu_smi_list": ("npu-smi-l", "$NPUSMI info -l", "npu-smi info -l"),
+    "host.npu_smi_board": ("npu-smi-board", "$NPUSMI info -t board -i 0", "npu-smi info -t board -i 0"),
+    "host.hccn_link": ("hccn-link", "$HCCN -i 0 -link -g", "hccn_tool -i 0 -link -g"),
+    "host.hccn_net_health": ("hccn-health", "$HCCN -i 0 -net_health -g", "hccn_tool -i 0 -net_health -g"),
+    "host.msnpureport": ("msnpureport", "command -v msnpureport || { M=${D:-/usr/local/Ascend}/driver/tools/"
+                         "msnpureport; [ -x \"$M\" ] && echo \"$M\"; } || echo absent",
+                         "msnpureport on PATH or in driver/tools"),
+    "host.ascend_install_info": ("install-info", "cat /etc/ascend_install.info", "/etc/ascend_install.info"),
+    "host.driver_version": ("driver", "cat \"${D:-/usr/local/Ascend}/driver/version.info\"",
+                            "driver/version.info"),
+    "host.firmware_version": ("firmware", "cat \"${F:-/usr/local/Ascend}/firmware/version.info\"",
+                              "firmware/version.info"),
+    "host.cann_version": ("cann", "cann_record", f"the first */{CANN_RECORD} of the toolkit homes"),
+    "host.cann_set_env": ("set_env", "set_env_state", "the env's cann.set_env"),
+}
+
+
+def host_script(cann_homes: list[str], set_env: str | None) -> commands.ShellScript:
+    """The script one host runs: one ``@@camit@@ begin/end`` section per :data:`HOST_FACTS` entry."""
+    q = commands.quote
+    homes = " ".join(h.replace("$HOME", '"$HOME"') if h.startswith("$HOME") else q(h) for h in cann_homes)
+    lines = [
+        "exec </dev/null",
+        f"sec() {{ echo {MARK} begin \"$1\"; eval \"$2\" 2>&1; _r=$?; "
+        f"printf '\\n{MARK} end %s %s\\n' \"$1\" \"$_r\"; }}",
+        "NPUSMI=$(command -v npu-smi 2>/dev/null || echo /usr/local/sbin/npu-smi)",
+        "HCCN=$(command -v hccn_tool 2>/dev/null || echo /usr/local/Ascend/driver/tools/hccn_tool)",
+        "D=$(sed -n 's/^Driver_Install_Path_Param=//p' /etc/ascend_install.info 2>/dev/null | head -n 1)",
+        "F=$(sed -n 's/^Firmware_Install_Path_Param=//p' /etc/ascend_install.info 2>/dev/null | head -n 1)",
+        f"cann_record() {{ for h in {homes}; do for f in \"$h\"/*-linux/{CANN_RECORD}; do "
+        "[ -f \"$f\" ] && { echo \"path=$f\"; cat -- \"$f\"; return 0; }; done; done; echo absent; return 1; }",
+        f"set_env_state() {{ f={q(set_env or '')}; [ -n \"$f\" ] || {{ echo 'not configured'; return 0; }}; "
+        "if [ -f \"$f\" ]; then echo \"present $f\"; else echo \"missing $f\"; return 1; fi; }",
+    ]
+    lines += [f"sec {section} {q(command)}" for section, command, _what in HOST_FACTS.values()]
+    return commands.ShellScript("\n".join(lines) + "\n")
+
+
+#: the torch_npu probe (stdlib + torch; run by the host's python): prints one JSON object, fact → value
+TORCH_PROBE = r'''
+import json, os, sys
+facts = {}
+def fact(key, fn):
+    try:
+        facts[key] = str(fn())
+    except BaseException as exc:  # the error is the fact
+        facts[key] = type(exc).__name__ + ": " + str(exc)
+def _imp():
+    import torch, torch_npu
+    return torch_npu.__version__
+fact("torch_npu.version", _imp)
+try:
+    import torch, torch_npu
+except BaseException:
+    torch = None
+def _mix():
+    a = torch.ones(2).npu(); b = torch.ones(2)
+    return "no error: " + str((a + b).device)
+def _numpy():
+    return "no error: " + str(torch.ones(2).npu().numpy())
+def _allreduce():
+    import torch.distributed as dist
+    if not dist.is_initialized():
+        dist.init_process_group("hccl", store=dist.HashStore(), rank=0, world_size=1)
+    t = torch.ones(2)
+    dist.all_reduce(t)
+    return "no error: " + str(t.tolist())
+def _op_timeout():
+    fn = getattr(torch_npu.npu, "get_op_execute_timeout", None) or getattr(torch_npu, "get_op_execute_timeout", None)
+    return "not readable" if fn is None else fn()
+def _cam_version():
+    import umdk_cam_op_lib as cam
+    return getattr(cam, "__version__", "no __version__")
+def _cam_layout_refusal():
+    import umdk_cam_op_lib as cam
+    idx = torch.zeros(4, 2, dtype=torch.int64).npu()
+    return "no error: " + str(cam.get_dispatch_layout(idx, 7, 2))
+if torch is not None:
+    fact("torch_npu.mix_device_error", _mix)
+    fact("torch_npu.numpy_error", _numpy)
+    fact("torch_npu.cpu_allreduce_error", _allreduce)
+    fact("torch_npu.op_execute_timeout", _op_timeout)
+for name in ("HCCL_BUFFSIZE", "HCCL_EXEC_TIMEOUT", "HCCL_CONNECT_TIMEOUT"):
+    facts["hccl.env." + name] = os.environ.get(name, "unset")
+fact("cam.version", _cam_version)
+fact("cam.refusal.get_dispatch_layout", _cam_layout_refusal)
+facts["cam.fused_vs_golden_case_4rank"] = "not measured"
+sys.stdout.write("@@camit-calib@@" + json.dumps(facts, sort_keys=True) + "\n")
+sys.stdout.flush()
+os._exit(0)
+'''
