@@ -65,7 +65,7 @@ def torch_facts(host: Host, env: EnvConfig) -> dict[str, Fact]:
 
 def collect(cluster: Cluster, env: EnvConfig) -> dict[str, Any]:
     """The bundle document (not yet scrubbed) of every host of ``cluster``."""
-    per_host = cluster.map(lambda h: host_facts(h, env)).raise_on_failure().succeeded()
+    per_host = cluster.map(lambda h: host_facts(h, env)).raise_on_failure().succeeded
     hosts = {name: per_host[name] for name in sorted(per_host)}
     first = cluster[min(hosts)]
     facts = dict(hosts[first.name])
