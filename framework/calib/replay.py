@@ -1,0 +1,59 @@
+"""Replaying a calibration bundle on emulated hosts: ``python -m framework.lab up --npu a3 --calibration
+BUNDLE`` writes each host's ``Ascend/.camit-emu/replay.json`` (tool command line → captured stdout and exit
+status), which the emulated ``npu-smi`` and ``hccn_tool`` answer from before computing anything
+(:meth:`framework.lab.emu.tools.common.Host.replay`). Lab host *i* replays the bundle's *i*-th host
+(sorted names, wrapping). Only :data:`REPLAYED` is replayed; an ``up`` without ``--calibration`` removes
+the file. Not replayed: version records, msnpureport, CANN/set_env and the torch_npu facts.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+#: fact key → the tool command line it captured (the emulated tools look the line up verbatim)
+REPLAYED = {
+    "host.npu_smi_info": "npu-smi info",
+    "host.npu_smi_list": "npu-smi info -l",
+    "host.npu_smi_board": "npu-smi info -t board -i 0",
+    "host.hccn_link": "hccn_tool -i 0 -link -g",
+    "host.hccn_net_health": "hccn_tool -i 0 -net_health -g",
+}
+REPLAY_FILE = "Ascend/.camit-emu/replay.json"
+_EXIT = re.compile(r"\n\[exit (-?\d+)\]\Z")
+
+
+def answer(value: str) -> dict[str, Any] | None:
+    """A fact value as the tool's answer: stdout and exit status (None: the probe got no answer)."""
+    if value.startswith("[not answered"):
+        return None
+    m = _EXIT.search(value)
+    return {"stdout": value[: m.start()], "rc": int(m.group(1))} if m else {"stdout": value, "rc": 0}
+
+
+def host_replay(doc: dict[str, Any], index: int) -> dict[str, dict[str, Any]]:
+    """The replay table of lab host ``index`` (0-based) from bundle ``doc``."""
+    names = sorted(doc["hosts"])
+    if not names:
+        return {}
+    facts = doc["hosts"][names[index % len(names)]]
+    table = {}
+    for key, line in REPLAYED.items():
+        fact = facts.get(key)
+        got = answer(str(fact["value"])) if isinstance(fact, dict) and "value" in fact else None
+        if got is not None:
+            table[line] = got
+    return table
+
+
+def apply(trees: Sequence[Path], doc: dict[str, Any] | None) -> None:
+    """Write (``doc``) or remove (None) the replay table of each emulated host tree, in host order."""
+    for index, tree in enumerate(trees):
+        path = Path(tree) / REPLAY_FILE
+        if doc is None:
+            path.unlink(missing_ok=True)
+            continue
+        path.write_text(json.dumps(host_replay(doc, index), indent=1) + "\n", encoding="utf-8")
