@@ -3,7 +3,8 @@
 Rule (documented for users): facts under :data:`EXCLUDED` (none recorded today; a volatile fact never
 becomes a key) are skipped; every value has timestamps, PCI bus ids, long hex addresses and ``pid N``
 replaced by placeholders (:data:`VOLATILE`); in the live tables of :data:`TABLE_FACTS` (npu-smi's
-power, temperature, memory use, process rows) every number becomes ``#`` and runs of blanks one blank.
+power, temperature, memory use) every number becomes ``#`` and runs of blanks one blank, and the process
+table's rows (who holds a device now: state, not calibration) are dropped after its header line.
 A fact present on one side only is a difference too.
 """
 
@@ -33,7 +34,11 @@ def normalise(key: str, value: str) -> str:
     for pattern, placeholder in VOLATILE:
         value = pattern.sub(placeholder, value)
     if key in TABLE_FACTS:
-        value = _BLANKS.sub(" ", _NUMBER.sub("#", value))
+        lines = value.splitlines()
+        at = next((i for i, line in enumerate(lines) if "Process id" in line), None)
+        if at is not None:
+            lines = lines[: at + 2]  # the header and its rule line
+        value = _BLANKS.sub(" ", _NUMBER.sub("#", "\n".join(lines)))
     return value.strip()
 
 
