@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from framework import commands
-from framework.calib.probe import HOST_FACTS, TORCH_PROBE, host_script
+from framework.calib.probe import CAM_REFUSALS, HOST_FACTS, TORCH_PROBE, host_script
 from framework.errors import UsageError
 from framework.preflight.probe import plan_probe, split_sections
 from framework.report.scrub import Scrubber
@@ -59,8 +59,18 @@ def torch_facts(host: Host, env: EnvConfig) -> dict[str, Fact]:
     if line is None:
         tail = (result.stdout + result.stderr)[-2000:]
         return {"torch_npu.probe": {"value": f"no answer (exit {result.rc}): {tail}", "source": where}}
-    values = json.loads(line[len(_TORCH_MARK):])
-    return {key: {"value": str(v), "source": f"{where}: {key}"} for key, v in values.items()}
+    values = {str(k): str(v) for k, v in json.loads(line[len(_TORCH_MARK):]).items()}
+    values.update(refusal_checks(values))
+    return {key: {"value": v, "source": f"{where}: {key}"} for key, v in values.items()}
+
+
+def refusal_checks(values: dict[str, str]) -> dict[str, str]:
+    """Per CAM op: does its refusal name the quantity as the contract expects (``yes`` or what was expected)."""
+    out = {}
+    for op, (entry, words) in CAM_REFUSALS.items():
+        text = values.get(f"cam.refusal.{op}", "")
+        out[f"cam.refusal.{op}.names_quantity"] = "yes" if words in text else f"no: expected {words!r} ({entry})"
+    return out
 
 
 def collect(cluster: Cluster, env: EnvConfig) -> dict[str, Any]:

@@ -16,7 +16,7 @@ from typing import Any
 
 #: (pattern, placeholder) applied to every fact value, in order
 VOLATILE: tuple[tuple[re.Pattern[str], str], ...] = (
-    (re.compile(r"\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}(?:\.\d+)?"), "<time>"),
+    (re.compile(r"\d{4}-\d{2}-\d{2}[- T]\d{2}:\d{2}:\d{2}(?:\.\d+)*"), "<time>"),
     (re.compile(r"\b[0-9A-Fa-f]{4}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]\b"), "<bus-id>"),
     (re.compile(r"\b0x[0-9A-Fa-f]{8,}\b"), "<addr>"),
     (re.compile(r"\bpid[ =:]*\d+", re.I), "pid <n>"),

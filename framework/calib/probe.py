@@ -52,6 +52,15 @@ def host_script(cann_homes: list[str], set_env: str | None) -> commands.ShellScr
     return commands.ShellScript("\n".join(lines) + "\n")
 
 
+#: per CAM op: the contract entry (suites/cam/rank/camcontract.py key) the probe's bad call breaks, and the
+#: words its refusal names the quantity by there (tests/unit/test_calib.py keeps these equal to the contract)
+CAM_REFUSALS: dict[str, tuple[str, str]] = {
+    "get_dispatch_layout": ("layout.experts_per_rank", "not divisible by numRanks"),
+    "moe_dispatch_prefill": ("dispatch.counts_dtype", "numTokensPerExpert.scalar_type() == at::kInt"),
+    "moe_combine_prefill": ("combine.x_dim", "x.dim() == DIM_TWO and x.is_contiguous()"),
+    "fused_deep_moe": ("fused.x_dim", "x.dim() == DIM_TWO"),
+}
+
 #: the torch_npu probe (stdlib + torch; run by the host's python): prints one JSON object, fact → value
 TORCH_PROBE = r'''
 import json, os, sys
@@ -82,24 +91,46 @@ def _allreduce():
     dist.all_reduce(t)
     return "no error: " + str(t.tolist())
 def _op_timeout():
-    fn = getattr(torch_npu.npu, "get_op_execute_timeout", None) or getattr(torch_npu, "get_op_execute_timeout", None)
-    return "not readable" if fn is None else fn()
+    npu = torch_npu.npu
+    getter = getattr(npu, "get_op_timeout_ms", None) or getattr(npu, "get_op_execute_timeout", None)
+    if getter is not None:
+        return getter()
+    return "not readable (set_op_timeout_ms: %s)" % ("present" if hasattr(npu, "set_op_timeout_ms") else "absent")
+def _cann():
+    return torch_npu.npu.get_cann_version()
 def _cam_version():
-    import umdk_cam_op_lib as cam
-    return getattr(cam, "__version__", "no __version__")
-def _cam_layout_refusal():
-    import umdk_cam_op_lib as cam
-    idx = torch.zeros(4, 2, dtype=torch.int64).npu()
-    return "no error: " + str(cam.get_dispatch_layout(idx, 7, 2))
+    from importlib import metadata
+    return metadata.version("umdk_cam_op_lib")  # the real wheel has no __version__
+def _npu(*shape, dtype=None):
+    return torch.zeros(*shape, dtype=dtype or torch.float32).npu()
+def _cam_get_dispatch_layout(cam):
+    return cam.get_dispatch_layout(_npu(4, 2, dtype=torch.int64), 7, 2)
+def _cam_moe_dispatch_prefill(cam):
+    return cam.moe_dispatch_prefill(_npu(4, 1024, dtype=torch.bfloat16), _npu(4, 2, dtype=torch.int64),
+                                    _npu(4, 2), _npu(8), _npu(4, 2, dtype=torch.int32), "", 0, 2, False)
+def _cam_moe_combine_prefill(cam):
+    return cam.moe_combine_prefill(_npu(1024, dtype=torch.bfloat16), _npu(4, 2, dtype=torch.int64), _npu(4, 2),
+                                   _npu(8, dtype=torch.int32), _npu(8, dtype=torch.int32), "", 0, 2)
+def _cam_fused_deep_moe(cam):
+    w = [_npu(1, 1)]
+    return cam.fused_deep_moe(_npu(1024, dtype=torch.bfloat16), _npu(4, 2, dtype=torch.int32), w, w, w, w,
+                              _npu(4, 2), None, None, None, None, None, None, None, "", 2, 0, 8, 0, 8)
+def _refusal(call):
+    def run():
+        import umdk_cam_op_lib as cam
+        return "no error: %r" % (call(cam),)
+    return run
 if torch is not None:
     fact("torch_npu.mix_device_error", _mix)
     fact("torch_npu.numpy_error", _numpy)
     fact("torch_npu.cpu_allreduce_error", _allreduce)
     fact("torch_npu.op_execute_timeout", _op_timeout)
+    fact("torch_npu.cann_version", _cann)
 for name in ("HCCL_BUFFSIZE", "HCCL_EXEC_TIMEOUT", "HCCL_CONNECT_TIMEOUT"):
     facts["hccl.env." + name] = os.environ.get(name, "unset")
 fact("cam.version", _cam_version)
-fact("cam.refusal.get_dispatch_layout", _cam_layout_refusal)
+for _op in ("get_dispatch_layout", "moe_dispatch_prefill", "moe_combine_prefill", "fused_deep_moe"):
+    fact("cam.refusal." + _op, _refusal(globals()["_cam_" + _op]))
 facts["cam.fused_vs_golden_case_4rank"] = "not measured"
 sys.stdout.write("@@camit-calib@@" + json.dumps(facts, sort_keys=True) + "\n")
 sys.stdout.flush()

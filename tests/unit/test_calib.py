@@ -4,16 +4,20 @@ replay table and the emulated tools answering from it, and the verb's exit statu
 from __future__ import annotations
 
 import json
+import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from framework.calib import bundle, compare, replay
-from framework.calib.probe import HOST_FACTS, host_script
+from framework.calib.probe import CAM_REFUSALS, HOST_FACTS, TORCH_PROBE, host_script
 from framework.cli import main
 from framework.lab.emu.tools import hccn_tool, npu_smi
 from framework.preflight.probe import split_sections
+
+REPO = Path(__file__).resolve().parents[2]
 
 TABLE = """| npu-smi 25.2.3   Version: 25.2.3 |
 | 0     Ascend910  | OK    | 93.1   45   0 / 0 |
@@ -114,3 +118,25 @@ def test_the_built_in_profile_is_normalised_and_loads() -> None:
     profile = bundle.load_profile()
     assert {"host.npu_smi_info", "torch_npu.numpy_error", "hccl.env.HCCL_BUFFSIZE"} <= set(profile)
     assert all(compare.normalise(k, v) == v for k, v in profile.items())
+
+
+def test_cam_refusals_name_what_the_contract_names() -> None:
+    from suites.cam.rank import camcontract
+
+    for op, (entry, words) in CAM_REFUSALS.items():
+        assert camcontract.LIMITS[entry].names == words, op
+
+
+def test_torch_probe_records_errors_as_facts_with_the_stand_ins() -> None:
+    """The probe run by a real python against the stand-ins (what the emulation assumes): every fact is
+    present, the device errors and one refusal per op are recorded as values, never a failed probe."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "standin_npu"), str(REPO / "standin")]),
+           "CAMIT_STANDIN_NO_OPAPI_CHECK": "1"}
+    cp = subprocess.run([sys.executable, "-c", TORCH_PROBE], capture_output=True, text=True, timeout=240,
+                        env=env, stdin=subprocess.DEVNULL)
+    line = next(ln for ln in cp.stdout.splitlines() if ln.startswith("@@camit-calib@@"))
+    values = json.loads(line[len("@@camit-calib@@"):])
+    assert values["torch_npu.numpy_error"].startswith("TypeError: can't convert npu:0")
+    assert values["torch_npu.mix_device_error"].startswith("RuntimeError: Expected all tensors")
+    assert values["cam.version"] == "209.0.0b1" or values["cam.version"].startswith("PackageNotFoundError")
+    assert bundle.refusal_checks(values) == {f"cam.refusal.{op}.names_quantity": "yes" for op in CAM_REFUSALS}
