@@ -15,9 +15,11 @@ from typing import TYPE_CHECKING, Any
 
 from framework import commands
 from framework.calib.probe import CAM_REFUSALS, HOST_FACTS, TORCH_PROBE, host_script
+from framework.deploy.plan import HostLayout
 from framework.errors import UsageError
 from framework.preflight.probe import plan_probe, split_sections
 from framework.report.scrub import Scrubber
+from framework.setenv import env_steps
 
 if TYPE_CHECKING:
     from framework.config.effective import EnvConfig
@@ -49,19 +51,25 @@ def host_facts(host: Host, env: EnvConfig) -> dict[str, Fact]:
 
 
 def torch_facts(host: Host, env: EnvConfig) -> dict[str, Fact]:
-    """The torch probe's facts, run by the host's python once (CANN's set_env sourced when present)."""
-    py = host.spec.python if host.spec is not None else "python3"
+    """The torch probe's facts, run once as a launch runs ranks: by the deployed interpreter (the venv's when
+    the host has one), CANN's set_env and, once deployed, the CAM vendor's set_env sourced."""
+    assert host.spec is not None
+    spec = host.spec
+    layout = HostLayout(spec.workdir.rstrip("/") or "/", spec.install_path)
+    py = layout.venv_python if spec.venv else spec.python
     q = commands.quote
+    vendor = layout.vendor_set_env()
     src = f"[ -f {q(env.cann.set_env)} ] && . {q(env.cann.set_env)} >/dev/null 2>&1; " if env.cann else ""
+    src += f"if [ -f {q(vendor)} ]; then {' && '.join(env_steps(None, (), vendor))}; fi >/dev/null 2>&1; "
     result = host.run(commands.ShellScript(f"{src}exec {q(py)} -c {q(TORCH_PROBE)}"), timeout=300)
-    line = next((ln for ln in result.stdout.splitlines() if ln.startswith(_TORCH_MARK)), None)
     where = f"{host.name}: {py} torch probe"
+    line = next((ln for ln in result.stdout.splitlines() if ln.startswith(_TORCH_MARK)), None)
     if line is None:
         tail = (result.stdout + result.stderr)[-2000:]
         return {"torch_npu.probe": {"value": f"no answer (exit {result.rc}): {tail}", "source": where}}
     values = {str(k): str(v) for k, v in json.loads(line[len(_TORCH_MARK):]).items()}
     values.update(refusal_checks(values))
-    return {key: {"value": v, "source": f"{where}: {key}"} for key, v in values.items()}
+    return {key: {"value": v, "source": where} for key, v in values.items()}
 
 
 def refusal_checks(values: dict[str, str]) -> dict[str, str]:

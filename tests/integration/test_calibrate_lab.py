@@ -1,6 +1,6 @@
 """``camit calibrate`` on the emulated A3 lab (CAMIT_NPU_LAB_ENV): the bundle of the emulated hosts agrees
 with the built-in profile, a changed fact is named, and ``lab up --calibration`` replays a bundle's capture.
-Real sshd, real ``camit`` and ``python -m framework.lab`` processes; a few seconds each."""
+Real sshd, real ``camit`` (artifacts build, deploy, calibrate) and ``python -m framework.lab`` processes."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 
 from framework.calib.bundle import BUNDLE_FILE
 from framework.config.effective import EnvConfig
@@ -28,10 +29,21 @@ def _run(*argv: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
 
 @pytest.fixture(scope="module")
 def bundle_dir(npu_lab_env_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("calib") / "bundle"
-    cp = _run("framework.cli", "calibrate", "--env", str(npu_lab_env_path), "--out", str(out))
+    """The lab calibrated as the profile was made: the op library (the stand-in) deployed, here into a
+    workdir of this module's own, so its refusals are recorded rather than a missing module."""
+    tmp = tmp_path_factory.mktemp("calib")
+    cp = _run("framework.artifacts", "build", "--out", str(tmp / "art"), "--env-in", str(npu_lab_env_path),
+              "--env-out", str(tmp / "built.yaml"))
+    assert cp.returncode == 0, cp.stdout + cp.stderr
+    doc = yaml.safe_load((tmp / "built.yaml").read_text())
+    doc["defaults"]["workdir"] = "/var/tmp/camit/calibrate"
+    env = tmp / "env.yaml"
+    env.write_text(yaml.safe_dump(doc, sort_keys=False))
+    cp = _run("framework.cli", "deploy", "--env", str(env), "--report-dir", str(tmp / "deploy"))
+    assert cp.returncode == 0, cp.stdout[-3000:] + cp.stderr[-2000:]
+    cp = _run("framework.cli", "calibrate", "--env", str(env), "--out", str(tmp / "bundle"))
     assert cp.returncode == 0, cp.stderr
-    return out
+    return tmp / "bundle"
 
 
 def _altered(src: Path, dst: Path, key: str, value: str) -> Path:
