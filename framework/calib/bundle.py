@@ -61,7 +61,9 @@ def torch_facts(host: Host, env: EnvConfig) -> dict[str, Fact]:
     vendor = layout.vendor_set_env()
     src = f"[ -f {q(env.cann.set_env)} ] && . {q(env.cann.set_env)} >/dev/null 2>&1; " if env.cann else ""
     src += f"if [ -f {q(vendor)} ]; then {' && '.join(env_steps(None, (), vendor))}; fi >/dev/null 2>&1; "
-    result = host.run(commands.ShellScript(f"{src}exec {q(py)} -c {q(TORCH_PROBE)}"), timeout=300)
+    # HCCL_* of launch.env, as a rank sees them (secret values never leave the controller here)
+    hccl = {k: v for k, v in env.launch.env.items() if k.startswith("HCCL_") and isinstance(v, str)}
+    result = host.run(commands.ShellScript(f"{src}exec {q(py)} -c {q(TORCH_PROBE)}"), env=hccl, timeout=300)
     where = f"{host.name}: {py} torch probe"
     line = next((ln for ln in result.stdout.splitlines() if ln.startswith(_TORCH_MARK)), None)
     if line is None:

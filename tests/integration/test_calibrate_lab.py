@@ -101,3 +101,16 @@ def test_up_without_calibration_stops_the_replay(npu_lab_env: EnvConfig) -> None
     with Cluster.from_env(npu_lab_env) as cluster:
         for host in cluster:
             assert "Process id" in host.run(["npu-smi", "info"]).stdout
+
+
+def test_hccl_variables_are_seen_as_a_rank_sees_them(bundle_dir: Path, tmp_path: Path) -> None:
+    """launch.env's HCCL_BUFFSIZE reaches the probe: the bundle's value differs from the profile's unset."""
+    doc = yaml.safe_load((bundle_dir.parent / "env.yaml").read_text())
+    doc.setdefault("launch", {}).setdefault("env", {})["HCCL_BUFFSIZE"] = "300"
+    env = tmp_path / "env.yaml"
+    env.write_text(yaml.safe_dump(doc, sort_keys=False))
+    out = tmp_path / "bundle"
+    assert _run("framework.cli", "calibrate", "--env", str(env), "--hosts", "host1", "--out", str(out)).returncode == 0
+    cp = _run("framework.cli", "calibrate", "--compare", str(out))
+    assert cp.returncode == 1
+    assert [line.split()[1] for line in cp.stdout.splitlines()] == ["hccl.env.HCCL_BUFFSIZE"]

@@ -140,3 +140,15 @@ def test_torch_probe_records_errors_as_facts_with_the_stand_ins() -> None:
     assert values["torch_npu.mix_device_error"].startswith("RuntimeError: Expected all tensors")
     assert values["cam.version"] == "209.0.0b1" or values["cam.version"].startswith("PackageNotFoundError")
     assert bundle.refusal_checks(values) == {f"cam.refusal.{op}.names_quantity": "yes" for op in CAM_REFUSALS}
+
+
+def test_write_scrubs_secrets_from_the_json_and_the_raw_captures(tmp_path: Path) -> None:
+    from framework.report.scrub import Scrubber
+
+    fact = {"value": "token=s3cr3t-pw here", "source": "h1: npu-smi info"}
+    doc = {"schema": bundle.SCHEMA, "facts": {"host.npu_smi_info": dict(fact)},
+           "hosts": {"h1": {"host.npu_smi_info": dict(fact)}}}
+    path = bundle.write(doc, tmp_path / "b", Scrubber(["s3cr3t-pw"]))
+    texts = [path.read_text(), (tmp_path / "b" / "raw" / "h1" / "host.npu_smi_info.txt").read_text()]
+    assert all("s3cr3t" not in t and "token=*** here" in t for t in texts)
+    assert bundle.load(tmp_path / "b")["hosts"]["h1"]["host.npu_smi_info"]["raw"] == "raw/h1/host.npu_smi_info.txt"
