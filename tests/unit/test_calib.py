@@ -152,3 +152,17 @@ def test_write_scrubs_secrets_from_the_json_and_the_raw_captures(tmp_path: Path)
     texts = [path.read_text(), (tmp_path / "b" / "raw" / "h1" / "host.npu_smi_info.txt").read_text()]
     assert all("s3cr3t" not in t and "token=*** here" in t for t in texts)
     assert bundle.load(tmp_path / "b")["hosts"]["h1"]["host.npu_smi_info"]["raw"] == "raw/h1/host.npu_smi_info.txt"
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    ((), "lab: error: --calibration needs --npu (only emulated hosts replay a bundle)"),
+    (("--npu", "a3"), "lab: error: /nonexistent/bundle: not a calibration bundle"),
+])
+def test_lab_up_calibration_usage_errors_come_before_any_lab_work(extra: tuple[str, ...], message: str,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    from framework.lab.manage import main as lab_main
+
+    argv = ["up", "--hosts", "2", "--name", "calibunit", "--subnet", "10.254.9.0/24",
+            "--state-dir", "/nonexistent/state", "--calibration", "/nonexistent/bundle", *extra]
+    assert lab_main(argv) == 2
+    assert capsys.readouterr().err.startswith(message)
