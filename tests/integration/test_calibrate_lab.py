@@ -81,8 +81,9 @@ def replaying(npu_lab_env: EnvConfig, bundle_dir: Path, tmp_path: Path) -> Itera
     """The lab brought up again replaying a bundle whose npu-smi capture was altered; restored after."""
     args = _up_args(npu_lab_env)
     bundle = _altered(bundle_dir, tmp_path / "altered", "host.npu_smi_info", "ALTERED capture\nsecond line\n")
+    _altered(bundle, tmp_path / "altered2", "host.driver_version", "Version=99.9.9\n")
     try:
-        cp = _run(*args, "--calibration", str(bundle))
+        cp = _run(*args, "--calibration", str(tmp_path / "altered2"))
         assert cp.returncode == 0, cp.stderr
         with Cluster.from_env(npu_lab_env) as cluster:
             yield cluster
@@ -95,12 +96,14 @@ def test_lab_up_calibration_replays_the_npu_smi_capture(replaying: Cluster, npu_
         result = host.run(["npu-smi", "info"])
         assert (result.rc, result.stdout) == (0, "ALTERED capture\nsecond line\n")
         assert host.run(["npu-smi", "info", "-l"]).stdout.startswith("        Total Count")
+        assert host.run(["cat", "/usr/local/Ascend/driver/version.info"]).stdout == "Version=99.9.9\n"
 
 
 def test_up_without_calibration_stops_the_replay(npu_lab_env: EnvConfig) -> None:
     with Cluster.from_env(npu_lab_env) as cluster:
         for host in cluster:
             assert "Process id" in host.run(["npu-smi", "info"]).stdout
+            assert "Version=99.9.9" not in host.run(["cat", "/usr/local/Ascend/driver/version.info"]).stdout
 
 
 def test_hccl_variables_are_seen_as_a_rank_sees_them(bundle_dir: Path, tmp_path: Path) -> None:

@@ -168,3 +168,9 @@ def test_lab_up_calibration_usage_errors_come_before_any_lab_work(extra: tuple[s
             "--state-dir", "/nonexistent/state", "--calibration", "/nonexistent/bundle", *extra]
     assert lab_main(argv) == 2
     assert capsys.readouterr().err.startswith(message)
+
+
+def test_records_replay_only_what_the_probe_read() -> None:
+    doc = {"hosts": {"a": {"host.driver_version": {"value": "Version=99.0\n"},
+                           "host.firmware_version": {"value": "cat: no such file\n\n[exit 1]"}}}}
+    assert replay.host_records(doc, 1) == {"Ascend/driver/version.info": "Version=99.0\n"}
