@@ -59,17 +59,25 @@ def torch_facts(host: Host, env: EnvConfig) -> dict[str, Fact]:
     py = layout.venv_python if spec.venv else spec.python
     q = commands.quote
     vendor = layout.vendor_set_env()
-    src = f"[ -f {q(env.cann.set_env)} ] && . {q(env.cann.set_env)} >/dev/null 2>&1; " if env.cann else ""
+    src = (
+        f"[ -f {q(env.cann.set_env)} ] && . {q(env.cann.set_env)} >/dev/null 2>&1; "
+        if env.cann
+        else ""
+    )
     src += f"if [ -f {q(vendor)} ]; then {' && '.join(env_steps(None, (), vendor))}; fi >/dev/null 2>&1; "
     # HCCL_* of launch.env, as a rank sees them (secret values never leave the controller here)
     hccl = {k: v for k, v in env.launch.env.items() if k.startswith("HCCL_") and isinstance(v, str)}
-    result = host.run(commands.ShellScript(f"{src}exec {q(py)} -c {q(TORCH_PROBE)}"), env=hccl, timeout=300)
+    result = host.run(
+        commands.ShellScript(f"{src}exec {q(py)} -c {q(TORCH_PROBE)}"), env=hccl, timeout=300
+    )
     where = f"{host.name}: {py} torch probe"
     line = next((ln for ln in result.stdout.splitlines() if ln.startswith(_TORCH_MARK)), None)
     if line is None:
         tail = (result.stdout + result.stderr)[-2000:]
-        return {"torch_npu.probe": {"value": f"no answer (exit {result.rc}): {tail}", "source": where}}
-    values = {str(k): str(v) for k, v in json.loads(line[len(_TORCH_MARK):]).items()}
+        return {
+            "torch_npu.probe": {"value": f"no answer (exit {result.rc}): {tail}", "source": where}
+        }
+    values = {str(k): str(v) for k, v in json.loads(line[len(_TORCH_MARK) :]).items()}
     values.update(refusal_checks(values))
     return {key: {"value": v, "source": where} for key, v in values.items()}
 
@@ -79,7 +87,9 @@ def refusal_checks(values: dict[str, str]) -> dict[str, str]:
     out = {}
     for op, (entry, words) in CAM_REFUSALS.items():
         text = values.get(f"cam.refusal.{op}", "")
-        out[f"cam.refusal.{op}.names_quantity"] = "yes" if words in text else f"no: expected {words!r} ({entry})"
+        out[f"cam.refusal.{op}.names_quantity"] = (
+            "yes" if words in text else f"no: expected {words!r} ({entry})"
+        )
     return out
 
 
@@ -90,8 +100,12 @@ def collect(cluster: Cluster, env: EnvConfig) -> dict[str, Any]:
     first = cluster[min(hosts)]
     facts = dict(hosts[first.name])
     facts.update(torch_facts(first, env))
-    return {"schema": SCHEMA, "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "facts": facts, "hosts": hosts}
+    return {
+        "schema": SCHEMA,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "facts": facts,
+        "hosts": hosts,
+    }
 
 
 def write(doc: dict[str, Any], out: Path, scrub: Scrubber) -> Path:

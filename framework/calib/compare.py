@@ -47,6 +47,10 @@ def differences(bundle: Mapping[str, Any], profile: Mapping[str, Any]) -> list[s
     keys = (set(bundle) | set(profile)) - EXCLUDED
     out = []
     for key in sorted(keys):
-        if key not in bundle or key not in profile or normalise(key, str(bundle[key])) != normalise(key, str(profile[key])):
+        if (
+            key not in bundle
+            or key not in profile
+            or normalise(key, str(bundle[key])) != normalise(key, str(profile[key]))
+        ):
             out.append(key)
     return out

@@ -15,17 +15,38 @@ from framework.preflight.probe import CANN_RECORD, MARK
 HOST_FACTS: dict[str, tuple[str, str, str]] = {
     "host.npu_smi_info": ("npu-smi", "$NPUSMI info", "npu-smi info"),
     "host.npu_smi_list": ("npu-smi-l", "$NPUSMI info -l", "npu-smi info -l"),
-    "host.npu_smi_board": ("npu-smi-board", "$NPUSMI info -t board -i 0", "npu-smi info -t board -i 0"),
+    "host.npu_smi_board": (
+        "npu-smi-board",
+        "$NPUSMI info -t board -i 0",
+        "npu-smi info -t board -i 0",
+    ),
     "host.hccn_link": ("hccn-link", "$HCCN -i 0 -link -g", "hccn_tool -i 0 -link -g"),
-    "host.hccn_net_health": ("hccn-health", "$HCCN -i 0 -net_health -g", "hccn_tool -i 0 -net_health -g"),
-    "host.msnpureport": ("msnpureport", "command -v msnpureport || { M=${D:-/usr/local/Ascend}/driver/tools/"
-                         "msnpureport; [ -x \"$M\" ] && echo \"$M\"; } || echo absent",
-                         "msnpureport on PATH or in driver/tools"),
-    "host.ascend_install_info": ("install-info", "cat /etc/ascend_install.info", "/etc/ascend_install.info"),
-    "host.driver_version": ("driver", "cat \"${D:-/usr/local/Ascend}/driver/version.info\"",
-                            "driver/version.info"),
-    "host.firmware_version": ("firmware", "cat \"${F:-/usr/local/Ascend}/firmware/version.info\"",
-                              "firmware/version.info"),
+    "host.hccn_net_health": (
+        "hccn-health",
+        "$HCCN -i 0 -net_health -g",
+        "hccn_tool -i 0 -net_health -g",
+    ),
+    "host.msnpureport": (
+        "msnpureport",
+        "command -v msnpureport || { M=${D:-/usr/local/Ascend}/driver/tools/"
+        'msnpureport; [ -x "$M" ] && echo "$M"; } || echo absent',
+        "msnpureport on PATH or in driver/tools",
+    ),
+    "host.ascend_install_info": (
+        "install-info",
+        "cat /etc/ascend_install.info",
+        "/etc/ascend_install.info",
+    ),
+    "host.driver_version": (
+        "driver",
+        'cat "${D:-/usr/local/Ascend}/driver/version.info"',
+        "driver/version.info",
+    ),
+    "host.firmware_version": (
+        "firmware",
+        'cat "${F:-/usr/local/Ascend}/firmware/version.info"',
+        "firmware/version.info",
+    ),
     "host.cann_version": ("cann", "cann_record", f"the first */{CANN_RECORD} of the toolkit homes"),
     "host.cann_set_env": ("set_env", "set_env_state", "the env's cann.set_env"),
 }
@@ -34,19 +55,21 @@ HOST_FACTS: dict[str, tuple[str, str, str]] = {
 def host_script(cann_homes: list[str], set_env: str | None) -> commands.ShellScript:
     """The script one host runs: one ``@@camit@@ begin/end`` section per :data:`HOST_FACTS` entry."""
     q = commands.quote
-    homes = " ".join(h.replace("$HOME", '"$HOME"') if h.startswith("$HOME") else q(h) for h in cann_homes)
+    homes = " ".join(
+        h.replace("$HOME", '"$HOME"') if h.startswith("$HOME") else q(h) for h in cann_homes
+    )
     lines = [
         "exec </dev/null",
-        f"sec() {{ echo {MARK} begin \"$1\"; eval \"$2\" 2>&1; _r=$?; "
-        f"printf '\\n{MARK} end %s %s\\n' \"$1\" \"$_r\"; }}",
+        f'sec() {{ echo {MARK} begin "$1"; eval "$2" 2>&1; _r=$?; '
+        f'printf \'\\n{MARK} end %s %s\\n\' "$1" "$_r"; }}',
         "NPUSMI=$(command -v npu-smi 2>/dev/null || echo /usr/local/sbin/npu-smi)",
         "HCCN=$(command -v hccn_tool 2>/dev/null || echo /usr/local/Ascend/driver/tools/hccn_tool)",
         "D=$(sed -n 's/^Driver_Install_Path_Param=//p' /etc/ascend_install.info 2>/dev/null | head -n 1)",
         "F=$(sed -n 's/^Firmware_Install_Path_Param=//p' /etc/ascend_install.info 2>/dev/null | head -n 1)",
-        f"cann_record() {{ for h in {homes}; do for f in \"$h\"/*-linux/{CANN_RECORD}; do "
-        "[ -f \"$f\" ] && { echo \"path=$f\"; cat -- \"$f\"; return 0; }; done; done; echo absent; return 1; }",
+        f'cann_record() {{ for h in {homes}; do for f in "$h"/*-linux/{CANN_RECORD}; do '
+        '[ -f "$f" ] && { echo "path=$f"; cat -- "$f"; return 0; }; done; done; echo absent; return 1; }',
         f"set_env_state() {{ f={q(set_env or '')}; [ -n \"$f\" ] || {{ echo 'not configured'; return 0; }}; "
-        "if [ -f \"$f\" ]; then echo \"present $f\"; else echo \"missing $f\"; return 1; fi; }",
+        'if [ -f "$f" ]; then echo "present $f"; else echo "missing $f"; return 1; fi; }',
     ]
     lines += [f"sec {section} {q(command)}" for section, command, _what in HOST_FACTS.values()]
     return commands.ShellScript("\n".join(lines) + "\n")
@@ -56,13 +79,16 @@ def host_script(cann_homes: list[str], set_env: str | None) -> commands.ShellScr
 #: words its refusal names the quantity by there (tests/unit/test_calib.py keeps these equal to the contract)
 CAM_REFUSALS: dict[str, tuple[str, str]] = {
     "get_dispatch_layout": ("layout.experts_per_rank", "not divisible by numRanks"),
-    "moe_dispatch_prefill": ("dispatch.counts_dtype", "numTokensPerExpert.scalar_type() == at::kInt"),
+    "moe_dispatch_prefill": (
+        "dispatch.counts_dtype",
+        "numTokensPerExpert.scalar_type() == at::kInt",
+    ),
     "moe_combine_prefill": ("combine.x_dim", "x.dim() == DIM_TWO and x.is_contiguous()"),
     "fused_deep_moe": ("fused.x_dim", "x.dim() == DIM_TWO"),
 }
 
 #: the torch_npu probe (stdlib + torch; run by the host's python): prints one JSON object, fact → value
-TORCH_PROBE = r'''
+TORCH_PROBE = r"""
 import json, os, sys
 facts = {}
 def fact(key, fn):
@@ -135,4 +161,4 @@ facts["cam.fused_vs_golden_case_4rank"] = "not measured"
 sys.stdout.write("@@camit-calib@@" + json.dumps(facts, sort_keys=True) + "\n")
 sys.stdout.flush()
 os._exit(0)
-'''
+"""

@@ -17,15 +17,20 @@ from typing import Any
 from framework.calib import bundle
 from framework.calib.compare import normalise
 
-REGENERATE = ("python -m framework.lab up --hosts 2 --npu a3 --env-out LAB.yaml; python -m framework.artifacts "
-              "build --out ART --env-in LAB.yaml --env-out BUILT.yaml; camit deploy --env BUILT.yaml; "
-              "camit calibrate --env BUILT.yaml --out DIR; python -m framework.calib.profile DIR")
+REGENERATE = (
+    "python -m framework.lab up --hosts 2 --npu a3 --env-out LAB.yaml; python -m framework.artifacts "
+    "build --out ART --env-in LAB.yaml --env-out BUILT.yaml; camit deploy --env BUILT.yaml; "
+    "camit calibrate --env BUILT.yaml --out DIR; python -m framework.calib.profile DIR"
+)
 
 
 def profile_doc(doc: dict[str, Any]) -> dict[str, Any]:
     facts = bundle.values(doc)
-    return {"schema": "camit-calibration-profile/1", "regenerate": REGENERATE,
-            "facts": {key: normalise(key, value) for key, value in sorted(facts.items())}}
+    return {
+        "schema": "camit-calibration-profile/1",
+        "regenerate": REGENERATE,
+        "facts": {key: normalise(key, value) for key, value in sorted(facts.items())},
+    }
 
 
 def main(argv: list[str]) -> int:

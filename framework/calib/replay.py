@@ -39,7 +39,9 @@ def answer(value: str) -> dict[str, Any] | None:
     if value.startswith("[not answered"):
         return None
     m = _EXIT.search(value)
-    return {"stdout": value[: m.start()], "rc": int(m.group(1))} if m else {"stdout": value, "rc": 0}
+    return (
+        {"stdout": value[: m.start()], "rc": int(m.group(1))} if m else {"stdout": value, "rc": 0}
+    )
 
 
 def host_replay(doc: dict[str, Any], index: int) -> dict[str, dict[str, Any]]:
@@ -66,8 +68,12 @@ def apply(trees: Sequence[Path], doc: dict[str, Any] | None) -> None:
             continue
         path.write_text(json.dumps(host_replay(doc, index), indent=1) + "\n", encoding="utf-8")
         for rel, text in host_records(doc, index).items():
-            if (Path(tree) / rel).is_file():  # a tree without its driver (no-driver knob) stays without
-                (Path(tree) / rel).write_text(text, encoding="utf-8")  # in place: may be bind-mounted
+            if (
+                Path(tree) / rel
+            ).is_file():  # a tree without its driver (no-driver knob) stays without
+                (Path(tree) / rel).write_text(
+                    text, encoding="utf-8"
+                )  # in place: may be bind-mounted
 
 
 def host_records(doc: dict[str, Any], index: int) -> dict[str, str]:

@@ -15,16 +15,33 @@ __all__ = ["add_parser", "run"]
 
 def add_parser(sub: Any, parser_class: type[argparse.ArgumentParser]) -> None:
     """Add ``calibrate`` to the ``camit`` subparsers ``sub``."""
-    cal = sub.add_parser("calibrate", help="record the facts the emulation assumes; compare a bundle with them")
-    cal.add_argument("--env", metavar="FILE", default=None,
-                     help="test_env.yaml (default: $CAMIT_ENV, else /etc/ubus_ci/test_env.yaml)")
+    cal = sub.add_parser(
+        "calibrate", help="record the facts the emulation assumes; compare a bundle with them"
+    )
+    cal.add_argument(
+        "--env",
+        metavar="FILE",
+        default=None,
+        help="test_env.yaml (default: $CAMIT_ENV, else /etc/ubus_ci/test_env.yaml)",
+    )
     cal.add_argument("--hosts", metavar="H1,H2", help="only these hosts (names from host_info)")
-    cal.add_argument("--out", metavar="DIR", default="calibration",
-                     help="the bundle folder to write (default: ./calibration)")
-    cal.add_argument("--compare", metavar="BUNDLE",
-                     help="compare this bundle (folder or calibration.json) with the built-in profile")
-    cal.add_argument("--profile", metavar="FILE", default=None,
-                     help="compare with this profile instead of the built-in one")
+    cal.add_argument(
+        "--out",
+        metavar="DIR",
+        default="calibration",
+        help="the bundle folder to write (default: ./calibration)",
+    )
+    cal.add_argument(
+        "--compare",
+        metavar="BUNDLE",
+        help="compare this bundle (folder or calibration.json) with the built-in profile",
+    )
+    cal.add_argument(
+        "--profile",
+        metavar="FILE",
+        default=None,
+        help="compare with this profile instead of the built-in one",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -52,10 +69,16 @@ def _calibrate(args: argparse.Namespace) -> int:
     with Cluster.from_env(env, only) as cluster:
         doc = bundle.collect(cluster, env)
     path = bundle.write(doc, Path(args.out), Scrubber.from_env(env))
-    sys.stdout.write(f"camit calibrate: {len(doc['facts'])} facts from {len(doc['hosts'])} host(s) in {path}\n")
+    sys.stdout.write(
+        f"camit calibrate: {len(doc['facts'])} facts from {len(doc['hosts'])} host(s) in {path}\n"
+    )
     return 0
 
 
 def _source(doc: dict[str, Any], key: str) -> str:
     fact = doc["facts"].get(key)
-    return str(fact["source"]) if isinstance(fact, dict) and "source" in fact else "absent from the bundle"
+    return (
+        str(fact["source"])
+        if isinstance(fact, dict) and "source" in fact
+        else "absent from the bundle"
+    )

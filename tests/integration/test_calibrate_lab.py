@@ -23,8 +23,14 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def _run(*argv: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", *argv], capture_output=True, text=True, timeout=timeout,
-                          cwd=REPO, stdin=subprocess.DEVNULL)
+    return subprocess.run(
+        [sys.executable, "-m", *argv],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=REPO,
+        stdin=subprocess.DEVNULL,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -32,8 +38,16 @@ def bundle_dir(npu_lab_env_path: Path, tmp_path_factory: pytest.TempPathFactory)
     """The lab calibrated as the profile was made: the op library (the stand-in) deployed, here into a
     workdir of this module's own, so its refusals are recorded rather than a missing module."""
     tmp = tmp_path_factory.mktemp("calib")
-    cp = _run("framework.artifacts", "build", "--out", str(tmp / "art"), "--env-in", str(npu_lab_env_path),
-              "--env-out", str(tmp / "built.yaml"))
+    cp = _run(
+        "framework.artifacts",
+        "build",
+        "--out",
+        str(tmp / "art"),
+        "--env-in",
+        str(npu_lab_env_path),
+        "--env-out",
+        str(tmp / "built.yaml"),
+    )
     assert cp.returncode == 0, cp.stdout + cp.stderr
     doc = yaml.safe_load((tmp / "built.yaml").read_text())
     doc["defaults"]["workdir"] = "/var/tmp/camit/calibrate"
@@ -50,16 +64,22 @@ def _altered(src: Path, dst: Path, key: str, value: str) -> Path:
     shutil.copytree(src, dst)
     doc = json.loads((dst / BUNDLE_FILE).read_text())
     for facts in [doc["facts"], *doc["hosts"].values()]:
-        if key in facts:  # host facts are in every host's part, torch facts only in the top-level one
+        if (
+            key in facts
+        ):  # host facts are in every host's part, torch facts only in the top-level one
             facts[key]["value"] = value
     (dst / BUNDLE_FILE).write_text(json.dumps(doc))
     return dst
 
 
-def test_emulated_hosts_match_the_profile_and_a_changed_fact_is_named(bundle_dir: Path, tmp_path: Path) -> None:
+def test_emulated_hosts_match_the_profile_and_a_changed_fact_is_named(
+    bundle_dir: Path, tmp_path: Path
+) -> None:
     same = _run("framework.cli", "calibrate", "--compare", str(bundle_dir))
     assert (same.returncode, same.stdout) == (0, ""), same.stdout + same.stderr
-    changed = _altered(bundle_dir, tmp_path / "changed", "torch_npu.numpy_error", "TypeError: something else")
+    changed = _altered(
+        bundle_dir, tmp_path / "changed", "torch_npu.numpy_error", "TypeError: something else"
+    )
     cp = _run("framework.cli", "calibrate", "--compare", str(changed))
     assert cp.returncode == 1
     assert [line.split()[1] for line in cp.stdout.splitlines()] == ["torch_npu.numpy_error"]
@@ -71,16 +91,34 @@ def _up_args(env: EnvConfig) -> list[str]:
     lab = Lab.load(json.loads((key.parent / "lab.json").read_text())["name"], key.parent)
     p = lab.plan
     assert p.npu is not None and p.jump is None
-    args = ["framework.lab", "up", "--hosts", str(len(p.hosts)), "--name", p.name, "--subnet", str(p.subnet),
-            "--npu", p.npu.profile, "--env-out", str(p.env_file), "--state-dir", str(p.state_dir)]
-    return args + (["--visible", ",".join(map(str, p.npu.visible))] if p.npu.visible is not None else [])
+    args = [
+        "framework.lab",
+        "up",
+        "--hosts",
+        str(len(p.hosts)),
+        "--name",
+        p.name,
+        "--subnet",
+        str(p.subnet),
+        "--npu",
+        p.npu.profile,
+        "--env-out",
+        str(p.env_file),
+        "--state-dir",
+        str(p.state_dir),
+    ]
+    return args + (
+        ["--visible", ",".join(map(str, p.npu.visible))] if p.npu.visible is not None else []
+    )
 
 
 @pytest.fixture
 def replaying(npu_lab_env: EnvConfig, bundle_dir: Path, tmp_path: Path) -> Iterator[Cluster]:
     """The lab brought up again replaying a bundle whose npu-smi capture was altered; restored after."""
     args = _up_args(npu_lab_env)
-    bundle = _altered(bundle_dir, tmp_path / "altered", "host.npu_smi_info", "ALTERED capture\nsecond line\n")
+    bundle = _altered(
+        bundle_dir, tmp_path / "altered", "host.npu_smi_info", "ALTERED capture\nsecond line\n"
+    )
     _altered(bundle, tmp_path / "altered2", "host.driver_version", "Version=99.9.9\n")
     try:
         cp = _run(*args, "--calibration", str(tmp_path / "altered2"))
@@ -91,19 +129,26 @@ def replaying(npu_lab_env: EnvConfig, bundle_dir: Path, tmp_path: Path) -> Itera
         assert _run(*args).returncode == 0
 
 
-def test_lab_up_calibration_replays_the_npu_smi_capture(replaying: Cluster, npu_lab_env: EnvConfig) -> None:
+def test_lab_up_calibration_replays_the_npu_smi_capture(
+    replaying: Cluster, npu_lab_env: EnvConfig
+) -> None:
     for host in replaying:
         result = host.run(["npu-smi", "info"])
         assert (result.rc, result.stdout) == (0, "ALTERED capture\nsecond line\n")
         assert host.run(["npu-smi", "info", "-l"]).stdout.startswith("        Total Count")
-        assert host.run(["cat", "/usr/local/Ascend/driver/version.info"]).stdout == "Version=99.9.9\n"
+        assert (
+            host.run(["cat", "/usr/local/Ascend/driver/version.info"]).stdout == "Version=99.9.9\n"
+        )
 
 
 def test_up_without_calibration_stops_the_replay(npu_lab_env: EnvConfig) -> None:
     with Cluster.from_env(npu_lab_env) as cluster:
         for host in cluster:
             assert "Process id" in host.run(["npu-smi", "info"]).stdout
-            assert "Version=99.9.9" not in host.run(["cat", "/usr/local/Ascend/driver/version.info"]).stdout
+            assert (
+                "Version=99.9.9"
+                not in host.run(["cat", "/usr/local/Ascend/driver/version.info"]).stdout
+            )
 
 
 def test_hccl_variables_are_seen_as_a_rank_sees_them(bundle_dir: Path, tmp_path: Path) -> None:
@@ -113,7 +158,12 @@ def test_hccl_variables_are_seen_as_a_rank_sees_them(bundle_dir: Path, tmp_path:
     env = tmp_path / "env.yaml"
     env.write_text(yaml.safe_dump(doc, sort_keys=False))
     out = tmp_path / "bundle"
-    assert _run("framework.cli", "calibrate", "--env", str(env), "--hosts", "host1", "--out", str(out)).returncode == 0
+    assert (
+        _run(
+            "framework.cli", "calibrate", "--env", str(env), "--hosts", "host1", "--out", str(out)
+        ).returncode
+        == 0
+    )
     cp = _run("framework.cli", "calibrate", "--compare", str(out))
     assert cp.returncode == 1
     assert [line.split()[1] for line in cp.stdout.splitlines()] == ["hccl.env.HCCL_BUFFSIZE"]
