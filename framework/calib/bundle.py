@@ -1,10 +1,11 @@
-"""A calibration bundle: run the probes of :mod:`framework.calib.probe` on the hosts, keep each answer
-as a fact (key, value, source) and write one folder: ``calibration.json`` plus ``raw/<host>/<key>.txt``.
+"""A calibration bundle: run the probes of :mod:`framework.calib.probe` on the hosts, keep each
+answer as a fact (key, value, source) and write one folder: ``calibration.json`` plus
+``raw/<host>/<key>.txt``.
 
 Every value is scrubbed of the env's secrets (:class:`framework.report.scrub.Scrubber`) before it is
 written; no core file is ever collected. The top-level ``facts`` are the first host's host facts and
-the torch probe's facts (what :mod:`framework.calib.compare` judges); ``hosts`` keeps each host's own.
-"""
+the torch probe's facts (what :mod:`framework.calib.compare` judges); ``hosts`` keeps each host's
+own."""
 
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ Fact = dict[str, str]
 
 
 def host_facts(host: Host, env: EnvConfig) -> dict[str, Fact]:
-    """The :data:`HOST_FACTS` of one host: each section's text (``[exit N]`` appended when it failed)."""
+    """The :data:`HOST_FACTS` of one host: each section's text (``[exit N]`` added on failure)."""
     plan = plan_probe(host.spec, env) if host.spec is not None else None
     homes = plan.cann_homes if plan is not None else []
     set_env = env.cann.set_env if env.cann else None
@@ -51,8 +52,9 @@ def host_facts(host: Host, env: EnvConfig) -> dict[str, Fact]:
 
 
 def torch_facts(host: Host, env: EnvConfig) -> dict[str, Fact]:
-    """The torch probe's facts, run once as a launch runs ranks: by the deployed interpreter (the venv's when
-    the host has one), CANN's set_env and, once deployed, the CAM vendor's set_env sourced."""
+    """The torch probe's facts, run once as a launch runs ranks: by the deployed interpreter
+    (the venv's when the host has one), CANN's set_env and, once deployed, the CAM vendor's
+    set_env sourced."""
     assert host.spec is not None
     spec = host.spec
     layout = HostLayout(spec.workdir.rstrip("/") or "/", spec.install_path)
@@ -64,7 +66,8 @@ def torch_facts(host: Host, env: EnvConfig) -> dict[str, Fact]:
         if env.cann
         else ""
     )
-    src += f"if [ -f {q(vendor)} ]; then {' && '.join(env_steps(None, (), vendor))}; fi >/dev/null 2>&1; "
+    steps = " && ".join(env_steps(None, (), vendor))
+    src += f"if [ -f {q(vendor)} ]; then {steps}; fi >/dev/null 2>&1; "
     # HCCL_* of launch.env, as a rank sees them (secret values never leave the controller here)
     hccl = {k: v for k, v in env.launch.env.items() if k.startswith("HCCL_") and isinstance(v, str)}
     result = host.run(
@@ -83,7 +86,7 @@ def torch_facts(host: Host, env: EnvConfig) -> dict[str, Fact]:
 
 
 def refusal_checks(values: dict[str, str]) -> dict[str, str]:
-    """Per CAM op: does its refusal name the quantity as the contract expects (``yes`` or what was expected)."""
+    """Per CAM op: does its refusal name the quantity as the contract does (``yes``, else what)."""
     out = {}
     for op, (entry, words) in CAM_REFUSALS.items():
         text = values.get(f"cam.refusal.{op}", "")
@@ -109,7 +112,7 @@ def collect(cluster: Cluster, env: EnvConfig) -> dict[str, Any]:
 
 
 def write(doc: dict[str, Any], out: Path, scrub: Scrubber) -> Path:
-    """Write ``doc`` scrubbed into folder ``out``: ``calibration.json`` and ``raw/<host>/<key>.txt``."""
+    """Write ``doc`` scrubbed into ``out``: ``calibration.json`` and ``raw/<host>/<key>.txt``."""
     for facts in [doc["facts"], *doc["hosts"].values()]:
         for fact in facts.values():
             fact["value"] = scrub.text(fact["value"])
@@ -126,7 +129,7 @@ def write(doc: dict[str, Any], out: Path, scrub: Scrubber) -> Path:
 
 
 def load(path: Path) -> dict[str, Any]:
-    """A bundle (its folder or its ``calibration.json``), checked; one error naming the file and key."""
+    """A bundle (folder or ``calibration.json``), checked; one error naming the file and key."""
     file = path / BUNDLE_FILE if path.is_dir() else path
     try:
         doc = json.loads(file.read_text(encoding="utf-8"))

@@ -1,10 +1,10 @@
-"""What ``camit calibrate`` asks a host: one sh script of tagged sections (tool outputs, version records)
-and one stdlib+torch Python probe (torch_npu's error texts, HCCL defaults, the op library's refusals).
+"""What ``camit calibrate`` asks a host: one sh script of tagged sections (tool outputs, version
+records) and one stdlib+torch Python probe (torch_npu's error texts, HCCL defaults, the op library's
+refusals).
 
 Pure: this module builds text; :mod:`framework.calib.bundle` runs it and keeps the answers. Each
-section becomes one fact (:data:`HOST_FACTS`: fact key → section); every Python probe is wrapped so an
-error is recorded as that fact's value, never a failed probe.
-"""
+section becomes one fact (:data:`HOST_FACTS`: fact key → section); every Python probe is wrapped so
+an error is recorded as that fact's value, never a failed probe."""
 
 from __future__ import annotations
 
@@ -53,7 +53,7 @@ HOST_FACTS: dict[str, tuple[str, str, str]] = {
 
 
 def host_script(cann_homes: list[str], set_env: str | None) -> commands.ShellScript:
-    """The script one host runs: one ``@@camit@@ begin/end`` section per :data:`HOST_FACTS` entry."""
+    """The script one host runs: a ``@@camit@@ begin/end`` section per :data:`HOST_FACTS` entry."""
     q = commands.quote
     homes = " ".join(
         h.replace("$HOME", '"$HOME"') if h.startswith("$HOME") else q(h) for h in cann_homes
@@ -64,19 +64,24 @@ def host_script(cann_homes: list[str], set_env: str | None) -> commands.ShellScr
         f'printf \'\\n{MARK} end %s %s\\n\' "$1" "$_r"; }}',
         "NPUSMI=$(command -v npu-smi 2>/dev/null || echo /usr/local/sbin/npu-smi)",
         "HCCN=$(command -v hccn_tool 2>/dev/null || echo /usr/local/Ascend/driver/tools/hccn_tool)",
-        "D=$(sed -n 's/^Driver_Install_Path_Param=//p' /etc/ascend_install.info 2>/dev/null | head -n 1)",
-        "F=$(sed -n 's/^Firmware_Install_Path_Param=//p' /etc/ascend_install.info 2>/dev/null | head -n 1)",
+        "D=$(sed -n 's/^Driver_Install_Path_Param=//p' /etc/ascend_install.info 2>/dev/null "
+        "| head -n 1)",
+        "F=$(sed -n 's/^Firmware_Install_Path_Param=//p' /etc/ascend_install.info 2>/dev/null "
+        "| head -n 1)",
         f'cann_record() {{ for h in {homes}; do for f in "$h"/*-linux/{CANN_RECORD}; do '
-        '[ -f "$f" ] && { echo "path=$f"; cat -- "$f"; return 0; }; done; done; echo absent; return 1; }',
-        f"set_env_state() {{ f={q(set_env or '')}; [ -n \"$f\" ] || {{ echo 'not configured'; return 0; }}; "
+        '[ -f "$f" ] && { echo "path=$f"; cat -- "$f"; return 0; }; done; done; '
+        "echo absent; return 1; }",
+        f"set_env_state() {{ f={q(set_env or '')}; "
+        "[ -n \"$f\" ] || { echo 'not configured'; return 0; }; "
         'if [ -f "$f" ]; then echo "present $f"; else echo "missing $f"; return 1; fi; }',
     ]
     lines += [f"sec {section} {q(command)}" for section, command, _what in HOST_FACTS.values()]
     return commands.ShellScript("\n".join(lines) + "\n")
 
 
-#: per CAM op: the contract entry (suites/cam/rank/camcontract.py key) the probe's bad call breaks, and the
-#: words its refusal names the quantity by there (tests/unit/test_calib.py keeps these equal to the contract)
+#: per CAM op: the contract entry (suites/cam/rank/camcontract.py key) the probe's bad call
+#: breaks, and the words its refusal names the quantity by there (tests/unit/test_calib.py
+#: keeps these equal to the contract)
 CAM_REFUSALS: dict[str, tuple[str, str]] = {
     "get_dispatch_layout": ("layout.experts_per_rank", "not divisible by numRanks"),
     "moe_dispatch_prefill": (
@@ -87,7 +92,7 @@ CAM_REFUSALS: dict[str, tuple[str, str]] = {
     "fused_deep_moe": ("fused.x_dim", "x.dim() == DIM_TWO"),
 }
 
-#: the torch_npu probe (stdlib + torch; run by the host's python): prints one JSON object, fact → value
+#: the torch_npu probe (stdlib + torch; run by the host's python): one JSON object, fact → value
 TORCH_PROBE = r"""
 import json, os, sys
 facts = {}
@@ -121,7 +126,8 @@ def _op_timeout():
     getter = getattr(npu, "get_op_timeout_ms", None) or getattr(npu, "get_op_execute_timeout", None)
     if getter is not None:
         return getter()
-    return "not readable (set_op_timeout_ms: %s)" % ("present" if hasattr(npu, "set_op_timeout_ms") else "absent")
+    setter = "present" if hasattr(npu, "set_op_timeout_ms") else "absent"
+    return "not readable (set_op_timeout_ms: %s)" % setter
 def _cann():
     return torch_npu.npu.get_cann_version()
 def _cam_version():
@@ -132,15 +138,18 @@ def _npu(*shape, dtype=None):
 def _cam_get_dispatch_layout(cam):
     return cam.get_dispatch_layout(_npu(4, 2, dtype=torch.int64), 7, 2)
 def _cam_moe_dispatch_prefill(cam):
-    return cam.moe_dispatch_prefill(_npu(4, 1024, dtype=torch.bfloat16), _npu(4, 2, dtype=torch.int64),
-                                    _npu(4, 2), _npu(8), _npu(4, 2, dtype=torch.int32), "", 0, 2, False)
+    x, idx = _npu(4, 1024, dtype=torch.bfloat16), _npu(4, 2, dtype=torch.int64)
+    return cam.moe_dispatch_prefill(x, idx, _npu(4, 2), _npu(8), _npu(4, 2, dtype=torch.int32),
+                                    "", 0, 2, False)
 def _cam_moe_combine_prefill(cam):
-    return cam.moe_combine_prefill(_npu(1024, dtype=torch.bfloat16), _npu(4, 2, dtype=torch.int64), _npu(4, 2),
+    x, idx = _npu(1024, dtype=torch.bfloat16), _npu(4, 2, dtype=torch.int64)
+    return cam.moe_combine_prefill(x, idx, _npu(4, 2),
                                    _npu(8, dtype=torch.int32), _npu(8, dtype=torch.int32), "", 0, 2)
 def _cam_fused_deep_moe(cam):
     w = [_npu(1, 1)]
-    return cam.fused_deep_moe(_npu(1024, dtype=torch.bfloat16), _npu(4, 2, dtype=torch.int32), w, w, w, w,
-                              _npu(4, 2), None, None, None, None, None, None, None, "", 2, 0, 8, 0, 8)
+    x, ids = _npu(1024, dtype=torch.bfloat16), _npu(4, 2, dtype=torch.int32)
+    return cam.fused_deep_moe(x, ids, w, w, w, w, _npu(4, 2), None, None, None, None, None, None,
+                              None, "", 2, 0, 8, 0, 8)
 def _refusal(call):
     def run():
         import umdk_cam_op_lib as cam

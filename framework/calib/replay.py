@@ -1,12 +1,12 @@
-"""Replaying a calibration bundle on emulated hosts: ``python -m framework.lab up --npu a3 --calibration
-BUNDLE`` writes each host's ``Ascend/.camit-emu/replay.json`` (tool command line → captured stdout and exit
-status), which the emulated ``npu-smi`` and ``hccn_tool`` answer from before computing anything
-(:meth:`framework.lab.emu.tools.common.Host.replay`). Lab host *i* replays the bundle's *i*-th host
-(sorted names, wrapping). The version records of :data:`RECORDS` are written over the tree's own files (in
-place: some are bind-mounted). An ``up`` without ``--calibration`` removes ``replay.json`` and rewrites
-the records (the lab repopulates every tree). Not replayed: msnpureport, the CANN record and set_env,
-other npu-smi/hccn_tool command lines (other devices, ``-t health``...) and the torch_npu facts.
-"""
+"""Replaying a calibration bundle on emulated hosts: ``python -m framework.lab up --npu a3
+--calibration BUNDLE`` writes each host's ``Ascend/.camit-emu/replay.json`` (tool command line →
+captured stdout and exit status), which the emulated ``npu-smi`` and ``hccn_tool`` answer from
+before computing anything (:meth:`framework.lab.emu.tools.common.Host.replay`). Lab host *i* replays
+the bundle's *i*-th host (sorted names, wrapping). The version records of :data:`RECORDS` are
+written over the tree's own files (in place: some are bind-mounted). An ``up`` without
+``--calibration`` removes ``replay.json`` and rewrites the records (the lab repopulates every tree).
+Not replayed: msnpureport, the CANN record and set_env, other npu-smi/hccn_tool command lines (other
+devices, ``-t health``...) and the torch_npu facts."""
 
 from __future__ import annotations
 
@@ -60,7 +60,7 @@ def host_replay(doc: dict[str, Any], index: int) -> dict[str, dict[str, Any]]:
 
 
 def apply(trees: Sequence[Path], doc: dict[str, Any] | None) -> None:
-    """Write (``doc``) or remove (None) the replay table of each emulated host tree, in host order."""
+    """Write (``doc``) or remove (None) the replay table of each emulated host tree, in order."""
     for index, tree in enumerate(trees):
         path = Path(tree) / REPLAY_FILE
         if doc is None:
@@ -77,7 +77,7 @@ def apply(trees: Sequence[Path], doc: dict[str, Any] | None) -> None:
 
 
 def host_records(doc: dict[str, Any], index: int) -> dict[str, str]:
-    """Tree file → text of the version records lab host ``index`` replays (the probe read them whole)."""
+    """Tree file → text of the version records lab host ``index`` replays (read whole)."""
     names = sorted(doc["hosts"])
     facts = doc["hosts"][names[index % len(names)]] if names else {}
     out = {}

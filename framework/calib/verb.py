@@ -1,5 +1,5 @@
-"""The ``camit calibrate`` verb: ``--env FILE [--out DIR]`` writes a bundle; ``--compare BUNDLE`` lists the
-facts where a bundle and the built-in profile disagree (exit 0: none, 1: some)."""
+"""The ``camit calibrate`` verb: ``--env FILE [--out DIR]`` writes a bundle; ``--compare BUNDLE``
+lists the facts where a bundle and the built-in profile disagree (exit 0: none, 1: some)."""
 
 from __future__ import annotations
 

@@ -907,7 +907,8 @@ def _parser() -> argparse.ArgumentParser:
     up.add_argument("--npu", default=None, metavar="PROFILE",
                     help="emulated Ascend hosts of that profile: a2 (8 x 910B) or a3 (16 logical devices)")
     up.add_argument("--calibration", default=None, metavar="BUNDLE",
-                    help="emulated hosts replay this camit calibrate bundle's npu-smi/hccn_tool captures (needs --npu)")
+                    help="emulated hosts replay this camit calibrate bundle's npu-smi/hccn_tool "
+                         "captures and version records (needs --npu)")
     up.add_argument("--visible", default=None, metavar="IDS",
                     help="device ids the env declares as npu.visible, e.g. 0,1 (needs --npu)")
     up.add_argument("--jump", default=None, metavar="SUBNET",
@@ -962,11 +963,12 @@ def _cmd_up(args: argparse.Namespace, say: Say) -> int:
 
 
 def _calibration(path: str | None, npu: str | None) -> dict[str, Any] | None | int:
-    """The bundle of ``up --calibration`` (None without one), or the exit status of a usage error."""
+    """The bundle of ``up --calibration`` (None without one), or a usage error's exit status."""
     if path is None:
         return None
     if npu is None:
-        return _usage_error(LabError("--calibration needs --npu (only emulated hosts replay a bundle)"))
+        return _usage_error(
+            LabError("--calibration needs --npu (only emulated hosts replay a bundle)"))
     from framework.calib.bundle import load
 
     try:

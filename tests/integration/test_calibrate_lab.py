@@ -1,6 +1,7 @@
-"""``camit calibrate`` on the emulated A3 lab (CAMIT_NPU_LAB_ENV): the bundle of the emulated hosts agrees
-with the built-in profile, a changed fact is named, and ``lab up --calibration`` replays a bundle's capture.
-Real sshd, real ``camit`` (artifacts build, deploy, calibrate) and ``python -m framework.lab`` processes."""
+"""``camit calibrate`` on the emulated A3 lab (CAMIT_NPU_LAB_ENV): the bundle of the emulated hosts
+agrees with the built-in profile, a changed fact is named, and ``lab up --calibration`` replays a
+bundle's capture. Real sshd, real ``camit`` (artifacts build, deploy, calibrate) and ``python -m
+framework.lab`` processes."""
 
 from __future__ import annotations
 
@@ -35,7 +36,7 @@ def _run(*argv: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
 
 @pytest.fixture(scope="module")
 def bundle_dir(npu_lab_env_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The lab calibrated as the profile was made: the op library (the stand-in) deployed, here into a
+    """The lab calibrated as the profile was made: the op library (the stand-in) deployed, into a
     workdir of this module's own, so its refusals are recorded rather than a missing module."""
     tmp = tmp_path_factory.mktemp("calib")
     cp = _run(
@@ -114,7 +115,7 @@ def _up_args(env: EnvConfig) -> list[str]:
 
 @pytest.fixture
 def replaying(npu_lab_env: EnvConfig, bundle_dir: Path, tmp_path: Path) -> Iterator[Cluster]:
-    """The lab brought up again replaying a bundle whose npu-smi capture was altered; restored after."""
+    """The lab brought up again replaying an altered bundle (npu-smi, driver); restored after."""
     args = _up_args(npu_lab_env)
     bundle = _altered(
         bundle_dir, tmp_path / "altered", "host.npu_smi_info", "ALTERED capture\nsecond line\n"
@@ -152,7 +153,7 @@ def test_up_without_calibration_stops_the_replay(npu_lab_env: EnvConfig) -> None
 
 
 def test_hccl_variables_are_seen_as_a_rank_sees_them(bundle_dir: Path, tmp_path: Path) -> None:
-    """launch.env's HCCL_BUFFSIZE reaches the probe: the bundle's value differs from the profile's unset."""
+    """launch.env's HCCL_BUFFSIZE reaches the probe: the bundle differs from the profile's unset."""
     doc = yaml.safe_load((bundle_dir.parent / "env.yaml").read_text())
     doc.setdefault("launch", {}).setdefault("env", {})["HCCL_BUFFSIZE"] = "300"
     env = tmp_path / "env.yaml"

@@ -41,7 +41,8 @@ def test_volatile_parts_are_normalised_away() -> None:
     assert (
         compare.differences(stamped, {"k": "at 2026-01-01T00:00:00 pid=12 at 0x7f0011112222"}) == []
     )
-    acl = "EZ9999: [PID: 1266] 2026-12-06-06:34:23.455.509 DispatchLayout: numExperts (7)"  # ACL's log form
+    # ACL's log form
+    acl = "EZ9999: [PID: 1266] 2026-12-06-06:34:23.455.509 DispatchLayout: numExperts (7)"
     assert (
         compare.differences({"k": acl}, {"k": acl.replace("1266", "9").replace("23.455", "59.001")})
         == []
@@ -64,7 +65,7 @@ def test_normalise_is_idempotent() -> None:
 
 
 def test_host_script_answers_every_fact_in_a_real_sh(tmp_path: Path) -> None:
-    """Without Ascend tools each section still opens and closes (the failure is the fact's value)."""
+    """Without Ascend tools each section still opens and closes (the failure is the value)."""
     set_env = tmp_path / "set_env.sh"
     set_env.write_text("")
     script = host_script([str(tmp_path / "cann"), "$HOME/Ascend/cann"], str(set_env))
@@ -159,8 +160,9 @@ def test_cam_refusals_name_what_the_contract_names() -> None:
 
 
 def test_torch_probe_records_errors_as_facts_with_the_stand_ins() -> None:
-    """The probe run by a real python against the stand-ins (what the emulation assumes): every fact is
-    present, the device errors and one refusal per op are recorded as values, never a failed probe."""
+    """The probe run by a real python against the stand-ins (what the emulation assumes): every
+    fact is present, the device errors and one refusal per op are recorded as values, never a
+    failed probe."""
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(REPO / "standin_npu"), str(REPO / "standin")]),
