@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from framework import __version__, console
+from framework.calib import verb as calib_verb
 from framework.commands import ShellScript
 from framework.errors import (
     EXIT_FAILED,
@@ -220,6 +221,7 @@ def build_parser() -> argparse.ArgumentParser:
     lrn.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD...")
 
     perf_verb.add_parser(sub, _Parser)
+    calib_verb.add_parser(sub, _Parser)
 
     cp = sub.add_parser("completion", help="print a shell completion script (bash or zsh)")
     cp.add_argument("shell", choices=("bash", "zsh"))
@@ -886,6 +888,8 @@ def _main(argv: Sequence[str]) -> int:
             return cmd_lease(args)
         if args.command == "perf":
             return perf_verb.run(args)
+        if args.command == "calibrate":
+            return calib_verb.run(args)
         if args.command == "completion":
             return cmd_completion(args, parser)
         parser.print_help(sys.stderr)

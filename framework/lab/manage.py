@@ -75,7 +75,7 @@ from pathlib import Path
 from typing import Any
 
 from framework.console import printable
-from framework.errors import EXIT_USAGE, FrameworkError, LabError
+from framework.errors import EXIT_USAGE, FrameworkError, LabError, UsageError
 from framework.lab import checkout
 from framework.lab.plan import (
     CORE_PATTERN_FILE,
@@ -905,6 +905,9 @@ def _parser() -> argparse.ArgumentParser:
     up.add_argument("--no-torch", action="store_true", help="do not pip-install torch if it is missing")
     up.add_argument("--npu", default=None, metavar="PROFILE",
                     help="emulated Ascend hosts of that profile: a2 (8 x 910B) or a3 (16 logical devices)")
+    up.add_argument("--calibration", default=None, metavar="BUNDLE",
+                    help="emulated hosts replay this camit calibrate bundle's npu-smi/hccn_tool "
+                         "captures and version records (needs --npu)")
     up.add_argument("--visible", default=None, metavar="IDS",
                     help="device ids the env declares as npu.visible, e.g. 0,1 (needs --npu)")
     up.add_argument("--jump", default=None, metavar="SUBNET",
@@ -941,12 +944,36 @@ def _cmd_up(args: argparse.Namespace, say: Say) -> int:
                  npu=args.npu, visible=args.visible, jump=args.jump)
     except LabError as exc:
         return _usage_error(exc)
+    replay = _calibration(args.calibration, args.npu)
+    if isinstance(replay, int):
+        return replay
     t0 = time.monotonic()
     lab = Lab.up(args.hosts, name=args.name, subnet=args.subnet, state_dir=args.state_dir, env_out=args.env_out,
                  python=args.python, torch=not args.no_torch, npu=args.npu, visible=args.visible, jump=args.jump,
                  say=say)
+    if lab.plan.npu is not None:
+        from framework.calib.replay import apply
+
+        apply([h.emu_dir for h in lab.plan.hosts], replay)
+        if replay is not None:
+            say(f"emulated hosts replay the captures of {args.calibration}")
     say(f"env file: {lab.env_file}  (up took {time.monotonic() - t0:.1f}s)")
     return 0
+
+
+def _calibration(path: str | None, npu: str | None) -> dict[str, Any] | None | int:
+    """The bundle of ``up --calibration`` (None without one), or a usage error's exit status."""
+    if path is None:
+        return None
+    if npu is None:
+        return _usage_error(
+            LabError("--calibration needs --npu (only emulated hosts replay a bundle)"))
+    from framework.calib.bundle import load
+
+    try:
+        return load(Path(path))
+    except UsageError as exc:
+        return _usage_error(LabError(str(exc)))
 
 
 def _cmd_down(args: argparse.Namespace, say: Say) -> int:

@@ -11,6 +11,7 @@ import importlib.util
 import json
 import os
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -47,6 +48,19 @@ class Host:
         """The lines of a shipped capture without its ``# source:`` line."""
         lines = (self.emu / "data" / name).read_text(encoding="utf-8").splitlines()
         return lines[1:] if lines and lines[0].startswith("# source:") else lines
+
+    def replay(self, tool: str, argv: Sequence[str]) -> int | None:
+        """Print a calibration bundle's capture of ``tool argv`` when ``replay.json`` (written by
+        ``lab up --calibration``) holds one: the exit status; None when nothing is replayed."""
+        try:
+            doc = json.loads((self.emu / "replay.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        answer = doc.get(" ".join([tool, *argv])) if isinstance(doc, dict) else None
+        if not isinstance(answer, dict):
+            return None
+        sys.stdout.write(str(answer.get("stdout", "")))
+        return int(answer.get("rc", 0))
 
     def logical(self, npu: int, chip: int) -> int:
         return npu * self.chips_per_npu + chip

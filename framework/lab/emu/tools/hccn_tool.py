@@ -154,6 +154,9 @@ def main(argv: Sequence[str], emu: Path) -> int:
 
 
 def _answer(host: Host, argv: Sequence[str]) -> int:
+    replayed = host.replay("hccn_tool", argv)
+    if replayed is not None:
+        return replayed
     try:
         lines = run(host, argv)
     except _Usage as exc:

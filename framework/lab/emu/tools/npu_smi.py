@@ -268,6 +268,9 @@ def run(host: Host, args: Sequence[str]) -> list[str]:
 
 def main(argv: Sequence[str], emu: Path) -> int:
     host = Host(emu)
+    replayed = host.replay("npu-smi", argv)
+    if replayed is not None:
+        return replayed
     try:
         lines = run(host, argv)
     except _Usage as exc:

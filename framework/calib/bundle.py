@@ -1,0 +1,157 @@
+"""A calibration bundle: run the probes of :mod:`framework.calib.probe` on the hosts, keep each
+answer as a fact (key, value, source) and write one folder: ``calibration.json`` plus
+``raw/<host>/<key>.txt``.
+
+Every value is scrubbed of the env's secrets (:class:`framework.report.scrub.Scrubber`) before it is
+written; no core file is ever collected. The top-level ``facts`` are the first host's host facts and
+the torch probe's facts (what :mod:`framework.calib.compare` judges); ``hosts`` keeps each host's
+own."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from framework import commands
+from framework.calib.probe import CAM_REFUSALS, HOST_FACTS, TORCH_PROBE, host_script
+from framework.deploy.plan import HostLayout
+from framework.errors import UsageError
+from framework.preflight.probe import plan_probe, split_sections
+from framework.report.scrub import Scrubber
+from framework.setenv import env_steps
+
+if TYPE_CHECKING:
+    from framework.config.effective import EnvConfig
+    from framework.hosts import Cluster, Host
+
+SCHEMA = "camit-calibration/1"
+BUNDLE_FILE = "calibration.json"
+PROFILE = Path(__file__).resolve().parents[1] / "data" / "calibration-profile.json"
+_TORCH_MARK = "@@camit-calib@@"
+Fact = dict[str, str]
+
+
+def host_facts(host: Host, env: EnvConfig) -> dict[str, Fact]:
+    """The :data:`HOST_FACTS` of one host: each section's text (``[exit N]`` added on failure)."""
+    plan = plan_probe(host.spec, env) if host.spec is not None else None
+    homes = plan.cann_homes if plan is not None else []
+    set_env = env.cann.set_env if env.cann else None
+    result = host.run(host_script(homes, set_env), timeout=120)
+    sections = split_sections(result.stdout)
+    facts = {}
+    for key, (section, _command, what) in HOST_FACTS.items():
+        sec = sections.get(section)
+        if sec is None:
+            value = f"[not answered: the probe exited {result.rc}]"
+        else:
+            value = sec.text if sec.rc == 0 else f"{sec.text}\n[exit {sec.rc}]"
+        facts[key] = {"value": value, "source": f"{host.name}: {what}"}
+    return facts
+
+
+def torch_facts(host: Host, env: EnvConfig) -> dict[str, Fact]:
+    """The torch probe's facts, run once as a launch runs ranks: by the deployed interpreter
+    (the venv's when the host has one), CANN's set_env and, once deployed, the CAM vendor's
+    set_env sourced."""
+    assert host.spec is not None
+    spec = host.spec
+    layout = HostLayout(spec.workdir.rstrip("/") or "/", spec.install_path)
+    py = layout.venv_python if spec.venv else spec.python
+    q = commands.quote
+    vendor = layout.vendor_set_env()
+    src = (
+        f"[ -f {q(env.cann.set_env)} ] && . {q(env.cann.set_env)} >/dev/null 2>&1; "
+        if env.cann
+        else ""
+    )
+    steps = " && ".join(env_steps(None, (), vendor))
+    src += f"if [ -f {q(vendor)} ]; then {steps}; fi >/dev/null 2>&1; "
+    # HCCL_* of launch.env, as a rank sees them (secret values never leave the controller here)
+    hccl = {k: v for k, v in env.launch.env.items() if k.startswith("HCCL_") and isinstance(v, str)}
+    result = host.run(
+        commands.ShellScript(f"{src}exec {q(py)} -c {q(TORCH_PROBE)}"), env=hccl, timeout=300
+    )
+    where = f"{host.name}: {py} torch probe"
+    line = next((ln for ln in result.stdout.splitlines() if ln.startswith(_TORCH_MARK)), None)
+    if line is None:
+        tail = (result.stdout + result.stderr)[-2000:]
+        return {
+            "torch_npu.probe": {"value": f"no answer (exit {result.rc}): {tail}", "source": where}
+        }
+    values = {str(k): str(v) for k, v in json.loads(line[len(_TORCH_MARK) :]).items()}
+    values.update(refusal_checks(values))
+    return {key: {"value": v, "source": where} for key, v in values.items()}
+
+
+def refusal_checks(values: dict[str, str]) -> dict[str, str]:
+    """Per CAM op: does its refusal name the quantity as the contract does (``yes``, else what)."""
+    out = {}
+    for op, (entry, words) in CAM_REFUSALS.items():
+        text = values.get(f"cam.refusal.{op}", "")
+        out[f"cam.refusal.{op}.names_quantity"] = (
+            "yes" if words in text else f"no: expected {words!r} ({entry})"
+        )
+    return out
+
+
+def collect(cluster: Cluster, env: EnvConfig) -> dict[str, Any]:
+    """The bundle document (not yet scrubbed) of every host of ``cluster``."""
+    per_host = cluster.map(lambda h: host_facts(h, env)).raise_on_failure().succeeded
+    hosts = {name: per_host[name] for name in sorted(per_host)}
+    first = cluster[min(hosts)]
+    facts = dict(hosts[first.name])
+    facts.update(torch_facts(first, env))
+    return {
+        "schema": SCHEMA,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "facts": facts,
+        "hosts": hosts,
+    }
+
+
+def write(doc: dict[str, Any], out: Path, scrub: Scrubber) -> Path:
+    """Write ``doc`` scrubbed into ``out``: ``calibration.json`` and ``raw/<host>/<key>.txt``."""
+    for facts in [doc["facts"], *doc["hosts"].values()]:
+        for fact in facts.values():
+            fact["value"] = scrub.text(fact["value"])
+            fact["source"] = scrub.text(fact["source"])
+    for name, facts in doc["hosts"].items():
+        raw = out / "raw" / name
+        raw.mkdir(parents=True, exist_ok=True)
+        for key, fact in facts.items():
+            (raw / f"{key}.txt").write_text(fact["value"] + "\n", encoding="utf-8")
+            fact["raw"] = f"raw/{name}/{key}.txt"
+    path = out / BUNDLE_FILE
+    path.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    return path
+
+
+def load(path: Path) -> dict[str, Any]:
+    """A bundle (folder or ``calibration.json``), checked; one error naming the file and key."""
+    file = path / BUNDLE_FILE if path.is_dir() else path
+    try:
+        doc = json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"{file}: not a calibration bundle ({exc})") from None
+    if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
+        raise UsageError(f"{file}: schema: expected {SCHEMA!r}")
+    for part in ("facts", "hosts"):
+        if not isinstance(doc.get(part), dict):
+            raise UsageError(f"{file}: {part}: expected a mapping")
+    for key, fact in doc["facts"].items():
+        if not isinstance(fact, dict) or not isinstance(fact.get("value"), str):
+            raise UsageError(f"{file}: facts.{key}.value: expected a string")
+    return doc
+
+
+def values(doc: dict[str, Any]) -> dict[str, str]:
+    """Fact key → value of a bundle's top-level facts (the profile's form)."""
+    return {key: fact["value"] for key, fact in doc["facts"].items()}
+
+
+def load_profile(path: Path = PROFILE) -> dict[str, str]:
+    """The built-in profile: fact key → the value the emulation assumes."""
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    return {str(k): str(v) for k, v in doc["facts"].items()}

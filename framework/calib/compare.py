@@ -1,0 +1,55 @@
+"""Comparing a calibration bundle's facts with the built-in profile, after normalisation (pure).
+
+Rule (documented for users): facts under :data:`EXCLUDED` (none recorded today; a volatile fact
+never becomes a key) are skipped; every value has timestamps, PCI bus ids, long hex addresses and
+``pid N`` replaced by placeholders (:data:`VOLATILE`); in the live tables of :data:`TABLE_FACTS`
+(npu-smi's power, temperature, memory use) every number becomes ``#`` and runs of blanks one blank,
+and the process table's rows (who holds a device now: state, not calibration) are dropped after its
+header line. A fact present on one side only is a difference too."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+#: (pattern, placeholder) applied to every fact value, in order
+VOLATILE: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r"\d{4}-\d{2}-\d{2}[- T]\d{2}:\d{2}:\d{2}(?:\.\d+)*"), "<time>"),
+    (re.compile(r"\b[0-9A-Fa-f]{4}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]\b"), "<bus-id>"),
+    (re.compile(r"\b0x[0-9A-Fa-f]{8,}\b"), "<addr>"),
+    (re.compile(r"\bpid[ =:]*\d+", re.I), "pid <n>"),
+)
+#: facts whose values are live tables: numbers and spacing are volatile, the structure is the fact
+TABLE_FACTS = frozenset({"host.npu_smi_info"})
+#: fact keys never compared
+EXCLUDED: frozenset[str] = frozenset()
+_NUMBER = re.compile(r"\d+(?:\.\d+)?")
+_BLANKS = re.compile(r"[ \t]+")
+
+
+def normalise(key: str, value: str) -> str:
+    """``value`` with the volatile parts of fact ``key`` replaced (see the module's rule)."""
+    for pattern, placeholder in VOLATILE:
+        value = pattern.sub(placeholder, value)
+    if key in TABLE_FACTS:
+        lines = value.splitlines()
+        at = next((i for i, line in enumerate(lines) if "Process id" in line), None)
+        if at is not None:
+            lines = lines[: at + 2]  # the header and its rule line
+        value = _BLANKS.sub(" ", _NUMBER.sub("#", "\n".join(lines)))
+    return value.strip()
+
+
+def differences(bundle: Mapping[str, Any], profile: Mapping[str, Any]) -> list[str]:
+    """Keys of the facts whose normalised values differ (or that one side lacks), sorted."""
+    keys = (set(bundle) | set(profile)) - EXCLUDED
+    out = []
+    for key in sorted(keys):
+        if (
+            key not in bundle
+            or key not in profile
+            or normalise(key, str(bundle[key])) != normalise(key, str(profile[key]))
+        ):
+            out.append(key)
+    return out
