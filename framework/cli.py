@@ -179,7 +179,7 @@ def build_parser() -> argparse.ArgumentParser:
     ck.add_argument("--heal", action="store_true",
                     help="re-admit suspect hosts that pass the preflight and a two-node smoke run")
     ck.add_argument("--pairs", action="store_true",
-                    help="instead of the preflight: time gloo send/recv between node pairs "
+                    help="instead of the preflight: time gloo send-recv round trips between node pairs "
                          "in rounds, name a slow node")
     ck.add_argument("--rounds", type=int, default=4, metavar="N",
                     help="--pairs: rounds to run (default 4)")

@@ -29,7 +29,7 @@ def add_parser(sub: Any, parser_class: type[argparse.ArgumentParser]) -> None:
         "--out",
         metavar="DIR",
         default="calibration",
-        help="the bundle folder to write (default: ./calibration)",
+        help="the bundle folder to write (default: a folder named calibration, here)",
     )
     cal.add_argument(
         "--compare",
