@@ -25,5 +25,6 @@ def test_the_pass_without_a_lab_collects_no_lab_test():
     # what is left there asks for no lab fixture: it runs (and passes) with no lab up, as under xdist
     assert {n.split("::")[0] for n in rest} <= {
         "tests/faults/test_bad_envs.py", "tests/integration/test_standin_multiproc.py",
-        "tests/security/test_env_loader_bombs.py", "tests/security/test_env_loader_secrets.py",
+        "tests/security/test_env_loader_bombs.py", "tests/security/test_env_loader_cost.py",
+        "tests/security/test_env_loader_secrets.py",
         "tests/security/test_env_workdir_roots.py", "tests/security/test_terminal_text.py"}, sorted(set(rest))
