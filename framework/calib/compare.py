@@ -2,7 +2,7 @@
 
 Rule (documented for users): facts under :data:`EXCLUDED` (none recorded today; a volatile fact
 never becomes a key) are skipped; every value has timestamps, PCI bus ids, long hex addresses and
-``pid N`` replaced by placeholders (:data:`VOLATILE`); in the live tables of :data:`TABLE_FACTS`
+``pid N`` and a bind assertion's source position replaced by placeholders (:data:`VOLATILE`); in the live tables of :data:`TABLE_FACTS`
 (npu-smi's power, temperature, memory use) every number becomes ``#`` and runs of blanks one blank,
 and the process table's rows (who holds a device now: state, not calibration) are dropped after its
 header line. A fact present on one side only is a difference too."""
@@ -19,6 +19,8 @@ VOLATILE: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"\b[0-9A-Fa-f]{4}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]\b"), "<bus-id>"),
     (re.compile(r"\b0x[0-9A-Fa-f]{8,}\b"), "<addr>"),
     (re.compile(r"\bpid[ =:]*\d+", re.I), "pid <n>"),
+    # TORCH_BIND_ASSERT's source position is the build's (torch_bind_exception.h: __FILE__:__LINE__), not a fact
+    (re.compile(r"(Failed: Assertion error )\S+:\d+"), r"\1<file:line>"),
 )
 #: facts whose values are live tables: numbers and spacing are volatile, the structure is the fact
 TABLE_FACTS = frozenset({"host.npu_smi_info"})

@@ -500,7 +500,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     build.add_argument("--broken-wheel", action="store_true",
                        help=f"build {BROKEN_VERSION}, whose import raises ImportError")
     build.add_argument("--only", choices=("wheel", "run"), help="build just one of the two")
-    build.add_argument("--wheel-source", type=Path, default=STANDIN, metavar="DIR",
+    build.add_argument("--wheel-source", type=Path, default=None, metavar="DIR",
                        help="the umdk_cam_op_lib source tree the wheel is built from (default: the stand-in, "
                             "standin/; tests/cleanroom_cam is the independently written second library)")
     build.add_argument("--json", action="store_true", help='print {"wheel": path, "run": path}')

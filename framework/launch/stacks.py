@@ -131,15 +131,18 @@ def read_tail(path: Path) -> str:
         return fh.read().decode("utf-8", errors="replace")
 
 
-def python_frames(stack: Stack) -> Stack:
-    """The Python frames of a stack: what makes two ranks' stacks the same (native frames vary with timing)."""
-    return tuple(f for f in stack if not f.native)
+def python_frames(stack: Stack) -> tuple[tuple[str, int, str], ...]:
+    """What makes two ranks' stacks the same: their Python frames (native ones vary with timing), each as
+    (file name, line, function) the way both py-spy and faulthandler print it (py-spy gives a relative path
+    and a qualified name, ``torch/...py`` and ``_exception_logger.<locals>.wrapper``; faulthandler the
+    absolute path and the bare name)."""
+    return tuple((Path(f.file).name, f.line, f.func.rsplit(".", 1)[-1]) for f in stack if not f.native)
 
 
 def group(stacks: Mapping[int, Stack], hosts: Mapping[int, str]) -> list[StackGroup]:
     """Identical stacks (by their Python frames) together, shown with the first rank's native frames; the
     largest group first, ranks without a dump last."""
-    groups: dict[Stack, StackGroup] = {}
+    groups: dict[tuple[tuple[str, int, str], ...], StackGroup] = {}
     for rank in sorted(stacks):
         g = groups.setdefault(python_frames(stacks[rank]), StackGroup(stacks[rank]))
         g.ranks.append(rank)

@@ -35,5 +35,6 @@ def test_the_failed_ranks_log_tail_is_scrubbed_and_escaped(env_variant, tmp_path
     message = result.message()
     assert not result.ok and "--- log tail ---" in message
     assert "\\x1b]0;FAKE TITLE\\x07\\x1b[2Jerror: token=***" in message, message
-    assert "cause: rank 0 on host1: RuntimeError: login failed with token=***" in message, message
+    # the launch's cause line (the timeline's root cause: the rank that raised), scrubbed too
+    assert "cause: rank 0 on host1: raised: RuntimeError: login failed with token=***" in message, message
     assert TOKEN not in message and "\x1b" not in message and "\x07" not in message

@@ -249,3 +249,13 @@ def test_records_replay_only_what_the_probe_read() -> None:
         }
     }
     assert replay.host_records(doc, 1) == {"Ascend/driver/version.info": "Version=99.0\n"}
+
+
+def test_a_bind_assertions_source_position_is_not_a_fact():
+    """TORCH_BIND_ASSERT names the build's file and line: another build of the same check is no difference."""
+    from framework.calib.compare import normalise
+
+    a = "RuntimeError: Failed: Assertion error prefill.py:184 error message or error code is 'x.dim() == 2'"
+    b = "RuntimeError: Failed: Assertion error /build/pybind/moe_combine_prefill.cpp:35 error message or error code is 'x.dim() == 2'"
+    assert normalise("cam.refusal.moe_combine_prefill", a) == normalise("cam.refusal.moe_combine_prefill", b)
+    assert normalise("k", a) != normalise("k", a.replace("x.dim() == 2", "x.dim() == 3"))

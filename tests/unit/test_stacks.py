@@ -201,3 +201,28 @@ def test_a_native_dump_not_done_in_time_is_replaced_by_a_python_only_one(tmp_pat
     supervisor.native_stacks(str(spy), {0: 1}, str(tmp_path), 0.5)
     assert time.monotonic() - t0 < 5
     assert [f.func for f in stacks.pyspy_main((tmp_path / "rank0.pyspy").read_text())] == ["stuck"]
+
+
+def test_a_py_spy_stack_and_a_faulthandler_stack_of_the_same_place_are_one_group():
+    """One rank read by py-spy (relative path, qualified name, native frames), another by faulthandler only
+    (its py-spy dump did not finish in time): same place, one group."""
+    spy = textwrap.dedent("""\
+        Thread 26306 (idle): "MainThread"
+            pthread_cond_wait (libc.so.6)
+            c10d::Work::wait (libtorch_cpu.so)
+            barrier (torch/distributed/distributed_c10d.py:5356)
+            _exception_logger.<locals>.wrapper (torch/distributed/c10d_logger.py:83)
+            <module> (alltoall.py:44)
+            _run_code (<frozen runpy>:88)
+            <module> (<string>:13)
+        """)
+    fh = textwrap.dedent("""\
+        Current thread 0x00007fc201611b80 (most recent call first):
+          File "/usr/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py", line 5356 in barrier
+          File "/usr/lib/python3.11/site-packages/torch/distributed/c10d_logger.py", line 83 in wrapper
+          File "/var/tmp/camit/targets/b325d524fdae/alltoall.py", line 44 in <module>
+          File "<frozen runpy>", line 88 in _run_code
+          File "<string>", line 13 in <module>
+        """)
+    groups = stacks.group({0: stacks.main_stack(fh), 3: stacks.pyspy_main(spy)}, {0: "host1", 3: "host2"})
+    assert [g.ranks for g in groups] == [[0, 3]]
