@@ -127,15 +127,21 @@ def in_module(classname: str, module: str) -> bool:
     return classname == prefix or classname.startswith(prefix + ".")
 
 
-def module_at(records: Mapping[str, ModuleProgress], when: float, order: Iterable[str]) -> str | None:
-    """The module one rank was running at ``when`` (its host's clock), by the record's windows; None: none."""
+def module_at(records: Mapping[str, ModuleProgress], when: float, order: Iterable[str],
+              resolution: float = 0.0) -> str | None:
+    """The module one rank was running at ``when`` (its host's clock), by the record's windows; None: none.
+
+    ``resolution``: how coarse ``when`` is (a core pattern's ``%t`` is whole seconds, rounded down: the
+    event lies in ``[when, when + resolution]``). Every module whose window meets that span is a candidate,
+    and the one the rank started last wins: a rank that crashed died in the last module it began."""
+    found: tuple[float, str] | None = None
     for module in order:
         progress = records.get(module)
         if progress is not None and progress.started is not None:
             start, end = progress.window()
-            if start <= when <= end:
-                return module
-    return None
+            if start <= when + resolution and when <= end and (found is None or start >= found[0]):
+                found = (start, module)
+    return found[1] if found is not None else None
 
 
 __all__ = ["CRASHED", "DONE", "NOT_RUN", "RECORD_ENV", "RECORD_FILE", "ModuleProgress", "counts_of", "in_module",

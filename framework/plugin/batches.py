@@ -133,7 +133,9 @@ class Batch:
             for launch, by_rank in records:
                 rr = launch.ranks.get(core.rank)
                 if rr is not None and rr.host == core.host:
-                    found = batch.module_at(by_rank.get(core.rank, {}), core.time, self.modules)
+                    # a whole-second time is %t (rounded down): the crash lies in that second
+                    coarse = 1.0 if float(core.time).is_integer() else 0.0
+                    found = batch.module_at(by_rank.get(core.rank, {}), core.time, self.modules, coarse)
                     if found is not None:
                         return found
         failed = [m for m, r in (self.results or {}).items() if not r.launch.ok and r.launch_failed_here]

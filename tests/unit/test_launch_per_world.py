@@ -249,3 +249,16 @@ def test_the_mode_is_the_option_else_the_ini_key(option, ini, expected):
             launch_per(config)
     else:
         assert launch_per(config) == expected
+
+
+def test_a_core_time_in_whole_seconds_goes_to_the_module_the_rank_began_last_in_that_second():
+    """A core pattern's %t is whole seconds, rounded down: the crash lies in [t, t + 1]. The module the rank
+    began last in that span is the one it died in, not the first whose window holds t."""
+    from framework.batch import ModuleProgress, module_at
+
+    records = {"a.py": ModuleProgress(678.95, 679.03), "b.py": ModuleProgress(679.03, None)}
+    assert module_at(records, 679.0, ["a.py", "b.py"], resolution=1.0) == "b.py"
+    assert module_at(records, 679.0, ["a.py", "b.py"]) == "a.py"  # an exact time keeps its own window
+    only = {"a.py": ModuleProgress(679.59, 679.67), "b.py": ModuleProgress(679.67, None)}
+    assert module_at(only, 679.0, ["a.py", "b.py"], resolution=1.0) == "b.py"
+    assert module_at(only, 679.0, ["a.py", "b.py"]) is None
