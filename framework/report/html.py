@@ -456,13 +456,27 @@ def _cores(run: RunView) -> str:
     return "".join(out)
 
 
+#: the heading framework.plugin.failtext gives the failed commands' section of a failure text
+FAILED_COMMANDS = "failed commands"
+
+
+def _failed_commands(text: str) -> str:
+    """The "failed commands" section of a failure text (framework.plugin.failtext: each failed host command
+    with its output's tail), folded under the message; nothing when the text has none."""
+    at = text.find(FAILED_COMMANDS)
+    if at < 0:
+        return ""
+    return (f"<details><summary>{FAILED_COMMANDS}</summary><pre class='backtrace'>"
+            f"{escape(text[at:][:8000])}</pre></details>")
+
+
 def _controller(run: RunView) -> str:
     j = run.junit
     if not j:
         return ""
     rows = "".join(f"<tr><td>{escape(f['kind'])}</td><td><code>{escape(f['classname'])}::{escape(f['name'])}"
-                   f"</code></td><td>{escape(f['message'].splitlines()[0] if f['message'] else '')}</td></tr>"
-                   for f in j["failed"])
+                   f"</code></td><td>{escape(f['message'].splitlines()[0] if f['message'] else '')}"
+                   f"{_failed_commands(f.get('text', ''))}</td></tr>" for f in j["failed"])
     table = (f"<table class='plain'><tr><th>kind</th><th>test</th><th>message</th></tr>{rows}</table>"
              if rows else "<p class='muted'>every controller-level test passed or was skipped.</p>")
     return (f"<section id='controller'><h2>Controller tests <small><a href='junit.xml'>junit.xml</a>: "

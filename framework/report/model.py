@@ -170,6 +170,10 @@ class LaunchView:
         return attempt if isinstance(attempt, int) else 1
 
 
+#: the end of a failed controller test's failure text kept for the report (its "failed commands" section)
+TEXT_CHARS = 16000
+
+
 def _stack_line(group: dict[str, Any]) -> str:
     ranks = [int(r) for r in group.get("ranks", [])]
     hosts = sorted({str(h) for h in dict(group.get("hosts", {})).values()})
@@ -596,7 +600,8 @@ def _junit_summary(path: Path, problems: list[str]) -> dict[str, Any] | None:
         if kind in ("failure", "error"):
             el = case.find(kind)
             failed.append({"classname": case.get("classname", ""), "name": case.get("name", ""), "kind": kind,
-                           "message": (el.get("message") or "") if el is not None else ""})
+                           "message": (el.get("message") or "") if el is not None else "",
+                           "text": (el.text or "")[-TEXT_CHARS:] if el is not None else ""})
     return {**case_counts(cases), "failed": failed}
 
 

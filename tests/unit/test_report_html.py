@@ -243,3 +243,21 @@ def test_index_under_jenkins_csp_renders_as_without_it(run, tmp_path):
     # and what both show is the styled page: the phase colours of the timeline and the outcome colours
     for colour in ("3d7fbf", "8a63c6", "2f8f46", "d9822b", "c0392b"):  # deploy, launch, pass/run, fail, crash
         assert bytes.fromhex(colour) in colours, colour
+
+
+def test_a_failed_tests_failed_commands_are_in_the_page(tmp_path):
+    """The "failed commands" section of a controller test's failure text (a gcc error, `command not found`)
+    is in index.html under the test's message, escaped; a failure without one shows the message alone."""
+    (tmp_path / "junit.xml").write_text(
+        '<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite name="pytest" tests="2" failures="2" '
+        'errors="0" skipped="0"><testcase classname="test_suites.UMS.test" name="test_compile">'
+        '<failure message="RuntimeError: Test case failed with return code: 1">Traceback ...\n'
+        '--- failed commands (last first) ---\nhost1: cd app/mini &amp;&amp; gcc -o mini mini.c (exit 1)\n'
+        "mini.c:1:10: fatal error: mini_api.h: No such file or directory &lt;b&gt;</failure></testcase>"
+        '<testcase classname="t" name="test_plain"><failure message="AssertionError: 1 != 2">x</failure>'
+        "</testcase></testsuite></testsuites>")
+    report.finalize(tmp_path, status="failed")
+    html = (tmp_path / "index.html").read_text()
+    assert "<summary>failed commands</summary>" in html
+    assert "mini_api.h: No such file or directory &lt;b&gt;" in html and "<b>" not in html.split("failed commands")[-1]
+    assert html.count("<summary>failed commands</summary>") == 1
