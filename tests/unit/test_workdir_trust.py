@@ -210,3 +210,30 @@ def test_the_run_installer_never_runs_into_a_custom_install_path_a_co_tenant_own
     assert not marker.exists()
     os.chown(opt, 0, 0)
     assert sh(install_run_script(plan, art)).returncode == 0 and marker.exists()
+
+
+def test_the_run_installer_runs_under_umask_077_so_a_co_tenant_reads_nothing_it_extracts(tmp_path):
+    """What the ``.run`` extracts and writes while it installs is private to the SSH user: the step runs
+    under ``umask 077`` whatever the login shell's umask (022 here, the common default)."""
+    from framework.deploy.plan import Artifact, install_run_script
+
+    package = tmp_path / "pkg.run"
+    package.write_text('#!/bin/sh\nd="${1#--install-path=}"\nmkdir -p "$d/extract"\n'
+                       'echo key > "$d/extract/payload"\numask > "$d/umask"\n')
+    sha = hashlib.sha256(package.read_bytes()).hexdigest()
+    plan = HostPlan(host="h1", workdir=str(tmp_path / "work"), python=sys.executable, venv=False,
+                    install_path=str(tmp_path / "work" / "opp"), manage_ip="10.0.0.1")
+    art = Artifact("run_package", package, sha, package.stat().st_size)
+    staged = Path(plan.remote_path(art))
+    staged.parent.mkdir(parents=True)
+    staged.write_bytes(package.read_bytes())
+    old = os.umask(0o022)
+    try:
+        res = sh(install_run_script(plan, art))
+    finally:
+        os.umask(old)
+    assert res.returncode == 0, res.stderr
+    opp = Path(plan.install_path)
+    assert (opp / "umask").read_text().strip() == "0077"
+    for made in (opp / "extract", opp / "extract" / "payload"):
+        assert made.stat().st_mode & 0o077 == 0, oct(made.stat().st_mode)
