@@ -18,6 +18,7 @@ them shows the same kernel lines.
 
 from __future__ import annotations
 
+import inspect
 import logging
 import re
 import secrets
@@ -32,6 +33,7 @@ from framework.cores import faultbundle
 from framework.cores.scan import Baseline
 from framework.errors import FrameworkError
 from framework.hosts import Cluster, Host
+from framework.remote import hostfile
 from framework.remote.layout import DEFAULT_WORKDIR
 from framework.remote.sections import read_records, sh_tag
 from framework.report.folder import append_text, write_atomic
@@ -240,12 +242,21 @@ def _shell_dir(path: str) -> str:
     return commands.quote(path)
 
 
+def pack_program() -> str:
+    """Python source of :mod:`framework.remote.hostfile` in pack mode, standalone (stdlib only)."""
+    body = inspect.getsource(hostfile).replace("from __future__ import annotations\n", "")
+    return body + "\n\nsys.exit(pack_main(sys.argv[1:]))\n"
+
+
 def logs_script(since: float, tmp: str, ascend_dirs: Sequence[str], *, dmesg_bytes: int = DMESG_BYTES,
                 ascend_bytes: int = ASCEND_BYTES) -> str:
-    """Script: ``@@dmesg`` + the tail of dmesg (``@@dmesg-failed`` on error), then ``@@ascend <tgz>`` if any.
+    """Script: ``@@dmesg`` + the tail of dmesg (``@@dmesg-failed`` on error), then ``@@ascend <tgz> <n>``
+    if any (``@@ascend-failed <why>`` when they could not be packed).
 
-    Ascend files under ``<dir>/{debug,run}`` changed since ``since`` (epoch) are
-    packed newest first until ``ascend_bytes``.
+    Ascend files under ``<dir>/{debug,run}`` changed since ``since`` (epoch) are packed newest first
+    until ``ascend_bytes`` by :mod:`framework.remote.hostfile`'s pack mode: every folder opened
+    ``O_NOFOLLOW`` and walked by descriptor, every file opened once and judged by its descriptor (the SSH
+    user's own, one link), read from that descriptor; a folder swapped for a symlink is never followed.
     """
     q = commands.quote
     dirs = " ".join(f"{_shell_dir(d)}/debug {_shell_dir(d)}/run" for d in ascend_dirs)
@@ -257,17 +268,16 @@ def logs_script(since: float, tmp: str, ascend_dirs: Sequence[str], *, dmesg_byt
     ]
     if dirs:
         lines += [
+            "umask 077",
             f"T={q(tmp)}",
-            # names are data end to end: NUL-terminated from find to tar (--null --verbatim-files-from: a
-            # name is never an option such as -C); only the SSH user's single-link files, never a symlink
-            f"find {dirs} -type f -user \"$(id -u)\" -links 1 -newermt @{int(since)} -printf '%T@ %s %p\\0' "
-            "2>/dev/null | sort -z -rn "
-            f"| awk -v RS='\\0' -v ORS='\\0' -v cap={int(ascend_bytes)} "
-            "'{ s += $2; if (s > cap) exit; sub(/^[^ ]+ [^ ]+ /, \"\"); print }' > \"$T.list\"",
-            "if [ -s \"$T.list\" ] && tar czf \"$T.tgz\" --null --verbatim-files-from --no-recursion "
-            "-T \"$T.list\" 2>/dev/null; then "
-            "printf '@@ascend %s %s\\n' \"$T.tgz\" \"$(tr -cd '\\0' < \"$T.list\" | wc -c)\"; fi",
-            "rm -f \"$T.list\"",
+            "PY=$(command -v python3 2>/dev/null || command -v python 2>/dev/null)",
+            f"HF={q(pack_program())}",
+            "if [ -z \"$PY\" ]; then printf '@@ascend-failed no python on the host\\n'; "
+            f"else r=$(\"$PY\" -I -c \"$HF\" \"$T.tgz\" {int(ascend_bytes)} {int(since)} \"$(id -u)\" {dirs} "
+            "2>&1 | head -c 4096 | tr '\\n' ' '); "
+            "n=$(printf '%s' \"$r\" | sed -n 's/.*\"files\": \\([0-9]*\\).*/\\1/p'); "
+            "if [ \"${n:-0}\" -gt 0 ]; then printf '@@ascend %s %s\\n' \"$T.tgz\" \"$n\"; "
+            "else rm -f \"$T.tgz\"; printf '@@ascend-none %s\\n' \"$r\"; fi; fi",
         ]
     return "\n".join(lines) + "\n"
 

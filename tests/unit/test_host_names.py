@@ -212,3 +212,43 @@ def test_gdb_gets_an_executable_only_when_nobody_else_can_write_it(tmp_path: Pat
                         "-ex"] and argv[-2:] == ["-c", "/w/.camit-cores/x/0.core"]
     script = backtrace_script([BacktraceJob(0, "/w/.camit-cores/x/0.core", str(planted))], timeout=5)
     assert f"exe_ok {planted}" in script and '"$x" /w/.camit-cores/x/0.core' in script
+
+
+def test_the_log_pack_walks_folders_by_descriptor_and_opens_each_file_once(tmp_path: Path) -> None:
+    """Issue 31: the Ascend logs are packed by the host program, not by ``tar`` re-opening listed paths:
+    a folder that is a symlink is not followed, a hard-linked file or one another uid owns is refused,
+    and the newest files go first up to the cap."""
+    import json
+    import os
+    import sys
+    import tarfile
+
+    from framework.cores.logs import pack_program
+
+    root = tmp_path / "root" / "debug"
+    (root / "plog").mkdir(parents=True)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "plog-9.log").write_text("SECRET")
+    (root / "linked").symlink_to(outside)
+    (root / "plog" / "plog-1.log").write_text("old-1")
+    (root / "plog" / "plog-2.log").write_text("new-2")
+    os.utime(root / "plog" / "plog-1.log", (time.time() - 30, time.time() - 30))
+    os.link(outside / "plog-9.log", root / "plog" / "hard.log")
+    (root / "plog" / "theirs.log").write_text("theirs")
+    os.chown(root / "plog" / "theirs.log", 65534, 65534)
+
+    def pack(cap: int, out: str) -> tuple[dict[str, int], dict[str, bytes]]:
+        cp = subprocess.run([sys.executable, "-I", "-c", pack_program(), str(tmp_path / out), str(cap),
+                             str(int(time.time()) - 60), str(os.getuid()), str(root)],
+                            capture_output=True, text=True, timeout=60, check=True)
+        with tarfile.open(tmp_path / out) as tar:
+            got = {m.name: tar.extractfile(m).read() for m in tar.getmembers()}  # type: ignore[union-attr]
+        return json.loads(cp.stdout), got
+
+    rec, got = pack(1 << 20, "all.tgz")
+    base = str(root).strip("/")
+    assert got == {f"{base}/plog/plog-2.log": b"new-2", f"{base}/plog/plog-1.log": b"old-1"}, got
+    assert rec == {"files": 2, "bytes": 10, "refused": 2}
+    _, newest = pack(7, "cap.tgz")  # room for one 5-byte file: the newest
+    assert list(newest) == [f"{base}/plog/plog-2.log"]
