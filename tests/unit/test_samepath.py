@@ -223,3 +223,25 @@ def test_a_file_there_with_other_content_is_refused_before_anything_is_written(t
         ship(host, folder)
     assert fake.files == {}
     assert not [c for c in fake.calls if "; i=0; for f in " not in c]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to play the co-tenant's uid")
+def test_ship_and_the_urma_tree_share_one_judgement_of_the_folders(tmp_path):
+    """``ship`` and ``urma.tree.ship_tree`` judge and make the folders by one public step
+    (``samepath.prepare``; only their upload differs): the same refusal line for a co-tenant's folder,
+    the same kept files on a host that has the tree, and no private helper of samepath borrowed."""
+    from framework.urma import tree
+
+    folder = case(tmp_path / "ci")
+    digests = {p: sha(p) for p in files_of(folder)}
+    kept = ship(local_host(), folder).kept
+    assert [s.kept for s in tree.ship_tree(local_host(), [folder], digests)] == [kept]
+    os.chown(tmp_path / "ci", NOBODY, NOBODY)
+    refusals = []
+    for attempt in (lambda: ship(local_host(), folder), lambda: tree.ship_tree(local_host(), [folder], digests)):
+        with pytest.raises(TransferError) as err:
+            attempt()
+        refusals.append(str(err.value))
+    assert refusals == [f"host1: refusing to ship {folder}: {tmp_path / 'ci'}: is owned by uid {NOBODY} "
+                        "(not root or the SSH user, uid 0)"] * 2
+    assert not hasattr(tree, "_refuse") and "prepare" in vars(tree)
