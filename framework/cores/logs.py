@@ -248,10 +248,37 @@ def pack_program() -> str:
     return body + "\n\nsys.exit(pack_main(sys.argv[1:]))\n"
 
 
+def sh_pack(tgz: str, cap: int, since: float, roots: str) -> str:
+    """sh: pack the files below ``roots`` (shell words) changed after ``since`` into ``tgz`` (a shell word;
+    a new file) with :func:`pack_program`, newest first up to ``cap`` bytes, under ``umask 077``; sets
+    ``$n`` to the number of files packed (empty when the host has no python) and ``$r`` to the program's
+    line."""
+    return (
+        "umask 077; PY=$(command -v python3 2>/dev/null || command -v python 2>/dev/null); "
+        f"HF={commands.quote(pack_program())}; n=; r='no python on the host'; "
+        f"if [ -n \"$PY\" ]; then r=$(\"$PY\" -I -c \"$HF\" {tgz} {int(cap)} {int(since)} \"$(id -u)\" {roots} "
+        "2>&1 | head -c 4096 | tr '\\n' ' '); "
+        "n=$(printf '%s' \"$r\" | sed -n 's/.*\"files\": \\([0-9]*\\).*/\\1/p'); fi"
+    )
+
+
+def home_logs_script(guard: str, tgz: str, cap: int) -> commands.ShellScript:
+    """sh for ``camit collect --logs``: after ``guard`` (the workdir's), ``~/ascend/log`` packed into ``tgz``
+    by :func:`sh_pack` (newest first up to ``cap`` bytes); exit 3 when there is no ``~/ascend/log``, 4 with
+    the program's line when nothing could be packed."""
+    q = commands.quote(tgz)
+    return commands.ShellScript("\n".join([
+        f"{guard} && {{ [ -d \"$HOME/ascend/log\" ] || exit 3; }} || exit $?",
+        f"rm -f -- {q}",
+        sh_pack(q, cap, 0, '"$HOME"/ascend/log'),
+        f"[ -n \"$n\" ] && [ -s {q} ] || {{ printf '%s\\n' \"$r\"; exit 4; }}",
+    ]))
+
+
 def logs_script(since: float, tmp: str, ascend_dirs: Sequence[str], *, dmesg_bytes: int = DMESG_BYTES,
                 ascend_bytes: int = ASCEND_BYTES) -> str:
     """Script: ``@@dmesg`` + the tail of dmesg (``@@dmesg-failed`` on error), then ``@@ascend <tgz> <n>``
-    if any (``@@ascend-failed <why>`` when they could not be packed).
+    if any (else ``@@ascend-none <the pack program's line, or why it did not run>``).
 
     Ascend files under ``<dir>/{debug,run}`` changed since ``since`` (epoch) are packed newest first
     until ``ascend_bytes`` by :mod:`framework.remote.hostfile`'s pack mode: every folder opened
@@ -268,16 +295,10 @@ def logs_script(since: float, tmp: str, ascend_dirs: Sequence[str], *, dmesg_byt
     ]
     if dirs:
         lines += [
-            "umask 077",
             f"T={q(tmp)}",
-            "PY=$(command -v python3 2>/dev/null || command -v python 2>/dev/null)",
-            f"HF={q(pack_program())}",
-            "if [ -z \"$PY\" ]; then printf '@@ascend-failed no python on the host\\n'; "
-            f"else r=$(\"$PY\" -I -c \"$HF\" \"$T.tgz\" {int(ascend_bytes)} {int(since)} \"$(id -u)\" {dirs} "
-            "2>&1 | head -c 4096 | tr '\\n' ' '); "
-            "n=$(printf '%s' \"$r\" | sed -n 's/.*\"files\": \\([0-9]*\\).*/\\1/p'); "
+            sh_pack('"$T.tgz"', ascend_bytes, since, dirs),
             "if [ \"${n:-0}\" -gt 0 ]; then printf '@@ascend %s %s\\n' \"$T.tgz\" \"$n\"; "
-            "else rm -f \"$T.tgz\"; printf '@@ascend-none %s\\n' \"$r\"; fi; fi",
+            "else rm -f \"$T.tgz\"; printf '@@ascend-none %s\\n' \"$r\"; fi",
         ]
     return "\n".join(lines) + "\n"
 
@@ -414,5 +435,5 @@ def _mtime(path: Path) -> float:
         return 0.0
 
 
-__all__ = ["Signature", "collect_logs", "dmesg_since", "logs_script", "parse_logs_output", "scan_signatures",
-           "summarize"]
+__all__ = ["Signature", "collect_logs", "dmesg_since", "home_logs_script", "logs_script", "pack_program", "parse_logs_output",
+           "scan_signatures", "sh_pack", "summarize"]

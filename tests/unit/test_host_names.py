@@ -252,3 +252,33 @@ def test_the_log_pack_walks_folders_by_descriptor_and_opens_each_file_once(tmp_p
     assert rec == {"files": 2, "bytes": 10, "refused": 2}
     _, newest = pack(7, "cap.tgz")  # room for one 5-byte file: the newest
     assert list(newest) == [f"{base}/plog/plog-2.log"]
+
+
+def test_collect_logs_packs_home_logs_through_the_host_program(tmp_path: Path) -> None:
+    """``camit collect --logs`` once ran ``tar czf -C $HOME ascend/log``: every file there whoever owns it,
+    hard links included. Now the same host program packs it: the SSH user's single-link files only, no
+    folder followed through a symlink; no ``~/ascend/log`` is exit 3."""
+    import os
+    import tarfile
+
+    from framework.cores.logs import home_logs_script
+
+    home = tmp_path / "home"
+    plog = home / "ascend" / "log" / "debug" / "plog"
+    plog.mkdir(parents=True)
+    (plog / "plog-1.log").write_text("ours")
+    (tmp_path / "secret").write_text("SECRET")
+    os.link(tmp_path / "secret", plog / "linked.log")
+    (home / "ascend" / "log" / "run").symlink_to(tmp_path)
+    tgz = tmp_path / "out.tgz"
+    env = {**os.environ, "HOME": str(home)}
+    cp = subprocess.run(["/bin/sh", "-c", home_logs_script(":", str(tgz), 1 << 20)], env=env,
+                        capture_output=True, text=True, timeout=60)
+    assert cp.returncode == 0, cp.stdout + cp.stderr
+    with tarfile.open(tgz) as tar:
+        got = {Path(m.name).name: tar.extractfile(m).read() for m in tar.getmembers()}  # type: ignore[union-attr]
+    assert got == {"plog-1.log": b"ours"}
+    env["HOME"] = str(tmp_path / "nowhere")
+    cp = subprocess.run(["/bin/sh", "-c", home_logs_script(":", str(tgz), 1 << 20)], env=env,
+                        capture_output=True, text=True, timeout=60)
+    assert cp.returncode == 3
