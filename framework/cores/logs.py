@@ -18,7 +18,6 @@ them shows the same kernel lines.
 
 from __future__ import annotations
 
-import inspect
 import logging
 import re
 import secrets
@@ -33,8 +32,8 @@ from framework.cores import faultbundle
 from framework.cores.scan import Baseline
 from framework.errors import FrameworkError
 from framework.hosts import Cluster, Host
-from framework.remote import hostfile
 from framework.remote.layout import DEFAULT_WORKDIR
+from framework.remote.packing import pack_program, sh_pack
 from framework.remote.sections import read_records, sh_tag
 from framework.report.folder import append_text, write_atomic
 
@@ -240,26 +239,6 @@ def _shell_dir(path: str) -> str:
     if path.startswith("$HOME/"):
         return '"$HOME"/' + commands.quote(path[len("$HOME/"):])
     return commands.quote(path)
-
-
-def pack_program() -> str:
-    """Python source of :mod:`framework.remote.hostfile` in pack mode, standalone (stdlib only)."""
-    body = inspect.getsource(hostfile).replace("from __future__ import annotations\n", "")
-    return body + "\n\nsys.exit(pack_main(sys.argv[1:]))\n"
-
-
-def sh_pack(tgz: str, cap: int, since: float, roots: str) -> str:
-    """sh: pack the files below ``roots`` (shell words) changed after ``since`` into ``tgz`` (a shell word;
-    a new file) with :func:`pack_program`, newest first up to ``cap`` bytes, under ``umask 077``; sets
-    ``$n`` to the number of files packed (empty when the host has no python) and ``$r`` to the program's
-    line."""
-    return (
-        "umask 077; PY=$(command -v python3 2>/dev/null || command -v python 2>/dev/null); "
-        f"HF={commands.quote(pack_program())}; n=; r='no python on the host'; "
-        f"if [ -n \"$PY\" ]; then r=$(\"$PY\" -I -c \"$HF\" {tgz} {int(cap)} {int(since)} \"$(id -u)\" {roots} "
-        "2>&1 | head -c 4096 | tr '\\n' ' '); "
-        "n=$(printf '%s' \"$r\" | sed -n 's/.*\"files\": \\([0-9]*\\).*/\\1/p'); fi"
-    )
 
 
 def home_logs_script(guard: str, tgz: str, cap: int) -> commands.ShellScript:

@@ -240,7 +240,7 @@ def test_the_log_pack_walks_folders_by_descriptor_and_opens_each_file_once(tmp_p
 
     def pack(cap: int, out: str) -> tuple[dict[str, int], dict[str, bytes]]:
         cp = subprocess.run([sys.executable, "-I", "-c", pack_program(), str(tmp_path / out), str(cap),
-                             str(int(time.time()) - 60), str(os.getuid()), str(root)],
+                             str(int(time.time()) - 60), str(os.getuid()), "{}", str(root)],
                             capture_output=True, text=True, timeout=60, check=True)
         with tarfile.open(tmp_path / out) as tar:
             got = {m.name: tar.extractfile(m).read() for m in tar.getmembers()}  # type: ignore[union-attr]
