@@ -127,9 +127,12 @@ def keep_dir(sel: dict[str, Any], depth: int, name: str) -> bool:
 
 
 def keep_file(sel: dict[str, Any], depth: int, name: str, st: os.stat_result, since: float) -> bool:
-    """Pack this regular file? Changed after ``since``; at the root's top only the names matching
-    ``sel["top"]`` (when given); below it only files under ``sel["each"]`` bytes (when given)."""
+    """Pack this regular file? Changed after ``since``, its name matching one of ``sel["names"]`` (when
+    given); at the root's top only the names matching ``sel["top"]`` (when given); below it only files
+    under ``sel["each"]`` bytes (when given)."""
     if not stat.S_ISREG(st.st_mode) or st.st_mtime <= since:
+        return False
+    if "names" in sel and not any(fnmatch.fnmatchcase(name, p) for p in sel["names"]):
         return False
     if depth == 0:
         return "top" not in sel or any(fnmatch.fnmatchcase(name, p) for p in sel["top"])

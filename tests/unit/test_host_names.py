@@ -282,3 +282,29 @@ def test_collect_logs_packs_home_logs_through_the_host_program(tmp_path: Path) -
     cp = subprocess.run(["/bin/sh", "-c", home_logs_script(":", str(tgz), 1 << 20)], env=env,
                         capture_output=True, text=True, timeout=60)
     assert cp.returncode == 3
+
+
+def test_coverage_data_is_packed_by_the_host_program_never_through_a_link(tmp_path: Path) -> None:
+    """Issue 31: the ``.gcda`` files come back through the host program, as every fetched artifact does:
+    a hard-linked file is refused (``find | tar`` packed it, and re-opened each path after the listing),
+    a folder that is a symlink is not followed, only ``*.gcda`` files are packed, and the count is
+    what was packed."""
+    import os
+    import tarfile
+
+    from framework import coverage
+
+    vendor = tmp_path / "vendors" / "CAM"
+    (vendor / "obj").mkdir(parents=True)
+    (vendor / "obj" / "a.gcda").write_bytes(b"gcda")
+    (vendor / "obj" / "a.o").write_bytes(b"obj")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "secret.gcda").write_bytes(b"SECRET")
+    (vendor / "linked").symlink_to(elsewhere)
+    os.link(elsewhere / "secret.gcda", vendor / "obj" / "b.gcda")
+    tgz = tmp_path / "g.tgz"
+    out = run_sh(str(coverage.gcda_script([str(vendor)], str(tgz))) + "\nprintf '@@end\\n'\n")
+    assert coverage.parse_gcda_count(out) == 1, out
+    with tarfile.open(tgz) as tar:
+        assert tar.getnames() == [f"{str(vendor).lstrip('/')}/obj/a.gcda"]
