@@ -412,6 +412,7 @@ class Lease:
         self.lost: dict[str, str] = {}
         #: per held host: (monotonic start of its last successful write, failed refreshes since)
         self._fresh: dict[str, tuple[float, int]] = {}
+        self._last_error: dict[str, str] = {}
         self._stop = threading.Event()
         self._beats: list[threading.Thread] = []
         self._lost_lock = threading.Lock()
@@ -593,15 +594,17 @@ class Lease:
         since, failures = self._fresh.get(host.name, (time.monotonic(), 0))
         began = time.monotonic()
         left = since + self.stale_after - began - self._guard
-        if left <= 0:
-            self._drop(host, failures, "no time left for another attempt")
+        if left <= 0 and failures:  # failing, not merely slow: no time for another attempt
+            self._drop(host, failures, f"last: {self._last_error.get(host.name, 'none')}")
             return False
+        timeout = max(5.0, min(60.0, self.interval * 1.5))
         try:
-            # bounded well inside the staleness window
+            # bounded well inside the staleness window (a slow but working host keeps its normal bound)
             reply = self._run(host, refresh_script(lease_path(host), self._content(start), self.token, self.ttl),
-                              timeout=min(left, max(5.0, min(60.0, self.interval * 1.5))))
+                              timeout=min(left, timeout) if left > 0 else timeout)
         except Exception as exc:  # this host's beat failed; the next one tries again, while there is time
             self._fresh[host.name] = (since, failures + 1)
+            self._last_error[host.name] = str(exc)
             log.warning("%s: lease heartbeat failed: %s", host.name, exc)
             if since + self.stale_after - time.monotonic() - self._guard <= 0:
                 self._drop(host, failures + 1, f"last: {exc}")
