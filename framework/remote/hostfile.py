@@ -115,7 +115,7 @@ def main(argv: list[str], facts: Callable[[BinaryIO], dict[str, Any]]) -> int:
 
 
 # -- pack mode: a folder tree, walked by descriptor ------------------------------------------------------
-MAX_DIRS = 4096
+MAX_DIRS = 512  # folder descriptors held open during a walk (well under the usual 1024 soft limit)
 MAX_DEPTH = 16
 MAX_FILES = 20000
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -219,8 +219,8 @@ def pack(out: str, cap: int, since: float, allowed: set[int], roots: list[str],
         with os.fdopen(os.open(out, wflags, 0o600), "wb") as raw, \
                 tarfile.open(fileobj=raw, mode="w:gz", format=tarfile.GNU_FORMAT, compresslevel=1) as tar:
             for (_, size, k, rel, name), root in found:
-                if rec["bytes"] + size > cap:
-                    break
+                if rec["bytes"] + size > cap:  # over the budget: left on the host, older ones may fit
+                    continue
                 got = pack_one(tar, dirs[k], name, f"{root}{rel}{name}", allowed, cap - rec["bytes"])
                 rec["refused" if got < 0 else "files"] += 1
                 rec["bytes"] += max(got, 0)
