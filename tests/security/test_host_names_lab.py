@@ -134,8 +134,9 @@ def test_a_core_swapped_for_a_symlink_is_refused_not_followed(host1, secret: str
 
 def test_a_plog_name_cannot_add_files_to_roots_tar(host1, secret: str, lab_env, tmp_path) -> None:
     """review §4: in a shared (1777) plog root, nobody's file ``x\\n9999999992 1 <file>`` put a line naming
-    a root-only file of $HOME (tar's cwd) into root's ``tar -T`` list: it came back in the report. Now the
-    list is NUL-separated and verbatim, and only the SSH user's own single-link files are packed."""
+    a root-only file of $HOME (tar's cwd) into root's ``tar -T`` list: it came back in the report. Now no
+    list reaches tar: the host program walks the folders by descriptor and packs only the SSH user's own
+    single-link files, each name encoded by the tar format."""
     cluster, host = host1
     root = f"/tmp/camit-plog-{os.getpid()}"
     host.check(f"mkdir -p {root}/debug/plog && chmod 1777 {root} {root}/debug {root}/debug/plog "

@@ -164,9 +164,10 @@ def test_the_host_program_copies_nothing_over_the_cap(tmp_path: Path) -> None:
     assert got["0"]["size"] == 4096 and "copy" not in got["0"] and not list(out.iterdir())
 
 
-def test_the_plog_list_reaches_tar_nul_separated_and_verbatim(tmp_path: Path) -> None:
+def test_a_plog_name_is_one_member_whatever_it_holds(tmp_path: Path) -> None:
     """review §4: a plog named ``x\\n<ts> 1 -C ..\\n...`` added lines (and ``-C``) to root's ``tar -T`` list.
-    Now each name is one NUL-terminated entry, taken verbatim: the archive holds exactly the files."""
+    Now the host program packs each file it walked to as one member, its name encoded by the tar format:
+    the archive holds exactly the files."""
     import tarfile
 
     from framework.cores.logs import logs_script
