@@ -603,12 +603,7 @@ class Lease:
             reply = self._run(host, refresh_script(lease_path(host), self._content(start), self.token, self.ttl),
                               timeout=min(left, timeout) if left > 0 else timeout)
         except Exception as exc:  # this host's beat failed; the next one tries again, while there is time
-            self._fresh[host.name] = (since, failures + 1)
-            self._last_error[host.name] = str(exc)
-            log.warning("%s: lease heartbeat failed: %s", host.name, exc)
-            if since + self.stale_after - time.monotonic() - self._guard <= 0:
-                self._drop(host, failures + 1, f"last: {exc}")
-            return False
+            return self._failed(host, since, failures, str(exc))
         if reply.result == "refreshed" and reply.record is not None:
             self.held[host.name] = reply.record
             self._fresh[host.name] = (began, 0)
@@ -617,6 +612,17 @@ class Lease:
             holder = reply.record
             self.lost[host.name] = f"taken over by {holder.describe(reply.now) if holder else 'someone'}"
             log.error("%s: our lease was %s", host.name, self.lost[host.name])
+            return False
+        # "busy" (the lease file's mutex never came free) renewed nothing either
+        return self._failed(host, since, failures, f"the refresh answered {reply.result!r}")
+
+    def _failed(self, host: Host, since: float, failures: int, why: str) -> bool:
+        """Count a heartbeat that renewed nothing; drop the host when no time is left for another one."""
+        self._fresh[host.name] = (since, failures + 1)
+        self._last_error[host.name] = why
+        log.warning("%s: lease heartbeat failed: %s", host.name, why)
+        if since + self.stale_after - time.monotonic() - self._guard <= 0:
+            self._drop(host, failures + 1, f"last: {why}")
         return False
 
     def refresh(self) -> None:

@@ -482,11 +482,13 @@ def test_one_slow_host_never_ages_a_healthy_hosts_heartbeat(tmp_path):
         lease.release()
 
 
-def test_a_host_whose_refresh_keeps_failing_is_dropped_before_it_could_be_judged_stale():
+@pytest.mark.parametrize("failure", ["ssh", "busy"])
+def test_a_host_whose_refresh_keeps_failing_is_dropped_before_it_could_be_judged_stale(failure):
     """Issue 31: a host whose heartbeat keeps failing (its sshd gone) was only logged, beat after beat,
     while another controller could judge its lease stale and take it: two controllers on one host. Now a
     failed beat is retried at once while the staleness window allows, then the host is dropped (``lost``
-    names it and the heartbeat step, ``on_lost`` fires) before the window ends; a healthy host goes on."""
+    names it and the heartbeat step, ``on_lost`` fires) before the window ends; a healthy host goes on.
+    A refresh that answers ``busy`` (the lease file's mutex never came free) renewed nothing: it counts too."""
     hosts, fakes = zip(*(fake_host(n, f"10.0.0.{i}") for i, n in enumerate(("a", "b"), 1)))
     failing = threading.Event()
     refreshes: dict[str, list[float]] = {"a": [], "b": []}
@@ -497,7 +499,8 @@ def test_a_host_whose_refresh_keeps_failing_is_dropped_before_it_could_be_judged
             if "RESULT refreshed" in display:
                 refreshes[name].append(time.monotonic())
                 if name == "a" and failing.is_set():
-                    return Result(name, "script", 255, "", "ssh: connection refused")
+                    return (Result(name, "script", 255, "", "ssh: connection refused") if failure == "ssh"
+                            else reply("busy", content))
                 return reply("refreshed", content)
             return reply("released" if "RESULT released" in display else "acquired", content)
         return reply_to
