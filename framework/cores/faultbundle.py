@@ -192,8 +192,8 @@ def run_tool(bundle: Path, hosts: list[str], *, timeout: float = TOOL_TIMEOUT) -
 
 #: a row of the tool's report table: ``| <section> | <label> | <value> |``
 _ROW = re.compile(r"^\|[^|]*\|\s*(?P<label>[^|]+?)\s*\|\s*(?P<value>[^|]*?)\s*\|$")
-#: its labels in both languages it is built in (mind-cluster ascend_fd/utils/i18n.py: root_cause_device,
-#: status_code, fault_source / faulty_workers)
+#: its labels in both languages it is built in (mind-cluster ascend_fd/utils/i18n.py:
+#: root_cause_device, status_code, fault_source / faulty_workers)
 _LABELS = {"node": ("根因节点", "Root Cause Node(s)"), "code": ("状态码", "Status Code"),
            "devices": ("故障设备", "Faulty Device(s)", "Faulty Workers")}
 
@@ -209,12 +209,12 @@ def _rows(text: str) -> dict[str, str]:
 
 
 def verdict_line(text: str) -> str:
-    """The verdict in one line: the report table's root-cause node(s) and first suspected fault (its code and
-    devices) where the tool printed its table, else its last non-empty output line."""
+    """The verdict in one line: the report table's root-cause node(s) and first suspected fault (its
+    code and devices) where the tool printed its table, else its last non-empty output line."""
     rows = _rows(text)
     if rows:
-        return (f"root cause node(s) {rows.get('node', '?')}; first suspected fault {rows.get('code', '?')} "
-                f"on {rows.get('devices', '?')}")[:300]
+        node, code, devices = (rows.get(k, "?") for k in ("node", "code", "devices"))
+        return f"root cause node(s) {node}; first suspected fault {code} on {devices}"[:300]
     lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith("$ ")]
     return lines[-1][:300] if lines else "(no output)"
 

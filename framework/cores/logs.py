@@ -296,7 +296,8 @@ def parse_logs_output(text: str) -> tuple[str, bool, str | None]:
 
 
 def parse_clock(text: str) -> dict[str, float] | None:
-    """``{"now": epoch, "uptime": seconds}`` from :func:`logs_script`'s ``clock`` record (None: not both numbers)."""
+    """``{"now": epoch, "uptime": seconds}`` from :func:`logs_script`'s ``clock`` record (None: not
+    both numbers)."""
     rec = next((r for r in read_records(text) if r.tag == "clock"), None)
     words = rec.value.split() if rec is not None else []
     try:
@@ -424,5 +425,5 @@ def _mtime(path: Path) -> float:
         return 0.0
 
 
-__all__ = ["Signature", "collect_logs", "dmesg_since", "logs_script", "parse_clock", "parse_logs_output",
-           "scan_signatures", "summarize"]
+__all__ = ["Signature", "collect_logs", "dmesg_since", "logs_script", "parse_clock",
+           "parse_logs_output", "scan_signatures", "summarize"]

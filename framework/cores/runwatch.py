@@ -128,7 +128,7 @@ class ClusterWatch:
 
 
 def _refresh_timeline(where: RunDir | Path | str) -> None:
-    """The failed launch's timeline again, now with the hosts' dmesg placed in time (never raises)."""
+    """The failed launch's timeline again, now with the hosts' dmesg placed in time (no raise)."""
     try:
         timeline.refresh(_rundir_path(where) or Path("."))
     except OSError as exc:

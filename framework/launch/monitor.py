@@ -55,7 +55,8 @@ class LaunchMonitor:
         self.heartbeat = heartbeat
         self.failed_at: float | None = None
         self._last_hb: float | None = None
-        #: (when, host, line) of every supervisor line but heartbeats and the end of each channel (the timeline's)
+        #: (when, host, line) of every supervisor line but heartbeats, and each channel's end
+        #: (the timeline's)
         self.transcript: list[tuple[float, str, str]] = []
 
     # -- facts in -------------------------------------------------------------------------------
@@ -103,7 +104,8 @@ class LaunchMonitor:
         node.last_line = now
         if node.result.done:
             return
-        self.transcript.append((now, host, f"CLOSED {'during teardown' if teardown else why or 'channel closed'}"))
+        closed = "during teardown" if teardown else why or "channel closed"
+        self.transcript.append((now, host, f"CLOSED {closed}"))
         if teardown:
             node.result.lost = node.result.lost or "channel closed during teardown"
             return

@@ -474,14 +474,17 @@ class Launcher:
         self._phases(events)
 
     def _write_transcript(self, monitor: LaunchMonitor, now_mono: float, now_wall: float) -> None:
-        """Each host's supervisor lines, stamped on arrival (epoch), beside its fetched folder (the timeline's)."""
+        """Each host's supervisor lines, stamped on arrival (epoch), beside its fetched folder (the
+        timeline's)."""
         lines: dict[str, list[str]] = {h: [] for h in monitor.nodes}
         for mono, host, text in monitor.transcript:
-            lines[host].append(json.dumps({"t": round(now_wall - (now_mono - mono), 6), "line": printable(text)}))
+            stamp = round(now_wall - (now_mono - mono), 6)
+            lines[host].append(json.dumps({"t": stamp, "line": printable(text)}))
         for host, got in lines.items():
             folder = self._host_dir(host, monitor.result.launch_id)
             folder.mkdir(parents=True, exist_ok=True)
-            (folder / timeline.SUPERVISOR_FILE).write_text("".join(x + "\n" for x in got), encoding="utf-8")
+            text = "".join(x + "\n" for x in got)
+            (folder / timeline.SUPERVISOR_FILE).write_text(text, encoding="utf-8")
 
     def _host_dir(self, host: str, launch_id: str) -> Path:
         assert self.rundir is not None

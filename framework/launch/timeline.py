@@ -43,17 +43,20 @@ LOG_STAMP = re.compile(r"^(?:\[[^\]\n]{0,40}\]:\s?)?(?P<stamp>\d{4}-\d\d-\d\d[ T
 OOM_KILL = re.compile(r"(?:Out of memory|Memory cgroup out of memory): Killed process (?P<pid>\d+)")
 #: a dmesg line as ``dmesg`` prints it by default: ``[ 1234.567890] text`` (seconds since boot)
 DMESG_LINE = re.compile(r"^\[\s*(?P<s>\d+\.\d+)\]\s?(?P<text>.*)$")
-#: the pid a kernel line is about: ``python3[4242]: segfault at``, ``Killed process 4242 (python3)``, ``pid 4242``
+#: the pid a kernel line is about: ``python3[4242]: segfault at``, ``Killed process 4242 (python3)``,
+#: ``pid=4242``
 DMESG_PID = re.compile(r"^[^\s\[]{1,64}\[(?P<a>\d+)\]:|\b(?:[Pp]rocess|pid)[ =:]?(?P<b>\d+)\b")
 #: kernel lines worth an event even when they name no rank: a host's own trouble
 KERNEL_TROUBLE = re.compile(
     r"oom-kill|Out of memory|segfault at|traps:|general protection|Hardware Error|\bmce\b|\bEDAC\b|"
-    r"I/O error|NETDEV WATCHDOG|[Ll]ink is [Dd]own|soft lockup|hung_task|blocked for more than|BUG:|Oops|"
+    r"I/O error|NETDEV WATCHDOG|[Ll]ink is [Dd]own|soft lockup|hung_task|blocked for more than|"
+    r"BUG:|Oops|"
     r"\bdavinci|\bdevmm|\bhisi|\bnpu", re.IGNORECASE)
 #: a rank's crash as the kernel saw it (the rank's exit, from its status, stays the cause)
 KERNEL_CRASH = re.compile(r"segfault at|traps:|general protection")
 #: supervisor lines kept as events (``HB`` and ``TREE`` are not events)
-SUPERVISOR_WORDS = frozenset({"STARTED", "RANK", "EXIT", "KILLED", "SWEPT", "STACKS", "LEFT", "DONE", "CLOSED"})
+SUPERVISOR_WORDS = frozenset(
+    {"STARTED", "RANK", "EXIT", "KILLED", "SWEPT", "STACKS", "LEFT", "DONE", "CLOSED"})
 SUPERVISOR_FILE = "supervisor-lines.jsonl"
 DMESG_CLOCK = "dmesg-clock.json"
 
@@ -168,7 +171,8 @@ def oom_pids(dmesg: str) -> set[int]:
 
 
 def boot_time(clock: Mapping[str, Any]) -> float | None:
-    """A host's boot time on its own wall clock from ``dmesg-clock.json`` (``now`` and ``uptime`` read together)."""
+    """A host's boot time on its own wall clock from ``dmesg-clock.json`` (``now`` and ``uptime``
+    read together)."""
     now, up = clock.get("now"), clock.get("uptime")
     ok = all(isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0 for v in (now, up))
     return float(now) - float(up) if ok else None  # type: ignore[arg-type]
@@ -180,7 +184,7 @@ def _dmesg_pid(text: str) -> int | None:
 
 
 def _dmesg_kind(text: str, rank: int | None) -> tuple[str, str] | None:
-    """(kind, what) of a kernel line; None: not an event (neither about a rank nor a host's trouble)."""
+    """(kind, what) of a kernel line; None: about neither a rank nor a host's trouble."""
     if OOM_KILL.search(text):
         return (CAUSE, "oom kill") if rank is not None else (INFO, "oom kill")
     if KERNEL_CRASH.search(text):
@@ -191,7 +195,7 @@ def _dmesg_kind(text: str, rank: int | None) -> tuple[str, str] | None:
 
 
 def dmesg_events(text: str, host: str, boot: float, ranks_by_pid: Mapping[int, int]) -> list[Event]:
-    """Kernel lines about a rank's pid or a host's trouble, placed at ``boot`` + their seconds since boot."""
+    """Kernel lines about a rank's pid or a host's trouble, placed at ``boot`` + their seconds."""
     out = []
     for line in text.splitlines():
         m = DMESG_LINE.match(line)
@@ -201,12 +205,13 @@ def dmesg_events(text: str, host: str, boot: float, ranks_by_pid: Mapping[int, i
         rank = ranks_by_pid.get(pid) if pid is not None else None
         found = _dmesg_kind(m["text"], rank)
         if found:
-            out.append(Event(round(boot + float(m["s"]), 6), host, rank, "dmesg", *found, _clip(m["text"])))
+            t = round(boot + float(m["s"]), 6)
+            out.append(Event(t, host, rank, "dmesg", *found, _clip(m["text"])))
     return out
 
 
 def supervisor_events(text: str, host: str) -> list[Event]:
-    """The supervisor's lines as the controller received them (``{"t": epoch, "line": text}`` per line)."""
+    """The supervisor's lines as the controller received them (``{"t": epoch, "line": text}``)."""
     out = []
     for raw in text.splitlines():
         try:
@@ -218,7 +223,8 @@ def supervisor_events(text: str, host: str) -> list[Event]:
                 or line.split()[0] not in SUPERVISOR_WORDS:
             continue
         words = line.split()
-        rank = int(words[1]) if words[0] == "RANK" and len(words) > 1 and words[1].isdigit() else None
+        ranked = words[0] == "RANK" and len(words) > 1 and words[1].isdigit()
+        rank = int(words[1]) if ranked else None
         kind, what = (CAUSE, "host lost") if words[0] == "CLOSED" and "teardown" not in words else \
             (INFO, "supervisor")
         out.append(Event(float(t), host, rank, "supervisor", kind, what, _clip(line)))
@@ -277,11 +283,12 @@ def _statuses(folder: Path) -> list[dict[str, Any]]:
 
 
 def _ranks_by_pid(statuses: list[dict[str, Any]]) -> dict[int, int]:
-    return {s["pid"]: s["rank"] for s in statuses if isinstance(s.get("pid"), int) and isinstance(s.get("rank"), int)}
+    return {s["pid"]: s["rank"] for s in statuses
+            if isinstance(s.get("pid"), int) and isinstance(s.get("rank"), int)}
 
 
 def host_events(host: str, folder: Path, dmesg: str = "", boot: float | None = None) -> list[Event]:
-    """Every event of one host's fetched launch folder (host clock); dmesg's lines need the host's ``boot``."""
+    """Every event of one host's fetched launch folder (host clock); dmesg's need its ``boot``."""
     statuses = _statuses(folder)
     by_pid = _ranks_by_pid(statuses)
     oom = oom_pids(dmesg)
@@ -343,14 +350,16 @@ def build(root: Path, folders: Mapping[str, Path]) -> Timeline:
     for host in sorted(folders):
         dmesg = _read(root / host / "dmesg.txt")
         off = offsets.get(host, 0.0)
-        events += [_shift(e, off) for e in host_events(host, folders[host], dmesg, _boot(root, host))]
-        events += supervisor_events(_read(folders[host] / SUPERVISOR_FILE), host)  # the controller's clock
+        found = host_events(host, folders[host], dmesg, _boot(root, host))
+        events += [_shift(e, off) for e in found]
+        # the supervisors' lines are on the controller's clock already
+        events += supervisor_events(_read(folders[host] / SUPERVISOR_FILE), host)
     events += phase_events(_phases(root))
     return Timeline(tuple(sorted(set(events), key=Event.key)), offsets, note)
 
 
 def refresh(root: Path) -> Timeline | None:
-    """Build ``root``'s ``timeline.json`` again (the hosts' dmesg came after it); None: the run has none."""
+    """Build ``root``'s ``timeline.json`` again (the hosts' dmesg came after it); None: it has none."""
     try:
         data = json.loads((root / FILE).read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -369,11 +378,12 @@ def _shift(e: Event, offset: float) -> Event:
 
 def write(root: Path, timeline: Timeline, launch_id: str | None = None,
           folders: Mapping[str, Path] | None = None) -> Path:
-    """``<root>/timeline.json`` (the run's last failed launch's, named by ``launch_id``; ``folders`` kept for
-    :func:`refresh`)."""
+    """``<root>/timeline.json`` (the run's last failed launch's, named by ``launch_id``; ``folders``
+    kept for :func:`refresh`)."""
     path = root / FILE
     tmp = path.with_name(f".{FILE}.tmp")
-    rel = {h: Path(f).relative_to(root).as_posix() for h, f in (folders or {}).items() if Path(f).is_relative_to(root)}
+    rel = {h: Path(f).relative_to(root).as_posix() for h, f in (folders or {}).items()
+           if Path(f).is_relative_to(root)}
     doc = {"launch": launch_id, "folders": rel, **timeline.to_json()}
     tmp.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
     tmp.replace(path)
@@ -391,5 +401,6 @@ def root_line(timeline: Timeline) -> str | None:
     return root.describe() + after
 
 
-__all__ = ["Event", "Timeline", "boot_time", "build", "classify", "dmesg_events", "exit_event", "host_events",
-           "log_events", "plog_events", "refresh", "root_line", "supervisor_events", "write"]
+__all__ = ["Event", "Timeline", "boot_time", "build", "classify", "dmesg_events", "exit_event",
+           "host_events", "log_events", "plog_events", "refresh", "root_line", "supervisor_events",
+           "write"]

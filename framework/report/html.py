@@ -363,8 +363,8 @@ def _grid(run: RunView) -> str:
 
 
 def _shown(event: dict[str, Any]) -> bool:
-    """A timeline event the page lists: causes, consequences, the kernel's lines, the supervisors' but their
-    first and last words (STARTED, DONE)."""
+    """A timeline event the page lists: causes, consequences, the kernel's lines, the supervisors'
+    but their first and last words (STARTED, DONE)."""
     quiet = event["source"] == "supervisor" and str(event["text"]).startswith(("STARTED", "DONE"))
     return event["kind"] != "info" or (event["source"] in ("dmesg", "supervisor") and not quiet)
 
