@@ -18,7 +18,9 @@ them shows the same kernel lines.
 
 from __future__ import annotations
 
+import json
 import logging
+import math
 import re
 import secrets
 import tarfile
@@ -268,6 +270,8 @@ def logs_script(since: float, tmp: str, ascend_dirs: Sequence[str], *, dmesg_byt
     dirs = " ".join(f"{_shell_dir(d)}/debug {_shell_dir(d)}/run" for d in ascend_dirs)
     lines = [
         "LC_ALL=C; export LC_ALL",
+        # the host's wall clock and seconds since boot, read with dmesg: its [stamps] placed in time
+        sh_tag("clock", "\"$(date +%s.%N) $(cut -d' ' -f1 /proc/uptime 2>/dev/null)\""),
         sh_tag("dmesg"),
         f"{{ dmesg 2>&1 || printf '\\n@@dmesg-failed\\n'; }} | tail -c {int(dmesg_bytes)}",
         "printf '\\n@@end-dmesg\\n'",
@@ -299,6 +303,20 @@ def parse_logs_output(text: str) -> tuple[str, bool, str | None]:
         parts.append(rec.body if rec.tag in ("dmesg", "dmesg-failed") else rec.raw)
     tgz = next((r.value.split()[0] for r in records[end:] if r.tag == "ascend" and r.value.split()), None)
     return "".join(parts).strip("\n"), failed, tgz
+
+
+def parse_clock(text: str) -> dict[str, float] | None:
+    """``{"now": epoch, "uptime": seconds}`` from :func:`logs_script`'s ``clock`` record (None: not
+    both numbers)."""
+    rec = next((r for r in read_records(text) if r.tag == "clock"), None)
+    words = rec.value.split() if rec is not None else []
+    try:
+        values = [float(w) for w in words]
+    except ValueError:
+        return None
+    if len(values) != 2 or not all(math.isfinite(v) and v >= 0 for v in values):
+        return None
+    return {"now": values[0], "uptime": values[1]}
 
 
 # -- executor ----------------------------------------------------------------------------------------------
@@ -342,6 +360,9 @@ def collect_logs(cluster: Cluster, report: Path, baseline: Baseline, *,
             kept = dmesg_since(dmesg, uptime)
             text = "\n".join(kept) + "\n" if kept else "# no kernel messages since the test started\n"
         files.append(write_atomic(out_dir / "dmesg.txt", text))
+        clock = parse_clock(result.stdout)
+        if clock:  # the timeline places dmesg's seconds since boot by it
+            write_atomic(out_dir / "dmesg-clock.json", json.dumps(clock) + "\n")
         faultbundle.add_dmesg(report, host.name, text)  # a failed NPU launch's bundle gets it too
         if tgz:
             local = out_dir / ".ascend-logs.tgz"
@@ -414,5 +435,5 @@ def _mtime(path: Path) -> float:
         return 0.0
 
 
-__all__ = ["Signature", "collect_logs", "dmesg_since", "home_logs_script", "logs_script", "pack_program", "parse_logs_output",
-           "scan_signatures", "sh_pack", "summarize"]
+__all__ = ["Signature", "collect_logs", "dmesg_since", "home_logs_script", "logs_script", "pack_program",
+           "parse_clock", "parse_logs_output", "scan_signatures", "sh_pack", "summarize"]
