@@ -1,6 +1,7 @@
 """The perf harness's arithmetic end to end on the emulated A3 lab, against a known answer: the op stand-in's
 time model (standin/umdk_cam_op_lib/_timing.py) makes every op last ``S / bandwidth + latency``, so the
-sweep's algbw must be the model's, and a rank slowed by 10 % must be named with its factor and regress."""
+sweep's algbw must be the model's (prefill dispatch, prefill combine and fused_deep_moe), and a rank slowed by
+10 % must be named with its factor and regress."""
 
 from __future__ import annotations
 
@@ -66,7 +67,7 @@ def test_the_sweep_measures_the_modelled_time_and_names_a_rank_slowed_by_10_perc
         base, rows = _sweep(env, tmp_path, "base", model, "--update-baseline")
         assert base.returncode == 0, base.stdout[-3000:] + base.stderr[-2000:]
         slow, slow_rows = _sweep(env, tmp_path, "slow", {**model, "CAMIT_STANDIN_SLOW_RANKS": "3:1.1"})
-    assert [r["config"]["op"] for r in rows] == ["dispatch", "combine"]
+    assert [r["config"]["op"] for r in rows] == ["dispatch", "combine", "fused_deep_moe"]
     for r in rows:
         assert r["bytes"]["total"] == 4 * s_bytes, r["bytes"]
         assert abs(r["bandwidth"]["algbw"] / expected - 1) < 0.01, (r["config"]["op"], r["bandwidth"], expected)
