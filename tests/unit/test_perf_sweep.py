@@ -109,9 +109,9 @@ def test_the_matrix_has_fused_deep_moe_inside_its_contract():
 
 def test_the_matrix_keeps_the_contracts_fused_limits():
     lim = camcontract.LIMITS
-    assert matrix._FUSED_BATCH[1] == lim["fused.batch"].hi and matrix._FUSED_TOP_K == lim["fused.top_k"].hi
-    assert matrix._FUSED_HIDDEN_STEP == lim["fused.hidden"].step
-    assert matrix._FUSED_GMM1 == (lim["fused.gmm1"].lo, lim["fused.gmm1"].hi, lim["fused.gmm1"].step)
+    assert matrix._FUSED_BATCH[1] == lim["fused.batch"].hi and lim["fused.top_k"].hi == matrix._FUSED_TOP_K
+    assert lim["fused.hidden"].step == matrix._FUSED_HIDDEN_STEP
+    assert (lim["fused.gmm1"].lo, lim["fused.gmm1"].hi, lim["fused.gmm1"].step) == matrix._FUSED_GMM1
 
 
 def test_fused_rows_are_built_validated_and_read_back_into_compare_and_plots(tmp_path):
