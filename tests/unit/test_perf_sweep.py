@@ -151,3 +151,16 @@ def test_the_sweep_launch_sets_hccl_buffsize_for_a_fused_window_that_needs_it():
     assert camsuite.sweep_env(matrix.configs(big, 64)) == {"HCCL_BUFFSIZE": str(-(-demand // 2**20))}
     both = matrix.configs(matrix.Matrix(tokens=[16], hidden=[1024], top_k=[2]), 4)
     assert camsuite.sweep_env(both) == {"HCCL_BUFFSIZE": "4096"}
+
+
+def test_fused_shapes_that_differ_in_batch_or_top_k_share_their_weights():
+    """A sweep's fused shapes (tokens and top_k vary) build the experts' weights once (bench/perf_overhead.py:
+    they were most of a fused configuration's bookkeeping); other experts or widths build new ones."""
+    import dataclasses
+
+    import camref
+
+    case = camref.FusedCase(batch=16, hidden=1024, inter=512, experts=8, top_k=2)
+    first = camref.fused_weights(1, case)
+    assert camref.fused_weights(1, dataclasses.replace(case, batch=64, top_k=4)) is first
+    assert camref.fused_weights(1, dataclasses.replace(case, experts=16)) is not first
