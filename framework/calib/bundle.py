@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from framework import commands
+from framework.calib import golden
 from framework.calib.probe import CAM_REFUSALS, HOST_FACTS, TORCH_PROBE, host_script
 from framework.deploy.plan import HostLayout
 from framework.errors import UsageError
@@ -96,13 +97,15 @@ def refusal_checks(values: dict[str, str]) -> dict[str, str]:
     return out
 
 
-def collect(cluster: Cluster, env: EnvConfig) -> dict[str, Any]:
-    """The bundle document (not yet scrubbed) of every host of ``cluster``."""
+def collect(cluster: Cluster, env: EnvConfig, *, measure: bool = True) -> dict[str, Any]:
+    """The bundle document (not yet scrubbed) of every host of ``cluster``; ``measure``: run the
+    fused-vs-golden launch (:mod:`framework.calib.golden`), else its facts say it was skipped."""
     per_host = cluster.map(lambda h: host_facts(h, env)).raise_on_failure().succeeded
     hosts = {name: per_host[name] for name in sorted(per_host)}
     first = cluster[min(hosts)]
     facts = dict(hosts[first.name])
     facts.update(torch_facts(first, env))
+    facts.update(golden.run(env, cluster) if measure else golden.not_measured("skipped (--no-golden)"))
     return {
         "schema": SCHEMA,
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
