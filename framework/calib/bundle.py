@@ -2,8 +2,9 @@
 answer as a fact (key, value, source) and write one folder: ``calibration.json`` plus
 ``raw/<host>/<key>.txt``.
 
-Every value is scrubbed of the env's secrets (:class:`framework.report.scrub.Scrubber`) before it is
-written; no core file is ever collected. The top-level ``facts`` are the first host's host facts and
+Every value is scrubbed of the env's secrets (:class:`framework.report.scrub.Scrubber`), then cut to
+:data:`MAX_VALUE` characters, before it is written; no core file is ever collected (the golden
+launch runs with ``ulimit -c 0`` into a temporary folder that is removed). The top-level ``facts`` are the first host's host facts and
 the torch probe's facts (what :mod:`framework.calib.compare` judges); ``hosts`` keeps each host's
 own."""
 
@@ -32,6 +33,8 @@ BUNDLE_FILE = "calibration.json"
 PROFILE = Path(__file__).resolve().parents[1] / "data" / "calibration-profile.json"
 _TORCH_MARK = "@@camit-calib@@"
 Fact = dict[str, str]
+#: characters kept of one fact value (npu-smi info of a 16-die host is ~6,000)
+MAX_VALUE = 64 * 1024
 
 
 def host_facts(host: Host, env: EnvConfig) -> dict[str, Fact]:
@@ -114,12 +117,20 @@ def collect(cluster: Cluster, env: EnvConfig, *, measure: bool = True) -> dict[s
     }
 
 
+def bounded(text: str, limit: int = MAX_VALUE) -> str:
+    """``text`` cut to its first ``limit`` characters, the cut said (a host's output is data)."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}\n[... {len(text) - limit} more characters not kept]"
+
+
 def write(doc: dict[str, Any], out: Path, scrub: Scrubber) -> Path:
-    """Write ``doc`` scrubbed into ``out``: ``calibration.json`` and ``raw/<host>/<key>.txt``."""
+    """Write ``doc`` scrubbed and bounded (:data:`MAX_VALUE` per value) into ``out``:
+    ``calibration.json`` and ``raw/<host>/<key>.txt``, nothing else (no core, no launch log)."""
     for facts in [doc["facts"], *doc["hosts"].values()]:
-        for fact in facts.values():
-            fact["value"] = scrub.text(fact["value"])
-            fact["source"] = scrub.text(fact["source"])
+        for fact in facts.values():  # scrubbed whole first: a cut never halves a secret
+            fact["value"] = bounded(scrub.text(fact["value"]))
+            fact["source"] = bounded(scrub.text(fact["source"]))
     for name, facts in doc["hosts"].items():
         raw = out / "raw" / name
         raw.mkdir(parents=True, exist_ok=True)
