@@ -4,9 +4,9 @@ answer as a fact (key, value, source) and write one folder: ``calibration.json``
 
 Every value is scrubbed of the env's secrets (:class:`framework.report.scrub.Scrubber`), then cut to
 :data:`MAX_VALUE` characters, before it is written; no core file is ever collected (the golden
-launch runs with ``ulimit -c 0`` into a temporary folder that is removed). The top-level ``facts`` are the first host's host facts and
-the torch probe's facts (what :mod:`framework.calib.compare` judges); ``hosts`` keeps each host's
-own."""
+launch runs with ``ulimit -c 0`` into a temporary folder that is removed). The top-level
+``facts`` are the first host's host facts, the torch probe's facts and the fused-vs-golden facts
+(what :mod:`framework.calib.compare` judges); ``hosts`` keeps each host's own."""
 
 from __future__ import annotations
 
@@ -108,7 +108,8 @@ def collect(cluster: Cluster, env: EnvConfig, *, measure: bool = True) -> dict[s
     first = cluster[min(hosts)]
     facts = dict(hosts[first.name])
     facts.update(torch_facts(first, env))
-    facts.update(golden.run(env, cluster) if measure else golden.not_measured("skipped (--no-golden)"))
+    skipped = golden.not_measured("skipped (--no-golden)")
+    facts.update(golden.run(env, cluster) if measure else skipped)
     return {
         "schema": SCHEMA,
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

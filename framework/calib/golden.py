@@ -122,7 +122,8 @@ def run(env: EnvConfig, cluster: Cluster, timeout: float = 900.0) -> dict[str, F
     hosts = names[: where[0]]
     tol = f"{SUITE_TOLERANCES['rtol']},{SUITE_TOLERANCES['atol']}"
     target = Target(script=str(SCRIPT), args=(",".join(DTYPES), str(SEED)))
-    with tempfile.TemporaryDirectory(prefix="camit-calib-") as tmp:  # logs only: never in the bundle
+    # the launch's logs (no cores: ulimit -c 0) go to a folder removed here, never to the bundle
+    with tempfile.TemporaryDirectory(prefix="camit-calib-") as tmp:
         rundir = RunDir.create(tmp)
         launcher = Launcher(env, cluster, rundir=rundir, backend="hccl", nproc_per_node=where[1],
                             core_limit="0")

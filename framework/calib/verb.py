@@ -34,7 +34,8 @@ def add_parser(sub: Any, parser_class: type[argparse.ArgumentParser]) -> None:
     cal.add_argument(
         "--no-golden",
         action="store_true",
-        help="skip the fused-vs-golden launch at CASE_4RANK (world 4 on hccl; about a minute)",
+        help="skip the fused-vs-golden launch at CASE_4RANK (world 4 on hccl; 80 s on the "
+        "emulated lab)",
     )
     cal.add_argument(
         "--compare",

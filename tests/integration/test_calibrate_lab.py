@@ -122,7 +122,7 @@ def _up_args(env: EnvConfig) -> list[str]:
     )
 
 
-#: the torch fact the replayed bundle changes (the stand-in raises it: standin_npu/torch_npu/_replay.py)
+#: the torch fact the replayed bundle changes (raised by standin_npu/torch_npu/_replay.py)
 NUMPY_ERROR = "RuntimeError: REPLAYED numpy refusal on npu:0"
 
 

@@ -19,7 +19,7 @@ FUSED_TEST = REPO / "suites" / "cam" / "rank" / "test_fused_rank.py"
 
 
 def _suite_tolerances() -> dict[str, float]:
-    """FUSED_REL and the rtol/atol of check_fused's expect_close on the output, read from the suite."""
+    """FUSED_REL and the rtol/atol of check_fused's expect_close on the output (from the suite)."""
     tree = ast.parse(FUSED_TEST.read_text(encoding="utf-8"))
     out: dict[str, float] = {}
     for node in ast.walk(tree):

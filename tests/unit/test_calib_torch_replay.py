@@ -1,7 +1,7 @@
 """Replaying a bundle's torch_npu facts: ``lab up --calibration`` writes ``torch-facts.json`` beside
-the emulated host file (and an up without a bundle removes it); the torch_npu stand-in, run by a real
-python, raises the recorded texts where it produces those errors, keeps its own without a file, and
-never replays a value that is not an error."""
+the emulated host file (and an up without a bundle removes it); the torch_npu stand-in, run by a
+real python, raises the recorded texts where it produces those errors, keeps its own without a
+file, and never replays a value that is not an error."""
 
 from __future__ import annotations
 
@@ -69,7 +69,8 @@ def test_the_stand_in_raises_the_recorded_texts(tmp_path: Path) -> None:
         "torch_npu.numpy_error": "RuntimeError: numpy() on npu:0 is not for you",
         "torch_npu.mix_device_error": "RuntimeError: npu:0 meets cpu",
     })
-    assert lines == ["RuntimeError: numpy() on npu:1 is not for you", "RuntimeError: npu:1 meets cpu"]
+    assert lines == [
+        "RuntimeError: numpy() on npu:1 is not for you", "RuntimeError: npu:1 meets cpu"]
 
 
 def test_without_a_bundle_or_an_error_value_the_stand_in_keeps_its_texts(tmp_path: Path) -> None:
