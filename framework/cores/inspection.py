@@ -315,25 +315,38 @@ def opened_records(sec: Mapping[str, list[str]]) -> dict[str, dict[str, Any]]:
     return out
 
 
+def _note_unread(core: Core, rec: Mapping[str, Any] | None) -> None:
+    """Why the inspection program did not read a file (refused by its descriptor checks, or an error)."""
+    for key in ("refused", "error"):
+        if rec is not None and rec.get(key):
+            core.notes.append(f"not read: {str(rec[key])[:200]}")
+
+
+def _apply_descriptor(core: Core, crash: Mapping[str, Any] | None, main: Mapping[str, Any] | None) -> None:
+    """Owner (the first file's, unless refused), size (the core's, else the report's) and copies made."""
+    first = crash if crash is not None else main
+    if first is not None and isinstance(first.get("owner"), int) and not first.get("refused"):
+        core.owner = first["owner"]
+    size = next((rec["size"] for rec in (main, crash) if rec is not None and isinstance(rec.get("size"), int)),
+                None)
+    if size is not None:
+        core.size = size
+    core.copied = _copied(main)
+    core.artifact_copied = core.copied or _copied(crash)
+
+
+def _copied(rec: Mapping[str, Any] | None) -> bool:
+    return rec is not None and isinstance(rec.get("sha256"), str)
+
+
 def _opened(core: Core, sec: Mapping[str, list[str]]) -> dict[str, Any]:
     """The file's descriptor facts into ``core`` (owner, size, copy made); returns the core's notes."""
     recs = opened_records(sec)
     crash = next((r for i, r in recs.items() if i.startswith("c")), None)
     main = next((r for i, r in recs.items() if not i.startswith("c")), None)
     for rec in (crash, main):
-        if rec is not None and rec.get("refused"):
-            core.notes.append(f"not read: {str(rec['refused'])[:200]}")
-        if rec is not None and rec.get("error"):
-            core.notes.append(f"not read: {str(rec['error'])[:200]}")
-    first = crash if crash is not None else main
-    if first is not None and isinstance(first.get("owner"), int) and not first.get("refused"):
-        core.owner = first["owner"]
-    for rec in (main, crash):
-        if rec is not None and isinstance(rec.get("size"), int):
-            core.size = rec["size"]
-            break
-    core.copied = main is not None and isinstance(main.get("sha256"), str)
-    core.artifact_copied = core.copied or (crash is not None and isinstance(crash.get("sha256"), str))
+        _note_unread(core, rec)
+    _apply_descriptor(core, crash, main)
     facts = main.get("facts") if main is not None else None
     return facts if isinstance(facts, dict) else {}
 
@@ -345,12 +358,30 @@ def apply_inspection(core: Core, cand: Candidate, sec: Mapping[str, list[str]]) 
         core.notes.append(f"core notes unreadable: {str(facts['error'])[:200]}")
     meta = {v.split(" ", 1)[0]: (v.split(" ", 1)[1].strip() if " " in v else "") for v in sec.get("meta", [])}
     header = crash_header_facts(parse_crash_header("\n".join(sec.get("hdr", [])))) if sec.get("hdr") else {}
+    _apply_process(core, facts, meta, header)
+    _apply_command(core, cand, facts, meta, header)
+    uid = facts.get("uid")
+    recorded = cand.journal.uid if cand.journal is not None else header.get("uid")
+    core.uid = uid if isinstance(uid, int) else recorded
+    core.facts_read = isinstance(facts.get("pid"), int)
+    if cand.source == "abrt" and _int(meta.get("time")):
+        core.time = float(meta["time"])
+
+
+def _apply_process(core: Core, facts: Mapping[str, Any], meta: Mapping[str, str],
+                   header: Mapping[str, Any]) -> None:
+    """The crashed process's pid, parent, name and signal."""
     core.pid = facts.get("pid") or _int(meta.get("pid")) or header.get("pid") or core.pid
     core.ppid = facts.get("ppid") or header.get("ppid")
     core.comm = facts.get("comm") or core.comm
     # the kernel's own word first (%s, the journal), then the core's NT_SIGINFO, then the handlers' files
     core.signal = (core.signal or signal_name(facts.get("signal")) or header.get("signal")
                    or _reason_signal(meta.get("reason", "")))
+
+
+def _apply_command(core: Core, cand: Candidate, facts: Mapping[str, Any], meta: Mapping[str, str],
+                   header: Mapping[str, Any]) -> None:
+    """The crashed process's executable, command line and environment."""
     exe = cand.executable or meta.get("executable") or header.get("executable")
     execfn = facts.get("execfn")
     if not exe and execfn and execfn.startswith("/"):
@@ -361,12 +392,6 @@ def apply_inspection(core: Core, cand: Candidate, sec: Mapping[str, list[str]]) 
         psargs += "…"
     core.cmdline = meta.get("cmdline") or header.get("cmdline") or psargs or None
     core.env = dict(facts.get("env") or {})
-    uid = facts.get("uid")
-    recorded = cand.journal.uid if cand.journal is not None else header.get("uid")
-    core.uid = uid if isinstance(uid, int) else recorded
-    core.facts_read = isinstance(facts.get("pid"), int)
-    if cand.source == "abrt" and _int(meta.get("time")):
-        core.time = float(meta["time"])
 
 
 def _int(value: object) -> int | None:
