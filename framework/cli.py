@@ -41,7 +41,9 @@ from framework.perf import verb as perf_verb
 
 if TYPE_CHECKING:  # pragma: no cover
     from framework.config.effective import EnvConfig
+    from framework.cores.runwatch import WatchOutcome
     from framework.hosts import Cluster
+    from framework.launch.result import LaunchResult, RankResult
     from framework.lease import Lease
     from framework.report.folder import RunDir
 
@@ -507,10 +509,10 @@ def _run_leased(args: argparse.Namespace, env: EnvConfig, cluster: Cluster, rund
             watched = watch.end(ranks=[result], failed=not result.ok)
         finally:
             launcher.cleanup_remote()
-    cores, core_failed, core_message = watched.cores, watched.failed, watched.message
+    cores = watched.cores
     state["cores"] = cores
     if result.ok:
-        code = EXIT_FAILED if core_failed else EXIT_OK
+        code = EXIT_FAILED if watched.failed else EXIT_OK
     else:
         code = EXIT_INFRA if result.failure_kind in ("lost", "infra") else EXIT_FAILED
     state["status"] = "ok" if code == EXIT_OK else "failed"
@@ -519,21 +521,31 @@ def _run_leased(args: argparse.Namespace, env: EnvConfig, cluster: Cluster, rund
                             "core_policy": watched.policy.value, "signatures": watched.log_summary,
                             "report": str(rundir.path)})
         return code
-    rows = [[r.rank, r.host, "ok" if r.ok else (r.signal or (f"exit {r.exit_code}" if r.exit_code is not None
-                                                                 else "no report")),
-             Path(r.log).relative_to(rundir.path).as_posix() if r.log else "-"]
+    _print_run(result, watched, rundir)
+    return code
+
+
+def _rank_outcome(rank: RankResult) -> str:
+    """A rank's outcome cell: ok, its signal, its exit code, or no report."""
+    if rank.ok:
+        return "ok"
+    return rank.signal or (f"exit {rank.exit_code}" if rank.exit_code is not None else "no report")
+
+
+def _print_run(result: LaunchResult, watched: WatchOutcome, rundir: RunDir) -> None:
+    """``camit run``'s terminal summary: the ranks, the verdict, notes, cores, signatures, dirty devices."""
+    rows = [[r.rank, r.host, _rank_outcome(r), Path(r.log).relative_to(rundir.path).as_posix() if r.log else "-"]
             for r in sorted(result.ranks.values(), key=lambda r: r.rank)]
     console.print_table(["rank", "host", "outcome", "log"], rows)
     print(("PASSED: " if result.ok else "FAILED: ") + console.printable(result.message()))
     for note in result.notes:
         print(f"note: {console.printable(note)}")
-    if core_message:
-        print(console.printable(core_message))
+    if watched.message:
+        print(console.printable(watched.message))
     if watched.log_summary:
         print("failure signatures:\n" + console.printable(watched.log_summary.rstrip()))
     for held in result.held:
         print(f"DIRTY: {console.printable(held.describe())} (camit never resets a device)")
-    return code
 
 
 def _scan_anyway(watch: Any) -> list[Any]:
@@ -859,6 +871,21 @@ def _skip_exit_collections() -> None:
     gc.freeze()
 
 
+#: the verbs that take their parsed arguments alone (``env validate`` and ``completion`` are dispatched by _main)
+_VERBS: dict[str, Callable[[argparse.Namespace], int]] = {
+    "exec": cmd_exec,
+    "deploy": cmd_deploy,
+    "run": cmd_run,
+    "check": cmd_check,
+    "collect": cmd_collect,
+    "diagnose": cmd_diagnose,
+    "lab": lambda args: cmd_lab(args.lab_args),
+    "lease": cmd_lease,
+    "perf": perf_verb.run,
+    "calibrate": calib_verb.run,
+}
+
+
 def _main(argv: Sequence[str]) -> int:
     parser = build_parser()
     argv = list(argv)
@@ -870,28 +897,11 @@ def _main(argv: Sequence[str]) -> int:
         console.setup_logging(args.verbose)
         if args.command == "env" and getattr(args, "env_command", None) == "validate":
             return cmd_env_validate(args)
-        if args.command == "exec":
-            return cmd_exec(args)
-        if args.command == "deploy":
-            return cmd_deploy(args)
-        if args.command == "run":
-            return cmd_run(args)
-        if args.command == "check":
-            return cmd_check(args)
-        if args.command == "collect":
-            return cmd_collect(args)
-        if args.command == "diagnose":
-            return cmd_diagnose(args)
-        if args.command == "lab":
-            return cmd_lab(args.lab_args)
-        if args.command == "lease":
-            return cmd_lease(args)
-        if args.command == "perf":
-            return perf_verb.run(args)
-        if args.command == "calibrate":
-            return calib_verb.run(args)
         if args.command == "completion":
             return cmd_completion(args, parser)
+        verb = _VERBS.get(args.command)
+        if verb is not None:
+            return verb(args)
         parser.print_help(sys.stderr)
         return EXIT_USAGE
     except FrameworkError as exc:
