@@ -173,6 +173,12 @@ class Report:
 # --------------------------------------------------------------------------- verdicts (pure)
 
 
+def _rdzv(cross: Mapping[str, CheckResult] | None, host: str) -> CheckResult:
+    """The host's rendezvous result, or a skip when the cross-host check did not run for it."""
+    found = cross.get(host) if cross is not None else None
+    return found if found is not None else CheckResult(host, "rdzv", SKIP, "not run")
+
+
 def evaluate(plans: Mapping[str, ProbePlan], samples: Mapping[str, Sample | BaseException],
              limits: Limits | None = None, cross: Mapping[str, CheckResult] | None = None) -> Report:
     """Turn every host's probe (or its connection error) into the full host × check report.
@@ -187,9 +193,8 @@ def evaluate(plans: Mapping[str, ProbePlan], samples: Mapping[str, Sample | Base
         for r in _host_checks(plans[host], sample, limits):
             results[(host, r.check)] = r
         if isinstance(sample, Sample):
-            results[(host, "rdzv")] = (cross or {}).get(host) or CheckResult(host, "rdzv", SKIP, "not run")
-    for check, key in (("python", _minor), ("torch", None), ("torch_npu", None), ("cann", None),
-                       ("driver", None), ("tls", None), ("spod", None)):
+            results[(host, "rdzv")] = _rdzv(cross, host)
+    for check, key in _COMPARED:
         _consistency(results, hosts, check, key)
     clock = clock_skew({h: s for h, s in samples.items() if isinstance(s, Sample)})
     empty = ClockSkew({}, {}, 0.0, None)
@@ -646,16 +651,32 @@ def _minor(version: str) -> str:
     return ".".join(version.split(".")[:2])
 
 
+def _compared_value(r: CheckResult | None) -> str | None:
+    """The value a passing (ok or warn) check compares across hosts, if it has one."""
+    return r.value if r is not None and r.status in (OK, WARN) and r.value else None
+
+
+def _majority(keyed: Mapping[str, str]) -> str:
+    """The most frequent value (ties: the first host's)."""
+    counts = Counter(keyed.values())
+    top = max(counts.values())
+    return next(v for v in keyed.values() if counts[v] == top)
+
+
+#: the checks whose values must agree across hosts, and what of a value is compared (None: all of it)
+_COMPARED: tuple[tuple[str, Callable[[str], str] | None], ...] = (
+    ("python", _minor), ("torch", None), ("torch_npu", None), ("cann", None), ("driver", None), ("tls", None),
+    ("spod", None))
+
+
 def _consistency(results: dict[tuple[str, str], CheckResult], hosts: Sequence[str], check: str,
                  key: Callable[[str], str] | None = None) -> None:
     """Fail the hosts whose value differs from the majority (ties: the first host's value)."""
-    values = {h: r.value for h in hosts if (r := results.get((h, check))) and r.status in (OK, WARN) and r.value}
+    values = {h: v for h in hosts if (v := _compared_value(results.get((h, check))))}
     keyed = {h: key(v) if key else v for h, v in values.items()}
     if len(set(keyed.values())) < 2:
         return
-    counts = Counter(keyed.values())
-    top = max(counts.values())
-    majority = next(keyed[h] for h in keyed if counts[keyed[h]] == top)
+    majority = _majority(keyed)
     holders = [h for h in keyed if keyed[h] == majority]
     for h, v in keyed.items():
         if v != majority:
