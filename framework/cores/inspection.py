@@ -387,11 +387,14 @@ def _apply_command(core: Core, cand: Candidate, facts: Mapping[str, Any], meta: 
     if not exe and execfn and execfn.startswith("/"):
         exe = execfn
     core.executable = exe or execfn or core.executable
-    psargs = facts.get("psargs") or ""
-    if len(psargs) >= 79:  # the kernel keeps the first 80 bytes of the command line
-        psargs += "…"
-    core.cmdline = meta.get("cmdline") or header.get("cmdline") or psargs or None
+    core.cmdline = meta.get("cmdline") or header.get("cmdline") or _psargs(facts) or None
     core.env = dict(facts.get("env") or {})
+
+
+def _psargs(facts: Mapping[str, Any]) -> str:
+    """The command line from the core's notes, marked cut where the kernel cut it (at 80 bytes)."""
+    psargs: str = facts.get("psargs") or ""
+    return psargs + "…" if len(psargs) >= 79 else psargs
 
 
 def _int(value: object) -> int | None:
@@ -418,16 +421,21 @@ class RankProc:
     signal: str | None = None
 
 
+def _proc_of(procs: Sequence[RankProc], pid: int | None) -> RankProc | None:
+    """The first rank process with this (known) pid."""
+    if pid is None:
+        return None
+    return next((p for p in procs if p.pid == pid), None)
+
+
 def attribute(host: str, pid: int | None, ppid: int | None, env: Mapping[str, str],
               procs: Sequence[RankProc]) -> tuple[int | None, str | None]:
     """(rank, relation) of a core on ``host``: relation is ``rank``, ``child``, ``process`` or ``launch``."""
     mine = [p for p in procs if p.host == host]
-    for p in mine:
-        if pid is not None and p.pid == pid:
-            return p.rank, "rank"
-    for p in mine:
-        if ppid is not None and p.pid is not None and p.pid == ppid:
-            return p.rank, "child"
+    for wanted, relation in ((pid, "rank"), (ppid, "child")):
+        found = _proc_of(mine, wanted)
+        if found is not None:
+            return found.rank, relation
     tag = env.get(RUN_TAG)
     if tag and any(tag == f"{p.launch_id}.{host}" for p in mine):
         rank = env.get("RANK", "")
