@@ -46,6 +46,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from framework.launch.result import LaunchResult, RankResult
     from framework.lease import Lease
     from framework.report.folder import RunDir
+    from framework.result import Result
 
 
 #: what each exit status of every ``camit`` command means (the ``--help`` epilogs print it)
@@ -252,6 +253,20 @@ def cmd_env_validate(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _exec_row(name: str, value: Result | BaseException, tail: int) -> tuple[list[str], dict[str, Any], int]:
+    """One host of ``camit exec``: its table row, its JSON record and its exit status."""
+    if isinstance(value, BaseException):
+        code = getattr(value, "exit_code", EXIT_INFRA)
+        status = "UNREACHABLE" if code == EXIT_INFRA else "ERROR"
+        text = reason_of(value, name)
+        return [name, status, "-", text], {"host": name, "status": status.lower(), "error": text}, code
+    status = "TIMEOUT" if value.timed_out else str(value.rc)
+    shown = "\n".join((value.stdout.strip() or value.stderr.strip()).splitlines()[-tail:])
+    record = {"host": name, "rc": value.rc, "timed_out": value.timed_out,
+              "duration": round(value.duration, 3), "stdout": value.stdout, "stderr": value.stderr}
+    return [name, status, f"{value.duration:.2f}s", shown], record, EXIT_OK if value.ok else EXIT_FAILED
+
+
 def cmd_exec(args: argparse.Namespace) -> int:
     from framework.hosts import Cluster
 
@@ -268,21 +283,10 @@ def cmd_exec(args: argparse.Namespace) -> int:
         group = cluster.run(command, timeout=args.timeout)
     rows, payload, worst = [], [], EXIT_OK
     for name, value in group.items():
-        if isinstance(value, BaseException):
-            code = getattr(value, "exit_code", EXIT_INFRA)
-            status = "UNREACHABLE" if code == EXIT_INFRA else "ERROR"
-            text = reason_of(value, name)
-            rows.append([name, status, "-", text])
-            payload.append({"host": name, "status": status.lower(), "error": text})
-            worst = max(worst, code)
-            continue
-        status = "TIMEOUT" if value.timed_out else str(value.rc)
-        tail = "\n".join((value.stdout.strip() or value.stderr.strip()).splitlines()[-args.tail:])
-        rows.append([name, status, f"{value.duration:.2f}s", tail])
-        payload.append({"host": name, "rc": value.rc, "timed_out": value.timed_out,
-                        "duration": round(value.duration, 3), "stdout": value.stdout, "stderr": value.stderr})
-        if not value.ok:
-            worst = max(worst, EXIT_FAILED)
+        row, record, code = _exec_row(name, value, args.tail)
+        rows.append(row)
+        payload.append(record)
+        worst = max(worst, code)
     if args.json:
         console.print_json(payload)
     else:
@@ -326,6 +330,27 @@ def _say(text: str, scrub: Callable[[str], str]) -> None:
 DRY_RUN_HEADER = "dry run: no host contacted, no lease taken, nothing changed"
 
 
+def _say_host_plan(p: dict[str, Any], scrub: Callable[[str], str]) -> None:
+    """One host's part of ``camit deploy --dry-run``: where, which .run, the uploads and the steps."""
+    venv = f" (venv {p['venv']} on {p['python']})" if p["venv"] else ""
+    _say(f"{p['host']}: workdir {p['workdir']}, install path {p['install_path']}, "
+         f"interpreter {p['interpreter']}{venv}", scrub)
+    if p["run_package_choice"]:
+        _say(f"  .run: {p['run_package_choice']}", scrub)
+    for a in p["artifacts"]:
+        _say(f"  upload {a['name']} -> {a['remote']}", scrub)
+    for st in p["steps"]:
+        when = f" [when {st['when']}]" if st.get("when") else ""
+        _say(f"  {st['step']}{when}: {_step_action(st)}", scrub)
+
+
+def _step_action(st: dict[str, Any]) -> str:
+    """What a deploy step does: its command, or what it sends or writes."""
+    if "command" in st:
+        return str(st["command"])
+    return f"sends {st['sends']}" if "sends" in st else f"writes {st['writes']}"
+
+
 def _deploy_dry_run(args: argparse.Namespace) -> int:
     from framework.deploy import Deployer
     from framework.deploy.plan import mb
@@ -350,18 +375,7 @@ def _deploy_dry_run(args: argparse.Namespace) -> int:
     for a in first["artifacts"]:
         _say(f"  {a['kind']} {a['name']} ({mb(a['size'])}, sha256 {a['sha256'][:12]}) from {a['local']}", scrub)
     for p in plans:
-        venv = f" (venv {p['venv']} on {p['python']})" if p["venv"] else ""
-        _say(f"{p['host']}: workdir {p['workdir']}, install path {p['install_path']}, "
-             f"interpreter {p['interpreter']}{venv}", scrub)
-        if p["run_package_choice"]:
-            _say(f"  .run: {p['run_package_choice']}", scrub)
-        for a in p["artifacts"]:
-            _say(f"  upload {a['name']} -> {a['remote']}", scrub)
-        for st in p["steps"]:
-            when = f" [when {st['when']}]" if st.get("when") else ""
-            what = st["command"] if "command" in st else \
-                f"sends {st['sends']}" if "sends" in st else f"writes {st['writes']}"
-            _say(f"  {st['step']}{when}: {what}", scrub)
+        _say_host_plan(p, scrub)
     _say("resolved at run time, by each host's probe: " + "; ".join(later), scrub)
     return EXIT_OK
 
