@@ -155,6 +155,14 @@ HOLDER_READY_TIMEOUT = 60.0
 # --------------------------------------------------------------------------- the lab
 
 
+def _remove_if_empty(p: Path, kind: str) -> None:
+    """Remove a mount point ``up`` made (``dir`` or ``file``) when it is still that, not a link, and empty."""
+    if kind == "dir" and p.is_dir() and not p.is_symlink() and not any(p.iterdir()):
+        p.rmdir()
+    elif kind == "file" and p.is_file() and not p.is_symlink() and p.stat().st_size == 0:
+        p.unlink()
+
+
 def _our_sshd(candidates: Iterable[int | None], config: str, ns: str) -> list[int]:
     """The recorded sshd pids still alive and still ours (running our config, or in our namespace)."""
     return [pid for pid in candidates if pid and pid_alive(pid) and (config in cmdline(pid) or in_netns(pid, ns))]
@@ -478,12 +486,8 @@ class Lab:
         with locked(STATE_ROOT / "emu-mounts"):
             others = [r for r in self._other_records() if r.get("npu")]
             for path, kind in mount_points_on_down(self.mount_points, len(others)):
-                p = Path(path)
                 with contextlib.suppress(OSError):
-                    if kind == "dir" and p.is_dir() and not p.is_symlink() and not any(p.iterdir()):
-                        p.rmdir()
-                    elif kind == "file" and p.is_file() and not p.is_symlink() and p.stat().st_size == 0:
-                        p.unlink()
+                    _remove_if_empty(Path(path), kind)
             if others:
                 say(f"mount point(s) {', '.join(p for p, _ in self.mount_points)} stay: "
                     f"{len(others)} other emulated lab(s) still up")
@@ -1011,6 +1015,18 @@ def _cmd_down(args: argparse.Namespace, say: Say) -> int:
     return 0
 
 
+def _host_status(lab: Lab, h: LabHost) -> str:
+    """One host's line of ``lab status``: namespace, address, sshd, and on an emulated lab its faults."""
+    state = f"sshd pid {h.sshd_pid}" if h.sshd_running else "sshd STOPPED"
+    extra = f", small workdir {h.small_workdir}" if h.small_workdir else ""
+    if lab.plan.npu is not None:
+        faults = lab.active_faults(h.name)
+        extra += f", {lab.plan.npu.profile}, faults: {', '.join(faults) or 'none'}"
+        holders = [p for p in h.holders if pid_alive(p)]
+        extra += f", holder pid(s) {' '.join(map(str, holders))}" if holders else ""
+    return f"  {h.name:<8} {h.ns:<16} {h.ip:<15} {state}{extra}"
+
+
 def _cmd_status(args: argparse.Namespace, say: Say) -> int:
     lab = Lab.load(args.name, args.state_dir)
     say(f"lab {lab.name!r}: {npu_shape(lab.plan)}, bridge {lab.plan.bridge} {lab.plan.bridge_ip}/"
@@ -1020,14 +1036,7 @@ def _cmd_status(args: argparse.Namespace, say: Say) -> int:
         say(f"  {'jump':<8} {lab.jump.ns:<16} {lab.jump.ip:<15} {state}, hosts' network {lab.plan.private_bridge} "
             f"{lab.plan.private_subnet} (jump leg {lab.plan.jump.private_ip})")
     for h in lab.hosts:
-        state = f"sshd pid {h.sshd_pid}" if h.sshd_running else "sshd STOPPED"
-        extra = f", small workdir {h.small_workdir}" if h.small_workdir else ""
-        if lab.plan.npu is not None:
-            faults = lab.active_faults(h.name)
-            extra += f", {lab.plan.npu.profile}, faults: {', '.join(faults) or 'none'}"
-            holders = [p for p in h.holders if pid_alive(p)]
-            extra += f", holder pid(s) {' '.join(map(str, holders))}" if holders else ""
-        say(f"  {h.name:<8} {h.ns:<16} {h.ip:<15} {state}{extra}")
+        say(_host_status(lab, h))
     problems = lab.problems()
     say("healthy" if not problems else "NOT healthy: " + "; ".join(problems))
     return 0 if not problems else 1
