@@ -352,16 +352,7 @@ class Launcher:
         self._check_devices(nodes, result)
         self._mark_suspects(result)
         if self.rundir is not None:
-            self._record_run_phases(monitor, now_mono, now_wall)
-            t_fetch = time.time()
-            self._fetch(nodes, result)
-            if result.failure is not None:  # the failed launch's timeline reads them
-                self._write_transcript(monitor, now_mono, now_wall)
-            t_fetched = time.time()
-            self._phases(PhaseEvent(h, "collect", t_fetch, t_fetched) for h in nodes)
-            self.rundir.write_json(f"launch-{result.launch_id}.json", result.to_json())
-            self.dirty.write(Path(self.rundir.path))
-            result.report_dir = str(self.rundir.path)
+            self._record_and_fetch(nodes, monitor, now_mono, now_wall)
         how, why = ("ended", "") if result.failure is None else ("torn down", " (the launch failed)")
         fetched = ", run folder fetched" if self.rundir is not None else ""
         for h, node in result.nodes.items():  # the end of the launch on each node, as its start was said
@@ -371,6 +362,29 @@ class Launcher:
         if failed is not None and failed.log:
             # host text bound for pytest's failure text and the terminal: no secret, no control character
             result.failure_tail = printable(Scrubber.from_env(self.env).text(fetch.log_tail(failed.log)))
+        self._find_cause(result)
+        if self.rundir is not None and result.cause:  # the record written before the logs were read gets it too
+            self.rundir.write_json(f"launch-{result.launch_id}.json", result.to_json())
+
+    def _record_and_fetch(self, nodes: dict[str, _Node], monitor: LaunchMonitor, now_mono: float,
+                          now_wall: float) -> None:
+        """The run folder's phases, the nodes' fetched folders, the launch record and the dirty hosts."""
+        assert self.rundir is not None
+        result = monitor.result
+        self._record_run_phases(monitor, now_mono, now_wall)
+        t_fetch = time.time()
+        self._fetch(nodes, result)
+        if result.failure is not None:  # the failed launch's timeline reads them
+            self._write_transcript(monitor, now_mono, now_wall)
+        t_fetched = time.time()
+        self._phases(PhaseEvent(h, "collect", t_fetch, t_fetched) for h in nodes)
+        self.rundir.write_json(f"launch-{result.launch_id}.json", result.to_json())
+        self.dirty.write(Path(self.rundir.path))
+        result.report_dir = str(self.rundir.path)
+
+    def _find_cause(self, result: LaunchResult) -> None:
+        """The failed launch's cause line: the ranks' first error, the timeline's root cause where it finds
+        one (and the fault bundle), else a hang's stacks; scrubbed of secrets."""
         found = cause.of_ranks(result.ranks.values(), result.failure_rank) if result.failure else None
         result.cause = found.describe() if found else None
         if self.rundir is not None and result.failure:  # the timeline's root cause, when it finds one, wins
@@ -380,8 +394,6 @@ class Launcher:
             result.cause = "hang: " + stacks.summary(result.stacks).removeprefix("stacks: ")
         if result.cause:  # a rank's words: no secret
             result.cause = Scrubber.from_env(self.env).text(result.cause)
-        if self.rundir is not None and result.cause:  # the record written before the logs were read gets it too
-            self.rundir.write_json(f"launch-{result.launch_id}.json", result.to_json())
 
     def _timeline(self, result: LaunchResult) -> str | None:
         """Write the failed launch's ``timeline.json``; its root cause line (None when it found none)."""

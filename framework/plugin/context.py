@@ -222,17 +222,23 @@ class RunContext:
         return self.rundir or planned
 
 
+def _refuse_unknown_hosts(env: EnvConfig, options: Options) -> None:
+    """A ``UsageError`` naming the option, the first host ``--hosts`` / ``--exclude-hosts`` names that the env
+    does not have, and the env file."""
+    for flag, names in (("--hosts", options.hosts), ("--exclude-hosts", options.exclude_hosts)):
+        unknown = [n for n in names or () if n not in env.hosts]
+        if unknown:
+            raise pytest.UsageError(f"{flag} {','.join(names or ())}: unknown host {unknown[0]!r}: not in "
+                                    f"{env.source} (its hosts: {', '.join(env.hosts)})")
+
+
 def chosen_hosts(env: EnvConfig, options: Options,
                  suspect: Mapping[str, Any] | None = None) -> list[str]:
     """The env's hosts that ``--hosts`` / ``--exclude-hosts`` leave (file order), without the
     ``suspect`` ones unless ``--hosts`` names them; an unknown name or none left is a
     ``UsageError`` naming the option, the host and the env file."""
     known = list(env.hosts)
-    for flag, names in (("--hosts", options.hosts), ("--exclude-hosts", options.exclude_hosts)):
-        unknown = [n for n in names or () if n not in env.hosts]
-        if unknown:
-            raise pytest.UsageError(f"{flag} {','.join(names or ())}: unknown host {unknown[0]!r}: not in "
-                                    f"{env.source} (its hosts: {', '.join(known)})")
+    _refuse_unknown_hosts(env, options)
     left_out = set(options.exclude_hosts or ())
     if options.hosts is None:
         left_out |= set(suspect or ())

@@ -68,24 +68,34 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[CONTEXT_KEY] = ctx
     config.stash[RESOURCES_KEY] = Resources(ctx)
     random.seed(ctx.seed)
-    if ctx.env is not None and not config.option.collectonly:
+    collecting = bool(config.option.collectonly)
+    dist = getattr(config.option, "dist", "no")
+    if ctx.env is not None and not collecting:
         signals = config.stash[SIGNALS_KEY] = Signals()
         signals.install()
         config.pluginmanager.register(signals, "camit-signals")  # its hooks note the running tests
-    if ctx.env is not None and ctx.is_controller and not config.option.collectonly:
-        # (--collect-only runs nothing: no run folder, no summary); the folder is made once camit is used
-        rundir = ctx.ensure_rundir() if ctx.active else ctx.plan_rundir()
-        # our run folder also holds pytest's own JUnit unless the user chose a path (written if camit is used)
-        if not getattr(config.option, "xmlpath", None):
-            reporting.register_junit(config, ctx, rundir.path / "junit.xml")
-        config.pluginmanager.register(reporting.RerunRecorder(config, ctx), "camit-reruns")
-    if ctx.active or (ctx.env is not None and ctx.is_controller and getattr(config.option, "dist", "no") != "no"):
+    controller = ctx.env is not None and ctx.is_controller
+    if controller and not collecting:
+        _register_controller_reports(config, ctx)
+    if ctx.active or (controller and dist != "no"):
         progress.start(config, ctx)  # (an xdist controller prints its workers' events once camit is used)
-    if (ctx.active and ctx.is_controller and not config.option.collectonly
-            and getattr(config.option, "dist", "no") == "load" and getattr(config.option, "maxschedchunk", 0) is None):
+    if (ctx.active and ctx.is_controller and not collecting
+            and dist == "load" and getattr(config.option, "maxschedchunk", 0) is None):
         # cluster tests are few and slow: xdist hands them out one at a time to whichever worker is
         # free (its option for "a small number of slow tests"); see xdist.sort_for_workers
         config.option.maxschedchunk = 1
+
+
+def _register_controller_reports(config: pytest.Config, ctx: RunContext) -> None:
+    """The controller's JUnit and rerun records in the run folder.
+
+    (--collect-only runs nothing: no run folder, no summary); the folder is made once camit is used.
+    """
+    rundir = ctx.ensure_rundir() if ctx.active else ctx.plan_rundir()
+    # our run folder also holds pytest's own JUnit unless the user chose a path (written if camit is used)
+    if not getattr(config.option, "xmlpath", None):
+        reporting.register_junit(config, ctx, rundir.path / "junit.xml")
+    config.pluginmanager.register(reporting.RerunRecorder(config, ctx), "camit-reruns")
 
 
 @pytest.hookimpl(tryfirst=True, optionalhook=True)
