@@ -2,7 +2,7 @@
 answer as a fact (key, value, source) and write one folder: ``calibration.json`` plus
 ``raw/<host>/<key>.txt``.
 
-Every value is scrubbed of the env's secrets (:class:`framework.report.scrub.Scrubber`) before it is
+Every value is scrubbed of the env's secrets (:class:`framework.records.scrub.Scrubber`) before it is
 written; no core file is ever collected. The top-level ``facts`` are the first host's host facts and
 the torch probe's facts (what :mod:`framework.calib.compare` judges); ``hosts`` keeps each host's
 own."""
@@ -19,7 +19,7 @@ from framework.calib.probe import CAM_REFUSALS, HOST_FACTS, TORCH_PROBE, host_sc
 from framework.deploy.plan import HostLayout
 from framework.errors import UsageError
 from framework.preflight.probe import plan_probe, split_sections
-from framework.report.scrub import Scrubber
+from framework.records.scrub import Scrubber
 from framework.setenv import env_steps
 
 if TYPE_CHECKING:

@@ -22,7 +22,7 @@ from camsuite import PREFILL_ENV, worlds_of
 
 from framework.perf import history, matrix, sweep
 from framework.perf.row import Row
-from framework.report.folder import append_text, update_json
+from framework.records.folder import append_text, update_json
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.perf

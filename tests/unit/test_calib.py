@@ -189,7 +189,7 @@ def test_torch_probe_records_errors_as_facts_with_the_stand_ins() -> None:
 
 
 def test_write_scrubs_secrets_from_the_json_and_the_raw_captures(tmp_path: Path) -> None:
-    from framework.report.scrub import Scrubber
+    from framework.records.scrub import Scrubber
 
     fact = {"value": "token=s3cr3t-pw here", "source": "h1: npu-smi info"}
     doc = {
