@@ -45,7 +45,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from framework.hosts import Cluster
     from framework.launch.result import LaunchResult, RankResult
     from framework.lease import Lease
-    from framework.report.folder import RunDir
+    from framework.records.folder import RunDir
     from framework.result import Result
 
 
@@ -300,7 +300,7 @@ def cmd_exec(args: argparse.Namespace) -> int:
 def _cluster_run(args: argparse.Namespace) -> tuple[EnvConfig, Cluster, RunDir]:
     """The env, its (selected) cluster and a new run folder."""
     from framework.hosts import Cluster
-    from framework.report.folder import RunDir
+    from framework.records.folder import RunDir
 
     env = _load_env(args.env)
     cluster = Cluster.from_env(env, _split_hosts(args.hosts))
@@ -357,7 +357,7 @@ def _step_action(st: dict[str, Any]) -> str:
 def _deploy_dry_run(args: argparse.Namespace) -> int:
     from framework.deploy import Deployer
     from framework.deploy.plan import mb
-    from framework.report.scrub import Scrubber, scrub_doc
+    from framework.records.scrub import Scrubber, scrub_doc
 
     env, cluster = _dry_cluster(args)
     plans = Deployer(env, cluster, relay=False if args.no_relay else None).plan_only()
@@ -386,7 +386,7 @@ def _deploy_dry_run(args: argparse.Namespace) -> int:
 def _run_dry_run(args: argparse.Namespace, target: Any) -> int:
     from framework.launch import Launcher, node_command
     from framework.launch.plan import secret_env
-    from framework.report.scrub import Scrubber, scrub_doc
+    from framework.records.scrub import Scrubber, scrub_doc
 
     env, cluster = _dry_cluster(args)
     launcher = Launcher(env, cluster, nproc_per_node=args.nproc_per_node)
@@ -429,8 +429,8 @@ def _run_dry_run(args: argparse.Namespace, target: Any) -> int:
 
 
 def _scrub_folder(rundir: RunDir, env: EnvConfig) -> None:
-    """The env's secrets out of every file of the run folder (as values: framework.report.scrub)."""
-    from framework.report.scrub import Scrubber, scrub_folder
+    """The env's secrets out of every file of the run folder (as values: framework.records.scrub)."""
+    from framework.records.scrub import Scrubber, scrub_folder
 
     scrub_folder(rundir.path, Scrubber.from_env(env))
 
@@ -608,7 +608,7 @@ def _check_pairs(args: argparse.Namespace, env: EnvConfig) -> int:
     from framework import pairs
     from framework.hosts import Cluster
     from framework.lease import Lease
-    from framework.report.folder import RunDir
+    from framework.records.folder import RunDir
 
     rundir = RunDir.create("reports")
     with Cluster.from_env(env, _split_hosts(args.hosts)) as cluster, Lease(cluster):
@@ -626,7 +626,7 @@ def _suspects_after_check(env: EnvConfig, cluster: Cluster, report: Any,
     from framework import heal as healing
     from framework import suspects
 
-    suspects.mark(cluster, suspects.preflight_faults(report))
+    suspects.mark(cluster, report.host_faults())
     marks = suspects.read(cluster)
     if not heal:
         return {n: f"{m.describe()} (camit check --heal re-admits it)" for n, m in marks.items()}
@@ -681,8 +681,8 @@ def cmd_collect(args: argparse.Namespace) -> int:
     from framework.hosts import Cluster, Host
     from framework.preflight.checks import evaluate
     from framework.preflight.run import Preflight
+    from framework.records.folder import RunDir
     from framework.remote.layout import UNSAFE_RC, HostLayout, unsafe_message, unsafe_reason
-    from framework.report.folder import RunDir
 
     env = _load_env(args.env)
     rundir = RunDir.create(args.report_dir)
@@ -745,8 +745,8 @@ def cmd_collect(args: argparse.Namespace) -> int:
 def _collect_diag(env: Any, cluster: Any, root: Path, plans: Any) -> None:
     """``collect --diag``: the fault bundle of every host (framework.cores.diagcollect)."""
     from framework.cores.diagcollect import collect_diag
+    from framework.records.scrub import Scrubber
     from framework.remote.layout import HostLayout
-    from framework.report.scrub import Scrubber
 
     bundle, verdict, failed = collect_diag(
         cluster, root, lambda h: plans[h.name].workdir, lambda h: env.hosts[h.name].npu.count,

@@ -622,8 +622,8 @@ def _resolve(
 
 def _launch_warnings(launch: schema.LaunchModel, env: Mapping[str, Any], report: _Reporter) -> list[str]:
     """The timeout order of ``launch.env`` (warnings), its master port against HCCL's ports (an error)."""
-    from framework.launch.nic import hccl_host_ports
-    from framework.launch.timeouts import order_problems
+    from framework.ascend.nic import hccl_host_ports
+    from framework.ascend.timeouts import order_problems
 
     plain = {k: str(v) for k, v in env.items() if not isinstance(v, Secret)}
     ports = hccl_host_ports(plain)

@@ -6,7 +6,7 @@ Pure parsers for two preflight probe sections (:data:`CAPS_SCRIPT`, :func:`space
 ``ExternalSizeMax`` (the largest core stored on disk; default 32G) and ``MaxUse`` (disk the store may use; default
 10 % of its file system). Settings come from the main file, then the drop-ins of every ``coredump.conf.d/``
 sorted by file name (systemd.syntax(7); a later assignment wins). NPU ranks run with a bounded core limit
-(``framework.launch.plan.NPU_CORE_LIMIT``): a cap below it cuts their cores, too little free space loses them.
+(``framework.ascend.tools.NPU_CORE_LIMIT``): a cap below it cuts their cores, too little free space loses them.
 """
 
 from __future__ import annotations

@@ -47,10 +47,10 @@ import logging
 import os
 import secrets
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from framework import fetchcaps
 from framework.commands import ShellScript
@@ -85,12 +85,34 @@ from framework.cores.scan import (
 )
 from framework.errors import FrameworkError, reason_of
 from framework.hosts import Cluster, Host
+from framework.records.folder import RunDir, update_json
 from framework.remote.layout import DEFAULT_WORKDIR, HostLayout
-from framework.report.folder import RunDir, update_json
 
 if TYPE_CHECKING:
     from framework.config.effective import EnvConfig, HostSpec
-    from framework.launch import LaunchResult
+
+class RankOutcome(Protocol):
+    """A rank of a finished launch as core attribution reads it (``framework.launch.result.RankResult``)."""
+
+    @property
+    def host(self) -> str: ...
+
+    @property
+    def signal(self) -> str | None: ...
+
+
+class Launched(Protocol):
+    """A finished launch as core attribution reads it (``framework.launch.result.LaunchResult``)."""
+
+    @property
+    def launch_id(self) -> str: ...
+
+    @property
+    def report_dir(self) -> str | None: ...
+
+    @property
+    def ranks(self) -> Mapping[int, RankOutcome]: ...
+
 
 log = logging.getLogger("camit.coredump")
 
@@ -107,11 +129,11 @@ SETTLE_TIMEOUT = 10.0
 
 
 # -- the ranks' pids, for attribution ------------------------------------------------------------------
-def rank_procs(launches: LaunchResult | Sequence[LaunchResult] | None) -> list[RankProc]:
+def rank_procs(launches: Launched | Sequence[Launched] | None) -> list[RankProc]:
     """Rank processes of ``LaunchResult``\\ s, pids read from ``<report>/<host>/rank<N>.json``."""
     if launches is None:
         return []
-    runs: list[LaunchResult] = list(launches) if isinstance(launches, Sequence) else [launches]
+    runs: list[Launched] = list(launches) if isinstance(launches, Sequence) else [launches]
     out = []
     for lr in runs:
         report = Path(lr.report_dir) if lr.report_dir else None
@@ -123,7 +145,7 @@ def rank_procs(launches: LaunchResult | Sequence[LaunchResult] | None) -> list[R
                     pid = st.get("pid") if st.get("rank") == rank and isinstance(st.get("pid"), int) else None
                 except (OSError, ValueError):
                     pid = None
-            out.append(RankProc(lr.launch_id, rank, rr.host, pid, getattr(rr, "signal", None)))
+            out.append(RankProc(lr.launch_id, rank, rr.host, pid, rr.signal))
     return out
 
 
@@ -245,7 +267,7 @@ class CoreWatch:
 
     # -- after --------------------------------------------------------------------------------------
     def collect(self, baseline: Baseline, *, rundir: RunDir | Path | str | None = None,
-                ranks: LaunchResult | Sequence[LaunchResult] | None = None) -> list[Core]:
+                ranks: Launched | Sequence[Launched] | None = None) -> list[Core]:
         """The cores that appeared on the cluster's hosts since ``baseline``: attributed, fetched, backtraced.
 
         ``rundir`` (a ``RunDir`` or a path) receives ``<host>/cores/<name>.gz`` and

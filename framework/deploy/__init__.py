@@ -79,7 +79,7 @@ from framework.remote.layout import unsafe_message, unsafe_reason
 
 if TYPE_CHECKING:  # pragma: no cover
     from framework.config.effective import EnvConfig
-    from framework.report.folder import RunDir
+    from framework.records.folder import RunDir
 
 log = logging.getLogger("camit.deploy")
 

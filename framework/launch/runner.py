@@ -19,13 +19,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from framework import __version__, remote, suspects
+from framework.ascend import timeouts
+from framework.ascend.nic import hccl_host_ports, rendezvous_ip
 from framework.console import printable
 from framework.cores import faultbundle
 from framework.errors import CommandFailed, CommandTimedOut, FrameworkError, HostError
 from framework.hosts import Cluster, Host, sha256_file
-from framework.launch import cause, devices, fetch, stacks, timeline, timeouts
+from framework.launch import cause, devices, fetch, stacks, timeline
 from framework.launch.monitor import LaunchMonitor
-from framework.launch.nic import hccl_host_ports, rendezvous_ip
 from framework.launch.plan import (
     AUTO_CORE_LIMIT,
     FETCH_PATTERNS,
@@ -56,15 +57,15 @@ from framework.launch.plan import (
 )
 from framework.launch.result import LaunchResult, NodeResult, RankResult
 from framework.phases import PhaseEvent, PhaseSink, discard, emit, rundir_sink
+from framework.records.folder import write_atomic
+from framework.records.scrub import Scrubber
 from framework.remote import protocol
 from framework.remote.layout import HostLayout, unsafe_message, unsafe_reason
-from framework.report.folder import write_atomic
-from framework.report.scrub import Scrubber
 from framework.transport.base import Process
 
 if TYPE_CHECKING:  # pragma: no cover
     from framework.config.effective import EnvConfig
-    from framework.report.folder import RunDir
+    from framework.records.folder import RunDir
 
 log = logging.getLogger("camit.launch")
 
@@ -443,7 +444,7 @@ class Launcher:
     def _mark_suspects(self, result: LaunchResult) -> None:
         """Lost hosts and held devices make their host suspect (framework.suspects), marked on
         every host still here."""
-        faults = suspects.launch_faults(result)
+        faults = result.host_faults()
         if faults:
             lost = {h for h, n in result.nodes.items() if n.lost}
             here = [h.name for h in self.cluster if h.name not in lost]

@@ -35,7 +35,7 @@ from framework.plugin.xdist import ShareBook, host_share
 if TYPE_CHECKING:
     from framework.config.effective import EnvConfig
     from framework.launch import LaunchResult
-    from framework.report.folder import RunDir
+    from framework.records.folder import RunDir
 
 #: what pytest-xdist hands a worker (``node.workerinput``): workerid, workercount, camit_rundir, camit_seed,
 #: camit_hosts (the worker's host share, from the controller's :class:`~framework.plugin.xdist.ShareBook`)
@@ -197,7 +197,7 @@ class RunContext:
     def plan_rundir(self) -> RunDir:
         """The run folder's path, not made yet (the controller hands it to xdist workers at once)."""
         if self.rundir is None:
-            from framework.report.folder import RunDir, new_run_id
+            from framework.records.folder import RunDir, new_run_id
 
             if self.worker is not None and self.worker.get("camit_rundir"):
                 path = Path(str(self.worker["camit_rundir"]))
@@ -216,7 +216,7 @@ class RunContext:
         (by whichever process uses camit first; ``latest`` points at it)."""
         planned = self.plan_rundir()
         if not planned.path.is_dir():
-            from framework.report.folder import RunDir
+            from framework.records.folder import RunDir
 
             self.rundir = RunDir.create(planned.path.parent, planned.run_id)
         return self.rundir or planned

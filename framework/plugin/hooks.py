@@ -27,7 +27,6 @@ from framework.plugin.context import CONTEXT_KEY, RunContext, context_of
 from framework.plugin.options import add_options, add_seed_alias
 from framework.plugin.resources import RESOURCES_KEY, Resources, resources_of
 from framework.plugin.signals import SIGNALS_KEY, Signals, name_cut_cases, signals_of
-from framework.urma import harness
 
 if TYPE_CHECKING:
     from _pytest.terminal import TerminalReporter
@@ -53,9 +52,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 @pytest.hookimpl(wrapper=True)
 def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Parser,
                                   args: list[str]) -> Generator[None, None, None]:
-    """Before the initial conftests: an URMA harness tree is set up
-    (:func:`framework.urma.harness.detect`); after them: ``--random_seed`` is camit's alias unless a conftest declared it."""
-    harness.detect(early_config, parser, args)
+    """After the initial conftests (and the URMA harness's set-up before them,
+    :func:`framework.urma.harness.detect`): ``--random_seed`` is camit's alias unless a conftest declared it."""
     yield
     add_seed_alias(parser)
 
@@ -156,12 +154,7 @@ def uses_camit(item: pytest.Item) -> bool:
     """The test asks for a camit fixture (or one that depends on one), or is a ``BaseTest`` method."""
     if CAMIT_FIXTURES.intersection(getattr(item, "fixturenames", ())):
         return True
-    cls = getattr(item, "cls", None)
-    if cls is None:
-        return False
-    from framework.base_test import BaseTest
-
-    return issubclass(cls, BaseTest)
+    return markers.is_base_test(getattr(item, "cls", None))
 
 
 @pytest.hookimpl(trylast=True)
@@ -197,11 +190,8 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     attempt under pytest-rerunfailures) is noted first: its launches are named after it in the report."""
     context_of(item.config).test = (item.nodeid, int(getattr(item, "execution_count", 1) or 1))
     cls = getattr(item, "cls", None)
-    if cls is not None:
-        from framework.base_test import BaseTest
-
-        if issubclass(cls, BaseTest):
-            cls._camit_resources = resources_of(item.config)
+    if markers.is_base_test(cls):
+        setattr(cls, markers.RESOURCES_ATTR, resources_of(item.config))
     why = markers.requirements(item, context_of(item.config))
     if why:
         pytest.skip(why)

@@ -197,7 +197,7 @@ def summary_lines(ctx: RunContext) -> list[str] | None:
         return None
     try:
         from framework import report
-        from framework.report.scrub import Scrubber
+        from framework.records.scrub import Scrubber
 
         text = report.terminal_summary(ctx.rundir.path, repro=repro(ctx.config, ctx.seed),
                                        scrub=Scrubber.from_env(ctx.env))

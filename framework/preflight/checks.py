@@ -20,12 +20,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from framework.ascend import parse as ascend
+from framework.ascend.nic import parse_addrs
+from framework.ascend.tools import NPU_CORE_LIMIT
 from framework.cores.caps import core_findings, sections_text
 from framework.cores.pattern import CorePattern, parse_core_pattern
 from framework.errors import EXIT_FAILED, EXIT_INFRA, EXIT_OK, reason_of
-from framework.launch.nic import parse_addrs
-from framework.launch.plan import NPU_CORE_LIMIT
-from framework.preflight import ascend
 from framework.preflight.probe import CANN_RECORD, Limits, ProbePlan, Section
 from framework.result import Result
 
@@ -109,6 +109,15 @@ class Report:
     @property
     def problems(self) -> list[CheckResult]:
         return [r for r in self.results.values() if r.status in (FAIL, ERROR, WARN)]
+
+    def host_faults(self) -> dict[str, tuple[str, str]]:
+        """The hosts that failed (a FAIL or ERROR check), each with its first failing check: what
+        makes a host suspect (framework.suspects)."""
+        out: dict[str, tuple[str, str]] = {}
+        for r in self.problems:
+            if not r.passed and r.host not in out:
+                out[r.host] = ("preflight", f"{r.check}: {r.status}: {r.summary}")
+        return out
 
     @property
     def exit_code(self) -> int:
