@@ -102,8 +102,8 @@ from framework.plugin.failtext import note_failure
 
 if TYPE_CHECKING:
     from framework.config.effective import EnvConfig, HostSpec
-    from framework.cores.runwatch import ClusterWatch
     from framework.hosts import Cluster, Host
+    from framework.launch.runwatch import ClusterWatch
     from framework.plugin.resources import Resources
     from framework.result import Result
     from framework.samepath import Shipment
@@ -648,7 +648,7 @@ class BaseTest:
 
     @classmethod
     def setup_class(cls) -> None:
-        from framework.cores.runwatch import ClusterWatch  # the one watch around a run (also pytest, camit run)
+        from framework.launch.runwatch import ClusterWatch  # the one watch around a run (also pytest, camit run)
 
         cls.env, cls.cluster = cls._open()
         cls.cluster.connect().raise_on_failure()

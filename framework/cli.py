@@ -41,9 +41,9 @@ from framework.perf import verb as perf_verb
 
 if TYPE_CHECKING:  # pragma: no cover
     from framework.config.effective import EnvConfig
-    from framework.cores.runwatch import WatchOutcome
     from framework.hosts import Cluster
     from framework.launch.result import LaunchResult, RankResult
+    from framework.launch.runwatch import WatchOutcome
     from framework.lease import Lease
     from framework.records.folder import RunDir
     from framework.result import Result
@@ -508,8 +508,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def _run_leased(args: argparse.Namespace, env: EnvConfig, cluster: Cluster, rundir: RunDir, target: Any,
                 state: dict[str, Any]) -> int:
-    from framework.cores.runwatch import ClusterWatch
     from framework.launch import Launcher
+    from framework.launch.runwatch import ClusterWatch
 
     with cluster, console.terminate_as_interrupt(), _leased(args, cluster), _progress(args) as event:
         watch = ClusterWatch(cluster, env, policy=args.core_policy, rundir=rundir)
