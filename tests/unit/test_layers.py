@@ -123,3 +123,13 @@ def test_the_guard_sees_an_upward_import(tmp_path: Path) -> None:
     node = ast.parse("from ..launch import plan").body[0]
     (target,) = imported(node, module, is_package=False)
     assert unit_of(target) == "launch" and layer_of("launch") > layer_of("config")
+
+
+def test_the_design_page_draws_the_same_layers() -> None:
+    """docs/design.md's layer table lists each layer's units in this file's order."""
+    page = (ROOT.parent / "docs" / "design.md").read_text()
+    rows = [line for line in page.splitlines() if line.startswith("| ") and line[2].isdigit()]
+    assert len(rows) == len(LAYERS)
+    for row, layer in zip(rows, LAYERS):
+        drawn = {u.strip("`/ ") for u in row.split("|")[2].split(",")}
+        assert drawn == {u.removeprefix("framework.") for u in layer}, row
