@@ -34,7 +34,8 @@ def machine() -> str:
         pass
     import os
 
-    return f"{platform.system()} {platform.release()}, {os.cpu_count()} cores ({cpu}), Python {platform.python_version()}"
+    system = f"{platform.system()} {platform.release()}"
+    return f"{system}, {os.cpu_count()} cores ({cpu}), Python {platform.python_version()}"
 
 
 @contextmanager

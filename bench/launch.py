@@ -138,7 +138,8 @@ def main() -> int:
     med = {k: statistics.median(v) for k, v in times.items()}
     ratio = med["camit"] / med["bare"]
     rows = [{"run": "camit: pytest suites/cam/test_prefill.py --world-sizes 4 --no-deploy",
-             "wall s (median)": f"{med['camit']:.2f}", "min–max": f"{min(times['camit']):.2f}–{max(times['camit']):.2f}"},
+             "wall s (median)": f"{med['camit']:.2f}",
+             "min–max": f"{min(times['camit']):.2f}–{max(times['camit']):.2f}"},
             {"run": "bare: ssh + torchrun loop, same rank-side tests", "wall s (median)": f"{med['bare']:.2f}",
              "min–max": f"{min(times['bare']):.2f}–{max(times['bare']):.2f}"},
             {"run": "camit / bare", "wall s (median)": f"**{ratio:.2f} ×**",

@@ -175,7 +175,8 @@ def main() -> None:
         launch = launch_ms(run)
         judged, compared = history_s(tmp)
     q = matrix.load("quick")
-    doc = {"matrix_s": wall, "page_s": page_s, "launch_ms": launch, "matrix_iterations": f"{q.warmup} warm-up + {q.iterations} timed iterations",
+    doc = {"matrix_s": wall, "page_s": page_s, "launch_ms": launch,
+           "matrix_iterations": f"{q.warmup} warm-up + {q.iterations} timed iterations",
            "judge_s": judged, "compare_s": compared, "configs": configs, "machine": machine(),
            "model": {"bw_gbps": BW_GBPS, "latency_us": LATENCY_US}}
     text = markdown(doc)

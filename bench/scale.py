@@ -282,7 +282,8 @@ def main() -> int:
                  f"{1000 * blo:.1f} ms = {bhi / blo if blo > 0 else float('inf'):.2f} ×")
         if cmd == "deploy":  # the only command here that holds a lease
             hlo, hhi = marginal(cmd, busy=True, beats=True)
-            line += (f"; less the idle cost and the lease heartbeats ({heartbeats(med(large, cmd, 'wall'))} per host at "
+            line += ("; less the idle cost and the lease heartbeats "
+                     f"({heartbeats(med(large, cmd, 'wall'))} per host at "
                      f"{large} hosts, {heartbeats(med(mid, cmd, 'wall'))} at {mid}, "
                      f"{heartbeats(med(small, cmd, 'wall'))} at {small}; {1000 * per_command:.1f} ms of controller "
                      f"CPU per command and host, measured here): {1000 * hhi:.1f} vs {1000 * hlo:.1f} ms = "

@@ -100,8 +100,11 @@ def wrap_target(target: Target, sources: Sequence[str]) -> Target:
     """``target`` run under ``coverage run --parallel-mode`` measuring ``sources`` (folders or packages).
 
     >>> from framework.launch import Target
-    >>> wrap_target(Target(module="pytest", args=("t.py",)), ["/w/suites/ab", "pkg"]).python_args()[2:]
-    ['run', '--parallel-mode', '--data-file=coverage-rank{rank}.dat', '--source=/w/suites/ab,pkg', '-m', 'pytest', 't.py']
+    >>> args = wrap_target(Target(module="pytest", args=("t.py",)), ["/w/suites/ab", "pkg"]).python_args()
+    >>> args[2:5]
+    ['run', '--parallel-mode', '--data-file=coverage-rank{rank}.dat']
+    >>> args[5:]
+    ['--source=/w/suites/ab,pkg', '-m', 'pytest', 't.py']
     """
     from framework.launch import Target
 

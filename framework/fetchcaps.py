@@ -7,11 +7,13 @@ host packed for us (a run folder, Ascend logs, ``.gcda`` data, ``camit collect -
 by :func:`extract_tar`, which streams each member in chunks and stops a member at
 :attr:`FetchCaps.member_bytes` and the whole archive at :attr:`FetchCaps.total_bytes`, keeping what it
 wrote so far. A 1 MiB gzip that expands to 1 GiB then costs the controller one chunk of memory, at
-most ``total_bytes`` of disk and at most ``expand_bytes`` of inflating, and the stop is one :class:`FetchCapError` / note naming host and file.
+most ``total_bytes`` of disk and at most ``expand_bytes`` of inflating, and the stop is one :class:`FetchCapError` /
+note naming host and file.
 
 Defaults (:data:`DEFAULTS`) are overridden per key by environment variables (:data:`ENV_KEYS`), read
 each time :func:`caps` is called: ``CAMIT_FETCH_MAX_BYTES``, ``CAMIT_FETCH_TIMEOUT``,
-``CAMIT_FETCH_MEMBER_BYTES``, ``CAMIT_FETCH_TOTAL_BYTES``, ``CAMIT_FETCH_EXPAND_BYTES`` (sizes take ``K``/``M``/``G`` suffixes, base
+``CAMIT_FETCH_MEMBER_BYTES``, ``CAMIT_FETCH_TOTAL_BYTES``, ``CAMIT_FETCH_EXPAND_BYTES`` (sizes take ``K``/``M``/``G``
+suffixes, base
 1024). Files written from host data are created mode ``0600`` (:func:`open_private`).
 """
 
@@ -196,7 +198,8 @@ def extract_tar(tgz: Path, dest: Path, *, host: str, what: str, place: Callable[
     dest.mkdir(parents=True, exist_ok=True)
     root = dest.resolve()
     try:
-        with _bounded_stream(tgz, cap.expand_bytes) as stream, tarfile.open(fileobj=cast(BinaryIO, stream), mode="r:") as tar:
+        with (_bounded_stream(tgz, cap.expand_bytes) as stream,
+              tarfile.open(fileobj=cast(BinaryIO, stream), mode="r:") as tar):
             for count in range(MAX_MEMBERS + 1):
                 member = tar.next()
                 if member is None:
@@ -331,5 +334,5 @@ def _extract_member(tar: tarfile.TarFile, member: tarfile.TarInfo, target: Path,
             f"{human(getattr(cap, which))} ({ENV_KEYS[which]})")
 
 
-__all__ = ["DEFAULTS", "ENV_KEYS", "HEADER_BYTES", "ArchiveBound", "Extracted", "FetchCapError", "FetchCaps", "caps", "copy_bounded",
-           "extract_tar", "open_private", "parse_size", "shown", "write_private"]
+__all__ = ["DEFAULTS", "ENV_KEYS", "HEADER_BYTES", "ArchiveBound", "Extracted", "FetchCapError", "FetchCaps", "caps",
+           "copy_bounded", "extract_tar", "open_private", "parse_size", "shown", "write_private"]

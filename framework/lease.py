@@ -28,7 +28,8 @@ lease gone (someone judged it stale and took it), ``lost`` says so and leaving t
 :class:`LeaseLost`. A failed refresh is retried at once (a short pause), each attempt bounded to end
 before the lease could be judged stale; a host whose refresh keeps failing until too little of that
 window is left is *dropped* (``lost`` names the host and the heartbeat step, ``on_lost`` fires) before
-another controller could judge its lease stale and take it. ``lease release`` without ``--force`` removes stale leases and the one holding the
+another controller could judge its lease stale and take it. ``lease release`` without ``--force`` removes stale
+leases and the one holding the
 given token, never a live lease by its owner string (two sessions of one user share it).
 
     with Lease(cluster, ttl=300, wait=600) as lease:   # LeaseHeld names the holder (exit 3)
@@ -253,10 +254,12 @@ def _prelude(path: str, token: str = "read", ttl: int = 0) -> str:
         f"L={q(path)}; D={q(posixpath.dirname(path) or '/')}; M=\"$L.lock\"; T=\"$L.{token}.tmp\"; TTL={ttl}",
         # a mutex for changes to an existing lease: held for milliseconds; one left by a killed script is broken
         "mutex() { _i=0; while ! mkdir -- \"$M\" 2>/dev/null; do "
-        "if [ -n \"$(find \"$M\" -maxdepth 0 -mmin +1 2>/dev/null)\" ]; then rmdir -- \"$M\" 2>/dev/null; continue; fi; "
+        "if [ -n \"$(find \"$M\" -maxdepth 0 -mmin +1 2>/dev/null)\" ]; "
+        "then rmdir -- \"$M\" 2>/dev/null; continue; fi; "
         "_i=$((_i+1)); [ $_i -ge 200 ] && return 1; sleep 0.05; done; "
         "trap 'rmdir -- \"$M\" 2>/dev/null' EXIT; trap 'rmdir -- \"$M\" 2>/dev/null; exit 1' INT TERM HUP; }",
-        "show() { echo \"NOW $now\"; if [ -f \"$L\" ]; then echo LEASE-BEGIN; cat -- \"$L\"; echo; echo LEASE-END; fi; }",
+        "show() { echo \"NOW $now\"; "
+        "if [ -f \"$L\" ]; then echo LEASE-BEGIN; cat -- \"$L\"; echo; echo LEASE-END; fi; }",
         f"put() {{ printf '%s\\n' \"$1\" | sed \"s/{_NOW}/$now/g; s/{_EXPIRES}/$((now + TTL))/g\" > \"$T\"; }}",
         "now=$(date +%s)",
     ])
@@ -269,7 +272,8 @@ def acquire_script(path: str, content: str, token: str, ttl: int) -> ShellScript
         # the workdir made and checked as deploy and launch make it (framework.remote.layout guard): the lease
         # is the first thing camit writes on a host, so it must not create it inside another user's directory
         f"_g=$( ( {HostLayout(posixpath.dirname(path) or '/').guard_script()} ) 2>&1 ) || "
-        "{ echo \"RESULT error refusing the workdir: $(printf '%s\\n' \"$_g\" | sed -n 's/^@@unsafe //p' | head -n 1)\"; "
+        "{ echo \"RESULT error refusing the workdir: "
+        "$(printf '%s\\n' \"$_g\" | sed -n 's/^@@unsafe //p' | head -n 1)\"; "
         "exit 0; }",
         f"put {q(content)} || {{ echo \"RESULT error cannot write $T\"; exit 0; }}",
         "if err=$(ln -- \"$T\" \"$L\" 2>&1); then echo 'RESULT acquired'",
@@ -704,7 +708,8 @@ def lease_status(cluster: Cluster) -> Mapping[str, LeaseState | BaseException]:
     return cluster.map(one)
 
 
-def release_leases(cluster: Cluster, *, token: str | None = None, force: bool = False) -> Mapping[str, str | BaseException]:
+def release_leases(cluster: Cluster, *, token: str | None = None,
+                   force: bool = False) -> Mapping[str, str | BaseException]:
     """Remove stale leases (expired, silent, or whose holder on this controller is gone) and the live one
     holding ``token``; ``force`` removes any live one too. A live lease is never judged by its owner string:
     two sessions of one user on one controller share it (``user@host``), and neither releases the other's.

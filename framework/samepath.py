@@ -169,11 +169,13 @@ def prepare(host: Host, files: Sequence[Path], digests: dict[Path, str], what: s
     probe = host.run(probe_script(remote, folders), timeout=max(host.command_timeout, 60.0))
     _refuse(host, probe, what)
     there, missing = parse_probe(probe.stdout, remote, folders)
-    differ = [(n, there[n], digests[p]) for p, n in zip(files, remote, strict=True) if there[n] not in (None, digests[p])]
+    differ = [(n, there[n], digests[p]) for p, n in zip(files, remote, strict=True)
+              if there[n] not in (None, digests[p])]
     if differ:
         name, theirs, ours = differ[0]
+        more = f"; {len(differ) - 1} more" if len(differ) > 1 else ""
         raise TransferError(host.name, f"{name} is there with other content (sha256 {theirs} on the host, {ours} "
-                                       f"here{f'; {len(differ) - 1} more' if len(differ) > 1 else ''}): not overwritten")
+                                       f"here{more}): not overwritten")
     shipment = Shipment(host, kept=[n for n in remote if there[n] is not None])
     if missing:  # made one level at a time under judged parents, never by mkdir -p or tar
         made = host.run(mkdir_script(missing), timeout=60)
@@ -214,8 +216,9 @@ def ship(host: Host, local: Path, *, digests: dict[Path, str] | None = None) -> 
             log.warning("%s: cannot remove what was shipped: %s", host.name, exc)
         raise
     if shipment.written:
-        log.info("%s: shipped %d file(s) to %s (%s)", host.name, len(shipment.written), root,
-                 f"created {', '.join(shipment.created)}" if shipment.created else f"{len(shipment.kept)} already there")
+        outcome = (f"created {', '.join(shipment.created)}" if shipment.created
+                   else f"{len(shipment.kept)} already there")
+        log.info("%s: shipped %d file(s) to %s (%s)", host.name, len(shipment.written), root, outcome)
     else:
         log.debug("%s: %s already there (%d file(s), same sha256)", host.name, root, len(shipment.kept))
     return shipment

@@ -41,7 +41,8 @@ def vendor_dir_of(vendor_set_env: str) -> str:
     return posixpath.dirname(posixpath.dirname(vendor_set_env))
 
 
-def env_steps(cann_set_env: str | None, extra_set_env: Sequence[str] = (), vendor_set_env: str | None = None) -> list[str]:
+def env_steps(cann_set_env: str | None, extra_set_env: Sequence[str] = (),
+              vendor_set_env: str | None = None) -> list[str]:
     """bash steps (join with `` && ``): source CANN, the extra scripts, the vendor, then ensure op_api/lib."""
     q = commands.quote
     steps = [f". {q(p)}" for p in ([cann_set_env] if cann_set_env else []) + list(extra_set_env)]

@@ -488,7 +488,8 @@ def parse_toolkit_install_info(text: str) -> CannInstall | None:
     kv = parse_key_values(text)
     if not kv.get("version"):
         return None
-    return CannInstall(kv["version"], kv.get("innerversion"), kv.get("arch"), kv.get("path"), cann_layout(kv.get("path")))
+    path = kv.get("path")
+    return CannInstall(kv["version"], kv.get("innerversion"), kv.get("arch"), path, cann_layout(path))
 
 
 def parse_version_cfg(text: str) -> dict[str, dict[str, tuple[str, str]]]:

@@ -310,7 +310,8 @@ def _host_key(value: str) -> str:
         (length,) = struct.unpack(">I", raw[:4])
         embedded = raw[4 : 4 + length].decode("ascii")
     except (binascii.Error, struct.error, UnicodeDecodeError, ValueError):
-        raise PydanticCustomError("host_key", "the key data after {kind} is not valid base64", {"kind": repr(kind)}) from None
+        raise PydanticCustomError("host_key", "the key data after {kind} is not valid base64",
+                                  {"kind": repr(kind)}) from None
     if embedded != kind or len(raw) <= 4 + length:
         held = _describe(embedded) if embedded.isprintable() and embedded else "no key type"
         raise PydanticCustomError(
@@ -386,10 +387,13 @@ Workdir = Annotated[str, AfterValidator(_abs_posix), AfterValidator(_workdir), _
 LocalPath = Annotated[str, AfterValidator(_local_path), _s(minLength=1)]
 HostKey = Annotated[str, AfterValidator(_host_key), _s(pattern=_HOST_KEY_PATTERN)]
 JumpHost = Annotated[str, AfterValidator(_jump_host), _s(pattern=JUMP_HOST_RE)]
-IsolCpu = Annotated[LooseStr, AfterValidator(_isolcpu), WithJsonSchema({"type": ["string", "integer"], "pattern": ISOLCPU_RE})]
+IsolCpu = Annotated[LooseStr, AfterValidator(_isolcpu),
+                    WithJsonSchema({"type": ["string", "integer"], "pattern": ISOLCPU_RE})]
 Visible = Annotated[
     list[DeviceId],
-    BeforeValidator(_visible_before, json_schema_input_type=list[Annotated[int, Field(ge=0, lt=MAX_DEVICES)]] | Annotated[str, Field(pattern=r"^ *[0-9]+ *(, *[0-9]+ *)*$")]),
+    BeforeValidator(_visible_before,
+                    json_schema_input_type=list[Annotated[int, Field(ge=0, lt=MAX_DEVICES)]]
+                    | Annotated[str, Field(pattern=r"^ *[0-9]+ *(, *[0-9]+ *)*$")]),
     AfterValidator(_visible_after),
 ]
 HostName = Annotated[str, Field(pattern=HOST_NAME_RE)]
@@ -510,7 +514,8 @@ class DefaultsModel(_HostKeys):
     known_hosts: LocalPath | None = _opt(
         "known_hosts file on the controller; relative to this file's directory.", BUILTIN["known_hosts"]
     )
-    host_key_policy: HostKeyPolicy | None = _opt("Unknown host keys: reject, record, or ignore.", BUILTIN["host_key_policy"])
+    host_key_policy: HostKeyPolicy | None = _opt("Unknown host keys: reject, record, or ignore.",
+                                                 BUILTIN["host_key_policy"])
     connect_timeout: Timeout | None = _opt("SSH connect timeout in seconds.", BUILTIN["connect_timeout"])
     command_timeout: Timeout | None = _opt("Default per-command timeout in seconds.", BUILTIN["command_timeout"])
     max_parallel: Parallel | None = _opt("Hosts contacted at once.", BUILTIN["max_parallel"])

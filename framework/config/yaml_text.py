@@ -86,7 +86,8 @@ _REF = re.compile(r"\$\$\{|\$\{(?P<name>[^}]*)(?P<close>\})?")
 #: what PyYAML's reader refuses (its NON_PRINTABLE), plus NUL
 _CONTROL = re.compile("[^\x09\x0a\x0d\x20-\x7e\x85\xa0-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 #: a quoted value in a PyYAML message that came from the file (after "found", "alias", "tag", ...)
-_QUOTED = re.compile(r"""(?P<lead>\b(?:found|got|character|handle|alias|anchor|tag)) (?P<repr>'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*")""")
+_QUOTED = re.compile(r"(?P<lead>\b(?:found|got|character|handle|alias|anchor|tag)) "
+                     r"""(?P<repr>'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*")""")
 #: PyYAML token names: quoting them shows no text from the file
 _TOKEN_IDS = frozenset({
     "<directive>", "<document start>", "<document end>", "<stream start>", "<stream end>",
@@ -290,7 +291,8 @@ def expand_vars(value: Any, environ: Mapping[str, str], expanded: set[Loc], erro
         if match.group("close") is None:
             raise error(dotted(loc), "unterminated '${' (write '$${' for a literal '${')")
         if not re.fullmatch(ENV_NAME_RE, name):
-            raise error(dotted(loc), f"'${{{name}}}' is not a valid variable reference (write '$${{' for a literal '${{')")
+            raise error(dotted(loc), f"'${{{name}}}' is not a valid variable reference "
+                                     "(write '$${' for a literal '${')")
         if name not in environ:
             raise error(dotted(loc), f"environment variable {name!r} is not set")
         budget[0] -= len(environ[name])
@@ -380,7 +382,8 @@ def _check_size(root: Node) -> tuple[str | None, str] | None:
                     if isinstance(node, MappingNode) else None
                 parts = [measure(child, (*loc, keys[i // 2] if keys is not None else i))
                          for i, child in enumerate(items)]
-                known = (1 + sum(p[0] for p in parts), sum(p[1] for p in parts), 1 + max((p[2] for p in parts), default=0))
+                depth = 1 + max((p[2] for p in parts), default=0)
+                known = (1 + sum(p[0] for p in parts), sum(p[1] for p in parts), depth)
                 known = (min(known[0], MAX_NODES + 1), min(known[1], MAX_CHARS + 1), known[2])
             sizes[id(node)] = known
         if len(loc) + known[2] > MAX_DEPTH:

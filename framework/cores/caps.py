@@ -19,7 +19,8 @@ from framework.cores.pattern import CorePattern
 
 KEYS = ("ProcessSizeMax", "ExternalSizeMax", "MaxUse", "Storage")
 #: coredump.conf(5) defaults (systemd >= 250)
-DEFAULTS = {"ProcessSizeMax": "32G", "ExternalSizeMax": "32G", "MaxUse": "10% of the file system", "Storage": "external"}
+DEFAULTS = {"ProcessSizeMax": "32G", "ExternalSizeMax": "32G", "MaxUse": "10% of the file system",
+            "Storage": "external"}
 MAIN_FILES = ("/usr/lib/systemd/coredump.conf", "/etc/systemd/coredump.conf")
 DROPIN_DIRS = ("/usr/lib/systemd/coredump.conf.d", "/run/systemd/coredump.conf.d", "/etc/systemd/coredump.conf.d")
 #: where systemd-coredump stores cores (Storage=external)

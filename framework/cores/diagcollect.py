@@ -51,7 +51,8 @@ def diag_script(folder: str, devices: int, guard: str = "") -> ShellScript:
 
 
 def collect_diag(cluster: Cluster, root: Path, workdir_of: Callable[[Host], str], devices_of: Callable[[Host], int],
-                 *, guard_of: Callable[[Host], str] = lambda _h: "", scrub: Callable[[str], str] = str) -> tuple[Path, str | None, Mapping[str, str]]:
+                 *, guard_of: Callable[[Host], str] = lambda _h: "", scrub: Callable[[str], str] = str,
+                 ) -> tuple[Path, str | None, Mapping[str, str]]:
     """Every host's diagnostics into ``<root>/collect/<host>/diag/``, then the bundle; (bundle, ascend-fd's
     verdict or None, {host: what went wrong} for the hosts that gave nothing)."""
 

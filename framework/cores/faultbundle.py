@@ -232,4 +232,5 @@ def write_bundle(root: Path, folders: Mapping[str, Path], *, scrub: Callable[[st
     return bundle, None if text is None else verdict_line(text)
 
 
-__all__ = ["BEFORE", "BUNDLE", "VERDICT", "add_dmesg", "check_tree", "host_tree", "layout", "run_tool", "verdict_line", "write_bundle"]
+__all__ = ["BEFORE", "BUNDLE", "VERDICT", "add_dmesg", "check_tree", "host_tree", "layout", "run_tool", "verdict_line",
+           "write_bundle"]

@@ -108,7 +108,8 @@ def inspect_script(cands: Sequence[Candidate], tmp: str, python: str, sources: C
                          "| head -c 65536 | tr -d '\\r' | sed 's/^/@@hdr /'; "
                          f"if command -v apport-unpack >/dev/null 2>&1 && apport-unpack \"$T/c{i}.core\" \"$T/{i}.d\" "
                          f">/dev/null 2>&1 && [ -f \"$T/{i}.d/CoreDump\" ]; then one {i} \"$U\" \"$T/{i}.d/CoreDump\"; "
-                         "else printf '@@err apport-unpack is not available: the .crash file is the artifact\\n'; fi; fi")
+                         "else printf '@@err apport-unpack is not available: "
+                         "the .crash file is the artifact\\n'; fi; fi")
         else:
             lines.append(f"one {i} \"{uids}\" {loc}")
     return "\n".join(lines) + "\n"
@@ -532,7 +533,8 @@ def gdb_argv(core: str, executable: str | None) -> list[str]:
 
 #: sh: prints the resolved executable when root or the SSH user ($U) owns it and group/others cannot write it
 _EXE_OK = ("exe_ok() { r=$(readlink -f -- \"$1\" 2>/dev/null) && [ -f \"$r\" ] && "
-           "s=$(stat -c '%u %A' -- \"$r\" 2>/dev/null) || return 1; case $s in \"0 \"*|\"$U \"*) ;; *) return 1;; esac; "
+           "s=$(stat -c '%u %A' -- \"$r\" 2>/dev/null) || return 1; "
+           "case $s in \"0 \"*|\"$U \"*) ;; *) return 1;; esac; "
            "case ${s#* } in ?????w*|????????w*) return 1;; esac; printf %s \"$r\"; }")
 
 
@@ -653,5 +655,6 @@ def verdict_message(cores: Sequence[Core], policy: CorePolicy, notes: Sequence[s
 
 __all__ = ["BACKTRACE_BYTES", "BacktraceJob", "Core", "CorePolicy", "RUN_TAG", "RankProc", "apply_inspection",
            "attribute", "backtrace_script", "clean_backtrace", "core_facts", "crash_header_facts",
-           "facts_program", "gdb_argv", "hostfile_program", "opened_records", "human_size", "inspect_script", "local_name", "parse_crash_header",
+           "facts_program", "gdb_argv", "hostfile_program", "opened_records", "human_size", "inspect_script",
+           "local_name", "parse_crash_header",
            "split_sections", "verdict_message"]

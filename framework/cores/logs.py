@@ -352,7 +352,8 @@ def collect_logs(cluster: Cluster, report: Path, baseline: Baseline, *,
         tmp = f"{wd}/.camit-logs-{secrets.token_hex(4)}"
         out_dir = report / host.name
         files: list[Path] = []
-        result = host.run(commands.ShellScript(logs_script(since, tmp, dirs)), timeout=120, max_output=DMESG_BYTES + 65536)
+        script = commands.ShellScript(logs_script(since, tmp, dirs))
+        result = host.run(script, timeout=120, max_output=DMESG_BYTES + 65536)
         dmesg, failed, tgz = parse_logs_output(result.stdout)
         if failed:
             text = f"# dmesg is not readable on {host.name}:\n{dmesg.strip()}\n"

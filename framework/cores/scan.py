@@ -355,7 +355,8 @@ def parse_coredumpctl_text(text: str) -> list[JournalEntry]:
     return out
 
 
-_APPORT_CORE = re.compile(r"^core\.(?P<exe>.+)\.(?P<uid>\d+)\.(?P<boot>[0-9a-f-]{32,36})\.(?P<pid>\d+)\.(?P<start>\d+)$")
+_APPORT_CORE = re.compile(r"^core\.(?P<exe>.+)\.(?P<uid>\d+)\.(?P<boot>[0-9a-f-]{32,36})"
+                          r"\.(?P<pid>\d+)\.(?P<start>\d+)$")
 _ABRT_DIR = re.compile(r"^ccpp-(?P<when>\d{4}-\d{2}-\d{2}-\d{2}:\d{2}:\d{2})(?:\.\d+)?-(?P<pid>\d+)(?:\.new)?$")
 
 

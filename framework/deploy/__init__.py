@@ -154,7 +154,8 @@ class Deployer:
     def _relay_bin(self, host: str) -> str:
         return self.plans[host].bin_path("relay.py", self.relay_sha)
 
-    def _pick(self, artifacts: list[Artifact], probes: dict[str, Probe], result: DeployResult) -> dict[str, list[Artifact]]:
+    def _pick(self, artifacts: list[Artifact], probes: dict[str, Probe],
+              result: DeployResult) -> dict[str, list[Artifact]]:
         """host → its artifacts: the ``.run`` named for its platform (npu.soc, os-release ID, uname -m)."""
         chosen: dict[str, list[Artifact]] = {}
         for h, probe in probes.items():
@@ -310,10 +311,12 @@ class Deployer:
     def _prepare(self, per_host: dict[str, list[Artifact]], probes: dict[str, Probe], result: DeployResult,
                  installs: dict[str, HostInstall]) -> threading.Thread:
         """Start, beside the transfer, what the install needs and the upload does not (the venv, the wheel
-        installer, the import check's torch import: :meth:`HostInstall.prepare`) on every host that will install a wheel; the caller
+        installer, the import check's torch import: :meth:`HostInstall.prepare`) on every host that will install a
+        wheel; the caller
         joins the thread before installing, and the install goes on with ``installs[host]``."""
         hosts = [h for h in self._alive(result)
-                 if any(a.kind == "wheel" for a in per_host[h]) and needs_install(self.plans[h], per_host[h], probes[h])]
+                 if any(a.kind == "wheel" for a in per_host[h])
+                 and needs_install(self.plans[h], per_host[h], probes[h])]
         failed: dict[str, BaseException] = {}
 
         def prepare(host: Host) -> None:

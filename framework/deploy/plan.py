@@ -44,8 +44,9 @@ SPACE_MARGIN = 16 * 1024 * 1024
 RELAY_STREAM_CHUNK = 256 * 1024
 
 __all__ = ["KINDS", "OP_MODULE", "OPS", "RELAY_STREAM_CHUNK", "SPACE_MARGIN", "STATE_VERSION", "VENDOR", "Artifact",
-           "HostPlan", "Probe", "expected_state", "pick_for_host", "install_run_script", "parse_probe", "parse_run_output",
-           "parse_cpu", "pip_argv", "installer_bin", "probe_script", "resolve_artifacts", "space_problem", "state_script", "vendor_of",
+           "HostPlan", "Probe", "expected_state", "pick_for_host", "install_run_script", "parse_probe",
+           "parse_run_output", "parse_cpu", "pip_argv", "installer_bin", "probe_script", "resolve_artifacts",
+           "space_problem", "state_script", "vendor_of",
            "venv_script", "verify_argv", "warm_verify_argv", "go_script", "warm_go_path", "dry_run_plan"]
 
 
@@ -92,7 +93,8 @@ def resolve_artifacts(env: EnvConfig, kinds: Sequence[str] = KINDS) -> list[Arti
     chooses). Raises ``ConfigError`` naming ``artifacts.<kind>`` when a pattern matches nothing or more than one
     file otherwise, or when nothing is configured at all.
     """
-    found = [a for kind in kinds if (pattern := getattr(env.artifacts, kind)) for a in _resolve_kind(env, kind, pattern)]
+    found = [a for kind in kinds if (pattern := getattr(env.artifacts, kind))
+             for a in _resolve_kind(env, kind, pattern)]
     if not found:
         raise ConfigError(env.source, "artifacts", "neither run_package nor wheel is set: nothing to deploy")
     return found
@@ -207,8 +209,8 @@ def probe_script(plan: HostPlan, artifacts: Sequence[Artifact], relay_bin: str |
     layout = plan.layout
     parts = [layout.guard_script()]
     for a in artifacts:
-        parts.append(f"[ -f {q(layout.stage_ok(a.sha256))} ] && {sh_sha_ok(plan.remote_path(a), a.sha256, hasher(plan, a))} && "
-                     + sh_tag(HAVE_TAG, a.sha256))
+        sha_ok = sh_sha_ok(plan.remote_path(a), a.sha256, hasher(plan, a))
+        parts.append(f"[ -f {q(layout.stage_ok(a.sha256))} ] && {sha_ok} && " + sh_tag(HAVE_TAG, a.sha256))
     parts.append(DeployState.read_script(layout))
     parts.append(f"free=$(df -Pk {q(plan.workdir)} | awk 'NR==2 {{print $4 * 1024}}'); "
                  "[ -n \"$free\" ] && " + sh_tag(FREE_TAG, '"$free"'))
@@ -381,7 +383,8 @@ def install_wheel_script(plan: HostPlan, art: Artifact) -> ShellScript:
     side in ``bench/deploy.py``); without a venv by the configured python's pip (:func:`pip_argv`) after
     ``sha256sum``. A wheel the installer refuses (not matching its RECORD, unsafe
     paths, ``Wheel-Version`` 2) fails the step: there is no fallback to pip."""
-    interp = f"{{ {interpreter_ok(plan)} || {{ echo {commands.quote(f'camit: {plan.interpreter} is not {plan.python}: not run')} >&2; exit 3; }}; }}"
+    refusal = commands.quote(f"camit: {plan.interpreter} is not {plan.python}: not run")
+    interp = f"{{ {interpreter_ok(plan)} || {{ echo {refusal} >&2; exit 3; }}; }}"
     if plan.venv:
         installer = installer_bin(plan)
         install = (f"{sh_verified(installer, bin_sha(installer), 'the wheel installer')} && "
@@ -562,7 +565,8 @@ def dry_run_plan(plan: HostPlan, artifacts: Sequence[Artifact]) -> dict[str, Any
     """What deploy would send and run on one host, decided without contacting it (``camit deploy --dry-run``).
 
     Every step the install can take, in order, with its exact command (``when`` says which ones run only in
-    some cases; the install runs each inside :func:`with_cpu`, for its CPU time on the host): the probe that decides what is sent and whether anything is installed is left out, as are
+    some cases; the install runs each inside :func:`with_cpu`, for its CPU time on the host): the probe that decides
+    what is sent and whether anything is installed is left out, as are
     its findings (staged hashes, the recorded state, the host's OS and arch: which of several ``.run`` files
     fits, the vendor the ``.run`` makes: the import check is shown for :data:`VENDOR`).
     """

@@ -420,7 +420,8 @@ class Lab:
             for d, mode in ((hp.tmp_dir, 0o1777), (hp.work_dir, 0o755), (hp.core_dir, 0o1777)):
                 d.mkdir(exist_ok=True)
                 d.chmod(mode)
-            hp.shell_rc.write_text(f"# camit lab host {hp.name}: stands in for {MASKED_RC} (see framework/lab_plan.py)\n")
+            hp.shell_rc.write_text(f"# camit lab host {hp.name}: stands in for {MASKED_RC} "
+                                   "(see framework/lab_plan.py)\n")
         for d in (Path(HOST_WORKDIR), Path(HOST_COREDIR)):  # mount points, in the shared root filesystem
             d.mkdir(parents=True, exist_ok=True)
         Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # sshd's privilege-separation directory

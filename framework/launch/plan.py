@@ -203,7 +203,8 @@ def node_command(plan: NodePlan, target: Target) -> commands.Line:
                 "--no-python", plan.python, plan.rankwrap, "--status-dir", plan.run_dir, "--", *target.python_args()]
     # the tag names the node too: the lab's hosts share one PID namespace, and a
     # sweep on one node must never reach another node's processes
-    supervisor = [plan.python, plan.supervisor, "--run-id", f"{plan.launch_id}.{plan.host}", "--status-dir", plan.run_dir,
+    supervisor = [plan.python, plan.supervisor, "--run-id", f"{plan.launch_id}.{plan.host}",
+                  "--status-dir", plan.run_dir,
                   "--deadline", f"{plan.deadline:g}", "--grace", f"{KILL_GRACE:g}",
                   "--heartbeat", f"{HEARTBEAT:g}", "--silence", f"{plan.silence:g}",
                   "--stack-wait", f"{STACK_WAIT:g}", *([protocol.ENV_STDIN_FLAG] if secret else []), "--", *torchrun]

@@ -255,7 +255,8 @@ class Launcher:
         plans = plan_nodes(self.env, names, prepared, nproc=nproc, backend=self.backend, master_port=port,
                            launch_id=lid, extra_env=extra_env, timeout=timeout, core_limit=self.core_limit)
         nodes = {h: _Node(self.cluster[h], p) for h, p in plans.items()}
-        result = LaunchResult(lid, {h: NodeResult(h, p.node_rank, comm_env=comm_env(p.env)) for h, p in plans.items()}, {},
+        node_results = {h: NodeResult(h, p.node_rank, comm_env=comm_env(p.env)) for h, p in plans.items()}
+        result = LaunchResult(lid, node_results, {},
                               world_size=nproc * len(plans), master=f"{addr0}:{port}")
         if owner is not None:
             result.test, result.attempt, result.seq = owner[0], owner[1], seq
@@ -357,7 +358,8 @@ class Launcher:
         how, why = ("ended", "") if result.failure is None else ("torn down", " (the launch failed)")
         fetched = ", run folder fetched" if self.rundir is not None else ""
         for h, node in result.nodes.items():  # the end of the launch on each node, as its start was said
-            self.on_event(h, f"teardown: node {node.node_rank}/{len(nodes)} {how} after {node.duration:.1f}s{why}{fetched}")
+            self.on_event(h, f"teardown: node {node.node_rank}/{len(nodes)} {how} "
+                             f"after {node.duration:.1f}s{why}{fetched}")
         monitor.conclude(time.monotonic())
         failed = monitor.failed_rank()
         if failed is not None and failed.log:

@@ -39,7 +39,8 @@ CRASH_SIGNALS = frozenset({"SIGSEGV", "SIGABRT", "SIGBUS", "SIGFPE", "SIGILL", "
 PLOG_LINE = re.compile(r"^\[(?P<level>[A-Z]+)\] (?P<mod>[A-Z_]+)\((?P<pid>\d+),[^)]{0,64}\):"
                        r"(?P<stamp>\d{4}-\d\d-\d\d-\d\d:\d\d:\d\d)\.(?P<ms>\d{3})\.(?P<us>\d{3}) ?(?P<text>.*)$")
 #: a log line that starts with a date and time (python logging, ISO): ``2026-12-06 05:58:46,123``
-LOG_STAMP = re.compile(r"^(?:\[[^\]\n]{0,40}\]:\s?)?(?P<stamp>\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d)(?:[.,](?P<frac>\d{1,6}))?")
+LOG_STAMP = re.compile(r"^(?:\[[^\]\n]{0,40}\]:\s?)?(?P<stamp>\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d)"
+                       r"(?:[.,](?P<frac>\d{1,6}))?")
 OOM_KILL = re.compile(r"(?:Out of memory|Memory cgroup out of memory): Killed process (?P<pid>\d+)")
 #: a dmesg line as ``dmesg`` prints it by default: ``[ 1234.567890] text`` (seconds since boot)
 DMESG_LINE = re.compile(r"^\[\s*(?P<s>\d+\.\d+)\]\s?(?P<text>.*)$")

@@ -58,7 +58,8 @@ __all__ = [
     "resources_of", "run_ranks",
     "pytest_addoption", "pytest_collection_finish", "pytest_collection_modifyitems", "pytest_configure",
     "pytest_configure_node",
-    "pytest_keyboard_interrupt", "pytest_load_initial_conftests", "pytest_report_header", "pytest_runtest_call", "pytest_runtest_setup",
+    "pytest_keyboard_interrupt", "pytest_load_initial_conftests", "pytest_report_header", "pytest_runtest_call",
+    "pytest_runtest_setup",
     "pytest_sessionfinish", "pytest_sessionfinish_exit_status", "pytest_terminal_summary", "pytest_testnodedown",
     "pytest_testnodeready", "pytest_unconfigure", "pytest_xdist_make_scheduler",
 ]

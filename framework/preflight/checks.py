@@ -329,7 +329,8 @@ def _check_cann(plan: ProbePlan, sec: Mapping[str, Section], limits: Limits) -> 
     if problems:
         return CheckResult(plan.host, "cann", FAIL, "; ".join(problems) + f"; found {summary}", version, details)
     if others:
-        return CheckResult(plan.host, "cann", WARN, summary + "; other installs: " + ", ".join(others), version, details)
+        summary += "; other installs: " + ", ".join(others)
+        return CheckResult(plan.host, "cann", WARN, summary, version, details)
     return CheckResult(plan.host, "cann", OK, summary, version, details)
 
 

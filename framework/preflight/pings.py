@@ -65,7 +65,8 @@ def plan_pings(plans: Mapping[str, ProbePlan], sections: Mapping[str, Mapping[st
 def ping_script(pings: Sequence[Ping]) -> commands.ShellScript:
     """sh running the pings one after another (hccn_tool answers "busy" to parallel calls), in tagged sections."""
     q = commands.quote
-    lines = ["HCCN=$(command -v hccn_tool 2>/dev/null); [ -n \"$HCCN\" ] || HCCN=/usr/local/Ascend/driver/tools/hccn_tool"]
+    lines = ["HCCN=$(command -v hccn_tool 2>/dev/null); "
+             "[ -n \"$HCCN\" ] || HCCN=/usr/local/Ascend/driver/tools/hccn_tool"]
     for p in pings:
         lines.append(f"echo {MARK} begin {q(p.section)}; \"$HCCN\" -i {p.device} -ping -g address {q(p.address)} 2>&1; "
                      f"printf '\\n{MARK} end %s %s\\n' {q(p.section)} \"$?\"")

@@ -198,7 +198,8 @@ def _npu_probe(plan: ProbePlan) -> list[str]:
     lines = [
         "sec reserved_ports cat /proc/sys/net/ipv4/ip_local_reserved_ports",
         "NPUSMI=$(command -v npu-smi 2>/dev/null)",
-        "for _c in /usr/local/sbin/npu-smi /usr/local/bin/npu-smi; do [ -z \"$NPUSMI\" ] && [ -x $_c ] && NPUSMI=$_c; done",
+        "for _c in /usr/local/sbin/npu-smi /usr/local/bin/npu-smi; "
+        "do [ -z \"$NPUSMI\" ] && [ -x $_c ] && NPUSMI=$_c; done",
         "sec npu-smi.path echo \"$NPUSMI\"",
         "[ -n \"$NPUSMI\" ] && sec npu-smi $TO \"$NPUSMI\" info",
     ]
@@ -221,7 +222,8 @@ def _npu_probe(plan: ProbePlan) -> list[str]:
         "sec hccn.path sh -c '[ -x \"$1\" ] && echo \"$1\"' - \"$HCCN\"",
         # one call at a time; "hccn_tool is busy" is retried
         "hc() { _i=0; while :; do _o=$($TO \"$HCCN\" \"$@\" 2>&1); _c=$?; case $_o in *\"is busy\"*) "
-        "_i=$((_i+1)); if [ $_i -lt 5 ]; then sleep 1; continue; fi;; esac; printf '%s\\n' \"$_o\"; return $_c; done; }",
+        "_i=$((_i+1)); if [ $_i -lt 5 ]; then sleep 1; continue; fi;; esac; "
+        "printf '%s\\n' \"$_o\"; return $_c; done; }",
     ]
     if plan.npu_count > 0:
         body = "; ".join(f"sec hccn:$i:{name} hc -i $i {_HCCN_ARGS[name]}" for name in plan.hccn_queries)

@@ -226,7 +226,8 @@ def scrub_file(path: Path, scrubber: Scrubber) -> bool:
     return True
 
 
-def scrub_folder(root: str | os.PathLike[str], scrubber: Scrubber, *, skip: Iterable[str] = _WRITTEN_AFTER) -> list[str]:
+def scrub_folder(root: str | os.PathLike[str], scrubber: Scrubber, *,
+                 skip: Iterable[str] = _WRITTEN_AFTER) -> list[str]:
     """Put every regular file under the run folder ``root`` through :func:`scrub_file` (symlinks are not
     followed; lock and temporary files are skipped, and the top-level files in ``skip``). Returns the
     run-folder relative paths rewritten. Nothing to do without secrets."""

@@ -22,7 +22,8 @@ A workdir is trusted only when it is safe (:meth:`HostLayout.guard_script`): cam
 ``0700`` under ``umask 077`` and refuses one that is a symlink, not owned by the SSH user, or
 writable by group/others, and any ancestor another user could swap (owned by someone but root or
 the user, or group/other-writable without the sticky bit). A custom ``install_path`` outside the workdir
-passes the same test on every folder from ``/`` down to it, with no symlink (:func:`trust_tree_sh`). Every program or artifact camit runs
+passes the same test on every folder from ``/`` down to it, with no symlink (:func:`trust_tree_sh`). Every program or
+artifact camit runs
 from it is hash-checked first (:func:`sh_sha_ok`); files are written to a fresh name made with
 ``O_EXCL`` (``mktemp``) and renamed into place. Standard library only.
 """
@@ -108,7 +109,8 @@ class HostLayout:
             "_cown \"$_o\" || _cbad \"$_cp\" \"is owned by uid $_o (not root or uid $_me)\"; "
             "_m=0$(stat -L -c %a -- \"$_cp\"); "
             "[ $((_m & 022)) -ne 0 ] && [ $((_m & 01000)) -eq 0 ] && "
-            "_cbad \"$_cp\" \"is writable by group/others (mode $(stat -L -c %a -- \"$_cp\")) without the sticky bit\"; "
+            "_cbad \"$_cp\" \"is writable by group/others (mode $(stat -L -c %a -- \"$_cp\")) "
+            "without the sticky bit\"; "
             "done; "
             "[ -L \"$_cw\" ] && _cbad \"$_cw\" \"is a symlink (to $(readlink -- \"$_cw\")), not a directory\"; "
             "[ -e \"$_cw\" ] || return 0; "
@@ -116,7 +118,8 @@ class HostLayout:
             "_o=$(stat -c %u -- \"$_cw\"); "
             "[ \"$_o\" = \"$_me\" ] || _cbad \"$_cw\" \"is owned by uid $_o, not by the SSH user (uid $_me)\"; "
             "_m=0$(stat -c %a -- \"$_cw\"); "
-            "[ $((_m & 022)) -ne 0 ] && _cbad \"$_cw\" \"is writable by group/others (mode $(stat -c %a -- \"$_cw\"))\"; "
+            "[ $((_m & 022)) -ne 0 ] && "
+            "_cbad \"$_cw\" \"is writable by group/others (mode $(stat -c %a -- \"$_cw\"))\"; "
             "return 0; }; "
             "_cchk; mkdir -p -- \"$_cw\" 2>/dev/null; "
             "[ -d \"$_cw\" ] || _cbad \"$_cw\" 'cannot be created as a directory'; "

@@ -38,7 +38,8 @@ OCCUPANCY = Path("standin_npu") / "torch_npu" / "_occupancy.py"
 EMU = "Ascend/.camit-emu"  # tree-relative (host path profiles.EMU_DIR)
 _V26_HEADER = "npu-smi-info-a3-v26-header-excerpt.txt"
 _V26_PROC = "npu-smi-info-a3-v26-proc-excerpt.txt"
-_INSTALL_INFO = {"toolkit": "ascend-toolkit-install-info-8.3rc2.txt", "cann": "ascend-toolkit-install-info-8.5.0-cann-layout.txt"}
+_INSTALL_INFO = {"toolkit": "ascend-toolkit-install-info-8.3rc2.txt",
+                 "cann": "ascend-toolkit-install-info-8.5.0-cann-layout.txt"}
 
 
 @dataclass(frozen=True)
