@@ -148,7 +148,8 @@ def sample_run():
     """``tests/data/reports/sample_run.py`` (a sample run folder's builders), loaded once per process."""
     name = "camit_report_sample_run"
     if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, Path(__file__).parent / "data" / "reports" / "sample_run.py")
+        sample = Path(__file__).parent / "data" / "reports" / "sample_run.py"
+        spec = importlib.util.spec_from_file_location(name, sample)
         assert spec is not None and spec.loader is not None
         module = importlib.util.module_from_spec(spec)
         sys.modules[name] = module

@@ -62,7 +62,8 @@ def test_an_unknown_host_is_a_usage_error_naming_it_and_the_env(pytester, five, 
     pytester.makepyfile(RECORD_SHARE)
     result = pytester.runpytest("--env", str(five), flag, "a,zz", "-p", "no:cacheprovider")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines([f"ERROR: {flag} a,zz: unknown host 'zz': not in *five.yaml (its hosts: a, b, c, d, e)"])
+    result.stderr.fnmatch_lines([f"ERROR: {flag} a,zz: unknown host 'zz': "
+                                 "not in *five.yaml (its hosts: a, b, c, d, e)"])
     assert "Traceback" not in result.stderr.str()
 
 

@@ -267,8 +267,8 @@ CAM_FILES = [f"suites/cam/test_{n}.py" for n in ("abnormal", "fused", "fuzz", "p
 
 
 def _npu_env(tmp_path, soc: str, count: int, hosts: int = 2):
-    lines = ["defaults:", f"  npu: {{soc: {soc}, count: {count}}}", "cann: {set_env: /usr/local/Ascend/cann/set_env.sh}",
-             "launch: {backend: hccl}", "host_info:"]
+    lines = ["defaults:", f"  npu: {{soc: {soc}, count: {count}}}",
+             "cann: {set_env: /usr/local/Ascend/cann/set_env.sh}", "launch: {backend: hccl}", "host_info:"]
     for i in range(1, hosts + 1):
         lines += [f"  node{i}:", f"    manage_nic: {{name: eth0, ip: 192.0.2.{10 + i}}}"]
     path = tmp_path / f"{soc}.yaml"

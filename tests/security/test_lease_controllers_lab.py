@@ -77,8 +77,9 @@ def test_lease_file_names_the_holder_without_its_command_line(lab, lab_env_path)
                 print("HELD", flush=True)
                 sys.stdin.readline()
     """)
-    proc = subprocess.Popen([sys.executable, "-c", script, str(lab_env_path), secret_arg], cwd=REPO, stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, text=True, env={**os.environ, "CAMIT_RUN_ID": "run-argv-1"})
+    proc = subprocess.Popen([sys.executable, "-c", script, str(lab_env_path), secret_arg], cwd=REPO,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                            env={**os.environ, "CAMIT_RUN_ID": "run-argv-1"})
     try:
         assert proc.stdout is not None and proc.stdout.readline().strip() == "HELD"
         text = (lab.host("host3").work_dir / LEASE_FILE).read_text()
@@ -158,7 +159,8 @@ def test_two_pytest_sessions_a_few_seconds_apart_never_overlap(own_workdir, tmp_
         env = {**os.environ, "WINDOW_OUT": str(tmp_path / f"w{i}.json"), "CAMIT_LEASE_WAIT": "300",
                "PYTHONPATH": str(REPO), "WORK": work}
         sessions.append(subprocess.Popen(
-            [sys.executable, "-m", "pytest", str(test_file), "--env", str(own_workdir), "-q", "-p", "no:cacheprovider", "--report-dir", str(tmp_path / f"rep{i}"), "--no-deploy"],
+            [sys.executable, "-m", "pytest", str(test_file), "--env", str(own_workdir), "-q", "-p", "no:cacheprovider",
+             "--report-dir", str(tmp_path / f"rep{i}"), "--no-deploy"],
             cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
             start_new_session=True))
         time.sleep(4)

@@ -192,8 +192,10 @@ def test_tampered_supervisor_rank_wrapper_and_target_are_replaced_not_run(lab, e
     planted = []
     for host in ("host1", "host2"):
         for prog in ("supervisor.py", "rankwrap.py"):
-            planted.append(Path(str(lab.host(host).work_dir) + layout.bin(prog, remote.script(prog)[1])[len("/var/tmp/camit"):]))
-        planted.append(Path(str(lab.host(host).work_dir) + layout.target(target_sha, TARGET.name)[len("/var/tmp/camit"):]))
+            bin_path = layout.bin(prog, remote.script(prog)[1])
+            planted.append(Path(str(lab.host(host).work_dir) + bin_path[len("/var/tmp/camit"):]))
+        target_path = layout.target(target_sha, TARGET.name)
+        planted.append(Path(str(lab.host(host).work_dir) + target_path[len("/var/tmp/camit"):]))
     for p in planted:
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_text(tampered_python(marker))

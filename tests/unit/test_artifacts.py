@@ -293,7 +293,8 @@ def test_fault_nosuccess_exits_zero_without_success_line(tmp_path):
 
 # --------------------------------------------------------------------------- the wheel
 _CALL = ("import torch, importlib.metadata as md, umdk_cam_op_lib as m; "
-         "print(md.version('umdk_cam_op_lib'), m.get_dispatch_layout(torch.tensor([[1, 0], [1, 2]]), 4, 2)[0].tolist())")
+         "print(md.version('umdk_cam_op_lib'), "
+         "m.get_dispatch_layout(torch.tensor([[1, 0], [1, 2]]), 4, 2)[0].tolist())")
 
 
 def _clean_env() -> dict[str, str]:

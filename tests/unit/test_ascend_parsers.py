@@ -108,7 +108,8 @@ def test_npu_smi_mapping_with_mcu_rows():
     rows = ascend.parse_npu_smi_mapping(capture("npu-smi-info-m-910b4.txt"))
     assert len(rows) == 16
     chips = [r for r in rows if r.logic_id is not None]
-    assert [(r.npu, r.chip, r.logic_id, r.name) for r in chips[:2]] == [(0, 0, 0, "Ascend 910B4"), (1, 0, 1, "Ascend 910B4")]
+    first_two = [(r.npu, r.chip, r.logic_id, r.name) for r in chips[:2]]
+    assert first_two == [(0, 0, 0, "Ascend 910B4"), (1, 0, 1, "Ascend 910B4")]
     assert [r.name for r in rows if r.logic_id is None] == ["Mcu"] * 8
 
 

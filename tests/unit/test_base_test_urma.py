@@ -215,7 +215,8 @@ def test_assertions_have_urmas_semantics():
 @pytest.mark.parametrize(("call", "message"), [
     (lambda t: t.assertEqual(1, "2", "ret mismatch"), r"^ret mismatch \(1 != '2'\)$"),
     (lambda t: t.assertEqual("x", 0), r"^'x' != 0$"),
-    (lambda t: t.assertIn("sender", "receiver only", msg="incomplete"), r"^incomplete \('sender' not in 'receiver only'\)$"),
+    (lambda t: t.assertIn("sender", "receiver only", msg="incomplete"),
+     r"^incomplete \('sender' not in 'receiver only'\)$"),
     (lambda t: t.assertNotIn("error", "an error"), r"^'error' in 'an error'$"),
     (lambda t: t.assertTrue(1), r"^1 is not True$"),  # URMA's assertTrue is `flag is True`
     (lambda t: t.assertFalse(0), r"^0 is not False$"),

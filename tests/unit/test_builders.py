@@ -13,7 +13,8 @@ def test_make_env_loads_a_real_env_with_distinct_addresses_and_defaults():
     env = make_env(["host1", "host2"], npu={"count": 2, "soc": "ascend910_93"}, launch={"env": {"MY_TOKEN": "t"}})
     assert isinstance(env, EnvConfig) and list(env.hosts) == ["host1", "host2"]
     assert [h.ssh_ip for h in env.hosts.values()] == ["10.0.0.1", "10.0.0.2"]
-    assert env.hosts["host2"].npu == NpuSpec(2, "ascend910_93") and env.hosts["host1"].install_path == "/var/tmp/camit/opp"
+    assert env.hosts["host2"].npu == NpuSpec(2, "ascend910_93")
+    assert env.hosts["host1"].install_path == "/var/tmp/camit/opp"
     assert "t" not in repr(env.launch.env) and env.select(["host2"]) == [env.hosts["host2"]]  # a Secret, as loaded
 
 

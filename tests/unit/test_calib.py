@@ -275,6 +275,7 @@ def test_a_bind_assertions_source_position_is_not_a_fact():
     from framework.calib.compare import normalise
 
     a = "RuntimeError: Failed: Assertion error prefill.py:184 error message or error code is 'x.dim() == 2'"
-    b = "RuntimeError: Failed: Assertion error /build/pybind/moe_combine_prefill.cpp:35 error message or error code is 'x.dim() == 2'"
+    b = ("RuntimeError: Failed: Assertion error /build/pybind/moe_combine_prefill.cpp:35 "
+         "error message or error code is 'x.dim() == 2'")
     assert normalise("cam.refusal.moe_combine_prefill", a) == normalise("cam.refusal.moe_combine_prefill", b)
     assert normalise("k", a) != normalise("k", a.replace("x.dim() == 2", "x.dim() == 3"))

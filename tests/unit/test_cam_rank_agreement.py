@@ -138,8 +138,9 @@ def _bad_ids_run(tmp_path: Path, standin: Path) -> subprocess.CompletedProcess[s
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "1",
-                           "--master-addr", "127.0.0.1", "--master-port", str(port), "-m", "pytest", "test_bad_ids_rank.py", "-p", "no:cacheprovider",
-                           "-q", "-rs"], cwd=RANK, env=env, capture_output=True, text=True, timeout=120)
+                           "--master-addr", "127.0.0.1", "--master-port", str(port), "-m", "pytest",
+                           "test_bad_ids_rank.py", "-p", "no:cacheprovider", "-q", "-rs"],
+                          cwd=RANK, env=env, capture_output=True, text=True, timeout=120)
 
 
 def test_an_out_of_range_id_is_recorded_as_an_observation_and_the_process_runs_nothing_more(tmp_path):

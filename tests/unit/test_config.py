@@ -1,4 +1,5 @@
-"""Tests for framework.config (effective, document, envfile): loading, inheritance, paths, ${VAR}, redaction, schema, bad files."""
+"""Tests for framework.config (effective, document, envfile): loading, inheritance, paths, ${VAR}, redaction, schema,
+bad files."""
 
 from __future__ import annotations
 
@@ -88,7 +89,8 @@ def test_legacy_urma_file_loads_with_every_legacy_key() -> None:
     # built-in defaults for everything the old format does not know
     assert (h2.ssh_ip, h2.ssh_port) == ("192.0.2.12", 22)
     assert h2.test_nic2 is None and h2.isolcpu is None and h2.isolcpu_list == ()
-    assert (h2.workdir, h2.python, h2.venv, h2.install_path) == ("/var/tmp/camit", "python3", True, "/var/tmp/camit/opp")
+    h2_paths = (h2.workdir, h2.python, h2.venv, h2.install_path)
+    assert h2_paths == ("/var/tmp/camit", "python3", True, "/var/tmp/camit/opp")
     assert (h2.npu.count, h2.npu.soc, h2.npu.visible) == (0, "cpu", None)
     assert (h2.key_file, h2.host_key, h2.host_key_policy) == (None, None, "strict")
     assert h2.known_hosts == Path("/home/ci/.ssh/known_hosts")
@@ -144,7 +146,8 @@ def test_defaults_are_inherited_key_by_key() -> None:
     assert n1.known_hosts == base / "state/known_hosts"
     assert (n1.host_key_policy, n1.connect_timeout, n1.command_timeout) == ("accept-new", 2.5, 120.0)
     # node2 overrides single keys
-    assert (n2.user, n2.key_file, n2.workdir, n2.install_path) == ("admin", Path("/abs/node2_key"), "/data/camit", "/data/camit/opp")
+    n2_login = (n2.user, n2.key_file, n2.workdir, n2.install_path)
+    assert n2_login == ("admin", Path("/abs/node2_key"), "/data/camit", "/data/camit/opp")
     assert n2.venv is True and n2.python == "python3.11"
     assert (n2.npu.count, n2.npu.soc, n2.npu.visible) == (16, "ascend910_93", (8, 9))
     assert n2.address == "node2.lab.example:2202"
@@ -171,7 +174,8 @@ def test_artifacts_install_path_overrides_workdir_default(tmp_path: Path) -> Non
 
 
 def test_relative_paths_resolve_against_the_yaml_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    write(tmp_path / "conf", two_hosts("key_file: ../keys/id", "defaults:\n  known_hosts: kh\nartifacts:\n  wheel: dist/*.whl\n"))
+    extra = "defaults:\n  known_hosts: kh\nartifacts:\n  wheel: dist/*.whl\n"
+    write(tmp_path / "conf", two_hosts("key_file: ../keys/id", extra))
     monkeypatch.chdir(tmp_path)
     env = load("conf/test_env.yaml", environ={})
     assert env.source == "conf/test_env.yaml"
@@ -204,7 +208,8 @@ def test_yaml_11_number_forms_stay_strings(tmp_path: Path) -> None:
 
 def test_host_spec_can_be_built_directly() -> None:
     host = HostSpec(name="n1", manage_nic=NicSpec(name="lo", ip="127.0.0.1"), workdir="/w", isolcpu="2-3")
-    assert (host.ssh_ip, host.address, host.install_path, host.isolcpu_list) == ("127.0.0.1", "127.0.0.1:22", "/w/opp", (2, 3))
+    got = (host.ssh_ip, host.address, host.install_path, host.isolcpu_list)
+    assert got == ("127.0.0.1", "127.0.0.1:22", "/w/opp", (2, 3))
     assert host.test_ip == "127.0.0.1"
 
 
@@ -247,7 +252,8 @@ def test_var_expansion_and_escape(tmp_path: Path) -> None:
         "ssh_ip: ${NODE}.${DOMAIN}\nssh_port: ${PORT}\nbmc: $${NOT_A_VAR}\nenv_type: cost $5 and $HOME\narch: a$$b",
         "cann:\n  set_env: ${ASCEND}/set_env.sh\n",
     )
-    env = load(write(tmp_path, text), environ={"NODE": "n1", "DOMAIN": "lab.example", "PORT": "2200", "ASCEND": "/opt/A"})
+    environ = {"NODE": "n1", "DOMAIN": "lab.example", "PORT": "2200", "ASCEND": "/opt/A"}
+    env = load(write(tmp_path, text), environ=environ)
     h1 = env.hosts["host1"]
     assert (h1.ssh_ip, h1.ssh_port) == ("n1.lab.example", 2200)
     assert h1.bmc == "${NOT_A_VAR}"
@@ -301,7 +307,8 @@ def test_password_never_appears_in_repr_summary_or_redacted(tmp_path: Path) -> N
     env = load(write(tmp_path, two_hosts(f'passwd: "{PASSWORD}"')), environ={})
     host = env.hosts["host1"]
     assert host.password is not None and host.password.reveal() == PASSWORD
-    for text in (repr(host), str(host), repr(env), repr(env.hosts), json.dumps(env.redacted()), repr(env.summary_rows())):
+    for text in (repr(host), str(host), repr(env), repr(env.hosts), json.dumps(env.redacted()),
+                 repr(env.summary_rows())):
         assert PASSWORD not in text
     assert env.redacted()["host_info"]["host1"]["passwd"] == "***"
     assert env.summary_rows()[0]["auth"] == "password ***"
@@ -355,9 +362,12 @@ def test_summary_rows_describe_auth_host_key_and_npu(tmp_path: Path) -> None:
     )
     rows = load(write(tmp_path, text), environ={}).summary_rows()
     assert rows == [
-        {"name": "a", "address": "192.0.2.1:22", "user": "root", "auth": "key /k/id", "host_key": "pinned", "workdir": "/var/tmp/camit", "npu": "16 x ascend910_93"},
-        {"name": "b", "address": "192.0.2.2:2022", "user": "root", "auth": "password ***", "host_key": "known_hosts", "workdir": "/var/tmp/camit", "npu": "cpu"},
-        {"name": "c", "address": "192.0.2.3:22", "user": "ci", "auth": "agent", "host_key": "known_hosts", "workdir": "/w", "npu": "cpu"},
+        {"name": "a", "address": "192.0.2.1:22", "user": "root", "auth": "key /k/id", "host_key": "pinned",
+         "workdir": "/var/tmp/camit", "npu": "16 x ascend910_93"},
+        {"name": "b", "address": "192.0.2.2:2022", "user": "root", "auth": "password ***", "host_key": "known_hosts",
+         "workdir": "/var/tmp/camit", "npu": "cpu"},
+        {"name": "c", "address": "192.0.2.3:22", "user": "ci", "auth": "agent", "host_key": "known_hosts",
+         "workdir": "/w", "npu": "cpu"},
     ]
 
 
@@ -395,7 +405,8 @@ def test_example_validates_against_schema_and_schema_rejects_unknown_keys() -> N
     text = (DATA / "good" / "legacy_urma.yaml").read_text()
     legacy = parse_yaml(text, lambda key_path, problem: ConfigError("legacy", key_path, problem))
     assert list(validator.iter_errors(legacy)) == []
-    for where, key in ((example, "lanuch"), (example["host_info"]["host1"], "passed"), (example["defaults"]["npu"], "cnt")):
+    typos = ((example, "lanuch"), (example["host_info"]["host1"], "passed"), (example["defaults"]["npu"], "cnt"))
+    for where, key in typos:
         where[key] = 1
         assert not validator.is_valid(example)
         del where[key]

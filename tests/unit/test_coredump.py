@@ -95,8 +95,10 @@ def test_systemd_fixture_pattern_with_and_without_trailing_e() -> None:
     (LAB_PATTERN, "/var/crash/camit/core.python3.1234.1700000000.11",
      {"e": "python3", "p": "1234", "t": "1700000000", "s": "11"}),
     # a command name with dots is still split right: the numeric tail anchors it
-    (LAB_PATTERN, "/var/crash/camit/core.pt.main.7.1700000000.6", {"e": "pt.main", "p": "7", "t": "1700000000", "s": "6"}),
-    ("/cores/%h/core-%E-%P", "/cores/host2/core-!usr!bin!python3-99", {"h": "host2", "E": "!usr!bin!python3", "P": "99"}),
+    (LAB_PATTERN, "/var/crash/camit/core.pt.main.7.1700000000.6",
+     {"e": "pt.main", "p": "7", "t": "1700000000", "s": "6"}),
+    ("/cores/%h/core-%E-%P", "/cores/host2/core-!usr!bin!python3-99",
+     {"h": "host2", "E": "!usr!bin!python3", "P": "99"}),
     ("/c/core.%%.%p", "/c/core.%.5", {"p": "5"}),
     ("/c/core.%Z%p", "/c/core.5", {"p": "5"}),  # unknown specifiers expand to nothing
     ("/c/core", "/c/core", {}),
@@ -173,10 +175,12 @@ def fake_coredumpctl(tmp: Path, *, json_rows: list[dict[str, object]] | None, te
     (tmp / "list.json").write_text(json.dumps(json_rows) if json_rows is not None else "")
     (tmp / "list.txt").write_text(text)
     script = tmp / "coredumpctl"
+    json_list = ('cat ' + str(tmp / 'list.json') if json_rows is not None
+                 else 'echo "unrecognized option --json" >&2; exit 1')
     script.write_text(f"""#!/bin/sh
 echo "$@" >> {tmp}/calls
 case "$*" in
-  *--json=short*) {'cat ' + str(tmp / 'list.json') if json_rows is not None else 'echo "unrecognized option --json" >&2; exit 1'} ;;
+  *--json=short*) {json_list} ;;
   *dump*) while [ $# -gt 0 ]; do [ "$1" = -o ] && out=$2; shift; done; cp {core} "$out" ;;
   *list*) cat {tmp / 'list.txt'} ;;
 esac
@@ -216,7 +220,8 @@ def test_scan_of_apport_and_abrt_lists_their_stores(tmp_path: Path) -> None:
     assert list(parse_scan("h", run_sh(scan_script(src))).files) == [f"{crash}/_usr_bin_python3.11.0.crash"]
     (tmp_path / "proc" / "core_pattern").write_text("|/usr/libexec/abrt-hook-ccpp %s %c %p %u %g %t %e %P %I %h\n")
     files = parse_scan("h", run_sh(scan_script(src))).files
-    assert list(files) == [f"{spool}/ccpp-2024-01-02-10:11:12-4321"] and files[f"{spool}/ccpp-2024-01-02-10:11:12-4321"].is_dir
+    problem_dir = f"{spool}/ccpp-2024-01-02-10:11:12-4321"
+    assert list(files) == [problem_dir] and files[problem_dir].is_dir
 
 
 def test_an_unknown_pipe_is_reported_not_listed(tmp_path: Path) -> None:
@@ -416,7 +421,8 @@ def test_rank_pids_come_from_the_fetched_status_json(tmp_path: Path) -> None:
     (tmp_path / "host2").mkdir()
     (tmp_path / "host2" / "rank2.json").write_text(json.dumps({"rank": 2, "pid": 4321, "signal": "SIGSEGV"}))
     lr = SimpleNamespace(launch_id="L9", report_dir=str(tmp_path),
-                         ranks={2: SimpleNamespace(host="host2", signal=None), 3: SimpleNamespace(host="host2", signal=None)})
+                         ranks={2: SimpleNamespace(host="host2", signal=None),
+                                3: SimpleNamespace(host="host2", signal=None)})
     assert rank_procs([lr]) == [RankProc("L9", 2, "host2", 4321), RankProc("L9", 3, "host2", None)]
     assert rank_procs(lr) == rank_procs([lr]) and rank_procs(None) == []
 
@@ -485,7 +491,8 @@ def test_corewatch_end_to_end_on_a_file_pattern(tmp_path: Path, real_core: Path)
     report = tmp_path / "report"
     (report / "h1").mkdir(parents=True)
     (report / "h1" / "rank5.json").write_text(json.dumps({"rank": 5, "pid": pid + 1}))  # not this pid
-    launch = SimpleNamespace(launch_id="LAUNCH1", report_dir=str(report), ranks={5: SimpleNamespace(host="h1", signal=None)})
+    launch = SimpleNamespace(launch_id="LAUNCH1", report_dir=str(report),
+                             ranks={5: SimpleNamespace(host="h1", signal=None)})
     with local_cluster(tmp_path) as cluster:
         watch = CoreWatch(cluster, policy="fail", sources=src)
         baseline = watch.snapshot()
@@ -517,7 +524,8 @@ def test_clusterwatch_snapshots_collects_judges_and_collects_logs_only_on_failur
     src = CoreSources(proc_dir=str(proc_dir(tmp_path, f"{crash}/core.%e.%p.%t.%s")))
     report = tmp_path / "report"
     (report / "h1").mkdir(parents=True)
-    launch = SimpleNamespace(launch_id="LAUNCH1", report_dir=str(report), ranks={5: SimpleNamespace(host="h1", signal=None)})
+    launch = SimpleNamespace(launch_id="LAUNCH1", report_dir=str(report),
+                             ranks={5: SimpleNamespace(host="h1", signal=None)})
     with local_cluster(tmp_path) as cluster:
         with ClusterWatch(cluster, policy="warn", sources=src, rundir=report, ascend_log_dirs=[]) as quiet:
             pass  # nothing crashed, the run passed: no cores, no logs
@@ -606,7 +614,8 @@ def test_corewatch_reads_an_abrt_dump_dir(tmp_path: Path, real_core: Path) -> No
         (d / "time").write_text(str(int(time.time())))
         [core] = watch.collect(baseline, rundir=tmp_path / "report")
     assert core.source == "abrt" and core.executable == os.path.realpath(sys.executable)
-    assert core.cmdline == "python3 train.py" and core.local_path is not None and core.local_path.name.endswith(".core.gz")
+    assert core.cmdline == "python3 train.py"
+    assert core.local_path is not None and core.local_path.name.endswith(".core.gz")
 
 
 def test_corewatch_reads_an_apport_crash_file_and_its_core_store(tmp_path: Path, real_core: Path) -> None:
@@ -655,7 +664,8 @@ def test_a_host_that_cannot_be_snapshotted_is_recorded_not_raised(tmp_path: Path
      ("HCCL-LINK-TIMEOUT", "rank 12, role 1, timeout 120 s")),
     ("torch-npu-507048-sync-timeout.txt", ["ACL-507048", "NPU-ERROR", "ERR00100"],
      ("NPU-ERROR", "AclrtSynchronizeDeviceWithTimeout, error code 507048")),
-    ("torch-npu-hccl-watchdog-abort.txt", ["HCCL-WATCHDOG", "ERR02005", "TERMINATE", "ACL-507014", "NPU-ERROR", "ERR00100"],
+    ("torch-npu-hccl-watchdog-abort.txt",
+     ["HCCL-WATCHDOG", "ERR02005", "TERMINATE", "ACL-507014", "NPU-ERROR", "ERR00100"],
      ("ACL-507014", "")),
 ])
 def test_signatures_on_the_fixtures(name: str, codes: list[str], detail: tuple[str, str]) -> None:
@@ -678,7 +688,8 @@ def test_signature_counts_and_the_summary_puts_causes_first() -> None:
 
 @pytest.mark.parametrize("code", ["EI9999", "EI0011", "EI0019", "HCCL_BUFFSIZE", "ACL-507901"])
 def test_other_listed_signatures(code: str) -> None:
-    text = {"EI9999": "EI9999: hccl fftsplus task timeout", "EI0011": "EI0011: Resource_Error_Insufficient_Device_Memory",
+    text = {"EI9999": "EI9999: hccl fftsplus task timeout",
+            "EI0011": "EI0011: Resource_Error_Insufficient_Device_Memory",
             "EI0019": "EI0019: bind failed", "HCCL_BUFFSIZE": "HCCL_BUFFSIZE is too SMALL, need 300MB",
             "ACL-507901": "error code is 507901"}[code]
     assert [s.code for s in scan_signatures("x\n" + text + "\n")] == [code]
@@ -724,7 +735,8 @@ def test_a_cam_op_past_the_op_execute_timeout_is_its_own_diagnosis_not_hccls() -
 
 def test_dmesg_since_the_snapshot() -> None:
     text = "[  10.000000] old\n[  99.500000] segfault at 0\n  continuation\n[ 100.000000] after\nno stamp\n"
-    assert dmesg_since(text, 99.0) == ["[  99.500000] segfault at 0", "  continuation", "[ 100.000000] after", "no stamp"]
+    want = ["[  99.500000] segfault at 0", "  continuation", "[ 100.000000] after", "no stamp"]
+    assert dmesg_since(text, 99.0) == want
     assert dmesg_since(text, None)[0] == "[  10.000000] old"
 
 
@@ -813,7 +825,8 @@ def test_cores_are_still_reported_when_inspecting_them_fails(tmp_path: Path) -> 
     from framework.errors import HostUnreachable
     from framework.testing import FakeTransport
 
-    empty = "@@now 1700000000.0\n@@pattern /c/core.%e.%p.%t.%s\n@@ulimit 0 unlimited\n@@gdb /usr/bin/gdb\n@@files\n@@end\n"
+    empty = ("@@now 1700000000.0\n@@pattern /c/core.%e.%p.%t.%s\n@@ulimit 0 unlimited\n"
+             "@@gdb /usr/bin/gdb\n@@files\n@@end\n")
     listing = base64.b64encode(b"F 100 1700000005.0 7 /c/core.python3.42.1700000005.11\0").decode()
     one = empty.replace("@@files\n", f"@@files\n{listing}\n")
     fake = FakeTransport("h1")

@@ -124,8 +124,9 @@ def _fake_cluster(env: EnvConfig, outputs: dict[str, str]) -> tuple[Cluster, dic
 
 def test_a_host_without_coverage_fails_once_with_one_error_naming_it(tmp_path):
     env = _env(tmp_path, ["host1", "host2", "host3"])
-    cluster, fakes = _fake_cluster(env, {"host1": "@@cov 7.6.1\n", "host2": "@@nocov ModuleNotFoundError: No module named "
-                                         "'coverage'\n", "host3": "@@cov 7.6.1\n"})
+    cluster, fakes = _fake_cluster(env, {"host1": "@@cov 7.6.1\n",
+                                         "host2": "@@nocov ModuleNotFoundError: No module named 'coverage'\n",
+                                         "host3": "@@cov 7.6.1\n"})
     cov = fc.RankCoverage(env, cluster, tmp_path / "report")
     with pytest.raises(fc.CoverageUnavailable) as exc:
         cov.prepare(Target(module="pytest"), ["host1", "host2", "host3"], "/w/suites/ab", RANK_TREE)

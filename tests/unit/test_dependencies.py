@@ -93,7 +93,8 @@ def test_the_checks_see_lazy_imports_and_a_fake_dependency(tmp_path):
     pkg.mkdir()
     (pkg / "m.py").write_text("import os\n\ndef f():\n    import paramiko.client\n    from yaml import safe_load\n")
     assert third_party_imports(pkg) == {"paramiko": {"framework/m.py"}, "yaml": {"framework/m.py"}}
-    text = (ROOT / "pyproject.toml").read_text().replace('dependencies = [\n', 'dependencies = [\n    "left-pad>=1.0",\n', 1)
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    text = pyproject.replace('dependencies = [\n', 'dependencies = [\n    "left-pad>=1.0",\n', 1)
     fake = tmp_path / "pyproject.toml"
     fake.write_text(text)
     deps, _ = declared(fake)

@@ -58,8 +58,8 @@ def test_resolve_wrong_suffix(tmp_path):
 
 
 PLAN = deploy.HostPlan(host="h1", workdir="/w d", python="/usr/bin/python3", venv=True,
-                       install_path="/w d/opp", manage_ip="10.77.0.11", cann_set_env="/usr/local/Ascend/cann/set_env.sh",
-                       soc="ascend910_93")
+                       install_path="/w d/opp", manage_ip="10.77.0.11",
+                       cann_set_env="/usr/local/Ascend/cann/set_env.sh", soc="ascend910_93")
 ART = deploy.Artifact("wheel", Path("/x/umdk_cam_op_lib-209.0.0b1-py3-none-any.whl"), "ab" * 32, 10)
 RUN = deploy.Artifact("run_package", Path("/x/CAM_ascend910_93_ubuntu_aarch64.run"), "cd" * 32, 20)
 
@@ -77,7 +77,8 @@ def test_exact_command_lines():
     assert deploy.install_run_script(PLAN, RUN) == (
         "umask 077; " + sh_verified(run_path, RUN.sha256, "the staged package") + " && "
         f"chmod 0700 '/w d/artifacts/{'cd' * 32}/CAM_ascend910_93_ubuntu_aarch64.run' && "
-        f"'/w d/artifacts/{'cd' * 32}/CAM_ascend910_93_ubuntu_aarch64.run' '--install-path=/w d/opp' --quiet < /dev/null"
+        f"'/w d/artifacts/{'cd' * 32}/CAM_ascend910_93_ubuntu_aarch64.run' "
+        "'--install-path=/w d/opp' --quiet < /dev/null"
     )
     assert deploy.pip_argv(PLAN, ART) == [
         "/w d/venv/bin/python", "-m", "pip", "install", "--force-reinstall", "--no-deps", "--no-index",
@@ -109,7 +110,8 @@ def test_into_a_venv_the_wheel_goes_in_with_the_shipped_installer_checked_and_wi
     assert install_wheel_script(PLAN, ART) == (  # the installer hashes the staged wheel itself (--sha256)
         f"{interp} && {{ {sh_verified(installer, sha, 'the wheel installer')} && "
         f"'/w d/venv/bin/python' -I '{installer}' --sha256 {ART.sha256} '{PLAN.remote_path(ART)}'; }}")
-    assert "sha256sum" not in install_wheel_script(PLAN, ART).replace(sh_verified(installer, sha, "the wheel installer"), "")
+    verified = sh_verified(installer, sha, "the wheel installer")
+    assert "sha256sum" not in install_wheel_script(PLAN, ART).replace(verified, "")
     assert "pip" not in install_wheel_script(PLAN, ART)
     own = dataclasses.replace(PLAN, venv=False)
     assert install_wheel_script(own, ART) == (
@@ -220,7 +222,8 @@ def test_run_output_failures():
 def test_vendor_choice():
     base = "/o"
     assert deploy.vendor_of([f"{base}/vendors/customize/bin/set_env.bash"], base) == "customize"
-    assert deploy.vendor_of([f"{base}/vendors/a/bin/set_env.bash", f"{base}/vendors/CAM/bin/set_env.bash"], base) == "CAM"
+    set_envs = [f"{base}/vendors/a/bin/set_env.bash", f"{base}/vendors/CAM/bin/set_env.bash"]
+    assert deploy.vendor_of(set_envs, base) == "CAM"
     assert deploy.vendor_of([f"{base}/vendors/a/bin/set_env.bash", f"{base}/vendors/b/bin/set_env.bash"], base) is None
     assert deploy.vendor_of([], base) is None
 

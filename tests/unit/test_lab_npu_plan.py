@@ -239,7 +239,8 @@ def test_mount_points_are_shared_by_the_emulated_labs_that_are_up() -> None:
 
 
 def test_mount_points_go_with_the_last_emulated_lab_children_first() -> None:
-    rec: list[tuple[str, MountKind]] = [("/opt", "dir"), ("/opt/x", "dir"), ("/opt/x/y", "file"), ("/usr/local/Ascend", "dir")]
+    rec: list[tuple[str, MountKind]] = [("/opt", "dir"), ("/opt/x", "dir"), ("/opt/x/y", "file"),
+                                        ("/usr/local/Ascend", "dir")]
     assert mount_points_on_down(rec, others_up=1) == []
     order = [p for p, _ in mount_points_on_down(rec, others_up=0)]
     assert order.index("/opt/x/y") < order.index("/opt/x") < order.index("/opt")

@@ -147,7 +147,8 @@ def test_a_real_supervisor_and_rank_wrapper_transcript(tmp_path):
     sup, _ = script("supervisor.py")
     wrap, _ = script("rankwrap.py")
     status = tmp_path / "run"
-    argv = [sys.executable, str(sup), "--run-id", f"t-{os.getpid()}", "--status-dir", str(status), "--heartbeat", "0.2", "--deadline", "30",
+    argv = [sys.executable, str(sup), "--run-id", f"t-{os.getpid()}", "--status-dir", str(status),
+            "--heartbeat", "0.2", "--deadline", "30",
             "--", sys.executable, str(wrap), "--status-dir", str(status), "--", "-c", "import sys; sys.exit(3)"]
     # stdin stays open (an EOF would be the controller going away: the supervisor would kill the run)
     proc = subprocess.Popen(argv, env=dict(os.environ, RANK="0", LOCAL_RANK="0"), stdin=subprocess.PIPE,

@@ -152,7 +152,8 @@ def test_plan_nodes_use_the_rendezvous_nic_and_the_derived_timeouts(tmp_path):
     p0, p1 = plans.values()
     assert p0.master_addr == p1.master_addr == env.hosts[names[0]].manage_nic.ip
     assert p1.env["HCCL_IF_IP"] == env.hosts[names[1]].manage_nic.ip
-    assert (p1.env["HCCL_CONNECT_TIMEOUT"], p1.env["HCCL_EXEC_TIMEOUT"], p1.env[PG_TIMEOUT_VAR]) == ("120", "400", "540")
+    timeouts = (p1.env["HCCL_CONNECT_TIMEOUT"], p1.env["HCCL_EXEC_TIMEOUT"], p1.env[PG_TIMEOUT_VAR])
+    assert timeouts == ("120", "400", "540")
     assert "HCCL_BUFFSIZE" not in p1.env
     plans = plan_nodes(env, names, prepared, nproc=2, backend="hccl", master_port=29500, launch_id="x",
                        extra_env={"HCCL_BUFFSIZE": "4096"}, timeout=600, core_limit=None)

@@ -112,7 +112,8 @@ def _a2(name: str, ip: str) -> tuple[object, dict[str, Section]]:
     from framework.config.effective import load  # noqa: F401  (the plan comes from a loaded env)
 
     env = make_env({name: {"npu": {"soc": "ascend910b", "count": 8}}}, cann=CANN)
-    return plan_probe(env.hosts[name], env), {"hccn:0:ip": Section("hccn:0:ip", f"ipaddr:{ip}\nnetmask:255.255.255.0", 0)}
+    ip_section = Section("hccn:0:ip", f"ipaddr:{ip}\nnetmask:255.255.255.0", 0)
+    return plan_probe(env.hosts[name], env), {"hccn:0:ip": ip_section}
 
 
 def test_each_a2_node_pings_every_other_nodes_first_device_once():

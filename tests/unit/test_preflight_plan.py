@@ -144,7 +144,8 @@ def fake_ascend(tmp_path, monkeypatch):
     def make(info: str, tls: int = 0) -> Path:
         bin_dir = tmp_path / "bin"
         bin_dir.mkdir(exist_ok=True)
-        for name, text in (("npu-smi", FAKE_NPU_SMI.format(info=DATA / info, mapping=DATA / "npu-smi-info-m-910b4.txt")),
+        npu_smi = FAKE_NPU_SMI.format(info=DATA / info, mapping=DATA / "npu-smi-info-m-910b4.txt")
+        for name, text in (("npu-smi", npu_smi),
                            ("hccn_tool", FAKE_HCCN.format(tls=tls))):
             tool = bin_dir / name
             tool.write_text(text)
@@ -294,7 +295,8 @@ def test_tie_is_broken_by_the_first_host_and_python_compares_minor_versions():
     report = run_eval({"n1": make_sample("n1", a2_sections()), "n2": make_sample("n2", a2_sections(python=py312)),
                        "n3": make_sample("n3", a2_sections(python=py3119))})
     assert report.get("n3", "python").status == OK  # 3.11.9 vs 3.11.7: same minor
-    assert report.get("n2", "python").status == FAIL and "differs from 3.11 on n1, n3" in report.get("n2", "python").summary
+    python = report.get("n2", "python")
+    assert python.status == FAIL and "differs from 3.11 on n1, n3" in python.summary
     assert report.get("n2", "torch").status == FAIL and "differs from 2.5.1" in report.get("n2", "torch").summary
 
 
@@ -337,7 +339,8 @@ def test_a3_hosts_in_another_super_pod_fail_spod():
     report = run_eval(samples, soc="ascend910_93", count=16)
     assert [report.get(h, "spod").status for h in ("n1", "n2")] == [OK, OK]
     r = report.get("n3", "spod")
-    assert r.status == FAIL and r.value == "7" and "Super Pod ID 7" in r.summary and "differs from 0 on n1, n2" in r.summary
+    assert r.status == FAIL and r.value == "7"
+    assert "Super Pod ID 7" in r.summary and "differs from 0 on n1, n2" in r.summary
     # the probe asks for it on A3 only
     assert "spod-info" in str(probe_script(a2_plan("x", soc="ascend910_93", count=16)))
     assert "spod-info" not in str(probe_script(a2_plan("x")))
@@ -373,7 +376,8 @@ def test_a3_link_down_is_only_a_warning():
 
 @pytest.mark.parametrize(("plan_kw", "capture_name", "expect"), [
     ({"count": 16}, "npu-smi-info-910b3-a2-busy.txt", "8 chips, env npu.count says 16"),
-    ({"soc": "ascend910_93", "count": 8}, "npu-smi-info-910b3-a2-busy.txt", "this is an A2 host (ascend910b), env npu.soc says ascend910_93"),
+    ({"soc": "ascend910_93", "count": 8}, "npu-smi-info-910b3-a2-busy.txt",
+     "this is an A2 host (ascend910b), env npu.soc says ascend910_93"),
     ({"count": 16}, "npu-smi-info-a3-busy.txt", "this is an A3 host (ascend910_93), env npu.soc says ascend910b"),
 ])
 def test_npu_shape_must_match_the_env(plan_kw, capture_name, expect):

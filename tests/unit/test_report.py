@@ -39,7 +39,8 @@ sr = sample_run()
 @pytest.fixture(scope="module")
 def junits(tmp_path_factory):
     base = tmp_path_factory.mktemp("junit")
-    return sr.pytest_junit(base / "pass", fail=False, name="rank"), sr.pytest_junit(base / "fail", fail=True, name="rank")
+    return (sr.pytest_junit(base / "pass", fail=False, name="rank"),
+            sr.pytest_junit(base / "fail", fail=True, name="rank"))
 
 
 @pytest.fixture
@@ -148,7 +149,8 @@ def test_cores_json_written_by_framework_coredump_is_read(run):
     assert view.description == core.describe() and view.local_path == "node2/cores/core.python3.4242"
     assert view.backtrace_path == "node2/cores/core.python3.4242.bt.txt"
     assert view.top_frame == "cam::dispatch_prefill () at dispatch.cpp:211"  # the crashing thread, not poll()
-    failure = suites(report_junit.write_cluster_junit(run))["cluster"].find("testcase[@name='core_dump[python3:4242]']/failure")
+    cluster = suites(report_junit.write_cluster_junit(run))["cluster"]
+    failure = cluster.find("testcase[@name='core_dump[python3:4242]']/failure")
     assert failure.get("message") == core.describe() and "cam::dispatch_prefill" in failure.text
     report_junit.write_cluster_junit(run, [core])  # the same core handed over again: merged, not doubled
     assert len(json.loads((run / "cores.json").read_text())) == 1
@@ -348,7 +350,8 @@ def test_manifest_records_the_run_and_no_file_holds_a_secret(run):
     assert m["env"]["document"]["host_info"]["host1"]["passwd"] == "***"
     assert m["seed"] == 4242
     assert m["command"]["argv"][:2] == ["pytest", "tests/cluster"]
-    assert m["command"]["repro"] == "python -m pytest tests/cluster --env-file env/test_env.example.yaml --random-seed 4242"
+    assert m["command"]["repro"] == ("python -m pytest tests/cluster --env-file env/test_env.example.yaml "
+                                     "--random-seed 4242")
     assert m["framework"]["version"] == framework.__version__ and m["framework"]["name"] == "camit"
     assert m["started"] == {"epoch": sr.T0, "iso": "2026-08-01T10:00:00+00:00"}
     assert m["ended"]["iso"] == "2026-08-01T10:01:01+00:00" and m["duration"] == 61.0
@@ -476,7 +479,8 @@ def test_phases_recorded_and_derived(run):
 # -- terminal summary ------------------------------------------------------------------------------
 def test_terminal_summary_fits_one_screen(run):
     report.finalize(run, cores=[sr.core_for(run)], seed=1234, started=sr.T0, ended=sr.T0 + 61, status="failed",
-                    argv=["/usr/lib/python3/dist-packages/pytest/__main__.py", "tests/cluster", "--env-file", "env/lab.yaml"])
+                    argv=["/usr/lib/python3/dist-packages/pytest/__main__.py", "tests/cluster",
+                          "--env-file", "env/lab.yaml"])
     text = report.terminal_summary(run)
     lines = text.splitlines()
     # every line fits 120 columns but the one naming the report folder, as long as the folder's path
@@ -534,7 +538,8 @@ def _screen_repro(lines: list[str]) -> str:
 
 @pytest.mark.parametrize(("argv", "seed", "program", "line"), [
     (["pytest", "tests/cluster"], 7, None, "python -m pytest tests/cluster --random-seed 7"),
-    (["/usr/lib/python3/dist-packages/pytest/__main__.py", "-k", "a and b"], None, None, "python -m pytest -k 'a and b'"),
+    (["/usr/lib/python3/dist-packages/pytest/__main__.py", "-k", "a and b"], None, None,
+     "python -m pytest -k 'a and b'"),
     (["py.test", "--random_seed", "5", "-x", "--random-seed=6"], 9, None, "python -m pytest -x --random-seed 9"),
     (["pytest", "--env", "e.yaml", "--random-seed", "1"], 1, ["pytest"], "pytest --env e.yaml --random-seed 1"),
     (["camit", "run", "--env", "e.yaml"], 3, None, "camit run --env e.yaml --random-seed 3"),

@@ -21,7 +21,8 @@ sr = sample_run()
 @pytest.fixture(scope="module")
 def junits(tmp_path_factory):
     base = tmp_path_factory.mktemp("junit")
-    return sr.pytest_junit(base / "pass", fail=False, name="rank"), sr.pytest_junit(base / "fail", fail=True, name="rank")
+    return (sr.pytest_junit(base / "pass", fail=False, name="rank"),
+            sr.pytest_junit(base / "fail", fail=True, name="rank"))
 
 
 def test_summary_names_verdict_counts_hosts_failures_and_the_repro_line(tmp_path, junits):
@@ -33,7 +34,8 @@ def test_summary_names_verdict_counts_hosts_failures_and_the_repro_line(tmp_path
     assert lines[0] == f"camit FAILED · run {sr.RUN_ID} · 1m01s"
     assert "hosts (2): node1, node2" in lines
     # rank 3 on node2 was only torn down after rank 2 crashed: skipped (RankTornDown), not an error
-    assert "cluster.xml 15 tests, 2 failed, 1 errors, 3 skipped · junit.xml 5 tests, 1 failed, 0 errors, 1 skipped" in lines
+    assert ("cluster.xml 15 tests, 2 failed, 1 errors, 3 skipped · "
+            "junit.xml 5 tests, 1 failed, 0 errors, 1 skipped") in lines
     assert "ranks: 1 pass, 1 fail, 1 crash, 1 killed, 1 core dump" in lines
     failed = lines[lines.index("failed (4):") + 1:-1]  # 4: the torn-down rank 3 is no failure
     assert failed[0] == ("  node1.rank1.sample_rank_tests::test_dispatch_combine[Graph] — AssertionError: diff 1.2e-03 "
@@ -129,4 +131,5 @@ def test_summary_says_why_right_under_the_headline(tmp_path, junits):
     launch.write_text(json.dumps({**data, "cause": "rank 3 on node2: device fault: RUNTIME: retCode=507035"}))
     report.finalize(run, started=sr.T0, ended=sr.T0 + 61, status="failed")
     lines = (run / "summary.txt").read_text().splitlines()
-    assert lines[1].startswith("CAUSE ") and lines[1].endswith(": rank 3 on node2: device fault: RUNTIME: retCode=507035")
+    assert lines[1].startswith("CAUSE ")
+    assert lines[1].endswith(": rank 3 on node2: device fault: RUNTIME: retCode=507035")

@@ -38,7 +38,8 @@ JENKINS_CSP = "sandbox; default-src 'none'; img-src 'self'; style-src 'self';"
 @pytest.fixture(scope="module")
 def run(tmp_path_factory) -> Path:
     base = tmp_path_factory.mktemp("html")
-    junits = sr.pytest_junit(base / "pass", fail=False, name="rank"), sr.pytest_junit(base / "fail", fail=True, name="rank")
+    junits = (sr.pytest_junit(base / "pass", fail=False, name="rank"),
+              sr.pytest_junit(base / "fail", fail=True, name="rank"))
     path = sr.build(base / "reports", *junits, controller_junit=junits[1])
     report.finalize(path, cores=[sr.core_for(path)], seed=1234, started=sr.T0, ended=sr.T0 + 61, status="failed",
                     argv=["pytest", "tests/cluster", "--env-file", "env/lab.yaml"])
@@ -135,7 +136,8 @@ class Dom(HTMLParser):
     def find(self, tag: str, **want: str) -> list[dict[str, str]]:
         out = []
         for t, attrs in self.elements:
-            if t == tag and all(re.fullmatch(v, attrs.get(k.rstrip("_").replace("_", "-"), "") or "") for k, v in want.items()):
+            if t == tag and all(re.fullmatch(v, attrs.get(k.rstrip("_").replace("_", "-"), "") or "")
+                                for k, v in want.items()):
                 out.append(attrs)
         return out
 
@@ -226,7 +228,8 @@ def test_index_under_jenkins_csp_renders_as_without_it(run, tmp_path):
             # the window 200 px taller than the rows compared: headless Chromium sometimes gives a page less of
             # the window than asked (CI: the plain page painted to y=1016 of 1100, the Jenkins one to the end)
             done = chromium(["--window-size=1280,1300", f"--screenshot={shots[name]}", "--dump-dom",
-                             "--enable-logging=stderr", "--v=0", url + "index.html"], tmp_path, profile=f"profile-{name}")
+                             "--enable-logging=stderr", "--v=0", url + "index.html"], tmp_path,
+                            profile=f"profile-{name}")
             logs[name], doms[name] = done.stderr, Dom(done.stdout)
     # Chromium's console says "Refused to apply inline style …" or "Applying inline style violates the
     # following Content Security Policy directive …", depending on its version

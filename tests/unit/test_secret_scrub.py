@@ -35,7 +35,8 @@ sr = sample_run()
 @pytest.fixture(scope="module")
 def junits(tmp_path_factory):
     base = tmp_path_factory.mktemp("junit")
-    return sr.pytest_junit(base / "pass", fail=False, name="rank"), sr.pytest_junit(base / "fail", fail=True, name="rank")
+    return (sr.pytest_junit(base / "pass", fail=False, name="rank"),
+            sr.pytest_junit(base / "fail", fail=True, name="rank"))
 
 
 def _leak(run: Path, pw: str) -> str:

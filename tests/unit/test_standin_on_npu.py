@@ -1,6 +1,7 @@
 """The op stand-in on an emulated Ascend host (torch_npu stand-in importable): FRACTAL_NZ weights refused
 or taken, and ids outside their documented range silently corrupting outputs without any device fault (the
-kernels index UB buffers with them: dispatch_layout.h:112-160). Each test runs in a subprocess with ``standin_npu`` and ``standin`` on PYTHONPATH (this
+kernels index UB buffers with them: dispatch_layout.h:112-160). Each test runs in a subprocess with ``standin_npu``
+and ``standin`` on PYTHONPATH (this
 interpreter keeps seeing no torch_npu)."""
 
 from __future__ import annotations
@@ -137,7 +138,8 @@ def test_ops_refuse_cpu_tensors_naming_the_argument_and_answer_on_the_npu(tmp_pa
         out, share, nums = fused(w1, w2)
         print("devices", [t.device.type for t in (ntpe, slot, out, share, nums)], ntpe.cpu().tolist())
     """)
-    tail = "; the op runs on the NPU only (its kernels are registered for PrivateUse1, umdk pybind): move it with .npu() first"
+    tail = ("; the op runs on the NPU only (its kernels are registered for PrivateUse1, umdk pybind): "
+            "move it with .npu() first")
     assert proc.stdout.splitlines() == [
         "layout cpu | umdk_cam_op_lib::get_dispatch_layout: argument 'topk_idx' is on cpu, not on the NPU" + tail,
         "fused cpu weight | umdk_cam_op_lib::fused_deep_moe: argument 'gmm2_weight[0]' is on cpu, not on the NPU"

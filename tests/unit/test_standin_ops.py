@@ -92,7 +92,8 @@ def _np_layout(idx: np.ndarray, num_experts: int) -> tuple[np.ndarray, np.ndarra
 
 
 @pytest.mark.parametrize("tokens,top_k,experts,ranks,dtype", [
-    (32, 8, 16, 16, torch.int64), (37, 5, 24, 4, torch.int32), (1, 1, 2, 2, torch.int64), (8000, 16, 512, 256, torch.int64),
+    (32, 8, 16, 16, torch.int64), (37, 5, 24, 4, torch.int32), (1, 1, 2, 2, torch.int64),
+    (8000, 16, 512, 256, torch.int64),
 ])
 def test_layout_matches_numpy(no_opapi_check, tokens, top_k, experts, ranks, dtype):
     rng = np.random.default_rng(tokens * 31 + experts)
@@ -200,7 +201,8 @@ def _call_in_fresh_process(op: str, ld_library_path: str | None, tmp_path: Path)
     if ld_library_path is not None:
         env["LD_LIBRARY_PATH"] = ld_library_path
     code = ("import torch, umdk_cam_op_lib\nops = torch.ops.umdk_cam_op_lib\n"
-            f"try:\n    {_OPAPI_CALLS[op]}\nexcept RuntimeError as exc:\n    print('ERR', exc)\nelse:\n    print('OK')\n")
+            f"try:\n    {_OPAPI_CALLS[op]}\n"
+            "except RuntimeError as exc:\n    print('ERR', exc)\nelse:\n    print('OK')\n")
     return subprocess.run([sys.executable, "-c", code], env=env, cwd=tmp_path, capture_output=True, text=True,
                           timeout=120)
 
@@ -290,7 +292,8 @@ def _dispatch(tokens: int, hidden: int, dtype: torch.dtype = torch.bfloat16, top
     ({"tokens": 8001, "hidden": 1024}, "xDim0(BS) is invalid. Should be between [1, 8000], but got xDim0=8001."),
     ({"tokens": 2, "hidden": 1023}, "xShape dims1(H) should be in [1024, 7168], but got 1023."),
     ({"tokens": 2, "hidden": 7169}, "xShape dims1(H) should be in [1024, 7168], but got 7169."),
-    ({"tokens": 2, "hidden": 1024, "dtype": torch.float32}, "x dataType is invalid, dataType should be bf16 or float16"),
+    ({"tokens": 2, "hidden": 1024, "dtype": torch.float32},
+     "x dataType is invalid, dataType should be bf16 or float16"),
     ({"tokens": 2, "hidden": 1024, "top_k": 3, "experts": 2}, "expertIdShape's dim1(k) should be in (0, min(16, "
                                                                 "moeExpertNum=2)], but got expertIdShape's dim1=3."),
 ])

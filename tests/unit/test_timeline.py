@@ -100,7 +100,8 @@ def test_without_preflight_offsets_the_clocks_are_taken_as_is_and_it_says_so(tmp
 
 
 def test_only_consequences_give_no_root_cause(tmp_path: Path) -> None:
-    _rank(tmp_path / "h", 0, 1, T0, "Traceback (most recent call last):\nRuntimeError: EI0002: The wait execution of the Notify register times out\n")
+    _rank(tmp_path / "h", 0, 1, T0, "Traceback (most recent call last):\n"
+          "RuntimeError: EI0002: The wait execution of the Notify register times out\n")
     found = timeline.build(tmp_path, {"h": tmp_path / "h"})
     assert found.root is None and timeline.root_line(found) is None
     assert [e.kind for e in found.consequences] == [CONSEQ]

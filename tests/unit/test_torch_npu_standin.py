@@ -176,8 +176,9 @@ def test_set_device_past_the_visible_devices_fails_as_torch_npu(tmp_path):
     assert "VAL Expected a npu device, but got: cpu" in text
     assert "current 1" in text
     plog = plog_text(tmp_path)
-    assert re.search(r"^\[ERROR\] RUNTIME\(\d+,\S+\):\d{4}-\d\d-\d\d-\d\d:\d\d:\d\d\.\d{3}\.\d{3} \[api_error\.cc:\d+\] "
-                     r"\d+ SetDevice:Set visible device failed, invalid device=2, input visible devices:0,1$", plog, re.M)
+    assert re.search(r"^\[ERROR\] RUNTIME\(\d+,\S+\):\d{4}-\d\d-\d\d-\d\d:\d\d:\d\d\.\d{3}\.\d{3} "
+                     r"\[api_error\.cc:\d+\] \d+ SetDevice:Set visible device failed, invalid device=2, "
+                     r"input visible devices:0,1$", plog, re.M)
 
 
 def test_npu_is_a_device_of_its_own(tmp_path):
@@ -278,7 +279,8 @@ os._exit(0)
     (rc0, out0, err0), (rc1, out1, err1) = finish(start_ranks(tmp_path, body))
     assert rc0 == 0 and rc1 == 0, err0 + err1
     sync = ("npuSynchronizeDevice:build/CMakeFiles/torch_npu.dir/compiler_depend.ts:479 NPU function error: "
-            "AclrtSynchronizeDeviceWithTimeout, error code is 507035 | [Error]: The vector core execution is abnormal. ")
+            "AclrtSynchronizeDeviceWithTimeout, error code is 507035 | "
+            "[Error]: The vector core execution is abnormal. ")
     coll = ("query:build/CMakeFiles/torch_npu.dir/compiler_depend.ts:859 NPU function error: "
             "acl::AclQueryEventRecordedStatus(event_, &currStatus), error code is 507035 | "
             "[Error]: The vector core execution is abnormal. ")
