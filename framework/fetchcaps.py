@@ -13,8 +13,7 @@ note naming host and file.
 Defaults (:data:`DEFAULTS`) are overridden per key by environment variables (:data:`ENV_KEYS`), read
 each time :func:`caps` is called: ``CAMIT_FETCH_MAX_BYTES``, ``CAMIT_FETCH_TIMEOUT``,
 ``CAMIT_FETCH_MEMBER_BYTES``, ``CAMIT_FETCH_TOTAL_BYTES``, ``CAMIT_FETCH_EXPAND_BYTES`` (sizes take ``K``/``M``/``G``
-suffixes, base
-1024). Files written from host data are created mode ``0600`` (:func:`open_private`).
+suffixes, base 1024). Files written from host data are created mode ``0600`` (:func:`open_private`).
 """
 
 from __future__ import annotations

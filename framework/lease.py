@@ -29,8 +29,8 @@ lease gone (someone judged it stale and took it), ``lost`` says so and leaving t
 before the lease could be judged stale; a host whose refresh keeps failing until too little of that
 window is left is *dropped* (``lost`` names the host and the heartbeat step, ``on_lost`` fires) before
 another controller could judge its lease stale and take it. ``lease release`` without ``--force`` removes stale
-leases and the one holding the
-given token, never a live lease by its owner string (two sessions of one user share it).
+leases and the one holding the given token, never a live lease by its owner string (two sessions of one
+user share it).
 
     with Lease(cluster, ttl=300, wait=600) as lease:   # LeaseHeld names the holder (exit 3)
         deploy(...); launch(...)

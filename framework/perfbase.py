@@ -56,8 +56,7 @@ def load(path: Path) -> dict[str, Any]:
 
 def update(path: Path, key: str, numbers: Mapping[str, float], note: str = "") -> None:
     """Set one case's baseline, keeping the others: under the file's lock (``framework.records.folder.locked``),
-    since the
-    xdist workers of one ``--update-baseline`` run write their cases into the same file at once. Unlike
+    since the xdist workers of one ``--update-baseline`` run write their cases into the same file at once. Unlike
     ``update_json``, an unreadable baseline file is an error, not a fresh start."""
     with locked(path):
         data = load(path)

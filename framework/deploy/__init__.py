@@ -312,8 +312,7 @@ class Deployer:
                  installs: dict[str, HostInstall]) -> threading.Thread:
         """Start, beside the transfer, what the install needs and the upload does not (the venv, the wheel
         installer, the import check's torch import: :meth:`HostInstall.prepare`) on every host that will install a
-        wheel; the caller
-        joins the thread before installing, and the install goes on with ``installs[host]``."""
+        wheel; the caller joins the thread before installing, and the install goes on with ``installs[host]``."""
         hosts = [h for h in self._alive(result)
                  if any(a.kind == "wheel" for a in per_host[h])
                  and needs_install(self.plans[h], per_host[h], probes[h])]

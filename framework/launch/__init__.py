@@ -12,8 +12,7 @@ Split in three, as deploy is:
   and the NPU state a failed launch saves.
 
 :class:`Launcher` (:mod:`~framework.launch.runner`) is the thin runner over them: it ships the supervisor and rank
-wrapper
-(content-addressed, once), picks a free master port on node 0 at launch time, starts one
+wrapper (content-addressed, once), picks a free master port on node 0 at launch time, starts one
 supervisor per node over its own SSH channel and feeds their lines to the monitor. The first
 failing rank or node, a node that goes silent (heartbeats, not TCP timeouts), the job timeout,
 Ctrl-C/SIGTERM or any other exception that stops the controller (pytest-timeout, ``pytest.exit``) → every supervisor

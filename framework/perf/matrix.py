@@ -8,8 +8,7 @@ kept (umdk ``moe_dispatch_normal_tiling.cpp`` / ``moe_combine_normal_tiling.cpp`
 tokens in [1, 8000], top_k <= experts, at most 512 experts; fused_deep_moe_tiling.cpp: batch in [1, 256],
 hidden in [1024, 7168] in steps of 256, gmm1 width 2I in [1024, 6144] in steps of 1024, top_k <= 12 and <=
 experts; ``suites/cam/rank/camcontract.py`` holds them all, a test keeps these equal). :func:`estimate_s` is the time
-a sweep should
-take, shown before it starts.
+a sweep should take, shown before it starts.
 """
 
 from __future__ import annotations

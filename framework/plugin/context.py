@@ -12,8 +12,7 @@ camit is *in use* (:attr:`RunContext.active`) from the start with an explicit ``
 for. Until then nothing is made: the run folder is only planned (its path, handed to xdist
 workers), and an env that does not load is kept as :attr:`RunContext.env_error`, raised at
 activation as one line, so unrelated tests in a venv with ``$CAMIT_ENV`` run as without camit. It opens nothing on a
-host; the
-cluster, lease, deploy and launcher are the :mod:`~framework.plugin.resources`. The ``camit``
+host; the cluster, lease, deploy and launcher are the :mod:`~framework.plugin.resources`. The ``camit``
 fixture returns it. ``LAUNCHES_KEY`` is the per-test record of launches the core watch attributes
 cores to.
 """

@@ -1,5 +1,5 @@
-"""The session's resources — cluster, lease, deploy-once, launcher, rank suite — opened explicitly, closed by one
-ExitStack.
+"""The session's resources — cluster, lease, deploy-once, launcher, rank suite — opened explicitly,
+closed by one ExitStack.
 
 Nothing here runs at import or configure time: a resource is opened by the first fixture (or
 ``BaseTest`` class, or the preflight suite) that needs it, in a fixed order, and each opening step

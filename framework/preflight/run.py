@@ -37,8 +37,8 @@ if TYPE_CHECKING:
     from framework.config.effective import EnvConfig
     from framework.hosts import Cluster, Host
 
-#: the public API: the executor, plus the pure types a caller of it handles (defined in framework.preflight.probe and
-#: .checks)
+#: the public API: the executor, plus the pure types a caller of it handles (defined in
+#: framework.preflight.probe and .checks)
 __all__ = ["CHECKS", "CheckResult", "Limits", "Preflight", "Report", "run_probe"]
 
 log = logging.getLogger("camit.preflight")

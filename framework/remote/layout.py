@@ -23,8 +23,7 @@ A workdir is trusted only when it is safe (:meth:`HostLayout.guard_script`): cam
 writable by group/others, and any ancestor another user could swap (owned by someone but root or
 the user, or group/other-writable without the sticky bit). A custom ``install_path`` outside the workdir
 passes the same test on every folder from ``/`` down to it, with no symlink (:func:`trust_tree_sh`). Every program or
-artifact camit runs
-from it is hash-checked first (:func:`sh_sha_ok`); files are written to a fresh name made with
+artifact camit runs from it is hash-checked first (:func:`sh_sha_ok`); files are written to a fresh name made with
 ``O_EXCL`` (``mktemp``) and renamed into place. Standard library only.
 """
 

@@ -19,8 +19,7 @@ stopped sshd, a hung kernel, a dead link that TCP has not noticed) is declared
 lost, naming the host, and closed: every command, process and transfer on it ends
 as on a lost link. SFTP operations time out after :data:`SFTP_TIMEOUT`; the kill
 channel's exit status is awaited at most a few seconds. The first command on a connection runs in ``/bin/sh``; once
-the login
-shell is known to be POSIX (bash, dash, sh) later ones run in it directly.
+the login shell is known to be POSIX (bash, dash, sh) later ones run in it directly.
 
 A host behind a jump host (``HostSpec.jump``) is reached the way ``ssh -J`` does it: one SSH
 connection to the jump, a ``direct-tcpip`` channel from it to the host's sshd, and the host's own SSH

@@ -1,8 +1,7 @@
 """Running an unmodified URMA harness tree (``test/intergration_test``) under camit's plugin.
 
 :func:`detect` (this plugin's ``pytest_load_initial_conftests``, before any conftest loads; camit's plugin loads this
-one) looks for a
-harness root above each path argument: a folder holding ``test_framework/ubus_test/base_test.py``.
+one) looks for a harness root above each path argument: a folder holding ``test_framework/ubus_test/base_test.py``.
 For each one:
 
 1. camit's :mod:`framework.urma.shims` modules go into ``sys.modules`` as ``common``,

@@ -1,5 +1,5 @@
-"""Tests for framework.config (effective, document, envfile): loading, inheritance, paths, ${VAR}, redaction, schema,
-bad files."""
+"""Tests for framework.config (effective, document, envfile): loading, inheritance, paths, ${VAR}, redaction,
+schema, bad files."""
 
 from __future__ import annotations
 

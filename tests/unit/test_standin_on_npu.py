@@ -1,8 +1,7 @@
 """The op stand-in on an emulated Ascend host (torch_npu stand-in importable): FRACTAL_NZ weights refused
 or taken, and ids outside their documented range silently corrupting outputs without any device fault (the
 kernels index UB buffers with them: dispatch_layout.h:112-160). Each test runs in a subprocess with ``standin_npu``
-and ``standin`` on PYTHONPATH (this
-interpreter keeps seeing no torch_npu)."""
+and ``standin`` on PYTHONPATH (this interpreter keeps seeing no torch_npu)."""
 
 from __future__ import annotations
 
