@@ -248,8 +248,8 @@ def _timeline(phases: Sequence[Phase], manifest: dict[str, Any]) -> str:
         return head + "<p class='muted'>No phase was recorded (phases.json) or could be derived.</p></section>"
     started = (manifest.get("started") or {}).get("epoch")
     ended = (manifest.get("ended") or {}).get("epoch")
-    t0 = min([p.start for p in phases] + ([started] if started else []))
-    t1 = max([p.end for p in phases] + ([ended] if ended else []))
+    t0: float = min([p.start for p in phases] + ([started] if started else []))
+    t1: float = max([p.end for p in phases] + ([ended] if ended else []))
     span = max(t1 - t0, 1e-3)
 
     def pct(x: float) -> float:

@@ -365,7 +365,7 @@ def _expected_host(data: Mapping[str, Any], rank: int) -> str:
     per_node = max(1, int(data.get("world_size", 0)) // len(nodes))
     for host, node in nodes.items():
         if isinstance(node, dict) and node.get("node_rank") == rank // per_node:
-            return host
+            return str(host)
     return "unknown"
 
 
