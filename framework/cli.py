@@ -859,6 +859,34 @@ def _skip_exit_collections() -> None:
     gc.freeze()
 
 
+#: each verb's command (``camit <verb>``); ``env``, ``lab`` and ``completion`` take more than the namespace
+_VERBS: dict[str, Callable[[argparse.Namespace], int]] = {
+    "exec": cmd_exec,
+    "deploy": cmd_deploy,
+    "run": cmd_run,
+    "check": cmd_check,
+    "collect": cmd_collect,
+    "diagnose": cmd_diagnose,
+    "lease": cmd_lease,
+    "perf": perf_verb.run,
+    "calibrate": calib_verb.run,
+    "lab": lambda args: cmd_lab(args.lab_args),
+}
+
+
+def _dispatch(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    """The chosen verb's exit status; the help and ``EXIT_USAGE`` when there is none."""
+    if args.command == "env" and getattr(args, "env_command", None) == "validate":
+        return cmd_env_validate(args)
+    if args.command == "completion":
+        return cmd_completion(args, parser)
+    verb = _VERBS.get(args.command)
+    if verb is None:
+        parser.print_help(sys.stderr)
+        return EXIT_USAGE
+    return verb(args)
+
+
 def _main(argv: Sequence[str]) -> int:
     parser = build_parser()
     argv = list(argv)
@@ -868,32 +896,7 @@ def _main(argv: Sequence[str]) -> int:
         args = parser.parse_args(argv)
         args.argv = argv  # the manifest's command line (camit run)
         console.setup_logging(args.verbose)
-        if args.command == "env" and getattr(args, "env_command", None) == "validate":
-            return cmd_env_validate(args)
-        if args.command == "exec":
-            return cmd_exec(args)
-        if args.command == "deploy":
-            return cmd_deploy(args)
-        if args.command == "run":
-            return cmd_run(args)
-        if args.command == "check":
-            return cmd_check(args)
-        if args.command == "collect":
-            return cmd_collect(args)
-        if args.command == "diagnose":
-            return cmd_diagnose(args)
-        if args.command == "lab":
-            return cmd_lab(args.lab_args)
-        if args.command == "lease":
-            return cmd_lease(args)
-        if args.command == "perf":
-            return perf_verb.run(args)
-        if args.command == "calibrate":
-            return calib_verb.run(args)
-        if args.command == "completion":
-            return cmd_completion(args, parser)
-        parser.print_help(sys.stderr)
-        return EXIT_USAGE
+        return _dispatch(args, parser)
     except FrameworkError as exc:
         if os.environ.get("CAMIT_DEBUG"):
             raise

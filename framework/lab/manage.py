@@ -762,23 +762,30 @@ class Lab:
         with locked(self.state_dir):
             self._teardown(say or log.info)
 
+    @staticmethod
+    def _sshd_pids(host: LabHost) -> list[int]:
+        """The host's recorded sshd (and its pid file's), when it is still ours."""
+        config = str(host.plan.sshd_config)
+        return [pid for pid in (host.sshd_pid, read_pid(host.plan.sshd_pid_file))
+                if pid and pid_alive(pid) and (config in cmdline(pid) or in_netns(pid, host.ns))]
+
+    def _our_pids(self, namespaces: list[str]) -> list[int]:
+        """Recorded sshds and holders that are still ours, and everything inside our namespaces."""
+        pids: list[int] = []
+        for h in self.hosts:
+            pids += self._sshd_pids(h)
+            pids += [pid for pid in h.holders if pid_alive(pid) and in_netns(pid, h.ns)]
+        if self.jump is not None:
+            pids += self._sshd_pids(self.jump)
+        for ns in namespaces:
+            cp = run(["ip", "netns", "pids", ns], check=False)
+            pids += [int(x) for x in cp.stdout.split() if x.isdigit()]
+        return pids
+
     def _teardown(self, say: Say) -> None:
         p = self.plan
         namespaces = sorted({h.ns for h in self._sshd_hosts()} | set(lab_namespaces(p.name)))
-        pids: list[int] = []
-        for h in self.hosts:  # recorded sshds (and the pid file) and holders, when they are still ours
-            for pid in (h.sshd_pid, read_pid(h.plan.sshd_pid_file)):
-                if pid and pid_alive(pid) and (str(h.plan.sshd_config) in cmdline(pid) or in_netns(pid, h.ns)):
-                    pids.append(pid)
-            pids += [pid for pid in h.holders if pid_alive(pid) and in_netns(pid, h.ns)]
-        if self.jump is not None:
-            for pid in (self.jump.sshd_pid, read_pid(self.jump.plan.sshd_pid_file)):
-                if pid and pid_alive(pid) and (str(self.jump.plan.sshd_config) in cmdline(pid)
-                                               or in_netns(pid, self.jump.ns)):
-                    pids.append(pid)
-        for ns in namespaces:  # everything still inside our namespaces is ours
-            cp = run(["ip", "netns", "pids", ns], check=False)
-            pids += [int(x) for x in cp.stdout.split() if x.isdigit()]
+        pids = self._our_pids(namespaces)
         if pids:
             uniq = sorted(set(pids))
             say(f"killing {len(uniq)} process(es) in lab {p.name!r}: {' '.join(map(str, uniq))}")
