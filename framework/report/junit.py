@@ -186,44 +186,58 @@ def _stale_ranks(lv: LaunchView) -> list[RankView]:
     return [out[k] for k in sorted(out)]
 
 
-def _rank_suite(rv: RankView, run: RunView, scrub: Scrub, lv: LaunchView | None) -> ET.Element:
-    """The suite of one rank; with ``lv`` (the final attempt's launch) the earlier attempts' failures of the
-    same rank are folded into its cases (a rank only an earlier attempt had: every failure becomes flaky)."""
-    final = lv is None or (lv.launch_id == rv.launch_id and not lv.stale)  # None: a rank no launch claims
-    own = lv if lv is not None and lv.launch_id == rv.launch_id else \
-        next((x for x in (lv.reruns if lv else []) if x.launch_id == rv.launch_id), None)
-    prefix = f"{slug(rv.host)}.rank{rv.rank}" + (f".{rv.launch}" if rv.launch else "")
-    name = (f"{rv.launch}." if rv.launch else "") + f"rank{rv.rank}@{rv.host}"
-    suite = ET.Element("testsuite", name=name)
-    props: list[tuple[str, str]] = [("rank", str(rv.rank)), ("host", rv.host), ("outcome", rv.outcome)]
-    if own is not None:
-        props += [("world_size", str(own.world_size)), ("launch_id", own.launch_id)]
-        if own.test is not None:
-            props += [("test", own.test), ("attempt", str(own.attempt))]
-    earlier = [(e, r) for e in (lv.reruns if lv is not None else []) if e.launch_id != rv.launch_id
-               for r in e.ranks if r.rank == rv.rank]
-    if earlier or (lv is not None and lv.stale):
+def _case_prefix(rv: RankView) -> str:
+    """The classname prefix of a rank's cases: ``<host>.rank<r>[.<launch>]``."""
+    return f"{slug(rv.host)}.rank{rv.rank}" + (f".{rv.launch}" if rv.launch else "")
+
+
+def _own_launch(rv: RankView, lv: LaunchView | None) -> LaunchView | None:
+    """The attempt ``rv`` belongs to: the final launch ``lv`` or one of its reruns (None: no launch claims it)."""
+    attempts = [lv, *lv.reruns] if lv is not None else []
+    return next((x for x in attempts if x.launch_id == rv.launch_id), None)
+
+
+def _earlier_ranks(rv: RankView, lv: LaunchView | None) -> list[tuple[LaunchView, RankView]]:
+    """The same rank in the earlier attempts of ``lv``'s test, oldest first."""
+    reruns = lv.reruns if lv is not None else []
+    return [(e, r) for e in reruns if e.launch_id != rv.launch_id for r in e.ranks if r.rank == rv.rank]
+
+
+def _launch_props(own: LaunchView | None) -> list[tuple[str, str]]:
+    if own is None:
+        return []
+    props = [("world_size", str(own.world_size)), ("launch_id", own.launch_id)]
+    if own.test is not None:
+        props += [("test", own.test), ("attempt", str(own.attempt))]
+    return props
+
+
+def _rank_props(rv: RankView, own: LaunchView | None, earlier: list[tuple[LaunchView, RankView]],
+                stale: bool) -> list[tuple[str, str]]:
+    """The rank suite's properties: who it is, its launch, its earlier attempts, how it ended, its own."""
+    props = [("rank", str(rv.rank)), ("host", rv.host), ("outcome", rv.outcome), *_launch_props(own)]
+    if earlier or stale:
         props.append(("earlier_attempts", "; ".join(
             f"attempt {e.attempt} ({e.launch_id}): {r.reason or r.outcome}" for e, r in earlier)
             or "this launch's test was rerun and its final attempt did not launch it again"))
     props += [(k, str(v)) for k, v in (("exit_code", rv.exit_code), ("signal", rv.signal), ("log", rv.log),
                                        ("junit", rv.junit), ("start", rv.start), ("end", rv.end),
                                        ("overwritten_by", rv.overwritten_by)) if v is not None]
-    props += [p for p in rv.props if p[0] not in {k for k, _ in props}]
-    pe = ET.SubElement(suite, "properties")
-    for k, v in props:
-        ET.SubElement(pe, "property", name=k, value=scrub(xml_text(v)))
-    cases = _rank_cases(rv, own, run, prefix, scrub)
-    for e, r in earlier:
-        eprefix = f"{slug(r.host)}.rank{r.rank}" + (f".{r.launch}" if r.launch else "")
-        _fold_attempt(cases, prefix, _rank_cases(r, e, run, eprefix, scrub), eprefix, e.attempt)
-    if not final:  # nothing of this rank ran in the final attempt: its failures only flaked
-        cases = [_flaky_only(c, own.attempt if own is not None else 1) for c in cases]
-    log_line = _attachment_line(run, rv.log)
-    if log_line:
-        for c in cases:
-            if case_outcome(c) != "passed" or any(c.find(t) is not None for t in _RERUN_TAGS):
-                _prepend_out(c, log_line)
+    taken = {k for k, _ in props}
+    return props + [p for p in rv.props if p[0] not in taken]
+
+
+def _attach_log(cases: list[ET.Element], log_line: str) -> None:
+    """The rank log's attachment line on every case that did not simply pass."""
+    if not log_line:
+        return
+    for c in cases:
+        if case_outcome(c) != "passed" or any(c.find(t) is not None for t in _RERUN_TAGS):
+            _prepend_out(c, log_line)
+
+
+def _close_suite(suite: ET.Element, cases: list[ET.Element], rv: RankView) -> None:
+    """The suite's cases, counts, time, timestamp and host."""
     suite.extend(cases)
     for name, count in case_counts(cases).items():
         suite.set(name, str(count))
@@ -233,6 +247,27 @@ def _rank_suite(rv: RankView, run: RunView, scrub: Scrub, lv: LaunchView | None)
     if stamp:
         suite.set("timestamp", stamp)
     suite.set("hostname", rv.host)
+
+
+def _rank_suite(rv: RankView, run: RunView, scrub: Scrub, lv: LaunchView | None) -> ET.Element:
+    """The suite of one rank; with ``lv`` (the final attempt's launch) the earlier attempts' failures of the
+    same rank are folded into its cases (a rank only an earlier attempt had: every failure becomes flaky)."""
+    final = lv is None or (lv.launch_id == rv.launch_id and not lv.stale)  # None: a rank no launch claims
+    own = _own_launch(rv, lv)
+    prefix = _case_prefix(rv)
+    suite = ET.Element("testsuite", name=(f"{rv.launch}." if rv.launch else "") + f"rank{rv.rank}@{rv.host}")
+    earlier = _earlier_ranks(rv, lv)
+    pe = ET.SubElement(suite, "properties")
+    for k, v in _rank_props(rv, own, earlier, lv is not None and lv.stale):
+        ET.SubElement(pe, "property", name=k, value=scrub(xml_text(v)))
+    cases = _rank_cases(rv, own, run, prefix, scrub)
+    for e, r in earlier:
+        eprefix = _case_prefix(r)
+        _fold_attempt(cases, prefix, _rank_cases(r, e, run, eprefix, scrub), eprefix, e.attempt)
+    if not final:  # nothing of this rank ran in the final attempt: its failures only flaked
+        cases = [_flaky_only(c, own.attempt if own is not None else 1) for c in cases]
+    _attach_log(cases, _attachment_line(run, rv.log))
+    _close_suite(suite, cases, rv)
     return suite
 
 

@@ -516,47 +516,70 @@ def describe_rank(rv: RankView, lv: LaunchView | None) -> str:
     return text
 
 
+def _crashed(rv: RankView) -> bool:
+    """A core, or a signal of its own (not a teardown's)."""
+    return bool(rv.cores) or (bool(rv.signal) and rv.signal not in SECONDARY_SIGNALS)
+
+
+def _failed(rv: RankView, failing: int, junit_expected: bool) -> bool:
+    """Failing tests, a bad exit, an unreadable report, or no report where one was expected."""
+    missing = junit_expected and not rv.junit and not rv.overwritten_by
+    return bool(failing or rv.exit_code not in (0, None) or rv.junit_problem or missing)
+
+
+def _outcome(rv: RankView, failing: int, junit_expected: bool) -> str:
+    if _crashed(rv):
+        return "crash"
+    if rv.signal:
+        return "killed"
+    if rv.exit_code is None and not rv.cases:
+        return "lost"
+    return "fail" if _failed(rv, failing, junit_expected) else "pass"
+
+
+def _first_failure(rv: RankView, failing: int) -> str:
+    """"2 failing test(s), first test_x: <its message's first line>"."""
+    first = next(x for x in rv.cases if case_outcome(x) in ("failure", "error"))
+    el = first.find("error") if first.find("error") is not None else first.find("failure")
+    message = el.get("message", "") if el is not None else ""
+    line = message.splitlines()[0] if message else ""
+    head = f"{failing} failing test(s), first {first.get('name')}"
+    return f"{head}: {line}" if line else head
+
+
+def _reasons(rv: RankView, lv: LaunchView | None, failing: int, junit_expected: bool) -> list[str]:
+    """Why a rank did not pass, most telling first."""
+    # pytest exits 1 when tests failed: then the failing tests are the reason, not the exit status
+    plain_failure = rv.exit_code == 1 and not rv.signal and failing
+    reasons = [describe_rank(rv, lv)] if (rv.signal or rv.exit_code != 0) and not plain_failure else []
+    if rv.junit_problem:
+        reasons.append(rv.junit_problem)
+    elif failing:
+        reasons.append(_first_failure(rv, failing))
+    elif junit_expected and not rv.junit and rv.exit_code == 0:
+        reasons.append("exited 0 but wrote no JUnit report")
+    reasons += [f"core dumped ({Path(core.exe or '?').name}, pid {core.pid})" for core in rv.cores]
+    if rv.overwritten_by:
+        reasons.append(f"its files were overwritten by launch {rv.overwritten_by}")
+    return reasons
+
+
 def _classify(rv: RankView, lv: LaunchView | None, junit_expected: bool) -> None:
     c = rv.counts()
-    if rv.cores or (rv.signal and rv.signal not in SECONDARY_SIGNALS):
-        rv.outcome = "crash"
-    elif rv.signal:
-        rv.outcome = "killed"
-    elif rv.exit_code is None and not rv.cases:
-        rv.outcome = "lost"
-    elif c["failures"] or c["errors"] or (rv.exit_code not in (0, None)) or rv.junit_problem \
-            or (junit_expected and not rv.junit and not rv.overwritten_by):
-        rv.outcome = "fail"
-    else:
-        rv.outcome = "pass"
+    failing = c["failures"] + c["errors"]
+    rv.outcome = _outcome(rv, failing, junit_expected)
     rv.torn_down = _torn_down(rv, lv) if rv.outcome in ("killed", "lost") else None
     if rv.torn_down:
         rv.outcome = "killed"
     if rv.outcome != "pass":
-        # pytest exits 1 when tests failed: then the failing tests are the reason, not the exit status
-        plain_failure = rv.exit_code == 1 and not rv.signal and (c["failures"] or c["errors"])
-        reasons = [describe_rank(rv, lv)] if (rv.signal or rv.exit_code != 0) and not plain_failure else []
-        if rv.junit_problem:
-            reasons.append(rv.junit_problem)
-        elif c["failures"] or c["errors"]:
-            first = next(x for x in rv.cases if case_outcome(x) in ("failure", "error"))
-            el = first.find("error") if first.find("error") is not None else first.find("failure")
-            msg = (el.get("message") or "").splitlines()[0] if el is not None and el.get("message") else ""
-            reasons.append(f"{c['failures'] + c['errors']} failing test(s), first {first.get('name')}"
-                           + (f": {msg}" if msg else ""))
-        elif junit_expected and not rv.junit and rv.exit_code == 0:
-            reasons.append("exited 0 but wrote no JUnit report")
-        reasons += [f"core dumped ({Path(core.exe or '?').name}, pid {core.pid})" for core in rv.cores]
-        if rv.overwritten_by:
-            reasons.append(f"its files were overwritten by launch {rv.overwritten_by}")
-        rv.reason = "; ".join(reasons)
+        rv.reason = "; ".join(_reasons(rv, lv, failing, junit_expected))
 
 
 def _torn_down(rv: RankView, lv: LaunchView | None) -> str | None:
     """"torn down after rank 3 on node2 failed" when ``rv`` died of a teardown signal (or never reported) only
     because the launch's first failure was another rank's or host's (:mod:`framework.launch.monitor` records
     which); None for the rank that failed first, a lost host's own ranks, timeouts and interruptions."""
-    if lv is None or not lv.failure or rv.cores or (rv.signal and rv.signal not in SECONDARY_SIGNALS):
+    if lv is None or not lv.failure or _crashed(rv):
         return None
     data = lv.data
     kind, first = data.get("failure_kind"), data.get("failure_rank")
