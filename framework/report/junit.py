@@ -478,6 +478,48 @@ def fold_case_properties(path: str | os.PathLike[str], scrub: Scrub | None = Non
     return changed
 
 
+def _rerun_record_element(r: RerunRecord, failed_again: bool) -> ET.Element:
+    """``rerunFailure``/``flakyError``/... for one recorded attempt (an error outside the call phase)."""
+    kind = "Error" if r.when != "call" else "Failure"
+    exc_type = r.message.split(":", 1)[0] if ":" in r.message else ""
+    el = ET.Element(("rerun" if failed_again else "flaky") + kind, type=exc_type or kind.lower(),
+                    message=xml_text(f"attempt {r.attempt} ({r.when}): {r.message}"))
+    if r.text:
+        ET.SubElement(el, "stackTrace").text = xml_text(r.text)
+    return el
+
+
+def _fold_reruns(suite: ET.Element, classname: str, name: str, records: list[RerunRecord]) -> bool:
+    """Drop a test's earlier (empty) attempts from ``suite`` and put their failures on its final case."""
+    found = [c for c in suite.findall("testcase") if c.get("classname", "") == classname
+             and c.get("name", "") == name]
+    if not found:
+        return False
+    attempts = sorted({r.attempt for r in records})
+    earlier, final = found[:-1][:len(attempts)], found[-1]
+    for c in earlier:
+        suite.remove(c)
+    failed_again = case_outcome(final) in ("failure", "error")
+    for r in sorted(records, key=lambda r: r.attempt):
+        final.append(_rerun_record_element(r, failed_again))
+    return True
+
+
+def _add_properties(suite: ET.Element, properties: Sequence[tuple[str, str]]) -> bool:
+    """Add the ``properties`` ``suite`` does not have yet (first in it); whether any was added."""
+    if not properties:
+        return False
+    props = suite.find("properties")
+    if props is None:
+        props = ET.Element("properties")
+        suite.insert(0, props)
+    have = {p.get("name") for p in props.findall("property")}
+    added = [(k, v) for k, v in properties if k not in have]
+    for k, v in added:
+        ET.SubElement(props, "property", name=k, value=xml_text(v))
+    return bool(added)
+
+
 def fold_pytest_reruns(path: str | os.PathLike[str], reruns: Sequence[RerunRecord],
                        properties: Sequence[tuple[str, str]] = ()) -> bool:
     """Fold pytest-rerunfailures' attempts in pytest's ``junit.xml`` and add the run ``properties``.
@@ -502,36 +544,10 @@ def fold_pytest_reruns(path: str | os.PathLike[str], reruns: Sequence[RerunRecor
         by_test.setdefault((r.classname, r.name), []).append(r)
     for suite in [top] if top.tag == "testsuite" else top.findall("testsuite"):
         for (classname, name), records in by_test.items():
-            found = [c for c in suite.findall("testcase") if c.get("classname", "") == classname
-                     and c.get("name", "") == name]
-            if not found:
-                continue
-            attempts = sorted({r.attempt for r in records})
-            earlier, final = found[:-1][:len(attempts)], found[-1]
-            for c in earlier:
-                suite.remove(c)
-            failed_again = case_outcome(final) in ("failure", "error")
-            for r in sorted(records, key=lambda r: r.attempt):
-                kind = "Error" if r.when != "call" else "Failure"
-                el = ET.Element(("rerun" if failed_again else "flaky") + kind,
-                                type=(r.message.split(":", 1)[0] if ":" in r.message else "") or kind.lower(),
-                                message=xml_text(f"attempt {r.attempt} ({r.when}): {r.message}"))
-                if r.text:
-                    ET.SubElement(el, "stackTrace").text = xml_text(r.text)
-                final.append(el)
-            changed = True
+            changed = _fold_reruns(suite, classname, name, records) or changed
         if suite.get("tests") is not None:
             suite.set("tests", str(len(suite.findall("testcase"))))
-        if properties:
-            props = suite.find("properties")
-            if props is None:
-                props = ET.Element("properties")
-                suite.insert(0, props)
-            have = {p.get("name") for p in props.findall("property")}
-            for k, v in properties:
-                if k not in have:
-                    ET.SubElement(props, "property", name=k, value=xml_text(v))
-                    changed = True
+        changed = _add_properties(suite, properties) or changed
     if changed:
         write_atomic(file, ET.tostring(top, encoding="unicode", xml_declaration=True) + "\n")
     return changed
