@@ -246,25 +246,37 @@ def read_run(rundir_path: str | os.PathLike[str]) -> RunView:
     for lv in every:
         lv.ranks = _launch_ranks(root, lv, owners, launches, problems)
         claimed.update((r.host, r.rank) for r in lv.ranks)
+    orphans = _orphan_ranks(root, claimed, problems)
+    for rv in [r for lv in launches for r in lv.ranks] + orphans:
+        _attach_cores(rv, cores, launches)
+    _classify_all(every, orphans)
+    deploy = read_json(root / "deploy-manifest.json", problems, None)
+    return RunView(root, run_id, launches, orphans, cores, _phases(root, launches, deploy, problems),
+                   read_json(root / "manifest.json", problems, {}) or {}, deploy,
+                   _junit_summary(root / "junit.xml", problems), problems)
+
+
+def _classify_all(launches: list[LaunchView], orphans: list[RankView]) -> None:
+    """Every rank's outcome and reason (a launch expects JUnit from each rank when one of them wrote it)."""
+    for lv in launches:
+        for rv in lv.ranks:
+            _classify(rv, lv, any(r.junit for r in lv.ranks))
+    for rv in orphans:
+        _classify(rv, None, rv.junit is not None)
+
+
+def _orphan_ranks(root: Path, claimed: set[tuple[str, int]], problems: list[str]) -> list[RankView]:
+    """The ranks whose files lie in a host folder but that no launch record claims."""
+    host_dirs = sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")) \
+        if root.is_dir() else []
     orphans = []
-    for host_dir in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")) \
-            if root.is_dir() else []:
+    for host_dir in host_dirs:
         for n in sorted({int(m.group(1)) for f in host_dir.iterdir() if (m := _RANK_FILE.match(f.name))}):
             if (host_dir.name, n) not in claimed:
                 rv = RankView(n, host_dir.name)
                 _load_rank_files(root, rv, host_dir, problems)
                 orphans.append(rv)
-    for rv in [r for lv in launches for r in lv.ranks] + orphans:
-        _attach_cores(rv, cores, launches)
-    for lv in every:
-        for rv in lv.ranks:
-            _classify(rv, lv, any(r.junit for r in lv.ranks))
-    for rv in orphans:
-        _classify(rv, None, rv.junit is not None)
-    deploy = read_json(root / "deploy-manifest.json", problems, None)
-    return RunView(root, run_id, launches, orphans, cores, _phases(root, launches, deploy, problems),
-                   read_json(root / "manifest.json", problems, {}) or {}, deploy,
-                   _junit_summary(root / "junit.xml", problems), problems)
+    return orphans
 
 
 def read_json(path: Path, problems: list[str], default: Any) -> Any:
@@ -278,7 +290,8 @@ def read_json(path: Path, problems: list[str], default: Any) -> Any:
         return default
 
 
-def _read_launches(root: Path, run_id: str, problems: list[str]) -> list[LaunchView]:
+def _launch_records(root: Path, problems: list[str]) -> list[LaunchView]:
+    """Every ``launch-*.json`` that is a launch record, oldest first."""
     found = []
     for p in sorted(root.glob("launch-*.json")) if root.is_dir() else []:
         data = read_json(p, problems, None)
@@ -289,28 +302,41 @@ def _read_launches(root: Path, run_id: str, problems: list[str]) -> list[LaunchV
         lid = str(data.get("launch_id") or p.stem[len("launch-"):])
         found.append(LaunchView(lid, lid, data["world_size"], data, p.stat().st_mtime))
     found.sort(key=lambda lv: (lv.mtime, lv.launch_id))
-    # a port-collision retry (<id>-r2) supersedes its earlier attempts: report the last one only
-    def attempt(lid: str) -> tuple[str, int]:
-        m = re.search(r"-r(\d+)$", lid)
-        return (lid[: m.start()], int(m.group(1))) if m else (lid, 1)
+    return found
 
+
+def _port_attempt(lid: str) -> tuple[str, int]:
+    """(the launch id without its port-collision retry suffix, the retry's number): ``x-r2`` → (x, 2)."""
+    m = re.search(r"-r(\d+)$", lid)
+    return (lid[: m.start()], int(m.group(1))) if m else (lid, 1)
+
+
+def _last_port_attempts(found: list[LaunchView]) -> list[LaunchView]:
+    """A port-collision retry (<id>-r2) supersedes its earlier attempts: the last one only, naming them."""
     last: dict[str, LaunchView] = {}
     for lv in found:
-        base, n = attempt(lv.launch_id)
-        if base not in last or n > attempt(last[base].launch_id)[1]:
+        base, n = _port_attempt(lv.launch_id)
+        if base not in last or n > _port_attempt(last[base].launch_id)[1]:
             last[base] = lv
-    kept = [lv for lv in found if last[attempt(lv.launch_id)[0]] is lv]
+    kept = [lv for lv in found if last[_port_attempt(lv.launch_id)[0]] is lv]
     for lv in kept:
-        lv.superseded = [o.launch_id for o in found if o is not lv and attempt(o.launch_id)[0] == attempt(lv.launch_id)[0]]
-    kept = _fold_test_attempts(kept)
-    names = []
-    for lv in kept:
-        if lv.test is not None:
-            names.append(launch_name(lv.test, lv.world_size, lv.data.get("seq")))
-            continue
-        short = lv.launch_id[len(run_id) + 1:] if lv.launch_id.startswith(run_id + "-") else lv.launch_id
-        short = re.sub(r"-[0-9a-f]{4}(-r\d+)?$", "", short) or short
-        names.append(short.replace(".", "_"))
+        base = _port_attempt(lv.launch_id)[0]
+        lv.superseded = [o.launch_id for o in found if o is not lv and _port_attempt(o.launch_id)[0] == base]
+    return kept
+
+
+def _launch_label(lv: LaunchView, run_id: str) -> str:
+    """A launch's name before de-duplication: the test's launch name, or its id without run id and salt."""
+    if lv.test is not None:
+        return launch_name(lv.test, lv.world_size, lv.data.get("seq"))
+    short = lv.launch_id[len(run_id) + 1:] if lv.launch_id.startswith(run_id + "-") else lv.launch_id
+    short = re.sub(r"-[0-9a-f]{4}(-r\d+)?$", "", short) or short
+    return short.replace(".", "_")
+
+
+def _read_launches(root: Path, run_id: str, problems: list[str]) -> list[LaunchView]:
+    kept = _fold_test_attempts(_last_port_attempts(_launch_records(root, problems)))
+    names = [_launch_label(lv, run_id) for lv in kept]
     for lv, name in zip(kept, names):
         lv.name = name if names.count(name) == 1 else lv.launch_id.replace(".", "_")
         for earlier in lv.reruns:
