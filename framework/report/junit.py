@@ -345,46 +345,60 @@ def _attachment_line(run: RunView, rel: str | None) -> str:
     return f"[[ATTACHMENT|{attachment_path(run.path, rel)}]]" if rel and (run.path / rel).is_file() else ""
 
 
+#: the synthetic error's type by rank outcome (any other: RankFailed)
+_RANK_ERROR = {"lost": "RankLost", "crash": "RankCrashed", "killed": "RankKilled"}
+
+
+def _overwritten_case(case: ET.Element, rv: RankView, lv: LaunchView | None, scrub: Scrub) -> ET.Element:
+    """A rank whose files a later launch overwrote: only its exit status is known."""
+    note = (f"rank {rv.rank} on {rv.host}: per-rank files were overwritten by launch {rv.overwritten_by} "
+            f"(same {rv.host}/rank{rv.rank}.* paths); only the exit status is known")
+    if rv.exit_code == 0 and not rv.signal:
+        ET.SubElement(case, "system-out").text = note
+    else:
+        ET.SubElement(case, "error", type="RankFailed", message=scrub(describe_rank(rv, lv))).text = note
+    return case
+
+
+def _ended_badly(rv: RankView) -> bool:
+    """The rank's tests reported, then its process ended in a way they do not explain."""
+    c = rv.counts()
+    if rv.signal or rv.exit_code not in (0, 1, None):
+        return True
+    return rv.exit_code == 1 and not (c["failures"] or c["errors"])
+
+
+def _failure_body(rv: RankView, run: RunView, message: str) -> str:
+    if not rv.log:
+        return f"{message}\n(no log was fetched for this rank)"
+    return "\n".join([message, f"--- tail of {rv.log} ---", log_tail(run.path, rv.log)])
+
+
 def _synthetic_case(rv: RankView, lv: LaunchView | None, run: RunView, prefix: str,
                     scrub: Scrub) -> ET.Element | None:
     """The testcase standing for how a rank ended when its own JUnit does not say it."""
     case = ET.Element("testcase", classname=prefix, name="rank_report", time=_t(rv.duration or 0.0))
     if rv.overwritten_by:
-        note = (f"rank {rv.rank} on {rv.host}: per-rank files were overwritten by launch {rv.overwritten_by} "
-                f"(same {rv.host}/rank{rv.rank}.* paths); only the exit status is known")
-        ok = rv.exit_code == 0 and not rv.signal
-        if ok:
-            ET.SubElement(case, "system-out").text = note
-        else:
-            ET.SubElement(case, "error", type="RankFailed", message=scrub(describe_rank(rv, lv))).text = note
-        return case
+        return _overwritten_case(case, rv, lv, scrub)
     if rv.cases and not rv.junit_problem:
-        c = rv.counts()
-        if rv.signal or (rv.exit_code not in (0, 1, None)) or (rv.exit_code == 1 and not
-                                                                            (c["failures"] or c["errors"])):
-            case.set("name", "rank_exit")  # the tests reported, then the process ended badly
-        else:
+        if not _ended_badly(rv):
             return None
+        case.set("name", "rank_exit")  # the tests reported, then the process ended badly
     elif rv.outcome == "pass":
         ET.SubElement(case, "system-out").text = scrub(xml_text(f"{describe_rank(rv, lv)}\n{log_tail(run.path, rv.log)}"))
         return case
     message = rv.reason or describe_rank(rv, lv)
-    kind = {"lost": "RankLost", "crash": "RankCrashed", "killed": "RankKilled"}.get(rv.outcome, "RankFailed")
-    body = [message]
-    if rv.log:
-        body += [f"--- tail of {rv.log} ---", log_tail(run.path, rv.log)]
-    else:
-        body.append("(no log was fetched for this rank)")
+    kind = _RANK_ERROR.get(rv.outcome, "RankFailed")
+    body = scrub(xml_text(_failure_body(rv, run, message)))
     if rv.torn_down:  # not this rank's failure: the rank that failed first is the error
-        ET.SubElement(case, "skipped", type="RankTornDown", message=scrub(xml_text(rv.torn_down))
-                      ).text = scrub(xml_text("\n".join(body)))
+        ET.SubElement(case, "skipped", type="RankTornDown", message=scrub(xml_text(rv.torn_down))).text = body
         return case
-    ET.SubElement(case, "error", type=kind, message=scrub(xml_text(message))).text = scrub(xml_text("\n".join(body)))
+    ET.SubElement(case, "error", type=kind, message=scrub(xml_text(message))).text = body
     return case
 
 
-def _cluster_suite(run: RunView, status: str | None, error: str | None, scrub: Scrub) -> ET.Element:
-    suite = ET.Element("testsuite", name="cluster")
+def _core_cases(suite: ET.Element, run: RunView, scrub: Scrub) -> None:
+    """A failing case per core dump."""
     for core in run.cores:
         where = f"{slug(core.host)}.rank{core.rank}" if core.rank is not None else slug(core.host)
         case = ET.SubElement(suite, "testcase", classname=f"{where}.cores",
@@ -394,27 +408,58 @@ def _cluster_suite(run: RunView, status: str | None, error: str | None, scrub: S
         ET.SubElement(case, "failure", type="CoreDump",
                       message=scrub(xml_text(core.description or f"core dump of {core.exe}"))
                       ).text = scrub(xml_text(text))
+
+
+def _deploy_seconds(m: Mapping[str, Any]) -> float:
+    return sum(v for v in (m.get("durations") or {}).values() if isinstance(v, int | float))
+
+
+def _deploy_cases(suite: ET.Element, run: RunView, scrub: Scrub) -> None:
+    """A case per deployed host, an error where its deploy failed."""
     for host, m in ((run.deploy or {}).get("hosts") or {}).items():
         if not isinstance(m, dict):
             continue
         case = ET.SubElement(suite, "testcase", classname=f"{slug(host)}.deploy", name="deploy",
-                             time=_t(sum(v for v in (m.get("durations") or {}).values() if isinstance(v, int | float))))
+                             time=_t(_deploy_seconds(m)))
         if m.get("status") == "failed" or m.get("error"):
             msg = f"deploy on {host} failed at {m.get('step')}: {m.get('error')}"
             ET.SubElement(case, "error", type="DeployFailed", message=scrub(xml_text(msg))).text = scrub(xml_text(msg))
+
+
+def _run_case(suite: ET.Element, status: str | None, error: str | None, scrub: Scrub) -> None:
+    """An error case for a run that did not finish."""
+    if status in _FINISHED:
+        return
+    what = f"run {status or 'failed'}" + (f": {error}" if error else "")
+    case = ET.SubElement(suite, "testcase", classname="camit.run", name="run", time="0")
+    ET.SubElement(case, "error", type=f"Run{(status or 'error').capitalize()}",
+                  message=scrub(xml_text(what))).text = scrub(xml_text(
+                      what + "\nWhat finished is reported above; anything after this point did not run."))
+
+
+def _cluster_suite(run: RunView, status: str | None, error: str | None, scrub: Scrub) -> ET.Element:
+    suite = ET.Element("testsuite", name="cluster")
+    _core_cases(suite, run, scrub)
+    _deploy_cases(suite, run, scrub)
     for problem in run.problems:
         case = ET.SubElement(suite, "testcase", classname="camit.report", name="read_run_folder", time="0")
         ET.SubElement(case, "error", type="ReportProblem", message=scrub(xml_text(problem)))
-    if status not in _FINISHED:
-        what = f"run {status or 'failed'}" + (f": {error}" if error else "")
-        case = ET.SubElement(suite, "testcase", classname="camit.run", name="run", time="0")
-        ET.SubElement(case, "error", type=f"Run{(status or 'error').capitalize()}",
-                      message=scrub(xml_text(what))).text = scrub(xml_text(
-                          what + "\nWhat finished is reported above; anything after this point did not run."))
+    _run_case(suite, status, error, scrub)
     for k, v in case_counts(suite).items():
         suite.set(k, str(v))
     suite.set("time", _t(sum(number(c.get("time")) for c in suite)))
     return suite
+
+
+def _copy_child(out: ET.Element, child: ET.Element) -> None:
+    """``child`` (a junit-10 testcase element) into ``out``, with the attributes the schema requires."""
+    el = ET.SubElement(out, child.tag, {k: v for k, v in child.attrib.items() if k in ("type", "message")})
+    el.text = child.text
+    el.extend(list(child))
+    if child.tag in ("failure", "error") and not el.get("message"):  # a failure must say something
+        el.set("message", ((child.text or "").strip().splitlines() or [child.tag])[0][:200])
+    if child.tag.startswith(("rerun", "flaky")) and not el.get("type"):
+        el.set("type", "rerun")
 
 
 def _clean_case(case: ET.Element, prefix: str) -> ET.Element:
@@ -431,13 +476,7 @@ def _clean_case(case: ET.Element, prefix: str) -> ET.Element:
         if child.tag == "properties":  # record_property: testcase properties are invalid in junit-10
             extra_out += [f"property {p.get('name')} = {p.get('value')}" for p in child.iter("property")]
         elif child.tag in _CASE_CHILDREN:
-            el = ET.SubElement(out, child.tag, {k: v for k, v in child.attrib.items() if k in ("type", "message")})
-            el.text = child.text
-            el.extend(list(child))
-            if child.tag in ("failure", "error") and not el.get("message"):  # a failure must say something
-                el.set("message", ((child.text or "").strip().splitlines() or [child.tag])[0][:200])
-            if child.tag.startswith(("rerun", "flaky")) and not el.get("type"):
-                el.set("type", "rerun")
+            _copy_child(out, child)
     if extra_out:
         ET.SubElement(out, "system-out").text = "\n".join(extra_out)
     return out
@@ -553,6 +592,32 @@ def fold_pytest_reruns(path: str | os.PathLike[str], reruns: Sequence[RerunRecor
     return changed
 
 
+def _core_description(core: CoreRecord) -> str:
+    try:
+        return str(core.describe())
+    except Exception as exc:  # a describe() that fails must not lose the core
+        return f"core dump on {getattr(core, 'host', '?')} (describe() failed: {exc})"
+
+
+def _core_entry(root: Path, core: CoreRecord, scrub: Scrub) -> dict[str, Any]:
+    """``core`` as a ``cores.json`` entry (its own ``to_json()`` where it has one, the common keys over it)."""
+    entry: dict[str, Any] = {}
+    to_json = getattr(core, "to_json", None)
+    if callable(to_json):
+        with contextlib.suppress(Exception):
+            entry = dict(to_json())
+    rank = getattr(core, "rank", None)
+    exe = getattr(core, "executable", None) or getattr(core, "exe", None) or getattr(core, "comm", None)
+    entry.update({"host": str(getattr(core, "host", "unknown")), "pid": getattr(core, "pid", None),
+                  "executable": str(exe) if exe else None, "signal": signame(getattr(core, "signal", None)),
+                  "rank": rank if isinstance(rank, int) else None, "describe": scrub(_core_description(core)),
+                  "backtrace": scrub(str(getattr(core, "backtrace", "") or ""))})
+    for attr in ("local_path", "backtrace_path"):
+        value = getattr(core, attr, None)
+        entry[attr] = (inside_run(root, value) or str(value)) if value else None
+    return entry
+
+
 def _record_cores(root: Path, cores: Sequence[CoreRecord], scrub: Scrub) -> None:
     """Merge ``cores`` into ``cores.json``, the file ``framework.cores.watch`` also writes (same entry shape)."""
     known = [c for c in read_json(root / "cores.json", [], []) or [] if isinstance(c, dict)]
@@ -562,24 +627,7 @@ def _record_cores(root: Path, cores: Sequence[CoreRecord], scrub: Scrub) -> None
                 inside_run(root, entry.get("local_path")) or entry.get("local_path"))
 
     for core in cores:
-        entry: dict[str, Any] = {}
-        to_json = getattr(core, "to_json", None)
-        if callable(to_json):
-            with contextlib.suppress(Exception):
-                entry = dict(to_json())
-        try:
-            description = str(core.describe())
-        except Exception as exc:  # a describe() that fails must not lose the core
-            description = f"core dump on {getattr(core, 'host', '?')} (describe() failed: {exc})"
-        rank = getattr(core, "rank", None)
-        exe = getattr(core, "executable", None) or getattr(core, "exe", None) or getattr(core, "comm", None)
-        entry.update({"host": str(getattr(core, "host", "unknown")), "pid": getattr(core, "pid", None),
-                      "executable": str(exe) if exe else None, "signal": signame(getattr(core, "signal", None)),
-                      "rank": rank if isinstance(rank, int) else None, "describe": scrub(description),
-                      "backtrace": scrub(str(getattr(core, "backtrace", "") or ""))})
-        for attr in ("local_path", "backtrace_path"):
-            value = getattr(core, attr, None)
-            entry[attr] = (inside_run(root, value) or str(value)) if value else None
+        entry = _core_entry(root, core, scrub)
         known = [k for k in known if key(k) != key(entry)]
         known.append(json.loads(json.dumps(entry, default=str)))
     known.sort(key=lambda c: (str(c.get("host")), c.get("rank") if isinstance(c.get("rank"), int) else -1,
