@@ -55,25 +55,24 @@ def write_fallback_summary(root: Path, status: str, error: str, problem: str) ->
 
 def summary_text(run: RunView, *, scrub: Scrub | None = None) -> str:
     """The build-description block of ``run``: a few plain lines, no markup, secrets scrubbed."""
-    m = run.manifest
     keep = scrub or str
     cluster = _cluster_root(run.path)
     lines = [*_head_lines(run), *_missing_cores(run.path), *_hosts_line(run.hosts), *_counts_line(run, cluster),
              *_ranks_line(run), *_failed_lines(_failures(run, cluster))]
-    repro = (m.get("command") or {}).get("repro")
+    repro = run.facts.repro
     lines.append(f"reproduce: {repro}" if repro else "reproduce: (no command line recorded)")
     return "\n".join(keep(line) for line in lines)
 
 
 def _head_lines(run: RunView) -> list[str]:
     """The status line (with the duration), the error and up to 3 launches' causes."""
-    m = run.manifest
-    head = f"camit {str(m.get('status') or 'unknown').upper()} · run {run.run_id}"
-    if m.get("duration") is not None:
-        head += f" · {dur(float(m['duration']))}"
+    facts = run.facts
+    head = f"camit {(facts.status or 'unknown').upper()} · run {run.run_id}"
+    if facts.duration is not None:
+        head += f" · {dur(facts.duration)}"
     lines = [head]
-    if m.get("error"):
-        lines.append("error: " + short(str(m["error"]), 120))
+    if facts.error:
+        lines.append("error: " + short(facts.error, 120))
     causes = [(lv.name, str(lv.data["cause"])) for lv in run.launches if lv.data.get("cause")]
     return lines + [f"CAUSE {short(f'{name}: {text}', _WIDTH)}" for name, text in causes[:3]]
 

@@ -95,8 +95,7 @@ def render(run: RunView, *, scrub: Scrub | None = None) -> str:
 
 
 def _render(run: RunView) -> str:
-    m = run.manifest
-    status = str(m.get("status") or "unknown")
+    status = run.facts.status or "unknown"
     parts = [
         "<!doctype html>\n<html lang='en'><head><meta charset='utf-8'>",
         "<meta name='viewport' content='width=device-width, initial-scale=1'>",
@@ -107,7 +106,7 @@ def _render(run: RunView) -> str:
         "<main>",
         _banners(run),
         _tiles(run),
-        _timeline(run.phases, m),
+        _timeline(run.phases, run.manifest),
         _grid(run),
         _cluster_timeline(run),
         _fault_bundle(run),
@@ -141,30 +140,42 @@ def _when(epoch: float | None) -> str:
     return f"<span data-epoch='{epoch:.3f}'>{escape((iso(epoch) or '').replace('T', ' '))}</span>"
 
 
-def _header(run: RunView, status: str) -> str:
-    m = run.manifest
-    started, ended = (m.get("started") or {}).get("epoch"), (m.get("ended") or {}).get("epoch")
-    facts = [("started", _when(started)), ("ended", _when(ended))]
-    if m.get("duration") is not None:
-        facts.append(("duration", escape(dur(float(m["duration"])))))
-    if m.get("seed") is not None:
-        facts.append(("seed", f"<code>{escape(str(m['seed']))}</code>"))
-    env = (m.get("env") or {}).get("file")
-    if env:
-        facts.append(("env", f"<code>{escape(str(env))}</code>"))
+def _header_facts(run: RunView) -> list[tuple[str, str]]:
+    """The header's (term, HTML) pairs: when, how long, seed, env file, hosts, camit's version."""
+    f = run.facts
+    facts = [("started", _when(f.started)), ("ended", _when(f.ended))]
+    if f.duration is not None:
+        facts.append(("duration", escape(dur(f.duration))))
+    if f.seed is not None:
+        facts.append(("seed", f"<code>{escape(f.seed)}</code>"))
+    if f.env_file:
+        facts.append(("env", f"<code>{escape(f.env_file)}</code>"))
     facts.append(("hosts", str(len(run.hosts))))
-    fw = m.get("framework") or {}
-    facts.append(("camit", escape(str(fw.get("version") or __version__))
-                  + (f" <small>{escape(str(fw['git'])[:12])}</small>" if fw.get("git") else "")))
+    git = f" <small>{escape(f.git[:12])}</small>" if f.git else ""
+    facts.append(("camit", escape(f.version or __version__) + git))
+    return facts
+
+
+#: the run folder's files the header links first, when present
+_FIRST_LINKS = ("cluster.xml", "junit.xml", "manifest.json", "phases.json", "deploy-manifest.json")
+
+
+def _folder_links(root: Path) -> list[str]:
+    """The run folder's files to link: the main records first, then the rest by name (no assets, no dot files)."""
+    if not root.is_dir():
+        return []
+    skip = {*_FIRST_LINKS, "index.html", *ASSETS}
+    others = sorted(p.name for p in root.iterdir() if p.is_file() and not p.name.startswith(".") and p.name not in skip)
+    return [n for n in _FIRST_LINKS if (root / n).exists()] + others
+
+
+def _header(run: RunView, status: str) -> str:
+    facts = _header_facts(run)
     dl = "".join(f"<div><dt>{k}</dt><dd>{v}</dd></div>" for k, v in facts)
-    repro = (m.get("command") or {}).get("repro")
+    repro = run.facts.repro
     repro_html = (f"<div class='repro'><span class='muted'>reproduce</span><code id='repro'>{escape(repro)}</code></div>"
                   if repro else "")
-    first = ("cluster.xml", "junit.xml", "manifest.json", "phases.json", "deploy-manifest.json")
-    others = sorted(p.name for p in run.path.iterdir() if p.is_file() and not p.name.startswith(".")
-                    and p.name not in first and p.name not in ("index.html", *ASSETS)) if run.path.is_dir() else []
-    links = [n for n in first if (run.path / n).exists()] + others
-    nav = "".join(f"<a href='{_href(n)}'>{escape(n)}</a>" for n in links)
+    nav = "".join(f"<a href='{_href(n)}'>{escape(n)}</a>" for n in _folder_links(run.path))
     return (f"<header><div class='inner'><h1>camit run <code>{escape(run.run_id)}</code>"
             f"<span class='badge s-{_cls(status)}'>{escape(status)}</span></h1>"
             f"<dl class='facts'>{dl}</dl>{repro_html}<nav class='links'>{nav}</nav></div></header>")
@@ -172,15 +183,15 @@ def _header(run: RunView, status: str) -> str:
 
 def _banners(run: RunView) -> str:
     out = []
-    err = run.manifest.get("error")
-    if err:
-        out.append(f"<div class='banner' id='run-error'><b>{escape(str(run.manifest.get('status')))}:</b> "
-                   f"{escape(str(err))}</div>")
+    facts = run.facts
+    if facts.error:
+        out.append(f"<div class='banner' id='run-error'><b>{escape(str(facts.status))}:</b> "
+                   f"{escape(facts.error)}</div>")
     for lv in run.launches:  # what failed and why, before anything else
         if lv.data.get("cause"):
             out.append(f"<div class='banner cause'><b>{escape(lv.name)} failed:</b> "
                        f"{escape(str(lv.data['cause']))}</div>")
-    problems = list(run.problems) + list(run.manifest.get("report_problems") or [])
+    problems = [*run.problems, *facts.problems]
     if problems:
         items = "".join(f"<li>{escape(p)}</li>" for p in dict.fromkeys(problems))
         out.append(f"<div class='banner warn'>Parts of this folder could not be read:<ul>{items}</ul></div>")

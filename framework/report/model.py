@@ -47,7 +47,7 @@ from typing import Any
 
 from framework.report.fmt import number, ranges, signame, slug, strip_ansi
 
-__all__ = ["OUTCOMES", "PHASE_ORDER", "CoreView", "LaunchView", "Phase", "RankView", "RunView", "case_counts",
+__all__ = ["OUTCOMES", "PHASE_ORDER", "CoreView", "LaunchView", "Phase", "RankView", "RunFacts", "RunView", "case_counts",
            "case_outcome", "describe_rank", "inside_run", "launch_name", "log_tail", "read_json", "read_run"]
 
 PHASE_ORDER = ("connect", "deploy", "launch", "run", "collect", "teardown")
@@ -196,6 +196,54 @@ class Phase:
         return max(0.0, self.end - self.start)
 
 
+@dataclass(frozen=True)
+class RunFacts:
+    """What ``manifest.json`` says about the run, typed: a key that is absent, empty or of the wrong shape
+    is None (the readers test one value instead of re-deriving it from the dict)."""
+
+    status: str | None = None
+    error: str | None = None
+    started: float | None = None  # epoch seconds
+    ended: float | None = None
+    duration: float | None = None
+    seed: str | None = None
+    env_file: str | None = None
+    version: str | None = None  # camit's version and git commit that wrote it
+    git: str | None = None
+    repro: str | None = None  # the command line that reproduces the run
+    problems: tuple[str, ...] = ()  # what the previous report could not read
+
+    @classmethod
+    def from_manifest(cls, m: Mapping[str, Any]) -> RunFacts:
+        fw = _table(m, "framework")
+        return cls(status=_text(m.get("status")), error=_text(m.get("error")),
+                   started=_seconds(_table(m, "started").get("epoch")),
+                   ended=_seconds(_table(m, "ended").get("epoch")), duration=_seconds(m.get("duration")),
+                   seed=None if m.get("seed") is None else str(m["seed"]),
+                   env_file=_text(_table(m, "env").get("file")), version=_text(fw.get("version")),
+                   git=_text(fw.get("git")), repro=_text(_table(m, "command").get("repro")),
+                   problems=tuple(str(p) for p in _list(m.get("report_problems"))))
+
+
+def _table(doc: Mapping[str, Any], key: str) -> Mapping[str, Any]:
+    """``doc[key]`` when it is a JSON object, else an empty one."""
+    value = doc.get(key)
+    return value if isinstance(value, dict) else {}
+
+
+def _list(value: object) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _text(value: object) -> str | None:
+    """A non-empty value as text; None for an absent or empty one."""
+    return str(value) if value else None
+
+
+def _seconds(value: object) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
 @dataclass
 class RunView:
     """Everything :func:`read_run` could make of a run folder; ``problems`` lists what it could not."""
@@ -214,6 +262,10 @@ class RunView:
     @property
     def ranks(self) -> list[RankView]:
         return [r for lv in self.launches for r in lv.ranks] + self.orphans
+
+    @property
+    def facts(self) -> RunFacts:
+        return RunFacts.from_manifest(self.manifest)
 
     @property
     def hosts(self) -> list[str]:

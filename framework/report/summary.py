@@ -53,12 +53,12 @@ def terminal_summary(rundir_path: str | os.PathLike[str], repro: str | None = No
 
 
 def _headline(run: RunView) -> str:
-    m = run.manifest
-    head = f"camit run {run.run_id}: {str(m.get('status') or 'unknown').upper()}"
-    if m.get("error"):
-        head += f" ({short(str(m['error']), 60)})"
-    if m.get("duration"):
-        head += f" in {dur(float(m['duration']))}"
+    facts = run.facts
+    head = f"camit run {run.run_id}: {(facts.status or 'unknown').upper()}"
+    if facts.error:
+        head += f" ({short(facts.error, 60)})"
+    if facts.duration:
+        head += f" in {dur(facts.duration)}"
     return head
 
 
@@ -198,5 +198,5 @@ def _slowest_phases(run: RunView) -> list[str]:
 
 
 def _reproduce(run: RunView, repro: str | None) -> str:
-    command = repro or (run.manifest.get("command") or {}).get("repro")
+    command = repro or run.facts.repro
     return f"  reproduce: {command}" if command else "  reproduce: (no command line recorded)"
