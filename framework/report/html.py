@@ -39,7 +39,16 @@ from framework import __version__
 from framework.cores import faultbundle
 from framework.report.fmt import dur, iso, ranges
 from framework.report.folder import write_atomic
-from framework.report.model import OUTCOMES, PHASE_ORDER, Phase, RankView, RunView, log_tail, read_run
+from framework.report.model import (
+    OUTCOMES,
+    PHASE_ORDER,
+    DeployHost,
+    Phase,
+    RankView,
+    RunView,
+    log_tail,
+    read_run,
+)
 
 if TYPE_CHECKING:
     from framework.report.scrub import Scrub
@@ -412,32 +421,45 @@ def _fault_bundle(run: RunView) -> str:
             f"({escape(', '.join(hosts))})</p>{said}</section>")
 
 
+def _launch_prefix(r: RankView) -> str:
+    return f"{r.launch} · " if r.launch else ""
+
+
+def _bad_rank(run: RunView, r: RankView) -> str:
+    """A rank that did not pass: its outcome, its reason and its log's last lines, folded."""
+    where = _launch_prefix(r) + f"rank {r.rank} on {r.host}"
+    reason = r.reason.removeprefix(f"rank {r.rank} on {r.host} ")
+    body = ""
+    if r.log:
+        body = f"<p class='muted'>last lines of <a href='{_href(r.log)}'>{escape(r.log)}</a></p>" \
+               f"<pre>{escape(log_tail(run.path, r.log))}</pre>"
+    elif r.exit_code is None:
+        body = "<p class='muted'>no log was fetched for this rank</p>"
+    return (f"<details class='o-{r.outcome}' id='{_rank_id(r)}'><summary><span class='kind'>{r.outcome}"
+            f"</span>{escape(where)}: {escape(reason)}</summary>{body}</details>")
+
+
+def _failing_case(r: RankView, c: ET.Element) -> str:
+    """A rank's failing test case: its message's first line, its text's end folded."""
+    el = c.find("error") if c.find("error") is not None else c.find("failure")
+    assert el is not None
+    where = _launch_prefix(r) + f"{r.host} rank {r.rank}"
+    text = (el.text or "").strip()
+    message = el.get("message", "")
+    first = message.splitlines()[0] if message else ""
+    return (f"<details class='o-fail'><summary><span class='kind'>{escape(el.tag)}</span>{escape(where)} · "
+            f"<code>{escape(c.get('classname', ''))}::{escape(c.get('name', ''))}</code> — "
+            f"{escape(first)}</summary><pre>{escape(text[-6000:])}</pre></details>")
+
+
 def _problems(run: RunView) -> str:
     bad = [r for r in run.ranks if r.outcome != "pass"]
     failing = [(r, c) for r in run.ranks for c in r.cases if c.find("failure") is not None or c.find("error") is not None]
     if not bad and not failing:
         return ""
     out = ["<section id='problems'><h2>Problems</h2>"]
-    for r in bad:
-        where = (f"{r.launch} · " if r.launch else "") + f"rank {r.rank} on {r.host}"
-        reason = r.reason.removeprefix(f"rank {r.rank} on {r.host} ")
-        body = ""
-        if r.log:
-            body = f"<p class='muted'>last lines of <a href='{_href(r.log)}'>{escape(r.log)}</a></p>" \
-                   f"<pre>{escape(log_tail(run.path, r.log))}</pre>"
-        elif r.exit_code is None:
-            body = "<p class='muted'>no log was fetched for this rank</p>"
-        out.append(f"<details class='o-{r.outcome}' id='{_rank_id(r)}'><summary><span class='kind'>{r.outcome}"
-                   f"</span>{escape(where)}: {escape(reason)}</summary>{body}</details>")
-    for r, c in failing[:200]:
-        el = c.find("error") if c.find("error") is not None else c.find("failure")
-        assert el is not None
-        where = (f"{r.launch} · " if r.launch else "") + f"{r.host} rank {r.rank}"
-        text = (el.text or "").strip()
-        out.append(f"<details class='o-fail'><summary><span class='kind'>{escape(el.tag)}</span>{escape(where)} · "
-                   f"<code>{escape(c.get('classname') or '')}::{escape(c.get('name') or '')}</code> — "
-                   f"{escape((el.get('message') or '').splitlines()[0] if el.get('message') else '')}</summary>"
-                   f"<pre>{escape(text[-6000:])}</pre></details>")
+    out += [_bad_rank(run, r) for r in bad]
+    out += [_failing_case(r, c) for r, c in failing[:200]]
     if len(failing) > 200:
         out.append(f"<p class='muted'>… {len(failing) - 200} more failing tests: see cluster.xml</p>")
     out.append("</section>")
@@ -495,21 +517,22 @@ def _controller(run: RunView) -> str:
             f"{table}</section>")
 
 
+def _deploy_row(d: DeployHost, version: object) -> str:
+    """A deployed host's row; ``version`` is manifest.json's ``versions`` entry of the host."""
+    steps = ", ".join(f"{k} {v:.1f}s" for k, v in d.durations.items())
+    recorded = version.get("installed_version") if isinstance(version, dict) else None
+    installed = d.installed_version or recorded or "—"
+    return (f"<tr><td>{escape(d.host)}</td><td>{escape(str(d.status))}</td><td>{escape(str(installed))}"
+            f"</td><td>{escape(d.vendor or '—')}</td><td>{escape(steps)}</td><td>"
+            f"{escape(d.error or '')}</td></tr>")
+
+
 def _deployed(run: RunView) -> str:
     m = run.manifest
     arts, versions = m.get("artifacts") or [], m.get("versions") or {}
-    hosts = (run.deploy or {}).get("hosts") or {}
-    if not arts and not hosts:
+    if not arts and not (run.deploy or {}).get("hosts"):
         return ""
-    rows = []
-    for h, d in hosts.items():
-        if not isinstance(d, dict):
-            continue
-        steps = ", ".join(f"{k} {v:.1f}s" for k, v in (d.get("durations") or {}).items() if isinstance(v, int | float))
-        rows.append(f"<tr><td>{escape(h)}</td><td>{escape(str(d.get('status')))}</td><td>"
-                    f"{escape(str(d.get('installed_version') or (versions.get(h) or {}).get('installed_version') or '—'))}"
-                    f"</td><td>{escape(str(d.get('vendor') or '—'))}</td><td>{escape(steps)}</td><td>"
-                    f"{escape(str(d.get('error') or ''))}</td></tr>")
+    rows = [_deploy_row(d, versions.get(d.host)) for d in run.deploy_hosts]
     art_rows = "".join(f"<tr><td>{escape(str(a.get('kind')))}</td><td>{escape(str(a.get('name')))}</td><td><code>"
                        f"{escape(str(a.get('sha256'))[:16])}…</code></td><td>{escape(str(a.get('size')))}</td><td>"
                        f"{escape(', '.join(f'{h} ({v})' for h, v in (a.get('hosts') or {}).items()))}</td></tr>"

@@ -108,24 +108,28 @@ def run_properties(run: RunView, *, env: Any = None, seed: int | None = None) ->
     """The run as testsuite properties: ``run_id``, ``seed``, ``env`` (file name), ``env_file``, ``hosts``
     (comma-separated) and ``artifact.<file name>`` = sha256 of each deployed artifact. ``env`` (an
     ``EnvConfig``) and ``seed`` default to what ``manifest.json`` recorded; what is unknown is left out."""
-    old = run.manifest
+    facts = run.facts
     props = [("run_id", run.run_id)]
-    seed = seed if seed is not None else old.get("seed")
-    if seed is not None:
-        props.append(("seed", str(seed)))
-    env_file = str(getattr(env, "source", "") or ((old.get("env") or {}).get("file") or ""))
+    seed_text = str(seed) if seed is not None else facts.seed
+    if seed_text is not None:
+        props.append(("seed", seed_text))
+    env_file = str(getattr(env, "source", "") or facts.env_file or "")
     if env_file:
         props += [("env", Path(env_file).name), ("env_file", env_file)]
     hosts = list(getattr(env, "hosts", None) or []) or run.hosts
     if hosts:
         props.append(("hosts", ",".join(hosts)))
+    return props + _artifact_props(run)
+
+
+def _artifact_props(run: RunView) -> list[tuple[str, str]]:
+    """``artifact.<name>`` = sha256 of each deployed artifact (the first host's record of it)."""
     seen: dict[str, str] = {}
-    for m in ((run.deploy or {}).get("hosts") or {}).values():
-        for a in (m.get("artifacts") or []) if isinstance(m, dict) else []:
-            if isinstance(a, dict) and a.get("name") and a.get("sha256"):
+    for d in run.deploy_hosts:
+        for a in d.artifacts:
+            if a.get("name") and a.get("sha256"):
                 seen.setdefault(f"artifact.{a['name']}", str(a["sha256"]))
-    props += sorted(seen.items())
-    return props
+    return sorted(seen.items())
 
 
 # -- cluster.xml -----------------------------------------------------------------
@@ -410,19 +414,13 @@ def _core_cases(suite: ET.Element, run: RunView, scrub: Scrub) -> None:
                       ).text = scrub(xml_text(text))
 
 
-def _deploy_seconds(m: Mapping[str, Any]) -> float:
-    return sum(v for v in (m.get("durations") or {}).values() if isinstance(v, int | float))
-
-
 def _deploy_cases(suite: ET.Element, run: RunView, scrub: Scrub) -> None:
     """A case per deployed host, an error where its deploy failed."""
-    for host, m in ((run.deploy or {}).get("hosts") or {}).items():
-        if not isinstance(m, dict):
-            continue
-        case = ET.SubElement(suite, "testcase", classname=f"{slug(host)}.deploy", name="deploy",
-                             time=_t(_deploy_seconds(m)))
-        if m.get("status") == "failed" or m.get("error"):
-            msg = f"deploy on {host} failed at {m.get('step')}: {m.get('error')}"
+    for d in run.deploy_hosts:
+        case = ET.SubElement(suite, "testcase", classname=f"{slug(d.host)}.deploy", name="deploy",
+                             time=_t(d.seconds))
+        if d.failed:
+            msg = f"deploy on {d.host} failed at {d.step}: {d.error}"
             ET.SubElement(case, "error", type="DeployFailed", message=scrub(xml_text(msg))).text = scrub(xml_text(msg))
 
 

@@ -47,7 +47,7 @@ from typing import Any
 
 from framework.report.fmt import number, ranges, signame, slug, strip_ansi
 
-__all__ = ["OUTCOMES", "PHASE_ORDER", "CoreView", "LaunchView", "Phase", "RankView", "RunFacts", "RunView", "case_counts",
+__all__ = ["OUTCOMES", "PHASE_ORDER", "CoreView", "DeployHost", "LaunchView", "Phase", "RankView", "RunFacts", "RunView", "case_counts",
            "case_outcome", "describe_rank", "inside_run", "launch_name", "log_tail", "read_json", "read_run"]
 
 PHASE_ORDER = ("connect", "deploy", "launch", "run", "collect", "teardown")
@@ -225,6 +225,40 @@ class RunFacts:
                    problems=tuple(str(p) for p in _list(m.get("report_problems"))))
 
 
+@dataclass(frozen=True)
+class DeployHost:
+    """One host's entry of ``deploy-manifest.json``, typed (what the deployer recorded for it)."""
+
+    host: str
+    status: str | None = None
+    step: str | None = None  # the step it failed at
+    error: str | None = None
+    durations: dict[str, float] = field(default_factory=dict)  # seconds by step
+    installed_version: str | None = None
+    vendor: str | None = None
+    artifacts: tuple[Mapping[str, Any], ...] = ()
+
+    @classmethod
+    def from_json(cls, host: str, d: Mapping[str, Any]) -> DeployHost:
+        return cls(host, status=_opt(d.get("status")), step=_opt(d.get("step")), error=_opt(d.get("error")),
+                   durations={k: float(v) for k, v in _table(d, "durations").items() if isinstance(v, int | float)},
+                   installed_version=_text(d.get("installed_version")), vendor=_text(d.get("vendor")),
+                   artifacts=tuple(a for a in _list(d.get("artifacts")) if isinstance(a, dict)))
+
+    @property
+    def failed(self) -> bool:
+        return self.status == "failed" or bool(self.error)
+
+    @property
+    def seconds(self) -> float:
+        return sum(self.durations.values())
+
+
+def _opt(value: object) -> str | None:
+    """A present value as text (an empty one too); None for an absent one."""
+    return None if value is None else str(value)
+
+
 def _table(doc: Mapping[str, Any], key: str) -> Mapping[str, Any]:
     """``doc[key]`` when it is a JSON object, else an empty one."""
     value = doc.get(key)
@@ -266,6 +300,12 @@ class RunView:
     @property
     def facts(self) -> RunFacts:
         return RunFacts.from_manifest(self.manifest)
+
+    @property
+    def deploy_hosts(self) -> list[DeployHost]:
+        """``deploy-manifest.json``'s hosts in its order (an entry that is not an object is left out)."""
+        hosts = _table(self.deploy or {}, "hosts")
+        return [DeployHost.from_json(h, d) for h, d in hosts.items() if isinstance(d, dict)]
 
     @property
     def hosts(self) -> list[str]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from framework.report.model import RunFacts
+from framework.report.model import DeployHost, RunFacts
 
 
 def test_facts_from_a_full_manifest() -> None:
@@ -23,3 +23,16 @@ def test_absent_empty_and_misshapen_keys_are_none() -> None:
                                 "seed": 0, "env": ["a"], "framework": None, "command": {"repro": ""},
                                 "report_problems": "not a list"})
     assert f == RunFacts(seed="0")
+
+
+def test_deploy_host_record() -> None:
+    d = DeployHost.from_json("node1", {"status": "failed", "step": "install", "error": "",
+                                       "durations": {"ship": 1, "install": 2.5, "bad": "x"},
+                                       "installed_version": "", "vendor": "acme",
+                                       "artifacts": [{"name": "a.whl", "sha256": "00"}, "junk"]})
+    assert d == DeployHost("node1", status="failed", step="install", error="",
+                           durations={"ship": 1.0, "install": 2.5}, vendor="acme",
+                           artifacts=({"name": "a.whl", "sha256": "00"},))
+    assert d.failed and d.seconds == 3.5
+    ok = DeployHost.from_json("node2", {"status": "ok", "durations": None})
+    assert not ok.failed and ok.seconds == 0 and ok.error is None and ok.step is None
