@@ -78,16 +78,12 @@ class CoreView:
     def from_json(cls, entry: Mapping[str, Any], root: Path) -> CoreView:
         rank = entry.get("rank")
         bt_path = inside_run(root, entry.get("backtrace_path"))
-        backtrace = str(entry.get("backtrace") or "")
-        if not backtrace and entry.get("backtrace_path"):
-            p = Path(str(entry["backtrace_path"]))
-            backtrace = log_tail(root, bt_path, lines=400) if bt_path else (log_tail(p.parent, p.name, 400) if p.is_file()
-                                                                         else "")
-        exe = entry.get("exe") or entry.get("executable") or entry.get("comm")
+        exe = _first(entry, "exe", "executable", "comm")
         return cls(host=str(entry.get("host") or "unknown"), pid=entry.get("pid"), exe=str(exe) if exe else None,
                    signal=signame(entry.get("signal")), rank=rank if isinstance(rank, int) else None,
-                   backtrace=backtrace, local_path=inside_run(root, entry.get("local_path")) or entry.get("local_path"),
-                   description=str(entry.get("describe") or entry.get("description") or ""), backtrace_path=bt_path)
+                   backtrace=_core_backtrace(entry, root, bt_path),
+                   local_path=inside_run(root, entry.get("local_path")) or entry.get("local_path"),
+                   description=str(_first(entry, "describe", "description") or ""), backtrace_path=bt_path)
 
     @property
     def top_frame(self) -> str:
@@ -99,6 +95,22 @@ class CoreView:
     @property
     def anchor(self) -> str:
         return f"core-{slug(self.host)}-{self.pid if self.pid is not None else 'x'}"
+
+
+def _first(entry: Mapping[str, Any], *keys: str) -> Any:
+    """The first of ``keys`` with a non-empty value in ``entry`` (the spellings writers used); None."""
+    return next((entry[k] for k in keys if entry.get(k)), None)
+
+
+def _core_backtrace(entry: Mapping[str, Any], root: Path, bt_path: str | None) -> str:
+    """The entry's backtrace, else the end of its backtrace file (in the run folder or, still, elsewhere)."""
+    backtrace = str(entry.get("backtrace") or "")
+    if backtrace or not entry.get("backtrace_path"):
+        return backtrace
+    if bt_path:
+        return log_tail(root, bt_path, lines=400)
+    p = Path(str(entry["backtrace_path"]))
+    return log_tail(p.parent, p.name, 400) if p.is_file() else ""
 
 
 @dataclass
@@ -497,20 +509,30 @@ def _rank_owners(root: Path, launches: list[LaunchView]) -> dict[tuple[str, int]
     """Which launch the shared ``<host>/rank<N>.*`` files belong to (launches fetch into the same folder)."""
     owners: dict[tuple[str, int], str] = {}
     for lv in launches:  # in order: the last launch that had the rank wrote its files last
-        for r in range(lv.world_size):
-            owners[(_expected_host(lv.data, r), r)] = lv.launch_id
-        for key, rr in (lv.data.get("ranks") or {}).items():
-            if str(key).isdigit() and isinstance(rr, dict):
-                owners[(str(rr.get("host")), int(key))] = lv.launch_id
+        owners.update(dict.fromkeys(_launch_slots(lv), lv.launch_id))
     ids = {lv.launch_id for lv in launches} | {s for lv in launches for s in lv.superseded}
     for (host, rank) in list(owners):
-        status = root / host / f"rank{rank}.json"
-        with contextlib.suppress(OSError, ValueError):
-            lid = _remote_launch(json.loads(status.read_text())) if status.exists() else None
-            if lid in ids:
-                owners[(host, rank)] = next((lv.launch_id for lv in launches if lid == lv.launch_id
-                                             or lid in lv.superseded), lid)
+        lid = _status_launch(root / host / f"rank{rank}.json")
+        if lid in ids:
+            owners[(host, rank)] = next((lv.launch_id for lv in launches if lid == lv.launch_id
+                                         or lid in lv.superseded), lid)
     return owners
+
+
+def _launch_slots(lv: LaunchView) -> list[tuple[str, int]]:
+    """The (host, rank) places a launch had: by its node plan, then as its rank records say."""
+    slots = [(_expected_host(lv.data, r), r) for r in range(lv.world_size)]
+    for key, rr in (lv.data.get("ranks") or {}).items():
+        if str(key).isdigit() and isinstance(rr, dict):
+            slots.append((str(rr.get("host")), int(key)))
+    return slots
+
+
+def _status_launch(status: Path) -> str | None:
+    """The launch a rank's status file says wrote it (None when there is none or it cannot be read)."""
+    with contextlib.suppress(OSError, ValueError):
+        return _remote_launch(json.loads(status.read_text())) if status.exists() else None
+    return None
 
 
 def _launch_ranks(root: Path, lv: LaunchView, owners: Mapping[tuple[str, int], str], launches: list[LaunchView],
@@ -526,12 +548,13 @@ def _launch_ranks(root: Path, lv: LaunchView, owners: Mapping[tuple[str, int], s
         rv = RankView(r, host, launch=lv.name if multi else "", launch_id=lv.launch_id,
                       exit_code=rec.get("exit_code"), signal=rec.get("signal"))
         own_dir = root / host / lv.launch_id  # a per-launch fetch layout, if launch.py grows one
+        owner = owners.get((host, r), lv.launch_id)
         if (own_dir / f"rank{r}.json").exists() or (own_dir / f"rank{r}.log").exists():
             _load_rank_files(root, rv, own_dir, problems)
-        elif owners.get((host, r), lv.launch_id) == lv.launch_id:
+        elif owner == lv.launch_id:
             _load_rank_files(root, rv, root / host, problems)
-        elif order.get(owners[(host, r)], -1) > order.get(lv.launch_id, -1):  # -1: an earlier attempt (not kept)
-            rv.overwritten_by = names.get(owners[(host, r)], owners[(host, r)])
+        elif order.get(owner, -1) > order.get(lv.launch_id, -1):  # -1: an earlier attempt (not kept)
+            rv.overwritten_by = names.get(owner, owner)
         # else: the files on disk are an earlier launch's; this launch fetched none for the rank
         out.append(rv)
     return out
@@ -617,21 +640,28 @@ def _attach_cores(rv: RankView, cores: list[CoreView], launches: list[LaunchView
 
 def describe_rank(rv: RankView, lv: LaunchView | None) -> str:
     """How a rank ended, one sentence: ``rank 2 on node2 died of SIGSEGV`` (and why, when it was stopped)."""
-    where = f"rank {rv.rank} on {rv.host}"
-    if rv.signal:
-        text = f"{where} died of {rv.signal}"
-    elif rv.exit_code is None:
-        node = ((lv.data.get("nodes") or {}).get(rv.host) or {}) if lv else {}
-        text = f"{where} never reported" + (f" (lost {rv.host}: {node['lost']})" if node.get("lost") else "")
-    else:
-        text = f"{where} exited {rv.exit_code}"
-    # stopped (never reported, or killed) because something else failed first
-    consequence = (rv.exit_code is None and not rv.signal) or rv.signal in SECONDARY_SIGNALS
-    if consequence and lv is not None and lv.failure and lv.data.get("failure_rank") != rv.rank \
-            and lv.failure not in text:
+    text = _ending(rv, lv)
+    if lv is not None and _stopped_by(rv, lv, text):
         kind = lv.data.get("failure_kind")
         text += f"; the launch {'timed out' if kind == 'timeout' else 'failed'}: {lv.failure}"
     return text
+
+
+def _ending(rv: RankView, lv: LaunchView | None) -> str:
+    """``rank 2 on node2`` died of its signal, exited its status, or never reported (with its host's loss)."""
+    where = f"rank {rv.rank} on {rv.host}"
+    if rv.signal:
+        return f"{where} died of {rv.signal}"
+    if rv.exit_code is not None:
+        return f"{where} exited {rv.exit_code}"
+    node = _table(_table(lv.data, "nodes"), rv.host) if lv else {}
+    return f"{where} never reported" + (f" (lost {rv.host}: {node['lost']})" if node.get("lost") else "")
+
+
+def _stopped_by(rv: RankView, lv: LaunchView, text: str) -> bool:
+    """The rank was stopped (never reported, or killed) because something else failed first."""
+    consequence = (rv.exit_code is None and not rv.signal) or rv.signal in SECONDARY_SIGNALS
+    return bool(consequence and lv.failure and lv.data.get("failure_rank") != rv.rank and lv.failure not in text)
 
 
 def _crashed(rv: RankView) -> bool:
