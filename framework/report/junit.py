@@ -154,13 +154,7 @@ def write_cluster_junit(rundir_path: str | os.PathLike[str], cores: Sequence[Cor
     if status is None:
         status, error = run.manifest.get("status"), run.manifest.get("error")
     top = ET.Element("testsuites", name=run.run_id)
-    for lv in run.launches:
-        for rv in lv.ranks:
-            top.append(_rank_suite(rv, run, scrub, lv))
-        for rv in _stale_ranks(lv):  # ranks an earlier attempt had and the final one did not
-            top.append(_rank_suite(rv, run, scrub, lv))
-    for rv in run.orphans:
-        top.append(_rank_suite(rv, run, scrub, None))
+    top.extend(_rank_suites(run, scrub))
     cluster = _cluster_suite(run, status, error, scrub)
     props = ET.Element("properties")
     for key, value in run_properties(run, env=env, seed=seed):
@@ -178,6 +172,15 @@ def write_cluster_junit(rundir_path: str | os.PathLike[str], cores: Sequence[Cor
     for problem in validate_junit(path):  # our own output must never be dropped by the xunit plugin
         log.error("cluster.xml does not validate: %s", problem)
     return path
+
+
+def _rank_suites(run: RunView, scrub: Scrub) -> list[ET.Element]:
+    """A suite per rank: each launch's (and the ranks only its earlier attempts had), then the orphans."""
+    suites = []
+    for lv in run.launches:
+        # ranks an earlier attempt had and the final one did not come after the final attempt's
+        suites += [_rank_suite(rv, run, scrub, lv) for rv in [*lv.ranks, *_stale_ranks(lv)]]
+    return suites + [_rank_suite(rv, run, scrub, None) for rv in run.orphans]
 
 
 def _stale_ranks(lv: LaunchView) -> list[RankView]:
