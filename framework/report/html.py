@@ -43,6 +43,7 @@ from framework.report.model import (
     OUTCOMES,
     PHASE_ORDER,
     DeployHost,
+    LaunchView,
     Phase,
     RankView,
     RunView,
@@ -348,6 +349,40 @@ def _host_rows(ranks: Iterable[RankView]) -> str:
     return "".join(rows)
 
 
+def _launch_info(lv: LaunchView) -> list[str]:
+    """A launch card's facts: world size, nodes, duration, master, what it retried."""
+    d = lv.data
+    info = [f"world size {lv.world_size}", f"{len(d.get('nodes') or {})} nodes"]
+    if d.get("duration") is not None:
+        info.append(dur(float(d["duration"])))
+    if d.get("master"):
+        info.append(f"master {d['master']}")
+    if lv.superseded:
+        info.append(f"retry of {', '.join(lv.superseded)}")
+    return info
+
+
+def _launch_banners(lv: LaunchView) -> str:
+    """A launch's first failure, cause and grouped stacks."""
+    d = lv.data
+    out = ""
+    if lv.failure:
+        out += (f"<div class='banner'><b>first failure</b> ({escape(str(d.get('failure_kind') or '?'))}): "
+                f"{escape(lv.failure)}</div>")
+    if d.get("cause"):
+        out += f"<div class='banner'><b>cause</b>: {escape(str(d['cause']))}</div>"
+    if lv.stacks:
+        out += ("<div class='banner'><b>stacks</b> (identical stacks grouped, majority first):<ul>"
+                + "".join(f"<li>{escape(line)}</li>" for line in lv.stacks) + "</ul></div>")
+    return out
+
+
+def _launch_card(lv: LaunchView) -> str:
+    return (f"<div class='launch card' data-launch='{escape(lv.launch_id, quote=True)}'><h3>"
+            f"{escape(lv.name)} <small>{escape(' · '.join(_launch_info(lv)))}</small></h3>{_launch_banners(lv)}"
+            f"{_host_rows(lv.ranks)}</div>")
+
+
 def _grid(run: RunView) -> str:
     if not run.ranks:
         return ("<section id='ranks'><h2>Ranks</h2><p class='muted'>No launch was recorded in this run "
@@ -356,25 +391,7 @@ def _grid(run: RunView) -> str:
     out = ["<section id='ranks'><h2>Ranks</h2>",
            "<input type='checkbox' id='only-problems' class='filter-toggle'>"
            "<label for='only-problems' class='filter'>problems only</label>"]
-    for lv in run.launches:
-        d = lv.data
-        info = [f"world size {lv.world_size}", f"{len(d.get('nodes') or {})} nodes"]
-        if d.get("duration") is not None:
-            info.append(dur(float(d["duration"])))
-        if d.get("master"):
-            info.append(f"master {d['master']}")
-        if lv.superseded:
-            info.append(f"retry of {', '.join(lv.superseded)}")
-        failure = (f"<div class='banner'><b>first failure</b> ({escape(str(d.get('failure_kind') or '?'))}): "
-                   f"{escape(lv.failure)}</div>") if lv.failure else ""
-        if d.get("cause"):
-            failure += f"<div class='banner'><b>cause</b>: {escape(str(d['cause']))}</div>"
-        if lv.stacks:
-            failure += ("<div class='banner'><b>stacks</b> (identical stacks grouped, majority first):<ul>"
-                        + "".join(f"<li>{escape(line)}</li>" for line in lv.stacks) + "</ul></div>")
-        out.append(f"<div class='launch card' data-launch='{escape(lv.launch_id, quote=True)}'><h3>"
-                   f"{escape(lv.name)} <small>{escape(' · '.join(info))}</small></h3>{failure}"
-                   f"{_host_rows(lv.ranks)}</div>")
+    out += [_launch_card(lv) for lv in run.launches]
     if run.orphans:
         out.append("<div class='launch card'><h3>rank files without a launch record <small>the launch did not "
                    f"finish writing its record</small></h3>{_host_rows(run.orphans)}</div>")

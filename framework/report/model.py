@@ -732,13 +732,21 @@ def _torn_down(rv: RankView, lv: LaunchView | None) -> str | None:
     data = lv.data
     kind, first = data.get("failure_kind"), data.get("failure_rank")
     if kind == "rank" and isinstance(first, int) and first != rv.rank:
-        rec = (data.get("ranks") or {}).get(str(first)) or {}
-        return f"torn down after rank {first} on {rec.get('host') or _expected_host(data, first)} failed"
-    # the monitor's sentences: "lost <host>: <why>", "torchrun on <host> exited <n>"
-    if (kind == "lost" and not lv.failure.startswith(f"lost {rv.host}:")) or \
-            (kind == "node" and not lv.failure.startswith(f"torchrun on {rv.host} ")):
+        return f"torn down after rank {first} on {_rank_host(data, first)} failed"
+    own = _HOST_FAILURE.get(str(kind))
+    if own is not None and not lv.failure.startswith(own.format(host=rv.host)):
         return f"torn down after {lv.failure}"
     return None
+
+
+#: the monitor's sentence of a host's failure by failure kind ("lost <host>: <why>", "torchrun on <host> exited <n>")
+_HOST_FAILURE = {"lost": "lost {host}:", "node": "torchrun on {host} "}
+
+
+def _rank_host(data: Mapping[str, Any], rank: int) -> str:
+    """The host a launch record gives the rank, else the one its node plan puts it on."""
+    host = _table(_table(data, "ranks"), str(rank)).get("host")
+    return str(host) if host else _expected_host(data, rank)
 
 
 def case_counts(cases: Iterable[ET.Element]) -> dict[str, int]:

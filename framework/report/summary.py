@@ -87,11 +87,17 @@ def _rank_grid(run: RunView) -> list[str]:
         groups.append(("(no launch record)", run.orphans))
     width = max(len(h) for h in run.hosts) if run.hosts else 4
     for name, ranks in groups:
-        if name:
-            lines.append(f"  {name}")
-        for host in dict.fromkeys(r.host for r in ranks):
-            lines += _host_rows(host, sorted((r for r in ranks if r.host == host), key=lambda r: r.rank), width)
+        lines += [f"  {name}"] if name else []
+        lines += _group_rows(ranks, width)
     return lines
+
+
+def _group_rows(ranks: list[RankView], width: int) -> list[str]:
+    """A launch's ranks, host by host in the order they first appear, each host's by rank."""
+    rows = []
+    for host in dict.fromkeys(r.host for r in ranks):
+        rows += _host_rows(host, sorted((r for r in ranks if r.host == host), key=lambda r: r.rank), width)
+    return rows
 
 
 def _host_rows(host: str, mine: list[RankView], width: int) -> list[str]:
