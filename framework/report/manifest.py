@@ -160,9 +160,12 @@ def _times(run: RunView, started: Moment | None, ended: Moment | None, status: s
     times = [p.start for p in run.phases] + [p.end for p in run.phases]
     t0 = _epoch(started) or recorded.started or (min(times) if times else None)
     t1 = _epoch(ended) or (None if status == "running" else recorded.ended or time.time())
-    return {"started": {"epoch": round(t0, 3), "iso": iso(t0)} if t0 else None,
-            "ended": {"epoch": round(t1, 3), "iso": iso(t1)} if t1 else None,
+    return {"started": _moment_doc(t0), "ended": _moment_doc(t1),
             "duration": round(t1 - t0, 3) if t0 and t1 else None}
+
+
+def _moment_doc(epoch: float | None) -> dict[str, Any] | None:
+    return {"epoch": round(epoch, 3), "iso": iso(epoch)} if epoch else None
 
 
 def _command(old: Mapping[str, Any] | None, argv: Sequence[str] | None, seed: int | None,

@@ -547,17 +547,24 @@ def _launch_ranks(root: Path, lv: LaunchView, owners: Mapping[tuple[str, int], s
         host = str(rec.get("host") or _expected_host(lv.data, r))
         rv = RankView(r, host, launch=lv.name if multi else "", launch_id=lv.launch_id,
                       exit_code=rec.get("exit_code"), signal=rec.get("signal"))
-        own_dir = root / host / lv.launch_id  # a per-launch fetch layout, if launch.py grows one
         owner = owners.get((host, r), lv.launch_id)
-        if (own_dir / f"rank{r}.json").exists() or (own_dir / f"rank{r}.log").exists():
-            _load_rank_files(root, rv, own_dir, problems)
-        elif owner == lv.launch_id:
-            _load_rank_files(root, rv, root / host, problems)
+        folder = _rank_folder(root, host, r, lv.launch_id, owner)
+        if folder is not None:
+            _load_rank_files(root, rv, folder, problems)
         elif order.get(owner, -1) > order.get(lv.launch_id, -1):  # -1: an earlier attempt (not kept)
             rv.overwritten_by = names.get(owner, owner)
         # else: the files on disk are an earlier launch's; this launch fetched none for the rank
         out.append(rv)
     return out
+
+
+def _rank_folder(root: Path, host: str, rank: int, launch_id: str, owner: str) -> Path | None:
+    """Where the launch's files of the rank are: its own folder (a per-launch fetch layout, if launch.py
+    grows one), the host's folder when the launch owns them there; None when another launch does."""
+    own_dir = root / host / launch_id
+    if (own_dir / f"rank{rank}.json").exists() or (own_dir / f"rank{rank}.log").exists():
+        return own_dir
+    return root / host if owner == launch_id else None
 
 
 def _load_rank_files(root: Path, rv: RankView, folder: Path, problems: list[str]) -> None:
