@@ -133,12 +133,7 @@ def _cluster_root(root: Path) -> ET.Element | None:
 def _failures(run: RunView, cluster: ET.Element | None) -> list[str]:
     """The failing tests by name: cluster.xml's (a rank that did not pass is one of them), the controller's,
     and the ranks that did not pass when there is no cluster.xml."""
-    names: dict[str, None] = {}
-    for case in cluster.iter("testcase") if cluster is not None else ():
-        bad = next((el for el in case if el.tag in ("failure", "error")), None)
-        if bad is not None:
-            names.setdefault(_named(case.get("classname", ""), case.get("name", ""),
-                                    bad.get("message", "").strip()))
+    names = dict.fromkeys(_cluster_failures(cluster))
     for failed in (run.junit or {}).get("failed", []):
         names.setdefault(_named(failed["classname"], failed["name"], failed["message"] or ""))
     for r in run.ranks if cluster is None else ():
@@ -146,6 +141,16 @@ def _failures(run: RunView, cluster: ET.Element | None) -> list[str]:
             names.setdefault(f"{r.outcome} " + (f"{r.launch} " if r.launch else "") + f"rank {r.rank} on {r.host}: "
                              + r.reason.removeprefix(f"rank {r.rank} on {r.host} "))
     return list(names)
+
+
+def _cluster_failures(cluster: ET.Element | None) -> list[str]:
+    """cluster.xml's failing and erring cases by name, with their message's first line."""
+    out = []
+    for case in cluster.iter("testcase") if cluster is not None else ():
+        bad = next((el for el in case if el.tag in ("failure", "error")), None)
+        if bad is not None:
+            out.append(_named(case.get("classname", ""), case.get("name", ""), bad.get("message", "").strip()))
+    return out
 
 
 def _named(classname: str, name: str, message: str) -> str:

@@ -634,15 +634,15 @@ def _fold_reruns(cases: list[ET.Element]) -> list[ET.Element]:
 
 
 def _attach_cores(rv: RankView, cores: list[CoreView], launches: list[LaunchView]) -> None:
-    for core in cores:
-        if core.host != rv.host or core.rank != rv.rank:
-            continue
-        # a core does not name its launch: give it to the last launch where this rank died by a signal,
-        # else to the last launch that ran the rank
-        holders = [r for lv in launches for r in lv.ranks if r.host == rv.host and r.rank == rv.rank]
-        died = [r for r in holders if r.signal]
-        if not holders or rv is (died or holders)[-1]:
-            rv.cores.append(core)
+    mine = [core for core in cores if core.host == rv.host and core.rank == rv.rank]
+    if not mine:
+        return
+    # a core does not name its launch: give it to the last launch where this rank died by a signal,
+    # else to the last launch that ran the rank
+    holders = [r for lv in launches for r in lv.ranks if r.host == rv.host and r.rank == rv.rank]
+    died = [r for r in holders if r.signal]
+    if not holders or rv is (died or holders)[-1]:
+        rv.cores.extend(mine)
 
 
 def describe_rank(rv: RankView, lv: LaunchView | None) -> str:
