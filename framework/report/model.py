@@ -634,12 +634,13 @@ def _fold_reruns(cases: list[ET.Element]) -> list[ET.Element]:
 
 
 def _attach_cores(rv: RankView, cores: list[CoreView], launches: list[LaunchView]) -> None:
-    mine = [core for core in cores if core.host == rv.host and core.rank == rv.rank]
+    place = (rv.host, rv.rank)
+    mine = [core for core in cores if (core.host, core.rank) == place]
     if not mine:
         return
     # a core does not name its launch: give it to the last launch where this rank died by a signal,
     # else to the last launch that ran the rank
-    holders = [r for lv in launches for r in lv.ranks if r.host == rv.host and r.rank == rv.rank]
+    holders = [r for lv in launches for r in lv.ranks if (r.host, r.rank) == place]
     died = [r for r in holders if r.signal]
     if not holders or rv is (died or holders)[-1]:
         rv.cores.extend(mine)
@@ -702,17 +703,27 @@ def _first_failure(rv: RankView, failing: int) -> str:
     return f"{head}: {line}" if line else head
 
 
+def _ending_matters(rv: RankView, failing: int) -> bool:
+    """A signal or a bad exit says something, except pytest's exit 1 for failed tests (those are the reason)."""
+    plain_failure = rv.exit_code == 1 and not rv.signal and failing
+    return bool(rv.signal or rv.exit_code != 0) and not plain_failure
+
+
+def _report_reason(rv: RankView, failing: int, junit_expected: bool) -> list[str]:
+    """What the rank's JUnit says: unreadable, its first failing test, or that it is missing."""
+    if rv.junit_problem:
+        return [rv.junit_problem]
+    if failing:
+        return [_first_failure(rv, failing)]
+    if junit_expected and not rv.junit and rv.exit_code == 0:
+        return ["exited 0 but wrote no JUnit report"]
+    return []
+
+
 def _reasons(rv: RankView, lv: LaunchView | None, failing: int, junit_expected: bool) -> list[str]:
     """Why a rank did not pass, most telling first."""
-    # pytest exits 1 when tests failed: then the failing tests are the reason, not the exit status
-    plain_failure = rv.exit_code == 1 and not rv.signal and failing
-    reasons = [describe_rank(rv, lv)] if (rv.signal or rv.exit_code != 0) and not plain_failure else []
-    if rv.junit_problem:
-        reasons.append(rv.junit_problem)
-    elif failing:
-        reasons.append(_first_failure(rv, failing))
-    elif junit_expected and not rv.junit and rv.exit_code == 0:
-        reasons.append("exited 0 but wrote no JUnit report")
+    reasons = [describe_rank(rv, lv)] if _ending_matters(rv, failing) else []
+    reasons += _report_reason(rv, failing, junit_expected)
     reasons += [f"core dumped ({Path(core.exe or '?').name}, pid {core.pid})" for core in rv.cores]
     if rv.overwritten_by:
         reasons.append(f"its files were overwritten by launch {rv.overwritten_by}")
