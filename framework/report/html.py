@@ -208,19 +208,29 @@ def _banners(run: RunView) -> str:
     return "\n".join(out)
 
 
+def _outcome_tiles(ranks: list[RankView]) -> list[str]:
+    """A tile per outcome some rank had (pass always, when there are ranks)."""
+    if not ranks:
+        return []
+    return [f"<div class='tile o-{o}'><b>{sum(r.outcome == o for r in ranks)}</b>{o}</div>" for o in OUTCOMES
+            if o == "pass" or any(r.outcome == o for r in ranks)]
+
+
+def _cluster_tile(cx: Path) -> list[str]:
+    """cluster.xml's totals, when it is there and parses."""
+    if not cx.exists():
+        return []
+    try:
+        top = ET.parse(cx).getroot()
+    except ET.ParseError:
+        return []
+    return [f"<div class='tile'><b>{escape(top.get('tests', '?'))}</b>cluster tests "
+            f"<small>{escape(top.get('failures', '?'))} failed · {escape(top.get('errors', '?'))} errors"
+            "</small></div>"]
+
+
 def _tiles(run: RunView) -> str:
-    ranks = run.ranks
-    tiles = [f"<div class='tile o-{o}'><b>{sum(r.outcome == o for r in ranks)}</b>{o}</div>" for o in OUTCOMES
-             if o == "pass" or any(r.outcome == o for r in ranks)] if ranks else []
-    cx = run.path / "cluster.xml"
-    if cx.exists():
-        try:
-            top = ET.parse(cx).getroot()
-            tiles.append(f"<div class='tile'><b>{escape(top.get('tests', '?'))}</b>cluster tests "
-                         f"<small>{escape(top.get('failures', '?'))} failed · {escape(top.get('errors', '?'))} errors"
-                         "</small></div>")
-        except ET.ParseError:
-            pass
+    tiles = [*_outcome_tiles(run.ranks), *_cluster_tile(run.path / "cluster.xml")]
     if run.junit:
         j = run.junit
         tiles.append(f"<div class='tile'><b>{j['tests']}</b>controller tests <small>{j['failures']} failed · "
