@@ -131,8 +131,11 @@ demo: lab-up
 	$(PYTHON) -m framework.artifacts build --out $(ARTIFACTS) --env-in $(LAB_ENV) --env-out $(SUITE_ENV)
 	@$(PYTHON) -m pytest suites/cam --env $(SUITE_ENV) --world-sizes 4 -q -rs -p no:cacheprovider; rc=$$?; \
 	$(MKDOCS) || rc=1; \
+	$(PYTHON) -m pytest suites/cam/test_sweep.py --env $(SUITE_ENV) --world-sizes 4 -m perf --perf-matrix quick \
+	  --report-dir reports/perf -q -p no:cacheprovider || rc=1; \
 	echo "the report: $(CURDIR)/reports/latest/index.html (run folder reports/latest/)"; \
 	echo "the docs:   $(CURDIR)/build/site/index.html"; \
+	echo "the performance page (quick matrix): $(CURDIR)/reports/perf/latest/perf.html"; \
 	echo "lab is still up: 'make lab-down' removes it"; exit $$rc
 
 # the documentation site into build/site: warnings (broken links and anchors too) are errors; the reference

@@ -46,6 +46,9 @@ if TYPE_CHECKING:  # pragma: no cover
     from framework.report.folder import RunDir
 
 
+#: ``collect --logs``: the newest files of ``~/ascend/log`` packed, up to this many bytes (uncompressed)
+COLLECT_LOG_BYTES = 1 << 30
+
 #: what each exit status of every ``camit`` command means (the ``--help`` epilogs print it)
 EXIT_CODES = (
     (EXIT_OK, "ok"),
@@ -647,7 +650,7 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
 
 
 def cmd_collect(args: argparse.Namespace) -> int:
-    from framework import commands
+    from framework.cores import logs as hostlogs
     from framework.fetchcaps import FetchCapError
     from framework.hosts import Cluster, Host
     from framework.preflight.checks import evaluate
@@ -666,17 +669,17 @@ def cmd_collect(args: argparse.Namespace) -> int:
         if args.logs:
             def fetch(host: Host) -> str:
                 remote = f"{plans[host.name].workdir}/camit-ascend-log.tgz"
-                q = commands.quote
                 # the archive goes into the workdir: made and checked as deploy and launch do (issue 17)
                 guard = HostLayout.of(env.hosts[host.name]).guard_script()
-                made = host.run(ShellScript(f"{guard} && {{ [ -d \"$HOME/ascend/log\" ] || exit 3; }} && "
-                                f"tar czf {q(remote)} -C \"$HOME\" ascend/log"), timeout=600)
+                # read through the host program (framework.remote.hostfile): no folder followed through
+                # a symlink, each file opened once and judged by its descriptor
+                made = host.run(hostlogs.home_logs_script(guard, remote, COLLECT_LOG_BYTES), timeout=600)
                 if made.rc == UNSAFE_RC:
                     return f"error: {unsafe_message(unsafe_reason(made.stdout) or plans[host.name].workdir)}"
                 if made.rc == 3:
                     return "no ~/ascend/log"
                 if not made.ok:
-                    return f"tar failed: {made.tail(2)}"
+                    return f"packing failed: {made.tail(2)}"
                 local = rundir.file("collect", host.name, "ascend-log.tgz")
                 try:  # bounded (framework.fetchcaps): a cut archive keeps its first part
                     host.get(remote, local, keep_partial=True)

@@ -44,8 +44,9 @@ from typing import TYPE_CHECKING, Any
 from framework import commands
 from framework.commands import ShellScript
 from framework.errors import FrameworkError, UsageError
-from framework.fetchcaps import extract_tar
+from framework.fetchcaps import caps, extract_tar
 from framework.remote.layout import DeployState, HostLayout
+from framework.remote.packing import sh_pack
 from framework.remote.sections import read_records, sh_tag, tag_line
 from framework.report.folder import write_atomic
 from framework.setenv import env_steps, extra_of
@@ -230,13 +231,13 @@ def gcda_roots(probe: HostProbe) -> list[str]:
 
 
 def gcda_script(roots: Sequence[str], tgz: str) -> ShellScript:
-    """sh: print the ``@@gcda <count>`` record of ``*.gcda`` under ``roots``; when any, tar them (paths from /)
-    into ``tgz``."""
-    find = "find \"$@\" -type f -name '*.gcda'"
-    count = sh_tag(GCDA_TAG, '"$n"')
-    return ShellScript(f"set -- {' '.join(roots)}; n=$({find} 2>/dev/null | wc -l); {count}; "
-            f"[ \"$n\" -eq 0 ] || {{ {find} -print0 2>/dev/null | sed -z 's|^/||' | "
-            f"tar czf {commands.quote(tgz)} -C / --null -T -; }}")
+    """sh: pack the ``*.gcda`` under ``roots`` (shell words; paths from /) into ``tgz`` through the host
+    program (:mod:`framework.remote.packing`: no folder followed through a symlink, each file the SSH
+    user's, opened once), then print the ``@@gcda <count>`` record of the files packed."""
+    count = sh_tag(GCDA_TAG, '"${n:-0}"')
+    return ShellScript(f"set -- {' '.join(roots)}; rm -f -- {commands.quote(tgz)}; "
+                       + sh_pack(commands.quote(tgz), caps().max_bytes, -1, '"$@"', {"names": ["*.gcda"]})
+                       + f"; {count}; [ -n \"$n\" ] || {{ printf '%s\\n' \"$r\" >&2; exit 1; }}")
 
 
 def parse_gcda_count(stdout: str) -> int:

@@ -25,7 +25,10 @@ taken over with a warning. While held, each host has a heartbeat thread of its o
 pool, which long host work may fill) refreshing its file every ``interval`` seconds on its own schedule,
 so a host whose refresh is slow delays only its own beats, never a healthy host's; if a refresh finds the
 lease gone (someone judged it stale and took it), ``lost`` says so and leaving the ``with`` block raises
-:class:`LeaseLost`. ``lease release`` without ``--force`` removes stale leases and the one holding the
+:class:`LeaseLost`. A failed refresh is retried at once (a short pause), each attempt bounded to end
+before the lease could be judged stale; a host whose refresh keeps failing until too little of that
+window is left is *dropped* (``lost`` names the host and the heartbeat step, ``on_lost`` fires) before
+another controller could judge its lease stale and take it. ``lease release`` without ``--force`` removes stale leases and the one holding the
 given token, never a live lease by its owner string (two sessions of one user share it).
 
     with Lease(cluster, ttl=300, wait=600) as lease:   # LeaseHeld names the holder (exit 3)
@@ -407,6 +410,9 @@ class Lease:
         self.run_id = os.environ.get("CAMIT_RUN_ID") or self.token
         self.held: dict[str, LeaseRecord] = {}
         self.lost: dict[str, str] = {}
+        #: per held host: (monotonic start of its last successful write, failed refreshes since)
+        self._fresh: dict[str, tuple[float, int]] = {}
+        self._last_error: dict[str, str] = {}
         self._stop = threading.Event()
         self._beats: list[threading.Thread] = []
         self._lost_lock = threading.Lock()
@@ -515,6 +521,7 @@ class Lease:
     def _take(self, host: Host) -> tuple[str, LeaseRecord | None, float] | None:
         path = lease_path(host)
         for _ in range(5):
+            self._fresh[host.name] = (time.monotonic(), 0)
             reply = self._run(host, acquire_script(path, self._content(), self.token, self.ttl))
             if reply.result == "retry":
                 continue
@@ -545,14 +552,26 @@ class Lease:
         for t in self._beats:
             t.start()
 
+    @property
+    def stale_after(self) -> float:
+        """Seconds after a heartbeat when another controller may judge the lease stale (:func:`stale_reason`)."""
+        return min(float(self.ttl), STALE_BEATS * self.interval) if self.interval > 0 else float(self.ttl)
+
+    @property
+    def _guard(self) -> float:
+        """How much of the staleness window a heartbeat leaves unused (then the host is dropped)."""
+        return max(0.05, min(self.interval, 2.0))
+
     def _heartbeat(self, host: Host) -> None:
         due = time.monotonic() + self.interval
+        retry = max(0.02, min(1.0, self.interval / 4))
         while not self._stop.wait(max(0.0, due - time.monotonic())):
             if host.name in self.lost:
                 return
-            self._refresh_one(host)
-            # the next beat one interval after this one was due; beats missed while slow are not made up
-            due = max(due + self.interval, time.monotonic())
+            ok = self._refresh_one(host)
+            # the next beat one interval after this one was due (beats missed while slow are not made up);
+            # after a failure, a retry at once: the window before staleness is what counts
+            due = max(due + self.interval, time.monotonic()) if ok else time.monotonic() + retry
             if host.name in self.lost and self.on_lost is not None and not self._stop.is_set():
                 with self._lost_lock:
                     try:
@@ -560,22 +579,51 @@ class Lease:
                     except LeaseLost as exc:
                         self.on_lost(exc)
 
-    def _refresh_one(self, host: Host) -> None:
-        """Renew ``host``'s lease now; a takeover found is recorded in ``lost``, a failure logged."""
+    def _drop(self, host: Host, failures: int, why: str) -> None:
+        """Stop holding ``host``: its refresh kept failing and the lease could soon be judged stale."""
+        since, _ = self._fresh.get(host.name, (time.monotonic(), 0))
+        self.lost[host.name] = (f"dropped: the lease heartbeat failed {failures} time(s) over "
+                                f"{time.monotonic() - since:.1f}s ({why}); stopped using the host before "
+                                f"another controller could judge its lease stale ({self.stale_after:g}s)")
+        log.error("%s: %s", host.name, self.lost[host.name])
+
+    def _refresh_one(self, host: Host) -> bool:
+        """Renew ``host``'s lease now; a takeover found is recorded in ``lost``, a failure logged (and the
+        host dropped when too little of the staleness window is left for another attempt). True when renewed."""
         start = self.held[host.name].start
+        since, failures = self._fresh.get(host.name, (time.monotonic(), 0))
+        began = time.monotonic()
+        left = since + self.stale_after - began - self._guard
+        if left <= 0 and failures:  # failing, not merely slow: no time for another attempt
+            self._drop(host, failures, f"last: {self._last_error.get(host.name, 'none')}")
+            return False
+        timeout = max(5.0, min(60.0, self.interval * 1.5))
         try:
-            # bounded well inside the staleness window
+            # bounded well inside the staleness window (a slow but working host keeps its normal bound)
             reply = self._run(host, refresh_script(lease_path(host), self._content(start), self.token, self.ttl),
-                              timeout=max(5.0, min(60.0, self.interval * 1.5)))
-        except Exception as exc:  # this host's beat failed; the next one tries again
-            log.warning("%s: lease heartbeat failed: %s", host.name, exc)
-            return
+                              timeout=min(left, timeout) if left > 0 else timeout)
+        except Exception as exc:  # this host's beat failed; the next one tries again, while there is time
+            return self._failed(host, since, failures, str(exc))
         if reply.result == "refreshed" and reply.record is not None:
             self.held[host.name] = reply.record
-        elif reply.result == "lost":
+            self._fresh[host.name] = (began, 0)
+            return True
+        if reply.result == "lost":
             holder = reply.record
             self.lost[host.name] = f"taken over by {holder.describe(reply.now) if holder else 'someone'}"
             log.error("%s: our lease was %s", host.name, self.lost[host.name])
+            return False
+        # "busy" (the lease file's mutex never came free) renewed nothing either
+        return self._failed(host, since, failures, f"the refresh answered {reply.result!r}")
+
+    def _failed(self, host: Host, since: float, failures: int, why: str) -> bool:
+        """Count a heartbeat that renewed nothing; drop the host when no time is left for another one."""
+        self._fresh[host.name] = (since, failures + 1)
+        self._last_error[host.name] = why
+        log.warning("%s: lease heartbeat failed: %s", host.name, why)
+        if since + self.stale_after - time.monotonic() - self._guard <= 0:
+            self._drop(host, failures + 1, f"last: {why}")
+        return False
 
     def refresh(self) -> None:
         """Renew every held host's lease now, in parallel (each host's heartbeat thread renews its own)."""

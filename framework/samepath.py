@@ -152,45 +152,55 @@ class Shipment:
         self.written, self.created = [], []
 
 
-def ship(host: Host, local: Path, *, digests: dict[Path, str] | None = None) -> Shipment:
-    """Put ``local`` (a file, or a folder's files) at the same absolute path on ``host``; see the module docstring.
+def prepare(host: Host, files: Sequence[Path], digests: dict[Path, str], what: str, *,
+            around: Sequence[str] = ()) -> tuple[Shipment, list[Path]]:
+    """Judge the folders, make the missing ones, return the shipment: the one step :func:`ship` and
+    :func:`framework.urma.tree.ship_tree` share (only their upload differs).
 
-    Every folder on the way must pass the workdir's guard (owned by root or the SSH user, not writable by
-    others unless sticky, no symlink) and a file kept must be the SSH user's: otherwise ``TransferError``
-    names host and path, before anything is written. A file already there with other content is never
-    overwritten (``TransferError`` naming it and both digests). ``digests`` (local file -> sha256) spares
+    ``files`` (absolute, hashed in ``digests``) go to their own paths on ``host``; every folder on the way
+    (and those of ``around``: a tree's own root) must pass the workdir's guard and a file kept must be the
+    SSH user's, else ``TransferError`` names host and path (``what``: the tree) before anything is
+    written; a file there with other content is never overwritten (``TransferError`` naming it and both
+    digests). Missing folders are made one level at a time. Returns the :class:`Shipment` (``kept``,
+    ``created``; the caller fills ``written`` as it uploads) and the files the host lacks.
+    """
+    remote = [f.as_posix() for f in files]
+    folders = folders_of([*remote, *around])
+    probe = host.run(probe_script(remote, folders), timeout=max(host.command_timeout, 60.0))
+    _refuse(host, probe, what)
+    there, missing = parse_probe(probe.stdout, remote, folders)
+    differ = [(n, there[n], digests[p]) for p, n in zip(files, remote, strict=True) if there[n] not in (None, digests[p])]
+    if differ:
+        name, theirs, ours = differ[0]
+        raise TransferError(host.name, f"{name} is there with other content (sha256 {theirs} on the host, {ours} "
+                                       f"here{f'; {len(differ) - 1} more' if len(differ) > 1 else ''}): not overwritten")
+    shipment = Shipment(host, kept=[n for n in remote if there[n] is not None])
+    if missing:  # made one level at a time under judged parents, never by mkdir -p or tar
+        made = host.run(mkdir_script(missing), timeout=60)
+        shipment.created = tops(parse_made(made.stdout, missing))
+        _refuse(host, made, what)
+    return shipment, [p for p, n in zip(files, remote, strict=True) if there[n] is None]
+
+
+def ship(host: Host, local: Path, *, digests: dict[Path, str] | None = None) -> Shipment:
+    """Put ``local`` (a file, or a folder's files) at the same absolute path on ``host``; see the module docstring
+    and :func:`prepare` (the folders judged and made, the refusals). ``digests`` (local file -> sha256) spares
     hashing the same files again for the next host.
     """
     from framework.hosts import sha256_file
 
     local = local.resolve()
     files = files_of(local)
-    remote = [f.as_posix() for f in files]
     root = local.as_posix() if local.is_dir() else posixpath.dirname(local.as_posix())
-    folders = folders_of(remote)
-    probe = host.run(probe_script(remote, folders), timeout=max(host.command_timeout, 60.0))
-    _refuse(host, probe, root)
-    there, missing = parse_probe(probe.stdout, remote, folders)
     digests = {} if digests is None else digests
     for path in files:
         if path not in digests:
             digests[path] = sha256_file(path)
-    differ = [(n, there[n], digests[p]) for p, n in zip(files, remote, strict=True) if there[n] not in (None, digests[p])]
-    if differ:
-        name, theirs, ours = differ[0]
-        raise TransferError(host.name, f"{name} is there with other content (sha256 {theirs} on the host, {ours} "
-                                       f"here{f'; {len(differ) - 1} more' if len(differ) > 1 else ''}): not overwritten")
-    shipment = Shipment(host)
+    shipment, absent = prepare(host, files, digests, root)
     modes: dict[str, list[str]] = {}
     try:
-        if missing:
-            made = host.run(mkdir_script(missing), timeout=60)
-            shipment.created = tops(parse_made(made.stdout, missing))
-            _refuse(host, made, root)
-        for path, name in zip(files, remote, strict=True):
-            if there[name] is not None:
-                shipment.kept.append(name)
-                continue
+        for path in absent:
+            name = path.as_posix()
             host.put(path, name, sha256=digests[path])
             shipment.written.append(name)
             # put leaves 0600: keep the local bits (a test binary stays executable), never group/other-writable

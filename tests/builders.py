@@ -3,7 +3,9 @@
 ``make_env`` writes a ``test_env.yaml`` document and loads it with :func:`framework.config.effective.load`,
 so what a test gets is the ``EnvConfig`` a user's file gives — defaults resolved, paths normalised,
 secrets wrapped — and a test that passes a key the schema forbids fails loudly. ``make_host_spec`` is
-one host of such an env; ``make_wheel`` is a wheel with a RECORD that hashes right (``record_digest``)::
+one host of such an env; ``make_wheel`` is a wheel with a RECORD that hashes right (``record_digest``);
+``local_env`` and ``local_transports`` are a cluster of hosts that are this machine (a workdir each), one of
+them down if asked::
 
     env = make_env(["host1", "host2"], npu={"count": 2, "soc": "ascend910_93"}, workdir="/w")
     spec = make_host_spec("h1", workdir=str(tmp_path / "wd"), python=sys.executable)
@@ -21,15 +23,47 @@ import json
 import sys
 import tempfile
 import zipfile
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
 from framework.config import document as schema
 from framework.config.effective import EnvConfig, HostSpec, load
+from framework.errors import HostUnreachable
+from framework.testing.fake import FakeTransport
+from framework.transport.base import Transport
+from framework.transport.local import LocalTransport
 
-__all__ = ["env_document", "make_env", "make_host_spec", "make_wheel", "record_digest"]
+__all__ = ["LOCAL_HOSTS", "env_document", "local_env", "local_transports", "make_env", "make_host_spec", "make_wheel",
+           "record_digest"]
+
+#: the hosts of :func:`local_env`
+LOCAL_HOSTS = ("node1", "node2", "node3")
+
+
+def local_env(tmp_path: Path, hosts: Sequence[str] = LOCAL_HOSTS) -> EnvConfig:
+    """An env whose hosts are this machine: workdir ``tmp_path/<host>`` each, manage NIC ``192.0.2.<i>``, loaded
+    from ``tmp_path/env.yaml`` as a user's file is (the lease and suspect marks are written by the real scripts)."""
+    lines = ["host_info:"]
+    for i, name in enumerate(hosts, 1):
+        (tmp_path / name).mkdir(exist_ok=True)
+        lines.append(f"  {name}: {{manage_nic: {{name: eth0, ip: 192.0.2.{i}}}, workdir: {tmp_path / name}}}")
+    (tmp_path / "env.yaml").write_text("\n".join(lines) + "\n")
+    return load(tmp_path / "env.yaml")
+
+
+def local_transports(down: str | None = None) -> Callable[[HostSpec], Transport]:
+    """A transport factory for :func:`local_env`'s hosts: this machine, but ``down``, whose connect times out."""
+
+    def make(spec: HostSpec) -> Transport:
+        if spec.name == down:
+            fake = FakeTransport(spec.name)
+            fake.connect_error = HostUnreachable(spec.name, "connect timed out")
+            return fake
+        return LocalTransport(spec.name)
+
+    return make
 
 #: HostSpec fields that no key of a host entry sets per host; make_env applies them after loading
 _EFFECTIVE_ONLY = {f.name for f in dataclasses.fields(HostSpec)} - set(schema.HostModel.model_fields) - {"name"}

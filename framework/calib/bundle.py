@@ -2,10 +2,11 @@
 answer as a fact (key, value, source) and write one folder: ``calibration.json`` plus
 ``raw/<host>/<key>.txt``.
 
-Every value is scrubbed of the env's secrets (:class:`framework.report.scrub.Scrubber`) before it is
-written; no core file is ever collected. The top-level ``facts`` are the first host's host facts and
-the torch probe's facts (what :mod:`framework.calib.compare` judges); ``hosts`` keeps each host's
-own."""
+Every value is scrubbed of the env's secrets (:class:`framework.report.scrub.Scrubber`), then cut to
+:data:`MAX_VALUE` characters, before it is written; no core file is ever collected (the golden
+launch runs with ``ulimit -c 0`` into a temporary folder that is removed). The top-level
+``facts`` are the first host's host facts, the torch probe's facts and the fused-vs-golden facts
+(what :mod:`framework.calib.compare` judges); ``hosts`` keeps each host's own."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from framework import commands
+from framework.calib import golden
 from framework.calib.probe import CAM_REFUSALS, HOST_FACTS, TORCH_PROBE, host_script
 from framework.deploy.plan import HostLayout
 from framework.errors import UsageError
@@ -31,6 +33,8 @@ BUNDLE_FILE = "calibration.json"
 PROFILE = Path(__file__).resolve().parents[1] / "data" / "calibration-profile.json"
 _TORCH_MARK = "@@camit-calib@@"
 Fact = dict[str, str]
+#: characters kept of one fact value (npu-smi info of a 16-die host is ~6,000)
+MAX_VALUE = 64 * 1024
 
 
 def host_facts(host: Host, env: EnvConfig) -> dict[str, Fact]:
@@ -96,13 +100,16 @@ def refusal_checks(values: dict[str, str]) -> dict[str, str]:
     return out
 
 
-def collect(cluster: Cluster, env: EnvConfig) -> dict[str, Any]:
-    """The bundle document (not yet scrubbed) of every host of ``cluster``."""
+def collect(cluster: Cluster, env: EnvConfig, *, measure: bool = True) -> dict[str, Any]:
+    """The bundle document (not yet scrubbed) of every host of ``cluster``; ``measure``: run the
+    fused-vs-golden launch (:mod:`framework.calib.golden`), else its facts say it was skipped."""
     per_host = cluster.map(lambda h: host_facts(h, env)).raise_on_failure().succeeded
     hosts = {name: per_host[name] for name in sorted(per_host)}
     first = cluster[min(hosts)]
     facts = dict(hosts[first.name])
     facts.update(torch_facts(first, env))
+    skipped = golden.not_measured("skipped (--no-golden)")
+    facts.update(golden.run(env, cluster) if measure else skipped)
     return {
         "schema": SCHEMA,
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -111,12 +118,20 @@ def collect(cluster: Cluster, env: EnvConfig) -> dict[str, Any]:
     }
 
 
+def bounded(text: str, limit: int = MAX_VALUE) -> str:
+    """``text`` cut to its first ``limit`` characters, the cut said (a host's output is data)."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}\n[... {len(text) - limit} more characters not kept]"
+
+
 def write(doc: dict[str, Any], out: Path, scrub: Scrubber) -> Path:
-    """Write ``doc`` scrubbed into ``out``: ``calibration.json`` and ``raw/<host>/<key>.txt``."""
+    """Write ``doc`` scrubbed and bounded (:data:`MAX_VALUE` per value) into ``out``:
+    ``calibration.json`` and ``raw/<host>/<key>.txt``, nothing else (no core, no launch log)."""
     for facts in [doc["facts"], *doc["hosts"].values()]:
-        for fact in facts.values():
-            fact["value"] = scrub.text(fact["value"])
-            fact["source"] = scrub.text(fact["source"])
+        for fact in facts.values():  # scrubbed whole first: a cut never halves a secret
+            fact["value"] = bounded(scrub.text(fact["value"]))
+            fact["source"] = bounded(scrub.text(fact["source"]))
     for name, facts in doc["hosts"].items():
         raw = out / "raw" / name
         raw.mkdir(parents=True, exist_ok=True)

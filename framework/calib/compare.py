@@ -1,7 +1,7 @@
 """Comparing a calibration bundle's facts with the built-in profile, after normalisation (pure).
 
-Rule (documented for users): facts under :data:`EXCLUDED` (none recorded today; a volatile fact
-never becomes a key) are skipped; every value has timestamps, PCI bus ids, long hex addresses and
+Rule (documented for users): facts under :data:`EXCLUDED` (the fused-vs-golden measurements: their
+verdicts are compared) are skipped; every value has timestamps, PCI bus ids, long hex addresses and
 ``pid N`` and a bind assertion's source position replaced by placeholders (:data:`VOLATILE`); in the live tables of :data:`TABLE_FACTS`
 (npu-smi's power, temperature, memory use) every number becomes ``#`` and runs of blanks one blank,
 and the process table's rows (who holds a device now: state, not calibration) are dropped after its
@@ -12,6 +12,8 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from typing import Any
+
+from framework.calib import golden
 
 #: (pattern, placeholder) applied to every fact value, in order
 VOLATILE: tuple[tuple[re.Pattern[str], str], ...] = (
@@ -24,8 +26,8 @@ VOLATILE: tuple[tuple[re.Pattern[str], str], ...] = (
 )
 #: facts whose values are live tables: numbers and spacing are volatile, the structure is the fact
 TABLE_FACTS = frozenset({"host.npu_smi_info"})
-#: fact keys never compared
-EXCLUDED: frozenset[str] = frozenset()
+#: fact keys never compared: measurements (their verdicts are compared)
+EXCLUDED: frozenset[str] = frozenset(f"{golden.KEY}.{d}.measured" for d in golden.DTYPES)
 _NUMBER = re.compile(r"\d+(?:\.\d+)?")
 _BLANKS = re.compile(r"[ \t]+")
 

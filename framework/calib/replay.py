@@ -5,8 +5,12 @@ before computing anything (:meth:`framework.lab.emu.tools.common.Host.replay`). 
 the bundle's *i*-th host (sorted names, wrapping). The version records of :data:`RECORDS` are
 written over the tree's own files (in place: some are bind-mounted). An ``up`` without
 ``--calibration`` removes ``replay.json`` and rewrites the records (the lab repopulates every tree).
-Not replayed: msnpureport, the CANN record and set_env, other npu-smi/hccn_tool command lines (other
-devices, ``-t health``...) and the torch_npu facts."""
+The torch_npu facts the stand-in produces itself (:data:`TORCH_REPLAYED`: the device-identity
+errors) go to ``Ascend/.camit-emu/torch-facts.json`` from the bundle's top-level facts, read by the
+torch_npu stand-in at import (``standin_npu/torch_npu/_replay.py``). Not replayed: msnpureport, the
+CANN record and set_env, other npu-smi/hccn_tool command lines (other devices, ``-t health``...),
+the facts torch, CANN or the op library produce (the hccl CPU-tensor error is c10d's, the HCCL
+variables are the launch's, the refusals the op library's) and the fused-vs-golden verdicts."""
 
 from __future__ import annotations
 
@@ -31,6 +35,10 @@ RECORDS = {
     "host.ascend_install_info": "etc/ascend_install.info",
 }
 REPLAY_FILE = "Ascend/.camit-emu/replay.json"
+#: torch_npu facts the stand-in replays (standin_npu/torch_npu/_replay.py: REPLAYED, kept equal by
+#: tests/unit/test_calib.py) and the file it reads them from (beside its host file npu.json)
+TORCH_REPLAYED = ("torch_npu.mix_device_error", "torch_npu.numpy_error")
+TORCH_FILE = "Ascend/.camit-emu/torch-facts.json"
 _EXIT = re.compile(r"\n\[exit (-?\d+)\]\Z")
 
 
@@ -62,11 +70,13 @@ def host_replay(doc: dict[str, Any], index: int) -> dict[str, dict[str, Any]]:
 def apply(trees: Sequence[Path], doc: dict[str, Any] | None) -> None:
     """Write (``doc``) or remove (None) the replay table of each emulated host tree, in order."""
     for index, tree in enumerate(trees):
-        path = Path(tree) / REPLAY_FILE
+        path, torch_path = Path(tree) / REPLAY_FILE, Path(tree) / TORCH_FILE
         if doc is None:
             path.unlink(missing_ok=True)
+            torch_path.unlink(missing_ok=True)
             continue
         path.write_text(json.dumps(host_replay(doc, index), indent=1) + "\n", encoding="utf-8")
+        torch_path.write_text(json.dumps(torch_replay(doc), indent=1) + "\n", encoding="utf-8")
         for rel, text in host_records(doc, index).items():
             if (
                 Path(tree) / rel
@@ -87,3 +97,13 @@ def host_records(doc: dict[str, Any], index: int) -> dict[str, str]:
         if got is not None and got["rc"] == 0:
             out[rel] = got["stdout"]
     return out
+
+
+def torch_replay(doc: dict[str, Any]) -> dict[str, str]:
+    """Fact key → recorded value of the :data:`TORCH_REPLAYED` facts the bundle holds."""
+    facts = doc["facts"]
+    return {
+        key: str(facts[key]["value"])
+        for key in TORCH_REPLAYED
+        if isinstance(facts.get(key), dict) and "value" in facts[key]
+    }

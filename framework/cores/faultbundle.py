@@ -190,8 +190,31 @@ def run_tool(bundle: Path, hosts: list[str], *, timeout: float = TOOL_TIMEOUT) -
     return text
 
 
+#: a row of the tool's report table: ``| <section> | <label> | <value> |``
+_ROW = re.compile(r"^\|[^|]*\|\s*(?P<label>[^|]+?)\s*\|\s*(?P<value>[^|]*?)\s*\|$")
+#: its labels in both languages it is built in (mind-cluster ascend_fd/utils/i18n.py:
+#: root_cause_device, status_code, fault_source / faulty_workers)
+_LABELS = {"node": ("根因节点", "Root Cause Node(s)"), "code": ("状态码", "Status Code"),
+           "devices": ("故障设备", "Faulty Device(s)", "Faulty Workers")}
+
+
+def _rows(text: str) -> dict[str, str]:
+    """The first value of each of :data:`_LABELS`' rows in the tool's report table."""
+    found: dict[str, str] = {}
+    for m in filter(None, map(_ROW.match, (ln.strip() for ln in text.splitlines()))):
+        key = next((k for k, labels in _LABELS.items() if m["label"] in labels), None)
+        if key and m["value"] and key not in found:
+            found[key] = m["value"]
+    return found
+
+
 def verdict_line(text: str) -> str:
-    """The verdict in one line: the tool's last non-empty output line."""
+    """The verdict in one line: the report table's root-cause node(s) and first suspected fault (its
+    code and devices) where the tool printed its table, else its last non-empty output line."""
+    rows = _rows(text)
+    if rows:
+        node, code, devices = (rows.get(k, "?") for k in ("node", "code", "devices"))
+        return f"root cause node(s) {node}; first suspected fault {code} on {devices}"[:300]
     lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith("$ ")]
     return lines[-1][:300] if lines else "(no output)"
 

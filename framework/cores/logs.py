@@ -18,7 +18,9 @@ them shows the same kernel lines.
 
 from __future__ import annotations
 
+import json
 import logging
+import math
 import re
 import secrets
 import tarfile
@@ -33,6 +35,7 @@ from framework.cores.scan import Baseline
 from framework.errors import FrameworkError
 from framework.hosts import Cluster, Host
 from framework.remote.layout import DEFAULT_WORKDIR
+from framework.remote.packing import pack_program, sh_pack
 from framework.remote.sections import read_records, sh_tag
 from framework.report.folder import append_text, write_atomic
 
@@ -240,17 +243,35 @@ def _shell_dir(path: str) -> str:
     return commands.quote(path)
 
 
+def home_logs_script(guard: str, tgz: str, cap: int) -> commands.ShellScript:
+    """sh for ``camit collect --logs``: after ``guard`` (the workdir's), ``~/ascend/log`` packed into ``tgz``
+    by :func:`sh_pack` (newest first up to ``cap`` bytes); exit 3 when there is no ``~/ascend/log``, 4 with
+    the program's line when nothing could be packed."""
+    q = commands.quote(tgz)
+    return commands.ShellScript("\n".join([
+        f"{guard} && {{ [ -d \"$HOME/ascend/log\" ] || exit 3; }} || exit $?",
+        f"rm -f -- {q}",
+        sh_pack(q, cap, 0, '"$HOME"/ascend/log'),
+        f"[ -n \"$n\" ] && [ -s {q} ] || {{ printf '%s\\n' \"$r\"; exit 4; }}",
+    ]))
+
+
 def logs_script(since: float, tmp: str, ascend_dirs: Sequence[str], *, dmesg_bytes: int = DMESG_BYTES,
                 ascend_bytes: int = ASCEND_BYTES) -> str:
-    """Script: ``@@dmesg`` + the tail of dmesg (``@@dmesg-failed`` on error), then ``@@ascend <tgz>`` if any.
+    """Script: ``@@dmesg`` + the tail of dmesg (``@@dmesg-failed`` on error), then ``@@ascend <tgz> <n>``
+    if any (else ``@@ascend-none <the pack program's line, or why it did not run>``).
 
-    Ascend files under ``<dir>/{debug,run}`` changed since ``since`` (epoch) are
-    packed newest first until ``ascend_bytes``.
+    Ascend files under ``<dir>/{debug,run}`` changed since ``since`` (epoch) are packed newest first
+    until ``ascend_bytes`` by :mod:`framework.remote.hostfile`'s pack mode: every folder opened
+    ``O_NOFOLLOW`` and walked by descriptor, every file opened once and judged by its descriptor (the SSH
+    user's own, one link), read from that descriptor; a folder swapped for a symlink is never followed.
     """
     q = commands.quote
     dirs = " ".join(f"{_shell_dir(d)}/debug {_shell_dir(d)}/run" for d in ascend_dirs)
     lines = [
         "LC_ALL=C; export LC_ALL",
+        # the host's wall clock and seconds since boot, read with dmesg: its [stamps] placed in time
+        sh_tag("clock", "\"$(date +%s.%N) $(cut -d' ' -f1 /proc/uptime 2>/dev/null)\""),
         sh_tag("dmesg"),
         f"{{ dmesg 2>&1 || printf '\\n@@dmesg-failed\\n'; }} | tail -c {int(dmesg_bytes)}",
         "printf '\\n@@end-dmesg\\n'",
@@ -258,16 +279,9 @@ def logs_script(since: float, tmp: str, ascend_dirs: Sequence[str], *, dmesg_byt
     if dirs:
         lines += [
             f"T={q(tmp)}",
-            # names are data end to end: NUL-terminated from find to tar (--null --verbatim-files-from: a
-            # name is never an option such as -C); only the SSH user's single-link files, never a symlink
-            f"find {dirs} -type f -user \"$(id -u)\" -links 1 -newermt @{int(since)} -printf '%T@ %s %p\\0' "
-            "2>/dev/null | sort -z -rn "
-            f"| awk -v RS='\\0' -v ORS='\\0' -v cap={int(ascend_bytes)} "
-            "'{ s += $2; if (s > cap) exit; sub(/^[^ ]+ [^ ]+ /, \"\"); print }' > \"$T.list\"",
-            "if [ -s \"$T.list\" ] && tar czf \"$T.tgz\" --null --verbatim-files-from --no-recursion "
-            "-T \"$T.list\" 2>/dev/null; then "
-            "printf '@@ascend %s %s\\n' \"$T.tgz\" \"$(tr -cd '\\0' < \"$T.list\" | wc -c)\"; fi",
-            "rm -f \"$T.list\"",
+            sh_pack('"$T.tgz"', ascend_bytes, since, dirs),
+            "if [ \"${n:-0}\" -gt 0 ]; then printf '@@ascend %s %s\\n' \"$T.tgz\" \"$n\"; "
+            "else rm -f \"$T.tgz\"; printf '@@ascend-none %s\\n' \"$r\"; fi",
         ]
     return "\n".join(lines) + "\n"
 
@@ -291,6 +305,20 @@ def parse_logs_output(text: str) -> tuple[str, bool, str | None]:
     return "".join(parts).strip("\n"), failed, tgz
 
 
+def parse_clock(text: str) -> dict[str, float] | None:
+    """``{"now": epoch, "uptime": seconds}`` from :func:`logs_script`'s ``clock`` record (None: not
+    both numbers)."""
+    rec = next((r for r in read_records(text) if r.tag == "clock"), None)
+    words = rec.value.split() if rec is not None else []
+    try:
+        values = [float(w) for w in words]
+    except ValueError:
+        return None
+    if len(values) != 2 or not all(math.isfinite(v) and v >= 0 for v in values):
+        return None
+    return {"now": values[0], "uptime": values[1]}
+
+
 # -- executor ----------------------------------------------------------------------------------------------
 def _log_member(member: tarfile.TarInfo) -> Path | None:
     """Where an Ascend log member goes below ``ascend/``: its relative path, nothing hidden or outside."""
@@ -299,6 +327,38 @@ def _log_member(member: tarfile.TarInfo) -> Path | None:
             or _CONTROL.search(member.name):
         return None
     return Path(*parts)
+
+
+def _dmesg_text(host: str, dmesg: str, failed: bool, uptime: float | None) -> str:
+    """dmesg.txt: the kernel messages since the test started, or why dmesg could not be read."""
+    if failed:
+        return f"# dmesg is not readable on {host}:\n{dmesg.strip()}\n"
+    kept = dmesg_since(dmesg, uptime)
+    return "\n".join(kept) + "\n" if kept else "# no kernel messages since the test started\n"
+
+
+def _fetch_ascend_logs(host: Host, tgz: str, out_dir: Path) -> list[Path]:
+    """The host's Ascend log archive, fetched (bounded), unpacked under ``ascend/`` and removed on both sides."""
+    local = out_dir / ".ascend-logs.tgz"
+    try:
+        try:  # bounded download; a cut one keeps its first members
+            host.get(tgz, local, keep_partial=True)
+        except fetchcaps.FetchCapError as exc:
+            log.warning("%s", exc)
+        got = fetchcaps.extract_tar(local, out_dir / "ascend", host=host.name, what=f"Ascend logs {tgz}",
+                                    place=_log_member)
+        for note in got.notes or []:
+            log.warning("%s", note)
+        return sorted(got.files)
+    except (FrameworkError, OSError) as exc:
+        log.warning("%s: could not fetch Ascend logs: %s", host.name, exc)
+        return []
+    finally:
+        local.unlink(missing_ok=True)
+        try:
+            host.run(["rm", "-f", "--", tgz], timeout=30)
+        except FrameworkError:
+            pass
 
 
 def collect_logs(cluster: Cluster, report: Path, baseline: Baseline, *,
@@ -326,34 +386,14 @@ def collect_logs(cluster: Cluster, report: Path, baseline: Baseline, *,
         files: list[Path] = []
         result = host.run(commands.ShellScript(logs_script(since, tmp, dirs)), timeout=120, max_output=DMESG_BYTES + 65536)
         dmesg, failed, tgz = parse_logs_output(result.stdout)
-        if failed:
-            text = f"# dmesg is not readable on {host.name}:\n{dmesg.strip()}\n"
-        else:
-            kept = dmesg_since(dmesg, uptime)
-            text = "\n".join(kept) + "\n" if kept else "# no kernel messages since the test started\n"
+        text = _dmesg_text(host.name, dmesg, failed, uptime)
         files.append(write_atomic(out_dir / "dmesg.txt", text))
+        clock = parse_clock(result.stdout)
+        if clock:  # the timeline places dmesg's seconds since boot by it
+            write_atomic(out_dir / "dmesg-clock.json", json.dumps(clock) + "\n")
         faultbundle.add_dmesg(report, host.name, text)  # a failed NPU launch's bundle gets it too
         if tgz:
-            local = out_dir / ".ascend-logs.tgz"
-            try:
-                try:  # bounded download; a cut one keeps its first members
-                    host.get(tgz, local, keep_partial=True)
-                except fetchcaps.FetchCapError as exc:
-                    log.warning("%s", exc)
-                dest = out_dir / "ascend"
-                got = fetchcaps.extract_tar(local, dest, host=host.name, what=f"Ascend logs {tgz}",
-                                            place=_log_member)
-                for note in got.notes or []:
-                    log.warning("%s", note)
-                files += sorted(got.files)
-            except (FrameworkError, OSError) as exc:
-                log.warning("%s: could not fetch Ascend logs: %s", host.name, exc)
-            finally:
-                local.unlink(missing_ok=True)
-                try:
-                    host.run(["rm", "-f", "--", tgz], timeout=30)
-                except FrameworkError:
-                    pass
+            files += _fetch_ascend_logs(host, tgz, out_dir)
         return files
 
     got = cluster.map(one)
@@ -404,5 +444,5 @@ def _mtime(path: Path) -> float:
         return 0.0
 
 
-__all__ = ["Signature", "collect_logs", "dmesg_since", "logs_script", "parse_logs_output", "scan_signatures",
-           "summarize"]
+__all__ = ["Signature", "collect_logs", "dmesg_since", "home_logs_script", "logs_script", "pack_program",
+           "parse_clock", "parse_logs_output", "scan_signatures", "sh_pack", "summarize"]

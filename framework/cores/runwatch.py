@@ -27,9 +27,10 @@ from typing import TYPE_CHECKING
 
 from framework.cores.inspection import Core, CorePolicy
 from framework.cores.scan import Baseline, CoreSources
-from framework.cores.watch import CoreDefaults, CoreWatch
+from framework.cores.watch import CoreDefaults, CoreWatch, _rundir_path
 from framework.errors import FrameworkError
 from framework.hosts import Cluster
+from framework.launch import timeline
 
 if TYPE_CHECKING:
     from framework.config.effective import EnvConfig
@@ -111,6 +112,7 @@ class ClusterWatch:
                 log.warning("collecting host logs failed: %s", exc)
             else:
                 out.log_summary = self.watch.log_summary
+                _refresh_timeline(where)
         self.outcome = out
         return out
 
@@ -123,6 +125,14 @@ class ClusterWatch:
         # an interrupt (Ctrl-C, SIGTERM as KeyboardInterrupt) leaves at once; an error still collects
         if self.outcome is None and self.baseline is not None and (exc is None or isinstance(exc, Exception)):
             self.end(failed=exc is not None)
+
+
+def _refresh_timeline(where: RunDir | Path | str) -> None:
+    """The failed launch's timeline again, now with the hosts' dmesg placed in time (no raise)."""
+    try:
+        timeline.refresh(_rundir_path(where) or Path("."))
+    except OSError as exc:
+        log.warning("timeline: %s", exc)
 
 
 __all__ = ["ClusterWatch", "WatchOutcome"]

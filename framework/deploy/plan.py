@@ -287,15 +287,17 @@ def space_problem(plan: HostPlan, missing: Sequence[Artifact], free: int | None)
 
 
 def install_run_script(plan: HostPlan, art: Artifact) -> ShellScript:
-    """Run the ``.run`` like CANN packages: absolute ``--install-path``, ``--quiet``, no stdin; a custom
-    install path outside the workdir must pass the workdir's guard first (``@@unsafe``, exit 97)."""
+    """Run the ``.run`` like CANN packages: absolute ``--install-path``, ``--quiet``, no stdin, under
+    ``umask 077`` (what it extracts and writes is never readable or writable by a co-tenant while it
+    installs); a custom install path outside the workdir must pass the workdir's guard first (``@@unsafe``,
+    exit 97)."""
     path = commands.quote(plan.remote_path(art))
     flag = commands.quote(f"--install-path={plan.install_path}")
     check = sh_verified(plan.remote_path(art), art.sha256, "the staged package", hasher(plan, art))
     # a custom install path is judged again right before the installer writes there (as in the probe)
     guard = plan.layout.install_guard().removeprefix("; ")
-    return ShellScript(f"{guard + '; ' if guard else ''}{check} && chmod 0700 {path} && {path} {flag} --quiet "
-                       "< /dev/null")
+    return ShellScript(f"umask 077; {guard + '; ' if guard else ''}{check} && chmod 0700 {path} && "
+                       f"{path} {flag} --quiet < /dev/null")
 
 
 _SUCCESS = re.compile(r"^\s*SUCCESS\b")

@@ -914,7 +914,7 @@ def _parser() -> argparse.ArgumentParser:
                     help="emulated Ascend hosts of that profile: a2 (8 x 910B) or a3 (16 logical devices)")
     up.add_argument("--calibration", default=None, metavar="BUNDLE",
                     help="emulated hosts replay this camit calibrate bundle's npu-smi/hccn_tool "
-                         "captures and version records (needs --npu)")
+                         "captures, version records and torch_npu error texts (needs --npu)")
     up.add_argument("--visible", default=None, metavar="IDS",
                     help="device ids the env declares as npu.visible, e.g. 0,1 (needs --npu)")
     up.add_argument("--jump", default=None, metavar="SUBNET",

@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -112,10 +113,18 @@ class Diagnosis:
     launch_id: str
     groups: list[stacks.StackGroup] = field(default_factory=list)
     problems: dict[str, str] = field(default_factory=dict)
+    #: the dump's own duration: from asking every host at once to the last host's answer (seconds)
+    seconds: float | None = None
+
+    @property
+    def ranks(self) -> int:
+        return sum(len(g.ranks) for g in self.groups)
 
     def describe(self) -> str:
         lines = [f"{self.launch_id}: " + (stacks.summary(self.groups) or "no rank answered")]
         lines += [f"  {host}: {why}" for host, why in sorted(self.problems.items())]
+        if self.seconds is not None and self.groups:
+            lines.append(f"  {self.ranks} rank(s) dumped in {self.seconds:.1f}s")
         return "\n".join(lines)
 
 
@@ -157,20 +166,23 @@ def diagnose(env: EnvConfig, cluster: Cluster, launch_prefix: str, *,
             raise RuntimeError(f"exit {res.rc}: {res.tail(2)}")
         return parse(res.stdout)
 
+    t0 = time.monotonic()
     got = cluster.map(one)
+    took = round(time.monotonic() - t0, 3)
     found: dict[str, dict[int, tuple[str, str, str]]] = {}
     for host, launches in got.succeeded.items():
         for launch, logs in launches.items():
             found.setdefault(launch, {}).update({r: (host, *texts) for r, texts in logs.items()})
     problems = {h: str(e) for h, e in got.failed.items()}
-    return [_one(launch, ranks, problems) for launch, ranks in sorted(found.items())] or \
+    return [_one(launch, ranks, problems, took) for launch, ranks in sorted(found.items())] or \
         [Diagnosis(launch_prefix, problems={**problems, "*": "no running launch with that id on any host"})]
 
 
-def _one(launch: str, ranks: Mapping[int, tuple[str, str, str]], problems: dict[str, str]) -> Diagnosis:
+def _one(launch: str, ranks: Mapping[int, tuple[str, str, str]], problems: dict[str, str],
+         took: float | None = None) -> Diagnosis:
     groups = stacks.group({r: stacks.pyspy_main(spy) or stacks.main_stack(log) for r, (_, log, spy) in ranks.items()},
                           {r: host for r, (host, _, _) in ranks.items()})
-    return Diagnosis(launch, groups, dict(problems))
+    return Diagnosis(launch, groups, dict(problems), took)
 
 
 __all__ = ["Diagnosis", "HOST_PROGRAM", "diagnose", "parse"]

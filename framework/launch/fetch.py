@@ -21,6 +21,7 @@ from framework.fetchcaps import FetchCapError, FetchCaps, caps, extract_tar
 from framework.launch.plan import FETCH_DIRS, FETCH_PATTERNS, HCCL_PORT_CLASH, PORT_TAKEN
 from framework.launch.result import LaunchResult, RankResult
 from framework.remote import protocol
+from framework.remote.packing import sh_pack
 
 if TYPE_CHECKING:
     from framework.hosts import Host
@@ -33,19 +34,21 @@ TAIL_LINES = 20
 DIR_FILE_CAP_KB = 64 * 1024
 
 
-def pack_script(run_dir: str, tgz: str) -> ShellScript:
-    """sh: tar the run folder's files a rank leaves for us into ``tgz``.
+def pack_script(run_dir: str, tgz: str, cap: int | None = None) -> ShellScript:
+    """sh: pack the run folder's files a rank leaves for us into ``tgz`` (a new file), through the host
+    program (:mod:`framework.remote.packing`: folders walked by descriptor, never through a symlink; each
+    file the SSH user's, one link, opened once and read from that descriptor), up to ``cap`` bytes.
 
     Only what :data:`FETCH_PATTERNS` names at the top, and the files of :data:`FETCH_DIRS` (plogs, the
-    failure's NPU state) up to :data:`DIR_FILE_CAP_KB` each — never raw cores (a relative core_pattern
-    drops them here; the core-dump collector fetches those compressed and capped).
+    failure's NPU state) under :data:`DIR_FILE_CAP_KB` each — never raw cores (a relative core_pattern
+    drops them here; the core-dump collector fetches those compressed and capped). Fails (the program's
+    line on stderr) when nothing could be packed.
     """
     q = commands.quote
-    names = " -o ".join(f"-name {q(p)}" for p in FETCH_PATTERNS)
-    dirs = " ".join(f"./{d}" for d in FETCH_DIRS)
-    return ShellScript(f"cd {q(run_dir)} && {{ find . -maxdepth 1 -type f \\( {names} \\) -print0; "
-                       f"find {dirs} -type f -size -{DIR_FILE_CAP_KB}k -print0 2>/dev/null; }} | "
-                       f"tar czf {q(tgz)} --null -T -")
+    select = {"top": list(FETCH_PATTERNS), "dirs": list(FETCH_DIRS), "each": DIR_FILE_CAP_KB * 1024, "bare": True}
+    return ShellScript(f"rm -f -- {q(tgz)}; "
+                       + sh_pack(q(tgz), caps().max_bytes if cap is None else cap, -1, q(run_dir), select)
+                       + f"; [ -n \"$n\" ] && [ -s {q(tgz)} ] || {{ printf '%s\\n' \"$r\" >&2; exit 1; }}")
 
 
 def cleanup_argv(run_dir: str, tgz: str, keep_remote: bool) -> list[str]:

@@ -55,6 +55,9 @@ class LaunchMonitor:
         self.heartbeat = heartbeat
         self.failed_at: float | None = None
         self._last_hb: float | None = None
+        #: (when, host, line) of every supervisor line but heartbeats, and each channel's end
+        #: (the timeline's)
+        self.transcript: list[tuple[float, str, str]] = []
 
     # -- facts in -------------------------------------------------------------------------------
     def started(self, host: str, now: float) -> None:
@@ -73,6 +76,8 @@ class LaunchMonitor:
         node = self.nodes[host]
         node.last_line = now
         msg = protocol.parse_supervisor_line(text)
+        if msg.kind not in (protocol.HEARTBEAT, protocol.TREE):
+            self.transcript.append((now, host, text))
         if msg.kind == protocol.RANK:
             self._rank(host, msg, now)
         elif msg.kind == protocol.EXIT:
@@ -99,6 +104,8 @@ class LaunchMonitor:
         node.last_line = now
         if node.result.done:
             return
+        closed = "during teardown" if teardown else why or "channel closed"
+        self.transcript.append((now, host, f"CLOSED {closed}"))
         if teardown:
             node.result.lost = node.result.lost or "channel closed during teardown"
             return

@@ -7,6 +7,7 @@ from the package (``from framework.launch import Launcher``).
 
 from __future__ import annotations
 
+import json
 import logging
 import queue
 import secrets
@@ -354,6 +355,8 @@ class Launcher:
             self._record_run_phases(monitor, now_mono, now_wall)
             t_fetch = time.time()
             self._fetch(nodes, result)
+            if result.failure is not None:  # the failed launch's timeline reads them
+                self._write_transcript(monitor, now_mono, now_wall)
             t_fetched = time.time()
             self._phases(PhaseEvent(h, "collect", t_fetch, t_fetched) for h in nodes)
             self.rundir.write_json(f"launch-{result.launch_id}.json", result.to_json())
@@ -385,8 +388,9 @@ class Launcher:
         assert self.rundir is not None
         root = Path(self.rundir.path)
         try:
-            found = timeline.build(root, {h: self._host_dir(h, result.launch_id) for h in result.nodes})
-            timeline.write(root, found, result.launch_id)
+            folders = {h: self._host_dir(h, result.launch_id) for h in result.nodes}
+            found = timeline.build(root, folders)
+            timeline.write(root, found, result.launch_id, folders)
         except OSError as exc:
             log.warning("timeline: %s", exc)
             return None
@@ -468,6 +472,19 @@ class Launcher:
             if failed_at is not None:
                 events.append(PhaseEvent(h, "teardown", wall(failed_at), now_wall))
         self._phases(events)
+
+    def _write_transcript(self, monitor: LaunchMonitor, now_mono: float, now_wall: float) -> None:
+        """Each host's supervisor lines, stamped on arrival (epoch), beside its fetched folder (the
+        timeline's)."""
+        lines: dict[str, list[str]] = {h: [] for h in monitor.nodes}
+        for mono, host, text in monitor.transcript:
+            stamp = round(now_wall - (now_mono - mono), 6)
+            lines[host].append(json.dumps({"t": stamp, "line": printable(text)}))
+        for host, got in lines.items():
+            folder = self._host_dir(host, monitor.result.launch_id)
+            folder.mkdir(parents=True, exist_ok=True)
+            text = "".join(x + "\n" for x in got)
+            (folder / timeline.SUPERVISOR_FILE).write_text(text, encoding="utf-8")
 
     def _host_dir(self, host: str, launch_id: str) -> Path:
         assert self.rundir is not None

@@ -1,8 +1,10 @@
 """A failed launch's cluster timeline on one clock, and its root cause: the earliest causal event.
 
 Events come from each host's fetched files (rank status JSON: the rank's exit at its ``end``; rank logs: lines
-that carry a timestamp; plogs: ``[ERROR] HCCL(pid,comm):yyyy-mm-dd-HH:MM:SS.mmm.uuu`` lines; dmesg: OOM kills
-matched to a rank's pid) and from camit's own ``phases.json``. Host stamps are moved to the controller's clock
+that carry a timestamp; plogs: ``[ERROR] HCCL(pid,comm):yyyy-mm-dd-HH:MM:SS.mmm.uuu`` lines; dmesg: the kernel's
+lines about a rank's pid or a host's trouble, their ``[seconds since boot]`` placed by the host's boot time read
+with them, ``dmesg-clock.json``), from the supervisors' own lines as the controller received them
+(``supervisor-lines.jsonl``) and from camit's own ``phases.json``. Host stamps are moved to the controller's clock
 with the host's offset from preflight's clock exchange (``preflight.json``; none: offset 0, said so). Causal
 events are device faults, crashes (a fatal signal), OOM kills and ranks that raised; errors that only report a
 peer's absence (:data:`framework.launch.cause.CONSEQUENCE`) are consequences and never the root cause. Every
@@ -39,6 +41,24 @@ PLOG_LINE = re.compile(r"^\[(?P<level>[A-Z]+)\] (?P<mod>[A-Z_]+)\((?P<pid>\d+),[
 #: a log line that starts with a date and time (python logging, ISO): ``2026-12-06 05:58:46,123``
 LOG_STAMP = re.compile(r"^(?:\[[^\]\n]{0,40}\]:\s?)?(?P<stamp>\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d)(?:[.,](?P<frac>\d{1,6}))?")
 OOM_KILL = re.compile(r"(?:Out of memory|Memory cgroup out of memory): Killed process (?P<pid>\d+)")
+#: a dmesg line as ``dmesg`` prints it by default: ``[ 1234.567890] text`` (seconds since boot)
+DMESG_LINE = re.compile(r"^\[\s*(?P<s>\d+\.\d+)\]\s?(?P<text>.*)$")
+#: the pid a kernel line is about: ``python3[4242]: segfault at``, ``Killed process 4242 (python3)``,
+#: ``pid=4242``
+DMESG_PID = re.compile(r"^[^\s\[]{1,64}\[(?P<a>\d+)\]:|\b(?:[Pp]rocess|pid)[ =:]?(?P<b>\d+)\b")
+#: kernel lines worth an event even when they name no rank: a host's own trouble
+KERNEL_TROUBLE = re.compile(
+    r"oom-kill|Out of memory|segfault at|traps:|general protection|Hardware Error|\bmce\b|\bEDAC\b|"
+    r"I/O error|NETDEV WATCHDOG|[Ll]ink is [Dd]own|soft lockup|hung_task|blocked for more than|"
+    r"BUG:|Oops|"
+    r"\bdavinci|\bdevmm|\bhisi|\bnpu", re.IGNORECASE)
+#: a rank's crash as the kernel saw it (the rank's exit, from its status, stays the cause)
+KERNEL_CRASH = re.compile(r"segfault at|traps:|general protection")
+#: supervisor lines kept as events (``HB`` and ``TREE`` are not events)
+SUPERVISOR_WORDS = frozenset(
+    {"STARTED", "RANK", "EXIT", "KILLED", "SWEPT", "STACKS", "LEFT", "DONE", "CLOSED"})
+SUPERVISOR_FILE = "supervisor-lines.jsonl"
+DMESG_CLOCK = "dmesg-clock.json"
 
 
 @dataclass(frozen=True)
@@ -48,7 +68,7 @@ class Event:
     t: float
     host: str
     rank: int | None
-    source: str  # rank-exit | rank-log | plog | dmesg | phase
+    source: str  # rank-exit | rank-log | plog | dmesg | supervisor | phase
     kind: str  # cause | consequence | info
     what: str  # device fault | crash | oom kill | raised | peer absence | exit | phase | error
     text: str
@@ -150,6 +170,67 @@ def oom_pids(dmesg: str) -> set[int]:
     return {int(m["pid"]) for m in OOM_KILL.finditer(dmesg)}
 
 
+def boot_time(clock: Mapping[str, Any]) -> float | None:
+    """A host's boot time on its own wall clock from ``dmesg-clock.json`` (``now`` and ``uptime``
+    read together)."""
+    now, up = clock.get("now"), clock.get("uptime")
+    ok = all(isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0 for v in (now, up))
+    return float(now) - float(up) if ok else None  # type: ignore[arg-type]
+
+
+def _dmesg_pid(text: str) -> int | None:
+    m = DMESG_PID.search(text)
+    return int(m["a"] or m["b"]) if m else None
+
+
+def _dmesg_kind(text: str, rank: int | None) -> tuple[str, str] | None:
+    """(kind, what) of a kernel line; None: about neither a rank nor a host's trouble."""
+    if OOM_KILL.search(text):
+        return (CAUSE, "oom kill") if rank is not None else (INFO, "oom kill")
+    if KERNEL_CRASH.search(text):
+        return INFO, "kernel: crash"
+    if rank is not None or KERNEL_TROUBLE.search(text):
+        return INFO, "kernel"
+    return None
+
+
+def dmesg_events(text: str, host: str, boot: float, ranks_by_pid: Mapping[int, int]) -> list[Event]:
+    """Kernel lines about a rank's pid or a host's trouble, placed at ``boot`` + their seconds."""
+    out = []
+    for line in text.splitlines():
+        m = DMESG_LINE.match(line)
+        if not m:
+            continue
+        pid = _dmesg_pid(m["text"])
+        rank = ranks_by_pid.get(pid) if pid is not None else None
+        found = _dmesg_kind(m["text"], rank)
+        if found:
+            t = round(boot + float(m["s"]), 6)
+            out.append(Event(t, host, rank, "dmesg", *found, _clip(m["text"])))
+    return out
+
+
+def supervisor_events(text: str, host: str) -> list[Event]:
+    """The supervisor's lines as the controller received them (``{"t": epoch, "line": text}``)."""
+    out = []
+    for raw in text.splitlines():
+        try:
+            item = json.loads(raw)
+        except ValueError:
+            continue
+        t, line = (item.get("t"), item.get("line")) if isinstance(item, dict) else (None, None)
+        if not isinstance(t, (int, float)) or not isinstance(line, str) or not line.split() \
+                or line.split()[0] not in SUPERVISOR_WORDS:
+            continue
+        words = line.split()
+        ranked = words[0] == "RANK" and len(words) > 1 and words[1].isdigit()
+        rank = int(words[1]) if ranked else None
+        kind, what = (CAUSE, "host lost") if words[0] == "CLOSED" and "teardown" not in words else \
+            (INFO, "supervisor")
+        out.append(Event(float(t), host, rank, "supervisor", kind, what, _clip(line)))
+    return out
+
+
 def _absence(text: str) -> str | None:
     """The first line of ``text`` reporting a peer's absence, when no line of it names a device fault."""
     if DEVICE_FAULT.search(text):
@@ -201,10 +282,15 @@ def _statuses(folder: Path) -> list[dict[str, Any]]:
     return out
 
 
-def host_events(host: str, folder: Path, dmesg: str = "") -> list[Event]:
-    """Every event of one host's fetched launch folder (host clock)."""
+def _ranks_by_pid(statuses: list[dict[str, Any]]) -> dict[int, int]:
+    return {s["pid"]: s["rank"] for s in statuses
+            if isinstance(s.get("pid"), int) and isinstance(s.get("rank"), int)}
+
+
+def host_events(host: str, folder: Path, dmesg: str = "", boot: float | None = None) -> list[Event]:
+    """Every event of one host's fetched launch folder (host clock); dmesg's need its ``boot``."""
     statuses = _statuses(folder)
-    by_pid = {s["pid"]: s["rank"] for s in statuses if isinstance(s.get("pid"), int) and isinstance(s.get("rank"), int)}
+    by_pid = _ranks_by_pid(statuses)
     oom = oom_pids(dmesg)
     events: list[Event] = []
     for s in statuses:
@@ -215,7 +301,7 @@ def host_events(host: str, folder: Path, dmesg: str = "") -> list[Event]:
         events += log_events(_read(log_path), host, s.get("rank")) if log_path.is_file() else []
     for plog in sorted(folder.rglob("plog-*.log")):
         events += plog_events(_read(plog), host, by_pid)
-    return events
+    return events + (dmesg_events(dmesg, host, boot, by_pid) if boot is not None else [])
 
 
 def phase_events(phases: Iterable[Mapping[str, Any]]) -> list[Event]:
@@ -249,6 +335,14 @@ def _phases(root: Path) -> list[Mapping[str, Any]]:
     return [p for p in items if isinstance(p, dict)] if isinstance(items, list) else []
 
 
+def _boot(root: Path, host: str) -> float | None:
+    try:
+        clock = json.loads((root / host / DMESG_CLOCK).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return boot_time(clock) if isinstance(clock, dict) else None
+
+
 def build(root: Path, folders: Mapping[str, Path]) -> Timeline:
     """The timeline of a launch whose hosts' files are in ``folders`` ({host: folder}) below run folder ``root``."""
     offsets, note = offsets_of(root)
@@ -256,20 +350,42 @@ def build(root: Path, folders: Mapping[str, Path]) -> Timeline:
     for host in sorted(folders):
         dmesg = _read(root / host / "dmesg.txt")
         off = offsets.get(host, 0.0)
-        events += [_shift(e, off) for e in host_events(host, folders[host], dmesg)]
+        found = host_events(host, folders[host], dmesg, _boot(root, host))
+        events += [_shift(e, off) for e in found]
+        # the supervisors' lines are on the controller's clock already
+        events += supervisor_events(_read(folders[host] / SUPERVISOR_FILE), host)
     events += phase_events(_phases(root))
     return Timeline(tuple(sorted(set(events), key=Event.key)), offsets, note)
+
+
+def refresh(root: Path) -> Timeline | None:
+    """Build ``root``'s ``timeline.json`` again (the hosts' dmesg came after it); None: it has none."""
+    try:
+        data = json.loads((root / FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    folders = data.get("folders") if isinstance(data, dict) else None
+    if not isinstance(folders, dict) or not folders:
+        return None
+    found = build(root, {str(h): root / str(rel) for h, rel in folders.items()})
+    write(root, found, data.get("launch"), {str(h): root / str(rel) for h, rel in folders.items()})
+    return found
 
 
 def _shift(e: Event, offset: float) -> Event:
     return Event(round(e.t - offset, 6), e.host, e.rank, e.source, e.kind, e.what, e.text)
 
 
-def write(root: Path, timeline: Timeline, launch_id: str | None = None) -> Path:
-    """``<root>/timeline.json`` (the run's last failed launch's, named by ``launch_id``)."""
+def write(root: Path, timeline: Timeline, launch_id: str | None = None,
+          folders: Mapping[str, Path] | None = None) -> Path:
+    """``<root>/timeline.json`` (the run's last failed launch's, named by ``launch_id``; ``folders``
+    kept for :func:`refresh`)."""
     path = root / FILE
     tmp = path.with_name(f".{FILE}.tmp")
-    tmp.write_text(json.dumps({"launch": launch_id, **timeline.to_json()}, indent=1) + "\n", encoding="utf-8")
+    rel = {h: Path(f).relative_to(root).as_posix() for h, f in (folders or {}).items()
+           if Path(f).is_relative_to(root)}
+    doc = {"launch": launch_id, "folders": rel, **timeline.to_json()}
+    tmp.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
     tmp.replace(path)
     return path
 
@@ -285,5 +401,6 @@ def root_line(timeline: Timeline) -> str | None:
     return root.describe() + after
 
 
-__all__ = ["Event", "Timeline", "build", "classify", "exit_event", "host_events", "log_events", "plog_events",
-           "root_line", "write"]
+__all__ = ["Event", "Timeline", "boot_time", "build", "classify", "dmesg_events", "exit_event",
+           "host_events", "log_events", "plog_events", "refresh", "root_line", "supervisor_events",
+           "write"]

@@ -1,10 +1,13 @@
 """The sweep's matrix: which configurations a perf run measures (``--perf-matrix quick|nightly|FILE``).
 
 A matrix is a grid — ops x tokens x hidden x top_k x experts-per-rank — plus warm-up and timed iterations;
-the world sizes are the suite's. A FILE (YAML or JSON) has the same keys as :class:`Matrix`; unknown keys and
+the world sizes are the suite's; fused_deep_moe's tokens are its batch and ``fused_inter`` its I (gmm1 is
+2I wide). A FILE (YAML or JSON) has the same keys as :class:`Matrix`; unknown keys and
 bad values are refused naming the file and the key. Only configurations inside the prefill ops' contract are
 kept (umdk ``moe_dispatch_normal_tiling.cpp`` / ``moe_combine_normal_tiling.cpp``: hidden in [1024, 7168],
-tokens in [1, 8000], top_k <= experts, at most 512 experts). :func:`estimate_s` is the time a sweep should
+tokens in [1, 8000], top_k <= experts, at most 512 experts; fused_deep_moe_tiling.cpp: batch in [1, 256],
+hidden in [1024, 7168] in steps of 256, gmm1 width 2I in [1024, 6144] in steps of 1024, top_k <= 12 and <=
+experts; ``suites/cam/rank/camcontract.py`` holds them all, a test keeps these equal). :func:`estimate_s` is the time a sweep should
 take, shown before it starts.
 """
 
@@ -21,17 +24,18 @@ from framework.perf.row import Config
 
 __all__ = ["MATRICES", "Matrix", "configs", "estimate_s", "load"]
 
-Op = Literal["dispatch", "combine"]
+Op = Literal["dispatch", "combine", "fused_deep_moe"]
 
 
 class Matrix(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    ops: list[Op] = Field(default=["dispatch", "combine"], min_length=1)
+    ops: list[Op] = Field(default=["dispatch", "combine", "fused_deep_moe"], min_length=1)
     tokens: list[int] = Field(min_length=1)
     hidden: list[int] = Field(min_length=1)
     top_k: list[int] = Field(min_length=1)
     experts_per_rank: list[int] = Field(default=[2], min_length=1)
+    fused_inter: int = Field(default=512, gt=0, description="fused_deep_moe's I (gmm1 is 2I wide)")
     dtype: Literal["bfloat16"] = "bfloat16"
     quant: Literal["none"] = "none"
     warmup: int = Field(default=2, ge=0)
@@ -49,6 +53,11 @@ MATRICES = {
 _HIDDEN = (1024, 7168)
 _TOKENS = (1, 8000)
 _MAX_EXPERTS = 512
+#: fused_deep_moe's tiling: batch, hidden (and its step), gmm1 width (and its step), top_k
+_FUSED_BATCH = (1, 256)
+_FUSED_HIDDEN_STEP = 256
+_FUSED_GMM1 = (1024, 6144, 1024)
+_FUSED_TOP_K = 12
 
 
 def load(choice: str) -> Matrix:
@@ -70,16 +79,23 @@ def load(choice: str) -> Matrix:
         raise ValueError(f"{path}: not YAML/JSON: {exc}") from None
 
 
-def _inside(c: Config) -> bool:
-    return (_HIDDEN[0] <= c.hidden <= _HIDDEN[1] and _TOKENS[0] <= c.tokens <= _TOKENS[1]
-            and c.top_k <= c.experts <= _MAX_EXPERTS)
+def _inside_fused(c: Config, inter: int) -> bool:
+    lo, hi, step = _FUSED_GMM1
+    return (_FUSED_BATCH[0] <= c.tokens <= _FUSED_BATCH[1] and c.hidden % _FUSED_HIDDEN_STEP == 0
+            and lo <= 2 * inter <= hi and (2 * inter) % step == 0 and c.top_k <= _FUSED_TOP_K)
+
+
+def _inside(c: Config, inter: int) -> bool:
+    prefill = (_HIDDEN[0] <= c.hidden <= _HIDDEN[1] and _TOKENS[0] <= c.tokens <= _TOKENS[1]
+               and c.top_k <= c.experts <= _MAX_EXPERTS)
+    return prefill and (c.op != "fused_deep_moe" or _inside_fused(c, inter))
 
 
 def configs(m: Matrix, world: int) -> list[Config]:
     """The matrix's configurations at ``world`` ranks that the ops' contract allows."""
     out = [Config(op=op, tokens=t, hidden=h, top_k=k, experts=e * world, world=world, dtype=m.dtype, quant=m.quant)
            for op in m.ops for t in m.tokens for h in m.hidden for k in m.top_k for e in m.experts_per_rank]
-    return [c for c in out if _inside(c)]
+    return [c for c in out if _inside(c, m.fused_inter)]
 
 
 def estimate_s(m: Matrix, worlds: list[int], per_launch_s: float = 20.0, per_iteration_s: float = 0.05) -> float:

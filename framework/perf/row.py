@@ -227,5 +227,4 @@ def build_row(*, run_id: str, seed: int, config: Config, warmup: int, times_us: 
 
 
 def _straggler(times_us: Sequence[Sequence[float]], hosts: Sequence[str]) -> str | None:
-    found = straggler.find(times_us, hosts)
-    return "; ".join(s.describe() for s in found) or None
+    return straggler.describe(times_us, hosts)

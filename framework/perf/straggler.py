@@ -8,6 +8,12 @@ give a healthy rank a 1.06 median now and then over 5 iterations; a really slow 
 score is the lowest of its ranks' scores: a slow link or a hot host slows all its ranks, and when even its
 fastest rank is slow the host is named as a whole. The iterations
 are needed because a single run's numbers cannot tell a slow rank from a slow moment.
+
+On two hosts the median rank sits between the hosts, so a whole slow host hides in it (a host 10 % slower
+scores 1.05 at best). :func:`find_hosts` compares hosts instead: per iteration a host's median rank over the
+other hosts' median rank; a host is slow when the median of that factor over the iterations reaches
+``1 + THRESHOLD``, it is slower in ``CONSISTENT`` of the iterations, and its ranks agree with each other
+(their scores within ``AGREE`` of one another: one slow rank makes a slow rank, not a slow host).
 """
 
 from __future__ import annotations
@@ -16,7 +22,8 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-__all__ = ["CONSISTENT", "MIN_ITERATIONS", "THRESHOLD", "Straggler", "find", "scores"]
+__all__ = ["AGREE", "CONSISTENT", "MIN_ITERATIONS", "THRESHOLD", "SlowHost", "Straggler", "describe", "find",
+           "find_hosts", "scores"]
 
 #: a rank 5 % slower than the median rank, in the median iteration, is named
 THRESHOLD = 0.05
@@ -24,6 +31,8 @@ THRESHOLD = 0.05
 CONSISTENT = 0.8
 #: fewer timed iterations than this name nobody
 MIN_ITERATIONS = 5
+#: a slow host's ranks agree: the highest of their scores over the lowest stays below 1 + AGREE
+AGREE = 0.05
 
 
 @dataclass(frozen=True)
@@ -66,3 +75,56 @@ def find(times: Sequence[Sequence[float]], hosts: Sequence[str], threshold: floa
     found = [Straggler(r, hosts[r], s[r], min(by_host[hosts[r]]))
              for r in range(len(hosts)) if s[r] >= 1 + threshold and steady[r]]
     return sorted(found, key=lambda x: -x.factor)
+
+
+@dataclass(frozen=True)
+class SlowHost:
+    host: str
+    #: the median over iterations of the host's median rank over the other hosts' median rank
+    factor: float
+    ranks: tuple[int, ...]
+
+    def describe(self) -> str:
+        ranks = ",".join(map(str, self.ranks))
+        return f"slow host: {self.host} (ranks {ranks}) x{self.factor:.2f} the other hosts"
+
+
+def _host_factors(times: Sequence[Sequence[float]], members: dict[str, list[int]], host: str) -> list[float]:
+    """Per iteration: ``host``'s median rank over the median rank of every other host's ranks."""
+    others = [r for h, rs in members.items() if h != host for r in rs]
+    out = []
+    for it in times:
+        theirs = statistics.median(it[r] for r in others)
+        out.append(statistics.median(it[r] for r in members[host]) / theirs if theirs > 0 else 1.0)
+    return out
+
+
+def _agree(s: Sequence[float], ranks: Sequence[int]) -> bool:
+    low = min(s[r] for r in ranks)
+    return low > 0 and max(s[r] for r in ranks) / low < 1 + AGREE
+
+
+def find_hosts(times: Sequence[Sequence[float]], hosts: Sequence[str],
+               threshold: float = THRESHOLD) -> list[SlowHost]:
+    """The hosts slower as a whole than the others among ``times[iteration][rank]`` (slowest first)."""
+    members: dict[str, list[int]] = {}
+    for rank, host in enumerate(hosts):
+        members.setdefault(host, []).append(rank)
+    if len(times) < MIN_ITERATIONS or len(members) < 2:
+        return []
+    if any(len(it) != len(hosts) for it in times):
+        raise ValueError(f"every iteration needs one time per rank ({len(hosts)} ranks)")
+    s = scores(times)
+    found = []
+    for host, ranks in members.items():
+        f = _host_factors(times, members, host)
+        factor = statistics.median(f)
+        if factor >= 1 + threshold and sum(v > 1 for v in f) >= CONSISTENT * len(f) and _agree(s, ranks):
+            found.append(SlowHost(host, factor, tuple(ranks)))
+    return sorted(found, key=lambda x: -x.factor)
+
+
+def describe(times: Sequence[Sequence[float]], hosts: Sequence[str]) -> str | None:
+    """The slow hosts and the slow ranks of one configuration in one line, None when there are none."""
+    named = [h.describe() for h in find_hosts(times, hosts)] + [s.describe() for s in find(times, hosts)]
+    return "; ".join(named) or None

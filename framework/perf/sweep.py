@@ -1,9 +1,10 @@
 """The perf sweep's controller side: the ranks' ``CAMIT_SWEEP`` and their files turned into perf rows.
 
-:func:`spec` tells the ranks which shapes to run (``suites/cam/rank/test_sweep_rank.py``); :func:`rows` builds
+:func:`spec` tells the ranks which shapes to run (``suites/cam/rank/test_sweep_rank.py``): the prefill shapes
+(dispatch and combine are timed together) and the fused_deep_moe shapes. :func:`rows` builds
 one :class:`~framework.perf.row.Row` per configuration from the ``perf-sweep-rank<N>.json`` documents: the per-rank
 times of every timed iteration, the send matrix (dispatch: rows x hidden x 2 bytes of bf16 from rank i to j;
-combine: the same rows back, the transpose), the reference all_to_all's times and an output hash per
+combine: the same rows back, the transpose; fused_deep_moe: its dispatch's rows, as bf16 like dispatch), the reference all_to_all's times and an output hash per
 iteration (sha256 of the ranks' hashes of that iteration, in rank order). :func:`standin_env` forwards the
 lab's op-time knobs (``standin/README.md``: a modelled op time, slow ranks) from the controller to the ranks.
 """
@@ -16,7 +17,7 @@ from typing import Any
 
 from framework.perf.row import Config, Environment, Row, build_row
 
-__all__ = ["ELEMENT_BYTES", "STANDIN_KNOBS", "rows", "shapes", "spec", "standin_env"]
+__all__ = ["ELEMENT_BYTES", "FUSED", "STANDIN_KNOBS", "rows", "shapes", "spec", "standin_env"]
 
 #: bytes per element of the dispatched rows, by dtype
 ELEMENT_BYTES = {"bfloat16": 2}
@@ -30,27 +31,38 @@ def standin_env(environ: Mapping[str, str]) -> dict[str, str]:
     return {k: environ[k] for k in STANDIN_KNOBS if k in environ}
 
 
-def shapes(configs: Sequence[Config]) -> list[tuple[int, int, int, int]]:
-    """The distinct (tokens, hidden, top_k, experts) of ``configs``, in first-seen order."""
-    return list(dict.fromkeys((c.tokens, c.hidden, c.top_k, c.experts) for c in configs))
+#: the rank document's list of shapes each op's times are in
+FUSED = "fused_deep_moe"
+_SECTION = {"dispatch": "shapes", "combine": "shapes", FUSED: "fused"}
 
 
-def spec(configs: Sequence[Config], warmup: int, iterations: int) -> str:
-    """``CAMIT_SWEEP`` for the ranks: ``warmup;iterations;tokens:hidden:top_k:experts,...``."""
-    return f"{warmup};{iterations};" + ",".join(":".join(map(str, s)) for s in shapes(configs))
+def shapes(configs: Sequence[Config], section: str = "shapes") -> list[tuple[int, int, int, int]]:
+    """The distinct (tokens, hidden, top_k, experts) of the ``configs`` whose op's times are in ``section``
+    (``shapes``: dispatch and combine; ``fused``: fused_deep_moe), in first-seen order."""
+    return list(dict.fromkeys((c.tokens, c.hidden, c.top_k, c.experts) for c in configs
+                              if _SECTION[c.op] == section))
+
+
+def spec(configs: Sequence[Config], warmup: int, iterations: int, fused_inter: int = 512) -> str:
+    """``CAMIT_SWEEP`` for the ranks: ``warmup;iterations;PREFILL;FUSED``, PREFILL the prefill shapes
+    ``tokens:hidden:top_k:experts,...``, FUSED the fused_deep_moe shapes ``tokens:hidden:top_k:experts:inter,...``
+    (either may be empty)."""
+    prefill = ",".join(":".join(map(str, s)) for s in shapes(configs))
+    fused = ",".join(":".join(map(str, (*s, fused_inter))) for s in shapes(configs, "fused"))
+    return f"{warmup};{iterations};{prefill};{fused}"
 
 
 def _combined_hash(docs: Sequence[Mapping[str, Any]], index: int, op: str, iteration: int) -> str:
     digest = hashlib.sha256()
     for doc in docs:
-        digest.update(str(doc["shapes"][index][f"{op}_hash"][iteration]).encode())
+        digest.update(str(doc[_SECTION[op]][index][f"{op}_hash"][iteration]).encode())
     return digest.hexdigest()
 
 
 def _row(c: Config, index: int, docs: Sequence[Mapping[str, Any]], hosts: Sequence[str], run_id: str,
          environment: Environment) -> Row:
     world = c.world
-    per_shape = [d["shapes"][index] for d in docs]
+    per_shape = [d[_SECTION[c.op]][index] for d in docs]
     iterations = len(per_shape[0][f"{c.op}_us"])
     rows_ = per_shape[0]["rows"]
     sent = [[rows_[i][j] * c.hidden * ELEMENT_BYTES[c.dtype] for j in range(world)] for i in range(world)]
@@ -67,15 +79,17 @@ def rows(configs: Sequence[Config], docs: Sequence[Mapping[str, Any]], hosts: Se
          cluster: str, soc: str) -> list[Row]:
     """One row per configuration from the ranks' documents (``docs[rank]``); ``hosts[rank]`` names their hosts.
     A document that does not match the configurations raises ``ValueError`` naming the rank."""
-    order = shapes(configs)
+    order = {section: shapes(configs, section) for section in ("shapes", "fused")}
     for rank, doc in enumerate(docs):
-        got = [(s["shape"]["tokens"], s["shape"]["hidden"], s["shape"]["top_k"], s["shape"]["experts"])
-               for s in doc["shapes"]]
-        if got != order:
-            raise ValueError(f"rank {rank}: perf-sweep-rank{rank}.json has the shapes {got}, expected {order}")
+        for section, expected in order.items():
+            got = [(s["shape"]["tokens"], s["shape"]["hidden"], s["shape"]["top_k"], s["shape"]["experts"])
+                   for s in doc.get(section, [])]
+            if got != expected:
+                raise ValueError(f"rank {rank}: perf-sweep-rank{rank}.json has the {section} {got}, "
+                                 f"expected {expected}")
     e = docs[0]["environment"]
     environment = Environment(cluster=cluster, soc=soc, cann=str(e["cann"]), driver=str(e["driver"]),
                               op_lib_version=str(e["op_lib_version"]), op_lib_hash=str(e["op_lib_hash"]),
                               hccl={str(k): str(v) for k, v in e["hccl"].items()})
-    return [_row(c, order.index((c.tokens, c.hidden, c.top_k, c.experts)), docs, hosts, run_id, environment)
-            for c in configs]
+    return [_row(c, order[_SECTION[c.op]].index((c.tokens, c.hidden, c.top_k, c.experts)), docs, hosts, run_id,
+                 environment) for c in configs]

@@ -8,16 +8,26 @@ written. A path swapped for a symlink or a hard link between the scan and this o
 nothing re-opens the path later. One JSON line per file (names stay data):
 
     python3 -c <program> <out_dir> <cap_bytes> <index> <allowed uids, comma-separated> <path> [...]
+
+Pack mode (:func:`pack_main`, for logs): each root and every folder below it is opened
+``O_NOFOLLOW|O_DIRECTORY`` and walked by descriptor (``dir_fd``), so a folder swapped for a symlink is
+never followed; each file changed since ``since`` is opened ``O_NOFOLLOW`` relative to its folder's
+descriptor, judged by ``fstat`` as above, and read from that descriptor into one gzipped GNU tar (member
+names escaped by the tar format: injective), newest first up to ``cap_bytes``. One JSON line:
+
+    python3 -c <program> <out.tgz> <cap_bytes> <since epoch> <allowed uids> <selection JSON> <root> [...]
 """
 
 from __future__ import annotations
 
+import fnmatch
 import gzip
 import hashlib
 import json
 import os
 import stat
 import sys
+import tarfile
 from collections.abc import Callable
 from typing import Any, BinaryIO
 
@@ -28,18 +38,20 @@ class Refused(Exception):
     """The file is not one camit may read (its descriptor says why)."""
 
 
-def open_checked(path: str, allowed: set[int]) -> tuple[int, os.stat_result]:
-    """An ``O_NOFOLLOW`` descriptor of ``path`` and its ``fstat``, or :class:`Refused`."""
+def open_checked(path: str, allowed: set[int], dir_fd: int | None = None,
+                 writable: bool = False) -> tuple[int, os.stat_result]:
+    """An ``O_NOFOLLOW`` descriptor of ``path`` (relative to ``dir_fd`` when given) and its ``fstat``, or
+    :class:`Refused`; ``writable``: a file group or others may write passes (a log: its text is data)."""
     flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
     try:
-        fd = os.open(path, flags)
+        fd = os.open(path, flags, dir_fd=dir_fd)
     except OSError as exc:
         raise Refused(f"cannot open without following links: {exc.strerror}") from None
     st = os.fstat(fd)
     why = ("not a regular file" if not stat.S_ISREG(st.st_mode)
            else f"has {st.st_nlink} links" if st.st_nlink != 1
            else f"owned by uid {st.st_uid}" if st.st_uid not in allowed
-           else "writable by group or others" if st.st_mode & 0o022 else "")
+           else "writable by group or others" if st.st_mode & 0o022 and not writable else "")
     if why:
         os.close(fd)
         raise Refused(why)
@@ -99,4 +111,131 @@ def main(argv: list[str], facts: Callable[[BinaryIO], dict[str, Any]]) -> int:
     for k in range(0, len(rest) - 2, 3):
         allowed = {int(u) for u in rest[k + 1].split(",") if u.isdigit()}
         sys.stdout.write(json.dumps(one(out_dir, cap, rest[k], allowed, rest[k + 2], facts)) + "\n")
+    return 0
+
+
+# -- pack mode: a folder tree, walked by descriptor ------------------------------------------------------
+MAX_DIRS = 512  # folder descriptors held open during a walk (well under the usual 1024 soft limit)
+MAX_DEPTH = 16
+MAX_FILES = 20000
+DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def keep_dir(sel: dict[str, Any], depth: int, name: str) -> bool:
+    """Descend into folder ``name`` at ``depth`` (0: the root's own)? ``sel["dirs"]`` names the root's."""
+    return depth < MAX_DEPTH and (depth > 0 or "dirs" not in sel or name in sel["dirs"])
+
+
+def keep_file(sel: dict[str, Any], depth: int, name: str, st: os.stat_result, since: float) -> bool:
+    """Pack this regular file? Changed after ``since``, its name matching one of ``sel["names"]`` (when
+    given); at the root's top only the names matching ``sel["top"]`` (when given); below it only files
+    under ``sel["each"]`` bytes (when given)."""
+    if not stat.S_ISREG(st.st_mode) or st.st_mtime <= since:
+        return False
+    if "names" in sel and not any(fnmatch.fnmatchcase(name, p) for p in sel["names"]):
+        return False
+    if depth == 0:
+        return "top" not in sel or any(fnmatch.fnmatchcase(name, p) for p in sel["top"])
+    return bool(st.st_size < sel.get("each", st.st_size + 1))
+
+
+def walk(root: str, since: float, dirs: list[int],
+         sel: dict[str, Any]) -> list[tuple[float, int, int, str, str]]:
+    """(mtime, size, folder index in ``dirs``, relative folder, name) of the files below ``root`` that
+    :func:`keep_file` keeps, from ``lstat`` by folder descriptor (each folder opened ``O_NOFOLLOW`` once,
+    kept in ``dirs``; a folder that is a symlink, or not openable, is skipped)."""
+    try:
+        dirs.append(os.open(root, DIR_FLAGS))
+    except OSError:
+        return []
+    found: list[tuple[float, int, int, str, str]] = []
+    todo = [(len(dirs) - 1, "", 0)]
+    while todo and len(found) < MAX_FILES:
+        k, rel, depth = todo.pop()
+        try:
+            names = sorted(os.listdir(dirs[k]))
+        except OSError:
+            continue
+        for name in names:
+            try:
+                st = os.lstat(name, dir_fd=dirs[k])
+            except OSError:
+                continue
+            if stat.S_ISDIR(st.st_mode) and keep_dir(sel, depth, name) and len(dirs) < MAX_DIRS:
+                try:
+                    dirs.append(os.open(name, DIR_FLAGS, dir_fd=dirs[k]))
+                except OSError:
+                    continue
+                todo.append((len(dirs) - 1, f"{rel}{name}/", depth + 1))
+            elif keep_file(sel, depth, name, st, since):
+                found.append((st.st_mtime, st.st_size, k, rel, name))
+    return found
+
+
+class _Exact:
+    """Exactly ``size`` bytes of ``fd`` from offset 0 (pread; NUL-padded if the file shrank)."""
+
+    def __init__(self, fd: int, size: int) -> None:
+        self.fd, self.size, self.pos = fd, size, 0
+
+    def read(self, n: int = -1) -> bytes:
+        n = self.size - self.pos if n < 0 else min(n, self.size - self.pos)
+        chunk = os.pread(self.fd, n, self.pos) if n > 0 else b""
+        chunk += b"\0" * (n - len(chunk))
+        self.pos += n
+        return chunk
+
+
+def pack_one(tar: tarfile.TarFile, dir_fd: int, name: str, member: str, allowed: set[int],
+             room: int) -> int:
+    """Add ``name`` (opened once, relative to ``dir_fd``, judged by its descriptor) as ``member``; the
+    bytes added (its size at open, at most ``room``), or -1 when refused."""
+    try:
+        fd, st = open_checked(name, allowed, dir_fd=dir_fd, writable=True)
+    except Refused:
+        return -1
+    try:
+        info = tarfile.TarInfo(member)
+        info.size, info.mtime, info.mode = min(st.st_size, room), int(st.st_mtime), 0o600
+        tar.addfile(info, _Exact(fd, info.size))
+        return info.size
+    finally:
+        os.close(fd)
+
+
+def pack(out: str, cap: int, since: float, allowed: set[int], roots: list[str],
+         sel: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Pack the files below ``roots`` changed after ``since`` into ``out`` (new, 0600), newest first up
+    to ``cap`` bytes; each member is named ``<root without its leading />/<relative path>``, or by its
+    relative path alone when ``sel["bare"]`` (``sel``: :func:`keep_dir`, :func:`keep_file`)."""
+    sel = {} if sel is None else sel
+    dirs: list[int] = []
+    rec: dict[str, Any] = {"files": 0, "bytes": 0, "refused": 0}
+    try:
+        found = [(f, "" if sel.get("bare") else root.strip("/") + "/")
+                 for root in roots for f in walk(root, since, dirs, sel)]
+        found.sort(key=lambda item: -item[0][0])
+        wflags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        with os.fdopen(os.open(out, wflags, 0o600), "wb") as raw, \
+                tarfile.open(fileobj=raw, mode="w:gz", format=tarfile.GNU_FORMAT, compresslevel=1) as tar:
+            for (_, size, k, rel, name), root in found:
+                if rec["bytes"] + size > cap:  # over the budget: left on the host, older ones may fit
+                    continue
+                got = pack_one(tar, dirs[k], name, f"{root}{rel}{name}", allowed, cap - rec["bytes"])
+                rec["refused" if got < 0 else "files"] += 1
+                rec["bytes"] += max(got, 0)
+    except OSError as exc:
+        rec["error"] = f"{type(exc).__name__}: {exc.strerror}"
+    finally:
+        for fd in dirs:
+            os.close(fd)
+    return rec
+
+
+def pack_main(argv: list[str]) -> int:
+    """``<out.tgz> <cap> <since> <uids> <selection JSON> <root>...``: one JSON line (files, bytes,
+    refused)."""
+    allowed = {int(u) for u in argv[3].split(",") if u.isdigit()}
+    sel = json.loads(argv[4])
+    sys.stdout.write(json.dumps(pack(argv[0], int(argv[1]), float(argv[2]), allowed, argv[5:], sel)) + "\n")
     return 0

@@ -203,11 +203,13 @@ class HostLayout:
 
 
 def trust_functions_sh() -> str:
-    """sh defining ``_ctrust <dir>`` and ``_cmine <file>`` (plus ``_me``, ``_cbad``, ``_cown``): the guard of a
-    tree camit places outside its workdir (``samepath``, a custom ``install_path``).
+    """sh defining ``_ctrust <dir>`` and ``_cmine <file>`` (plus ``_me``, ``_cbad``, ``_cown``, ``_cdir``,
+    ``_clink``): the guard of a tree camit places outside its workdir (``samepath``, a custom ``install_path``).
 
     ``_ctrust`` judges one folder (call it for every ancestor, top down): when it exists it must be a real
-    directory (no symlink), owned by root or the SSH user, and not group/other-writable unless sticky.
+    directory owned by root or the SSH user, and not group/other-writable unless sticky (``_cdir``). A
+    symlink (``/home -> /data/home``) is accepted only when root owns the link itself (its parent, judged
+    before it, passed) and every folder of its resolved target passes ``_cdir`` (``_clink``).
     ``_cmine`` judges a file that is kept: a regular file (no symlink), owned by the SSH user, not
     group/other-writable. A refusal prints ``@@unsafe <path>: <why>`` and exits :data:`UNSAFE_RC`.
     """
@@ -215,13 +217,20 @@ def trust_functions_sh() -> str:
     return (
         f"_me=$(id -u); _cbad() {bad}; "
         "_cown() { [ \"$1\" = 0 ] || [ \"$1\" = \"$_me\" ]; }; "
-        "_ctrust() { [ -L \"$1\" ] && _cbad \"$1\" 'is a symlink'; [ -e \"$1\" ] || return 0; "
+        "_cdir() { [ -L \"$1\" ] && _cbad \"$1\" 'is a symlink'; [ -e \"$1\" ] || return 0; "
         "[ -d \"$1\" ] || _cbad \"$1\" 'is not a directory'; "
         "_o=$(stat -c %u -- \"$1\") || _cbad \"$1\" 'cannot be read'; "
         "_cown \"$_o\" || _cbad \"$1\" \"is owned by uid $_o (not root or the SSH user, uid $_me)\"; "
         "_m=0$(stat -c %a -- \"$1\"); [ $((_m & 022)) -ne 0 ] && [ $((_m & 01000)) -eq 0 ] && "
         "_cbad \"$1\" \"is writable by group/others (mode $(stat -c %a -- \"$1\")) without the sticky bit\"; "
         "return 0; }; "
+        # a symlinked ancestor: the link root's, then each folder of its target judged as any folder
+        "_clink() { _o=$(stat -c %u -- \"$1\") || _cbad \"$1\" 'cannot be read'; "
+        "[ \"$_o\" = 0 ] || _cbad \"$1\" \"is a symlink owned by uid $_o (not root)\"; "
+        "_t=$(readlink -f -- \"$1\") && [ -n \"$_t\" ] || _cbad \"$1\" 'is a symlink that does not resolve'; "
+        "_r=${_t#/}; _p=; while [ -n \"$_r\" ]; do _p=\"$_p/${_r%%/*}\"; "
+        "case $_r in */*) _r=${_r#*/} ;; *) _r= ;; esac; _cdir \"$_p\"; done; return 0; }; "
+        "_ctrust() { if [ -L \"$1\" ]; then _clink \"$1\"; else _cdir \"$1\"; fi; }; "
         "_cmine() { [ -L \"$1\" ] && _cbad \"$1\" 'is a symlink'; "
         "[ -f \"$1\" ] || _cbad \"$1\" 'is not a regular file'; "
         "_o=$(stat -c %u -- \"$1\"); "

@@ -409,11 +409,18 @@ def _grid(run: RunView) -> str:
     return "".join(out)
 
 
+def _shown(event: dict[str, Any]) -> bool:
+    """A timeline event the page lists: causes, consequences, the kernel's lines, the supervisors'
+    but their first and last words (STARTED, DONE)."""
+    quiet = event["source"] == "supervisor" and str(event["text"]).startswith(("STARTED", "DONE"))
+    return event["kind"] != "info" or (event["source"] in ("dmesg", "supervisor") and not quiet)
+
+
 def _cluster_timeline(run: RunView, limit: int = 15) -> str:
     """timeline.json in short: the root cause and the first causes and consequences after it."""
     try:
         data = json.loads((run.path / "timeline.json").read_text(encoding="utf-8"))
-        events = [e for e in data["events"] if e["kind"] != "info"]
+        events = [e for e in data["events"] if _shown(e)]
     except (OSError, ValueError, KeyError, TypeError):
         return ""
     root = data.get("root_cause") or {}

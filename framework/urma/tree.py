@@ -3,8 +3,8 @@ every host.
 
 Compiled cases ``cd`` into ``test_framework/app/<module>`` and include files of the umdk ``src``
 tree by relative paths, so the whole tree has to be there, not a case's folder. :func:`ship_tree`
-does it once per session: the same probe as :mod:`framework.samepath` (each file's sha256 on the
-host, the topmost missing folder; a file there with other content is refused, never overwritten),
+does it once per session with :func:`framework.samepath.prepare` (the folders judged and made, each
+file's sha256 on the host; a file there with other content is refused, never overwritten),
 then the files the host lacks go as **one** tar archive through :meth:`Host.put
 <framework.hosts.Host.put>` (sha256 verified on the host), unpacked at ``/`` and the archive
 removed. What was written is a :class:`~framework.samepath.Shipment`, taken away at the end of the
@@ -24,20 +24,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from framework import commands
-from framework.errors import MultiHostError, TransferError
+from framework.errors import MultiHostError
 from framework.hosts import sha256_file
-from framework.samepath import (
-    Shipment,
-    _refuse,
-    ancestors,
-    files_of,
-    folders_of,
-    mkdir_script,
-    parse_made,
-    parse_probe,
-    probe_script,
-    tops,
-)
+from framework.samepath import Shipment, ancestors, files_of, prepare
 
 if TYPE_CHECKING:
     from framework.hosts import Host
@@ -91,28 +80,10 @@ def ship_tree(
     missing: list[Path] = []
     for tree in trees:
         files = [f for f in files_of(tree) if not any(f.is_relative_to(s) for s in skip)]
-        remote = [f.as_posix() for f in files]
-        # every folder on the way is judged as the workdir is (samepath's guard), a kept file must be ours
-        folders = folders_of([*remote, *ancestors(tree.resolve().as_posix())])
-        probe = host.run(probe_script(remote, folders), timeout=max(host.command_timeout, 60.0))
-        _refuse(host, probe, tree.as_posix())
-        there, absent_folders = parse_probe(probe.stdout, remote, folders)
-        differ = [
-            n for p, n in zip(files, remote, strict=True) if there[n] not in (None, digests[p])
-        ]
-        if differ:
-            raise TransferError(
-                host.name,
-                f"{differ[0]} is there with other content "
-                f"({len(differ)} file(s) differ): the tree is not shipped over it",
-            )
-        shipment = Shipment(host, kept=[n for n in remote if there[n] is not None])
+        # the folders judged as the workdir is (samepath's guard, the tree's own ancestors too) and made
+        shipment, absent = prepare(host, files, digests, tree.as_posix(),
+                                   around=ancestors(tree.resolve().as_posix()))
         shipments.append(shipment)
-        if absent_folders:  # made one level at a time under judged parents, never by tar
-            made = host.run(mkdir_script(absent_folders), timeout=60)
-            shipment.created = tops(parse_made(made.stdout, absent_folders))
-            _refuse(host, made, tree.as_posix())
-        absent = [p for p, n in zip(files, remote, strict=True) if there[n] is None]
         shipment.written = [p.as_posix() for p in absent]
         missing += absent
     if missing:

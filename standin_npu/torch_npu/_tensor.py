@@ -27,6 +27,8 @@ from typing import Any
 import torch
 from torch.utils._pytree import tree_flatten, tree_map
 
+from . import _replay
+
 _local = threading.local()
 #: ops that take tensors of two devices by design (cross-device copies) or allow CPU index tensors
 _CROSS_DEVICE = {"aten::copy_", "aten::_to_copy", "aten::_copy_from", "aten::_copy_from_and_resize",
@@ -59,8 +61,9 @@ class NpuTensor(torch.Tensor):
         """torch's refusal for a device tensor (torch/csrc/utils/tensor_numpy.cpp); ``force`` copies."""
         if force:
             return self.cpu().numpy(force=True)
-        raise TypeError(f"can't convert {self.device} device type tensor to numpy. Use Tensor.cpu() to copy the "
-                        "tensor to host memory first.")
+        raise _replay.error("torch_npu.numpy_error", TypeError(
+            f"can't convert {self.device} device type tensor to numpy. Use Tensor.cpu() to copy the "
+            "tensor to host memory first."), str(self.device))
 
     def tolist(self) -> Any:
         """Read back through the host, as torch does for a device tensor."""
@@ -102,11 +105,13 @@ def _devices(args: Any) -> tuple[set[torch.device], list[torch.Tensor]]:
     return devs, tensors
 
 
-def same_device_error(devices: set[torch.device]) -> RuntimeError:
-    """torch's text for an op given tensors of two devices (aten/native/TensorIterator, c10 device checks)."""
+def same_device_error(devices: set[torch.device]) -> Exception:
+    """torch's text for an op given tensors of two devices (aten/native/TensorIterator, c10 device checks);
+    a calibration bundle's text when the lab replays one (``_replay``)."""
     first, second = sorted(devices, key=lambda d: (d.type != "npu", str(d)))[:2]
-    return RuntimeError("Expected all tensors to be on the same device, but found at least two devices, "
-                        f"{first} and {second}!")
+    return _replay.error("torch_npu.mix_device_error", RuntimeError(
+        "Expected all tensors to be on the same device, but found at least two devices, "
+        f"{first} and {second}!"), str(first))
 
 
 def _unwrap(args: Any) -> Any:

@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import importlib.util
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
 
@@ -82,6 +84,19 @@ def fused_demand(world: int, full: bool) -> int:
         return contract.fused_window(local(4), (32 if world >= 8 else 16) * world, 7168)
     lab = contract.fused_window(local(2), 8 * world, 1024)
     return max(lab, contract.fused_window(4, 16 * world, 7168)) if world == 4 else lab
+
+
+def sweep_env(configs: Sequence[Any]) -> dict[str, str]:
+    """The perf sweep's launch env (``framework.perf.row.Config`` items): PREFILL_ENV when it times the prefill
+    ops, and an HCCL_BUFFSIZE that holds its largest fused_deep_moe window (global_bs = batch x world,
+    camcontract.fused_window) when that is more than the window the launch would have."""
+    contract = _contract()
+    env = dict(PREFILL_ENV) if any(c.op != "fused_deep_moe" for c in configs) else {}
+    demand = max((contract.fused_window(c.experts // c.world, c.tokens * c.world, c.hidden)
+                  for c in configs if c.op == "fused_deep_moe"), default=0)
+    if not contract.fits(demand, contract.hccl_buffsize_mb(env)):
+        env["HCCL_BUFFSIZE"] = str(contract.needed_mb(demand))
+    return env
 
 
 def fused_env(world: int, full: bool) -> dict[str, str]:

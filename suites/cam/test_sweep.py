@@ -1,8 +1,9 @@
 """The perf sweep: ``pytest suites/cam -m perf [--perf-matrix quick|nightly|FILE]``.
 
 At every world size of the suite, one launch runs every configuration of the matrix
-(``framework.perf.matrix``) — warm-up, timed iterations with each iteration's outputs hashed and required
-identical, and the reference all_to_all over the same group and bytes (``rank/test_sweep_rank.py``). The
+(``framework.perf.matrix``: prefill dispatch, prefill combine and fused_deep_moe) — warm-up, timed iterations with each iteration's outputs hashed and required
+identical, and the reference all_to_all over the same group and bytes (``rank/test_sweep_rank.py``); the launch has
+the prefill ops' HCCL_BUFFSIZE and a larger one when a fused window needs it (``camsuite.sweep_env``). The
 controller writes one JSON line per configuration into the run's ``perf-rows.jsonl`` (schema
 ``framework/data/perf-row.schema.json``), adds the run to the cluster's history beside the baselines, writes
 the series it judged into ``perf-history.json`` (the run's ``perf.html`` draws both) and fails on a
@@ -18,10 +19,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from camsuite import PREFILL_ENV, worlds_of
+from camsuite import sweep_env, worlds_of
 
 from framework.perf import history, matrix, sweep
 from framework.perf.row import Row
+from framework.plugin.markers import SOC_MARKERS
 from framework.report.folder import append_text, update_json
 
 REPO = Path(__file__).resolve().parents[2]
@@ -76,6 +78,8 @@ def test_sweep(run_ranks, world, camit, request):
     if m is None:
         pytest.skip("the perf sweep runs with -m perf or --perf-matrix quick|nightly|FILE")
     configs = matrix.configs(m, world)
+    if {h.npu.soc for h in camit.env.hosts.values()} & {SOC_MARKERS["a2_test"]}:
+        configs = [c for c in configs if c.op != sweep.FUSED]  # an a3_test op, skipped alike (test_fused.py)
     if not configs:
         pytest.skip(f"no configuration of the matrix fits the ops' contract at {world} ranks")
     chosen = camit.options.worlds  # --world-sizes: the other default worlds are skipped, not measured
@@ -83,8 +87,8 @@ def test_sweep(run_ranks, world, camit, request):
     _say(request.config, f"perf sweep at {world} ranks: {len(configs)} configuration(s), "
                          f"{m.warmup} warm-up + {m.iterations} timed iterations each; the whole sweep "
                          f"({len(worlds)} world size(s)) about {matrix.estimate_s(m, worlds):.0f} s")
-    extra = {**PREFILL_ENV, **sweep.standin_env(os.environ),
-             "CAMIT_SWEEP": sweep.spec(configs, m.warmup, m.iterations)}
+    extra = {**sweep_env(configs), **sweep.standin_env(os.environ),
+             "CAMIT_SWEEP": sweep.spec(configs, m.warmup, m.iterations, m.fused_inter)}
     result = run_ranks("test_sweep_rank.py", world, extra_env=extra).check()
     ranks = [result.launch.ranks[r] for r in range(world)]
     docs = [json.loads((Path(r.log).parent / f"perf-sweep-rank{r.rank}.json").read_text()) for r in ranks]

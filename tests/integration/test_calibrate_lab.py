@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from framework.calib.bundle import BUNDLE_FILE
+from framework.calib.golden import KEY as GOLDEN_KEY
 from framework.config.effective import EnvConfig
 from framework.hosts import Cluster
 from framework.lab.manage import Lab
@@ -78,6 +79,14 @@ def test_emulated_hosts_match_the_profile_and_a_changed_fact_is_named(
 ) -> None:
     same = _run("framework.cli", "calibrate", "--compare", str(bundle_dir))
     assert (same.returncode, same.stdout) == (0, ""), same.stdout + same.stderr
+    files = sorted(p.relative_to(bundle_dir) for p in bundle_dir.rglob("*") if p.is_file())
+    assert {p.parts[0] for p in files} == {BUNDLE_FILE, "raw"}  # no core, no log, no launch folder
+    assert all(p.suffix == ".txt" for p in files if p.parts[0] == "raw")
+    assert sum((bundle_dir / p).stat().st_size for p in files) < 1 << 20
+    facts = json.loads((bundle_dir / BUNDLE_FILE).read_text())["facts"]
+    for dtype in ("bfloat16", "float16"):  # fused vs golden measured at world 4 on hccl
+        assert facts[f"{GOLDEN_KEY}.{dtype}"]["value"] == "holds"
+        assert facts[f"{GOLDEN_KEY}.{dtype}.measured"]["value"].endswith("(worst of 4 ranks)")
     changed = _altered(
         bundle_dir, tmp_path / "changed", "torch_npu.numpy_error", "TypeError: something else"
     )
@@ -113,16 +122,25 @@ def _up_args(env: EnvConfig) -> list[str]:
     )
 
 
+#: the torch fact the replayed bundle changes (raised by standin_npu/torch_npu/_replay.py)
+NUMPY_ERROR = "RuntimeError: REPLAYED numpy refusal on npu:0"
+
+
 @pytest.fixture
 def replaying(npu_lab_env: EnvConfig, bundle_dir: Path, tmp_path: Path) -> Iterator[Cluster]:
-    """The lab brought up again replaying an altered bundle (npu-smi, driver); restored after."""
+    """The lab brought up again replaying an altered bundle (npu-smi, driver, one torch_npu error
+    text), calibrated again into ``tmp_path/again`` (without the golden launch); restored after."""
     args = _up_args(npu_lab_env)
     bundle = _altered(
         bundle_dir, tmp_path / "altered", "host.npu_smi_info", "ALTERED capture\nsecond line\n"
     )
-    _altered(bundle, tmp_path / "altered2", "host.driver_version", "Version=99.9.9\n")
+    bundle = _altered(bundle, tmp_path / "altered2", "host.driver_version", "Version=99.9.9\n")
+    _altered(bundle, tmp_path / "altered3", "torch_npu.numpy_error", NUMPY_ERROR)
     try:
-        cp = _run(*args, "--calibration", str(tmp_path / "altered2"))
+        cp = _run(*args, "--calibration", str(tmp_path / "altered3"))
+        assert cp.returncode == 0, cp.stderr
+        cp = _run("framework.cli", "calibrate", "--env", str(bundle_dir.parent / "env.yaml"),
+                  "--no-golden", "--out", str(tmp_path / "again"))
         assert cp.returncode == 0, cp.stderr
         with Cluster.from_env(npu_lab_env) as cluster:
             yield cluster
@@ -130,9 +148,27 @@ def replaying(npu_lab_env: EnvConfig, bundle_dir: Path, tmp_path: Path) -> Itera
         assert _run(*args).returncode == 0
 
 
-def test_lab_up_calibration_replays_the_npu_smi_capture(
-    replaying: Cluster, npu_lab_env: EnvConfig
+def _differing(bundle: Path) -> list[str]:
+    """``calibrate --compare``'s named facts, but the golden verdicts a --no-golden run skipped."""
+    cp = _run("framework.cli", "calibrate", "--compare", str(bundle))
+    keys = [line.split()[1] for line in cp.stdout.splitlines()]
+    assert cp.returncode == (1 if keys else 0), cp.stderr
+    return [k for k in keys if not k.startswith(GOLDEN_KEY)]
+
+
+
+
+
+def test_lab_up_calibration_replays_the_bundle_and_calibrates_back_to_it(
+    replaying: Cluster, tmp_path: Path
 ) -> None:
+    """The tools answer with the captures, the records are the bundle's; then replay, calibrate,
+    compare: exactly the altered facts differ from the profile (every other replayed capture and
+    torch fact comes back as the bundle had it), the torch_npu stand-in's text verbatim."""
+    again = json.loads((tmp_path / "again" / BUNDLE_FILE).read_text())
+    assert again["facts"]["torch_npu.numpy_error"]["value"] == NUMPY_ERROR
+    assert _differing(tmp_path / "again") == [
+        "host.driver_version", "host.npu_smi_info", "torch_npu.numpy_error"]
     for host in replaying:
         result = host.run(["npu-smi", "info"])
         assert (result.rc, result.stdout) == (0, "ALTERED capture\nsecond line\n")
@@ -150,6 +186,7 @@ def test_up_without_calibration_stops_the_replay(npu_lab_env: EnvConfig) -> None
                 "Version=99.9.9"
                 not in host.run(["cat", "/usr/local/Ascend/driver/version.info"]).stdout
             )
+            assert host.run(["test", "-e", "/usr/local/Ascend/.camit-emu/torch-facts.json"]).rc == 1
 
 
 def test_hccl_variables_are_seen_as_a_rank_sees_them(bundle_dir: Path, tmp_path: Path) -> None:
@@ -161,10 +198,9 @@ def test_hccl_variables_are_seen_as_a_rank_sees_them(bundle_dir: Path, tmp_path:
     out = tmp_path / "bundle"
     assert (
         _run(
-            "framework.cli", "calibrate", "--env", str(env), "--hosts", "host1", "--out", str(out)
+            "framework.cli", "calibrate", "--env", str(env), "--hosts", "host1", "--no-golden",
+            "--out", str(out),
         ).returncode
         == 0
     )
-    cp = _run("framework.cli", "calibrate", "--compare", str(out))
-    assert cp.returncode == 1
-    assert [line.split()[1] for line in cp.stdout.splitlines()] == ["hccl.env.HCCL_BUFFSIZE"]
+    assert _differing(out) == ["hccl.env.HCCL_BUFFSIZE"]

@@ -255,23 +255,23 @@ def test_perf_sweep_rows_page_and_compare(env_variant, built, tmp_path):
                            "--cluster-name", "lab", "--report-dir", str(tmp_path / "r"), "-p", "no:cacheprovider",
                            "-q"], cwd=REPO, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
-    assert "perf sweep at 4 ranks: 2 configuration(s), 1 warm-up + 3 timed iterations each; the whole sweep " \
+    assert "perf sweep at 4 ranks: 3 configuration(s), 1 warm-up + 3 timed iterations each; the whole sweep " \
         "(1 world size(s)) about" in proc.stdout
     folder = (tmp_path / "r" / "latest").resolve()
     lines = (folder / "perf-rows.jsonl").read_text().splitlines()
-    assert len(lines) == 2
+    assert len(lines) == 3  # prefill dispatch, prefill combine, fused_deep_moe
     for line in lines:
         doc = json.loads(line)
         jsonschema.validate(doc, packaged_schema())
         assert doc["config"]["world"] == 4 and len(doc["ranks"]) == 4 and doc["reference"]["time_us"]["p50"] > 0
         assert len(doc["output_hashes"]) == 3 and len(set(doc["output_hashes"])) == 1
     assert (tmp_path / "b" / "lab.perf.sqlite").exists()
-    assert sorted(p.name for p in (folder / "perf").glob("bandwidth-*.svg")) == ["bandwidth-combine.svg",
-                                                                                "bandwidth-dispatch.svg"]
+    assert sorted(p.name for p in (folder / "perf").glob("bandwidth-*.svg")) == [
+        "bandwidth-combine.svg", "bandwidth-dispatch.svg", "bandwidth-fused_deep_moe.svg"]
     assert "href='perf.html'" in (folder / "index.html").read_text()
     cmp = subprocess.run([sys.executable, "-m", "framework.cli", "perf", "compare", str(folder), str(folder),
                           "--out", str(tmp_path / "cmp"), "--json"], cwd=REPO, capture_output=True, text=True,
                          timeout=120)
     assert cmp.returncode == 0, cmp.stderr
     table = json.loads(cmp.stdout)["configurations"]
-    assert len(table) == 2 and not any(c["significant"] for c in table) and all(c["delta"] == 0 for c in table)
+    assert len(table) == 3 and not any(c["significant"] for c in table) and all(c["delta"] == 0 for c in table)

@@ -134,8 +134,9 @@ def test_a_core_swapped_for_a_symlink_is_refused_not_followed(host1, secret: str
 
 def test_a_plog_name_cannot_add_files_to_roots_tar(host1, secret: str, lab_env, tmp_path) -> None:
     """review §4: in a shared (1777) plog root, nobody's file ``x\\n9999999992 1 <file>`` put a line naming
-    a root-only file of $HOME (tar's cwd) into root's ``tar -T`` list: it came back in the report. Now the
-    list is NUL-separated and verbatim, and only the SSH user's own single-link files are packed."""
+    a root-only file of $HOME (tar's cwd) into root's ``tar -T`` list: it came back in the report. Now no
+    list reaches tar: the host program walks the folders by descriptor and packs only the SSH user's own
+    single-link files, each name encoded by the tar format."""
     cluster, host = host1
     root = f"/tmp/camit-plog-{os.getpid()}"
     host.check(f"mkdir -p {root}/debug/plog && chmod 1777 {root} {root}/debug {root}/debug/plog "
@@ -153,3 +154,52 @@ def test_a_plog_name_cannot_add_files_to_roots_tar(host1, secret: str, lab_env, 
     got = sorted(p.name for p in files["host1"] if p.parent.name != "host1")
     assert got == ["plog-1.log"], files
     assert SECRET not in report_bytes(tmp_path)
+
+
+# the co-tenant's watcher (stdlib, ctypes inotify): the moment root opens the folder ``$1``, swap it for a
+# symlink to ``$2`` (rename away, then symlink in its place), so a later open *by path* lands in ``$2``
+_SWAP_ON_OPEN = r"""
+import ctypes, os, struct, sys
+libc = ctypes.CDLL(None, use_errno=True)
+fd = libc.inotify_init()
+folder, target = sys.argv[1], sys.argv[2]
+assert libc.inotify_add_watch(fd, folder.encode(), 0x20) >= 0  # IN_OPEN
+open(folder + ".armed", "w").close()
+os.read(fd, 4096)
+os.rename(folder, folder + ".old")
+os.symlink(target, folder)
+"""
+
+
+def test_a_plog_folder_swapped_for_a_symlink_mid_collection_is_not_followed(host1, lab_env,
+                                                                           tmp_path) -> None:
+    """review §4 (the rest of it): a co-tenant's folder in a shared plog root holds root's plog; the
+    moment root's collection opens that folder the co-tenant swaps it for a symlink to a root-only folder
+    holding a file of the same name. ``tar`` re-opened the listed path and packed the root-only file. Now
+    the folder is walked by its descriptor (``O_NOFOLLOW``): root's own plog comes back, nothing of the
+    target does."""
+    cluster, host = host1
+    root = f"/tmp/camit-plog-swap-{os.getpid()}"
+    hidden = f"/root/.camit-rootonly-{os.getpid()}"
+    plog = f"{root}/debug/plog"
+    host.check(f"mkdir -p {root}/debug && chmod 1777 {root} {root}/debug && umask 077 && mkdir -p {hidden} "
+               f"&& printf '%s\\n' {SECRET.decode()} > {hidden}/plog-1.log", timeout=30)
+    as_nobody(host, 'mkdir -m 0777 "$1"', plog)
+    host.check(f"printf 'EI0006 ours\\n' > {plog}/plog-1.log", timeout=30)
+    try:
+        watch = CoreWatch(cluster, lab_env, ascend_log_dirs=[root])
+        baseline = watch.snapshot()
+        time.sleep(1.1)  # the logs are those changed after the snapshot's second
+        host.check(f"touch {plog}/plog-1.log", timeout=30)
+        argv = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--",
+                "python3", "-c", _SWAP_ON_OPEN, plog, hidden]
+        host.check(f"nohup {commands.join(argv)} >/dev/null 2>&1 & "
+                   f"for i in $(seq 100); do [ -e {plog}.armed ] && break; sleep 0.05; done", timeout=30)
+        files = watch.collect_logs(tmp_path, baseline)
+        swapped = host.run(f"[ -L {plog} ] && echo swapped", timeout=30).stdout
+    finally:
+        host.run(f"rm -rf -- {root} {hidden}", timeout=30)
+    assert swapped.strip() == "swapped"  # the co-tenant did swap the folder during the collection
+    assert SECRET not in report_bytes(tmp_path)
+    got = [p for p in files["host1"] if p.name == "plog-1.log"]
+    assert len(got) == 1 and got[0].read_text() == "EI0006 ours\n", files

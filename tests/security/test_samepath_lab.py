@@ -67,3 +67,28 @@ def test_a_co_tenants_folder_or_file_on_the_way_is_refused_and_a_clean_tree_is_r
         assert host.run(["test", "-e", top]).rc == 1
     finally:
         host.run(["rm", "-rf", "--", top])
+
+
+def test_a_roots_symlinked_top_folder_is_followed_and_a_co_tenants_is_refused(cluster, clone):
+    """A real cluster's symlinked ancestor (``/home -> /data/home``): on the host the clone's top folder is a
+    symlink root owns to a sound folder: the tree is shipped through it. The same link owned by uid 65534
+    is refused with one line naming host and path, and nothing is written behind it."""
+    host = cluster["host1"]
+    top = str(clone.parent.parent)
+    real = top + ".real"
+    try:
+        host.check(f"mkdir -m 0755 {quote(real)} && ln -s -- {quote(real)} {quote(top)}")
+        shipment = ship(host, clone)
+        assert shipment.written == [str(clone / "echo_app")]
+        assert host.check([str(clone / "echo_app")]).stdout == "genuine\n"
+        assert host.check(["stat", "-c", "%u", "--", f"{real}/ws/case/echo_app"]).stdout.strip() == "0"
+        shipment.remove()
+        host.check(["rm", "-rf", "--", top, real])
+        host.check(f"{AS_NOBODY} sh -c {quote(f'mkdir -m 0755 {quote(real)} && ln -s -- {quote(real)} {quote(top)}')}")
+        with pytest.raises(TransferError) as err:
+            ship(host, clone)
+        assert str(err.value) == (f"host1: refusing to ship {clone}: {top}: is a symlink owned by uid 65534 "
+                                  "(not root)")
+        assert host.check(["ls", "-A", "--", real]).stdout == ""
+    finally:
+        host.run(["rm", "-rf", "--", top, real])

@@ -209,6 +209,25 @@ def test_write_scrubs_secrets_from_the_json_and_the_raw_captures(tmp_path: Path)
     )
 
 
+def test_write_bounds_each_value_after_scrubbing_it(tmp_path: Path) -> None:
+    """A host that prints without end gives MAX_VALUE characters and a note; a secret across the
+    cut is scrubbed whole (no fragment of it is kept)."""
+    from framework.report.scrub import Scrubber
+
+    value = "x" * (bundle.MAX_VALUE - 4) + "s3cr3t-pw" + "y" * 200_000
+    doc = {
+        "schema": bundle.SCHEMA,
+        "facts": {"host.npu_smi_info": {"value": value, "source": "h1"}},
+        "hosts": {"h1": {"host.npu_smi_info": {"value": value, "source": "h1"}}},
+    }
+    path = bundle.write(doc, tmp_path / "b", Scrubber(["s3cr3t-pw"]))
+    got = bundle.load(path)["facts"]["host.npu_smi_info"]["value"]
+    raw = (tmp_path / "b" / "raw" / "h1" / "host.npu_smi_info.txt").read_text()
+    assert got.endswith(" more characters not kept]") and len(got) < bundle.MAX_VALUE + 60
+    assert raw == got + "\n" and "s3cr" not in path.read_text() + raw
+    assert path.stat().st_size < 3 * bundle.MAX_VALUE
+
+
 @pytest.mark.parametrize(
     ("extra", "message"),
     [

@@ -37,3 +37,15 @@ def test_the_demo_prints_where_the_report_and_the_docs_are():
     assert re.search(r'echo "the report: \S+/reports/latest/index.html', recipe)
     assert re.search(r'echo "the docs: +\S+/build/site/index.html', recipe)
     assert "mkdocs build --strict" in recipe
+
+
+def test_the_demo_ends_with_the_quick_perf_matrix_and_prints_its_page():
+    lines = _demo_recipe().replace("\\\n", " ").split(";")
+    sweep = next(i for i, ln in enumerate(lines) if "suites/cam/test_sweep.py" in ln)
+    suite = next(i for i, ln in enumerate(lines) if "pytest suites/cam --env" in ln)
+    assert suite < sweep, "the quick matrix runs after the suite"
+    words = shlex.split(lines[sweep].split("||")[0])
+    assert words[words.index("--perf-matrix") + 1] == "quick" and "-m perf" in lines[sweep]
+    assert "--world-sizes" in words and words[words.index("--world-sizes") + 1] == "4"
+    page = words[words.index("--report-dir") + 1] + "/latest/perf.html"
+    assert any(f'the performance page (quick matrix): {ROOT}/{page}' in ln for ln in lines[sweep:])

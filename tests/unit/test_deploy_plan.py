@@ -75,7 +75,7 @@ def test_exact_command_lines():
     run_path = PLAN.remote_path(RUN)
     # run only when it still hashes to what was staged (issue 17: nothing reused "because it exists")
     assert deploy.install_run_script(PLAN, RUN) == (
-        sh_verified(run_path, RUN.sha256, "the staged package") + " && "
+        "umask 077; " + sh_verified(run_path, RUN.sha256, "the staged package") + " && "
         f"chmod 0700 '/w d/artifacts/{'cd' * 32}/CAM_ascend910_93_ubuntu_aarch64.run' && "
         f"'/w d/artifacts/{'cd' * 32}/CAM_ascend910_93_ubuntu_aarch64.run' '--install-path=/w d/opp' --quiet < /dev/null"
     )

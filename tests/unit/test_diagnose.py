@@ -78,3 +78,10 @@ def test_the_answer_is_decoded_as_data():
     line = json.dumps({"L-1": {"asked": [0], "logs": {"0": base64.b64encode(text.encode()).decode(),
                                                       "../x": "AAAA"}, "spy": {}}})
     assert diagnose.parse("noise before\n" + line) == {"L-1": {0: (text, "")}}
+
+
+def test_the_diagnosis_says_how_long_the_dump_of_its_ranks_took():
+    group = stacks.StackGroup((stacks.Frame("t.py", 3, "sleep"),), [0, 1, 2], {0: "h1", 1: "h1", 2: "h2"})
+    text = diagnose.Diagnosis("L1", [group], seconds=3.24).describe()
+    assert text.splitlines()[-1] == "  3 rank(s) dumped in 3.2s", text
+    assert "dumped" not in diagnose.Diagnosis("L1", [], {"h": "exit 1"}, seconds=1.0).describe()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import stat
 from pathlib import Path
 
@@ -156,3 +157,25 @@ def test_npu_smi_before_the_launch_is_npu_info_before(tmp_path: Path) -> None:
     notes = faultbundle.host_tree(src, tmp_path / "t")
     assert "before |" in (tmp_path / "t/environment_check/npu_info_before.txt").read_text()
     assert not [n for n in notes if "npu_info_before" in n]
+
+
+def test_the_real_tools_table_gives_its_root_node_and_first_suspected_fault() -> None:
+    """ascend-fd 7.3.0's own output on the lab's device-fault bundle (tests/data/ascend-fd/verdict-zh.txt): its
+    last line is 'The diag job is complete.', which says nothing; the verdict is read from its table."""
+    text = (Path(__file__).parent.parent / "data" / "ascend-fd" / "verdict-zh.txt").read_text(encoding="utf-8")
+    assert faultbundle.verdict_line(text) == (
+        "root cause node(s) ['Unknown Device']; first suspected fault AISW_PyTorch_ERRCODE_Common_ERR00100 "
+        "on ['host1 device-0', 'host1 device-1']")
+    english = ("| Root Cause Node Analysis | Root Cause Node(s) | ['host2 device-1'] |\n"
+               "| Suspected Root Cause | Status Code | AISW_X_1 |\n|  | Faulty Device(s) | ['host2 device-1'] |\n")
+    assert faultbundle.verdict_line(english) == (
+        "root cause node(s) ['host2 device-1']; first suspected fault AISW_X_1 on ['host2 device-1']")
+
+
+@pytest.mark.skipif(shutil.which("ascend-fd") is None,
+                    reason="MindCluster's ascend-fd is not installed on this controller (pip has no distribution "
+                           "of it; build it from mind-cluster component/ascend-faultdiag, see docs/failures.md)")
+def test_the_installed_ascend_fd_reads_the_bundle_and_gives_a_table_verdict(tmp_path: Path) -> None:
+    folders = {h: _host(tmp_path / "run" / h) for h in ("host1", "host2")}
+    bundle, verdict = faultbundle.write_bundle(tmp_path.resolve() / "run", folders)
+    assert verdict is not None and verdict.startswith("root cause node(s) "), (bundle / faultbundle.VERDICT).read_text()

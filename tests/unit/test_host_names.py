@@ -164,9 +164,10 @@ def test_the_host_program_copies_nothing_over_the_cap(tmp_path: Path) -> None:
     assert got["0"]["size"] == 4096 and "copy" not in got["0"] and not list(out.iterdir())
 
 
-def test_the_plog_list_reaches_tar_nul_separated_and_verbatim(tmp_path: Path) -> None:
+def test_a_plog_name_is_one_member_whatever_it_holds(tmp_path: Path) -> None:
     """review §4: a plog named ``x\\n<ts> 1 -C ..\\n...`` added lines (and ``-C``) to root's ``tar -T`` list.
-    Now each name is one NUL-terminated entry, taken verbatim: the archive holds exactly the files."""
+    Now the host program packs each file it walked to as one member, its name encoded by the tar format:
+    the archive holds exactly the files."""
     import tarfile
 
     from framework.cores.logs import logs_script
@@ -212,3 +213,99 @@ def test_gdb_gets_an_executable_only_when_nobody_else_can_write_it(tmp_path: Pat
                         "-ex"] and argv[-2:] == ["-c", "/w/.camit-cores/x/0.core"]
     script = backtrace_script([BacktraceJob(0, "/w/.camit-cores/x/0.core", str(planted))], timeout=5)
     assert f"exe_ok {planted}" in script and '"$x" /w/.camit-cores/x/0.core' in script
+
+
+def test_the_log_pack_walks_folders_by_descriptor_and_opens_each_file_once(tmp_path: Path) -> None:
+    """Issue 31: the Ascend logs are packed by the host program, not by ``tar`` re-opening listed paths:
+    a folder that is a symlink is not followed, a hard-linked file or one another uid owns is refused,
+    and the newest files go first up to the cap."""
+    import json
+    import os
+    import sys
+    import tarfile
+
+    from framework.cores.logs import pack_program
+
+    root = tmp_path / "root" / "debug"
+    (root / "plog").mkdir(parents=True)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "plog-9.log").write_text("SECRET")
+    (root / "linked").symlink_to(outside)
+    (root / "plog" / "plog-1.log").write_text("old-1")
+    (root / "plog" / "plog-2.log").write_text("new-2")
+    os.utime(root / "plog" / "plog-1.log", (time.time() - 30, time.time() - 30))
+    os.link(outside / "plog-9.log", root / "plog" / "hard.log")
+    (root / "plog" / "theirs.log").write_text("theirs")
+    os.chown(root / "plog" / "theirs.log", 65534, 65534)
+
+    def pack(cap: int, out: str) -> tuple[dict[str, int], dict[str, bytes]]:
+        cp = subprocess.run([sys.executable, "-I", "-c", pack_program(), str(tmp_path / out), str(cap),
+                             str(int(time.time()) - 60), str(os.getuid()), "{}", str(root)],
+                            capture_output=True, text=True, timeout=60, check=True)
+        with tarfile.open(tmp_path / out) as tar:
+            got = {m.name: tar.extractfile(m).read() for m in tar.getmembers()}  # type: ignore[union-attr]
+        return json.loads(cp.stdout), got
+
+    rec, got = pack(1 << 20, "all.tgz")
+    base = str(root).strip("/")
+    assert got == {f"{base}/plog/plog-2.log": b"new-2", f"{base}/plog/plog-1.log": b"old-1"}, got
+    assert rec == {"files": 2, "bytes": 10, "refused": 2}
+    _, newest = pack(7, "cap.tgz")  # room for one 5-byte file: the newest
+    assert list(newest) == [f"{base}/plog/plog-2.log"]
+
+
+def test_collect_logs_packs_home_logs_through_the_host_program(tmp_path: Path) -> None:
+    """``camit collect --logs`` once ran ``tar czf -C $HOME ascend/log``: every file there whoever owns it,
+    hard links included. Now the same host program packs it: the SSH user's single-link files only, no
+    folder followed through a symlink; no ``~/ascend/log`` is exit 3."""
+    import os
+    import tarfile
+
+    from framework.cores.logs import home_logs_script
+
+    home = tmp_path / "home"
+    plog = home / "ascend" / "log" / "debug" / "plog"
+    plog.mkdir(parents=True)
+    (plog / "plog-1.log").write_text("ours")
+    (tmp_path / "secret").write_text("SECRET")
+    os.link(tmp_path / "secret", plog / "linked.log")
+    (home / "ascend" / "log" / "run").symlink_to(tmp_path)
+    tgz = tmp_path / "out.tgz"
+    env = {**os.environ, "HOME": str(home)}
+    cp = subprocess.run(["/bin/sh", "-c", home_logs_script(":", str(tgz), 1 << 20)], env=env,
+                        capture_output=True, text=True, timeout=60)
+    assert cp.returncode == 0, cp.stdout + cp.stderr
+    with tarfile.open(tgz) as tar:
+        got = {Path(m.name).name: tar.extractfile(m).read() for m in tar.getmembers()}  # type: ignore[union-attr]
+    assert got == {"plog-1.log": b"ours"}
+    env["HOME"] = str(tmp_path / "nowhere")
+    cp = subprocess.run(["/bin/sh", "-c", home_logs_script(":", str(tgz), 1 << 20)], env=env,
+                        capture_output=True, text=True, timeout=60)
+    assert cp.returncode == 3
+
+
+def test_coverage_data_is_packed_by_the_host_program_never_through_a_link(tmp_path: Path) -> None:
+    """Issue 31: the ``.gcda`` files come back through the host program, as every fetched artifact does:
+    a hard-linked file is refused (``find | tar`` packed it, and re-opened each path after the listing),
+    a folder that is a symlink is not followed, only ``*.gcda`` files are packed, and the count is
+    what was packed."""
+    import os
+    import tarfile
+
+    from framework import coverage
+
+    vendor = tmp_path / "vendors" / "CAM"
+    (vendor / "obj").mkdir(parents=True)
+    (vendor / "obj" / "a.gcda").write_bytes(b"gcda")
+    (vendor / "obj" / "a.o").write_bytes(b"obj")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "secret.gcda").write_bytes(b"SECRET")
+    (vendor / "linked").symlink_to(elsewhere)
+    os.link(elsewhere / "secret.gcda", vendor / "obj" / "b.gcda")
+    tgz = tmp_path / "g.tgz"
+    out = run_sh(str(coverage.gcda_script([str(vendor)], str(tgz))) + "\nprintf '@@end\\n'\n")
+    assert coverage.parse_gcda_count(out) == 1, out
+    with tarfile.open(tgz) as tar:
+        assert tar.getnames() == [f"{str(vendor).lstrip('/')}/obj/a.gcda"]

@@ -323,3 +323,26 @@ def test_a_launchs_diagnostics_point_into_its_run_folder():
         "ASCEND_PROCESS_LOG_PATH": "/w/runs/L/ascend", "TORCH_HCCL_DUMP_ON_TIMEOUT": "1",
         "TORCH_HCCL_DEBUG_INFO_TEMP_FILE": "/w/runs/L/hccl_trace_rank_"}
     assert run_folder_env(cpu, "gloo", "/w/runs/L") == {}
+
+
+def test_the_run_folder_is_read_through_the_host_program_never_through_a_link(tmp_path):
+    """Issue 31: the run folder comes back through the host program (every fetched artifact does): a
+    plog folder that is a symlink is not followed, a hard-linked rank log is refused (``tar`` packed
+    both), the rest comes back as before."""
+    import os
+
+    run_dir, out = tmp_path / "run", tmp_path / "local"
+    run_dir.mkdir()
+    outside = tmp_path / "outside"
+    (outside / "debug").mkdir(parents=True)
+    (outside / "debug" / "plog-9.log").write_text("SECRET\n")
+    (run_dir / "ascend").symlink_to(outside)
+    (tmp_path / "shadow").write_text("SECRET\n")
+    os.link(tmp_path / "shadow", run_dir / "rank1.log")
+    (run_dir / "rank0.log").write_text("r\n")
+    tgz = tmp_path / "r.tgz"
+    subprocess.run(["sh", "-c", str(fetch.pack_script(str(run_dir), str(tgz)))], check=True, timeout=60)
+    out.mkdir()
+    fetch.unpack(tgz, out)
+    got = {p.relative_to(out).as_posix(): p.read_text() for p in out.rglob("*") if p.is_file()}
+    assert got == {"rank0.log": "r\n"}

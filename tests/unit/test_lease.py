@@ -480,3 +480,53 @@ def test_one_slow_host_never_ages_a_healthy_hosts_heartbeat(tmp_path):
     finally:
         slow.clear()
         lease.release()
+
+
+@pytest.mark.parametrize("failure", ["ssh", "busy"])
+def test_a_host_whose_refresh_keeps_failing_is_dropped_before_it_could_be_judged_stale(failure):
+    """Issue 31: a host whose heartbeat keeps failing (its sshd gone) was only logged, beat after beat,
+    while another controller could judge its lease stale and take it: two controllers on one host. Now a
+    failed beat is retried at once while the staleness window allows, then the host is dropped (``lost``
+    names it and the heartbeat step, ``on_lost`` fires) before the window ends; a healthy host goes on.
+    A refresh that answers ``busy`` (the lease file's mutex never came free) renewed nothing: it counts too."""
+    hosts, fakes = zip(*(fake_host(n, f"10.0.0.{i}") for i, n in enumerate(("a", "b"), 1)))
+    failing = threading.Event()
+    refreshes: dict[str, list[float]] = {"a": [], "b": []}
+
+    def handler(name: str):  # type: ignore[no-untyped-def]
+        def reply_to(display: str) -> Result:
+            content = put_content(display).replace("__NOW__", "1000").replace("__EXPIRES__", "1300")
+            if "RESULT refreshed" in display:
+                refreshes[name].append(time.monotonic())
+                if name == "a" and failing.is_set():
+                    return (Result(name, "script", 255, "", "ssh: connection refused") if failure == "ssh"
+                            else reply("busy", content))
+                return reply("refreshed", content)
+            return reply("released" if "RESULT released" in display else "acquired", content)
+        return reply_to
+
+    for h, fake in zip(hosts, fakes):
+        fake.on(re.compile(r"RESULT"), handler=handler(h.name))
+    lost: list[LeaseLost] = []
+    lease = Lease(Cluster(list(hosts)), owner="me", ttl=300, interval=0.3, on_lost=lost.append).acquire()
+    try:
+        time.sleep(0.45)  # one good beat each
+        failing.set()
+        started = time.monotonic()
+        deadline = started + 3.0
+        while "a" not in lease.lost and time.monotonic() < deadline:
+            time.sleep(0.01)
+        dropped = time.monotonic()
+        time.sleep(0.4)
+    finally:
+        lease.release()
+    assert "a" in lease.lost and "b" not in lease.lost, lease.lost
+    last_good = max(t for t in refreshes["a"] if t < started)
+    assert dropped < last_good + lease.stale_after  # before a's last good beat could be judged stale
+    assert lease.lost["a"].startswith("dropped: the lease heartbeat failed ")
+    attempts = [t for t in refreshes["a"] if t >= started]
+    assert len(attempts) >= 2 and all(t <= dropped + 0.05 for t in attempts)  # retried, then left alone
+    assert len([t for t in refreshes["b"] if t > dropped]) >= 1  # the healthy host beats on
+    assert lost and str(lost[0]).startswith("lease lost: a: dropped: the lease heartbeat failed")
+    with pytest.raises(LeaseLost, match="^lease lost: a: dropped"):
+        lease.check()

@@ -1,6 +1,8 @@
 """The straggler score on synthetic timings: a 10 % slow rank is named with its host, healthy runs name nobody."""
 
 import random
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -81,3 +83,56 @@ def test_a_rank_slow_in_only_some_iterations_is_not_named():
     assert straggler.find(times, ["a", "a", "b", "b"]) == []
     times[3][3] = times[4][3] = 106.0
     assert [s.rank for s in straggler.find(times, ["a", "a", "b", "b"])] == [3]
+
+
+# --- a whole slow host on two hosts (the median rank sits between them): the op stand-in's time model
+# (standin/umdk_cam_op_lib/_timing.py) gives each rank its modelled time, seeded noise is the lab's jitter
+STANDIN = str(Path(__file__).resolve().parents[2] / "standin")
+if STANDIN not in sys.path:
+    sys.path.insert(0, STANDIN)
+
+from umdk_cam_op_lib import _timing  # noqa: E402
+
+HOSTS4 = ["h1", "h1", "h2", "h2"]
+
+
+def _modelled(seed, slow=None, iters=10, ranks=4, sd=0.02):
+    model = _timing.Model(bw_gbps=0.5, latency_us=50.0, slow=slow or {})
+    rng = random.Random(seed)
+    return [[model.duration_s(16 * 2 * 1024 * 2, r) * 1e6 * (1 + rng.gauss(0, sd)) for r in range(ranks)]
+            for _ in range(iters)]
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_a_host_10_percent_slow_is_named_on_two_hosts(seed):
+    times = _modelled(seed, slow={2: 1.1, 3: 1.1})
+    assert all(s.host_factor < 1.06 for s in straggler.find(times, HOSTS4))  # the rank score barely sees it
+    found = straggler.find_hosts(times, HOSTS4)
+    assert [(h.host, h.ranks) for h in found] == [("h2", (2, 3))]
+    assert found[0].factor == pytest.approx(1.10, abs=0.02)
+    assert f"slow host: h2 (ranks 2,3) x{found[0].factor:.2f} the other hosts" in straggler.describe(times, HOSTS4)
+
+
+def test_twenty_healthy_modelled_runs_name_no_host_and_no_rank():
+    assert [straggler.describe(_modelled(200 + seed), HOSTS4) for seed in range(20)] == [None] * 20
+    assert [straggler.describe(_times(300 + seed, ranks=4), HOSTS4) for seed in range(20)] == [None] * 20
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_one_slow_rank_of_two_is_named_as_a_rank_not_its_host(seed):
+    times = _modelled(seed, slow={3: 1.1})
+    assert straggler.find_hosts(times, HOSTS4) == []
+    assert [s.rank for s in straggler.find(times, HOSTS4)] == [3]
+
+
+def test_a_slow_host_of_one_rank_each_and_too_few_iterations():
+    times = _modelled(1, slow={1: 1.2}, ranks=2)
+    assert [h.host for h in straggler.find_hosts(times, ["a", "b"])] == ["b"]
+    assert straggler.find_hosts(times[:4], ["a", "b"]) == []
+    assert straggler.find_hosts(times, ["a", "a"]) == []  # one host: nobody to be slower than
+
+
+def test_the_row_names_the_slow_host():
+    row = build_row(run_id="r", seed=1, config=CFG, warmup=1, times_us=_modelled(4, slow={2: 1.15, 3: 1.15}),
+                    hosts=HOSTS4, sent=SENT, environment=ENV, output_hashes=[])
+    assert row.straggler is not None and row.straggler.startswith("slow host: h2 (ranks 2,3) x1.1")

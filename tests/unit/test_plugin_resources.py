@@ -12,38 +12,21 @@ from pathlib import Path
 
 import pytest
 
-from framework.config.effective import EnvConfig, HostSpec, load
-from framework.errors import HostUnreachable, MultiHostError
+from framework.config.effective import EnvConfig
+from framework.errors import MultiHostError
 from framework.lease import LeaseHeld
 from framework.plugin.context import RunContext
 from framework.plugin.options import LeaseSettings, Options
 from framework.plugin.resources import Resources, open_leased_cluster
-from framework.testing.fake import FakeTransport
-from framework.transport.base import Transport
-from framework.transport.local import LocalTransport
+from tests.builders import LOCAL_HOSTS, local_env, local_transports
 
-HOSTS = ("node1", "node2", "node3")
+HOSTS = LOCAL_HOSTS
+transports = local_transports
 
 
 @pytest.fixture
 def env(tmp_path: Path) -> EnvConfig:
-    lines = ["host_info:"]
-    for i, name in enumerate(HOSTS, 1):
-        (tmp_path / name).mkdir()
-        lines.append(f"  {name}: {{manage_nic: {{name: eth0, ip: 192.0.2.{i}}}, workdir: {tmp_path / name}}}")
-    (tmp_path / "env.yaml").write_text("\n".join(lines) + "\n")
-    return load(tmp_path / "env.yaml")
-
-
-def transports(down: str | None = None):
-    def make(spec: HostSpec) -> Transport:
-        if spec.name == down:
-            fake = FakeTransport(spec.name)
-            fake.connect_error = HostUnreachable(spec.name, "connect timed out")
-            return fake
-        return LocalTransport(spec.name)
-
-    return make
+    return local_env(tmp_path)
 
 
 def leased(tmp_path: Path) -> list[str]:

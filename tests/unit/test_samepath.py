@@ -133,14 +133,47 @@ def test_a_tree_a_co_tenant_could_swap_is_refused_naming_host_and_path(tmp_path,
     assert not list(tmp_path.rglob("*.camit-part-*"))
 
 
-def test_a_symlink_on_the_way_is_refused_where_mkdir_p_would_follow_it(tmp_path):
-    """A symlink planted at a folder the controller has as a real one: refused, nothing made behind it."""
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to play the co-tenant's uid")
+def test_a_co_tenants_symlink_on_the_way_is_refused_where_mkdir_p_would_follow_it(tmp_path):
+    """A symlink a co-tenant planted at a folder the controller has as a real one: refused, nothing made
+    behind it."""
     (tmp_path / "elsewhere").mkdir()
     (tmp_path / "ci").symlink_to(tmp_path / "elsewhere")
+    os.lchown(tmp_path / "ci", NOBODY, NOBODY)
     files = [str(tmp_path / "ci" / "case" / "test.py")]
     out = run_sh(probe_script(files, folders_of(files)), tmp_path)
-    assert out.returncode == UNSAFE_RC and unsafe_reason(out.stdout) == f"{tmp_path / 'ci'}: is a symlink"
+    assert out.returncode == UNSAFE_RC and unsafe_reason(out.stdout) == (
+        f"{tmp_path / 'ci'}: is a symlink owned by uid {NOBODY} (not root)")
     assert list((tmp_path / "elsewhere").iterdir()) == []
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to play the co-tenant's uid")
+@pytest.mark.parametrize("target", ["sound", "co-tenant's", "writable"])
+def test_a_roots_symlinked_ancestor_is_followed_only_into_a_target_that_passes_the_guard(tmp_path, target):
+    """A real cluster's ``/home -> /data/home``: a symlink root owns, in a folder that passes the guard, is
+    accepted when every folder of its resolved target passes it too (the tree is made and shipped
+    there); a target folder a co-tenant owns or may write is refused with one line naming host and path."""
+    data = tmp_path / "data"
+    (data / "home").mkdir(parents=True)
+    (tmp_path / "home").symlink_to(data / "home")  # root's link (the test runs as root)
+    if target == "co-tenant's":
+        os.chown(data, NOBODY, NOBODY)
+    elif target == "writable":
+        data.chmod(0o777)
+    there = tmp_path / "home" / "user" / "ci"
+    files = [str(there / "case" / "test.py")]
+    out = run_sh(probe_script(files, folders_of(files)), tmp_path)
+    if target == "sound":
+        assert out.returncode == 0, out.stdout + out.stderr
+        missing = parse_probe(out.stdout, files, folders_of(files))[1]
+        assert missing == [str(tmp_path / "home" / "user"), str(there), str(there / "case")]
+        made = run_sh(mkdir_script(missing), tmp_path)
+        assert made.returncode == 0 and (data / "home" / "user" / "ci" / "case").is_dir()
+        return
+    why = {"co-tenant's": f"is owned by uid {NOBODY} (not root or the SSH user, uid 0)",
+           "writable": "is writable by group/others (mode 777) without the sticky bit"}[target]
+    assert out.returncode == UNSAFE_RC and unsafe_reason(out.stdout) == f"{data}: {why}"
+    assert list((data / "home").iterdir()) == []
 
 
 def test_a_fifo_at_a_file_path_is_refused_at_once(tmp_path):
@@ -190,3 +223,25 @@ def test_a_file_there_with_other_content_is_refused_before_anything_is_written(t
         ship(host, folder)
     assert fake.files == {}
     assert not [c for c in fake.calls if "; i=0; for f in " not in c]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to play the co-tenant's uid")
+def test_ship_and_the_urma_tree_share_one_judgement_of_the_folders(tmp_path):
+    """``ship`` and ``urma.tree.ship_tree`` judge and make the folders by one public step
+    (``samepath.prepare``; only their upload differs): the same refusal line for a co-tenant's folder,
+    the same kept files on a host that has the tree, and no private helper of samepath borrowed."""
+    from framework.urma import tree
+
+    folder = case(tmp_path / "ci")
+    digests = {p: sha(p) for p in files_of(folder)}
+    kept = ship(local_host(), folder).kept
+    assert [s.kept for s in tree.ship_tree(local_host(), [folder], digests)] == [kept]
+    os.chown(tmp_path / "ci", NOBODY, NOBODY)
+    refusals = []
+    for attempt in (lambda: ship(local_host(), folder), lambda: tree.ship_tree(local_host(), [folder], digests)):
+        with pytest.raises(TransferError) as err:
+            attempt()
+        refusals.append(str(err.value))
+    assert refusals == [f"host1: refusing to ship {folder}: {tmp_path / 'ci'}: is owned by uid {NOBODY} "
+                        "(not root or the SSH user, uid 0)"] * 2
+    assert not hasattr(tree, "_refuse") and "prepare" in vars(tree)

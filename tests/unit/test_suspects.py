@@ -15,42 +15,25 @@ from pathlib import Path
 import pytest
 
 from framework import suspects
-from framework.config.effective import EnvConfig, HostSpec, load
-from framework.errors import HostUnreachable
+from framework.config.effective import EnvConfig
 from framework.hosts import Cluster
 from framework.launch.devices import HeldDevice
 from framework.launch.result import LaunchResult, NodeResult
 from framework.plugin.context import chosen_hosts
 from framework.plugin.options import Options
 from framework.preflight.checks import FAIL, OK, WARN, CheckResult, Report
-from framework.testing.fake import FakeTransport
-from framework.transport.base import Transport
-from framework.transport.local import LocalTransport
+from tests.builders import LOCAL_HOSTS, local_env, local_transports
 
-HOSTS = ("node1", "node2", "node3")
+HOSTS = LOCAL_HOSTS
 
 
 @pytest.fixture
 def env(tmp_path: Path) -> EnvConfig:
-    lines = ["host_info:"]
-    for i, name in enumerate(HOSTS, 1):
-        (tmp_path / name).mkdir()
-        lines.append(
-            f"  {name}: {{manage_nic: {{name: eth0, ip: 192.0.2.{i}}}, workdir: {tmp_path / name}}}"
-        )
-    (tmp_path / "env.yaml").write_text("\n".join(lines) + "\n")
-    return load(tmp_path / "env.yaml")
+    return local_env(tmp_path)
 
 
 def cluster(env: EnvConfig, down: str | None = None) -> Cluster:
-    def make(spec: HostSpec) -> Transport:
-        if spec.name == down:
-            fake = FakeTransport(spec.name)
-            fake.connect_error = HostUnreachable(spec.name, "connect timed out")
-            return fake
-        return LocalTransport(spec.name)
-
-    return Cluster.from_env(env, None, transport_factory=make)
+    return Cluster.from_env(env, None, transport_factory=local_transports(down))
 
 
 def marks_on(tmp_path: Path, host: str) -> list[dict[str, object]]:
@@ -221,3 +204,34 @@ def test_heal_keeps_a_host_that_still_fails_preflight_or_has_no_healthy_partner(
         "node2": "heal",
         "node3": "heal",
     }
+
+
+def test_two_controllers_marking_at_once_lose_no_mark(env, tmp_path):
+    """Two controllers (threads with a cluster each) write marks of different hosts into the same folders at
+    once, round after round; every host's folder ends with both, and each controller reads both."""
+    import threading
+
+    errors: list[BaseException] = []
+    start = threading.Barrier(2)
+
+    def controller(victim: str) -> None:
+        try:
+            with cluster(env) as c:
+                start.wait(10)
+                for i in range(4):
+                    suspects.mark(c, {victim: ("preflight", f"disk: fail: round {i}")}, ttl=600)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=controller, args=(v,)) for v in ("node2", "node3")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors, errors
+    for host in HOSTS:
+        assert sorted(d["host"] for d in marks_on(tmp_path, host)) == ["node2", "node3"], host
+    with cluster(env) as c:
+        seen = suspects.read(c)
+    assert sorted(seen) == ["node2", "node3"] and seen["node2"].reason == "disk: fail: round 3"
+    assert not list(tmp_path.rglob("*.tmp")), "a temporary mark file was left"

@@ -171,7 +171,8 @@ def test_a_custom_install_path_outside_the_workdir_passes_the_same_guard(tmp_pat
         (tmp_path / "real").mkdir(mode=0o755)
         opt.rmdir()
         opt.symlink_to(tmp_path / "real")
-        why = "is a symlink"
+        os.lchown(opt, 65534, 65534)  # a co-tenant's link (root's own, to a sound target, is accepted)
+        why = "is a symlink owned by uid 65534 (not root)"
     else:
         opt.chmod(0o777)
         why = "is writable by group/others (mode 777) without the sticky bit"
@@ -210,3 +211,30 @@ def test_the_run_installer_never_runs_into_a_custom_install_path_a_co_tenant_own
     assert not marker.exists()
     os.chown(opt, 0, 0)
     assert sh(install_run_script(plan, art)).returncode == 0 and marker.exists()
+
+
+def test_the_run_installer_runs_under_umask_077_so_a_co_tenant_reads_nothing_it_extracts(tmp_path):
+    """What the ``.run`` extracts and writes while it installs is private to the SSH user: the step runs
+    under ``umask 077`` whatever the login shell's umask (022 here, the common default)."""
+    from framework.deploy.plan import Artifact, install_run_script
+
+    package = tmp_path / "pkg.run"
+    package.write_text('#!/bin/sh\nd="${1#--install-path=}"\nmkdir -p "$d/extract"\n'
+                       'echo key > "$d/extract/payload"\numask > "$d/umask"\n')
+    sha = hashlib.sha256(package.read_bytes()).hexdigest()
+    plan = HostPlan(host="h1", workdir=str(tmp_path / "work"), python=sys.executable, venv=False,
+                    install_path=str(tmp_path / "work" / "opp"), manage_ip="10.0.0.1")
+    art = Artifact("run_package", package, sha, package.stat().st_size)
+    staged = Path(plan.remote_path(art))
+    staged.parent.mkdir(parents=True)
+    staged.write_bytes(package.read_bytes())
+    old = os.umask(0o022)
+    try:
+        res = sh(install_run_script(plan, art))
+    finally:
+        os.umask(old)
+    assert res.returncode == 0, res.stderr
+    opp = Path(plan.install_path)
+    assert (opp / "umask").read_text().strip() == "0077"
+    for made in (opp / "extract", opp / "extract" / "payload"):
+        assert made.stat().st_mode & 0o077 == 0, oct(made.stat().st_mode)

@@ -140,26 +140,32 @@ def _int8(rs: np.random.RandomState, shape: tuple[int, ...]) -> np.ndarray:
     return rs.randint(-16, 16, size=shape, dtype=np.int8)
 
 
-@functools.lru_cache(maxsize=1)
 def fused_weights(seed: int, case: FusedCase) -> dict[str, np.ndarray]:
     """Weights of every expert (each rank passes its own slice), seeded identically on all ranks; the last
-    case's are kept (the op's arguments and the reference read the same arrays, never writing them)."""
+    ones are kept (the op's arguments and the reference read the same arrays, never writing them), keyed by
+    what they depend on only: cases that differ in batch or top_k (a perf sweep's) share them."""
+    return _fused_weights(seed, case.experts, case.hidden, case.inter, case.with_smooth, case.with_share)
+
+
+@functools.lru_cache(maxsize=1)
+def _fused_weights(seed: int, e: int, h: int, inter: int, with_smooth: bool,
+                   with_share: bool) -> dict[str, np.ndarray]:
     rs = np.random.RandomState((seed * 31337 + 17) % (2**32))
-    e, h, i2 = case.experts, case.hidden, 2 * case.inter
+    i2 = 2 * inter
     w = {
         "w1": _int8(rs, (e, h, i2)),
         "s1": (rs.rand(e, i2) * 0.003 + 0.0015).astype(np.float32),
-        "w2": _int8(rs, (e, case.inter, h)),
+        "w2": _int8(rs, (e, inter, h)),
         "s2": bf16_round((rs.rand(e, h) * 0.003 + 0.0015).astype(np.float32)),
     }
-    if case.with_smooth:
+    if with_smooth:
         w["smooth"] = (rs.rand(e, h) * 0.5 + 0.75).astype(np.float32)
-    if case.with_share:
+    if with_share:
         w["sw1"] = _int8(rs, (h, i2))
         w["ss1"] = (rs.rand(i2) * 0.003 + 0.0015).astype(np.float32)
-        w["sw2"] = _int8(rs, (case.inter, h))
+        w["sw2"] = _int8(rs, (inter, h))
         w["ss2"] = bf16_round((rs.rand(h) * 0.003 + 0.0015).astype(np.float32))
-        w["ssmooth"] = (rs.rand(h) * 0.5 + 0.75).astype(np.float32) if case.with_smooth else None
+        w["ssmooth"] = (rs.rand(h) * 0.5 + 0.75).astype(np.float32) if with_smooth else None
     return w
 
 

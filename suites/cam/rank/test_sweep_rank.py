@@ -1,11 +1,13 @@
 """The perf sweep, rank side: every configuration of ``CAMIT_SWEEP`` timed, hashed and compared with all_to_all.
 
-``CAMIT_SWEEP`` is ``warmup;iterations;tokens:hidden:top_k:experts,...``. For each shape the rank runs the
+``CAMIT_SWEEP`` is ``warmup;iterations;PREFILL;FUSED``: PREFILL ``tokens:hidden:top_k:experts,...``, FUSED
+fused_deep_moe's ``batch:hidden:top_k:experts:inter,...`` (either may be empty). For each prefill shape the rank runs the
 warm-up, then the timed iterations: a barrier, dispatch, sync (the time), combine, sync (the time), each
 iteration's outputs hashed (sha256 of their bytes: identical for one seed, or the op is not deterministic),
 then the reference — ``all_to_all_single`` over the same group moving the same bytes as the dispatch (each
 destination gets the rows of the experts it hosts). Times are microseconds of the host clock around the
-device's synchronize (the stand-in's events are host clocks). It writes ``perf-sweep-rank<N>.json`` (fetched by the launch's ``perf-*.json`` pattern): per shape
+device's synchronize (the stand-in's events are host clocks). A fused shape is timed alike (a barrier, the op,
+sync), its ``output`` hashed, and its reference is the all_to_all of its own dispatch's bf16 rows. It writes ``perf-sweep-rank<N>.json`` (fetched by the launch's ``perf-*.json`` pattern): per shape
 the times, the hashes and the send matrix (every rank can compute every rank's seeded routing, camref).
 """
 
@@ -22,7 +24,8 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.distributed as dist
-from camref import PrefillCase, prefill_inputs
+from camref import FusedCase, PrefillCase, fused_inputs, prefill_inputs
+from test_fused_rank import fused_args
 
 SPEC = os.environ.get("CAMIT_SWEEP", "1;3;16:1024:2:0")
 DRIVER_INFO = Path("/usr/local/Ascend/driver/version.info")
@@ -65,13 +68,47 @@ def environment() -> dict[str, object]:
             "hccl": {k: v for k, v in sorted(os.environ.items()) if k.startswith("HCCL_")}}
 
 
-def _shapes(spec: str) -> tuple[int, int, list[PrefillCase]]:
-    warmup, iterations, shapes = spec.split(";")
-    cases = []
-    for item in shapes.split(","):
+def _shapes(spec: str) -> tuple[int, int, list[PrefillCase], list[FusedCase]]:
+    warmup, iterations, shapes, *fused = spec.split(";")
+    cases, fused_cases = [], []
+    for item in filter(None, shapes.split(",")):
         tokens, hidden, top_k, experts = (int(v) for v in item.split(":"))
         cases.append(PrefillCase(tokens=tokens, hidden=hidden, experts=experts, top_k=top_k))
-    return int(warmup), int(iterations), cases
+    for item in filter(None, (fused or [""])[0].split(",")):
+        batch, hidden, top_k, experts, inter = (int(v) for v in item.split(":"))
+        fused_cases.append(FusedCase(batch=batch, hidden=hidden, inter=inter, experts=experts, top_k=top_k))
+    return int(warmup), int(iterations), cases, fused_cases
+
+
+def _fused_rows(seed: int, world: int, case: FusedCase) -> list[list[int]]:
+    """rows[i][j]: the (token, expert) rows fused_deep_moe's dispatch sends from rank i to rank j."""
+    per_rank = case.experts // world
+    return [np.bincount((fused_inputs(seed, src, case)["ids"] // per_rank).ravel(), minlength=world)
+            .astype(int).tolist() for src in range(world)]
+
+
+def _measure_fused(cam, seed: int, case: FusedCase, warmup: int, iterations: int) -> dict:
+    rows = _fused_rows(seed, cam.world, case)
+    got: dict = {"fused_deep_moe_us": [], "reference_us": [], "fused_deep_moe_hash": []}
+    args = fused_args(cam, seed, case)  # built once, on the device: only the op is timed
+    section = 0.0
+    for it in range(warmup + iterations):
+        dist.barrier()
+        t0 = time.perf_counter()
+        out, _, counts = cam.ops.fused_deep_moe(*args)
+        cam.sync()
+        t1 = time.perf_counter()
+        ref = _reference(cam, rows, case.hidden)
+        section += (t1 - t0) * 1e6 + ref
+        if it >= warmup:
+            got["fused_deep_moe_us"].append((t1 - t0) * 1e6)
+            got["reference_us"].append(ref)
+            got["fused_deep_moe_hash"].append(_digest(out) + _digest(counts))
+    got["rows"] = rows
+    got["section_us"] = section  # the op(s) and the reference, warm-up included: the rest is bookkeeping
+    got["shape"] = {"tokens": case.batch, "hidden": case.hidden, "top_k": case.top_k, "experts": case.experts,
+                    "inter": case.inter}
+    return got
 
 
 def _rows(seed: int, world: int, case: PrefillCase) -> list[list[int]]:
@@ -109,6 +146,7 @@ def _measure(cam, seed: int, case: PrefillCase, warmup: int, iterations: int) ->
     ntpe, sti = cam.ops.get_dispatch_layout(topk_t, case.experts, cam.world)
     rows = _rows(seed, cam.world, case)
     got: dict = {"dispatch_us": [], "combine_us": [], "reference_us": [], "dispatch_hash": [], "combine_hash": []}
+    section = 0.0
     for it in range(warmup + iterations):
         dist.barrier()
         t0 = time.perf_counter()
@@ -120,6 +158,7 @@ def _measure(cam, seed: int, case: PrefillCase, warmup: int, iterations: int) ->
         cam.sync()
         t2 = time.perf_counter()
         ref = _reference(cam, rows, case.hidden)
+        section += (t2 - t0) * 1e6 + ref
         if it >= warmup:
             got["dispatch_us"].append((t1 - t0) * 1e6)
             got["combine_us"].append((t2 - t1) * 1e6)
@@ -127,22 +166,44 @@ def _measure(cam, seed: int, case: PrefillCase, warmup: int, iterations: int) ->
             got["dispatch_hash"].append(_digest(recv_x[: int(recv_count[-1])] if recv_count.numel() else recv_x))
             got["combine_hash"].append(_digest(out))
     got["rows"] = rows
+    got["section_us"] = section  # the op(s) and the reference, warm-up included: the rest is bookkeeping
     got["shape"] = case.__dict__
     return got
 
 
+def _sized(case: PrefillCase, world: int) -> PrefillCase:
+    """The default spec's experts (0) follow the world: two a rank."""
+    if case.experts:
+        return case
+    return PrefillCase(tokens=case.tokens, hidden=case.hidden, experts=2 * world, top_k=case.top_k)
+
+
+def _walled(measure, *args) -> dict:
+    """``measure(*args)`` with ``wall_us``: the whole shape, inputs, barriers and hashes included
+    (``bench/perf_overhead.py`` sets it against ``section_us``)."""
+    t0 = time.perf_counter()
+    got = measure(*args)
+    got["wall_us"] = (time.perf_counter() - t0) * 1e6
+    return got
+
+
 def test_sweep(cam, seed):
-    warmup, iterations, cases = _shapes(SPEC)
+    warmup, iterations, cases, fused_cases = _shapes(SPEC)
+    dist.barrier()  # the ranks start seconds apart: line them up before any shape's wall clock starts
+    t0 = time.perf_counter()
+    if cases:  # the process's first calls (lazy imports, first allocations, first collectives) once per launch
+        _measure(cam, seed, _sized(cases[0], cam.world), 1, 0)
+    launch_us = (time.perf_counter() - t0) * 1e6
     results = []
     for case in cases:
-        if case.experts == 0:  # the default spec: experts follow the world
-            case = PrefillCase(tokens=case.tokens, hidden=case.hidden, experts=2 * cam.world, top_k=case.top_k)
-        results.append(_measure(cam, seed, case, warmup, iterations))
+        results.append(_walled(_measure, cam, seed, _sized(case, cam.world), warmup, iterations))
+    fused = [_walled(_measure_fused, cam, seed, case, warmup, iterations) for case in fused_cases]
     with open(f"perf-sweep-rank{cam.rank}.json", "w") as fh:
         json.dump({"rank": cam.rank, "world": cam.world, "seed": seed, "warmup": warmup, "iterations": iterations,
-                   "environment": environment(), "shapes": results}, fh)
-    for r in results:
-        for op in ("dispatch", "combine"):
-            assert len(set(r[f"{op}_hash"])) == 1, \
-                f"rank {cam.rank}: {op} {r['shape']} gave {len(set(r[f'{op}_hash']))} different outputs " \
-                f"over {iterations} iterations of one seed (not deterministic)"
+                   "environment": environment(), "shapes": results, "fused": fused,
+                   "launch_us": launch_us}, fh)
+    checks = [(r, op) for r in results for op in ("dispatch", "combine")] + [(r, "fused_deep_moe") for r in fused]
+    for r, op in checks:
+        assert len(set(r[f"{op}_hash"])) == 1, \
+            f"rank {cam.rank}: {op} {r['shape']} gave {len(set(r[f'{op}_hash']))} different outputs " \
+            f"over {iterations} iterations of one seed (not deterministic)"

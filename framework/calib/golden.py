@@ -1,0 +1,135 @@
+"""Fused vs the golden small ops at upstream's CASE_4RANK, judged by the suite's tolerances.
+
+One launch of :mod:`framework.calib.golden_rank` at world 4 on hccl (the fewest hosts whose usable
+devices hold 4 ranks), per dtype of :data:`DTYPES`. Two facts per dtype:
+``cam.fused_vs_golden.case_4rank.<dtype>`` is the verdict (compared with the profile: ``holds`` or
+what fails) and ``....measured`` the worst rank's numbers (a measurement, never compared). The
+verdict applies :data:`SUITE_TOLERANCES`, the tolerances ``suites/cam/rank/test_fused_rank.py``
+applies to fused_deep_moe's output (tests/unit/test_calib_golden.py keeps them equal): upstream's
+allclose (an element is outside when ``|d| > atol + rtol*|want|``; the output passes while the
+outside fraction is below rtol), the norm-relative bound ``FUSED_REL`` and exact counts."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # pragma: no cover
+    from framework.config.effective import EnvConfig
+    from framework.hosts import Cluster
+
+SCRIPT = Path(__file__).with_name("golden_rank.py")
+MARK = "@@camit-golden@@"
+WORLD = 4
+DTYPES = ("bfloat16", "float16")
+SEED = 30
+KEY = "cam.fused_vs_golden.case_4rank"
+#: the suite's fused tolerances: upstream allclose (rtol, atol) and the norm-relative bound
+SUITE_TOLERANCES = {"rtol": 0.02, "atol": 2.0, "norm_rel": 0.005}
+Fact = dict[str, str]
+
+
+def placement(devices: Sequence[int]) -> tuple[int, int] | None:
+    """(hosts, ranks per host) for world 4 from the hosts' usable devices in env order: the fewest
+    hosts that hold it; None when no NPU host can."""
+    for n in (1, 2, 4):
+        per = WORLD // n
+        if n <= len(devices) and all(d >= per for d in devices[:n]):
+            return n, per
+    return None
+
+
+def verdict(row: Mapping[str, Any]) -> str:
+    """``holds`` or each failed check, for one dtype's worst-rank row (see the module's rule)."""
+    if "error" in row:
+        return f"not measured: {row['error']}"
+    tol = SUITE_TOLERANCES
+    fails = []
+    if not row["outside"] / max(row["elements"], 1) < tol["rtol"]:
+        fails.append(f"allclose(rtol {tol['rtol']}, atol {tol['atol']}): {row['outside']} of "
+                     f"{row['elements']} elements outside")
+    if not row["norm_rel"] < tol["norm_rel"]:
+        fails.append(f"norm-relative {row['norm_rel']:.3g} >= {tol['norm_rel']}")
+    if not row["counts_equal"]:
+        fails.append("expert_token_nums differ")
+    return "holds" if not fails else "fails: " + "; ".join(fails)
+
+
+def measured(row: Mapping[str, Any], ranks: int) -> str:
+    if "error" in row:
+        return "not measured"
+    return (f"max_abs {row['max_abs']:.6g}, max_rel {row['max_rel']:.6g} (|golden| >= 1), "
+            f"norm_rel {row['norm_rel']:.6g}, outside {row['outside']} of {row['elements']}, "
+            f"counts {'equal' if row['counts_equal'] else 'differ'} (worst of {ranks} ranks)")
+
+
+def worst(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The ranks' rows of one dtype folded: the largest errors, any error text, counts all equal."""
+    errors = [r["error"] for r in rows if "error" in r]
+    if errors or not rows:
+        return {"error": errors[0] if errors else "no rank answered"}
+    out: dict[str, Any] = {k: max(r[k] for r in rows) for k in ("max_abs", "max_rel", "norm_rel")}
+    out["outside"] = sum(r["outside"][0] for r in rows)
+    out["elements"] = sum(r["elements"] for r in rows)
+    out["counts_equal"] = all(r["counts_equal"] for r in rows)
+    return out
+
+
+def parse(text: str) -> list[dict[str, Any]]:
+    """The ranks' answers (``MARK`` lines) in rank order; other lines are ignored."""
+    rows = []
+    for line in text.splitlines():
+        at = line.find(MARK)
+        if at >= 0:
+            try:
+                doc = json.loads(line[at + len(MARK):])
+            except ValueError:
+                continue
+            if isinstance(doc, dict) and isinstance(doc.get("dtypes"), dict):
+                rows.append(doc)
+    return sorted(rows, key=lambda d: int(d.get("rank", 0)))
+
+
+def facts(ranks: Sequence[Mapping[str, Any]], source: str, failure: str = "") -> dict[str, Fact]:
+    """The two facts per dtype from the ranks' answers (``failure``: why the launch failed)."""
+    out = {}
+    for name in DTYPES:
+        rows = [r["dtypes"][name] for r in ranks if isinstance(r["dtypes"].get(name), dict)]
+        row = worst(rows) if len(rows) == WORLD else {
+            "error": failure or f"{len(rows)} of {WORLD} ranks answered"}
+        out[f"{KEY}.{name}"] = {"value": verdict(row), "source": source}
+        out[f"{KEY}.{name}.measured"] = {"value": measured(row, len(rows)), "source": source}
+    return out
+
+
+def not_measured(why: str) -> dict[str, Fact]:
+    return {f"{KEY}{suffix}": {"value": f"not measured: {why}", "source": "camit calibrate"}
+            for name in DTYPES for suffix in (f".{name}", f".{name}.measured")}
+
+
+def run(env: EnvConfig, cluster: Cluster, timeout: float = 900.0) -> dict[str, Fact]:
+    """Launch the rank program on the hosts (see the module) and return its facts."""
+    from framework.launch import Launcher, Target
+    from framework.report.folder import RunDir
+
+    names = [h.name for h in cluster]
+    where = placement([env.hosts[n].npu.devices for n in names])
+    if where is None:
+        return not_measured(f"no {WORLD} NPU devices on the hosts (npu.count / npu.visible)")
+    hosts = names[: where[0]]
+    tol = f"{SUITE_TOLERANCES['rtol']},{SUITE_TOLERANCES['atol']}"
+    target = Target(script=str(SCRIPT), args=(",".join(DTYPES), str(SEED)))
+    # the launch's logs (no cores: ulimit -c 0) go to a folder removed here, never to the bundle
+    with tempfile.TemporaryDirectory(prefix="camit-calib-") as tmp:
+        rundir = RunDir.create(tmp)
+        launcher = Launcher(env, cluster, rundir=rundir, backend="hccl", nproc_per_node=where[1],
+                            core_limit="0")
+        result = launcher.run(target, hosts=hosts, timeout=timeout, name="golden",
+                              env={"CAMIT_GOLDEN_TOL": tol})
+        text = "\n".join(Path(r.log).read_text(errors="replace") for r in result.ranks.values()
+                         if r.log and Path(r.log).is_file())
+    source = f"{','.join(hosts)}: fused_deep_moe vs golden small ops, world {WORLD} on hccl"
+    return facts(parse(text), source, "" if result.ok else result.message()[:2000])
