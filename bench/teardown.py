@@ -90,7 +90,7 @@ def poll_main(prefix: str, rank: int, limit: float) -> int:
 def one(env, names: list[str], nproc: int, reports: Path) -> dict[str, float | None]:  # type: ignore[no-untyped-def]
     from framework.hosts import Cluster
     from framework.launch import Launcher, Target
-    from framework.report.folder import RunDir
+    from framework.records.folder import RunDir
 
     rundir = RunDir.create(reports)
     last = len(names) * nproc - 1

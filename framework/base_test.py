@@ -98,11 +98,12 @@ import pytest
 
 from framework import commands
 from framework.errors import FrameworkError
+from framework.plugin.failtext import note_failure
 
 if TYPE_CHECKING:
     from framework.config.effective import EnvConfig, HostSpec
-    from framework.cores.runwatch import ClusterWatch
     from framework.hosts import Cluster, Host
+    from framework.launch.runwatch import ClusterWatch
     from framework.plugin.resources import Resources
     from framework.result import Result
     from framework.samepath import Shipment
@@ -135,29 +136,6 @@ def _append(path: str, text: str) -> None:
 
 def _tail(text: str, lines: int = LOG_LINES) -> str:
     return "\n".join(text.rstrip("\n").splitlines()[-lines:])
-
-
-#: lines of a failed command's output kept for the failure report (its stderr, else its stdout)
-FAILURE_LINES = 30
-#: the last failed commands of the running test (``failed_commands``): shown in its failure
-_failures: collections.deque[str] = collections.deque(maxlen=5)
-
-
-def note_failure(host: str, command: str, rc: int | None, stdout: str, stderr: str) -> None:
-    """Keep a failed command's exit status and output tail for the test's failure text; log it."""
-    output, what = (stderr, "stderr") if stderr.strip() else (stdout, "output")
-    tail = _tail(output, FAILURE_LINES)
-    text = f"{host}: {command}\n  ret={rc}; {what} (last {FAILURE_LINES} lines):\n{tail}"
-    _failures.append(text)
-    log.info("command failed: %s", text)  # may be expected: shown only when the test fails
-
-
-def failed_commands(clear: bool = False) -> list[str]:
-    """The failed commands noted since the last ``clear`` (at most the last 5), oldest first."""
-    out = list(_failures)
-    if clear:
-        _failures.clear()
-    return out
 
 
 class ExecResult:
@@ -623,6 +601,7 @@ class BaseTest:
     #: cores the class watch found between test bodies (under the plugin), reported at teardown_class
     _core_messages: ClassVar[list[str]] = []
     #: the session's resources, set by the plugin (``pytest_runtest_setup``) when it runs the class
+    #: set by the plugin before the class is set up (framework.plugin.markers.RESOURCES_ATTR)
     _camit_resources: ClassVar[Resources | None] = None
     #: what the class opened itself (no plugin env): its own leased cluster, closed at teardown
     _own_stack: ClassVar[ExitStack | None] = None
@@ -669,7 +648,7 @@ class BaseTest:
 
     @classmethod
     def setup_class(cls) -> None:
-        from framework.cores.runwatch import ClusterWatch  # the one watch around a run (also pytest, camit run)
+        from framework.launch.runwatch import ClusterWatch  # the one watch around a run (also pytest, camit run)
 
         cls.env, cls.cluster = cls._open()
         cls.cluster.connect().raise_on_failure()

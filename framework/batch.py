@@ -23,10 +23,22 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-if TYPE_CHECKING:  # pragma: no cover
-    from framework.launch.result import LaunchResult
+
+class RankLog(Protocol):
+    """A rank of a launch as :func:`records_of` reads it (``framework.launch.result.RankResult``)."""
+
+    @property
+    def log(self) -> str | None: ...
+
+
+class RankLogs(Protocol):
+    """A launch as :func:`records_of` reads it (``framework.launch.result.LaunchResult``)."""
+
+    @property
+    def ranks(self) -> Mapping[int, RankLog]: ...
+
 
 #: the variable that turns the rank-side record on, and the record's file name in the rank's run folder
 RECORD_ENV = "CAMIT_MODULE_RECORD"
@@ -75,7 +87,7 @@ def read_record(path: Path) -> dict[str, ModuleProgress]:
     return out
 
 
-def records_of(launch: LaunchResult) -> dict[int, dict[str, ModuleProgress]]:
+def records_of(launch: RankLogs) -> dict[int, dict[str, ModuleProgress]]:
     """rank → its record (:func:`read_record`), from the rank's run folder as the launch fetched it (beside its
     log); a rank without a log has none."""
     return {rank: read_record(Path(rr.log).parent / RECORD_FILE.format(rank=rank))

@@ -42,8 +42,11 @@ from framework.perf import verb as perf_verb
 if TYPE_CHECKING:  # pragma: no cover
     from framework.config.effective import EnvConfig
     from framework.hosts import Cluster
+    from framework.launch.result import LaunchResult, RankResult
+    from framework.launch.runwatch import WatchOutcome
     from framework.lease import Lease
-    from framework.report.folder import RunDir
+    from framework.records.folder import RunDir
+    from framework.result import Result
 
 
 #: ``collect --logs``: the newest files of ``~/ascend/log`` packed, up to this many bytes (uncompressed)
@@ -253,6 +256,20 @@ def cmd_env_validate(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _exec_row(name: str, value: Result | BaseException, tail: int) -> tuple[list[str], dict[str, Any], int]:
+    """One host of ``camit exec``: its table row, its JSON record and its exit status."""
+    if isinstance(value, BaseException):
+        code = getattr(value, "exit_code", EXIT_INFRA)
+        status = "UNREACHABLE" if code == EXIT_INFRA else "ERROR"
+        text = reason_of(value, name)
+        return [name, status, "-", text], {"host": name, "status": status.lower(), "error": text}, code
+    status = "TIMEOUT" if value.timed_out else str(value.rc)
+    shown = "\n".join((value.stdout.strip() or value.stderr.strip()).splitlines()[-tail:])
+    record = {"host": name, "rc": value.rc, "timed_out": value.timed_out,
+              "duration": round(value.duration, 3), "stdout": value.stdout, "stderr": value.stderr}
+    return [name, status, f"{value.duration:.2f}s", shown], record, EXIT_OK if value.ok else EXIT_FAILED
+
+
 def cmd_exec(args: argparse.Namespace) -> int:
     from framework.hosts import Cluster
 
@@ -269,21 +286,10 @@ def cmd_exec(args: argparse.Namespace) -> int:
         group = cluster.run(command, timeout=args.timeout)
     rows, payload, worst = [], [], EXIT_OK
     for name, value in group.items():
-        if isinstance(value, BaseException):
-            code = getattr(value, "exit_code", EXIT_INFRA)
-            status = "UNREACHABLE" if code == EXIT_INFRA else "ERROR"
-            text = reason_of(value, name)
-            rows.append([name, status, "-", text])
-            payload.append({"host": name, "status": status.lower(), "error": text})
-            worst = max(worst, code)
-            continue
-        status = "TIMEOUT" if value.timed_out else str(value.rc)
-        tail = "\n".join((value.stdout.strip() or value.stderr.strip()).splitlines()[-args.tail:])
-        rows.append([name, status, f"{value.duration:.2f}s", tail])
-        payload.append({"host": name, "rc": value.rc, "timed_out": value.timed_out,
-                        "duration": round(value.duration, 3), "stdout": value.stdout, "stderr": value.stderr})
-        if not value.ok:
-            worst = max(worst, EXIT_FAILED)
+        row, record, code = _exec_row(name, value, args.tail)
+        rows.append(row)
+        payload.append(record)
+        worst = max(worst, code)
     if args.json:
         console.print_json(payload)
     else:
@@ -294,7 +300,7 @@ def cmd_exec(args: argparse.Namespace) -> int:
 def _cluster_run(args: argparse.Namespace) -> tuple[EnvConfig, Cluster, RunDir]:
     """The env, its (selected) cluster and a new run folder."""
     from framework.hosts import Cluster
-    from framework.report.folder import RunDir
+    from framework.records.folder import RunDir
 
     env = _load_env(args.env)
     cluster = Cluster.from_env(env, _split_hosts(args.hosts))
@@ -327,10 +333,31 @@ def _say(text: str, scrub: Callable[[str], str]) -> None:
 DRY_RUN_HEADER = "dry run: no host contacted, no lease taken, nothing changed"
 
 
+def _say_host_plan(p: dict[str, Any], scrub: Callable[[str], str]) -> None:
+    """One host's part of ``camit deploy --dry-run``: where, which .run, the uploads and the steps."""
+    venv = f" (venv {p['venv']} on {p['python']})" if p["venv"] else ""
+    _say(f"{p['host']}: workdir {p['workdir']}, install path {p['install_path']}, "
+         f"interpreter {p['interpreter']}{venv}", scrub)
+    if p["run_package_choice"]:
+        _say(f"  .run: {p['run_package_choice']}", scrub)
+    for a in p["artifacts"]:
+        _say(f"  upload {a['name']} -> {a['remote']}", scrub)
+    for st in p["steps"]:
+        when = f" [when {st['when']}]" if st.get("when") else ""
+        _say(f"  {st['step']}{when}: {_step_action(st)}", scrub)
+
+
+def _step_action(st: dict[str, Any]) -> str:
+    """What a deploy step does: its command, or what it sends or writes."""
+    if "command" in st:
+        return str(st["command"])
+    return f"sends {st['sends']}" if "sends" in st else f"writes {st['writes']}"
+
+
 def _deploy_dry_run(args: argparse.Namespace) -> int:
     from framework.deploy import Deployer
     from framework.deploy.plan import mb
-    from framework.report.scrub import Scrubber, scrub_doc
+    from framework.records.scrub import Scrubber, scrub_doc
 
     env, cluster = _dry_cluster(args)
     plans = Deployer(env, cluster, relay=False if args.no_relay else None).plan_only()
@@ -351,18 +378,7 @@ def _deploy_dry_run(args: argparse.Namespace) -> int:
     for a in first["artifacts"]:
         _say(f"  {a['kind']} {a['name']} ({mb(a['size'])}, sha256 {a['sha256'][:12]}) from {a['local']}", scrub)
     for p in plans:
-        venv = f" (venv {p['venv']} on {p['python']})" if p["venv"] else ""
-        _say(f"{p['host']}: workdir {p['workdir']}, install path {p['install_path']}, "
-             f"interpreter {p['interpreter']}{venv}", scrub)
-        if p["run_package_choice"]:
-            _say(f"  .run: {p['run_package_choice']}", scrub)
-        for a in p["artifacts"]:
-            _say(f"  upload {a['name']} -> {a['remote']}", scrub)
-        for st in p["steps"]:
-            when = f" [when {st['when']}]" if st.get("when") else ""
-            what = st["command"] if "command" in st else \
-                f"sends {st['sends']}" if "sends" in st else f"writes {st['writes']}"
-            _say(f"  {st['step']}{when}: {what}", scrub)
+        _say_host_plan(p, scrub)
     _say("resolved at run time, by each host's probe: " + "; ".join(later), scrub)
     return EXIT_OK
 
@@ -370,7 +386,7 @@ def _deploy_dry_run(args: argparse.Namespace) -> int:
 def _run_dry_run(args: argparse.Namespace, target: Any) -> int:
     from framework.launch import Launcher, node_command
     from framework.launch.plan import secret_env
-    from framework.report.scrub import Scrubber, scrub_doc
+    from framework.records.scrub import Scrubber, scrub_doc
 
     env, cluster = _dry_cluster(args)
     launcher = Launcher(env, cluster, nproc_per_node=args.nproc_per_node)
@@ -413,8 +429,8 @@ def _run_dry_run(args: argparse.Namespace, target: Any) -> int:
 
 
 def _scrub_folder(rundir: RunDir, env: EnvConfig) -> None:
-    """The env's secrets out of every file of the run folder (as values: framework.report.scrub)."""
-    from framework.report.scrub import Scrubber, scrub_folder
+    """The env's secrets out of every file of the run folder (as values: framework.records.scrub)."""
+    from framework.records.scrub import Scrubber, scrub_folder
 
     scrub_folder(rundir.path, Scrubber.from_env(env))
 
@@ -492,8 +508,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def _run_leased(args: argparse.Namespace, env: EnvConfig, cluster: Cluster, rundir: RunDir, target: Any,
                 state: dict[str, Any]) -> int:
-    from framework.cores.runwatch import ClusterWatch
     from framework.launch import Launcher
+    from framework.launch.runwatch import ClusterWatch
 
     with cluster, console.terminate_as_interrupt(), _leased(args, cluster), _progress(args) as event:
         watch = ClusterWatch(cluster, env, policy=args.core_policy, rundir=rundir)
@@ -510,10 +526,10 @@ def _run_leased(args: argparse.Namespace, env: EnvConfig, cluster: Cluster, rund
             watched = watch.end(ranks=[result], failed=not result.ok)
         finally:
             launcher.cleanup_remote()
-    cores, core_failed, core_message = watched.cores, watched.failed, watched.message
+    cores = watched.cores
     state["cores"] = cores
     if result.ok:
-        code = EXIT_FAILED if core_failed else EXIT_OK
+        code = EXIT_FAILED if watched.failed else EXIT_OK
     else:
         code = EXIT_INFRA if result.failure_kind in ("lost", "infra") else EXIT_FAILED
     state["status"] = "ok" if code == EXIT_OK else "failed"
@@ -522,21 +538,31 @@ def _run_leased(args: argparse.Namespace, env: EnvConfig, cluster: Cluster, rund
                             "core_policy": watched.policy.value, "signatures": watched.log_summary,
                             "report": str(rundir.path)})
         return code
-    rows = [[r.rank, r.host, "ok" if r.ok else (r.signal or (f"exit {r.exit_code}" if r.exit_code is not None
-                                                                 else "no report")),
-             Path(r.log).relative_to(rundir.path).as_posix() if r.log else "-"]
+    _print_run(result, watched, rundir)
+    return code
+
+
+def _rank_outcome(rank: RankResult) -> str:
+    """A rank's outcome cell: ok, its signal, its exit code, or no report."""
+    if rank.ok:
+        return "ok"
+    return rank.signal or (f"exit {rank.exit_code}" if rank.exit_code is not None else "no report")
+
+
+def _print_run(result: LaunchResult, watched: WatchOutcome, rundir: RunDir) -> None:
+    """``camit run``'s terminal summary: the ranks, the verdict, notes, cores, signatures, dirty devices."""
+    rows = [[r.rank, r.host, _rank_outcome(r), Path(r.log).relative_to(rundir.path).as_posix() if r.log else "-"]
             for r in sorted(result.ranks.values(), key=lambda r: r.rank)]
     console.print_table(["rank", "host", "outcome", "log"], rows)
     print(("PASSED: " if result.ok else "FAILED: ") + console.printable(result.message()))
     for note in result.notes:
         print(f"note: {console.printable(note)}")
-    if core_message:
-        print(console.printable(core_message))
+    if watched.message:
+        print(console.printable(watched.message))
     if watched.log_summary:
         print("failure signatures:\n" + console.printable(watched.log_summary.rstrip()))
     for held in result.held:
         print(f"DIRTY: {console.printable(held.describe())} (camit never resets a device)")
-    return code
 
 
 def _scan_anyway(watch: Any) -> list[Any]:
@@ -582,7 +608,7 @@ def _check_pairs(args: argparse.Namespace, env: EnvConfig) -> int:
     from framework import pairs
     from framework.hosts import Cluster
     from framework.lease import Lease
-    from framework.report.folder import RunDir
+    from framework.records.folder import RunDir
 
     rundir = RunDir.create("reports")
     with Cluster.from_env(env, _split_hosts(args.hosts)) as cluster, Lease(cluster):
@@ -600,7 +626,7 @@ def _suspects_after_check(env: EnvConfig, cluster: Cluster, report: Any,
     from framework import heal as healing
     from framework import suspects
 
-    suspects.mark(cluster, suspects.preflight_faults(report))
+    suspects.mark(cluster, report.host_faults())
     marks = suspects.read(cluster)
     if not heal:
         return {n: f"{m.describe()} (camit check --heal re-admits it)" for n, m in marks.items()}
@@ -655,8 +681,8 @@ def cmd_collect(args: argparse.Namespace) -> int:
     from framework.hosts import Cluster, Host
     from framework.preflight.checks import evaluate
     from framework.preflight.run import Preflight
+    from framework.records.folder import RunDir
     from framework.remote.layout import UNSAFE_RC, HostLayout, unsafe_message, unsafe_reason
-    from framework.report.folder import RunDir
 
     env = _load_env(args.env)
     rundir = RunDir.create(args.report_dir)
@@ -719,8 +745,8 @@ def cmd_collect(args: argparse.Namespace) -> int:
 def _collect_diag(env: Any, cluster: Any, root: Path, plans: Any) -> None:
     """``collect --diag``: the fault bundle of every host (framework.cores.diagcollect)."""
     from framework.cores.diagcollect import collect_diag
+    from framework.records.scrub import Scrubber
     from framework.remote.layout import HostLayout
-    from framework.report.scrub import Scrubber
 
     bundle, verdict, failed = collect_diag(
         cluster, root, lambda h: plans[h.name].workdir, lambda h: env.hosts[h.name].npu.count,
@@ -862,7 +888,7 @@ def _skip_exit_collections() -> None:
     gc.freeze()
 
 
-#: each verb's command (``camit <verb>``); ``env``, ``lab`` and ``completion`` take more than the namespace
+#: the verbs that take their parsed arguments alone (``env validate`` and ``completion`` are dispatched by _main)
 _VERBS: dict[str, Callable[[argparse.Namespace], int]] = {
     "exec": cmd_exec,
     "deploy": cmd_deploy,
@@ -870,24 +896,11 @@ _VERBS: dict[str, Callable[[argparse.Namespace], int]] = {
     "check": cmd_check,
     "collect": cmd_collect,
     "diagnose": cmd_diagnose,
+    "lab": lambda args: cmd_lab(args.lab_args),
     "lease": cmd_lease,
     "perf": perf_verb.run,
     "calibrate": calib_verb.run,
-    "lab": lambda args: cmd_lab(args.lab_args),
 }
-
-
-def _dispatch(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    """The chosen verb's exit status; the help and ``EXIT_USAGE`` when there is none."""
-    if args.command == "env" and getattr(args, "env_command", None) == "validate":
-        return cmd_env_validate(args)
-    if args.command == "completion":
-        return cmd_completion(args, parser)
-    verb = _VERBS.get(args.command)
-    if verb is None:
-        parser.print_help(sys.stderr)
-        return EXIT_USAGE
-    return verb(args)
 
 
 def _main(argv: Sequence[str]) -> int:
@@ -899,7 +912,15 @@ def _main(argv: Sequence[str]) -> int:
         args = parser.parse_args(argv)
         args.argv = argv  # the manifest's command line (camit run)
         console.setup_logging(args.verbose)
-        return _dispatch(args, parser)
+        if args.command == "env" and getattr(args, "env_command", None) == "validate":
+            return cmd_env_validate(args)
+        if args.command == "completion":
+            return cmd_completion(args, parser)
+        verb = _VERBS.get(args.command)
+        if verb is not None:
+            return verb(args)
+        parser.print_help(sys.stderr)
+        return EXIT_USAGE
     except FrameworkError as exc:
         if os.environ.get("CAMIT_DEBUG"):
             raise

@@ -45,10 +45,10 @@ from framework import commands
 from framework.commands import ShellScript
 from framework.errors import FrameworkError, UsageError
 from framework.fetchcaps import caps, extract_tar
+from framework.records.folder import write_atomic
 from framework.remote.layout import DeployState, HostLayout
 from framework.remote.packing import sh_pack
 from framework.remote.sections import read_records, sh_tag, tag_line
-from framework.report.folder import write_atomic
 from framework.setenv import env_steps, extra_of
 
 if TYPE_CHECKING:  # pragma: no cover

@@ -41,11 +41,16 @@ Only ``framework.transport.ssh`` translates paramiko/socket errors into this tre
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:  # pragma: no cover
-    from framework.lease import LeaseRecord
     from framework.result import Result
+
+
+class Holder(Protocol):
+    """A lease's holder as :class:`LeaseHeld` names it (``framework.lease.LeaseRecord``)."""
+
+    def describe(self, now: float | None = None) -> str: ...
 
 #: exit statuses shared by every ``camit`` command
 EXIT_OK = 0
@@ -135,7 +140,7 @@ class LeaseHeld(FrameworkError):
 
     exit_code = EXIT_INFRA
 
-    def __init__(self, host: str, holder: LeaseRecord | None, now: float | None = None, *,
+    def __init__(self, host: str, holder: Holder | None, now: float | None = None, *,
                  waited: float = 0.0) -> None:
         self.host = host
         self.holder = holder

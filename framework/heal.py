@@ -59,7 +59,7 @@ def heal(
 ) -> list[Verdict]:
     """Judge each suspect of ``cluster`` after ``report`` (a preflight of it): clear it or renew
     its mark."""
-    failed = suspects.preflight_faults(report)
+    failed = report.host_faults()
     healthy = [h.name for h in cluster if h.name not in marks and h.name not in failed]
     out: list[Verdict] = []
     for name in [h.name for h in cluster if h.name in marks]:

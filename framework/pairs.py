@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # pragma: no cover
     from framework.config.effective import EnvConfig
     from framework.hosts import Cluster
-    from framework.report.folder import RunDir
+    from framework.records.folder import RunDir
 
 __all__ = [
     "DEFAULT_ROUNDS",

@@ -4,7 +4,7 @@ A baseline file ``<dir>/<cluster>.json`` maps a case key (e.g. ``prefill.world8`
 cluster numbers of a run that was accepted with ``--update-baseline``. Latencies regress
 when they grow beyond ``baseline · (1 + margin)``, throughputs when they fall below
 ``baseline / (1 + margin)``. Pure functions apart from reading and writing the file, which is
-written atomically under its lock (:mod:`framework.report.folder`).
+written atomically under its lock (:mod:`framework.records.folder`).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from framework.report.folder import locked, write_atomic
+from framework.records.folder import locked, write_atomic
 
 LATENCY = ("dispatch_us", "combine_us")
 THROUGHPUT = ("dispatch_bytes_per_s", "combine_bytes_per_s")
@@ -58,7 +58,7 @@ def load(path: Path) -> dict[str, Any]:
 
 
 def update(path: Path, key: str, numbers: Mapping[str, float], note: str = "") -> None:
-    """Set one case's baseline, keeping the others: under the file's lock (``framework.report.folder.locked``), since the
+    """Set one case's baseline, keeping the others: under the file's lock (``framework.records.folder.locked``), since the
     xdist workers of one ``--update-baseline`` run write their cases into the same file at once. Unlike
     ``update_json``, an unreadable baseline file is an error, not a fresh start."""
     with locked(path):

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # pragma: no cover
-    from framework.report.folder import RunDir
+    from framework.records.folder import RunDir
 
 
 @dataclass(frozen=True)
@@ -43,7 +43,7 @@ class RundirSink:
 
     def many(self, events: Sequence[PhaseEvent]) -> None:
         """Every event of ``events`` in one locked update of ``phases.json``."""
-        from framework.report.folder import record_phases
+        from framework.records.folder import record_phases
 
         record_phases(self.rundir.path, [(e.host, e.phase, e.start, e.end) for e in events])
 

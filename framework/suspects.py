@@ -18,7 +18,7 @@ import os
 import posixpath
 import re
 import socket
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -29,20 +29,14 @@ from framework.lease import default_owner, lease_path
 from framework.remote.layout import HostLayout
 
 if TYPE_CHECKING:  # pragma: no cover
-    from framework.cores.logs import Signature
     from framework.hosts import Cluster, Host
-    from framework.launch.result import LaunchResult
-    from framework.preflight.checks import Report
 
 __all__ = [
     "DEFAULT_TTL",
     "SUSPECT_DIR",
     "Suspect",
     "clear",
-    "launch_faults",
     "mark",
-    "oom_faults",
-    "preflight_faults",
     "read",
     "suspect_key",
 ]
@@ -288,42 +282,3 @@ def clear(cluster: Cluster, names: Iterable[str]) -> dict[str, str]:
     return {
         n: "cleared" if "RESULT cleared" in str(v) else f"not cleared: {v}" for n, v in got.items()
     }
-
-
-# --------------------------------------------------------------------------- attribution (pure)
-
-
-def launch_faults(
-    result: LaunchResult, oom_hosts: Iterable[str] = ()
-) -> dict[str, tuple[str, str]]:
-    """The host-level failures of a launch: lost hosts, held devices, OOM kills (never a rank's
-    own failure)."""
-    out: dict[str, tuple[str, str]] = {
-        h: ("oom", "the kernel's OOM killer ended a process") for h in oom_hosts
-    }
-    for held in result.held:
-        out[held.host] = ("held-device", held.describe())
-    for name, node in result.nodes.items():
-        if node.lost:
-            out[name] = ("lost", f"lost during launch {result.launch_id}: {node.lost}")
-    return out
-
-
-def oom_faults(found: Mapping[str, Sequence[Signature]]) -> dict[str, tuple[str, str]]:
-    """The hosts whose kernel log (``dmesg.txt``) holds an OOM kill, with its line
-    (framework.cores.logs)."""
-    out: dict[str, tuple[str, str]] = {}
-    for host, sigs in found.items():
-        oom = [s for s in sigs if s.code == "OOM-KILL" and s.source.endswith("dmesg.txt")]
-        if oom:
-            out[host] = ("oom", f"{oom[0].meaning}: {oom[0].line.strip()[:200]}")
-    return out
-
-
-def preflight_faults(report: Report) -> dict[str, tuple[str, str]]:
-    """The hosts a preflight failed (a FAIL or ERROR check), each with its first failing check."""
-    out: dict[str, tuple[str, str]] = {}
-    for r in report.problems:
-        if not r.passed and r.host not in out:
-            out[r.host] = ("preflight", f"{r.check}: {r.status}: {r.summary}")
-    return out

@@ -2,7 +2,7 @@
 answer as a fact (key, value, source) and write one folder: ``calibration.json`` plus
 ``raw/<host>/<key>.txt``.
 
-Every value is scrubbed of the env's secrets (:class:`framework.report.scrub.Scrubber`), then cut to
+Every value is scrubbed of the env's secrets (:class:`framework.records.scrub.Scrubber`), then cut to
 :data:`MAX_VALUE` characters, before it is written; no core file is ever collected (the golden
 launch runs with ``ulimit -c 0`` into a temporary folder that is removed). The top-level
 ``facts`` are the first host's host facts, the torch probe's facts and the fused-vs-golden facts
@@ -21,7 +21,7 @@ from framework.calib.probe import CAM_REFUSALS, HOST_FACTS, TORCH_PROBE, host_sc
 from framework.deploy.plan import HostLayout
 from framework.errors import UsageError
 from framework.preflight.probe import plan_probe, split_sections
-from framework.report.scrub import Scrubber
+from framework.records.scrub import Scrubber
 from framework.setenv import env_steps
 
 if TYPE_CHECKING:

@@ -113,7 +113,7 @@ def not_measured(why: str) -> dict[str, Fact]:
 def run(env: EnvConfig, cluster: Cluster, timeout: float = 900.0) -> dict[str, Fact]:
     """Launch the rank program on the hosts (see the module) and return its facts."""
     from framework.launch import Launcher, Target
-    from framework.report.folder import RunDir
+    from framework.records.folder import RunDir
 
     names = [h.name for h in cluster]
     where = placement([env.hosts[n].npu.devices for n in names])

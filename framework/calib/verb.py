@@ -68,7 +68,7 @@ def _calibrate(args: argparse.Namespace) -> int:
     from framework.calib import bundle
     from framework.config import load, resolve_env_path
     from framework.hosts import Cluster
-    from framework.report.scrub import Scrubber
+    from framework.records.scrub import Scrubber
 
     env = load(resolve_env_path(args.env)[0])
     only = [h for h in args.hosts.split(",") if h] if args.hosts else None

@@ -61,7 +61,7 @@ HOST_KEY_TYPES = (
 _HOST_KEY_PATTERN = "^(" + "|".join(map(re.escape, HOST_KEY_TYPES)) + ") +[A-Za-z0-9+/]+=*( .*)?$"
 Soc = Literal["ascend910b", "ascend910_93", "cpu"]
 Backend = Literal["hccl", "nccl", "gloo"]
-#: the NIC roles the rendezvous may use (framework.launch.nic.RENDEZVOUS_NICS)
+#: the NIC roles the rendezvous may use (framework.ascend.nic.RENDEZVOUS_NICS)
 RendezvousNic = Literal["manage_nic", "test_nic1", "test_nic2"]
 HostKeyPolicy = Literal["strict", "accept-new", "insecure"]
 

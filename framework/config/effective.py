@@ -548,21 +548,13 @@ def _first(*values: Any) -> Any:
     return next((v for v in values if v is not None), None)
 
 
-def _resolve(
-    doc: schema.EnvDocument, path: Path, environ: Mapping[str, str], expanded: set[Loc], report: _Reporter
-) -> EnvConfig:
-    base = path.parent
-    d = doc.defaults or schema.DefaultsModel()
+def _defaults(d: schema.DefaultsModel, base: Path, environ: Mapping[str, str],
+              ssh_config: SshConfigFile | None) -> Defaults:
+    """The env's ``defaults``, each unset key at camit's built-in value."""
     dnpu = d.npu or schema.NpuModel()
-
-    def local(value: str | None) -> Path | None:
-        return Path(controller_path(value, base, environ)) if value is not None else None
-
-    ssh_config, warnings = _ssh_config(d, base, environ, report)
-
-    defaults = Defaults(
+    return Defaults(
         user=_first(d.user, schema.BUILTIN["user"]),
-        key_file=local(d.key_file),
+        key_file=Path(controller_path(d.key_file, base, environ)) if d.key_file is not None else None,
         host_key=d.host_key,
         workdir=_first(d.workdir, schema.BUILTIN["workdir"]),
         python=_first(d.python, schema.BUILTIN["python"]),
@@ -580,6 +572,19 @@ def _resolve(
         ssh_config=ssh_config.path if ssh_config else None,
         jump_host=d.jump_host,
     )
+
+
+def _resolve(
+    doc: schema.EnvDocument, path: Path, environ: Mapping[str, str], expanded: set[Loc], report: _Reporter
+) -> EnvConfig:
+    base = path.parent
+    d = doc.defaults or schema.DefaultsModel()
+
+    def local(value: str | None) -> Path | None:
+        return Path(controller_path(value, base, environ)) if value is not None else None
+
+    ssh_config, warnings = _ssh_config(d, base, environ, report)
+    defaults = _defaults(d, base, environ, ssh_config)
     art = doc.artifacts or schema.ArtifactsModel()
     artifacts = ArtifactsSpec(
         run_package=controller_path(art.run_package, base, environ) if art.run_package else None,
@@ -617,8 +622,8 @@ def _resolve(
 
 def _launch_warnings(launch: schema.LaunchModel, env: Mapping[str, Any], report: _Reporter) -> list[str]:
     """The timeout order of ``launch.env`` (warnings), its master port against HCCL's ports (an error)."""
-    from framework.launch.nic import hccl_host_ports
-    from framework.launch.timeouts import order_problems
+    from framework.ascend.nic import hccl_host_ports
+    from framework.ascend.timeouts import order_problems
 
     plain = {k: str(v) for k, v in env.items() if not isinstance(v, Secret)}
     ports = hccl_host_ports(plain)
@@ -724,17 +729,8 @@ def _jump(name: str, h: schema.HostModel, d: schema.DefaultsModel, found: SshHos
     )
 
 
-def _host(
-    name: str,
-    h: schema.HostModel,
-    d: schema.DefaultsModel,
-    defaults: Defaults,
-    artifacts: ArtifactsSpec,
-    local: Callable[[str | None], Path | None],
-    report: _Reporter,
-    ssh_config: SshConfigFile | None = None,
-) -> HostSpec:
-    hnpu = h.npu or schema.NpuModel()
+def _host_npu(name: str, hnpu: schema.NpuModel, defaults: Defaults, report: _Reporter) -> NpuSpec:
+    """A host's NPUs (its keys, else the defaults'); a visible device out of range is a problem on its key."""
     npu = NpuSpec(
         count=_first(hnpu.count, defaults.npu.count),
         soc=_first(hnpu.soc, defaults.npu.soc),
@@ -746,6 +742,20 @@ def _host(
             if dev >= npu.count:
                 report.add(where, f"device {dev} is out of range: host {name!r} has npu.count {npu.count} "
                                   f"(devices 0..{npu.count - 1})")
+    return npu
+
+
+def _host(
+    name: str,
+    h: schema.HostModel,
+    d: schema.DefaultsModel,
+    defaults: Defaults,
+    artifacts: ArtifactsSpec,
+    local: Callable[[str | None], Path | None],
+    report: _Reporter,
+    ssh_config: SshConfigFile | None = None,
+) -> HostSpec:
+    npu = _host_npu(name, h.npu or schema.NpuModel(), defaults, report)
     workdir = _first(h.workdir, defaults.workdir)
     # explicit values (the host's, then defaults:) win over ssh_config's, which win over the built-in ones
     lookup = _first(h.ssh_ip, h.manage_nic.ip)

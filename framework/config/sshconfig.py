@@ -70,17 +70,8 @@ class SshConfigFile:
         where = f"ssh_config {self.path} (Host {name})"
         if "proxycommand" in found and str(found["proxycommand"]).lower() != NONE:
             raise ValueError(f"{where}: ProxyCommand is not supported by camit; use ProxyJump (one hop)")
-        port = None
-        if "port" in found:
-            text = str(found["port"])
-            if not text.isdigit() or not 1 <= int(text) <= 65535:
-                raise ValueError(f"{where}: Port {text!r} is not a port number (1-65535)")
-            port = int(text)
-        jump = found.get("proxyjump")
-        if jump is not None and str(jump).lower() == NONE:
-            jump = None
-        if jump is not None and "," in str(jump):
-            raise ValueError(f"{where}: ProxyJump {jump!r} has several hops; camit supports one jump host")
+        port = _port(found, where)
+        jump = _jump(found, where)
         files = found.get("identityfile") or []
         hostname = found.get("hostname")
         return SshHostConfig(
@@ -90,6 +81,26 @@ class SshConfigFile:
             identity_file=Path(files[0]) if files else None,
             proxy_jump=str(jump) if jump else None,
         )
+
+
+def _port(found: Mapping[str, Any], where: str) -> int | None:
+    """The ``Port`` of a lookup, or None; ValueError when it is not a port number."""
+    if "port" not in found:
+        return None
+    text = str(found["port"])
+    if not text.isdigit() or not 1 <= int(text) <= 65535:
+        raise ValueError(f"{where}: Port {text!r} is not a port number (1-65535)")
+    return int(text)
+
+
+def _jump(found: Mapping[str, Any], where: str) -> Any:
+    """The ``ProxyJump`` of a lookup (None for ``none``); ValueError for several hops."""
+    jump = found.get("proxyjump")
+    if jump is not None and str(jump).lower() == NONE:
+        return None
+    if jump is not None and "," in str(jump):
+        raise ValueError(f"{where}: ProxyJump {jump!r} has several hops; camit supports one jump host")
+    return jump
 
 
 def refuse_exec(text: str, path: Path) -> None:

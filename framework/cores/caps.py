@@ -6,7 +6,7 @@ Pure parsers for two preflight probe sections (:data:`CAPS_SCRIPT`, :func:`space
 ``ExternalSizeMax`` (the largest core stored on disk; default 32G) and ``MaxUse`` (disk the store may use; default
 10 % of its file system). Settings come from the main file, then the drop-ins of every ``coredump.conf.d/``
 sorted by file name (systemd.syntax(7); a later assignment wins). NPU ranks run with a bounded core limit
-(``framework.launch.plan.NPU_CORE_LIMIT``): a cap below it cuts their cores, too little free space loses them.
+(``framework.ascend.tools.NPU_CORE_LIMIT``): a cap below it cuts their cores, too little free space loses them.
 """
 
 from __future__ import annotations
@@ -56,27 +56,39 @@ def parse_coredump_conf(text: str) -> dict[str, str]:
             files.append((line[6:].strip(), []))
         elif files:
             files[-1][1].append(line)
+    out: dict[str, str] = {}
+    for _, lines in _in_effect(files):
+        out.update(_coredump_section(lines))
+    return out
+
+
+def _in_effect(files: list[tuple[str, list[str]]]) -> list[tuple[str, list[str]]]:
+    """The main files, then one drop-in per name (/etc hides /run hides /usr/lib), by name."""
     mains = [f for f in files if f[0] in MAIN_FILES]
-    # one name in several dirs: /etc hides /run hides /usr/lib (the later one in this order wins below)
+    # one name in several dirs: the later one in this order wins below
     rank = {d: i for i, d in enumerate(DROPIN_DIRS)}
     dropins = sorted((f for f in files if f[0] not in MAIN_FILES),
                      key=lambda f: (posixpath.basename(f[0]), rank.get(posixpath.dirname(f[0]), -1)))
     seen: dict[str, tuple[str, list[str]]] = {}
     for f in dropins:
         seen[posixpath.basename(f[0])] = f
+    return [*mains, *sorted(seen.values(), key=lambda f: posixpath.basename(f[0]))]
+
+
+def _coredump_section(lines: list[str]) -> dict[str, str]:
+    """The known keys of one file's ``[Coredump]`` section."""
     out: dict[str, str] = {}
-    for _, lines in [*mains, *sorted(seen.values(), key=lambda f: posixpath.basename(f[0]))]:
-        section = None
-        for raw in lines:
-            line = raw.strip()
-            if not line or line[0] in "#;":
-                continue
-            if line.startswith("["):
-                section = line.strip("[]").strip()
-            elif section == "Coredump" and "=" in line:
-                key, value = (s.strip() for s in line.split("=", 1))
-                if key in KEYS:
-                    out[key] = value
+    section = None
+    for raw in lines:
+        line = raw.strip()
+        if not line or line[0] in "#;":
+            continue
+        if line.startswith("["):
+            section = line.strip("[]").strip()
+        elif section == "Coredump" and "=" in line:
+            key, value = (s.strip() for s in line.split("=", 1))
+            if key in KEYS:
+                out[key] = value
     return out
 
 

@@ -1,7 +1,7 @@
 """``camit collect --diag``: each host's NPU state, plogs and kernel lines now, as ascend-fd's input tree.
 
 One script per host (:func:`diag_script`) saves into a fresh folder of the workdir what a failed launch's
-snapshot holds (:func:`framework.launch.devices.state_script`: npu-smi, hccn_tool, msnpureport), the tail of
+snapshot holds (:func:`framework.ascend.tools.state_script`: npu-smi, hccn_tool, msnpureport), the tail of
 dmesg and the SSH user's newest plogs (single-link files, never a symlink), packs it and prints its path; the
 controller fetches it bounded (:mod:`framework.fetchcaps`), removes it on the host and writes
 ``fault-bundle/<host>/`` (:func:`framework.cores.faultbundle.write_bundle`).
@@ -16,12 +16,12 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from framework import commands, fetchcaps
+from framework.ascend.tools import state_script
 from framework.commands import ShellScript
 from framework.cores.faultbundle import write_bundle
 from framework.cores.logs import DMESG_BYTES, _log_member
 from framework.errors import FrameworkError
 from framework.hosts import Cluster, Host
-from framework.launch.devices import state_script
 
 log = logging.getLogger("camit.collect")
 

@@ -25,7 +25,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from framework.report.folder import write_atomic
+from framework.records.folder import write_atomic
 
 log = logging.getLogger("camit.faultbundle")
 

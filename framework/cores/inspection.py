@@ -315,25 +315,38 @@ def opened_records(sec: Mapping[str, list[str]]) -> dict[str, dict[str, Any]]:
     return out
 
 
+def _note_unread(core: Core, rec: Mapping[str, Any] | None) -> None:
+    """Why the inspection program did not read a file (refused by its descriptor checks, or an error)."""
+    for key in ("refused", "error"):
+        if rec is not None and rec.get(key):
+            core.notes.append(f"not read: {str(rec[key])[:200]}")
+
+
+def _apply_descriptor(core: Core, crash: Mapping[str, Any] | None, main: Mapping[str, Any] | None) -> None:
+    """Owner (the first file's, unless refused), size (the core's, else the report's) and copies made."""
+    first = crash if crash is not None else main
+    if first is not None and isinstance(first.get("owner"), int) and not first.get("refused"):
+        core.owner = first["owner"]
+    size = next((rec["size"] for rec in (main, crash) if rec is not None and isinstance(rec.get("size"), int)),
+                None)
+    if size is not None:
+        core.size = size
+    core.copied = _copied(main)
+    core.artifact_copied = core.copied or _copied(crash)
+
+
+def _copied(rec: Mapping[str, Any] | None) -> bool:
+    return rec is not None and isinstance(rec.get("sha256"), str)
+
+
 def _opened(core: Core, sec: Mapping[str, list[str]]) -> dict[str, Any]:
     """The file's descriptor facts into ``core`` (owner, size, copy made); returns the core's notes."""
     recs = opened_records(sec)
     crash = next((r for i, r in recs.items() if i.startswith("c")), None)
     main = next((r for i, r in recs.items() if not i.startswith("c")), None)
     for rec in (crash, main):
-        if rec is not None and rec.get("refused"):
-            core.notes.append(f"not read: {str(rec['refused'])[:200]}")
-        if rec is not None and rec.get("error"):
-            core.notes.append(f"not read: {str(rec['error'])[:200]}")
-    first = crash if crash is not None else main
-    if first is not None and isinstance(first.get("owner"), int) and not first.get("refused"):
-        core.owner = first["owner"]
-    for rec in (main, crash):
-        if rec is not None and isinstance(rec.get("size"), int):
-            core.size = rec["size"]
-            break
-    core.copied = main is not None and isinstance(main.get("sha256"), str)
-    core.artifact_copied = core.copied or (crash is not None and isinstance(crash.get("sha256"), str))
+        _note_unread(core, rec)
+    _apply_descriptor(core, crash, main)
     facts = main.get("facts") if main is not None else None
     return facts if isinstance(facts, dict) else {}
 
@@ -345,28 +358,43 @@ def apply_inspection(core: Core, cand: Candidate, sec: Mapping[str, list[str]]) 
         core.notes.append(f"core notes unreadable: {str(facts['error'])[:200]}")
     meta = {v.split(" ", 1)[0]: (v.split(" ", 1)[1].strip() if " " in v else "") for v in sec.get("meta", [])}
     header = crash_header_facts(parse_crash_header("\n".join(sec.get("hdr", [])))) if sec.get("hdr") else {}
-    core.pid = facts.get("pid") or _int(meta.get("pid")) or header.get("pid") or core.pid
-    core.ppid = facts.get("ppid") or header.get("ppid")
-    core.comm = facts.get("comm") or core.comm
-    # the kernel's own word first (%s, the journal), then the core's NT_SIGINFO, then the handlers' files
-    core.signal = (core.signal or signal_name(facts.get("signal")) or header.get("signal")
-                   or _reason_signal(meta.get("reason", "")))
-    exe = cand.executable or meta.get("executable") or header.get("executable")
-    execfn = facts.get("execfn")
-    if not exe and execfn and execfn.startswith("/"):
-        exe = execfn
-    core.executable = exe or execfn or core.executable
-    psargs = facts.get("psargs") or ""
-    if len(psargs) >= 79:  # the kernel keeps the first 80 bytes of the command line
-        psargs += "…"
-    core.cmdline = meta.get("cmdline") or header.get("cmdline") or psargs or None
-    core.env = dict(facts.get("env") or {})
+    _apply_process(core, facts, meta, header)
+    _apply_command(core, cand, facts, meta, header)
     uid = facts.get("uid")
     recorded = cand.journal.uid if cand.journal is not None else header.get("uid")
     core.uid = uid if isinstance(uid, int) else recorded
     core.facts_read = isinstance(facts.get("pid"), int)
     if cand.source == "abrt" and _int(meta.get("time")):
         core.time = float(meta["time"])
+
+
+def _apply_process(core: Core, facts: Mapping[str, Any], meta: Mapping[str, str],
+                   header: Mapping[str, Any]) -> None:
+    """The crashed process's pid, parent, name and signal."""
+    core.pid = facts.get("pid") or _int(meta.get("pid")) or header.get("pid") or core.pid
+    core.ppid = facts.get("ppid") or header.get("ppid")
+    core.comm = facts.get("comm") or core.comm
+    # the kernel's own word first (%s, the journal), then the core's NT_SIGINFO, then the handlers' files
+    core.signal = (core.signal or signal_name(facts.get("signal")) or header.get("signal")
+                   or _reason_signal(meta.get("reason", "")))
+
+
+def _apply_command(core: Core, cand: Candidate, facts: Mapping[str, Any], meta: Mapping[str, str],
+                   header: Mapping[str, Any]) -> None:
+    """The crashed process's executable, command line and environment."""
+    exe = cand.executable or meta.get("executable") or header.get("executable")
+    execfn = facts.get("execfn")
+    if not exe and execfn and execfn.startswith("/"):
+        exe = execfn
+    core.executable = exe or execfn or core.executable
+    core.cmdline = meta.get("cmdline") or header.get("cmdline") or _psargs(facts) or None
+    core.env = dict(facts.get("env") or {})
+
+
+def _psargs(facts: Mapping[str, Any]) -> str:
+    """The command line from the core's notes, marked cut where the kernel cut it (at 80 bytes)."""
+    psargs: str = facts.get("psargs") or ""
+    return psargs + "…" if len(psargs) >= 79 else psargs
 
 
 def _int(value: object) -> int | None:
@@ -393,16 +421,21 @@ class RankProc:
     signal: str | None = None
 
 
+def _proc_of(procs: Sequence[RankProc], pid: int | None) -> RankProc | None:
+    """The first rank process with this (known) pid."""
+    if pid is None:
+        return None
+    return next((p for p in procs if p.pid == pid), None)
+
+
 def attribute(host: str, pid: int | None, ppid: int | None, env: Mapping[str, str],
               procs: Sequence[RankProc]) -> tuple[int | None, str | None]:
     """(rank, relation) of a core on ``host``: relation is ``rank``, ``child``, ``process`` or ``launch``."""
     mine = [p for p in procs if p.host == host]
-    for p in mine:
-        if pid is not None and p.pid == pid:
-            return p.rank, "rank"
-    for p in mine:
-        if ppid is not None and p.pid is not None and p.pid == ppid:
-            return p.rank, "child"
+    for wanted, relation in ((pid, "rank"), (ppid, "child")):
+        found = _proc_of(mine, wanted)
+        if found is not None:
+            return found.rank, relation
     tag = env.get(RUN_TAG)
     if tag and any(tag == f"{p.launch_id}.{host}" for p in mine):
         rank = env.get("RANK", "")

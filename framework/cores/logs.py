@@ -34,10 +34,10 @@ from framework.cores import faultbundle
 from framework.cores.scan import Baseline
 from framework.errors import FrameworkError
 from framework.hosts import Cluster, Host
+from framework.records.folder import append_text, write_atomic
 from framework.remote.layout import DEFAULT_WORKDIR
 from framework.remote.packing import pack_program, sh_pack
 from framework.remote.sections import read_records, sh_tag
-from framework.report.folder import append_text, write_atomic
 
 log = logging.getLogger("camit.hostlogs")
 
@@ -429,7 +429,7 @@ def collect_logs(cluster: Cluster, report: Path, baseline: Baseline, *,
         if sigs:
             collected[name].append(append_text(host_dir / "signatures.txt", head + summarize({name: sigs})))
     reached = [n for n in collected if n not in got.failed]
-    suspects.mark(cluster, suspects.oom_faults(found), on=reached)
+    suspects.mark(cluster, oom_faults(found), on=reached)
     summary = summarize(found)
     if summary:
         append_text(report / "signatures.txt", head + summary)
@@ -444,5 +444,16 @@ def _mtime(path: Path) -> float:
         return 0.0
 
 
-__all__ = ["Signature", "collect_logs", "dmesg_since", "home_logs_script", "logs_script", "pack_program",
+def oom_faults(found: Mapping[str, Sequence[Signature]]) -> dict[str, tuple[str, str]]:
+    """The hosts whose kernel log (``dmesg.txt``) holds an OOM kill, with its line: what makes a
+    host suspect (framework.suspects)."""
+    out: dict[str, tuple[str, str]] = {}
+    for host, sigs in found.items():
+        oom = [s for s in sigs if s.code == "OOM-KILL" and s.source.endswith("dmesg.txt")]
+        if oom:
+            out[host] = ("oom", f"{oom[0].meaning}: {oom[0].line.strip()[:200]}")
+    return out
+
+
+__all__ = ["Signature", "collect_logs", "dmesg_since", "home_logs_script", "logs_script", "oom_faults", "pack_program",
            "parse_clock", "parse_logs_output", "scan_signatures", "sh_pack", "summarize"]

@@ -25,9 +25,10 @@ import math
 import posixpath
 import re
 import signal as _signal
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from typing import Any
 
 from framework import commands
 from framework.cores.pattern import PIPE_HANDLERS, CorePattern, parse_core_pattern
@@ -298,19 +299,25 @@ def parse_coredumpctl_json(text: str) -> list[JournalEntry]:
     except ValueError:
         log.warning("coredumpctl printed JSON we cannot read: %.200s", text)
         return []
-    out = []
-    for row in rows if isinstance(rows, list) else []:
-        if not isinstance(row, dict) or not isinstance(row.get("pid"), int):
-            continue
-        t = row.get("time")
-        out.append(JournalEntry(
-            time=float(t) / 1e6 if isinstance(t, (int, float)) else 0.0, pid=row["pid"],
-            uid=row.get("uid") if isinstance(row.get("uid"), int) else None,
-            gid=row.get("gid") if isinstance(row.get("gid"), int) else None,
-            signal=signal_name(row.get("sig")), corefile=row.get("corefile"),
-            exe=str(row.get("exe") or ""), size=row.get("size") if isinstance(row.get("size"), int) else None,
-        ))
-    return out
+    return [_journal_row(row) for row in (rows if isinstance(rows, list) else [])
+            if isinstance(row, dict) and isinstance(row.get("pid"), int)]
+
+
+def _int_field(row: Mapping[str, Any], key: str) -> int | None:
+    value = row.get(key)
+    return value if isinstance(value, int) else None
+
+
+def _journal_row(row: Mapping[str, Any]) -> JournalEntry:
+    """One row of ``coredumpctl --json``; fields of the wrong type are left out."""
+    t = row.get("time")
+    exe = row.get("exe")
+    return JournalEntry(
+        time=float(t) / 1e6 if isinstance(t, (int, float)) else 0.0, pid=row["pid"],
+        uid=_int_field(row, "uid"), gid=_int_field(row, "gid"),
+        signal=signal_name(row.get("sig")), corefile=row.get("corefile"),
+        exe=str(exe) if exe else "", size=_int_field(row, "size"),
+    )
 
 
 _CTL_ROW = re.compile(
@@ -402,6 +409,15 @@ def _under(path: str, roots: Sequence[str]) -> bool:
     return norm == path and any(norm.startswith(r.rstrip("/") + "/") for r in roots if r.startswith("/"))
 
 
+def _journal_candidates(before: HostScan, after: HostScan) -> list[Candidate]:
+    """systemd-coredump: the journal's entries that are new since ``before`` (allowing its lag)."""
+    seen = {e.key for e in before.journal}
+    return [Candidate(after.host, "systemd", f"coredumpctl:{e.pid}", e.time, e.size, e.pid,
+                      posixpath.basename(e.exe) or None, e.exe if e.exe.startswith("/") else None,
+                      e.signal, journal=e)
+            for e in after.journal if e.key not in seen and e.time >= before.now - JOURNAL_LAG]
+
+
 def new_candidates(before: HostScan, after: HostScan, roots: Sequence[str] | None = None) -> list[Candidate]:
     """Cores in ``after`` that were not in ``before`` and are no older than ``before.now``.
 
@@ -414,14 +430,7 @@ def new_candidates(before: HostScan, after: HostScan, roots: Sequence[str] | Non
     pattern = after.pattern
     out: list[Candidate] = []
     if pattern.kind == "systemd":
-        seen = {e.key for e in before.journal}
-        for e in after.journal:
-            if e.key in seen or e.time < before.now - JOURNAL_LAG:
-                continue
-            out.append(Candidate(after.host, "systemd", f"coredumpctl:{e.pid}", e.time, e.size, e.pid,
-                                 posixpath.basename(e.exe) or None, e.exe if e.exe.startswith("/") else None,
-                                 e.signal, journal=e))
-        return out
+        return _journal_candidates(before, after)
     for path, entry in sorted(after.files.items()):
         old = before.files.get(path)
         if old is not None and (old.mtime, old.inode) == (entry.mtime, entry.inode):

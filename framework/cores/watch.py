@@ -47,10 +47,10 @@ import logging
 import os
 import secrets
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from framework import fetchcaps
 from framework.commands import ShellScript
@@ -85,12 +85,34 @@ from framework.cores.scan import (
 )
 from framework.errors import FrameworkError, reason_of
 from framework.hosts import Cluster, Host
+from framework.records.folder import RunDir, update_json
 from framework.remote.layout import DEFAULT_WORKDIR, HostLayout
-from framework.report.folder import RunDir, update_json
 
 if TYPE_CHECKING:
     from framework.config.effective import EnvConfig, HostSpec
-    from framework.launch import LaunchResult
+
+class RankOutcome(Protocol):
+    """A rank of a finished launch as core attribution reads it (``framework.launch.result.RankResult``)."""
+
+    @property
+    def host(self) -> str: ...
+
+    @property
+    def signal(self) -> str | None: ...
+
+
+class Launched(Protocol):
+    """A finished launch as core attribution reads it (``framework.launch.result.LaunchResult``)."""
+
+    @property
+    def launch_id(self) -> str: ...
+
+    @property
+    def report_dir(self) -> str | None: ...
+
+    @property
+    def ranks(self) -> Mapping[int, RankOutcome]: ...
+
 
 log = logging.getLogger("camit.coredump")
 
@@ -107,11 +129,11 @@ SETTLE_TIMEOUT = 10.0
 
 
 # -- the ranks' pids, for attribution ------------------------------------------------------------------
-def rank_procs(launches: LaunchResult | Sequence[LaunchResult] | None) -> list[RankProc]:
+def rank_procs(launches: Launched | Sequence[Launched] | None) -> list[RankProc]:
     """Rank processes of ``LaunchResult``\\ s, pids read from ``<report>/<host>/rank<N>.json``."""
     if launches is None:
         return []
-    runs: list[LaunchResult] = list(launches) if isinstance(launches, Sequence) else [launches]
+    runs: list[Launched] = list(launches) if isinstance(launches, Sequence) else [launches]
     out = []
     for lr in runs:
         report = Path(lr.report_dir) if lr.report_dir else None
@@ -123,7 +145,7 @@ def rank_procs(launches: LaunchResult | Sequence[LaunchResult] | None) -> list[R
                     pid = st.get("pid") if st.get("rank") == rank and isinstance(st.get("pid"), int) else None
                 except (OSError, ValueError):
                     pid = None
-            out.append(RankProc(lr.launch_id, rank, rr.host, pid, getattr(rr, "signal", None)))
+            out.append(RankProc(lr.launch_id, rank, rr.host, pid, rr.signal))
     return out
 
 
@@ -245,7 +267,7 @@ class CoreWatch:
 
     # -- after --------------------------------------------------------------------------------------
     def collect(self, baseline: Baseline, *, rundir: RunDir | Path | str | None = None,
-                ranks: LaunchResult | Sequence[LaunchResult] | None = None) -> list[Core]:
+                ranks: Launched | Sequence[Launched] | None = None) -> list[Core]:
         """The cores that appeared on the cluster's hosts since ``baseline``: attributed, fetched, backtraced.
 
         ``rundir`` (a ``RunDir`` or a path) receives ``<host>/cores/<name>.gz`` and
@@ -281,17 +303,7 @@ class CoreWatch:
 
     def _collect_host(self, host: Host, before: HostScan, report: Path | None,
                       procs: Sequence[RankProc]) -> list[Core]:
-        after = self._scan(host, before.now)
-        cands = self._new(host, before, after)
-        # a pipe handler (systemd-coredump, apport, abrt) stores the core after the process is
-        # gone: when a rank here died of a core-dumping signal, give it a moment to appear
-        expected = sum(1 for p in procs if p.host == host.name and p.signal in CORE_SIGNALS)
-        deadline = time.monotonic() + SETTLE_TIMEOUT
-        while after.pattern.kind in ("systemd", "apport", "abrt") and len(cands) < expected \
-                and time.monotonic() < deadline:
-            time.sleep(0.5)
-            after = self._scan(host, before.now)
-            cands = self._new(host, before, after)
+        after, cands = self._settled_scan(host, before, procs)
         self.notes += [n for n in after.name_notes() if n not in self.notes]
         if after.boot_id and before.boot_id and after.boot_id != before.boot_id:
             self.notes.append(f"{host.name}: rebooted during the test (boot id changed)")
@@ -302,6 +314,31 @@ class CoreWatch:
                  for c in cands]
         if self.policy is CorePolicy.IGNORE:
             return cores
+        cores = self._inspect_and_fetch(host, after, cands, cores, procs, report)
+        self._note_missing(host, after, procs, cores)
+        return cores
+
+    def _settled_scan(self, host: Host, before: HostScan,
+                      procs: Sequence[RankProc]) -> tuple[HostScan, list[Candidate]]:
+        """The host's scan after the test and its new cores.
+
+        A pipe handler (systemd-coredump, apport, abrt) stores the core after the process is
+        gone: when a rank here died of a core-dumping signal, give it a moment to appear.
+        """
+        after = self._scan(host, before.now)
+        cands = self._new(host, before, after)
+        expected = sum(1 for p in procs if p.host == host.name and p.signal in CORE_SIGNALS)
+        deadline = time.monotonic() + SETTLE_TIMEOUT
+        while after.pattern.kind in ("systemd", "apport", "abrt") and len(cands) < expected \
+                and time.monotonic() < deadline:
+            time.sleep(0.5)
+            after = self._scan(host, before.now)
+            cands = self._new(host, before, after)
+        return after, cands
+
+    def _inspect_and_fetch(self, host: Host, after: HostScan, cands: Sequence[Candidate], cores: list[Core],
+                           procs: Sequence[RankProc], report: Path | None) -> list[Core]:
+        """Inspect the new cores in a scratch folder, keep the run's own, backtrace and fetch them."""
         tmp = self._layout(host).scratch(f".camit-cores/{secrets.token_hex(4)}")
         try:
             paths = self._inspect(host, cands, cores, tmp, procs)
@@ -320,7 +357,6 @@ class CoreWatch:
                 host.run(["rm", "-rf", "--", tmp], timeout=60)
             except FrameworkError as exc:
                 log.warning("%s: could not remove %s: %s", host.name, tmp, exc)
-        self._note_missing(host, after, procs, cores)
         return cores
 
     def _note_missing(self, host: Host, after: HostScan, procs: Sequence[RankProc], cores: Sequence[Core]) -> None:
@@ -370,36 +406,43 @@ class CoreWatch:
             if gz is None and core.size is not None and core.size > self.cap_bytes:
                 core.notes.append(f"not copied, fetched or backtraced: {human_size(core.size)} is over the cap "
                                   f"of {human_size(self.cap_bytes)}; left on {host.name} at {core.location}")
+        sections = self._backtraces(host, gdb, cores, paths)
+        taken: set[str] = set()
+        for i, (core, (_copy, gz)) in enumerate(zip(cores, paths)):
+            bt = sections.get(str(i), {}).get("raw", [""])[0]
+            if bt.strip():
+                core.backtrace = clean_backtrace(bt)
+            if report is not None:
+                self._store(host, core, gz, report / host.name / "cores", taken)
+
+    def _backtraces(self, host: Host, gdb: str | None, cores: list[Core],
+                    paths: Sequence[tuple[str | None, str | None]]) -> dict[str, dict[str, list[str]]]:
+        """gdb's backtrace of each core camit copied, by the core's index (none without gdb: a note each)."""
         jobs = [BacktraceJob(i, copy, core.executable if (core.executable or "").startswith("/") else None)
                 for i, (core, (copy, _gz)) in enumerate(zip(cores, paths)) if copy is not None and gdb]
         if cores and not gdb:
             for core in cores:
                 core.notes.append(f"gdb is not installed on {host.name}: no backtrace")
-        sections: dict[str, dict[str, list[str]]] = {}
-        if jobs:
-            script = backtrace_script(jobs, timeout=self.gdb_timeout)
-            budget = len(jobs) * (self.gdb_timeout + 15) + 60
-            result = host.run(ShellScript(script), timeout=budget, max_output=len(jobs) * BACKTRACE_BYTES + 65536)
-            sections = split_sections(result.stdout, "job", raw=True)
-        taken: set[str] = set()
-        cap = fetchcaps.caps().with_(max_bytes=self.cap_bytes)
-        for i, (core, (_copy, gz)) in enumerate(zip(cores, paths)):
-            bt = sections.get(str(i), {}).get("raw", [""])[0]
-            if bt.strip():
-                core.backtrace = clean_backtrace(bt)
-            if report is None:
-                continue
-            out_dir = report / host.name / "cores"
-            out_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-            base = unique_base(out_dir, local_name(core), core.pid, taken)
-            if core.backtrace:
-                core.backtrace_path = fetchcaps.write_private(out_dir / f"{base}.bt.txt", core.backtrace)
-            if gz is not None:
-                try:  # bytes counted while reading: the cap holds whatever size the host reported
-                    host.get(gz, out_dir / f"{base}.gz", cap=cap)
-                    core.local_path = out_dir / f"{base}.gz"
-                except FrameworkError as exc:
-                    core.notes.append(f"fetch failed: {exc}")
+        if not jobs:
+            return {}
+        script = backtrace_script(jobs, timeout=self.gdb_timeout)
+        budget = len(jobs) * (self.gdb_timeout + 15) + 60
+        result = host.run(ShellScript(script), timeout=budget, max_output=len(jobs) * BACKTRACE_BYTES + 65536)
+        return split_sections(result.stdout, "job", raw=True)
+
+    def _store(self, host: Host, core: Core, gz: str | None, out_dir: Path, taken: set[str]) -> None:
+        """The core's backtrace and its gzip (within the cap) into ``out_dir``."""
+        out_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        base = unique_base(out_dir, local_name(core), core.pid, taken)
+        if core.backtrace:
+            core.backtrace_path = fetchcaps.write_private(out_dir / f"{base}.bt.txt", core.backtrace)
+        if gz is None:
+            return
+        try:  # bytes counted while reading: the cap holds whatever size the host reported
+            host.get(gz, out_dir / f"{base}.gz", cap=fetchcaps.caps().with_(max_bytes=self.cap_bytes))
+            core.local_path = out_dir / f"{base}.gz"
+        except FrameworkError as exc:
+            core.notes.append(f"fetch failed: {exc}")
 
     # -- judgement and logs ---------------------------------------------------------------------------
     def verdict(self, cores: Sequence[Core]) -> tuple[bool, str]:

@@ -79,7 +79,7 @@ from framework.remote.layout import unsafe_message, unsafe_reason
 
 if TYPE_CHECKING:  # pragma: no cover
     from framework.config.effective import EnvConfig
-    from framework.report.folder import RunDir
+    from framework.records.folder import RunDir
 
 log = logging.getLogger("camit.deploy")
 
@@ -175,10 +175,7 @@ class Deployer:
         probes = {h: p for h, p in probes.items() if h in per_host}
         missing = {h: [a for a in per_host[h] if a.sha256 not in probes[h].have] for h in probes}
         artifacts = [a for a in every if any(a in arts for arts in per_host.values())]
-        for h, arts in missing.items():
-            problem = space_problem(self.plans[h], arts, probes[h].free)
-            if problem:
-                self._fail(result, h, "upload", TransferError(h, problem))
+        self._check_space(missing, probes, result)
         via: dict[tuple[str, str], str] = {}
         installs: dict[str, HostInstall] = {}
         try:
@@ -197,6 +194,14 @@ class Deployer:
         finally:
             for inst in installs.values():  # hosts lost before their install: no import check left running
                 inst.stop()
+
+    def _check_space(self, missing: dict[str, list[Artifact]], probes: dict[str, Probe],
+                     result: DeployResult) -> None:
+        """Fail the hosts without the room for the artifacts they miss."""
+        for h, arts in missing.items():
+            problem = space_problem(self.plans[h], arts, probes[h].free)
+            if problem:
+                self._fail(result, h, "upload", TransferError(h, problem))
 
     # -- 1. probe -------------------------------------------------------------------------------
     def _probe(self, artifacts: list[Artifact], result: DeployResult) -> dict[str, Probe]:
@@ -233,15 +238,7 @@ class Deployer:
             return
         pending = targets
         if self.relay and len(targets) >= 2:
-            result.relay_used = True
-            pending = self._relay(art, targets, probes, result)
-            for h in targets:
-                if h not in pending and h not in result.errors:
-                    via[(h, art.kind)] = "relay"
-            if pending:
-                note = f"relay: direct push of {art.name} to {', '.join(pending)}"
-                result.notes.append(note)
-                log.warning("%s", note)
+            pending = self._relay_to(art, targets, probes, via, result)
 
         def push(host: Host) -> None:
             self._push(host, art, result)
@@ -251,6 +248,20 @@ class Deployer:
                 self._fail(result, name, "upload", value)
             else:
                 via[(name, art.kind)] = "direct"
+
+    def _relay_to(self, art: Artifact, targets: list[str], probes: dict[str, Probe],
+                  via: dict[tuple[str, str], str], result: DeployResult) -> list[str]:
+        """The relay chain's part of :meth:`_transfer`: the hosts it served in ``via``; returns those left."""
+        result.relay_used = True
+        pending = self._relay(art, targets, probes, result)
+        for h in targets:
+            if h not in pending and h not in result.errors:
+                via[(h, art.kind)] = "relay"
+        if pending:
+            note = f"relay: direct push of {art.name} to {', '.join(pending)}"
+            result.notes.append(note)
+            log.warning("%s", note)
+        return pending
 
     def _relay(self, art: Artifact, targets: list[str], probes: dict[str, Probe], result: DeployResult) -> list[str]:
         """Stream ``art`` through a chain of ``targets``; return the hosts that still need a direct push."""

@@ -531,16 +531,8 @@ def mb(n: float) -> str:
     return f"{n / 1024 / 1024:.1f} MiB"
 
 
-def dry_run_plan(plan: HostPlan, artifacts: Sequence[Artifact]) -> dict[str, Any]:
-    """What deploy would send and run on one host, decided without contacting it (``camit deploy --dry-run``).
-
-    Every step the install can take, in order, with its exact command (``when`` says which ones run only in
-    some cases; the install runs each inside :func:`with_cpu`, for its CPU time on the host): the probe that decides what is sent and whether anything is installed is left out, as are
-    its findings (staged hashes, the recorded state, the host's OS and arch: which of several ``.run`` files
-    fits, the vendor the ``.run`` makes: the import check is shown for :data:`VENDOR`).
-    """
-    runs = [a for a in artifacts if a.kind == "run_package"]
-    wheel = next((a for a in artifacts if a.kind == "wheel"), None)
+def _dry_run_steps(plan: HostPlan, runs: Sequence[Artifact], wheel: Artifact | None) -> list[dict[str, str]]:
+    """Every step the install can take on ``plan``'s host, in order (see :func:`dry_run_plan`)."""
     several = len(runs) > 1
     steps: list[dict[str, str]] = []
 
@@ -563,6 +555,21 @@ def dry_run_plan(plan: HostPlan, artifacts: Sequence[Artifact]) -> dict[str, Any
     # its content (the vendor, the installed version, the time) is known only once the steps ran
     steps.append({"step": "write-state", "writes": plan.state_file,
                   "when": "last, once every step passed: the artifacts' sha256, interpreter, vendor, version"})
+    return steps
+
+
+def dry_run_plan(plan: HostPlan, artifacts: Sequence[Artifact]) -> dict[str, Any]:
+    """What deploy would send and run on one host, decided without contacting it (``camit deploy --dry-run``).
+
+    Every step the install can take, in order, with its exact command (``when`` says which ones run only in
+    some cases; the install runs each inside :func:`with_cpu`, for its CPU time on the host): the probe that decides what is sent and whether anything is installed is left out, as are
+    its findings (staged hashes, the recorded state, the host's OS and arch: which of several ``.run`` files
+    fits, the vendor the ``.run`` makes: the import check is shown for :data:`VENDOR`).
+    """
+    runs = [a for a in artifacts if a.kind == "run_package"]
+    wheel = next((a for a in artifacts if a.kind == "wheel"), None)
+    several = len(runs) > 1
+    steps = _dry_run_steps(plan, runs, wheel)
     return {
         "host": plan.host, "workdir": plan.workdir, "install_path": plan.install_path, "python": plan.python,
         "venv": plan.venv_dir if plan.venv else None, "interpreter": plan.interpreter, "state_file": plan.state_file,

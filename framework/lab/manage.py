@@ -69,7 +69,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -153,6 +153,19 @@ HOLDER_READY_TIMEOUT = 60.0
 
 
 # --------------------------------------------------------------------------- the lab
+
+
+def _remove_if_empty(p: Path, kind: str) -> None:
+    """Remove a mount point ``up`` made (``dir`` or ``file``) when it is still that, not a link, and empty."""
+    if kind == "dir" and p.is_dir() and not p.is_symlink() and not any(p.iterdir()):
+        p.rmdir()
+    elif kind == "file" and p.is_file() and not p.is_symlink() and p.stat().st_size == 0:
+        p.unlink()
+
+
+def _our_sshd(candidates: Iterable[int | None], config: str, ns: str) -> list[int]:
+    """The recorded sshd pids still alive and still ours (running our config, or in our namespace)."""
+    return [pid for pid in candidates if pid and pid_alive(pid) and (config in cmdline(pid) or in_netns(pid, ns))]
 
 
 @dataclass
@@ -473,12 +486,8 @@ class Lab:
         with locked(STATE_ROOT / "emu-mounts"):
             others = [r for r in self._other_records() if r.get("npu")]
             for path, kind in mount_points_on_down(self.mount_points, len(others)):
-                p = Path(path)
                 with contextlib.suppress(OSError):
-                    if kind == "dir" and p.is_dir() and not p.is_symlink() and not any(p.iterdir()):
-                        p.rmdir()
-                    elif kind == "file" and p.is_file() and not p.is_symlink() and p.stat().st_size == 0:
-                        p.unlink()
+                    _remove_if_empty(Path(path), kind)
             if others:
                 say(f"mount point(s) {', '.join(p for p, _ in self.mount_points)} stay: "
                     f"{len(others)} other emulated lab(s) still up")
@@ -762,26 +771,6 @@ class Lab:
         with locked(self.state_dir):
             self._teardown(say or log.info)
 
-    @staticmethod
-    def _sshd_pids(host: LabHost) -> list[int]:
-        """The host's recorded sshd (and its pid file's), when it is still ours."""
-        config = str(host.plan.sshd_config)
-        return [pid for pid in (host.sshd_pid, read_pid(host.plan.sshd_pid_file))
-                if pid and pid_alive(pid) and (config in cmdline(pid) or in_netns(pid, host.ns))]
-
-    def _our_pids(self, namespaces: list[str]) -> list[int]:
-        """Recorded sshds and holders that are still ours, and everything inside our namespaces."""
-        pids: list[int] = []
-        for h in self.hosts:
-            pids += self._sshd_pids(h)
-            pids += [pid for pid in h.holders if pid_alive(pid) and in_netns(pid, h.ns)]
-        if self.jump is not None:
-            pids += self._sshd_pids(self.jump)
-        for ns in namespaces:
-            cp = run(["ip", "netns", "pids", ns], check=False)
-            pids += [int(x) for x in cp.stdout.split() if x.isdigit()]
-        return pids
-
     def _teardown(self, say: Say) -> None:
         p = self.plan
         namespaces = sorted({h.ns for h in self._sshd_hosts()} | set(lab_namespaces(p.name)))
@@ -790,22 +779,8 @@ class Lab:
             uniq = sorted(set(pids))
             say(f"killing {len(uniq)} process(es) in lab {p.name!r}: {' '.join(map(str, uniq))}")
             kill_pids(pids)
-        veths = sorted({h.veth for h in self._sshd_hosts()} | set(lab_veths(p.name)))
-        bridge = p.bridge if Path(f"/sys/class/net/{p.bridge}").exists() else None
-        veths = [v for v in veths if Path(f"/sys/class/net/{v}").exists()]
-        # a jump lab's second bridge, also when this record lost it (a half-made lab): it is ours by name
-        more = [b for b in {p.private_bridge or f"{p.name}br1", f"{p.name}br1"} if Path(f"/sys/class/net/{b}").exists()]
-        for argv in teardown_commands(namespaces, veths, bridge, more):
-            run(argv, check=False)
-        if p.private_subnet is not None:
-            while run(private_route_argv("del", p.private_subnet), check=False).returncode == 0:
-                pass
-        if self.iptables_rule and shutil.which("iptables"):
-            for br in p.bridges:
-                rule = iptables_forward_rule(br)
-                while run(["iptables", "-C", *rule], check=False).returncode == 0:
-                    run(["iptables", "-D", *rule])
-                say("removed the iptables FORWARD rule for " + br)
+        self._remove_links(namespaces)
+        self._remove_routes_and_rules(say)
         self._release_core_pattern(say)
         self._release_mount_points(say)  # our hosts (their mount namespaces) are gone by now
         with contextlib.suppress(OSError):  # only an env file we generated for this very lab
@@ -818,6 +793,46 @@ class Lab:
         if left:
             raise LabError(f"lab {p.name!r}: could not remove {', '.join(left)}")
         say(f"lab {p.name!r} is down ({len(namespaces)} namespaces removed)")
+
+    def _our_pids(self, namespaces: Sequence[str]) -> list[int]:
+        """The lab's processes: recorded sshds (and their pid files) and holders while still ours, and
+        everything inside the lab's namespaces."""
+        pids: list[int] = []
+        for h in self.hosts:
+            pids += _our_sshd((h.sshd_pid, read_pid(h.plan.sshd_pid_file)), str(h.plan.sshd_config), h.ns)
+            pids += [pid for pid in h.holders if pid_alive(pid) and in_netns(pid, h.ns)]
+        if self.jump is not None:
+            pids += _our_sshd((self.jump.sshd_pid, read_pid(self.jump.plan.sshd_pid_file)),
+                              str(self.jump.plan.sshd_config), self.jump.ns)
+        for ns in namespaces:  # everything still inside our namespaces is ours
+            cp = run(["ip", "netns", "pids", ns], check=False)
+            pids += [int(x) for x in cp.stdout.split() if x.isdigit()]
+        return pids
+
+    def _remove_links(self, namespaces: Sequence[str]) -> None:
+        """The lab's namespaces, veths and bridges (a jump lab's second bridge too, also when this record
+        lost it: a half-made lab's; it is ours by name)."""
+        p = self.plan
+        veths = sorted({h.veth for h in self._sshd_hosts()} | set(lab_veths(p.name)))
+        bridge = p.bridge if Path(f"/sys/class/net/{p.bridge}").exists() else None
+        veths = [v for v in veths if Path(f"/sys/class/net/{v}").exists()]
+        more = [b for b in {p.private_bridge or f"{p.name}br1", f"{p.name}br1"} if Path(f"/sys/class/net/{b}").exists()]
+        for argv in teardown_commands(list(namespaces), veths, bridge, more):
+            run(argv, check=False)
+
+    def _remove_routes_and_rules(self, say: Say) -> None:
+        """A jump lab's route to its private subnet, and the FORWARD rules ``up`` added."""
+        p = self.plan
+        if p.private_subnet is not None:
+            while run(private_route_argv("del", p.private_subnet), check=False).returncode == 0:
+                pass
+        if not (self.iptables_rule and shutil.which("iptables")):
+            return
+        for br in p.bridges:
+            rule = iptables_forward_rule(br)
+            while run(["iptables", "-C", *rule], check=False).returncode == 0:
+                run(["iptables", "-D", *rule])
+            say("removed the iptables FORWARD rule for " + br)
 
     # ---- per-host operations (for tests)
     def stop_sshd(self, host: str) -> None:
@@ -1000,6 +1015,18 @@ def _cmd_down(args: argparse.Namespace, say: Say) -> int:
     return 0
 
 
+def _host_status(lab: Lab, h: LabHost) -> str:
+    """One host's line of ``lab status``: namespace, address, sshd, and on an emulated lab its faults."""
+    state = f"sshd pid {h.sshd_pid}" if h.sshd_running else "sshd STOPPED"
+    extra = f", small workdir {h.small_workdir}" if h.small_workdir else ""
+    if lab.plan.npu is not None:
+        faults = lab.active_faults(h.name)
+        extra += f", {lab.plan.npu.profile}, faults: {', '.join(faults) or 'none'}"
+        holders = [p for p in h.holders if pid_alive(p)]
+        extra += f", holder pid(s) {' '.join(map(str, holders))}" if holders else ""
+    return f"  {h.name:<8} {h.ns:<16} {h.ip:<15} {state}{extra}"
+
+
 def _cmd_status(args: argparse.Namespace, say: Say) -> int:
     lab = Lab.load(args.name, args.state_dir)
     say(f"lab {lab.name!r}: {npu_shape(lab.plan)}, bridge {lab.plan.bridge} {lab.plan.bridge_ip}/"
@@ -1009,14 +1036,7 @@ def _cmd_status(args: argparse.Namespace, say: Say) -> int:
         say(f"  {'jump':<8} {lab.jump.ns:<16} {lab.jump.ip:<15} {state}, hosts' network {lab.plan.private_bridge} "
             f"{lab.plan.private_subnet} (jump leg {lab.plan.jump.private_ip})")
     for h in lab.hosts:
-        state = f"sshd pid {h.sshd_pid}" if h.sshd_running else "sshd STOPPED"
-        extra = f", small workdir {h.small_workdir}" if h.small_workdir else ""
-        if lab.plan.npu is not None:
-            faults = lab.active_faults(h.name)
-            extra += f", {lab.plan.npu.profile}, faults: {', '.join(faults) or 'none'}"
-            holders = [p for p in h.holders if pid_alive(p)]
-            extra += f", holder pid(s) {' '.join(map(str, holders))}" if holders else ""
-        say(f"  {h.name:<8} {h.ns:<16} {h.ip:<15} {state}{extra}")
+        say(_host_status(lab, h))
     problems = lab.problems()
     say("healthy" if not problems else "NOT healthy: " + "; ".join(problems))
     return 0 if not problems else 1
@@ -1026,21 +1046,26 @@ def _cmd_status(args: argparse.Namespace, say: Say) -> int:
 LINGER = "linger"
 
 
-def _cmd_fault(args: argparse.Namespace, say: Say) -> int:
+def _set_linger(lab: Lab, args: argparse.Namespace, params: Mapping[str, Any], say: Say) -> int:
+    """``fault HOST linger``, not a knob: how long a device stays listed after its process died (all later
+    processes)."""
     from framework.lab import emu
 
+    if args.linger is None or args.linger < 0 or params:
+        raise LabError("fault HOST linger takes --linger SECONDS (>= 0) and nothing else")
+    emu.set_linger(lab._emu_tree(args.host)[1], args.linger)
+    say(f"{args.host}: a device stays listed {args.linger:g} s after its process died")
+    return 0
+
+
+def _cmd_fault(args: argparse.Namespace, say: Say) -> int:
     params = {k: v for k, v in (("device", args.device), ("level", args.level), ("spod_id", args.spod_id))
               if v is not None}
     try:
         lab = Lab.load(args.name, args.state_dir)
         lab._emu_tree(args.host)  # unknown host, CPU lab host
         if args.knob == LINGER:
-            # not a knob: how long a device stays listed after its process died (all later processes)
-            if args.linger is None or args.linger < 0 or params:
-                raise LabError("fault HOST linger takes --linger SECONDS (>= 0) and nothing else")
-            emu.set_linger(lab._emu_tree(args.host)[1], args.linger)
-            say(f"{args.host}: a device stays listed {args.linger:g} s after its process died")
-            return 0
+            return _set_linger(lab, args, params, say)
         if args.knob != "clear":
             lab.check_fault(args.host, args.knob, params)
             if args.linger is not None and (args.knob != "held-device" or args.linger < 0):

@@ -403,39 +403,43 @@ def overlapping_routes(
     Default routes (``default``, ``0.0.0.0/0``) and anything on ``ignore_dev``
     (our own bridge) do not count.
     """
-    hits: list[str] = []
-    for line in route_lines:
-        toks = line.split()
-        if not toks:
-            continue
-        if toks[0] in _ROUTE_TYPES and len(toks) > 1:
-            toks = toks[1:]
-        dest = toks[0]
-        if dest == "default":
-            continue
-        if ignore_dev and _dev_of(toks) == ignore_dev:
-            continue
-        try:
-            net = ipaddress.ip_network(dest, strict=False)
-        except ValueError:
-            continue
-        if net.version == 4 and net.prefixlen > 0 and net.overlaps(subnet):
-            hits.append(line.strip())
-    for line in addr_lines:
-        # "4: eth0    inet 192.0.2.2/24 brd 192.0.2.255 scope global eth0\ ..."
-        toks = line.split()
-        if "inet" not in toks:
-            continue
-        dev = toks[1] if len(toks) > 1 else ""
-        if ignore_dev and dev == ignore_dev:
-            continue
-        try:
-            iface = ipaddress.ip_interface(toks[toks.index("inet") + 1])
-        except (ValueError, IndexError):
-            continue
-        if iface.version == 4 and iface.network.overlaps(subnet):
-            hits.append(line.split("\\")[0].strip())
+    hits = [line.strip() for line in route_lines if _route_overlaps(line, subnet, ignore_dev)]
+    hits += [line.split("\\")[0].strip() for line in addr_lines if _addr_overlaps(line, subnet, ignore_dev)]
     return hits
+
+
+def _route_overlaps(line: str, subnet: ipaddress.IPv4Network, ignore_dev: str | None) -> bool:
+    """An ``ip -4 -o route`` line whose destination overlaps ``subnet`` (not a default route, not on
+    ``ignore_dev``)."""
+    toks = line.split()
+    if not toks:
+        return False
+    if toks[0] in _ROUTE_TYPES and len(toks) > 1:
+        toks = toks[1:]
+    dest = toks[0]
+    if dest == "default" or (ignore_dev and _dev_of(toks) == ignore_dev):
+        return False
+    try:
+        net = ipaddress.ip_network(dest, strict=False)
+    except ValueError:
+        return False
+    return net.version == 4 and net.prefixlen > 0 and net.overlaps(subnet)
+
+
+def _addr_overlaps(line: str, subnet: ipaddress.IPv4Network, ignore_dev: str | None) -> bool:
+    """An ``ip -4 -o addr`` line whose network overlaps ``subnet`` (not on ``ignore_dev``)."""
+    # "4: eth0    inet 192.0.2.2/24 brd 192.0.2.255 scope global eth0\ ..."
+    toks = line.split()
+    if "inet" not in toks:
+        return False
+    dev = toks[1] if len(toks) > 1 else ""
+    if ignore_dev and dev == ignore_dev:
+        return False
+    try:
+        iface = ipaddress.ip_interface(toks[toks.index("inet") + 1])
+    except (ValueError, IndexError):
+        return False
+    return iface.version == 4 and iface.network.overlaps(subnet)
 
 
 def _dev_of(tokens: Sequence[str]) -> str | None:

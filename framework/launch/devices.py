@@ -25,26 +25,19 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from framework import commands
+from framework.ascend.parse import NpuSmiInfo, parse_npu_smi_info
+from framework.ascend.tools import STATE_DIR, npu_smi_script, state_script
 from framework.commands import ShellScript
 from framework.errors import FrameworkError, HostError
-from framework.preflight.ascend import NpuSmiInfo, parse_npu_smi_info
-from framework.report.folder import update_json
+from framework.records.folder import update_json
 
 log = logging.getLogger("camit.launch")
 
 #: how long a device may take to be released after its process ended, and how often to look
 RELEASE_TIMEOUT = 10.0
 RELEASE_INTERVAL = 0.5
-#: seconds each diagnostic tool of :func:`state_script` may take (coreutils ``timeout``)
-TOOL_TIMEOUT = 20
-#: the folder of a node's run folder the failure snapshot goes to
-STATE_DIR = "npu-state"
+
 DIRTY_FILE = "dirty-hosts.json"
-#: where the tools are when they are not on PATH (ascend-hosts.md §3, §5)
-NPU_SMI_DIRS = ("/usr/local/sbin/npu-smi", "/usr/local/bin/npu-smi")
-HCCN_TOOL = "/usr/local/Ascend/driver/tools/hccn_tool"
-MSNPUREPORT = "/usr/local/Ascend/driver/tools/msnpureport"
 
 
 @dataclass(frozen=True)
@@ -73,14 +66,6 @@ def held_by(host: str, info: NpuSmiInfo, pids: Iterable[int], launch_id: str = "
     """The process-table rows of ``info`` whose pid is one of ``pids``."""
     ours = set(pids)
     return [HeldDevice(host, p.npu, p.chip, p.pid, p.name, launch_id) for p in info.processes if p.pid in ours]
-
-
-def npu_smi_script() -> ShellScript:
-    """sh: ``npu-smi info`` wherever the driver put it (exit 127 when there is none)."""
-    dirs = " ".join(NPU_SMI_DIRS)
-    return ShellScript("S=$(command -v npu-smi 2>/dev/null); "
-                       f"for c in {dirs}; do [ -z \"$S\" ] && [ -x $c ] && S=$c; done; "
-                       "[ -n \"$S\" ] || exit 127; exec \"$S\" info")
 
 
 def wait_released(run: Callable[[ShellScript], tuple[int, str]], host: str, pids: Iterable[int], *,
@@ -164,39 +149,6 @@ def reset_lines(dirty: dict[str, list[dict[str, object]]]) -> list[str]:
     """One line per held device: host, device, pid and the reset command (for the summary and ``camit run``)."""
     return [f"{host}: NPU {e.get('npu')} chip {e.get('chip')} held by pid {e.get('pid')} — reset (operator): "
             f"{e.get('reset')}" for host, held in dirty.items() for e in held]
-
-
-def state_script(run_dir: str, devices: int, *, tool_timeout: int = TOOL_TIMEOUT) -> ShellScript:
-    """sh saving the NPU state of a failed launch into ``<run_dir>/npu-state/`` (never failing).
-
-    ``npu-smi-info.txt``; ``hccn.txt`` (``hccn_tool -i N -link -g`` and ``-net_health -g`` for each of the
-    host's ``devices``, one call at a time: parallel calls answer "busy"); ``msnpureport.txt`` and the
-    export it writes into its working directory, ``msnpureport/``; ``notes.txt`` names a tool that is not
-    installed or did not finish within ``tool_timeout`` seconds.
-    """
-    q = commands.quote
-    d = f"{run_dir}/{STATE_DIR}"
-    to = f"timeout {int(tool_timeout)}"
-    dirs = " ".join(NPU_SMI_DIRS)
-    lines = [
-        f"D={q(d)}; mkdir -p \"$D/msnpureport\" || exit 0",
-        "note() { echo \"$*\" >> \"$D/notes.txt\"; }",
-        "ran() { rc=$?; [ $rc -eq 124 ] && note \"$1: no answer within " + str(int(tool_timeout)) + "s\"; }",
-        "S=$(command -v npu-smi 2>/dev/null)",
-        f"for c in {dirs}; do [ -z \"$S\" ] && [ -x $c ] && S=$c; done",
-        f"if [ -n \"$S\" ]; then {to} \"$S\" info > \"$D/npu-smi-info.txt\" 2>&1; ran npu-smi; "
-        "else note 'npu-smi: not installed'; fi",
-        "H=$(command -v hccn_tool 2>/dev/null); [ -n \"$H\" ] || H=" + q(HCCN_TOOL),
-        f"if [ -x \"$H\" ]; then for i in $(seq 0 {max(0, int(devices) - 1)}); do "
-        "for a in -link -net_health; do echo \"== hccn_tool -i $i $a -g\"; "
-        f"{to} \"$H\" -i $i $a -g 2>&1; ran \"hccn_tool -i $i $a -g\"; done; done > \"$D/hccn.txt\"; "
-        "else note 'hccn_tool: not installed'; fi",
-        "M=$(command -v msnpureport 2>/dev/null); [ -n \"$M\" ] || M=" + q(MSNPUREPORT),
-        f"if [ -x \"$M\" ]; then (cd \"$D/msnpureport\" && {to} \"$M\" > \"$D/msnpureport.txt\" 2>&1); "
-        "ran msnpureport; else note 'msnpureport: not installed'; rmdir \"$D/msnpureport\"; fi",
-        "exit 0",
-    ]
-    return ShellScript("\n".join(lines) + "\n")
 
 
 def host_result(host_run: Callable[..., object]) -> Callable[[ShellScript], tuple[int, str]]:

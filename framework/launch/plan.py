@@ -19,9 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from framework import batch, commands
-from framework.commands import ShellScript
-from framework.errors import UsageError
-from framework.launch.nic import (
+from framework.ascend.nic import (
     DEFAULT_NIC,
     HostNet,
     net_from_records,
@@ -29,7 +27,10 @@ from framework.launch.nic import (
     rendezvous_ip,
     socket_ifname,
 )
-from framework.launch.timeouts import PG_TIMEOUT_VAR, Timeouts, derive
+from framework.ascend.timeouts import PG_TIMEOUT_VAR, Timeouts, derive
+from framework.ascend.tools import NPU_CORE_LIMIT
+from framework.commands import ShellScript
+from framework.errors import UsageError
 from framework.remote import protocol
 from framework.remote.layout import DeployState, HostLayout, sh_sha_ok, sh_verified
 from framework.remote.sections import read_records, sh_tag
@@ -53,7 +54,6 @@ DEFAULT_CORE_LIMIT = "unlimited"
 AUTO_CORE_LIMIT = "auto"
 #: ``ulimit -c`` (1024-byte blocks) of ranks on NPU hosts: 4 GiB. An NPU process maps terabytes of device and
 #: host-shared memory (a full core is ~100 GB); with :data:`NPU_COREDUMP_FILTER` the Python heap and stacks fit.
-NPU_CORE_LIMIT = str(4 * 1024 * 1024)
 #: ``/proc/<pid>/coredump_filter`` of ranks on NPU hosts (bits per core(5): 0 anonymous private, 1 anonymous
 #: shared, 2 file-backed private, 3 file-backed shared, 4 ELF headers, 5 private huge pages, 6 shared huge
 #: pages, 7/8 DAX): anonymous private memory and ELF headers only, no shared or hugetlb mappings
@@ -112,7 +112,7 @@ def backend_env(spec: HostSpec, backend: str, *, nic: str = DEFAULT_NIC, net: Ho
     ``nic`` is the NIC role of the rendezvous (``launch.rendezvous_nic``); ``net`` the host's
     devices and addresses (``ip -o link``/``ip -o addr``): a ``*_SOCKET_IFNAME`` only ever names a
     device listed there, none when the host was not probed. ``timeouts``: HCCL's connect and exec
-    timeouts on hccl (:func:`framework.launch.timeouts.derive`). ``HCCL_BUFFSIZE`` is not here: the
+    timeouts on hccl (:func:`framework.ascend.timeouts.derive`). ``HCCL_BUFFSIZE`` is not here: the
     CAM prefill launches ask for it (suites/cam/camsuite.py), every other launch keeps CANN's default.
     """
     ifname = socket_ifname(spec, nic, net)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -103,6 +104,17 @@ class LaunchResult:
         if self.failure_tail:
             text += "\n--- log tail ---\n" + self.failure_tail
         return text
+
+    def host_faults(self, oom_hosts: Iterable[str] = ()) -> dict[str, tuple[str, str]]:
+        """The host-level failures (host → kind, why) that make a host suspect (framework.suspects):
+        lost hosts, held devices, OOM kills; never a rank's own failure."""
+        out = {h: ("oom", "the kernel's OOM killer ended a process") for h in oom_hosts}
+        for held in self.held:
+            out[held.host] = ("held-device", held.describe())
+        for name, node in self.nodes.items():
+            if node.lost:
+                out[name] = ("lost", f"lost during launch {self.launch_id}: {node.lost}")
+        return out
 
     def to_json(self) -> dict[str, Any]:
         return {

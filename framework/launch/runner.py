@@ -19,13 +19,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from framework import __version__, remote, suspects
+from framework.ascend import timeouts
+from framework.ascend.nic import hccl_host_ports, rendezvous_ip
 from framework.console import printable
 from framework.cores import faultbundle
 from framework.errors import CommandFailed, CommandTimedOut, FrameworkError, HostError
 from framework.hosts import Cluster, Host, sha256_file
-from framework.launch import cause, devices, fetch, stacks, timeline, timeouts
+from framework.launch import cause, devices, fetch, stacks, timeline
 from framework.launch.monitor import LaunchMonitor
-from framework.launch.nic import hccl_host_ports, rendezvous_ip
 from framework.launch.plan import (
     AUTO_CORE_LIMIT,
     FETCH_PATTERNS,
@@ -56,15 +57,15 @@ from framework.launch.plan import (
 )
 from framework.launch.result import LaunchResult, NodeResult, RankResult
 from framework.phases import PhaseEvent, PhaseSink, discard, emit, rundir_sink
+from framework.records.folder import write_atomic
+from framework.records.scrub import Scrubber
 from framework.remote import protocol
 from framework.remote.layout import HostLayout, unsafe_message, unsafe_reason
-from framework.report.folder import write_atomic
-from framework.report.scrub import Scrubber
 from framework.transport.base import Process
 
 if TYPE_CHECKING:  # pragma: no cover
     from framework.config.effective import EnvConfig
-    from framework.report.folder import RunDir
+    from framework.records.folder import RunDir
 
 log = logging.getLogger("camit.launch")
 
@@ -352,16 +353,7 @@ class Launcher:
         self._check_devices(nodes, result)
         self._mark_suspects(result)
         if self.rundir is not None:
-            self._record_run_phases(monitor, now_mono, now_wall)
-            t_fetch = time.time()
-            self._fetch(nodes, result)
-            if result.failure is not None:  # the failed launch's timeline reads them
-                self._write_transcript(monitor, now_mono, now_wall)
-            t_fetched = time.time()
-            self._phases(PhaseEvent(h, "collect", t_fetch, t_fetched) for h in nodes)
-            self.rundir.write_json(f"launch-{result.launch_id}.json", result.to_json())
-            self.dirty.write(Path(self.rundir.path))
-            result.report_dir = str(self.rundir.path)
+            self._record_and_fetch(nodes, monitor, now_mono, now_wall)
         how, why = ("ended", "") if result.failure is None else ("torn down", " (the launch failed)")
         fetched = ", run folder fetched" if self.rundir is not None else ""
         for h, node in result.nodes.items():  # the end of the launch on each node, as its start was said
@@ -371,6 +363,29 @@ class Launcher:
         if failed is not None and failed.log:
             # host text bound for pytest's failure text and the terminal: no secret, no control character
             result.failure_tail = printable(Scrubber.from_env(self.env).text(fetch.log_tail(failed.log)))
+        self._find_cause(result)
+        if self.rundir is not None and result.cause:  # the record written before the logs were read gets it too
+            self.rundir.write_json(f"launch-{result.launch_id}.json", result.to_json())
+
+    def _record_and_fetch(self, nodes: dict[str, _Node], monitor: LaunchMonitor, now_mono: float,
+                          now_wall: float) -> None:
+        """The run folder's phases, the nodes' fetched folders, the launch record and the dirty hosts."""
+        assert self.rundir is not None
+        result = monitor.result
+        self._record_run_phases(monitor, now_mono, now_wall)
+        t_fetch = time.time()
+        self._fetch(nodes, result)
+        if result.failure is not None:  # the failed launch's timeline reads them
+            self._write_transcript(monitor, now_mono, now_wall)
+        t_fetched = time.time()
+        self._phases(PhaseEvent(h, "collect", t_fetch, t_fetched) for h in nodes)
+        self.rundir.write_json(f"launch-{result.launch_id}.json", result.to_json())
+        self.dirty.write(Path(self.rundir.path))
+        result.report_dir = str(self.rundir.path)
+
+    def _find_cause(self, result: LaunchResult) -> None:
+        """The failed launch's cause line: the ranks' first error, the timeline's root cause where it finds
+        one (and the fault bundle), else a hang's stacks; scrubbed of secrets."""
         found = cause.of_ranks(result.ranks.values(), result.failure_rank) if result.failure else None
         result.cause = found.describe() if found else None
         if self.rundir is not None and result.failure:  # the timeline's root cause, when it finds one, wins
@@ -380,8 +395,6 @@ class Launcher:
             result.cause = "hang: " + stacks.summary(result.stacks).removeprefix("stacks: ")
         if result.cause:  # a rank's words: no secret
             result.cause = Scrubber.from_env(self.env).text(result.cause)
-        if self.rundir is not None and result.cause:  # the record written before the logs were read gets it too
-            self.rundir.write_json(f"launch-{result.launch_id}.json", result.to_json())
 
     def _timeline(self, result: LaunchResult) -> str | None:
         """Write the failed launch's ``timeline.json``; its root cause line (None when it found none)."""
@@ -431,7 +444,7 @@ class Launcher:
     def _mark_suspects(self, result: LaunchResult) -> None:
         """Lost hosts and held devices make their host suspect (framework.suspects), marked on
         every host still here."""
-        faults = suspects.launch_faults(result)
+        faults = result.host_faults()
         if faults:
             lost = {h for h, n in result.nodes.items() if n.lost}
             here = [h.name for h in self.cluster if h.name not in lost]

@@ -19,7 +19,7 @@ from typing import Any
 
 from framework.perf import plots
 from framework.perf.row import Row, read_rows
-from framework.report.folder import write_atomic
+from framework.records.folder import write_atomic
 
 __all__ = ["HISTORY", "PAGE", "ROWS", "write_perf_page"]
 

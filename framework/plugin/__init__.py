@@ -48,6 +48,10 @@ from framework.plugin.markers import MARKERS, SOC_MARKERS
 from framework.plugin.options import Options
 from framework.plugin.resources import RESOURCES_KEY, Resources, open_leased_cluster, resources_of
 
+#: the URMA harness layer (``framework.urma``, which sits above this plugin and imports it) is a pytest
+#: plugin of its own, loaded by name with this one
+pytest_plugins = ["framework.urma.harness"]
+
 __all__ = [
     "CONTEXT_KEY", "LAUNCHES_KEY", "MARKERS", "RESOURCES_KEY", "SOC_MARKERS", "Options", "Resources", "RunContext",
     "camit", "cluster", "context_of", "deployed", "env", "launcher", "open_leased_cluster", "rank_suite",

@@ -31,8 +31,8 @@ from framework.plugin.resources import log_event
 
 if TYPE_CHECKING:
     from framework.cores.inspection import Core
-    from framework.cores.runwatch import WatchOutcome
     from framework.launch import LaunchResult
+    from framework.launch.runwatch import WatchOutcome
     from framework.plugin.context import RunContext
     from framework.plugin.resources import Resources
     from framework.suite import RankSuite, SuiteResult
@@ -158,7 +158,7 @@ def watched(resources: Resources, ctx: RunContext, label: str, run: Callable[[],
     """``run()`` inside a core watch of the cluster; (the exception it raised, the watch's outcome). ``launches()``
     gives the launches it ran and whether all passed, for attributing and judging cores; the launches' run
     folders on the hosts are removed after the scan (a relative core_pattern puts cores there)."""
-    from framework.cores.runwatch import ClusterWatch
+    from framework.launch.runwatch import ClusterWatch
 
     watch = ClusterWatch(resources.open_cluster(), ctx.env, policy="fail", label=label)
     watch.begin()

@@ -35,7 +35,7 @@ from framework.plugin.xdist import ShareBook, host_share
 if TYPE_CHECKING:
     from framework.config.effective import EnvConfig
     from framework.launch import LaunchResult
-    from framework.report.folder import RunDir
+    from framework.records.folder import RunDir
 
 #: what pytest-xdist hands a worker (``node.workerinput``): workerid, workercount, camit_rundir, camit_seed,
 #: camit_hosts (the worker's host share, from the controller's :class:`~framework.plugin.xdist.ShareBook`)
@@ -197,7 +197,7 @@ class RunContext:
     def plan_rundir(self) -> RunDir:
         """The run folder's path, not made yet (the controller hands it to xdist workers at once)."""
         if self.rundir is None:
-            from framework.report.folder import RunDir, new_run_id
+            from framework.records.folder import RunDir, new_run_id
 
             if self.worker is not None and self.worker.get("camit_rundir"):
                 path = Path(str(self.worker["camit_rundir"]))
@@ -216,10 +216,20 @@ class RunContext:
         (by whichever process uses camit first; ``latest`` points at it)."""
         planned = self.plan_rundir()
         if not planned.path.is_dir():
-            from framework.report.folder import RunDir
+            from framework.records.folder import RunDir
 
             self.rundir = RunDir.create(planned.path.parent, planned.run_id)
         return self.rundir or planned
+
+
+def _refuse_unknown_hosts(env: EnvConfig, options: Options) -> None:
+    """A ``UsageError`` naming the option, the first host ``--hosts`` / ``--exclude-hosts`` names that the env
+    does not have, and the env file."""
+    for flag, names in (("--hosts", options.hosts), ("--exclude-hosts", options.exclude_hosts)):
+        unknown = [n for n in names or () if n not in env.hosts]
+        if unknown:
+            raise pytest.UsageError(f"{flag} {','.join(names or ())}: unknown host {unknown[0]!r}: not in "
+                                    f"{env.source} (its hosts: {', '.join(env.hosts)})")
 
 
 def chosen_hosts(env: EnvConfig, options: Options,
@@ -228,11 +238,7 @@ def chosen_hosts(env: EnvConfig, options: Options,
     ``suspect`` ones unless ``--hosts`` names them; an unknown name or none left is a
     ``UsageError`` naming the option, the host and the env file."""
     known = list(env.hosts)
-    for flag, names in (("--hosts", options.hosts), ("--exclude-hosts", options.exclude_hosts)):
-        unknown = [n for n in names or () if n not in env.hosts]
-        if unknown:
-            raise pytest.UsageError(f"{flag} {','.join(names or ())}: unknown host {unknown[0]!r}: not in "
-                                    f"{env.source} (its hosts: {', '.join(known)})")
+    _refuse_unknown_hosts(env, options)
     left_out = set(options.exclude_hosts or ())
     if options.hosts is None:
         left_out |= set(suspect or ())

@@ -22,7 +22,7 @@ from framework.plugin.markers import core_policy, uses_cluster
 from framework.plugin.resources import log_event
 
 if TYPE_CHECKING:
-    from framework.cores.runwatch import ClusterWatch
+    from framework.launch.runwatch import ClusterWatch
     from framework.plugin.context import RunContext
     from framework.plugin.resources import Resources
 
@@ -40,9 +40,9 @@ def around_test(item: pytest.Item, ctx: RunContext, resources: Resources) -> Ite
     """Snapshot cores before the body, collect them after; the policy may turn a pass into a failure.
 
     A failed body keeps its exception, with the cores' description appended to its message. The watch
-    is the one :class:`~framework.cores.runwatch.ClusterWatch` that BaseTest and ``camit run`` use too.
+    is the one :class:`~framework.launch.runwatch.ClusterWatch` that BaseTest and ``camit run`` use too.
     """
-    from framework.cores.runwatch import ClusterWatch
+    from framework.launch.runwatch import ClusterWatch
 
     watch = ClusterWatch(resources.open_cluster(), ctx.env, policy=core_policy(item, ctx), label=item.nodeid)
     watch.begin()

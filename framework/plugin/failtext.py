@@ -3,7 +3,7 @@ it.
 
 - A test that fails gets a section ``failed commands`` in its failure text (so in the terminal,
   JUnit and camit's report): the last commands that failed during it, with their stderr tail (or
-  their output, pty style), from :func:`framework.base_test.failed_commands`. The reason for a
+  their output, pty style), from :func:`failed_commands` (``BaseTest`` and the URMA host note them). The reason for a
   failed compile or a missing binary is there even when the case raised its own bare error.
 - camit's DEBUG records (lease scripts, uploads, core scans: thousands of lines) are kept out of
   pytest's "Captured log" report sections; they stay in ``camit.log``. ``caplog`` still sees them.
@@ -11,6 +11,7 @@ it.
 
 from __future__ import annotations
 
+import collections
 import logging
 from collections.abc import Generator
 
@@ -18,10 +19,30 @@ import pytest
 from _pytest._code.code import ExceptionRepr
 from _pytest.logging import LogCaptureHandler, caplog_handler_key
 
-from framework.base_test import failed_commands
-
 #: the logger whose DEBUG records stay out of the report sections
 LOGGER = "camit"
+#: lines of a failed command's output kept for the failure report (its stderr, else its stdout)
+FAILURE_LINES = 30
+#: the last failed commands of the running test (:func:`failed_commands`): shown in its failure
+_failures: collections.deque[str] = collections.deque(maxlen=5)
+log = logging.getLogger("camit.urma")
+
+
+def note_failure(host: str, command: str, rc: int | None, stdout: str, stderr: str) -> None:
+    """Keep a failed command's exit status and output tail for the test's failure text; log it."""
+    output, what = (stderr, "stderr") if stderr.strip() else (stdout, "output")
+    tail = "\n".join(output.rstrip("\n").splitlines()[-FAILURE_LINES:])
+    text = f"{host}: {command}\n  ret={rc}; {what} (last {FAILURE_LINES} lines):\n{tail}"
+    _failures.append(text)
+    log.info("command failed: %s", text)  # may be expected: shown only when the test fails
+
+
+def failed_commands(clear: bool = False) -> list[str]:
+    """The failed commands noted since the last ``clear`` (at most the last 5), oldest first."""
+    out = list(_failures)
+    if clear:
+        _failures.clear()
+    return out
 
 
 class _NoCamitDebug(logging.Filter):

@@ -27,7 +27,6 @@ from framework.plugin.context import CONTEXT_KEY, RunContext, context_of
 from framework.plugin.options import add_options, add_seed_alias
 from framework.plugin.resources import RESOURCES_KEY, Resources, resources_of
 from framework.plugin.signals import SIGNALS_KEY, Signals, name_cut_cases, signals_of
-from framework.urma import harness
 
 if TYPE_CHECKING:
     from _pytest.terminal import TerminalReporter
@@ -53,9 +52,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 @pytest.hookimpl(wrapper=True)
 def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Parser,
                                   args: list[str]) -> Generator[None, None, None]:
-    """Before the initial conftests: an URMA harness tree is set up
-    (:func:`framework.urma.harness.detect`); after them: ``--random_seed`` is camit's alias unless a conftest declared it."""
-    harness.detect(early_config, parser, args)
+    """After the initial conftests (and the URMA harness's set-up before them,
+    :func:`framework.urma.harness.detect`): ``--random_seed`` is camit's alias unless a conftest declared it."""
     yield
     add_seed_alias(parser)
 
@@ -68,24 +66,34 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[CONTEXT_KEY] = ctx
     config.stash[RESOURCES_KEY] = Resources(ctx)
     random.seed(ctx.seed)
-    if ctx.env is not None and not config.option.collectonly:
+    collecting = bool(config.option.collectonly)
+    dist = getattr(config.option, "dist", "no")
+    if ctx.env is not None and not collecting:
         signals = config.stash[SIGNALS_KEY] = Signals()
         signals.install()
         config.pluginmanager.register(signals, "camit-signals")  # its hooks note the running tests
-    if ctx.env is not None and ctx.is_controller and not config.option.collectonly:
-        # (--collect-only runs nothing: no run folder, no summary); the folder is made once camit is used
-        rundir = ctx.ensure_rundir() if ctx.active else ctx.plan_rundir()
-        # our run folder also holds pytest's own JUnit unless the user chose a path (written if camit is used)
-        if not getattr(config.option, "xmlpath", None):
-            reporting.register_junit(config, ctx, rundir.path / "junit.xml")
-        config.pluginmanager.register(reporting.RerunRecorder(config, ctx), "camit-reruns")
-    if ctx.active or (ctx.env is not None and ctx.is_controller and getattr(config.option, "dist", "no") != "no"):
+    controller = ctx.env is not None and ctx.is_controller
+    if controller and not collecting:
+        _register_controller_reports(config, ctx)
+    if ctx.active or (controller and dist != "no"):
         progress.start(config, ctx)  # (an xdist controller prints its workers' events once camit is used)
-    if (ctx.active and ctx.is_controller and not config.option.collectonly
-            and getattr(config.option, "dist", "no") == "load" and getattr(config.option, "maxschedchunk", 0) is None):
+    if (ctx.active and ctx.is_controller and not collecting
+            and dist == "load" and getattr(config.option, "maxschedchunk", 0) is None):
         # cluster tests are few and slow: xdist hands them out one at a time to whichever worker is
         # free (its option for "a small number of slow tests"); see xdist.sort_for_workers
         config.option.maxschedchunk = 1
+
+
+def _register_controller_reports(config: pytest.Config, ctx: RunContext) -> None:
+    """The controller's JUnit and rerun records in the run folder.
+
+    (--collect-only runs nothing: no run folder, no summary); the folder is made once camit is used.
+    """
+    rundir = ctx.ensure_rundir() if ctx.active else ctx.plan_rundir()
+    # our run folder also holds pytest's own JUnit unless the user chose a path (written if camit is used)
+    if not getattr(config.option, "xmlpath", None):
+        reporting.register_junit(config, ctx, rundir.path / "junit.xml")
+    config.pluginmanager.register(reporting.RerunRecorder(config, ctx), "camit-reruns")
 
 
 @pytest.hookimpl(tryfirst=True, optionalhook=True)
@@ -146,12 +154,7 @@ def uses_camit(item: pytest.Item) -> bool:
     """The test asks for a camit fixture (or one that depends on one), or is a ``BaseTest`` method."""
     if CAMIT_FIXTURES.intersection(getattr(item, "fixturenames", ())):
         return True
-    cls = getattr(item, "cls", None)
-    if cls is None:
-        return False
-    from framework.base_test import BaseTest
-
-    return issubclass(cls, BaseTest)
+    return markers.is_base_test(getattr(item, "cls", None))
 
 
 @pytest.hookimpl(trylast=True)
@@ -187,11 +190,8 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     attempt under pytest-rerunfailures) is noted first: its launches are named after it in the report."""
     context_of(item.config).test = (item.nodeid, int(getattr(item, "execution_count", 1) or 1))
     cls = getattr(item, "cls", None)
-    if cls is not None:
-        from framework.base_test import BaseTest
-
-        if issubclass(cls, BaseTest):
-            cls._camit_resources = resources_of(item.config)
+    if markers.is_base_test(cls):
+        setattr(cls, markers.RESOURCES_ATTR, resources_of(item.config))
     why = markers.requirements(item, context_of(item.config))
     if why:
         pytest.skip(why)

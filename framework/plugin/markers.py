@@ -33,6 +33,8 @@ MARKERS = (
 )
 #: the fixtures that drive the cluster: a test using one is watched for cores
 CLUSTER_FIXTURES = frozenset({"cluster", "launcher", "rank_suite", "deployed"})
+#: the class attribute a ``BaseTest`` declares and the plugin sets to the session's resources
+RESOURCES_ATTR = "_camit_resources"
 
 
 def register(config: pytest.Config) -> None:
@@ -93,10 +95,13 @@ def core_policy(item: pytest.Item, ctx: RunContext) -> str:
     return str(m.args[0]) if m else ctx.core_policy
 
 
+def is_base_test(cls: object) -> bool:
+    """``cls`` is a ``BaseTest`` class: one that declares the :data:`RESOURCES_ATTR` the plugin hands
+    the session's resources through (the plugin sits below ``framework.base_test``: it never imports it)."""
+    return isinstance(cls, type) and hasattr(cls, RESOURCES_ATTR)
+
+
 def uses_cluster(item: pytest.Item) -> bool:
     """A test that drives the cluster: it asks for a cluster fixture or is a ``BaseTest`` method."""
-    from framework.base_test import BaseTest
-
-    cls = getattr(item, "cls", None)
-    return bool(set(getattr(item, "fixturenames", ())) & CLUSTER_FIXTURES) or (
-        cls is not None and issubclass(cls, BaseTest))
+    return bool(set(getattr(item, "fixturenames", ())) & CLUSTER_FIXTURES) or is_base_test(
+        getattr(item, "cls", None))

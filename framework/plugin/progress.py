@@ -13,7 +13,7 @@ use (:meth:`~framework.plugin.context.RunContext.activate`), to:
 - **camit.log** (DEBUG, every record of the ``camit`` logger, events included) in the run folder: the
   controller's ``camit.log``, each xdist worker's ``camit-gwN.log`` — one writer per file, so no line
   of two processes interleaves. The env's secret values are scrubbed from it (and every other file of
-  the folder) at the end, by ``report.finalize`` (:func:`framework.report.scrub.scrub_folder`); the
+  the folder) at the end, by ``report.finalize`` (:func:`framework.records.scrub.scrub_folder`); the
   file is closed first (:func:`stop`).
 
 Under ``-n`` (pytest-xdist) a worker has no terminal. Its events are in its ``camit-gwN.log`` as they

@@ -160,6 +160,18 @@ def reports_here(ctx: RunContext) -> bool:
     return ctx.env is not None and ctx.is_controller and ctx.rundir is not None and ctx.in_use()
 
 
+def _host_choice(ctx: RunContext) -> dict[str, Any] | None:
+    """The manifest's record of the hosts chosen and left out (and the suspect ones), when the run chose."""
+    if ctx.env is None or not (ctx.options.hosts or ctx.options.exclude_hosts or ctx.suspects):
+        return None
+    chosen = ctx.chosen_hosts()
+    extra: dict[str, Any] = {"hosts_chosen": chosen,
+                             "hosts_left_out": [n for n in ctx.env.hosts if n not in chosen]}
+    if ctx.suspects:
+        extra["suspect_hosts"] = {n: {**m.to_json(), "used": n in chosen} for n, m in ctx.suspects.items()}
+    return extra
+
+
 def finalize(ctx: RunContext, exitstatus: int, *, error: str | None = None) -> None:
     """Coverage (before the manifest, so it lists the coverage report), then cluster.xml, manifest, index;
     ``error``: why the session ended early (manifest's ``error``, the summary's headline)."""
@@ -171,13 +183,7 @@ def finalize(ctx: RunContext, exitstatus: int, *, error: str | None = None) -> N
         from framework import coverage
 
         ctx.cov_summary = coverage.finish(ctx.rundir.path)
-    extra: dict[str, Any] | None = None
-    if ctx.env is not None and (ctx.options.hosts or ctx.options.exclude_hosts or ctx.suspects):
-        chosen = ctx.chosen_hosts()
-        extra = {"hosts_chosen": chosen, "hosts_left_out": [n for n in ctx.env.hosts if n not in chosen]}
-        if ctx.suspects:
-            extra["suspect_hosts"] = {n: {**m.to_json(), "used": n in chosen}
-                                      for n, m in ctx.suspects.items()}
+    extra = _host_choice(ctx)
     xml = junit_path(ctx.config)
     report.finalize(ctx.rundir.path, junit=Path(xml) if xml else None, reruns=ctx.reruns, env=ctx.env, seed=ctx.seed,
                     argv=["pytest", *ctx.config.invocation_params.args], repro=repro(ctx.config, ctx.seed),
@@ -191,7 +197,7 @@ def summary_lines(ctx: RunContext) -> list[str] | None:
         return None
     try:
         from framework import report
-        from framework.report.scrub import Scrubber
+        from framework.records.scrub import Scrubber
 
         text = report.terminal_summary(ctx.rundir.path, repro=repro(ctx.config, ctx.seed),
                                        scrub=Scrubber.from_env(ctx.env))

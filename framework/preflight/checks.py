@@ -20,12 +20,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from framework.ascend import parse as ascend
+from framework.ascend.nic import parse_addrs
+from framework.ascend.tools import NPU_CORE_LIMIT
 from framework.cores.caps import core_findings, sections_text
-from framework.cores.pattern import parse_core_pattern
+from framework.cores.pattern import CorePattern, parse_core_pattern
 from framework.errors import EXIT_FAILED, EXIT_INFRA, EXIT_OK, reason_of
-from framework.launch.nic import parse_addrs
-from framework.launch.plan import NPU_CORE_LIMIT
-from framework.preflight import ascend
 from framework.preflight.probe import CANN_RECORD, Limits, ProbePlan, Section
 from framework.result import Result
 
@@ -110,6 +110,15 @@ class Report:
     def problems(self) -> list[CheckResult]:
         return [r for r in self.results.values() if r.status in (FAIL, ERROR, WARN)]
 
+    def host_faults(self) -> dict[str, tuple[str, str]]:
+        """The hosts that failed (a FAIL or ERROR check), each with its first failing check: what
+        makes a host suspect (framework.suspects)."""
+        out: dict[str, tuple[str, str]] = {}
+        for r in self.problems:
+            if not r.passed and r.host not in out:
+                out[r.host] = ("preflight", f"{r.check}: {r.status}: {r.summary}")
+        return out
+
     @property
     def exit_code(self) -> int:
         statuses = {r.status for r in self.results.values()}
@@ -173,6 +182,12 @@ class Report:
 # --------------------------------------------------------------------------- verdicts (pure)
 
 
+def _rdzv(cross: Mapping[str, CheckResult] | None, host: str) -> CheckResult:
+    """The host's rendezvous result, or a skip when the cross-host check did not run for it."""
+    found = cross.get(host) if cross is not None else None
+    return found if found is not None else CheckResult(host, "rdzv", SKIP, "not run")
+
+
 def evaluate(plans: Mapping[str, ProbePlan], samples: Mapping[str, Sample | BaseException],
              limits: Limits | None = None, cross: Mapping[str, CheckResult] | None = None) -> Report:
     """Turn every host's probe (or its connection error) into the full host × check report.
@@ -187,9 +202,8 @@ def evaluate(plans: Mapping[str, ProbePlan], samples: Mapping[str, Sample | Base
         for r in _host_checks(plans[host], sample, limits):
             results[(host, r.check)] = r
         if isinstance(sample, Sample):
-            results[(host, "rdzv")] = (cross or {}).get(host) or CheckResult(host, "rdzv", SKIP, "not run")
-    for check, key in (("python", _minor), ("torch", None), ("torch_npu", None), ("cann", None),
-                       ("driver", None), ("tls", None), ("spod", None)):
+            results[(host, "rdzv")] = _rdzv(cross, host)
+    for check, key in _COMPARED:
         _consistency(results, hosts, check, key)
     clock = clock_skew({h: s for h, s in samples.items() if isinstance(s, Sample)})
     empty = ClockSkew({}, {}, 0.0, None)
@@ -278,8 +292,9 @@ def _files(sec: Mapping[str, Section], suffix: str) -> list[Section]:
     return [s for n, s in sec.items() if n.startswith("file:") and n.endswith(suffix) and s.rc == 0]
 
 
-def _check_cann(plan: ProbePlan, sec: Mapping[str, Section], limits: Limits) -> CheckResult:
-    found: list[tuple[str, str, str | None]] = []  # (path, version, layout)
+def _cann_installs(sec: Mapping[str, Section]) -> list[tuple[str, str, str | None]]:
+    """Every CANN install the probe found, as (path, version, layout)."""
+    found: list[tuple[str, str, str | None]] = []
     for s in _files(sec, CANN_RECORD):
         rec = ascend.parse_toolkit_install_info(s.text)
         if rec is not None:
@@ -288,8 +303,19 @@ def _check_cann(plan: ProbePlan, sec: Mapping[str, Section], limits: Limits) -> 
         version = ascend.cann_version_from_cfg(ascend.parse_version_cfg(s.text))
         if version:
             found.append((s.name[5:], version, ascend.cann_layout(s.name[5:])))
+    return found
+
+
+def _set_env_missing(plan: ProbePlan, sec: Mapping[str, Section]) -> bool:
+    """The env's ``cann.set_env`` was probed and is not on this host."""
+    env_sec = sec.get("set_env")
+    return bool(plan.cann_set_env) and env_sec is not None and env_sec.rc != 0
+
+
+def _check_cann(plan: ProbePlan, sec: Mapping[str, Section], limits: Limits) -> CheckResult:
+    found = _cann_installs(sec)
     problems: list[str] = []
-    if plan.cann_set_env and (env_sec := sec.get("set_env")) is not None and env_sec.rc != 0:
+    if _set_env_missing(plan, sec):
         problems.append(f"cann.set_env {plan.cann_set_env} does not exist on this host")
     if not found:
         return CheckResult(plan.host, "cann", FAIL, "; ".join(problems + [
@@ -351,57 +377,69 @@ def _check_npu(plan: ProbePlan, sec: Mapping[str, Section], limits: Limits) -> C
     return CheckResult(plan.host, "npu", OK, shape + ", all OK", value)
 
 
+def _logical_ids(info: ascend.NpuSmiInfo, sec: Mapping[str, Section]) -> dict[tuple[int, int], int]:
+    """Each (NPU, chip)'s logical id: from ``npu-smi info -m`` where the probe has it, else from the table."""
+    logical = {(c.npu, c.chip): info.logical_id(c) for c in info.chips}
+    m = sec.get("npu-smi-m")
+    if m is not None and m.rc == 0:
+        logical.update({(r.npu, r.chip): r.logic_id for r in ascend.parse_npu_smi_mapping(m.text)
+                        if r.logic_id is not None})
+    return logical
+
+
+def _busy_processes(procs: Sequence[ascend.NpuProcess]) -> str:
+    """The first 8 processes holding NPUs, and how many more."""
+    shown = ", ".join(f"NPU {p.npu} chip {p.chip} pid {p.pid}{' ' + p.name if p.name else ''}"
+                      f" ({p.memory_mb} MB)" for p in procs[:8])
+    more = f" and {len(procs) - 8} more" if len(procs) > 8 else ""
+    return shown + more
+
+
 def _check_idle(plan: ProbePlan, sec: Mapping[str, Section], limits: Limits) -> CheckResult:
     info = _npu_info(plan, sec)
     if isinstance(info, str):
         return CheckResult(plan.host, "idle", FAIL, info)
     if not info.has_process_table:
         return CheckResult(plan.host, "idle", FAIL, "npu-smi printed no process table: cannot judge idleness")
-    logical = {(c.npu, c.chip): info.logical_id(c) for c in info.chips}
-    m = sec.get("npu-smi-m")
-    if m is not None and m.rc == 0:
-        logical.update({(r.npu, r.chip): r.logic_id for r in ascend.parse_npu_smi_mapping(m.text)
-                        if r.logic_id is not None})
+    logical = _logical_ids(info, sec)
     procs = [p for p in info.processes
              if plan.visible is None or logical.get((p.npu, p.chip)) in plan.visible]
     if procs:
-        shown = ", ".join(f"NPU {p.npu} chip {p.chip} pid {p.pid}{' ' + p.name if p.name else ''}"
-                          f" ({p.memory_mb} MB)" for p in procs[:8])
-        more = f" and {len(procs) - 8} more" if len(procs) > 8 else ""
-        return CheckResult(plan.host, "idle", FAIL, f"busy: {shown}{more}", f"{len(procs)} procs")
+        return CheckResult(plan.host, "idle", FAIL, f"busy: {_busy_processes(procs)}", f"{len(procs)} procs")
     scope = "visible devices" if plan.visible is not None else "all NPUs"
     return CheckResult(plan.host, "idle", OK, f"no processes on {scope} (judged by the process table)", "idle")
 
 
-def _check_hccn(plan: ProbePlan, sec: Mapping[str, Section], limits: Limits) -> CheckResult:
+def _hccn_unusable(plan: ProbePlan, sec: Mapping[str, Section], check: str, missing: str) -> CheckResult | None:
+    """The verdict of an hccn_tool check on a host without hccn_tool or without declared devices, else None."""
     path = sec.get("hccn.path")
     if path is not None and path.rc != 0:
-        return CheckResult(plan.host, "hccn", FAIL, "hccn_tool not found (/usr/local/Ascend/driver/tools/hccn_tool)")
+        return CheckResult(plan.host, check, FAIL, missing)
     if plan.npu_count <= 0:
-        return CheckResult(plan.host, "hccn", SKIP, "env declares no npu.count: no devices to query")
+        return CheckResult(plan.host, check, SKIP, "env declares no npu.count: no devices to query")
+    return None
+
+
+def _check_hccn(plan: ProbePlan, sec: Mapping[str, Section], limits: Limits) -> CheckResult:
+    unusable = _hccn_unusable(plan, sec, "hccn", "hccn_tool not found (/usr/local/Ascend/driver/tools/hccn_tool)")
+    if unusable:
+        return unusable
     a3 = plan.soc == "ascend910_93"
     problems: list[str] = []
     notes: list[str] = []
     for dev in range(plan.npu_count):
         for query in plan.hccn_queries:
-            if query == "tls":
+            judge = _HCCN_JUDGES.get(query)
+            if judge is None:
                 continue
-            s = _need(sec, f"hccn:{dev}:{query}")
-            text = s.text.strip()
+            text = _need(sec, f"hccn:{dev}:{query}").text.strip()
             if _busy(text):
                 problems.append(f"dev {dev} {query}: {_BUSY_NOTE}")
-            elif query == "link":
-                state = ascend.parse_link(text)
-                if state != "UP":
-                    (notes if a3 else problems).append(f"dev {dev} link {state or text or 'no answer'}")
-            elif query == "net_health":
-                states = ascend.parse_net_health(text)
-                if states != ["Success"]:
-                    problems.append(f"dev {dev} net health {states[0] if states else text or 'no answer'}")
-            elif query == "ip":
-                ips = ascend.parse_ip(text)
-                if not ips or not ips[0].configured:
-                    problems.append(f"dev {dev} has no IP ({text or 'no answer'})")
+                continue
+            problem = judge(dev, text)
+            if problem:
+                # A3: -link may read DOWN while HCCS works: a note, not a failure
+                (notes if a3 and query == "link" else problems).append(problem)
     queries = "/".join(q for q in plan.hccn_queries if q != "tls")
     if problems:
         return CheckResult(plan.host, "hccn", FAIL, "; ".join(problems + notes), f"{len(problems)} bad")
@@ -409,6 +447,28 @@ def _check_hccn(plan: ProbePlan, sec: Mapping[str, Section], limits: Limits) -> 
         return CheckResult(plan.host, "hccn", WARN, "; ".join(notes) + " (A3: -link may read DOWN while HCCS works)",
                            "link?")
     return CheckResult(plan.host, "hccn", OK, f"{plan.npu_count} devices: {queries} fine", "up")
+
+
+def _hccn_link(dev: int, text: str) -> str | None:
+    state = ascend.parse_link(text)
+    return None if state == "UP" else f"dev {dev} link {state or text or 'no answer'}"
+
+
+def _hccn_net_health(dev: int, text: str) -> str | None:
+    states = ascend.parse_net_health(text)
+    if states == ["Success"]:
+        return None
+    return f"dev {dev} net health {states[0] if states else text or 'no answer'}"
+
+
+def _hccn_ip(dev: int, text: str) -> str | None:
+    ips = ascend.parse_ip(text)
+    return None if ips and ips[0].configured else f"dev {dev} has no IP ({text or 'no answer'})"
+
+
+#: the per-device hccn_tool queries judged by the hccn check (tls has its own check); others are shown only
+_HCCN_JUDGES: dict[str, Callable[[int, str], str | None]] = {
+    "link": _hccn_link, "net_health": _hccn_net_health, "ip": _hccn_ip}
 
 
 #: what hccn_tool answers while another hccn_tool (or the driver) holds the device (ascend-hosts.md §5)
@@ -419,25 +479,23 @@ def _busy(text: str) -> bool:
     return "hccn_tool is busy" in text
 
 
+def _tls_switch(dev: int, text: str) -> int | None:
+    """The TLS switch ``hccn_tool -i <dev> -tls -g`` printed for ``dev`` (else its first state), or None."""
+    states = ascend.parse_tls(text)
+    state = next((s for s in states if s.dev == dev), states[0] if states else None)
+    return None if state is None else state.switch
+
+
 def _check_tls(plan: ProbePlan, sec: Mapping[str, Section], limits: Limits) -> CheckResult:
-    path = sec.get("hccn.path")
-    if path is not None and path.rc != 0:
-        return CheckResult(plan.host, "tls", FAIL, "hccn_tool not found")
-    if plan.npu_count <= 0:
-        return CheckResult(plan.host, "tls", SKIP, "env declares no npu.count: no devices to query")
-    switches: dict[int, int] = {}
-    unknown = []
+    unusable = _hccn_unusable(plan, sec, "tls", "hccn_tool not found")
+    if unusable:
+        return unusable
     texts = {dev: _need(sec, f"hccn:{dev}:tls").text for dev in range(plan.npu_count)}
     busy = [dev for dev, text in texts.items() if _busy(text)]
     if busy:
         return CheckResult(plan.host, "tls", FAIL, f"no TLS state from devices {busy}: {_BUSY_NOTE}", "busy")
-    for dev, text in texts.items():
-        states = ascend.parse_tls(text)
-        state = next((s for s in states if s.dev == dev), states[0] if states else None)
-        if state is None:
-            unknown.append(dev)
-        else:
-            switches[dev] = state.switch
+    switches = {dev: switch for dev, text in texts.items() if (switch := _tls_switch(dev, text)) is not None}
+    unknown = [dev for dev in texts if dev not in switches]
     if unknown:
         return CheckResult(plan.host, "tls", FAIL, f"no TLS state from devices {unknown}")
     values = Counter(switches.values())
@@ -486,6 +544,29 @@ def _check_clock(plan: ProbePlan, sec: Mapping[str, Section], limits: Limits) ->
     return CheckResult(plan.host, "clock", OK, "measured")  # the verdict needs every host: see _clock_verdict
 
 
+def _judge_core_pattern(pattern: CorePattern, target: str | None, problems: list[str], notes: list[str]) -> None:
+    """How the kernel's core pattern delivers cores here (``target``: the probe's verdict on its handler
+    or directory), appended to ``problems`` (fail) and ``notes``."""
+    delivery = pattern.delivery
+    if not pattern.raw:
+        problems.append("kernel.core_pattern is empty")
+    elif delivery == "pipe" and target != "ok":
+        problems.append(f"core_pattern pipes to {pattern.handler}, which is not an executable here")
+    elif delivery == "file" and target not in ("ok", "creatable"):
+        problems.append(f"core directory {pattern.directory} is {target or 'unusable'}")
+    elif delivery in _CORE_DELIVERY_NOTES:
+        notes.append(_CORE_DELIVERY_NOTES[delivery].format(handler=pattern.handler))
+    if delivery == "file" and target == "creatable":
+        notes.append(f"{pattern.directory} will be created")
+
+
+#: the deliveries that pass with a note
+_CORE_DELIVERY_NOTES = {
+    "relative": "relative pattern: cores land in the crashing process's cwd (the launch run dir)",
+    "socket": "cores go to the socket {handler}: camit does not read them",
+}
+
+
 def _check_core(plan: ProbePlan, sec: Mapping[str, Section], limits: Limits) -> CheckResult:
     facts = dict(ln.split("=", 1) for ln in _need(sec, "core").text.splitlines() if "=" in ln)
     # the one pattern model the core watcher reads too; the check judges how cores are delivered
@@ -494,23 +575,13 @@ def _check_core(plan: ProbePlan, sec: Mapping[str, Section], limits: Limits) -> 
     soft, hard = facts.get("soft", "?"), facts.get("hard", "?")
     limit = f"ulimit -c soft {soft} hard {hard}"
     target = facts.get("target")
-    problems, notes = [], []
+    problems: list[str] = []
+    notes: list[str] = []
     if hard in ("0", "1"):
         problems.append(f"{limit}: no core can be written and launches cannot raise it")
     elif soft == "0":
         notes.append(f"soft limit 0 (launches raise it to {hard})")
-    if not pattern.raw:
-        problems.append("kernel.core_pattern is empty")
-    elif delivery == "pipe" and target != "ok":
-        problems.append(f"core_pattern pipes to {pattern.handler}, which is not an executable here")
-    elif delivery == "file" and target not in ("ok", "creatable"):
-        problems.append(f"core directory {pattern.directory} is {target or 'unusable'}")
-    elif delivery == "relative":
-        notes.append("relative pattern: cores land in the crashing process's cwd (the launch run dir)")
-    elif delivery == "socket":
-        notes.append(f"cores go to the socket {pattern.handler}: camit does not read them")
-    if delivery == "file" and target == "creatable":
-        notes.append(f"{pattern.directory} will be created")
+    _judge_core_pattern(pattern, target, problems, notes)
     warnings, more = core_findings(pattern, sections_text(sec, "core.caps"), sections_text(sec, "core.space"),
                                    npu=plan.npu, core_limit_bytes=int(NPU_CORE_LIMIT) * 1024 if plan.npu else None)
     notes += warnings + more
@@ -589,16 +660,32 @@ def _minor(version: str) -> str:
     return ".".join(version.split(".")[:2])
 
 
+def _compared_value(r: CheckResult | None) -> str | None:
+    """The value a passing (ok or warn) check compares across hosts, if it has one."""
+    return r.value if r is not None and r.status in (OK, WARN) and r.value else None
+
+
+def _majority(keyed: Mapping[str, str]) -> str:
+    """The most frequent value (ties: the first host's)."""
+    counts = Counter(keyed.values())
+    top = max(counts.values())
+    return next(v for v in keyed.values() if counts[v] == top)
+
+
+#: the checks whose values must agree across hosts, and what of a value is compared (None: all of it)
+_COMPARED: tuple[tuple[str, Callable[[str], str] | None], ...] = (
+    ("python", _minor), ("torch", None), ("torch_npu", None), ("cann", None), ("driver", None), ("tls", None),
+    ("spod", None))
+
+
 def _consistency(results: dict[tuple[str, str], CheckResult], hosts: Sequence[str], check: str,
                  key: Callable[[str], str] | None = None) -> None:
     """Fail the hosts whose value differs from the majority (ties: the first host's value)."""
-    values = {h: r.value for h in hosts if (r := results.get((h, check))) and r.status in (OK, WARN) and r.value}
+    values = {h: v for h in hosts if (v := _compared_value(results.get((h, check))))}
     keyed = {h: key(v) if key else v for h, v in values.items()}
     if len(set(keyed.values())) < 2:
         return
-    counts = Counter(keyed.values())
-    top = max(counts.values())
-    majority = next(keyed[h] for h in keyed if counts[keyed[h]] == top)
+    majority = _majority(keyed)
     holders = [h for h in keyed if keyed[h] == majority]
     for h, v in keyed.items():
         if v != majority:

@@ -3,7 +3,7 @@
 On A2 (``ascend910b``) ranks of different nodes talk over the device NICs (RoCE), so a multi-node run needs each
 node's device to reach the others': each node pings, from its first usable device, that device's peer on every
 other node (the address from the peer's ``hccn_tool -i <dev> -ip -g`` in the first probe round). The answer is
-parsed by :func:`framework.preflight.ascend.parse_ping`; a ping that loses packets fails the ``hccn`` column of the
+parsed by :func:`framework.ascend.parse.parse_ping`; a ping that loses packets fails the ``hccn`` column of the
 node that sent it, naming the peer, both devices and the loss. A3 nodes talk over HCCS inside their Super Pod:
 their check is the ``spod`` column, not a ping (ascend-hosts.md §5).
 """
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from framework import commands
-from framework.preflight import ascend
+from framework.ascend import parse as ascend
 from framework.preflight.probe import MARK, ProbePlan, Section, split_sections
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -45,18 +45,19 @@ def first_device(plan: ProbePlan) -> int:
     return plan.visible[0] if plan.visible else 0
 
 
+def _device_ip(plan: ProbePlan, sections: Mapping[str, Section]) -> str | None:
+    """The IP of the host's first device, as the probe's ``hccn_tool -ip -g`` read it (None: none)."""
+    s = sections.get(f"hccn:{first_device(plan)}:ip")
+    ips = ascend.parse_ip(s.text) if s is not None else []
+    return ips[0].ip if ips and ips[0].ip else None
+
+
 def plan_pings(plans: Mapping[str, ProbePlan], sections: Mapping[str, Mapping[str, Section]]) -> dict[str, list[Ping]]:
     """host → the pings it sends: A2 nodes only, two or more of them, peers whose device IP the probe read."""
     a2 = [h for h, p in plans.items() if p.soc == A2 and p.npu_count > 0 and h in sections]
     if len(a2) < 2:
         return {}
-    address: dict[str, str] = {}
-    for h in a2:
-        dev = first_device(plans[h])
-        s = sections[h].get(f"hccn:{dev}:ip")
-        ips = ascend.parse_ip(s.text) if s is not None else []
-        if ips and ips[0].ip:
-            address[h] = ips[0].ip
+    address = {h: ip for h in a2 if (ip := _device_ip(plans[h], sections[h]))}
     return {h: [Ping(h, first_device(plans[h]), p, first_device(plans[p]), address[p])
                 for p in a2 if p != h and p in address] for h in a2}
 

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from framework import commands
+from framework.ascend.nic import hccl_host_ports, rendezvous_ip
 from framework.cores.caps import CAPS_SCRIPT, space_script
-from framework.launch.nic import hccl_host_ports, rendezvous_ip
 from framework.preflight.limits import Limits
 from framework.remote.sections import PROBE_MARK, read_records
 

@@ -1,7 +1,7 @@
 """Preflight's reachability check: is node 0's rendezvous port reachable from every node?
 
 A short-lived TCP listener on node 0, on the address the launch will use as master address
-(``manage_nic``, or ``launch.rendezvous_nic``; :func:`framework.launch.nic.rendezvous_ip`) and on
+(``manage_nic``, or ``launch.rendezvous_nic``; :func:`framework.ascend.nic.rendezvous_ip`) and on
 ``launch.master_port`` (else a free port outside HCCL's host ports, as launch picks it), then one
 connect from every node, then the listener is stopped by its pid (and ends by itself after
 :data:`LISTEN_LIFE` seconds whatever happens). The programs are standard-library Python run with
@@ -18,8 +18,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from framework.ascend.nic import hccl_host_ports, rendezvous_ip
 from framework.errors import HostError, reason_of
-from framework.launch.nic import hccl_host_ports, rendezvous_ip
 from framework.preflight.checks import FAIL, OK, SKIP, CheckResult
 
 if TYPE_CHECKING:

@@ -26,12 +26,12 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from framework.records.folder import write_atomic
 from framework.report.fmt import dur, short
-from framework.report.folder import write_atomic
 from framework.report.model import OUTCOMES, RunView, case_counts, read_run
 
 if TYPE_CHECKING:
-    from framework.report.scrub import Scrub
+    from framework.records.scrub import Scrub
 
 __all__ = ["MAX_NAMED", "perf_table", "summary_text", "write_fallback_summary", "write_perf_csv", "write_summary_txt"]
 

@@ -5,7 +5,7 @@ performance) and ``summary.txt`` (:mod:`framework.report.ci`).
 Each file comes from its own module (:mod:`framework.report.junit`, :mod:`framework.report.ci`,
 :mod:`framework.report.manifest`, :mod:`framework.report.html`), in that order — the manifest lists
 ``cluster.xml`` and ``perf.csv`` with their sha256, the page and ``summary.txt`` show the manifest — after every other file of the folder went through one
-:class:`~framework.report.scrub.Scrubber` built from the env (:func:`~framework.report.scrub.scrub_folder`),
+:class:`~framework.records.scrub.Scrubber` built from the env (:func:`~framework.records.scrub.scrub_folder`),
 and each of the three scrubs the values it writes with it too. A
 file that cannot be built is replaced by its module's minimal fallback saying so and listed in the
 manifest's ``report_problems``, so an interrupted run still leaves a consistent folder.
@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from framework.records.scrub import Scrubber, scrub_folder
 from framework.report.ci import write_fallback_summary, write_perf_csv, write_summary_txt
 from framework.report.html import write_fallback_index, write_index
 from framework.report.junit import (
@@ -32,7 +33,6 @@ from framework.report.junit import (
 )
 from framework.report.manifest import write_fallback_manifest, write_manifest
 from framework.report.model import read_run
-from framework.report.scrub import Scrubber, scrub_folder
 
 log = logging.getLogger("camit.report")
 
@@ -53,7 +53,7 @@ def finalize(rundir_path: str | os.PathLike[str], *, cores: Sequence[CoreRecord]
     and ``summary.txt`` from whatever
     the folder holds (and keep
     pytest's ``junit.xml`` junit-10 valid: :func:`~framework.report.junit.fold_case_properties`), every
-    file of the folder scrubbed of the env's secrets first (:func:`~framework.report.scrub.scrub_folder`).
+    file of the folder scrubbed of the env's secrets first (:func:`~framework.records.scrub.scrub_folder`).
 
     pytest's ``junit`` file (default ``junit.xml`` of the folder) also gets the run's properties (run id,
     seed, env, hosts, artifacts' sha256: :func:`~framework.report.junit.run_properties`) and each failed

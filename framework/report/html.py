@@ -37,8 +37,8 @@ from urllib.parse import quote
 
 from framework import __version__
 from framework.cores import faultbundle
+from framework.records.folder import write_atomic
 from framework.report.fmt import dur, iso, ranges
-from framework.report.folder import write_atomic
 from framework.report.model import (
     OUTCOMES,
     PHASE_ORDER,
@@ -52,7 +52,7 @@ from framework.report.model import (
 )
 
 if TYPE_CHECKING:
-    from framework.report.scrub import Scrub
+    from framework.records.scrub import Scrub
 
 __all__ = ["ASSETS", "render", "write_fallback_index", "write_index"]
 

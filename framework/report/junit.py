@@ -45,8 +45,9 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from framework.records.folder import write_atomic
+from framework.records.scrub import scrub_tree
 from framework.report.fmt import iso, number, signame, slug, strip_ansi
-from framework.report.folder import write_atomic
 from framework.report.model import (
     LaunchView,
     RankView,
@@ -59,10 +60,9 @@ from framework.report.model import (
     read_json,
     read_run,
 )
-from framework.report.scrub import scrub_tree
 
 if TYPE_CHECKING:
-    from framework.report.scrub import Scrub
+    from framework.records.scrub import Scrub
 
 log = logging.getLogger("camit.report")
 

@@ -27,14 +27,14 @@ from typing import TYPE_CHECKING, Any, Union
 
 from framework import __version__
 from framework.hosts import sha256_file
+from framework.records.folder import write_atomic
+from framework.records.scrub import Scrubber, redact_mapping, scrub_doc
 from framework.report.fmt import iso
-from framework.report.folder import write_atomic
 from framework.report.model import OUTCOMES, RunView, read_run
-from framework.report.scrub import Scrubber, redact_mapping, scrub_doc
 
 if TYPE_CHECKING:
     from framework.config.effective import EnvConfig
-    from framework.report.scrub import Scrub
+    from framework.records.scrub import Scrub
 
 __all__ = ["HASH_LIMIT", "PYTEST", "EnvLike", "Moment", "repro_command", "write_fallback_manifest", "write_manifest"]
 
@@ -103,7 +103,7 @@ def write_manifest(rundir_path: str | os.PathLike[str], *, env: EnvLike | None =
     ever written), a mapping (secret-looking keys redacted) or a path. ``repro`` is the
     reproduce line when the caller built it (:func:`repro_command` with its own spelling),
     else it is built from ``argv`` and ``seed``. ``scrub`` (default: the env's secrets)
-    filters every string value (:func:`~framework.report.scrub.scrub_doc`); ``report_errors`` are listed as ``report_problems``.
+    filters every string value (:func:`~framework.records.scrub.scrub_doc`); ``report_errors`` are listed as ``report_problems``.
     """
     root = Path(rundir_path)
     scrub = scrub or Scrubber.from_env(env)

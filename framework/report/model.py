@@ -16,7 +16,7 @@ Read (written by others)::
     <host>/cores/, <host>/*     core files and collected host logs
     cores.json                  core dumps (framework.cores.watch, framework.report.junit)
     deploy-manifest.json        DeployResult.to_json() (framework.deploy)
-    phases.json                 [{host, phase, start, end}], appended by framework.report.folder.record_phase
+    phases.json                 [{host, phase, start, end}], appended by framework.records.folder.record_phase
     manifest.json               the previous framework.report.manifest.write_manifest
     junit.xml                   pytest's own ``--junitxml`` (controller-level tests)
 

@@ -23,7 +23,7 @@ from framework.report.fmt import dur, ranges, short
 from framework.report.model import OUTCOMES, RankView, RunView, case_counts, read_run
 
 if TYPE_CHECKING:
-    from framework.report.scrub import Scrub
+    from framework.records.scrub import Scrub
 
 __all__ = ["terminal_summary"]
 

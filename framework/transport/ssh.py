@@ -346,37 +346,78 @@ class SshTransport:
             raise HostUnreachable(
                 self.name, f"cannot connect to {self.address}:{self.port}{self._via()}: {why}") from None
 
+    def _new_client(self, hk_name: str) -> paramiko.SSHClient:
+        """A client that knows this host's pinned or recorded keys only, and asks :class:`_Policy` otherwise."""
+        client = paramiko.SSHClient()
+        if self.pinned is not None:
+            client.get_host_keys().add(hk_name, self.pinned.get_name(), self.pinned)
+        elif self.known_hosts is not None and self.known_hosts.exists():
+            try:
+                recorded = known_host_keys(self.known_hosts).lookup(hk_name)
+            except (OSError, paramiko.SSHException) as exc:
+                raise HostKeyError(self.name, f"cannot read known_hosts {self.known_hosts}: {exc}") from exc
+            for keytype, key in (recorded or {}).items():  # this host's keys only, as paramiko looks them up
+                client.get_host_keys().add(hk_name, keytype, key)
+        client.set_missing_host_key_policy(_Policy(self))
+        return client
+
+    def _open_socket(self, deadline: float) -> tuple[socket.socket | paramiko.Channel, float]:
+        """The connection to the host (through the jump host when there is one) and the time left."""
+        if self.jump is not None:
+            sock = self._tunnel(deadline)  # the jump's own socket has Nagle off
+            return sock, max(0.1, deadline - time.monotonic())
+        remaining = max(0.1, deadline - time.monotonic())
+        # our own socket, so Nagle is off before the handshake: paramiko sets no socket option,
+        # and with Nagle on every channel open and exec waited out the peer's delayed ACK
+        # (~40 ms each here: `true` took 48 ms warm, 2.9 ms with TCP_NODELAY)
+        tcp = socket.create_connection((self.address, self.port), timeout=remaining)
+        tcp.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return tcp, remaining
+
+    def _retry(self, exc: BaseException, attempt: int, deadline: float) -> bool:
+        """A transient drop (banner lost to MaxStartups, reset) is retried within the connect deadline
+        (3 attempts); a refusal, a dead address, a host key, an authentication or a timeout is final."""
+        if isinstance(exc, (paramiko.BadHostKeyException, paramiko.AuthenticationException, TimeoutError)):
+            return False
+        if _refused(exc) or getattr(exc, "errno", None) in (errno.EHOSTUNREACH, errno.ENETUNREACH):
+            return False
+        if attempt >= 3 or time.monotonic() + 0.2 >= deadline:
+            return False
+        log.info("%s: connect attempt %d failed (%s); retrying", self.name, attempt, _reason(exc))
+        time.sleep(0.2 * attempt)
+        return True
+
+    def _connect_failure(self, exc: BaseException, hk_name: str, password: str | None) -> HostError:
+        """The error a failed connect ends with."""
+        if isinstance(exc, paramiko.BadHostKeyException):
+            return HostKeyError(
+                self.name,
+                f"HOST KEY CHANGED for {hk_name}{self._via()}: expected {exc.expected_key.get_name()} "
+                f"{fingerprint(exc.expected_key)}, server offered {exc.key.get_name()} "
+                f"{fingerprint(exc.key)}; refusing to connect",
+            )
+        if isinstance(exc, paramiko.AuthenticationException):
+            how = "key " + str(self.key_file) if self.key_file else ("password" if password else "agent/default keys")
+            return AuthenticationFailed(self.name, f"authentication as {self.user!r} with {how} failed: {exc}")
+        if isinstance(exc, TimeoutError):
+            return HostUnreachable(
+                self.name, f"cannot connect to {self.address}:{self.port}{self._via()}: timed out after "
+                           f"{self.connect_timeout:g}s")
+        return HostUnreachable(self.name, f"cannot connect to {self.address}:{self.port}{self._via()}: "
+                                          f"{_reason(exc)}")
+
     def _handshake(self) -> paramiko.SSHClient:
         deadline = time.monotonic() + self.connect_timeout
         attempt = 0
         while True:
             attempt += 1
-            client = paramiko.SSHClient()
             hk_name = known_hosts_name(self.address, self.port)
-            if self.pinned is not None:
-                client.get_host_keys().add(hk_name, self.pinned.get_name(), self.pinned)
-            elif self.known_hosts is not None and self.known_hosts.exists():
-                try:
-                    recorded = known_host_keys(self.known_hosts).lookup(hk_name)
-                except (OSError, paramiko.SSHException) as exc:
-                    raise HostKeyError(self.name, f"cannot read known_hosts {self.known_hosts}: {exc}") from exc
-                for keytype, key in (recorded or {}).items():  # this host's keys only, as paramiko looks them up
-                    client.get_host_keys().add(hk_name, keytype, key)
-            client.set_missing_host_key_policy(_Policy(self))
-            remaining = max(0.1, deadline - time.monotonic())
+            client = self._new_client(hk_name)
             password = self._password if self._password is None or isinstance(self._password, str) \
                 else self._password.reveal()
             sock: socket.socket | paramiko.Channel | None = None
             try:
-                if self.jump is not None:
-                    sock = self._tunnel(deadline)  # the jump's own socket has Nagle off
-                    remaining = max(0.1, deadline - time.monotonic())
-                else:
-                    # our own socket, so Nagle is off before the handshake: paramiko sets no socket option,
-                    # and with Nagle on every channel open and exec waited out the peer's delayed ACK
-                    # (~40 ms each here: `true` took 48 ms warm, 2.9 ms with TCP_NODELAY)
-                    sock = socket.create_connection((self.address, self.port), timeout=remaining)
-                    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                sock, remaining = self._open_socket(deadline)
                 client.connect(
                     self.address, self.port, username=self.user, password=password, sock=sock,
                     transport_factory=_new_transport,
@@ -389,37 +430,12 @@ class SshTransport:
             except HostError:
                 _close(client, sock)
                 raise
-            except paramiko.BadHostKeyException as exc:
-                _close(client, sock)
-                raise HostKeyError(
-                    self.name,
-                    f"HOST KEY CHANGED for {hk_name}{self._via()}: expected {exc.expected_key.get_name()} "
-                    f"{fingerprint(exc.expected_key)}, server offered {exc.key.get_name()} "
-                    f"{fingerprint(exc.key)}; refusing to connect",
-                ) from None
-            except paramiko.AuthenticationException as exc:
-                _close(client, sock)
-                how = "key " + str(self.key_file) if self.key_file else ("password" if password else "agent/default keys")
-                raise AuthenticationFailed(self.name, f"authentication as {self.user!r} with {how} failed: {exc}") from None
-            except TimeoutError as exc:
-                _close(client, sock)
-                raise HostUnreachable(
-                    self.name, f"cannot connect to {self.address}:{self.port}{self._via()}: timed out after "
-                               f"{self.connect_timeout:g}s"
-                ) from exc
             except (paramiko.SSHException, EOFError, OSError) as exc:
                 _close(client, sock)
-                refused = isinstance(exc, (paramiko.ssh_exception.NoValidConnectionsError, ConnectionRefusedError))
-                unroutable = getattr(exc, "errno", None) in (errno.EHOSTUNREACH, errno.ENETUNREACH)
-                reason = "connection refused" if refused else (str(exc) or type(exc).__name__)
-                # transient drops (banner lost to MaxStartups, reset) are retried
-                # within the connect deadline; a refusal or a dead address is final
-                if not (refused or unroutable) and attempt < 3 and time.monotonic() + 0.2 < deadline:
-                    log.info("%s: connect attempt %d failed (%s); retrying", self.name, attempt, reason)
-                    time.sleep(0.2 * attempt)
+                if self._retry(exc, attempt, deadline):
                     continue
-                raise HostUnreachable(self.name, f"cannot connect to {self.address}:{self.port}{self._via()}: "
-                                                 f"{reason}") from None
+                raise self._connect_failure(exc, hk_name, password) \
+                    from (exc if isinstance(exc, TimeoutError) else None)
             transport = client.get_transport()
             if transport is not None:
                 self.lost = None
@@ -503,28 +519,7 @@ class SshTransport:
             # referred to nonexistent channel"; seen with 8 threads of short commands on one host)
             chan.exec_command(commands.with_pgid(line, direct=self._shell in commands.POSIX_SHELLS, stdin=False))
             deadline = None if timeout is None else start + timeout
-            while True:
-                wait = 0.5 if deadline is None else min(0.5, max(0.0, deadline - time.monotonic()))
-                _wait_for_news(chan, wait)
-                _drain(chan, out, err)
-                if self.lost and _dead(chan):  # the watchdog closed it: no exit status is coming
-                    raise self._lost_error(f"while running: {display}")
-                if chan.exit_status_ready() and (chan.eof_received or chan.closed):
-                    _drain(chan, out, err)
-                    break
-                if chan.closed:
-                    break
-                if deadline is not None and time.monotonic() >= deadline:
-                    timed_out = True
-                    self._kill(err.pgid)
-                    _drain_until(chan, out, err, time.monotonic() + KILL_GRACE)
-                    break
-                if cancel is not None and cancel.is_set():  # interrupted: killed at once, as on a timeout
-                    self._kill(err.pgid)
-                    raise Cancelled(self.name, f"interrupted: killed {display}")
-                transport = chan.get_transport()
-                if transport is None or not transport.is_active():
-                    raise self._lost_error(f"while running: {display}")
+            timed_out = self._follow(chan, out, err, deadline, display, cancel)
         except KeyboardInterrupt:
             self._kill(err.pgid)
             raise
@@ -540,6 +535,31 @@ class SshTransport:
             duration=time.monotonic() - start, timed_out=timed_out,
             truncated=out.truncated or err.truncated, display=display,
         )
+
+    def _follow(self, chan: paramiko.Channel, out: OutputTail, err: OutputTail, deadline: float | None,
+                display: str, cancel: threading.Event | None) -> bool:
+        """Read a running command's output until it ends; True when ``deadline`` passed (the command killed)."""
+        while True:
+            wait = 0.5 if deadline is None else min(0.5, max(0.0, deadline - time.monotonic()))
+            _wait_for_news(chan, wait)
+            _drain(chan, out, err)
+            if self.lost and _dead(chan):  # the watchdog closed it: no exit status is coming
+                raise self._lost_error(f"while running: {display}")
+            if chan.exit_status_ready() and (chan.eof_received or chan.closed):
+                _drain(chan, out, err)
+                return False
+            if chan.closed:
+                return False
+            if deadline is not None and time.monotonic() >= deadline:
+                self._kill(err.pgid)
+                _drain_until(chan, out, err, time.monotonic() + KILL_GRACE)
+                return True
+            if cancel is not None and cancel.is_set():  # interrupted: killed at once, as on a timeout
+                self._kill(err.pgid)
+                raise Cancelled(self.name, f"interrupted: killed {display}")
+            transport = chan.get_transport()
+            if transport is None or not transport.is_active():
+                raise self._lost_error(f"while running: {display}")
 
     def spawn(self, line: str, *, display: str, max_output: int = DEFAULT_MAX_OUTPUT) -> SshProcess:
         """Start ``line`` and return at once; see ``transport.base.Process``."""
@@ -644,6 +664,15 @@ class SshTransport:
                 fetchcaps.copy_bounded(src.read, out, host=self.name, remote=remote, cap=cap, started=start)
         except (OSError, paramiko.SSHException, EOFError) as exc:
             raise TransferError(self.name, f"download of {remote} to {local} failed: {exc}") from None
+
+
+def _refused(exc: BaseException) -> bool:
+    return isinstance(exc, (paramiko.ssh_exception.NoValidConnectionsError, ConnectionRefusedError))
+
+
+def _reason(exc: BaseException) -> str:
+    """A failed connect in a few words."""
+    return "connection refused" if _refused(exc) else (str(exc) or type(exc).__name__)
 
 
 def _close(client: paramiko.SSHClient, sock: socket.socket | paramiko.Channel | None) -> None:
@@ -751,28 +780,36 @@ class SshProcess:
             time.sleep(0.01)
         return self._err.pgid
 
+    def _drain(self) -> None:
+        """What the command printed so far into the tails and the line queue."""
+        chan = self._chan
+        while chan.recv_ready():
+            data = chan.recv(_CHUNK)
+            self._out.feed(data)
+            self._lines.feed(data)
+        while chan.recv_stderr_ready():
+            self._err.feed(chan.recv_stderr(_CHUNK))
+
+    def _finished(self, chan: paramiko.Channel) -> bool:
+        """The command ended, or its connection was lost (``_lost`` says why)."""
+        if self._owner.lost and _dead(chan):  # the watchdog closed it: no exit status is coming
+            self._lost = f"SSH connection lost: {self._owner.lost}"
+            return True
+        if chan.closed or (chan.exit_status_ready() and chan.eof_received):
+            return True
+        transport = chan.get_transport()
+        if transport is None or not transport.is_active():
+            self._lost = f"SSH connection lost: {self._owner.lost}" if self._owner.lost else "SSH connection lost"
+            return True
+        return False
+
     def _read(self) -> None:
         chan = self._chan
         try:
             while True:
                 _wait_for_news(chan, 0.5)
-                while chan.recv_ready():
-                    data = chan.recv(_CHUNK)
-                    self._out.feed(data)
-                    self._lines.feed(data)
-                while chan.recv_stderr_ready():
-                    self._err.feed(chan.recv_stderr(_CHUNK))
-                if self._owner.lost and _dead(chan):  # the watchdog closed it: no exit status is coming
-                    self._lost = f"SSH connection lost: {self._owner.lost}"
-                    break
-                if chan.exit_status_ready() and (chan.eof_received or chan.closed):
-                    break
-                if chan.closed:
-                    break
-                transport = chan.get_transport()
-                if transport is None or not transport.is_active():
-                    self._lost = f"SSH connection lost: {self._owner.lost}" if self._owner.lost \
-                        else "SSH connection lost"
+                self._drain()
+                if self._finished(chan):
                     break
         except (OSError, paramiko.SSHException, EOFError) as exc:
             self._lost = f"SSH connection lost: {exc}"

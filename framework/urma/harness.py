@@ -1,6 +1,6 @@
 """Running an unmodified URMA harness tree (``test/intergration_test``) under camit's plugin.
 
-:func:`detect` (camit's ``pytest_load_initial_conftests``, before any conftest loads) looks for a
+:func:`detect` (this plugin's ``pytest_load_initial_conftests``, before any conftest loads; camit's plugin loads this one) looks for a
 harness root above each path argument: a folder holding ``test_framework/ubus_test/base_test.py``.
 For each one:
 
@@ -80,6 +80,13 @@ def _prepend(path: Path) -> None:
     text = str(path)
     if text not in sys.path:
         sys.path.insert(0, text)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Parser,
+                                  args: list[str]) -> None:
+    """Before any conftest loads: set up the harness trees among ``args`` (:func:`detect`)."""
+    detect(early_config, parser, args)
 
 
 def detect(config: pytest.Config, parser: pytest.Parser, args: list[str]) -> HarnessPlugin | None:

@@ -24,7 +24,7 @@ from camsuite import sweep_env, worlds_of
 from framework.perf import history, matrix, sweep
 from framework.perf.row import Row
 from framework.plugin.markers import SOC_MARKERS
-from framework.report.folder import append_text, update_json
+from framework.records.folder import append_text, update_json
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.perf

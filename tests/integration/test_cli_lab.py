@@ -86,7 +86,7 @@ def _report_trio(folder: Path) -> dict:
 
 CRASH = textwrap.dedent("""
     import sys
-    from framework.cores import runwatch
+    from framework.launch import runwatch
 
     def boom(self, **kwargs):
         raise RuntimeError("camit bug for the test")

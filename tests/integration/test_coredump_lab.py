@@ -25,7 +25,7 @@ from framework.cores.watch import CoreWatch
 from framework.hosts import Cluster, Host
 from framework.lab.plan import CORE_PATTERN_FILE, LAB_CORE_PATTERN
 from framework.launch import Launcher, Target
-from framework.report.folder import RunDir
+from framework.records.folder import RunDir
 
 TARGET = Path(__file__).resolve().parents[1] / "data" / "targets" / "alltoall.py"
 NODES = ["host1", "host2"]

@@ -22,7 +22,7 @@ from framework.deploy import Deployer
 from framework.errors import ConfigError
 from framework.hosts import Cluster
 from framework.lab import artifacts
-from framework.report.folder import RunDir
+from framework.records.folder import RunDir
 
 
 @pytest.fixture(scope="module")

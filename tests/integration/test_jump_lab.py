@@ -243,7 +243,7 @@ def test_check_and_a_launch_through_the_jump(jump_env_path: Path, jump_env: EnvC
     assert set(ssh_cells) == {"host1", "host2"} and all(c["status"] == "ok" for c in ssh_cells.values())
     # torchrun's rendezvous is between the hosts (the private network); the controller only talks SSH
     from framework.launch import Launcher, Target
-    from framework.report.folder import RunDir
+    from framework.records.folder import RunDir
 
     cluster = Cluster.from_env(jump_env)
     try:

@@ -17,7 +17,7 @@ from camit_labtools import tagged, wait_for, wait_none_left, wait_ranks_up
 from framework.hosts import Cluster
 from framework.lab.plan import nsenter_argv
 from framework.launch import Launcher, Target, stacks
-from framework.report.folder import RunDir
+from framework.records.folder import RunDir
 from framework.report.summary import terminal_summary
 
 TARGET = Path(__file__).resolve().parents[1] / "data" / "targets" / "alltoall.py"

@@ -17,11 +17,11 @@ from pathlib import Path
 
 import pytest
 
+from framework.ascend.tools import NPU_CORE_LIMIT
 from framework.cores.watch import CoreWatch
 from framework.hosts import Cluster
 from framework.launch import Launcher, Target
-from framework.launch.plan import NPU_CORE_LIMIT
-from framework.report.folder import RunDir
+from framework.records.folder import RunDir
 
 pytestmark = pytest.mark.lab
 LOCK = Path("/tmp/camit-npulab.lock")

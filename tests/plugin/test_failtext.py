@@ -7,7 +7,7 @@ import pytest
 
 CASE = """
 import logging
-from framework.base_test import note_failure
+from framework.plugin.failtext import note_failure
 
 def test_fails():
     logging.getLogger("camit.lease").debug("lease %s line", "scriptXYZ")

@@ -11,7 +11,7 @@ import pytest
 from framework.config.effective import load
 from framework.hosts import Cluster
 from framework.launch import Launcher, Target
-from framework.report.folder import RunDir
+from framework.records.folder import RunDir
 
 pytestmark = pytest.mark.lab
 TOKEN = f"tok-{secrets.token_hex(6)}"

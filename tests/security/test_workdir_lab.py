@@ -30,9 +30,9 @@ from framework.errors import EXIT_INFRA, FrameworkError
 from framework.hosts import Cluster
 from framework.lab import artifacts
 from framework.launch import Launcher, Target
+from framework.records.folder import RunDir
 from framework.remote import protocol
 from framework.remote.layout import HostLayout
-from framework.report.folder import RunDir
 
 pytestmark = pytest.mark.lab
 TARGET = REPO / "tests" / "data" / "targets" / "alltoall.py"

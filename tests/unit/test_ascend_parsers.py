@@ -1,4 +1,4 @@
-"""framework.preflight.ascend parsers against every relevant capture in tests/data/ascend/."""
+"""framework.ascend.parse parsers against every relevant capture in tests/data/ascend/."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from framework.ascend import parse as ascend
+from framework.ascend.parse import A2, A3
 from framework.cores.pattern import parse_core_pattern
-from framework.preflight import ascend
-from framework.preflight.ascend import A2, A3
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "ascend"
 

@@ -189,7 +189,7 @@ def test_torch_probe_records_errors_as_facts_with_the_stand_ins() -> None:
 
 
 def test_write_scrubs_secrets_from_the_json_and_the_raw_captures(tmp_path: Path) -> None:
-    from framework.report.scrub import Scrubber
+    from framework.records.scrub import Scrubber
 
     fact = {"value": "token=s3cr3t-pw here", "source": "h1: npu-smi info"}
     doc = {
@@ -212,7 +212,7 @@ def test_write_scrubs_secrets_from_the_json_and_the_raw_captures(tmp_path: Path)
 def test_write_bounds_each_value_after_scrubbing_it(tmp_path: Path) -> None:
     """A host that prints without end gives MAX_VALUE characters and a note; a secret across the
     cut is scrubbed whole (no fragment of it is kept)."""
-    from framework.report.scrub import Scrubber
+    from framework.records.scrub import Scrubber
 
     value = "x" * (bundle.MAX_VALUE - 4) + "s3cr3t-pw" + "y" * 200_000
     doc = {

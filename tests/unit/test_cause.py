@@ -69,7 +69,7 @@ def test_a_peers_absence_points_away_to_the_rank_that_raised(tmp_path):
 
 
 def test_the_cause_reaches_the_record_the_summary_and_the_page(tmp_path):
-    from framework.report.folder import RunDir
+    from framework.records.folder import RunDir
     from framework.report.html import render
     from framework.report.summary import terminal_summary
 

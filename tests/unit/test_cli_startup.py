@@ -21,10 +21,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 #: never imported by the parser, nor before ``camit exec``'s first connection
-NOT_BEFORE_CONNECT = ("rich", "torch", "numpy", "lxml", "framework.preflight.probe", "framework.preflight.ascend",
+NOT_BEFORE_CONNECT = ("rich", "torch", "numpy", "lxml", "framework.preflight.probe", "framework.ascend.parse",
                       "framework.preflight.run", "framework.launch.runner", "framework.launch.plan",
                       "framework.launch.devices", "framework.launch.fetch", "framework.report", "framework.lease",
-                      "framework.deploy", "framework.cores.runwatch", "tarfile",
+                      "framework.deploy", "framework.launch.runwatch", "tarfile",
                       # only a host key not yet recorded takes the known_hosts lock
                       "filelock")
 #: and not by the parser either: the parser is argparse and stdlib-only modules of camit

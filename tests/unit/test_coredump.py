@@ -35,7 +35,6 @@ from framework.cores.inspection import (
     verdict_message,
 )
 from framework.cores.logs import dmesg_since, logs_script, parse_logs_output, scan_signatures, summarize
-from framework.cores.runwatch import ClusterWatch
 from framework.cores.scan import (
     Baseline,
     CoreSources,
@@ -52,6 +51,7 @@ from framework.cores.watch import CoreDefaults, CoreWatch, rank_procs
 from framework.errors import FrameworkError, UsageError
 from framework.hosts import Cluster, Host
 from framework.lab.plan import LAB_CORE_PATTERN, core_pattern_on_down, core_pattern_on_up
+from framework.launch.runwatch import ClusterWatch
 from framework.transport.local import LocalTransport
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "ascend"
@@ -416,7 +416,7 @@ def test_rank_pids_come_from_the_fetched_status_json(tmp_path: Path) -> None:
     (tmp_path / "host2").mkdir()
     (tmp_path / "host2" / "rank2.json").write_text(json.dumps({"rank": 2, "pid": 4321, "signal": "SIGSEGV"}))
     lr = SimpleNamespace(launch_id="L9", report_dir=str(tmp_path),
-                         ranks={2: SimpleNamespace(host="host2"), 3: SimpleNamespace(host="host2")})
+                         ranks={2: SimpleNamespace(host="host2", signal=None), 3: SimpleNamespace(host="host2", signal=None)})
     assert rank_procs([lr]) == [RankProc("L9", 2, "host2", 4321), RankProc("L9", 3, "host2", None)]
     assert rank_procs(lr) == rank_procs([lr]) and rank_procs(None) == []
 
@@ -485,7 +485,7 @@ def test_corewatch_end_to_end_on_a_file_pattern(tmp_path: Path, real_core: Path)
     report = tmp_path / "report"
     (report / "h1").mkdir(parents=True)
     (report / "h1" / "rank5.json").write_text(json.dumps({"rank": 5, "pid": pid + 1}))  # not this pid
-    launch = SimpleNamespace(launch_id="LAUNCH1", report_dir=str(report), ranks={5: SimpleNamespace(host="h1")})
+    launch = SimpleNamespace(launch_id="LAUNCH1", report_dir=str(report), ranks={5: SimpleNamespace(host="h1", signal=None)})
     with local_cluster(tmp_path) as cluster:
         watch = CoreWatch(cluster, policy="fail", sources=src)
         baseline = watch.snapshot()
@@ -517,7 +517,7 @@ def test_clusterwatch_snapshots_collects_judges_and_collects_logs_only_on_failur
     src = CoreSources(proc_dir=str(proc_dir(tmp_path, f"{crash}/core.%e.%p.%t.%s")))
     report = tmp_path / "report"
     (report / "h1").mkdir(parents=True)
-    launch = SimpleNamespace(launch_id="LAUNCH1", report_dir=str(report), ranks={5: SimpleNamespace(host="h1")})
+    launch = SimpleNamespace(launch_id="LAUNCH1", report_dir=str(report), ranks={5: SimpleNamespace(host="h1", signal=None)})
     with local_cluster(tmp_path) as cluster:
         with ClusterWatch(cluster, policy="warn", sources=src, rundir=report, ascend_log_dirs=[]) as quiet:
             pass  # nothing crashed, the run passed: no cores, no logs

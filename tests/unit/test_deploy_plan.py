@@ -265,7 +265,7 @@ def test_deploy_manifests_of_one_run_merge_instead_of_the_last_one_winning(tmp_p
     import json
     import multiprocessing
 
-    from framework.report.folder import RunDir
+    from framework.records.folder import RunDir
 
     def manifest(hosts, duration, notes, relay):
         return {"duration": duration, "relay_used": relay, "notes": notes,
@@ -289,7 +289,7 @@ def test_deploy_manifests_of_one_run_merge_instead_of_the_last_one_winning(tmp_p
 
 
 def _merge_many(path, worker):
-    from framework.report.folder import RunDir
+    from framework.records.folder import RunDir
 
     rundir = RunDir(path, path.name)
     for i in range(20):

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from framework.cores import faultbundle
-from framework.report.scrub import Scrubber
+from framework.records.scrub import Scrubber
 
 SECRET = "s3cr3t-token-42"
 

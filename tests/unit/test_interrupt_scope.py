@@ -64,7 +64,7 @@ class _Recorder:
 def test_camit_run_scans_cores_before_it_removes_anything_however_the_launch_ends(monkeypatch, error):
     calls: list[str] = []
     rec = _Recorder(calls, error)
-    monkeypatch.setattr("framework.cores.runwatch.ClusterWatch", rec)
+    monkeypatch.setattr("framework.launch.runwatch.ClusterWatch", rec)
     monkeypatch.setattr("framework.launch.Launcher", rec)
     monkeypatch.setattr(cli, "_leased", lambda args, cluster: contextlib.nullcontext())
     args = argparse.Namespace(json=True, nproc_per_node=1, keep_remote=False, timeout=60, core_policy="fail")

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from framework.ascend import parse as ascend
 from framework.errors import LabError
 from framework.lab import emu
 from framework.lab.emu import tree as emu_tree
-from framework.preflight import ascend
 from framework.preflight.probe import CANN_RECORD, ProbePlan
 
 ROOT = Path(__file__).resolve().parents[2]

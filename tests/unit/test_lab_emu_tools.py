@@ -2,7 +2,7 @@
 
 Three kinds of check: the renderer reproduces each npu-smi capture byte for byte from the capture's own
 values (so the layout is the real one, not one our parsers happen to accept); every tool's output, run as
-a subprocess, parses with camit's parsers (framework/preflight/ascend.py) to the profile's shape; each
+a subprocess, parses with camit's parsers (framework/ascend/parse.py) to the profile's shape; each
 fault knob changes exactly the answers it should and nothing else.
 """
 
@@ -20,10 +20,10 @@ from pathlib import Path
 
 import pytest
 
+from framework.ascend import parse as ascend
 from framework.lab import emu
 from framework.lab.emu import tree as emu_tree
 from framework.lab.emu.tools import common, hccn_tool, msnpureport, npu_smi
-from framework.preflight import ascend
 from tests.emu_holders import holder as start_holder
 from tests.emu_holders import kill
 

@@ -7,12 +7,12 @@ import shlex
 
 import pytest
 
+from framework.ascend.nic import HostNet
+from framework.ascend.timeouts import derive
 from framework.config.effective import HostSpec, NicSpec, NpuSpec, Secret, TestNicSpec
 from framework.errors import UsageError
 from framework.launch import NodePlan, Target, backend_env, launch_label, node_command
-from framework.launch.nic import HostNet
 from framework.launch.plan import check_ranks_fit, secret_env
-from framework.launch.timeouts import derive
 from framework.remote import protocol
 from framework.suite import slots_per_node
 from tests.builders import make_env

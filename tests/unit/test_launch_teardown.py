@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from framework.ascend import tools
 from framework.errors import HostError
 from framework.launch import devices, fetch
 from framework.launch.devices import DirtyHosts, HeldDevice, HostDirty
@@ -150,7 +151,7 @@ def npu_smi(name: str) -> str:
 
 def test_held_by_keeps_the_runs_pids_only():
     text = npu_smi("npu-smi-info-a3-busy.txt")
-    from framework.preflight.ascend import parse_npu_smi_info
+    from framework.ascend.parse import parse_npu_smi_info
 
     procs = parse_npu_smi_info(text).processes
     assert procs, "the busy capture lists processes"
@@ -173,7 +174,7 @@ class Clock:
 
 def test_wait_released_polls_until_the_runs_pids_hold_nothing():
     busy, idle = npu_smi("npu-smi-info-a3-busy.txt"), npu_smi("npu-smi-info-910b2c-16npu-idle.txt")
-    from framework.preflight.ascend import parse_npu_smi_info
+    from framework.ascend.parse import parse_npu_smi_info
 
     pid = parse_npu_smi_info(busy).processes[0].pid
     answers = [busy, busy, idle]
@@ -190,7 +191,7 @@ def test_wait_released_polls_until_the_runs_pids_hold_nothing():
 
 def test_wait_released_gives_up_after_its_bound_and_returns_what_is_held():
     busy = npu_smi("npu-smi-info-a3-busy.txt")
-    from framework.preflight.ascend import parse_npu_smi_info
+    from framework.ascend.parse import parse_npu_smi_info
 
     pid = parse_npu_smi_info(busy).processes[0].pid
     clock = Clock()
@@ -254,11 +255,11 @@ def test_the_state_script_notes_missing_tools_and_never_fails(tmp_path):
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     env = {"PATH": "/usr/bin:/bin"}
-    proc = subprocess.run(["sh", "-c", str(devices.state_script(str(run_dir), 2))], env=env, capture_output=True,
+    proc = subprocess.run(["sh", "-c", str(tools.state_script(str(run_dir), 2))], env=env, capture_output=True,
                           text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
-    notes = (run_dir / devices.STATE_DIR / "notes.txt").read_text()
-    if not Path(devices.HCCN_TOOL).exists():
+    notes = (run_dir / tools.STATE_DIR / "notes.txt").read_text()
+    if not Path(tools.HCCN_TOOL).exists():
         assert "hccn_tool: not installed" in notes
     assert "npu-smi: not installed" in notes and "msnpureport: not installed" in notes, notes
 
@@ -271,10 +272,10 @@ def test_the_state_script_saves_each_tools_output(tmp_path):
                        "msnpureport": 'mkdir -p 20260101/host1/device-0; echo exported'}.items():
         (bin_dir / name).write_text(f"#!/bin/sh\n{body}\n")
         (bin_dir / name).chmod(0o755)
-    proc = subprocess.run(["sh", "-c", str(devices.state_script(str(run_dir), 2))],
+    proc = subprocess.run(["sh", "-c", str(tools.state_script(str(run_dir), 2))],
                           env={"PATH": f"{bin_dir}:/usr/bin:/bin"}, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
-    state = run_dir / devices.STATE_DIR
+    state = run_dir / tools.STATE_DIR
     assert (state / "npu-smi-info.txt").read_text() == "npu-smi info\n"
     hccn = (state / "hccn.txt").read_text()
     for i in (0, 1):

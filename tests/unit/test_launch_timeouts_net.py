@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
+from framework.ascend.nic import HostNet, hccl_host_ports, rendezvous_ip
+from framework.ascend.timeouts import CONNECT_MIN, MIN_CASE, PG_TIMEOUT_VAR, derive, order_problems
 from framework.config import load
 from framework.errors import ConfigError
 from framework.launch import fetch
-from framework.launch.nic import HostNet, hccl_host_ports, rendezvous_ip
 from framework.launch.plan import Prepared, free_port_argv, plan_nodes
-from framework.launch.timeouts import CONNECT_MIN, MIN_CASE, PG_TIMEOUT_VAR, derive, order_problems
 from framework.remote.layout import HostLayout
 from tests.builders import make_env
 

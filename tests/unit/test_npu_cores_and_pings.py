@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 from builders import make_env
 
+from framework.ascend.tools import NPU_CORE_LIMIT
 from framework.cores.caps import CAPS_SCRIPT, core_findings, parse_coredump_conf, parse_space, size_bytes, space_script
 from framework.cores.pattern import parse_core_pattern
 from framework.launch.plan import (
     AUTO_CORE_LIMIT,
-    NPU_CORE_LIMIT,
     NPU_COREDUMP_FILTER,
     Prepared,
     Target,

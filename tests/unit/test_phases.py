@@ -14,8 +14,8 @@ from builders import make_env
 from framework import deploy
 from framework.hosts import Cluster, Host
 from framework.phases import PhaseEvent, emit, rundir_sink
-from framework.report import folder
-from framework.report.folder import RunDir
+from framework.records import folder
+from framework.records.folder import RunDir
 from framework.testing.fake import FakeTransport
 
 T0 = 1_700_000_000.0

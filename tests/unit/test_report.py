@@ -601,7 +601,8 @@ def test_the_package_exports_resolve_lazily_to_their_modules():
     import importlib
 
     for name in report.__all__:
-        module = importlib.import_module(f"framework.report.{report._EXPORTS[name]}")
+        where = report._EXPORTS[name]
+        module = importlib.import_module(where if where.startswith("framework.") else f"framework.report.{where}")
         # by module and name, not identity: pytester's in-process runs restore sys.modules afterwards, so a
         # module first imported inside one is imported again later and its objects are new ones
         exported, defined = getattr(report, name), getattr(module, name)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import multiprocessing
 from pathlib import Path
 
-from framework.report.folder import append_text
+from framework.records.folder import append_text
 
 
 def _append_many(path: str, worker: int) -> None:

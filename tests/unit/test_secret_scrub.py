@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 
 from framework import report
+from framework.records.scrub import Scrubber, scrub_doc, scrub_folder, scrub_tree
 from framework.remote import protocol
 from framework.report.junit import validate_junit
-from framework.report.scrub import Scrubber, scrub_doc, scrub_folder, scrub_tree
 from tests.builders import make_env, sample_run
 
 REPO = Path(__file__).resolve().parents[2]

@@ -16,6 +16,7 @@ import pytest
 
 from framework import suspects
 from framework.config.effective import EnvConfig
+from framework.cores.logs import oom_faults
 from framework.hosts import Cluster
 from framework.launch.devices import HeldDevice
 from framework.launch.result import LaunchResult, NodeResult
@@ -104,13 +105,13 @@ def test_launch_faults_are_host_faults_only():
         failure_kind="rank",
         held=[HeldDevice("h3", 1, 0, 4242, "python", "L1")],
     )
-    faults = suspects.launch_faults(result)
+    faults = result.host_faults()
     assert set(faults) == {"h2", "h3"}  # h1's rank failed: a test failure, not a host fault
     assert faults["h2"] == ("lost", "lost during launch L1: no heartbeat for 31s")
     assert faults["h3"][0] == "held-device" and "4242" in faults["h3"][1]
-    assert suspects.launch_faults(result, oom_hosts=["h1"])["h1"][0] == "oom"
+    assert result.host_faults(oom_hosts=["h1"])["h1"][0] == "oom"
     assert (
-        suspects.launch_faults(LaunchResult("L2", {"h1": NodeResult("h1", 0)}, {}, 1, failure="x"))
+        LaunchResult("L2", {"h1": NodeResult("h1", 0)}, {}, 1, failure="x").host_faults()
         == {}
     )
 
@@ -122,7 +123,7 @@ def test_preflight_faults_are_the_failed_checks_not_the_warnings():
         ("b", "clock"): CheckResult("b", "clock", WARN, "skew 0.4s"),
         ("c", "disk"): CheckResult("c", "disk", OK, "9 GiB"),
     }
-    faults = suspects.preflight_faults(Report(["a", "b", "c"], results))
+    faults = Report(["a", "b", "c"], results).host_faults()
     assert faults == {"a": ("preflight", "disk: fail: only 0.1 GiB free")}
 
 
@@ -171,7 +172,7 @@ def test_an_oom_kill_in_the_kernel_log_is_a_host_fault_but_not_in_a_rank_log():
         "h1": [replace(s, source="h1/dmesg.txt") for s in scan_signatures(line + "\n")],
         "h2": [replace(s, source="h2/rank0.log") for s in scan_signatures(line + "\n")],
     }
-    faults = suspects.oom_faults(found)
+    faults = oom_faults(found)
     assert (
         list(faults) == ["h1"]
         and faults["h1"][0] == "oom"

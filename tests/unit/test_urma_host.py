@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from framework.base_test import failed_commands
 from framework.hosts import Host
+from framework.plugin.failtext import failed_commands
 from framework.transport.local import LocalTransport
 from framework.urma.host import UBUSHost, pty_text
 from framework.urma.shims.common.constants import const

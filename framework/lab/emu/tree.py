@@ -25,10 +25,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from framework.ascend import parse as ascend
 from framework.errors import LabError
 from framework.lab import checkout
 from framework.lab.emu.profiles import ASCEND, REGISTRY, Profile
-from framework.preflight import ascend
 
 _HERE = Path(__file__).resolve().parent
 DATA = _HERE / "data"

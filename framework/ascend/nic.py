@@ -13,12 +13,24 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from framework.remote.sections import Record
 
-if TYPE_CHECKING:  # pragma: no cover
-    from framework.config.effective import HostSpec
+
+class ManageNic(Protocol):
+    """A host's management NIC as the env file gives it (``framework.config.effective.NicSpec``)."""
+
+    @property
+    def ip(self) -> str: ...
+
+
+class HostNics(Protocol):
+    """What the NIC choice reads of a host (``framework.config.effective.HostSpec``); the other roles
+    (``test_nic1``, ``test_nic2``) are read by name, each with an ``ip`` that may be unset."""
+
+    @property
+    def manage_nic(self) -> ManageNic: ...
 
 #: the NIC roles ``launch.rendezvous_nic`` may name (HostSpec attributes)
 RENDEZVOUS_NICS = ("manage_nic", "test_nic1", "test_nic2")
@@ -79,14 +91,14 @@ def net_from_records(records: Sequence[Record]) -> HostNet | None:
     return HostNet(links, addrs)
 
 
-def rendezvous_ip(spec: HostSpec, which: str = DEFAULT_NIC) -> str:
+def rendezvous_ip(spec: HostNics, which: str = DEFAULT_NIC) -> str:
     """The address of ``spec``'s NIC role ``which`` (the env loader made sure it is set)."""
     nic = getattr(spec, which, None)
     ip = getattr(nic, "ip", None)
     return ip or spec.manage_nic.ip
 
 
-def socket_ifname(spec: HostSpec, which: str, net: HostNet | None) -> str | None:
+def socket_ifname(spec: HostNics, which: str, net: HostNet | None) -> str | None:
     """The device to pin ``*_SOCKET_IFNAME`` to, only ever one ``ip -o link`` listed; None when none fits."""
     if net is None:
         return None

@@ -27,15 +27,14 @@ from typing import TYPE_CHECKING
 
 from framework.cores.inspection import Core, CorePolicy
 from framework.cores.scan import Baseline, CoreSources
-from framework.cores.watch import CoreDefaults, CoreWatch, _rundir_path
+from framework.cores.watch import CoreDefaults, CoreWatch, Launched, _rundir_path
 from framework.errors import FrameworkError
 from framework.hosts import Cluster
 from framework.launch import timeline
 
 if TYPE_CHECKING:
     from framework.config.effective import EnvConfig
-    from framework.launch import LaunchResult
-    from framework.report.folder import RunDir
+    from framework.records.folder import RunDir
 
 log = logging.getLogger("camit.coredump")
 
@@ -91,7 +90,7 @@ class ClusterWatch:
         self.outcome = None
         return self.baseline
 
-    def end(self, *, ranks: LaunchResult | Sequence[LaunchResult] | None = None, failed: bool = False,
+    def end(self, *, ranks: Launched | Sequence[Launched] | None = None, failed: bool = False,
             rundir: RunDir | Path | str | None = None) -> WatchOutcome:
         """The run is over: collect its cores and judge them; ``failed`` says the run itself failed.
 

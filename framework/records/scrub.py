@@ -182,7 +182,7 @@ def scrub_file(path: Path, scrubber: Scrubber) -> bool:
     Returns whether the file was rewritten. A JSON or XML file that does not parse is scrubbed as text
     (it is not valid to begin with, and must not keep a secret either).
     """
-    from framework.report.folder import write_atomic
+    from framework.records.folder import write_atomic
 
     if path.name.endswith(_BINARY_SUFFIXES):
         return False

@@ -180,37 +180,55 @@ def parse_npu_smi_info(text: str) -> NpuSmiInfo:
         if not cells or not cells[0]:
             continue
         first = cells[0].split()
-        if "Process id" in cells:
+        header = _header_kind(cells, first)
+        if header == "process":
             proc_cols = cells
             continue
-        if first[0] == "NPU" and len(cells) >= 3:
-            continue  # the NPU header row: the columns are read by structure below
-        if first[0] == "Chip" and len(cells) >= 3:
+        if header == "Chip":
             phy_col = "Phy-ID" in cells[0]
             chip_cols = tuple(cells[2].split())
             continue
-        if not first[0].isdigit():
-            continue
+        if header or not first[0].isdigit():
+            continue  # the NPU header row: the columns are read by structure below
         if proc_cols is not None:
             procs.extend(_process_row(cells, proc_cols))
             continue
-        if len(cells) < 3:
-            continue
-        if _BUS_ID.match(cells[1]):
-            if pending is None:
-                continue
-            npu, name, health = pending
-            pending = None
-            m2 = _metrics(cells[2], chip_cols)
-            used, total = _usage(_col(m2, "HBM-Usage"))
-            chips.append(NpuChip(
-                npu=npu, chip=int(first[0]), name=name, health=health, bus_id=cells[1],
-                phy_id=int(first[1]) if len(first) > 1 and first[1].isdigit() else None,
-                hbm_used_mb=used, hbm_total_mb=total, aicore_pct=_float(_col(m2, "AICore")),
-            ))
-        elif cells[1]:
-            pending = (int(first[0]), " ".join(first[1:]), cells[1])
+        if len(cells) >= 3:
+            pending = _npu_or_chip_row(cells, first, chip_cols, pending, chips)
     return NpuSmiInfo(version, tuple(chips), tuple(procs), frozenset(idle), proc_cols is not None, phy_col)
+
+
+def _header_kind(cells: list[str], first: list[str]) -> str | None:
+    """Which header row of ``npu-smi info`` this is: ``process``, ``NPU``, ``Chip`` or None (a data row)."""
+    if "Process id" in cells:
+        return "process"
+    if first[0] in ("NPU", "Chip") and len(cells) >= 3:
+        return first[0]
+    return None
+
+
+def _chip(pending: tuple[int, str, str], cells: list[str], first: list[str],
+          chip_cols: tuple[str, ...]) -> NpuChip:
+    """A chip from its ``Chip [Phy-ID] | Bus-Id | metrics`` row and its NPU row's (npu, name, health)."""
+    npu, name, health = pending
+    m2 = _metrics(cells[2], chip_cols)
+    used, total = _usage(_col(m2, "HBM-Usage"))
+    phy_id = int(first[1]) if len(first) > 1 and first[1].isdigit() else None
+    return NpuChip(npu=npu, chip=int(first[0]), name=name, health=health, bus_id=cells[1], phy_id=phy_id,
+                   hbm_used_mb=used, hbm_total_mb=total, aicore_pct=_float(_col(m2, "AICore")))
+
+
+def _npu_or_chip_row(cells: list[str], first: list[str], chip_cols: tuple[str, ...],
+                     pending: tuple[int, str, str] | None, chips: list[NpuChip]) -> tuple[int, str, str] | None:
+    """Read one row of the chip table: a ``Chip`` row completes the pending NPU row into a chip
+    (appended to ``chips``); an NPU row becomes the pending one. Returns the new pending NPU row."""
+    if _BUS_ID.match(cells[1]):
+        if pending is not None:
+            chips.append(_chip(pending, cells, first, chip_cols))
+        return None
+    if cells[1]:
+        return (int(first[0]), " ".join(first[1:]), cells[1])
+    return pending
 
 
 def _process_row(cells: list[str], header: list[str]) -> list[NpuProcess]:

@@ -84,6 +84,26 @@ def _seconds(value: object) -> float | None:
         return None
 
 
+def _effective(given: Mapping[str, float | None], case_timeout: float | None) -> dict[str, float]:
+    """The timeouts in effect: camit's derived ones (CANN's defaults without a case timeout), then ``given``."""
+    base: dict[str, float] = {"HCCL_CONNECT_TIMEOUT": float(CONNECT_MIN), "HCCL_EXEC_TIMEOUT": float(EXEC_DEFAULT)}
+    if case_timeout is not None:
+        base = {k: float(v) for k, v in derive(case_timeout).env().items()}
+    return {**base, **{k: v for k, v in given.items() if v is not None}}
+
+
+def _order_breaks(chain: list[tuple[str, float]], given: Mapping[str, float | None], where: str) -> list[str]:
+    """Each neighbour pair of ``chain`` out of order where ``given`` sets one of the two (named by its key)."""
+    out = []
+    for (lo, lo_v), (hi, hi_v) in zip(chain, chain[1:], strict=False):
+        if lo_v >= hi_v and (lo in given or hi in given):
+            key = hi if hi in given else lo
+            out.append(f"{where}.{key}: {lo} ({lo_v:g}s) must be below {hi} ({hi_v:g}s) so that HCCL reports "
+                       "a hang before it is killed (order: HCCL_CONNECT_TIMEOUT < HCCL_EXEC_TIMEOUT < "
+                       f"{PG_TIMEOUT_VAR} < case timeout)")
+    return out
+
+
 def order_problems(values: Mapping[str, object], case_timeout: float | None = None,
                    where: str = "launch.env") -> list[str]:
     """What in ``values`` breaks connect < exec < process-group < case; each message names its key path.
@@ -94,10 +114,7 @@ def order_problems(values: Mapping[str, object], case_timeout: float | None = No
     given = {k: _seconds(values[k]) for k in KEYS if k in values}
     if not given:
         return []
-    base: dict[str, float] = {"HCCL_CONNECT_TIMEOUT": float(CONNECT_MIN), "HCCL_EXEC_TIMEOUT": float(EXEC_DEFAULT)}
-    if case_timeout is not None:
-        base = {k: float(v) for k, v in derive(case_timeout).env().items()}
-    eff = {**base, **{k: v for k, v in given.items() if v is not None}}
+    eff = _effective(given, case_timeout)
     out = [f"{where}.{k}: {values[k]!r} is not a number of seconds" for k, v in given.items() if v is None]
     if eff.get("HCCL_EXEC_TIMEOUT") == 0 and "HCCL_EXEC_TIMEOUT" in given:
         out.append(f"{where}.HCCL_EXEC_TIMEOUT: 0 means never: a hung collective waits for the watchdog or "
@@ -107,10 +124,5 @@ def order_problems(values: Mapping[str, object], case_timeout: float | None = No
     chain = [(k, eff[k]) for k in KEYS if k in eff]
     if case_timeout is not None:
         chain.append(("case timeout", case_timeout))
-    for (lo, lo_v), (hi, hi_v) in zip(chain, chain[1:], strict=False):
-        if lo_v >= hi_v and (lo in given or hi in given):
-            key = hi if hi in given else lo
-            out.append(f"{where}.{key}: {lo} ({lo_v:g}s) must be below {hi} ({hi_v:g}s) so that HCCL reports "
-                       "a hang before it is killed (order: HCCL_CONNECT_TIMEOUT < HCCL_EXEC_TIMEOUT < "
-                       f"{PG_TIMEOUT_VAR} < case timeout)")
+    out += _order_breaks(chain, given, where)
     return out
