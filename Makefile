@@ -84,10 +84,12 @@ lab-down:
 lab-status:
 	$(PYTHON) -m framework.lab status --name $(LAB_NAME)
 
-# static contracts: types (mypy, configured in pyproject.toml) and lint (ruff, likewise)
+# static contracts: types (mypy, configured in pyproject.toml), lint (ruff, likewise) and the branch budget
+# (radon's complexity of framework/ never above tools/complexity-baseline.json; --update lowers it)
 lint: install
 	$(PYTHON) -m mypy
 	$(PYTHON) -m ruff check .
+	$(PYTHON) tools/complexity.py
 
 test-unit: install
 	$(PYTHON) -m pytest tests/unit -q $(PYTEST_ARGS)
