@@ -10,6 +10,7 @@ The lab is CAMIT_NPU_LAB_ENV (``make test`` brings it up); without it the test i
 from __future__ import annotations
 
 import json
+import secrets
 import shutil
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
@@ -130,7 +131,9 @@ def test_each_injected_data_fault_fails_the_case_meant_to_catch_it(a3_lab, tmp_p
 
     def change(doc: dict[str, Any]) -> None:
         doc["defaults"]["npu"]["visible"] = [0, 1]
-        doc["defaults"]["workdir"] = "/var/tmp/camit/injected-faults"
+        # a workdir of its own each run: with venv false the wheel goes into the host's python, which another
+        # test's deploy may have changed since, while a reused workdir's deploy state says "unchanged"
+        doc["defaults"]["workdir"] = f"/var/tmp/camit/injected-faults-{secrets.token_hex(4)}"
         doc.setdefault("launch", {}).setdefault("env", {})["CAMIT_INJECT"] = knob
 
     env = _suite_env(a3_lab, tmp_path, change, wheel_source=faulty_standin(tmp_path / "standin"))

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import re
+import secrets
 import subprocess
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -64,7 +65,8 @@ def test_the_real_upstream_ut_passes_unmodified_against_both_libraries(a3_lab, t
     source = CLEANROOM if library == "cleanroom" else REPO / "standin"
 
     def workdir(doc: dict[str, Any]) -> None:
-        doc["defaults"]["workdir"] = f"/var/tmp/camit/upstream-ut-{library}"
+        # a workdir of its own each run (see test_injected_faults_lab: the host python is shared across workdirs)
+        doc["defaults"]["workdir"] = f"/var/tmp/camit/upstream-ut-{library}-{secrets.token_hex(4)}"
 
     env = _suite_env(a3_lab, tmp_path, workdir, wheel_source=source)
     with npu_lab_lock():
