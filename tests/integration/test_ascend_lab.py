@@ -14,6 +14,7 @@ import contextlib
 import fcntl
 import json
 import re
+import secrets
 import subprocess
 import sys
 import textwrap
@@ -165,6 +166,9 @@ def _suite_env(npu, tmp_path: Path, change, wheel_source: Path | None = None) ->
     return variant(built, tmp_path / "variant.yaml", change)
 
 
+#: own_workdir: the two library tests deploy at a workdir of their own each run. With venv false the wheel goes
+#: into the host's python, shared by every workdir, while a reused workdir's deploy state says "unchanged"; a
+#: rerun on a kept lab would otherwise test whichever library another test installed last.
 #: the modules the library tests also run at world 8 (four hosts, two visible dies each), in one launch
 #: (``--launch-per world``, no redeploy): the prefill dispatch/combine cases (routing across four nodes; uneven
 #: tokens, zero rows, two communicators, more tokens than vector cores) and the fuzz module, whose fused "valid"
@@ -200,7 +204,7 @@ def test_cam_suite_passes_on_the_hccl_path_with_ranks_per_node_the_visible_devic
     modules at world 8 across all four hosts (``make test``'s A3 lab has four)."""
     def visible(doc: dict[str, Any]) -> None:
         doc["defaults"]["npu"]["visible"] = [0, 1]
-        doc["defaults"]["workdir"] = "/var/tmp/camit/hccl-suite"
+        doc["defaults"]["workdir"] = f"/var/tmp/camit/hccl-suite-{secrets.token_hex(4)}"   # see own_workdir
 
     env = _suite_env(npu, tmp_path, visible)
     with npu_lab_lock():
@@ -248,7 +252,7 @@ def test_the_cam_suite_and_the_upstream_runner_pass_against_the_clean_room_libra
     the contract records it (camcontract.py)."""
     def visible(doc: dict[str, Any]) -> None:
         doc["defaults"]["npu"]["visible"] = [0, 1]
-        doc["defaults"]["workdir"] = "/var/tmp/camit/cleanroom-suite"
+        doc["defaults"]["workdir"] = f"/var/tmp/camit/cleanroom-suite-{secrets.token_hex(4)}"   # see own_workdir
 
     env = _suite_env(npu, tmp_path, visible, wheel_source=CLEANROOM)
     fake = REPO / "tests" / "data" / "fake_umdk"
