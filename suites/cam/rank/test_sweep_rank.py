@@ -89,19 +89,21 @@ def _fused_rows(seed: int, world: int, case: FusedCase) -> list[list[int]]:
 
 def _measure_fused(cam, seed: int, case: FusedCase, warmup: int, iterations: int) -> dict:
     rows = _fused_rows(seed, cam.world, case)
-    got: dict = {"fused_deep_moe_us": [], "reference_us": [], "fused_deep_moe_hash": []}
+    got: dict = {"fused_deep_moe_us": [], "reference_us": [], "fused_deep_moe_hash": [], "section_each_us": []}
     args = fused_args(cam, seed, case)  # built once, on the device: only the op is timed
     buffers = _reference_buffers(cam, rows, case.hidden)
     section = 0.0
+    dist.barrier()  # the set-up ends at different times on each rank: not the loop's to wait for
     loop0 = time.perf_counter()
     for it in range(warmup + iterations):
-        dist.barrier()
+        _barrier(got)
         t0 = time.perf_counter()
         out, _, counts = cam.ops.fused_deep_moe(*args)
         cam.sync()
         t1 = time.perf_counter()
-        ref = _reference(cam, buffers)
+        ref = _reference(cam, buffers, got)
         section += (t1 - t0) * 1e6 + ref
+        got["section_each_us"].append((t1 - t0) * 1e6 + ref)
         if it >= warmup:
             got["fused_deep_moe_us"].append((t1 - t0) * 1e6)
             got["reference_us"].append(ref)
@@ -137,10 +139,17 @@ def _reference_buffers(cam, rows: list[list[int]], hidden: int) -> tuple:
     return dst, src, recv, send
 
 
-def _reference(cam, buffers: tuple) -> float:
+def _barrier(got: dict) -> None:
+    """``dist.barrier()``, its time added to ``got["barrier_us"]`` (the bench tells it from the rest)."""
+    t0 = time.perf_counter()
+    dist.barrier()
+    got["barrier_us"] = got.get("barrier_us", 0.0) + (time.perf_counter() - t0) * 1e6
+
+
+def _reference(cam, buffers: tuple, got: dict) -> float:
     """One all_to_all_single of the dispatch's bytes over the op's group: microseconds."""
     dst, src, recv, send = buffers
-    dist.barrier()
+    _barrier(got)
     t0 = time.perf_counter()
     dist.all_to_all_single(dst, src, recv, send, group=cam.group)
     cam.sync()
@@ -154,11 +163,13 @@ def _measure(cam, seed: int, case: PrefillCase, warmup: int, iterations: int) ->
     ntpe, sti = cam.ops.get_dispatch_layout(topk_t, case.experts, cam.world)
     rows = _rows(seed, cam.world, case)
     buffers = _reference_buffers(cam, rows, case.hidden)
-    got: dict = {"dispatch_us": [], "combine_us": [], "reference_us": [], "dispatch_hash": [], "combine_hash": []}
+    got: dict = {"dispatch_us": [], "combine_us": [], "reference_us": [], "dispatch_hash": [], "combine_hash": [],
+                 "section_each_us": []}
     section = 0.0
+    dist.barrier()  # the set-up ends at different times on each rank: not the loop's to wait for
     loop0 = time.perf_counter()
     for it in range(warmup + iterations):
-        dist.barrier()
+        _barrier(got)
         t0 = time.perf_counter()
         recv_x, _, expand, recv_count, _ = cam.ops.moe_dispatch_prefill(
             xt, topk_t, w_t, ntpe, sti, cam.group_ep, cam.rank, cam.world, False)
@@ -167,8 +178,9 @@ def _measure(cam, seed: int, case: PrefillCase, warmup: int, iterations: int) ->
         out = cam.ops.moe_combine_prefill(recv_x, topk_t, w_t, expand, recv_count, cam.group_ep, cam.rank, cam.world)
         cam.sync()
         t2 = time.perf_counter()
-        ref = _reference(cam, buffers)
+        ref = _reference(cam, buffers, got)
         section += (t2 - t0) * 1e6 + ref
+        got["section_each_us"].append((t2 - t0) * 1e6 + ref)
         if it >= warmup:
             got["dispatch_us"].append((t1 - t0) * 1e6)
             got["combine_us"].append((t2 - t1) * 1e6)
@@ -205,6 +217,8 @@ def test_sweep(cam, seed):
     t0 = time.perf_counter()
     if cases:  # the process's first calls (lazy imports, first allocations, first collectives) once per launch
         _measure(cam, seed, _sized(cases[0], cam.world), 1, 0)
+    if fused_cases:  # and fused_deep_moe's own
+        _measure_fused(cam, seed, fused_cases[0], 1, 0)
     launch_us = (time.perf_counter() - t0) * 1e6
     results = []
     for case in cases:
