@@ -10,9 +10,9 @@ LAB_ENV    ?= env/lab.yaml
 LAB_NPU    ?=
 LAB_VISIBLE ?=
 LAB_SUBNET ?= 10.77.0.0/24
-# the emulated A3 lab `make test` brings up beside the CPU lab
+# the emulated A3 lab `make test` brings up beside the CPU lab (4 hosts: world 8 at two visible dies a host)
 NPU_LAB_NAME   ?= camitnpu
-NPU_LAB_HOSTS  ?= 2
+NPU_LAB_HOSTS  ?= 4
 NPU_LAB_SUBNET ?= 10.78.0.0/24
 NPU_LAB_ENV    ?= env/lab-npu.yaml
 # the emulated A2 lab (8 x 910B a host) for the A2-only paths: A3-only skips, device-NIC pings
@@ -84,10 +84,12 @@ lab-down:
 lab-status:
 	$(PYTHON) -m framework.lab status --name $(LAB_NAME)
 
-# static contracts: types (mypy, configured in pyproject.toml) and lint (ruff, likewise)
+# static contracts: types (mypy, configured in pyproject.toml), lint (ruff, likewise) and the branch budget
+# (radon's complexity of framework/ never above tools/complexity-baseline.json; --update lowers it)
 lint: install
 	$(PYTHON) -m mypy
 	$(PYTHON) -m ruff check .
+	$(PYTHON) tools/complexity.py
 
 test-unit: install
 	$(PYTHON) -m pytest tests/unit -q $(PYTEST_ARGS)

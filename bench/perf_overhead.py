@@ -7,8 +7,12 @@ with the op stand-in's time model on (``standin/umdk_cam_op_lib/_timing.py``: ev
 - the modelled op time and the measured p50;
 - the timed section: the op(s) and the reference all_to_all of every iteration, warm-up included (the ranks'
   ``section_us``; a prefill shape times dispatch and combine together, so its figures are split over the two);
-- rank-side bookkeeping: the rest of the shape's wall time on the slowest rank (inputs, barriers, hashes;
-  the launch's first calls are warmed up once per launch, shown beside the matrix's time);
+- rank-side bookkeeping: the timed loop's wall time beyond its critical path (each iteration's slowest
+  rank's op and reference; the other ranks wait for that one at the next barrier): the barriers, output
+  hashes and records the harness adds while it measures;
+- the configuration's set-up, shown apart: its inputs (and fused_deep_moe's weights) built once before the
+  timed loop, never inside it (the launch's first calls are warmed up once per launch, shown beside the
+  matrix's time);
 - controller bookkeeping: rows built, the history recorded and judged, per configuration (the performance
   page, drawn once per run, is shown beside the matrix's time);
 - the goal: overhead <= max(5 % of the timed section, 20 ms).
@@ -21,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -115,13 +120,19 @@ def per_config(run: Path, controller: float) -> list[dict[str, Any]]:
         want = (c.tokens, c.hidden, c.top_k, c.experts)
         shapes = [next(s for s in d[section] if tuple(s["shape"][k] for k in SHAPE) == want) for d in docs]
         timed_ms = max(s["section_us"] for s in shapes) / 1e3 / share
-        rank_ms = max(s["wall_us"] - s["section_us"] for s in shapes) / 1e3 / share
+        # the critical path: each iteration lasts as long as its slowest rank's op and reference (the others
+        # wait for it at the next barrier); what the loop took beyond that is what the harness added
+        critical = sum(max(each) for each in zip(*(s["section_each_us"] for s in shapes)))
+        rank_ms = (max(s["loop_us"] for s in shapes) - critical) / 1e3 / share
+        barrier_ms = min(s["barrier_us"] for s in shapes) / 1e3 / share  # the rank that waited least
+        setup_ms = max(s["wall_us"] - s["loop_us"] for s in shapes) / 1e3 / share
         ctrl_ms = controller * 1e3 / len(rows)
         goal_ms = max(GOAL_SHARE * timed_ms, GOAL_FLOOR_MS)
         out.append({"config": r.key(), "modelled_ms": model.duration_s(
             _timing.row_bytes(c.tokens, c.top_k, c.hidden, 2), 0) * 1e3, "p50_ms": r.time_us.p50 / 1e3,
-            "timed_ms": timed_ms, "rank_ms": rank_ms, "controller_ms": ctrl_ms, "overhead_ms": rank_ms + ctrl_ms,
-            "goal_ms": goal_ms, "ok": rank_ms + ctrl_ms <= goal_ms})
+            "timed_ms": timed_ms, "rank_ms": rank_ms, "barrier_ms": barrier_ms, "setup_ms": setup_ms,
+            "controller_ms": ctrl_ms,
+            "overhead_ms": rank_ms + ctrl_ms, "goal_ms": goal_ms, "ok": rank_ms + ctrl_ms <= goal_ms})
     return out
 
 
@@ -147,12 +158,15 @@ def history_s(tmp: Path) -> tuple[float, float]:
 
 def markdown(doc: dict[str, Any]) -> str:
     lines = ["| configuration | modelled op | measured p50 | timed section | rank bookkeeping | controller | "
-             "overhead | goal | within |", "|---|---|---|---|---|---|---|---|---|"]
+             "overhead | goal | within | of it in barriers | set-up (outside) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for c in doc["configs"]:
         lines.append(f"| `{c['config']}` | {c['modelled_ms']:.1f} ms | {c['p50_ms']:.1f} ms | {c['timed_ms']:.0f} ms "
                      f"| {c['rank_ms']:.1f} ms | {c['controller_ms']:.1f} ms | {c['overhead_ms']:.1f} ms | "
-                     f"{c['goal_ms']:.1f} ms | {'yes' if c['ok'] else 'NO'} |")
-    lines += ["", f"Quick matrix ({len(doc['configs'])} configurations, world 4 on 2 emulated A3 hosts, "
+                     f"{c['goal_ms']:.1f} ms | {'yes' if c['ok'] else 'NO'} | {c['barrier_ms']:.1f} ms | "
+                     f"{c['setup_ms']:.0f} ms |")
+    lines += ["", f"Each figure is the median of {doc.get('repeat', 1)} runs of the quick matrix "
+                  f"({len(doc['configs'])} configurations, world 4 on 2 emulated A3 hosts, "
                   f"{doc['matrix_iterations']}): {doc['matrix_s']:.0f} s end to end (goal < {GOAL_MATRIX_S:.0f} s); "
                   f"its performance page drawn in {doc['page_s']:.1f} s (once per run); the ranks' warm-up "
                   f"of a launch (first calls, first collectives) {doc['launch_ms']:.0f} ms (once per world). "
@@ -162,20 +176,33 @@ def markdown(doc: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def median_config(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """One configuration's figures over the runs: the median of each, judged against the goal again."""
+    out = {k: (statistics.median(r[k] for r in runs) if isinstance(v, float) else v) for k, v in runs[0].items()}
+    out["ok"] = out["overhead_ms"] <= out["goal_ms"]
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--env", type=Path, required=True, help="a 2-host emulated A3 lab's env file")
     ap.add_argument("--save", action="store_true")
+    ap.add_argument("--repeat", type=int, default=3, help="runs of the matrix; each figure is their median")
     args = ap.parse_args()
-    with tempfile.TemporaryDirectory() as tmp_name:
-        tmp = Path(tmp_name)
-        wall, run = run_matrix(suite_env(args.env, tmp), tmp)
-        controller, page_s = controller_s(run, tmp)
-        configs = per_config(run, controller)
-        launch = launch_ms(run)
-        judged, compared = history_s(tmp)
+    runs = []
+    for n in range(args.repeat):
+        with tempfile.TemporaryDirectory() as tmp_name:
+            tmp = Path(tmp_name)
+            wall, run = run_matrix(suite_env(args.env, tmp), tmp)
+            controller, page_s = controller_s(run, tmp)
+            runs.append({"configs": per_config(run, controller), "matrix_s": wall, "page_s": page_s,
+                         "launch_ms": launch_ms(run)})
+            if n == 0:
+                judged, compared = history_s(tmp)
     q = matrix.load("quick")
-    doc = {"matrix_s": wall, "page_s": page_s, "launch_ms": launch,
+    configs = [median_config([r["configs"][i] for r in runs]) for i in range(len(runs[0]["configs"]))]
+    wall, page_s, launch = (statistics.median(r[k] for r in runs) for k in ("matrix_s", "page_s", "launch_ms"))
+    doc = {"repeat": args.repeat, "matrix_s": wall, "page_s": page_s, "launch_ms": launch,
            "matrix_iterations": f"{q.warmup} warm-up + {q.iterations} timed iterations",
            "judge_s": judged, "compare_s": compared, "configs": configs, "machine": machine(),
            "model": {"bw_gbps": BW_GBPS, "latency_us": LATENCY_US}}

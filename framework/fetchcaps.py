@@ -57,6 +57,8 @@ ENV_KEYS: Mapping[str, str] = {
 #: members of one archive read at all (each costs a header in memory)
 MAX_MEMBERS = 50_000
 _SIZE = re.compile(r"^\s*(\d+)\s*([KMGT]?)i?B?\s*$", re.IGNORECASE)
+#: a size suffix's multiplier (binary units)
+_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
 
 class FetchCapError(TransferError):
@@ -88,7 +90,7 @@ def parse_size(value: str, key: str) -> int:
     m = _SIZE.match(value)
     if m is None or int(m.group(1)) <= 0:
         raise UsageError(f"{key}={value!r}: expected a positive size in bytes (K, M, G or T suffix allowed)")
-    return int(m.group(1)) * 1024 ** " KMGT".index((m.group(2) or " ").upper())
+    return int(m.group(1)) * _UNITS[m.group(2).upper()]
 
 
 def caps(environ: Mapping[str, str] | None = None) -> FetchCaps:

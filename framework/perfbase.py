@@ -51,7 +51,10 @@ def load(path: Path) -> dict[str, Any]:
     """The baseline file's cases (``{}`` when there is none yet); a corrupt file raises ``ValueError``."""
     if not path.exists():
         return {}
-    return json.loads(path.read_text())
+    doc = json.loads(path.read_text())
+    if not isinstance(doc, dict):
+        raise ValueError(f"{path}: expected a JSON object of cases, got {type(doc).__name__}")
+    return doc
 
 
 def update(path: Path, key: str, numbers: Mapping[str, float], note: str = "") -> None:

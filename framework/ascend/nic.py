@@ -107,7 +107,7 @@ def socket_ifname(spec: HostNics, which: str, net: HostNet | None) -> str | None
         return held
     nic = getattr(spec, which, None)
     for name in (getattr(nic, "name", None), getattr(nic, "dev", None)):
-        if name and name in net.links:
+        if isinstance(name, str) and name in net.links:
             return name
     return None
 

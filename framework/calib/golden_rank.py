@@ -20,6 +20,7 @@ elements outside ``atol + rtol*|golden|`` for each tolerance given in the enviro
 import json
 import os
 import sys
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -28,11 +29,11 @@ MARK = "@@camit-golden@@"
 CASE = {"experts": 16, "top_k": 8, "batch": 16, "hidden": 7168, "inter": 2048}
 
 
-def _uniform(gen, shape, lo, hi):
+def _uniform(gen: Any, shape: Any, lo: float, hi: float) -> Any:
     return torch.rand(shape, generator=gen, dtype=torch.float32) * (hi - lo) + lo
 
 
-def case_data(rank, world, seed, dtype):
+def case_data(rank: int, world: int, seed: int, dtype: Any) -> dict[str, Any]:
     """This rank's inputs and local expert weights (host tensors)."""
     c = CASE
     gen = torch.Generator().manual_seed(seed * 1000 + rank)
@@ -52,7 +53,7 @@ def case_data(rank, world, seed, dtype):
     }
 
 
-def golden(tnpu, d, group_ep, world, rank):
+def golden(tnpu: Any, d: dict[str, Any], group_ep: Any, world: int, rank: int) -> tuple[Any, Any]:
     """The UT's small-op composition -> (output, expert_token_nums)."""
     e = CASE["experts"]
     out = tnpu.npu_moe_distribute_dispatch_v2(
@@ -79,7 +80,7 @@ def golden(tnpu, d, group_ep, world, rank):
     return combined, counts
 
 
-def fused(ops, d, group_ep, world, rank):
+def fused(ops: Any, d: dict[str, Any], group_ep: Any, world: int, rank: int) -> tuple[Any, Any]:
     """fused_deep_moe on the same inputs -> (output, expert_token_nums)."""
     out, _share, counts = ops.fused_deep_moe(
         d["x"], d["ids"], [d["w1"]], [d["s1"]], [d["w2"]], [d["s2"]], d["weights"],
@@ -88,12 +89,12 @@ def fused(ops, d, group_ep, world, rank):
     return out, counts
 
 
-def tolerances():
+def tolerances() -> list[tuple[float, ...]]:
     text = os.environ.get("CAMIT_GOLDEN_TOL", "0.02,2.0")
     return [tuple(float(v) for v in part.split(",")) for part in text.split(";") if part]
 
 
-def measure(got, want):
+def measure(got: Any, want: Any) -> dict[str, Any]:
     g, w = got.cpu().double(), want.cpu().double()
     diff = (g - w).abs()
     big = w.abs() >= 1.0
@@ -108,7 +109,7 @@ def measure(got, want):
     }
 
 
-def on_device(tnpu, d):
+def on_device(tnpu: Any, d: dict[str, Any]) -> dict[str, Any]:
     nz = tnpu.Format.FRACTAL_NZ
     out = {k: v.npu() for k, v in d.items()}
     for k in ("w1", "w2"):
@@ -116,7 +117,7 @@ def on_device(tnpu, d):
     return out
 
 
-def one_dtype(tnpu, ops, groups, name, seed):
+def one_dtype(tnpu: Any, ops: Any, groups: Any, name: str, seed: int) -> dict[str, Any]:
     world, rank = dist.get_world_size(), dist.get_rank()
     d = on_device(tnpu, case_data(rank, world, seed, getattr(torch, name)))
     small_out, small_counts = golden(tnpu, d, groups[1], world, rank)
@@ -127,7 +128,7 @@ def one_dtype(tnpu, ops, groups, name, seed):
     return row
 
 
-def main():
+def main() -> int:
     names, seed = sys.argv[1].split(","), int(sys.argv[2])
     import torch_npu as tnpu  # type: ignore[import-not-found]  # the hosts' (real or stand-in)
 

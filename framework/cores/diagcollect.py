@@ -2,9 +2,11 @@
 
 One script per host (:func:`diag_script`) saves into a fresh folder of the workdir what a failed launch's
 snapshot holds (:func:`framework.ascend.tools.state_script`: npu-smi, hccn_tool, msnpureport), the tail of
-dmesg and the SSH user's newest plogs (single-link files, never a symlink), packs it and prints its path; the
-controller fetches it bounded (:mod:`framework.fetchcaps`), removes it on the host and writes
-``fault-bundle/<host>/`` (:func:`framework.cores.faultbundle.write_bundle`).
+dmesg, packs that folder (camit's own files) and prints its path; the SSH user's newest plogs are packed
+apart by the host file program (:func:`framework.remote.packing.sh_pack`: folders opened ``O_NOFOLLOW``, each
+file opened once and judged by its descriptor). The controller fetches both bounded
+(:mod:`framework.fetchcaps`), removes them on the host and writes ``fault-bundle/<host>/``
+(:func:`framework.cores.faultbundle.write_bundle`).
 """
 
 from __future__ import annotations
@@ -12,8 +14,9 @@ from __future__ import annotations
 import logging
 import re
 import secrets
+import tarfile
 from collections.abc import Callable, Mapping
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from framework import commands, fetchcaps
 from framework.ascend.tools import state_script
@@ -22,12 +25,15 @@ from framework.cores.faultbundle import write_bundle
 from framework.cores.logs import DMESG_BYTES, _log_member
 from framework.errors import FrameworkError
 from framework.hosts import Cluster, Host
+from framework.remote.packing import sh_pack
 
 log = logging.getLogger("camit.collect")
 
-#: plogs taken from a host (newest first)
-MAX_PLOGS = 200
+#: the bytes of plogs taken from a host (newest first)
+PLOG_BYTES = 256 << 20
 _DONE = re.compile(r"^@@diag (\S+)$", re.M)
+_PLOGS = re.compile(r"^@@plogs (\S+)$", re.M)
+_PLOG_NAME = re.compile(r"^plog-[A-Za-z0-9_.-]*\.log$")
 
 
 def diag_script(folder: str, devices: int, guard: str = "") -> ShellScript:
@@ -39,15 +45,34 @@ def diag_script(folder: str, devices: int, guard: str = "") -> ShellScript:
         str(state_script(folder, devices)).replace("\nexit 0\n", "\n"),
         f"F={q(folder)}",
         f"{{ dmesg 2>&1 || echo 'dmesg: not readable'; }} | tail -c {int(DMESG_BYTES)} > \"$F/dmesg.txt\"",
-        "mkdir -p \"$F/ascend\"",
-        "find \"$HOME/ascend/log/debug\" \"$HOME/ascend/log/run\" -type f -name 'plog-*.log' -user \"$(id -u)\" "
-        f"-links 1 -printf '%T@ %p\\0' 2>/dev/null | sort -z -rn | head -z -n {MAX_PLOGS} "
-        "| sed -z 's/^[^ ]* //' | xargs -0 -r cp -t \"$F/ascend/\" -- 2>/dev/null",
         "tar czf \"$F.tgz\" -C \"$F\" . 2>/dev/null && printf '@@diag %s\\n' \"$F.tgz\"",
         "rm -rf -- \"$F\"",
+        sh_pack('"$F.plogs.tgz"', PLOG_BYTES, 0, '"$HOME/ascend/log/debug" "$HOME/ascend/log/run"',
+                {"names": ["plog-*.log"]}),
+        "if [ \"${n:-0}\" -gt 0 ]; then printf '@@plogs %s\\n' \"$F.plogs.tgz\"; else rm -f \"$F.plogs.tgz\"; fi",
         "exit 0",
     ]
     return ShellScript("\n".join(lines) + "\n")
+
+
+def _plog_member(member: tarfile.TarInfo) -> Path | None:
+    """A packed plog's place in the tree: ``ascend/<its name>`` (the pack keeps each file's full path)."""
+    name = PurePosixPath(member.name).name
+    return Path("ascend", name) if _PLOG_NAME.match(name) else None
+
+
+def _fetch(host: Host, remote: str, dest: Path, place: Callable[[tarfile.TarInfo], Path | None]) -> None:
+    """``remote`` (a tgz the script wrote) into ``dest``, bounded; removed on the host whatever happens."""
+    local = dest.with_name(PurePosixPath(remote).name)
+    try:
+        try:
+            host.get(remote, local, keep_partial=True)
+        except fetchcaps.FetchCapError as exc:
+            log.warning("%s", exc)
+        fetchcaps.extract_tar(local, dest, host=host.name, what="diagnostics", place=place)
+    finally:
+        local.unlink(missing_ok=True)
+        host.run(["rm", "-f", "--", remote], timeout=60)
 
 
 def collect_diag(cluster: Cluster, root: Path, workdir_of: Callable[[Host], str], devices_of: Callable[[Host], int],
@@ -62,17 +87,11 @@ def collect_diag(cluster: Cluster, root: Path, workdir_of: Callable[[Host], str]
         found = _DONE.search(res.stdout)
         if not found:
             raise FrameworkError(f"{host.name}: the diagnostics script packed nothing: {res.tail(2)}")
-        local = root / "collect" / host.name / "diag.tgz"
         dest = root / "collect" / host.name / "diag"
-        try:
-            try:
-                host.get(found[1], local, keep_partial=True)
-            except fetchcaps.FetchCapError as exc:
-                log.warning("%s", exc)
-            fetchcaps.extract_tar(local, dest, host=host.name, what="diagnostics", place=_log_member)
-        finally:
-            local.unlink(missing_ok=True)
-            host.run(["rm", "-f", "--", found[1]], timeout=60)
+        _fetch(host, found[1], dest, _log_member)
+        plogs = _PLOGS.search(res.stdout)
+        if plogs:
+            _fetch(host, plogs[1], dest, _plog_member)
         return dest
 
     got = cluster.map(one)

@@ -329,6 +329,38 @@ def _log_member(member: tarfile.TarInfo) -> Path | None:
     return Path(*parts)
 
 
+def _dmesg_text(host: str, dmesg: str, failed: bool, uptime: float | None) -> str:
+    """dmesg.txt: the kernel messages since the test started, or why dmesg could not be read."""
+    if failed:
+        return f"# dmesg is not readable on {host}:\n{dmesg.strip()}\n"
+    kept = dmesg_since(dmesg, uptime)
+    return "\n".join(kept) + "\n" if kept else "# no kernel messages since the test started\n"
+
+
+def _fetch_ascend_logs(host: Host, tgz: str, out_dir: Path) -> list[Path]:
+    """The host's Ascend log archive, fetched (bounded), unpacked under ``ascend/`` and removed on both sides."""
+    local = out_dir / ".ascend-logs.tgz"
+    try:
+        try:  # bounded download; a cut one keeps its first members
+            host.get(tgz, local, keep_partial=True)
+        except fetchcaps.FetchCapError as exc:
+            log.warning("%s", exc)
+        got = fetchcaps.extract_tar(local, out_dir / "ascend", host=host.name, what=f"Ascend logs {tgz}",
+                                    place=_log_member)
+        for note in got.notes or []:
+            log.warning("%s", note)
+        return sorted(got.files)
+    except (FrameworkError, OSError) as exc:
+        log.warning("%s: could not fetch Ascend logs: %s", host.name, exc)
+        return []
+    finally:
+        local.unlink(missing_ok=True)
+        try:
+            host.run(["rm", "-f", "--", tgz], timeout=30)
+        except FrameworkError:
+            pass
+
+
 def collect_logs(cluster: Cluster, report: Path, baseline: Baseline, *,
                  workdir_of: Callable[[Host], str] | None = None,
                  ascend_dirs: Sequence[str] | None = None,
@@ -355,37 +387,14 @@ def collect_logs(cluster: Cluster, report: Path, baseline: Baseline, *,
         script = commands.ShellScript(logs_script(since, tmp, dirs))
         result = host.run(script, timeout=120, max_output=DMESG_BYTES + 65536)
         dmesg, failed, tgz = parse_logs_output(result.stdout)
-        if failed:
-            text = f"# dmesg is not readable on {host.name}:\n{dmesg.strip()}\n"
-        else:
-            kept = dmesg_since(dmesg, uptime)
-            text = "\n".join(kept) + "\n" if kept else "# no kernel messages since the test started\n"
+        text = _dmesg_text(host.name, dmesg, failed, uptime)
         files.append(write_atomic(out_dir / "dmesg.txt", text))
         clock = parse_clock(result.stdout)
         if clock:  # the timeline places dmesg's seconds since boot by it
             write_atomic(out_dir / "dmesg-clock.json", json.dumps(clock) + "\n")
         faultbundle.add_dmesg(report, host.name, text)  # a failed NPU launch's bundle gets it too
         if tgz:
-            local = out_dir / ".ascend-logs.tgz"
-            try:
-                try:  # bounded download; a cut one keeps its first members
-                    host.get(tgz, local, keep_partial=True)
-                except fetchcaps.FetchCapError as exc:
-                    log.warning("%s", exc)
-                dest = out_dir / "ascend"
-                got = fetchcaps.extract_tar(local, dest, host=host.name, what=f"Ascend logs {tgz}",
-                                            place=_log_member)
-                for note in got.notes or []:
-                    log.warning("%s", note)
-                files += sorted(got.files)
-            except (FrameworkError, OSError) as exc:
-                log.warning("%s: could not fetch Ascend logs: %s", host.name, exc)
-            finally:
-                local.unlink(missing_ok=True)
-                try:
-                    host.run(["rm", "-f", "--", tgz], timeout=30)
-                except FrameworkError:
-                    pass
+            files += _fetch_ascend_logs(host, tgz, out_dir)
         return files
 
     got = cluster.map(one)

@@ -13,18 +13,24 @@ from __future__ import annotations
 import ast
 import base64
 import hashlib
+import importlib
 import re
 import subprocess
 import sys
 import time
 import zipfile
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - Python 3.10
-    tomllib = None
+
+def _tomllib() -> ModuleType | None:
+    """``tomllib`` where the interpreter has it (3.11+), None on 3.10: mypy checks both paths."""
+    try:
+        return importlib.import_module("tomllib")
+    except ModuleNotFoundError:  # pragma: no cover - Python 3.10
+        return None
+
 
 #: zip timestamps of every member (1980-01-01, as SOURCE_DATE_EPOCH builds): same input, same sha256
 EPOCH = 315532800
@@ -90,6 +96,7 @@ def _members(source: Path, packages: list[str]) -> dict[str, bytes]:
 
 def write_wheel(source: Path, out: Path) -> Path:
     """``<name>-<version>-py3-none-any.whl`` of the pure-Python project ``source`` into ``out``."""
+    tomllib = _tomllib()
     if tomllib is None:  # pragma: no cover - Python 3.10
         return _pip_wheel(source, out)
     try:

@@ -370,7 +370,22 @@ def refresh(root: Path) -> Timeline | None:
         return None
     found = build(root, {str(h): root / str(rel) for h, rel in folders.items()})
     write(root, found, data.get("launch"), {str(h): root / str(rel) for h, rel in folders.items()})
+    _late_cause(root, found, data.get("launch"))
     return found
+
+
+def _late_cause(root: Path, timeline: Timeline, launch_id: object) -> None:
+    """A root cause only the kernel's lines show (an OOM kill of a rank): the launch record's cause line
+    says it too, so the summary and the report's first lines name it (the launch wrote its cause before
+    the hosts' dmesg came back)."""
+    record = root / f"launch-{launch_id}.json"
+    if timeline.root is None or timeline.root.source != "dmesg" or not record.is_file():
+        return
+    doc = json.loads(record.read_text(encoding="utf-8"))
+    doc["cause"] = root_line(timeline)
+    tmp = record.with_name(f".{record.name}.tmp")
+    tmp.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
+    tmp.replace(record)
 
 
 def _shift(e: Event, offset: float) -> Event:

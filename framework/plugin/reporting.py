@@ -144,7 +144,7 @@ class RerunRecorder:
         crash = getattr(report.longrepr, "reprcrash", None)
         message = str(getattr(crash, "message", "") or "") or (str(report.longrepr).strip().splitlines() or [""])[-1]
         self.ctx.reruns.append(RerunRecord(".".join(names[:-1]), names[-1], int(getattr(report, "rerun", 0)) + 1,
-                                           report.when or "call", message, str(report.longrepr or "")))
+                                           report.when, message, str(report.longrepr or "")))
 
 
 def junit_path(config: pytest.Config) -> str | None:

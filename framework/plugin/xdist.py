@@ -40,7 +40,8 @@ class ClusterScheduling(LoadScheduling):
     def schedule(self) -> None:
         if self.collection is not None or not self._check_nodes_have_same_collection():
             # a rescheduling (a node added) or differing collections: xdist's own handling
-            return super().schedule()
+            super().schedule()
+            return
         collection: list[str] = next(iter(self.node2collection.values()))
         self.collection = collection
         self.pending[:] = range(len(collection))

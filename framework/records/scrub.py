@@ -191,39 +191,46 @@ def scrub_file(path: Path, scrubber: Scrubber) -> bool:
         if raw.startswith(_BINARY_MAGIC):
             return False
         raw += fh.read()
-    if path.suffix == ".json":
-        try:
-            doc = json.loads(raw.decode("utf-8"))
-        except ValueError:
-            pass
-        else:
-            clean = scrub_doc(doc, scrubber)
-            if clean == doc:
-                return False
-            write_atomic(path, json.dumps(clean, indent=2, default=str) + "\n")
-            return True
-    elif path.suffix == ".xml":
-        try:
-            top = ET.fromstring(raw)
-        except ET.ParseError:
-            pass
-        else:
-            if not scrub_tree(top, scrubber):
-                return False
-            write_atomic(path, ET.tostring(top, encoding="unicode", xml_declaration=True) + "\n")
-            return True
-    elif path.suffix in (".html", ".htm"):
-        text = raw.decode("utf-8", "surrogateescape")
-        clean = scrub_html(text, scrubber)
-        if clean == text:
-            return False
-        write_atomic(path, clean.encode("utf-8", "surrogateescape"))
-        return True
-    clean_raw = scrubber.data(raw)
-    if clean_raw == raw:
+    by_kind = _BY_SUFFIX.get(path.suffix)
+    clean = by_kind(raw, scrubber) if by_kind is not None else None
+    if clean is None:  # text, or a document that does not parse
+        clean = scrubber.data(raw)
+    if clean == raw:
         return False
-    write_atomic(path, clean_raw)
+    write_atomic(path, clean)
     return True
+
+
+# Each kind's scrubber: the file's clean content (``raw`` itself when nothing changed), None when it does not
+# parse.
+def _scrub_json(raw: bytes, scrubber: Scrubber) -> str | bytes | None:
+    try:
+        doc = json.loads(raw.decode("utf-8"))
+    except ValueError:
+        return None
+    clean = scrub_doc(doc, scrubber)
+    return raw if clean == doc else json.dumps(clean, indent=2, default=str) + "\n"
+
+
+def _scrub_xml(raw: bytes, scrubber: Scrubber) -> str | bytes | None:
+    try:
+        top = ET.fromstring(raw)
+    except ET.ParseError:
+        return None
+    if not scrub_tree(top, scrubber):
+        return raw
+    return ET.tostring(top, encoding="unicode", xml_declaration=True) + "\n"
+
+
+def _scrub_html_bytes(raw: bytes, scrubber: Scrubber) -> str | bytes | None:
+    text = raw.decode("utf-8", "surrogateescape")
+    clean = scrub_html(text, scrubber)
+    return raw if clean == text else clean.encode("utf-8", "surrogateescape")
+
+
+_BY_SUFFIX: dict[str, Callable[[bytes, Scrubber], str | bytes | None]] = {
+    ".json": _scrub_json, ".xml": _scrub_xml, ".html": _scrub_html_bytes, ".htm": _scrub_html_bytes,
+}
 
 
 def scrub_folder(root: str | os.PathLike[str], scrubber: Scrubber, *,
@@ -236,19 +243,26 @@ def scrub_folder(root: str | os.PathLike[str], scrubber: Scrubber, *,
     if not scrubber or not base.is_dir():
         return done
     skipped = set(skip)
+    for path in _regular_files(base):
+        rel = path.relative_to(base).as_posix()
+        if rel in skipped:
+            continue
+        try:
+            if scrub_file(path, scrubber):
+                done.append(rel)
+        except OSError as exc:
+            log.warning("report: cannot scrub %s: %s", path, exc)
+    return done
+
+
+def _regular_files(base: Path) -> Iterable[Path]:
+    """The regular files under ``base``, no dot file, never through a symlink."""
     for folder, dirs, files in os.walk(base, followlinks=False):
         dirs[:] = [d for d in dirs if not os.path.islink(os.path.join(folder, d))]
         for name in files:
             path = Path(folder, name)
-            rel = path.relative_to(base).as_posix()
-            if rel in skipped or name.startswith(".") or path.is_symlink() or not path.is_file():
-                continue
-            try:
-                if scrub_file(path, scrubber):
-                    done.append(rel)
-            except OSError as exc:
-                log.warning("report: cannot scrub %s: %s", path, exc)
-    return done
+            if not name.startswith(".") and not path.is_symlink() and path.is_file():
+                yield path
 
 
 def redact_mapping(doc: Any, key: str = "") -> Any:

@@ -136,7 +136,7 @@ def keep_file(sel: dict[str, Any], depth: int, name: str, st: os.stat_result, si
         return False
     if depth == 0:
         return "top" not in sel or any(fnmatch.fnmatchcase(name, p) for p in sel["top"])
-    return st.st_size < sel.get("each", st.st_size + 1)
+    return bool(st.st_size < sel.get("each", st.st_size + 1))
 
 
 def walk(root: str, since: float, dirs: list[int],

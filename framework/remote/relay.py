@@ -74,6 +74,46 @@ def read_line(stream: BinaryIO) -> str:
     return raw.decode("ascii", errors="replace").strip()
 
 
+def connect_next(nxt: list[str]) -> socket.socket | None:
+    """The next host's relay (``NEXT <ip> <port> <token>``), sent its token; None (said) when it cannot be reached."""
+    try:
+        downstream = socket.create_connection((nxt[1], int(nxt[2])), timeout=10)
+        downstream.settimeout(IO_TIMEOUT)
+        downstream.sendall(nxt[3].encode() + b"\n")
+    except OSError as exc:
+        say(f"{NEXT_FAILED} connect {nxt[1]}:{nxt[2]}: {exc}")
+        return None
+    return downstream
+
+
+def forward(downstream: socket.socket | None, block: bytes) -> socket.socket | None:
+    """``block`` on to the next host; None (said, closed) from the first failed send on."""
+    if downstream is None:
+        return None
+    try:
+        downstream.sendall(block)
+    except OSError as exc:
+        say(f"{NEXT_FAILED} send: {exc}")
+        downstream.close()
+        return None
+    return downstream
+
+
+def copy(source: BinaryIO, fh: BinaryIO, size: int, downstream: socket.socket | None,
+         digest: hashlib._Hash) -> socket.socket | None:
+    """``size`` bytes from ``source`` into ``fh`` and the digest (and on downstream while it takes them)."""
+    remaining = size
+    while remaining > 0:
+        block = source.read(min(CHUNK, remaining))
+        if not block:
+            raise OSError(f"stream ended {remaining} bytes early")
+        remaining -= len(block)
+        downstream = forward(downstream, block)
+        fh.write(block)
+        digest.update(block)
+    return downstream
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
@@ -113,15 +153,7 @@ def main() -> int:
             return 2
         my_token = tok[1]
 
-    downstream = None
-    if len(nxt) == 4:
-        try:
-            downstream = socket.create_connection((nxt[1], int(nxt[2])), timeout=10)
-            downstream.settimeout(IO_TIMEOUT)
-            downstream.sendall(nxt[3].encode() + b"\n")
-        except OSError as exc:
-            say(f"{NEXT_FAILED} connect {nxt[1]}:{nxt[2]}: {exc}")
-            downstream = None
+    downstream = connect_next(nxt) if len(nxt) == 4 else None
 
     if server is not None:
         assert my_token is not None
@@ -144,23 +176,9 @@ def main() -> int:
         return 1
     _PART = part
     digest = hashlib.sha256()
-    remaining = args.size
     try:
         with os.fdopen(fd, "wb") as fh:
-            while remaining > 0:
-                block = source.read(min(CHUNK, remaining))
-                if not block:
-                    raise OSError(f"stream ended {remaining} bytes early")
-                remaining -= len(block)
-                if downstream is not None:
-                    try:
-                        downstream.sendall(block)
-                    except OSError as exc:
-                        say(f"{NEXT_FAILED} send: {exc}")
-                        downstream.close()
-                        downstream = None
-                fh.write(block)
-                digest.update(block)
+            downstream = copy(source, fh, args.size, downstream, digest)
     except OSError as exc:
         say(f"{ERR} {exc}")
         _cleanup(args.out)

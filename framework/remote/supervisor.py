@@ -330,6 +330,51 @@ def end_run(args: argparse.Namespace, child: subprocess.Popen[bytes], why: str, 
     return child.poll()
 
 
+def controller_input(stdin_fd: int) -> tuple[bool, str | None, bool]:
+    """One 0.1 s look at the controller's stdin: (input arrived, why to stop or None, stacks wanted)."""
+    ready, _, _ = select.select([stdin_fd], [], [], 0.1)
+    if not ready:
+        return False, None, False
+    data = os.read(stdin_fd, 4096)
+    if not data:
+        return True, "stdin-eof", False
+    if STACKS.encode() in data or KILL.encode() in data:
+        return True, "stdin-kill", STACKS.encode() in data
+    return True, None, False
+
+
+def watch(args: argparse.Namespace, child: subprocess.Popen[bytes], stop: list[str], seen: set[str],
+          tree: dict[int, int]) -> tuple[int | None, str | None, bool]:
+    """Run until the child exits (its status) or a reason to stop it arrives: (status, why, stacks wanted)."""
+    start = time.monotonic()
+    last_hb = last_input = start
+    last_tree = 0.0
+    stdin_fd = sys.stdin.fileno()
+    while True:
+        rc = child.poll()
+        report_ranks(args.status_dir, seen)
+        if rc is not None:
+            return rc, None, False
+        if stop:
+            return None, stop[0], False
+        now = time.monotonic()
+        if now - last_tree >= 0.25:
+            follow_tree(child.pid, tree)
+            last_tree = now
+        if now - start > args.deadline:
+            return None, "deadline", True
+        if args.silence and now - last_input > args.silence:
+            return None, "silence", False
+        if now - last_hb >= args.heartbeat:
+            say(HEARTBEAT)
+            last_hb = now
+        arrived, why, stacks = controller_input(stdin_fd)
+        if arrived:
+            last_input = time.monotonic()
+        if why is not None:
+            return None, why, stacks
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--run-id", required=True)
@@ -371,52 +416,9 @@ def main() -> int:
     child = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
                              start_new_session=True)
     say(f"{STARTED} {child.pid}")
-    start = time.monotonic()
-    last_hb = last_input = start
     seen: set[str] = set()
     tree: dict[int, int] = {}
-    last_tree = 0.0
-    stacks = False
-    stdin_fd = sys.stdin.fileno()
-    stdin_open = True
-    rc = None
-    why = None
-    while True:
-        rc = child.poll()
-        report_ranks(args.status_dir, seen)
-        if rc is not None:
-            break
-        if stop:
-            why = stop[0]
-            break
-        now = time.monotonic()
-        if now - last_tree >= 0.25:
-            follow_tree(child.pid, tree)
-            last_tree = now
-        if now - start > args.deadline:
-            why = "deadline"
-            stacks = True
-            break
-        if args.silence and now - last_input > args.silence:
-            why = "silence"
-            break
-        if now - last_hb >= args.heartbeat:
-            say(HEARTBEAT)
-            last_hb = now
-        if stdin_open:
-            ready, _, _ = select.select([stdin_fd], [], [], 0.1)
-            if ready:
-                data = os.read(stdin_fd, 4096)
-                last_input = time.monotonic()
-                if not data:
-                    why = "stdin-eof"
-                    break
-                if STACKS.encode() in data or KILL.encode() in data:
-                    why = "stdin-kill"
-                    stacks = STACKS.encode() in data
-                    break
-        else:
-            time.sleep(0.1)
+    rc, why, stacks = watch(args, child, stop, seen, tree)
     follow_tree(child.pid, tree)
     rc = end_run(args, child, why, stacks, tree) if why is not None else rc
     if why is None:

@@ -170,10 +170,11 @@ class Scheme:
         # pip's place for a venv's headers: <prefix>/include/site/pythonX.Y/<name>
         self.headers = os.path.join(sys.prefix, "include", "site", f"python{sys.version_info[0]}.{sys.version_info[1]}",
                                     name)
-        self.roots = [os.path.realpath(p) for p in (self.purelib, self.platlib, self.scripts, self.headers, self.data)]
+        self.dirs = dict(zip(DATA_KEYS, (self.purelib, self.platlib, self.scripts, self.headers, self.data)))
+        self.roots = [os.path.realpath(p) for p in self.dirs.values()]
 
     def key(self, key: str) -> str:
-        return getattr(self, key)
+        return self.dirs[key]
 
     def inside(self, path: str) -> bool:
         real = os.path.realpath(path)

@@ -55,43 +55,58 @@ def write_fallback_summary(root: Path, status: str, error: str, problem: str) ->
 
 def summary_text(run: RunView, *, scrub: Scrub | None = None) -> str:
     """The build-description block of ``run``: a few plain lines, no markup, secrets scrubbed."""
-    m = run.manifest
     keep = scrub or str
-    head = f"camit {str(m.get('status') or 'unknown').upper()} · run {run.run_id}"
-    if m.get("duration") is not None:
-        head += f" · {dur(float(m['duration']))}"
-    lines = [head]
-    if m.get("error"):
-        lines.append("error: " + short(str(m["error"]), 120))
-    causes = [(lv.name, str(lv.data["cause"])) for lv in run.launches if lv.data.get("cause")]
-    lines += [f"CAUSE {short(f'{name}: {text}', _WIDTH)}" for name, text in causes[:3]]
-    lines += _missing_cores(run.path)
-    hosts = run.hosts
-    if hosts:
-        shown = ", ".join(hosts[:_MAX_HOSTS]) + (f" (+{len(hosts) - _MAX_HOSTS} more)" if len(hosts) > _MAX_HOSTS else "")
-        lines.append(f"hosts ({len(hosts)}): {shown}")
-    counts = []
     cluster = _cluster_root(run.path)
+    lines = [*_head_lines(run), *_missing_cores(run.path), *_hosts_line(run.hosts), *_counts_line(run, cluster),
+             *_ranks_line(run), *_failed_lines(_failures(run, cluster))]
+    repro = run.facts.repro
+    lines.append(f"reproduce: {repro}" if repro else "reproduce: (no command line recorded)")
+    return "\n".join(keep(line) for line in lines)
+
+
+def _head_lines(run: RunView) -> list[str]:
+    """The status line (with the duration), the error and up to 3 launches' causes."""
+    facts = run.facts
+    head = f"camit {(facts.status or 'unknown').upper()} · run {run.run_id}"
+    if facts.duration is not None:
+        head += f" · {dur(facts.duration)}"
+    lines = [head]
+    if facts.error:
+        lines.append("error: " + short(facts.error, 120))
+    causes = [(lv.name, str(lv.data["cause"])) for lv in run.launches if lv.data.get("cause")]
+    return lines + [f"CAUSE {short(f'{name}: {text}', _WIDTH)}" for name, text in causes[:3]]
+
+
+def _hosts_line(hosts: list[str]) -> list[str]:
+    if not hosts:
+        return []
+    more = f" (+{len(hosts) - _MAX_HOSTS} more)" if len(hosts) > _MAX_HOSTS else ""
+    return [f"hosts ({len(hosts)}): " + ", ".join(hosts[:_MAX_HOSTS]) + more]
+
+
+def _counts_line(run: RunView, cluster: ET.Element | None) -> list[str]:
+    counts = []
     if cluster is not None:
         counts.append("cluster.xml " + _counts(case_counts(cluster.iter("testcase"))))
     if run.junit:
         counts.append("junit.xml " + _counts(run.junit))
-    if counts:
-        lines.append(" · ".join(counts))
+    return [" · ".join(counts)] if counts else []
+
+
+def _ranks_line(run: RunView) -> list[str]:
     ranks = [f"{n} {o}" for o in OUTCOMES if (n := sum(r.outcome == o for r in run.ranks))]
     if run.cores:
         ranks.append(f"{len(run.cores)} core dump" + ("s" if len(run.cores) > 1 else ""))
-    if ranks:
-        lines.append("ranks: " + ", ".join(ranks))
-    named = _failures(run, cluster)
-    if named:
-        lines.append(f"failed ({len(named)}):")
-        lines += [f"  {short(n, _WIDTH)}" for n in named[:MAX_NAMED]]
-        if len(named) > MAX_NAMED:
-            lines.append(f"  … {len(named) - MAX_NAMED} more: see index.html")
-    repro = (m.get("command") or {}).get("repro")
-    lines.append(f"reproduce: {repro}" if repro else "reproduce: (no command line recorded)")
-    return "\n".join(keep(line) for line in lines)
+    return ["ranks: " + ", ".join(ranks)] if ranks else []
+
+
+def _failed_lines(named: list[str]) -> list[str]:
+    if not named:
+        return []
+    lines = [f"failed ({len(named)}):", *(f"  {short(n, _WIDTH)}" for n in named[:MAX_NAMED])]
+    if len(named) > MAX_NAMED:
+        lines.append(f"  … {len(named) - MAX_NAMED} more: see index.html")
+    return lines
 
 
 def _missing_cores(root: Path) -> list[str]:
@@ -118,22 +133,30 @@ def _cluster_root(root: Path) -> ET.Element | None:
 def _failures(run: RunView, cluster: ET.Element | None) -> list[str]:
     """The failing tests by name: cluster.xml's (a rank that did not pass is one of them), the controller's,
     and the ranks that did not pass when there is no cluster.xml."""
-    names: dict[str, None] = {}
-    if cluster is not None:
-        for case in cluster.iter("testcase"):
-            bad = next((el for el in case if el.tag in ("failure", "error")), None)
-            if bad is not None:
-                first = (bad.get("message") or "").strip().splitlines()[:1]
-                names.setdefault(f"{case.get('classname') or ''}::{case.get('name') or ''}"
-                                 + (f" — {first[0]}" if first else ""))
+    names = dict.fromkeys(_cluster_failures(cluster))
     for failed in (run.junit or {}).get("failed", []):
-        first = (failed["message"] or "").splitlines()[:1]
-        names.setdefault(f"{failed['classname']}::{failed['name']}" + (f" — {first[0]}" if first else ""))
+        names.setdefault(_named(failed["classname"], failed["name"], failed["message"] or ""))
     for r in run.ranks if cluster is None else ():
         if r.outcome != "pass":
             names.setdefault(f"{r.outcome} " + (f"{r.launch} " if r.launch else "") + f"rank {r.rank} on {r.host}: "
                              + r.reason.removeprefix(f"rank {r.rank} on {r.host} "))
     return list(names)
+
+
+def _cluster_failures(cluster: ET.Element | None) -> list[str]:
+    """cluster.xml's failing and erring cases by name, with their message's first line."""
+    out = []
+    for case in cluster.iter("testcase") if cluster is not None else ():
+        bad = next((el for el in case if el.tag in ("failure", "error")), None)
+        if bad is not None:
+            out.append(_named(case.get("classname", ""), case.get("name", ""), bad.get("message", "").strip()))
+    return out
+
+
+def _named(classname: str, name: str, message: str) -> str:
+    """``classname::name — <the message's first line>``."""
+    first = message.splitlines()[:1]
+    return f"{classname}::{name}" + (f" — {first[0]}" if first else "")
 
 
 def perf_table(root: str | os.PathLike[str]) -> dict[str, float]:

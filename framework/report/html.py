@@ -39,7 +39,17 @@ from framework import __version__
 from framework.cores import faultbundle
 from framework.records.folder import write_atomic
 from framework.report.fmt import dur, iso, ranges
-from framework.report.model import OUTCOMES, PHASE_ORDER, Phase, RankView, RunView, log_tail, read_run
+from framework.report.model import (
+    OUTCOMES,
+    PHASE_ORDER,
+    DeployHost,
+    LaunchView,
+    Phase,
+    RankView,
+    RunView,
+    log_tail,
+    read_run,
+)
 
 if TYPE_CHECKING:
     from framework.records.scrub import Scrub
@@ -95,8 +105,7 @@ def render(run: RunView, *, scrub: Scrub | None = None) -> str:
 
 
 def _render(run: RunView) -> str:
-    m = run.manifest
-    status = str(m.get("status") or "unknown")
+    status = run.facts.status or "unknown"
     parts = [
         "<!doctype html>\n<html lang='en'><head><meta charset='utf-8'>",
         "<meta name='viewport' content='width=device-width, initial-scale=1'>",
@@ -107,7 +116,7 @@ def _render(run: RunView) -> str:
         "<main>",
         _banners(run),
         _tiles(run),
-        _timeline(run.phases, m),
+        _timeline(run.phases, run.manifest),
         _grid(run),
         _cluster_timeline(run),
         _fault_bundle(run),
@@ -141,30 +150,42 @@ def _when(epoch: float | None) -> str:
     return f"<span data-epoch='{epoch:.3f}'>{escape((iso(epoch) or '').replace('T', ' '))}</span>"
 
 
-def _header(run: RunView, status: str) -> str:
-    m = run.manifest
-    started, ended = (m.get("started") or {}).get("epoch"), (m.get("ended") or {}).get("epoch")
-    facts = [("started", _when(started)), ("ended", _when(ended))]
-    if m.get("duration") is not None:
-        facts.append(("duration", escape(dur(float(m["duration"])))))
-    if m.get("seed") is not None:
-        facts.append(("seed", f"<code>{escape(str(m['seed']))}</code>"))
-    env = (m.get("env") or {}).get("file")
-    if env:
-        facts.append(("env", f"<code>{escape(str(env))}</code>"))
+def _header_facts(run: RunView) -> list[tuple[str, str]]:
+    """The header's (term, HTML) pairs: when, how long, seed, env file, hosts, camit's version."""
+    f = run.facts
+    facts = [("started", _when(f.started)), ("ended", _when(f.ended))]
+    if f.duration is not None:
+        facts.append(("duration", escape(dur(f.duration))))
+    if f.seed is not None:
+        facts.append(("seed", f"<code>{escape(f.seed)}</code>"))
+    if f.env_file:
+        facts.append(("env", f"<code>{escape(f.env_file)}</code>"))
     facts.append(("hosts", str(len(run.hosts))))
-    fw = m.get("framework") or {}
-    facts.append(("camit", escape(str(fw.get("version") or __version__))
-                  + (f" <small>{escape(str(fw['git'])[:12])}</small>" if fw.get("git") else "")))
+    git = f" <small>{escape(f.git[:12])}</small>" if f.git else ""
+    facts.append(("camit", escape(f.version or __version__) + git))
+    return facts
+
+
+#: the run folder's files the header links first, when present
+_FIRST_LINKS = ("cluster.xml", "junit.xml", "manifest.json", "phases.json", "deploy-manifest.json")
+
+
+def _folder_links(root: Path) -> list[str]:
+    """The run folder's files to link: the main records first, then the rest by name (no assets, no dot files)."""
+    if not root.is_dir():
+        return []
+    skip = {*_FIRST_LINKS, "index.html", *ASSETS}
+    others = sorted(p.name for p in root.iterdir() if p.is_file() and not p.name.startswith(".") and p.name not in skip)
+    return [n for n in _FIRST_LINKS if (root / n).exists()] + others
+
+
+def _header(run: RunView, status: str) -> str:
+    facts = _header_facts(run)
     dl = "".join(f"<div><dt>{k}</dt><dd>{v}</dd></div>" for k, v in facts)
-    repro = (m.get("command") or {}).get("repro")
+    repro = run.facts.repro
     repro_html = (f"<div class='repro'><span class='muted'>reproduce</span><code id='repro'>{escape(repro)}</code></div>"
                   if repro else "")
-    first = ("cluster.xml", "junit.xml", "manifest.json", "phases.json", "deploy-manifest.json")
-    others = sorted(p.name for p in run.path.iterdir() if p.is_file() and not p.name.startswith(".")
-                    and p.name not in first and p.name not in ("index.html", *ASSETS)) if run.path.is_dir() else []
-    links = [n for n in first if (run.path / n).exists()] + others
-    nav = "".join(f"<a href='{_href(n)}'>{escape(n)}</a>" for n in links)
+    nav = "".join(f"<a href='{_href(n)}'>{escape(n)}</a>" for n in _folder_links(run.path))
     return (f"<header><div class='inner'><h1>camit run <code>{escape(run.run_id)}</code>"
             f"<span class='badge s-{_cls(status)}'>{escape(status)}</span></h1>"
             f"<dl class='facts'>{dl}</dl>{repro_html}<nav class='links'>{nav}</nav></div></header>")
@@ -172,34 +193,44 @@ def _header(run: RunView, status: str) -> str:
 
 def _banners(run: RunView) -> str:
     out = []
-    err = run.manifest.get("error")
-    if err:
-        out.append(f"<div class='banner' id='run-error'><b>{escape(str(run.manifest.get('status')))}:</b> "
-                   f"{escape(str(err))}</div>")
+    facts = run.facts
+    if facts.error:
+        out.append(f"<div class='banner' id='run-error'><b>{escape(str(facts.status))}:</b> "
+                   f"{escape(facts.error)}</div>")
     for lv in run.launches:  # what failed and why, before anything else
         if lv.data.get("cause"):
             out.append(f"<div class='banner cause'><b>{escape(lv.name)} failed:</b> "
                        f"{escape(str(lv.data['cause']))}</div>")
-    problems = list(run.problems) + list(run.manifest.get("report_problems") or [])
+    problems = [*run.problems, *facts.problems]
     if problems:
         items = "".join(f"<li>{escape(p)}</li>" for p in dict.fromkeys(problems))
         out.append(f"<div class='banner warn'>Parts of this folder could not be read:<ul>{items}</ul></div>")
     return "\n".join(out)
 
 
+def _outcome_tiles(ranks: list[RankView]) -> list[str]:
+    """A tile per outcome some rank had (pass always, when there are ranks)."""
+    if not ranks:
+        return []
+    return [f"<div class='tile o-{o}'><b>{sum(r.outcome == o for r in ranks)}</b>{o}</div>" for o in OUTCOMES
+            if o == "pass" or any(r.outcome == o for r in ranks)]
+
+
+def _cluster_tile(cx: Path) -> list[str]:
+    """cluster.xml's totals, when it is there and parses."""
+    if not cx.exists():
+        return []
+    try:
+        top = ET.parse(cx).getroot()
+    except ET.ParseError:
+        return []
+    return [f"<div class='tile'><b>{escape(top.get('tests', '?'))}</b>cluster tests "
+            f"<small>{escape(top.get('failures', '?'))} failed · {escape(top.get('errors', '?'))} errors"
+            "</small></div>"]
+
+
 def _tiles(run: RunView) -> str:
-    ranks = run.ranks
-    tiles = [f"<div class='tile o-{o}'><b>{sum(r.outcome == o for r in ranks)}</b>{o}</div>" for o in OUTCOMES
-             if o == "pass" or any(r.outcome == o for r in ranks)] if ranks else []
-    cx = run.path / "cluster.xml"
-    if cx.exists():
-        try:
-            top = ET.parse(cx).getroot()
-            tiles.append(f"<div class='tile'><b>{escape(top.get('tests', '?'))}</b>cluster tests "
-                         f"<small>{escape(top.get('failures', '?'))} failed · {escape(top.get('errors', '?'))} errors"
-                         "</small></div>")
-        except ET.ParseError:
-            pass
+    tiles = [*_outcome_tiles(run.ranks), *_cluster_tile(run.path / "cluster.xml")]
     if run.junit:
         j = run.junit
         tiles.append(f"<div class='tile'><b>{j['tests']}</b>controller tests <small>{j['failures']} failed · "
@@ -248,8 +279,8 @@ def _timeline(phases: Sequence[Phase], manifest: dict[str, Any]) -> str:
         return head + "<p class='muted'>No phase was recorded (phases.json) or could be derived.</p></section>"
     started = (manifest.get("started") or {}).get("epoch")
     ended = (manifest.get("ended") or {}).get("epoch")
-    t0 = min([p.start for p in phases] + ([started] if started else []))
-    t1 = max([p.end for p in phases] + ([ended] if ended else []))
+    t0: float = min([p.start for p in phases] + ([started] if started else []))
+    t1: float = max([p.end for p in phases] + ([ended] if ended else []))
     span = max(t1 - t0, 1e-3)
 
     def pct(x: float) -> float:
@@ -328,6 +359,40 @@ def _host_rows(ranks: Iterable[RankView]) -> str:
     return "".join(rows)
 
 
+def _launch_info(lv: LaunchView) -> list[str]:
+    """A launch card's facts: world size, nodes, duration, master, what it retried."""
+    d = lv.data
+    info = [f"world size {lv.world_size}", f"{len(d.get('nodes') or {})} nodes"]
+    if d.get("duration") is not None:
+        info.append(dur(float(d["duration"])))
+    if d.get("master"):
+        info.append(f"master {d['master']}")
+    if lv.superseded:
+        info.append(f"retry of {', '.join(lv.superseded)}")
+    return info
+
+
+def _launch_banners(lv: LaunchView) -> str:
+    """A launch's first failure, cause and grouped stacks."""
+    d = lv.data
+    out = ""
+    if lv.failure:
+        out += (f"<div class='banner'><b>first failure</b> ({escape(str(d.get('failure_kind') or '?'))}): "
+                f"{escape(lv.failure)}</div>")
+    if d.get("cause"):
+        out += f"<div class='banner'><b>cause</b>: {escape(str(d['cause']))}</div>"
+    if lv.stacks:
+        out += ("<div class='banner'><b>stacks</b> (identical stacks grouped, majority first):<ul>"
+                + "".join(f"<li>{escape(line)}</li>" for line in lv.stacks) + "</ul></div>")
+    return out
+
+
+def _launch_card(lv: LaunchView) -> str:
+    return (f"<div class='launch card' data-launch='{escape(lv.launch_id, quote=True)}'><h3>"
+            f"{escape(lv.name)} <small>{escape(' · '.join(_launch_info(lv)))}</small></h3>{_launch_banners(lv)}"
+            f"{_host_rows(lv.ranks)}</div>")
+
+
 def _grid(run: RunView) -> str:
     if not run.ranks:
         return ("<section id='ranks'><h2>Ranks</h2><p class='muted'>No launch was recorded in this run "
@@ -336,25 +401,7 @@ def _grid(run: RunView) -> str:
     out = ["<section id='ranks'><h2>Ranks</h2>",
            "<input type='checkbox' id='only-problems' class='filter-toggle'>"
            "<label for='only-problems' class='filter'>problems only</label>"]
-    for lv in run.launches:
-        d = lv.data
-        info = [f"world size {lv.world_size}", f"{len(d.get('nodes') or {})} nodes"]
-        if d.get("duration") is not None:
-            info.append(dur(float(d["duration"])))
-        if d.get("master"):
-            info.append(f"master {d['master']}")
-        if lv.superseded:
-            info.append(f"retry of {', '.join(lv.superseded)}")
-        failure = (f"<div class='banner'><b>first failure</b> ({escape(str(d.get('failure_kind') or '?'))}): "
-                   f"{escape(lv.failure)}</div>") if lv.failure else ""
-        if d.get("cause"):
-            failure += f"<div class='banner'><b>cause</b>: {escape(str(d['cause']))}</div>"
-        if lv.stacks:
-            failure += ("<div class='banner'><b>stacks</b> (identical stacks grouped, majority first):<ul>"
-                        + "".join(f"<li>{escape(line)}</li>" for line in lv.stacks) + "</ul></div>")
-        out.append(f"<div class='launch card' data-launch='{escape(lv.launch_id, quote=True)}'><h3>"
-                   f"{escape(lv.name)} <small>{escape(' · '.join(info))}</small></h3>{failure}"
-                   f"{_host_rows(lv.ranks)}</div>")
+    out += [_launch_card(lv) for lv in run.launches]
     if run.orphans:
         out.append("<div class='launch card'><h3>rank files without a launch record <small>the launch did not "
                    f"finish writing its record</small></h3>{_host_rows(run.orphans)}</div>")
@@ -408,32 +455,45 @@ def _fault_bundle(run: RunView) -> str:
             f"({escape(', '.join(hosts))})</p>{said}</section>")
 
 
+def _launch_prefix(r: RankView) -> str:
+    return f"{r.launch} · " if r.launch else ""
+
+
+def _bad_rank(run: RunView, r: RankView) -> str:
+    """A rank that did not pass: its outcome, its reason and its log's last lines, folded."""
+    where = _launch_prefix(r) + f"rank {r.rank} on {r.host}"
+    reason = r.reason.removeprefix(f"rank {r.rank} on {r.host} ")
+    body = ""
+    if r.log:
+        body = f"<p class='muted'>last lines of <a href='{_href(r.log)}'>{escape(r.log)}</a></p>" \
+               f"<pre>{escape(log_tail(run.path, r.log))}</pre>"
+    elif r.exit_code is None:
+        body = "<p class='muted'>no log was fetched for this rank</p>"
+    return (f"<details class='o-{r.outcome}' id='{_rank_id(r)}'><summary><span class='kind'>{r.outcome}"
+            f"</span>{escape(where)}: {escape(reason)}</summary>{body}</details>")
+
+
+def _failing_case(r: RankView, c: ET.Element) -> str:
+    """A rank's failing test case: its message's first line, its text's end folded."""
+    el = c.find("error") if c.find("error") is not None else c.find("failure")
+    assert el is not None
+    where = _launch_prefix(r) + f"{r.host} rank {r.rank}"
+    text = (el.text or "").strip()
+    message = el.get("message", "")
+    first = message.splitlines()[0] if message else ""
+    return (f"<details class='o-fail'><summary><span class='kind'>{escape(el.tag)}</span>{escape(where)} · "
+            f"<code>{escape(c.get('classname', ''))}::{escape(c.get('name', ''))}</code> — "
+            f"{escape(first)}</summary><pre>{escape(text[-6000:])}</pre></details>")
+
+
 def _problems(run: RunView) -> str:
     bad = [r for r in run.ranks if r.outcome != "pass"]
     failing = [(r, c) for r in run.ranks for c in r.cases if c.find("failure") is not None or c.find("error") is not None]
     if not bad and not failing:
         return ""
     out = ["<section id='problems'><h2>Problems</h2>"]
-    for r in bad:
-        where = (f"{r.launch} · " if r.launch else "") + f"rank {r.rank} on {r.host}"
-        reason = r.reason.removeprefix(f"rank {r.rank} on {r.host} ")
-        body = ""
-        if r.log:
-            body = f"<p class='muted'>last lines of <a href='{_href(r.log)}'>{escape(r.log)}</a></p>" \
-                   f"<pre>{escape(log_tail(run.path, r.log))}</pre>"
-        elif r.exit_code is None:
-            body = "<p class='muted'>no log was fetched for this rank</p>"
-        out.append(f"<details class='o-{r.outcome}' id='{_rank_id(r)}'><summary><span class='kind'>{r.outcome}"
-                   f"</span>{escape(where)}: {escape(reason)}</summary>{body}</details>")
-    for r, c in failing[:200]:
-        el = c.find("error") if c.find("error") is not None else c.find("failure")
-        assert el is not None
-        where = (f"{r.launch} · " if r.launch else "") + f"{r.host} rank {r.rank}"
-        text = (el.text or "").strip()
-        out.append(f"<details class='o-fail'><summary><span class='kind'>{escape(el.tag)}</span>{escape(where)} · "
-                   f"<code>{escape(c.get('classname') or '')}::{escape(c.get('name') or '')}</code> — "
-                   f"{escape((el.get('message') or '').splitlines()[0] if el.get('message') else '')}</summary>"
-                   f"<pre>{escape(text[-6000:])}</pre></details>")
+    out += [_bad_rank(run, r) for r in bad]
+    out += [_failing_case(r, c) for r, c in failing[:200]]
     if len(failing) > 200:
         out.append(f"<p class='muted'>… {len(failing) - 200} more failing tests: see cluster.xml</p>")
     out.append("</section>")
@@ -491,21 +551,22 @@ def _controller(run: RunView) -> str:
             f"{table}</section>")
 
 
+def _deploy_row(d: DeployHost, version: object) -> str:
+    """A deployed host's row; ``version`` is manifest.json's ``versions`` entry of the host."""
+    steps = ", ".join(f"{k} {v:.1f}s" for k, v in d.durations.items())
+    recorded = version.get("installed_version") if isinstance(version, dict) else None
+    installed = d.installed_version or recorded or "—"
+    return (f"<tr><td>{escape(d.host)}</td><td>{escape(str(d.status))}</td><td>{escape(str(installed))}"
+            f"</td><td>{escape(d.vendor or '—')}</td><td>{escape(steps)}</td><td>"
+            f"{escape(d.error or '')}</td></tr>")
+
+
 def _deployed(run: RunView) -> str:
     m = run.manifest
     arts, versions = m.get("artifacts") or [], m.get("versions") or {}
-    hosts = (run.deploy or {}).get("hosts") or {}
-    if not arts and not hosts:
+    if not arts and not (run.deploy or {}).get("hosts"):
         return ""
-    rows = []
-    for h, d in hosts.items():
-        if not isinstance(d, dict):
-            continue
-        steps = ", ".join(f"{k} {v:.1f}s" for k, v in (d.get("durations") or {}).items() if isinstance(v, int | float))
-        rows.append(f"<tr><td>{escape(h)}</td><td>{escape(str(d.get('status')))}</td><td>"
-                    f"{escape(str(d.get('installed_version') or (versions.get(h) or {}).get('installed_version') or '—'))}"
-                    f"</td><td>{escape(str(d.get('vendor') or '—'))}</td><td>{escape(steps)}</td><td>"
-                    f"{escape(str(d.get('error') or ''))}</td></tr>")
+    rows = [_deploy_row(d, versions.get(d.host)) for d in run.deploy_hosts]
     art_rows = "".join(f"<tr><td>{escape(str(a.get('kind')))}</td><td>{escape(str(a.get('name')))}</td><td><code>"
                        f"{escape(str(a.get('sha256'))[:16])}…</code></td><td>{escape(str(a.get('size')))}</td><td>"
                        f"{escape(', '.join(f'{h} ({v})' for h, v in (a.get('hosts') or {}).items()))}</td></tr>"

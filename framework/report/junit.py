@@ -108,24 +108,28 @@ def run_properties(run: RunView, *, env: Any = None, seed: int | None = None) ->
     """The run as testsuite properties: ``run_id``, ``seed``, ``env`` (file name), ``env_file``, ``hosts``
     (comma-separated) and ``artifact.<file name>`` = sha256 of each deployed artifact. ``env`` (an
     ``EnvConfig``) and ``seed`` default to what ``manifest.json`` recorded; what is unknown is left out."""
-    old = run.manifest
+    facts = run.facts
     props = [("run_id", run.run_id)]
-    seed = seed if seed is not None else old.get("seed")
-    if seed is not None:
-        props.append(("seed", str(seed)))
-    env_file = str(getattr(env, "source", "") or ((old.get("env") or {}).get("file") or ""))
+    seed_text = str(seed) if seed is not None else facts.seed
+    if seed_text is not None:
+        props.append(("seed", seed_text))
+    env_file = str(getattr(env, "source", "") or facts.env_file or "")
     if env_file:
         props += [("env", Path(env_file).name), ("env_file", env_file)]
     hosts = list(getattr(env, "hosts", None) or []) or run.hosts
     if hosts:
         props.append(("hosts", ",".join(hosts)))
+    return props + _artifact_props(run)
+
+
+def _artifact_props(run: RunView) -> list[tuple[str, str]]:
+    """``artifact.<name>`` = sha256 of each deployed artifact (the first host's record of it)."""
     seen: dict[str, str] = {}
-    for m in ((run.deploy or {}).get("hosts") or {}).values():
-        for a in (m.get("artifacts") or []) if isinstance(m, dict) else []:
-            if isinstance(a, dict) and a.get("name") and a.get("sha256"):
+    for d in run.deploy_hosts:
+        for a in d.artifacts:
+            if a.get("name") and a.get("sha256"):
                 seen.setdefault(f"artifact.{a['name']}", str(a["sha256"]))
-    props += sorted(seen.items())
-    return props
+    return sorted(seen.items())
 
 
 # -- cluster.xml -----------------------------------------------------------------
@@ -150,13 +154,7 @@ def write_cluster_junit(rundir_path: str | os.PathLike[str], cores: Sequence[Cor
     if status is None:
         status, error = run.manifest.get("status"), run.manifest.get("error")
     top = ET.Element("testsuites", name=run.run_id)
-    for lv in run.launches:
-        for rv in lv.ranks:
-            top.append(_rank_suite(rv, run, scrub, lv))
-        for rv in _stale_ranks(lv):  # ranks an earlier attempt had and the final one did not
-            top.append(_rank_suite(rv, run, scrub, lv))
-    for rv in run.orphans:
-        top.append(_rank_suite(rv, run, scrub, None))
+    top.extend(_rank_suites(run, scrub))
     cluster = _cluster_suite(run, status, error, scrub)
     props = ET.Element("properties")
     for key, value in run_properties(run, env=env, seed=seed):
@@ -176,6 +174,15 @@ def write_cluster_junit(rundir_path: str | os.PathLike[str], cores: Sequence[Cor
     return path
 
 
+def _rank_suites(run: RunView, scrub: Scrub) -> list[ET.Element]:
+    """A suite per rank: each launch's (and the ranks only its earlier attempts had), then the orphans."""
+    suites = []
+    for lv in run.launches:
+        # ranks an earlier attempt had and the final one did not come after the final attempt's
+        suites += [_rank_suite(rv, run, scrub, lv) for rv in [*lv.ranks, *_stale_ranks(lv)]]
+    return suites + [_rank_suite(rv, run, scrub, None) for rv in run.orphans]
+
+
 def _stale_ranks(lv: LaunchView) -> list[RankView]:
     mine = {r.rank for r in lv.ranks}
     out: dict[int, RankView] = {}
@@ -186,44 +193,58 @@ def _stale_ranks(lv: LaunchView) -> list[RankView]:
     return [out[k] for k in sorted(out)]
 
 
-def _rank_suite(rv: RankView, run: RunView, scrub: Scrub, lv: LaunchView | None) -> ET.Element:
-    """The suite of one rank; with ``lv`` (the final attempt's launch) the earlier attempts' failures of the
-    same rank are folded into its cases (a rank only an earlier attempt had: every failure becomes flaky)."""
-    final = lv is None or (lv.launch_id == rv.launch_id and not lv.stale)  # None: a rank no launch claims
-    own = lv if lv is not None and lv.launch_id == rv.launch_id else \
-        next((x for x in (lv.reruns if lv else []) if x.launch_id == rv.launch_id), None)
-    prefix = f"{slug(rv.host)}.rank{rv.rank}" + (f".{rv.launch}" if rv.launch else "")
-    name = (f"{rv.launch}." if rv.launch else "") + f"rank{rv.rank}@{rv.host}"
-    suite = ET.Element("testsuite", name=name)
-    props: list[tuple[str, str]] = [("rank", str(rv.rank)), ("host", rv.host), ("outcome", rv.outcome)]
-    if own is not None:
-        props += [("world_size", str(own.world_size)), ("launch_id", own.launch_id)]
-        if own.test is not None:
-            props += [("test", own.test), ("attempt", str(own.attempt))]
-    earlier = [(e, r) for e in (lv.reruns if lv is not None else []) if e.launch_id != rv.launch_id
-               for r in e.ranks if r.rank == rv.rank]
-    if earlier or (lv is not None and lv.stale):
+def _case_prefix(rv: RankView) -> str:
+    """The classname prefix of a rank's cases: ``<host>.rank<r>[.<launch>]``."""
+    return f"{slug(rv.host)}.rank{rv.rank}" + (f".{rv.launch}" if rv.launch else "")
+
+
+def _own_launch(rv: RankView, lv: LaunchView | None) -> LaunchView | None:
+    """The attempt ``rv`` belongs to: the final launch ``lv`` or one of its reruns (None: no launch claims it)."""
+    attempts = [lv, *lv.reruns] if lv is not None else []
+    return next((x for x in attempts if x.launch_id == rv.launch_id), None)
+
+
+def _earlier_ranks(rv: RankView, lv: LaunchView | None) -> list[tuple[LaunchView, RankView]]:
+    """The same rank in the earlier attempts of ``lv``'s test, oldest first."""
+    reruns = lv.reruns if lv is not None else []
+    return [(e, r) for e in reruns if e.launch_id != rv.launch_id for r in e.ranks if r.rank == rv.rank]
+
+
+def _launch_props(own: LaunchView | None) -> list[tuple[str, str]]:
+    if own is None:
+        return []
+    props = [("world_size", str(own.world_size)), ("launch_id", own.launch_id)]
+    if own.test is not None:
+        props += [("test", own.test), ("attempt", str(own.attempt))]
+    return props
+
+
+def _rank_props(rv: RankView, own: LaunchView | None, earlier: list[tuple[LaunchView, RankView]],
+                stale: bool) -> list[tuple[str, str]]:
+    """The rank suite's properties: who it is, its launch, its earlier attempts, how it ended, its own."""
+    props = [("rank", str(rv.rank)), ("host", rv.host), ("outcome", rv.outcome), *_launch_props(own)]
+    if earlier or stale:
         props.append(("earlier_attempts", "; ".join(
             f"attempt {e.attempt} ({e.launch_id}): {r.reason or r.outcome}" for e, r in earlier)
             or "this launch's test was rerun and its final attempt did not launch it again"))
     props += [(k, str(v)) for k, v in (("exit_code", rv.exit_code), ("signal", rv.signal), ("log", rv.log),
                                        ("junit", rv.junit), ("start", rv.start), ("end", rv.end),
                                        ("overwritten_by", rv.overwritten_by)) if v is not None]
-    props += [p for p in rv.props if p[0] not in {k for k, _ in props}]
-    pe = ET.SubElement(suite, "properties")
-    for k, v in props:
-        ET.SubElement(pe, "property", name=k, value=scrub(xml_text(v)))
-    cases = _rank_cases(rv, own, run, prefix, scrub)
-    for e, r in earlier:
-        eprefix = f"{slug(r.host)}.rank{r.rank}" + (f".{r.launch}" if r.launch else "")
-        _fold_attempt(cases, prefix, _rank_cases(r, e, run, eprefix, scrub), eprefix, e.attempt)
-    if not final:  # nothing of this rank ran in the final attempt: its failures only flaked
-        cases = [_flaky_only(c, own.attempt if own is not None else 1) for c in cases]
-    log_line = _attachment_line(run, rv.log)
-    if log_line:
-        for c in cases:
-            if case_outcome(c) != "passed" or any(c.find(t) is not None for t in _RERUN_TAGS):
-                _prepend_out(c, log_line)
+    taken = {k for k, _ in props}
+    return props + [p for p in rv.props if p[0] not in taken]
+
+
+def _attach_log(cases: list[ET.Element], log_line: str) -> None:
+    """The rank log's attachment line on every case that did not simply pass."""
+    if not log_line:
+        return
+    for c in cases:
+        if case_outcome(c) != "passed" or any(c.find(t) is not None for t in _RERUN_TAGS):
+            _prepend_out(c, log_line)
+
+
+def _close_suite(suite: ET.Element, cases: list[ET.Element], rv: RankView) -> None:
+    """The suite's cases, counts, time, timestamp and host."""
     suite.extend(cases)
     for name, count in case_counts(cases).items():
         suite.set(name, str(count))
@@ -233,6 +254,27 @@ def _rank_suite(rv: RankView, run: RunView, scrub: Scrub, lv: LaunchView | None)
     if stamp:
         suite.set("timestamp", stamp)
     suite.set("hostname", rv.host)
+
+
+def _rank_suite(rv: RankView, run: RunView, scrub: Scrub, lv: LaunchView | None) -> ET.Element:
+    """The suite of one rank; with ``lv`` (the final attempt's launch) the earlier attempts' failures of the
+    same rank are folded into its cases (a rank only an earlier attempt had: every failure becomes flaky)."""
+    final = lv is None or (lv.launch_id == rv.launch_id and not lv.stale)  # None: a rank no launch claims
+    own = _own_launch(rv, lv)
+    prefix = _case_prefix(rv)
+    suite = ET.Element("testsuite", name=(f"{rv.launch}." if rv.launch else "") + f"rank{rv.rank}@{rv.host}")
+    earlier = _earlier_ranks(rv, lv)
+    pe = ET.SubElement(suite, "properties")
+    for k, v in _rank_props(rv, own, earlier, lv is not None and lv.stale):
+        ET.SubElement(pe, "property", name=k, value=scrub(xml_text(v)))
+    cases = _rank_cases(rv, own, run, prefix, scrub)
+    for e, r in earlier:
+        eprefix = _case_prefix(r)
+        _fold_attempt(cases, prefix, _rank_cases(r, e, run, eprefix, scrub), eprefix, e.attempt)
+    if not final:  # nothing of this rank ran in the final attempt: its failures only flaked
+        cases = [_flaky_only(c, own.attempt if own is not None else 1) for c in cases]
+    _attach_log(cases, _attachment_line(run, rv.log))
+    _close_suite(suite, cases, rv)
     return suite
 
 
@@ -310,46 +352,60 @@ def _attachment_line(run: RunView, rel: str | None) -> str:
     return f"[[ATTACHMENT|{attachment_path(run.path, rel)}]]" if rel and (run.path / rel).is_file() else ""
 
 
+#: the synthetic error's type by rank outcome (any other: RankFailed)
+_RANK_ERROR = {"lost": "RankLost", "crash": "RankCrashed", "killed": "RankKilled"}
+
+
+def _overwritten_case(case: ET.Element, rv: RankView, lv: LaunchView | None, scrub: Scrub) -> ET.Element:
+    """A rank whose files a later launch overwrote: only its exit status is known."""
+    note = (f"rank {rv.rank} on {rv.host}: per-rank files were overwritten by launch {rv.overwritten_by} "
+            f"(same {rv.host}/rank{rv.rank}.* paths); only the exit status is known")
+    if rv.exit_code == 0 and not rv.signal:
+        ET.SubElement(case, "system-out").text = note
+    else:
+        ET.SubElement(case, "error", type="RankFailed", message=scrub(describe_rank(rv, lv))).text = note
+    return case
+
+
+def _ended_badly(rv: RankView) -> bool:
+    """The rank's tests reported, then its process ended in a way they do not explain."""
+    c = rv.counts()
+    if rv.signal or rv.exit_code not in (0, 1, None):
+        return True
+    return rv.exit_code == 1 and not (c["failures"] or c["errors"])
+
+
+def _failure_body(rv: RankView, run: RunView, message: str) -> str:
+    if not rv.log:
+        return f"{message}\n(no log was fetched for this rank)"
+    return "\n".join([message, f"--- tail of {rv.log} ---", log_tail(run.path, rv.log)])
+
+
 def _synthetic_case(rv: RankView, lv: LaunchView | None, run: RunView, prefix: str,
                     scrub: Scrub) -> ET.Element | None:
     """The testcase standing for how a rank ended when its own JUnit does not say it."""
     case = ET.Element("testcase", classname=prefix, name="rank_report", time=_t(rv.duration or 0.0))
     if rv.overwritten_by:
-        note = (f"rank {rv.rank} on {rv.host}: per-rank files were overwritten by launch {rv.overwritten_by} "
-                f"(same {rv.host}/rank{rv.rank}.* paths); only the exit status is known")
-        ok = rv.exit_code == 0 and not rv.signal
-        if ok:
-            ET.SubElement(case, "system-out").text = note
-        else:
-            ET.SubElement(case, "error", type="RankFailed", message=scrub(describe_rank(rv, lv))).text = note
-        return case
+        return _overwritten_case(case, rv, lv, scrub)
     if rv.cases and not rv.junit_problem:
-        c = rv.counts()
-        if rv.signal or (rv.exit_code not in (0, 1, None)) or (rv.exit_code == 1 and not
-                                                                            (c["failures"] or c["errors"])):
-            case.set("name", "rank_exit")  # the tests reported, then the process ended badly
-        else:
+        if not _ended_badly(rv):
             return None
+        case.set("name", "rank_exit")  # the tests reported, then the process ended badly
     elif rv.outcome == "pass":
         ET.SubElement(case, "system-out").text = scrub(xml_text(f"{describe_rank(rv, lv)}\n{log_tail(run.path, rv.log)}"))
         return case
     message = rv.reason or describe_rank(rv, lv)
-    kind = {"lost": "RankLost", "crash": "RankCrashed", "killed": "RankKilled"}.get(rv.outcome, "RankFailed")
-    body = [message]
-    if rv.log:
-        body += [f"--- tail of {rv.log} ---", log_tail(run.path, rv.log)]
-    else:
-        body.append("(no log was fetched for this rank)")
+    kind = _RANK_ERROR.get(rv.outcome, "RankFailed")
+    body = scrub(xml_text(_failure_body(rv, run, message)))
     if rv.torn_down:  # not this rank's failure: the rank that failed first is the error
-        ET.SubElement(case, "skipped", type="RankTornDown", message=scrub(xml_text(rv.torn_down))
-                      ).text = scrub(xml_text("\n".join(body)))
+        ET.SubElement(case, "skipped", type="RankTornDown", message=scrub(xml_text(rv.torn_down))).text = body
         return case
-    ET.SubElement(case, "error", type=kind, message=scrub(xml_text(message))).text = scrub(xml_text("\n".join(body)))
+    ET.SubElement(case, "error", type=kind, message=scrub(xml_text(message))).text = body
     return case
 
 
-def _cluster_suite(run: RunView, status: str | None, error: str | None, scrub: Scrub) -> ET.Element:
-    suite = ET.Element("testsuite", name="cluster")
+def _core_cases(suite: ET.Element, run: RunView, scrub: Scrub) -> None:
+    """A failing case per core dump."""
     for core in run.cores:
         where = f"{slug(core.host)}.rank{core.rank}" if core.rank is not None else slug(core.host)
         case = ET.SubElement(suite, "testcase", classname=f"{where}.cores",
@@ -359,27 +415,52 @@ def _cluster_suite(run: RunView, status: str | None, error: str | None, scrub: S
         ET.SubElement(case, "failure", type="CoreDump",
                       message=scrub(xml_text(core.description or f"core dump of {core.exe}"))
                       ).text = scrub(xml_text(text))
-    for host, m in ((run.deploy or {}).get("hosts") or {}).items():
-        if not isinstance(m, dict):
-            continue
-        case = ET.SubElement(suite, "testcase", classname=f"{slug(host)}.deploy", name="deploy",
-                             time=_t(sum(v for v in (m.get("durations") or {}).values() if isinstance(v, int | float))))
-        if m.get("status") == "failed" or m.get("error"):
-            msg = f"deploy on {host} failed at {m.get('step')}: {m.get('error')}"
+
+
+def _deploy_cases(suite: ET.Element, run: RunView, scrub: Scrub) -> None:
+    """A case per deployed host, an error where its deploy failed."""
+    for d in run.deploy_hosts:
+        case = ET.SubElement(suite, "testcase", classname=f"{slug(d.host)}.deploy", name="deploy",
+                             time=_t(d.seconds))
+        if d.failed:
+            msg = f"deploy on {d.host} failed at {d.step}: {d.error}"
             ET.SubElement(case, "error", type="DeployFailed", message=scrub(xml_text(msg))).text = scrub(xml_text(msg))
+
+
+def _run_case(suite: ET.Element, status: str | None, error: str | None, scrub: Scrub) -> None:
+    """An error case for a run that did not finish."""
+    if status in _FINISHED:
+        return
+    what = f"run {status or 'failed'}" + (f": {error}" if error else "")
+    case = ET.SubElement(suite, "testcase", classname="camit.run", name="run", time="0")
+    ET.SubElement(case, "error", type=f"Run{(status or 'error').capitalize()}",
+                  message=scrub(xml_text(what))).text = scrub(xml_text(
+                      what + "\nWhat finished is reported above; anything after this point did not run."))
+
+
+def _cluster_suite(run: RunView, status: str | None, error: str | None, scrub: Scrub) -> ET.Element:
+    suite = ET.Element("testsuite", name="cluster")
+    _core_cases(suite, run, scrub)
+    _deploy_cases(suite, run, scrub)
     for problem in run.problems:
         case = ET.SubElement(suite, "testcase", classname="camit.report", name="read_run_folder", time="0")
         ET.SubElement(case, "error", type="ReportProblem", message=scrub(xml_text(problem)))
-    if status not in _FINISHED:
-        what = f"run {status or 'failed'}" + (f": {error}" if error else "")
-        case = ET.SubElement(suite, "testcase", classname="camit.run", name="run", time="0")
-        ET.SubElement(case, "error", type=f"Run{(status or 'error').capitalize()}",
-                      message=scrub(xml_text(what))).text = scrub(xml_text(
-                          what + "\nWhat finished is reported above; anything after this point did not run."))
+    _run_case(suite, status, error, scrub)
     for k, v in case_counts(suite).items():
         suite.set(k, str(v))
     suite.set("time", _t(sum(number(c.get("time")) for c in suite)))
     return suite
+
+
+def _copy_child(out: ET.Element, child: ET.Element) -> None:
+    """``child`` (a junit-10 testcase element) into ``out``, with the attributes the schema requires."""
+    el = ET.SubElement(out, child.tag, {k: v for k, v in child.attrib.items() if k in ("type", "message")})
+    el.text = child.text
+    el.extend(list(child))
+    if child.tag in ("failure", "error") and not el.get("message"):  # a failure must say something
+        el.set("message", ((child.text or "").strip().splitlines() or [child.tag])[0][:200])
+    if child.tag.startswith(("rerun", "flaky")) and not el.get("type"):
+        el.set("type", "rerun")
 
 
 def _clean_case(case: ET.Element, prefix: str) -> ET.Element:
@@ -396,13 +477,7 @@ def _clean_case(case: ET.Element, prefix: str) -> ET.Element:
         if child.tag == "properties":  # record_property: testcase properties are invalid in junit-10
             extra_out += [f"property {p.get('name')} = {p.get('value')}" for p in child.iter("property")]
         elif child.tag in _CASE_CHILDREN:
-            el = ET.SubElement(out, child.tag, {k: v for k, v in child.attrib.items() if k in ("type", "message")})
-            el.text = child.text
-            el.extend(list(child))
-            if child.tag in ("failure", "error") and not el.get("message"):  # a failure must say something
-                el.set("message", ((child.text or "").strip().splitlines() or [child.tag])[0][:200])
-            if child.tag.startswith(("rerun", "flaky")) and not el.get("type"):
-                el.set("type", "rerun")
+            _copy_child(out, child)
     if extra_out:
         ET.SubElement(out, "system-out").text = "\n".join(extra_out)
     return out
@@ -443,6 +518,48 @@ def fold_case_properties(path: str | os.PathLike[str], scrub: Scrub | None = Non
     return changed
 
 
+def _rerun_record_element(r: RerunRecord, failed_again: bool) -> ET.Element:
+    """``rerunFailure``/``flakyError``/... for one recorded attempt (an error outside the call phase)."""
+    kind = "Error" if r.when != "call" else "Failure"
+    exc_type = r.message.split(":", 1)[0] if ":" in r.message else ""
+    el = ET.Element(("rerun" if failed_again else "flaky") + kind, type=exc_type or kind.lower(),
+                    message=xml_text(f"attempt {r.attempt} ({r.when}): {r.message}"))
+    if r.text:
+        ET.SubElement(el, "stackTrace").text = xml_text(r.text)
+    return el
+
+
+def _fold_reruns(suite: ET.Element, classname: str, name: str, records: list[RerunRecord]) -> bool:
+    """Drop a test's earlier (empty) attempts from ``suite`` and put their failures on its final case."""
+    found = [c for c in suite.findall("testcase") if c.get("classname", "") == classname
+             and c.get("name", "") == name]
+    if not found:
+        return False
+    attempts = sorted({r.attempt for r in records})
+    earlier, final = found[:-1][:len(attempts)], found[-1]
+    for c in earlier:
+        suite.remove(c)
+    failed_again = case_outcome(final) in ("failure", "error")
+    for r in sorted(records, key=lambda r: r.attempt):
+        final.append(_rerun_record_element(r, failed_again))
+    return True
+
+
+def _add_properties(suite: ET.Element, properties: Sequence[tuple[str, str]]) -> bool:
+    """Add the ``properties`` ``suite`` does not have yet (first in it); whether any was added."""
+    if not properties:
+        return False
+    props = suite.find("properties")
+    if props is None:
+        props = ET.Element("properties")
+        suite.insert(0, props)
+    have = {p.get("name") for p in props.findall("property")}
+    added = [(k, v) for k, v in properties if k not in have]
+    for k, v in added:
+        ET.SubElement(props, "property", name=k, value=xml_text(v))
+    return bool(added)
+
+
 def fold_pytest_reruns(path: str | os.PathLike[str], reruns: Sequence[RerunRecord],
                        properties: Sequence[tuple[str, str]] = ()) -> bool:
     """Fold pytest-rerunfailures' attempts in pytest's ``junit.xml`` and add the run ``properties``.
@@ -467,39 +584,39 @@ def fold_pytest_reruns(path: str | os.PathLike[str], reruns: Sequence[RerunRecor
         by_test.setdefault((r.classname, r.name), []).append(r)
     for suite in [top] if top.tag == "testsuite" else top.findall("testsuite"):
         for (classname, name), records in by_test.items():
-            found = [c for c in suite.findall("testcase") if c.get("classname", "") == classname
-                     and c.get("name", "") == name]
-            if not found:
-                continue
-            attempts = sorted({r.attempt for r in records})
-            earlier, final = found[:-1][:len(attempts)], found[-1]
-            for c in earlier:
-                suite.remove(c)
-            failed_again = case_outcome(final) in ("failure", "error")
-            for r in sorted(records, key=lambda r: r.attempt):
-                kind = "Error" if r.when != "call" else "Failure"
-                el = ET.Element(("rerun" if failed_again else "flaky") + kind,
-                                type=(r.message.split(":", 1)[0] if ":" in r.message else "") or kind.lower(),
-                                message=xml_text(f"attempt {r.attempt} ({r.when}): {r.message}"))
-                if r.text:
-                    ET.SubElement(el, "stackTrace").text = xml_text(r.text)
-                final.append(el)
-            changed = True
+            changed = _fold_reruns(suite, classname, name, records) or changed
         if suite.get("tests") is not None:
             suite.set("tests", str(len(suite.findall("testcase"))))
-        if properties:
-            props = suite.find("properties")
-            if props is None:
-                props = ET.Element("properties")
-                suite.insert(0, props)
-            have = {p.get("name") for p in props.findall("property")}
-            for k, v in properties:
-                if k not in have:
-                    ET.SubElement(props, "property", name=k, value=xml_text(v))
-                    changed = True
+        changed = _add_properties(suite, properties) or changed
     if changed:
         write_atomic(file, ET.tostring(top, encoding="unicode", xml_declaration=True) + "\n")
     return changed
+
+
+def _core_description(core: CoreRecord) -> str:
+    try:
+        return str(core.describe())
+    except Exception as exc:  # a describe() that fails must not lose the core
+        return f"core dump on {getattr(core, 'host', '?')} (describe() failed: {exc})"
+
+
+def _core_entry(root: Path, core: CoreRecord, scrub: Scrub) -> dict[str, Any]:
+    """``core`` as a ``cores.json`` entry (its own ``to_json()`` where it has one, the common keys over it)."""
+    entry: dict[str, Any] = {}
+    to_json = getattr(core, "to_json", None)
+    if callable(to_json):
+        with contextlib.suppress(Exception):
+            entry = dict(to_json())
+    rank = getattr(core, "rank", None)
+    exe = getattr(core, "executable", None) or getattr(core, "exe", None) or getattr(core, "comm", None)
+    entry.update({"host": str(getattr(core, "host", "unknown")), "pid": getattr(core, "pid", None),
+                  "executable": str(exe) if exe else None, "signal": signame(getattr(core, "signal", None)),
+                  "rank": rank if isinstance(rank, int) else None, "describe": scrub(_core_description(core)),
+                  "backtrace": scrub(str(getattr(core, "backtrace", "") or ""))})
+    for attr in ("local_path", "backtrace_path"):
+        value = getattr(core, attr, None)
+        entry[attr] = (inside_run(root, value) or str(value)) if value else None
+    return entry
 
 
 def _record_cores(root: Path, cores: Sequence[CoreRecord], scrub: Scrub) -> None:
@@ -511,24 +628,7 @@ def _record_cores(root: Path, cores: Sequence[CoreRecord], scrub: Scrub) -> None
                 inside_run(root, entry.get("local_path")) or entry.get("local_path"))
 
     for core in cores:
-        entry: dict[str, Any] = {}
-        to_json = getattr(core, "to_json", None)
-        if callable(to_json):
-            with contextlib.suppress(Exception):
-                entry = dict(to_json())
-        try:
-            description = str(core.describe())
-        except Exception as exc:  # a describe() that fails must not lose the core
-            description = f"core dump on {getattr(core, 'host', '?')} (describe() failed: {exc})"
-        rank = getattr(core, "rank", None)
-        exe = getattr(core, "executable", None) or getattr(core, "exe", None) or getattr(core, "comm", None)
-        entry.update({"host": str(getattr(core, "host", "unknown")), "pid": getattr(core, "pid", None),
-                      "executable": str(exe) if exe else None, "signal": signame(getattr(core, "signal", None)),
-                      "rank": rank if isinstance(rank, int) else None, "describe": scrub(description),
-                      "backtrace": scrub(str(getattr(core, "backtrace", "") or ""))})
-        for attr in ("local_path", "backtrace_path"):
-            value = getattr(core, attr, None)
-            entry[attr] = (inside_run(root, value) or str(value)) if value else None
+        entry = _core_entry(root, core, scrub)
         known = [k for k in known if key(k) != key(entry)]
         known.append(json.loads(json.dumps(entry, default=str)))
     known.sort(key=lambda c: (str(c.get("host")), c.get("rank") if isinstance(c.get("rank"), int) else -1,

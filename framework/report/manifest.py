@@ -109,11 +109,8 @@ def write_manifest(rundir_path: str | os.PathLike[str], *, env: EnvLike | None =
     scrub = scrub or Scrubber.from_env(env)
     run = read_run(root)
     old = run.manifest
-    doc: dict[str, Any] = {"schema": 1, "run_id": run.run_id, "status": status, "error": None}
-    if error is not None:
-        doc["error"] = f"{type(error).__name__}: {error}" if isinstance(error, BaseException) else str(error)
-    elif status == old.get("status"):
-        doc["error"] = old.get("error")
+    doc: dict[str, Any] = {"schema": 1, "run_id": run.run_id, "status": status,
+                           "error": _error_doc(error, status, old)}
     doc.update(_times(run, started, ended, status))
     if repro is None and argv is None and seed is None:  # nothing new about the command: the recorded line stands
         repro = (old.get("command") or {}).get("repro")
@@ -125,10 +122,7 @@ def write_manifest(rundir_path: str | os.PathLike[str], *, env: EnvLike | None =
     doc["env"] = _env_doc(env) if env is not None else old.get("env")
     doc["hosts"] = _hosts_doc(run, env, old.get("hosts") or {})
     doc["artifacts"], doc["versions"] = _artifacts_doc(run.deploy)
-    doc["launches"] = [{"launch_id": lv.launch_id, "name": lv.name, "ok": lv.data.get("ok"),
-                        "world_size": lv.world_size, "duration": lv.data.get("duration"),
-                        "failure": lv.failure, "failure_kind": lv.data.get("failure_kind"),
-                        "superseded": lv.superseded} for lv in run.launches]
+    doc["launches"] = _launches_doc(run)
     doc["results"] = _results(run)
     doc["files"] = _files(root)
     doc["extra"] = {**(old.get("extra") or {}), **dict(extra or {})}
@@ -139,6 +133,21 @@ def write_manifest(rundir_path: str | os.PathLike[str], *, env: EnvLike | None =
     return write_atomic(root / "manifest.json", text)
 
 
+def _error_doc(error: BaseException | str | None, status: str, old: Mapping[str, Any]) -> Any:
+    """This call's error; else the recorded one while the status is unchanged."""
+    if isinstance(error, BaseException):
+        return f"{type(error).__name__}: {error}"
+    if error is not None:
+        return str(error)
+    return old.get("error") if status == old.get("status") else None
+
+
+def _launches_doc(run: RunView) -> list[dict[str, Any]]:
+    return [{"launch_id": lv.launch_id, "name": lv.name, "ok": lv.data.get("ok"), "world_size": lv.world_size,
+             "duration": lv.data.get("duration"), "failure": lv.failure,
+             "failure_kind": lv.data.get("failure_kind"), "superseded": lv.superseded} for lv in run.launches]
+
+
 def write_fallback_manifest(root: Path, status: str, error: str, problem: str) -> Path:
     """The ``manifest.json`` left when the full one cannot be built: status, error and the ``problem``."""
     doc = {"schema": 1, "run_id": root.resolve().name, "status": status, "error": error or None,
@@ -147,13 +156,16 @@ def write_fallback_manifest(root: Path, status: str, error: str, problem: str) -
 
 
 def _times(run: RunView, started: Moment | None, ended: Moment | None, status: str) -> dict[str, Any]:
-    old = run.manifest
+    recorded = run.facts
     times = [p.start for p in run.phases] + [p.end for p in run.phases]
-    t0 = _epoch(started) or (old.get("started") or {}).get("epoch") or (min(times) if times else None)
-    t1 = _epoch(ended) or (None if status == "running" else (old.get("ended") or {}).get("epoch") or time.time())
-    return {"started": {"epoch": round(t0, 3), "iso": iso(t0)} if t0 else None,
-            "ended": {"epoch": round(t1, 3), "iso": iso(t1)} if t1 else None,
+    t0 = _epoch(started) or recorded.started or (min(times) if times else None)
+    t1 = _epoch(ended) or (None if status == "running" else recorded.ended or time.time())
+    return {"started": _moment_doc(t0), "ended": _moment_doc(t1),
             "duration": round(t1 - t0, 3) if t0 and t1 else None}
+
+
+def _moment_doc(epoch: float | None) -> dict[str, Any] | None:
+    return {"epoch": round(epoch, 3), "iso": iso(epoch)} if epoch else None
 
 
 def _command(old: Mapping[str, Any] | None, argv: Sequence[str] | None, seed: int | None,
@@ -192,20 +204,36 @@ def _hosts_doc(run: RunView, env: EnvLike | None, old: Mapping[str, Any]) -> dic
         entry = dict(old.get(h) or {})
         spec = specs.get(h)
         if spec is not None:
-            entry.update({"address": getattr(spec, "address", None), "user": getattr(spec, "user", None),
-                          "npu": spec.npu.describe() if hasattr(getattr(spec, "npu", None), "describe") else None})
+            entry.update(_spec_doc(spec))
         m = deploy_hosts.get(h)
         if isinstance(m, dict):
-            entry["deploy"] = {k: m.get(k) for k in ("status", "installed_version", "vendor", "install_path",
-                                                     "interpreter", "durations", "step", "error")}
-        ranks = [r for r in run.ranks if r.host == h]
-        if ranks:
-            entry["ranks"] = {(f"{r.launch}." if r.launch else "") + f"rank{r.rank}": r.outcome for r in ranks}
-        folder = run.path / h
-        if folder.is_dir():
-            entry["files"] = sorted(p.relative_to(run.path).as_posix() for p in folder.rglob("*")
-                                    if p.is_file() and not p.name.startswith("."))
+            entry["deploy"] = {k: m.get(k) for k in _DEPLOY_KEYS}
+        entry.update(_host_results(run, h))
         out[h] = entry
+    return out
+
+
+#: the keys of a host's deploy record manifest.json repeats under the host
+_DEPLOY_KEYS = ("status", "installed_version", "vendor", "install_path", "interpreter", "durations", "step", "error")
+
+
+def _spec_doc(spec: Any) -> dict[str, Any]:
+    """What the env file says of a host: address, user, NPU."""
+    describe = getattr(getattr(spec, "npu", None), "describe", None)
+    return {"address": getattr(spec, "address", None), "user": getattr(spec, "user", None),
+            "npu": describe() if describe is not None else None}
+
+
+def _host_results(run: RunView, host: str) -> dict[str, Any]:
+    """The host's rank outcomes and files in the run folder (keys only where there are some)."""
+    out: dict[str, Any] = {}
+    ranks = [r for r in run.ranks if r.host == host]
+    if ranks:
+        out["ranks"] = {(f"{r.launch}." if r.launch else "") + f"rank{r.rank}": r.outcome for r in ranks}
+    folder = run.path / host
+    if folder.is_dir():
+        out["files"] = sorted(p.relative_to(run.path).as_posix() for p in folder.rglob("*")
+                              if p.is_file() and not p.name.startswith("."))
     return out
 
 

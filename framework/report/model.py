@@ -47,7 +47,7 @@ from typing import Any
 
 from framework.report.fmt import number, ranges, signame, slug, strip_ansi
 
-__all__ = ["OUTCOMES", "PHASE_ORDER", "CoreView", "LaunchView", "Phase", "RankView", "RunView", "case_counts",
+__all__ = ["OUTCOMES", "PHASE_ORDER", "CoreView", "DeployHost", "LaunchView", "Phase", "RankView", "RunFacts", "RunView", "case_counts",
            "case_outcome", "describe_rank", "inside_run", "launch_name", "log_tail", "read_json", "read_run"]
 
 PHASE_ORDER = ("connect", "deploy", "launch", "run", "collect", "teardown")
@@ -78,16 +78,12 @@ class CoreView:
     def from_json(cls, entry: Mapping[str, Any], root: Path) -> CoreView:
         rank = entry.get("rank")
         bt_path = inside_run(root, entry.get("backtrace_path"))
-        backtrace = str(entry.get("backtrace") or "")
-        if not backtrace and entry.get("backtrace_path"):
-            p = Path(str(entry["backtrace_path"]))
-            backtrace = log_tail(root, bt_path, lines=400) if bt_path else (log_tail(p.parent, p.name, 400) if p.is_file()
-                                                                         else "")
-        exe = entry.get("exe") or entry.get("executable") or entry.get("comm")
+        exe = _first(entry, "exe", "executable", "comm")
         return cls(host=str(entry.get("host") or "unknown"), pid=entry.get("pid"), exe=str(exe) if exe else None,
                    signal=signame(entry.get("signal")), rank=rank if isinstance(rank, int) else None,
-                   backtrace=backtrace, local_path=inside_run(root, entry.get("local_path")) or entry.get("local_path"),
-                   description=str(entry.get("describe") or entry.get("description") or ""), backtrace_path=bt_path)
+                   backtrace=_core_backtrace(entry, root, bt_path),
+                   local_path=inside_run(root, entry.get("local_path")) or entry.get("local_path"),
+                   description=str(_first(entry, "describe", "description") or ""), backtrace_path=bt_path)
 
     @property
     def top_frame(self) -> str:
@@ -99,6 +95,22 @@ class CoreView:
     @property
     def anchor(self) -> str:
         return f"core-{slug(self.host)}-{self.pid if self.pid is not None else 'x'}"
+
+
+def _first(entry: Mapping[str, Any], *keys: str) -> Any:
+    """The first of ``keys`` with a non-empty value in ``entry`` (the spellings writers used); None."""
+    return next((entry[k] for k in keys if entry.get(k)), None)
+
+
+def _core_backtrace(entry: Mapping[str, Any], root: Path, bt_path: str | None) -> str:
+    """The entry's backtrace, else the end of its backtrace file (in the run folder or, still, elsewhere)."""
+    backtrace = str(entry.get("backtrace") or "")
+    if backtrace or not entry.get("backtrace_path"):
+        return backtrace
+    if bt_path:
+        return log_tail(root, bt_path, lines=400)
+    p = Path(str(entry["backtrace_path"]))
+    return log_tail(p.parent, p.name, 400) if p.is_file() else ""
 
 
 @dataclass
@@ -196,6 +208,88 @@ class Phase:
         return max(0.0, self.end - self.start)
 
 
+@dataclass(frozen=True)
+class RunFacts:
+    """What ``manifest.json`` says about the run, typed: a key that is absent, empty or of the wrong shape
+    is None (the readers test one value instead of re-deriving it from the dict)."""
+
+    status: str | None = None
+    error: str | None = None
+    started: float | None = None  # epoch seconds
+    ended: float | None = None
+    duration: float | None = None
+    seed: str | None = None
+    env_file: str | None = None
+    version: str | None = None  # camit's version and git commit that wrote it
+    git: str | None = None
+    repro: str | None = None  # the command line that reproduces the run
+    problems: tuple[str, ...] = ()  # what the previous report could not read
+
+    @classmethod
+    def from_manifest(cls, m: Mapping[str, Any]) -> RunFacts:
+        fw = _table(m, "framework")
+        return cls(status=_text(m.get("status")), error=_text(m.get("error")),
+                   started=_seconds(_table(m, "started").get("epoch")),
+                   ended=_seconds(_table(m, "ended").get("epoch")), duration=_seconds(m.get("duration")),
+                   seed=None if m.get("seed") is None else str(m["seed"]),
+                   env_file=_text(_table(m, "env").get("file")), version=_text(fw.get("version")),
+                   git=_text(fw.get("git")), repro=_text(_table(m, "command").get("repro")),
+                   problems=tuple(str(p) for p in _list(m.get("report_problems"))))
+
+
+@dataclass(frozen=True)
+class DeployHost:
+    """One host's entry of ``deploy-manifest.json``, typed (what the deployer recorded for it)."""
+
+    host: str
+    status: str | None = None
+    step: str | None = None  # the step it failed at
+    error: str | None = None
+    durations: dict[str, float] = field(default_factory=dict)  # seconds by step
+    installed_version: str | None = None
+    vendor: str | None = None
+    artifacts: tuple[Mapping[str, Any], ...] = ()
+
+    @classmethod
+    def from_json(cls, host: str, d: Mapping[str, Any]) -> DeployHost:
+        return cls(host, status=_opt(d.get("status")), step=_opt(d.get("step")), error=_opt(d.get("error")),
+                   durations={k: float(v) for k, v in _table(d, "durations").items() if isinstance(v, int | float)},
+                   installed_version=_text(d.get("installed_version")), vendor=_text(d.get("vendor")),
+                   artifacts=tuple(a for a in _list(d.get("artifacts")) if isinstance(a, dict)))
+
+    @property
+    def failed(self) -> bool:
+        return self.status == "failed" or bool(self.error)
+
+    @property
+    def seconds(self) -> float:
+        return sum(self.durations.values())
+
+
+def _opt(value: object) -> str | None:
+    """A present value as text (an empty one too); None for an absent one."""
+    return None if value is None else str(value)
+
+
+def _table(doc: Mapping[str, Any], key: str) -> Mapping[str, Any]:
+    """``doc[key]`` when it is a JSON object, else an empty one."""
+    value = doc.get(key)
+    return value if isinstance(value, dict) else {}
+
+
+def _list(value: object) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _text(value: object) -> str | None:
+    """A non-empty value as text; None for an absent or empty one."""
+    return str(value) if value else None
+
+
+def _seconds(value: object) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
 @dataclass
 class RunView:
     """Everything :func:`read_run` could make of a run folder; ``problems`` lists what it could not."""
@@ -214,6 +308,16 @@ class RunView:
     @property
     def ranks(self) -> list[RankView]:
         return [r for lv in self.launches for r in lv.ranks] + self.orphans
+
+    @property
+    def facts(self) -> RunFacts:
+        return RunFacts.from_manifest(self.manifest)
+
+    @property
+    def deploy_hosts(self) -> list[DeployHost]:
+        """``deploy-manifest.json``'s hosts in its order (an entry that is not an object is left out)."""
+        hosts = _table(self.deploy or {}, "hosts")
+        return [DeployHost.from_json(h, d) for h, d in hosts.items() if isinstance(d, dict)]
 
     @property
     def hosts(self) -> list[str]:
@@ -246,25 +350,37 @@ def read_run(rundir_path: str | os.PathLike[str]) -> RunView:
     for lv in every:
         lv.ranks = _launch_ranks(root, lv, owners, launches, problems)
         claimed.update((r.host, r.rank) for r in lv.ranks)
+    orphans = _orphan_ranks(root, claimed, problems)
+    for rv in [r for lv in launches for r in lv.ranks] + orphans:
+        _attach_cores(rv, cores, launches)
+    _classify_all(every, orphans)
+    deploy = read_json(root / "deploy-manifest.json", problems, None)
+    return RunView(root, run_id, launches, orphans, cores, _phases(root, launches, deploy, problems),
+                   read_json(root / "manifest.json", problems, {}) or {}, deploy,
+                   _junit_summary(root / "junit.xml", problems), problems)
+
+
+def _classify_all(launches: list[LaunchView], orphans: list[RankView]) -> None:
+    """Every rank's outcome and reason (a launch expects JUnit from each rank when one of them wrote it)."""
+    for lv in launches:
+        for rv in lv.ranks:
+            _classify(rv, lv, any(r.junit for r in lv.ranks))
+    for rv in orphans:
+        _classify(rv, None, rv.junit is not None)
+
+
+def _orphan_ranks(root: Path, claimed: set[tuple[str, int]], problems: list[str]) -> list[RankView]:
+    """The ranks whose files lie in a host folder but that no launch record claims."""
+    host_dirs = sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")) \
+        if root.is_dir() else []
     orphans = []
-    for host_dir in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")) \
-            if root.is_dir() else []:
+    for host_dir in host_dirs:
         for n in sorted({int(m.group(1)) for f in host_dir.iterdir() if (m := _RANK_FILE.match(f.name))}):
             if (host_dir.name, n) not in claimed:
                 rv = RankView(n, host_dir.name)
                 _load_rank_files(root, rv, host_dir, problems)
                 orphans.append(rv)
-    for rv in [r for lv in launches for r in lv.ranks] + orphans:
-        _attach_cores(rv, cores, launches)
-    for lv in every:
-        for rv in lv.ranks:
-            _classify(rv, lv, any(r.junit for r in lv.ranks))
-    for rv in orphans:
-        _classify(rv, None, rv.junit is not None)
-    deploy = read_json(root / "deploy-manifest.json", problems, None)
-    return RunView(root, run_id, launches, orphans, cores, _phases(root, launches, deploy, problems),
-                   read_json(root / "manifest.json", problems, {}) or {}, deploy,
-                   _junit_summary(root / "junit.xml", problems), problems)
+    return orphans
 
 
 def read_json(path: Path, problems: list[str], default: Any) -> Any:
@@ -278,7 +394,8 @@ def read_json(path: Path, problems: list[str], default: Any) -> Any:
         return default
 
 
-def _read_launches(root: Path, run_id: str, problems: list[str]) -> list[LaunchView]:
+def _launch_records(root: Path, problems: list[str]) -> list[LaunchView]:
+    """Every ``launch-*.json`` that is a launch record, oldest first."""
     found = []
     for p in sorted(root.glob("launch-*.json")) if root.is_dir() else []:
         data = read_json(p, problems, None)
@@ -289,28 +406,41 @@ def _read_launches(root: Path, run_id: str, problems: list[str]) -> list[LaunchV
         lid = str(data.get("launch_id") or p.stem[len("launch-"):])
         found.append(LaunchView(lid, lid, data["world_size"], data, p.stat().st_mtime))
     found.sort(key=lambda lv: (lv.mtime, lv.launch_id))
-    # a port-collision retry (<id>-r2) supersedes its earlier attempts: report the last one only
-    def attempt(lid: str) -> tuple[str, int]:
-        m = re.search(r"-r(\d+)$", lid)
-        return (lid[: m.start()], int(m.group(1))) if m else (lid, 1)
+    return found
 
+
+def _port_attempt(lid: str) -> tuple[str, int]:
+    """(the launch id without its port-collision retry suffix, the retry's number): ``x-r2`` → (x, 2)."""
+    m = re.search(r"-r(\d+)$", lid)
+    return (lid[: m.start()], int(m.group(1))) if m else (lid, 1)
+
+
+def _last_port_attempts(found: list[LaunchView]) -> list[LaunchView]:
+    """A port-collision retry (<id>-r2) supersedes its earlier attempts: the last one only, naming them."""
     last: dict[str, LaunchView] = {}
     for lv in found:
-        base, n = attempt(lv.launch_id)
-        if base not in last or n > attempt(last[base].launch_id)[1]:
+        base, n = _port_attempt(lv.launch_id)
+        if base not in last or n > _port_attempt(last[base].launch_id)[1]:
             last[base] = lv
-    kept = [lv for lv in found if last[attempt(lv.launch_id)[0]] is lv]
+    kept = [lv for lv in found if last[_port_attempt(lv.launch_id)[0]] is lv]
     for lv in kept:
-        lv.superseded = [o.launch_id for o in found if o is not lv and attempt(o.launch_id)[0] == attempt(lv.launch_id)[0]]
-    kept = _fold_test_attempts(kept)
-    names = []
-    for lv in kept:
-        if lv.test is not None:
-            names.append(launch_name(lv.test, lv.world_size, lv.data.get("seq")))
-            continue
-        short = lv.launch_id[len(run_id) + 1:] if lv.launch_id.startswith(run_id + "-") else lv.launch_id
-        short = re.sub(r"-[0-9a-f]{4}(-r\d+)?$", "", short) or short
-        names.append(short.replace(".", "_"))
+        base = _port_attempt(lv.launch_id)[0]
+        lv.superseded = [o.launch_id for o in found if o is not lv and _port_attempt(o.launch_id)[0] == base]
+    return kept
+
+
+def _launch_label(lv: LaunchView, run_id: str) -> str:
+    """A launch's name before de-duplication: the test's launch name, or its id without run id and salt."""
+    if lv.test is not None:
+        return launch_name(lv.test, lv.world_size, lv.data.get("seq"))
+    short = lv.launch_id[len(run_id) + 1:] if lv.launch_id.startswith(run_id + "-") else lv.launch_id
+    short = re.sub(r"-[0-9a-f]{4}(-r\d+)?$", "", short) or short
+    return short.replace(".", "_")
+
+
+def _read_launches(root: Path, run_id: str, problems: list[str]) -> list[LaunchView]:
+    kept = _fold_test_attempts(_last_port_attempts(_launch_records(root, problems)))
+    names = [_launch_label(lv, run_id) for lv in kept]
     for lv, name in zip(kept, names):
         lv.name = name if names.count(name) == 1 else lv.launch_id.replace(".", "_")
         for earlier in lv.reruns:
@@ -365,7 +495,7 @@ def _expected_host(data: Mapping[str, Any], rank: int) -> str:
     per_node = max(1, int(data.get("world_size", 0)) // len(nodes))
     for host, node in nodes.items():
         if isinstance(node, dict) and node.get("node_rank") == rank // per_node:
-            return host
+            return str(host)
     return "unknown"
 
 
@@ -379,20 +509,30 @@ def _rank_owners(root: Path, launches: list[LaunchView]) -> dict[tuple[str, int]
     """Which launch the shared ``<host>/rank<N>.*`` files belong to (launches fetch into the same folder)."""
     owners: dict[tuple[str, int], str] = {}
     for lv in launches:  # in order: the last launch that had the rank wrote its files last
-        for r in range(lv.world_size):
-            owners[(_expected_host(lv.data, r), r)] = lv.launch_id
-        for key, rr in (lv.data.get("ranks") or {}).items():
-            if str(key).isdigit() and isinstance(rr, dict):
-                owners[(str(rr.get("host")), int(key))] = lv.launch_id
+        owners.update(dict.fromkeys(_launch_slots(lv), lv.launch_id))
     ids = {lv.launch_id for lv in launches} | {s for lv in launches for s in lv.superseded}
     for (host, rank) in list(owners):
-        status = root / host / f"rank{rank}.json"
-        with contextlib.suppress(OSError, ValueError):
-            lid = _remote_launch(json.loads(status.read_text())) if status.exists() else None
-            if lid in ids:
-                owners[(host, rank)] = next((lv.launch_id for lv in launches if lid == lv.launch_id
-                                             or lid in lv.superseded), lid)
+        lid = _status_launch(root / host / f"rank{rank}.json")
+        if lid in ids:
+            owners[(host, rank)] = next((lv.launch_id for lv in launches if lid == lv.launch_id
+                                         or lid in lv.superseded), lid)
     return owners
+
+
+def _launch_slots(lv: LaunchView) -> list[tuple[str, int]]:
+    """The (host, rank) places a launch had: by its node plan, then as its rank records say."""
+    slots = [(_expected_host(lv.data, r), r) for r in range(lv.world_size)]
+    for key, rr in (lv.data.get("ranks") or {}).items():
+        if str(key).isdigit() and isinstance(rr, dict):
+            slots.append((str(rr.get("host")), int(key)))
+    return slots
+
+
+def _status_launch(status: Path) -> str | None:
+    """The launch a rank's status file says wrote it (None when there is none or it cannot be read)."""
+    with contextlib.suppress(OSError, ValueError):
+        return _remote_launch(json.loads(status.read_text())) if status.exists() else None
+    return None
 
 
 def _launch_ranks(root: Path, lv: LaunchView, owners: Mapping[tuple[str, int], str], launches: list[LaunchView],
@@ -407,16 +547,24 @@ def _launch_ranks(root: Path, lv: LaunchView, owners: Mapping[tuple[str, int], s
         host = str(rec.get("host") or _expected_host(lv.data, r))
         rv = RankView(r, host, launch=lv.name if multi else "", launch_id=lv.launch_id,
                       exit_code=rec.get("exit_code"), signal=rec.get("signal"))
-        own_dir = root / host / lv.launch_id  # a per-launch fetch layout, if launch.py grows one
-        if (own_dir / f"rank{r}.json").exists() or (own_dir / f"rank{r}.log").exists():
-            _load_rank_files(root, rv, own_dir, problems)
-        elif owners.get((host, r), lv.launch_id) == lv.launch_id:
-            _load_rank_files(root, rv, root / host, problems)
-        elif order.get(owners[(host, r)], -1) > order.get(lv.launch_id, -1):  # -1: an earlier attempt (not kept)
-            rv.overwritten_by = names.get(owners[(host, r)], owners[(host, r)])
+        owner = owners.get((host, r), lv.launch_id)
+        folder = _rank_folder(root, host, r, lv.launch_id, owner)
+        if folder is not None:
+            _load_rank_files(root, rv, folder, problems)
+        elif order.get(owner, -1) > order.get(lv.launch_id, -1):  # -1: an earlier attempt (not kept)
+            rv.overwritten_by = names.get(owner, owner)
         # else: the files on disk are an earlier launch's; this launch fetched none for the rank
         out.append(rv)
     return out
+
+
+def _rank_folder(root: Path, host: str, rank: int, launch_id: str, owner: str) -> Path | None:
+    """Where the launch's files of the rank are: its own folder (a per-launch fetch layout, if launch.py
+    grows one), the host's folder when the launch owns them there; None when another launch does."""
+    own_dir = root / host / launch_id
+    if (own_dir / f"rank{rank}.json").exists() or (own_dir / f"rank{rank}.log").exists():
+        return own_dir
+    return root / host if owner == launch_id else None
 
 
 def _load_rank_files(root: Path, rv: RankView, folder: Path, problems: list[str]) -> None:
@@ -486,88 +634,137 @@ def _fold_reruns(cases: list[ET.Element]) -> list[ET.Element]:
 
 
 def _attach_cores(rv: RankView, cores: list[CoreView], launches: list[LaunchView]) -> None:
-    for core in cores:
-        if core.host != rv.host or core.rank != rv.rank:
-            continue
-        # a core does not name its launch: give it to the last launch where this rank died by a signal,
-        # else to the last launch that ran the rank
-        holders = [r for lv in launches for r in lv.ranks if r.host == rv.host and r.rank == rv.rank]
-        died = [r for r in holders if r.signal]
-        if not holders or rv is (died or holders)[-1]:
-            rv.cores.append(core)
+    place = (rv.host, rv.rank)
+    mine = [core for core in cores if (core.host, core.rank) == place]
+    if not mine:
+        return
+    # a core does not name its launch: give it to the last launch where this rank died by a signal,
+    # else to the last launch that ran the rank
+    holders = [r for lv in launches for r in lv.ranks if (r.host, r.rank) == place]
+    died = [r for r in holders if r.signal]
+    if not holders or rv is (died or holders)[-1]:
+        rv.cores.extend(mine)
 
 
 def describe_rank(rv: RankView, lv: LaunchView | None) -> str:
     """How a rank ended, one sentence: ``rank 2 on node2 died of SIGSEGV`` (and why, when it was stopped)."""
-    where = f"rank {rv.rank} on {rv.host}"
-    if rv.signal:
-        text = f"{where} died of {rv.signal}"
-    elif rv.exit_code is None:
-        node = ((lv.data.get("nodes") or {}).get(rv.host) or {}) if lv else {}
-        text = f"{where} never reported" + (f" (lost {rv.host}: {node['lost']})" if node.get("lost") else "")
-    else:
-        text = f"{where} exited {rv.exit_code}"
-    # stopped (never reported, or killed) because something else failed first
-    consequence = (rv.exit_code is None and not rv.signal) or rv.signal in SECONDARY_SIGNALS
-    if consequence and lv is not None and lv.failure and lv.data.get("failure_rank") != rv.rank \
-            and lv.failure not in text:
+    text = _ending(rv, lv)
+    if lv is not None and _stopped_by(rv, lv, text):
         kind = lv.data.get("failure_kind")
         text += f"; the launch {'timed out' if kind == 'timeout' else 'failed'}: {lv.failure}"
     return text
 
 
+def _ending(rv: RankView, lv: LaunchView | None) -> str:
+    """``rank 2 on node2`` died of its signal, exited its status, or never reported (with its host's loss)."""
+    where = f"rank {rv.rank} on {rv.host}"
+    if rv.signal:
+        return f"{where} died of {rv.signal}"
+    if rv.exit_code is not None:
+        return f"{where} exited {rv.exit_code}"
+    node = _table(_table(lv.data, "nodes"), rv.host) if lv else {}
+    return f"{where} never reported" + (f" (lost {rv.host}: {node['lost']})" if node.get("lost") else "")
+
+
+def _stopped_by(rv: RankView, lv: LaunchView, text: str) -> bool:
+    """The rank was stopped (never reported, or killed) because something else failed first."""
+    consequence = (rv.exit_code is None and not rv.signal) or rv.signal in SECONDARY_SIGNALS
+    return bool(consequence and lv.failure and lv.data.get("failure_rank") != rv.rank and lv.failure not in text)
+
+
+def _crashed(rv: RankView) -> bool:
+    """A core, or a signal of its own (not a teardown's)."""
+    return bool(rv.cores) or (bool(rv.signal) and rv.signal not in SECONDARY_SIGNALS)
+
+
+def _failed(rv: RankView, failing: int, junit_expected: bool) -> bool:
+    """Failing tests, a bad exit, an unreadable report, or no report where one was expected."""
+    missing = junit_expected and not rv.junit and not rv.overwritten_by
+    return bool(failing or rv.exit_code not in (0, None) or rv.junit_problem or missing)
+
+
+def _outcome(rv: RankView, failing: int, junit_expected: bool) -> str:
+    if _crashed(rv):
+        return "crash"
+    if rv.signal:
+        return "killed"
+    if rv.exit_code is None and not rv.cases:
+        return "lost"
+    return "fail" if _failed(rv, failing, junit_expected) else "pass"
+
+
+def _first_failure(rv: RankView, failing: int) -> str:
+    """"2 failing test(s), first test_x: <its message's first line>"."""
+    first = next(x for x in rv.cases if case_outcome(x) in ("failure", "error"))
+    el = first.find("error") if first.find("error") is not None else first.find("failure")
+    message = el.get("message", "") if el is not None else ""
+    line = message.splitlines()[0] if message else ""
+    head = f"{failing} failing test(s), first {first.get('name')}"
+    return f"{head}: {line}" if line else head
+
+
+def _ending_matters(rv: RankView, failing: int) -> bool:
+    """A signal or a bad exit says something, except pytest's exit 1 for failed tests (those are the reason)."""
+    plain_failure = rv.exit_code == 1 and not rv.signal and failing
+    return bool(rv.signal or rv.exit_code != 0) and not plain_failure
+
+
+def _report_reason(rv: RankView, failing: int, junit_expected: bool) -> list[str]:
+    """What the rank's JUnit says: unreadable, its first failing test, or that it is missing."""
+    if rv.junit_problem:
+        return [rv.junit_problem]
+    if failing:
+        return [_first_failure(rv, failing)]
+    if junit_expected and not rv.junit and rv.exit_code == 0:
+        return ["exited 0 but wrote no JUnit report"]
+    return []
+
+
+def _reasons(rv: RankView, lv: LaunchView | None, failing: int, junit_expected: bool) -> list[str]:
+    """Why a rank did not pass, most telling first."""
+    reasons = [describe_rank(rv, lv)] if _ending_matters(rv, failing) else []
+    reasons += _report_reason(rv, failing, junit_expected)
+    reasons += [f"core dumped ({Path(core.exe or '?').name}, pid {core.pid})" for core in rv.cores]
+    if rv.overwritten_by:
+        reasons.append(f"its files were overwritten by launch {rv.overwritten_by}")
+    return reasons
+
+
 def _classify(rv: RankView, lv: LaunchView | None, junit_expected: bool) -> None:
     c = rv.counts()
-    if rv.cores or (rv.signal and rv.signal not in SECONDARY_SIGNALS):
-        rv.outcome = "crash"
-    elif rv.signal:
-        rv.outcome = "killed"
-    elif rv.exit_code is None and not rv.cases:
-        rv.outcome = "lost"
-    elif c["failures"] or c["errors"] or (rv.exit_code not in (0, None)) or rv.junit_problem \
-            or (junit_expected and not rv.junit and not rv.overwritten_by):
-        rv.outcome = "fail"
-    else:
-        rv.outcome = "pass"
+    failing = c["failures"] + c["errors"]
+    rv.outcome = _outcome(rv, failing, junit_expected)
     rv.torn_down = _torn_down(rv, lv) if rv.outcome in ("killed", "lost") else None
     if rv.torn_down:
         rv.outcome = "killed"
     if rv.outcome != "pass":
-        # pytest exits 1 when tests failed: then the failing tests are the reason, not the exit status
-        plain_failure = rv.exit_code == 1 and not rv.signal and (c["failures"] or c["errors"])
-        reasons = [describe_rank(rv, lv)] if (rv.signal or rv.exit_code != 0) and not plain_failure else []
-        if rv.junit_problem:
-            reasons.append(rv.junit_problem)
-        elif c["failures"] or c["errors"]:
-            first = next(x for x in rv.cases if case_outcome(x) in ("failure", "error"))
-            el = first.find("error") if first.find("error") is not None else first.find("failure")
-            msg = (el.get("message") or "").splitlines()[0] if el is not None and el.get("message") else ""
-            reasons.append(f"{c['failures'] + c['errors']} failing test(s), first {first.get('name')}"
-                           + (f": {msg}" if msg else ""))
-        elif junit_expected and not rv.junit and rv.exit_code == 0:
-            reasons.append("exited 0 but wrote no JUnit report")
-        reasons += [f"core dumped ({Path(core.exe or '?').name}, pid {core.pid})" for core in rv.cores]
-        if rv.overwritten_by:
-            reasons.append(f"its files were overwritten by launch {rv.overwritten_by}")
-        rv.reason = "; ".join(reasons)
+        rv.reason = "; ".join(_reasons(rv, lv, failing, junit_expected))
 
 
 def _torn_down(rv: RankView, lv: LaunchView | None) -> str | None:
     """"torn down after rank 3 on node2 failed" when ``rv`` died of a teardown signal (or never reported) only
     because the launch's first failure was another rank's or host's (:mod:`framework.launch.monitor` records
     which); None for the rank that failed first, a lost host's own ranks, timeouts and interruptions."""
-    if lv is None or not lv.failure or rv.cores or (rv.signal and rv.signal not in SECONDARY_SIGNALS):
+    if lv is None or not lv.failure or _crashed(rv):
         return None
     data = lv.data
     kind, first = data.get("failure_kind"), data.get("failure_rank")
     if kind == "rank" and isinstance(first, int) and first != rv.rank:
-        rec = (data.get("ranks") or {}).get(str(first)) or {}
-        return f"torn down after rank {first} on {rec.get('host') or _expected_host(data, first)} failed"
-    # the monitor's sentences: "lost <host>: <why>", "torchrun on <host> exited <n>"
-    if (kind == "lost" and not lv.failure.startswith(f"lost {rv.host}:")) or \
-            (kind == "node" and not lv.failure.startswith(f"torchrun on {rv.host} ")):
+        return f"torn down after rank {first} on {_rank_host(data, first)} failed"
+    own = _HOST_FAILURE.get(str(kind))
+    if own is not None and not lv.failure.startswith(own.format(host=rv.host)):
         return f"torn down after {lv.failure}"
     return None
+
+
+#: the monitor's sentence of a host's failure by failure kind ("lost <host>: <why>", "torchrun on <host> exited <n>")
+_HOST_FAILURE = {"lost": "lost {host}:", "node": "torchrun on {host} "}
+
+
+def _rank_host(data: Mapping[str, Any], rank: int) -> str:
+    """The host a launch record gives the rank, else the one its node plan puts it on."""
+    host = _table(_table(data, "ranks"), str(rank)).get("host")
+    return str(host) if host else _expected_host(data, rank)
 
 
 def case_counts(cases: Iterable[ET.Element]) -> dict[str, int]:

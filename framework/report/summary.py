@@ -53,12 +53,12 @@ def terminal_summary(rundir_path: str | os.PathLike[str], repro: str | None = No
 
 
 def _headline(run: RunView) -> str:
-    m = run.manifest
-    head = f"camit run {run.run_id}: {str(m.get('status') or 'unknown').upper()}"
-    if m.get("error"):
-        head += f" ({short(str(m['error']), 60)})"
-    if m.get("duration"):
-        head += f" in {dur(float(m['duration']))}"
+    facts = run.facts
+    head = f"camit run {run.run_id}: {(facts.status or 'unknown').upper()}"
+    if facts.error:
+        head += f" ({short(facts.error, 60)})"
+    if facts.duration:
+        head += f" in {dur(facts.duration)}"
     return head
 
 
@@ -87,11 +87,17 @@ def _rank_grid(run: RunView) -> list[str]:
         groups.append(("(no launch record)", run.orphans))
     width = max(len(h) for h in run.hosts) if run.hosts else 4
     for name, ranks in groups:
-        if name:
-            lines.append(f"  {name}")
-        for host in dict.fromkeys(r.host for r in ranks):
-            lines += _host_rows(host, sorted((r for r in ranks if r.host == host), key=lambda r: r.rank), width)
+        lines += [f"  {name}"] if name else []
+        lines += _group_rows(ranks, width)
     return lines
+
+
+def _group_rows(ranks: list[RankView], width: int) -> list[str]:
+    """A launch's ranks, host by host in the order they first appear, each host's by rank."""
+    rows = []
+    for host in dict.fromkeys(r.host for r in ranks):
+        rows += _host_rows(host, sorted((r for r in ranks if r.host == host), key=lambda r: r.rank), width)
+    return rows
 
 
 def _host_rows(host: str, mine: list[RankView], width: int) -> list[str]:
@@ -198,5 +204,5 @@ def _slowest_phases(run: RunView) -> list[str]:
 
 
 def _reproduce(run: RunView, repro: str | None) -> str:
-    command = repro or (run.manifest.get("command") or {}).get("repro")
+    command = repro or run.facts.repro
     return f"  reproduce: {command}" if command else "  reproduce: (no command line recorded)"

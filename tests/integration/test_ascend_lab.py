@@ -14,6 +14,7 @@ import contextlib
 import fcntl
 import json
 import re
+import secrets
 import subprocess
 import sys
 import textwrap
@@ -165,16 +166,52 @@ def _suite_env(npu, tmp_path: Path, change, wheel_source: Path | None = None) ->
     return variant(built, tmp_path / "variant.yaml", change)
 
 
+#: own_workdir: the two library tests deploy at a workdir of their own each run. With venv false the wheel goes
+#: into the host's python, shared by every workdir, while a reused workdir's deploy state says "unchanged"; a
+#: rerun on a kept lab would otherwise test whichever library another test installed last.
+#: the modules the library tests also run at world 8 (four hosts, two visible dies each), in one launch
+#: (``--launch-per world``, no redeploy): the prefill dispatch/combine cases (routing across four nodes; uneven
+#: tokens, zero rows, two communicators, more tokens than vector cores) and the fuzz module, whose fused "valid"
+#: cases are where the clean-room library first disagreed at world 8. The fused module stays at world 4: its
+#: shapes shrink with the world (cases.experts), it costs twice the two others together on two cores, and the
+#: fuzz module's fused cases already run it at 8.
+WORLD_8 = ("suites/cam/test_prefill.py", "suites/cam/test_fuzz.py")
+
+
+def passes_at_world_8(env: Path, reports: Path) -> None:
+    """WORLD_8's modules at world 8 on the env deployed already: every rank-side case passes on all 8 ranks,
+    two on each of the four hosts. The caller holds the lab's lock (the deployed workdir is the env's)."""
+    proc = run("-m", "pytest", *WORLD_8, "--env", str(env), "--world-sizes", "8", "--launch-per", "world",
+               "--no-deploy", "--report-dir", str(reports), "-p", "no:cacheprovider", "-q", "-rs", timeout=1200)
+    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-2000:]
+    tail = proc.stdout.strip().splitlines()[-1]
+    assert re.search(rf"\b{len(WORLD_8)} passed", tail) and not re.search(r"\b\d+ (failed|error)", tail), tail
+    folder = (reports / "latest").resolve()
+    launches = [json.loads(p.read_text()) for p in folder.glob("launch-*.json")]
+    assert len(launches) == 1 and launches[0]["world_size"] == 8, [x["launch_id"] for x in launches]
+    hosts = [launches[0]["ranks"][str(r)]["host"] for r in range(8)]
+    assert hosts == [f"host{1 + r // 2}" for r in range(8)], hosts   # two visible dies a host
+    xmls = sorted(folder.glob("host*/*/rank*.xml"))
+    assert len(xmls) == 8, xmls
+    for xml in xmls:
+        cases = list(ET.parse(xml).getroot().iter("testcase"))
+        bad = [c.get("name") for c in cases if any(e.tag in ("failure", "error", "skipped") for e in c)]
+        assert len(cases) > 10 and not bad, (xml, bad)
+
+
 def test_cam_suite_passes_on_the_hccl_path_with_ranks_per_node_the_visible_devices(npu, tmp_path):
-    """npu.count 16 with npu.visible [0, 1]: world 4 needs both hosts, two ranks (devices) each."""
+    """npu.count 16 with npu.visible [0, 1]: world 4 needs two hosts, two ranks (devices) each; then WORLD_8's
+    modules at world 8 across all four hosts (``make test``'s A3 lab has four)."""
     def visible(doc: dict[str, Any]) -> None:
         doc["defaults"]["npu"]["visible"] = [0, 1]
-        doc["defaults"]["workdir"] = "/var/tmp/camit/hccl-suite"
+        doc["defaults"]["workdir"] = f"/var/tmp/camit/hccl-suite-{secrets.token_hex(4)}"   # see own_workdir
 
     env = _suite_env(npu, tmp_path, visible)
     with npu_lab_lock():
         proc = run("-m", "pytest", "suites/cam", "--env", str(env), "--world-sizes", "4", "--report-dir",
                    str(tmp_path / "r"), "-p", "no:cacheprovider", "-q", "-rs", timeout=1800)
+        if proc.returncode == 0:
+            passes_at_world_8(env, tmp_path / "r8")
     assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-2000:]
     tail = proc.stdout.strip().splitlines()[-1]
     assert re.search(r"\b\d+ passed", tail) and not re.search(r"\b\d+ (failed|error)", tail), tail
@@ -210,17 +247,20 @@ CLEANROOM = REPO / "tests" / "cleanroom_cam"
 
 def test_the_cam_suite_and_the_upstream_runner_pass_against_the_clean_room_library(npu, tmp_path):
     """The same suite, deployed with the clean-room library's wheel instead of the stand-in's, at world 4 across
-    both hosts (two visible dies each): every CAM test passes; the upstream runner (the miniature checkout) too.
-    Where the two libraries disagreed, upstream decided and the contract records it (camcontract.py)."""
+    two hosts (two visible dies each): every CAM test passes; the upstream runner (the miniature checkout) too;
+    then WORLD_8's modules at world 8 across four hosts. Where the two libraries disagreed, upstream decided and
+    the contract records it (camcontract.py)."""
     def visible(doc: dict[str, Any]) -> None:
         doc["defaults"]["npu"]["visible"] = [0, 1]
-        doc["defaults"]["workdir"] = "/var/tmp/camit/cleanroom-suite"
+        doc["defaults"]["workdir"] = f"/var/tmp/camit/cleanroom-suite-{secrets.token_hex(4)}"   # see own_workdir
 
     env = _suite_env(npu, tmp_path, visible, wheel_source=CLEANROOM)
     fake = REPO / "tests" / "data" / "fake_umdk"
     with npu_lab_lock():
         proc = run("-m", "pytest", "suites/cam", "--env", str(env), "--world-sizes", "4", "--umdk-src", str(fake),
                    "--report-dir", str(tmp_path / "r"), "-p", "no:cacheprovider", "-q", "-rs", timeout=1800)
+        if proc.returncode == 0:
+            passes_at_world_8(env, tmp_path / "r8")
     assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-2000:]
     tail = proc.stdout.strip().splitlines()[-1]
     assert re.search(r"\b\d+ passed", tail) and not re.search(r"\b\d+ (failed|error)", tail), tail
@@ -523,11 +563,12 @@ COMM = textwrap.dedent("""\
 
 
 def _comm_run(env_path: Path, tmp_path: Path) -> dict[int, dict[str, str]]:
-    """``camit run`` of COMM on both hosts, two ranks each: rank → the variables it printed (and its logs' text)."""
+    """``camit run`` of COMM on host1 and host2, two ranks each: rank → the variables it printed (and its logs'
+    text). The lab may have more hosts (``make test``'s has four): world 4 stays on the first two."""
     script = tmp_path / "comm.py"
     script.write_text(COMM)
-    proc = run("-m", "framework.cli", "run", "--env", str(env_path), "--nproc-per-node", "2", "--report-dir",
-               str(tmp_path / "r"), "--core-policy", "ignore", "--", str(script), timeout=300)
+    proc = run("-m", "framework.cli", "run", "--env", str(env_path), "--hosts", "host1,host2", "--nproc-per-node",
+               "2", "--report-dir", str(tmp_path / "r"), "--core-policy", "ignore", "--", str(script), timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     out: dict[int, dict[str, str]] = {}
     for log in (tmp_path / "r" / "latest").resolve().glob("host*/rank*.log"):

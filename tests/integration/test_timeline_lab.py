@@ -43,7 +43,8 @@ def test_a_device_fault_on_rank_3_is_the_root_cause_and_its_peers_errors_are_con
     script = tmp_path / "fault.py"
     script.write_text(FAULT)
     with npu_lab_lock():
-        proc = run("-m", "framework.cli", "run", "--env", str(env), "--nproc-per-node", "2", "--timeout", "60",
+        proc = run("-m", "framework.cli", "run", "--env", str(env), "--hosts", "host1,host2",   # world 4
+                   "--nproc-per-node", "2", "--timeout", "60",
                    "--report-dir", str(tmp_path / "r"), "--core-policy", "ignore", "--", str(script), timeout=200)
     assert proc.returncode != 0, proc.stdout[-3000:]
     folder = (tmp_path / "r" / "latest").resolve()

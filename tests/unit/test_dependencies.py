@@ -27,9 +27,11 @@ ROOT = Path(__file__).resolve().parents[2]
 #: distribution (normalised) → the top-level modules it provides, where that is not its name with ``-`` → ``_``
 PROVIDES = {"pyyaml": {"yaml"}, "pytest-xdist": {"xdist"}, "pytest": {"pytest", "_pytest"}}
 #: modules imported only by an optional feature, and why it is optional (each must be in an extra)
-#: rank programs torchrun runs on the hosts (``camit check --pairs``, ``--heal``'s smoke run): their torch is the
+#: rank programs torchrun runs on the hosts (``camit check --pairs``, ``--heal``'s smoke run, calibration's golden
+#: comparison): their torch is the
 #: hosts' own, as for any launch target, never imported by the controller
-RANK_PROGRAMS = {"framework/launch/pairs_rank.py", "framework/launch/smoke_allreduce.py"}
+RANK_PROGRAMS = {"framework/launch/pairs_rank.py", "framework/launch/smoke_allreduce.py",
+                 "framework/calib/golden_rank.py"}
 OPTIONAL = {"coverage": "coverage mode (--cov-ranks): framework.coverage checks it is importable and names "
                         "the extra before the run"}
 

@@ -3,6 +3,8 @@
 import multiprocessing
 from pathlib import Path
 
+import pytest
+
 from framework import perfbase
 
 SAMPLES = [
@@ -52,3 +54,10 @@ def test_workers_updating_one_baseline_file_at_once_lose_nothing(tmp_path):
     with ctx.Pool(4) as pool:
         pool.map(_record, [(str(path), w) for w in range(4)])
     assert set(perfbase.load(path)) == {f"case{c}.w{w}" for c in range(15) for w in range(4)}
+
+
+def test_a_baseline_that_is_not_an_object_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "baseline.json"
+    path.write_text("[1, 2]")
+    with pytest.raises(ValueError, match="expected a JSON object of cases, got list"):
+        perfbase.load(path)

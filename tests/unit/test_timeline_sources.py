@@ -122,3 +122,23 @@ def test_the_hosts_clock_is_read_in_the_same_script_as_dmesg_and_garbage_is_no_c
         "now": 1796546520.9903038, "uptime": 12311.76}
     for bad in ("@@clock 17965 \n", "@@clock nan 3\n", "@@clock a b\n", "@@clock 1 -2\n", "no records\n"):
         assert parse_clock(bad) is None, bad
+
+
+def test_an_oom_kill_only_the_kernel_shows_becomes_the_launch_records_cause_on_refresh(tmp_path):
+    """The launch wrote its cause ("died of SIGKILL") before the hosts' dmesg came back: the refresh that
+    places the kernel's OOM kill first puts it in the launch record, which the summary reads."""
+    host = tmp_path / "host16"
+    host.mkdir()
+    boot = 1_796_500_000.0
+    (host / "dmesg-clock.json").write_text(json.dumps({"now": boot + 12000.0, "uptime": 12000.0}))
+    (host / "rank15.json").write_text(json.dumps({"rank": 15, "pid": 21182, "exit_code": None, "signal": "SIGKILL",
+                                                  "start": boot + 11700.0, "end": boot + 11794.5}))
+    record = tmp_path / "launch-L7.json"
+    record.write_text(json.dumps({"launch_id": "L7", "cause": "rank 15 on host16: died of SIGKILL"}))
+    timeline.write(tmp_path, timeline.build(tmp_path, {"host16": host}), "L7", {"host16": host})
+    assert json.loads(record.read_text())["cause"] == "rank 15 on host16: died of SIGKILL"
+    shutil.copy(KERNEL / "dmesg-oom.txt", host / "dmesg.txt")
+    found = timeline.refresh(tmp_path)
+    assert found is not None and found.root is not None and found.root.what == "oom kill"
+    cause = json.loads(record.read_text())["cause"]
+    assert cause.startswith(found.root.describe()) and "host16" in cause, cause

@@ -89,21 +89,26 @@ def _fused_rows(seed: int, world: int, case: FusedCase) -> list[list[int]]:
 
 def _measure_fused(cam, seed: int, case: FusedCase, warmup: int, iterations: int) -> dict:
     rows = _fused_rows(seed, cam.world, case)
-    got: dict = {"fused_deep_moe_us": [], "reference_us": [], "fused_deep_moe_hash": []}
+    got: dict = {"fused_deep_moe_us": [], "reference_us": [], "fused_deep_moe_hash": [], "section_each_us": []}
     args = fused_args(cam, seed, case)  # built once, on the device: only the op is timed
+    buffers = _reference_buffers(cam, rows, case.hidden)
     section = 0.0
+    dist.barrier()  # the set-up ends at different times on each rank: not the loop's to wait for
+    loop0 = time.perf_counter()
     for it in range(warmup + iterations):
-        dist.barrier()
+        _barrier(got)
         t0 = time.perf_counter()
         out, _, counts = cam.ops.fused_deep_moe(*args)
         cam.sync()
         t1 = time.perf_counter()
-        ref = _reference(cam, rows, case.hidden)
+        ref = _reference(cam, buffers, got)
         section += (t1 - t0) * 1e6 + ref
+        got["section_each_us"].append((t1 - t0) * 1e6 + ref)
         if it >= warmup:
             got["fused_deep_moe_us"].append((t1 - t0) * 1e6)
             got["reference_us"].append(ref)
             got["fused_deep_moe_hash"].append(_digest(out) + _digest(counts))
+    got["loop_us"] = (time.perf_counter() - loop0) * 1e6  # the timed loop: its bookkeeping is loop - section
     got["rows"] = rows
     got["section_us"] = section  # the op(s) and the reference, warm-up included: the rest is bookkeeping
     got["shape"] = {"tokens": case.batch, "hidden": case.hidden, "top_k": case.top_k, "experts": case.experts,
@@ -125,14 +130,26 @@ def _digest(t: torch.Tensor) -> str:
     return hashlib.sha256(t.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes()).hexdigest()
 
 
-def _reference(cam, rows: list[list[int]], hidden: int) -> float:
-    """One all_to_all_single of the dispatch's bytes over the op's group: microseconds."""
+def _reference_buffers(cam, rows: list[list[int]], hidden: int) -> tuple:
+    """The reference's device buffers and split sizes, made once per configuration (outside the loop)."""
     send = [rows[cam.rank][j] * hidden * 2 for j in range(cam.world)]
     recv = [rows[i][cam.rank] * hidden * 2 for i in range(cam.world)]
-    src = torch.ones(sum(send), dtype=torch.uint8)
-    dst = torch.empty(sum(recv), dtype=torch.uint8)
-    src, dst = cam.to_device(src), cam.to_device(dst)
+    src = cam.to_device(torch.ones(sum(send), dtype=torch.uint8))
+    dst = cam.to_device(torch.empty(sum(recv), dtype=torch.uint8))
+    return dst, src, recv, send
+
+
+def _barrier(got: dict) -> None:
+    """``dist.barrier()``, its time added to ``got["barrier_us"]`` (the bench tells it from the rest)."""
+    t0 = time.perf_counter()
     dist.barrier()
+    got["barrier_us"] = got.get("barrier_us", 0.0) + (time.perf_counter() - t0) * 1e6
+
+
+def _reference(cam, buffers: tuple, got: dict) -> float:
+    """One all_to_all_single of the dispatch's bytes over the op's group: microseconds."""
+    dst, src, recv, send = buffers
+    _barrier(got)
     t0 = time.perf_counter()
     dist.all_to_all_single(dst, src, recv, send, group=cam.group)
     cam.sync()
@@ -145,10 +162,14 @@ def _measure(cam, seed: int, case: PrefillCase, warmup: int, iterations: int) ->
     topk_t, w_t = cam.to_device(torch.from_numpy(topk)), cam.to_device(torch.from_numpy(w))
     ntpe, sti = cam.ops.get_dispatch_layout(topk_t, case.experts, cam.world)
     rows = _rows(seed, cam.world, case)
-    got: dict = {"dispatch_us": [], "combine_us": [], "reference_us": [], "dispatch_hash": [], "combine_hash": []}
+    buffers = _reference_buffers(cam, rows, case.hidden)
+    got: dict = {"dispatch_us": [], "combine_us": [], "reference_us": [], "dispatch_hash": [], "combine_hash": [],
+                 "section_each_us": []}
     section = 0.0
+    dist.barrier()  # the set-up ends at different times on each rank: not the loop's to wait for
+    loop0 = time.perf_counter()
     for it in range(warmup + iterations):
-        dist.barrier()
+        _barrier(got)
         t0 = time.perf_counter()
         recv_x, _, expand, recv_count, _ = cam.ops.moe_dispatch_prefill(
             xt, topk_t, w_t, ntpe, sti, cam.group_ep, cam.rank, cam.world, False)
@@ -157,14 +178,16 @@ def _measure(cam, seed: int, case: PrefillCase, warmup: int, iterations: int) ->
         out = cam.ops.moe_combine_prefill(recv_x, topk_t, w_t, expand, recv_count, cam.group_ep, cam.rank, cam.world)
         cam.sync()
         t2 = time.perf_counter()
-        ref = _reference(cam, rows, case.hidden)
+        ref = _reference(cam, buffers, got)
         section += (t2 - t0) * 1e6 + ref
+        got["section_each_us"].append((t2 - t0) * 1e6 + ref)
         if it >= warmup:
             got["dispatch_us"].append((t1 - t0) * 1e6)
             got["combine_us"].append((t2 - t1) * 1e6)
             got["reference_us"].append(ref)
             got["dispatch_hash"].append(_digest(recv_x[: int(recv_count[-1])] if recv_count.numel() else recv_x))
             got["combine_hash"].append(_digest(out))
+    got["loop_us"] = (time.perf_counter() - loop0) * 1e6  # the timed loop: its bookkeeping is loop - section
     got["rows"] = rows
     got["section_us"] = section  # the op(s) and the reference, warm-up included: the rest is bookkeeping
     got["shape"] = case.__dict__
@@ -179,8 +202,9 @@ def _sized(case: PrefillCase, world: int) -> PrefillCase:
 
 
 def _walled(measure, *args) -> dict:
-    """``measure(*args)`` with ``wall_us``: the whole shape, inputs, barriers and hashes included
-    (``bench/perf_overhead.py`` sets it against ``section_us``)."""
+    """``measure(*args)`` with ``wall_us``: the whole shape, its inputs (built once, before the timed
+    loop), barriers and hashes included (``bench/perf_overhead.py`` sets it against ``loop_us`` and
+    ``section_us``)."""
     t0 = time.perf_counter()
     got = measure(*args)
     got["wall_us"] = (time.perf_counter() - t0) * 1e6
@@ -193,6 +217,8 @@ def test_sweep(cam, seed):
     t0 = time.perf_counter()
     if cases:  # the process's first calls (lazy imports, first allocations, first collectives) once per launch
         _measure(cam, seed, _sized(cases[0], cam.world), 1, 0)
+    if fused_cases:  # and fused_deep_moe's own
+        _measure_fused(cam, seed, fused_cases[0], 1, 0)
     launch_us = (time.perf_counter() - t0) * 1e6
     results = []
     for case in cases:
