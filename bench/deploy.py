@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Deploy benchmark: star push vs pipelined relay under a shaped controller uplink; the whole first deploy; redeploy cost.
+"""\
+Deploy benchmark: star push vs pipelined relay under a shaped controller uplink; the whole first deploy; redeploy cost.
 
     python bench/deploy.py [--hosts 8] [--size-mib 64] [--rate-mbit 100] [--first 3] [--name bench]
 

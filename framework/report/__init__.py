@@ -46,5 +46,6 @@ __all__ = ["CoreView", "LaunchView", "Phase", "RankView", "RunDir", "RunView", "
            "validate_junit", "write_atomic", "write_cluster_junit", "write_index", "write_manifest"]
 
 
-__getattr__, __dir__ = lazy_exports(__name__, globals(), {name: module if module.startswith("framework.") else f"{__name__}.{module}"
-                                                           for name, module in _EXPORTS.items()})
+__getattr__, __dir__ = lazy_exports(__name__, globals(),
+                                    {name: module if module.startswith("framework.") else f"{__name__}.{module}"
+                                     for name, module in _EXPORTS.items()})

@@ -183,8 +183,8 @@ def _header(run: RunView, status: str) -> str:
     facts = _header_facts(run)
     dl = "".join(f"<div><dt>{k}</dt><dd>{v}</dd></div>" for k, v in facts)
     repro = run.facts.repro
-    repro_html = (f"<div class='repro'><span class='muted'>reproduce</span><code id='repro'>{escape(repro)}</code></div>"
-                  if repro else "")
+    repro_html = ("<div class='repro'><span class='muted'>reproduce</span>"
+                  f"<code id='repro'>{escape(repro)}</code></div>" if repro else "")
     nav = "".join(f"<a href='{_href(n)}'>{escape(n)}</a>" for n in _folder_links(run.path))
     return (f"<header><div class='inner'><h1>camit run <code>{escape(run.run_id)}</code>"
             f"<span class='badge s-{_cls(status)}'>{escape(status)}</span></h1>"
@@ -299,16 +299,19 @@ def _timeline(phases: Sequence[Phase], manifest: dict[str, Any]) -> str:
         segs = []
         for p, lane in placed:
             left, width = pct(p.start), max(pct(p.end) - pct(p.start), 0.25)
-            tip = (f"{host} {p.phase}: {dur(p.duration)} ({(iso(p.start) or '')[11:19]}–{(iso(p.end) or '')[11:19]} UTC)"
+            tip = (f"{host} {p.phase}: {dur(p.duration)} "
+                   f"({(iso(p.start) or '')[11:19]}–{(iso(p.end) or '')[11:19]} UTC)"
                    + (f" — {p.detail}" if p.detail else "") + (" — estimated" if p.derived else ""))
             # a nested <svg> per segment: positioned by attributes, and it clips its label to the bar
             segs.append(f"<svg class='seg ph-{_cls(p.phase)}{' derived' if p.derived else ''}' data-phase='"
-                        f"{escape(p.phase, quote=True)}' x='{left:.3f}%' y='{lane * _LANE + 2}' width='{width:.3f}%' "
-                        f"height='18'><title>{escape(tip, quote=False)}</title><rect width='100%' height='100%' rx='3'/>"
+                        f"{escape(p.phase, quote=True)}' x='{left:.3f}%' y='{lane * _LANE + 2}' "
+                        f"width='{width:.3f}%' height='18'><title>{escape(tip, quote=False)}</title>"
+                        "<rect width='100%' height='100%' rx='3'/>"
                         f"<text x='4' y='13'>{escape(p.phase)} {escape(dur(p.duration))}</text></svg>")
         rows.append(f"<div class='tl-row' data-host='{escape(host, quote=True)}'><div class='tl-host' title="
                     f"'{escape(host, quote=True)}'>{escape(host)}</div><svg class='tl-track' width='100%' height='"
-                    f"{height + 2}' role='img' aria-label='{escape(host, quote=True)} phases'>{''.join(segs)}</svg></div>")
+                    f"{height + 2}' role='img' aria-label='{escape(host, quote=True)} phases'>"
+                    f"{''.join(segs)}</svg></div>")
     names = sorted({p.phase for p in phases}, key=lambda n: (_phase_rank(n), n))
     legend = "".join(f"<span><i class='seg-key ph-{_cls(n)}'></i>{escape(n)}</span>" for n in names)
     legend += "<span><i class='seg-key derived'></i>estimated</span>"
@@ -488,7 +491,8 @@ def _failing_case(r: RankView, c: ET.Element) -> str:
 
 def _problems(run: RunView) -> str:
     bad = [r for r in run.ranks if r.outcome != "pass"]
-    failing = [(r, c) for r in run.ranks for c in r.cases if c.find("failure") is not None or c.find("error") is not None]
+    failing = [(r, c) for r in run.ranks for c in r.cases
+               if c.find("failure") is not None or c.find("error") is not None]
     if not bad and not failing:
         return ""
     out = ["<section id='problems'><h2>Problems</h2>"]
@@ -598,7 +602,8 @@ def _files(run: RunView) -> str:
                       f"<small>{len(files)} files</small></summary><ul class='files-list'>{items}</ul></details>")
     if not groups:
         return ""
-    return f"<section id='files'><h2>Files collected from the hosts</h2><div class='card'>{''.join(groups)}</div></section>"
+    return ("<section id='files'><h2>Files collected from the hosts</h2>"
+            f"<div class='card'>{''.join(groups)}</div></section>")
 
 
 def _size(n: float) -> str:

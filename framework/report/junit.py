@@ -392,7 +392,8 @@ def _synthetic_case(rv: RankView, lv: LaunchView | None, run: RunView, prefix: s
             return None
         case.set("name", "rank_exit")  # the tests reported, then the process ended badly
     elif rv.outcome == "pass":
-        ET.SubElement(case, "system-out").text = scrub(xml_text(f"{describe_rank(rv, lv)}\n{log_tail(run.path, rv.log)}"))
+        text = f"{describe_rank(rv, lv)}\n{log_tail(run.path, rv.log)}"
+        ET.SubElement(case, "system-out").text = scrub(xml_text(text))
         return case
     message = rv.reason or describe_rank(rv, lv)
     kind = _RANK_ERROR.get(rv.outcome, "RankFailed")

@@ -98,12 +98,13 @@ def write_manifest(rundir_path: str | os.PathLike[str], *, env: EnvLike | None =
     """Write ``manifest.json``: what ran, where, with what, and how it ended.
 
     Values left ``None`` keep what an earlier call recorded, so the plugin can write
-    ``status="running"`` with env, seed and argv at the start and only the status at
-    the end. ``env`` is an ``EnvConfig`` (stored as ``env.redacted()``: no secret is
-    ever written), a mapping (secret-looking keys redacted) or a path. ``repro`` is the
-    reproduce line when the caller built it (:func:`repro_command` with its own spelling),
-    else it is built from ``argv`` and ``seed``. ``scrub`` (default: the env's secrets)
-    filters every string value (:func:`~framework.records.scrub.scrub_doc`); ``report_errors`` are listed as ``report_problems``.
+    ``status="running"`` with env, seed and argv at the start and only the status at the
+    end. ``env`` is an ``EnvConfig`` (stored as ``env.redacted()``: no secret is ever
+    written), a mapping (secret-looking keys redacted) or a path. ``repro`` is the reproduce
+    line when the caller built it (:func:`repro_command` with its own spelling), else it is
+    built from ``argv`` and ``seed``. ``scrub`` (default: the env's secrets) filters every
+    string value (:func:`~framework.records.scrub.scrub_doc`); ``report_errors`` are listed
+    as ``report_problems``.
     """
     root = Path(rundir_path)
     scrub = scrub or Scrubber.from_env(env)

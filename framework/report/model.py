@@ -47,8 +47,9 @@ from typing import Any
 
 from framework.report.fmt import number, ranges, signame, slug, strip_ansi
 
-__all__ = ["OUTCOMES", "PHASE_ORDER", "CoreView", "DeployHost", "LaunchView", "Phase", "RankView", "RunFacts", "RunView", "case_counts",
-           "case_outcome", "describe_rank", "inside_run", "launch_name", "log_tail", "read_json", "read_run"]
+__all__ = ["OUTCOMES", "PHASE_ORDER", "CoreView", "DeployHost", "LaunchView", "Phase", "RankView", "RunFacts",
+           "RunView", "case_counts", "case_outcome", "describe_rank", "inside_run", "launch_name", "log_tail",
+           "read_json", "read_run"]
 
 PHASE_ORDER = ("connect", "deploy", "launch", "run", "collect", "teardown")
 #: signals that end a rank as a consequence (torchrun or our teardown stopping it), not a crash

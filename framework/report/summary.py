@@ -43,8 +43,9 @@ def terminal_summary(rundir_path: str | os.PathLike[str], repro: str | None = No
     """
     run = read_run(rundir_path)
     keep = scrub or str
-    lines = [keep(line) for line in [_headline(run), *_counts(run), *_causes(run), *_rank_grid(run), *_bad_ranks(run), *_stacks(run), *_cores(run), *_missing_cores(run),
-                                     *_dirty_hosts(run), *_failed_tests(run), *_slowest_phases(run)]]
+    lines = [keep(line) for line in [_headline(run), *_counts(run), *_causes(run), *_rank_grid(run), *_bad_ranks(run),
+                                     *_stacks(run), *_cores(run), *_missing_cores(run), *_dirty_hosts(run),
+                                     *_failed_tests(run), *_slowest_phases(run)]]
     lines += [f"  report: {run.path / 'index.html'}", keep(_reproduce(run, repro))]
     if run.problems:
         lines.append(keep("  report problems: " + short("; ".join(run.problems), 90)))

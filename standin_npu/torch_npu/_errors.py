@@ -13,7 +13,8 @@ import time
 
 SUBMODULES = {"PTA": 0, "OPS": 1, "DIST": 2}
 ERRCODES = {"VALUE": (3, "invalid value"), "INTERNAL": (5, "internal error"),
-            "NOT_SUPPORT": (7, "feature not supported"), "ACL": (100, "call acl api failed"), "HCCL": (200, "call hccl api failed")}
+            "NOT_SUPPORT": (7, "feature not supported"), "ACL": (100, "call acl api failed"),
+            "HCCL": (200, "call hccl api failed")}
 # NPUErrorCodes.h (only the codes the stand-in raises)
 ACL_TEXT = {
     107001: "Invalid device ID.\n        Check whether the device ID is valid.",

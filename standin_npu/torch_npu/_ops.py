@@ -60,7 +60,8 @@ def _quant_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 def _group(group_ep: str, ep_world_size: int, ep_rank_id: int) -> dist.ProcessGroup:
     group = resolve_hccl_comm_name(group_ep)
-    _check(group.size() == ep_world_size, f"ep_world_size={ep_world_size} but group {group_ep} has {group.size()} ranks")
+    _check(group.size() == ep_world_size,
+           f"ep_world_size={ep_world_size} but group {group_ep} has {group.size()} ranks")
     _check(group.rank() == ep_rank_id, f"ep_rank_id={ep_rank_id} but this process is rank {group.rank()} of {group_ep}")
     return group
 
@@ -69,7 +70,8 @@ def _a2a(send: torch.Tensor, send_counts: list[int], recv_counts: list[int], gro
     """all_to_all of rows as raw bytes, so any dtype travels bit-exactly over gloo."""
     n = send.shape[0]
     width = int(torch.Size(send.shape[1:]).numel()) * send.element_size()
-    raw = send.contiguous().reshape(n, -1).view(torch.uint8) if n and width else torch.empty((n, width), dtype=torch.uint8)
+    raw = (send.contiguous().reshape(n, -1).view(torch.uint8) if n and width
+           else torch.empty((n, width), dtype=torch.uint8))
     out = torch.empty((sum(recv_counts), width), dtype=torch.uint8)
     if width:
         dist.all_to_all_single(out, raw.contiguous(), output_split_sizes=recv_counts, input_split_sizes=send_counts,
@@ -144,7 +146,8 @@ def npu_moe_distribute_dispatch_v2(
     r_weight = _a2a(weight.view(-1, 1), sc, rc, group).view(-1)
 
     # owner side: by local expert, then source rank, token, k (the order received is by source already)
-    key = r_meta[:, 3] * (world * bs * top_k + 1) + r_meta[:, 0] * (bs * top_k + 1) + r_meta[:, 1] * top_k + r_meta[:, 2]
+    key = (r_meta[:, 3] * (world * bs * top_k + 1) + r_meta[:, 0] * (bs * top_k + 1)
+           + r_meta[:, 1] * top_k + r_meta[:, 2])
     perm = torch.argsort(key, stable=True)
     r_rows, r_meta, r_scale, r_weight = r_rows[perm], r_meta[perm], r_scale[perm], r_weight[perm]
     rows_in = r_rows.shape[0]

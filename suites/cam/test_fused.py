@@ -1,4 +1,5 @@
-"""fused_deep_moe: base, with_share, with_smooth, with_mc2_mask, dynamicBS, dynamicEPLB, all (rank/test_fused_rank.py)."""
+"""fused_deep_moe: base, with_share, with_smooth, with_mc2_mask, dynamicBS, dynamicEPLB, all
+(rank/test_fused_rank.py)."""
 
 import pytest
 from camsuite import fused_env

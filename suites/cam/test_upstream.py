@@ -48,8 +48,8 @@ def upstream_suite(camit, cluster, launcher, rank_suite):
 
     src = Path(camit.options.umdk_src) / "test" / "cam"
     return RankSuite(camit.require_env(), cluster, launcher, tree=src, slots=camit.options.slots,
-                     rank_env={"CAMIT_SEED": str(camit.seed)}, case_timeout=camit.case_timeout, pytest_args=["-s", "-rs"],
-                     coverage=rank_suite.coverage, spread=camit.options.spread)
+                     rank_env={"CAMIT_SEED": str(camit.seed)}, case_timeout=camit.case_timeout,
+                     pytest_args=["-s", "-rs"], coverage=rank_suite.coverage, spread=camit.options.spread)
 
 
 @pytest.mark.multi_process_test

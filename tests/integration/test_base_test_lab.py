@@ -148,11 +148,12 @@ def test_ported_urma_case(lab, lab_env_path, tmp_path):
     out = proc.stdout
     assert proc.returncode == 0, out[-4000:]
     assert "2 passed" in out
+    copy = re.escape(str(case.parent))
     for host in ("host1", "host2"):  # not on the hosts before: shipped, creating the copy's top folder there
-        assert re.search(rf"{host}: shipped 2 file\(s\) to {re.escape(str(case.parent))} \(created /tmp/", out), out[-4000:]
-    app = case.parent / "echo_app.py"
-    assert re.search(rf"\[ host1 exec_cmd end \] python3 {re.escape(str(app))} -n 5 .* -S [\d.]+ ret=0", out), out[-4000:]
-    assert re.search(rf"\[ host2 exec_cmd end \] python3 {re.escape(str(app))} -n 5 .* -B [\d.]+ ret=0", out), out[-4000:]
+        assert re.search(rf"{host}: shipped 2 file\(s\) to {copy} \(created /tmp/", out), out[-4000:]
+    app = re.escape(str(case.parent / "echo_app.py"))
+    assert re.search(rf"\[ host1 exec_cmd end \] python3 {app} -n 5 .* -S [\d.]+ ret=0", out), out[-4000:]
+    assert re.search(rf"\[ host2 exec_cmd end \] python3 {app} -n 5 .* -B [\d.]+ ret=0", out), out[-4000:]
     server = re.search(r"\[ host2 exec_cmd \] python3 -u -m http.server (\d+) --bind ([\d.]+) background=True", out)
     assert server, out[-4000:]
     port, ip = server.groups()

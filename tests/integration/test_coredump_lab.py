@@ -245,7 +245,8 @@ def test_handler_styles_over_ssh_with_a_real_core_in_a_synthesized_store(style, 
     try:
         host.check(f"printf '[]' > {base}/list.json; cat > {ctl} <<'EOF'\n#!/bin/sh\ncase \"$*\" in\n"
                    f"*--json=short*) cat {base}/list.json ;;\n"
-                   f"*dump*) while [ $# -gt 0 ]; do [ \"$1\" = -o ] && out=$2; shift; done; cp {base}/core \"$out\" ;;\n"
+                   "*dump*) while [ $# -gt 0 ]; do [ \"$1\" = -o ] && out=$2; shift; done; "
+                   f"cp {base}/core \"$out\" ;;\n"
                    f"esac\nEOF\nchmod +x {ctl}")
         watch = CoreWatch(cluster, lab_env, sources=sources)
         baseline = watch.snapshot()

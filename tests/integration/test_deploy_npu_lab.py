@@ -77,7 +77,8 @@ def test_a_run_for_another_soc_is_refused_naming_host_file_and_mismatch(npu_lab_
     assert proc.returncode != 0, proc.stdout
     text = proc.stdout + proc.stderr
     assert "Traceback" not in text, text
-    assert "host1: FAILED at match: deploy step 'match' failed: no .run package for this host (soc ascend910_93" in text, text
+    assert ("host1: FAILED at match: deploy step 'match' failed: no .run package for this host "
+            "(soc ascend910_93") in text, text
     assert f"{name}: soc ascend910b (host: ascend910_93)" in text, text
     manifest = json.loads(next((tmp_path / "d").rglob("deploy-manifest.json")).read_text())
     assert manifest["hosts"]["host1"]["step"] == "match" and not manifest["hosts"]["host1"].get("artifacts")

@@ -132,7 +132,8 @@ def test_signal_to_the_controller_tears_down_and_keeps_the_report(lab_env_path, 
     for name in ("cluster.xml", "manifest.json", "index.html"):
         assert (run_dir / name).is_file(), (name, err[-1500:])
     assert json.loads((run_dir / "manifest.json").read_text())["status"] == "interrupted"
-    assert 'name="run"' in (run_dir / "cluster.xml").read_text() and "RunInterrupted" in (run_dir / "cluster.xml").read_text()
+    cluster_xml = (run_dir / "cluster.xml").read_text()
+    assert 'name="run"' in cluster_xml and "RunInterrupted" in cluster_xml
 
 
 def _session_pids(lab, host: str) -> list[int]:

@@ -72,7 +72,8 @@ def test_second_lease_fails_naming_the_first_then_succeeds_after_release(lab_env
 
 
 def test_disjoint_host_groups_concurrently(lab_env, clean):
-    with sub(lab_env, "host1", "host2") as a, sub(lab_env, "host3", "host4") as b, sub(lab_env, "host2", "host3") as mid:
+    with (sub(lab_env, "host1", "host2") as a, sub(lab_env, "host3", "host4") as b,
+          sub(lab_env, "host2", "host3") as mid):
         with Lease(a, owner="left"), Lease(b, owner="right"):
             with pytest.raises(LeaseHeld, match="^host2: leased by left"):
                 Lease(mid, owner="middle").acquire()

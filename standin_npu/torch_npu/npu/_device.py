@@ -90,7 +90,8 @@ def _check(index: int) -> None:
         visible = ",".join(str(v) for v in _env.visible_devices()[:count])
         tid = threading.get_native_id()
         _plog.write("ERROR", "RUNTIME", "api_error.cc:2350",
-                    f"{tid} SetDevice:Set visible device failed, invalid device={index}, input visible devices:{visible}")
+                    f"{tid} SetDevice:Set visible device failed, invalid device={index}, "
+                    f"input visible devices:{visible}")
         _plog.write("ERROR", "RUNTIME", "api_c_device.cc:92",
                     f"{tid} rtSetDevice:ErrCode=107001, desc=[device id error], InnerCode=0x7010003")
         _plog.write("ERROR", "ASCENDCL", "device.cpp:54",

@@ -15,11 +15,12 @@ edges included:
   2I % 1024 == 0, top_k in [1, min(12, E - 1)] (the guide: lower than the expert count), E % R == 0; x bf16
   or fp16; some cases with -1 placeholder ids.
 Invalid cases lie outside exactly one contract entry (``INVALID_ENTRY``), and must raise that entry's refusal
-(its check's error form and the quantity's name, ``refused_for``) after a synchronize: prefill H below/above, tokens 0 / over 8000, x fp32, top_k
-over 16, E not divisible, int64 counts, a wrong rank count, 3-D x; combine H below/above, x fp32, tokens over
-8000; fused bs over 256, H below/above, 2I below/above/unaligned, top_k over 12, E over 512. Every rank draws the
-same invalid case, so every rank is refused before any communication. Expert ids outside their range are no
-invalid case: no op checks them, the result is undefined (test_bad_ids_rank.py records what happens).
+(its check's error form and the quantity's name, ``refused_for``) after a synchronize: prefill H below/above,
+tokens 0 / over 8000, x fp32, top_k over 16, E not divisible, int64 counts, a wrong rank count, 3-D x; combine H
+below/above, x fp32, tokens over 8000; fused bs over 256, H below/above, 2I below/above/unaligned, top_k over 12,
+E over 512. Every rank draws the same invalid case, so every rank is refused before any communication. Expert
+ids outside their range are no invalid case: no op checks them, the result is undefined (test_bad_ids_rank.py
+records what happens).
 
 Bounds of the valid cases' comparisons: the integer outputs (recv_count, expand_idx, expert_token_nums) exact;
 combined_x by check_combine (upstream's calc_diff and COMBINE_REL: bf16/fp16 output rounding only, so a 1 %
@@ -103,9 +104,9 @@ INVALID = PREFILL_INVALID + COMBINE_INVALID + FUSED_INVALID
 #: the one contract entry each invalid kind crosses: its refusal must name that entry's quantity
 INVALID_ENTRY = {
     "experts_not_divisible": "layout.experts_per_rank", "top_k_over_limit": "dispatch.top_k",
-    "empty_batch": "dispatch.tokens_notify", "too_many_tokens": "dispatch.tokens", "int64_counts": "dispatch.counts_dtype",
-    "rank_mismatch": "dispatch.counts_per_rank", "x_3d": "dispatch.x_dim", "hidden_below": "dispatch.hidden",
-    "hidden_above": "dispatch.hidden", "x_fp32": "dispatch.x_dtype",
+    "empty_batch": "dispatch.tokens_notify", "too_many_tokens": "dispatch.tokens",
+    "int64_counts": "dispatch.counts_dtype", "rank_mismatch": "dispatch.counts_per_rank", "x_3d": "dispatch.x_dim",
+    "hidden_below": "dispatch.hidden", "hidden_above": "dispatch.hidden", "x_fp32": "dispatch.x_dtype",
     "combine_hidden_below": "combine.hidden", "combine_hidden_above": "combine.hidden",
     "combine_x_fp32": "combine.x_dtype", "combine_too_many_tokens": "combine.tokens",
     "fused_batch_over": "fused.batch", "fused_hidden_below": "fused.hidden", "fused_hidden_above": "fused.hidden",
