@@ -236,11 +236,13 @@ def gcda_roots(probe: HostProbe) -> list[str]:
 def gcda_script(roots: Sequence[str], tgz: str) -> ShellScript:
     """sh: pack the ``*.gcda`` under ``roots`` (shell words; paths from /) into ``tgz`` through the host
     program (:mod:`framework.remote.packing`: no folder followed through a symlink, each file the SSH
-    user's, opened once), then print the ``@@gcda <count>`` record of the files packed."""
+    user's, opened once), then print the ``@@gcda <count>`` record of the files packed (no archive is
+    left when there were none)."""
     count = sh_tag(GCDA_TAG, '"${n:-0}"')
     return ShellScript(f"set -- {' '.join(roots)}; rm -f -- {commands.quote(tgz)}; "
                        + sh_pack(commands.quote(tgz), caps().max_bytes, -1, '"$@"', {"names": ["*.gcda"]})
-                       + f"; {count}; [ -n \"$n\" ] || {{ printf '%s\\n' \"$r\" >&2; exit 1; }}")
+                       + f"; {count}; [ -n \"$n\" ] || {{ printf '%s\\n' \"$r\" >&2; exit 1; }}; "
+                       f"[ \"$n\" -gt 0 ] || rm -f -- {commands.quote(tgz)}")
 
 
 def parse_gcda_count(stdout: str) -> int:

@@ -309,3 +309,7 @@ def test_coverage_data_is_packed_by_the_host_program_never_through_a_link(tmp_pa
     assert coverage.parse_gcda_count(out) == 1, out
     with tarfile.open(tgz) as tar:
         assert tar.getnames() == [f"{str(vendor).lstrip('/')}/obj/a.gcda"]
+    empty, none = tmp_path / "empty", tmp_path / "none.tgz"
+    empty.mkdir()
+    out = run_sh(str(coverage.gcda_script([str(empty)], str(none))) + "\nprintf '@@end\\n'\n")
+    assert coverage.parse_gcda_count(out) == 0 and not none.exists(), out  # nothing left on the host
