@@ -24,6 +24,7 @@ from typing import Any
 
 from framework.launch.cause import CONSEQUENCE, first_error
 from framework.launch.stacks import read_tail
+from framework.records.folder import update_json
 
 SCHEMA = 1
 FILE = "timeline.json"
@@ -381,11 +382,8 @@ def _late_cause(root: Path, timeline: Timeline, launch_id: object) -> None:
     record = root / f"launch-{launch_id}.json"
     if timeline.root is None or timeline.root.source != "dmesg" or not record.is_file():
         return
-    doc = json.loads(record.read_text(encoding="utf-8"))
-    doc["cause"] = root_line(timeline)
-    tmp = record.with_name(f".{record.name}.tmp")
-    tmp.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
-    tmp.replace(record)
+    line = root_line(timeline)
+    update_json(record, lambda doc: {**doc, "cause": line} if isinstance(doc, dict) else doc)
 
 
 def _shift(e: Event, offset: float) -> Event:
