@@ -3,8 +3,9 @@
 On each host a stdlib program (sent on the command line, nothing cached) finds the run folders under
 ``<workdir>/runs`` whose launch id starts with the given id, sends SIGUSR1 only to the rank pids of
 those folders that still carry the launch's run tag (the rank wrapper registered ``faulthandler`` on it,
-so a rank prints its stacks and goes on), waits, and returns each rank log's tail as base64 in one JSON
-line. The controller parses that line as data, groups identical stacks (framework.launch.stacks) and
+so a rank prints its stacks and goes on), waits until each log shows that dump (at most ``WAIT``: py-spy,
+which runs next, must not attach while the signal is pending), and returns each rank log's tail and py-spy
+dump as base64 in one JSON line. The controller parses that line as data, groups identical stacks (framework.launch.stacks) and
 names the odd ones out.
 """
 
@@ -55,12 +56,26 @@ for d in sorted(glob.glob(os.path.join(glob.escape(runs), glob.escape(prefix) + 
     asked = []
     for rank, pid in sorted(pids.items()):
         try:
+            size = os.stat(os.path.join(d, "rank%d.log" % rank)).st_size
             os.kill(pid, signal.SIGUSR1)
-            asked.append(rank)
+            asked.append((rank, size))
         except OSError:
             pass
-    out[launch] = {"asked": asked, "pids": {r: pids[r] for r in asked}, "logs": {}, "spy": {}}
+    out[launch] = {"asked": [r for r, _ in asked], "pids": {r: pids[r] for r, _ in asked}, "logs": {}, "spy": {},
+                   "size": dict(asked)}
 signalled = time.time()
+def dumped(launch, rank, size):
+    try:
+        fd = os.open(os.path.join(runs, launch, "rank%d.log" % rank), os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return True
+    with os.fdopen(fd, "rb") as fh:
+        fh.seek(size)
+        return b"most recent call first" in fh.read()
+waiting = [(launch, r, n) for launch, v in out.items() for r, n in v["size"].items()]
+while waiting and time.time() < signalled + wait:  # py-spy's ptrace must not swallow a SIGUSR1 still pending
+    time.sleep(0.05)
+    waiting = [w for w in waiting if not dumped(*w)]
 spy = None
 for folder in (os.path.dirname(sys.executable), *os.environ.get("PATH", "").split(os.pathsep)):
     if os.access(os.path.join(folder or ".", "py-spy"), os.X_OK):
@@ -85,9 +100,7 @@ if spy is None:
 else:
     dump(dump(items, ["--native"], float(sys.argv[7])), [], float(sys.argv[8]))
 for v in out.values():
-    del v["pids"]
-if any(v["asked"] for v in out.values()):  # the faulthandler dumps had the py-spy time already
-    time.sleep(max(0.0, signalled + wait - time.time()))
+    del v["pids"], v["size"]
 for launch, v in out.items():
     for rank in v["asked"]:
         try:
@@ -99,7 +112,8 @@ for launch, v in out.items():
             v["logs"][str(rank)] = base64.b64encode(fh.read(tail)).decode()
 print(json.dumps(out))
 """
-#: seconds the ranks get to print their stacks after SIGUSR1 (the py-spy dumps' time counts)
+#: seconds the ranks get to print their stacks after SIGUSR1, before py-spy attaches (a process stopped by
+#: ptrace while the signal is still pending would lose it: py-spy detaches without re-sending it)
 WAIT = 2.0
 #: seconds the native py-spy dumps get (they run at once), then the Python-only dumps of those not done
 PYSPY_TIMEOUT = 4.0

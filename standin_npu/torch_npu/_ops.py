@@ -36,6 +36,7 @@ from collections.abc import Sequence
 import torch
 import torch.distributed as dist
 
+from ._fault import stuck
 from ._tensor import device_kernel
 from .distributed import resolve_hccl_comm_name
 
@@ -78,6 +79,15 @@ def _a2a(send: torch.Tensor, send_counts: list[int], recv_counts: list[int], gro
                                group=group)
     shaped = torch.empty((out.shape[0], width), dtype=torch.uint8).copy_(out)
     return shaped.view(send.dtype).reshape((out.shape[0], *send.shape[1:]))
+
+
+def _exchange_counts(send_counts: torch.Tensor, group: dist.ProcessGroup) -> list[int]:
+    """Each rank's row count for every peer, exchanged. A kernel whose peers never came spins until the
+    op-execute timeout and its outputs are undefined, but on the device they keep the op's fixed maximal
+    shapes: the counts are never read from the unwritten buffer (its bytes could ask for petabytes)."""
+    recv_counts = torch.zeros_like(send_counts)
+    dist.all_to_all_single(recv_counts, send_counts, group=group)
+    return [0] * len(send_counts) if stuck() else recv_counts.tolist()
 
 
 def _active_count(x_active_mask: torch.Tensor | None, bs: int) -> int:
@@ -137,9 +147,7 @@ def npu_moe_distribute_dispatch_v2(
     meta = torch.stack([torch.full_like(tok, ep_rank_id), tok, kk, exp % local], dim=1)
 
     send_counts = torch.bincount(dest, minlength=world)
-    recv_counts = torch.empty_like(send_counts)
-    dist.all_to_all_single(recv_counts, send_counts, group=group)
-    sc, rc = send_counts.tolist(), recv_counts.tolist()
+    sc, rc = send_counts.tolist(), _exchange_counts(send_counts, group)
     r_rows = _a2a(rows, sc, rc, group)
     r_meta = _a2a(meta, sc, rc, group)
     r_scale = _a2a(row_scale.view(-1, 1), sc, rc, group).view(-1)
@@ -185,9 +193,7 @@ def npu_moe_distribute_combine_v2(
     src = meta[:, 0]
     order = torch.argsort(src, stable=True)
     send_counts = torch.bincount(src, minlength=world)
-    recv_counts = torch.empty_like(send_counts)
-    dist.all_to_all_single(recv_counts, send_counts, group=group)
-    sc, rc = send_counts.tolist(), recv_counts.tolist()
+    sc, rc = send_counts.tolist(), _exchange_counts(send_counts, group)
     back = _a2a(rows[order], sc, rc, group)
     back_meta = _a2a(meta[order][:, 1:].contiguous(), sc, rc, group)
     gathered = torch.zeros((bs * top_k, hidden), dtype=torch.float32)

@@ -85,3 +85,49 @@ def test_the_diagnosis_says_how_long_the_dump_of_its_ranks_took():
     text = diagnose.Diagnosis("L1", [group], seconds=3.24).describe()
     assert text.splitlines()[-1] == "  3 rank(s) dumped in 3.2s", text
     assert "dumped" not in diagnose.Diagnosis("L1", [], {"h": "exit 1"}, seconds=1.0).describe()
+
+
+SLOW_RANK = textwrap.dedent("""\
+    import faulthandler, signal, sys, time
+    def late_dump(signum, frame):  # a rank the signal reaches late (a loaded host): its dump comes 0.6 s on
+        time.sleep(0.6)
+        faulthandler.dump_traceback(all_threads=True)
+    signal.signal(signal.SIGUSR1, late_dump)
+    print("ready", flush=True)
+    while True:
+        time.sleep(0.05)
+""")
+
+#: a py-spy that says whether the rank's log already held its faulthandler dump when it was started
+SPY = """#!/bin/sh
+if grep -q "most recent call first" "$CAMIT_TEST_LOG"; then echo "dump was there"; else echo "dump was not there"; fi
+"""
+
+
+def test_py_spy_attaches_only_after_the_rank_has_printed_its_dump(tmp_path):
+    """py-spy stops the process by ptrace and detaches without re-sending a pending SIGUSR1 (the CI saw 8 of
+    16 ranks lose their dump under load): the host program waits for each log's dump before it starts."""
+    run = tmp_path / "runs" / "run1-t1-ab"
+    run.mkdir(parents=True)
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "python3").symlink_to(sys.executable)
+    (bindir / "py-spy").write_text(SPY)
+    (bindir / "py-spy").chmod(0o755)
+    env = {**os.environ, RUN_TAG: "run1-t1-ab.hostA", "CAMIT_TEST_LOG": str(run / "rank0.log")}
+    with open(run / "rank0.log", "w") as log:
+        rank = subprocess.Popen([sys.executable, "-c", SLOW_RANK], stdout=log, stderr=subprocess.STDOUT, env=env)
+    (run / "rank0.pid").write_text(f"{rank.pid}\n")
+    try:
+        deadline = time.monotonic() + 30
+        while "ready" not in (run / "rank0.log").read_text() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        out = subprocess.run([str(bindir / "python3"), "-I", "-c", diagnose.HOST_PROGRAM, str(tmp_path / "runs"),
+                              "run1", "hostA", "2", str(stacks.TAIL_BYTES), RUN_TAG, "5", "2"],
+                             capture_output=True, text=True, timeout=60, check=True, env=env).stdout
+        log, spy = diagnose.parse(out)["run1-t1-ab"][0]
+        assert spy.strip() == "dump was there"
+        assert stacks.main_stack(log), log
+    finally:
+        rank.kill()
+        rank.wait()

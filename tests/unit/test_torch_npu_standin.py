@@ -363,6 +363,25 @@ os._exit(0)
     assert error.endswith("NPU function error: AclrtSynchronizeDeviceWithTimeout, error code is 507034"), error
     assert "EI0002" not in plog_text(tmp_path) + err0 and "terminate called" not in err0, err0[-3000:]
 
+def test_a_stuck_kernel_never_sizes_its_outputs_from_the_unwritten_count_buffer(tmp_path):
+    """The counts transfer of a kernel whose peer never came leaves its buffer unwritten (on gloo, any bytes:
+    the CI once saw a 2 PB allocation from them); the kernel's outputs are then undefined, never sized by it."""
+    run_py(tmp_path, """
+    import torch, torch.distributed as dist
+    import torch_npu
+    from torch_npu import _fault, _ops
+
+    def never_written(out, inp, group=None):  # the peer never came: the buffer keeps garbage, the kernel spins
+        out.fill_(2 ** 50)
+        _fault.standin_stuck(507034)
+
+    dist.all_to_all_single = never_written
+    assert _ops._exchange_counts(torch.tensor([3, 1]), None) == [0, 0]
+    _fault.clear()
+    dist.all_to_all_single = lambda out, inp, group=None: out.copy_(inp)
+    assert _ops._exchange_counts(torch.tensor([3, 1]), None) == [3, 1]
+    """)
+
 
 def test_standin_fault_refuses_a_non_fault_code(tmp_path):
     proc = run_py(tmp_path, """
