@@ -41,6 +41,7 @@ from framework.deploy.plan import (
     install_wheel_script,
     installer_bin,
     parse_cpu,
+    parse_record,
     parse_run_output,
     parse_verify,
     state_script,
@@ -59,6 +60,8 @@ from framework.remote.layout import DeployState, vendor_of
 from framework.result import Result
 
 log = logging.getLogger("camit.deploy")
+#: the state's key for the installed RECORD's sha256 (without a venv, :func:`_same_install`)
+INSTALLED_RECORD = "installed_record"
 
 
 def artifact_of(artifacts: Sequence[Artifact], kind: str) -> Artifact | None:
@@ -71,7 +74,17 @@ def is_unchanged(plan: HostPlan, artifacts: Sequence[Artifact], probe: Probe, ma
     changed = any(r.via != "cached" for r in manifest.artifacts)
     intact = ((artifact_of(artifacts, "run_package") is None or vendor is not None)
               and (artifact_of(artifacts, "wheel") is None or probe.interpreter_ok))
-    return not changed and intact and DeployState.matches(probe.state, expected_state(plan, artifacts))
+    return (not changed and intact and DeployState.matches(probe.state, expected_state(plan, artifacts))
+            and _same_install(plan, artifacts, probe))
+
+
+def _same_install(plan: HostPlan, artifacts: Sequence[Artifact], probe: Probe) -> bool:
+    """Without a venv the configured python is shared (another workdir's deploy, a user's pip): the op library
+    it holds must be the one this workdir's state recorded, by the hash of its installed RECORD."""
+    if plan.venv or artifact_of(artifacts, "wheel") is None:
+        return True
+    recorded = (probe.state or {}).get(INSTALLED_RECORD)
+    return probe.installed_record is not None and recorded == probe.installed_record
 
 
 def timed(m: HostManifest, step: str, fn: Callable[[], Any]) -> Any:
@@ -103,6 +116,8 @@ class HostInstall:
         self.warm: WarmVerify | None = None
         #: the wheel installer is on the host with its sha256 (the probe saw it, or it was shipped)
         self.installer_ready = False
+        #: without a venv: the sha256 of the installed RECORD the import check saw (into the state)
+        self.installed_record: str | None = None
 
     def run(self, artifacts: Sequence[Artifact], probe: Probe) -> None:
         try:
@@ -128,6 +143,8 @@ class HostInstall:
         m.vendor = vendor
         state = dict(expected_state(plan, artifacts), vendor=vendor, installed_version=m.installed_version, ops=m.ops,
                      deployed_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+        if self.installed_record:
+            state[INSTALLED_RECORD] = self.installed_record
         self.step("write-state", state_script(plan, state), 60)
         m.status = "deployed"
         self.on_event(self.host.name, f"deployed {OP_MODULE} {m.installed_version or ''}".rstrip())
@@ -218,6 +235,7 @@ class HostInstall:
         if problems:
             raise DeployError(self.host.name, "verify", "; ".join(problems))
         version, ops = parse_verify(out)
+        self.installed_record = parse_record(out)
         if version is not None:
             self.m.installed_version = version
         if ops is not None:

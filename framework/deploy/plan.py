@@ -45,8 +45,8 @@ RELAY_STREAM_CHUNK = 256 * 1024
 
 __all__ = ["KINDS", "OP_MODULE", "OPS", "RELAY_STREAM_CHUNK", "SPACE_MARGIN", "STATE_VERSION", "VENDOR", "Artifact",
            "HostPlan", "Probe", "expected_state", "pick_for_host", "install_run_script", "parse_probe",
-           "parse_run_output", "parse_cpu", "pip_argv", "installer_bin", "probe_script", "resolve_artifacts",
-           "space_problem", "state_script", "vendor_of",
+           "parse_run_output", "parse_cpu", "parse_record", "pip_argv", "installer_bin", "probe_script",
+           "resolve_artifacts", "space_problem", "state_script", "vendor_of",
            "venv_script", "verify_argv", "warm_verify_argv", "go_script", "warm_go_path", "dry_run_plan"]
 
 
@@ -183,6 +183,8 @@ class Probe:
     installer_ok: bool = False
     os_id: str | None = None
     arch: str | None = None
+    #: without a venv: the sha256 of the op library's RECORD in the configured python (None: not installed)
+    installed_record: str | None = None
 
 
 #: the records of :func:`probe_script` (``@@<tag>[ <value>]``, :mod:`framework.remote.sections`)
@@ -194,6 +196,7 @@ RELAY_TAG = "relay"  # @@relay: the relay program is on the host
 INSTALLER_TAG = "wheelinst"  # @@wheelinst: the wheel installer is on the host
 OS_TAG = "os"  # @@os <ID>: ID= of /etc/os-release, as UMDK's compile_ascend_proj.sh reads it for the .run name
 ARCH_TAG = "arch"  # @@arch <uname -m>
+RECORD_TAG = "record"  # @@record <sha256>: the op library's installed RECORD, without a venv (RECORD_CODE)
 
 
 def probe_script(plan: HostPlan, artifacts: Sequence[Artifact], relay_bin: str | None = None,
@@ -216,6 +219,10 @@ def probe_script(plan: HostPlan, artifacts: Sequence[Artifact], relay_bin: str |
                  "[ -n \"$free\" ] && " + sh_tag(FREE_TAG, '"$free"'))
     parts.append(layout.vendor_glob_script(TREE_TAG))
     parts.append(f"{interpreter_ok(plan)} && {sh_tag(INTERP_TAG)}")
+    if not plan.venv and any(a.kind == "wheel" for a in artifacts):
+        # the configured python is shared with whatever else installs there: what it holds is judged by hash
+        rec = f"$({q(plan.interpreter)} -c {q(RECORD_CODE)} 2>/dev/null | sed -n 's/^CAMIT-RECORD //p')"
+        parts.append(f"rec={rec}; [ -n \"$rec\" ] && " + sh_tag(RECORD_TAG, '"$rec"'))
     # the .run's name: os_id=$(grep ^ID= /etc/os-release | cut -d= -f2 | tr -d '"'), arch=$(uname -m)
     parts.append("id=$(grep '^ID=' /etc/os-release 2>/dev/null | head -n 1 | cut -d= -f2 | tr -d '\"'); "
                  + sh_tag(OS_TAG, '"${id:-linux}"'))
@@ -277,6 +284,8 @@ def parse_probe(stdout: str) -> Probe:
             probe.os_id = rec.value.strip()
         elif rec.tag == ARCH_TAG:
             probe.arch = rec.value.strip()
+        elif rec.tag == RECORD_TAG:
+            probe.installed_record = rec.value.strip()
     return probe
 
 
@@ -399,6 +408,16 @@ def stage_ok_script(plan: HostPlan, art: Artifact) -> ShellScript:
     return ShellScript(sh_write_file(plan.layout.stage_ok(art.sha256), art.sha256))
 
 
+#: Python printing the sha256 of the op library's installed ``RECORD`` (every installed file's hash: what is
+#: installed, whoever installed it), or nothing when no distribution is there
+RECORD_CODE = (
+    "import hashlib\nfrom importlib import metadata as md\n"
+    f"try:\n    r = md.distribution({OP_MODULE!r}).read_text('RECORD')\nexcept md.PackageNotFoundError:\n"
+    "    r = None\n"
+    "print('CAMIT-RECORD', hashlib.sha256(r.encode()).hexdigest() if r else '')\n"
+)
+
+
 def _import_code(plan: HostPlan) -> str:
     """Python importing the op library (torch_npu first on an NPU host) and printing its version and ops."""
     return (
@@ -410,6 +429,7 @@ def _import_code(plan: HostPlan) -> str:
         + "print('CAMIT-VERSION', v)\n"
         + f"ns = torch.ops.{OP_MODULE}\n"
         + f"print('CAMIT-OPS', ','.join(n for n in {OPS!r} if hasattr(ns, n)))\n"
+        + ("" if plan.venv else RECORD_CODE)
     )
 
 
@@ -504,6 +524,12 @@ def parse_verify(stdout: str) -> tuple[str | None, list[str] | None]:
         elif line.startswith("CAMIT-OPS "):
             ops = [o for o in line.split(" ", 1)[1].strip().split(",") if o]
     return version, ops
+
+
+def parse_record(stdout: str) -> str | None:
+    """The installed ``RECORD``'s sha256 a ``CAMIT-RECORD`` line gives (:data:`RECORD_CODE`), None if absent."""
+    found = [line.split(" ", 1)[1].strip() for line in stdout.splitlines() if line.startswith("CAMIT-RECORD ")]
+    return found[-1] if found and found[-1] else None
 
 
 def vendor_env_problems(plan: HostPlan, vendor: str, stdout: str) -> list[str]:

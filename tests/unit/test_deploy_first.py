@@ -393,3 +393,39 @@ def test_an_installer_that_cannot_be_shipped_fails_the_wheel_install_naming_it(t
     assert not result.ok and m.step == "install-wheel", (m.step, m.error)
     assert "cannot ship the wheel installer: disk quota exceeded (test)" in (m.error or "")
     assert not (work / "deploy-state.json").exists() and _warm_pids(work) == []
+
+
+def _deploy(env, name: str = "h1"):  # type: ignore[no-untyped-def]
+    with Cluster([Host(name, LocalTransport(name), spec=env.hosts[name], command_timeout=300)]) as cluster:
+        return deploy.Deployer(env, cluster, on_event=lambda h, m: None).run()
+
+
+def test_without_a_venv_another_workdirs_install_into_the_shared_python_is_seen_and_reinstalled(tmp_path):
+    """venv false: the wheel goes into the configured python, which every workdir (and any user's pip) shares.
+    Workdir A deploys library 1, workdir B library 2 into the same python; A's next deploy must not say
+    "unchanged" from its own state file: it judges what the python holds by its installed RECORD's hash."""
+    host_python = tmp_path / "hostpy"
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(host_python)],
+                   check=True, timeout=120)
+    python = str(host_python / "bin" / "python")
+    one = tiny_wheel(tmp_path / "one")
+    two = make_wheel(tmp_path / "two", {"umdk_cam_op_lib/__init__.py": b"OPS = ('other',)\n"}, "umdk_cam_op_lib",
+                     "0.1.0")
+
+    def env_of(work: str, wheel: Path):  # type: ignore[no-untyped-def]
+        return make_env({"h1": {"workdir": str(tmp_path / work)}}, defaults={"python": python, "venv": False},
+                        artifacts={"wheel": str(wheel)}, relay=False)
+
+    def installed() -> str:
+        code = "from importlib import metadata as md; print(md.version('umdk_cam_op_lib'))"
+        return subprocess.run([python, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+
+    first = _deploy(env_of("a", one))
+    assert first.ok and first.manifests["h1"].status == "deployed", first.errors
+    again = _deploy(env_of("a", one))
+    assert again.ok and again.manifests["h1"].status == "unchanged", again.errors   # nothing else installed
+    other = _deploy(env_of("b", two))
+    assert other.ok and installed() == "0.1.0", other.errors
+    back = _deploy(env_of("a", one))
+    assert back.ok and back.manifests["h1"].status == "deployed", back.errors
+    assert installed() == VERSION
