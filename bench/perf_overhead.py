@@ -7,9 +7,9 @@ with the op stand-in's time model on (``standin/umdk_cam_op_lib/_timing.py``: ev
 - the modelled op time and the measured p50;
 - the timed section: the op(s) and the reference all_to_all of every iteration, warm-up included (the ranks'
   ``section_us``; a prefill shape times dispatch and combine together, so its figures are split over the two);
-- rank-side bookkeeping: the timed loop's wall time beyond its critical path (each iteration's slowest
-  rank's op and reference; the other ranks wait for that one at the next barrier): the barriers, output
-  hashes and records the harness adds while it measures;
+- rank-side bookkeeping: the timed loop's wall time beyond its critical path (each iteration's op(s) and
+  its reference, each segment as long as its slowest rank: the others wait for that one at the next
+  barrier): the barriers' own latency, output hashes and records the harness adds while it measures;
 - the configuration's set-up, shown apart: its inputs (and fused_deep_moe's weights) built once before the
   timed loop, never inside it (the launch's first calls are warmed up once per launch, shown beside the
   matrix's time);
@@ -108,6 +108,14 @@ def controller_s(run: Path, tmp: Path) -> tuple[float, float]:
     return took, time.perf_counter() - t0
 
 
+def critical_path_us(per_rank: list[list[list[float]]]) -> float:
+    """The timed loop's critical path: per_rank[r][i] is rank r's iteration i as its segments between barriers
+    ([op(s), reference]); each segment lasts as long as its slowest rank (the others wait for it at the next
+    barrier), so the path is the sum over iterations and segments of the per-segment maximum. What the loop
+    took beyond it is what the harness added."""
+    return sum(max(seg) for iteration in zip(*per_rank) for seg in zip(*iteration))
+
+
 def per_config(run: Path, controller: float) -> list[dict[str, Any]]:
     docs = [json.loads(f.read_text()) for f in run.rglob("perf-sweep-rank*.json")]
     rows = read_rows((run / "perf-rows.jsonl").read_text(), "perf-rows.jsonl")
@@ -120,9 +128,7 @@ def per_config(run: Path, controller: float) -> list[dict[str, Any]]:
         want = (c.tokens, c.hidden, c.top_k, c.experts)
         shapes = [next(s for s in d[section] if tuple(s["shape"][k] for k in SHAPE) == want) for d in docs]
         timed_ms = max(s["section_us"] for s in shapes) / 1e3 / share
-        # the critical path: each iteration lasts as long as its slowest rank's op and reference (the others
-        # wait for it at the next barrier); what the loop took beyond that is what the harness added
-        critical = sum(max(each) for each in zip(*(s["section_each_us"] for s in shapes)))
+        critical = critical_path_us([s["segments_each_us"] for s in shapes])
         rank_ms = (max(s["loop_us"] for s in shapes) - critical) / 1e3 / share
         barrier_ms = min(s["barrier_us"] for s in shapes) / 1e3 / share  # the rank that waited least
         setup_ms = max(s["wall_us"] - s["loop_us"] for s in shapes) / 1e3 / share

@@ -164,3 +164,16 @@ def test_fused_shapes_that_differ_in_batch_or_top_k_share_their_weights():
     first = camref.fused_weights(1, case)
     assert camref.fused_weights(1, dataclasses.replace(case, batch=64, top_k=4)) is first
     assert camref.fused_weights(1, dataclasses.replace(case, experts=16)) is not first
+
+
+def test_the_overhead_benchs_critical_path_takes_each_segments_slowest_rank():
+    """Rank 0 is slow in the op, rank 1 in the reference: each segment between barriers lasts as long as its
+    slowest rank, so the path is 2 x (10 + 10), not 2 x max(10 + 1, 1 + 10); the harness is not charged with
+    the ranks' waits for each other (bench/perf_overhead.py)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+    try:
+        from perf_overhead import critical_path_us
+    finally:
+        sys.path.pop(0)
+    assert critical_path_us([[[10.0, 1.0], [10.0, 1.0]], [[1.0, 10.0], [1.0, 10.0]]]) == 40.0
+    assert critical_path_us([[[5.0, 2.0]], [[4.0, 3.0]], [[6.0, 1.0]]]) == 9.0

@@ -20,6 +20,7 @@ import json
 import os
 import platform
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -91,30 +92,47 @@ def _fused_rows(seed: int, world: int, case: FusedCase) -> list[list[int]]:
 
 def _measure_fused(cam, seed: int, case: FusedCase, warmup: int, iterations: int) -> dict:
     rows = _fused_rows(seed, cam.world, case)
-    got: dict = {"fused_deep_moe_us": [], "reference_us": [], "fused_deep_moe_hash": [], "section_each_us": []}
     args = fused_args(cam, seed, case)  # built once, on the device: only the op is timed
-    buffers = _reference_buffers(cam, rows, case.hidden)
+
+    def step() -> tuple[dict[str, float], Callable[[], dict[str, str]]]:
+        t0 = time.perf_counter()
+        out, _, counts = cam.ops.fused_deep_moe(*args)
+        cam.sync()
+        return ({"fused_deep_moe_us": (time.perf_counter() - t0) * 1e6},
+                lambda: {"fused_deep_moe_hash": _digest(out) + _digest(counts)})
+
+    got = _timed_loop(cam, _reference_buffers(cam, rows, case.hidden), warmup, iterations, step)
+    got["rows"] = rows
+    got["shape"] = {"tokens": case.batch, "hidden": case.hidden, "top_k": case.top_k, "experts": case.experts,
+                    "inter": case.inter}
+    return got
+
+
+def _timed_loop(cam, buffers: tuple, warmup: int, iterations: int,
+                step: Callable[[], tuple[dict[str, float], Callable[[], dict[str, str]]]]) -> dict:
+    """The timed loop both sweeps share: per iteration a barrier, ``step`` (the op(s): their microseconds, and
+    how to hash their outputs), then the reference. After the warm-up each time and hash is kept under its
+    name. ``segments_each_us`` holds each iteration's [op(s), reference]: between two barriers each lasts as
+    long as its slowest rank, so the bench's critical path is the sum of the per-segment maxima; ``loop_us``
+    minus that path is what the harness added (``section_us``: this rank's op(s) and reference)."""
+    got: dict = {"reference_us": [], "segments_each_us": []}
     section = 0.0
     dist.barrier()  # the set-up ends at different times on each rank: not the loop's to wait for
     loop0 = time.perf_counter()
     for it in range(warmup + iterations):
         _barrier(got)
-        t0 = time.perf_counter()
-        out, _, counts = cam.ops.fused_deep_moe(*args)
-        cam.sync()
-        t1 = time.perf_counter()
+        times, digests = step()
         ref = _reference(cam, buffers, got)
-        section += (t1 - t0) * 1e6 + ref
-        got["section_each_us"].append((t1 - t0) * 1e6 + ref)
-        if it >= warmup:
-            got["fused_deep_moe_us"].append((t1 - t0) * 1e6)
-            got["reference_us"].append(ref)
-            got["fused_deep_moe_hash"].append(_digest(out) + _digest(counts))
-    got["loop_us"] = (time.perf_counter() - loop0) * 1e6  # the timed loop: its bookkeeping is loop - section
-    got["rows"] = rows
-    got["section_us"] = section  # the op(s) and the reference, warm-up included: the rest is bookkeeping
-    got["shape"] = {"tokens": case.batch, "hidden": case.hidden, "top_k": case.top_k, "experts": case.experts,
-                    "inter": case.inter}
+        op_us = sum(times.values())
+        section += op_us + ref
+        got["segments_each_us"].append([op_us, ref])
+        if it < warmup:
+            continue
+        for key, value in [*times.items(), ("reference_us", ref), *digests().items()]:
+            got.setdefault(key, []).append(value)
+    got["loop_us"] = (time.perf_counter() - loop0) * 1e6
+    got["section_us"] = section
+    got["section_each_us"] = [sum(seg) for seg in got["segments_each_us"]]
     return got
 
 
@@ -164,14 +182,8 @@ def _measure(cam, seed: int, case: PrefillCase, warmup: int, iterations: int) ->
     topk_t, w_t = cam.to_device(torch.from_numpy(topk)), cam.to_device(torch.from_numpy(w))
     ntpe, sti = cam.ops.get_dispatch_layout(topk_t, case.experts, cam.world)
     rows = _rows(seed, cam.world, case)
-    buffers = _reference_buffers(cam, rows, case.hidden)
-    got: dict = {"dispatch_us": [], "combine_us": [], "reference_us": [], "dispatch_hash": [], "combine_hash": [],
-                 "section_each_us": []}
-    section = 0.0
-    dist.barrier()  # the set-up ends at different times on each rank: not the loop's to wait for
-    loop0 = time.perf_counter()
-    for it in range(warmup + iterations):
-        _barrier(got)
+
+    def step() -> tuple[dict[str, float], Callable[[], dict[str, str]]]:
         t0 = time.perf_counter()
         recv_x, _, expand, recv_count, _ = cam.ops.moe_dispatch_prefill(
             xt, topk_t, w_t, ntpe, sti, cam.group_ep, cam.rank, cam.world, False)
@@ -180,18 +192,12 @@ def _measure(cam, seed: int, case: PrefillCase, warmup: int, iterations: int) ->
         out = cam.ops.moe_combine_prefill(recv_x, topk_t, w_t, expand, recv_count, cam.group_ep, cam.rank, cam.world)
         cam.sync()
         t2 = time.perf_counter()
-        ref = _reference(cam, buffers, got)
-        section += (t2 - t0) * 1e6 + ref
-        got["section_each_us"].append((t2 - t0) * 1e6 + ref)
-        if it >= warmup:
-            got["dispatch_us"].append((t1 - t0) * 1e6)
-            got["combine_us"].append((t2 - t1) * 1e6)
-            got["reference_us"].append(ref)
-            got["dispatch_hash"].append(_digest(recv_x[: int(recv_count[-1])] if recv_count.numel() else recv_x))
-            got["combine_hash"].append(_digest(out))
-    got["loop_us"] = (time.perf_counter() - loop0) * 1e6  # the timed loop: its bookkeeping is loop - section
+        rows_in = recv_x[: int(recv_count[-1])] if recv_count.numel() else recv_x
+        return ({"dispatch_us": (t1 - t0) * 1e6, "combine_us": (t2 - t1) * 1e6},
+                lambda: {"dispatch_hash": _digest(rows_in), "combine_hash": _digest(out)})
+
+    got = _timed_loop(cam, _reference_buffers(cam, rows, case.hidden), warmup, iterations, step)
     got["rows"] = rows
-    got["section_us"] = section  # the op(s) and the reference, warm-up included: the rest is bookkeeping
     got["shape"] = case.__dict__
     return got
 
