@@ -2,11 +2,11 @@
 
 ``CAMIT_SWEEP`` is ``warmup;iterations;PREFILL;FUSED``: PREFILL ``tokens:hidden:top_k:experts,...``, FUSED
 fused_deep_moe's ``batch:hidden:top_k:experts:inter,...`` (either may be empty). For each prefill shape the rank
-runs the warm-up, then the timed iterations: a barrier, dispatch, sync (the time), combine, sync (the time),
-each iteration's outputs hashed (sha256 of their bytes: identical for one seed, or the op is not deterministic),
-then the reference — ``all_to_all_single`` over the same group moving the same bytes as the dispatch (each
+runs the warm-up, then the timed iterations: dispatch, sync (the time), combine, sync (the time), each
+iteration's outputs hashed (sha256 of their bytes: identical for one seed, or the op is not deterministic),
+then a barrier and the reference — ``all_to_all_single`` over the same group moving the same bytes as the dispatch (each
 destination gets the rows of the experts it hosts). Times are microseconds of the host clock around the device's
-synchronize (the stand-in's events are host clocks). A fused shape is timed alike (a barrier, the op, sync), its
+synchronize (the stand-in's events are host clocks). A fused shape is timed alike (the op, sync), its
 ``output`` hashed, and its reference is the all_to_all of its own dispatch's bf16 rows. It writes
 ``perf-sweep-rank<N>.json`` (fetched by the launch's ``perf-*.json`` pattern): per shape the times, the hashes
 and the send matrix (every rank can compute every rank's seeded routing, camref).
@@ -110,26 +110,26 @@ def _measure_fused(cam, seed: int, case: FusedCase, warmup: int, iterations: int
 
 def _timed_loop(cam, buffers: tuple, warmup: int, iterations: int,
                 step: Callable[[], tuple[dict[str, float], Callable[[], dict[str, str]]]]) -> dict:
-    """The timed loop both sweeps share: per iteration a barrier, ``step`` (the op(s): their microseconds, and
-    how to hash their outputs), then the reference. After the warm-up each time and hash is kept under its
-    name. ``segments_each_us`` holds each iteration's [op(s), reference]: between two barriers each lasts as
-    long as its slowest rank, so the bench's critical path is the sum of the per-segment maxima; ``loop_us``
-    minus that path is what the harness added (``section_us``: this rank's op(s) and reference)."""
+    """The timed loop both sweeps share: per iteration ``step`` (the op(s): their microseconds, and how to hash
+    their outputs), the hashes (after the warm-up), then the reference behind its barrier. One barrier an
+    iteration: the reference's all_to_all itself lines the ranks up for the next op. After the warm-up each
+    time and hash is kept under its name. ``segments_each_us`` holds each iteration's [op(s), reference]:
+    each lasts as long as its slowest rank, so the bench's critical path is the sum of the per-segment maxima;
+    ``loop_us`` minus that path is what the harness added (``section_us``: this rank's op(s) and reference)."""
     got: dict = {"reference_us": [], "segments_each_us": []}
     section = 0.0
     dist.barrier()  # the set-up ends at different times on each rank: not the loop's to wait for
     loop0 = time.perf_counter()
     for it in range(warmup + iterations):
-        _barrier(got)
         times, digests = step()
+        kept = list(times.items()) + (list(digests().items()) if it >= warmup else [])
         ref = _reference(cam, buffers, got)
         op_us = sum(times.values())
         section += op_us + ref
         got["segments_each_us"].append([op_us, ref])
-        if it < warmup:
-            continue
-        for key, value in [*times.items(), ("reference_us", ref), *digests().items()]:
-            got.setdefault(key, []).append(value)
+        if it >= warmup:
+            for key, value in [*kept, ("reference_us", ref)]:
+                got.setdefault(key, []).append(value)
     got["loop_us"] = (time.perf_counter() - loop0) * 1e6
     got["section_us"] = section
     got["section_each_us"] = [sum(seg) for seg in got["segments_each_us"]]
