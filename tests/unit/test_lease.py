@@ -292,7 +292,15 @@ def test_after_a_held_host_the_retries_go_host_by_host(tmp_path):
     spans: list[tuple[str, float, float]] = []
     hs = timed_hosts(tmp_path, 6, spans)
     holder = Lease(Cluster([hs[3]]), owner="holder", interval=0).acquire()
-    threading.Timer(0.5, holder.release).start()
+    spans.clear()  # the holder's own acquire of h4 is not the contender's
+
+    def release_once_h4_was_tried() -> None:  # not on a timer: a loaded machine may not have tried h4 yet
+        deadline = time.monotonic() + 20
+        while not any(name == "h4" for name, _, _ in spans) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        holder.release()
+
+    threading.Thread(target=release_once_h4_was_tried, daemon=True).start()
     with Lease(Cluster(hs), owner="me", wait=20, interval=0, poll=0.1) as lease:
         assert all(LeaseRecord.parse(lease_file(h).read_text()).owner == "me" for h in hs)
         assert lease._contended
