@@ -27,7 +27,7 @@ LAYERS: tuple[frozenset[str], ...] = tuple(frozenset(layer.split()) for layer in
     # what a person reads
     "report",
     # the front ends
-    "plugin framework.base_test urma framework.cli framework.completion framework.heal lab calib "
+    "plugin framework.base_test urma cli framework.heal lab calib "
     "framework.artifacts",
 ))
 #: imports that may run back up the layers (at most two; none today)
