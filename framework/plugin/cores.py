@@ -16,10 +16,10 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from framework.plugin import batches
 from framework.plugin.context import LAUNCHES_KEY
 from framework.plugin.markers import core_policy, uses_cluster
 from framework.plugin.resources import log_event
+from framework.ranksuite import batches
 
 if TYPE_CHECKING:
     from framework.launch.runwatch import ClusterWatch

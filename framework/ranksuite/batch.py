@@ -2,7 +2,7 @@
 
 With ``--launch-per world`` the controller tests of one world (the same world size, launch env and
 fewest nodes) declare their rank-side module with the ``rank_module`` marker, and one torchrun runs
-all of them (:meth:`framework.suite.RankSuite.run_batch`) instead of one launch per test. Each rank
+all of them (:meth:`framework.ranksuite.suite.RankSuite.run_batch`) instead of one launch per test. Each rank
 writes a record of its own progress, one JSON line per event, to ``camit-modules-rank<rank>.jsonl``
 in its run folder (the rank tree's conftest: ``CAMIT_MODULE_RECORD=1``): ``start`` when a module's
 first test begins, ``test`` with each test's outcome once its agreement is over, ``done`` after a
@@ -14,84 +14,24 @@ module's last test. The file is appended line by line, so what a rank finished s
 - ``not run``: no rank began it. After a crash such modules run once more in a fresh launch; a
   module still not run after that is reported not run, with the reason.
 
-Only this module and the rank conftest know the record's format.
+The record's format is :mod:`framework.records.modules` (and the rank conftest's writer).
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Protocol
 
-
-class RankLog(Protocol):
-    """A rank of a launch as :func:`records_of` reads it (``framework.launch.result.RankResult``)."""
-
-    @property
-    def log(self) -> str | None: ...
-
-
-class RankLogs(Protocol):
-    """A launch as :func:`records_of` reads it (``framework.launch.result.LaunchResult``)."""
-
-    @property
-    def ranks(self) -> Mapping[int, RankLog]: ...
-
-
-#: the variable that turns the rank-side record on, and the record's file name in the rank's run folder
-RECORD_ENV = "CAMIT_MODULE_RECORD"
-RECORD_FILE = "camit-modules-rank{rank}.jsonl"
+from framework.records.modules import (
+    RECORD_ENV,
+    RECORD_FILE,
+    ModuleProgress,
+    RankLog,
+    RankLogs,
+    read_record,
+    records_of,
+)
 
 DONE, CRASHED, NOT_RUN = "done", "crashed", "not run"
-
-
-@dataclass
-class ModuleProgress:
-    """One rank's progress through one module: when it began and ended (rank host's clock) and its tests."""
-
-    started: float | None = None
-    done: float | None = None
-    #: (test id, outcome: passed | failed | skipped, message)
-    tests: list[tuple[str, str, str]] = field(default_factory=list)
-
-    def window(self) -> tuple[float, float]:
-        """(start, end) of the module on this rank; an unfinished module is open-ended."""
-        return (self.started if self.started is not None else float("-inf"),
-                self.done if self.done is not None else float("inf"))
-
-
-def read_record(path: Path) -> dict[str, ModuleProgress]:
-    """module (path inside the tree) → its progress on one rank; a missing file is no progress, and a line cut
-    short by the rank's death (its last) is left out."""
-    out: dict[str, ModuleProgress] = {}
-    try:
-        text = path.read_text(errors="replace")
-    except OSError:
-        return out
-    for line in text.splitlines():
-        try:
-            event = json.loads(line)
-            module, kind, ts = str(event["module"]), str(event["event"]), float(event["ts"])
-        except (ValueError, KeyError, TypeError):
-            continue
-        progress = out.setdefault(module, ModuleProgress())
-        if kind == "start":
-            progress.started = ts
-        elif kind == "done":
-            progress.done = ts
-        elif kind == "test":
-            progress.tests.append((str(event.get("test", "")), str(event.get("outcome", "")),
-                                   str(event.get("message", ""))))
-    return out
-
-
-def records_of(launch: RankLogs) -> dict[int, dict[str, ModuleProgress]]:
-    """rank → its record (:func:`read_record`), from the rank's run folder as the launch fetched it (beside its
-    log); a rank without a log has none."""
-    return {rank: read_record(Path(rr.log).parent / RECORD_FILE.format(rank=rank))
-            for rank, rr in launch.ranks.items() if rr.log}
 
 
 def module_states(modules: Sequence[str], records: Mapping[int, Mapping[str, ModuleProgress]],
@@ -111,8 +51,8 @@ def module_states(modules: Sequence[str], records: Mapping[int, Mapping[str, Mod
 
 
 def counts_of(progress: ModuleProgress) -> tuple[dict[str, int], list[tuple[str, str]], list[tuple[str, str]]]:
-    """(counts, failures, skips) of one rank's module from its record, as :func:`framework.suite.read_rank_junit`
-    gives them from JUnit."""
+    """(counts, failures, skips) of one rank's module from its record, as
+    :func:`framework.ranksuite.suite.read_rank_junit` gives them from JUnit."""
     counts = {"passed": 0, "failed": 0, "skipped": 0}
     failures, skips = [], []
     for test, outcome, message in progress.tests:
@@ -156,5 +96,5 @@ def module_at(records: Mapping[str, ModuleProgress], when: float, order: Iterabl
     return found[1] if found is not None else None
 
 
-__all__ = ["CRASHED", "DONE", "NOT_RUN", "RECORD_ENV", "RECORD_FILE", "ModuleProgress", "counts_of", "in_module",
-           "junit_prefix", "module_at", "module_states", "read_record", "records_of"]
+__all__ = ["CRASHED", "DONE", "NOT_RUN", "RECORD_ENV", "RECORD_FILE", "ModuleProgress", "RankLog", "RankLogs",
+           "counts_of", "in_module", "junit_prefix", "module_at", "module_states", "read_record", "records_of"]

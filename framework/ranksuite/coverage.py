@@ -68,7 +68,7 @@ RC_FILE = ".coveragerc-camit"
 #: one JSON per shipped rank tree: its remote folder and the local folder it came from
 TREES_DIR = ".coverage-trees"
 GCOV_DIR = "gcov"
-STANDIN_OP_LIB = Path(__file__).resolve().parents[1] / "standin" / OP_MODULE
+STANDIN_OP_LIB = Path(__file__).resolve().parents[2] / "standin" / OP_MODULE
 
 _TRUE = ("1", "true", "yes", "on")
 
@@ -381,7 +381,7 @@ def rc_text(trees: Sequence[tuple[str, Path]], op_lib: Path | None) -> str:
     folder common to the local roots, so Cobertura names read ``suites/cam/rank/...`` and
     ``standin/umdk_cam_op_lib/...`` (this checkout), never cwd-dependent.
     """
-    lines = ["# written by camit (framework/coverage.py) for this run's combine; removed afterwards"]
+    lines = ["# written by camit (framework/ranksuite/coverage.py) for this run's combine; removed afterwards"]
     roots = [str(Path(local)) for _, local in trees] + ([str(op_lib)] if op_lib is not None else [])
     if roots:
         # one <source> in coverage.xml, their common folder: file names stay unique across the roots
