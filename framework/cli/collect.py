@@ -138,6 +138,6 @@ def _collect_diag(env: Any, cluster: Any, root: Path, plans: Any) -> None:
     for host, why in sorted(failed.items()):
         print(console.printable(f"{host}: no diagnostics: {why}"), file=sys.stderr)
     print(f"fault bundle (ascend-fd input, one tree per host): {bundle}", file=sys.stderr)
-    print(console.printable(f"ascend-fd: {verdict}" if verdict is not None else
-                            "ascend-fd: not installed on this machine (run it on the bundle by hand)"),
-          file=sys.stderr)
+    said = (f"ascend-fd: {verdict}" if verdict is not None
+            else "ascend-fd: not installed on this machine (run it on the bundle by hand)")
+    print(console.printable(said), file=sys.stderr)

@@ -1,5 +1,5 @@
-"""What every ``camit`` verb shares: the parser class with its epilog, the common options, loading the
-env file, picking hosts, the lease and the run folder.
+"""What every ``camit`` verb shares: the parser class with its epilog, the common options,
+loading the env file, picking hosts, the lease and the run folder.
 
 Only argparse and stdlib-only camit modules at import (``tests/unit/test_cli_startup.py``): the env
 loader, the SSH transport and the lease are imported when a verb runs.
@@ -53,7 +53,8 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
                    "camit exec --env e.yaml --lease --wait 600 -- 'rm -rf /var/tmp/camit/old'"),
     "camit deploy": ("camit deploy --env e.yaml",
                      "camit deploy --env e.yaml --hosts node1 --no-relay --wait 900",
-                     "camit deploy --env e.yaml --dry-run   # what would go where; no host contacted"),
+                     "camit deploy --env e.yaml --dry-run"
+                     "   # what would go where; no host contacted"),
     "camit run": ("camit run --env e.yaml --nproc-per-node 2 -- examples/hello_ranks.py",
                   "camit run --env e.yaml --json -- -m my.module",
                   "camit run --env e.yaml --dry-run -- examples/hello_ranks.py"
@@ -108,7 +109,8 @@ def lease_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--wait", type=float, default=0.0, metavar="S",
                    help="wait up to S seconds for hosts another controller holds "
                         "(default: fail naming the holder)")
-    p.add_argument("--owner", default=None, help="lease owner (default: $BUILD_URL, else user@host)")
+    p.add_argument("--owner", default=None,
+                   help="lease owner (default: $BUILD_URL, else user@host)")
 
 
 def load_env(path: str | None) -> EnvConfig:
@@ -155,20 +157,22 @@ def progress(args: argparse.Namespace
 
 
 def leased(args: argparse.Namespace, cluster: Cluster) -> Lease:
-    """The lease on ``cluster`` that ``run`` and ``deploy`` hold as the pytest path does (``--wait``,
-    ``--owner``); ``LeaseHeld`` names the holder."""
+    """The lease on ``cluster`` that ``run`` and ``deploy`` hold as the pytest path does
+    (``--wait``, ``--owner``); ``LeaseHeld`` names the holder."""
     from framework.lease import Lease
 
     return Lease(cluster, owner=args.owner, wait=args.wait)
 
 
 def say(text: str, scrub: Callable[[str], str]) -> None:
-    """One line of a dry run's plan: the env's secrets out (as values), control characters escaped."""
+    """One line of a dry run's plan: the env's secrets out (as values), control characters
+    escaped."""
     print(console.printable(scrub(text)))
 
 
 def scrub_folder(rundir: RunDir, env: EnvConfig) -> None:
-    """The env's secrets out of every file of the run folder (as values: framework.records.scrub)."""
+    """The env's secrets out of every file of the run folder (as values:
+    framework.records.scrub)."""
     from framework.records.scrub import Scrubber, scrub_folder
 
     scrub_folder(rundir.path, Scrubber.from_env(env))

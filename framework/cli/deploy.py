@@ -74,7 +74,8 @@ def print_deploy(result: Any, rundir: RunDir) -> None:
 
 
 def _say_host_plan(p: dict[str, Any], scrub: Callable[[str], str]) -> None:
-    """One host's part of ``camit deploy --dry-run``: where, which .run, the uploads and the steps."""
+    """One host's part of ``camit deploy --dry-run``: where, which .run, the uploads and the
+    steps."""
     venv = f" (venv {p['venv']} on {p['python']})" if p["venv"] else ""
     say(f"{p['host']}: workdir {p['workdir']}, install path {p['install_path']}, "
         f"interpreter {p['interpreter']}{venv}", scrub)

@@ -38,7 +38,8 @@ def exec_row(name: str, value: Result | BaseException,
         code = getattr(value, "exit_code", EXIT_INFRA)
         status = "UNREACHABLE" if code == EXIT_INFRA else "ERROR"
         text = reason_of(value, name)
-        return [name, status, "-", text], {"host": name, "status": status.lower(), "error": text}, code
+        error: dict[str, Any] = {"host": name, "status": status.lower(), "error": text}
+        return [name, status, "-", text], error, code
     status = "TIMEOUT" if value.timed_out else str(value.rc)
     shown = "\n".join((value.stdout.strip() or value.stderr.strip()).splitlines()[-tail:])
     record = {"host": name, "rc": value.rc, "timed_out": value.timed_out,

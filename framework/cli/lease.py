@@ -18,7 +18,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 def add_parser(sub: Any) -> None:
-    ls = sub.add_parser("lease", help="cluster leases: status, release, or run a command holding one")
+    ls = sub.add_parser("lease",
+                        help="cluster leases: status, release, or run a command holding one")
     actions = ls.add_subparsers(dest="lease_command", metavar="ACTION")
     lst = actions.add_parser("status", help="who holds each host")
     lrl = actions.add_parser("release",

@@ -77,8 +77,8 @@ def run(args: argparse.Namespace) -> int:
         from framework.report import finalize
 
         finalize(rundir.path, cores=state["cores"], env=env,
-                 argv=["camit", *getattr(args, "argv", ["run"])], started=started, ended=time.time(),
-                 status=state["status"], error=state["error"])
+                 argv=["camit", *getattr(args, "argv", ["run"])], started=started,
+                 ended=time.time(), status=state["status"], error=state["error"])
     if not args.json:
         print(f"report: {rundir.path}")
     return code
@@ -92,13 +92,14 @@ def run_leased(args: argparse.Namespace, env: EnvConfig, cluster: Cluster, rundi
     with cluster, console.terminate_as_interrupt(), leased(args, cluster), progress(args) as event:
         watch = ClusterWatch(cluster, env, policy=args.core_policy, rundir=rundir)
         watch.begin()
-        # the run folders go only after the core scan: a relative core_pattern puts a rank's core there
+        # the run folders go only after the core scan: a relative core_pattern puts a rank's core
+        # there
         launcher = Launcher(env, cluster, rundir=rundir, nproc_per_node=args.nproc_per_node,
                             on_event=event, keep_remote=args.keep_remote, defer_cleanup=True)
         try:
             try:
                 result = launcher.run(target, timeout=args.timeout)
-            except BaseException:  # interrupted or failed: the cores are scanned all the same, first
+            except BaseException:  # interrupted or failed: the cores are scanned first all the same
                 state["cores"] = _scan_anyway(watch)
                 raise
             watched = watch.end(ranks=[result], failed=not result.ok)

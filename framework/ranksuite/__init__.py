@@ -2,8 +2,8 @@
 :mod:`.batches`), perf baselines (:mod:`.perfbase`) and coverage mode (:mod:`.coverage`).
 
 This package's names (:data:`__all__`, loaded on first use) and ``framework``'s are the public
-surface ``suites/`` imports (``tests/unit/test_public_surface.py``); the pytest plugin's names a suite
-needs are in ``framework`` itself (the plugin is a layer above this package).
+surface ``suites/`` imports (``tests/unit/test_public_surface.py``); the pytest plugin's names a
+suite needs are in ``framework`` itself (the plugin is a layer above this package).
 """
 
 from __future__ import annotations
@@ -24,10 +24,11 @@ __all__ = [
 
 #: name -> the module defining it
 _NAMES: dict[str, str] = {
-    **dict.fromkeys(("RankSuite", "SuiteResult", "SMALL_WORLDS", "default_worlds", "slots_per_node"),
-                    "framework.ranksuite.suite"),
+    **dict.fromkeys(("RankSuite", "SuiteResult", "SMALL_WORLDS", "default_worlds",
+                     "slots_per_node"), "framework.ranksuite.suite"),
     "Preflight": "framework.preflight.run",
-    **dict.fromkeys(("Report", "CHECKS", "ERROR", "FAIL", "SKIP", "WARN"), "framework.preflight.checks"),
+    **dict.fromkeys(("Report", "CHECKS", "ERROR", "FAIL", "SKIP", "WARN"),
+                    "framework.preflight.checks"),
     **dict.fromkeys(("append_text", "update_json"), "framework.records.folder"),
     "Row": "framework.perf.row",
 }

@@ -1,20 +1,6 @@
-"""One launch for the rank-side modules of a world (``--launch-per world``): what each rank finished, and the split.
-
-With ``--launch-per world`` the controller tests of one world (the same world size, launch env and
-fewest nodes) declare their rank-side module with the ``rank_module`` marker, and one torchrun runs
-all of them (:meth:`framework.ranksuite.suite.RankSuite.run_batch`) instead of one launch per test. Each rank
-writes a record of its own progress, one JSON line per event, to ``camit-modules-rank<rank>.jsonl``
-in its run folder (the rank tree's conftest: ``CAMIT_MODULE_RECORD=1``): ``start`` when a module's
-first test begins, ``test`` with each test's outcome once its agreement is over, ``done`` after a
-module's last test. The file is appended line by line, so what a rank finished survives its crash
-(JUnit is written only when pytest ends). :func:`module_states` reads them back:
-
-- ``done``: every rank finished the module: its verdict stands, whatever came later;
-- ``crashed``: some rank began it and not every rank finished it: the launch's failure is its failure;
-- ``not run``: no rank began it. After a crash such modules run once more in a fresh launch; a
-  module still not run after that is reported not run, with the reason.
-
-The record's format is :mod:`framework.records.modules` (and the rank conftest's writer).
+"""One launch for the rank-side modules of a world (``--launch-per world``): what each rank
+finished (its module records, :mod:`framework.records.modules`) and the launch's split back per
+module: ``done``, ``crashed`` or ``not run`` (docs/design.md, "The rank-side suites").
 """
 
 from __future__ import annotations

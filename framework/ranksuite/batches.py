@@ -1,19 +1,6 @@
-"""``--launch-per world``: the controller tests of one world share one launch of their rank-side modules.
-
-At the end of collection (:func:`plan`) the tests that declare their rank-side module
-(``@pytest.mark.rank_module("test_x_rank.py", env={...})``) and take ``world`` are grouped by world
-size and fewest nodes, their launch envs merged (``HCCL_BUFFSIZE`` of the prefill modules and the fuzz
-module's ``CAMIT_FUZZ_N`` go to the one launch; a variable two tests want with different values splits
-the group); a group of two modules or more is a :class:`Batch`. The first of its
-tests to set up runs the batch (the ``run_ranks`` fixture's setup: outside that test's own core watch,
-inside a watch of the batch's own), :meth:`framework.ranksuite.suite.RankSuite.run_batch` splits the launch back
-per module, and each test's ``run_ranks(module, world, ...)`` returns its module's result: its own
-verdict, counts, skips and placement, and the cores that appeared while its module ran on the rank
-that dumped (framework.ranksuite.batch's records), judged by the test's own core policy.
-
-A test launches alone as before when its call differs from what it declared (another module, env or
-``select=``), on a rerun (pytest-rerunfailures), and under ``-n`` (xdist deals tests to workers one at
-a time, so a worker cannot know its batch; each test then launches per test, and a note says so).
+"""``--launch-per world``: the controller tests of one world share one launch of their rank-side
+modules; :func:`plan` groups them at the end of collection, a :class:`Batch` runs the launch once
+and hands each test its module's result and cores (docs/design.md, "The rank-side suites").
 """
 
 from __future__ import annotations

@@ -1,29 +1,6 @@
-"""Coverage mode (``--cov-ranks`` or ``ENABLE_COV=1``): rank-side Python and op-library coverage from
-every host, combined into one report in the run folder — the ``run_with_cov.sh`` upstream never wrote.
-
-How a covered run goes:
-
-1. Before a rank launch, each of its hosts is probed once per session (:class:`RankCoverage`): the
-   deploy state names the ranks' interpreter, which must import ``coverage`` (>= 7.4) in the ranks'
-   environment. A host without it fails the launch with one :class:`CoverageUnavailable` naming the
-   host(s); the probe is remembered, so later launches on that host fail the same way at once.
-2. Every rank runs ``python -m coverage run --parallel-mode --data-file=coverage-rank{rank}.dat
-   --source=<rank tree>,umdk_cam_op_lib -m pytest ...`` (:func:`wrap_target`). Its cwd is the node's run
-   folder, so ``coverage-rank<N>.dat.<host>.<pid>.<rand>`` comes back with the launch's ``coverage-*``
-   fetch pattern into ``<report>/<host>/<launch>/``.
-3. After each launch, ``*.gcda`` files under ``<install_path>/vendors/<vendor>/`` and the op library's
-   site-packages entries (an op library built with ``--coverage``) are tarred on each host and unpacked
-   into ``<report>/<host>/gcov/<their absolute path>``. gcov counters accumulate in place, so the last
-   fetch of a session holds everything; turning them into a report needs the build tree's ``.gcno``.
-4. At session end the controller (:func:`finish`) combines every ``coverage-rank*.dat*`` of the run
-   folder with a temporary ``.coveragerc`` whose ``[paths]`` map each shipped rank tree
-   (``<workdir>/suites/<sha>/``) to its folder in this checkout and the installed ``umdk_cam_op_lib`` to
-   ``standin/umdk_cam_op_lib/`` when that exists: ``<report>/coverage/`` (html), ``<report>/coverage.xml``
-   (Cobertura) and one summary line for the terminal. Remote files without a local source are left out
-   and counted.
-
-The builders (:func:`wrap_target`, :func:`probe_argv`, :func:`gcda_script`, :func:`rc_text`,
-:func:`data_files`, ...) are pure; the ``coverage`` package itself is imported only by :func:`finish`.
+"""Coverage mode (``--cov-ranks`` or ``ENABLE_COV=1``): rank-side Python and op-library coverage
+from every host, combined into one report in the run folder (docs/design.md, "The rank-side
+suites"). The builders are pure; the ``coverage`` package is imported only by :func:`finish`.
 """
 
 from __future__ import annotations

@@ -1,7 +1,6 @@
-"""The ranks' module records of a shared launch (``--launch-per world``): each rank appends one JSON
-line per event (``start``, ``test``, ``done``) to ``camit-modules-rank<rank>.jsonl`` in its run folder
-(the rank tree's conftest, when ``CAMIT_MODULE_RECORD=1``); :func:`read_record` reads one back, a line
-cut short by the rank's death left out. What the records mean: :mod:`framework.ranksuite.batch`.
+"""The ranks' module records of a shared launch (``--launch-per world``): one JSON line per event
+(``start``, ``test``, ``done``) in ``camit-modules-rank<rank>.jsonl`` of each rank's run folder,
+written by the rank tree's conftest. What they mean: :mod:`framework.ranksuite.batch`.
 """
 
 from __future__ import annotations
@@ -14,7 +13,7 @@ from typing import Protocol
 
 
 class RankLog(Protocol):
-    """A rank of a launch as :func:`records_of` reads it (``framework.launch.result.RankResult``)."""
+    """A rank as :func:`records_of` reads it (``framework.launch.result.RankResult``)."""
 
     @property
     def log(self) -> str | None: ...
@@ -27,13 +26,16 @@ class RankLogs(Protocol):
     def ranks(self) -> Mapping[int, RankLog]: ...
 
 
-#: the variable that turns the rank-side record on, and the record's file name in the rank's run folder
+#: the variable that turns the rank-side record on, and the record's file name in the rank's run
+#: folder
 RECORD_ENV = "CAMIT_MODULE_RECORD"
 RECORD_FILE = "camit-modules-rank{rank}.jsonl"
 
+
 @dataclass
 class ModuleProgress:
-    """One rank's progress through one module: when it began and ended (rank host's clock) and its tests."""
+    """One rank's progress through one module: when it began and ended (the rank host's clock) and
+    its tests."""
 
     started: float | None = None
     done: float | None = None
@@ -47,8 +49,8 @@ class ModuleProgress:
 
 
 def read_record(path: Path) -> dict[str, ModuleProgress]:
-    """module (path inside the tree) → its progress on one rank; a missing file is no progress, and a line cut
-    short by the rank's death (its last) is left out."""
+    """module (path inside the tree) → its progress on one rank; a missing file is no progress, and
+    a line cut short by the rank's death (its last) is left out."""
     out: dict[str, ModuleProgress] = {}
     try:
         text = path.read_text(errors="replace")
@@ -72,10 +74,11 @@ def read_record(path: Path) -> dict[str, ModuleProgress]:
 
 
 def records_of(launch: RankLogs) -> dict[int, dict[str, ModuleProgress]]:
-    """rank → its record (:func:`read_record`), from the rank's run folder as the launch fetched it (beside its
-    log); a rank without a log has none."""
+    """rank → its record (:func:`read_record`), from the rank's run folder as the launch fetched it
+    (beside its log); a rank without a log has none."""
     return {rank: read_record(Path(rr.log).parent / RECORD_FILE.format(rank=rank))
             for rank, rr in launch.ranks.items() if rr.log}
 
 
-__all__ = ["RECORD_ENV", "RECORD_FILE", "ModuleProgress", "RankLog", "RankLogs", "read_record", "records_of"]
+__all__ = ["RECORD_ENV", "RECORD_FILE", "ModuleProgress", "RankLog", "RankLogs", "read_record",
+           "records_of"]

@@ -52,8 +52,10 @@ def _documented(page: str) -> dict[str, set[str]]:
     sections = re.findall(r"^## (camit[^\n]*)\n\n```text\n(.*?)\n```", page, re.M | re.S)
     assert sections, "no `## camit ...` section in the CLI reference"
     # the examples' lines hold commands for the hosts too (``uname -r``): options come from the rest
-    bodies = {prog: re.sub(r"^examples:\n(?:  .*\n)*", "", body, flags=re.M) for prog, body in sections}
-    return {prog: set(re.findall(r"(?<![\w-])(--?[a-zA-Z][\w-]*)", body)) for prog, body in bodies.items()}
+    bodies = {prog: re.sub(r"^examples:\n(?:  .*\n)*", "", body, flags=re.M)
+              for prog, body in sections}
+    return {prog: set(re.findall(r"(?<![\w-])(--?[a-zA-Z][\w-]*)", body))
+            for prog, body in bodies.items()}
 
 
 def test_the_dispatch_table_holds_every_verb_of_the_parser_in_help_order() -> None:

@@ -1,6 +1,6 @@
 """``suites/`` imports camit only through its public surface: the names of ``framework`` and of
-``framework.ranksuite`` (each declared in its ``__all__``, loaded on first use), never a module inside
-(``framework.plugin.context``, ``framework.perf.row``, ...)."""
+``framework.ranksuite`` (each declared in its ``__all__``, loaded on first use), never a module
+inside (``framework.plugin.context``, ``framework.perf.row``, ...)."""
 
 from __future__ import annotations
 
@@ -47,8 +47,8 @@ def test_the_suites_import_only_the_public_surface() -> None:
     assert files
     found = {str(p.relative_to(ROOT)): outside_surface(p.read_text(), str(p)) for p in files}
     found = {path: bad for path, bad in found.items() if bad}
-    assert not found, "suites/ imports framework internals (use framework or framework.ranksuite):\n" + \
-        "\n".join(f"{path}:{line}" for path, bad in sorted(found.items()) for line in bad)
+    listed = "\n".join(f"{path}:{line}" for path, bad in sorted(found.items()) for line in bad)
+    assert not found, f"suites/ imports framework internals (use framework.ranksuite):\n{listed}"
 
 
 @pytest.mark.parametrize("source", [
@@ -90,7 +90,7 @@ def test_an_unknown_ranksuite_name_is_an_attribute_error() -> None:
 
 
 def test_importing_the_package_for_the_plugin_loads_no_launcher_and_no_perf_stack() -> None:
-    """The plugin imports framework.ranksuite.batches at pytest's start: the package's names wait."""
+    """The plugin imports framework.ranksuite.batches at pytest's start: the names wait."""
     code = ("import sys, framework.ranksuite.batches\n"
             "print(sorted(m for m in sys.modules if m.startswith(('framework.launch.runner', "
             "'framework.perf', 'framework.ranksuite.suite', 'numpy', 'torch'))))")

@@ -41,7 +41,7 @@ def _ctx(launch_per: str = "world", controller: bool = True) -> Any:
 
 ITEMS = [_Item("t1", "a.py", 4), _Item("t2", "b.py", 4), _Item("t3", "c.py", 4),
          _Item("t4", "d.py", 4), _Item("t5", None, 4), _Item("t6", "e.py", 8)]
-#: t3 cannot run here (the plugin's markers say so), t4 wants 2 nodes: each stays out of t1/t2's batch
+#: t3 cannot run here (the plugin's markers say so), t4 wants 2 nodes: each stays out of the batch
 FEWEST = {"t1": 1, "t2": 1, "t3": None, "t4": 2, "t5": 1, "t6": 1}
 
 
@@ -68,14 +68,14 @@ def _core() -> Any:
 
 
 def test_the_policy_handed_in_judges_the_cores() -> None:
-    passed = SimpleNamespace(ok=True, notes=[])
+    passed: Any = SimpleNamespace(ok=True, notes=[])
+    item: Any = _Item("t1", "a.py", 4)
     with pytest.raises(AssertionError, match="core dumps while a.py ran"):
-        batches.report_cores(_Item("t1", "a.py", 4), "fail", "a.py", passed, [_core()])  # type: ignore[arg-type]
+        batches.report_cores(item, "fail", "a.py", passed, [_core()])
     with pytest.warns(pytest.PytestWarning, match="policy warn"):
-        batches.report_cores(_Item("t1", "a.py", 4), "warn", "a.py", passed, [_core()])  # type: ignore[arg-type]
-    item = _Item("t1", "a.py", 4)
-    assert batches.report_cores(item, "ignore", "a.py", passed, [_core()]) is passed  # type: ignore[arg-type]
-    assert item.sections[0][1] == "core dumps"
+        batches.report_cores(item, "warn", "a.py", passed, [_core()])
+    assert batches.report_cores(item, "ignore", "a.py", passed, [_core()]) is passed
+    assert [key for _, key, _ in item.sections] == ["core dumps"] * 3
 
 
 def test_the_package_imports_nothing_of_the_plugin() -> None:
