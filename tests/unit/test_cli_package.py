@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import importlib.util
 import re
 import sys
@@ -107,3 +108,11 @@ def test_python_dash_m_and_no_verb_print_the_help_and_exit_2() -> None:
                           cwd=ROOT, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
                           timeout=60)
     assert proc.returncode == 2 and proc.stderr.startswith("usage: camit ")
+
+
+def test_the_console_script_is_the_packages_main() -> None:
+    """pyproject's ``camit = "framework.cli:main"`` still names the package's ``main``."""
+    found = re.search(r'^camit = "([\w.]+):(\w+)"$', (ROOT / "pyproject.toml").read_text(), re.M)
+    assert found is not None
+    module, name = found.groups()
+    assert getattr(importlib.import_module(module), name) is cli.main
