@@ -179,7 +179,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
-    """``--launch-per world``: which of the collected (and selected) tests share a launch (:mod:`.batches`)."""
+    """``--launch-per world``: which of the collected (and selected) tests share a launch
+    (:mod:`framework.ranksuite.batches`)."""
     ctx = context_of(session.config)
     if ctx.active and not session.config.option.collectonly:
         session.config.stash[batches.BATCHES_KEY] = batches.plan(
