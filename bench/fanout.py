@@ -317,8 +317,9 @@ def process_main(args: argparse.Namespace) -> int:
     tools = [t for t in PROCESS_TOOLS if t != "pdsh" or available("pdsh") is None]
     baseline = Path(args.baseline).resolve() if args.baseline else None
     if baseline is not None:
-        if not (baseline / "framework" / "cli.py").is_file():
-            raise SystemExit(f"--baseline {baseline}: no framework/cli.py there")
+        cli = baseline / "framework"
+        if not ((cli / "cli.py").is_file() or (cli / "cli" / "__init__.py").is_file()):
+            raise SystemExit(f"--baseline {baseline}: no framework/cli.py or framework/cli/ there")
         subprocess.run([sys.executable, "-m", "compileall", "-q", str(baseline / "framework")], check=True,
                        capture_output=True, env=_child_env(baseline))
         tools.insert(1, "camit-baseline")

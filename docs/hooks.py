@@ -122,7 +122,7 @@ def cli_page() -> str:
     out = [
         "# CLI reference",
         "",
-        "Generated from the parsers themselves (`framework/cli.py`, `framework/lab/manage.py`)",
+        "Generated from the parsers themselves (`framework/cli/`, `framework/lab/manage.py`)",
         "at every `make docs`, so it is what `--help` prints.",
         "",
     ]

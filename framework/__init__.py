@@ -8,6 +8,9 @@ The public API, importable from ``framework`` itself; each name is loaded from i
 - commands (``framework.commands``): ``Command``, ``Argv``, ``ShellScript``
 - leases (``framework.lease``): ``Lease``
 - tests (``framework.base_test``): ``BaseTest``
+- suites (the pytest plugin, ``framework.plugin``): ``CONTEXT_KEY``, ``RunContext``, ``context_of``,
+  ``resources_of``, ``record_launch``, ``min_nodes``, ``SOC_MARKERS``, ``host_share``; the rest of
+  what ``suites/`` may import is ``framework.ranksuite``'s (tests/unit/test_public_surface.py)
 - errors (``framework.errors``, tree drawn there): ``FrameworkError``, ``UsageError``, ``ConfigError``,
   ``LabError``, ``ArtifactError``, ``LeaseHeld``, ``LeaseError``, ``LeaseLost``, ``HostError``,
   ``HostUnreachable``, ``AuthenticationFailed``, ``HostKeyError``, ``TransferError``, ``DeployError``,
@@ -38,6 +41,9 @@ __all__ = [
     "Command", "Argv", "ShellScript",
     # leases and tests
     "Lease", "BaseTest",
+    # suites: the pytest plugin's names
+    "CONTEXT_KEY", "RunContext", "context_of", "resources_of", "record_launch", "min_nodes", "SOC_MARKERS",
+    "host_share",
     # errors
     "FrameworkError", "UsageError", "ConfigError", "LabError", "ArtifactError", "LeaseHeld", "LeaseError",
     "LeaseLost", "HostError", "HostUnreachable", "AuthenticationFailed", "HostKeyError", "TransferError",
@@ -52,6 +58,11 @@ _MODULES: dict[str, tuple[str, ...]] = {
     "framework.commands": ("Command", "Argv", "ShellScript"),
     "framework.lease": ("Lease",),
     "framework.base_test": ("BaseTest",),
+    "framework.plugin.context": ("CONTEXT_KEY", "RunContext", "context_of"),
+    "framework.plugin.resources": ("resources_of",),
+    "framework.plugin.fixtures": ("record_launch",),
+    "framework.plugin.markers": ("min_nodes", "SOC_MARKERS"),
+    "framework.plugin.xdist": ("host_share",),
     "framework.errors": tuple(__all__[__all__.index("FrameworkError"):]),
 }
 _EXPORTS: dict[str, str] = {name: module for module, names in _MODULES.items() for name in names}
@@ -83,6 +94,11 @@ if TYPE_CHECKING:  # pragma: no cover - what the lazy names are, for type checke
     )
     from framework.hosts import Cluster, GroupResult, Host
     from framework.lease import Lease
+    from framework.plugin.context import CONTEXT_KEY, RunContext, context_of
+    from framework.plugin.fixtures import record_launch
+    from framework.plugin.markers import SOC_MARKERS, min_nodes
+    from framework.plugin.resources import resources_of
+    from framework.plugin.xdist import host_share
     from framework.result import Result
 
 

@@ -48,7 +48,7 @@ from pathlib import Path
 import pytest
 
 from framework.plugin import LAUNCHES_KEY
-from framework.suite import RankSuite
+from framework.ranksuite.suite import RankSuite
 
 TREE = Path(__file__).resolve().parent / "rank"
 

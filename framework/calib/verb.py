@@ -13,7 +13,7 @@ from framework import console
 __all__ = ["add_parser", "run"]
 
 
-def add_parser(sub: Any, parser_class: type[argparse.ArgumentParser]) -> None:
+def add_parser(sub: Any) -> None:
     """Add ``calibrate`` to the ``camit`` subparsers ``sub``."""
     cal = sub.add_parser(
         "calibrate", help="record the facts the emulation assumes; compare a bundle with them"

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from framework import batch, commands
+from framework import commands
 from framework.ascend.nic import (
     DEFAULT_NIC,
     HostNet,
@@ -31,6 +31,7 @@ from framework.ascend.timeouts import PG_TIMEOUT_VAR, Timeouts, derive
 from framework.ascend.tools import NPU_CORE_LIMIT
 from framework.commands import ShellScript
 from framework.errors import UsageError
+from framework.records.modules import RECORD_FILE
 from framework.remote import protocol
 from framework.remote.layout import DeployState, HostLayout, sh_sha_ok, sh_verified
 from framework.remote.sections import read_records, sh_tag
@@ -61,7 +62,7 @@ NPU_COREDUMP_FILTER = "0x11"
 PORT_RETRIES = 3
 #: files of a node's run folder that come back to the report folder
 FETCH_PATTERNS = ("rank*.log", "rank*.json", "rank*.xml", "rank*.pyspy", "torchrun.log", "perf-*.json", "coverage-*",
-                  "hccl_trace_rank_*", batch.RECORD_FILE.format(rank="*"))
+                  "hccl_trace_rank_*", RECORD_FILE.format(rank="*"))
 #: folders of a node's run folder that come back whole: the plogs (``ASCEND_PROCESS_LOG_PATH``) and the
 #: NPU state a failed launch saves (framework.launch.devices)
 FETCH_DIRS = ("ascend", "npu-state")

@@ -17,10 +17,10 @@ from framework.errors import UsageError
 __all__ = ["add_parser", "run"]
 
 
-def add_parser(sub: Any, parser_class: type[argparse.ArgumentParser]) -> None:
+def add_parser(sub: Any) -> None:
     """Add ``perf`` and its actions to the ``camit`` subparsers ``sub``."""
     pf = sub.add_parser("perf", help="performance results: compare two runs")
-    actions = pf.add_subparsers(dest="perf_command", parser_class=parser_class, metavar="ACTION")
+    actions = pf.add_subparsers(dest="perf_command", metavar="ACTION")  # camit's parser class
     cmp = actions.add_parser("compare", help="every configuration of two runs with its delta and significance")
     cmp.add_argument("run_a", metavar="RUN_A", help="run folder (with perf-rows.jsonl) or a rows file")
     cmp.add_argument("run_b", metavar="RUN_B")

@@ -12,7 +12,7 @@ finds the hooks and fixtures as attributes of this module; each lives in its own
 - :mod:`.resources` — cluster, lease, deploy-once, launcher, rank suite: opened explicitly, one ExitStack;
 - :mod:`.markers` — requirement markers (``ranks``, ``nodes``, ``soc``, ``a2_test``/``a3_test``), skips
   with the reason; the core policy marker;
-- :mod:`.batches` — ``--launch-per world``: the tests of one world share one launch, split back per test;
+- :mod:`framework.ranksuite.batches` — ``--launch-per world``: one launch per world, split back per test;
 - :mod:`.xdist` — each worker's host share, the launch-first order, the round-robin first hand-out;
 - :mod:`.cores` — the core watch around every test that drives the cluster;
 - :mod:`.progress` — camit's events on the terminal (under ``-n`` forwarded in report sections), camit.log;

@@ -89,12 +89,12 @@ class RunContext:
         env_error = None
         cov_ranks = False
         if options.env_path:
-            from framework import coverage
             from framework.config.effective import load
+            from framework.ranksuite import coverage
 
             try:
                 env = load(options.env_path)
-                cov_ranks = coverage.requested(options.cov_ranks)  # coverage mode: framework/coverage.py
+                cov_ranks = coverage.requested(options.cov_ranks)  # coverage mode: framework/ranksuite/coverage.py
                 chosen_hosts(env, options)
             except (ConfigError, FrameworkError, pytest.UsageError) as exc:
                 if options.env_explicit or options.hosts or options.exclude_hosts:

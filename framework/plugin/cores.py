@@ -16,10 +16,10 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from framework.plugin import batches
 from framework.plugin.context import LAUNCHES_KEY
 from framework.plugin.markers import core_policy, uses_cluster
 from framework.plugin.resources import log_event
+from framework.ranksuite import batches
 
 if TYPE_CHECKING:
     from framework.launch.runwatch import ClusterWatch
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 def watched(item: pytest.Item, ctx: RunContext) -> bool:
     """Whether ``item`` runs inside the watch: an env, a test that drives the cluster, a policy other than ignore,
     and not a test of a shared launch (``--launch-per world``: its module ran under the batch's own watch, and a
-    call that launches alone is watched there too: :mod:`.batches`)."""
+    call that launches alone is watched there too: :mod:`framework.ranksuite.batches`)."""
     return (ctx.env is not None and uses_cluster(item) and core_policy(item, ctx) != "ignore"
             and batches.for_item(item) is None)
 

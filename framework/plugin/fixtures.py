@@ -15,17 +15,17 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from framework.errors import FrameworkError
-from framework.plugin import batches
 from framework.plugin.context import CONTEXT_KEY, LAUNCHES_KEY, RunContext
-from framework.plugin.markers import min_nodes
+from framework.plugin.markers import core_policy, min_nodes
 from framework.plugin.resources import resources_of
+from framework.ranksuite import batches
 
 if TYPE_CHECKING:
     from framework.config.effective import EnvConfig
     from framework.deploy import DeployResult
     from framework.hosts import Cluster
     from framework.launch import Launcher
-    from framework.suite import RankSuite, SuiteResult
+    from framework.ranksuite.suite import RankSuite, SuiteResult
 
 @pytest.fixture(scope="session")
 def camit(request: pytest.FixtureRequest) -> RunContext:
@@ -78,7 +78,7 @@ def launcher(request: pytest.FixtureRequest, deployed: DeployResult | str) -> La
 
 @pytest.fixture(scope="session")
 def rank_suite(request: pytest.FixtureRequest, deployed: DeployResult | str) -> RankSuite:
-    """Runs rank-side modules of suites/cam/rank across the cluster (``framework.suite.RankSuite``)."""
+    """Runs rank-side modules of suites/cam/rank across the cluster (``framework.ranksuite.suite.RankSuite``)."""
     return resources_of(request.config).open_suite()
 
 
@@ -94,7 +94,7 @@ def run_ranks(request: pytest.FixtureRequest, rank_suite: RankSuite) -> Callable
     """``run_ranks(module, world, **kw)`` → ``SuiteResult``; recorded on the test for core attribution, its
     placement (the test's ``nodes(n)`` marker and ``--spread``) in the test's report (property ``placement``).
 
-    Under ``--launch-per world`` a test of a batch (framework.plugin.batches) gets its module's share of the
+    Under ``--launch-per world`` a test of a batch (framework.ranksuite.batches) gets its module's share of the
     world's one launch, run here at the first of the batch's tests to set up."""
     ctx = request.config.stash[CONTEXT_KEY]
     shared = batches.for_item(request.node)
@@ -106,9 +106,10 @@ def run_ranks(request: pytest.FixtureRequest, rank_suite: RankSuite) -> Callable
         if shared is None:
             result = rank_suite.run(module, world, **kw)
         elif shared.covers(request.node.nodeid, module, world, kw):
-            result = shared.result_for(request.node, module, ctx)
+            result = shared.result_for(request.node, module, core_policy(request.node, ctx))
         else:
-            result = shared.run_alone(request.node, rank_suite, resources_of(request.config), ctx, module, world, kw)
+            result = shared.run_alone(request.node, rank_suite, resources_of(request.config), ctx, module, world, kw,
+                                      core_policy(request.node, ctx))
         record_launch(request.node, result)
         return result
 

@@ -22,11 +22,12 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import pytest
 
-from framework.plugin import batches, cores, failtext, markers, progress, reporting, xdist
+from framework.plugin import cores, failtext, markers, progress, reporting, xdist
 from framework.plugin.context import CONTEXT_KEY, RunContext, context_of
 from framework.plugin.options import add_options, add_seed_alias
 from framework.plugin.resources import RESOURCES_KEY, Resources, resources_of
 from framework.plugin.signals import SIGNALS_KEY, Signals, name_cut_cases, signals_of
+from framework.ranksuite import batches
 
 if TYPE_CHECKING:
     from _pytest.terminal import TerminalReporter
@@ -178,10 +179,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
-    """``--launch-per world``: which of the collected (and selected) tests share a launch (:mod:`.batches`)."""
+    """``--launch-per world``: which of the collected (and selected) tests share a launch
+    (:mod:`framework.ranksuite.batches`)."""
     ctx = context_of(session.config)
     if ctx.active and not session.config.option.collectonly:
-        session.config.stash[batches.BATCHES_KEY] = batches.plan(session.items, ctx)
+        session.config.stash[batches.BATCHES_KEY] = batches.plan(
+            session.items, ctx, lambda item: _fewest_nodes(item, ctx))
+
+
+def _fewest_nodes(item: pytest.Item, ctx: RunContext) -> int | None:
+    """A test's fewest nodes for its batch (its ``nodes`` marker); None: the env lacks what it needs."""
+    return None if markers.requirements(item, ctx) is not None else markers.min_nodes(item, ctx)
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:

@@ -66,7 +66,7 @@ def _size_requirements(item: pytest.Item, ctx: RunContext, env: EnvConfig, hosts
         return f"needs {m.args[0]} nodes; the env has {hosts}"
     m = item.get_closest_marker("ranks")
     if m:
-        from framework.suite import placement, slots_per_node
+        from framework.ranksuite.suite import placement, slots_per_node
 
         where = placement(int(m.args[0]), hosts, slots_per_node(env, ctx.options.slots), min_nodes(item, ctx))
         if isinstance(where, str):

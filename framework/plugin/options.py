@@ -77,7 +77,7 @@ def add_options(parser: pytest.Parser) -> None:
     parser.addini(LAUNCH_INI, "--launch-per's default: test or world", default="test")
 
 
-#: ``--launch-per``'s values and its ini key (framework.plugin.batches)
+#: ``--launch-per``'s values and its ini key (framework.ranksuite.batches)
 LAUNCH_MODES = ("test", "world")
 LAUNCH_INI = "camit_launch_per"
 
@@ -183,7 +183,7 @@ class Options:
     baseline_dir: str | None = None
     full_shapes: bool = False
     cov_ranks: bool = False
-    #: ``--launch-per``: ``test`` (one launch per test and world) or ``world`` (framework.plugin.batches)
+    #: ``--launch-per``: ``test`` (one launch per test and world) or ``world`` (framework.ranksuite.batches)
     launch_per: str = "test"
     lease: LeaseSettings = LeaseSettings()
 

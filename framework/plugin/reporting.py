@@ -180,7 +180,7 @@ def finalize(ctx: RunContext, exitstatus: int, *, error: str | None = None) -> N
     from framework import report
 
     if ctx.cov_ranks:
-        from framework import coverage
+        from framework.ranksuite import coverage
 
         ctx.cov_summary = coverage.finish(ctx.rundir.path)
     extra = _host_choice(ctx)

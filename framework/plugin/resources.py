@@ -48,7 +48,7 @@ if TYPE_CHECKING:
     from framework.launch import Launcher
     from framework.lease import Lease
     from framework.plugin.context import RunContext
-    from framework.suite import RankSuite
+    from framework.ranksuite.suite import RankSuite
     from framework.transport.base import Transport
 
 log = logging.getLogger("camit")
@@ -265,7 +265,7 @@ class Resources:
     def open_suite(self) -> RankSuite:
         """The ``RankSuite`` of suites/cam/rank over the launcher: seed, shapes, slots, timeout and coverage mode."""
         if self.suite is None:
-            from framework.suite import RankSuite
+            from framework.ranksuite.suite import RankSuite
 
             ctx = self.ctx
             rank_env = {"CAMIT_SEED": str(ctx.seed)}
@@ -273,7 +273,7 @@ class Resources:
                 rank_env["CAMIT_FULL_SHAPES"] = "1"
             cov = None
             if ctx.cov_ranks:
-                from framework.coverage import RankCoverage
+                from framework.ranksuite.coverage import RankCoverage
 
                 cov = RankCoverage(ctx.require_env(), self.open_cluster(), ctx.ensure_rundir().path)
             self.suite = RankSuite(ctx.require_env(), self.open_cluster(), self.open_launcher(),

@@ -2,7 +2,7 @@
 
 :func:`world_params` is what ``conftest.py`` parametrizes ``world`` with (every test that takes it):
 the small sizes, ``2 x ranks per node`` and ``nodes x ranks per node`` of the env
-(:func:`framework.suite.default_worlds`), so a case crosses nodes on any cluster, not only on one
+(:func:`framework.ranksuite.default_worlds`), so a case crosses nodes on any cluster, not only on one
 of two slots a node; a size the env (or this worker's host share) cannot host is skipped with the
 reason. Each is an A3 case: the CAM ops are built for ascend910_93 only (umdk's
 ``operator_registry.json`` lists that SoC alone; its API guide: A3 only), so an A2 env skips
@@ -43,8 +43,8 @@ CAM_MARKS = (pytest.mark.a3_test,)
 
 def worlds_of(config: pytest.Config) -> list[int]:
     """The world sizes of this run: the env's default worlds (with ``--world-sizes`` beside them)."""
-    from framework.plugin import CONTEXT_KEY
-    from framework.suite import SMALL_WORLDS, default_worlds, slots_per_node
+    from framework import CONTEXT_KEY
+    from framework.ranksuite import SMALL_WORLDS, default_worlds, slots_per_node
 
     ctx = config.stash.get(CONTEXT_KEY, None)
     if ctx is None or ctx.env is None:  # no env: the small sizes (each skips: "no env file")

@@ -31,7 +31,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         return
     from preflight_share import publish_share
 
-    from framework.plugin import CONTEXT_KEY
+    from framework import CONTEXT_KEY
 
     ctx = config.stash.get(CONTEXT_KEY, None)
     if ctx is None or ctx.env is None:  # no camit plugin or no env: the preflight tests skip ("no env file")

@@ -16,10 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from framework.plugin import context_of, resources_of
-from framework.plugin.context import RunContext
-from framework.plugin.xdist import host_share
-from framework.preflight.checks import Report
+from framework import RunContext, context_of, host_share, resources_of
+from framework.ranksuite import Report
 
 #: how long a worker waits for another worker's share report (the probe is bounded by its own timeouts)
 SHARE_WAIT = 900.0
@@ -27,7 +25,7 @@ SHARE_WAIT = 900.0
 
 def probe(config: pytest.Config) -> Report:
     """Preflight of this process's hosts (under ``-n`` the worker's share) on the session's leased cluster."""
-    from framework.preflight.run import Preflight
+    from framework.ranksuite import Preflight
 
     ctx = context_of(config)
     cluster = resources_of(config).open_cluster(allow_unreachable=True)

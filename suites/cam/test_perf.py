@@ -13,8 +13,7 @@ from pathlib import Path
 import pytest
 from camsuite import PREFILL_ENV
 
-from framework import perfbase
-from framework.perf import history
+from framework.ranksuite import history, perfbase
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.perf

@@ -19,9 +19,8 @@ from __future__ import annotations
 import pytest
 from preflight_share import cluster_report, probe
 
-from framework.plugin import CONTEXT_KEY
-from framework.plugin.context import RunContext
-from framework.preflight.checks import CHECKS, ERROR, FAIL, SKIP, WARN, Report
+from framework import CONTEXT_KEY, RunContext
+from framework.ranksuite import CHECKS, ERROR, FAIL, SKIP, WARN, Report
 
 
 def _context(config: pytest.Config) -> RunContext | None:

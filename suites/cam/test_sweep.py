@@ -21,10 +21,8 @@ from typing import Any
 import pytest
 from camsuite import sweep_env, worlds_of
 
-from framework.perf import history, matrix, sweep
-from framework.perf.row import Row
-from framework.plugin.markers import SOC_MARKERS
-from framework.records.folder import append_text, update_json
+from framework import SOC_MARKERS
+from framework.ranksuite import Row, append_text, history, matrix, sweep, update_json
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.perf

@@ -44,7 +44,7 @@ def pytest_generate_tests(metafunc):
 @pytest.fixture(scope="session")
 def upstream_suite(camit, cluster, launcher, rank_suite):
     """The checkout's test/cam as a rank-side tree, on the session's cluster and launcher (after deploy)."""
-    from framework.suite import RankSuite
+    from framework.ranksuite import RankSuite
 
     src = Path(camit.options.umdk_src) / "test" / "cam"
     return RankSuite(camit.require_env(), cluster, launcher, tree=src, slots=camit.options.slots,
@@ -54,8 +54,7 @@ def upstream_suite(camit, cluster, launcher, rank_suite):
 
 @pytest.mark.multi_process_test
 def test_upstream_ut(request, camit, upstream_suite, upstream_file, world):
-    from framework.plugin.fixtures import record_launch
-    from framework.plugin.markers import min_nodes
+    from framework import min_nodes, record_launch
 
     extra = next((e for d, e in UPSTREAM_ENV.items() if f"/{d}/" in f"/{upstream_file}"), {})
     result = upstream_suite.run(upstream_file, world, extra_env=extra,

@@ -78,7 +78,7 @@ def test_two_workers_on_sixteen_hosts_keep_to_their_halves(lab16, suite16, tmp_p
     # pytest's report: every collected test is there once — 6 modules x the default worlds (4, 8, 16, 32 on
     # 16 hosts of 2 slots; all but 4 skipped), the 2 out-of-range-id observations, the
     # upstream placeholder (no --umdk-src), every check x 16 hosts
-    from framework.suite import default_worlds
+    from framework.ranksuite.suite import default_worlds
 
     worlds = default_worlds(16, 2, frozenset({4}))
     assert worlds == [4, 8, 16, 32]

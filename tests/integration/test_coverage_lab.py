@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from framework import commands
-from framework.coverage import RankCoverage
 from framework.lab import artifacts
+from framework.ranksuite.coverage import RankCoverage
 
 REPO = Path(__file__).resolve().parents[2]
 WORKDIR = "/var/tmp/camit/cov"

@@ -61,7 +61,7 @@ from pathlib import Path
 
 import pytest
 
-from framework.suite import RankSuite
+from framework.ranksuite.suite import RankSuite
 
 TREE = Path(__file__).resolve().parent / "rank"
 collect_ignore = ["rank"]

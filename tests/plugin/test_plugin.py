@@ -146,7 +146,7 @@ def test_nose_style_hooks_in_a_basetest_are_refused(pytester):
 
 
 def test_placement():
-    from framework.suite import placement
+    from framework.ranksuite.suite import placement
 
     assert placement(4, 4, 2) == (2, 2)
     assert placement(8, 4, 2) == (4, 2)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from framework import cli
+from framework.cli import check, deploy, lease
 from framework.deploy.result import DeployResult, HostManifest
 from framework.errors import LabError
 from framework.lab import artifacts, manage
@@ -30,7 +30,7 @@ def _raw_free(text: str) -> None:
 def test_deploy_notes_are_escaped(capsys, tmp_path):
     result = DeployResult({"h1": HostManifest("h1", status="deployed", install_path="/w/opp")}, {},
                           notes=[f"h1: relay: {HOSTILE}"])
-    cli._print_deploy(result, SimpleNamespace(path=tmp_path))
+    deploy.print_deploy(result, SimpleNamespace(path=tmp_path))
     out = capsys.readouterr().out
     _raw_free(out)
     assert f"note: h1: relay: {SHOWN}\n" in out
@@ -41,14 +41,14 @@ def test_preflight_skip_reasons_from_a_host_are_escaped(capsys):
     why = rendezvous.parse_listener(f"error bind failed {HOSTILE}")
     report = Report(["h1", "h2"], {(r.host, r.check): r for r in rendezvous.verdicts(["h1", "h2"], why, {}).values()},
                     checks=("rdzv",))
-    cli._print_check(report)
+    check.print_check(report)
     out = capsys.readouterr().out
     _raw_free(out)
     assert f"skipped rdzv on h1, h2: bind failed {SHOWN}\n" in out
 
 
 def test_the_lease_owner_is_escaped():
-    line = cli._held_line(["h1", "h2"], f"https://ci/job/{HOSTILE}")
+    line = lease.held_line(["h1", "h2"], f"https://ci/job/{HOSTILE}")
     _raw_free(line)
     assert line == f"camit: lease held on h1, h2 by https://ci/job/{SHOWN}"
 

@@ -12,7 +12,7 @@ import pytest
 
 from framework import errors
 from framework.cli import EXIT_CODES, build_parser, main
-from framework.completion import bash_script, tree
+from framework.cli.completion import bash_script, tree
 
 
 def _complete(script: str, line: str) -> list[str]:

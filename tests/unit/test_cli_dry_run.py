@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from framework import cli, remote
+from framework.cli.common import DRY_RUN_HEADER, EXAMPLES
 from framework.config import load
 from framework.deploy.plan import HostPlan, install_run_script, install_wheel_script, installer_bin, resolve_artifacts
 from framework.launch.plan import Target, node_command, plan_nodes, prepared_for
@@ -91,7 +92,7 @@ def test_deploy_dry_run_prints_each_hosts_uploads_and_install_steps(env_file, no
     arts = resolve_artifacts(env)
     wheel = next(a for a in arts if a.kind == "wheel")
     assert wheel.sha256 == hashlib.sha256(b"wheel bytes").hexdigest()
-    assert out.startswith(cli.DRY_RUN_HEADER + "\n")
+    assert out.startswith(DRY_RUN_HEADER + "\n")
     assert "deploy 2 artifact(s) to 2 host(s); transfer: relay chain" in out
     for host, workdir in (("node1", "/var/tmp/camit"), ("node2", "/srv/camit w")):
         plan = HostPlan.for_spec(env.hosts[host], env)
@@ -159,7 +160,7 @@ def test_run_dry_run_text(env_file, no_way_out, capsys):
     assert no_way_out == []
     _no_secrets(out + err)
     lines = out.splitlines()
-    assert lines[0] == cli.DRY_RUN_HEADER
+    assert lines[0] == DRY_RUN_HEADER
     assert lines[1].endswith(": 2 node(s) x 2 rank(s), backend gloo, master 192.0.2.11:29533")
     assert lines[2].startswith("node1 (node 0): ships /var/tmp/camit/bin/")
     assert lines[2].endswith("; secret variables on the supervisor's stdin: HF_TOKEN")
@@ -172,4 +173,4 @@ def test_run_dry_run_text(env_file, no_way_out, capsys):
 
 def test_dry_run_is_in_the_help_examples():
     for path in ("camit deploy", "camit run"):
-        assert any("--dry-run" in e for e in cli.EXAMPLES[path])
+        assert any("--dry-run" in e for e in EXAMPLES[path])

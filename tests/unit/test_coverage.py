@@ -17,11 +17,11 @@ from pathlib import Path
 import pytest
 from builders import make_env
 
-from framework import coverage as fc
 from framework.config.effective import EnvConfig
 from framework.errors import MultiHostError, UsageError
 from framework.hosts import Cluster, Host
 from framework.launch import Target
+from framework.ranksuite import coverage as fc
 from framework.testing.fake import FakeTransport
 from framework.transport.local import LocalTransport
 

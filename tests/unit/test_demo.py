@@ -9,7 +9,7 @@ import shlex
 import subprocess
 from pathlib import Path
 
-from framework.suite import placement
+from framework.ranksuite.suite import placement
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -32,7 +32,7 @@ PROVIDES = {"pyyaml": {"yaml"}, "pytest-xdist": {"xdist"}, "pytest": {"pytest", 
 #: hosts' own, as for any launch target, never imported by the controller
 RANK_PROGRAMS = {"framework/launch/pairs_rank.py", "framework/launch/smoke_allreduce.py",
                  "framework/calib/golden_rank.py"}
-OPTIONAL = {"coverage": "coverage mode (--cov-ranks): framework.coverage checks it is importable and names "
+OPTIONAL = {"coverage": "coverage mode (--cov-ranks): framework.ranksuite.coverage checks it is importable and names "
                         "the extra before the run"}
 
 

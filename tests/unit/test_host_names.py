@@ -293,7 +293,7 @@ def test_coverage_data_is_packed_by_the_host_program_never_through_a_link(tmp_pa
     import os
     import tarfile
 
-    from framework import coverage
+    from framework.ranksuite import coverage
 
     vendor = tmp_path / "vendors" / "CAM"
     (vendor / "obj").mkdir(parents=True)

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from framework import cli
+from framework.cli import run as cli_run
 from framework.hosts import Cluster, Host
 from framework.transport.local import LocalTransport
 
@@ -66,11 +66,11 @@ def test_camit_run_scans_cores_before_it_removes_anything_however_the_launch_end
     rec = _Recorder(calls, error)
     monkeypatch.setattr("framework.launch.runwatch.ClusterWatch", rec)
     monkeypatch.setattr("framework.launch.Launcher", rec)
-    monkeypatch.setattr(cli, "_leased", lambda args, cluster: contextlib.nullcontext())
+    monkeypatch.setattr(cli_run, "leased", lambda args, cluster: contextlib.nullcontext())
     args = argparse.Namespace(json=True, nproc_per_node=1, keep_remote=False, timeout=60, core_policy="fail")
     state: dict[str, Any] = {"cores": None}
     with pytest.raises(type(error)):
-        cli._run_leased(args, SimpleNamespace(), contextlib.nullcontext(), SimpleNamespace(path=Path(".")),
+        cli_run.run_leased(args, SimpleNamespace(), contextlib.nullcontext(), SimpleNamespace(path=Path(".")),
                         None, state)  # type: ignore[arg-type]
     assert calls == ["scan before", "launch", "scan after", "remove run folders"]
     assert state["cores"] == ["a core"]

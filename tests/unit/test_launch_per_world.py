@@ -1,6 +1,6 @@
-"""``--launch-per world``: the ranks' module records (rank conftest → framework.batch), the split of one shared
-launch back per module (RankSuite.split / run_batch: a crash keeps what finished, fails the module it hit and
-reruns the rest once), and which controller tests share a launch (framework.plugin.batches)."""
+"""``--launch-per world``: the ranks' module records (rank conftest → framework.ranksuite.batch), the split of one
+shared launch back per module (RankSuite.split / run_batch: a crash keeps what finished, fails the module it
+hit and reruns the rest once), and which controller tests share a launch (framework.ranksuite.batches)."""
 
 from __future__ import annotations
 
@@ -13,11 +13,10 @@ import pytest
 import rankside
 from builders import make_env
 
-from framework import batch
 from framework.launch import LaunchResult
 from framework.launch.result import NodeResult, RankResult
-from framework.plugin import batches
-from framework.suite import RankSuite
+from framework.ranksuite import batch, batches
+from framework.ranksuite.suite import RankSuite
 
 MODULES = ["test_a_rank.py", "test_b_rank.py", "test_c_rank.py"]
 WORLD = 2
@@ -39,7 +38,7 @@ def _report(nodeid: str, outcome: str, longrepr: Any = None) -> Any:
 
 
 def test_the_rank_record_is_what_the_controller_reads(rank_conftest, tmp_path):
-    """The rank conftest's writer and framework.batch's reader agree: start, each test's outcome, done."""
+    """The rank conftest's writer and framework.ranksuite.batch's reader agree: start, each test's outcome, done."""
     path = tmp_path / "rec.jsonl"
     rec = rank_conftest.ModuleRecord(str(path))
     a1, a2, b1 = _item("test_a_rank.py::test_one"), _item("test_a_rank.py::test_two"), _item("test_b_rank.py::t")
@@ -254,7 +253,7 @@ def test_the_mode_is_the_option_else_the_ini_key(option, ini, expected):
 def test_a_core_time_in_whole_seconds_goes_to_the_module_the_rank_began_last_in_that_second():
     """A core pattern's %t is whole seconds, rounded down: the crash lies in [t, t + 1]. The module the rank
     began last in that span is the one it died in, not the first whose window holds t."""
-    from framework.batch import ModuleProgress, module_at
+    from framework.ranksuite.batch import ModuleProgress, module_at
 
     records = {"a.py": ModuleProgress(678.95, 679.03), "b.py": ModuleProgress(679.03, None)}
     assert module_at(records, 679.0, ["a.py", "b.py"], resolution=1.0) == "b.py"

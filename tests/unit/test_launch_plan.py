@@ -13,8 +13,8 @@ from framework.config.effective import HostSpec, NicSpec, NpuSpec, Secret, TestN
 from framework.errors import UsageError
 from framework.launch import NodePlan, Target, backend_env, launch_label, node_command
 from framework.launch.plan import check_ranks_fit, secret_env
+from framework.ranksuite.suite import slots_per_node
 from framework.remote import protocol
-from framework.suite import slots_per_node
 from tests.builders import make_env
 
 A3 = HostSpec(name="node1", manage_nic=NicSpec("enp1s0", "192.0.2.11"),

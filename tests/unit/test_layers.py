@@ -19,15 +19,15 @@ LAYERS: tuple[frozenset[str], ...] = tuple(frozenset(layer.split()) for layer in
     # facts: the env file, what Ascend hosts are
     "config ascend",
     # the run folder and the records in it
-    "records framework.phases framework.perfbase",
+    "records framework.phases",
     # reaching hosts, and the state camit keeps on them
     "transport testing framework.hosts framework.lease framework.suspects framework.samepath framework.setenv",
     # what a run does
-    "deploy cores preflight launch perf framework.batch framework.coverage framework.suite framework.pairs",
+    "deploy cores preflight launch perf ranksuite framework.pairs",
     # what a person reads
     "report",
     # the front ends
-    "plugin framework.base_test urma framework.cli framework.completion framework.heal lab calib "
+    "plugin framework.base_test urma cli framework.heal lab calib "
     "framework.artifacts",
 ))
 #: imports that may run back up the layers (at most two; none today)

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from framework import perfbase
+from framework.ranksuite import perfbase
 
 SAMPLES = [
     {"dispatch_us": 100.0, "combine_us": 50.0, "dispatch_bytes_per_s": 1e9, "combine_bytes_per_s": 2e9},

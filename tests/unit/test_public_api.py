@@ -22,6 +22,8 @@ DOCUMENTED = {
     "Host", "Cluster", "GroupResult", "Result",
     "Command", "Argv", "ShellScript",
     "Lease", "BaseTest",
+    "CONTEXT_KEY", "RunContext", "context_of", "resources_of", "record_launch", "min_nodes", "SOC_MARKERS",
+    "host_share",
     "FrameworkError", "UsageError", "ConfigError", "LabError", "ArtifactError", "LeaseHeld", "LeaseError",
     "LeaseLost", "HostError", "HostUnreachable", "AuthenticationFailed", "HostKeyError", "TransferError",
     "DeployError", "Cancelled", "CommandError", "CommandFailed", "CommandTimedOut", "MultiHostError",

@@ -7,9 +7,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from framework import commands, coverage, deploy
+from framework import commands, deploy
 from framework.config.effective import HostSpec, NicSpec
 from framework.launch.plan import Prepared, parse_net, parse_prepare_probe, prepare_probe, shipped_files
+from framework.ranksuite import coverage
 from framework.remote.layout import STATE_FILE, DeployState, HostLayout
 from framework.remote.sections import MARK, Record, read_records
 

@@ -113,8 +113,8 @@ def test_no_perf_results_no_perf_csv(tmp_path, junits):
 
 def test_perf_csv_from_what_the_perf_test_records(tmp_path):
     """The file the suite's perf test writes (suites/cam/test_perf.py: ``perf-<key>.json`` with the cluster
-    numbers of :func:`framework.perfbase.cluster_numbers`) is what perf.csv is built from."""
-    from framework import perfbase
+    numbers of :func:`framework.ranksuite.perfbase.cluster_numbers`) is what perf.csv is built from."""
+    from framework.ranksuite import perfbase
 
     samples = [{"dispatch_us": 10.0 + r, "combine_us": 20.0 + r, "dispatch_bytes_per_s": 1e9 - r,
                 "combine_bytes_per_s": 2e9 - r} for r in range(4)]

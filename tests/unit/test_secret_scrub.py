@@ -179,7 +179,7 @@ def test_another_page_in_the_folder_has_its_text_scrubbed_never_its_markup_or_sc
 
 def test_the_coverage_probe_line_holds_no_secret_variable():
     from framework.config.effective import Secret
-    from framework.coverage import probe_argv
+    from framework.ranksuite.coverage import probe_argv
 
     argv = probe_argv("/usr/bin/python3", env={"HCCL_TOKEN": Secret("s3cret"), "X": "1"})
     assert "s3cret" not in " ".join(argv) and "HCCL_TOKEN" not in " ".join(argv) and "X=1" in argv[2]

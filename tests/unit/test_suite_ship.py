@@ -12,7 +12,7 @@ from types import SimpleNamespace
 from builders import make_env
 
 from framework.hosts import Cluster, Host
-from framework.suite import RankSuite, sh_tree_digest, tree_archive, tree_digest
+from framework.ranksuite.suite import RankSuite, sh_tree_digest, tree_archive, tree_digest
 from framework.testing.fake import FakeTransport
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from framework.launch import LaunchResult
-from framework.suite import (
+from framework.ranksuite.suite import (
     SMALL_WORLDS,
     RankSuiteFailed,
     SuiteResult,
@@ -110,7 +110,7 @@ def _suite(coverage, spread=1):
     from builders import make_env
 
     from framework.hosts import Cluster, Host
-    from framework.suite import RankSuite
+    from framework.ranksuite.suite import RankSuite
     from framework.testing.fake import FakeTransport
 
     env = make_env({"h1": {"workdir": "/w"}, "h2": {"workdir": "/w"}})

@@ -24,7 +24,7 @@
 - with ``CAMIT_MODULE_RECORD=1`` (camit's ``--launch-per world``: several modules in one launch) each rank
   appends its progress to ``camit-modules-rank<rank>.jsonl`` in its run folder, a JSON line per event:
   ``start`` of a module, each ``test`` with its outcome once the ranks agreed on it, ``done`` after the
-  module's last test (the format framework/batch.py reads), so a crash later in the launch keeps what ran;
+  module's last test (the format framework/ranksuite/batch.py reads), so a crash later in the launch keeps what ran;
 - ``cam.sync()`` (the device's synchronize on NPU, where asynchronous kernel faults surface) and
   ``cam.check_healthy(after)``: sync plus a small collective on the op's group; a rank whose device
   is poisoned ends its process at once with the evidence, so its peers do not wait in a barrier

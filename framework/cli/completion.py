@@ -13,10 +13,14 @@ torchrun target) the shell's default file completion applies.
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
-__all__ = ["Node", "bash_script", "script", "tree", "zsh_script"]
+from framework.errors import EXIT_OK
+
+__all__ = ["Node", "add_parser", "bash_script", "run", "script", "tree", "zsh_script"]
 
 SHELLS = ("bash", "zsh")
 #: metavars of options and positionals that name a file / a directory
@@ -165,3 +169,14 @@ def script(shell: str, parser: argparse.ArgumentParser) -> str:
     if shell == "zsh":
         return zsh_script(parser)
     raise ValueError(f"no completion for {shell!r} (one of {', '.join(SHELLS)})")
+
+
+def add_parser(sub: Any) -> None:
+    cp = sub.add_parser("completion", help="print a shell completion script (bash or zsh)")
+    cp.add_argument("shell", choices=SHELLS)
+
+
+def run(args: argparse.Namespace) -> int:
+    """The script, generated from this very parser (``args.parser``: camit's, set by the dispatch)."""
+    sys.stdout.write(script(args.shell, args.parser))
+    return EXIT_OK

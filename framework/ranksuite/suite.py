@@ -22,21 +22,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from framework import batch, commands
-from framework.coverage import ENV_FLAG
+from framework import commands
 from framework.errors import FrameworkError
 from framework.hosts import Cluster, Host
 from framework.launch import Launcher, LaunchResult, Target
 from framework.launch.plan import devices_per_node
+from framework.ranksuite import batch
+from framework.ranksuite.coverage import ENV_FLAG
 from framework.remote.layout import HostLayout
 
 if TYPE_CHECKING:  # pragma: no cover
     from framework.config.effective import EnvConfig
-    from framework.coverage import RankCoverage
+    from framework.ranksuite.coverage import RankCoverage
 
 log = logging.getLogger("camit.suite")
 
-RANK_TREE = Path(__file__).resolve().parents[1] / "suites" / "cam" / "rank"
+RANK_TREE = Path(__file__).resolve().parents[2] / "suites" / "cam" / "rank"
 DEFAULT_SLOTS = 2  # ranks per node on a CPU host when the env declares none
 
 
@@ -147,7 +148,7 @@ class SuiteResult:
     launch_failed_here: bool = True
     #: why the module did not run (a shared launch crashed before it, twice); None: it ran
     not_run: str | None = None
-    #: more lines for :meth:`message` (a shared launch's cores of this module: framework.plugin.batches)
+    #: more lines for :meth:`message` (a shared launch's cores of this module: framework.ranksuite.batches)
     notes: list[str] = field(default_factory=list)
 
     def skip_reasons(self) -> list[str]:
@@ -253,7 +254,7 @@ class RankSuite:
         self.rank_env = dict(rank_env or {})
         self.case_timeout = case_timeout
         self.pytest_args = list(pytest_args)
-        #: a framework.coverage.RankCoverage in coverage mode (--cov-ranks): ranks run under `coverage run`
+        #: a framework.ranksuite.coverage.RankCoverage in coverage mode (--cov-ranks): ranks run under `coverage run`
         self.coverage = coverage
         #: every world on at least this many nodes (``--spread N``)
         self.spread = spread
@@ -317,7 +318,7 @@ class RankSuite:
         """``--launch-per world``: every module of ``modules`` in one launch of ``world`` ranks, its results split
         back per module (:meth:`split`). The launch may take the case timeout once per module. When it fails
         after some module began, the modules no rank began run once more in a fresh launch (``rerun``); a
-        module still not run then is reported not run, with the reason (framework.batch)."""
+        module still not run then is reported not run, with the reason (framework.ranksuite.batch)."""
         label = name or f"world{world}"
         launch, placed = self._launch(list(modules), world, extra_env=extra_env, name=label, min_nodes=min_nodes,
                                       timeout=self.case_timeout * len(modules), record=True)

@@ -1,41 +1,68 @@
-"""``--launch-per world``: the controller tests of one world share one launch of their rank-side modules.
-
-At the end of collection (:func:`plan`) the tests that declare their rank-side module
-(``@pytest.mark.rank_module("test_x_rank.py", env={...})``) and take ``world`` are grouped by world
-size and fewest nodes, their launch envs merged (``HCCL_BUFFSIZE`` of the prefill modules and the fuzz
-module's ``CAMIT_FUZZ_N`` go to the one launch; a variable two tests want with different values splits
-the group); a group of two modules or more is a :class:`Batch`. The first of its
-tests to set up runs the batch (the ``run_ranks`` fixture's setup: outside that test's own core watch,
-inside a watch of the batch's own), :meth:`framework.suite.RankSuite.run_batch` splits the launch back
-per module, and each test's ``run_ranks(module, world, ...)`` returns its module's result: its own
-verdict, counts, skips and placement, and the cores that appeared while its module ran on the rank
-that dumped (framework.batch's records), judged by the test's own core policy.
-
-A test launches alone as before when its call differs from what it declared (another module, env or
-``select=``), on a rerun (pytest-rerunfailures), and under ``-n`` (xdist deals tests to workers one at
-a time, so a worker cannot know its batch; each test then launches per test, and a note says so).
+"""``--launch-per world``: the controller tests of one world share one launch of their rank-side
+modules; :func:`plan` groups them at the end of collection, a :class:`Batch` runs the launch once
+and hands each test its module's result and cores (docs/design.md, "The rank-side suites").
 """
 
 from __future__ import annotations
 
+import logging
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import pytest
 
-from framework import batch
-from framework.plugin.markers import core_policy, min_nodes, requirements
-from framework.plugin.resources import log_event
+from framework.ranksuite import batch
 
 if TYPE_CHECKING:
+    from framework.config.effective import EnvConfig
     from framework.cores.inspection import Core
-    from framework.launch import LaunchResult
+    from framework.hosts import Cluster
+    from framework.launch import Launcher, LaunchResult
     from framework.launch.runwatch import WatchOutcome
-    from framework.plugin.context import RunContext
-    from framework.plugin.resources import Resources
-    from framework.suite import RankSuite, SuiteResult
+    from framework.ranksuite.suite import RankSuite, SuiteResult
+    from framework.records.folder import RunDir
+
+#: the ``camit`` logger's progress events (``camit_event``: shown by framework.plugin.progress)
+log = logging.getLogger("camit")
+
+
+class LaunchOptions(Protocol):
+    @property
+    def launch_per(self) -> str | None: ...
+
+
+class Session(Protocol):
+    """What a batch needs of the pytest session's camit context (framework.plugin.context.RunContext)."""
+
+    @property
+    def env(self) -> EnvConfig | None: ...
+
+    @property
+    def options(self) -> LaunchOptions: ...
+
+    @property
+    def is_controller(self) -> bool: ...
+
+    def ensure_rundir(self) -> RunDir: ...
+
+
+class Hosts(Protocol):
+    """What a batch needs of the session's resources (framework.plugin.resources.Resources)."""
+
+    @property
+    def launcher(self) -> Launcher | None: ...
+
+    def open_cluster(self) -> Cluster: ...
+
+
+#: a test's fewest nodes (its ``nodes`` marker), or None when it cannot run here (it is skipped)
+FewestNodes = Callable[[pytest.Item], "int | None"]
+
+
+def _event(message: str) -> None:
+    log.info("%s: %s", "launch", message, extra={"camit_event": ("launch", message)})
 
 BATCHES_KEY = pytest.StashKey[dict[str, "Batch"]]()
 
@@ -81,12 +108,12 @@ class Batch:
                 and dict(kw.get("extra_env") or {}) == self.declared.get(nodeid)
                 and int(kw.get("min_nodes", 1)) == self.key.min_nodes)
 
-    def ensure(self, suite: RankSuite, resources: Resources, ctx: RunContext) -> None:
+    def ensure(self, suite: RankSuite, resources: Hosts, ctx: Session) -> None:
         """Run the shared launch once (the first test of the batch to set up), inside a core watch of its own."""
         if self.results is not None or self.error is not None:
             return
-        log_event("launch", f"one launch for {len(self.modules)} modules at {self.key.describe()}: "
-                            f"{', '.join(self.modules)}")
+        _event(f"one launch for {len(self.modules)} modules at {self.key.describe()}: "
+               f"{', '.join(self.modules)}")
 
         def run() -> None:
             self.results = suite.run_batch(self.modules, self.key.world, extra_env=dict(self.key.env),
@@ -100,10 +127,11 @@ class Batch:
             for core in outcome.cores:
                 self.cores.setdefault(self.module_of(core, records), []).append(core)
 
-    def run_alone(self, item: pytest.Item, suite: RankSuite, resources: Resources, ctx: RunContext, module: str,
-                  world: int, kw: Mapping[str, Any]) -> SuiteResult:
+    def run_alone(self, item: pytest.Item, suite: RankSuite, resources: Hosts, ctx: Session, module: str,
+                  world: int, kw: Mapping[str, Any], policy: str) -> SuiteResult:
         """A batch's test whose call is not what it declared launches alone, in a watch of its own (the core
-        watch around the test's call is left out for a batch's tests: :func:`framework.plugin.cores.watched`)."""
+        watch around the test's call is left out for a batch's tests: :func:`framework.plugin.cores.watched`);
+        ``policy``: the test's core policy."""
         box: dict[str, SuiteResult] = {}
 
         def run() -> None:
@@ -116,7 +144,7 @@ class Batch:
         result = box["result"]
         if not result.ok and outcome.log_summary:
             item.add_report_section("call", "failure signatures", outcome.log_summary)
-        return report_cores(item, ctx, module, result, outcome.cores)
+        return report_cores(item, policy, module, result, outcome.cores)
 
     def launches(self) -> list[LaunchResult]:
         """The batch's launches in order (the shared one, then its rerun if it had one)."""
@@ -141,8 +169,8 @@ class Batch:
         failed = [m for m, r in (self.results or {}).items() if not r.launch.ok and r.launch_failed_here]
         return failed[-1] if failed else self.modules[0]
 
-    def result_for(self, item: pytest.Item, module: str, ctx: RunContext) -> SuiteResult:
-        """``module``'s result for ``item``; its cores reported on it under its own core policy."""
+    def result_for(self, item: pytest.Item, module: str, policy: str) -> SuiteResult:
+        """``module``'s result for ``item``; its cores reported on it under its own core ``policy``."""
         if self.error is not None:
             raise self.error
         assert self.results is not None
@@ -150,10 +178,10 @@ class Batch:
         if not result.ok and self.log_summary:
             item.add_report_section("call", "failure signatures", self.log_summary)
         item.user_properties.append(("shared_launch", f"{', '.join(self.modules)} ({self.key.describe()})"))
-        return report_cores(item, ctx, module, result, self.cores.get(module, []))
+        return report_cores(item, policy, module, result, self.cores.get(module, []))
 
 
-def watched(resources: Resources, ctx: RunContext, label: str, run: Callable[[], None],
+def watched(resources: Hosts, ctx: Session, label: str, run: Callable[[], None],
             launches: Callable[[], tuple[list[LaunchResult], bool]]) -> tuple[Exception | None, WatchOutcome]:
     """``run()`` inside a core watch of the cluster; (the exception it raised, the watch's outcome). ``launches()``
     gives the launches it ran and whether all passed, for attributing and judging cores; the launches' run
@@ -176,7 +204,7 @@ def watched(resources: Resources, ctx: RunContext, label: str, run: Callable[[],
     return error, outcome
 
 
-def report_cores(item: pytest.Item, ctx: RunContext, module: str, result: SuiteResult,
+def report_cores(item: pytest.Item, policy: str, module: str, result: SuiteResult,
                  cores: Sequence[Core]) -> SuiteResult:
     """The cores of ``module``'s run on ``item``'s report, judged by its core policy: under ``fail`` a passing
     result fails with them, a failing one carries them after its own message; ``warn`` warns."""
@@ -184,7 +212,6 @@ def report_cores(item: pytest.Item, ctx: RunContext, module: str, result: SuiteR
         return result
     text = "\n".join(c.describe() + ("\n" + c.backtrace if c.backtrace else "") for c in cores)
     item.add_report_section("call", "core dumps", text)
-    policy = core_policy(item, ctx)
     if policy == "fail":
         if not result.ok:  # the module's own failure first, its cores after it (as the core watch does)
             if text not in result.notes:
@@ -196,21 +223,23 @@ def report_cores(item: pytest.Item, ctx: RunContext, module: str, result: SuiteR
     return result
 
 
-def plan(items: Sequence[pytest.Item], ctx: RunContext) -> dict[str, Batch]:
-    """nodeid → its :class:`Batch`, for the tests that share a launch under ``--launch-per world``."""
+def plan(items: Sequence[pytest.Item], ctx: Session, fewest_nodes: FewestNodes) -> dict[str, Batch]:
+    """nodeid → its :class:`Batch`, for the tests that share a launch under ``--launch-per world``
+    (``fewest_nodes``: the plugin's reading of a test's markers)."""
     if ctx.options.launch_per != "world" or ctx.env is None:
         return {}
     if not ctx.is_controller:
-        log_event("launch", "--launch-per world: under -n each test launches on its own (a worker does not "
-                            "know which tests it will get)")
+        _event("--launch-per world: under -n each test launches on its own (a worker does not "
+               "know which tests it will get)")
         return {}
     groups: dict[tuple[int, int], list[tuple[str, str, dict[str, str]]]] = {}
     for item in items:
         what = declared(item)
         world = getattr(getattr(item, "callspec", None), "params", {}).get("world")
-        if what is None or not isinstance(world, int) or requirements(item, ctx) is not None:
+        nodes = fewest_nodes(item)
+        if what is None or not isinstance(world, int) or nodes is None:
             continue
-        groups.setdefault((world, min_nodes(item, ctx)), []).append((item.nodeid, *what))
+        groups.setdefault((world, nodes), []).append((item.nodeid, *what))
     out: dict[str, Batch] = {}
     for (world, nodes), members in groups.items():
         for env, part in _merge_envs(members):

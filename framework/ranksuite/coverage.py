@@ -1,29 +1,6 @@
-"""Coverage mode (``--cov-ranks`` or ``ENABLE_COV=1``): rank-side Python and op-library coverage from
-every host, combined into one report in the run folder — the ``run_with_cov.sh`` upstream never wrote.
-
-How a covered run goes:
-
-1. Before a rank launch, each of its hosts is probed once per session (:class:`RankCoverage`): the
-   deploy state names the ranks' interpreter, which must import ``coverage`` (>= 7.4) in the ranks'
-   environment. A host without it fails the launch with one :class:`CoverageUnavailable` naming the
-   host(s); the probe is remembered, so later launches on that host fail the same way at once.
-2. Every rank runs ``python -m coverage run --parallel-mode --data-file=coverage-rank{rank}.dat
-   --source=<rank tree>,umdk_cam_op_lib -m pytest ...`` (:func:`wrap_target`). Its cwd is the node's run
-   folder, so ``coverage-rank<N>.dat.<host>.<pid>.<rand>`` comes back with the launch's ``coverage-*``
-   fetch pattern into ``<report>/<host>/<launch>/``.
-3. After each launch, ``*.gcda`` files under ``<install_path>/vendors/<vendor>/`` and the op library's
-   site-packages entries (an op library built with ``--coverage``) are tarred on each host and unpacked
-   into ``<report>/<host>/gcov/<their absolute path>``. gcov counters accumulate in place, so the last
-   fetch of a session holds everything; turning them into a report needs the build tree's ``.gcno``.
-4. At session end the controller (:func:`finish`) combines every ``coverage-rank*.dat*`` of the run
-   folder with a temporary ``.coveragerc`` whose ``[paths]`` map each shipped rank tree
-   (``<workdir>/suites/<sha>/``) to its folder in this checkout and the installed ``umdk_cam_op_lib`` to
-   ``standin/umdk_cam_op_lib/`` when that exists: ``<report>/coverage/`` (html), ``<report>/coverage.xml``
-   (Cobertura) and one summary line for the terminal. Remote files without a local source are left out
-   and counted.
-
-The builders (:func:`wrap_target`, :func:`probe_argv`, :func:`gcda_script`, :func:`rc_text`,
-:func:`data_files`, ...) are pure; the ``coverage`` package itself is imported only by :func:`finish`.
+"""Coverage mode (``--cov-ranks`` or ``ENABLE_COV=1``): rank-side Python and op-library coverage
+from every host, combined into one report in the run folder (docs/design.md, "The rank-side
+suites"). The builders are pure; the ``coverage`` package is imported only by :func:`finish`.
 """
 
 from __future__ import annotations
@@ -68,7 +45,7 @@ RC_FILE = ".coveragerc-camit"
 #: one JSON per shipped rank tree: its remote folder and the local folder it came from
 TREES_DIR = ".coverage-trees"
 GCOV_DIR = "gcov"
-STANDIN_OP_LIB = Path(__file__).resolve().parents[1] / "standin" / OP_MODULE
+STANDIN_OP_LIB = Path(__file__).resolve().parents[2] / "standin" / OP_MODULE
 
 _TRUE = ("1", "true", "yes", "on")
 
@@ -381,7 +358,7 @@ def rc_text(trees: Sequence[tuple[str, Path]], op_lib: Path | None) -> str:
     folder common to the local roots, so Cobertura names read ``suites/cam/rank/...`` and
     ``standin/umdk_cam_op_lib/...`` (this checkout), never cwd-dependent.
     """
-    lines = ["# written by camit (framework/coverage.py) for this run's combine; removed afterwards"]
+    lines = ["# written by camit (framework/ranksuite/coverage.py) for this run's combine; removed afterwards"]
     roots = [str(Path(local)) for _, local in trees] + ([str(op_lib)] if op_lib is not None else [])
     if roots:
         # one <source> in coverage.xml, their common folder: file names stay unique across the roots
