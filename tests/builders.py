@@ -35,7 +35,26 @@ from framework.testing.fake import FakeTransport
 from framework.transport.base import Transport
 from framework.transport.local import LocalTransport
 
-__all__ = ["LOCAL_HOSTS", "env_document", "local_env", "local_transports", "make_env", "make_host_spec", "make_wheel",
+#: the Ascend captures, one copy each: those the emulated tools replay ship in the package
+#: (framework/lab/emu/data), the rest are the tests' own (tests/data/ascend)
+CAPTURE_FOLDERS = (Path(__file__).resolve().parents[1] / "framework" / "lab" / "emu" / "data",
+                   Path(__file__).resolve().parent / "data" / "ascend")
+
+
+class _Captures:
+    """``ASCEND_CAPTURES / name``: the one copy of that capture, wherever it lives (:data:`CAPTURE_FOLDERS`)."""
+
+    def __truediv__(self, name: str) -> Path:
+        found = [folder / name for folder in CAPTURE_FOLDERS if (folder / name).is_file()]
+        if not found:
+            raise FileNotFoundError(f"no Ascend capture {name!r} in {', '.join(map(str, CAPTURE_FOLDERS))}")
+        return found[0]
+
+
+ASCEND_CAPTURES = _Captures()
+
+__all__ = ["ASCEND_CAPTURES", "LOCAL_HOSTS",
+           "env_document", "local_env", "local_transports", "make_env", "make_host_spec", "make_wheel",
            "record_digest"]
 
 #: the hosts of :func:`local_env`

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
+from builders import ASCEND_CAPTURES
 
 from framework.ascend import parse as ascend
 from framework.ascend.parse import A2, A3
 from framework.cores.pattern import parse_core_pattern
 
-DATA = Path(__file__).resolve().parents[1] / "data" / "ascend"
+DATA = ASCEND_CAPTURES
 
 
 def capture(name: str) -> str:

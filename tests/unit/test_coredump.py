@@ -20,7 +20,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from builders import make_host_spec
+from builders import ASCEND_CAPTURES, make_host_spec
 
 from framework.cores.inspection import (
     Core,
@@ -54,7 +54,7 @@ from framework.lab.plan import LAB_CORE_PATTERN, core_pattern_on_down, core_patt
 from framework.launch.runwatch import ClusterWatch
 from framework.transport.local import LocalTransport
 
-DATA = Path(__file__).resolve().parents[1] / "data" / "ascend"
+DATA = ASCEND_CAPTURES
 LAB_PATTERN = "/var/crash/camit/core.%e.%p.%t.%s"
 
 

@@ -9,14 +9,14 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from builders import make_env
+from builders import ASCEND_CAPTURES, make_env
 
 from framework import deploy, remote
 from framework.deploy.plan import install_wheel_script, interpreter_ok, parse_verify
 from framework.errors import ConfigError
 from framework.remote.layout import sh_sha_ok, sh_verified
 
-DATA = Path(__file__).resolve().parents[1] / "data" / "ascend"
+DATA = ASCEND_CAPTURES
 
 
 def env_with(tmp_path: Path, run_package=None, wheel=None):

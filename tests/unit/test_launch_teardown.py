@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
+from builders import ASCEND_CAPTURES
 
 from framework.ascend import tools
 from framework.errors import HostError
@@ -28,7 +29,7 @@ from framework.launch.plan import run_folder_env
 from framework.remote import protocol, script
 from tests.unit.test_launch_monitor import monitor
 
-ASCEND = Path(__file__).resolve().parents[1] / "data" / "ascend"
+ASCEND = ASCEND_CAPTURES
 
 
 # -- the shipped programs, for real ------------------------------------------------------------------

@@ -8,7 +8,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from builders import make_env
+from builders import ASCEND_CAPTURES, make_env
 
 from framework.ascend.tools import NPU_CORE_LIMIT
 from framework.cores.caps import CAPS_SCRIPT, core_findings, parse_coredump_conf, parse_space, size_bytes, space_script
@@ -126,7 +126,7 @@ def test_each_a2_node_pings_every_other_nodes_first_device_once():
     assert pings.plan_pings({"a": p1}, {"a": s1}) == {}
 
 
-CAPTURES = Path(__file__).resolve().parents[1] / "data" / "ascend"
+CAPTURES = ASCEND_CAPTURES
 
 
 def _body(name: str) -> str:

@@ -13,6 +13,7 @@ import threading
 from pathlib import Path
 
 import pytest
+from builders import ASCEND_CAPTURES
 
 from framework.config.effective import HostSpec, LaunchSpec, NicSpec, NpuSpec
 from framework.errors import EXIT_FAILED, EXIT_INFRA, EXIT_OK, HostUnreachable
@@ -23,7 +24,7 @@ from framework.preflight.run import Preflight, run_probe
 from framework.result import Result
 from framework.transport.local import LocalTransport
 
-DATA = Path(__file__).resolve().parents[1] / "data" / "ascend"
+DATA = ASCEND_CAPTURES
 
 
 def capture(name: str) -> str:
