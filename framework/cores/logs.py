@@ -1,19 +1,7 @@
 """Host logs after a failure: kernel messages since the test began, recent Ascend logs, failure signatures.
 
-Pure: :func:`scan_signatures` finds the Ascend/HCCL/torch_npu failure
-signatures (reference ascend-hosts.md §9) and the kernel's OOM kills in a log text; :func:`dmesg_since`
-keeps the kernel lines stamped after the snapshot; :func:`logs_script` is the
-one shell script per host that prints the tail of ``dmesg`` and packs the
-Ascend logs (``{debug,run}/plog`` and ``device-N``) changed since the snapshot,
-newest first, up to a byte budget.
-
-Executor: :func:`collect_logs` runs it on every host in parallel, writes
-``<report>/<host>/dmesg.txt`` and ``<report>/<host>/ascend/…``, scans those and
-the launch's rank logs already in ``<report>/<host>/``, and writes each host's
-``signatures.txt`` plus a cluster summary ``<report>/signatures.txt``.
-``dmesg`` may be unreadable (``dmesg_restrict``, containers): that is recorded
-in ``dmesg.txt``, never raised. The lab's hosts share one kernel, so each of
-them shows the same kernel lines.
+Pure parts (the signature rules, the per-host script and its parsers) and the executor :func:`collect_logs`;
+what it writes where: docs/internals/c-cores.md.
 """
 
 from __future__ import annotations
@@ -24,7 +12,8 @@ import math
 import re
 import secrets
 import tarfile
-from collections.abc import Callable, Mapping, Sequence
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -33,11 +22,11 @@ from framework import commands, fetchcaps, suspects
 from framework.cores import faultbundle
 from framework.cores.scan import Baseline
 from framework.errors import FrameworkError
-from framework.hosts import Cluster, Host
+from framework.hosts import Cluster, GroupResult, Host
 from framework.records.folder import append_text, write_atomic
 from framework.remote.layout import DEFAULT_WORKDIR
 from framework.remote.packing import pack_program, sh_pack
-from framework.remote.sections import read_records, sh_tag
+from framework.remote.sections import Record, read_records, sh_tag
 
 log = logging.getLogger("camit.hostlogs")
 
@@ -69,12 +58,16 @@ class Signature:
         return f"{self.code}{times}: {self.meaning}{detail}\n    {where}: {self.line}"
 
 
+def _no_detail(text: str) -> str:
+    return ""
+
+
 @dataclass(frozen=True)
 class _Rule:
     code: str
     regex: re.Pattern[str]
     meaning: str
-    detail: Callable[[str], str] | None = None  # applied to the whole text
+    detail: Callable[[str], str] = _no_detail  # applied to the whole text
     primary: bool = True
 
 
@@ -189,33 +182,36 @@ def scan_signatures(text: str, source: str = "") -> list[Signature]:
     >>> [s.code for s in scan_signatures("EI0002: ... remote rank: [24]")]
     ['EI0002']
     """
-    first: dict[str, tuple[int, str]] = {}
-    counts: dict[str, int] = {}
+    first, counts = _first_lines(text)
+    out = [Signature(rule.code, rule.meaning, *first[rule.code], counts[rule.code], rule.detail(text),
+                     rule.primary, source) for rule in _RULES if rule.code in first]
+    return sorted(out, key=lambda s: (s.lineno, not s.primary))
+
+
+def _first_lines(text: str) -> tuple[dict[str, tuple[str, int]], Counter[str]]:
+    """Per rule code: its first matching line (text, number) and how many lines match."""
+    first: dict[str, tuple[str, int]] = {}
+    counts: Counter[str] = Counter()
     for lineno, line in enumerate(text.splitlines(), 1):
         for rule in _RULES:
             if rule.regex.search(line):
-                counts[rule.code] = counts.get(rule.code, 0) + 1
-                first.setdefault(rule.code, (lineno, line.strip()[:300]))
-    out = []
-    for rule in _RULES:
-        if rule.code in first:
-            lineno, line = first[rule.code]
-            out.append(Signature(rule.code, rule.meaning, line, lineno, counts[rule.code],
-                                 rule.detail(text) if rule.detail else "", rule.primary, source))
-    return sorted(out, key=lambda s: (s.lineno, not s.primary))
+                counts[rule.code] += 1
+                first.setdefault(rule.code, (line.strip()[:300], lineno))
+    return first, counts
+
+
+#: a summary line's mark: a primary cause, or a wrapper around one
+_MARK = {True: "!!", False: "  "}
 
 
 def summarize(found: Mapping[str, Sequence[Signature]]) -> str:
     """A readable summary: per host, primary causes first, then the wrappers."""
-    lines = []
-    for host, sigs in found.items():
-        if not sigs:
-            continue
-        lines.append(f"{host}:")
-        for s in sorted(sigs, key=lambda s: (not s.primary, s.source, s.lineno)):
-            mark = "!!" if s.primary else "  "
-            lines.append(f"  {mark} " + s.describe().replace("\n", "\n     "))
-    return "\n".join(lines) + ("\n" if lines else "")
+    return "".join(line + "\n" for host, sigs in found.items() if sigs for line in _host_summary(host, sigs))
+
+
+def _host_summary(host: str, sigs: Iterable[Signature]) -> list[str]:
+    ordered = sorted(sigs, key=lambda s: (not s.primary, s.source, s.lineno))
+    return [f"{host}:"] + [f"  {_MARK[s.primary]} " + s.describe().replace("\n", "\n     ") for s in ordered]
 
 
 # -- dmesg -----------------------------------------------------------------------------------------------
@@ -293,40 +289,65 @@ def parse_logs_output(text: str) -> tuple[str, bool, str | None]:
     inside it, but ``dmesg-failed``, is kernel text too) up to ``end-dmesg``; then ``ascend <tgz> <n>``.
     """
     records = read_records(text)
-    start = next((i for i, r in enumerate(records) if r.tag == "dmesg"), None)
-    end = next((i for i, r in enumerate(records) if r.tag == "end-dmesg" and start is not None and i > start),
-               len(records))
-    parts: list[str] = []
-    failed = False
-    for rec in records[start:end] if start is not None else ():
-        failed = failed or rec.tag == "dmesg-failed"
-        parts.append(rec.body if rec.tag in ("dmesg", "dmesg-failed") else rec.raw)
-    tgz = next((r.value.split()[0] for r in records[end:] if r.tag == "ascend" and r.value.split()), None)
-    return "".join(parts).strip("\n"), failed, tgz
+    start = _index(records, 0, "dmesg")
+    end = _index(records, start + 1, "end-dmesg")
+    kernel = records[start:end]
+    failed = any(r.tag == "dmesg-failed" for r in kernel)
+    dmesg = "".join(r.body if r.tag in _DMESG_TAGS else r.raw for r in kernel)
+    return dmesg.strip("\n"), failed, _tgz(records[end:])
+
+
+#: the records whose body is kernel text (any other tag line inside the kernel text is kernel text too)
+_DMESG_TAGS = ("dmesg", "dmesg-failed")
+
+
+def _index(records: Sequence[Record], start: int, tag: str) -> int:
+    """The index of the first record tagged ``tag`` from ``start`` on (past the end: none is)."""
+    return next((i for i in range(start, len(records)) if records[i].tag == tag), len(records))
+
+
+def _tgz(records: Iterable[Record]) -> str | None:
+    """The archive path of the first ``ascend <tgz> <n>`` record."""
+    words = [r.value.split() for r in records if r.tag == "ascend"]
+    return next((w[0] for w in words if w), None)
 
 
 def parse_clock(text: str) -> dict[str, float] | None:
     """``{"now": epoch, "uptime": seconds}`` from :func:`logs_script`'s ``clock`` record (None: not
     both numbers)."""
-    rec = next((r for r in read_records(text) if r.tag == "clock"), None)
-    words = rec.value.split() if rec is not None else []
+    words = next((r.value.split() for r in read_records(text) if r.tag == "clock"), [])
+    values = _readings(words)
+    if len(values) != 2:
+        return None
+    return {"now": values[0], "uptime": values[1]}
+
+
+def _readings(words: Sequence[str]) -> list[float]:
+    """The words as clock readings (finite, not negative); none if one is not."""
     try:
         values = [float(w) for w in words]
     except ValueError:
-        return None
-    if len(values) != 2 or not all(math.isfinite(v) and v >= 0 for v in values):
-        return None
-    return {"now": values[0], "uptime": values[1]}
+        return []
+    return values if all(map(_is_reading, values)) else []
+
+
+def _is_reading(value: float) -> bool:
+    return math.isfinite(value) and value >= 0
 
 
 # -- executor ----------------------------------------------------------------------------------------------
 def _log_member(member: tarfile.TarInfo) -> Path | None:
     """Where an Ascend log member goes below ``ascend/``: its relative path, nothing hidden or outside."""
     parts = [p for p in PurePosixPath(member.name).parts if p not in ("", ".")]
-    if not parts or PurePosixPath(member.name).is_absolute() or any(p == ".." for p in parts) \
-            or _CONTROL.search(member.name):
+    if not parts or _leaves_its_folder(member.name):
         return None
     return Path(*parts)
+
+
+def _leaves_its_folder(name: str) -> bool:
+    """Whether a member name is absolute, climbs with ``..`` or holds a control character."""
+    path = PurePosixPath(name)
+    return path.is_absolute() or ".." in path.parts or bool(_CONTROL.search(name))
 
 
 def _dmesg_text(host: str, dmesg: str, failed: bool, uptime: float | None) -> str:
@@ -355,15 +376,108 @@ def _fetch_ascend_logs(host: Host, tgz: str, out_dir: Path) -> list[Path]:
         return []
     finally:
         local.unlink(missing_ok=True)
-        try:
-            host.run(["rm", "-f", "--", tgz], timeout=30)
-        except FrameworkError:
-            pass
+        _remove_on(host, tgz)
+
+
+def _remove_on(host: Host, path: str) -> None:
+    """Best effort: a host that cannot be reached keeps the file."""
+    try:
+        host.run(["rm", "-f", "--", path], timeout=30)
+    except FrameworkError:
+        pass
+
+
+def _default_workdir(host: Host) -> str:
+    return DEFAULT_WORKDIR
+
+
+def _window(baseline: Baseline, name: str) -> tuple[float, float | None]:
+    """Since when to collect on host ``name``: its own clock at the snapshot (else the controller's), and
+    its seconds since boot then (None: its snapshot failed)."""
+    scan = baseline.hosts.get(name)
+    if scan is None:
+        return baseline.taken, None
+    return scan.now or baseline.taken, scan.uptime if scan.error is None else None
+
+
+def _collect_host(host: Host, report: Path, baseline: Baseline, tmp: str, dirs: Sequence[str]) -> list[Path]:
+    """One host's ``dmesg.txt`` (and its clock) and Ascend logs since ``baseline``: the files written."""
+    since, uptime = _window(baseline, host.name)
+    out_dir = report / host.name
+    result = host.run(commands.ShellScript(logs_script(since, tmp, dirs)), timeout=120,
+                      max_output=DMESG_BYTES + 65536)
+    dmesg, failed, tgz = parse_logs_output(result.stdout)
+    text = _dmesg_text(host.name, dmesg, failed, uptime)
+    files = [write_atomic(out_dir / "dmesg.txt", text)]
+    clock = parse_clock(result.stdout)
+    if clock:  # the timeline places dmesg's seconds since boot by it
+        write_atomic(out_dir / "dmesg-clock.json", json.dumps(clock) + "\n")
+    faultbundle.add_dmesg(report, host.name, text)  # a failed NPU launch's bundle gets it too
+    if tgz:
+        files += _fetch_ascend_logs(host, tgz, out_dir)
+    return files
+
+
+def _files_by_host(got: GroupResult[list[Path]]) -> dict[str, list[Path]]:
+    """Each host's files; none for a host that failed (logged)."""
+    collected: dict[str, list[Path]] = {}
+    for name, value in got.items():
+        if isinstance(value, BaseException):
+            log.warning("%s: collecting logs failed: %s", name, value)
+            value = []
+        collected[name] = list(value)
+    return collected
+
+
+def _is_launch_log(path: Path) -> bool:
+    return path.name.startswith(("rank", "plog-")) or path.name == "torchrun.log"
+
+
+def _launch_logs(host_dir: Path, taken: float) -> list[Path]:
+    """The launch logs fetched since the snapshot ``taken``: ``<host>/rank*.log``, or
+    ``<host>/<launch>/rank*.log`` when a run holds several launches (the per-test case), and the plogs that
+    came back with the run folder (``<host>/[<launch>/]ascend/``); older launches' logs are not this
+    failure's."""
+    logs = filter(_is_launch_log, sorted(host_dir.rglob("*.log")))
+    return [p for p in logs if _mtime(p) >= taken - 1.0]
+
+
+def _tail(path: Path, size: int) -> str | None:
+    """The last ``size`` bytes of a file as text (None: not readable)."""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(max(0, path.stat().st_size - size))
+            return fh.read().decode(errors="replace")
+    except OSError:
+        return None
+
+
+def _signatures_in(paths: Iterable[Path], report: Path) -> list[Signature]:
+    """The signatures in each file's tail, each with its path relative to ``report``."""
+    sigs: list[Signature] = []
+    for path in dict.fromkeys(paths):
+        text = _tail(path, SCAN_BYTES)
+        if text is not None:
+            source = path.relative_to(report).as_posix() if path.is_relative_to(report) else str(path)
+            sigs += [replace(s, source=source) for s in scan_signatures(text)]
+    return sigs
+
+
+def _host_signatures(report: Path, collected: dict[str, list[Path]], taken: float,
+                     head: str) -> dict[str, list[Signature]]:
+    """Each host's signatures, also added to its ``signatures.txt`` (appended to its files)."""
+    found: dict[str, list[Signature]] = {}
+    for name, files in collected.items():
+        host_dir = report / name
+        found[name] = sigs = _signatures_in(_launch_logs(host_dir, taken) + files, report)
+        if sigs:
+            files.append(append_text(host_dir / "signatures.txt", head + summarize({name: sigs})))
+    return found
 
 
 def collect_logs(cluster: Cluster, report: Path, baseline: Baseline, *,
-                 workdir_of: Callable[[Host], str] | None = None,
-                 ascend_dirs: Sequence[str] | None = None,
+                 workdir_of: Callable[[Host], str] = _default_workdir,
+                 ascend_dirs: Sequence[str] = DEFAULT_ASCEND_DIRS,
                  label: str | None = None) -> tuple[dict[str, list[Path]], str]:
     """Collect dmesg and Ascend logs since ``baseline`` from every host; scan for signatures.
 
@@ -374,63 +488,17 @@ def collect_logs(cluster: Cluster, report: Path, baseline: Baseline, *,
     hosts' own clocks). Returns ``({host: [files]}, summary)``; a host that fails is
     logged and gets what could be written. Never raises for one host.
     """
-    dirs = tuple(ascend_dirs) if ascend_dirs is not None else DEFAULT_ASCEND_DIRS
+    dirs = tuple(ascend_dirs)
 
     def one(host: Host) -> list[Path]:
-        scan = baseline.hosts.get(host.name)
-        since = scan.now if scan is not None and scan.now else baseline.taken
-        uptime = scan.uptime if scan is not None and scan.error is None else None
-        wd = workdir_of(host) if workdir_of else DEFAULT_WORKDIR
-        tmp = f"{wd}/.camit-logs-{secrets.token_hex(4)}"
-        out_dir = report / host.name
-        files: list[Path] = []
-        script = commands.ShellScript(logs_script(since, tmp, dirs))
-        result = host.run(script, timeout=120, max_output=DMESG_BYTES + 65536)
-        dmesg, failed, tgz = parse_logs_output(result.stdout)
-        text = _dmesg_text(host.name, dmesg, failed, uptime)
-        files.append(write_atomic(out_dir / "dmesg.txt", text))
-        clock = parse_clock(result.stdout)
-        if clock:  # the timeline places dmesg's seconds since boot by it
-            write_atomic(out_dir / "dmesg-clock.json", json.dumps(clock) + "\n")
-        faultbundle.add_dmesg(report, host.name, text)  # a failed NPU launch's bundle gets it too
-        if tgz:
-            files += _fetch_ascend_logs(host, tgz, out_dir)
-        return files
+        tmp = f"{workdir_of(host)}/.camit-logs-{secrets.token_hex(4)}"
+        return _collect_host(host, report, baseline, tmp, dirs)
 
     got = cluster.map(one)
-    collected: dict[str, list[Path]] = {}
-    for name, value in got.items():
-        if isinstance(value, BaseException):
-            log.warning("%s: collecting logs failed: %s", name, value)
-            collected[name] = []
-        else:
-            collected[name] = list(value)
-    found: dict[str, list[Signature]] = {}
-    taken = baseline.taken
+    collected = _files_by_host(got)
     head = f"== {label} ==\n" if label else ""
-    for name, files in collected.items():
-        host_dir = report / name
-        # the launch logs fetched since the snapshot: <host>/rank*.log, or <host>/<launch>/rank*.log
-        # when a run holds several launches (the per-test case), and the plogs that came back with the
-        # run folder (<host>/[<launch>/]ascend/); older launches' logs are not this failure's
-        launch_logs = [p for p in sorted(host_dir.rglob("*.log")) if p.name.startswith(("rank", "plog-")) or
-                       p.name == "torchrun.log"]
-        candidates = [p for p in launch_logs if taken is None or _mtime(p) >= taken - 1.0] + files
-        sigs = []
-        for path in dict.fromkeys(candidates):
-            try:
-                with open(path, "rb") as fh:
-                    fh.seek(max(0, path.stat().st_size - SCAN_BYTES))
-                    text = fh.read().decode(errors="replace")
-            except OSError:
-                continue
-            rel = path.relative_to(report).as_posix() if path.is_relative_to(report) else str(path)
-            sigs += [replace(s, source=rel) for s in scan_signatures(text)]
-        found[name] = sigs
-        if sigs:
-            collected[name].append(append_text(host_dir / "signatures.txt", head + summarize({name: sigs})))
-    reached = [n for n in collected if n not in got.failed]
-    suspects.mark(cluster, oom_faults(found), on=reached)
+    found = _host_signatures(report, collected, baseline.taken, head)
+    suspects.mark(cluster, oom_faults(found), on=[n for n in collected if n not in got.failed])
     summary = summarize(found)
     if summary:
         append_text(report / "signatures.txt", head + summary)
@@ -450,11 +518,15 @@ def oom_faults(found: Mapping[str, Sequence[Signature]]) -> dict[str, tuple[str,
     host suspect (framework.suspects)."""
     out: dict[str, tuple[str, str]] = {}
     for host, sigs in found.items():
-        oom = [s for s in sigs if s.code == "OOM-KILL" and s.source.endswith("dmesg.txt")]
-        if oom:
-            out[host] = ("oom", f"{oom[0].meaning}: {oom[0].line.strip()[:200]}")
+        oom = next(filter(_is_kernel_oom_kill, sigs), None)
+        if oom is not None:
+            out[host] = ("oom", f"{oom.meaning}: {oom.line.strip()[:200]}")
     return out
 
 
-__all__ = ["Signature", "collect_logs", "dmesg_since", "home_logs_script", "logs_script", "oom_faults", "pack_program",
-           "parse_clock", "parse_logs_output", "scan_signatures", "sh_pack", "summarize"]
+def _is_kernel_oom_kill(sig: Signature) -> bool:
+    return sig.code == "OOM-KILL" and sig.source.endswith("dmesg.txt")
+
+
+__all__ = ["Signature", "collect_logs", "dmesg_since", "home_logs_script", "logs_script", "oom_faults",
+           "pack_program", "parse_clock", "parse_logs_output", "scan_signatures", "sh_pack", "summarize"]
