@@ -109,3 +109,25 @@ def test_the_verdict_lists_each_core_its_command_copy_notes_and_frames(tmp_path:
         False, "1 warning: core dump(s) appeared (policy warn):\n  core dump on h1: unknown process (pid unknown)")
     assert verdict_message([bare], CorePolicy.IGNORE) == (False, "")
     assert verdict_message([], CorePolicy.FAIL) == (False, "")
+
+
+def test_fetched_names_never_collide(tmp_path: Path) -> None:
+    from framework.cores.inspection import unique_base
+
+    taken: set[str] = set()
+    assert [unique_base(tmp_path, "core", 7, taken) for _ in range(3)] == ["core", "core.7", "core-2"]
+    (tmp_path / "core-3.bt.txt").write_text("")
+    assert unique_base(tmp_path, "core", 7, taken) == "core-4"
+    assert [unique_base(tmp_path, "core.9", 9, set()), unique_base(tmp_path, "x", None, {"x"})] == ["core.9", "x-2"]
+
+
+def test_local_names_and_sizes() -> None:
+    from framework.cores.inspection import human_size, local_name
+
+    assert local_name(Core("h", "file", "/c/core.a b", 1.0)) == "core.a_b"
+    assert local_name(Core("h", "abrt", "/var/spool/abrt/ccpp-1-2", 1.0)) == "ccpp-1-2.core"
+    assert local_name(Core("h", "apport", "/var/crash/x.crash", 1.0)) == "x.crash"
+    assert local_name(Core("h", "systemd", "coredumpctl:5", 7.9, 5, comm="py/3")) == "core.py_3.5.7"
+    assert local_name(Core("h", "systemd", "coredumpctl:5", 7.9)) == "core.unknown.None.7"
+    assert [human_size(n) for n in (None, 0, 1023, 1024, 5 << 20, 3 << 30, 2 << 40, 5000 << 40)] == [
+        "?", "0 B", "1023 B", "1.0 KiB", "5.0 MiB", "3.0 GiB", "2.0 TiB", "5000.0 TiB"]
