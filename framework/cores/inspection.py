@@ -139,17 +139,48 @@ def _elf_segments(f: BinaryIO, head: bytes) -> tuple[str, list[tuple[int, int, i
     return e, loads, notes
 
 
-def _note_facts(e: str, ntype: int, desc: bytes, out: dict[str, Any]) -> None:
-    """Fill ``out`` from one ``CORE`` note: NT_PRSTATUS, NT_PRPSINFO, NT_SIGINFO."""
-    if ntype == 1 and "cursig" not in out and len(desc) >= 48:  # NT_PRSTATUS of the dumping thread
+def _prstatus(e: str, desc: bytes, out: dict[str, Any]) -> None:
+    """NT_PRSTATUS of the dumping thread (the first one): its signal."""
+    if "cursig" not in out and len(desc) >= 48:
         out["cursig"] = struct.unpack(e + "h", desc[12:14])[0]
-    elif ntype == 3 and len(desc) >= 136:  # NT_PRPSINFO
-        out["uid"], out["gid"], out["pid"], out["ppid"], out["pgrp"], out["sid"] = \
-            struct.unpack(e + "IIiiii", desc[16:40])
-        out["comm"] = desc[40:56].split(b"\0")[0].decode(errors="replace")
-        out["psargs"] = desc[56:136].split(b"\0")[0].decode(errors="replace").strip()
-    elif ntype == 0x53494749 and "signal" not in out and len(desc) >= 4:  # NT_SIGINFO
+
+
+def _prpsinfo(e: str, desc: bytes, out: dict[str, Any]) -> None:
+    """NT_PRPSINFO: the process's ids, command name and (cut) arguments."""
+    if len(desc) < 136:
+        return
+    out["uid"], out["gid"], out["pid"], out["ppid"], out["pgrp"], out["sid"] = \
+        struct.unpack(e + "IIiiii", desc[16:40])
+    out["comm"] = desc[40:56].split(b"\0")[0].decode(errors="replace")
+    out["psargs"] = desc[56:136].split(b"\0")[0].decode(errors="replace").strip()
+
+
+def _siginfo(e: str, desc: bytes, out: dict[str, Any]) -> None:
+    """NT_SIGINFO: the signal's number."""
+    if "signal" not in out and len(desc) >= 4:
         out["signal"] = struct.unpack(e + "i", desc[:4])[0]
+
+
+def _note_facts(e: str, ntype: int, desc: bytes, out: dict[str, Any]) -> None:
+    """Fill ``out`` from one ``CORE`` note: NT_PRSTATUS, NT_PRPSINFO, NT_SIGINFO (others: nothing)."""
+    readers = {1: _prstatus, 3: _prpsinfo, 0x53494749: _siginfo}
+    read = readers.get(ntype)
+    if read is not None:
+        read(e, desc, out)
+
+
+def _core_notes(e: str, data: bytes) -> list[tuple[int, bytes]]:
+    """(type, payload) of each note named ``CORE`` in a PT_NOTE segment."""
+    found = []
+    pos = 0
+    while pos + 12 <= len(data):
+        namesz, descsz, ntype = struct.unpack(e + "III", data[pos:pos + 12])
+        name = data[pos + 12:pos + 12 + namesz].rstrip(b"\0")
+        dpos = pos + 12 + ((namesz + 3) & ~3)
+        if name == b"CORE":
+            found.append((ntype, data[dpos:dpos + descsz]))
+        pos = dpos + ((descsz + 3) & ~3)
+    return found
 
 
 def _read_notes(f: BinaryIO, e: str, notes: list[tuple[int, int]], out: dict[str, Any]) -> bytes:
@@ -157,16 +188,7 @@ def _read_notes(f: BinaryIO, e: str, notes: list[tuple[int, int]], out: dict[str
     auxv = b""
     for off, size in notes:
         f.seek(off)
-        data = f.read(min(size, 16 << 20))
-        pos = 0
-        while pos + 12 <= len(data):
-            namesz, descsz, ntype = struct.unpack(e + "III", data[pos:pos + 12])
-            name = data[pos + 12:pos + 12 + namesz].rstrip(b"\0")
-            dpos = pos + 12 + ((namesz + 3) & ~3)
-            desc = data[dpos:dpos + descsz]
-            pos = dpos + ((descsz + 3) & ~3)
-            if name != b"CORE":
-                continue
+        for ntype, desc in _core_notes(e, f.read(min(size, 16 << 20))):
             if ntype == 6 and not auxv:  # NT_AUXV
                 auxv = desc
             else:
@@ -174,40 +196,61 @@ def _read_notes(f: BinaryIO, e: str, notes: list[tuple[int, int]], out: dict[str
     return auxv
 
 
-def _stack_facts(f: BinaryIO, e: str, auxv: bytes, loads: list[tuple[int, int, int]], out: dict[str, Any]) -> None:
-    """``execfn`` and the run-tag environment strings just below ``AT_EXECFN`` at the top of the stack."""
-    keys = (b"CAMIT_RUN_ID=", b"RANK=", b"LOCAL_RANK=", b"WORLD_SIZE=")
+def _execfn_address(e: str, auxv: bytes) -> int:
+    """``AT_EXECFN`` from the NT_AUXV payload: where the executable's name lies on the stack (0: none)."""
     execfn = 0
     for i in range(0, len(auxv) - 15, 16):
         a_type, a_val = struct.unpack(e + "QQ", auxv[i:i + 16])
         if a_type == 31:  # AT_EXECFN
             execfn = a_val
+    return execfn
+
+
+def _run_tags(strings: bytes) -> dict[str, str]:
+    """The run tag, ``RANK``, ``LOCAL_RANK`` and ``WORLD_SIZE`` among NUL-separated environment strings."""
+    keys = (b"CAMIT_RUN_ID=", b"RANK=", b"LOCAL_RANK=", b"WORLD_SIZE=")
+    env = {}
+    for word in strings.split(b"\0"):
+        for k in keys:
+            if word.startswith(k):
+                env[k[:-1].decode()] = word[len(k):].decode(errors="replace")
+    return env
+
+
+def _stack_facts(f: BinaryIO, e: str, auxv: bytes, loads: list[tuple[int, int, int]], out: dict[str, Any]) -> None:
+    """``execfn`` and the run-tag environment strings just below ``AT_EXECFN`` at the top of the stack."""
+    execfn = _execfn_address(e, auxv)
+    if not execfn:
+        return
     for vaddr, filesz, off in loads:
-        if execfn and vaddr <= execfn < vaddr + filesz:
+        if vaddr <= execfn < vaddr + filesz:
             start = max(vaddr, execfn - (256 << 10))
             f.seek(off + (start - vaddr))
             blob = f.read(min(execfn - start + 4096, vaddr + filesz - start))
             cut = execfn - start
             out["execfn"] = blob[cut:].split(b"\0")[0].decode(errors="replace")
-            env = {}
-            for word in blob[:cut].split(b"\0"):
-                for k in keys:
-                    if word.startswith(k):
-                        env[k[:-1].decode()] = word[len(k):].decode(errors="replace")
-            out["env"] = env
+            out["env"] = _run_tags(blob[:cut])
             return
+
+
+def _not_a_core(head: bytes) -> str:
+    """Why an ELF header (its first 64 bytes) is not a 64-bit core's ("": it is one)."""
+    if head[:4] != b"\x7fELF":
+        return "not an ELF file"
+    if head[4] != 2:
+        return "not a 64-bit core"
+    if struct.unpack(("<" if head[5] == 1 else ">") + "H", head[16:18])[0] != 4:
+        return "not a core file"
+    return ""
 
 
 def core_facts_file(f: BinaryIO) -> dict[str, Any]:
     """Facts from an ELF core's notes and stack, read from an open file (see :func:`core_facts`)."""
     out: dict[str, Any] = {}
     head = f.read(64)
-    if head[:4] != b"\x7fELF":
-        return {"error": "not an ELF file"}
-    if head[4] != 2:
-        return {"error": "not a 64-bit core"}
-    if struct.unpack(("<" if head[5] == 1 else ">") + "H", head[16:18])[0] != 4:
-        return {"error": "not a core file"}
+    why = _not_a_core(head)
+    if why:
+        return {"error": why}
     e, loads, notes = _elf_segments(f, head)
     auxv = _read_notes(f, e, notes, out)
     if not out.get("signal") and out.get("cursig"):
@@ -232,7 +275,9 @@ _FACTS_MAIN = "\nimport json, sys\nfor _p in sys.argv[1:]:\n    try:\n        pr
               "    except Exception as _e:\n        print(json.dumps({'error': repr(_e)}))\n"
 
 
-_FACTS_FNS = (_elf_segments, _note_facts, _read_notes, _stack_facts, core_facts_file, core_facts)
+#: core_facts and what it calls, shipped in this order
+_FACTS_FNS = (_elf_segments, _prstatus, _prpsinfo, _siginfo, _note_facts, _core_notes, _read_notes,
+              _execfn_address, _run_tags, _stack_facts, _not_a_core, core_facts_file, core_facts)
 
 
 def facts_program() -> str:
