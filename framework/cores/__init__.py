@@ -1,4 +1,5 @@
-"""Core dumps on the hosts under test: notice every crash of a run, attribute it, bring it back, judge it.
+"""Core dumps on the hosts under test: notice every crash of a run, attribute it, bring it back,
+judge it.
 
 ``pattern`` is the one model of ``kernel.core_pattern`` (preflight reads it too); ``scan`` finds the
 cores that appeared between two scans; ``inspection`` reads, attributes, backtraces and judges them;

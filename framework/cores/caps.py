@@ -1,6 +1,8 @@
-"""What bounds a core before it reaches camit: systemd-coredump's size caps and the free space where cores land.
+"""What bounds a core before it reaches camit: systemd-coredump's size caps and the free space where
+cores land.
 
-Pure parsers of two preflight probe sections and the notes the ``core`` check adds (docs/internals/c-cores.md).
+Pure parsers of two preflight probe sections and the notes the ``core`` check adds
+(docs/internals/c-cores.md).
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ DROPIN_DIRS = ("/usr/lib/systemd/coredump.conf.d", "/run/systemd/coredump.conf.d
                "/etc/systemd/coredump.conf.d")
 #: where systemd-coredump stores cores (Storage=external)
 SYSTEMD_STORE = "/var/lib/systemd/coredump"
-#: free space below this under the core directory is a warning (GiB); NPU hosts: two bounded rank cores
+#: free space below this under the core directory is a warning (GiB); NPU hosts: two bounded rank
+#: cores
 MIN_FREE_GIB = 1.0
 MIN_FREE_GIB_NPU = 8.0
 
@@ -33,7 +36,8 @@ CAPS_SCRIPT = (
 
 
 def space_script(workdir: str) -> str:
-    """sh function ``core_space``: ``dir <d>`` and ``df -Pk`` of where the kernel pattern puts cores."""
+    """sh function ``core_space``: ``dir <d>`` and ``df -Pk`` of where the kernel pattern puts
+    cores."""
     wd = "'" + workdir.replace("'", "'\\''") + "'"
     return (
         "core_space() { p=$(cat /proc/sys/kernel/core_pattern); "
@@ -45,7 +49,8 @@ def space_script(workdir: str) -> str:
 
 
 def parse_coredump_conf(text: str) -> dict[str, str]:
-    """The effective ``[Coredump]`` caps from :data:`CAPS_SCRIPT`'s output (main files, then drop-ins by name)."""
+    """The effective ``[Coredump]`` caps from :data:`CAPS_SCRIPT`'s output (main files, then
+    drop-ins by name)."""
     files: list[tuple[str, list[str]]] = []
     for line in text.splitlines():
         if line.startswith("@file "):
@@ -130,8 +135,8 @@ def _available_kib(lines: Sequence[str]) -> int | None:
 
 def core_findings(pattern: CorePattern, caps_text: str | None, space_text: str | None, *, npu: bool,
                   core_limit_bytes: int | None) -> tuple[list[str], list[str]]:
-    """(warnings, notes) of the ``core`` check: systemd-coredump's caps when the pattern pipes to it, the free
-    space under the core directory."""
+    """(warnings, notes) of the ``core`` check: systemd-coredump's caps when the pattern pipes to
+    it, the free space under the core directory."""
     warnings: list[str] = []
     notes: list[str] = []
     if pattern.kind == "systemd" and caps_text is not None:
@@ -148,7 +153,8 @@ def core_findings(pattern: CorePattern, caps_text: str | None, space_text: str |
 
 
 def _caps_findings(caps_text: str, core_limit_bytes: int | None) -> tuple[list[str], list[str]]:
-    """(warnings, notes) on systemd-coredump's caps: storage off, a size cap below the ranks' core limit."""
+    """(warnings, notes) on systemd-coredump's caps: storage off, a size cap below the ranks' core
+    limit."""
     caps = {**DEFAULTS, **parse_coredump_conf(caps_text)}
     notes = ["systemd-coredump " + ", ".join(f"{k}={caps[k]}" for k in KEYS[:3])]
     warnings = []

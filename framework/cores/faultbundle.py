@@ -1,6 +1,8 @@
-"""The fault bundle MindCluster's ``ascend-fd`` reads: one collection tree per host, scrubbed and bounded.
+"""The fault bundle MindCluster's ``ascend-fd`` reads: one collection tree per host, scrubbed and
+bounded.
 
-Layout and sources: ``framework/data/ascend-fd-layout.json``; design notes: docs/internals/c-cores.md.
+Layout and sources: ``framework/data/ascend-fd-layout.json``; design notes:
+docs/internals/c-cores.md.
 """
 
 from __future__ import annotations
@@ -87,8 +89,8 @@ _CAMIT_FILE_BYTES = 1 << 20
 
 def host_tree(src: Path, dest: Path, *, scrub: Callable[[str], str] = str,
               env: Mapping[str, str] = _NONE, versions: Mapping[str, str] = _NONE) -> list[str]:
-    """Write one host's collection tree ``dest`` from its fetched run folder ``src``; the notes on what was
-    cut or missing (also in ``camit/notes.txt``)."""
+    """Write one host's collection tree ``dest`` from its fetched run folder ``src``; the notes on
+    what was cut or missing (also in ``camit/notes.txt``)."""
     lim = _limits()
     w = _Writer(dest, scrub)
     _console_logs(w, src, lim["console_log_read_bytes"])
@@ -118,7 +120,8 @@ def _console_logs(w: _Writer, src: Path, cap: int) -> None:
 
 
 def _process_logs(w: _Writer, src: Path, cap: int) -> None:
-    """The CANN plogs anywhere in the run folder into ``process_log/plog/`` (the folder always exists)."""
+    """The CANN plogs anywhere in the run folder into ``process_log/plog/`` (the folder always
+    exists)."""
     for plog in sorted(src.rglob("plog-*.log")):
         w.copy(f"process_log/plog/{plog.name}", plog, cap)
     (w.root / "process_log").mkdir(parents=True, exist_ok=True)
@@ -129,7 +132,8 @@ def _regular(path: Path) -> bool:
 
 
 def _device_logs(w: _Writer, folder: Path, cap: int) -> None:
-    """msnpureport's export into ``device_log/`` (the folder always exists; a note when it is empty)."""
+    """msnpureport's export into ``device_log/`` (the folder always exists; a note when it is
+    empty)."""
     (w.root / "device_log").mkdir(parents=True, exist_ok=True)
     if not folder.is_dir():
         w.notes.append("device_log: msnpureport did not run on this host")
@@ -153,8 +157,9 @@ def _npu_info(w: _Writer, folder: Path, name: str, cap: int) -> None:
 
 
 def add_dmesg(root: Path, host: str, text: str) -> None:
-    """``dmesg`` into ``host``'s tree of the run's bundle, when a failed launch wrote one (the kernel lines are
-    collected after the launch's bundle; the tool reads the newest 100000 lines)."""
+    """``dmesg`` into ``host``'s tree of the run's bundle, when a failed launch wrote one (the
+    kernel lines are collected after the launch's bundle; the tool reads the newest 100000
+    lines)."""
     tree = root / BUNDLE / host
     if tree.is_dir():
         lines = text.splitlines(keepends=True)[-int(_limits()["dmesg_lines"]):]
@@ -166,7 +171,8 @@ _KINDS: Mapping[str, Callable[[Path], bool]] = {"file": Path.is_file, "dir": Pat
 
 @dataclass(frozen=True)
 class _Entry:
-    """One row of the layout's ``entries``: a path (``{rank}`` for any rank) and what it must hold."""
+    """One row of the layout's ``entries``: a path (``{rank}`` for any rank) and what it must
+    hold."""
 
     path: str
     kind: str
@@ -192,7 +198,8 @@ class _Entry:
         return self.required and not any(map(_KINDS[self.kind], found))
 
     def files_in(self, found: list[Path]) -> list[Path]:
-        """The files the entry's limit applies to: a found file, or the matching files below a folder."""
+        """The files the entry's limit applies to: a found file, or the matching files below a
+        folder."""
         return [f for p in found for f in _walk(p, self.files) if f.is_file()]
 
 
@@ -220,7 +227,8 @@ def _over_bounds(tree: Path, lim: Mapping[str, int]) -> bool:
 
 
 def check_tree(tree: Path, manifest: Mapping[str, Any] | None = None) -> list[str]:
-    """What in one host's ``tree`` departs from the layout: a missing required entry, a file over its limit."""
+    """What in one host's ``tree`` departs from the layout: a missing required entry, a file over
+    its limit."""
     man = layout() if manifest is None else manifest
     lim = {k: int(v) for k, v in man["limits"].items()}
     problems: list[str] = []
@@ -232,8 +240,9 @@ def check_tree(tree: Path, manifest: Mapping[str, Any] | None = None) -> list[st
 
 
 def run_tool(bundle: Path, hosts: list[str], *, timeout: float = TOOL_TIMEOUT) -> str | None:
-    """Run ``ascend-fd parse`` on each host's tree, then ``ascend-fd diag``; the verdict text (None: the tool
-    is not installed on the controller). Its output is kept in ``<bundle>/ascend-fd.txt``."""
+    """Run ``ascend-fd parse`` on each host's tree, then ``ascend-fd diag``; the verdict text (None:
+    the tool is not installed on the controller). Its output is kept in
+    ``<bundle>/ascend-fd.txt``."""
     tool = shutil.which(TOOL)
     if tool is None:
         return None
@@ -307,8 +316,9 @@ def _last_line(text: str) -> str:
 def write_bundle(root: Path, folders: Mapping[str, Path], *, scrub: Callable[[str], str] = str,
                  env: Mapping[str, Mapping[str, str]] = _NONE,
                  versions: Mapping[str, str] = _NONE) -> tuple[Path, str | None]:
-    """``<root>/fault-bundle/<host>/`` for each host's fetched folder (the last failed launch's); then the tool
-    where installed. Returns the bundle's path and the tool's verdict line (None: not installed)."""
+    """``<root>/fault-bundle/<host>/`` for each host's fetched folder (the last failed launch's);
+    then the tool where installed. Returns the bundle's path and the tool's verdict line (None: not
+    installed)."""
     bundle = root / BUNDLE
     for host, src in sorted(folders.items()):
         shutil.rmtree(bundle / host, ignore_errors=True)  # a later failed launch's tree replaces, never mixes

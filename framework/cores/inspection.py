@@ -1,7 +1,7 @@
 """Inspecting a core dump: read it, tie it to a rank, backtrace it, judge it (pure, no I/O).
 
-The inspection and backtrace scripts, the core-notes reader shipped to the hosts, attribution and the
-verdict; ``framework.cores.watch`` runs them. Design: docs/internals/c-cores.md.
+The inspection and backtrace scripts, the core-notes reader shipped to the hosts, attribution and
+the verdict; ``framework.cores.watch`` runs them. Design: docs/internals/c-cores.md.
 """
 
 from __future__ import annotations
@@ -45,17 +45,19 @@ class CorePolicy(str, enum.Enum):
             raise UsageError(f"invalid core policy {value!r}: use fail, warn or ignore") from None
 
 
-# -- reading a core on its host ------------------------------------------------------------------------
+# -- reading a core on its host --------------------------------------------------------------------
 def _allowed_uids(cand: Candidate) -> str:
-    """Who may own the file: the SSH user (``$U``); for a pipe handler's store also root, the handler."""
+    """Who may own the file: the SSH user (``$U``); for a pipe handler's store also root, the
+    handler."""
     return "$U" if cand.source == "file" else "$U,0"
 
 
 def inspect_script(cands: Sequence[Candidate], tmp: str, python: str, sources: CoreSources,
                    cap_bytes: int) -> str:
-    """Script: for each candidate ``@@core <i>``, then ``@@open <json>`` (:mod:`framework.remote.hostfile`:
-    the file opened once, judged by its descriptor, its notes read, copied and gzipped from it within
-    ``cap_bytes``), ``@@meta`` / ``@@hdr`` from the handlers' records, or ``@@err``."""
+    """Script: for each candidate ``@@core <i>``, then ``@@open <json>``
+    (:mod:`framework.remote.hostfile`: the file opened once, judged by its descriptor, its notes
+    read, copied and gzipped from it within ``cap_bytes``), ``@@meta`` / ``@@hdr`` from the
+    handlers' records, or ``@@err``."""
     q = commands.quote
     lines = [
         "LC_ALL=C; export LC_ALL",
@@ -63,7 +65,8 @@ def inspect_script(cands: Sequence[Candidate], tmp: str, python: str, sources: C
         f"T={q(tmp)}; mkdir -p \"$T\"; U=$(id -u)",
         f"PY=$(command -v {q(python)} 2>/dev/null || command -v python3 2>/dev/null || command -v python 2>/dev/null)",
         f"HF={q(hostfile_program())}",
-        # one <index> <uids> <path>: the program's JSON line (escaped: one line whatever the name holds)
+        # one <index> <uids> <path>: the program's JSON line (escaped: one line whatever the name
+        # holds)
         f"one() {{ if [ -n \"$PY\" ]; then printf '@@open %s\\n' \"$(\"$PY\" -I -c \"$HF\" \"$T\" {int(cap_bytes)} "
         "\"$1\" \"$2\" \"$3\" 2>&1 | head -c 65536 | tr '\\n' ' ')\"; "
         "else printf '@@err no python on the host: the core is not read\\n'; fi; }",
@@ -80,7 +83,8 @@ def _open_file(i: int, c: Candidate, sources: CoreSources, cap_bytes: int) -> li
 
 
 def _systemd_dump(i: int, c: Candidate, sources: CoreSources, cap_bytes: int) -> list[str]:
-    """``coredumpctl dump`` into the scratch folder (not when the journal says it is over the cap)."""
+    """``coredumpctl dump`` into the scratch folder (not when the journal says it is over the
+    cap)."""
     e = c.journal
     if e is not None and e.size is not None and e.size > cap_bytes:
         return [f"printf '@@err stored core is {e.size} bytes, over the cap: not extracted\\n'"]
@@ -100,7 +104,8 @@ def _abrt_dump(i: int, c: Candidate, sources: CoreSources, cap_bytes: int) -> li
 
 
 def _apport_report(i: int, c: Candidate, sources: CoreSources, cap_bytes: int) -> list[str]:
-    """An apport ``.crash``: opened once and copied; the header and the unpacked core come from the copy."""
+    """An apport ``.crash``: opened once and copied; the header and the unpacked core come from the
+    copy."""
     if not c.location.endswith(".crash"):
         return _open_file(i, c, sources, cap_bytes)
     return [f"one c{i} \"{_allowed_uids(c)}\" {commands.quote(c.location)}",
@@ -117,10 +122,12 @@ _MATERIALISE: Mapping[str, Callable[[int, Candidate, CoreSources, int], list[str
     "systemd": _systemd_dump, "abrt": _abrt_dump, "apport": _apport_report}
 
 
-# -- reading a core's notes (shipped to the hosts: standard library only, self-contained) ----------------
-# core_facts and its helpers are sent as source (facts_program): they use only `struct` and builtins.
+# -- reading a core's notes (shipped to the hosts: standard library only, self-contained) ----------
+# core_facts and its helpers are sent as source (facts_program): they use only `struct` and
+# builtins.
 def _elf_segments(f: BinaryIO, head: bytes) -> tuple[str, list[tuple[int, int, int]], list[tuple[int, int]]]:
-    """(byte order, PT_LOAD (vaddr, filesz, offset) list, PT_NOTE (offset, size) list) of a 64-bit core."""
+    """(byte order, PT_LOAD (vaddr, filesz, offset) list, PT_NOTE (offset, size) list) of a 64-bit
+    core."""
     e = "<" if head[5] == 1 else ">"
     phoff, shoff = struct.unpack(e + "QQ", head[32:48])
     phentsize, phnum = struct.unpack(e + "HH", head[54:58])
@@ -162,7 +169,8 @@ def _siginfo(e: str, desc: bytes, out: dict[str, Any]) -> None:
 
 
 def _note_facts(e: str, ntype: int, desc: bytes, out: dict[str, Any]) -> None:
-    """Fill ``out`` from one ``CORE`` note: NT_PRSTATUS, NT_PRPSINFO, NT_SIGINFO (others: nothing)."""
+    """Fill ``out`` from one ``CORE`` note: NT_PRSTATUS, NT_PRPSINFO, NT_SIGINFO (others:
+    nothing)."""
     readers = {1: _prstatus, 3: _prpsinfo, 0x53494749: _siginfo}
     read = readers.get(ntype)
     if read is not None:
@@ -197,7 +205,8 @@ def _read_notes(f: BinaryIO, e: str, notes: list[tuple[int, int]], out: dict[str
 
 
 def _execfn_address(e: str, auxv: bytes) -> int:
-    """``AT_EXECFN`` from the NT_AUXV payload: where the executable's name lies on the stack (0: none)."""
+    """``AT_EXECFN`` from the NT_AUXV payload: where the executable's name lies on the stack (0:
+    none)."""
     execfn = 0
     for i in range(0, len(auxv) - 15, 16):
         a_type, a_val = struct.unpack(e + "QQ", auxv[i:i + 16])
@@ -207,7 +216,8 @@ def _execfn_address(e: str, auxv: bytes) -> int:
 
 
 def _run_tags(strings: bytes) -> dict[str, str]:
-    """The run tag, ``RANK``, ``LOCAL_RANK`` and ``WORLD_SIZE`` among NUL-separated environment strings."""
+    """The run tag, ``RANK``, ``LOCAL_RANK`` and ``WORLD_SIZE`` among NUL-separated environment
+    strings."""
     keys = (b"CAMIT_RUN_ID=", b"RANK=", b"LOCAL_RANK=", b"WORLD_SIZE=")
     env = {}
     for word in strings.split(b"\0"):
@@ -218,7 +228,8 @@ def _run_tags(strings: bytes) -> dict[str, str]:
 
 
 def _stack_facts(f: BinaryIO, e: str, auxv: bytes, loads: list[tuple[int, int, int]], out: dict[str, Any]) -> None:
-    """``execfn`` and the run-tag environment strings just below ``AT_EXECFN`` at the top of the stack."""
+    """``execfn`` and the run-tag environment strings just below ``AT_EXECFN`` at the top of the
+    stack."""
     execfn = _execfn_address(e, auxv)
     if not execfn:
         return
@@ -260,11 +271,12 @@ def core_facts_file(f: BinaryIO) -> dict[str, Any]:
 
 
 def core_facts(path: str) -> dict[str, Any]:
-    """Facts from an ELF core's notes and stack: pid, ppid, pgrp, sid, uid, comm, psargs, signal, execfn, env.
+    """Facts from an ELF core's notes and stack: pid, ppid, pgrp, sid, uid, comm, psargs, signal,
+    execfn, env.
 
     Reads ``NT_PRSTATUS``/``NT_PRPSINFO``/``NT_SIGINFO``/``NT_AUXV``; ``env`` holds the
-    ``CAMIT_RUN_ID``/``RANK``/``LOCAL_RANK``/``WORLD_SIZE`` strings found just below
-    ``AT_EXECFN`` at the top of the dumped stack. 64-bit cores only.
+    ``CAMIT_RUN_ID``/``RANK``/``LOCAL_RANK``/``WORLD_SIZE`` strings found just below ``AT_EXECFN``
+    at the top of the dumped stack. 64-bit cores only.
     """
     with open(path, "rb") as f:
         return core_facts_file(f)
@@ -292,9 +304,10 @@ def hostfile_program() -> str:
             + "\n\nsys.exit(main(sys.argv[1:], core_facts_file))\n")
 
 
-# -- handler metadata and the inspection's output ------------------------------------------------------
+# -- handler metadata and the inspection's output --------------------------------------------------
 def parse_crash_header(text: str) -> dict[str, str]:
-    """The header of an apport ``.crash`` file (``Key: value``, continuation lines start with a space)."""
+    """The header of an apport ``.crash`` file (``Key: value``, continuation lines start with a
+    space)."""
     out: dict[str, str] = {}
     key = None
     for line in text.splitlines():
@@ -326,8 +339,8 @@ def crash_header_facts(header: Mapping[str, str]) -> dict[str, Any]:
 def split_sections(text: str, key: str, raw: bool = False) -> dict[str, dict[str, list[str]]]:
     """Group the tagged records (``framework.remote.sections``) under each ``@@<key> <i>`` record.
 
-    Inside a group each ``@@name value`` record adds ``value`` to ``[name]``; with ``raw`` the group's
-    whole text (tag lines included) is ``["raw"][0]`` instead.
+    Inside a group each ``@@name value`` record adds ``value`` to ``[name]``; with ``raw`` the
+    group's whole text (tag lines included) is ``["raw"][0]`` instead.
     """
     out: dict[str, dict[str, list[str]]] = {}
     for head, recs in _groups(read_records(text), key):
@@ -341,8 +354,8 @@ def split_sections(text: str, key: str, raw: bool = False) -> dict[str, dict[str
 
 
 def _groups(records: Sequence[Record], key: str) -> list[tuple[Record, list[Record]]]:
-    """Each ``@@<key> <i>`` record with the records after it, up to the next one (those before the first
-    are dropped)."""
+    """Each ``@@<key> <i>`` record with the records after it, up to the next one (those before the
+    first are dropped)."""
     groups: list[tuple[Record, list[Record]]] = []
     for rec in records:
         if rec.tag == key and rec.line.startswith(f"{MARK}{key} "):
@@ -353,8 +366,8 @@ def _groups(records: Sequence[Record], key: str) -> list[tuple[Record, list[Reco
 
 
 def opened_records(sec: Mapping[str, list[str]]) -> dict[str, dict[str, Any]]:
-    """The ``@@open`` JSON records of an inspection section by their index (``<i>``, or ``c<i>`` for an
-    apport ``.crash``); a line that is not the program's JSON (a traceback) is dropped."""
+    """The ``@@open`` JSON records of an inspection section by their index (``<i>``, or ``c<i>`` for
+    an apport ``.crash``); a line that is not the program's JSON (a traceback) is dropped."""
     out: dict[str, dict[str, Any]] = {}
     for raw in sec.get("open", []):
         try:
@@ -414,7 +427,8 @@ _ABSENT = _Opened(present=False)
 
 
 def _apply_descriptor(core: Core, crash: _Opened, main: _Opened) -> None:
-    """Owner (the first file's, unless refused), size (the core's, else the report's) and copies made."""
+    """Owner (the first file's, unless refused), size (the core's, else the report's) and copies
+    made."""
     first = crash if crash.present else main
     if first.owner is not None and not first.refused:
         core.owner = first.owner
@@ -424,7 +438,8 @@ def _apply_descriptor(core: Core, crash: _Opened, main: _Opened) -> None:
 
 
 def _opened(core: Core, sec: Mapping[str, list[str]]) -> Mapping[str, Any]:
-    """The file's descriptor facts into ``core`` (owner, size, copy made); returns the core's notes."""
+    """The file's descriptor facts into ``core`` (owner, size, copy made); returns the core's
+    notes."""
     recs = opened_records(sec)
     crash = next((_Opened.of(r) for i, r in recs.items() if i.startswith("c")), _ABSENT)
     main = next((_Opened.of(r) for i, r in recs.items() if not i.startswith("c")), _ABSENT)
@@ -473,7 +488,8 @@ def _meta(lines: Sequence[str]) -> dict[str, str]:
 
 
 def apply_inspection(core: Core, cand: Candidate, sec: Mapping[str, list[str]]) -> None:
-    """Fill ``core`` from an inspection section (facts beat the pattern's fields, metadata fills gaps)."""
+    """Fill ``core`` from an inspection section (facts beat the pattern's fields, metadata fills
+    gaps)."""
     facts = _opened(core, sec)
     if facts.get("error"):
         core.notes.append(f"core notes unreadable: {str(facts['error'])[:200]}")
@@ -495,13 +511,14 @@ def _apply_process(core: Core, notes: _Told, abrt: _Told, crash: _Told) -> None:
     core.pid = _first_set(notes.pid, abrt.pid, crash.pid, core.pid)
     core.ppid = _first_set(notes.ppid, crash.ppid)
     core.comm = _first_set(notes.comm, core.comm)
-    # the kernel's own word first (%s, the journal), then the core's NT_SIGINFO, then the handlers' files
+    # the kernel's own word first (%s, the journal), then the core's NT_SIGINFO, then the handlers'
+    # files
     core.signal = _first_set(core.signal, notes.signal, crash.signal, abrt.signal)
 
 
 def _apply_command(core: Core, cand: Candidate, notes: _Told, abrt: _Told, crash: _Told) -> None:
-    """The crashed process's executable (the scan's, the handlers', else the core's ``AT_EXECFN``) and
-    command line."""
+    """The crashed process's executable (the scan's, the handlers', else the core's ``AT_EXECFN``)
+    and command line."""
     core.executable = _first_set(cand.executable, abrt.executable, crash.executable, notes.executable,
                                  core.executable)
     core.cmdline = _first_set(abrt.cmdline, crash.cmdline, notes.cmdline)
@@ -526,7 +543,7 @@ def _reason_signal(reason: str) -> str | None:
     return m.group(1) if m else None
 
 
-# -- attribution ----------------------------------------------------------------------------------------
+# -- attribution -----------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class RankProc:
     """A launched rank's process as its status JSON recorded it."""
@@ -547,7 +564,8 @@ def _proc_of(procs: Sequence[RankProc], pid: int | None) -> RankProc | None:
 
 def attribute(host: str, pid: int | None, ppid: int | None, env: Mapping[str, str],
               procs: Sequence[RankProc]) -> tuple[int | None, str | None]:
-    """(rank, relation) of a core on ``host``: relation is ``rank``, ``child``, ``process`` or ``launch``."""
+    """(rank, relation) of a core on ``host``: relation is ``rank``, ``child``, ``process`` or
+    ``launch``."""
     mine = [p for p in procs if p.host == host]
     for wanted, relation in ((pid, "rank"), (ppid, "child")):
         found = _proc_of(mine, wanted)
@@ -563,7 +581,7 @@ def _tagged(rank: str) -> tuple[int | None, str]:
     return (int(rank), "process") if rank.isdigit() else (None, "launch")
 
 
-# -- the result -----------------------------------------------------------------------------------------
+# -- the result ------------------------------------------------------------------------------------
 @dataclass
 class Core:
     """One core dump that appeared on a host during the window."""
@@ -586,7 +604,8 @@ class Core:
     backtrace: str | None = None
     backtrace_path: Path | None = None
     notes: list[str] = field(default_factory=list)
-    #: the crashed process's uid (NT_PRPSINFO, else the journal) and whether its notes were read at all
+    #: the crashed process's uid (NT_PRPSINFO, else the journal) and whether its notes were read at
+    #: all
     uid: int | None = None
     facts_read: bool = False
     #: the file's owner by its descriptor (None: not opened, or refused) and whether camit copied it
@@ -631,10 +650,11 @@ class Core:
         }
 
 
-# -- backtraces and fetching ---------------------------------------------------------------------------
+# -- backtraces and fetching -----------------------------------------------------------------------
 @dataclass(frozen=True)
 class BacktraceJob:
-    """One core to backtrace: ``core`` is camit's own copy (None: none was made), ``executable`` a hint."""
+    """One core to backtrace: ``core`` is camit's own copy (None: none was made), ``executable`` a
+    hint."""
 
     index: int
     core: str | None
@@ -642,15 +662,16 @@ class BacktraceJob:
 
 
 def gdb_argv(core: str, executable: str | None) -> list[str]:
-    """``gdb -batch`` printing the crashing thread's backtrace, then every thread's: no init files, no
-    auto-loaded scripts, no debuginfod (``-nx``, ``-iex`` before anything is read)."""
+    """``gdb -batch`` printing the crashing thread's backtrace, then every thread's: no init files,
+    no auto-loaded scripts, no debuginfod (``-nx``, ``-iex`` before anything is read)."""
     argv = ["gdb", "-batch", "-nx", "-iex", "set auto-load off", "-iex", "set debuginfod enabled off",
             "-ex", "set pagination off",
             "-ex", "echo @@crashing\\n", "-ex", "bt", "-ex", "echo @@threads\\n", "-ex", "thread apply all bt"]
     return argv + ([executable, core] if executable else ["-c", core])
 
 
-#: sh: prints the resolved executable when root or the SSH user ($U) owns it and group/others cannot write it
+#: sh: prints the resolved executable when root or the SSH user ($U) owns it and group/others cannot
+#: write it
 _EXE_OK = ("exe_ok() { r=$(readlink -f -- \"$1\" 2>/dev/null) && [ -f \"$r\" ] && "
            "s=$(stat -c '%u %A' -- \"$r\" 2>/dev/null) || return 1; "
            "case $s in \"0 \"*|\"$U \"*) ;; *) return 1;; esac; "
@@ -659,7 +680,8 @@ _EXE_OK = ("exe_ok() { r=$(readlink -f -- \"$1\" 2>/dev/null) && [ -f \"$r\" ] &
 
 def backtrace_script(jobs: Sequence[BacktraceJob], *, timeout: float) -> str:
     """Script: per job ``@@job <i>`` and the bounded gdb output on camit's copy of the core; the
-    executable is given to gdb only when root or the SSH user owns it and nobody else can write it."""
+    executable is given to gdb only when root or the SSH user owns it and nobody else can write
+    it."""
     q = commands.quote
     lines = ["LC_ALL=C; export LC_ALL", "umask 077", "U=$(id -u)", _EXE_OK,
              f"TO=''; command -v timeout >/dev/null 2>&1 && TO='timeout -k 5 {timeout:g}'"]
@@ -696,8 +718,9 @@ def is_ours(core: Core, procs: Sequence[RankProc], user_uid: int | None) -> bool
     The file was opened once and judged by its descriptor: owned by the SSH user (or, for a pipe
     handler's store, by root, the handler). Its uid (the core's notes, else the handler's record) is
     known and is the SSH user's — the file's owner and the notes agree. It is attributed to one of
-    the run's ranks or launches (pid, parent pid or the run tag), or, without ranks to match (or notes
-    unreadable), it is the SSH user's. A core of an unknown uid or owner is never the run's."""
+    the run's ranks or launches (pid, parent pid or the run tag), or, without ranks to match (or
+    notes unreadable), it is the SSH user's. A core of an unknown uid or owner is never the
+    run's."""
     if user_uid is None or core.uid != user_uid or not _owned_by(core, user_uid):
         return False
     if core.relation is not None:
@@ -706,22 +729,25 @@ def is_ours(core: Core, procs: Sequence[RankProc], user_uid: int | None) -> bool
 
 
 def _owned_by(core: Core, uid: int) -> bool:
-    """The file's owner by its descriptor is ``uid``, or root (the handler) for a pipe handler's store."""
+    """The file's owner by its descriptor is ``uid``, or root (the handler) for a pipe handler's
+    store."""
     if core.owner == uid:
         return True
     return core.owner == 0 and core.source in HANDLER_SOURCES
 
 
 def unique_base(out_dir: Path, base: str, pid: int | None, taken: set[str]) -> str:
-    """``base``, else ``base.<pid>``, else ``base-<n>``: a name no fetched core or backtrace in ``out_dir`` has
-    (two ``core`` files from two ranks or two tests never overwrite each other). Adds it to ``taken``."""
+    """``base``, else ``base.<pid>``, else ``base-<n>``: a name no fetched core or backtrace in
+    ``out_dir`` has (two ``core`` files from two ranks or two tests never overwrite each other).
+    Adds it to ``taken``."""
     name = next(n for n in _base_names(base, pid) if _is_free(out_dir, n, taken))
     taken.add(name)
     return name
 
 
 def _base_names(base: str, pid: int | None) -> Iterator[str]:
-    """``base``, ``base.<pid>`` (a known pid, not already its tail), then ``base-2``, ``base-3``, …"""
+    """``base``, ``base.<pid>`` (a known pid, not already its tail), then ``base-2``, ``base-3``,
+    …"""
     yield base
     if pid is not None and not base.endswith(f".{pid}"):
         yield f"{base}.{pid}"
@@ -746,7 +772,7 @@ def local_name(core: Core) -> str:
     return re.sub(r"[^A-Za-z0-9._+-]", "_", base) or "core"
 
 
-# -- judgement -----------------------------------------------------------------------------------------
+# -- judgement -------------------------------------------------------------------------------------
 def human_size(n: int | None) -> str:
     if n is None:
         return "?"
@@ -765,7 +791,8 @@ _HEADS = {CorePolicy.FAIL: "core dump(s) appeared", CorePolicy.WARN: "warning: c
 
 
 def verdict_message(cores: Sequence[Core], policy: CorePolicy, notes: Sequence[str] = ()) -> tuple[bool, str]:
-    """(failed, message) for ``cores`` under ``policy``; the message shows each core and its top frames."""
+    """(failed, message) for ``cores`` under ``policy``; the message shows each core and its top
+    frames."""
     if policy is CorePolicy.IGNORE or not cores:
         return False, ""
     lines = [f"{len(cores)} {_HEADS[policy]}:"]
@@ -776,7 +803,8 @@ def verdict_message(cores: Sequence[Core], policy: CorePolicy, notes: Sequence[s
 
 
 def _core_lines(c: Core) -> list[str]:
-    """One core in the verdict: what crashed, its command, its fetched copy, its notes, its top frames."""
+    """One core in the verdict: what crashed, its command, its fetched copy, its notes, its top
+    frames."""
     lines = ["  " + c.describe()]
     if c.cmdline:
         lines.append(f"    command: {c.cmdline}")

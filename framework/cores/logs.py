@@ -1,7 +1,8 @@
-"""Host logs after a failure: kernel messages since the test began, recent Ascend logs, failure signatures.
+"""Host logs after a failure: kernel messages since the test began, recent Ascend logs, failure
+signatures.
 
-Pure parts (the signature rules, the per-host script and its parsers) and the executor :func:`collect_logs`;
-what it writes where: docs/internals/c-cores.md.
+Pure parts (the signature rules, the per-host script and its parsers) and the executor
+:func:`collect_logs`; what it writes where: docs/internals/c-cores.md.
 """
 
 from __future__ import annotations
@@ -37,10 +38,11 @@ DEFAULT_ASCEND_DIRS = ("$HOME/ascend/log",)
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
-# -- signatures ------------------------------------------------------------------------------------------
+# -- signatures ------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Signature:
-    """One failure signature found in a text: its first line, how often, and what it usually means."""
+    """One failure signature found in a text: its first line, how often, and what it usually
+    means."""
 
     code: str
     meaning: str
@@ -107,8 +109,10 @@ _RULES: tuple[_Rule, ...] = (
           "HCCL_BUFFSIZE is too small for the message size"),
     _Rule("HCCL-WATCHDOG", re.compile(r"HCCL watchdog thread terminated with exception"),
           "HCCL watchdog abort: std::terminate -> SIGABRT (torchrun exitcode -6), a core is written"),
-    # a kernel past torch_npu's op-execute timeout, seen at the rank's own synchronize: a CAM kernel waits for
-    # its peers in vector-core code, outside HCCL (npu-fidelity.md §1), so no EI0002 and no HCCL_EXEC_TIMEOUT
+    # a kernel past torch_npu's op-execute timeout, seen at the rank's own synchronize: a CAM kernel
+    # waits for
+    # its peers in vector-core code, outside HCCL (npu-fidelity.md §1), so no EI0002 and no
+    # HCCL_EXEC_TIMEOUT
     _Rule("OP-EXECUTE-TIMEOUT",
           re.compile(r"AclrtSynchronizeDeviceWithTimeout, error code is 5070[13]4\b"),
           "CAM op did not finish (op-execute timeout): a kernel on this rank's stream (a CAM op waiting for its "
@@ -120,8 +124,10 @@ _RULES: tuple[_Rule, ...] = (
     _Rule("ACL-507048", re.compile(r"\b507048\b"),
           "ACL 507048: internal task timeout (AclrtSynchronizeDeviceWithTimeout); also linked to a bad card"),
     _Rule("ACL-507901", re.compile(r"\b507901\b"), "ACL 507901: HDC disconnected (device or driver lost)"),
-    # device faults a kernel raises; they surface at the process's next synchronize, and that process's
-    # stream stays unusable (meanings: torch_npu/csrc/core/npu/NPUErrorCodes.h; npu-fidelity.md §1: an expert id outside
+    # device faults a kernel raises; they surface at the process's next synchronize, and that
+    # process's
+    # stream stays unusable (meanings: torch_npu/csrc/core/npu/NPUErrorCodes.h; npu-fidelity.md §1:
+    # an expert id outside
     # [0, E) is one way, as get_dispatch_layout checks no values)
     _Rule("ACL-507015", re.compile(r"\b507015\b"),
           "ACL 507015: aicore execution is abnormal (a kernel faulted, e.g. an out-of-range index); the "
@@ -214,12 +220,13 @@ def _host_summary(host: str, sigs: Iterable[Signature]) -> list[str]:
     return [f"{host}:"] + [f"  {_MARK[s.primary]} " + s.describe().replace("\n", "\n     ") for s in ordered]
 
 
-# -- dmesg -----------------------------------------------------------------------------------------------
+# -- dmesg -----------------------------------------------------------------------------------------
 _DMESG_STAMP = re.compile(r"^\[\s*(\d+\.\d+)\]")
 
 
 def dmesg_since(text: str, uptime: float | None) -> list[str]:
-    """Kernel lines stamped at or after ``uptime`` (seconds since boot); unstamped lines follow their stamped one."""
+    """Kernel lines stamped at or after ``uptime`` (seconds since boot); unstamped lines follow
+    their stamped one."""
     out: list[str] = []
     keep = uptime is None
     for line in text.splitlines():
@@ -231,7 +238,7 @@ def dmesg_since(text: str, uptime: float | None) -> list[str]:
     return out
 
 
-# -- the per-host script -----------------------------------------------------------------------------------
+# -- the per-host script ---------------------------------------------------------------------------
 def _shell_dir(path: str) -> str:
     """A directory as a shell word: ``$HOME/x`` keeps ``$HOME`` expandable, the rest is quoted."""
     if path.startswith("$HOME/"):
@@ -240,9 +247,9 @@ def _shell_dir(path: str) -> str:
 
 
 def home_logs_script(guard: str, tgz: str, cap: int) -> commands.ShellScript:
-    """sh for ``camit collect --logs``: after ``guard`` (the workdir's), ``~/ascend/log`` packed into ``tgz``
-    by :func:`sh_pack` (newest first up to ``cap`` bytes); exit 3 when there is no ``~/ascend/log``, 4 with
-    the program's line when nothing could be packed."""
+    """sh for ``camit collect --logs``: after ``guard`` (the workdir's), ``~/ascend/log`` packed
+    into ``tgz`` by :func:`sh_pack` (newest first up to ``cap`` bytes); exit 3 when there is no
+    ``~/ascend/log``, 4 with the program's line when nothing could be packed."""
     q = commands.quote(tgz)
     return commands.ShellScript("\n".join([
         f"{guard} && {{ [ -d \"$HOME/ascend/log\" ] || exit 3; }} || exit $?",
@@ -254,13 +261,14 @@ def home_logs_script(guard: str, tgz: str, cap: int) -> commands.ShellScript:
 
 def logs_script(since: float, tmp: str, ascend_dirs: Sequence[str], *, dmesg_bytes: int = DMESG_BYTES,
                 ascend_bytes: int = ASCEND_BYTES) -> str:
-    """Script: ``@@dmesg`` + the tail of dmesg (``@@dmesg-failed`` on error), then ``@@ascend <tgz> <n>``
-    if any (else ``@@ascend-none <the pack program's line, or why it did not run>``).
+    """Script: ``@@dmesg`` + the tail of dmesg (``@@dmesg-failed`` on error), then ``@@ascend <tgz>
+    <n>`` if any (else ``@@ascend-none <the pack program's line, or why it did not run>``).
 
     Ascend files under ``<dir>/{debug,run}`` changed since ``since`` (epoch) are packed newest first
     until ``ascend_bytes`` by :mod:`framework.remote.hostfile`'s pack mode: every folder opened
-    ``O_NOFOLLOW`` and walked by descriptor, every file opened once and judged by its descriptor (the SSH
-    user's own, one link), read from that descriptor; a folder swapped for a symlink is never followed.
+    ``O_NOFOLLOW`` and walked by descriptor, every file opened once and judged by its descriptor
+    (the SSH user's own, one link), read from that descriptor; a folder swapped for a symlink is
+    never followed.
     """
     q = commands.quote
     dirs = " ".join(f"{_shell_dir(d)}/debug {_shell_dir(d)}/run" for d in ascend_dirs)
@@ -286,7 +294,8 @@ def parse_logs_output(text: str) -> tuple[str, bool, str | None]:
     """(dmesg text, dmesg failed?, remote tgz path or None) from :func:`logs_script` output.
 
     Its tagged records (``framework.remote.sections``): ``dmesg`` opens the kernel text (a tag line
-    inside it, but ``dmesg-failed``, is kernel text too) up to ``end-dmesg``; then ``ascend <tgz> <n>``.
+    inside it, but ``dmesg-failed``, is kernel text too) up to ``end-dmesg``; then ``ascend <tgz>
+    <n>``.
     """
     records = read_records(text)
     start = _index(records, 0, "dmesg")
@@ -297,7 +306,8 @@ def parse_logs_output(text: str) -> tuple[str, bool, str | None]:
     return dmesg.strip("\n"), failed, _tgz(records[end:])
 
 
-#: the records whose body is kernel text (any other tag line inside the kernel text is kernel text too)
+#: the records whose body is kernel text (any other tag line inside the kernel text is kernel text
+#: too)
 _DMESG_TAGS = ("dmesg", "dmesg-failed")
 
 
@@ -335,9 +345,10 @@ def _is_reading(value: float) -> bool:
     return math.isfinite(value) and value >= 0
 
 
-# -- executor ----------------------------------------------------------------------------------------------
+# -- executor --------------------------------------------------------------------------------------
 def _log_member(member: tarfile.TarInfo) -> Path | None:
-    """Where an Ascend log member goes below ``ascend/``: its relative path, nothing hidden or outside."""
+    """Where an Ascend log member goes below ``ascend/``: its relative path, nothing hidden or
+    outside."""
     parts = [p for p in PurePosixPath(member.name).parts if p not in ("", ".")]
     if not parts or _leaves_its_folder(member.name):
         return None
@@ -359,7 +370,8 @@ def _dmesg_text(host: str, dmesg: str, failed: bool, uptime: float | None) -> st
 
 
 def _fetch_ascend_logs(host: Host, tgz: str, out_dir: Path) -> list[Path]:
-    """The host's Ascend log archive, fetched (bounded), unpacked under ``ascend/`` and removed on both sides."""
+    """The host's Ascend log archive, fetched (bounded), unpacked under ``ascend/`` and removed on
+    both sides."""
     local = out_dir / ".ascend-logs.tgz"
     try:
         try:  # bounded download; a cut one keeps its first members
@@ -392,8 +404,8 @@ def _default_workdir(host: Host) -> str:
 
 
 def _window(baseline: Baseline, name: str) -> tuple[float, float | None]:
-    """Since when to collect on host ``name``: its own clock at the snapshot (else the controller's), and
-    its seconds since boot then (None: its snapshot failed)."""
+    """Since when to collect on host ``name``: its own clock at the snapshot (else the
+    controller's), and its seconds since boot then (None: its snapshot failed)."""
     scan = baseline.hosts.get(name)
     if scan is None:
         return baseline.taken, None
@@ -401,7 +413,8 @@ def _window(baseline: Baseline, name: str) -> tuple[float, float | None]:
 
 
 def _collect_host(host: Host, report: Path, baseline: Baseline, tmp: str, dirs: Sequence[str]) -> list[Path]:
-    """One host's ``dmesg.txt`` (and its clock) and Ascend logs since ``baseline``: the files written."""
+    """One host's ``dmesg.txt`` (and its clock) and Ascend logs since ``baseline``: the files
+    written."""
     since, uptime = _window(baseline, host.name)
     out_dir = report / host.name
     result = host.run(commands.ShellScript(logs_script(since, tmp, dirs)), timeout=120,
@@ -435,9 +448,9 @@ def _is_launch_log(path: Path) -> bool:
 
 def _launch_logs(host_dir: Path, taken: float) -> list[Path]:
     """The launch logs fetched since the snapshot ``taken``: ``<host>/rank*.log``, or
-    ``<host>/<launch>/rank*.log`` when a run holds several launches (the per-test case), and the plogs that
-    came back with the run folder (``<host>/[<launch>/]ascend/``); older launches' logs are not this
-    failure's."""
+    ``<host>/<launch>/rank*.log`` when a run holds several launches (the per-test case), and the
+    plogs that came back with the run folder (``<host>/[<launch>/]ascend/``); older launches' logs
+    are not this failure's."""
     logs = filter(_is_launch_log, sorted(host_dir.rglob("*.log")))
     return [p for p in logs if _mtime(p) >= taken - 1.0]
 
@@ -481,12 +494,13 @@ def collect_logs(cluster: Cluster, report: Path, baseline: Baseline, *,
                  label: str | None = None) -> tuple[dict[str, list[Path]], str]:
     """Collect dmesg and Ascend logs since ``baseline`` from every host; scan for signatures.
 
-    The signatures are added to ``<report>/signatures.txt`` and ``<report>/<host>/signatures.txt`` as a
-    section headed ``== <label> ==`` (the failed test) when given, so each failure of a run keeps its own.
+    The signatures are added to ``<report>/signatures.txt`` and ``<report>/<host>/signatures.txt``
+    as a section headed ``== <label> ==`` (the failed test) when given, so each failure of a run
+    keeps its own.
 
     ``baseline`` is a ``framework.cores.scan.Baseline`` (its per-host ``now``/``uptime`` are the
-    hosts' own clocks). Returns ``({host: [files]}, summary)``; a host that fails is
-    logged and gets what could be written. Never raises for one host.
+    hosts' own clocks). Returns ``({host: [files]}, summary)``; a host that fails is logged and gets
+    what could be written. Never raises for one host.
     """
     dirs = tuple(ascend_dirs)
 

@@ -1,7 +1,7 @@
 """Why a rank that died of a core-dumping signal left no core on its host, in one sentence (pure).
 
-The facts come from the core scan after the run (the pattern, the hard ``ulimit -c``) and one check of
-the pattern's directory by the SSH user; the ranks run as that user with camit's ``ulimit -c``.
+The facts come from the core scan after the run (the pattern, the hard ``ulimit -c``) and one check
+of the pattern's directory by the SSH user; the ranks run as that user with camit's ``ulimit -c``.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""The one model of ``kernel.core_pattern``: where the kernel sends a core and how to read its name (pure).
+"""The one model of ``kernel.core_pattern``: where the kernel sends a core and how to read its name
+(pure).
 
 Both the preflight ``core`` check and the core watcher read the pattern through it
 (docs/internals/c-cores.md).
@@ -10,7 +11,8 @@ import posixpath
 import re
 from dataclasses import dataclass
 
-#: kind -> the text in the pipe handler's file name that identifies it (kernel ``|<handler> <args>``)
+#: kind -> the text in the pipe handler's file name that identifies it (kernel ``|<handler>
+#: <args>``)
 PIPE_HANDLERS: tuple[tuple[str, str], ...] = (
     ("systemd", "systemd-coredump"), ("apport", "apport"), ("abrt", "abrt-hook-ccpp"))
 #: the kinds whose cores camit can find and read
@@ -59,7 +61,8 @@ class CorePattern:
         return self.raw.split("%", 1)[0].rsplit("/", 1)[0] or "/"
 
     def fields(self, path: str) -> dict[str, str] | None:
-        """The specifier values in ``path`` (``{'e': 'python3', 'p': '12'}``), None if it does not match."""
+        """The specifier values in ``path`` (``{'e': 'python3', 'p': '12'}``), None if it does not
+        match."""
         if self.regex is None:
             return None
         m = self.regex.search(path) if self.kind == "relative" else self.regex.fullmatch(path)
@@ -67,7 +70,8 @@ class CorePattern:
 
 
 def _specifier_values(m: re.Match[str]) -> dict[str, str]:
-    """Each specifier's first value in a matched name (groups ``<spec><n>``; an optional one may be unset)."""
+    """Each specifier's first value in a matched name (groups ``<spec><n>``; an optional one may be
+    unset)."""
     out: dict[str, str] = {}
     for name, value in m.groupdict().items():
         if value is not None:
@@ -76,11 +80,13 @@ def _specifier_values(m: re.Match[str]) -> dict[str, str]:
 
 
 def _first_line(text: str) -> str:
-    """The pattern line of ``text``: the first non-blank line that is not a capture's ``# source:`` note."""
+    """The pattern line of ``text``: the first non-blank line that is not a capture's ``# source:``
+    note."""
     return next((ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith("# source:")), "")
 
 
-#: a pattern's tokens: a ``%`` specifier, or literal text (a trailing lone ``%`` is neither: dropped)
+#: a pattern's tokens: a ``%`` specifier, or literal text (a trailing lone ``%`` is neither:
+#: dropped)
 _TOKEN = re.compile(r"%(.)|([^%]+)", re.DOTALL)
 
 
@@ -103,7 +109,8 @@ def _path_regex(raw: str) -> str:
 
 
 def parse_core_pattern(text: str) -> CorePattern:
-    """Classify a ``core_pattern`` value (its first line) and, for file patterns, build its path regex.
+    """Classify a ``core_pattern`` value (its first line) and, for file patterns, build its path
+    regex.
 
     >>> parse_core_pattern("/var/crash/core.%e.%p").fields("/var/crash/core.python3.12")
     {'e': 'python3', 'p': '12'}

@@ -30,7 +30,7 @@ SCAN_LIMIT = 5000
 _NEEDLE = dict(PIPE_HANDLERS)
 
 
-# -- the scan script --------------------------------------------------------------------------------
+# -- the scan script -------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class CoreSources:
     """Where the handlers keep their cores (tests point these at fakes)."""
@@ -69,7 +69,8 @@ def scan_script(sources: CoreSources, relative_dirs: Sequence[tuple[str, int]] =
         sh_tag("ulimit", '"$(ulimit -S -c) $(ulimit -H -c)"'),
         sh_tag("gdb", '"$(command -v gdb 2>/dev/null)"'),
         sh_tag("uid", '"$(id -u 2>/dev/null)"'),
-        # names are data: NUL-terminated records, base64 on one line (no byte of a name can read as a record)
+        # names are data: NUL-terminated records, base64 on one line (no byte of a name can read as
+        # a record)
         f"lst() {{ find \"$@\" -printf 'F %s %T@ %i %p\\0' 2>/dev/null | head -z -n {limit}; }}",
         "b64() { base64 -w0; printf '\\n'; }",
         "slashes() { printf %s \"$1\" | tr -cd / | wc -c; }",
@@ -174,7 +175,8 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 class ScanFormatError(ValueError):
-    """The scan's output breaks its format (a record repeated, out of order, or a body not base64)."""
+    """The scan's output breaks its format (a record repeated, out of order, or a body not
+    base64)."""
 
 
 def parse_scan(host: str, text: str) -> HostScan:
@@ -243,7 +245,7 @@ def _is_listable(path: str) -> bool:
     return path.startswith("/") and "\ufffd" not in path and not _CONTROL.search(path)
 
 
-# -- one reader per record of the scan (each sets its part of the HostScan) ----------------------------
+# -- one reader per record of the scan (each sets its part of the HostScan) ------------------------
 def _read_now(scan: HostScan, rec: Record) -> None:
     scan.now = _float(rec.value) or 0.0
 
@@ -313,9 +315,10 @@ def _float(value: str) -> float | None:
         return None
 
 
-# -- handler outputs ----------------------------------------------------------------------------------
+# -- handler outputs -------------------------------------------------------------------------------
 def parse_coredumpctl_json(text: str) -> list[JournalEntry]:
-    """``coredumpctl --json=short list``: an array of {time (µs), pid, uid, gid, sig, corefile, exe, size}."""
+    """``coredumpctl --json=short list``: an array of {time (µs), pid, uid, gid, sig, corefile, exe,
+    size}."""
     text = _without_source_lines(text)
     if not text:
         return []
@@ -381,7 +384,8 @@ def _table_row(m: re.Match[str]) -> JournalEntry:
 
 
 def _table_time(m: re.Match[str]) -> float:
-    """The row's time: UTC when its zone says so (we run it with ``TZ=UTC``), else the controller's zone."""
+    """The row's time: UTC when its zone says so (we run it with ``TZ=UTC``), else the controller's
+    zone."""
     stamp = datetime.strptime(f"{m['date']} {m['clock']}", "%Y-%m-%d %H:%M:%S")
     if m["tz"].upper() in ("UTC", "GMT", "Z"):
         stamp = stamp.replace(tzinfo=timezone.utc)
@@ -430,7 +434,7 @@ def _numbered_signal(num: int) -> str | None:
         return f"signal {num}"
 
 
-# -- candidates: what appeared in the window ------------------------------------------------------------
+# -- candidates: what appeared in the window -------------------------------------------------------
 @dataclass
 class Candidate:
     """A core that appeared on a host, as far as the scan can tell."""
@@ -448,8 +452,8 @@ class Candidate:
 
 
 def scan_roots(pattern: CorePattern, sources: CoreSources, relative_dirs: Sequence[str]) -> tuple[str, ...]:
-    """The directories a core of ``pattern`` may lie under: the pattern's own directory, the handler's
-    store, or (relative pattern) the run directories the scan searched."""
+    """The directories a core of ``pattern`` may lie under: the pattern's own directory, the
+    handler's store, or (relative pattern) the run directories the scan searched."""
     table: dict[str, tuple[str, ...]] = {
         "file": (pattern.directory or "/",), "relative": tuple(relative_dirs),
         "apport": sources.apport_dirs, "abrt": sources.abrt_dirs,
@@ -476,7 +480,8 @@ def _journal_candidate(host: str, e: JournalEntry) -> Candidate:
 
 
 def _changed(old: FileEntry | None, entry: FileEntry) -> bool:
-    """Whether a listed file is new: a new path, or the same name rewritten (its mtime or inode changed)."""
+    """Whether a listed file is new: a new path, or the same name rewritten (its mtime or inode
+    changed)."""
     return old is None or (old.mtime, old.inode) != (entry.mtime, entry.inode)
 
 
@@ -502,8 +507,8 @@ def _new_files(before: HostScan, after: HostScan, roots: Sequence[str] | None) -
 
 
 def _abrt_candidate(host: str, pattern: CorePattern, entry: FileEntry) -> Candidate | None:
-    """An abrt dump folder ``ccpp-<when>-<pid>`` (``.new``: abrt is still writing it; the next scan sees it
-    renamed)."""
+    """An abrt dump folder ``ccpp-<when>-<pid>`` (``.new``: abrt is still writing it; the next scan
+    sees it renamed)."""
     name = posixpath.basename(entry.path)
     m = _ABRT_DIR.match(name)
     if m is None or name.endswith(".new"):
@@ -514,8 +519,8 @@ def _abrt_candidate(host: str, pattern: CorePattern, entry: FileEntry) -> Candid
 def _apport_candidate(host: str, pattern: CorePattern, entry: FileEntry) -> Candidate | None:
     """An apport ``.crash`` report or ``core.<exe>.<uid>.<boot>.<pid>.<start>``.
 
-    The names encode the executable with '/' as '_' (ambiguous): only a hint for the display name; the
-    executable comes from the .crash header or the core's notes."""
+    The names encode the executable with '/' as '_' (ambiguous): only a hint for the display name;
+    the executable comes from the .crash header or the core's notes."""
     name = posixpath.basename(entry.path)
     if name.endswith(".crash"):
         hint = name[: -len(".crash")].rsplit(".", 1)[0]
@@ -540,7 +545,8 @@ def _pattern_candidate(host: str, pattern: CorePattern, entry: FileEntry) -> Can
 
 
 def _field(fields: Mapping[str, str], specifiers: str) -> str | None:
-    """The first of ``specifiers`` the name gave a value (``%p`` before ``%P``, ``%e`` before ``%f``)."""
+    """The first of ``specifiers`` the name gave a value (``%p`` before ``%P``, ``%e`` before
+    ``%f``)."""
     return next((fields[k] for k in specifiers if fields.get(k)), None)
 
 
@@ -555,7 +561,8 @@ def _file_candidate(host: str, pattern: CorePattern, entry: FileEntry) -> Candid
 
 @dataclass
 class Baseline:
-    """Per-host snapshots taken before the test (``error`` set for a host that could not be read)."""
+    """Per-host snapshots taken before the test (``error`` set for a host that could not be
+    read)."""
 
     hosts: dict[str, HostScan]
     taken: float

@@ -1,7 +1,8 @@
 """Core dumps: notice every crash on the hosts under test, attribute it, bring it back.
 
-The executor :class:`CoreWatch` (snapshot before a test, collect and judge after it); the plan is pure and
-lives in ``framework.cores.scan`` and ``framework.cores.inspection``. Design: docs/internals/c-cores.md.
+The executor :class:`CoreWatch` (snapshot before a test, collect and judge after it); the plan is
+pure and lives in ``framework.cores.scan`` and ``framework.cores.inspection``. Design:
+docs/internals/c-cores.md.
 """
 
 from __future__ import annotations
@@ -60,7 +61,8 @@ T = TypeVar("T")
 
 
 class RankOutcome(Protocol):
-    """A rank of a finished launch as core attribution reads it (``framework.launch.result.RankResult``)."""
+    """A rank of a finished launch as core attribution reads it
+    (``framework.launch.result.RankResult``)."""
 
     @property
     def host(self) -> str: ...
@@ -96,7 +98,7 @@ MISSING_FILE = "cores-missing.json"
 SETTLE_TIMEOUT = 10.0
 
 
-# -- the ranks' pids, for attribution ------------------------------------------------------------------
+# -- the ranks' pids, for attribution --------------------------------------------------------------
 def rank_procs(launches: Launched | Sequence[Launched] | None) -> list[RankProc]:
     """Rank processes of ``LaunchResult``\\ s, pids read from ``<report>/<host>/rank<N>.json``."""
     if launches is None:
@@ -107,7 +109,8 @@ def rank_procs(launches: Launched | Sequence[Launched] | None) -> list[RankProc]
 
 
 def _rank_pid(report_dir: str | None, host: str, rank: int) -> int | None:
-    """The pid in ``<report>/<host>/rank<N>.json`` when the file is that rank's (None: no such file)."""
+    """The pid in ``<report>/<host>/rank<N>.json`` when the file is that rank's (None: no such
+    file)."""
     if not report_dir:
         return None
     try:
@@ -120,7 +123,7 @@ def _rank_pid(report_dir: str | None, host: str, rank: int) -> int | None:
     return pid if isinstance(pid, int) else None
 
 
-# -- the executor --------------------------------------------------------------------------------------
+# -- the executor ----------------------------------------------------------------------------------
 def _append_cores(path: Path, entries: list[dict[str, object]]) -> None:
     """Add ``entries`` to the run's cores.json (one collect per test: earlier tests' cores stay)."""
     key = lambda e: (e.get("host"), e.get("pid"), e.get("executable"), e.get("local_path"))  # noqa: E731
@@ -134,7 +137,8 @@ def _append_cores(path: Path, entries: list[dict[str, object]]) -> None:
 
 
 def _first(*choices: T | None) -> T:
-    """The first choice that is set (neither None nor empty): explicit, defaults, environment, built-in."""
+    """The first choice that is set (neither None nor empty): explicit, defaults, environment,
+    built-in."""
     return next(c for c in choices if c)
 
 
@@ -156,7 +160,8 @@ def _rundir_path(rundir: RunDir | Path | str | None) -> Path | None:
 
 @dataclass(frozen=True)
 class CoreDefaults:
-    """Defaults a caller gives a :class:`CoreWatch` (the env file has no ``cores`` section: the schema forbids it)."""
+    """Defaults a caller gives a :class:`CoreWatch` (the env file has no ``cores`` section: the
+    schema forbids it)."""
 
     policy: str | CorePolicy | None = None
     cap_bytes: int | None = None
@@ -236,7 +241,7 @@ class CoreWatch:
         dirs = [d for d, _depth in self._relative_dirs(host)]
         return new_candidates(before, after, scan_roots(after.pattern, self.sources, dirs))
 
-    # -- before -------------------------------------------------------------------------------------
+    # -- before ------------------------------------------------------------------------------------
     def snapshot(self) -> Baseline:
         """One round trip per host, in parallel; a host that fails is recorded, never raised."""
         got = self.cluster.map(lambda h: self._scan(h, None))
@@ -252,14 +257,15 @@ class CoreWatch:
             log.warning("%s", note)
         return baseline
 
-    # -- after --------------------------------------------------------------------------------------
+    # -- after -------------------------------------------------------------------------------------
     def collect(self, baseline: Baseline, *, rundir: RunDir | Path | str | None = None,
                 ranks: Launched | Sequence[Launched] | None = None) -> list[Core]:
-        """The cores that appeared on the cluster's hosts since ``baseline``: attributed, fetched, backtraced.
+        """The cores that appeared on the cluster's hosts since ``baseline``: attributed, fetched,
+        backtraced.
 
         ``rundir`` (a ``RunDir`` or a path) receives ``<host>/cores/<name>.gz`` and
-        ``<name>.bt.txt`` and a ``cores.json``; ``ranks`` is a ``LaunchResult`` or a list
-        of them. Hosts that fail are recorded in ``errors`` (never raised).
+        ``<name>.bt.txt`` and a ``cores.json``; ``ranks`` is a ``LaunchResult`` or a list of them.
+        Hosts that fail are recorded in ``errors`` (never raised).
         """
         report = _rundir_path(rundir)
         procs = rank_procs(ranks)
@@ -279,7 +285,8 @@ class CoreWatch:
         return cores
 
     def _gathered(self, got: Mapping[str, list[Core] | BaseException]) -> list[Core]:
-        """Every host's cores, by host and time; a host that failed goes into ``errors`` and ``notes``."""
+        """Every host's cores, by host and time; a host that failed goes into ``errors`` and
+        ``notes``."""
         cores: list[Core] = []
         for name, value in got.items():
             if isinstance(value, BaseException):
@@ -291,7 +298,8 @@ class CoreWatch:
         return sorted(cores, key=lambda c: (c.host, c.time))
 
     def _record(self, report: Path, cores: Sequence[Core]) -> None:
-        """The cores (unless ignored) into the run's ``cores.json``, the missing ones into ``MISSING_FILE``."""
+        """The cores (unless ignored) into the run's ``cores.json``, the missing ones into
+        ``MISSING_FILE``."""
         if cores and self.policy is not CorePolicy.IGNORE:
             _append_cores(report / "cores.json", [c.to_json() for c in cores])
         if self.missing:
@@ -333,7 +341,8 @@ class CoreWatch:
 
     def _inspect_and_fetch(self, host: Host, after: HostScan, cands: Sequence[Candidate], cores: list[Core],
                            procs: Sequence[RankProc], report: Path | None) -> list[Core]:
-        """Inspect the new cores in a scratch folder, keep the run's own, backtrace and fetch them."""
+        """Inspect the new cores in a scratch folder, keep the run's own, backtrace and fetch
+        them."""
         tmp = self._layout(host).scratch(f".camit-cores/{secrets.token_hex(4)}")
         try:
             paths = self._inspect(host, cands, cores, tmp, procs)
@@ -348,7 +357,8 @@ class CoreWatch:
         return cores
 
     def _note_missing(self, host: Host, after: HostScan, procs: Sequence[RankProc], cores: Sequence[Core]) -> None:
-        """The ranks here that died of a core-dumping signal with no core of theirs found: say why."""
+        """The ranks here that died of a core-dumping signal with no core of theirs found: say
+        why."""
         found = {(c.pid, c.rank) for c in cores}
         dumped = [p for p in procs if _dies_dumping(p, host.name) and not _has_core(p, found)]
         if not dumped:
@@ -366,8 +376,9 @@ class CoreWatch:
         """Round trip 2: open each core file once (``framework.remote.hostfile``): judge it by its
         descriptor, read its notes, copy and gzip it within the cap.
 
-        Returns per core (camit's copy to backtrace, gzip to fetch): paths camit chose under ``tmp``,
-        never ones the host printed; the ``.crash``'s gzip for an apport report it could not unpack.
+        Returns per core (camit's copy to backtrace, gzip to fetch): paths camit chose under
+        ``tmp``, never ones the host printed; the ``.crash``'s gzip for an apport report it could
+        not unpack.
         """
         script = inspect_script(cands, tmp, self._python(host), self.sources, self.cap_bytes)
         result = host.run(ShellScript(script), timeout=120 + 60 * len(cands))
@@ -400,7 +411,8 @@ class CoreWatch:
 
     def _backtraces(self, host: Host, gdb: str | None, cores: list[Core],
                     paths: Sequence[tuple[str | None, str | None]]) -> dict[str, dict[str, list[str]]]:
-        """gdb's backtrace of each core camit copied, by the core's index (none without gdb: a note each)."""
+        """gdb's backtrace of each core camit copied, by the core's index (none without gdb: a note
+        each)."""
         if not gdb:
             for core in cores:
                 core.notes.append(f"gdb is not installed on {host.name}: no backtrace")
@@ -431,21 +443,22 @@ class CoreWatch:
         except FrameworkError as exc:
             core.notes.append(f"fetch failed: {exc}")
 
-    # -- judgement and logs ---------------------------------------------------------------------------
+    # -- judgement and logs ------------------------------------------------------------------------
     def verdict(self, cores: Sequence[Core]) -> tuple[bool, str]:
         """(failed, message) under this watch's policy (``warn``: never failed, message kept)."""
         return verdict_message(cores, self.policy, self.notes if cores else ())
 
     def collect_logs(self, rundir: RunDir | Path | str, since: Baseline,
                      label: str | None = None) -> dict[str, list[Path]]:
-        """dmesg since the snapshot and recent Ascend logs of every host into ``<report>/<host>/``; bounded.
+        """dmesg since the snapshot and recent Ascend logs of every host into ``<report>/<host>/``;
+        bounded.
 
         The launches' own plogs came back with their run folders (``ASCEND_PROCESS_LOG_PATH`` points
-        there); on the hosts only the env's ``ASCEND_PROCESS_LOG_PATH`` (when ``launch.env`` sets one)
-        or else the default root are read. Also scans those files, the launch's rank logs and its
-        fetched plogs for the Ascend failure
-        signatures and adds them to ``<report>/signatures.txt`` (under ``label``, e.g. the failed test's
-        id, when given), kept in ``log_summary``.
+        there); on the hosts only the env's ``ASCEND_PROCESS_LOG_PATH`` (when ``launch.env`` sets
+        one) or else the default root are read. Also scans those files, the launch's rank logs and
+        its fetched plogs for the Ascend failure signatures and adds them to
+        ``<report>/signatures.txt`` (under ``label``, e.g. the failed test's id, when given), kept
+        in ``log_summary``.
         """
         dirs = self._log_dirs() if self.ascend_log_dirs is None else self.ascend_log_dirs
         files, summary = collect_logs(self.cluster, _rundir_path(rundir) or Path("."), since,
@@ -454,8 +467,8 @@ class CoreWatch:
         return files
 
     def _log_dirs(self) -> tuple[str, ...]:
-        """The env's ``launch.env`` ``ASCEND_PROCESS_LOG_PATH``, else ``$HOME/ascend/log`` (a launch's own
-        root is its run folder's, fetched with it)."""
+        """The env's ``launch.env`` ``ASCEND_PROCESS_LOG_PATH``, else ``$HOME/ascend/log`` (a
+        launch's own root is its run folder's, fetched with it)."""
         if self.env is None:
             return DEFAULT_ASCEND_DIRS
         extra = self.env.launch.env.get("ASCEND_PROCESS_LOG_PATH")
@@ -468,7 +481,8 @@ def _rebooted(before: HostScan, after: HostScan) -> bool:
 
 
 def _may_still_come(after: HostScan, found: int, expected: int) -> bool:
-    """Whether a pipe handler (which stores a core after its process is gone) may still store one."""
+    """Whether a pipe handler (which stores a core after its process is gone) may still store
+    one."""
     return after.pattern.kind in ("systemd", "apport", "abrt") and found < expected
 
 
@@ -483,8 +497,8 @@ def _writable(host: Host, directory: str | None) -> bool | None:
 
 
 def _scratch_paths(tmp: str, i: int, core: Core) -> tuple[str | None, str | None]:
-    """camit's copy of core ``i`` to backtrace and the gzip to fetch (the ``.crash``'s for an apport report
-    it could not unpack), under ``tmp``."""
+    """camit's copy of core ``i`` to backtrace and the gzip to fetch (the ``.crash``'s for an apport
+    report it could not unpack), under ``tmp``."""
     if core.copied:
         return f"{tmp}/{i}.core", f"{tmp}/{i}.gz"
     return None, f"{tmp}/c{i}.gz" if core.artifact_copied else None
@@ -492,8 +506,8 @@ def _scratch_paths(tmp: str, i: int, core: Core) -> tuple[str | None, str | None
 
 def _keep_ours(host: str, cores: list[Core], paths: list[tuple[str | None, str | None]],
                procs: Sequence[RankProc], uid: int | None) -> tuple[list[Core], list[tuple[str | None, str | None]]]:
-    """The run's own cores and their paths: another process's core (another user's, or not of the run's
-    ranks) is neither fetched nor reported."""
+    """The run's own cores and their paths: another process's core (another user's, or not of the
+    run's ranks) is neither fetched nor reported."""
     mine = [i for i, c in enumerate(cores) if is_ours(c, procs, uid)]
     if len(mine) < len(cores):
         log.info("%s: %d core(s) of processes outside the run left alone", host, len(cores) - len(mine))
