@@ -61,13 +61,16 @@ def inspect_script(cands: Sequence[Candidate], tmp: str, python: str, sources: C
     q = commands.quote
     lines = [
         "LC_ALL=C; export LC_ALL",
-        "umask 077",  # a core materialised here (coredumpctl dump, apport-unpack) is readable by us alone
+        # a core materialised here (coredumpctl dump, apport-unpack) is readable by us alone
+        "umask 077",
         f"T={q(tmp)}; mkdir -p \"$T\"; U=$(id -u)",
-        f"PY=$(command -v {q(python)} 2>/dev/null || command -v python3 2>/dev/null || command -v python 2>/dev/null)",
+        f"PY=$(command -v {q(python)} 2>/dev/null || command -v python3 2>/dev/null "
+        "|| command -v python 2>/dev/null)",
         f"HF={q(hostfile_program())}",
         # one <index> <uids> <path>: the program's JSON line (escaped: one line whatever the name
         # holds)
-        f"one() {{ if [ -n \"$PY\" ]; then printf '@@open %s\\n' \"$(\"$PY\" -I -c \"$HF\" \"$T\" {int(cap_bytes)} "
+        "one() { if [ -n \"$PY\" ]; then printf '@@open %s\\n' "
+        f"\"$(\"$PY\" -I -c \"$HF\" \"$T\" {int(cap_bytes)} "
         "\"$1\" \"$2\" \"$3\" 2>&1 | head -c 65536 | tr '\\n' ' ')\"; "
         "else printf '@@err no python on the host: the core is not read\\n'; fi; }",
     ]
@@ -89,8 +92,9 @@ def _systemd_dump(i: int, c: Candidate, sources: CoreSources, cap_bytes: int) ->
     if e is not None and e.size is not None and e.size > cap_bytes:
         return [f"printf '@@err stored core is {e.size} bytes, over the cap: not extracted\\n'"]
     since = f"@{int(c.time) - 1}"
-    return [f"if {commands.quote(sources.coredumpctl)} --no-pager -q -o \"$T/d{i}\" --since={since} "
-            f"dump {int(c.pid or 0)} >/dev/null 2>\"$T/{i}.err\"; then one {i} \"$U\" \"$T/d{i}\"; "
+    return [f"if {commands.quote(sources.coredumpctl)} --no-pager -q -o \"$T/d{i}\" "
+            f"--since={since} dump {int(c.pid or 0)} >/dev/null 2>\"$T/{i}.err\"; "
+            f"then one {i} \"$U\" \"$T/d{i}\"; "
             f"else printf '@@err coredumpctl dump failed: %s\\n' \"$(head -c 300 \"$T/{i}.err\" "
             "| tr '\\n' ' ')\"; fi"]
 
@@ -111,8 +115,9 @@ def _apport_report(i: int, c: Candidate, sources: CoreSources, cap_bytes: int) -
     return [f"one c{i} \"{_allowed_uids(c)}\" {commands.quote(c.location)}",
             f"if [ -f \"$T/c{i}.core\" ]; then sed -n '/^CoreDump:/q; p' \"$T/c{i}.core\" "
             "| head -c 65536 | tr -d '\\r' | sed 's/^/@@hdr /'; "
-            f"if command -v apport-unpack >/dev/null 2>&1 && apport-unpack \"$T/c{i}.core\" \"$T/{i}.d\" "
-            f">/dev/null 2>&1 && [ -f \"$T/{i}.d/CoreDump\" ]; then one {i} \"$U\" \"$T/{i}.d/CoreDump\"; "
+            "if command -v apport-unpack >/dev/null 2>&1 && "
+            f"apport-unpack \"$T/c{i}.core\" \"$T/{i}.d\" >/dev/null 2>&1 && "
+            f"[ -f \"$T/{i}.d/CoreDump\" ]; then one {i} \"$U\" \"$T/{i}.d/CoreDump\"; "
             "else printf '@@err apport-unpack is not available: "
             "the .crash file is the artifact\\n'; fi; fi"]
 
@@ -125,7 +130,8 @@ _MATERIALISE: Mapping[str, Callable[[int, Candidate, CoreSources, int], list[str
 # -- reading a core's notes (shipped to the hosts: standard library only, self-contained) ----------
 # core_facts and its helpers are sent as source (facts_program): they use only `struct` and
 # builtins.
-def _elf_segments(f: BinaryIO, head: bytes) -> tuple[str, list[tuple[int, int, int]], list[tuple[int, int]]]:
+def _elf_segments(f: BinaryIO,
+                  head: bytes) -> tuple[str, list[tuple[int, int, int]], list[tuple[int, int]]]:
     """(byte order, PT_LOAD (vaddr, filesz, offset) list, PT_NOTE (offset, size) list) of a 64-bit
     core."""
     e = "<" if head[5] == 1 else ">"
@@ -138,7 +144,8 @@ def _elf_segments(f: BinaryIO, head: bytes) -> tuple[str, list[tuple[int, int, i
     table = f.read(phentsize * phnum)
     loads, notes = [], []
     for i in range(phnum):
-        p_type, _fl, off, vaddr, _pa, filesz = struct.unpack(e + "IIQQQQ", table[i * phentsize:i * phentsize + 40])
+        row = table[i * phentsize:i * phentsize + 40]
+        p_type, _fl, off, vaddr, _pa, filesz = struct.unpack(e + "IIQQQQ", row)
         if p_type == 1 and filesz:
             loads.append((vaddr, filesz, off))
         elif p_type == 4:
@@ -227,7 +234,8 @@ def _run_tags(strings: bytes) -> dict[str, str]:
     return env
 
 
-def _stack_facts(f: BinaryIO, e: str, auxv: bytes, loads: list[tuple[int, int, int]], out: dict[str, Any]) -> None:
+def _stack_facts(f: BinaryIO, e: str, auxv: bytes, loads: list[tuple[int, int, int]],
+                 out: dict[str, Any]) -> None:
     """``execfn`` and the run-tag environment strings just below ``AT_EXECFN`` at the top of the
     stack."""
     execfn = _execfn_address(e, auxv)
@@ -282,9 +290,11 @@ def core_facts(path: str) -> dict[str, Any]:
         return core_facts_file(f)
 
 
-_FACTS_HEAD = "from __future__ import annotations\nimport struct\nfrom typing import Any, BinaryIO\n\n"
-_FACTS_MAIN = "\nimport json, sys\nfor _p in sys.argv[1:]:\n    try:\n        print(json.dumps(core_facts(_p)))\n" \
-              "    except Exception as _e:\n        print(json.dumps({'error': repr(_e)}))\n"
+_FACTS_HEAD = ("from __future__ import annotations\nimport struct\n"
+               "from typing import Any, BinaryIO\n\n")
+_FACTS_MAIN = ("\nimport json, sys\nfor _p in sys.argv[1:]:\n    try:\n"
+               "        print(json.dumps(core_facts(_p)))\n"
+               "    except Exception as _e:\n        print(json.dumps({'error': repr(_e)}))\n")
 
 
 #: core_facts and what it calls, shipped in this order
@@ -410,8 +420,9 @@ class _Opened:
     @classmethod
     def of(cls, rec: Mapping[str, Any]) -> _Opened:
         facts = rec.get("facts")
-        return cls(_int_value(rec.get("owner")), _int_value(rec.get("size")), isinstance(rec.get("sha256"), str),
-                   _said(rec.get("refused")), _said(rec.get("error")), facts if isinstance(facts, dict) else {})
+        return cls(_int_value(rec.get("owner")), _int_value(rec.get("size")),
+                   isinstance(rec.get("sha256"), str), _said(rec.get("refused")),
+                   _said(rec.get("error")), facts if isinstance(facts, dict) else {})
 
     def unread(self) -> list[str]:
         """Why the program did not read the file (refused by its descriptor checks, or an error)."""
@@ -519,8 +530,8 @@ def _apply_process(core: Core, notes: _Told, abrt: _Told, crash: _Told) -> None:
 def _apply_command(core: Core, cand: Candidate, notes: _Told, abrt: _Told, crash: _Told) -> None:
     """The crashed process's executable (the scan's, the handlers', else the core's ``AT_EXECFN``)
     and command line."""
-    core.executable = _first_set(cand.executable, abrt.executable, crash.executable, notes.executable,
-                                 core.executable)
+    core.executable = _first_set(cand.executable, abrt.executable, crash.executable,
+                                 notes.executable, core.executable)
     core.cmdline = _first_set(abrt.cmdline, crash.cmdline, notes.cmdline)
 
 
@@ -625,7 +636,8 @@ class Core:
         """``core dump on host2: python3 (pid 1234, rank 2, SIGSEGV)``."""
         parts = [f"pid {self.pid}" if self.pid is not None else "pid unknown"]
         who = {"rank": f"rank {self.rank}", "child": f"child of rank {self.rank}",
-               "process": f"process of rank {self.rank}", "launch": "torchrun/supervisor of the launch"}
+               "process": f"process of rank {self.rank}",
+               "launch": "torchrun/supervisor of the launch"}
         if self.relation in who:
             parts.append(who[self.relation])
         if self.signal:
@@ -646,7 +658,8 @@ class Core:
             "signal": self.signal, "size": self.size, "cmdline": self.cmdline, "rank": self.rank,
             "relation": self.relation, "env": self.env, "describe": self.describe(),
             "local_path": str(self.local_path) if self.local_path else None,
-            "backtrace_path": str(self.backtrace_path) if self.backtrace_path else None, "notes": self.notes,
+            "backtrace_path": str(self.backtrace_path) if self.backtrace_path else None,
+            "notes": self.notes,
         }
 
 
@@ -664,9 +677,10 @@ class BacktraceJob:
 def gdb_argv(core: str, executable: str | None) -> list[str]:
     """``gdb -batch`` printing the crashing thread's backtrace, then every thread's: no init files,
     no auto-loaded scripts, no debuginfod (``-nx``, ``-iex`` before anything is read)."""
-    argv = ["gdb", "-batch", "-nx", "-iex", "set auto-load off", "-iex", "set debuginfod enabled off",
-            "-ex", "set pagination off",
-            "-ex", "echo @@crashing\\n", "-ex", "bt", "-ex", "echo @@threads\\n", "-ex", "thread apply all bt"]
+    argv = ["gdb", "-batch", "-nx", "-iex", "set auto-load off",
+            "-iex", "set debuginfod enabled off", "-ex", "set pagination off",
+            "-ex", "echo @@crashing\\n", "-ex", "bt",
+            "-ex", "echo @@threads\\n", "-ex", "thread apply all bt"]
     return argv + ([executable, core] if executable else ["-c", core])
 
 
@@ -689,13 +703,14 @@ def backtrace_script(jobs: Sequence[BacktraceJob], *, timeout: float) -> str:
         lines.append(sh_tag(f"job {job.index}"))
         if not job.core:
             continue
+        bounded = f"</dev/null 2>&1 | head -c {BACKTRACE_BYTES}"
+        plain = f"$TO {commands.join(gdb_argv(job.core, None))} {bounded}"
         if job.executable:
             with_exe = commands.join(gdb_argv(job.core, "EXE")).replace(" EXE ", ' "$x" ')
-            lines.append(f"if x=$(exe_ok {q(job.executable)}); then $TO {with_exe} </dev/null 2>&1 "
-                         f"| head -c {BACKTRACE_BYTES}; else $TO {commands.join(gdb_argv(job.core, None))} "
-                         f"</dev/null 2>&1 | head -c {BACKTRACE_BYTES}; fi")
+            lines.append(f"if x=$(exe_ok {q(job.executable)}); then $TO {with_exe} {bounded}; "
+                         f"else {plain}; fi")
         else:
-            lines.append(f"$TO {commands.join(gdb_argv(job.core, None))} </dev/null 2>&1 | head -c {BACKTRACE_BYTES}")
+            lines.append(plain)
     return "\n".join(lines) + "\n"
 
 
@@ -756,7 +771,8 @@ def _base_names(base: str, pid: int | None) -> Iterator[str]:
 
 def _is_free(out_dir: Path, name: str, taken: set[str]) -> bool:
     """Whether no core or backtrace of the report has ``name`` yet."""
-    return name not in taken and not any((out_dir / f"{name}{ext}").exists() for ext in (".gz", ".bt.txt"))
+    return name not in taken and not any((out_dir / f"{name}{ext}").exists()
+                                         for ext in (".gz", ".bt.txt"))
 
 
 #: a fetched core's name: its file name on the host and this suffix (the journal's cores: none)
@@ -787,10 +803,12 @@ def human_size(n: int | None) -> str:
 
 
 #: the verdict's first line, by policy
-_HEADS = {CorePolicy.FAIL: "core dump(s) appeared", CorePolicy.WARN: "warning: core dump(s) appeared (policy warn)"}
+_HEADS = {CorePolicy.FAIL: "core dump(s) appeared",
+          CorePolicy.WARN: "warning: core dump(s) appeared (policy warn)"}
 
 
-def verdict_message(cores: Sequence[Core], policy: CorePolicy, notes: Sequence[str] = ()) -> tuple[bool, str]:
+def verdict_message(cores: Sequence[Core], policy: CorePolicy,
+                    notes: Sequence[str] = ()) -> tuple[bool, str]:
     """(failed, message) for ``cores`` under ``policy``; the message shows each core and its top
     frames."""
     if policy is CorePolicy.IGNORE or not cores:
@@ -822,8 +840,8 @@ def _frame_lines(c: Core) -> list[str]:
     return ["    backtrace of the crashing thread:" + also] + ["      " + f for f in frames]
 
 
-__all__ = ["BACKTRACE_BYTES", "BacktraceJob", "Core", "CorePolicy", "RUN_TAG", "RankProc", "apply_inspection",
-           "attribute", "backtrace_script", "clean_backtrace", "core_facts", "crash_header_facts",
-           "facts_program", "gdb_argv", "hostfile_program", "opened_records", "human_size", "inspect_script",
-           "local_name", "parse_crash_header",
-           "split_sections", "verdict_message"]
+__all__ = ["BACKTRACE_BYTES", "BacktraceJob", "Core", "CorePolicy", "RUN_TAG", "RankProc",
+           "apply_inspection", "attribute", "backtrace_script", "clean_backtrace", "core_facts",
+           "crash_header_facts", "facts_program", "gdb_argv", "hostfile_program", "opened_records",
+           "human_size", "inspect_script", "local_name", "parse_crash_header", "split_sections",
+           "verdict_message"]

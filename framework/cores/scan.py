@@ -55,8 +55,10 @@ def scan_script(sources: CoreSources, relative_dirs: Sequence[tuple[str, int]] =
     """
     q = commands.quote
     ctl = q(sources.coredumpctl)
-    since_expr = f"@{int(since) - JOURNAL_LAG}" if since is not None else f"@$(( ${{now%%.*}} - {JOURNAL_LAG} ))"
+    since_expr = (f"@{int(since) - JOURNAL_LAG}" if since is not None
+                  else f"@$(( ${{now%%.*}} - {JOURNAL_LAG} ))")
     rel = " ".join(f"{q(d)}:{int(depth)}" for d, depth in relative_dirs)
+    apport, abrt = (" ".join(map(q, dirs)) for dirs in (sources.apport_dirs, sources.abrt_dirs))
     return "\n".join([
         "LC_ALL=C; export LC_ALL",
         f"K={q(sources.proc_dir)}",
@@ -80,20 +82,21 @@ def scan_script(sources: CoreSources, relative_dirs: Sequence[tuple[str, int]] =
         f"  out=$({ctl} --no-pager --json=short list --since=\"$since\" 2>/dev/null)",
         "  case $out in",
         "  '['*) printf '@@journal json\\n'; printf %s \"$out\" | b64 ;;",
-        f"  *) printf '@@journal text\\n'; TZ=UTC {ctl} --no-pager --no-legend list --since=\"$since\" "
-        f"2>/dev/null | head -n {limit} | b64 ;;",
+        f"  *) printf '@@journal text\\n'; TZ=UTC {ctl} --no-pager --no-legend list "
+        f"--since=\"$since\" 2>/dev/null | head -n {limit} | b64 ;;",
         "  esac ;;",
-        f"'|'*{_NEEDLE['apport']}*) printf '@@files\\n'; lst {' '.join(q(d) for d in sources.apport_dirs)} "
-        "-maxdepth 1 -type f | b64 ;;",
-        f"'|'*{_NEEDLE['abrt']}*) printf '@@files\\n'; find {' '.join(q(d) for d in sources.abrt_dirs)} -mindepth 1 "
-        f"-maxdepth 1 -type d -name 'ccpp-*' -printf 'D %s %T@ %i %p\\0' 2>/dev/null | head -z -n {limit} | b64 ;;",
+        f"'|'*{_NEEDLE['apport']}*) printf '@@files\\n'; lst {apport} -maxdepth 1 -type f | b64 ;;",
+        f"'|'*{_NEEDLE['abrt']}*) printf '@@files\\n'; find {abrt} -mindepth 1 -maxdepth 1 -type d "
+        f"-name 'ccpp-*' -printf 'D %s %T@ %i %p\\0' 2>/dev/null | head -z -n {limit} | b64 ;;",
         "'|'*|'@'*|'') ;;",
         "/*) pre=${pat%%\\%*}; dir=${pre%/*}",
-        "  printf '@@files\\n'; lst \"${dir:-/}\" -maxdepth $(( $(slashes \"$pat\") - $(slashes \"$dir\") )) "
+        "  printf '@@files\\n'; lst \"${dir:-/}\" "
+        "-maxdepth $(( $(slashes \"$pat\") - $(slashes \"$dir\") )) "
         "-type f -path \"$pre*\" | b64 ;;",
         "*) pre=${pat%%\\%*}; printf '@@files\\n'",
-        f"  for dd in {rel}; do lst \"${{dd%:*}}\" -maxdepth $(( ${{dd##*:}} + $(slashes \"$pat\") )) "
-        "-type f -path \"*/$pre*\"; done | b64 ;;" if rel else "  ;;",
+        f"  for dd in {rel}; do lst \"${{dd%:*}}\" "
+        "-maxdepth $(( ${dd##*:} + $(slashes \"$pat\") )) -type f -path \"*/$pre*\"; done | b64 ;;"
+        if rel else "  ;;",
         "esac",
         sh_tag("end"),
     ]) + "\n"
@@ -151,8 +154,10 @@ class HostScan:
 
     def name_notes(self) -> list[str]:
         """The listed names refused (never candidates), as a note."""
-        return [f"{self.host}: {self.ignored} file name(s) with control characters or not absolute in the "
-                "core directories were ignored"] if self.ignored else []
+        if not self.ignored:
+            return []
+        return [f"{self.host}: {self.ignored} file name(s) with control characters or not absolute "
+                "in the core directories were ignored"]
 
     def notes(self) -> list[str]:
         """Why cores on this host might be missed (for the verdict and the log)."""
@@ -359,11 +364,13 @@ def _journal_row(row: Mapping[str, Any]) -> JournalEntry:
 
 
 _CTL_ROW = re.compile(
-    r"^\s*(?:[A-Z][a-z]{2} )?(?P<date>\d{4}-\d{2}-\d{2}) (?P<clock>\d{2}:\d{2}:\d{2}) (?P<tz>\S+)\s+"
+    r"^\s*(?:[A-Z][a-z]{2} )?(?P<date>\d{4}-\d{2}-\d{2}) (?P<clock>\d{2}:\d{2}:\d{2}) "
+    r"(?P<tz>\S+)\s+"
     r"(?P<pid>\d+)\s+(?P<uid>\d+|-)\s+(?P<gid>\d+|-)\s+(?P<sig>SIG\w+|\d+|-)\s+(?P<corefile>\S+)\s+"
     r"(?P<exe>\S.*?)(?:\s+(?P<size>\d+(?:\.\d+)?[BKMGTPE]?|-|n/a))?\s*$"
 )
-_UNITS = {"": 1, "B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40, "P": 1 << 50, "E": 1 << 60}
+_UNITS = {"": 1, "B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40, "P": 1 << 50,
+          "E": 1 << 60}
 
 
 def parse_coredumpctl_text(text: str) -> list[JournalEntry]:
@@ -379,7 +386,8 @@ def _table_row(m: re.Match[str]) -> JournalEntry:
     """One row of the ``coredumpctl list`` table."""
     return JournalEntry(
         time=_table_time(m), pid=int(m["pid"]), uid=_id(m["uid"]), gid=_id(m["gid"]),
-        signal=signal_name(m["sig"]), corefile=m["corefile"], exe=m["exe"].strip(), size=_table_size(m["size"]),
+        signal=signal_name(m["sig"]), corefile=m["corefile"], exe=m["exe"].strip(),
+        size=_table_size(m["size"]),
     )
 
 
@@ -407,7 +415,8 @@ def _id(text: str) -> int | None:
 
 _APPORT_CORE = re.compile(r"^core\.(?P<exe>.+)\.(?P<uid>\d+)\.(?P<boot>[0-9a-f-]{32,36})"
                           r"\.(?P<pid>\d+)\.(?P<start>\d+)$")
-_ABRT_DIR = re.compile(r"^ccpp-(?P<when>\d{4}-\d{2}-\d{2}-\d{2}:\d{2}:\d{2})(?:\.\d+)?-(?P<pid>\d+)(?:\.new)?$")
+_ABRT_DIR = re.compile(r"^ccpp-(?P<when>\d{4}-\d{2}-\d{2}-\d{2}:\d{2}:\d{2})(?:\.\d+)?"
+                       r"-(?P<pid>\d+)(?:\.new)?$")
 
 
 def signal_name(value: object) -> str | None:
@@ -451,7 +460,8 @@ class Candidate:
     journal: JournalEntry | None = None
 
 
-def scan_roots(pattern: CorePattern, sources: CoreSources, relative_dirs: Sequence[str]) -> tuple[str, ...]:
+def scan_roots(pattern: CorePattern, sources: CoreSources,
+               relative_dirs: Sequence[str]) -> tuple[str, ...]:
     """The directories a core of ``pattern`` may lie under: the pattern's own directory, the
     handler's store, or (relative pattern) the run directories the scan searched."""
     table: dict[str, tuple[str, ...]] = {
@@ -463,14 +473,16 @@ def scan_roots(pattern: CorePattern, sources: CoreSources, relative_dirs: Sequen
 
 def _under(path: str, roots: Sequence[str]) -> bool:
     norm = posixpath.normpath(path)
-    return norm == path and any(norm.startswith(r.rstrip("/") + "/") for r in roots if r.startswith("/"))
+    absolute = [r.rstrip("/") + "/" for r in roots if r.startswith("/")]
+    return norm == path and any(norm.startswith(r) for r in absolute)
 
 
 def _journal_candidates(before: HostScan, after: HostScan) -> list[Candidate]:
     """systemd-coredump: the journal's entries that are new since ``before`` (allowing its lag)."""
     seen = {e.key for e in before.journal}
     oldest = before.now - JOURNAL_LAG
-    return [_journal_candidate(after.host, e) for e in after.journal if e.key not in seen and e.time >= oldest]
+    return [_journal_candidate(after.host, e) for e in after.journal
+            if e.key not in seen and e.time >= oldest]
 
 
 def _journal_candidate(host: str, e: JournalEntry) -> Candidate:
@@ -485,7 +497,8 @@ def _changed(old: FileEntry | None, entry: FileEntry) -> bool:
     return old is None or (old.mtime, old.inode) != (entry.mtime, entry.inode)
 
 
-def new_candidates(before: HostScan, after: HostScan, roots: Sequence[str] | None = None) -> list[Candidate]:
+def new_candidates(before: HostScan, after: HostScan,
+                   roots: Sequence[str] | None = None) -> list[Candidate]:
     """Cores in ``after`` that were not in ``before`` and are no older than ``before.now``.
 
     A file counts as new when its path is new or its mtime/inode changed (a
@@ -496,13 +509,15 @@ def new_candidates(before: HostScan, after: HostScan, roots: Sequence[str] | Non
     if after.pattern.kind == "systemd":
         return _journal_candidates(before, after)
     t0 = math.floor(before.now)
-    found = [_file_candidate(after.host, after.pattern, e) for e in _new_files(before, after, roots)]
+    found = [_file_candidate(after.host, after.pattern, e)
+             for e in _new_files(before, after, roots)]
     return [c for c in found if c is not None and c.time >= t0]
 
 
 def _new_files(before: HostScan, after: HostScan, roots: Sequence[str] | None) -> list[FileEntry]:
     """The files ``after`` lists that are new since ``before`` (under ``roots`` when given)."""
-    fresh = [(path, e) for path, e in sorted(after.files.items()) if _changed(before.files.get(path), e)]
+    fresh = [(path, e) for path, e in sorted(after.files.items())
+             if _changed(before.files.get(path), e)]
     return [e for path, e in fresh if roots is None or _under(path, roots)]
 
 
@@ -524,7 +539,8 @@ def _apport_candidate(host: str, pattern: CorePattern, entry: FileEntry) -> Cand
     name = posixpath.basename(entry.path)
     if name.endswith(".crash"):
         hint = name[: -len(".crash")].rsplit(".", 1)[0]
-        return Candidate(host, "apport", entry.path, entry.mtime, entry.size, None, hint.rsplit("_", 1)[-1])
+        return Candidate(host, "apport", entry.path, entry.mtime, entry.size, None,
+                         hint.rsplit("_", 1)[-1])
     m = _APPORT_CORE.match(name)
     if m is None:
         return None
@@ -571,6 +587,7 @@ class Baseline:
         return [n for s in self.hosts.values() for n in s.notes()]
 
 
-__all__ = ["Baseline", "Candidate", "CorePattern", "CoreSources", "FileEntry", "HostScan", "JournalEntry",
-           "ScanFormatError", "new_candidates", "parse_core_pattern", "parse_coredumpctl_json",
-           "parse_coredumpctl_text", "parse_scan", "scan_roots", "scan_script", "signal_name"]
+__all__ = ["Baseline", "Candidate", "CorePattern", "CoreSources", "FileEntry", "HostScan",
+           "JournalEntry", "ScanFormatError", "new_candidates", "parse_core_pattern",
+           "parse_coredumpctl_json", "parse_coredumpctl_text", "parse_scan", "scan_roots",
+           "scan_script", "signal_name"]

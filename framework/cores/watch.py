@@ -58,6 +58,8 @@ if TYPE_CHECKING:
     from framework.config.effective import EnvConfig, HostSpec
 
 T = TypeVar("T")
+#: per core on its host: camit's copy to backtrace and the gzip to fetch (None: not made)
+_Paths = tuple[str | None, str | None]
 
 
 class RankOutcome(Protocol):
@@ -90,8 +92,8 @@ DEFAULT_CAP_BYTES = 1 << 30
 DEFAULT_GDB_TIMEOUT = 60.0
 POLICY_ENV = "CAMIT_CORE_POLICY"
 #: signals whose default action dumps core (signal(7))
-CORE_SIGNALS = frozenset({"SIGABRT", "SIGBUS", "SIGFPE", "SIGILL", "SIGQUIT", "SIGSEGV", "SIGSYS", "SIGTRAP",
-                          "SIGXCPU", "SIGXFSZ"})
+CORE_SIGNALS = frozenset({"SIGABRT", "SIGBUS", "SIGFPE", "SIGILL", "SIGQUIT", "SIGSEGV", "SIGSYS",
+                          "SIGTRAP", "SIGXCPU", "SIGXFSZ"})
 #: the ranks that died of a core-dumping signal and left no core, with why (report folder)
 MISSING_FILE = "cores-missing.json"
 #: pipe handlers store a core after the process is gone: how long to wait for one we expect
@@ -104,7 +106,8 @@ def rank_procs(launches: Launched | Sequence[Launched] | None) -> list[RankProc]
     if launches is None:
         return []
     runs: list[Launched] = list(launches) if isinstance(launches, Sequence) else [launches]
-    return [RankProc(lr.launch_id, rank, rr.host, _rank_pid(lr.report_dir, rr.host, rank), rr.signal)
+    return [RankProc(lr.launch_id, rank, rr.host, _rank_pid(lr.report_dir, rr.host, rank),
+                     rr.signal)
             for lr in runs for rank, rr in sorted(lr.ranks.items())]
 
 
@@ -126,7 +129,8 @@ def _rank_pid(report_dir: str | None, host: str, rank: int) -> int | None:
 # -- the executor ----------------------------------------------------------------------------------
 def _append_cores(path: Path, entries: list[dict[str, object]]) -> None:
     """Add ``entries`` to the run's cores.json (one collect per test: earlier tests' cores stay)."""
-    key = lambda e: (e.get("host"), e.get("pid"), e.get("executable"), e.get("local_path"))  # noqa: E731
+    def key(e: dict[str, object]) -> tuple[object, ...]:
+        return e.get("host"), e.get("pid"), e.get("executable"), e.get("local_path")
 
     def add(known: object) -> list[dict[str, object]]:
         known = known if isinstance(known, list) else []
@@ -189,17 +193,19 @@ class CoreWatch:
         failed, message = watch.verdict(cores)
     """
 
-    def __init__(self, cluster: Cluster, env: EnvConfig | None = None, policy: str | CorePolicy | None = None,
-                 cap_bytes: int | None = None, *, gdb_timeout: float | None = None,
-                 sources: CoreSources | None = None, search_dirs: Sequence[str] = (),
-                 ascend_log_dirs: Sequence[str] | None = None, defaults: CoreDefaults | None = None) -> None:
+    def __init__(self, cluster: Cluster, env: EnvConfig | None = None,
+                 policy: str | CorePolicy | None = None, cap_bytes: int | None = None, *,
+                 gdb_timeout: float | None = None, sources: CoreSources | None = None,
+                 search_dirs: Sequence[str] = (), ascend_log_dirs: Sequence[str] | None = None,
+                 defaults: CoreDefaults | None = None) -> None:
         defaults = defaults or CoreDefaults()
         self.policy = CorePolicy.parse(_first(policy, defaults.policy, os.environ.get(POLICY_ENV),
                                               CorePolicy.FAIL))
         self.cluster = cluster
         self.env = env
         # an explicit 0 keeps every core on its host
-        self.cap_bytes = cap_bytes if cap_bytes is not None else _first(defaults.cap_bytes, DEFAULT_CAP_BYTES)
+        self.cap_bytes = (cap_bytes if cap_bytes is not None
+                          else _first(defaults.cap_bytes, DEFAULT_CAP_BYTES))
         self.gdb_timeout = float(_first(gdb_timeout, defaults.gdb_timeout, DEFAULT_GDB_TIMEOUT))
         self.sources = sources or CoreSources()
         self.search_dirs = tuple(search_dirs)
@@ -272,8 +278,10 @@ class CoreWatch:
         self.errors = {}
         self.notes = baseline.notes()
         self.missing = []
-        names = [n for n, s in baseline.hosts.items() if s.error is None and n in self.cluster.hosts]
-        got = self.cluster.map(lambda h: self._collect_host(h, baseline.hosts[h.name], report, procs), names)
+        names = [n for n, s in baseline.hosts.items()
+                 if s.error is None and n in self.cluster.hosts]
+        got = self.cluster.map(
+            lambda h: self._collect_host(h, baseline.hosts[h.name], report, procs), names)
         cores = self._gathered(got)
         for c in cores:
             log.warning("%s", c.describe())
@@ -314,8 +322,8 @@ class CoreWatch:
         if not cands:
             self._note_missing(host, after, procs, [])
             return []
-        cores = [Core(c.host, c.source, c.location, c.time, c.pid, None, c.executable, c.comm, c.signal, c.size)
-                 for c in cands]
+        cores = [Core(c.host, c.source, c.location, c.time, c.pid, None, c.executable, c.comm,
+                      c.signal, c.size) for c in cands]
         if self.policy is CorePolicy.IGNORE:
             return cores
         cores = self._inspect_and_fetch(host, after, cands, cores, procs, report)
@@ -339,8 +347,9 @@ class CoreWatch:
             cands = self._new(host, before, after)
         return after, cands
 
-    def _inspect_and_fetch(self, host: Host, after: HostScan, cands: Sequence[Candidate], cores: list[Core],
-                           procs: Sequence[RankProc], report: Path | None) -> list[Core]:
+    def _inspect_and_fetch(self, host: Host, after: HostScan, cands: Sequence[Candidate],
+                           cores: list[Core], procs: Sequence[RankProc],
+                           report: Path | None) -> list[Core]:
         """Inspect the new cores in a scratch folder, keep the run's own, backtrace and fetch
         them."""
         tmp = self._layout(host).scratch(f".camit-cores/{secrets.token_hex(4)}")
@@ -356,7 +365,8 @@ class CoreWatch:
             _remove_scratch(host, tmp)
         return cores
 
-    def _note_missing(self, host: Host, after: HostScan, procs: Sequence[RankProc], cores: Sequence[Core]) -> None:
+    def _note_missing(self, host: Host, after: HostScan, procs: Sequence[RankProc],
+                      cores: Sequence[Core]) -> None:
         """The ranks here that died of a core-dumping signal with no core of theirs found: say
         why."""
         found = {(c.pid, c.rank) for c in cores}
@@ -365,14 +375,15 @@ class CoreWatch:
             return
         reason = missing.why(after, _writable(host, after.pattern.directory))
         for p in dumped:
-            self.missing.append(missing.MissingCore(p.launch_id, p.rank, host.name, str(p.signal), reason))
+            self.missing.append(
+                missing.MissingCore(p.launch_id, p.rank, host.name, str(p.signal), reason))
 
     def _python(self, host: Host) -> str:
         spec = self._spec(host)
         return _first(None if spec is None else spec.python, "python3")
 
     def _inspect(self, host: Host, cands: Sequence[Candidate], cores: list[Core], tmp: str,
-                 procs: Sequence[RankProc]) -> list[tuple[str | None, str | None]]:
+                 procs: Sequence[RankProc]) -> list[_Paths]:
         """Round trip 2: open each core file once (``framework.remote.hostfile``): judge it by its
         descriptor, read its notes, copy and gzip it within the cap.
 
@@ -383,7 +394,7 @@ class CoreWatch:
         script = inspect_script(cands, tmp, self._python(host), self.sources, self.cap_bytes)
         result = host.run(ShellScript(script), timeout=120 + 60 * len(cands))
         sections = split_sections(result.stdout, "core")
-        paths: list[tuple[str | None, str | None]] = []
+        paths: list[_Paths] = []
         for i, (cand, core) in enumerate(zip(cands, cores)):
             sec = sections.get(str(i), {})
             apply_inspection(core, cand, sec)
@@ -394,12 +405,13 @@ class CoreWatch:
         return paths
 
     def _backtrace_and_fetch(self, host: Host, gdb: str | None, cores: list[Core],
-                             paths: Sequence[tuple[str | None, str | None]], tmp: str, report: Path | None) -> None:
+                             paths: Sequence[_Paths], tmp: str, report: Path | None) -> None:
         """Round trip 3 (backtraces on camit's copies), then one download per core."""
         for core, (_copy, gz) in zip(cores, paths):
             if gz is None and self._over_cap(core):
-                core.notes.append(f"not copied, fetched or backtraced: {human_size(core.size)} is over the cap "
-                                  f"of {human_size(self.cap_bytes)}; left on {host.name} at {core.location}")
+                core.notes.append(f"not copied, fetched or backtraced: {human_size(core.size)} is "
+                                  f"over the cap of {human_size(self.cap_bytes)}; left on "
+                                  f"{host.name} at {core.location}")
         sections = self._backtraces(host, gdb, cores, paths)
         taken: set[str] = set()
         for i, (core, (_copy, gz)) in enumerate(zip(cores, paths)):
@@ -410,7 +422,7 @@ class CoreWatch:
                 self._store(host, core, gz, report / host.name / "cores", taken)
 
     def _backtraces(self, host: Host, gdb: str | None, cores: list[Core],
-                    paths: Sequence[tuple[str | None, str | None]]) -> dict[str, dict[str, list[str]]]:
+                    paths: Sequence[_Paths]) -> dict[str, dict[str, list[str]]]:
         """gdb's backtrace of each core camit copied, by the core's index (none without gdb: a note
         each)."""
         if not gdb:
@@ -423,22 +435,26 @@ class CoreWatch:
             return {}
         script = backtrace_script(jobs, timeout=self.gdb_timeout)
         budget = len(jobs) * (self.gdb_timeout + 15) + 60
-        result = host.run(ShellScript(script), timeout=budget, max_output=len(jobs) * BACKTRACE_BYTES + 65536)
+        result = host.run(ShellScript(script), timeout=budget,
+                          max_output=len(jobs) * BACKTRACE_BYTES + 65536)
         return split_sections(result.stdout, "job", raw=True)
 
     def _over_cap(self, core: Core) -> bool:
         return core.size is not None and core.size > self.cap_bytes
 
-    def _store(self, host: Host, core: Core, gz: str | None, out_dir: Path, taken: set[str]) -> None:
+    def _store(self, host: Host, core: Core, gz: str | None, out_dir: Path,
+               taken: set[str]) -> None:
         """The core's backtrace and its gzip (within the cap) into ``out_dir``."""
         out_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         base = unique_base(out_dir, local_name(core), core.pid, taken)
         if core.backtrace:
-            core.backtrace_path = fetchcaps.write_private(out_dir / f"{base}.bt.txt", core.backtrace)
+            core.backtrace_path = fetchcaps.write_private(out_dir / f"{base}.bt.txt",
+                                                          core.backtrace)
         if gz is None:
             return
         try:  # bytes counted while reading: the cap holds whatever size the host reported
-            host.get(gz, out_dir / f"{base}.gz", cap=fetchcaps.caps().with_(max_bytes=self.cap_bytes))
+            cap = fetchcaps.caps().with_(max_bytes=self.cap_bytes)
+            host.get(gz, out_dir / f"{base}.gz", cap=cap)
             core.local_path = out_dir / f"{base}.gz"
         except FrameworkError as exc:
             core.notes.append(f"fetch failed: {exc}")
@@ -496,7 +512,7 @@ def _writable(host: Host, directory: str | None) -> bool | None:
     return host.run(["test", "-w", directory], timeout=30).ok if directory else None
 
 
-def _scratch_paths(tmp: str, i: int, core: Core) -> tuple[str | None, str | None]:
+def _scratch_paths(tmp: str, i: int, core: Core) -> _Paths:
     """camit's copy of core ``i`` to backtrace and the gzip to fetch (the ``.crash``'s for an apport
     report it could not unpack), under ``tmp``."""
     if core.copied:
@@ -504,13 +520,14 @@ def _scratch_paths(tmp: str, i: int, core: Core) -> tuple[str | None, str | None
     return None, f"{tmp}/c{i}.gz" if core.artifact_copied else None
 
 
-def _keep_ours(host: str, cores: list[Core], paths: list[tuple[str | None, str | None]],
-               procs: Sequence[RankProc], uid: int | None) -> tuple[list[Core], list[tuple[str | None, str | None]]]:
+def _keep_ours(host: str, cores: list[Core], paths: list[_Paths], procs: Sequence[RankProc],
+               uid: int | None) -> tuple[list[Core], list[_Paths]]:
     """The run's own cores and their paths: another process's core (another user's, or not of the
     run's ranks) is neither fetched nor reported."""
     mine = [i for i, c in enumerate(cores) if is_ours(c, procs, uid)]
     if len(mine) < len(cores):
-        log.info("%s: %d core(s) of processes outside the run left alone", host, len(cores) - len(mine))
+        log.info("%s: %d core(s) of processes outside the run left alone", host,
+                 len(cores) - len(mine))
     return [cores[i] for i in mine], [paths[i] for i in mine]
 
 
@@ -522,4 +539,5 @@ def _remove_scratch(host: Host, tmp: str) -> None:
 
 
 #: the executor, and the plan's types its API takes and returns
-__all__ = ["Baseline", "Core", "CoreDefaults", "CorePolicy", "CoreSources", "CoreWatch", "rank_procs"]
+__all__ = ["Baseline", "Core", "CoreDefaults", "CorePolicy", "CoreSources", "CoreWatch",
+           "rank_procs"]
