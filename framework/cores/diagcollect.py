@@ -46,12 +46,14 @@ def diag_script(folder: str, devices: int, guard: str = "") -> ShellScript:
         *([f"{guard} || exit 0"] if guard else []),
         str(state_script(folder, devices)).replace("\nexit 0\n", "\n"),
         f"F={q(folder)}",
-        f"{{ dmesg 2>&1 || echo 'dmesg: not readable'; }} | tail -c {int(DMESG_BYTES)} > \"$F/dmesg.txt\"",
+        "{ dmesg 2>&1 || echo 'dmesg: not readable'; } "
+        f"| tail -c {int(DMESG_BYTES)} > \"$F/dmesg.txt\"",
         "tar czf \"$F.tgz\" -C \"$F\" . 2>/dev/null && printf '@@diag %s\\n' \"$F.tgz\"",
         "rm -rf -- \"$F\"",
         sh_pack('"$F.plogs.tgz"', PLOG_BYTES, 0, '"$HOME/ascend/log/debug" "$HOME/ascend/log/run"',
                 {"names": ["plog-*.log"]}),
-        "if [ \"${n:-0}\" -gt 0 ]; then printf '@@plogs %s\\n' \"$F.plogs.tgz\"; else rm -f \"$F.plogs.tgz\"; fi",
+        "if [ \"${n:-0}\" -gt 0 ]; then printf '@@plogs %s\\n' \"$F.plogs.tgz\"; "
+        "else rm -f \"$F.plogs.tgz\"; fi",
         "exit 0",
     ]
     return ShellScript("\n".join(lines) + "\n")
@@ -64,7 +66,8 @@ def _plog_member(member: tarfile.TarInfo) -> Path | None:
     return Path("ascend", name) if _PLOG_NAME.match(name) else None
 
 
-def _fetch(host: Host, remote: str, dest: Path, place: Callable[[tarfile.TarInfo], Path | None]) -> None:
+def _fetch(host: Host, remote: str, dest: Path,
+           place: Callable[[tarfile.TarInfo], Path | None]) -> None:
     """``remote`` (a tgz the script wrote) into ``dest``, bounded; removed on the host whatever
     happens."""
     local = dest.with_name(PurePosixPath(remote).name)
@@ -79,9 +82,10 @@ def _fetch(host: Host, remote: str, dest: Path, place: Callable[[tarfile.TarInfo
         host.run(["rm", "-f", "--", remote], timeout=60)
 
 
-def collect_diag(cluster: Cluster, root: Path, workdir_of: Callable[[Host], str], devices_of: Callable[[Host], int],
-                 *, guard_of: Callable[[Host], str] = lambda _h: "", scrub: Callable[[str], str] = str,
-                 ) -> tuple[Path, str | None, Mapping[str, str]]:
+def collect_diag(cluster: Cluster, root: Path, workdir_of: Callable[[Host], str],
+                 devices_of: Callable[[Host], int], *,
+                 guard_of: Callable[[Host], str] = lambda _h: "",
+                 scrub: Callable[[str], str] = str) -> tuple[Path, str | None, Mapping[str, str]]:
     """Every host's diagnostics into ``<root>/collect/<host>/diag/``, then the bundle; (bundle,
     ascend-fd's verdict or None, {host: what went wrong} for the hosts that gave nothing)."""
 
@@ -90,7 +94,8 @@ def collect_diag(cluster: Cluster, root: Path, workdir_of: Callable[[Host], str]
         res = host.run(diag_script(folder, devices_of(host), guard_of(host)), timeout=600)
         found = _DONE.search(res.stdout)
         if not found:
-            raise FrameworkError(f"{host.name}: the diagnostics script packed nothing: {res.tail(2)}")
+            raise FrameworkError(
+                f"{host.name}: the diagnostics script packed nothing: {res.tail(2)}")
         dest = root / "collect" / host.name / "diag"
         _fetch(host, found[1], dest, _log_member)
         plogs = _PLOGS.search(res.stdout)

@@ -37,7 +37,8 @@ _RANK_LOG = re.compile(r"^rank(\d+)\.log$")
 
 def layout() -> dict[str, Any]:
     """The tool's input layout, as data (with its sources)."""
-    text = (resources.files("framework") / "data" / "ascend-fd-layout.json").read_text(encoding="utf-8")
+    path = resources.files("framework") / "data" / "ascend-fd-layout.json"
+    text = path.read_text(encoding="utf-8")
     data: dict[str, Any] = json.loads(text)
     return data
 
@@ -210,7 +211,9 @@ def _walk(path: Path, pattern: str) -> list[Path]:
 def _entry_problems(tree: Path, entry: _Entry, lim: Mapping[str, int]) -> list[str]:
     """A required entry that is missing; a file over the entry's limit."""
     found = entry.found(tree)
-    problems = [f"{tree.name}: {entry.path} ({entry.what}) is missing"] if entry.missing(found) else []
+    problems = []
+    if entry.missing(found):
+        problems.append(f"{tree.name}: {entry.path} ({entry.what}) is missing")
     cap = lim.get(entry.limit)
     if cap is not None:
         problems += [f"{tree.name}: {f.relative_to(tree)} is over {cap} bytes"
@@ -246,7 +249,8 @@ def run_tool(bundle: Path, hosts: list[str], *, timeout: float = TOOL_TIMEOUT) -
     tool = shutil.which(TOOL)
     if tool is None:
         return None
-    steps = [[tool, "parse", "-i", str(bundle / h), "-o", str(bundle / "parsed" / h)] for h in hosts]
+    steps = [[tool, "parse", "-i", str(bundle / h), "-o", str(bundle / "parsed" / h)]
+             for h in hosts]
     steps.append([tool, "diag", "-i", str(bundle / "parsed"), "-o", str(bundle / "diag")])
     out = []
     for argv in steps:
@@ -265,11 +269,12 @@ def _run_step(argv: list[str], timeout: float) -> tuple[str, bool]:
     Path(argv[-1]).mkdir(parents=True, exist_ok=True)
     step = " ".join(argv[1:3])
     try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL,
-                              check=False)
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout,
+                              stdin=subprocess.DEVNULL, check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"$ {step}: did not finish: {exc}", False
-    return f"$ {step} (exit {done.returncode})\n{(done.stdout + done.stderr)[-20000:]}", done.returncode == 0
+    said = f"$ {step} (exit {done.returncode})\n{(done.stdout + done.stderr)[-20000:]}"
+    return said, done.returncode == 0
 
 
 #: a row of the tool's report table: ``| <section> | <label> | <value> |``
@@ -321,11 +326,12 @@ def write_bundle(root: Path, folders: Mapping[str, Path], *, scrub: Callable[[st
     installed)."""
     bundle = root / BUNDLE
     for host, src in sorted(folders.items()):
-        shutil.rmtree(bundle / host, ignore_errors=True)  # a later failed launch's tree replaces, never mixes
+        # a later failed launch's tree replaces, never mixes
+        shutil.rmtree(bundle / host, ignore_errors=True)
         host_tree(src, bundle / host, scrub=scrub, env=env.get(host, _NONE), versions=versions)
     text = run_tool(bundle, sorted(folders))
     return bundle, None if text is None else verdict_line(text)
 
 
-__all__ = ["BEFORE", "BUNDLE", "VERDICT", "add_dmesg", "check_tree", "host_tree", "layout", "run_tool",
-           "verdict_line", "write_bundle"]
+__all__ = ["BEFORE", "BUNDLE", "VERDICT", "add_dmesg", "check_tree", "host_tree", "layout",
+           "run_tool", "verdict_line", "write_bundle"]

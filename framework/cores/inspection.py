@@ -67,8 +67,8 @@ def inspect_script(cands: Sequence[Candidate], tmp: str, python: str, sources: C
         f"PY=$(command -v {q(python)} 2>/dev/null || command -v python3 2>/dev/null "
         "|| command -v python 2>/dev/null)",
         f"HF={q(hostfile_program())}",
-        # one <index> <uids> <path>: the program's JSON line (escaped: one line whatever the name
-        # holds)
+        # one <index> <uids> <path>: the program's JSON line (escaped: one line whatever the
+        # name holds)
         "one() { if [ -n \"$PY\" ]; then printf '@@open %s\\n' "
         f"\"$(\"$PY\" -I -c \"$HF\" \"$T\" {int(cap_bytes)} "
         "\"$1\" \"$2\" \"$3\" 2>&1 | head -c 65536 | tr '\\n' ' ')\"; "
@@ -128,8 +128,7 @@ _MATERIALISE: Mapping[str, Callable[[int, Candidate, CoreSources, int], list[str
 
 
 # -- reading a core's notes (shipped to the hosts: standard library only, self-contained) ----------
-# core_facts and its helpers are sent as source (facts_program): they use only `struct` and
-# builtins.
+# core_facts and its helpers are sent as source (facts_program): only `struct` and builtins.
 def _elf_segments(f: BinaryIO,
                   head: bytes) -> tuple[str, list[tuple[int, int, int]], list[tuple[int, int]]]:
     """(byte order, PT_LOAD (vaddr, filesz, offset) list, PT_NOTE (offset, size) list) of a 64-bit
@@ -522,8 +521,7 @@ def _apply_process(core: Core, notes: _Told, abrt: _Told, crash: _Told) -> None:
     core.pid = _first_set(notes.pid, abrt.pid, crash.pid, core.pid)
     core.ppid = _first_set(notes.ppid, crash.ppid)
     core.comm = _first_set(notes.comm, core.comm)
-    # the kernel's own word first (%s, the journal), then the core's NT_SIGINFO, then the handlers'
-    # files
+    # the kernel's (%s, the journal) first, then the core's NT_SIGINFO, then the handlers' files
     core.signal = _first_set(core.signal, notes.signal, crash.signal, abrt.signal)
 
 

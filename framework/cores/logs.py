@@ -73,7 +73,8 @@ class _Rule:
     primary: bool = True
 
 
-def _all(pattern: str, fmt: Callable[[list[Any]], str]) -> Callable[[str], str]:  # re.findall: str or tuple items
+def _all(pattern: str, fmt: Callable[[list[Any]], str]) -> Callable[[str], str]:
+    """Every distinct match of ``pattern`` (str or tuple items), formatted by ``fmt``."""
     rx = re.compile(pattern)
 
     def detail(text: str) -> str:
@@ -84,6 +85,7 @@ def _all(pattern: str, fmt: Callable[[list[Any]], str]) -> Callable[[str], str]:
 
 
 def _first(pattern: str, fmt: Callable[[re.Match[str]], str]) -> Callable[[str], str]:
+    """The first match of ``pattern``, formatted by ``fmt``."""
     rx = re.compile(pattern)
 
     def detail(text: str) -> str:
@@ -95,63 +97,69 @@ def _first(pattern: str, fmt: Callable[[re.Match[str]], str]) -> Callable[[str],
 
 _RULES: tuple[_Rule, ...] = (
     _Rule("EI0006", re.compile(r"\bEI0006\b"),
-          "HCCL socket timeout: a peer did not connect within HCCL_CONNECT_TIMEOUT (peer died or started "
-          "late, TLS mismatch, wrong NIC, busy port)",
+          "HCCL socket timeout: a peer did not connect within HCCL_CONNECT_TIMEOUT (peer died or "
+          "started late, TLS mismatch, wrong NIC, busy port)",
           _all(r"dst_rank\[(\d+)\]", lambda r: "peer ranks " + ", ".join(r))),
     _Rule("EI0002", re.compile(r"\bEI0002\b"),
-          "HCCL notify wait timeout: a peer never reached the collective (crashed, slow, diverged, packet "
-          "loss); fires after HCCL_EXEC_TIMEOUT",
+          "HCCL notify wait timeout: a peer never reached the collective (crashed, slow, diverged, "
+          "packet loss); fires after HCCL_EXEC_TIMEOUT",
           _all(r"remote rank:\s*\[(\d+)\]", lambda r: "remote rank " + ", ".join(r))),
-    _Rule("EI9999", re.compile(r"\bEI9999\b"), "HCCL task timeout (fftsplus task, 30 min by default)"),
+    _Rule("EI9999", re.compile(r"\bEI9999\b"),
+          "HCCL task timeout (fftsplus task, 30 min by default)"),
     _Rule("EI0011", re.compile(r"\bEI0011\b"), "device memory insufficient (at QP allocation)"),
     _Rule("EI0019", re.compile(r"\bEI0019\b"), "HCCL port bind failure"),
     _Rule("HCCL_BUFFSIZE", re.compile(r"HCCL_BUFFSIZE is too SMALL"),
           "HCCL_BUFFSIZE is too small for the message size"),
     _Rule("HCCL-WATCHDOG", re.compile(r"HCCL watchdog thread terminated with exception"),
-          "HCCL watchdog abort: std::terminate -> SIGABRT (torchrun exitcode -6), a core is written"),
+          "HCCL watchdog abort: std::terminate -> SIGABRT (torchrun exitcode -6), a core is "
+          "written"),
     # a kernel past torch_npu's op-execute timeout, seen at the rank's own synchronize: a CAM kernel
-    # waits for
-    # its peers in vector-core code, outside HCCL (npu-fidelity.md §1), so no EI0002 and no
-    # HCCL_EXEC_TIMEOUT
+    # waits for its peers in vector-core code, outside HCCL (npu-fidelity.md §1), so no EI0002 and
+    # no HCCL_EXEC_TIMEOUT
     _Rule("OP-EXECUTE-TIMEOUT",
           re.compile(r"AclrtSynchronizeDeviceWithTimeout, error code is 5070[13]4\b"),
-          "CAM op did not finish (op-execute timeout): a kernel on this rank's stream (a CAM op waiting for its "
-          "peers in vector-core code) ran past torch_npu's op-execute timeout (547 s by default, "
-          "torch_npu.npu.set_op_timeout_ms) and the next synchronize failed; HCCL_EXEC_TIMEOUT does not bound "
-          "CAM kernels and no EI0002 names the peer: look for the rank that never entered the op",
+          "CAM op did not finish (op-execute timeout): a kernel on this rank's stream (a CAM op "
+          "waiting for its peers in vector-core code) ran past torch_npu's op-execute timeout (547 "
+          "s by default, torch_npu.npu.set_op_timeout_ms) and the next synchronize failed; "
+          "HCCL_EXEC_TIMEOUT does not bound CAM kernels and no EI0002 names the peer: look for the "
+          "rank that never entered the op",
           _first(r"error code is (5070[13]4)", lambda m: f"error code {m[1]}")),
     _Rule("ACL-507014", re.compile(r"\b507014\b"), "ACL 507014: AI Core execution timeout"),
     _Rule("ACL-507048", re.compile(r"\b507048\b"),
-          "ACL 507048: internal task timeout (AclrtSynchronizeDeviceWithTimeout); also linked to a bad card"),
-    _Rule("ACL-507901", re.compile(r"\b507901\b"), "ACL 507901: HDC disconnected (device or driver lost)"),
+          "ACL 507048: internal task timeout (AclrtSynchronizeDeviceWithTimeout); also linked to a "
+          "bad card"),
+    _Rule("ACL-507901", re.compile(r"\b507901\b"),
+          "ACL 507901: HDC disconnected (device or driver lost)"),
     # device faults a kernel raises; they surface at the process's next synchronize, and that
-    # process's
-    # stream stays unusable (meanings: torch_npu/csrc/core/npu/NPUErrorCodes.h; npu-fidelity.md §1:
-    # an expert id outside
-    # [0, E) is one way, as get_dispatch_layout checks no values)
+    # process's stream stays unusable (meanings: torch_npu/csrc/core/npu/NPUErrorCodes.h;
+    # npu-fidelity.md §1: an expert id outside [0, E) is one way, as get_dispatch_layout checks no
+    # values)
     _Rule("ACL-507015", re.compile(r"\b507015\b"),
-          "ACL 507015: aicore execution is abnormal (a kernel faulted, e.g. an out-of-range index); the "
-          "process's stream is unusable from here on"),
+          "ACL 507015: aicore execution is abnormal (a kernel faulted, e.g. an out-of-range "
+          "index); the process's stream is unusable from here on"),
     _Rule("ACL-507035", re.compile(r"\b507035\b"),
-          "ACL 507035: vector core execution is abnormal (a kernel faulted, e.g. an out-of-range index); the "
-          "process's stream is unusable from here on"),
+          "ACL 507035: vector core execution is abnormal (a kernel faulted, e.g. an out-of-range "
+          "index); the process's stream is unusable from here on"),
     _Rule("ACL-507016", re.compile(r"\b507016\b"),
-          "ACL 507016: an aicore trap was executed (a kernel faulted); the process's stream is unusable from here on"),
+          "ACL 507016: an aicore trap was executed (a kernel faulted); the process's stream is "
+          "unusable from here on"),
     _Rule("ACL-507036", re.compile(r"\b507036\b"),
-          "ACL 507036: a vector core trap was executed (a kernel faulted); the process's stream is unusable "
-          "from here on"),
+          "ACL 507036: a vector core trap was executed (a kernel faulted); the process's stream is "
+          "unusable from here on"),
     _Rule("ACL-507034", re.compile(r"\b507034\b"),
           "ACL 507034: vector core execution timed out (a kernel hung; also linked to a bad card)"),
     _Rule("ACL-507033", re.compile(r"\b507033\b"), "ACL 507033: failed to start the device"),
     _Rule("ACL-50704X", re.compile(r"\b50704[2-5]\b"),
-          "ACL 507042-507045: a kernel trapped on an out-of-bounds read or write (aicore 507042/507043, vector "
-          "core 507044/507045)"),
+          "ACL 507042-507045: a kernel trapped on an out-of-bounds read or write (aicore "
+          "507042/507043, vector core 507044/507045)"),
     _Rule("ACL-50704X-WAIT", re.compile(r"\b50704[67]\b"),
-          "ACL 507046/507047: a stream or event did not complete within the synchronize timeout (a kernel hung)"),
+          "ACL 507046/507047: a stream or event did not complete within the synchronize timeout (a "
+          "kernel hung)"),
     _Rule("ACL-207018", re.compile(r"\b207018\b"),
           "ACL 207018: device memory exhausted (HCCL_BUFFSIZE per communicator is a common cause)"),
     _Rule("EZ9999", re.compile(r"\bEZ9999\b"),
-          "EZ9999: an op's tiling or inner check refused the call (shape, dtype or buffer outside its limits)"),
+          "EZ9999: an op's tiling or inner check refused the call (shape, dtype or buffer outside "
+          "its limits)"),
     _Rule("HCCL-LINK-TIMEOUT", re.compile(r"wait socket establish timeout"),
           "HCCL link establishment timed out (host-side detail of EI0006)",
           _first(r"role\[(\d+)\] rank\[(\d+)\] timeout\[(\d+)\]",
@@ -160,22 +168,30 @@ _RULES: tuple[_Rule, ...] = (
           "HCCL printed its LINK_ERROR_INFO table (dest/src ip and port, role, TLS status)"),
     _Rule("HCCL-LISTEN-FAIL", re.compile(r"listen on ip\[[^\]]*\] and specific port\[\d+\] fail"),
           "HCCL could not listen on its port (used by another process?)",
-          _first(r"listen on ip\[([^\]]*)\] and specific port\[(\d+)\]", lambda m: f"ip {m[1]}, port {m[2]}")),
+          _first(r"listen on ip\[([^\]]*)\] and specific port\[(\d+)\]",
+                 lambda m: f"ip {m[1]}, port {m[2]}")),
     _Rule("OPS-ERROR", re.compile(r"OPS function error: \w+, error code is \d+"),
           "torch_npu: an HCCL operator call failed",
-          _first(r"OPS function error: (\w+), error code is (\d+)", lambda m: f"{m[1]}, error code {m[2]}"),
+          _first(r"OPS function error: (\w+), error code is (\d+)",
+                 lambda m: f"{m[1]}, error code {m[2]}"),
           primary=False),
-    _Rule("NPU-ERROR", re.compile(r"NPU function error: [\w:]+"), "torch_npu: an ACL runtime call failed",
-          _first(r"NPU function error: ([\w:]+).*?error code is (\d+)", lambda m: f"{m[1]}, error code {m[2]}"),
+    _Rule("NPU-ERROR", re.compile(r"NPU function error: [\w:]+"),
+          "torch_npu: an ACL runtime call failed",
+          _first(r"NPU function error: ([\w:]+).*?error code is (\d+)",
+                 lambda m: f"{m[1]}, error code {m[2]}"),
           primary=False),
-    _Rule("ERR01100", re.compile(r"\bERR01100\b"), "torch_npu: OPS call acl api failed", primary=False),
-    _Rule("ERR00100", re.compile(r"\bERR00100\b"), "torch_npu: PTA call acl api failed", primary=False),
+    _Rule("ERR01100", re.compile(r"\bERR01100\b"), "torch_npu: OPS call acl api failed",
+          primary=False),
+    _Rule("ERR00100", re.compile(r"\bERR00100\b"), "torch_npu: PTA call acl api failed",
+          primary=False),
     _Rule("ERR02005", re.compile(r"\bERR02005\b"), "torch_npu: DIST internal error", primary=False),
     _Rule("TERMINATE", re.compile(r"terminate called after throwing an instance of"),
           "C++ std::terminate: the process aborts (SIGABRT)", primary=False),
     # kernel (dmesg): a rank that "died of SIGKILL" with nobody killing it was usually this
-    _Rule("OOM-KILL", re.compile(r"(?:Out of memory|Memory cgroup out of memory): Killed process \d+"),
-          "the kernel's OOM killer ended a process (host memory exhausted; the victim dies of SIGKILL)",
+    _Rule("OOM-KILL",
+          re.compile(r"(?:Out of memory|Memory cgroup out of memory): Killed process \d+"),
+          "the kernel's OOM killer ended a process (host memory exhausted; the victim dies of "
+          "SIGKILL)",
           _all(r"Killed process (\d+) \(([^)]*)\)[^\n]*?anon-rss:(\d+)kB",
                lambda found: "; ".join(f"pid {pid} ({comm}), {int(kb) // 1024} MiB resident"
                                        for pid, comm, kb in found))),
@@ -189,8 +205,9 @@ def scan_signatures(text: str, source: str = "") -> list[Signature]:
     ['EI0002']
     """
     first, counts = _first_lines(text)
-    out = [Signature(rule.code, rule.meaning, *first[rule.code], counts[rule.code], rule.detail(text),
-                     rule.primary, source) for rule in _RULES if rule.code in first]
+    out = [Signature(rule.code, rule.meaning, *first[rule.code], counts[rule.code],
+                     rule.detail(text), rule.primary, source)
+           for rule in _RULES if rule.code in first]
     return sorted(out, key=lambda s: (s.lineno, not s.primary))
 
 
@@ -212,12 +229,14 @@ _MARK = {True: "!!", False: "  "}
 
 def summarize(found: Mapping[str, Sequence[Signature]]) -> str:
     """A readable summary: per host, primary causes first, then the wrappers."""
-    return "".join(line + "\n" for host, sigs in found.items() if sigs for line in _host_summary(host, sigs))
+    return "".join(line + "\n" for host, sigs in found.items() if sigs
+                   for line in _host_summary(host, sigs))
 
 
 def _host_summary(host: str, sigs: Iterable[Signature]) -> list[str]:
     ordered = sorted(sigs, key=lambda s: (not s.primary, s.source, s.lineno))
-    return [f"{host}:"] + [f"  {_MARK[s.primary]} " + s.describe().replace("\n", "\n     ") for s in ordered]
+    return [f"{host}:"] + [f"  {_MARK[s.primary]} " + s.describe().replace("\n", "\n     ")
+                           for s in ordered]
 
 
 # -- dmesg -----------------------------------------------------------------------------------------
@@ -259,8 +278,8 @@ def home_logs_script(guard: str, tgz: str, cap: int) -> commands.ShellScript:
     ]))
 
 
-def logs_script(since: float, tmp: str, ascend_dirs: Sequence[str], *, dmesg_bytes: int = DMESG_BYTES,
-                ascend_bytes: int = ASCEND_BYTES) -> str:
+def logs_script(since: float, tmp: str, ascend_dirs: Sequence[str], *,
+                dmesg_bytes: int = DMESG_BYTES, ascend_bytes: int = ASCEND_BYTES) -> str:
     """Script: ``@@dmesg`` + the tail of dmesg (``@@dmesg-failed`` on error), then ``@@ascend <tgz>
     <n>`` if any (else ``@@ascend-none <the pack program's line, or why it did not run>``).
 
@@ -378,8 +397,8 @@ def _fetch_ascend_logs(host: Host, tgz: str, out_dir: Path) -> list[Path]:
             host.get(tgz, local, keep_partial=True)
         except fetchcaps.FetchCapError as exc:
             log.warning("%s", exc)
-        got = fetchcaps.extract_tar(local, out_dir / "ascend", host=host.name, what=f"Ascend logs {tgz}",
-                                    place=_log_member)
+        got = fetchcaps.extract_tar(local, out_dir / "ascend", host=host.name,
+                                    what=f"Ascend logs {tgz}", place=_log_member)
         for note in got.notes or []:
             log.warning("%s", note)
         return sorted(got.files)
@@ -412,7 +431,8 @@ def _window(baseline: Baseline, name: str) -> tuple[float, float | None]:
     return scan.now or baseline.taken, scan.uptime if scan.error is None else None
 
 
-def _collect_host(host: Host, report: Path, baseline: Baseline, tmp: str, dirs: Sequence[str]) -> list[Path]:
+def _collect_host(host: Host, report: Path, baseline: Baseline, tmp: str,
+                  dirs: Sequence[str]) -> list[Path]:
     """One host's ``dmesg.txt`` (and its clock) and Ascend logs since ``baseline``: the files
     written."""
     since, uptime = _window(baseline, host.name)
@@ -471,9 +491,13 @@ def _signatures_in(paths: Iterable[Path], report: Path) -> list[Signature]:
     for path in dict.fromkeys(paths):
         text = _tail(path, SCAN_BYTES)
         if text is not None:
-            source = path.relative_to(report).as_posix() if path.is_relative_to(report) else str(path)
-            sigs += [replace(s, source=source) for s in scan_signatures(text)]
+            sigs += [replace(s, source=_source(path, report)) for s in scan_signatures(text)]
     return sigs
+
+
+def _source(path: Path, report: Path) -> str:
+    """A scanned file's name in the signatures: relative to the report folder."""
+    return path.relative_to(report).as_posix() if path.is_relative_to(report) else str(path)
 
 
 def _host_signatures(report: Path, collected: dict[str, list[Path]], taken: float,
@@ -542,5 +566,6 @@ def _is_kernel_oom_kill(sig: Signature) -> bool:
     return sig.code == "OOM-KILL" and sig.source.endswith("dmesg.txt")
 
 
-__all__ = ["Signature", "collect_logs", "dmesg_since", "home_logs_script", "logs_script", "oom_faults",
-           "pack_program", "parse_clock", "parse_logs_output", "scan_signatures", "sh_pack", "summarize"]
+__all__ = ["Signature", "collect_logs", "dmesg_since", "home_logs_script", "logs_script",
+           "oom_faults", "pack_program", "parse_clock", "parse_logs_output", "scan_signatures",
+           "sh_pack", "summarize"]

@@ -82,7 +82,8 @@ def _specifier_values(m: re.Match[str]) -> dict[str, str]:
 def _first_line(text: str) -> str:
     """The pattern line of ``text``: the first non-blank line that is not a capture's ``# source:``
     note."""
-    return next((ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith("# source:")), "")
+    lines = [ln.strip() for ln in text.splitlines() if not ln.startswith("# source:")]
+    return next((ln for ln in lines if ln), "")
 
 
 #: a pattern's tokens: a ``%`` specifier, or literal text (a trailing lone ``%`` is neither:

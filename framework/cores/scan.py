@@ -71,8 +71,8 @@ def scan_script(sources: CoreSources, relative_dirs: Sequence[tuple[str, int]] =
         sh_tag("ulimit", '"$(ulimit -S -c) $(ulimit -H -c)"'),
         sh_tag("gdb", '"$(command -v gdb 2>/dev/null)"'),
         sh_tag("uid", '"$(id -u 2>/dev/null)"'),
-        # names are data: NUL-terminated records, base64 on one line (no byte of a name can read as
-        # a record)
+        # names are data: NUL-terminated records, base64 on one line (no byte of a name can read
+        # as a record)
         f"lst() {{ find \"$@\" -printf 'F %s %T@ %i %p\\0' 2>/dev/null | head -z -n {limit}; }}",
         "b64() { base64 -w0; printf '\\n'; }",
         "slashes() { printf %s \"$1\" | tr -cd / | wc -c; }",
