@@ -7,13 +7,17 @@ from framework.cores.pattern import parse_core_pattern
 
 
 def test_only_the_coredump_sections_known_keys_count() -> None:
-    text = ("@file /etc/systemd/coredump.conf\nMaxUse=5G\n[Journal]\nStorage=none\n[Coredump]\n"
-            "; Storage=journal\n  Storage = none  \nCompress=yes\nMaxUse\n\n")
+    text = (
+        "@file /etc/systemd/coredump.conf\nMaxUse=5G\n[Journal]\nStorage=none\n[Coredump]\n"
+        "; Storage=journal\n  Storage = none  \nCompress=yes\nMaxUse\n\n"
+    )
     assert parse_coredump_conf(text) == {"Storage": "none"}
     systemd = parse_core_pattern("|/usr/lib/systemd/systemd-coredump %P")
     warnings, notes = core_findings(systemd, text, None, npu=False, core_limit_bytes=None)
     assert warnings == ["systemd-coredump Storage=none: cores are logged, not stored"]
-    assert notes == ["systemd-coredump ProcessSizeMax=32G, ExternalSizeMax=32G, MaxUse=10% of the file system"]
+    assert notes == [
+        "systemd-coredump ProcessSizeMax=32G, ExternalSizeMax=32G, MaxUse=10% of the file system"
+    ]
 
 
 def test_df_output_that_is_not_a_row_of_numbers_gives_no_space() -> None:

@@ -1,4 +1,4 @@
-"""framework.cores.pattern: the pattern edges the kernel defines (a lone '%', a bare '|', repeated specifiers)."""
+"""framework.cores.pattern: the edges the kernel defines (a lone '%', a bare '|', repeated fields)."""
 
 from __future__ import annotations
 

@@ -184,9 +184,11 @@ def test_the_installed_ascend_fd_reads_the_bundle_and_gives_a_table_verdict(tmp_
 def test_device_log_notes_say_whether_msnpureport_ran(tmp_path: Path) -> None:
     src = _host(tmp_path / "src")
     shutil.rmtree(src / "npu-state" / "msnpureport")
-    assert "device_log: msnpureport did not run on this host" in faultbundle.host_tree(src, tmp_path / "a")
+    notes = faultbundle.host_tree(src, tmp_path / "a")
+    assert "device_log: msnpureport did not run on this host" in notes
     (src / "npu-state" / "msnpureport").mkdir()
-    assert "device_log: msnpureport exported no file on this host" in faultbundle.host_tree(src, tmp_path / "b")
+    notes = faultbundle.host_tree(src, tmp_path / "b")
+    assert "device_log: msnpureport exported no file on this host" in notes
     assert (tmp_path / "b" / "device_log").is_dir()
 
 
@@ -194,10 +196,9 @@ def test_a_tree_over_the_tools_total_bounds_is_named(tmp_path: Path) -> None:
     tree = tmp_path / "host1"
     faultbundle.host_tree(_host(tmp_path / "src"), tree)
     man = faultbundle.layout()
-    assert faultbundle.check_tree(tree, {**man, "limits": {**man["limits"], "total_files": 2}}) == [
-        "host1: over the tool's input bounds"]
-    assert faultbundle.check_tree(tree, {**man, "limits": {**man["limits"], "total_bytes": 10}}) == [
-        "host1: over the tool's input bounds"]
+    for limit, value in (("total_files", 2), ("total_bytes", 10)):
+        small = {**man, "limits": {**man["limits"], limit: value}}
+        assert faultbundle.check_tree(tree, small) == ["host1: over the tool's input bounds"]
 
 
 def test_without_a_table_the_verdict_is_the_tools_last_line() -> None:
