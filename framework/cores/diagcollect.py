@@ -1,14 +1,5 @@
 """``camit collect --diag``: each host's NPU state, plogs and kernel lines now, as ascend-fd's input
-tree.
-
-One script per host (:func:`diag_script`) saves into a fresh folder of the workdir what a failed
-launch's snapshot holds (:func:`framework.ascend.tools.state_script`: npu-smi, hccn_tool,
-msnpureport), the tail of dmesg, packs that folder (camit's own files) and prints its path; the SSH
-user's newest plogs are packed apart by the host file program
-(:func:`framework.remote.packing.sh_pack`: folders opened ``O_NOFOLLOW``, each file opened once and
-judged by its descriptor). The controller fetches both bounded (:mod:`framework.fetchcaps`), removes
-them on the host and writes ``fault-bundle/<host>/``
-(:func:`framework.cores.faultbundle.write_bundle`).
+tree (design: docs/internals/c-cores.md).
 """
 
 from __future__ import annotations
