@@ -1,7 +1,7 @@
 """Why a rank that died of a core-dumping signal left no core on its host, in one sentence (pure).
 
-The facts come from the core scan after the run (the pattern, the hard ``ulimit -c``) and one check of
-the pattern's directory by the SSH user; the ranks run as that user with camit's ``ulimit -c``.
+The facts come from the core scan after the run (the pattern, the hard ``ulimit -c``) and one check
+of the pattern's directory by the SSH user; the ranks run as that user with camit's ``ulimit -c``.
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ class MissingCore:
         return f"rank {self.rank} on {self.host} died of {self.signal} and left no core: {self.why}"
 
     def to_json(self) -> dict[str, object]:
-        return {"launch_id": self.launch_id, "rank": self.rank, "host": self.host, "signal": self.signal,
-                "why": self.why}
+        return {"launch_id": self.launch_id, "rank": self.rank, "host": self.host,
+                "signal": self.signal, "why": self.why}
 
 
 def _handler(scan: HostScan, _: bool | None) -> str:
@@ -42,19 +42,20 @@ def _store(scan: HostScan, _: bool | None) -> str:
 
 def _file(scan: HostScan, writable: bool | None) -> str:
     if writable is False:
-        return (f"core_pattern's directory {scan.pattern.directory} is not writable by the SSH user: "
-                "the kernel could not create the core")
+        return (f"core_pattern's directory {scan.pattern.directory} is not writable by the SSH "
+                "user: the kernel could not create the core")
     return _unknown(scan, writable)
 
 
 def _unknown(scan: HostScan, _: bool | None) -> str:
-    return ("nothing on the host explains it: the process may have handled the signal itself (a fault "
-            "handler that exits), or it was not dumpable")
+    return ("nothing on the host explains it: the process may have handled the signal itself "
+            "(a fault handler that exits), or it was not dumpable")
 
 
 _BY_KIND: dict[str, Callable[[HostScan, bool | None], str]] = {
     "none": lambda s, w: "core_pattern is empty: the kernel writes no core",
-    "socket": lambda s, w: f"core_pattern sends cores to the socket {s.pattern.handler!r}, which camit cannot read",
+    "socket": lambda s, w: (f"core_pattern sends cores to the socket {s.pattern.handler!r}, "
+                            "which camit cannot read"),
     "pipe": _handler,
     "systemd": _store, "apport": _store, "abrt": _store,
     "file": _file,
@@ -64,7 +65,8 @@ _BY_KIND: dict[str, Callable[[HostScan, bool | None], str]] = {
 def why(scan: HostScan, dir_writable: bool | None) -> str:
     """The reason, first that applies: a zero hard core limit, then what the pattern's kind says."""
     if scan.limit_hard == "0":
-        return "the hard core size limit (ulimit -H -c) is 0 for the SSH user: no process can dump core"
+        return ("the hard core size limit (ulimit -H -c) is 0 for the SSH user: no process can "
+                "dump core")
     return _BY_KIND.get(scan.pattern.kind, _unknown)(scan, dir_writable)
 
 

@@ -1,14 +1,8 @@
-"""The one model of ``kernel.core_pattern``: where the kernel sends a core and how to read its name (pure).
+"""The one model of ``kernel.core_pattern``: where the kernel sends a core and how to read its name
+(pure).
 
-:func:`parse_core_pattern` classifies a pattern into a :class:`CorePattern` whose ``kind`` says who
-stores the core — ``file`` (an absolute path with ``%`` specifiers), ``relative`` (the crashing
-process's cwd), a known pipe handler (``systemd``, ``apport``, ``abrt``), an unknown ``pipe``, a
-``socket`` (``@…``) or ``none`` (empty) — and whose ``delivery`` groups those the way the kernel
-delivers them (``file``, ``relative``, ``pipe``, ``socket``, ``none``). Both readers of the pattern
-use it: the preflight ``core`` check (``framework.preflight.checks``, which judges the delivery and
-the handler or directory) and the core watcher (``framework.cores.scan``, which lists cores where
-the kind points and reads their names with :meth:`CorePattern.fields`). :data:`PIPE_HANDLERS` is
-the table both the model and the scan's shell ``case`` arms are built from.
+Both the preflight ``core`` check and the core watcher read the pattern through it
+(docs/internals/c-cores.md).
 """
 
 from __future__ import annotations
@@ -17,7 +11,8 @@ import posixpath
 import re
 from dataclasses import dataclass
 
-#: kind -> the text in the pipe handler's file name that identifies it (kernel ``|<handler> <args>``)
+#: kind -> the text in the pipe handler's file name that identifies it (kernel ``|<handler>
+#: <args>``)
 PIPE_HANDLERS: tuple[tuple[str, str], ...] = (
     ("systemd", "systemd-coredump"), ("apport", "apport"), ("abrt", "abrt-hook-ccpp"))
 #: the kinds whose cores camit can find and read
@@ -59,57 +54,64 @@ class CorePattern:
 
     @property
     def directory(self) -> str | None:
-        """For ``file``: the directory before the first ``%`` specifier (``/var/crash/%h/core`` → ``/var/crash``)."""
+        """For ``file``: the directory before the first ``%`` specifier (``/var/crash/%h/core`` →
+        ``/var/crash``)."""
         if self.kind != "file":
             return None
         return self.raw.split("%", 1)[0].rsplit("/", 1)[0] or "/"
 
     def fields(self, path: str) -> dict[str, str] | None:
-        """The specifier values in ``path`` (``{'e': 'python3', 'p': '12'}``), None if it does not match."""
+        """The specifier values in ``path`` (``{'e': 'python3', 'p': '12'}``), None if it does not
+        match."""
         if self.regex is None:
             return None
         m = self.regex.search(path) if self.kind == "relative" else self.regex.fullmatch(path)
-        if m is None:
-            return None
-        out: dict[str, str] = {}
-        for name, value in m.groupdict().items():
-            if value is not None:
-                out.setdefault(name.rstrip("0123456789"), value)
-        return out
+        return None if m is None else _specifier_values(m)
+
+
+def _specifier_values(m: re.Match[str]) -> dict[str, str]:
+    """Each specifier's first value in a matched name (groups ``<spec><n>``; an optional one may be
+    unset)."""
+    out: dict[str, str] = {}
+    for name, value in m.groupdict().items():
+        if value is not None:
+            out.setdefault(name.rstrip("0123456789"), value)
+    return out
 
 
 def _first_line(text: str) -> str:
-    """The pattern line of ``text``: the first non-blank line that is not a capture's ``# source:`` note."""
-    return next((ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith("# source:")), "")
+    """The pattern line of ``text``: the first non-blank line that is not a capture's ``# source:``
+    note."""
+    lines = [ln.strip() for ln in text.splitlines() if not ln.startswith("# source:")]
+    return next((ln for ln in lines if ln), "")
+
+
+#: a pattern's tokens: a ``%`` specifier, or literal text (a trailing lone ``%`` is neither:
+#: dropped)
+_TOKEN = re.compile(r"%(.)|([^%]+)", re.DOTALL)
 
 
 def _path_regex(raw: str) -> str:
+    """The regex of the names a file pattern expands to; each specifier a group ``<spec><n>``."""
     parts: list[str] = []
-    has_pid = False
-    i, n = 0, 0
-    while i < len(raw):
-        ch = raw[i]
-        if ch == "%" and i + 1 < len(raw):
-            spec = raw[i + 1]
-            i += 2
-            if spec == "%":
-                parts.append("%")
-            elif spec in _SPEC_RE:
-                parts.append(f"(?P<{spec}{n}>{_SPEC_RE[spec]})")
-                n += 1
-                has_pid = has_pid or spec == "p"
-            continue  # unknown specifiers expand to nothing
-        if ch != "%":  # a trailing lone '%' is dropped too
-            parts.append(re.escape(ch))
-        i += 1
+    specs: list[str] = []
+    for spec, text in _TOKEN.findall(raw):
+        if text:
+            parts.append(re.escape(text))
+        elif spec in _SPEC_RE:
+            parts.append(f"(?P<{spec}{len(specs)}>{_SPEC_RE[spec]})")
+            specs.append(spec)
+        elif spec == "%":
+            parts.append("%")
+        # unknown specifiers expand to nothing
     body = "".join(parts)
-    if not has_pid:  # kernel.core_uses_pid appends ".<pid>" to patterns without %p
-        body += r"(?:\.(?P<p99>\d+))?"
-    return body
+    # kernel.core_uses_pid appends ".<pid>" to patterns without %p
+    return body if "p" in specs else body + r"(?:\.(?P<p99>\d+))?"
 
 
 def parse_core_pattern(text: str) -> CorePattern:
-    """Classify a ``core_pattern`` value (its first line) and, for file patterns, build its path regex.
+    """Classify a ``core_pattern`` value (its first line) and, for file patterns, build its path
+    regex.
 
     >>> parse_core_pattern("/var/crash/core.%e.%p").fields("/var/crash/core.python3.12")
     {'e': 'python3', 'p': '12'}
@@ -121,18 +123,21 @@ def parse_core_pattern(text: str) -> CorePattern:
     if not raw:
         return CorePattern(raw, "none")
     if raw.startswith("|"):
-        words = raw[1:].split()
-        handler = words[0] if words else ""
-        for kind, needle in PIPE_HANDLERS:
-            if needle in posixpath.basename(handler):
-                return CorePattern(raw, kind, handler=handler)
-        return CorePattern(raw, "pipe", handler=handler)
+        return _pipe(raw)
     if raw.startswith("@"):
         return CorePattern(raw, "socket", handler=raw[1:].lstrip("@"))
     body = _path_regex(raw)
     if raw.startswith("/"):
         return CorePattern(raw, "file", re.compile(body))
     return CorePattern(raw, "relative", re.compile(r"(?:^|/)" + body + "$"))
+
+
+def _pipe(raw: str) -> CorePattern:
+    """A ``|<handler> <args>`` pattern: a known handler's kind by its file name, else ``pipe``."""
+    handler = next(iter(raw[1:].split()), "")
+    name = posixpath.basename(handler)
+    kind = next((kind for kind, needle in PIPE_HANDLERS if needle in name), "pipe")
+    return CorePattern(raw, kind, handler=handler)
 
 
 __all__ = ["CHECKED_KINDS", "PIPE_HANDLERS", "CorePattern", "parse_core_pattern"]

@@ -1,19 +1,7 @@
 """Finding core dumps: which appeared on a host between two scans (pure, no I/O).
 
-Where ``kernel.core_pattern`` sends cores (absolute file pattern with ``%``
-specifiers, relative pattern — the crashing process's cwd, i.e. a launch's run
-dir under the host's workdir — ``systemd-coredump``, apport, abrt) is the one
-model in ``framework.cores.pattern`` (re-exported here); :func:`scan_script` is the one
-shell script that, in one round trip, reads the pattern, the core size limits
-and lists what is present where the pattern points (``coredumpctl list`` for
-systemd); :func:`parse_scan` (with the ``coredumpctl`` JSON and text parsers)
-reads its output into a :class:`HostScan`; :func:`new_candidates` turns two
-scans into the cores that appeared in the window: only those that are new *and*
-no older than the snapshot count. :class:`Baseline` holds the scans taken
-before a test.
-
-``framework.cores.watch`` runs these scripts on the hosts;
-``framework.cores.inspection`` reads, attributes and judges what they find.
+The one scan script per host, the parsers of its output into a :class:`HostScan`, and the cores that
+appeared between two scans (:func:`new_candidates`). Design: docs/internals/c-cores.md.
 """
 
 from __future__ import annotations
@@ -25,14 +13,14 @@ import math
 import posixpath
 import re
 import signal as _signal
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
 from framework import commands
 from framework.cores.pattern import PIPE_HANDLERS, CorePattern, parse_core_pattern
-from framework.remote.sections import read_records, sh_tag
+from framework.remote.sections import Record, read_records, sh_tag
 
 log = logging.getLogger("camit.coredump")
 
@@ -42,7 +30,7 @@ SCAN_LIMIT = 5000
 _NEEDLE = dict(PIPE_HANDLERS)
 
 
-# -- the scan script --------------------------------------------------------------------------------
+# -- the scan script -------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class CoreSources:
     """Where the handlers keep their cores (tests point these at fakes)."""
@@ -67,8 +55,10 @@ def scan_script(sources: CoreSources, relative_dirs: Sequence[tuple[str, int]] =
     """
     q = commands.quote
     ctl = q(sources.coredumpctl)
-    since_expr = f"@{int(since) - JOURNAL_LAG}" if since is not None else f"@$(( ${{now%%.*}} - {JOURNAL_LAG} ))"
+    since_expr = (f"@{int(since) - JOURNAL_LAG}" if since is not None
+                  else f"@$(( ${{now%%.*}} - {JOURNAL_LAG} ))")
     rel = " ".join(f"{q(d)}:{int(depth)}" for d, depth in relative_dirs)
+    apport, abrt = (" ".join(map(q, dirs)) for dirs in (sources.apport_dirs, sources.abrt_dirs))
     return "\n".join([
         "LC_ALL=C; export LC_ALL",
         f"K={q(sources.proc_dir)}",
@@ -81,7 +71,8 @@ def scan_script(sources: CoreSources, relative_dirs: Sequence[tuple[str, int]] =
         sh_tag("ulimit", '"$(ulimit -S -c) $(ulimit -H -c)"'),
         sh_tag("gdb", '"$(command -v gdb 2>/dev/null)"'),
         sh_tag("uid", '"$(id -u 2>/dev/null)"'),
-        # names are data: NUL-terminated records, base64 on one line (no byte of a name can read as a record)
+        # names are data: NUL-terminated records, base64 on one line (no byte of a name can read
+        # as a record)
         f"lst() {{ find \"$@\" -printf 'F %s %T@ %i %p\\0' 2>/dev/null | head -z -n {limit}; }}",
         "b64() { base64 -w0; printf '\\n'; }",
         "slashes() { printf %s \"$1\" | tr -cd / | wc -c; }",
@@ -91,20 +82,21 @@ def scan_script(sources: CoreSources, relative_dirs: Sequence[tuple[str, int]] =
         f"  out=$({ctl} --no-pager --json=short list --since=\"$since\" 2>/dev/null)",
         "  case $out in",
         "  '['*) printf '@@journal json\\n'; printf %s \"$out\" | b64 ;;",
-        f"  *) printf '@@journal text\\n'; TZ=UTC {ctl} --no-pager --no-legend list --since=\"$since\" "
-        f"2>/dev/null | head -n {limit} | b64 ;;",
+        f"  *) printf '@@journal text\\n'; TZ=UTC {ctl} --no-pager --no-legend list "
+        f"--since=\"$since\" 2>/dev/null | head -n {limit} | b64 ;;",
         "  esac ;;",
-        f"'|'*{_NEEDLE['apport']}*) printf '@@files\\n'; lst {' '.join(q(d) for d in sources.apport_dirs)} "
-        "-maxdepth 1 -type f | b64 ;;",
-        f"'|'*{_NEEDLE['abrt']}*) printf '@@files\\n'; find {' '.join(q(d) for d in sources.abrt_dirs)} -mindepth 1 "
-        f"-maxdepth 1 -type d -name 'ccpp-*' -printf 'D %s %T@ %i %p\\0' 2>/dev/null | head -z -n {limit} | b64 ;;",
+        f"'|'*{_NEEDLE['apport']}*) printf '@@files\\n'; lst {apport} -maxdepth 1 -type f | b64 ;;",
+        f"'|'*{_NEEDLE['abrt']}*) printf '@@files\\n'; find {abrt} -mindepth 1 -maxdepth 1 -type d "
+        f"-name 'ccpp-*' -printf 'D %s %T@ %i %p\\0' 2>/dev/null | head -z -n {limit} | b64 ;;",
         "'|'*|'@'*|'') ;;",
         "/*) pre=${pat%%\\%*}; dir=${pre%/*}",
-        "  printf '@@files\\n'; lst \"${dir:-/}\" -maxdepth $(( $(slashes \"$pat\") - $(slashes \"$dir\") )) "
+        "  printf '@@files\\n'; lst \"${dir:-/}\" "
+        "-maxdepth $(( $(slashes \"$pat\") - $(slashes \"$dir\") )) "
         "-type f -path \"$pre*\" | b64 ;;",
         "*) pre=${pat%%\\%*}; printf '@@files\\n'",
-        f"  for dd in {rel}; do lst \"${{dd%:*}}\" -maxdepth $(( ${{dd##*:}} + $(slashes \"$pat\") )) "
-        "-type f -path \"*/$pre*\"; done | b64 ;;" if rel else "  ;;",
+        f"  for dd in {rel}; do lst \"${{dd%:*}}\" "
+        "-maxdepth $(( ${dd##*:} + $(slashes \"$pat\") )) -type f -path \"*/$pre*\"; done | b64 ;;"
+        if rel else "  ;;",
         "esac",
         sh_tag("end"),
     ]) + "\n"
@@ -162,8 +154,10 @@ class HostScan:
 
     def name_notes(self) -> list[str]:
         """The listed names refused (never candidates), as a note."""
-        return [f"{self.host}: {self.ignored} file name(s) with control characters or not absolute in the "
-                "core directories were ignored"] if self.ignored else []
+        if not self.ignored:
+            return []
+        return [f"{self.host}: {self.ignored} file name(s) with control characters or not absolute "
+                "in the core directories were ignored"]
 
     def notes(self) -> list[str]:
         """Why cores on this host might be missed (for the verdict and the log)."""
@@ -186,7 +180,8 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 class ScanFormatError(ValueError):
-    """The scan's output breaks its format (a record repeated, out of order, or a body not base64)."""
+    """The scan's output breaks its format (a record repeated, out of order, or a body not
+    base64)."""
 
 
 def parse_scan(host: str, text: str) -> HostScan:
@@ -209,26 +204,26 @@ def parse_scan(host: str, text: str) -> HostScan:
 def _parse_records(scan: HostScan, text: str) -> None:
     last = -1
     for rec in read_records(text):
-        rank = SCAN_ORDER.index(rec.tag) if rec.tag in SCAN_ORDER else -1
-        if rank <= last:
-            why = "unknown" if rank < 0 else "repeated or out of order"
-            raise ScanFormatError(f"record {rec.tag[:40]!r} {why}")
-        if last >= SCAN_ORDER.index("files") and rec.tag != "end":
-            raise ScanFormatError(f"record {rec.tag!r} after the listing")
-        last = rank
-        if rec.tag == "files":
-            for entry in _file_entries(_b64(rec.body), scan):
-                scan.files[entry.path] = entry
-        elif rec.tag == "journal":
-            body = _b64(rec.body).decode(errors="replace")
-            scan.journal = (parse_coredumpctl_json(body) if rec.value == "json"
-                            else parse_coredumpctl_text(body))
-        elif rec.tag == "end":
-            scan.complete = True
-        else:
-            _scan_fact(scan, rec.tag, rec.value)
-        if rec.tag not in ("files", "journal") and rec.body.strip():
+        last = _in_order(rec.tag, last)
+        _READERS[rec.tag](scan, rec)
+        if rec.tag not in _LISTINGS and rec.body.strip():
             raise ScanFormatError(f"unexpected text after the {rec.tag!r} record")
+
+
+#: the records with a body (a base64 listing)
+_LISTINGS = ("files", "journal")
+
+
+def _in_order(tag: str, last: int) -> int:
+    """The record's place in :data:`SCAN_ORDER`, after ``last`` (the place of the one before it)."""
+    if tag not in SCAN_ORDER:
+        raise ScanFormatError(f"record {tag[:40]!r} unknown")
+    rank = SCAN_ORDER.index(tag)
+    if rank <= last:
+        raise ScanFormatError(f"record {tag!r} repeated or out of order")
+    if last >= SCAN_ORDER.index("files") and tag != "end":
+        raise ScanFormatError(f"record {tag!r} after the listing")
+    return rank
 
 
 def _b64(body: str) -> bytes:
@@ -241,34 +236,71 @@ def _b64(body: str) -> bytes:
 def _file_entries(data: bytes, scan: HostScan) -> list[FileEntry]:
     """The ``F|D <size> <mtime> <inode> <path>`` records of a NUL-terminated listing."""
     out = []
-    for raw in data.split(b"\0"):
-        if not raw:
-            continue
+    for raw in filter(None, data.split(b"\0")):
         entry = _file_entry(raw.decode("utf-8", errors="replace"))
-        if entry is None or "\ufffd" in entry.path or _CONTROL.search(entry.path) \
-                or not entry.path.startswith("/"):
+        if entry is None or not _is_listable(entry.path):
             scan.ignored += 1
             continue
         out.append(entry)
     return out
 
 
-def _scan_fact(scan: HostScan, key: str, value: str) -> None:
-    if key == "now":
-        scan.now = _float(value) or 0.0
-    elif key == "uptime":
-        scan.uptime = _float(value)
-    elif key == "boot":
-        scan.boot_id = value.strip()
-    elif key == "pattern":
-        scan.pattern = parse_core_pattern(value)
-    elif key == "ulimit":
-        soft, _, hard = value.partition(" ")
-        scan.limit_soft, scan.limit_hard = soft.strip(), hard.strip()
-    elif key == "gdb":
-        scan.gdb = value.strip() or None
-    elif key == "uid":
-        scan.uid = int(value.strip()) if value.strip().isdigit() else None
+def _is_listable(path: str) -> bool:
+    """An absolute path, valid UTF-8, without control characters."""
+    return path.startswith("/") and "\ufffd" not in path and not _CONTROL.search(path)
+
+
+# -- one reader per record of the scan (each sets its part of the HostScan) ------------------------
+def _read_now(scan: HostScan, rec: Record) -> None:
+    scan.now = _float(rec.value) or 0.0
+
+
+def _read_uptime(scan: HostScan, rec: Record) -> None:
+    scan.uptime = _float(rec.value)
+
+
+def _read_boot(scan: HostScan, rec: Record) -> None:
+    scan.boot_id = rec.value.strip()
+
+
+def _read_pattern(scan: HostScan, rec: Record) -> None:
+    scan.pattern = parse_core_pattern(rec.value)
+
+
+def _read_ulimit(scan: HostScan, rec: Record) -> None:
+    soft, _, hard = rec.value.partition(" ")
+    scan.limit_soft, scan.limit_hard = soft.strip(), hard.strip()
+
+
+def _read_gdb(scan: HostScan, rec: Record) -> None:
+    scan.gdb = rec.value.strip() or None
+
+
+def _read_uid(scan: HostScan, rec: Record) -> None:
+    uid = rec.value.strip()
+    scan.uid = int(uid) if uid.isdigit() else None
+
+
+def _read_files(scan: HostScan, rec: Record) -> None:
+    for entry in _file_entries(_b64(rec.body), scan):
+        scan.files[entry.path] = entry
+
+
+def _read_journal(scan: HostScan, rec: Record) -> None:
+    body = _b64(rec.body).decode(errors="replace")
+    parse = parse_coredumpctl_json if rec.value == "json" else parse_coredumpctl_text
+    scan.journal = parse(body)
+
+
+def _read_end(scan: HostScan, rec: Record) -> None:
+    scan.complete = True
+
+
+_READERS: Mapping[str, Callable[[HostScan, Record], None]] = {
+    "now": _read_now, "uptime": _read_uptime, "boot": _read_boot, "pattern": _read_pattern,
+    "ulimit": _read_ulimit, "gdb": _read_gdb, "uid": _read_uid, "files": _read_files,
+    "journal": _read_journal, "end": _read_end,
+}
 
 
 def _file_entry(line: str) -> FileEntry | None:
@@ -288,10 +320,11 @@ def _float(value: str) -> float | None:
         return None
 
 
-# -- handler outputs ----------------------------------------------------------------------------------
+# -- handler outputs -------------------------------------------------------------------------------
 def parse_coredumpctl_json(text: str) -> list[JournalEntry]:
-    """``coredumpctl --json=short list``: an array of {time (µs), pid, uid, gid, sig, corefile, exe, size}."""
-    text = "\n".join(line for line in text.splitlines() if not line.startswith("# source:")).strip()
+    """``coredumpctl --json=short list``: an array of {time (µs), pid, uid, gid, sig, corefile, exe,
+    size}."""
+    text = _without_source_lines(text)
     if not text:
         return []
     try:
@@ -299,8 +332,18 @@ def parse_coredumpctl_json(text: str) -> list[JournalEntry]:
     except ValueError:
         log.warning("coredumpctl printed JSON we cannot read: %.200s", text)
         return []
-    return [_journal_row(row) for row in (rows if isinstance(rows, list) else [])
-            if isinstance(row, dict) and isinstance(row.get("pid"), int)]
+    if not isinstance(rows, list):
+        return []
+    return [_journal_row(row) for row in rows if _is_journal_row(row)]
+
+
+def _without_source_lines(text: str) -> str:
+    """The JSON without the ``# source:`` lines some systemd versions print before it."""
+    return "\n".join(line for line in text.splitlines() if not line.startswith("# source:")).strip()
+
+
+def _is_journal_row(row: object) -> bool:
+    return isinstance(row, dict) and isinstance(row.get("pid"), int)
 
 
 def _int_field(row: Mapping[str, Any], key: str) -> int | None:
@@ -321,11 +364,13 @@ def _journal_row(row: Mapping[str, Any]) -> JournalEntry:
 
 
 _CTL_ROW = re.compile(
-    r"^\s*(?:[A-Z][a-z]{2} )?(?P<date>\d{4}-\d{2}-\d{2}) (?P<clock>\d{2}:\d{2}:\d{2}) (?P<tz>\S+)\s+"
+    r"^\s*(?:[A-Z][a-z]{2} )?(?P<date>\d{4}-\d{2}-\d{2}) (?P<clock>\d{2}:\d{2}:\d{2}) "
+    r"(?P<tz>\S+)\s+"
     r"(?P<pid>\d+)\s+(?P<uid>\d+|-)\s+(?P<gid>\d+|-)\s+(?P<sig>SIG\w+|\d+|-)\s+(?P<corefile>\S+)\s+"
     r"(?P<exe>\S.*?)(?:\s+(?P<size>\d+(?:\.\d+)?[BKMGTPE]?|-|n/a))?\s*$"
 )
-_UNITS = {"": 1, "B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40, "P": 1 << 50, "E": 1 << 60}
+_UNITS = {"": 1, "B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40, "P": 1 << 50,
+          "E": 1 << 60}
 
 
 def parse_coredumpctl_text(text: str) -> list[JournalEntry]:
@@ -334,51 +379,71 @@ def parse_coredumpctl_text(text: str) -> list[JournalEntry]:
     Times are read as UTC when the zone column says UTC (we run it with ``TZ=UTC``),
     else as the controller's local time.
     """
-    out = []
-    for line in text.splitlines():
-        m = _CTL_ROW.match(line)
-        if m is None:
-            continue
-        stamp = datetime.strptime(f"{m['date']} {m['clock']}", "%Y-%m-%d %H:%M:%S")
-        if m["tz"].upper() in ("UTC", "GMT", "Z"):
-            stamp = stamp.replace(tzinfo=timezone.utc)
-        size = m["size"]
-        size_bytes = None
-        if size and size not in ("-", "n/a"):
-            unit = size[-1] if size[-1].isalpha() else ""
-            size_bytes = int(float(size.rstrip("BKMGTPE")) * _UNITS[unit])
-        out.append(JournalEntry(
-            time=stamp.timestamp(), pid=int(m["pid"]), uid=int(m["uid"]) if m["uid"].isdigit() else None,
-            gid=int(m["gid"]) if m["gid"].isdigit() else None, signal=signal_name(m["sig"]),
-            corefile=m["corefile"], exe=m["exe"].strip(), size=size_bytes,
-        ))
-    return out
+    return [_table_row(m) for m in map(_CTL_ROW.match, text.splitlines()) if m is not None]
+
+
+def _table_row(m: re.Match[str]) -> JournalEntry:
+    """One row of the ``coredumpctl list`` table."""
+    return JournalEntry(
+        time=_table_time(m), pid=int(m["pid"]), uid=_id(m["uid"]), gid=_id(m["gid"]),
+        signal=signal_name(m["sig"]), corefile=m["corefile"], exe=m["exe"].strip(),
+        size=_table_size(m["size"]),
+    )
+
+
+def _table_time(m: re.Match[str]) -> float:
+    """The row's time: UTC when its zone says so (we run it with ``TZ=UTC``), else the controller's
+    zone."""
+    stamp = datetime.strptime(f"{m['date']} {m['clock']}", "%Y-%m-%d %H:%M:%S")
+    if m["tz"].upper() in ("UTC", "GMT", "Z"):
+        stamp = stamp.replace(tzinfo=timezone.utc)
+    return stamp.timestamp()
+
+
+def _table_size(size: str | None) -> int | None:
+    """``12.5M`` in bytes (None: ``-``, ``n/a`` or no column)."""
+    if size is None or size in ("-", "n/a"):
+        return None
+    unit = size[-1] if size[-1].isalpha() else ""
+    return int(float(size.rstrip("BKMGTPE")) * _UNITS[unit])
+
+
+def _id(text: str) -> int | None:
+    """A uid or gid column (None: ``-``)."""
+    return int(text) if text.isdigit() else None
 
 
 _APPORT_CORE = re.compile(r"^core\.(?P<exe>.+)\.(?P<uid>\d+)\.(?P<boot>[0-9a-f-]{32,36})"
                           r"\.(?P<pid>\d+)\.(?P<start>\d+)$")
-_ABRT_DIR = re.compile(r"^ccpp-(?P<when>\d{4}-\d{2}-\d{2}-\d{2}:\d{2}:\d{2})(?:\.\d+)?-(?P<pid>\d+)(?:\.new)?$")
+_ABRT_DIR = re.compile(r"^ccpp-(?P<when>\d{4}-\d{2}-\d{2}-\d{2}:\d{2}:\d{2})(?:\.\d+)?"
+                       r"-(?P<pid>\d+)(?:\.new)?$")
 
 
 def signal_name(value: object) -> str | None:
     """``11``/``"11"``/``"SEGV"``/``"SIGSEGV"`` → ``"SIGSEGV"``; None when unknown or 0."""
-    if value is None or value == "" or value == "-":
+    text = "" if value is None else str(value).strip().upper()
+    if text in ("", "-"):
         return None
-    text = str(value).strip().upper()
     if text.isdigit():
-        num = int(text)
-        if num <= 0:
-            return None
-        try:
-            return _signal.Signals(num).name
-        except ValueError:
-            return f"signal {num}"
-    if not text.startswith("SIG"):
-        text = "SIG" + text
-    return text if re.fullmatch(r"SIG[A-Z0-9+-]+", text) else None
+        return _numbered_signal(int(text))
+    name = text if text.startswith("SIG") else "SIG" + text
+    return name if _SIG_NAME.fullmatch(name) else None
 
 
-# -- candidates: what appeared in the window ------------------------------------------------------------
+_SIG_NAME = re.compile(r"SIG[A-Z0-9+-]+")
+
+
+def _numbered_signal(num: int) -> str | None:
+    """``11`` → ``SIGSEGV``; ``signal 99`` for a number this system does not name; None for 0."""
+    if num <= 0:
+        return None
+    try:
+        return _signal.Signals(num).name
+    except ValueError:
+        return f"signal {num}"
+
+
+# -- candidates: what appeared in the window -------------------------------------------------------
 @dataclass
 class Candidate:
     """A core that appeared on a host, as far as the scan can tell."""
@@ -395,9 +460,10 @@ class Candidate:
     journal: JournalEntry | None = None
 
 
-def scan_roots(pattern: CorePattern, sources: CoreSources, relative_dirs: Sequence[str]) -> tuple[str, ...]:
-    """The directories a core of ``pattern`` may lie under: the pattern's own directory, the handler's
-    store, or (relative pattern) the run directories the scan searched."""
+def scan_roots(pattern: CorePattern, sources: CoreSources,
+               relative_dirs: Sequence[str]) -> tuple[str, ...]:
+    """The directories a core of ``pattern`` may lie under: the pattern's own directory, the
+    handler's store, or (relative pattern) the run directories the scan searched."""
     table: dict[str, tuple[str, ...]] = {
         "file": (pattern.directory or "/",), "relative": tuple(relative_dirs),
         "apport": sources.apport_dirs, "abrt": sources.abrt_dirs,
@@ -407,19 +473,32 @@ def scan_roots(pattern: CorePattern, sources: CoreSources, relative_dirs: Sequen
 
 def _under(path: str, roots: Sequence[str]) -> bool:
     norm = posixpath.normpath(path)
-    return norm == path and any(norm.startswith(r.rstrip("/") + "/") for r in roots if r.startswith("/"))
+    absolute = [r.rstrip("/") + "/" for r in roots if r.startswith("/")]
+    return norm == path and any(norm.startswith(r) for r in absolute)
 
 
 def _journal_candidates(before: HostScan, after: HostScan) -> list[Candidate]:
     """systemd-coredump: the journal's entries that are new since ``before`` (allowing its lag)."""
     seen = {e.key for e in before.journal}
-    return [Candidate(after.host, "systemd", f"coredumpctl:{e.pid}", e.time, e.size, e.pid,
-                      posixpath.basename(e.exe) or None, e.exe if e.exe.startswith("/") else None,
-                      e.signal, journal=e)
-            for e in after.journal if e.key not in seen and e.time >= before.now - JOURNAL_LAG]
+    oldest = before.now - JOURNAL_LAG
+    return [_journal_candidate(after.host, e) for e in after.journal
+            if e.key not in seen and e.time >= oldest]
 
 
-def new_candidates(before: HostScan, after: HostScan, roots: Sequence[str] | None = None) -> list[Candidate]:
+def _journal_candidate(host: str, e: JournalEntry) -> Candidate:
+    exe = e.exe if e.exe.startswith("/") else None
+    return Candidate(host, "systemd", f"coredumpctl:{e.pid}", e.time, e.size, e.pid,
+                     posixpath.basename(e.exe) or None, exe, e.signal, journal=e)
+
+
+def _changed(old: FileEntry | None, entry: FileEntry) -> bool:
+    """Whether a listed file is new: a new path, or the same name rewritten (its mtime or inode
+    changed)."""
+    return old is None or (old.mtime, old.inode) != (entry.mtime, entry.inode)
+
+
+def new_candidates(before: HostScan, after: HostScan,
+                   roots: Sequence[str] | None = None) -> list[Candidate]:
     """Cores in ``after`` that were not in ``before`` and are no older than ``before.now``.
 
     A file counts as new when its path is new or its mtime/inode changed (a
@@ -427,54 +506,79 @@ def new_candidates(before: HostScan, after: HostScan, roots: Sequence[str] | Non
     (``%t``, else mtime) precedes the snapshot never counts. With ``roots``
     (:func:`scan_roots`), a file counts only at a normal absolute path under one of them.
     """
-    t0 = math.floor(before.now)
-    pattern = after.pattern
-    out: list[Candidate] = []
-    if pattern.kind == "systemd":
+    if after.pattern.kind == "systemd":
         return _journal_candidates(before, after)
-    for path, entry in sorted(after.files.items()):
-        old = before.files.get(path)
-        if old is not None and (old.mtime, old.inode) == (entry.mtime, entry.inode):
-            continue
-        if roots is not None and not _under(path, roots):
-            continue
-        cand = _file_candidate(after.host, pattern, entry)
-        if cand is not None and cand.time >= t0:
-            out.append(cand)
-    return out
+    t0 = math.floor(before.now)
+    found = [_file_candidate(after.host, after.pattern, e)
+             for e in _new_files(before, after, roots)]
+    return [c for c in found if c is not None and c.time >= t0]
 
 
-def _file_candidate(host: str, pattern: CorePattern, entry: FileEntry) -> Candidate | None:
+def _new_files(before: HostScan, after: HostScan, roots: Sequence[str] | None) -> list[FileEntry]:
+    """The files ``after`` lists that are new since ``before`` (under ``roots`` when given)."""
+    fresh = [(path, e) for path, e in sorted(after.files.items())
+             if _changed(before.files.get(path), e)]
+    return [e for path, e in fresh if roots is None or _under(path, roots)]
+
+
+def _abrt_candidate(host: str, pattern: CorePattern, entry: FileEntry) -> Candidate | None:
+    """An abrt dump folder ``ccpp-<when>-<pid>`` (``.new``: abrt is still writing it; the next scan
+    sees it renamed)."""
     name = posixpath.basename(entry.path)
-    if pattern.kind == "abrt":
-        m = _ABRT_DIR.match(name)
-        if m is None or name.endswith(".new"):
-            return None  # .new: abrt is still writing it; the next scan sees it renamed
-        return Candidate(host, "abrt", entry.path, entry.mtime, None, int(m["pid"]))
-    if pattern.kind == "apport":
-        # names encode the executable with '/' as '_' (ambiguous): only a hint for the display name;
-        # the executable comes from the .crash header or the core's notes
-        if name.endswith(".crash"):
-            hint = name[: -len(".crash")].rsplit(".", 1)[0]
-            return Candidate(host, "apport", entry.path, entry.mtime, entry.size, None, hint.rsplit("_", 1)[-1])
-        m = _APPORT_CORE.match(name)
-        if m is None:
-            return None
-        return Candidate(host, "apport", entry.path, entry.mtime, entry.size, int(m["pid"]),
-                         m["exe"].rsplit("_", 1)[-1])
+    m = _ABRT_DIR.match(name)
+    if m is None or name.endswith(".new"):
+        return None
+    return Candidate(host, "abrt", entry.path, entry.mtime, None, int(m["pid"]))
+
+
+def _apport_candidate(host: str, pattern: CorePattern, entry: FileEntry) -> Candidate | None:
+    """An apport ``.crash`` report or ``core.<exe>.<uid>.<boot>.<pid>.<start>``.
+
+    The names encode the executable with '/' as '_' (ambiguous): only a hint for the display name;
+    the executable comes from the .crash header or the core's notes."""
+    name = posixpath.basename(entry.path)
+    if name.endswith(".crash"):
+        hint = name[: -len(".crash")].rsplit(".", 1)[0]
+        return Candidate(host, "apport", entry.path, entry.mtime, entry.size, None,
+                         hint.rsplit("_", 1)[-1])
+    m = _APPORT_CORE.match(name)
+    if m is None:
+        return None
+    return Candidate(host, "apport", entry.path, entry.mtime, entry.size, int(m["pid"]),
+                     m["exe"].rsplit("_", 1)[-1])
+
+
+def _pattern_candidate(host: str, pattern: CorePattern, entry: FileEntry) -> Candidate | None:
+    """A file the kernel wrote by the pattern, its ``%`` fields read from its name."""
     fields = pattern.fields(entry.path)
     if fields is None:
         return None
     when = float(fields["t"]) if "t" in fields else entry.mtime
-    pid = fields.get("p") or fields.get("P")
+    pid = _field(fields, "pP")
     exe = fields.get("E", "").replace("!", "/") or None
     return Candidate(host, "file", entry.path, when, entry.size, int(pid) if pid else None,
-                     fields.get("e") or fields.get("f"), exe, signal_name(fields.get("s")))
+                     _field(fields, "ef"), exe, signal_name(fields.get("s")))
+
+
+def _field(fields: Mapping[str, str], specifiers: str) -> str | None:
+    """The first of ``specifiers`` the name gave a value (``%p`` before ``%P``, ``%e`` before
+    ``%f``)."""
+    return next((fields[k] for k in specifiers if fields.get(k)), None)
+
+
+_CANDIDATE_OF: Mapping[str, Callable[[str, CorePattern, FileEntry], Candidate | None]] = {
+    "abrt": _abrt_candidate, "apport": _apport_candidate}
+
+
+def _file_candidate(host: str, pattern: CorePattern, entry: FileEntry) -> Candidate | None:
+    read = _CANDIDATE_OF.get(pattern.kind, _pattern_candidate)
+    return read(host, pattern, entry)
 
 
 @dataclass
 class Baseline:
-    """Per-host snapshots taken before the test (``error`` set for a host that could not be read)."""
+    """Per-host snapshots taken before the test (``error`` set for a host that could not be
+    read)."""
 
     hosts: dict[str, HostScan]
     taken: float
@@ -483,6 +587,7 @@ class Baseline:
         return [n for s in self.hosts.values() for n in s.notes()]
 
 
-__all__ = ["Baseline", "Candidate", "CorePattern", "CoreSources", "FileEntry", "HostScan", "JournalEntry",
-           "ScanFormatError", "new_candidates", "parse_core_pattern", "parse_coredumpctl_json",
-           "parse_coredumpctl_text", "parse_scan", "scan_roots", "scan_script", "signal_name"]
+__all__ = ["Baseline", "Candidate", "CorePattern", "CoreSources", "FileEntry", "HostScan",
+           "JournalEntry", "ScanFormatError", "new_candidates", "parse_core_pattern",
+           "parse_coredumpctl_json", "parse_coredumpctl_text", "parse_scan", "scan_roots",
+           "scan_script", "signal_name"]

@@ -179,3 +179,28 @@ def test_the_installed_ascend_fd_reads_the_bundle_and_gives_a_table_verdict(tmp_
     folders = {h: _host(tmp_path / "run" / h) for h in ("host1", "host2")}
     bundle, verdict = faultbundle.write_bundle(tmp_path.resolve() / "run", folders)
     assert verdict is not None and verdict.startswith("root cause node(s) "), (bundle / faultbundle.VERDICT).read_text()
+
+
+def test_device_log_notes_say_whether_msnpureport_ran(tmp_path: Path) -> None:
+    src = _host(tmp_path / "src")
+    shutil.rmtree(src / "npu-state" / "msnpureport")
+    notes = faultbundle.host_tree(src, tmp_path / "a")
+    assert "device_log: msnpureport did not run on this host" in notes
+    (src / "npu-state" / "msnpureport").mkdir()
+    notes = faultbundle.host_tree(src, tmp_path / "b")
+    assert "device_log: msnpureport exported no file on this host" in notes
+    assert (tmp_path / "b" / "device_log").is_dir()
+
+
+def test_a_tree_over_the_tools_total_bounds_is_named(tmp_path: Path) -> None:
+    tree = tmp_path / "host1"
+    faultbundle.host_tree(_host(tmp_path / "src"), tree)
+    man = faultbundle.layout()
+    for limit, value in (("total_files", 2), ("total_bytes", 10)):
+        small = {**man, "limits": {**man["limits"], limit: value}}
+        assert faultbundle.check_tree(tree, small) == ["host1: over the tool's input bounds"]
+
+
+def test_without_a_table_the_verdict_is_the_tools_last_line() -> None:
+    assert faultbundle.verdict_line("$ parse -i (exit 0)\nparsed\n  done  \n\n") == "done"
+    assert faultbundle.verdict_line("$ diag -i (exit 1)\n\n") == "(no output)"
