@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 # -- supervisor -> controller ------------------------------------------------------------------
@@ -140,30 +140,69 @@ def _int(word: str) -> int | None:
     return int(word) if word.lstrip("-").isdigit() else None
 
 
+def _word(rest: list[str], index: int, missing: str) -> str:
+    """The word at index, ``missing`` past the end."""
+    return rest[index] if len(rest) > index else missing
+
+
+def _rank_line(tag: str, rest: list[str]) -> SupervisorLine:
+    """``RANK <r> exit <rc> pid <p>`` or ``RANK <r> SIG <name> pid <p>``."""
+    rank = int(rest[0]) if rest[0].isdigit() else -1
+    value = _word(rest, 2, "?")
+    if rest[1] == RANK_SIGNAL:
+        return SupervisorLine(RANK, rank=rank, signal=value)
+    return SupervisorLine(RANK, rank=rank, exit_code=_int(value))
+
+
+def _exit_line(tag: str, rest: list[str]) -> SupervisorLine:
+    return SupervisorLine(EXIT, exit_code=_int(rest[0]))
+
+
+def _killed_line(tag: str, rest: list[str]) -> SupervisorLine:
+    return SupervisorLine(KILLED, reason=_word(rest, 0, "?"))
+
+
+def _count_line(tag: str, rest: list[str]) -> SupervisorLine:
+    return SupervisorLine(tag, count=_int(rest[0]) or 0)
+
+
+def _pids_line(tag: str, rest: list[str]) -> SupervisorLine:
+    """Only the words that are positive pids."""
+    return SupervisorLine(tag, pids=tuple(int(w) for w in rest if w.isdigit() and int(w) > 0))
+
+
+def _started_line(tag: str, rest: list[str]) -> SupervisorLine:
+    return SupervisorLine(STARTED, pid=_int(rest[0]))
+
+
+def _bare_line(tag: str, rest: list[str]) -> SupervisorLine:
+    return SupervisorLine(tag)
+
+
+#: tag -> (the fewest words after it, its parser); a line with fewer words is unknown
+_PARSERS: dict[str, tuple[int, Callable[[str, list[str]], SupervisorLine]]] = {
+    RANK: (2, _rank_line),
+    EXIT: (1, _exit_line),
+    KILLED: (0, _killed_line),
+    SWEPT: (1, _count_line),
+    STACKS: (1, _count_line),
+    LEFT: (0, _pids_line),
+    TREE: (0, _pids_line),
+    STARTED: (1, _started_line),
+    DONE: (0, _bare_line),
+    HEARTBEAT: (0, _bare_line),
+}
+
+
 def parse_supervisor_line(line: str) -> SupervisorLine:
     """What the controller reads from one line of a supervisor's stdout."""
     words = line.split()
-    if not words:
+    if not words or words[0] not in _PARSERS:
         return SupervisorLine("")
-    tag, rest = words[0], words[1:]
-    if tag == RANK and len(rest) >= 2:
-        rank = int(rest[0]) if rest[0].isdigit() else -1
-        if rest[1] == RANK_SIGNAL:
-            return SupervisorLine(RANK, rank=rank, signal=rest[2] if len(rest) > 2 else "?")
-        return SupervisorLine(RANK, rank=rank, exit_code=_int(rest[2]) if len(rest) > 2 else None)
-    if tag == EXIT and rest:
-        return SupervisorLine(EXIT, exit_code=_int(rest[0]))
-    if tag == KILLED:
-        return SupervisorLine(KILLED, reason=rest[0] if rest else "?")
-    if tag in (SWEPT, STACKS) and rest:
-        return SupervisorLine(tag, count=_int(rest[0]) or 0)
-    if tag in (LEFT, TREE):
-        return SupervisorLine(tag, pids=tuple(int(w) for w in rest if w.isdigit() and int(w) > 0))
-    if tag == STARTED and rest:
-        return SupervisorLine(STARTED, pid=_int(rest[0]))
-    if tag in (DONE, HEARTBEAT):
-        return SupervisorLine(tag)
-    return SupervisorLine("")
+    least, parse = _PARSERS[words[0]]
+    if len(words) - 1 < least:
+        return SupervisorLine("")
+    return parse(words[0], words[1:])
 
 
 def relay_verdict(output: str, sha256: str) -> tuple[bool, list[str], str | None]:
