@@ -1,34 +1,9 @@
 #!/usr/bin/env python3
 """camit relay: receive one artifact, write it, and forward the same stream to the next host.
 
-Shipped to the hosts by ``framework.deploy``; standard library only (runs on the
-host's base python). One process per host and artifact:
-
-    relay.py --out PATH --sha256 HEX --size N [--listen IP] [--deadline S]
-
-Protocol on stdin (lines, then — for the head of the chain — the raw bytes):
-
-    NEXT <ip> <port> <token>     or   NEXT -          where to forward (token for the next hop)
-    TOKEN <token>                (listeners only)     the one-time token the upstream must send
-    <size raw bytes>             (head only)          the artifact itself
-
-A listener binds ``IP:0`` and prints ``PORT <n>`` first; it keeps accepting until a
-connection's first line is its one-time token (compared in constant time) or the
-deadline passes: a connection that sends anything else, nothing within
-``TOKEN_WAIT`` seconds or more than a line is closed unread (a stray local user can
-neither end the hop nor get data; nothing is ever sent upstream). Idle connections cannot
-crowd out the upstream: past ``MAX_PENDING`` waiting (``MAX_PER_PEER`` from one address)
-the oldest one is closed, never the newcomer. Then it reads
-``size`` bytes. Every byte read is written to a fresh file created exclusively
-(``O_CREAT|O_EXCL|O_NOFOLLOW``, mode 0600, ``PATH.part-<random>``: a symlink planted
-at any name is never followed) and sent on to the next hop at the same time (a
-pipeline, not store-and-forward). At the end the sha256 is checked, the file
-renamed to PATH and ``<dir>/.ok`` written (the same way), and the relay prints
-``OK <sha256>``; otherwise ``ERR <reason>`` and the partial file is removed. A
-failed next hop never stops the local write: it prints ``NEXT-FAILED <reason>``
-and carries on, so the controller can push directly to the hosts after it. Every
-socket operation has a deadline (``IO_TIMEOUT``: a next hop that stops reading is
-dropped as failed), and the process exits at ``--deadline`` seconds whatever happens.
+Shipped to the hosts by ``framework.deploy``; standard library only. One process per host and
+artifact: ``relay.py --out PATH --sha256 HEX --size N [--listen IP] [--deadline S]``.
+Protocol and guarantees: docs/internals/c-remote.md.
 """
 
 from __future__ import annotations

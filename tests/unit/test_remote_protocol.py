@@ -27,7 +27,7 @@ def constants(name: str) -> dict[str, object]:
 
 
 @pytest.mark.parametrize(("name", "aliases"), [
-    ("supervisor.py", {"TAG": "RUN_TAG"}),
+    ("supervisor.py", {"TAG": "RUN_TAG", "GONE_STATES": None, "NO_PYSPY": None}),
     ("rankwrap.py", {"BOOTSTRAP": None}),
     ("relay.py", {"CHUNK": None, "TOKEN_WAIT": None, "IO_TIMEOUT": None, "MAX_PENDING": None,
                   "MAX_PER_PEER": None}),
