@@ -69,7 +69,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -91,6 +91,7 @@ from framework.lab.plan import (
     HostPlan,
     LabPlan,
     MountKind,
+    NpuPlan,
     build_commands,
     core_pattern_on_down,
     core_pattern_on_up,
@@ -225,6 +226,77 @@ class LabHost:
         return pid is not None and pid_alive(pid) and str(self.plan.sshd_config) in cmdline(pid)
 
 
+#: how a mount point of each kind is created (none exists there yet)
+_MAKE_MOUNT_POINT: dict[str, Callable[[Path], None]] = {
+    "dir": lambda path: path.mkdir(mode=0o755),
+    "file": lambda path: path.touch(mode=0o644, exist_ok=False),
+}
+
+
+def _read_state(path: Path, name: str) -> dict[str, Any]:
+    """The state document at ``path``; LabError naming the lab when there is none."""
+    try:
+        data: dict[str, Any] = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise LabError(
+            f"no lab {name!r} is up ({path} does not exist); run `python -m framework.lab up --hosts 4`"
+        ) from None
+    except (OSError, ValueError) as exc:
+        raise LabError(f"cannot read {path}: {exc}") from None
+    return data
+
+
+def _plan_of(data: dict[str, Any]) -> LabPlan:
+    """The plan of the lab a state document records."""
+    npu = data.get("npu") or {}
+    return plan_lab(len(data["hosts"]), name=data["name"], subnet=data["subnet"],
+                    state_dir=Path(data["state_dir"]), env_file=Path(data["env_file"]), python=data["python"],
+                    npu=npu.get("profile"), visible=npu.get("visible"), jump=data.get("jump_subnet"))
+
+
+def _host_of(hp: HostPlan, rec: dict[str, Any]) -> LabHost:
+    """A host as its state record has it."""
+    return LabHost(hp, rec.get("sshd_pid"), rec.get("small_workdir"), [int(p) for p in rec.get("holders") or []])
+
+
+def _jump_of(plan: LabPlan, data: dict[str, Any]) -> LabHost | None:
+    """The jump host as the state document has it (None in a lab without one)."""
+    if plan.jump is None:
+        return None
+    return LabHost(plan.jump, (data.get("jump") or {}).get("sshd_pid"))
+
+
+def _npu_json(npu: NpuPlan | None) -> dict[str, Any] | None:
+    """The emulated hosts' profile and visible devices (None on a CPU lab)."""
+    if npu is None:
+        return None
+    return {"profile": npu.profile, "visible": list(npu.visible) if npu.visible is not None else None}
+
+
+def _host_json(h: LabHost) -> dict[str, Any]:
+    return {"name": h.name, "ns": h.ns, "ip": h.ip, "mac": h.mac, "veth": h.veth, "sshd_pid": h.sshd_pid,
+            "small_workdir": h.small_workdir, "dir": str(h.dir), "holders": h.holders}
+
+
+def _where(plan: LabPlan) -> str:
+    """The network the hosts are on, for the ``up`` line."""
+    if plan.jump is None:
+        return f"{plan.bridge} {plan.subnet}"
+    return f"{plan.private_bridge} {plan.private_subnet} behind jump host {plan.jump.ip} on {plan.bridge}"
+
+
+def _shape_changes(old: LabPlan, new: LabPlan) -> list[str]:
+    """How the lab that is up differs in shape from the one asked for."""
+    out = []
+    if len(old.hosts) != len(new.hosts) or old.subnet != new.subnet:
+        out.append(f"it has {len(old.hosts)} hosts on {old.subnet}, asked for {len(new.hosts)} on {new.subnet}")
+    if old.npu != new.npu:
+        out.append(f"it is {npu_shape(old)}, asked for {npu_shape(new)}")
+    if old.private_subnet != new.private_subnet:
+        out.append(f"its jump subnet is {old.private_subnet}, asked for {new.private_subnet}")
+    return out
+
+
 class Lab:
     """A lab that is up (or half up); obtain one with :meth:`load` or :meth:`up`."""
 
@@ -273,32 +345,24 @@ class Lab:
     @classmethod
     def load(cls, name: str = DEFAULT_NAME, state_dir: Path | str | None = None) -> Lab:
         """Read ``<state>/lab.json``; LabError if no lab of that name is up."""
-        sd = Path(state_dir) if state_dir else default_state_dir(name)
-        path = sd / "lab.json"
+        path = (Path(state_dir) if state_dir else default_state_dir(name)) / "lab.json"
+        data = _read_state(path, name)
         try:
-            data: dict[str, Any] = json.loads(path.read_text())
-        except FileNotFoundError:
-            raise LabError(
-                f"no lab {name!r} is up ({path} does not exist); run `python -m framework.lab up --hosts 4`"
-            ) from None
-        except (OSError, ValueError) as exc:
-            raise LabError(f"cannot read {path}: {exc}") from None
-        try:
-            npu = data.get("npu") or {}
-            plan = plan_lab(len(data["hosts"]), name=data["name"], subnet=data["subnet"],
-                            state_dir=Path(data["state_dir"]), env_file=Path(data["env_file"]), python=data["python"],
-                            npu=npu.get("profile"), visible=npu.get("visible"), jump=data.get("jump_subnet"))
-            by_name = {h["name"]: h for h in data["hosts"]}
-            hosts = [LabHost(hp, by_name[hp.name].get("sshd_pid"), by_name[hp.name].get("small_workdir"),
-                             [int(p) for p in by_name[hp.name].get("holders") or []])
-                     for hp in plan.hosts]
-            core = data.get("core_pattern")
-            mps = [(str(p), k) for p, k in data.get("mount_points") or []]
-            jump = LabHost(plan.jump, (data.get("jump") or {}).get("sshd_pid")) if plan.jump else None
-            return cls(plan, hosts, created=data.get("created", ""), iptables_rule=bool(data.get("iptables_rule")),
-                       core_pattern=dict(core) if isinstance(core, dict) else None, mount_points=mps, jump=jump)
+            return cls._from_json(data)
         except (KeyError, TypeError, ValueError) as exc:
             raise LabError(f"{path} is not a lab state file (missing {exc})") from None
+
+    @classmethod
+    def _from_json(cls, data: dict[str, Any]) -> Lab:
+        """The lab a state document records (its plan made again from the recorded shape)."""
+        plan = _plan_of(data)
+        by_name = {h["name"]: h for h in data["hosts"]}
+        hosts = [_host_of(hp, by_name[hp.name]) for hp in plan.hosts]
+        core = data.get("core_pattern")
+        mps = [(str(p), k) for p, k in data.get("mount_points") or []]
+        return cls(plan, hosts, created=data.get("created", ""), iptables_rule=bool(data.get("iptables_rule")),
+                   core_pattern=dict(core) if isinstance(core, dict) else None, mount_points=mps,
+                   jump=_jump_of(plan, data))
 
     def to_json(self) -> dict[str, Any]:
         p = self.plan
@@ -307,16 +371,19 @@ class Lab:
             "state_dir": str(p.state_dir), "env_file": str(p.env_file), "python": p.python,
             "key_file": str(p.client_key), "known_hosts": str(p.known_hosts), "created": self.created,
             "iptables_rule": self.iptables_rule, "core_pattern": self.core_pattern,
-            "npu": ({"profile": p.npu.profile, "visible": list(p.npu.visible) if p.npu.visible is not None else None}
-                    if p.npu else None),
+            "npu": _npu_json(p.npu),
             "mount_points": [list(mp) for mp in self.mount_points],
             "jump_subnet": str(p.private_subnet) if p.private_subnet else None,
-            "jump": ({"name": self.jump.name, "ns": self.jump.ns, "ip": self.jump.ip, "private_ip": p.jump.private_ip,
-                      "sshd_pid": self.jump.sshd_pid} if self.jump and p.jump else None),
-            "hosts": [{"name": h.name, "ns": h.ns, "ip": h.ip, "mac": h.mac, "veth": h.veth, "sshd_pid": h.sshd_pid,
-                       "small_workdir": h.small_workdir, "dir": str(h.dir), "holders": h.holders}
-                      for h in self.hosts],
+            "jump": self._jump_json(),
+            "hosts": [_host_json(h) for h in self.hosts],
         }
+
+    def _jump_json(self) -> dict[str, Any] | None:
+        """The jump host's record (None without one)."""
+        if self.jump is None or self.plan.jump is None:
+            return None
+        return {"name": self.jump.name, "ns": self.jump.ns, "ip": self.jump.ip,
+                "private_ip": self.plan.jump.private_ip, "sshd_pid": self.jump.sshd_pid}
 
     def save(self) -> None:
         atomic_write(self.plan.state_file, json.dumps(self.to_json(), indent=2) + "\n")
@@ -355,25 +422,29 @@ class Lab:
         with locked(plan.state_dir):
             lab = cls._reuse(plan, say)
             if lab is None:
-                check_overlap(plan)
-                now = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
-                lab = cls(plan, [LabHost(h) for h in plan.hosts], created=now)
-                t0 = time.monotonic()
-                try:
-                    lab._build(say)
-                except BaseException:
-                    log.error("building lab %r failed; tearing down what was made", name)
-                    with contextlib.suppress(Exception):
-                        lab._teardown(lambda m: log.info("%s", m))
-                    raise
-                took = time.monotonic() - t0
-                kind = f"emulated Ascend {plan.npu.profile} " if plan.npu else ""
-                where = (f"{plan.private_bridge} {plan.private_subnet} behind jump host {plan.jump.ip} on "
-                         f"{plan.bridge}" if plan.jump else f"{plan.bridge} {plan.subnet}")
-                say(f"lab {name!r} is up: {n_hosts} {kind}hosts on {where} in {took:.1f}s")
+                lab = cls._make(plan, say)
             lab._claim_core_pattern(say)
             lab.save()
         prepare_torch(plan.python, torch, say)
+        return lab
+
+    @classmethod
+    def _make(cls, plan: LabPlan, say: Say) -> Lab:
+        """Build a new lab; what was made is torn down again when that fails."""
+        check_overlap(plan)
+        now = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+        lab = cls(plan, [LabHost(h) for h in plan.hosts], created=now)
+        t0 = time.monotonic()
+        try:
+            lab._build(say)
+        except BaseException:
+            log.error("building lab %r failed; tearing down what was made", plan.name)
+            with contextlib.suppress(Exception):
+                lab._teardown(lambda m: log.info("%s", m))
+            raise
+        took = time.monotonic() - t0
+        kind = f"emulated Ascend {plan.npu.profile} " if plan.npu else ""
+        say(f"lab {plan.name!r} is up: {len(plan.hosts)} {kind}hosts on {_where(plan)} in {took:.1f}s")
         return lab
 
     @classmethod
@@ -382,35 +453,51 @@ class Lab:
         try:
             old = cls.load(plan.name, plan.state_dir)
         except LabError:
-            old = None
-        if old is not None:
-            problems = old.problems()
-            if len(old.hosts) != len(plan.hosts) or old.plan.subnet != plan.subnet:
-                problems.append(f"it has {len(old.hosts)} hosts on {old.plan.subnet}, "
-                                f"asked for {len(plan.hosts)} on {plan.subnet}")
-            if old.plan.npu != plan.npu:
-                problems.append(f"it is {npu_shape(old.plan)}, asked for {npu_shape(plan)}")
-            if old.plan.private_subnet != plan.private_subnet:
-                problems.append(f"its jump subnet is {old.plan.private_subnet}, asked for {plan.private_subnet}")
-            if not problems:
-                lab = cls(plan, old.hosts, created=old.created, iptables_rule=old.iptables_rule,
-                          core_pattern=old.core_pattern, mount_points=old.mount_points, jump=old.jump)
-                lab._open_forwarding(say)  # the firewall may have changed since
-                lab.save()
-                if plan.npu is not None:  # the emulation and the stand-in may have changed since: refresh them
-                    lab._populate_trees()
-                    lab._install_emu_python(say)
-                lab._write_env()
-                say(f"lab {plan.name!r} is already up and healthy ({len(plan.hosts)} hosts); rewrote {plan.env_file}")
-                return lab
-            say(f"lab {plan.name!r} exists but is not usable ({'; '.join(problems)}): tearing it down first")
-            old._teardown(say)
-        elif leftovers(plan.name, plan.state_dir):
-            say(f"found leftovers of a half-made lab {plan.name!r}: tearing them down first")
-            cls(plan, [LabHost(h) for h in plan.hosts], created="")._teardown(say)
+            if leftovers(plan.name, plan.state_dir):
+                say(f"found leftovers of a half-made lab {plan.name!r}: tearing them down first")
+                cls(plan, [LabHost(h) for h in plan.hosts], created="")._teardown(say)
+            return None
+        problems = old.problems() + _shape_changes(old.plan, plan)
+        if not problems:
+            return cls._adopt(old, plan, say)
+        say(f"lab {plan.name!r} exists but is not usable ({'; '.join(problems)}): tearing it down first")
+        old._teardown(say)
         return None
 
+    @classmethod
+    def _adopt(cls, old: Lab, plan: LabPlan, say: Say) -> Lab:
+        """The healthy lab ``old`` under ``plan``: forwarding, emulation and env file refreshed."""
+        lab = cls(plan, old.hosts, created=old.created, iptables_rule=old.iptables_rule,
+                  core_pattern=old.core_pattern, mount_points=old.mount_points, jump=old.jump)
+        lab._open_forwarding(say)  # the firewall may have changed since
+        lab.save()
+        if plan.npu is not None:  # the emulation and the stand-in may have changed since: refresh them
+            lab._populate_trees()
+            lab._install_emu_python(say)
+        lab._write_env()
+        say(f"lab {plan.name!r} is already up and healthy ({len(plan.hosts)} hosts); rewrote {plan.env_file}")
+        return lab
+
     def _build(self, say: Say) -> None:
+        """Make the lab: folders, keys, network, sshds, the emulation; saved as it goes."""
+        self._make_dirs()
+        self.save()  # from here on `down` finds what we made
+        self._populate_emu(say)
+        self._make_client_key()
+        self._make_network()
+        self._open_forwarding(say)
+        for h in self._sshd_hosts():
+            self._configure_sshd(h)
+            self._spawn_sshd(h)
+        self.save()
+        for h in self._sshd_hosts():
+            self._wait_ready(h)
+        self._install_emu_python(say)
+        self._write_env()
+        self.save()
+
+    def _make_dirs(self) -> None:
+        """The state folder, each host's folders and rc file, and the shared mount points."""
         p = self.plan
         every = (*p.hosts, *((p.jump,) if p.jump else ()))
         for d in (p.state_dir, *(h.dir for h in every)):
@@ -425,31 +512,30 @@ class Lab:
         for d in (Path(HOST_WORKDIR), Path(HOST_COREDIR)):  # mount points, in the shared root filesystem
             d.mkdir(parents=True, exist_ok=True)
         Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # sshd's privilege-separation directory
-        self.save()  # from here on `down` finds what we made
-        self._populate_emu(say)
+
+    def _make_client_key(self) -> None:
+        """The client key (kept when it exists), authorised on every host."""
+        p = self.plan
         if not p.client_key.exists():
             run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"camit-lab-{p.name}", "-f", str(p.client_key)],
                 what="generate the lab's client key")
         atomic_write(p.authorized_keys, p.client_key.with_suffix(".pub").read_text(), 0o600)
-        for argv in build_commands(p):
+
+    def _make_network(self) -> None:
+        """Namespaces, bridge, links and addresses (:func:`build_commands`)."""
+        for argv in build_commands(self.plan):
             netns = argv[:3] == ["ip", "netns", "add"]
             what = "cannot create network namespaces" if netns else "cannot build the lab network"
             cp = run(argv, check=False)
             if cp.returncode != 0:
                 raise LabError(f"{what}: {shlex.join(argv)}: {cp.stderr.strip()}")
-        self._open_forwarding(say)
-        for h in self._sshd_hosts():
-            if not h.plan.host_key.exists():
-                run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"{h.name}@{p.name}-lab",
-                     "-f", str(h.plan.host_key)], what=f"generate {h.name}'s host key")
-            atomic_write(h.plan.sshd_config, sshd_config_text(p, h.plan))
-            self._spawn_sshd(h)
-        self.save()
-        for h in self._sshd_hosts():
-            self._wait_ready(h)
-        self._install_emu_python(say)
-        self._write_env()
-        self.save()
+
+    def _configure_sshd(self, h: LabHost) -> None:
+        """A host key (kept when it exists) and the sshd config of ``h``."""
+        if not h.plan.host_key.exists():
+            run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"{h.name}@{self.plan.name}-lab",
+                 "-f", str(h.plan.host_key)], what=f"generate {h.name}'s host key")
+        atomic_write(h.plan.sshd_config, sshd_config_text(self.plan, h.plan))
 
     # ---- emulated Ascend hosts
     def _populate_emu(self, say: Say) -> None:
@@ -461,12 +547,8 @@ class Lab:
         with locked(STATE_ROOT / "emu-mounts"):
             create = mount_points_to_create(mount_points(npu), os.path.lexists)
             for path, kind in create:
-                if kind == "dir":
-                    Path(path).mkdir(mode=0o755)
-                else:
-                    Path(path).touch(mode=0o644, exist_ok=False)
-            others = [r["mount_points"] for r in self._other_records() if r.get("npu") and r.get("mount_points")]
-            self.mount_points = mount_points_on_up(create, [[(str(p), k) for p, k in o] for o in others])
+                _MAKE_MOUNT_POINT[kind](Path(path))
+            self.mount_points = mount_points_on_up(create, self._others_mount_points())
             self.save()
         if create:
             say(f"created mount point(s) {', '.join(p for p, _ in create)} (removed by the last emulated lab's down)")
@@ -479,6 +561,11 @@ class Lab:
         prof = emu.profile(self.plan.npu.profile)
         for h in self.plan.hosts:  # emu's host index is 0-based
             emu.populate(h.emu_dir, prof, host=h.name, index=h.index - 1, n_hosts=len(self.plan.hosts))
+
+    def _others_mount_points(self) -> list[list[tuple[str, MountKind]]]:
+        """The mount points each other emulated lab that is up recorded."""
+        others = [r["mount_points"] for r in self._other_records() if r.get("npu") and r.get("mount_points")]
+        return [[(str(p), k) for p, k in o] for o in others]
 
     def _release_mount_points(self, say: Say) -> None:
         """Remove the recorded mount points (if still empty) unless another emulated lab is up."""
@@ -744,27 +831,30 @@ class Lab:
     # ---- health
     def problems(self) -> list[str]:
         """Why the lab is not usable right now (empty when healthy)."""
-        out = []
-        if not Path(f"/sys/class/net/{self.plan.bridge}").exists():
-            out.append(f"bridge {self.plan.bridge} is missing")
-        if self.plan.private_bridge and not Path(f"/sys/class/net/{self.plan.private_bridge}").exists():
-            out.append(f"bridge {self.plan.private_bridge} is missing")
-        for h in self._sshd_hosts():
-            if not Path(f"/run/netns/{h.ns}").exists():
-                out.append(f"{h.name}: netns {h.ns} is missing")
-            elif not h.sshd_running:
-                out.append(f"{h.name}: sshd is not running")
-            elif not self._answers(h):
-                out.append(f"{h.name}: sshd does not answer on {h.ip}:{SSH_PORT}")
-        for f in (self.key_file, self.known_hosts, self.plan.authorized_keys):
-            if not f.exists():
-                out.append(f"{f} is missing")
+        bridges = [b for b in (self.plan.bridge, self.plan.private_bridge) if b]
+        out = [f"bridge {b} is missing" for b in bridges if not Path(f"/sys/class/net/{b}").exists()]
+        out += [why for why in map(self._sshd_problem, self._sshd_hosts()) if why]
+        files = (self.key_file, self.known_hosts, self.plan.authorized_keys)
+        out += [f"{f} is missing" for f in files if not f.exists()]
+        return out + self._emu_problems()
+
+    def _sshd_problem(self, h: LabHost) -> str:
+        """What is wrong with the host's namespace or sshd ("" when nothing)."""
+        if not Path(f"/run/netns/{h.ns}").exists():
+            return f"{h.name}: netns {h.ns} is missing"
+        if not h.sshd_running:
+            return f"{h.name}: sshd is not running"
+        if not self._answers(h):
+            return f"{h.name}: sshd does not answer on {h.ip}:{SSH_PORT}"
+        return ""
+
+    def _emu_problems(self) -> list[str]:
+        """The emulated hosts whose Python is missing."""
         npu = self.plan.npu
-        for h in self.hosts if npu else ():
-            assert npu is not None
-            if not tree_path(h.plan, npu, npu.python).exists():
-                out.append(f"{h.name}: the emulated host's Python {npu.python} is missing")
-        return out
+        if npu is None:
+            return []
+        return [f"{h.name}: the emulated host's Python {npu.python} is missing"
+                for h in self.hosts if not tree_path(h.plan, npu, npu.python).exists()]
 
     # ---- tear down
     def down(self, say: Say | None = None) -> None:
@@ -784,16 +874,21 @@ class Lab:
         self._remove_routes_and_rules(say)
         self._release_core_pattern(say)
         self._release_mount_points(say)  # our hosts (their mount namespaces) are gone by now
-        with contextlib.suppress(OSError):  # only an env file we generated for this very lab
-            text = p.env_file.read_text()
-            if text.startswith(ENV_HEADER) and f"key_file: {p.client_key}\n" in text:
-                p.env_file.unlink()
+        self._remove_env_file()
         shutil.rmtree(p.state_dir, ignore_errors=True)
-        left = [ns for ns in lab_namespaces(p.name)] + [v for v in lab_veths(p.name)]
+        left = [*lab_namespaces(p.name), *lab_veths(p.name)]
         left += [b for b in (p.bridge, f"{p.name}br1") if Path(f"/sys/class/net/{b}").exists()]
         if left:
             raise LabError(f"lab {p.name!r}: could not remove {', '.join(left)}")
         say(f"lab {p.name!r} is down ({len(namespaces)} namespaces removed)")
+
+    def _remove_env_file(self) -> None:
+        """Remove the env file, only when it is one we generated for this very lab."""
+        p = self.plan
+        with contextlib.suppress(OSError):
+            text = p.env_file.read_text()
+            if text.startswith(ENV_HEADER) and f"key_file: {p.client_key}\n" in text:
+                p.env_file.unlink()
 
     def _our_pids(self, namespaces: Sequence[str]) -> list[int]:
         """The lab's processes: recorded sshds (and their pid files) and holders while still ours, and
@@ -1059,6 +1154,35 @@ def _set_linger(lab: Lab, args: argparse.Namespace, params: Mapping[str, Any], s
     return 0
 
 
+def _check_fault_args(lab: Lab, args: argparse.Namespace, params: dict[str, Any]) -> None:
+    """A knob's parameters are valid for it; ``--linger`` only with held-device."""
+    lab.check_fault(args.host, args.knob, params)
+    if args.linger is not None and (args.knob != "held-device" or args.linger < 0):
+        raise LabError("--linger is a number of seconds >= 0, for held-device (or linger) only")
+
+
+def _clear_faults(lab: Lab, args: argparse.Namespace, params: Mapping[str, Any], say: Say) -> int:
+    lab.clear_faults(args.host)
+    say(f"{args.host}: fault knobs cleared")
+    return 0
+
+
+def _hold_device(lab: Lab, args: argparse.Namespace, params: Mapping[str, Any], say: Say) -> int:
+    """Start a holder (it can fail for other reasons than the input: not a usage error)."""
+    lab.set_fault(args.host, args.knob, linger=args.linger, **params)
+    say(f"{args.host}: {args.knob} set (holder pid {lab.host(args.host).holders[-1]})")
+    return 0
+
+
+def _knob_set(lab: Lab, args: argparse.Namespace, params: Mapping[str, Any], say: Say) -> int:
+    say(f"{args.host}: {args.knob} set")
+    return 0
+
+
+#: what ``fault`` does once the input is checked, by knob (any other knob was set as a file already)
+_FAULT_DONE = {"clear": _clear_faults, "held-device": _hold_device}
+
+
 def _cmd_fault(args: argparse.Namespace, say: Say) -> int:
     params = {k: v for k, v in (("device", args.device), ("level", args.level), ("spod_id", args.spod_id))
               if v is not None}
@@ -1068,22 +1192,12 @@ def _cmd_fault(args: argparse.Namespace, say: Say) -> int:
         if args.knob == LINGER:
             return _set_linger(lab, args, params, say)
         if args.knob != "clear":
-            lab.check_fault(args.host, args.knob, params)
-            if args.linger is not None and (args.knob != "held-device" or args.linger < 0):
-                raise LabError("--linger is a number of seconds >= 0, for held-device (or linger) only")
-        if args.knob not in ("clear", "held-device"):  # a file in the tree: what fails is the input
+            _check_fault_args(lab, args, params)
+        if args.knob not in _FAULT_DONE:  # a file in the tree: what fails is the input
             lab.set_fault(args.host, args.knob, **params)
     except LabError as exc:
         return _usage_error(exc)
-    if args.knob == "clear":
-        lab.clear_faults(args.host)
-        say(f"{args.host}: fault knobs cleared")
-        return 0
-    if args.knob == "held-device":  # starting the holder can fail for other reasons: not a usage error
-        lab.set_fault(args.host, args.knob, linger=args.linger, **params)
-    held = f" (holder pid {lab.host(args.host).holders[-1]})" if args.knob == "held-device" else ""
-    say(f"{args.host}: {args.knob} set{held}")
-    return 0
+    return _FAULT_DONE.get(args.knob, _knob_set)(lab, args, params, say)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

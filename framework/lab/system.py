@@ -77,21 +77,26 @@ def kill_pids(pids: Sequence[int], grace: float = KILL_GRACE) -> None:
     """SIGTERM ``pids``, wait up to ``grace`` s, SIGKILL the rest, reap our own children."""
     pids = [p for p in dict.fromkeys(pids) if p and p != os.getpid() and pid_alive(p)]
     for sig in (signal.SIGTERM, signal.SIGKILL):
-        for p in pids:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(p, sig)
-        deadline = time.monotonic() + grace
-        while time.monotonic() < deadline:
-            _reap(pids)
-            if not any(pid_alive(p) for p in pids):
-                break
-            time.sleep(0.05)
-        pids = [p for p in pids if pid_alive(p)]
+        pids = _signal_and_wait(pids, sig, grace)
         if not pids:
             break
     _reap(pids)
     if any(pid_alive(p) for p in pids):
         raise LabError(f"processes {pids} survived SIGKILL")
+
+
+def _signal_and_wait(pids: list[int], sig: int, grace: float) -> list[int]:
+    """Send ``sig`` to ``pids`` and wait up to ``grace`` s for them to end; those still alive."""
+    for p in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(p, sig)
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline:
+        _reap(pids)
+        if not any(pid_alive(p) for p in pids):
+            break
+        time.sleep(0.05)
+    return [p for p in pids if pid_alive(p)]
 
 
 def _reap(pids: Sequence[int]) -> None:
