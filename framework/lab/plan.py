@@ -319,42 +319,50 @@ def plan_lab(
     private = parse_subnet(jump, n_hosts) if jump is not None else None
     if private is not None and private.overlaps(net):
         raise LabError(f"--jump subnet {private} overlaps the lab's subnet {net}: choose a separate one")
-    base = net.network_address
-    host_base = private.network_address if private is not None else base
-    hosts = []
-    for i in range(1, n_hosts + 1):
-        ip = host_base + HOST_OFFSET + i
-        hname = f"host{i}"
-        hdir = state_dir / "hosts" / hname
-        mounts = tuple((str(hdir / "emu" / tree), target) for tree, target, _ in npu_plan.mounts) if npu_plan else ()
-        hosts.append(
-            HostPlan(
-                index=i, name=hname, ns=f"{name}-{hname}", ip=str(ip), mac=host_mac(ip),
-                veth=f"{name}-v{i}", dir=hdir, mounts=mounts,
-            )
-        )
-    jump_plan = None
-    if private is not None:
-        jip = base + HOST_OFFSET
-        jump_plan = HostPlan(index=0, name="jump", ns=f"{name}-jump", ip=str(jip), mac=host_mac(jip),
-                             veth=f"{name}-vj", dir=state_dir / "jump",
-                             private_ip=str(private.network_address + HOST_OFFSET), private_veth=f"{name}-pj")
+    hosts_net = net if private is None else private
+    hosts = tuple(plan_host(name, i, hosts_net, state_dir, npu_plan) for i in range(1, n_hosts + 1))
     return LabPlan(
-        name=name, subnet=net, bridge=f"{name}br0", bridge_ip=str(base + 1), state_dir=state_dir,
-        env_file=env_file, python=python, hosts=tuple(hosts), npu=npu_plan, private_subnet=private,
-        private_bridge=f"{name}br1" if private is not None else None, jump=jump_plan,
+        name=name, subnet=net, bridge=f"{name}br0", bridge_ip=str(net.network_address + 1),
+        state_dir=state_dir, env_file=env_file, python=python, hosts=hosts, npu=npu_plan,
+        private_subnet=private, private_bridge=f"{name}br1" if private is not None else None,
+        jump=plan_jump(name, net, private, state_dir),
     )
+
+
+def plan_host(name: str, i: int, net: ipaddress.IPv4Network, state_dir: Path,
+              npu: NpuPlan | None) -> HostPlan:
+    """Host ``i`` of the lab, on ``net`` (the lab's subnet, or a jump lab's private one)."""
+    ip = net.network_address + HOST_OFFSET + i
+    hname = f"host{i}"
+    hdir = state_dir / "hosts" / hname
+    trees = npu.mounts if npu is not None else ()
+    mounts = tuple((str(hdir / "emu" / tree), target) for tree, target, _ in trees)
+    return HostPlan(index=i, name=hname, ns=f"{name}-{hname}", ip=str(ip), mac=host_mac(ip),
+                    veth=f"{name}-v{i}", dir=hdir, mounts=mounts)
+
+
+def plan_jump(name: str, net: ipaddress.IPv4Network, private: ipaddress.IPv4Network | None,
+              state_dir: Path) -> HostPlan | None:
+    """A jump lab's jump host: on the lab's subnet, with a leg on the hosts' private one."""
+    if private is None:
+        return None
+    jip = net.network_address + HOST_OFFSET
+    return HostPlan(index=0, name="jump", ns=f"{name}-jump", ip=str(jip), mac=host_mac(jip),
+                    veth=f"{name}-vj", dir=state_dir / "jump",
+                    private_ip=str(private.network_address + HOST_OFFSET), private_veth=f"{name}-pj")
+
+
+def _visible_ids(visible: str) -> list[int]:
+    """``"0,1"`` -> ``[0, 1]``; LabError if it is not device ids separated by commas."""
+    parts = [p.strip() for p in visible.split(",")]
+    if not visible.strip() or not all(p.isdigit() for p in parts):
+        raise LabError(f"invalid --visible {visible!r}: use device ids separated by commas, e.g. 0,1")
+    return [int(p) for p in parts]
 
 
 def parse_visible(visible: str | Sequence[int], count: int, profile: str) -> tuple[int, ...]:
     """``"0,1"`` (or a list) -> ``(0, 1)``; LabError if malformed, repeated or past the profile's ``count``."""
-    if isinstance(visible, str):
-        parts = [p.strip() for p in visible.split(",")]
-        if not visible.strip() or not all(p.isdigit() for p in parts):
-            raise LabError(f"invalid --visible {visible!r}: use device ids separated by commas, e.g. 0,1")
-        ids = [int(p) for p in parts]
-    else:
-        ids = list(visible)
+    ids = _visible_ids(visible) if isinstance(visible, str) else list(visible)
     for dev in ids:
         if not 0 <= dev < count:
             raise LabError(f"--visible device {dev} is past the {profile} profile's {count} devices "

@@ -23,7 +23,7 @@ import statistics
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from framework.ascend import parse as ascend
 from framework.errors import LabError
@@ -121,6 +121,39 @@ def _launcher(module: str, rel: str) -> str:
 # --------------------------------------------------------------------------- host.json
 
 
+def _is_chip_row(cells: list[str] | None) -> TypeGuard[list[str]]:
+    """A table row of three cells whose first starts with a device number."""
+    if not cells or len(cells) != 3:
+        return False
+    words = cells[0].split()
+    return bool(words) and words[0].isdigit()
+
+
+def _chip_cells(text: str) -> tuple[list[list[str]], list[list[str]]]:
+    """The last cell of each die's two rows, split (``a / b`` pairs as one): (top rows, bottom rows).
+
+    The bottom row is the one whose second cell is a bus id.
+    """
+    tops: list[list[str]] = []
+    bottoms: list[list[str]] = []
+    for line in text.splitlines():
+        cells = ascend.table_cells(line)
+        if not _is_chip_row(cells):
+            continue
+        tokens = re.sub(r"\s*/\s*", "/", cells[2]).split()
+        (bottoms if re.match(r"^[0-9A-Fa-f]{4,8}:", cells[1]) else tops).append(tokens)
+    return tops, bottoms
+
+
+def _idle_hbm(info: ascend.NpuSmiInfo, busy: set[tuple[int, int]]) -> dict[int, list[int]]:
+    """chip index -> the HBM used of each idle die with that index."""
+    idle: dict[int, list[int]] = {}
+    for c in info.chips:
+        if (c.npu, c.chip) not in busy and c.hbm_used_mb is not None:
+            idle.setdefault(c.chip, []).append(c.hbm_used_mb)
+    return idle
+
+
 def _capture_chips(text: str) -> list[dict[str, Any]]:
     """Per-die values of an ``npu-smi info`` capture, in output order, for the tools to re-render.
 
@@ -128,19 +161,9 @@ def _capture_chips(text: str) -> list[dict[str, Any]]:
     hugepages, memory) are split as it splits them (``|`` then whitespace, ``a / b`` pairs as one).
     """
     info = ascend.parse_npu_smi_info(text)
-    tops: list[list[str]] = []
-    bottoms: list[list[str]] = []
-    for line in text.splitlines():
-        cells = ascend.table_cells(line)
-        if not cells or len(cells) != 3 or not cells[0].split() or not cells[0].split()[0].isdigit():
-            continue
-        tokens = re.sub(r"\s*/\s*", "/", cells[2]).split()
-        (bottoms if re.match(r"^[0-9A-Fa-f]{4,8}:", cells[1]) else tops).append(tokens)
+    tops, bottoms = _chip_cells(text)
     busy = {(p.npu, p.chip) for p in info.processes}
-    idle_hbm: dict[int, list[int]] = {}
-    for c in info.chips:
-        if (c.npu, c.chip) not in busy and c.hbm_used_mb is not None:
-            idle_hbm.setdefault(c.chip, []).append(c.hbm_used_mb)
+    idle_hbm = _idle_hbm(info, busy)
     chips = []
     for c, top, bottom in zip(info.chips, tops, bottoms, strict=True):
         hp_used, _, hp_total = top[2].partition("/")

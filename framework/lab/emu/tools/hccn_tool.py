@@ -17,7 +17,7 @@ import fcntl
 import json
 import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO
 
@@ -47,16 +47,21 @@ def _ping(host: Host, dev: int, address: str, count: int) -> list[str]:
     an unreachable peer prints ``recv time out seq=N`` lines (hccn-ping-loss.txt's form)."""
     times = [m.group(1) for ln in host.capture("hccn-ping-ok-8dev.txt")
              if (m := re.search(r"time=([0-9.]+)ms", ln))]
-    devices = host.info["devices"]
-    reachable = address in host.info["peers"] and not _down(host, dev) and address not in _peers_down(host)
-    if host.chips_per_npu == 2 and address == devices[dev ^ 1]["ip"]:
-        reachable = False  # A3: -ping does not run between the two dies of one NPU (ascend-hosts.md §5)
+    reachable = _reachable(host, dev, address)
     lines = [f"device {dev} PING {address}"]
     for seq in range(count):
         lines.append(f"recv seq={seq},time={times[seq % len(times)]}ms" if reachable else f"recv time out seq={seq}")
     got = count if reachable else 0
     lines.append(f"{count} packets transmitted, {got} received, {100 * (count - got) / count:.2f}% packet loss")
     return lines
+
+
+def _reachable(host: Host, dev: int, address: str) -> bool:
+    """Whether device ``dev`` reaches ``address``: a lab peer, both links up, not its own NPU's twin."""
+    if address not in host.info["peers"] or _down(host, dev) or address in _peers_down(host):
+        return False
+    # A3: -ping does not run between the two dies of one NPU (ascend-hosts.md §5)
+    return not (host.chips_per_npu == 2 and address == host.info["devices"][dev ^ 1]["ip"])
 
 
 def _peers_down(host: Host) -> list[str]:
@@ -73,24 +78,48 @@ def _down(host: Host, dev: int) -> bool:
     return knob is not None and int(knob.get("device", 0)) == dev
 
 
+def _link(host: Host, dev: int, d: dict[str, str]) -> list[str]:
+    return [f"link status: {'DOWN' if _down(host, dev) else 'UP'}"]
+
+
+def _net_health(host: Host, dev: int, d: dict[str, str]) -> list[str]:
+    return [f"net health status: {'Fault' if _down(host, dev) else 'Success'}"]
+
+
+def _ip(host: Host, dev: int, d: dict[str, str]) -> list[str]:
+    return [f"ipaddr:{d['ip']}", f"netmask:{d['netmask']}"]
+
+
+def _tls(host: Host, dev: int, d: dict[str, str]) -> list[str]:
+    return [_tls_line(host, dev)]
+
+
+def _gateway(host: Host, dev: int, d: dict[str, str]) -> list[str]:
+    return [f"default gateway:{d['gateway']}, Iface:eth{dev}"]
+
+
+def _lldp(host: Host, dev: int, d: dict[str, str]) -> list[str]:
+    return [f"\tIfname: {d['switch_port']}"]  # only the Ifname line of -lldp -g was ever captured
+
+
+def _netdetect(host: Host, dev: int, d: dict[str, str]) -> list[str]:
+    return [f"netdetect address: {d['gateway']}"]
+
+
+def _fec(host: Host, dev: int, d: dict[str, str]) -> list[str]:
+    return ["fec mode: rs FEC mode"]
+
+
+#: every query but ping: its answer from the host, the device and the device's host.json record
+_ANSWERS: dict[str, Callable[[Host, int, dict[str, str]], list[str]]] = {
+    "link": _link, "net_health": _net_health, "ip": _ip, "tls": _tls, "gateway": _gateway,
+    "lldp": _lldp, "netdetect": _netdetect, "fec": _fec,
+}
+
+
 def answer(host: Host, dev: int, query: str, extra: Sequence[str]) -> list[str]:
-    d = host.info["devices"][dev]
-    if query == "link":
-        return [f"link status: {'DOWN' if _down(host, dev) else 'UP'}"]
-    if query == "net_health":
-        return [f"net health status: {'Fault' if _down(host, dev) else 'Success'}"]
-    if query == "ip":
-        return [f"ipaddr:{d['ip']}", f"netmask:{d['netmask']}"]
-    if query == "tls":
-        return [_tls_line(host, dev)]
-    if query == "gateway":
-        return [f"default gateway:{d['gateway']}, Iface:eth{dev}"]
-    if query == "lldp":
-        return [f"\tIfname: {d['switch_port']}"]  # only the Ifname line of -lldp -g was ever captured
-    if query == "netdetect":
-        return [f"netdetect address: {d['gateway']}"]
-    if query == "fec":
-        return ["fec mode: rs FEC mode"]
+    if query in _ANSWERS:
+        return _ANSWERS[query](host, dev, host.info["devices"][dev])
     # ping: -ping -g address <ip> [pkt <n>]
     opts = dict(zip(extra[::2], extra[1::2]))
     if "address" not in opts:
