@@ -43,7 +43,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from framework.console import printable
@@ -483,8 +483,7 @@ def env_soc(env_file: Path) -> str:
     return socs[0]
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m framework.artifacts build --out DIR``: prints the wheel's and the .run's paths."""
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m framework.artifacts",
                                      description="Build the lab's CAM artifacts (wheel and .run package).")
     sub = parser.add_subparsers(dest="cmd", required=True)
@@ -507,25 +506,40 @@ def main(argv: Sequence[str] | None = None) -> int:
     build.add_argument("--env-in", type=Path, default=None, metavar="FILE",
                        help="an env file (e.g. the lab's) to copy with artifacts: pointing at what was built")
     build.add_argument("--env-out", type=Path, default=None, metavar="FILE", help="where that copy goes")
+    return parser
+
+
+def _soc(args: argparse.Namespace) -> str:
+    """``--soc``, else the ``--env-in`` file's, else cpu."""
+    if args.soc:
+        return str(args.soc)
+    return env_soc(args.env_in) if args.env_in is not None else "cpu"
+
+
+def _build(args: argparse.Namespace) -> dict[str, Path]:
+    """The artifacts ``--only`` asks for (both by default): kind -> path."""
+    soc = _soc(args)
+    builders: dict[str, Callable[[], Path]] = {
+        "wheel": lambda: build_wheel(args.out, broken_import=args.broken_wheel, source=args.wheel_source),
+        "run": lambda: build_run_package(args.out, soc=soc, fault=args.fault, template=args.template),
+    }
+    return {kind: build() for kind, build in builders.items() if args.only in (None, kind)}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m framework.artifacts build --out DIR``: prints the wheel's and the .run's paths."""
+    parser = _parser()
     args = parser.parse_args(argv)
     if (args.env_in is None) != (args.env_out is None):
         parser.error("--env-in and --env-out go together")
     try:
-        soc = args.soc or (env_soc(args.env_in) if args.env_in is not None else "cpu")
-        paths: dict[str, Path] = {}
-        if args.only in (None, "wheel"):
-            paths["wheel"] = build_wheel(args.out, broken_import=args.broken_wheel, source=args.wheel_source)
-        if args.only in (None, "run"):
-            paths["run"] = build_run_package(args.out, soc=soc, fault=args.fault, template=args.template)
+        paths = _build(args)
     except FrameworkError as exc:
         print(printable(f"error: {exc}"), file=sys.stderr)
         return 1
     if args.env_in is not None:
         write_env_with_artifacts(args.env_in, args.env_out, paths)
-    if args.json:
-        print(json.dumps({k: str(v) for k, v in paths.items()}))
-    else:
-        for path in paths.values():
-            print(path)
+    lines = [json.dumps({k: str(v) for k, v in paths.items()})] if args.json else [str(p) for p in paths.values()]
+    print("\n".join(lines))
     return 0
 
