@@ -1,35 +1,8 @@
-"""Build the lab's CAM artifacts: the ``umdk_cam_op_lib`` wheel and the ``CAM_<soc>_<os>_<arch>.run``.
+"""Build the lab's CAM artifacts: the umdk_cam_op_lib wheel and the ``CAM_<soc>_<os>_<arch>.run``.
 
-Without an NPU the lab deploys what a real CAM build would produce, made from ``standin/``:
-
-* the wheel ``umdk_cam_op_lib-209.0.0b1-py3-none-any.whl`` (the CPU stand-in of the op library), built
-  offline by ``framework.lab.wheelwrite`` (stdlib) from a scratch copy of ``standin/`` (the checkout stays clean);
-* a makeself ``.run`` named like CANN's, ``CAM_<soc>_<os_id>_<arch>.run`` (``os_id`` = ``ID=`` of
-  /etc/os-release, ``arch`` = ``uname -m``), with the CANN custom-op payload: ``install.sh``,
-  ``help.info`` and ``vendors/CAM/{op_api/lib/libcust_opapi.so, op_api/include/aclnn_*.h,
-  op_impl/…/libcust_opmaster_rt2.0.so, op_proto/…/libcust_opsproto_rt2.0.so (placeholders), version.info}``.
-  ``libcust_opapi.so`` is a real shared object compiled with ``cc`` at build time, exporting
-  ``aclnn<Op>`` and ``aclnn<Op>GetWorkspaceSize`` for each aclnn API the ops call (umdk pybind's
-  ``EXEC_NPU_CMD`` names); the stand-in dlopens it by bare name, as CAM does.
-
-The installer is the msOpGen ``install.sh`` of CANN custom-op packages (see ``_INSTALL_SH``): quiet by
-default, unknown ``--*`` options ignored, ``[ops_custom] [<date>] [INFO] ...`` lines, a bare ``SUCCESS``
-line; with ``--install-path=/abs`` it writes ``vendors/CAM/bin/set_env.bash``. ``template="new"`` (default)
-puts ``export LD_LIBRARY_PATH=<vendor>/op_api/lib/:...`` in it; ``template="old"`` writes only
-``ASCEND_CUSTOM_OPP_PATH`` and prints the ``export LD_LIBRARY_PATH=...`` hint instead, so the ops fail
-("aclnnXxx ... not in libopapi.so") until the user sets LD_LIBRARY_PATH. Errors are
-``[ops_custom] [<date>] [ERROR] ...`` lines and exit 1. Stock makeself rejects unknown options, so the
-archive header is the stock ``makeself-header.sh`` patched at build time (every anchor must match, or the
-build fails naming it): options the header does not know are forwarded to the installer instead of
-"Unrecognized flag", ``--quiet`` is honoured by the header *and* forwarded. makeself's own ``--check``,
-``--info``, ``--list``, ``--help`` (with our help text) keep working.
-
-Fault variants for deploy tests: ``fault="fail"`` (installer prints an ERROR line, installs nothing,
-exits 1), ``fault="nosuccess"`` (installs the tree, exits 0, prints no SUCCESS line);
-``build_wheel(..., broken_import=True)`` gives ``209.0.0b1+broken`` whose import raises ImportError.
-Builds are reproducible (fixed timestamps, owners and packaging date, the .so without build id), so
-unchanged inputs give the same sha256 with the same compiler. CLI:
-``python -m framework.artifacts build --out DIR [--soc cpu] [--template new|old] [--fault …] [--broken-wheel]``.
+Made from ``standin/`` so the lab deploys what a real CAM build would produce. CLI:
+``python -m framework.artifacts build --out DIR [--soc cpu] [--template new|old] [--fault …]``.
+The package's contents, installer and fault variants: docs/internals/c-remote.md.
 """
 
 from __future__ import annotations

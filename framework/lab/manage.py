@@ -1,58 +1,8 @@
 """The lab: a real multi-host cluster on one machine, built from network namespaces.
 
-``python -m framework.lab up --hosts N`` creates hosts ``host1..hostN``: one
-network namespace each (``<name>-hostI``), joined by veth pairs to a private
-bridge (``<name>br0``) in the root namespace, each running a real OpenSSH
-server inside its own mount + UTS namespaces (own hostname, own ``/tmp``,
-workdir ``/var/tmp/camit`` and core dir ``/var/crash/camit``, all bind-mounted
-from ``<state>/hosts/<host>/``). It writes ``env/lab.yaml`` so the framework
-reaches the hosts over SSH exactly as it reaches a real cluster.
-
-``down`` kills the sshds we recorded and then every process still inside each
-host's network namespace (``ip netns pids``): those can only be processes that
-entered our own namespace — sessions and leftover test processes — so that is
-how stray test processes on the lab die. Then it deletes the veths, the
-namespaces, the bridge, the FORWARD rule it added (if any), the env file and
-the state directory.
-
-``up`` also points the machine-global ``kernel.core_pattern`` at
-``/var/crash/camit/core.%e.%p.%t.%s``: the kernel writes a core inside the
-crashing process's mount namespace, so each host's core lands in its own core
-dir (the controller's in the root namespace's ``/var/crash/camit``, which no
-host sees). The original value is recorded in ``lab.json`` (taken from another
-lab's record when the pattern already is the lab's), and ``down`` restores it
-only when no other lab that recorded one is still up — all under one lock,
-``/run/camit-lab/.core-pattern.lock``.
-
-``up --npu a2|a3 [--visible 0,1]`` makes every host an emulated Ascend host
-(``framework.lab.emu`` writes its tree under ``<state>/hosts/<host>/emu``; the host
-bind-mounts it over ``/usr/local/sbin``, ``/usr/local/Ascend``, ... and gets a per-host
-Python with the torch_npu stand-in). Missing mount points are created on the
-controller, recorded in ``lab.json`` (shared with the other emulated labs that are up, like
-core_pattern) and removed, if still empty, when the last emulated lab goes down.
-``fault HOST KNOB`` / ``fault HOST clear`` set and clear the emulated host's fault knobs.
-
-``up --jump SUBNET`` makes a jump lab (``framework.lab.plan``): the hosts sit on SUBNET behind a second
-bridge without an address (and an ``unreachable`` route in the root namespace), and one jump host
-(netns ``<name>-jump``, on both bridges, sshd with TCP forwarding) is the only way in; the env file
-names it as ``defaults.jump_host``. ``down`` removes the jump, the second bridge and the route too.
-
-State lives in ``/run/camit-lab/<name>`` (``$CAMIT_LAB_DIR`` replaces that
-whole path) with ``lab.json`` describing the lab; :meth:`Lab.load` reads it.
-``up`` reuses a healthy lab of the same shape (rewriting the env file) and
-tears down anything else of that name first. If br_netfilter sends bridged
-frames through iptables, ``up`` inserts ``FORWARD -i <br> -o <br> -j ACCEPT``
-and ``down`` deletes it; no other firewall setting is touched.
-
-A host's mount namespace lives as long as a process is in it: after
-:meth:`Lab.stop_sshd`, :meth:`Lab.host_exec` runs in fresh namespaces set up
-the same way (same directories and hostname), and :meth:`Lab.start_sshd`
-re-applies a small workdir recorded by :meth:`Lab.set_small_workdir` (an
-empty tmpfs again: what was written to the old one is gone).
-
-Planning (names, addresses, file texts, commands) lives in
-``framework.lab.plan``, process/system helpers in ``framework.lab.system``; this
-module executes the plan and holds the API and the CLI.
+Executes the plan of :mod:`framework.lab.plan` (``up``, ``down``, ``status``, ``fault``) and
+holds the :class:`Lab` API the tests use. What each command does to the machine, and why:
+docs/internals/c-remote.md.
 """
 
 from __future__ import annotations
@@ -156,17 +106,54 @@ HOLDER_READY_TIMEOUT = 60.0
 # --------------------------------------------------------------------------- the lab
 
 
+def _is_empty_dir(p: Path) -> bool:
+    return p.is_dir() and not p.is_symlink() and not any(p.iterdir())
+
+
+def _is_empty_file(p: Path) -> bool:
+    return p.is_file() and not p.is_symlink() and p.stat().st_size == 0
+
+
+#: mount point kind -> (still what ``up`` made and empty?, how to remove it)
+_EMPTY_MOUNT_POINT: dict[str, tuple[Callable[[Path], bool], Callable[[Path], None]]] = {
+    "dir": (_is_empty_dir, Path.rmdir),
+    "file": (_is_empty_file, Path.unlink),
+}
+
+
 def _remove_if_empty(p: Path, kind: str) -> None:
     """Remove a mount point ``up`` made (``dir`` or ``file``) when it is still that, not a link, and empty."""
-    if kind == "dir" and p.is_dir() and not p.is_symlink() and not any(p.iterdir()):
-        p.rmdir()
-    elif kind == "file" and p.is_file() and not p.is_symlink() and p.stat().st_size == 0:
-        p.unlink()
+    if kind not in _EMPTY_MOUNT_POINT:
+        return
+    is_empty, remove = _EMPTY_MOUNT_POINT[kind]
+    if is_empty(p):
+        remove(p)
 
 
 def _our_sshd(candidates: Iterable[int | None], config: str, ns: str) -> list[int]:
     """The recorded sshd pids still alive and still ours (running our config, or in our namespace)."""
     return [pid for pid in candidates if pid and pid_alive(pid) and (config in cmdline(pid) or in_netns(pid, ns))]
+
+
+def _wait_registered(h: LabHost, proc: subprocess.Popen[bytes], registry: Path, log_file: Path) -> int:
+    """The holder's pid once it registered (or after the timeout); LabError if it exited first."""
+    deadline = time.monotonic() + HOLDER_READY_TIMEOUT
+    while time.monotonic() < deadline and proc.poll() is None:
+        if (registry / f"{proc.pid}.json").exists():
+            return proc.pid
+        time.sleep(0.1)
+    if proc.poll() is not None:
+        tail = " | ".join(log_file.read_text(errors="replace").strip().splitlines()[-5:])
+        raise LabError(f"{h.name}: the held-device holder exited ({proc.returncode}): {tail or 'no output'}")
+    log.warning("%s: holder pid %d has not registered in %s after %gs", h.name, proc.pid, registry,
+                HOLDER_READY_TIMEOUT)
+    return proc.pid
+
+
+def _host_pids(h: LabHost) -> list[int]:
+    """A host's recorded sshd (and its pid file's) and holders, while still ours."""
+    pids = _our_sshd((h.sshd_pid, read_pid(h.plan.sshd_pid_file)), str(h.plan.sshd_config), h.ns)
+    return pids + [pid for pid in h.holders if pid_alive(pid) and in_netns(pid, h.ns)]
 
 
 @dataclass
@@ -677,17 +664,7 @@ class Lab:
                                     stdout=out, stderr=subprocess.STDOUT, start_new_session=True, env=env)
         CHILDREN[proc.pid] = proc
         registry = tree_path(h.plan, npu, str(Path(npu.npu_json).parent / "registry"))
-        deadline = time.monotonic() + HOLDER_READY_TIMEOUT
-        while time.monotonic() < deadline and proc.poll() is None:
-            if (registry / f"{proc.pid}.json").exists():
-                return proc.pid
-            time.sleep(0.1)
-        if proc.poll() is not None:
-            tail = " | ".join(log_file.read_text(errors="replace").strip().splitlines()[-5:])
-            raise LabError(f"{h.name}: the held-device holder exited ({proc.returncode}): {tail or 'no output'}")
-        log.warning("%s: holder pid %d has not registered in %s after %gs", h.name, proc.pid, registry,
-                    HOLDER_READY_TIMEOUT)
-        return proc.pid
+        return _wait_registered(h, proc, registry, log_file)
 
     def clear_faults(self, host: str) -> None:
         """Clear every fault knob of an emulated host and kill its held-device holders."""
@@ -893,13 +870,7 @@ class Lab:
     def _our_pids(self, namespaces: Sequence[str]) -> list[int]:
         """The lab's processes: recorded sshds (and their pid files) and holders while still ours, and
         everything inside the lab's namespaces."""
-        pids: list[int] = []
-        for h in self.hosts:
-            pids += _our_sshd((h.sshd_pid, read_pid(h.plan.sshd_pid_file)), str(h.plan.sshd_config), h.ns)
-            pids += [pid for pid in h.holders if pid_alive(pid) and in_netns(pid, h.ns)]
-        if self.jump is not None:
-            pids += _our_sshd((self.jump.sshd_pid, read_pid(self.jump.plan.sshd_pid_file)),
-                              str(self.jump.plan.sshd_config), self.jump.ns)
+        pids = [pid for h in self._sshd_hosts() for pid in _host_pids(h)]
         for ns in namespaces:  # everything still inside our namespaces is ours
             cp = run(["ip", "netns", "pids", ns], check=False)
             pids += [int(x) for x in cp.stdout.split() if x.isdigit()]

@@ -1,37 +1,7 @@
 """Pure planning for the namespace lab: names, addresses, file texts and commands.
 
-Nothing here touches the system: every function maps its inputs to names,
-addresses, the per-host ``sshd_config``, the start-up shell script, the
-``ip`` commands to build and tear down the network, and the env YAML document.
-``framework.lab.manage`` executes the plan; ``tests/unit/test_lab_plan.py`` checks it
-without root.
-
-Layout for a lab named ``camit`` on ``10.77.0.0/24`` with N hosts::
-
-    bridge   camitbr0     10.77.0.1/24   (root namespace; the controller's side)
-    hostI    netns camit-hostI, veth camit-vI (root side) <-> eth0 (inside)
-             eth0 10.77.0.(10+I)/24, mac 02:ca:0a:4d:00:(10+I)
-             sshd on 10.77.0.(10+I):22, hostname hostI
-             <state>/hosts/hostI/{tmp,work,cores} bind-mounted over
-             /tmp, /var/tmp/camit, /var/crash/camit in the host's mount namespace
-
-A jump lab (``up --jump 10.177.0.0/24``) puts the hosts on a second, private network the controller
-cannot reach, and adds one jump host with a leg on each::
-
-    bridge   camitbr1     (no address: the root namespace has no way in; plus a root-namespace
-                          ``unreachable 10.177.0.0/24`` route, so a direct connection fails at once)
-    jump     netns camit-jump, veth camit-vj <-> eth0 on camitbr0, 10.77.0.10/24
-                              veth camit-pj <-> eth1 on camitbr1, 10.177.0.10/24
-             sshd on 10.77.0.10:22 (TCP forwarding on), hostname jump
-    hostI    as above but on camitbr1, eth0 10.177.0.(10+I)/24
-
-and the env file says ``defaults.jump_host: root@10.77.0.10:22`` (the jump's host key goes into
-known_hosts; the hosts' keys stay pinned).
-
-An emulated Ascend lab (``up --npu a2|a3``) adds, per host, the bind mounts of
-``framework.lab.emu.MOUNTS`` from ``<state>/hosts/hostI/emu/`` (npu-smi, the CANN
-tree, ``/etc/ascend_install.info``, ``/root/ascend``), ``SetEnv CAMIT_EMU_NPU=...``
-in sshd_config, and an env file that declares the profile's NPUs, CANN and hccl.
+Nothing here touches the system; ``framework.lab.manage`` executes the plan. The lab's
+layout (plain, jump and emulated Ascend labs): docs/internals/c-remote.md.
 """
 
 from __future__ import annotations
