@@ -53,27 +53,42 @@ def _version(project: dict[str, Any], tool: dict[str, Any], source: Path) -> str
     path = source / (module.replace(".", "/") + ".py")
     if not module or not path.is_file():
         raise WheelError(f"{source}/pyproject.toml: no version, and no version attr file {path}")
+    return _assigned(path, name)
+
+
+def _assigned(path: Path, name: str) -> str:
+    """The literal a module assigns to ``name`` at its top level."""
     for node in ast.parse(path.read_text()).body:
-        if isinstance(node, ast.Assign) and any(
-            getattr(t, "id", None) == name for t in node.targets
-        ):
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == name for t in node.targets):
             return str(ast.literal_eval(node.value))
     raise WheelError(f"{path}: no {name} = '...'")
 
 
-def _metadata(project: dict[str, Any], version: str, source: Path) -> str:
+def _license(project: dict[str, Any]) -> str:
+    """``license`` as text (``{text = ...}`` or a plain string)."""
     lic = project.get("license", "")
+    return str(lic.get("text", "")) if isinstance(lic, dict) else str(lic)
+
+
+def _readme(project: dict[str, Any], source: Path) -> str:
+    """The readme's text; "" when there is none."""
+    if not project.get("readme"):
+        return ""
+    readme = source / str(project["readme"])
+    return readme.read_text() if readme.is_file() else ""
+
+
+def _metadata(project: dict[str, Any], version: str, source: Path) -> str:
     fields = [
         ("Metadata-Version", "2.1"),
         ("Name", project["name"]),
         ("Version", version),
         ("Summary", project.get("description", "")),
-        ("License", lic.get("text", "") if isinstance(lic, dict) else lic),
+        ("License", _license(project)),
         ("Requires-Python", project.get("requires-python", "")),
     ]
     fields += [("Requires-Dist", dep) for dep in project.get("dependencies", [])]
-    readme = source / str(project.get("readme", ""))
-    body = readme.read_text() if project.get("readme") and readme.is_file() else ""
+    body = _readme(project, source)
     if body:
         fields.append(("Description-Content-Type", "text/markdown"))
     head = "".join(f"{k}: {v}\n" for k, v in fields if v)

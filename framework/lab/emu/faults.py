@@ -66,12 +66,21 @@ def _save(emu: Path, knobs: dict[str, dict[str, Any]]) -> None:
     (emu / "faults.json").write_text(json.dumps({"knobs": knobs}, indent=1) + "\n", encoding="utf-8")
 
 
+def _is_integer(value: object) -> bool:
+    """An int (not a bool) or a string of digits."""
+    if isinstance(value, bool):
+        return False
+    return isinstance(value, int) or (isinstance(value, str) and value.isdigit())
+
+
 def _int(knob: str, key: str, value: object, low: int, high: int | None) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) and not (isinstance(value, str) and value.isdigit()):
+    """``value`` as an integer in ``low..high`` (no upper bound when ``high`` is None)."""
+    if not _is_integer(value):
         raise LabError(f"fault knob {knob}: {key} must be an integer, got {value!r}")
-    n = int(value)
+    n = int(str(value))
     if n < low or (high is not None and n > high):
-        raise LabError(f"fault knob {knob}: {key} {n} outside {low}..{high if high is not None else ''}")
+        top = "" if high is None else str(high)
+        raise LabError(f"fault knob {knob}: {key} {n} outside {low}..{top}")
     return n
 
 
@@ -84,10 +93,9 @@ def check_params(knob: str, params: dict[str, Any], count: int) -> dict[str, Any
         valid = ", ".join(PARAMS[knob]) or "none"
         raise LabError(f"fault knob {knob}: unknown parameter {', '.join(unknown)} (valid: {valid})")
     values = {**PARAMS[knob], **params}
-    if "device" in values:
-        values["device"] = _int(knob, "device", values["device"], 0, count - 1)
-    if "spod_id" in values:
-        values["spod_id"] = _int(knob, "spod_id", values["spod_id"], 0, None)
+    bounds: dict[str, tuple[int, int | None]] = {"device": (0, count - 1), "spod_id": (0, None)}
+    for key in (k for k in bounds if k in values):
+        values[key] = _int(knob, key, values[key], *bounds[key])
     if knob == "health-alarm" and values["level"] not in HEALTH_LEVELS:
         raise LabError(f"fault knob health-alarm: level {values['level']!r} is not one of {', '.join(HEALTH_LEVELS)}")
     return values
