@@ -134,12 +134,22 @@ def answer(host: Host, dev: int, query: str, extra: Sequence[str]) -> list[str]:
 def run(host: Host, args: Sequence[str]) -> list[str]:
     if len(args) < 4 or args[0] != "-i":
         raise _Usage("expected -i <device id> -<command> -g")
+    return answer(host, _device_id(host, args[1]), _query(args), args[4:])
+
+
+def _device_id(host: Host, word: str) -> int:
+    """The device of ``-i <id>``: a number below the host's device count."""
     try:
-        dev = int(args[1])
+        dev = int(word)
     except ValueError:
-        raise _Usage(f"invalid device id: {args[1]}") from None
+        raise _Usage(f"invalid device id: {word}") from None
     if not 0 <= dev < host.count:
         raise _Usage(f"invalid device id: {dev}")
+    return dev
+
+
+def _query(args: Sequence[str]) -> str:
+    """The query of ``-<query> -g``: a known one, asked with -g, with parameters only for ping."""
     query = args[2][1:] if args[2].startswith("-") else ""
     if query not in _QUERIES:
         raise _Usage(f"invalid command: {args[2]}")
@@ -147,7 +157,7 @@ def run(host: Host, args: Sequence[str]) -> list[str]:
         raise _Usage(f"{args[2]} {args[3]}: only queries (-g) are emulated")
     if query != "ping" and len(args) > 4:
         raise _Usage(f"unexpected parameter: {args[4]}")
-    return answer(host, dev, query, args[4:])
+    return query
 
 
 def _lock(emu: Path) -> tuple[bool, IO[str] | None]:
