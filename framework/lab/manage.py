@@ -106,6 +106,11 @@ HOLDER_READY_TIMEOUT = 60.0
 # --------------------------------------------------------------------------- the lab
 
 
+def _present(names: Iterable[str]) -> list[str]:
+    """The network devices among ``names`` that exist (in the root namespace)."""
+    return [n for n in names if Path(f"/sys/class/net/{n}").exists()]
+
+
 def _is_empty_dir(p: Path) -> bool:
     return p.is_dir() and not p.is_symlink() and not any(p.iterdir())
 
@@ -809,7 +814,8 @@ class Lab:
     def problems(self) -> list[str]:
         """Why the lab is not usable right now (empty when healthy)."""
         bridges = [b for b in (self.plan.bridge, self.plan.private_bridge) if b]
-        out = [f"bridge {b} is missing" for b in bridges if not Path(f"/sys/class/net/{b}").exists()]
+        present = _present(bridges)
+        out = [f"bridge {b} is missing" for b in bridges if b not in present]
         out += [why for why in map(self._sshd_problem, self._sshd_hosts()) if why]
         files = (self.key_file, self.known_hosts, self.plan.authorized_keys)
         out += [f"{f} is missing" for f in files if not f.exists()]
@@ -854,7 +860,7 @@ class Lab:
         self._remove_env_file()
         shutil.rmtree(p.state_dir, ignore_errors=True)
         left = [*lab_namespaces(p.name), *lab_veths(p.name)]
-        left += [b for b in (p.bridge, f"{p.name}br1") if Path(f"/sys/class/net/{b}").exists()]
+        left += _present((p.bridge, f"{p.name}br1"))
         if left:
             raise LabError(f"lab {p.name!r}: could not remove {', '.join(left)}")
         say(f"lab {p.name!r} is down ({len(namespaces)} namespaces removed)")
@@ -881,9 +887,9 @@ class Lab:
         lost it: a half-made lab's; it is ours by name)."""
         p = self.plan
         veths = sorted({h.veth for h in self._sshd_hosts()} | set(lab_veths(p.name)))
-        bridge = p.bridge if Path(f"/sys/class/net/{p.bridge}").exists() else None
-        veths = [v for v in veths if Path(f"/sys/class/net/{v}").exists()]
-        more = [b for b in {p.private_bridge or f"{p.name}br1", f"{p.name}br1"} if Path(f"/sys/class/net/{b}").exists()]
+        bridge = p.bridge if _present([p.bridge]) else None
+        more = _present({p.private_bridge or f"{p.name}br1", f"{p.name}br1"})
+        veths = _present(veths)
         for argv in teardown_commands(list(namespaces), veths, bridge, more):
             run(argv, check=False)
 
@@ -1041,13 +1047,18 @@ def _cmd_up(args: argparse.Namespace, say: Say) -> int:
                  python=args.python, torch=not args.no_torch, npu=args.npu, visible=args.visible, jump=args.jump,
                  say=say)
     if lab.plan.npu is not None:
-        from framework.calib.replay import apply
-
-        apply([h.emu_dir for h in lab.plan.hosts], replay)
-        if replay is not None:
-            say(f"emulated hosts replay the captures of {args.calibration}")
+        _replay(lab, replay, args.calibration, say)
     say(f"env file: {lab.env_file}  (up took {time.monotonic() - t0:.1f}s)")
     return 0
+
+
+def _replay(lab: Lab, replay: dict[str, Any] | None, path: str | None, say: Say) -> None:
+    """The emulated hosts replay the calibration bundle's captures (their own without one)."""
+    from framework.calib.replay import apply
+
+    apply([h.emu_dir for h in lab.plan.hosts], replay)
+    if replay is not None:
+        say(f"emulated hosts replay the captures of {path}")
 
 
 def _calibration(path: str | None, npu: str | None) -> dict[str, Any] | None | int:
@@ -1082,16 +1093,24 @@ def _cmd_down(args: argparse.Namespace, say: Say) -> int:
     return 0
 
 
+def _sshd_state(h: LabHost) -> str:
+    return f"sshd pid {h.sshd_pid}" if h.sshd_running else "sshd STOPPED"
+
+
+def _emu_status(lab: Lab, h: LabHost, npu: NpuPlan) -> str:
+    """An emulated host's profile, faults and live holders, for its status line."""
+    faults = lab.active_faults(h.name)
+    text = f", {npu.profile}, faults: {', '.join(faults) or 'none'}"
+    holders = [p for p in h.holders if pid_alive(p)]
+    return text + (f", holder pid(s) {' '.join(map(str, holders))}" if holders else "")
+
+
 def _host_status(lab: Lab, h: LabHost) -> str:
     """One host's line of ``lab status``: namespace, address, sshd, and on an emulated lab its faults."""
-    state = f"sshd pid {h.sshd_pid}" if h.sshd_running else "sshd STOPPED"
     extra = f", small workdir {h.small_workdir}" if h.small_workdir else ""
     if lab.plan.npu is not None:
-        faults = lab.active_faults(h.name)
-        extra += f", {lab.plan.npu.profile}, faults: {', '.join(faults) or 'none'}"
-        holders = [p for p in h.holders if pid_alive(p)]
-        extra += f", holder pid(s) {' '.join(map(str, holders))}" if holders else ""
-    return f"  {h.name:<8} {h.ns:<16} {h.ip:<15} {state}{extra}"
+        extra += _emu_status(lab, h, lab.plan.npu)
+    return f"  {h.name:<8} {h.ns:<16} {h.ip:<15} {_sshd_state(h)}{extra}"
 
 
 def _cmd_status(args: argparse.Namespace, say: Say) -> int:
@@ -1099,9 +1118,8 @@ def _cmd_status(args: argparse.Namespace, say: Say) -> int:
     say(f"lab {lab.name!r}: {npu_shape(lab.plan)}, bridge {lab.plan.bridge} {lab.plan.bridge_ip}/"
         f"{lab.plan.prefixlen}, created {lab.created}, env {lab.env_file}")
     if lab.jump is not None and lab.plan.jump is not None:
-        state = f"sshd pid {lab.jump.sshd_pid}" if lab.jump.sshd_running else "sshd STOPPED"
-        say(f"  {'jump':<8} {lab.jump.ns:<16} {lab.jump.ip:<15} {state}, hosts' network {lab.plan.private_bridge} "
-            f"{lab.plan.private_subnet} (jump leg {lab.plan.jump.private_ip})")
+        say(f"  {'jump':<8} {lab.jump.ns:<16} {lab.jump.ip:<15} {_sshd_state(lab.jump)}, hosts' network "
+            f"{lab.plan.private_bridge} {lab.plan.private_subnet} (jump leg {lab.plan.jump.private_ip})")
     for h in lab.hosts:
         say(_host_status(lab, h))
     problems = lab.problems()

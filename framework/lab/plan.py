@@ -389,14 +389,24 @@ def overlapping_routes(
 def _route_overlaps(line: str, subnet: ipaddress.IPv4Network, ignore_dev: str | None) -> bool:
     """An ``ip -4 -o route`` line whose destination overlaps ``subnet`` (not a default route, not on
     ``ignore_dev``)."""
+    toks = _route_tokens(line)
+    if not toks or toks[0] == "default":
+        return False
+    if ignore_dev and _dev_of(toks) == ignore_dev:
+        return False
+    return _net_overlaps(toks[0], subnet)
+
+
+def _route_tokens(line: str) -> list[str]:
+    """The words of a route line from its destination on (a leading route type dropped)."""
     toks = line.split()
-    if not toks:
-        return False
-    if toks[0] in _ROUTE_TYPES and len(toks) > 1:
-        toks = toks[1:]
-    dest = toks[0]
-    if dest == "default" or (ignore_dev and _dev_of(toks) == ignore_dev):
-        return False
+    if toks and toks[0] in _ROUTE_TYPES and len(toks) > 1:
+        return toks[1:]
+    return toks
+
+
+def _net_overlaps(dest: str, subnet: ipaddress.IPv4Network) -> bool:
+    """Whether ``dest`` is an IPv4 network (not 0/0) that overlaps ``subnet``."""
     try:
         net = ipaddress.ip_network(dest, strict=False)
     except ValueError:

@@ -84,18 +84,24 @@ def _int(knob: str, key: str, value: object, low: int, high: int | None) -> int:
     return n
 
 
-def check_params(knob: str, params: dict[str, Any], count: int) -> dict[str, Any]:
-    """The knob's parameters with defaults filled in; unknown knobs, keys or values are a LabError."""
+def _refuse_unknown(knob: str, params: dict[str, Any]) -> None:
+    """LabError for an unknown knob, or a parameter the knob does not take."""
     if knob not in PARAMS:
         raise LabError(f"unknown fault knob {knob!r}: valid knobs are {', '.join(KNOBS)}")
     unknown = sorted(set(params) - set(PARAMS[knob]))
     if unknown:
         valid = ", ".join(PARAMS[knob]) or "none"
         raise LabError(f"fault knob {knob}: unknown parameter {', '.join(unknown)} (valid: {valid})")
+
+
+def check_params(knob: str, params: dict[str, Any], count: int) -> dict[str, Any]:
+    """The knob's parameters with defaults filled in; unknown knobs, keys or values are a LabError."""
+    _refuse_unknown(knob, params)
     values = {**PARAMS[knob], **params}
     bounds: dict[str, tuple[int, int | None]] = {"device": (0, count - 1), "spod_id": (0, None)}
-    for key in (k for k in bounds if k in values):
-        values[key] = _int(knob, key, values[key], *bounds[key])
+    for key, (low, high) in bounds.items():
+        if key in values:
+            values[key] = _int(knob, key, values[key], low, high)
     if knob == "health-alarm" and values["level"] not in HEALTH_LEVELS:
         raise LabError(f"fault knob health-alarm: level {values['level']!r} is not one of {', '.join(HEALTH_LEVELS)}")
     return values
