@@ -493,14 +493,16 @@ def _build(args: argparse.Namespace) -> dict[str, Path]:
     """The artifacts ``--only`` asks for (both by default): kind -> path."""
     soc = _soc(args)
     builders: dict[str, Callable[[], Path]] = {
-        "wheel": lambda: build_wheel(args.out, broken_import=args.broken_wheel, source=args.wheel_source),
-        "run": lambda: build_run_package(args.out, soc=soc, fault=args.fault, template=args.template),
+        "wheel": lambda: build_wheel(args.out, broken_import=args.broken_wheel,
+                                     source=args.wheel_source),
+        "run": lambda: build_run_package(args.out, soc=soc, fault=args.fault,
+                                         template=args.template),
     }
     return {kind: build() for kind, build in builders.items() if args.only in (None, kind)}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m framework.artifacts build --out DIR``: prints the wheel's and the .run's paths."""
+    """``python -m framework.artifacts build --out DIR``: prints the wheel's and .run's paths."""
     parser = _parser()
     args = parser.parse_args(argv)
     if (args.env_in is None) != (args.env_out is None):
@@ -512,7 +514,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     if args.env_in is not None:
         write_env_with_artifacts(args.env_in, args.env_out, paths)
-    lines = [json.dumps({k: str(v) for k, v in paths.items()})] if args.json else [str(p) for p in paths.values()]
-    print("\n".join(lines))
+    if args.json:
+        print(json.dumps({k: str(v) for k, v in paths.items()}))
+        return 0
+    print("\n".join(str(p) for p in paths.values()))
     return 0
 

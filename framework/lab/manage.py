@@ -140,7 +140,8 @@ def _our_sshd(candidates: Iterable[int | None], config: str, ns: str) -> list[in
     return [pid for pid in candidates if pid and pid_alive(pid) and (config in cmdline(pid) or in_netns(pid, ns))]
 
 
-def _wait_registered(h: LabHost, proc: subprocess.Popen[bytes], registry: Path, log_file: Path) -> int:
+def _wait_registered(h: LabHost, proc: subprocess.Popen[bytes], registry: Path,
+                     log_file: Path) -> int:
     """The holder's pid once it registered (or after the timeout); LabError if it exited first."""
     deadline = time.monotonic() + HOLDER_READY_TIMEOUT
     while time.monotonic() < deadline and proc.poll() is None:
@@ -149,7 +150,8 @@ def _wait_registered(h: LabHost, proc: subprocess.Popen[bytes], registry: Path, 
         time.sleep(0.1)
     if proc.poll() is not None:
         tail = " | ".join(log_file.read_text(errors="replace").strip().splitlines()[-5:])
-        raise LabError(f"{h.name}: the held-device holder exited ({proc.returncode}): {tail or 'no output'}")
+        raise LabError(f"{h.name}: the held-device holder exited ({proc.returncode}): "
+                       f"{tail or 'no output'}")
     log.warning("%s: holder pid %d has not registered in %s after %gs", h.name, proc.pid, registry,
                 HOLDER_READY_TIMEOUT)
     return proc.pid
@@ -231,7 +233,8 @@ def _read_state(path: Path, name: str) -> dict[str, Any]:
         data: dict[str, Any] = json.loads(path.read_text())
     except FileNotFoundError:
         raise LabError(
-            f"no lab {name!r} is up ({path} does not exist); run `python -m framework.lab up --hosts 4`"
+            f"no lab {name!r} is up ({path} does not exist); "
+            "run `python -m framework.lab up --hosts 4`"
         ) from None
     except (OSError, ValueError) as exc:
         raise LabError(f"cannot read {path}: {exc}") from None
@@ -242,13 +245,15 @@ def _plan_of(data: dict[str, Any]) -> LabPlan:
     """The plan of the lab a state document records."""
     npu = data.get("npu") or {}
     return plan_lab(len(data["hosts"]), name=data["name"], subnet=data["subnet"],
-                    state_dir=Path(data["state_dir"]), env_file=Path(data["env_file"]), python=data["python"],
-                    npu=npu.get("profile"), visible=npu.get("visible"), jump=data.get("jump_subnet"))
+                    state_dir=Path(data["state_dir"]), env_file=Path(data["env_file"]),
+                    python=data["python"], npu=npu.get("profile"), visible=npu.get("visible"),
+                    jump=data.get("jump_subnet"))
 
 
 def _host_of(hp: HostPlan, rec: dict[str, Any]) -> LabHost:
     """A host as its state record has it."""
-    return LabHost(hp, rec.get("sshd_pid"), rec.get("small_workdir"), [int(p) for p in rec.get("holders") or []])
+    holders = [int(p) for p in rec.get("holders") or []]
+    return LabHost(hp, rec.get("sshd_pid"), rec.get("small_workdir"), holders)
 
 
 def _jump_of(plan: LabPlan, data: dict[str, Any]) -> LabHost | None:
@@ -262,26 +267,30 @@ def _npu_json(npu: NpuPlan | None) -> dict[str, Any] | None:
     """The emulated hosts' profile and visible devices (None on a CPU lab)."""
     if npu is None:
         return None
-    return {"profile": npu.profile, "visible": list(npu.visible) if npu.visible is not None else None}
+    visible = list(npu.visible) if npu.visible is not None else None
+    return {"profile": npu.profile, "visible": visible}
 
 
 def _host_json(h: LabHost) -> dict[str, Any]:
-    return {"name": h.name, "ns": h.ns, "ip": h.ip, "mac": h.mac, "veth": h.veth, "sshd_pid": h.sshd_pid,
-            "small_workdir": h.small_workdir, "dir": str(h.dir), "holders": h.holders}
+    return {"name": h.name, "ns": h.ns, "ip": h.ip, "mac": h.mac, "veth": h.veth,
+            "sshd_pid": h.sshd_pid, "small_workdir": h.small_workdir, "dir": str(h.dir),
+            "holders": h.holders}
 
 
 def _where(plan: LabPlan) -> str:
     """The network the hosts are on, for the ``up`` line."""
     if plan.jump is None:
         return f"{plan.bridge} {plan.subnet}"
-    return f"{plan.private_bridge} {plan.private_subnet} behind jump host {plan.jump.ip} on {plan.bridge}"
+    return (f"{plan.private_bridge} {plan.private_subnet} behind jump host {plan.jump.ip} "
+            f"on {plan.bridge}")
 
 
 def _shape_changes(old: LabPlan, new: LabPlan) -> list[str]:
     """How the lab that is up differs in shape from the one asked for."""
     out = []
     if len(old.hosts) != len(new.hosts) or old.subnet != new.subnet:
-        out.append(f"it has {len(old.hosts)} hosts on {old.subnet}, asked for {len(new.hosts)} on {new.subnet}")
+        out.append(f"it has {len(old.hosts)} hosts on {old.subnet}, "
+                   f"asked for {len(new.hosts)} on {new.subnet}")
     if old.npu != new.npu:
         out.append(f"it is {npu_shape(old)}, asked for {npu_shape(new)}")
     if old.private_subnet != new.private_subnet:
@@ -352,7 +361,8 @@ class Lab:
         hosts = [_host_of(hp, by_name[hp.name]) for hp in plan.hosts]
         core = data.get("core_pattern")
         mps = [(str(p), k) for p, k in data.get("mount_points") or []]
-        return cls(plan, hosts, created=data.get("created", ""), iptables_rule=bool(data.get("iptables_rule")),
+        return cls(plan, hosts, created=data.get("created", ""),
+                   iptables_rule=bool(data.get("iptables_rule")),
                    core_pattern=dict(core) if isinstance(core, dict) else None, mount_points=mps,
                    jump=_jump_of(plan, data))
 
@@ -436,7 +446,8 @@ class Lab:
             raise
         took = time.monotonic() - t0
         kind = f"emulated Ascend {plan.npu.profile} " if plan.npu else ""
-        say(f"lab {plan.name!r} is up: {len(plan.hosts)} {kind}hosts on {_where(plan)} in {took:.1f}s")
+        say(f"lab {plan.name!r} is up: {len(plan.hosts)} {kind}hosts on {_where(plan)} "
+            f"in {took:.1f}s")
         return lab
 
     @classmethod
@@ -452,7 +463,8 @@ class Lab:
         problems = old.problems() + _shape_changes(old.plan, plan)
         if not problems:
             return cls._adopt(old, plan, say)
-        say(f"lab {plan.name!r} exists but is not usable ({'; '.join(problems)}): tearing it down first")
+        say(f"lab {plan.name!r} exists but is not usable ({'; '.join(problems)}): "
+            "tearing it down first")
         old._teardown(say)
         return None
 
@@ -463,11 +475,12 @@ class Lab:
                   core_pattern=old.core_pattern, mount_points=old.mount_points, jump=old.jump)
         lab._open_forwarding(say)  # the firewall may have changed since
         lab.save()
-        if plan.npu is not None:  # the emulation and the stand-in may have changed since: refresh them
+        if plan.npu is not None:  # the emulation and the stand-in may have changed: refresh them
             lab._populate_trees()
             lab._install_emu_python(say)
         lab._write_env()
-        say(f"lab {plan.name!r} is already up and healthy ({len(plan.hosts)} hosts); rewrote {plan.env_file}")
+        say(f"lab {plan.name!r} is already up and healthy ({len(plan.hosts)} hosts); "
+            f"rewrote {plan.env_file}")
         return lab
 
     def _build(self, say: Say) -> None:
@@ -525,7 +538,8 @@ class Lab:
     def _configure_sshd(self, h: LabHost) -> None:
         """A host key (kept when it exists) and the sshd config of ``h``."""
         if not h.plan.host_key.exists():
-            run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"{h.name}@{self.plan.name}-lab",
+            comment = f"{h.name}@{self.plan.name}-lab"
+            run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment,
                  "-f", str(h.plan.host_key)], what=f"generate {h.name}'s host key")
         atomic_write(h.plan.sshd_config, sshd_config_text(self.plan, h.plan))
 
@@ -556,7 +570,8 @@ class Lab:
 
     def _others_mount_points(self) -> list[list[tuple[str, MountKind]]]:
         """The mount points each other emulated lab that is up recorded."""
-        others = [r["mount_points"] for r in self._other_records() if r.get("npu") and r.get("mount_points")]
+        others = [r["mount_points"] for r in self._other_records()
+                  if r.get("npu") and r.get("mount_points")]
         return [[(str(p), k) for p, k in o] for o in others]
 
     def _release_mount_points(self, say: Say) -> None:
@@ -1118,8 +1133,9 @@ def _cmd_status(args: argparse.Namespace, say: Say) -> int:
     say(f"lab {lab.name!r}: {npu_shape(lab.plan)}, bridge {lab.plan.bridge} {lab.plan.bridge_ip}/"
         f"{lab.plan.prefixlen}, created {lab.created}, env {lab.env_file}")
     if lab.jump is not None and lab.plan.jump is not None:
-        say(f"  {'jump':<8} {lab.jump.ns:<16} {lab.jump.ip:<15} {_sshd_state(lab.jump)}, hosts' network "
-            f"{lab.plan.private_bridge} {lab.plan.private_subnet} (jump leg {lab.plan.jump.private_ip})")
+        say(f"  {'jump':<8} {lab.jump.ns:<16} {lab.jump.ip:<15} {_sshd_state(lab.jump)}, "
+            f"hosts' network {lab.plan.private_bridge} {lab.plan.private_subnet} "
+            f"(jump leg {lab.plan.jump.private_ip})")
     for h in lab.hosts:
         say(_host_status(lab, h))
     problems = lab.problems()

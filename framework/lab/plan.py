@@ -319,14 +319,16 @@ def plan_jump(name: str, net: ipaddress.IPv4Network, private: ipaddress.IPv4Netw
     jip = net.network_address + HOST_OFFSET
     return HostPlan(index=0, name="jump", ns=f"{name}-jump", ip=str(jip), mac=host_mac(jip),
                     veth=f"{name}-vj", dir=state_dir / "jump",
-                    private_ip=str(private.network_address + HOST_OFFSET), private_veth=f"{name}-pj")
+                    private_ip=str(private.network_address + HOST_OFFSET),
+                    private_veth=f"{name}-pj")
 
 
 def _visible_ids(visible: str) -> list[int]:
     """``"0,1"`` -> ``[0, 1]``; LabError if it is not device ids separated by commas."""
     parts = [p.strip() for p in visible.split(",")]
     if not visible.strip() or not all(p.isdigit() for p in parts):
-        raise LabError(f"invalid --visible {visible!r}: use device ids separated by commas, e.g. 0,1")
+        raise LabError(f"invalid --visible {visible!r}: "
+                       "use device ids separated by commas, e.g. 0,1")
     return [int(p) for p in parts]
 
 

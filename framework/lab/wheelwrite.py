@@ -21,7 +21,7 @@ import time
 import zipfile
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, TypeGuard
 
 
 def _tomllib() -> ModuleType | None:
@@ -56,10 +56,15 @@ def _version(project: dict[str, Any], tool: dict[str, Any], source: Path) -> str
     return _assigned(path, name)
 
 
+def _assigns(node: ast.stmt, name: str) -> TypeGuard[ast.Assign]:
+    """``name = ...`` (among the targets)."""
+    return isinstance(node, ast.Assign) and any(getattr(t, "id", None) == name for t in node.targets)
+
+
 def _assigned(path: Path, name: str) -> str:
     """The literal a module assigns to ``name`` at its top level."""
     for node in ast.parse(path.read_text()).body:
-        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == name for t in node.targets):
+        if _assigns(node, name):
             return str(ast.literal_eval(node.value))
     raise WheelError(f"{path}: no {name} = '...'")
 

@@ -162,7 +162,7 @@ def upstream(server: socket.socket, token: bytes, seconds: float) -> BinaryIO:
 
 
 def receive(out: str, source: BinaryIO, size: int, downstream: socket.socket | None) -> str:
-    """``size`` bytes into a fresh partial file next to ``out`` (and on downstream): its hex digest."""
+    """``size`` bytes into a new partial file beside ``out`` (and on downstream): its hex digest."""
     global _PART
     try:
         _PART, fd = exclusive_file(out + ".part")

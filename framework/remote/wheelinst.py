@@ -42,7 +42,7 @@ EXIT_REFUSED, EXIT_FAILED, EXIT_MISMATCH = 2, 1, 3
 
 
 class Refused(Exception):
-    """The wheel is not installed: ``member`` (or the whole wheel) is bad, tampered or unsupported."""
+    """The wheel is not installed: ``member`` (or the wheel) is bad, tampered or unsupported."""
 
     def __init__(self, member: str, reason: str) -> None:
         super().__init__(f"{member}: {reason}" if member else reason)
@@ -126,7 +126,7 @@ def parse_record(text: str) -> dict[str, tuple[str, str, int | None]]:
 
 
 class Wheel:
-    """One ``.whl``: its dist-info, WHEEL, METADATA and RECORD, checked before anything is written."""
+    """One ``.whl``: its dist-info, WHEEL, METADATA and RECORD, checked before any write."""
 
     def __init__(self, path: str | BinaryIO) -> None:
         self.zip = _open_zip(path)

@@ -95,7 +95,7 @@ def _refuse_unknown(knob: str, params: dict[str, Any]) -> None:
 
 
 def check_params(knob: str, params: dict[str, Any], count: int) -> dict[str, Any]:
-    """The knob's parameters with defaults filled in; unknown knobs, keys or values are a LabError."""
+    """The knob's parameters with defaults filled in; unknown knobs, keys or values: LabError."""
     _refuse_unknown(knob, params)
     values = {**PARAMS[knob], **params}
     bounds: dict[str, tuple[int, int | None]] = {"device": (0, count - 1), "spod_id": (0, None)}

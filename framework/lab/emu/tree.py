@@ -130,7 +130,7 @@ def _is_chip_row(cells: list[str] | None) -> TypeGuard[list[str]]:
 
 
 def _chip_cells(text: str) -> tuple[list[list[str]], list[list[str]]]:
-    """The last cell of each die's two rows, split (``a / b`` pairs as one): (top rows, bottom rows).
+    """Each die's two rows' last cells, split (``a / b`` pairs as one): (top rows, bottom rows).
 
     The bottom row is the one whose second cell is a bus id.
     """

@@ -57,7 +57,7 @@ def _ping(host: Host, dev: int, address: str, count: int) -> list[str]:
 
 
 def _reachable(host: Host, dev: int, address: str) -> bool:
-    """Whether device ``dev`` reaches ``address``: a lab peer, both links up, not its own NPU's twin."""
+    """Whether device ``dev`` reaches ``address``: a lab peer, links up, not its NPU's twin."""
     if address not in host.info["peers"] or _down(host, dev) or address in _peers_down(host):
         return False
     # A3: -ping does not run between the two dies of one NPU (ascend-hosts.md §5)
