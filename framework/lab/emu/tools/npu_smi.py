@@ -12,7 +12,7 @@ Stdlib only (copied into the emulated host's tree).
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -236,21 +236,36 @@ def _device(host: Host, opts: dict[str, str]) -> tuple[int, int | None]:
     return npu, chip
 
 
+def _health(host: Host, npu: int, chip: int | None) -> list[str]:
+    """A card's health, or one chip's with ``-c``."""
+    return health_card(host, npu) if chip is None else health_chip(host, npu, chip)
+
+
+def _usages(host: Host, npu: int, chip: int | None) -> list[str]:
+    return usages(host, npu)
+
+
+def _spod_info(host: Host, npu: int, chip: int | None) -> list[str]:
+    """spod-info, which only an A3 device answers."""
+    lines = spod_info(host, npu, chip)
+    if lines is None:
+        raise _Usage("this device does not support querying spod-info")
+    return lines
+
+
+#: ``-t <type>`` -> its table for (host, npu, chip)
+_TYPES: dict[str, Callable[[Host, int, int | None], list[str]]] = {
+    "health": _health, "usages": _usages, "board": board, "spod-info": _spod_info,
+}
+
+
 def _typed(host: Host, opts: dict[str, str]) -> list[str]:
     kind = opts.get("-t")
     npu, chip = _device(host, opts)
-    if kind == "health":
-        return health_card(host, npu) if chip is None else health_chip(host, npu, chip)
-    if kind == "usages":
-        return usages(host, npu)
-    if kind == "board":
-        return board(host, npu, chip)
-    if kind == "spod-info":
-        lines = spod_info(host, npu, chip)
-        if lines is None:
-            raise _Usage("this device does not support querying spod-info")
-        return lines
-    raise _Usage(f"invalid type: {kind}")
+    table = _TYPES.get(str(kind))
+    if table is None:
+        raise _Usage(f"invalid type: {kind}")
+    return table(host, npu, chip)
 
 
 def run(host: Host, args: Sequence[str]) -> list[str]:
