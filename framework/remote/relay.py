@@ -326,8 +326,13 @@ def _make_room(pending: dict[socket.socket, Caller], address: str) -> None:
     if len(same) > MAX_PER_PEER:
         _drop(pending, same[0], "was the oldest of too many from one address")
     if len(pending) > MAX_PENDING:
-        idle = [c for c, caller in pending.items() if not caller.sent] or list(pending)
-        _drop(pending, idle[0], "was the oldest of too many connections")
+        _drop(pending, _oldest_idle(pending), "was the oldest of too many connections")
+
+
+def _oldest_idle(pending: dict[socket.socket, Caller]) -> socket.socket:
+    """The oldest connection that sent nothing yet, else the oldest."""
+    idle = [c for c, caller in pending.items() if not caller.sent]
+    return idle[0] if idle else next(iter(pending))
 
 
 def _read_token(conn: socket.socket, pending: dict[socket.socket, Caller], token: bytes) -> bool:

@@ -42,20 +42,22 @@ class Record:
 def read_records(text: str, mark: str = MARK) -> list[Record]:
     """The tagged records of ``text`` in order; lines before the first tag line are dropped."""
     out: list[Record] = []
-    head: tuple[str, str, str] | None = None
-    body: list[str] = []
-    for line in text.splitlines(keepends=True):
-        if line.startswith(mark):
-            if head is not None:
-                out.append(Record(head[0], head[1], "".join(body), head[2]))
-            stripped = line.rstrip("\r\n")
-            tag, _, value = stripped[len(mark):].partition(" ")
-            head, body = (tag, value, stripped), []
-        elif head is not None:
-            body.append(line)
-    if head is not None:
-        out.append(Record(head[0], head[1], "".join(body), head[2]))
+    for chunk in _chunks(text.splitlines(keepends=True), mark):
+        stripped = chunk[0].rstrip("\r\n")
+        tag, _, value = stripped[len(mark):].partition(" ")
+        out.append(Record(tag, value, "".join(chunk[1:]), stripped))
     return out
+
+
+def _chunks(lines: list[str], mark: str) -> list[list[str]]:
+    """The lines from each tag line up to the next one (the lines before the first are dropped)."""
+    chunks: list[list[str]] = []
+    for line in lines:
+        if line.startswith(mark):
+            chunks.append([line])
+        elif chunks:
+            chunks[-1].append(line)
+    return chunks
 
 
 def tag_line(tag: str, value: str = "", mark: str = MARK) -> str:

@@ -116,7 +116,7 @@ def proc_table() -> dict[int, tuple[int, str, int]]:
 def follow_tree(root: int, tree: dict[int, int]) -> None:
     """Add to ``tree`` (pid -> start ticks) every live descendant of ``root`` or of a pid in it."""
     table = proc_table()
-    known = {root} | {p for p, ticks in tree.items() if p in table and table[p][2] == ticks}
+    known = {root} | {p for p, ticks in tree.items() if _started_at(table, p, ticks)}
     while True:
         children = _new_children(table, known)
         if not children:
@@ -143,7 +143,12 @@ def survivors(run_id: str, tree: dict[int, int]) -> list[int]:
 
 def _same_live_process(table: dict[int, tuple[int, str, int]], pid: int, ticks: int) -> bool:
     """Whether ``pid`` is listed, started at ``ticks`` (not a reused pid) and not a zombie."""
-    return pid in table and table[pid][2] == ticks and table[pid][1] not in GONE_STATES
+    return _started_at(table, pid, ticks) and table[pid][1] not in GONE_STATES
+
+
+def _started_at(table: dict[int, tuple[int, str, int]], pid: int, ticks: int) -> bool:
+    """Whether ``pid`` is listed with the start time ``ticks`` (not a reused pid)."""
+    return pid in table and table[pid][2] == ticks
 
 
 def find_pyspy() -> str | None:
