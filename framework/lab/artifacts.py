@@ -375,18 +375,33 @@ def patched_header(stock: str) -> str:
 
 
 # --------------------------------------------------------------------------- the .run package
-def build_run_package(out: Path, soc: str = "cpu", fault: str = "none", template: str = "new") -> Path:
-    """Build ``CAM_<soc>_<os_id>_<arch>.run`` into `out`; returns its path.
-
-    `fault`: ``none``; ``fail`` (installer prints ERROR, exits 1, installs nothing); ``nosuccess``
-    (installs, exits 0, no SUCCESS line). Fault builds keep the real name: give them their own `out`.
-    """
+def _check_build_args(soc: str, fault: str, template: str) -> None:
+    """ArtifactError for an unknown fault or template, or a soc name unfit for a file name."""
     if fault not in FAULTS:
         raise ArtifactError(f"unknown fault {fault!r} (one of {', '.join(FAULTS)})")
     if template not in TEMPLATES:
         raise ArtifactError(f"unknown installer template {template!r} (one of {', '.join(TEMPLATES)})")
     if not soc or any(c in soc for c in "/ \t'\""):
         raise ArtifactError(f"bad soc name {soc!r}")
+
+
+def _gzip_wrapper(folder: Path) -> None:
+    """``folder/gzip``: gzip with ``-n`` (gzip stores its input's mtime: the payload would change)."""
+    real_gzip = shutil.which("gzip")
+    if not real_gzip:
+        raise ArtifactError("gzip not found on PATH (makeself compresses the payload with it)")
+    folder.mkdir()
+    (folder / "gzip").write_text(f'#!/bin/sh\nexec {shlex.quote(real_gzip)} -n "$@"\n')
+    (folder / "gzip").chmod(0o755)
+
+
+def build_run_package(out: Path, soc: str = "cpu", fault: str = "none", template: str = "new") -> Path:
+    """Build ``CAM_<soc>_<os_id>_<arch>.run`` into `out`; returns its path.
+
+    `fault`: ``none``; ``fail`` (installer prints ERROR, exits 1, installs nothing); ``nosuccess``
+    (installs, exits 0, no SUCCESS line). Fault builds keep the real name: give them their own `out`.
+    """
+    _check_build_args(soc, fault, template)
     exe, stock_header = find_makeself()
     out = Path(out).resolve()
     out.mkdir(parents=True, exist_ok=True)
@@ -402,13 +417,7 @@ def build_run_package(out: Path, soc: str = "cpu", fault: str = "none", template
                 "--keep-umask", "--sha256", "--quiet", "--tar-quietly", "--packaging-date", PACKAGING_DATE,
                 "--tar-extra", f"--mtime=@{EPOCH} --owner=0 --group=0 --numeric-owner",
                 "payload", name, label, "./install.sh"]
-        # gzip stores its input's mtime; a wrapper adds -n so the payload bytes do not change per build
-        real_gzip = shutil.which("gzip")
-        if not real_gzip:
-            raise ArtifactError("gzip not found on PATH (makeself compresses the payload with it)")
-        (work / "bin").mkdir()
-        (work / "bin" / "gzip").write_text(f'#!/bin/sh\nexec {shlex.quote(real_gzip)} -n "$@"\n')
-        (work / "bin" / "gzip").chmod(0o755)
+        _gzip_wrapper(work / "bin")
         env = dict(os.environ, LC_ALL="C", TZ="UTC", PATH=f"{work / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}")
         proc = subprocess.run(argv, cwd=work, env=env, capture_output=True, text=True, timeout=300)
         built = work / name

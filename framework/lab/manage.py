@@ -157,6 +157,22 @@ def _wait_registered(h: LabHost, proc: subprocess.Popen[bytes], registry: Path,
     return proc.pid
 
 
+def _check_device(knob: str, dev: object, npu: NpuPlan) -> None:
+    """LabError for a device number past the profile's devices."""
+    if isinstance(dev, int) and not 0 <= dev < npu.count:
+        raise LabError(f"{knob}: device {dev} is past the {npu.profile} profile's {npu.count} "
+                       f"devices (valid ids 0-{npu.count - 1})")
+
+
+def _sshd_log_tail(h: LabHost) -> str:
+    """The last lines of the host's sshd output and log, on one line."""
+    tail = ""
+    for f in (h.plan.sshd_out, h.sshd_log):
+        with contextlib.suppress(OSError):
+            tail += " | ".join(f.read_text().strip().splitlines()[-5:])
+    return tail
+
+
 def _host_pids(h: LabHost) -> list[int]:
     """A host's recorded sshd (and its pid file's) and holders, while still ours."""
     pids = _our_sshd((h.sshd_pid, read_pid(h.plan.sshd_pid_file)), str(h.plan.sshd_config), h.ns)
@@ -642,11 +658,9 @@ class Lab:
         assert npu is not None
         if knob not in emu.KNOBS:
             raise LabError(f"unknown fault knob {knob!r} (knobs: {', '.join(emu.KNOBS)}, or clear)")
-        dev = (params or {}).get("device")
-        if isinstance(dev, int) and not 0 <= dev < npu.count:
-            raise LabError(f"{knob}: device {dev} is past the {npu.profile} profile's {npu.count} devices "
-                           f"(valid ids 0-{npu.count - 1})")
-        return check_params(knob, dict(params or {}), npu.count)
+        given = dict(params or {})
+        _check_device(knob, given.get("device"), npu)
+        return check_params(knob, given, npu.count)
 
     def set_fault(self, host: str, knob: str, *, linger: float | None = None, **params: Any) -> None:
         """Set a fault knob on an emulated host (``params``: the knob's, e.g. ``device``, ``level``, ``spod_id``).
@@ -744,12 +758,9 @@ class Lab:
             if self._answers(h):
                 return
             time.sleep(0.05)
-        tail = ""
-        for f in (h.plan.sshd_out, h.sshd_log):
-            with contextlib.suppress(OSError):
-                tail += " | ".join(f.read_text().strip().splitlines()[-5:])
         state = "exited" if not pid_alive(h.sshd_pid) else f"not answering on {h.ip}:{SSH_PORT} after {timeout:g}s"
-        raise LabError(f"{h.name}: sshd (pid {h.sshd_pid}) {state}: {tail or 'no log output'}")
+        tail = _sshd_log_tail(h) or "no log output"
+        raise LabError(f"{h.name}: sshd (pid {h.sshd_pid}) {state}: {tail}")
 
     def _write_env(self) -> None:
         keys = {h.name: public_key_of(h.plan.host_key_pub.read_text()) for h in self._sshd_hosts()}

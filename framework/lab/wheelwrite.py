@@ -58,7 +58,9 @@ def _version(project: dict[str, Any], tool: dict[str, Any], source: Path) -> str
 
 def _assigns(node: ast.stmt, name: str) -> TypeGuard[ast.Assign]:
     """``name = ...`` (among the targets)."""
-    return isinstance(node, ast.Assign) and any(getattr(t, "id", None) == name for t in node.targets)
+    if not isinstance(node, ast.Assign):
+        return False
+    return any(getattr(t, "id", None) == name for t in node.targets)
 
 
 def _assigned(path: Path, name: str) -> str:
