@@ -307,19 +307,28 @@ def _payload(root: Path, soc: str, fault: str, template: str = "new") -> None:
         f"vendors/{VENDOR}/op_proto/lib/linux/{arch}/libcust_opsproto_rt2.0.so": "camit placeholder (op proto)\n",
     }
     for api in ACLNN_APIS:
-        snake = "".join("_" + c.lower() if c.isupper() else c for c in api[5:]).lstrip("_")
-        files[f"vendors/{VENDOR}/op_api/include/aclnn_{snake}.h"] = (
+        files[f"vendors/{VENDOR}/op_api/include/aclnn_{_snake(api)}.h"] = (
             f"/* camit placeholder: {api} and {api}GetWorkspaceSize are provided by libcust_opapi.so */\n")
-    for rel, text in files.items():
-        path = root / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-        path.chmod(0o755 if rel.endswith((".sh", ".bash")) else 0o644)
+    _write_files(root, files)
     build_opapi_library(root / "vendors" / VENDOR / "op_api" / "lib").chmod(0o755)
     for path in [root, *root.rglob("*")]:
         if path.is_dir():
             path.chmod(0o755)
         os.utime(path, (EPOCH, EPOCH), follow_symlinks=False)
+
+
+def _snake(api: str) -> str:
+    """``aclnnMoeDispatch`` -> ``moe_dispatch`` (the name in the API's header file)."""
+    return "".join("_" + c.lower() if c.isupper() else c for c in api[5:]).lstrip("_")
+
+
+def _write_files(root: Path, files: dict[str, str]) -> None:
+    """Each text under ``root``; shell scripts executable."""
+    for rel, text in files.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        path.chmod(0o755 if rel.endswith((".sh", ".bash")) else 0o644)
 
 
 # --------------------------------------------------------------------------- the makeself header
@@ -386,7 +395,7 @@ def _check_build_args(soc: str, fault: str, template: str) -> None:
 
 
 def _gzip_wrapper(folder: Path) -> None:
-    """``folder/gzip``: gzip with ``-n`` (gzip stores its input's mtime: the payload would change)."""
+    """``folder/gzip``: gzip with ``-n`` (gzip stores its input's mtime: payloads would differ)."""
     real_gzip = shutil.which("gzip")
     if not real_gzip:
         raise ArtifactError("gzip not found on PATH (makeself compresses the payload with it)")

@@ -286,9 +286,7 @@ def plan_lab(
     net = parse_subnet(subnet, n_hosts)
     validate_state_dir(state_dir)
     npu_plan = plan_npu(npu, visible)
-    private = parse_subnet(jump, n_hosts) if jump is not None else None
-    if private is not None and private.overlaps(net):
-        raise LabError(f"--jump subnet {private} overlaps the lab's subnet {net}: choose a separate one")
+    private = _private_subnet(jump, n_hosts, net)
     hosts_net = net if private is None else private
     hosts = tuple(plan_host(name, i, hosts_net, state_dir, npu_plan) for i in range(1, n_hosts + 1))
     return LabPlan(
@@ -297,6 +295,17 @@ def plan_lab(
         private_subnet=private, private_bridge=f"{name}br1" if private is not None else None,
         jump=plan_jump(name, net, private, state_dir),
     )
+
+
+def _private_subnet(jump: str | None, n_hosts: int,
+                    net: ipaddress.IPv4Network) -> ipaddress.IPv4Network | None:
+    """A jump lab's private subnet (None without ``--jump``): valid, and apart from ``net``."""
+    if jump is None:
+        return None
+    private = parse_subnet(jump, n_hosts)
+    if private.overlaps(net):
+        raise LabError(f"--jump subnet {private} overlaps the lab's subnet {net}: choose a separate one")
+    return private
 
 
 def plan_host(name: str, i: int, net: ipaddress.IPv4Network, state_dir: Path,
