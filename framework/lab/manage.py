@@ -164,6 +164,15 @@ def _check_device(knob: str, dev: object, npu: NpuPlan) -> None:
                        f"devices (valid ids 0-{npu.count - 1})")
 
 
+def _make_host_dirs(hp: HostPlan) -> None:
+    """A host's tmp, work and core folders (with their modes) and its stand-in shell rc file."""
+    for d, mode in ((hp.tmp_dir, 0o1777), (hp.work_dir, 0o755), (hp.core_dir, 0o1777)):
+        d.mkdir(exist_ok=True)
+        d.chmod(mode)
+    hp.shell_rc.write_text(f"# camit lab host {hp.name}: stands in for {MASKED_RC} "
+                           "(see framework/lab_plan.py)\n")
+
+
 def _sshd_log_tail(h: LabHost) -> str:
     """The last lines of the host's sshd output and log, on one line."""
     tail = ""
@@ -525,11 +534,7 @@ class Lab:
             d.mkdir(parents=True, exist_ok=True)
         p.state_dir.chmod(0o700)
         for hp in every:
-            for d, mode in ((hp.tmp_dir, 0o1777), (hp.work_dir, 0o755), (hp.core_dir, 0o1777)):
-                d.mkdir(exist_ok=True)
-                d.chmod(mode)
-            hp.shell_rc.write_text(f"# camit lab host {hp.name}: stands in for {MASKED_RC} "
-                                   "(see framework/lab_plan.py)\n")
+            _make_host_dirs(hp)
         for d in (Path(HOST_WORKDIR), Path(HOST_COREDIR)):  # mount points, in the shared root filesystem
             d.mkdir(parents=True, exist_ok=True)
         Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # sshd's privilege-separation directory
@@ -839,13 +844,16 @@ class Lab:
     # ---- health
     def problems(self) -> list[str]:
         """Why the lab is not usable right now (empty when healthy)."""
-        bridges = [b for b in (self.plan.bridge, self.plan.private_bridge) if b]
-        present = _present(bridges)
-        out = [f"bridge {b} is missing" for b in bridges if b not in present]
+        out = self._missing_bridges()
         out += [why for why in map(self._sshd_problem, self._sshd_hosts()) if why]
         files = (self.key_file, self.known_hosts, self.plan.authorized_keys)
         out += [f"{f} is missing" for f in files if not f.exists()]
         return out + self._emu_problems()
+
+    def _missing_bridges(self) -> list[str]:
+        bridges = [b for b in (self.plan.bridge, self.plan.private_bridge) if b]
+        present = _present(bridges)
+        return [f"bridge {b} is missing" for b in bridges if b not in present]
 
     def _sshd_problem(self, h: LabHost) -> str:
         """What is wrong with the host's namespace or sshd ("" when nothing)."""

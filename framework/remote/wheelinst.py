@@ -103,6 +103,12 @@ def _the_dist_info(names: list[str]) -> str:
     return infos[0]
 
 
+def _check_wheel_version(member: str, version: str) -> None:
+    """Only ``Wheel-Version: 1.x`` is installed."""
+    if not re.match(r"^1(\.\d+)?$", version):
+        raise Refused(member, f"Wheel-Version {version or '(none)'} is not supported (only 1.x)")
+
+
 def _header(headers: dict[str, str], key: str) -> str:
     """A header's value, stripped; "" when it is missing."""
     return headers.get(key, "").strip()
@@ -135,10 +141,7 @@ class Wheel:
         _check_names(names)
         self.dist_info = _the_dist_info(names)
         wheel = self._headers("WHEEL")
-        version = _header(wheel, "Wheel-Version")
-        if not re.match(r"^1(\.\d+)?$", version):
-            raise Refused(f"{self.dist_info}/WHEEL",
-                          f"Wheel-Version {version or '(none)'} is not supported (only 1.x)")
+        _check_wheel_version(f"{self.dist_info}/WHEEL", _header(wheel, "Wheel-Version"))
         self.purelib = _header(wheel, "Root-Is-Purelib").lower() == "true"
         meta = self._headers("METADATA")
         self.name, self.version = _header(meta, "Name"), _header(meta, "Version")
