@@ -344,16 +344,20 @@ def _visible_ids(visible: str) -> list[int]:
 def parse_visible(visible: str | Sequence[int], count: int, profile: str) -> tuple[int, ...]:
     """``"0,1"`` (or a list) -> ``(0, 1)``; LabError if malformed, repeated or past the profile's ``count``."""
     ids = _visible_ids(visible) if isinstance(visible, str) else list(visible)
-    for dev in ids:
-        if not 0 <= dev < count:
-            raise LabError(f"--visible device {dev} is past the {profile} profile's {count} devices "
-                           f"(valid ids 0-{count - 1})")
-    dup = sorted({d for d in ids if ids.count(d) > 1})
-    if dup:
-        raise LabError(f"--visible lists device {dup[0]} twice")
+    past = [dev for dev in ids if not 0 <= dev < count]
+    if past:
+        raise LabError(f"--visible device {past[0]} is past the {profile} profile's {count} devices "
+                       f"(valid ids 0-{count - 1})")
+    if _repeated(ids):
+        raise LabError(f"--visible lists device {_repeated(ids)[0]} twice")
     if not ids:
         raise LabError("--visible must list at least one device")
     return tuple(ids)
+
+
+def _repeated(ids: list[int]) -> list[int]:
+    """The ids listed more than once, in order."""
+    return sorted({d for d in ids if ids.count(d) > 1})
 
 
 def _mount_kind(kind: str) -> MountKind:
@@ -431,9 +435,13 @@ def _addr_overlaps(line: str, subnet: ipaddress.IPv4Network, ignore_dev: str | N
     toks = line.split()
     if "inet" not in toks:
         return False
-    dev = toks[1] if len(toks) > 1 else ""
-    if ignore_dev and dev == ignore_dev:
+    if ignore_dev and toks[1:2] == [ignore_dev]:
         return False
+    return _inet_overlaps(toks, subnet)
+
+
+def _inet_overlaps(toks: list[str], subnet: ipaddress.IPv4Network) -> bool:
+    """Whether the IPv4 address after ``inet`` is on a network that overlaps ``subnet``."""
     try:
         iface = ipaddress.ip_interface(toks[toks.index("inet") + 1])
     except (ValueError, IndexError):
@@ -721,15 +729,19 @@ def mount_points_to_create(
     """
     out: list[tuple[str, MountKind]] = []
     seen: set[str] = set()
+    for path, kind in _parents_first(needed):
+        if path not in seen and not exists(path):
+            out.append((path, kind))
+        seen.add(path)
+    return out
+
+
+def _parents_first(needed: Sequence[tuple[str, MountKind]]) -> list[tuple[str, MountKind]]:
+    """Each target after its parent directories (outermost first)."""
+    out: list[tuple[str, MountKind]] = []
     for target, kind in needed:
-        for parent in reversed(Path(target).parents):
-            p = str(parent)
-            if p not in seen and not exists(p):
-                out.append((p, "dir"))
-            seen.add(p)
-        if target not in seen and not exists(target):
-            out.append((target, kind))
-        seen.add(target)
+        out += [(str(p), "dir") for p in reversed(Path(target).parents)]
+        out.append((target, kind))
     return out
 
 
