@@ -111,15 +111,22 @@ def set_fault(tree: Path, knob: str, **params: Any) -> None:
     """Turn ``knob`` on for the host of ``tree`` (again: with the new parameters)."""
     emu, host = _emu(tree)
     values = check_params(knob, params, int(host["count"]))
-    if knob == "other-spod" and int(host["chips_per_npu"]) != 2:
-        raise LabError(f"fault knob other-spod: an A2 node ({host['profile']}) has no super pod (spod-info is A3 only)")
-    if knob == "other-spod" and values["spod_id"] == host["spod_id"]:
-        raise LabError(f"fault knob other-spod: spod_id {values['spod_id']} is this lab's own super pod")
+    if knob == "other-spod":
+        _check_other_spod(values, host)
     knobs = _knobs(emu)
     knobs[knob] = values
     _save(emu, knobs)
     if knob == "no-driver":
         remove_driver(Path(tree))
+
+
+def _check_other_spod(values: dict[str, Any], host: dict[str, Any]) -> None:
+    """other-spod needs an A3 host and a super pod that is not the lab's own."""
+    if int(host["chips_per_npu"]) != 2:
+        raise LabError(f"fault knob other-spod: an A2 node ({host['profile']}) has no super pod "
+                       "(spod-info is A3 only)")
+    if values["spod_id"] == host["spod_id"]:
+        raise LabError(f"fault knob other-spod: spod_id {values['spod_id']} is this lab's own super pod")
 
 
 def _start_ticks(pid: int) -> int | None:
@@ -140,16 +147,26 @@ def release_dead(tree: Path) -> list[int]:
     """
     gone = []
     for path in sorted((Path(tree) / EMU / "registry").glob("*.json")):
-        try:
-            rec = json.loads(path.read_text(encoding="utf-8"))
-            pid, ticks = int(rec["pid"]), rec.get("start_ticks")
-        except (OSError, ValueError, KeyError, TypeError):
-            continue
-        now = _start_ticks(pid)
-        if now is None or (ticks is not None and int(ticks) != now):
+        rec = _registry_record(path)
+        if rec is not None and _is_gone(*rec):
             path.unlink(missing_ok=True)
-            gone.append(pid)
+            gone.append(rec[0])
     return gone
+
+
+def _registry_record(path: Path) -> tuple[int, Any] | None:
+    """(pid, start ticks or None) of a registry record; None when it cannot be read."""
+    try:
+        rec = json.loads(path.read_text(encoding="utf-8"))
+        return int(rec["pid"]), rec.get("start_ticks")
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _is_gone(pid: int, ticks: Any) -> bool:
+    """No such process any more, or ``pid`` is another process now (another start time)."""
+    now = _start_ticks(pid)
+    return now is None or (ticks is not None and int(ticks) != now)
 
 
 def clear_faults(tree: Path) -> None:
@@ -221,15 +238,20 @@ def holder_argv(device: int) -> list[str]:
 PEERS_DOWN = "peers-down.json"
 
 
+def _down_ips(tree: Path) -> list[str]:
+    """The IP of the host's device whose link is down ([] when none is)."""
+    emu, host = _emu(tree)
+    knob = _knobs(emu).get("link-down")
+    if knob is None:
+        return []
+    return [host["devices"][int(knob.get("device", 0))]["ip"]]
+
+
 def sync_peer_links(trees: list[Path]) -> None:
     """Tell every host of a lab which peer device IPs have ``link-down``: a real device NIC whose link is down
     answers no ping, so a ping *to* it times out as well as one *from* it (``hccn-ping-loss.txt``'s
     ``recv time out`` lines). Each tree gets :data:`PEERS_DOWN`, the down devices' IPs of the other trees."""
-    down: dict[Path, list[str]] = {}
-    for tree in trees:
-        emu, host = _emu(tree)
-        knob = _knobs(emu).get("link-down")
-        down[tree] = [] if knob is None else [host["devices"][int(knob.get("device", 0))]["ip"]]
+    down = {tree: _down_ips(tree) for tree in trees}
     for tree in trees:
         others = sorted(ip for t, ips in down.items() if t != tree for ip in ips)
         (Path(tree) / EMU / PEERS_DOWN).write_text(json.dumps({"down": others}) + "\n", encoding="utf-8")
