@@ -121,10 +121,7 @@ def write_wheel(source: Path, out: Path) -> Path:
     tomllib = _tomllib()
     if tomllib is None:  # pragma: no cover - Python 3.10
         return _pip_wheel(source, out)
-    try:
-        doc = tomllib.loads((source / "pyproject.toml").read_text())
-    except (OSError, tomllib.TOMLDecodeError) as exc:
-        raise WheelError(f"{source}/pyproject.toml: {exc}") from None
+    doc = _pyproject(tomllib, source)
     project, tool = doc.get("project", {}), doc.get("tool", {}).get("setuptools", {})
     version = _version(project, tool, source)
     dist = re.sub(r"[-_.]+", "_", project["name"])
@@ -141,13 +138,27 @@ def write_wheel(source: Path, out: Path) -> Path:
     files[f"{info}/RECORD"] = ("\n".join([*rows, f"{info}/RECORD,,"]) + "\n").encode()
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"{dist}-{version}-py3-none-any.whl"
+    _write_zip(path, files)
+    return path
+
+
+def _pyproject(tomllib: ModuleType, source: Path) -> dict[str, Any]:
+    """The project's pyproject.toml, read."""
+    try:
+        doc: dict[str, Any] = tomllib.loads((source / "pyproject.toml").read_text())
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise WheelError(f"{source}/pyproject.toml: {exc}") from None
+    return doc
+
+
+def _write_zip(path: Path, files: dict[str, bytes]) -> None:
+    """The members in order, each with the fixed timestamp and mode 0644 (reproducible)."""
     with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
         for name, data in files.items():
             member = zipfile.ZipInfo(name, time.gmtime(EPOCH)[:6])
             member.external_attr = 0o644 << 16
             member.compress_type = zipfile.ZIP_DEFLATED
             z.writestr(member, data)
-    return path
 
 
 def _pip_wheel(source: Path, out: Path) -> Path:  # pragma: no cover - Python 3.10

@@ -303,6 +303,15 @@ def install_info_text(driver: bool = True) -> str:
 # --------------------------------------------------------------------------- populate
 
 
+def _linger(emu: Path) -> float:
+    """The linger setting an earlier npu.json kept (0 without one)."""
+    try:
+        old = json.loads((emu / "npu.json").read_text(encoding="utf-8"))
+        return float(old.get("linger_s", 0))
+    except (OSError, ValueError, AttributeError, TypeError):
+        return 0.0
+
+
 def _emu_dir(tree: Path, info: dict[str, Any], profile: Profile) -> None:
     emu = tree / EMU
     lib = emu / "lib" / "camit_emu"
@@ -318,13 +327,8 @@ def _emu_dir(tree: Path, info: dict[str, Any], profile: Profile) -> None:
     for src in sorted(DATA.glob("*.txt")):
         _write(emu / "data" / src.name, src.read_text(encoding="utf-8"))
     _write(emu / "host.json", json.dumps(info, indent=1) + "\n")
-    try:
-        old = json.loads((emu / "npu.json").read_text(encoding="utf-8"))
-        linger = float(old.get("linger_s", 0))
-    except (OSError, ValueError, AttributeError, TypeError):
-        linger = 0.0
     _write(emu / "npu.json", json.dumps({"device_count": profile.count, "registry_dir": REGISTRY,
-                                         "linger_s": linger}) + "\n")
+                                         "linger_s": _linger(emu)}) + "\n")
     (emu / "hccn.lock").touch()  # hccn_tool's one-call-at-a-time lock
     if not (emu / "faults.json").is_file():
         _write(emu / "faults.json", json.dumps({"knobs": {}}, indent=1) + "\n")
