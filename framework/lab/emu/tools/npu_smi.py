@@ -271,14 +271,18 @@ def _typed(host: Host, opts: dict[str, str]) -> list[str]:
 def run(host: Host, args: Sequence[str]) -> list[str]:
     if not args or args[0] != "info":
         raise _Usage(f"invalid command: {' '.join(args) or '(none)'}")
-    rest = list(args[1:])
-    if not rest:
-        return info_table(host)
-    if rest == ["-l"]:
-        return info_list(host.npus, host.chips_per_npu)
-    if rest == ["-m"]:
-        return info_mapping(host.npus, host.chips_per_npu, host.info["chip_name"])
+    rest = tuple(args[1:])
+    if rest in _PLAIN:
+        return _PLAIN[rest](host)
     return _typed(host, _options(rest))
+
+
+#: ``npu-smi info`` with these words (no options with values): what it prints
+_PLAIN: dict[tuple[str, ...], Callable[[Host], list[str]]] = {
+    (): info_table,
+    ("-l",): lambda host: info_list(host.npus, host.chips_per_npu),
+    ("-m",): lambda host: info_mapping(host.npus, host.chips_per_npu, host.info["chip_name"]),
+}
 
 
 def main(argv: Sequence[str], emu: Path) -> int:
