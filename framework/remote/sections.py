@@ -1,17 +1,8 @@
 """The one format of what host-side scripts print back, and its one parser (standard library only).
 
-A script camit runs on a host (the preflight probe, the core scan, the core inspection and
-backtrace, the log collection, the deploy, launch and coverage probes) prints *tagged records*:
-a tag line ``<mark><tag>[ <value>]`` and then any number of body lines (tool output, file
-listings, JSON), up to the next tag line. The mark is :data:`MARK` (``@@``); the preflight probe,
-whose bodies are foreign tool output (``npu-smi``, ``hccn_tool``, version files), uses the longer
-:data:`PROBE_MARK` (``@@camit@@ ``) with the tags ``begin <name>`` and ``end <name> <rc>`` around
-each section. :func:`read_records` is the parser every controller-side reader builds on;
-:func:`tag_line` and :func:`sh_tag` write a tag line from Python and from ``sh`` (``printf``), so
-both sides share these constants.
-
-    >>> [(r.tag, r.value, r.body) for r in read_records("@@now 1.5\\n@@files\\nF 1 2 3 /c\\n@@end\\n")]
-    [('now', '1.5', ''), ('files', '', 'F 1 2 3 /c\\n'), ('end', '', '')]
+A script prints *tagged records*: a tag line ``<mark><tag>[ <value>]`` and the body lines up to
+the next one; :func:`read_records` parses them, :func:`tag_line` and :func:`sh_tag` write tag
+lines. The format and its marks: docs/internals/c-remote.md.
 """
 
 from __future__ import annotations

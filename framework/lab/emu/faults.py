@@ -1,21 +1,8 @@
 """Fault knobs of an emulated Ascend host: each one puts the host in a state a real node can be in.
 
-A knob is a line in the tree's ``Ascend/.camit-emu/faults.json`` that the fake tools read at every call
-(so it takes effect at once, while the lab is up), except ``no-driver``, which removes the driver's files,
-and ``held-device``, whose effect is a real process (:func:`holder_argv`, started and killed by the lab):
-
-================  ====================================================================================
-``tls-mismatch``  ``hccn_tool -i <device> -tls -g`` reports switch 1, the others 0 (hccn-tls-mismatch.txt)
-``health-alarm``  ``npu-smi info`` Health and ``-t health`` read ``level`` (Alarm) on ``device``
-``link-down``     ``-link -g`` DOWN, ``-net_health -g`` Fault, ``-ping`` times out, on ``device``
-``hccn-busy``     every ``hccn_tool -i <device>`` call answers "hccn_tool is busy, please try again"
-``held-device``   a process holds ``device`` (listed by ``npu-smi info`` until killed, then ``linger_s``)
-``other-spod``    ``npu-smi info -t spod-info`` gives this host Super Pod ID ``spod_id`` (default 1)
-``no-driver``     no ``npu-smi``, no ``driver/`` (``hccn_tool``, ``version.info``), no ``Driver_*`` lines
-================  ====================================================================================
-
-``device`` is a logical device id (0 .. count-1). :func:`set_linger` sets how long a dead holder stays
-listed (``linger_s`` of ``npu.json``, read by the torch_npu stand-in when a process registers).
+A knob is a line in the tree's ``Ascend/.camit-emu/faults.json`` the fake tools read at every call
+(``no-driver`` and ``held-device`` act otherwise). The knobs and what each does:
+docs/internals/c-remote.md.
 """
 
 from __future__ import annotations

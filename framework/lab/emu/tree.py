@@ -1,15 +1,7 @@
-"""The files of one emulated Ascend host (its "tree"), written by :func:`populate` on the controller.
+"""The files of one emulated Ascend host (its "tree"), written by :func:`populate`.
 
-The lab bind-mounts the tree's parts over the host paths of :data:`MOUNTS` inside the host's mount
-namespace, so a tool or file here is what a process on that host sees at ``/usr/local/...`` and
-``/etc/ascend_install.info``. Written: the fake tools (``sbin/npu-smi``, ``Ascend/driver/tools/
-{hccn_tool,msnpureport}``, stdlib python launchers of :mod:`framework.lab.emu.tools`), the CANN tree of
-the profile's layout with its ``set_env.sh`` and version records, the driver and firmware
-``version.info``, ``etc/ascend_install.info``, and ``Ascend/.camit-emu/`` (``npu.json``, ``host.json``,
-``faults.json``, ``registry/``, the tools' library and the captures they replay). The mount roots and
-the bind-mounted file are only ever written into, never replaced (a replaced inode would leave the
-mount on the old one). Facts and file formats: ``tests/data/ascend`` (copied into ``data/``, each with
-its ``# source:`` line) and ``reference/ascend-hosts.md`` §6.
+The lab bind-mounts the tree's parts over the host paths of :data:`MOUNTS` inside the host. What
+the tree holds and the rules for writing it: docs/internals/c-remote.md.
 """
 
 from __future__ import annotations

@@ -1,14 +1,8 @@
 """Fake ``hccn_tool`` of an emulated Ascend host: ``hccn_tool -i <dev> -<query> -g [address <ip>]``.
 
-Each answer is one device's share of a captured loop over devices (``tests/data/ascend/hccn-*.txt``,
-shipped in the tree): ``-link`` (hccn-link-up.txt), ``-net_health`` (hccn-net-health-success-8dev.txt),
-``-ip`` (hccn-ip-8dev.txt), ``-tls`` (hccn-tls-8dev.txt, hccn-tls-mismatch.txt), ``-ping``
-(hccn-ping-ok-8dev.txt). ``-gateway``, ``-lldp``, ``-netdetect`` and ``-fec`` follow the formats of
-reference/ascend-hosts.md §5 and its fixtures (not shipped in tests/data). Addresses are the host's
-(``host.json``), a ping answers when its target is a device of a lab host. Fault knobs: ``link-down``,
-``tls-mismatch``, ``hccn-busy``. Two calls at once on one host: the second answers busy, as the real
-tool can (ascend-hosts.md §5: "parallel calls can answer ``hccn_tool is busy``"; here always, through a
-lock on ``.camit-emu/hccn.lock``). Stdlib only (copied into the emulated host's tree).
+Each answer is one device's share of a captured loop over devices
+(``tests/data/ascend/hccn-*.txt``); the captures and knobs behind each query:
+docs/internals/c-remote.md. Stdlib only (copied into the emulated host's tree).
 """
 
 from __future__ import annotations

@@ -1,12 +1,7 @@
-"""Fake ``npu-smi`` of an emulated Ascend host: ``info``, ``info -l``, ``info -m``, ``info -t <type> -i N [-c C]``.
+"""Fake ``npu-smi`` of an emulated Ascend host: ``info``, ``info -l``, ``info -m``, ``info -t``.
 
-Layouts replay the captures shipped in the tree (``tests/data/ascend``; names in ``host.json``): the
-header and process-table header lines are the capture's own, the rows are re-rendered with the
-capture's column widths (``tests/unit/test_lab_emu_tools.py`` renders each capture's values back into
-the capture byte for byte) and the per-chip values the capture showed, except what the host's state
-changes: the process table (and HBM use) comes from the occupancy registry, Health from the
-``health-alarm`` knob. Formats without a capture are marked so where they are written.
-Stdlib only (copied into the emulated host's tree).
+Replays the captures shipped in the tree, re-rendered with the host's state (occupancy registry,
+fault knobs); how: docs/internals/c-remote.md. Stdlib only (copied into the emulated host's tree).
 """
 
 from __future__ import annotations
