@@ -1,35 +1,8 @@
-"""Build the lab's CAM artifacts: the ``umdk_cam_op_lib`` wheel and the ``CAM_<soc>_<os>_<arch>.run``.
+"""Build the lab's CAM artifacts: the umdk_cam_op_lib wheel and the ``CAM_<soc>_<os>_<arch>.run``.
 
-Without an NPU the lab deploys what a real CAM build would produce, made from ``standin/``:
-
-* the wheel ``umdk_cam_op_lib-209.0.0b1-py3-none-any.whl`` (the CPU stand-in of the op library), built
-  offline by ``framework.lab.wheelwrite`` (stdlib) from a scratch copy of ``standin/`` (the checkout stays clean);
-* a makeself ``.run`` named like CANN's, ``CAM_<soc>_<os_id>_<arch>.run`` (``os_id`` = ``ID=`` of
-  /etc/os-release, ``arch`` = ``uname -m``), with the CANN custom-op payload: ``install.sh``,
-  ``help.info`` and ``vendors/CAM/{op_api/lib/libcust_opapi.so, op_api/include/aclnn_*.h,
-  op_impl/…/libcust_opmaster_rt2.0.so, op_proto/…/libcust_opsproto_rt2.0.so (placeholders), version.info}``.
-  ``libcust_opapi.so`` is a real shared object compiled with ``cc`` at build time, exporting
-  ``aclnn<Op>`` and ``aclnn<Op>GetWorkspaceSize`` for each aclnn API the ops call (umdk pybind's
-  ``EXEC_NPU_CMD`` names); the stand-in dlopens it by bare name, as CAM does.
-
-The installer is the msOpGen ``install.sh`` of CANN custom-op packages (see ``_INSTALL_SH``): quiet by
-default, unknown ``--*`` options ignored, ``[ops_custom] [<date>] [INFO] ...`` lines, a bare ``SUCCESS``
-line; with ``--install-path=/abs`` it writes ``vendors/CAM/bin/set_env.bash``. ``template="new"`` (default)
-puts ``export LD_LIBRARY_PATH=<vendor>/op_api/lib/:...`` in it; ``template="old"`` writes only
-``ASCEND_CUSTOM_OPP_PATH`` and prints the ``export LD_LIBRARY_PATH=...`` hint instead, so the ops fail
-("aclnnXxx ... not in libopapi.so") until the user sets LD_LIBRARY_PATH. Errors are
-``[ops_custom] [<date>] [ERROR] ...`` lines and exit 1. Stock makeself rejects unknown options, so the
-archive header is the stock ``makeself-header.sh`` patched at build time (every anchor must match, or the
-build fails naming it): options the header does not know are forwarded to the installer instead of
-"Unrecognized flag", ``--quiet`` is honoured by the header *and* forwarded. makeself's own ``--check``,
-``--info``, ``--list``, ``--help`` (with our help text) keep working.
-
-Fault variants for deploy tests: ``fault="fail"`` (installer prints an ERROR line, installs nothing,
-exits 1), ``fault="nosuccess"`` (installs the tree, exits 0, prints no SUCCESS line);
-``build_wheel(..., broken_import=True)`` gives ``209.0.0b1+broken`` whose import raises ImportError.
-Builds are reproducible (fixed timestamps, owners and packaging date, the .so without build id), so
-unchanged inputs give the same sha256 with the same compiler. CLI:
-``python -m framework.artifacts build --out DIR [--soc cpu] [--template new|old] [--fault …] [--broken-wheel]``.
+Made from ``standin/`` so the lab deploys what a real CAM build would produce. CLI:
+``python -m framework.artifacts build --out DIR [--soc cpu] [--template new|old] [--fault …]``.
+The package's contents, installer and fault variants: docs/internals/c-remote.md.
 """
 
 from __future__ import annotations
@@ -43,7 +16,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from framework.console import printable
@@ -334,19 +307,28 @@ def _payload(root: Path, soc: str, fault: str, template: str = "new") -> None:
         f"vendors/{VENDOR}/op_proto/lib/linux/{arch}/libcust_opsproto_rt2.0.so": "camit placeholder (op proto)\n",
     }
     for api in ACLNN_APIS:
-        snake = "".join("_" + c.lower() if c.isupper() else c for c in api[5:]).lstrip("_")
-        files[f"vendors/{VENDOR}/op_api/include/aclnn_{snake}.h"] = (
+        files[f"vendors/{VENDOR}/op_api/include/aclnn_{_snake(api)}.h"] = (
             f"/* camit placeholder: {api} and {api}GetWorkspaceSize are provided by libcust_opapi.so */\n")
-    for rel, text in files.items():
-        path = root / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-        path.chmod(0o755 if rel.endswith((".sh", ".bash")) else 0o644)
+    _write_files(root, files)
     build_opapi_library(root / "vendors" / VENDOR / "op_api" / "lib").chmod(0o755)
     for path in [root, *root.rglob("*")]:
         if path.is_dir():
             path.chmod(0o755)
         os.utime(path, (EPOCH, EPOCH), follow_symlinks=False)
+
+
+def _snake(api: str) -> str:
+    """``aclnnMoeDispatch`` -> ``moe_dispatch`` (the name in the API's header file)."""
+    return "".join("_" + c.lower() if c.isupper() else c for c in api[5:]).lstrip("_")
+
+
+def _write_files(root: Path, files: dict[str, str]) -> None:
+    """Each text under ``root``; shell scripts executable."""
+    for rel, text in files.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        path.chmod(0o755 if rel.endswith((".sh", ".bash")) else 0o644)
 
 
 # --------------------------------------------------------------------------- the makeself header
@@ -402,18 +384,33 @@ def patched_header(stock: str) -> str:
 
 
 # --------------------------------------------------------------------------- the .run package
-def build_run_package(out: Path, soc: str = "cpu", fault: str = "none", template: str = "new") -> Path:
-    """Build ``CAM_<soc>_<os_id>_<arch>.run`` into `out`; returns its path.
-
-    `fault`: ``none``; ``fail`` (installer prints ERROR, exits 1, installs nothing); ``nosuccess``
-    (installs, exits 0, no SUCCESS line). Fault builds keep the real name: give them their own `out`.
-    """
+def _check_build_args(soc: str, fault: str, template: str) -> None:
+    """ArtifactError for an unknown fault or template, or a soc name unfit for a file name."""
     if fault not in FAULTS:
         raise ArtifactError(f"unknown fault {fault!r} (one of {', '.join(FAULTS)})")
     if template not in TEMPLATES:
         raise ArtifactError(f"unknown installer template {template!r} (one of {', '.join(TEMPLATES)})")
     if not soc or any(c in soc for c in "/ \t'\""):
         raise ArtifactError(f"bad soc name {soc!r}")
+
+
+def _gzip_wrapper(folder: Path) -> None:
+    """``folder/gzip``: gzip with ``-n`` (gzip stores its input's mtime: payloads would differ)."""
+    real_gzip = shutil.which("gzip")
+    if not real_gzip:
+        raise ArtifactError("gzip not found on PATH (makeself compresses the payload with it)")
+    folder.mkdir()
+    (folder / "gzip").write_text(f'#!/bin/sh\nexec {shlex.quote(real_gzip)} -n "$@"\n')
+    (folder / "gzip").chmod(0o755)
+
+
+def build_run_package(out: Path, soc: str = "cpu", fault: str = "none", template: str = "new") -> Path:
+    """Build ``CAM_<soc>_<os_id>_<arch>.run`` into `out`; returns its path.
+
+    `fault`: ``none``; ``fail`` (installer prints ERROR, exits 1, installs nothing); ``nosuccess``
+    (installs, exits 0, no SUCCESS line). Fault builds keep the real name: give them their own `out`.
+    """
+    _check_build_args(soc, fault, template)
     exe, stock_header = find_makeself()
     out = Path(out).resolve()
     out.mkdir(parents=True, exist_ok=True)
@@ -429,13 +426,7 @@ def build_run_package(out: Path, soc: str = "cpu", fault: str = "none", template
                 "--keep-umask", "--sha256", "--quiet", "--tar-quietly", "--packaging-date", PACKAGING_DATE,
                 "--tar-extra", f"--mtime=@{EPOCH} --owner=0 --group=0 --numeric-owner",
                 "payload", name, label, "./install.sh"]
-        # gzip stores its input's mtime; a wrapper adds -n so the payload bytes do not change per build
-        real_gzip = shutil.which("gzip")
-        if not real_gzip:
-            raise ArtifactError("gzip not found on PATH (makeself compresses the payload with it)")
-        (work / "bin").mkdir()
-        (work / "bin" / "gzip").write_text(f'#!/bin/sh\nexec {shlex.quote(real_gzip)} -n "$@"\n')
-        (work / "bin" / "gzip").chmod(0o755)
+        _gzip_wrapper(work / "bin")
         env = dict(os.environ, LC_ALL="C", TZ="UTC", PATH=f"{work / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}")
         proc = subprocess.run(argv, cwd=work, env=env, capture_output=True, text=True, timeout=300)
         built = work / name
@@ -483,8 +474,7 @@ def env_soc(env_file: Path) -> str:
     return socs[0]
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m framework.artifacts build --out DIR``: prints the wheel's and the .run's paths."""
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m framework.artifacts",
                                      description="Build the lab's CAM artifacts (wheel and .run package).")
     sub = parser.add_subparsers(dest="cmd", required=True)
@@ -507,16 +497,36 @@ def main(argv: Sequence[str] | None = None) -> int:
     build.add_argument("--env-in", type=Path, default=None, metavar="FILE",
                        help="an env file (e.g. the lab's) to copy with artifacts: pointing at what was built")
     build.add_argument("--env-out", type=Path, default=None, metavar="FILE", help="where that copy goes")
+    return parser
+
+
+def _soc(args: argparse.Namespace) -> str:
+    """``--soc``, else the ``--env-in`` file's, else cpu."""
+    if args.soc:
+        return str(args.soc)
+    return env_soc(args.env_in) if args.env_in is not None else "cpu"
+
+
+def _build(args: argparse.Namespace) -> dict[str, Path]:
+    """The artifacts ``--only`` asks for (both by default): kind -> path."""
+    soc = _soc(args)
+    builders: dict[str, Callable[[], Path]] = {
+        "wheel": lambda: build_wheel(args.out, broken_import=args.broken_wheel,
+                                     source=args.wheel_source),
+        "run": lambda: build_run_package(args.out, soc=soc, fault=args.fault,
+                                         template=args.template),
+    }
+    return {kind: build() for kind, build in builders.items() if args.only in (None, kind)}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m framework.artifacts build --out DIR``: prints the wheel's and .run's paths."""
+    parser = _parser()
     args = parser.parse_args(argv)
     if (args.env_in is None) != (args.env_out is None):
         parser.error("--env-in and --env-out go together")
     try:
-        soc = args.soc or (env_soc(args.env_in) if args.env_in is not None else "cpu")
-        paths: dict[str, Path] = {}
-        if args.only in (None, "wheel"):
-            paths["wheel"] = build_wheel(args.out, broken_import=args.broken_wheel, source=args.wheel_source)
-        if args.only in (None, "run"):
-            paths["run"] = build_run_package(args.out, soc=soc, fault=args.fault, template=args.template)
+        paths = _build(args)
     except FrameworkError as exc:
         print(printable(f"error: {exc}"), file=sys.stderr)
         return 1
@@ -524,8 +534,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         write_env_with_artifacts(args.env_in, args.env_out, paths)
     if args.json:
         print(json.dumps({k: str(v) for k, v in paths.items()}))
-    else:
-        for path in paths.values():
-            print(path)
+        return 0
+    print("\n".join(str(p) for p in paths.values()))
     return 0
 

@@ -1,58 +1,8 @@
 """The lab: a real multi-host cluster on one machine, built from network namespaces.
 
-``python -m framework.lab up --hosts N`` creates hosts ``host1..hostN``: one
-network namespace each (``<name>-hostI``), joined by veth pairs to a private
-bridge (``<name>br0``) in the root namespace, each running a real OpenSSH
-server inside its own mount + UTS namespaces (own hostname, own ``/tmp``,
-workdir ``/var/tmp/camit`` and core dir ``/var/crash/camit``, all bind-mounted
-from ``<state>/hosts/<host>/``). It writes ``env/lab.yaml`` so the framework
-reaches the hosts over SSH exactly as it reaches a real cluster.
-
-``down`` kills the sshds we recorded and then every process still inside each
-host's network namespace (``ip netns pids``): those can only be processes that
-entered our own namespace — sessions and leftover test processes — so that is
-how stray test processes on the lab die. Then it deletes the veths, the
-namespaces, the bridge, the FORWARD rule it added (if any), the env file and
-the state directory.
-
-``up`` also points the machine-global ``kernel.core_pattern`` at
-``/var/crash/camit/core.%e.%p.%t.%s``: the kernel writes a core inside the
-crashing process's mount namespace, so each host's core lands in its own core
-dir (the controller's in the root namespace's ``/var/crash/camit``, which no
-host sees). The original value is recorded in ``lab.json`` (taken from another
-lab's record when the pattern already is the lab's), and ``down`` restores it
-only when no other lab that recorded one is still up — all under one lock,
-``/run/camit-lab/.core-pattern.lock``.
-
-``up --npu a2|a3 [--visible 0,1]`` makes every host an emulated Ascend host
-(``framework.lab.emu`` writes its tree under ``<state>/hosts/<host>/emu``; the host
-bind-mounts it over ``/usr/local/sbin``, ``/usr/local/Ascend``, ... and gets a per-host
-Python with the torch_npu stand-in). Missing mount points are created on the
-controller, recorded in ``lab.json`` (shared with the other emulated labs that are up, like
-core_pattern) and removed, if still empty, when the last emulated lab goes down.
-``fault HOST KNOB`` / ``fault HOST clear`` set and clear the emulated host's fault knobs.
-
-``up --jump SUBNET`` makes a jump lab (``framework.lab.plan``): the hosts sit on SUBNET behind a second
-bridge without an address (and an ``unreachable`` route in the root namespace), and one jump host
-(netns ``<name>-jump``, on both bridges, sshd with TCP forwarding) is the only way in; the env file
-names it as ``defaults.jump_host``. ``down`` removes the jump, the second bridge and the route too.
-
-State lives in ``/run/camit-lab/<name>`` (``$CAMIT_LAB_DIR`` replaces that
-whole path) with ``lab.json`` describing the lab; :meth:`Lab.load` reads it.
-``up`` reuses a healthy lab of the same shape (rewriting the env file) and
-tears down anything else of that name first. If br_netfilter sends bridged
-frames through iptables, ``up`` inserts ``FORWARD -i <br> -o <br> -j ACCEPT``
-and ``down`` deletes it; no other firewall setting is touched.
-
-A host's mount namespace lives as long as a process is in it: after
-:meth:`Lab.stop_sshd`, :meth:`Lab.host_exec` runs in fresh namespaces set up
-the same way (same directories and hostname), and :meth:`Lab.start_sshd`
-re-applies a small workdir recorded by :meth:`Lab.set_small_workdir` (an
-empty tmpfs again: what was written to the old one is gone).
-
-Planning (names, addresses, file texts, commands) lives in
-``framework.lab.plan``, process/system helpers in ``framework.lab.system``; this
-module executes the plan and holds the API and the CLI.
+Executes the plan of :mod:`framework.lab.plan` (``up``, ``down``, ``status``, ``fault``) and
+holds the :class:`Lab` API the tests use. What each command does to the machine, and why:
+docs/internals/c-remote.md.
 """
 
 from __future__ import annotations
@@ -69,7 +19,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -91,6 +41,7 @@ from framework.lab.plan import (
     HostPlan,
     LabPlan,
     MountKind,
+    NpuPlan,
     build_commands,
     core_pattern_on_down,
     core_pattern_on_up,
@@ -155,17 +106,86 @@ HOLDER_READY_TIMEOUT = 60.0
 # --------------------------------------------------------------------------- the lab
 
 
+def _present(names: Iterable[str]) -> list[str]:
+    """The network devices among ``names`` that exist (in the root namespace)."""
+    return [n for n in names if Path(f"/sys/class/net/{n}").exists()]
+
+
+def _is_empty_dir(p: Path) -> bool:
+    return p.is_dir() and not p.is_symlink() and not any(p.iterdir())
+
+
+def _is_empty_file(p: Path) -> bool:
+    return p.is_file() and not p.is_symlink() and p.stat().st_size == 0
+
+
+#: mount point kind -> (still what ``up`` made and empty?, how to remove it)
+_EMPTY_MOUNT_POINT: dict[str, tuple[Callable[[Path], bool], Callable[[Path], None]]] = {
+    "dir": (_is_empty_dir, Path.rmdir),
+    "file": (_is_empty_file, Path.unlink),
+}
+
+
 def _remove_if_empty(p: Path, kind: str) -> None:
     """Remove a mount point ``up`` made (``dir`` or ``file``) when it is still that, not a link, and empty."""
-    if kind == "dir" and p.is_dir() and not p.is_symlink() and not any(p.iterdir()):
-        p.rmdir()
-    elif kind == "file" and p.is_file() and not p.is_symlink() and p.stat().st_size == 0:
-        p.unlink()
+    if kind not in _EMPTY_MOUNT_POINT:
+        return
+    is_empty, remove = _EMPTY_MOUNT_POINT[kind]
+    if is_empty(p):
+        remove(p)
 
 
 def _our_sshd(candidates: Iterable[int | None], config: str, ns: str) -> list[int]:
     """The recorded sshd pids still alive and still ours (running our config, or in our namespace)."""
     return [pid for pid in candidates if pid and pid_alive(pid) and (config in cmdline(pid) or in_netns(pid, ns))]
+
+
+def _wait_registered(h: LabHost, proc: subprocess.Popen[bytes], registry: Path,
+                     log_file: Path) -> int:
+    """The holder's pid once it registered (or after the timeout); LabError if it exited first."""
+    deadline = time.monotonic() + HOLDER_READY_TIMEOUT
+    while time.monotonic() < deadline and proc.poll() is None:
+        if (registry / f"{proc.pid}.json").exists():
+            return proc.pid
+        time.sleep(0.1)
+    if proc.poll() is not None:
+        tail = " | ".join(log_file.read_text(errors="replace").strip().splitlines()[-5:])
+        raise LabError(f"{h.name}: the held-device holder exited ({proc.returncode}): "
+                       f"{tail or 'no output'}")
+    log.warning("%s: holder pid %d has not registered in %s after %gs", h.name, proc.pid, registry,
+                HOLDER_READY_TIMEOUT)
+    return proc.pid
+
+
+def _check_device(knob: str, dev: object, npu: NpuPlan) -> None:
+    """LabError for a device number past the profile's devices."""
+    if isinstance(dev, int) and not 0 <= dev < npu.count:
+        raise LabError(f"{knob}: device {dev} is past the {npu.profile} profile's {npu.count} "
+                       f"devices (valid ids 0-{npu.count - 1})")
+
+
+def _make_host_dirs(hp: HostPlan) -> None:
+    """A host's tmp, work and core folders (with their modes) and its stand-in shell rc file."""
+    for d, mode in ((hp.tmp_dir, 0o1777), (hp.work_dir, 0o755), (hp.core_dir, 0o1777)):
+        d.mkdir(exist_ok=True)
+        d.chmod(mode)
+    hp.shell_rc.write_text(f"# camit lab host {hp.name}: stands in for {MASKED_RC} "
+                           "(see framework/lab_plan.py)\n")
+
+
+def _sshd_log_tail(h: LabHost) -> str:
+    """The last lines of the host's sshd output and log, on one line."""
+    tail = ""
+    for f in (h.plan.sshd_out, h.sshd_log):
+        with contextlib.suppress(OSError):
+            tail += " | ".join(f.read_text().strip().splitlines()[-5:])
+    return tail
+
+
+def _host_pids(h: LabHost) -> list[int]:
+    """A host's recorded sshd (and its pid file's) and holders, while still ours."""
+    pids = _our_sshd((h.sshd_pid, read_pid(h.plan.sshd_pid_file)), str(h.plan.sshd_config), h.ns)
+    return pids + [pid for pid in h.holders if pid_alive(pid) and in_netns(pid, h.ns)]
 
 
 @dataclass
@@ -225,6 +245,84 @@ class LabHost:
         return pid is not None and pid_alive(pid) and str(self.plan.sshd_config) in cmdline(pid)
 
 
+#: how a mount point of each kind is created (none exists there yet)
+_MAKE_MOUNT_POINT: dict[str, Callable[[Path], None]] = {
+    "dir": lambda path: path.mkdir(mode=0o755),
+    "file": lambda path: path.touch(mode=0o644, exist_ok=False),
+}
+
+
+def _read_state(path: Path, name: str) -> dict[str, Any]:
+    """The state document at ``path``; LabError naming the lab when there is none."""
+    try:
+        data: dict[str, Any] = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise LabError(
+            f"no lab {name!r} is up ({path} does not exist); "
+            "run `python -m framework.lab up --hosts 4`"
+        ) from None
+    except (OSError, ValueError) as exc:
+        raise LabError(f"cannot read {path}: {exc}") from None
+    return data
+
+
+def _plan_of(data: dict[str, Any]) -> LabPlan:
+    """The plan of the lab a state document records."""
+    npu = data.get("npu") or {}
+    return plan_lab(len(data["hosts"]), name=data["name"], subnet=data["subnet"],
+                    state_dir=Path(data["state_dir"]), env_file=Path(data["env_file"]),
+                    python=data["python"], npu=npu.get("profile"), visible=npu.get("visible"),
+                    jump=data.get("jump_subnet"))
+
+
+def _host_of(hp: HostPlan, rec: dict[str, Any]) -> LabHost:
+    """A host as its state record has it."""
+    holders = [int(p) for p in rec.get("holders") or []]
+    return LabHost(hp, rec.get("sshd_pid"), rec.get("small_workdir"), holders)
+
+
+def _jump_of(plan: LabPlan, data: dict[str, Any]) -> LabHost | None:
+    """The jump host as the state document has it (None in a lab without one)."""
+    if plan.jump is None:
+        return None
+    return LabHost(plan.jump, (data.get("jump") or {}).get("sshd_pid"))
+
+
+def _npu_json(npu: NpuPlan | None) -> dict[str, Any] | None:
+    """The emulated hosts' profile and visible devices (None on a CPU lab)."""
+    if npu is None:
+        return None
+    visible = list(npu.visible) if npu.visible is not None else None
+    return {"profile": npu.profile, "visible": visible}
+
+
+def _host_json(h: LabHost) -> dict[str, Any]:
+    return {"name": h.name, "ns": h.ns, "ip": h.ip, "mac": h.mac, "veth": h.veth,
+            "sshd_pid": h.sshd_pid, "small_workdir": h.small_workdir, "dir": str(h.dir),
+            "holders": h.holders}
+
+
+def _where(plan: LabPlan) -> str:
+    """The network the hosts are on, for the ``up`` line."""
+    if plan.jump is None:
+        return f"{plan.bridge} {plan.subnet}"
+    return (f"{plan.private_bridge} {plan.private_subnet} behind jump host {plan.jump.ip} "
+            f"on {plan.bridge}")
+
+
+def _shape_changes(old: LabPlan, new: LabPlan) -> list[str]:
+    """How the lab that is up differs in shape from the one asked for."""
+    out = []
+    if len(old.hosts) != len(new.hosts) or old.subnet != new.subnet:
+        out.append(f"it has {len(old.hosts)} hosts on {old.subnet}, "
+                   f"asked for {len(new.hosts)} on {new.subnet}")
+    if old.npu != new.npu:
+        out.append(f"it is {npu_shape(old)}, asked for {npu_shape(new)}")
+    if old.private_subnet != new.private_subnet:
+        out.append(f"its jump subnet is {old.private_subnet}, asked for {new.private_subnet}")
+    return out
+
+
 class Lab:
     """A lab that is up (or half up); obtain one with :meth:`load` or :meth:`up`."""
 
@@ -273,32 +371,25 @@ class Lab:
     @classmethod
     def load(cls, name: str = DEFAULT_NAME, state_dir: Path | str | None = None) -> Lab:
         """Read ``<state>/lab.json``; LabError if no lab of that name is up."""
-        sd = Path(state_dir) if state_dir else default_state_dir(name)
-        path = sd / "lab.json"
+        path = (Path(state_dir) if state_dir else default_state_dir(name)) / "lab.json"
+        data = _read_state(path, name)
         try:
-            data: dict[str, Any] = json.loads(path.read_text())
-        except FileNotFoundError:
-            raise LabError(
-                f"no lab {name!r} is up ({path} does not exist); run `python -m framework.lab up --hosts 4`"
-            ) from None
-        except (OSError, ValueError) as exc:
-            raise LabError(f"cannot read {path}: {exc}") from None
-        try:
-            npu = data.get("npu") or {}
-            plan = plan_lab(len(data["hosts"]), name=data["name"], subnet=data["subnet"],
-                            state_dir=Path(data["state_dir"]), env_file=Path(data["env_file"]), python=data["python"],
-                            npu=npu.get("profile"), visible=npu.get("visible"), jump=data.get("jump_subnet"))
-            by_name = {h["name"]: h for h in data["hosts"]}
-            hosts = [LabHost(hp, by_name[hp.name].get("sshd_pid"), by_name[hp.name].get("small_workdir"),
-                             [int(p) for p in by_name[hp.name].get("holders") or []])
-                     for hp in plan.hosts]
-            core = data.get("core_pattern")
-            mps = [(str(p), k) for p, k in data.get("mount_points") or []]
-            jump = LabHost(plan.jump, (data.get("jump") or {}).get("sshd_pid")) if plan.jump else None
-            return cls(plan, hosts, created=data.get("created", ""), iptables_rule=bool(data.get("iptables_rule")),
-                       core_pattern=dict(core) if isinstance(core, dict) else None, mount_points=mps, jump=jump)
+            return cls._from_json(data)
         except (KeyError, TypeError, ValueError) as exc:
             raise LabError(f"{path} is not a lab state file (missing {exc})") from None
+
+    @classmethod
+    def _from_json(cls, data: dict[str, Any]) -> Lab:
+        """The lab a state document records (its plan made again from the recorded shape)."""
+        plan = _plan_of(data)
+        by_name = {h["name"]: h for h in data["hosts"]}
+        hosts = [_host_of(hp, by_name[hp.name]) for hp in plan.hosts]
+        core = data.get("core_pattern")
+        mps = [(str(p), k) for p, k in data.get("mount_points") or []]
+        return cls(plan, hosts, created=data.get("created", ""),
+                   iptables_rule=bool(data.get("iptables_rule")),
+                   core_pattern=dict(core) if isinstance(core, dict) else None, mount_points=mps,
+                   jump=_jump_of(plan, data))
 
     def to_json(self) -> dict[str, Any]:
         p = self.plan
@@ -307,16 +398,19 @@ class Lab:
             "state_dir": str(p.state_dir), "env_file": str(p.env_file), "python": p.python,
             "key_file": str(p.client_key), "known_hosts": str(p.known_hosts), "created": self.created,
             "iptables_rule": self.iptables_rule, "core_pattern": self.core_pattern,
-            "npu": ({"profile": p.npu.profile, "visible": list(p.npu.visible) if p.npu.visible is not None else None}
-                    if p.npu else None),
+            "npu": _npu_json(p.npu),
             "mount_points": [list(mp) for mp in self.mount_points],
             "jump_subnet": str(p.private_subnet) if p.private_subnet else None,
-            "jump": ({"name": self.jump.name, "ns": self.jump.ns, "ip": self.jump.ip, "private_ip": p.jump.private_ip,
-                      "sshd_pid": self.jump.sshd_pid} if self.jump and p.jump else None),
-            "hosts": [{"name": h.name, "ns": h.ns, "ip": h.ip, "mac": h.mac, "veth": h.veth, "sshd_pid": h.sshd_pid,
-                       "small_workdir": h.small_workdir, "dir": str(h.dir), "holders": h.holders}
-                      for h in self.hosts],
+            "jump": self._jump_json(),
+            "hosts": [_host_json(h) for h in self.hosts],
         }
+
+    def _jump_json(self) -> dict[str, Any] | None:
+        """The jump host's record (None without one)."""
+        if self.jump is None or self.plan.jump is None:
+            return None
+        return {"name": self.jump.name, "ns": self.jump.ns, "ip": self.jump.ip,
+                "private_ip": self.plan.jump.private_ip, "sshd_pid": self.jump.sshd_pid}
 
     def save(self) -> None:
         atomic_write(self.plan.state_file, json.dumps(self.to_json(), indent=2) + "\n")
@@ -355,25 +449,30 @@ class Lab:
         with locked(plan.state_dir):
             lab = cls._reuse(plan, say)
             if lab is None:
-                check_overlap(plan)
-                now = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
-                lab = cls(plan, [LabHost(h) for h in plan.hosts], created=now)
-                t0 = time.monotonic()
-                try:
-                    lab._build(say)
-                except BaseException:
-                    log.error("building lab %r failed; tearing down what was made", name)
-                    with contextlib.suppress(Exception):
-                        lab._teardown(lambda m: log.info("%s", m))
-                    raise
-                took = time.monotonic() - t0
-                kind = f"emulated Ascend {plan.npu.profile} " if plan.npu else ""
-                where = (f"{plan.private_bridge} {plan.private_subnet} behind jump host {plan.jump.ip} on "
-                         f"{plan.bridge}" if plan.jump else f"{plan.bridge} {plan.subnet}")
-                say(f"lab {name!r} is up: {n_hosts} {kind}hosts on {where} in {took:.1f}s")
+                lab = cls._make(plan, say)
             lab._claim_core_pattern(say)
             lab.save()
         prepare_torch(plan.python, torch, say)
+        return lab
+
+    @classmethod
+    def _make(cls, plan: LabPlan, say: Say) -> Lab:
+        """Build a new lab; what was made is torn down again when that fails."""
+        check_overlap(plan)
+        now = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+        lab = cls(plan, [LabHost(h) for h in plan.hosts], created=now)
+        t0 = time.monotonic()
+        try:
+            lab._build(say)
+        except BaseException:
+            log.error("building lab %r failed; tearing down what was made", plan.name)
+            with contextlib.suppress(Exception):
+                lab._teardown(lambda m: log.info("%s", m))
+            raise
+        took = time.monotonic() - t0
+        kind = f"emulated Ascend {plan.npu.profile} " if plan.npu else ""
+        say(f"lab {plan.name!r} is up: {len(plan.hosts)} {kind}hosts on {_where(plan)} "
+            f"in {took:.1f}s")
         return lab
 
     @classmethod
@@ -382,67 +481,43 @@ class Lab:
         try:
             old = cls.load(plan.name, plan.state_dir)
         except LabError:
-            old = None
-        if old is not None:
-            problems = old.problems()
-            if len(old.hosts) != len(plan.hosts) or old.plan.subnet != plan.subnet:
-                problems.append(f"it has {len(old.hosts)} hosts on {old.plan.subnet}, "
-                                f"asked for {len(plan.hosts)} on {plan.subnet}")
-            if old.plan.npu != plan.npu:
-                problems.append(f"it is {npu_shape(old.plan)}, asked for {npu_shape(plan)}")
-            if old.plan.private_subnet != plan.private_subnet:
-                problems.append(f"its jump subnet is {old.plan.private_subnet}, asked for {plan.private_subnet}")
-            if not problems:
-                lab = cls(plan, old.hosts, created=old.created, iptables_rule=old.iptables_rule,
-                          core_pattern=old.core_pattern, mount_points=old.mount_points, jump=old.jump)
-                lab._open_forwarding(say)  # the firewall may have changed since
-                lab.save()
-                if plan.npu is not None:  # the emulation and the stand-in may have changed since: refresh them
-                    lab._populate_trees()
-                    lab._install_emu_python(say)
-                lab._write_env()
-                say(f"lab {plan.name!r} is already up and healthy ({len(plan.hosts)} hosts); rewrote {plan.env_file}")
-                return lab
-            say(f"lab {plan.name!r} exists but is not usable ({'; '.join(problems)}): tearing it down first")
-            old._teardown(say)
-        elif leftovers(plan.name, plan.state_dir):
-            say(f"found leftovers of a half-made lab {plan.name!r}: tearing them down first")
-            cls(plan, [LabHost(h) for h in plan.hosts], created="")._teardown(say)
+            if leftovers(plan.name, plan.state_dir):
+                say(f"found leftovers of a half-made lab {plan.name!r}: tearing them down first")
+                cls(plan, [LabHost(h) for h in plan.hosts], created="")._teardown(say)
+            return None
+        problems = old.problems() + _shape_changes(old.plan, plan)
+        if not problems:
+            return cls._adopt(old, plan, say)
+        say(f"lab {plan.name!r} exists but is not usable ({'; '.join(problems)}): "
+            "tearing it down first")
+        old._teardown(say)
         return None
 
+    @classmethod
+    def _adopt(cls, old: Lab, plan: LabPlan, say: Say) -> Lab:
+        """The healthy lab ``old`` under ``plan``: forwarding, emulation and env file refreshed."""
+        lab = cls(plan, old.hosts, created=old.created, iptables_rule=old.iptables_rule,
+                  core_pattern=old.core_pattern, mount_points=old.mount_points, jump=old.jump)
+        lab._open_forwarding(say)  # the firewall may have changed since
+        lab.save()
+        if plan.npu is not None:  # the emulation and the stand-in may have changed: refresh them
+            lab._populate_trees()
+            lab._install_emu_python(say)
+        lab._write_env()
+        say(f"lab {plan.name!r} is already up and healthy ({len(plan.hosts)} hosts); "
+            f"rewrote {plan.env_file}")
+        return lab
+
     def _build(self, say: Say) -> None:
-        p = self.plan
-        every = (*p.hosts, *((p.jump,) if p.jump else ()))
-        for d in (p.state_dir, *(h.dir for h in every)):
-            d.mkdir(parents=True, exist_ok=True)
-        p.state_dir.chmod(0o700)
-        for hp in every:
-            for d, mode in ((hp.tmp_dir, 0o1777), (hp.work_dir, 0o755), (hp.core_dir, 0o1777)):
-                d.mkdir(exist_ok=True)
-                d.chmod(mode)
-            hp.shell_rc.write_text(f"# camit lab host {hp.name}: stands in for {MASKED_RC} "
-                                   "(see framework/lab_plan.py)\n")
-        for d in (Path(HOST_WORKDIR), Path(HOST_COREDIR)):  # mount points, in the shared root filesystem
-            d.mkdir(parents=True, exist_ok=True)
-        Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # sshd's privilege-separation directory
+        """Make the lab: folders, keys, network, sshds, the emulation; saved as it goes."""
+        self._make_dirs()
         self.save()  # from here on `down` finds what we made
         self._populate_emu(say)
-        if not p.client_key.exists():
-            run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"camit-lab-{p.name}", "-f", str(p.client_key)],
-                what="generate the lab's client key")
-        atomic_write(p.authorized_keys, p.client_key.with_suffix(".pub").read_text(), 0o600)
-        for argv in build_commands(p):
-            netns = argv[:3] == ["ip", "netns", "add"]
-            what = "cannot create network namespaces" if netns else "cannot build the lab network"
-            cp = run(argv, check=False)
-            if cp.returncode != 0:
-                raise LabError(f"{what}: {shlex.join(argv)}: {cp.stderr.strip()}")
+        self._make_client_key()
+        self._make_network()
         self._open_forwarding(say)
         for h in self._sshd_hosts():
-            if not h.plan.host_key.exists():
-                run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"{h.name}@{p.name}-lab",
-                     "-f", str(h.plan.host_key)], what=f"generate {h.name}'s host key")
-            atomic_write(h.plan.sshd_config, sshd_config_text(p, h.plan))
+            self._configure_sshd(h)
             self._spawn_sshd(h)
         self.save()
         for h in self._sshd_hosts():
@@ -450,6 +525,44 @@ class Lab:
         self._install_emu_python(say)
         self._write_env()
         self.save()
+
+    def _make_dirs(self) -> None:
+        """The state folder, each host's folders and rc file, and the shared mount points."""
+        p = self.plan
+        every = (*p.hosts, *((p.jump,) if p.jump else ()))
+        for d in (p.state_dir, *(h.dir for h in every)):
+            d.mkdir(parents=True, exist_ok=True)
+        p.state_dir.chmod(0o700)
+        for hp in every:
+            _make_host_dirs(hp)
+        for d in (Path(HOST_WORKDIR), Path(HOST_COREDIR)):  # mount points, in the shared root filesystem
+            d.mkdir(parents=True, exist_ok=True)
+        Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # sshd's privilege-separation directory
+
+    def _make_client_key(self) -> None:
+        """The client key (kept when it exists), authorised on every host."""
+        p = self.plan
+        if not p.client_key.exists():
+            run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"camit-lab-{p.name}", "-f", str(p.client_key)],
+                what="generate the lab's client key")
+        atomic_write(p.authorized_keys, p.client_key.with_suffix(".pub").read_text(), 0o600)
+
+    def _make_network(self) -> None:
+        """Namespaces, bridge, links and addresses (:func:`build_commands`)."""
+        for argv in build_commands(self.plan):
+            netns = argv[:3] == ["ip", "netns", "add"]
+            what = "cannot create network namespaces" if netns else "cannot build the lab network"
+            cp = run(argv, check=False)
+            if cp.returncode != 0:
+                raise LabError(f"{what}: {shlex.join(argv)}: {cp.stderr.strip()}")
+
+    def _configure_sshd(self, h: LabHost) -> None:
+        """A host key (kept when it exists) and the sshd config of ``h``."""
+        if not h.plan.host_key.exists():
+            comment = f"{h.name}@{self.plan.name}-lab"
+            run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment,
+                 "-f", str(h.plan.host_key)], what=f"generate {h.name}'s host key")
+        atomic_write(h.plan.sshd_config, sshd_config_text(self.plan, h.plan))
 
     # ---- emulated Ascend hosts
     def _populate_emu(self, say: Say) -> None:
@@ -461,12 +574,8 @@ class Lab:
         with locked(STATE_ROOT / "emu-mounts"):
             create = mount_points_to_create(mount_points(npu), os.path.lexists)
             for path, kind in create:
-                if kind == "dir":
-                    Path(path).mkdir(mode=0o755)
-                else:
-                    Path(path).touch(mode=0o644, exist_ok=False)
-            others = [r["mount_points"] for r in self._other_records() if r.get("npu") and r.get("mount_points")]
-            self.mount_points = mount_points_on_up(create, [[(str(p), k) for p, k in o] for o in others])
+                _MAKE_MOUNT_POINT[kind](Path(path))
+            self.mount_points = mount_points_on_up(create, self._others_mount_points())
             self.save()
         if create:
             say(f"created mount point(s) {', '.join(p for p, _ in create)} (removed by the last emulated lab's down)")
@@ -479,6 +588,12 @@ class Lab:
         prof = emu.profile(self.plan.npu.profile)
         for h in self.plan.hosts:  # emu's host index is 0-based
             emu.populate(h.emu_dir, prof, host=h.name, index=h.index - 1, n_hosts=len(self.plan.hosts))
+
+    def _others_mount_points(self) -> list[list[tuple[str, MountKind]]]:
+        """The mount points each other emulated lab that is up recorded."""
+        others = [r["mount_points"] for r in self._other_records()
+                  if r.get("npu") and r.get("mount_points")]
+        return [[(str(p), k) for p, k in o] for o in others]
 
     def _release_mount_points(self, say: Say) -> None:
         """Remove the recorded mount points (if still empty) unless another emulated lab is up."""
@@ -548,11 +663,9 @@ class Lab:
         assert npu is not None
         if knob not in emu.KNOBS:
             raise LabError(f"unknown fault knob {knob!r} (knobs: {', '.join(emu.KNOBS)}, or clear)")
-        dev = (params or {}).get("device")
-        if isinstance(dev, int) and not 0 <= dev < npu.count:
-            raise LabError(f"{knob}: device {dev} is past the {npu.profile} profile's {npu.count} devices "
-                           f"(valid ids 0-{npu.count - 1})")
-        return check_params(knob, dict(params or {}), npu.count)
+        given = dict(params or {})
+        _check_device(knob, given.get("device"), npu)
+        return check_params(knob, given, npu.count)
 
     def set_fault(self, host: str, knob: str, *, linger: float | None = None, **params: Any) -> None:
         """Set a fault knob on an emulated host (``params``: the knob's, e.g. ``device``, ``level``, ``spod_id``).
@@ -590,17 +703,7 @@ class Lab:
                                     stdout=out, stderr=subprocess.STDOUT, start_new_session=True, env=env)
         CHILDREN[proc.pid] = proc
         registry = tree_path(h.plan, npu, str(Path(npu.npu_json).parent / "registry"))
-        deadline = time.monotonic() + HOLDER_READY_TIMEOUT
-        while time.monotonic() < deadline and proc.poll() is None:
-            if (registry / f"{proc.pid}.json").exists():
-                return proc.pid
-            time.sleep(0.1)
-        if proc.poll() is not None:
-            tail = " | ".join(log_file.read_text(errors="replace").strip().splitlines()[-5:])
-            raise LabError(f"{h.name}: the held-device holder exited ({proc.returncode}): {tail or 'no output'}")
-        log.warning("%s: holder pid %d has not registered in %s after %gs", h.name, proc.pid, registry,
-                    HOLDER_READY_TIMEOUT)
-        return proc.pid
+        return _wait_registered(h, proc, registry, log_file)
 
     def clear_faults(self, host: str) -> None:
         """Clear every fault knob of an emulated host and kill its held-device holders."""
@@ -660,12 +763,9 @@ class Lab:
             if self._answers(h):
                 return
             time.sleep(0.05)
-        tail = ""
-        for f in (h.plan.sshd_out, h.sshd_log):
-            with contextlib.suppress(OSError):
-                tail += " | ".join(f.read_text().strip().splitlines()[-5:])
         state = "exited" if not pid_alive(h.sshd_pid) else f"not answering on {h.ip}:{SSH_PORT} after {timeout:g}s"
-        raise LabError(f"{h.name}: sshd (pid {h.sshd_pid}) {state}: {tail or 'no log output'}")
+        tail = _sshd_log_tail(h) or "no log output"
+        raise LabError(f"{h.name}: sshd (pid {h.sshd_pid}) {state}: {tail}")
 
     def _write_env(self) -> None:
         keys = {h.name: public_key_of(h.plan.host_key_pub.read_text()) for h in self._sshd_hosts()}
@@ -744,27 +844,34 @@ class Lab:
     # ---- health
     def problems(self) -> list[str]:
         """Why the lab is not usable right now (empty when healthy)."""
-        out = []
-        if not Path(f"/sys/class/net/{self.plan.bridge}").exists():
-            out.append(f"bridge {self.plan.bridge} is missing")
-        if self.plan.private_bridge and not Path(f"/sys/class/net/{self.plan.private_bridge}").exists():
-            out.append(f"bridge {self.plan.private_bridge} is missing")
-        for h in self._sshd_hosts():
-            if not Path(f"/run/netns/{h.ns}").exists():
-                out.append(f"{h.name}: netns {h.ns} is missing")
-            elif not h.sshd_running:
-                out.append(f"{h.name}: sshd is not running")
-            elif not self._answers(h):
-                out.append(f"{h.name}: sshd does not answer on {h.ip}:{SSH_PORT}")
-        for f in (self.key_file, self.known_hosts, self.plan.authorized_keys):
-            if not f.exists():
-                out.append(f"{f} is missing")
+        out = self._missing_bridges()
+        out += [why for why in map(self._sshd_problem, self._sshd_hosts()) if why]
+        files = (self.key_file, self.known_hosts, self.plan.authorized_keys)
+        out += [f"{f} is missing" for f in files if not f.exists()]
+        return out + self._emu_problems()
+
+    def _missing_bridges(self) -> list[str]:
+        bridges = [b for b in (self.plan.bridge, self.plan.private_bridge) if b]
+        present = _present(bridges)
+        return [f"bridge {b} is missing" for b in bridges if b not in present]
+
+    def _sshd_problem(self, h: LabHost) -> str:
+        """What is wrong with the host's namespace or sshd ("" when nothing)."""
+        if not Path(f"/run/netns/{h.ns}").exists():
+            return f"{h.name}: netns {h.ns} is missing"
+        if not h.sshd_running:
+            return f"{h.name}: sshd is not running"
+        if not self._answers(h):
+            return f"{h.name}: sshd does not answer on {h.ip}:{SSH_PORT}"
+        return ""
+
+    def _emu_problems(self) -> list[str]:
+        """The emulated hosts whose Python is missing."""
         npu = self.plan.npu
-        for h in self.hosts if npu else ():
-            assert npu is not None
-            if not tree_path(h.plan, npu, npu.python).exists():
-                out.append(f"{h.name}: the emulated host's Python {npu.python} is missing")
-        return out
+        if npu is None:
+            return []
+        return [f"{h.name}: the emulated host's Python {npu.python} is missing"
+                for h in self.hosts if not tree_path(h.plan, npu, npu.python).exists()]
 
     # ---- tear down
     def down(self, say: Say | None = None) -> None:
@@ -784,27 +891,26 @@ class Lab:
         self._remove_routes_and_rules(say)
         self._release_core_pattern(say)
         self._release_mount_points(say)  # our hosts (their mount namespaces) are gone by now
-        with contextlib.suppress(OSError):  # only an env file we generated for this very lab
-            text = p.env_file.read_text()
-            if text.startswith(ENV_HEADER) and f"key_file: {p.client_key}\n" in text:
-                p.env_file.unlink()
+        self._remove_env_file()
         shutil.rmtree(p.state_dir, ignore_errors=True)
-        left = [ns for ns in lab_namespaces(p.name)] + [v for v in lab_veths(p.name)]
-        left += [b for b in (p.bridge, f"{p.name}br1") if Path(f"/sys/class/net/{b}").exists()]
+        left = [*lab_namespaces(p.name), *lab_veths(p.name)]
+        left += _present((p.bridge, f"{p.name}br1"))
         if left:
             raise LabError(f"lab {p.name!r}: could not remove {', '.join(left)}")
         say(f"lab {p.name!r} is down ({len(namespaces)} namespaces removed)")
 
+    def _remove_env_file(self) -> None:
+        """Remove the env file, only when it is one we generated for this very lab."""
+        p = self.plan
+        with contextlib.suppress(OSError):
+            text = p.env_file.read_text()
+            if text.startswith(ENV_HEADER) and f"key_file: {p.client_key}\n" in text:
+                p.env_file.unlink()
+
     def _our_pids(self, namespaces: Sequence[str]) -> list[int]:
         """The lab's processes: recorded sshds (and their pid files) and holders while still ours, and
         everything inside the lab's namespaces."""
-        pids: list[int] = []
-        for h in self.hosts:
-            pids += _our_sshd((h.sshd_pid, read_pid(h.plan.sshd_pid_file)), str(h.plan.sshd_config), h.ns)
-            pids += [pid for pid in h.holders if pid_alive(pid) and in_netns(pid, h.ns)]
-        if self.jump is not None:
-            pids += _our_sshd((self.jump.sshd_pid, read_pid(self.jump.plan.sshd_pid_file)),
-                              str(self.jump.plan.sshd_config), self.jump.ns)
+        pids = [pid for h in self._sshd_hosts() for pid in _host_pids(h)]
         for ns in namespaces:  # everything still inside our namespaces is ours
             cp = run(["ip", "netns", "pids", ns], check=False)
             pids += [int(x) for x in cp.stdout.split() if x.isdigit()]
@@ -815,9 +921,9 @@ class Lab:
         lost it: a half-made lab's; it is ours by name)."""
         p = self.plan
         veths = sorted({h.veth for h in self._sshd_hosts()} | set(lab_veths(p.name)))
-        bridge = p.bridge if Path(f"/sys/class/net/{p.bridge}").exists() else None
-        veths = [v for v in veths if Path(f"/sys/class/net/{v}").exists()]
-        more = [b for b in {p.private_bridge or f"{p.name}br1", f"{p.name}br1"} if Path(f"/sys/class/net/{b}").exists()]
+        bridge = p.bridge if _present([p.bridge]) else None
+        more = _present({p.private_bridge or f"{p.name}br1", f"{p.name}br1"})
+        veths = _present(veths)
         for argv in teardown_commands(list(namespaces), veths, bridge, more):
             run(argv, check=False)
 
@@ -975,13 +1081,18 @@ def _cmd_up(args: argparse.Namespace, say: Say) -> int:
                  python=args.python, torch=not args.no_torch, npu=args.npu, visible=args.visible, jump=args.jump,
                  say=say)
     if lab.plan.npu is not None:
-        from framework.calib.replay import apply
-
-        apply([h.emu_dir for h in lab.plan.hosts], replay)
-        if replay is not None:
-            say(f"emulated hosts replay the captures of {args.calibration}")
+        _replay(lab, replay, args.calibration, say)
     say(f"env file: {lab.env_file}  (up took {time.monotonic() - t0:.1f}s)")
     return 0
+
+
+def _replay(lab: Lab, replay: dict[str, Any] | None, path: str | None, say: Say) -> None:
+    """The emulated hosts replay the calibration bundle's captures (their own without one)."""
+    from framework.calib.replay import apply
+
+    apply([h.emu_dir for h in lab.plan.hosts], replay)
+    if replay is not None:
+        say(f"emulated hosts replay the captures of {path}")
 
 
 def _calibration(path: str | None, npu: str | None) -> dict[str, Any] | None | int:
@@ -1016,16 +1127,24 @@ def _cmd_down(args: argparse.Namespace, say: Say) -> int:
     return 0
 
 
+def _sshd_state(h: LabHost) -> str:
+    return f"sshd pid {h.sshd_pid}" if h.sshd_running else "sshd STOPPED"
+
+
+def _emu_status(lab: Lab, h: LabHost, npu: NpuPlan) -> str:
+    """An emulated host's profile, faults and live holders, for its status line."""
+    faults = lab.active_faults(h.name)
+    text = f", {npu.profile}, faults: {', '.join(faults) or 'none'}"
+    holders = [p for p in h.holders if pid_alive(p)]
+    return text + (f", holder pid(s) {' '.join(map(str, holders))}" if holders else "")
+
+
 def _host_status(lab: Lab, h: LabHost) -> str:
     """One host's line of ``lab status``: namespace, address, sshd, and on an emulated lab its faults."""
-    state = f"sshd pid {h.sshd_pid}" if h.sshd_running else "sshd STOPPED"
     extra = f", small workdir {h.small_workdir}" if h.small_workdir else ""
     if lab.plan.npu is not None:
-        faults = lab.active_faults(h.name)
-        extra += f", {lab.plan.npu.profile}, faults: {', '.join(faults) or 'none'}"
-        holders = [p for p in h.holders if pid_alive(p)]
-        extra += f", holder pid(s) {' '.join(map(str, holders))}" if holders else ""
-    return f"  {h.name:<8} {h.ns:<16} {h.ip:<15} {state}{extra}"
+        extra += _emu_status(lab, h, lab.plan.npu)
+    return f"  {h.name:<8} {h.ns:<16} {h.ip:<15} {_sshd_state(h)}{extra}"
 
 
 def _cmd_status(args: argparse.Namespace, say: Say) -> int:
@@ -1033,9 +1152,9 @@ def _cmd_status(args: argparse.Namespace, say: Say) -> int:
     say(f"lab {lab.name!r}: {npu_shape(lab.plan)}, bridge {lab.plan.bridge} {lab.plan.bridge_ip}/"
         f"{lab.plan.prefixlen}, created {lab.created}, env {lab.env_file}")
     if lab.jump is not None and lab.plan.jump is not None:
-        state = f"sshd pid {lab.jump.sshd_pid}" if lab.jump.sshd_running else "sshd STOPPED"
-        say(f"  {'jump':<8} {lab.jump.ns:<16} {lab.jump.ip:<15} {state}, hosts' network {lab.plan.private_bridge} "
-            f"{lab.plan.private_subnet} (jump leg {lab.plan.jump.private_ip})")
+        say(f"  {'jump':<8} {lab.jump.ns:<16} {lab.jump.ip:<15} {_sshd_state(lab.jump)}, "
+            f"hosts' network {lab.plan.private_bridge} {lab.plan.private_subnet} "
+            f"(jump leg {lab.plan.jump.private_ip})")
     for h in lab.hosts:
         say(_host_status(lab, h))
     problems = lab.problems()
@@ -1059,6 +1178,35 @@ def _set_linger(lab: Lab, args: argparse.Namespace, params: Mapping[str, Any], s
     return 0
 
 
+def _check_fault_args(lab: Lab, args: argparse.Namespace, params: dict[str, Any]) -> None:
+    """A knob's parameters are valid for it; ``--linger`` only with held-device."""
+    lab.check_fault(args.host, args.knob, params)
+    if args.linger is not None and (args.knob != "held-device" or args.linger < 0):
+        raise LabError("--linger is a number of seconds >= 0, for held-device (or linger) only")
+
+
+def _clear_faults(lab: Lab, args: argparse.Namespace, params: Mapping[str, Any], say: Say) -> int:
+    lab.clear_faults(args.host)
+    say(f"{args.host}: fault knobs cleared")
+    return 0
+
+
+def _hold_device(lab: Lab, args: argparse.Namespace, params: Mapping[str, Any], say: Say) -> int:
+    """Start a holder (it can fail for other reasons than the input: not a usage error)."""
+    lab.set_fault(args.host, args.knob, linger=args.linger, **params)
+    say(f"{args.host}: {args.knob} set (holder pid {lab.host(args.host).holders[-1]})")
+    return 0
+
+
+def _knob_set(lab: Lab, args: argparse.Namespace, params: Mapping[str, Any], say: Say) -> int:
+    say(f"{args.host}: {args.knob} set")
+    return 0
+
+
+#: what ``fault`` does once the input is checked, by knob (any other knob was set as a file already)
+_FAULT_DONE = {"clear": _clear_faults, "held-device": _hold_device}
+
+
 def _cmd_fault(args: argparse.Namespace, say: Say) -> int:
     params = {k: v for k, v in (("device", args.device), ("level", args.level), ("spod_id", args.spod_id))
               if v is not None}
@@ -1068,22 +1216,12 @@ def _cmd_fault(args: argparse.Namespace, say: Say) -> int:
         if args.knob == LINGER:
             return _set_linger(lab, args, params, say)
         if args.knob != "clear":
-            lab.check_fault(args.host, args.knob, params)
-            if args.linger is not None and (args.knob != "held-device" or args.linger < 0):
-                raise LabError("--linger is a number of seconds >= 0, for held-device (or linger) only")
-        if args.knob not in ("clear", "held-device"):  # a file in the tree: what fails is the input
+            _check_fault_args(lab, args, params)
+        if args.knob not in _FAULT_DONE:  # a file in the tree: what fails is the input
             lab.set_fault(args.host, args.knob, **params)
     except LabError as exc:
         return _usage_error(exc)
-    if args.knob == "clear":
-        lab.clear_faults(args.host)
-        say(f"{args.host}: fault knobs cleared")
-        return 0
-    if args.knob == "held-device":  # starting the holder can fail for other reasons: not a usage error
-        lab.set_fault(args.host, args.knob, linger=args.linger, **params)
-    held = f" (holder pid {lab.host(args.host).holders[-1]})" if args.knob == "held-device" else ""
-    say(f"{args.host}: {args.knob} set{held}")
-    return 0
+    return _FAULT_DONE.get(args.knob, _knob_set)(lab, args, params, say)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

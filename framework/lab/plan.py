@@ -1,37 +1,7 @@
 """Pure planning for the namespace lab: names, addresses, file texts and commands.
 
-Nothing here touches the system: every function maps its inputs to names,
-addresses, the per-host ``sshd_config``, the start-up shell script, the
-``ip`` commands to build and tear down the network, and the env YAML document.
-``framework.lab.manage`` executes the plan; ``tests/unit/test_lab_plan.py`` checks it
-without root.
-
-Layout for a lab named ``camit`` on ``10.77.0.0/24`` with N hosts::
-
-    bridge   camitbr0     10.77.0.1/24   (root namespace; the controller's side)
-    hostI    netns camit-hostI, veth camit-vI (root side) <-> eth0 (inside)
-             eth0 10.77.0.(10+I)/24, mac 02:ca:0a:4d:00:(10+I)
-             sshd on 10.77.0.(10+I):22, hostname hostI
-             <state>/hosts/hostI/{tmp,work,cores} bind-mounted over
-             /tmp, /var/tmp/camit, /var/crash/camit in the host's mount namespace
-
-A jump lab (``up --jump 10.177.0.0/24``) puts the hosts on a second, private network the controller
-cannot reach, and adds one jump host with a leg on each::
-
-    bridge   camitbr1     (no address: the root namespace has no way in; plus a root-namespace
-                          ``unreachable 10.177.0.0/24`` route, so a direct connection fails at once)
-    jump     netns camit-jump, veth camit-vj <-> eth0 on camitbr0, 10.77.0.10/24
-                              veth camit-pj <-> eth1 on camitbr1, 10.177.0.10/24
-             sshd on 10.77.0.10:22 (TCP forwarding on), hostname jump
-    hostI    as above but on camitbr1, eth0 10.177.0.(10+I)/24
-
-and the env file says ``defaults.jump_host: root@10.77.0.10:22`` (the jump's host key goes into
-known_hosts; the hosts' keys stay pinned).
-
-An emulated Ascend lab (``up --npu a2|a3``) adds, per host, the bind mounts of
-``framework.lab.emu.MOUNTS`` from ``<state>/hosts/hostI/emu/`` (npu-smi, the CANN
-tree, ``/etc/ascend_install.info``, ``/root/ascend``), ``SetEnv CAMIT_EMU_NPU=...``
-in sshd_config, and an env file that declares the profile's NPUs, CANN and hccl.
+Nothing here touches the system; ``framework.lab.manage`` executes the plan. The lab's
+layout (plain, jump and emulated Ascend labs): docs/internals/c-remote.md.
 """
 
 from __future__ import annotations
@@ -316,55 +286,78 @@ def plan_lab(
     net = parse_subnet(subnet, n_hosts)
     validate_state_dir(state_dir)
     npu_plan = plan_npu(npu, visible)
-    private = parse_subnet(jump, n_hosts) if jump is not None else None
-    if private is not None and private.overlaps(net):
-        raise LabError(f"--jump subnet {private} overlaps the lab's subnet {net}: choose a separate one")
-    base = net.network_address
-    host_base = private.network_address if private is not None else base
-    hosts = []
-    for i in range(1, n_hosts + 1):
-        ip = host_base + HOST_OFFSET + i
-        hname = f"host{i}"
-        hdir = state_dir / "hosts" / hname
-        mounts = tuple((str(hdir / "emu" / tree), target) for tree, target, _ in npu_plan.mounts) if npu_plan else ()
-        hosts.append(
-            HostPlan(
-                index=i, name=hname, ns=f"{name}-{hname}", ip=str(ip), mac=host_mac(ip),
-                veth=f"{name}-v{i}", dir=hdir, mounts=mounts,
-            )
-        )
-    jump_plan = None
-    if private is not None:
-        jip = base + HOST_OFFSET
-        jump_plan = HostPlan(index=0, name="jump", ns=f"{name}-jump", ip=str(jip), mac=host_mac(jip),
-                             veth=f"{name}-vj", dir=state_dir / "jump",
-                             private_ip=str(private.network_address + HOST_OFFSET), private_veth=f"{name}-pj")
+    private = _private_subnet(jump, n_hosts, net)
+    hosts_net = net if private is None else private
+    hosts = tuple(plan_host(name, i, hosts_net, state_dir, npu_plan) for i in range(1, n_hosts + 1))
     return LabPlan(
-        name=name, subnet=net, bridge=f"{name}br0", bridge_ip=str(base + 1), state_dir=state_dir,
-        env_file=env_file, python=python, hosts=tuple(hosts), npu=npu_plan, private_subnet=private,
-        private_bridge=f"{name}br1" if private is not None else None, jump=jump_plan,
+        name=name, subnet=net, bridge=f"{name}br0", bridge_ip=str(net.network_address + 1),
+        state_dir=state_dir, env_file=env_file, python=python, hosts=hosts, npu=npu_plan,
+        private_subnet=private, private_bridge=f"{name}br1" if private is not None else None,
+        jump=plan_jump(name, net, private, state_dir),
     )
+
+
+def _private_subnet(jump: str | None, n_hosts: int,
+                    net: ipaddress.IPv4Network) -> ipaddress.IPv4Network | None:
+    """A jump lab's private subnet (None without ``--jump``): valid, and apart from ``net``."""
+    if jump is None:
+        return None
+    private = parse_subnet(jump, n_hosts)
+    if private.overlaps(net):
+        raise LabError(f"--jump subnet {private} overlaps the lab's subnet {net}: choose a separate one")
+    return private
+
+
+def plan_host(name: str, i: int, net: ipaddress.IPv4Network, state_dir: Path,
+              npu: NpuPlan | None) -> HostPlan:
+    """Host ``i`` of the lab, on ``net`` (the lab's subnet, or a jump lab's private one)."""
+    ip = net.network_address + HOST_OFFSET + i
+    hname = f"host{i}"
+    hdir = state_dir / "hosts" / hname
+    trees = npu.mounts if npu is not None else ()
+    mounts = tuple((str(hdir / "emu" / tree), target) for tree, target, _ in trees)
+    return HostPlan(index=i, name=hname, ns=f"{name}-{hname}", ip=str(ip), mac=host_mac(ip),
+                    veth=f"{name}-v{i}", dir=hdir, mounts=mounts)
+
+
+def plan_jump(name: str, net: ipaddress.IPv4Network, private: ipaddress.IPv4Network | None,
+              state_dir: Path) -> HostPlan | None:
+    """A jump lab's jump host: on the lab's subnet, with a leg on the hosts' private one."""
+    if private is None:
+        return None
+    jip = net.network_address + HOST_OFFSET
+    return HostPlan(index=0, name="jump", ns=f"{name}-jump", ip=str(jip), mac=host_mac(jip),
+                    veth=f"{name}-vj", dir=state_dir / "jump",
+                    private_ip=str(private.network_address + HOST_OFFSET),
+                    private_veth=f"{name}-pj")
+
+
+def _visible_ids(visible: str) -> list[int]:
+    """``"0,1"`` -> ``[0, 1]``; LabError if it is not device ids separated by commas."""
+    parts = [p.strip() for p in visible.split(",")]
+    if not visible.strip() or not all(p.isdigit() for p in parts):
+        raise LabError(f"invalid --visible {visible!r}: "
+                       "use device ids separated by commas, e.g. 0,1")
+    return [int(p) for p in parts]
 
 
 def parse_visible(visible: str | Sequence[int], count: int, profile: str) -> tuple[int, ...]:
     """``"0,1"`` (or a list) -> ``(0, 1)``; LabError if malformed, repeated or past the profile's ``count``."""
-    if isinstance(visible, str):
-        parts = [p.strip() for p in visible.split(",")]
-        if not visible.strip() or not all(p.isdigit() for p in parts):
-            raise LabError(f"invalid --visible {visible!r}: use device ids separated by commas, e.g. 0,1")
-        ids = [int(p) for p in parts]
-    else:
-        ids = list(visible)
-    for dev in ids:
-        if not 0 <= dev < count:
-            raise LabError(f"--visible device {dev} is past the {profile} profile's {count} devices "
-                           f"(valid ids 0-{count - 1})")
-    dup = sorted({d for d in ids if ids.count(d) > 1})
-    if dup:
-        raise LabError(f"--visible lists device {dup[0]} twice")
+    ids = _visible_ids(visible) if isinstance(visible, str) else list(visible)
+    past = [dev for dev in ids if not 0 <= dev < count]
+    if past:
+        raise LabError(f"--visible device {past[0]} is past the {profile} profile's {count} devices "
+                       f"(valid ids 0-{count - 1})")
+    if _repeated(ids):
+        raise LabError(f"--visible lists device {_repeated(ids)[0]} twice")
     if not ids:
         raise LabError("--visible must list at least one device")
     return tuple(ids)
+
+
+def _repeated(ids: list[int]) -> list[int]:
+    """The ids listed more than once, in order."""
+    return sorted({d for d in ids if ids.count(d) > 1})
 
 
 def _mount_kind(kind: str) -> MountKind:
@@ -411,14 +404,24 @@ def overlapping_routes(
 def _route_overlaps(line: str, subnet: ipaddress.IPv4Network, ignore_dev: str | None) -> bool:
     """An ``ip -4 -o route`` line whose destination overlaps ``subnet`` (not a default route, not on
     ``ignore_dev``)."""
+    toks = _route_tokens(line)
+    if not toks or toks[0] == "default":
+        return False
+    if ignore_dev and _dev_of(toks) == ignore_dev:
+        return False
+    return _net_overlaps(toks[0], subnet)
+
+
+def _route_tokens(line: str) -> list[str]:
+    """The words of a route line from its destination on (a leading route type dropped)."""
     toks = line.split()
-    if not toks:
-        return False
-    if toks[0] in _ROUTE_TYPES and len(toks) > 1:
-        toks = toks[1:]
-    dest = toks[0]
-    if dest == "default" or (ignore_dev and _dev_of(toks) == ignore_dev):
-        return False
+    if toks and toks[0] in _ROUTE_TYPES and len(toks) > 1:
+        return toks[1:]
+    return toks
+
+
+def _net_overlaps(dest: str, subnet: ipaddress.IPv4Network) -> bool:
+    """Whether ``dest`` is an IPv4 network (not 0/0) that overlaps ``subnet``."""
     try:
         net = ipaddress.ip_network(dest, strict=False)
     except ValueError:
@@ -432,9 +435,13 @@ def _addr_overlaps(line: str, subnet: ipaddress.IPv4Network, ignore_dev: str | N
     toks = line.split()
     if "inet" not in toks:
         return False
-    dev = toks[1] if len(toks) > 1 else ""
-    if ignore_dev and dev == ignore_dev:
+    if ignore_dev and toks[1:2] == [ignore_dev]:
         return False
+    return _inet_overlaps(toks, subnet)
+
+
+def _inet_overlaps(toks: list[str], subnet: ipaddress.IPv4Network) -> bool:
+    """Whether the IPv4 address after ``inet`` is on a network that overlaps ``subnet``."""
     try:
         iface = ipaddress.ip_interface(toks[toks.index("inet") + 1])
     except (ValueError, IndexError):
@@ -722,15 +729,19 @@ def mount_points_to_create(
     """
     out: list[tuple[str, MountKind]] = []
     seen: set[str] = set()
+    for path, kind in _parents_first(needed):
+        if path not in seen and not exists(path):
+            out.append((path, kind))
+        seen.add(path)
+    return out
+
+
+def _parents_first(needed: Sequence[tuple[str, MountKind]]) -> list[tuple[str, MountKind]]:
+    """Each target after its parent directories (outermost first)."""
+    out: list[tuple[str, MountKind]] = []
     for target, kind in needed:
-        for parent in reversed(Path(target).parents):
-            p = str(parent)
-            if p not in seen and not exists(p):
-                out.append((p, "dir"))
-            seen.add(p)
-        if target not in seen and not exists(target):
-            out.append((target, kind))
-        seen.add(target)
+        out += [(str(p), "dir") for p in reversed(Path(target).parents)]
+        out.append((target, kind))
     return out
 
 

@@ -43,9 +43,15 @@ def run(argv: Sequence[str], *, check: bool = True, timeout: float = 30.0,
     except subprocess.TimeoutExpired:
         raise LabError(f"{shlex.join(argv)} timed out after {timeout:g}s") from None
     if check and cp.returncode != 0:
-        err = (cp.stderr or cp.stdout).strip().replace("\n", "; ")
-        raise LabError(f"{what + ': ' if what else ''}{shlex.join(argv)} failed (exit {cp.returncode}): {err}")
+        raise LabError(_failure(argv, cp, what))
     return cp
+
+
+def _failure(argv: Sequence[str], cp: subprocess.CompletedProcess[str], what: str | None) -> str:
+    """One line: what failed, the command, its exit status and its output."""
+    err = (cp.stderr or cp.stdout).strip().replace("\n", "; ")
+    prefix = f"{what}: " if what else ""
+    return f"{prefix}{shlex.join(argv)} failed (exit {cp.returncode}): {err}"
 
 
 def pid_alive(pid: int | None) -> bool:
@@ -75,23 +81,33 @@ def in_netns(pid: int, ns: str) -> bool:
 
 def kill_pids(pids: Sequence[int], grace: float = KILL_GRACE) -> None:
     """SIGTERM ``pids``, wait up to ``grace`` s, SIGKILL the rest, reap our own children."""
-    pids = [p for p in dict.fromkeys(pids) if p and p != os.getpid() and pid_alive(p)]
+    pids = [p for p in dict.fromkeys(pids) if _killable(p)]
     for sig in (signal.SIGTERM, signal.SIGKILL):
-        for p in pids:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(p, sig)
-        deadline = time.monotonic() + grace
-        while time.monotonic() < deadline:
-            _reap(pids)
-            if not any(pid_alive(p) for p in pids):
-                break
-            time.sleep(0.05)
-        pids = [p for p in pids if pid_alive(p)]
+        pids = _signal_and_wait(pids, sig, grace)
         if not pids:
             break
     _reap(pids)
     if any(pid_alive(p) for p in pids):
         raise LabError(f"processes {pids} survived SIGKILL")
+
+
+def _killable(pid: int) -> bool:
+    """A live process that is not this one."""
+    return bool(pid) and pid != os.getpid() and pid_alive(pid)
+
+
+def _signal_and_wait(pids: list[int], sig: int, grace: float) -> list[int]:
+    """Send ``sig`` to ``pids`` and wait up to ``grace`` s for them to end; those still alive."""
+    for p in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(p, sig)
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline:
+        _reap(pids)
+        if not any(pid_alive(p) for p in pids):
+            break
+        time.sleep(0.05)
+    return [p for p in pids if pid_alive(p)]
 
 
 def _reap(pids: Sequence[int]) -> None:
@@ -142,20 +158,32 @@ def locked(state_dir: Path) -> Iterator[None]:
         yield
 
 
+#: the tools the lab runs, and the Debian package of each
+TOOLS = (("ip", "iproute2"), ("unshare", "util-linux"), ("nsenter", "util-linux"),
+         ("mount", "mount"), ("ssh-keygen", "openssh-server"))
+
+
 def preflight() -> None:
+    """LabError naming what is missing: root, a tool, sshd, or a root account sshd accepts."""
     if os.geteuid() != 0:
         raise LabError("the lab needs root (network namespaces, bridges, mounts): run it as root")
-    for tool, pkg in (("ip", "iproute2"), ("unshare", "util-linux"), ("nsenter", "util-linux"),
-                      ("mount", "mount"), ("ssh-keygen", "openssh-server")):
+    for tool, pkg in TOOLS:
         if shutil.which(tool) is None:
             raise LabError(f"{tool} not found: apt-get install {pkg}")
     if not os.access(SSHD, os.X_OK):
         raise LabError(f"{SSHD} not found: apt-get install openssh-server")
-    with contextlib.suppress(OSError):
-        for line in Path("/etc/shadow").read_text().splitlines():
-            if line.startswith("root:") and line.split(":")[1].startswith("!"):
-                raise LabError("root's account is locked ('!' in /etc/shadow); sshd with UsePAM no refuses "
-                               "key logins for it: run `usermod -p '*' root`")
+    if _root_locked():
+        raise LabError("root's account is locked ('!' in /etc/shadow); sshd with UsePAM no refuses "
+                       "key logins for it: run `usermod -p '*' root`")
+
+
+def _root_locked() -> bool:
+    """Whether /etc/shadow marks root's password locked (False when it cannot be read)."""
+    try:
+        lines = Path("/etc/shadow").read_text().splitlines()
+    except OSError:
+        return False
+    return any(line.startswith("root:") and line.split(":")[1].startswith("!") for line in lines)
 
 
 def prepare_torch(python: str, install: bool, say: Say) -> None:

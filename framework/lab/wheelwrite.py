@@ -21,7 +21,7 @@ import time
 import zipfile
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, TypeGuard
 
 
 def _tomllib() -> ModuleType | None:
@@ -53,27 +53,49 @@ def _version(project: dict[str, Any], tool: dict[str, Any], source: Path) -> str
     path = source / (module.replace(".", "/") + ".py")
     if not module or not path.is_file():
         raise WheelError(f"{source}/pyproject.toml: no version, and no version attr file {path}")
+    return _assigned(path, name)
+
+
+def _assigns(node: ast.stmt, name: str) -> TypeGuard[ast.Assign]:
+    """``name = ...`` (among the targets)."""
+    if not isinstance(node, ast.Assign):
+        return False
+    return any(getattr(t, "id", None) == name for t in node.targets)
+
+
+def _assigned(path: Path, name: str) -> str:
+    """The literal a module assigns to ``name`` at its top level."""
     for node in ast.parse(path.read_text()).body:
-        if isinstance(node, ast.Assign) and any(
-            getattr(t, "id", None) == name for t in node.targets
-        ):
+        if _assigns(node, name):
             return str(ast.literal_eval(node.value))
     raise WheelError(f"{path}: no {name} = '...'")
 
 
-def _metadata(project: dict[str, Any], version: str, source: Path) -> str:
+def _license(project: dict[str, Any]) -> str:
+    """``license`` as text (``{text = ...}`` or a plain string)."""
     lic = project.get("license", "")
+    return str(lic.get("text", "")) if isinstance(lic, dict) else str(lic)
+
+
+def _readme(project: dict[str, Any], source: Path) -> str:
+    """The readme's text; "" when there is none."""
+    if not project.get("readme"):
+        return ""
+    readme = source / str(project["readme"])
+    return readme.read_text() if readme.is_file() else ""
+
+
+def _metadata(project: dict[str, Any], version: str, source: Path) -> str:
     fields = [
         ("Metadata-Version", "2.1"),
         ("Name", project["name"]),
         ("Version", version),
         ("Summary", project.get("description", "")),
-        ("License", lic.get("text", "") if isinstance(lic, dict) else lic),
+        ("License", _license(project)),
         ("Requires-Python", project.get("requires-python", "")),
     ]
     fields += [("Requires-Dist", dep) for dep in project.get("dependencies", [])]
-    readme = source / str(project.get("readme", ""))
-    body = readme.read_text() if project.get("readme") and readme.is_file() else ""
+    body = _readme(project, source)
     if body:
         fields.append(("Description-Content-Type", "text/markdown"))
     head = "".join(f"{k}: {v}\n" for k, v in fields if v)
@@ -99,10 +121,7 @@ def write_wheel(source: Path, out: Path) -> Path:
     tomllib = _tomllib()
     if tomllib is None:  # pragma: no cover - Python 3.10
         return _pip_wheel(source, out)
-    try:
-        doc = tomllib.loads((source / "pyproject.toml").read_text())
-    except (OSError, tomllib.TOMLDecodeError) as exc:
-        raise WheelError(f"{source}/pyproject.toml: {exc}") from None
+    doc = _pyproject(tomllib, source)
     project, tool = doc.get("project", {}), doc.get("tool", {}).get("setuptools", {})
     version = _version(project, tool, source)
     dist = re.sub(r"[-_.]+", "_", project["name"])
@@ -119,13 +138,27 @@ def write_wheel(source: Path, out: Path) -> Path:
     files[f"{info}/RECORD"] = ("\n".join([*rows, f"{info}/RECORD,,"]) + "\n").encode()
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"{dist}-{version}-py3-none-any.whl"
+    _write_zip(path, files)
+    return path
+
+
+def _pyproject(tomllib: ModuleType, source: Path) -> dict[str, Any]:
+    """The project's pyproject.toml, read."""
+    try:
+        doc: dict[str, Any] = tomllib.loads((source / "pyproject.toml").read_text())
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise WheelError(f"{source}/pyproject.toml: {exc}") from None
+    return doc
+
+
+def _write_zip(path: Path, files: dict[str, bytes]) -> None:
+    """The members in order, each with the fixed timestamp and mode 0644 (reproducible)."""
     with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
         for name, data in files.items():
             member = zipfile.ZipInfo(name, time.gmtime(EPOCH)[:6])
             member.external_attr = 0o644 << 16
             member.compress_type = zipfile.ZIP_DEFLATED
             z.writestr(member, data)
-    return path
 
 
 def _pip_wheel(source: Path, out: Path) -> Path:  # pragma: no cover - Python 3.10

@@ -1,21 +1,8 @@
-"""Opening a host file once (shipped to hosts as source: standard library only, self-contained).
+"""Opening a host file once, judged by its descriptor; packing a folder tree walked by descriptor.
 
-Each file is opened ``O_NOFOLLOW`` and judged by its descriptor (``fstat``): a regular file, one link,
-owned by an allowed uid, not writable by group or others. Everything camit needs is then read from that
-one descriptor: the ELF core notes (the ``facts`` function given to :func:`main`), and, within the cap,
-a private copy (``O_EXCL``, 0600: what gdb reads) and its gzip (what is fetched), hashed as they are
-written. A path swapped for a symlink or a hard link between the scan and this open is refused, and
-nothing re-opens the path later. One JSON line per file (names stay data):
-
-    python3 -c <program> <out_dir> <cap_bytes> <index> <allowed uids, comma-separated> <path> [...]
-
-Pack mode (:func:`pack_main`, for logs): each root and every folder below it is opened
-``O_NOFOLLOW|O_DIRECTORY`` and walked by descriptor (``dir_fd``), so a folder swapped for a symlink is
-never followed; each file changed since ``since`` is opened ``O_NOFOLLOW`` relative to its folder's
-descriptor, judged by ``fstat`` as above, and read from that descriptor into one gzipped GNU tar (member
-names escaped by the tar format: injective), newest first up to ``cap_bytes``. One JSON line:
-
-    python3 -c <program> <out.tgz> <cap_bytes> <since epoch> <allowed uids> <selection JSON> <root> [...]
+Shipped to hosts as source (standard library only, self-contained): core files
+(``<out_dir> <cap> (<index> <uids> <path>)...``) and pack mode (:func:`pack_main`, for logs).
+The rules and why: docs/internals/c-remote.md.
 """
 
 from __future__ import annotations
@@ -40,22 +27,33 @@ class Refused(Exception):
 
 def open_checked(path: str, allowed: set[int], dir_fd: int | None = None,
                  writable: bool = False) -> tuple[int, os.stat_result]:
-    """An ``O_NOFOLLOW`` descriptor of ``path`` (relative to ``dir_fd`` when given) and its ``fstat``, or
-    :class:`Refused`; ``writable``: a file group or others may write passes (a log: its text is data)."""
+    """An ``O_NOFOLLOW`` descriptor of ``path`` (relative to ``dir_fd``) and its ``fstat``.
+
+    Raises :class:`Refused`. ``writable``: a file group or others may write passes (a log: its
+    text is data).
+    """
     flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
     try:
         fd = os.open(path, flags, dir_fd=dir_fd)
     except OSError as exc:
         raise Refused(f"cannot open without following links: {exc.strerror}") from None
     st = os.fstat(fd)
-    why = ("not a regular file" if not stat.S_ISREG(st.st_mode)
-           else f"has {st.st_nlink} links" if st.st_nlink != 1
-           else f"owned by uid {st.st_uid}" if st.st_uid not in allowed
-           else "writable by group or others" if st.st_mode & 0o022 and not writable else "")
+    why = why_refused(st, allowed, writable)
     if why:
         os.close(fd)
         raise Refused(why)
     return fd, st
+
+
+def why_refused(st: os.stat_result, allowed: set[int], writable: bool) -> str:
+    """Why a file with this ``fstat`` may not be read (the first rule it breaks); "" when it may."""
+    rules = (
+        (not stat.S_ISREG(st.st_mode), "not a regular file"),
+        (st.st_nlink != 1, f"has {st.st_nlink} links"),
+        (st.st_uid not in allowed, f"owned by uid {st.st_uid}"),
+        (bool(st.st_mode & 0o022) and not writable, "writable by group or others"),
+    )
+    return next((why for broken, why in rules if broken), "")
 
 
 def copy_out(fd: int, size: int, copy: str, gz: str) -> str:
@@ -114,7 +112,7 @@ def main(argv: list[str], facts: Callable[[BinaryIO], dict[str, Any]]) -> int:
     return 0
 
 
-# -- pack mode: a folder tree, walked by descriptor ------------------------------------------------------
+# -- pack mode: a folder tree, walked by descriptor -------------------------------------------
 MAX_DIRS = 512  # folder descriptors held open during a walk (well under the usual 1024 soft limit)
 MAX_DEPTH = 16
 MAX_FILES = 20000
@@ -122,54 +120,89 @@ DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 def keep_dir(sel: dict[str, Any], depth: int, name: str) -> bool:
-    """Descend into folder ``name`` at ``depth`` (0: the root's own)? ``sel["dirs"]`` names the root's."""
+    """Descend into folder ``name`` at ``depth`` (0: the root's own)?
+
+    ``sel["dirs"]`` names the root's.
+    """
     return depth < MAX_DEPTH and (depth > 0 or "dirs" not in sel or name in sel["dirs"])
 
 
 def keep_file(sel: dict[str, Any], depth: int, name: str, st: os.stat_result, since: float) -> bool:
-    """Pack this regular file? Changed after ``since``, its name matching one of ``sel["names"]`` (when
-    given); at the root's top only the names matching ``sel["top"]`` (when given); below it only files
-    under ``sel["each"]`` bytes (when given)."""
+    """Pack this regular file?
+
+    Changed after ``since``, its name matching one of ``sel["names"]`` (when given); at the root's
+    top only the names matching ``sel["top"]`` (when given); below it only files under
+    ``sel["each"]`` bytes (when given).
+    """
     if not stat.S_ISREG(st.st_mode) or st.st_mtime <= since:
         return False
-    if "names" in sel and not any(fnmatch.fnmatchcase(name, p) for p in sel["names"]):
+    if not matches(sel, "names", name):
         return False
     if depth == 0:
-        return "top" not in sel or any(fnmatch.fnmatchcase(name, p) for p in sel["top"])
+        return matches(sel, "top", name)
     return bool(st.st_size < sel.get("each", st.st_size + 1))
+
+
+def matches(sel: dict[str, Any], key: str, name: str) -> bool:
+    """Whether ``name`` matches one of the patterns ``sel[key]`` (True when ``sel`` has none)."""
+    return key not in sel or any(fnmatch.fnmatchcase(name, p) for p in sel[key])
+
+
+class Walker:
+    """One walk's state: the folder descriptors held, the folders still to read, the files kept."""
+
+    def __init__(self, dirs: list[int], sel: dict[str, Any], since: float) -> None:
+        self.dirs, self.sel, self.since = dirs, sel, since
+        self.todo: list[tuple[int, str, int]] = []
+        self.found: list[tuple[float, int, int, str, str]] = []
+
+    def open_dir(self, name: str, dir_fd: int | None, rel: str, depth: int) -> None:
+        """Hold folder ``name`` open (never through a symlink) and queue it; skipped if it fails."""
+        try:
+            self.dirs.append(os.open(name, DIR_FLAGS, dir_fd=dir_fd))
+        except OSError:
+            return
+        self.todo.append((len(self.dirs) - 1, rel, depth))
+
+    def read_dir(self, k: int, rel: str, depth: int) -> None:
+        """Visit the entries of the folder held at ``dirs[k]``, in name order."""
+        try:
+            names = sorted(os.listdir(self.dirs[k]))
+        except OSError:
+            return
+        for name in names:
+            self.visit(k, rel, depth, name)
+
+    def visit(self, k: int, rel: str, depth: int, name: str) -> None:
+        """Queue a folder to descend into, or keep a file (judged by ``lstat``)."""
+        try:
+            st = os.lstat(name, dir_fd=self.dirs[k])
+        except OSError:
+            return
+        if self.descend(st, depth, name):
+            self.open_dir(name, self.dirs[k], f"{rel}{name}/", depth + 1)
+        elif keep_file(self.sel, depth, name, st, self.since):
+            self.found.append((st.st_mtime, st.st_size, k, rel, name))
+
+    def descend(self, st: os.stat_result, depth: int, name: str) -> bool:
+        """A folder to walk, while descriptors are left."""
+        room = len(self.dirs) < MAX_DIRS
+        return stat.S_ISDIR(st.st_mode) and keep_dir(self.sel, depth, name) and room
 
 
 def walk(root: str, since: float, dirs: list[int],
          sel: dict[str, Any]) -> list[tuple[float, int, int, str, str]]:
-    """(mtime, size, folder index in ``dirs``, relative folder, name) of the files below ``root`` that
-    :func:`keep_file` keeps, from ``lstat`` by folder descriptor (each folder opened ``O_NOFOLLOW`` once,
-    kept in ``dirs``; a folder that is a symlink, or not openable, is skipped)."""
-    try:
-        dirs.append(os.open(root, DIR_FLAGS))
-    except OSError:
-        return []
-    found: list[tuple[float, int, int, str, str]] = []
-    todo = [(len(dirs) - 1, "", 0)]
-    while todo and len(found) < MAX_FILES:
-        k, rel, depth = todo.pop()
-        try:
-            names = sorted(os.listdir(dirs[k]))
-        except OSError:
-            continue
-        for name in names:
-            try:
-                st = os.lstat(name, dir_fd=dirs[k])
-            except OSError:
-                continue
-            if stat.S_ISDIR(st.st_mode) and keep_dir(sel, depth, name) and len(dirs) < MAX_DIRS:
-                try:
-                    dirs.append(os.open(name, DIR_FLAGS, dir_fd=dirs[k]))
-                except OSError:
-                    continue
-                todo.append((len(dirs) - 1, f"{rel}{name}/", depth + 1))
-            elif keep_file(sel, depth, name, st, since):
-                found.append((st.st_mtime, st.st_size, k, rel, name))
-    return found
+    """(mtime, size, folder index in ``dirs``, relative folder, name) of the files :func:`keep_file`
+    keeps below ``root``, from ``lstat`` by folder descriptor.
+
+    Each folder is opened ``O_NOFOLLOW`` once and kept in ``dirs``; a folder that is a symlink, or
+    not openable, is skipped.
+    """
+    walker = Walker(dirs, sel, since)
+    walker.open_dir(root, None, "", 0)
+    while walker.todo and len(walker.found) < MAX_FILES:
+        walker.read_dir(*walker.todo.pop())
+    return walker.found
 
 
 class _Exact:
@@ -188,8 +221,10 @@ class _Exact:
 
 def pack_one(tar: tarfile.TarFile, dir_fd: int, name: str, member: str, allowed: set[int],
              room: int) -> int:
-    """Add ``name`` (opened once, relative to ``dir_fd``, judged by its descriptor) as ``member``; the
-    bytes added (its size at open, at most ``room``), or -1 when refused."""
+    """Add ``name`` (opened once, relative to ``dir_fd``, judged by its descriptor) as ``member``.
+
+    The bytes added (its size at open, at most ``room``), or -1 when refused.
+    """
     try:
         fd, st = open_checked(name, allowed, dir_fd=dir_fd, writable=True)
     except Refused:
@@ -205,9 +240,12 @@ def pack_one(tar: tarfile.TarFile, dir_fd: int, name: str, member: str, allowed:
 
 def pack(out: str, cap: int, since: float, allowed: set[int], roots: list[str],
          sel: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Pack the files below ``roots`` changed after ``since`` into ``out`` (new, 0600), newest first up
-    to ``cap`` bytes; each member is named ``<root without its leading />/<relative path>``, or by its
-    relative path alone when ``sel["bare"]`` (``sel``: :func:`keep_dir`, :func:`keep_file`)."""
+    """Pack the files below ``roots`` changed after ``since`` into ``out`` (new, 0600).
+
+    Newest first up to ``cap`` bytes; each member is named ``<root without its leading />/<relative
+    path>``, or by its relative path alone when ``sel["bare"]`` (``sel``: :func:`keep_dir`,
+    :func:`keep_file`).
+    """
     sel = {} if sel is None else sel
     dirs: list[int] = []
     rec: dict[str, Any] = {"files": 0, "bytes": 0, "refused": 0}
@@ -215,15 +253,7 @@ def pack(out: str, cap: int, since: float, allowed: set[int], roots: list[str],
         found = [(f, "" if sel.get("bare") else root.strip("/") + "/")
                  for root in roots for f in walk(root, since, dirs, sel)]
         found.sort(key=lambda item: -item[0][0])
-        wflags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-        with os.fdopen(os.open(out, wflags, 0o600), "wb") as raw, \
-                tarfile.open(fileobj=raw, mode="w:gz", format=tarfile.GNU_FORMAT, compresslevel=1) as tar:
-            for (_, size, k, rel, name), root in found:
-                if rec["bytes"] + size > cap:  # over the budget: left on the host, older ones may fit
-                    continue
-                got = pack_one(tar, dirs[k], name, f"{root}{rel}{name}", allowed, cap - rec["bytes"])
-                rec["refused" if got < 0 else "files"] += 1
-                rec["bytes"] += max(got, 0)
+        write_tar(out, cap, found, dirs, allowed, rec)
     except OSError as exc:
         rec["error"] = f"{type(exc).__name__}: {exc.strerror}"
     finally:
@@ -232,10 +262,26 @@ def pack(out: str, cap: int, since: float, allowed: set[int], roots: list[str],
     return rec
 
 
+def write_tar(out: str, cap: int, found: list[tuple[tuple[float, int, int, str, str], str]],
+              dirs: list[int], allowed: set[int], rec: dict[str, Any]) -> None:
+    """The ``found`` files that fit in ``cap`` into a new gzipped tar ``out``; counts in ``rec``."""
+    wflags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    with os.fdopen(os.open(out, wflags, 0o600), "wb") as raw, \
+            tarfile.open(fileobj=raw, mode="w:gz", format=tarfile.GNU_FORMAT,
+                         compresslevel=1) as tar:
+        for (_, size, k, rel, name), root in found:
+            if rec["bytes"] + size > cap:  # over the budget: left on the host, older ones may fit
+                continue
+            got = pack_one(tar, dirs[k], name, f"{root}{rel}{name}", allowed, cap - rec["bytes"])
+            rec["refused" if got < 0 else "files"] += 1
+            rec["bytes"] += max(got, 0)
+
+
 def pack_main(argv: list[str]) -> int:
     """``<out.tgz> <cap> <since> <uids> <selection JSON> <root>...``: one JSON line (files, bytes,
     refused)."""
     allowed = {int(u) for u in argv[3].split(",") if u.isdigit()}
     sel = json.loads(argv[4])
-    sys.stdout.write(json.dumps(pack(argv[0], int(argv[1]), float(argv[2]), allowed, argv[5:], sel)) + "\n")
+    rec = pack(argv[0], int(argv[1]), float(argv[2]), allowed, argv[5:], sel)
+    sys.stdout.write(json.dumps(rec) + "\n")
     return 0

@@ -1,30 +1,8 @@
-"""The host-side contract: where camit keeps everything on a host, and what ``deploy-state.json`` says.
+"""The host-side contract: where camit keeps everything on a host; what deploy-state.json says.
 
 Every path camit writes under a host's workdir is named here, once (:class:`HostLayout`);
-deploy, launch, coverage and the rank suites ask the layout instead of joining strings::
-
-    <workdir>/artifacts/<sha256>/<name>   a staged artifact (+ .ok once verified)
-    <workdir>/venv/                        the deploy's virtualenv (bin/python)
-    <workdir>/deploy-state.json            the install record (DeployState), written last
-    <workdir>/bin/<stem>-<sha12>.<ext>     shipped programs (relay, supervisor, rankwrap)
-    <workdir>/targets/<sha12>/<name>       a launch target script copied from the controller
-    <workdir>/runs/<launch id>/            one node's run folder (cwd of torchrun; tmp/ inside)
-    <workdir>/suites/<sha16>/              a shipped rank-side test tree (+ .ok)
-    <workdir>/tmp/                         TMPDIR of the deploy's import check
-    <install_path>/vendors/<vendor>/bin/set_env.bash   the op package's environment
-
-:class:`DeployState` is the ``deploy-state.json`` document: deploy writes it
-(:meth:`DeployState.write_script`) after a complete install and removes it first;
-launch and coverage read it (:meth:`DeployState.read_script` / :meth:`DeployState.parse`)
-for the ranks' interpreter, install path and vendor.
-
-A workdir is trusted only when it is safe (:meth:`HostLayout.guard_script`): camit makes it
-``0700`` under ``umask 077`` and refuses one that is a symlink, not owned by the SSH user, or
-writable by group/others, and any ancestor another user could swap (owned by someone but root or
-the user, or group/other-writable without the sticky bit). A custom ``install_path`` outside the workdir
-passes the same test on every folder from ``/`` down to it, with no symlink (:func:`trust_tree_sh`). Every program or
-artifact camit runs from it is hash-checked first (:func:`sh_sha_ok`); files are written to a fresh name made with
-``O_EXCL`` (``mktemp``) and renamed into place. Standard library only.
+:class:`DeployState` is the install record. The layout and when a workdir is trusted:
+docs/internals/c-remote.md. Standard library only.
 """
 
 from __future__ import annotations

@@ -1,35 +1,14 @@
 """The line protocol between the controller and the programs camit ships to the hosts.
 
-One place for every word the shipped scripts print or read and the controller
-parses or writes. The scripts themselves (``supervisor.py``, ``rankwrap.py``,
-``relay.py``) are shipped as single files and run on the host's base python, so
-they cannot import this module: each keeps its own copy of the words it uses,
-and ``tests/unit/test_remote_protocol.py`` asserts those copies equal these.
-Standard library only.
-
-Supervisor (one per node, ``framework.launch``), to the controller::
-
-    STARTED <pid> | HB | RANK <r> exit <rc> pid <p> | RANK <r> SIG <name> pid <p>
-    EXIT <rc> | KILLED <why> | SWEPT <n> | STACKS <n> | LEFT <pid>... | TREE <pid>... | DONE
-
-and from the controller: ``ENV <base64 JSON>`` first when it was started with ``--env-stdin`` (the
-secret variables of the run), then ``HB`` (any line resets its silence clock), ``KILL``, and ``STACKS``
-(the job timed out: ask every rank for its Python stacks, wait, then kill).
-
-Relay (one per host and artifact, ``framework.deploy``): the controller writes
-``NEXT <ip> <port> <token>`` or ``NEXT -``, then (listeners) ``TOKEN <token>``;
-the relay prints ``PORT <n>`` (listeners, first), ``NEXT-FAILED <why>``,
-``OK <sha256>`` or ``ERR <why>``.
-
-Rank wrapper: files ``rank<r>.json`` / ``rank<r>.log`` / ``rank<r>.pid`` in the
-node's run folder, next to the supervisor's ``torchrun.log``.
+Every word the shipped scripts print or read; they cannot import this module and keep their own
+copies (a unit test keeps them equal). The protocol: docs/internals/c-remote.md.
 """
 
 from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 # -- supervisor -> controller ------------------------------------------------------------------
@@ -39,7 +18,8 @@ RANK = "RANK"
 EXIT = "EXIT"
 KILLED = "KILLED"
 SWEPT = "SWEPT"
-#: ranks asked for their stacks (supervisor -> controller: ``STACKS <n>``; controller -> supervisor: ``STACKS``)
+#: ranks asked for their stacks (supervisor -> controller: ``STACKS <n>``;
+#: controller -> supervisor: ``STACKS``)
 STACKS = "STACKS"
 #: processes of the run alive after the supervisor's KILL
 LEFT = "LEFT"
@@ -54,7 +34,8 @@ KILLED_REASONS = ("stdin-eof", "stdin-kill", "silence", "deadline", "signal")
 
 # -- controller -> supervisor ------------------------------------------------------------------
 KILL = "KILL"
-#: the first line to a supervisor started with ``--env-stdin``: ``ENV <base64 of a JSON name -> value map>``
+#: the first line to a supervisor started with ``--env-stdin``:
+#: ``ENV <base64 of a JSON name -> value map>``
 #: (the secret launch variables: never in the command line, where any local user reads them)
 ENV = "ENV"
 ENV_STDIN_FLAG = "--env-stdin"
@@ -76,7 +57,8 @@ NEXT_FAILED = "NEXT-FAILED"
 RANK_STEM = "rank"
 #: ``rank<r>.pyspy``: py-spy's dump of a rank asked for its stacks (framework.remote.supervisor)
 PYSPY_SUFFIX = "pyspy"
-#: seconds the supervisor's native py-spy dumps get (all at once), then the Python-only ones of those not done
+#: seconds the supervisor's native py-spy dumps get (all at once),
+#: then the Python-only ones of those not done
 PYSPY_TIMEOUT = 6.0
 PLAIN_TIMEOUT = 2.0
 TORCHRUN_LOG = "torchrun.log"
@@ -95,7 +77,8 @@ def heartbeat_line() -> bytes:
 
 
 def env_line(env: Mapping[str, str]) -> bytes:
-    """``ENV <base64(JSON)>``: variables a supervisor started with ``--env-stdin`` adds to its command's env."""
+    """``ENV <base64(JSON)>``: variables a supervisor started with ``--env-stdin`` adds to its
+    command's environment."""
     payload = base64.b64encode(json.dumps(dict(env), ensure_ascii=True).encode()).decode("ascii")
     return f"{ENV} {payload}\n".encode()
 
@@ -121,7 +104,8 @@ class SupervisorLine:
     """One parsed supervisor line. ``kind`` is the tag; the other fields are set per kind.
 
     ``RANK``: ``rank`` (-1 when not a number), ``signal`` or ``exit_code`` (None when unreadable);
-    ``EXIT``: ``exit_code``; ``KILLED``: ``reason``; ``SWEPT`` and ``STACKS``: ``count``; ``STARTED``: ``pid``;
+    ``EXIT``: ``exit_code``; ``KILLED``: ``reason``; ``SWEPT`` and ``STACKS``: ``count``;
+    ``STARTED``: ``pid``;
     ``LEFT`` and ``TREE``: ``pids`` (words that are not pids are dropped).
     Unknown or empty lines have ``kind == ""``.
     """
@@ -140,30 +124,69 @@ def _int(word: str) -> int | None:
     return int(word) if word.lstrip("-").isdigit() else None
 
 
+def _word(rest: list[str], index: int, missing: str) -> str:
+    """The word at index, ``missing`` past the end."""
+    return rest[index] if len(rest) > index else missing
+
+
+def _rank_line(tag: str, rest: list[str]) -> SupervisorLine:
+    """``RANK <r> exit <rc> pid <p>`` or ``RANK <r> SIG <name> pid <p>``."""
+    rank = int(rest[0]) if rest[0].isdigit() else -1
+    value = _word(rest, 2, "?")
+    if rest[1] == RANK_SIGNAL:
+        return SupervisorLine(RANK, rank=rank, signal=value)
+    return SupervisorLine(RANK, rank=rank, exit_code=_int(value))
+
+
+def _exit_line(tag: str, rest: list[str]) -> SupervisorLine:
+    return SupervisorLine(EXIT, exit_code=_int(rest[0]))
+
+
+def _killed_line(tag: str, rest: list[str]) -> SupervisorLine:
+    return SupervisorLine(KILLED, reason=_word(rest, 0, "?"))
+
+
+def _count_line(tag: str, rest: list[str]) -> SupervisorLine:
+    return SupervisorLine(tag, count=_int(rest[0]) or 0)
+
+
+def _pids_line(tag: str, rest: list[str]) -> SupervisorLine:
+    """Only the words that are positive pids."""
+    return SupervisorLine(tag, pids=tuple(int(w) for w in rest if w.isdigit() and int(w) > 0))
+
+
+def _started_line(tag: str, rest: list[str]) -> SupervisorLine:
+    return SupervisorLine(STARTED, pid=_int(rest[0]))
+
+
+def _bare_line(tag: str, rest: list[str]) -> SupervisorLine:
+    return SupervisorLine(tag)
+
+
+#: tag -> (the fewest words after it, its parser); a line with fewer words is unknown
+_PARSERS: dict[str, tuple[int, Callable[[str, list[str]], SupervisorLine]]] = {
+    RANK: (2, _rank_line),
+    EXIT: (1, _exit_line),
+    KILLED: (0, _killed_line),
+    SWEPT: (1, _count_line),
+    STACKS: (1, _count_line),
+    LEFT: (0, _pids_line),
+    TREE: (0, _pids_line),
+    STARTED: (1, _started_line),
+    DONE: (0, _bare_line),
+    HEARTBEAT: (0, _bare_line),
+}
+
+
 def parse_supervisor_line(line: str) -> SupervisorLine:
     """What the controller reads from one line of a supervisor's stdout."""
     words = line.split()
-    if not words:
+    if not words or words[0] not in _PARSERS:
         return SupervisorLine("")
-    tag, rest = words[0], words[1:]
-    if tag == RANK and len(rest) >= 2:
-        rank = int(rest[0]) if rest[0].isdigit() else -1
-        if rest[1] == RANK_SIGNAL:
-            return SupervisorLine(RANK, rank=rank, signal=rest[2] if len(rest) > 2 else "?")
-        return SupervisorLine(RANK, rank=rank, exit_code=_int(rest[2]) if len(rest) > 2 else None)
-    if tag == EXIT and rest:
-        return SupervisorLine(EXIT, exit_code=_int(rest[0]))
-    if tag == KILLED:
-        return SupervisorLine(KILLED, reason=rest[0] if rest else "?")
-    if tag in (SWEPT, STACKS) and rest:
-        return SupervisorLine(tag, count=_int(rest[0]) or 0)
-    if tag in (LEFT, TREE):
-        return SupervisorLine(tag, pids=tuple(int(w) for w in rest if w.isdigit() and int(w) > 0))
-    if tag == STARTED and rest:
-        return SupervisorLine(STARTED, pid=_int(rest[0]))
-    if tag in (DONE, HEARTBEAT):
-        return SupervisorLine(tag)
-    return SupervisorLine("")
+    least, parse = _PARSERS[words[0]]
+    if len(words) - 1 < least:
+        return SupervisorLine("")
+    return parse(words[0], words[1:])
 
 
 def relay_verdict(output: str, sha256: str) -> tuple[bool, list[str], str | None]:

@@ -1,17 +1,8 @@
 """The one format of what host-side scripts print back, and its one parser (standard library only).
 
-A script camit runs on a host (the preflight probe, the core scan, the core inspection and
-backtrace, the log collection, the deploy, launch and coverage probes) prints *tagged records*:
-a tag line ``<mark><tag>[ <value>]`` and then any number of body lines (tool output, file
-listings, JSON), up to the next tag line. The mark is :data:`MARK` (``@@``); the preflight probe,
-whose bodies are foreign tool output (``npu-smi``, ``hccn_tool``, version files), uses the longer
-:data:`PROBE_MARK` (``@@camit@@ ``) with the tags ``begin <name>`` and ``end <name> <rc>`` around
-each section. :func:`read_records` is the parser every controller-side reader builds on;
-:func:`tag_line` and :func:`sh_tag` write a tag line from Python and from ``sh`` (``printf``), so
-both sides share these constants.
-
-    >>> [(r.tag, r.value, r.body) for r in read_records("@@now 1.5\\n@@files\\nF 1 2 3 /c\\n@@end\\n")]
-    [('now', '1.5', ''), ('files', '', 'F 1 2 3 /c\\n'), ('end', '', '')]
+A script prints *tagged records*: a tag line ``<mark><tag>[ <value>]`` and the body lines up to
+the next one; :func:`read_records` parses them, :func:`tag_line` and :func:`sh_tag` write tag
+lines. The format and its marks: docs/internals/c-remote.md.
 """
 
 from __future__ import annotations
@@ -42,20 +33,22 @@ class Record:
 def read_records(text: str, mark: str = MARK) -> list[Record]:
     """The tagged records of ``text`` in order; lines before the first tag line are dropped."""
     out: list[Record] = []
-    head: tuple[str, str, str] | None = None
-    body: list[str] = []
-    for line in text.splitlines(keepends=True):
-        if line.startswith(mark):
-            if head is not None:
-                out.append(Record(head[0], head[1], "".join(body), head[2]))
-            stripped = line.rstrip("\r\n")
-            tag, _, value = stripped[len(mark):].partition(" ")
-            head, body = (tag, value, stripped), []
-        elif head is not None:
-            body.append(line)
-    if head is not None:
-        out.append(Record(head[0], head[1], "".join(body), head[2]))
+    for chunk in _chunks(text.splitlines(keepends=True), mark):
+        stripped = chunk[0].rstrip("\r\n")
+        tag, _, value = stripped[len(mark):].partition(" ")
+        out.append(Record(tag, value, "".join(chunk[1:]), stripped))
     return out
+
+
+def _chunks(lines: list[str], mark: str) -> list[list[str]]:
+    """The lines from each tag line up to the next one (the lines before the first are dropped)."""
+    chunks: list[list[str]] = []
+    for line in lines:
+        if line.startswith(mark):
+            chunks.append([line])
+        elif chunks:
+            chunks[-1].append(line)
+    return chunks
 
 
 def tag_line(tag: str, value: str = "", mark: str = MARK) -> str:

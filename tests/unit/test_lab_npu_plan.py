@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -330,6 +331,22 @@ def test_fault_sets_and_clears_a_knob_on_that_host_only(state_root: Path) -> Non
     assert emu.active_faults(lab.plan.hosts[1].emu_dir) == ["link-down"]
     assert fault(state_root, "host2", "clear") == 0
     assert lab.active_faults("host2") == []
+
+
+def test_status_names_each_emulated_hosts_profile_faults_and_live_holders(
+        state_root: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    lab = saved_lab(state_root, "a3")
+    lab.hosts[0].holders = [os.getpid(), 999999999]  # a live pid and one above any pid_max
+    lab.save()
+    assert fault(state_root, "host2", "link-down") == 0
+    assert capsys.readouterr().out == "host2: link-down set\n"
+    assert main(["status", "--name", "camitnpu", "--state-dir", str(state_root / "camitnpu")]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    host1 = next(line for line in lines if line.startswith("  host1 "))
+    host2 = next(line for line in lines if line.startswith("  host2 "))
+    assert host1.endswith(f"sshd STOPPED, a3, faults: none, holder pid(s) {os.getpid()}"), host1
+    assert host2.endswith("sshd STOPPED, a3, faults: link-down"), host2
+    assert lines[-1].startswith("NOT healthy: ") and "host1: netns camitnpu-host1 is missing" in lines[-1]
 
 
 def test_held_device_past_the_profile_is_refused(state_root: Path) -> None:

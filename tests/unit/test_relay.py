@@ -176,3 +176,18 @@ def test_idle_local_connections_cannot_crowd_out_the_upstream(tmp_path):
         for s in idle:
             s.close()
     assert (tmp_path / "l" / "x").read_bytes() == data
+
+
+def test_orders_out_of_protocol_end_with_one_err_line_and_exit_2(tmp_path):
+    """No NEXT line first, or a listener without its TOKEN line: ``ERR protocol: ...``, exit 2."""
+    head = start(tmp_path / "x", b"abc", False)
+    head.stdin.write(b"HELLO\n")  # type: ignore[union-attr]
+    head.stdin.close()  # type: ignore[union-attr]
+    assert finish(head) == "ERR protocol: expected NEXT\n" and head.returncode == 2
+    listener = start(tmp_path / "y", b"abc", True)
+    port_of(listener)
+    listener.stdin.write(b"NEXT -\nTOKEN\n")  # type: ignore[union-attr]
+    listener.stdin.close()  # type: ignore[union-attr]
+    assert finish(listener) == "ERR protocol: expected TOKEN\n" and listener.returncode == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+

@@ -27,7 +27,7 @@ def constants(name: str) -> dict[str, object]:
 
 
 @pytest.mark.parametrize(("name", "aliases"), [
-    ("supervisor.py", {"TAG": "RUN_TAG"}),
+    ("supervisor.py", {"TAG": "RUN_TAG", "GONE_STATES": None, "NO_PYSPY": None}),
     ("rankwrap.py", {"BOOTSTRAP": None}),
     ("relay.py", {"CHUNK": None, "TOKEN_WAIT": None, "IO_TIMEOUT": None, "MAX_PENDING": None,
                   "MAX_PER_PEER": None}),
@@ -63,7 +63,14 @@ def test_the_pgid_marker_is_the_one_the_transports_parse():
     ("RANK 3 exit -11 pid 17", protocol.SupervisorLine("RANK", rank=3, exit_code=-11)),
     ("RANK 2 SIG SIGSEGV pid 9", protocol.SupervisorLine("RANK", rank=2, signal="SIGSEGV")),
     ("RANK x exit None pid None", protocol.SupervisorLine("RANK", rank=-1, exit_code=None)),
+    ("RANK 3 SIG", protocol.SupervisorLine("RANK", rank=3, signal="?")),
+    ("RANK 3 exit", protocol.SupervisorLine("RANK", rank=3, exit_code=None)),
+    ("RANK 3", protocol.SupervisorLine("")),
     ("EXIT 1", protocol.SupervisorLine("EXIT", exit_code=1)),
+    ("EXIT", protocol.SupervisorLine("")),
+    ("SWEPT", protocol.SupervisorLine("")),
+    ("SWEPT many", protocol.SupervisorLine("SWEPT", count=0)),
+    ("STARTED", protocol.SupervisorLine("")),
     ("KILLED silence", protocol.SupervisorLine("KILLED", reason="silence")),
     ("KILLED", protocol.SupervisorLine("KILLED", reason="?")),
     ("SWEPT 4", protocol.SupervisorLine("SWEPT", count=4)),

@@ -1,21 +1,8 @@
 """Fault knobs of an emulated Ascend host: each one puts the host in a state a real node can be in.
 
-A knob is a line in the tree's ``Ascend/.camit-emu/faults.json`` that the fake tools read at every call
-(so it takes effect at once, while the lab is up), except ``no-driver``, which removes the driver's files,
-and ``held-device``, whose effect is a real process (:func:`holder_argv`, started and killed by the lab):
-
-================  ====================================================================================
-``tls-mismatch``  ``hccn_tool -i <device> -tls -g`` reports switch 1, the others 0 (hccn-tls-mismatch.txt)
-``health-alarm``  ``npu-smi info`` Health and ``-t health`` read ``level`` (Alarm) on ``device``
-``link-down``     ``-link -g`` DOWN, ``-net_health -g`` Fault, ``-ping`` times out, on ``device``
-``hccn-busy``     every ``hccn_tool -i <device>`` call answers "hccn_tool is busy, please try again"
-``held-device``   a process holds ``device`` (listed by ``npu-smi info`` until killed, then ``linger_s``)
-``other-spod``    ``npu-smi info -t spod-info`` gives this host Super Pod ID ``spod_id`` (default 1)
-``no-driver``     no ``npu-smi``, no ``driver/`` (``hccn_tool``, ``version.info``), no ``Driver_*`` lines
-================  ====================================================================================
-
-``device`` is a logical device id (0 .. count-1). :func:`set_linger` sets how long a dead holder stays
-listed (``linger_s`` of ``npu.json``, read by the torch_npu stand-in when a process registers).
+A knob is a line in the tree's ``Ascend/.camit-emu/faults.json`` the fake tools read at every call
+(``no-driver`` and ``held-device`` act otherwise). The knobs and what each does:
+docs/internals/c-remote.md.
 """
 
 from __future__ import annotations
@@ -66,28 +53,42 @@ def _save(emu: Path, knobs: dict[str, dict[str, Any]]) -> None:
     (emu / "faults.json").write_text(json.dumps({"knobs": knobs}, indent=1) + "\n", encoding="utf-8")
 
 
+def _is_integer(value: object) -> bool:
+    """An int (not a bool) or a string of digits."""
+    if isinstance(value, bool):
+        return False
+    return isinstance(value, int) or (isinstance(value, str) and value.isdigit())
+
+
 def _int(knob: str, key: str, value: object, low: int, high: int | None) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) and not (isinstance(value, str) and value.isdigit()):
+    """``value`` as an integer in ``low..high`` (no upper bound when ``high`` is None)."""
+    if not _is_integer(value):
         raise LabError(f"fault knob {knob}: {key} must be an integer, got {value!r}")
-    n = int(value)
+    n = int(str(value))
     if n < low or (high is not None and n > high):
-        raise LabError(f"fault knob {knob}: {key} {n} outside {low}..{high if high is not None else ''}")
+        top = "" if high is None else str(high)
+        raise LabError(f"fault knob {knob}: {key} {n} outside {low}..{top}")
     return n
 
 
-def check_params(knob: str, params: dict[str, Any], count: int) -> dict[str, Any]:
-    """The knob's parameters with defaults filled in; unknown knobs, keys or values are a LabError."""
+def _refuse_unknown(knob: str, params: dict[str, Any]) -> None:
+    """LabError for an unknown knob, or a parameter the knob does not take."""
     if knob not in PARAMS:
         raise LabError(f"unknown fault knob {knob!r}: valid knobs are {', '.join(KNOBS)}")
     unknown = sorted(set(params) - set(PARAMS[knob]))
     if unknown:
         valid = ", ".join(PARAMS[knob]) or "none"
         raise LabError(f"fault knob {knob}: unknown parameter {', '.join(unknown)} (valid: {valid})")
+
+
+def check_params(knob: str, params: dict[str, Any], count: int) -> dict[str, Any]:
+    """The knob's parameters with defaults filled in; unknown knobs, keys or values: LabError."""
+    _refuse_unknown(knob, params)
     values = {**PARAMS[knob], **params}
-    if "device" in values:
-        values["device"] = _int(knob, "device", values["device"], 0, count - 1)
-    if "spod_id" in values:
-        values["spod_id"] = _int(knob, "spod_id", values["spod_id"], 0, None)
+    bounds: dict[str, tuple[int, int | None]] = {"device": (0, count - 1), "spod_id": (0, None)}
+    for key, (low, high) in bounds.items():
+        if key in values:
+            values[key] = _int(knob, key, values[key], low, high)
     if knob == "health-alarm" and values["level"] not in HEALTH_LEVELS:
         raise LabError(f"fault knob health-alarm: level {values['level']!r} is not one of {', '.join(HEALTH_LEVELS)}")
     return values
@@ -97,15 +98,22 @@ def set_fault(tree: Path, knob: str, **params: Any) -> None:
     """Turn ``knob`` on for the host of ``tree`` (again: with the new parameters)."""
     emu, host = _emu(tree)
     values = check_params(knob, params, int(host["count"]))
-    if knob == "other-spod" and int(host["chips_per_npu"]) != 2:
-        raise LabError(f"fault knob other-spod: an A2 node ({host['profile']}) has no super pod (spod-info is A3 only)")
-    if knob == "other-spod" and values["spod_id"] == host["spod_id"]:
-        raise LabError(f"fault knob other-spod: spod_id {values['spod_id']} is this lab's own super pod")
+    if knob == "other-spod":
+        _check_other_spod(values, host)
     knobs = _knobs(emu)
     knobs[knob] = values
     _save(emu, knobs)
     if knob == "no-driver":
         remove_driver(Path(tree))
+
+
+def _check_other_spod(values: dict[str, Any], host: dict[str, Any]) -> None:
+    """other-spod needs an A3 host and a super pod that is not the lab's own."""
+    if int(host["chips_per_npu"]) != 2:
+        raise LabError(f"fault knob other-spod: an A2 node ({host['profile']}) has no super pod "
+                       "(spod-info is A3 only)")
+    if values["spod_id"] == host["spod_id"]:
+        raise LabError(f"fault knob other-spod: spod_id {values['spod_id']} is this lab's own super pod")
 
 
 def _start_ticks(pid: int) -> int | None:
@@ -126,16 +134,26 @@ def release_dead(tree: Path) -> list[int]:
     """
     gone = []
     for path in sorted((Path(tree) / EMU / "registry").glob("*.json")):
-        try:
-            rec = json.loads(path.read_text(encoding="utf-8"))
-            pid, ticks = int(rec["pid"]), rec.get("start_ticks")
-        except (OSError, ValueError, KeyError, TypeError):
-            continue
-        now = _start_ticks(pid)
-        if now is None or (ticks is not None and int(ticks) != now):
+        rec = _registry_record(path)
+        if rec is not None and _is_gone(*rec):
             path.unlink(missing_ok=True)
-            gone.append(pid)
+            gone.append(rec[0])
     return gone
+
+
+def _registry_record(path: Path) -> tuple[int, Any] | None:
+    """(pid, start ticks or None) of a registry record; None when it cannot be read."""
+    try:
+        rec = json.loads(path.read_text(encoding="utf-8"))
+        return int(rec["pid"]), rec.get("start_ticks")
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _is_gone(pid: int, ticks: Any) -> bool:
+    """No such process any more, or ``pid`` is another process now (another start time)."""
+    now = _start_ticks(pid)
+    return now is None or (ticks is not None and int(ticks) != now)
 
 
 def clear_faults(tree: Path) -> None:
@@ -207,15 +225,20 @@ def holder_argv(device: int) -> list[str]:
 PEERS_DOWN = "peers-down.json"
 
 
+def _down_ips(tree: Path) -> list[str]:
+    """The IP of the host's device whose link is down ([] when none is)."""
+    emu, host = _emu(tree)
+    knob = _knobs(emu).get("link-down")
+    if knob is None:
+        return []
+    return [host["devices"][int(knob.get("device", 0))]["ip"]]
+
+
 def sync_peer_links(trees: list[Path]) -> None:
     """Tell every host of a lab which peer device IPs have ``link-down``: a real device NIC whose link is down
     answers no ping, so a ping *to* it times out as well as one *from* it (``hccn-ping-loss.txt``'s
     ``recv time out`` lines). Each tree gets :data:`PEERS_DOWN`, the down devices' IPs of the other trees."""
-    down: dict[Path, list[str]] = {}
-    for tree in trees:
-        emu, host = _emu(tree)
-        knob = _knobs(emu).get("link-down")
-        down[tree] = [] if knob is None else [host["devices"][int(knob.get("device", 0))]["ip"]]
+    down = {tree: _down_ips(tree) for tree in trees}
     for tree in trees:
         others = sorted(ip for t, ips in down.items() if t != tree for ip in ips)
         (Path(tree) / EMU / PEERS_DOWN).write_text(json.dumps({"down": others}) + "\n", encoding="utf-8")

@@ -1,15 +1,7 @@
-"""The files of one emulated Ascend host (its "tree"), written by :func:`populate` on the controller.
+"""The files of one emulated Ascend host (its "tree"), written by :func:`populate`.
 
-The lab bind-mounts the tree's parts over the host paths of :data:`MOUNTS` inside the host's mount
-namespace, so a tool or file here is what a process on that host sees at ``/usr/local/...`` and
-``/etc/ascend_install.info``. Written: the fake tools (``sbin/npu-smi``, ``Ascend/driver/tools/
-{hccn_tool,msnpureport}``, stdlib python launchers of :mod:`framework.lab.emu.tools`), the CANN tree of
-the profile's layout with its ``set_env.sh`` and version records, the driver and firmware
-``version.info``, ``etc/ascend_install.info``, and ``Ascend/.camit-emu/`` (``npu.json``, ``host.json``,
-``faults.json``, ``registry/``, the tools' library and the captures they replay). The mount roots and
-the bind-mounted file are only ever written into, never replaced (a replaced inode would leave the
-mount on the old one). Facts and file formats: ``tests/data/ascend`` (copied into ``data/``, each with
-its ``# source:`` line) and ``reference/ascend-hosts.md`` §6.
+The lab bind-mounts the tree's parts over the host paths of :data:`MOUNTS` inside the host. What
+the tree holds and the rules for writing it: docs/internals/c-remote.md.
 """
 
 from __future__ import annotations
@@ -23,7 +15,7 @@ import statistics
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from framework.ascend import parse as ascend
 from framework.errors import LabError
@@ -121,6 +113,39 @@ def _launcher(module: str, rel: str) -> str:
 # --------------------------------------------------------------------------- host.json
 
 
+def _is_chip_row(cells: list[str] | None) -> TypeGuard[list[str]]:
+    """A table row of three cells whose first starts with a device number."""
+    if not cells or len(cells) != 3:
+        return False
+    words = cells[0].split()
+    return bool(words) and words[0].isdigit()
+
+
+def _chip_cells(text: str) -> tuple[list[list[str]], list[list[str]]]:
+    """Each die's two rows' last cells, split (``a / b`` pairs as one): (top rows, bottom rows).
+
+    The bottom row is the one whose second cell is a bus id.
+    """
+    tops: list[list[str]] = []
+    bottoms: list[list[str]] = []
+    for line in text.splitlines():
+        cells = ascend.table_cells(line)
+        if not _is_chip_row(cells):
+            continue
+        tokens = re.sub(r"\s*/\s*", "/", cells[2]).split()
+        (bottoms if re.match(r"^[0-9A-Fa-f]{4,8}:", cells[1]) else tops).append(tokens)
+    return tops, bottoms
+
+
+def _idle_hbm(info: ascend.NpuSmiInfo, busy: set[tuple[int, int]]) -> dict[int, list[int]]:
+    """chip index -> the HBM used of each idle die with that index."""
+    idle: dict[int, list[int]] = {}
+    for c in info.chips:
+        if (c.npu, c.chip) not in busy and c.hbm_used_mb is not None:
+            idle.setdefault(c.chip, []).append(c.hbm_used_mb)
+    return idle
+
+
 def _capture_chips(text: str) -> list[dict[str, Any]]:
     """Per-die values of an ``npu-smi info`` capture, in output order, for the tools to re-render.
 
@@ -128,19 +153,9 @@ def _capture_chips(text: str) -> list[dict[str, Any]]:
     hugepages, memory) are split as it splits them (``|`` then whitespace, ``a / b`` pairs as one).
     """
     info = ascend.parse_npu_smi_info(text)
-    tops: list[list[str]] = []
-    bottoms: list[list[str]] = []
-    for line in text.splitlines():
-        cells = ascend.table_cells(line)
-        if not cells or len(cells) != 3 or not cells[0].split() or not cells[0].split()[0].isdigit():
-            continue
-        tokens = re.sub(r"\s*/\s*", "/", cells[2]).split()
-        (bottoms if re.match(r"^[0-9A-Fa-f]{4,8}:", cells[1]) else tops).append(tokens)
+    tops, bottoms = _chip_cells(text)
     busy = {(p.npu, p.chip) for p in info.processes}
-    idle_hbm: dict[int, list[int]] = {}
-    for c in info.chips:
-        if (c.npu, c.chip) not in busy and c.hbm_used_mb is not None:
-            idle_hbm.setdefault(c.chip, []).append(c.hbm_used_mb)
+    idle_hbm = _idle_hbm(info, busy)
     chips = []
     for c, top, bottom in zip(info.chips, tops, bottoms, strict=True):
         hp_used, _, hp_total = top[2].partition("/")
@@ -280,6 +295,15 @@ def install_info_text(driver: bool = True) -> str:
 # --------------------------------------------------------------------------- populate
 
 
+def _linger(emu: Path) -> float:
+    """The linger setting an earlier npu.json kept (0 without one)."""
+    try:
+        old = json.loads((emu / "npu.json").read_text(encoding="utf-8"))
+        return float(old.get("linger_s", 0))
+    except (OSError, ValueError, AttributeError, TypeError):
+        return 0.0
+
+
 def _emu_dir(tree: Path, info: dict[str, Any], profile: Profile) -> None:
     emu = tree / EMU
     lib = emu / "lib" / "camit_emu"
@@ -295,13 +319,8 @@ def _emu_dir(tree: Path, info: dict[str, Any], profile: Profile) -> None:
     for src in sorted(DATA.glob("*.txt")):
         _write(emu / "data" / src.name, src.read_text(encoding="utf-8"))
     _write(emu / "host.json", json.dumps(info, indent=1) + "\n")
-    try:
-        old = json.loads((emu / "npu.json").read_text(encoding="utf-8"))
-        linger = float(old.get("linger_s", 0))
-    except (OSError, ValueError, AttributeError, TypeError):
-        linger = 0.0
     _write(emu / "npu.json", json.dumps({"device_count": profile.count, "registry_dir": REGISTRY,
-                                         "linger_s": linger}) + "\n")
+                                         "linger_s": _linger(emu)}) + "\n")
     (emu / "hccn.lock").touch()  # hccn_tool's one-call-at-a-time lock
     if not (emu / "faults.json").is_file():
         _write(emu / "faults.json", json.dumps({"knobs": {}}, indent=1) + "\n")

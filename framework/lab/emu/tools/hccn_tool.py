@@ -1,14 +1,8 @@
 """Fake ``hccn_tool`` of an emulated Ascend host: ``hccn_tool -i <dev> -<query> -g [address <ip>]``.
 
-Each answer is one device's share of a captured loop over devices (``tests/data/ascend/hccn-*.txt``,
-shipped in the tree): ``-link`` (hccn-link-up.txt), ``-net_health`` (hccn-net-health-success-8dev.txt),
-``-ip`` (hccn-ip-8dev.txt), ``-tls`` (hccn-tls-8dev.txt, hccn-tls-mismatch.txt), ``-ping``
-(hccn-ping-ok-8dev.txt). ``-gateway``, ``-lldp``, ``-netdetect`` and ``-fec`` follow the formats of
-reference/ascend-hosts.md §5 and its fixtures (not shipped in tests/data). Addresses are the host's
-(``host.json``), a ping answers when its target is a device of a lab host. Fault knobs: ``link-down``,
-``tls-mismatch``, ``hccn-busy``. Two calls at once on one host: the second answers busy, as the real
-tool can (ascend-hosts.md §5: "parallel calls can answer ``hccn_tool is busy``"; here always, through a
-lock on ``.camit-emu/hccn.lock``). Stdlib only (copied into the emulated host's tree).
+Each answer is one device's share of a captured loop over devices
+(``tests/data/ascend/hccn-*.txt``); the captures and knobs behind each query:
+docs/internals/c-remote.md. Stdlib only (copied into the emulated host's tree).
 """
 
 from __future__ import annotations
@@ -17,7 +11,7 @@ import fcntl
 import json
 import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO
 
@@ -47,16 +41,21 @@ def _ping(host: Host, dev: int, address: str, count: int) -> list[str]:
     an unreachable peer prints ``recv time out seq=N`` lines (hccn-ping-loss.txt's form)."""
     times = [m.group(1) for ln in host.capture("hccn-ping-ok-8dev.txt")
              if (m := re.search(r"time=([0-9.]+)ms", ln))]
-    devices = host.info["devices"]
-    reachable = address in host.info["peers"] and not _down(host, dev) and address not in _peers_down(host)
-    if host.chips_per_npu == 2 and address == devices[dev ^ 1]["ip"]:
-        reachable = False  # A3: -ping does not run between the two dies of one NPU (ascend-hosts.md §5)
+    reachable = _reachable(host, dev, address)
     lines = [f"device {dev} PING {address}"]
     for seq in range(count):
         lines.append(f"recv seq={seq},time={times[seq % len(times)]}ms" if reachable else f"recv time out seq={seq}")
     got = count if reachable else 0
     lines.append(f"{count} packets transmitted, {got} received, {100 * (count - got) / count:.2f}% packet loss")
     return lines
+
+
+def _reachable(host: Host, dev: int, address: str) -> bool:
+    """Whether device ``dev`` reaches ``address``: a lab peer, links up, not its NPU's twin."""
+    if address not in host.info["peers"] or _down(host, dev) or address in _peers_down(host):
+        return False
+    # A3: -ping does not run between the two dies of one NPU (ascend-hosts.md §5)
+    return not (host.chips_per_npu == 2 and address == host.info["devices"][dev ^ 1]["ip"])
 
 
 def _peers_down(host: Host) -> list[str]:
@@ -73,24 +72,48 @@ def _down(host: Host, dev: int) -> bool:
     return knob is not None and int(knob.get("device", 0)) == dev
 
 
+def _link(host: Host, dev: int, d: dict[str, str]) -> list[str]:
+    return [f"link status: {'DOWN' if _down(host, dev) else 'UP'}"]
+
+
+def _net_health(host: Host, dev: int, d: dict[str, str]) -> list[str]:
+    return [f"net health status: {'Fault' if _down(host, dev) else 'Success'}"]
+
+
+def _ip(host: Host, dev: int, d: dict[str, str]) -> list[str]:
+    return [f"ipaddr:{d['ip']}", f"netmask:{d['netmask']}"]
+
+
+def _tls(host: Host, dev: int, d: dict[str, str]) -> list[str]:
+    return [_tls_line(host, dev)]
+
+
+def _gateway(host: Host, dev: int, d: dict[str, str]) -> list[str]:
+    return [f"default gateway:{d['gateway']}, Iface:eth{dev}"]
+
+
+def _lldp(host: Host, dev: int, d: dict[str, str]) -> list[str]:
+    return [f"\tIfname: {d['switch_port']}"]  # only the Ifname line of -lldp -g was ever captured
+
+
+def _netdetect(host: Host, dev: int, d: dict[str, str]) -> list[str]:
+    return [f"netdetect address: {d['gateway']}"]
+
+
+def _fec(host: Host, dev: int, d: dict[str, str]) -> list[str]:
+    return ["fec mode: rs FEC mode"]
+
+
+#: every query but ping: its answer from the host, the device and the device's host.json record
+_ANSWERS: dict[str, Callable[[Host, int, dict[str, str]], list[str]]] = {
+    "link": _link, "net_health": _net_health, "ip": _ip, "tls": _tls, "gateway": _gateway,
+    "lldp": _lldp, "netdetect": _netdetect, "fec": _fec,
+}
+
+
 def answer(host: Host, dev: int, query: str, extra: Sequence[str]) -> list[str]:
-    d = host.info["devices"][dev]
-    if query == "link":
-        return [f"link status: {'DOWN' if _down(host, dev) else 'UP'}"]
-    if query == "net_health":
-        return [f"net health status: {'Fault' if _down(host, dev) else 'Success'}"]
-    if query == "ip":
-        return [f"ipaddr:{d['ip']}", f"netmask:{d['netmask']}"]
-    if query == "tls":
-        return [_tls_line(host, dev)]
-    if query == "gateway":
-        return [f"default gateway:{d['gateway']}, Iface:eth{dev}"]
-    if query == "lldp":
-        return [f"\tIfname: {d['switch_port']}"]  # only the Ifname line of -lldp -g was ever captured
-    if query == "netdetect":
-        return [f"netdetect address: {d['gateway']}"]
-    if query == "fec":
-        return ["fec mode: rs FEC mode"]
+    if query in _ANSWERS:
+        return _ANSWERS[query](host, dev, host.info["devices"][dev])
     # ping: -ping -g address <ip> [pkt <n>]
     opts = dict(zip(extra[::2], extra[1::2]))
     if "address" not in opts:
@@ -105,12 +128,22 @@ def answer(host: Host, dev: int, query: str, extra: Sequence[str]) -> list[str]:
 def run(host: Host, args: Sequence[str]) -> list[str]:
     if len(args) < 4 or args[0] != "-i":
         raise _Usage("expected -i <device id> -<command> -g")
+    return answer(host, _device_id(host, args[1]), _query(args), args[4:])
+
+
+def _device_id(host: Host, word: str) -> int:
+    """The device of ``-i <id>``: a number below the host's device count."""
     try:
-        dev = int(args[1])
+        dev = int(word)
     except ValueError:
-        raise _Usage(f"invalid device id: {args[1]}") from None
+        raise _Usage(f"invalid device id: {word}") from None
     if not 0 <= dev < host.count:
         raise _Usage(f"invalid device id: {dev}")
+    return dev
+
+
+def _query(args: Sequence[str]) -> str:
+    """The query of ``-<query> -g``: a known one, asked with -g, with parameters only for ping."""
     query = args[2][1:] if args[2].startswith("-") else ""
     if query not in _QUERIES:
         raise _Usage(f"invalid command: {args[2]}")
@@ -118,7 +151,7 @@ def run(host: Host, args: Sequence[str]) -> list[str]:
         raise _Usage(f"{args[2]} {args[3]}: only queries (-g) are emulated")
     if query != "ping" and len(args) > 4:
         raise _Usage(f"unexpected parameter: {args[4]}")
-    return answer(host, dev, query, args[4:])
+    return query
 
 
 def _lock(emu: Path) -> tuple[bool, IO[str] | None]:

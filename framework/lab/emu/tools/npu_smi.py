@@ -1,18 +1,13 @@
-"""Fake ``npu-smi`` of an emulated Ascend host: ``info``, ``info -l``, ``info -m``, ``info -t <type> -i N [-c C]``.
+"""Fake ``npu-smi`` of an emulated Ascend host: ``info``, ``info -l``, ``info -m``, ``info -t``.
 
-Layouts replay the captures shipped in the tree (``tests/data/ascend``; names in ``host.json``): the
-header and process-table header lines are the capture's own, the rows are re-rendered with the
-capture's column widths (``tests/unit/test_lab_emu_tools.py`` renders each capture's values back into
-the capture byte for byte) and the per-chip values the capture showed, except what the host's state
-changes: the process table (and HBM use) comes from the occupancy registry, Health from the
-``health-alarm`` knob. Formats without a capture are marked so where they are written.
-Stdlib only (copied into the emulated host's tree).
+Replays the captures shipped in the tree, re-rendered with the host's state (occupancy registry,
+fault knobs); how: docs/internals/c-remote.md. Stdlib only (copied into the emulated host's tree).
 """
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -236,34 +231,53 @@ def _device(host: Host, opts: dict[str, str]) -> tuple[int, int | None]:
     return npu, chip
 
 
+def _health(host: Host, npu: int, chip: int | None) -> list[str]:
+    """A card's health, or one chip's with ``-c``."""
+    return health_card(host, npu) if chip is None else health_chip(host, npu, chip)
+
+
+def _usages(host: Host, npu: int, chip: int | None) -> list[str]:
+    return usages(host, npu)
+
+
+def _spod_info(host: Host, npu: int, chip: int | None) -> list[str]:
+    """spod-info, which only an A3 device answers."""
+    lines = spod_info(host, npu, chip)
+    if lines is None:
+        raise _Usage("this device does not support querying spod-info")
+    return lines
+
+
+#: ``-t <type>`` -> its table for (host, npu, chip)
+_TYPES: dict[str, Callable[[Host, int, int | None], list[str]]] = {
+    "health": _health, "usages": _usages, "board": board, "spod-info": _spod_info,
+}
+
+
 def _typed(host: Host, opts: dict[str, str]) -> list[str]:
     kind = opts.get("-t")
     npu, chip = _device(host, opts)
-    if kind == "health":
-        return health_card(host, npu) if chip is None else health_chip(host, npu, chip)
-    if kind == "usages":
-        return usages(host, npu)
-    if kind == "board":
-        return board(host, npu, chip)
-    if kind == "spod-info":
-        lines = spod_info(host, npu, chip)
-        if lines is None:
-            raise _Usage("this device does not support querying spod-info")
-        return lines
-    raise _Usage(f"invalid type: {kind}")
+    table = _TYPES.get(str(kind))
+    if table is None:
+        raise _Usage(f"invalid type: {kind}")
+    return table(host, npu, chip)
 
 
 def run(host: Host, args: Sequence[str]) -> list[str]:
     if not args or args[0] != "info":
         raise _Usage(f"invalid command: {' '.join(args) or '(none)'}")
-    rest = list(args[1:])
-    if not rest:
-        return info_table(host)
-    if rest == ["-l"]:
-        return info_list(host.npus, host.chips_per_npu)
-    if rest == ["-m"]:
-        return info_mapping(host.npus, host.chips_per_npu, host.info["chip_name"])
+    rest = tuple(args[1:])
+    if rest in _PLAIN:
+        return _PLAIN[rest](host)
     return _typed(host, _options(rest))
+
+
+#: ``npu-smi info`` with these words (no options with values): what it prints
+_PLAIN: dict[tuple[str, ...], Callable[[Host], list[str]]] = {
+    (): info_table,
+    ("-l",): lambda host: info_list(host.npus, host.chips_per_npu),
+    ("-m",): lambda host: info_mapping(host.npus, host.chips_per_npu, host.info["chip_name"]),
+}
 
 
 def main(argv: Sequence[str], emu: Path) -> int:
