@@ -12,7 +12,7 @@ runs :func:`holder_argv` inside the host. The contract is ``EMU_INTERFACE.md`` o
 - :mod:`.faults`: :data:`KNOBS`, :func:`set_fault`, :func:`clear_faults`, :func:`active_faults`,
   :func:`set_linger`, :func:`holder_argv`;
 - :mod:`.tools`: the fake ``npu-smi``, ``hccn_tool``, ``msnpureport`` (stdlib only, copied into each tree);
-- ``data/``: the captures they replay, copies of ``tests/data/ascend`` (each with its ``# source:`` line).
+- ``data/``: the captures they replay, the one copy of each (tests read them here; each with its ``# source:`` line).
 """
 
 from framework.lab.emu.faults import (

@@ -2,7 +2,7 @@
 
 A profile fixes what a node of that type shows: its SoC (the env file's ``npu.soc``), its NPUs and dies,
 the ``npu-smi`` capture whose layout and values the fake tools replay, and the CANN install layout.
-Facts from ``tests/data/ascend`` (the captures named below) and ``reference/ascend-hosts.md`` §1, §6.
+Facts from the captures named below (``data/``) and ``reference/ascend-hosts.md`` §1, §6.
 """
 
 from __future__ import annotations

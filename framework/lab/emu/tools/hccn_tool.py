@@ -1,7 +1,7 @@
 """Fake ``hccn_tool`` of an emulated Ascend host: ``hccn_tool -i <dev> -<query> -g [address <ip>]``.
 
 Each answer is one device's share of a captured loop over devices
-(``tests/data/ascend/hccn-*.txt``); the captures and knobs behind each query:
+(``framework/lab/emu/data/hccn-*.txt``); the captures and knobs behind each query:
 docs/internals/c-remote.md. Stdlib only (copied into the emulated host's tree).
 """
 
