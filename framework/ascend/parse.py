@@ -1,7 +1,8 @@
 """Pure parsers for what Ascend hosts print: ``npu-smi``, ``hccn_tool``, version records, ``df``.
 
 Nothing here does I/O; every function takes the text a command printed (or a file's content) and
-returns typed values, so each is tested against real captures (``tests/data/ascend/`` and ``framework/lab/emu/data/``). Tables are
+returns typed values, so each is tested against real captures (``tests/data/ascend/`` and
+``framework/lab/emu/data/``). Tables are
 read by structure, never by column offsets: ``npu-smi info`` rows are split on ``|`` and then on
 whitespace, columns located by header text, because NPU numbers >= 10 shift the alignment and
 npu-smi 26.x widens the third column. Lines a parser does not recognise (a capture's ``# source:``
