@@ -97,11 +97,21 @@ class Timeline:
     def consequences(self) -> list[Event]:
         return [e for e in self.events if e.kind == CONSEQ]
 
+    @property
+    def t0(self) -> float:
+        """The timeline's origin: the root cause's time, else the first event's."""
+        if self.root:
+            return self.root.t
+        return self.events[0].t if self.events else 0.0
+
+    def kept(self) -> list[Event]:
+        """The events timeline.json keeps: causes and consequences first, then the earliest of the rest."""
+        telling = [e for e in self.events if e.kind != INFO][:MAX_EVENTS]
+        info = [e for e in self.events if e.kind == INFO][:MAX_EVENTS // 4]
+        return sorted(telling + info, key=Event.key)
+
     def to_json(self) -> dict[str, Any]:
-        root = self.root
-        keep = sorted([e for e in self.events if e.kind != INFO][:MAX_EVENTS]
-                      + [e for e in self.events if e.kind == INFO][:MAX_EVENTS // 4], key=Event.key)
-        t0 = root.t if root else (self.events[0].t if self.events else 0.0)
+        root, keep, t0 = self.root, self.kept(), self.t0
         return {
             "schema": SCHEMA,
             "clock": {"reference": "controller", "offsets": dict(self.offsets), "note": self.note},
@@ -214,23 +224,32 @@ def dmesg_events(text: str, host: str, boot: float, ranks_by_pid: Mapping[int, i
 
 def supervisor_events(text: str, host: str) -> list[Event]:
     """The supervisor's lines as the controller received them (``{"t": epoch, "line": text}``)."""
-    out = []
-    for raw in text.splitlines():
-        try:
-            item = json.loads(raw)
-        except ValueError:
-            continue
-        t, line = (item.get("t"), item.get("line")) if isinstance(item, dict) else (None, None)
-        if not isinstance(t, (int, float)) or not isinstance(line, str) or not line.split() \
-                or line.split()[0] not in SUPERVISOR_WORDS:
-            continue
-        words = line.split()
-        ranked = words[0] == "RANK" and len(words) > 1 and words[1].isdigit()
-        rank = int(words[1]) if ranked else None
-        kind, what = (CAUSE, "host lost") if words[0] == "CLOSED" and "teardown" not in words else \
-            (INFO, "supervisor")
-        out.append(Event(float(t), host, rank, "supervisor", kind, what, _clip(line)))
-    return out
+    items = (_supervisor_item(raw) for raw in text.splitlines())
+    return [_supervisor_event(t, line, host) for t, line in filter(None, items)]
+
+
+def _supervisor_item(raw: str) -> tuple[float, str] | None:
+    """(t, line) of one received line that is a supervisor event; None: not JSON, or not an event."""
+    try:
+        item = json.loads(raw)
+    except ValueError:
+        return None
+    if not isinstance(item, dict):
+        return None
+    t, line = item.get("t"), item.get("line")
+    if not isinstance(t, (int, float)) or not isinstance(line, str):
+        return None
+    words = line.split()
+    return (float(t), line) if words and words[0] in SUPERVISOR_WORDS else None
+
+
+def _supervisor_event(t: float, line: str, host: str) -> Event:
+    """A supervisor line as an event: a connection closed outside the teardown is the host lost."""
+    words = line.split()
+    rank = int(words[1]) if words[0] == "RANK" and len(words) > 1 and words[1].isdigit() else None
+    lost = words[0] == "CLOSED" and "teardown" not in words
+    kind, what = (CAUSE, "host lost") if lost else (INFO, "supervisor")
+    return Event(t, host, rank, "supervisor", kind, what, _clip(line))
 
 
 def _absence(text: str) -> str | None:
@@ -245,21 +264,31 @@ def exit_event(status: Mapping[str, Any], host: str, log_text: str | None, oom: 
     end, rank = status.get("end"), status.get("rank")
     if not isinstance(end, (int, float)) or not isinstance(rank, int):
         return None
-    sig, code = status.get("signal"), status.get("exit_code")
-    error = first_error(log_text) if log_text else None
-    kind, what, text = INFO, "exit", f"exited {code}"
-    if sig in CRASH_SIGNALS:  # an abort after a peer's absence (HCCL's watchdog) is that absence's consequence
-        absent = _absence(error or "") or (None if error else _absence(log_text or ""))
-        kind, what = (CONSEQ, "peer absence") if absent else (CAUSE, "crash")
-        text = f"died of {sig}: " + (error or absent or "") if error or absent else f"died of {sig}"
-    elif sig == "SIGKILL" and status.get("pid") in oom:
-        kind, what, text = CAUSE, "oom kill", "killed by the kernel's OOM killer (dmesg)"
-    elif sig:
-        text = f"died of {sig}"
-    elif code and error:
-        kind, what = classify(error)
-        text = error
+    kind, what, text = _how_it_ended(status, log_text or "", oom)
     return Event(float(end), host, rank, "rank-exit", kind, what, _clip(text))
+
+
+def _how_it_ended(status: Mapping[str, Any], log_text: str, oom: set[int]) -> tuple[str, str, str]:
+    """(kind, what, text) of a rank's exit: by its signal first, then by its exit code and first error."""
+    sig, code = status.get("signal"), status.get("exit_code")
+    error = first_error(log_text)
+    if sig in CRASH_SIGNALS:
+        return _crash(sig, error, log_text)
+    if sig == "SIGKILL" and status.get("pid") in oom:
+        return CAUSE, "oom kill", "killed by the kernel's OOM killer (dmesg)"
+    if sig:
+        return INFO, "exit", f"died of {sig}"
+    if code and error:
+        return (*classify(error), error)
+    return INFO, "exit", f"exited {code}"
+
+
+def _crash(sig: str, error: str | None, log_text: str) -> tuple[str, str, str]:
+    """A fatal signal: the rank's crash, or, after a peer's absence (HCCL's watchdog aborts), its consequence."""
+    absent = _absence(error or log_text)
+    kind, what = (CONSEQ, "peer absence") if absent else (CAUSE, "crash")
+    detail = error or absent
+    return kind, what, f"died of {sig}: {detail}" if detail else f"died of {sig}"
 
 
 # -- reading a run folder --------------------------------------------------------------------------------
@@ -296,14 +325,19 @@ def host_events(host: str, folder: Path, dmesg: str = "", boot: float | None = N
     oom = oom_pids(dmesg)
     events: list[Event] = []
     for s in statuses:
-        log_path = s["_log"]
-        text = read_tail(log_path) if log_path.is_file() else None
-        found = exit_event(s, host, text, oom)
-        events += [found] if found else []
-        events += log_events(_read(log_path), host, s.get("rank")) if log_path.is_file() else []
+        events += _rank_events(s, host, oom)
     for plog in sorted(folder.rglob("plog-*.log")):
         events += plog_events(_read(plog), host, by_pid)
     return events + (dmesg_events(dmesg, host, boot, by_pid) if boot is not None else [])
+
+
+def _rank_events(status: Mapping[str, Any], host: str, oom: set[int]) -> list[Event]:
+    """One rank's exit and its log's timestamped lines (a rank without a log: its exit only)."""
+    log_path: Path = status["_log"]
+    if not log_path.is_file():
+        return [e for e in [exit_event(status, host, None, oom)] if e]
+    found = [e for e in [exit_event(status, host, read_tail(log_path), oom)] if e]
+    return found + log_events(_read(log_path), host, status.get("rank"))
 
 
 def phase_events(phases: Iterable[Mapping[str, Any]]) -> list[Event]:
@@ -366,13 +400,21 @@ def refresh(root: Path) -> Timeline | None:
         data = json.loads((root / FILE).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    folders = data.get("folders") if isinstance(data, dict) else None
-    if not isinstance(folders, dict) or not folders:
+    folders = _folders(root, data)
+    if not folders:
         return None
-    found = build(root, {str(h): root / str(rel) for h, rel in folders.items()})
-    write(root, found, data.get("launch"), {str(h): root / str(rel) for h, rel in folders.items()})
+    found = build(root, folders)
+    write(root, found, data.get("launch"), folders)
     _late_cause(root, found, data.get("launch"))
     return found
+
+
+def _folders(root: Path, doc: object) -> dict[str, Path]:
+    """The hosts' folders a timeline.json names ({host: path below ``root``}); empty: none."""
+    folders = doc.get("folders") if isinstance(doc, dict) else None
+    if not isinstance(folders, dict):
+        return {}
+    return {str(h): root / str(rel) for h, rel in folders.items()}
 
 
 def _late_cause(root: Path, timeline: Timeline, launch_id: object) -> None:
