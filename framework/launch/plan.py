@@ -105,6 +105,10 @@ class Target:
         return cls(script=argv[0], args=tuple(argv[1:]))
 
 
+#: the variable that pins each other backend's sockets to the rendezvous NIC
+SOCKET_IFNAME = {"gloo": "GLOO_SOCKET_IFNAME", "nccl": "NCCL_SOCKET_IFNAME"}
+
+
 def backend_env(spec: HostSpec, backend: str, *, nic: str = DEFAULT_NIC, net: HostNet | None = None,
                 timeouts: Timeouts | None = None) -> dict[str, str]:
     """The variables the communication backend needs on this node (ascend-hosts.md §7).
@@ -117,20 +121,22 @@ def backend_env(spec: HostSpec, backend: str, *, nic: str = DEFAULT_NIC, net: Ho
     """
     ifname = socket_ifname(spec, nic, net)
     if backend == "hccl":
-        # torch_npu jobs also build gloo groups (CPU collectives, the stand-in's transport): pin its NIC too
-        env = {"HCCL_IF_IP": rendezvous_ip(spec, nic), "HCCL_SOCKET_IFNAME": f"={ifname}" if ifname else "",
-               "GLOO_SOCKET_IFNAME": ifname or ""}
-        if timeouts is not None:
-            env["HCCL_CONNECT_TIMEOUT"] = str(timeouts.connect)
-            env["HCCL_EXEC_TIMEOUT"] = str(timeouts.exec)
-        if spec.npu.visible:
-            env["ASCEND_RT_VISIBLE_DEVICES"] = ",".join(str(d) for d in spec.npu.visible)
-        return {k: v for k, v in env.items() if v}
-    if backend == "gloo":
-        return {"GLOO_SOCKET_IFNAME": ifname} if ifname else {}
-    if backend == "nccl":
-        return {"NCCL_SOCKET_IFNAME": ifname} if ifname else {}
-    raise UsageError(f"unknown backend {backend!r}")
+        return _hccl_env(spec, nic, ifname, timeouts)
+    if backend not in SOCKET_IFNAME:
+        raise UsageError(f"unknown backend {backend!r}")
+    return {SOCKET_IFNAME[backend]: ifname} if ifname else {}
+
+
+def _hccl_env(spec: HostSpec, nic: str, ifname: str | None, timeouts: Timeouts | None) -> dict[str, str]:
+    """hccl's variables (torch_npu jobs also build gloo groups, the stand-in's transport: its NIC too)."""
+    env = {"HCCL_IF_IP": rendezvous_ip(spec, nic)}
+    if ifname:
+        env.update(HCCL_SOCKET_IFNAME=f"={ifname}", GLOO_SOCKET_IFNAME=ifname)
+    if timeouts is not None:
+        env.update(HCCL_CONNECT_TIMEOUT=str(timeouts.connect), HCCL_EXEC_TIMEOUT=str(timeouts.exec))
+    if spec.npu.visible:
+        env["ASCEND_RT_VISIBLE_DEVICES"] = ",".join(str(d) for d in spec.npu.visible)
+    return {k: v for k, v in env.items() if v}
 
 
 def run_folder_env(spec: HostSpec, backend: str, run_dir: str) -> dict[str, str]:
