@@ -206,11 +206,16 @@ def evaluate(plans: Mapping[str, ProbePlan], samples: Mapping[str, Sample | Base
     for check, key in _COMPARED:
         _consistency(results, hosts, check, key)
     clock = clock_skew({h: s for h, s in samples.items() if isinstance(s, Sample)})
-    empty = ClockSkew({}, {}, 0.0, None)
-    for host in hosts:
-        if results[(host, "clock")].status == OK:  # the host's clock was read: judge it against the others
-            results[(host, "clock")] = _clock_verdict(results[(host, "clock")], clock or empty, limits)
+    _judge_clocks(results, hosts, clock or ClockSkew({}, {}, 0.0, None), limits)
     return Report(hosts, results, clock)
+
+
+def _judge_clocks(results: dict[tuple[str, str], CheckResult], hosts: Sequence[str],
+                  clock: ClockSkew, limits: Limits) -> None:
+    """Each host whose clock was read, judged against the controller's and the other hosts'."""
+    for host in hosts:
+        if results[(host, "clock")].status == OK:
+            results[(host, "clock")] = _clock_verdict(results[(host, "clock")], clock, limits)
 
 
 def _host_checks(plan: ProbePlan, sample: Sample | BaseException | None, limits: Limits) -> list[CheckResult]:
@@ -320,9 +325,7 @@ def _check_cann(plan: ProbePlan, sec: Mapping[str, Section], limits: Limits) -> 
     if not found:
         return CheckResult(plan.host, "cann", FAIL, "; ".join(problems + [
             "no CANN version record (looked in " + ", ".join(plan.cann_homes) + ")"]))
-    home = posixpath.dirname(plan.cann_set_env) + "/" if plan.cann_set_env else ""
-    chosen = next((f for f in found if home and f[0].startswith(home)), found[0])
-    path, version, layout = chosen
+    path, version, layout = _chosen_install(plan, found)
     others = sorted({f"{v} ({p})" for p, v, _ in found if v != version})
     details = tuple(f"{v} in {p}" for p, v, _ in found)
     summary = f"CANN {version}, {layout or 'unknown'} layout ({path})"
@@ -332,6 +335,17 @@ def _check_cann(plan: ProbePlan, sec: Mapping[str, Section], limits: Limits) -> 
         summary += "; other installs: " + ", ".join(others)
         return CheckResult(plan.host, "cann", WARN, summary, version, details)
     return CheckResult(plan.host, "cann", OK, summary, version, details)
+
+
+_Install = tuple[str, str, "str | None"]
+
+
+def _chosen_install(plan: ProbePlan, found: list[_Install]) -> _Install:
+    """The install ``cann.set_env`` lives in, else the first one found."""
+    if not plan.cann_set_env:
+        return found[0]
+    home = posixpath.dirname(plan.cann_set_env) + "/"
+    return next((f for f in found if f[0].startswith(home)), found[0])
 
 
 def _check_driver(plan: ProbePlan, sec: Mapping[str, Section], limits: Limits) -> CheckResult:
@@ -361,6 +375,18 @@ def _check_npu(plan: ProbePlan, sec: Mapping[str, Section], limits: Limits) -> C
         return CheckResult(plan.host, "npu", FAIL, info)
     n, platform = len(info.chips), info.platform
     shape = f"{platform}, {n} chips on {len(info.npus)} NPUs ({'/'.join(info.names)}), npu-smi {info.version}"
+    problems = _npu_problems(plan, info)
+    value = f"{platform} {n}x{info.names[0] if info.names else '?'}"
+    if problems:
+        return CheckResult(plan.host, "npu", FAIL, "; ".join(problems) + f" [{shape}]", value)
+    if not plan.npu_count:
+        return CheckResult(plan.host, "npu", WARN, f"{shape}; env declares no npu.count", value)
+    return CheckResult(plan.host, "npu", OK, shape + ", all OK", value)
+
+
+def _npu_problems(plan: ProbePlan, info: ascend.NpuSmiInfo) -> list[str]:
+    """Where the host's NPUs differ from the env (count, SoC) or are not healthy."""
+    n, platform = len(info.chips), info.platform
     problems = []
     if plan.npu_count and n != plan.npu_count:
         problems.append(f"{n} chips, env npu.count says {plan.npu_count}")
@@ -370,12 +396,7 @@ def _check_npu(plan: ProbePlan, sec: Mapping[str, Section], limits: Limits) -> C
     bad = [f"NPU {c.npu} chip {c.chip}: {c.health}" for c in info.unhealthy]
     if bad:
         problems.append("not healthy: " + ", ".join(bad))
-    value = f"{platform} {n}x{info.names[0] if info.names else '?'}"
-    if problems:
-        return CheckResult(plan.host, "npu", FAIL, "; ".join(problems) + f" [{shape}]", value)
-    if not plan.npu_count:
-        return CheckResult(plan.host, "npu", WARN, f"{shape}; env declares no npu.count", value)
-    return CheckResult(plan.host, "npu", OK, shape + ", all OK", value)
+    return problems
 
 
 def _logical_ids(info: ascend.NpuSmiInfo, sec: Mapping[str, Section]) -> dict[tuple[int, int], int]:
@@ -425,22 +446,7 @@ def _check_hccn(plan: ProbePlan, sec: Mapping[str, Section], limits: Limits) -> 
     unusable = _hccn_unusable(plan, sec, "hccn", "hccn_tool not found (/usr/local/Ascend/driver/tools/hccn_tool)")
     if unusable:
         return unusable
-    a3 = plan.soc == "ascend910_93"
-    problems: list[str] = []
-    notes: list[str] = []
-    for dev in range(plan.npu_count):
-        for query in plan.hccn_queries:
-            judge = _HCCN_JUDGES.get(query)
-            if judge is None:
-                continue
-            text = _need(sec, f"hccn:{dev}:{query}").text.strip()
-            if _busy(text):
-                problems.append(f"dev {dev} {query}: {_BUSY_NOTE}")
-                continue
-            problem = judge(dev, text)
-            if problem:
-                # A3: -link may read DOWN while HCCS works: a note, not a failure
-                (notes if a3 and query == "link" else problems).append(problem)
+    problems, notes = _hccn_findings(plan, sec)
     queries = "/".join(q for q in plan.hccn_queries if q != "tls")
     if problems:
         return CheckResult(plan.host, "hccn", FAIL, "; ".join(problems + notes), f"{len(problems)} bad")
@@ -448,6 +454,24 @@ def _check_hccn(plan: ProbePlan, sec: Mapping[str, Section], limits: Limits) -> 
         return CheckResult(plan.host, "hccn", WARN, "; ".join(notes) + " (A3: -link may read DOWN while HCCS works)",
                            "link?")
     return CheckResult(plan.host, "hccn", OK, f"{plan.npu_count} devices: {queries} fine", "up")
+
+
+def _hccn_findings(plan: ProbePlan, sec: Mapping[str, Section]) -> tuple[list[str], list[str]]:
+    """(problems, notes) of every device's judged hccn_tool answers."""
+    # A3: -link may read DOWN while HCCS works: a note, not a failure
+    lenient = plan.soc == "ascend910_93"
+    problems: list[str] = []
+    notes: list[str] = []
+    judged = [q for q in plan.hccn_queries if q in _HCCN_JUDGES]
+    for dev, query in ((d, q) for d in range(plan.npu_count) for q in judged):
+        text = _need(sec, f"hccn:{dev}:{query}").text.strip()
+        if _busy(text):
+            problems.append(f"dev {dev} {query}: {_BUSY_NOTE}")
+            continue
+        problem = _HCCN_JUDGES[query](dev, text)
+        if problem:
+            (notes if lenient and query == "link" else problems).append(problem)
+    return problems, notes
 
 
 def _hccn_link(dev: int, text: str) -> str | None:
@@ -495,17 +519,25 @@ def _check_tls(plan: ProbePlan, sec: Mapping[str, Section], limits: Limits) -> C
     busy = [dev for dev, text in texts.items() if _busy(text)]
     if busy:
         return CheckResult(plan.host, "tls", FAIL, f"no TLS state from devices {busy}: {_BUSY_NOTE}", "busy")
-    switches = {dev: switch for dev, text in texts.items() if (switch := _tls_switch(dev, text)) is not None}
-    unknown = [dev for dev in texts if dev not in switches]
+    return _tls_verdict(plan.host, {dev: _tls_switch(dev, text) for dev, text in texts.items()})
+
+
+def _tls_verdict(host: str, read: Mapping[int, int | None]) -> CheckResult:
+    """One TLS switch on every device: OK; a device without one, or mixed: FAIL (link setup times
+    out, EI0006)."""
+    switches = {dev: switch for dev, switch in read.items() if switch is not None}
+    unknown = [dev for dev in read if dev not in switches]
     if unknown:
-        return CheckResult(plan.host, "tls", FAIL, f"no TLS state from devices {unknown}")
-    values = Counter(switches.values())
+        return CheckResult(host, "tls", FAIL, f"no TLS state from devices {unknown}")
+    values = sorted(set(switches.values()))
     if len(values) > 1:
-        by = ", ".join(f"switch {v}: devices {[d for d, s in switches.items() if s == v]}" for v in sorted(values))
-        return CheckResult(plan.host, "tls", FAIL, f"TLS differs between devices ({by}); link setup will time out "
-                                                    "(EI0006)", "mixed")
+        by = ", ".join(f"switch {v}: devices {[d for d, s in switches.items() if s == v]}"
+                       for v in values)
+        return CheckResult(host, "tls", FAIL, f"TLS differs between devices ({by}); link setup will "
+                                              "time out (EI0006)", "mixed")
     (value,) = values
-    return CheckResult(plan.host, "tls", OK, f"TLS switch {value} on all {len(switches)} devices", str(value))
+    text = f"TLS switch {value} on all {len(switches)} devices"
+    return CheckResult(host, "tls", OK, text, str(value))
 
 
 def _check_spod(plan: ProbePlan, sec: Mapping[str, Section], limits: Limits) -> CheckResult:
