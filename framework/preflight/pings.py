@@ -54,12 +54,23 @@ def _device_ip(plan: ProbePlan, sections: Mapping[str, Section]) -> str | None:
 
 def plan_pings(plans: Mapping[str, ProbePlan], sections: Mapping[str, Mapping[str, Section]]) -> dict[str, list[Ping]]:
     """host → the pings it sends: A2 nodes only, two or more of them, peers whose device IP the probe read."""
-    a2 = [h for h, p in plans.items() if p.soc == A2 and p.npu_count > 0 and h in sections]
+    a2 = [h for h, p in plans.items() if _pings(p) and h in sections]
     if len(a2) < 2:
         return {}
-    address = {h: ip for h in a2 if (ip := _device_ip(plans[h], sections[h]))}
-    return {h: [Ping(h, first_device(plans[h]), p, first_device(plans[p]), address[p])
-                for p in a2 if p != h and p in address] for h in a2}
+    found = {h: _device_ip(plans[h], sections[h]) for h in a2}
+    address = {h: ip for h, ip in found.items() if ip}
+    return {h: _pings_from(h, plans, address) for h in a2}
+
+
+def _pings_from(host: str, plans: Mapping[str, ProbePlan], address: Mapping[str, str]) -> list[Ping]:
+    """The pings ``host`` sends: one to each other node whose device IP is known."""
+    return [Ping(host, first_device(plans[host]), p, first_device(plans[p]), ip)
+            for p, ip in address.items() if p != host]
+
+
+def _pings(plan: ProbePlan) -> bool:
+    """The node pings its peers' devices: an A2 node with devices."""
+    return plan.soc == A2 and plan.npu_count > 0
 
 
 def ping_script(pings: Sequence[Ping]) -> commands.ShellScript:
@@ -79,17 +90,23 @@ def verdict(pings: Sequence[Ping], sections: Mapping[str, Section] | BaseExcepti
         return [f"device ping round failed: {sections}"], []
     problems, notes = [], []
     for p in pings:
-        s = sections.get(p.section)
         what = f"ping dev {p.device} -> {p.peer} dev {p.peer_device} {p.address}"
-        results = ascend.parse_ping(s.text) if s is not None else []
-        if not results:
-            problems.append(f"{what}: no answer ({(s.text.strip() if s else '') or 'no output'})")
-        elif not results[-1].ok:
-            r = results[-1]
-            problems.append(f"{what}: {r.received} of {r.transmitted} replies ({r.loss_pct:g}% loss)")
+        problem = _ping_problem(sections.get(p.section))
+        if problem:
+            problems.append(f"{what}: {problem}")
         else:
             notes.append(f"{what} ok")
     return problems, notes
+
+
+def _ping_problem(section: Section | None) -> str | None:
+    """What went wrong with one ping (its section of the round's output), None: it was answered."""
+    text = "" if section is None else section.text
+    results = ascend.parse_ping(text) if section is not None else []
+    if not results:
+        return f"no answer ({text.strip() or 'no output'})"
+    r = results[-1]
+    return None if r.ok else f"{r.received} of {r.transmitted} replies ({r.loss_pct:g}% loss)"
 
 
 def apply(report: Report, pings: Mapping[str, Sequence[Ping]],

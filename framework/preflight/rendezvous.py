@@ -25,6 +25,7 @@ from framework.preflight.checks import FAIL, OK, SKIP, CheckResult
 if TYPE_CHECKING:
     from framework.config.effective import EnvConfig
     from framework.hosts import Cluster, Host
+    from framework.transport.base import Process
 
 log = logging.getLogger("camit.preflight")
 
@@ -127,14 +128,22 @@ def verdicts(hosts: Sequence[str], listening: Listening | str, answers: Mapping[
     return out
 
 
+def _node0_absent(node0: str, hosts: list[str], probed: Sequence[str]) -> str | None:
+    """Why the check cannot run without node 0 (not a host here, or its probe did not answer)."""
+    if node0 not in hosts:
+        return f"node 0 ({node0}) is not among the hosts probed here"
+    if node0 not in probed:
+        return f"node 0 ({node0}) is unreachable (see its ssh check)"
+    return None
+
+
 def check_reachability(env: EnvConfig, cluster: Cluster, probed: Sequence[str]) -> dict[str, CheckResult]:
     """Listen on node 0, connect from every host in ``probed`` (the hosts whose probe answered), stop the listener."""
     hosts = list(cluster.hosts)
     node0 = next(iter(env.hosts))
-    if node0 not in cluster.hosts:
-        return verdicts(hosts, f"node 0 ({node0}) is not among the hosts probed here", {})
-    if node0 not in probed:
-        return verdicts(hosts, f"node 0 ({node0}) is unreachable (see its ssh check)", {})
+    absent = _node0_absent(node0, hosts, probed)
+    if absent is not None:
+        return verdicts(hosts, absent, {})
     spec0 = env.hosts[node0]
     addr = rendezvous_ip(spec0, env.launch.rendezvous_nic)
     avoid = hccl_host_ports({k: str(v) for k, v in env.launch.env.items()})
@@ -145,26 +154,37 @@ def check_reachability(env: EnvConfig, cluster: Cluster, probed: Sequence[str]) 
         return verdicts(hosts, Listening(node0, addr, env.launch.master_port, f"cannot start it: {exc}"), {})
     pid = None
     try:
-        line = proc.readline(timeout=30.0) or ""
-        got = parse_listener(line)
+        got = parse_listener(proc.readline(timeout=30.0) or "")
         if isinstance(got, str):
             return verdicts(hosts, Listening(node0, addr, env.launch.master_port, got), {})
         pid, port = got
-        listening = Listening(node0, addr, port)
-
-        def one(host: Host) -> str:
-            res = host.run(connect_argv(env.hosts[host.name].python, addr, port), timeout=CONNECT_TIMEOUT + 30)
-            return (res.stdout.strip() or res.stderr.strip()[-300:]) or f"rc {res.rc}"
-
-        answers = cluster.map(one, [h for h in hosts if h in probed])
-        got_answers = dict(answers.succeeded)
-        for h, err in answers.failed.items():
-            got_answers[h] = f"error {reason_of(err, h)}"
-        return verdicts(hosts, listening, got_answers)
+        answers = _connect_all(env, cluster, [h for h in hosts if h in probed], addr, port)
+        return verdicts(hosts, Listening(node0, addr, port), answers)
     finally:
-        if pid is not None:
-            host0.run(["kill", str(pid)], timeout=30)
-        if proc.wait(10) is None:  # it ends by itself after LISTEN_LIFE; do not wait that long
-            proc.kill()
-            proc.wait(5)
-        proc.close()
+        _stop_listener(host0, proc, pid)
+
+
+def _connect_all(env: EnvConfig, cluster: Cluster, hosts: list[str], addr: str,
+                 port: int) -> dict[str, str]:
+    """Each host's answer to connecting to ``addr:port`` (``ok``, or the error)."""
+
+    def one(host: Host) -> str:
+        argv = connect_argv(env.hosts[host.name].python, addr, port)
+        res = host.run(argv, timeout=CONNECT_TIMEOUT + 30)
+        return (res.stdout.strip() or res.stderr.strip()[-300:]) or f"rc {res.rc}"
+
+    answers = cluster.map(one, hosts)
+    got = dict(answers.succeeded)
+    for h, err in answers.failed.items():
+        got[h] = f"error {reason_of(err, h)}"
+    return got
+
+
+def _stop_listener(host0: Host, proc: Process, pid: int | None) -> None:
+    """Kill node 0's listener (it ends by itself after LISTEN_LIFE: do not wait that long)."""
+    if pid is not None:
+        host0.run(["kill", str(pid)], timeout=30)
+    if proc.wait(10) is None:
+        proc.kill()
+        proc.wait(5)
+    proc.close()
