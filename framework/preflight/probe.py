@@ -88,23 +88,34 @@ class ProbePlan:
 
 def plan_probe(spec: HostSpec, env: EnvConfig | None = None, limits: Limits | None = None) -> ProbePlan:
     """The probe plan of one host from its ``config.HostSpec`` (and the env's ``cann``)."""
-    if spec.host_key:
-        key = "pinned"
-    elif spec.host_key_policy == "insecure":
-        key = "insecure"
-    else:
-        key = f"known_hosts ({spec.host_key_policy})"
     wd = spec.workdir.rstrip("/") or "/"
-    cann = env.cann if env is not None else None
-    nic = env.launch.rendezvous_nic if env is not None else "manage_nic"
-    ports = hccl_host_ports({k: str(v) for k, v in env.launch.env.items()} if env is not None else {})
+    set_env, nic, ports = _env_facts(env)
     return ProbePlan(
         host=spec.name, workdir=wd, python=spec.python, venv_python=f"{wd}/venv/bin/python",
         soc=spec.npu.soc, npu_count=spec.npu.count, visible=spec.npu.visible,
-        cann_set_env=cann.set_env if cann else None, host_key=key,
+        cann_set_env=set_env, host_key=_host_key(spec),
         tool_timeout=(limits or Limits()).tool_timeout,
         rendezvous_ip=rendezvous_ip(spec, nic), rendezvous_nic=nic, hccl_ports=(ports.start, ports.stop - 1),
     )
+
+
+def _host_key(spec: HostSpec) -> str:
+    """How the host's key is checked: pinned in the env, not at all, or against known_hosts."""
+    if spec.host_key:
+        return "pinned"
+    if spec.host_key_policy == "insecure":
+        return "insecure"
+    return f"known_hosts ({spec.host_key_policy})"
+
+
+def _env_facts(env: EnvConfig | None) -> tuple[str | None, str, range]:
+    """(``cann.set_env``, the rendezvous NIC role, HCCL's host ports) of the env; without one: none,
+    ``manage_nic`` and HCCL's default ports."""
+    if env is None:
+        return None, "manage_nic", hccl_host_ports({})
+    set_env = env.cann.set_env if env.cann else None
+    ports = hccl_host_ports({k: str(v) for k, v in env.launch.env.items()})
+    return set_env, env.launch.rendezvous_nic, ports
 
 
 # the interpreter and the torch / torch_npu versions without importing them: find the package (no
@@ -255,16 +266,17 @@ def split_sections(stdout: str) -> dict[str, Section]:
         words = rec.value.split()
         if rec.tag == "begin" and words:
             name, buf = rec.value, [rec.body]
-            continue
-        if rec.tag == "end" and len(words) >= 2 and name is not None:
-            text = "".join(buf)
-            text = text[:-1] if text.endswith("\n") else text  # the newline printed before the end mark
-            out[name] = Section(name, text, int(words[-1]) if words[-1].lstrip("-").isdigit() else None)
-            name = None
-            buf = []
-            continue
-        if name is not None:
+        elif rec.tag == "end" and len(words) >= 2 and name is not None:
+            out[name] = _closed(name, buf, words[-1])
+            name, buf = None, []
+        elif name is not None:
             buf.append(rec.raw)
     if name is not None:
         out[name] = Section(name, "".join(buf), None)
     return out
+
+
+def _closed(name: str, buf: list[str], rc: str) -> Section:
+    """A section its end mark closed (the newline printed before the mark is not its text)."""
+    text = "".join(buf).removesuffix("\n")
+    return Section(name, text, int(rc) if rc.lstrip("-").isdigit() else None)
