@@ -30,7 +30,7 @@ from __future__ import annotations
 import os
 import re
 import stat
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import yaml
@@ -97,6 +97,9 @@ _TOKEN_IDS = frozenset({
 _BLANKS = {"'\\t'": "a tab", "' '": "a space", "'\\n'": "a line break", "'\\r'": "a line break",
            "'\\x00'": "end of input", "'\\ufeff'": "a byte order mark"}
 
+#: a problem found in the document: (its key path, dotted; None: the document as a whole), its text
+_Problem = tuple["str | None", str]
+
 
 class _Refused(Exception):
     """A problem found while composing, with the key path where it is."""
@@ -104,6 +107,13 @@ class _Refused(Exception):
     def __init__(self, loc: Loc, problem: str) -> None:
         super().__init__(problem)
         self.loc, self.problem = loc, problem
+
+
+def _path_word(index: Any) -> Any:
+    """A child's step in the key path: its key's text, its index, or ``?`` when it has none."""
+    if isinstance(index, ScalarNode):
+        return index.value
+    return "?" if index is None else index
 
 
 class _EnvLoader(Composer, _Parser, SafeConstructor, Resolver):
@@ -129,30 +139,39 @@ class _EnvLoader(Composer, _Parser, SafeConstructor, Resolver):
         self._open: set[str] = set()  # anchors of the collections being composed
 
     def compose_node(self, parent: Node | None, index: Any) -> Node | None:
-        if parent is not None:
-            self.path.append(index.value if isinstance(index, ScalarNode) else "?" if index is None else index)
+        if parent is None:
+            return self._compose(parent, index)
+        self.path.append(_path_word(index))
         try:
-            if len(self.path) > MAX_DEPTH:
-                raise _Refused(tuple(self.path[:1]), f"nested deeper than {MAX_DEPTH} levels")
-            event = self.peek_event()
-            self._count(event)
-            anchor = event.anchor if isinstance(event, NodeEvent) else None
-            if anchor is not None and isinstance(event, NodeEvent):
-                self._check_anchor(event, anchor)
-            if anchor is None or isinstance(event, AliasEvent):
-                return super().compose_node(parent, index)
-            collection = isinstance(event, CollectionStartEvent)
-            if collection:
-                self._open.add(anchor)
-            try:
-                node = super().compose_node(parent, index)
-            finally:
-                self._open.discard(anchor)
-            self.anchored.add(id(node))
-            return node
+            return self._compose(parent, index)
         finally:
-            if parent is not None:
-                self.path.pop()
+            self.path.pop()
+
+    def _compose(self, parent: Node | None, index: Any) -> Node | None:
+        """One node, refused past the bounds; an anchor checked, an anchored node recorded."""
+        if len(self.path) > MAX_DEPTH:
+            raise _Refused(tuple(self.path[:1]), f"nested deeper than {MAX_DEPTH} levels")
+        event = self.peek_event()
+        self._count(event)
+        if not isinstance(event, NodeEvent) or event.anchor is None:
+            return super().compose_node(parent, index)
+        self._check_anchor(event, event.anchor)
+        if isinstance(event, AliasEvent):
+            return super().compose_node(parent, index)
+        return self._compose_anchored(parent, index, event, event.anchor)
+
+    def _compose_anchored(self, parent: Node | None, index: Any, event: NodeEvent,
+                          anchor: str) -> Node | None:
+        """A node that carries an anchor (a collection's is open while it is composed: no alias
+        to it inside it)."""
+        if isinstance(event, CollectionStartEvent):
+            self._open.add(anchor)
+        try:
+            node = super().compose_node(parent, index)
+        finally:
+            self._open.discard(anchor)
+        self.anchored.add(id(node))
+        return node
 
     def _count(self, event: Any) -> None:
         """Refuse the document as soon as it holds more nodes or characters than the bounds allow."""
@@ -313,35 +332,50 @@ def parse_yaml(text: str, error: MakeError) -> dict[str, Any]:
             values, characters, digits), a recursive or undefined alias, an anchor with no value,
             a tag, empty file, not a mapping.
     """
-    problem: tuple[str | None, str] | None = None
-    data: Any = None
-    try:
-        loader = _EnvLoader(text)
-        try:
-            node = loader.get_single_node()
-            if node is not None:
-                problem = _check_size(node) or _check_tree(node, (), set(), loader.anchored)
-                if problem is None:
-                    data = loader.construct_document(node)
-        finally:
-            loader.dispose()
-    except _Refused as exc:
-        problem = (dotted(exc.loc) or None, exc.problem)
-    except yaml.MarkedYAMLError as exc:
-        problem = (None, _syntax_problem(exc))
-    except yaml.YAMLError as exc:
-        problem = (None, f"not a valid YAML document ({type(exc).__name__})")
-    except RecursionError:  # a backstop: the bounds above stop every nesting we know of first
-        problem = (None, f"nested deeper than {MAX_DEPTH} levels")
-    # raised outside the except block: PyYAML's exception text quotes the source line
+    data, problem = _load(text)
+    # raised outside any except block: PyYAML's exception text quotes the source line
     if problem is not None:
         raise error(*problem)
     if data is None:
         raise error(None, "the file is empty (expected a mapping with a 'host_info' key)")
     if not isinstance(data, dict):
-        kind = "a list" if isinstance(data, list) else "a string" if isinstance(data, str) else "a single value"
+        kind = _kind(data)
         raise error(None, f"the top level must be a mapping with a 'host_info' key, got {kind}")
     return data
+
+
+def _load(text: str) -> tuple[Any, _Problem | None]:
+    """The document's data, else the first problem reading it: syntax, a bound, an alias, a tag."""
+    try:
+        return _construct(text)
+    except _Refused as exc:
+        return None, (dotted(exc.loc) or None, exc.problem)
+    except yaml.MarkedYAMLError as exc:
+        return None, (None, _syntax_problem(exc))
+    except yaml.YAMLError as exc:
+        return None, (None, f"not a valid YAML document ({type(exc).__name__})")
+    except RecursionError:  # a backstop: the bounds above stop every nesting we know of first
+        return None, (None, f"nested deeper than {MAX_DEPTH} levels")
+
+
+def _construct(text: str) -> tuple[Any, _Problem | None]:
+    """Compose the document, check its node tree, and only then build its data."""
+    loader = _EnvLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None, None
+        problem = _check_size(node) or _check_tree(node, (), set(), loader.anchored)
+        return (None, problem) if problem else (loader.construct_document(node), None)
+    finally:
+        loader.dispose()
+
+
+def _kind(data: object) -> str:
+    """What a top level that is not a mapping is, in words."""
+    if isinstance(data, list):
+        return "a list"
+    return "a string" if isinstance(data, str) else "a single value"
 
 
 def _hide_quoted(text: str) -> str:
@@ -364,7 +398,7 @@ def _syntax_problem(exc: yaml.MarkedYAMLError) -> str:
     return text
 
 
-def _check_size(root: Node) -> tuple[str | None, str] | None:
+def _check_size(root: Node) -> _Problem | None:
     """The first bound the document exceeds with every alias expanded: depth, values, characters.
 
     Each node is measured once (memoised), so a bomb is measured in the time its text takes.
@@ -432,7 +466,7 @@ def _node_problem(node: Node, anchored: set[int]) -> str | None:
     return None
 
 
-def _check_tree(node: Node, loc: Loc, visited: set[int], anchored: set[int]) -> tuple[str | None, str] | None:
+def _check_tree(node: Node, loc: Loc, visited: set[int], anchored: set[int]) -> _Problem | None:
     """The first problem in the node tree, as (key path, problem): a duplicate key, a tag, a node's value."""
     if id(node) in visited:  # an alias seen before
         return None
@@ -441,24 +475,36 @@ def _check_tree(node: Node, loc: Loc, visited: set[int], anchored: set[int]) -> 
     if problem:
         return dotted(loc) or None, problem
     if isinstance(node, MappingNode):
-        first_line: dict[str, int] = {}
-        for key_node, value_node in node.value:
-            child: Loc = (*loc, "?")
-            if key_node.tag != _MERGE:
-                key, line = key_node.value, key_node.start_mark.line + 1
-                if key in first_line:
-                    return (
-                        dotted(loc) or None,
-                        f"duplicate key {key!r} at line {line} (first defined at line {first_line[key]})",
-                    )
-                first_line[key] = line
-                child = (*loc, key)
-            found = _check_tree(key_node, child, visited, anchored) or _check_tree(value_node, child, visited, anchored)
-            if found:
-                return found
-    elif isinstance(node, SequenceNode):
-        for index, item in enumerate(node.value):
-            found = _check_tree(item, (*loc, index), visited, anchored)
-            if found:
-                return found
+        return _check_mapping(node, loc, visited, anchored)
+    if isinstance(node, SequenceNode):
+        items = ((item, (*loc, index)) for index, item in enumerate(node.value))
+        return _first_problem(items, visited, anchored)
     return None
+
+
+def _check_mapping(node: MappingNode, loc: Loc, visited: set[int],
+                   anchored: set[int]) -> _Problem | None:
+    """A mapping's first duplicate key or problem below it, key by key."""
+    first_line: dict[str, int] = {}
+    for key_node, value_node in node.value:
+        child: Loc = (*loc, "?")
+        if key_node.tag != _MERGE:
+            key, line = key_node.value, key_node.start_mark.line + 1
+            if key in first_line:
+                first = first_line[key]
+                return dotted(loc) or None, \
+                    f"duplicate key {key!r} at line {line} (first defined at line {first})"
+            first_line[key] = line
+            child = (*loc, key)
+        found = _first_problem([(key_node, child), (value_node, child)], visited, anchored)
+        if found:
+            return found
+    return None
+
+
+def _first_problem(children: Iterable[tuple[Node, Loc]], visited: set[int],
+                   anchored: set[int]) -> _Problem | None:
+    """The first problem below ``children`` (node, key path), checked in order until one is
+    found."""
+    found = (_check_tree(node, loc, visited, anchored) for node, loc in children)
+    return next((problem for problem in found if problem), None)
