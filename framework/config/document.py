@@ -34,6 +34,7 @@ from pydantic import (
     ValidationError,
     model_validator,
 )
+from pydantic.fields import FieldInfo
 from pydantic.json_schema import GenerateJsonSchema, WithJsonSchema
 from pydantic_core import PydanticCustomError
 
@@ -634,18 +635,21 @@ def _without_unknown_keys(model: type[_Section], data: Any, loc: Loc,
     except PydanticCustomError as exc:
         unknown.append((loc, exc.message()))
         data = {k: v for k, v in data.items() if k in model.model_fields}
-    out = {}
-    for key, value in data.items():
-        field = model.model_fields.get(key)
-        section = _section_in(field.annotation) if field is not None else None
-        if section is None or not isinstance(value, dict):
-            out[key] = value
-        elif section[1]:
-            out[key] = {k: _without_unknown_keys(section[0], v, (*loc, key, k), unknown)
-                        for k, v in value.items()}
-        else:
-            out[key] = _without_unknown_keys(section[0], value, (*loc, key), unknown)
-    return out
+    fields = model.model_fields
+    return {key: _known_value(fields.get(key), value, (*loc, key), unknown)
+            for key, value in data.items()}
+
+
+def _known_value(field: FieldInfo | None, value: Any, loc: Loc,
+                 unknown: list[tuple[Loc, str]]) -> Any:
+    """One key's value without the keys unknown to the section it holds (when it holds one)."""
+    section = _section_in(field.annotation) if field is not None else None
+    if section is None or not isinstance(value, dict):
+        return value
+    model, is_mapping = section
+    if is_mapping:
+        return {k: _without_unknown_keys(model, v, (*loc, k), unknown) for k, v in value.items()}
+    return _without_unknown_keys(model, value, loc, unknown)
 
 
 def dotted(loc: Loc) -> str:
@@ -701,33 +705,56 @@ _BOUNDS = {"greater_than_equal": ">=", "greater_than": ">", "less_than_equal": "
 
 def _translate(err: Mapping[str, Any]) -> tuple[str, str]:
     """One pydantic error -> (dotted key path, problem in plain words)."""
-    loc: Loc = tuple(err["loc"])
+    loc, value, secret = _located(err)
     kind: str = err["type"]
-    ctx: Mapping[str, Any] = err.get("ctx") or {}
-    value = err.get("input")
-    secret = _is_secret_loc(loc)
-    if loc and loc[-1] == "[key]":  # the mapping key itself is wrong (host name, env name): not secret
-        loc, value, secret = loc[:-2], loc[-2], False
-    shown = _describe(value, secret)
     if kind == "missing":
         return dotted(loc[:-1]), f"missing required key {loc[-1]!r}"
-    if kind == "unknown_key":
-        return dotted(loc), str(ctx["problems"])
-    if kind in _EXPECTED or kind == "wrong_type":
-        return dotted(loc), f"expected {ctx.get('expected') or _EXPECTED[kind]}, got {shown}"
-    if kind == "literal_error":
-        return dotted(loc), f"{shown} is not allowed (expected {ctx['expected']})"
-    if kind in _BOUNDS:
-        bound = next(iter(ctx.values()))
-        return dotted(loc), f"must be {_BOUNDS[kind]} {bound:g}, got {shown}"
-    if kind in ("string_too_short", "too_short"):
-        return dotted(loc), "must not be empty"
-    if kind == "finite_number":
-        return dotted(loc), f"must be a finite number, got {shown}"
-    if kind == "string_pattern_mismatch":
-        words = _PATTERN_WORDS.get(ctx["pattern"], "{value} does not match the pattern " + ctx["pattern"])
-        return dotted(loc), words.format(value=shown)
-    return dotted(loc), str(err["msg"])  # our validators' messages are already worded for people
+    wording = _WORDING.get(kind)
+    if wording is None:
+        # our validators' messages are already worded for people
+        return dotted(loc), str(err["msg"])
+    return dotted(loc), wording(kind, err.get("ctx", {}), _describe(value, secret))
+
+
+def _located(err: Mapping[str, Any]) -> tuple[Loc, object, bool]:
+    """An error's key path, the value to show and whether it is secret (a wrong mapping key, a host
+    or variable name, is shown: never secret)."""
+    loc: Loc = tuple(err["loc"])
+    if loc and loc[-1] == "[key]":
+        return loc[:-2], loc[-2], False
+    return loc, err.get("input"), _is_secret_loc(loc)
+
+
+def _expected(kind: str, ctx: Mapping[str, Any], shown: str) -> str:
+    return f"expected {ctx.get('expected') or _EXPECTED[kind]}, got {shown}"
+
+
+def _bound(kind: str, ctx: Mapping[str, Any], shown: str) -> str:
+    return f"must be {_BOUNDS[kind]} {next(iter(ctx.values())):g}, got {shown}"
+
+
+def _pattern(kind: str, ctx: Mapping[str, Any], shown: str) -> str:
+    pattern: str = ctx["pattern"]
+    words = _PATTERN_WORDS.get(pattern, "{value} does not match the pattern " + pattern)
+    return words.format(value=shown)
+
+
+def _empty(kind: str, ctx: Mapping[str, Any], shown: str) -> str:
+    return "must not be empty"
+
+
+#: how each kind of pydantic error is worded: (kind, its context, the value as shown) -> problem
+_WORDING: dict[str, Callable[[str, Mapping[str, Any], str], str]] = {
+    **dict.fromkeys([*_EXPECTED, "wrong_type"], _expected),
+    **dict.fromkeys(_BOUNDS, _bound),
+    "unknown_key": lambda kind, ctx, shown: str(ctx["problems"]),
+    "literal_error": lambda kind, ctx, shown:
+        f"{shown} is not allowed (expected {ctx['expected']})",
+    "string_too_short": _empty,
+    "too_short": _empty,
+    "finite_number": lambda kind, ctx, shown: f"must be a finite number, got {shown}",
+    "string_pattern_mismatch": _pattern,
+}
 
 
 def _is_secret_loc(loc: Loc) -> bool:
@@ -746,6 +773,11 @@ def _describe(value: object, secret: bool = False) -> str:
         return "a list"
     if secret:
         return f"a {type(value).__name__} (hidden)"
+    return _clipped(value)
+
+
+def _clipped(value: object) -> str:
+    """A value as it is shown: a string's repr to 60 characters, a number's to its first digits."""
     if isinstance(value, str):
         text = repr(value)
         return text if len(text) <= 60 else text[:56] + "...'"
