@@ -49,7 +49,8 @@ def _is_ipv4(value: object) -> bool:
 
 def _host(name: str, host: dict[str, Any], resolve: Callable[[str], str | None]) -> list[str]:
     """Drop or rewrite one host's harness-only keys in place; the warnings."""
-    return _drop_extra_nics(name, host) + _drop_bmc(name, host) + _named_manage_nic(name, host, resolve)
+    warned = _drop_extra_nics(name, host) + _drop_bmc(name, host)
+    return warned + _named_manage_nic(name, host, resolve)
 
 
 def _drop_extra_nics(name: str, host: dict[str, Any]) -> list[str]:
@@ -66,13 +67,14 @@ def _drop_bmc(name: str, host: dict[str, Any]) -> list[str]:
     if not isinstance(host.get("bmc"), dict):
         return []
     del host["bmc"]
-    return [f"host_info.{name}.bmc: a mapping, ignored (the URMA harness stores bmc, never uses it)"]
+    return [f"host_info.{name}.bmc: a mapping, ignored (the URMA harness stores bmc, never uses "
+            "it)"]
 
 
 def _named_manage_nic(name: str, host: dict[str, Any],
                       resolve: Callable[[str], str | None]) -> list[str]:
-    """A host name as ``manage_nic.ip``: the harness connects to it; camit takes it as ``ssh_ip`` and
-    its address as the NIC's."""
+    """A host name as ``manage_nic.ip``: the harness connects to it; camit takes it as ``ssh_ip``
+    and its address as the NIC's."""
     nic = host.get("manage_nic")
     ip = nic.get("ip") if isinstance(nic, dict) else None
     if not isinstance(ip, str) or _is_ipv4(ip) or not is_hostname(ip):
