@@ -510,17 +510,27 @@ def _expand(value: Any, loc: Loc, how: _Expansion, report: _Reporter) -> Any:
 
 def _secret_values(data: dict[str, Any], expanded: set[Loc]) -> set[str]:
     """Every value that will become a Secret (and typos of ``passwd``), to scrub from messages."""
-    found: set[str] = set()
-    hosts = data.get("host_info")
-    for host in hosts.values() if isinstance(hosts, dict) else ():
-        if isinstance(host, dict):
-            found.update(str(host[k]) for k in ("passwd", *schema.KNOWN_TYPOS) if isinstance(host.get(k), str | int))
-    launch = data.get("launch")
-    env = launch.get("env") if isinstance(launch, dict) else None
-    for name, value in env.items() if isinstance(env, dict) else ():
-        if _is_secret_env(str(name), ("launch", "env", name), expanded) and not isinstance(value, dict | list):
-            found.add(str(value))
+    found = _host_secrets(data.get("host_info")) | _env_secrets(data.get("launch"), expanded)
     return {s for s in found if s}
+
+
+def _host_secrets(hosts: object) -> set[str]:
+    """Every host's ``passwd`` (and its typos) that is text or a number."""
+    if not isinstance(hosts, dict):
+        return set()
+    keys = ("passwd", *schema.KNOWN_TYPOS)
+    return {str(host[k]) for host in hosts.values() if isinstance(host, dict)
+            for k in keys if isinstance(host.get(k), str | int)}
+
+
+def _env_secrets(launch: object, expanded: set[Loc]) -> set[str]:
+    """The scalar values of ``launch.env`` that become Secrets (by their name, or a ``${VAR}``)."""
+    env = launch.get("env") if isinstance(launch, dict) else None
+    if not isinstance(env, dict):
+        return set()
+    return {str(value) for name, value in env.items()
+            if _is_secret_env(str(name), ("launch", "env", name), expanded)
+            and not isinstance(value, dict | list)}
 
 
 def _is_secret_env(name: str, loc: Loc, expanded: set[Loc]) -> bool:
@@ -585,28 +595,20 @@ def _resolve(
 
     ssh_config, warnings = _ssh_config(d, base, environ, report)
     defaults = _defaults(d, base, environ, ssh_config)
-    art = doc.artifacts or schema.ArtifactsModel()
-    artifacts = ArtifactsSpec(
-        run_package=controller_path(art.run_package, base, environ) if art.run_package else None,
-        wheel=controller_path(art.wheel, base, environ) if art.wheel else None,
-        install_path=art.install_path,
-    )
+    artifacts = _artifacts(doc.artifacts or schema.ArtifactsModel(), base, environ)
     hosts: dict[str, HostSpec] = {}
     for name, model in doc.host_info.items():
         hosts[name] = _host(name, model, d, defaults, artifacts, local, report, ssh_config)
     _check_addresses(hosts, report)
     launch = doc.launch or schema.LaunchModel()
     _check_rendezvous_nic(hosts, _first(launch.rendezvous_nic, "manage_nic"), report)
-    env = {
-        k: Secret(v) if _is_secret_env(k, ("launch", "env", k), expanded) else v for k, v in (launch.env or {}).items()
-    }
+    env = _launch_env(launch.env or {}, expanded)
     return EnvConfig(
         path=path,
         source=report.source,
         hosts=MappingProxyType(hosts),
         defaults=defaults,
-        cann=CannSpec(set_env=doc.cann.set_env, extra_set_env=tuple(doc.cann.extra_set_env or ()))
-        if doc.cann else None,
+        cann=_cann(doc.cann),
         artifacts=artifacts,
         launch=LaunchSpec(
             backend=_first(launch.backend, schema.BUILTIN["backend"]),
@@ -618,6 +620,27 @@ def _resolve(
         relay=_first(doc.relay, schema.BUILTIN["relay"]),
         warnings=tuple(warnings + _launch_warnings(launch, env, report)),
     )
+
+
+def _artifacts(art: schema.ArtifactsModel, base: Path, environ: Mapping[str, str]) -> ArtifactsSpec:
+    """The env's ``artifacts``, their controller paths resolved against the env file's folder."""
+    def local(value: str | None) -> str | None:
+        return controller_path(value, base, environ) if value else None
+
+    return ArtifactsSpec(run_package=local(art.run_package), wheel=local(art.wheel),
+                         install_path=art.install_path)
+
+
+def _launch_env(env: Mapping[str, str], expanded: set[Loc]) -> dict[str, str | Secret]:
+    """``launch.env`` with each secret value (by its name, or a ``${VAR}``) held as a Secret."""
+    return {k: Secret(v) if _is_secret_env(k, ("launch", "env", k), expanded) else v
+            for k, v in env.items()}
+
+
+def _cann(cann: schema.CannModel | None) -> CannSpec | None:
+    if cann is None:
+        return None
+    return CannSpec(set_env=cann.set_env, extra_set_env=tuple(cann.extra_set_env or ()))
 
 
 def _launch_warnings(launch: schema.LaunchModel, env: Mapping[str, Any], report: _Reporter) -> list[str]:
@@ -697,18 +720,10 @@ def _is_ipv4(value: str) -> bool:
 def _jump(name: str, h: schema.HostModel, d: schema.DefaultsModel, found: SshHostConfig, lookup: str,
           user: str, key_file: Path | None, cfg: SshConfigFile | None, report: _Reporter) -> JumpSpec | None:
     """The host's jump host: its own ``jump_host``, else ``defaults.jump_host``, else ssh_config's ProxyJump."""
-    if h.jump_host is not None:
-        value, key, origin = h.jump_host, f"host_info.{name}.jump_host", f"host_info.{name}.jump_host"
-    elif d.jump_host is not None:
-        value, key, origin = d.jump_host, "defaults.jump_host", "defaults.jump_host"
-    elif found.proxy_jump is not None:
-        assert cfg is not None
-        value, key = found.proxy_jump, f"host_info.{name}"
-        origin = f"ProxyJump of Host {lookup} in ssh_config {cfg.path}"
-    else:
+    source = _jump_source(name, h, d, found, lookup, cfg)
+    if source is None or source[0].lower() == schema.NO_JUMP:
         return None
-    if value.lower() == schema.NO_JUMP:
-        return None
+    value, key, origin = source
     try:
         juser, jname, jport = schema.parse_jump(value)
     except ValueError as exc:  # only ssh_config's value gets here unchecked
@@ -727,6 +742,20 @@ def _jump(name: str, h: schema.HostModel, d: schema.DefaultsModel, found: SshHos
         key_file=_first(jfound.identity_file, key_file),
         origin=origin,
     )
+
+
+def _jump_source(name: str, h: schema.HostModel, d: schema.DefaultsModel, found: SshHostConfig,
+                 lookup: str, cfg: SshConfigFile | None) -> tuple[str, str, str] | None:
+    """(value, key path, origin) of the jump host that applies to the host (None: none does)."""
+    if h.jump_host is not None:
+        return h.jump_host, f"host_info.{name}.jump_host", f"host_info.{name}.jump_host"
+    if d.jump_host is not None:
+        return d.jump_host, "defaults.jump_host", "defaults.jump_host"
+    if found.proxy_jump is None:
+        return None
+    assert cfg is not None
+    origin = f"ProxyJump of Host {lookup} in ssh_config {cfg.path}"
+    return found.proxy_jump, f"host_info.{name}", origin
 
 
 def _host_npu(name: str, hnpu: schema.NpuModel, defaults: Defaults, report: _Reporter) -> NpuSpec:
