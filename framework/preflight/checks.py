@@ -132,21 +132,18 @@ class Report:
 
     def table(self, width: int = 14) -> tuple[list[str], list[list[str]]]:
         """Headers and rows of the host × check table: status word and the value cut to ``width``."""
-        rows = []
-        for host in self.hosts:
-            row = [host]
-            for c in self.checks:
-                r = self.results.get((host, c))
-                if r is None:
-                    row.append("-")
-                    continue
-                word = {ERROR: "UNREACHABLE" if c == "ssh" else "ERROR", FAIL: "FAIL"}.get(r.status, r.status)
-                value = r.value if r.value and r.status != SKIP and c != "ssh" else ""
-                if len(value) > width:
-                    value = value[:width - 1] + "…"
-                row.append(f"{word} {value}".strip())
-            rows.append(row)
+        rows = [[host, *(self._cell(host, c, width) for c in self.checks)] for host in self.hosts]
         return ["host", *self.checks], rows
+
+    def _cell(self, host: str, check: str, width: int) -> str:
+        """One cell: the status word and the value cut to ``width`` (``-``: no result)."""
+        r = self.results.get((host, check))
+        if r is None:
+            return "-"
+        value = r.value if r.value and r.status != SKIP and check != "ssh" else ""
+        if len(value) > width:
+            value = value[:width - 1] + "…"
+        return f"{_status_word(r.status, check)} {value}".strip()
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -156,12 +153,7 @@ class Report:
             "hosts": self.hosts,
             "checks": list(self.checks),
             "results": [asdict(r) for r in self.results.values()],
-            "clock": None if self.clock is None else {
-                "offsets": {h: round(v, 6) for h, v in self.clock.offsets.items()},
-                "uncertainty": {h: round(v, 6) for h, v in self.clock.uncertainty.items()},
-                "max_pairwise": round(self.clock.max_pairwise, 6),
-                "pair": list(self.clock.pair) if self.clock.pair else None,
-            },
+            "clock": None if self.clock is None else _clock_json(self.clock),
         }
 
     @classmethod
@@ -177,6 +169,22 @@ class Report:
             clock=None if clock is None else ClockSkew(clock["offsets"], clock["uncertainty"], clock["max_pairwise"],
                                                        tuple(clock["pair"]) if clock["pair"] else None),
         )
+
+
+def _status_word(status: str, check: str) -> str:
+    """A status as the table shows it: an unreachable host's ssh says so; failures in capitals."""
+    if status == ERROR:
+        return "UNREACHABLE" if check == "ssh" else "ERROR"
+    return "FAIL" if status == FAIL else status
+
+
+def _clock_json(clock: ClockSkew) -> dict[str, Any]:
+    return {
+        "offsets": {h: round(v, 6) for h, v in clock.offsets.items()},
+        "uncertainty": {h: round(v, 6) for h, v in clock.uncertainty.items()},
+        "max_pairwise": round(clock.max_pairwise, 6),
+        "pair": list(clock.pair) if clock.pair else None,
+    }
 
 
 # --------------------------------------------------------------------------- verdicts (pure)
@@ -198,11 +206,7 @@ def evaluate(plans: Mapping[str, ProbePlan], samples: Mapping[str, Sample | Base
     hosts = list(plans)
     results: dict[tuple[str, str], CheckResult] = {}
     for host in hosts:
-        sample = samples.get(host)
-        for r in _host_checks(plans[host], sample, limits):
-            results[(host, r.check)] = r
-        if isinstance(sample, Sample):
-            results[(host, "rdzv")] = _rdzv(cross, host)
+        results.update(_host_results(plans[host], samples.get(host), limits, cross))
     for check, key in _COMPARED:
         _consistency(results, hosts, check, key)
     clock = clock_skew({h: s for h, s in samples.items() if isinstance(s, Sample)})
@@ -218,25 +222,46 @@ def _judge_clocks(results: dict[tuple[str, str], CheckResult], hosts: Sequence[s
             results[(host, "clock")] = _clock_verdict(results[(host, "clock")], clock, limits)
 
 
-def _host_checks(plan: ProbePlan, sample: Sample | BaseException | None, limits: Limits) -> list[CheckResult]:
-    host = plan.host
-    if not isinstance(sample, Sample):
-        why = reason_of(sample, host) if sample is not None else "not probed"
-        out = [CheckResult(host, "ssh", ERROR, why)]
-        return out + [CheckResult(host, c, SKIP, "not run: host unreachable (see ssh)") for c in CHECKS[1:]]
-    sec = sample.sections
-    late = f" (probe timed out after {limits.probe_timeout:g}s)" if sample.timed_out else ""
-    out = [_check_ssh(plan, sec)]
-    for check, fn in _CHECK_FNS.items():  # (the cross-host checks are added by evaluate)
-        if check in NPU_CHECKS and not plan.npu:
-            out.append(CheckResult(host, check, SKIP, f"npu.soc is {plan.soc}: no NPU on this host"))
-            continue
-        try:
-            r = fn(plan, sec, limits)
-        except _Missing as exc:
-            r = CheckResult(host, check, FAIL, f"no output from {exc}{late}")
-        out.append(r)
+def _host_results(plan: ProbePlan, sample: Sample | BaseException | None, limits: Limits,
+                  cross: Mapping[str, CheckResult] | None) -> dict[tuple[str, str], CheckResult]:
+    """One host's row: its own checks, and its rendezvous result when its probe answered."""
+    out = {(plan.host, r.check): r for r in _host_checks(plan, sample, limits)}
+    if isinstance(sample, Sample):
+        out[(plan.host, "rdzv")] = _rdzv(cross, plan.host)
     return out
+
+
+def _host_checks(plan: ProbePlan, sample: Sample | BaseException | None, limits: Limits) -> list[CheckResult]:
+    if not isinstance(sample, Sample):
+        return _unreachable(plan.host, sample)
+    late = f" (probe timed out after {limits.probe_timeout:g}s)" if sample.timed_out else ""
+    # (the cross-host checks are added by evaluate)
+    checks = [_run_check(plan, check, fn, sample.sections, limits, late)
+              for check, fn in _CHECK_FNS.items()]
+    return [_check_ssh(plan, sample.sections), *checks]
+
+
+def _unreachable(host: str, error: BaseException | None) -> list[CheckResult]:
+    """A host whose probe did not answer: its ssh check says why, every other check is skipped."""
+    why = reason_of(error, host) if error is not None else "not probed"
+    out = [CheckResult(host, "ssh", ERROR, why)]
+    skipped = "not run: host unreachable (see ssh)"
+    return out + [CheckResult(host, c, SKIP, skipped) for c in CHECKS[1:]]
+
+
+def _run_check(plan: ProbePlan, check: str, fn: _CheckFn, sec: Mapping[str, Section],
+               limits: Limits, late: str) -> CheckResult:
+    """One check of one host: skipped without NPUs when it needs them, failed when its section
+    is missing."""
+    if check in NPU_CHECKS and not plan.npu:
+        return CheckResult(plan.host, check, SKIP, f"npu.soc is {plan.soc}: no NPU on this host")
+    try:
+        return fn(plan, sec, limits)
+    except _Missing as exc:
+        return CheckResult(plan.host, check, FAIL, f"no output from {exc}{late}")
+
+
+_CheckFn = Callable[[ProbePlan, Mapping[str, Section], Limits], CheckResult]
 
 
 class _Missing(Exception):
@@ -349,8 +374,8 @@ def _chosen_install(plan: ProbePlan, found: list[_Install]) -> _Install:
 
 
 def _check_driver(plan: ProbePlan, sec: Mapping[str, Section], limits: Limits) -> CheckResult:
-    drv = next((s for s in _files(sec, "/driver/version.info")), None)
-    fw = next((s for s in _files(sec, "/firmware/version.info")), None)
+    drv = next(iter(_files(sec, "/driver/version.info")), None)
+    fw = next(iter(_files(sec, "/firmware/version.info")), None)
     if drv is None:
         return CheckResult(plan.host, "driver", FAIL, "no driver version.info (driver not installed?)")
     dv = ascend.driver_version(drv.text) or "?"
@@ -417,15 +442,22 @@ def _busy_processes(procs: Sequence[ascend.NpuProcess]) -> str:
     return shown + more
 
 
+def _processes_in_scope(plan: ProbePlan, info: ascend.NpuSmiInfo,
+                       sec: Mapping[str, Section]) -> list[ascend.NpuProcess]:
+    """The processes on the devices the env uses (its visible ones, else every NPU)."""
+    if plan.visible is None:
+        return list(info.processes)
+    logical = _logical_ids(info, sec)
+    return [p for p in info.processes if logical.get((p.npu, p.chip)) in plan.visible]
+
+
 def _check_idle(plan: ProbePlan, sec: Mapping[str, Section], limits: Limits) -> CheckResult:
     info = _npu_info(plan, sec)
     if isinstance(info, str):
         return CheckResult(plan.host, "idle", FAIL, info)
     if not info.has_process_table:
         return CheckResult(plan.host, "idle", FAIL, "npu-smi printed no process table: cannot judge idleness")
-    logical = _logical_ids(info, sec)
-    procs = [p for p in info.processes
-             if plan.visible is None or logical.get((p.npu, p.chip)) in plan.visible]
+    procs = _processes_in_scope(plan, info, sec)
     if procs:
         return CheckResult(plan.host, "idle", FAIL, f"busy: {_busy_processes(procs)}", f"{len(procs)} procs")
     scope = "visible devices" if plan.visible is not None else "all NPUs"
@@ -581,16 +613,24 @@ def _judge_core_pattern(pattern: CorePattern, target: str | None, problems: list
     """How the kernel's core pattern delivers cores here (``target``: the probe's verdict on its handler
     or directory), appended to ``problems`` (fail) and ``notes``."""
     delivery = pattern.delivery
-    if not pattern.raw:
-        problems.append("kernel.core_pattern is empty")
-    elif delivery == "pipe" and target != "ok":
-        problems.append(f"core_pattern pipes to {pattern.handler}, which is not an executable here")
-    elif delivery == "file" and target not in ("ok", "creatable"):
-        problems.append(f"core directory {pattern.directory} is {target or 'unusable'}")
+    problem = _core_pattern_problem(pattern, target)
+    if problem:
+        problems.append(problem)
     elif delivery in _CORE_DELIVERY_NOTES:
         notes.append(_CORE_DELIVERY_NOTES[delivery].format(handler=pattern.handler))
     if delivery == "file" and target == "creatable":
         notes.append(f"{pattern.directory} will be created")
+
+
+def _core_pattern_problem(pattern: CorePattern, target: str | None) -> str | None:
+    """Why no core would be delivered: an empty pattern, or an unusable handler or directory."""
+    if not pattern.raw:
+        return "kernel.core_pattern is empty"
+    if pattern.delivery == "pipe" and target != "ok":
+        return f"core_pattern pipes to {pattern.handler}, which is not an executable here"
+    if pattern.delivery == "file" and target not in ("ok", "creatable"):
+        return f"core directory {pattern.directory} is {target or 'unusable'}"
+    return None
 
 
 #: the deliveries that pass with a note
@@ -604,26 +644,35 @@ def _check_core(plan: ProbePlan, sec: Mapping[str, Section], limits: Limits) -> 
     facts = dict(ln.split("=", 1) for ln in _need(sec, "core").text.splitlines() if "=" in ln)
     # the one pattern model the core watcher reads too; the check judges how cores are delivered
     pattern = parse_core_pattern(facts.get("pattern", ""))
-    delivery = pattern.delivery
     soft, hard = facts.get("soft", "?"), facts.get("hard", "?")
     limit = f"ulimit -c soft {soft} hard {hard}"
-    target = facts.get("target")
-    problems: list[str] = []
-    notes: list[str] = []
-    if hard in ("0", "1"):
-        problems.append(f"{limit}: no core can be written and launches cannot raise it")
-    elif soft == "0":
-        notes.append(f"soft limit 0 (launches raise it to {hard})")
-    _judge_core_pattern(pattern, target, problems, notes)
+    problems, notes = _core_limit(soft, hard, limit)
+    _judge_core_pattern(pattern, facts.get("target"), problems, notes)
+    limit_bytes = int(NPU_CORE_LIMIT) * 1024 if plan.npu else None
     warnings, more = core_findings(pattern, sections_text(sec, "core.caps"), sections_text(sec, "core.space"),
-                                   npu=plan.npu, core_limit_bytes=int(NPU_CORE_LIMIT) * 1024 if plan.npu else None)
+                                   npu=plan.npu, core_limit_bytes=limit_bytes)
     notes += warnings + more
+    warn = pattern.delivery in ("relative", "socket") or bool(warnings)
     text = f"{pattern.raw!r}, {limit}"
+    return _core_verdict(plan.host, text, pattern.delivery, problems, notes, warn)
+
+
+def _core_limit(soft: str, hard: str, limit: str) -> tuple[list[str], list[str]]:
+    """(problems, notes) of the core size limit: a hard limit of 0 or 1 block writes no core."""
+    if hard in ("0", "1"):
+        return [f"{limit}: no core can be written and launches cannot raise it"], []
+    if soft == "0":
+        return [], [f"soft limit 0 (launches raise it to {hard})"]
+    return [], []
+
+
+def _core_verdict(host: str, text: str, delivery: str, problems: list[str], notes: list[str],
+                  warn: bool) -> CheckResult:
     if problems:
-        return CheckResult(plan.host, "core", FAIL, "; ".join(problems) + f" [{text}]", delivery)
-    if delivery in ("relative", "socket") or warnings:
-        return CheckResult(plan.host, "core", WARN, f"{text}; " + "; ".join(notes), delivery)
-    return CheckResult(plan.host, "core", OK, text + ("; " + "; ".join(notes) if notes else ""), delivery)
+        return CheckResult(host, "core", FAIL, "; ".join(problems) + f" [{text}]", delivery)
+    if warn:
+        return CheckResult(host, "core", WARN, f"{text}; " + "; ".join(notes), delivery)
+    return CheckResult(host, "core", OK, "; ".join([text, *notes]), delivery)
 
 
 def _check_addr(plan: ProbePlan, sec: Mapping[str, Section], limits: Limits) -> CheckResult:
@@ -669,7 +718,7 @@ def parse_port_list(text: str) -> list[int]:
     return out
 
 
-_CHECK_FNS: dict[str, Callable[[ProbePlan, Mapping[str, Section], Limits], CheckResult]] = {
+_CHECK_FNS: dict[str, _CheckFn] = {
     "python": _check_python,
     "torch": _check_package("torch"),
     "torch_npu": _check_package("torch_npu"),
@@ -705,26 +754,25 @@ def _majority(keyed: Mapping[str, str]) -> str:
     return next(v for v in keyed.values() if counts[v] == top)
 
 
-#: the checks whose values must agree across hosts, and what of a value is compared (None: all of it)
-_COMPARED: tuple[tuple[str, Callable[[str], str] | None], ...] = (
-    ("python", _minor), ("torch", None), ("torch_npu", None), ("cann", None), ("driver", None), ("tls", None),
-    ("spod", None))
+#: the checks whose values must agree across hosts, and what of a value is compared (str: all of it)
+_COMPARED: tuple[tuple[str, Callable[[str], str]], ...] = (
+    ("python", _minor), ("torch", str), ("torch_npu", str), ("cann", str), ("driver", str),
+    ("tls", str), ("spod", str))
 
 
 def _consistency(results: dict[tuple[str, str], CheckResult], hosts: Sequence[str], check: str,
-                 key: Callable[[str], str] | None = None) -> None:
+                 key: Callable[[str], str] = str) -> None:
     """Fail the hosts whose value differs from the majority (ties: the first host's value)."""
-    values = {h: v for h in hosts if (v := _compared_value(results.get((h, check))))}
-    keyed = {h: key(v) if key else v for h, v in values.items()}
+    found = {h: _compared_value(results.get((h, check))) for h in hosts}
+    keyed = {h: key(v) for h, v in found.items() if v}
     if len(set(keyed.values())) < 2:
         return
     majority = _majority(keyed)
-    holders = [h for h in keyed if keyed[h] == majority]
-    for h, v in keyed.items():
-        if v != majority:
-            r = results[(h, check)]
-            results[(h, check)] = CheckResult(
-                h, check, FAIL, f"{r.summary}; differs from {majority} on {', '.join(holders)}", r.value, r.details)
+    holders = ", ".join(h for h in keyed if keyed[h] == majority)
+    for h in (h for h, v in keyed.items() if v != majority):
+        r = results[(h, check)]
+        text = f"{r.summary}; differs from {majority} on {holders}"
+        results[(h, check)] = CheckResult(h, check, FAIL, text, r.value, r.details)
 
 
 def _float(text: str) -> float | None:
