@@ -125,7 +125,7 @@ def refuse_exec(text: str, path: Path) -> None:
 
 
 def _match_words(line: str) -> list[str]:
-    """The criteria of a ``Match`` line, split as a shell would (else on blanks); other lines: none."""
+    """A ``Match`` line's criteria, split as a shell would (else on blanks); other lines: none."""
     found = _SETTING.match(line.strip())
     if found is None or found.group(1).lower() != "match":
         return []
