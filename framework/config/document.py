@@ -147,14 +147,20 @@ def is_hostname(value: str) -> bool:
     return all(_HOSTNAME_LABEL.fullmatch(label) for label in labels)
 
 
-def _ssh_target(value: str) -> str:
+def is_address_or_name(value: str) -> bool:
+    """True for an IPv4 address or an RFC 1123 host name (what ssh connects to)."""
     try:
         ipaddress.IPv4Address(value)
     except ValueError:
-        if not is_hostname(value):
-            raise PydanticCustomError(
-                "ssh_target", "{value} is not an IPv4 address or host name", {"value": _describe(value)}
-            ) from None
+        return is_hostname(value)
+    return True
+
+
+def _ssh_target(value: str) -> str:
+    if not is_address_or_name(value):
+        raise PydanticCustomError(
+            "ssh_target", "{value} is not an IPv4 address or host name", {"value": _describe(value)}
+        )
     return value
 
 
@@ -173,11 +179,8 @@ def parse_jump(value: str) -> tuple[str | None, str, int | None]:
         raise ValueError("is not a jump host like 'bastion', 'ci@10.0.0.1' or 'ci@bastion:2222'")
     user, _, rest = value.rpartition("@")
     host, _, port = rest.partition(":")
-    try:
-        ipaddress.IPv4Address(host)
-    except ValueError:
-        if not is_hostname(host):
-            raise ValueError(f"names {host!r}, which is not an IPv4 address or host name") from None
+    if not is_address_or_name(host):
+        raise ValueError(f"names {host!r}, which is not an IPv4 address or host name")
     number = int(port) if port else None
     if number is not None and not 1 <= number <= 65535:
         raise ValueError(f"has port {number}, which is not between 1 and 65535")
@@ -261,20 +264,21 @@ def parse_cpu_list(text: str) -> tuple[int, ...]:
     """
     if not re.fullmatch(ISOLCPU_RE, text):
         raise ValueError(text)
-    bounds: list[tuple[int, int]] = []
-    for part in text.split(","):
-        lo, _, hi = part.partition("-")
-        for number in (lo, hi):
-            if len(number) > len(str(MAX_CPU)) or (number and int(number) > MAX_CPU):
-                raise CpuOutOfRange(number)
-        first, last = int(lo), int(hi or lo)
-        if first > last:
-            raise ValueError(part)
-        bounds.append((first, last))
-    cpus: set[int] = set()
-    for first, last in bounds:
-        cpus.update(range(first, last + 1))
-    return tuple(sorted(cpus))
+    # every part is checked before any range is built
+    bounds = [_cpu_range(part) for part in text.split(",")]
+    return tuple(sorted({cpu for first, last in bounds for cpu in range(first, last + 1)}))
+
+
+def _cpu_range(part: str) -> tuple[int, int]:
+    """One part of a CPU list (``8`` or ``1-3``) as its first and last CPU."""
+    lo, _, hi = part.partition("-")
+    for number in (lo, hi):
+        if len(number) > len(str(MAX_CPU)) or (number and int(number) > MAX_CPU):
+            raise CpuOutOfRange(number)
+    first, last = int(lo), int(hi or lo)
+    if first > last:
+        raise ValueError(part)
+    return first, last
 
 
 def _isolcpu(value: str) -> str:
@@ -306,33 +310,44 @@ def _host_key(value: str) -> str:
             {"types": ", ".join(HOST_KEY_TYPES)},
         )
     kind, blob = parts[0], parts[1]
+    embedded, has_key = _key_type_of(kind, blob)
+    if embedded != kind or not has_key:
+        held = _describe(embedded) if embedded.isprintable() and embedded else "no key type"
+        raise PydanticCustomError(
+            "host_key", "the key data does not match {kind}: it holds {held}",
+            {"kind": repr(kind), "held": held}
+        )
+    return f"{kind} {blob}"
+
+
+def _key_type_of(kind: str, blob: str) -> tuple[str, bool]:
+    """The key type a public key's base64 data names, and whether key data follows it."""
     try:
         raw = base64.b64decode(blob, validate=True)
         (length,) = struct.unpack(">I", raw[:4])
-        embedded = raw[4 : 4 + length].decode("ascii")
+        return raw[4 : 4 + length].decode("ascii"), len(raw) > 4 + length
     except (binascii.Error, struct.error, UnicodeDecodeError, ValueError):
         raise PydanticCustomError("host_key", "the key data after {kind} is not valid base64",
                                   {"kind": repr(kind)}) from None
-    if embedded != kind or len(raw) <= 4 + length:
-        held = _describe(embedded) if embedded.isprintable() and embedded else "no key type"
-        raise PydanticCustomError(
-            "host_key", "the key data does not match {kind}: it holds {held}", {"kind": repr(kind), "held": held}
-        )
-    return f"{kind} {blob}"
 
 
 def _visible_before(value: object) -> object:
     """``"0,1,2"`` or ``3`` -> a list; the list itself is checked by the field type."""
     if isinstance(value, str):
-        items = [item.strip() for item in value.split(",")]
-        if not all(re.fullmatch(r"[0-9]{1,9}", item) for item in items):  # ASCII digits: int() takes '²' too
-            raise PydanticCustomError(
-                "visible", "{value} is not a device list like '0,1,2'", {"value": _describe(value)}
-            )
-        return [int(item) for item in items]
+        return _device_list(value)
     if isinstance(value, int) and not isinstance(value, bool):
         return [value]
     return value
+
+
+def _device_list(value: str) -> list[int]:
+    """``"0,1,2"`` -> ``[0, 1, 2]``; only ASCII digits (``int()`` takes ``'²'`` too)."""
+    items = [item.strip() for item in value.split(",")]
+    if not all(re.fullmatch(r"[0-9]{1,9}", item) for item in items):
+        raise PydanticCustomError(
+            "visible", "{value} is not a device list like '0,1,2'", {"value": _describe(value)}
+        )
+    return [int(item) for item in items]
 
 
 def _visible_after(value: list[int]) -> list[int]:

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import dataclasses
 import hmac
-import ipaddress
 import logging
 import os
 import re
@@ -702,19 +701,11 @@ def _ssh_lookup(cfg: SshConfigFile | None, name: str, key_path: str, report: _Re
     except ValueError as exc:
         report.add(key_path, str(exc))
         return SshHostConfig()
-    if found.hostname is not None and not (_is_ipv4(found.hostname) or schema.is_hostname(found.hostname)):
+    if found.hostname is not None and not schema.is_address_or_name(found.hostname):
         report.add(key_path, f"ssh_config {cfg.path} (Host {name}): HostName {found.hostname!r} is not an "
                              "IPv4 address or host name")
         return SshHostConfig()
     return found
-
-
-def _is_ipv4(value: str) -> bool:
-    try:
-        ipaddress.IPv4Address(value)
-    except ValueError:
-        return False
-    return True
 
 
 def _jump(name: str, h: schema.HostModel, d: schema.DefaultsModel, found: SshHostConfig, lookup: str,
