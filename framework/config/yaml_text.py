@@ -243,15 +243,20 @@ def _read_bytes(source: str) -> bytes | str:
         problem = _file_kind(st.st_mode) or (_too_big(st.st_size) if st.st_size > MAX_BYTES else None)
         if problem:
             return problem
-        chunks, size = [], 0
-        while size <= MAX_BYTES:
-            chunk = os.read(fd, min(1 << 20, MAX_BYTES + 1 - size))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
+        return _read_capped(fd)
     finally:
         os.close(fd)
+
+
+def _read_capped(fd: int) -> bytes | str:
+    """At most MAX_BYTES of an open file, or why not (it grew past them after its fstat)."""
+    chunks, size = [], 0
+    while size <= MAX_BYTES:
+        chunk = os.read(fd, min(1 << 20, MAX_BYTES + 1 - size))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
     return _too_big(size) if size > MAX_BYTES else b"".join(chunks)
 
 
@@ -261,17 +266,10 @@ def read_text(source: str, error: MakeError) -> str:
     Only a regular file of at most :data:`MAX_BYTES` is read; NUL and control characters (other
     than tab and line breaks) are refused with their line and column.
     """
-    result: bytes | str
     try:
         result = _read_bytes(source)
-    except FileNotFoundError:
-        result = "file not found"
-    except IsADirectoryError:
-        result = "is a directory, not a file"
-    except PermissionError:
-        result = "permission denied"
     except OSError as exc:
-        result = f"cannot read the file: {exc.strerror or type(exc).__name__}"
+        result = _unreadable(exc)
     if isinstance(result, str):
         raise error(None, result)
     try:
@@ -280,12 +278,31 @@ def read_text(source: str, error: MakeError) -> str:
         raise error(None, f"not UTF-8 text (bad byte at offset {exc.start})") from None
     bad = _CONTROL.search(text)
     if bad:
-        line = text.count("\n", 0, bad.start()) + 1
-        column = bad.start() - (text.rfind("\n", 0, bad.start()) + 1) + 1
-        what = "a NUL byte" if bad.group() == "\0" else f"the control character U+{ord(bad.group()):04X}"
-        raise error(None, f"{what} at line {line}, column {column}: an environment file is text "
-                          "(write control characters as escapes in a double-quoted string)")
+        raise error(None, _control_problem(text, bad))
     return text
+
+
+#: why a file could not be opened, by the error its opening raised (the first that matches)
+_UNREADABLE: tuple[tuple[type[OSError], str], ...] = (
+    (FileNotFoundError, "file not found"),
+    (IsADirectoryError, "is a directory, not a file"),
+    (PermissionError, "permission denied"),
+)
+
+
+def _unreadable(exc: OSError) -> str:
+    found = next((why for kind, why in _UNREADABLE if isinstance(exc, kind)), None)
+    return found or f"cannot read the file: {exc.strerror or type(exc).__name__}"
+
+
+def _control_problem(text: str, bad: re.Match[str]) -> str:
+    """A control character in the text, named with its line and column."""
+    line = text.count("\n", 0, bad.start()) + 1
+    column = bad.start() - (text.rfind("\n", 0, bad.start()) + 1) + 1
+    char = bad.group()
+    what = "a NUL byte" if char == "\0" else f"the control character U+{ord(char):04X}"
+    return (f"{what} at line {line}, column {column}: an environment file is text "
+            "(write control characters as escapes in a double-quoted string)")
 
 
 def expand_vars(value: Any, environ: Mapping[str, str], expanded: set[Loc], error: MakeError, loc: Loc = (),
@@ -307,13 +324,9 @@ def expand_vars(value: Any, environ: Mapping[str, str], expanded: set[Loc], erro
         if match.group(0) == "$${":
             return "${"
         name = match.group("name")
-        if match.group("close") is None:
-            raise error(dotted(loc), "unterminated '${' (write '$${' for a literal '${')")
-        if not re.fullmatch(ENV_NAME_RE, name):
-            raise error(dotted(loc), f"'${{{name}}}' is not a valid variable reference "
-                                     "(write '$${' for a literal '${')")
-        if name not in environ:
-            raise error(dotted(loc), f"environment variable {name!r} is not set")
+        problem = _reference_problem(match, environ)
+        if problem:
+            raise error(dotted(loc), problem)
         budget[0] -= len(environ[name])
         if budget[0] < 0:
             raise error(dotted(loc), f"substituting ${{{name}}} makes the document larger than {MAX_CHARS} "
@@ -322,6 +335,18 @@ def expand_vars(value: Any, environ: Mapping[str, str], expanded: set[Loc], erro
         return environ[name]
 
     return _REF.sub(substitute, value)
+
+
+def _reference_problem(match: re.Match[str], environ: Mapping[str, str]) -> str | None:
+    """What is wrong with one ``${NAME}``: unterminated, not a name, or not set."""
+    name = match.group("name")
+    if match.group("close") is None:
+        return "unterminated '${' (write '$${' for a literal '${')"
+    if not re.fullmatch(ENV_NAME_RE, name):
+        return f"'${{{name}}}' is not a valid variable reference (write '$${{' for a literal '${{')"
+    if name not in environ:
+        return f"environment variable {name!r} is not set"
+    return None
 
 
 def parse_yaml(text: str, error: MakeError) -> dict[str, Any]:
