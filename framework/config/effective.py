@@ -329,8 +329,7 @@ class EnvConfig:
                 }
             ),
             "host_info": {name: _host_doc(h) for name, h in self.hosts.items()},
-            "cann": _prune({"set_env": self.cann.set_env, "extra_set_env": list(self.cann.extra_set_env) or None})
-            if self.cann else None,
+            "cann": _cann_doc(self.cann),
             "artifacts": _prune(vars(self.artifacts)) or None,
             "launch": _prune(
                 {
@@ -346,35 +345,43 @@ class EnvConfig:
 
     def summary_rows(self) -> list[dict[str, str]]:
         """One row per host for a table: name, address, user, auth, host_key, workdir, npu."""
-        rows = []
-        for h in self.hosts.values():
-            if h.key_file is not None:
-                auth = f"key {h.key_file}"
-            elif h.password is not None:
-                auth = f"password {h.password}"
-            else:
-                auth = "agent"
-            if h.host_key:
-                host_key = "pinned"
-            elif h.host_key_policy == "insecure":
-                host_key = "not checked (insecure)"
-            else:
-                host_key = "known_hosts"
-            rows.append(
-                {
-                    "name": h.name,
-                    "address": h.route,
-                    "user": h.user,
-                    "auth": auth,
-                    "host_key": host_key,
-                    "workdir": h.workdir,
-                    "npu": h.npu.describe(),
-                }
-            )
-        return rows
+        return [
+            {
+                "name": h.name,
+                "address": h.route,
+                "user": h.user,
+                "auth": _auth(h),
+                "host_key": _host_key_check(h),
+                "workdir": h.workdir,
+                "npu": h.npu.describe(),
+            }
+            for h in self.hosts.values()
+        ]
 
     def __repr__(self) -> str:
         return f"<EnvConfig {self.source}: {len(self.hosts)} host(s) {', '.join(self.hosts)}>"
+
+
+def _auth(h: HostSpec) -> str:
+    """How camit logs in: its key file, its password (shown as a Secret), or the agent."""
+    if h.key_file is not None:
+        return f"key {h.key_file}"
+    if h.password is not None:
+        return f"password {h.password}"
+    return "agent"
+
+
+def _host_key_check(h: HostSpec) -> str:
+    """How the host's key is checked: pinned in the env, not at all, or against known_hosts."""
+    if h.host_key:
+        return "pinned"
+    return "not checked (insecure)" if h.host_key_policy == "insecure" else "known_hosts"
+
+
+def _cann_doc(cann: CannSpec | None) -> dict[str, Any] | None:
+    if cann is None:
+        return None
+    return _prune({"set_env": cann.set_env, "extra_set_env": list(cann.extra_set_env) or None})
 
 
 def _npu_doc(npu: NpuSpec) -> dict[str, Any]:
@@ -675,8 +682,7 @@ def _ssh_config(d: schema.DefaultsModel, base: Path, environ: Mapping[str, str],
     path, named = find_ssh_config(d.ssh_config, base, environ)
     if path is None:
         return None, []
-    key = "defaults.ssh_config" if d.ssh_config is not None else None
-    origin = "" if key else (f" (from ${SSH_CONFIG_ENV})" if named else "")
+    key, origin = _ssh_config_origin(d, named)
     if named and not path.is_file():
         report.add(key, f"ssh_config {path}{origin} does not exist "
                         "(set defaults.ssh_config: none to read none)")
@@ -686,11 +692,19 @@ def _ssh_config(d: schema.DefaultsModel, base: Path, environ: Mapping[str, str],
     except ValueError as exc:
         report.add(key, f"{exc}{origin}")
         return None, []
-    warnings = [f"{report.source}: ssh_config {path}: {what} is not followed by camit (only this file is read)"
-                for what in parsed.ignored]
+    warnings = [f"{report.source}: ssh_config {path}: {what} is not followed by camit "
+                "(only this file is read)" for what in parsed.ignored]
     for w in warnings:
         log.warning("%s", w)
     return parsed, warnings
+
+
+def _ssh_config_origin(d: schema.DefaultsModel, named: bool) -> tuple[str | None, str]:
+    """(key path, origin note) of the ssh_config file: ``defaults.ssh_config``, else the environment
+    variable that named it, else the default file (no key, no note)."""
+    if d.ssh_config is not None:
+        return "defaults.ssh_config", ""
+    return None, f" (from ${SSH_CONFIG_ENV})" if named else ""
 
 
 def _ssh_lookup(cfg: SshConfigFile | None, name: str, key_path: str, report: _Reporter) -> SshHostConfig:
