@@ -1,13 +1,5 @@
-"""The document model of ``test_env.yaml``: what a well-formed file is, and what to say when it is not.
-
-Pydantic classes state key names, types, ranges and formats; :func:`json_schema` exports them
-(``python -m framework.config schema``) and :func:`validate` checks one parsed document, rewording
-pydantic's errors as ``(key path, problem)`` pairs in plain words, in file order, without quoting
-values under secret keys. Nothing here knows about files, ``${VAR}`` or inheritance: every key
-is optional except the two the URMA harness required (``manage_nic.name`` and ``manage_nic.ip``),
-so an old file still loads, and ``None`` means "not set here". :mod:`framework.config.effective` turns a
-valid :class:`EnvDocument` into frozen *effective* values.
-"""
+"""The document model of ``test_env.yaml``: what a well-formed file is, and what to say when
+it is not."""
 
 from __future__ import annotations
 

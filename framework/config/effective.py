@@ -1,24 +1,5 @@
-"""Environment loading: one ``test_env.yaml`` becomes one validated, typed, frozen :class:`EnvConfig`.
-
-:func:`load` reads the file with a YAML loader that rejects duplicate keys, expands ``${VAR}`` from
-the environment, validates the document against :mod:`framework.config.document` and resolves each
-host's *effective* settings (the host's own value, else ``defaults:``, else the built-in value).
-Every problem is one :class:`~framework.errors.ConfigError` naming the file and the dotted key path
-(``test_env.yaml: host_info.host2.manage_nic.ip: '10.0.0.300' is not an IPv4 address``). Passwords
-and secret-looking launch variables are :class:`Secret`: they never appear in error messages,
-reprs, :meth:`EnvConfig.summary_rows` or :meth:`EnvConfig.redacted`. Nothing downstream re-checks.
-
-SSH settings come from three places, in this order (the first that sets a key wins): the host's own key,
-``defaults:``, then the OpenSSH client config (:mod:`framework.config.sshconfig`: ``defaults.ssh_config``, else
-``$CAMIT_SSH_CONFIG``, else ``~/.ssh/config`` when it exists), looked up by the host's ``ssh_ip`` as ``ssh
-<ssh_ip>`` would: ``User`` -> ``user``, ``Port`` -> ``ssh_port``, ``IdentityFile`` -> ``key_file``, ``ProxyJump``
--> ``jump_host``; its ``HostName`` is the address connected to (``ssh_ip`` is then the alias). A jump host
-(``jump_host: [user@]host[:port]``, ``none`` for direct) is itself looked up there too (HostName, User, Port,
-IdentityFile); its user defaults to the target's, its key to the target's ``key_file``. One hop only.
-
-The URMA harness format (``host_info`` with ``user``, ``passwd``, ``manage_nic``, ``test_nic1``, …)
-loads unchanged; its sample's misspelt ``passed`` key is rejected with a "did you mean" hint.
-"""
+"""Environment loading: one ``test_env.yaml`` becomes one validated, typed, frozen
+:class:`EnvConfig`."""
 
 from __future__ import annotations
 

@@ -1,22 +1,5 @@
 """Keys the URMA harness accepts and never uses: dropped from an env file with a warning naming
-each.
-
-The harness (``test_framework/common/host.py`` ``UBUSHost.__init__``, ``constants.py``) reads
-``host_info.<host>.{manage_nic, ssh_ip, ssh_port, user, passwd, bmc, isolcpu, env_type, arch,
-test_nic1, test_nic2}`` and nothing else, stores ``bmc`` whatever it is, and uses a host name in
-``manage_nic.ip`` as the SSH target. So an env file it accepts may hold:
-
-- ``test_nic3`` and beyond (never read) -> dropped;
-- ``bmc`` as a mapping (stored, never used) -> dropped;
-- a top-level key camit does not know (the harness reads only ``host_info``) -> dropped, unless it
-  looks like a misspelt camit key (then it stays an error with the hint);
-- a host name as ``manage_nic.ip`` -> the name becomes ``ssh_ip`` (when unset), ``manage_nic.ip``
-  the name's IPv4 address as the controller resolves it (unresolvable: left, so the usual error
-  names it).
-
-Everything else camit reads keeps its strict check. :func:`tolerate` is pure except for the
-resolver.
-"""
+each."""
 
 from __future__ import annotations
 

@@ -1,14 +1,5 @@
-"""The OpenSSH client config (``~/.ssh/config``) as camit reads it: which file, and what it says about one host.
-
-Five keys are honoured — ``HostName``, ``User``, ``Port``, ``IdentityFile`` (the first) and ``ProxyJump`` (one
-hop) — looked up, as ``ssh <name>`` would, by the name camit connects to (a host's ``ssh_ip``, a jump host's
-name). Anything else in the file (``ProxyCommand`` aside, which is refused) is left to OpenSSH. ``Match exec``
-is refused before paramiko sees the file (it would run the command), naming file and line. Which file:
-``defaults.ssh_config`` of the env file, else ``$CAMIT_SSH_CONFIG``, else ``~/.ssh/config`` when it exists;
-``none`` for either reads no file. Parsing uses paramiko's ``SSHConfig``, imported only when there is a file.
-Every problem is a ``ValueError`` whose text names the file; :mod:`framework.config.effective` turns it into one
-``ConfigError`` naming the key path too.
-"""
+"""The OpenSSH client config (``~/.ssh/config``) as camit reads it: which file, and what it says
+about one host."""
 
 from __future__ import annotations
 

@@ -1,29 +1,7 @@
 """Reading an environment file into plain data: its text, strict YAML, then ``${VAR}`` expansion.
 
-PyYAML silently keeps the last of two equal mapping keys, so a second ``host1:`` would replace
-the first without a word; :func:`parse_yaml` composes the node tree first and rejects any
-duplicate key, at any depth, with its key path and line. The loader also drops YAML 1.1's
-base-60 numbers, octal and timestamps, which would turn an unquoted MAC such as
-``52:54:00:12:34:56`` into an integer.
-
-The file is not trusted: every error is one :class:`~framework.errors.ConfigError`, found within
-bounded time and memory, and no message quotes text from the file that could be a password.
-
-- :func:`read_text` reads only a regular file (a FIFO, device or socket is refused before it is
-  read, so ``/dev/zero`` or a pipe cannot hang or exhaust the loader) of at most
-  :data:`MAX_BYTES`, and refuses NUL and other control characters with their line and column.
-- :func:`parse_yaml` reads libyaml's events (C) and bounds the node tree while it composes it (at
-  most :data:`MAX_NODES` nodes and :data:`MAX_CHARS` characters: a flat 4 MiB list is refused
-  after 0.2 s and 20 MiB, not 34 s and 1.6 GiB), then *as the program will see it*, aliases
-  expanded: at most :data:`MAX_DEPTH` levels and :data:`MAX_NODES` values of :data:`MAX_CHARS`
-  characters in all (a 450-byte "billion laughs" alias bomb stands for 387 million values), refuses recursive
-  and undefined aliases, an anchor with no value (``passwd: &x`` is a password that YAML read as
-  an anchor), YAML tags (``passwd: !x``) and integers of more than :data:`MAX_INT_DIGITS` digits,
-  each with its key path.
-- Syntax errors give a 1-based line and column but neither PyYAML's source snippet nor the alias,
-  anchor, tag or character it quotes: that text could be the start of a password.
-- :func:`expand_vars` stops when substitutions would grow the data past :data:`MAX_CHARS`.
-"""
+The file is not trusted: every error is one ConfigError, found in bounded time and memory,
+quoting nothing."""
 
 from __future__ import annotations
 

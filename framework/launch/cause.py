@@ -1,10 +1,5 @@
-"""Why a launch failed, in a rank's own words: the error its log ends with, a peer's absence set aside.
-
-A rank log is host output, read as data: the cause is one line taken from it (pytest's short summary, else
-the last traceback's exception line), bounded and never interpreted further. Errors that only say a peer
-went away (HCCL EI0006/EI0002, gloo's closed connection) point away from themselves: another rank's own
-error wins over them.
-"""
+"""Why a launch failed, in a rank's own words: the error its log ends with, a peer's absence set
+aside."""
 
 from __future__ import annotations
 

@@ -1,13 +1,7 @@
 """``camit diagnose``: where the ranks of a launch still running are, without stopping it.
 
-On each host a stdlib program (sent on the command line, nothing cached) finds the run folders under
-``<workdir>/runs`` whose launch id starts with the given id, sends SIGUSR1 only to the rank pids of
-those folders that still carry the launch's run tag (the rank wrapper registered ``faulthandler`` on it,
-so a rank prints its stacks and goes on), waits until each log shows that dump (at most ``WAIT``: py-spy,
-which runs next, must not attach while the signal is pending), and returns each rank log's tail and py-spy
-dump as base64 in one JSON line. The controller parses that line as data, groups identical stacks (framework.launch.stacks) and
-names the odd ones out.
-"""
+A stdlib host program (sent on the command line) dumps each rank's stacks; the controller groups
+them."""
 
 from __future__ import annotations
 

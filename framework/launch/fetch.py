@@ -1,10 +1,5 @@
-"""Bringing a node's run folder back: one tar stream per node into ``<report>/<host>/``, then reading it.
-
-:func:`pack_script` and :func:`unpack` are the two ends of the stream;
-:func:`read_ranks` turns what came back (the rank wrapper's ``rank<r>.json``,
-``rank<r>.log``, ``rank<r>.xml``) into :class:`~framework.launch.result.RankResult` entries;
-:func:`port_taken` reads ``torchrun.log`` for a master port another process had.
-"""
+"""Bringing a node's run folder back: one tar stream per node into ``<report>/<host>/``, then
+reading it."""
 
 from __future__ import annotations
 

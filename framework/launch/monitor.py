@@ -1,13 +1,4 @@
-"""The pure half of watching a launch: supervisor lines in, decisions out.
-
-:class:`LaunchMonitor` holds no process and reads no clock: the runner feeds it
-each supervisor line (or the end of a channel) with the time it arrived and
-asks it, as time passes, which nodes are due a heartbeat and whether a node went
-silent or the job ran out of time. It fills the :class:`~framework.launch.result.LaunchResult`
-— the first failure as a sentence, its kind (rank | node | lost | timeout |
-interrupted | infra), the rank that failed first — exactly as the lab sees it,
-so it is unit-tested from recorded supervisor transcripts (``tests/data/launch/``).
-"""
+"""The pure half of watching a launch: supervisor lines in, decisions out (no process, no clock)."""
 
 from __future__ import annotations
 

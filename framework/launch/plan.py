@@ -1,14 +1,5 @@
-"""The pure half of launch: targets, backend variables, node plans and the exact node command line.
-
-Nothing here does I/O. :func:`node_command` builds, for each node, the bash line
-(CANN and vendor ``set_env``, the backend's variables, the env's and the test's
-own variables, ``ulimit -c``, then the supervisor running
-``python -m torch.distributed.run ... --no-python <python> rankwrap.py ...``) — every variable but the
-secret ones, which the supervisor reads from its stdin (:func:`secret_env`);
-:func:`plan_nodes` decides every node's plan from the env, the prepared hosts
-(their :class:`~framework.remote.layout.HostLayout` and deploy state) and the
-master address and port.
-"""
+"""The pure half of launch: targets, backend variables, node plans and the exact node
+command line."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
-"""The launch runner: :class:`Launcher` over the pure parts of :mod:`framework.launch` (see its docstring).
-
-It ships the supervisor and rank wrapper, picks the master port, starts one supervisor per node,
-feeds their lines to the monitor, tears down everywhere and fetches each node's run folder. Import it
-from the package (``from framework.launch import Launcher``).
-"""
+"""The launch runner: :class:`Launcher` ships the programs, starts one supervisor per node, feeds
+the monitor, tears down everywhere and fetches each node's run folder."""
 
 from __future__ import annotations
 

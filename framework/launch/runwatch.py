@@ -1,19 +1,8 @@
 """Watching cores around one run: the one orchestration that pytest, ``BaseTest`` and ``camit run`` share.
 
-:class:`ClusterWatch` is a begin/end object (and a context manager): :meth:`~ClusterWatch.begin`
-snapshots every host; :meth:`~ClusterWatch.end` scans again, attributes what appeared to the
-run's ranks (their pids and the ``CAMIT_RUN_ID`` tag), fetches and backtraces it into the run
-folder (``<report>/<host>/cores/``, ``cores.json``), judges it under the core policy and — when
-the run failed or its cores fail it — collects the hosts' kernel and Ascend logs with their
-failure signatures (``<report>/<host>/dmesg.txt``, ``signatures.txt``). The result is one
-:class:`WatchOutcome`; each caller only words it (a pytest report section, ``CHECK CORE
-FAILED``, the CLI's table and JSON).
-
     with ClusterWatch(cluster, env, policy="fail", rundir=rundir) as watch:
         result = launcher.run(target)
         outcome = watch.end(ranks=[result], failed=not result.ok)
-
-The executor underneath is :class:`framework.cores.watch.CoreWatch`.
 """
 
 from __future__ import annotations

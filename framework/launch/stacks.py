@@ -1,9 +1,5 @@
-"""Where each rank of a hung launch was: its stacks (py-spy's native dump, else faulthandler's), grouped.
-
-Before a timeout's kill the supervisor runs ``py-spy dump --native`` on each rank where py-spy is installed
-(``rank<r>.pyspy``) and sends SIGUSR1, on which the rank wrapper registered ``faulthandler`` (the rank
-log's end). Both are host output, parsed as data; a rank with neither is reported as such.
-"""
+"""Where each rank of a hung launch was: its stacks (py-spy's native dump, else faulthandler's),
+grouped."""
 
 from __future__ import annotations
 

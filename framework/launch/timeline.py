@@ -1,16 +1,5 @@
-"""A failed launch's cluster timeline on one clock, and its root cause: the earliest causal event.
-
-Events come from each host's fetched files (rank status JSON: the rank's exit at its ``end``; rank logs: lines
-that carry a timestamp; plogs: ``[ERROR] HCCL(pid,comm):yyyy-mm-dd-HH:MM:SS.mmm.uuu`` lines; dmesg: the kernel's
-lines about a rank's pid or a host's trouble, their ``[seconds since boot]`` placed by the host's boot time read
-with them, ``dmesg-clock.json``), from the supervisors' own lines as the controller received them
-(``supervisor-lines.jsonl``) and from camit's own ``phases.json``. Host stamps are moved to the controller's clock
-with the host's offset from preflight's clock exchange (``preflight.json``; none: offset 0, said so). Causal
-events are device faults, crashes (a fatal signal), OOM kills and ranks that raised; errors that only report a
-peer's absence (:data:`framework.launch.cause.CONSEQUENCE`) are consequences and never the root cause. Every
-text a host wrote is data: clipped, never interpreted beyond these patterns. Ties break on (host, rank, text),
-so the verdict never depends on the order the files were read.
-"""
+"""A failed launch's cluster timeline on one clock, and its root cause: the earliest causal
+event."""
 
 from __future__ import annotations
 

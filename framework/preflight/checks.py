@@ -1,15 +1,5 @@
-"""Preflight verdicts: every host's probe sections judged into one host × check report (pure, no I/O).
-
-:func:`evaluate` turns each host's :class:`Sample` (or its connection error) into one
-:class:`CheckResult` per host and check (:data:`CHECKS`), then compares values across hosts
-(CANN, driver, torch, TLS; the majority value wins, ties go to the first host) and clock offsets
-pairwise (:func:`clock_skew`). On CPU hosts (``npu.soc: cpu``, the lab) the NPU checks are skipped
-with the reason; everything else runs for real. Statuses: ``ok``, ``warn`` (passes, says why),
-``skip``, ``fail`` (exit 1), ``error`` (host unreachable, exit 3). :class:`Report` holds the
-table, its exit code and its JSON form.
-
-The sections come from ``framework.preflight.probe``'s script, run by ``framework.preflight.run``.
-"""
+"""Preflight verdicts: every host's probe sections judged into one host × check report (pure, no
+I/O)."""
 
 from __future__ import annotations
 

@@ -1,12 +1,5 @@
-"""A2 preflight: one device-NIC ping per node pair and direction (``hccn_tool -i <dev> -ping -g address <ip>``).
-
-On A2 (``ascend910b``) ranks of different nodes talk over the device NICs (RoCE), so a multi-node run needs each
-node's device to reach the others': each node pings, from its first usable device, that device's peer on every
-other node (the address from the peer's ``hccn_tool -i <dev> -ip -g`` in the first probe round). The answer is
-parsed by :func:`framework.ascend.parse.parse_ping`; a ping that loses packets fails the ``hccn`` column of the
-node that sent it, naming the peer, both devices and the loss. A3 nodes talk over HCCS inside their Super Pod:
-their check is the ``spod`` column, not a ping (ascend-hosts.md §5).
-"""
+"""A2 preflight: one device-NIC ping per node pair and direction
+(``hccn_tool -i <dev> -ping -g address <ip>``)."""
 
 from __future__ import annotations
 

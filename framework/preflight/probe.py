@@ -1,18 +1,4 @@
-"""Preflight probe: what to ask each host, and the one script that asks it (pure, no I/O).
-
-:func:`plan_probe` turns a host's spec into a :class:`ProbePlan` and :func:`probe_script` into
-one POSIX ``sh`` script that prints tagged sections (``@@camit@@ begin <name>`` … ``@@camit@@ end
-<name> <rc>``): clock, identity, interpreter versions, free disk, ``core_pattern`` and core limits
-and, on NPU hosts, ``npu-smi info``, version records of both CANN layouts, driver and firmware,
-and the ``hccn_tool`` queries of the platform (run one after another: parallel calls answer "busy").
-:func:`split_sections` reads the script's output back into :class:`Section` s (the tagged-record
-format of ``framework.remote.sections``). :class:`Limits`
-(defined in :mod:`framework.preflight.limits`, re-exported here) holds the thresholds and timeouts of a
-whole preflight.
-
-``framework.preflight.run`` runs the script on the hosts; ``framework.preflight.checks`` judges
-the sections.
-"""
+"""Preflight probe: what to ask each host, and the one script that asks it (pure, no I/O)."""
 
 from __future__ import annotations
 

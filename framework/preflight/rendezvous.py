@@ -1,15 +1,4 @@
-"""Preflight's reachability check: is node 0's rendezvous port reachable from every node?
-
-A short-lived TCP listener on node 0, on the address the launch will use as master address
-(``manage_nic``, or ``launch.rendezvous_nic``; :func:`framework.ascend.nic.rendezvous_ip`) and on
-``launch.master_port`` (else a free port outside HCCL's host ports, as launch picks it), then one
-connect from every node, then the listener is stopped by its pid (and ends by itself after
-:data:`LISTEN_LIFE` seconds whatever happens). The programs are standard-library Python run with
-each host's interpreter, their argv quoted by :mod:`framework.commands` like every remote command.
-
-:func:`listener_argv`, :func:`connect_argv` and :func:`verdicts` are pure; :func:`check_reachability`
-runs them on a cluster.
-"""
+"""Preflight's reachability check: is node 0's rendezvous port reachable from every node?"""
 
 from __future__ import annotations
 

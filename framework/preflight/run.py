@@ -1,25 +1,5 @@
-"""Preflight: is every host ready for a CAM run? One probe script per host, pure verdicts.
-
-This is the executor; the plan and the verdicts are pure and live in
-``framework.preflight.probe`` (the probe plan, its script and the tagged sections it prints) and
-``framework.preflight.checks`` (every check, cross-host consistency, clock skew, the report).
-
-Plan: ``plan_probe`` turns a host's spec into a ``ProbePlan`` and ``probe_script`` into one POSIX
-``sh`` script that prints tagged sections (``@@camit@@ begin <name>`` … ``@@camit@@ end <name>
-<rc>``): clock, identity, interpreter versions, free disk, ``core_pattern`` and core limits and, on
-NPU hosts, ``npu-smi info``, version records of both CANN layouts, driver and firmware, and the
-``hccn_tool`` queries of the platform (run one after another: parallel calls answer "busy").
-
-Executor: :class:`Preflight` connects to every host through the cluster's bounded pool and runs
-that script once (:func:`run_probe`) — one round trip per host, timed on the controller for the
-clock check.
-
-Verdict: ``evaluate`` (pure) turns the sections into one ``CheckResult`` per host and check
-(``CHECKS``), then compares values across hosts (CANN, driver, torch, TLS; the majority value
-wins, ties go to the first host) and clock offsets pairwise. On CPU hosts (``npu.soc: cpu``, the
-lab) the NPU checks are skipped with the reason; everything else runs for real. Statuses: ``ok``,
-``warn`` (passes, says why), ``skip``, ``fail`` (exit 1), ``error`` (host unreachable, exit 3).
-"""
+"""Preflight's executor: one probe script per host through the cluster's pool, timed for the clock
+check."""
 
 from __future__ import annotations
 
