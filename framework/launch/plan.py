@@ -357,23 +357,31 @@ def plan_nodes(env: EnvConfig, names: Sequence[str], prepared: Mapping[str, Prep
     for i, spec in enumerate(specs):
         require_cann(env, spec)
         prep = prepared[spec.name]
-        state = prep.state
-        layout = HostLayout(prep.layout.workdir, state.install_path or spec.install_path)
+        python, vendor_set_env = _deployed(spec, prep)
         run_dir = prep.layout.run_dir(launch_id)
         base = backend_env(spec, backend, nic=nic, net=prep.net, timeouts=timeouts)
         plans[spec.name] = NodePlan(
             host=spec.name, node_rank=i, nnodes=len(specs), nproc_per_node=nproc, master_addr=master_addr,
-            master_port=master_port, python=state.interpreter or spec.python,
+            master_port=master_port, python=python,
             run_dir=run_dir, supervisor=prep.supervisor, rankwrap=prep.rankwrap,
             launch_id=launch_id,
             env={**base, PG_TIMEOUT_VAR: str(timeouts.pg), **run_folder_env(spec, backend, run_dir),
                  **dict(env.launch.env), **dict(extra_env)},
             cann_set_env=env.cann.set_env if env.cann else None,
-            vendor_set_env=layout.vendor_set_env(state.vendor) if state.vendor else None,
+            vendor_set_env=vendor_set_env,
             deadline=timeout + 60, core_limit=rank_core_limit(spec, core_limit), extra_set_env=extra_of(env),
             coredump_filter=NPU_COREDUMP_FILTER if spec.npu.soc != "cpu" else None, verify=dict(prep.shas),
         )
     return plans
+
+
+def _deployed(spec: HostSpec, prep: Prepared) -> tuple[str, str | None]:
+    """The interpreter deploy recorded on the host (else the env's) and its vendor ``set_env``
+    (None: no vendor package)."""
+    state = prep.state
+    layout = HostLayout(prep.layout.workdir, state.install_path or spec.install_path)
+    vendor = layout.vendor_set_env(state.vendor) if state.vendor else None
+    return state.interpreter or spec.python, vendor
 
 
 #: variables of a node's env that the launch record shows (framework.launch.result.NodeResult.comm_env)

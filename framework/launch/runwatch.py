@@ -93,16 +93,20 @@ class ClusterWatch:
         core_failed, message = self.watch.verdict(cores)
         out = WatchOutcome(cores, self.policy, core_failed, message, list(self.watch.notes))
         if (failed or core_failed) and where is not None:
-            try:
-                out.logs = self.watch.collect_logs(where, since=self.baseline, label=self.label)
-            except FrameworkError as exc:
-                out.log_error = str(exc)
-                log.warning("collecting host logs failed: %s", exc)
-            else:
-                out.log_summary = self.watch.log_summary
-                _refresh_timeline(where)
+            self._collect_logs(out, where, self.baseline)
         self.outcome = out
         return out
+
+    def _collect_logs(self, out: WatchOutcome, where: RunDir | Path | str, since: Baseline) -> None:
+        """The hosts' kernel and Ascend logs into the run folder, then the timeline again."""
+        try:
+            out.logs = self.watch.collect_logs(where, since=since, label=self.label)
+        except FrameworkError as exc:
+            out.log_error = str(exc)
+            log.warning("collecting host logs failed: %s", exc)
+            return
+        out.log_summary = self.watch.log_summary
+        _refresh_timeline(where)
 
     def __enter__(self) -> ClusterWatch:
         self.begin()
