@@ -9,7 +9,7 @@ import os
 import re
 import stat
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 import yaml
 from yaml.composer import Composer
@@ -406,42 +406,65 @@ def _check_size(root: Node) -> _Problem | None:
 
     Each node is measured once (memoised), so a bomb is measured in the time its text takes.
     """
-    sizes: dict[int, tuple[int, int, int]] = {}  # id -> (values, characters, height)
+    sizes: dict[int, _Size] = {}  # by id() of the node
 
-    def measure(node: Node, loc: Loc) -> tuple[int, int, int]:
+    def measure(node: Node, loc: Loc) -> _Size:
         known = sizes.get(id(node))
         if known is None:
-            if isinstance(node, ScalarNode):
-                known = (1, len(node.value), 0)
-            else:
-                items = node.value if isinstance(node, SequenceNode) else [v for pair in node.value for v in pair]
-                keys = [k.value if isinstance(k, ScalarNode) else "?" for k, _ in node.value] \
-                    if isinstance(node, MappingNode) else None
-                parts = [measure(child, (*loc, keys[i // 2] if keys is not None else i))
-                         for i, child in enumerate(items)]
-                depth = 1 + max((p[2] for p in parts), default=0)
-                known = (1 + sum(p[0] for p in parts), sum(p[1] for p in parts), depth)
-                known = (min(known[0], MAX_NODES + 1), min(known[1], MAX_CHARS + 1), known[2])
-            sizes[id(node)] = known
-        if len(loc) + known[2] > MAX_DEPTH:
+            known = sizes[id(node)] = _measured(node, loc, measure)
+        if len(loc) + known.height > MAX_DEPTH:
             raise _Refused(loc[:1], f"nested deeper than {MAX_DEPTH} levels (through aliases)")
         return known
 
-    values, chars, _ = measure(root, ())
-    if values <= MAX_NODES and chars <= MAX_CHARS:
+    size = measure(root, ())
+    if not size.over:
         return None
-    where = _largest_key(root, sizes)
-    what = f"{MAX_NODES} values" if values > MAX_NODES else f"{MAX_CHARS} characters"
-    return where, f"expands to more than {what} (aliases counted where they are used; a YAML alias bomb?)"
+    what = f"{MAX_NODES} values" if size.values > MAX_NODES else f"{MAX_CHARS} characters"
+    return _largest_key(root, sizes), \
+        f"expands to more than {what} (aliases counted where they are used; a YAML alias bomb?)"
 
 
-def _largest_key(root: Node, sizes: dict[int, tuple[int, int, int]]) -> str | None:
+class _Size(NamedTuple):
+    """A node's size, aliases expanded (values and characters capped just past the bounds)."""
+
+    values: int
+    chars: int
+    height: int
+
+    @property
+    def over(self) -> bool:
+        return self.values > MAX_NODES or self.chars > MAX_CHARS
+
+
+def _measured(node: Node, loc: Loc, measure: Callable[[Node, Loc], _Size]) -> _Size:
+    """A node's size from its children's (``measure``: memoised, depth-checked)."""
+    if isinstance(node, ScalarNode):
+        return _Size(1, len(node.value), 0)
+    parts = [measure(child, child_loc) for child, child_loc in _children(node, loc)]
+    values = 1 + sum(p.values for p in parts)
+    chars = sum(p.chars for p in parts)
+    height = 1 + max((p.height for p in parts), default=0)
+    return _Size(min(values, MAX_NODES + 1), min(chars, MAX_CHARS + 1), height)
+
+
+def _children(node: Node, loc: Loc) -> list[tuple[Node, Loc]]:
+    """A collection's children with their key paths (a mapping's key and value: under the key)."""
+    if isinstance(node, SequenceNode):
+        return [(child, (*loc, i)) for i, child in enumerate(node.value)]
+    out: list[tuple[Node, Loc]] = []
+    for key_node, value_node in node.value:
+        key = key_node.value if isinstance(key_node, ScalarNode) else "?"
+        out += [(key_node, (*loc, key)), (value_node, (*loc, key))]
+    return out
+
+
+def _largest_key(root: Node, sizes: Mapping[int, _Size]) -> str | None:
     """The first top-level key over a bound by itself, else the one holding most of the values, else None."""
     if not isinstance(root, MappingNode):
         return None
     pairs = [(k.value, sizes[id(v)]) for k, v in root.value if isinstance(k, ScalarNode)]
-    over = [key for key, (values, chars, _) in pairs if values > MAX_NODES or chars > MAX_CHARS]
-    most = [key for key, (values, _, _) in pairs if 2 * values > sizes[id(root)][0]]
+    over = [key for key, size in pairs if size.over]
+    most = [key for key, size in pairs if 2 * size.values > sizes[id(root)].values]
     return next(iter(over or most), None)
 
 
