@@ -10,11 +10,11 @@ from typing import TYPE_CHECKING
 
 from framework import commands
 from framework.ascend import parse as ascend
+from framework.preflight.checks import FAIL, OK, WARN, CheckResult, Report, Sample
 from framework.preflight.probe import MARK, ProbePlan, Section, split_sections
 
 if TYPE_CHECKING:  # pragma: no cover
     from framework.hosts import Cluster, Host
-    from framework.preflight.checks import Report, Sample
 
 A2 = "ascend910b"
 
@@ -105,26 +105,28 @@ def _ping_problem(section: Section | None) -> str | None:
 def apply(report: Report, pings: Mapping[str, Sequence[Ping]],
           answers: Mapping[str, Mapping[str, Section] | BaseException]) -> None:
     """Fold each node's ping verdict into its ``hccn`` column (a lost ping fails it; an ok one is noted)."""
-    from framework.preflight.checks import FAIL, OK, WARN
-
     for host, mine in pings.items():
         key = (host, "hccn")
         current = report.results.get(key)
         if current is None or not mine or host not in answers:
             continue
-        problems, notes = verdict(mine, answers[host])
-        if problems:
-            summary = "; ".join(problems) + (f"; {current.summary}" if current.status != OK else "")
-            report.results[key] = dataclasses.replace(current, status=FAIL, summary=summary, value="ping lost")
-        elif current.status in (OK, WARN):
-            report.results[key] = dataclasses.replace(current, summary=f"{current.summary}; " + "; ".join(notes))
+        report.results[key] = _with_pings(current, *verdict(mine, answers[host]))
+
+
+def _with_pings(current: CheckResult, problems: list[str], notes: list[str]) -> CheckResult:
+    """A host's ``hccn`` result with its pings' verdict: a lost ping fails it, an ok one is noted."""
+    if problems:
+        before = f"; {current.summary}" if current.status != OK else ""
+        return dataclasses.replace(current, status=FAIL, summary="; ".join(problems) + before,
+                                   value="ping lost")
+    if current.status in (OK, WARN):
+        return dataclasses.replace(current, summary=f"{current.summary}; " + "; ".join(notes))
+    return current
 
 
 def run(cluster: Cluster, plans: Mapping[str, ProbePlan], samples: Mapping[str, Sample | BaseException],
         report: Report, timeout: float = 120.0) -> None:
     """The second round: send each A2 node's pings (one script per node, in parallel) and judge them."""
-    from framework.preflight.checks import Sample
-
     sections = {h: s.sections for h, s in samples.items() if isinstance(s, Sample)}
     pings = plan_pings(plans, sections)
     targets = [h for h, mine in pings.items() if mine]
