@@ -98,23 +98,24 @@ def parse_listener(line: str) -> tuple[int, int] | str:
 def verdicts(hosts: Sequence[str], listening: Listening | str, answers: Mapping[str, str]) -> dict[str, CheckResult]:
     """One ``rdzv`` result per host: ``listening`` is node 0's listener (or why it did not run, a skip);
     ``answers`` each probed host's connect output (``ok`` or the error)."""
-    out = {}
-    for host in hosts:
-        if isinstance(listening, str):
-            out[host] = CheckResult(host, CHECK, SKIP, listening)
-        elif listening.error is not None:
-            out[host] = CheckResult(host, CHECK, FAIL, f"node 0 ({listening.host}) cannot listen on "
-                                                      f"{listening.addr} port {listening.port or 'any'}: "
-                                                      f"{listening.error}", "no listener")
-        elif host not in answers:
-            out[host] = CheckResult(host, CHECK, SKIP, "not run: host unreachable (see ssh)")
-        elif answers[host].strip() == "ok":
-            out[host] = CheckResult(host, CHECK, OK, f"reached node 0's rendezvous {listening.target}", "ok")
-        else:
-            why = answers[host].strip().removeprefix("error ").strip()
-            out[host] = CheckResult(host, CHECK, FAIL, f"cannot reach node 0's rendezvous {listening.target} "
-                                                      f"({listening.host}): {why}", "unreachable")
-    return out
+    return {host: _verdict(host, listening, answers.get(host)) for host in hosts}
+
+
+def _verdict(host: str, listening: Listening | str, answer: str | None) -> CheckResult:
+    """One host's ``rdzv`` result from node 0's listener and the host's answer (None: not probed)."""
+    if isinstance(listening, str):
+        return CheckResult(host, CHECK, SKIP, listening)
+    if listening.error is not None:
+        return CheckResult(host, CHECK, FAIL, f"node 0 ({listening.host}) cannot listen on "
+                                              f"{listening.addr} port {listening.port or 'any'}: "
+                                              f"{listening.error}", "no listener")
+    if answer is None:
+        return CheckResult(host, CHECK, SKIP, "not run: host unreachable (see ssh)")
+    if answer.strip() == "ok":
+        return CheckResult(host, CHECK, OK, f"reached node 0's rendezvous {listening.target}", "ok")
+    why = answer.strip().removeprefix("error ").strip()
+    return CheckResult(host, CHECK, FAIL, f"cannot reach node 0's rendezvous {listening.target} "
+                                          f"({listening.host}): {why}", "unreachable")
 
 
 def _node0_absent(node0: str, hosts: list[str], probed: Sequence[str]) -> str | None:
