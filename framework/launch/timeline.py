@@ -137,34 +137,43 @@ def classify(text: str) -> tuple[str, str]:
 # -- parsers (pure: text in, host-clock events out) -------------------------------------------------------
 def plog_events(text: str, host: str, ranks_by_pid: Mapping[int, int]) -> list[Event]:
     """ERROR lines of a plog that name a device fault or a peer's absence (other lines are not events)."""
-    out = []
-    for line in text.splitlines():
-        m = PLOG_LINE.match(line)
-        if not m or m["level"] != "ERROR":
-            continue
-        kind, what = classify(m["text"])
-        if what == "raised":  # an ERROR line that is neither: context, not a cause
-            kind, what = INFO, "error"
-        t = _local(m["stamp"], "%Y-%m-%d-%H:%M:%S", int(m["ms"]) / 1e3 + int(m["us"]) / 1e6)
-        if t is not None:
-            out.append(Event(t, host, ranks_by_pid.get(int(m["pid"])), "plog", kind, what,
-                             _clip(f"{m['mod']}: {m['text']}")))
-    return out
+    return [e for e in (_plog_event(line, host, ranks_by_pid) for line in text.splitlines()) if e]
+
+
+def _plog_event(line: str, host: str, ranks_by_pid: Mapping[int, int]) -> Event | None:
+    m = PLOG_LINE.match(line)
+    if not m or m["level"] != "ERROR":
+        return None
+    kind, what = classify(m["text"])
+    if what == "raised":  # an ERROR line that is neither: context, not a cause
+        kind, what = INFO, "error"
+    t = _local(m["stamp"], "%Y-%m-%d-%H:%M:%S", int(m["ms"]) / 1e3 + int(m["us"]) / 1e6)
+    if t is None:
+        return None
+    rank = ranks_by_pid.get(int(m["pid"]))
+    return Event(t, host, rank, "plog", kind, what, _clip(f"{m['mod']}: {m['text']}"))
 
 
 def log_events(text: str, host: str, rank: int | None) -> list[Event]:
     """Timestamped lines of a rank log that carry a device fault code or report a peer's absence."""
-    out = []
-    for line in text.splitlines():
-        m = LOG_STAMP.match(line)
-        if not m or not (DEVICE_FAULT.search(line) or CONSEQUENCE.search(line)):
-            continue
-        frac = float("0." + m["frac"]) if m["frac"] else 0.0
-        t = _local(m["stamp"].replace("T", " "), "%Y-%m-%d %H:%M:%S", frac)
-        if t is not None:
-            kind, what = classify(line)
-            out.append(Event(t, host, rank, "rank-log", kind, what, _clip(line[m.end():])))
-    return out
+    return [e for e in (_log_event(line, host, rank) for line in text.splitlines()) if e]
+
+
+def _log_event(line: str, host: str, rank: int | None) -> Event | None:
+    m = LOG_STAMP.match(line)
+    if not m or not _telling(line):
+        return None
+    frac = float("0." + m["frac"]) if m["frac"] else 0.0
+    t = _local(m["stamp"].replace("T", " "), "%Y-%m-%d %H:%M:%S", frac)
+    if t is None:
+        return None
+    kind, what = classify(line)
+    return Event(t, host, rank, "rank-log", kind, what, _clip(line[m.end():]))
+
+
+def _telling(line: str) -> bool:
+    """A log line worth an event: it carries a device fault code or reports a peer's absence."""
+    return bool(DEVICE_FAULT.search(line) or CONSEQUENCE.search(line))
 
 
 def oom_pids(dmesg: str) -> set[int]:
@@ -197,18 +206,21 @@ def _dmesg_kind(text: str, rank: int | None) -> tuple[str, str] | None:
 
 def dmesg_events(text: str, host: str, boot: float, ranks_by_pid: Mapping[int, int]) -> list[Event]:
     """Kernel lines about a rank's pid or a host's trouble, placed at ``boot`` + their seconds."""
-    out = []
-    for line in text.splitlines():
-        m = DMESG_LINE.match(line)
-        if not m:
-            continue
-        pid = _dmesg_pid(m["text"])
-        rank = ranks_by_pid.get(pid) if pid is not None else None
-        found = _dmesg_kind(m["text"], rank)
-        if found:
-            t = round(boot + float(m["s"]), 6)
-            out.append(Event(t, host, rank, "dmesg", *found, _clip(m["text"])))
-    return out
+    found = (_dmesg_event(line, host, boot, ranks_by_pid) for line in text.splitlines())
+    return [e for e in found if e]
+
+
+def _dmesg_event(line: str, host: str, boot: float,
+                 ranks_by_pid: Mapping[int, int]) -> Event | None:
+    m = DMESG_LINE.match(line)
+    if not m:
+        return None
+    pid = _dmesg_pid(m["text"])
+    rank = ranks_by_pid.get(pid) if pid is not None else None
+    found = _dmesg_kind(m["text"], rank)
+    if not found:
+        return None
+    return Event(round(boot + float(m["s"]), 6), host, rank, "dmesg", *found, _clip(m["text"]))
 
 
 def supervisor_events(text: str, host: str) -> list[Event]:
