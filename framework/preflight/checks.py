@@ -703,8 +703,9 @@ def parse_port_list(text: str) -> list[int]:
     out: list[int] = []
     for part in text.replace(" ", "").split(","):
         lo, _, hi = part.partition("-")
-        if lo.isdigit() and (not hi or hi.isdigit()):
-            out += range(int(lo), int(hi or lo) + 1)
+        last = hi or lo  # a single port is its own range
+        if lo.isdigit() and last.isdigit():
+            out += range(int(lo), int(last) + 1)
     return out
 
 
@@ -789,13 +790,16 @@ def clock_skew(samples: Mapping[str, Sample]) -> ClockSkew | None:
         unc[host] = (s.received - s.sent) / 2
     if not offsets:
         return None
-    pair = None
-    worst = 0.0
-    if len(offsets) > 1:
-        lo = min(offsets, key=offsets.__getitem__)
-        hi = max(offsets, key=offsets.__getitem__)
-        worst, pair = offsets[hi] - offsets[lo], (hi, lo)
-    return ClockSkew(offsets, unc, worst, pair)
+    return ClockSkew(offsets, unc, *_worst_pair(offsets))
+
+
+def _worst_pair(offsets: Mapping[str, float]) -> tuple[float, tuple[str, str] | None]:
+    """The largest offset between two hosts and the pair (fastest, slowest); one host: none."""
+    if len(offsets) < 2:
+        return 0.0, None
+    lo = min(offsets, key=offsets.__getitem__)
+    hi = max(offsets, key=offsets.__getitem__)
+    return offsets[hi] - offsets[lo], (hi, lo)
 
 
 def _clock_verdict(r: CheckResult, clock: ClockSkew, limits: Limits) -> CheckResult:
