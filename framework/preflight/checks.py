@@ -380,7 +380,7 @@ def _npu_info(plan: ProbePlan, sec: Mapping[str, Section]) -> ascend.NpuSmiInfo 
         return f"npu-smi not found (npu.soc is {plan.soc}: is the driver installed?)"
     s = _need(sec, "npu-smi")
     if s.rc != 0:
-        return f"npu-smi info failed (rc {s.rc}): " + " ".join(s.text.strip().splitlines()[-2:])
+        return f"npu-smi info failed (rc {s.rc}): {s.tail()}"
     return ascend.parse_npu_smi_info(s.text)
 
 
@@ -572,8 +572,8 @@ def _check_spod(plan: ProbePlan, sec: Mapping[str, Section], limits: Limits) -> 
     s = _need(sec, "spod")
     info = ascend.parse_spod_info(s.text) if s.rc == 0 else None
     if info is None or info.super_pod_id is None:
-        tail = " ".join(s.text.strip().splitlines()[-2:])
-        return CheckResult(plan.host, "spod", FAIL, f"npu-smi info -t spod-info failed (rc {s.rc}): {tail}")
+        why = f"npu-smi info -t spod-info failed (rc {s.rc}): {s.tail()}"
+        return CheckResult(plan.host, "spod", FAIL, why)
     return CheckResult(plan.host, "spod", OK, f"Super Pod ID {info.super_pod_id} (NPU 0 chip 0 SDID {info.sdid}); "
                        "a multi-node CAM run needs every host in one Super Pod", str(info.super_pod_id))
 

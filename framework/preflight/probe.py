@@ -238,6 +238,10 @@ class Section:
     text: str
     rc: int | None  # None: the script never closed the section (killed on timeout)
 
+    def tail(self) -> str:
+        """The section's last two lines, on one line (what a failed tool said last)."""
+        return " ".join(self.text.strip().splitlines()[-2:])
+
 
 def split_sections(stdout: str) -> dict[str, Section]:
     """Tagged sections of a probe's stdout; an unterminated last section keeps what it printed.
