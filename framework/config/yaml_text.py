@@ -532,5 +532,8 @@ def _first_problem(children: Iterable[tuple[Node, Loc]], visited: set[int],
                    anchored: set[int]) -> _Problem | None:
     """The first problem below ``children`` (node, key path), checked in order until one is
     found."""
-    found = (_check_tree(node, loc, visited, anchored) for node, loc in children)
-    return next((problem for problem in found if problem), None)
+    for node, loc in children:
+        found = _check_tree(node, loc, visited, anchored)
+        if found:
+            return found
+    return None
