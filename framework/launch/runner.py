@@ -425,15 +425,22 @@ class Launcher:
     def _find_cause(self, result: LaunchResult) -> None:
         """The failed launch's cause line: the ranks' first error, the timeline's root cause where it finds
         one (and the fault bundle), else a hang's stacks; scrubbed of secrets."""
-        found = cause.of_ranks(result.ranks.values(), result.failure_rank) if result.failure else None
-        result.cause = found.describe() if found else None
-        if self.rundir is not None and result.failure:  # the timeline's root cause, when it finds one, wins
-            result.cause = self._timeline(result) or result.cause
+        line = self._cause_line(result)
+        # a rank's words: no secret
+        result.cause = Scrubber.from_env(self.env).text(line) if line else None
+
+    def _cause_line(self, result: LaunchResult) -> str | None:
+        """The cause of a failed launch (None: it did not fail, or nothing says why)."""
+        if result.failure is None:  # (a timeout is a failure too)
+            return None
+        found = cause.of_ranks(result.ranks.values(), result.failure_rank)
+        line = found.describe() if found else None
+        if self.rundir is not None:  # the timeline's root cause, when it finds one, wins
+            line = self._timeline(result) or line
             self._fault_bundle(result)
-        if result.cause is None and result.timed_out and result.stacks:  # a hang: where the ranks stood
-            result.cause = "hang: " + stacks.summary(result.stacks).removeprefix("stacks: ")
-        if result.cause:  # a rank's words: no secret
-            result.cause = Scrubber.from_env(self.env).text(result.cause)
+        if line is None and result.timed_out and result.stacks:  # a hang: where the ranks stood
+            return "hang: " + stacks.summary(result.stacks).removeprefix("stacks: ")
+        return line
 
     def _timeline(self, result: LaunchResult) -> str | None:
         """Write the failed launch's ``timeline.json``; its root cause line (None when it found none)."""
@@ -570,13 +577,18 @@ class Launcher:
                                [h for h in nodes if not result.nodes[h].lost])
         for h, err in got.failed.items():
             log.warning("%s: could not fetch logs: %s", h, err)
-        for note in (note for notes in got.succeeded.values() for note in notes):
-            log.warning("%s", note)
-            result.notes.append(note)
+        _keep_notes(result, [note for notes in got.succeeded.values() for note in notes])
         for h in nodes:
             fetch.read_ranks(result, h, self._host_dir(h, result.launch_id))
         if any(n.stacks for n in result.nodes.values()):
             _read_stacks(result)
+
+
+def _keep_notes(result: LaunchResult, notes: list[str]) -> None:
+    """What the fetch caps cut, logged and kept in the launch record."""
+    for note in notes:
+        log.warning("%s", note)
+    result.notes.extend(notes)
 
 
 def _read_stacks(result: LaunchResult) -> None:
