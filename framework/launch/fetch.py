@@ -54,9 +54,10 @@ def cleanup_argv(run_dir: str, tgz: str, keep_remote: bool) -> list[str]:
 def _local_path(member: str) -> Path | None:
     """Where a packed file goes below the local folder: top-level files by base name, files of
     :data:`FETCH_DIRS` at their path inside; nothing hidden, nothing outside (``..``, absolute)."""
-    parts = [p for p in Path(member).parts if p not in (".", "")]
+    path = Path(member)
+    parts = path.parts  # pathlib drops "." and empty parts: "./a//b" is ("a", "b")
     # ".." starts with a dot too: a hidden name and a way out are refused alike
-    if not parts or Path(member).is_absolute() or any(p.startswith(".") for p in parts):
+    if not parts or path.is_absolute() or any(p.startswith(".") for p in parts):
         return None
     if len(parts) > 1 and parts[0] in FETCH_DIRS:
         return Path(*parts)

@@ -553,13 +553,18 @@ def _tls_verdict(host: str, read: Mapping[int, int | None]) -> CheckResult:
         return CheckResult(host, "tls", FAIL, f"no TLS state from devices {unknown}")
     values = sorted(set(switches.values()))
     if len(values) > 1:
-        by = ", ".join(f"switch {v}: devices {[d for d, s in switches.items() if s == v]}"
-                       for v in values)
+        by = _by_switch(switches)
         return CheckResult(host, "tls", FAIL, f"TLS differs between devices ({by}); link setup will "
                                               "time out (EI0006)", "mixed")
     (value,) = values
     text = f"TLS switch {value} on all {len(switches)} devices"
     return CheckResult(host, "tls", OK, text, str(value))
+
+
+def _by_switch(switches: Mapping[int, int]) -> str:
+    """The devices of each TLS switch: ``switch 0: devices [1], switch 1: devices [0, 2]``."""
+    return ", ".join(f"switch {v}: devices {[d for d, s in switches.items() if s == v]}"
+                     for v in sorted(set(switches.values())))
 
 
 def _check_spod(plan: ProbePlan, sec: Mapping[str, Section], limits: Limits) -> CheckResult:
@@ -754,8 +759,7 @@ _COMPARED: tuple[tuple[str, Callable[[str], str]], ...] = (
 def _consistency(results: dict[tuple[str, str], CheckResult], hosts: Sequence[str], check: str,
                  key: Callable[[str], str] = str) -> None:
     """Fail the hosts whose value differs from the majority (ties: the first host's value)."""
-    found = {h: _compared_value(results.get((h, check))) for h in hosts}
-    keyed = {h: key(v) for h, v in found.items() if v}
+    keyed = _compared_values(results, hosts, check, key)
     if len(set(keyed.values())) < 2:
         return
     majority = _majority(keyed)
@@ -764,6 +768,13 @@ def _consistency(results: dict[tuple[str, str], CheckResult], hosts: Sequence[st
         r = results[(h, check)]
         text = f"{r.summary}; differs from {majority} on {holders}"
         results[(h, check)] = CheckResult(h, check, FAIL, text, r.value, r.details)
+
+
+def _compared_values(results: Mapping[tuple[str, str], CheckResult], hosts: Sequence[str],
+                     check: str, key: Callable[[str], str]) -> dict[str, str]:
+    """Each host's compared part of the check's value (hosts whose check has none left out)."""
+    found = {h: _compared_value(results.get((h, check))) for h in hosts}
+    return {h: key(v) for h, v in found.items() if v}
 
 
 def _float(text: str) -> float | None:
