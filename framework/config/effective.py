@@ -14,6 +14,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from framework.ascend.nic import hccl_host_ports
+from framework.ascend.timeouts import order_problems
 from framework.config import document as schema
 from framework.config import legacy
 from framework.config.document import SCHEMA_VERSION, Loc, parse_cpu_list
@@ -632,20 +634,23 @@ def _cann(cann: schema.CannModel | None) -> CannSpec | None:
 
 def _launch_warnings(launch: schema.LaunchModel, env: Mapping[str, Any], report: _Reporter) -> list[str]:
     """The timeout order of ``launch.env`` (warnings), its master port against HCCL's ports (an error)."""
-    from framework.ascend.nic import hccl_host_ports
-    from framework.ascend.timeouts import order_problems
-
     plain = {k: str(v) for k, v in env.items() if not isinstance(v, Secret)}
-    ports = hccl_host_ports(plain)
-    backend = _first(launch.backend, schema.BUILTIN["backend"])
-    if backend == "hccl" and launch.master_port is not None and launch.master_port in ports:
-        report.add("launch.master_port", f"{launch.master_port} is one of HCCL's host ports "
-                                         f"({ports.start}-{ports.stop - 1}, from HCCL_IF_BASE_PORT): pick "
-                                         "another, or null to let camit choose")
+    clash = _master_port_clash(launch, hccl_host_ports(plain))
+    if clash:
+        report.add("launch.master_port", clash)
     out = [f"{report.source}: {w}" for w in order_problems(plain)]
     for w in out:
         log.warning("%s", w)
     return out
+
+
+def _master_port_clash(launch: schema.LaunchModel, ports: range) -> str | None:
+    """On hccl, ``launch.master_port`` may not be one of HCCL's host ports (it would take one)."""
+    backend = _first(launch.backend, schema.BUILTIN["backend"])
+    if backend != "hccl" or launch.master_port is None or launch.master_port not in ports:
+        return None
+    return (f"{launch.master_port} is one of HCCL's host ports ({ports.start}-{ports.stop - 1}, "
+            "from HCCL_IF_BASE_PORT): pick another, or null to let camit choose")
 
 
 def _check_rendezvous_nic(hosts: Mapping[str, HostSpec], which: str, report: _Reporter) -> None:
