@@ -312,9 +312,13 @@ def _files(sec: Mapping[str, Section], suffix: str) -> list[Section]:
     return [s for n, s in sec.items() if n.startswith("file:") and n.endswith(suffix) and s.rc == 0]
 
 
-def _cann_installs(sec: Mapping[str, Section]) -> list[tuple[str, str, str | None]]:
+#: a CANN install the probe found: (path, version, layout)
+_Install = tuple[str, str, "str | None"]
+
+
+def _cann_installs(sec: Mapping[str, Section]) -> list[_Install]:
     """Every CANN install the probe found, as (path, version, layout)."""
-    found: list[tuple[str, str, str | None]] = []
+    found: list[_Install] = []
     for s in _files(sec, CANN_RECORD):
         rec = ascend.parse_toolkit_install_info(s.text)
         if rec is not None:
@@ -340,19 +344,23 @@ def _check_cann(plan: ProbePlan, sec: Mapping[str, Section], limits: Limits) -> 
     if not found:
         return CheckResult(plan.host, "cann", FAIL, "; ".join(problems + [
             "no CANN version record (looked in " + ", ".join(plan.cann_homes) + ")"]))
-    path, version, layout = _chosen_install(plan, found)
-    others = sorted({f"{v} ({p})" for p, v, _ in found if v != version})
+    return _cann_verdict(plan.host, _chosen_install(plan, found), found, problems)
+
+
+def _cann_verdict(host: str, chosen: _Install, found: list[_Install],
+                  problems: list[str]) -> CheckResult:
+    """The chosen install, failed by a problem, warned about when other versions are there too."""
+    path, version, layout = chosen
     details = tuple(f"{v} in {p}" for p, v, _ in found)
     summary = f"CANN {version}, {layout or 'unknown'} layout ({path})"
     if problems:
-        return CheckResult(plan.host, "cann", FAIL, "; ".join(problems) + f"; found {summary}", version, details)
+        why = "; ".join(problems) + f"; found {summary}"
+        return CheckResult(host, "cann", FAIL, why, version, details)
+    others = sorted({f"{v} ({p})" for p, v, _ in found if v != version})
     if others:
         summary += "; other installs: " + ", ".join(others)
-        return CheckResult(plan.host, "cann", WARN, summary, version, details)
-    return CheckResult(plan.host, "cann", OK, summary, version, details)
-
-
-_Install = tuple[str, str, "str | None"]
+        return CheckResult(host, "cann", WARN, summary, version, details)
+    return CheckResult(host, "cann", OK, summary, version, details)
 
 
 def _chosen_install(plan: ProbePlan, found: list[_Install]) -> _Install:
