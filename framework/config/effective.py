@@ -721,7 +721,7 @@ def _jump(name: str, h: schema.HostModel, d: schema.DefaultsModel, found: SshHos
         report.add(key, f"{origin}: {value!r} {exc}")
         return None
     jfound = _ssh_lookup(cfg, jname, key, report)
-    if jfound.proxy_jump is not None and jfound.proxy_jump not in (value, jname):
+    if _another_hop(jfound, value, jname):
         assert cfg is not None
         report.add(key, f"jump host {jname!r} (from {origin}) has its own ProxyJump {jfound.proxy_jump!r} "
                         f"in ssh_config {cfg.path}; camit supports one jump host")
@@ -733,6 +733,11 @@ def _jump(name: str, h: schema.HostModel, d: schema.DefaultsModel, found: SshHos
         key_file=_first(jfound.identity_file, key_file),
         origin=origin,
     )
+
+
+def _another_hop(jfound: SshHostConfig, value: str, jname: str) -> bool:
+    """The jump host has a ProxyJump of its own (one naming itself does not count)."""
+    return jfound.proxy_jump is not None and jfound.proxy_jump not in (value, jname)
 
 
 def _jump_source(name: str, h: schema.HostModel, d: schema.DefaultsModel, found: SshHostConfig,
