@@ -88,15 +88,17 @@ def _drop_unknown_top(data: dict[Any, Any]) -> list[str]:
     """Top-level keys the harness ignores, unless one looks like a misspelt camit key (then the
     usual error, with its hint)."""
     known = list(EnvDocument.model_fields)
-    unknown = [k for k in data if k not in known]
-    dropped = [k for k in unknown if isinstance(k, str) and not _misspelt(k, known)]
+    dropped = [k for k in data if _ignored_by_harness(k, known)]
     for key in dropped:
         del data[key]
     return [f"{key}: unknown top-level key, ignored (the URMA harness reads only host_info)"
             for key in dropped]
 
 
-def _misspelt(key: str, known: list[str]) -> bool:
-    return bool(difflib.get_close_matches(key, known, n=1, cutoff=0.6))
+def _ignored_by_harness(key: object, known: list[str]) -> bool:
+    """A top-level key camit does not know, which does not look like a misspelt camit key."""
+    if not isinstance(key, str) or key in known:
+        return False
+    return not difflib.get_close_matches(key, known, n=1, cutoff=0.6)
 
 
