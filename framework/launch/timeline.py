@@ -353,14 +353,26 @@ def phase_events(phases: Iterable[Mapping[str, Any]]) -> list[Event]:
 
 def offsets_of(root: Path) -> tuple[dict[str, float], str]:
     """Each host's clock offset from the controller's (``preflight.json``), and a note on where they came from."""
-    try:
-        clock = json.loads((root / "preflight.json").read_text(encoding="utf-8")).get("clock") or {}
-        offsets = {str(h): float(v) for h, v in (clock.get("offsets") or {}).items()}
-    except (OSError, ValueError, AttributeError, TypeError):
-        offsets = {}
+    offsets = _preflight_offsets(root)
     if offsets:
         return offsets, "host stamps moved to the controller's clock by preflight's clock offsets"
     return {}, "no preflight clock offsets in this run: every host's offset taken as 0"
+
+
+def _preflight_offsets(root: Path) -> dict[str, float]:
+    """``preflight.json``'s ``clock.offsets`` (host -> seconds); {}: none, or not readable."""
+    try:
+        doc = json.loads((root / "preflight.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    clock = doc.get("clock") if isinstance(doc, dict) else None
+    offsets = clock.get("offsets") if isinstance(clock, dict) else None
+    if not isinstance(offsets, dict):
+        return {}
+    try:
+        return {str(h): float(v) for h, v in offsets.items()}
+    except (TypeError, ValueError):
+        return {}
 
 
 def _phases(root: Path) -> list[Mapping[str, Any]]:
