@@ -126,8 +126,10 @@ def read_dirty(report: Path) -> dict[str, list[dict[str, object]]]:
         doc = json.loads((report / DIRTY_FILE).read_text())
     except (OSError, ValueError):
         return {}
-    return {str(h): [e for e in v if isinstance(e, dict)] for h, v in doc.items() if isinstance(v, list)} \
-        if isinstance(doc, dict) else {}
+    if not isinstance(doc, dict):
+        return {}
+    return {str(h): [e for e in v if isinstance(e, dict)]
+            for h, v in doc.items() if isinstance(v, list)}
 
 
 def reset_lines(dirty: dict[str, list[dict[str, object]]]) -> list[str]:
