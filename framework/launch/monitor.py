@@ -148,14 +148,19 @@ class LaunchMonitor:
     # -- time passing ---------------------------------------------------------------------------
     def tick(self, now: float) -> None:
         """Declare silent nodes lost and the job timed out, as of ``now``."""
-        for host, node in self.nodes.items():
-            if not node.over and now - node.last_line > self.lost_after:
-                node.result.lost = f"no heartbeat for {now - node.last_line:.0f}s"
-                self.fail("lost", f"lost {host}: {node.result.lost}", now)
+        for host in self._silent(now):
+            node = self.nodes[host].result
+            node.lost = f"no heartbeat for {now - self.nodes[host].last_line:.0f}s"
+            self.fail("lost", f"lost {host}: {node.lost}", now)
         if now > self.deadline and self.result.failure is None:
             self.result.timed_out = True
             first = min(n.start for n in self.nodes.values())
             self.fail("timeout", f"job timeout after {self.deadline - first:.0f}s", now)
+
+    def _silent(self, now: float) -> list[str]:
+        """The running nodes whose last line is older than ``lost_after``."""
+        return [h for h, n in self.nodes.items()
+                if not n.over and now - n.last_line > self.lost_after]
 
     def heartbeats_due(self, now: float) -> list[str]:
         """The nodes to send ``HB`` to now (every ``heartbeat`` seconds, to every node still running)."""
