@@ -763,11 +763,19 @@ def _host_npu(name: str, hnpu: schema.NpuModel, defaults: Defaults, report: _Rep
     )
     if npu.count > 0 and npu.visible:
         where = f"host_info.{name}.npu.visible" if hnpu.visible is not None else "defaults.npu.visible"
-        for dev in npu.visible:
-            if dev >= npu.count:
-                report.add(where, f"device {dev} is out of range: host {name!r} has npu.count {npu.count} "
-                                  f"(devices 0..{npu.count - 1})")
+        _check_visible(name, npu, where, report)
     return npu
+
+
+def _check_visible(name: str, npu: NpuSpec, where: str, report: _Reporter) -> None:
+    """Each visible device past ``npu.count`` is a problem on the key that listed it."""
+    for dev in (d for d in npu.visible or () if d >= npu.count):
+        report.add(where, f"device {dev} is out of range: host {name!r} has npu.count {npu.count} "
+                          f"(devices 0..{npu.count - 1})")
+
+
+def _test_nic(model: schema.TestNicModel | None) -> TestNicSpec | None:
+    return TestNicSpec(**model.model_dump()) if model else None
 
 
 def _host(
@@ -794,8 +802,8 @@ def _host(
         ssh_ip=found.hostname or lookup,
         ssh_port=_first(h.ssh_port, found.port, schema.BUILTIN["ssh_port"]),
         manage_nic=NicSpec(name=h.manage_nic.name, ip=h.manage_nic.ip, mac=h.manage_nic.mac),
-        test_nic1=TestNicSpec(**h.test_nic1.model_dump()) if h.test_nic1 else None,
-        test_nic2=TestNicSpec(**h.test_nic2.model_dump()) if h.test_nic2 else None,
+        test_nic1=_test_nic(h.test_nic1),
+        test_nic2=_test_nic(h.test_nic2),
         bmc=h.bmc,
         isolcpu=h.isolcpu,
         isolcpu_list=parse_cpu_list(h.isolcpu) if h.isolcpu else (),
