@@ -674,16 +674,23 @@ def _file_order(data: Any, loc: Loc) -> tuple[int, ...]:
     """Where ``loc`` sits in the document, so problems are listed in file order."""
     order = []
     for part in loc:
-        if isinstance(data, dict) and part in data:
-            order.append(list(data).index(part))
-            data = data[part]
-        elif isinstance(data, list) and isinstance(part, int) and 0 <= part < len(data):
-            order.append(part)
-            data = data[part]
-        else:  # a missing key, or pydantic's "[key]" marker: after what is there
+        at = _position(data, part)
+        if at is None:  # a missing key, or pydantic's "[key]" marker: after what is there
             order.append(len(data) if isinstance(data, dict | list) else 0)
             data = None
+        else:
+            order.append(at)
+            data = data[part]
     return tuple(order)
+
+
+def _position(data: Any, part: Any) -> int | None:
+    """Where ``part`` is in ``data``: a mapping's key by its place, a list's index; None: not there."""
+    if isinstance(data, dict) and part in data:
+        return list(data).index(part)
+    if isinstance(data, list) and isinstance(part, int) and 0 <= part < len(data):
+        return part
+    return None
 
 
 _EXPECTED = {
