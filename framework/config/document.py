@@ -643,20 +643,21 @@ def _without_unknown_keys(model: type[_Section], data: Any, loc: Loc,
         unknown.append((loc, exc.message()))
         data = {k: v for k, v in data.items() if k in model.model_fields}
     fields = model.model_fields
-    return {key: _known_value(fields.get(key), value, (*loc, key), unknown)
+    return {key: _known_value(fields.get(key), value, loc, key, unknown)
             for key, value in data.items()}
 
 
-def _known_value(field: FieldInfo | None, value: Any, loc: Loc,
+def _known_value(field: FieldInfo | None, value: Any, loc: Loc, key: str,
                  unknown: list[tuple[Loc, str]]) -> Any:
-    """One key's value without the keys unknown to the section it holds (when it holds one)."""
+    """``key``'s value without the keys unknown to the section it holds (when it holds one)."""
     section = _section_in(field.annotation) if field is not None else None
     if section is None or not isinstance(value, dict):
         return value
     model, is_mapping = section
     if is_mapping:
-        return {k: _without_unknown_keys(model, v, (*loc, k), unknown) for k, v in value.items()}
-    return _without_unknown_keys(model, value, loc, unknown)
+        return {k: _without_unknown_keys(model, v, (*loc, key, k), unknown)
+                for k, v in value.items()}
+    return _without_unknown_keys(model, value, (*loc, key), unknown)
 
 
 def dotted(loc: Loc) -> str:

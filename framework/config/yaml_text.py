@@ -8,8 +8,8 @@ from __future__ import annotations
 import os
 import re
 import stat
-from collections.abc import Callable, Iterable, Mapping
-from typing import Any, NamedTuple
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any
 
 import yaml
 from yaml.composer import Composer
@@ -87,13 +87,6 @@ class _Refused(Exception):
         self.loc, self.problem = loc, problem
 
 
-def _path_word(index: Any) -> Any:
-    """A child's step in the key path: its key's text, its index, or ``?`` when it has none."""
-    if isinstance(index, ScalarNode):
-        return index.value
-    return "?" if index is None else index
-
-
 class _EnvLoader(Composer, _Parser, SafeConstructor, Resolver):
     """SafeLoader with decimal/hex integers and plain floats only (no 1:30 = 90, no 0755 = 493), its
     events from libyaml's parser (C: a 4 MiB flow list is scanned in 1.5 s, not 30) when PyYAML has it.
@@ -119,7 +112,9 @@ class _EnvLoader(Composer, _Parser, SafeConstructor, Resolver):
     def compose_node(self, parent: Node | None, index: Any) -> Node | None:
         if parent is None:
             return self._compose(parent, index)
-        self.path.append(_path_word(index))
+        # the child's step in the key path: its key's text, its index, or "?" when it has none
+        word = index.value if isinstance(index, ScalarNode) else index
+        self.path.append("?" if word is None else word)
         try:
             return self._compose(parent, index)
         finally:
@@ -404,67 +399,66 @@ def _syntax_problem(exc: yaml.MarkedYAMLError) -> str:
 def _check_size(root: Node) -> _Problem | None:
     """The first bound the document exceeds with every alias expanded: depth, values, characters.
 
-    Each node is measured once (memoised), so a bomb is measured in the time its text takes.
+    Each node is measured once (memoised), so a bomb is measured in the time its text takes. Sizes
+    are plain (values, characters, height) tuples: the garbage collector untracks them, and a
+    document may hold hundreds of thousands of nodes.
     """
-    sizes: dict[int, _Size] = {}  # by id() of the node
+    sizes: dict[int, tuple[int, int, int]] = {}  # id -> (values, characters, height)
 
-    def measure(node: Node, loc: Loc) -> _Size:
+    def measure(node: Node, loc: Loc) -> tuple[int, int, int]:
         known = sizes.get(id(node))
         if known is None:
-            known = sizes[id(node)] = _measured(node, loc, measure)
-        if len(loc) + known.height > MAX_DEPTH:
+            if isinstance(node, ScalarNode):
+                known = (1, len(node.value), 0)
+            else:
+                parts = [measure(child, child_loc) for child, child_loc in _children(node, loc)]
+                known = _total(parts)
+            sizes[id(node)] = known
+        if len(loc) + known[2] > MAX_DEPTH:
             raise _Refused(loc[:1], f"nested deeper than {MAX_DEPTH} levels (through aliases)")
         return known
 
-    size = measure(root, ())
-    if not size.over:
+    values, chars, _ = measure(root, ())
+    if not _over(values, chars):
         return None
-    what = f"{MAX_NODES} values" if size.values > MAX_NODES else f"{MAX_CHARS} characters"
+    what = f"{MAX_NODES} values" if values > MAX_NODES else f"{MAX_CHARS} characters"
     return _largest_key(root, sizes), \
         f"expands to more than {what} (aliases counted where they are used; a YAML alias bomb?)"
 
 
-class _Size(NamedTuple):
-    """A node's size, aliases expanded (values and characters capped just past the bounds)."""
-
-    values: int
-    chars: int
-    height: int
-
-    @property
-    def over(self) -> bool:
-        return self.values > MAX_NODES or self.chars > MAX_CHARS
+def _over(values: int, chars: int) -> bool:
+    """More values or characters than the bounds allow."""
+    return values > MAX_NODES or chars > MAX_CHARS
 
 
-def _measured(node: Node, loc: Loc, measure: Callable[[Node, Loc], _Size]) -> _Size:
-    """A node's size from its children's (``measure``: memoised, depth-checked)."""
-    if isinstance(node, ScalarNode):
-        return _Size(1, len(node.value), 0)
-    parts = [measure(child, child_loc) for child, child_loc in _children(node, loc)]
-    values = 1 + sum(p.values for p in parts)
-    chars = sum(p.chars for p in parts)
-    height = 1 + max((p.height for p in parts), default=0)
-    return _Size(min(values, MAX_NODES + 1), min(chars, MAX_CHARS + 1), height)
+def _total(parts: list[tuple[int, int, int]]) -> tuple[int, int, int]:
+    """A collection's (values, characters, height) from its children's, capped past the bounds."""
+    values = 1 + sum(p[0] for p in parts)
+    chars = sum(p[1] for p in parts)
+    height = 1 + max((p[2] for p in parts), default=0)
+    return min(values, MAX_NODES + 1), min(chars, MAX_CHARS + 1), height
 
 
-def _children(node: Node, loc: Loc) -> list[tuple[Node, Loc]]:
-    """A collection's children with their key paths (a mapping's key and value: under the key)."""
+def _children(node: Node, loc: Loc) -> Iterator[tuple[Node, Loc]]:
+    """A collection's children with their key paths (a mapping's key and value: under the key),
+    one at a time (a document may have hundreds of thousands: none is held longer than needed)."""
     if isinstance(node, SequenceNode):
-        return [(child, (*loc, i)) for i, child in enumerate(node.value)]
-    out: list[tuple[Node, Loc]] = []
+        for i, child in enumerate(node.value):
+            yield child, (*loc, i)
+        return
     for key_node, value_node in node.value:
-        key = key_node.value if isinstance(key_node, ScalarNode) else "?"
-        out += [(key_node, (*loc, key)), (value_node, (*loc, key))]
-    return out
+        child_loc = (*loc, key_node.value if isinstance(key_node, ScalarNode) else "?")
+        yield key_node, child_loc
+        yield value_node, child_loc
 
 
-def _largest_key(root: Node, sizes: Mapping[int, _Size]) -> str | None:
+def _largest_key(root: Node, sizes: Mapping[int, tuple[int, int, int]]) -> str | None:
     """The first top-level key over a bound by itself, else the one holding most of the values, else None."""
     if not isinstance(root, MappingNode):
         return None
     pairs = [(k.value, sizes[id(v)]) for k, v in root.value if isinstance(k, ScalarNode)]
-    over = [key for key, size in pairs if size.over]
-    most = [key for key, size in pairs if 2 * size.values > sizes[id(root)].values]
+    over = [key for key, (values, chars, _) in pairs if _over(values, chars)]
+    most = [key for key, (values, _, _) in pairs if 2 * values > sizes[id(root)][0]]
     return next(iter(over or most), None)
 
 
@@ -522,7 +516,9 @@ def _check_mapping(node: MappingNode, loc: Loc, visited: set[int],
                     f"duplicate key {key!r} at line {line} (first defined at line {first})"
             first_line[key] = line
             child = (*loc, key)
-        found = _first_problem([(key_node, child), (value_node, child)], visited, anchored)
+        # (no list per entry: this runs for every key of the document)
+        found = _check_tree(key_node, child, visited, anchored) or \
+            _check_tree(value_node, child, visited, anchored)
         if found:
             return found
     return None
