@@ -1,14 +1,7 @@
 """The environment file: which one (``envfile``), its text (``yaml_text``), its schema (``document``), its values.
 
-``test_env.yaml`` becomes one validated, frozen :class:`EnvConfig` in three layers:
-:mod:`~framework.config.yaml_text` reads the text as strict YAML and expands ``${VAR}``;
-:mod:`~framework.config.document` is the schema model (pydantic, exported by ``python -m
-framework.config schema``) and words its errors; :mod:`~framework.config.effective` resolves each
-host's effective settings into frozen dataclasses (:func:`load`). :mod:`~framework.config.envfile`
-holds the one rule for which file to load (:func:`resolve_env_path`). Import the public names from
-here (``from framework.config import load``); they are loaded on first use, so the env-file rule
-costs no pydantic import.
-"""
+Import the public names from here (``from framework.config import load``): they load on first
+use."""
 
 from __future__ import annotations
 

@@ -1,13 +1,5 @@
-"""The document model of ``test_env.yaml``: what a well-formed file is, and what to say when it is not.
-
-Pydantic classes state key names, types, ranges and formats; :func:`json_schema` exports them
-(``python -m framework.config schema``) and :func:`validate` checks one parsed document, rewording
-pydantic's errors as ``(key path, problem)`` pairs in plain words, in file order, without quoting
-values under secret keys. Nothing here knows about files, ``${VAR}`` or inheritance: every key
-is optional except the two the URMA harness required (``manage_nic.name`` and ``manage_nic.ip``),
-so an old file still loads, and ``None`` means "not set here". :mod:`framework.config.effective` turns a
-valid :class:`EnvDocument` into frozen *effective* values.
-"""
+"""The document model of ``test_env.yaml``: what a well-formed file is, and what to say when
+it is not."""
 
 from __future__ import annotations
 
@@ -34,6 +26,7 @@ from pydantic import (
     ValidationError,
     model_validator,
 )
+from pydantic.fields import FieldInfo
 from pydantic.json_schema import GenerateJsonSchema, WithJsonSchema
 from pydantic_core import PydanticCustomError
 
@@ -146,14 +139,20 @@ def is_hostname(value: str) -> bool:
     return all(_HOSTNAME_LABEL.fullmatch(label) for label in labels)
 
 
-def _ssh_target(value: str) -> str:
+def is_address_or_name(value: str) -> bool:
+    """True for an IPv4 address or an RFC 1123 host name (what ssh connects to)."""
     try:
         ipaddress.IPv4Address(value)
     except ValueError:
-        if not is_hostname(value):
-            raise PydanticCustomError(
-                "ssh_target", "{value} is not an IPv4 address or host name", {"value": _describe(value)}
-            ) from None
+        return is_hostname(value)
+    return True
+
+
+def _ssh_target(value: str) -> str:
+    if not is_address_or_name(value):
+        raise PydanticCustomError(
+            "ssh_target", "{value} is not an IPv4 address or host name", {"value": _describe(value)}
+        )
     return value
 
 
@@ -172,11 +171,8 @@ def parse_jump(value: str) -> tuple[str | None, str, int | None]:
         raise ValueError("is not a jump host like 'bastion', 'ci@10.0.0.1' or 'ci@bastion:2222'")
     user, _, rest = value.rpartition("@")
     host, _, port = rest.partition(":")
-    try:
-        ipaddress.IPv4Address(host)
-    except ValueError:
-        if not is_hostname(host):
-            raise ValueError(f"names {host!r}, which is not an IPv4 address or host name") from None
+    if not is_address_or_name(host):
+        raise ValueError(f"names {host!r}, which is not an IPv4 address or host name")
     number = int(port) if port else None
     if number is not None and not 1 <= number <= 65535:
         raise ValueError(f"has port {number}, which is not between 1 and 65535")
@@ -260,20 +256,21 @@ def parse_cpu_list(text: str) -> tuple[int, ...]:
     """
     if not re.fullmatch(ISOLCPU_RE, text):
         raise ValueError(text)
-    bounds: list[tuple[int, int]] = []
-    for part in text.split(","):
-        lo, _, hi = part.partition("-")
-        for number in (lo, hi):
-            if len(number) > len(str(MAX_CPU)) or (number and int(number) > MAX_CPU):
-                raise CpuOutOfRange(number)
-        first, last = int(lo), int(hi or lo)
-        if first > last:
-            raise ValueError(part)
-        bounds.append((first, last))
-    cpus: set[int] = set()
-    for first, last in bounds:
-        cpus.update(range(first, last + 1))
-    return tuple(sorted(cpus))
+    # every part is checked before any range is built
+    bounds = [_cpu_range(part) for part in text.split(",")]
+    return tuple(sorted({cpu for first, last in bounds for cpu in range(first, last + 1)}))
+
+
+def _cpu_range(part: str) -> tuple[int, int]:
+    """One part of a CPU list (``8`` or ``1-3``) as its first and last CPU."""
+    lo, _, hi = part.partition("-")
+    for number in (lo, hi):
+        if len(number) > len(str(MAX_CPU)) or (number and int(number) > MAX_CPU):
+            raise CpuOutOfRange(number)
+    first, last = int(lo), int(hi or lo)
+    if first > last:
+        raise ValueError(part)
+    return first, last
 
 
 def _isolcpu(value: str) -> str:
@@ -305,33 +302,44 @@ def _host_key(value: str) -> str:
             {"types": ", ".join(HOST_KEY_TYPES)},
         )
     kind, blob = parts[0], parts[1]
+    embedded, has_key = _key_type_of(kind, blob)
+    if embedded != kind or not has_key:
+        held = _describe(embedded) if embedded.isprintable() and embedded else "no key type"
+        raise PydanticCustomError(
+            "host_key", "the key data does not match {kind}: it holds {held}",
+            {"kind": repr(kind), "held": held}
+        )
+    return f"{kind} {blob}"
+
+
+def _key_type_of(kind: str, blob: str) -> tuple[str, bool]:
+    """The key type a public key's base64 data names, and whether key data follows it."""
     try:
         raw = base64.b64decode(blob, validate=True)
         (length,) = struct.unpack(">I", raw[:4])
-        embedded = raw[4 : 4 + length].decode("ascii")
+        return raw[4 : 4 + length].decode("ascii"), len(raw) > 4 + length
     except (binascii.Error, struct.error, UnicodeDecodeError, ValueError):
         raise PydanticCustomError("host_key", "the key data after {kind} is not valid base64",
                                   {"kind": repr(kind)}) from None
-    if embedded != kind or len(raw) <= 4 + length:
-        held = _describe(embedded) if embedded.isprintable() and embedded else "no key type"
-        raise PydanticCustomError(
-            "host_key", "the key data does not match {kind}: it holds {held}", {"kind": repr(kind), "held": held}
-        )
-    return f"{kind} {blob}"
 
 
 def _visible_before(value: object) -> object:
     """``"0,1,2"`` or ``3`` -> a list; the list itself is checked by the field type."""
     if isinstance(value, str):
-        items = [item.strip() for item in value.split(",")]
-        if not all(re.fullmatch(r"[0-9]{1,9}", item) for item in items):  # ASCII digits: int() takes '²' too
-            raise PydanticCustomError(
-                "visible", "{value} is not a device list like '0,1,2'", {"value": _describe(value)}
-            )
-        return [int(item) for item in items]
+        return _device_list(value)
     if isinstance(value, int) and not isinstance(value, bool):
         return [value]
     return value
+
+
+def _device_list(value: str) -> list[int]:
+    """``"0,1,2"`` -> ``[0, 1, 2]``; only ASCII digits (``int()`` takes ``'²'`` too)."""
+    items = [item.strip() for item in value.split(",")]
+    if not all(re.fullmatch(r"[0-9]{1,9}", item) for item in items):
+        raise PydanticCustomError(
+            "visible", "{value} is not a device list like '0,1,2'", {"value": _describe(value)}
+        )
+    return [int(item) for item in items]
 
 
 def _visible_after(value: list[int]) -> list[int]:
@@ -634,18 +642,22 @@ def _without_unknown_keys(model: type[_Section], data: Any, loc: Loc,
     except PydanticCustomError as exc:
         unknown.append((loc, exc.message()))
         data = {k: v for k, v in data.items() if k in model.model_fields}
-    out = {}
-    for key, value in data.items():
-        field = model.model_fields.get(key)
-        section = _section_in(field.annotation) if field is not None else None
-        if section is None or not isinstance(value, dict):
-            out[key] = value
-        elif section[1]:
-            out[key] = {k: _without_unknown_keys(section[0], v, (*loc, key, k), unknown)
-                        for k, v in value.items()}
-        else:
-            out[key] = _without_unknown_keys(section[0], value, (*loc, key), unknown)
-    return out
+    fields = model.model_fields
+    return {key: _known_value(fields.get(key), value, loc, key, unknown)
+            for key, value in data.items()}
+
+
+def _known_value(field: FieldInfo | None, value: Any, loc: Loc, key: str,
+                 unknown: list[tuple[Loc, str]]) -> Any:
+    """``key``'s value without the keys unknown to the section it holds (when it holds one)."""
+    section = _section_in(field.annotation) if field is not None else None
+    if section is None or not isinstance(value, dict):
+        return value
+    model, is_mapping = section
+    if is_mapping:
+        return {k: _without_unknown_keys(model, v, (*loc, key, k), unknown)
+                for k, v in value.items()}
+    return _without_unknown_keys(model, value, (*loc, key), unknown)
 
 
 def dotted(loc: Loc) -> str:
@@ -663,16 +675,23 @@ def _file_order(data: Any, loc: Loc) -> tuple[int, ...]:
     """Where ``loc`` sits in the document, so problems are listed in file order."""
     order = []
     for part in loc:
-        if isinstance(data, dict) and part in data:
-            order.append(list(data).index(part))
-            data = data[part]
-        elif isinstance(data, list) and isinstance(part, int) and 0 <= part < len(data):
-            order.append(part)
-            data = data[part]
-        else:  # a missing key, or pydantic's "[key]" marker: after what is there
+        at = _position(data, part)
+        if at is None:  # a missing key, or pydantic's "[key]" marker: after what is there
             order.append(len(data) if isinstance(data, dict | list) else 0)
             data = None
+        else:
+            order.append(at)
+            data = data[part]
     return tuple(order)
+
+
+def _position(data: Any, part: Any) -> int | None:
+    """Where ``part`` is in ``data``: a mapping's key by its place, a list's index; None: not there."""
+    if isinstance(data, dict) and part in data:
+        return list(data).index(part)
+    if isinstance(data, list) and isinstance(part, int) and 0 <= part < len(data):
+        return part
+    return None
 
 
 _EXPECTED = {
@@ -701,33 +720,56 @@ _BOUNDS = {"greater_than_equal": ">=", "greater_than": ">", "less_than_equal": "
 
 def _translate(err: Mapping[str, Any]) -> tuple[str, str]:
     """One pydantic error -> (dotted key path, problem in plain words)."""
-    loc: Loc = tuple(err["loc"])
+    loc, value, secret = _located(err)
     kind: str = err["type"]
-    ctx: Mapping[str, Any] = err.get("ctx") or {}
-    value = err.get("input")
-    secret = _is_secret_loc(loc)
-    if loc and loc[-1] == "[key]":  # the mapping key itself is wrong (host name, env name): not secret
-        loc, value, secret = loc[:-2], loc[-2], False
-    shown = _describe(value, secret)
     if kind == "missing":
         return dotted(loc[:-1]), f"missing required key {loc[-1]!r}"
-    if kind == "unknown_key":
-        return dotted(loc), str(ctx["problems"])
-    if kind in _EXPECTED or kind == "wrong_type":
-        return dotted(loc), f"expected {ctx.get('expected') or _EXPECTED[kind]}, got {shown}"
-    if kind == "literal_error":
-        return dotted(loc), f"{shown} is not allowed (expected {ctx['expected']})"
-    if kind in _BOUNDS:
-        bound = next(iter(ctx.values()))
-        return dotted(loc), f"must be {_BOUNDS[kind]} {bound:g}, got {shown}"
-    if kind in ("string_too_short", "too_short"):
-        return dotted(loc), "must not be empty"
-    if kind == "finite_number":
-        return dotted(loc), f"must be a finite number, got {shown}"
-    if kind == "string_pattern_mismatch":
-        words = _PATTERN_WORDS.get(ctx["pattern"], "{value} does not match the pattern " + ctx["pattern"])
-        return dotted(loc), words.format(value=shown)
-    return dotted(loc), str(err["msg"])  # our validators' messages are already worded for people
+    wording = _WORDING.get(kind)
+    if wording is None:
+        # our validators' messages are already worded for people
+        return dotted(loc), str(err["msg"])
+    return dotted(loc), wording(kind, err.get("ctx", {}), _describe(value, secret))
+
+
+def _located(err: Mapping[str, Any]) -> tuple[Loc, object, bool]:
+    """An error's key path, the value to show and whether it is secret (a wrong mapping key, a host
+    or variable name, is shown: never secret)."""
+    loc: Loc = tuple(err["loc"])
+    if loc and loc[-1] == "[key]":
+        return loc[:-2], loc[-2], False
+    return loc, err.get("input"), _is_secret_loc(loc)
+
+
+def _expected(kind: str, ctx: Mapping[str, Any], shown: str) -> str:
+    return f"expected {ctx.get('expected') or _EXPECTED[kind]}, got {shown}"
+
+
+def _bound(kind: str, ctx: Mapping[str, Any], shown: str) -> str:
+    return f"must be {_BOUNDS[kind]} {next(iter(ctx.values())):g}, got {shown}"
+
+
+def _pattern(kind: str, ctx: Mapping[str, Any], shown: str) -> str:
+    pattern: str = ctx["pattern"]
+    words = _PATTERN_WORDS.get(pattern, "{value} does not match the pattern " + pattern)
+    return words.format(value=shown)
+
+
+def _empty(kind: str, ctx: Mapping[str, Any], shown: str) -> str:
+    return "must not be empty"
+
+
+#: how each kind of pydantic error is worded: (kind, its context, the value as shown) -> problem
+_WORDING: dict[str, Callable[[str, Mapping[str, Any], str], str]] = {
+    **dict.fromkeys([*_EXPECTED, "wrong_type"], _expected),
+    **dict.fromkeys(_BOUNDS, _bound),
+    "unknown_key": lambda kind, ctx, shown: str(ctx["problems"]),
+    "literal_error": lambda kind, ctx, shown:
+        f"{shown} is not allowed (expected {ctx['expected']})",
+    "string_too_short": _empty,
+    "too_short": _empty,
+    "finite_number": lambda kind, ctx, shown: f"must be a finite number, got {shown}",
+    "string_pattern_mismatch": _pattern,
+}
 
 
 def _is_secret_loc(loc: Loc) -> bool:
@@ -746,6 +788,11 @@ def _describe(value: object, secret: bool = False) -> str:
         return "a list"
     if secret:
         return f"a {type(value).__name__} (hidden)"
+    return _clipped(value)
+
+
+def _clipped(value: object) -> str:
+    """A value as it is shown: a string's repr to 60 characters, a number's to its first digits."""
     if isinstance(value, str):
         text = repr(value)
         return text if len(text) <= 60 else text[:56] + "...'"

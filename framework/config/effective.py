@@ -1,30 +1,10 @@
-"""Environment loading: one ``test_env.yaml`` becomes one validated, typed, frozen :class:`EnvConfig`.
-
-:func:`load` reads the file with a YAML loader that rejects duplicate keys, expands ``${VAR}`` from
-the environment, validates the document against :mod:`framework.config.document` and resolves each
-host's *effective* settings (the host's own value, else ``defaults:``, else the built-in value).
-Every problem is one :class:`~framework.errors.ConfigError` naming the file and the dotted key path
-(``test_env.yaml: host_info.host2.manage_nic.ip: '10.0.0.300' is not an IPv4 address``). Passwords
-and secret-looking launch variables are :class:`Secret`: they never appear in error messages,
-reprs, :meth:`EnvConfig.summary_rows` or :meth:`EnvConfig.redacted`. Nothing downstream re-checks.
-
-SSH settings come from three places, in this order (the first that sets a key wins): the host's own key,
-``defaults:``, then the OpenSSH client config (:mod:`framework.config.sshconfig`: ``defaults.ssh_config``, else
-``$CAMIT_SSH_CONFIG``, else ``~/.ssh/config`` when it exists), looked up by the host's ``ssh_ip`` as ``ssh
-<ssh_ip>`` would: ``User`` -> ``user``, ``Port`` -> ``ssh_port``, ``IdentityFile`` -> ``key_file``, ``ProxyJump``
--> ``jump_host``; its ``HostName`` is the address connected to (``ssh_ip`` is then the alias). A jump host
-(``jump_host: [user@]host[:port]``, ``none`` for direct) is itself looked up there too (HostName, User, Port,
-IdentityFile); its user defaults to the target's, its key to the target's ``key_file``. One hop only.
-
-The URMA harness format (``host_info`` with ``user``, ``passwd``, ``manage_nic``, ``test_nic1``, …)
-loads unchanged; its sample's misspelt ``passed`` key is rejected with a "did you mean" hint.
-"""
+"""Environment loading: one ``test_env.yaml`` becomes one validated, typed, frozen
+:class:`EnvConfig`."""
 
 from __future__ import annotations
 
 import dataclasses
 import hmac
-import ipaddress
 import logging
 import os
 import re
@@ -34,6 +14,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from framework.ascend.nic import hccl_host_ports
+from framework.ascend.timeouts import order_problems
 from framework.config import document as schema
 from framework.config import legacy
 from framework.config.document import SCHEMA_VERSION, Loc, parse_cpu_list
@@ -330,8 +312,7 @@ class EnvConfig:
                 }
             ),
             "host_info": {name: _host_doc(h) for name, h in self.hosts.items()},
-            "cann": _prune({"set_env": self.cann.set_env, "extra_set_env": list(self.cann.extra_set_env) or None})
-            if self.cann else None,
+            "cann": _cann_doc(self.cann),
             "artifacts": _prune(vars(self.artifacts)) or None,
             "launch": _prune(
                 {
@@ -347,35 +328,43 @@ class EnvConfig:
 
     def summary_rows(self) -> list[dict[str, str]]:
         """One row per host for a table: name, address, user, auth, host_key, workdir, npu."""
-        rows = []
-        for h in self.hosts.values():
-            if h.key_file is not None:
-                auth = f"key {h.key_file}"
-            elif h.password is not None:
-                auth = f"password {h.password}"
-            else:
-                auth = "agent"
-            if h.host_key:
-                host_key = "pinned"
-            elif h.host_key_policy == "insecure":
-                host_key = "not checked (insecure)"
-            else:
-                host_key = "known_hosts"
-            rows.append(
-                {
-                    "name": h.name,
-                    "address": h.route,
-                    "user": h.user,
-                    "auth": auth,
-                    "host_key": host_key,
-                    "workdir": h.workdir,
-                    "npu": h.npu.describe(),
-                }
-            )
-        return rows
+        return [
+            {
+                "name": h.name,
+                "address": h.route,
+                "user": h.user,
+                "auth": _auth(h),
+                "host_key": _host_key_check(h),
+                "workdir": h.workdir,
+                "npu": h.npu.describe(),
+            }
+            for h in self.hosts.values()
+        ]
 
     def __repr__(self) -> str:
         return f"<EnvConfig {self.source}: {len(self.hosts)} host(s) {', '.join(self.hosts)}>"
+
+
+def _auth(h: HostSpec) -> str:
+    """How camit logs in: its key file, its password (shown as a Secret), or the agent."""
+    if h.key_file is not None:
+        return f"key {h.key_file}"
+    if h.password is not None:
+        return f"password {h.password}"
+    return "agent"
+
+
+def _host_key_check(h: HostSpec) -> str:
+    """How the host's key is checked: pinned in the env, not at all, or against known_hosts."""
+    if h.host_key:
+        return "pinned"
+    return "not checked (insecure)" if h.host_key_policy == "insecure" else "known_hosts"
+
+
+def _cann_doc(cann: CannSpec | None) -> dict[str, Any] | None:
+    if cann is None:
+        return None
+    return _prune({"set_env": cann.set_env, "extra_set_env": list(cann.extra_set_env) or None})
 
 
 def _npu_doc(npu: NpuSpec) -> dict[str, Any]:
@@ -510,17 +499,27 @@ def _expand(value: Any, loc: Loc, how: _Expansion, report: _Reporter) -> Any:
 
 def _secret_values(data: dict[str, Any], expanded: set[Loc]) -> set[str]:
     """Every value that will become a Secret (and typos of ``passwd``), to scrub from messages."""
-    found: set[str] = set()
-    hosts = data.get("host_info")
-    for host in hosts.values() if isinstance(hosts, dict) else ():
-        if isinstance(host, dict):
-            found.update(str(host[k]) for k in ("passwd", *schema.KNOWN_TYPOS) if isinstance(host.get(k), str | int))
-    launch = data.get("launch")
-    env = launch.get("env") if isinstance(launch, dict) else None
-    for name, value in env.items() if isinstance(env, dict) else ():
-        if _is_secret_env(str(name), ("launch", "env", name), expanded) and not isinstance(value, dict | list):
-            found.add(str(value))
+    found = _host_secrets(data.get("host_info")) | _env_secrets(data.get("launch"), expanded)
     return {s for s in found if s}
+
+
+def _host_secrets(hosts: object) -> set[str]:
+    """Every host's ``passwd`` (and its typos) that is text or a number."""
+    if not isinstance(hosts, dict):
+        return set()
+    keys = ("passwd", *schema.KNOWN_TYPOS)
+    return {str(host[k]) for host in hosts.values() if isinstance(host, dict)
+            for k in keys if isinstance(host.get(k), str | int)}
+
+
+def _env_secrets(launch: object, expanded: set[Loc]) -> set[str]:
+    """The scalar values of ``launch.env`` that become Secrets (by their name, or a ``${VAR}``)."""
+    env = launch.get("env") if isinstance(launch, dict) else None
+    if not isinstance(env, dict):
+        return set()
+    return {str(value) for name, value in env.items()
+            if _is_secret_env(str(name), ("launch", "env", name), expanded)
+            and not isinstance(value, dict | list)}
 
 
 def _is_secret_env(name: str, loc: Loc, expanded: set[Loc]) -> bool:
@@ -585,28 +584,20 @@ def _resolve(
 
     ssh_config, warnings = _ssh_config(d, base, environ, report)
     defaults = _defaults(d, base, environ, ssh_config)
-    art = doc.artifacts or schema.ArtifactsModel()
-    artifacts = ArtifactsSpec(
-        run_package=controller_path(art.run_package, base, environ) if art.run_package else None,
-        wheel=controller_path(art.wheel, base, environ) if art.wheel else None,
-        install_path=art.install_path,
-    )
+    artifacts = _artifacts(doc.artifacts or schema.ArtifactsModel(), base, environ)
     hosts: dict[str, HostSpec] = {}
     for name, model in doc.host_info.items():
         hosts[name] = _host(name, model, d, defaults, artifacts, local, report, ssh_config)
     _check_addresses(hosts, report)
     launch = doc.launch or schema.LaunchModel()
     _check_rendezvous_nic(hosts, _first(launch.rendezvous_nic, "manage_nic"), report)
-    env = {
-        k: Secret(v) if _is_secret_env(k, ("launch", "env", k), expanded) else v for k, v in (launch.env or {}).items()
-    }
+    env = _launch_env(launch.env or {}, expanded)
     return EnvConfig(
         path=path,
         source=report.source,
         hosts=MappingProxyType(hosts),
         defaults=defaults,
-        cann=CannSpec(set_env=doc.cann.set_env, extra_set_env=tuple(doc.cann.extra_set_env or ()))
-        if doc.cann else None,
+        cann=_cann(doc.cann),
         artifacts=artifacts,
         launch=LaunchSpec(
             backend=_first(launch.backend, schema.BUILTIN["backend"]),
@@ -620,22 +611,46 @@ def _resolve(
     )
 
 
+def _artifacts(art: schema.ArtifactsModel, base: Path, environ: Mapping[str, str]) -> ArtifactsSpec:
+    """The env's ``artifacts``, their controller paths resolved against the env file's folder."""
+    def local(value: str | None) -> str | None:
+        return controller_path(value, base, environ) if value else None
+
+    return ArtifactsSpec(run_package=local(art.run_package), wheel=local(art.wheel),
+                         install_path=art.install_path)
+
+
+def _launch_env(env: Mapping[str, str], expanded: set[Loc]) -> dict[str, str | Secret]:
+    """``launch.env`` with each secret value (by its name, or a ``${VAR}``) held as a Secret."""
+    return {k: Secret(v) if _is_secret_env(k, ("launch", "env", k), expanded) else v
+            for k, v in env.items()}
+
+
+def _cann(cann: schema.CannModel | None) -> CannSpec | None:
+    if cann is None:
+        return None
+    return CannSpec(set_env=cann.set_env, extra_set_env=tuple(cann.extra_set_env or ()))
+
+
 def _launch_warnings(launch: schema.LaunchModel, env: Mapping[str, Any], report: _Reporter) -> list[str]:
     """The timeout order of ``launch.env`` (warnings), its master port against HCCL's ports (an error)."""
-    from framework.ascend.nic import hccl_host_ports
-    from framework.ascend.timeouts import order_problems
-
     plain = {k: str(v) for k, v in env.items() if not isinstance(v, Secret)}
-    ports = hccl_host_ports(plain)
-    backend = _first(launch.backend, schema.BUILTIN["backend"])
-    if backend == "hccl" and launch.master_port is not None and launch.master_port in ports:
-        report.add("launch.master_port", f"{launch.master_port} is one of HCCL's host ports "
-                                         f"({ports.start}-{ports.stop - 1}, from HCCL_IF_BASE_PORT): pick "
-                                         "another, or null to let camit choose")
+    clash = _master_port_clash(launch, hccl_host_ports(plain))
+    if clash:
+        report.add("launch.master_port", clash)
     out = [f"{report.source}: {w}" for w in order_problems(plain)]
     for w in out:
         log.warning("%s", w)
     return out
+
+
+def _master_port_clash(launch: schema.LaunchModel, ports: range) -> str | None:
+    """On hccl, ``launch.master_port`` may not be one of HCCL's host ports (it would take one)."""
+    backend = _first(launch.backend, schema.BUILTIN["backend"])
+    if backend != "hccl" or launch.master_port is None or launch.master_port not in ports:
+        return None
+    return (f"{launch.master_port} is one of HCCL's host ports ({ports.start}-{ports.stop - 1}, "
+            "from HCCL_IF_BASE_PORT): pick another, or null to let camit choose")
 
 
 def _check_rendezvous_nic(hosts: Mapping[str, HostSpec], which: str, report: _Reporter) -> None:
@@ -653,8 +668,7 @@ def _ssh_config(d: schema.DefaultsModel, base: Path, environ: Mapping[str, str],
     path, named = find_ssh_config(d.ssh_config, base, environ)
     if path is None:
         return None, []
-    key = "defaults.ssh_config" if d.ssh_config is not None else None
-    origin = "" if key else (f" (from ${SSH_CONFIG_ENV})" if named else "")
+    key, origin = _ssh_config_origin(d, named)
     if named and not path.is_file():
         report.add(key, f"ssh_config {path}{origin} does not exist "
                         "(set defaults.ssh_config: none to read none)")
@@ -664,11 +678,19 @@ def _ssh_config(d: schema.DefaultsModel, base: Path, environ: Mapping[str, str],
     except ValueError as exc:
         report.add(key, f"{exc}{origin}")
         return None, []
-    warnings = [f"{report.source}: ssh_config {path}: {what} is not followed by camit (only this file is read)"
-                for what in parsed.ignored]
+    warnings = [f"{report.source}: ssh_config {path}: {what} is not followed by camit "
+                "(only this file is read)" for what in parsed.ignored]
     for w in warnings:
         log.warning("%s", w)
     return parsed, warnings
+
+
+def _ssh_config_origin(d: schema.DefaultsModel, named: bool) -> tuple[str | None, str]:
+    """(key path, origin note) of the ssh_config file: ``defaults.ssh_config``, else the environment
+    variable that named it, else the default file (no key, no note)."""
+    if d.ssh_config is not None:
+        return "defaults.ssh_config", ""
+    return None, f" (from ${SSH_CONFIG_ENV})" if named else ""
 
 
 def _ssh_lookup(cfg: SshConfigFile | None, name: str, key_path: str, report: _Reporter) -> SshHostConfig:
@@ -679,43 +701,27 @@ def _ssh_lookup(cfg: SshConfigFile | None, name: str, key_path: str, report: _Re
     except ValueError as exc:
         report.add(key_path, str(exc))
         return SshHostConfig()
-    if found.hostname is not None and not (_is_ipv4(found.hostname) or schema.is_hostname(found.hostname)):
+    if found.hostname is not None and not schema.is_address_or_name(found.hostname):
         report.add(key_path, f"ssh_config {cfg.path} (Host {name}): HostName {found.hostname!r} is not an "
                              "IPv4 address or host name")
         return SshHostConfig()
     return found
 
 
-def _is_ipv4(value: str) -> bool:
-    try:
-        ipaddress.IPv4Address(value)
-    except ValueError:
-        return False
-    return True
-
-
 def _jump(name: str, h: schema.HostModel, d: schema.DefaultsModel, found: SshHostConfig, lookup: str,
           user: str, key_file: Path | None, cfg: SshConfigFile | None, report: _Reporter) -> JumpSpec | None:
     """The host's jump host: its own ``jump_host``, else ``defaults.jump_host``, else ssh_config's ProxyJump."""
-    if h.jump_host is not None:
-        value, key, origin = h.jump_host, f"host_info.{name}.jump_host", f"host_info.{name}.jump_host"
-    elif d.jump_host is not None:
-        value, key, origin = d.jump_host, "defaults.jump_host", "defaults.jump_host"
-    elif found.proxy_jump is not None:
-        assert cfg is not None
-        value, key = found.proxy_jump, f"host_info.{name}"
-        origin = f"ProxyJump of Host {lookup} in ssh_config {cfg.path}"
-    else:
+    source = _jump_source(name, h, d, found, lookup, cfg)
+    if source is None or source[0].lower() == schema.NO_JUMP:
         return None
-    if value.lower() == schema.NO_JUMP:
-        return None
+    value, key, origin = source
     try:
         juser, jname, jport = schema.parse_jump(value)
     except ValueError as exc:  # only ssh_config's value gets here unchecked
         report.add(key, f"{origin}: {value!r} {exc}")
         return None
     jfound = _ssh_lookup(cfg, jname, key, report)
-    if jfound.proxy_jump is not None and jfound.proxy_jump not in (value, jname):
+    if _another_hop(jfound, value, jname):
         assert cfg is not None
         report.add(key, f"jump host {jname!r} (from {origin}) has its own ProxyJump {jfound.proxy_jump!r} "
                         f"in ssh_config {cfg.path}; camit supports one jump host")
@@ -729,6 +735,25 @@ def _jump(name: str, h: schema.HostModel, d: schema.DefaultsModel, found: SshHos
     )
 
 
+def _another_hop(jfound: SshHostConfig, value: str, jname: str) -> bool:
+    """The jump host has a ProxyJump of its own (one naming itself does not count)."""
+    return jfound.proxy_jump is not None and jfound.proxy_jump not in (value, jname)
+
+
+def _jump_source(name: str, h: schema.HostModel, d: schema.DefaultsModel, found: SshHostConfig,
+                 lookup: str, cfg: SshConfigFile | None) -> tuple[str, str, str] | None:
+    """(value, key path, origin) of the jump host that applies to the host (None: none does)."""
+    if h.jump_host is not None:
+        return h.jump_host, f"host_info.{name}.jump_host", f"host_info.{name}.jump_host"
+    if d.jump_host is not None:
+        return d.jump_host, "defaults.jump_host", "defaults.jump_host"
+    if found.proxy_jump is None:
+        return None
+    assert cfg is not None
+    origin = f"ProxyJump of Host {lookup} in ssh_config {cfg.path}"
+    return found.proxy_jump, f"host_info.{name}", origin
+
+
 def _host_npu(name: str, hnpu: schema.NpuModel, defaults: Defaults, report: _Reporter) -> NpuSpec:
     """A host's NPUs (its keys, else the defaults'); a visible device out of range is a problem on its key."""
     npu = NpuSpec(
@@ -738,11 +763,19 @@ def _host_npu(name: str, hnpu: schema.NpuModel, defaults: Defaults, report: _Rep
     )
     if npu.count > 0 and npu.visible:
         where = f"host_info.{name}.npu.visible" if hnpu.visible is not None else "defaults.npu.visible"
-        for dev in npu.visible:
-            if dev >= npu.count:
-                report.add(where, f"device {dev} is out of range: host {name!r} has npu.count {npu.count} "
-                                  f"(devices 0..{npu.count - 1})")
+        _check_visible(name, npu, where, report)
     return npu
+
+
+def _check_visible(name: str, npu: NpuSpec, where: str, report: _Reporter) -> None:
+    """Each visible device past ``npu.count`` is a problem on the key that listed it."""
+    for dev in (d for d in npu.visible or () if d >= npu.count):
+        report.add(where, f"device {dev} is out of range: host {name!r} has npu.count {npu.count} "
+                          f"(devices 0..{npu.count - 1})")
+
+
+def _test_nic(model: schema.TestNicModel | None) -> TestNicSpec | None:
+    return TestNicSpec(**model.model_dump()) if model else None
 
 
 def _host(
@@ -769,8 +802,8 @@ def _host(
         ssh_ip=found.hostname or lookup,
         ssh_port=_first(h.ssh_port, found.port, schema.BUILTIN["ssh_port"]),
         manage_nic=NicSpec(name=h.manage_nic.name, ip=h.manage_nic.ip, mac=h.manage_nic.mac),
-        test_nic1=TestNicSpec(**h.test_nic1.model_dump()) if h.test_nic1 else None,
-        test_nic2=TestNicSpec(**h.test_nic2.model_dump()) if h.test_nic2 else None,
+        test_nic1=_test_nic(h.test_nic1),
+        test_nic2=_test_nic(h.test_nic2),
         bmc=h.bmc,
         isolcpu=h.isolcpu,
         isolcpu_list=parse_cpu_list(h.isolcpu) if h.isolcpu else (),

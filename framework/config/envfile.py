@@ -1,17 +1,7 @@
 """Which environment file to use: the one rule every entry point follows (pure, no I/O).
 
-Precedence, first non-empty wins:
-
-1. the explicit path (``--env FILE`` of ``camit`` and of the pytest plugin),
-2. ``$CAMIT_ENV``,
-3. the ini key ``camit_env`` (pytest only),
-4. :data:`DEFAULT_ENV_PATH` (``/etc/ubus_ci/test_env.yaml``, where the URMA harness kept it) — for
-   the entry points that cannot run without an env (``camit``, ``BaseTest``). The pytest plugin and
-   the preflight suite pass ``default=None``: without an env they stay inert or skip.
-
-:func:`resolve_env_path` returns the path and where it came from (:data:`SOURCES`); an empty
-string counts as unset (``CAMIT_ENV=`` disables the variable).
-"""
+First non-empty wins: the explicit path, ``$CAMIT_ENV``, the ini key ``camit_env`` (pytest
+only), then :data:`DEFAULT_ENV_PATH` for the entry points that need an env."""
 
 from __future__ import annotations
 

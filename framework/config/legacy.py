@@ -1,22 +1,5 @@
 """Keys the URMA harness accepts and never uses: dropped from an env file with a warning naming
-each.
-
-The harness (``test_framework/common/host.py`` ``UBUSHost.__init__``, ``constants.py``) reads
-``host_info.<host>.{manage_nic, ssh_ip, ssh_port, user, passwd, bmc, isolcpu, env_type, arch,
-test_nic1, test_nic2}`` and nothing else, stores ``bmc`` whatever it is, and uses a host name in
-``manage_nic.ip`` as the SSH target. So an env file it accepts may hold:
-
-- ``test_nic3`` and beyond (never read) -> dropped;
-- ``bmc`` as a mapping (stored, never used) -> dropped;
-- a top-level key camit does not know (the harness reads only ``host_info``) -> dropped, unless it
-  looks like a misspelt camit key (then it stays an error with the hint);
-- a host name as ``manage_nic.ip`` -> the name becomes ``ssh_ip`` (when unset), ``manage_nic.ip``
-  the name's IPv4 address as the controller resolves it (unresolvable: left, so the usual error
-  names it).
-
-Everything else camit reads keeps its strict check. :func:`tolerate` is pure except for the
-resolver.
-"""
+each."""
 
 from __future__ import annotations
 
@@ -49,51 +32,73 @@ def _is_ipv4(value: object) -> bool:
 
 def _host(name: str, host: dict[str, Any], resolve: Callable[[str], str | None]) -> list[str]:
     """Drop or rewrite one host's harness-only keys in place; the warnings."""
-    warned = []
-    for key in [k for k in host if isinstance(k, str) and _EXTRA_NIC.match(k)]:
+    warned = _drop_extra_nics(name, host) + _drop_bmc(name, host)
+    return warned + _named_manage_nic(name, host, resolve)
+
+
+def _drop_extra_nics(name: str, host: dict[str, Any]) -> list[str]:
+    """NICs past test_nic2 (``test_nic3``...): the harness reads none of them."""
+    extra = [k for k in host if isinstance(k, str) and _EXTRA_NIC.match(k)]
+    for key in extra:
         del host[key]
-        warned.append(
-            f"host_info.{name}.{key}: ignored (the URMA harness reads only test_nic1 and test_nic2)"
-        )
-    if isinstance(host.get("bmc"), dict):
-        del host["bmc"]
-        warned.append(
-            f"host_info.{name}.bmc: a mapping, ignored (the URMA harness stores bmc, never uses it)"
-        )
+    return [f"host_info.{name}.{key}: ignored (the URMA harness reads only test_nic1 and test_nic2)"
+            for key in extra]
+
+
+def _drop_bmc(name: str, host: dict[str, Any]) -> list[str]:
+    """A ``bmc`` mapping: the harness stores it and never uses it."""
+    if not isinstance(host.get("bmc"), dict):
+        return []
+    del host["bmc"]
+    return [f"host_info.{name}.bmc: a mapping, ignored (the URMA harness stores bmc, never uses "
+            "it)"]
+
+
+def _named_manage_nic(name: str, host: dict[str, Any],
+                      resolve: Callable[[str], str | None]) -> list[str]:
+    """A host name as ``manage_nic.ip``: the harness connects to it; camit takes it as ``ssh_ip``
+    and its address as the NIC's."""
     nic = host.get("manage_nic")
     ip = nic.get("ip") if isinstance(nic, dict) else None
-    if isinstance(nic, dict) and isinstance(ip, str) and not _is_ipv4(ip) and is_hostname(ip):
-        address = resolve(ip)
-        if address is not None and _is_ipv4(address):
-            host.setdefault("ssh_ip", ip)
-            nic["ip"] = address
-            warned.append(
-                f"host_info.{name}.manage_nic.ip: host name {ip!r} used as ssh_ip (as the URMA "
-                f"harness does), manage_nic.ip is its address {address}"
-            )
-    return warned
+    if not isinstance(ip, str) or _is_ipv4(ip) or not is_hostname(ip):
+        return []
+    address = resolve(ip)
+    if address is None or not _is_ipv4(address):
+        return []
+    host.setdefault("ssh_ip", ip)
+    host["manage_nic"]["ip"] = address
+    return [f"host_info.{name}.manage_nic.ip: host name {ip!r} used as ssh_ip (as the URMA "
+            f"harness does), manage_nic.ip is its address {address}"]
 
 
 def tolerate(data: Any, resolve: Callable[[str], str | None] | None = None) -> list[str]:
     """Drop or rewrite, in place, what the harness accepts and ignores (see the module docstring);
-    the
-    warnings.
-    ``resolve`` (name -> IPv4 text or None) defaults to the controller's resolver."""
-    if resolve is None:
-        resolve = _resolve
+    the warnings. ``resolve`` (name -> IPv4 text or None) defaults to the controller's resolver."""
     if not isinstance(data, dict):
         return []
-    known = list(EnvDocument.model_fields)
-    warned = []
-    for key in [k for k in data if k not in known]:
-        if not isinstance(key, str) or difflib.get_close_matches(key, known, n=1, cutoff=0.6):
-            continue  # looks like a misspelt camit key: the usual error with its hint
-        del data[key]
-        warned.append(
-            f"{key}: unknown top-level key, ignored (the URMA harness reads only host_info)"
-        )
+    warned = _drop_unknown_top(data)
     hosts = data.get("host_info")
     for name, host in hosts.items() if isinstance(hosts, dict) else ():
         if isinstance(host, dict):
-            warned += _host(str(name), host, resolve)
+            warned += _host(str(name), host, resolve or _resolve)
     return warned
+
+
+def _drop_unknown_top(data: dict[Any, Any]) -> list[str]:
+    """Top-level keys the harness ignores, unless one looks like a misspelt camit key (then the
+    usual error, with its hint)."""
+    known = list(EnvDocument.model_fields)
+    dropped = [k for k in data if _ignored_by_harness(k, known)]
+    for key in dropped:
+        del data[key]
+    return [f"{key}: unknown top-level key, ignored (the URMA harness reads only host_info)"
+            for key in dropped]
+
+
+def _ignored_by_harness(key: object, known: list[str]) -> bool:
+    """A top-level key camit does not know, which does not look like a misspelt camit key."""
+    if not isinstance(key, str) or key in known:
+        return False
+    return not difflib.get_close_matches(key, known, n=1, cutoff=0.6)
+
+

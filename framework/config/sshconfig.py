@@ -1,14 +1,5 @@
-"""The OpenSSH client config (``~/.ssh/config``) as camit reads it: which file, and what it says about one host.
-
-Five keys are honoured — ``HostName``, ``User``, ``Port``, ``IdentityFile`` (the first) and ``ProxyJump`` (one
-hop) — looked up, as ``ssh <name>`` would, by the name camit connects to (a host's ``ssh_ip``, a jump host's
-name). Anything else in the file (``ProxyCommand`` aside, which is refused) is left to OpenSSH. ``Match exec``
-is refused before paramiko sees the file (it would run the command), naming file and line. Which file:
-``defaults.ssh_config`` of the env file, else ``$CAMIT_SSH_CONFIG``, else ``~/.ssh/config`` when it exists;
-``none`` for either reads no file. Parsing uses paramiko's ``SSHConfig``, imported only when there is a file.
-Every problem is a ``ValueError`` whose text names the file; :mod:`framework.config.effective` turns it into one
-``ConfigError`` naming the key path too.
-"""
+"""The OpenSSH client config (``~/.ssh/config``) as camit reads it: which file, and what it says
+about one host."""
 
 from __future__ import annotations
 
@@ -68,19 +59,30 @@ class SshConfigFile:
         except (paramiko.SSHException, OSError, ValueError) as exc:
             raise ValueError(f"ssh_config {self.path}: looking up {name!r} failed: {exc}") from None
         where = f"ssh_config {self.path} (Host {name})"
-        if "proxycommand" in found and str(found["proxycommand"]).lower() != NONE:
+        if str(found.get("proxycommand", NONE)).lower() != NONE:
             raise ValueError(f"{where}: ProxyCommand is not supported by camit; use ProxyJump (one hop)")
         port = _port(found, where)
         jump = _jump(found, where)
-        files = found.get("identityfile") or []
-        hostname = found.get("hostname")
+        hostname = _text(found, "hostname")
         return SshHostConfig(
-            hostname=str(hostname) if hostname and hostname != name else None,
-            user=str(found["user"]) if found.get("user") else None,
+            hostname=None if hostname == name else hostname,
+            user=_text(found, "user"),
             port=port,
-            identity_file=Path(files[0]) if files else None,
-            proxy_jump=str(jump) if jump else None,
+            identity_file=_identity_file(found),
+            proxy_jump=jump,
         )
+
+
+def _text(found: Mapping[str, Any], key: str) -> str | None:
+    """A key's value as text; None when it is not set (or empty)."""
+    value = found.get(key)
+    return str(value) if value else None
+
+
+def _identity_file(found: Mapping[str, Any]) -> Path | None:
+    """The first ``IdentityFile`` (paramiko lists them all)."""
+    files = found.get("identityfile")
+    return Path(files[0]) if files else None
 
 
 def _port(found: Mapping[str, Any], where: str) -> int | None:
@@ -93,12 +95,12 @@ def _port(found: Mapping[str, Any], where: str) -> int | None:
     return int(text)
 
 
-def _jump(found: Mapping[str, Any], where: str) -> Any:
+def _jump(found: Mapping[str, Any], where: str) -> str | None:
     """The ``ProxyJump`` of a lookup (None for ``none``); ValueError for several hops."""
-    jump = found.get("proxyjump")
-    if jump is not None and str(jump).lower() == NONE:
+    jump = _text(found, "proxyjump")
+    if jump is None or jump.lower() == NONE:
         return None
-    if jump is not None and "," in str(jump):
+    if "," in jump:
         raise ValueError(f"{where}: ProxyJump {jump!r} has several hops; camit supports one jump host")
     return jump
 
@@ -108,16 +110,20 @@ def refuse_exec(text: str, path: Path) -> None:
     controller while looking a name up (a shell, as root on a CI agent); the file comes from an env file, which
     camit treats as untrusted. Reading an ssh_config never executes anything."""
     for number, line in enumerate(text.splitlines(), 1):
-        found = _SETTING.match(line.strip())
-        if found is None or found.group(1).lower() != "match":
-            continue
-        try:
-            words = shlex.split(found.group(2))
-        except ValueError:
-            words = found.group(2).split()
-        if any(w.lstrip("!").lower() == "exec" for w in words):
+        if any(w.lstrip("!").lower() == "exec" for w in _match_words(line)):
             raise ValueError(f"ssh_config {path}:{number}: 'Match exec' runs a command on the controller; "
                              "camit refuses it (use Host blocks)")
+
+
+def _match_words(line: str) -> list[str]:
+    """A ``Match`` line's criteria, split as a shell would (else on blanks); other lines: none."""
+    found = _SETTING.match(line.strip())
+    if found is None or found.group(1).lower() != "match":
+        return []
+    try:
+        return shlex.split(found.group(2))
+    except ValueError:
+        return found.group(2).split()
 
 
 def find(value: str | None, base: Path, environ: Mapping[str, str]) -> tuple[Path | None, bool]:

@@ -1,36 +1,14 @@
 """Reading an environment file into plain data: its text, strict YAML, then ``${VAR}`` expansion.
 
-PyYAML silently keeps the last of two equal mapping keys, so a second ``host1:`` would replace
-the first without a word; :func:`parse_yaml` composes the node tree first and rejects any
-duplicate key, at any depth, with its key path and line. The loader also drops YAML 1.1's
-base-60 numbers, octal and timestamps, which would turn an unquoted MAC such as
-``52:54:00:12:34:56`` into an integer.
-
-The file is not trusted: every error is one :class:`~framework.errors.ConfigError`, found within
-bounded time and memory, and no message quotes text from the file that could be a password.
-
-- :func:`read_text` reads only a regular file (a FIFO, device or socket is refused before it is
-  read, so ``/dev/zero`` or a pipe cannot hang or exhaust the loader) of at most
-  :data:`MAX_BYTES`, and refuses NUL and other control characters with their line and column.
-- :func:`parse_yaml` reads libyaml's events (C) and bounds the node tree while it composes it (at
-  most :data:`MAX_NODES` nodes and :data:`MAX_CHARS` characters: a flat 4 MiB list is refused
-  after 0.2 s and 20 MiB, not 34 s and 1.6 GiB), then *as the program will see it*, aliases
-  expanded: at most :data:`MAX_DEPTH` levels and :data:`MAX_NODES` values of :data:`MAX_CHARS`
-  characters in all (a 450-byte "billion laughs" alias bomb stands for 387 million values), refuses recursive
-  and undefined aliases, an anchor with no value (``passwd: &x`` is a password that YAML read as
-  an anchor), YAML tags (``passwd: !x``) and integers of more than :data:`MAX_INT_DIGITS` digits,
-  each with its key path.
-- Syntax errors give a 1-based line and column but neither PyYAML's source snippet nor the alias,
-  anchor, tag or character it quotes: that text could be the start of a password.
-- :func:`expand_vars` stops when substitutions would grow the data past :data:`MAX_CHARS`.
-"""
+The file is not trusted: every error is one ConfigError, found in bounded time and memory,
+quoting nothing."""
 
 from __future__ import annotations
 
 import os
 import re
 import stat
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 import yaml
@@ -97,6 +75,9 @@ _TOKEN_IDS = frozenset({
 _BLANKS = {"'\\t'": "a tab", "' '": "a space", "'\\n'": "a line break", "'\\r'": "a line break",
            "'\\x00'": "end of input", "'\\ufeff'": "a byte order mark"}
 
+#: a problem found in the document: (its key path, dotted; None: the document as a whole), its text
+_Problem = tuple["str | None", str]
+
 
 class _Refused(Exception):
     """A problem found while composing, with the key path where it is."""
@@ -129,30 +110,41 @@ class _EnvLoader(Composer, _Parser, SafeConstructor, Resolver):
         self._open: set[str] = set()  # anchors of the collections being composed
 
     def compose_node(self, parent: Node | None, index: Any) -> Node | None:
-        if parent is not None:
-            self.path.append(index.value if isinstance(index, ScalarNode) else "?" if index is None else index)
+        if parent is None:
+            return self._compose(parent, index)
+        # the child's step in the key path: its key's text, its index, or "?" when it has none
+        word = index.value if isinstance(index, ScalarNode) else index
+        self.path.append("?" if word is None else word)
         try:
-            if len(self.path) > MAX_DEPTH:
-                raise _Refused(tuple(self.path[:1]), f"nested deeper than {MAX_DEPTH} levels")
-            event = self.peek_event()
-            self._count(event)
-            anchor = event.anchor if isinstance(event, NodeEvent) else None
-            if anchor is not None and isinstance(event, NodeEvent):
-                self._check_anchor(event, anchor)
-            if anchor is None or isinstance(event, AliasEvent):
-                return super().compose_node(parent, index)
-            collection = isinstance(event, CollectionStartEvent)
-            if collection:
-                self._open.add(anchor)
-            try:
-                node = super().compose_node(parent, index)
-            finally:
-                self._open.discard(anchor)
-            self.anchored.add(id(node))
-            return node
+            return self._compose(parent, index)
         finally:
-            if parent is not None:
-                self.path.pop()
+            self.path.pop()
+
+    def _compose(self, parent: Node | None, index: Any) -> Node | None:
+        """One node, refused past the bounds; an anchor checked, an anchored node recorded."""
+        if len(self.path) > MAX_DEPTH:
+            raise _Refused(tuple(self.path[:1]), f"nested deeper than {MAX_DEPTH} levels")
+        event = self.peek_event()
+        self._count(event)
+        if not isinstance(event, NodeEvent) or event.anchor is None:
+            return super().compose_node(parent, index)
+        self._check_anchor(event, event.anchor)
+        if isinstance(event, AliasEvent):
+            return super().compose_node(parent, index)
+        return self._compose_anchored(parent, index, event, event.anchor)
+
+    def _compose_anchored(self, parent: Node | None, index: Any, event: NodeEvent,
+                          anchor: str) -> Node | None:
+        """A node that carries an anchor (a collection's is open while it is composed: no alias
+        to it inside it)."""
+        if isinstance(event, CollectionStartEvent):
+            self._open.add(anchor)
+        try:
+            node = super().compose_node(parent, index)
+        finally:
+            self._open.discard(anchor)
+        self.anchored.add(id(node))
+        return node
 
     def _count(self, event: Any) -> None:
         """Refuse the document as soon as it holds more nodes or characters than the bounds allow."""
@@ -224,15 +216,20 @@ def _read_bytes(source: str) -> bytes | str:
         problem = _file_kind(st.st_mode) or (_too_big(st.st_size) if st.st_size > MAX_BYTES else None)
         if problem:
             return problem
-        chunks, size = [], 0
-        while size <= MAX_BYTES:
-            chunk = os.read(fd, min(1 << 20, MAX_BYTES + 1 - size))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
+        return _read_capped(fd)
     finally:
         os.close(fd)
+
+
+def _read_capped(fd: int) -> bytes | str:
+    """At most MAX_BYTES of an open file, or why not (it grew past them after its fstat)."""
+    chunks, size = [], 0
+    while size <= MAX_BYTES:
+        chunk = os.read(fd, min(1 << 20, MAX_BYTES + 1 - size))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
     return _too_big(size) if size > MAX_BYTES else b"".join(chunks)
 
 
@@ -242,17 +239,10 @@ def read_text(source: str, error: MakeError) -> str:
     Only a regular file of at most :data:`MAX_BYTES` is read; NUL and control characters (other
     than tab and line breaks) are refused with their line and column.
     """
-    result: bytes | str
     try:
         result = _read_bytes(source)
-    except FileNotFoundError:
-        result = "file not found"
-    except IsADirectoryError:
-        result = "is a directory, not a file"
-    except PermissionError:
-        result = "permission denied"
     except OSError as exc:
-        result = f"cannot read the file: {exc.strerror or type(exc).__name__}"
+        result = _unreadable(exc)
     if isinstance(result, str):
         raise error(None, result)
     try:
@@ -261,12 +251,31 @@ def read_text(source: str, error: MakeError) -> str:
         raise error(None, f"not UTF-8 text (bad byte at offset {exc.start})") from None
     bad = _CONTROL.search(text)
     if bad:
-        line = text.count("\n", 0, bad.start()) + 1
-        column = bad.start() - (text.rfind("\n", 0, bad.start()) + 1) + 1
-        what = "a NUL byte" if bad.group() == "\0" else f"the control character U+{ord(bad.group()):04X}"
-        raise error(None, f"{what} at line {line}, column {column}: an environment file is text "
-                          "(write control characters as escapes in a double-quoted string)")
+        raise error(None, _control_problem(text, bad))
     return text
+
+
+#: why a file could not be opened, by the error its opening raised (the first that matches)
+_UNREADABLE: tuple[tuple[type[OSError], str], ...] = (
+    (FileNotFoundError, "file not found"),
+    (IsADirectoryError, "is a directory, not a file"),
+    (PermissionError, "permission denied"),
+)
+
+
+def _unreadable(exc: OSError) -> str:
+    found = next((why for kind, why in _UNREADABLE if isinstance(exc, kind)), None)
+    return found or f"cannot read the file: {exc.strerror or type(exc).__name__}"
+
+
+def _control_problem(text: str, bad: re.Match[str]) -> str:
+    """A control character in the text, named with its line and column."""
+    line = text.count("\n", 0, bad.start()) + 1
+    column = bad.start() - (text.rfind("\n", 0, bad.start()) + 1) + 1
+    char = bad.group()
+    what = "a NUL byte" if char == "\0" else f"the control character U+{ord(char):04X}"
+    return (f"{what} at line {line}, column {column}: an environment file is text "
+            "(write control characters as escapes in a double-quoted string)")
 
 
 def expand_vars(value: Any, environ: Mapping[str, str], expanded: set[Loc], error: MakeError, loc: Loc = (),
@@ -288,13 +297,9 @@ def expand_vars(value: Any, environ: Mapping[str, str], expanded: set[Loc], erro
         if match.group(0) == "$${":
             return "${"
         name = match.group("name")
-        if match.group("close") is None:
-            raise error(dotted(loc), "unterminated '${' (write '$${' for a literal '${')")
-        if not re.fullmatch(ENV_NAME_RE, name):
-            raise error(dotted(loc), f"'${{{name}}}' is not a valid variable reference "
-                                     "(write '$${' for a literal '${')")
-        if name not in environ:
-            raise error(dotted(loc), f"environment variable {name!r} is not set")
+        problem = _reference_problem(match, environ)
+        if problem:
+            raise error(dotted(loc), problem)
         budget[0] -= len(environ[name])
         if budget[0] < 0:
             raise error(dotted(loc), f"substituting ${{{name}}} makes the document larger than {MAX_CHARS} "
@@ -305,6 +310,18 @@ def expand_vars(value: Any, environ: Mapping[str, str], expanded: set[Loc], erro
     return _REF.sub(substitute, value)
 
 
+def _reference_problem(match: re.Match[str], environ: Mapping[str, str]) -> str | None:
+    """What is wrong with one ``${NAME}``: unterminated, not a name, or not set."""
+    name = match.group("name")
+    if match.group("close") is None:
+        return "unterminated '${' (write '$${' for a literal '${')"
+    if not re.fullmatch(ENV_NAME_RE, name):
+        return f"'${{{name}}}' is not a valid variable reference (write '$${{' for a literal '${{')"
+    if name not in environ:
+        return f"environment variable {name!r} is not set"
+    return None
+
+
 def parse_yaml(text: str, error: MakeError) -> dict[str, Any]:
     """Parse one environment document; it must be a non-empty mapping.
 
@@ -313,35 +330,50 @@ def parse_yaml(text: str, error: MakeError) -> dict[str, Any]:
             values, characters, digits), a recursive or undefined alias, an anchor with no value,
             a tag, empty file, not a mapping.
     """
-    problem: tuple[str | None, str] | None = None
-    data: Any = None
-    try:
-        loader = _EnvLoader(text)
-        try:
-            node = loader.get_single_node()
-            if node is not None:
-                problem = _check_size(node) or _check_tree(node, (), set(), loader.anchored)
-                if problem is None:
-                    data = loader.construct_document(node)
-        finally:
-            loader.dispose()
-    except _Refused as exc:
-        problem = (dotted(exc.loc) or None, exc.problem)
-    except yaml.MarkedYAMLError as exc:
-        problem = (None, _syntax_problem(exc))
-    except yaml.YAMLError as exc:
-        problem = (None, f"not a valid YAML document ({type(exc).__name__})")
-    except RecursionError:  # a backstop: the bounds above stop every nesting we know of first
-        problem = (None, f"nested deeper than {MAX_DEPTH} levels")
-    # raised outside the except block: PyYAML's exception text quotes the source line
+    data, problem = _load(text)
+    # raised outside any except block: PyYAML's exception text quotes the source line
     if problem is not None:
         raise error(*problem)
     if data is None:
         raise error(None, "the file is empty (expected a mapping with a 'host_info' key)")
     if not isinstance(data, dict):
-        kind = "a list" if isinstance(data, list) else "a string" if isinstance(data, str) else "a single value"
+        kind = _kind(data)
         raise error(None, f"the top level must be a mapping with a 'host_info' key, got {kind}")
     return data
+
+
+def _load(text: str) -> tuple[Any, _Problem | None]:
+    """The document's data, else the first problem reading it: syntax, a bound, an alias, a tag."""
+    try:
+        return _construct(text)
+    except _Refused as exc:
+        return None, (dotted(exc.loc) or None, exc.problem)
+    except yaml.MarkedYAMLError as exc:
+        return None, (None, _syntax_problem(exc))
+    except yaml.YAMLError as exc:
+        return None, (None, f"not a valid YAML document ({type(exc).__name__})")
+    except RecursionError:  # a backstop: the bounds above stop every nesting we know of first
+        return None, (None, f"nested deeper than {MAX_DEPTH} levels")
+
+
+def _construct(text: str) -> tuple[Any, _Problem | None]:
+    """Compose the document, check its node tree, and only then build its data."""
+    loader = _EnvLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None, None
+        problem = _check_size(node) or _check_tree(node, (), set(), loader.anchored)
+        return (None, problem) if problem else (loader.construct_document(node), None)
+    finally:
+        loader.dispose()
+
+
+def _kind(data: object) -> str:
+    """What a top level that is not a mapping is, in words."""
+    if isinstance(data, list):
+        return "a list"
+    return "a string" if isinstance(data, str) else "a single value"
 
 
 def _hide_quoted(text: str) -> str:
@@ -364,10 +396,12 @@ def _syntax_problem(exc: yaml.MarkedYAMLError) -> str:
     return text
 
 
-def _check_size(root: Node) -> tuple[str | None, str] | None:
+def _check_size(root: Node) -> _Problem | None:
     """The first bound the document exceeds with every alias expanded: depth, values, characters.
 
-    Each node is measured once (memoised), so a bomb is measured in the time its text takes.
+    Each node is measured once (memoised), so a bomb is measured in the time its text takes. Sizes
+    are plain (values, characters, height) tuples: the garbage collector untracks them, and a
+    document may hold hundreds of thousands of nodes.
     """
     sizes: dict[int, tuple[int, int, int]] = {}  # id -> (values, characters, height)
 
@@ -377,33 +411,53 @@ def _check_size(root: Node) -> tuple[str | None, str] | None:
             if isinstance(node, ScalarNode):
                 known = (1, len(node.value), 0)
             else:
-                items = node.value if isinstance(node, SequenceNode) else [v for pair in node.value for v in pair]
-                keys = [k.value if isinstance(k, ScalarNode) else "?" for k, _ in node.value] \
-                    if isinstance(node, MappingNode) else None
-                parts = [measure(child, (*loc, keys[i // 2] if keys is not None else i))
-                         for i, child in enumerate(items)]
-                depth = 1 + max((p[2] for p in parts), default=0)
-                known = (1 + sum(p[0] for p in parts), sum(p[1] for p in parts), depth)
-                known = (min(known[0], MAX_NODES + 1), min(known[1], MAX_CHARS + 1), known[2])
+                parts = [measure(child, child_loc) for child, child_loc in _children(node, loc)]
+                known = _total(parts)
             sizes[id(node)] = known
         if len(loc) + known[2] > MAX_DEPTH:
             raise _Refused(loc[:1], f"nested deeper than {MAX_DEPTH} levels (through aliases)")
         return known
 
     values, chars, _ = measure(root, ())
-    if values <= MAX_NODES and chars <= MAX_CHARS:
+    if not _over(values, chars):
         return None
-    where = _largest_key(root, sizes)
     what = f"{MAX_NODES} values" if values > MAX_NODES else f"{MAX_CHARS} characters"
-    return where, f"expands to more than {what} (aliases counted where they are used; a YAML alias bomb?)"
+    return _largest_key(root, sizes), \
+        f"expands to more than {what} (aliases counted where they are used; a YAML alias bomb?)"
 
 
-def _largest_key(root: Node, sizes: dict[int, tuple[int, int, int]]) -> str | None:
+def _over(values: int, chars: int) -> bool:
+    """More values or characters than the bounds allow."""
+    return values > MAX_NODES or chars > MAX_CHARS
+
+
+def _total(parts: list[tuple[int, int, int]]) -> tuple[int, int, int]:
+    """A collection's (values, characters, height) from its children's, capped past the bounds."""
+    values = 1 + sum(p[0] for p in parts)
+    chars = sum(p[1] for p in parts)
+    height = 1 + max((p[2] for p in parts), default=0)
+    return min(values, MAX_NODES + 1), min(chars, MAX_CHARS + 1), height
+
+
+def _children(node: Node, loc: Loc) -> Iterator[tuple[Node, Loc]]:
+    """A collection's children with their key paths (a mapping's key and value: under the key),
+    one at a time (a document may have hundreds of thousands: none is held longer than needed)."""
+    if isinstance(node, SequenceNode):
+        for i, child in enumerate(node.value):
+            yield child, (*loc, i)
+        return
+    for key_node, value_node in node.value:
+        child_loc = (*loc, key_node.value if isinstance(key_node, ScalarNode) else "?")
+        yield key_node, child_loc
+        yield value_node, child_loc
+
+
+def _largest_key(root: Node, sizes: Mapping[int, tuple[int, int, int]]) -> str | None:
     """The first top-level key over a bound by itself, else the one holding most of the values, else None."""
     if not isinstance(root, MappingNode):
         return None
     pairs = [(k.value, sizes[id(v)]) for k, v in root.value if isinstance(k, ScalarNode)]
-    over = [key for key, (values, chars, _) in pairs if values > MAX_NODES or chars > MAX_CHARS]
+    over = [key for key, (values, chars, _) in pairs if _over(values, chars)]
     most = [key for key, (values, _, _) in pairs if 2 * values > sizes[id(root)][0]]
     return next(iter(over or most), None)
 
@@ -432,7 +486,7 @@ def _node_problem(node: Node, anchored: set[int]) -> str | None:
     return None
 
 
-def _check_tree(node: Node, loc: Loc, visited: set[int], anchored: set[int]) -> tuple[str | None, str] | None:
+def _check_tree(node: Node, loc: Loc, visited: set[int], anchored: set[int]) -> _Problem | None:
     """The first problem in the node tree, as (key path, problem): a duplicate key, a tag, a node's value."""
     if id(node) in visited:  # an alias seen before
         return None
@@ -441,24 +495,41 @@ def _check_tree(node: Node, loc: Loc, visited: set[int], anchored: set[int]) -> 
     if problem:
         return dotted(loc) or None, problem
     if isinstance(node, MappingNode):
-        first_line: dict[str, int] = {}
-        for key_node, value_node in node.value:
-            child: Loc = (*loc, "?")
-            if key_node.tag != _MERGE:
-                key, line = key_node.value, key_node.start_mark.line + 1
-                if key in first_line:
-                    return (
-                        dotted(loc) or None,
-                        f"duplicate key {key!r} at line {line} (first defined at line {first_line[key]})",
-                    )
-                first_line[key] = line
-                child = (*loc, key)
-            found = _check_tree(key_node, child, visited, anchored) or _check_tree(value_node, child, visited, anchored)
-            if found:
-                return found
-    elif isinstance(node, SequenceNode):
-        for index, item in enumerate(node.value):
-            found = _check_tree(item, (*loc, index), visited, anchored)
-            if found:
-                return found
+        return _check_mapping(node, loc, visited, anchored)
+    if isinstance(node, SequenceNode):
+        items = ((item, (*loc, index)) for index, item in enumerate(node.value))
+        return _first_problem(items, visited, anchored)
+    return None
+
+
+def _check_mapping(node: MappingNode, loc: Loc, visited: set[int],
+                   anchored: set[int]) -> _Problem | None:
+    """A mapping's first duplicate key or problem below it, key by key."""
+    first_line: dict[str, int] = {}
+    for key_node, value_node in node.value:
+        child: Loc = (*loc, "?")
+        if key_node.tag != _MERGE:
+            key, line = key_node.value, key_node.start_mark.line + 1
+            if key in first_line:
+                first = first_line[key]
+                return dotted(loc) or None, \
+                    f"duplicate key {key!r} at line {line} (first defined at line {first})"
+            first_line[key] = line
+            child = (*loc, key)
+        # (no list per entry: this runs for every key of the document)
+        found = _check_tree(key_node, child, visited, anchored) or \
+            _check_tree(value_node, child, visited, anchored)
+        if found:
+            return found
+    return None
+
+
+def _first_problem(children: Iterable[tuple[Node, Loc]], visited: set[int],
+                   anchored: set[int]) -> _Problem | None:
+    """The first problem below ``children`` (node, key path), checked in order until one is
+    found."""
+    for node, loc in children:
+        found = _check_tree(node, loc, visited, anchored)
+        if found:
+            return found
     return None

@@ -1,10 +1,5 @@
-"""Why a launch failed, in a rank's own words: the error its log ends with, a peer's absence set aside.
-
-A rank log is host output, read as data: the cause is one line taken from it (pytest's short summary, else
-the last traceback's exception line), bounded and never interpreted further. Errors that only say a peer
-went away (HCCL EI0006/EI0002, gloo's closed connection) point away from themselves: another rank's own
-error wins over them.
-"""
+"""Why a launch failed, in a rank's own words: the error its log ends with, a peer's absence set
+aside."""
 
 from __future__ import annotations
 
@@ -54,33 +49,36 @@ def first_error(text: str) -> str | None:
     """The error a rank log reports: pytest's first FAILED line, else CPython's fatal-error line, else the
     last traceback's exception line."""
     lines = [PREFIX.sub("", line, count=1) for line in text.splitlines()]
-    for rule in (PYTEST_FAILED, FATAL):
-        found = next((m for m in map(rule.match, lines) if m), None)
-        if found:
-            return _clip(found["text"])
+    found = _first(lines, PYTEST_FAILED) or _first(lines, FATAL) or _last_exception(lines)
+    return None if found is None else _clip(found)
+
+
+def _first(lines: list[str], rule: re.Pattern[str]) -> str | None:
+    """The ``text`` of the first line ``rule`` matches."""
+    return next((m["text"] for m in map(rule.match, lines) if m), None)
+
+
+def _last_exception(lines: list[str]) -> str | None:
+    """The exception line of the last traceback in ``lines``."""
     starts = [i for i, line in enumerate(lines) if line.startswith(TRACEBACK)]
-    if not starts:
-        return None
-    start = starts[-1]
-    for line in lines[start + 1:]:
-        exc = EXCEPTION.match(line)
-        if exc:
-            return _clip(exc["text"])
-    return None
+    return _first(lines[starts[-1] + 1:], EXCEPTION) if starts else None
 
 
 def of_ranks(ranks: Iterable[RankResult], first: int | None) -> Cause | None:
     """The launch's cause: the first failing rank's own error, else the lowest failed rank with one of its
     own; a peer's-absence error only when no failed rank has anything else."""
-    found = []
-    for rr in sorted(ranks, key=lambda r: (r.rank != first, r.rank)):
-        if rr.ok or not rr.log or not Path(rr.log).is_file():
-            continue
-        text = first_error(read_tail(Path(rr.log)))
-        if text is not None:
-            found.append(Cause(rr.rank, rr.host, text, bool(CONSEQUENCE.search(text))))
+    ordered = sorted(ranks, key=lambda r: (r.rank != first, r.rank))
+    found = [c for c in map(_own_error, ordered) if c is not None]
     primary = [c for c in found if not c.consequence]
     return next(iter(primary or found), None)
+
+
+def _own_error(rr: RankResult) -> Cause | None:
+    """A failed rank's error from its fetched log (None: it passed, has no log, or its log names none)."""
+    if rr.ok or not rr.log or not Path(rr.log).is_file():
+        return None
+    text = first_error(read_tail(Path(rr.log)))
+    return None if text is None else Cause(rr.rank, rr.host, text, bool(CONSEQUENCE.search(text)))
 
 
 __all__ = ["Cause", "first_error", "of_ranks"]

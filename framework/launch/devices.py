@@ -1,20 +1,5 @@
-"""After a launch on NPU hosts: are the devices free again, and what a failure leaves for the report.
-
-An NPU process killed mid-kernel can stay (D state) holding its device; the next job there fails at
-HCCL init and gets the blame (npu-fidelity.md, "Leftover processes"; ascend-hosts.md §4: decide
-idleness from ``npu-smi info``'s process table, mark such a host dirty instead of waiting on it).
-So after every launch on a host that declares NPUs (``npu.count``):
-
-- :func:`wait_released` polls ``npu-smi info`` (bounded: :data:`RELEASE_TIMEOUT`, every
-  :data:`RELEASE_INTERVAL`) until no pid of the run — the supervisor's ``TREE`` and ``LEFT`` pids and
-  the ranks' own — holds a device, and returns the :class:`HeldDevice`\\ s still held after that;
-- :class:`DirtyHosts` remembers them for the session: every later launch on such a host fails at once
-  (:class:`HostDirty`, naming device and pid) and the report folder's ``dirty-hosts.json`` carries the
-  operator's reset command (:meth:`HeldDevice.reset_command`; camit never runs it);
-- on a failed launch, :func:`state_script` saves ``npu-smi info``, each device's ``hccn_tool -link -g``
-  and ``-net_health -g`` and, where installed, ``msnpureport``'s export into the node's run folder
-  (``npu-state/``), which comes back with it. Each tool is bounded; a missing one is noted, not an error.
-"""
+"""After a launch on NPU hosts: are the devices free again, and what a failure leaves
+for the report."""
 
 from __future__ import annotations
 
@@ -141,8 +126,10 @@ def read_dirty(report: Path) -> dict[str, list[dict[str, object]]]:
         doc = json.loads((report / DIRTY_FILE).read_text())
     except (OSError, ValueError):
         return {}
-    return {str(h): [e for e in v if isinstance(e, dict)] for h, v in doc.items() if isinstance(v, list)} \
-        if isinstance(doc, dict) else {}
+    if not isinstance(doc, dict):
+        return {}
+    return {str(h): [e for e in v if isinstance(e, dict)]
+            for h, v in doc.items() if isinstance(v, list)}
 
 
 def reset_lines(dirty: dict[str, list[dict[str, object]]]) -> list[str]:

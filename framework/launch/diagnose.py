@@ -1,13 +1,7 @@
 """``camit diagnose``: where the ranks of a launch still running are, without stopping it.
 
-On each host a stdlib program (sent on the command line, nothing cached) finds the run folders under
-``<workdir>/runs`` whose launch id starts with the given id, sends SIGUSR1 only to the rank pids of
-those folders that still carry the launch's run tag (the rank wrapper registered ``faulthandler`` on it,
-so a rank prints its stacks and goes on), waits until each log shows that dump (at most ``WAIT``: py-spy,
-which runs next, must not attach while the signal is pending), and returns each rank log's tail and py-spy
-dump as base64 in one JSON line. The controller parses that line as data, groups identical stacks (framework.launch.stacks) and
-names the odd ones out.
-"""
+A stdlib host program (sent on the command line) dumps each rank's stacks; the controller groups
+them."""
 
 from __future__ import annotations
 
@@ -183,13 +177,22 @@ def diagnose(env: EnvConfig, cluster: Cluster, launch_prefix: str, *,
     t0 = time.monotonic()
     got = cluster.map(one)
     took = round(time.monotonic() - t0, 3)
+    found = _by_launch(got.succeeded)
+    problems = {h: str(e) for h, e in got.failed.items()}
+    if not found:
+        none = "no running launch with that id on any host"
+        return [Diagnosis(launch_prefix, problems={**problems, "*": none})]
+    return [_one(launch, ranks, problems, took) for launch, ranks in sorted(found.items())]
+
+
+def _by_launch(answers: Mapping[str, Mapping[str, Mapping[int, tuple[str, str]]]],
+               ) -> dict[str, dict[int, tuple[str, str, str]]]:
+    """Every host's answer merged per launch: rank -> (host, log tail, py-spy dump)."""
     found: dict[str, dict[int, tuple[str, str, str]]] = {}
-    for host, launches in got.succeeded.items():
+    for host, launches in answers.items():
         for launch, logs in launches.items():
             found.setdefault(launch, {}).update({r: (host, *texts) for r, texts in logs.items()})
-    problems = {h: str(e) for h, e in got.failed.items()}
-    return [_one(launch, ranks, problems, took) for launch, ranks in sorted(found.items())] or \
-        [Diagnosis(launch_prefix, problems={**problems, "*": "no running launch with that id on any host"})]
+    return found
 
 
 def _one(launch: str, ranks: Mapping[int, tuple[str, str, str]], problems: dict[str, str],

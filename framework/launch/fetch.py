@@ -1,16 +1,12 @@
-"""Bringing a node's run folder back: one tar stream per node into ``<report>/<host>/``, then reading it.
-
-:func:`pack_script` and :func:`unpack` are the two ends of the stream;
-:func:`read_ranks` turns what came back (the rank wrapper's ``rank<r>.json``,
-``rank<r>.log``, ``rank<r>.xml``) into :class:`~framework.launch.result.RankResult` entries;
-:func:`port_taken` reads ``torchrun.log`` for a master port another process had.
-"""
+"""Bringing a node's run folder back: one tar stream per node into ``<report>/<host>/``, then
+reading it."""
 
 from __future__ import annotations
 
 import json
 import logging
 import os
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -58,8 +54,10 @@ def cleanup_argv(run_dir: str, tgz: str, keep_remote: bool) -> list[str]:
 def _local_path(member: str) -> Path | None:
     """Where a packed file goes below the local folder: top-level files by base name, files of
     :data:`FETCH_DIRS` at their path inside; nothing hidden, nothing outside (``..``, absolute)."""
-    parts = [p for p in Path(member).parts if p not in (".", "")]
-    if not parts or any(p == ".." or p.startswith(".") for p in parts) or Path(member).is_absolute():
+    path = Path(member)
+    parts = path.parts  # pathlib drops "." and empty parts: "./a//b" is ("a", "b")
+    # ".." starts with a dot too: a hidden name and a way out are refused alike
+    if not parts or path.is_absolute() or any(p.startswith(".") for p in parts):
         return None
     if len(parts) > 1 and parts[0] in FETCH_DIRS:
         return Path(*parts)
@@ -109,15 +107,7 @@ def fetch_run_folder(host: Host, run_dir: str, tgz: str, local_dir: Path, *, kee
 def read_ranks(result: LaunchResult, host: str, local_dir: Path) -> None:
     """Status, log and JUnit of every rank fetched into ``local_dir`` (the files win over the lines)."""
     for status in sorted(local_dir.glob(protocol.rank_file("*", "json"))):
-        try:
-            st = json.loads(status.read_text())
-        except ValueError:
-            continue
-        rank = st.get("rank")
-        if not isinstance(rank, int):
-            continue
-        rr = result.ranks.setdefault(rank, RankResult(rank, host))
-        rr.exit_code, rr.signal = st.get("exit_code"), st.get("signal")
+        _read_status(result, host, status)
     for rank_log in local_dir.glob(protocol.rank_file("*", "log")):
         stem = rank_log.stem[len(protocol.RANK_STEM):]
         if stem.isdigit():
@@ -125,6 +115,19 @@ def read_ranks(result: LaunchResult, host: str, local_dir: Path) -> None:
             rr.log = str(rank_log)
             junit = local_dir / protocol.rank_file(stem, "xml")
             rr.junit = str(junit) if junit.exists() else None
+
+
+def _read_status(result: LaunchResult, host: str, status: Path) -> None:
+    """A rank's exit code and signal from its status file (one that is not JSON or names no rank:
+    skipped)."""
+    try:
+        st = json.loads(status.read_text())
+    except ValueError:
+        return
+    rank = st.get("rank")
+    if isinstance(rank, int):
+        rr = result.ranks.setdefault(rank, RankResult(rank, host))
+        rr.exit_code, rr.signal = st.get("exit_code"), st.get("signal")
 
 
 def log_tail(path: str | None, lines: int = TAIL_LINES, window: int = 64 * 1024) -> str:
@@ -141,7 +144,13 @@ def port_taken(node_dir: Path) -> bool:
     """Did this node's launch fail on a taken port: torchrun's master port, or HCCL's host port (EI0019,
     "listen on ip ... fail" in a rank log or a plog under ``ascend/``)?"""
     torchrun_log = node_dir / protocol.TORCHRUN_LOG
-    if torchrun_log.exists() and any(s in torchrun_log.read_text(errors="replace").lower() for s in PORT_TAKEN):
+    if torchrun_log.exists() and _mentions(torchrun_log, PORT_TAKEN):
         return True
     logs = [*node_dir.glob("rank*.log"), *node_dir.glob("ascend/**/plog-*.log")]
-    return any(any(s in p.read_text(errors="replace").lower() for s in HCCL_PORT_CLASH) for p in logs)
+    return any(_mentions(p, HCCL_PORT_CLASH) for p in logs)
+
+
+def _mentions(path: Path, words: Iterable[str]) -> bool:
+    """Does the file say any of ``words`` (lower case)?"""
+    text = path.read_text(errors="replace").lower()
+    return any(w in text for w in words)

@@ -1,18 +1,9 @@
-"""The pure half of watching a launch: supervisor lines in, decisions out.
-
-:class:`LaunchMonitor` holds no process and reads no clock: the runner feeds it
-each supervisor line (or the end of a channel) with the time it arrived and
-asks it, as time passes, which nodes are due a heartbeat and whether a node went
-silent or the job ran out of time. It fills the :class:`~framework.launch.result.LaunchResult`
-— the first failure as a sentence, its kind (rank | node | lost | timeout |
-interrupted | infra), the rank that failed first — exactly as the lab sees it,
-so it is unit-tested from recorded supervisor transcripts (``tests/data/launch/``).
-"""
+"""The pure half of watching a launch: supervisor lines in, decisions out (no process, no clock)."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from framework.launch.plan import HEARTBEAT, LOST_AFTER, NodePlan, host_of_rank
@@ -78,25 +69,36 @@ class LaunchMonitor:
         msg = protocol.parse_supervisor_line(text)
         if msg.kind not in (protocol.HEARTBEAT, protocol.TREE):
             self.transcript.append((now, host, text))
-        if msg.kind == protocol.RANK:
-            self._rank(host, msg, now)
-        elif msg.kind == protocol.EXIT:
-            node.result.exit_code = msg.exit_code
-            if node.result.exit_code != 0:
-                self.fail("node", f"torchrun on {host} exited {node.result.exit_code}", now)
-        elif msg.kind == protocol.KILLED:
-            node.result.killed = msg.reason
-        elif msg.kind == protocol.SWEPT:
-            node.result.swept = msg.count
-        elif msg.kind == protocol.STACKS:
-            node.result.stacks = msg.count
-        elif msg.kind == protocol.LEFT:
-            node.result.left = list(msg.pids)
-            log.warning("%s: processes of the run survived the kill: pid %s", host, ", ".join(map(str, msg.pids)))
-        elif msg.kind == protocol.TREE:
-            node.result.tree = list(msg.pids)
-        elif msg.kind == protocol.DONE:
-            node.result.done = True
+        handle = _HANDLERS.get(msg.kind)
+        if handle is not None:
+            handle(self, host, msg, now)
+
+    # -- one handler per supervisor line kind (_HANDLERS) -------------------------------------------
+    def _exit(self, host: str, msg: protocol.SupervisorLine, now: float) -> None:
+        node = self.nodes[host].result
+        node.exit_code = msg.exit_code
+        if node.exit_code != 0:
+            self.fail("node", f"torchrun on {host} exited {node.exit_code}", now)
+
+    def _killed(self, host: str, msg: protocol.SupervisorLine, now: float) -> None:
+        self.nodes[host].result.killed = msg.reason
+
+    def _swept(self, host: str, msg: protocol.SupervisorLine, now: float) -> None:
+        self.nodes[host].result.swept = msg.count
+
+    def _stacks(self, host: str, msg: protocol.SupervisorLine, now: float) -> None:
+        self.nodes[host].result.stacks = msg.count
+
+    def _left(self, host: str, msg: protocol.SupervisorLine, now: float) -> None:
+        self.nodes[host].result.left = list(msg.pids)
+        pids = ", ".join(map(str, msg.pids))
+        log.warning("%s: processes of the run survived the kill: pid %s", host, pids)
+
+    def _tree(self, host: str, msg: protocol.SupervisorLine, now: float) -> None:
+        self.nodes[host].result.tree = list(msg.pids)
+
+    def _done(self, host: str, msg: protocol.SupervisorLine, now: float) -> None:
+        self.nodes[host].result.done = True
 
     def closed(self, host: str, now: float, why: str | None = None, *, teardown: bool = False) -> None:
         """``host``'s channel ended (``why``: the transport's reason, when it knows one)."""
@@ -114,36 +116,51 @@ class LaunchMonitor:
 
     def _rank(self, host: str, msg: protocol.SupervisorLine, now: float) -> None:
         result = self.result
-        rank = msg.rank if msg.rank is not None else -1
+        rank = -1 if msg.rank is None else msg.rank
         rr = result.ranks.setdefault(rank, RankResult(rank, host))
         if msg.signal is not None:
             rr.signal = msg.signal
         else:
             rr.exit_code = msg.exit_code
-        if rr.ok:
+        if rr.ok or not self._root_so_far(rr):
             return
-        # a rank killed by TERM/KILL is usually a consequence (torchrun or our teardown
-        # stopping it); a rank that failed on its own, reported later, is the root cause
-        current = result.ranks.get(result.failure_rank) if result.failure_rank is not None else None
-        if result.failure is None or (result.failure_kind == "rank" and current is not None
-                                      and secondary(current) and not secondary(rr)):
-            result.failure_rank = rank
-            if result.failure is None:
-                self.fail("rank", rr.describe(), now)
-            else:
-                result.failure = rr.describe()
+        result.failure_rank = rank
+        if result.failure is None:
+            self.fail("rank", rr.describe(), now)
+        else:
+            result.failure = rr.describe()
+
+    def _root_so_far(self, rr: RankResult) -> bool:
+        """Failed rank ``rr`` is the launch's cause so far: the first failure, or a rank that failed on
+        its own after one killed by TERM/KILL (usually a consequence: torchrun or our teardown)."""
+        if self.result.failure is None:
+            return True
+        current = self._first_failed()
+        if self.result.failure_kind != "rank" or current is None:
+            return False
+        return secondary(current) and not secondary(rr)
+
+    def _first_failed(self) -> RankResult | None:
+        """The rank that failed first, as recorded (None: no rank failed yet)."""
+        first = self.result.failure_rank
+        return None if first is None else self.result.ranks.get(first)
 
     # -- time passing ---------------------------------------------------------------------------
     def tick(self, now: float) -> None:
         """Declare silent nodes lost and the job timed out, as of ``now``."""
-        for host, node in self.nodes.items():
-            if not node.over and now - node.last_line > self.lost_after:
-                node.result.lost = f"no heartbeat for {now - node.last_line:.0f}s"
-                self.fail("lost", f"lost {host}: {node.result.lost}", now)
+        for host in self._silent(now):
+            node = self.nodes[host].result
+            node.lost = f"no heartbeat for {now - self.nodes[host].last_line:.0f}s"
+            self.fail("lost", f"lost {host}: {node.lost}", now)
         if now > self.deadline and self.result.failure is None:
             self.result.timed_out = True
             first = min(n.start for n in self.nodes.values())
             self.fail("timeout", f"job timeout after {self.deadline - first:.0f}s", now)
+
+    def _silent(self, now: float) -> list[str]:
+        """The running nodes whose last line is older than ``lost_after``."""
+        return [h for h, n in self.nodes.items()
+                if not n.over and now - n.last_line > self.lost_after]
 
     def heartbeats_due(self, now: float) -> list[str]:
         """The nodes to send ``HB`` to now (every ``heartbeat`` seconds, to every node still running)."""
@@ -179,9 +196,22 @@ class LaunchMonitor:
 
     def failed_rank(self) -> RankResult | None:
         """The rank whose log tail explains the failure: the first failing one, else the lowest failed with a log."""
-        result = self.result
-        failed = result.ranks.get(result.failure_rank) if result.failure_rank is not None else None
-        if failed is None:
-            failed = next((r for r in sorted(result.ranks.values(), key=lambda r: r.rank) if not r.ok and r.log),
-                          None)
-        return failed
+        failed = self._first_failed()
+        if failed is not None:
+            return failed
+        ranks = sorted(self.result.ranks.values(), key=lambda r: r.rank)
+        return next((r for r in ranks if not r.ok and r.log), None)
+
+
+_Handler = Callable[[LaunchMonitor, str, protocol.SupervisorLine, float], None]
+#: what a supervisor line of each kind does (``HB``, ``STARTED`` and unknown lines: nothing)
+_HANDLERS: dict[str, _Handler] = {
+    protocol.RANK: LaunchMonitor._rank,
+    protocol.EXIT: LaunchMonitor._exit,
+    protocol.KILLED: LaunchMonitor._killed,
+    protocol.SWEPT: LaunchMonitor._swept,
+    protocol.STACKS: LaunchMonitor._stacks,
+    protocol.LEFT: LaunchMonitor._left,
+    protocol.TREE: LaunchMonitor._tree,
+    protocol.DONE: LaunchMonitor._done,
+}

@@ -1,13 +1,5 @@
 """The rank program of ``camit check --pairs`` (run by torchrun, one rank per node): timed gloo
-send/recv.
-
-argv: the schedule (rounds ``;``-separated, pairs ``,``-separated, ``a-b`` node ranks), the message
-size in bytes, the timed exchanges per pair. In each round every paired rank exchanges the message
-with its partner (the lower rank sends first, then receives it back: one round trip) ``iters`` times
-after one warm-up; all pairs of a round run at once, rounds are separated by a barrier. Each rank
-prints one line per round: ``PAIRTIME <round> <a> <b> <seconds>`` (the lower rank of the pair only),
-the *fastest* round trip: a link's delay is in every exchange, a busy CPU's hiccup only in some.
-"""
+send/recv, one ``PAIRTIME <round> <a> <b> <seconds>`` line per round (the fastest round trip)."""
 
 import sys
 import time

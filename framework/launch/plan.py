@@ -1,14 +1,5 @@
-"""The pure half of launch: targets, backend variables, node plans and the exact node command line.
-
-Nothing here does I/O. :func:`node_command` builds, for each node, the bash line
-(CANN and vendor ``set_env``, the backend's variables, the env's and the test's
-own variables, ``ulimit -c``, then the supervisor running
-``python -m torch.distributed.run ... --no-python <python> rankwrap.py ...``) — every variable but the
-secret ones, which the supervisor reads from its stdin (:func:`secret_env`);
-:func:`plan_nodes` decides every node's plan from the env, the prepared hosts
-(their :class:`~framework.remote.layout.HostLayout` and deploy state) and the
-master address and port.
-"""
+"""The pure half of launch: targets, backend variables, node plans and the exact node
+command line."""
 
 from __future__ import annotations
 
@@ -106,6 +97,10 @@ class Target:
         return cls(script=argv[0], args=tuple(argv[1:]))
 
 
+#: the variable that pins each other backend's sockets to the rendezvous NIC
+SOCKET_IFNAME = {"gloo": "GLOO_SOCKET_IFNAME", "nccl": "NCCL_SOCKET_IFNAME"}
+
+
 def backend_env(spec: HostSpec, backend: str, *, nic: str = DEFAULT_NIC, net: HostNet | None = None,
                 timeouts: Timeouts | None = None) -> dict[str, str]:
     """The variables the communication backend needs on this node (ascend-hosts.md §7).
@@ -118,20 +113,22 @@ def backend_env(spec: HostSpec, backend: str, *, nic: str = DEFAULT_NIC, net: Ho
     """
     ifname = socket_ifname(spec, nic, net)
     if backend == "hccl":
-        # torch_npu jobs also build gloo groups (CPU collectives, the stand-in's transport): pin its NIC too
-        env = {"HCCL_IF_IP": rendezvous_ip(spec, nic), "HCCL_SOCKET_IFNAME": f"={ifname}" if ifname else "",
-               "GLOO_SOCKET_IFNAME": ifname or ""}
-        if timeouts is not None:
-            env["HCCL_CONNECT_TIMEOUT"] = str(timeouts.connect)
-            env["HCCL_EXEC_TIMEOUT"] = str(timeouts.exec)
-        if spec.npu.visible:
-            env["ASCEND_RT_VISIBLE_DEVICES"] = ",".join(str(d) for d in spec.npu.visible)
-        return {k: v for k, v in env.items() if v}
-    if backend == "gloo":
-        return {"GLOO_SOCKET_IFNAME": ifname} if ifname else {}
-    if backend == "nccl":
-        return {"NCCL_SOCKET_IFNAME": ifname} if ifname else {}
-    raise UsageError(f"unknown backend {backend!r}")
+        return _hccl_env(spec, nic, ifname, timeouts)
+    if backend not in SOCKET_IFNAME:
+        raise UsageError(f"unknown backend {backend!r}")
+    return {SOCKET_IFNAME[backend]: ifname} if ifname else {}
+
+
+def _hccl_env(spec: HostSpec, nic: str, ifname: str | None, timeouts: Timeouts | None) -> dict[str, str]:
+    """hccl's variables (torch_npu jobs also build gloo groups, the stand-in's transport: its NIC too)."""
+    env = {"HCCL_IF_IP": rendezvous_ip(spec, nic)}
+    if ifname:
+        env.update(HCCL_SOCKET_IFNAME=f"={ifname}", GLOO_SOCKET_IFNAME=ifname)
+    if timeouts is not None:
+        env.update(HCCL_CONNECT_TIMEOUT=str(timeouts.connect), HCCL_EXEC_TIMEOUT=str(timeouts.exec))
+    if spec.npu.visible:
+        env["ASCEND_RT_VISIBLE_DEVICES"] = ",".join(str(d) for d in spec.npu.visible)
+    return {k: v for k, v in env.items() if v}
 
 
 def run_folder_env(spec: HostSpec, backend: str, run_dir: str) -> dict[str, str]:
@@ -361,23 +358,31 @@ def plan_nodes(env: EnvConfig, names: Sequence[str], prepared: Mapping[str, Prep
     for i, spec in enumerate(specs):
         require_cann(env, spec)
         prep = prepared[spec.name]
-        state = prep.state
-        layout = HostLayout(prep.layout.workdir, state.install_path or spec.install_path)
+        python, vendor_set_env = _deployed(spec, prep)
         run_dir = prep.layout.run_dir(launch_id)
         base = backend_env(spec, backend, nic=nic, net=prep.net, timeouts=timeouts)
         plans[spec.name] = NodePlan(
             host=spec.name, node_rank=i, nnodes=len(specs), nproc_per_node=nproc, master_addr=master_addr,
-            master_port=master_port, python=state.interpreter or spec.python,
+            master_port=master_port, python=python,
             run_dir=run_dir, supervisor=prep.supervisor, rankwrap=prep.rankwrap,
             launch_id=launch_id,
             env={**base, PG_TIMEOUT_VAR: str(timeouts.pg), **run_folder_env(spec, backend, run_dir),
                  **dict(env.launch.env), **dict(extra_env)},
             cann_set_env=env.cann.set_env if env.cann else None,
-            vendor_set_env=layout.vendor_set_env(state.vendor) if state.vendor else None,
+            vendor_set_env=vendor_set_env,
             deadline=timeout + 60, core_limit=rank_core_limit(spec, core_limit), extra_set_env=extra_of(env),
             coredump_filter=NPU_COREDUMP_FILTER if spec.npu.soc != "cpu" else None, verify=dict(prep.shas),
         )
     return plans
+
+
+def _deployed(spec: HostSpec, prep: Prepared) -> tuple[str, str | None]:
+    """The interpreter deploy recorded on the host (else the env's) and its vendor ``set_env``
+    (None: no vendor package)."""
+    state = prep.state
+    layout = HostLayout(prep.layout.workdir, state.install_path or spec.install_path)
+    vendor = layout.vendor_set_env(state.vendor) if state.vendor else None
+    return state.interpreter or spec.python, vendor
 
 
 #: variables of a node's env that the launch record shows (framework.launch.result.NodeResult.comm_env)

@@ -91,19 +91,20 @@ class LaunchResult:
     def message(self) -> str:
         if self.ok:
             return f"{self.world_size} ranks on {len(self.nodes)} nodes passed in {self.duration:.1f}s"
-        text = self.failure or "not every rank reported success"
-        if self.cause:
-            text += f"\ncause: {self.cause}"
-        for n in self.nodes.values():
-            if n.left:
-                text += f"\n{n.host}: processes of the run left after the kill: pid {', '.join(map(str, n.left))}"
-        for h in self.held:
-            text += "\n" + h.describe()
+        return "\n".join([self.failure or "not every rank reported success", *self._evidence()])
+
+    def _evidence(self) -> list[str]:
+        """A failure's lines after its sentence: cause, leftovers, held devices, stacks, tail."""
+        out = [f"cause: {self.cause}"] if self.cause else []
+        out += [f"{n.host}: processes of the run left after the kill: pid "
+                f"{', '.join(map(str, n.left))}"
+                for n in self.nodes.values() if n.left]
+        out += [h.describe() for h in self.held]
         if self.stacks:
-            text += "\n" + stack_summary(self.stacks)
+            out.append(stack_summary(self.stacks))
         if self.failure_tail:
-            text += "\n--- log tail ---\n" + self.failure_tail
-        return text
+            out.append("--- log tail ---\n" + self.failure_tail)
+        return out
 
     def host_faults(self, oom_hosts: Iterable[str] = ()) -> dict[str, tuple[str, str]]:
         """The host-level failures (host → kind, why) that make a host suspect (framework.suspects):
@@ -116,6 +117,18 @@ class LaunchResult:
                 out[name] = ("lost", f"lost during launch {self.launch_id}: {node.lost}")
         return out
 
+    def _optional_json(self) -> dict[str, Any]:
+        """The record's keys that are there only when set: notes, stacks, the test that launched
+        it."""
+        out: dict[str, Any] = {}
+        if self.notes:
+            out["notes"] = list(self.notes)
+        if self.stacks:
+            out["stacks"] = [g.to_json() for g in self.stacks]
+        if self.test is not None:
+            out.update(test=self.test, attempt=self.attempt, seq=self.seq)
+        return out
+
     def to_json(self) -> dict[str, Any]:
         return {
             "launch_id": self.launch_id, "ok": self.ok, "world_size": self.world_size, "master": self.master,
@@ -123,9 +136,7 @@ class LaunchResult:
             "failure_rank": self.failure_rank, "cause": self.cause, "timed_out": self.timed_out,
             "teardown_seconds": self.teardown_seconds,
             "held": [asdict(h) for h in self.held],
-            **({"notes": list(self.notes)} if self.notes else {}),
-            **({"stacks": [g.to_json() for g in self.stacks]} if self.stacks else {}),
-            **({"test": self.test, "attempt": self.attempt, "seq": self.seq} if self.test is not None else {}),
+            **self._optional_json(),
             "nodes": {h: asdict(n) for h, n in self.nodes.items()},
             "ranks": {str(r): asdict(v) for r, v in sorted(self.ranks.items())},
         }

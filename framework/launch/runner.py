@@ -1,9 +1,5 @@
-"""The launch runner: :class:`Launcher` over the pure parts of :mod:`framework.launch` (see its docstring).
-
-It ships the supervisor and rank wrapper, picks the master port, starts one supervisor per node,
-feeds their lines to the monitor, tears down everywhere and fetches each node's run folder. Import it
-from the package (``from framework.launch import Launcher``).
-"""
+"""The launch runner: :class:`Launcher` ships the programs, starts one supervisor per node, feeds
+the monitor, tears down everywhere and fetches each node's run folder."""
 
 from __future__ import annotations
 
@@ -180,7 +176,7 @@ class Launcher:
             name: str | None = None) -> LaunchResult:
         """Launch ``target`` on every (selected) host and return when nothing of it runs anywhere."""
         launch_id = self._launch_id(name)
-        names = list(hosts) if hosts is not None else list(self.cluster.hosts)
+        names = self._names(hosts)
         self.dirty.check(names)  # fail fast, naming the held device, instead of at HCCL init
         t_prep = time.time()
         prepared, target = self._prepare(target, names)
@@ -190,19 +186,35 @@ class Launcher:
         for note in self._timeout_notes(timeout, env or {}):
             self.on_event(names[0], f"warning: {note}")
         owner = self.owner()
-        seq = None
-        if owner is not None:
-            key = (owner[0], owner[1], nproc * len(names))
-            seq = self._seq[key] = self._seq.get(key, 0) + 1
-        attempt = 0
-        while True:
-            attempt += 1
-            result = self._launch_once(target, names, prepared, nproc, env or {}, timeout, launch_id, attempt,
-                                       owner=owner, seq=seq)
-            if result.ok or attempt >= PORT_RETRIES or not self._port_taken(result):
-                return result
+        seq = self._next_seq(owner, nproc * len(names))
+
+        def once(attempt: int) -> LaunchResult:
+            return self._launch_once(target, names, prepared, nproc, env or {}, timeout, launch_id,
+                                     attempt, owner=owner, seq=seq)
+
+        attempt, result = 1, once(1)
+        while self._worth_retry(result, attempt):
             self.on_event(names[0], f"master port {result.master} or an HCCL host port was taken; retrying "
                                     "with another master port")
+            attempt += 1
+            result = once(attempt)
+        return result
+
+    def _names(self, hosts: Sequence[str] | None) -> list[str]:
+        """The hosts a launch runs on: those given, else the whole cluster (in env order)."""
+        return list(hosts) if hosts is not None else list(self.cluster.hosts)
+
+    def _next_seq(self, owner: tuple[str, int] | None, world: int) -> int | None:
+        """The launch's place among its test attempt's launches of this world size (None: none)."""
+        if owner is None:
+            return None
+        key = (owner[0], owner[1], world)
+        self._seq[key] = self._seq.get(key, 0) + 1
+        return self._seq[key]
+
+    def _worth_retry(self, result: LaunchResult, attempt: int) -> bool:
+        """A failed attempt with retries left whose master or HCCL host port was taken."""
+        return not result.ok and attempt < PORT_RETRIES and self._port_taken(result)
 
     def _launch_id(self, name: str | None) -> str:
         self._count += 1
@@ -217,7 +229,7 @@ class Launcher:
         timeout warnings. What only the hosts know is left as the plans have it without them: the interpreter
         and vendor ``set_env`` deploy recorded (the spec's python, none), the NIC names (none), and, unless
         ``launch.master_port`` is set, the master port node 0 picks at launch (0)."""
-        names = list(hosts) if hosts is not None else list(self.cluster.hosts)
+        names = self._names(hosts)
         script = self._local_script(target)
         prepared = {n: prepared_for(HostLayout.of(self.env.hosts[n]), self.programs, script) for n in names}
         if script is not None:
@@ -246,11 +258,7 @@ class Launcher:
     def _launch_once(self, target: Target, names: list[str], prepared: dict[str, Prepared], nproc: int,
                      extra_env: Mapping[str, Any], timeout: float, launch_id: str, attempt: int, *,
                      owner: tuple[str, int] | None = None, seq: int | None = None) -> LaunchResult:
-        spec0 = self.env.hosts[names[0]]
-        py0 = prepared[names[0]].state.interpreter or spec0.python
-        addr0 = rendezvous_ip(spec0, self.env.launch.rendezvous_nic)
-        port = self.env.launch.master_port if (self.env.launch.master_port and attempt == 1) else \
-            self._free_port(self.cluster[names[0]], py0, addr0)
+        addr0, port = self._master(names[0], prepared[names[0]], attempt)
         lid = launch_id if attempt == 1 else f"{launch_id}-r{attempt}"
         plans = plan_nodes(self.env, names, prepared, nproc=nproc, backend=self.backend, master_port=port,
                            launch_id=lid, extra_env=extra_env, timeout=timeout, core_limit=self.core_limit)
@@ -268,8 +276,7 @@ class Launcher:
             if not monitor.stop:
                 self._watch(nodes, monitor, events)
         except BaseException as exc:  # Ctrl-C/SIGTERM, and pytest-timeout, pytest.exit, SystemExit: the same teardown
-            why = "interrupted (Ctrl-C/SIGTERM)" if isinstance(exc, KeyboardInterrupt) else \
-                f"stopped ({type(exc).__name__}: {' '.join(str(exc).split())[:200]})"
+            why = _stopped_by(exc)
             monitor.fail("interrupted", f"{why}: tearing down every node", time.monotonic())
             self._teardown(nodes, monitor, events)
             self._finish(nodes, monitor, start)
@@ -277,6 +284,16 @@ class Launcher:
         self._teardown(nodes, monitor, events)
         self._finish(nodes, monitor, start)
         return result
+
+    def _master(self, host0: str, prepared0: Prepared, attempt: int) -> tuple[str, int]:
+        """(address, port) of the rendezvous on node 0: the configured port on the first attempt,
+        else a free one node 0 picks."""
+        spec0 = self.env.hosts[host0]
+        addr0 = rendezvous_ip(spec0, self.env.launch.rendezvous_nic)
+        if self.env.launch.master_port and attempt == 1:
+            return addr0, self.env.launch.master_port
+        py0 = prepared0.state.interpreter or spec0.python
+        return addr0, self._free_port(self.cluster[host0], py0, addr0)
 
     def _start(self, nodes: dict[str, _Node], target: Target, monitor: LaunchMonitor, events: Events) -> None:
         """One supervisor per node, each with a thread pumping its lines into ``events``."""
@@ -327,23 +344,33 @@ class Launcher:
         live = [h for h in monitor.running() if nodes[h].proc is not None]
         t0 = time.monotonic()
         stacks = monitor.result.failure_kind == "timeout"  # ask the ranks where they hang, then kill
+        self._stop(nodes, live, stacks)
+        end = t0 + KILL_GRACE + 8 + (STACK_WAIT + PYSPY_WAIT if stacks else 0)
+        self._await_done(nodes, monitor, events, live, end)
+        for n in nodes.values():
+            _close(n.proc)
+        if monitor.result.failure is not None:
+            failed_at = t0 if monitor.failed_at is None else monitor.failed_at
+            monitor.result.teardown_seconds = round(time.monotonic() - failed_at, 3)
+
+    def _stop(self, nodes: dict[str, _Node], live: list[str], stacks: bool) -> None:
+        """Send each live supervisor its KILL line (``stacks``: ask the ranks for them first)."""
+        asking = " (asking the ranks for their stacks first)" if stacks else ""
         for h in live:
-            self.on_event(h, f"teardown: stopping node {nodes[h].plan.node_rank}/{len(nodes)}"
-                             f"{' (asking the ranks for their stacks first)' if stacks else ''}")
+            node = f"{nodes[h].plan.node_rank}/{len(nodes)}"
+            self.on_event(h, f"teardown: stopping node {node}{asking}")
             if not _write(nodes[h].proc, protocol.kill_line(stacks=stacks)):
                 _close(nodes[h].proc)  # stdin EOF does the same
-        end = t0 + KILL_GRACE + 8 + (STACK_WAIT + PYSPY_WAIT if stacks else 0)
+
+    def _await_done(self, nodes: dict[str, _Node], monitor: LaunchMonitor, events: Events,
+                    live: list[str], end: float) -> None:
+        """Deliver the supervisors' lines until every live node is over, or until ``end``."""
         while any(not monitor.nodes[h].over for h in live) and time.monotonic() < end:
             try:
                 host, line = events.get(timeout=0.1)
             except queue.Empty:
                 continue
             self._deliver(nodes, monitor, host, line, teardown=True)
-        for n in nodes.values():
-            _close(n.proc)
-        if monitor.result.failure is not None:
-            failed_at = monitor.failed_at if monitor.failed_at is not None else t0
-            monitor.result.teardown_seconds = round(time.monotonic() - failed_at, 3)
 
     def _finish(self, nodes: dict[str, _Node], monitor: LaunchMonitor, start: float) -> None:
         result = monitor.result
@@ -355,19 +382,29 @@ class Launcher:
         self._mark_suspects(result)
         if self.rundir is not None:
             self._record_and_fetch(nodes, monitor, now_mono, now_wall)
+        self._say_ended(result, len(nodes))
+        monitor.conclude(time.monotonic())
+        self._failure_tail(monitor)
+        self._find_cause(result)
+        # the record written before the logs were read gets the cause too
+        if self.rundir is not None and result.cause:
+            self.rundir.write_json(f"launch-{result.launch_id}.json", result.to_json())
+
+    def _say_ended(self, result: LaunchResult, n_nodes: int) -> None:
+        """The end of the launch on each node, said as its start was."""
         how, why = ("ended", "") if result.failure is None else ("torn down", " (the launch failed)")
         fetched = ", run folder fetched" if self.rundir is not None else ""
-        for h, node in result.nodes.items():  # the end of the launch on each node, as its start was said
-            self.on_event(h, f"teardown: node {node.node_rank}/{len(nodes)} {how} "
+        for h, node in result.nodes.items():
+            self.on_event(h, f"teardown: node {node.node_rank}/{n_nodes} {how} "
                              f"after {node.duration:.1f}s{why}{fetched}")
-        monitor.conclude(time.monotonic())
+
+    def _failure_tail(self, monitor: LaunchMonitor) -> None:
+        """The failed rank's log tail, bound for pytest's failure text and the terminal: no secret,
+        no control character."""
         failed = monitor.failed_rank()
         if failed is not None and failed.log:
-            # host text bound for pytest's failure text and the terminal: no secret, no control character
-            result.failure_tail = printable(Scrubber.from_env(self.env).text(fetch.log_tail(failed.log)))
-        self._find_cause(result)
-        if self.rundir is not None and result.cause:  # the record written before the logs were read gets it too
-            self.rundir.write_json(f"launch-{result.launch_id}.json", result.to_json())
+            tail = Scrubber.from_env(self.env).text(fetch.log_tail(failed.log))
+            monitor.result.failure_tail = printable(tail)
 
     def _record_and_fetch(self, nodes: dict[str, _Node], monitor: LaunchMonitor, now_mono: float,
                           now_wall: float) -> None:
@@ -388,15 +425,22 @@ class Launcher:
     def _find_cause(self, result: LaunchResult) -> None:
         """The failed launch's cause line: the ranks' first error, the timeline's root cause where it finds
         one (and the fault bundle), else a hang's stacks; scrubbed of secrets."""
-        found = cause.of_ranks(result.ranks.values(), result.failure_rank) if result.failure else None
-        result.cause = found.describe() if found else None
-        if self.rundir is not None and result.failure:  # the timeline's root cause, when it finds one, wins
-            result.cause = self._timeline(result) or result.cause
+        line = self._cause_line(result)
+        # a rank's words: no secret
+        result.cause = Scrubber.from_env(self.env).text(line) if line else None
+
+    def _cause_line(self, result: LaunchResult) -> str | None:
+        """The cause of a failed launch (None: it did not fail, or nothing says why)."""
+        if result.failure is None:  # (a timeout is a failure too)
+            return None
+        found = cause.of_ranks(result.ranks.values(), result.failure_rank)
+        line = found.describe() if found else None
+        if self.rundir is not None:  # the timeline's root cause, when it finds one, wins
+            line = self._timeline(result) or line
             self._fault_bundle(result)
-        if result.cause is None and result.timed_out and result.stacks:  # a hang: where the ranks stood
-            result.cause = "hang: " + stacks.summary(result.stacks).removeprefix("stacks: ")
-        if result.cause:  # a rank's words: no secret
-            result.cause = Scrubber.from_env(self.env).text(result.cause)
+        if line is None and result.timed_out and result.stacks:  # a hang: where the ranks stood
+            return "hang: " + stacks.summary(result.stacks).removeprefix("stacks: ")
+        return line
 
     def _timeline(self, result: LaunchResult) -> str | None:
         """Write the failed launch's ``timeline.json``; its root cause line (None when it found none)."""
@@ -426,14 +470,11 @@ class Launcher:
     def _fault_bundle(self, result: LaunchResult) -> None:
         """A failed launch on NPU hosts: ascend-fd's input tree per host (and its verdict where installed)."""
         assert self.rundir is not None
-        hosts = [h for h in result.nodes if self.env.hosts[h].npu.count and not result.nodes[h].lost]
+        hosts = self._npu_hosts(result)
         if not hosts:
             return
         try:
-            for h in hosts:
-                if h in self.npu_before:
-                    write_atomic(self._host_dir(h, result.launch_id) / faultbundle.BEFORE / "npu-smi-info.txt",
-                                 self.npu_before[h])
+            self._save_npu_before(hosts, result.launch_id)
             _, verdict = faultbundle.write_bundle(
                 Path(self.rundir.path), {h: self._host_dir(h, result.launch_id) for h in hosts},
                 scrub=Scrubber.from_env(self.env).text, env={h: result.nodes[h].comm_env for h in hosts},
@@ -443,6 +484,14 @@ class Launcher:
             return
         if verdict is not None:
             result.notes.append(f"ascend-fd: {verdict}")
+
+    def _save_npu_before(self, hosts: list[str], launch_id: str) -> None:
+        """Each host's ``npu-smi info`` from before the launch, into its fault bundle's tree."""
+        for h in hosts:
+            if h in self.npu_before:
+                path = self._host_dir(h, launch_id) / faultbundle.BEFORE / "npu-smi-info.txt"
+                write_atomic(path, self.npu_before[h])
+
     def _mark_suspects(self, result: LaunchResult) -> None:
         """Lost hosts and held devices make their host suspect (framework.suspects), marked on
         every host still here."""
@@ -452,9 +501,14 @@ class Launcher:
             here = [h.name for h in self.cluster if h.name not in lost]
             suspects.mark(self.cluster, faults, on=here)
 
+    def _npu_hosts(self, result: LaunchResult) -> list[str]:
+        """The launch's NPU hosts that are still here (not lost)."""
+        return [h for h, node in result.nodes.items()
+                if self.env.hosts[h].npu.count and not node.lost]
+
     def _check_devices(self, nodes: dict[str, _Node], result: LaunchResult) -> None:
         """NPU hosts: wait (bounded) until no pid of the run holds a device; a failure saves the NPU state."""
-        npu_hosts = [h for h in nodes if self.env.hosts[h].npu.count and not result.nodes[h].lost]
+        npu_hosts = self._npu_hosts(result)
         failed = result.failure is not None
 
         def one(host: Host) -> list[devices.HeldDevice]:
@@ -506,30 +560,49 @@ class Launcher:
         base = Path(self.rundir.path) / host
         return base / launch_id if self.per_launch_dirs else base
 
+    def _fetch_node(self, host: Host, run_dir: str, launch_id: str) -> list[str]:
+        """One node's run folder fetched (removed from the host unless kept or deferred); notes."""
+        deferred = self.defer_cleanup and not self.keep_remote
+        if deferred:  # removed by cleanup_remote(), after the core watch scanned it (cores in it)
+            self.pending_cleanup.append((host.name, run_dir))
+        local = self._host_dir(host.name, launch_id)
+        return fetch.fetch_run_folder(host, run_dir, run_dir + ".tgz", local,
+                                      keep_remote=self.keep_remote or deferred)
+
     def _fetch(self, nodes: dict[str, _Node], result: LaunchResult) -> None:
         """Bring each node's run folder back as ``<report>/<host>/`` (one tar stream per node)."""
 
-        def one(host: Host) -> list[str]:
-            run_dir = nodes[host.name].plan.run_dir
-            deferred = self.defer_cleanup and not self.keep_remote
-            if deferred:  # removed by cleanup_remote(), after the core watch scanned it (a relative core_pattern)
-                self.pending_cleanup.append((host.name, run_dir))
-            return fetch.fetch_run_folder(host, run_dir, run_dir + ".tgz", self._host_dir(host.name, result.launch_id),
-                                          keep_remote=self.keep_remote or deferred)
-
-        got = self.cluster.map(one, [h for h in nodes if not result.nodes[h].lost])
+        lid = result.launch_id
+        got = self.cluster.map(lambda h: self._fetch_node(h, nodes[h.name].plan.run_dir, lid),
+                               [h for h in nodes if not result.nodes[h].lost])
         for h, err in got.failed.items():
             log.warning("%s: could not fetch logs: %s", h, err)
-        for notes in got.succeeded.values():
-            for note in notes:
-                log.warning("%s", note)
-                result.notes.append(note)
+        _keep_notes(result, [note for notes in got.succeeded.values() for note in notes])
         for h in nodes:
             fetch.read_ranks(result, h, self._host_dir(h, result.launch_id))
         if any(n.stacks for n in result.nodes.values()):
-            result.stacks = stacks.from_logs({r: (rr.host, Path(rr.log) if rr.log else None)
-                                              for r, rr in result.ranks.items()})
-            log.warning("%s", stacks.summary(result.stacks))
+            _read_stacks(result)
+
+
+def _keep_notes(result: LaunchResult, notes: list[str]) -> None:
+    """What the fetch caps cut, logged and kept in the launch record."""
+    for note in notes:
+        log.warning("%s", note)
+    result.notes.extend(notes)
+
+
+def _read_stacks(result: LaunchResult) -> None:
+    """The ranks' stacks from their fetched logs (they dumped them at the teardown)."""
+    result.stacks = stacks.from_logs({r: (rr.host, Path(rr.log) if rr.log else None)
+                                      for r, rr in result.ranks.items()})
+    log.warning("%s", stacks.summary(result.stacks))
+
+
+def _stopped_by(exc: BaseException) -> str:
+    """Why a launch stopped midway: Ctrl-C/SIGTERM, or the exception that went through it."""
+    if isinstance(exc, KeyboardInterrupt):
+        return "interrupted (Ctrl-C/SIGTERM)"
+    return f"stopped ({type(exc).__name__}: {' '.join(str(exc).split())[:200]})"
 
 
 def _write(proc: Process | None, data: bytes) -> bool:

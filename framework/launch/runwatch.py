@@ -1,19 +1,8 @@
 """Watching cores around one run: the one orchestration that pytest, ``BaseTest`` and ``camit run`` share.
 
-:class:`ClusterWatch` is a begin/end object (and a context manager): :meth:`~ClusterWatch.begin`
-snapshots every host; :meth:`~ClusterWatch.end` scans again, attributes what appeared to the
-run's ranks (their pids and the ``CAMIT_RUN_ID`` tag), fetches and backtraces it into the run
-folder (``<report>/<host>/cores/``, ``cores.json``), judges it under the core policy and — when
-the run failed or its cores fail it — collects the hosts' kernel and Ascend logs with their
-failure signatures (``<report>/<host>/dmesg.txt``, ``signatures.txt``). The result is one
-:class:`WatchOutcome`; each caller only words it (a pytest report section, ``CHECK CORE
-FAILED``, the CLI's table and JSON).
-
     with ClusterWatch(cluster, env, policy="fail", rundir=rundir) as watch:
         result = launcher.run(target)
         outcome = watch.end(ranks=[result], failed=not result.ok)
-
-The executor underneath is :class:`framework.cores.watch.CoreWatch`.
 """
 
 from __future__ import annotations
@@ -104,16 +93,20 @@ class ClusterWatch:
         core_failed, message = self.watch.verdict(cores)
         out = WatchOutcome(cores, self.policy, core_failed, message, list(self.watch.notes))
         if (failed or core_failed) and where is not None:
-            try:
-                out.logs = self.watch.collect_logs(where, since=self.baseline, label=self.label)
-            except FrameworkError as exc:
-                out.log_error = str(exc)
-                log.warning("collecting host logs failed: %s", exc)
-            else:
-                out.log_summary = self.watch.log_summary
-                _refresh_timeline(where)
+            self._collect_logs(out, where, self.baseline)
         self.outcome = out
         return out
+
+    def _collect_logs(self, out: WatchOutcome, where: RunDir | Path | str, since: Baseline) -> None:
+        """The hosts' kernel and Ascend logs into the run folder, then the timeline again."""
+        try:
+            out.logs = self.watch.collect_logs(where, since=since, label=self.label)
+        except FrameworkError as exc:
+            out.log_error = str(exc)
+            log.warning("collecting host logs failed: %s", exc)
+            return
+        out.log_summary = self.watch.log_summary
+        _refresh_timeline(where)
 
     def __enter__(self) -> ClusterWatch:
         self.begin()

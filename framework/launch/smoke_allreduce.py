@@ -1,9 +1,5 @@
 """The two-node smoke run of ``camit check --heal`` (run by torchrun on the hosts): one gloo
-all_reduce.
-
-Each rank adds its rank + 1 into a 1 MiB tensor; every element must then be ``world * (world + 1) /
-2``.
-"""
+all_reduce whose every element must be ``world * (world + 1) / 2``."""
 
 import os
 import sys

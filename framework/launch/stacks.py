@@ -1,9 +1,5 @@
-"""Where each rank of a hung launch was: its stacks (py-spy's native dump, else faulthandler's), grouped.
-
-Before a timeout's kill the supervisor runs ``py-spy dump --native`` on each rank where py-spy is installed
-(``rank<r>.pyspy``) and sends SIGUSR1, on which the rank wrapper registered ``faulthandler`` (the rank
-log's end). Both are host output, parsed as data; a rank with neither is reported as such.
-"""
+"""Where each rank of a hung launch was: its stacks (py-spy's native dump, else faulthandler's),
+grouped."""
 
 from __future__ import annotations
 
@@ -79,21 +75,20 @@ def _span(ranks: list[int]) -> str:
 
 def threads_of_last_dump(text: str) -> list[tuple[str, Stack]]:
     """The threads of the last dump in `text`: (header kind, frames innermost first) each."""
-    dumps: list[list[tuple[str, list[Frame]]]] = []
+    dump: list[tuple[str, list[Frame]]] = []  # the last dump so far
     in_dump = False
     for line in text.splitlines():
         header = HEADER.match(line)
         frame = FRAME.match(line)
         if header:
-            if not in_dump:
-                dumps.append([])
-            dumps[-1].append((header.group(1), []))
+            dump = dump if in_dump else []
+            dump.append((header.group(1), []))
             in_dump = True
         elif frame and in_dump:
-            dumps[-1][-1][1].append(Frame(frame["file"], int(frame["line"]), frame["func"]))
+            dump[-1][1].append(Frame(frame["file"], int(frame["line"]), frame["func"]))
         elif line.strip():
             in_dump = False
-    return [(kind, tuple(frames)) for kind, frames in dumps[-1]] if dumps else []
+    return [(kind, tuple(frames)) for kind, frames in dump]
 
 
 def main_stack(text: str) -> Stack:

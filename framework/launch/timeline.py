@@ -1,16 +1,5 @@
-"""A failed launch's cluster timeline on one clock, and its root cause: the earliest causal event.
-
-Events come from each host's fetched files (rank status JSON: the rank's exit at its ``end``; rank logs: lines
-that carry a timestamp; plogs: ``[ERROR] HCCL(pid,comm):yyyy-mm-dd-HH:MM:SS.mmm.uuu`` lines; dmesg: the kernel's
-lines about a rank's pid or a host's trouble, their ``[seconds since boot]`` placed by the host's boot time read
-with them, ``dmesg-clock.json``), from the supervisors' own lines as the controller received them
-(``supervisor-lines.jsonl``) and from camit's own ``phases.json``. Host stamps are moved to the controller's clock
-with the host's offset from preflight's clock exchange (``preflight.json``; none: offset 0, said so). Causal
-events are device faults, crashes (a fatal signal), OOM kills and ranks that raised; errors that only report a
-peer's absence (:data:`framework.launch.cause.CONSEQUENCE`) are consequences and never the root cause. Every
-text a host wrote is data: clipped, never interpreted beyond these patterns. Ties break on (host, rank, text),
-so the verdict never depends on the order the files were read.
-"""
+"""A failed launch's cluster timeline on one clock, and its root cause: the earliest causal
+event."""
 
 from __future__ import annotations
 
@@ -97,11 +86,21 @@ class Timeline:
     def consequences(self) -> list[Event]:
         return [e for e in self.events if e.kind == CONSEQ]
 
+    @property
+    def t0(self) -> float:
+        """The timeline's origin: the root cause's time, else the first event's."""
+        if self.root:
+            return self.root.t
+        return self.events[0].t if self.events else 0.0
+
+    def kept(self) -> list[Event]:
+        """The events timeline.json keeps: causes and consequences first, then the earliest of the rest."""
+        telling = [e for e in self.events if e.kind != INFO][:MAX_EVENTS]
+        info = [e for e in self.events if e.kind == INFO][:MAX_EVENTS // 4]
+        return sorted(telling + info, key=Event.key)
+
     def to_json(self) -> dict[str, Any]:
-        root = self.root
-        keep = sorted([e for e in self.events if e.kind != INFO][:MAX_EVENTS]
-                      + [e for e in self.events if e.kind == INFO][:MAX_EVENTS // 4], key=Event.key)
-        t0 = root.t if root else (self.events[0].t if self.events else 0.0)
+        root, keep, t0 = self.root, self.kept(), self.t0
         return {
             "schema": SCHEMA,
             "clock": {"reference": "controller", "offsets": dict(self.offsets), "note": self.note},
@@ -138,34 +137,43 @@ def classify(text: str) -> tuple[str, str]:
 # -- parsers (pure: text in, host-clock events out) -------------------------------------------------------
 def plog_events(text: str, host: str, ranks_by_pid: Mapping[int, int]) -> list[Event]:
     """ERROR lines of a plog that name a device fault or a peer's absence (other lines are not events)."""
-    out = []
-    for line in text.splitlines():
-        m = PLOG_LINE.match(line)
-        if not m or m["level"] != "ERROR":
-            continue
-        kind, what = classify(m["text"])
-        if what == "raised":  # an ERROR line that is neither: context, not a cause
-            kind, what = INFO, "error"
-        t = _local(m["stamp"], "%Y-%m-%d-%H:%M:%S", int(m["ms"]) / 1e3 + int(m["us"]) / 1e6)
-        if t is not None:
-            out.append(Event(t, host, ranks_by_pid.get(int(m["pid"])), "plog", kind, what,
-                             _clip(f"{m['mod']}: {m['text']}")))
-    return out
+    return [e for e in (_plog_event(line, host, ranks_by_pid) for line in text.splitlines()) if e]
+
+
+def _plog_event(line: str, host: str, ranks_by_pid: Mapping[int, int]) -> Event | None:
+    m = PLOG_LINE.match(line)
+    if not m or m["level"] != "ERROR":
+        return None
+    kind, what = classify(m["text"])
+    if what == "raised":  # an ERROR line that is neither: context, not a cause
+        kind, what = INFO, "error"
+    t = _local(m["stamp"], "%Y-%m-%d-%H:%M:%S", int(m["ms"]) / 1e3 + int(m["us"]) / 1e6)
+    if t is None:
+        return None
+    rank = ranks_by_pid.get(int(m["pid"]))
+    return Event(t, host, rank, "plog", kind, what, _clip(f"{m['mod']}: {m['text']}"))
 
 
 def log_events(text: str, host: str, rank: int | None) -> list[Event]:
     """Timestamped lines of a rank log that carry a device fault code or report a peer's absence."""
-    out = []
-    for line in text.splitlines():
-        m = LOG_STAMP.match(line)
-        if not m or not (DEVICE_FAULT.search(line) or CONSEQUENCE.search(line)):
-            continue
-        frac = float("0." + m["frac"]) if m["frac"] else 0.0
-        t = _local(m["stamp"].replace("T", " "), "%Y-%m-%d %H:%M:%S", frac)
-        if t is not None:
-            kind, what = classify(line)
-            out.append(Event(t, host, rank, "rank-log", kind, what, _clip(line[m.end():])))
-    return out
+    return [e for e in (_log_event(line, host, rank) for line in text.splitlines()) if e]
+
+
+def _log_event(line: str, host: str, rank: int | None) -> Event | None:
+    m = LOG_STAMP.match(line)
+    if not m or not _telling(line):
+        return None
+    frac = float("0." + m["frac"]) if m["frac"] else 0.0
+    t = _local(m["stamp"].replace("T", " "), "%Y-%m-%d %H:%M:%S", frac)
+    if t is None:
+        return None
+    kind, what = classify(line)
+    return Event(t, host, rank, "rank-log", kind, what, _clip(line[m.end():]))
+
+
+def _telling(line: str) -> bool:
+    """A log line worth an event: it carries a device fault code or reports a peer's absence."""
+    return bool(DEVICE_FAULT.search(line) or CONSEQUENCE.search(line))
 
 
 def oom_pids(dmesg: str) -> set[int]:
@@ -198,39 +206,51 @@ def _dmesg_kind(text: str, rank: int | None) -> tuple[str, str] | None:
 
 def dmesg_events(text: str, host: str, boot: float, ranks_by_pid: Mapping[int, int]) -> list[Event]:
     """Kernel lines about a rank's pid or a host's trouble, placed at ``boot`` + their seconds."""
-    out = []
-    for line in text.splitlines():
-        m = DMESG_LINE.match(line)
-        if not m:
-            continue
-        pid = _dmesg_pid(m["text"])
-        rank = ranks_by_pid.get(pid) if pid is not None else None
-        found = _dmesg_kind(m["text"], rank)
-        if found:
-            t = round(boot + float(m["s"]), 6)
-            out.append(Event(t, host, rank, "dmesg", *found, _clip(m["text"])))
-    return out
+    found = (_dmesg_event(line, host, boot, ranks_by_pid) for line in text.splitlines())
+    return [e for e in found if e]
+
+
+def _dmesg_event(line: str, host: str, boot: float,
+                 ranks_by_pid: Mapping[int, int]) -> Event | None:
+    m = DMESG_LINE.match(line)
+    if not m:
+        return None
+    pid = _dmesg_pid(m["text"])
+    rank = ranks_by_pid.get(pid) if pid is not None else None
+    found = _dmesg_kind(m["text"], rank)
+    if not found:
+        return None
+    return Event(round(boot + float(m["s"]), 6), host, rank, "dmesg", *found, _clip(m["text"]))
 
 
 def supervisor_events(text: str, host: str) -> list[Event]:
     """The supervisor's lines as the controller received them (``{"t": epoch, "line": text}``)."""
-    out = []
-    for raw in text.splitlines():
-        try:
-            item = json.loads(raw)
-        except ValueError:
-            continue
-        t, line = (item.get("t"), item.get("line")) if isinstance(item, dict) else (None, None)
-        if not isinstance(t, (int, float)) or not isinstance(line, str) or not line.split() \
-                or line.split()[0] not in SUPERVISOR_WORDS:
-            continue
-        words = line.split()
-        ranked = words[0] == "RANK" and len(words) > 1 and words[1].isdigit()
-        rank = int(words[1]) if ranked else None
-        kind, what = (CAUSE, "host lost") if words[0] == "CLOSED" and "teardown" not in words else \
-            (INFO, "supervisor")
-        out.append(Event(float(t), host, rank, "supervisor", kind, what, _clip(line)))
-    return out
+    items = (_supervisor_item(raw) for raw in text.splitlines())
+    return [_supervisor_event(t, line, host) for t, line in filter(None, items)]
+
+
+def _supervisor_item(raw: str) -> tuple[float, str] | None:
+    """(t, line) of one received line that is a supervisor event; None: not JSON, or not an event."""
+    try:
+        item = json.loads(raw)
+    except ValueError:
+        return None
+    if not isinstance(item, dict):
+        return None
+    t, line = item.get("t"), item.get("line")
+    if not isinstance(t, (int, float)) or not isinstance(line, str):
+        return None
+    words = line.split()
+    return (float(t), line) if words and words[0] in SUPERVISOR_WORDS else None
+
+
+def _supervisor_event(t: float, line: str, host: str) -> Event:
+    """A supervisor line as an event: a connection closed outside the teardown is the host lost."""
+    words = line.split()
+    rank = int(words[1]) if words[0] == "RANK" and len(words) > 1 and words[1].isdigit() else None
+    lost = words[0] == "CLOSED" and "teardown" not in words
+    kind, what = (CAUSE, "host lost") if lost else (INFO, "supervisor")
+    return Event(t, host, rank, "supervisor", kind, what, _clip(line))
 
 
 def _absence(text: str) -> str | None:
@@ -245,21 +265,31 @@ def exit_event(status: Mapping[str, Any], host: str, log_text: str | None, oom: 
     end, rank = status.get("end"), status.get("rank")
     if not isinstance(end, (int, float)) or not isinstance(rank, int):
         return None
-    sig, code = status.get("signal"), status.get("exit_code")
-    error = first_error(log_text) if log_text else None
-    kind, what, text = INFO, "exit", f"exited {code}"
-    if sig in CRASH_SIGNALS:  # an abort after a peer's absence (HCCL's watchdog) is that absence's consequence
-        absent = _absence(error or "") or (None if error else _absence(log_text or ""))
-        kind, what = (CONSEQ, "peer absence") if absent else (CAUSE, "crash")
-        text = f"died of {sig}: " + (error or absent or "") if error or absent else f"died of {sig}"
-    elif sig == "SIGKILL" and status.get("pid") in oom:
-        kind, what, text = CAUSE, "oom kill", "killed by the kernel's OOM killer (dmesg)"
-    elif sig:
-        text = f"died of {sig}"
-    elif code and error:
-        kind, what = classify(error)
-        text = error
+    kind, what, text = _how_it_ended(status, log_text or "", oom)
     return Event(float(end), host, rank, "rank-exit", kind, what, _clip(text))
+
+
+def _how_it_ended(status: Mapping[str, Any], log_text: str, oom: set[int]) -> tuple[str, str, str]:
+    """(kind, what, text) of a rank's exit: by its signal first, then by its exit code and first error."""
+    sig, code = status.get("signal"), status.get("exit_code")
+    error = first_error(log_text)
+    if sig in CRASH_SIGNALS:
+        return _crash(sig, error, log_text)
+    if sig == "SIGKILL" and status.get("pid") in oom:
+        return CAUSE, "oom kill", "killed by the kernel's OOM killer (dmesg)"
+    if sig:
+        return INFO, "exit", f"died of {sig}"
+    if code and error:
+        return (*classify(error), error)
+    return INFO, "exit", f"exited {code}"
+
+
+def _crash(sig: str, error: str | None, log_text: str) -> tuple[str, str, str]:
+    """A fatal signal: the rank's crash, or, after a peer's absence (HCCL's watchdog aborts), its consequence."""
+    absent = _absence(error or log_text)
+    kind, what = (CONSEQ, "peer absence") if absent else (CAUSE, "crash")
+    detail = error or absent
+    return kind, what, f"died of {sig}: {detail}" if detail else f"died of {sig}"
 
 
 # -- reading a run folder --------------------------------------------------------------------------------
@@ -296,14 +326,19 @@ def host_events(host: str, folder: Path, dmesg: str = "", boot: float | None = N
     oom = oom_pids(dmesg)
     events: list[Event] = []
     for s in statuses:
-        log_path = s["_log"]
-        text = read_tail(log_path) if log_path.is_file() else None
-        found = exit_event(s, host, text, oom)
-        events += [found] if found else []
-        events += log_events(_read(log_path), host, s.get("rank")) if log_path.is_file() else []
+        events += _rank_events(s, host, oom)
     for plog in sorted(folder.rglob("plog-*.log")):
         events += plog_events(_read(plog), host, by_pid)
     return events + (dmesg_events(dmesg, host, boot, by_pid) if boot is not None else [])
+
+
+def _rank_events(status: Mapping[str, Any], host: str, oom: set[int]) -> list[Event]:
+    """One rank's exit and its log's timestamped lines (a rank without a log: its exit only)."""
+    log_path: Path = status["_log"]
+    if not log_path.is_file():
+        return [e for e in [exit_event(status, host, None, oom)] if e]
+    found = [e for e in [exit_event(status, host, read_tail(log_path), oom)] if e]
+    return found + log_events(_read(log_path), host, status.get("rank"))
 
 
 def phase_events(phases: Iterable[Mapping[str, Any]]) -> list[Event]:
@@ -318,14 +353,26 @@ def phase_events(phases: Iterable[Mapping[str, Any]]) -> list[Event]:
 
 def offsets_of(root: Path) -> tuple[dict[str, float], str]:
     """Each host's clock offset from the controller's (``preflight.json``), and a note on where they came from."""
-    try:
-        clock = json.loads((root / "preflight.json").read_text(encoding="utf-8")).get("clock") or {}
-        offsets = {str(h): float(v) for h, v in (clock.get("offsets") or {}).items()}
-    except (OSError, ValueError, AttributeError, TypeError):
-        offsets = {}
+    offsets = _preflight_offsets(root)
     if offsets:
         return offsets, "host stamps moved to the controller's clock by preflight's clock offsets"
     return {}, "no preflight clock offsets in this run: every host's offset taken as 0"
+
+
+def _preflight_offsets(root: Path) -> dict[str, float]:
+    """``preflight.json``'s ``clock.offsets`` (host -> seconds); {}: none, or not readable."""
+    try:
+        doc = json.loads((root / "preflight.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    clock = doc.get("clock") if isinstance(doc, dict) else None
+    offsets = clock.get("offsets") if isinstance(clock, dict) else None
+    if not isinstance(offsets, dict):
+        return {}
+    try:
+        return {str(h): float(v) for h, v in offsets.items()}
+    except (TypeError, ValueError):
+        return {}
 
 
 def _phases(root: Path) -> list[Mapping[str, Any]]:
@@ -366,13 +413,21 @@ def refresh(root: Path) -> Timeline | None:
         data = json.loads((root / FILE).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    folders = data.get("folders") if isinstance(data, dict) else None
-    if not isinstance(folders, dict) or not folders:
+    folders = _folders(root, data)
+    if not folders:
         return None
-    found = build(root, {str(h): root / str(rel) for h, rel in folders.items()})
-    write(root, found, data.get("launch"), {str(h): root / str(rel) for h, rel in folders.items()})
+    found = build(root, folders)
+    write(root, found, data.get("launch"), folders)
     _late_cause(root, found, data.get("launch"))
     return found
+
+
+def _folders(root: Path, doc: object) -> dict[str, Path]:
+    """The hosts' folders a timeline.json names ({host: path below ``root``}); empty: none."""
+    folders = doc.get("folders") if isinstance(doc, dict) else None
+    if not isinstance(folders, dict):
+        return {}
+    return {str(h): root / str(rel) for h, rel in folders.items()}
 
 
 def _late_cause(root: Path, timeline: Timeline, launch_id: object) -> None:

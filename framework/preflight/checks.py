@@ -1,15 +1,5 @@
-"""Preflight verdicts: every host's probe sections judged into one host × check report (pure, no I/O).
-
-:func:`evaluate` turns each host's :class:`Sample` (or its connection error) into one
-:class:`CheckResult` per host and check (:data:`CHECKS`), then compares values across hosts
-(CANN, driver, torch, TLS; the majority value wins, ties go to the first host) and clock offsets
-pairwise (:func:`clock_skew`). On CPU hosts (``npu.soc: cpu``, the lab) the NPU checks are skipped
-with the reason; everything else runs for real. Statuses: ``ok``, ``warn`` (passes, says why),
-``skip``, ``fail`` (exit 1), ``error`` (host unreachable, exit 3). :class:`Report` holds the
-table, its exit code and its JSON form.
-
-The sections come from ``framework.preflight.probe``'s script, run by ``framework.preflight.run``.
-"""
+"""Preflight verdicts: every host's probe sections judged into one host × check report (pure, no
+I/O)."""
 
 from __future__ import annotations
 
@@ -132,21 +122,18 @@ class Report:
 
     def table(self, width: int = 14) -> tuple[list[str], list[list[str]]]:
         """Headers and rows of the host × check table: status word and the value cut to ``width``."""
-        rows = []
-        for host in self.hosts:
-            row = [host]
-            for c in self.checks:
-                r = self.results.get((host, c))
-                if r is None:
-                    row.append("-")
-                    continue
-                word = {ERROR: "UNREACHABLE" if c == "ssh" else "ERROR", FAIL: "FAIL"}.get(r.status, r.status)
-                value = r.value if r.value and r.status != SKIP and c != "ssh" else ""
-                if len(value) > width:
-                    value = value[:width - 1] + "…"
-                row.append(f"{word} {value}".strip())
-            rows.append(row)
+        rows = [[host, *(self._cell(host, c, width) for c in self.checks)] for host in self.hosts]
         return ["host", *self.checks], rows
+
+    def _cell(self, host: str, check: str, width: int) -> str:
+        """One cell: the status word and the value cut to ``width`` (``-``: no result)."""
+        r = self.results.get((host, check))
+        if r is None:
+            return "-"
+        value = r.value if r.value and r.status != SKIP and check != "ssh" else ""
+        if len(value) > width:
+            value = value[:width - 1] + "…"
+        return f"{_status_word(r.status, check)} {value}".strip()
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -156,12 +143,7 @@ class Report:
             "hosts": self.hosts,
             "checks": list(self.checks),
             "results": [asdict(r) for r in self.results.values()],
-            "clock": None if self.clock is None else {
-                "offsets": {h: round(v, 6) for h, v in self.clock.offsets.items()},
-                "uncertainty": {h: round(v, 6) for h, v in self.clock.uncertainty.items()},
-                "max_pairwise": round(self.clock.max_pairwise, 6),
-                "pair": list(self.clock.pair) if self.clock.pair else None,
-            },
+            "clock": None if self.clock is None else _clock_json(self.clock),
         }
 
     @classmethod
@@ -177,6 +159,22 @@ class Report:
             clock=None if clock is None else ClockSkew(clock["offsets"], clock["uncertainty"], clock["max_pairwise"],
                                                        tuple(clock["pair"]) if clock["pair"] else None),
         )
+
+
+def _status_word(status: str, check: str) -> str:
+    """A status as the table shows it: an unreachable host's ssh says so; failures in capitals."""
+    if status == ERROR:
+        return "UNREACHABLE" if check == "ssh" else "ERROR"
+    return "FAIL" if status == FAIL else status
+
+
+def _clock_json(clock: ClockSkew) -> dict[str, Any]:
+    return {
+        "offsets": {h: round(v, 6) for h, v in clock.offsets.items()},
+        "uncertainty": {h: round(v, 6) for h, v in clock.uncertainty.items()},
+        "max_pairwise": round(clock.max_pairwise, 6),
+        "pair": list(clock.pair) if clock.pair else None,
+    }
 
 
 # --------------------------------------------------------------------------- verdicts (pure)
@@ -198,40 +196,62 @@ def evaluate(plans: Mapping[str, ProbePlan], samples: Mapping[str, Sample | Base
     hosts = list(plans)
     results: dict[tuple[str, str], CheckResult] = {}
     for host in hosts:
-        sample = samples.get(host)
-        for r in _host_checks(plans[host], sample, limits):
-            results[(host, r.check)] = r
-        if isinstance(sample, Sample):
-            results[(host, "rdzv")] = _rdzv(cross, host)
+        results.update(_host_results(plans[host], samples.get(host), limits, cross))
     for check, key in _COMPARED:
         _consistency(results, hosts, check, key)
     clock = clock_skew({h: s for h, s in samples.items() if isinstance(s, Sample)})
-    empty = ClockSkew({}, {}, 0.0, None)
-    for host in hosts:
-        if results[(host, "clock")].status == OK:  # the host's clock was read: judge it against the others
-            results[(host, "clock")] = _clock_verdict(results[(host, "clock")], clock or empty, limits)
+    _judge_clocks(results, hosts, clock or ClockSkew({}, {}, 0.0, None), limits)
     return Report(hosts, results, clock)
 
 
-def _host_checks(plan: ProbePlan, sample: Sample | BaseException | None, limits: Limits) -> list[CheckResult]:
-    host = plan.host
-    if not isinstance(sample, Sample):
-        why = reason_of(sample, host) if sample is not None else "not probed"
-        out = [CheckResult(host, "ssh", ERROR, why)]
-        return out + [CheckResult(host, c, SKIP, "not run: host unreachable (see ssh)") for c in CHECKS[1:]]
-    sec = sample.sections
-    late = f" (probe timed out after {limits.probe_timeout:g}s)" if sample.timed_out else ""
-    out = [_check_ssh(plan, sec)]
-    for check, fn in _CHECK_FNS.items():  # (the cross-host checks are added by evaluate)
-        if check in NPU_CHECKS and not plan.npu:
-            out.append(CheckResult(host, check, SKIP, f"npu.soc is {plan.soc}: no NPU on this host"))
-            continue
-        try:
-            r = fn(plan, sec, limits)
-        except _Missing as exc:
-            r = CheckResult(host, check, FAIL, f"no output from {exc}{late}")
-        out.append(r)
+def _judge_clocks(results: dict[tuple[str, str], CheckResult], hosts: Sequence[str],
+                  clock: ClockSkew, limits: Limits) -> None:
+    """Each host whose clock was read, judged against the controller's and the other hosts'."""
+    for host in hosts:
+        if results[(host, "clock")].status == OK:
+            results[(host, "clock")] = _clock_verdict(results[(host, "clock")], clock, limits)
+
+
+def _host_results(plan: ProbePlan, sample: Sample | BaseException | None, limits: Limits,
+                  cross: Mapping[str, CheckResult] | None) -> dict[tuple[str, str], CheckResult]:
+    """One host's row: its own checks, and its rendezvous result when its probe answered."""
+    out = {(plan.host, r.check): r for r in _host_checks(plan, sample, limits)}
+    if isinstance(sample, Sample):
+        out[(plan.host, "rdzv")] = _rdzv(cross, plan.host)
     return out
+
+
+def _host_checks(plan: ProbePlan, sample: Sample | BaseException | None, limits: Limits) -> list[CheckResult]:
+    if not isinstance(sample, Sample):
+        return _unreachable(plan.host, sample)
+    late = f" (probe timed out after {limits.probe_timeout:g}s)" if sample.timed_out else ""
+    # (the cross-host checks are added by evaluate)
+    checks = [_run_check(plan, check, fn, sample.sections, limits, late)
+              for check, fn in _CHECK_FNS.items()]
+    return [_check_ssh(plan, sample.sections), *checks]
+
+
+def _unreachable(host: str, error: BaseException | None) -> list[CheckResult]:
+    """A host whose probe did not answer: its ssh check says why, every other check is skipped."""
+    why = reason_of(error, host) if error is not None else "not probed"
+    out = [CheckResult(host, "ssh", ERROR, why)]
+    skipped = "not run: host unreachable (see ssh)"
+    return out + [CheckResult(host, c, SKIP, skipped) for c in CHECKS[1:]]
+
+
+def _run_check(plan: ProbePlan, check: str, fn: _CheckFn, sec: Mapping[str, Section],
+               limits: Limits, late: str) -> CheckResult:
+    """One check of one host: skipped without NPUs when it needs them, failed when its section
+    is missing."""
+    if check in NPU_CHECKS and not plan.npu:
+        return CheckResult(plan.host, check, SKIP, f"npu.soc is {plan.soc}: no NPU on this host")
+    try:
+        return fn(plan, sec, limits)
+    except _Missing as exc:
+        return CheckResult(plan.host, check, FAIL, f"no output from {exc}{late}")
+
+
+_CheckFn = Callable[[ProbePlan, Mapping[str, Section], Limits], CheckResult]
 
 
 class _Missing(Exception):
@@ -292,9 +312,13 @@ def _files(sec: Mapping[str, Section], suffix: str) -> list[Section]:
     return [s for n, s in sec.items() if n.startswith("file:") and n.endswith(suffix) and s.rc == 0]
 
 
-def _cann_installs(sec: Mapping[str, Section]) -> list[tuple[str, str, str | None]]:
+#: a CANN install the probe found: (path, version, layout)
+_Install = tuple[str, str, "str | None"]
+
+
+def _cann_installs(sec: Mapping[str, Section]) -> list[_Install]:
     """Every CANN install the probe found, as (path, version, layout)."""
-    found: list[tuple[str, str, str | None]] = []
+    found: list[_Install] = []
     for s in _files(sec, CANN_RECORD):
         rec = ascend.parse_toolkit_install_info(s.text)
         if rec is not None:
@@ -320,23 +344,36 @@ def _check_cann(plan: ProbePlan, sec: Mapping[str, Section], limits: Limits) -> 
     if not found:
         return CheckResult(plan.host, "cann", FAIL, "; ".join(problems + [
             "no CANN version record (looked in " + ", ".join(plan.cann_homes) + ")"]))
-    home = posixpath.dirname(plan.cann_set_env) + "/" if plan.cann_set_env else ""
-    chosen = next((f for f in found if home and f[0].startswith(home)), found[0])
+    return _cann_verdict(plan.host, _chosen_install(plan, found), found, problems)
+
+
+def _cann_verdict(host: str, chosen: _Install, found: list[_Install],
+                  problems: list[str]) -> CheckResult:
+    """The chosen install, failed by a problem, warned about when other versions are there too."""
     path, version, layout = chosen
-    others = sorted({f"{v} ({p})" for p, v, _ in found if v != version})
     details = tuple(f"{v} in {p}" for p, v, _ in found)
     summary = f"CANN {version}, {layout or 'unknown'} layout ({path})"
     if problems:
-        return CheckResult(plan.host, "cann", FAIL, "; ".join(problems) + f"; found {summary}", version, details)
+        why = "; ".join(problems) + f"; found {summary}"
+        return CheckResult(host, "cann", FAIL, why, version, details)
+    others = sorted({f"{v} ({p})" for p, v, _ in found if v != version})
     if others:
         summary += "; other installs: " + ", ".join(others)
-        return CheckResult(plan.host, "cann", WARN, summary, version, details)
-    return CheckResult(plan.host, "cann", OK, summary, version, details)
+        return CheckResult(host, "cann", WARN, summary, version, details)
+    return CheckResult(host, "cann", OK, summary, version, details)
+
+
+def _chosen_install(plan: ProbePlan, found: list[_Install]) -> _Install:
+    """The install ``cann.set_env`` lives in, else the first one found."""
+    if not plan.cann_set_env:
+        return found[0]
+    home = posixpath.dirname(plan.cann_set_env) + "/"
+    return next((f for f in found if f[0].startswith(home)), found[0])
 
 
 def _check_driver(plan: ProbePlan, sec: Mapping[str, Section], limits: Limits) -> CheckResult:
-    drv = next((s for s in _files(sec, "/driver/version.info")), None)
-    fw = next((s for s in _files(sec, "/firmware/version.info")), None)
+    drv = next(iter(_files(sec, "/driver/version.info")), None)
+    fw = next(iter(_files(sec, "/firmware/version.info")), None)
     if drv is None:
         return CheckResult(plan.host, "driver", FAIL, "no driver version.info (driver not installed?)")
     dv = ascend.driver_version(drv.text) or "?"
@@ -351,7 +388,7 @@ def _npu_info(plan: ProbePlan, sec: Mapping[str, Section]) -> ascend.NpuSmiInfo 
         return f"npu-smi not found (npu.soc is {plan.soc}: is the driver installed?)"
     s = _need(sec, "npu-smi")
     if s.rc != 0:
-        return f"npu-smi info failed (rc {s.rc}): " + " ".join(s.text.strip().splitlines()[-2:])
+        return f"npu-smi info failed (rc {s.rc}): {s.tail()}"
     return ascend.parse_npu_smi_info(s.text)
 
 
@@ -361,6 +398,18 @@ def _check_npu(plan: ProbePlan, sec: Mapping[str, Section], limits: Limits) -> C
         return CheckResult(plan.host, "npu", FAIL, info)
     n, platform = len(info.chips), info.platform
     shape = f"{platform}, {n} chips on {len(info.npus)} NPUs ({'/'.join(info.names)}), npu-smi {info.version}"
+    problems = _npu_problems(plan, info)
+    value = f"{platform} {n}x{info.names[0] if info.names else '?'}"
+    if problems:
+        return CheckResult(plan.host, "npu", FAIL, "; ".join(problems) + f" [{shape}]", value)
+    if not plan.npu_count:
+        return CheckResult(plan.host, "npu", WARN, f"{shape}; env declares no npu.count", value)
+    return CheckResult(plan.host, "npu", OK, shape + ", all OK", value)
+
+
+def _npu_problems(plan: ProbePlan, info: ascend.NpuSmiInfo) -> list[str]:
+    """Where the host's NPUs differ from the env (count, SoC) or are not healthy."""
+    n, platform = len(info.chips), info.platform
     problems = []
     if plan.npu_count and n != plan.npu_count:
         problems.append(f"{n} chips, env npu.count says {plan.npu_count}")
@@ -370,12 +419,7 @@ def _check_npu(plan: ProbePlan, sec: Mapping[str, Section], limits: Limits) -> C
     bad = [f"NPU {c.npu} chip {c.chip}: {c.health}" for c in info.unhealthy]
     if bad:
         problems.append("not healthy: " + ", ".join(bad))
-    value = f"{platform} {n}x{info.names[0] if info.names else '?'}"
-    if problems:
-        return CheckResult(plan.host, "npu", FAIL, "; ".join(problems) + f" [{shape}]", value)
-    if not plan.npu_count:
-        return CheckResult(plan.host, "npu", WARN, f"{shape}; env declares no npu.count", value)
-    return CheckResult(plan.host, "npu", OK, shape + ", all OK", value)
+    return problems
 
 
 def _logical_ids(info: ascend.NpuSmiInfo, sec: Mapping[str, Section]) -> dict[tuple[int, int], int]:
@@ -396,15 +440,22 @@ def _busy_processes(procs: Sequence[ascend.NpuProcess]) -> str:
     return shown + more
 
 
+def _processes_in_scope(plan: ProbePlan, info: ascend.NpuSmiInfo,
+                       sec: Mapping[str, Section]) -> list[ascend.NpuProcess]:
+    """The processes on the devices the env uses (its visible ones, else every NPU)."""
+    if plan.visible is None:
+        return list(info.processes)
+    logical = _logical_ids(info, sec)
+    return [p for p in info.processes if logical.get((p.npu, p.chip)) in plan.visible]
+
+
 def _check_idle(plan: ProbePlan, sec: Mapping[str, Section], limits: Limits) -> CheckResult:
     info = _npu_info(plan, sec)
     if isinstance(info, str):
         return CheckResult(plan.host, "idle", FAIL, info)
     if not info.has_process_table:
         return CheckResult(plan.host, "idle", FAIL, "npu-smi printed no process table: cannot judge idleness")
-    logical = _logical_ids(info, sec)
-    procs = [p for p in info.processes
-             if plan.visible is None or logical.get((p.npu, p.chip)) in plan.visible]
+    procs = _processes_in_scope(plan, info, sec)
     if procs:
         return CheckResult(plan.host, "idle", FAIL, f"busy: {_busy_processes(procs)}", f"{len(procs)} procs")
     scope = "visible devices" if plan.visible is not None else "all NPUs"
@@ -425,22 +476,7 @@ def _check_hccn(plan: ProbePlan, sec: Mapping[str, Section], limits: Limits) -> 
     unusable = _hccn_unusable(plan, sec, "hccn", "hccn_tool not found (/usr/local/Ascend/driver/tools/hccn_tool)")
     if unusable:
         return unusable
-    a3 = plan.soc == "ascend910_93"
-    problems: list[str] = []
-    notes: list[str] = []
-    for dev in range(plan.npu_count):
-        for query in plan.hccn_queries:
-            judge = _HCCN_JUDGES.get(query)
-            if judge is None:
-                continue
-            text = _need(sec, f"hccn:{dev}:{query}").text.strip()
-            if _busy(text):
-                problems.append(f"dev {dev} {query}: {_BUSY_NOTE}")
-                continue
-            problem = judge(dev, text)
-            if problem:
-                # A3: -link may read DOWN while HCCS works: a note, not a failure
-                (notes if a3 and query == "link" else problems).append(problem)
+    problems, notes = _hccn_findings(plan, sec)
     queries = "/".join(q for q in plan.hccn_queries if q != "tls")
     if problems:
         return CheckResult(plan.host, "hccn", FAIL, "; ".join(problems + notes), f"{len(problems)} bad")
@@ -448,6 +484,24 @@ def _check_hccn(plan: ProbePlan, sec: Mapping[str, Section], limits: Limits) -> 
         return CheckResult(plan.host, "hccn", WARN, "; ".join(notes) + " (A3: -link may read DOWN while HCCS works)",
                            "link?")
     return CheckResult(plan.host, "hccn", OK, f"{plan.npu_count} devices: {queries} fine", "up")
+
+
+def _hccn_findings(plan: ProbePlan, sec: Mapping[str, Section]) -> tuple[list[str], list[str]]:
+    """(problems, notes) of every device's judged hccn_tool answers."""
+    # A3: -link may read DOWN while HCCS works: a note, not a failure
+    lenient = plan.soc == "ascend910_93"
+    problems: list[str] = []
+    notes: list[str] = []
+    judged = [q for q in plan.hccn_queries if q in _HCCN_JUDGES]
+    for dev, query in ((d, q) for d in range(plan.npu_count) for q in judged):
+        text = _need(sec, f"hccn:{dev}:{query}").text.strip()
+        if _busy(text):
+            problems.append(f"dev {dev} {query}: {_BUSY_NOTE}")
+            continue
+        problem = _HCCN_JUDGES[query](dev, text)
+        if problem:
+            (notes if lenient and query == "link" else problems).append(problem)
+    return problems, notes
 
 
 def _hccn_link(dev: int, text: str) -> str | None:
@@ -495,17 +549,30 @@ def _check_tls(plan: ProbePlan, sec: Mapping[str, Section], limits: Limits) -> C
     busy = [dev for dev, text in texts.items() if _busy(text)]
     if busy:
         return CheckResult(plan.host, "tls", FAIL, f"no TLS state from devices {busy}: {_BUSY_NOTE}", "busy")
-    switches = {dev: switch for dev, text in texts.items() if (switch := _tls_switch(dev, text)) is not None}
-    unknown = [dev for dev in texts if dev not in switches]
+    return _tls_verdict(plan.host, {dev: _tls_switch(dev, text) for dev, text in texts.items()})
+
+
+def _tls_verdict(host: str, read: Mapping[int, int | None]) -> CheckResult:
+    """One TLS switch on every device: OK; a device without one, or mixed: FAIL (link setup times
+    out, EI0006)."""
+    switches = {dev: switch for dev, switch in read.items() if switch is not None}
+    unknown = [dev for dev in read if dev not in switches]
     if unknown:
-        return CheckResult(plan.host, "tls", FAIL, f"no TLS state from devices {unknown}")
-    values = Counter(switches.values())
+        return CheckResult(host, "tls", FAIL, f"no TLS state from devices {unknown}")
+    values = sorted(set(switches.values()))
     if len(values) > 1:
-        by = ", ".join(f"switch {v}: devices {[d for d, s in switches.items() if s == v]}" for v in sorted(values))
-        return CheckResult(plan.host, "tls", FAIL, f"TLS differs between devices ({by}); link setup will time out "
-                                                    "(EI0006)", "mixed")
+        by = _by_switch(switches)
+        return CheckResult(host, "tls", FAIL, f"TLS differs between devices ({by}); link setup will "
+                                              "time out (EI0006)", "mixed")
     (value,) = values
-    return CheckResult(plan.host, "tls", OK, f"TLS switch {value} on all {len(switches)} devices", str(value))
+    text = f"TLS switch {value} on all {len(switches)} devices"
+    return CheckResult(host, "tls", OK, text, str(value))
+
+
+def _by_switch(switches: Mapping[int, int]) -> str:
+    """The devices of each TLS switch: ``switch 0: devices [1], switch 1: devices [0, 2]``."""
+    return ", ".join(f"switch {v}: devices {[d for d, s in switches.items() if s == v]}"
+                     for v in sorted(set(switches.values())))
 
 
 def _check_spod(plan: ProbePlan, sec: Mapping[str, Section], limits: Limits) -> CheckResult:
@@ -518,8 +585,8 @@ def _check_spod(plan: ProbePlan, sec: Mapping[str, Section], limits: Limits) -> 
     s = _need(sec, "spod")
     info = ascend.parse_spod_info(s.text) if s.rc == 0 else None
     if info is None or info.super_pod_id is None:
-        tail = " ".join(s.text.strip().splitlines()[-2:])
-        return CheckResult(plan.host, "spod", FAIL, f"npu-smi info -t spod-info failed (rc {s.rc}): {tail}")
+        why = f"npu-smi info -t spod-info failed (rc {s.rc}): {s.tail()}"
+        return CheckResult(plan.host, "spod", FAIL, why)
     return CheckResult(plan.host, "spod", OK, f"Super Pod ID {info.super_pod_id} (NPU 0 chip 0 SDID {info.sdid}); "
                        "a multi-node CAM run needs every host in one Super Pod", str(info.super_pod_id))
 
@@ -549,16 +616,24 @@ def _judge_core_pattern(pattern: CorePattern, target: str | None, problems: list
     """How the kernel's core pattern delivers cores here (``target``: the probe's verdict on its handler
     or directory), appended to ``problems`` (fail) and ``notes``."""
     delivery = pattern.delivery
-    if not pattern.raw:
-        problems.append("kernel.core_pattern is empty")
-    elif delivery == "pipe" and target != "ok":
-        problems.append(f"core_pattern pipes to {pattern.handler}, which is not an executable here")
-    elif delivery == "file" and target not in ("ok", "creatable"):
-        problems.append(f"core directory {pattern.directory} is {target or 'unusable'}")
+    problem = _core_pattern_problem(pattern, target)
+    if problem:
+        problems.append(problem)
     elif delivery in _CORE_DELIVERY_NOTES:
         notes.append(_CORE_DELIVERY_NOTES[delivery].format(handler=pattern.handler))
     if delivery == "file" and target == "creatable":
         notes.append(f"{pattern.directory} will be created")
+
+
+def _core_pattern_problem(pattern: CorePattern, target: str | None) -> str | None:
+    """Why no core would be delivered: an empty pattern, or an unusable handler or directory."""
+    if not pattern.raw:
+        return "kernel.core_pattern is empty"
+    if pattern.delivery == "pipe" and target != "ok":
+        return f"core_pattern pipes to {pattern.handler}, which is not an executable here"
+    if pattern.delivery == "file" and target not in ("ok", "creatable"):
+        return f"core directory {pattern.directory} is {target or 'unusable'}"
+    return None
 
 
 #: the deliveries that pass with a note
@@ -572,26 +647,35 @@ def _check_core(plan: ProbePlan, sec: Mapping[str, Section], limits: Limits) -> 
     facts = dict(ln.split("=", 1) for ln in _need(sec, "core").text.splitlines() if "=" in ln)
     # the one pattern model the core watcher reads too; the check judges how cores are delivered
     pattern = parse_core_pattern(facts.get("pattern", ""))
-    delivery = pattern.delivery
     soft, hard = facts.get("soft", "?"), facts.get("hard", "?")
     limit = f"ulimit -c soft {soft} hard {hard}"
-    target = facts.get("target")
-    problems: list[str] = []
-    notes: list[str] = []
-    if hard in ("0", "1"):
-        problems.append(f"{limit}: no core can be written and launches cannot raise it")
-    elif soft == "0":
-        notes.append(f"soft limit 0 (launches raise it to {hard})")
-    _judge_core_pattern(pattern, target, problems, notes)
+    problems, notes = _core_limit(soft, hard, limit)
+    _judge_core_pattern(pattern, facts.get("target"), problems, notes)
+    limit_bytes = int(NPU_CORE_LIMIT) * 1024 if plan.npu else None
     warnings, more = core_findings(pattern, sections_text(sec, "core.caps"), sections_text(sec, "core.space"),
-                                   npu=plan.npu, core_limit_bytes=int(NPU_CORE_LIMIT) * 1024 if plan.npu else None)
+                                   npu=plan.npu, core_limit_bytes=limit_bytes)
     notes += warnings + more
+    warn = pattern.delivery in ("relative", "socket") or bool(warnings)
     text = f"{pattern.raw!r}, {limit}"
+    return _core_verdict(plan.host, text, pattern.delivery, problems, notes, warn)
+
+
+def _core_limit(soft: str, hard: str, limit: str) -> tuple[list[str], list[str]]:
+    """(problems, notes) of the core size limit: a hard limit of 0 or 1 block writes no core."""
+    if hard in ("0", "1"):
+        return [f"{limit}: no core can be written and launches cannot raise it"], []
+    if soft == "0":
+        return [], [f"soft limit 0 (launches raise it to {hard})"]
+    return [], []
+
+
+def _core_verdict(host: str, text: str, delivery: str, problems: list[str], notes: list[str],
+                  warn: bool) -> CheckResult:
     if problems:
-        return CheckResult(plan.host, "core", FAIL, "; ".join(problems) + f" [{text}]", delivery)
-    if delivery in ("relative", "socket") or warnings:
-        return CheckResult(plan.host, "core", WARN, f"{text}; " + "; ".join(notes), delivery)
-    return CheckResult(plan.host, "core", OK, text + ("; " + "; ".join(notes) if notes else ""), delivery)
+        return CheckResult(host, "core", FAIL, "; ".join(problems) + f" [{text}]", delivery)
+    if warn:
+        return CheckResult(host, "core", WARN, f"{text}; " + "; ".join(notes), delivery)
+    return CheckResult(host, "core", OK, "; ".join([text, *notes]), delivery)
 
 
 def _check_addr(plan: ProbePlan, sec: Mapping[str, Section], limits: Limits) -> CheckResult:
@@ -632,12 +716,13 @@ def parse_port_list(text: str) -> list[int]:
     out: list[int] = []
     for part in text.replace(" ", "").split(","):
         lo, _, hi = part.partition("-")
-        if lo.isdigit() and (not hi or hi.isdigit()):
-            out += range(int(lo), int(hi or lo) + 1)
+        last = hi or lo  # a single port is its own range
+        if lo.isdigit() and last.isdigit():
+            out += range(int(lo), int(last) + 1)
     return out
 
 
-_CHECK_FNS: dict[str, Callable[[ProbePlan, Mapping[str, Section], Limits], CheckResult]] = {
+_CHECK_FNS: dict[str, _CheckFn] = {
     "python": _check_python,
     "torch": _check_package("torch"),
     "torch_npu": _check_package("torch_npu"),
@@ -673,26 +758,31 @@ def _majority(keyed: Mapping[str, str]) -> str:
     return next(v for v in keyed.values() if counts[v] == top)
 
 
-#: the checks whose values must agree across hosts, and what of a value is compared (None: all of it)
-_COMPARED: tuple[tuple[str, Callable[[str], str] | None], ...] = (
-    ("python", _minor), ("torch", None), ("torch_npu", None), ("cann", None), ("driver", None), ("tls", None),
-    ("spod", None))
+#: the checks whose values must agree across hosts, and what of a value is compared (str: all of it)
+_COMPARED: tuple[tuple[str, Callable[[str], str]], ...] = (
+    ("python", _minor), ("torch", str), ("torch_npu", str), ("cann", str), ("driver", str),
+    ("tls", str), ("spod", str))
 
 
 def _consistency(results: dict[tuple[str, str], CheckResult], hosts: Sequence[str], check: str,
-                 key: Callable[[str], str] | None = None) -> None:
+                 key: Callable[[str], str] = str) -> None:
     """Fail the hosts whose value differs from the majority (ties: the first host's value)."""
-    values = {h: v for h in hosts if (v := _compared_value(results.get((h, check))))}
-    keyed = {h: key(v) if key else v for h, v in values.items()}
+    keyed = _compared_values(results, hosts, check, key)
     if len(set(keyed.values())) < 2:
         return
     majority = _majority(keyed)
-    holders = [h for h in keyed if keyed[h] == majority]
-    for h, v in keyed.items():
-        if v != majority:
-            r = results[(h, check)]
-            results[(h, check)] = CheckResult(
-                h, check, FAIL, f"{r.summary}; differs from {majority} on {', '.join(holders)}", r.value, r.details)
+    holders = ", ".join(h for h in keyed if keyed[h] == majority)
+    for h in (h for h, v in keyed.items() if v != majority):
+        r = results[(h, check)]
+        text = f"{r.summary}; differs from {majority} on {holders}"
+        results[(h, check)] = CheckResult(h, check, FAIL, text, r.value, r.details)
+
+
+def _compared_values(results: Mapping[tuple[str, str], CheckResult], hosts: Sequence[str],
+                     check: str, key: Callable[[str], str]) -> dict[str, str]:
+    """Each host's compared part of the check's value (hosts whose check has none left out)."""
+    found = {h: _compared_value(results.get((h, check))) for h in hosts}
+    return {h: key(v) for h, v in found.items() if v}
 
 
 def _float(text: str) -> float | None:
@@ -719,13 +809,16 @@ def clock_skew(samples: Mapping[str, Sample]) -> ClockSkew | None:
         unc[host] = (s.received - s.sent) / 2
     if not offsets:
         return None
-    pair = None
-    worst = 0.0
-    if len(offsets) > 1:
-        lo = min(offsets, key=offsets.__getitem__)
-        hi = max(offsets, key=offsets.__getitem__)
-        worst, pair = offsets[hi] - offsets[lo], (hi, lo)
-    return ClockSkew(offsets, unc, worst, pair)
+    return ClockSkew(offsets, unc, *_worst_pair(offsets))
+
+
+def _worst_pair(offsets: Mapping[str, float]) -> tuple[float, tuple[str, str] | None]:
+    """The largest offset between two hosts and the pair (fastest, slowest); one host: none."""
+    if len(offsets) < 2:
+        return 0.0, None
+    lo = min(offsets, key=offsets.__getitem__)
+    hi = max(offsets, key=offsets.__getitem__)
+    return offsets[hi] - offsets[lo], (hi, lo)
 
 
 def _clock_verdict(r: CheckResult, clock: ClockSkew, limits: Limits) -> CheckResult:

@@ -1,9 +1,5 @@
-"""The thresholds and timeouts of a preflight (:class:`Limits`), stdlib-only.
-
-Its own module so that ``camit``'s parser can print the defaults in ``camit check --help`` without
-importing the probe (which pulls in ``framework.launch``): the CLI's start-up imports only what the
-chosen command needs. :mod:`framework.preflight.probe` re-exports it.
-"""
+"""The thresholds and timeouts of a preflight (:class:`Limits`), stdlib-only (``camit check --help``
+prints them without importing the probe)."""
 
 from __future__ import annotations
 

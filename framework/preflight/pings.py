@@ -1,12 +1,5 @@
-"""A2 preflight: one device-NIC ping per node pair and direction (``hccn_tool -i <dev> -ping -g address <ip>``).
-
-On A2 (``ascend910b``) ranks of different nodes talk over the device NICs (RoCE), so a multi-node run needs each
-node's device to reach the others': each node pings, from its first usable device, that device's peer on every
-other node (the address from the peer's ``hccn_tool -i <dev> -ip -g`` in the first probe round). The answer is
-parsed by :func:`framework.ascend.parse.parse_ping`; a ping that loses packets fails the ``hccn`` column of the
-node that sent it, naming the peer, both devices and the loss. A3 nodes talk over HCCS inside their Super Pod:
-their check is the ``spod`` column, not a ping (ascend-hosts.md §5).
-"""
+"""A2 preflight: one device-NIC ping per node pair and direction
+(``hccn_tool -i <dev> -ping -g address <ip>``)."""
 
 from __future__ import annotations
 
@@ -17,11 +10,11 @@ from typing import TYPE_CHECKING
 
 from framework import commands
 from framework.ascend import parse as ascend
+from framework.preflight.checks import FAIL, OK, WARN, CheckResult, Report, Sample
 from framework.preflight.probe import MARK, ProbePlan, Section, split_sections
 
 if TYPE_CHECKING:  # pragma: no cover
     from framework.hosts import Cluster, Host
-    from framework.preflight.checks import Report, Sample
 
 A2 = "ascend910b"
 
@@ -54,12 +47,23 @@ def _device_ip(plan: ProbePlan, sections: Mapping[str, Section]) -> str | None:
 
 def plan_pings(plans: Mapping[str, ProbePlan], sections: Mapping[str, Mapping[str, Section]]) -> dict[str, list[Ping]]:
     """host → the pings it sends: A2 nodes only, two or more of them, peers whose device IP the probe read."""
-    a2 = [h for h, p in plans.items() if p.soc == A2 and p.npu_count > 0 and h in sections]
+    a2 = [h for h, p in plans.items() if _pings(p) and h in sections]
     if len(a2) < 2:
         return {}
-    address = {h: ip for h in a2 if (ip := _device_ip(plans[h], sections[h]))}
-    return {h: [Ping(h, first_device(plans[h]), p, first_device(plans[p]), address[p])
-                for p in a2 if p != h and p in address] for h in a2}
+    found = {h: _device_ip(plans[h], sections[h]) for h in a2}
+    address = {h: ip for h, ip in found.items() if ip}
+    return {h: _pings_from(h, plans, address) for h in a2}
+
+
+def _pings_from(host: str, plans: Mapping[str, ProbePlan], address: Mapping[str, str]) -> list[Ping]:
+    """The pings ``host`` sends: one to each other node whose device IP is known."""
+    return [Ping(host, first_device(plans[host]), p, first_device(plans[p]), ip)
+            for p, ip in address.items() if p != host]
+
+
+def _pings(plan: ProbePlan) -> bool:
+    """The node pings its peers' devices: an A2 node with devices."""
+    return plan.soc == A2 and plan.npu_count > 0
 
 
 def ping_script(pings: Sequence[Ping]) -> commands.ShellScript:
@@ -79,42 +83,50 @@ def verdict(pings: Sequence[Ping], sections: Mapping[str, Section] | BaseExcepti
         return [f"device ping round failed: {sections}"], []
     problems, notes = [], []
     for p in pings:
-        s = sections.get(p.section)
         what = f"ping dev {p.device} -> {p.peer} dev {p.peer_device} {p.address}"
-        results = ascend.parse_ping(s.text) if s is not None else []
-        if not results:
-            problems.append(f"{what}: no answer ({(s.text.strip() if s else '') or 'no output'})")
-        elif not results[-1].ok:
-            r = results[-1]
-            problems.append(f"{what}: {r.received} of {r.transmitted} replies ({r.loss_pct:g}% loss)")
+        problem = _ping_problem(sections.get(p.section))
+        if problem:
+            problems.append(f"{what}: {problem}")
         else:
             notes.append(f"{what} ok")
     return problems, notes
 
 
+def _ping_problem(section: Section | None) -> str | None:
+    """What went wrong with one ping (its section of the round's output), None: it was answered."""
+    text = "" if section is None else section.text
+    results = ascend.parse_ping(text) if section is not None else []
+    if not results:
+        return f"no answer ({text.strip() or 'no output'})"
+    r = results[-1]
+    return None if r.ok else f"{r.received} of {r.transmitted} replies ({r.loss_pct:g}% loss)"
+
+
 def apply(report: Report, pings: Mapping[str, Sequence[Ping]],
           answers: Mapping[str, Mapping[str, Section] | BaseException]) -> None:
     """Fold each node's ping verdict into its ``hccn`` column (a lost ping fails it; an ok one is noted)."""
-    from framework.preflight.checks import FAIL, OK, WARN
-
     for host, mine in pings.items():
         key = (host, "hccn")
         current = report.results.get(key)
         if current is None or not mine or host not in answers:
             continue
-        problems, notes = verdict(mine, answers[host])
-        if problems:
-            summary = "; ".join(problems) + (f"; {current.summary}" if current.status != OK else "")
-            report.results[key] = dataclasses.replace(current, status=FAIL, summary=summary, value="ping lost")
-        elif current.status in (OK, WARN):
-            report.results[key] = dataclasses.replace(current, summary=f"{current.summary}; " + "; ".join(notes))
+        report.results[key] = _with_pings(current, *verdict(mine, answers[host]))
+
+
+def _with_pings(current: CheckResult, problems: list[str], notes: list[str]) -> CheckResult:
+    """A host's ``hccn`` result with its pings' verdict: a lost ping fails it, an ok one is noted."""
+    if problems:
+        before = f"; {current.summary}" if current.status != OK else ""
+        return dataclasses.replace(current, status=FAIL, summary="; ".join(problems) + before,
+                                   value="ping lost")
+    if current.status in (OK, WARN):
+        return dataclasses.replace(current, summary=f"{current.summary}; " + "; ".join(notes))
+    return current
 
 
 def run(cluster: Cluster, plans: Mapping[str, ProbePlan], samples: Mapping[str, Sample | BaseException],
         report: Report, timeout: float = 120.0) -> None:
     """The second round: send each A2 node's pings (one script per node, in parallel) and judge them."""
-    from framework.preflight.checks import Sample
-
     sections = {h: s.sections for h, s in samples.items() if isinstance(s, Sample)}
     pings = plan_pings(plans, sections)
     targets = [h for h, mine in pings.items() if mine]

@@ -1,18 +1,4 @@
-"""Preflight probe: what to ask each host, and the one script that asks it (pure, no I/O).
-
-:func:`plan_probe` turns a host's spec into a :class:`ProbePlan` and :func:`probe_script` into
-one POSIX ``sh`` script that prints tagged sections (``@@camit@@ begin <name>`` … ``@@camit@@ end
-<name> <rc>``): clock, identity, interpreter versions, free disk, ``core_pattern`` and core limits
-and, on NPU hosts, ``npu-smi info``, version records of both CANN layouts, driver and firmware,
-and the ``hccn_tool`` queries of the platform (run one after another: parallel calls answer "busy").
-:func:`split_sections` reads the script's output back into :class:`Section` s (the tagged-record
-format of ``framework.remote.sections``). :class:`Limits`
-(defined in :mod:`framework.preflight.limits`, re-exported here) holds the thresholds and timeouts of a
-whole preflight.
-
-``framework.preflight.run`` runs the script on the hosts; ``framework.preflight.checks`` judges
-the sections.
-"""
+"""Preflight probe: what to ask each host, and the one script that asks it (pure, no I/O)."""
 
 from __future__ import annotations
 
@@ -88,23 +74,34 @@ class ProbePlan:
 
 def plan_probe(spec: HostSpec, env: EnvConfig | None = None, limits: Limits | None = None) -> ProbePlan:
     """The probe plan of one host from its ``config.HostSpec`` (and the env's ``cann``)."""
-    if spec.host_key:
-        key = "pinned"
-    elif spec.host_key_policy == "insecure":
-        key = "insecure"
-    else:
-        key = f"known_hosts ({spec.host_key_policy})"
     wd = spec.workdir.rstrip("/") or "/"
-    cann = env.cann if env is not None else None
-    nic = env.launch.rendezvous_nic if env is not None else "manage_nic"
-    ports = hccl_host_ports({k: str(v) for k, v in env.launch.env.items()} if env is not None else {})
+    set_env, nic, ports = _env_facts(env)
     return ProbePlan(
         host=spec.name, workdir=wd, python=spec.python, venv_python=f"{wd}/venv/bin/python",
         soc=spec.npu.soc, npu_count=spec.npu.count, visible=spec.npu.visible,
-        cann_set_env=cann.set_env if cann else None, host_key=key,
+        cann_set_env=set_env, host_key=_host_key(spec),
         tool_timeout=(limits or Limits()).tool_timeout,
         rendezvous_ip=rendezvous_ip(spec, nic), rendezvous_nic=nic, hccl_ports=(ports.start, ports.stop - 1),
     )
+
+
+def _host_key(spec: HostSpec) -> str:
+    """How the host's key is checked: pinned in the env, not at all, or against known_hosts."""
+    if spec.host_key:
+        return "pinned"
+    if spec.host_key_policy == "insecure":
+        return "insecure"
+    return f"known_hosts ({spec.host_key_policy})"
+
+
+def _env_facts(env: EnvConfig | None) -> tuple[str | None, str, range]:
+    """(``cann.set_env``, the rendezvous NIC role, HCCL's host ports) of the env; without one: none,
+    ``manage_nic`` and HCCL's default ports."""
+    if env is None:
+        return None, "manage_nic", hccl_host_ports({})
+    set_env = env.cann.set_env if env.cann else None
+    ports = hccl_host_ports({k: str(v) for k, v in env.launch.env.items()})
+    return set_env, env.launch.rendezvous_nic, ports
 
 
 # the interpreter and the torch / torch_npu versions without importing them: find the package (no
@@ -241,6 +238,10 @@ class Section:
     text: str
     rc: int | None  # None: the script never closed the section (killed on timeout)
 
+    def tail(self) -> str:
+        """The section's last two lines, on one line (what a failed tool said last)."""
+        return " ".join(self.text.strip().splitlines()[-2:])
+
 
 def split_sections(stdout: str) -> dict[str, Section]:
     """Tagged sections of a probe's stdout; an unterminated last section keeps what it printed.
@@ -255,16 +256,17 @@ def split_sections(stdout: str) -> dict[str, Section]:
         words = rec.value.split()
         if rec.tag == "begin" and words:
             name, buf = rec.value, [rec.body]
-            continue
-        if rec.tag == "end" and len(words) >= 2 and name is not None:
-            text = "".join(buf)
-            text = text[:-1] if text.endswith("\n") else text  # the newline printed before the end mark
-            out[name] = Section(name, text, int(words[-1]) if words[-1].lstrip("-").isdigit() else None)
-            name = None
-            buf = []
-            continue
-        if name is not None:
+        elif rec.tag == "end" and len(words) >= 2 and name is not None:
+            out[name] = _closed(name, buf, words[-1])
+            name, buf = None, []
+        elif name is not None:
             buf.append(rec.raw)
     if name is not None:
         out[name] = Section(name, "".join(buf), None)
     return out
+
+
+def _closed(name: str, buf: list[str], rc: str) -> Section:
+    """A section its end mark closed (the newline printed before the mark is not its text)."""
+    text = "".join(buf).removesuffix("\n")
+    return Section(name, text, int(rc) if rc.lstrip("-").isdigit() else None)

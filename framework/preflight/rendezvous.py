@@ -1,15 +1,4 @@
-"""Preflight's reachability check: is node 0's rendezvous port reachable from every node?
-
-A short-lived TCP listener on node 0, on the address the launch will use as master address
-(``manage_nic``, or ``launch.rendezvous_nic``; :func:`framework.ascend.nic.rendezvous_ip`) and on
-``launch.master_port`` (else a free port outside HCCL's host ports, as launch picks it), then one
-connect from every node, then the listener is stopped by its pid (and ends by itself after
-:data:`LISTEN_LIFE` seconds whatever happens). The programs are standard-library Python run with
-each host's interpreter, their argv quoted by :mod:`framework.commands` like every remote command.
-
-:func:`listener_argv`, :func:`connect_argv` and :func:`verdicts` are pure; :func:`check_reachability`
-runs them on a cluster.
-"""
+"""Preflight's reachability check: is node 0's rendezvous port reachable from every node?"""
 
 from __future__ import annotations
 
@@ -25,6 +14,7 @@ from framework.preflight.checks import FAIL, OK, SKIP, CheckResult
 if TYPE_CHECKING:
     from framework.config.effective import EnvConfig
     from framework.hosts import Cluster, Host
+    from framework.transport.base import Process
 
 log = logging.getLogger("camit.preflight")
 
@@ -108,33 +98,42 @@ def parse_listener(line: str) -> tuple[int, int] | str:
 def verdicts(hosts: Sequence[str], listening: Listening | str, answers: Mapping[str, str]) -> dict[str, CheckResult]:
     """One ``rdzv`` result per host: ``listening`` is node 0's listener (or why it did not run, a skip);
     ``answers`` each probed host's connect output (``ok`` or the error)."""
-    out = {}
-    for host in hosts:
-        if isinstance(listening, str):
-            out[host] = CheckResult(host, CHECK, SKIP, listening)
-        elif listening.error is not None:
-            out[host] = CheckResult(host, CHECK, FAIL, f"node 0 ({listening.host}) cannot listen on "
-                                                      f"{listening.addr} port {listening.port or 'any'}: "
-                                                      f"{listening.error}", "no listener")
-        elif host not in answers:
-            out[host] = CheckResult(host, CHECK, SKIP, "not run: host unreachable (see ssh)")
-        elif answers[host].strip() == "ok":
-            out[host] = CheckResult(host, CHECK, OK, f"reached node 0's rendezvous {listening.target}", "ok")
-        else:
-            why = answers[host].strip().removeprefix("error ").strip()
-            out[host] = CheckResult(host, CHECK, FAIL, f"cannot reach node 0's rendezvous {listening.target} "
-                                                      f"({listening.host}): {why}", "unreachable")
-    return out
+    return {host: _verdict(host, listening, answers.get(host)) for host in hosts}
+
+
+def _verdict(host: str, listening: Listening | str, answer: str | None) -> CheckResult:
+    """One host's ``rdzv`` result from node 0's listener and the host's answer (None: not probed)."""
+    if isinstance(listening, str):
+        return CheckResult(host, CHECK, SKIP, listening)
+    if listening.error is not None:
+        return CheckResult(host, CHECK, FAIL, f"node 0 ({listening.host}) cannot listen on "
+                                              f"{listening.addr} port {listening.port or 'any'}: "
+                                              f"{listening.error}", "no listener")
+    if answer is None:
+        return CheckResult(host, CHECK, SKIP, "not run: host unreachable (see ssh)")
+    if answer.strip() == "ok":
+        return CheckResult(host, CHECK, OK, f"reached node 0's rendezvous {listening.target}", "ok")
+    why = answer.strip().removeprefix("error ").strip()
+    return CheckResult(host, CHECK, FAIL, f"cannot reach node 0's rendezvous {listening.target} "
+                                          f"({listening.host}): {why}", "unreachable")
+
+
+def _node0_absent(node0: str, hosts: list[str], probed: Sequence[str]) -> str | None:
+    """Why the check cannot run without node 0 (not a host here, or its probe did not answer)."""
+    if node0 not in hosts:
+        return f"node 0 ({node0}) is not among the hosts probed here"
+    if node0 not in probed:
+        return f"node 0 ({node0}) is unreachable (see its ssh check)"
+    return None
 
 
 def check_reachability(env: EnvConfig, cluster: Cluster, probed: Sequence[str]) -> dict[str, CheckResult]:
     """Listen on node 0, connect from every host in ``probed`` (the hosts whose probe answered), stop the listener."""
     hosts = list(cluster.hosts)
     node0 = next(iter(env.hosts))
-    if node0 not in cluster.hosts:
-        return verdicts(hosts, f"node 0 ({node0}) is not among the hosts probed here", {})
-    if node0 not in probed:
-        return verdicts(hosts, f"node 0 ({node0}) is unreachable (see its ssh check)", {})
+    absent = _node0_absent(node0, hosts, probed)
+    if absent is not None:
+        return verdicts(hosts, absent, {})
     spec0 = env.hosts[node0]
     addr = rendezvous_ip(spec0, env.launch.rendezvous_nic)
     avoid = hccl_host_ports({k: str(v) for k, v in env.launch.env.items()})
@@ -145,26 +144,37 @@ def check_reachability(env: EnvConfig, cluster: Cluster, probed: Sequence[str]) 
         return verdicts(hosts, Listening(node0, addr, env.launch.master_port, f"cannot start it: {exc}"), {})
     pid = None
     try:
-        line = proc.readline(timeout=30.0) or ""
-        got = parse_listener(line)
+        got = parse_listener(proc.readline(timeout=30.0) or "")
         if isinstance(got, str):
             return verdicts(hosts, Listening(node0, addr, env.launch.master_port, got), {})
         pid, port = got
-        listening = Listening(node0, addr, port)
-
-        def one(host: Host) -> str:
-            res = host.run(connect_argv(env.hosts[host.name].python, addr, port), timeout=CONNECT_TIMEOUT + 30)
-            return (res.stdout.strip() or res.stderr.strip()[-300:]) or f"rc {res.rc}"
-
-        answers = cluster.map(one, [h for h in hosts if h in probed])
-        got_answers = dict(answers.succeeded)
-        for h, err in answers.failed.items():
-            got_answers[h] = f"error {reason_of(err, h)}"
-        return verdicts(hosts, listening, got_answers)
+        answers = _connect_all(env, cluster, [h for h in hosts if h in probed], addr, port)
+        return verdicts(hosts, Listening(node0, addr, port), answers)
     finally:
-        if pid is not None:
-            host0.run(["kill", str(pid)], timeout=30)
-        if proc.wait(10) is None:  # it ends by itself after LISTEN_LIFE; do not wait that long
-            proc.kill()
-            proc.wait(5)
-        proc.close()
+        _stop_listener(host0, proc, pid)
+
+
+def _connect_all(env: EnvConfig, cluster: Cluster, hosts: list[str], addr: str,
+                 port: int) -> dict[str, str]:
+    """Each host's answer to connecting to ``addr:port`` (``ok``, or the error)."""
+
+    def one(host: Host) -> str:
+        argv = connect_argv(env.hosts[host.name].python, addr, port)
+        res = host.run(argv, timeout=CONNECT_TIMEOUT + 30)
+        return (res.stdout.strip() or res.stderr.strip()[-300:]) or f"rc {res.rc}"
+
+    answers = cluster.map(one, hosts)
+    got = dict(answers.succeeded)
+    for h, err in answers.failed.items():
+        got[h] = f"error {reason_of(err, h)}"
+    return got
+
+
+def _stop_listener(host0: Host, proc: Process, pid: int | None) -> None:
+    """Kill node 0's listener (it ends by itself after LISTEN_LIFE: do not wait that long)."""
+    if pid is not None:
+        host0.run(["kill", str(pid)], timeout=30)
+    if proc.wait(10) is None:
+        proc.kill()
+        proc.wait(5)
+    proc.close()

@@ -1,31 +1,12 @@
-"""Preflight: is every host ready for a CAM run? One probe script per host, pure verdicts.
-
-This is the executor; the plan and the verdicts are pure and live in
-``framework.preflight.probe`` (the probe plan, its script and the tagged sections it prints) and
-``framework.preflight.checks`` (every check, cross-host consistency, clock skew, the report).
-
-Plan: ``plan_probe`` turns a host's spec into a ``ProbePlan`` and ``probe_script`` into one POSIX
-``sh`` script that prints tagged sections (``@@camit@@ begin <name>`` … ``@@camit@@ end <name>
-<rc>``): clock, identity, interpreter versions, free disk, ``core_pattern`` and core limits and, on
-NPU hosts, ``npu-smi info``, version records of both CANN layouts, driver and firmware, and the
-``hccn_tool`` queries of the platform (run one after another: parallel calls answer "busy").
-
-Executor: :class:`Preflight` connects to every host through the cluster's bounded pool and runs
-that script once (:func:`run_probe`) — one round trip per host, timed on the controller for the
-clock check.
-
-Verdict: ``evaluate`` (pure) turns the sections into one ``CheckResult`` per host and check
-(``CHECKS``), then compares values across hosts (CANN, driver, torch, TLS; the majority value
-wins, ties go to the first host) and clock offsets pairwise. On CPU hosts (``npu.soc: cpu``, the
-lab) the NPU checks are skipped with the reason; everything else runs for real. Statuses: ``ok``,
-``warn`` (passes, says why), ``skip``, ``fail`` (exit 1), ``error`` (host unreachable, exit 3).
-"""
+"""Preflight's executor: one probe script per host through the cluster's pool, timed for the clock
+check."""
 
 from __future__ import annotations
 
 import logging
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from framework.preflight import pings
@@ -36,6 +17,7 @@ from framework.preflight.rendezvous import check_reachability
 if TYPE_CHECKING:
     from framework.config.effective import EnvConfig
     from framework.hosts import Cluster, Host
+    from framework.transport.base import Process
 
 #: the public API: the executor, plus the pure types a caller of it handles (defined in
 #: framework.preflight.probe and .checks)
@@ -59,25 +41,42 @@ def run_probe(host: Host, plan: ProbePlan, limits: Limits | None = None) -> Samp
     deadline = time.monotonic() + limits.probe_timeout
     proc = host.spawn(probe_script(plan))
     lines: list[str] = []
-    sent = m0 = 0.0
-    received: float | None = None
+    clock = _ClockExchange()
     try:
         while (line := proc.readline(timeout=max(0.0, deadline - time.monotonic()))) != "":
             if line is None:  # past the deadline
                 proc.kill()
                 break
             if line == f"{MARK} ready\n":
-                sent, m0 = time.time(), time.monotonic()
-                proc.write(b"go\n")
-                proc.close_stdin()
+                clock.release(proc)
                 continue
-            if received is None and lines and lines[-1] == f"{MARK} begin t0\n":
-                received = sent + (time.monotonic() - m0)
+            clock.arrived(lines)
             lines.append(line)
         result = proc.wait(max(1.0, deadline - time.monotonic()) + 5.0)
     finally:
         proc.close()
-    return Sample(host.name, split_sections("".join(lines)), sent, received, result)
+    return Sample(host.name, split_sections("".join(lines)), clock.sent, clock.received, result)
+
+
+@dataclass
+class _ClockExchange:
+    """The probe's clock reading, bracketed on the controller's clock: ``sent`` when the script was
+    released, ``received`` when the line after its ``t0`` section mark arrived."""
+
+    sent: float = 0.0
+    mono: float = 0.0
+    received: float | None = None
+
+    def release(self, proc: Process) -> None:
+        """Let the waiting script read its clock (one line on stdin), noting when."""
+        self.sent, self.mono = time.time(), time.monotonic()
+        proc.write(b"go\n")
+        proc.close_stdin()
+
+    def arrived(self, lines: list[str]) -> None:
+        """A line came after ``lines``: the first after the ``t0`` mark is the host's clock."""
+        if self.received is None and lines and lines[-1] == f"{MARK} begin t0\n":
+            self.received = self.sent + (time.monotonic() - self.mono)
 
 
 class Preflight:

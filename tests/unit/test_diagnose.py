@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -12,8 +14,11 @@ from pathlib import Path
 
 import pytest
 
+from framework.hosts import Cluster, Host
 from framework.launch import diagnose, stacks
 from framework.remote.protocol import RUN_TAG
+from framework.testing import FakeTransport
+from tests.builders import local_env
 
 RANK = textwrap.dedent("""\
     import faulthandler, signal, sys, time
@@ -131,3 +136,29 @@ def test_py_spy_attaches_only_after_the_rank_has_printed_its_dump(tmp_path):
     finally:
         rank.kill()
         rank.wait()
+
+
+def _answer(launch: str, rank: int, func: str) -> str:
+    """One host's JSON line: ``rank`` of ``launch`` stopped in ``func`` (a faulthandler dump, no py-spy)."""
+    dump = ("Current thread 0x00007f (most recent call first):\n"
+            f'  File "t.py", line 3 in {func}\n  File "t.py", line 9 in <module>\n')
+    logs = {str(rank): base64.b64encode(dump.encode()).decode()}
+    return json.dumps({launch: {"logs": logs, "spy": {}}}) + "\n"
+
+
+def test_every_hosts_ranks_are_grouped_per_launch_and_a_silent_host_is_named(tmp_path: Path) -> None:
+    fakes = {"h1": FakeTransport("h1").on(re.compile(r"-I -c"), stdout=_answer("L7-a", 0, "spin")),
+             "h2": FakeTransport("h2").on(re.compile(r"-I -c"), stdout=_answer("L7-a", 1, "spin")),
+             "h3": FakeTransport("h3").on(re.compile(r"-I -c"), rc=1, stderr="boom")}
+    env = local_env(tmp_path, ["h1", "h2", "h3"])
+    cluster = Cluster([Host(h, fakes[h], spec=env.hosts[h], command_timeout=5) for h in fakes])
+    (found,) = diagnose.diagnose(env, cluster, "L7", wait=0)
+    assert found.launch_id == "L7-a" and found.ranks == 2 and set(found.problems) == {"h3"}
+    assert [(g.ranks, g.hosts) for g in found.groups] == [([0, 1], {0: "h1", 1: "h2"})]
+
+
+def test_no_running_launch_is_said_for_the_prefix_asked(tmp_path: Path) -> None:
+    fake = FakeTransport("h1").on(re.compile(r"-I -c"), stdout="{}\n")
+    env = local_env(tmp_path, ["h1"])
+    (found,) = diagnose.diagnose(env, Cluster([Host("h1", fake, spec=env.hosts["h1"])]), "L9", wait=0)
+    assert found.launch_id == "L9" and found.problems == {"*": "no running launch with that id on any host"}
