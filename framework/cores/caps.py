@@ -2,7 +2,7 @@
 cores land.
 
 Pure parsers of two preflight probe sections and the notes the ``core`` check adds
-(docs/internals/c-cores.md).
+(docs/internals/cores.md).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """``camit collect --diag``: each host's NPU state, plogs and kernel lines now, as ascend-fd's input
-tree (design: docs/internals/c-cores.md).
+tree (design: docs/internals/cores.md).
 """
 
 from __future__ import annotations

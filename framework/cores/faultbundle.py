@@ -2,7 +2,7 @@
 bounded.
 
 Layout and sources: ``framework/data/ascend-fd-layout.json``; design notes:
-docs/internals/c-cores.md.
+docs/internals/cores.md.
 """
 
 from __future__ import annotations

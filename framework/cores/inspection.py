@@ -1,7 +1,7 @@
 """Inspecting a core dump: read it, tie it to a rank, backtrace it, judge it (pure, no I/O).
 
 The inspection and backtrace scripts, the core-notes reader shipped to the hosts, attribution and
-the verdict; ``framework.cores.watch`` runs them. Design: docs/internals/c-cores.md.
+the verdict; ``framework.cores.watch`` runs them. Design: docs/internals/cores.md.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 signatures.
 
 Pure parts (the signature rules, the per-host script and its parsers) and the executor
-:func:`collect_logs`; what it writes where: docs/internals/c-cores.md.
+:func:`collect_logs`; what it writes where: docs/internals/cores.md.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 (pure).
 
 Both the preflight ``core`` check and the core watcher read the pattern through it
-(docs/internals/c-cores.md).
+(docs/internals/cores.md).
 """
 
 from __future__ import annotations

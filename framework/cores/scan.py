@@ -1,7 +1,7 @@
 """Finding core dumps: which appeared on a host between two scans (pure, no I/O).
 
 The one scan script per host, the parsers of its output into a :class:`HostScan`, and the cores that
-appeared between two scans (:func:`new_candidates`). Design: docs/internals/c-cores.md.
+appeared between two scans (:func:`new_candidates`). Design: docs/internals/cores.md.
 """
 
 from __future__ import annotations

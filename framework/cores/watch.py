@@ -2,7 +2,7 @@
 
 The executor :class:`CoreWatch` (snapshot before a test, collect and judge after it); the plan is
 pure and lives in ``framework.cores.scan`` and ``framework.cores.inspection``. Design:
-docs/internals/c-cores.md.
+docs/internals/cores.md.
 """
 
 from __future__ import annotations

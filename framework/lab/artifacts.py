@@ -2,7 +2,7 @@
 
 Made from ``standin/`` so the lab deploys what a real CAM build would produce. CLI:
 ``python -m framework.artifacts build --out DIR [--soc cpu] [--template new|old] [--fault …]``.
-The package's contents, installer and fault variants: docs/internals/c-remote.md.
+The package's contents, installer and fault variants: docs/internals/remote-and-lab.md.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Executes the plan of :mod:`framework.lab.plan` (``up``, ``down``, ``status``, ``fault``) and
 holds the :class:`Lab` API the tests use. What each command does to the machine, and why:
-docs/internals/c-remote.md.
+docs/internals/remote-and-lab.md.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Pure planning for the namespace lab: names, addresses, file texts and commands.
 
 Nothing here touches the system; ``framework.lab.manage`` executes the plan. The lab's
-layout (plain, jump and emulated Ascend labs): docs/internals/c-remote.md.
+layout (plain, jump and emulated Ascend labs): docs/internals/remote-and-lab.md.
 """
 
 from __future__ import annotations

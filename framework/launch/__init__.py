@@ -1,7 +1,7 @@
 """Launch torchrun across the cluster: fail fast, tear down everywhere, leave nothing behind.
 
 Its names (``from framework.launch import Launcher, Target``) load on first use (PEP 562); the
-design is in ``docs/internals/c-launch.md``."""
+design is in ``docs/internals/launch-preflight-config.md``."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 Shipped to hosts as source (standard library only, self-contained): core files
 (``<out_dir> <cap> (<index> <uids> <path>)...``) and pack mode (:func:`pack_main`, for logs).
-The rules and why: docs/internals/c-remote.md.
+The rules and why: docs/internals/remote-and-lab.md.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Every path camit writes under a host's workdir is named here, once (:class:`HostLayout`);
 :class:`DeployState` is the install record. The layout and when a workdir is trusted:
-docs/internals/c-remote.md. Standard library only.
+docs/internals/remote-and-lab.md. Standard library only.
 """
 
 from __future__ import annotations

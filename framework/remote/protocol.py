@@ -1,7 +1,7 @@
 """The line protocol between the controller and the programs camit ships to the hosts.
 
 Every word the shipped scripts print or read; they cannot import this module and keep their own
-copies (a unit test keeps them equal). The protocol: docs/internals/c-remote.md.
+copies (a unit test keeps them equal). The protocol: docs/internals/remote-and-lab.md.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 
 Shipped to the hosts by ``framework.launch``; standard library only.
 ``rankwrap.py --status-dir DIR -- <python args...>``, started by torchrun once per local rank;
-its files and the faulthandler bootstrap: docs/internals/c-remote.md.
+its files and the faulthandler bootstrap: docs/internals/remote-and-lab.md.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 
 Shipped to the hosts by ``framework.deploy``; standard library only. One process per host and
 artifact: ``relay.py --out PATH --sha256 HEX --size N [--listen IP] [--deadline S]``.
-Protocol and guarantees: docs/internals/c-remote.md.
+Protocol and guarantees: docs/internals/remote-and-lab.md.
 """
 
 from __future__ import annotations

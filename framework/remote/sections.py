@@ -2,7 +2,7 @@
 
 A script prints *tagged records*: a tag line ``<mark><tag>[ <value>]`` and the body lines up to
 the next one; :func:`read_records` parses them, :func:`tag_line` and :func:`sh_tag` write tag
-lines. The format and its marks: docs/internals/c-remote.md.
+lines. The format and its marks: docs/internals/remote-and-lab.md.
 """
 
 from __future__ import annotations

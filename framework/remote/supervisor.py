@@ -3,7 +3,7 @@
 
 Shipped to the hosts by ``framework.launch``; standard library only.
 ``supervisor.py --run-id ID --status-dir DIR [options] [--env-stdin] -- <command...>``;
-its lines and how it ends a run: docs/internals/c-remote.md.
+its lines and how it ends a run: docs/internals/remote-and-lab.md.
 """
 
 from __future__ import annotations

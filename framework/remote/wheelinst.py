@@ -3,7 +3,7 @@
 
 Shipped to the hosts by ``framework.deploy`` and run by the python of camit's venv there;
 standard library only. ``wheelinst.py [--no-compile] [--installer NAME] [--sha256 HEX] WHEEL``.
-What it checks and writes, step by step: docs/internals/c-remote.md.
+What it checks and writes, step by step: docs/internals/remote-and-lab.md.
 """
 
 from __future__ import annotations

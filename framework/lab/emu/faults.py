@@ -2,7 +2,7 @@
 
 A knob is a line in the tree's ``Ascend/.camit-emu/faults.json`` the fake tools read at every call
 (``no-driver`` and ``held-device`` act otherwise). The knobs and what each does:
-docs/internals/c-remote.md.
+docs/internals/remote-and-lab.md.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The files of one emulated Ascend host (its "tree"), written by :func:`populate`.
 
 The lab bind-mounts the tree's parts over the host paths of :data:`MOUNTS` inside the host. What
-the tree holds and the rules for writing it: docs/internals/c-remote.md.
+the tree holds and the rules for writing it: docs/internals/remote-and-lab.md.
 """
 
 from __future__ import annotations

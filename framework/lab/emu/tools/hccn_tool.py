@@ -2,7 +2,7 @@
 
 Each answer is one device's share of a captured loop over devices
 (``framework/lab/emu/data/hccn-*.txt``); the captures and knobs behind each query:
-docs/internals/c-remote.md. Stdlib only (copied into the emulated host's tree).
+docs/internals/remote-and-lab.md. Stdlib only (copied into the emulated host's tree).
 """
 
 from __future__ import annotations

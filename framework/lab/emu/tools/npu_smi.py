@@ -1,7 +1,7 @@
 """Fake ``npu-smi`` of an emulated Ascend host: ``info``, ``info -l``, ``info -m``, ``info -t``.
 
 Replays the captures shipped in the tree, re-rendered with the host's state (occupancy registry,
-fault knobs); how: docs/internals/c-remote.md. Stdlib only (copied into the emulated host's tree).
+fault knobs); how: docs/internals/remote-and-lab.md. Stdlib only (copied into the emulated host's tree).
 """
 
 from __future__ import annotations
