@@ -107,7 +107,7 @@ for launch, v in out.items():
 print(json.dumps(out))
 """
 #: seconds the ranks get to print their stacks after SIGUSR1, before py-spy attaches (a process stopped by
-#: ptrace while the signal is still pending would lose it: py-spy detaches without re-sending it)
+#: ptrace while the signal is still pending leaves its handler to the tracer's detach)
 WAIT = 2.0
 #: seconds the native py-spy dumps get (they run at once), then the Python-only dumps of those not done
 PYSPY_TIMEOUT = 4.0

@@ -36,6 +36,9 @@ SCRIPT = textwrap.dedent("""\
             while b"most recent call first" not in seen and time.monotonic() < end:
                 time.sleep(0.2)
                 seen += log.read()
+            # the hosts are asked one SSH session each, not at one instant: the others' ranks must still be in
+            # the barrier when theirs come (the whole dump takes under 10 s, or the test fails anyway)
+            time.sleep(10)
     else:
         print("READY", flush=True)
     dist.barrier()

@@ -110,8 +110,9 @@ if grep -q "most recent call first" "$CAMIT_TEST_LOG"; then echo "dump was there
 
 
 def test_py_spy_attaches_only_after_the_rank_has_printed_its_dump(tmp_path):
-    """py-spy stops the process by ptrace and detaches without re-sending a pending SIGUSR1 (the CI saw 8 of
-    16 ranks lose their dump under load): the host program waits for each log's dump before it starts."""
+    """py-spy stops the process by ptrace; a SIGUSR1 still pending then is at the tracer's mercy, and the two
+    dumps would race for the same moment. The host program waits for each log's faulthandler dump (at most
+    WAIT) before py-spy starts."""
     run = tmp_path / "runs" / "run1-t1-ab"
     run.mkdir(parents=True)
     bindir = tmp_path / "bin"
