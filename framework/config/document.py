@@ -30,6 +30,8 @@ from pydantic.fields import FieldInfo
 from pydantic.json_schema import GenerateJsonSchema, WithJsonSchema
 from pydantic_core import PydanticCustomError
 
+from framework.remote.layout import DEFAULT_WORKDIR
+
 SCHEMA_VERSION = 1
 
 #: a key path: mapping keys and list indices from the document root
@@ -62,7 +64,7 @@ HostKeyPolicy = Literal["strict", "accept-new", "insecure"]
 BUILTIN: dict[str, Any] = {
     "user": "root",
     "ssh_port": 22,
-    "workdir": "/var/tmp/camit",
+    "workdir": DEFAULT_WORKDIR,
     "python": "python3",
     "venv": True,
     "npu.count": 0,

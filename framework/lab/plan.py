@@ -18,6 +18,7 @@ from typing import Any, Literal
 import yaml
 
 from framework.errors import LabError
+from framework.remote.layout import DEFAULT_WORKDIR
 
 #: Linux limits interface names to 15 characters (IFNAMSIZ - 1)
 IFNAME_MAX = 15
@@ -36,7 +37,7 @@ SSH_PORT = 22
 SSHD = "/usr/sbin/sshd"
 #: mount points inside every host's mount namespace
 HOST_TMP = "/tmp"
-HOST_WORKDIR = "/var/tmp/camit"
+HOST_WORKDIR = DEFAULT_WORKDIR  # the env file's default: the lab hosts use it as users do
 HOST_COREDIR = "/var/crash/camit"
 MOUNT_TARGETS = (HOST_TMP, HOST_WORKDIR, HOST_COREDIR)
 #: the lab user's shell start-up file, masked by an empty one inside every host: bash runs it for
