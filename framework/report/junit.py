@@ -156,22 +156,31 @@ def write_cluster_junit(rundir_path: str | os.PathLike[str], cores: Sequence[Cor
     top = ET.Element("testsuites", name=run.run_id)
     top.extend(_rank_suites(run, scrub))
     cluster = _cluster_suite(run, status, error, scrub)
-    props = ET.Element("properties")
-    for key, value in run_properties(run, env=env, seed=seed):
-        ET.SubElement(props, "property", name=key, value=scrub(xml_text(value)))
     if len(cluster):  # the run's properties go with it; a run with nothing of its own has no cluster suite
-        cluster.insert(0, props)
+        cluster.insert(0, _run_props_element(run_properties(run, env=env, seed=seed), scrub))
         top.append(cluster)
-    totals = {k: sum(int(s.get(k, "0")) for s in top) for k in ("tests", "failures", "errors")}
-    for k, v in totals.items():
-        top.set(k, str(v))
-    top.set("time", _t(sum(float(s.get("time", "0")) for s in top)))
+    _set_totals(top)
     ET.indent(top)
     scrub_tree(top, scrub)  # values only (the rank cases copied in too): never a tag or an attribute name
     path = write_atomic(root / "cluster.xml", ET.tostring(top, encoding="unicode", xml_declaration=True))
     for problem in validate_junit(path):  # our own output must never be dropped by the xunit plugin
         log.error("cluster.xml does not validate: %s", problem)
     return path
+
+
+def _run_props_element(props: list[tuple[str, str]], scrub: Scrub) -> ET.Element:
+    """The cluster suite's ``<properties>``, values scrubbed."""
+    out = ET.Element("properties")
+    for key, value in props:
+        ET.SubElement(out, "property", name=key, value=scrub(xml_text(value)))
+    return out
+
+
+def _set_totals(top: ET.Element) -> None:
+    """The ``<testsuites>`` counts and time: the sums of its suites'."""
+    for k in ("tests", "failures", "errors"):
+        top.set(k, str(sum(int(s.get(k, "0")) for s in top)))
+    top.set("time", _t(sum(float(s.get("time", "0")) for s in top)))
 
 
 def _rank_suites(run: RunView, scrub: Scrub) -> list[ET.Element]:
@@ -224,14 +233,24 @@ def _rank_props(rv: RankView, own: LaunchView | None, earlier: list[tuple[Launch
     """The rank suite's properties: who it is, its launch, its earlier attempts, how it ended, its own."""
     props = [("rank", str(rv.rank)), ("host", rv.host), ("outcome", rv.outcome), *_launch_props(own)]
     if earlier or stale:
-        props.append(("earlier_attempts", "; ".join(
-            f"attempt {e.attempt} ({e.launch_id}): {r.reason or r.outcome}" for e, r in earlier)
-            or "this launch's test was rerun and its final attempt did not launch it again"))
-    props += [(k, str(v)) for k, v in (("exit_code", rv.exit_code), ("signal", rv.signal), ("log", rv.log),
-                                       ("junit", rv.junit), ("start", rv.start), ("end", rv.end),
-                                       ("overwritten_by", rv.overwritten_by)) if v is not None]
+        props.append(("earlier_attempts", _earlier_attempts(earlier)))
+    props += _end_props(rv)
     taken = {k for k, _ in props}
     return props + [p for p in rv.props if p[0] not in taken]
+
+
+def _earlier_attempts(earlier: list[tuple[LaunchView, RankView]]) -> str:
+    """The ``earlier_attempts`` property: how the rank ended in each earlier attempt."""
+    if not earlier:
+        return "this launch's test was rerun and its final attempt did not launch it again"
+    return "; ".join(f"attempt {e.attempt} ({e.launch_id}): {r.reason or r.outcome}" for e, r in earlier)
+
+
+def _end_props(rv: RankView) -> list[tuple[str, str]]:
+    """How the rank ended and where its files are: the facts it has."""
+    facts = (("exit_code", rv.exit_code), ("signal", rv.signal), ("log", rv.log), ("junit", rv.junit),
+             ("start", rv.start), ("end", rv.end), ("overwritten_by", rv.overwritten_by))
+    return [(k, str(v)) for k, v in facts if v is not None]
 
 
 def _attach_log(cases: list[ET.Element], log_line: str) -> None:
@@ -464,8 +483,8 @@ def _copy_child(out: ET.Element, child: ET.Element) -> None:
         el.set("type", "rerun")
 
 
-def _clean_case(case: ET.Element, prefix: str) -> ET.Element:
-    """A copy of ``case`` with the classname prefixed and only what junit-10.xsd allows."""
+def _bare_case(case: ET.Element, prefix: str) -> ET.Element:
+    """A new ``<testcase>`` with ``case``'s prefixed classname, name, time and group, no children."""
     original = case.get("classname") or ""
     out = ET.Element("testcase", classname=f"{prefix}.{original}" if original else prefix,
                      name=case.get("name") or "unnamed")
@@ -473,15 +492,42 @@ def _clean_case(case: ET.Element, prefix: str) -> ET.Element:
         value = case.get(attr)
         if value is not None:
             out.set(attr, value)
+    return out
+
+
+def _property_lines(props: ET.Element) -> list[str]:
+    """A ``<properties>`` element as ``property <name> = <value>`` lines."""
+    return [f"property {p.get('name')} = {p.get('value')}" for p in props.iter("property")]
+
+
+def _clean_case(case: ET.Element, prefix: str) -> ET.Element:
+    """A copy of ``case`` with the classname prefixed and only what junit-10.xsd allows."""
+    out = _bare_case(case, prefix)
     extra_out = []
     for child in case:
         if child.tag == "properties":  # record_property: testcase properties are invalid in junit-10
-            extra_out += [f"property {p.get('name')} = {p.get('value')}" for p in child.iter("property")]
+            extra_out += _property_lines(child)
         elif child.tag in _CASE_CHILDREN:
             _copy_child(out, child)
     if extra_out:
         ET.SubElement(out, "system-out").text = "\n".join(extra_out)
     return out
+
+
+def _fold_props(case: ET.Element) -> bool:
+    """Move ``case``'s ``<properties>`` into the start of its ``<system-out>``; whether it had any."""
+    lines = []
+    for props in case.findall("properties"):
+        lines += _property_lines(props)
+        case.remove(props)
+    if not lines:
+        return False
+    out = case.find("system-out")
+    if out is None:
+        ET.SubElement(case, "system-out").text = "\n".join(lines)
+    else:
+        out.text = "\n".join([*lines, out.text or ""])
+    return True
 
 
 def fold_case_properties(path: str | os.PathLike[str], scrub: Scrub | None = None) -> bool:
@@ -499,19 +545,7 @@ def fold_case_properties(path: str | os.PathLike[str], scrub: Scrub | None = Non
     tree = ET.parse(file)
     changed = False
     for case in tree.getroot().iter("testcase"):
-        lines = []
-        for props in case.findall("properties"):
-            lines += [f"property {p.get('name')} = {p.get('value')}" for p in props.iter("property")]
-            case.remove(props)
-        if not lines:
-            continue
-        changed = True
-        out = case.find("system-out")
-        if out is None:
-            out = ET.SubElement(case, "system-out")
-            out.text = "\n".join(lines)
-        else:
-            out.text = "\n".join([*lines, out.text or ""])
+        changed = _fold_props(case) or changed
     if scrub is not None and scrub_tree(tree.getroot(), scrub):
         changed = True
     if changed:
@@ -561,6 +595,17 @@ def _add_properties(suite: ET.Element, properties: Sequence[tuple[str, str]]) ->
     return bool(added)
 
 
+def _fold_suite_reruns(suite: ET.Element, by_test: dict[tuple[str, str], list[RerunRecord]],
+                       properties: Sequence[tuple[str, str]]) -> bool:
+    """Fold one suite's reruns, recount its tests and add the run properties; whether it changed."""
+    changed = False
+    for (classname, name), records in by_test.items():
+        changed = _fold_reruns(suite, classname, name, records) or changed
+    if suite.get("tests") is not None:
+        suite.set("tests", str(len(suite.findall("testcase"))))
+    return _add_properties(suite, properties) or changed
+
+
 def fold_pytest_reruns(path: str | os.PathLike[str], reruns: Sequence[RerunRecord],
                        properties: Sequence[tuple[str, str]] = ()) -> bool:
     """Fold pytest-rerunfailures' attempts in pytest's ``junit.xml`` and add the run ``properties``.
@@ -577,18 +622,14 @@ def fold_pytest_reruns(path: str | os.PathLike[str], reruns: Sequence[RerunRecor
     file = Path(path)
     if not file.exists() or not (reruns or properties):
         return False
-    tree = ET.parse(file)
-    top = tree.getroot()
-    changed = False
+    top = ET.parse(file).getroot()
     by_test: dict[tuple[str, str], list[RerunRecord]] = {}
     for r in reruns:
         by_test.setdefault((r.classname, r.name), []).append(r)
-    for suite in [top] if top.tag == "testsuite" else top.findall("testsuite"):
-        for (classname, name), records in by_test.items():
-            changed = _fold_reruns(suite, classname, name, records) or changed
-        if suite.get("tests") is not None:
-            suite.set("tests", str(len(suite.findall("testcase"))))
-        changed = _add_properties(suite, properties) or changed
+    suites = [top] if top.tag == "testsuite" else top.findall("testsuite")
+    changed = False
+    for suite in suites:
+        changed = _fold_suite_reruns(suite, by_test, properties) or changed
     if changed:
         write_atomic(file, ET.tostring(top, encoding="unicode", xml_declaration=True) + "\n")
     return changed
