@@ -342,16 +342,10 @@ def read_run(rundir_path: str | os.PathLike[str]) -> RunView:
     root = Path(rundir_path)
     problems: list[str] = []
     run_id = root.resolve().name
-    cores = [CoreView.from_json(c, root) for c in read_json(root / "cores.json", problems, []) or []
-             if isinstance(c, dict)]
+    cores = _read_cores(root, problems)
     launches = _read_launches(root, run_id, problems)
-    claimed: set[tuple[str, int]] = set()
-    owners = _rank_owners(root, launches)
     every = [*launches, *(e for lv in launches for e in lv.reruns)]
-    for lv in every:
-        lv.ranks = _launch_ranks(root, lv, owners, launches, problems)
-        claimed.update((r.host, r.rank) for r in lv.ranks)
-    orphans = _orphan_ranks(root, claimed, problems)
+    orphans = _read_ranks(root, every, launches, problems)
     for rv in [r for lv in launches for r in lv.ranks] + orphans:
         _attach_cores(rv, cores, launches)
     _classify_all(every, orphans)
@@ -359,6 +353,23 @@ def read_run(rundir_path: str | os.PathLike[str]) -> RunView:
     return RunView(root, run_id, launches, orphans, cores, _phases(root, launches, deploy, problems),
                    read_json(root / "manifest.json", problems, {}) or {}, deploy,
                    _junit_summary(root / "junit.xml", problems), problems)
+
+
+def _read_cores(root: Path, problems: list[str]) -> list[CoreView]:
+    """The core dumps ``cores.json`` lists."""
+    entries = read_json(root / "cores.json", problems, []) or []
+    return [CoreView.from_json(c, root) for c in entries if isinstance(c, dict)]
+
+
+def _read_ranks(root: Path, every: list[LaunchView], launches: list[LaunchView],
+                problems: list[str]) -> list[RankView]:
+    """Fill each launch's (``every`` attempt's) ranks; return the ranks no launch claims."""
+    claimed: set[tuple[str, int]] = set()
+    owners = _rank_owners(root, launches)
+    for lv in every:
+        lv.ranks = _launch_ranks(root, lv, owners, launches, problems)
+        claimed.update((r.host, r.rank) for r in lv.ranks)
+    return _orphan_ranks(root, claimed, problems)
 
 
 def _classify_all(launches: list[LaunchView], orphans: list[RankView]) -> None:
@@ -538,25 +549,36 @@ def _status_launch(status: Path) -> str | None:
 
 def _launch_ranks(root: Path, lv: LaunchView, owners: Mapping[tuple[str, int], str], launches: list[LaunchView],
                   problems: list[str]) -> list[RankView]:
-    order = {x.launch_id: i for i, x in enumerate(launches)}
-    names = {x.launch_id: x.name for x in launches}
     multi = len(launches) > 1 or lv.test is not None  # a test's launch is always named: stable across builds
-    recorded = {int(k): v for k, v in (lv.data.get("ranks") or {}).items() if str(k).isdigit() and isinstance(v, dict)}
+    recorded = _recorded_ranks(lv)
     out = []
     for r in sorted(set(range(lv.world_size)) | set(recorded)):
         rec = recorded.get(r, {})
         host = str(rec.get("host") or _expected_host(lv.data, r))
         rv = RankView(r, host, launch=lv.name if multi else "", launch_id=lv.launch_id,
                       exit_code=rec.get("exit_code"), signal=rec.get("signal"))
-        owner = owners.get((host, r), lv.launch_id)
-        folder = _rank_folder(root, host, r, lv.launch_id, owner)
-        if folder is not None:
-            _load_rank_files(root, rv, folder, problems)
-        elif order.get(owner, -1) > order.get(lv.launch_id, -1):  # -1: an earlier attempt (not kept)
-            rv.overwritten_by = names.get(owner, owner)
-        # else: the files on disk are an earlier launch's; this launch fetched none for the rank
+        _find_rank_files(root, rv, lv, owners.get((host, r), lv.launch_id), launches, problems)
         out.append(rv)
     return out
+
+
+def _recorded_ranks(lv: LaunchView) -> dict[int, dict[str, Any]]:
+    """The launch record's ``ranks`` entries by rank number (malformed ones left out)."""
+    ranks = lv.data.get("ranks") or {}
+    return {int(k): v for k, v in ranks.items() if str(k).isdigit() and isinstance(v, dict)}
+
+
+def _find_rank_files(root: Path, rv: RankView, lv: LaunchView, owner: str, launches: list[LaunchView],
+                     problems: list[str]) -> None:
+    """Load the rank's files of launch ``lv``, or say which later launch ``owner`` overwrote them."""
+    folder = _rank_folder(root, rv.host, rv.rank, lv.launch_id, owner)
+    if folder is not None:
+        _load_rank_files(root, rv, folder, problems)
+        return
+    order = {x.launch_id: i for i, x in enumerate(launches)}
+    if order.get(owner, -1) > order.get(lv.launch_id, -1):  # -1: an earlier attempt (not kept)
+        rv.overwritten_by = {x.launch_id: x.name for x in launches}.get(owner, owner)
+    # else: the files on disk are an earlier launch's; this launch fetched none for the rank
 
 
 def _rank_folder(root: Path, host: str, rank: int, launch_id: str, owner: str) -> Path | None:
@@ -639,12 +661,18 @@ def _attach_cores(rv: RankView, cores: list[CoreView], launches: list[LaunchView
     mine = [core for core in cores if (core.host, core.rank) == place]
     if not mine:
         return
-    # a core does not name its launch: give it to the last launch where this rank died by a signal,
-    # else to the last launch that ran the rank
+    holder = _core_holder(place, launches)
+    if holder is None or rv is holder:
+        rv.cores.extend(mine)
+
+
+def _core_holder(place: tuple[str, int], launches: list[LaunchView]) -> RankView | None:
+    """Which launch's rank at ``place`` gets its cores (a core does not name its launch): the last
+    where the rank died by a signal, else the last that ran it; None when no launch ran it."""
     holders = [r for lv in launches for r in lv.ranks if (r.host, r.rank) == place]
     died = [r for r in holders if r.signal]
-    if not holders or rv is (died or holders)[-1]:
-        rv.cores.extend(mine)
+    last = died or holders
+    return last[-1] if last else None
 
 
 def describe_rank(rv: RankView, lv: LaunchView | None) -> str:
@@ -829,12 +857,16 @@ def _deploy_phases(root: Path, deploy: Mapping[str, Any] | None) -> list[Phase]:
         return []
     end = dm.stat().st_mtime
     start = end - float(deploy.get("duration") or 0.0)
-    out = []
-    for host, m in (deploy.get("hosts") or {}).items():
-        steps = {k: float(v) for k, v in (m.get("durations") or {}).items() if isinstance(v, int | float)}
-        detail = ", ".join(f"{k} {v:.1f}s" for k, v in steps.items())
-        out.append(Phase(host, "deploy", start, min(end, start + sum(steps.values())) if steps else end, True, detail))
-    return out
+    return [_host_deploy_phase(host, m, start, end) for host, m in (deploy.get("hosts") or {}).items()]
+
+
+def _host_deploy_phase(host: str, entry: Mapping[str, Any], start: float, end: float) -> Phase:
+    """A host's deploy phase: from the deploy's start for the sum of its steps (at most until its end)."""
+    durations = entry.get("durations") or {}
+    steps = {k: float(v) for k, v in durations.items() if isinstance(v, int | float)}
+    detail = ", ".join(f"{k} {v:.1f}s" for k, v in steps.items())
+    stop = min(end, start + sum(steps.values())) if steps else end
+    return Phase(host, "deploy", start, stop, True, detail)
 
 
 def _launch_phases(launches: list[LaunchView]) -> list[Phase]:
@@ -842,16 +874,28 @@ def _launch_phases(launches: list[LaunchView]) -> list[Phase]:
     launch record was written."""
     out = []
     for lv in launches:
-        by_host: dict[str, list[tuple[int, float, float]]] = {}
-        for r in lv.ranks:
-            if r.start is not None and r.end is not None:
-                by_host.setdefault(r.host, []).append((r.rank, r.start, r.end))
         tag = f" ({lv.name})" if lv.name and len(launches) > 1 else ""
-        for host, spans in by_host.items():
-            s, e = min(x[1] for x in spans), max(x[2] for x in spans)
-            out.append(Phase(host, "run", s, e, True, f"ranks {ranges([x[0] for x in spans])}{tag}"))
-            if lv.mtime > e:
-                out.append(Phase(host, "collect", e, lv.mtime, True, f"teardown and fetch{tag}"))
+        for host, spans in _rank_spans(lv).items():
+            out += _host_run_phases(host, spans, lv.mtime, tag)
+    return out
+
+
+def _rank_spans(lv: LaunchView) -> dict[str, list[tuple[int, float, float]]]:
+    """(rank, start, end) of each rank of the launch whose status file gave both times, by host."""
+    by_host: dict[str, list[tuple[int, float, float]]] = {}
+    for r in lv.ranks:
+        if r.start is not None and r.end is not None:
+            by_host.setdefault(r.host, []).append((r.rank, r.start, r.end))
+    return by_host
+
+
+def _host_run_phases(host: str, spans: list[tuple[int, float, float]], written: float,
+                     tag: str) -> list[Phase]:
+    """A host's run phase and, when the launch record was ``written`` later, its collect phase."""
+    s, e = min(x[1] for x in spans), max(x[2] for x in spans)
+    out = [Phase(host, "run", s, e, True, f"ranks {ranges([x[0] for x in spans])}{tag}")]
+    if written > e:
+        out.append(Phase(host, "collect", e, written, True, f"teardown and fetch{tag}"))
     return out
 
 
