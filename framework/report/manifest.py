@@ -113,11 +113,7 @@ def write_manifest(rundir_path: str | os.PathLike[str], *, env: EnvLike | None =
     doc: dict[str, Any] = {"schema": 1, "run_id": run.run_id, "status": status,
                            "error": _error_doc(error, status, old)}
     doc.update(_times(run, started, ended, status))
-    if repro is None and argv is None and seed is None:  # nothing new about the command: the recorded line stands
-        repro = (old.get("command") or {}).get("repro")
-    seed = seed if seed is not None else old.get("seed")
-    doc["seed"] = seed
-    doc["command"] = _command(old.get("command"), argv, seed, repro)
+    doc["seed"], doc["command"] = _seed_and_command(old, argv, seed, repro)
     doc["framework"] = {"name": "camit", "version": __version__, "git": _git_sha(), "python": platform.python_version()}
     doc["controller"] = {"hostname": socket.gethostname(), "platform": platform.platform()}
     doc["env"] = _env_doc(env) if env is not None else old.get("env")
@@ -132,6 +128,15 @@ def write_manifest(rundir_path: str | os.PathLike[str], *, env: EnvLike | None =
     # the values, before serialising: a password that is a common word never hits a key or a literal
     text = json.dumps(scrub_doc(json.loads(json.dumps(doc, default=str)), scrub), indent=2) + "\n"
     return write_atomic(root / "manifest.json", text)
+
+
+def _seed_and_command(old: Mapping[str, Any], argv: Sequence[str] | None, seed: int | None,
+                      repro: str | None) -> tuple[int | None, Mapping[str, Any] | None]:
+    """The run's seed and ``command``: this call's, else what ``old`` (the manifest so far) recorded."""
+    if repro is None and argv is None and seed is None:  # nothing new about the command: the recorded line stands
+        repro = (old.get("command") or {}).get("repro")
+    seed = seed if seed is not None else old.get("seed")
+    return seed, _command(old.get("command"), argv, seed, repro)
 
 
 def _error_doc(error: BaseException | str | None, status: str, old: Mapping[str, Any]) -> Any:
@@ -157,12 +162,22 @@ def write_fallback_manifest(root: Path, status: str, error: str, problem: str) -
 
 
 def _times(run: RunView, started: Moment | None, ended: Moment | None, status: str) -> dict[str, Any]:
-    recorded = run.facts
-    times = [p.start for p in run.phases] + [p.end for p in run.phases]
-    t0 = _epoch(started) or recorded.started or (min(times) if times else None)
-    t1 = _epoch(ended) or (None if status == "running" else recorded.ended or time.time())
+    t0 = _epoch(started) or run.facts.started or _first_phase(run)
+    t1 = _epoch(ended) or _recorded_end(run, status)
     return {"started": _moment_doc(t0), "ended": _moment_doc(t1),
             "duration": round(t1 - t0, 3) if t0 and t1 else None}
+
+
+def _first_phase(run: RunView) -> float | None:
+    """The earliest time a phase of the run names (None without phases)."""
+    return min((t for p in run.phases for t in (p.start, p.end)), default=None)
+
+
+def _recorded_end(run: RunView, status: str) -> float | None:
+    """When the run ended by its records (now when they do not say); None while it is running."""
+    if status == "running":
+        return None
+    return run.facts.ended or time.time()
 
 
 def _moment_doc(epoch: float | None) -> dict[str, Any] | None:
