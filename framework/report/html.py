@@ -42,6 +42,7 @@ from framework.report.fmt import dur, iso, ranges
 from framework.report.model import (
     OUTCOMES,
     PHASE_ORDER,
+    CoreView,
     DeployHost,
     LaunchView,
     Phase,
@@ -575,27 +576,34 @@ def _problems(run: RunView, limit: int = 200) -> str:
     return "".join(out)
 
 
+def _core_links(run: RunView, core: CoreView) -> str:
+    """The core file (a link when it was fetched into the run folder) and its backtrace file."""
+    links = ""
+    if core.local_path and (run.path / core.local_path).exists():
+        links = f" · <a href='{_href(core.local_path)}'>{escape(core.local_path)}</a>"
+    elif core.local_path:
+        links = f" · <code>{escape(core.local_path)}</code>"
+    if core.backtrace_path:
+        links += f" · <a href='{_href(core.backtrace_path)}'>backtrace file</a>"
+    return links
+
+
+def _core_details(run: RunView, core: CoreView) -> str:
+    """A core dump, open: what it is, where it came from, its backtrace."""
+    facts = [f"host {core.host}", f"pid {core.pid}", f"exe {core.exe}", f"signal {core.signal}"]
+    if core.rank is not None:
+        facts.insert(1, f"rank {core.rank}")
+    return (f"<details class='o-core' id='{escape(core.anchor)}' open><summary><span class='kind'>core"
+            f"</span>{escape(core.description or str(core.exe))}</summary><p class='muted'>"
+            f"{escape(' · '.join(facts))}{_core_links(run, core)}</p>"
+            f"<pre class='backtrace'>{escape(core.backtrace or '(no backtrace)')}</pre></details>")
+
+
 def _cores(run: RunView) -> str:
     if not run.cores:
         return ""
-    out = ["<section id='cores'><h2>Core dumps</h2>"]
-    for core in run.cores:
-        facts = [f"host {core.host}", f"pid {core.pid}", f"exe {core.exe}", f"signal {core.signal}"]
-        if core.rank is not None:
-            facts.insert(1, f"rank {core.rank}")
-        file_link = ""
-        if core.local_path and (run.path / core.local_path).exists():
-            file_link = f" · <a href='{_href(core.local_path)}'>{escape(core.local_path)}</a>"
-        elif core.local_path:
-            file_link = f" · <code>{escape(core.local_path)}</code>"
-        if core.backtrace_path:
-            file_link += f" · <a href='{_href(core.backtrace_path)}'>backtrace file</a>"
-        out.append(f"<details class='o-core' id='{escape(core.anchor)}' open><summary><span class='kind'>core</span>"
-                   f"{escape(core.description or str(core.exe))}</summary><p class='muted'>"
-                   f"{escape(' · '.join(facts))}{file_link}</p>"
-                   f"<pre class='backtrace'>{escape(core.backtrace or '(no backtrace)')}</pre></details>")
-    out.append("</section>")
-    return "".join(out)
+    details = "".join(_core_details(run, core) for core in run.cores)
+    return f"<section id='cores'><h2>Core dumps</h2>{details}</section>"
 
 
 #: the heading framework.plugin.failtext gives the failed commands' section of a failure text
@@ -650,11 +658,16 @@ _ARTIFACT_HEAD = ("<h3>Artifacts</h3><table class='plain'><tr><th>kind</th><th>n
                   "<th>bytes</th><th>hosts (how it arrived)</th></tr>")
 
 
+def _deployed_hosts(run: RunView) -> bool:
+    """Whether deploy-manifest.json lists any host."""
+    return isinstance(run.deploy, dict) and bool(run.deploy.get("hosts"))
+
+
 def _deployed(run: RunView) -> str:
-    m = run.manifest
-    arts, versions = m.get("artifacts") or [], m.get("versions") or {}
-    if not arts and not (run.deploy or {}).get("hosts"):
+    arts = run.manifest.get("artifacts") or []
+    if not (arts or _deployed_hosts(run)):
         return ""
+    versions = run.manifest.get("versions") or {}
     rows = "".join(_deploy_row(d, versions.get(d.host)) for d in run.deploy_hosts)
     art_rows = "".join(_artifact_row(a) for a in arts)
     tables = [(_DEPLOY_HEAD, rows), (_ARTIFACT_HEAD, art_rows)]
@@ -662,24 +675,28 @@ def _deployed(run: RunView) -> str:
     return f"<section id='deploy'><h2>Deployed</h2>{body}</section>"
 
 
+def _host_files(run: RunView, host: str) -> str:
+    """A host's collected files, folded when there are many; nothing when it has none."""
+    folder = run.path / host
+    if not folder.is_dir():
+        return ""
+    files = sorted(p for p in folder.rglob("*") if p.is_file() and not p.name.startswith("."))
+    if not files:
+        return ""
+    items = "".join(f"<li><a href='{_href(p.relative_to(run.path).as_posix())}'>"
+                    f"{escape(p.relative_to(folder).as_posix())}</a> "
+                    f"<small>{_size(p.stat().st_size)}</small></li>" for p in files)
+    return (f"<details class='files' {'open' if len(files) <= 12 else ''}><summary><b>{escape(host)}"
+            f"</b> <small>{len(files)} files</small></summary><ul class='files-list'>{items}</ul>"
+            "</details>")
+
+
 def _files(run: RunView) -> str:
-    groups = []
-    for host in run.hosts:
-        folder = run.path / host
-        if not folder.is_dir():
-            continue
-        files = sorted(p for p in folder.rglob("*") if p.is_file() and not p.name.startswith("."))
-        if not files:
-            continue
-        items = "".join(f"<li><a href='{_href(p.relative_to(run.path).as_posix())}'>"
-                        f"{escape(p.relative_to(folder).as_posix())}</a> <small>{_size(p.stat().st_size)}</small></li>"
-                        for p in files)
-        groups.append(f"<details class='files' {'open' if len(files) <= 12 else ''}><summary><b>{escape(host)}</b> "
-                      f"<small>{len(files)} files</small></summary><ul class='files-list'>{items}</ul></details>")
+    groups = "".join(_host_files(run, host) for host in run.hosts)
     if not groups:
         return ""
     return ("<section id='files'><h2>Files collected from the hosts</h2>"
-            f"<div class='card'>{''.join(groups)}</div></section>")
+            f"<div class='card'>{groups}</div></section>")
 
 
 def _size(n: float) -> str:
