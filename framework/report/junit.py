@@ -157,7 +157,7 @@ def write_cluster_junit(rundir_path: str | os.PathLike[str], cores: Sequence[Cor
     top.extend(_rank_suites(run, scrub))
     cluster = _cluster_suite(run, status, error, scrub)
     if len(cluster):  # the run's properties go with it; a run with nothing of its own has no cluster suite
-        cluster.insert(0, _run_props_element(run_properties(run, env=env, seed=seed), scrub))
+        cluster.insert(0, _props_element(run_properties(run, env=env, seed=seed), scrub))
         top.append(cluster)
     _set_totals(top)
     ET.indent(top)
@@ -168,8 +168,8 @@ def write_cluster_junit(rundir_path: str | os.PathLike[str], cores: Sequence[Cor
     return path
 
 
-def _run_props_element(props: list[tuple[str, str]], scrub: Scrub) -> ET.Element:
-    """The cluster suite's ``<properties>``, values scrubbed."""
+def _props_element(props: list[tuple[str, str]], scrub: Scrub) -> ET.Element:
+    """A suite's ``<properties>``, values scrubbed."""
     out = ET.Element("properties")
     for key, value in props:
         ET.SubElement(out, "property", name=key, value=scrub(xml_text(value)))
@@ -283,18 +283,22 @@ def _rank_suite(rv: RankView, run: RunView, scrub: Scrub, lv: LaunchView | None)
     prefix = _case_prefix(rv)
     suite = ET.Element("testsuite", name=(f"{rv.launch}." if rv.launch else "") + f"rank{rv.rank}@{rv.host}")
     earlier = _earlier_ranks(rv, lv)
-    pe = ET.SubElement(suite, "properties")
-    for k, v in _rank_props(rv, own, earlier, lv is not None and lv.stale):
-        ET.SubElement(pe, "property", name=k, value=scrub(xml_text(v)))
+    suite.append(_props_element(_rank_props(rv, own, earlier, lv is not None and lv.stale), scrub))
     cases = _rank_cases(rv, own, run, prefix, scrub)
-    for e, r in earlier:
-        eprefix = _case_prefix(r)
-        _fold_attempt(cases, prefix, _rank_cases(r, e, run, eprefix, scrub), eprefix, e.attempt)
+    _fold_earlier(cases, prefix, earlier, run, scrub)
     if not final:  # nothing of this rank ran in the final attempt: its failures only flaked
         cases = [_flaky_only(c, own.attempt if own is not None else 1) for c in cases]
     _attach_log(cases, _attachment_line(run, rv.log))
     _close_suite(suite, cases, rv)
     return suite
+
+
+def _fold_earlier(cases: list[ET.Element], prefix: str, earlier: list[tuple[LaunchView, RankView]],
+                  run: RunView, scrub: Scrub) -> None:
+    """Fold each earlier attempt's cases of the same rank into the final ``cases``."""
+    for e, r in earlier:
+        eprefix = _case_prefix(r)
+        _fold_attempt(cases, prefix, _rank_cases(r, e, run, eprefix, scrub), eprefix, e.attempt)
 
 
 def _rank_cases(rv: RankView, lv: LaunchView | None, run: RunView, prefix: str, scrub: Scrub) -> list[ET.Element]:

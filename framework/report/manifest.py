@@ -30,7 +30,7 @@ from framework.hosts import sha256_file
 from framework.records.folder import write_atomic
 from framework.records.scrub import Scrubber, redact_mapping, scrub_doc
 from framework.report.fmt import iso
-from framework.report.model import OUTCOMES, RunView, read_run
+from framework.report.model import OUTCOMES, RankView, RunView, read_run
 
 if TYPE_CHECKING:
     from framework.config.effective import EnvConfig
@@ -243,14 +243,24 @@ def _spec_doc(spec: Any) -> dict[str, Any]:
 def _host_results(run: RunView, host: str) -> dict[str, Any]:
     """The host's rank outcomes and files in the run folder (keys only where there are some)."""
     out: dict[str, Any] = {}
-    ranks = [r for r in run.ranks if r.host == host]
+    ranks = {_rank_key(r): r.outcome for r in run.ranks if r.host == host}
     if ranks:
-        out["ranks"] = {(f"{r.launch}." if r.launch else "") + f"rank{r.rank}": r.outcome for r in ranks}
+        out["ranks"] = ranks
     folder = run.path / host
     if folder.is_dir():
-        out["files"] = sorted(p.relative_to(run.path).as_posix() for p in folder.rglob("*")
-                              if p.is_file() and not p.name.startswith("."))
+        out["files"] = _visible_files(run.path, folder)
     return out
+
+
+def _rank_key(r: RankView) -> str:
+    """A rank's key under its host: ``[<launch>.]rank<N>``."""
+    return (f"{r.launch}." if r.launch else "") + f"rank{r.rank}"
+
+
+def _visible_files(root: Path, folder: Path) -> list[str]:
+    """The files under ``folder`` whose name does not start with a dot, relative to ``root``, sorted."""
+    return sorted(p.relative_to(root).as_posix() for p in folder.rglob("*")
+                  if p.is_file() and not p.name.startswith("."))
 
 
 def _artifacts_doc(deploy: Mapping[str, Any] | None) -> tuple[list[dict[str, Any]], dict[str, Any]]:

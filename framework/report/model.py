@@ -427,13 +427,19 @@ def _port_attempt(lid: str) -> tuple[str, int]:
     return (lid[: m.start()], int(m.group(1))) if m else (lid, 1)
 
 
-def _last_port_attempts(found: list[LaunchView]) -> list[LaunchView]:
-    """A port-collision retry (<id>-r2) supersedes its earlier attempts: the last one only, naming them."""
+def _newest_attempts(found: list[LaunchView]) -> dict[str, LaunchView]:
+    """The highest-numbered port attempt of each launch id (the first found among equals)."""
     last: dict[str, LaunchView] = {}
     for lv in found:
         base, n = _port_attempt(lv.launch_id)
         if base not in last or n > _port_attempt(last[base].launch_id)[1]:
             last[base] = lv
+    return last
+
+
+def _last_port_attempts(found: list[LaunchView]) -> list[LaunchView]:
+    """A port-collision retry (<id>-r2) supersedes its earlier attempts: the last one only, naming them."""
+    last = _newest_attempts(found)
     kept = [lv for lv in found if last[_port_attempt(lv.launch_id)[0]] is lv]
     for lv in kept:
         base = _port_attempt(lv.launch_id)[0]
@@ -526,9 +532,13 @@ def _rank_owners(root: Path, launches: list[LaunchView]) -> dict[tuple[str, int]
     for (host, rank) in list(owners):
         lid = _status_launch(root / host / f"rank{rank}.json")
         if lid in ids:
-            owners[(host, rank)] = next((lv.launch_id for lv in launches if lid == lv.launch_id
-                                         or lid in lv.superseded), lid)
+            owners[(host, rank)] = _claiming_launch(lid, launches)
     return owners
+
+
+def _claiming_launch(lid: str, launches: list[LaunchView]) -> str:
+    """The launch that is ``lid`` or superseded it (a port retry); ``lid`` itself when none is."""
+    return next((lv.launch_id for lv in launches if lid == lv.launch_id or lid in lv.superseded), lid)
 
 
 def _launch_slots(lv: LaunchView) -> list[tuple[str, int]]:
