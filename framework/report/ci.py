@@ -1,17 +1,8 @@
 """Two small files of a run folder for a CI server: ``summary.txt`` and ``perf.csv``.
 
-:func:`write_summary_txt` writes ``summary.txt``, a short plain-text block a Jenkinsfile can put in
-the build description (``currentBuild.description = readFile(...)``): the verdict, the counts, the
-run id, the hosts, the failing tests and ranks by name (at most :data:`MAX_NAMED`) and the line that
-reproduces the run (``manifest.json``'s ``command.repro``, the one ``index.html`` and the terminal
-summary show). It is built from the finished folder (:func:`framework.report.model.read_run`), every
-line put through the run's scrubber before it is written, like every other report file.
-
-:func:`write_perf_csv` writes ``perf.csv`` for the Jenkins Plot plugin from the ``perf-<case>.json``
-files the performance tests leave in the folder (``{"cluster", "numbers": {metric: value}}``): the
-plugin's CSV series takes the first row as the labels and plots the row under it, one point per
-column and build, so the file is one row of labels ``<case>.<metric>`` and one row of values. No
-``perf-*.json``, no ``perf.csv``. Both are written by :func:`framework.report.finish.finalize`.
+:func:`write_summary_txt` writes the short block a Jenkinsfile puts in the build description;
+:func:`write_perf_csv` the one-row CSV the Jenkins Plot plugin reads (none without ``perf-*.json``).
+Formats: docs/internals/c-report.md.
 """
 
 from __future__ import annotations

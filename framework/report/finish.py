@@ -1,14 +1,7 @@
-"""The end of a run: :func:`finalize` writes ``cluster.xml``, ``manifest.json`` and ``index.html`` from
-whatever the run folder holds, and never raises; for a CI server also ``perf.csv`` (when the run measured
-performance) and ``summary.txt`` (:mod:`framework.report.ci`).
+"""The end of a run: :func:`finalize` writes ``cluster.xml``, ``manifest.json`` and ``index.html``
+(and ``perf.csv``, ``summary.txt`` for a CI server) from whatever the run folder holds, and never raises.
 
-Each file comes from its own module (:mod:`framework.report.junit`, :mod:`framework.report.ci`,
-:mod:`framework.report.manifest`, :mod:`framework.report.html`), in that order — the manifest lists
-``cluster.xml`` and ``perf.csv`` with their sha256, the page and ``summary.txt`` show the manifest — after
-every other file of the folder went through one :class:`~framework.records.scrub.Scrubber` built from the env
-(:func:`~framework.records.scrub.scrub_folder`), and each of the three scrubs the values it writes with it
-too. A file that cannot be built is replaced by its module's minimal fallback saying so and listed in the
-manifest's ``report_problems``, so an interrupted run still leaves a consistent folder.
+Order, scrubbing and fallbacks: docs/internals/c-report.md.
 """
 
 from __future__ import annotations

@@ -1,24 +1,8 @@
 """``index.html`` for a run folder: one static page a person can read, offline.
 
-:func:`render` turns a :class:`~framework.report.model.RunView` into HTML: the run's status
-and the command to reproduce it (``manifest.json``'s ``command.repro``, built by
-:func:`framework.report.manifest.repro_command`: the line the terminal summary shows too),
-a per-host timeline of the phases (connect, deploy, launch, run, collect, teardown —
-recorded in ``phases.json`` or, striped, estimated from the deploy and launch files), a
-grid of rank outcomes per launch linking to each rank's log, JUnit and core backtrace,
-the problems in detail, core dumps, the controller's own tests, deployed versions and
-every collected file. Every link is relative to the run folder.
-
-The page has no inline ``<style>``, ``<script>`` or ``style=`` attribute, so it keeps its layout under
-a Content-Security-Policy such as Jenkins' default for archived files (``sandbox; default-src 'none';
-img-src 'self'; style-src 'self';``): its stylesheet ``report.css`` (from ``framework/data``) is
-copied into the run folder beside it (:data:`ASSETS`), the timeline is SVG whose positions are
-attributes (``x``, ``width``: CSP governs ``<style>`` elements and ``style`` attributes, not
-presentation attributes), colours come from classes. Nothing needs JavaScript: the "problems only"
-filter is a checkbox and CSS; ``report.js`` (copied beside it too, blocked by that policy) only opens
-the ``<details>`` a link points to and shows local times on hover. :func:`write_index` writes the
-page and its assets into the folder, :func:`write_fallback_index` the minimal page left when it
-cannot be built.
+:func:`render` turns a :class:`~framework.report.model.RunView` into HTML; :func:`write_index` writes
+it with its assets (:data:`ASSETS`), :func:`write_fallback_index` the minimal page left when it cannot
+be built. The page works under Jenkins' Content-Security-Policy: docs/internals/c-report.md.
 """
 
 from __future__ import annotations

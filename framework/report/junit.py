@@ -1,33 +1,9 @@
 """``cluster.xml``: every rank's JUnit merged into one file Jenkins' xunit plugin accepts.
 
-:func:`write_cluster_junit` builds it from :func:`framework.report.model.read_run`, so it can
-be rebuilt at any time; :func:`validate_junit` checks a file against junit-10.xsd;
-:func:`fold_case_properties` keeps pytest's own ``junit.xml`` valid too;
-:func:`write_fallback_cluster` is the one-error file :func:`framework.report.finish.finalize` leaves when
-the merge fails, and :func:`xml_text` makes any text XML 1.0 safe. The cores handed over are merged into
-``cores.json`` (kept so later rebuilds see them).
-
-Layout (junit-10.xsd valid, see ``shared/reference/junit-jenkins.md`` §4): one
-``<testsuite name="rank<N>@<host>" hostname="<host>">`` per expected rank, classnames rewritten to
-``<host>.rank<N>.<original>`` (dots in host names become ``_``). A launch made by a pytest test, and
-every launch when there are several in one run, qualifies its suites as ``<launch>.rank<N>@<host>``
-and classnames as ``<host>.rank<N>.<launch>.<original>``; ``<launch>`` is
-:func:`~framework.report.model.launch_name` for a test's launch (nodeid, world size, place in the
-test: the same in every build, so Jenkins' history lines up), else the launch id without the run id
-and random suffix (``alltoall1``); a superseded port-retry attempt (``…-r<k>`` present) is left out.
-A rank without JUnit gets one synthetic ``rank_report`` testcase: an error naming how it ended
-(signal, exit status, never reported: lost host, timeout) with the tail of its log — ``skipped`` when
-it was only torn down because another rank failed first — or a pass when it exited 0 and no rank of
-its launch was a pytest run. Core dumps, per-host deploy results and an unfinished run are testcases
-of a final ``cluster`` suite, whose properties describe the run (:func:`run_properties`).
-
-Reruns (pytest-rerunfailures): a test's final attempt gives the cases; each failure of an earlier
-attempt is kept on the same case as ``flakyFailure``/``flakyError`` when the case passed in the end
-(Jenkins counts a pass) or ``rerunFailure``/``rerunError`` when it failed again (Surefire's
-convention, allowed by junit-10.xsd); :func:`fold_pytest_reruns` does the same to pytest's own
-``junit.xml``, where rerunfailures leaves each failed attempt as an empty, passing testcase. The log
-of every rank case that did not simply pass is attached with the junit-attachments convention
-(``[[ATTACHMENT|<path>]]`` first in its ``system-out``; :func:`attachment_path`).
+:func:`write_cluster_junit` builds it from :func:`framework.report.model.read_run`;
+:func:`validate_junit` checks a file against junit-10.xsd; :func:`fold_case_properties` and
+:func:`fold_pytest_reruns` keep pytest's own ``junit.xml`` valid. Layout, synthetic cases and reruns:
+docs/internals/c-report.md.
 """
 
 from __future__ import annotations

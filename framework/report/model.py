@@ -1,36 +1,8 @@
 """The run folder as data: :func:`read_run` turns ``reports/<run-id>/`` into a :class:`RunView`.
 
-It reads and never writes, so the report can be rebuilt at any time — after a crash,
-from an archived folder — and it never raises for a missing or corrupt file (what it
-cannot read goes to ``RunView.problems``). Each rank gets an outcome (pass, fail,
-crash, killed, lost) and a one-sentence reason; phases come from ``phases.json`` or are
-estimated from the deploy and launch files. :mod:`framework.report.junit`,
-:mod:`framework.report.manifest`, :mod:`framework.report.html` and :mod:`framework.report.summary` build
-their files and screens from this view; the few readers they share (:func:`read_json`, :func:`log_tail`,
-:func:`inside_run`, :func:`case_outcome`, :func:`case_counts`, :func:`describe_rank`) are public here.
-
-Read (written by others)::
-
-    launch-<id>.json            LaunchResult.to_json(), one per launch (framework.launch)
-    <host>/rank<N>.log|json|xml per-rank output, status (rankwrap) and pytest JUnit
-    <host>/cores/, <host>/*     core files and collected host logs
-    cores.json                  core dumps (framework.cores.watch, framework.report.junit)
-    deploy-manifest.json        DeployResult.to_json() (framework.deploy)
-    phases.json                 [{host, phase, start, end}], appended by framework.records.folder.record_phase
-    manifest.json               the previous framework.report.manifest.write_manifest
-    junit.xml                   pytest's own ``--junitxml`` (controller-level tests)
-
-A launch a pytest test made (its record names the ``test``, ``attempt`` and ``seq``) is named after
-that test, the same in every build (:func:`launch_name`: the nodeid, the world size and the launch's
-place among the test's launches of that world); other launches, when there are several in one run,
-by their launch id without the run id and random suffix (``alltoall1``). A superseded port-retry
-attempt (``…-r<k>`` present) is left out; the launches of a test's earlier attempts
-(pytest-rerunfailures) are kept apart, in ``LaunchView.reruns`` of the final attempt's launch.
-Launches fetch into the same ``<host>/rank<N>.*`` files, so each file is given to the launch that
-wrote it last.
-
-A rank stopped only because another rank (or host) failed first is ``torn_down`` (the sentence says
-after what); the rank that failed first stays the failure.
+It only reads and never raises for a missing or corrupt file (``RunView.problems`` says what it could
+not read); junit, manifest, html and summary build their files from this view. Which files it reads and
+how launches, reruns and ranks are told apart: docs/internals/c-report.md.
 """
 
 from __future__ import annotations
