@@ -92,10 +92,15 @@ def run_properties(run: RunView, *, env: Any = None, seed: int | None = None) ->
     env_file = str(getattr(env, "source", "") or facts.env_file or "")
     if env_file:
         props += [("env", Path(env_file).name), ("env_file", env_file)]
-    hosts = list(getattr(env, "hosts", None) or []) or run.hosts
+    hosts = _env_hosts(env) or run.hosts
     if hosts:
         props.append(("hosts", ",".join(hosts)))
     return props + _artifact_props(run)
+
+
+def _env_hosts(env: Any) -> list[str]:
+    """The host names of an ``EnvConfig`` (none without one)."""
+    return list(getattr(env, "hosts", None) or [])
 
 
 def _artifact_props(run: RunView) -> list[tuple[str, str]]:
@@ -394,6 +399,12 @@ def _synthetic_case(rv: RankView, lv: LaunchView | None, run: RunView, prefix: s
         text = f"{describe_rank(rv, lv)}\n{log_tail(run.path, rv.log)}"
         ET.SubElement(case, "system-out").text = scrub(xml_text(text))
         return case
+    return _bad_ending(case, rv, lv, run, scrub)
+
+
+def _bad_ending(case: ET.Element, rv: RankView, lv: LaunchView | None, run: RunView,
+                scrub: Scrub) -> ET.Element:
+    """``case`` as the rank's error, or skipped when it was only torn down after another failure."""
     message = rv.reason or describe_rank(rv, lv)
     kind = _RANK_ERROR.get(rv.outcome, "RankFailed")
     body = scrub(xml_text(_failure_body(rv, run, message)))
@@ -452,13 +463,19 @@ def _cluster_suite(run: RunView, status: str | None, error: str | None, scrub: S
     return suite
 
 
+def _first_line(child: ET.Element) -> str:
+    """The first line of an element's text (its tag when it has none), at most 200 characters."""
+    lines = (child.text or "").strip().splitlines()
+    return (lines[0] if lines else child.tag)[:200]
+
+
 def _copy_child(out: ET.Element, child: ET.Element) -> None:
     """``child`` (a junit-10 testcase element) into ``out``, with the attributes the schema requires."""
     el = ET.SubElement(out, child.tag, {k: v for k, v in child.attrib.items() if k in ("type", "message")})
     el.text = child.text
     el.extend(list(child))
     if child.tag in ("failure", "error") and not el.get("message"):  # a failure must say something
-        el.set("message", ((child.text or "").strip().splitlines() or [child.tag])[0][:200])
+        el.set("message", _first_line(child))
     if child.tag.startswith(("rerun", "flaky")) and not el.get("type"):
         el.set("type", "rerun")
 
@@ -630,31 +647,49 @@ def _core_entry(root: Path, core: CoreRecord, scrub: Scrub) -> dict[str, Any]:
         with contextlib.suppress(Exception):
             entry = dict(to_json())
     rank = getattr(core, "rank", None)
-    exe = getattr(core, "executable", None) or getattr(core, "exe", None) or getattr(core, "comm", None)
+    exe = _core_exe(core)
     entry.update({"host": str(getattr(core, "host", "unknown")), "pid": getattr(core, "pid", None),
                   "executable": str(exe) if exe else None, "signal": signame(getattr(core, "signal", None)),
                   "rank": rank if isinstance(rank, int) else None, "describe": scrub(_core_description(core)),
                   "backtrace": scrub(str(getattr(core, "backtrace", "") or ""))})
     for attr in ("local_path", "backtrace_path"):
-        value = getattr(core, attr, None)
-        entry[attr] = (inside_run(root, value) or str(value)) if value else None
+        entry[attr] = _run_path(root, getattr(core, attr, None))
     return entry
+
+
+def _core_exe(core: CoreRecord) -> object:
+    """The core's executable, by whichever attribute its record type names it."""
+    return getattr(core, "executable", None) or getattr(core, "exe", None) or getattr(core, "comm", None)
+
+
+def _run_path(root: Path, value: object) -> str | None:
+    """A path as ``cores.json`` keeps it: relative to the run folder when inside it."""
+    if not value:
+        return None
+    return inside_run(root, value) or str(value)
+
+
+def _core_key(root: Path, entry: Mapping[str, Any]) -> tuple[Any, ...]:
+    """What makes two ``cores.json`` entries the same core: host, pid, executable, core file."""
+    return (entry.get("host"), entry.get("pid"), entry.get("executable") or entry.get("exe"),
+            inside_run(root, entry.get("local_path")) or entry.get("local_path"))
+
+
+def _core_order(entry: Mapping[str, Any]) -> tuple[str, int, int]:
+    """``cores.json`` order: by host, rank (none first), pid."""
+    rank = entry.get("rank")
+    return (str(entry.get("host")), rank if isinstance(rank, int) else -1, entry.get("pid") or 0)
 
 
 def _record_cores(root: Path, cores: Sequence[CoreRecord], scrub: Scrub) -> None:
     """Merge ``cores`` into ``cores.json``, the file ``framework.cores.watch`` also writes (same entry shape)."""
     known = [c for c in read_json(root / "cores.json", [], []) or [] if isinstance(c, dict)]
-
-    def key(entry: Mapping[str, Any]) -> tuple[Any, ...]:
-        return (entry.get("host"), entry.get("pid"), entry.get("executable") or entry.get("exe"),
-                inside_run(root, entry.get("local_path")) or entry.get("local_path"))
-
     for core in cores:
         entry = _core_entry(root, core, scrub)
-        known = [k for k in known if key(k) != key(entry)]
+        same = _core_key(root, entry)
+        known = [k for k in known if _core_key(root, k) != same]
         known.append(json.loads(json.dumps(entry, default=str)))
-    known.sort(key=lambda c: (str(c.get("host")), c.get("rank") if isinstance(c.get("rank"), int) else -1,
-                              c.get("pid") or 0))
+    known.sort(key=_core_order)
     write_atomic(root / "cores.json", json.dumps(known, indent=2) + "\n")
 
 
