@@ -294,19 +294,10 @@ class RunView:
 
     @property
     def hosts(self) -> list[str]:
-        seen: dict[str, None] = {}
-        for h in (self.manifest.get("hosts") or {}):
-            seen.setdefault(h)
-        for h in (self.deploy or {}).get("hosts", {}):
-            seen.setdefault(h)
-        for lv in self.launches:
-            for h in lv.data.get("nodes", {}):
-                seen.setdefault(h)
-        for r in self.ranks:
-            seen.setdefault(r.host)
-        for p in self.phases:
-            seen.setdefault(p.host)
-        return list(seen)
+        named = [*(self.manifest.get("hosts") or {}), *(self.deploy or {}).get("hosts", {}),
+                 *(h for lv in self.launches for h in lv.data.get("nodes", {})),
+                 *(r.host for r in self.ranks), *(p.host for p in self.phases)]
+        return list(dict.fromkeys(named))
 
 
 def read_run(rundir_path: str | os.PathLike[str]) -> RunView:
@@ -355,16 +346,26 @@ def _classify_all(launches: list[LaunchView], orphans: list[RankView]) -> None:
 
 def _orphan_ranks(root: Path, claimed: set[tuple[str, int]], problems: list[str]) -> list[RankView]:
     """The ranks whose files lie in a host folder but that no launch record claims."""
-    host_dirs = sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")) \
-        if root.is_dir() else []
     orphans = []
-    for host_dir in host_dirs:
-        for n in sorted({int(m.group(1)) for f in host_dir.iterdir() if (m := _RANK_FILE.match(f.name))}):
+    for host_dir in _host_dirs(root):
+        for n in _rank_numbers(host_dir):
             if (host_dir.name, n) not in claimed:
                 rv = RankView(n, host_dir.name)
                 _load_rank_files(root, rv, host_dir, problems)
                 orphans.append(rv)
     return orphans
+
+
+def _host_dirs(root: Path) -> list[Path]:
+    """The run folder's visible subfolders (a host's each, when it holds rank files)."""
+    if not root.is_dir():
+        return []
+    return sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
+
+
+def _rank_numbers(folder: Path) -> list[int]:
+    """The rank numbers of the ``rank<N>.*`` files in ``folder``, sorted."""
+    return sorted({int(m.group(1)) for f in folder.iterdir() if (m := _RANK_FILE.match(f.name))})
 
 
 def read_json(path: Path, problems: list[str], default: Any) -> Any:
@@ -802,15 +803,17 @@ def _junit_summary(path: Path, problems: list[str]) -> dict[str, Any] | None:
         problems.append(f"junit.xml: unreadable ({exc})")
         return None
     cases = list(top.iter("testcase"))
-    failed = []
-    for case in cases:
-        kind = case_outcome(case)
-        if kind in ("failure", "error"):
-            el = case.find(kind)
-            failed.append({"classname": case.get("classname", ""), "name": case.get("name", ""), "kind": kind,
-                           "message": (el.get("message") or "") if el is not None else "",
-                           "text": (el.text or "")[-TEXT_CHARS:] if el is not None else ""})
+    failed = [_failed_doc(case) for case in cases if case_outcome(case) in ("failure", "error")]
     return {**case_counts(cases), "failed": failed}
+
+
+def _failed_doc(case: ET.Element) -> dict[str, str]:
+    """A failing controller test: classname, name, kind and its failure's message and text's end."""
+    kind = case_outcome(case)
+    el = case.find(kind)
+    message, text = ("", "") if el is None else (el.get("message") or "", el.text or "")
+    return {"classname": case.get("classname", ""), "name": case.get("name", ""), "kind": kind,
+            "message": message, "text": text[-TEXT_CHARS:]}
 
 
 # -- phases ---------------------------------------------------------------------
