@@ -68,8 +68,7 @@ def finalize(rundir_path: str | os.PathLike[str], *, cores: Sequence[CoreRecord]
         return
     kw = {"status": "ok", "error": None, **manifest_kwargs}
     status = kw["status"]
-    err = kw["error"]
-    err_text = (f"{type(err).__name__}: {err}" if isinstance(err, BaseException) else str(err)) if err else None
+    err_text = _error_text(kw["error"])
     problems: list[str] = []
     steps: list[tuple[str, Callable[[], object], Fallback]] = [
         ("junit.xml", lambda: _fold_junit(root, Path(junit) if junit else root / "junit.xml", reruns, scrub,
@@ -91,10 +90,22 @@ def finalize(rundir_path: str | os.PathLike[str], *, cores: Sequence[CoreRecord]
         except Exception as exc:
             log.exception("report: writing %s failed", name)
             problems.append(f"{name}: {type(exc).__name__}: {exc}")
-            try:
-                fallback(root, status, scrub(err_text or ""), scrub(problems[-1]))
-            except Exception:
-                log.exception("report: even the fallback %s failed", name)
+            _fall_back(name, fallback, root, status, scrub(err_text or ""), scrub(problems[-1]))
+
+
+def _error_text(err: object) -> str | None:
+    """How the run's error reads in the report files (None without one)."""
+    if not err:
+        return None
+    return f"{type(err).__name__}: {err}" if isinstance(err, BaseException) else str(err)
+
+
+def _fall_back(name: str, fallback: Fallback, root: Path, status: str, error: str, problem: str) -> None:
+    """Leave the step's minimal file; a fallback that fails too is only logged."""
+    try:
+        fallback(root, status, error, problem)
+    except Exception:
+        log.exception("report: even the fallback %s failed", name)
 
 
 def _perf_page(root: Path) -> None:
