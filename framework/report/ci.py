@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from framework.records.folder import write_atomic
 from framework.report.fmt import dur, short
-from framework.report.model import OUTCOMES, RunView, case_counts, read_run
+from framework.report.model import OUTCOMES, RankView, RunView, case_counts, read_run
 
 if TYPE_CHECKING:
     from framework.records.scrub import Scrub
@@ -127,11 +127,15 @@ def _failures(run: RunView, cluster: ET.Element | None) -> list[str]:
     names = dict.fromkeys(_cluster_failures(cluster))
     for failed in (run.junit or {}).get("failed", []):
         names.setdefault(_named(failed["classname"], failed["name"], failed["message"] or ""))
-    for r in run.ranks if cluster is None else ():
-        if r.outcome != "pass":
-            names.setdefault(f"{r.outcome} " + (f"{r.launch} " if r.launch else "") + f"rank {r.rank} on {r.host}: "
-                             + r.reason.removeprefix(f"rank {r.rank} on {r.host} "))
+    if cluster is None:
+        names.update(dict.fromkeys(_bad_rank_line(r) for r in run.ranks if r.outcome != "pass"))
     return list(names)
+
+
+def _bad_rank_line(r: RankView) -> str:
+    """``<outcome> [<launch> ]rank <N> on <host>: <reason>``."""
+    where = (f"{r.launch} " if r.launch else "") + f"rank {r.rank} on {r.host}"
+    return f"{r.outcome} {where}: " + r.reason.removeprefix(f"rank {r.rank} on {r.host} ")
 
 
 def _cluster_failures(cluster: ET.Element | None) -> list[str]:
@@ -160,10 +164,14 @@ def perf_table(root: str | os.PathLike[str]) -> dict[str, float]:
             numbers = json.loads(path.read_text(encoding="utf-8")).get("numbers") or {}
         except (OSError, ValueError, AttributeError):
             continue
-        for metric, value in sorted(numbers.items()):
-            if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
-                out[f"{case}.{metric}"] = float(value)
+        out.update((f"{case}.{metric}", float(value)) for metric, value in sorted(numbers.items())
+                   if _is_measure(value))
     return out
+
+
+def _is_measure(value: object) -> bool:
+    """A finite int or float (a bool is not a measure)."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def write_perf_csv(rundir_path: str | os.PathLike[str], *, scrub: Scrub | None = None) -> Path | None:
