@@ -574,13 +574,9 @@ def _rank_folder(root: Path, host: str, rank: int, launch_id: str, owner: str) -
 
 
 def _load_rank_files(root: Path, rv: RankView, folder: Path, problems: list[str]) -> None:
-    status = folder / f"rank{rv.rank}.json"
-    st = read_json(status, problems, None)
+    st = read_json(folder / f"rank{rv.rank}.json", problems, None)
     if isinstance(st, dict):
-        if rv.exit_code is None and rv.signal is None:
-            rv.exit_code, rv.signal = st.get("exit_code"), st.get("signal")
-        rv.start = st.get("start") if isinstance(st.get("start"), int | float) else None
-        rv.end = st.get("end") if isinstance(st.get("end"), int | float) else None
+        _apply_status(rv, st)
     logf = folder / f"rank{rv.rank}.log"
     if logf.exists():
         rv.log = logf.relative_to(root).as_posix()
@@ -588,6 +584,19 @@ def _load_rank_files(root: Path, rv: RankView, folder: Path, problems: list[str]
     if xml.exists():
         rv.junit = xml.relative_to(root).as_posix()
         _load_junit(xml, rv)
+
+
+def _apply_status(rv: RankView, st: Mapping[str, Any]) -> None:
+    """A rank status file's facts: how it ended (unless the launch record said) and its times."""
+    if rv.exit_code is None and rv.signal is None:
+        rv.exit_code, rv.signal = st.get("exit_code"), st.get("signal")
+    rv.start = _status_time(st.get("start"))
+    rv.end = _status_time(st.get("end"))
+
+
+def _status_time(value: object) -> float | None:
+    """A status file's time when it is a number, else None."""
+    return value if isinstance(value, int | float) else None
 
 
 def _load_junit(path: Path, rv: RankView) -> None:
@@ -599,9 +608,8 @@ def _load_junit(path: Path, rv: RankView) -> None:
     top = tree.getroot()
     suites = [top] if top.tag == "testsuite" else list(top.iter("testsuite"))
     cases = list(top.iter("testcase"))
-    for s in suites:
-        for p in s.findall("properties/property"):
-            rv.props.append((p.get("name", ""), p.get("value", "")))
+    rv.props += [(p.get("name", ""), p.get("value", "")) for s in suites
+                 for p in s.findall("properties/property")]
     if suites:
         rv.junit_timestamp = suites[0].get("timestamp")
         rv.junit_time = sum(number(s.get("time")) for s in suites if s.find("testcase") is not None)
