@@ -214,19 +214,23 @@ def _env_doc(env: EnvLike) -> dict[str, Any]:
 
 def _hosts_doc(run: RunView, env: EnvLike | None, old: Mapping[str, Any]) -> dict[str, Any]:
     specs = getattr(env, "hosts", None) or {}
-    deploy_hosts = (run.deploy or {}).get("hosts") or {}
+    deployed = _deploy_records(run.deploy)
     out: dict[str, Any] = {}
     for h in dict.fromkeys([*specs, *old, *run.hosts]):
         entry = dict(old.get(h) or {})
         spec = specs.get(h)
         if spec is not None:
             entry.update(_spec_doc(spec))
-        m = deploy_hosts.get(h)
-        if isinstance(m, dict):
-            entry["deploy"] = {k: m.get(k) for k in _DEPLOY_KEYS}
-        entry.update(_host_results(run, h))
-        out[h] = entry
+        if h in deployed:
+            entry["deploy"] = {k: deployed[h].get(k) for k in _DEPLOY_KEYS}
+        out[h] = entry | _host_results(run, h)
     return out
+
+
+def _deploy_records(deploy: Mapping[str, Any] | None) -> dict[str, dict[str, Any]]:
+    """deploy-manifest.json's host records by host (malformed ones left out)."""
+    hosts = (deploy or {}).get("hosts") or {}
+    return {host: m for host, m in hosts.items() if isinstance(m, dict)}
 
 
 #: the keys of a host's deploy record manifest.json repeats under the host
@@ -266,16 +270,18 @@ def _visible_files(root: Path, folder: Path) -> list[str]:
 def _artifacts_doc(deploy: Mapping[str, Any] | None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     arts: dict[str, dict[str, Any]] = {}
     versions: dict[str, Any] = {}
-    for host, m in ((deploy or {}).get("hosts") or {}).items():
-        if not isinstance(m, dict):
-            continue
+    for host, m in _deploy_records(deploy).items():
         for a in m.get("artifacts") or []:
-            rec = arts.setdefault(a.get("sha256", "?"), {k: a.get(k) for k in ("kind", "name", "sha256", "size")}
-                                  | {"hosts": {}})
+            rec = arts.setdefault(a.get("sha256", "?"), _artifact_doc(a))
             rec["hosts"][host] = a.get("via")
         versions[host] = {"installed_version": m.get("installed_version"), "vendor": m.get("vendor"),
                           "ops": m.get("ops") or []}
     return list(arts.values()), versions
+
+
+def _artifact_doc(a: Mapping[str, Any]) -> dict[str, Any]:
+    """An artifact's entry before its hosts are added: kind, name, sha256, size."""
+    return {k: a.get(k) for k in ("kind", "name", "sha256", "size")} | {"hosts": {}}
 
 
 def _files(root: Path) -> list[dict[str, Any]]:
