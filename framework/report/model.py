@@ -634,17 +634,28 @@ def _fold_reruns(cases: list[ET.Element]) -> list[ET.Element]:
         groups.setdefault((c.get("classname", ""), c.get("name", "")), []).append(c)
     out = []
     for items in groups.values():
-        earlier, last = items[:-1], items[-1]
-        # a teardown error after a failing call also repeats the name, but never with an empty first entry
-        if not earlier or any(len(c) or case_outcome(c) != "passed" for c in earlier):
+        if _are_reruns(items):
+            out.append(_fold_rerun_group(items))
+        else:
             out.extend(items)
-            continue
-        tag = "rerunFailure" if case_outcome(last) in ("failure", "error") else "flakyFailure"
-        for i, _ in enumerate(earlier, 1):
-            ET.SubElement(last, tag, type="rerun",
-                          message=f"attempt {i} of {len(items)} failed (the rerun plugin records no details)")
-        out.append(last)
     return out
+
+
+def _are_reruns(items: list[ET.Element]) -> bool:
+    """Repeated cases of one name whose earlier entries are empty passes: rerunfailures' attempts
+    (a teardown error after a failing call also repeats the name, but never with an empty first entry)."""
+    earlier = items[:-1]
+    return bool(earlier) and not any(len(c) or case_outcome(c) != "passed" for c in earlier)
+
+
+def _fold_rerun_group(items: list[ET.Element]) -> ET.Element:
+    """The final attempt, with a rerun or flaky failure for each earlier one."""
+    last = items[-1]
+    tag = "rerunFailure" if case_outcome(last) in ("failure", "error") else "flakyFailure"
+    for i in range(1, len(items)):
+        ET.SubElement(last, tag, type="rerun",
+                      message=f"attempt {i} of {len(items)} failed (the rerun plugin records no details)")
+    return last
 
 
 def _attach_cores(rv: RankView, cores: list[CoreView], launches: list[LaunchView]) -> None:
@@ -768,13 +779,21 @@ def _torn_down(rv: RankView, lv: LaunchView | None) -> str | None:
     if lv is None or not lv.failure or _crashed(rv):
         return None
     data = lv.data
-    kind, first = data.get("failure_kind"), data.get("failure_rank")
-    if kind == "rank" and isinstance(first, int) and first != rv.rank:
+    first = _other_first_rank(data, rv.rank)
+    if first is not None:
         return f"torn down after rank {first} on {_rank_host(data, first)} failed"
-    own = _HOST_FAILURE.get(str(kind))
+    own = _HOST_FAILURE.get(str(data.get("failure_kind")))
     if own is not None and not lv.failure.startswith(own.format(host=rv.host)):
         return f"torn down after {lv.failure}"
     return None
+
+
+def _other_first_rank(data: Mapping[str, Any], rank: int) -> int | None:
+    """The rank the launch record says failed first, when that is a rank other than ``rank``."""
+    first = data.get("failure_rank")
+    if data.get("failure_kind") != "rank" or not isinstance(first, int) or first == rank:
+        return None
+    return first
 
 
 #: the monitor's sentence of a host's failure by failure kind ("lost <host>: <why>", "torchrun on <host> exited <n>")
