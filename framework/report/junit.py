@@ -301,28 +301,29 @@ def _rerun_element(tag: str, outcome_el: ET.Element, attempt: int) -> ET.Element
     return el
 
 
+def _attempt_key(case: ET.Element, prefix: str) -> tuple[str, str]:
+    """A case's classname without the attempt's rank ``prefix``, and its name: the same in every attempt."""
+    cn = case.get("classname") or ""
+    return (cn.removeprefix(prefix), case.get("name") or "")
+
+
 def _fold_attempt(cases: list[ET.Element], prefix: str, earlier: list[ET.Element], eprefix: str,
                   attempt: int) -> None:
     """Fold an earlier attempt's failing ``earlier`` cases into the final ``cases`` (matched by the classname
     without the rank prefix, and the name): ``rerun*`` on a case that failed again, ``flaky*`` on one that
     passed; a case the final attempt does not have is added holding only its flaky element (a pass)."""
-    def key(c: ET.Element, p: str) -> tuple[str, str]:
-        cn = c.get("classname") or ""
-        return (cn[len(p):] if cn.startswith(p) else cn, c.get("name") or "")
-
-    index = {key(c, prefix): c for c in cases}
+    index = {_attempt_key(c, prefix): c for c in cases}
     for old in earlier:
         kind = case_outcome(old)
         if kind not in ("failure", "error"):
             continue
         el = old.find(kind)
         assert el is not None
-        target = index.get(key(old, eprefix))
+        k = _attempt_key(old, eprefix)
+        target = index.get(k)
         if target is None:
-            k = key(old, eprefix)
-            target = ET.Element("testcase", classname=prefix + k[0], name=k[1], time="0.000")
+            target = index[k] = ET.Element("testcase", classname=prefix + k[0], name=k[1], time="0.000")
             cases.append(target)
-            index[k] = target
         failed_again = case_outcome(target) in ("failure", "error")
         tag = ("rerun" if failed_again else "flaky") + ("Failure" if kind == "failure" else "Error")
         target.append(_rerun_element(tag, el, attempt))
