@@ -1,5 +1,6 @@
 """The end of a run: :func:`finalize` writes ``cluster.xml``, ``manifest.json`` and ``index.html``
-(and ``perf.csv``, ``summary.txt`` for a CI server) from whatever the run folder holds, and never raises.
+(and ``perf.csv``, ``summary.txt`` for a CI server) from whatever the run folder holds, and never
+raises.
 
 Order, scrubbing and fallbacks: docs/internals/c-report.md.
 """
@@ -100,7 +101,8 @@ def _error_text(err: object) -> str | None:
     return f"{type(err).__name__}: {err}" if isinstance(err, BaseException) else str(err)
 
 
-def _fall_back(name: str, fallback: Fallback, root: Path, status: str, error: str, problem: str) -> None:
+def _fall_back(name: str, fallback: Fallback, root: Path, status: str, error: str,
+               problem: str) -> None:
     """Leave the step's minimal file; a fallback that fails too is only logged."""
     try:
         fallback(root, status, error, problem)

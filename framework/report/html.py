@@ -1,8 +1,9 @@
 """``index.html`` for a run folder: one static page a person can read, offline.
 
-:func:`render` turns a :class:`~framework.report.model.RunView` into HTML; :func:`write_index` writes
-it with its assets (:data:`ASSETS`), :func:`write_fallback_index` the minimal page left when it cannot
-be built. The page works under Jenkins' Content-Security-Policy: docs/internals/c-report.md.
+:func:`render` turns a :class:`~framework.report.model.RunView` into HTML;
+:func:`write_index` writes it with its assets (:data:`ASSETS`), :func:`write_fallback_index` the
+minimal page left when it cannot be built. The page works under Jenkins' Content-Security-Policy:
+docs/internals/c-report.md.
 """
 
 from __future__ import annotations
@@ -304,10 +305,11 @@ def _seg_tip(host: str, p: Phase) -> str:
 
 
 def _segment(host: str, p: Phase, lane: int, scale: _Scale) -> str:
-    """One phase's bar: a nested <svg> positioned by attributes, which clips its label to the bar."""
+    """One phase's bar: a nested <svg> placed by attributes, which clips its label to the bar."""
     left, width = scale.pct(p.start), max(scale.pct(p.end) - scale.pct(p.start), 0.25)
     derived = " derived" if p.derived else ""
-    return (f"<svg class='seg ph-{_cls(p.phase)}{derived}' data-phase='{escape(p.phase, quote=True)}' "
+    return (f"<svg class='seg ph-{_cls(p.phase)}{derived}' "
+            f"data-phase='{escape(p.phase, quote=True)}' "
             f"x='{left:.3f}%' y='{lane * _LANE + 2}' width='{width:.3f}%' height='18'>"
             f"<title>{escape(_seg_tip(host, p), quote=False)}</title>"
             "<rect width='100%' height='100%' rx='3'/>"
@@ -340,7 +342,8 @@ def _timeline(phases: Sequence[Phase], manifest: dict[str, Any]) -> str:
                    max([p.end for p in phases] + _manifest_epoch(manifest, "ended")))
     rows = [_axis(scale)]
     rows += [_host_track(host, phases, scale) for host in dict.fromkeys(p.host for p in phases)]
-    return head + (f"<div class='card'>{''.join(rows)}<div class='legend'>{_tl_legend(phases)}</div>"
+    return head + (f"<div class='card'>{''.join(rows)}<div class='legend'>{_tl_legend(phases)}"
+                   "</div>"
                    "</div></section>")
 
 
@@ -555,7 +558,8 @@ def _problems(run: RunView, limit: int = 200) -> str:
     out += [_bad_rank(run, r) for r in bad]
     out += [_failing_case(r, c) for r, c in failing[:limit]]
     if len(failing) > limit:
-        out.append(f"<p class='muted'>… {len(failing) - limit} more failing tests: see cluster.xml</p>")
+        out.append(f"<p class='muted'>… {len(failing) - limit} more failing tests: "
+                   "see cluster.xml</p>")
     out.append("</section>")
     return "".join(out)
 
@@ -577,7 +581,8 @@ def _core_details(run: RunView, core: CoreView) -> str:
     facts = [f"host {core.host}", f"pid {core.pid}", f"exe {core.exe}", f"signal {core.signal}"]
     if core.rank is not None:
         facts.insert(1, f"rank {core.rank}")
-    return (f"<details class='o-core' id='{escape(core.anchor)}' open><summary><span class='kind'>core"
+    return (f"<details class='o-core' id='{escape(core.anchor)}' open><summary>"
+            "<span class='kind'>core"
             f"</span>{escape(core.description or str(core.exe))}</summary><p class='muted'>"
             f"{escape(' · '.join(facts))}{_core_links(run, core)}</p>"
             f"<pre class='backtrace'>{escape(core.backtrace or '(no backtrace)')}</pre></details>")
@@ -636,10 +641,10 @@ def _artifact_row(a: dict[str, Any]) -> str:
             f"<td>{escape(str(a.get('size')))}</td><td>{escape(hosts)}</td></tr>")
 
 
-_DEPLOY_HEAD = ("<table class='plain'><tr><th>host</th><th>status</th><th>version</th><th>vendor</th>"
-                "<th>steps</th><th>error</th></tr>")
-_ARTIFACT_HEAD = ("<h3>Artifacts</h3><table class='plain'><tr><th>kind</th><th>name</th><th>sha256</th>"
-                  "<th>bytes</th><th>hosts (how it arrived)</th></tr>")
+_DEPLOY_HEAD = ("<table class='plain'><tr><th>host</th><th>status</th><th>version</th>"
+                "<th>vendor</th><th>steps</th><th>error</th></tr>")
+_ARTIFACT_HEAD = ("<h3>Artifacts</h3><table class='plain'><tr><th>kind</th><th>name</th>"
+                  "<th>sha256</th><th>bytes</th><th>hosts (how it arrived)</th></tr>")
 
 
 def _deployed_hosts(run: RunView) -> bool:
@@ -670,7 +675,8 @@ def _host_files(run: RunView, host: str) -> str:
     items = "".join(f"<li><a href='{_href(p.relative_to(run.path).as_posix())}'>"
                     f"{escape(p.relative_to(folder).as_posix())}</a> "
                     f"<small>{_size(p.stat().st_size)}</small></li>" for p in files)
-    return (f"<details class='files' {'open' if len(files) <= 12 else ''}><summary><b>{escape(host)}"
+    return (f"<details class='files' {'open' if len(files) <= 12 else ''}><summary>"
+            f"<b>{escape(host)}"
             f"</b> <small>{len(files)} files</small></summary><ul class='files-list'>{items}</ul>"
             "</details>")
 

@@ -2,8 +2,8 @@
 
 :func:`write_cluster_junit` builds it from :func:`framework.report.model.read_run`;
 :func:`validate_junit` checks a file against junit-10.xsd; :func:`fold_case_properties` and
-:func:`fold_pytest_reruns` keep pytest's own ``junit.xml`` valid. Layout, synthetic cases and reruns:
-docs/internals/c-report.md.
+:func:`fold_pytest_reruns` keep pytest's own ``junit.xml`` valid. Layout, synthetic cases and
+reruns: docs/internals/c-report.md.
 """
 
 from __future__ import annotations
@@ -224,13 +224,15 @@ def _earlier_attempts(earlier: list[tuple[LaunchView, RankView]]) -> str:
     """The ``earlier_attempts`` property: how the rank ended in each earlier attempt."""
     if not earlier:
         return "this launch's test was rerun and its final attempt did not launch it again"
-    return "; ".join(f"attempt {e.attempt} ({e.launch_id}): {r.reason or r.outcome}" for e, r in earlier)
+    return "; ".join(f"attempt {e.attempt} ({e.launch_id}): {r.reason or r.outcome}"
+                     for e, r in earlier)
 
 
 def _end_props(rv: RankView) -> list[tuple[str, str]]:
     """How the rank ended and where its files are: the facts it has."""
-    facts = (("exit_code", rv.exit_code), ("signal", rv.signal), ("log", rv.log), ("junit", rv.junit),
-             ("start", rv.start), ("end", rv.end), ("overwritten_by", rv.overwritten_by))
+    facts = (("exit_code", rv.exit_code), ("signal", rv.signal), ("log", rv.log),
+             ("junit", rv.junit), ("start", rv.start), ("end", rv.end),
+             ("overwritten_by", rv.overwritten_by))
     return [(k, str(v)) for k, v in facts if v is not None]
 
 
@@ -302,7 +304,7 @@ def _rerun_element(tag: str, outcome_el: ET.Element, attempt: int) -> ET.Element
 
 
 def _attempt_key(case: ET.Element, prefix: str) -> tuple[str, str]:
-    """A case's classname without the attempt's rank ``prefix``, and its name: the same in every attempt."""
+    """A case's classname without the rank ``prefix``, and its name: the same in every attempt."""
     cn = case.get("classname") or ""
     return (cn.removeprefix(prefix), case.get("name") or "")
 
@@ -322,7 +324,8 @@ def _fold_attempt(cases: list[ET.Element], prefix: str, earlier: list[ET.Element
         k = _attempt_key(old, eprefix)
         target = index.get(k)
         if target is None:
-            target = index[k] = ET.Element("testcase", classname=prefix + k[0], name=k[1], time="0.000")
+            target = ET.Element("testcase", classname=prefix + k[0], name=k[1], time="0.000")
+            index[k] = target
             cases.append(target)
         failed_again = case_outcome(target) in ("failure", "error")
         tag = ("rerun" if failed_again else "flaky") + ("Failure" if kind == "failure" else "Error")
@@ -482,7 +485,7 @@ def _copy_child(out: ET.Element, child: ET.Element) -> None:
 
 
 def _bare_case(case: ET.Element, prefix: str) -> ET.Element:
-    """A new ``<testcase>`` with ``case``'s prefixed classname, name, time and group, no children."""
+    """A new ``<testcase>``: ``case``'s prefixed classname, name, time and group, no children."""
     original = case.get("classname") or ""
     out = ET.Element("testcase", classname=f"{prefix}.{original}" if original else prefix,
                      name=case.get("name") or "unnamed")
@@ -513,7 +516,7 @@ def _clean_case(case: ET.Element, prefix: str) -> ET.Element:
 
 
 def _fold_props(case: ET.Element) -> bool:
-    """Move ``case``'s ``<properties>`` into the start of its ``<system-out>``; whether it had any."""
+    """Move ``case``'s ``<properties>`` to the start of its ``<system-out>``; whether it had any."""
     lines = []
     for props in case.findall("properties"):
         lines += _property_lines(props)
@@ -660,7 +663,8 @@ def _core_entry(root: Path, core: CoreRecord, scrub: Scrub) -> dict[str, Any]:
 
 def _core_exe(core: CoreRecord) -> object:
     """The core's executable, by whichever attribute its record type names it."""
-    return getattr(core, "executable", None) or getattr(core, "exe", None) or getattr(core, "comm", None)
+    names = (getattr(core, attr, None) for attr in ("executable", "exe", "comm"))
+    return next((name for name in names if name), None)
 
 
 def _run_path(root: Path, value: object) -> str | None:

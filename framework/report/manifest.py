@@ -132,8 +132,8 @@ def write_manifest(rundir_path: str | os.PathLike[str], *, env: EnvLike | None =
 
 def _seed_and_command(old: Mapping[str, Any], argv: Sequence[str] | None, seed: int | None,
                       repro: str | None) -> tuple[int | None, Mapping[str, Any] | None]:
-    """The run's seed and ``command``: this call's, else what ``old`` (the manifest so far) recorded."""
-    if repro is None and argv is None and seed is None:  # nothing new about the command: the recorded line stands
+    """The run's seed and ``command``: this call's, else what ``old`` (the manifest so far) says."""
+    if repro is None and argv is None and seed is None:  # nothing new: the recorded line stands
         repro = (old.get("command") or {}).get("repro")
     seed = seed if seed is not None else old.get("seed")
     return seed, _command(old.get("command"), argv, seed, repro)
@@ -262,7 +262,7 @@ def _rank_key(r: RankView) -> str:
 
 
 def _visible_files(root: Path, folder: Path) -> list[str]:
-    """The files under ``folder`` whose name does not start with a dot, relative to ``root``, sorted."""
+    """The files under ``folder`` not named with a leading dot, relative to ``root``, sorted."""
     return sorted(p.relative_to(root).as_posix() for p in folder.rglob("*")
                   if p.is_file() and not p.name.startswith("."))
 

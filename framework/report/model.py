@@ -1,8 +1,8 @@
 """The run folder as data: :func:`read_run` turns ``reports/<run-id>/`` into a :class:`RunView`.
 
-It only reads and never raises for a missing or corrupt file (``RunView.problems`` says what it could
-not read); junit, manifest, html and summary build their files from this view. Which files it reads and
-how launches, reruns and ranks are told apart: docs/internals/c-report.md.
+It only reads and never raises for a missing or corrupt file (``RunView.problems`` says what it
+could not read); junit, manifest, html and summary build their files from this view. Which files it
+reads and how launches, reruns and ranks are told apart: docs/internals/c-report.md.
 """
 
 from __future__ import annotations
@@ -411,7 +411,7 @@ def _newest_attempts(found: list[LaunchView]) -> dict[str, LaunchView]:
 
 
 def _last_port_attempts(found: list[LaunchView]) -> list[LaunchView]:
-    """A port-collision retry (<id>-r2) supersedes its earlier attempts: the last one only, naming them."""
+    """A port-collision retry (<id>-r2) supersedes earlier attempts: keep the last, naming them."""
     last = _newest_attempts(found)
     kept = [lv for lv in found if last[_port_attempt(lv.launch_id)[0]] is lv]
     for lv in kept:
@@ -511,7 +511,8 @@ def _rank_owners(root: Path, launches: list[LaunchView]) -> dict[tuple[str, int]
 
 def _claiming_launch(lid: str, launches: list[LaunchView]) -> str:
     """The launch that is ``lid`` or superseded it (a port retry); ``lid`` itself when none is."""
-    return next((lv.launch_id for lv in launches if lid == lv.launch_id or lid in lv.superseded), lid)
+    claims = (lv.launch_id for lv in launches if lid == lv.launch_id or lid in lv.superseded)
+    return next(claims, lid)
 
 
 def _launch_slots(lv: LaunchView) -> list[tuple[str, int]]:
@@ -551,9 +552,9 @@ def _recorded_ranks(lv: LaunchView) -> dict[int, dict[str, Any]]:
     return {int(k): v for k, v in ranks.items() if str(k).isdigit() and isinstance(v, dict)}
 
 
-def _find_rank_files(root: Path, rv: RankView, lv: LaunchView, owner: str, launches: list[LaunchView],
-                     problems: list[str]) -> None:
-    """Load the rank's files of launch ``lv``, or say which later launch ``owner`` overwrote them."""
+def _find_rank_files(root: Path, rv: RankView, lv: LaunchView, owner: str,
+                     launches: list[LaunchView], problems: list[str]) -> None:
+    """Load the rank's files of ``lv``, or note which later launch (``owner``) overwrote them."""
     folder = _rank_folder(root, rv.host, rv.rank, lv.launch_id, owner)
     if folder is not None:
         _load_rank_files(root, rv, folder, problems)
@@ -643,7 +644,7 @@ def _fold_reruns(cases: list[ET.Element]) -> list[ET.Element]:
 
 def _are_reruns(items: list[ET.Element]) -> bool:
     """Repeated cases of one name whose earlier entries are empty passes: rerunfailures' attempts
-    (a teardown error after a failing call also repeats the name, but never with an empty first entry)."""
+    (a teardown error after a failing call repeats the name too, never with an empty first one)."""
     earlier = items[:-1]
     return bool(earlier) and not any(len(c) or case_outcome(c) != "passed" for c in earlier)
 
@@ -653,8 +654,8 @@ def _fold_rerun_group(items: list[ET.Element]) -> ET.Element:
     last = items[-1]
     tag = "rerunFailure" if case_outcome(last) in ("failure", "error") else "flakyFailure"
     for i in range(1, len(items)):
-        ET.SubElement(last, tag, type="rerun",
-                      message=f"attempt {i} of {len(items)} failed (the rerun plugin records no details)")
+        ET.SubElement(last, tag, type="rerun", message=f"attempt {i} of {len(items)} failed "
+                      "(the rerun plugin records no details)")
     return last
 
 
@@ -869,11 +870,12 @@ def _deploy_phases(root: Path, deploy: Mapping[str, Any] | None) -> list[Phase]:
         return []
     end = dm.stat().st_mtime
     start = end - float(deploy.get("duration") or 0.0)
-    return [_host_deploy_phase(host, m, start, end) for host, m in (deploy.get("hosts") or {}).items()]
+    hosts = deploy.get("hosts") or {}
+    return [_host_deploy_phase(host, m, start, end) for host, m in hosts.items()]
 
 
 def _host_deploy_phase(host: str, entry: Mapping[str, Any], start: float, end: float) -> Phase:
-    """A host's deploy phase: from the deploy's start for the sum of its steps (at most until its end)."""
+    """A host's deploy phase: from the deploy's start for the sum of its steps (until its end)."""
     durations = entry.get("durations") or {}
     steps = {k: float(v) for k, v in durations.items() if isinstance(v, int | float)}
     detail = ", ".join(f"{k} {v:.1f}s" for k, v in steps.items())
