@@ -1,17 +1,8 @@
 """Two small files of a run folder for a CI server: ``summary.txt`` and ``perf.csv``.
 
-:func:`write_summary_txt` writes ``summary.txt``, a short plain-text block a Jenkinsfile can put in
-the build description (``currentBuild.description = readFile(...)``): the verdict, the counts, the
-run id, the hosts, the failing tests and ranks by name (at most :data:`MAX_NAMED`) and the line that
-reproduces the run (``manifest.json``'s ``command.repro``, the one ``index.html`` and the terminal
-summary show). It is built from the finished folder (:func:`framework.report.model.read_run`), every
-line put through the run's scrubber before it is written, like every other report file.
-
-:func:`write_perf_csv` writes ``perf.csv`` for the Jenkins Plot plugin from the ``perf-<case>.json``
-files the performance tests leave in the folder (``{"cluster", "numbers": {metric: value}}``): the
-plugin's CSV series takes the first row as the labels and plots the row under it, one point per
-column and build, so the file is one row of labels ``<case>.<metric>`` and one row of values. No
-``perf-*.json``, no ``perf.csv``. Both are written by :func:`framework.report.finish.finalize`.
+:func:`write_summary_txt` writes the short block a Jenkinsfile puts in the build description;
+:func:`write_perf_csv` the one-row CSV the Jenkins Plot plugin reads (none without ``perf-*.json``).
+Formats: docs/internals/c-report.md.
 """
 
 from __future__ import annotations
@@ -28,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from framework.records.folder import write_atomic
 from framework.report.fmt import dur, short
-from framework.report.model import OUTCOMES, RunView, case_counts, read_run
+from framework.report.model import OUTCOMES, RankView, RunView, case_counts, read_run
 
 if TYPE_CHECKING:
     from framework.records.scrub import Scrub
@@ -136,11 +127,15 @@ def _failures(run: RunView, cluster: ET.Element | None) -> list[str]:
     names = dict.fromkeys(_cluster_failures(cluster))
     for failed in (run.junit or {}).get("failed", []):
         names.setdefault(_named(failed["classname"], failed["name"], failed["message"] or ""))
-    for r in run.ranks if cluster is None else ():
-        if r.outcome != "pass":
-            names.setdefault(f"{r.outcome} " + (f"{r.launch} " if r.launch else "") + f"rank {r.rank} on {r.host}: "
-                             + r.reason.removeprefix(f"rank {r.rank} on {r.host} "))
+    if cluster is None:
+        names.update(dict.fromkeys(_bad_rank_line(r) for r in run.ranks if r.outcome != "pass"))
     return list(names)
+
+
+def _bad_rank_line(r: RankView) -> str:
+    """``<outcome> [<launch> ]rank <N> on <host>: <reason>``."""
+    where = (f"{r.launch} " if r.launch else "") + f"rank {r.rank} on {r.host}"
+    return f"{r.outcome} {where}: " + r.reason.removeprefix(f"rank {r.rank} on {r.host} ")
 
 
 def _cluster_failures(cluster: ET.Element | None) -> list[str]:
@@ -169,10 +164,14 @@ def perf_table(root: str | os.PathLike[str]) -> dict[str, float]:
             numbers = json.loads(path.read_text(encoding="utf-8")).get("numbers") or {}
         except (OSError, ValueError, AttributeError):
             continue
-        for metric, value in sorted(numbers.items()):
-            if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
-                out[f"{case}.{metric}"] = float(value)
+        out.update((f"{case}.{metric}", float(value)) for metric, value in sorted(numbers.items())
+                   if _is_measure(value))
     return out
+
+
+def _is_measure(value: object) -> bool:
+    """A finite int or float (a bool is not a measure)."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def write_perf_csv(rundir_path: str | os.PathLike[str], *, scrub: Scrub | None = None) -> Path | None:

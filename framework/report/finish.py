@@ -1,14 +1,8 @@
-"""The end of a run: :func:`finalize` writes ``cluster.xml``, ``manifest.json`` and ``index.html`` from
-whatever the run folder holds, and never raises; for a CI server also ``perf.csv`` (when the run measured
-performance) and ``summary.txt`` (:mod:`framework.report.ci`).
+"""The end of a run: :func:`finalize` writes ``cluster.xml``, ``manifest.json`` and ``index.html``
+(and ``perf.csv``, ``summary.txt`` for a CI server) from whatever the run folder holds, and never
+raises.
 
-Each file comes from its own module (:mod:`framework.report.junit`, :mod:`framework.report.ci`,
-:mod:`framework.report.manifest`, :mod:`framework.report.html`), in that order — the manifest lists
-``cluster.xml`` and ``perf.csv`` with their sha256, the page and ``summary.txt`` show the manifest — after
-every other file of the folder went through one :class:`~framework.records.scrub.Scrubber` built from the env
-(:func:`~framework.records.scrub.scrub_folder`), and each of the three scrubs the values it writes with it
-too. A file that cannot be built is replaced by its module's minimal fallback saying so and listed in the
-manifest's ``report_problems``, so an interrupted run still leaves a consistent folder.
+Order, scrubbing and fallbacks: docs/internals/c-report.md.
 """
 
 from __future__ import annotations
@@ -75,8 +69,7 @@ def finalize(rundir_path: str | os.PathLike[str], *, cores: Sequence[CoreRecord]
         return
     kw = {"status": "ok", "error": None, **manifest_kwargs}
     status = kw["status"]
-    err = kw["error"]
-    err_text = (f"{type(err).__name__}: {err}" if isinstance(err, BaseException) else str(err)) if err else None
+    err_text = _error_text(kw["error"])
     problems: list[str] = []
     steps: list[tuple[str, Callable[[], object], Fallback]] = [
         ("junit.xml", lambda: _fold_junit(root, Path(junit) if junit else root / "junit.xml", reruns, scrub,
@@ -98,10 +91,23 @@ def finalize(rundir_path: str | os.PathLike[str], *, cores: Sequence[CoreRecord]
         except Exception as exc:
             log.exception("report: writing %s failed", name)
             problems.append(f"{name}: {type(exc).__name__}: {exc}")
-            try:
-                fallback(root, status, scrub(err_text or ""), scrub(problems[-1]))
-            except Exception:
-                log.exception("report: even the fallback %s failed", name)
+            _fall_back(name, fallback, root, status, scrub(err_text or ""), scrub(problems[-1]))
+
+
+def _error_text(err: object) -> str | None:
+    """How the run's error reads in the report files (None without one)."""
+    if not err:
+        return None
+    return f"{type(err).__name__}: {err}" if isinstance(err, BaseException) else str(err)
+
+
+def _fall_back(name: str, fallback: Fallback, root: Path, status: str, error: str,
+               problem: str) -> None:
+    """Leave the step's minimal file; a fallback that fails too is only logged."""
+    try:
+        fallback(root, status, error, problem)
+    except Exception:
+        log.exception("report: even the fallback %s failed", name)
 
 
 def _perf_page(root: Path) -> None:

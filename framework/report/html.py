@@ -1,24 +1,9 @@
 """``index.html`` for a run folder: one static page a person can read, offline.
 
-:func:`render` turns a :class:`~framework.report.model.RunView` into HTML: the run's status
-and the command to reproduce it (``manifest.json``'s ``command.repro``, built by
-:func:`framework.report.manifest.repro_command`: the line the terminal summary shows too),
-a per-host timeline of the phases (connect, deploy, launch, run, collect, teardown —
-recorded in ``phases.json`` or, striped, estimated from the deploy and launch files), a
-grid of rank outcomes per launch linking to each rank's log, JUnit and core backtrace,
-the problems in detail, core dumps, the controller's own tests, deployed versions and
-every collected file. Every link is relative to the run folder.
-
-The page has no inline ``<style>``, ``<script>`` or ``style=`` attribute, so it keeps its layout under
-a Content-Security-Policy such as Jenkins' default for archived files (``sandbox; default-src 'none';
-img-src 'self'; style-src 'self';``): its stylesheet ``report.css`` (from ``framework/data``) is
-copied into the run folder beside it (:data:`ASSETS`), the timeline is SVG whose positions are
-attributes (``x``, ``width``: CSP governs ``<style>`` elements and ``style`` attributes, not
-presentation attributes), colours come from classes. Nothing needs JavaScript: the "problems only"
-filter is a checkbox and CSS; ``report.js`` (copied beside it too, blocked by that policy) only opens
-the ``<details>`` a link points to and shows local times on hover. :func:`write_index` writes the
-page and its assets into the folder, :func:`write_fallback_index` the minimal page left when it
-cannot be built.
+:func:`render` turns a :class:`~framework.report.model.RunView` into HTML;
+:func:`write_index` writes it with its assets (:data:`ASSETS`), :func:`write_fallback_index` the
+minimal page left when it cannot be built. The page works under Jenkins' Content-Security-Policy:
+docs/internals/c-report.md.
 """
 
 from __future__ import annotations
@@ -42,6 +27,7 @@ from framework.report.fmt import dur, iso, ranges
 from framework.report.model import (
     OUTCOMES,
     PHASE_ORDER,
+    CoreView,
     DeployHost,
     LaunchView,
     Phase,
@@ -273,49 +259,92 @@ def _tick_label(sec: float) -> str:
     return f"+{s // 3600}h" + (f"{s % 3600 // 60:02d}m" if s % 3600 else "")
 
 
+class _Scale:
+    """Maps epoch seconds onto a percentage of the timeline's width."""
+
+    def __init__(self, t0: float, t1: float) -> None:
+        self.t0 = t0
+        self.span = max(t1 - t0, 1e-3)
+
+    def pct(self, x: float) -> float:
+        return max(0.0, min(100.0, (x - self.t0) / self.span * 100))
+
+
+def _manifest_epoch(manifest: dict[str, Any], key: str) -> list[float]:
+    """The manifest's ``started``/``ended`` epoch as a list of none or one value."""
+    stamp = manifest.get(key)
+    epoch = stamp.get("epoch") if isinstance(stamp, dict) else None
+    return [epoch] if epoch else []
+
+
+def _text_anchor(x: float) -> str:
+    """SVG text-anchor keeping a tick label near an edge inside the track."""
+    if x < 2:
+        return "start"
+    return "end" if x > 97 else "middle"
+
+
+def _axis(scale: _Scale) -> str:
+    ticks = "".join(f"<text class='tl-tick' x='{scale.pct(scale.t0 + s):.3f}%' y='13' text-anchor='"
+                    f"{_text_anchor(scale.pct(scale.t0 + s))}'>{_tick_label(s)}</text>"
+                    for s in _ticks(scale.span))
+    return (f"<div class='tl-axis'><div></div><svg class='tl-scale' width='100%' height='18' "
+            f"aria-hidden='true'>{ticks}</svg></div>")
+
+
+def _clock(epoch: float) -> str:
+    """HH:MM:SS (UTC) of an epoch."""
+    return (iso(epoch) or "")[11:19]
+
+
+def _seg_tip(host: str, p: Phase) -> str:
+    tip = f"{host} {p.phase}: {dur(p.duration)} ({_clock(p.start)}–{_clock(p.end)} UTC)"
+    if p.detail:
+        tip += f" — {p.detail}"
+    return tip + (" — estimated" if p.derived else "")
+
+
+def _segment(host: str, p: Phase, lane: int, scale: _Scale) -> str:
+    """One phase's bar: a nested <svg> placed by attributes, which clips its label to the bar."""
+    left, width = scale.pct(p.start), max(scale.pct(p.end) - scale.pct(p.start), 0.25)
+    derived = " derived" if p.derived else ""
+    return (f"<svg class='seg ph-{_cls(p.phase)}{derived}' "
+            f"data-phase='{escape(p.phase, quote=True)}' "
+            f"x='{left:.3f}%' y='{lane * _LANE + 2}' width='{width:.3f}%' height='18'>"
+            f"<title>{escape(_seg_tip(host, p), quote=False)}</title>"
+            "<rect width='100%' height='100%' rx='3'/>"
+            f"<text x='4' y='13'>{escape(p.phase)} {escape(dur(p.duration))}</text></svg>")
+
+
+def _host_track(host: str, phases: Sequence[Phase], scale: _Scale) -> str:
+    """A host's row of the timeline: its phases in as many lanes as overlap."""
+    placed = _lanes([p for p in phases if p.host == host])
+    height = (max(lane for _, lane in placed) + 1) * _LANE
+    segs = "".join(_segment(host, p, lane, scale) for p, lane in placed)
+    name = escape(host, quote=True)
+    return (f"<div class='tl-row' data-host='{name}'><div class='tl-host' title='{name}'>"
+            f"{escape(host)}</div><svg class='tl-track' width='100%' height='{height + 2}' "
+            f"role='img' aria-label='{name} phases'>{segs}</svg></div>")
+
+
+def _tl_legend(phases: Sequence[Phase]) -> str:
+    names = sorted({p.phase for p in phases}, key=lambda n: (_phase_rank(n), n))
+    legend = "".join(f"<span><i class='seg-key ph-{_cls(n)}'></i>{escape(n)}</span>" for n in names)
+    return legend + "<span><i class='seg-key derived'></i>estimated</span>"
+
+
 def _timeline(phases: Sequence[Phase], manifest: dict[str, Any]) -> str:
     head = "<section id='timeline'><h2>Timeline</h2>"
     if not phases:
-        return head + "<p class='muted'>No phase was recorded (phases.json) or could be derived.</p></section>"
-    started = (manifest.get("started") or {}).get("epoch")
-    ended = (manifest.get("ended") or {}).get("epoch")
-    t0: float = min([p.start for p in phases] + ([started] if started else []))
-    t1: float = max([p.end for p in phases] + ([ended] if ended else []))
-    span = max(t1 - t0, 1e-3)
-
-    def pct(x: float) -> float:
-        return max(0.0, min(100.0, (x - t0) / span * 100))
-
-    def anchor(x: float) -> str:
-        return "start" if x < 2 else "end" if x > 97 else "middle"
-
-    ticks = "".join(f"<text class='tl-tick' x='{pct(t0 + s):.3f}%' y='13' text-anchor='{anchor(pct(t0 + s))}'>"
-                    f"{_tick_label(s)}</text>" for s in _ticks(span))
-    rows = [f"<div class='tl-axis'><div></div><svg class='tl-scale' width='100%' height='18' aria-hidden='true'>"
-            f"{ticks}</svg></div>"]
-    for host in dict.fromkeys(p.host for p in phases):
-        placed = _lanes([p for p in phases if p.host == host])
-        height = (max(lane for _, lane in placed) + 1) * _LANE
-        segs = []
-        for p, lane in placed:
-            left, width = pct(p.start), max(pct(p.end) - pct(p.start), 0.25)
-            tip = (f"{host} {p.phase}: {dur(p.duration)} "
-                   f"({(iso(p.start) or '')[11:19]}–{(iso(p.end) or '')[11:19]} UTC)"
-                   + (f" — {p.detail}" if p.detail else "") + (" — estimated" if p.derived else ""))
-            # a nested <svg> per segment: positioned by attributes, and it clips its label to the bar
-            segs.append(f"<svg class='seg ph-{_cls(p.phase)}{' derived' if p.derived else ''}' data-phase='"
-                        f"{escape(p.phase, quote=True)}' x='{left:.3f}%' y='{lane * _LANE + 2}' "
-                        f"width='{width:.3f}%' height='18'><title>{escape(tip, quote=False)}</title>"
-                        "<rect width='100%' height='100%' rx='3'/>"
-                        f"<text x='4' y='13'>{escape(p.phase)} {escape(dur(p.duration))}</text></svg>")
-        rows.append(f"<div class='tl-row' data-host='{escape(host, quote=True)}'><div class='tl-host' title="
-                    f"'{escape(host, quote=True)}'>{escape(host)}</div><svg class='tl-track' width='100%' height='"
-                    f"{height + 2}' role='img' aria-label='{escape(host, quote=True)} phases'>"
-                    f"{''.join(segs)}</svg></div>")
-    names = sorted({p.phase for p in phases}, key=lambda n: (_phase_rank(n), n))
-    legend = "".join(f"<span><i class='seg-key ph-{_cls(n)}'></i>{escape(n)}</span>" for n in names)
-    legend += "<span><i class='seg-key derived'></i>estimated</span>"
-    return head + f"<div class='card'>{''.join(rows)}<div class='legend'>{legend}</div></div></section>"
+        return head + ("<p class='muted'>No phase was recorded (phases.json) or could be derived."
+                       "</p></section>")
+    scale = _Scale(min([p.start for p in phases] + _manifest_epoch(manifest, "started")),
+                   max([p.end for p in phases] + _manifest_epoch(manifest, "ended")))
+    rows = [_axis(scale)]
+    rows += [_host_track(host, phases, scale) for host in dict.fromkeys(p.host for p in phases)]
+    return head + (f"<div class='card'>{''.join(rows)}<div class='legend'>{_tl_legend(phases)}"
+                   "</div>"
+                   "</div></section>")
 
 
 # -- rank grid --------------------------------------------------------------------
@@ -323,32 +352,39 @@ def _rank_id(r: RankView) -> str:
     return _cls(f"rank-{r.launch or 'run'}-{r.rank}")
 
 
-def _cell(r: RankView) -> str:
+def _cell_meta(r: RankView) -> list[str]:
+    """A rank cell's facts: outcome, duration, then its tests or how it ended."""
     c = r.counts()
     meta = [r.outcome]
     if r.duration is not None:
         meta.append(dur(r.duration))
+    bad = c["failures"] + c["errors"]
     if c["tests"]:
-        meta.append(f"{c['tests']} tests" + (f", {c['failures'] + c['errors']} bad" if c["failures"] + c["errors"]
-                                            else ""))
+        meta.append(f"{c['tests']} tests" + (f", {bad} bad" if bad else ""))
     elif r.signal:
         meta.append(r.signal)
     elif r.exit_code not in (0, None):
         meta.append(f"exit {r.exit_code}")
-    files = []
-    if r.log:
-        files.append(f"<a href='{_href(r.log)}'>log</a>")
-    if r.junit:
-        files.append(f"<a href='{_href(r.junit)}'>xml</a>")
-    for core in r.cores:
-        files.append(f"<a href='#{escape(core.anchor)}'>core</a>")
+    return meta
+
+
+def _cell_links(r: RankView) -> list[str]:
+    """A rank cell's links: its log, its JUnit, its cores and, unless it passed, why."""
+    named = [("log", r.log), ("xml", r.junit)]
+    files = [f"<a href='{_href(path)}'>{label}</a>" for label, path in named if path]
+    files += [f"<a href='#{escape(core.anchor)}'>core</a>" for core in r.cores]
     if r.outcome != "pass":
         files.append(f"<a href='#{_rank_id(r)}'>why</a>")
+    return files
+
+
+def _cell(r: RankView) -> str:
     title = r.reason or f"rank {r.rank} on {r.host}: {r.outcome}"
     main = f"<a href='{_href(r.log)}'>r{r.rank}</a>" if r.log else f"r{r.rank}"
-    return (f"<div class='rank-cell o-{r.outcome}' data-host='{escape(r.host, quote=True)}' data-rank='{r.rank}' "
-            f"data-outcome='{r.outcome}' title='{escape(title, quote=True)}'><span class='r'>{main}</span>"
-            f"<span class='meta'>{escape(' · '.join(meta))}</span><span class='files'>{' '.join(files)}</span></div>")
+    return (f"<div class='rank-cell o-{r.outcome}' data-host='{escape(r.host, quote=True)}' "
+            f"data-rank='{r.rank}' data-outcome='{r.outcome}' title='{escape(title, quote=True)}'>"
+            f"<span class='r'>{main}</span><span class='meta'>{escape(' · '.join(_cell_meta(r)))}"
+            f"</span><span class='files'>{' '.join(_cell_links(r))}</span></div>")
 
 
 def _host_rows(ranks: Iterable[RankView]) -> str:
@@ -419,6 +455,26 @@ def _shown(event: dict[str, Any]) -> bool:
     return event["kind"] != "info" or (event["source"] in ("dmesg", "supervisor") and not quiet)
 
 
+def _root_line(root: dict[str, Any]) -> str:
+    """The cluster timeline's root cause sentence."""
+    if not root:
+        return "<p class='muted'>no causal event found: only a peer's absence was reported</p>"
+    return (f"<p><b>root cause</b>: rank {escape(str(root.get('rank')))} on "
+            f"{escape(str(root.get('host')))}, {escape(str(root.get('what')))}: "
+            f"{escape(str(root.get('text')))}</p>")
+
+
+def _is_root(event: dict[str, Any], root: dict[str, Any]) -> bool:
+    return bool(event["t"] == root.get("t") and event["text"] == root.get("text"))
+
+
+def _event_row(event: dict[str, Any], root: dict[str, Any]) -> str:
+    cells = "".join(f"<td>{escape(str(event[k]))}</td>"
+                    for k in ("host", "rank", "source", "kind", "text"))
+    return (f"<tr class='{'root' if _is_root(event, root) else ''}'>"
+            f"<td>{float(event['dt']):+.3f}s</td>{cells}</tr>")
+
+
 def _cluster_timeline(run: RunView, limit: int = 15) -> str:
     """timeline.json in short: the root cause and the first causes and consequences after it."""
     try:
@@ -427,19 +483,14 @@ def _cluster_timeline(run: RunView, limit: int = 15) -> str:
     except (OSError, ValueError, KeyError, TypeError):
         return ""
     root = data.get("root_cause") or {}
-    head = (f"<p><b>root cause</b>: rank {escape(str(root.get('rank')))} on {escape(str(root.get('host')))}, "
-            f"{escape(str(root.get('what')))}: {escape(str(root.get('text')))}</p>") if root else \
-        "<p class='muted'>no causal event found: only a peer's absence was reported</p>"
-    rows = "".join(
-        f"<tr class='{'root' if e['t'] == root.get('t') and e['text'] == root.get('text') else ''}'>"
-        f"<td>{float(e['dt']):+.3f}s</td><td>{escape(str(e['host']))}</td><td>{escape(str(e['rank']))}</td>"
-        f"<td>{escape(str(e['source']))}</td><td>{escape(str(e['kind']))}</td><td>{escape(str(e['text']))}</td></tr>"
-        for e in events[:limit])
-    more = f"<p class='muted'>… {len(events) - limit} more in timeline.json</p>" if len(events) > limit else ""
+    rows = "".join(_event_row(e, root) for e in events[:limit])
+    more = ""
+    if len(events) > limit:
+        more = f"<p class='muted'>… {len(events) - limit} more in timeline.json</p>"
     note = escape(str((data.get("clock") or {}).get("note", "")))
-    return (f"<section id='cluster-timeline'><h2>Cluster timeline</h2>{head}<p class='muted'>{note}</p>"
-            "<table><tr><th>t</th><th>host</th><th>rank</th><th>source</th><th>kind</th><th>event</th></tr>"
-            f"{rows}</table>{more}</section>")
+    return (f"<section id='cluster-timeline'><h2>Cluster timeline</h2>{_root_line(root)}"
+            f"<p class='muted'>{note}</p><table><tr><th>t</th><th>host</th><th>rank</th>"
+            f"<th>source</th><th>kind</th><th>event</th></tr>{rows}</table>{more}</section>")
 
 
 def _fault_bundle(run: RunView) -> str:
@@ -489,42 +540,59 @@ def _failing_case(r: RankView, c: ET.Element) -> str:
             f"{escape(first)}</summary><pre>{escape(text[-6000:])}</pre></details>")
 
 
-def _problems(run: RunView) -> str:
+def _has_failure(case: ET.Element) -> bool:
+    return case.find("failure") is not None or case.find("error") is not None
+
+
+def _failing_cases(run: RunView) -> list[tuple[RankView, ET.Element]]:
+    """Every rank's test cases that failed or errored, in rank order."""
+    return [(r, c) for r in run.ranks for c in r.cases if _has_failure(c)]
+
+
+def _problems(run: RunView, limit: int = 200) -> str:
     bad = [r for r in run.ranks if r.outcome != "pass"]
-    failing = [(r, c) for r in run.ranks for c in r.cases
-               if c.find("failure") is not None or c.find("error") is not None]
-    if not bad and not failing:
+    failing = _failing_cases(run)
+    if not (bad or failing):
         return ""
     out = ["<section id='problems'><h2>Problems</h2>"]
     out += [_bad_rank(run, r) for r in bad]
-    out += [_failing_case(r, c) for r, c in failing[:200]]
-    if len(failing) > 200:
-        out.append(f"<p class='muted'>… {len(failing) - 200} more failing tests: see cluster.xml</p>")
+    out += [_failing_case(r, c) for r, c in failing[:limit]]
+    if len(failing) > limit:
+        out.append(f"<p class='muted'>… {len(failing) - limit} more failing tests: "
+                   "see cluster.xml</p>")
     out.append("</section>")
     return "".join(out)
+
+
+def _core_links(run: RunView, core: CoreView) -> str:
+    """The core file (a link when it was fetched into the run folder) and its backtrace file."""
+    links = ""
+    if core.local_path and (run.path / core.local_path).exists():
+        links = f" · <a href='{_href(core.local_path)}'>{escape(core.local_path)}</a>"
+    elif core.local_path:
+        links = f" · <code>{escape(core.local_path)}</code>"
+    if core.backtrace_path:
+        links += f" · <a href='{_href(core.backtrace_path)}'>backtrace file</a>"
+    return links
+
+
+def _core_details(run: RunView, core: CoreView) -> str:
+    """A core dump, open: what it is, where it came from, its backtrace."""
+    facts = [f"host {core.host}", f"pid {core.pid}", f"exe {core.exe}", f"signal {core.signal}"]
+    if core.rank is not None:
+        facts.insert(1, f"rank {core.rank}")
+    return (f"<details class='o-core' id='{escape(core.anchor)}' open><summary>"
+            "<span class='kind'>core"
+            f"</span>{escape(core.description or str(core.exe))}</summary><p class='muted'>"
+            f"{escape(' · '.join(facts))}{_core_links(run, core)}</p>"
+            f"<pre class='backtrace'>{escape(core.backtrace or '(no backtrace)')}</pre></details>")
 
 
 def _cores(run: RunView) -> str:
     if not run.cores:
         return ""
-    out = ["<section id='cores'><h2>Core dumps</h2>"]
-    for core in run.cores:
-        facts = [f"host {core.host}", f"pid {core.pid}", f"exe {core.exe}", f"signal {core.signal}"]
-        if core.rank is not None:
-            facts.insert(1, f"rank {core.rank}")
-        file_link = ""
-        if core.local_path and (run.path / core.local_path).exists():
-            file_link = f" · <a href='{_href(core.local_path)}'>{escape(core.local_path)}</a>"
-        elif core.local_path:
-            file_link = f" · <code>{escape(core.local_path)}</code>"
-        if core.backtrace_path:
-            file_link += f" · <a href='{_href(core.backtrace_path)}'>backtrace file</a>"
-        out.append(f"<details class='o-core' id='{escape(core.anchor)}' open><summary><span class='kind'>core</span>"
-                   f"{escape(core.description or str(core.exe))}</summary><p class='muted'>"
-                   f"{escape(' · '.join(facts))}{file_link}</p>"
-                   f"<pre class='backtrace'>{escape(core.backtrace or '(no backtrace)')}</pre></details>")
-    out.append("</section>")
-    return "".join(out)
+    details = "".join(_core_details(run, core) for core in run.cores)
+    return f"<section id='cores'><h2>Core dumps</h2>{details}</section>"
 
 
 #: the heading framework.plugin.failtext gives the failed commands' section of a failure text
@@ -565,45 +633,60 @@ def _deploy_row(d: DeployHost, version: object) -> str:
             f"{escape(d.error or '')}</td></tr>")
 
 
+def _artifact_row(a: dict[str, Any]) -> str:
+    """An artifact's row: kind, name, short sha256, size and how it reached each host."""
+    hosts = ", ".join(f"{h} ({v})" for h, v in (a.get("hosts") or {}).items())
+    return (f"<tr><td>{escape(str(a.get('kind')))}</td><td>{escape(str(a.get('name')))}</td>"
+            f"<td><code>{escape(str(a.get('sha256'))[:16])}…</code></td>"
+            f"<td>{escape(str(a.get('size')))}</td><td>{escape(hosts)}</td></tr>")
+
+
+_DEPLOY_HEAD = ("<table class='plain'><tr><th>host</th><th>status</th><th>version</th>"
+                "<th>vendor</th><th>steps</th><th>error</th></tr>")
+_ARTIFACT_HEAD = ("<h3>Artifacts</h3><table class='plain'><tr><th>kind</th><th>name</th>"
+                  "<th>sha256</th><th>bytes</th><th>hosts (how it arrived)</th></tr>")
+
+
+def _deployed_hosts(run: RunView) -> bool:
+    """Whether deploy-manifest.json lists any host."""
+    return isinstance(run.deploy, dict) and bool(run.deploy.get("hosts"))
+
+
 def _deployed(run: RunView) -> str:
-    m = run.manifest
-    arts, versions = m.get("artifacts") or [], m.get("versions") or {}
-    if not arts and not (run.deploy or {}).get("hosts"):
+    arts = run.manifest.get("artifacts") or []
+    if not (arts or _deployed_hosts(run)):
         return ""
-    rows = [_deploy_row(d, versions.get(d.host)) for d in run.deploy_hosts]
-    art_rows = "".join(f"<tr><td>{escape(str(a.get('kind')))}</td><td>{escape(str(a.get('name')))}</td><td><code>"
-                       f"{escape(str(a.get('sha256'))[:16])}…</code></td><td>{escape(str(a.get('size')))}</td><td>"
-                       f"{escape(', '.join(f'{h} ({v})' for h, v in (a.get('hosts') or {}).items()))}</td></tr>"
-                       for a in arts)
-    out = ["<section id='deploy'><h2>Deployed</h2>"]
-    if rows:
-        out.append("<table class='plain'><tr><th>host</th><th>status</th><th>version</th><th>vendor</th><th>steps</th>"
-                   f"<th>error</th></tr>{''.join(rows)}</table>")
-    if art_rows:
-        out.append("<h3>Artifacts</h3><table class='plain'><tr><th>kind</th><th>name</th><th>sha256</th><th>bytes</th>"
-                   f"<th>hosts (how it arrived)</th></tr>{art_rows}</table>")
-    out.append("</section>")
-    return "".join(out)
+    versions = run.manifest.get("versions") or {}
+    rows = "".join(_deploy_row(d, versions.get(d.host)) for d in run.deploy_hosts)
+    art_rows = "".join(_artifact_row(a) for a in arts)
+    tables = [(_DEPLOY_HEAD, rows), (_ARTIFACT_HEAD, art_rows)]
+    body = "".join(f"{head}{body}</table>" for head, body in tables if body)
+    return f"<section id='deploy'><h2>Deployed</h2>{body}</section>"
+
+
+def _host_files(run: RunView, host: str) -> str:
+    """A host's collected files, folded when there are many; nothing when it has none."""
+    folder = run.path / host
+    if not folder.is_dir():
+        return ""
+    files = sorted(p for p in folder.rglob("*") if p.is_file() and not p.name.startswith("."))
+    if not files:
+        return ""
+    items = "".join(f"<li><a href='{_href(p.relative_to(run.path).as_posix())}'>"
+                    f"{escape(p.relative_to(folder).as_posix())}</a> "
+                    f"<small>{_size(p.stat().st_size)}</small></li>" for p in files)
+    return (f"<details class='files' {'open' if len(files) <= 12 else ''}><summary>"
+            f"<b>{escape(host)}"
+            f"</b> <small>{len(files)} files</small></summary><ul class='files-list'>{items}</ul>"
+            "</details>")
 
 
 def _files(run: RunView) -> str:
-    groups = []
-    for host in run.hosts:
-        folder = run.path / host
-        if not folder.is_dir():
-            continue
-        files = sorted(p for p in folder.rglob("*") if p.is_file() and not p.name.startswith("."))
-        if not files:
-            continue
-        items = "".join(f"<li><a href='{_href(p.relative_to(run.path).as_posix())}'>"
-                        f"{escape(p.relative_to(folder).as_posix())}</a> <small>{_size(p.stat().st_size)}</small></li>"
-                        for p in files)
-        groups.append(f"<details class='files' {'open' if len(files) <= 12 else ''}><summary><b>{escape(host)}</b> "
-                      f"<small>{len(files)} files</small></summary><ul class='files-list'>{items}</ul></details>")
+    groups = "".join(_host_files(run, host) for host in run.hosts)
     if not groups:
         return ""
     return ("<section id='files'><h2>Files collected from the hosts</h2>"
-            f"<div class='card'>{''.join(groups)}</div></section>")
+            f"<div class='card'>{groups}</div></section>")
 
 
 def _size(n: float) -> str:

@@ -1,33 +1,9 @@
 """``cluster.xml``: every rank's JUnit merged into one file Jenkins' xunit plugin accepts.
 
-:func:`write_cluster_junit` builds it from :func:`framework.report.model.read_run`, so it can
-be rebuilt at any time; :func:`validate_junit` checks a file against junit-10.xsd;
-:func:`fold_case_properties` keeps pytest's own ``junit.xml`` valid too;
-:func:`write_fallback_cluster` is the one-error file :func:`framework.report.finish.finalize` leaves when
-the merge fails, and :func:`xml_text` makes any text XML 1.0 safe. The cores handed over are merged into
-``cores.json`` (kept so later rebuilds see them).
-
-Layout (junit-10.xsd valid, see ``shared/reference/junit-jenkins.md`` §4): one
-``<testsuite name="rank<N>@<host>" hostname="<host>">`` per expected rank, classnames rewritten to
-``<host>.rank<N>.<original>`` (dots in host names become ``_``). A launch made by a pytest test, and
-every launch when there are several in one run, qualifies its suites as ``<launch>.rank<N>@<host>``
-and classnames as ``<host>.rank<N>.<launch>.<original>``; ``<launch>`` is
-:func:`~framework.report.model.launch_name` for a test's launch (nodeid, world size, place in the
-test: the same in every build, so Jenkins' history lines up), else the launch id without the run id
-and random suffix (``alltoall1``); a superseded port-retry attempt (``…-r<k>`` present) is left out.
-A rank without JUnit gets one synthetic ``rank_report`` testcase: an error naming how it ended
-(signal, exit status, never reported: lost host, timeout) with the tail of its log — ``skipped`` when
-it was only torn down because another rank failed first — or a pass when it exited 0 and no rank of
-its launch was a pytest run. Core dumps, per-host deploy results and an unfinished run are testcases
-of a final ``cluster`` suite, whose properties describe the run (:func:`run_properties`).
-
-Reruns (pytest-rerunfailures): a test's final attempt gives the cases; each failure of an earlier
-attempt is kept on the same case as ``flakyFailure``/``flakyError`` when the case passed in the end
-(Jenkins counts a pass) or ``rerunFailure``/``rerunError`` when it failed again (Surefire's
-convention, allowed by junit-10.xsd); :func:`fold_pytest_reruns` does the same to pytest's own
-``junit.xml``, where rerunfailures leaves each failed attempt as an empty, passing testcase. The log
-of every rank case that did not simply pass is attached with the junit-attachments convention
-(``[[ATTACHMENT|<path>]]`` first in its ``system-out``; :func:`attachment_path`).
+:func:`write_cluster_junit` builds it from :func:`framework.report.model.read_run`;
+:func:`validate_junit` checks a file against junit-10.xsd; :func:`fold_case_properties` and
+:func:`fold_pytest_reruns` keep pytest's own ``junit.xml`` valid. Layout, synthetic cases and
+reruns: docs/internals/c-report.md.
 """
 
 from __future__ import annotations
@@ -116,10 +92,15 @@ def run_properties(run: RunView, *, env: Any = None, seed: int | None = None) ->
     env_file = str(getattr(env, "source", "") or facts.env_file or "")
     if env_file:
         props += [("env", Path(env_file).name), ("env_file", env_file)]
-    hosts = list(getattr(env, "hosts", None) or []) or run.hosts
+    hosts = _env_hosts(env) or run.hosts
     if hosts:
         props.append(("hosts", ",".join(hosts)))
     return props + _artifact_props(run)
+
+
+def _env_hosts(env: Any) -> list[str]:
+    """The host names of an ``EnvConfig`` (none without one)."""
+    return list(getattr(env, "hosts", None) or [])
 
 
 def _artifact_props(run: RunView) -> list[tuple[str, str]]:
@@ -156,22 +137,31 @@ def write_cluster_junit(rundir_path: str | os.PathLike[str], cores: Sequence[Cor
     top = ET.Element("testsuites", name=run.run_id)
     top.extend(_rank_suites(run, scrub))
     cluster = _cluster_suite(run, status, error, scrub)
-    props = ET.Element("properties")
-    for key, value in run_properties(run, env=env, seed=seed):
-        ET.SubElement(props, "property", name=key, value=scrub(xml_text(value)))
     if len(cluster):  # the run's properties go with it; a run with nothing of its own has no cluster suite
-        cluster.insert(0, props)
+        cluster.insert(0, _props_element(run_properties(run, env=env, seed=seed), scrub))
         top.append(cluster)
-    totals = {k: sum(int(s.get(k, "0")) for s in top) for k in ("tests", "failures", "errors")}
-    for k, v in totals.items():
-        top.set(k, str(v))
-    top.set("time", _t(sum(float(s.get("time", "0")) for s in top)))
+    _set_totals(top)
     ET.indent(top)
     scrub_tree(top, scrub)  # values only (the rank cases copied in too): never a tag or an attribute name
     path = write_atomic(root / "cluster.xml", ET.tostring(top, encoding="unicode", xml_declaration=True))
     for problem in validate_junit(path):  # our own output must never be dropped by the xunit plugin
         log.error("cluster.xml does not validate: %s", problem)
     return path
+
+
+def _props_element(props: list[tuple[str, str]], scrub: Scrub) -> ET.Element:
+    """A suite's ``<properties>``, values scrubbed."""
+    out = ET.Element("properties")
+    for key, value in props:
+        ET.SubElement(out, "property", name=key, value=scrub(xml_text(value)))
+    return out
+
+
+def _set_totals(top: ET.Element) -> None:
+    """The ``<testsuites>`` counts and time: the sums of its suites'."""
+    for k in ("tests", "failures", "errors"):
+        top.set(k, str(sum(int(s.get(k, "0")) for s in top)))
+    top.set("time", _t(sum(float(s.get("time", "0")) for s in top)))
 
 
 def _rank_suites(run: RunView, scrub: Scrub) -> list[ET.Element]:
@@ -224,14 +214,26 @@ def _rank_props(rv: RankView, own: LaunchView | None, earlier: list[tuple[Launch
     """The rank suite's properties: who it is, its launch, its earlier attempts, how it ended, its own."""
     props = [("rank", str(rv.rank)), ("host", rv.host), ("outcome", rv.outcome), *_launch_props(own)]
     if earlier or stale:
-        props.append(("earlier_attempts", "; ".join(
-            f"attempt {e.attempt} ({e.launch_id}): {r.reason or r.outcome}" for e, r in earlier)
-            or "this launch's test was rerun and its final attempt did not launch it again"))
-    props += [(k, str(v)) for k, v in (("exit_code", rv.exit_code), ("signal", rv.signal), ("log", rv.log),
-                                       ("junit", rv.junit), ("start", rv.start), ("end", rv.end),
-                                       ("overwritten_by", rv.overwritten_by)) if v is not None]
+        props.append(("earlier_attempts", _earlier_attempts(earlier)))
+    props += _end_props(rv)
     taken = {k for k, _ in props}
     return props + [p for p in rv.props if p[0] not in taken]
+
+
+def _earlier_attempts(earlier: list[tuple[LaunchView, RankView]]) -> str:
+    """The ``earlier_attempts`` property: how the rank ended in each earlier attempt."""
+    if not earlier:
+        return "this launch's test was rerun and its final attempt did not launch it again"
+    return "; ".join(f"attempt {e.attempt} ({e.launch_id}): {r.reason or r.outcome}"
+                     for e, r in earlier)
+
+
+def _end_props(rv: RankView) -> list[tuple[str, str]]:
+    """How the rank ended and where its files are: the facts it has."""
+    facts = (("exit_code", rv.exit_code), ("signal", rv.signal), ("log", rv.log),
+             ("junit", rv.junit), ("start", rv.start), ("end", rv.end),
+             ("overwritten_by", rv.overwritten_by))
+    return [(k, str(v)) for k, v in facts if v is not None]
 
 
 def _attach_log(cases: list[ET.Element], log_line: str) -> None:
@@ -264,18 +266,22 @@ def _rank_suite(rv: RankView, run: RunView, scrub: Scrub, lv: LaunchView | None)
     prefix = _case_prefix(rv)
     suite = ET.Element("testsuite", name=(f"{rv.launch}." if rv.launch else "") + f"rank{rv.rank}@{rv.host}")
     earlier = _earlier_ranks(rv, lv)
-    pe = ET.SubElement(suite, "properties")
-    for k, v in _rank_props(rv, own, earlier, lv is not None and lv.stale):
-        ET.SubElement(pe, "property", name=k, value=scrub(xml_text(v)))
+    suite.append(_props_element(_rank_props(rv, own, earlier, lv is not None and lv.stale), scrub))
     cases = _rank_cases(rv, own, run, prefix, scrub)
-    for e, r in earlier:
-        eprefix = _case_prefix(r)
-        _fold_attempt(cases, prefix, _rank_cases(r, e, run, eprefix, scrub), eprefix, e.attempt)
+    _fold_earlier(cases, prefix, earlier, run, scrub)
     if not final:  # nothing of this rank ran in the final attempt: its failures only flaked
         cases = [_flaky_only(c, own.attempt if own is not None else 1) for c in cases]
     _attach_log(cases, _attachment_line(run, rv.log))
     _close_suite(suite, cases, rv)
     return suite
+
+
+def _fold_earlier(cases: list[ET.Element], prefix: str, earlier: list[tuple[LaunchView, RankView]],
+                  run: RunView, scrub: Scrub) -> None:
+    """Fold each earlier attempt's cases of the same rank into the final ``cases``."""
+    for e, r in earlier:
+        eprefix = _case_prefix(r)
+        _fold_attempt(cases, prefix, _rank_cases(r, e, run, eprefix, scrub), eprefix, e.attempt)
 
 
 def _rank_cases(rv: RankView, lv: LaunchView | None, run: RunView, prefix: str, scrub: Scrub) -> list[ET.Element]:
@@ -297,28 +303,30 @@ def _rerun_element(tag: str, outcome_el: ET.Element, attempt: int) -> ET.Element
     return el
 
 
+def _attempt_key(case: ET.Element, prefix: str) -> tuple[str, str]:
+    """A case's classname without the rank ``prefix``, and its name: the same in every attempt."""
+    cn = case.get("classname") or ""
+    return (cn.removeprefix(prefix), case.get("name") or "")
+
+
 def _fold_attempt(cases: list[ET.Element], prefix: str, earlier: list[ET.Element], eprefix: str,
                   attempt: int) -> None:
     """Fold an earlier attempt's failing ``earlier`` cases into the final ``cases`` (matched by the classname
     without the rank prefix, and the name): ``rerun*`` on a case that failed again, ``flaky*`` on one that
     passed; a case the final attempt does not have is added holding only its flaky element (a pass)."""
-    def key(c: ET.Element, p: str) -> tuple[str, str]:
-        cn = c.get("classname") or ""
-        return (cn[len(p):] if cn.startswith(p) else cn, c.get("name") or "")
-
-    index = {key(c, prefix): c for c in cases}
+    index = {_attempt_key(c, prefix): c for c in cases}
     for old in earlier:
         kind = case_outcome(old)
         if kind not in ("failure", "error"):
             continue
         el = old.find(kind)
         assert el is not None
-        target = index.get(key(old, eprefix))
+        k = _attempt_key(old, eprefix)
+        target = index.get(k)
         if target is None:
-            k = key(old, eprefix)
             target = ET.Element("testcase", classname=prefix + k[0], name=k[1], time="0.000")
-            cases.append(target)
             index[k] = target
+            cases.append(target)
         failed_again = case_outcome(target) in ("failure", "error")
         tag = ("rerun" if failed_again else "flaky") + ("Failure" if kind == "failure" else "Error")
         target.append(_rerun_element(tag, el, attempt))
@@ -395,6 +403,12 @@ def _synthetic_case(rv: RankView, lv: LaunchView | None, run: RunView, prefix: s
         text = f"{describe_rank(rv, lv)}\n{log_tail(run.path, rv.log)}"
         ET.SubElement(case, "system-out").text = scrub(xml_text(text))
         return case
+    return _bad_ending(case, rv, lv, run, scrub)
+
+
+def _bad_ending(case: ET.Element, rv: RankView, lv: LaunchView | None, run: RunView,
+                scrub: Scrub) -> ET.Element:
+    """``case`` as the rank's error, or skipped when it was only torn down after another failure."""
     message = rv.reason or describe_rank(rv, lv)
     kind = _RANK_ERROR.get(rv.outcome, "RankFailed")
     body = scrub(xml_text(_failure_body(rv, run, message)))
@@ -453,19 +467,25 @@ def _cluster_suite(run: RunView, status: str | None, error: str | None, scrub: S
     return suite
 
 
+def _first_line(child: ET.Element) -> str:
+    """The first line of an element's text (its tag when it has none), at most 200 characters."""
+    lines = (child.text or "").strip().splitlines()
+    return (lines[0] if lines else child.tag)[:200]
+
+
 def _copy_child(out: ET.Element, child: ET.Element) -> None:
     """``child`` (a junit-10 testcase element) into ``out``, with the attributes the schema requires."""
     el = ET.SubElement(out, child.tag, {k: v for k, v in child.attrib.items() if k in ("type", "message")})
     el.text = child.text
     el.extend(list(child))
     if child.tag in ("failure", "error") and not el.get("message"):  # a failure must say something
-        el.set("message", ((child.text or "").strip().splitlines() or [child.tag])[0][:200])
+        el.set("message", _first_line(child))
     if child.tag.startswith(("rerun", "flaky")) and not el.get("type"):
         el.set("type", "rerun")
 
 
-def _clean_case(case: ET.Element, prefix: str) -> ET.Element:
-    """A copy of ``case`` with the classname prefixed and only what junit-10.xsd allows."""
+def _bare_case(case: ET.Element, prefix: str) -> ET.Element:
+    """A new ``<testcase>``: ``case``'s prefixed classname, name, time and group, no children."""
     original = case.get("classname") or ""
     out = ET.Element("testcase", classname=f"{prefix}.{original}" if original else prefix,
                      name=case.get("name") or "unnamed")
@@ -473,15 +493,42 @@ def _clean_case(case: ET.Element, prefix: str) -> ET.Element:
         value = case.get(attr)
         if value is not None:
             out.set(attr, value)
+    return out
+
+
+def _property_lines(props: ET.Element) -> list[str]:
+    """A ``<properties>`` element as ``property <name> = <value>`` lines."""
+    return [f"property {p.get('name')} = {p.get('value')}" for p in props.iter("property")]
+
+
+def _clean_case(case: ET.Element, prefix: str) -> ET.Element:
+    """A copy of ``case`` with the classname prefixed and only what junit-10.xsd allows."""
+    out = _bare_case(case, prefix)
     extra_out = []
     for child in case:
         if child.tag == "properties":  # record_property: testcase properties are invalid in junit-10
-            extra_out += [f"property {p.get('name')} = {p.get('value')}" for p in child.iter("property")]
+            extra_out += _property_lines(child)
         elif child.tag in _CASE_CHILDREN:
             _copy_child(out, child)
     if extra_out:
         ET.SubElement(out, "system-out").text = "\n".join(extra_out)
     return out
+
+
+def _fold_props(case: ET.Element) -> bool:
+    """Move ``case``'s ``<properties>`` to the start of its ``<system-out>``; whether it had any."""
+    lines = []
+    for props in case.findall("properties"):
+        lines += _property_lines(props)
+        case.remove(props)
+    if not lines:
+        return False
+    out = case.find("system-out")
+    if out is None:
+        ET.SubElement(case, "system-out").text = "\n".join(lines)
+    else:
+        out.text = "\n".join([*lines, out.text or ""])
+    return True
 
 
 def fold_case_properties(path: str | os.PathLike[str], scrub: Scrub | None = None) -> bool:
@@ -499,19 +546,7 @@ def fold_case_properties(path: str | os.PathLike[str], scrub: Scrub | None = Non
     tree = ET.parse(file)
     changed = False
     for case in tree.getroot().iter("testcase"):
-        lines = []
-        for props in case.findall("properties"):
-            lines += [f"property {p.get('name')} = {p.get('value')}" for p in props.iter("property")]
-            case.remove(props)
-        if not lines:
-            continue
-        changed = True
-        out = case.find("system-out")
-        if out is None:
-            out = ET.SubElement(case, "system-out")
-            out.text = "\n".join(lines)
-        else:
-            out.text = "\n".join([*lines, out.text or ""])
+        changed = _fold_props(case) or changed
     if scrub is not None and scrub_tree(tree.getroot(), scrub):
         changed = True
     if changed:
@@ -561,6 +596,17 @@ def _add_properties(suite: ET.Element, properties: Sequence[tuple[str, str]]) ->
     return bool(added)
 
 
+def _fold_suite_reruns(suite: ET.Element, by_test: dict[tuple[str, str], list[RerunRecord]],
+                       properties: Sequence[tuple[str, str]]) -> bool:
+    """Fold one suite's reruns, recount its tests and add the run properties; whether it changed."""
+    changed = False
+    for (classname, name), records in by_test.items():
+        changed = _fold_reruns(suite, classname, name, records) or changed
+    if suite.get("tests") is not None:
+        suite.set("tests", str(len(suite.findall("testcase"))))
+    return _add_properties(suite, properties) or changed
+
+
 def fold_pytest_reruns(path: str | os.PathLike[str], reruns: Sequence[RerunRecord],
                        properties: Sequence[tuple[str, str]] = ()) -> bool:
     """Fold pytest-rerunfailures' attempts in pytest's ``junit.xml`` and add the run ``properties``.
@@ -577,18 +623,14 @@ def fold_pytest_reruns(path: str | os.PathLike[str], reruns: Sequence[RerunRecor
     file = Path(path)
     if not file.exists() or not (reruns or properties):
         return False
-    tree = ET.parse(file)
-    top = tree.getroot()
-    changed = False
+    top = ET.parse(file).getroot()
     by_test: dict[tuple[str, str], list[RerunRecord]] = {}
     for r in reruns:
         by_test.setdefault((r.classname, r.name), []).append(r)
-    for suite in [top] if top.tag == "testsuite" else top.findall("testsuite"):
-        for (classname, name), records in by_test.items():
-            changed = _fold_reruns(suite, classname, name, records) or changed
-        if suite.get("tests") is not None:
-            suite.set("tests", str(len(suite.findall("testcase"))))
-        changed = _add_properties(suite, properties) or changed
+    suites = [top] if top.tag == "testsuite" else top.findall("testsuite")
+    changed = False
+    for suite in suites:
+        changed = _fold_suite_reruns(suite, by_test, properties) or changed
     if changed:
         write_atomic(file, ET.tostring(top, encoding="unicode", xml_declaration=True) + "\n")
     return changed
@@ -609,31 +651,50 @@ def _core_entry(root: Path, core: CoreRecord, scrub: Scrub) -> dict[str, Any]:
         with contextlib.suppress(Exception):
             entry = dict(to_json())
     rank = getattr(core, "rank", None)
-    exe = getattr(core, "executable", None) or getattr(core, "exe", None) or getattr(core, "comm", None)
+    exe = _core_exe(core)
     entry.update({"host": str(getattr(core, "host", "unknown")), "pid": getattr(core, "pid", None),
                   "executable": str(exe) if exe else None, "signal": signame(getattr(core, "signal", None)),
                   "rank": rank if isinstance(rank, int) else None, "describe": scrub(_core_description(core)),
                   "backtrace": scrub(str(getattr(core, "backtrace", "") or ""))})
     for attr in ("local_path", "backtrace_path"):
-        value = getattr(core, attr, None)
-        entry[attr] = (inside_run(root, value) or str(value)) if value else None
+        entry[attr] = _run_path(root, getattr(core, attr, None))
     return entry
+
+
+def _core_exe(core: CoreRecord) -> object:
+    """The core's executable, by whichever attribute its record type names it."""
+    names = (getattr(core, attr, None) for attr in ("executable", "exe", "comm"))
+    return next((name for name in names if name), None)
+
+
+def _run_path(root: Path, value: object) -> str | None:
+    """A path as ``cores.json`` keeps it: relative to the run folder when inside it."""
+    if not value:
+        return None
+    return inside_run(root, value) or str(value)
+
+
+def _core_key(root: Path, entry: Mapping[str, Any]) -> tuple[Any, ...]:
+    """What makes two ``cores.json`` entries the same core: host, pid, executable, core file."""
+    return (entry.get("host"), entry.get("pid"), entry.get("executable") or entry.get("exe"),
+            inside_run(root, entry.get("local_path")) or entry.get("local_path"))
+
+
+def _core_order(entry: Mapping[str, Any]) -> tuple[str, int, int]:
+    """``cores.json`` order: by host, rank (none first), pid."""
+    rank = entry.get("rank")
+    return (str(entry.get("host")), rank if isinstance(rank, int) else -1, entry.get("pid") or 0)
 
 
 def _record_cores(root: Path, cores: Sequence[CoreRecord], scrub: Scrub) -> None:
     """Merge ``cores`` into ``cores.json``, the file ``framework.cores.watch`` also writes (same entry shape)."""
     known = [c for c in read_json(root / "cores.json", [], []) or [] if isinstance(c, dict)]
-
-    def key(entry: Mapping[str, Any]) -> tuple[Any, ...]:
-        return (entry.get("host"), entry.get("pid"), entry.get("executable") or entry.get("exe"),
-                inside_run(root, entry.get("local_path")) or entry.get("local_path"))
-
     for core in cores:
         entry = _core_entry(root, core, scrub)
-        known = [k for k in known if key(k) != key(entry)]
+        same = _core_key(root, entry)
+        known = [k for k in known if _core_key(root, k) != same]
         known.append(json.loads(json.dumps(entry, default=str)))
-    known.sort(key=lambda c: (str(c.get("host")), c.get("rank") if isinstance(c.get("rank"), int) else -1,
-                              c.get("pid") or 0))
+    known.sort(key=_core_order)
     write_atomic(root / "cores.json", json.dumps(known, indent=2) + "\n")
 
 

@@ -30,7 +30,7 @@ from framework.hosts import sha256_file
 from framework.records.folder import write_atomic
 from framework.records.scrub import Scrubber, redact_mapping, scrub_doc
 from framework.report.fmt import iso
-from framework.report.model import OUTCOMES, RunView, read_run
+from framework.report.model import OUTCOMES, RankView, RunView, read_run
 
 if TYPE_CHECKING:
     from framework.config.effective import EnvConfig
@@ -113,11 +113,7 @@ def write_manifest(rundir_path: str | os.PathLike[str], *, env: EnvLike | None =
     doc: dict[str, Any] = {"schema": 1, "run_id": run.run_id, "status": status,
                            "error": _error_doc(error, status, old)}
     doc.update(_times(run, started, ended, status))
-    if repro is None and argv is None and seed is None:  # nothing new about the command: the recorded line stands
-        repro = (old.get("command") or {}).get("repro")
-    seed = seed if seed is not None else old.get("seed")
-    doc["seed"] = seed
-    doc["command"] = _command(old.get("command"), argv, seed, repro)
+    doc["seed"], doc["command"] = _seed_and_command(old, argv, seed, repro)
     doc["framework"] = {"name": "camit", "version": __version__, "git": _git_sha(), "python": platform.python_version()}
     doc["controller"] = {"hostname": socket.gethostname(), "platform": platform.platform()}
     doc["env"] = _env_doc(env) if env is not None else old.get("env")
@@ -132,6 +128,15 @@ def write_manifest(rundir_path: str | os.PathLike[str], *, env: EnvLike | None =
     # the values, before serialising: a password that is a common word never hits a key or a literal
     text = json.dumps(scrub_doc(json.loads(json.dumps(doc, default=str)), scrub), indent=2) + "\n"
     return write_atomic(root / "manifest.json", text)
+
+
+def _seed_and_command(old: Mapping[str, Any], argv: Sequence[str] | None, seed: int | None,
+                      repro: str | None) -> tuple[int | None, Mapping[str, Any] | None]:
+    """The run's seed and ``command``: this call's, else what ``old`` (the manifest so far) says."""
+    if repro is None and argv is None and seed is None:  # nothing new: the recorded line stands
+        repro = (old.get("command") or {}).get("repro")
+    seed = seed if seed is not None else old.get("seed")
+    return seed, _command(old.get("command"), argv, seed, repro)
 
 
 def _error_doc(error: BaseException | str | None, status: str, old: Mapping[str, Any]) -> Any:
@@ -157,12 +162,22 @@ def write_fallback_manifest(root: Path, status: str, error: str, problem: str) -
 
 
 def _times(run: RunView, started: Moment | None, ended: Moment | None, status: str) -> dict[str, Any]:
-    recorded = run.facts
-    times = [p.start for p in run.phases] + [p.end for p in run.phases]
-    t0 = _epoch(started) or recorded.started or (min(times) if times else None)
-    t1 = _epoch(ended) or (None if status == "running" else recorded.ended or time.time())
+    t0 = _epoch(started) or run.facts.started or _first_phase(run)
+    t1 = _epoch(ended) or _recorded_end(run, status)
     return {"started": _moment_doc(t0), "ended": _moment_doc(t1),
             "duration": round(t1 - t0, 3) if t0 and t1 else None}
+
+
+def _first_phase(run: RunView) -> float | None:
+    """The earliest time a phase of the run names (None without phases)."""
+    return min((t for p in run.phases for t in (p.start, p.end)), default=None)
+
+
+def _recorded_end(run: RunView, status: str) -> float | None:
+    """When the run ended by its records (now when they do not say); None while it is running."""
+    if status == "running":
+        return None
+    return run.facts.ended or time.time()
 
 
 def _moment_doc(epoch: float | None) -> dict[str, Any] | None:
@@ -199,19 +214,23 @@ def _env_doc(env: EnvLike) -> dict[str, Any]:
 
 def _hosts_doc(run: RunView, env: EnvLike | None, old: Mapping[str, Any]) -> dict[str, Any]:
     specs = getattr(env, "hosts", None) or {}
-    deploy_hosts = (run.deploy or {}).get("hosts") or {}
+    deployed = _deploy_records(run.deploy)
     out: dict[str, Any] = {}
     for h in dict.fromkeys([*specs, *old, *run.hosts]):
         entry = dict(old.get(h) or {})
         spec = specs.get(h)
         if spec is not None:
             entry.update(_spec_doc(spec))
-        m = deploy_hosts.get(h)
-        if isinstance(m, dict):
-            entry["deploy"] = {k: m.get(k) for k in _DEPLOY_KEYS}
-        entry.update(_host_results(run, h))
-        out[h] = entry
+        if h in deployed:
+            entry["deploy"] = {k: deployed[h].get(k) for k in _DEPLOY_KEYS}
+        out[h] = entry | _host_results(run, h)
     return out
+
+
+def _deploy_records(deploy: Mapping[str, Any] | None) -> dict[str, dict[str, Any]]:
+    """deploy-manifest.json's host records by host (malformed ones left out)."""
+    hosts = (deploy or {}).get("hosts") or {}
+    return {host: m for host, m in hosts.items() if isinstance(m, dict)}
 
 
 #: the keys of a host's deploy record manifest.json repeats under the host
@@ -228,29 +247,41 @@ def _spec_doc(spec: Any) -> dict[str, Any]:
 def _host_results(run: RunView, host: str) -> dict[str, Any]:
     """The host's rank outcomes and files in the run folder (keys only where there are some)."""
     out: dict[str, Any] = {}
-    ranks = [r for r in run.ranks if r.host == host]
+    ranks = {_rank_key(r): r.outcome for r in run.ranks if r.host == host}
     if ranks:
-        out["ranks"] = {(f"{r.launch}." if r.launch else "") + f"rank{r.rank}": r.outcome for r in ranks}
+        out["ranks"] = ranks
     folder = run.path / host
     if folder.is_dir():
-        out["files"] = sorted(p.relative_to(run.path).as_posix() for p in folder.rglob("*")
-                              if p.is_file() and not p.name.startswith("."))
+        out["files"] = _visible_files(run.path, folder)
     return out
+
+
+def _rank_key(r: RankView) -> str:
+    """A rank's key under its host: ``[<launch>.]rank<N>``."""
+    return (f"{r.launch}." if r.launch else "") + f"rank{r.rank}"
+
+
+def _visible_files(root: Path, folder: Path) -> list[str]:
+    """The files under ``folder`` not named with a leading dot, relative to ``root``, sorted."""
+    return sorted(p.relative_to(root).as_posix() for p in folder.rglob("*")
+                  if p.is_file() and not p.name.startswith("."))
 
 
 def _artifacts_doc(deploy: Mapping[str, Any] | None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     arts: dict[str, dict[str, Any]] = {}
     versions: dict[str, Any] = {}
-    for host, m in ((deploy or {}).get("hosts") or {}).items():
-        if not isinstance(m, dict):
-            continue
+    for host, m in _deploy_records(deploy).items():
         for a in m.get("artifacts") or []:
-            rec = arts.setdefault(a.get("sha256", "?"), {k: a.get(k) for k in ("kind", "name", "sha256", "size")}
-                                  | {"hosts": {}})
+            rec = arts.setdefault(a.get("sha256", "?"), _artifact_doc(a))
             rec["hosts"][host] = a.get("via")
         versions[host] = {"installed_version": m.get("installed_version"), "vendor": m.get("vendor"),
                           "ops": m.get("ops") or []}
     return list(arts.values()), versions
+
+
+def _artifact_doc(a: Mapping[str, Any]) -> dict[str, Any]:
+    """An artifact's entry before its hosts are added: kind, name, sha256, size."""
+    return {k: a.get(k) for k in ("kind", "name", "sha256", "size")} | {"hosts": {}}
 
 
 def _files(root: Path) -> list[dict[str, Any]]:

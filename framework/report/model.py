@@ -1,36 +1,8 @@
 """The run folder as data: :func:`read_run` turns ``reports/<run-id>/`` into a :class:`RunView`.
 
-It reads and never writes, so the report can be rebuilt at any time — after a crash,
-from an archived folder — and it never raises for a missing or corrupt file (what it
-cannot read goes to ``RunView.problems``). Each rank gets an outcome (pass, fail,
-crash, killed, lost) and a one-sentence reason; phases come from ``phases.json`` or are
-estimated from the deploy and launch files. :mod:`framework.report.junit`,
-:mod:`framework.report.manifest`, :mod:`framework.report.html` and :mod:`framework.report.summary` build
-their files and screens from this view; the few readers they share (:func:`read_json`, :func:`log_tail`,
-:func:`inside_run`, :func:`case_outcome`, :func:`case_counts`, :func:`describe_rank`) are public here.
-
-Read (written by others)::
-
-    launch-<id>.json            LaunchResult.to_json(), one per launch (framework.launch)
-    <host>/rank<N>.log|json|xml per-rank output, status (rankwrap) and pytest JUnit
-    <host>/cores/, <host>/*     core files and collected host logs
-    cores.json                  core dumps (framework.cores.watch, framework.report.junit)
-    deploy-manifest.json        DeployResult.to_json() (framework.deploy)
-    phases.json                 [{host, phase, start, end}], appended by framework.records.folder.record_phase
-    manifest.json               the previous framework.report.manifest.write_manifest
-    junit.xml                   pytest's own ``--junitxml`` (controller-level tests)
-
-A launch a pytest test made (its record names the ``test``, ``attempt`` and ``seq``) is named after
-that test, the same in every build (:func:`launch_name`: the nodeid, the world size and the launch's
-place among the test's launches of that world); other launches, when there are several in one run,
-by their launch id without the run id and random suffix (``alltoall1``). A superseded port-retry
-attempt (``…-r<k>`` present) is left out; the launches of a test's earlier attempts
-(pytest-rerunfailures) are kept apart, in ``LaunchView.reruns`` of the final attempt's launch.
-Launches fetch into the same ``<host>/rank<N>.*`` files, so each file is given to the launch that
-wrote it last.
-
-A rank stopped only because another rank (or host) failed first is ``torn_down`` (the sentence says
-after what); the rank that failed first stays the failure.
+It only reads and never raises for a missing or corrupt file (``RunView.problems`` says what it
+could not read); junit, manifest, html and summary build their files from this view. Which files it
+reads and how launches, reruns and ranks are told apart: docs/internals/c-report.md.
 """
 
 from __future__ import annotations
@@ -322,19 +294,10 @@ class RunView:
 
     @property
     def hosts(self) -> list[str]:
-        seen: dict[str, None] = {}
-        for h in (self.manifest.get("hosts") or {}):
-            seen.setdefault(h)
-        for h in (self.deploy or {}).get("hosts", {}):
-            seen.setdefault(h)
-        for lv in self.launches:
-            for h in lv.data.get("nodes", {}):
-                seen.setdefault(h)
-        for r in self.ranks:
-            seen.setdefault(r.host)
-        for p in self.phases:
-            seen.setdefault(p.host)
-        return list(seen)
+        named = [*(self.manifest.get("hosts") or {}), *(self.deploy or {}).get("hosts", {}),
+                 *(h for lv in self.launches for h in lv.data.get("nodes", {})),
+                 *(r.host for r in self.ranks), *(p.host for p in self.phases)]
+        return list(dict.fromkeys(named))
 
 
 def read_run(rundir_path: str | os.PathLike[str]) -> RunView:
@@ -342,16 +305,10 @@ def read_run(rundir_path: str | os.PathLike[str]) -> RunView:
     root = Path(rundir_path)
     problems: list[str] = []
     run_id = root.resolve().name
-    cores = [CoreView.from_json(c, root) for c in read_json(root / "cores.json", problems, []) or []
-             if isinstance(c, dict)]
+    cores = _read_cores(root, problems)
     launches = _read_launches(root, run_id, problems)
-    claimed: set[tuple[str, int]] = set()
-    owners = _rank_owners(root, launches)
     every = [*launches, *(e for lv in launches for e in lv.reruns)]
-    for lv in every:
-        lv.ranks = _launch_ranks(root, lv, owners, launches, problems)
-        claimed.update((r.host, r.rank) for r in lv.ranks)
-    orphans = _orphan_ranks(root, claimed, problems)
+    orphans = _read_ranks(root, every, launches, problems)
     for rv in [r for lv in launches for r in lv.ranks] + orphans:
         _attach_cores(rv, cores, launches)
     _classify_all(every, orphans)
@@ -359,6 +316,23 @@ def read_run(rundir_path: str | os.PathLike[str]) -> RunView:
     return RunView(root, run_id, launches, orphans, cores, _phases(root, launches, deploy, problems),
                    read_json(root / "manifest.json", problems, {}) or {}, deploy,
                    _junit_summary(root / "junit.xml", problems), problems)
+
+
+def _read_cores(root: Path, problems: list[str]) -> list[CoreView]:
+    """The core dumps ``cores.json`` lists."""
+    entries = read_json(root / "cores.json", problems, []) or []
+    return [CoreView.from_json(c, root) for c in entries if isinstance(c, dict)]
+
+
+def _read_ranks(root: Path, every: list[LaunchView], launches: list[LaunchView],
+                problems: list[str]) -> list[RankView]:
+    """Fill each launch's (``every`` attempt's) ranks; return the ranks no launch claims."""
+    claimed: set[tuple[str, int]] = set()
+    owners = _rank_owners(root, launches)
+    for lv in every:
+        lv.ranks = _launch_ranks(root, lv, owners, launches, problems)
+        claimed.update((r.host, r.rank) for r in lv.ranks)
+    return _orphan_ranks(root, claimed, problems)
 
 
 def _classify_all(launches: list[LaunchView], orphans: list[RankView]) -> None:
@@ -372,16 +346,26 @@ def _classify_all(launches: list[LaunchView], orphans: list[RankView]) -> None:
 
 def _orphan_ranks(root: Path, claimed: set[tuple[str, int]], problems: list[str]) -> list[RankView]:
     """The ranks whose files lie in a host folder but that no launch record claims."""
-    host_dirs = sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")) \
-        if root.is_dir() else []
     orphans = []
-    for host_dir in host_dirs:
-        for n in sorted({int(m.group(1)) for f in host_dir.iterdir() if (m := _RANK_FILE.match(f.name))}):
+    for host_dir in _host_dirs(root):
+        for n in _rank_numbers(host_dir):
             if (host_dir.name, n) not in claimed:
                 rv = RankView(n, host_dir.name)
                 _load_rank_files(root, rv, host_dir, problems)
                 orphans.append(rv)
     return orphans
+
+
+def _host_dirs(root: Path) -> list[Path]:
+    """The run folder's visible subfolders (a host's each, when it holds rank files)."""
+    if not root.is_dir():
+        return []
+    return sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
+
+
+def _rank_numbers(folder: Path) -> list[int]:
+    """The rank numbers of the ``rank<N>.*`` files in ``folder``, sorted."""
+    return sorted({int(m.group(1)) for f in folder.iterdir() if (m := _RANK_FILE.match(f.name))})
 
 
 def read_json(path: Path, problems: list[str], default: Any) -> Any:
@@ -416,13 +400,19 @@ def _port_attempt(lid: str) -> tuple[str, int]:
     return (lid[: m.start()], int(m.group(1))) if m else (lid, 1)
 
 
-def _last_port_attempts(found: list[LaunchView]) -> list[LaunchView]:
-    """A port-collision retry (<id>-r2) supersedes its earlier attempts: the last one only, naming them."""
+def _newest_attempts(found: list[LaunchView]) -> dict[str, LaunchView]:
+    """The highest-numbered port attempt of each launch id (the first found among equals)."""
     last: dict[str, LaunchView] = {}
     for lv in found:
         base, n = _port_attempt(lv.launch_id)
         if base not in last or n > _port_attempt(last[base].launch_id)[1]:
             last[base] = lv
+    return last
+
+
+def _last_port_attempts(found: list[LaunchView]) -> list[LaunchView]:
+    """A port-collision retry (<id>-r2) supersedes earlier attempts: keep the last, naming them."""
+    last = _newest_attempts(found)
     kept = [lv for lv in found if last[_port_attempt(lv.launch_id)[0]] is lv]
     for lv in kept:
         base = _port_attempt(lv.launch_id)[0]
@@ -515,9 +505,14 @@ def _rank_owners(root: Path, launches: list[LaunchView]) -> dict[tuple[str, int]
     for (host, rank) in list(owners):
         lid = _status_launch(root / host / f"rank{rank}.json")
         if lid in ids:
-            owners[(host, rank)] = next((lv.launch_id for lv in launches if lid == lv.launch_id
-                                         or lid in lv.superseded), lid)
+            owners[(host, rank)] = _claiming_launch(lid, launches)
     return owners
+
+
+def _claiming_launch(lid: str, launches: list[LaunchView]) -> str:
+    """The launch that is ``lid`` or superseded it (a port retry); ``lid`` itself when none is."""
+    claims = (lv.launch_id for lv in launches if lid == lv.launch_id or lid in lv.superseded)
+    return next(claims, lid)
 
 
 def _launch_slots(lv: LaunchView) -> list[tuple[str, int]]:
@@ -538,25 +533,36 @@ def _status_launch(status: Path) -> str | None:
 
 def _launch_ranks(root: Path, lv: LaunchView, owners: Mapping[tuple[str, int], str], launches: list[LaunchView],
                   problems: list[str]) -> list[RankView]:
-    order = {x.launch_id: i for i, x in enumerate(launches)}
-    names = {x.launch_id: x.name for x in launches}
     multi = len(launches) > 1 or lv.test is not None  # a test's launch is always named: stable across builds
-    recorded = {int(k): v for k, v in (lv.data.get("ranks") or {}).items() if str(k).isdigit() and isinstance(v, dict)}
+    recorded = _recorded_ranks(lv)
     out = []
     for r in sorted(set(range(lv.world_size)) | set(recorded)):
         rec = recorded.get(r, {})
         host = str(rec.get("host") or _expected_host(lv.data, r))
         rv = RankView(r, host, launch=lv.name if multi else "", launch_id=lv.launch_id,
                       exit_code=rec.get("exit_code"), signal=rec.get("signal"))
-        owner = owners.get((host, r), lv.launch_id)
-        folder = _rank_folder(root, host, r, lv.launch_id, owner)
-        if folder is not None:
-            _load_rank_files(root, rv, folder, problems)
-        elif order.get(owner, -1) > order.get(lv.launch_id, -1):  # -1: an earlier attempt (not kept)
-            rv.overwritten_by = names.get(owner, owner)
-        # else: the files on disk are an earlier launch's; this launch fetched none for the rank
+        _find_rank_files(root, rv, lv, owners.get((host, r), lv.launch_id), launches, problems)
         out.append(rv)
     return out
+
+
+def _recorded_ranks(lv: LaunchView) -> dict[int, dict[str, Any]]:
+    """The launch record's ``ranks`` entries by rank number (malformed ones left out)."""
+    ranks = lv.data.get("ranks") or {}
+    return {int(k): v for k, v in ranks.items() if str(k).isdigit() and isinstance(v, dict)}
+
+
+def _find_rank_files(root: Path, rv: RankView, lv: LaunchView, owner: str,
+                     launches: list[LaunchView], problems: list[str]) -> None:
+    """Load the rank's files of ``lv``, or note which later launch (``owner``) overwrote them."""
+    folder = _rank_folder(root, rv.host, rv.rank, lv.launch_id, owner)
+    if folder is not None:
+        _load_rank_files(root, rv, folder, problems)
+        return
+    order = {x.launch_id: i for i, x in enumerate(launches)}
+    if order.get(owner, -1) > order.get(lv.launch_id, -1):  # -1: an earlier attempt (not kept)
+        rv.overwritten_by = {x.launch_id: x.name for x in launches}.get(owner, owner)
+    # else: the files on disk are an earlier launch's; this launch fetched none for the rank
 
 
 def _rank_folder(root: Path, host: str, rank: int, launch_id: str, owner: str) -> Path | None:
@@ -569,13 +575,9 @@ def _rank_folder(root: Path, host: str, rank: int, launch_id: str, owner: str) -
 
 
 def _load_rank_files(root: Path, rv: RankView, folder: Path, problems: list[str]) -> None:
-    status = folder / f"rank{rv.rank}.json"
-    st = read_json(status, problems, None)
+    st = read_json(folder / f"rank{rv.rank}.json", problems, None)
     if isinstance(st, dict):
-        if rv.exit_code is None and rv.signal is None:
-            rv.exit_code, rv.signal = st.get("exit_code"), st.get("signal")
-        rv.start = st.get("start") if isinstance(st.get("start"), int | float) else None
-        rv.end = st.get("end") if isinstance(st.get("end"), int | float) else None
+        _apply_status(rv, st)
     logf = folder / f"rank{rv.rank}.log"
     if logf.exists():
         rv.log = logf.relative_to(root).as_posix()
@@ -583,6 +585,19 @@ def _load_rank_files(root: Path, rv: RankView, folder: Path, problems: list[str]
     if xml.exists():
         rv.junit = xml.relative_to(root).as_posix()
         _load_junit(xml, rv)
+
+
+def _apply_status(rv: RankView, st: Mapping[str, Any]) -> None:
+    """A rank status file's facts: how it ended (unless the launch record said) and its times."""
+    if rv.exit_code is None and rv.signal is None:
+        rv.exit_code, rv.signal = st.get("exit_code"), st.get("signal")
+    rv.start = _status_time(st.get("start"))
+    rv.end = _status_time(st.get("end"))
+
+
+def _status_time(value: object) -> float | None:
+    """A status file's time when it is a number, else None."""
+    return value if isinstance(value, int | float) else None
 
 
 def _load_junit(path: Path, rv: RankView) -> None:
@@ -594,9 +609,8 @@ def _load_junit(path: Path, rv: RankView) -> None:
     top = tree.getroot()
     suites = [top] if top.tag == "testsuite" else list(top.iter("testsuite"))
     cases = list(top.iter("testcase"))
-    for s in suites:
-        for p in s.findall("properties/property"):
-            rv.props.append((p.get("name", ""), p.get("value", "")))
+    rv.props += [(p.get("name", ""), p.get("value", "")) for s in suites
+                 for p in s.findall("properties/property")]
     if suites:
         rv.junit_timestamp = suites[0].get("timestamp")
         rv.junit_time = sum(number(s.get("time")) for s in suites if s.find("testcase") is not None)
@@ -621,17 +635,28 @@ def _fold_reruns(cases: list[ET.Element]) -> list[ET.Element]:
         groups.setdefault((c.get("classname", ""), c.get("name", "")), []).append(c)
     out = []
     for items in groups.values():
-        earlier, last = items[:-1], items[-1]
-        # a teardown error after a failing call also repeats the name, but never with an empty first entry
-        if not earlier or any(len(c) or case_outcome(c) != "passed" for c in earlier):
+        if _are_reruns(items):
+            out.append(_fold_rerun_group(items))
+        else:
             out.extend(items)
-            continue
-        tag = "rerunFailure" if case_outcome(last) in ("failure", "error") else "flakyFailure"
-        for i, _ in enumerate(earlier, 1):
-            ET.SubElement(last, tag, type="rerun",
-                          message=f"attempt {i} of {len(items)} failed (the rerun plugin records no details)")
-        out.append(last)
     return out
+
+
+def _are_reruns(items: list[ET.Element]) -> bool:
+    """Repeated cases of one name whose earlier entries are empty passes: rerunfailures' attempts
+    (a teardown error after a failing call repeats the name too, never with an empty first one)."""
+    earlier = items[:-1]
+    return bool(earlier) and not any(len(c) or case_outcome(c) != "passed" for c in earlier)
+
+
+def _fold_rerun_group(items: list[ET.Element]) -> ET.Element:
+    """The final attempt, with a rerun or flaky failure for each earlier one."""
+    last = items[-1]
+    tag = "rerunFailure" if case_outcome(last) in ("failure", "error") else "flakyFailure"
+    for i in range(1, len(items)):
+        ET.SubElement(last, tag, type="rerun", message=f"attempt {i} of {len(items)} failed "
+                      "(the rerun plugin records no details)")
+    return last
 
 
 def _attach_cores(rv: RankView, cores: list[CoreView], launches: list[LaunchView]) -> None:
@@ -639,12 +664,18 @@ def _attach_cores(rv: RankView, cores: list[CoreView], launches: list[LaunchView
     mine = [core for core in cores if (core.host, core.rank) == place]
     if not mine:
         return
-    # a core does not name its launch: give it to the last launch where this rank died by a signal,
-    # else to the last launch that ran the rank
+    holder = _core_holder(place, launches)
+    if holder is None or rv is holder:
+        rv.cores.extend(mine)
+
+
+def _core_holder(place: tuple[str, int], launches: list[LaunchView]) -> RankView | None:
+    """Which launch's rank at ``place`` gets its cores (a core does not name its launch): the last
+    where the rank died by a signal, else the last that ran it; None when no launch ran it."""
     holders = [r for lv in launches for r in lv.ranks if (r.host, r.rank) == place]
     died = [r for r in holders if r.signal]
-    if not holders or rv is (died or holders)[-1]:
-        rv.cores.extend(mine)
+    last = died or holders
+    return last[-1] if last else None
 
 
 def describe_rank(rv: RankView, lv: LaunchView | None) -> str:
@@ -749,13 +780,21 @@ def _torn_down(rv: RankView, lv: LaunchView | None) -> str | None:
     if lv is None or not lv.failure or _crashed(rv):
         return None
     data = lv.data
-    kind, first = data.get("failure_kind"), data.get("failure_rank")
-    if kind == "rank" and isinstance(first, int) and first != rv.rank:
+    first = _other_first_rank(data, rv.rank)
+    if first is not None:
         return f"torn down after rank {first} on {_rank_host(data, first)} failed"
-    own = _HOST_FAILURE.get(str(kind))
+    own = _HOST_FAILURE.get(str(data.get("failure_kind")))
     if own is not None and not lv.failure.startswith(own.format(host=rv.host)):
         return f"torn down after {lv.failure}"
     return None
+
+
+def _other_first_rank(data: Mapping[str, Any], rank: int) -> int | None:
+    """The rank the launch record says failed first, when that is a rank other than ``rank``."""
+    first = data.get("failure_rank")
+    if data.get("failure_kind") != "rank" or not isinstance(first, int) or first == rank:
+        return None
+    return first
 
 
 #: the monitor's sentence of a host's failure by failure kind ("lost <host>: <why>", "torchrun on <host> exited <n>")
@@ -792,15 +831,17 @@ def _junit_summary(path: Path, problems: list[str]) -> dict[str, Any] | None:
         problems.append(f"junit.xml: unreadable ({exc})")
         return None
     cases = list(top.iter("testcase"))
-    failed = []
-    for case in cases:
-        kind = case_outcome(case)
-        if kind in ("failure", "error"):
-            el = case.find(kind)
-            failed.append({"classname": case.get("classname", ""), "name": case.get("name", ""), "kind": kind,
-                           "message": (el.get("message") or "") if el is not None else "",
-                           "text": (el.text or "")[-TEXT_CHARS:] if el is not None else ""})
+    failed = [_failed_doc(case) for case in cases if case_outcome(case) in ("failure", "error")]
     return {**case_counts(cases), "failed": failed}
+
+
+def _failed_doc(case: ET.Element) -> dict[str, str]:
+    """A failing controller test: classname, name, kind and its failure's message and text's end."""
+    kind = case_outcome(case)
+    el = case.find(kind)
+    message, text = ("", "") if el is None else (el.get("message") or "", el.text or "")
+    return {"classname": case.get("classname", ""), "name": case.get("name", ""), "kind": kind,
+            "message": message, "text": text[-TEXT_CHARS:]}
 
 
 # -- phases ---------------------------------------------------------------------
@@ -829,12 +870,17 @@ def _deploy_phases(root: Path, deploy: Mapping[str, Any] | None) -> list[Phase]:
         return []
     end = dm.stat().st_mtime
     start = end - float(deploy.get("duration") or 0.0)
-    out = []
-    for host, m in (deploy.get("hosts") or {}).items():
-        steps = {k: float(v) for k, v in (m.get("durations") or {}).items() if isinstance(v, int | float)}
-        detail = ", ".join(f"{k} {v:.1f}s" for k, v in steps.items())
-        out.append(Phase(host, "deploy", start, min(end, start + sum(steps.values())) if steps else end, True, detail))
-    return out
+    hosts = deploy.get("hosts") or {}
+    return [_host_deploy_phase(host, m, start, end) for host, m in hosts.items()]
+
+
+def _host_deploy_phase(host: str, entry: Mapping[str, Any], start: float, end: float) -> Phase:
+    """A host's deploy phase: from the deploy's start for the sum of its steps (until its end)."""
+    durations = entry.get("durations") or {}
+    steps = {k: float(v) for k, v in durations.items() if isinstance(v, int | float)}
+    detail = ", ".join(f"{k} {v:.1f}s" for k, v in steps.items())
+    stop = min(end, start + sum(steps.values())) if steps else end
+    return Phase(host, "deploy", start, stop, True, detail)
 
 
 def _launch_phases(launches: list[LaunchView]) -> list[Phase]:
@@ -842,16 +888,28 @@ def _launch_phases(launches: list[LaunchView]) -> list[Phase]:
     launch record was written."""
     out = []
     for lv in launches:
-        by_host: dict[str, list[tuple[int, float, float]]] = {}
-        for r in lv.ranks:
-            if r.start is not None and r.end is not None:
-                by_host.setdefault(r.host, []).append((r.rank, r.start, r.end))
         tag = f" ({lv.name})" if lv.name and len(launches) > 1 else ""
-        for host, spans in by_host.items():
-            s, e = min(x[1] for x in spans), max(x[2] for x in spans)
-            out.append(Phase(host, "run", s, e, True, f"ranks {ranges([x[0] for x in spans])}{tag}"))
-            if lv.mtime > e:
-                out.append(Phase(host, "collect", e, lv.mtime, True, f"teardown and fetch{tag}"))
+        for host, spans in _rank_spans(lv).items():
+            out += _host_run_phases(host, spans, lv.mtime, tag)
+    return out
+
+
+def _rank_spans(lv: LaunchView) -> dict[str, list[tuple[int, float, float]]]:
+    """(rank, start, end) of each rank of the launch whose status file gave both times, by host."""
+    by_host: dict[str, list[tuple[int, float, float]]] = {}
+    for r in lv.ranks:
+        if r.start is not None and r.end is not None:
+            by_host.setdefault(r.host, []).append((r.rank, r.start, r.end))
+    return by_host
+
+
+def _host_run_phases(host: str, spans: list[tuple[int, float, float]], written: float,
+                     tag: str) -> list[Phase]:
+    """A host's run phase and, when the launch record was ``written`` later, its collect phase."""
+    s, e = min(x[1] for x in spans), max(x[2] for x in spans)
+    out = [Phase(host, "run", s, e, True, f"ranks {ranges([x[0] for x in spans])}{tag}")]
+    if written > e:
+        out.append(Phase(host, "collect", e, written, True, f"teardown and fetch{tag}"))
     return out
 
 

@@ -82,15 +82,20 @@ def _rank_grid(run: RunView) -> list[str]:
     if not run.ranks:
         return []
     lines = ["  ranks  (. pass  F fail  C crash  K killed  L lost)"]
-    groups: list[tuple[str, list[RankView]]] = [(lv.name if len(run.launches) > 1 else "", lv.ranks)
-                                                for lv in run.launches]
-    if run.orphans:
-        groups.append(("(no launch record)", run.orphans))
-    width = max(len(h) for h in run.hosts) if run.hosts else 4
-    for name, ranks in groups:
+    width = max((len(h) for h in run.hosts), default=4)
+    for name, ranks in _rank_groups(run):
         lines += [f"  {name}"] if name else []
         lines += _group_rows(ranks, width)
     return lines
+
+
+def _rank_groups(run: RunView) -> list[tuple[str, list[RankView]]]:
+    """The ranks by launch (named when there are several), then those without a launch record."""
+    several = len(run.launches) > 1
+    groups = [(lv.name if several else "", lv.ranks) for lv in run.launches]
+    if run.orphans:
+        groups.append(("(no launch record)", run.orphans))
+    return groups
 
 
 def _group_rows(ranks: list[RankView], width: int) -> list[str]:
@@ -107,13 +112,9 @@ def _host_rows(host: str, mine: list[RankView], width: int) -> list[str]:
     tally = ", ".join(f"{n} {o}" for o in OUTCOMES if (n := sum(r.outcome == o for r in mine)))
     label = f"r{ranges([r.rank for r in mine])}"
     cells = min(_RANKS_A_LINE, len(chars))
-    rows = []
-    for i in range(0, len(chars), _RANKS_A_LINE):
-        if i == 0:
-            rows.append(f"    {host:<{width}}  {label:<9} {chars[i:i + _RANKS_A_LINE]:<{cells}}  {tally}")
-        else:
-            rows.append(f"    {'':<{width}}  {'':<9} {chars[i:i + _RANKS_A_LINE]:<{cells}}")
-    return rows
+    lines = [chars[i:i + _RANKS_A_LINE] for i in range(0, len(chars), _RANKS_A_LINE)]
+    first = f"    {host:<{width}}  {label:<9} {lines[0]:<{cells}}  {tally}"
+    return [first] + [f"    {'':<{width}}  {'':<9} {line:<{cells}}" for line in lines[1:]]
 
 
 def _bad_ranks(run: RunView) -> list[str]:
