@@ -2,7 +2,7 @@
 
 :func:`write_summary_txt` writes the short block a Jenkinsfile puts in the build description;
 :func:`write_perf_csv` the one-row CSV the Jenkins Plot plugin reads (none without ``perf-*.json``).
-Formats: docs/internals/c-report.md.
+Formats: docs/internals/report.md.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 (and ``perf.csv``, ``summary.txt`` for a CI server) from whatever the run folder holds, and never
 raises.
 
-Order, scrubbing and fallbacks: docs/internals/c-report.md.
+Order, scrubbing and fallbacks: docs/internals/report.md.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 :func:`render` turns a :class:`~framework.report.model.RunView` into HTML;
 :func:`write_index` writes it with its assets (:data:`ASSETS`), :func:`write_fallback_index` the
 minimal page left when it cannot be built. The page works under Jenkins' Content-Security-Policy:
-docs/internals/c-report.md.
+docs/internals/report.md.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 :func:`write_cluster_junit` builds it from :func:`framework.report.model.read_run`;
 :func:`validate_junit` checks a file against junit-10.xsd; :func:`fold_case_properties` and
 :func:`fold_pytest_reruns` keep pytest's own ``junit.xml`` valid. Layout, synthetic cases and
-reruns: docs/internals/c-report.md.
+reruns: docs/internals/report.md.
 """
 
 from __future__ import annotations

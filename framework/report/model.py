@@ -2,7 +2,7 @@
 
 It only reads and never raises for a missing or corrupt file (``RunView.problems`` says what it
 could not read); junit, manifest, html and summary build their files from this view. Which files it
-reads and how launches, reruns and ranks are told apart: docs/internals/c-report.md.
+reads and how launches, reruns and ranks are told apart: docs/internals/report.md.
 """
 
 from __future__ import annotations
