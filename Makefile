@@ -84,7 +84,8 @@ lab-down:
 lab-status:
 	$(PYTHON) -m framework.lab status --name $(LAB_NAME)
 
-# static contracts: types (mypy, configured in pyproject.toml), lint (ruff, likewise) and the branch budget
+# static contracts: types of framework/, tools/ and tests/ (mypy, configured in pyproject.toml), lint (ruff,
+# likewise) and the branch budget
 # (radon's complexity of framework/ never above tools/complexity-baseline.json; --update lowers it)
 lint: install
 	$(PYTHON) -m mypy

@@ -15,8 +15,9 @@ import subprocess
 import sys
 import time
 import xml.etree.ElementTree as ET
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -46,8 +47,10 @@ def wait_none_left(prefix: str, within: float) -> list[int]:
         left = tagged(prefix)
     return left
 
+T = TypeVar("T")
 
-def wait_for(what, within: float, step: float = 0.2):  # type: ignore[no-untyped-def]
+
+def wait_for(what: Callable[[], T | None], within: float, step: float = 0.2) -> T | None:
     """``what()``'s first truthy value within ``within`` seconds, polled every ``step``; else None."""
     end = time.monotonic() + within
     while time.monotonic() < end:
@@ -163,6 +166,7 @@ def assert_complete(run: Path, status: str) -> dict:
         assert validate_junit(run / xml) == [], xml
     assert (run / "index.html").is_file()
     manifest = json.loads((run / "manifest.json").read_text())
+    assert isinstance(manifest, dict), manifest
     assert manifest["status"] == status, manifest
     return manifest
 

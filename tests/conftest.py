@@ -11,18 +11,17 @@ from __future__ import annotations
 
 import os
 import signal
-import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import yaml
 
+from tests.camit_labtools import lab_env_or_skip
+
 pytest_plugins = ["pytester"]
 
 REPO = Path(__file__).resolve().parents[1]
-# tests/camit_labtools.py (evidence helpers) importable from every test folder
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from camit_labtools import lab_env_or_skip  # noqa: E402
 
 # A CI that starts `make test` in the background without job control (`cmd &` in a script) hands every
 # process SIGINT ignored, and an ignored signal stays ignored across exec: the camit processes these tests
@@ -108,7 +107,7 @@ def npu_a2_lab_env_path() -> Path:
 
 
 @pytest.fixture
-def env_variant(lab_env_path, tmp_path):
+def env_variant(lab_env_path: Path, tmp_path: Path) -> Callable[..., Path]:
     """Write a modified copy of the lab env: ``env_variant(lambda doc: ...)`` → path."""
 
     def make(change, name: str = "variant.yaml") -> Path:

@@ -89,6 +89,7 @@ def check(proc: subprocess.CompletedProcess[str], reports: Path) -> dict[str, An
         in out, out[-5000:]
     folder = (reports / "latest").resolve()
     launch = json.loads(next(folder.glob("launch-*.json")).read_text())
+    assert isinstance(launch, dict), launch
     assert not launch["timed_out"] and launch["duration"] < CASE_TIMEOUT_S / 3, launch
     assert launch["failure_rank"] == 1 and launch["ranks"]["1"]["exit_code"] == 4, launch
     return launch

@@ -142,7 +142,7 @@ def main() -> int:
     for _ in range(2):  # the fused op's group, the small ops' group (as the UT has them)
         group = dist.new_group(backend="hccl", ranks=ranks)
         groups.append(group._get_backend(npu).get_hccl_comm_name(rank))
-    import umdk_cam_op_lib  # type: ignore[import-not-found]  # noqa: F401  (registers the ops)
+    import umdk_cam_op_lib  # noqa: F401  (registers the ops)
 
     result = {}
     for name in names:

@@ -9,16 +9,17 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from camit_labtools import REPO, Footprint
 
 from framework import deploy
 from framework.config.effective import load
 from framework.deploy import Deployer
 from framework.hosts import Cluster, sha256_file
 from framework.lab import artifacts
+from tests.camit_labtools import REPO, Footprint
 
 pytestmark = pytest.mark.lab
 HOSTS = ["host1", "host2"]
@@ -34,7 +35,7 @@ def camit(*argv: str, timeout: float = 900) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.fixture
-def wheel_env(env_variant, workdir_name):
+def wheel_env(env_variant: Callable[..., Path], workdir_name):
     def make(wheel: Path, name: str = "wheel.yaml") -> Path:
         def change(doc):
             doc["defaults"]["workdir"] = f"/var/tmp/camit/{workdir_name}"
@@ -115,7 +116,9 @@ def test_wheel_replaced_after_deploy_changes_nothing_until_redeploy(lab, wheel_e
         proc = camit("deploy", "--env", str(env), "--hosts", ",".join(HOSTS), "--report-dir", str(tmp_path / "r"),
                      "--json")
         assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-        return json.loads(proc.stdout)
+        summary = json.loads(proc.stdout)
+        assert isinstance(summary, dict), summary
+        return summary
 
     def marker() -> set[str]:
         proc = camit("run", "--env", str(env), "--hosts", ",".join(HOSTS), "--nproc-per-node", "1",

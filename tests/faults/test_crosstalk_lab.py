@@ -21,11 +21,11 @@ import sys
 import xml.etree.ElementTree as ET
 
 import pytest
-from camit_labtools import REPO, wait_none_left
 
 from framework.lab import artifacts
 from framework.preflight.checks import CHECKS
 from framework.report.junit import validate_junit
+from tests.camit_labtools import REPO, wait_none_left
 
 pytestmark = pytest.mark.lab
 
@@ -106,8 +106,10 @@ def test_two_workers_on_sixteen_hosts_keep_to_their_halves(lab16, suite16, tmp_p
     # cluster.xml: every rank of every launch reported its rank-side cases from a host of its launch
     cluster = ET.parse(folder / "cluster.xml").getroot()
 
-    def prop(suite: ET.Element, key: str) -> str | None:
-        return next((p.get("value") for p in suite.iter("property") if p.get("name") == key), None)
+    def prop(suite: ET.Element, key: str) -> str:
+        value = next((p.get("value") for p in suite.iter("property") if p.get("name") == key), None)
+        assert value is not None, f"no property {key} in {suite.get('name')}"
+        return value
 
     for launch in launches:
         suites = [s for s in cluster.iter("testsuite") if prop(s, "launch_id") == launch["launch_id"]]

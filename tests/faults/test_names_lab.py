@@ -19,9 +19,10 @@ from pathlib import Path
 
 import pytest
 from _pytest.junitxml import bin_xml_escape
-from camit_labtools import REPO, Footprint, wait_none_left
 
 from framework.report.junit import validate_junit
+from tests.camit_labtools import REPO, Footprint, wait_none_left
+from tests.support.xmltree import attr, one
 
 pytestmark = pytest.mark.lab
 
@@ -95,13 +96,13 @@ def test_hostile_test_names_reach_every_report_intact(lab, env_variant, workdir_
     # (a rank the launch tore down after another rank failed first, once its tests had reported, has one
     # more case, ``rank_exit``, skipped as RankTornDown: whether the teardown reaches it first is a race)
     torn = [c for c in cases if c.get("name") == "rank_exit"]
-    assert all(c.find("skipped") is not None and c.find("skipped").get("type") == "RankTornDown" for c in torn)
+    assert all(one(c, "skipped").get("type") == "RankTornDown" for c in torn)
     for rank in range(4):
         names = {c.get("name") for c in cases if f".rank{rank}." in (c.get("classname") or "")} - {"rank_exit"}
         assert names == {bin_xml_escape(f"test_named[{i}]") for i in IDS}, (rank, names)
     failed = [c for c in cases if c.find("failure") is not None]
     assert len(failed) == 4 and {c.get("name") for c in failed} == {f"test_named[{FAILING}]"}
-    text = (failed[0].find("failure").get("message") or "") + (failed[0].find("failure").text or "")
+    text = (one(failed[0], "failure").get("message") or "") + (one(failed[0], "failure").text or "")
     assert "boom <b>&amp;</b> ]]>" in text and "ünï" in text
     assert "\x1b" not in text and "\x07" not in text  # terminal escapes and control bytes do not reach the XML
 
@@ -110,9 +111,9 @@ def test_hostile_test_names_reach_every_report_intact(lab, env_variant, workdir_
     junit = ET.parse(folder / "junit.xml").getroot()
     ctl = [c for c in junit.iter("testcase") if "test_upstream_ut" in (c.get("name") or "")]
     escaped = RANK_FILE.encode("unicode_escape").decode("ascii")
-    assert len(ctl) == 1 and escaped in ctl[0].get("name") and ctl[0].find("failure") is not None
-    assert f"test_named[{FAILING}]" in (ctl[0].find("failure").get("message") or "") + \
-        (ctl[0].find("failure").text or "")
+    assert len(ctl) == 1 and escaped in attr(ctl[0], "name")
+    assert f"test_named[{FAILING}]" in (one(ctl[0], "failure").get("message") or "") + \
+        (one(ctl[0], "failure").text or "")
 
     # the offline page shows the names escaped, never as markup
     page = (folder / "index.html").read_text(encoding="utf-8")

@@ -15,9 +15,9 @@ import sys
 import time
 
 import pytest
-from camit_labtools import REPO, Footprint, wait_none_left
 
 from framework.report.junit import validate_junit
+from tests.camit_labtools import REPO, Footprint, wait_none_left
 
 pytestmark = pytest.mark.lab
 

@@ -16,10 +16,10 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from camit_labtools import REPO, Footprint, pids_with_cmdline, wait_for, wait_none_left, wait_ranks_up
 
 from framework.lab import artifacts
 from framework.report.junit import validate_junit
+from tests.camit_labtools import REPO, Footprint, pids_with_cmdline, wait_for, wait_none_left, wait_ranks_up
 
 pytestmark = pytest.mark.lab
 TARGET = REPO / "tests" / "data" / "targets" / "alltoall.py"
@@ -87,7 +87,7 @@ def test_sigterm_mid_run_tears_down_every_host_and_keeps_the_report(lab, fresh_e
 @pytest.fixture(scope="module")
 def big_wheel(tmp_path_factory):
     sys.path.insert(0, str(REPO / "tests" / "integration"))
-    from test_deploy_lab import pad_wheel
+    from tests.integration.test_deploy_lab import pad_wheel
 
     tmp = tmp_path_factory.mktemp("bigwheel")
     return pad_wheel(artifacts.build_wheel(tmp / "w"), tmp / "padded", 96 * 1024 * 1024)

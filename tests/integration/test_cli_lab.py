@@ -20,6 +20,7 @@ import pytest
 from framework.hosts import Cluster
 from framework.lease import release_leases
 from framework.report.junit import validate_junit
+from tests.support.xmltree import attr, one
 
 pytestmark = pytest.mark.lab
 REPO = Path(__file__).resolve().parents[2]
@@ -81,7 +82,9 @@ def _report_trio(folder: Path) -> dict:
     for name in ("cluster.xml", "manifest.json", "index.html"):
         assert (folder / name).is_file(), f"no {name} in {sorted(p.name for p in folder.iterdir())}"
     assert validate_junit(folder / "cluster.xml") == []
-    return json.loads((folder / "manifest.json").read_text())
+    manifest = json.loads((folder / "manifest.json").read_text())
+    assert isinstance(manifest, dict), manifest
+    return manifest
 
 
 CRASH = textwrap.dedent("""
@@ -108,7 +111,7 @@ def test_a_crash_of_camit_itself_still_leaves_the_report_folder_with_an_error_en
     assert manifest["status"] == "error" and "camit bug for the test" in manifest["error"]
     cases = _cases(folder)
     run_case = cases["camit.run::run"]
-    assert "camit bug for the test" in run_case.find("error").get("message")  # type: ignore[union-attr]
+    assert "camit bug for the test" in attr(one(run_case, "error"), "message")
     # what finished before the crash is reported too: both ranks' suites, the failed rank an error naming it
     assert any(k.startswith("host1.rank0") for k in cases), list(cases)
     failed = [c for k, c in cases.items() if k.startswith("host2.rank1") and c.find("error") is not None]

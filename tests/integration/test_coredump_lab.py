@@ -18,14 +18,15 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from camit_labtools import core_pattern
 
+from framework.commands import ShellScript
 from framework.cores.scan import CoreSources
 from framework.cores.watch import CoreWatch
 from framework.hosts import Cluster, Host
 from framework.lab.plan import CORE_PATTERN_FILE, LAB_CORE_PATTERN
 from framework.launch import Launcher, Target
 from framework.records.folder import RunDir
+from tests.camit_labtools import core_pattern
 
 TARGET = Path(__file__).resolve().parents[1] / "data" / "targets" / "alltoall.py"
 NODES = ["host1", "host2"]
@@ -58,7 +59,7 @@ def controller_cores(pid: int) -> list[Path]:
 def crash(host: Host, python: str, cwd: str | None = None) -> int:
     """Segfault a python process on ``host`` (cores allowed) and return its pid."""
     cd = f"cd {cwd} && " if cwd else ""
-    result = host.run(f"ulimit -S -c unlimited; {cd}{python} -c {CRASH!r}", timeout=60)
+    result = host.run(ShellScript(f"ulimit -S -c unlimited; {cd}{python} -c {CRASH!r}"), timeout=60)
     assert result.rc == 139, result
     return int(result.stdout.split()[0])
 

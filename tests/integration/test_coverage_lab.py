@@ -8,11 +8,13 @@ import re
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from framework import commands
+from framework.commands import ShellScript
 from framework.lab import artifacts
 from framework.ranksuite.coverage import RankCoverage
 
@@ -25,7 +27,7 @@ def built(tmp_path_factory):
     return artifacts.build_all(tmp_path_factory.mktemp("cov-artifacts"))
 
 
-def cov_env(env_variant, built, name: str = "cov.yaml") -> Path:
+def cov_env(env_variant: Callable[..., Path], built, name: str = "cov.yaml") -> Path:
     def change(doc):
         doc["artifacts"] = {"run_package": str(built["run"]), "wheel": str(built["wheel"])}
         doc["defaults"]["workdir"] = WORKDIR
@@ -37,7 +39,7 @@ def line_rates(xml: Path) -> dict[str, float]:
     return {c.get("filename", ""): float(c.get("line-rate", 0)) for c in ET.parse(xml).getroot().iter("class")}
 
 
-def test_prefill_with_cov_ranks_gives_one_combined_report(env_variant, built, tmp_path):
+def test_prefill_with_cov_ranks_gives_one_combined_report(env_variant: Callable[..., Path], built, tmp_path):
     env = cov_env(env_variant, built)
     proc = subprocess.run([sys.executable, "-m", "pytest", "suites/cam/test_prefill.py", "--env", str(env),
                            "--report-dir", str(tmp_path / "reports"), "--world-sizes", "4", "--cov-ranks",
@@ -79,13 +81,13 @@ def test_gcda_of_a_coverage_build_is_fetched_from_the_host_that_has_it(env_varia
         gcda = f"{vendor_dir}/op_kernel/camit-synthetic-{tmp_path.name}.gcda"
         payload = "adcg synthetic gcov counters"
         host2 = cluster["host2"]
-        host2.check(f"mkdir -p {commands.quote(vendor_dir + '/op_kernel')} && "
-                    f"printf %s {commands.quote(payload)} > {commands.quote(gcda)}")
+        host2.check(ShellScript(f"mkdir -p {commands.quote(vendor_dir + '/op_kernel')} && "
+                                f"printf %s {commands.quote(payload)} > {commands.quote(gcda)}"))
         try:
             got = cov.collect_gcov(["host1", "host2"])
         finally:
             host2.run(["rm", "-f", "--", gcda])
-        leftovers = host2.run(f"ls {commands.quote(spec.workdir)}/coverage-gcda-* 2>/dev/null").stdout
+        leftovers = host2.run(ShellScript(f"ls {commands.quote(spec.workdir)}/coverage-gcda-* 2>/dev/null")).stdout
     assert got["host2"] == 1 and got["host1"] == 0, got
     local = tmp_path / "report" / "host2" / "gcov" / gcda.lstrip("/")
     assert local.read_text() == payload

@@ -13,7 +13,8 @@ import sys
 from pathlib import Path
 
 import yaml
-from docblocks import ROOT, blocks
+
+from tests.docblocks import ROOT, blocks
 
 
 def _commands() -> list[str]:

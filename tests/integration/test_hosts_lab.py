@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from framework.commands import ShellScript
 from framework.errors import CommandTimedOut, HostKeyError, HostUnreachable, MultiHostError
 from framework.hosts import Cluster, Host
 
@@ -131,14 +132,14 @@ def test_unknown_key_refused_under_strict_then_recorded_with_accept_new(env_vari
 
     strict = Cluster.from_env(load(env_variant(unpinned("strict"), "strict.yaml")), [name])
     with pytest.raises(HostKeyError, match="unknown host key"):
-        strict[name].run("true")
+        strict[name].run(ShellScript("true"))
     assert not kh.exists()
     accept = Cluster.from_env(load(env_variant(unpinned("accept-new"), "accept.yaml")), [name])
-    assert accept[name].run("true").ok
+    assert accept[name].run(ShellScript("true")).ok
     recorded = kh.read_text()
     assert lab_env.hosts[name].host_key.split()[1] in recorded
     again = Cluster.from_env(load(env_variant(unpinned("strict"), "strict2.yaml")), [name])
-    assert again[name].run("true").ok  # now known: strict accepts it
+    assert again[name].run(ShellScript("true")).ok  # now known: strict accepts it
 
 
 def test_wrong_key_file_is_an_authentication_failure(env_variant, lab_env, tmp_path):
@@ -205,7 +206,7 @@ def test_unreachable_address_reports_within_connect_timeout(env_variant, lab_env
     c = Cluster.from_env(load(path), [name])
     start = time.monotonic()
     with pytest.raises(HostUnreachable, match=f"{lab_ip}:2: connection refused"):
-        c[name].run("true")
+        c[name].run(ShellScript("true"))
     assert time.monotonic() - start < 5  # at once: far below the connect timeout
 
 
@@ -218,7 +219,7 @@ def test_many_parallel_commands_on_one_connection(cluster):
     with ThreadPoolExecutor(8) as pool:
         results = list(pool.map(lambda i: host.check(["echo", str(i)]).stdout.strip(), range(400)))
     assert results == [str(i) for i in range(400)]
-    assert host.check("cat; echo read-all").stdout == "read-all\n"  # stdin is at EOF without any EOF sent
+    assert host.check(ShellScript("cat; echo read-all")).stdout == "read-all\n"  # stdin is at EOF without any EOF sent
 
 
 def test_connections_do_not_wait_on_delayed_acks(cluster):

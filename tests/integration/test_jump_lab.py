@@ -17,12 +17,13 @@ from typing import Any
 
 import pytest
 import yaml
-from camit_labtools import lab_env_or_skip
 
+from framework.commands import ShellScript
 from framework.config.effective import EnvConfig, load
 from framework.errors import AuthenticationFailed, HostKeyError, HostUnreachable
 from framework.hosts import Cluster, Host
 from framework.transport import ssh
+from tests.camit_labtools import lab_env_or_skip
 
 pytestmark = pytest.mark.lab
 
@@ -104,7 +105,7 @@ def test_hosts_share_one_jump_connection_under_parallel_fan_out_and_close_closes
     def work() -> None:
         try:
             for _ in range(3):
-                group = cluster.run("hostname", timeout=30)
+                group = cluster.run(ShellScript("hostname"), timeout=30)
                 assert sorted(group[h].stdout.strip() for h in group) == ["host1", "host2"]  # type: ignore[union-attr]
         except BaseException as exc:  # reported below
             errors.append(exc)
@@ -150,7 +151,7 @@ def test_a_changed_jump_host_key_is_refused_naming_the_jump(jump_lab: Any, jump_
     # in-process: the error type, for both hosts
     for spec in load(env).hosts.values():
         with pytest.raises(HostKeyError, match="HOST KEY CHANGED"):
-            Host.from_spec(spec).run("true", timeout=10)
+            Host.from_spec(spec).run(ShellScript("true"), timeout=10)
 
 
 def test_an_unknown_jump_key_is_refused_when_strict_and_recorded_with_accept_new(
@@ -160,13 +161,13 @@ def test_an_unknown_jump_key_is_refused_when_strict_and_recorded_with_accept_new
     spec = load(strict).hosts["host1"]
     host = Host.from_spec(spec)
     with pytest.raises(HostKeyError, match=rf"jump host root@{jump_lab.jump.ip}:22 .*unknown host key"):
-        host.run("true", timeout=10)
+        host.run(ShellScript("true"), timeout=10)
     host.close()
     new = variant(jump_env_path, tmp_path, lambda d: d["defaults"].update(known_hosts=str(kh),
                                                                           host_key_policy="accept-new"), "new.yaml")
     host = Host.from_spec(load(new).hosts["host1"])
     try:
-        assert host.run("hostname", timeout=10).stdout.strip() == "host1"
+        assert host.run(ShellScript("hostname"), timeout=10).stdout.strip() == "host1"
     finally:
         host.close()
     jump_key = jump_lab.jump.plan.host_key_pub.read_text().split()[1]
@@ -180,7 +181,7 @@ def test_the_target_host_key_is_still_checked_through_the_jump(jump_env_path: Pa
                   lambda d: d["host_info"]["host1"].update(host_key=f"{wrong[0]} {wrong[1]}"))
     host = Host.from_spec(load(env).hosts["host1"])
     with pytest.raises(HostKeyError, match=rf"HOST KEY CHANGED for {jump_lab.hosts[0].ip} via jump host"):
-        host.run("true", timeout=10)
+        host.run(ShellScript("true"), timeout=10)
     host.close()
 
 
@@ -224,15 +225,15 @@ def test_ssh_config_hostname_user_port_identityfile_and_proxyjump_are_used(jump_
     # each key is really the one used: a wrong Port, User or IdentityFile fails, naming it
     port = _ssh_config_env(jump_lab, tmp_path, "  Port 2222\n")
     with pytest.raises(HostUnreachable, match=rf"{jump_lab.hosts[0].ip}:2222 via jump host .*Connect failed"):
-        Host.from_spec(load(port).hosts["host1"]).run("true", timeout=10)
+        Host.from_spec(load(port).hosts["host1"]).run(ShellScript("true"), timeout=10)
     user = _ssh_config_env(jump_lab, tmp_path, "  User nobody\n")
     with pytest.raises(AuthenticationFailed, match="as 'nobody'"):
-        Host.from_spec(load(user).hosts["host1"]).run("true", timeout=10)
+        Host.from_spec(load(user).hosts["host1"]).run(ShellScript("true"), timeout=10)
     stray = tmp_path / "stray_key"
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(stray)], check=True)
     ident = _ssh_config_env(jump_lab, tmp_path, f"  IdentityFile {stray}\n")
     with pytest.raises(AuthenticationFailed, match=f"key {stray}"):
-        Host.from_spec(load(ident).hosts["host1"]).run("true", timeout=10)
+        Host.from_spec(load(ident).hosts["host1"]).run(ShellScript("true"), timeout=10)
 
 
 def test_check_and_a_launch_through_the_jump(jump_env_path: Path, jump_env: EnvConfig, tmp_path: Path) -> None:

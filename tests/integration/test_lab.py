@@ -15,7 +15,7 @@ import socket
 import subprocess
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -37,12 +37,12 @@ if shutil.which("ssh") is None or shutil.which("ssh-keyscan") is None:
 pytestmark = pytest.mark.lab
 ENV: dict[str, Any] = yaml.safe_load(LAB.env_file.read_text())
 HOSTS = [h.name for h in LAB.hosts]
-F = TypeVar("F")
+F = TypeVar("F", bound=Callable[..., object])
 
 
 def changes_lab(fn: F) -> F:
     """Mark a test that changes a host (restoring it after): it runs alone under pytest-xdist."""
-    fn.changes_lab = True
+    setattr(fn, "changes_lab", True)  # noqa: B010 - a function attribute the type of F does not declare
     return fn
 
 

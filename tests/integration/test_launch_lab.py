@@ -12,13 +12,13 @@ import time
 from pathlib import Path
 
 import pytest
-from camit_labtools import tagged, wait_for, wait_none_left, wait_ranks_up
 
 from framework.hosts import Cluster
 from framework.lab.plan import nsenter_argv
-from framework.launch import Launcher, Target, stacks
+from framework.launch import Launcher, LaunchResult, Target, stacks
 from framework.records.folder import RunDir
 from framework.report.summary import terminal_summary
+from tests.camit_labtools import tagged, wait_for, wait_none_left, wait_ranks_up
 
 TARGET = Path(__file__).resolve().parents[1] / "data" / "targets" / "alltoall.py"
 NODES = ["host1", "host2"]
@@ -167,9 +167,10 @@ def test_killed_ssh_session_is_a_lost_host_and_everything_is_torn_down(lab, laun
     t0 = time.monotonic()
     t.join(60)
     result = box["result"]
+    assert isinstance(result, LaunchResult), result
     assert time.monotonic() - t0 < 30
-    assert result.failure_kind == "lost" and "host2" in result.failure  # type: ignore[union-attr]
-    assert wait_none_left(result.launch_id, 10) == []  # type: ignore[union-attr]
+    assert result.failure_kind == "lost" and "host2" in (result.failure or "")
+    assert wait_none_left(result.launch_id, 10) == []
 
 
 def test_link_down_is_a_lost_host_and_its_supervisor_cleans_up(lab, launcher):
@@ -191,9 +192,10 @@ def test_link_down_is_a_lost_host_and_its_supervisor_cleans_up(lab, launcher):
     finally:
         subprocess.run(["ip", "-n", ns, "link", "set", "eth0", "up"], check=True)
     result = box["result"]
-    assert result.failure_kind == "lost" and "host2" in result.failure  # type: ignore[union-attr]
+    assert isinstance(result, LaunchResult), result
+    assert result.failure_kind == "lost" and "host2" in (result.failure or "")
     # the supervisor on host2 heard nothing for its silence limit and ended its run
-    assert wait_none_left(result.launch_id, 20) == []  # type: ignore[union-attr]
+    assert wait_none_left(result.launch_id, 20) == []
 
 
 def test_a_taken_master_port_is_retried_with_another(lab, lab_env_path, env_variant, tmp_path):

@@ -13,9 +13,9 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-from camit_labtools import launches, verdicts
 
 from framework.lab import artifacts
+from tests.camit_labtools import launches, verdicts
 
 pytestmark = pytest.mark.lab
 

@@ -16,6 +16,7 @@ import pytest
 
 from framework.hosts import Cluster
 from framework.lease import LEASE_FILE, Lease, LeaseHeld, LeaseRecord, lease_status, release_leases
+from tests.support.leases import states
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -85,7 +86,7 @@ def test_released_on_exception(lab_env, clean):
     with Cluster.from_env(lab_env) as c:
         with pytest.raises(RuntimeError), Lease(c, owner="doomed"):
             raise RuntimeError("test body failed")
-        assert {h: s.state for h, s in lease_status(c).items()} == {h: "free" for h in lab_env.hosts}
+        assert {h: s.state for h, s in states(lease_status(c)).items()} == {h: "free" for h in lab_env.hosts}
 
 
 def test_stale_lease_is_taken_over_with_a_warning(lab, lab_env, clean, caplog):
@@ -153,7 +154,7 @@ def test_ctrl_c_releases_the_lease(lab_env_path, lab_env, clean):
     assert holder.wait(timeout=30) == 130
     stop(holder)
     with Cluster.from_env(lab_env) as c:
-        assert {s.state for s in lease_status(c).values()} == {"free"}
+        assert {s.state for s in states(lease_status(c)).values()} == {"free"}
 
 
 def test_sigterm_releases_the_lease(lab_env_path, lab_env, clean):
@@ -162,7 +163,7 @@ def test_sigterm_releases_the_lease(lab_env_path, lab_env, clean):
     assert holder.wait(timeout=30) == 130
     stop(holder)
     with Cluster.from_env(lab_env) as c:
-        assert {s.state for s in lease_status(c).values()} == {"free"}
+        assert {s.state for s in states(lease_status(c)).values()} == {"free"}
 
 
 def test_killed_holder_is_stale_at_once(lab_env_path, lab_env, clean, caplog):
@@ -170,7 +171,7 @@ def test_killed_holder_is_stale_at_once(lab_env_path, lab_env, clean, caplog):
     os.kill(holder.pid, signal.SIGKILL)  # no release: the file stays behind
     holder.wait()
     with sub(lab_env, "host1") as c:
-        assert lease_status(c)["host1"].state == "stale"
+        assert states(lease_status(c))["host1"].state == "stale"
         with caplog.at_level(logging.WARNING, logger="camit.lease"), Lease(c, owner="next"):
             pass
     stop(holder)
@@ -179,8 +180,9 @@ def test_killed_holder_is_stale_at_once(lab_env_path, lab_env, clean, caplog):
 
 def test_heartbeat_keeps_a_long_run_alive(lab_env, clean):
     with sub(lab_env, "host1") as c, Lease(c, owner="long", ttl=6, interval=0.5) as lease:
-        first = LeaseRecord.parse(lease_status(c)["host1"].content)
+        first = LeaseRecord.parse(states(lease_status(c))["host1"].content)
         time.sleep(7)  # longer than the ttl: only the heartbeat keeps it (a beat may lag 5 s on a loaded box)
-        now = lease_status(c)["host1"]
+        now = states(lease_status(c))["host1"]
+        assert first is not None and now.record is not None
         assert now.state == "held" and now.record.token == lease.token
         assert now.record.heartbeat > first.heartbeat and now.record.start == first.start

@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import re
 import secrets
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from camit_labtools import jenkins_pytest
 
 from framework.lab import artifacts
+from tests.camit_labtools import jenkins_pytest
 
 pytestmark = pytest.mark.lab
 ONE = ["-k", "test_prefill_dispatch_combine", "--world-sizes", "4"]
@@ -33,7 +34,7 @@ def built(tmp_path_factory):
 
 
 @pytest.fixture
-def suite_env(env_variant, built):
+def suite_env(env_variant: Callable[..., Path], built):
     """The lab env on two hosts, the stand-in artifacts, a workdir of this test's own (so a real deploy)."""
     def make(launch_env: dict[str, str] | None = None) -> Path:
         def change(doc):

@@ -160,7 +160,8 @@ def ref_ffn(row: torch.Tensor, w1, s1, w2, s2, out_dtype) -> torch.Tensor:
     a = h[:, :INTER] / (1 + torch.exp(-h[:, :INTER])) * h[:, INTER:]
     qa, sa = np_quant(a.numpy())
     y = torch.from_numpy(qa.astype(np.float64) @ w2.numpy().astype(np.float64)).float()
-    return (y * s2.float() * float(sa[0])).to(out_dtype)[0]
+    out: torch.Tensor = (y * s2.float() * float(sa[0])).to(out_dtype)[0]
+    return out
 
 
 def check_fused(rank: int, world: int, separated: bool, extras: bool) -> None:

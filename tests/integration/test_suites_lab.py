@@ -10,16 +10,17 @@ import secrets
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from camit_labtools import launches, verdicts
 
 from framework.lab import artifacts
 from framework.perf.history import History, RunKey, path_for
 from framework.report.junit import validate_junit
 from tests import one_rank_failure
+from tests.camit_labtools import launches, verdicts
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -29,7 +30,7 @@ def built(tmp_path_factory):
     return artifacts.build_all(tmp_path_factory.mktemp("suite-artifacts"))
 
 
-def suite_env(env_variant, run_package: Path, wheel: Path, workdir: str, name: str) -> Path:
+def suite_env(env_variant: Callable[..., Path], run_package: Path, wheel: Path, workdir: str, name: str) -> Path:
     def change(doc):
         doc["artifacts"] = {"run_package": str(run_package), "wheel": str(wheel)}
         doc["defaults"]["workdir"] = workdir
@@ -116,7 +117,7 @@ def _mistaken_standin(tmp_path: Path) -> Path:
     return src
 
 
-def test_an_injected_op_mistake_fails_naming_op_rank_and_mismatch(env_variant, built, tmp_path):
+def test_an_injected_op_mistake_fails_naming_op_rank_and_mismatch(env_variant: Callable[..., Path], built, tmp_path):
     wheel = artifacts.build_wheel(tmp_path / "bad-wheel", source=_mistaken_standin(tmp_path))
     env = suite_env(env_variant, built["run"], wheel, "/var/tmp/camit/mistake", "mistake.yaml")
     proc = subprocess.run([sys.executable, "-m", "pytest", "suites/cam/test_prefill.py", "--env", str(env),
@@ -145,7 +146,7 @@ def test_upstream_unit_tests_run_with_the_ranks_they_need(lab_env_path, tmp_path
     assert "test_base_test" in cluster and "@host2" in cluster
 
 
-def test_perf_baseline_is_recorded_then_a_regression_fails(env_variant, built, tmp_path):
+def test_perf_baseline_is_recorded_then_a_regression_fails(env_variant: Callable[..., Path], built, tmp_path):
     env = suite_env(env_variant, built["run"], built["wheel"], "/var/tmp/camit/suite", "perf.yaml")
     base = tmp_path / "baselines"
     args = ["suites/cam/test_perf.py", "--world-sizes", "4", "--baseline-dir", str(base), "--cluster-name", "lab"]
@@ -174,7 +175,7 @@ def test_perf_baseline_is_recorded_then_a_regression_fails(env_variant, built, t
     assert "prefill.world4 dispatch_us: regression by the newest point beyond 5 sigma at point 21" in proc.stdout
 
 
-def test_two_xdist_workers_share_the_cluster_without_crosstalk(env_variant, built, tmp_path):
+def test_two_xdist_workers_share_the_cluster_without_crosstalk(env_variant: Callable[..., Path], built, tmp_path):
     """-n 2: each worker leases, deploys and launches on its own half of the hosts; one report folder."""
     # a workdir of its own, so both shares really deploy (on a reused lab a fixed one is "unchanged")
     env = suite_env(env_variant, built["run"], built["wheel"], f"/var/tmp/camit/xdist-{secrets.token_hex(3)}",
@@ -240,7 +241,7 @@ def test_a_test_failing_on_one_rank_ends_the_launch_in_seconds_naming_it_and_the
     one_rank_failure.check(proc, tmp_path / "r")
 
 
-def test_perf_sweep_rows_page_and_compare(env_variant, built, tmp_path):
+def test_perf_sweep_rows_page_and_compare(env_variant: Callable[..., Path], built, tmp_path):
     """``-m perf`` with a one-shape matrix file at world 4: schema-valid rows with every iteration's outputs
     identical, the performance page with its pictures, the history file, and ``camit perf compare`` on them."""
     import jsonschema

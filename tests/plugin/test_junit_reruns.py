@@ -8,6 +8,7 @@ import xml.etree.ElementTree as ET
 import pytest
 
 from framework.report.junit import validate_junit
+from tests.support.xmltree import attr, one
 
 ENV = textwrap.dedent("""\
     host_info:
@@ -60,14 +61,14 @@ def _junit(pytester: pytest.Pytester, *args: str) -> ET.Element:
 
 def test_a_rerun_keeps_only_the_final_attempt_with_the_failed_one_folded_in(pytester, env_file):
     top = _junit(pytester)
-    cases = {c.get("name"): c for c in top.iter("testcase")}
-    assert sorted(c.get("name") for c in top.iter("testcase")) == ["test_broken", "test_fine", "test_flaky"]
+    cases = {attr(c, "name"): c for c in top.iter("testcase")}
+    assert sorted(cases) == ["test_broken", "test_fine", "test_flaky"]
     flaky, broken = cases["test_flaky"], cases["test_broken"]
     assert flaky.find("failure") is None and [e.tag for e in flaky if e.tag.endswith("Failure")] == ["flakyFailure"]
-    assert "attempt 1 (call)" in flaky.find("flakyFailure").get("message") and \
-        "first attempt fails" in flaky.find("flakyFailure").get("message")
+    assert "attempt 1 (call)" in attr(one(flaky, "flakyFailure"), "message") and \
+        "first attempt fails" in attr(one(flaky, "flakyFailure"), "message")
     assert [e.tag for e in broken if e.tag.endswith(("failure", "Failure"))] == ["failure", "rerunFailure"]
-    suite = top if top.tag == "testsuite" else top.find("testsuite")
+    suite = top if top.tag == "testsuite" else one(top, "testsuite")
     assert (suite.get("tests"), suite.get("failures")) == ("3", "1")
 
 
@@ -81,8 +82,8 @@ def test_the_launcher_is_told_the_test_and_its_attempt(pytester, env_file):
 
 def test_the_controller_junit_carries_the_run_properties(pytester, env_file):
     top = _junit(pytester)
-    suite = top if top.tag == "testsuite" else top.find("testsuite")
-    props = {p.get("name"): p.get("value") for p in suite.findall("properties/property")}
+    suite = top if top.tag == "testsuite" else one(top, "testsuite")
+    props = {attr(p, "name"): attr(p, "value") for p in suite.findall("properties/property")}
     run_id = (pytester.path / "out" / "latest").resolve().name
     assert props["run_id"] == run_id and props["seed"] == "4242"
     assert props["env"] == "test_env.yaml" and props["env_file"].endswith("test_env.yaml")

@@ -13,7 +13,8 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from test_resources import local_env  # noqa: F401 - the fixture
+
+from tests.plugin.test_resources import local_env  # noqa: F401 - the fixture
 
 WORKTREE = Path(__file__).resolve().parents[2]
 STAMP = r"\d\d:\d\d:\d\d"

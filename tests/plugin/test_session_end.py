@@ -16,8 +16,6 @@ import time
 from pathlib import Path
 
 import pytest
-from camit_labtools import assert_complete
-from test_resources import HOSTS, hold_lease, lease_file, local_env  # noqa: F401 - the fixture
 
 from framework.errors import (
     SESSION_DEPLOY,
@@ -34,6 +32,8 @@ from framework.errors import (
     one_line,
     session_exit_code,
 )
+from tests.camit_labtools import assert_complete
+from tests.plugin.test_resources import HOSTS, hold_lease, lease_file, local_env  # noqa: F401 - the fixture
 
 WORKTREE = Path(__file__).resolve().parents[2]
 

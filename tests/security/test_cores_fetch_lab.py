@@ -13,11 +13,12 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from _cores_fetch import camit_run, mode
-from camit_labtools import core_pattern, pids_with_cmdline, wait_for
 
+from framework.commands import ShellScript
 from framework.cores.watch import CoreWatch
 from framework.hosts import Cluster
+from tests.camit_labtools import core_pattern, pids_with_cmdline, wait_for
+from tests.security._cores_fetch import camit_run, mode
 
 CRASH = "import ctypes, os; print(os.getpid(), flush=True); ctypes.string_at(0)"
 
@@ -55,7 +56,8 @@ def test_a_relative_core_without_keep_remote_is_reported_with_its_core_and_backt
     # and the run folder (with its core) is still removed after the scan
     launch = json.loads(next(run.glob("launch-*.json")).read_text())["launch_id"]
     with Cluster.from_env(lab_env, ["host1"]) as c:
-        left = c["host1"].run(f"ls -d {lab_env.hosts['host1'].workdir}/runs/*{launch}* 2>/dev/null", timeout=30)
+        left = c["host1"].run(
+            ShellScript(f"ls -d {lab_env.hosts['host1'].workdir}/runs/*{launch}* 2>/dev/null"), timeout=30)
     assert left.stdout.strip() == "", left.stdout
 
 
@@ -91,8 +93,8 @@ def test_a_foreign_core_during_the_run_is_neither_fetched_nor_reported(lab_env, 
 
         assert wait_for(ranks_up, 120), "the ranks never came up"
         with Cluster.from_env(lab_env, ["host1"]) as c:
-            crashed = c["host1"].run(f"ulimit -S -c unlimited; {lab_env.hosts['host1'].python} -c {CRASH!r}",
-                                     timeout=60)
+            crashed = c["host1"].run(
+                ShellScript(f"ulimit -S -c unlimited; {lab_env.hosts['host1'].python} -c {CRASH!r}"), timeout=60)
         assert crashed.rc == 139, crashed
         foreign_pid = int(crashed.stdout.split()[0])
         out, _ = proc.communicate(timeout=240)
@@ -120,14 +122,15 @@ def test_two_cores_with_one_name_are_both_kept(lab, lab_env, tmp_path) -> None:
                 baseline = watch.snapshot()
                 pids = []
                 for d in dirs:
-                    r = host.run(f"ulimit -S -c unlimited; cd {d} && {lab_env.hosts['host2'].python} -c {CRASH!r}",
+                    r = host.run(ShellScript(
+                        f"ulimit -S -c unlimited; cd {d} && {lab_env.hosts['host2'].python} -c {CRASH!r}"),
                                  timeout=60)
                     assert r.rc == 139, r
                     pids.append(int(r.stdout.split()[0]))
                 cores = watch.collect(baseline, rundir=tmp_path)
         finally:
             host.run(["rm", "-rf", "--", *dirs], timeout=60)
-    assert sorted(c.pid for c in cores) == sorted(pids), cores
+    assert sorted(c.pid for c in cores if c.pid is not None) == sorted(pids), cores
     paths = [c.local_path for c in cores]
     assert all(p is not None and p.is_file() for p in paths) and len(set(paths)) == 2, paths
     assert len({p.read_bytes() for p in paths if p is not None}) == 2  # two different cores, none overwritten
@@ -177,7 +180,8 @@ def test_a_download_stops_at_its_byte_cap_over_ssh_naming_host_and_file(lab_env,
     with Cluster.from_env(lab_env, ["host3"]) as cluster:
         host = cluster["host3"]
         remote = f"{lab_env.hosts['host3'].workdir}/big-{os.getpid()}.log"
-        host.check(f"mkdir -p {lab_env.hosts['host3'].workdir} && head -c 20000000 /dev/urandom > {remote}")
+        host.check(ShellScript(
+            f"mkdir -p {lab_env.hosts['host3'].workdir} && head -c 20000000 /dev/urandom > {remote}"))
         try:
             cap = fetchcaps.caps().with_(max_bytes=4 << 20)
             with pytest.raises(FetchCapError) as err:

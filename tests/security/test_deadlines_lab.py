@@ -15,12 +15,13 @@ import threading
 import time
 
 import pytest
-from _deadlines_lease import camit_popen, finish, kill, noisy_login_shell, stopped_sshd
-from camit_labtools import REPO, tagged, wait_for, wait_none_left, wait_ranks_up
 
+from framework.commands import ShellScript
 from framework.errors import HostUnreachable
 from framework.hosts import Cluster
 from framework.transport.ssh import KEEPALIVE_DEADLINE, KEEPALIVE_INTERVAL
+from tests.camit_labtools import REPO, tagged, wait_for, wait_none_left, wait_ranks_up
+from tests.security._deadlines_lease import camit_popen, finish, kill, noisy_login_shell, stopped_sshd
 
 pytestmark = pytest.mark.lab
 TARGET = REPO / "tests" / "data" / "targets" / "alltoall.py"
@@ -36,7 +37,7 @@ def test_stopped_sshd_mid_command_is_declared_lost_naming_the_host(lab, lab_env)
 
         def work() -> None:
             try:
-                got.append(host.run("sleep 90", timeout=None))
+                got.append(host.run(ShellScript("sleep 90"), timeout=None))
             except BaseException as exc:  # noqa: BLE001 (the test inspects what came back)
                 got.append(exc)
 
@@ -80,9 +81,8 @@ def test_stopped_sshd_mid_launch_ends_within_the_deadline_naming_the_host(lab, e
 @pytest.fixture(scope="module")
 def big_wheel(tmp_path_factory):
     sys.path.insert(0, str(REPO / "tests" / "integration"))
-    from test_deploy_lab import pad_wheel
-
     from framework.lab import artifacts
+    from tests.integration.test_deploy_lab import pad_wheel
 
     tmp = tmp_path_factory.mktemp("bigwheel")
     return pad_wheel(artifacts.build_wheel(tmp / "w"), tmp / "padded", 160 * 1024 * 1024)
@@ -115,7 +115,7 @@ def test_stopped_sshd_mid_deploy_ends_within_the_deadline_naming_the_host(lab, e
 def test_timeout_kills_the_remote_group_after_login_shell_noise(lab, lab_env):
     tag = f"pgidnoise-{secrets.token_hex(4)}"
     with noisy_login_shell(lab, "host3"), Cluster.from_env(lab_env, ["host3"]) as c:
-        r = c["host3"].run(f"env CAMIT_RUN_ID={tag} sleep 120 & env CAMIT_RUN_ID={tag} sleep 121; wait",
+        r = c["host3"].run(ShellScript(f"env CAMIT_RUN_ID={tag} sleep 120 & env CAMIT_RUN_ID={tag} sleep 121; wait"),
                            timeout=3)
         try:
             assert r.timed_out

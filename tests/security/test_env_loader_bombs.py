@@ -18,7 +18,8 @@ import os
 from pathlib import Path
 
 import pytest
-from _env_terminal import CliRun, run_cli
+
+from tests.security._env_terminal import CliRun, run_cli
 
 #: what a rejected file may cost the CLI process (a normal `env validate` takes ~0.5 s and ~40 MiB)
 CPU_BOUND_S = 3.0

@@ -14,7 +14,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from _env_terminal import run_cli
+
+from tests.security._env_terminal import run_cli
 
 SECRET = "s3cretPw9"
 HOST = "host_info:\n  host1:\n    manage_nic: {name: eth0, ip: 192.0.2.11}\n"

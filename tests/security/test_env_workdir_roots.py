@@ -15,10 +15,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from _env_terminal import run_cli
 
 from framework.config import load
 from framework.errors import ConfigError
+from tests.security._env_terminal import run_cli
 
 HOSTS = ("host_info:\n  host1:\n    manage_nic: {{name: eth0, ip: 192.0.2.11}}\n{extra}"
          "  host2:\n    manage_nic: {{name: eth0, ip: 192.0.2.12}}\n")

@@ -14,11 +14,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from camit_labtools import core_pattern
 
 from framework import commands
+from framework.commands import ShellScript
 from framework.cores.watch import CoreWatch
 from framework.hosts import Cluster, Host
+from tests.camit_labtools import core_pattern
 
 LAB_PATTERN = "/var/crash/camit/core.%e.%p.%t.%s"
 CRASH_DIR = "/var/crash/camit"
@@ -28,7 +29,7 @@ SECRET = b"ROOT-ONLY-SECRET-31"
 def as_nobody(host: Host, script: str, *args: str) -> None:
     """Run ``script`` (sh, with ``args`` as $1...) as uid 65534 on ``host``."""
     argv = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--", "sh", "-c", script, "sh", *args]
-    host.check(commands.join(argv), timeout=30)
+    host.check(ShellScript(commands.join(argv)), timeout=30)
 
 
 def report_bytes(root: Path) -> bytes:
@@ -53,11 +54,11 @@ def secret(host1: tuple[Cluster, Host]) -> Iterator[str]:
     """A root-only (0600) file in the SSH user's home, the review's ``.bash_history``."""
     _, host = host1
     name = f".camit-secret-{os.getpid()}"
-    host.check(f"umask 077; printf '%s\\n' {SECRET.decode()} > \"$HOME\"/{name}", timeout=30)
+    host.check(ShellScript(f"umask 077; printf '%s\\n' {SECRET.decode()} > \"$HOME\"/{name}"), timeout=30)
     try:
         yield name
     finally:
-        host.run(f"rm -f -- \"$HOME\"/{name}", timeout=30)
+        host.run(ShellScript(f"rm -f -- \"$HOME\"/{name}"), timeout=30)
 
 
 def test_a_cotenants_file_name_cannot_inject_core_scan_records(host1, secret: str, lab_env, tmp_path) -> None:
@@ -81,7 +82,7 @@ def test_a_cotenants_file_name_cannot_inject_core_scan_records(host1, secret: st
 
 def crafted_core() -> bytes:
     """A minimal ELF core whose notes say uid 0, pid 4242 (tests/unit/test_coredump.py's builder)."""
-    from unit.test_coredump import synth_core
+    from tests.unit.test_coredump import synth_core
 
     return synth_core(pid=4242, ppid=1, sig=11, comm="python3", env=[])
 
@@ -114,7 +115,7 @@ def test_a_core_swapped_for_a_symlink_is_refused_not_followed(host1, secret: str
     target = f"/root/{secret}"
     real_inspect = CoreWatch._inspect
 
-    def swap_then_inspect(self, h, cands, cores, tmp, procs):  # type: ignore[no-untyped-def]
+    def swap_then_inspect(self, h, cands, cores, tmp, procs):
         as_nobody(host, 'ln -sf -- "$1" "$2/$3.new" && mv -f -- "$2/$3.new" "$2/$3"', target, CRASH_DIR, name)
         return real_inspect(self, h, cands, cores, tmp, procs)
 

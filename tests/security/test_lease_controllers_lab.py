@@ -16,11 +16,11 @@ import time
 from pathlib import Path
 
 import pytest
-from _deadlines_lease import camit_popen, finish, kill
-from camit_labtools import REPO
 
 from framework.hosts import Cluster
 from framework.lease import LEASE_FILE, Lease, LeaseHeld, lease_status, release_leases
+from tests.camit_labtools import REPO
+from tests.security._deadlines_lease import camit_popen, finish, kill
 
 pytestmark = pytest.mark.lab
 TARGET = Path(__file__).with_name("_deadlines_lease_target.py")

@@ -8,7 +8,8 @@ import sys
 import time
 
 import pytest
-from camit_labtools import REPO
+
+from tests.camit_labtools import REPO
 
 pytestmark = pytest.mark.lab
 

@@ -37,7 +37,7 @@ def test_a_secret_env_value_reaches_the_command_but_never_a_command_line(cluster
     host = cluster["host1"]
     token = f"pw-{secrets.token_hex(8)}"
     value = token + "'\"$(id)"  # the token is what a quoted line shows whole
-    done, hits, seen = threading.Event(), [], []
+    done, hits, seen = threading.Event(), list[str](), list[str]()
     sampler = threading.Thread(target=_sample, args=(token.encode(), done, hits, seen), daemon=True)
     sampler.start()
     try:

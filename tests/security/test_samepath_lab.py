@@ -10,6 +10,7 @@ one level at a time, root's, and taken away whole.
 from __future__ import annotations
 
 import secrets
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,7 +24,7 @@ AS_NOBODY = "setpriv --reuid=65534 --regid=65534 --clear-groups"
 
 
 @pytest.fixture
-def clone(tmp_path_factory) -> Path:
+def clone(tmp_path_factory) -> Iterator[Path]:
     """A CI clone under the controller's /tmp (its path does not exist on the lab hosts)."""
     root = Path("/tmp") / f"camit-ci-{secrets.token_hex(4)}"
     case = root / "ws" / "case"

@@ -32,9 +32,9 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-from camit_labtools import REPO
 
 from framework.report.junit import validate_junit
+from tests.camit_labtools import REPO
 
 pytestmark = pytest.mark.lab
 

@@ -17,8 +17,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from _env_terminal import REPO, clean_env
-from ptyrun import run_on_pty
+
+from tests.ptyrun import run_on_pty
+from tests.security._env_terminal import REPO, clean_env
 
 pytestmark = pytest.mark.lab
 

@@ -9,14 +9,13 @@ these check, without a lab, the other places the CLI and the lab tools print suc
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 from framework.cli import check, deploy, lease
 from framework.deploy.result import DeployResult, HostManifest
 from framework.errors import LabError
 from framework.lab import artifacts, manage
 from framework.preflight import rendezvous
 from framework.preflight.checks import Report
+from framework.records.folder import RunDir
 
 #: retitle the terminal (OSC 0 ... BEL), clear the screen (ED 2), a right-to-left override
 HOSTILE = "\x1b]0;pwned\x07 \x1b[2J \u202e"
@@ -30,7 +29,7 @@ def _raw_free(text: str) -> None:
 def test_deploy_notes_are_escaped(capsys, tmp_path):
     result = DeployResult({"h1": HostManifest("h1", status="deployed", install_path="/w/opp")}, {},
                           notes=[f"h1: relay: {HOSTILE}"])
-    deploy.print_deploy(result, SimpleNamespace(path=tmp_path))
+    deploy.print_deploy(result, RunDir(tmp_path, tmp_path.name))
     out = capsys.readouterr().out
     _raw_free(out)
     assert f"note: h1: relay: {SHOWN}\n" in out
@@ -39,6 +38,7 @@ def test_deploy_notes_are_escaped(capsys, tmp_path):
 def test_preflight_skip_reasons_from_a_host_are_escaped(capsys):
     # node 0's listener printed an error line: every host's rdzv check is skipped for that reason
     why = rendezvous.parse_listener(f"error bind failed {HOSTILE}")
+    assert isinstance(why, str), why
     report = Report(["h1", "h2"], {(r.host, r.check): r for r in rendezvous.verdicts(["h1", "h2"], why, {}).values()},
                     checks=("rdzv",))
     check.print_check(report)

@@ -19,9 +19,9 @@ import time
 from pathlib import Path
 
 import pytest
-from camit_labtools import REPO
 
 from framework import remote
+from framework.commands import ShellScript
 from framework.config.effective import load
 from framework.deploy import Deployer
 from framework.deploy.plan import Artifact, HostPlan, install_run_script
@@ -29,10 +29,12 @@ from framework.deploy.relay import relay_command
 from framework.errors import EXIT_INFRA, FrameworkError
 from framework.hosts import Cluster
 from framework.lab import artifacts
+from framework.lab.manage import Lab
 from framework.launch import Launcher, Target
 from framework.records.folder import RunDir
 from framework.remote import protocol
 from framework.remote.layout import HostLayout
+from tests.camit_labtools import REPO
 
 pytestmark = pytest.mark.lab
 TARGET = REPO / "tests" / "data" / "targets" / "alltoall.py"
@@ -53,7 +55,7 @@ def shared():
 
 
 @pytest.fixture
-def marker(shared) -> Path:
+def marker(shared: Path) -> Path:
     """A path a tampered program would create (visible from the controller)."""
     path = shared / "RAN-TAMPERED"
     assert not path.exists()
@@ -68,7 +70,7 @@ def variant(env_variant, workdir: str, **artifacts_: Path):
     return env_variant(change, f"{secrets.token_hex(3)}.yaml")
 
 
-def host_dir(lab, host: str, name: str) -> Path:
+def host_dir(lab: Lab, host: str, name: str) -> Path:
     """``/var/tmp/camit/<name>`` of ``host``, seen from the controller."""
     return lab.host(host).work_dir / name
 
@@ -313,7 +315,7 @@ def test_a_stray_connection_to_the_relay_listener_neither_breaks_the_hop_nor_get
         plans = {h: HostPlan.for_spec(env.hosts[h], env) for h in ("host1", "host2")}
         relay_bin = plans["host1"].bin_path("relay.py", relay_sha)
         for h in plans:
-            cluster[h].check(HostLayout(plans[h].workdir).guard_script(), timeout=30)
+            cluster[h].check(ShellScript(HostLayout(plans[h].workdir).guard_script()), timeout=30)
             cluster[h].put(script, relay_bin)
         listener = cluster["host2"].spawn(relay_command(plans["host2"], relay_bin, art, 60, True))
         head = None

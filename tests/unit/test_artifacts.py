@@ -48,7 +48,7 @@ def built(tmp_path_factory) -> dict[str, Path]:
 
 
 @pytest.fixture(scope="module")
-def installed(built, tmp_path_factory) -> Path:
+def installed(built, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The good .run installed once (quiet) into '<tmp>/opp dir' (a space in the path on purpose)."""
     root = tmp_path_factory.mktemp("inst") / "opp dir"
     res = run([str(built["run"]), f"--install-path={root}", "--quiet"])
@@ -57,7 +57,7 @@ def installed(built, tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def venv(built, tmp_path_factory) -> Path:
+def venv(built, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A fresh venv (system site-packages: torch visible) with the built wheel pip-installed."""
     path = tmp_path_factory.mktemp("venv") / "v"
     res = run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(path)])

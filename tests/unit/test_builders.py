@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from builders import env_document, make_env, make_host_spec
 
 from framework.config.effective import EnvConfig, HostSpec, NpuSpec
 from framework.errors import ConfigError
+from tests.builders import env_document, make_env, make_host_spec
 
 
 def test_make_env_loads_a_real_env_with_distinct_addresses_and_defaults():

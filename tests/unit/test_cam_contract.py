@@ -43,10 +43,10 @@ def test_every_entry_cites_an_upstream_file_and_line(key):
 
 def test_the_stand_in_enforces_the_contracts_entries():
     lim = _contract.LIMITS
-    want = (lim["layout.ranks"].hi, lim["layout.experts"].hi, lim["layout.tokens"].hi, lim["layout.top_k"].hi)
-    assert want == (layout.MAX_RANKS, layout.MAX_EXPERTS, layout.MAX_TOKENS, layout.MAX_TOP_K)
-    want = (2, 384, lim["dispatch.tokens"].hi, lim["dispatch.hidden"].lo, lim["dispatch.hidden"].hi)
-    assert want == (prefill.MIN_RANKS, prefill.MAX_RANKS, prefill.MAX_TOKENS, prefill.H_MIN, prefill.H_MAX)
+    layout_his = (lim["layout.ranks"].hi, lim["layout.experts"].hi, lim["layout.tokens"].hi, lim["layout.top_k"].hi)
+    assert layout_his == (layout.MAX_RANKS, layout.MAX_EXPERTS, layout.MAX_TOKENS, layout.MAX_TOP_K)
+    prefill_bounds = (2, 384, lim["dispatch.tokens"].hi, lim["dispatch.hidden"].lo, lim["dispatch.hidden"].hi)
+    assert prefill_bounds == (prefill.MIN_RANKS, prefill.MAX_RANKS, prefill.MAX_TOKENS, prefill.H_MIN, prefill.H_MAX)
     # fused: the tiling refuses outside [512, 7168]; the contract's valid range is the guide's [1024, 7168]
     assert (fused.H_MIN, fused.H_MAX) == (lim["fused.hidden"].refused_lo, lim["fused.hidden"].hi) == (512, 7168)
     assert lim["fused.hidden"].valid(1024) and not lim["fused.hidden"].valid(768)

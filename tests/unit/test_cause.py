@@ -25,7 +25,8 @@ def rank(r: int, host: str, log: Path | None, code: int = 1) -> RankResult:
 
 def test_the_last_tracebacks_exception_line_is_the_error(tmp_path):
     log = real_log(tmp_path, "r.log", "print('starting'); import json; json.loads('{')")
-    assert cause.first_error(log.read_text()).startswith("json.decoder.JSONDecodeError: Expecting property name")
+    error = cause.first_error(log.read_text())
+    assert error is not None and error.startswith("json.decoder.JSONDecodeError: Expecting property name")
 
 
 def test_pytests_short_summary_wins_over_a_traceback():

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from framework import commands
+from framework.commands import ShellScript
 
 HOSTILE = ["a b", "it's", 'say "hi"', "$(id -u)", "`id -u`", "a;b", "x && y", "line1\nline2", "ünïcødé ✓", "", "*", "~"]
 
@@ -64,7 +65,7 @@ def test_hostile_env_and_cwd_arrive_literally(tmp_path):
     weird = tmp_path / "d i r $(x) `y` ;z 'q' \"w\""
     weird.mkdir()
     env = {f"V{i}": v for i, v in enumerate(HOSTILE)}
-    script = "pwd; printf '%s\\0' " + " ".join(f'"$V{i}"' for i in range(len(HOSTILE)))
+    script = ShellScript("pwd; printf '%s\\0' " + " ".join(f'"$V{i}"' for i in range(len(HOSTILE))))
     line = commands.build(script, env=env, cwd=str(weird)).text
     out = _sh(line)
     first, rest = out.split("\n", 1)
@@ -75,7 +76,8 @@ def test_hostile_env_and_cwd_arrive_literally(tmp_path):
 @pytest.mark.parametrize("direct", [False, True], ids=["via-sh", "direct"])
 @pytest.mark.parametrize("login", ["/bin/sh", "bash"])
 def test_pgid_wrapper_reports_the_shell_pid_and_name_first(direct, login):
-    script = commands.build("echo out; echo err >&2; printf '%s\\n' \"$@\" 'it''s' \"$(echo x)\"; exit 3").text
+    script = commands.build(
+        ShellScript("echo out; echo err >&2; printf '%s\\n' \"$@\" 'it''s' \"$(echo x)\"; exit 3")).text
     line = commands.with_pgid(script, direct=direct)
     proc = subprocess.Popen([login, "-c", line], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)

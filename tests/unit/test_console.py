@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import re
 import threading
 import time
@@ -9,11 +10,12 @@ import time
 from framework import console
 
 
-class SlowStream:
+class SlowStream(io.StringIO):
     """A terminal that takes its time over every write, as a busy pty or pipe does: writes of different
     threads interleave wherever a line is written in more than one piece."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.parts: list[str] = []
 
     def write(self, text: str) -> int:

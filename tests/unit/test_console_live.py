@@ -16,8 +16,9 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
-import ptyrun
+from tests import ptyrun
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -94,12 +95,19 @@ def test_no_color_keeps_the_live_display_without_a_style_code():
     _assert_last_lines(_final_lines(out))
 
 
+def _plain(line: str) -> tuple[str | Any, ...]:
+    """(host, message) of a plain progress line; the test fails on any other line."""
+    m = PLAIN.fullmatch(line)
+    assert m is not None, line
+    return m.groups()
+
+
 def test_a_dumb_terminal_gets_plain_lines():
     for env in (_env(TERM="dumb"), _env(TERM="xterm", CI="true")):
         out = run_on_pty(env)
         assert b"\x1b" not in out, out  # no cursor movement, no colour: nothing to interpret
         lines = out.decode().replace("\r", "").splitlines()
-        assert [PLAIN.fullmatch(ln).groups() for ln in lines[:-2]] == [
+        assert [_plain(ln) for ln in lines[:-2]] == [
             (h, m.replace("\x1b", r"\x1b").replace("\x07", r"\x07")) for h, m in EVENTS]
         assert LOGGED.fullmatch(lines[-2]), lines
         assert lines[-1] == "rich imported: False"
@@ -111,7 +119,7 @@ def test_a_pipe_gets_the_plain_lines_unchanged():
     assert proc.returncode == 0, proc.stderr
     assert b"\x1b" not in proc.stderr
     lines = proc.stderr.decode().splitlines()
-    assert [PLAIN.fullmatch(ln).groups() for ln in lines[:-2]] == [
+    assert [_plain(ln) for ln in lines[:-2]] == [
         (h, m.replace("\x1b", r"\x1b").replace("\x07", r"\x07")) for h, m in EVENTS]
     assert LOGGED.fullmatch(lines[-2]), lines
     assert lines[-1] == "rich imported: False"

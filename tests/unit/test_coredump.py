@@ -18,10 +18,11 @@ import tarfile
 import time
 from pathlib import Path
 from types import SimpleNamespace
+from typing import cast
 
 import pytest
-from builders import ASCEND_CAPTURES, make_host_spec
 
+from framework.config.effective import EnvConfig
 from framework.cores.inspection import (
     Core,
     CorePolicy,
@@ -53,6 +54,7 @@ from framework.hosts import Cluster, Host
 from framework.lab.plan import LAB_CORE_PATTERN, core_pattern_on_down, core_pattern_on_up
 from framework.launch.runwatch import ClusterWatch
 from framework.transport.local import LocalTransport
+from tests.builders import ASCEND_CAPTURES, make_host_spec
 
 DATA = ASCEND_CAPTURES
 LAB_PATTERN = "/var/crash/camit/core.%e.%p.%t.%s"
@@ -462,7 +464,7 @@ def test_policy_parsing_and_precedence(monkeypatch: pytest.MonkeyPatch) -> None:
     assert CoreWatch(cluster, defaults=defaults).policy is CorePolicy.IGNORE
     assert CoreWatch(cluster, defaults=defaults).cap_bytes == 5
     assert CoreWatch(cluster, policy="fail", defaults=defaults).policy is CorePolicy.FAIL
-    env = SimpleNamespace(cores=SimpleNamespace(policy="ignore", cap_bytes=5))
+    env = cast(EnvConfig, SimpleNamespace(cores=SimpleNamespace(policy="ignore", cap_bytes=5)))
     assert CoreWatch(cluster, env).policy is CorePolicy.WARN and CoreWatch(cluster, env).cap_bytes == 1 << 30
 
 

@@ -15,7 +15,6 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-from builders import make_env
 
 from framework.config.effective import EnvConfig
 from framework.errors import MultiHostError, UsageError
@@ -24,6 +23,7 @@ from framework.launch import Target
 from framework.ranksuite import coverage as fc
 from framework.testing.fake import FakeTransport
 from framework.transport.local import LocalTransport
+from tests.builders import make_env
 
 REPO = Path(__file__).resolve().parents[2]
 RANK_TREE = REPO / "suites" / "cam" / "rank"

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-try:
+if sys.version_info >= (3, 11):
     import tomllib
-except ModuleNotFoundError:  # Python 3.10 (requires-python): the same parser as a package
+else:  # Python 3.10 (requires-python): the same parser as a package
     tomllib = pytest.importorskip("tomli")
 
 ROOT = Path(__file__).resolve().parents[2]

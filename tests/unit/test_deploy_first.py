@@ -12,15 +12,19 @@ import subprocess
 import sys
 import threading
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from builders import make_env, make_wheel, record_digest
 
 from framework import deploy, remote
 from framework.deploy.plan import install_wheel_script, installer_bin, parse_cpu, with_cpu
 from framework.hosts import Cluster, Host, sha256_file
 from framework.transport.local import LocalTransport
+from tests.builders import make_env, make_wheel, record_digest
+
+#: an upload's progress callback (Transport.put)
+OnBytes = Callable[[int, int], None] | None
 
 VERSION = "209.0.0b1"
 
@@ -156,13 +160,13 @@ class _SlowUpload(LocalTransport):
         super().__init__(name)
         self.venv, self.wait, self.venv_before_upload_end = venv, wait, threading.Event()
 
-    def put(self, local, remote, **kwargs):  # type: ignore[no-untyped-def]
+    def put(self, local: Path, remote: str, progress: OnBytes = None) -> None:
         for _ in range(int(self.wait * 20)):
             if (self.venv / "pyvenv.cfg").exists():
                 self.venv_before_upload_end.set()
                 break
             threading.Event().wait(0.05)
-        return super().put(local, remote, **kwargs)
+        return super().put(local, remote, progress)
 
 
 def test_the_venv_is_made_while_the_artifacts_upload(tmp_path, monkeypatch):
@@ -202,9 +206,9 @@ class _UploadAfterWarm(LocalTransport):
         super().__init__(name)
         self.work, self.wait, self.fail, self.warm_during_upload = work, wait, fail, threading.Event()
 
-    def put(self, local, remote, **kwargs):  # type: ignore[no-untyped-def]
+    def put(self, local: Path, remote: str, progress: OnBytes = None) -> None:
         if Path(local).name == "wheelinst.py":  # the installer, shipped beside the upload: not an artifact
-            return super().put(local, remote, **kwargs)
+            return super().put(local, remote, progress)
         for _ in range(int(self.wait * 20)):
             if _warm_pids(self.work):
                 self.warm_during_upload.set()
@@ -213,7 +217,7 @@ class _UploadAfterWarm(LocalTransport):
         if self.fail:
             from framework.errors import TransferError
             raise TransferError(self.name, "link down (test)")
-        return super().put(local, remote, **kwargs)
+        return super().put(local, remote, progress)
 
 
 def _counting_wheel(out: Path, log: Path, broken: bool = False) -> Path:
@@ -235,7 +239,7 @@ def _counting_wheel(out: Path, log: Path, broken: bool = False) -> Path:
     return path
 
 
-def _deploy_one(tmp_path: Path, wheel: Path, transport_of, venv: bool = True):  # type: ignore[no-untyped-def]
+def _deploy_one(tmp_path: Path, wheel: Path, transport_of, venv: bool = True):
     work = tmp_path / "w"
     env = make_env({"h1": {"workdir": str(work)}}, defaults={"python": sys.executable, "venv": venv},
                    artifacts={"wheel": str(wheel)}, relay=False)
@@ -291,8 +295,8 @@ def test_an_import_check_that_gave_up_waiting_is_run_again(tmp_path, monkeypatch
     wheel = _counting_wheel(tmp_path / "dist", log)
 
     class _Slow(_UploadAfterWarm):
-        def put(self, local, remote, **kwargs):  # type: ignore[no-untyped-def]
-            super().put(local, remote, **kwargs)
+        def put(self, local: Path, remote: str, progress: OnBytes = None) -> None:
+            super().put(local, remote, progress)
             for _ in range(200):  # until the check gave up
                 if not _warm_pids(self.work):
                     break
@@ -311,7 +315,7 @@ class _PipAfterWarm(LocalTransport):
         super().__init__(name)
         self.work, self.wait, self.warm_during_pip = work, wait, threading.Event()
 
-    def run(self, line, **kwargs):  # type: ignore[no-untyped-def]
+    def run(self, line, **kwargs):
         # the install-wheel step: the installer run on the wheel (the probe and the ship name the installer too)
         if re.search(r" -I \S*/wheelinst-\w+\.py (--\S+ \S+ )*\S+\.whl", line):
             for _ in range(int(self.wait * 20)):
@@ -351,9 +355,9 @@ class _Counting(LocalTransport):
         super().__init__(name)
         self.puts: list[str] = []
 
-    def put(self, local, remote, **kwargs):  # type: ignore[no-untyped-def]
+    def put(self, local: Path, remote: str, progress: OnBytes = None) -> None:
         self.puts.append(str(local))
-        return super().put(local, remote, **kwargs)
+        return super().put(local, remote, progress)
 
 
 def test_the_installer_is_shipped_once_and_again_when_it_changed_on_the_host(tmp_path):
@@ -380,11 +384,11 @@ def test_the_installer_is_shipped_once_and_again_when_it_changed_on_the_host(tmp
 class _NoInstaller(LocalTransport):
     """A host where putting the wheel installer fails (the artifacts go through)."""
 
-    def put(self, local, remote, **kwargs):  # type: ignore[no-untyped-def]
+    def put(self, local: Path, remote: str, progress: OnBytes = None) -> None:
         if Path(local).name == "wheelinst.py":
             from framework.errors import TransferError
             raise TransferError(self.name, "disk quota exceeded (test)")
-        return super().put(local, remote, **kwargs)
+        return super().put(local, remote, progress)
 
 
 def test_an_installer_that_cannot_be_shipped_fails_the_wheel_install_naming_it(tmp_path):

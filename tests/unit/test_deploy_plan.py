@@ -3,18 +3,19 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import shlex
 import subprocess
 from pathlib import Path
 
 import pytest
-from builders import ASCEND_CAPTURES, make_env
 
 from framework import deploy, remote
 from framework.deploy.plan import install_wheel_script, interpreter_ok, parse_verify
 from framework.errors import ConfigError
 from framework.remote.layout import sh_sha_ok, sh_verified
+from tests.builders import ASCEND_CAPTURES, make_env
 
 DATA = ASCEND_CAPTURES
 
@@ -298,7 +299,7 @@ def _merge_many(path, worker):
     for i in range(20):
         new = {"duration": 0.1, "relay_used": False, "notes": [],
                "hosts": {f"w{worker}h{i}": {"host": f"w{worker}h{i}", "status": "deployed"}}}
-        rundir.update_json("deploy-manifest.json", lambda old, new=new: deploy.merge_manifest(old, new))
+        rundir.update_json("deploy-manifest.json", functools.partial(deploy.merge_manifest, new=new))
 
 
 def test_a_big_staged_artifact_is_hashed_by_the_hosts_python_and_a_small_one_by_sha256sum():

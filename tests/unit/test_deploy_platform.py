@@ -7,7 +7,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from builders import make_env
 
 from framework import deploy
 from framework.deploy.platform import Platform, choose, parse_run_name
@@ -17,6 +16,7 @@ from framework.hosts import Cluster, Host
 from framework.launch.plan import plan_nodes
 from framework.setenv import OP_ACLNN, aclnn_symbols, env_steps
 from framework.testing import FakeTransport
+from tests.builders import make_env
 
 A3 = Platform("ascend910_93", "openEuler", "aarch64")
 

@@ -24,6 +24,12 @@ def _members(tgz: Path) -> list[str]:
         return [m.name for m in tf.getmembers() if m.isfile()]
 
 
+def _read(tf: tarfile.TarFile, member: tarfile.TarInfo) -> bytes:
+    f = tf.extractfile(member)
+    assert f is not None, member.name
+    return f.read()
+
+
 def test_the_newest_plogs_are_packed_by_descriptor_and_a_linked_or_symlinked_one_is_not(tmp_path: Path) -> None:
     home, secret = tmp_path / "home", tmp_path / "root-only"
     (home / "ascend/log/debug/plog").mkdir(parents=True)
@@ -41,7 +47,7 @@ def test_the_newest_plogs_are_packed_by_descriptor_and_a_linked_or_symlinked_one
     names = _members(Path(plogs[1]))
     assert [Path(n).name for n in names] == ["plog-11_2.log"], names
     with tarfile.open(plogs[1]) as tf:
-        assert b"SECRET" not in b"".join(tf.extractfile(m).read() for m in tf.getmembers() if m.isfile())
+        assert b"SECRET" not in b"".join(_read(tf, m) for m in tf.getmembers() if m.isfile())
     assert diagcollect._plog_member(tarfile.TarInfo(names[0])) == Path("ascend/plog-11_2.log")
     assert diagcollect._plog_member(tarfile.TarInfo("x/notes.txt")) is None
 

@@ -131,9 +131,9 @@ def test_py_spy_attaches_only_after_the_rank_has_printed_its_dump(tmp_path):
         out = subprocess.run([str(bindir / "python3"), "-I", "-c", diagnose.HOST_PROGRAM, str(tmp_path / "runs"),
                               "run1", "hostA", "2", str(stacks.TAIL_BYTES), RUN_TAG, "5", "2"],
                              capture_output=True, text=True, timeout=60, check=True, env=env).stdout
-        log, spy = diagnose.parse(out)["run1-t1-ab"][0]
+        rank_log, spy = diagnose.parse(out)["run1-t1-ab"][0]
         assert spy.strip() == "dump was there"
-        assert stacks.main_stack(log), log
+        assert stacks.main_stack(rank_log), rank_log
     finally:
         rank.kill()
         rank.wait()

@@ -15,11 +15,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from docblocks import KINDS, PAGES, ROOT, Block, blocks
 
 from framework.cli import EXIT_CODES, build_parser
 from framework.errors import SESSION_MEANING, UsageError
 from framework.lab.manage import _parser as lab_parser
+from tests.docblocks import KINDS, PAGES, ROOT, Block, blocks
 
 ENV = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "100"}
 

@@ -6,9 +6,11 @@ import hashlib
 import inspect
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from framework.commands import ShellScript
 from framework.config.effective import ArtifactsSpec, Defaults, EnvConfig, HostSpec, LaunchSpec, NicSpec
 from framework.deploy.plan import Artifact, HostPlan, Probe
 from framework.deploy.relay import RelayChain
@@ -55,7 +57,7 @@ def test_the_fake_has_every_member_of_the_protocol_with_the_same_keywords(fake, 
 
 def test_a_fake_process_answers_its_stdin_and_ends_when_scripted():
     fake = FakeTransport("h").on_spawn("sup", lines=["STARTED 1"], ends=False, replies={"KILL": ["KILLED stdin-kill"]})
-    proc = Host("h", fake, command_timeout=5).spawn("sup")
+    proc = Host("h", fake, command_timeout=5).spawn(ShellScript("sup"))
     assert proc.readline(1) == "STARTED 1\n"
     assert proc.readline(0.05) is None and not proc.poll()
     proc.write(b"HB\n")
@@ -65,7 +67,7 @@ def test_a_fake_process_answers_its_stdin_and_ends_when_scripted():
     assert res is not None and res.rc == 0 and res.stdout == "STARTED 1\nKILLED stdin-kill\n"
     assert fake.processes[0].written == b"HB\nKILL\n"
     with pytest.raises(AssertionError, match="unexpected spawn 'other'"):
-        Host("h", fake).spawn("other")
+        Host("h", fake).spawn(ShellScript("other"))
 
 
 def env_of(tmp_path: Path, hosts: list[str] = HOSTS) -> EnvConfig:
@@ -140,7 +142,7 @@ def test_a_launch_hands_every_hosts_phase_over_at_once(tmp_path):
 
 
 def test_a_rank_failure_through_the_fake_tears_the_other_node_down(tmp_path):
-    scripts = {
+    scripts: dict[str, dict[str, Any]] = {
         "host1": {"lines": ["STARTED 10"], "ends": False,
                   "replies": {protocol.KILL: ["KILLED stdin-kill", "RANK 0 SIG SIGTERM pid 1",
                                               "RANK 1 SIG SIGTERM pid 2", "DONE"]}},
@@ -165,11 +167,13 @@ def test_a_rank_failure_through_the_fake_tears_the_other_node_down(tmp_path):
 def test_a_host_that_cannot_start_is_an_infra_failure(tmp_path):
     from framework.errors import HostUnreachable
 
-    scripts = {"host1": {"lines": ["STARTED 1"], "ends": False, "replies": {"KILL": ["DONE"]}},
-               "host2": {"raises": HostUnreachable("host2", "connection refused")}}
+    scripts: dict[str, dict[str, Any]] = {
+        "host1": {"lines": ["STARTED 1"], "ends": False, "replies": {"KILL": ["DONE"]}},
+        "host2": {"raises": HostUnreachable("host2", "connection refused")}}
     lau, _ = launcher(tmp_path, scripts)
     result = lau.run(Target(module="pytest"), timeout=30)
-    assert result.failure_kind == "infra" and result.failure.startswith("host2: cannot start the launch: ")
+    assert result.failure_kind == "infra" and result.failure is not None
+    assert result.failure.startswith("host2: cannot start the launch: ")
 
 
 def test_the_relay_chain_through_the_fake_wires_next_hops_and_tokens(tmp_path):
@@ -194,7 +198,9 @@ def test_the_relay_chain_through_the_fake_wires_next_hops_and_tokens(tmp_path):
     assert sorted(outcome.received) == ["h1", "h2"] and outcome.pending == ["h3"]
     assert outcome.notes == [f"relay: h3 did not receive {art.name}: ERR sha256 mismatch"]
     head, mid, tail = (fakes[h].processes[0].written for h in hosts)
-    tokens = {h: re.search(rb"TOKEN (\w+)", w).group(1).decode() for h, w in (("h2", mid), ("h3", tail))}
+    found = {h: re.search(rb"TOKEN (\w+)", w) for h, w in (("h2", mid), ("h3", tail))}
+    tokens = {h: m.group(1).decode() for h, m in found.items() if m}
+    assert tokens.keys() == found.keys(), (mid, tail)
     assert head == f"NEXT 10.0.0.2 4002 {tokens['h2']}\n".encode() + data
     assert mid == f"NEXT 10.0.0.3 4003 {tokens['h3']}\nTOKEN {tokens['h2']}\n".encode()
     assert tail == f"NEXT -\nTOKEN {tokens['h3']}\n".encode()
@@ -241,7 +247,7 @@ def test_ranks_the_launcher_tore_down_after_another_failed_are_skipped_in_cluste
 
     from framework.report.junit import validate_junit, write_cluster_junit
 
-    scripts = {
+    scripts: dict[str, dict[str, Any]] = {
         "host1": {"lines": ["STARTED 10"], "ends": False,
                   "replies": {protocol.KILL: ["KILLED stdin-kill", "RANK 0 SIG SIGTERM pid 1",
                                               "RANK 1 SIG SIGTERM pid 2", "DONE"]}},

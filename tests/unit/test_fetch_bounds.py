@@ -101,13 +101,13 @@ def test_the_time_cap_is_checked_while_reading() -> None:
     import framework.fetchcaps as fc
 
     real = fc.time.monotonic
-    fc.time.monotonic = lambda: next(ticks)  # type: ignore[assignment]
+    fc.time.monotonic = lambda: next(ticks)
     try:
         with pytest.raises(FetchCapError, match=r"took longer than 2s \(CAMIT_FETCH_TIMEOUT\); stopped after 30 B"):
             fetchcaps.copy_bounded(lambda n: next(slow, b""), out, host="h", remote="/r",
                                    cap=FetchCaps(timeout=2.0))
     finally:
-        fc.time.monotonic = real  # type: ignore[assignment]
+        fc.time.monotonic = real
 
 
 # -- archives: member, total and expansion caps -----------------------------------------------------------

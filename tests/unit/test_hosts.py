@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+from framework.commands import ShellScript
 from framework.errors import (
     EXIT_FAILED,
     EXIT_INFRA,
@@ -30,11 +31,11 @@ def make(name: str = "node1") -> tuple[Host, FakeTransport]:
 def test_run_returns_result_and_check_raises_with_host_command_rc_and_tail():
     host, fake = make()
     fake.on("hostname", stdout="node1\n").on("false", rc=3, stderr="boom\nlast words\n")
-    assert host.run("hostname").stdout == "node1\n"
-    res = host.run("false")
+    assert host.run(ShellScript("hostname")).stdout == "node1\n"
+    res = host.run(ShellScript("false"))
     assert res.rc == 3 and res.failed
     with pytest.raises(CommandFailed) as info:
-        host.check("false")
+        host.check(ShellScript("false"))
     err = info.value
     assert err.host == "node1" and err.result.rc == 3
     assert str(err).startswith("node1: exit status 3: false")
@@ -54,21 +55,21 @@ def test_timeout_is_reported_as_timed_out_error():
 def test_unexpected_command_is_loud():
     host, _ = make()
     with pytest.raises(AssertionError, match="unexpected command"):
-        host.run("rm -rf /")
+        host.run(ShellScript("rm -rf /"))
 
 
 def test_broken_host_fails_fast_until_reset():
     host, fake = make()
     fake.connect_error = HostUnreachable("node1", "cannot connect to 10.0.0.1:22: connection refused")
     with pytest.raises(HostUnreachable):
-        host.run("true")
+        host.run(ShellScript("true"))
     fake.connect_error = None
     fake.on("true")
     with pytest.raises(HostUnreachable, match="connection refused"):
-        host.run("true")  # remembered: no second connect attempt
+        host.run(ShellScript("true"))  # remembered: no second connect attempt
     assert fake.calls == []
     host.reset()
-    assert host.run("true").ok
+    assert host.run(ShellScript("true")).ok
 
 
 def test_put_verifies_sha256_and_replaces_atomically(tmp_path):
@@ -120,7 +121,7 @@ def test_cluster_reports_every_host_and_never_stops_at_first_failure():
     fakes["h2"].connect_error = HostUnreachable("h2", "cannot connect to 10.0.0.2:22: connection refused")
     fakes["h3"].on("x", rc=1, stderr="bad")
     fakes["h4"].on("x", stdout="ok")
-    group = cluster.run("x")
+    group = cluster.run(ShellScript("x"))
     assert list(group) == ["h1", "h2", "h3", "h4"]
     assert set(group.succeeded) == {"h1", "h4"}
     assert set(group.failed) == {"h2", "h3"}
@@ -150,7 +151,7 @@ def test_cluster_pool_is_bounded():
 
     for f in fakes.values():
         f.on("slow", handler=slow)
-    assert cluster.run("slow").ok
+    assert cluster.run(ShellScript("slow")).ok
     assert peak == 3
 
 
@@ -171,7 +172,7 @@ def test_cluster_map_keeps_unexpected_exceptions_per_host():
 def test_cluster_selects_hosts():
     cluster, fakes = _cluster(3)
     fakes["h2"].on("x")
-    assert list(cluster.run("x", hosts=["h2"])) == ["h2"]
+    assert list(cluster.run(ShellScript("x"), hosts=["h2"])) == ["h2"]
     assert fakes["h1"].calls == [] and fakes["h3"].calls == []
 
 

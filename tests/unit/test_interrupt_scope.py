@@ -12,12 +12,14 @@ import threading
 import time
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
 from framework.cli import run as cli_run
+from framework.config.effective import EnvConfig
 from framework.hosts import Cluster, Host
+from framework.records.folder import RunDir
 from framework.transport.local import LocalTransport
 
 
@@ -70,8 +72,9 @@ def test_camit_run_scans_cores_before_it_removes_anything_however_the_launch_end
     args = argparse.Namespace(json=True, nproc_per_node=1, keep_remote=False, timeout=60, core_policy="fail")
     state: dict[str, Any] = {"cores": None}
     with pytest.raises(type(error)):
-        cli_run.run_leased(args, SimpleNamespace(), contextlib.nullcontext(), SimpleNamespace(path=Path(".")),
-                        None, state)  # type: ignore[arg-type]
+        # stand-ins for the env, the cluster and the run folder: the recorder replaces what would use them
+        cli_run.run_leased(args, cast(EnvConfig, SimpleNamespace()), cast(Cluster, contextlib.nullcontext()),
+                           cast(RunDir, SimpleNamespace(path=Path("."))), None, state)
     assert calls == ["scan before", "launch", "scan after", "remove run folders"]
     assert state["cores"] == ["a core"]
 
@@ -99,7 +102,7 @@ def test_an_interrupt_stops_a_download_at_its_next_chunk(tmp_path):
     seen = []
 
     class Recording(LocalTransport):
-        def get(self, remote, local, *, cap=None):  # type: ignore[no-untyped-def, override]
+        def get(self, remote, local, *, cap=None):
             seen.append(cap.cancel)
             return super().get(remote, local, cap=cap)
 

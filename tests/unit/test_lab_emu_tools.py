@@ -238,7 +238,8 @@ def test_registered_process_is_listed_until_it_dies(tmp_path: Path) -> None:
         assert [(q.npu, q.chip, q.pid) for q in info.processes] == [(1, 1, p.pid), (6, 0, p.pid)]
         assert info.idle_npus == {0, 2, 3, 4, 5, 7} and info.busy_npus == [1, 6]
         hbm = {(c.npu, c.chip): c.hbm_used_mb for c in info.chips}
-        assert hbm[(1, 1)] == hbm[(0, 1)] + npu_smi.PROC_MB
+        idle_mb = hbm[(0, 1)]
+        assert idle_mb is not None and hbm[(1, 1)] == idle_mb + npu_smi.PROC_MB
         rate = ascend.parse_kv_blocks(_ok(tree, "npu-smi", "info", "-t", "usages", "-i", "1"))
         assert int(rate[2]["HBM Usage Rate(%)"]) > int(rate[1]["HBM Usage Rate(%)"])
     finally:
@@ -290,7 +291,8 @@ def _snapshot(tree: Path) -> dict[tuple[object, ...], str]:
     host = common.Host(camit)
     snap: dict[tuple[object, ...], str] = {("info",): _call(npu_smi, camit, "info")}
     for extra in (["-l"], ["-m"]):
-        snap[("info", *extra)] = _call(npu_smi, camit, "info", *extra)
+        key = ("info", *extra)
+        snap[key] = _call(npu_smi, camit, "info", *extra)
     for npu in range(host.npus):
         for kind in ("health", "usages", "board"):
             snap[(kind, npu)] = _call(npu_smi, camit, "info", "-t", kind, "-i", str(npu))

@@ -138,8 +138,9 @@ def test_unreported_ranks_fail_a_launch_that_ended_cleanly():
         mon.line(h, "EXIT 0", 1.0)
         mon.line(h, "DONE", 1.0)
     mon.conclude(2.0)
-    assert mon.result.failure_kind == "rank"
-    assert mon.result.failure.startswith("rank 0 on host1 did not report (killed or lost)")
+    failure = mon.result.failure
+    assert mon.result.failure_kind == "rank" and failure is not None
+    assert failure.startswith("rank 0 on host1 did not report (killed or lost)")
 
 
 def test_a_real_supervisor_and_rank_wrapper_transcript(tmp_path):

@@ -10,13 +10,13 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-import rankside
-from builders import make_env
 
 from framework.launch import LaunchResult
 from framework.launch.result import NodeResult, RankResult
 from framework.ranksuite import batch, batches
 from framework.ranksuite.suite import RankSuite
+from tests import rankside
+from tests.builders import make_env
 
 MODULES = ["test_a_rank.py", "test_b_rank.py", "test_c_rank.py"]
 WORLD = 2
@@ -180,7 +180,7 @@ class _Scripted(RankSuite):
         self.launches = launches
         self.calls: list[tuple[list[str], float, bool]] = []
 
-    def _launch(self, modules, world, *, extra_env, name, min_nodes, timeout, select=None, record=False):  # type: ignore[no-untyped-def,override]
+    def _launch(self, modules, world, *, extra_env, name, min_nodes, timeout, select=None, record=False):
         self.calls.append((list(modules), timeout, record))
         return self.launches.pop(0), "placed"
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import shlex
+from typing import Any
 
 import pytest
 
@@ -85,7 +86,7 @@ def test_unknown_backend():
 
 
 def plan(**kw):
-    base = dict(host="node1", node_rank=1, nnodes=2, nproc_per_node=8, master_addr="198.51.100.10",
+    base: dict[str, Any] = dict(host="node1", node_rank=1, nnodes=2, nproc_per_node=8, master_addr="198.51.100.10",
                 master_port=29512, python="/w/venv/bin/python", run_dir="/w/runs/r1", supervisor="/w/bin/sup.py",
                 rankwrap="/w/bin/wrap.py", launch_id="r1", env={"GLOO_SOCKET_IFNAME": "eth1"})
     base.update(kw)

@@ -6,6 +6,7 @@ so atomic creation, conditional replacement and the all-or-nothing order are tes
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import re
@@ -16,6 +17,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -41,13 +43,21 @@ from framework.lease import (
 from framework.result import Result
 from framework.testing import FakeTransport
 from framework.transport.local import LocalTransport
+from tests.support.leases import answers, states
+
+BASE = LeaseRecord(owner="https://ci/job/7/", token="abc", pid=4242, controller="ctl", hosts=("h1", "h2"),
+                   start=1000.0, heartbeat=1100.0, expires=1400.0, ttl=300.0, interval=10.0)
 
 
-def record(**over) -> LeaseRecord:
-    base = dict(owner="https://ci/job/7/", token="abc", pid=4242, controller="ctl", hosts=("h1", "h2"),
-                start=1000.0, heartbeat=1100.0, expires=1400.0, ttl=300.0, interval=10.0)
-    base.update(over)
-    return LeaseRecord(**base)
+def record(**over: Any) -> LeaseRecord:
+    return dataclasses.replace(BASE, **over)
+
+
+def on_host(host: Host) -> LeaseRecord:
+    """The lease record in ``host``'s lease file (the test fails when it is not one)."""
+    rec = LeaseRecord.parse(lease_file(host).read_text())
+    assert rec is not None, f"{host.name}: no lease record"
+    return rec
 
 
 # --------------------------------------------------------------------------- pure
@@ -110,6 +120,7 @@ def test_lease_held_names_the_holder():
     text = str(err)
     assert text.startswith("host2: leased by https://ci/job/7/ (pid 4242 on ctl, since ")
     assert "heartbeat 5s ago, expires in 295s" in text and "after waiting 30s" in text
+    assert isinstance(err.holder, LeaseRecord)
     assert err.exit_code == EXIT_INFRA and err.holder.token == "abc"
 
 
@@ -209,6 +220,7 @@ def hosts(tmp_path):
 
 
 def lease_file(host: Host) -> Path:
+    assert host.spec is not None
     return Path(host.spec.workdir) / LEASE_FILE
 
 
@@ -217,7 +229,7 @@ def test_acquire_writes_host_times_and_release_removes(hosts):
     before = time.time()
     with Lease(Cluster(hs), owner="alice@ctl", ttl=120, interval=0) as lease:
         for h in hs:
-            rec = LeaseRecord.parse(lease_file(h).read_text())
+            rec = on_host(h)
             assert rec.owner == "alice@ctl" and rec.token == lease.token and rec.hosts == ("h1", "h2", "h3")
             assert before - 1 <= rec.start <= time.time() + 1 and rec.expires == rec.heartbeat + 120
             assert rec.pid == __import__("os").getpid()
@@ -250,7 +262,7 @@ class TimedTransport(LocalTransport):
         super().__init__(name)
         self.spans = spans
 
-    def run(self, line: str, **kw):  # type: ignore[no-untyped-def, override]
+    def run(self, line: str, **kw):
         start = time.monotonic()
         try:
             return super().run(line, **kw)
@@ -302,7 +314,7 @@ def test_after_a_held_host_the_retries_go_host_by_host(tmp_path):
 
     threading.Thread(target=release_once_h4_was_tried, daemon=True).start()
     with Lease(Cluster(hs), owner="me", wait=20, interval=0, poll=0.1) as lease:
-        assert all(LeaseRecord.parse(lease_file(h).read_text()).owner == "me" for h in hs)
+        assert all(on_host(h).owner == "me" for h in hs)
         assert lease._contended
     retries = [s for s in spans if s[1] > spans[0][1]]  # everything after the first attempt's h1
     last = [s for s in retries if s[0] == "h1"][-1]
@@ -314,7 +326,7 @@ def test_after_a_held_host_the_retries_go_host_by_host(tmp_path):
 def test_disjoint_groups_are_leased_concurrently(hosts):
     h1, h2, h3, h4 = hosts(4)
     with Lease(Cluster([h1, h2]), owner="a", interval=0), Lease(Cluster([h3, h4]), owner="b", interval=0):
-        owners = {h.name: LeaseRecord.parse(lease_file(h).read_text()).owner for h in (h1, h2, h3, h4)}
+        owners = {h.name: on_host(h).owner for h in (h1, h2, h3, h4)}
         assert owners == {"h1": "a", "h2": "a", "h3": "b", "h4": "b"}
 
 
@@ -344,7 +356,7 @@ def test_expired_lease_is_taken_over_with_a_warning(hosts, caplog):
     lease_file(h).write_text(json.dumps(old.to_json()) + "\n")
     with caplog.at_level(logging.WARNING, logger="camit.lease"):
         with Lease(Cluster([h]), owner="new", interval=0) as lease:
-            assert LeaseRecord.parse(lease_file(h).read_text()).token == lease.token
+            assert on_host(h).token == lease.token
     assert "taking over the stale lease of https://ci/job/7/ (pid 4242 on gone-ctl" in caplog.text
 
 
@@ -372,19 +384,19 @@ def test_heartbeat_renews_and_a_takeover_is_noticed(hosts):
     (h,) = hosts(1)
     with pytest.raises(LeaseLost, match="lease lost: h1: taken over by thief"):
         with Lease(Cluster([h]), owner="me", ttl=30, interval=0.3) as lease:
-            first = LeaseRecord.parse(lease_file(h).read_text())
+            first = on_host(h)
             deadline = time.monotonic() + 5
-            while LeaseRecord.parse(lease_file(h).read_text()).heartbeat == first.heartbeat:
+            while on_host(h).heartbeat == first.heartbeat:
                 assert time.monotonic() < deadline, "no heartbeat"
                 time.sleep(0.1)
-            renewed = LeaseRecord.parse(lease_file(h).read_text())
+            renewed = on_host(h)
             assert renewed.start == first.start and renewed.expires == renewed.heartbeat + 30
             lease_file(h).write_text(json.dumps(record(owner="thief", token="other", heartbeat=renewed.heartbeat,
                                                        expires=renewed.expires).to_json()))
             while not lease.lost:
                 assert time.monotonic() < deadline + 5, "takeover not noticed"
                 time.sleep(0.1)
-    assert LeaseRecord.parse(lease_file(h).read_text()).owner == "thief"  # not ours to remove
+    assert on_host(h).owner == "thief"  # not ours to remove
 
 
 def test_racing_takers_exactly_one_wins(hosts):
@@ -407,7 +419,7 @@ def test_racing_takers_exactly_one_wins(hosts):
     for t in threads:
         t.join()
     assert len(winners) == 1 and len(losers) == 7
-    tokens = {LeaseRecord.parse(lease_file(h).read_text()).token for h in hs}
+    tokens = {on_host(h).token for h in hs}
     assert tokens == {winners[0].token}
     winners[0].release()
 
@@ -415,10 +427,11 @@ def test_racing_takers_exactly_one_wins(hosts):
 def test_status_and_forced_release(hosts):
     hs = hosts(2)
     Lease(Cluster(hs[:1]), owner="someone-else", interval=0).acquire()
-    st = lease_status(Cluster(hs))
-    assert st["h1"].state == "held" and st["h1"].record.owner == "someone-else"
+    st = states(lease_status(Cluster(hs)))
+    rec = st["h1"].record
+    assert st["h1"].state == "held" and rec is not None and rec.owner == "someone-else"
     assert st["h2"].state == "free"
-    result = release_leases(Cluster(hs))
+    result = answers(release_leases(Cluster(hs)))
     assert result["h1"].startswith("held by someone-else") and result["h2"] == "free"
     assert release_leases(Cluster(hs), force=True)["h1"] == "released"
     assert not lease_file(hs[0]).exists()
@@ -438,11 +451,11 @@ def test_release_without_force_takes_only_the_lease_of_its_token_never_by_owner(
     hs = hosts(2)
     other = Lease(Cluster(hs), interval=0).acquire()  # the other session: the same default owner as ours
     try:
-        result = release_leases(Cluster(hs))
+        result = answers(release_leases(Cluster(hs)))
         assert all(v.startswith(f"held by {default_owner()}") and v.endswith("not released (use --force)")
                    for v in result.values()), result
         assert all(lease_file(h).exists() for h in hs)
-        assert release_leases(Cluster(hs), token="0" * 16)["h1"].startswith("held by")
+        assert answers(release_leases(Cluster(hs), token="0" * 16))["h1"].startswith("held by")
         assert dict(release_leases(Cluster(hs), token=other.token)) == {"h1": "released", "h2": "released"}
     finally:
         other.held.clear()
@@ -457,7 +470,7 @@ class SlowRefresh(LocalTransport):
         super().__init__(name)
         self.slow, self.delay = slow, delay
 
-    def run(self, line: str, **kw):  # type: ignore[no-untyped-def, override]
+    def run(self, line: str, **kw):
         if "RESULT refreshed" in line and self.slow.is_set():
             time.sleep(self.delay)
         return super().run(line, **kw)
@@ -478,7 +491,7 @@ def test_one_slow_host_never_ages_a_healthy_hosts_heartbeat(tmp_path):
         ages = []
         deadline = time.monotonic() + 4.5  # 1.5 staleness windows
         while time.monotonic() < deadline:
-            rec = LeaseRecord.parse(lease_file(hs[0]).read_text())
+            rec = on_host(hs[0])
             ages.append(time.time() - rec.heartbeat)
             time.sleep(0.25)
         print(f"h1 heartbeat age max {max(ages):.2f}s")
@@ -501,7 +514,7 @@ def test_a_host_whose_refresh_keeps_failing_is_dropped_before_it_could_be_judged
     failing = threading.Event()
     refreshes: dict[str, list[float]] = {"a": [], "b": []}
 
-    def handler(name: str):  # type: ignore[no-untyped-def]
+    def handler(name: str):
         def reply_to(display: str) -> Result:
             content = put_content(display).replace("__NOW__", "1000").replace("__EXPIRES__", "1300")
             if "RESULT refreshed" in display:

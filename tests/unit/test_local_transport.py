@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import time
 
+from framework.commands import ShellScript
 from framework.hosts import Host
 from framework.transport.local import LocalTransport
 
@@ -28,7 +29,7 @@ def _alive(pid: int) -> bool:
 def test_timeout_kills_the_whole_process_group(tmp_path):
     pidfile = tmp_path / "pids"
     start = time.monotonic()
-    res = host().run(f"sleep 97 & echo $! > {pidfile}; sleep 98", timeout=1)
+    res = host().run(ShellScript(f"sleep 97 & echo $! > {pidfile}; sleep 98"), timeout=1)
     elapsed = time.monotonic() - start
     assert res.timed_out and res.rc is None
     assert elapsed < 3
@@ -40,18 +41,18 @@ def test_timeout_kills_the_whole_process_group(tmp_path):
 
 
 def test_large_stderr_neither_deadlocks_nor_bloats():
-    res = host().run("head -c 50000000 /dev/zero | tr '\\0' e >&2; echo done", max_output=1 << 20)
+    res = host().run(ShellScript("head -c 50000000 /dev/zero | tr '\\0' e >&2; echo done"), max_output=1 << 20)
     assert res.ok and res.stdout == "done\n"
     assert res.truncated and len(res.stderr) == 1 << 20
 
 
 def test_signal_is_reported():
-    res = host().run("kill -SEGV $$")
+    res = host().run(ShellScript("kill -SEGV $$"))
     assert res.signal == "SIGSEGV" and res.rc == 139
 
 
 def test_spawn_streams_lines_takes_stdin_and_reports_exit():
-    proc = host().spawn("echo first; while read l; do echo got:$l; done; echo end; exit 4")
+    proc = host().spawn(ShellScript("echo first; while read l; do echo got:$l; done; echo end; exit 4"))
     assert proc.readline(5) == "first\n"
     proc.write(b"a b\n")
     assert proc.readline(5) == "got:a b\n"
@@ -64,7 +65,7 @@ def test_spawn_streams_lines_takes_stdin_and_reports_exit():
 
 def test_spawn_kill_ends_the_group_quickly(tmp_path):
     pidfile = tmp_path / "pid"
-    proc = host().spawn(f"sleep 91 & echo $! > {pidfile}; echo ready; wait")
+    proc = host().spawn(ShellScript(f"sleep 91 & echo $! > {pidfile}; echo ready; wait"))
     assert proc.readline(5) == "ready\n"
     start = time.monotonic()
     proc.kill()

@@ -8,7 +8,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from builders import ASCEND_CAPTURES, make_env
 
 from framework.ascend.tools import NPU_CORE_LIMIT
 from framework.cores.caps import CAPS_SCRIPT, core_findings, parse_coredump_conf, parse_space, size_bytes, space_script
@@ -23,8 +22,9 @@ from framework.launch.plan import (
 )
 from framework.preflight import pings
 from framework.preflight.checks import OK, CheckResult, Report
-from framework.preflight.probe import Section, plan_probe, split_sections
+from framework.preflight.probe import ProbePlan, Section, plan_probe, split_sections
 from framework.remote.layout import HostLayout
+from tests.builders import ASCEND_CAPTURES, make_env
 
 CANN = {"set_env": "/usr/local/Ascend/cann/set_env.sh"}
 
@@ -108,7 +108,7 @@ def test_the_probe_functions_run_in_a_real_shell(tmp_path):
         assert space is not None and space[1] > 0, out
 
 
-def _a2(name: str, ip: str) -> tuple[object, dict[str, Section]]:
+def _a2(name: str, ip: str) -> tuple[ProbePlan, dict[str, Section]]:
     from framework.config.effective import load  # noqa: F401  (the plan comes from a loaded env)
 
     env = make_env({name: {"npu": {"soc": "ascend910b", "count": 8}}}, cann=CANN)

@@ -10,6 +10,7 @@ import pytest
 from framework.cli import main
 from framework.perf import compare as perfcompare
 from framework.perf.history import MIGRATIONS, VERSION, History, RunKey, path_for
+from framework.perf.matrix import Op
 from framework.perf.row import Config, build_row
 from tests.unit.test_perf_row import ENV, HOSTS, SENT
 
@@ -80,7 +81,8 @@ def test_a_version_1_file_is_migrated_and_a_newer_one_refused(tmp_path):
 def _rows(path, shift, seed):
     rng = random.Random(seed)
     lines = []
-    for op, tokens in (("dispatch", 8), ("combine", 8), ("dispatch", 16)):
+    runs: tuple[tuple[Op, int], ...] = (("dispatch", 8), ("combine", 8), ("dispatch", 16))
+    for op, tokens in runs:
         cfg = Config(op=op, tokens=tokens, hidden=4, top_k=2, experts=8, world=4, dtype="bfloat16", quant="none")
         slow = shift if (op, tokens) == ("dispatch", 16) else 1.0
         times = [[100 * slow * (1 + rng.gauss(0, 0.02)) for _ in HOSTS] for _ in range(30)]

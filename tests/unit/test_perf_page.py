@@ -48,7 +48,7 @@ def _history() -> dict:
 
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory) -> Path:
+def run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("perfpage") / "run-1"
     root.mkdir()
     (root / "perf-rows.jsonl").write_text("\n".join(_rows()) + "\n")

@@ -1,6 +1,7 @@
 """The perf row: its shipped JSON Schema is the model's, rows validate against it, the bandwidth arithmetic."""
 
 import json
+from typing import Any
 
 import jsonschema
 import pytest
@@ -19,7 +20,7 @@ SENT = [[4000 if i == j else 1000 for j in range(4)] for i in range(4)]
 
 def make_row(**kw):
     times = [[10.0, 10.0, 10.0, 20.0], [10.0, 10.0, 10.0, 20.0], [10.0, 12.0, 10.0, 30.0]]
-    args = dict(run_id="r1", seed=7, config=CFG, warmup=2, times_us=times, hosts=HOSTS, sent=SENT,
+    args: dict[str, Any] = dict(run_id="r1", seed=7, config=CFG, warmup=2, times_us=times, hosts=HOSTS, sent=SENT,
                 environment=ENV, output_hashes=["h"] * 3, reference_us=[[40.0] * 4] * 3)
     args.update(kw)
     return build_row(**args)

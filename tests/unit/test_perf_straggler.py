@@ -110,7 +110,8 @@ def test_a_host_10_percent_slow_is_named_on_two_hosts(seed):
     found = straggler.find_hosts(times, HOSTS4)
     assert [(h.host, h.ranks) for h in found] == [("h2", (2, 3))]
     assert found[0].factor == pytest.approx(1.10, abs=0.02)
-    assert f"slow host: h2 (ranks 2,3) x{found[0].factor:.2f} the other hosts" in straggler.describe(times, HOSTS4)
+    line = straggler.describe(times, HOSTS4)
+    assert line is not None and f"slow host: h2 (ranks 2,3) x{found[0].factor:.2f} the other hosts" in line
 
 
 def test_twenty_healthy_modelled_runs_name_no_host_and_no_rank():

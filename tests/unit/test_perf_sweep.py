@@ -101,7 +101,8 @@ def test_the_matrix_has_fused_deep_moe_inside_its_contract():
     # batch 300 > 256 and hidden 1100 (not a multiple of 256) are outside fused_deep_moe's tiling
     assert fused == {(16, 1024)}
     assert len([c for c in cfgs if c.op == "dispatch"]) == 4  # the prefill tiling takes all four
-    assert [c.op for c in matrix.configs(matrix.load("quick"), 4)].count(sweep.FUSED) == 2
+    ops: list[str] = [c.op for c in matrix.configs(matrix.load("quick"), 4)]
+    assert ops.count(sweep.FUSED) == 2
     wide = FUSED_M.model_copy(update={"fused_inter": 4096})  # gmm1 width 8192 > 6144
     assert not [c for c in matrix.configs(wide, 4) if c.op == sweep.FUSED]
     assert sweep.spec(matrix.configs(FUSED_M, 4), 1, 6).endswith(":2:8;16:1024:2:8:512")

@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from builders import make_env
 
 from framework import deploy
 from framework.hosts import Cluster, Host
@@ -17,6 +16,7 @@ from framework.phases import PhaseEvent, emit, rundir_sink
 from framework.records import folder
 from framework.records.folder import RunDir
 from framework.testing.fake import FakeTransport
+from tests.builders import make_env
 
 T0 = 1_700_000_000.0
 

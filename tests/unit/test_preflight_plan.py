@@ -10,12 +10,14 @@ import dataclasses
 import stat
 import sys
 import threading
+from collections.abc import Mapping
 from pathlib import Path
+from typing import cast
 
 import pytest
 from builders import ASCEND_CAPTURES
 
-from framework.config.effective import HostSpec, LaunchSpec, NicSpec, NpuSpec
+from framework.config.effective import EnvConfig, HostSpec, LaunchSpec, NicSpec, NpuSpec
 from framework.errors import EXIT_FAILED, EXIT_INFRA, EXIT_OK, HostUnreachable
 from framework.hosts import Cluster, Host
 from framework.preflight.checks import CHECKS, ERROR, FAIL, NPU_CHECKS, OK, SKIP, WARN, Report, Sample, evaluate
@@ -42,6 +44,11 @@ class _Env:
         self.hosts = {s.name: s for s in specs}
         self.launch = LaunchSpec()
         self.cann = type("Cann", (), {"set_env": set_env})() if set_env else None
+
+
+def env_of(*specs: HostSpec, set_env: str | None = None) -> EnvConfig:
+    """The stand-in as the EnvConfig it stands in for (the probe reads hosts, launch and cann only)."""
+    return cast(EnvConfig, _Env(*specs, set_env=set_env))
 
 
 # --------------------------------------------------------------------------- plan and script
@@ -76,7 +83,7 @@ def test_hccn_queries_per_platform(soc, queries, absent):
 
 
 def test_visible_devices_add_the_chip_mapping_and_set_env_is_probed():
-    env = _Env(set_env="/usr/local/Ascend/ascend-toolkit/set_env.sh")
+    env = env_of(set_env="/usr/local/Ascend/ascend-toolkit/set_env.sh")
     p = plan_probe(spec(soc="ascend910_93", count=16, visible=(0, 1)), env)
     script = probe_script(p)
     assert "sec npu-smi-m $TO \"$NPUSMI\" info -m" in script
@@ -107,14 +114,14 @@ def test_cpu_probe_runs_locally_with_hostile_paths(tmp_path):
     sample = run_probe(local_host(), p)
     assert sample.result is not None and sample.result.ok, sample.result
     assert {"t0", "id", "python", "disk", "core"} <= set(sample.sections)
-    assert sample.sent <= sample.received and sample.received - sample.sent < 5
+    assert sample.received is not None and sample.sent <= sample.received < sample.sent + 5
     report = evaluate({"local": p}, {"local": sample})
     assert report.get("local", "python").status == OK
     assert report.get("local", "python").value == "%d.%d.%d" % sys.version_info[:3]
     disk = report.get("local", "disk")
     assert disk.status == OK and f"at {odd}" in disk.summary and "not created yet" in disk.summary
     clock = report.get("local", "clock")
-    assert clock.status == OK and abs(report.clock.offsets["local"]) < 0.5
+    assert clock.status == OK and report.clock is not None and abs(report.clock.offsets["local"]) < 0.5
     assert all(report.get("local", c).status == SKIP for c in NPU_CHECKS)
 
 
@@ -139,7 +146,7 @@ esac
 
 
 @pytest.fixture
-def fake_ascend(tmp_path, monkeypatch):
+def fake_ascend(tmp_path: Path, monkeypatch):
     """Fake npu-smi/hccn_tool on PATH and a CANN 8.5 record under $HOME/Ascend/cann."""
 
     def make(info: str, tls: int = 0) -> Path:
@@ -251,7 +258,7 @@ def a2_plan(name: str, **kw):
     return plan_probe(spec(name, soc=kw.pop("soc", "ascend910b"), count=kw.pop("count", 8), workdir="/w", **kw), None)
 
 
-def run_eval(samples: dict[str, Sample], limits: Limits | None = None, **plan_kw) -> Report:
+def run_eval(samples: Mapping[str, Sample | BaseException], limits: Limits | None = None, **plan_kw) -> Report:
     plans = {h: a2_plan(h, **plan_kw) for h in samples}
     return evaluate(plans, samples, limits)
 
@@ -404,8 +411,9 @@ def test_unhealthy_chip_fails_npu():
 
 
 def test_unreachable_host_is_exit_3_and_its_other_checks_are_skipped():
-    samples = {"n1": make_sample("n1", a2_sections()),
-               "n2": HostUnreachable("n2", "cannot connect to 10.0.0.2:22: connection refused")}
+    samples: dict[str, Sample | BaseException] = {
+        "n1": make_sample("n1", a2_sections()),
+        "n2": HostUnreachable("n2", "cannot connect to 10.0.0.2:22: connection refused")}
     report = run_eval(samples)
     assert report.get("n2", "ssh").status == ERROR
     assert report.get("n2", "ssh").summary == "cannot connect to 10.0.0.2:22: connection refused"
@@ -429,6 +437,7 @@ def test_clock_outlier_fails_and_pairwise_spread_is_reported():
     assert report.get("n1", "clock").status == OK and report.get("n3", "clock").status == OK
     r = report.get("n2", "clock")
     assert r.status == FAIL and "+2.500s from the controller" in r.summary and "from the median" in r.summary
+    assert report.clock is not None
     assert report.clock.pair == ("n2", "n3") and report.clock.max_pairwise == pytest.approx(2.52)
     assert report.clock.uncertainty["n1"] == pytest.approx(0.001)
 
@@ -466,7 +475,7 @@ def test_low_disk_and_broken_interpreter_fail():
 
 
 def test_missing_set_env_fails_cann():
-    env = _Env(set_env="/usr/local/Ascend/cann/set_env.sh")
+    env = env_of(set_env="/usr/local/Ascend/cann/set_env.sh")
     plans = {"n1": plan_probe(spec("n1", soc="ascend910b", count=8, workdir="/w"), env)}
     sample = make_sample("n1", a2_sections(set_env="ls: cannot access"), rcs={"set_env": 2})
     r = evaluate(plans, {"n1": sample}).get("n1", "cann")
@@ -514,7 +523,7 @@ class CountingLocal(LocalTransport):
                 CountingLocal.active -= 1
             return r
 
-        proc.wait = done
+        setattr(proc, "wait", done)  # noqa: B010 - the probe ends when it is waited for
         return proc
 
 
@@ -522,7 +531,7 @@ def test_preflight_is_one_round_trip_per_host_through_the_bounded_pool(tmp_path)
     names = [f"h{i:02d}" for i in range(12)]
     specs = [dataclasses.replace(spec(n, workdir=str(tmp_path / n), python=sys.executable),
                                  manage_nic=NicSpec("lo", "127.0.0.1")) for n in names]
-    env = _Env(*specs)
+    env = env_of(*specs)
     transports = {n: CountingLocal(n) for n in names}
     cluster = Cluster([Host(n, transports[n], spec=s) for n, s in zip(names, specs)], max_parallel=4)
     report = Preflight(env, cluster).run()

@@ -16,6 +16,7 @@ from tests.unit.test_preflight_plan import BASE, a2_sections, make_sample
 def test_listener_and_connects_for_real():
     proc = subprocess.Popen(listener_argv(sys.executable, "127.0.0.1", None, range(1024, 1024)),
                             stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
     try:
         got = parse_listener(proc.stdout.readline())
         assert isinstance(got, tuple) and got[0] == proc.pid

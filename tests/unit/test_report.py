@@ -16,7 +16,6 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-from builders import sample_run
 
 import framework
 from framework import report
@@ -26,6 +25,8 @@ from framework.report import html as report_html
 from framework.report import junit as report_junit
 from framework.report import manifest as report_manifest
 from framework.report import model as report_read
+from tests.builders import sample_run
+from tests.support.xmltree import attr, one, text
 
 REPO = Path(__file__).resolve().parents[2]
 DATA = REPO / "tests" / "data"
@@ -45,15 +46,16 @@ def junits(tmp_path_factory):
 
 @pytest.fixture
 def run(tmp_path, junits) -> Path:
-    return sr.build(tmp_path / "reports", *junits, controller_junit=junits[1])
+    path: Path = sr.build(tmp_path / "reports", *junits, controller_junit=junits[1])
+    return path
 
 
 def suites(path: Path) -> dict[str, ET.Element]:
-    return {s.get("name"): s for s in ET.parse(path).getroot().findall("testsuite")}
+    return {attr(s, "name"): s for s in ET.parse(path).getroot().findall("testsuite")}
 
 
 def props(suite: ET.Element) -> dict[str, str]:
-    return {p.get("name"): p.get("value") for p in suite.iter("property")}
+    return {attr(p, "name"): attr(p, "value") for p in suite.iter("property")}
 
 
 def schema_errors(path: Path) -> list[str]:
@@ -75,7 +77,7 @@ def test_one_suite_per_rank_with_host_and_rank_in_every_classname(run):
         s = by_name[f"rank{n}@{host}"]
         assert s.get("hostname") == host
         assert props(s)["rank"] == str(n) and props(s)["world_size"] == "4" and props(s)["launch_id"] == sr.LAUNCH_ID
-        assert all(c.get("classname").startswith(f"{host}.rank{n}") for c in s.iter("testcase"))
+        assert all(attr(c, "classname").startswith(f"{host}.rank{n}") for c in s.iter("testcase"))
     r0 = by_name["rank0@node1"]
     assert [c.get("classname") for c in r0.iter("testcase")] == ["node1.rank0.sample_rank_tests"] * 5
     assert (r0.get("tests"), r0.get("failures"), r0.get("errors"), r0.get("skipped")) == ("5", "0", "0", "1")
@@ -83,31 +85,31 @@ def test_one_suite_per_rank_with_host_and_rank_in_every_classname(run):
     assert r0.get("timestamp") == "2026-08-01T10:00:45+00:00"
     r1 = by_name["rank1@node1"]
     assert (r1.get("tests"), r1.get("failures")) == ("5", "1")
-    failure = r1.find("testcase[@name='test_dispatch_combine[Graph]']/failure")
-    assert failure.get("message").startswith("AssertionError: diff 1.2e-03 not below 5e-05")
+    failure = one(r1, "testcase[@name='test_dispatch_combine[Graph]']/failure")
+    assert attr(failure, "message").startswith("AssertionError: diff 1.2e-03 not below 5e-05")
     # totals: sums of the suites, never `skipped` on <testsuites>, times with at most three decimals
     assert top.get("name") == sr.RUN_ID and "skipped" not in top.attrib
     for key in ("tests", "failures", "errors"):
-        assert int(top.get(key)) == sum(int(s.get(key)) for s in by_name.values())
+        assert int(attr(top, key)) == sum(int(attr(s, key)) for s in by_name.values())
     # rank 3 was only torn down after rank 2 crashed: skipped, not a second error
     assert (top.get("tests"), top.get("failures"), top.get("errors")) == ("15", "2", "1")
-    assert all(SUREFIRE_TIME.match(s.get("time")) for s in [top, *by_name.values()])
+    assert all(SUREFIRE_TIME.match(attr(s, "time")) for s in [top, *by_name.values()])
 
 
 def test_rank_without_junit_is_an_error_with_how_it_ended_and_its_log_tail(run):
     by_name = suites(report_junit.write_cluster_junit(run))
     (crash,) = by_name["rank2@node2"].iter("testcase")
     assert (crash.get("classname"), crash.get("name")) == ("node2.rank2", "rank_report")
-    err = crash.find("error")
+    err = one(crash, "error")
     assert err.get("type") == "RankCrashed" and err.get("message") == "rank 2 on node2 died of SIGSEGV"
-    assert "--- tail of node2/rank2.log ---" in err.text and "Fatal Python error: Segmentation fault" in err.text
+    assert "--- tail of node2/rank2.log ---" in text(err) and "Fatal Python error: Segmentation fault" in text(err)
     (killed,) = by_name["rank3@node2"].iter("testcase")
     # rank 3 died of SIGTERM only because rank 2 failed first: skipped with why, not an error
     assert killed.find("error") is None and by_name["rank3@node2"].get("skipped") == "1"
-    assert killed.find("skipped").get("type") == "RankTornDown"
-    assert killed.find("skipped").get("message") == "torn down after rank 2 on node2 failed"
+    assert one(killed, "skipped").get("type") == "RankTornDown"
+    assert one(killed, "skipped").get("message") == "torn down after rank 2 on node2 failed"
     assert "rank 3 on node2 died of SIGTERM; the launch failed: rank 2 on node2 died of SIGSEGV" in \
-        killed.find("skipped").text
+        text(one(killed, "skipped"))
     assert props(by_name["rank2@node2"])["outcome"] == "crash" and props(by_name["rank3@node2"])["signal"] == "SIGTERM"
     raw = (run / "cluster.xml").read_bytes()
     assert b"\x1b" not in raw and b"\x07" not in raw  # log colours and control bytes are not XML 1.0
@@ -124,13 +126,13 @@ def test_core_dumps_are_failures_and_are_remembered_for_later_rebuilds(run):
     report_junit.write_cluster_junit(run)  # e.g. finalize after a crash: cores come from cores.json
     report_junit.write_cluster_junit(run, [core])  # the same core again is not counted twice
     cluster = suites(run / "cluster.xml")["cluster"]
-    cores = [c for c in cluster.iter("testcase") if c.get("classname").endswith(".cores")]
+    cores = [c for c in cluster.iter("testcase") if attr(c, "classname").endswith(".cores")]
     assert len(cores) == 1
     assert (cores[0].get("classname"), cores[0].get("name")) == ("node2.rank2.cores", "core_dump[python3:4242]")
-    failure = cores[0].find("failure")
+    failure = one(cores[0], "failure")
     assert failure.get("type") == "CoreDump" and failure.get("message") == core.describe()
-    assert "#0  0x00007f3a2c0b1d2e in cam::dispatch_prefill" in failure.text
-    assert "file: node2/cores/core.python3.4242" in failure.text
+    assert "#0  0x00007f3a2c0b1d2e in cam::dispatch_prefill" in text(failure)
+    assert "file: node2/cores/core.python3.4242" in text(failure)
     deploy = {c.get("classname"): c for c in cluster.iter("testcase") if c.get("name") == "deploy"}
     assert set(deploy) == {"node1.deploy", "node2.deploy"} and all(len(c) == 0 for c in deploy.values())
 
@@ -150,8 +152,8 @@ def test_cores_json_written_by_framework_coredump_is_read(run):
     assert view.backtrace_path == "node2/cores/core.python3.4242.bt.txt"
     assert view.top_frame == "cam::dispatch_prefill () at dispatch.cpp:211"  # the crashing thread, not poll()
     cluster = suites(report_junit.write_cluster_junit(run))["cluster"]
-    failure = cluster.find("testcase[@name='core_dump[python3:4242]']/failure")
-    assert failure.get("message") == core.describe() and "cam::dispatch_prefill" in failure.text
+    failure = one(cluster, "testcase[@name='core_dump[python3:4242]']/failure")
+    assert failure.get("message") == core.describe() and "cam::dispatch_prefill" in text(failure)
     report_junit.write_cluster_junit(run, [core])  # the same core handed over again: merged, not doubled
     assert len(json.loads((run / "cores.json").read_text())) == 1
 
@@ -161,22 +163,22 @@ def test_ranks_of_a_lost_host_are_synthetic_errors(tmp_path, junits):
     by_name = suites(report_junit.write_cluster_junit(run))
     for n in (2, 3):
         (case,) = by_name[f"rank{n}@node2"].iter("testcase")
-        err = case.find("error")
+        err = one(case, "error")
         assert err.get("type") == "RankLost"
         assert err.get("message") == f"rank {n} on node2 never reported (lost node2: no heartbeat for 13s)"
-        assert "(no log was fetched for this rank)" in err.text
+        assert "(no log was fetched for this rank)" in text(err)
     assert schema_errors(run / "cluster.xml") == []
 
 
 def test_ranks_stopped_by_a_timeout_say_so(tmp_path, junits):
     run = sr.build(tmp_path, *junits, timed_out=True)
-    err = suites(report_junit.write_cluster_junit(run))["rank3@node2"].find("testcase/error")
+    err = one(suites(report_junit.write_cluster_junit(run))["rank3@node2"], "testcase/error")
     assert err.get("message") == "rank 3 on node2 died of SIGTERM; the launch timed out: job timeout after 600s"
 
 
 def test_a_rank_that_exited_0_without_junit_fails_when_its_peers_wrote_junit(run):
     (run / "node1" / "rank0.xml").unlink()
-    err = suites(report_junit.write_cluster_junit(run))["rank0@node1"].find("testcase/error")
+    err = one(suites(report_junit.write_cluster_junit(run))["rank0@node1"], "testcase/error")
     assert err.get("message") == "exited 0 but wrote no JUnit report"
 
 
@@ -190,9 +192,9 @@ def test_non_pytest_targets_pass_with_one_synthetic_case_per_rank(tmp_path):
     (run / "node1" / "rank0.log").write_text("alltoall ok: 8 MiB in 0.2s\n")
     by_name = suites(report_junit.write_cluster_junit(run))
     assert list(by_name) == ["rank0@node1", "rank1@node1"]
-    case = by_name["rank0@node1"].find("testcase")
+    case = one(by_name["rank0@node1"], "testcase")
     assert case.get("name") == "rank_report" and len(case.findall("error")) == 0
-    assert "alltoall ok" in case.find("system-out").text
+    assert "alltoall ok" in text(one(case, "system-out"))
     assert by_name["rank1@node1"].get("errors") == "0"
 
 
@@ -222,10 +224,10 @@ def test_several_launches_get_launch_qualified_suite_names(run):
     moe2 = by_name["moe2.rank0@node1"]
     assert {c.get("classname") for c in moe2.iter("testcase")} == {"node1.rank0.moe2.sample_rank_tests"}
     # the first launch's files were overwritten: only its exit status is known
-    moe1_r0 = by_name["moe1.rank0@node1"].find("testcase")
+    moe1_r0 = one(by_name["moe1.rank0@node1"], "testcase")
     assert moe1_r0.get("classname") == "node1.rank0.moe1" and moe1_r0.find("error") is None
-    assert "overwritten by launch" in moe1_r0.find("system-out").text
-    assert by_name["moe1.rank2@node2"].find("testcase/error").get("message") == "rank 2 on node2 died of SIGSEGV"
+    assert "overwritten by launch" in text(one(moe1_r0, "system-out"))
+    assert one(by_name["moe1.rank2@node2"], "testcase/error").get("message") == "rank 2 on node2 died of SIGSEGV"
     assert schema_errors(run / "cluster.xml") == []
 
 
@@ -250,7 +252,7 @@ def test_reruns_are_folded_and_invalid_testcase_content_cleaned(run):
     # every case that did not simply pass has the rank's log attached (first line of its system-out)
     assert [c.get("name") for c in suite.iter("testcase") if c.findtext("system-out", "").startswith(attach)] == [
         "test_flaky", "test_always_fails", "test_teardown", "test_teardown", "test_no_message"]
-    cases = [(c.get("name"), [ch.tag for ch in c if ch.tag != "system-out" or not ch.text.startswith(attach)])
+    cases = [(c.get("name"), [ch.tag for ch in c if ch.tag != "system-out" or not text(ch).startswith(attach)])
              for c in suite.iter("testcase")]
     assert cases == [
         ("test_flaky", ["flakyFailure"]),  # failed once, then passed: a pass with its flake
@@ -260,11 +262,11 @@ def test_reruns_are_folded_and_invalid_testcase_content_cleaned(run):
         ("test_no_message", ["failure"]),
     ]
     assert (suite.get("tests"), suite.get("failures"), suite.get("errors")) == ("6", "3", "1")
-    assert all(c.get("classname").startswith("node1.rank0.ut.test_") for c in suite.iter("testcase"))
-    xunit1 = suite.find("testcase[@name='test_xunit1_attrs']")
+    assert all(attr(c, "classname").startswith("node1.rank0.ut.test_") for c in suite.iter("testcase"))
+    xunit1 = one(suite, "testcase[@name='test_xunit1_attrs']")
     assert set(xunit1.attrib) == {"classname", "name", "time"} and xunit1.find("properties") is None
-    assert xunit1.find("system-out").text == "property npu = 3"
-    assert suite.find("testcase[@name='test_no_message']/failure").get("message") == "Traceback: something went wrong"
+    assert one(xunit1, "system-out").text == "property npu = 3"
+    assert one(suite, "testcase[@name='test_no_message']/failure").get("message") == "Traceback: something went wrong"
     assert all(e.get("type") == "rerun" for e in suite.iter("rerunFailure"))
     assert props(suite)["cann"] == "8.5.0"  # the rank's suite properties are kept
     assert schema_errors(run / "cluster.xml") == []
@@ -274,9 +276,9 @@ def test_corrupt_files_are_reported_not_fatal(run):
     (run / "node1" / "rank1.xml").write_text("<testsuites><testsuite name='x'")
     (run / "launch-broken.json").write_text("{not json")
     by_name = suites(report_junit.write_cluster_junit(run))
-    err = by_name["rank1@node1"].find("testcase/error")
-    assert "rank1.xml is not valid XML" in err.get("message")
-    problems = [c.find("error").get("message") for c in by_name["cluster"].iter("testcase")
+    err = one(by_name["rank1@node1"], "testcase/error")
+    assert "rank1.xml is not valid XML" in attr(err, "message")
+    problems = [attr(one(c, "error"), "message") for c in by_name["cluster"].iter("testcase")
                 if c.get("name") == "read_run_folder"]
     assert problems and problems[0].startswith("launch-broken.json: unreadable")
     assert schema_errors(run / "cluster.xml") == []
@@ -404,10 +406,10 @@ def test_finalize_after_an_interruption_leaves_a_consistent_folder(tmp_path):
     assert (m["status"], m["error"]) == ("interrupted", "KeyboardInterrupt: ")
     assert m["started"]["epoch"] == sr.T0  # from the first recorded phase
     by_name = suites(run / "cluster.xml")
-    assert by_name["rank0@node1"].find("testcase/error").get("type") == "RankLost"
-    run_case = by_name["cluster"].find("testcase[@name='run']")
+    assert one(by_name["rank0@node1"], "testcase/error").get("type") == "RankLost"
+    run_case = one(by_name["cluster"], "testcase[@name='run']")
     assert run_case.get("classname") == "camit.run"
-    assert run_case.find("error").get("message") == "run interrupted: KeyboardInterrupt: "
+    assert one(run_case, "error").get("message") == "run interrupted: KeyboardInterrupt: "
     assert report_junit.validate_junit(run / "cluster.xml") == []
     assert "interrupted" in (run / "index.html").read_text()
 
@@ -429,7 +431,7 @@ def test_finalize_never_raises_and_falls_back_to_minimal_files(run, monkeypatch,
         monkeypatch.setattr(module, "read_run", boom)
     report.finalize(run, status="interrupted", error="SIGTERM")
     assert report_junit.validate_junit(run / "cluster.xml") == []
-    err = ET.parse(run / "cluster.xml").getroot().find("testsuite/testcase/error")
+    err = one(ET.parse(run / "cluster.xml").getroot(), "testsuite/testcase/error")
     assert err.get("message") == "could not merge rank results: cluster.xml: OSError: disk on fire"
     m = json.loads((run / "manifest.json").read_text())
     assert m["status"] == "interrupted" and m["error"] == "SIGTERM"

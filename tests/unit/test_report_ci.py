@@ -9,11 +9,11 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-from builders import sample_run
 
 from framework import report
 from framework.report import ci
 from framework.report.model import read_run
+from tests.builders import sample_run
 
 sr = sample_run()
 

@@ -21,9 +21,9 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
-from builders import sample_run
 
 from framework import report
+from tests.builders import sample_run
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 
@@ -40,13 +40,14 @@ def run(tmp_path_factory) -> Path:
     base = tmp_path_factory.mktemp("html")
     junits = (sr.pytest_junit(base / "pass", fail=False, name="rank"),
               sr.pytest_junit(base / "fail", fail=True, name="rank"))
-    path = sr.build(base / "reports", *junits, controller_junit=junits[1])
+    path: Path = sr.build(base / "reports", *junits, controller_junit=junits[1])
     report.finalize(path, cores=[sr.core_for(path)], seed=1234, started=sr.T0, ended=sr.T0 + 61, status="failed",
                     argv=["pytest", "tests/cluster", "--env-file", "env/lab.yaml"])
     return path
 
 
 def chromium(args: list[str], tmp_path: Path, profile: str = "chromium-profile") -> subprocess.CompletedProcess:
+    assert CHROMIUM is not None  # the tests that call it are skipped without it (needs_chromium)
     argv = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
             "--disable-background-networking", "--disable-component-update", "--disable-sync", "--hide-scrollbars",
             f"--user-data-dir={tmp_path / profile}", *args]
@@ -240,8 +241,8 @@ def test_index_under_jenkins_csp_renders_as_without_it(run, tmp_path):
     (plain_body,), (csp_body,) = doms["plain"].find("body"), doms["jenkins"].find("body")
     assert plain_body.get("data-js") == "ready" and "data-js" not in csp_body
     assert "Blocked script execution" in logs["jenkins"] and "allow-scripts" in logs["jenkins"]
-    (plain, _), (csp, colours) = screenshot(shots["plain"], 1100), screenshot(shots["jenkins"], 1100)
-    differing = [y for y, (a, b) in enumerate(zip(plain, csp)) if a != b]
+    (plain_rows, _), (csp_rows, colours) = screenshot(shots["plain"], 1100), screenshot(shots["jenkins"], 1100)
+    differing = [y for y, (a, b) in enumerate(zip(plain_rows, csp_rows)) if a != b]
     assert not differing, f"{len(differing)} screenshot rows differ, first at y={differing[0]}"
     # and what both show is the styled page: the phase colours of the timeline and the outcome colours
     for colour in ("3d7fbf", "8a63c6", "2f8f46", "d9822b", "c0392b"):  # deploy, launch, pass/run, fail, crash

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from framework.launch import LaunchResult, NodeResult, RankResult
 from framework.report import junit as report_junit
+from tests.support.xmltree import one
 
 TEST_A = "suites/cam/test_cam.py::test_dispatch[2]"
 TEST_B = "suites/cam/test_cam.py::test_combine"
@@ -88,8 +89,8 @@ def test_a_rerun_that_failed_again_is_one_error_with_its_earlier_attempt(tmp_pat
     path = report_junit.write_cluster_junit(run)
     case = _cases(path)[("node1.rank1.suites_cam_test_cam_test_dispatch[2]-w2", "rank_report")]
     assert [el.tag for el in case if el.tag != "system-out"] == ["error", "rerunError"]
-    assert "exited 4" in case.find("error").get("message", "")
-    assert "attempt 1" in case.find("rerunError").get("message", "")
+    assert "exited 4" in one(case, "error").get("message", "")
+    assert "attempt 1" in one(case, "rerunError").get("message", "")
     top = ET.parse(path).getroot()
     assert (top.get("tests"), top.get("errors")) == ("2", "1")
     assert report_junit.validate_junit(path) == []

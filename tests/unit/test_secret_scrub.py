@@ -63,7 +63,7 @@ def _values(path: Path) -> list[str]:
     if path.suffix == ".xml":
         return [v for el in ET.parse(path).getroot().iter() for v in (el.text, el.tail, *el.attrib.values()) if v]
     if path.suffix == ".json":
-        def walk(doc):  # noqa: ANN001, ANN202
+        def walk(doc: object) -> list[str]:
             if isinstance(doc, dict):
                 return [str(k) for k in doc] + [v for x in doc.values() for v in walk(x)]
             if isinstance(doc, list):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import socket
+from collections.abc import Iterator
 from pathlib import Path
 
 import paramiko
@@ -27,7 +28,7 @@ def _key_line() -> str:
 
 
 @pytest.fixture
-def refused_port() -> int:
+def refused_port() -> Iterator[int]:
     """A local port nothing listens on (bound, never listening: a connect is refused at once)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -351,7 +351,8 @@ def _np_ffn(row: np.ndarray, w1: np.ndarray, s1: np.ndarray, w2: np.ndarray, s2:
     inter = h.shape[0] // 2
     a = (h[:inter] / (1 + np.exp(-h[:inter])) * h[inter:]).astype(np.float32)
     qa, sa = q8(a)
-    return (qa @ w2.astype(np.float64)).astype(np.float32) * s2 * sa
+    out: np.ndarray = (qa @ w2.astype(np.float64)).astype(np.float32) * s2 * sa
+    return out
 
 
 def test_fused_deep_moe_one_rank_against_numpy(world1):
@@ -411,10 +412,11 @@ def _fused(bs: int = 2, hidden: int = 512, two_i: int = 1024, top_k: int = 1, ex
     local = experts // world if world > 0 and experts % world == 0 else 1
     w1 = torch.zeros(local, hidden, two_i, dtype=torch.int8)
     w2 = torch.zeros(local, two_i // 2, hidden, dtype=torch.int8)
-    sh = [None, None, None, None]
+    Share = tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]
+    sh: Share = (None, None, None, None)
     if share is not None:
-        sh = [torch.zeros(hidden, share, dtype=torch.int8), torch.ones(share),
-              torch.zeros(share // 2, hidden, dtype=torch.int8), torch.ones(hidden)]
+        sh = (torch.zeros(hidden, share, dtype=torch.int8), torch.ones(share),
+              torch.zeros(share // 2, hidden, dtype=torch.int8), torch.ones(hidden))
     return cam.fused_deep_moe(torch.zeros(bs, hidden, dtype=torch.bfloat16), torch.zeros(bs, top_k, dtype=torch.int32),
                               [w1], [torch.ones(local, two_i)], [w2], [torch.ones(local, hidden)],
                               torch.ones(bs, top_k), *sh, None, None, mask, group, world, rank, experts, 0, global_bs)

@@ -9,11 +9,10 @@ import threading
 from pathlib import Path
 from types import SimpleNamespace
 
-from builders import make_env
-
 from framework.hosts import Cluster, Host
 from framework.ranksuite.suite import RankSuite, sh_tree_digest, tree_archive, tree_digest
 from framework.testing.fake import FakeTransport
+from tests.builders import make_env
 
 
 class HeldPut(FakeTransport):
@@ -23,7 +22,7 @@ class HeldPut(FakeTransport):
         super().__init__(name)
         self.go = go
 
-    def put(self, local: Path, remote: str, progress=None) -> None:  # type: ignore[no-untyped-def]
+    def put(self, local: Path, remote: str, progress=None) -> None:
         assert self.go.wait(30)
         super().put(local, remote, progress)
 

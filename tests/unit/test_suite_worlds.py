@@ -107,11 +107,10 @@ class _Coverage:
 
 
 def _suite(coverage, spread=1):
-    from builders import make_env
-
     from framework.hosts import Cluster, Host
     from framework.ranksuite.suite import RankSuite
     from framework.testing.fake import FakeTransport
+    from tests.builders import make_env
 
     env = make_env({"h1": {"workdir": "/w"}, "h2": {"workdir": "/w"}})
     launcher = _Launcher()

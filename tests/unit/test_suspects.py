@@ -11,6 +11,7 @@ import json
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -37,7 +38,7 @@ def cluster(env: EnvConfig, down: str | None = None) -> Cluster:
     return Cluster.from_env(env, None, transport_factory=local_transports(down))
 
 
-def marks_on(tmp_path: Path, host: str) -> list[dict[str, object]]:
+def marks_on(tmp_path: Path, host: str) -> list[dict[str, Any]]:
     return [
         json.loads(p.read_text())
         for p in sorted((tmp_path / host / suspects.SUSPECT_DIR).glob("*.json"))
@@ -130,7 +131,7 @@ def test_preflight_faults_are_the_failed_checks_not_the_warnings():
 def test_runs_plan_around_suspects_unless_hosts_names_them(env):
     marked = {"node2": object()}
     assert chosen_hosts(env, Options(), marked) == ["node1", "node3"]
-    assert chosen_hosts(env, Options(hosts=["node2", "node3"]), marked) == ["node2", "node3"]
+    assert chosen_hosts(env, Options(hosts=("node2", "node3")), marked) == ["node2", "node3"]
     with pytest.raises(
         pytest.UsageError, match="every host .* is suspect .*node1, node2, node3.*--heal"
     ):

@@ -572,6 +572,7 @@ def test_plog_location_priority(tmp_path, env, root):
 # -- occupancy -------------------------------------------------------------------------------------------
 def _reader():
     spec = importlib.util.spec_from_file_location("camit_occupancy", STANDIN / "torch_npu" / "_occupancy.py")
+    assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # its dataclass looks itself up there
     spec.loader.exec_module(module)
@@ -590,6 +591,7 @@ def _hold(tmp_path, device, **env):
     script = _script(tmp_path, HOLD, f"hold{device}.py")
     proc = subprocess.Popen([sys.executable, str(script), str(device)], env=_env(tmp_path, **env), text=True,
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stderr is not None
     assert proc.stdout.readline().strip() == "ready", proc.stderr.read()
     return proc
 

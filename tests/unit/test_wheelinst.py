@@ -13,12 +13,13 @@ import sys
 import sysconfig
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import pytest
-from builders import make_wheel, record_digest
 
 from framework import remote
 from framework.lab import artifacts
+from tests.builders import make_wheel, record_digest
 
 INSTALLER, _ = remote.script("wheelinst.py")
 PY = f"python{sys.version_info[0]}.{sys.version_info[1]}"
@@ -189,7 +190,7 @@ def test_a_bad_wheel_is_refused_with_one_line_and_nothing_changes(tmp_path, venv
     old = make_wheel(tmp_path / "old", {"demo_pkg/__init__.py": b"V = 'old'\n"}, version="0.9")
     assert install(venv, old).returncode == 0
     before = {p: p.read_bytes() for p in venv.rglob("*") if p.is_file()}
-    files, kw = dict(GOOD), {}
+    files, kw = dict(GOOD), dict[str, Any]()
     if case == "hash":
         kw["record"] = {member: f"{member},{record_digest(b'other')},0"}
     elif case == "size":
@@ -202,7 +203,7 @@ def test_a_bad_wheel_is_refused_with_one_line_and_nothing_changes(tmp_path, venv
         kw["wheel_version"] = "2.0"
     else:
         files[member] = b"x = 1\n"
-    bad = make_wheel(tmp_path / "bad", files, **kw)  # type: ignore[arg-type]
+    bad = make_wheel(tmp_path / "bad", files, **kw)
     res = install(venv, bad)
     assert res.returncode == 2, res
     lines = res.stderr.splitlines()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import cast
+
 import pytest
 from xdist.scheduler import LoadScheduling
 
@@ -20,7 +22,8 @@ class Config:
 
 class Node:
     def __init__(self, name: str) -> None:
-        self.name, self.sent, self.shutting_down, self.stopped = name, [], False, False
+        self.name, self.shutting_down, self.stopped = name, False, False
+        self.sent: list[int] = []
         self.gateway = type("Gateway", (), {"id": name})()
 
     def send_runtest_some(self, indices) -> None:
@@ -30,8 +33,13 @@ class Node:
         self.shutting_down = self.stopped = True
 
 
+def config(workers: int, maxschedchunk: int | None = 1, dist: str = "load") -> pytest.Config:
+    """The stand-in as the pytest.Config the scheduler reads (getvalue/getoption only)."""
+    return cast(pytest.Config, Config(workers, maxschedchunk, dist))
+
+
 def start(cls, tests: int, workers: int, maxschedchunk: int | None = 1):
-    sched = cls(Config(workers, maxschedchunk))
+    sched = cls(config(workers, maxschedchunk))
     nodes = [Node(f"gw{i}") for i in range(workers)]
     collection = [f"t{i}" for i in range(tests)]
     for node in nodes:
@@ -81,8 +89,8 @@ def test_an_empty_collection_sends_nothing():
 
 
 def test_other_dist_modes_keep_xdists_scheduler():
-    assert make_scheduler(Config(2, dist="loadscope"), None) is None
-    assert isinstance(make_scheduler(Config(2), None), ClusterScheduling)
+    assert make_scheduler(config(2, dist="loadscope"), None) is None
+    assert isinstance(make_scheduler(config(2), None), ClusterScheduling)
 
 
 @pytest.mark.parametrize("hosts,workers,shares", [
