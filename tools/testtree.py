@@ -284,6 +284,8 @@ def renames(root: Path, moves: Iterable[tuple[str, str]] = ()) -> list[tuple[re.
     pairs = [(str(UNIT / old), str(UNIT / new)) for old, new in PLACES.items()]
     pairs += [(f"tests/{h}", str(SUPPORT / h)) for h in HELPERS] + list(moves)
     out: list[tuple[re.Pattern[str], str]] = []
+    for helper in (h.removesuffix(".py") for h in HELPERS if (root / SUPPORT / h).is_file()):
+        out.append((re.compile(rf"(?<![\w.])from tests import {helper}(?!\w)"), f"from tests.support import {helper}"))
     for old, new in pairs:
         if (root / new).is_file() and not (root / old).exists():
             out.append((re.compile(re.escape(old) + r"(?![\w/])"), new))

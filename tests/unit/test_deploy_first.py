@@ -399,7 +399,7 @@ def test_an_installer_that_cannot_be_shipped_fails_the_wheel_install_naming_it(t
     assert not (work / "deploy-state.json").exists() and _warm_pids(work) == []
 
 
-def _deploy(env, name: str = "h1"):  # type: ignore[no-untyped-def]
+def _deploy(env, name: str = "h1"):
     with Cluster([Host(name, LocalTransport(name), spec=env.hosts[name], command_timeout=300)]) as cluster:
         return deploy.Deployer(env, cluster, on_event=lambda h, m: None).run()
 
@@ -416,7 +416,7 @@ def test_without_a_venv_another_workdirs_install_into_the_shared_python_is_seen_
     two = make_wheel(tmp_path / "two", {"umdk_cam_op_lib/__init__.py": b"OPS = ('other',)\n"}, "umdk_cam_op_lib",
                      "0.1.0")
 
-    def env_of(work: str, wheel: Path):  # type: ignore[no-untyped-def]
+    def env_of(work: str, wheel: Path):
         return make_env({"h1": {"workdir": str(tmp_path / work)}}, defaults={"python": python, "venv": False},
                         artifacts={"wheel": str(wheel)}, relay=False)
 
