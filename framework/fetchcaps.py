@@ -28,7 +28,7 @@ import zlib
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, BinaryIO, cast
+from typing import TYPE_CHECKING, Any, BinaryIO, cast
 
 from framework.errors import Cancelled, TransferError, UsageError
 
@@ -81,8 +81,8 @@ class FetchCaps:
     #: set by an interrupt (``Host.cancel_event``): the download stops at the next chunk (``Cancelled``)
     cancel: threading.Event | None = field(default=None, compare=False)
 
-    def with_(self, **changes: float) -> FetchCaps:
-        return replace(self, **changes)  # type: ignore[arg-type]
+    def with_(self, **changes: Any) -> FetchCaps:
+        return replace(self, **changes)
 
 
 def parse_size(value: str, key: str) -> int:

@@ -9,6 +9,7 @@ import signal
 import socket
 import subprocess
 import time
+from typing import Any
 
 import pytest
 
@@ -19,8 +20,8 @@ from framework.hosts import Host
 from framework.transport.local import LocalTransport, group_alive
 
 
-def host(name: str = "host1", ip: str = "192.0.2.11", *, timeout: float = 30, **spec: object) -> UrmaHost:
-    hs = HostSpec(name=name, manage_nic=NicSpec("enp1s0", ip, "52:54:00:12:34:56"), **spec)  # type: ignore[arg-type]
+def host(name: str = "host1", ip: str = "192.0.2.11", *, timeout: float = 30, **spec: Any) -> UrmaHost:
+    hs = HostSpec(name=name, manage_nic=NicSpec("enp1s0", ip, "52:54:00:12:34:56"), **spec)
     return UrmaHost(Host(name, LocalTransport(name), spec=hs, command_timeout=timeout))
 
 

@@ -39,7 +39,9 @@ def meet_all(harness, world: int, plan: dict[int, tuple[float, bool] | None], ti
     t0 = time.monotonic()
 
     def rank(r: int) -> None:
-        delay, failed = plan[r]  # type: ignore[misc]
+        entry = plan[r]
+        assert entry is not None, f"rank {r} never comes: it is not started"
+        delay, failed = entry
         time.sleep(delay)
         got = harness.Agreement(timeout).meet("t::x", failed, store=store, rank=r, world=world)
         results[r] = (*got, time.monotonic() - t0)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import subprocess
+import tarfile
 import time
 from pathlib import Path
 
@@ -14,6 +15,13 @@ from framework.cores.scan import CoreSources, new_candidates, parse_scan, scan_r
 
 #: the review's name (security-review-3 §1): records smuggled in through newlines
 INJECTED = "x\n@@pattern %e\nF 60 99999999999 1 .bash_history"
+
+
+def _read(tar: tarfile.TarFile, member: tarfile.TarInfo) -> bytes:
+    f = tar.extractfile(member)
+    assert f is not None, member.name
+    data: bytes = f.read()
+    return data
 
 
 def run_sh(script: str) -> str:
@@ -168,7 +176,6 @@ def test_a_plog_name_is_one_member_whatever_it_holds(tmp_path: Path) -> None:
     """review §4: a plog named ``x\\n<ts> 1 -C ..\\n...`` added lines (and ``-C``) to root's ``tar -T`` list.
     Now the host program packs each file it walked to as one member, its name encoded by the tar format:
     the archive holds exactly the files."""
-    import tarfile
 
     from framework.cores.logs import logs_script
 
@@ -222,7 +229,6 @@ def test_the_log_pack_walks_folders_by_descriptor_and_opens_each_file_once(tmp_p
     import json
     import os
     import sys
-    import tarfile
 
     from framework.cores.logs import pack_program
 
@@ -244,7 +250,7 @@ def test_the_log_pack_walks_folders_by_descriptor_and_opens_each_file_once(tmp_p
                              str(int(time.time()) - 60), str(os.getuid()), "{}", str(root)],
                             capture_output=True, text=True, timeout=60, check=True)
         with tarfile.open(tmp_path / out) as tar:
-            got = {m.name: tar.extractfile(m).read() for m in tar.getmembers()}  # type: ignore[union-attr]
+            got = {m.name: _read(tar, m) for m in tar.getmembers()}
         return json.loads(cp.stdout), got
 
     rec, got = pack(1 << 20, "all.tgz")
@@ -260,7 +266,6 @@ def test_collect_logs_packs_home_logs_through_the_host_program(tmp_path: Path) -
     hard links included. Now the same host program packs it: the SSH user's single-link files only, no
     folder followed through a symlink; no ``~/ascend/log`` is exit 3."""
     import os
-    import tarfile
 
     from framework.cores.logs import home_logs_script
 
@@ -277,7 +282,7 @@ def test_collect_logs_packs_home_logs_through_the_host_program(tmp_path: Path) -
                         capture_output=True, text=True, timeout=60)
     assert cp.returncode == 0, cp.stdout + cp.stderr
     with tarfile.open(tgz) as tar:
-        got = {Path(m.name).name: tar.extractfile(m).read() for m in tar.getmembers()}  # type: ignore[union-attr]
+        got = {Path(m.name).name: _read(tar, m) for m in tar.getmembers()}
     assert got == {"plog-1.log": b"ours"}
     env["HOME"] = str(tmp_path / "nowhere")
     cp = subprocess.run(["/bin/sh", "-c", home_logs_script(":", str(tgz), 1 << 20)], env=env,
@@ -291,7 +296,6 @@ def test_coverage_data_is_packed_by_the_host_program_never_through_a_link(tmp_pa
     a folder that is a symlink is not followed, only ``*.gcda`` files are packed, and the count is
     what was packed."""
     import os
-    import tarfile
 
     from framework.ranksuite import coverage
 

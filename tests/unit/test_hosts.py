@@ -94,7 +94,7 @@ def test_corrupted_upload_is_detected_and_partial_file_removed(tmp_path):
     assert fake.files == {}
 
 
-def test_corrupted_download_is_detected(tmp_path):
+def test_corrupted_download_is_detected(tmp_path, monkeypatch):
     host, fake = make()
     fake.files["/w/x"] = b"abc"
     orig_get = fake.get
@@ -103,7 +103,7 @@ def test_corrupted_download_is_detected(tmp_path):
         orig_get(remote, local, **caps)
         local.write_bytes(b"abd")
 
-    fake.get = bad_get  # type: ignore[method-assign]
+    monkeypatch.setattr(fake, "get", bad_get)
     with pytest.raises(TransferError, match="sha256 mismatch after download"):
         host.get("/w/x", tmp_path / "x")
     assert not (tmp_path / "x").exists()

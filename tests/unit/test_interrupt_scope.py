@@ -96,7 +96,7 @@ def test_an_interrupt_stops_a_download_at_its_next_chunk(tmp_path):
 
     out = io.BytesIO()
     with pytest.raises(Cancelled, match="interrupted: download of /big stopped after"):
-        copy_bounded(read, out, host="h1", remote="/big", cap=caps({}).with_(cancel=stop))  # type: ignore[arg-type]
+        copy_bounded(read, out, host="h1", remote="/big", cap=caps({}).with_(cancel=stop))
     assert len(out.getvalue()) <= 3 * CHUNK
 
     seen = []

@@ -17,6 +17,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 from builders import ASCEND_CAPTURES, CAPTURE_FOLDERS
@@ -277,11 +278,11 @@ def test_holder_argv_holds_a_device_through_torch_npu(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------- knobs: exactly their change
 
 
-def _call(mod: object, camit: Path, *args: str) -> str:
+def _call(mod: ModuleType, camit: Path, *args: str) -> str:
     """One tool call in-process (the same code the tree's launchers run): rc and stdout+stderr."""
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(buf):
-        rc = mod.main(list(args), camit)  # type: ignore[attr-defined]
+        rc = mod.main(list(args), camit)
     return f"rc={rc}\n{buf.getvalue()}"
 
 

@@ -8,6 +8,7 @@ import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -36,14 +37,14 @@ STATE = Path("/run/camit-lab/camitnpu")
 PY = "/usr/bin/python3"
 
 
-def make(n: int = 2, **kw: object) -> LabPlan:
-    args: dict[str, object] = {"name": "camitnpu", "subnet": "10.78.0.0/24", "state_dir": STATE,
+def make(n: int = 2, **kw: Any) -> LabPlan:
+    args: dict[str, Any] = {"name": "camitnpu", "subnet": "10.78.0.0/24", "state_dir": STATE,
                                "env_file": Path("/repo/env/lab-npu.yaml"), "python": PY}
     args.update(kw)
-    return plan_lab(n, **args)  # type: ignore[arg-type]
+    return plan_lab(n, **args)
 
 
-def env_of(plan: LabPlan) -> dict[str, object]:
+def env_of(plan: LabPlan) -> dict[str, Any]:
     keys = {h.name: "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl"
             for h in plan.hosts}
     return env_document(plan, keys, {}, "x86_64")
@@ -71,8 +72,9 @@ def test_npu_plan_takes_the_profile(name: str) -> None:
 
 
 def test_a3_has_16_devices_and_a2_8() -> None:
-    assert make(npu="a3").npu.count == 16  # type: ignore[union-attr]
-    assert make(npu="a2").npu.count == 8  # type: ignore[union-attr]
+    a3, a2 = make(npu="a3").npu, make(npu="a2").npu
+    assert a3 is not None and a3.count == 16
+    assert a2 is not None and a2.count == 8
 
 
 def test_each_host_mounts_its_own_tree() -> None:
@@ -137,15 +139,15 @@ def test_emulated_env_declares_npus_cann_python_and_hccl() -> None:
 
 def test_emulated_env_with_visible_lists_them() -> None:
     doc = env_of(make(npu="a3", visible="0,1,8"))
-    assert doc["defaults"]["npu"] == {"soc": "ascend910_93", "count": 16, "visible": [0, 1, 8]}  # type: ignore[index]
+    assert doc["defaults"]["npu"] == {"soc": "ascend910_93", "count": 16, "visible": [0, 1, 8]}
 
 
 def test_cpu_env_is_unchanged() -> None:
     doc = env_of(make())
     assert "cann" not in doc
     assert doc["launch"] == {"backend": "gloo"}
-    assert doc["defaults"]["npu"] == {"count": 0, "soc": "cpu"}  # type: ignore[index]
-    assert (doc["defaults"]["python"], doc["defaults"]["venv"]) == (PY, True)  # type: ignore[index]
+    assert doc["defaults"]["npu"] == {"count": 0, "soc": "cpu"}
+    assert (doc["defaults"]["python"], doc["defaults"]["venv"]) == (PY, True)
 
 
 @pytest.mark.parametrize(("npu", "visible"), [("a3", None), ("a3", "0,1"), ("a2", "7"), ("a2", None)])

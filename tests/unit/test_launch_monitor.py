@@ -154,12 +154,13 @@ def test_a_real_supervisor_and_rank_wrapper_transcript(tmp_path):
     # stdin stays open (an EOF would be the controller going away: the supervisor would kill the run)
     proc = subprocess.Popen(argv, env=dict(os.environ, RANK="0", LOCAL_RANK="0"), stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, text=True)
+    assert proc.stdin is not None and proc.stdout is not None
     try:
-        out = "".join(iter(proc.stdout.readline, ""))  # type: ignore[union-attr]
+        out = "".join(iter(proc.stdout.readline, ""))
     finally:
-        proc.stdin.close()  # type: ignore[union-attr]
+        proc.stdin.close()
         proc.wait(30)
-        proc.stdout.close()  # type: ignore[union-attr]
+        proc.stdout.close()
     lines = [line for line in out.splitlines() if line != protocol.HEARTBEAT]
     assert lines[0].startswith("STARTED ") and lines[-1] == "DONE", out
     mon = monitor(["host1"], nproc=1)

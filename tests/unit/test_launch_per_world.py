@@ -7,16 +7,21 @@ from __future__ import annotations
 import json
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
+from framework.hosts import Cluster
 from framework.launch import LaunchResult
 from framework.launch.result import NodeResult, RankResult
+from framework.launch.runner import Launcher
 from framework.ranksuite import batch, batches
 from framework.ranksuite.suite import RankSuite
 from tests import rankside
 from tests.builders import make_env
+
+#: what these suites never reach: they plan, or their launches are scripted
+NO_CLUSTER, NO_LAUNCHER = cast(Cluster, None), cast(Launcher, None)
 
 MODULES = ["test_a_rank.py", "test_b_rank.py", "test_c_rank.py"]
 WORLD = 2
@@ -129,7 +134,7 @@ def _launch(tmp: Path, ok: bool, *, junit: dict[int, list[tuple[str, str, str | 
 
 
 def _suite() -> RankSuite:
-    return RankSuite(make_env(["host1", "host2"]), None, None, slots=1)  # type: ignore[arg-type]
+    return RankSuite(make_env(["host1", "host2"]), NO_CLUSTER, NO_LAUNCHER, slots=1)
 
 
 def _done(module: str, *tests: tuple[str, str]) -> list[dict[str, Any]]:
@@ -176,7 +181,7 @@ class _Scripted(RankSuite):
     """A RankSuite whose launches are scripted: each returns the next prepared LaunchResult."""
 
     def __init__(self, launches: list[LaunchResult]) -> None:
-        super().__init__(make_env(["host1", "host2"]), None, None, slots=1)  # type: ignore[arg-type]
+        super().__init__(make_env(["host1", "host2"]), NO_CLUSTER, NO_LAUNCHER, slots=1)
         self.launches = launches
         self.calls: list[tuple[list[str], float, bool]] = []
 

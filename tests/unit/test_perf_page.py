@@ -96,7 +96,8 @@ def _colours(shot: Path) -> set[tuple[int, int, int]]:
 
 
 def _rgb(hex_colour: str) -> tuple[int, int, int]:
-    return tuple(int(hex_colour[i:i + 2], 16) for i in (1, 3, 5))  # type: ignore[return-value]
+    r, g, b = (int(hex_colour[i:i + 2], 16) for i in (1, 3, 5))
+    return r, g, b
 
 
 @needs_chromium

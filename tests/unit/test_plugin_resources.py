@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from contextlib import ExitStack
 from pathlib import Path
+from typing import cast
 
 import pytest
 
@@ -60,7 +61,7 @@ def test_allow_unreachable_leases_the_reachable_hosts_and_keeps_the_error(env, t
 
 
 def _resources(env: EnvConfig, down: str | None = None) -> Resources:
-    ctx = RunContext(config=None, options=Options(), env=env, seed=1)  # type: ignore[arg-type]
+    ctx = RunContext(config=cast(pytest.Config, None), options=Options(), env=env, seed=1)  # no pytest session
     return Resources(ctx, transport_factory=transports(down))
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -39,8 +39,9 @@ def _ctx(launch_per: str = "world", controller: bool = True) -> Any:
                            is_controller=controller)
 
 
-ITEMS = [_Item("t1", "a.py", 4), _Item("t2", "b.py", 4), _Item("t3", "c.py", 4),
-         _Item("t4", "d.py", 4), _Item("t5", None, 4), _Item("t6", "e.py", 8)]
+#: the stand-ins as the pytest items they stand in for (batches reads nodeid, path and the world)
+ITEMS = cast("list[pytest.Item]", [_Item("t1", "a.py", 4), _Item("t2", "b.py", 4), _Item("t3", "c.py", 4),
+                                   _Item("t4", "d.py", 4), _Item("t5", None, 4), _Item("t6", "e.py", 8)])
 #: t3 cannot run here (the plugin's markers say so), t4 wants 2 nodes: each stays out of the batch
 FEWEST = {"t1": 1, "t2": 1, "t3": None, "t4": 2, "t5": 1, "t6": 1}
 
@@ -52,7 +53,7 @@ def test_plan_groups_by_world_and_the_fewest_nodes_the_plugin_reads() -> None:
         seen.append(item.nodeid)
         return FEWEST[item.nodeid]
 
-    out = batches.plan(ITEMS, _ctx(), fewest)  # type: ignore[arg-type]
+    out = batches.plan(ITEMS, _ctx(), fewest)
     assert sorted(out) == ["t1", "t2"] and out["t1"] is out["t2"]
     assert out["t1"].modules == ["a.py", "b.py"] and out["t1"].key == batches.BatchKey(4, (), 1)
     assert "t3" in seen and "t4" in seen
@@ -60,7 +61,7 @@ def test_plan_groups_by_world_and_the_fewest_nodes_the_plugin_reads() -> None:
 
 @pytest.mark.parametrize("ctx", [_ctx(launch_per="test"), _ctx(controller=False)])
 def test_no_plan_per_test_or_on_an_xdist_worker(ctx: Any) -> None:
-    assert batches.plan(ITEMS, ctx, lambda item: 1) == {}  # type: ignore[arg-type]
+    assert batches.plan(ITEMS, ctx, lambda item: 1) == {}
 
 
 def _core() -> Any:

@@ -21,16 +21,25 @@ def start(out: Path, data: bytes, listen: bool, sha: str | None = None) -> subpr
     return subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
 
 
+def send(p: subprocess.Popen[bytes], data: bytes) -> None:
+    """``data`` on the relay's stdin, then its end."""
+    assert p.stdin is not None
+    p.stdin.write(data)
+    p.stdin.close()
+
+
 def port_of(p: subprocess.Popen[bytes]) -> int:
-    line = p.stdout.readline().decode()  # type: ignore[union-attr]
+    assert p.stdout is not None
+    line = p.stdout.readline().decode()
     assert line.startswith("PORT "), line
     return int(line.split()[1])
 
 
 def finish(p: subprocess.Popen[bytes]) -> str:
-    out = p.stdout.read()  # type: ignore[union-attr]
+    assert p.stdout is not None
+    out = p.stdout.read()
     p.wait(30)
-    p.stdout.close()  # type: ignore[union-attr]
+    p.stdout.close()
     return out.decode()
 
 
@@ -41,13 +50,10 @@ def test_three_hop_pipeline_writes_and_verifies_everywhere(tmp_path):
     l2 = start(outs[2], data, True)
     l1 = start(outs[1], data, True)
     p2, p1 = port_of(l2), port_of(l1)
-    l2.stdin.write(b"NEXT -\nTOKEN t2\n")  # type: ignore[union-attr]
-    l2.stdin.close()  # type: ignore[union-attr]
-    l1.stdin.write(f"NEXT 127.0.0.1 {p2} t2\nTOKEN t1\n".encode())  # type: ignore[union-attr]
-    l1.stdin.close()  # type: ignore[union-attr]
+    send(l2, b"NEXT -\nTOKEN t2\n")
+    send(l1, f"NEXT 127.0.0.1 {p2} t2\nTOKEN t1\n".encode())
     head = start(outs[0], data, False)
-    head.stdin.write(f"NEXT 127.0.0.1 {p1} t1\n".encode() + data)  # type: ignore[union-attr]
-    head.stdin.close()  # type: ignore[union-attr]
+    send(head, f"NEXT 127.0.0.1 {p1} t1\n".encode() + data)
     for p in (head, l1, l2):
         assert f"OK {sha}" in finish(p)
     for out in outs:
@@ -64,8 +70,7 @@ def test_wrong_token_is_dropped_unread_and_the_real_peer_still_served(tmp_path):
     data = b"payload" * 1000
     listener = start(tmp_path / "l" / "x", data, True)
     port = port_of(listener)
-    listener.stdin.write(b"NEXT -\nTOKEN right\n")  # type: ignore[union-attr]
-    listener.stdin.close()  # type: ignore[union-attr]
+    send(listener, b"NEXT -\nTOKEN right\n")
     silent = socket.create_connection(("127.0.0.1", port))  # says nothing at all
     stray = socket.create_connection(("127.0.0.1", port))
     stray.sendall(b"wrong\n" + b"evil" * 100)
@@ -77,8 +82,7 @@ def test_wrong_token_is_dropped_unread_and_the_real_peer_still_served(tmp_path):
     assert got == b""  # closed, nothing sent back
     stray.close()
     head = start(tmp_path / "h" / "x", data, False)
-    head.stdin.write(f"NEXT 127.0.0.1 {port} right\n".encode() + data)  # type: ignore[union-attr]
-    head.stdin.close()  # type: ignore[union-attr]
+    send(head, f"NEXT 127.0.0.1 {port} right\n".encode() + data)
     assert "OK " in finish(head) and "OK " in finish(listener)
     assert (tmp_path / "l" / "x").read_bytes() == data
     silent.close()
@@ -92,8 +96,7 @@ def test_a_listener_without_its_peer_ends_at_the_deadline(tmp_path):
             "--size", "1", "--deadline", "3", "--listen", "127.0.0.1"]
     p = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     port_of(p)
-    p.stdin.write(b"NEXT -\nTOKEN t\n")  # type: ignore[union-attr]
-    p.stdin.close()  # type: ignore[union-attr]
+    send(p, b"NEXT -\nTOKEN t\n")
     assert "ERR" in finish(p)
     assert not (tmp_path / "x").exists()
 
@@ -104,8 +107,7 @@ def test_a_symlink_planted_at_the_part_path_is_not_followed(tmp_path):
     (tmp_path / "x.part").symlink_to(victim)
     data = b"new bytes" * 100
     head = start(tmp_path / "x", data, False)
-    head.stdin.write(b"NEXT -\n" + data)  # type: ignore[union-attr]
-    head.stdin.close()  # type: ignore[union-attr]
+    send(head, b"NEXT -\n" + data)
     assert "OK " in finish(head)
     assert victim.read_text() == "keep me"
     assert (tmp_path / "x").read_bytes() == data and not (tmp_path / "x").is_symlink()
@@ -120,8 +122,7 @@ def test_dead_next_hop_is_reported_and_local_copy_kept(tmp_path):
     s.close()  # nothing listens there any more
     data = b"x" * 1000
     head = start(tmp_path / "x", data, False)
-    head.stdin.write(f"NEXT 127.0.0.1 {dead_port} tok\n".encode() + data)  # type: ignore[union-attr]
-    head.stdin.close()  # type: ignore[union-attr]
+    send(head, f"NEXT 127.0.0.1 {dead_port} tok\n".encode() + data)
     out = finish(head)
     assert "NEXT-FAILED connect" in out and "OK " in out
     assert (tmp_path / "x").read_bytes() == data
@@ -130,12 +131,10 @@ def test_dead_next_hop_is_reported_and_local_copy_kept(tmp_path):
 def test_short_stream_or_bad_hash_leaves_no_partial_file(tmp_path):
     data = b"abc" * 100
     head = start(tmp_path / "x", data, False)
-    head.stdin.write(b"NEXT -\n" + data[:-5])  # type: ignore[union-attr]
-    head.stdin.close()  # type: ignore[union-attr]
+    send(head, b"NEXT -\n" + data[:-5])
     assert "ERR stream ended 5 bytes early" in finish(head)
     head = start(tmp_path / "y", data, False, sha="0" * 64)
-    head.stdin.write(b"NEXT -\n" + data)  # type: ignore[union-attr]
-    head.stdin.close()  # type: ignore[union-attr]
+    send(head, b"NEXT -\n" + data)
     assert "ERR sha256 mismatch" in finish(head)
     assert sorted(p.name for p in tmp_path.iterdir()) == []
 
@@ -147,8 +146,7 @@ def test_ok_marker_is_written_to_a_fresh_file_not_through_a_symlink(tmp_path):
     (tmp_path / "d" / ".ok").symlink_to(victim)
     data = b"abc"
     head = start(tmp_path / "d" / "x", data, False)
-    head.stdin.write(b"NEXT -\n" + data)  # type: ignore[union-attr]
-    head.stdin.close()  # type: ignore[union-attr]
+    send(head, b"NEXT -\n" + data)
     assert "OK " in finish(head)
     assert victim.read_text() == "keep me"
     assert not (tmp_path / "d" / ".ok").is_symlink()
@@ -163,13 +161,11 @@ def test_idle_local_connections_cannot_crowd_out_the_upstream(tmp_path):
     data = b"payload" * 1000
     listener = start(tmp_path / "l" / "x", data, True)
     port = port_of(listener)
-    listener.stdin.write(b"NEXT -\nTOKEN right\n")  # type: ignore[union-attr]
-    listener.stdin.close()  # type: ignore[union-attr]
+    send(listener, b"NEXT -\nTOKEN right\n")
     idle = [socket.create_connection(("127.0.0.1", port)) for _ in range(20)]
     try:
         head = start(tmp_path / "h" / "x", data, False)
-        head.stdin.write(f"NEXT 127.0.0.1 {port} right\n".encode() + data)  # type: ignore[union-attr]
-        head.stdin.close()  # type: ignore[union-attr]
+        send(head, f"NEXT 127.0.0.1 {port} right\n".encode() + data)
         assert f"OK {hashlib.sha256(data).hexdigest()}" in finish(head)
         assert f"OK {hashlib.sha256(data).hexdigest()}" in finish(listener)
     finally:

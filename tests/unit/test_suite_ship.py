@@ -8,8 +8,10 @@ import tarfile
 import threading
 from pathlib import Path
 from types import SimpleNamespace
+from typing import cast
 
 from framework.hosts import Cluster, Host
+from framework.launch.runner import Launcher
 from framework.ranksuite.suite import RankSuite, sh_tree_digest, tree_archive, tree_digest
 from framework.testing.fake import FakeTransport
 from tests.builders import make_env
@@ -35,8 +37,8 @@ def fake_host(transport: FakeTransport) -> FakeTransport:
 
 def suite(transport: FakeTransport, rundir: Path, tree: Path) -> RankSuite:
     env = make_env({transport.name: {"workdir": "/w"}})
-    launcher = SimpleNamespace(rundir=SimpleNamespace(path=rundir))
-    return RankSuite(env, Cluster([Host(transport.name, transport)]), launcher, tree=tree, slots=2)  # type: ignore[arg-type]
+    launcher = cast(Launcher, SimpleNamespace(rundir=SimpleNamespace(path=rundir)))  # the run folder is all it reads
+    return RankSuite(env, Cluster([Host(transport.name, transport)]), launcher, tree=tree, slots=2)
 
 
 def test_two_workers_ship_the_same_tree_from_one_run_folder_at_once(tmp_path):

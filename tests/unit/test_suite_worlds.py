@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from typing import cast
+
 import pytest
 
 from framework.launch import LaunchResult
+from framework.launch.runner import Launcher
 from framework.ranksuite.suite import (
     SMALL_WORLDS,
     RankSuiteFailed,
@@ -114,7 +117,7 @@ def _suite(coverage, spread=1):
 
     env = make_env({"h1": {"workdir": "/w"}, "h2": {"workdir": "/w"}})
     launcher = _Launcher()
-    suite = RankSuite(env, Cluster([Host(n, FakeTransport(n)) for n in ("h1", "h2")]), launcher,  # type: ignore[arg-type]
+    suite = RankSuite(env, Cluster([Host(n, FakeTransport(n)) for n in ("h1", "h2")]), cast(Launcher, launcher),
                       slots=4, coverage=coverage, spread=spread)
     suite._shipped = {"h1": "/w/suites/abc", "h2": "/w/suites/abc"}
     return suite, launcher

@@ -10,11 +10,13 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
+from typing import cast
 
 from framework.cores.logs import logs_script, parse_clock
 from framework.launch import timeline
 from framework.launch.timeline import CAUSE, INFO
 from framework.report.html import _cluster_timeline
+from framework.report.model import RunView
 
 DATA = Path(__file__).parent.parent / "data" / "timeline"
 KERNEL = Path(__file__).parent.parent / "data" / "kernel"
@@ -105,7 +107,7 @@ def test_refresh_adds_the_dmesg_collected_after_the_launch_and_the_report_shows_
     class Run:
         path = tmp_path
 
-    html = _cluster_timeline(Run())  # type: ignore[arg-type]
+    html = _cluster_timeline(cast(RunView, Run()))  # the folder is all the timeline reads of the run
     assert "segfault at 0" in html and "RANK 1 SIG SIGSEGV" in html and "STARTED" not in html
 
 
