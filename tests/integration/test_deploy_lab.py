@@ -19,7 +19,8 @@ import pytest
 
 from framework.config.effective import load
 from framework.deploy import Deployer
-from framework.errors import ConfigError
+from framework.deploy.result import DeployResult
+from framework.errors import ConfigError, DeployError
 from framework.hosts import Cluster
 from framework.lab import artifacts
 from framework.records.folder import RunDir
@@ -246,10 +247,12 @@ def test_host_lost_mid_upload(lab, env_variant, lab_env, built, tmp_path):
         result = box["r"]
     finally:
         lab.start_sshd(victim)
-    assert victim in result.errors  # type: ignore[attr-defined]
-    err = result.errors[victim]  # type: ignore[attr-defined]
+    assert isinstance(result, DeployResult), result
+    assert victim in result.errors
+    err = result.errors[victim]
+    assert isinstance(err, DeployError), err
     assert err.step in ("upload", "install-wheel") and victim in str(err)
-    assert all(result.manifests[h].status == "deployed" for h in lab_env.hosts if h != victim)  # type: ignore[attr-defined]
+    assert all(result.manifests[h].status == "deployed" for h in lab_env.hosts if h != victim)
 
 
 def test_a_big_staged_artifact_is_hashed_on_the_host_and_a_changed_byte_is_sent_again(lab, env_variant, lab_env,

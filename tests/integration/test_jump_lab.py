@@ -22,6 +22,7 @@ from framework.commands import ShellScript
 from framework.config.effective import EnvConfig, load
 from framework.errors import AuthenticationFailed, HostKeyError, HostUnreachable
 from framework.hosts import Cluster, Host
+from framework.result import Result
 from framework.transport import ssh
 from tests.camit_labtools import lab_env_or_skip
 
@@ -106,7 +107,8 @@ def test_hosts_share_one_jump_connection_under_parallel_fan_out_and_close_closes
         try:
             for _ in range(3):
                 group = cluster.run(ShellScript("hostname"), timeout=30)
-                assert sorted(group[h].stdout.strip() for h in group) == ["host1", "host2"]  # type: ignore[union-attr]
+                names = [group[h] for h in group]
+                assert sorted(r.stdout.strip() for r in names if isinstance(r, Result)) == ["host1", "host2"], names
         except BaseException as exc:  # reported below
             errors.append(exc)
 

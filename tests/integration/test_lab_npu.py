@@ -20,6 +20,7 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -114,14 +115,15 @@ def cluster(npu: NpuLab) -> Iterator[Cluster]:
         yield c
 
 
-def out(cluster: Cluster, host: str, script: str, **kw: object) -> str:
-    r = cluster[host].run(ShellScript(script), **kw)  # type: ignore[arg-type]
+def out(cluster: Cluster, host: str, script: str, **kw: Any) -> str:
+    r = cluster[host].run(ShellScript(script), **kw)
     assert r.rc == 0, f"{host}: {script!r} -> {r.rc}: {r.stderr}"
     return r.stdout
 
 
 def test_env_file_declares_the_emulated_npus(npu: NpuLab) -> None:
-    prof = emu.profile(npu.lab.plan.npu.profile)  # type: ignore[union-attr]
+    assert npu.lab.plan.npu is not None
+    prof = emu.profile(npu.lab.plan.npu.profile)
     assert npu.env.launch.backend == "hccl"
     assert npu.env.cann is not None and npu.env.cann.set_env == prof.set_env
     for h in npu.env.hosts.values():
@@ -137,7 +139,8 @@ def test_npu_smi_runs_from_path(npu: NpuLab, cluster: Cluster) -> None:
 def test_every_session_sees_the_npu_json(npu: NpuLab, cluster: Cluster) -> None:
     for h in npu.env.hosts:
         assert out(cluster, h, 'echo "$CAMIT_EMU_NPU"').strip() == emu.NPU_JSON
-        assert json.loads(out(cluster, h, f"cat {emu.NPU_JSON}"))["device_count"] == npu.lab.plan.npu.count  # type: ignore[union-attr]
+        assert npu.lab.plan.npu is not None
+        assert json.loads(out(cluster, h, f"cat {emu.NPU_JSON}"))["device_count"] == npu.lab.plan.npu.count
 
 
 def test_per_host_python_imports_the_torch_npu_standin(npu: NpuLab, cluster: Cluster) -> None:

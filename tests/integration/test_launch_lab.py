@@ -63,8 +63,9 @@ def test_rank_raise_fails_fast_and_leaves_nothing_but_the_decoy(lab, lab_env, la
     launcher.run(Target(script=str(TARGET)), timeout=120)  # ships the target once
     shipped = lab.host_exec("host2", ["sh", "-c", f"ls {remote_target}/*/alltoall.py"], check=True).stdout.split()[0]
     decoy = _decoy(lab, "host2", [py, shipped, "--raise-rank", "3"])
+    assert decoy.stdout is not None
     try:
-        assert decoy.stdout.readline().startswith(b"decoy")  # type: ignore[union-attr]
+        assert decoy.stdout.readline().startswith(b"decoy")
         result = launcher.run(Target(script=str(TARGET), args=("--raise-rank", "3")), timeout=120)
         assert not result.ok and result.failure_rank == 3
         assert "rank 3 on host2" in result.failure
@@ -76,7 +77,7 @@ def test_rank_raise_fails_fast_and_leaves_nothing_but_the_decoy(lab, lab_env, la
     finally:
         os.killpg(decoy.pid, signal.SIGKILL)
         decoy.wait()
-        decoy.stdout.close()  # type: ignore[union-attr]
+        decoy.stdout.close()
 
 
 def test_rank_segfault_is_reported_as_signal(launcher):
@@ -212,8 +213,9 @@ def test_a_taken_master_port_is_retried_with_another(lab, lab_env_path, env_vari
         sys.executable, "-c", f"import socket, time; s = socket.socket(); s.bind(('0.0.0.0', {port})); "
                               "s.listen(); print('held', flush=True); time.sleep(300)"]),
         stdout=subprocess.PIPE, start_new_session=True)
+    assert holder.stdout is not None
     try:
-        assert holder.stdout.readline().startswith(b"held")  # type: ignore[union-attr]
+        assert holder.stdout.readline().startswith(b"held")
         env = load(env_variant(lambda d: d["launch"].__setitem__("master_port", port), "port.yaml"))
         with Cluster.from_env(env, NODES) as cluster:
             result = Launcher(env, cluster, rundir=RunDir.create(tmp_path / "r"), nproc_per_node=2).run(
@@ -224,7 +226,7 @@ def test_a_taken_master_port_is_retried_with_another(lab, lab_env_path, env_vari
     finally:
         os.killpg(holder.pid, signal.SIGKILL)
         holder.wait()
-        holder.stdout.close()  # type: ignore[union-attr]
+        holder.stdout.close()
     del _socket
 
 
@@ -255,9 +257,10 @@ def test_one_nodes_torchrun_killed_9_tears_everything_down(lab, launcher):
     t0 = time.monotonic()
     t.join(60)
     result = box["r"]
-    assert result.failure_kind in ("node", "rank"), result.failure  # type: ignore[attr-defined]
-    assert "host2" in result.failure  # type: ignore[attr-defined]
-    assert wait_none_left(result.launch_id, 15) == []  # type: ignore[attr-defined]
+    assert isinstance(result, LaunchResult), result
+    assert result.failure_kind in ("node", "rank"), result.failure
+    assert "host2" in (result.failure or "")
+    assert wait_none_left(result.launch_id, 15) == []
     assert time.monotonic() - t0 < 45
 
 
