@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import pytest
-from builders import ASCEND_CAPTURES
 
 from framework.ascend import parse as ascend
 from framework.ascend.parse import A2, A3
 from framework.cores.pattern import parse_core_pattern
+from tests.builders import ASCEND_CAPTURES
 
 DATA = ASCEND_CAPTURES
 

@@ -20,12 +20,12 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
-from builders import ASCEND_CAPTURES, CAPTURE_FOLDERS
 
 from framework.ascend import parse as ascend
 from framework.lab import emu
 from framework.lab.emu import tree as emu_tree
 from framework.lab.emu.tools import common, hccn_tool, msnpureport, npu_smi
+from tests.builders import ASCEND_CAPTURES, CAPTURE_FOLDERS
 from tests.emu_holders import holder as start_holder
 from tests.emu_holders import kill
 

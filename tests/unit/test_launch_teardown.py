@@ -19,7 +19,6 @@ import time
 from pathlib import Path
 
 import pytest
-from builders import ASCEND_CAPTURES
 
 from framework.ascend import tools
 from framework.errors import HostError
@@ -27,6 +26,7 @@ from framework.launch import devices, fetch
 from framework.launch.devices import DirtyHosts, HeldDevice, HostDirty
 from framework.launch.plan import run_folder_env
 from framework.remote import protocol, script
+from tests.builders import ASCEND_CAPTURES
 from tests.unit.test_launch_monitor import monitor
 
 ASCEND = ASCEND_CAPTURES

@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import cast
 
 import pytest
-from builders import ASCEND_CAPTURES
 
 from framework.config.effective import EnvConfig, HostSpec, LaunchSpec, NicSpec, NpuSpec
 from framework.errors import EXIT_FAILED, EXIT_INFRA, EXIT_OK, HostUnreachable
@@ -25,6 +24,7 @@ from framework.preflight.probe import Limits, Section, plan_probe, probe_script,
 from framework.preflight.run import Preflight, run_probe
 from framework.result import Result
 from framework.transport.local import LocalTransport
+from tests.builders import ASCEND_CAPTURES
 
 DATA = ASCEND_CAPTURES
 
