@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.camit_labtools import lab_env_or_skip
+from tests.support.camit_labtools import lab_env_or_skip
 
 pytest_plugins = ["pytester"]
 

@@ -1,7 +1,7 @@
 """The CAM ops' contract as data (umdk 00cc16f1), read alike by the op stand-in and the rank-side suite.
 
 One file, shipped twice byte for byte: ``suites/cam/rank/camcontract.py`` (the suite) and
-``standin/umdk_cam_op_lib/_contract.py`` (the stand-in wheel); tests/unit/test_cam_contract.py keeps them
+``standin/umdk_cam_op_lib/_contract.py`` (the stand-in wheel); tests/unit/suites/test_cam_contract.py keeps them
 equal. Stdlib only. Each :class:`Limit` is one checked (or documented) quantity: its valid range (the API
 guide's range intersected with the check's), what the check refuses, where the check lives (``pybind``:
 TORCH_BIND_ASSERT ``Failed: Assertion error ...``; ``tiling``: OPS_LOG_E, surfacing as ``call aclnnXxx

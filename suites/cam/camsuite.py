@@ -72,9 +72,9 @@ PREFILL_ENV = {"HCCL_BUFFSIZE": "4096"}
 
 def fused_demand(world: int, full: bool) -> int:
     """Bytes of HCCL window test_fused_rank.py's largest case needs at ``world`` (fused_deep_moe_tiling.cpp:618-625,
-    camcontract.fused_window): its shapes as rank/cases.py has them (tests/unit/test_cam_contract.py keeps the two
-    equal): full shapes L 4 (fewer past 512 experts), batch 32 (16 below world 8), H 7168; lab shapes L 2, batch 8,
-    H 1024; the production case (L 4, batch 16, H 7168) at world 4; global_bs = batch x world."""
+    camcontract.fused_window): its shapes as rank/cases.py has them (tests/unit/suites/test_cam_contract.py keeps
+    the two equal): full shapes L 4 (fewer past 512 experts), batch 32 (16 below world 8), H 7168; lab shapes L 2,
+    batch 8, H 1024; the production case (L 4, batch 16, H 7168) at world 4; global_bs = batch x world."""
     contract = _contract()
 
     def local(per_rank: int) -> int:  # cases.experts: per_rank a rank, fewer past 512 experts

@@ -6,7 +6,7 @@ Bring up a lab of your own and point the tests at it:
     CAMIT_LAB_NAME=flt CAMIT_LAB_ENV=/tmp/flt.yaml python -m pytest tests/faults
 
 Without a lab every lab test is skipped with the reason (as in tests/integration).
-Each scenario checks the same four things through tests/camit_labtools.py: the outcome
+Each scenario checks the same four things through tests/support/camit_labtools.py: the outcome
 names what failed, the time is bounded, no process of the run is left on any host
 (``tagged``), and nothing was written on a host outside the run's workdir
 (``Footprint``).

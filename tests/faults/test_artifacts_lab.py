@@ -19,7 +19,7 @@ from framework.config.effective import load
 from framework.deploy import Deployer
 from framework.hosts import Cluster, sha256_file
 from framework.lab import artifacts
-from tests.camit_labtools import REPO, Footprint
+from tests.support.camit_labtools import REPO, Footprint
 
 pytestmark = pytest.mark.lab
 HOSTS = ["host1", "host2"]

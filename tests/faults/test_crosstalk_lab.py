@@ -25,7 +25,7 @@ import pytest
 from framework.lab import artifacts
 from framework.preflight.checks import CHECKS
 from framework.report.junit import validate_junit
-from tests.camit_labtools import REPO, wait_none_left
+from tests.support.camit_labtools import REPO, wait_none_left
 
 pytestmark = pytest.mark.lab
 

@@ -21,7 +21,7 @@ import pytest
 from _pytest.junitxml import bin_xml_escape
 
 from framework.report.junit import validate_junit
-from tests.camit_labtools import REPO, Footprint, wait_none_left
+from tests.support.camit_labtools import REPO, Footprint, wait_none_left
 from tests.support.xmltree import attr, one
 
 pytestmark = pytest.mark.lab

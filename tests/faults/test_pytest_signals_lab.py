@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from framework.errors import SESSION_LEASE, SESSION_UNREACHABLE
-from tests.camit_labtools import REPO, assert_complete, jenkins_pytest, tagged, wait_for, wait_none_left
+from tests.support.camit_labtools import REPO, assert_complete, jenkins_pytest, tagged, wait_for, wait_none_left
 
 pytestmark = pytest.mark.lab
 HANG = REPO / "tests" / "data" / "hang"
@@ -180,7 +180,7 @@ import signal
 import threading
 
 import pytest
-from tests.camit_labtools import wait_ranks_up
+from tests.support.camit_labtools import wait_ranks_up
 
 from framework.launch import Target
 

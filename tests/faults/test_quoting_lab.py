@@ -17,7 +17,7 @@ import time
 import pytest
 
 from framework.report.junit import validate_junit
-from tests.camit_labtools import REPO, Footprint, wait_none_left
+from tests.support.camit_labtools import REPO, Footprint, wait_none_left
 
 pytestmark = pytest.mark.lab
 

@@ -19,7 +19,7 @@ import pytest
 
 from framework.lab import artifacts
 from framework.report.junit import validate_junit
-from tests.camit_labtools import REPO, Footprint, pids_with_cmdline, wait_for, wait_none_left, wait_ranks_up
+from tests.support.camit_labtools import REPO, Footprint, pids_with_cmdline, wait_for, wait_none_left, wait_ranks_up
 
 pytestmark = pytest.mark.lab
 TARGET = REPO / "tests" / "data" / "targets" / "alltoall.py"

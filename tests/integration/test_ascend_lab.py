@@ -28,7 +28,7 @@ import yaml
 
 from framework.config.effective import EnvConfig
 from framework.preflight.checks import CHECKS
-from tests import one_rank_failure
+from tests.support import one_rank_failure
 
 pytestmark = pytest.mark.lab
 REPO = Path(__file__).resolve().parents[2]
@@ -168,7 +168,7 @@ def _suite_env(npu, tmp_path: Path, change, wheel_source: Path | None = None) ->
 
 #: own_workdir: the two library tests deploy at a workdir of their own each run. With venv false the wheel goes
 #: into the host's python, shared by every workdir; deploy judges what it holds by the installed RECORD's hash
-#: (tests/unit/test_deploy_first.py), and own workdirs keep the two libraries' deploy states apart besides.
+#: (tests/unit/framework/test_deploy_first.py), and own workdirs keep the two libraries' deploy states apart besides.
 #: the modules the library tests also run at world 8 (four hosts, two visible dies each), in one launch
 #: (``--launch-per world``, no redeploy): the prefill dispatch/combine cases (routing across four nodes; uneven
 #: tokens, zero rows, two communicators, more tokens than vector cores) and the fuzz module, whose fused "valid"

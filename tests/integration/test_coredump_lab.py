@@ -26,7 +26,7 @@ from framework.hosts import Cluster, Host
 from framework.lab.plan import CORE_PATTERN_FILE, LAB_CORE_PATTERN
 from framework.launch import Launcher, Target
 from framework.records.folder import RunDir
-from tests.camit_labtools import core_pattern
+from tests.support.camit_labtools import core_pattern
 
 TARGET = Path(__file__).resolve().parents[1] / "data" / "targets" / "alltoall.py"
 NODES = ["host1", "host2"]

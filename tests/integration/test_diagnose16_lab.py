@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.camit_labtools import _is_rank, tagged, wait_for
+from tests.support.camit_labtools import _is_rank, tagged, wait_for
 
 pytestmark = pytest.mark.lab
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import yaml
 
-from tests.docblocks import ROOT, blocks
+from tests.support.docblocks import ROOT, blocks
 
 
 def _commands() -> list[str]:

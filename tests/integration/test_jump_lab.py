@@ -24,7 +24,7 @@ from framework.errors import AuthenticationFailed, HostKeyError, HostUnreachable
 from framework.hosts import Cluster, Host
 from framework.result import Result
 from framework.transport import ssh
-from tests.camit_labtools import lab_env_or_skip
+from tests.support.camit_labtools import lab_env_or_skip
 
 pytestmark = pytest.mark.lab
 

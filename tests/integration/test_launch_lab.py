@@ -18,7 +18,7 @@ from framework.lab.plan import nsenter_argv
 from framework.launch import Launcher, LaunchResult, Target, stacks
 from framework.records.folder import RunDir
 from framework.report.summary import terminal_summary
-from tests.camit_labtools import tagged, wait_for, wait_none_left, wait_ranks_up
+from tests.support.camit_labtools import tagged, wait_for, wait_none_left, wait_ranks_up
 
 TARGET = Path(__file__).resolve().parents[1] / "data" / "targets" / "alltoall.py"
 NODES = ["host1", "host2"]

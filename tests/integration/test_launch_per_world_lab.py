@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from framework.lab import artifacts
-from tests.camit_labtools import launches, verdicts
+from tests.support.camit_labtools import launches, verdicts
 
 pytestmark = pytest.mark.lab
 

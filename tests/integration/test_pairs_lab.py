@@ -2,7 +2,7 @@
 on its veth, 50 Mbit/s; this kernel has no ``netem``) is named as the slow node, its partners are
 not.
 
-The healthy side (many runs naming nobody) is carried by tests/unit/test_pairs.py over synthetic
+The healthy side (many runs naming nobody) is carried by tests/unit/framework/test_pairs.py over synthetic
 timings.
 """
 

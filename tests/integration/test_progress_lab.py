@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from framework.lab import artifacts
-from tests.camit_labtools import jenkins_pytest
+from tests.support.camit_labtools import jenkins_pytest
 
 pytestmark = pytest.mark.lab
 ONE = ["-k", "test_prefill_dispatch_combine", "--world-sizes", "4"]

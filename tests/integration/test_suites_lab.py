@@ -19,8 +19,8 @@ import pytest
 from framework.lab import artifacts
 from framework.perf.history import History, RunKey, path_for
 from framework.report.junit import validate_junit
-from tests import one_rank_failure
-from tests.camit_labtools import launches, verdicts
+from tests.support import one_rank_failure
+from tests.support.camit_labtools import launches, verdicts
 
 REPO = Path(__file__).resolve().parents[2]
 

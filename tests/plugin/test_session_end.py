@@ -32,8 +32,8 @@ from framework.errors import (
     one_line,
     session_exit_code,
 )
-from tests.camit_labtools import assert_complete
 from tests.plugin.test_resources import HOSTS, hold_lease, lease_file, local_env  # noqa: F401 - the fixture
+from tests.support.camit_labtools import assert_complete
 
 WORKTREE = Path(__file__).resolve().parents[2]
 

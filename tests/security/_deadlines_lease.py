@@ -12,7 +12,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from tests.camit_labtools import REPO
+from tests.support.camit_labtools import REPO
 
 
 def _children(pid: int) -> list[int]:

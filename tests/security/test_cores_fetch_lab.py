@@ -17,8 +17,8 @@ import pytest
 from framework.commands import ShellScript
 from framework.cores.watch import CoreWatch
 from framework.hosts import Cluster
-from tests.camit_labtools import core_pattern, pids_with_cmdline, wait_for
 from tests.security._cores_fetch import camit_run, mode
+from tests.support.camit_labtools import core_pattern, pids_with_cmdline, wait_for
 
 CRASH = "import ctypes, os; print(os.getpid(), flush=True); ctypes.string_at(0)"
 

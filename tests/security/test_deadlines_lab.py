@@ -20,8 +20,8 @@ from framework.commands import ShellScript
 from framework.errors import HostUnreachable
 from framework.hosts import Cluster
 from framework.transport.ssh import KEEPALIVE_DEADLINE, KEEPALIVE_INTERVAL
-from tests.camit_labtools import REPO, tagged, wait_for, wait_none_left, wait_ranks_up
 from tests.security._deadlines_lease import camit_popen, finish, kill, noisy_login_shell, stopped_sshd
+from tests.support.camit_labtools import REPO, tagged, wait_for, wait_none_left, wait_ranks_up
 
 pytestmark = pytest.mark.lab
 TARGET = REPO / "tests" / "data" / "targets" / "alltoall.py"

@@ -19,7 +19,7 @@ from framework import commands
 from framework.commands import ShellScript
 from framework.cores.watch import CoreWatch
 from framework.hosts import Cluster, Host
-from tests.camit_labtools import core_pattern
+from tests.support.camit_labtools import core_pattern
 
 LAB_PATTERN = "/var/crash/camit/core.%e.%p.%t.%s"
 CRASH_DIR = "/var/crash/camit"
@@ -81,8 +81,8 @@ def test_a_cotenants_file_name_cannot_inject_core_scan_records(host1, secret: st
 
 
 def crafted_core() -> bytes:
-    """A minimal ELF core whose notes say uid 0, pid 4242 (tests/unit/test_coredump.py's builder)."""
-    from tests.unit.test_coredump import synth_core
+    """A minimal ELF core whose notes say uid 0, pid 4242 (tests/unit/framework/test_cores.py's builder)."""
+    from tests.unit.framework.test_cores import synth_core
 
     return synth_core(pid=4242, ppid=1, sig=11, comm="python3", env=[])
 

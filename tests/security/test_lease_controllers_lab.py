@@ -19,8 +19,8 @@ import pytest
 
 from framework.hosts import Cluster
 from framework.lease import LEASE_FILE, Lease, LeaseHeld, lease_status, release_leases
-from tests.camit_labtools import REPO
 from tests.security._deadlines_lease import camit_popen, finish, kill
+from tests.support.camit_labtools import REPO
 
 pytestmark = pytest.mark.lab
 TARGET = Path(__file__).with_name("_deadlines_lease_target.py")

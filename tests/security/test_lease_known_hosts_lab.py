@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from tests.camit_labtools import REPO
+from tests.support.camit_labtools import REPO
 
 pytestmark = pytest.mark.lab
 

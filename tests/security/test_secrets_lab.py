@@ -34,7 +34,7 @@ from pathlib import Path
 import pytest
 
 from framework.report.junit import validate_junit
-from tests.camit_labtools import REPO
+from tests.support.camit_labtools import REPO
 
 pytestmark = pytest.mark.lab
 

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.ptyrun import run_on_pty
 from tests.security._env_terminal import REPO, clean_env
+from tests.support.ptyrun import run_on_pty
 
 pytestmark = pytest.mark.lab
 

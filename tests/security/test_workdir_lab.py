@@ -34,7 +34,7 @@ from framework.launch import Launcher, Target
 from framework.records.folder import RunDir
 from framework.remote import protocol
 from framework.remote.layout import HostLayout
-from tests.camit_labtools import REPO
+from tests.support.camit_labtools import REPO
 
 pytestmark = pytest.mark.lab
 TARGET = REPO / "tests" / "data" / "targets" / "alltoall.py"
