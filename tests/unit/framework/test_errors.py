@@ -69,7 +69,8 @@ def _framework_errors() -> set[str]:
     import pkgutil
 
     for mod in pkgutil.walk_packages(framework.__path__, "framework."):
-        if mod.name.startswith(("framework.remote.", "framework.lab.__main__", "framework.config.__main__")):
+        if mod.name.startswith(("framework.remote.", "framework.lab.__main__", "framework.config.__main__",
+                                "framework.cli.__main__")):
             continue
         importlib.import_module(mod.name)
     found, todo = set(), [FrameworkError]
