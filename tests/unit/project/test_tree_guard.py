@@ -17,6 +17,7 @@ else:  # Python 3.10 (requires-python): the same parser as a package
     tomllib = pytest.importorskip("tomli")
 
 ROOT = Path(__file__).resolve().parents[3]
+HELPER = "builders"
 
 
 def test_every_test_file_of_tests_unit_is_in_its_place():
@@ -72,8 +73,9 @@ def test_apply_moves_with_git_and_rewrites_what_named_the_old_place(tmp_path):
         "tests/integration/test_user_lab.py": "from tests.unit.test_launch_monitor_later import REPO\n",
         "docs/notes.md": "kept equal by `tests/unit/test_launch_monitor_later.py::test_x`\n",
         "framework/kept.py": '"""named in tests/unit/test_launch_monitor_later.py"""\n',
-        "tests/builders.py": "from pathlib import Path\n\nSAMPLE = Path(__file__).parent / \"data\" / \"x\"\n",
-        "tests/plugin/test_user.py": "from tests import builders\nfrom tests.builders import SAMPLE\n",
+        # the helper's old names spelled so that the script's own rewrite of this file leaves them
+        f"tests/{HELPER}.py": "from pathlib import Path\n\nSAMPLE = Path(__file__).parent / \"data\" / \"x\"\n",
+        "tests/plugin/test_user.py": f"from tests import {HELPER}\nfrom tests.{HELPER} import SAMPLE\n",
     })
     for argv in (["init", "-q"], ["add", "-A"]):
         subprocess.run(["git", *argv], cwd=root, check=True)

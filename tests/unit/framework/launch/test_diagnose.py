@@ -18,7 +18,7 @@ from framework.hosts import Cluster, Host
 from framework.launch import diagnose, stacks
 from framework.remote.protocol import RUN_TAG
 from framework.testing import FakeTransport
-from tests.builders import local_env
+from tests.support.builders import local_env
 
 RANK = textwrap.dedent("""\
     import faulthandler, signal, sys, time

@@ -9,7 +9,7 @@ from framework.hosts import Cluster
 from framework.launch import Launcher
 from framework.launch.result import LaunchResult, RankResult
 from framework.launch.stacks import Frame, StackGroup
-from tests.builders import local_env, local_transports
+from tests.support.builders import local_env, local_transports
 
 
 def _launcher(tmp_path: Path) -> Launcher:
