@@ -10,7 +10,7 @@ The public API, importable from ``framework`` itself; each name is loaded from i
 - tests (``framework.base_test``): ``BaseTest``
 - suites (the pytest plugin, ``framework.plugin``): ``CONTEXT_KEY``, ``RunContext``, ``context_of``,
   ``resources_of``, ``record_launch``, ``min_nodes``, ``SOC_MARKERS``, ``host_share``; the rest of
-  what ``suites/`` may import is ``framework.ranksuite``'s (tests/unit/test_public_surface.py)
+  what ``suites/`` may import is ``framework.ranksuite``'s (tests/unit/project/test_public_surface.py)
 - errors (``framework.errors``, tree drawn there): ``FrameworkError``, ``UsageError``, ``ConfigError``,
   ``LabError``, ``ArtifactError``, ``LeaseHeld``, ``LeaseError``, ``LeaseLost``, ``HostError``,
   ``HostUnreachable``, ``AuthenticationFailed``, ``HostKeyError``, ``TransferError``, ``DeployError``,

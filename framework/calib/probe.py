@@ -80,7 +80,7 @@ def host_script(cann_homes: list[str], set_env: str | None) -> commands.ShellScr
 
 
 #: per CAM op: the contract entry (suites/cam/rank/camcontract.py key) the probe's bad call
-#: breaks, and the words its refusal names the quantity by there (tests/unit/test_calib.py
+#: breaks, and the words its refusal names the quantity by there (tests/unit/framework/test_calib.py
 #: keeps these equal to the contract)
 CAM_REFUSALS: dict[str, tuple[str, str]] = {
     "get_dispatch_layout": ("layout.experts_per_rank", "not divisible by numRanks"),

@@ -36,7 +36,7 @@ RECORDS = {
 }
 REPLAY_FILE = "Ascend/.camit-emu/replay.json"
 #: torch_npu facts the stand-in replays (standin_npu/torch_npu/_replay.py: REPLAYED, kept equal by
-#: tests/unit/test_calib.py) and the file it reads them from (beside its host file npu.json)
+#: tests/unit/framework/test_calib.py) and the file it reads them from (beside its host file npu.json)
 TORCH_REPLAYED = ("torch_npu.mix_device_error", "torch_npu.numpy_error")
 TORCH_FILE = "Ascend/.camit-emu/torch-facts.json"
 _EXIT = re.compile(r"\n\[exit (-?\d+)\]\Z")

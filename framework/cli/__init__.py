@@ -2,7 +2,7 @@
 
 Each verb module has ``add_parser(subparsers)`` and ``run(args) -> int``; exit codes are
 :data:`framework.cli.common.EXIT_CODES`. Building the parser imports stdlib-only modules; a verb
-imports what it needs when it runs (``tests/unit/test_cli_startup.py``).
+imports what it needs when it runs (``tests/unit/framework/test_cli_startup.py``).
 """
 
 from __future__ import annotations

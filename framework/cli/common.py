@@ -1,7 +1,7 @@
 """What every ``camit`` verb shares: the parser class with its epilog, the common options,
 loading the env file, picking hosts, the lease and the run folder.
 
-Only argparse and stdlib-only camit modules at import (``tests/unit/test_cli_startup.py``): the env
+Only argparse and stdlib-only camit modules at import (``tests/unit/framework/test_cli_startup.py``): the env
 loader, the SSH transport and the lease are imported when a verb runs.
 """
 

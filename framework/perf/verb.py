@@ -1,7 +1,7 @@
 """The ``camit perf`` verb: ``camit perf compare RUN_A RUN_B`` (:mod:`framework.perf.compare`).
 
 Only argparse at import: the parser of every ``camit`` command is built from it, and numpy, scipy and
-ruptures are imported when the verb runs (``tests/unit/test_cli_startup.py``).
+ruptures are imported when the verb runs (``tests/unit/framework/test_cli_startup.py``).
 """
 
 from __future__ import annotations

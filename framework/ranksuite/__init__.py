@@ -2,7 +2,7 @@
 :mod:`.batches`), perf baselines (:mod:`.perfbase`) and coverage mode (:mod:`.coverage`).
 
 This package's names (:data:`__all__`, loaded on first use) and ``framework``'s are the public
-surface ``suites/`` imports (``tests/unit/test_public_surface.py``); the pytest plugin's names a
+surface ``suites/`` imports (``tests/unit/project/test_public_surface.py``); the pytest plugin's names a
 suite needs are in ``framework`` itself (the plugin is a layer above this package).
 """
 
