@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections import Counter
 from collections.abc import Sequence
 from importlib import resources
 from typing import Any, Literal
@@ -186,14 +187,24 @@ def stats(values: Sequence[float]) -> Stats:
     return Stats(min=v[0], avg=sum(v) / len(v), p50=_pct(v, 0.5), p99=_pct(v, 0.99), max=v[-1])
 
 
+def _pair_kind(hosts: Sequence[str], i: int, j: int) -> str:
+    """What bytes from rank ``i`` to rank ``j`` are: ``self``, ``intra`` (same host) or ``inter``."""
+    if i == j:
+        return "self"
+    return "intra" if hosts[i] == hosts[j] else "inter"
+
+
 def _bytes(sent: Sequence[Sequence[int]], hosts: Sequence[str]) -> Bytes:
+    """The bytes of one iteration by kind, from ``sent[i][j]`` (bytes rank i sends rank j)."""
     world = len(hosts)
     if len(sent) != world or any(len(r) != world for r in sent):
         raise ValueError(f"the send matrix must be {world} x {world} (one row and column per rank)")
-    pairs = [(i, j, sent[i][j]) for i in range(world) for j in range(world)]
-    return Bytes(total=sum(b for _, _, b in pairs), moved=sum(b for i, j, b in pairs if i != j),
-                 intra=sum(b for i, j, b in pairs if i != j and hosts[i] == hosts[j]),
-                 inter=sum(b for i, j, b in pairs if hosts[i] != hosts[j]))
+    by = Counter({"self": 0, "intra": 0, "inter": 0})
+    for i, row in enumerate(sent):
+        for j, b in enumerate(row):
+            by[_pair_kind(hosts, i, j)] += b
+    return Bytes(total=sum(by.values()), moved=by["intra"] + by["inter"], intra=by["intra"],
+                 inter=by["inter"])
 
 
 def _bandwidth(b: Bytes, world: int, p50_us: float) -> Bandwidth:

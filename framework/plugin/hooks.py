@@ -67,21 +67,34 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[CONTEXT_KEY] = ctx
     config.stash[RESOURCES_KEY] = Resources(ctx)
     random.seed(ctx.seed)
-    collecting = bool(config.option.collectonly)
-    dist = getattr(config.option, "dist", "no")
-    if ctx.env is not None and not collecting:
+    runs = ctx.env is not None and not config.option.collectonly
+    if runs:
         signals = config.stash[SIGNALS_KEY] = Signals()
         signals.install()
         config.pluginmanager.register(signals, "camit-signals")  # its hooks note the running tests
-    controller = ctx.env is not None and ctx.is_controller
-    if controller and not collecting:
+    if runs and ctx.is_controller:
         _register_controller_reports(config, ctx)
-    if ctx.active or (controller and dist != "no"):
-        progress.start(config, ctx)  # (an xdist controller prints its workers' events once camit is used)
-    if (ctx.active and ctx.is_controller and not collecting
-            and dist == "load" and getattr(config.option, "maxschedchunk", 0) is None):
-        # cluster tests are few and slow: xdist hands them out one at a time to whichever worker is
-        # free (its option for "a small number of slow tests"); see xdist.sort_for_workers
+    _start_progress(config, ctx)
+    if runs and ctx.active and ctx.is_controller:
+        _deal_one_by_one(config)
+
+
+def _start_progress(config: pytest.Config, ctx: RunContext) -> None:
+    """The progress display once camit is used; an xdist controller with an env file prints its
+    workers' events too."""
+    distributed = getattr(config.option, "dist", "no") != "no"
+    xdist_controller = ctx.env is not None and ctx.is_controller and distributed
+    if ctx.active or xdist_controller:
+        progress.start(config, ctx)
+
+
+def _deal_one_by_one(config: pytest.Config) -> None:
+    """Under ``--dist load`` with no ``--maxschedchunk``, xdist hands the cluster tests (few and
+    slow) out one at a time to whichever worker is free (its option for "a small number of slow
+    tests"); see xdist.sort_for_workers."""
+    if getattr(config.option, "dist", "no") != "load":
+        return
+    if getattr(config.option, "maxschedchunk", 0) is None:
         config.option.maxschedchunk = 1
 
 
