@@ -62,7 +62,9 @@ def _torch_probe(spec: HostSpec, env: EnvConfig) -> tuple[commands.ShellScript, 
     py = layout.venv_python if spec.venv else spec.python
     q = commands.quote
     vendor = layout.vendor_set_env()
-    src = f"[ -f {q(env.cann.set_env)} ] && . {q(env.cann.set_env)} >/dev/null 2>&1; " if env.cann else ""
+    src = ""
+    if env.cann:
+        src = f"[ -f {q(env.cann.set_env)} ] && . {q(env.cann.set_env)} >/dev/null 2>&1; "
     steps = " && ".join(env_steps(None, (), vendor))
     src += f"if [ -f {q(vendor)} ]; then {steps}; fi >/dev/null 2>&1; "
     return commands.ShellScript(f"{src}exec {q(py)} -c {q(TORCH_PROBE)}"), py
