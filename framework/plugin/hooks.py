@@ -171,6 +171,19 @@ def uses_camit(item: pytest.Item) -> bool:
     return markers.is_base_test(getattr(item, "cls", None))
 
 
+def _activate(config: pytest.Config, ctx: RunContext) -> None:
+    """A collected test uses camit: activate it (an env that does not load ends the session on the
+    controller; a worker leaves it to the tests), then start the progress display and header."""
+    try:
+        ctx.activate()
+    except pytest.UsageError:
+        if ctx.is_controller:
+            raise
+        return
+    progress.start(config, ctx)
+    reporting.show_header(config, ctx)
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """camit is in use when a collected test uses it (an env that does not load then ends the session here,
@@ -178,14 +191,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     across the cluster first, the largest world first."""
     ctx = context_of(config)
     if not ctx.active and ctx.options.env_path and any(uses_camit(item) for item in items):
-        try:
-            ctx.activate()
-        except pytest.UsageError:
-            if ctx.is_controller:
-                raise
-        else:
-            progress.start(config, ctx)
-            reporting.show_header(config, ctx)
+        _activate(config, ctx)
     if ctx.is_controller or not ctx.active:
         return
     xdist.sort_for_workers(items, ctx.options.worlds)
@@ -261,15 +267,27 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     resources.close()
     progress.stop(session.config)  # camit.log closed before the folder is scrubbed
     signals = signals_of(session.config)
-    error = None
-    if resources.ended is not None:
-        exitstatus, error = resources.ended
-    elif signals is not None and signals.received is not None:
-        error = f"stopped by {signals.received_name}"
-    xmlpath = reporting.junit_path(session.config)
-    if signals is not None and signals.running and xmlpath and reporting.reports_here(context_of(session.config)):
-        name_cut_cases(Path(xmlpath), signals.running, error or "interrupted")
+    exitstatus, error = _ending(resources, signals, exitstatus)
+    if signals is not None and signals.running and _reports_junit(session.config):
+        name_cut_cases(Path(str(reporting.junit_path(session.config))), signals.running,
+                       error or "interrupted")
     reporting.finalize(context_of(session.config), exitstatus, error=error)
+
+
+def _ending(resources: Resources, signals: Signals | None, exitstatus: int
+            ) -> tuple[int, str | None]:
+    """The session's exit status and why it ended early: the infrastructure failure that ended
+    it, else the signal that stopped it (no reason when it ran out)."""
+    if resources.ended is not None:
+        return resources.ended
+    if signals is not None and signals.received is not None:
+        return exitstatus, f"stopped by {signals.received_name}"
+    return exitstatus, None
+
+
+def _reports_junit(config: pytest.Config) -> bool:
+    """Whether pytest writes a JUnit file and this process reports it."""
+    return bool(reporting.junit_path(config)) and reporting.reports_here(context_of(config))
 
 
 def pytest_terminal_summary(terminalreporter: TerminalReporter, exitstatus: int, config: pytest.Config) -> None:
