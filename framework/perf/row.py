@@ -212,6 +212,15 @@ def _bandwidth(b: Bytes, world: int, p50_us: float) -> Bandwidth:
     return Bandwidth(algbw=b.total * per_s, busbw=b.moved * per_s, intra=b.intra * per_s, inter=b.inter * per_s)
 
 
+def _reference(reference_us: Sequence[Sequence[float]] | None, collective: str, moved: Bytes,
+               world: int) -> Reference | None:
+    """The reference collective's timing and bandwidth (``[iteration][rank]``), when it ran."""
+    if reference_us is None:
+        return None
+    ref = stats([max(t) for t in reference_us])
+    return Reference(collective=collective, time_us=ref, bandwidth=_bandwidth(moved, world, ref.p50))
+
+
 def build_row(*, run_id: str, seed: int, config: Config, warmup: int, times_us: Sequence[Sequence[float]],
               hosts: Sequence[str], sent: Sequence[Sequence[int]], environment: Environment,
               output_hashes: Sequence[str], reference_us: Sequence[Sequence[float]] | None = None,
@@ -226,10 +235,7 @@ def build_row(*, run_id: str, seed: int, config: Config, warmup: int, times_us: 
     per_rank = [RankStats(rank=r, host=hosts[r], **stats([t[r] for t in times_us]).model_dump())
                 for r in range(world)]
     moved = _bytes(sent, hosts)
-    reference = None
-    if reference_us is not None:
-        ref = stats([max(t) for t in reference_us])
-        reference = Reference(collective=collective, time_us=ref, bandwidth=_bandwidth(moved, world, ref.p50))
+    reference = _reference(reference_us, collective, moved, world)
     return Row(schema=SCHEMA_ID, run_id=run_id, seed=seed, config=config, warmup=warmup,
                iterations=len(times_us), time_us=total, iterations_us=slowest, ranks=per_rank, bytes=moved,
                bandwidth=_bandwidth(moved, world, total.p50), reference=reference,
