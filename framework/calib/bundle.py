@@ -153,13 +153,9 @@ def write(doc: dict[str, Any], out: Path, scrub: Scrubber) -> Path:
     return path
 
 
-def load(path: Path) -> dict[str, Any]:
-    """A bundle (folder or ``calibration.json``), checked; one error naming the file and key."""
-    file = path / BUNDLE_FILE if path.is_dir() else path
-    try:
-        doc = json.loads(file.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise UsageError(f"{file}: not a calibration bundle ({exc})") from None
+def _check_bundle(file: Path, doc: object) -> dict[str, Any]:
+    """``doc`` as a bundle; ``UsageError`` naming ``file`` and the key when it is not one of this
+    schema."""
     if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
         raise UsageError(f"{file}: schema: expected {SCHEMA!r}")
     for part in ("facts", "hosts"):
@@ -169,6 +165,16 @@ def load(path: Path) -> dict[str, Any]:
         if not isinstance(fact, dict) or not isinstance(fact.get("value"), str):
             raise UsageError(f"{file}: facts.{key}.value: expected a string")
     return doc
+
+
+def load(path: Path) -> dict[str, Any]:
+    """A bundle (folder or ``calibration.json``), checked; one error naming the file and key."""
+    file = path / BUNDLE_FILE if path.is_dir() else path
+    try:
+        doc = json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"{file}: not a calibration bundle ({exc})") from None
+    return _check_bundle(file, doc)
 
 
 def values(doc: dict[str, Any]) -> dict[str, str]:
