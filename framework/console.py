@@ -189,27 +189,63 @@ def terminate_as_interrupt() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
-def plain_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
-    """A fixed-width text table; multi-line cells continue on indented lines."""
-    cells = [[str(c) for c in r] for r in rows]
-    firsts = [[c.splitlines()[0] if c else "" for c in r] for r in cells]
+def _first_line(cell: str) -> str:
+    """The first line of ``cell`` ("" for an empty cell)."""
+    return (cell.splitlines() or [""])[0]
+
+
+def _widths(headers: Sequence[str], firsts: list[list[str]]) -> list[int]:
+    """Each column's width: its widest header or first line, at most 60."""
     widths = [len(h) for h in headers]
     for r in firsts:
         for i, c in enumerate(r[: len(widths)]):
             widths[i] = min(max(widths[i], len(c)), 60)
-    def fmt(values: Sequence[str]) -> str:
-        return "  ".join(v.ljust(widths[i]) if i < len(values) - 1 else v for i, v in enumerate(values)).rstrip()
-    out = [fmt(list(headers)), fmt(["-" * w for w in widths])]
+    return widths
+
+
+def _fmt_row(widths: list[int], values: Sequence[str]) -> str:
+    """One table line: every value but the last padded to its column's width (a value past the
+    headers is not padded)."""
+    padded = [v.ljust(w) for v, w in zip(values[:-1], [*widths, *[0] * len(values)])]
+    return "  ".join([*padded, *values[-1:]]).rstrip()
+
+
+def _continuations(widths: list[int], row: list[str]) -> list[str]:
+    """The second and later lines of ``row``'s cells, each indented to its column."""
+    return [
+        " " * (sum(widths[:i]) + 2 * i) + "  " + extra
+        for i, c in enumerate(row)
+        for extra in c.splitlines()[1:]
+    ]
+
+
+def plain_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    """A fixed-width text table; multi-line cells continue on indented lines."""
+    cells = [[str(c) for c in r] for r in rows]
+    firsts = [[_first_line(c) for c in r] for r in cells]
+    widths = _widths(headers, firsts)
+    out = [_fmt_row(widths, list(headers)), _fmt_row(widths, ["-" * w for w in widths])]
     for r, first in zip(cells, firsts):
-        out.append(fmt(first))
-        for i, c in enumerate(r):
-            for extra in c.splitlines()[1:]:
-                out.append(" " * (sum(widths[:i]) + 2 * i) + "  " + extra)
+        out.append(_fmt_row(widths, first))
+        out.extend(_continuations(widths, r))
     return "\n".join(out)
 
 
-def print_table(headers: Sequence[str], rows: Sequence[Sequence[object]], *, title: str | None = None,
-                stream: TextIO | None = None) -> None:
+def _rich_table(headers: Sequence[str], cells: list[list[str]], title: str | None) -> Any:
+    """The rich table of :func:`print_table` on a terminal: cells as Text, never markup."""
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(title=Text(printable(title)) if title else None)
+    for h in headers:
+        table.add_column(Text(printable(h)))
+    for r in cells:
+        table.add_row(*(Text(c) for c in r))
+    return table
+
+
+def print_table(headers: Sequence[str], rows: Sequence[Sequence[object]], *,
+                title: str | None = None, stream: TextIO | None = None) -> None:
     """A table of text: rich on a terminal (cells as Text, never markup), :func:`plain_table` otherwise.
 
     Every cell, header and the title go through :func:`printable` in both modes.
@@ -218,15 +254,8 @@ def print_table(headers: Sequence[str], rows: Sequence[Sequence[object]], *, tit
     cells = [[printable(str(c)) for c in r] for r in rows]
     if interactive(stream):
         from rich.console import Console
-        from rich.table import Table
-        from rich.text import Text
 
-        table = Table(title=Text(printable(title)) if title else None)
-        for h in headers:
-            table.add_column(Text(printable(h)))
-        for r in cells:
-            table.add_row(*(Text(c) for c in r))
-        Console(file=stream).print(table)
+        Console(file=stream).print(_rich_table(headers, cells, title))
         return
     if title:
         print(printable(title), file=stream)

@@ -28,7 +28,7 @@ import zlib
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO, cast
+from typing import IO, TYPE_CHECKING, Any, BinaryIO, cast
 
 from framework.errors import Cancelled, TransferError, UsageError
 
@@ -197,31 +197,50 @@ def extract_tar(tgz: Path, dest: Path, *, host: str, what: str, place: Callable[
     out = Extracted([])
     notes: list[str] = out.notes if out.notes is not None else []
     dest.mkdir(parents=True, exist_ok=True)
-    root = dest.resolve()
+    label = f"{host}: {what}"
     try:
         with (_bounded_stream(tgz, cap.expand_bytes) as stream,
               tarfile.open(fileobj=cast(BinaryIO, stream), mode="r:") as tar):
-            for count in range(MAX_MEMBERS + 1):
-                member = tar.next()
-                if member is None:
-                    break
-                stop = _stop_before(member, count, out.total, cap)
-                if stop:
-                    notes.append(f"{host}: {what}: {stop} before {shown(member.name)}; "
-                                 "the files before it are kept")
-                    break
-                rel = place(member) if member.isfile() else None
-                if rel is None or rel.is_absolute() or ".." in rel.parts:
-                    continue
-                note = _extract_member(tar, member, dest / rel, root, cap, out)
-                if note:
-                    notes.append(f"{host}: {what}: {note}")
+            _extract_members(tar, dest, place, cap, out, notes, label)
     except ArchiveBound as exc:
-        notes.append(f"{host}: {what}: stopped after {len(out.files)} file(s): {exc}; the files before it are kept")
+        notes.append(f"{label}: stopped after {len(out.files)} file(s): {exc}; "
+                     "the files before it are kept")
     except (tarfile.TarError, EOFError, OSError, ValueError, zlib.error, MemoryError) as exc:
-        notes.append(f"{host}: {what}: archive unreadable after {len(out.files)} file(s): {shown(str(exc))}")
+        notes.append(f"{label}: archive unreadable after {len(out.files)} file(s): "
+                     f"{shown(str(exc))}")
     out.notes = notes
     return out
+
+
+def _relative_target(member: tarfile.TarInfo, place: Callable[[tarfile.TarInfo], Path | None]
+                     ) -> Path | None:
+    """Where a regular member goes, relative to the destination; None for any other member and
+    for a path that would leave the destination."""
+    rel = place(member) if member.isfile() else None
+    if rel is None or rel.is_absolute() or ".." in rel.parts:
+        return None
+    return rel
+
+
+def _extract_members(tar: tarfile.TarFile, dest: Path,
+                     place: Callable[[tarfile.TarInfo], Path | None], cap: FetchCaps,
+                     out: Extracted, notes: list[str], label: str) -> None:
+    """The member loop of :func:`extract_tar`: one member at a time, up to the caps."""
+    root = dest.resolve()
+    for count in range(MAX_MEMBERS + 1):
+        member = tar.next()
+        if member is None:
+            return
+        stop = _stop_before(member, count, out.total, cap)
+        if stop:
+            notes.append(f"{label}: {stop} before {shown(member.name)}; the files before it are kept")
+            return
+        rel = _relative_target(member, place)
+        if rel is None:
+            continue
+        note = _extract_member(tar, member, dest / rel, root, cap, out)
+        if note:
+            notes.append(f"{label}: {note}")
 
 
 #: the largest GNU long-name/long-link or pax header a member may carry (tarfile reads one whole)
@@ -261,16 +280,21 @@ class _Bounded:
             raise ArchiveBound(f"a single read of {'all' if n is None or n < 0 else human(n)} refused "
                                f"(a header bigger than {human(HEADER_BYTES)}?)")
         pos = self.raw.tell()
-        if pos + n > self.expand:
-            n = max(0, self.expand - pos)
-            if n == 0:
-                raise ArchiveBound(f"the archive expands past {human(self.expand)} ({ENV_KEYS['expand_bytes']})")
+        n = self._allowed(pos, n)
         data = self.raw.read(n)
-        if n == 512 and pos % 512 == 0 and len(data) == 512 and data[156] in _LONG_HEADERS \
-                and _header_size(data) > HEADER_BYTES:
-            raise ArchiveBound(f"a member header of {human(_header_size(data))} (type {chr(data[156])}) "
-                               f"is over {human(HEADER_BYTES)}")
+        if _is_long_header(data, n, pos) and _header_size(data) > HEADER_BYTES:
+            raise ArchiveBound(f"a member header of {human(_header_size(data))} "
+                               f"(type {chr(data[156])}) is over {human(HEADER_BYTES)}")
         return data
+
+    def _allowed(self, pos: int, n: int) -> int:
+        """``n`` bytes from ``pos``, cut at the expand bound; at the bound, :class:`ArchiveBound`."""
+        if pos + n <= self.expand:
+            return n
+        if self.expand - pos <= 0:
+            raise ArchiveBound(f"the archive expands past {human(self.expand)} "
+                               f"({ENV_KEYS['expand_bytes']})")
+        return self.expand - pos
 
     def seek(self, offset: int, whence: int = 0) -> int:
         target = offset if whence == 0 else self.raw.tell() + offset if whence == 1 else -1
@@ -280,6 +304,12 @@ class _Bounded:
 
     def tell(self) -> int:
         return self.raw.tell()
+
+
+def _is_long_header(data: bytes, n: int, pos: int) -> bool:
+    """Whether ``data`` (``n`` bytes read at ``pos``) is a whole 512-byte block holding a GNU
+    long-name/long-link or pax header."""
+    return n == 512 and pos % 512 == 0 and len(data) == 512 and data[156] in _LONG_HEADERS
 
 
 @contextlib.contextmanager
@@ -316,16 +346,8 @@ def _extract_member(tar: tarfile.TarFile, member: tarfile.TarInfo, target: Path,
     if src is None:
         return ""
     limit = min(cap.member_bytes, cap.total_bytes - out.total)
-    written = 0
     with src, open_private(target) as fh:
-        while written < limit:
-            chunk = src.read(min(CHUNK, limit - written))
-            if not chunk:
-                break
-            fh.write(chunk)
-            written += len(chunk)
-        while written >= limit and src.read(4 * CHUNK):  # skip the rest in large reads (tar's seek reads 8 KiB)
-            pass
+        written = _copy_capped(src, fh, limit)
     out.total += written
     out.files.append(target)
     if written >= member.size:
@@ -333,6 +355,21 @@ def _extract_member(tar: tarfile.TarFile, member: tarfile.TarInfo, target: Path,
     which = "member_bytes" if limit == cap.member_bytes else "total_bytes"
     return (f"{shown(member.name)} is {human(member.size)}, cut at the {which.split('_')[0]} cap of "
             f"{human(getattr(cap, which))} ({ENV_KEYS[which]})")
+
+
+def _copy_capped(src: IO[bytes], fh: IO[bytes], limit: int) -> int:
+    """Copy ``src`` to ``fh`` in chunks up to ``limit`` bytes, then read past the rest; the bytes
+    written."""
+    written = 0
+    while written < limit:
+        chunk = src.read(min(CHUNK, limit - written))
+        if not chunk:
+            break
+        fh.write(chunk)
+        written += len(chunk)
+    while written >= limit and src.read(4 * CHUNK):  # skip the rest in large reads (tar's seek reads 8 KiB)
+        pass
+    return written
 
 
 __all__ = ["DEFAULTS", "ENV_KEYS", "HEADER_BYTES", "ArchiveBound", "Extracted", "FetchCapError", "FetchCaps", "caps",

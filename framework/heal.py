@@ -54,29 +54,36 @@ def smoke(env: EnvConfig, cluster: Cluster, pair: tuple[str, str]) -> str | None
     return None if result.ok else f"smoke run with {pair[1]} failed: {result.message()}"
 
 
+def _judge(
+    env: EnvConfig, cluster: Cluster, name: str, failed: Mapping[str, tuple[str, str]],
+    healthy: list[str],
+) -> Verdict:
+    """The verdict for suspect ``name``: its preflight fault, else the smoke run's outcome."""
+    if name in failed:
+        return Verdict(name, False, failed[name][1])
+    if not healthy:
+        return Verdict(name, False, "no healthy host to pair it with for the smoke run")
+    why = smoke(env, cluster, (name, healthy[0]))
+    if why is not None:
+        return Verdict(name, False, why)
+    return Verdict(name, True, f"preflight clean, smoke run with {healthy[0]} passed")
+
+
+def _renewals(out: list[Verdict], failed: Mapping[str, object]) -> dict[str, tuple[str, str]]:
+    """The marks to renew: hosts the smoke run (not the preflight, which marks its own) kept
+    suspect."""
+    return {v.host: ("heal", v.why) for v in out if not (v.healed or v.host in failed)}
+
+
 def heal(
     env: EnvConfig, cluster: Cluster, report: Report, marks: Mapping[str, suspects.Suspect]
 ) -> list[Verdict]:
     """Judge each suspect of ``cluster`` after ``report`` (a preflight of it): clear it or renew
     its mark."""
     failed = report.host_faults()
-    healthy = [h.name for h in cluster if h.name not in marks and h.name not in failed]
-    out: list[Verdict] = []
-    for name in [h.name for h in cluster if h.name in marks]:
-        if name in failed:
-            out.append(Verdict(name, False, failed[name][1]))
-            continue
-        if not healthy:
-            out.append(Verdict(name, False, "no healthy host to pair it with for the smoke run"))
-            continue
-        why = smoke(env, cluster, (name, healthy[0]))
-        out.append(
-            Verdict(
-                name, why is None, why or f"preflight clean, smoke run with {healthy[0]} passed"
-            )
-        )
+    names = [h.name for h in cluster]
+    healthy = [n for n in names if n not in marks.keys() | failed.keys()]
+    out = [_judge(env, cluster, n, failed, healthy) for n in names if n in marks]
     suspects.clear(cluster, [v.host for v in out if v.healed])
-    suspects.mark(
-        cluster, {v.host: ("heal", v.why) for v in out if not v.healed and v.host not in failed}
-    )
+    suspects.mark(cluster, _renewals(out, failed))
     return out

@@ -160,8 +160,18 @@ class LeaseRecord:
         return d
 
 
+def _expired(record: LeaseRecord, now: float) -> str | None:
+    """Why ``record`` timed out by the host's clock: past its expiry or its heartbeat too old."""
+    if now > record.expires:
+        return f"it expired {now - record.expires:.0f}s ago"
+    if record.interval > 0 and now - record.heartbeat > STALE_BEATS * record.interval:
+        return f"its heartbeat is {now - record.heartbeat:.0f}s old (interval {record.interval:g}s)"
+    return None
+
+
 def stale_reason(record: LeaseRecord | None, now: float, *, here: str | None = None,
-                 alive: Callable[[int, float], bool] | None = None, here_id: str | None = None) -> str | None:
+                 alive: Callable[[int, float], bool] | None = None, here_id: str | None = None
+                 ) -> str | None:
     """Why a lease may be taken over (None while it is live). ``now`` is the host's clock.
 
     The holder's pid is judged only when it ran on this controller: the same hostname and the same
@@ -170,17 +180,18 @@ def stale_reason(record: LeaseRecord | None, now: float, *, here: str | None = N
     """
     if record is None:
         return "the lease file is not a camit lease"
-    if now > record.expires:
-        return f"it expired {now - record.expires:.0f}s ago"
-    if record.interval > 0 and now - record.heartbeat > STALE_BEATS * record.interval:
-        return f"its heartbeat is {now - record.heartbeat:.0f}s old (interval {record.interval:g}s)"
-    here = socket.gethostname() if here is None else here
-    here_id = controller_id() if here_id is None else here_id
-    alive = alive or pid_alive
-    # an old record without controller_id cannot be judged by pid: it may come from another PID namespace
-    if record.controller == here and record.controller_id == here_id and not alive(record.pid, record.pid_start):
-        return f"its holder, pid {record.pid} on this controller, is gone (run {record.run_id or '?'})"
-    return None
+    timed_out = _expired(record, now)
+    if timed_out is not None:
+        return timed_out
+    # an old record without controller_id cannot be judged by pid: it may come from another PID
+    # namespace
+    ours = (socket.gethostname() if here is None else here,
+            controller_id() if here_id is None else here_id)
+    if (record.controller, record.controller_id) != ours:
+        return None
+    if (alive or pid_alive)(record.pid, record.pid_start):
+        return None
+    return f"its holder, pid {record.pid} on this controller, is gone (run {record.run_id or '?'})"
 
 
 def process_start(pid: int) -> float | None:
@@ -383,6 +394,17 @@ def _order(host: Host) -> tuple[str, int, str]:
     return (getattr(spec, "ssh_ip", ""), getattr(spec, "ssh_port", 0), host.name)
 
 
+#: who holds a host's lease: (host, its record when readable, the host's clock)
+Blocker = tuple[str, "LeaseRecord | None", float]
+
+
+class _Retry:
+    """An attempt at a lease file that found it changed under us: try again."""
+
+
+_RETRY = _Retry()
+
+
 class Lease:
     """An all-or-nothing lease on every host of ``cluster``; a context manager.
 
@@ -461,40 +483,50 @@ class Lease:
         """Take every host, in order, or none; wait up to ``wait`` seconds for held ones."""
         start = time.monotonic()
         delay = self.poll
-        announced = None
+        announced: tuple[str, str | None] | None = None
         # handshakes in parallel; the lease itself is then taken host by host, in order
         self.cluster.map(lambda h: h.connect(), [h.name for h in self.hosts]).raise_on_failure()
-        while True:
-            blocker = self._take_all()
-            if blocker is None:
-                log.info("lease on %s taken by %s", ", ".join(self.held), self.owner)
-                if self.interval > 0:
-                    self._start_heartbeats()
-                return self
+        while (blocker := self._take_all()) is not None:
             host, record, now = blocker
             waited = time.monotonic() - start
             if waited >= self.wait:
                 raise LeaseHeld(host, record, now, waited=waited if self.wait else 0.0)
-            if announced != (host, record.token if record else None):
-                announced = (host, record.token if record else None)
-                log.warning("%s: leased by %s; waiting up to %.0fs", host,
-                            record.describe(now) if record else "?", self.wait - waited)
+            announced = self._announce(blocker, announced, waited)
             time.sleep(min(delay, max(0.0, self.wait - waited)))
             delay = min(delay * 1.5, 5.0)
+        log.info("lease on %s taken by %s", ", ".join(self.held), self.owner)
+        if self.interval > 0:
+            self._start_heartbeats()
+        return self
 
-    def _take_all(self) -> tuple[str, LeaseRecord | None, float] | None:
+    def _announce(self, blocker: Blocker, announced: tuple[str, str | None] | None,
+                  waited: float) -> tuple[str, str | None]:
+        """Log the wait for ``blocker`` once per holder; the holder now announced."""
+        host, record, now = blocker
+        holder = (host, record.token if record else None)
+        if announced != holder:
+            log.warning("%s: leased by %s; waiting up to %.0fs", host,
+                        record.describe(now) if record else "?", self.wait - waited)
+        return holder
+
+    def _take_all(self) -> Blocker | None:
         """One attempt at every host, all or none: the blocker (host, its record, its clock) or None.
 
-        A free cluster costs two round trips, not one per host (8 hosts: 220 ms host by host): the first host
-        in order alone, then the rest at once. Contenders whose hosts overlap meet at the first one they
-        share; once an attempt found a host held, the retries go host by host in order, so of two
-        controllers waiting for each other the one holding the earlier host always gets through."""
+        A free cluster costs two round trips, not one per host (8 hosts: 220 ms host by host): the
+        first host in order alone, then the rest at once. Contenders whose hosts overlap meet at the
+        first one they share; once an attempt found a host held, the retries go host by host in
+        order, so of two controllers waiting for each other the one holding the earlier host always
+        gets through."""
         if self._contended or len(self.hosts) <= 2:
             return self._take_in_order(self.hosts)
         blocker = self._take_in_order(self.hosts[:1])
         if blocker is not None:
             return blocker
-        rest = self.hosts[1:]
+        return self._take_at_once(self.hosts[1:])
+
+    def _take_at_once(self, rest: Sequence[Host]) -> Blocker | None:
+        """The hosts after the first, in parallel: all taken (None), or every one released and the
+        first failure raised or the first blocker returned (later attempts go in order)."""
         try:
             taken = self._each(self._take, [h.name for h in rest])
         except BaseException:
@@ -502,15 +534,15 @@ class Lease:
             raise
         failed = [v for v in taken.values() if isinstance(v, BaseException)]
         blockers = [v for h in rest if isinstance(v := taken[h.name], tuple)]
-        if failed or blockers:
-            self._release_held()
-            if failed:
-                raise failed[0]
-            self._contended = True
-            return blockers[0]
-        return None
+        if not (failed or blockers):
+            return None
+        self._release_held()
+        if failed:
+            raise failed[0]
+        self._contended = True
+        return blockers[0]
 
-    def _take_in_order(self, hosts: Sequence[Host]) -> tuple[str, LeaseRecord | None, float] | None:
+    def _take_in_order(self, hosts: Sequence[Host]) -> Blocker | None:
         for host in hosts:
             try:
                 blocker = self._take(host)
@@ -522,29 +554,44 @@ class Lease:
                 return blocker
         return None
 
-    def _take(self, host: Host) -> tuple[str, LeaseRecord | None, float] | None:
+    def _take(self, host: Host) -> Blocker | None:
+        """Take ``host``'s lease (None) or name who holds it (the blocker)."""
         path = lease_path(host)
         for _ in range(5):
-            self._fresh[host.name] = (time.monotonic(), 0)
-            reply = self._run(host, acquire_script(path, self._content(), self.token, self.ttl))
-            if reply.result == "retry":
-                continue
-            record = reply.record
-            if reply.result == "acquired" or (record is not None and record.token == self.token):
-                if record is None:
-                    raise LeaseError(f"{host.name}: lease file {path} unreadable right after it was written")
-                self.held[host.name] = record
-                return None
-            why = stale_reason(record, reply.now)
-            if why is None:
-                return host.name, record, reply.now
-            who = record.describe(reply.now) if record else repr((reply.content or "")[:80])
-            log.warning("%s: taking over the stale lease of %s: %s", host.name, who, why)
-            taken = self._run(host, takeover_script(path, self._content(), self.token, self.ttl, reply.content or ""))
-            if taken.result == "acquired" and taken.record is not None:
-                self.held[host.name] = taken.record
-                return None
+            outcome = self._attempt(host, path)
+            if not isinstance(outcome, _Retry):
+                return outcome
         raise LeaseError(f"{host.name}: the lease file {path} keeps changing; giving up")
+
+    def _attempt(self, host: Host, path: str) -> Blocker | None | _Retry:
+        """One try at ``host``'s lease file: taken (None), held (the blocker), or changed under us."""
+        self._fresh[host.name] = (time.monotonic(), 0)
+        reply = self._run(host, acquire_script(path, self._content(), self.token, self.ttl))
+        if reply.result == "retry":
+            return _RETRY
+        record = reply.record
+        if reply.result == "acquired" or (record is not None and record.token == self.token):
+            if record is None:
+                raise LeaseError(
+                    f"{host.name}: lease file {path} unreadable right after it was written")
+            self.held[host.name] = record
+            return None
+        why = stale_reason(record, reply.now)
+        if why is None:
+            return host.name, record, reply.now
+        return self._take_over(host, path, reply, why)
+
+    def _take_over(self, host: Host, path: str, reply: Reply, why: str) -> None | _Retry:
+        """Replace the stale lease ``reply`` found on ``host``; a retry when it changed first."""
+        record = reply.record
+        who = record.describe(reply.now) if record else repr((reply.content or "")[:80])
+        log.warning("%s: taking over the stale lease of %s: %s", host.name, who, why)
+        script = takeover_script(path, self._content(), self.token, self.ttl, reply.content or "")
+        taken = self._run(host, script)
+        if taken.result == "acquired" and taken.record is not None:
+            self.held[host.name] = taken.record
+            return None
+        return _RETRY
 
     # -- heartbeat ------------------------------------------------------------
     def _start_heartbeats(self) -> None:

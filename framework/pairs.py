@@ -63,17 +63,23 @@ def schedule(n: int, rounds: int | None = DEFAULT_ROUNDS) -> list[list[Pair]]:
     return out if rounds is None else out[:rounds]
 
 
+def _score(times: Mapping[Pair, float], node: int) -> tuple[float, int] | None:
+    """``node``'s (fastest pair / median pair without it, pair count), None when it is in fewer
+    than two pairs or no pair (of positive median time) is without it."""
+    own = [t for p, t in times.items() if node in p]
+    rest = [t for p, t in times.items() if node not in p]
+    if len(own) < 2 or not rest:
+        return None
+    median = statistics.median(rest)
+    return (min(own) / median, len(own)) if median > 0 else None
+
+
 def scores(times: Mapping[Pair, float]) -> dict[int, tuple[float, int]]:
     """node -> (its fastest pair's time / the median of the pairs without it, its pair count);
     only nodes in at least two pairs with at least one pair without them."""
     nodes = sorted({x for pair in times for x in pair})
-    out: dict[int, tuple[float, int]] = {}
-    for node in nodes:
-        own = [t for p, t in times.items() if node in p]
-        rest = [t for p, t in times.items() if node not in p]
-        if len(own) >= 2 and rest and statistics.median(rest) > 0:
-            out[node] = (min(own) / statistics.median(rest), len(own))
-    return out
+    scored = {node: _score(times, node) for node in nodes}
+    return {node: score for node, score in scored.items() if score is not None}
 
 
 @dataclass(frozen=True)

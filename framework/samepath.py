@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 import posixpath
 import stat
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -152,6 +152,20 @@ class Shipment:
         self.written, self.created = [], []
 
 
+def _refuse_different(host: Host, files: Sequence[Path], remote: list[str],
+                      there: Mapping[str, str | None], digests: Mapping[Path, str]) -> None:
+    """``TransferError`` when a file is already on the host with other content (never
+    overwritten), naming the first and both digests."""
+    differ = [(n, there[n], digests[p]) for p, n in zip(files, remote, strict=True)
+              if there[n] not in (None, digests[p])]
+    if not differ:
+        return
+    name, theirs, ours = differ[0]
+    more = f"; {len(differ) - 1} more" if len(differ) > 1 else ""
+    raise TransferError(host.name, f"{name} is there with other content (sha256 {theirs} on the "
+                                   f"host, {ours} here{more}): not overwritten")
+
+
 def prepare(host: Host, files: Sequence[Path], digests: dict[Path, str], what: str, *,
             around: Sequence[str] = ()) -> tuple[Shipment, list[Path]]:
     """Judge the folders, make the missing ones, return the shipment: the one step :func:`ship` and
@@ -169,19 +183,28 @@ def prepare(host: Host, files: Sequence[Path], digests: dict[Path, str], what: s
     probe = host.run(probe_script(remote, folders), timeout=max(host.command_timeout, 60.0))
     _refuse(host, probe, what)
     there, missing = parse_probe(probe.stdout, remote, folders)
-    differ = [(n, there[n], digests[p]) for p, n in zip(files, remote, strict=True)
-              if there[n] not in (None, digests[p])]
-    if differ:
-        name, theirs, ours = differ[0]
-        more = f"; {len(differ) - 1} more" if len(differ) > 1 else ""
-        raise TransferError(host.name, f"{name} is there with other content (sha256 {theirs} on the host, {ours} "
-                                       f"here{more}): not overwritten")
+    _refuse_different(host, files, remote, there, digests)
     shipment = Shipment(host, kept=[n for n in remote if there[n] is not None])
     if missing:  # made one level at a time under judged parents, never by mkdir -p or tar
         made = host.run(mkdir_script(missing), timeout=60)
         shipment.created = tops(parse_made(made.stdout, missing))
         _refuse(host, made, what)
     return shipment, [p for p, n in zip(files, remote, strict=True) if there[n] is None]
+
+
+def _upload(host: Host, absent: Sequence[Path], digests: Mapping[Path, str],
+            shipment: Shipment) -> None:
+    """Put each ``absent`` file at its own path (noted in ``shipment.written``), then set the
+    modes: put leaves 0600, the local bits are kept (a test binary stays executable), never
+    group/other-writable."""
+    modes: dict[str, list[str]] = {}
+    for path in absent:
+        name = path.as_posix()
+        host.put(path, name, sha256=digests[path])
+        shipment.written.append(name)
+        modes.setdefault(f"{stat.S_IMODE(path.stat().st_mode) & 0o755:o}", []).append(name)
+    for mode, names in modes.items():
+        host.check(["chmod", mode, "--", *names])
 
 
 def ship(host: Host, local: Path, *, digests: dict[Path, str] | None = None) -> Shipment:
@@ -199,16 +222,8 @@ def ship(host: Host, local: Path, *, digests: dict[Path, str] | None = None) -> 
         if path not in digests:
             digests[path] = sha256_file(path)
     shipment, absent = prepare(host, files, digests, root)
-    modes: dict[str, list[str]] = {}
     try:
-        for path in absent:
-            name = path.as_posix()
-            host.put(path, name, sha256=digests[path])
-            shipment.written.append(name)
-            # put leaves 0600: keep the local bits (a test binary stays executable), never group/other-writable
-            modes.setdefault(f"{stat.S_IMODE(path.stat().st_mode) & 0o755:o}", []).append(name)
-        for mode, names in modes.items():
-            host.check(["chmod", mode, "--", *names])
+        _upload(host, absent, digests, shipment)
     except BaseException:
         try:  # nothing half-shipped stays behind (only what was absent was written)
             shipment.remove()

@@ -208,20 +208,14 @@ def mark(
     on: Iterable[str] | None = None,
 ) -> dict[str, str]:
     """Mark each ``host → (kind, reason)`` of ``faults`` on every host of ``cluster`` (or of
-    ``on``: the
-    ones known reachable) it can reach.
+    ``on``: the ones known reachable) it can reach.
 
     Best effort (a host that cannot be written to is logged); returns host → where it was
     written."""
     seconds = int(ttl if ttl is not None else default_ttl())
     if not faults or seconds <= 0:
         return {}
-    by = f"{default_owner()} (pid {os.getpid()} on {socket.gethostname()})"
-    run = run_id if run_id is not None else os.environ.get("CAMIT_RUN_ID", "")
-    docs = {
-        address_of(cluster[n]): render(n, address_of(cluster[n]), kind, reason, by=by, run_id=run)
-        for n, (kind, reason) in faults.items()
-    }
+    docs = _mark_docs(cluster, faults, run_id)
 
     def one(host: Host) -> str:
         for address, content in docs.items():
@@ -236,22 +230,26 @@ def mark(
     got = cluster.map(one, None if on is None else list(on))
     for name, err in got.failed.items():
         log.warning("%s: could not record the suspect mark(s) there: %s", name, err)
+    written = ", ".join(got.succeeded)
     for n, (kind, reason) in faults.items():
-        log.warning(
-            "%s: marked suspect (%s: %s) for %.0fs; written on %s",
-            n,
-            kind,
-            reason,
-            seconds,
-            ", ".join(got.succeeded) or "no host",
-        )
-    return {n: ", ".join(got.succeeded) for n in faults}
+        log.warning("%s: marked suspect (%s: %s) for %.0fs; written on %s", n, kind, reason,
+                    seconds, written or "no host")
+    return {n: written for n in faults}
 
+
+def _mark_docs(cluster: Cluster, faults: Mapping[str, tuple[str, str]], run_id: str | None
+               ) -> dict[str, str]:
+    """Each faulty host's mark document by its address, signed by this controller and run."""
+    by = f"{default_owner()} (pid {os.getpid()} on {socket.gethostname()})"
+    run = run_id if run_id is not None else os.environ.get("CAMIT_RUN_ID", "")
+    return {
+        address_of(cluster[n]): render(n, address_of(cluster[n]), kind, reason, by=by, run_id=run)
+        for n, (kind, reason) in faults.items()
+    }
 
 def read(cluster: Cluster) -> dict[str, Suspect]:
     """The live (unexpired) marks of ``cluster``'s hosts, read from every host it can reach (the
-    newest
-    mark of each wins); host name → mark. Unreachable hosts are skipped (logged at debug level)."""
+    newest mark of each wins); host name → mark. Unreachable hosts are skipped (logged at debug level)."""
     names = {address_of(h): h.name for h in cluster}
 
     def one(host: Host) -> tuple[float, list[Suspect]]:

@@ -25,7 +25,7 @@ from framework.records.scrub import Scrubber
 from framework.setenv import env_steps
 
 if TYPE_CHECKING:
-    from framework.config.effective import EnvConfig
+    from framework.config.effective import EnvConfig, HostSpec
     from framework.hosts import Cluster, Host
 
 SCHEMA = "camit-calibration/1"
@@ -55,37 +55,47 @@ def host_facts(host: Host, env: EnvConfig) -> dict[str, Fact]:
     return facts
 
 
+def _torch_probe(spec: HostSpec, env: EnvConfig) -> tuple[commands.ShellScript, str]:
+    """The torch probe's script on the host of ``spec`` (CANN's and the CAM vendor's set_env
+    sourced first) and the interpreter it runs."""
+    layout = HostLayout(spec.workdir.rstrip("/") or "/", spec.install_path)
+    py = layout.venv_python if spec.venv else spec.python
+    q = commands.quote
+    vendor = layout.vendor_set_env()
+    src = ""
+    if env.cann:
+        src = f"[ -f {q(env.cann.set_env)} ] && . {q(env.cann.set_env)} >/dev/null 2>&1; "
+    steps = " && ".join(env_steps(None, (), vendor))
+    src += f"if [ -f {q(vendor)} ]; then {steps}; fi >/dev/null 2>&1; "
+    return commands.ShellScript(f"{src}exec {q(py)} -c {q(TORCH_PROBE)}"), py
+
+
+def _torch_answer(stdout: str) -> dict[str, str] | None:
+    """The probe's values (its marked JSON line, with the refusal checks), None without one."""
+    line = next((ln for ln in stdout.splitlines() if ln.startswith(_TORCH_MARK)), None)
+    if line is None:
+        return None
+    values = {str(k): str(v) for k, v in json.loads(line[len(_TORCH_MARK) :]).items()}
+    values.update(refusal_checks(values))
+    return values
+
+
 def torch_facts(host: Host, env: EnvConfig) -> dict[str, Fact]:
     """The torch probe's facts, run once as a launch runs ranks: by the deployed interpreter
     (the venv's when the host has one), CANN's set_env and, once deployed, the CAM vendor's
     set_env sourced."""
     assert host.spec is not None
-    spec = host.spec
-    layout = HostLayout(spec.workdir.rstrip("/") or "/", spec.install_path)
-    py = layout.venv_python if spec.venv else spec.python
-    q = commands.quote
-    vendor = layout.vendor_set_env()
-    src = (
-        f"[ -f {q(env.cann.set_env)} ] && . {q(env.cann.set_env)} >/dev/null 2>&1; "
-        if env.cann
-        else ""
-    )
-    steps = " && ".join(env_steps(None, (), vendor))
-    src += f"if [ -f {q(vendor)} ]; then {steps}; fi >/dev/null 2>&1; "
+    script, py = _torch_probe(host.spec, env)
     # HCCL_* of launch.env, as a rank sees them (secret values never leave the controller here)
     hccl = {k: v for k, v in env.launch.env.items() if k.startswith("HCCL_") and isinstance(v, str)}
-    result = host.run(
-        commands.ShellScript(f"{src}exec {q(py)} -c {q(TORCH_PROBE)}"), env=hccl, timeout=300
-    )
+    result = host.run(script, env=hccl, timeout=300)
     where = f"{host.name}: {py} torch probe"
-    line = next((ln for ln in result.stdout.splitlines() if ln.startswith(_TORCH_MARK)), None)
-    if line is None:
+    values = _torch_answer(result.stdout)
+    if values is None:
         tail = (result.stdout + result.stderr)[-2000:]
         return {
             "torch_npu.probe": {"value": f"no answer (exit {result.rc}): {tail}", "source": where}
         }
-    values = {str(k): str(v) for k, v in json.loads(line[len(_TORCH_MARK) :]).items()}
-    values.update(refusal_checks(values))
     return {key: {"value": v, "source": where} for key, v in values.items()}
 
 
@@ -143,13 +153,9 @@ def write(doc: dict[str, Any], out: Path, scrub: Scrubber) -> Path:
     return path
 
 
-def load(path: Path) -> dict[str, Any]:
-    """A bundle (folder or ``calibration.json``), checked; one error naming the file and key."""
-    file = path / BUNDLE_FILE if path.is_dir() else path
-    try:
-        doc = json.loads(file.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise UsageError(f"{file}: not a calibration bundle ({exc})") from None
+def _check_bundle(file: Path, doc: object) -> dict[str, Any]:
+    """``doc`` as a bundle; ``UsageError`` naming ``file`` and the key when it is not one of this
+    schema."""
     if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
         raise UsageError(f"{file}: schema: expected {SCHEMA!r}")
     for part in ("facts", "hosts"):
@@ -159,6 +165,16 @@ def load(path: Path) -> dict[str, Any]:
         if not isinstance(fact, dict) or not isinstance(fact.get("value"), str):
             raise UsageError(f"{file}: facts.{key}.value: expected a string")
     return doc
+
+
+def load(path: Path) -> dict[str, Any]:
+    """A bundle (folder or ``calibration.json``), checked; one error naming the file and key."""
+    file = path / BUNDLE_FILE if path.is_dir() else path
+    try:
+        doc = json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"{file}: not a calibration bundle ({exc})") from None
+    return _check_bundle(file, doc)
 
 
 def values(doc: dict[str, Any]) -> dict[str, str]:

@@ -69,8 +69,10 @@ def measured(row: Mapping[str, Any], ranks: int) -> str:
 def worst(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """The ranks' rows of one dtype folded: the largest errors, any error text, counts all equal."""
     errors = [r["error"] for r in rows if "error" in r]
-    if errors or not rows:
-        return {"error": errors[0] if errors else "no rank answered"}
+    if errors:
+        return {"error": errors[0]}
+    if not rows:
+        return {"error": "no rank answered"}
     out: dict[str, Any] = {k: max(r[k] for r in rows) for k in ("max_abs", "max_rel", "norm_rel")}
     out["outside"] = sum(r["outside"][0] for r in rows)
     out["elements"] = sum(r["elements"] for r in rows)

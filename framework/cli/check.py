@@ -98,10 +98,21 @@ _VERDICT = {EXIT_OK: "all checks passed", EXIT_FAILED: "some checks FAILED",
             EXIT_INFRA: "host(s) UNREACHABLE"}
 
 
+def _skipped(report: Any) -> dict[str, dict[str, list[str]]]:
+    """The skipped checks: reason → check → hosts."""
+    from framework.preflight.checks import SKIP
+
+    skipped: dict[str, dict[str, list[str]]] = {}
+    for r in report.results.values():
+        if r.status == SKIP:
+            skipped.setdefault(r.summary, {}).setdefault(r.check, []).append(r.host)
+    return skipped
+
+
 def print_check(report: Any) -> None:
     """The preflight table, each problem, the clock and what was skipped why (a reason can quote a
     host)."""
-    from framework.preflight.checks import SKIP, WARN
+    from framework.preflight.checks import WARN
 
     headers, rows = report.table()
     console.print_table(headers, rows, title=f"preflight of {len(report.hosts)} host(s)")
@@ -111,10 +122,7 @@ def print_check(report: Any) -> None:
     if report.clock is not None and report.clock.pair:
         a, b = report.clock.pair
         print(f"clock: max pairwise skew {report.clock.max_pairwise:.3f}s ({a} vs {b})")
-    skipped: dict[str, dict[str, list[str]]] = {}  # reason -> check -> hosts
-    for r in report.results.values():
-        if r.status == SKIP:
-            skipped.setdefault(r.summary, {}).setdefault(r.check, []).append(r.host)
+    skipped = _skipped(report)
     for reason, by_check in skipped.items():
         hosts = sorted({h for hs in by_check.values() for h in hs}, key=report.hosts.index)
         print(f"skipped {', '.join(by_check)} on {', '.join(hosts)}: {console.printable(reason)}")

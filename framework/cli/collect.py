@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -79,6 +80,24 @@ def _fetch_logs(env: EnvConfig, workdir: str, rundir: RunDir, host: Host) -> str
     return f"{local.stat().st_size // 1024} KiB"
 
 
+def _host_rows(samples: Mapping[str, Any], logs: Mapping[str, str], rundir: RunDir
+               ) -> tuple[list[list[str]], list[dict[str, Any]]]:
+    """Each host's table row and JSON entry; a reachable host's sections written to the run
+    folder."""
+    rows: list[list[str]] = []
+    payload: list[dict[str, Any]] = []
+    for name, sample in samples.items():
+        if isinstance(sample, BaseException):
+            rows.append([name, "UNREACHABLE", host_error_text(name, sample), "-"])
+            payload.append({"host": name, "error": host_error_text(name, sample)})
+            continue
+        for section in sample.sections.values():
+            rundir.write_text(f"collect/{name}/{_safe_name(section.name)}", section.text + "\n")
+        rows.append([name, "ok", f"{len(sample.sections)} sections", logs.get(name, "-")])
+        payload.append({"host": name, "sections": sorted(sample.sections), "logs": logs.get(name)})
+    return rows, payload
+
+
 def run(args: argparse.Namespace) -> int:
     from framework.hosts import Cluster
     from framework.preflight.checks import evaluate
@@ -103,17 +122,7 @@ def run(args: argparse.Namespace) -> int:
             _collect_diag(env, cluster, rundir.path, plans)
     report = evaluate(plans, samples)
     rundir.write_json("preflight.json", report.to_json())
-    rows: list[list[str]] = []
-    payload: list[dict[str, Any]] = []
-    for name, sample in samples.items():
-        if isinstance(sample, BaseException):
-            rows.append([name, "UNREACHABLE", host_error_text(name, sample), "-"])
-            payload.append({"host": name, "error": host_error_text(name, sample)})
-            continue
-        for section in sample.sections.values():
-            rundir.write_text(f"collect/{name}/{_safe_name(section.name)}", section.text + "\n")
-        rows.append([name, "ok", f"{len(sample.sections)} sections", logs.get(name, "-")])
-        payload.append({"host": name, "sections": sorted(sample.sections), "logs": logs.get(name)})
+    rows, payload = _host_rows(samples, logs, rundir)
     scrub_folder(rundir, env)
     if args.json:
         console.print_json({"report": str(rundir.path), "hosts": payload})

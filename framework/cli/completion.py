@@ -46,7 +46,16 @@ class Node:
             yield from child.walk()
 
 
+def _remainder_words(action: argparse.Action, metavar: str) -> str | None:
+    """The words of a ``a|b|c ...`` metavar on a REMAINDER positional, else None."""
+    head = metavar.split("...")[0].strip()
+    if action.nargs != argparse.REMAINDER or "|" not in metavar or " " in head:
+        return None
+    return " ".join(w for w in head.split("|") if w)
+
+
 def _kind(action: argparse.Action) -> tuple[str, str]:
+    """How the value of ``action`` completes: ``(kind, words)`` (see :attr:`Node.values`)."""
     if action.choices is not None and not isinstance(action, argparse._SubParsersAction):
         return "words", " ".join(str(c) for c in action.choices)
     metavar = action.metavar if isinstance(action.metavar, str) else ""
@@ -54,9 +63,17 @@ def _kind(action: argparse.Action) -> tuple[str, str]:
         return "file", ""
     if metavar in DIR_METAVARS:
         return "dir", ""
-    if action.nargs == argparse.REMAINDER and "|" in metavar and " " not in metavar.split("...")[0].strip():
-        return "words", " ".join(w for w in metavar.split("...")[0].strip().split("|") if w)
-    return "none", ""
+    words = _remainder_words(action, metavar)
+    return ("none", "") if words is None else ("words", words)
+
+
+def _add_option(node: Node, action: argparse.Action) -> None:
+    """Record option ``action`` on ``node``, with its value's kind when it takes one."""
+    node.options += action.option_strings
+    if action.nargs == 0:
+        return
+    for opt in action.option_strings:
+        node.values[opt] = _kind(action)
 
 
 def tree(parser: argparse.ArgumentParser, path: str | None = None) -> Node:
@@ -70,10 +87,7 @@ def tree(parser: argparse.ArgumentParser, path: str | None = None) -> Node:
                 node.children[name] = tree(sub, f"{node.path} {name}")
             continue
         if action.option_strings:
-            node.options += action.option_strings
-            if action.nargs != 0:
-                for opt in action.option_strings:
-                    node.values[opt] = _kind(action)
+            _add_option(node, action)
         elif node.positional == ("none", ""):
             node.positional = _kind(action)
     return node
@@ -86,15 +100,46 @@ def _q(text: str) -> str:
     return f'"{text}"'
 
 
+_COMPGEN = {
+    "file": 'COMPREPLY=( $(compgen -f -- "$cur") )',
+    "dir": 'COMPREPLY=( $(compgen -d -- "$cur") )',
+}
+
+
 def _compgen(kind: tuple[str, str]) -> str:
+    """The bash statement completing a value of ``kind``."""
     what, words = kind
     if what == "words":
         return f'COMPREPLY=( $(compgen -W {_q(words)} -- "$cur") )'
-    if what == "file":
-        return 'COMPREPLY=( $(compgen -f -- "$cur") )'
-    if what == "dir":
-        return 'COMPREPLY=( $(compgen -d -- "$cur") )'
-    return "COMPREPLY=()"
+    return _COMPGEN.get(what, "COMPREPLY=()")
+
+
+def _descend_cases(nodes: list[Node]) -> list[str]:
+    """The case arms that step from a command to its sub-command."""
+    return [f'            {_q(f"{n.path}/{name}")}) path={_q(c.path)} ;;'
+            for n in nodes for name, c in n.children.items()]
+
+
+def _value_cases(nodes: list[Node]) -> list[str]:
+    """The case arms completing an option's value, one per distinct completion."""
+    values: dict[str, list[str]] = {}
+    for n in nodes:
+        for opt, kind in n.values.items():
+            values.setdefault(_compgen(kind), []).append(f"{n.path}/{opt}")
+    return [f'        {"|".join(_q(k) for k in keys)}) {action}; return 0 ;;'
+            for action, keys in values.items()]
+
+
+def _word_case(n: Node) -> str:
+    """The case arm completing the word after command ``n``: an option or its next word."""
+    if n.children:
+        rest = f'COMPREPLY=( $(compgen -W {_q(" ".join(n.children))} -- "$cur") )'
+    else:
+        rest = _compgen(n.positional)
+    opts = _q(" ".join(n.options))
+    return (f'        {_q(n.path)})\n'
+            f'            if [[ "$cur" == -* ]]; then COMPREPLY=( $(compgen -W {opts} -- "$cur") )\n'
+            f'            else {rest}; fi ;;')
 
 
 def bash_script(parser: argparse.ArgumentParser) -> str:
@@ -103,25 +148,10 @@ def bash_script(parser: argparse.ArgumentParser) -> str:
     prog = root.path
     fn = "_" + "".join(c if c.isalnum() else "_" for c in prog) + "_complete"
     nodes = list(root.walk())
-    descend = [f'            {_q(f"{n.path}/{name}")}) path={_q(c.path)} ;;'
-               for n in nodes for name, c in n.children.items()]
+    descend = _descend_cases(nodes)
     takes = sorted({f"{n.path}/{opt}" for n in nodes for opt in n.values})
-    values: dict[str, list[str]] = {}
-    for n in nodes:
-        for opt, kind in n.values.items():
-            values.setdefault(_compgen(kind), []).append(f"{n.path}/{opt}")
-    value_cases = [f'        {"|".join(_q(k) for k in keys)}) {action}; return 0 ;;' for action, keys in values.items()]
-    word_cases = []
-    for n in nodes:
-        subs = " ".join(n.children)
-        opts = " ".join(n.options)
-        if n.children:
-            rest = f'COMPREPLY=( $(compgen -W {_q(subs)} -- "$cur") )'
-        else:
-            rest = _compgen(n.positional)
-        word_cases.append(f'        {_q(n.path)})\n'
-                          f'            if [[ "$cur" == -* ]]; then COMPREPLY=( $(compgen -W {_q(opts)} -- "$cur") )\n'
-                          f'            else {rest}; fi ;;')
+    value_cases = _value_cases(nodes)
+    word_cases = [_word_case(n) for n in nodes]
     nl = "\n"
     return f"""# {prog} completion for bash, generated from {prog}'s argument parser by `{prog} completion bash`.
 # Use: eval "$({prog} completion bash)"   (e.g. in ~/.bashrc)

@@ -35,7 +35,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from framework import remote
@@ -82,6 +82,12 @@ if TYPE_CHECKING:  # pragma: no cover
     from framework.records.folder import RunDir
 
 log = logging.getLogger("camit.deploy")
+
+
+def _missing(per_host: Mapping[str, list[Artifact]], probes: Mapping[str, Probe]
+             ) -> dict[str, list[Artifact]]:
+    """Each probed host's artifacts it does not hold yet (by hash)."""
+    return {h: [a for a in per_host[h] if a.sha256 not in probe.have] for h, probe in probes.items()}
 
 
 class Deployer:
@@ -174,27 +180,32 @@ class Deployer:
         probes = self._probe(every, result)
         per_host = self._pick(every, probes, result)
         probes = {h: p for h, p in probes.items() if h in per_host}
-        missing = {h: [a for a in per_host[h] if a.sha256 not in probes[h].have] for h in probes}
-        artifacts = [a for a in every if any(a in arts for arts in per_host.values())]
+        missing = _missing(per_host, probes)
+        wanted = [a for a in every if any(a in arts for arts in per_host.values())]
         self._check_space(missing, probes, result)
         via: dict[tuple[str, str], str] = {}
         installs: dict[str, HostInstall] = {}
         try:
             prepared = self._prepare(per_host, probes, result, installs)
             try:
-                for art in artifacts:
+                for art in wanted:
                     self._transfer(art, missing, probes, via, result)
             finally:
                 prepared.join()
-            for h in self._alive(result):
-                result.manifests[h].artifacts = [
-                    ArtifactRecord(a.kind, a.name, a.sha256, a.size, via.get((h, a.kind), "cached"))
-                    for a in per_host[h]
-                ]
+            self._record_artifacts(per_host, via, result)
             self._install(per_host, probes, result, installs)
         finally:
             for inst in installs.values():  # hosts lost before their install: no import check left running
                 inst.stop()
+
+    def _record_artifacts(self, per_host: Mapping[str, list[Artifact]],
+                          via: Mapping[tuple[str, str], str], result: DeployResult) -> None:
+        """Each live host's manifest lists its artifacts and how each got there."""
+        for h in self._alive(result):
+            result.manifests[h].artifacts = [
+                ArtifactRecord(a.kind, a.name, a.sha256, a.size, via.get((h, a.kind), "cached"))
+                for a in per_host[h]
+            ]
 
     def _check_space(self, missing: dict[str, list[Artifact]], probes: dict[str, Probe],
                      result: DeployResult) -> None:
@@ -230,21 +241,27 @@ class Deployer:
     # -- 2. transfer ----------------------------------------------------------------------------
     def _transfer(self, art: Artifact, missing: dict[str, list[Artifact]], probes: dict[str, Probe],
                   via: dict[tuple[str, str], str], result: DeployResult) -> None:
-        """``art`` to every live host missing it: the relay chain when two or more do, direct push for the rest."""
-        targets = [h for h in self._alive(result) if art in missing.get(h, [])]
-        for h in self._alive(result):
-            if art not in missing.get(h, []) and (h, art.kind) not in via:
-                via[(h, art.kind)] = "cached"
+        """``art`` to every live host missing it: the relay chain when two or more do, direct push
+        for the rest."""
+        alive = self._alive(result)
+        targets = [h for h in alive if art in missing.get(h, [])]
+        for h in alive:
+            if h not in targets:
+                via.setdefault((h, art.kind), "cached")
         if not targets:
             return
         pending = targets
         if self.relay and len(targets) >= 2:
             pending = self._relay_to(art, targets, probes, via, result)
+        self._push_all(art, [h for h in pending if h not in result.errors], via, result)
 
+    def _push_all(self, art: Artifact, hosts: list[str], via: dict[tuple[str, str], str],
+                  result: DeployResult) -> None:
+        """Push ``art`` to ``hosts`` directly, in parallel."""
         def push(host: Host) -> None:
             self._push(host, art, result)
 
-        for name, value in self.cluster.map(push, [h for h in pending if h not in result.errors]).items():
+        for name, value in self.cluster.map(push, hosts).items():
             if isinstance(value, BaseException):
                 self._fail(result, name, "upload", value)
             else:

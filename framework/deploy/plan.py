@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import glob
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -64,26 +64,32 @@ class Artifact:
         return self.path.name
 
 
+def _check_count(env: EnvConfig, kind: str, pattern: str, names: list[str]) -> None:
+    """One match per kind, except several ``CAM_<soc>_<os>_<arch>.run`` of one output folder
+    (deploy picks each host's, :mod:`framework.deploy.platform`)."""
+    if len(names) == 1:
+        return
+    if kind != "run_package":
+        hint = ""
+    elif all(parse_run_name(n) is not None for n in names):
+        return
+    else:
+        hint = " (several .run files are allowed when each is named CAM_<soc>_<os>_<arch>.run)"
+    raise ConfigError(env.source, f"artifacts.{kind}", f"{pattern!r} matches {len(names)} files, "
+                      f"expected exactly one: {', '.join(names)}{hint}")
+
+
 def _resolve_kind(env: EnvConfig, kind: str, pattern: str) -> list[Artifact]:
-    matches = sorted(p for p in glob.glob(pattern) if Path(p).is_file())
+    """The files ``pattern`` (``artifacts.<kind>``) matches, checked and hashed."""
+    matches = [Path(p) for p in sorted(glob.glob(pattern)) if Path(p).is_file()]
     if not matches:
         raise ConfigError(env.source, f"artifacts.{kind}", f"{pattern!r} matches no file")
-    names = [Path(m).name for m in matches]
-    # several CAM_<soc>_<os>_<arch>.run of one output folder: deploy picks each host's (framework.deploy.platform)
-    several_runs = kind == "run_package" and all(parse_run_name(n) is not None for n in names)
-    if len(matches) > 1 and not several_runs:
-        hint = " (several .run files are allowed when each is named CAM_<soc>_<os>_<arch>.run)" \
-            if kind == "run_package" else ""
-        raise ConfigError(env.source, f"artifacts.{kind}",
-                          f"{pattern!r} matches {len(matches)} files, expected exactly one: {', '.join(names)}{hint}")
+    _check_count(env, kind, pattern, [m.name for m in matches])
     suffix = ".whl" if kind == "wheel" else ".run"
-    found = []
-    for m in matches:
-        path = Path(m)
-        if path.suffix != suffix:
-            raise ConfigError(env.source, f"artifacts.{kind}", f"{path.name!r} is not a {suffix} file")
-        found.append(Artifact(kind, path, sha256_file(path), path.stat().st_size))
-    return found
+    wrong = [m for m in matches if m.suffix != suffix]
+    if wrong:
+        raise ConfigError(env.source, f"artifacts.{kind}", f"{wrong[0].name!r} is not a {suffix} file")
+    return [Artifact(kind, m, sha256_file(m), m.stat().st_size) for m in matches]
 
 
 def resolve_artifacts(env: EnvConfig, kinds: Sequence[str] = KINDS) -> list[Artifact]:
@@ -261,31 +267,45 @@ def interpreter_ok(plan: HostPlan) -> str:
     return f"{{ {test}; }}"
 
 
+def _note_free(probe: Probe, value: str) -> None:
+    """The workdir's free bytes (a number the host printed; anything else is ignored)."""
+    try:
+        probe.free = int(float(value))
+    except ValueError:
+        pass
+
+
+def _flag(name: str) -> Callable[[Probe, str], None]:
+    """A record whose presence sets the probe's boolean ``name``."""
+    return lambda probe, _value: setattr(probe, name, True)
+
+
+def _text(name: str) -> Callable[[Probe, str], None]:
+    """A record whose value (stripped) is the probe's ``name``."""
+    return lambda probe, value: setattr(probe, name, value.strip())
+
+
+#: what each probe record sets (other tags are ignored)
+_PROBE_RECORDS: dict[str, Callable[[Probe, str], None]] = {
+    HAVE_TAG: lambda probe, value: probe.have.add(value.strip()),
+    FREE_TAG: _note_free,
+    TREE_TAG: lambda probe, value: probe.vendor_trees.append(value.strip()),
+    INTERP_TAG: _flag("interpreter_ok"),
+    RELAY_TAG: _flag("relay_ok"),
+    INSTALLER_TAG: _flag("installer_ok"),
+    OS_TAG: _text("os_id"),
+    ARCH_TAG: _text("arch"),
+    RECORD_TAG: _text("installed_record"),
+}
+
+
 def parse_probe(stdout: str) -> Probe:
+    """The :class:`Probe` of one host from the records its probe script printed."""
     records = read_records(stdout)
     probe = Probe(state=DeployState.from_records(records))
     for rec in records:
-        if rec.tag == HAVE_TAG:
-            probe.have.add(rec.value.strip())
-        elif rec.tag == FREE_TAG:
-            try:
-                probe.free = int(float(rec.value))
-            except ValueError:
-                pass
-        elif rec.tag == TREE_TAG:
-            probe.vendor_trees.append(rec.value.strip())
-        elif rec.tag == INTERP_TAG:
-            probe.interpreter_ok = True
-        elif rec.tag == RELAY_TAG:
-            probe.relay_ok = True
-        elif rec.tag == INSTALLER_TAG:
-            probe.installer_ok = True
-        elif rec.tag == OS_TAG:
-            probe.os_id = rec.value.strip()
-        elif rec.tag == ARCH_TAG:
-            probe.arch = rec.value.strip()
-        elif rec.tag == RECORD_TAG:
-            probe.installed_record = rec.value.strip()
+        if rec.tag in _PROBE_RECORDS:
+            _PROBE_RECORDS[rec.tag](probe, rec.value)
     return probe
 
 

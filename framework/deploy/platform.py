@@ -53,11 +53,18 @@ def parse_run_name(name: str, arches: Sequence[str] = ()) -> Platform | None:
     if soc is None:
         return None
     rest = rest[len(soc) + 1:]
+    os_id, arch = _split_arch(rest, arches)
+    return Platform(soc, os_id, arch) if os_id and arch else None
+
+
+def _split_arch(rest: str, arches: Sequence[str]) -> tuple[str, str]:
+    """``<os>_<arch>`` split at the longest known architecture that leaves an OS id, else at the
+    last ``_`` (("", "") without one)."""
     for arch in sorted({*arches, "x86_64"}, key=len, reverse=True):
         if arch and rest.endswith("_" + arch) and len(rest) > len(arch) + 1:
-            return Platform(soc, rest[:-len(arch) - 1], arch)
+            return rest[:-len(arch) - 1], arch
     os_id, sep, arch = rest.rpartition("_")
-    return Platform(soc, os_id, arch) if sep and os_id and arch else None
+    return (os_id, arch) if sep else ("", "")
 
 
 def mismatch(built: Platform, host: Platform) -> str:

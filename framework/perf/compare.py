@@ -57,19 +57,28 @@ def _delta(key: str, a: Row, b: Row) -> Delta:
                  a.bandwidth.busbw, b.bandwidth.busbw, ("slower" if change > 0 else "faster") if p < ALPHA else "")
 
 
+def _only_in_a(key: str, row: Row) -> Delta:
+    """The delta of a configuration only run A has."""
+    return Delta(key, row.time_us.p50, None, None, None, False, row.bandwidth.busbw, None,
+                 "only in A")
+
+
+def _only_in_b(key: str, row: Row) -> Delta:
+    """The delta of a configuration only run B has."""
+    return Delta(key, None, row.time_us.p50, None, None, False, None, row.bandwidth.busbw,
+                 "only in B")
+
+
 def compare(a: dict[str, Row], b: dict[str, Row]) -> list[Delta]:
     """One :class:`Delta` per configuration of either run, sorted by configuration."""
     out = []
     for key in sorted(set(a) | set(b)):
-        if key in a and key in b:
-            out.append(_delta(key, a[key], b[key]))
+        if key not in b:
+            out.append(_only_in_a(key, a[key]))
+        elif key not in a:
+            out.append(_only_in_b(key, b[key]))
         else:
-            row = a.get(key, b.get(key))
-            assert row is not None
-            here = key in a
-            out.append(Delta(key, row.time_us.p50 if here else None, None if here else row.time_us.p50, None,
-                             None, False, row.bandwidth.busbw if here else None,
-                             None if here else row.bandwidth.busbw, "only in A" if here else "only in B"))
+            out.append(_delta(key, a[key], b[key]))
     return out
 
 

@@ -13,6 +13,7 @@ import io
 import statistics
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
+from typing import Any
 
 import matplotlib
 
@@ -21,7 +22,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
-from framework.perf.row import Row  # noqa: E402
+from framework.perf.row import RankStats, Row  # noqa: E402
 
 __all__ = ["COLOURS", "bandwidth_svg", "heatmap_svg", "history_svg"]
 
@@ -41,21 +42,26 @@ def _svg(fig: Figure) -> str:
     return buf.getvalue()
 
 
+def _plot_world(ax: Any, rows: Sequence[Row], op: str, world: int, colour: str) -> None:
+    """The bus bandwidth line of ``op`` at ``world`` ranks, and its reference's dashed line."""
+    mine = sorted((r for r in rows if (r.config.op, r.config.world) == (op, world)),
+                  key=lambda r: r.bytes.total / world)
+    sizes = [r.bytes.total / world for r in mine]
+    ax.plot(sizes, [r.bandwidth.busbw for r in mine], "o-", color=colour, linewidth=2.5,
+            label=f"{op} world {world}")
+    ref = [(s, r.reference) for s, r in zip(sizes, mine) if r.reference]
+    if ref:
+        ax.plot([s for s, _ in ref], [r.bandwidth.busbw for _, r in ref], "--", color=colour,
+                linewidth=2, label=f"{ref[0][1].collective} world {world}")
+
+
 def bandwidth_svg(rows: Sequence[Row], op: str) -> str:
     """Bus bandwidth (GB/s) of ``op`` against the message size per rank, one line per world."""
     with _style():
         fig, ax = plt.subplots(figsize=(7, 3.6))
         worlds = sorted({r.config.world for r in rows if r.config.op == op})
         for world, colour in zip(worlds, COLOURS * (len(worlds) // len(COLOURS) + 1)):
-            mine = sorted((r for r in rows if r.config.op == op and r.config.world == world),
-                          key=lambda r: r.bytes.total / world)
-            sizes = [r.bytes.total / world for r in mine]
-            ax.plot(sizes, [r.bandwidth.busbw for r in mine], "o-", color=colour, linewidth=2.5,
-                    label=f"{op} world {world}")
-            ref = [(s, r.reference) for s, r in zip(sizes, mine) if r.reference]
-            if ref:
-                ax.plot([s for s, _ in ref], [r.bandwidth.busbw for _, r in ref], "--", color=colour, linewidth=2,
-                        label=f"{ref[0][1].collective} world {world}")
+            _plot_world(ax, rows, op, world, colour)
         ax.set_xscale("log", base=2)
         ax.set_xlabel("message size per rank (bytes)")
         ax.set_ylabel("bus bandwidth (GB/s)")
@@ -65,19 +71,26 @@ def bandwidth_svg(rows: Sequence[Row], op: str) -> str:
         return _svg(fig)
 
 
+def _factors(by_host: dict[str, list[RankStats]], width: int, mid: float) -> list[list[float]]:
+    """Each rank's p50 over ``mid``, one row per host padded with NaN to ``width``."""
+    nan = [float("nan")] * width
+    return [([r.p50 / mid for r in rs] + nan)[:width] for rs in by_host.values()]
+
+
 def heatmap_svg(row: Row) -> str:
-    """Each rank's p50 over the median rank's, hosts down and local ranks across, the factor in each cell."""
+    """Each rank's p50 over the median rank's, hosts down and local ranks across, the factor in
+    each cell."""
     hosts = list(dict.fromkeys(r.host for r in row.ranks))
     by_host = {h: [r for r in row.ranks if r.host == h] for h in hosts}
     width = max(len(v) for v in by_host.values())
-    mid = statistics.median(r.p50 for r in row.ranks)
-    grid = [[(rs[i].p50 / mid if i < len(rs) else float("nan")) for i in range(width)] for rs in by_host.values()]
+    grid = _factors(by_host, width, statistics.median(r.p50 for r in row.ranks))
     with _style():
         fig, ax = plt.subplots(figsize=(min(1.0 + 0.8 * width, 12), 1.0 + 0.5 * len(hosts)))
         image = ax.imshow(grid, cmap="viridis", aspect="auto")
         for y, rs in enumerate(by_host.values()):
             for x, r in enumerate(rs):
-                ax.text(x, y, f"r{r.rank}\n{grid[y][x]:.2f}", ha="center", va="center", fontsize=7, color="white")
+                ax.text(x, y, f"r{r.rank}\n{grid[y][x]:.2f}", ha="center", va="center",
+                        fontsize=7, color="white")
         ax.set_yticks(range(len(hosts)), hosts)
         ax.set_xticks(range(width), [str(i) for i in range(width)])
         ax.set_xlabel("local rank")

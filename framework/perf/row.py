@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections import Counter
 from collections.abc import Sequence
 from importlib import resources
 from typing import Any, Literal
@@ -186,19 +187,38 @@ def stats(values: Sequence[float]) -> Stats:
     return Stats(min=v[0], avg=sum(v) / len(v), p50=_pct(v, 0.5), p99=_pct(v, 0.99), max=v[-1])
 
 
+def _pair_kind(hosts: Sequence[str], i: int, j: int) -> str:
+    """What bytes from rank ``i`` to rank ``j`` are: ``self``, ``intra`` (same host) or ``inter``."""
+    if i == j:
+        return "self"
+    return "intra" if hosts[i] == hosts[j] else "inter"
+
+
 def _bytes(sent: Sequence[Sequence[int]], hosts: Sequence[str]) -> Bytes:
+    """The bytes of one iteration by kind, from ``sent[i][j]`` (bytes rank i sends rank j)."""
     world = len(hosts)
     if len(sent) != world or any(len(r) != world for r in sent):
         raise ValueError(f"the send matrix must be {world} x {world} (one row and column per rank)")
-    pairs = [(i, j, sent[i][j]) for i in range(world) for j in range(world)]
-    return Bytes(total=sum(b for _, _, b in pairs), moved=sum(b for i, j, b in pairs if i != j),
-                 intra=sum(b for i, j, b in pairs if i != j and hosts[i] == hosts[j]),
-                 inter=sum(b for i, j, b in pairs if hosts[i] != hosts[j]))
+    by = Counter({"self": 0, "intra": 0, "inter": 0})
+    for i, row in enumerate(sent):
+        for j, b in enumerate(row):
+            by[_pair_kind(hosts, i, j)] += b
+    return Bytes(total=sum(by.values()), moved=by["intra"] + by["inter"], intra=by["intra"],
+                 inter=by["inter"])
 
 
 def _bandwidth(b: Bytes, world: int, p50_us: float) -> Bandwidth:
     per_s = 1.0 / (world * p50_us * 1e-6) / 1e9
     return Bandwidth(algbw=b.total * per_s, busbw=b.moved * per_s, intra=b.intra * per_s, inter=b.inter * per_s)
+
+
+def _reference(reference_us: Sequence[Sequence[float]] | None, collective: str, moved: Bytes,
+               world: int) -> Reference | None:
+    """The reference collective's timing and bandwidth (``[iteration][rank]``), when it ran."""
+    if reference_us is None:
+        return None
+    ref = stats([max(t) for t in reference_us])
+    return Reference(collective=collective, time_us=ref, bandwidth=_bandwidth(moved, world, ref.p50))
 
 
 def build_row(*, run_id: str, seed: int, config: Config, warmup: int, times_us: Sequence[Sequence[float]],
@@ -215,10 +235,7 @@ def build_row(*, run_id: str, seed: int, config: Config, warmup: int, times_us: 
     per_rank = [RankStats(rank=r, host=hosts[r], **stats([t[r] for t in times_us]).model_dump())
                 for r in range(world)]
     moved = _bytes(sent, hosts)
-    reference = None
-    if reference_us is not None:
-        ref = stats([max(t) for t in reference_us])
-        reference = Reference(collective=collective, time_us=ref, bandwidth=_bandwidth(moved, world, ref.p50))
+    reference = _reference(reference_us, collective, moved, world)
     return Row(schema=SCHEMA_ID, run_id=run_id, seed=seed, config=config, warmup=warmup,
                iterations=len(times_us), time_us=total, iterations_us=slowest, ranks=per_rank, bytes=moved,
                bandwidth=_bandwidth(moved, world, total.p50), reference=reference,

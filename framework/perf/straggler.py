@@ -60,20 +60,37 @@ def scores(times: Sequence[Sequence[float]]) -> list[float]:
     return [statistics.median(r) for r in _ratios(times)]
 
 
-def find(times: Sequence[Sequence[float]], hosts: Sequence[str], threshold: float = THRESHOLD) -> list[Straggler]:
-    """The stragglers among ``times[iteration][rank]`` (slowest first); ``hosts[rank]`` names their hosts."""
-    if len(times) < MIN_ITERATIONS or len(hosts) < 3:
-        return []  # two ranks have no majority to be slower than
+def _check_shape(times: Sequence[Sequence[float]], hosts: Sequence[str]) -> None:
+    """Every iteration has one time per rank."""
     if any(len(it) != len(hosts) for it in times):
         raise ValueError(f"every iteration needs one time per rank ({len(hosts)} ranks)")
+
+
+def _steady(factors: Sequence[float]) -> bool:
+    """Slower than the rest in at least :data:`CONSISTENT` of the iterations."""
+    return sum(v > 1 for v in factors) >= CONSISTENT * len(factors)
+
+
+def _members(hosts: Sequence[str]) -> dict[str, list[int]]:
+    """host → its ranks, in rank order."""
+    members: dict[str, list[int]] = {}
+    for rank, host in enumerate(hosts):
+        members.setdefault(host, []).append(rank)
+    return members
+
+
+def find(times: Sequence[Sequence[float]], hosts: Sequence[str], threshold: float = THRESHOLD
+         ) -> list[Straggler]:
+    """The stragglers among ``times[iteration][rank]`` (slowest first); ``hosts[rank]`` names
+    their hosts."""
+    if len(times) < MIN_ITERATIONS or len(hosts) < 3:
+        return []  # two ranks have no majority to be slower than
+    _check_shape(times, hosts)
     ratios = _ratios(times)
     s = [statistics.median(r) for r in ratios]
-    steady = [sum(v > 1 for v in r) >= CONSISTENT * len(r) for r in ratios]
-    by_host: dict[str, list[float]] = {}
-    for rank, host in enumerate(hosts):
-        by_host.setdefault(host, []).append(s[rank])
-    found = [Straggler(r, hosts[r], s[r], min(by_host[hosts[r]]))
-             for r in range(len(hosts)) if s[r] >= 1 + threshold and steady[r]]
+    members = _members(hosts)
+    found = [Straggler(r, hosts[r], s[r], min(s[m] for m in members[hosts[r]]))
+             for r in range(len(hosts)) if s[r] >= 1 + threshold and _steady(ratios[r])]
     return sorted(found, key=lambda x: -x.factor)
 
 
@@ -106,25 +123,24 @@ def _agree(s: Sequence[float], ranks: Sequence[int]) -> bool:
 
 def find_hosts(times: Sequence[Sequence[float]], hosts: Sequence[str],
                threshold: float = THRESHOLD) -> list[SlowHost]:
-    """The hosts slower as a whole than the others among ``times[iteration][rank]`` (slowest first)."""
-    members: dict[str, list[int]] = {}
-    for rank, host in enumerate(hosts):
-        members.setdefault(host, []).append(rank)
+    """The hosts slower as a whole than the others among ``times[iteration][rank]`` (slowest
+    first)."""
+    members = _members(hosts)
     if len(times) < MIN_ITERATIONS or len(members) < 2:
         return []
-    if any(len(it) != len(hosts) for it in times):
-        raise ValueError(f"every iteration needs one time per rank ({len(hosts)} ranks)")
+    _check_shape(times, hosts)
     s = scores(times)
     found = []
     for host, ranks in members.items():
         f = _host_factors(times, members, host)
         factor = statistics.median(f)
-        if factor >= 1 + threshold and sum(v > 1 for v in f) >= CONSISTENT * len(f) and _agree(s, ranks):
+        if factor >= 1 + threshold and _steady(f) and _agree(s, ranks):
             found.append(SlowHost(host, factor, tuple(ranks)))
     return sorted(found, key=lambda x: -x.factor)
 
 
 def describe(times: Sequence[Sequence[float]], hosts: Sequence[str]) -> str | None:
-    """The slow hosts and the slow ranks of one configuration in one line, None when there are none."""
+    """The slow hosts and the slow ranks of one configuration in one line, None when there are
+    none."""
     named = [h.describe() for h in find_hosts(times, hosts)] + [s.describe() for s in find(times, hosts)]
     return "; ".join(named) or None

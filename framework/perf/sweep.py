@@ -60,20 +60,31 @@ def _combined_hash(docs: Sequence[Mapping[str, Any]], index: int, op: str, itera
     return digest.hexdigest()
 
 
-def _row(c: Config, index: int, docs: Sequence[Mapping[str, Any]], hosts: Sequence[str], run_id: str,
-         environment: Environment) -> Row:
+def _sent(c: Config, counts: Sequence[Sequence[int]]) -> list[list[int]]:
+    """Bytes rank i sends rank j in one iteration, from the token ``counts`` of ``c``'s dispatch
+    (a combine sends them back: the transpose)."""
     world = c.world
+    sent = [[counts[i][j] * c.hidden * ELEMENT_BYTES[c.dtype] for j in range(world)]
+            for i in range(world)]
+    return [list(col) for col in zip(*sent)] if c.op == "combine" else sent
+
+
+def _series(per_shape: Sequence[Mapping[str, Any]], key: str, iterations: int) -> list[list[float]]:
+    """``[iteration][rank]`` of the ranks' ``key`` series."""
+    return [[s[key][it] for s in per_shape] for it in range(iterations)]
+
+
+def _row(c: Config, index: int, docs: Sequence[Mapping[str, Any]], hosts: Sequence[str],
+         run_id: str, environment: Environment) -> Row:
+    """The row of configuration ``c`` (shape ``index`` of its section) from the ranks' documents."""
     per_shape = [d[_SECTION[c.op]][index] for d in docs]
     iterations = len(per_shape[0][f"{c.op}_us"])
-    rows_ = per_shape[0]["rows"]
-    sent = [[rows_[i][j] * c.hidden * ELEMENT_BYTES[c.dtype] for j in range(world)] for i in range(world)]
-    if c.op == "combine":
-        sent = [list(col) for col in zip(*sent)]
-    return build_row(run_id=run_id, seed=int(docs[0]["seed"]), config=c, warmup=int(docs[0]["warmup"]),
-                     times_us=[[s[f"{c.op}_us"][it] for s in per_shape] for it in range(iterations)],
-                     hosts=hosts, sent=sent, environment=environment,
+    return build_row(run_id=run_id, seed=int(docs[0]["seed"]), config=c,
+                     warmup=int(docs[0]["warmup"]),
+                     times_us=_series(per_shape, f"{c.op}_us", iterations),
+                     hosts=hosts, sent=_sent(c, per_shape[0]["rows"]), environment=environment,
                      output_hashes=[_combined_hash(docs, index, c.op, it) for it in range(iterations)],
-                     reference_us=[[s["reference_us"][it] for s in per_shape] for it in range(iterations)])
+                     reference_us=_series(per_shape, "reference_us", iterations))
 
 
 def rows(configs: Sequence[Config], docs: Sequence[Mapping[str, Any]], hosts: Sequence[str], *, run_id: str,

@@ -76,33 +76,13 @@ class RunContext:
 
     @classmethod
     def from_config(cls, config: pytest.Config) -> RunContext:
-        """Read the options, load and validate the env (a bad one is a ``UsageError``), choose the seed."""
+        """Read the options, load and validate the env (a bad one is a ``UsageError``), choose the
+        seed."""
         options = Options.from_config(config)
         worker: WorkerInput | None = getattr(config, "workerinput", None)
-        if worker is not None and "camit_seed" in worker:
-            seed = int(str(worker["camit_seed"]))  # xdist: the controller's seed, as its repro line says
-        elif options.seed is not None:
-            seed = options.seed
-        else:
-            seed = random.randint(0, 10000)
-        env = None
-        env_error = None
-        cov_ranks = False
-        if options.env_path:
-            from framework.config.effective import load
-            from framework.ranksuite import coverage
-
-            try:
-                env = load(options.env_path)
-                cov_ranks = coverage.requested(options.cov_ranks)  # coverage mode: framework/ranksuite/coverage.py
-                chosen_hosts(env, options)
-            except (ConfigError, FrameworkError, pytest.UsageError) as exc:
-                if options.env_explicit or options.hosts or options.exclude_hosts:
-                    raise pytest.UsageError(str(exc)) from None
-                env, env_error = None, str(exc)  # $CAMIT_ENV alone: an error only once camit is used
-        elif options.hosts or options.exclude_hosts:
-            raise pytest.UsageError("--hosts/--exclude-hosts: no env file (pass --env FILE or set CAMIT_ENV)")
-        ctx = cls(config, options, env, seed, worker=worker, cov_ranks=cov_ranks, env_error=env_error)
+        env, env_error, cov_ranks = _load_env(options)
+        ctx = cls(config, options, env, _seed(options, worker), worker=worker, cov_ranks=cov_ranks,
+                  env_error=env_error)
         ctx.active = env is not None and options.env_explicit
         return ctx
 
@@ -232,24 +212,62 @@ def _refuse_unknown_hosts(env: EnvConfig, options: Options) -> None:
                                     f"{env.source} (its hosts: {', '.join(env.hosts)})")
 
 
+def _seed(options: Options, worker: WorkerInput | None) -> int:
+    """The run's seed: the controller's on an xdist worker (as its repro line says), else
+    ``--random-seed``, else a random one."""
+    if worker is not None and "camit_seed" in worker:
+        return int(str(worker["camit_seed"]))
+    if options.seed is not None:
+        return options.seed
+    return random.randint(0, 10000)
+
+
+def _load_env(options: Options) -> tuple[EnvConfig | None, str | None, bool]:
+    """(the env, why it did not load, coverage mode) from the options; a bad env is a
+    ``UsageError`` when named on the command line (``$CAMIT_ENV`` alone: an error only once camit
+    is used)."""
+    named_hosts = bool(options.hosts or options.exclude_hosts)
+    if not options.env_path:
+        if named_hosts:
+            raise pytest.UsageError(
+                "--hosts/--exclude-hosts: no env file (pass --env FILE or set CAMIT_ENV)")
+        return None, None, False
+    from framework.config.effective import load
+    from framework.ranksuite import coverage
+
+    try:
+        env = load(options.env_path)
+        cov_ranks = coverage.requested(options.cov_ranks)  # coverage mode: ranksuite/coverage.py
+        chosen_hosts(env, options)
+    except (ConfigError, FrameworkError, pytest.UsageError) as exc:
+        if options.env_explicit or named_hosts:
+            raise pytest.UsageError(str(exc)) from None
+        return None, str(exc), False
+    return env, None, cov_ranks
+
+
+def _wanted(name: str, options: Options, left_out: set[str]) -> bool:
+    """Whether ``--hosts`` (when given) names host ``name`` and nothing leaves it out."""
+    return (options.hosts is None or name in options.hosts) and name not in left_out
+
+
 def chosen_hosts(env: EnvConfig, options: Options,
                  suspect: Mapping[str, Any] | None = None) -> list[str]:
     """The env's hosts that ``--hosts`` / ``--exclude-hosts`` leave (file order), without the
     ``suspect`` ones unless ``--hosts`` names them; an unknown name or none left is a
     ``UsageError`` naming the option, the host and the env file."""
-    known = list(env.hosts)
     _refuse_unknown_hosts(env, options)
     left_out = set(options.exclude_hosts or ())
     if options.hosts is None:
         left_out |= set(suspect or ())
-    chosen = [n for n in known if (options.hosts is None or n in options.hosts) and n not in left_out]
-    if not chosen and suspect and options.hosts is None:
+    chosen = [n for n in env.hosts if _wanted(n, options, left_out)]
+    if chosen:
+        return chosen
+    if suspect and options.hosts is None:
         raise pytest.UsageError(f"every host of {env.source} left is suspect "
                                 f"({', '.join(suspect)}): "
                                 "re-admit with camit check --heal, or name hosts with --hosts")
-    if not chosen:
-        raise pytest.UsageError(f"--hosts/--exclude-hosts leave no host of {env.source}")
-    return chosen
+    raise pytest.UsageError(f"--hosts/--exclude-hosts leave no host of {env.source}")
 
 
 def context_of(config: pytest.Config) -> RunContext:

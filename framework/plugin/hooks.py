@@ -67,21 +67,34 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[CONTEXT_KEY] = ctx
     config.stash[RESOURCES_KEY] = Resources(ctx)
     random.seed(ctx.seed)
-    collecting = bool(config.option.collectonly)
-    dist = getattr(config.option, "dist", "no")
-    if ctx.env is not None and not collecting:
+    runs = ctx.env is not None and not config.option.collectonly
+    if runs:
         signals = config.stash[SIGNALS_KEY] = Signals()
         signals.install()
         config.pluginmanager.register(signals, "camit-signals")  # its hooks note the running tests
-    controller = ctx.env is not None and ctx.is_controller
-    if controller and not collecting:
+    if runs and ctx.is_controller:
         _register_controller_reports(config, ctx)
-    if ctx.active or (controller and dist != "no"):
-        progress.start(config, ctx)  # (an xdist controller prints its workers' events once camit is used)
-    if (ctx.active and ctx.is_controller and not collecting
-            and dist == "load" and getattr(config.option, "maxschedchunk", 0) is None):
-        # cluster tests are few and slow: xdist hands them out one at a time to whichever worker is
-        # free (its option for "a small number of slow tests"); see xdist.sort_for_workers
+    _start_progress(config, ctx)
+    if runs and ctx.active and ctx.is_controller:
+        _deal_one_by_one(config)
+
+
+def _start_progress(config: pytest.Config, ctx: RunContext) -> None:
+    """The progress display once camit is used; an xdist controller with an env file prints its
+    workers' events too."""
+    distributed = getattr(config.option, "dist", "no") != "no"
+    xdist_controller = ctx.env is not None and ctx.is_controller and distributed
+    if ctx.active or xdist_controller:
+        progress.start(config, ctx)
+
+
+def _deal_one_by_one(config: pytest.Config) -> None:
+    """Under ``--dist load`` with no ``--maxschedchunk``, xdist hands the cluster tests (few and
+    slow) out one at a time to whichever worker is free (its option for "a small number of slow
+    tests"); see xdist.sort_for_workers."""
+    if getattr(config.option, "dist", "no") != "load":
+        return
+    if getattr(config.option, "maxschedchunk", 0) is None:
         config.option.maxschedchunk = 1
 
 
@@ -158,6 +171,19 @@ def uses_camit(item: pytest.Item) -> bool:
     return markers.is_base_test(getattr(item, "cls", None))
 
 
+def _activate(config: pytest.Config, ctx: RunContext) -> None:
+    """A collected test uses camit: activate it (an env that does not load ends the session on the
+    controller; a worker leaves it to the tests), then start the progress display and header."""
+    try:
+        ctx.activate()
+    except pytest.UsageError:
+        if ctx.is_controller:
+            raise
+        return
+    progress.start(config, ctx)
+    reporting.show_header(config, ctx)
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """camit is in use when a collected test uses it (an env that does not load then ends the session here,
@@ -165,14 +191,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     across the cluster first, the largest world first."""
     ctx = context_of(config)
     if not ctx.active and ctx.options.env_path and any(uses_camit(item) for item in items):
-        try:
-            ctx.activate()
-        except pytest.UsageError:
-            if ctx.is_controller:
-                raise
-        else:
-            progress.start(config, ctx)
-            reporting.show_header(config, ctx)
+        _activate(config, ctx)
     if ctx.is_controller or not ctx.active:
         return
     xdist.sort_for_workers(items, ctx.options.worlds)
@@ -248,15 +267,27 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     resources.close()
     progress.stop(session.config)  # camit.log closed before the folder is scrubbed
     signals = signals_of(session.config)
-    error = None
-    if resources.ended is not None:
-        exitstatus, error = resources.ended
-    elif signals is not None and signals.received is not None:
-        error = f"stopped by {signals.received_name}"
-    xmlpath = reporting.junit_path(session.config)
-    if signals is not None and signals.running and xmlpath and reporting.reports_here(context_of(session.config)):
-        name_cut_cases(Path(xmlpath), signals.running, error or "interrupted")
+    exitstatus, error = _ending(resources, signals, exitstatus)
+    if signals is not None and signals.running and _reports_junit(session.config):
+        name_cut_cases(Path(str(reporting.junit_path(session.config))), signals.running,
+                       error or "interrupted")
     reporting.finalize(context_of(session.config), exitstatus, error=error)
+
+
+def _ending(resources: Resources, signals: Signals | None, exitstatus: int
+            ) -> tuple[int, str | None]:
+    """The session's exit status and why it ended early: the infrastructure failure that ended
+    it, else the signal that stopped it (no reason when it ran out)."""
+    if resources.ended is not None:
+        return resources.ended
+    if signals is not None and signals.received is not None:
+        return exitstatus, f"stopped by {signals.received_name}"
+    return exitstatus, None
+
+
+def _reports_junit(config: pytest.Config) -> bool:
+    """Whether pytest writes a JUnit file and this process reports it."""
+    return bool(reporting.junit_path(config)) and reporting.reports_here(context_of(config))
 
 
 def pytest_terminal_summary(terminalreporter: TerminalReporter, exitstatus: int, config: pytest.Config) -> None:

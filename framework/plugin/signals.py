@@ -24,6 +24,7 @@ import logging
 import os
 import signal
 import threading
+import xml.etree.ElementTree as ET
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -139,28 +140,34 @@ def name_cut_cases(junit: Path, running: list[str], why: str) -> int:
     started and not finished (``running``, in start order), pytest's classname, and an ``<error>``
     saying why it stopped.
     """
-    import xml.etree.ElementTree as ET
-
     try:
         tree = ET.parse(junit)
     except (OSError, ET.ParseError):
         return 0
-    fixed = 0
     left = list(running)
+    fixed = 0
     for suite in tree.getroot().iter("testsuite"):
         for case in suite.iter("testcase"):
-            if case.get("name"):
-                continue
-            nodeid = left.pop(0) if left else "unknown::interrupted"
-            path, _, rest = nodeid.partition("::")
-            parts = [*path.removesuffix(".py").replace("/", ".").split("."), *rest.split("::")]
-            case.set("classname", ".".join(p for p in parts[:-1] if p))
-            case.set("name", parts[-1] or nodeid)
-            error = ET.SubElement(case, "error", message=why)
-            error.text = why
-            suite.set("errors", str(int(suite.get("errors") or 0) + 1))
-            suite.set("tests", str(int(suite.get("tests") or 0) + 1))
-            fixed += 1
+            if not case.get("name"):
+                _name_case(suite, case, left.pop(0) if left else "unknown::interrupted", why)
+                fixed += 1
     if fixed:
         tree.write(junit, encoding="utf-8", xml_declaration=True)
     return fixed
+
+
+def _bump(suite: ET.Element, attribute: str) -> None:
+    """Add one to ``suite``'s counter ``attribute`` (absent: 0)."""
+    suite.set(attribute, str(int(suite.get(attribute) or 0) + 1))
+
+
+def _name_case(suite: ET.Element, case: ET.Element, nodeid: str, why: str) -> None:
+    """Name the nameless ``case`` after test ``nodeid`` and give it an ``<error>`` saying ``why``."""
+    path, _, rest = nodeid.partition("::")
+    parts = [*path.removesuffix(".py").replace("/", ".").split("."), *rest.split("::")]
+    case.set("classname", ".".join(p for p in parts[:-1] if p))
+    case.set("name", parts[-1] or nodeid)
+    error = ET.SubElement(case, "error", message=why)
+    error.text = why
+    _bump(suite, "errors")
+    _bump(suite, "tests")

@@ -153,19 +153,27 @@ class Batch:
             seen.setdefault(result.launch.launch_id, result.launch)
         return list(seen.values())
 
+    def _running_module(self, core: Core, launch: LaunchResult,
+                        by_rank: Mapping[int, Mapping[str, batch.ModuleProgress]]) -> str | None:
+        """The module ``core``'s rank was running in ``launch`` when it dumped, if it was that
+        launch's rank on the core's host and its record says."""
+        if core.rank is None:
+            return None
+        rr = launch.ranks.get(core.rank)
+        if rr is None or rr.host != core.host:
+            return None
+        # a whole-second time is %t (rounded down): the crash lies in that second
+        coarse = 1.0 if float(core.time).is_integer() else 0.0
+        return batch.module_at(by_rank.get(core.rank, {}), core.time, self.modules, coarse)
+
     def module_of(self, core: Core,
                   records: Sequence[tuple[LaunchResult, Mapping[int, Mapping[str, batch.ModuleProgress]]]]) -> str:
         """The module a core belongs to: the one its rank was running when it dumped (``records``: each launch
         of the batch with its ranks' records), else the module the launch failed in, else the batch's first."""
-        if core.rank is not None:
-            for launch, by_rank in records:
-                rr = launch.ranks.get(core.rank)
-                if rr is not None and rr.host == core.host:
-                    # a whole-second time is %t (rounded down): the crash lies in that second
-                    coarse = 1.0 if float(core.time).is_integer() else 0.0
-                    found = batch.module_at(by_rank.get(core.rank, {}), core.time, self.modules, coarse)
-                    if found is not None:
-                        return found
+        for launch, by_rank in records:
+            found = self._running_module(core, launch, by_rank)
+            if found is not None:
+                return found
         failed = [m for m, r in (self.results or {}).items() if not r.launch.ok and r.launch_failed_here]
         return failed[-1] if failed else self.modules[0]
 
@@ -223,6 +231,37 @@ def report_cores(item: pytest.Item, policy: str, module: str, result: SuiteResul
     return result
 
 
+Member = tuple[str, str, dict[str, str]]  # (nodeid, module, its own launch env)
+
+
+def _groups(items: Sequence[pytest.Item], fewest_nodes: FewestNodes
+            ) -> dict[tuple[int, int], list[Member]]:
+    """The shareable tests by (world, fewest nodes), in collection order."""
+    groups: dict[tuple[int, int], list[Member]] = {}
+    for item in items:
+        what = declared(item)
+        world = getattr(getattr(item, "callspec", None), "params", {}).get("world")
+        nodes = fewest_nodes(item)
+        if what is None or not isinstance(world, int) or nodes is None:
+            continue
+        groups.setdefault((world, nodes), []).append((item.nodeid, *what))
+    return groups
+
+
+def _batches(world: int, nodes: int, members: list[Member]) -> dict[str, Batch]:
+    """nodeid → its batch among ``members`` (one world and node count): each group of agreeing
+    envs that spans two modules or more."""
+    out: dict[str, Batch] = {}
+    for env, part in _merge_envs(members):
+        modules = list(dict.fromkeys(m for _, m, _ in part))
+        if len(modules) < 2:
+            continue
+        shared = Batch(BatchKey(world, tuple(sorted(env.items())), nodes), modules,
+                       {nodeid: own for nodeid, _, own in part})
+        out.update((nodeid, shared) for nodeid, _, _ in part)
+    return out
+
+
 def plan(items: Sequence[pytest.Item], ctx: Session, fewest_nodes: FewestNodes) -> dict[str, Batch]:
     """nodeid → its :class:`Batch`, for the tests that share a launch under ``--launch-per world``
     (``fewest_nodes``: the plugin's reading of a test's markers)."""
@@ -232,32 +271,16 @@ def plan(items: Sequence[pytest.Item], ctx: Session, fewest_nodes: FewestNodes) 
         _event("--launch-per world: under -n each test launches on its own (a worker does not "
                "know which tests it will get)")
         return {}
-    groups: dict[tuple[int, int], list[tuple[str, str, dict[str, str]]]] = {}
-    for item in items:
-        what = declared(item)
-        world = getattr(getattr(item, "callspec", None), "params", {}).get("world")
-        nodes = fewest_nodes(item)
-        if what is None or not isinstance(world, int) or nodes is None:
-            continue
-        groups.setdefault((world, nodes), []).append((item.nodeid, *what))
     out: dict[str, Batch] = {}
-    for (world, nodes), members in groups.items():
-        for env, part in _merge_envs(members):
-            modules = list(dict.fromkeys(m for _, m, _ in part))
-            if len(modules) < 2:
-                continue
-            shared = Batch(BatchKey(world, tuple(sorted(env.items())), nodes), modules,
-                           {nodeid: own for nodeid, _, own in part})
-            for nodeid, _, _ in part:
-                out[nodeid] = shared
+    for (world, nodes), members in _groups(items, fewest_nodes).items():
+        out.update(_batches(world, nodes, members))
     return out
 
 
-def _merge_envs(members: list[tuple[str, str, dict[str, str]]]
-                ) -> list[tuple[dict[str, str], list[tuple[str, str, dict[str, str]]]]]:
+def _merge_envs(members: list[Member]) -> list[tuple[dict[str, str], list[Member]]]:
     """The members in groups whose launch envs agree (no variable with two values), in collection order:
     each member joins the first group it agrees with."""
-    parts: list[tuple[dict[str, str], list[tuple[str, str, dict[str, str]]]]] = []
+    parts: list[tuple[dict[str, str], list[Member]]] = []
     for member in members:
         own = member[2]
         for env, part in parts:

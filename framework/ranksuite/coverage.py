@@ -163,23 +163,32 @@ def version_tuple(text: str) -> tuple[int, ...]:
     return tuple(out)
 
 
+def _too_old(version: str | None) -> bool:
+    """Whether the probed coverage ``version`` is below :data:`MIN_VERSION`."""
+    return version is not None and version_tuple(version) < MIN_VERSION
+
+
+def _problem(found: Mapping[str, str], rc: int | None, tail: str) -> str | None:
+    """Why coverage cannot be used on the probed host (its records ``found`` by tag), or None."""
+    version = found.get(COV_TAG)
+    if _too_old(version):
+        return f"coverage {version} is older than {'.'.join(map(str, MIN_VERSION))}"
+    if NOCOV_TAG in found:
+        return found[NOCOV_TAG] or "coverage is not importable"
+    if version is None:
+        return f"the probe failed (exit status {rc})" + (f": {tail.strip()}" if tail.strip() else "")
+    return None
+
+
 def parse_probe(host: str, interpreter: str, install_path: str, vendor: str | None, rc: int | None,
                 stdout: str, tail: str = "") -> HostProbe:
-    """The probe's output as a :class:`HostProbe` (a problem set whenever coverage cannot be used)."""
-    version = problem = op_lib = None
-    for rec in read_records(stdout):
-        if rec.tag == COV_TAG:
-            version = rec.value.strip()
-        elif rec.tag == NOCOV_TAG:
-            problem = rec.value.strip() or "coverage is not importable"
-        elif rec.tag == OPLIB_TAG:
-            op_lib = rec.value.strip() or None
-    if version is None and problem is None:
-        problem = f"the probe failed (exit status {rc})" + (f": {tail.strip()}" if tail.strip() else "")
-    elif version is not None and version_tuple(version) < MIN_VERSION:
-        problem = f"coverage {version} is older than {'.'.join(map(str, MIN_VERSION))}"
-        version = None
-    return HostProbe(host, interpreter, install_path, vendor, version, problem, op_lib)
+    """The probe's output as a :class:`HostProbe` (a problem set whenever coverage cannot be
+    used)."""
+    found = {rec.tag: rec.value.strip() for rec in read_records(stdout)}
+    version = found.get(COV_TAG)
+    op_lib = found.get(OPLIB_TAG) or None
+    return HostProbe(host, interpreter, install_path, vendor, None if _too_old(version) else version,
+                     _problem(found, rc, tail), op_lib)
 
 
 class CoverageUnavailable(FrameworkError):

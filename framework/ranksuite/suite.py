@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 from framework import commands
 from framework.errors import FrameworkError
 from framework.hosts import Cluster, Host
-from framework.launch import Launcher, LaunchResult, Target
+from framework.launch import Launcher, LaunchResult, RankResult, Target
 from framework.launch.plan import devices_per_node
 from framework.ranksuite import batch
 from framework.ranksuite.coverage import ENV_FLAG
@@ -171,21 +171,36 @@ class SuiteResult:
         launch_ok = self.launch.ok or not self.launch_failed_here
         return launch_ok and not self.failures and not self.missing_junit and self.not_run is None
 
+    def add_rank(self, rank: int, host: str, counts: Mapping[str, int],
+                 failures: Sequence[tuple[str, str]], skips: Sequence[tuple[str, str]]) -> None:
+        """Add one rank's counts, failures and skips."""
+        for k, v in counts.items():
+            self.counts[k] += v
+        self.failures += [RankFailure(rank, host, t, m) for t, m in failures]
+        self.skips += skips
+
+    def _failure_lines(self) -> list[str]:
+        """The rank-side failures: a count naming the first, then up to 12 of them."""
+        if not self.failures:
+            return []
+        first = self.failures[0]
+        head = (f"{len(self.failures)} rank-side failure(s) in {self.module} (world {self.world}); "
+                f"first: rank {first.rank} on {first.host}: {first.test}")
+        return [head, *(f"  rank {f.rank} on {f.host}: {f.test}: {f.message}"
+                        for f in self.failures[:12])]
+
+    def _launch_lines(self) -> list[str]:
+        """Why the launch this module ran in failed (when it failed here and the module ran)."""
+        if self.launch.ok or not self.launch_failed_here or self.not_run is not None:
+            return []
+        others = ", ".join(m for m in self.shared_with if m != self.module)
+        shared = [f"{self.module} was running when the launch it shared with {others} failed:"]
+        return [*(shared if self.shared_with else []), self.launch.message()]
+
     def message(self) -> str:
-        lines = []
-        if self.not_run is not None:
-            lines.append(f"{self.module} (world {self.world}) did not run: {self.not_run}")
-        if self.failures:
-            first = self.failures[0]
-            lines.append(f"{len(self.failures)} rank-side failure(s) in {self.module} (world {self.world}); "
-                         f"first: rank {first.rank} on {first.host}: {first.test}")
-            for f in self.failures[:12]:
-                lines.append(f"  rank {f.rank} on {f.host}: {f.test}: {f.message}")
-        if not self.launch.ok and self.launch_failed_here and self.not_run is None:
-            if self.shared_with:
-                lines.append(f"{self.module} was running when the launch it shared with "
-                             f"{', '.join(m for m in self.shared_with if m != self.module)} failed:")
-            lines.append(self.launch.message())
+        lines = [] if self.not_run is None else [
+            f"{self.module} (world {self.world}) did not run: {self.not_run}"]
+        lines += self._failure_lines() + self._launch_lines()
         if self.missing_junit:
             lines.append(f"no JUnit from rank(s) {self.missing_junit}")
         if lines:
@@ -215,29 +230,79 @@ def parse_rank_junit(path: Path) -> tuple[dict[str, int], list[tuple[str, str]]]
     return counts, failures
 
 
+def _failure_message(bad: ET.Element) -> str:
+    """A failed case's message: its ``message``, else its text's last line."""
+    lines = (bad.text or "").strip().splitlines()
+    return bad.get("message") or (lines[-1] if lines else "(no message)")
+
+
+def _skip_reason(skipped: ET.Element) -> str:
+    """A skipped case's reason: its ``message``, else its text."""
+    return skipped.get("message") or (skipped.text or "").strip() or "(no reason)"
+
+
+def _case_outcome(case: ET.Element) -> tuple[str, str]:
+    """``(passed|failed|skipped, message)`` of one ``<testcase>``."""
+    for tag in ("failure", "error"):
+        bad = case.find(tag)
+        if bad is not None:
+            return "failed", _failure_message(bad)
+    skipped = case.find("skipped")
+    if skipped is not None:
+        return "skipped", _skip_reason(skipped)
+    return "passed", ""
+
+
+def _in_module(case: ET.Element, module: str | None) -> bool:
+    """Whether ``case`` belongs to ``module`` (every case does without one)."""
+    return module is None or batch.in_module(case.get("classname", ""), module)
+
+
 def read_rank_junit(path: Path, module: str | None = None
                     ) -> tuple[dict[str, int], list[tuple[str, str]], list[tuple[str, str]]]:
-    """(counts, failures, skips) from one rank's pytest JUnit file; failures and skips as (test id, message);
-    with ``module``, only that module's cases (a launch that ran several: ``--launch-per world``)."""
+    """(counts, failures, skips) from one rank's pytest JUnit file; failures and skips as
+    (test id, message); with ``module``, only that module's cases (a launch that ran several:
+    ``--launch-per world``)."""
     counts = {"passed": 0, "failed": 0, "skipped": 0}
-    failures, skips = [], []
-    root = ET.parse(path).getroot()
-    for case in root.iter("testcase"):
-        if module is not None and not batch.in_module(case.get("classname", ""), module):
-            continue
-        name = f"{case.get('classname', '')}::{case.get('name', '')}".strip(":")
-        bad = case.find("failure") if case.find("failure") is not None else case.find("error")
-        skipped = case.find("skipped")
-        if bad is not None:
-            counts["failed"] += 1
-            msg = (bad.get("message") or (bad.text or "").strip().splitlines()[-1:] or ["(no message)"])
-            failures.append((name, msg if isinstance(msg, str) else msg[0]))
-        elif skipped is not None:
-            counts["skipped"] += 1
-            skips.append((name, skipped.get("message") or (skipped.text or "").strip() or "(no reason)"))
-        else:
-            counts["passed"] += 1
-    return counts, failures, skips
+    listed: dict[str, list[tuple[str, str]]] = {"failed": [], "skipped": []}
+    cases = [c for c in ET.parse(path).getroot().iter("testcase") if _in_module(c, module)]
+    for case in cases:
+        kind, message = _case_outcome(case)
+        counts[kind] += 1
+        if kind in listed:
+            name = f"{case.get('classname', '')}::{case.get('name', '')}".strip(":")
+            listed[kind].append((name, message))
+    return counts, listed["failed"], listed["skipped"]
+
+
+def _after_failure(state: str, failed_in: str | None) -> bool:
+    """Whether a module in ``state`` never ran because the shared launch failed before it."""
+    return state == batch.NOT_RUN or (state == batch.CRASHED and failed_in is not None)
+
+
+def _not_run(module: str, world: int, launch: LaunchResult, shared: tuple[str, ...],
+             failed_in: str | None) -> SuiteResult:
+    """The result of ``module``, which the shared launch never ran (it failed in ``failed_in``)."""
+    why = launch.failure or "not every rank reported success"
+    return SuiteResult(module, world, launch, counts={"passed": 0, "failed": 0, "skipped": 0},
+                       shared_with=shared, launch_failed_here=False,
+                       not_run=f"the launch it shared failed in {failed_in} first ({why})")
+
+
+def _junit_of(rr: RankResult | None) -> Path | None:
+    """The rank's JUnit file, when it wrote one."""
+    if rr is None or not rr.junit:
+        return None
+    path = Path(rr.junit)
+    return path if path.exists() else None
+
+
+def _progress_of(records: Mapping[int, Mapping[str, batch.ModuleProgress]] | None, rank: int,
+                 only: str | None) -> batch.ModuleProgress | None:
+    """The rank's record of module ``only`` (None without one)."""
+    if only is None or records is None:
+        return None
+    return records.get(rank, {}).get(only)
 
 
 class RankSuite:
@@ -336,21 +401,20 @@ class RankSuite:
 
     def split(self, modules: Sequence[str], world: int, launch: LaunchResult,
               records: Mapping[int, Mapping[str, batch.ModuleProgress]]) -> dict[str, SuiteResult]:
-        """module → its :class:`SuiteResult` from one shared launch: a module every rank finished keeps its
-        verdict even when the launch failed later; the launch's failure is the first unfinished module's (or
-        every module's when none began); the modules after it are marked not run."""
+        """module → its :class:`SuiteResult` from one shared launch: a module every rank finished
+        keeps its verdict even when the launch failed later; the launch's failure is the first
+        unfinished module's (or every module's when none began); the modules after it are marked
+        not run."""
         shared = tuple(modules)
-        states = {m: batch.DONE for m in modules} if launch.ok else batch.module_states(modules, records, world)
+        states = ({m: batch.DONE for m in modules} if launch.ok
+                  else batch.module_states(modules, records, world))
         began = any(state != batch.NOT_RUN for state in states.values())
         failed_in: str | None = None
         out: dict[str, SuiteResult] = {}
         for module in modules:
             state = states[module]
-            if began and (state == batch.NOT_RUN or (state == batch.CRASHED and failed_in is not None)):
-                out[module] = SuiteResult(module, world, launch, counts={"passed": 0, "failed": 0, "skipped": 0},
-                                          shared_with=shared, launch_failed_here=False,
-                                          not_run=f"the launch it shared failed in {failed_in} first "
-                                                  f"({launch.failure or 'not every rank reported success'})")
+            if began and _after_failure(state, failed_in):
+                out[module] = _not_run(module, world, launch, shared, failed_in)
                 continue
             if state == batch.CRASHED:
                 failed_in = module
@@ -360,6 +424,37 @@ class RankSuite:
             out[module] = result
         return out
 
+    def _remote_dir(self, hosts: list[str]) -> str:
+        """Ship the tree; the one path it has on every host of ``hosts``."""
+        dirs = self.ship()
+        if len({dirs[h] for h in hosts}) != 1:
+            raise FrameworkError(
+                "the rank-side tree landed in different paths on the hosts; use one workdir")
+        return dirs[hosts[0]]
+
+    def _pytest_argv(self, modules: Sequence[str], remote_dir: str, select: str | None
+                     ) -> list[str]:
+        """The ranks' pytest arguments; ``-p no:camit``: ranks never load the controller's plugin
+        (the lab's hosts share its python)."""
+        args = [*(f"{remote_dir}/{m}" for m in modules), "-p", "no:cacheprovider", "-p",
+                "no:camit", "--rootdir", remote_dir, "--junitxml=rank{rank}.xml", "-o",
+                "junit_family=xunit2", *self.pytest_args]
+        return [*args, "-k", select] if select else args
+
+    def _rank_environ(self, extra_env: Mapping[str, str] | None, record: bool) -> dict[str, str]:
+        """The ranks' environment."""
+        env = {"CAMIT_BACKEND": self.env.launch.backend,
+               "CAMIT_CASE_TIMEOUT": f"{self.case_timeout:g}", "PYTHONDONTWRITEBYTECODE": "1",
+               **self.rank_env, **dict(extra_env or {})}
+        if record:
+            env[batch.RECORD_ENV] = "1"
+        if self.tree == RANK_TREE:
+            # our rank tree needs no third-party pytest plugin; loading every installed one costs
+            # each rank about a second (hypothesis alone, measured by bench/launch.py). Upstream
+            # trees keep theirs.
+            env.setdefault("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
+        return env
+
     def _launch(self, modules: Sequence[str], world: int, *, extra_env: Mapping[str, str] | None,
                 name: str, min_nodes: int, timeout: float, select: str | None = None,
                 record: bool = False) -> tuple[LaunchResult, str]:
@@ -368,24 +463,10 @@ class RankSuite:
         if isinstance(where, str):
             raise FrameworkError(where)
         nodes, per_node = where
-        dirs = self.ship()
         hosts = list(self.cluster.hosts)[:nodes]
-        remote_dir = dirs[hosts[0]]  # same path layout on every host when workdirs agree
-        if len({dirs[h] for h in hosts}) != 1:
-            raise FrameworkError("the rank-side tree landed in different paths on the hosts; use one workdir")
-        # -p no:camit: ranks never load the controller's plugin (the lab's hosts share its python)
-        args = [*(f"{remote_dir}/{m}" for m in modules), "-p", "no:cacheprovider", "-p", "no:camit",
-                "--rootdir", remote_dir, "--junitxml=rank{rank}.xml", "-o", "junit_family=xunit2", *self.pytest_args]
-        if select:
-            args += ["-k", select]
-        env = {"CAMIT_BACKEND": self.env.launch.backend, "CAMIT_CASE_TIMEOUT": f"{self.case_timeout:g}",
-               "PYTHONDONTWRITEBYTECODE": "1", **self.rank_env, **dict(extra_env or {})}
-        if record:
-            env[batch.RECORD_ENV] = "1"
-        if self.tree == RANK_TREE:
-            # our rank tree needs no third-party pytest plugin; loading every installed one costs each
-            # rank about a second (hypothesis alone, measured by bench/launch.py). Upstream trees keep theirs.
-            env.setdefault("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
+        remote_dir = self._remote_dir(hosts)
+        args = self._pytest_argv(modules, remote_dir, select)
+        env = self._rank_environ(extra_env, record)
         target = Target(module="pytest", args=tuple(args))
         if self.coverage is not None:
             # upstream test/cam/ut/util/tool.py is_run_for_cov() is `"ENABLE_COV" in os.environ` (its GE cases
@@ -399,27 +480,24 @@ class RankSuite:
         return launch, describe_placement(world, hosts, per_node)
 
     def judge(self, module: str, world: int, launch: LaunchResult, *, only: str | None = None,
-              records: Mapping[int, Mapping[str, batch.ModuleProgress]] | None = None) -> SuiteResult:
-        """Every rank's verdict from its JUnit (with ``only``, that module's cases); a rank with no JUnit (it
-        died before pytest wrote it) is judged from its record of ``only`` when it has one, else missing."""
+              records: Mapping[int, Mapping[str, batch.ModuleProgress]] | None = None
+              ) -> SuiteResult:
+        """Every rank's verdict from its JUnit (with ``only``, that module's cases); a rank with no
+        JUnit (it died before pytest wrote it) is judged from its record of ``only`` when it has
+        one, else missing."""
         result = SuiteResult(module, world, launch, counts={"passed": 0, "failed": 0, "skipped": 0})
         for rank in range(world):
             rr = launch.ranks.get(rank)
-            progress = (records or {}).get(rank, {}).get(only) if only is not None else None
-            if rr is None or not rr.junit or not Path(rr.junit).exists():
-                if progress is None:
-                    result.missing_junit.append(rank)
-                    continue
-                counts, failures, skips = batch.counts_of(progress)
-            else:
-                try:
-                    counts, failures, skips = read_rank_junit(Path(rr.junit), only)
-                except ET.ParseError as exc:
-                    result.failures.append(RankFailure(rank, rr.host, "(junit)", f"unreadable JUnit: {exc}"))
-                    continue
             host = rr.host if rr is not None else "?"
-            for k, v in counts.items():
-                result.counts[k] += v
-            result.failures += [RankFailure(rank, host, t, m) for t, m in failures]
-            result.skips += skips
+            junit, progress = _junit_of(rr), _progress_of(records, rank, only)
+            if junit is not None:
+                try:
+                    result.add_rank(rank, host, *read_rank_junit(junit, only))
+                except ET.ParseError as exc:
+                    result.failures.append(
+                        RankFailure(rank, host, "(junit)", f"unreadable JUnit: {exc}"))
+            elif progress is not None:
+                result.add_rank(rank, host, *batch.counts_of(progress))
+            else:
+                result.missing_junit.append(rank)
         return result

@@ -144,3 +144,11 @@ def test_record_and_judge_fails_a_step_and_the_margin_overrides(tmp_path):
     assert len(problems) == 1 and "prefill.world2 dispatch_us: regression by change point at point 2" in problems[0]
     assert " of 30: " in problems[0] and any(f"at point {p} " in problems[0] for p in (21, 22, 23))
     assert record_and_judge(path, _key(30), "prefill.world2", {"dispatch_us": 111.0}, margin=0.5) == []
+
+
+def test_compare_puts_a_configuration_only_b_has_in_bs_columns(tmp_path):
+    rows = perfcompare.load_run(_rows(tmp_path / "A", 1.0, 1))
+    key, row = next(iter(rows.items()))
+    (delta,) = perfcompare.compare({}, {key: row})
+    assert (delta.note, delta.a_us, delta.b_us) == ("only in B", None, row.time_us.p50)
+    assert (delta.a_busbw, delta.b_busbw, delta.significant) == (None, row.bandwidth.busbw, False)

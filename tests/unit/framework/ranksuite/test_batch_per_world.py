@@ -266,3 +266,18 @@ def test_a_core_time_in_whole_seconds_goes_to_the_module_the_rank_began_last_in_
     only = {"a.py": ModuleProgress(679.59, 679.67), "b.py": ModuleProgress(679.67, None)}
     assert module_at(only, 679.0, ["a.py", "b.py"], resolution=1.0) == "b.py"
     assert module_at(only, 679.0, ["a.py", "b.py"]) is None
+
+
+def test_judge_reads_each_ranks_junit_names_an_unreadable_one_and_a_missing_one(tmp_path):
+    """RankSuite.judge per rank: its JUnit when it wrote one, an unreadable JUnit as that rank's
+    failure, no JUnit and no record as missing."""
+    launch = _launch(tmp_path, True, junit={0: [("test_a_rank", "t1", "failure")]})
+    Path(launch.ranks[1].log or "").with_name("rank1.xml").write_text("<testsuites><testcase")
+    launch.ranks[1].junit = str(Path(launch.ranks[1].log or "").with_name("rank1.xml"))
+    launch.ranks[2] = RankResult(2, "host3")
+    result = _suite().judge("test_a_rank.py", 4, launch)
+    assert result.counts == {"passed": 0, "failed": 1, "skipped": 0}
+    assert [(f.rank, f.host, f.test) for f in result.failures] == [
+        (0, "host1", "test_a_rank::t1"), (1, "host2", "(junit)")]
+    assert "unreadable JUnit" in result.failures[1].message
+    assert result.missing_junit == [2, 3] and "no JUnit from rank(s) [2, 3]" in result.message()
