@@ -57,7 +57,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from framework import commands
 from framework.commands import ShellScript
 from framework.errors import LeaseError, LeaseHeld, LeaseLost
-from framework.remote.layout import HostLayout
+from framework.remote.layout import DEFAULT_WORKDIR, HostLayout
 
 if TYPE_CHECKING:  # pragma: no cover
     from framework.hosts import Cluster, Host
@@ -95,7 +95,6 @@ _T = TypeVar("_T")
 log = logging.getLogger("camit.lease")
 
 LEASE_FILE = "camit-lease.json"
-DEFAULT_WORKDIR = "/var/tmp/camit"
 DEFAULT_TTL = 300.0
 #: ``wait=True`` waits this long for a held lease
 DEFAULT_WAIT = 1800.0
