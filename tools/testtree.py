@@ -35,6 +35,7 @@ ALLOWED: dict[str, str] = {
     "project/test_jenkinsfile.py": "the Jenkinsfile's stages and exit codes",
     "project/test_layers.py": "the import layers of the whole tree",
     "project/test_make_test_passes.py": "make test's passes and their markers (Makefile)",
+    "project/test_one_default.py": "each default the packages share is written out once, across the tree",
     "project/test_public_api.py": "what `import framework` gives (the package root)",
     "project/test_public_surface.py": "suites/ imports framework through its public names only",
     "project/test_tree_guard.py": "this layout",
