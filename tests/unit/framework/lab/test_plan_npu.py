@@ -265,7 +265,7 @@ def state_root() -> Iterator[Path]:
 
 def saved_lab(state_root: Path, npu: str | None, visible: str | None = None) -> Lab:
     """A lab.json (and, for an emulated lab, the hosts' trees) as ``up`` leaves them; no namespaces."""
-    plan = plan_lab(2, name="camitnpu", subnet="10.78.0.0/24", state_dir=state_root / "camitnpu",
+    plan = plan_lab(2, name="camitunit", subnet="10.78.0.0/24", state_dir=state_root / "camitunit",
                     env_file=state_root / "lab-npu.yaml", python=PY, npu=npu, visible=visible)
     lab = Lab(plan, [LabHost(h) for h in plan.hosts], created="now",
               mount_points=[("/usr/local/Ascend", "dir")] if npu else [])
@@ -284,7 +284,7 @@ def test_lab_json_records_profile_visible_mount_points_and_holders(state_root: P
     assert data["npu"] == {"profile": "a3", "visible": [0, 1]}
     assert data["mount_points"] == [["/usr/local/Ascend", "dir"]]
     assert [h["holders"] for h in data["hosts"]] == [[], [4242]]
-    again = Lab.load("camitnpu", lab.state_dir)
+    again = Lab.load("camitunit", lab.state_dir)
     assert again.plan.npu == lab.plan.npu
     assert again.mount_points == [("/usr/local/Ascend", "dir")]
     assert again.hosts[1].holders == [4242]
@@ -293,18 +293,18 @@ def test_lab_json_records_profile_visible_mount_points_and_holders(state_root: P
 def test_lab_json_of_a_cpu_lab_has_no_npu(state_root: Path) -> None:
     lab = saved_lab(state_root, None)
     assert json.loads(lab.plan.state_file.read_text())["npu"] is None
-    assert Lab.load("camitnpu", lab.state_dir).plan.npu is None
+    assert Lab.load("camitunit", lab.state_dir).plan.npu is None
 
 
 def fault(state_root: Path, *args: str) -> int:
-    return main(["fault", *args, "--name", "camitnpu", "--state-dir", str(state_root / "camitnpu")])
+    return main(["fault", *args, "--name", "camitunit", "--state-dir", str(state_root / "camitunit")])
 
 
 def test_fault_on_a_cpu_lab_host_is_refused(state_root: Path, capsys: pytest.CaptureFixture[str]) -> None:
     saved_lab(state_root, None)
     assert fault(state_root, "host1", "health-alarm") == EXIT_USAGE
     err = capsys.readouterr().err
-    assert "host1 of lab 'camitnpu' is a CPU lab host" in err and "--npu a2|a3" in err
+    assert "host1 of lab 'camitunit' is a CPU lab host" in err and "--npu a2|a3" in err
 
 
 def test_unknown_knob_names_the_valid_ones(state_root: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -317,12 +317,12 @@ def test_unknown_knob_names_the_valid_ones(state_root: Path, capsys: pytest.Capt
 def test_fault_on_an_unknown_host(state_root: Path, capsys: pytest.CaptureFixture[str]) -> None:
     saved_lab(state_root, "a3")
     assert fault(state_root, "host9", "health-alarm") == EXIT_USAGE
-    assert "lab 'camitnpu' has no host 'host9' (hosts: host1, host2)" in capsys.readouterr().err
+    assert "lab 'camitunit' has no host 'host9' (hosts: host1, host2)" in capsys.readouterr().err
 
 
 def test_fault_without_a_lab(state_root: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert fault(state_root, "host1", "health-alarm") == EXIT_USAGE
-    assert "no lab 'camitnpu' is up" in capsys.readouterr().err
+    assert "no lab 'camitunit' is up" in capsys.readouterr().err
 
 
 def test_fault_sets_and_clears_a_knob_on_that_host_only(state_root: Path) -> None:
@@ -342,13 +342,13 @@ def test_status_names_each_emulated_hosts_profile_faults_and_live_holders(
     lab.save()
     assert fault(state_root, "host2", "link-down") == 0
     assert capsys.readouterr().out == "host2: link-down set\n"
-    assert main(["status", "--name", "camitnpu", "--state-dir", str(state_root / "camitnpu")]) == 1
+    assert main(["status", "--name", "camitunit", "--state-dir", str(state_root / "camitunit")]) == 1
     lines = capsys.readouterr().out.splitlines()
     host1 = next(line for line in lines if line.startswith("  host1 "))
     host2 = next(line for line in lines if line.startswith("  host2 "))
     assert host1.endswith(f"sshd STOPPED, a3, faults: none, holder pid(s) {os.getpid()}"), host1
     assert host2.endswith("sshd STOPPED, a3, faults: link-down"), host2
-    assert lines[-1].startswith("NOT healthy: ") and "host1: netns camitnpu-host1 is missing" in lines[-1]
+    assert lines[-1].startswith("NOT healthy: ") and "host1: netns camitunit-host1 is missing" in lines[-1]
 
 
 def test_held_device_past_the_profile_is_refused(state_root: Path) -> None:
