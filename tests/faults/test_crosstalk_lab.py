@@ -106,14 +106,18 @@ def test_two_workers_on_sixteen_hosts_keep_to_their_halves(lab16, suite16, tmp_p
     # cluster.xml: every rank of every launch reported its rank-side cases from a host of its launch
     cluster = ET.parse(folder / "cluster.xml").getroot()
 
-    def prop(suite: ET.Element, key: str) -> str:
-        value = next((p.get("value") for p in suite.iter("property") if p.get("name") == key), None)
-        assert value is not None, f"no property {key} in {suite.get('name')}"
-        return value
+    def prop(suite: ET.Element, key: str) -> str | None:
+        """A suite's property (the run's own ``cluster`` suite has no launch_id: None)."""
+        return next((p.get("value") for p in suite.iter("property") if p.get("name") == key), None)
+
+    def rank(suite: ET.Element) -> int:
+        value = prop(suite, "rank")
+        assert value is not None, f"no property rank in {suite.get('name')}"
+        return int(value)
 
     for launch in launches:
         suites = [s for s in cluster.iter("testsuite") if prop(s, "launch_id") == launch["launch_id"]]
-        assert sorted(int(prop(s, "rank")) for s in suites) == list(range(launch["world_size"])), launch["launch_id"]
+        assert sorted(rank(s) for s in suites) == list(range(launch["world_size"])), launch["launch_id"]
         for s in suites:
             assert s.get("hostname") in launch["nodes"], (s.get("name"), s.get("hostname"))
             assert int(s.get("tests", 0)) > 0 and int(s.get("failures", 0)) == 0 and int(s.get("errors", 0)) == 0
