@@ -37,6 +37,7 @@ import os
 import sys
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -156,10 +157,22 @@ class _Skipped(dist.Work):
 
 
 class _BackendView:
-    """What ``group._get_backend(torch.device("npu"))`` returns: gloo's backend plus HCCL's comm name."""
+    """What ``group._get_backend(torch.device("npu"))`` returns: gloo's backend plus HCCL's comm name.
+
+    It holds its group weakly: a group → view → group cycle kept every destroyed group, and its gloo worker
+    threads, to a later garbage collection, often interpreter finalisation, where a worker freeing a work's
+    tensor retakes the GIL and the process aborts ("terminate called without an active exception").
+    """
 
     def __init__(self, pg: ProcessGroupHCCL) -> None:
-        self._pg = pg
+        self._ref = weakref.ref(pg)
+
+    @property
+    def _pg(self) -> ProcessGroupHCCL:
+        pg = self._ref()
+        if pg is None:
+            raise RuntimeError("ProcessGroupHCCL has been destroyed" + _errors.suffix("DIST", "VALUE"))
+        return pg
 
     def get_hccl_comm_name(self, rankid: int, init_comm: bool = True) -> str:
         """The communicator name of this group (its c10d group name), as ProcessGroupHCCL::getHcclCommName."""

@@ -847,25 +847,26 @@ def test_torch_manual_seed_seeds_through_torch_npu_without_recursing(tmp_path: P
 
 
 SHUTDOWN = """
-import gc, threading, time, weakref
+import os, threading, time, weakref
 g = dist.new_group(backend="hccl", ranks=[0, 1])
 t = torch.ones(3).npu()
 dist.all_reduce(t, group=g)
 refs = [weakref.ref(g), weakref.ref(dist.distributed_c10d._get_default_group())]
 dist.destroy_process_group()
-del g
-gc.collect()
+del g  # no gc.collect(): a reference cycle would leave gloo's threads to interpreter finalisation
 deadline = time.monotonic() + 10
 while any(th.name == "hccl-watchdog" for th in threading.enumerate()) and time.monotonic() < deadline:
     time.sleep(0.1)
+gloo = sum(open(f"/proc/self/task/{task}/comm").read().startswith("pt_gloo") for task in os.listdir("/proc/self/task"))
 print("alive", sum(r() is not None for r in refs), "watchdog",
-      any(th.name == "hccl-watchdog" for th in threading.enumerate()), "sum", t.tolist())
+      any(th.name == "hccl-watchdog" for th in threading.enumerate()), "gloo threads", gloo, "sum", t.tolist())
 """
 
 
 def test_destroy_process_group_releases_the_groups_and_ends_the_watchdog(tmp_path):
-    # ProcessGroupHCCL::shutdown ends the watchdog; a watchdog that kept every group left gloo's works to
-    # interpreter finalisation, where the process could abort ("terminate called without an active exception")
+    # ProcessGroupHCCL::shutdown ends the watchdog; a watchdog (or a reference cycle) that kept a group left gloo's
+    # worker threads and works to interpreter finalisation, where freeing a work's tensor retakes the GIL and the
+    # process aborts ("terminate called without an active exception": CI, rank 3 in pt_gloo_runloop)
     for rc, stdout, stderr in finish(start_ranks(tmp_path, INIT.format(timeout="") + SHUTDOWN)):
         assert rc == 0, stderr
-        assert "alive 0 watchdog False sum [2.0, 2.0, 2.0]" in stdout, stdout + stderr
+        assert "alive 0 watchdog False gloo threads 0 sum [2.0, 2.0, 2.0]" in stdout, stdout + stderr
