@@ -11,12 +11,9 @@ beside the CPU lab); without it every test here is skipped with the reason. Knob
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import re
 import secrets
-import subprocess
-import sys
 import textwrap
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
@@ -24,60 +21,23 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from framework.config.effective import EnvConfig
 from framework.preflight.checks import CHECKS
 from tests.support import one_rank_failure
+from tests.support.ascend_lab import (
+    CLEANROOM,
+    REPO,
+    check,
+    lab_name,
+    npu_lab_lock,
+    run,
+    run_script_failing,
+    suite_env,
+    variant,
+)
 
 pytestmark = pytest.mark.lab
-REPO = Path(__file__).resolve().parents[2]
-LOCK = Path("/tmp/camit-npulab.lock")
-
-
-def run(*argv: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, *argv], capture_output=True, text=True, timeout=timeout, cwd=REPO,
-                          stdin=subprocess.DEVNULL)
-
-
-def run_script_failing(env: Path, host: str, script: Path, tmp_path: Path, *, nproc: int, job_timeout: int,
-                       timeout: float) -> tuple[subprocess.CompletedProcess[str], Path]:
-    """``camit run`` of ``script`` on ``host`` (report under ``tmp_path/r``, cores ignored), which must fail;
-    the process and the run's report folder."""
-    proc = run("-m", "framework.cli", "run", "--env", str(env), "--hosts", host, "--nproc-per-node", str(nproc),
-               "--timeout", str(job_timeout), "--report-dir", str(tmp_path / "r"), "--core-policy", "ignore", "--",
-               str(script), timeout=timeout)
-    assert proc.returncode != 0, proc.stdout[-3000:]
-    return proc, (tmp_path / "r" / "latest").resolve()
-
-
-def lab_name(env: EnvConfig) -> str:
-    key = env.defaults.key_file
-    assert key is not None
-    return str(json.loads((key.parent / "lab.json").read_text())["name"])
-
-
-@contextlib.contextmanager
-def npu_lab_lock() -> Iterator[None]:
-    with open(LOCK, "a") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        yield
-
-
-def check(env_path: Path, *extra: str) -> tuple[int, dict[tuple[str, str], dict[str, Any]]]:
-    proc = run("-m", "framework.cli", "check", "--env", str(env_path), "--json", *extra)
-    assert proc.stdout.strip(), proc.stderr[-2000:]
-    data = json.loads(proc.stdout)
-    return proc.returncode, {(r["host"], r["check"]): r for r in data["results"]}
-
-
-def variant(src: Path, dest: Path, change) -> Path:
-    doc = yaml.safe_load(src.read_text())
-    change(doc)
-    dest.write_text(yaml.safe_dump(doc, sort_keys=False))
-    return dest
-
-
 @pytest.fixture(scope="module")
 def npu(npu_lab_env_path: Path, npu_lab_env: EnvConfig) -> tuple[Path, EnvConfig, str]:
     return npu_lab_env_path, npu_lab_env, lab_name(npu_lab_env)
@@ -156,16 +116,6 @@ def test_cleared_knobs_leave_a_clean_host(npu, fault):
     assert rc == 0, {k: v for k, v in cells.items() if v["status"] not in ("ok",)}
 
 
-def _suite_env(npu, tmp_path: Path, change, wheel_source: Path | None = None) -> Path:
-    path, _, _ = npu
-    art, built = tmp_path / "art", tmp_path / "suite.yaml"
-    source = ("--wheel-source", str(wheel_source)) if wheel_source is not None else ()
-    proc = run("-m", "framework.artifacts", "build", "--out", str(art), "--env-in", str(path),
-               "--env-out", str(built), *source, timeout=600)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    return variant(built, tmp_path / "variant.yaml", change)
-
-
 #: own_workdir: the two library tests deploy at a workdir of their own each run. With venv false the wheel goes
 #: into the host's python, shared by every workdir; deploy judges what it holds by the installed RECORD's hash
 #: (tests/unit/framework/test_deploy_first.py), and own workdirs keep the two libraries' deploy states apart besides.
@@ -206,7 +156,7 @@ def test_cam_suite_passes_on_the_hccl_path_with_ranks_per_node_the_visible_devic
         doc["defaults"]["npu"]["visible"] = [0, 1]
         doc["defaults"]["workdir"] = f"/var/tmp/camit/hccl-suite-{secrets.token_hex(4)}"   # see own_workdir
 
-    env = _suite_env(npu, tmp_path, visible)
+    env = suite_env(npu, tmp_path, visible)
     with npu_lab_lock():
         proc = run("-m", "pytest", "suites/cam", "--env", str(env), "--world-sizes", "4", "--report-dir",
                    str(tmp_path / "r"), "-p", "no:cacheprovider", "-q", "-rs", timeout=1800)
@@ -241,10 +191,6 @@ def test_cam_suite_passes_on_the_hccl_path_with_ranks_per_node_the_visible_devic
         assert graph and all(not list(c) for c in graph), (xml, {n: [e.tag for e in c] for n, c in cases.items()})
 
 
-#: the second umdk_cam_op_lib, written from upstream's sources alone by an author who never read the suite
-CLEANROOM = REPO / "tests" / "cleanroom_cam"
-
-
 def test_the_cam_suite_and_the_upstream_runner_pass_against_the_clean_room_library(npu, tmp_path):
     """The same suite, deployed with the clean-room library's wheel instead of the stand-in's, at world 4 across
     two hosts (two visible dies each): every CAM test passes; the upstream runner (the miniature checkout) too;
@@ -254,7 +200,7 @@ def test_the_cam_suite_and_the_upstream_runner_pass_against_the_clean_room_libra
         doc["defaults"]["npu"]["visible"] = [0, 1]
         doc["defaults"]["workdir"] = f"/var/tmp/camit/cleanroom-suite-{secrets.token_hex(4)}"   # see own_workdir
 
-    env = _suite_env(npu, tmp_path, visible, wheel_source=CLEANROOM)
+    env = suite_env(npu, tmp_path, visible, wheel_source=CLEANROOM)
     fake = REPO / "tests" / "data" / "fake_umdk"
     with npu_lab_lock():
         proc = run("-m", "pytest", "suites/cam", "--env", str(env), "--world-sizes", "4", "--umdk-src", str(fake),
@@ -277,7 +223,7 @@ def test_the_cam_suite_and_the_upstream_runner_pass_against_the_clean_room_libra
 def test_a_test_failing_on_one_rank_ends_the_launch_in_seconds_on_hccl(npu, tmp_path):
     """Rank 1's dispatch is refused while ranks 0, 2, 3 wait in the op's collective on the hccl group, whose
     exec timeout (1836 s by default) would otherwise end it: the harness's agreement ends it within its bound."""
-    env = _suite_env(npu, tmp_path, lambda doc: doc["defaults"].update(workdir="/var/tmp/camit/one-rank"))
+    env = suite_env(npu, tmp_path, lambda doc: doc["defaults"].update(workdir="/var/tmp/camit/one-rank"))
     ctl = one_rank_failure.write(tmp_path / "ctl")
     with npu_lab_lock():
         proc = one_rank_failure.run(ctl, env, tmp_path / "r")
@@ -373,7 +319,7 @@ def test_spread_places_world_4_on_both_nodes_and_ge_mode_compiles_one_graph(npu,
     """--spread 2: world 4, which one 16-device node holds, runs 2+2 on both (torchrun --nnodes 2
     --nproc-per-node 2), the test's report says so; the fused file's graph-mode case (aclgraph, the mode CAM
     supports) compiled the op as one graph."""
-    env = _suite_env(npu, tmp_path, lambda doc: doc["defaults"].update(workdir="/var/tmp/camit/spread"))
+    env = suite_env(npu, tmp_path, lambda doc: doc["defaults"].update(workdir="/var/tmp/camit/spread"))
     with npu_lab_lock():
         proc = run("-m", "pytest", "suites/cam/test_fused.py", "--env", str(env), "--world-sizes", "4",
                    "--spread", "2", "--report-dir", str(tmp_path / "r"), "-p", "no:cacheprovider", "-q", "-rs",

@@ -8,7 +8,7 @@ import textwrap
 import pytest
 
 from framework.cores import faultbundle
-from tests.integration.test_ascend_lab import npu_lab_lock, run, variant
+from tests.support.ascend_lab import npu_lab_lock, run, variant
 
 pytestmark = pytest.mark.lab
 

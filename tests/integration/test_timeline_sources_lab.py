@@ -7,7 +7,7 @@ import textwrap
 
 import pytest
 
-from tests.integration.test_ascend_lab import run_script_failing
+from tests.support.ascend_lab import run_script_failing
 
 pytestmark = pytest.mark.lab
 

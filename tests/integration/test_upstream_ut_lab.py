@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from tests.integration.test_ascend_lab import CLEANROOM, _suite_env, npu_lab_lock, run
+from tests.support.ascend_lab import CLEANROOM, npu_lab_lock, run, suite_env
 
 pytestmark = pytest.mark.lab
 REPO = Path(__file__).resolve().parents[2]
@@ -68,7 +68,7 @@ def test_the_real_upstream_ut_passes_unmodified_against_both_libraries(a3_lab, t
         # a workdir of its own each run (see test_injected_faults_lab: the host python is shared across workdirs)
         doc["defaults"]["workdir"] = f"/var/tmp/camit/upstream-ut-{library}-{secrets.token_hex(4)}"
 
-    env = _suite_env(a3_lab, tmp_path, workdir, wheel_source=source)
+    env = suite_env(a3_lab, tmp_path, workdir, wheel_source=source)
     with npu_lab_lock():
         proc = run("-m", "pytest", "suites/cam/test_upstream.py", "--env", str(env), "--umdk-src", str(checkout),
                    "--report-dir", str(tmp_path / "r"), "-p", "no:cacheprovider", "-q", "-rs", timeout=1800)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.test_injected_faults_lab import FAULTS, Fault, faulty_standin
+from tests.support.faults import FAULTS, Fault, faulty_standin
 
 
 def test_every_fault_lands_behind_its_knob_and_the_copy_compiles(tmp_path: Path) -> None:
