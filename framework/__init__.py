@@ -1,26 +1,7 @@
 """camit: multi-host integration tests for the CAM MoE dispatch/combine operators.
 
-The public API, importable from ``framework`` itself; each name is loaded from its module on first use
-(PEP 562), so ``import framework`` stays cheap — it imports neither paramiko, pydantic nor rich:
-
-- environment (``framework.config``): ``load``, ``EnvConfig``, ``HostSpec``, ``Secret``
-- hosts (``framework.hosts``, ``framework.result``): ``Host``, ``Cluster``, ``GroupResult``, ``Result``
-- commands (``framework.commands``): ``Command``, ``Argv``, ``ShellScript``
-- leases (``framework.lease``): ``Lease``
-- tests (``framework.base_test``): ``BaseTest``
-- suites (the pytest plugin, ``framework.plugin``): ``CONTEXT_KEY``, ``RunContext``, ``context_of``,
-  ``resources_of``, ``record_launch``, ``min_nodes``, ``SOC_MARKERS``, ``host_share``; the rest of
-  what ``suites/`` may import is ``framework.ranksuite``'s (tests/unit/project/test_public_surface.py)
-- errors (``framework.errors``, tree drawn there): ``FrameworkError``, ``UsageError``, ``ConfigError``,
-  ``LabError``, ``ArtifactError``, ``LeaseHeld``, ``LeaseError``, ``LeaseLost``, ``HostError``,
-  ``HostUnreachable``, ``AuthenticationFailed``, ``HostKeyError``, ``TransferError``, ``DeployError``,
-  ``Cancelled``, ``CommandError``, ``CommandFailed``, ``CommandTimedOut``, ``MultiHostError``
-
-The package is organised one concern per module or package (the map: docs/design.md):
-``errors`` (the exception tree), ``config`` (test_env.yaml -> typed environment),
-``commands`` (pure, quoted command builders), ``transport`` (SSH / local / fake),
-``hosts`` (Host and Cluster fan-out), ``lab`` (network-namespace cluster on one
-machine) and ``cli`` (the ``camit`` console script).
+The public API is importable from ``framework`` itself, each name loaded on first use (PEP 562), so
+``import framework`` stays cheap. The list of names and the package map: docs/internals/core.md.
 """
 
 from __future__ import annotations

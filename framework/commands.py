@@ -1,21 +1,7 @@
 """Pure builders for every remote command line: the one place where quoting happens.
 
-Nothing here does I/O. A :data:`Command` is one of two types, as tmt's
-``Command``/``ShellScript`` and pytest-mh's ``exec``/``run``:
-
-- an :data:`Argv` (a list or tuple of words), each word quoted with :func:`shlex.quote`;
-- a :class:`ShellScript` (shell text the caller wrote on purpose), passed verbatim to
-  ``sh -c`` — itself quoted.
-
-``ShellScript`` is a ``str`` subclass, so ``host.run(ShellScript("a | b"))`` says what it
-means; the type checker rejects a bare ``str`` where a ``Command`` is expected. At run time
-a plain ``str`` is still taken as a shell script (the behaviour callers always had). Values
-of environment variables and paths always go through :func:`quote`, so spaces, quotes,
-``$()``, backticks, ``;`` and newlines arrive literally on the host.
-
-Secrets (any value with a ``reveal()`` method, such as ``config.Secret``) are
-exported with their real value in the line but shown as ``***`` in the
-*display* form that logs, results and errors use.
+A command is an ``Argv`` (each word quoted) or a ``ShellScript`` (text run by ``sh -c``); secrets
+are exported with their value but shown as ``***``. Design: docs/internals/core.md.
 """
 
 from __future__ import annotations

@@ -1,10 +1,6 @@
-r"""Terminal output for the CLI: tables (rich on a terminal, plain text in CI) and logging set-up.
+"""Terminal output for the CLI: tables (rich on a terminal, plain text in CI) and logging set-up.
 
-Text from hosts (command output, error reasons) is data, never markup or terminal control: every
-table cell and progress line goes through :func:`printable`, which escapes control characters and
-bidirectional overrides (``\x1b]0;title\x07`` is printed as those eleven characters), and rich
-receives cells as :class:`rich.text.Text`, so a host printing ``[/red]`` or ``[bold]`` changes
-neither the styling nor the outcome.
+Text from hosts is data: :func:`printable` escapes it. Design: docs/internals/core.md.
 """
 
 from __future__ import annotations

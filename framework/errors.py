@@ -1,41 +1,6 @@
 """The one exception tree of camit; every error carries the evidence a person needs.
 
-Hierarchy (every class camit raises on purpose; the module is named where it is not this one)::
-
-    FrameworkError                      base of everything camit raises on purpose
-    ├── UsageError                      bad command line / options (exit 2)
-    ├── ConfigError(file, key_path)     test_env.yaml invalid (exit 2)
-    ├── LabError                        the namespace lab cannot be built, used or torn down
-    ├── ArtifactError                   a lab artifact (.run package, wheel) cannot be built
-    ├── LeaseHeld(host, holder)         a host of the lease is held by someone else (exit 3)
-    ├── LeaseError                      a lease file cannot be created, read or replaced on a host
-    ├── LeaseLost                       our lease was taken over while we held it (judged stale)
-    ├── coverage.CoverageUnavailable    coverage mode is on and a host's rank interpreter lacks coverage
-    ├── suite.RankSuiteFailed(result)   a rank-side suite did not pass on every rank (also an AssertionError)
-    ├── HostError(host, reason)         something went wrong on one named host
-    │   ├── HostUnreachable             TCP connect / SSH banner failed or timed out (exit 3)
-    │   ├── AuthenticationFailed        the host refused our credentials (exit 3)
-    │   ├── HostKeyError                host key unknown under `strict`, or changed (exit 3)
-    │   ├── TransferError               put/get failed or the sha256 did not match
-    │   │   └── fetchcaps.FetchCapError  a download stopped at its byte or time cap (framework.fetchcaps)
-    │   ├── DeployError(step)           deploying artifacts failed at a named step
-    │   ├── Cancelled                   the run was interrupted (Ctrl-C/SIGTERM) before this step
-    │   ├── launch.devices.HostDirty     a device is still held by an earlier launch's pid: no launch here
-    │   └── CommandError(result)        a command ran and did not do what was asked
-    │       ├── CommandFailed           non-zero exit status (exit 1)
-    │       └── CommandTimedOut         wall-clock timeout; the remote group was killed (exit 1)
-    └── MultiHostError(errors)          one or more hosts failed in a fan-out; lists each
-
-Internal, never seen outside their module (not ``FrameworkError``)::
-
-    Exception
-    ├── config.document.DocumentInvalid  the document fails the schema; load() turns it into ConfigError
-    └── preflight.checks._Missing        a probe section a check needs is absent; becomes a FAIL result
-
-``str()`` of a ``HostError`` reads ``<host>: <reason>``; ``.host`` and ``.reason`` hold the two
-parts, so nobody strips the prefix back off a message (:func:`reason_of` does it for any error).
-Only ``framework.transport.ssh`` translates paramiko/socket errors into this tree.
-``exit_code`` on each class is what the CLI returns when the error ends a command.
+Each class says when it is raised; the tree, with exit codes: docs/internals/core.md.
 """
 
 from __future__ import annotations

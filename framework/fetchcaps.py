@@ -1,19 +1,7 @@
-"""Bounds on everything camit brings back from a host: bytes read, time taken, what an archive expands to.
+"""Bounds on everything camit brings back from a host: bytes read, time taken, what an archive
+expands to.
 
-The one place the fetch caps are named. Every download (:meth:`framework.hosts.Host.get` over the
-transports' ``get``) counts the bytes as it reads them — never trusting the size the host reports —
-and stops at :attr:`FetchCaps.max_bytes` or after :attr:`FetchCaps.timeout` seconds; every archive a
-host packed for us (a run folder, Ascend logs, ``.gcda`` data, ``camit collect --logs``) is extracted
-by :func:`extract_tar`, which streams each member in chunks and stops a member at
-:attr:`FetchCaps.member_bytes` and the whole archive at :attr:`FetchCaps.total_bytes`, keeping what it
-wrote so far. A 1 MiB gzip that expands to 1 GiB then costs the controller one chunk of memory, at
-most ``total_bytes`` of disk and at most ``expand_bytes`` of inflating, and the stop is one :class:`FetchCapError` /
-note naming host and file.
-
-Defaults (:data:`DEFAULTS`) are overridden per key by environment variables (:data:`ENV_KEYS`), read
-each time :func:`caps` is called: ``CAMIT_FETCH_MAX_BYTES``, ``CAMIT_FETCH_TIMEOUT``,
-``CAMIT_FETCH_MEMBER_BYTES``, ``CAMIT_FETCH_TOTAL_BYTES``, ``CAMIT_FETCH_EXPAND_BYTES`` (sizes take ``K``/``M``/``G``
-suffixes, base 1024). Files written from host data are created mode ``0600`` (:func:`open_private`).
+The caps, their defaults and ``CAMIT_FETCH_*`` overrides: docs/internals/core.md.
 """
 
 from __future__ import annotations

@@ -1,16 +1,6 @@
 """Host (one machine) and Cluster (bounded fan-out over many) on an injected transport.
 
-``Host.run`` returns a :class:`~framework.result.Result`; ``Host.check`` raises
-``CommandFailed``/``CommandTimedOut`` — converted here, once, for every
-transport. ``put``/``get`` verify the sha256 on both ends and replace the
-target atomically. A host whose connection failed is *broken*: later calls
-raise the same error at once (one dead node costs one timeout), until
-``reset()``.
-
-``Cluster.run``/``Cluster.map`` run on every host through a pool of at most
-``max_parallel`` threads, never stop at the first failed host, and return a
-:class:`GroupResult` with each host's result or exception; ``raise_on_failure``
-(or ``Cluster.check``) raises one ``MultiHostError`` listing every failure.
+Design: docs/internals/core.md.
 """
 
 from __future__ import annotations

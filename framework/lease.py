@@ -1,39 +1,9 @@
-"""Cluster leases: at most one driver of a host at a time — pipelines, xdist workers, people with the CLI.
-
-Design (why a file on *each* host): the lease is a file ``<workdir>/camit-lease.json`` on every host
-it covers, taken in a fixed order (by SSH address, then name), all-or-nothing: if any host is held,
-the hosts taken so far are released and the taker fails (or waits and retries the whole set). So
-two disjoint host groups of one env can be leased at once, and any env file that names the same
-machine (with the same workdir) sees the lease. One file on node 0 could do neither.
-
-Atomicity, on the host, with POSIX ``sh`` only: a new lease is written to a private temporary file
-and hard-linked into place with ``ln`` (``link(2)`` fails when the name exists, so two takers cannot
-both win). Every change to an *existing* lease — heartbeat, release, taking over a stale one — runs
-under a short ``mkdir`` mutex (``camit-lease.json.lock``, held for milliseconds; one older than a
-minute is left by a killed script and broken) and is conditional: refresh and release only while
-the file still holds our token, takeover only while it still holds exactly the stale content we
-judged. All times in the file come from the *host's* clock (``date +%s`` in the same script), and
-staleness is judged against that clock too, so controller clock skew cannot expire a lease.
-
-A lease is stale when it expired (``expires`` = last heartbeat + ``ttl``), when its heartbeat is
-more than :data:`STALE_BEATS` intervals old, or when its holder ran on this very controller and is
-gone. "This very controller" is the same hostname *and* the same boot and PID namespace (a container
-with the same hostname cannot see our pids, so it never judges them); "gone" means no process with
-that pid *and* that start time (a reused pid is not the holder). The file names its holder by owner,
-pid, process start time and run id, never by command line (argv may carry secrets). A stale lease is
-taken over with a warning. While held, each host has a heartbeat thread of its own (never the cluster's
-pool, which long host work may fill) refreshing its file every ``interval`` seconds on its own schedule,
-so a host whose refresh is slow delays only its own beats, never a healthy host's; if a refresh finds the
-lease gone (someone judged it stale and took it), ``lost`` says so and leaving the ``with`` block raises
-:class:`LeaseLost`. A failed refresh is retried at once (a short pause), each attempt bounded to end
-before the lease could be judged stale; a host whose refresh keeps failing until too little of that
-window is left is *dropped* (``lost`` names the host and the heartbeat step, ``on_lost`` fires) before
-another controller could judge its lease stale and take it. ``lease release`` without ``--force`` removes stale
-leases and the one holding the given token, never a live lease by its owner string (two sessions of one
-user share it).
+"""Cluster leases: at most one driver of a host at a time (pipelines, xdist workers, the CLI).
 
     with Lease(cluster, ttl=300, wait=600) as lease:   # LeaseHeld names the holder (exit 3)
         deploy(...); launch(...)
+
+Design (a file on each host, atomicity, staleness, heartbeats): docs/internals/core.md.
 """
 
 from __future__ import annotations

@@ -1,13 +1,7 @@
 """``camit check --pairs``: timed gloo send/recv between node pairs, in rounds, to isolate a slow
 node.
 
-The schedule is the round-robin (circle) method: N-1 rounds for N nodes (N rounds when N is odd, one
-node sitting out each round), every round pairing every node with a partner it has not had before;
-the first ``rounds`` of them run (default 4, so each node is timed against 4 different partners).
-One launch, one rank per node (:mod:`framework.launch.pairs_rank`), all pairs of a round at once. A
-node's *factor* is its fastest pair's time over the median time of the pairs it is not in: a node is
-named only when it is slow in every pair it is in (a healthy node paired once with the slow one
-keeps its fast pairs), by at least :data:`THRESHOLD`.
+Design: docs/internals/launch-preflight-config.md.
 """
 
 from __future__ import annotations

@@ -1,12 +1,7 @@
-"""Phase events: the executors (deploy, launch) say when a host's phase began and ended; a sink records it.
+"""Phase events: the executors (deploy, launch) say when a host's phase began and ended; a sink
+records it.
 
-Deploy emits ``connect`` and ``deploy``, launch ``launch``, ``run``, ``teardown`` and
-``collect`` per host, as :class:`PhaseEvent` values (epoch seconds) to an ``on_phase``
-callback. :func:`rundir_sink` is the callback that appends them to the run folder's
-``phases.json`` (the timeline of the report); the executors never write the report.
-The executors hand a whole cluster's events over with :func:`emit`, which a sink that takes
-batches (``many``, as the run folder's does) gets in one call: one write of ``phases.json``
-for all hosts instead of one rewrite of the growing file per host (O(N²), issue 18).
+Design: docs/internals/core.md.
 """
 
 from __future__ import annotations

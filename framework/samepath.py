@@ -1,19 +1,6 @@
 """Files at the same absolute path on every host: URMA's "Preparation" done by camit.
 
-URMA cases start the program beside their ``test.py`` by its path on the controller
-(``os.path.join(local_path, "echo_app")``): the harness assumes the tree sits at the same path on every
-host (an NFS checkout). A CI clone under /tmp, or a controller the hosts share no file system with, breaks
-that (each lab host has a private /tmp). :func:`ship` puts each file at its own absolute path on one host,
-unless the host has it there already with the same sha256 (a host sharing the controller's file system:
-nothing is written), through :meth:`Host.put <framework.hosts.Host.put>` (sha256 verified, atomic), with
-the local permission bits (never group/other-writable). A file there with other content is refused, never
-overwritten. The files run as root, so the tree lives under trust: every folder on the way passes the
-workdir's guard (owned by root or the SSH user, not group/other-writable unless sticky, no symlink), a file
-kept must be a regular file the SSH user owns, and missing folders are made one level at a time (``mkdir``
-without ``-p``: one made meanwhile by someone else is refused). A refusal is one line naming host and path.
-:meth:`Shipment.remove` takes away what was written: the topmost folders camit made and the files it
-wrote (each of them absent before). The probe is one shell script per host, every path quoted by
-:func:`framework.commands.quote`; :func:`probe_script` and :func:`parse_probe` are pure.
+Design (what is refused, the trust rules for folders and files): docs/internals/core.md.
 """
 
 from __future__ import annotations

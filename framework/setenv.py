@@ -1,11 +1,7 @@
-"""The shell steps that give a host's processes the CANN and CAM environment, for deploy verify, launch and coverage.
+"""The shell steps that give a host's processes the CANN and CAM environment, for deploy verify,
+launch and coverage.
 
-In order: CANN's ``set_env.sh`` (``cann.set_env``), the ``cann.extra_set_env`` scripts (SHMEM, ATB: they expect
-CANN's variables), the vendor's ``bin/set_env.bash``, then ``<vendor>/op_api/lib`` on ``LD_LIBRARY_PATH`` unless
-already there. The last step is for packages of the old msOpGen ``install.sh`` template, whose ``set_env.bash`` only
-exports ``ASCEND_CUSTOM_OPP_PATH`` and prints the ``export LD_LIBRARY_PATH=<vendor>/op_api/lib/`` hint: CAM's
-pybind (umdk ``src/cam/comm_operator/pybind/pytorch_extension/pytorch_npu_helper.hpp``, ``GetOpApiFuncAddr``)
-dlopens ``libcust_opapi.so`` by bare name, so without it every op fails to find its ``aclnn*`` symbols.
+Design: docs/internals/deploy-ascend.md.
 """
 
 from __future__ import annotations

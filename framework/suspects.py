@@ -1,13 +1,6 @@
 """Suspect hosts: a host a host-level failure was attributed to, kept out of later runs for a while.
 
-A mark is one file ``<workdir>/camit-suspects/<address>.json`` (beside the lease file, so every
-controller driving the same machines sees it), written to *every* reachable host of the cluster, so
-a lost host's mark survives on its peers. Written atomically (private temporary file, ``mv -f``),
-with ``since``/``expires`` from the writing host's clock, judged against the reading host's clock.
-Marked for: a held device, an OOM kill, a lost or unreachable host, a failed preflight check; never
-for a test that failed or raised there. Runs plan around suspects (``--hosts`` naming one runs
-there, with a warning); ``camit check --heal`` clears a mark after a clean preflight and a two-node
-smoke run.
+Design: docs/internals/core.md; for users: docs/failures.md.
 """
 
 from __future__ import annotations

@@ -1,12 +1,7 @@
-"""Which host NIC the rendezvous and HCCL's root-info exchange use, and which device names may be pinned (pure).
+"""Which host NIC the rendezvous and HCCL's root-info exchange use, and which device names may be
+pinned (pure).
 
-The rendezvous (torchrun's master address) and ``HCCL_IF_IP`` use the address of one NIC role of
-each host: ``manage_nic`` by default (the host network, which carries TCP; in URMA env files
-``test_nic1.name`` is a URMA device such as ``bonding_dev_0``, not a kernel netdev), or the role
-``launch.rendezvous_nic`` names. ``HCCL_IF_IP`` wins over ``HCCL_SOCKET_IFNAME`` in HCCL's NIC
-choice (CANN docs, HcclGetRootInfo); ``*_SOCKET_IFNAME`` only ever names a device the host's
-``ip -o link`` lists: the device that holds the chosen address (``ip -o addr``), else the role's
-``name``/``dev`` when it is such a device, else nothing is pinned.
+The rule and its sources: docs/internals/deploy-ascend.md.
 """
 
 from __future__ import annotations

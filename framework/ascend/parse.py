@@ -1,16 +1,6 @@
 """Pure parsers for what Ascend hosts print: ``npu-smi``, ``hccn_tool``, version records, ``df``.
 
-Nothing here does I/O; every function takes the text a command printed (or a file's content) and
-returns typed values, so each is tested against real captures (``tests/data/ascend/`` and
-``framework/lab/emu/data/``). Tables are
-read by structure, never by column offsets: ``npu-smi info`` rows are split on ``|`` and then on
-whitespace, columns located by header text, because NPU numbers >= 10 shift the alignment and
-npu-smi 26.x widens the third column. Lines a parser does not recognise (a capture's ``# source:``
-line, doc ellipses ``...``) are ignored.
-
-A2 and A3 are told apart by structure, not by name (``reference/ascend-hosts.md`` §1): a ``Phy-ID``
-header column, or two chips on one NPU, means A3 (910C SuperPoD node, 16 dies); otherwise A2
-(910B, one chip per NPU). The SoC names the env file uses are :data:`SOC_OF_PLATFORM`.
+Tables are read by structure, never by column offsets. Design: docs/internals/deploy-ascend.md.
 """
 
 from __future__ import annotations

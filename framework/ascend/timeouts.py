@@ -1,22 +1,7 @@
 """The launch's timeouts, in the order that lets HCCL report a hang before camit kills it (pure).
 
-``HCCL_CONNECT_TIMEOUT`` < ``HCCL_EXEC_TIMEOUT`` < process-group (watchdog) timeout < case timeout:
-
-- the connect timeout stays at CANN's minimum and default, 120 s (CANN environment variable reference:
-  ``HCCL_CONNECT_TIMEOUT`` takes [120, 7200] s);
-- the exec timeout fires first on a hung collective: HCCL writes its notify-wait diagnosis (EI0002,
-  naming the peer ranks) to the plog;
-- the process-group timeout is torch_npu's watchdog; when it is set explicitly and not above the exec
-  timeout, torch_npu warns "The watchdog timeout ...ms(which is set by init_process_group) is less
-  than or equal to HCCL execution timeout ...ms! The plog may not be recorded." (and for an exec
-  timeout of 0, "never", a warning too) — torch_npu ``torch_npu/csrc/distributed/ProcessGroupHCCL.cpp``,
-  the ``ENABLE_HCCL_ERROR_CHECKING`` block of the constructor; the exec value is
-  ``OptionsManager::GetHCCLExecTimeout`` (``torch_npu/csrc/core/npu/register/OptionsManager.cpp``),
-  1836 s when unset;
-- camit's case timeout ends the launch last.
-
-:func:`derive` computes the three from the case timeout; :func:`order_problems` names what breaks
-the order in a set of variables (the env file's ``launch.env``, checked at load, or a launch's).
+``HCCL_CONNECT_TIMEOUT`` < ``HCCL_EXEC_TIMEOUT`` < process-group (watchdog) timeout < case timeout;
+why, with the upstream files each fact mirrors: docs/internals/deploy-ascend.md.
 """
 
 from __future__ import annotations

@@ -1,12 +1,8 @@
-"""A calibration bundle: run the probes of :mod:`framework.calib.probe` on the hosts, keep each
-answer as a fact (key, value, source) and write one folder: ``calibration.json`` plus
-``raw/<host>/<key>.txt``.
+"""A calibration bundle: run the probes on the hosts, keep each answer as a fact and write one
+folder (``calibration.json`` plus ``raw/<host>/<key>.txt``), secrets scrubbed.
 
-Every value is scrubbed of the env's secrets (:class:`framework.records.scrub.Scrubber`), then cut to
-:data:`MAX_VALUE` characters, before it is written; no core file is ever collected (the golden
-launch runs with ``ulimit -c 0`` into a temporary folder that is removed). The top-level
-``facts`` are the first host's host facts, the torch probe's facts and the fused-vs-golden facts
-(what :mod:`framework.calib.compare` judges); ``hosts`` keeps each host's own."""
+Design: docs/internals/calibration.md.
+"""
 
 from __future__ import annotations
 

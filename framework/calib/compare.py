@@ -1,11 +1,7 @@
 """Comparing a calibration bundle's facts with the built-in profile, after normalisation (pure).
 
-Rule (documented for users): facts under :data:`EXCLUDED` (the fused-vs-golden measurements: their
-verdicts are compared) are skipped; every value has timestamps, PCI bus ids, long hex addresses and
-``pid N`` and a bind assertion's source position replaced by placeholders (:data:`VOLATILE`); in the live tables of
-:data:`TABLE_FACTS` (npu-smi's power, temperature, memory use) every number becomes ``#`` and runs of blanks one
-blank, and the process table's rows (who holds a device now: state, not calibration) are dropped after its
-header line. A fact present on one side only is a difference too."""
+The normalisation rule: docs/internals/calibration.md.
+"""
 
 from __future__ import annotations
 

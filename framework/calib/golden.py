@@ -1,13 +1,7 @@
 """Fused vs the golden small ops at upstream's CASE_4RANK, judged by the suite's tolerances.
 
-One launch of :mod:`framework.calib.golden_rank` at world 4 on hccl (the fewest hosts whose usable
-devices hold 4 ranks), per dtype of :data:`DTYPES`. Two facts per dtype:
-``cam.fused_vs_golden.case_4rank.<dtype>`` is the verdict (compared with the profile: ``holds`` or
-what fails) and ``....measured`` the worst rank's numbers (a measurement, never compared). The
-verdict applies :data:`SUITE_TOLERANCES`, the tolerances ``suites/cam/rank/test_fused_rank.py``
-applies to fused_deep_moe's output (tests/unit/framework/calib/test_golden.py keeps them equal): upstream's
-allclose (an element is outside when ``|d| > atol + rtol*|want|``; the output passes while the
-outside fraction is below rtol), the norm-relative bound ``FUSED_REL`` and exact counts."""
+Design: docs/internals/calibration.md.
+"""
 
 from __future__ import annotations
 

@@ -1,20 +1,7 @@
 """The rank program of ``camit calibrate``'s fused-vs-golden fact (torchrun, world 4, hccl).
 
-Facts taken from umdk ``test/cam/ut/fused_deep_moe/test_fused_deep_moe.py`` (written here in our own
-code): CASE_4RANK is E 16, top_k 8, bs 16, H 7168, I 2048, no mask, no shared expert, no smooth
-scales; x uniform in [-5, 5); rank r's expert ids are ``r*bs*k ..`` in order, mod E; gmm weights
-int8 in [-16, 16) (FRACTAL_NZ on the device), their scales uniform in [0.0015, 0.0045) (gmm2's in
-the x dtype for bf16, float32 for fp16, as the UT's ``scale_dtype``); expert_scales uniform [0, 1).
-The golden is the UT's small-op composition on its own hccl group:
-``npu_moe_distribute_dispatch_v2`` (quant_mode 2, counts per expert), ``npu_grouped_matmul`` to
-int32, ``npu_dequant_swiglu_quant``, ``npu_grouped_matmul`` dequantised to the x dtype,
-``npu_moe_distribute_combine_v2``.
-
-argv: the dtypes (``bfloat16,float16``) and the seed. Each rank prints one line
-``@@camit-golden@@ {json}``: per dtype the element count, max |fused - golden|, the largest
-|fused - golden| / |golden| over elements with |golden| >= 1, ‖fused - golden‖/‖golden‖, the
-elements outside ``atol + rtol*|golden|`` for each tolerance given in the environment's
-``CAMIT_GOLDEN_TOL`` (``rtol,atol;...``), whether expert_token_nums agree, or the error text.
+The case, the golden composition (from umdk's fused_deep_moe UT) and the output line:
+docs/internals/calibration.md.
 """
 
 import json

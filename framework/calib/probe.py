@@ -1,10 +1,8 @@
-"""What ``camit calibrate`` asks a host: one sh script of tagged sections (tool outputs, version
-records) and one stdlib+torch Python probe (torch_npu's error texts, HCCL defaults, the op library's
-refusals).
+"""What ``camit calibrate`` asks a host: one sh script of tagged sections and one stdlib+torch
+Python probe (pure: this module builds text).
 
-Pure: this module builds text; :mod:`framework.calib.bundle` runs it and keeps the answers. Each
-section becomes one fact (:data:`HOST_FACTS`: fact key → section); every Python probe is wrapped so
-an error is recorded as that fact's value, never a failed probe."""
+Design: docs/internals/calibration.md.
+"""
 
 from __future__ import annotations
 

@@ -1,11 +1,7 @@
 """Regenerate the built-in profile (``framework/data/calibration-profile.json``) from a bundle.
 
-How: bring up an emulated A3 lab (``python -m framework.lab up --hosts 2 --npu a3 --env-out
-LAB.yaml``), deploy the stand-in op library (``python -m framework.artifacts build --out ART
---env-in LAB.yaml --env-out BUILT.yaml``; ``camit deploy --env BUILT.yaml``), ``camit calibrate
---env BUILT.yaml --out DIR``, then ``python -m framework.calib.profile DIR``. The profile keeps each
-top-level fact's value, normalised (:func:`framework.calib.compare.normalise`), so it carries no
-volatile part of the run it came from."""
+How: docs/internals/calibration.md.
+"""
 
 from __future__ import annotations
 

@@ -1,16 +1,8 @@
-"""Replaying a calibration bundle on emulated hosts: ``python -m framework.lab up --npu a3
---calibration BUNDLE`` writes each host's ``Ascend/.camit-emu/replay.json`` (tool command line →
-captured stdout and exit status), which the emulated ``npu-smi`` and ``hccn_tool`` answer from
-before computing anything (:meth:`framework.lab.emu.tools.common.Host.replay`). Lab host *i* replays
-the bundle's *i*-th host (sorted names, wrapping). The version records of :data:`RECORDS` are
-written over the tree's own files (in place: some are bind-mounted). An ``up`` without
-``--calibration`` removes ``replay.json`` and rewrites the records (the lab repopulates every tree).
-The torch_npu facts the stand-in produces itself (:data:`TORCH_REPLAYED`: the device-identity
-errors) go to ``Ascend/.camit-emu/torch-facts.json`` from the bundle's top-level facts, read by the
-torch_npu stand-in at import (``standin_npu/torch_npu/_replay.py``). Not replayed: msnpureport, the
-CANN record and set_env, other npu-smi/hccn_tool command lines (other devices, ``-t health``...),
-the facts torch, CANN or the op library produce (the hccl CPU-tensor error is c10d's, the HCCL
-variables are the launch's, the refusals the op library's) and the fused-vs-golden verdicts."""
+"""Replaying a calibration bundle on emulated hosts (``python -m framework.lab up --npu a3
+--calibration BUNDLE``).
+
+What is replayed and what is not: docs/internals/calibration.md.
+"""
 
 from __future__ import annotations
 

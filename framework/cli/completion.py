@@ -1,13 +1,7 @@
-"""``camit completion bash|zsh``: a shell completion script generated from camit's own argument parser.
+"""``camit completion bash|zsh``: a shell completion script generated from camit's own argument
+parser.
 
-Nothing is listed by hand: :func:`tree` walks the :mod:`argparse` parser (sub-commands, their options, which
-options take a value and what kind — ``choices``, a ``FILE`` or a directory ``D`` metavar) and the scripts are
-written from that walk, so a new option completes as soon as the parser has it. The zsh script is the bash
-one under zsh's ``bashcompinit`` (one generator, one behaviour). After ``--`` (the command for the hosts, the
-torchrun target) the shell's default file completion applies.
-
-    eval "$(camit completion bash)"     # in ~/.bashrc
-    eval "$(camit completion zsh)"      # in ~/.zshrc
+Design: docs/internals/core.md.
 """
 
 from __future__ import annotations

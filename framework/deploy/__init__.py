@@ -1,33 +1,7 @@
 """Deploy the CAM ``.run`` package and the ``umdk_cam_op_lib`` wheel to every host.
 
-One step for the suites, the CLI and BaseTest: what a CAM engineer does by hand
-per node (copy, ``./CAM_*.run --install-path=<opp>``, ``source set_env.bash``,
-``pip install --force-reinstall``), made verified, idempotent and parallel.
-
-Split as the rest of camit: a *pure plan* (:mod:`~framework.deploy.plan`: artifacts
-resolved and hashed, remote paths, every command line, output parsers), the relay
-chain (:mod:`~framework.deploy.relay`), the install steps (:mod:`~framework.deploy.install`)
-and :class:`Deployer`, the thin runner over ``Cluster``:
-
-1. probe — one round trip per host: which artifact hashes are already staged
-   under ``<workdir>/artifacts/<sha256>/``, the recorded install state, free space;
-2. transfer — only what is missing; through the pipelined relay chain
-   (controller → host1 → host2 → …, each writing while forwarding) when two or
-   more hosts need an artifact, else (or on any relay failure, logged) direct
-   SFTP push; the sha256 is verified on every host, a bad transfer retried once;
-3. install — the ``.run`` with an absolute ``--install-path`` (success line and
-   ``vendors/<vendor>/`` required), the wheel into a venv under the workdir built
-   on the host's python (``--system-site-packages``, no pip in it: camit's shipped
-   installer ``framework/remote/wheelinst.py`` checks the wheel against its RECORD and
-   leaves what pip would), then one bash that sources
-   CANN's and the vendor's ``set_env`` and imports the op library for its version;
-   the state file is removed first and written last, so a half-installed host is
-   never reported as deployed;
-4. manifest — per host: artifacts, sha256, how each arrived, install path,
-   vendor, installed version, step durations; written as JSON to the run folder.
-
-A redeploy of unchanged artifacts is the probe alone: nothing is sent or reinstalled.
-Phases (``connect``, ``deploy``) go to ``on_phase`` as :class:`~framework.phases.PhaseEvent`.
+A pure plan, the relay chain, the install steps and :class:`Deployer`, the thin runner over
+``Cluster``: probe, transfer, install, manifest. Design: docs/internals/deploy-ascend.md.
 """
 
 from __future__ import annotations

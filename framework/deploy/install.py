@@ -1,19 +1,6 @@
 """Installing the staged artifacts on one host: decide (pure), then run the steps in order.
 
-:func:`is_unchanged` decides from the probe alone whether a host is deployed
-already (nothing sent, the tree and interpreter intact, the state file recording
-the same artifacts). :class:`HostInstall` runs the steps — clear the state, the
-``.run`` with its success line and ``vendors/<vendor>/`` required, the venv, the
-wheel, the import check, the state written last — each timed into the manifest
-and raising ``DeployError(host, step, ...)`` with the output's tail on failure.
-The wheel goes into camit's venv with the shipped standard-library installer
-(``framework/remote/wheelinst.py``: RECORD-verified, ``pip show``/``uninstall`` correct,
-about a third of pip's CPU, ``bench/deploy.py``), without a venv with the configured python's pip.
-:meth:`HostInstall.prepare` runs beside the transfer what needs no artifact: the venv,
-the installer shipped where the probe did not find it, and (a wheel without a ``.run``)
-the import check's torch import (:class:`WarmVerify`), which the ``verify`` step then
-only tells to import the op library; with a ``.run``, the check starts once the vendor
-``set_env`` exists, beside the wheel's install.
+Design: docs/internals/deploy-ascend.md.
 """
 
 from __future__ import annotations

@@ -1,12 +1,6 @@
 """Which ``CAM_<soc>_<os>_<arch>.run`` belongs on which host.
 
-The name is UMDK's: ``build/cam/comm_operator/compile_ascend_proj.sh`` (``build_ascend_proj``) copies the
-msOpGen package to ``run/CAM_${soc_version}_${os_id}_${arch}.run`` with ``os_id`` the ``ID=`` of
-``/etc/os-release`` (quotes dropped) and ``arch`` ``uname -m``; ``soc_version`` is a key of
-``src/cam/comm_operator/ascend_kernels/operator_registry.json`` (``ascend910_93``), the same name as the env's
-``npu.soc``. A package built for another SoC, OS or architecture must not be installed: deploy compares the name
-with the host's ``npu.soc``, its os-release ``ID`` and ``uname -m`` (both from deploy's probe) and, when one output
-folder holds several packages, picks the one whose name is the host's.
+The naming rule and the upstream files it mirrors: docs/internals/deploy-ascend.md.
 """
 
 from __future__ import annotations

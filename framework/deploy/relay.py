@@ -1,11 +1,7 @@
-"""The pipelined relay chain: controller → host1 → host2 → …, each host writing while it forwards.
+"""The pipelined relay chain: controller -> host1 -> host2 -> ..., each host writing while it
+forwards.
 
-Pure pieces (:func:`relay_argv`, :func:`relay_deadline`, :func:`link_lines`,
-:func:`judge`) decide the command lines, the wiring and the verdict; :class:`RelayChain`
-runs one artifact through the chain over ``Host.spawn`` and reports, in a
-:class:`RelayOutcome`, which hosts received it and which still need a direct push.
-The relay program itself is ``framework/remote/relay.py``; its line protocol is
-:mod:`framework.remote.protocol`.
+Design: docs/internals/deploy-ascend.md.
 """
 
 from __future__ import annotations

@@ -1,11 +1,6 @@
 """Write the stand-ins' pure-Python wheels with the standard library (no setuptools, no network).
 
-The lab builds ``standin_npu/`` (``lab up --npu``) and ``standin/`` (``python -m framework.artifacts
-build``) on the controller. A fresh venv has setuptools 65 (Python 3.11) or none (3.12+), older than
-the stand-ins' ``setuptools>=68``/``>=77``, so the lab writes the wheel itself from the
-``[project]`` table and ``tool.setuptools.packages`` of the stand-in's ``pyproject.toml`` (PEP 427:
-dist-info with METADATA, WHEEL and RECORD). Python 3.10 has no ``tomllib``: there ``pip wheel`` with
-this interpreter's setuptools builds it, as before.
+Why: docs/internals/remote-and-lab.md.
 """
 
 from __future__ import annotations

@@ -1,19 +1,7 @@
 """Regression or noise? Change points in a metric's history, found by ``ruptures``.
 
-The series is scaled by a robust estimate of its noise — the median absolute deviation of successive
-differences, ``σ = MAD(Δx) / (0.6745·√2)``, which a step does not inflate — and segmented by ruptures'
-``KernelCPD`` with the linear kernel (the exact penalised least-squares segmentation of the mean, in C:
-3 ms for 1,000 points here, where ``Pelt(model="l2")`` takes 0.2 s) at the penalty ``PENALTY · ln n``.
-With σ = 1 that is the Schwarz criterion scaled up: 300 seeds of 200 points of pure Gaussian noise gave no
-change point at factors 3 to 5, and a 10 % step in 3 % noise was placed within one point in 99 %
-(``tests/unit/framework/perf/test_changepoint.py`` keeps both on fixed seeds). A step needs five points on each
-side (``MIN_SIZE``: shorter edge segments were the false alarms in run-by-run checks) and must hold
-without the newest point; a series shorter than ``MIN_HISTORY`` has no verdict. The newest point alone is
-judged against the segment it would extend: beyond ``OUTLIER`` σ in the bad direction it is a regression
-too (one run, not yet a confirmed step).
-
-:func:`assess` returns a :class:`Verdict`; with a ``margin`` (the old fixed-margin rule, kept as an
-override) the newest point is compared with the median of its segment instead.
+:func:`assess` returns a :class:`Verdict`. The method and its measured error rates:
+docs/internals/perf.md.
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
-"""``camit perf compare RUN_A RUN_B``: every configuration of two runs side by side, with its delta and
-whether it is significant.
+"""``camit perf compare RUN_A RUN_B``: every configuration of two runs side by side, with its
+delta and whether it is significant.
 
-A run is a run folder holding ``perf-rows.jsonl`` or such a file itself. The delta is B's median time over
-A's minus one (negative: B is faster); it is *significant* when the two runs' per-iteration times
-(``iterations_us``: each iteration's slowest rank) differ by a two-sided Mann-Whitney U test at
-``ALPHA`` — no assumption of normal timing — and the delta is at least ``MIN_EFFECT``, below which a
-real but tiny shift is not worth a reader's time. A configuration in one run only is listed as such.
+Design: docs/internals/perf.md.
 """
 
 from __future__ import annotations

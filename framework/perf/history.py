@@ -1,11 +1,7 @@
-"""The performance history of one cluster: an SQLite file beside the baselines, ``<dir>/<cluster>.perf.sqlite``.
+"""The performance history of one cluster: an SQLite file beside the baselines,
+``<dir>/<cluster>.perf.sqlite``.
 
-A run (its id, cluster, soc, CANN, op-library version, time, and whether it was accepted as the baseline)
-has one value per configuration and metric. A series is keyed by cluster, soc, CANN, configuration and
-metric and ordered by the run's insertion; the op-library version is each point's label, so the step that
-a new library brings shows as a change point named by it (:mod:`framework.perf.changepoint`). The schema's
-version is SQLite's ``user_version``; :data:`MIGRATIONS` take an older file forward in one transaction, a
-file newer than this camit is refused.
+Design: docs/internals/perf.md.
 """
 
 from __future__ import annotations

@@ -1,14 +1,7 @@
-"""The sweep's matrix: which configurations a perf run measures (``--perf-matrix quick|nightly|FILE``).
+"""The sweep's matrix: which configurations a perf run measures
+(``--perf-matrix quick|nightly|FILE``).
 
-A matrix is a grid — ops x tokens x hidden x top_k x experts-per-rank — plus warm-up and timed iterations;
-the world sizes are the suite's; fused_deep_moe's tokens are its batch and ``fused_inter`` its I (gmm1 is
-2I wide). A FILE (YAML or JSON) has the same keys as :class:`Matrix`; unknown keys and
-bad values are refused naming the file and the key. Only configurations inside the prefill ops' contract are
-kept (umdk ``moe_dispatch_normal_tiling.cpp`` / ``moe_combine_normal_tiling.cpp``: hidden in [1024, 7168],
-tokens in [1, 8000], top_k <= experts, at most 512 experts; fused_deep_moe_tiling.cpp: batch in [1, 256],
-hidden in [1024, 7168] in steps of 256, gmm1 width 2I in [1024, 6144] in steps of 1024, top_k <= 12 and <=
-experts; ``suites/cam/rank/camcontract.py`` holds them all, a test keeps these equal). :func:`estimate_s` is the time
-a sweep should take, shown before it starts.
+The ops' contract it keeps to, from umdk's tiling files: docs/internals/perf.md.
 """
 
 from __future__ import annotations

@@ -1,12 +1,7 @@
-"""``perf.html``: the run's performance page, beside ``index.html`` (which links it), from the folder's
-``perf-rows.jsonl`` and ``perf-history.json``.
+"""``perf.html``: the run's performance page, beside ``index.html`` (which links it), from the
+folder's ``perf-rows.jsonl`` and ``perf-history.json``.
 
-A table of every configuration (p50, bus bandwidth, the reference's, the speed-up, the straggler named),
-then the pictures of :mod:`framework.perf.plots` as ``perf/*.svg`` loaded by ``<img>``: no script, no
-inline style, so it renders offline and under Jenkins' default Content-Security-Policy
-(``sandbox; default-src 'none'; img-src 'self'; style-src 'self';``), styled by the run's ``report.css``.
-``perf-history.json`` (written by the perf tests from the cluster's history) holds
-``{"series": [{"config", "metric", "values", "change_points", "regression"}]}``.
+Design: docs/internals/perf.md.
 """
 
 from __future__ import annotations

@@ -1,10 +1,6 @@
-"""The performance page's pictures: static SVG files drawn by matplotlib (the Agg backend:
-no display needed).
+"""The performance page's pictures: static SVG files drawn by matplotlib (the Agg backend).
 
-Bandwidth against message size per op (one line per world, the reference collective dashed in the same
-colour), a per-rank heat map of one configuration (hosts x local ranks, each rank's p50 over the median
-rank) and a metric's history with its change points. Each function returns the SVG text; the output is
-deterministic (fixed hash salt, no date) so an unchanged run draws the same file.
+Design: docs/internals/perf.md.
 """
 
 from __future__ import annotations

@@ -1,19 +1,8 @@
-"""One performance row per configuration: the JSON line a sweep writes, its schema and the arithmetic behind it.
+"""One performance row per configuration: the JSON line a sweep writes, its schema and the
+arithmetic behind it.
 
-:class:`Row` is the record (pydantic, frozen, unknown keys rejected); ``framework/data/perf-row.schema.json`` is
-its generated JSON Schema (:func:`json_schema`, kept equal by a test). :func:`build_row` derives every figure from
-what was measured: per-iteration, per-rank times, the bytes each rank sent to each other rank, the rank's host.
-
-Bandwidths follow nccl-tests (``doc/PERFORMANCE.md``): *algorithm bandwidth* ``algbw = S / t`` and *bus
-bandwidth* the share of it that crosses the fabric. For all_to_all nccl-tests takes ``S`` as one rank's send
-buffer and ``busbw = algbw · (n-1)/n`` — the fraction that leaves a rank when every rank sends the same to
-every rank. Dispatch and combine route unevenly (top-k), so here ``S`` is the mean bytes per rank of the
-exchange (dispatch: the token rows each rank sends, one per destination rank that hosts one of its experts;
-combine: the same rows back), ``t`` the median over iterations of the slowest rank's time (an iteration is
-done when its last rank is), and the bus bandwidth counts the bytes that really leave a rank (the measured
-off-diagonal of the send matrix) instead of the uniform ``(n-1)/n``: both agree for uniform routing.
-Intra-node and inter-node bandwidth are the same mean over the bytes whose peer is on the same host or on
-another host. GB/s are 10⁹ bytes per second, as in nccl-tests.
+Bandwidths as nccl-tests defines them; GB/s are 10⁹ bytes per second. Design:
+docs/internals/perf.md.
 """
 
 from __future__ import annotations

@@ -1,19 +1,6 @@
 """The straggler: a rank (and its host) consistently slower than its peers, named with its factor.
 
-Per iteration each rank's time is divided by that iteration's median over the ranks; a rank's *score* is
-the median of its ratios over the iterations (median of ratios: one slow iteration, a hiccup of the host's
-scheduler, moves it by nothing), and it is a straggler when the score reaches ``1 + THRESHOLD`` and it was
-slower than the median rank in at least ``CONSISTENT`` of the iterations (the emulated lab's shared cores
-give a healthy rank a 1.06 median now and then over 5 iterations; a really slow rank is slower every time). A host's
-score is the lowest of its ranks' scores: a slow link or a hot host slows all its ranks, and when even its
-fastest rank is slow the host is named as a whole. The iterations
-are needed because a single run's numbers cannot tell a slow rank from a slow moment.
-
-On two hosts the median rank sits between the hosts, so a whole slow host hides in it (a host 10 % slower
-scores 1.05 at best). :func:`find_hosts` compares hosts instead: per iteration a host's median rank over the
-other hosts' median rank; a host is slow when the median of that factor over the iterations reaches
-``1 + THRESHOLD``, it is slower in ``CONSISTENT`` of the iterations, and its ranks agree with each other
-(their scores within ``AGREE`` of one another: one slow rank makes a slow rank, not a slow host).
+Design: docs/internals/perf.md.
 """
 
 from __future__ import annotations

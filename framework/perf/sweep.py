@@ -1,13 +1,7 @@
-"""The perf sweep's controller side: the ranks' ``CAMIT_SWEEP`` and their files turned into perf rows.
+"""The perf sweep's controller side: the ranks' ``CAMIT_SWEEP`` and their files turned into perf
+rows.
 
-:func:`spec` tells the ranks which shapes to run (``suites/cam/rank/test_sweep_rank.py``): the prefill shapes
-(dispatch and combine are timed together) and the fused_deep_moe shapes. :func:`rows` builds
-one :class:`~framework.perf.row.Row` per configuration from the ``perf-sweep-rank<N>.json`` documents: the per-rank
-times of every timed iteration, the send matrix (dispatch: rows x hidden x 2 bytes of bf16 from rank i to j;
-combine: the same rows back, the transpose; fused_deep_moe: its dispatch's rows, as bf16 like dispatch), the
-reference all_to_all's times and an output hash per
-iteration (sha256 of the ranks' hashes of that iteration, in rank order). :func:`standin_env` forwards the
-lab's op-time knobs (``standin/README.md``: a modelled op time, slow ranks) from the controller to the ranks.
+Design: docs/internals/perf.md.
 """
 
 from __future__ import annotations

@@ -1,20 +1,6 @@
 """The run context in ``config.stash``: what this pytest process knows about the run, as data.
 
-One :class:`RunContext` per process (the controller and each xdist worker), made in
-``pytest_configure`` from the :class:`~framework.plugin.options.Options`: the loaded env (or None:
-the plugin stays inert), the seed (a worker takes the controller's, so its repro line holds), the
-xdist ``workerinput``, the chosen hosts (``--hosts``/``--exclude-hosts``), the run folder and the
-coverage mode.
-
-camit is *in use* (:attr:`RunContext.active`) from the start with an explicit ``--env``; with only
-``$CAMIT_ENV`` or the ini key it becomes so when a collected test uses a camit fixture or is a
-``BaseTest`` (:meth:`RunContext.activate`, after collection), or when a camit fixture is first asked
-for. Until then nothing is made: the run folder is only planned (its path, handed to xdist
-workers), and an env that does not load is kept as :attr:`RunContext.env_error`, raised at
-activation as one line, so unrelated tests in a venv with ``$CAMIT_ENV`` run as without camit. It opens nothing on a
-host; the cluster, lease, deploy and launcher are the :mod:`~framework.plugin.resources`. The ``camit``
-fixture returns it. ``LAUNCHES_KEY`` is the per-test record of launches the core watch attributes
-cores to.
+Design: docs/internals/plugin.md.
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
-"""The core watch around a test: cores snapshotted before the body, collected after, judged by the policy.
+"""The core watch around a test: cores snapshotted before the body, collected after, judged by
+the policy.
 
-This is the plugin's one place that watches cores (``pytest_runtest_call`` wraps every test that drives
-the cluster in :func:`around_test`): the snapshot and the collection run on the session's leased
-cluster (under ``-n`` the worker's share); a failed test also gets its hosts' logs and failure
-signatures as a report section; the ``core_policy`` marker or ``--core-policy`` decides whether a
-new core fails a passing test (``fail``), warns (``warn``) or is not looked for (``ignore``).
+Design: docs/internals/plugin.md.
 """
 
 from __future__ import annotations

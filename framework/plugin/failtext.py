@@ -1,12 +1,7 @@
-"""A failure a person can use: the failed commands' output in the failure text, camit's DEBUG out of
-it.
+"""A failure a person can use: the failed commands' output in the failure text, camit's DEBUG
+out of it.
 
-- A test that fails gets a section ``failed commands`` in its failure text (so in the terminal,
-  JUnit and camit's report): the last commands that failed during it, with their stderr tail (or
-  their output, pty style), from :func:`failed_commands` (``BaseTest`` and the URMA host note them). The reason for a
-  failed compile or a missing binary is there even when the case raised its own bare error.
-- camit's DEBUG records (lease scripts, uploads, core scans: thousands of lines) are kept out of
-  pytest's "Captured log" report sections; they stay in ``camit.log``. ``caplog`` still sees them.
+Design: docs/internals/plugin.md.
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
-"""The plugin's fixtures: ``camit``, ``env``, ``cluster``, ``deployed``, ``launcher``, ``rank_suite``, ``run_ranks``.
+"""The plugin's fixtures: ``camit``, ``env``, ``cluster``, ``deployed``, ``launcher``,
+``rank_suite``, ``run_ranks``.
 
-Each is a thin accessor: the data comes from the :class:`~framework.plugin.context.RunContext`, the
-machinery from the session's :class:`~framework.plugin.resources.Resources`, which the first fixture
-that needs a resource opens (``cluster`` connects and leases this process's hosts; ``deployed``
-deploys once per run and host share). Session-scoped, so every test, ``BaseTest`` class and the
-preflight suite of one process share them.
+Design: docs/internals/plugin.md.
 """
 
 from __future__ import annotations

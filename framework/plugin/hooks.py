@@ -1,16 +1,7 @@
-"""camit's pytest hooks: each one reads the run context and hands the work to the module that owns it.
+"""camit's pytest hooks: each one reads the run context and hands the work to the module that
+owns it.
 
-Configure makes the :class:`~framework.plugin.context.RunContext` and the (unopened)
-:class:`~framework.plugin.resources.Resources` and stores both in ``config.stash``; with an explicit
-``--env`` camit is in use at once, else only once a collected test uses a camit fixture or is a
-``BaseTest`` (:func:`pytest_collection_modifyitems`, :meth:`RunContext.activate`); the markers
-skip what the env cannot host (:mod:`~framework.plugin.markers`); under ``-n`` the collection is
-sorted and dealt by :mod:`~framework.plugin.xdist`; every test that drives the cluster runs inside
-the core watch (:mod:`~framework.plugin.cores`); session finish closes the resources and writes
-the reports (:mod:`~framework.plugin.reporting`). The controller alone writes shared files.
-With an env, SIGTERM and SIGHUP do what Ctrl-C does, in the controller and every xdist worker
-(:mod:`~framework.plugin.signals`); an infrastructure failure ends the session with its exit status
-(``framework.errors.SESSION_*``), a worker's becoming the whole run's.
+Design: docs/internals/plugin.md.
 """
 
 from __future__ import annotations

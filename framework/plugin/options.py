@@ -1,15 +1,6 @@
 """The plugin's command-line options and ini keys, read once into a frozen :class:`Options`.
 
-``pytest_addoption`` declares them (the ``camit`` group: ``--env``, ``--random-seed``, ...);
-:meth:`Options.from_config` reads every value once, after the command line is parsed, so the rest of
-the plugin never calls ``config.getoption`` again. :func:`env_path` is the plugin's one rule for
-finding the env file (``--env``, else ``$CAMIT_ENV``, else the ini key ``camit_env``), and
-:class:`LeaseSettings` the lease's owner and wait from the environment.
-
-``--random_seed`` (the URMA harness's spelling) is an alias of ``--random-seed`` only when no conftest
-owns it: the URMA harness's root conftest registers ``--random_seed`` itself, and camit's plugin is
-loaded before conftests, so :func:`add_seed_alias` runs after the initial conftests
-(``pytest_load_initial_conftests``) and :func:`seed_of` then reads the conftest's value.
+Design: docs/internals/plugin.md.
 """
 
 from __future__ import annotations

@@ -1,27 +1,7 @@
-r"""camit's progress under pytest: its events on the terminal, and ``camit.log`` in the run folder.
+"""camit's progress under pytest: its events on the terminal, and ``camit.log`` in the run
+folder.
 
-The deploy's and launcher's events (``log_event(host, message)`` in :mod:`.resources`: a record of the
-``camit`` logger carrying ``camit_event``) and the camit logger's other records go, once camit is in
-use (:meth:`~framework.plugin.context.RunContext.activate`), to:
-
-- **the terminal**, through pytest's terminal reporter (``write_line``: each on a line of its own,
-  after pytest's progress line, which pytest starts afresh; capture suspended while writing, as
-  pytest's live logging does), as ``camit: HH:MM:SS host: message`` with the host's text escaped
-  (:func:`framework.console.printable`). Default verbosity: every event, and the camit logger's
-  warnings and errors; ``-v``: also its INFO records (e.g. per-host detail of the lease), ``-vv``
-  DEBUG; ``-q``: no event lines, only failures (an event saying ``FAILED``/``failed``) and errors.
-- **camit.log** (DEBUG, every record of the ``camit`` logger, events included) in the run folder: the
-  controller's ``camit.log``, each xdist worker's ``camit-gwN.log`` — one writer per file, so no line
-  of two processes interleaves. The env's secret values are scrubbed from it (and every other file of
-  the folder) at the end, by ``report.finalize`` (:func:`framework.records.scrub.scrub_folder`); the
-  file is closed first (:func:`stop`).
-
-Under ``-n`` (pytest-xdist) a worker has no terminal. Its events are in its ``camit-gwN.log`` as they
-happen, and those of each test phase also go into that phase's report as the section
-``Captured camit setup|call|teardown`` (shown with the test's failure); the controller prints them,
-with the worker's id, when the phase's report arrives (``camit: [gw0] HH:MM:SS host: message``), and
-writes them into its own ``camit.log``. Events outside a test (the lease's release at the session's
-end) are in the worker's log only.
+Design (verbosity, xdist workers): docs/internals/plugin.md.
 """
 
 from __future__ import annotations

@@ -1,15 +1,7 @@
-"""What the plugin reports: the terminal header and the repro line, the run folder's finalize, the camit summary.
+"""What the plugin reports: the terminal header and the repro line, the run folder's finalize,
+the camit summary.
 
-The controller only (xdist workers write no shared file): ``pytest_report_header`` prints the env,
-seed and the command that reproduces the run (:func:`header_lines`); ``pytest_sessionfinish`` —
-after pytest's own junitxml wrote ``junit.xml`` — finishes the coverage report and writes
-``cluster.xml``, ``manifest.json`` and ``index.html`` (:func:`finalize`); ``pytest_terminal_summary``
-prints the folder's one-screen summary (:func:`summary_lines`).
-
-All of it only once camit is in use (:meth:`~framework.plugin.context.RunContext.in_use`): pytest's
-JUnit goes to the run folder through the plugin's own writer (:func:`register_junit`, pytest's
-``LogXML``), which writes nothing when no test used camit; a run whose camit use was found after
-collection prints the header then (:func:`show_header`).
+Design: docs/internals/plugin.md.
 """
 
 from __future__ import annotations

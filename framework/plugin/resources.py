@@ -1,21 +1,7 @@
-"""The session's resources — cluster, lease, deploy-once, launcher, rank suite — opened explicitly,
-closed by one ExitStack.
+"""The session's resources (cluster, lease, deploy-once, launcher, rank suite) opened
+explicitly, closed by one ExitStack.
 
-Nothing here runs at import or configure time: a resource is opened by the first fixture (or
-``BaseTest`` class, or the preflight suite) that needs it, in a fixed order, and each opening step
-pushes its own undo onto :attr:`Resources.stack`, so ``pytest_sessionfinish`` closes everything in
-reverse with one ``close()``. :func:`open_leased_cluster` is the one way to get hosts: build the
-``Cluster`` of this process's hosts (under ``-n`` the worker's share), connect them, then *take the
-lease* on them as a step of its own; a lease that cannot be taken fails the opening, and later callers get
-the same error instead of an unleased cluster. Deploy runs once per run and host share under a
-file lock (:meth:`Resources.deploy`).
-
-An infrastructure failure ends the session, not each test (:meth:`Resources.end_session`):
-unreachable hosts, refused credentials or host keys, a held lease and a failed deploy become
-``pytest.exit(reason, returncode=6|7|8)`` (``framework.errors.SESSION_*``), the reason one line
-naming host and step; a lease the heartbeat finds taken over stops the run at once, the running
-launch torn down (:mod:`~framework.plugin.signals`). The fixtures, ``BaseTest`` classes and the core
-watch all open through here, so all get it. Session finish still closes everything and writes the reports.
+Design: docs/internals/plugin.md.
 """
 
 from __future__ import annotations

@@ -1,21 +1,7 @@
-"""SIGTERM and SIGHUP under pytest do what Ctrl-C does; an infrastructure failure seen on a thread ends the session.
+"""SIGTERM and SIGHUP under pytest do what Ctrl-C does; an infrastructure failure seen on a
+thread ends the session.
 
-A Jenkins abort or stage ``timeout()`` sends SIGTERM (to the whole process tree, or to pytest alone);
-by default Python then dies at once, with no teardown, no report and the lease left behind.
-:class:`Signals` (installed in ``pytest_configure`` on the main thread of the controller and of every
-xdist worker, the previous handlers put back at unconfigure) turns the first SIGTERM or SIGHUP into
-``KeyboardInterrupt``: the running launch tears every node down and fetches the rank logs
-(:meth:`framework.launch.Launcher._launch_once`), pytest ends the session as interrupted (exit
-status 2), session finish releases the lease and writes every report. A repeated signal (the same
-SIGTERM forwarded to a worker, a second one from Jenkins) is ignored while that teardown runs, so
-it cannot break it off half-way. The controller under ``-n`` forwards the signal to its workers
-(:meth:`Signals.add_worker`): SIGTERM to the controller alone also stops the launches on them.
-
-:meth:`Signals.end_session` is for a thread that finds the run cannot go on (the lease heartbeat
-finding the lease taken over): it records ``(reason, code)`` and signals the main thread, whose
-handler raises ``pytest.exit(reason, returncode=code)`` there; the launch running at that moment is
-torn down as for an interrupt. After such an end, :func:`name_cut_cases` gives the test that was
-cut off its name back in pytest's ``junit.xml``.
+Design: docs/internals/plugin.md.
 """
 
 from __future__ import annotations

@@ -1,24 +1,7 @@
-"""pytest-xdist for cluster suites: each worker's host share, the test order, and the first hand-out.
+"""pytest-xdist for cluster suites: each worker's host share, the test order, and the first
+hand-out.
 
-Under ``-n N`` every worker drives its own contiguous share of the env's hosts (:func:`host_share`):
-it leases, deploys and launches there only, so workers never meet on a host. The tests that launch
-across the cluster are sorted first, the largest world first (:func:`sort_for_workers`).
-
-Scheduling: deal the first tests out like cards.
-
-xdist's ``load`` scheduler starts each worker on a *consecutive* chunk of the collection (at least two
-tests: a worker runs a test only once it knows the next one). The plugin sorts the tests that launch
-across the cluster first, the largest world first, so with two launches in a run both went to the first
-worker's hosts and the second worker ran the cheap checks beside it, then idled: the launches ran one
-after the other on one half of the cluster. ``ClusterScheduling`` hands the first chunk out in turns,
-one test per worker per round, so the heaviest tests start at once, one on each worker's host share.
-Everything after the first hand-out is xdist's own (``check_schedule``: whoever is free takes the next).
-
-Host shares come from the controller: :class:`ShareBook` cuts the chosen hosts (``--hosts`` /
-``--exclude-hosts``) into one share per worker and hands one to each worker as it starts
-(``pytest_configure_node``: ``workerinput["camit_hosts"]``). A worker that dies gives its share back
-(``pytest_testnodedown`` with an error), and the replacement xdist starts under a new id (``gw2`` of
-two workers) gets it, instead of computing an empty share from its id.
+Design: docs/internals/plugin.md.
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
-"""Performance baselines: per-rank samples → cluster numbers → comparison with a stored baseline.
+"""Performance baselines: per-rank samples -> cluster numbers -> comparison with a stored
+baseline.
 
-A baseline file ``<dir>/<cluster>.json`` maps a case key (e.g. ``prefill.world8``) to the
-cluster numbers of a run that was accepted with ``--update-baseline``. Latencies regress
-when they grow beyond ``baseline · (1 + margin)``, throughputs when they fall below
-``baseline / (1 + margin)``. Pure functions apart from reading and writing the file, which is
-written atomically under its lock (:mod:`framework.records.folder`).
+Design: docs/internals/plugin.md.
 """
 
 from __future__ import annotations

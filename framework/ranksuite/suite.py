@@ -1,11 +1,6 @@
 """Running a rank-side pytest tree across the cluster: ship it, place the ranks, launch, judge.
 
-The controller-level tests in ``suites/cam`` call :meth:`RankSuite.run` with a rank-side
-module and a world size. The tree (``suites/cam/rank``, or an upstream ``test/cam/ut``) is
-shipped once per content hash to ``<workdir>/suites/<sha>/``; every rank runs
-``python -m pytest <module> --junitxml=rank{rank}.xml`` through :class:`~framework.launch.Launcher`,
-and the per-rank JUnit files are read back so a failure names the rank, the host, the
-rank-side test and its message.
+Design: docs/internals/plugin.md.
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
-"""The run's report folder: ``reports/<run-id>/`` with ``reports/latest`` pointing at it, and how it is written.
+"""The run's report folder: ``reports/<run-id>/`` with ``reports/latest`` pointing at it, and how
+it is written (atomically, shared files under a lock).
 
-Only the controller writes here (under pytest-xdist: its workers too, each file that several of them
-add to is updated under a file lock next to it: :func:`locked`, :func:`update_json`, :func:`append_text`,
-:func:`record_phase`, :func:`record_phases`). Every file is written atomically (temporary file + rename,
-:func:`write_atomic`), so an interrupted run leaves whole files or none. Reading the folder back
-is :mod:`framework.report.model`.
+Design: docs/internals/report.md.
 """
 
 from __future__ import annotations

@@ -1,24 +1,7 @@
-"""Keeping secrets out of the report: every known secret value is replaced by ``***`` in the *values* of the
-data each report file is built from, before it is serialised — never in the serialised text.
+"""Keeping secrets out of the report: every known secret value is replaced by ``***`` in the
+*values* of the data each report file is built from, before it is serialised.
 
-A password is often a common word or number (``test``, ``error``, ``true``, ``123456``): replacing it in
-escaped XML or JSON would hit element names (``<testcase>``, ``<error>``), attribute names (``hostname=``),
-literals (``true``) or numbers and corrupt the file, while a password with ``& < > " '`` or non-ASCII
-characters would survive in its escaped form (``&amp;``, ``\\u00e4``). So each format is scrubbed in its model:
-
-- text (rank logs, backtraces, collected logs, the terminal summary): :meth:`Scrubber.text` / :meth:`Scrubber.data`;
-- JSON: :func:`scrub_doc` — every string value, except the values of camit's identifier keys
-  (:data:`ID_KEYS`: host names, statuses, launch ids, run-folder paths) and never a key, a number or a literal;
-- XML: :func:`scrub_tree` — every element's text and tail and every attribute value except identifiers and
-  numbers (:data:`ID_ATTRS`: ``name``, ``classname``, ``hostname``, ``time``, counts…); never a tag or an
-  attribute name, so ``cluster.xml`` and ``junit.xml`` stay junit-10 valid;
-- HTML: :func:`framework.report.html.render` scrubs each value before it escapes it; another page in the
-  folder (a coverage report) has the text between its tags scrubbed (:func:`scrub_html`).
-
-:func:`scrub_folder` puts every file of a run folder through the scrubber of its kind (``finalize`` calls
-it before writing ``cluster.xml``, ``manifest.json`` and ``index.html``; ``camit run``, ``deploy`` and
-``collect`` at their end). :func:`redact_mapping` hides secret-looking keys of a plain document. A
-:data:`Scrub` is any ``str -> str`` callable; a :class:`Scrubber` is one.
+Why never in the serialised text, and the scrubber of each format: docs/internals/report.md.
 """
 
 from __future__ import annotations

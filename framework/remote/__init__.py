@@ -1,12 +1,7 @@
 """The host side of camit: the programs it ships, the words they speak, the paths it uses.
 
-- ``relay.py``, ``supervisor.py``, ``rankwrap.py``, ``wheelinst.py`` (the wheel into camit's venv,
-  without pip): small standard-library programs run on the hosts. They are files, not imports: ``script(name)`` gives
-  the local path and its sha256 so callers can stage them content-addressed under the host's workdir
-  (``HostLayout.bin``). Each is self-contained: it keeps its own copy of the protocol words.
-- :mod:`~framework.remote.protocol`: the line protocol those programs and the controller share.
-- :mod:`~framework.remote.layout`: :class:`HostLayout` (every path under a host's workdir) and
-  :class:`DeployState` (``deploy-state.json``).
+The programs are files, not imports: ``script(name)`` gives the local path and its sha256.
+Design: docs/internals/remote-and-lab.md.
 """
 
 from __future__ import annotations

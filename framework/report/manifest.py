@@ -1,12 +1,7 @@
-"""``manifest.json``: what ran, where, with what, and how it ended — and THE command line that reproduces a run.
+"""``manifest.json``: what ran, where, with what, and how it ended, and THE command line that
+reproduces a run.
 
-:func:`write_manifest` reads the run folder (:func:`framework.report.model.read_run`) and records the run's
-status, times, seed and command, camit's version, the controller, the env (redacted), every host (address,
-deploy result, rank outcomes, collected files), the deployed artifacts, the launches, the result counts and
-every file with its sha256. :func:`repro_command` is the one builder of the reproduce line: the manifest
-records it (``command.repro``), ``index.html`` and the terminal summary show that record, and the pytest
-plugin prints the same builder's line in its header. :func:`write_fallback_manifest` is the minimal file
-:func:`framework.report.finish.finalize` leaves when the manifest cannot be built.
+Design: docs/internals/report.md.
 """
 
 from __future__ import annotations

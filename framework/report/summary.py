@@ -1,11 +1,6 @@
 """The one-screen terminal summary at the end of a pytest run: :func:`terminal_summary`.
 
-It reads the finished run folder (:func:`framework.report.model.read_run`) and nothing else, so it can be
-printed again from an archived folder. The screen, top to bottom: the run's status and duration, the
-JUnit counts, the ranks per host (one character each), the ranks that did not pass, the core dumps, the
-failing controller tests, the slowest phases, where the report is and the line that reproduces the run
-(``manifest.json``'s ``command.repro``, the one ``index.html`` shows). Each section is a small pure
-function of the :class:`~framework.report.model.RunView` returning its lines.
+Design: docs/internals/report.md.
 """
 
 from __future__ import annotations

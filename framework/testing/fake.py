@@ -1,22 +1,6 @@
 """FakeTransport: scripted results for unit tests of pure logic, loud on surprises.
 
-Rules map a command line (exact string or compiled regex, matched against the
-*display* form so secrets never need to appear in tests) to a canned result or
-to a callable. A tiny in-memory file system answers the file-handling commands
-``Host.put``/``Host.get`` send (``mkdir -p``, ``sha256sum``, ``mv -f``, ``rm -f``),
-so transfer verification is tested without a network.
-
-    fake = FakeTransport("node1")
-    fake.on("hostname", stdout="node1\\n")
-    fake.on(re.compile(r"^sleep "), timed_out=True)
-
-``spawn`` answers from ``on_spawn`` rules with a :class:`FakeProcess`: a scripted running
-command that prints its lines, replies to what is written to its stdin, and ends when its
-script says so (or when killed), so the launcher, the relay chain and the supervisor protocol
-run without a host::
-
-    fake.on_spawn(re.compile(r"supervisor"), lines=["STARTED 7"], ends=False,
-                  replies={"KILL": ["KILLED stdin-kill", "DONE"]})
+Usage: docs/internals/core.md.
 """
 
 from __future__ import annotations

@@ -1,33 +1,7 @@
-"""SSH transport over paramiko: the only module that imports paramiko (``config.sshconfig`` borrows its
-ssh_config parser).
+"""SSH transport over paramiko: the only module that imports paramiko (``config.sshconfig`` borrows
+its ssh_config parser) and translates its errors into ``framework.errors``.
 
-One long-lived connection per host, one channel per command. Host keys are
-verified by default (a pinned ``host_key`` or ``known_hosts``); ``accept-new``
-records unseen keys; ``insecure`` is explicit and logged loudly; a changed key
-is always refused with both fingerprints. Paramiko and socket errors are
-translated into ``framework.errors`` here and nowhere else.
-
-Every command is wrapped by ``commands.with_pgid`` so its first stderr tells us
-the remote process group (and the login shell), even after login-shell noise; a
-timeout (or Ctrl-C) kills that group over a second channel, TERM then KILL, so the
-remote command really ends.
-
-Every wait is bounded: a keepalive that expects sshd's reply goes out every
-:data:`KEEPALIVE_INTERVAL` seconds, and a connection whose host leaves one
-unanswered for :data:`KEEPALIVE_DEADLINE` seconds (a host that stops reading: a
-stopped sshd, a hung kernel, a dead link that TCP has not noticed) is declared
-lost, naming the host, and closed: every command, process and transfer on it ends
-as on a lost link. SFTP operations time out after :data:`SFTP_TIMEOUT`; the kill
-channel's exit status is awaited at most a few seconds. The first command on a connection runs in ``/bin/sh``; once
-the login shell is known to be POSIX (bash, dash, sh) later ones run in it directly.
-
-A host behind a jump host (``HostSpec.jump``) is reached the way ``ssh -J`` does it: one SSH
-connection to the jump, a ``direct-tcpip`` channel from it to the host's sshd, and the host's own SSH
-session over that channel. The jump is an ``SshTransport`` of its own: its host key is checked with
-the same known_hosts and policy (a changed key refuses, naming the jump), it has its own keepalive
-watchdog and connect timeout. Hosts behind the same jump (same address, port, user, key, known_hosts
-and policy) share one connection (channels are independent; paramiko's Transport is thread-safe); it
-closes when the last of them closes.
+Host keys, keepalives, remote process groups and jump hosts: docs/internals/core.md.
 """
 
 from __future__ import annotations

@@ -1,21 +1,6 @@
 """Running an unmodified URMA harness tree (``test/intergration_test``) under camit's plugin.
 
-:func:`detect` (this plugin's ``pytest_load_initial_conftests``, before any conftest loads; camit's plugin loads this
-one) looks for a harness root above each path argument: a folder holding ``test_framework/ubus_test/base_test.py``.
-For each one:
-
-1. camit's :mod:`framework.urma.shims` modules go into ``sys.modules`` as ``common``,
-   ``common.constants``, ``common.host``, ``common.utils``, ``common.check_resource``,
-   ``ubus_test``, ``ubus_test.base_test``, so they win over the tree's own files whatever
-   ``sys.path`` says; the tree's ``test_framework`` goes on ``sys.path`` for its ``app`` layer;
-2. the root's ``conftest.py`` is blocked (imported by pytest, never registered):
-   :class:`HarnessPlugin` does its work instead, per test, from the collected item: the suite folder
-   on ``sys.path`` (``from public import ...``), ``const.CASE_PATH``/``CASE_DIR``/``CASE_NAME``,
-   ``const.TMOUT`` = the test's ``@pytest.mark.timeout``, else ``--timeout``, else 300; ``random``
-   is seeded by camit (``--random_seed``, upstream's spelling, is camit's seed),
-   ``const.CASE_LOG_PATH`` goes into the run folder. ``--timeout`` and the ``timeout`` marker are
-   declared when pytest-timeout is absent (then nothing kills a test at its limit; only commands are
-   bounded by it).
+Design: docs/internals/urma.md.
 """
 
 from __future__ import annotations

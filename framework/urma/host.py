@@ -1,25 +1,7 @@
 """URMA's ``UBUSHost`` and ``BackgroundCmdRes`` (``test_framework/common/host.py``) on camit's
 hosts.
 
-What differs from camit's own :class:`~framework.base_test.UrmaHost`, so upstream code runs
-unchanged:
-
-- output as a pty gave it (upstream ran ``conn.run(..., pty=True)``): a shell-text command runs with
-  ``exec 2>&1`` first, so stderr is in ``.stdout``, and lines end in ``\\r\\n`` (``split("\\r\\n")``
-  finds them); a failed command's output is kept for the test's failure text;
-- ``timeout=0`` is ``const.TMOUT``: the running test's pytest-timeout limit (marker, ``--timeout``,
-  300);
-- a background command's ``ret`` is None while it runs (never blocks), ``pid`` is set when
-  ``exec_cmd`` returns; ``check_resource``/``all_pid``/``stop_check_resource`` sample it from /proc;
-- ``put_file``/``get_file``/``try_put``/``try_get`` copy host to host through the controller (one
-  tar archive each way, sha256-verified by :meth:`Host.put <framework.hosts.Host.put>`/``get``),
-  never host-to-host scp; a destination under ``const.CASE_LOG_PATH`` is the controller's
-  (upstream's controller was host1); a failed copy is logged and noted, not raised, as upstream's
-  scp was;
-- ``capture_log``, ``get_child_pid``, ``get_process_pid``, ``reconnect`` as upstream's. Unlike
-  upstream, an unreachable host raises ``HostError`` naming it (upstream returned None). What stays
-  unprovided (``conn``, ``conn_pid``, ``passwd``, ``info``, ``ns_list``) raises an AttributeError
-  naming the upstream member.
+What differs from camit's own ``UrmaHost``: docs/internals/urma.md.
 """
 
 from __future__ import annotations

@@ -1,14 +1,7 @@
-"""URMA's "Preparation": the harness tree (and the umdk ``src`` tree beside it) at the same path on
-every host.
+"""URMA's "Preparation": the harness tree (and the umdk ``src`` tree beside it) at the same path
+on every host.
 
-Compiled cases ``cd`` into ``test_framework/app/<module>`` and include files of the umdk ``src``
-tree by relative paths, so the whole tree has to be there, not a case's folder. :func:`ship_tree`
-does it once per session with :func:`framework.samepath.prepare` (the folders judged and made, each
-file's sha256 on the host; a file there with other content is refused, never overwritten),
-then the files the host lacks go as **one** tar archive through :meth:`Host.put
-<framework.hosts.Host.put>` (sha256 verified on the host), unpacked at ``/`` and the archive
-removed. What was written is a :class:`~framework.samepath.Shipment`, taken away at the end of the
-session.
+Design: docs/internals/urma.md.
 """
 
 from __future__ import annotations

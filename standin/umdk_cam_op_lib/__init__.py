@@ -1,14 +1,7 @@
 """CPU stand-in for UMDK CAM's `umdk_cam_op_lib` (MoE dispatch/combine operators), for the camit lab.
 
-Importing registers `torch.ops.umdk_cam_op_lib.{fused_deep_moe, get_dispatch_layout, moe_dispatch_prefill,
-moe_combine_prefill}` with the upstream schemas (umdk `00cc16f1`) and CPU kernels implementing the
-upstream semantics over torch.distributed (gloo); the same ops are module functions here.
-
-- `group_ep`: pass `group_name(group)` (the group's c10d name; WORLD by default) where the real ops take
-  the HCCL communicator name. `rank`/`num_ranks` must match the group.
-- Like the real ops, calls need the CAM vendor `set_env.bash` sourced (a `libcust_opapi.so` on
-  `LD_LIBRARY_PATH`), checked at call time; `CAMIT_STANDIN_NO_OPAPI_CHECK=1` skips the check.
-- Argument errors raise RuntimeError in TORCH_BIND_ASSERT's `Failed: Assertion error …` format.
+Importing registers the four ops with the upstream schemas (umdk `00cc16f1`) and CPU kernels over
+torch.distributed (gloo). Design: docs/internals/standin.md.
 """
 
 from __future__ import annotations

@@ -1,11 +1,6 @@
 """Process groups and row transport over torch.distributed (gloo) for the collective ops.
 
-`group_ep` names a process group. On NPU it is the HCCL communicator name; on CPU the stand-in uses the
-group's `group_name` (`group_name(group)`), resolved back with c10d's own name table, so no registry of
-ours can go stale when groups are destroyed and recreated.
-
-Rows travel as raw bytes: every column is viewed as uint8 and packed into one (n, bytes) tensor, so one
-`all_to_all_single` moves any mix of dtypes bit-exactly (bf16/fp16 included, whatever gloo supports).
+Design: docs/internals/standin.md.
 """
 
 from __future__ import annotations

@@ -1,12 +1,8 @@
-"""The CAM ops' contract as data (umdk 00cc16f1), read alike by the op stand-in and the rank-side suite.
+"""The CAM ops' contract as data (umdk 00cc16f1), read alike by the op stand-in and the rank suite.
 
-One file, shipped twice byte for byte: ``suites/cam/rank/camcontract.py`` (the suite) and
-``standin/umdk_cam_op_lib/_contract.py`` (the stand-in wheel); tests/unit/suites/test_cam_contract.py keeps them
-equal. Stdlib only. Each :class:`Limit` is one checked (or documented) quantity: its valid range (the API
-guide's range intersected with the check's), what the check refuses, where the check lives (``pybind``:
-TORCH_BIND_ASSERT ``Failed: Assertion error ...``; ``tiling``: OPS_LOG_E, surfacing as ``call aclnnXxx
-failed``; ``opdef``: the op definition's DataType lists, refused by the aclnn call; ``none``: unchecked, outside
-the range the kernel's result is undefined), the upstream file:line and the text the refusal names it by.
+One file, shipped twice byte for byte (``suites/cam/rank/camcontract.py``,
+``standin/umdk_cam_op_lib/_contract.py``; a test keeps them equal). Stdlib only. What a
+:class:`Limit` holds and where each check lives upstream: docs/internals/cam-suite.md.
 """
 
 from __future__ import annotations

@@ -1,11 +1,6 @@
 """The ops run on the NPU only: a tensor argument not on the device is refused, naming the argument.
 
-Upstream registers every op's kernel for the NPU alone (umdk `src/cam/comm_operator/pybind/*.cpp`,
-`TORCH_LIBRARY_IMPL(umdk_cam_op_lib, PrivateUse1, m)`): CPU tensors never reach a kernel that works. On an
-emulated Ascend host (the torch_npu stand-in imported) the stand-in's kernels see the host memory of the
-npu arguments (`torch_npu._tensor.is_device`); any other tensor is refused here, before any check of the
-op, with one line naming the op and the argument. Without torch_npu (a CPU/gloo host) there is no device
-and nothing is checked.
+The upstream rule it mirrors: docs/internals/standin.md.
 """
 
 from __future__ import annotations

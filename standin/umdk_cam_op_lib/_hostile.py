@@ -1,13 +1,7 @@
-"""What the stand-in puts where the kernels leave a result undefined: the worst plausible, reproducibly.
+"""What the stand-in puts where the kernels leave a result undefined: the worst plausible,
+reproducibly.
 
-- memory the op allocates with ``at::empty``/``torch::empty`` and the kernel never writes holds garbage:
-  NaN, values near the dtype's limits and random bits, never zeros (``garbage``);
-- an expert id outside its documented range is used by the kernel as an index into on-chip (UB) buffers
-  (umdk ``ascend_kernels/dispatch_layout/op_kernel/dispatch_layout.h:112-160``): a silent overwrite of a
-  neighbouring value, no trap (``corrupt``). No device fault is promised, so none is raised.
-
-Seeded from the op's name and the shapes (``CAMIT_STANDIN_SEED`` adds to it): the same call gives the same
-garbage, so a failure it causes reproduces.
+Design: docs/internals/standin.md.
 """
 
 from __future__ import annotations

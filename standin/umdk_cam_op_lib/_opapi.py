@@ -1,16 +1,6 @@
 """How an op reaches its aclnn API: `libcust_opapi.so` by bare name, as CAM's pybind does.
 
-Mirrors umdk `src/cam/comm_operator/pybind/pytorch_extension/pytorch_npu_helper.hpp`: `EXEC_NPU_CMD(aclnnXxx,
-...)` looks up `aclnnXxxGetWorkspaceSize` and `aclnnXxx` with `GetOpApiFuncAddr`, which dlopens
-`libcust_opapi.so` by bare name (so only LD_LIBRARY_PATH, the ld cache or an RPATH find it: the CAM vendor
-`bin/set_env.bash` of new msOpGen templates prepends `<install>/vendors/<vendor>/op_api/lib`), takes the
-symbol from it, else falls back to `libopapi.so` (CANN's own). Missing → `TORCH_CHECK` at the op call, not
-at import, with the text of that macro (including its missing space before "not found").
-The lab's CAM `.run` installs a real `libcust_opapi.so` exporting both symbols of every stand-in op.
-A successful lookup is remembered for the process (upstream's function-local statics); a failed one is
-retried at the next call (upstream keeps the null handle: either way the process must be restarted with
-LD_LIBRARY_PATH set, since the loader reads it once at start-up).
-`CAMIT_STANDIN_NO_OPAPI_CHECK=1` turns the lookup off (unit tests).
+The upstream lookup it mirrors: docs/internals/standin.md.
 """
 
 from __future__ import annotations

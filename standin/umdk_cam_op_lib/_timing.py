@@ -1,15 +1,7 @@
 """Modelled op time, lab only: a knob makes each prefill op and fused_deep_moe last
 ``bytes / bandwidth + latency`` (stand-in).
 
-Upstream has no such knob: a real op's time is the hardware's. The lab's ops run on shared CPU cores, so
-their times say nothing; with ``CAMIT_STANDIN_OP_BW_GBPS`` set the op sleeps until ``start + model`` (start
-at its entry) and the perf sweep, which times with the host clock around the device's synchronize
-(``suites/cam/rank/test_sweep_rank.py``), measures the model: a known answer for the harness's arithmetic.
-An op whose own work outlasts its model says so on stderr. ``bytes`` is the perf row's ``S``
-(``framework/perf/row.py``): the rows one rank sends, each token's ``top_k`` copies of ``hidden`` elements,
-for dispatch, combine and fused_deep_moe alike (equal token counts on every rank, as in the sweep, make it
-the mean over the ranks). ``CAMIT_STANDIN_SLOW_RANKS=3:1.1,5:1.2`` multiplies the named ranks' (the op's
-``rank`` argument) modelled time. All unset: nothing is modelled or waited for.
+The knobs: docs/internals/standin.md.
 """
 
 from __future__ import annotations

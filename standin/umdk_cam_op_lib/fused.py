@@ -1,38 +1,6 @@
 """`fused_deep_moe` (cam-ops.md §6): dispatch + int8 grouped FFN (SwiGLU) + combine in one op.
 
-Per token copy (t, k) with e = expert_ids[t, k]: optional smooth scale `expert_smooth_scales[e]`; dynamic
-per-token int8 quantisation (scale sx); dispatch to the rank owning e; GMM1
-`h = (q_x @ W1[e]).int32 · w1_scale[e][col] · sx` (width 2I); SwiGLU with the left half activated,
-`a = silu(h[:, :I]) · h[:, I:]`, `silu(v) = v / (1 + exp(−v))`; re-quantisation (sa); GMM2
-`y = (q_a @ W2[e]) · w2_scale[e][col] · sa` cast to x's dtype; combine
-`output[t] = Σ_k expert_scales[t, k] · y(t, k)` (float32 accumulation, cast to x's dtype).
-
-Weights are the ND arrays: coupled (each list holds one (L, …) tensor) or separated (L tensors). The
-shared expert (all four `share_*` given) runs the same FFN on the local x into `share_output`, which is
-garbage otherwise (at::empty, pybind fused_deep_moe.cpp:61-62); output rows past the active count are garbage
-too (`_hostile`: NaN, huge values).
-Outputs: [output (bs, H), share_output (bs, H), expert_token_nums (L,) int64 = copies per local expert].
-Integer matmuls run in float64, which is exact for int8 operands at these sizes.
-
-Strict and lax as upstream (umdk 00cc16f1):
-- formats (op definition `ascend_kernels/fused_deep_moe/op_host/fused_deep_moe.cpp`, the `Input(...)` blocks):
-  gmm1/gmm2 weights and the shared-expert weights are FRACTAL_NZ. When torch_npu is imported, every such
-  tensor must be tagged NZ (`torch_npu.get_npu_format(t) == Format.FRACTAL_NZ`), else the aclnn call fails
-  (EZ9999); without torch_npu (CPU host) formats are not known and not checked. The data is read in ND order.
-- `x_active_mask` is a count (`TokenActiveMaskCal`: Sum → activeMaskBsCnt, in
-  `op_kernel/.../grouped_matmul_slice_m_per_token_dequant_swiglu_quant_multistage_workspace.h`): the first
-  sum(mask) tokens are processed, whatever the mask's pattern; the other output rows are undefined (garbage).
-- tiling `op_host/fused_deep_moe_tiling.cpp`: bs <= 256, H in [512, 7168], gmm1 width 2I in [1024, 6144]
-  and divisible by 1024 (also the shared expert's), top_k <= 12 and <= E, E in (0, 512], E % ranks == 0,
-  ep_rank_id in [0, ranks), global_bs (0 = bs·ranks) divisible by ranks, and the HCCL_BUFFSIZE window
-  (default 200 MB) >= L·global_bs·H·2·2 bytes; failures are EZ9999 (`_tiling`).
-- dtypes: the op definition's DataType lists (fused_deep_moe.cpp:16-211; `_contract.FUSED_*`): x bf16/fp16,
-  expert_ids int32, expert_scales and smooth scales fp32, x_active_mask bool, weight scales one of its
-  (x, gmm1 scale, gmm2 scale) columns; anything else is refused by the aclnn call (text ours: the generated
-  aclnn dtype check is not in the sources).
-- expert ids: -1 is the documented placeholder (API guide: range [-1, num_experts)): that copy is skipped.
-  Any other id outside [0, E) is undefined: the copy is lost and the token's output row is garbage (no fault).
-- pybind has only the two dim checks; the stand-in's own shape/list checks (`_assert.standin_limit`) say so.
+The arithmetic and what is strict and lax as upstream (with its files): docs/internals/standin.md.
 """
 
 from __future__ import annotations

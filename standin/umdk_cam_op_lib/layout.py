@@ -1,19 +1,7 @@
-"""`get_dispatch_layout` (cam-ops.md §3): per-expert counts and each copy's slot in its expert bucket.
+"""`get_dispatch_layout` (cam-ops.md §3): per-expert counts and each copy's slot in its expert
+bucket.
 
-Local computation only (no communication): `num_tokens_per_expert[e]` = number of (t, k) with
-`topk_idx[t, k] == e` (int32, (E,)); `send_token_idx_small[t, k]` = number of earlier entries, in row-major
-(t, k) order, with the same expert (int32, (T, K)).
-
-Checks, as upstream has them (umdk 00cc16f1):
-- pybind `src/cam/comm_operator/pybind/get_dispatch_layout.cpp`: `topk_idx.dim() == 2`, contiguous,
-  `num_experts > 0` (TORCH_BIND_ASSERT) — and no check of the ids' values;
-- tiling `src/cam/comm_operator/ascend_kernels/dispatch_layout/op_host/dispatch_layout_tiling.cpp`:
-  ranks in (0, 384], experts in (0, 512], experts % ranks == 0, top_k in (0, 16], tokens in (0, 8000]
-  (EZ9999, see `_tiling`).
-An id outside [0, E) (API guide: range [0, num_experts)) is used by the kernel as an index into its UB
-buffers (op_kernel/dispatch_layout.h:112-160): no error, no fault, a silent stray write. Here: that copy is
-not counted, and one element of the outputs is overwritten with garbage (`_hostile.corrupt`).
-Limits: `_contract.LIMITS["layout.*"]` (the same data the suite's case generators read).
+The checks, as upstream has them: docs/internals/standin.md.
 """
 
 from __future__ import annotations

@@ -1,33 +1,6 @@
 """`moe_dispatch_prefill` and `moe_combine_prefill` (cam-ops.md §4, §5) over torch.distributed.
 
-Notation: R ranks, T tokens, K = top_k, H hidden, E experts, L = E / R local experts; expert e lives on
-rank e // L as local expert e % L.
-
-Dispatch:
-1. NotifyDispatch, an all-to-all of counts: `cnt[d][l][s] = ntpe_s[d*L + l]`. On destination d the groups
-   are ordered by `i = l*R + s`; `recv_count_d` is the inclusive prefix sum of `cnt[d]` over i,
-   `R_d = Σ cnt[d]`, `recv_tokens_per_expert_d[l] = Σ_s cnt[d][l][s]` (int64).
-2. MoeDispatchNormal: copy (s, t, k) of local expert l lands on d at row
-   `recv_count_d[l*R+s] − cnt[d][l][s] + send_token_idx_small_s[t, k]`, with triple (s, t, k) (k is the
-   top-k slot, as the kernel computes it) and, with `use_quant`, quantised per row (see `quant`).
-   max(R_d, 1) rows are allocated (torch::empty, moe_dispatch_prefill.cpp:97-101): a spare row, and
-   dynamic_scales_out without use_quant, hold garbage (`_hostile`), as never-written memory does.
-
-Checks as upstream (umdk 00cc16f1): the pybind TORCH_BIND_ASSERTs of
-`src/cam/comm_operator/pybind/moe_dispatch_prefill.cpp` / `moe_combine_prefill.cpp`, then the tiling of
-`ascend_kernels/moe_dispatch_normal/op_host/moe_dispatch_normal_tiling.cpp` (ranks [2, 384], experts
-(0, 512] and divisible by ranks, tokens [1, 8000], H in [1024, 7168], x bf16/fp16, top_k in (0, min(16, E)])
-and `moe_combine_normal/op_host/moe_combine_normal_tiling.cpp` (H of x in [1024, 7168], x bf16/fp16, tokens of
-topk_weights [1, 8000]), failing with EZ9999 (`_tiling`), and both HCCL_BUFFSIZE window checks (dispatch:
-maxBs = the most tokens of any rank, learnt in NotifyDispatch; combine: this rank's tokens; formulas in
-`_contract`). Limits are `_contract.LIMITS["dispatch.*"/"combine.*"]`, the data the suite reads.
-Ids outside [0, E) are undefined (API guide [0, num_experts)): those copies are dropped and one received
-row is overwritten with garbage (a stray write, no fault).
-Checks upstream lacks, which the stand-in needs to move rows (counts matching topk_idx, rank/size of the
-group, triples in range), fail with the stand-in's own text (`_assert.standin_limit`), never upstream's.
-
-Combine: each received row goes back to slot t·K + k of its source, which computes
-`out[t] = Σ_k topk_weights[t, k] · row(t, k)` accumulating in float32, cast to x's dtype.
+The arithmetic and the checks, as upstream has them: docs/internals/standin.md.
 """
 
 from __future__ import annotations

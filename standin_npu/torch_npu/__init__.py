@@ -1,15 +1,7 @@
 """CPU stand-in for ``torch_npu`` (Ascend's PyTorch adapter), for camit's emulated Ascend lab.
 
-Lab-only test scaffolding: nothing runs on an NPU. ``import torch_npu`` does what the camit suites and
-UMDK's CAM UTs rely on (README.md lists what is faithful and what is not):
-
-- ``torch.device("npu", i)`` is valid (the PrivateUse1 backend renamed "npu", with hooks saying no
-  accelerator is available, so torch itself keeps to the CPU); ``torch.npu`` / ``torch_npu.npu`` give the
-  device API; ``Tensor.npu()``, ``Module.npu()`` and ``.to("npu")`` keep tensors on the CPU;
-- ``torch_npu.Format``, ``npu_format_cast``, ``get_npu_format``, ``torch_npu.npu.config``;
-- the ``hccl`` backend of torch.distributed (``torch_npu.distributed``);
-- the golden ops of UMDK's CAM UTs (``torch_npu._ops``) on CPU over torch.distributed;
-- plogs (``torch_npu._plog``) and the device occupancy registry (``torch_npu._occupancy``).
+Lab-only test scaffolding: nothing runs on an NPU. What ``import torch_npu`` provides:
+docs/internals/standin-npu.md (faithful or not: README.md).
 """
 
 from __future__ import annotations

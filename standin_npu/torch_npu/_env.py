@@ -1,14 +1,7 @@
-"""What the stand-in reads from the environment: the emulated host, visible devices, timeouts, log level.
+"""What the stand-in reads from the environment: the emulated host, visible devices, timeouts,
+log level.
 
-The emulated host is configured by the lab (never by the code under test):
-
-- ``CAMIT_EMU_NPU_COUNT``: how many NPUs the host has (default 16, one A3 node's dies);
-- ``CAMIT_EMU_NPU``: path of a JSON file ``{"device_count": N, "registry_dir": "...", "linger_s": S}``;
-  any key may be missing, and the matching ``CAMIT_EMU_NPU_*`` variable wins over the file;
-- ``CAMIT_EMU_NPU_DIR``, ``CAMIT_EMU_NPU_LINGER``: the occupancy registry (read by
-  ``torch_npu._occupancy``, which is stdlib-only).
-
-The Ascend variables are read as torch_npu/CANN read them (each function names its upstream rule).
+The variables: docs/internals/standin-npu.md.
 """
 
 from __future__ import annotations

@@ -1,23 +1,7 @@
-"""Device faults and stuck kernels: what a broken kernel does to this process's stream (stand-in-only API).
+"""Device faults and stuck kernels: what a broken kernel does to this process's stream
+(stand-in-only API).
 
-On an NPU a kernel that writes out of bounds raises nothing where it is launched: the runtime reports it
-asynchronously, at the next synchronisation of that process's stream, and the stream stays unusable
-(every later synchronize or collective of the process fails again). The texts are torch_npu's:
-``NPU_CHECK_ERROR`` of ``aclrtSynchronizeDeviceWithTimeout`` (torch_npu/csrc/core/npu/NPUStream.cpp,
-``npuSynchronizeDevice``) with the code's text of torch_npu/csrc/core/npu/NPUErrorCodes.h, plus the
-runtime's ``EE9999`` detail and a RUNTIME plog line.
-
-A kernel that spins (a CAM kernel polling its peers' window flags in vector-core code, outside HCCL, so
-``HCCL_EXEC_TIMEOUT`` does not bound it) holds the stream until torch_npu's op-execute timeout: 547 s, set
-at device init (``kMaxOpExecuteTimeOut``, torch_npu/csrc/core/npu/sys_ctrl/npu_sys_ctrl.cpp), changed with
-``torch_npu.npu.set_op_timeout_ms(ms)`` (torch_npu/npu/utils.py, ``aclrtSetOpExecuteTimeOutV2`` in
-torch_npu/csrc/npu/Module.cpp). The next synchronize waits until the timeout has passed since the kernel
-started, then fails with 507034 (vector core) or 507014 (aicore) "execution timed out", and the stream
-stays unusable as after a fault.
-
-``torch_npu.npu._standin_fault(code)`` records a fault, ``torch_npu.npu._standin_stuck(code)`` a spinning
-kernel. The real torch_npu has neither: an op library calls them only when ``getattr(torch_npu, "STANDIN",
-False)``. Nothing here knows any op library.
+The torch_npu behaviour it mirrors: docs/internals/standin-npu.md.
 """
 
 from __future__ import annotations

@@ -1,22 +1,6 @@
 """NPU storage formats: ``torch_npu.Format``, ``npu_format_cast``, ``get_npu_format``.
 
-On torch_npu the format lives in the storage's descriptor (``NPUStorageImpl::npu_desc_``), so views,
-``nn.Parameter`` and ``unbind`` share it. The stand-in keeps it the same way: as an attribute of the
-tensor's ``UntypedStorage`` object (torch keeps one Python object per storage while it lives). The data
-stays in ND order: only the tag changes, which is what an op checks before it accepts a weight.
-
-Rules mirrored:
-- the enum values: torch_npu/npu/_format.py;
-- a cast between base formats only retags the tensor and returns it (FormatCastKernelNpu.cpp,
-  ``_npu_format_cast`` -> ``format_cast_as_base_format``);
-- a cast to an internal format makes a new tensor; with ``allow_internal_format`` False it gets the
-  base format instead, with a warning once (TensorFactories.cpp, ``unsafe_empty_with_format``), and
-  NZ for fewer than 2 dims gives ND, with a warning once (InferFormat.cpp, ``GuessStorageFormat``).
-  ``allow_internal_format`` defaults to False, as on A2/A3 (npu_sys_ctrl.cpp,
-  ``SetDefaultAllowInternalFromatDisable``); that matches the aclop path, not CANN >= 9.1's aclnn path;
-- an untagged tensor is ND, NCHW (4 dims) or NCDHW (5 dims) (InferFormat.cpp, ``GuessBaseFormat``);
-- ``clone`` keeps the format (NPUNativeFunctions::clone through ContiguousOptimizeWithAnyFormat for
-  contiguous sources; upstream's fallback for other views gives ND and is not modelled).
+The rules mirrored, with their torch_npu files: docs/internals/standin-npu.md.
 """
 
 from __future__ import annotations

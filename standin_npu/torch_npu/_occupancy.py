@@ -1,17 +1,6 @@
 """Device occupancy: which process holds which NPU, for the lab's fake ``npu-smi``.
 
-Writer (this process): the first time it sets a device, it writes ``<registry_dir>/<pid>.json``
-(``{"pid", "start_ticks", "name", "devices": [physical ids], "logical": [...], "linger_s"}``), touches it
-every second while alive, and removes it at normal exit (``atexit``). A process killed by a signal or
-aborted leaves the file behind.
-
-Reader (:func:`occupants`): a record is listed while its pid is alive (same process start time, so a
-reused pid does not count), or, once dead, for ``linger_s`` seconds after its last heartbeat, as a real
-NPU stays busy for a while after a kill. Expired records are pruned by the reader.
-
-Stdlib only and free of package imports, so a fake ``npu-smi`` can load this file by path without
-importing torch: ``importlib.util.spec_from_file_location("occupancy", <path>)``, then put the module in
-``sys.modules`` before executing it (its dataclass needs that).
+Stdlib only, loadable by path without torch. Design: docs/internals/standin-npu.md.
 """
 
 from __future__ import annotations

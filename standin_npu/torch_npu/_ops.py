@@ -1,32 +1,6 @@
 """The torch_npu ops UMDK's CAM UTs use as their golden path, on CPU (over torch.distributed).
 
-Signatures are the keywords test/cam/ut/fused_deep_moe/test_fused_deep_moe.py (umdk 00cc16f1) passes;
-semantics follow the op-plugin API documentation of each op:
-
-- ``npu_moe_distribute_dispatch_v2``: each active token's copy (t, k) goes to the rank owning expert
-  ``expert_ids[t, k]`` (experts split evenly, E / ep_world_size per rank); ``quant_mode=2`` quantises
-  each copy to int8 per row (``scale = max|row| / 127``, after the smooth ``scales[e]`` if given).
-  Received rows are ordered by local expert, then source rank, then token and k. ``x_active_mask``
-  counts: its sum is the number of leading tokens sent (the A3 kernels require trues first).
-- ``npu_moe_distribute_combine_v2``: sends each row back to its token and returns
-  ``x[t] = sum_k expert_scales[t, k] * y(t, k)`` in the rows' dtype (float32 accumulation); inactive
-  tokens are 0.
-- ``npu_grouped_matmul`` (group_type 0, one x / one weight, split_item 2 or 3): rows grouped by
-  ``group_list`` (counts with group_list_type 1, cumulative with 0); int8 x int8 gives the raw int32
-  sums unless ``scale`` (per expert and column) and ``per_token_scale`` (per row) dequantise to
-  ``output_dtype``; float inputs are a plain matmul.
-- ``npu_dequant_swiglu_quant`` (quant_mode 1): ``h = x * weight_scale[group] * activation_scale[row]``,
-  SwiGLU ``silu(h[:, :I]) * h[:, I:]`` (activate_left), dynamic int8 per row -> (int8, float32 scale).
-- ``npu_dynamic_quant``: int8 per row of ``x * smooth_scales`` -> (int8, float32 scale).
-- ``npu_quant_matmul``: int8 GEMM; int32 output is the raw sum, another dtype applies ``scale`` per
-  column and ``pertoken_scale`` per row.
-
-Each runs on the device (``torch_npu._tensor.device_kernel``): npu tensors in, npu tensors out; CPU
-tensors are refused as the dispatcher refuses them for an op registered for the NPU only.
-Not supported (a RuntimeError says so): tensor parallel (tp_world_size > 1), shared-expert ranks,
-expert_shard_type != 0, static quantisation, other split_item / group_type values.
-Integer GEMMs run in float64, exact for int8 operands at these sizes. Rounding is half to even, as the
-kernels' CAST_RINT.
+Each op's semantics and what is not supported: docs/internals/standin-npu.md.
 """
 
 from __future__ import annotations

@@ -1,11 +1,6 @@
 """Host-side Ascend logs ("plogs"), written where and how CANN writes them.
 
-Root: ``$ASCEND_PROCESS_LOG_PATH`` > ``$ASCEND_WORK_PATH/log`` > ``$HOME/ascend/log`` (CANN environment
-variable reference, ASCEND_PROCESS_LOG_PATH / ASCEND_WORK_PATH); file
-``<root>/debug/plog/plog-<pid>_<yyyymmddHHMMSSmmm>.log``, created at the first line written. A line reads
-``[ERROR] HCCL(2717288,python3):2025-07-23-03:47:57.070.463 [file.cc:100] message`` (the captured plogs
-in camit's tests/data/ascend, which framework/cores/logs.py scans). Lines below
-``ASCEND_GLOBAL_LOG_LEVEL`` are dropped; ``ASCEND_SLOG_PRINT_TO_STDOUT=1`` prints them instead.
+Design: docs/internals/standin-npu.md.
 """
 
 from __future__ import annotations

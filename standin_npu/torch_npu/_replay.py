@@ -1,12 +1,6 @@
 """Facts a calibration bundle recorded on real hosts, replayed by the stand-in's own error paths.
 
-``python -m framework.lab up --npu a3 --calibration BUNDLE`` writes ``torch-facts.json`` beside the
-emulated host file ``$CAMIT_EMU_NPU`` (fact key -> the value ``camit calibrate`` recorded, e.g.
-``"TypeError: can't convert npu:0 ..."``). Where the stand-in raises the error of such a fact it
-raises the recorded type and text instead of its built-in one (:data:`REPLAYED`), with the recorded
-``npu:0`` (the probe's device) turned into the device at hand. A value that is not ``<Error>: text``
-(say ``no error: ...``: the real call did not fail) is not replayed: the built-in error stays, and
-``camit calibrate --compare`` keeps naming the fact. Read once per process; no file, no replay.
+Design: docs/internals/standin-npu.md.
 """
 
 from __future__ import annotations

@@ -1,19 +1,6 @@
 """Device identity: a tensor on ``npu`` is an :class:`NpuTensor`, a different device from the CPU.
 
-Design: a wrapper tensor subclass (``_make_wrapper_subclass``, device ``npu:<i>``, the PrivateUse1 name)
-around a CPU tensor holding its values (``_host``). Every aten op on it reaches ``__torch_dispatch__``,
-which runs the op on the host tensors and wraps the results on the same device. As on a real device:
-
-- an op mixing ``npu`` and CPU tensors (other than 0-dim CPU scalars, CPU indices, and the copies
-  ``copy_`` / ``to``) fails with torch's ``Expected all tensors to be on the same device`` text;
-- ``torch.empty``/``ones``/``zeros``/``randn``/``tensor``/``arange``... with ``device="npu"`` and
-  ``.to("npu")`` allocate through the PrivateUse1 ``empty`` kernels registered here;
-- an op library's kernel (any op outside ``aten``/``prim``) runs on the host tensors of its npu
-  arguments (:func:`device_op`): what it allocates is device memory, its results come back on npu;
-- ``.numpy()`` refuses with torch's text for a device tensor (torch/csrc/utils/tensor_numpy.cpp) until
-  ``.cpu()``, which gives a real CPU tensor (a copy).
-
-Needs torch 2.13 (``_make_wrapper_subclass``, PrivateUse1 kernels from Python; the stand-in pins it).
+Needs torch 2.13. Design: docs/internals/standin-npu.md.
 """
 
 from __future__ import annotations

@@ -1,18 +1,7 @@
-"""CPU stand-in for ``torchair`` (Ascend's torch.compile backend), enough for UMDK's CAM UTs and samples.
+"""CPU stand-in for ``torchair`` (Ascend's torch.compile backend), enough for UMDK's CAM UTs and
+samples. Lab-only test scaffolding.
 
-``get_npu_backend(compiler_config=...)`` returns a torch.compile backend that runs the captured FX graph
-as it is (Dynamo's ``eager`` backend): no graph engine (GE) compilation and no aclgraph capture. The API
-follows Ascend's TorchAir guide (``get_npu_backend(*, compiler_config=None, custom_decompositions={})``
-returns the backend ``torch.compile`` takes; ``get_compiler(compiler_config)`` the FX-graph compiler;
-``CompilerConfig().mode`` is "max-autotune" (GE, the default) or "reduce-overhead" (aclgraph)).
-
-As the CAM ops allow it (umdk ``doc/en/cam/CAM API Guide.md``: fused_deep_moe "Support aclgraph only when
-graph in on"; get_dispatch_layout / moe_dispatch_prefill / moe_combine_prefill "Do not support dynamic graph
-when in GE mode; Do not support fullgraph=true"; umdk ships no GE converter for them, and its only compiled
-use is ``config.mode = "reduce-overhead"`` in ``src/cam/examples/fused_deep_moe_sample.py``), a graph holding
-a ``umdk_cam_op_lib`` op is refused in GE mode ("max-autotune") and under ``fullgraph=True``, with an error
-citing the guide; in "reduce-overhead" mode it runs. Graphs without CAM ops compile in any mode.
-Lab-only test scaffolding.
+What is refused in which mode, from the CAM API guide: docs/internals/standin-npu.md.
 """
 
 from __future__ import annotations

@@ -1,12 +1,6 @@
 """Shared parameters of the controller-side suite modules: the world sizes every CAM case runs at.
 
-:func:`world_params` is what ``conftest.py`` parametrizes ``world`` with (every test that takes it):
-the small sizes, ``2 x ranks per node`` and ``nodes x ranks per node`` of the env
-(:func:`framework.ranksuite.default_worlds`), so a case crosses nodes on any cluster, not only on one
-of two slots a node; a size the env (or this worker's host share) cannot host is skipped with the
-reason. Each is an A3 case: the CAM ops are built for ascend910_93 only (umdk's
-``operator_registry.json`` lists that SoC alone; its API guide: A3 only), so an A2 env skips
-them with the reason instead of failing.
+Why these sizes, and why A3 only: docs/internals/cam-suite.md.
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
-"""Controller-side suite: each test launches a rank-side module (suites/cam/rank) across the cluster.
+"""Controller-side suite: each test launches a rank-side module (suites/cam/rank) across the
+cluster.
 
-The rank-side tree runs only under torchrun on the hosts; it is never collected here. Under
-pytest-xdist each worker probes its own host share for the preflight tests once it has collected
-them (preflight_share.py), so every share's report exists whichever worker runs which test.
-Every test that takes ``world`` runs at the suite's world sizes (``camsuite.world_params``: the env's
-default worlds, each an A3-only case); a module with its own ``pytest_generate_tests`` (the upstream
-runner) parametrizes its own.
+Design: docs/internals/cam-suite.md.
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
-"""The preflight suite's probe through the session's resources, and the host shares' reports under xdist.
+"""The preflight suite's probe through the session's resources, and the host shares' reports
+under xdist.
 
-:func:`probe` runs ``framework.preflight`` on the cluster camit's plugin opened and leased for this
-process (unreachable hosts are probed as such, the reachable ones under the lease). Under ``-n N``
-each worker probes its own host share once it has collected the suite (:func:`publish_share`, from
-``conftest.pytest_collection_finish``) and writes the report into the session's shared temp dir;
-:func:`cluster_report` reads every share's report, so a worker can answer for any host.
+Design: docs/internals/cam-suite.md.
 """
 
 from __future__ import annotations

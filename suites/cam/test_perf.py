@@ -1,10 +1,7 @@
-"""Performance: dispatch and combine latency and bytes/s per rank, judged against the cluster's history.
+"""Performance: dispatch and combine latency and bytes/s per rank, judged against the cluster's
+history.
 
-Every run is added to ``<baseline-dir>/<cluster>.perf.sqlite`` (:mod:`framework.perf.history`); a metric whose
-series shows a change point for the worse, or whose newest point is far outside its segment, fails the test
-with the series, the change point and the step (:mod:`framework.perf.changepoint`). ``--baseline-margin F``
-judges by the old fixed margin instead; ``--update-baseline`` accepts the run as the new baseline (a step
-before it no longer fails) and also writes ``<cluster>.json`` as before.
+Design: docs/internals/cam-suite.md.
 """
 
 import json

@@ -1,17 +1,6 @@
 """Preflight as tests: one test per check per host, ids like ``test_check[host1-ssh]``.
 
-The same checks as ``camit check`` (``framework.preflight.run``), probed through the session's
-resources: the cluster camit's plugin opened and leased for this process (the env from ``--env``,
-``$CAMIT_ENV`` or the ini key ``camit_env``). Every host is probed once per session (one script, one
-round trip per host, through the cluster's bounded pool); each test then reports its own cell.
-``ok``/``warn`` pass (a warning is printed into the test's output), ``skip`` skips with the reason
-(NPU checks on CPU hosts), ``fail`` fails with the evidence, and an unreachable host fails its
-``ssh`` test while its other checks skip (the reachable hosts are leased and probed all the same).
-
-Under xdist (``-n N``) each worker probes its own host share, under its own lease, as soon as it
-has collected the suite (``conftest.pytest_collection_finish``), and writes that share's report to
-the session's shared temp dir; a test of a host in another worker's share reads that worker's
-report. Cross-host verdicts (versions, clock skew) are then judged within each share.
+How results map to outcomes, and xdist: docs/internals/cam-suite.md.
 """
 
 from __future__ import annotations

@@ -1,14 +1,6 @@
 """The perf sweep: ``pytest suites/cam -m perf [--perf-matrix quick|nightly|FILE]``.
 
-At every world size of the suite, one launch runs every configuration of the matrix (``framework.perf.matrix``:
-prefill dispatch, prefill combine and fused_deep_moe) — warm-up, timed iterations with each iteration's outputs
-hashed and required identical, and the reference all_to_all over the same group and bytes
-(``rank/test_sweep_rank.py``); the launch has the prefill ops' HCCL_BUFFSIZE and a larger one when a fused
-window needs it (``camsuite.sweep_env``). The controller writes one JSON line per configuration into the run's
-``perf-rows.jsonl`` (schema ``framework/data/perf-row.schema.json``), adds the run to the cluster's history
-beside the baselines, writes the series it judged into ``perf-history.json`` (the run's ``perf.html`` draws
-both) and fails on a regression with the series, the change point and the step. Without ``-m perf`` or
-``--perf-matrix`` the sweep is skipped, saying so: the default suite stays short.
+Design: docs/internals/cam-suite.md.
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
-"""Upstream CAM unit tests (``--umdk-src PATH``): ship the checkout's test/cam to the hosts and run each
-test file with the rank count it needs (4 for fused_deep_moe, 16 for the prefill ops) through the same
-launch, results in the same reports. Upstream's tests import torch_npu: they need an NPU env, and the CAM
-ops are A3-only (skipped with the reason on A2). A file that ran nothing (every case skipped, e.g. by
-upstream's SKIP_ENV_RANKSIZE_UNEQUAL guard at a wrong rank count) fails, showing the skip reasons.
-In coverage mode the ranks get ``ENABLE_COV=1`` (RankSuite.run): upstream's ``tool.is_run_for_cov()``
-reads it (its GE cases return early: graph mode has no operator coverage).
+"""Upstream CAM unit tests (``--umdk-src PATH``): ship the checkout's test/cam to the hosts and run
+each test file with the rank count it needs, results in the same reports.
+
+Design: docs/internals/cam-suite.md.
 """
 
 from pathlib import Path

@@ -1,32 +1,6 @@
 """The ``hccl`` backend of torch.distributed, built on gloo, with HCCL's timeouts and failure mode.
 
-``import torch_npu`` registers it for ``npu`` only, as torch_npu/_init/registry/distributed.py does
-(``dist.Backend.register_backend("hccl", ..., devices=["npu"])``): a CPU tensor in a collective fails with
-c10d's own ``No backend type associated with device type cpu``; npu tensors travel as their host memory.
-``init_process_group(backend="hccl")`` and ``new_group(backend="hccl", ranks=...)`` then create a
-:class:`ProcessGroupHCCL`: a Python ``ProcessGroup`` whose collectives run on an inner
-``ProcessGroupGloo`` (also registered as its backend, so c10d's group name and ``_resolve_process_group``
-work). ``group._get_backend(torch.device("npu")).get_hccl_comm_name(rank)`` returns the c10d group name;
-:func:`resolve_hccl_comm_name` turns it back into the group, for CPU op libraries.
-
-Timeouts, as torch_npu reads them (torch_npu/csrc/distributed/ProcessGroupHCCL.cpp, constructor):
-- exec: ``HCCL_EXEC_TIMEOUT`` (default 1836 s, 0 = never); connect: ``HCCL_CONNECT_TIMEOUT`` (120 s),
-  used for gloo's connection set-up;
-- watchdog: the process-group timeout; left at c10d's default (30 min) it becomes exec + 1800 s; set
-  explicitly to at most the exec timeout, the same warning as torch_npu is issued ("... The plog may not
-  be recorded.").
-
-A group whose peers do not all join within the connect timeout fails with HCCL's ``EI0006`` (and the
-link-establish plog lines naming the missing ranks). A collective that has not completed when the first
-of the two other timeouts expires fails as on an NPU:
-- exec first: an ``EI0002`` notify-wait line naming the peer rank(s) that never reached the collective
-  goes to the plog, then the watchdog's report and ``terminate called ...`` go to stderr and the process
-  aborts (SIGABRT);
-- watchdog first: ``Watchdog caught collective operation timeout: WorkHCCL(...)``, no plog line, abort.
-With ``TORCH_HCCL_ASYNC_ERROR_HANDLING`` 0 or 2 (no tear-down), the failure is raised as RuntimeError
-instead. A peer that died makes gloo fail early; the stand-in still waits out the timeout, as HCCL
-would. Peers are found by a store handshake at failure time (no cost on the normal path); without the
-store, the next rank in ring order is named.
+The timeouts and failures as torch_npu has them: docs/internals/standin-npu.md.
 """
 
 from __future__ import annotations

@@ -1,37 +1,7 @@
 """Rank-side runtime: runs inside every torchrun worker on the hosts (needs no camit install).
 
-- initialises the process group for the backend — hccl with torch_npu on NPU (device =
-  LOCAL_RANK), gloo on CPU — with the case timeout, and destroys it at the end (gloo
-  can SIGABRT at exit otherwise; torchrun-notes.md);
-- imports the op library after torch_npu, as the real one requires;
-- a barrier before every test, and seeds derived from the controller's ``CAMIT_SEED`` and the test id
-  (identical on every rank);
-- after every test the ranks agree (:func:`agree_after`, bounded): each says through the rendezvous store
-  whether its test failed, so every rank learns who failed; a rank whose peers have not arrived within
-  ``AGREE_TIMEOUT`` of a reported failure ends the launch at once naming the test and the missing ranks,
-  instead of leaving them in the op's collective until the case timeout. Then a small all-reduce of the
-  per-rank failure flags on WORLD proves the backend (and on NPU the device) still works; on hccl it is
-  bounded by HCCL's exec timeout;
-- ``@pytest.mark.poisons_device``: a test that faults its device on purpose (an out-of-range expert id);
-  after it only the store agreement runs, and any later test of the process is skipped with the reason;
-- the ``cam`` fixture: rank, world size, device, the op's own group and ``group_ep``. As upstream's UTs
-  do (umdk ``test/cam/ut/fused_deep_moe/test_fused_deep_moe.py``, ``dist.new_group(backend="hccl",
-  ranks=...)``), the ops get a dedicated group over all ranks, not WORLD: on NPU ``group_ep`` is that
-  group's HCCL communicator name (``get_hccl_comm_name``), on CPU the gloo group's c10d name. The
-  harness's barriers stay on WORLD;
-- ``cam.nz(t)``: a gmm weight as the kernels declare it (FRACTAL_NZ on NPU, with
-  ``allow_internal_format`` on, as upstream's fused UT sets it), the ND tensor on CPU;
-- with ``CAMIT_MODULE_RECORD=1`` (camit's ``--launch-per world``: several modules in one launch) each rank
-  appends its progress to ``camit-modules-rank<rank>.jsonl`` in its run folder, a JSON line per event:
-  ``start`` of a module, each ``test`` with its outcome once the ranks agreed on it, ``done`` after the
-  module's last test (the format framework/ranksuite/batch.py reads), so a crash later in the launch keeps what ran;
-- ``cam.sync()`` (the device's synchronize on NPU, where asynchronous kernel faults surface) and
-  ``cam.check_healthy(after)``: sync plus a small collective on the op's group; a rank whose device
-  is poisoned ends its process at once with the evidence, so its peers do not wait in a barrier
-  until the case timeout.
-
-Under plain pytest (no torchrun variables) every test is skipped with a reason that says
-so — never silently, unlike upstream's SKIP_ENV_RANKSIZE_UNEQUAL.
+Process group, seeds, the ranks' agreement after each test, the ``cam`` fixture and module
+records: docs/internals/cam-suite.md.
 """
 
 from __future__ import annotations

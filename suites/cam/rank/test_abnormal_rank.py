@@ -1,13 +1,6 @@
-"""Abnormal inputs: each must raise the op's own error on every rank — no crash, no hang.
+"""Abnormal inputs: each must raise the op's own error on every rank: no crash, no hang.
 
-Every case is invalid on every rank alike, so no rank is left waiting in a collective. Each is an input
-the op checks (a pybind TORCH_BIND_ASSERT or its tiling), outside exactly one entry of the contract
-(camcontract.LIMITS); inside ``raises`` the device is synchronised too, where an NPU reports what the call did
-not, and the error must be that entry's refusal: its check's error form and the quantity's name
-(``refused_for``), not any refusal. After
-each case a synchronize and a small all-reduce on the op's group prove the ranks healthy
-(``cam.check_healthy``). Expert ids outside [0, E) (or -1) are no case here: no op checks them, the result
-is undefined (test_bad_ids_rank.py records what happens).
+Design: docs/internals/cam-suite.md.
 """
 
 from __future__ import annotations

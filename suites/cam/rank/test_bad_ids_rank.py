@@ -1,15 +1,7 @@
-"""Expert ids outside [0, E): an observation, never a pass/fail contract. Each case runs alone, in a launch of
-its own.
+"""Expert ids outside [0, E): an observation, never a pass/fail contract. Each case runs alone, in
+a launch of its own.
 
-No op checks the ids' values (umdk src/cam/comm_operator/pybind/get_dispatch_layout.cpp:39-41 has only the
-dim/contiguity/num_experts checks) and the API guide documents the range [0, num_experts) (CAM API Guide.md:27):
-outside it the result is undefined. The layout kernel indexes its on-chip (UB) buffers with the id
-(ascend_kernels/dispatch_layout/op_kernel/dispatch_layout.h:112-160): id = E lands in a neighbouring buffer (a
-silent overwrite), -1 becomes index 0xFFFFFFFF (may trap, may not). So the case records what happened (an error
-at the call, a device fault at the next synchronize, or outputs that differ from the in-range ids' counts) as one
-``camit-observation:`` line in the rank log and the test's properties, and passes whatever it was. A device fault
-leaves the process unusable, so the case is the last its process runs (``poisons_device``). Every rank passes
-the bad id, so no rank waits for a poisoned peer.
+Why (the upstream files): docs/internals/cam-suite.md.
 """
 
 from __future__ import annotations

@@ -1,15 +1,7 @@
-"""fused_deep_moe: CASE_4RANK/CASE_8RANK and the matrix upstream never ran, against a float reference model.
+"""fused_deep_moe: CASE_4RANK/CASE_8RANK and the matrix upstream never ran, against a float
+reference model.
 
-As the kernels take them (umdk fused_deep_moe op_host/fused_deep_moe.cpp, and its UT
-test/cam/ut/fused_deep_moe/test_fused_deep_moe.py): gmm1/gmm2 and shared-expert weights FRACTAL_NZ on
-NPU (``cam.nz``; the reference keeps the ND arrays); ``x_active_mask`` ones then zeros, a count, so
-``output`` is compared on ``[:valid]`` only (its masked rows are ``at::empty``), ``share_output`` on every
-row (the shared expert runs on all tokens).
-Tolerance: upstream's allclose_nparray(reference, output, rtol=0.02, atol=2.0) and, beside it, a
-norm-relative bound (``FUSED_REL``) that a systematic 1 % error cannot pass; expert_token_nums exact.
-GE (graph) mode compiles a module that only calls the op through torchair's backend, checks Dynamo
-captured it as one graph without breaks, and compares the outputs; skipped where torchair is missing
-and in coverage mode (as upstream).
+Formats, masks and tolerances, from upstream: docs/internals/cam-suite.md.
 """
 
 from __future__ import annotations

@@ -1,31 +1,7 @@
-"""Seeded fuzz: N random valid configurations checked against the reference, N invalid ones that must fail cleanly.
+"""Seeded fuzz: N random valid configurations checked against the reference, N invalid ones that
+must fail cleanly.
 
-The configuration of case i depends only on CAMIT_SEED and i, so every rank draws the same one
-and a failing case reproduces with the seed printed by the controller (``--random-seed``).
-
-Valid cases lie inside the contract (camcontract.LIMITS: the API guide's ranges intersected with the checks),
-edges included:
-- prefill: H in [1024, 7168] (a multiple of 128, for the quant path's per-block dequantisation), tokens in
-  [1, 8000] and within the launch's HCCL_BUFFSIZE window (camcontract.dispatch_window), x bf16 or fp16, top_k
-  in (0, min(16, E)], E % R == 0; some cases with unequal token counts across ranks, some with a zero row.
-  Tokens are drawn up to ``CAMIT_FUZZ_MAX_TOKENS`` (default 48): the reference costs O(T·K·H·R) per rank and a
-  CPU lab runs 8 ranks on 2 cores; raise it on a real cluster (the window caps it all the same).
-- fused: bs in [1, 256] (drawn up to 16, the reference's cost again), H in [1024, 7168] with H % 256 == 0 (the
-  guide's range; the tiling also takes [512, 1024), undocumented), gmm1 width 2I in [1024, 6144] with
-  2I % 1024 == 0, top_k in [1, min(12, E - 1)] (the guide: lower than the expert count), E % R == 0; x bf16
-  or fp16; some cases with -1 placeholder ids.
-Invalid cases lie outside exactly one contract entry (``INVALID_ENTRY``), and must raise that entry's refusal
-(its check's error form and the quantity's name, ``refused_for``) after a synchronize: prefill H below/above,
-tokens 0 / over 8000, x fp32, top_k over 16, E not divisible, int64 counts, a wrong rank count, 3-D x; combine H
-below/above, x fp32, tokens over 8000; fused bs over 256, H below/above, 2I below/above/unaligned, top_k over 12,
-E over 512. Every rank draws the same invalid case, so every rank is refused before any communication. Expert
-ids outside their range are no invalid case: no op checks them, the result is undefined (test_bad_ids_rank.py
-records what happens).
-
-Bounds of the valid cases' comparisons: the integer outputs (recv_count, expand_idx, expert_token_nums) exact;
-combined_x by check_combine (upstream's calc_diff and COMBINE_REL: bf16/fp16 output rounding only, so a 1 %
-systematic error fails; reasons in test_prefill_rank.py); fused output and share_output by check_fused
-(upstream's allclose and FUSED_REL: bf16 rounding and int8 level flips; reasons in test_fused_rank.py).
+The valid and invalid cases and the comparisons' bounds: docs/internals/cam-suite.md.
 """
 
 from __future__ import annotations

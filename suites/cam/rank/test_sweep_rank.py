@@ -1,15 +1,7 @@
-"""The perf sweep, rank side: every configuration of ``CAMIT_SWEEP`` timed, hashed and compared with all_to_all.
+"""The perf sweep, rank side: every configuration of ``CAMIT_SWEEP`` timed, hashed and compared
+with all_to_all.
 
-``CAMIT_SWEEP`` is ``warmup;iterations;PREFILL;FUSED``: PREFILL ``tokens:hidden:top_k:experts,...``, FUSED
-fused_deep_moe's ``batch:hidden:top_k:experts:inter,...`` (either may be empty). For each prefill shape the rank
-runs the warm-up, then the timed iterations: dispatch, sync (the time), combine, sync (the time), each
-iteration's outputs hashed (sha256 of their bytes: identical for one seed, or the op is not deterministic),
-then a barrier and the reference — ``all_to_all_single`` over the same group moving the same bytes as the dispatch (each
-destination gets the rows of the experts it hosts). Times are microseconds of the host clock around the device's
-synchronize (the stand-in's events are host clocks). A fused shape is timed alike (the op, sync), its
-``output`` hashed, and its reference is the all_to_all of its own dispatch's bf16 rows. It writes
-``perf-sweep-rank<N>.json`` (fetched by the launch's ``perf-*.json`` pattern): per shape the times, the hashes
-and the send matrix (every rank can compute every rank's seeded routing, camref).
+The ``CAMIT_SWEEP`` format and what is timed: docs/internals/cam-suite.md.
 """
 
 from __future__ import annotations

@@ -5,6 +5,7 @@ tables match the code.
 
 from __future__ import annotations
 
+import ast
 import importlib.util
 import os
 import re
@@ -215,3 +216,40 @@ def test_the_site_builds_strictly(tmp_path: Path):
     assert (tmp_path / "reference" / "cli.html").is_file() and (
         tmp_path / "benchmarks.html"
     ).is_file()
+
+
+#: where the module docstrings live whose narrative moved to the docs (issue 32, item 4)
+DOCSTRING_TREES = ("framework", "suites", "standin", "standin_npu")
+DOC_PAGE = re.compile(r"docs/[\w/.-]+\.md")
+
+
+def _module_docstrings() -> dict[str, str]:
+    return {
+        str(p.relative_to(ROOT)): ast.get_docstring(ast.parse(p.read_text())) or ""
+        for tree in DOCSTRING_TREES for p in sorted((ROOT / tree).rglob("*.py"))
+    }
+
+
+def test_module_docstrings_say_in_a_few_lines_what_the_module_is_for():
+    long = {path: len(doc.splitlines()) for path, doc in _module_docstrings().items()
+            if len(doc.splitlines()) > 6}
+    assert long == {}, "move the narrative to the module's docs page (docs/internals/)"
+
+
+def _spellings(path: str) -> set[str]:
+    """How a page names a module: its path, its file or module name, or (``__init__``) its package."""
+    p = Path(path)
+    if p.name == "__init__.py":
+        return {f"`{p.parent}/`", f"`{path}`"}
+    return {f"`{path}`", f"`{p.name}`", f"`{p.stem}`"}
+
+
+def test_the_page_a_module_docstring_names_exists_and_names_the_module():
+    """The first page a docstring names (its design notes) exists and says which module it covers."""
+    wrong = []
+    for path, doc in _module_docstrings().items():
+        pages = DOC_PAGE.findall(doc)
+        if pages and not any(s in (ROOT / pages[0]).read_text() for s in _spellings(path)):
+            wrong.append(f"{path} -> {pages[0]}")
+    assert wrong == []
+

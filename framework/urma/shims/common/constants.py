@@ -1,12 +1,7 @@
-"""``common.constants.const`` (upstream ``test_framework/common/constants.py``) without reading a
-file
-at import.
+"""``common.constants.const`` (upstream ``test_framework/common/constants.py``) without
+reading a file at import.
 
-Upstream opened ``/etc/ubus_ci/test_env.yaml`` at import into ``const.CONF_INFO``; here
-``CONF_FILE`` is the env file camit runs with (``--env``, ``$CAMIT_ENV``, else that path) and
-``CONF_INFO`` is read on first use. ``TMOUT``, ``CASE_PATH``, ``CASE_DIR``, ``CASE_NAME`` are set
-per test by :mod:`framework.urma.harness`; ``CASE_LOG_PATH`` is the run folder's ``case_log`` when
-camit has a run folder. The other values are upstream's.
+Design: docs/internals/urma.md.
 """
 
 from __future__ import annotations

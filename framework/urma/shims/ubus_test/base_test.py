@@ -1,11 +1,7 @@
-"""``ubus_test.base_test.BaseTest`` (upstream ``test_framework/ubus_test/base_test.py``) on camit's
-BaseTest.
+"""``ubus_test.base_test.BaseTest`` (upstream ``test_framework/ubus_test/base_test.py``) on
+camit's BaseTest, with nose-style ``setup()``/``teardown()``.
 
-camit's :class:`framework.base_test.BaseTest` (the env's leased hosts, cores, teardown kills) with
-what upstream's cases rely on: nose-style ``setup()``/``teardown()`` called around each test (as
-``setup_method``/``teardown_method``, as pytest < 8.1 called them), ``self.host1`` etc. being
-:class:`~framework.urma.host.UBUSHost`, and upstream's class attributes. Upstream members camit does
-not provide raise an error naming them.
+Design: docs/internals/urma.md.
 """
 
 from __future__ import annotations
