@@ -106,7 +106,7 @@ class ExecResult:
 
 
 class BackgroundCmd:
-    """A command started with ``exec_cmd(..., background=True)``; see the module docstring.
+    """A command started with ``exec_cmd(..., background=True)``; see docs/porting-urma.md.
 
     A daemon thread reads its stdout as it comes (into a bounded buffer and ``log_path``) and kills
     its process group when its deadline (``timeout`` seconds from the start) passes.
@@ -453,7 +453,7 @@ class UrmaHost:
                  log_path: str | None = None, env: Mapping[str, Any] | None = None, silence: int = 0,
                  get_pid: bool = True, port: int | None = None,
                  exp_ret: int | None = None) -> Any:
-        """Run ``cmd`` on this host (URMA's signature); see the module docstring. Returns an
+        """Run ``cmd`` on this host (URMA's signature); see docs/porting-urma.md. Returns an
         :class:`ExecResult`, or with ``background`` a running :class:`BackgroundCmd`."""
         __tracebackhide__ = True
         shown = commands.build(_command(cmd), env=env).display
@@ -481,7 +481,7 @@ class UrmaHost:
         return res
 
     def get_free_port(self) -> int:
-        """A TCP port free on this host now, outside its ephemeral range; see the module docstring."""
+        """A TCP port free on this host now, outside its ephemeral range; see docs/porting-urma.md."""
         return free_port([self.host])
 
     def kill_background(self) -> None:

@@ -75,8 +75,7 @@ def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Pa
 
 
 def detect(config: pytest.Config, parser: pytest.Parser, args: list[str]) -> HarnessPlugin | None:
-    """Before the initial conftests: set a harness tree up (see the module docstring); None when no
-    tree."""
+    """Before the initial conftests: set a harness tree up (docs/internals/urma.md); None when no tree."""
     roots = roots_of(args, config.invocation_params.dir)
     if not roots:
         return None
