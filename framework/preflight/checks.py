@@ -614,11 +614,16 @@ def _check_tls(plan: ProbePlan, sec: Mapping[str, Section], limits: Limits) -> C
     unusable = _hccn_unusable(plan, sec, "tls", "hccn_tool not found")
     if unusable:
         return unusable
-    texts = {dev: _need(sec, f"hccn:{dev}:tls").text for dev in range(plan.npu_count)}
+    texts = _tls_texts(plan, sec)
     busy = [dev for dev, text in texts.items() if _busy(text)]
     if busy:
         return CheckResult(plan.host, "tls", FAIL, f"no TLS state from devices {busy}: {_BUSY_NOTE}", "busy")
     return _tls_verdict(plan.host, {dev: _tls_switch(dev, text) for dev, text in texts.items()})
+
+
+def _tls_texts(plan: ProbePlan, sec: Mapping[str, Section]) -> dict[int, str]:
+    """Each declared device's answer to ``hccn_tool -tls -g``."""
+    return {dev: _need(sec, f"hccn:{dev}:tls").text for dev in range(plan.npu_count)}
 
 
 def _tls_verdict(host: str, read: Mapping[int, int | None]) -> CheckResult:

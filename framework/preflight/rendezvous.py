@@ -83,6 +83,11 @@ class Listening:
     port: int | None
     error: str | None = None
 
+    def refusal(self) -> str:
+        """Why node 0 has no listener, naming it, its address and port (``any``: none asked)."""
+        port = self.port or "any"
+        return f"node 0 ({self.host}) cannot listen on {self.addr} port {port}: {self.error}"
+
     @property
     def target(self) -> str:
         return f"{self.addr}:{self.port}" if ":" not in self.addr else f"[{self.addr}]:{self.port}"
@@ -111,9 +116,7 @@ def _verdict(host: str, listening: Listening | str, answer: str | None) -> Check
     if isinstance(listening, str):
         return CheckResult(host, CHECK, SKIP, listening)
     if listening.error is not None:
-        return CheckResult(host, CHECK, FAIL, f"node 0 ({listening.host}) cannot listen on "
-                                              f"{listening.addr} port {listening.port or 'any'}: "
-                                              f"{listening.error}", "no listener")
+        return CheckResult(host, CHECK, FAIL, listening.refusal(), "no listener")
     if answer is None:
         return CheckResult(host, CHECK, SKIP, "not run: host unreachable (see ssh)")
     if answer.strip() == "ok":
