@@ -72,6 +72,11 @@ class FetchCaps:
     def with_(self, **changes: Any) -> FetchCaps:
         return replace(self, **changes)
 
+    @property
+    def cancelled(self) -> bool:
+        """An interrupt asked the download to stop."""
+        return self.cancel is not None and self.cancel.is_set()
+
 
 def parse_size(value: str, key: str) -> int:
     """``64M`` → 64 MiB; a clear error naming ``key`` otherwise."""
@@ -87,18 +92,24 @@ def caps(environ: Mapping[str, str] | None = None) -> FetchCaps:
     values: dict[str, float] = {}
     for field_name, key in ENV_KEYS.items():
         raw = env.get(key, "").strip()
-        if not raw:
-            continue
-        if field_name == "timeout":
-            try:
-                values[field_name] = float(raw)
-            except ValueError:
-                values[field_name] = -1.0
-            if not 0 < values[field_name] < 1e7:
-                raise UsageError(f"{key}={raw!r}: expected a positive number of seconds")
-        else:
-            values[field_name] = parse_size(raw, key)
+        if raw:
+            values[field_name] = _PARSERS.get(field_name, parse_size)(raw, key)
     return FetchCaps().with_(**values)
+
+
+def _seconds(value: str, key: str) -> float:
+    """``90`` or ``1.5`` → seconds; a clear error naming ``key`` unless positive and below 1e7."""
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = -1.0
+    if not 0 < seconds < 1e7:
+        raise UsageError(f"{key}={value!r}: expected a positive number of seconds")
+    return seconds
+
+
+#: how a cap's environment variable is read, when it is not a size (:func:`parse_size`)
+_PARSERS: Mapping[str, Callable[[str, str], float]] = {"timeout": _seconds}
 
 
 def human(n: int) -> str:
@@ -137,10 +148,7 @@ def copy_bounded(read: Callable[[int], bytes], out: BinaryIO, *, host: str, remo
     """
     start = time.monotonic() if started is None else started
     got = 0
-    while True:
-        chunk = read(CHUNK)
-        if not chunk:
-            return got
+    while chunk := read(CHUNK):
         room = cap.max_bytes - got
         if len(chunk) > room:
             out.write(chunk[:room])
@@ -149,11 +157,18 @@ def copy_bounded(read: Callable[[int], bytes], out: BinaryIO, *, host: str, remo
                                 received=cap.max_bytes)
         out.write(chunk)
         got += len(chunk)
-        if cap.cancel is not None and cap.cancel.is_set():
-            raise Cancelled(host, f"interrupted: download of {remote} stopped after {human(got)}")
-        if time.monotonic() - start > cap.timeout:
-            raise FetchCapError(host, f"download of {remote} took longer than {cap.timeout:g}s "
-                                      f"({ENV_KEYS['timeout']}); stopped after {human(got)}", received=got)
+        _stop_if_due(cap, host, remote, got, start)
+    return got
+
+
+def _stop_if_due(cap: FetchCaps, host: str, remote: str, got: int, started: float) -> None:
+    """Raise when the download is interrupted (``Cancelled``) or past its time cap."""
+    if cap.cancelled:
+        raise Cancelled(host, f"interrupted: download of {remote} stopped after {human(got)}")
+    if time.monotonic() - started > cap.timeout:
+        why = (f"download of {remote} took longer than {cap.timeout:g}s ({ENV_KEYS['timeout']}); "
+               f"stopped after {human(got)}")
+        raise FetchCapError(host, why, received=got)
 
 
 @dataclass
@@ -251,8 +266,17 @@ def _header_size(block: bytes) -> int:
     field = block[124:136]
     if field[:1] and field[0] & 0x80:
         return int.from_bytes(field[1:], "big")
-    digits = field.split(b"\0", 1)[0].strip()
-    return int(digits, 8) if digits and all(48 <= c <= 55 for c in digits) else 0
+    return _octal(field.split(b"\0", 1)[0].strip())
+
+
+def _octal(digits: bytes) -> int:
+    """The value of an octal number field's digits (0 when they are none or not octal)."""
+    if not digits or any(c not in _OCTAL_DIGITS for c in digits):
+        return 0
+    return int(digits, 8)
+
+
+_OCTAL_DIGITS = frozenset(b"01234567")
 
 
 class _Bounded:
@@ -264,15 +288,14 @@ class _Bounded:
         self.raw, self.expand = raw, expand
 
     def read(self, n: int = -1) -> bytes:
-        if n is None or n < 0 or n > 4 * CHUNK:
-            raise ArchiveBound(f"a single read of {'all' if n is None or n < 0 else human(n)} refused "
+        if _reads_all(n) or n > 4 * CHUNK:
+            amount = "all" if _reads_all(n) else human(n)
+            raise ArchiveBound(f"a single read of {amount} refused "
                                f"(a header bigger than {human(HEADER_BYTES)}?)")
         pos = self.raw.tell()
         n = self._allowed(pos, n)
         data = self.raw.read(n)
-        if _is_long_header(data, n, pos) and _header_size(data) > HEADER_BYTES:
-            raise ArchiveBound(f"a member header of {human(_header_size(data))} "
-                               f"(type {chr(data[156])}) is over {human(HEADER_BYTES)}")
+        _refuse_long_header(data, n, pos)
         return data
 
     def _allowed(self, pos: int, n: int) -> int:
@@ -292,6 +315,19 @@ class _Bounded:
 
     def tell(self) -> int:
         return self.raw.tell()
+
+
+def _reads_all(n: int | None) -> bool:
+    """A ``read(n)`` asking for the rest of the stream."""
+    return n is None or n < 0
+
+
+def _refuse_long_header(data: bytes, n: int, pos: int) -> None:
+    """:class:`ArchiveBound` when ``data`` is a long-name or pax header over
+    :data:`HEADER_BYTES`."""
+    if _is_long_header(data, n, pos) and _header_size(data) > HEADER_BYTES:
+        raise ArchiveBound(f"a member header of {human(_header_size(data))} "
+                           f"(type {chr(data[156])}) is over {human(HEADER_BYTES)}")
 
 
 def _is_long_header(data: bytes, n: int, pos: int) -> bool:
@@ -325,11 +361,8 @@ def _stop_before(member: tarfile.TarInfo, count: int, total: int, cap: FetchCaps
 def _extract_member(tar: tarfile.TarFile, member: tarfile.TarInfo, target: Path, root: Path, cap: FetchCaps,
                     out: Extracted) -> str:
     """Copy one member to ``target`` up to the member and total caps; the note when it was cut."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    if not target.parent.resolve().is_relative_to(root):
+    if not _cleared(target, root):
         return ""
-    if target.is_symlink() or target.exists():
-        target.unlink()
     src = tar.extractfile(member)
     if src is None:
         return ""
@@ -338,8 +371,22 @@ def _extract_member(tar: tarfile.TarFile, member: tarfile.TarInfo, target: Path,
         written = _copy_capped(src, fh, limit)
     out.total += written
     out.files.append(target)
-    if written >= member.size:
-        return ""
+    return "" if written >= member.size else _cut_note(member, limit, cap)
+
+
+def _cleared(target: Path, root: Path) -> bool:
+    """Make ``target``'s folder and take away what is at ``target``; False (nothing touched) when
+    the folder resolves outside ``root``."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if not target.parent.resolve().is_relative_to(root):
+        return False
+    if target.is_symlink() or target.exists():
+        target.unlink()
+    return True
+
+
+def _cut_note(member: tarfile.TarInfo, limit: int, cap: FetchCaps) -> str:
+    """The note of a member cut at ``limit``: which cap cut it (member or total)."""
     which = "member_bytes" if limit == cap.member_bytes else "total_bytes"
     return (f"{shown(member.name)} is {human(member.size)}, cut at the {which.split('_')[0]} cap of "
             f"{human(getattr(cap, which))} ({ENV_KEYS[which]})")

@@ -75,14 +75,21 @@ def _renewals(out: list[Verdict], failed: Mapping[str, object]) -> dict[str, tup
     return {v.host: ("heal", v.why) for v in out if not (v.healed or v.host in failed)}
 
 
+def _partners(names: list[str], marks: Mapping[str, object],
+              failed: Mapping[str, object]) -> list[str]:
+    """The hosts a suspect's smoke run may pair it with: neither suspect nor failed in the
+    preflight, in cluster order."""
+    return [n for n in names if n not in marks and n not in failed]
+
+
 def heal(
     env: EnvConfig, cluster: Cluster, report: Report, marks: Mapping[str, suspects.Suspect]
 ) -> list[Verdict]:
     """Judge each suspect of ``cluster`` after ``report`` (a preflight of it): clear it or renew
     its mark."""
     failed = report.host_faults()
-    names = [h.name for h in cluster]
-    healthy = [n for n in names if n not in marks.keys() | failed.keys()]
+    names = list(cluster.hosts)
+    healthy = _partners(names, marks, failed)
     out = [_judge(env, cluster, n, failed, healthy) for n in names if n in marks]
     suspects.clear(cluster, [v.host for v in out if v.healed])
     suspects.mark(cluster, _renewals(out, failed))

@@ -6,6 +6,7 @@ Design: docs/internals/launch-preflight-config.md.
 
 from __future__ import annotations
 
+import itertools
 import re
 import statistics
 from collections.abc import Mapping, Sequence
@@ -16,6 +17,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # pragma: no cover
     from framework.config.effective import EnvConfig
     from framework.hosts import Cluster
+    from framework.launch.result import LaunchResult
     from framework.records.folder import RunDir
 
 __all__ = [
@@ -43,37 +45,57 @@ Pair = tuple[int, int]
 
 def schedule(n: int, rounds: int | None = DEFAULT_ROUNDS) -> list[list[Pair]]:
     """The first ``rounds`` (None: all) rounds of the circle method over nodes ``0..n-1``."""
-    ring: list[int | None] = [*range(n), *([None] if n % 2 else [])]
-    m = len(ring)
+    ring = _ring(n)
     out: list[list[Pair]] = []
-    for _ in range(m - 1):
-        pairs = [
-            (a, b)
-            for a, b in zip(ring[: m // 2], reversed(ring[m // 2 :]))
-            if a is not None and b is not None
-        ]
-        out.append(sorted((min(a, b), max(a, b)) for a, b in pairs))
+    for _ in range(len(ring) - 1):
+        out.append(_round(ring))
         ring = [ring[0], ring[-1], *ring[1:-1]]
-    return out if rounds is None else out[:rounds]
+    return out[:rounds]
+
+
+def _ring(n: int) -> list[int | None]:
+    """The circle method's seats: nodes ``0..n-1``, and an empty seat (None) when ``n`` is odd."""
+    return [*range(n), *([None] * (n % 2))]
+
+
+def _round(ring: Sequence[int | None]) -> list[Pair]:
+    """One round: the ring's first half facing its second half reversed, the empty seat's pair
+    left out, each pair (low, high), sorted."""
+    half = len(ring) // 2
+    facing = zip(ring[:half], reversed(ring[half:]))
+    return sorted((min(a, b), max(a, b)) for a, b in facing if a is not None and b is not None)
+
+
+def _split(times: Mapping[Pair, float], node: int) -> tuple[list[float], list[float]]:
+    """The times of the pairs ``node`` is in, and of the pairs it is not in."""
+    own: list[float] = []
+    rest: list[float] = []
+    for pair, t in times.items():
+        (own if node in pair else rest).append(t)
+    return own, rest
 
 
 def _score(times: Mapping[Pair, float], node: int) -> tuple[float, int] | None:
     """``node``'s (fastest pair / median pair without it, pair count), None when it is in fewer
     than two pairs or no pair (of positive median time) is without it."""
-    own = [t for p, t in times.items() if node in p]
-    rest = [t for p, t in times.items() if node not in p]
+    own, rest = _split(times, node)
     if len(own) < 2 or not rest:
         return None
     median = statistics.median(rest)
-    return (min(own) / median, len(own)) if median > 0 else None
+    if median <= 0:
+        return None
+    return min(own) / median, len(own)
 
 
 def scores(times: Mapping[Pair, float]) -> dict[int, tuple[float, int]]:
     """node -> (its fastest pair's time / the median of the pairs without it, its pair count);
     only nodes in at least two pairs with at least one pair without them."""
-    nodes = sorted({x for pair in times for x in pair})
-    scored = {node: _score(times, node) for node in nodes}
-    return {node: score for node, score in scored.items() if score is not None}
+    out: dict[int, tuple[float, int]] = {}
+    for node in sorted(set(itertools.chain.from_iterable(times))):
+        score = _score(times, node)
+        if score is not None:
+            out[node] = score
+    return out
 
 
 @dataclass(frozen=True)
@@ -119,21 +141,26 @@ class PairsReport:
         """What ``camit check --pairs`` prints: every pair's time by round, then the verdict."""
         out = [f"pairs: {len(self.hosts)} nodes, {len(self.rounds)} rounds"]
         for i, r in enumerate(self.rounds):
-            cells = [
-                f"{self.hosts[a]}-{self.hosts[b]} "
-                + (f"{self.times[(a, b)] * 1e3:.1f}ms" if (a, b) in self.times else "-")
-                for a, b in r
-            ]
-            out.append(f"round {i + 1}: " + ", ".join(cells))
+            out.append(f"round {i + 1}: " + ", ".join(self._cell(a, b) for a, b in r))
+        return out + self._verdict()
+
+    def _cell(self, a: int, b: int) -> str:
+        """One pair of the table: its hosts and its time (``-``: not timed)."""
+        t = self.times.get((a, b))
+        shown = "-" if t is None else f"{t * 1e3:.1f}ms"
+        return f"{self.hosts[a]}-{self.hosts[b]} {shown}"
+
+    def _verdict(self) -> list[str]:
+        """The lines after the table: the failure and the slow nodes, else that none was found."""
+        slow = [s.describe() for s in self.slow]
         if self.failure:
-            out.append(f"FAILED: {self.failure}")
-        out += [s.describe() for s in self.slow]
-        if not self.failure and not self.slow:
-            out.append(
-                "no slow node"
-                + ("" if len(self.hosts) > 2 else " (two nodes cannot be told apart)")
-            )
-        return out
+            return [f"FAILED: {self.failure}", *slow]
+        return slow or [self._no_slow()]
+
+    def _no_slow(self) -> str:
+        if len(self.hosts) > 2:
+            return "no slow node"
+        return "no slow node (two nodes cannot be told apart)"
 
 
 def run_pairs(
@@ -155,13 +182,13 @@ def run_pairs(
     result = Launcher(env, cluster, rundir=rundir, nproc_per_node=1).run(
         target, hosts=hosts, timeout=timeout, name="pairs"
     )
-    text = "\n".join(
-        Path(r.log).read_text(errors="replace")
-        for r in result.ranks.values()
-        if r.log and Path(r.log).is_file()
-    )
-    report.times = parse_times(text)
-    if not result.ok:
-        report.failure = result.message()
+    report.times = parse_times(_rank_logs(result))
+    report.failure = None if result.ok else result.message()
     report.slow = find(report.times, hosts)
     return report
+
+
+def _rank_logs(result: LaunchResult) -> str:
+    """The ranks' logs that reached the controller, one after another."""
+    logs = [Path(r.log) for r in result.ranks.values() if r.log]
+    return "\n".join(log.read_text(errors="replace") for log in logs if log.is_file())

@@ -39,8 +39,17 @@ def files_of(local: Path) -> list[Path]:
         return [local]
     if not local.is_dir():
         raise FrameworkError(f"cannot ship {local}: no such file or folder")
-    return sorted(p for p in local.rglob("*") if p.is_file()
-                  and not any(part in SKIPPED or part.startswith(".") for part in p.relative_to(local).parts))
+    return sorted(p for p in local.rglob("*") if _shipped(p, local))
+
+
+def _shipped(path: Path, folder: Path) -> bool:
+    """``path`` (under ``folder``) is a file and no name on its way is skipped."""
+    return path.is_file() and not any(map(_skipped_name, path.relative_to(folder).parts))
+
+
+def _skipped_name(name: str) -> bool:
+    """A file or folder name never shipped: byte code folders and dot-names."""
+    return name in SKIPPED or name.startswith(".")
 
 
 def ancestors(root: str) -> list[str]:
@@ -82,27 +91,44 @@ def mkdir_script(folders: Sequence[str]) -> ShellScript:
     return ShellScript(f"{trust_functions_sh()}; {made}")
 
 
+def _records(output: str) -> list[tuple[str, str]]:
+    """Each line of a script's output as (its first word, the rest)."""
+    split = (line.strip().partition(" ") for line in output.splitlines())
+    return [(word, rest) for word, _, rest in split]
+
+
+def _nth(index: str, items: Sequence[str]) -> str | None:
+    """The item of ``items`` that the 1-based ``index`` names, None when it names none."""
+    if not index.isdigit() or not 1 <= int(index) <= len(items):
+        return None
+    return items[int(index) - 1]
+
+
+def _marked(output: str, mark: str, items: Sequence[str]) -> list[str]:
+    """The ``items`` named by the ``<mark> <index>`` lines of ``output``, in order."""
+    found = []
+    for word, value in _records(output):
+        item = _nth(value, items)
+        if word == mark and item is not None:
+            found.append(item)
+    return found
+
+
 def parse_made(output: str, folders: Sequence[str]) -> list[str]:
     """The folders ``mkdir_script`` made (its ``@@made`` records), in order."""
-    made = []
-    for line in output.splitlines():
-        word, _, value = line.strip().partition(" ")
-        if word == MADE and value.isdigit() and 1 <= int(value) <= len(folders):
-            made.append(folders[int(value) - 1])
-    return made
+    return _marked(output, MADE, folders)
 
 
-def parse_probe(output: str, files: Sequence[str], folders: Sequence[str]) -> tuple[dict[str, str | None], list[str]]:
-    """``probe_script``'s output -> (each file's sha256 on the host or None, the missing folders, top down)."""
+def parse_probe(output: str, files: Sequence[str],
+                folders: Sequence[str]) -> tuple[dict[str, str | None], list[str]]:
+    """``probe_script``'s output -> (each file's sha256 on the host or None, the missing folders,
+    top down)."""
     digests: dict[str, str | None] = dict.fromkeys(files)
-    missing = []
-    for line in output.splitlines():
-        word, _, value = line.strip().partition(" ")
-        if word == MISSING and value.isdigit() and 1 <= int(value) <= len(folders):
-            missing.append(folders[int(value) - 1])
-        elif word.isdigit() and 1 <= int(word) <= len(files):
-            digests[files[int(word) - 1]] = value if len(value) == 64 else None
-    return digests, missing
+    for word, value in _records(output):
+        file = _nth(word, files)
+        if file is not None:
+            digests[file] = value if len(value) == 64 else None
+    return digests, _marked(output, MISSING, folders)
 
 
 def tops(missing: Sequence[str]) -> list[str]:
@@ -131,12 +157,16 @@ class Shipment:
 
     def remove(self) -> None:
         """Take away what was written (nothing when the host had every file already)."""
-        inside = [f for f in self.written if not any(f.startswith(d + "/") for d in self.created)]
+        loose = [f for f in self.written if not self._made_folder_holds(f)]
         if self.created:
             self.host.check(["rm", "-rf", "--", *self.created], timeout=60)
-        if inside:
-            self.host.check(["rm", "-f", "--", *inside], timeout=60)
+        if loose:
+            self.host.check(["rm", "-f", "--", *loose], timeout=60)
         self.written, self.created = [], []
+
+    def _made_folder_holds(self, path: str) -> bool:
+        """``path`` lies in a folder this shipment made (removing the folder takes it away)."""
+        return any(path.startswith(d + "/") for d in self.created)
 
 
 def _refuse_different(host: Host, files: Sequence[Path], remote: list[str],
@@ -172,11 +202,18 @@ def prepare(host: Host, files: Sequence[Path], digests: dict[Path, str], what: s
     there, missing = parse_probe(probe.stdout, remote, folders)
     _refuse_different(host, files, remote, there, digests)
     shipment = Shipment(host, kept=[n for n in remote if there[n] is not None])
-    if missing:  # made one level at a time under judged parents, never by mkdir -p or tar
-        made = host.run(mkdir_script(missing), timeout=60)
-        shipment.created = tops(parse_made(made.stdout, missing))
-        _refuse(host, made, what)
+    shipment.created = _make_folders(host, missing, what)
     return shipment, [p for p, n in zip(files, remote, strict=True) if there[n] is None]
+
+
+def _make_folders(host: Host, missing: Sequence[str], what: str) -> list[str]:
+    """Make the ``missing`` folders one level at a time under judged parents, never by ``mkdir -p``
+    or tar; the topmost of them."""
+    if not missing:
+        return []
+    made = host.run(mkdir_script(missing), timeout=60)
+    _refuse(host, made, what)
+    return tops(parse_made(made.stdout, missing))
 
 
 def _upload(host: Host, absent: Sequence[Path], digests: Mapping[Path, str],
@@ -205,22 +242,33 @@ def ship(host: Host, local: Path, *, digests: dict[Path, str] | None = None) -> 
     files = files_of(local)
     root = local.as_posix() if local.is_dir() else posixpath.dirname(local.as_posix())
     digests = {} if digests is None else digests
-    for path in files:
-        if path not in digests:
-            digests[path] = sha256_file(path)
+    digests.update({path: sha256_file(path) for path in files if path not in digests})
     shipment, absent = prepare(host, files, digests, root)
+    _upload_or_undo(host, absent, digests, shipment)
+    _log_shipped(shipment, root)
+    return shipment
+
+
+def _upload_or_undo(host: Host, absent: Sequence[Path], digests: Mapping[Path, str],
+                    shipment: Shipment) -> None:
+    """:func:`_upload`, and on any failure take away what it wrote: nothing half-shipped stays
+    behind (only what was absent was written)."""
     try:
         _upload(host, absent, digests, shipment)
     except BaseException:
-        try:  # nothing half-shipped stays behind (only what was absent was written)
+        try:
             shipment.remove()
         except FrameworkError as exc:
             log.warning("%s: cannot remove what was shipped: %s", host.name, exc)
         raise
-    if shipment.written:
-        outcome = (f"created {', '.join(shipment.created)}" if shipment.created
-                   else f"{len(shipment.kept)} already there")
-        log.info("%s: shipped %d file(s) to %s (%s)", host.name, len(shipment.written), root, outcome)
-    else:
-        log.debug("%s: %s already there (%d file(s), same sha256)", host.name, root, len(shipment.kept))
-    return shipment
+
+
+def _log_shipped(shipment: Shipment, root: str) -> None:
+    """One log line: what was shipped to ``root`` and the folders made, or that it was there."""
+    name, kept = shipment.host.name, len(shipment.kept)
+    if not shipment.written:
+        log.debug("%s: %s already there (%d file(s), same sha256)", name, root, kept)
+        return
+    made = ", ".join(shipment.created)
+    outcome = f"created {made}" if made else f"{kept} already there"
+    log.info("%s: shipped %d file(s) to %s (%s)", name, len(shipment.written), root, outcome)

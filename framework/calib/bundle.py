@@ -16,7 +16,7 @@ from framework.calib import golden
 from framework.calib.probe import CAM_REFUSALS, HOST_FACTS, TORCH_PROBE, host_script
 from framework.deploy.plan import HostLayout
 from framework.errors import UsageError
-from framework.preflight.probe import plan_probe, split_sections
+from framework.preflight.probe import Section, plan_probe, split_sections
 from framework.records.scrub import Scrubber
 from framework.setenv import env_steps
 
@@ -35,20 +35,21 @@ MAX_VALUE = 64 * 1024
 
 def host_facts(host: Host, env: EnvConfig) -> dict[str, Fact]:
     """The :data:`HOST_FACTS` of one host: each section's text (``[exit N]`` added on failure)."""
-    plan = plan_probe(host.spec, env) if host.spec is not None else None
-    homes = plan.cann_homes if plan is not None else []
+    homes = plan_probe(host.spec, env).cann_homes if host.spec is not None else []
     set_env = env.cann.set_env if env.cann else None
     result = host.run(host_script(homes, set_env), timeout=120)
     sections = split_sections(result.stdout)
-    facts = {}
-    for key, (section, _command, what) in HOST_FACTS.items():
-        sec = sections.get(section)
-        if sec is None:
-            value = f"[not answered: the probe exited {result.rc}]"
-        else:
-            value = sec.text if sec.rc == 0 else f"{sec.text}\n[exit {sec.rc}]"
-        facts[key] = {"value": value, "source": f"{host.name}: {what}"}
-    return facts
+    return {key: {"value": _fact_value(sections.get(section), result.rc),
+                  "source": f"{host.name}: {what}"}
+            for key, (section, _command, what) in HOST_FACTS.items()}
+
+
+def _fact_value(sec: Section | None, rc: int | None) -> str:
+    """A section's text as its fact's value: ``[exit N]`` added on failure; a section the probe
+    never printed says so (``rc``: the probe's exit status)."""
+    if sec is None:
+        return f"[not answered: the probe exited {rc}]"
+    return sec.text if sec.rc == 0 else f"{sec.text}\n[exit {sec.rc}]"
 
 
 def _torch_probe(spec: HostSpec, env: EnvConfig) -> tuple[commands.ShellScript, str]:
@@ -82,9 +83,7 @@ def torch_facts(host: Host, env: EnvConfig) -> dict[str, Fact]:
     set_env sourced."""
     assert host.spec is not None
     script, py = _torch_probe(host.spec, env)
-    # HCCL_* of launch.env, as a rank sees them (secret values never leave the controller here)
-    hccl = {k: v for k, v in env.launch.env.items() if k.startswith("HCCL_") and isinstance(v, str)}
-    result = host.run(script, env=hccl, timeout=300)
+    result = host.run(script, env=_hccl_env(env), timeout=300)
     where = f"{host.name}: {py} torch probe"
     values = _torch_answer(result.stdout)
     if values is None:
@@ -93,6 +92,12 @@ def torch_facts(host: Host, env: EnvConfig) -> dict[str, Fact]:
             "torch_npu.probe": {"value": f"no answer (exit {result.rc}): {tail}", "source": where}
         }
     return {key: {"value": v, "source": where} for key, v in values.items()}
+
+
+def _hccl_env(env: EnvConfig) -> dict[str, str]:
+    """The HCCL_* variables of ``launch.env``, as a rank sees them (secret values never leave the
+    controller here)."""
+    return {k: v for k, v in env.launch.env.items() if k.startswith("HCCL_") and isinstance(v, str)}
 
 
 def refusal_checks(values: dict[str, str]) -> dict[str, str]:
@@ -157,10 +162,19 @@ def _check_bundle(file: Path, doc: object) -> dict[str, Any]:
     for part in ("facts", "hosts"):
         if not isinstance(doc.get(part), dict):
             raise UsageError(f"{file}: {part}: expected a mapping")
-    for key, fact in doc["facts"].items():
-        if not isinstance(fact, dict) or not isinstance(fact.get("value"), str):
-            raise UsageError(f"{file}: facts.{key}.value: expected a string")
+    _check_facts(file, doc["facts"])
     return doc
+
+
+def _check_facts(file: Path, facts: dict[str, Any]) -> None:
+    """Each top-level fact holds a string value; ``UsageError`` naming the first that does not."""
+    for key, fact in facts.items():
+        if not _is_fact(fact):
+            raise UsageError(f"{file}: facts.{key}.value: expected a string")
+
+
+def _is_fact(fact: object) -> bool:
+    return isinstance(fact, dict) and isinstance(fact.get("value"), str)
 
 
 def load(path: Path) -> dict[str, Any]:

@@ -33,23 +33,28 @@ def normalise(key: str, value: str) -> str:
     for pattern, placeholder in VOLATILE:
         value = pattern.sub(placeholder, value)
     if key in TABLE_FACTS:
-        lines = value.splitlines()
-        at = next((i for i, line in enumerate(lines) if "Process id" in line), None)
-        if at is not None:
-            lines = lines[: at + 2]  # the header and its rule line
-        value = _BLANKS.sub(" ", _NUMBER.sub("#", "\n".join(lines)))
+        value = _table_structure(value)
     return value.strip()
+
+
+def _table_structure(value: str) -> str:
+    """A live table's structure: the process table's rows dropped after its header, every number
+    ``#``, runs of blanks one blank."""
+    lines = value.splitlines()
+    at = next((i for i, line in enumerate(lines) if "Process id" in line), None)
+    if at is not None:
+        lines = lines[: at + 2]  # the header and its rule line
+    return _BLANKS.sub(" ", _NUMBER.sub("#", "\n".join(lines)))
 
 
 def differences(bundle: Mapping[str, Any], profile: Mapping[str, Any]) -> list[str]:
     """Keys of the facts whose normalised values differ (or that one side lacks), sorted."""
     keys = (set(bundle) | set(profile)) - EXCLUDED
-    out = []
-    for key in sorted(keys):
-        if (
-            key not in bundle
-            or key not in profile
-            or normalise(key, str(bundle[key])) != normalise(key, str(profile[key]))
-        ):
-            out.append(key)
-    return out
+    return [key for key in sorted(keys) if _differs(key, bundle, profile)]
+
+
+def _differs(key: str, bundle: Mapping[str, Any], profile: Mapping[str, Any]) -> bool:
+    """Fact ``key`` is on one side only, or its normalised values differ."""
+    if key not in bundle or key not in profile:
+        return True
+    return normalise(key, str(bundle[key])) != normalise(key, str(profile[key]))

@@ -46,46 +46,62 @@ def answer(value: str) -> dict[str, Any] | None:
 
 def host_replay(doc: dict[str, Any], index: int) -> dict[str, dict[str, Any]]:
     """The replay table of lab host ``index`` (0-based) from bundle ``doc``."""
-    names = sorted(doc["hosts"])
-    if not names:
-        return {}
-    facts = doc["hosts"][names[index % len(names)]]
+    facts = _host_facts(doc, index)
     table = {}
     for key, line in REPLAYED.items():
-        fact = facts.get(key)
-        got = answer(str(fact["value"])) if isinstance(fact, dict) and "value" in fact else None
+        got = _answer_of(facts.get(key))
         if got is not None:
             table[line] = got
     return table
 
 
+def _host_facts(doc: dict[str, Any], index: int) -> dict[str, Any]:
+    """The facts of the bundle host lab host ``index`` replays (sorted names, wrapping)."""
+    names = sorted(doc["hosts"])
+    if not names:
+        return {}
+    return dict(doc["hosts"][names[index % len(names)]])
+
+
+def _answer_of(fact: object) -> dict[str, Any] | None:
+    """A bundle fact as the tool's answer (:func:`answer`); None: no such fact, or no answer."""
+    if not isinstance(fact, dict) or "value" not in fact:
+        return None
+    return answer(str(fact["value"]))
+
+
 def apply(trees: Sequence[Path], doc: dict[str, Any] | None) -> None:
     """Write (``doc``) or remove (None) the replay table of each emulated host tree, in order."""
     for index, tree in enumerate(trees):
-        path, torch_path = Path(tree) / REPLAY_FILE, Path(tree) / TORCH_FILE
         if doc is None:
-            path.unlink(missing_ok=True)
-            torch_path.unlink(missing_ok=True)
-            continue
-        path.write_text(json.dumps(host_replay(doc, index), indent=1) + "\n", encoding="utf-8")
-        torch_path.write_text(json.dumps(torch_replay(doc), indent=1) + "\n", encoding="utf-8")
-        for rel, text in host_records(doc, index).items():
-            if (
-                Path(tree) / rel
-            ).is_file():  # a tree without its driver (no-driver knob) stays without
-                (Path(tree) / rel).write_text(
-                    text, encoding="utf-8"
-                )  # in place: may be bind-mounted
+            _remove(Path(tree))
+        else:
+            _write(Path(tree), doc, index)
+
+
+def _remove(tree: Path) -> None:
+    """An ``up`` without a bundle: the tree's replay tables go."""
+    (tree / REPLAY_FILE).unlink(missing_ok=True)
+    (tree / TORCH_FILE).unlink(missing_ok=True)
+
+
+def _write(tree: Path, doc: dict[str, Any], index: int) -> None:
+    """The replay tables of lab host ``index`` and its version records, written into its tree."""
+    (tree / REPLAY_FILE).write_text(json.dumps(host_replay(doc, index), indent=1) + "\n",
+                                    encoding="utf-8")
+    (tree / TORCH_FILE).write_text(json.dumps(torch_replay(doc), indent=1) + "\n", encoding="utf-8")
+    for rel, text in host_records(doc, index).items():
+        record = tree / rel
+        if record.is_file():  # a tree without its driver (no-driver knob) stays without
+            record.write_text(text, encoding="utf-8")  # in place: may be bind-mounted
 
 
 def host_records(doc: dict[str, Any], index: int) -> dict[str, str]:
     """Tree file → text of the version records lab host ``index`` replays (read whole)."""
-    names = sorted(doc["hosts"])
-    facts = doc["hosts"][names[index % len(names)]] if names else {}
+    facts = _host_facts(doc, index)
     out = {}
     for key, rel in RECORDS.items():
-        fact = facts.get(key)
-        got = answer(str(fact["value"])) if isinstance(fact, dict) and "value" in fact else None
+        got = _answer_of(facts.get(key))
         if got is not None and got["rc"] == 0:
             out[rel] = got["stdout"]
     return out

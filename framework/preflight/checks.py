@@ -3,10 +3,11 @@ I/O)."""
 
 from __future__ import annotations
 
+import itertools
 import posixpath
 import statistics
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -130,10 +131,7 @@ class Report:
         r = self.results.get((host, check))
         if r is None:
             return "-"
-        value = r.value if r.value and r.status != SKIP and check != "ssh" else ""
-        if len(value) > width:
-            value = value[:width - 1] + "…"
-        return f"{_status_word(r.status, check)} {value}".strip()
+        return f"{_status_word(r.status, check)} {_cut(_table_value(r), width)}".strip()
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -159,6 +157,18 @@ class Report:
             clock=None if clock is None else ClockSkew(clock["offsets"], clock["uncertainty"], clock["max_pairwise"],
                                                        tuple(clock["pair"]) if clock["pair"] else None),
         )
+
+
+def _table_value(r: CheckResult) -> str:
+    """What the table shows of a result's value: nothing for a skip or for the ssh check."""
+    if r.status == SKIP or r.check == "ssh":
+        return ""
+    return r.value or ""
+
+
+def _cut(text: str, width: int) -> str:
+    """``text`` cut to ``width`` characters, the cut marked with an ellipsis."""
+    return text if len(text) <= width else text[:width - 1] + "…"
 
 
 def _status_word(status: str, check: str) -> str:
@@ -199,9 +209,18 @@ def evaluate(plans: Mapping[str, ProbePlan], samples: Mapping[str, Sample | Base
         results.update(_host_results(plans[host], samples.get(host), limits, cross))
     for check, key in _COMPARED:
         _consistency(results, hosts, check, key)
-    clock = clock_skew({h: s for h, s in samples.items() if isinstance(s, Sample)})
-    _judge_clocks(results, hosts, clock or ClockSkew({}, {}, 0.0, None), limits)
+    clock = clock_skew(_answered(samples))
+    _judge_clocks(results, hosts, clock or _NOT_TIMED, limits)
     return Report(hosts, results, clock)
+
+
+#: the clock summary when no host's clock exchange was timed
+_NOT_TIMED = ClockSkew({}, {}, 0.0, None)
+
+
+def _answered(samples: Mapping[str, Sample | BaseException]) -> dict[str, Sample]:
+    """The samples of the hosts whose probe answered."""
+    return {h: s for h, s in samples.items() if isinstance(s, Sample)}
 
 
 def _judge_clocks(results: dict[tuple[str, str], CheckResult], hosts: Sequence[str],
@@ -318,11 +337,22 @@ _Install = tuple[str, str, "str | None"]
 
 def _cann_installs(sec: Mapping[str, Section]) -> list[_Install]:
     """Every CANN install the probe found, as (path, version, layout)."""
+    return _toolkit_records(sec) + _version_cfgs(sec)
+
+
+def _toolkit_records(sec: Mapping[str, Section]) -> list[_Install]:
+    """The installs an ``ascend_toolkit_install.info`` record names."""
     found: list[_Install] = []
     for s in _files(sec, CANN_RECORD):
         rec = ascend.parse_toolkit_install_info(s.text)
         if rec is not None:
             found.append((s.name[5:], rec.version, rec.layout or ascend.cann_layout(s.name[5:])))
+    return found
+
+
+def _version_cfgs(sec: Mapping[str, Section]) -> list[_Install]:
+    """The installs a ``version.cfg`` names (the toolkit's other version record)."""
+    found: list[_Install] = []
     for s in _files(sec, "/version.cfg"):
         version = ascend.cann_version_from_cfg(ascend.parse_version_cfg(s.text))
         if version:
@@ -356,11 +386,16 @@ def _cann_verdict(host: str, chosen: _Install, found: list[_Install],
     if problems:
         why = "; ".join(problems) + f"; found {summary}"
         return CheckResult(host, "cann", FAIL, why, version, details)
-    others = sorted({f"{v} ({p})" for p, v, _ in found if v != version})
+    others = _other_versions(found, version)
     if others:
         summary += "; other installs: " + ", ".join(others)
         return CheckResult(host, "cann", WARN, summary, version, details)
     return CheckResult(host, "cann", OK, summary, version, details)
+
+
+def _other_versions(found: list[_Install], version: str) -> list[str]:
+    """The installs of a version other than ``version``: ``<version> (<path>)``, sorted."""
+    return sorted({f"{v} ({p})" for p, v, _ in found if v != version})
 
 
 def _chosen_install(plan: ProbePlan, found: list[_Install]) -> _Install:
@@ -373,13 +408,19 @@ def _chosen_install(plan: ProbePlan, found: list[_Install]) -> _Install:
 
 def _check_driver(plan: ProbePlan, sec: Mapping[str, Section], limits: Limits) -> CheckResult:
     drv = next(iter(_files(sec, "/driver/version.info")), None)
-    fw = next(iter(_files(sec, "/firmware/version.info")), None)
     if drv is None:
         return CheckResult(plan.host, "driver", FAIL, "no driver version.info (driver not installed?)")
     dv = ascend.driver_version(drv.text) or "?"
-    fv = ascend.driver_version(fw.text) if fw else None
-    value = f"{dv} fw {fv}" if fv else dv
-    return CheckResult(plan.host, "driver", OK, f"driver {dv}, firmware {fv or 'unknown'}", value)
+    fv = _firmware_version(sec)
+    if not fv:
+        return CheckResult(plan.host, "driver", OK, f"driver {dv}, firmware unknown", dv)
+    return CheckResult(plan.host, "driver", OK, f"driver {dv}, firmware {fv}", f"{dv} fw {fv}")
+
+
+def _firmware_version(sec: Mapping[str, Section]) -> str | None:
+    """The firmware's version.info version, None without one."""
+    fw = next(iter(_files(sec, "/firmware/version.info")), None)
+    return ascend.driver_version(fw.text) if fw else None
 
 
 def _npu_info(plan: ProbePlan, sec: Mapping[str, Section]) -> ascend.NpuSmiInfo | str:
@@ -409,17 +450,34 @@ def _check_npu(plan: ProbePlan, sec: Mapping[str, Section], limits: Limits) -> C
 
 def _npu_problems(plan: ProbePlan, info: ascend.NpuSmiInfo) -> list[str]:
     """Where the host's NPUs differ from the env (count, SoC) or are not healthy."""
-    n, platform = len(info.chips), info.platform
-    problems = []
-    if plan.npu_count and n != plan.npu_count:
-        problems.append(f"{n} chips, env npu.count says {plan.npu_count}")
-    want = ascend.SOC_OF_PLATFORM[platform]
-    if plan.soc in ascend.SOC_OF_PLATFORM.values() and plan.soc != want:
-        problems.append(f"this is an {platform} host ({want}), env npu.soc says {plan.soc}")
+    return list(filter(None, (judge(plan, info) for judge in _NPU_JUDGES)))
+
+
+def _count_problem(plan: ProbePlan, info: ascend.NpuSmiInfo) -> str | None:
+    """The chips npu-smi lists are not the env's ``npu.count`` (when it declares one)."""
+    n = len(info.chips)
+    if not plan.npu_count or n == plan.npu_count:
+        return None
+    return f"{n} chips, env npu.count says {plan.npu_count}"
+
+
+def _soc_problem(plan: ProbePlan, info: ascend.NpuSmiInfo) -> str | None:
+    """The host's platform is not the env's ``npu.soc`` (when that names an NPU SoC)."""
+    want = ascend.SOC_OF_PLATFORM[info.platform]
+    if plan.soc not in ascend.SOC_OF_PLATFORM.values() or plan.soc == want:
+        return None
+    return f"this is an {info.platform} host ({want}), env npu.soc says {plan.soc}"
+
+
+def _health_problem(plan: ProbePlan, info: ascend.NpuSmiInfo) -> str | None:
+    """The chips npu-smi says are not healthy."""
     bad = [f"NPU {c.npu} chip {c.chip}: {c.health}" for c in info.unhealthy]
-    if bad:
-        problems.append("not healthy: " + ", ".join(bad))
-    return problems
+    return "not healthy: " + ", ".join(bad) if bad else None
+
+
+#: what fails the npu check, in the order its summary names the problems
+_NPU_JUDGES: tuple[Callable[[ProbePlan, ascend.NpuSmiInfo], str | None], ...] = (
+    _count_problem, _soc_problem, _health_problem)
 
 
 def _logical_ids(info: ascend.NpuSmiInfo, sec: Mapping[str, Section]) -> dict[tuple[int, int], int]:
@@ -427,9 +485,14 @@ def _logical_ids(info: ascend.NpuSmiInfo, sec: Mapping[str, Section]) -> dict[tu
     logical = {(c.npu, c.chip): info.logical_id(c) for c in info.chips}
     m = sec.get("npu-smi-m")
     if m is not None and m.rc == 0:
-        logical.update({(r.npu, r.chip): r.logic_id for r in ascend.parse_npu_smi_mapping(m.text)
-                        if r.logic_id is not None})
+        logical.update(_mapped_ids(m.text))
     return logical
+
+
+def _mapped_ids(text: str) -> dict[tuple[int, int], int]:
+    """Each (NPU, chip)'s logical id as ``npu-smi info -m`` maps it (rows without one left out)."""
+    rows = ascend.parse_npu_smi_mapping(text)
+    return {(r.npu, r.chip): r.logic_id for r in rows if r.logic_id is not None}
 
 
 def _busy_processes(procs: Sequence[ascend.NpuProcess]) -> str:
@@ -488,20 +551,26 @@ def _check_hccn(plan: ProbePlan, sec: Mapping[str, Section], limits: Limits) -> 
 
 def _hccn_findings(plan: ProbePlan, sec: Mapping[str, Section]) -> tuple[list[str], list[str]]:
     """(problems, notes) of every device's judged hccn_tool answers."""
-    # A3: -link may read DOWN while HCCS works: a note, not a failure
-    lenient = plan.soc == "ascend910_93"
     problems: list[str] = []
     notes: list[str] = []
-    judged = [q for q in plan.hccn_queries if q in _HCCN_JUDGES]
-    for dev, query in ((d, q) for d in range(plan.npu_count) for q in judged):
+    for dev, query in _hccn_asked(plan):
         text = _need(sec, f"hccn:{dev}:{query}").text.strip()
         if _busy(text):
             problems.append(f"dev {dev} {query}: {_BUSY_NOTE}")
-            continue
-        problem = _HCCN_JUDGES[query](dev, text)
-        if problem:
-            (notes if lenient and query == "link" else problems).append(problem)
+        elif problem := _HCCN_JUDGES[query](dev, text):
+            (notes if _only_noted(plan, query) else problems).append(problem)
     return problems, notes
+
+
+def _hccn_asked(plan: ProbePlan) -> list[tuple[int, str]]:
+    """(device, query) of every judged hccn_tool answer, device by device."""
+    judged = [q for q in plan.hccn_queries if q in _HCCN_JUDGES]
+    return list(itertools.product(range(plan.npu_count), judged))
+
+
+def _only_noted(plan: ProbePlan, query: str) -> bool:
+    """A3: -link may read DOWN while HCCS works: a note, not a failure."""
+    return plan.soc == "ascend910_93" and query == "link"
 
 
 def _hccn_link(dev: int, text: str) -> str | None:
@@ -545,20 +614,29 @@ def _check_tls(plan: ProbePlan, sec: Mapping[str, Section], limits: Limits) -> C
     unusable = _hccn_unusable(plan, sec, "tls", "hccn_tool not found")
     if unusable:
         return unusable
-    texts = {dev: _need(sec, f"hccn:{dev}:tls").text for dev in range(plan.npu_count)}
+    texts = _tls_texts(plan, sec)
     busy = [dev for dev, text in texts.items() if _busy(text)]
     if busy:
         return CheckResult(plan.host, "tls", FAIL, f"no TLS state from devices {busy}: {_BUSY_NOTE}", "busy")
     return _tls_verdict(plan.host, {dev: _tls_switch(dev, text) for dev, text in texts.items()})
 
 
+def _tls_texts(plan: ProbePlan, sec: Mapping[str, Section]) -> dict[int, str]:
+    """Each declared device's answer to ``hccn_tool -tls -g``."""
+    return {dev: _need(sec, f"hccn:{dev}:tls").text for dev in range(plan.npu_count)}
+
+
 def _tls_verdict(host: str, read: Mapping[int, int | None]) -> CheckResult:
     """One TLS switch on every device: OK; a device without one, or mixed: FAIL (link setup times
     out, EI0006)."""
-    switches = {dev: switch for dev, switch in read.items() if switch is not None}
-    unknown = [dev for dev in read if dev not in switches]
+    unknown = [dev for dev, switch in read.items() if switch is None]
     if unknown:
         return CheckResult(host, "tls", FAIL, f"no TLS state from devices {unknown}")
+    return _tls_agreement(host, {dev: switch for dev, switch in read.items() if switch is not None})
+
+
+def _tls_agreement(host: str, switches: Mapping[int, int]) -> CheckResult:
+    """Every device's TLS switch read: one value is OK, mixed ones FAIL."""
     values = sorted(set(switches.values()))
     if len(values) > 1:
         by = _by_switch(switches)
@@ -579,22 +657,36 @@ def _check_spod(plan: ProbePlan, sec: Mapping[str, Section], limits: Limits) -> 
     """A3: the Super Pod ID of the host (compared across hosts: a multi-node CAM run needs one Super Pod)."""
     if plan.soc != "ascend910_93":
         return CheckResult(plan.host, "spod", SKIP, f"npu.soc is {plan.soc}: Super Pods are A3 only")
-    path = sec.get("npu-smi.path")
-    if path is None or not path.text.strip():
+    if not _npu_smi_found(sec):
         return CheckResult(plan.host, "spod", FAIL, "npu-smi not found: cannot read the Super Pod ID")
     s = _need(sec, "spod")
-    info = ascend.parse_spod_info(s.text) if s.rc == 0 else None
-    if info is None or info.super_pod_id is None:
+    pod = _super_pod(s)
+    if pod is None:
         why = f"npu-smi info -t spod-info failed (rc {s.rc}): {s.tail()}"
         return CheckResult(plan.host, "spod", FAIL, why)
-    return CheckResult(plan.host, "spod", OK, f"Super Pod ID {info.super_pod_id} (NPU 0 chip 0 SDID {info.sdid}); "
-                       "a multi-node CAM run needs every host in one Super Pod", str(info.super_pod_id))
+    pod_id, sdid = pod
+    return CheckResult(plan.host, "spod", OK, f"Super Pod ID {pod_id} (NPU 0 chip 0 SDID {sdid}); "
+                       "a multi-node CAM run needs every host in one Super Pod", str(pod_id))
+
+
+def _npu_smi_found(sec: Mapping[str, Section]) -> bool:
+    """The probe found an npu-smi to run (its path section names one)."""
+    path = sec.get("npu-smi.path")
+    return path is not None and bool(path.text.strip())
+
+
+def _super_pod(s: Section) -> tuple[int, int | None] | None:
+    """(Super Pod ID, SDID) that ``npu-smi info -t spod-info`` printed; None when it read none."""
+    info = ascend.parse_spod_info(s.text) if s.rc == 0 else None
+    if info is None or info.super_pod_id is None:
+        return None
+    return info.super_pod_id, info.sdid
 
 
 def _check_disk(plan: ProbePlan, sec: Mapping[str, Section], limits: Limits) -> CheckResult:
     s = _need(sec, "disk")
     df = ascend.parse_df(s.text)
-    where = next((ln[4:] for ln in s.text.splitlines() if ln.startswith("dir ")), plan.workdir)
+    where = _probed_dir(s, plan.workdir)
     if df is None:
         return CheckResult(plan.host, "disk", FAIL, f"df failed for {where}: {s.text.strip()[-200:]}")
     gib = df.available_kb / 1024 ** 2
@@ -604,6 +696,11 @@ def _check_disk(plan: ProbePlan, sec: Mapping[str, Section], limits: Limits) -> 
     if gib < limits.min_free_gb:
         return CheckResult(plan.host, "disk", FAIL, f"only {text}, need {limits.min_free_gb:g} GiB", f"{gib:.1f}G")
     return CheckResult(plan.host, "disk", OK, text, f"{gib:.1f}G")
+
+
+def _probed_dir(s: Section, workdir: str) -> str:
+    """The folder the probe measured: the workdir, or its nearest existing ancestor."""
+    return next((ln[4:] for ln in s.text.splitlines() if ln.startswith("dir ")), workdir)
 
 
 def _check_clock(plan: ProbePlan, sec: Mapping[str, Section], limits: Limits) -> CheckResult:
@@ -629,11 +726,27 @@ def _core_pattern_problem(pattern: CorePattern, target: str | None) -> str | Non
     """Why no core would be delivered: an empty pattern, or an unusable handler or directory."""
     if not pattern.raw:
         return "kernel.core_pattern is empty"
-    if pattern.delivery == "pipe" and target != "ok":
-        return f"core_pattern pipes to {pattern.handler}, which is not an executable here"
-    if pattern.delivery == "file" and target not in ("ok", "creatable"):
-        return f"core directory {pattern.directory} is {target or 'unusable'}"
-    return None
+    judge = _DELIVERY_PROBLEMS.get(pattern.delivery)
+    return None if judge is None else judge(pattern, target)
+
+
+def _pipe_problem(pattern: CorePattern, target: str | None) -> str | None:
+    """A piped pattern's handler must be an executable."""
+    if target == "ok":
+        return None
+    return f"core_pattern pipes to {pattern.handler}, which is not an executable here"
+
+
+def _file_problem(pattern: CorePattern, target: str | None) -> str | None:
+    """A file pattern's directory must be writable, or creatable."""
+    if target in ("ok", "creatable"):
+        return None
+    return f"core directory {pattern.directory} is {target or 'unusable'}"
+
+
+#: the deliveries whose target the probe judged, and how a bad one fails the check
+_DELIVERY_PROBLEMS: dict[str, Callable[[CorePattern, str | None], str | None]] = {
+    "pipe": _pipe_problem, "file": _file_problem}
 
 
 #: the deliveries that pass with a note
@@ -688,10 +801,16 @@ def _check_addr(plan: ProbePlan, sec: Mapping[str, Section], limits: Limits) -> 
         return CheckResult(plan.host, "addr", FAIL, f"cannot list this host's addresses (ip -o addr): "
                                                     f"{s.text.strip()[-200:]}")
     if ip not in addrs:
-        mine = ", ".join(a for a in addrs if not a.startswith(("127.", "::1", "fe80:")))
-        return CheckResult(plan.host, "addr", FAIL, f"{where} (the rendezvous and HCCL_IF_IP) is not bound on this "
-                                                    f"host; it has {mine or 'only loopback'}", "unbound")
+        why = (f"{where} (the rendezvous and HCCL_IF_IP) is not bound on this host; "
+               f"it has {_own_addresses(addrs)}")
+        return CheckResult(plan.host, "addr", FAIL, why, "unbound")
     return CheckResult(plan.host, "addr", OK, f"{where} is on {addrs[ip]}", addrs[ip])
+
+
+def _own_addresses(addrs: Iterable[str]) -> str:
+    """The host's addresses, loopback and link-local ones left out (``only loopback``: none)."""
+    mine = ", ".join(a for a in addrs if not a.startswith(("127.", "::1", "fe80:")))
+    return mine or "only loopback"
 
 
 def _check_ports(plan: ProbePlan, sec: Mapping[str, Section], limits: Limits) -> CheckResult:
@@ -699,16 +818,20 @@ def _check_ports(plan: ProbePlan, sec: Mapping[str, Section], limits: Limits) ->
     (HCCL_IF_BASE_PORT: ``sysctl -w net.ipv4.ip_local_reserved_ports=60000-60015``, 60000-60031 from CANN 8.2)."""
     text = _need(sec, "reserved_ports").text.strip()
     first, last = plan.hccl_ports
-    reserved = set(parse_port_list(text))
-    missing = [p for p in range(first, last + 1) if p not in reserved]
+    missing = sorted(set(range(first, last + 1)) - set(parse_port_list(text)))
     if missing:
-        gap = f"{missing[0]}-{missing[-1]}" if len(missing) > 1 else str(missing[0])
+        gap = _span(missing)
         return CheckResult(plan.host, "ports", WARN, f"HCCL's host ports {first}-{last} are not all reserved "
                                                      f"(net.ipv4.ip_local_reserved_ports={text or 'empty'}; {gap} "
                                                      "missing): an outgoing connection may take one and HCCL fail "
                                                      f"with EI0019; sysctl -w net.ipv4.ip_local_reserved_ports="
                                                      f"{first}-{last}", "unreserved")
     return CheckResult(plan.host, "ports", OK, f"HCCL's host ports {first}-{last} are reserved", "reserved")
+
+
+def _span(ports: Sequence[int]) -> str:
+    """Sorted ports as their first and last (``60016-60031``), one port as itself."""
+    return f"{ports[0]}-{ports[-1]}" if len(ports) > 1 else str(ports[0])
 
 
 def parse_port_list(text: str) -> list[int]:
@@ -771,11 +894,20 @@ def _consistency(results: dict[tuple[str, str], CheckResult], hosts: Sequence[st
     if len(set(keyed.values())) < 2:
         return
     majority = _majority(keyed)
-    holders = ", ".join(h for h in keyed if keyed[h] == majority)
-    for h in (h for h, v in keyed.items() if v != majority):
+    holders, others = _split_by(keyed, majority)
+    for h in others:
         r = results[(h, check)]
-        text = f"{r.summary}; differs from {majority} on {holders}"
+        text = f"{r.summary}; differs from {majority} on {', '.join(holders)}"
         results[(h, check)] = CheckResult(h, check, FAIL, text, r.value, r.details)
+
+
+def _split_by(keyed: Mapping[str, str], majority: str) -> tuple[list[str], list[str]]:
+    """The hosts holding the ``majority`` value, and the others, each in host order."""
+    holders: list[str] = []
+    others: list[str] = []
+    for host, value in keyed.items():
+        (holders if value == majority else others).append(host)
+    return holders, others
 
 
 def _compared_values(results: Mapping[tuple[str, str], CheckResult], hosts: Sequence[str],
@@ -802,14 +934,20 @@ def clock_skew(samples: Mapping[str, Sample]) -> ClockSkew | None:
     offsets: dict[str, float] = {}
     unc: dict[str, float] = {}
     for host, s in samples.items():
-        t0 = _float(s.sections["t0"].text) if "t0" in s.sections else None
-        if t0 is None or s.received is None:
-            continue
-        offsets[host] = t0 - (s.sent + s.received) / 2
-        unc[host] = (s.received - s.sent) / 2
+        measured = _offset(s)
+        if measured is not None:
+            offsets[host], unc[host] = measured
     if not offsets:
         return None
     return ClockSkew(offsets, unc, *_worst_pair(offsets))
+
+
+def _offset(s: Sample) -> tuple[float, float] | None:
+    """(offset, uncertainty) of the host's clock; None when it was not read or not timed."""
+    t0 = _float(s.sections["t0"].text) if "t0" in s.sections else None
+    if t0 is None or s.received is None:
+        return None
+    return t0 - (s.sent + s.received) / 2, (s.received - s.sent) / 2
 
 
 def _worst_pair(offsets: Mapping[str, float]) -> tuple[float, tuple[str, str] | None]:
@@ -829,15 +967,22 @@ def _clock_verdict(r: CheckResult, clock: ClockSkew, limits: Limits) -> CheckRes
         return CheckResult(host, "clock", WARN, "the host clock was read but the exchange was not timed")
     off, u = clock.offsets[host], clock.uncertainty[host]
     text = f"{off:+.3f}s ±{u:.3f}s vs controller"
-    problems = []
-    if abs(off) - u > limits.max_skew:
-        problems.append(f"{off:+.3f}s from the controller")
     if len(clock.offsets) > 1:
-        median = statistics.median(clock.offsets.values())
-        if abs(off - median) - u > limits.max_skew / 2:
-            problems.append(f"{off - median:+.3f}s from the median of the hosts")
         text += f"; hosts spread {clock.max_pairwise:.3f}s"
+    problems = _clock_problems(off, u, clock, limits)
     value = f"{off:+.3f}s"
     if problems:
         return CheckResult(host, "clock", FAIL, "; ".join(problems) + f" (limit {limits.max_skew:g}s) [{text}]", value)
     return CheckResult(host, "clock", OK, text, value)
+
+
+def _clock_problems(off: float, u: float, clock: ClockSkew, limits: Limits) -> list[str]:
+    """How a clock ``off`` the controller's (± ``u``) is too far from it or from the hosts'
+    median."""
+    problems = []
+    if abs(off) - u > limits.max_skew:
+        problems.append(f"{off:+.3f}s from the controller")
+    median = statistics.median(clock.offsets.values())
+    if len(clock.offsets) > 1 and abs(off - median) - u > limits.max_skew / 2:
+        problems.append(f"{off - median:+.3f}s from the median of the hosts")
+    return problems

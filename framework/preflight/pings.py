@@ -47,12 +47,24 @@ def _device_ip(plan: ProbePlan, sections: Mapping[str, Section]) -> str | None:
 
 def plan_pings(plans: Mapping[str, ProbePlan], sections: Mapping[str, Mapping[str, Section]]) -> dict[str, list[Ping]]:
     """host → the pings it sends: A2 nodes only, two or more of them, peers whose device IP the probe read."""
-    a2 = [h for h, p in plans.items() if _pings(p) and h in sections]
+    a2 = _pinging(plans, sections)
     if len(a2) < 2:
         return {}
-    found = {h: _device_ip(plans[h], sections[h]) for h in a2}
-    address = {h: ip for h, ip in found.items() if ip}
+    address = _device_ips(a2, plans, sections)
     return {h: _pings_from(h, plans, address) for h in a2}
+
+
+def _pinging(plans: Mapping[str, ProbePlan],
+             sections: Mapping[str, Mapping[str, Section]]) -> list[str]:
+    """The nodes that ping their peers (:func:`_pings`) and whose probe answered."""
+    return [h for h, p in plans.items() if _pings(p) and h in sections]
+
+
+def _device_ips(hosts: Sequence[str], plans: Mapping[str, ProbePlan],
+                sections: Mapping[str, Mapping[str, Section]]) -> dict[str, str]:
+    """host → its first device's IP, for the ``hosts`` whose probe read one."""
+    found = {h: _device_ip(plans[h], sections[h]) for h in hosts}
+    return {h: ip for h, ip in found.items() if ip}
 
 
 def _pings_from(host: str, plans: Mapping[str, ProbePlan], address: Mapping[str, str]) -> list[Ping]:
@@ -95,7 +107,7 @@ def verdict(pings: Sequence[Ping], sections: Mapping[str, Section] | BaseExcepti
 def _ping_problem(section: Section | None) -> str | None:
     """What went wrong with one ping (its section of the round's output), None: it was answered."""
     text = "" if section is None else section.text
-    results = ascend.parse_ping(text) if section is not None else []
+    results = ascend.parse_ping(text)
     if not results:
         return f"no answer ({text.strip() or 'no output'})"
     r = results[-1]
@@ -127,8 +139,7 @@ def _with_pings(current: CheckResult, problems: list[str], notes: list[str]) -> 
 def run(cluster: Cluster, plans: Mapping[str, ProbePlan], samples: Mapping[str, Sample | BaseException],
         report: Report, timeout: float = 120.0) -> None:
     """The second round: send each A2 node's pings (one script per node, in parallel) and judge them."""
-    sections = {h: s.sections for h, s in samples.items() if isinstance(s, Sample)}
-    pings = plan_pings(plans, sections)
+    pings = plan_pings(plans, _sections(samples))
     targets = [h for h, mine in pings.items() if mine]
     if not targets:
         return
@@ -139,3 +150,8 @@ def run(cluster: Cluster, plans: Mapping[str, ProbePlan], samples: Mapping[str, 
 
     answers = dict(cluster.map(send, targets).items())
     apply(report, pings, answers)
+
+
+def _sections(samples: Mapping[str, Sample | BaseException]) -> dict[str, Mapping[str, Section]]:
+    """The probe sections of each host whose probe answered."""
+    return {h: s.sections for h, s in samples.items() if isinstance(s, Sample)}

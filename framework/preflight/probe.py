@@ -10,7 +10,7 @@ from framework import commands
 from framework.ascend.nic import hccl_host_ports, rendezvous_ip
 from framework.cores.caps import CAPS_SCRIPT, space_script
 from framework.preflight.limits import Limits
-from framework.remote.sections import PROBE_MARK, read_records
+from framework.remote.sections import PROBE_MARK, Record, read_records
 
 if TYPE_CHECKING:
     from framework.config.effective import EnvConfig, HostSpec
@@ -187,11 +187,8 @@ def probe_script(plan: ProbePlan) -> commands.ShellScript:
 
 def _npu_probe(plan: ProbePlan) -> list[str]:
     q = commands.quote
-    records = []
-    for home in plan.cann_homes:
-        h = home if home.startswith("$HOME") else q(home)
-        h = h.replace("$HOME", "\"$HOME\"")
-        records += [f"{h}/*-linux/{CANN_RECORD}", f"{h}/version.cfg"]
+    records = [f"{h}/{name}" for h in map(_shell_home, plan.cann_homes)
+               for name in (f"*-linux/{CANN_RECORD}", "version.cfg")]
     lines = [
         "sec reserved_ports cat /proc/sys/net/ipv4/ip_local_reserved_ports",
         "NPUSMI=$(command -v npu-smi 2>/dev/null)",
@@ -222,11 +219,23 @@ def _npu_probe(plan: ProbePlan) -> list[str]:
         "_i=$((_i+1)); if [ $_i -lt 5 ]; then sleep 1; continue; fi;; esac; "
         "printf '%s\\n' \"$_o\"; return $_c; done; }",
     ]
-    if plan.npu_count > 0:
-        body = "; ".join(f"sec hccn:$i:{name} hc -i $i {_HCCN_ARGS[name]}" for name in plan.hccn_queries)
-        lines.append(f"if [ -x \"$HCCN\" ]; then i=0; while [ $i -lt {plan.npu_count} ]; do {body}; "
-                     "i=$((i+1)); done; fi")
-    return lines
+    return lines + _hccn_loop(plan)
+
+
+def _shell_home(home: str) -> str:
+    """A toolkit home as sh text: quoted, ``$HOME`` left for the host's shell to expand."""
+    h = home if home.startswith("$HOME") else commands.quote(home)
+    return h.replace("$HOME", "\"$HOME\"")
+
+
+def _hccn_loop(plan: ProbePlan) -> list[str]:
+    """The sh loop asking every declared device the SoC's hccn_tool queries (none without
+    devices)."""
+    if plan.npu_count <= 0:
+        return []
+    body = "; ".join(f"sec hccn:$i:{q} hc -i $i {_HCCN_ARGS[q]}" for q in plan.hccn_queries)
+    return [f"if [ -x \"$HCCN\" ]; then i=0; while [ $i -lt {plan.npu_count} ]; do {body}; "
+            "i=$((i+1)); done; fi"]
 
 
 # --------------------------------------------------------------------------- sections
@@ -253,17 +262,28 @@ def split_sections(stdout: str) -> dict[str, Section]:
     name: str | None = None
     buf: list[str] = []
     for rec in read_records(stdout, PROBE_MARK):
-        words = rec.value.split()
-        if rec.tag == "begin" and words:
+        if _opens(rec):
             name, buf = rec.value, [rec.body]
-        elif rec.tag == "end" and len(words) >= 2 and name is not None:
-            out[name] = _closed(name, buf, words[-1])
+        elif name is None:
+            continue
+        elif _closes(rec):
+            out[name] = _closed(name, buf, rec.value.split()[-1])
             name, buf = None, []
-        elif name is not None:
+        else:
             buf.append(rec.raw)
     if name is not None:
         out[name] = Section(name, "".join(buf), None)
     return out
+
+
+def _opens(rec: Record) -> bool:
+    """``begin <name>``: a section starts."""
+    return rec.tag == "begin" and bool(rec.value.split())
+
+
+def _closes(rec: Record) -> bool:
+    """``end <name> <rc>``: the open section ends."""
+    return rec.tag == "end" and len(rec.value.split()) >= 2
 
 
 def _closed(name: str, buf: list[str], rc: str) -> Section:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -82,6 +83,11 @@ class Listening:
     port: int | None
     error: str | None = None
 
+    def refusal(self) -> str:
+        """Why node 0 has no listener, naming it, its address and port (``any``: none asked)."""
+        port = self.port or "any"
+        return f"node 0 ({self.host}) cannot listen on {self.addr} port {port}: {self.error}"
+
     @property
     def target(self) -> str:
         return f"{self.addr}:{self.port}" if ":" not in self.addr else f"[{self.addr}]:{self.port}"
@@ -89,10 +95,14 @@ class Listening:
 
 def parse_listener(line: str) -> tuple[int, int] | str:
     """``listen <pid> <port>`` → (pid, port); anything else → the reason it gave."""
-    words = line.split()
-    if len(words) == 3 and words[0] == "listen" and words[1].isdigit() and words[2].isdigit():
-        return int(words[1]), int(words[2])
+    m = _LISTENING.fullmatch(line)
+    if m is not None:
+        return int(m[1]), int(m[2])
     return line.strip().removeprefix("error ").strip() or "the listener ended without a word"
+
+
+#: the listener's word once it listens: ``listen <pid> <port>``
+_LISTENING = re.compile(r"\s*listen\s+([0-9]+)\s+([0-9]+)\s*")
 
 
 def verdicts(hosts: Sequence[str], listening: Listening | str, answers: Mapping[str, str]) -> dict[str, CheckResult]:
@@ -106,9 +116,7 @@ def _verdict(host: str, listening: Listening | str, answer: str | None) -> Check
     if isinstance(listening, str):
         return CheckResult(host, CHECK, SKIP, listening)
     if listening.error is not None:
-        return CheckResult(host, CHECK, FAIL, f"node 0 ({listening.host}) cannot listen on "
-                                              f"{listening.addr} port {listening.port or 'any'}: "
-                                              f"{listening.error}", "no listener")
+        return CheckResult(host, CHECK, FAIL, listening.refusal(), "no listener")
     if answer is None:
         return CheckResult(host, CHECK, SKIP, "not run: host unreachable (see ssh)")
     if answer.strip() == "ok":
@@ -134,6 +142,14 @@ def check_reachability(env: EnvConfig, cluster: Cluster, probed: Sequence[str]) 
     absent = _node0_absent(node0, hosts, probed)
     if absent is not None:
         return verdicts(hosts, absent, {})
+    listening, answers = _listen_and_connect(env, cluster, node0, [h for h in hosts if h in probed])
+    return verdicts(hosts, listening, answers)
+
+
+def _listen_and_connect(env: EnvConfig, cluster: Cluster, node0: str,
+                        probed: list[str]) -> tuple[Listening, dict[str, str]]:
+    """Node 0's listener (or why it could not listen) and each probed host's answer to
+    connecting to it; the listener is stopped before this returns."""
     spec0 = env.hosts[node0]
     addr = rendezvous_ip(spec0, env.launch.rendezvous_nic)
     avoid = hccl_host_ports({k: str(v) for k, v in env.launch.env.items()})
@@ -141,15 +157,14 @@ def check_reachability(env: EnvConfig, cluster: Cluster, probed: Sequence[str]) 
     try:
         proc = host0.spawn(listener_argv(spec0.python, addr, env.launch.master_port, avoid))
     except HostError as exc:
-        return verdicts(hosts, Listening(node0, addr, env.launch.master_port, f"cannot start it: {exc}"), {})
+        return Listening(node0, addr, env.launch.master_port, f"cannot start it: {exc}"), {}
     pid = None
     try:
         got = parse_listener(proc.readline(timeout=30.0) or "")
         if isinstance(got, str):
-            return verdicts(hosts, Listening(node0, addr, env.launch.master_port, got), {})
+            return Listening(node0, addr, env.launch.master_port, got), {}
         pid, port = got
-        answers = _connect_all(env, cluster, [h for h in hosts if h in probed], addr, port)
-        return verdicts(hosts, Listening(node0, addr, port), answers)
+        return Listening(node0, addr, port), _connect_all(env, cluster, probed, addr, port)
     finally:
         _stop_listener(host0, proc, pid)
 

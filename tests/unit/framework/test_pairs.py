@@ -71,3 +71,15 @@ def test_the_rank_lines_parse_and_the_schedule_round_trips():
     assert pairs.schedule_text(pairs.schedule(4, None)) == "0-3,1-2;0-2,1-3;0-1,2-3"
     report = pairs.PairsReport(HOSTS8[:4], pairs.schedule(4, None), {(0, 3): 0.7058, (1, 2): 0.02})
     assert report.lines()[1] == "round 1: host1-host4 705.8ms, host2-host3 20.0ms"
+
+
+def test_the_report_ends_with_the_failure_and_the_slow_nodes_else_says_none_was_found():
+    rounds = pairs.schedule(4, 1)
+    slow = pairs.SlowNode(1, "host2", 3.0, 3)
+    assert pairs.PairsReport(HOSTS8[:4], rounds).lines() == [
+        "pairs: 4 nodes, 1 rounds", "round 1: host1-host4 -, host2-host3 -", "no slow node"]
+    assert pairs.PairsReport(HOSTS8[:2], pairs.schedule(2, 1)).lines()[-1] == (
+        "no slow node (two nodes cannot be told apart)")
+    failed = pairs.PairsReport(HOSTS8[:4], rounds, slow=[slow], failure="rank 1 exited 1")
+    assert failed.lines()[2:] == ["FAILED: rank 1 exited 1", slow.describe()]
+    assert pairs.PairsReport(HOSTS8[:4], rounds, slow=[slow]).lines()[2:] == [slow.describe()]

@@ -6,6 +6,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 from framework.preflight.checks import FAIL, OK, SKIP, WARN, CheckResult, evaluate, parse_port_list
 from framework.preflight.probe import plan_probe
 from framework.preflight.rendezvous import Listening, connect_argv, listener_argv, parse_listener, verdicts
@@ -73,3 +75,16 @@ def test_unreserved_hccl_ports_are_a_warning_on_npu_hosts():
     moved = make_env(("n1",), npu={"soc": "ascend910b", "count": 8}, launch={"env": {"HCCL_IF_BASE_PORT": 50000}})
     assert plan_probe(moved.hosts["n1"], moved).hccl_ports == (50000, 50031)
     assert parse_port_list("1-3, 7") == [1, 2, 3, 7]
+
+
+@pytest.mark.parametrize(("line", "got"), [
+    ("listen 4242 29500\n", (4242, 29500)),
+    ("  listen 7 0  ", (7, 0)),
+    ("listen 4242\n", "listen 4242"),
+    ("listen 4242 29500 more\n", "listen 4242 29500 more"),
+    ("listen -1 29500\n", "listen -1 29500"),
+    ("error [Errno 98] Address already in use\n", "[Errno 98] Address already in use"),
+    ("", "the listener ended without a word"),
+])
+def test_the_listeners_word_is_its_pid_and_port_or_the_reason(line, got):
+    assert parse_listener(line) == got
