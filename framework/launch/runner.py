@@ -92,8 +92,7 @@ class Launcher:
         self.cluster = cluster
         self.rundir = rundir
         self.backend = backend or env.launch.backend
-        # default: one rank per usable device of the smallest NPU host (npu.visible, else npu.count), else 1
-        self.nproc = nproc_per_node or env.launch.nproc_per_node or devices_per_node(env) or 1
+        self.nproc = nproc_per_node or _default_nproc(env)
         self.core_limit = core_limit
         #: fetch into <report>/<host>/<launch_id>/ (several launches per run) instead of <report>/<host>/
         self.per_launch_dirs = per_launch_dirs
@@ -160,11 +159,8 @@ class Launcher:
             self._npu_before(host)
             return prepared_for(layout, self.programs, script, state=state, net=parse_net(stdout))
 
-        prepared = self.cluster.map(prep, names).raise_on_failure()
-        out = prepared.succeeded
-        if script is not None:
-            target = Target(script=next(iter(out.values())).script, args=target.args)
-        return out, target
+        prepared = self.cluster.map(prep, names).raise_on_failure().succeeded
+        return prepared, _as_shipped(target, script, prepared)
 
     def _free_port(self, host: Host, python: str, addr: str) -> int:
         """A free port on node 0, outside HCCL's host ports (HCCL_IF_BASE_PORT and after)."""
@@ -231,9 +227,9 @@ class Launcher:
         ``launch.master_port`` is set, the master port node 0 picks at launch (0)."""
         names = self._names(hosts)
         script = self._local_script(target)
-        prepared = {n: prepared_for(HostLayout.of(self.env.hosts[n]), self.programs, script) for n in names}
-        if script is not None:
-            target = Target(script=next(iter(prepared.values())).script, args=target.args)
+        prepared = {n: prepared_for(HostLayout.of(self.env.hosts[n]), self.programs, script)
+                    for n in names}
+        target = _as_shipped(target, script, prepared)
         plans = plan_nodes(self.env, names, prepared, nproc=nproc_per_node or self.nproc, backend=self.backend,
                            master_port=self.env.launch.master_port or 0, launch_id=self._launch_id(name),
                            extra_env=env or {}, timeout=timeout, core_limit=self.core_limit)
@@ -263,11 +259,8 @@ class Launcher:
         plans = plan_nodes(self.env, names, prepared, nproc=nproc, backend=self.backend, master_port=port,
                            launch_id=lid, extra_env=extra_env, timeout=timeout, core_limit=self.core_limit)
         nodes = {h: _Node(self.cluster[h], p) for h, p in plans.items()}
-        node_results = {h: NodeResult(h, p.node_rank, comm_env=comm_env(p.env)) for h, p in plans.items()}
-        result = LaunchResult(lid, node_results, {},
-                              world_size=nproc * len(plans), master=f"{addr0}:{port}")
-        if owner is not None:
-            result.test, result.attempt, result.seq = owner[0], owner[1], seq
+        result = _new_result(lid, plans, world=nproc * len(plans), master=f"{addr0}:{port}",
+                             owner=owner, seq=seq)
         start = time.monotonic()
         monitor = LaunchMonitor(result, plans, deadline=start + timeout)
         events: Events = queue.Queue()
@@ -275,14 +268,14 @@ class Launcher:
             self._start(nodes, target, monitor, events)
             if not monitor.stop:
                 self._watch(nodes, monitor, events)
-        except BaseException as exc:  # Ctrl-C/SIGTERM, and pytest-timeout, pytest.exit, SystemExit: the same teardown
-            why = _stopped_by(exc)
-            monitor.fail("interrupted", f"{why}: tearing down every node", time.monotonic())
+        except BaseException as exc:
+            # Ctrl-C/SIGTERM, and pytest-timeout, pytest.exit, SystemExit: the same teardown
+            monitor.fail("interrupted", f"{_stopped_by(exc)}: tearing down every node",
+                         time.monotonic())
+            raise
+        finally:
             self._teardown(nodes, monitor, events)
             self._finish(nodes, monitor, start)
-            raise
-        self._teardown(nodes, monitor, events)
-        self._finish(nodes, monitor, start)
         return result
 
     def _master(self, host0: str, prepared0: Prepared, attempt: int) -> tuple[str, int]:
@@ -345,13 +338,10 @@ class Launcher:
         t0 = time.monotonic()
         stacks = monitor.result.failure_kind == "timeout"  # ask the ranks where they hang, then kill
         self._stop(nodes, live, stacks)
-        end = t0 + KILL_GRACE + 8 + (STACK_WAIT + PYSPY_WAIT if stacks else 0)
-        self._await_done(nodes, monitor, events, live, end)
+        self._await_done(nodes, monitor, events, live, _done_by(t0, stacks))
         for n in nodes.values():
             _close(n.proc)
-        if monitor.result.failure is not None:
-            failed_at = t0 if monitor.failed_at is None else monitor.failed_at
-            monitor.result.teardown_seconds = round(time.monotonic() - failed_at, 3)
+        _note_teardown_time(monitor, t0)
 
     def _stop(self, nodes: dict[str, _Node], live: list[str], stacks: bool) -> None:
         """Send each live supervisor its KILL line (``stacks``: ask the ranks for them first)."""
@@ -433,14 +423,13 @@ class Launcher:
         """The cause of a failed launch (None: it did not fail, or nothing says why)."""
         if result.failure is None:  # (a timeout is a failure too)
             return None
-        found = cause.of_ranks(result.ranks.values(), result.failure_rank)
-        line = found.describe() if found else None
+        line = _ranks_line(result)
         if self.rundir is not None:  # the timeline's root cause, when it finds one, wins
             line = self._timeline(result) or line
             self._fault_bundle(result)
-        if line is None and result.timed_out and result.stacks:  # a hang: where the ranks stood
-            return "hang: " + stacks.summary(result.stacks).removeprefix("stacks: ")
-        return line
+        if line is not None:
+            return line
+        return _hang_line(result)
 
     def _timeline(self, result: LaunchResult) -> str | None:
         """Write the failed launch's ``timeline.json``; its root cause line (None when it found none)."""
@@ -475,15 +464,24 @@ class Launcher:
             return
         try:
             self._save_npu_before(hosts, result.launch_id)
-            _, verdict = faultbundle.write_bundle(
-                Path(self.rundir.path), {h: self._host_dir(h, result.launch_id) for h in hosts},
-                scrub=Scrubber.from_env(self.env).text, env={h: result.nodes[h].comm_env for h in hosts},
-                versions={"camit": __version__, "launch": result.launch_id})
+            verdict = self._write_bundle(hosts, result)
         except OSError as exc:
             log.warning("fault bundle: %s", exc)
             return
         if verdict is not None:
             result.notes.append(f"ascend-fd: {verdict}")
+
+    def _write_bundle(self, hosts: list[str], result: LaunchResult) -> str | None:
+        """The fault bundle of ``hosts`` written into the run folder; ascend-fd's verdict (None: not
+        installed here)."""
+        assert self.rundir is not None
+        lid = result.launch_id
+        _, verdict = faultbundle.write_bundle(
+            Path(self.rundir.path), {h: self._host_dir(h, lid) for h in hosts},
+            scrub=Scrubber.from_env(self.env).text,
+            env={h: result.nodes[h].comm_env for h in hosts},
+            versions={"camit": __version__, "launch": lid})
+        return verdict
 
     def _save_npu_before(self, hosts: list[str], launch_id: str) -> None:
         """Each host's ``npu-smi info`` from before the launch, into its fault bundle's tree."""
@@ -578,10 +576,66 @@ class Launcher:
         for h, err in got.failed.items():
             log.warning("%s: could not fetch logs: %s", h, err)
         _keep_notes(result, [note for notes in got.succeeded.values() for note in notes])
-        for h in nodes:
+        self._read_fetched(result)
+
+    def _read_fetched(self, result: LaunchResult) -> None:
+        """The ranks' records from the fetched folders, and their stacks when they dumped them."""
+        for h in result.nodes:
             fetch.read_ranks(result, h, self._host_dir(h, result.launch_id))
         if any(n.stacks for n in result.nodes.values()):
             _read_stacks(result)
+
+
+def _default_nproc(env: EnvConfig) -> int:
+    """Ranks per node when the caller names none: launch.nproc_per_node, else one per usable
+    device of the smallest NPU host (npu.visible, else npu.count), else 1."""
+    return env.launch.nproc_per_node or devices_per_node(env) or 1
+
+
+def _as_shipped(target: Target, script: tuple[Path, str] | None,
+                prepared: Mapping[str, Prepared]) -> Target:
+    """The target as the hosts run it: a local script replaced by its shipped copy."""
+    if script is None:
+        return target
+    return Target(script=next(iter(prepared.values())).script, args=target.args)
+
+
+def _new_result(launch_id: str, plans: Mapping[str, NodePlan], *, world: int, master: str,
+                owner: tuple[str, int] | None, seq: int | None) -> LaunchResult:
+    """An attempt's result before it starts: its nodes, world and master, and the test it runs for."""
+    nodes = {h: NodeResult(h, p.node_rank, comm_env=comm_env(p.env)) for h, p in plans.items()}
+    result = LaunchResult(launch_id, nodes, {}, world_size=world, master=master)
+    if owner is not None:
+        result.test, result.attempt, result.seq = owner[0], owner[1], seq
+    return result
+
+
+def _done_by(t0: float, stacks: bool) -> float:
+    """When a teardown begun at ``t0`` stops waiting for the DONE lines (longer when the ranks
+    dump their stacks first)."""
+    dumps = STACK_WAIT + PYSPY_WAIT if stacks else 0
+    return t0 + KILL_GRACE + 8 + dumps
+
+
+def _note_teardown_time(monitor: LaunchMonitor, t0: float) -> None:
+    """A failed launch's teardown time: from its failure (or, with none recorded, ``t0``) to now."""
+    if monitor.result.failure is None:
+        return
+    failed_at = t0 if monitor.failed_at is None else monitor.failed_at
+    monitor.result.teardown_seconds = round(time.monotonic() - failed_at, 3)
+
+
+def _ranks_line(result: LaunchResult) -> str | None:
+    """The ranks' first error, described (None: no rank said one)."""
+    found = cause.of_ranks(result.ranks.values(), result.failure_rank)
+    return found.describe() if found else None
+
+
+def _hang_line(result: LaunchResult) -> str | None:
+    """A timed-out launch's cause when nothing else names one: where the ranks stood."""
+    if not (result.timed_out and result.stacks):
+        return None
+    return "hang: " + stacks.summary(result.stacks).removeprefix("stacks: ")
 
 
 def _keep_notes(result: LaunchResult, notes: list[str]) -> None:
