@@ -171,7 +171,7 @@ def test_received_lines_that_are_no_supervisor_event_are_skipped() -> None:
 
 
 def test_phase_records_without_a_numeric_start_a_host_and_a_name_are_no_events() -> None:
-    good = {"start": T0, "host": "h", "phase": "run"}
-    bad = [{"start": "x", "host": "h", "phase": "run"}, {"start": T0, "host": 1, "phase": "run"},
+    good: dict[str, object] = {"start": T0, "host": "h", "phase": "run"}
+    bad: list[dict[str, object]] = [{"start": "x", "host": "h", "phase": "run"}, {"start": T0, "host": 1, "phase": "run"},
            {"start": T0, "host": "h"}]
     assert [e.text for e in timeline.phase_events([*bad, good])] == ["run began"]
