@@ -38,6 +38,7 @@ from framework.launch.plan import (
     Target,
     backend_env,
     comm_env,
+    deployed,
     devices_per_node,
     free_port_argv,
     launch_label,
@@ -285,7 +286,7 @@ class Launcher:
         addr0 = rendezvous_ip(spec0, self.env.launch.rendezvous_nic)
         if self.env.launch.master_port and attempt == 1:
             return addr0, self.env.launch.master_port
-        py0 = prepared0.state.interpreter or spec0.python
+        py0 = deployed(spec0, prepared0.layout.workdir, prepared0.state).python
         return addr0, self._free_port(self.cluster[host0], py0, addr0)
 
     def _start(self, nodes: dict[str, _Node], target: Target, monitor: LaunchMonitor, events: Events) -> None:

@@ -22,6 +22,7 @@ from framework import commands
 from framework.commands import ShellScript
 from framework.errors import FrameworkError, UsageError
 from framework.fetchcaps import caps, extract_tar
+from framework.launch.plan import deployed
 from framework.records.folder import write_atomic
 from framework.remote.layout import DeployState, HostLayout
 from framework.remote.packing import sh_pack
@@ -293,16 +294,15 @@ class RankCoverage:
         layout = HostLayout.of(spec)
         state = DeployState.from_doc(read_state(host.run(["cat", "--", layout.state_file], timeout=60).stdout))
         # the same choices as framework.launch: the deployed interpreter and vendor set_env
-        interpreter = state.interpreter or spec.python
-        install_path = state.install_path or spec.install_path
-        vendor = state.vendor
-        argv = probe_argv(interpreter, cann_set_env=self.env.cann.set_env if self.env.cann else None,
-                          vendor_set_env=HostLayout(layout.workdir, install_path).vendor_set_env(vendor)
-                          if vendor else None,
+        chosen = deployed(spec, layout.workdir, state)
+        cann = self.env.cann.set_env if self.env.cann else None
+        argv = probe_argv(chosen.python, cann_set_env=cann, vendor_set_env=chosen.vendor_set_env,
                           env=dict(self.env.launch.env), extra_set_env=extra_of(self.env))
         res = host.run(argv, timeout=120)
-        probe = parse_probe(host.name, interpreter, install_path, vendor, res.rc, res.stdout, res.tail(5))
-        log.info("%s: coverage %s in %s", host.name, probe.version or f"unusable ({probe.problem})", interpreter)
+        probe = parse_probe(host.name, chosen.python, chosen.install_path, chosen.vendor, res.rc,
+                            res.stdout, res.tail(5))
+        log.info("%s: coverage %s in %s", host.name,
+                 probe.version or f"unusable ({probe.problem})", chosen.python)
         return probe
 
     def collect_gcov(self, hosts: Sequence[str]) -> dict[str, int]:
