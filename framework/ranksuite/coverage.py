@@ -279,15 +279,19 @@ class RankCoverage:
 
     def check(self, hosts: Sequence[str]) -> dict[str, HostProbe]:
         """Probe the hosts not probed yet; raise :class:`CoverageUnavailable` naming every host that lacks it."""
+        self._probe_new(hosts)
+        missing = {h: f"{p.interpreter}: {p.problem}" for h in hosts if not (p := self.probes[h]).ok}
+        if missing:
+            raise CoverageUnavailable(missing)
+        return {h: self.probes[h] for h in hosts}
+
+    def _probe_new(self, hosts: Sequence[str]) -> None:
+        """Probe the hosts of ``hosts`` not probed yet this session."""
         todo = [h for h in hosts if h not in self.probes]
         if todo:
             got = self.cluster.map(self._probe, todo)
             got.raise_on_failure()  # an unreachable host is its own error, not a coverage one
             self.probes.update(got.succeeded)
-        missing = {h: f"{p.interpreter}: {p.problem}" for h in hosts if not (p := self.probes[h]).ok}
-        if missing:
-            raise CoverageUnavailable(missing)
-        return {h: self.probes[h] for h in hosts}
 
     def _probe(self, host: Host) -> HostProbe:
         spec = self.env.hosts[host.name]
@@ -417,6 +421,22 @@ def gcda_text(gcda: Mapping[str, int]) -> str:
     return f"; gcov: {sum(gcda.values())} .gcda file(s) from {', '.join(gcda)} in <host>/{GCOV_DIR}/"
 
 
+def _reported(root: Path, files: Sequence[Path], measured: int, gcda: Mapping[str, int]) -> str:
+    """The summary line of a combined report: its totals from ``coverage.xml``, what went in."""
+    covered, valid = xml_totals(root / XML_FILE)
+    reported = len(list(ET.parse(root / XML_FILE).getroot().iter("class")))
+    hosts = len({p.relative_to(root).parts[0] for p in files})
+    return summary_line(covered, valid, reported, len(files), hosts, measured - reported,
+                        str(root / HTML_DIR / "index.html"), gcda)
+
+
+def _folder_here(folder: Path | None) -> Path | None:
+    """``folder`` when it is a folder on this machine, else None."""
+    if folder is None or not Path(folder).is_dir():
+        return None
+    return folder
+
+
 def finish(rundir_path: str | os.PathLike[str], *, op_lib: Path | None = STANDIN_OP_LIB) -> str:
     """Combine the run folder's rank data into ``coverage/`` (html) and ``coverage.xml``; the summary line.
 
@@ -433,8 +453,7 @@ def finish(rundir_path: str | os.PathLike[str], *, op_lib: Path | None = STANDIN
         import coverage
         from coverage.exceptions import NoDataError
 
-        op = op_lib if op_lib is not None and Path(op_lib).is_dir() else None
-        write_atomic(rc, rc_text(recorded_trees(root), op))
+        write_atomic(rc, rc_text(recorded_trees(root), _folder_here(op_lib)))
         html = root / HTML_DIR
         # coverage warns through `warnings` (data files it cannot read, ...); a run configured with
         # filterwarnings=error must still get its report: record them and log them instead
@@ -452,11 +471,7 @@ def finish(rundir_path: str | os.PathLike[str], *, op_lib: Path | None = STANDIN
                         f"(data in {html / '.coverage'})" + gcda_text(gcda))
         for w in caught:
             log.warning("coverage: %s", w.message)
-        covered, valid = xml_totals(root / XML_FILE)
-        reported = len(list(ET.parse(root / XML_FILE).getroot().iter("class")))
-        hosts = len({p.relative_to(root).parts[0] for p in files})
-        return summary_line(covered, valid, reported, len(files), hosts, len(measured) - reported,
-                            str(html / "index.html"), gcda)
+        return _reported(root, files, len(measured), gcda)
     except Exception as exc:  # the report must not hide the run's outcome
         log.exception("coverage: combining failed")
         return f"coverage: not combined: {type(exc).__name__}: {exc}" + gcda_text(gcda)
