@@ -104,7 +104,7 @@ class Launcher:
         self.defer_cleanup = defer_cleanup
         self.pending_cleanup: list[tuple[str, str]] = []
         self.on_event = on_event or (lambda host, msg: log.info("%s: %s", host, msg))
-        self.on_phase = on_phase or (rundir_sink(rundir) if rundir is not None else discard)
+        self.on_phase = on_phase or _default_sink(rundir)
         self._count = 0
         #: the test launching now, as (pytest nodeid, attempt) (the plugin's; None: not a test): recorded in
         #: each launch record with the launch's place in that attempt, so the report's names stay stable
@@ -591,6 +591,12 @@ def _default_nproc(env: EnvConfig) -> int:
     """Ranks per node when the caller names none: launch.nproc_per_node, else one per usable
     device of the smallest NPU host (npu.visible, else npu.count), else 1."""
     return env.launch.nproc_per_node or devices_per_node(env) or 1
+
+
+def _default_sink(rundir: RunDir | None) -> PhaseSink:
+    """Where the phases go when the caller names no sink: the run folder's phases.json, else
+    nowhere."""
+    return rundir_sink(rundir) if rundir is not None else discard
 
 
 def _as_shipped(target: Target, script: tuple[Path, str] | None,
