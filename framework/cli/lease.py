@@ -22,6 +22,7 @@ from framework.errors import EXIT_FAILED, EXIT_INFRA, EXIT_OK, UsageError
 
 if TYPE_CHECKING:  # pragma: no cover
     from framework.hosts import Cluster
+    from framework.lease import LeaseState
 
 
 def add_parser(sub: Any) -> None:
@@ -71,14 +72,23 @@ def _status(args: argparse.Namespace, cluster: Cluster) -> int:
             rows.append([name, "UNREACHABLE", "-", host_error_text(name, st)])
             payload.append({"host": name, "error": host_error_text(name, st)})
             continue
-        rec = st.record
-        unread = "-" if st.content is None else "unreadable lease file"
-        who = rec.describe(st.now) if rec else unread
-        rows.append([name, st.state, who, st.stale or ""])
-        payload.append({"host": name, "state": st.state, "path": st.path, "stale": st.stale,
-                        "host_time": st.now, "lease": rec.to_json() if rec else None})
+        row, record = _status_row(name, st)
+        rows.append(row)
+        payload.append(record)
     print_rows(args, ["host", "state", "holder", "stale because"], rows, payload)
     return worst
+
+
+def _status_row(name: str, st: LeaseState) -> tuple[list[str], dict[str, Any]]:
+    """A reachable host's lease: its table row (who holds it, why it is stale) and JSON record."""
+    rec = st.record
+    if rec:
+        who = rec.describe(st.now)
+    else:
+        who = "-" if st.content is None else "unreadable lease file"
+    row = [name, st.state, who, st.stale or ""]
+    return row, {"host": name, "state": st.state, "path": st.path, "stale": st.stale,
+                 "host_time": st.now, "lease": rec.to_json() if rec else None}
 
 
 def _release(args: argparse.Namespace, cluster: Cluster) -> int:
