@@ -142,12 +142,17 @@ def _print_run(result: LaunchResult, watched: WatchOutcome, rundir: RunDir) -> N
     print(("PASSED: " if result.ok else "FAILED: ") + console.printable(result.message()))
     for note in result.notes:
         print(f"note: {console.printable(note)}")
+    _print_watch(watched)
+    for held in result.held:
+        print(f"DIRTY: {console.printable(held.describe())} (camit never resets a device)")
+
+
+def _print_watch(watched: WatchOutcome) -> None:
+    """What the core watch found: its verdict on the cores, then the failure signatures."""
     if watched.message:
         print(console.printable(watched.message))
     if watched.log_summary:
         print("failure signatures:\n" + console.printable(watched.log_summary.rstrip()))
-    for held in result.held:
-        print(f"DIRTY: {console.printable(held.describe())} (camit never resets a device)")
 
 
 def _rank_row(rank: RankResult, rundir: RunDir) -> list[object]:
@@ -189,8 +194,7 @@ def dry_run(args: argparse.Namespace, target: Any) -> int:
     plans, shipped, notes = launcher.plan_only(target, timeout=args.timeout)
     scrub = Scrubber.from_env(env)
     first = next(iter(plans.values()))
-    port = str(first.master_port) if env.launch.master_port else "0"
-    later = list(_LATER) if env.launch.master_port else [_NO_PORT, *_LATER]
+    port, later = _port_and_later(env.launch.master_port, first.master_port)
     nodes = [_node_doc(host, plan, shipped) for host, plan in plans.items()]
     doc = {"dry_run": True, "launch_id": first.launch_id, "backend": launcher.backend,
            "nnodes": len(plans), "world_size": first.nproc_per_node * len(plans),
@@ -208,6 +212,14 @@ def dry_run(args: argparse.Namespace, target: Any) -> int:
         _say_node(n, scrub)
     say("resolved at run time: " + "; ".join(later), scrub)
     return EXIT_OK
+
+
+def _port_and_later(configured: int | None, planned: int) -> tuple[str, list[str]]:
+    """The master port a dry run shows, and what it leaves to the launch: the port too (0 shown)
+    unless ``launch.master_port`` is set."""
+    if configured:
+        return str(planned), list(_LATER)
+    return "0", [_NO_PORT, *_LATER]
 
 
 def _node_doc(host: str, plan: NodePlan, shipped: Target) -> dict[str, Any]:
