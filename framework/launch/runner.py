@@ -609,7 +609,8 @@ def _as_shipped(target: Target, script: tuple[Path, str] | None,
 
 def _new_result(launch_id: str, plans: Mapping[str, NodePlan], *, world: int, master: str,
                 owner: tuple[str, int] | None, seq: int | None) -> LaunchResult:
-    """An attempt's result before it starts: its nodes, world and master, and the test it runs for."""
+    """An attempt's result before it starts: its nodes, world and master, and the test it runs
+    for."""
     nodes = {h: NodeResult(h, p.node_rank, comm_env=comm_env(p.env)) for h, p in plans.items()}
     result = LaunchResult(launch_id, nodes, {}, world_size=world, master=master)
     if owner is not None:

@@ -280,7 +280,8 @@ class RankCoverage:
     def check(self, hosts: Sequence[str]) -> dict[str, HostProbe]:
         """Probe the hosts not probed yet; raise :class:`CoverageUnavailable` naming every host that lacks it."""
         self._probe_new(hosts)
-        missing = {h: f"{p.interpreter}: {p.problem}" for h in hosts if not (p := self.probes[h]).ok}
+        missing = {h: f"{p.interpreter}: {p.problem}" for h in hosts
+                   if not (p := self.probes[h]).ok}
         if missing:
             raise CoverageUnavailable(missing)
         return {h: self.probes[h] for h in hosts}

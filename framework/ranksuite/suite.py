@@ -184,7 +184,8 @@ class SuiteResult:
 
     @property
     def _launch_blamed(self) -> bool:
-        """The launch failed, and the failure counts against this module (it did not finish before)."""
+        """The launch failed, and its failure counts against this module (not every rank had
+        finished the module)."""
         return not self.launch.ok and self.launch_failed_here
 
     def add_rank(self, rank: int, host: str, counts: Mapping[str, int],

@@ -150,7 +150,8 @@ def test_a_watchdog_abort_whose_log_reports_a_peers_absence_is_a_consequence() -
 
 
 def test_an_exit_code_without_an_error_line_is_an_exit_not_a_cause() -> None:
-    event = timeline.exit_event({"rank": 2, "end": T0, "exit_code": 3, "signal": None}, "h", "", set())
+    status = {"rank": 2, "end": T0, "exit_code": 3, "signal": None}
+    event = timeline.exit_event(status, "h", "", set())
     assert event is not None
     assert (event.kind, event.what, event.text) == (timeline.INFO, "exit", "exited 3")
 
@@ -172,6 +173,7 @@ def test_received_lines_that_are_no_supervisor_event_are_skipped() -> None:
 
 def test_phase_records_without_a_numeric_start_a_host_and_a_name_are_no_events() -> None:
     good: dict[str, object] = {"start": T0, "host": "h", "phase": "run"}
-    bad: list[dict[str, object]] = [{"start": "x", "host": "h", "phase": "run"}, {"start": T0, "host": 1, "phase": "run"},
-           {"start": T0, "host": "h"}]
+    bad: list[dict[str, object]] = [{"start": "x", "host": "h", "phase": "run"},
+                                    {"start": T0, "host": 1, "phase": "run"},
+                                    {"start": T0, "host": "h"}]
     assert [e.text for e in timeline.phase_events([*bad, good])] == ["run began"]

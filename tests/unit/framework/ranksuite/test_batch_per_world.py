@@ -286,7 +286,8 @@ def test_judge_reads_each_ranks_junit_names_an_unreadable_one_and_a_missing_one(
 def test_of_two_modules_begun_at_the_same_time_the_later_in_order_is_the_one_running() -> None:
     from framework.ranksuite.batch import ModuleProgress, module_at
 
-    records = {"a.py": ModuleProgress(started=10.0, done=20.0), "b.py": ModuleProgress(started=10.0),
+    records = {"a.py": ModuleProgress(started=10.0, done=20.0),
+               "b.py": ModuleProgress(started=10.0),
                "c.py": ModuleProgress(started=5.0, done=30.0), "d.py": ModuleProgress(done=15.0)}
     assert module_at(records, 12.0, ["a.py", "b.py", "c.py", "d.py"]) == "b.py"
     assert module_at(records, 12.0, ["b.py", "a.py", "c.py"]) == "a.py"

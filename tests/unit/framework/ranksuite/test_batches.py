@@ -85,8 +85,8 @@ def test_a_failing_module_keeps_its_failure_and_carries_its_cores_once() -> None
     item: Any = _Item("t1", "a.py", 4)
     for _ in range(2):
         assert batches.report_cores(item, "fail", "a.py", failed, [_core(), bare]) is failed
-    assert failed.notes == ["rank 1 failed",
-                            "core of rank 1 on host1 (SIGSEGV)\n#0 f\ncore of rank 2 on host2 (SIGABRT)"]
+    cores = "core of rank 1 on host1 (SIGSEGV)\n#0 f\ncore of rank 2 on host2 (SIGABRT)"
+    assert failed.notes == ["rank 1 failed", cores]
 
 
 def test_the_package_imports_nothing_of_the_plugin() -> None:
