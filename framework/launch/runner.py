@@ -495,10 +495,11 @@ class Launcher:
         """Lost hosts and held devices make their host suspect (framework.suspects), marked on
         every host still here."""
         faults = result.host_faults()
-        if faults:
-            lost = {h for h, n in result.nodes.items() if n.lost}
-            here = [h.name for h in self.cluster if h.name not in lost]
-            suspects.mark(self.cluster, faults, on=here)
+        if not faults:
+            return
+        lost = {h for h, n in result.nodes.items() if n.lost}
+        here = [h.name for h in self.cluster if h.name not in lost]
+        suspects.mark(self.cluster, faults, on=here)
 
     def _npu_hosts(self, result: LaunchResult) -> list[str]:
         """The launch's NPU hosts that are still here (not lost)."""

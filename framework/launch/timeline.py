@@ -368,10 +368,12 @@ def host_events(host: str, folder: Path, dmesg: str = "", boot: float | None = N
 def _rank_events(status: Mapping[str, Any], host: str, oom: set[int]) -> list[Event]:
     """One rank's exit and its log's timestamped lines (a rank without a log: its exit only)."""
     log_path: Path = status["_log"]
-    if not log_path.is_file():
-        return [e for e in [exit_event(status, host, None, oom)] if e]
-    found = [e for e in [exit_event(status, host, read_tail(log_path), oom)] if e]
-    return found + log_events(_read(log_path), host, status.get("rank"))
+    has_log = log_path.is_file()
+    end = exit_event(status, host, read_tail(log_path) if has_log else None, oom)
+    found = [end] if end is not None else []
+    if has_log:
+        found += log_events(_read(log_path), host, status.get("rank"))
+    return found
 
 
 def phase_events(phases: Iterable[Mapping[str, Any]]) -> list[Event]:
