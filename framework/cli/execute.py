@@ -42,17 +42,22 @@ def exec_row(name: str, value: Result | BaseException,
              tail: int) -> tuple[list[str], dict[str, Any], int]:
     """One host of ``camit exec``: its table row, its JSON record and its exit status."""
     if isinstance(value, BaseException):
-        code = getattr(value, "exit_code", EXIT_INFRA)
-        status = "UNREACHABLE" if code == EXIT_INFRA else "ERROR"
-        text = reason_of(value, name)
-        error: dict[str, Any] = {"host": name, "status": status.lower(), "error": text}
-        return [name, status, "-", text], error, code
+        return _error_row(name, value)
     status = "TIMEOUT" if value.timed_out else str(value.rc)
     shown = "\n".join((value.stdout.strip() or value.stderr.strip()).splitlines()[-tail:])
     record = {"host": name, "rc": value.rc, "timed_out": value.timed_out,
               "duration": round(value.duration, 3), "stdout": value.stdout, "stderr": value.stderr}
     row = [name, status, f"{value.duration:.2f}s", shown]
     return row, record, EXIT_OK if value.ok else EXIT_FAILED
+
+
+def _error_row(name: str, exc: BaseException) -> tuple[list[str], dict[str, Any], int]:
+    """A host the command could not run on: unreachable (infra) or another error, and why."""
+    code = getattr(exc, "exit_code", EXIT_INFRA)
+    status = "UNREACHABLE" if code == EXIT_INFRA else "ERROR"
+    text = reason_of(exc, name)
+    error: dict[str, Any] = {"host": name, "status": status.lower(), "error": text}
+    return [name, status, "-", text], error, code
 
 
 def run(args: argparse.Namespace) -> int:

@@ -180,13 +180,14 @@ class Launcher:
         t_ready = time.time()
         self._phases(PhaseEvent(h, "launch", t_prep, t_ready) for h in prepared)
         nproc = nproc_per_node or self.nproc
-        for note in self._timeout_notes(timeout, env or {}):
+        extra: Mapping[str, Any] = env or {}
+        for note in self._timeout_notes(timeout, extra):
             self.on_event(names[0], f"warning: {note}")
         owner = self.owner()
         seq = self._next_seq(owner, nproc * len(names))
 
         def once(attempt: int) -> LaunchResult:
-            return self._launch_once(target, names, prepared, nproc, env or {}, timeout, launch_id,
+            return self._launch_once(target, names, prepared, nproc, extra, timeout, launch_id,
                                      attempt, owner=owner, seq=seq)
 
         attempt, result = 1, once(1)
