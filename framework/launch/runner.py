@@ -232,10 +232,12 @@ class Launcher:
         prepared = {n: prepared_for(HostLayout.of(self.env.hosts[n]), self.programs, script)
                     for n in names}
         target = _as_shipped(target, script, prepared)
-        plans = plan_nodes(self.env, names, prepared, nproc=nproc_per_node or self.nproc, backend=self.backend,
-                           master_port=self.env.launch.master_port or 0, launch_id=self._launch_id(name),
-                           extra_env=env or {}, timeout=timeout, core_limit=self.core_limit)
-        return plans, target, self._timeout_notes(timeout, env or {})
+        extra: Mapping[str, Any] = env or {}
+        plans = plan_nodes(self.env, names, prepared, nproc=nproc_per_node or self.nproc,
+                           backend=self.backend, master_port=self.env.launch.master_port or 0,
+                           launch_id=self._launch_id(name), extra_env=extra, timeout=timeout,
+                           core_limit=self.core_limit)
+        return plans, target, self._timeout_notes(timeout, extra)
 
     def _timeout_notes(self, timeout: float, extra_env: Mapping[str, Any]) -> list[str]:
         """Why this launch's timeouts cannot keep HCCL's order (a short timeout, or variables that break it)."""
@@ -367,8 +369,7 @@ class Launcher:
     def _finish(self, nodes: dict[str, _Node], monitor: LaunchMonitor, start: float) -> None:
         result = monitor.result
         now_mono, now_wall = time.monotonic(), time.time()
-        for h, w in monitor.nodes.items():
-            result.nodes[h].duration = round(now_mono - w.start, 3) if w.start else 0.0
+        _note_durations(monitor, now_mono)
         result.duration = now_mono - start
         self._check_devices(nodes, result)
         self._mark_suspects(result)
@@ -625,6 +626,12 @@ def _done_by(t0: float, stacks: bool) -> float:
     dump their stacks first)."""
     dumps = STACK_WAIT + PYSPY_WAIT if stacks else 0
     return t0 + KILL_GRACE + 8 + dumps
+
+
+def _note_durations(monitor: LaunchMonitor, now: float) -> None:
+    """Each node's time from its start to ``now`` (0 for a node that never started)."""
+    for h, w in monitor.nodes.items():
+        monitor.result.nodes[h].duration = round(now - w.start, 3) if w.start else 0.0
 
 
 def _note_teardown_time(monitor: LaunchMonitor, t0: float) -> None:
