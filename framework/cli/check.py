@@ -7,7 +7,7 @@ import argparse
 from typing import TYPE_CHECKING, Any
 
 from framework import console
-from framework.cli.common import env_arg, hosts_arg, load_env, split_hosts
+from framework.cli.common import env_arg, env_cluster, hosts_arg
 from framework.errors import EXIT_FAILED, EXIT_INFRA, EXIT_OK
 
 # stdlib-only: the probe module imports framework.launch
@@ -40,15 +40,14 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from framework.hosts import Cluster
     from framework.preflight.run import Preflight
 
-    env = load_env(args.env)
+    env, cluster = env_cluster(args)
     if args.pairs:
-        return _check_pairs(args, env)
+        return _check_pairs(args, env, cluster)
     limits = Limits(min_free_gb=args.min_free_gb, max_skew=args.max_skew,
                     probe_timeout=args.timeout)
-    with Cluster.from_env(env, split_hosts(args.hosts)) as cluster:
+    with cluster:
         report = Preflight(env, cluster, limits).run()
         verdicts = _suspects_after_check(env, cluster, report, args.heal)
     if args.json:
@@ -57,20 +56,26 @@ def run(args: argparse.Namespace) -> int:
     print_check(report)
     for host, what in verdicts.items():
         print(f"suspect {host}: {console.printable(what)}")
-    healed_all = all(w.startswith("re-admitted") for w in verdicts.values()) or not args.heal
-    return report.exit_code or (EXIT_OK if healed_all else EXIT_FAILED)
+    return report.exit_code or _heal_code(verdicts, args.heal)
 
 
-def _check_pairs(args: argparse.Namespace, env: EnvConfig) -> int:
+def _heal_code(verdicts: dict[str, str], heal: bool) -> int:
+    """Exit 1 when ``--heal`` left a host suspect."""
+    if not heal:
+        return EXIT_OK
+    healed_all = all(w.startswith("re-admitted") for w in verdicts.values())
+    return EXIT_OK if healed_all else EXIT_FAILED
+
+
+def _check_pairs(args: argparse.Namespace, env: EnvConfig, cluster: Cluster) -> int:
     """``check --pairs``: the pair rounds on the leased hosts (framework.pairs); exit 1 names a
     slow node."""
     from framework import pairs
-    from framework.hosts import Cluster
     from framework.lease import Lease
     from framework.records.folder import RunDir
 
     rundir = RunDir.create("reports")
-    with Cluster.from_env(env, split_hosts(args.hosts)) as cluster, Lease(cluster):
+    with cluster, Lease(cluster):
         report = pairs.run_pairs(env, cluster, rundir, rounds=args.rounds)
     for line in report.lines():
         print(console.printable(line))
@@ -112,19 +117,35 @@ def _skipped(report: Any) -> dict[str, dict[str, list[str]]]:
 def print_check(report: Any) -> None:
     """The preflight table, each problem, the clock and what was skipped why (a reason can quote a
     host)."""
-    from framework.preflight.checks import WARN
-
     headers, rows = report.table()
     console.print_table(headers, rows, title=f"preflight of {len(report.hosts)} host(s)")
     for r in report.problems:
-        print(f"{r.host} {r.check}: {'warning' if r.status == WARN else r.status.upper()}: "
-              f"{console.printable(r.summary)}")
-    if report.clock is not None and report.clock.pair:
-        a, b = report.clock.pair
-        print(f"clock: max pairwise skew {report.clock.max_pairwise:.3f}s ({a} vs {b})")
+        print(_problem_line(r))
+    _print_clock(report.clock)
     skipped = _skipped(report)
-    for reason, by_check in skipped.items():
-        hosts = sorted({h for hs in by_check.values() for h in hs}, key=report.hosts.index)
-        print(f"skipped {', '.join(by_check)} on {', '.join(hosts)}: {console.printable(reason)}")
+    _print_skipped(skipped, report.hosts)
     skipped_n = sum(len(hs) for by in skipped.values() for hs in by.values())
     print(f"{_VERDICT[report.exit_code]} ({skipped_n} skipped) in {report.duration:.2f}s")
+
+
+def _problem_line(r: Any) -> str:
+    """A failed or warning check: host, check, status, its summary (which can quote the host)."""
+    from framework.preflight.checks import WARN
+
+    status = "warning" if r.status == WARN else r.status.upper()
+    return f"{r.host} {r.check}: {status}: {console.printable(r.summary)}"
+
+
+def _print_clock(clock: Any) -> None:
+    """The widest clock skew between two hosts, when the preflight measured one."""
+    if clock is None or not clock.pair:
+        return
+    a, b = clock.pair
+    print(f"clock: max pairwise skew {clock.max_pairwise:.3f}s ({a} vs {b})")
+
+
+def _print_skipped(skipped: dict[str, dict[str, list[str]]], order: list[str]) -> None:
+    """One line per reason checks were skipped: which checks, on which hosts (in ``order``)."""
+    for reason, by_check in skipped.items():
+        hosts = sorted({h for hs in by_check.values() for h in hs}, key=order.index)
+        print(f"skipped {', '.join(by_check)} on {', '.join(hosts)}: {console.printable(reason)}")

@@ -11,20 +11,19 @@ from typing import TYPE_CHECKING, Any
 
 from framework import console
 from framework.cli.common import (
+    cluster_run,
     env_arg,
     host_error_text,
     hosts_arg,
     lease_args,
     leased,
-    load_env,
     scrub_folder,
-    split_hosts,
 )
 from framework.errors import EXIT_INFRA, EXIT_OK
 
 if TYPE_CHECKING:  # pragma: no cover
     from framework.config.effective import EnvConfig
-    from framework.hosts import Host
+    from framework.hosts import Cluster, Host
     from framework.records.folder import RunDir
 
 #: ``collect --logs``: the newest files of ``~/ascend/log`` packed, up to this many bytes
@@ -99,25 +98,15 @@ def _host_rows(samples: Mapping[str, Any], logs: Mapping[str, str], rundir: RunD
 
 
 def run(args: argparse.Namespace) -> int:
-    from framework.hosts import Cluster
     from framework.preflight.checks import evaluate
     from framework.preflight.run import Preflight
-    from framework.records.folder import RunDir
 
-    env = load_env(args.env)
-    rundir = RunDir.create(args.report_dir)
-    cluster = Cluster.from_env(env, split_hosts(args.hosts))
+    env, cluster, rundir = cluster_run(args)
     with cluster, console.terminate_as_interrupt(), leased(args, cluster):
         pre = Preflight(env, cluster)
         plans = pre.plans()
         samples = pre.samples(plans)
-        logs: dict[str, str] = {}
-        if args.logs:
-            def fetch(host: Host) -> str:
-                return _fetch_logs(env, plans[host.name].workdir, rundir, host)
-
-            logs = {h: (v if isinstance(v, str) else f"error: {host_error_text(h, v)}")
-                    for h, v in cluster.map(fetch).items()}
+        logs = _all_logs(env, cluster, plans, rundir) if args.logs else {}
         if args.diag:
             _collect_diag(env, cluster, rundir.path, plans)
     report = evaluate(plans, samples)
@@ -130,6 +119,21 @@ def run(args: argparse.Namespace) -> int:
         console.print_table(["host", "status", "collected", "ascend logs"], rows)
         print(f"collected into {rundir.path / 'collect'} "
               f"(checks: {rundir.path / 'preflight.json'})")
+    return _unreachable_code(samples)
+
+
+def _all_logs(env: EnvConfig, cluster: Cluster, plans: Mapping[str, Any], rundir: RunDir
+              ) -> dict[str, str]:
+    """``collect --logs``: every host's ``~/ascend/log`` fetched; what the table says of each."""
+    def fetch(host: Host) -> str:
+        return _fetch_logs(env, plans[host.name].workdir, rundir, host)
+
+    return {h: (v if isinstance(v, str) else f"error: {host_error_text(h, v)}")
+            for h, v in cluster.map(fetch).items()}
+
+
+def _unreachable_code(samples: Mapping[str, Any]) -> int:
+    """The exit status: the worst of the unreachable hosts' (infra), else 0."""
     return max((getattr(s, "exit_code", EXIT_INFRA) for s in samples.values()
                 if isinstance(s, BaseException)), default=EXIT_OK)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from framework import console
@@ -127,24 +127,40 @@ def host_error_text(name: str, err: BaseException) -> str:
     return reason_of(err, name)
 
 
-def cluster_run(args: argparse.Namespace) -> tuple[EnvConfig, Cluster, RunDir]:
-    """The env, its (selected) cluster and a new run folder."""
-    from framework.hosts import Cluster
-    from framework.records.folder import RunDir
-
-    env = load_env(args.env)
-    cluster = Cluster.from_env(env, split_hosts(args.hosts))
-    rundir = RunDir.create(args.report_dir)
-    return env, cluster, rundir
-
-
-def dry_cluster(args: argparse.Namespace) -> tuple[EnvConfig, Cluster]:
-    """The env and its (selected) cluster for a dry run: transports are made but never connected (a
-    host is contacted on its first command, and a dry run sends none)."""
+def env_cluster(args: argparse.Namespace) -> tuple[EnvConfig, Cluster]:
+    """The env file (``--env``) and its cluster, narrowed to ``--hosts``: transports are made but
+    not connected (a host is contacted on its first command, and a dry run sends none)."""
     from framework.hosts import Cluster
 
     env = load_env(args.env)
     return env, Cluster.from_env(env, split_hosts(args.hosts))
+
+
+def cluster_run(args: argparse.Namespace) -> tuple[EnvConfig, Cluster, RunDir]:
+    """The env, its (selected) cluster and a new run folder (``--report-dir``)."""
+    from framework.records.folder import RunDir
+
+    env, cluster = env_cluster(args)
+    return env, cluster, RunDir.create(args.report_dir)
+
+
+def command_words(args: argparse.Namespace, usage: str) -> list[str]:
+    """The command after ``--`` (``args.cmd``); none is a usage error that says ``usage``."""
+    argv = list(args.cmd)
+    if argv[:1] == ["--"]:
+        argv = argv[1:]
+    if not argv:
+        raise UsageError(usage)
+    return argv
+
+
+def print_rows(args: argparse.Namespace, headers: Sequence[str], rows: Sequence[Sequence[object]],
+               payload: object) -> None:
+    """A verb's per-host result: ``payload`` as JSON with ``--json``, else the table."""
+    if args.json:
+        console.print_json(payload)
+    else:
+        console.print_table(headers, rows)
 
 
 def progress(args: argparse.Namespace

@@ -53,6 +53,12 @@ def _kind(action: argparse.Action) -> tuple[str, str]:
     if action.choices is not None and not isinstance(action, argparse._SubParsersAction):
         return "words", " ".join(str(c) for c in action.choices)
     metavar = action.metavar if isinstance(action.metavar, str) else ""
+    return _metavar_kind(action, metavar)
+
+
+def _metavar_kind(action: argparse.Action, metavar: str) -> tuple[str, str]:
+    """How a value completes by its metavar: a file, a folder, the words of a REMAINDER's
+    ``a|b|c``, else not at all."""
     if metavar in FILE_METAVARS:
         return "file", ""
     if metavar in DIR_METAVARS:
@@ -77,14 +83,19 @@ def tree(parser: argparse.ArgumentParser, path: str | None = None) -> Node:
         if action.help == argparse.SUPPRESS:
             continue
         if isinstance(action, argparse._SubParsersAction):
-            for name, sub in action.choices.items():
-                node.children[name] = tree(sub, f"{node.path} {name}")
+            _add_subcommands(node, action)
             continue
         if action.option_strings:
             _add_option(node, action)
         elif node.positional == ("none", ""):
             node.positional = _kind(action)
     return node
+
+
+def _add_subcommands(node: Node, action: argparse._SubParsersAction[Any]) -> None:
+    """Each sub-command of ``action`` as a child of ``node``, with its own tree."""
+    for name, sub in action.choices.items():
+        node.children[name] = tree(sub, f"{node.path} {name}")
 
 
 def _q(text: str) -> str:
@@ -136,6 +147,12 @@ def _word_case(n: Node) -> str:
             f'            else {rest}; fi ;;')
 
 
+def _takes_value(nodes: list[Node]) -> str:
+    """The case pattern of every option that takes a value (the loop skips that value's word)."""
+    takes = sorted({f"{n.path}/{opt}" for n in nodes for opt in n.values})
+    return "|".join(_q(t) for t in takes) or '""'
+
+
 def bash_script(parser: argparse.ArgumentParser) -> str:
     """The bash completion script for ``parser`` (a function ``_<prog>`` and its ``complete`` line)."""
     root = tree(parser)
@@ -143,7 +160,7 @@ def bash_script(parser: argparse.ArgumentParser) -> str:
     fn = "_" + "".join(c if c.isalnum() else "_" for c in prog) + "_complete"
     nodes = list(root.walk())
     descend = _descend_cases(nodes)
-    takes = sorted({f"{n.path}/{opt}" for n in nodes for opt in n.values})
+    takes = _takes_value(nodes)
     value_cases = _value_cases(nodes)
     word_cases = [_word_case(n) for n in nodes]
     nl = "\n"
@@ -161,7 +178,7 @@ def bash_script(parser: argparse.ArgumentParser) -> str:
         case "$path/$w" in
 {nl.join(descend)}
             *) case "$path/$w" in
-                   {"|".join(_q(t) for t in takes) or '""'}) skip=1 ;;
+                   {takes}) skip=1 ;;
                esac ;;
         esac
     done

@@ -11,8 +11,8 @@ from framework import console
 from framework.cli.common import (
     DRY_RUN_HEADER,
     cluster_run,
-    dry_cluster,
     env_arg,
+    env_cluster,
     hosts_arg,
     lease_args,
     leased,
@@ -48,8 +48,7 @@ def run(args: argparse.Namespace) -> int:
     env, cluster, rundir = cluster_run(args)
 
     with cluster, console.terminate_as_interrupt(), leased(args, cluster), progress(args) as event:
-        result = Deployer(env, cluster, relay=False if args.no_relay else None, rundir=rundir,
-                          on_event=event).run()
+        result = Deployer(env, cluster, relay=_relay(args), rundir=rundir, on_event=event).run()
     scrub_folder(rundir, env)
     if args.json:
         console.print_json(result.to_json())
@@ -58,14 +57,22 @@ def run(args: argparse.Namespace) -> int:
     return max((e.exit_code for e in result.errors.values()), default=EXIT_OK)
 
 
+def _relay(args: argparse.Namespace) -> bool | None:
+    """``--no-relay``: push from here to every host (False); else the env decides (None)."""
+    return False if args.no_relay else None
+
+
+def _manifest_row(name: str, m: Any) -> list[str]:
+    """One host's row of the deploy table: status, artifacts, version or error, time."""
+    arts = "\n".join(f"{a.name} {a.sha256[:12]} ({a.via})" for a in m.artifacts) or "-"
+    took = sum(m.durations.values())
+    detail = m.error if m.error else f"{m.installed_version or '-'} @ {m.install_path}"
+    return [name, m.status.upper(), arts, detail, f"{took:.2f}s"]
+
+
 def print_deploy(result: Any, rundir: RunDir) -> None:
     """The deploy table, its notes (which quote hosts: escaped) and where the manifest is."""
-    rows = []
-    for name, m in result.manifests.items():
-        arts = "\n".join(f"{a.name} {a.sha256[:12]} ({a.via})" for a in m.artifacts) or "-"
-        took = sum(m.durations.values())
-        detail = m.error if m.error else f"{m.installed_version or '-'} @ {m.install_path}"
-        rows.append([name, m.status.upper(), arts, detail, f"{took:.2f}s"])
+    rows = [_manifest_row(name, m) for name, m in result.manifests.items()]
     console.print_table(["host", "status", "artifacts", "version @ install path / error", "time"],
                         rows)
     for note in result.notes:
@@ -84,8 +91,13 @@ def _say_host_plan(p: dict[str, Any], scrub: Callable[[str], str]) -> None:
     for a in p["artifacts"]:
         say(f"  upload {a['name']} -> {a['remote']}", scrub)
     for st in p["steps"]:
-        when = f" [when {st['when']}]" if st.get("when") else ""
-        say(f"  {st['step']}{when}: {_step_action(st)}", scrub)
+        say(f"  {_step_line(st)}", scrub)
+
+
+def _step_line(st: dict[str, Any]) -> str:
+    """A deploy step as the dry run says it: its name, its condition, what it does."""
+    when = f" [when {st['when']}]" if st.get("when") else ""
+    return f"{st['step']}{when}: {_step_action(st)}"
 
 
 def _step_action(st: dict[str, Any]) -> str:
@@ -107,27 +119,40 @@ _LATER = (
 
 def dry_run(args: argparse.Namespace) -> int:
     from framework.deploy import Deployer
-    from framework.deploy.plan import mb
     from framework.records.scrub import Scrubber, scrub_doc
 
-    env, cluster = dry_cluster(args)
-    plans = Deployer(env, cluster, relay=False if args.no_relay else None).plan_only()
+    env, cluster = env_cluster(args)
+    plans = Deployer(env, cluster, relay=_relay(args)).plan_only()
     scrub = Scrubber.from_env(env)
-    later = list(_LATER)
-    if any(p["run_package_choice"] for p in plans):
-        later.append("which .run fits each host (its os-release ID and uname -m)")
+    later = _later(plans)
     if args.json:
         doc = {"dry_run": True, "hosts": plans, "resolved_at_run_time": later}
         console.print_json(scrub_doc(doc, scrub))
         return EXIT_OK
     say(DRY_RUN_HEADER, scrub)
+    _say_artifacts(plans, scrub)
+    for p in plans:
+        _say_host_plan(p, scrub)
+    say("resolved at run time, by each host's probe: " + "; ".join(later), scrub)
+    return EXIT_OK
+
+
+def _later(plans: list[dict[str, Any]]) -> list[str]:
+    """What this dry run leaves to each host's probe (which .run fits: only when there is a
+    choice)."""
+    later = list(_LATER)
+    if any(p["run_package_choice"] for p in plans):
+        later.append("which .run fits each host (its os-release ID and uname -m)")
+    return later
+
+
+def _say_artifacts(plans: list[dict[str, Any]], scrub: Callable[[str], str]) -> None:
+    """The dry run's first lines: how many artifacts go to how many hosts, and each artifact."""
+    from framework.deploy.plan import mb
+
     first: dict[str, Any] = plans[0] if plans else {"artifacts": [], "transfer": "-"}
     say(f"deploy {len(first['artifacts'])} artifact(s) to {len(plans)} host(s); "
         f"transfer: {first['transfer']}", scrub)
     for a in first["artifacts"]:
         say(f"  {a['kind']} {a['name']} ({mb(a['size'])}, sha256 {a['sha256'][:12]}) "
             f"from {a['local']}", scrub)
-    for p in plans:
-        _say_host_plan(p, scrub)
-    say("resolved at run time, by each host's probe: " + "; ".join(later), scrub)
-    return EXIT_OK

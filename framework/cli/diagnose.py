@@ -7,7 +7,7 @@ import argparse
 from typing import Any
 
 from framework import console
-from framework.cli.common import env_arg, hosts_arg, load_env, split_hosts
+from framework.cli.common import env_arg, env_cluster, hosts_arg
 
 
 def add_parser(sub: Any) -> None:
@@ -21,11 +21,10 @@ def add_parser(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Ask the ranks of a running launch for their stacks."""
-    from framework.hosts import Cluster
     from framework.launch.diagnose import diagnose
 
-    env = load_env(args.env)
-    with Cluster.from_env(env, split_hosts(args.hosts)) as cluster:
+    env, cluster = env_cluster(args)
+    with cluster:
         found = diagnose(env, cluster, args.launch_id)
     for d in found:
         print(console.printable(d.describe()))

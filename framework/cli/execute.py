@@ -7,10 +7,17 @@ import argparse
 import contextlib
 from typing import TYPE_CHECKING, Any
 
-from framework import console
-from framework.cli.common import env_arg, hosts_arg, lease_args, leased, load_env, split_hosts
+from framework.cli.common import (
+    command_words,
+    env_arg,
+    env_cluster,
+    hosts_arg,
+    lease_args,
+    leased,
+    print_rows,
+)
 from framework.commands import ShellScript
-from framework.errors import EXIT_FAILED, EXIT_INFRA, EXIT_OK, UsageError, reason_of
+from framework.errors import EXIT_FAILED, EXIT_INFRA, EXIT_OK, reason_of
 
 if TYPE_CHECKING:  # pragma: no cover
     from framework.result import Result
@@ -35,11 +42,7 @@ def exec_row(name: str, value: Result | BaseException,
              tail: int) -> tuple[list[str], dict[str, Any], int]:
     """One host of ``camit exec``: its table row, its JSON record and its exit status."""
     if isinstance(value, BaseException):
-        code = getattr(value, "exit_code", EXIT_INFRA)
-        status = "UNREACHABLE" if code == EXIT_INFRA else "ERROR"
-        text = reason_of(value, name)
-        error: dict[str, Any] = {"host": name, "status": status.lower(), "error": text}
-        return [name, status, "-", text], error, code
+        return _error_row(name, value)
     status = "TIMEOUT" if value.timed_out else str(value.rc)
     shown = "\n".join((value.stdout.strip() or value.stderr.strip()).splitlines()[-tail:])
     record = {"host": name, "rc": value.rc, "timed_out": value.timed_out,
@@ -48,18 +51,20 @@ def exec_row(name: str, value: Result | BaseException,
     return row, record, EXIT_OK if value.ok else EXIT_FAILED
 
 
-def run(args: argparse.Namespace) -> int:
-    from framework.hosts import Cluster
+def _error_row(name: str, exc: BaseException) -> tuple[list[str], dict[str, Any], int]:
+    """A host the command could not run on: unreachable (infra) or another error, and why."""
+    code = getattr(exc, "exit_code", EXIT_INFRA)
+    status = "UNREACHABLE" if code == EXIT_INFRA else "ERROR"
+    text = reason_of(exc, name)
+    error: dict[str, Any] = {"host": name, "status": status.lower(), "error": text}
+    return [name, status, "-", text], error, code
 
-    argv = list(args.cmd)
-    if argv and argv[0] == "--":
-        argv = argv[1:]
-    if not argv:
-        raise UsageError("camit exec: no command given (camit exec --env FILE -- CMD...)")
+
+def run(args: argparse.Namespace) -> int:
+    argv = command_words(args, "camit exec: no command given (camit exec --env FILE -- CMD...)")
     # one word is a shell script as typed; several are joined like ssh does
     command = ShellScript(argv[0] if len(argv) == 1 else " ".join(argv))
-    env = load_env(args.env)
-    cluster = Cluster.from_env(env, split_hosts(args.hosts))
+    _, cluster = env_cluster(args)
     with cluster, (leased(args, cluster) if args.lease else contextlib.nullcontext()):
         group = cluster.run(command, timeout=args.timeout)
     rows, payload, worst = [], [], EXIT_OK
@@ -68,8 +73,5 @@ def run(args: argparse.Namespace) -> int:
         rows.append(row)
         payload.append(record)
         worst = max(worst, code)
-    if args.json:
-        console.print_json(payload)
-    else:
-        console.print_table(["host", "rc", "duration", "output"], rows)
+    print_rows(args, ["host", "rc", "duration", "output"], rows, payload)
     return worst

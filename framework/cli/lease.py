@@ -10,11 +10,19 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from framework import console
-from framework.cli.common import env_arg, host_error_text, hosts_arg, load_env, split_hosts
+from framework.cli.common import (
+    command_words,
+    env_arg,
+    env_cluster,
+    host_error_text,
+    hosts_arg,
+    print_rows,
+)
 from framework.errors import EXIT_FAILED, EXIT_INFRA, EXIT_OK, UsageError
 
 if TYPE_CHECKING:  # pragma: no cover
     from framework.hosts import Cluster
+    from framework.lease import LeaseState
 
 
 def add_parser(sub: Any) -> None:
@@ -44,13 +52,11 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from framework.hosts import Cluster
-
     action = ACTIONS.get(args.lease_command)
     if action is None:
         raise UsageError("camit lease: give an action: status, release or run")
-    env = load_env(args.env)
-    with Cluster.from_env(env, split_hosts(args.hosts)) as cluster:
+    _, cluster = env_cluster(args)
+    with cluster:
         return action(args, cluster)
 
 
@@ -66,17 +72,23 @@ def _status(args: argparse.Namespace, cluster: Cluster) -> int:
             rows.append([name, "UNREACHABLE", "-", host_error_text(name, st)])
             payload.append({"host": name, "error": host_error_text(name, st)})
             continue
-        rec = st.record
-        unread = "-" if st.content is None else "unreadable lease file"
-        who = rec.describe(st.now) if rec else unread
-        rows.append([name, st.state, who, st.stale or ""])
-        payload.append({"host": name, "state": st.state, "path": st.path, "stale": st.stale,
-                        "host_time": st.now, "lease": rec.to_json() if rec else None})
-    if args.json:
-        console.print_json(payload)
-    else:
-        console.print_table(["host", "state", "holder", "stale because"], rows)
+        row, record = _status_row(name, st)
+        rows.append(row)
+        payload.append(record)
+    print_rows(args, ["host", "state", "holder", "stale because"], rows, payload)
     return worst
+
+
+def _status_row(name: str, st: LeaseState) -> tuple[list[str], dict[str, Any]]:
+    """A reachable host's lease: its table row (who holds it, why it is stale) and JSON record."""
+    rec = st.record
+    if rec:
+        who = rec.describe(st.now)
+    else:
+        who = "-" if st.content is None else "unreadable lease file"
+    row = [name, st.state, who, st.stale or ""]
+    return row, {"host": name, "state": st.state, "path": st.path, "stale": st.stale,
+                 "host_time": st.now, "lease": rec.to_json() if rec else None}
 
 
 def _release(args: argparse.Namespace, cluster: Cluster) -> int:
@@ -91,21 +103,15 @@ def _release(args: argparse.Namespace, cluster: Cluster) -> int:
             worst = max(worst, EXIT_FAILED)
         rows.append([name, what])
         payload.append({"host": name, "result": what})
-    if args.json:
-        console.print_json(payload)
-    else:
-        console.print_table(["host", "result"], rows)
+    print_rows(args, ["host", "result"], rows, payload)
     return worst
 
 
 def _run(args: argparse.Namespace, cluster: Cluster) -> int:
     from framework.lease import Lease
 
-    argv = list(args.cmd)
-    if argv and argv[0] == "--":
-        argv = argv[1:]
-    if not argv:
-        raise UsageError("camit lease run: no command given (camit lease run --env FILE -- CMD...)")
+    argv = command_words(
+        args, "camit lease run: no command given (camit lease run --env FILE -- CMD...)")
     command = ["/bin/sh", "-c", argv[0]] if len(argv) == 1 else argv
     with console.terminate_as_interrupt(), \
             Lease(cluster, owner=args.owner, ttl=args.ttl, wait=args.wait) as lease:

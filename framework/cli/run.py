@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -14,8 +15,8 @@ from framework import console
 from framework.cli.common import (
     DRY_RUN_HEADER,
     cluster_run,
-    dry_cluster,
     env_arg,
+    env_cluster,
     hosts_arg,
     lease_args,
     leased,
@@ -27,6 +28,7 @@ from framework.errors import EXIT_FAILED, EXIT_INFRA, EXIT_OK
 if TYPE_CHECKING:  # pragma: no cover
     from framework.config.effective import EnvConfig
     from framework.hosts import Cluster
+    from framework.launch import NodePlan, Target
     from framework.launch.result import LaunchResult, RankResult
     from framework.launch.runwatch import WatchOutcome
     from framework.records.folder import RunDir
@@ -105,20 +107,24 @@ def run_leased(args: argparse.Namespace, env: EnvConfig, cluster: Cluster, rundi
             watched = watch.end(ranks=[result], failed=not result.ok)
         finally:
             launcher.cleanup_remote()
-    cores = watched.cores
-    state["cores"] = cores
-    if result.ok:
-        code = EXIT_FAILED if watched.failed else EXIT_OK
-    else:
-        code = EXIT_INFRA if result.failure_kind in ("lost", "infra") else EXIT_FAILED
+    state["cores"] = watched.cores
+    code = _exit_code(result, watched)
     state["status"] = "ok" if code == EXIT_OK else "failed"
     if args.json:
-        console.print_json({**result.to_json(), "cores": [c.to_json() for c in cores],
+        console.print_json({**result.to_json(), "cores": [c.to_json() for c in watched.cores],
                             "core_policy": watched.policy.value, "signatures": watched.log_summary,
                             "report": str(rundir.path)})
         return code
     _print_run(result, watched, rundir)
     return code
+
+
+def _exit_code(result: LaunchResult, watched: WatchOutcome) -> int:
+    """``camit run``'s exit status: a failed launch's (infra when a host was lost or refused), else
+    the core watch's verdict."""
+    if result.ok:
+        return EXIT_FAILED if watched.failed else EXIT_OK
+    return EXIT_INFRA if result.failure_kind in ("lost", "infra") else EXIT_FAILED
 
 
 def _rank_outcome(rank: RankResult) -> str:
@@ -131,19 +137,28 @@ def _rank_outcome(rank: RankResult) -> str:
 def _print_run(result: LaunchResult, watched: WatchOutcome, rundir: RunDir) -> None:
     """``camit run``'s terminal summary: the ranks, the verdict, notes, cores, signatures, dirty
     devices."""
-    rows = [[r.rank, r.host, _rank_outcome(r),
-             Path(r.log).relative_to(rundir.path).as_posix() if r.log else "-"]
-            for r in sorted(result.ranks.values(), key=lambda r: r.rank)]
+    rows = [_rank_row(r, rundir) for r in sorted(result.ranks.values(), key=lambda r: r.rank)]
     console.print_table(["rank", "host", "outcome", "log"], rows)
     print(("PASSED: " if result.ok else "FAILED: ") + console.printable(result.message()))
     for note in result.notes:
         print(f"note: {console.printable(note)}")
+    _print_watch(watched)
+    for held in result.held:
+        print(f"DIRTY: {console.printable(held.describe())} (camit never resets a device)")
+
+
+def _print_watch(watched: WatchOutcome) -> None:
+    """What the core watch found: its verdict on the cores, then the failure signatures."""
     if watched.message:
         print(console.printable(watched.message))
     if watched.log_summary:
         print("failure signatures:\n" + console.printable(watched.log_summary.rstrip()))
-    for held in result.held:
-        print(f"DIRTY: {console.printable(held.describe())} (camit never resets a device)")
+
+
+def _rank_row(rank: RankResult, rundir: RunDir) -> list[object]:
+    """A rank's row of the summary: rank, host, outcome, its log below the run folder."""
+    log = Path(rank.log).relative_to(rundir.path).as_posix() if rank.log else "-"
+    return [rank.rank, rank.host, _rank_outcome(rank), log]
 
 
 def _scan_anyway(watch: Any) -> list[Any]:
@@ -171,25 +186,16 @@ _NO_PORT = ("the master port: a free port on node 0, picked at launch (0 in the 
 
 
 def dry_run(args: argparse.Namespace, target: Any) -> int:
-    from framework.launch import Launcher, node_command
-    from framework.launch.plan import secret_env
+    from framework.launch import Launcher
     from framework.records.scrub import Scrubber, scrub_doc
 
-    env, cluster = dry_cluster(args)
+    env, cluster = env_cluster(args)
     launcher = Launcher(env, cluster, nproc_per_node=args.nproc_per_node)
     plans, shipped, notes = launcher.plan_only(target, timeout=args.timeout)
     scrub = Scrubber.from_env(env)
     first = next(iter(plans.values()))
-    port = str(first.master_port) if env.launch.master_port else "0"
-    later = list(_LATER) if env.launch.master_port else [_NO_PORT, *_LATER]
-    nodes: list[dict[str, Any]] = []
-    for host, plan in plans.items():
-        nodes.append({"host": host, "node_rank": plan.node_rank,
-                      "nproc_per_node": plan.nproc_per_node, "python": plan.python,
-                      "run_dir": plan.run_dir, "ships": sorted(plan.verify),
-                      # names only: their values go on stdin
-                      "secret_env": sorted(secret_env(plan.env)),
-                      "command": node_command(plan, shipped).display})
+    port, later = _port_and_later(env.launch.master_port, first.master_port)
+    nodes = [_node_doc(host, plan, shipped) for host, plan in plans.items()]
     doc = {"dry_run": True, "launch_id": first.launch_id, "backend": launcher.backend,
            "nnodes": len(plans), "world_size": first.nproc_per_node * len(plans),
            "master": f"{first.master_addr}:{port}", "target": shipped.python_args(),
@@ -203,9 +209,35 @@ def dry_run(args: argparse.Namespace, target: Any) -> int:
     for note in notes:
         say(f"warning: {note}", scrub)
     for n in nodes:
-        secret = (f"; secret variables on the supervisor's stdin: {', '.join(n['secret_env'])}"
-                  if n["secret_env"] else "")
-        say(f"{n['host']} (node {n['node_rank']}): ships {', '.join(n['ships'])}{secret}", scrub)
-        say(f"  {n['command']}", scrub)
+        _say_node(n, scrub)
     say("resolved at run time: " + "; ".join(later), scrub)
     return EXIT_OK
+
+
+def _port_and_later(configured: int | None, planned: int) -> tuple[str, list[str]]:
+    """The master port a dry run shows, and what it leaves to the launch: the port too (0 shown)
+    unless ``launch.master_port`` is set."""
+    if configured:
+        return str(planned), list(_LATER)
+    return "0", [_NO_PORT, *_LATER]
+
+
+def _node_doc(host: str, plan: NodePlan, shipped: Target) -> dict[str, Any]:
+    """One node of ``camit run --dry-run --json``: its place, interpreter, folder, shipped files,
+    secret variable names (their values go on stdin) and exact command."""
+    from framework.launch import node_command
+    from framework.launch.plan import secret_env
+
+    return {"host": host, "node_rank": plan.node_rank, "nproc_per_node": plan.nproc_per_node,
+            "python": plan.python, "run_dir": plan.run_dir, "ships": sorted(plan.verify),
+            "secret_env": sorted(secret_env(plan.env)),
+            "command": node_command(plan, shipped).display}
+
+
+def _say_node(n: dict[str, Any], scrub: Callable[[str], str]) -> None:
+    """One node's lines of the dry run: what it ships (and its secret variables' names), then its
+    command."""
+    secret = (f"; secret variables on the supervisor's stdin: {', '.join(n['secret_env'])}"
+              if n["secret_env"] else "")
+    say(f"{n['host']} (node {n['node_rank']}): ships {', '.join(n['ships'])}{secret}", scrub)
+    say(f"  {n['command']}", scrub)

@@ -11,6 +11,7 @@ import json
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from framework.config.effective import EnvConfig
 from framework.hosts import Cluster, Host
@@ -155,10 +156,16 @@ def _texts(launch: str, entry: object, key: str) -> dict[int, str]:
     if not isinstance(texts, dict):
         raise ValueError(f"{launch!r}: no {key} mapping")
     try:
-        return {int(r): base64.b64decode(b, validate=True).decode("utf-8", "replace")
-                for r, b in texts.items() if str(r).isdigit() and isinstance(b, str)}
+        return _decoded(texts)
     except binascii.Error as exc:
         raise ValueError(f"{launch!r}: {exc}") from None
+
+
+def _decoded(texts: dict[Any, Any]) -> dict[int, str]:
+    """rank -> text of a ``{rank: base64}`` mapping; entries that are not rank and text are left
+    out (bad base64 raises ``binascii.Error``)."""
+    return {int(r): base64.b64decode(b, validate=True).decode("utf-8", "replace")
+            for r, b in texts.items() if str(r).isdigit() and isinstance(b, str)}
 
 
 def diagnose(env: EnvConfig, cluster: Cluster, launch_prefix: str, *,

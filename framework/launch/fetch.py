@@ -55,13 +55,21 @@ def _local_path(member: str) -> Path | None:
     """Where a packed file goes below the local folder: top-level files by base name, files of
     :data:`FETCH_DIRS` at their path inside; nothing hidden, nothing outside (``..``, absolute)."""
     path = Path(member)
-    parts = path.parts  # pathlib drops "." and empty parts: "./a//b" is ("a", "b")
-    # ".." starts with a dot too: a hidden name and a way out are refused alike
-    if not parts or path.is_absolute() or any(p.startswith(".") for p in parts):
+    if _refused(path):
         return None
+    parts = path.parts
     if len(parts) > 1 and parts[0] in FETCH_DIRS:
         return Path(*parts)
     return Path(parts[-1])
+
+
+def _refused(path: Path) -> bool:
+    """A member name that is empty, absolute, hidden or a way out: never unpacked."""
+    parts = path.parts  # pathlib drops "." and empty parts: "./a//b" is ("a", "b")
+    if not parts or path.is_absolute():
+        return True
+    # ".." starts with a dot too: a hidden name and a way out are refused alike
+    return any(p.startswith(".") for p in parts)
 
 
 def unpack(tgz: Path, local_dir: Path, *, host: str = "host", what: str | None = None,

@@ -187,12 +187,17 @@ class LaunchMonitor:
     def conclude(self, now: float) -> None:
         """After the fetch: every rank of the world has an entry; unreported ranks fail the launch."""
         result = self.result
-        plans = {h: n.plan for h, n in self.nodes.items()}
-        for r in range(result.world_size):
-            result.ranks.setdefault(r, RankResult(r, host_of_rank(r, plans)))
+        self._fill_world()
         if result.failure is None and not result.ok:
             missing = [r.describe() for r in result.ranks.values() if not r.ok]
             self.fail("rank", "; ".join(missing[:4]), now)
+
+    def _fill_world(self) -> None:
+        """An entry for every rank of the world: one no line reported is placed on its node's host
+        (and is not ok: it never said how it ended)."""
+        plans = {h: n.plan for h, n in self.nodes.items()}
+        for r in range(self.result.world_size):
+            self.result.ranks.setdefault(r, RankResult(r, host_of_rank(r, plans)))
 
     def failed_rank(self) -> RankResult | None:
         """The rank whose log tail explains the failure: the first failing one, else the lowest failed with a log."""

@@ -358,31 +358,44 @@ def plan_nodes(env: EnvConfig, names: Sequence[str], prepared: Mapping[str, Prep
     for i, spec in enumerate(specs):
         require_cann(env, spec)
         prep = prepared[spec.name]
-        python, vendor_set_env = _deployed(spec, prep)
+        chosen = deployed(spec, prep.layout.workdir, prep.state)
         run_dir = prep.layout.run_dir(launch_id)
         base = backend_env(spec, backend, nic=nic, net=prep.net, timeouts=timeouts)
         plans[spec.name] = NodePlan(
             host=spec.name, node_rank=i, nnodes=len(specs), nproc_per_node=nproc, master_addr=master_addr,
-            master_port=master_port, python=python,
+            master_port=master_port, python=chosen.python,
             run_dir=run_dir, supervisor=prep.supervisor, rankwrap=prep.rankwrap,
             launch_id=launch_id,
             env={**base, PG_TIMEOUT_VAR: str(timeouts.pg), **run_folder_env(spec, backend, run_dir),
                  **dict(env.launch.env), **dict(extra_env)},
             cann_set_env=env.cann.set_env if env.cann else None,
-            vendor_set_env=vendor_set_env,
+            vendor_set_env=chosen.vendor_set_env,
             deadline=timeout + 60, core_limit=rank_core_limit(spec, core_limit), extra_set_env=extra_of(env),
             coredump_filter=NPU_COREDUMP_FILTER if spec.npu.soc != "cpu" else None, verify=dict(prep.shas),
         )
     return plans
 
 
-def _deployed(spec: HostSpec, prep: Prepared) -> tuple[str, str | None]:
-    """The interpreter deploy recorded on the host (else the env's) and its vendor ``set_env``
-    (None: no vendor package)."""
-    state = prep.state
-    layout = HostLayout(prep.layout.workdir, state.install_path or spec.install_path)
-    vendor = layout.vendor_set_env(state.vendor) if state.vendor else None
-    return state.interpreter or spec.python, vendor
+@dataclass(frozen=True)
+class Deployed:
+    """What the ranks of a host run with: what deploy recorded there, the env's where it recorded
+    nothing."""
+
+    python: str
+    install_path: str
+    vendor: str | None = None
+    #: the vendor package's ``set_env`` (None: no vendor package)
+    vendor_set_env: str | None = None
+
+
+def deployed(spec: HostSpec, workdir: str, state: DeployState) -> Deployed:
+    """The interpreter and install path deploy recorded on the host (else the env's), and its
+    vendor's ``set_env``: the same choice for a launch and for the coverage probe."""
+    install_path = state.install_path or spec.install_path
+    if not state.vendor:
+        return Deployed(state.interpreter or spec.python, install_path)
+    vendor_set_env = HostLayout(workdir, install_path).vendor_set_env(state.vendor)
+    return Deployed(state.interpreter or spec.python, install_path, state.vendor, vendor_set_env)
 
 
 #: variables of a node's env that the launch record shows (framework.launch.result.NodeResult.comm_env)

@@ -38,6 +38,7 @@ from framework.launch.plan import (
     Target,
     backend_env,
     comm_env,
+    deployed,
     devices_per_node,
     free_port_argv,
     launch_label,
@@ -92,8 +93,7 @@ class Launcher:
         self.cluster = cluster
         self.rundir = rundir
         self.backend = backend or env.launch.backend
-        # default: one rank per usable device of the smallest NPU host (npu.visible, else npu.count), else 1
-        self.nproc = nproc_per_node or env.launch.nproc_per_node or devices_per_node(env) or 1
+        self.nproc = nproc_per_node or _default_nproc(env)
         self.core_limit = core_limit
         #: fetch into <report>/<host>/<launch_id>/ (several launches per run) instead of <report>/<host>/
         self.per_launch_dirs = per_launch_dirs
@@ -104,7 +104,7 @@ class Launcher:
         self.defer_cleanup = defer_cleanup
         self.pending_cleanup: list[tuple[str, str]] = []
         self.on_event = on_event or (lambda host, msg: log.info("%s: %s", host, msg))
-        self.on_phase = on_phase or (rundir_sink(rundir) if rundir is not None else discard)
+        self.on_phase = on_phase or _default_sink(rundir)
         self._count = 0
         #: the test launching now, as (pytest nodeid, attempt) (the plugin's; None: not a test): recorded in
         #: each launch record with the launch's place in that attempt, so the report's names stay stable
@@ -160,11 +160,8 @@ class Launcher:
             self._npu_before(host)
             return prepared_for(layout, self.programs, script, state=state, net=parse_net(stdout))
 
-        prepared = self.cluster.map(prep, names).raise_on_failure()
-        out = prepared.succeeded
-        if script is not None:
-            target = Target(script=next(iter(out.values())).script, args=target.args)
-        return out, target
+        prepared = self.cluster.map(prep, names).raise_on_failure().succeeded
+        return prepared, _as_shipped(target, script, prepared)
 
     def _free_port(self, host: Host, python: str, addr: str) -> int:
         """A free port on node 0, outside HCCL's host ports (HCCL_IF_BASE_PORT and after)."""
@@ -183,13 +180,14 @@ class Launcher:
         t_ready = time.time()
         self._phases(PhaseEvent(h, "launch", t_prep, t_ready) for h in prepared)
         nproc = nproc_per_node or self.nproc
-        for note in self._timeout_notes(timeout, env or {}):
+        extra: Mapping[str, Any] = env or {}
+        for note in self._timeout_notes(timeout, extra):
             self.on_event(names[0], f"warning: {note}")
         owner = self.owner()
         seq = self._next_seq(owner, nproc * len(names))
 
         def once(attempt: int) -> LaunchResult:
-            return self._launch_once(target, names, prepared, nproc, env or {}, timeout, launch_id,
+            return self._launch_once(target, names, prepared, nproc, extra, timeout, launch_id,
                                      attempt, owner=owner, seq=seq)
 
         attempt, result = 1, once(1)
@@ -231,13 +229,15 @@ class Launcher:
         ``launch.master_port`` is set, the master port node 0 picks at launch (0)."""
         names = self._names(hosts)
         script = self._local_script(target)
-        prepared = {n: prepared_for(HostLayout.of(self.env.hosts[n]), self.programs, script) for n in names}
-        if script is not None:
-            target = Target(script=next(iter(prepared.values())).script, args=target.args)
-        plans = plan_nodes(self.env, names, prepared, nproc=nproc_per_node or self.nproc, backend=self.backend,
-                           master_port=self.env.launch.master_port or 0, launch_id=self._launch_id(name),
-                           extra_env=env or {}, timeout=timeout, core_limit=self.core_limit)
-        return plans, target, self._timeout_notes(timeout, env or {})
+        prepared = {n: prepared_for(HostLayout.of(self.env.hosts[n]), self.programs, script)
+                    for n in names}
+        target = _as_shipped(target, script, prepared)
+        extra: Mapping[str, Any] = env or {}
+        plans = plan_nodes(self.env, names, prepared, nproc=nproc_per_node or self.nproc,
+                           backend=self.backend, master_port=self.env.launch.master_port or 0,
+                           launch_id=self._launch_id(name), extra_env=extra, timeout=timeout,
+                           core_limit=self.core_limit)
+        return plans, target, self._timeout_notes(timeout, extra)
 
     def _timeout_notes(self, timeout: float, extra_env: Mapping[str, Any]) -> list[str]:
         """Why this launch's timeouts cannot keep HCCL's order (a short timeout, or variables that break it)."""
@@ -263,11 +263,8 @@ class Launcher:
         plans = plan_nodes(self.env, names, prepared, nproc=nproc, backend=self.backend, master_port=port,
                            launch_id=lid, extra_env=extra_env, timeout=timeout, core_limit=self.core_limit)
         nodes = {h: _Node(self.cluster[h], p) for h, p in plans.items()}
-        node_results = {h: NodeResult(h, p.node_rank, comm_env=comm_env(p.env)) for h, p in plans.items()}
-        result = LaunchResult(lid, node_results, {},
-                              world_size=nproc * len(plans), master=f"{addr0}:{port}")
-        if owner is not None:
-            result.test, result.attempt, result.seq = owner[0], owner[1], seq
+        result = _new_result(lid, plans, world=nproc * len(plans), master=f"{addr0}:{port}",
+                             owner=owner, seq=seq)
         start = time.monotonic()
         monitor = LaunchMonitor(result, plans, deadline=start + timeout)
         events: Events = queue.Queue()
@@ -275,14 +272,14 @@ class Launcher:
             self._start(nodes, target, monitor, events)
             if not monitor.stop:
                 self._watch(nodes, monitor, events)
-        except BaseException as exc:  # Ctrl-C/SIGTERM, and pytest-timeout, pytest.exit, SystemExit: the same teardown
-            why = _stopped_by(exc)
-            monitor.fail("interrupted", f"{why}: tearing down every node", time.monotonic())
+        except BaseException as exc:
+            # Ctrl-C/SIGTERM, and pytest-timeout, pytest.exit, SystemExit: the same teardown
+            monitor.fail("interrupted", f"{_stopped_by(exc)}: tearing down every node",
+                         time.monotonic())
+            raise
+        finally:
             self._teardown(nodes, monitor, events)
             self._finish(nodes, monitor, start)
-            raise
-        self._teardown(nodes, monitor, events)
-        self._finish(nodes, monitor, start)
         return result
 
     def _master(self, host0: str, prepared0: Prepared, attempt: int) -> tuple[str, int]:
@@ -292,7 +289,7 @@ class Launcher:
         addr0 = rendezvous_ip(spec0, self.env.launch.rendezvous_nic)
         if self.env.launch.master_port and attempt == 1:
             return addr0, self.env.launch.master_port
-        py0 = prepared0.state.interpreter or spec0.python
+        py0 = deployed(spec0, prepared0.layout.workdir, prepared0.state).python
         return addr0, self._free_port(self.cluster[host0], py0, addr0)
 
     def _start(self, nodes: dict[str, _Node], target: Target, monitor: LaunchMonitor, events: Events) -> None:
@@ -345,13 +342,10 @@ class Launcher:
         t0 = time.monotonic()
         stacks = monitor.result.failure_kind == "timeout"  # ask the ranks where they hang, then kill
         self._stop(nodes, live, stacks)
-        end = t0 + KILL_GRACE + 8 + (STACK_WAIT + PYSPY_WAIT if stacks else 0)
-        self._await_done(nodes, monitor, events, live, end)
+        self._await_done(nodes, monitor, events, live, _done_by(t0, stacks))
         for n in nodes.values():
             _close(n.proc)
-        if monitor.result.failure is not None:
-            failed_at = t0 if monitor.failed_at is None else monitor.failed_at
-            monitor.result.teardown_seconds = round(time.monotonic() - failed_at, 3)
+        _note_teardown_time(monitor, t0)
 
     def _stop(self, nodes: dict[str, _Node], live: list[str], stacks: bool) -> None:
         """Send each live supervisor its KILL line (``stacks``: ask the ranks for them first)."""
@@ -375,8 +369,7 @@ class Launcher:
     def _finish(self, nodes: dict[str, _Node], monitor: LaunchMonitor, start: float) -> None:
         result = monitor.result
         now_mono, now_wall = time.monotonic(), time.time()
-        for h, w in monitor.nodes.items():
-            result.nodes[h].duration = round(now_mono - w.start, 3) if w.start else 0.0
+        _note_durations(monitor, now_mono)
         result.duration = now_mono - start
         self._check_devices(nodes, result)
         self._mark_suspects(result)
@@ -433,14 +426,13 @@ class Launcher:
         """The cause of a failed launch (None: it did not fail, or nothing says why)."""
         if result.failure is None:  # (a timeout is a failure too)
             return None
-        found = cause.of_ranks(result.ranks.values(), result.failure_rank)
-        line = found.describe() if found else None
+        line = _ranks_line(result)
         if self.rundir is not None:  # the timeline's root cause, when it finds one, wins
             line = self._timeline(result) or line
             self._fault_bundle(result)
-        if line is None and result.timed_out and result.stacks:  # a hang: where the ranks stood
-            return "hang: " + stacks.summary(result.stacks).removeprefix("stacks: ")
-        return line
+        if line is not None:
+            return line
+        return _hang_line(result)
 
     def _timeline(self, result: LaunchResult) -> str | None:
         """Write the failed launch's ``timeline.json``; its root cause line (None when it found none)."""
@@ -475,15 +467,24 @@ class Launcher:
             return
         try:
             self._save_npu_before(hosts, result.launch_id)
-            _, verdict = faultbundle.write_bundle(
-                Path(self.rundir.path), {h: self._host_dir(h, result.launch_id) for h in hosts},
-                scrub=Scrubber.from_env(self.env).text, env={h: result.nodes[h].comm_env for h in hosts},
-                versions={"camit": __version__, "launch": result.launch_id})
+            verdict = self._write_bundle(hosts, result)
         except OSError as exc:
             log.warning("fault bundle: %s", exc)
             return
         if verdict is not None:
             result.notes.append(f"ascend-fd: {verdict}")
+
+    def _write_bundle(self, hosts: list[str], result: LaunchResult) -> str | None:
+        """The fault bundle of ``hosts`` written into the run folder; ascend-fd's verdict (None: not
+        installed here)."""
+        assert self.rundir is not None
+        lid = result.launch_id
+        _, verdict = faultbundle.write_bundle(
+            Path(self.rundir.path), {h: self._host_dir(h, lid) for h in hosts},
+            scrub=Scrubber.from_env(self.env).text,
+            env={h: result.nodes[h].comm_env for h in hosts},
+            versions={"camit": __version__, "launch": lid})
+        return verdict
 
     def _save_npu_before(self, hosts: list[str], launch_id: str) -> None:
         """Each host's ``npu-smi info`` from before the launch, into its fault bundle's tree."""
@@ -496,10 +497,11 @@ class Launcher:
         """Lost hosts and held devices make their host suspect (framework.suspects), marked on
         every host still here."""
         faults = result.host_faults()
-        if faults:
-            lost = {h for h, n in result.nodes.items() if n.lost}
-            here = [h.name for h in self.cluster if h.name not in lost]
-            suspects.mark(self.cluster, faults, on=here)
+        if not faults:
+            return
+        lost = {h for h, n in result.nodes.items() if n.lost}
+        here = [h.name for h in self.cluster if h.name not in lost]
+        suspects.mark(self.cluster, faults, on=here)
 
     def _npu_hosts(self, result: LaunchResult) -> list[str]:
         """The launch's NPU hosts that are still here (not lost)."""
@@ -578,10 +580,79 @@ class Launcher:
         for h, err in got.failed.items():
             log.warning("%s: could not fetch logs: %s", h, err)
         _keep_notes(result, [note for notes in got.succeeded.values() for note in notes])
-        for h in nodes:
+        self._read_fetched(result)
+
+    def _read_fetched(self, result: LaunchResult) -> None:
+        """The ranks' records from the fetched folders, and their stacks when they dumped them."""
+        for h in result.nodes:
             fetch.read_ranks(result, h, self._host_dir(h, result.launch_id))
         if any(n.stacks for n in result.nodes.values()):
             _read_stacks(result)
+
+
+def _default_nproc(env: EnvConfig) -> int:
+    """Ranks per node when the caller names none: launch.nproc_per_node, else one per usable
+    device of the smallest NPU host (npu.visible, else npu.count), else 1."""
+    return env.launch.nproc_per_node or devices_per_node(env) or 1
+
+
+def _default_sink(rundir: RunDir | None) -> PhaseSink:
+    """Where the phases go when the caller names no sink: the run folder's phases.json, else
+    nowhere."""
+    return rundir_sink(rundir) if rundir is not None else discard
+
+
+def _as_shipped(target: Target, script: tuple[Path, str] | None,
+                prepared: Mapping[str, Prepared]) -> Target:
+    """The target as the hosts run it: a local script replaced by its shipped copy."""
+    if script is None:
+        return target
+    return Target(script=next(iter(prepared.values())).script, args=target.args)
+
+
+def _new_result(launch_id: str, plans: Mapping[str, NodePlan], *, world: int, master: str,
+                owner: tuple[str, int] | None, seq: int | None) -> LaunchResult:
+    """An attempt's result before it starts: its nodes, world and master, and the test it runs
+    for."""
+    nodes = {h: NodeResult(h, p.node_rank, comm_env=comm_env(p.env)) for h, p in plans.items()}
+    result = LaunchResult(launch_id, nodes, {}, world_size=world, master=master)
+    if owner is not None:
+        result.test, result.attempt, result.seq = owner[0], owner[1], seq
+    return result
+
+
+def _done_by(t0: float, stacks: bool) -> float:
+    """When a teardown begun at ``t0`` stops waiting for the DONE lines (longer when the ranks
+    dump their stacks first)."""
+    dumps = STACK_WAIT + PYSPY_WAIT if stacks else 0
+    return t0 + KILL_GRACE + 8 + dumps
+
+
+def _note_durations(monitor: LaunchMonitor, now: float) -> None:
+    """Each node's time from its start to ``now`` (0 for a node that never started)."""
+    for h, w in monitor.nodes.items():
+        monitor.result.nodes[h].duration = round(now - w.start, 3) if w.start else 0.0
+
+
+def _note_teardown_time(monitor: LaunchMonitor, t0: float) -> None:
+    """A failed launch's teardown time: from its failure (or, with none recorded, ``t0``) to now."""
+    if monitor.result.failure is None:
+        return
+    failed_at = t0 if monitor.failed_at is None else monitor.failed_at
+    monitor.result.teardown_seconds = round(time.monotonic() - failed_at, 3)
+
+
+def _ranks_line(result: LaunchResult) -> str | None:
+    """The ranks' first error, described (None: no rank said one)."""
+    found = cause.of_ranks(result.ranks.values(), result.failure_rank)
+    return found.describe() if found else None
+
+
+def _hang_line(result: LaunchResult) -> str | None:
+    """A timed-out launch's cause when nothing else names one: where the ranks stood."""
+    if not (result.timed_out and result.stacks):
+        return None
+    return "hang: " + stacks.summary(result.stacks).removeprefix("stacks: ")
 
 
 def _keep_notes(result: LaunchResult, notes: list[str]) -> None:

@@ -95,16 +95,27 @@ def main_stack(text: str) -> Stack:
     """The main thread's stack of the last dump: the thread whose outermost frame runs a module, else the
     thread the signal interrupted; ``()`` when the text holds no dump."""
     threads = threads_of_last_dump(text)
-    for _, frames in threads:
-        if frames and frames[-1].func == "<module>":
-            return frames
-    current = [frames for kind, frames in threads if kind == "Current thread"]
-    return current[0] if current else ()
+    found = next((frames for _, frames in threads if _runs_module(frames)), None)
+    if found is not None:
+        return found
+    return next((frames for kind, frames in threads if kind == "Current thread"), ())
+
+
+def _runs_module(frames: Stack) -> bool:
+    """A thread whose outermost frame runs a module: the main thread."""
+    return bool(frames) and frames[-1].func == "<module>"
 
 
 def pyspy_main(text: str) -> Stack:
     """The MainThread's frames of a ``py-spy dump`` (innermost first, unnamed addresses left out)."""
-    frames: list[Frame] = []
+    found = (SPY_FRAME.match(line) for line in _spy_main_lines(text))
+    return tuple(Frame(f["loc"], int(f["line"] or 0), f["func"]) for f in found
+                 if f and not ADDRESS.match(f["func"]))
+
+
+def _spy_main_lines(text: str) -> list[str]:
+    """The lines of a ``py-spy dump``'s MainThread section, its thread header left out."""
+    lines: list[str] = []
     main = False
     for line in text.splitlines():
         thread = SPY_THREAD.match(line)
@@ -112,11 +123,9 @@ def pyspy_main(text: str) -> Stack:
             if main:
                 break
             main = thread["name"] == "MainThread"
-            continue
-        frame = SPY_FRAME.match(line) if main else None
-        if frame and not ADDRESS.match(frame["func"]):
-            frames.append(Frame(frame["loc"], int(frame["line"] or 0), frame["func"]))
-    return tuple(frames)
+        elif main:
+            lines.append(line)
+    return lines
 
 
 def read_tail(path: Path) -> str:

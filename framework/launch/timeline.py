@@ -184,8 +184,16 @@ def boot_time(clock: Mapping[str, Any]) -> float | None:
     """A host's boot time on its own wall clock from ``dmesg-clock.json`` (``now`` and ``uptime``
     read together)."""
     now, up = clock.get("now"), clock.get("uptime")
-    ok = all(isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0 for v in (now, up))
-    return float(now) - float(up) if ok else None  # type: ignore[arg-type]
+    if not (_is_seconds(now) and _is_seconds(up)):
+        return None
+    return float(now) - float(up)  # type: ignore[arg-type]
+
+
+def _is_seconds(value: object) -> bool:
+    """A JSON number of seconds: an int or float (not a bool), not negative."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    return value >= 0
 
 
 def _dmesg_pid(text: str) -> int | None:
@@ -235,19 +243,29 @@ def _supervisor_item(raw: str) -> tuple[float, str] | None:
         item = json.loads(raw)
     except ValueError:
         return None
-    if not isinstance(item, dict):
-        return None
-    t, line = item.get("t"), item.get("line")
+    t, line = _field(item, "t"), _field(item, "line")
     if not isinstance(t, (int, float)) or not isinstance(line, str):
         return None
+    return (float(t), line) if _is_event_line(line) else None
+
+
+def _is_event_line(line: str) -> bool:
+    """A supervisor line kept as an event (its first word in SUPERVISOR_WORDS)."""
     words = line.split()
-    return (float(t), line) if words and words[0] in SUPERVISOR_WORDS else None
+    return bool(words) and words[0] in SUPERVISOR_WORDS
+
+
+def _rank_named(words: list[str]) -> int | None:
+    """The rank a ``RANK <n> ...`` line is about (None: another line)."""
+    if words[0] != "RANK" or len(words) < 2 or not words[1].isdigit():
+        return None
+    return int(words[1])
 
 
 def _supervisor_event(t: float, line: str, host: str) -> Event:
     """A supervisor line as an event: a connection closed outside the teardown is the host lost."""
     words = line.split()
-    rank = int(words[1]) if words[0] == "RANK" and len(words) > 1 and words[1].isdigit() else None
+    rank = _rank_named(words)
     lost = words[0] == "CLOSED" and "teardown" not in words
     kind, what = (CAUSE, "host lost") if lost else (INFO, "supervisor")
     return Event(t, host, rank, "supervisor", kind, what, _clip(line))
@@ -271,17 +289,22 @@ def exit_event(status: Mapping[str, Any], host: str, log_text: str | None, oom: 
 
 def _how_it_ended(status: Mapping[str, Any], log_text: str, oom: set[int]) -> tuple[str, str, str]:
     """(kind, what, text) of a rank's exit: by its signal first, then by its exit code and first error."""
-    sig, code = status.get("signal"), status.get("exit_code")
-    error = first_error(log_text)
-    if sig in CRASH_SIGNALS:
-        return _crash(sig, error, log_text)
-    if sig == "SIGKILL" and status.get("pid") in oom:
-        return CAUSE, "oom kill", "killed by the kernel's OOM killer (dmesg)"
+    sig = status.get("signal")
     if sig:
-        return INFO, "exit", f"died of {sig}"
+        return _signal_end(sig, status.get("pid") in oom, log_text)
+    code, error = status.get("exit_code"), first_error(log_text)
     if code and error:
         return (*classify(error), error)
     return INFO, "exit", f"exited {code}"
+
+
+def _signal_end(sig: str, oom_killed: bool, log_text: str) -> tuple[str, str, str]:
+    """(kind, what, text) of a rank a signal ended: a crash, the OOM killer, else the teardown's."""
+    if sig in CRASH_SIGNALS:
+        return _crash(sig, first_error(log_text), log_text)
+    if sig == "SIGKILL" and oom_killed:
+        return CAUSE, "oom kill", "killed by the kernel's OOM killer (dmesg)"
+    return INFO, "exit", f"died of {sig}"
 
 
 def _crash(sig: str, error: str | None, log_text: str) -> tuple[str, str, str]:
@@ -302,13 +325,23 @@ def _read(path: Path) -> str:
         return ""
 
 
+def _json_doc(path: Path) -> object:
+    """A JSON file's document; None when the file is missing or unreadable or not JSON."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def _field(doc: object, key: str) -> object:
+    """``doc[key]`` of a JSON object; None when ``doc`` is not an object or has no ``key``."""
+    return doc.get(key) if isinstance(doc, dict) else None
+
+
 def _statuses(folder: Path) -> list[dict[str, Any]]:
     out = []
     for path in sorted(folder.glob("rank*.json")):
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            continue
+        data = _json_doc(path)
         if isinstance(data, dict):
             out.append({**data, "_log": path.with_suffix(".log")})
     return out
@@ -335,20 +368,27 @@ def host_events(host: str, folder: Path, dmesg: str = "", boot: float | None = N
 def _rank_events(status: Mapping[str, Any], host: str, oom: set[int]) -> list[Event]:
     """One rank's exit and its log's timestamped lines (a rank without a log: its exit only)."""
     log_path: Path = status["_log"]
-    if not log_path.is_file():
-        return [e for e in [exit_event(status, host, None, oom)] if e]
-    found = [e for e in [exit_event(status, host, read_tail(log_path), oom)] if e]
-    return found + log_events(_read(log_path), host, status.get("rank"))
+    has_log = log_path.is_file()
+    end = exit_event(status, host, read_tail(log_path) if has_log else None, oom)
+    found = [end] if end is not None else []
+    if has_log:
+        found += log_events(_read(log_path), host, status.get("rank"))
+    return found
 
 
 def phase_events(phases: Iterable[Mapping[str, Any]]) -> list[Event]:
     """camit's own phases (controller clock already): one event at each phase's start."""
-    out = []
-    for p in phases:
-        start, host, name = p.get("start"), p.get("host"), p.get("phase")
-        if isinstance(start, (int, float)) and isinstance(host, str) and isinstance(name, str):
-            out.append(Event(float(start), host, None, "phase", INFO, "phase", _clip(f"{name} began")))
-    return out
+    return [e for e in map(_phase_event, phases) if e]
+
+
+def _phase_event(phase: Mapping[str, Any]) -> Event | None:
+    """One phase's start as an event; None: a record without a numeric start, a host or a name."""
+    start, host, name = phase.get("start"), phase.get("host"), phase.get("phase")
+    if not isinstance(start, (int, float)) or not isinstance(host, str):
+        return None
+    if not isinstance(name, str):
+        return None
+    return Event(float(start), host, None, "phase", INFO, "phase", _clip(f"{name} began"))
 
 
 def offsets_of(root: Path) -> tuple[dict[str, float], str]:
@@ -361,12 +401,7 @@ def offsets_of(root: Path) -> tuple[dict[str, float], str]:
 
 def _preflight_offsets(root: Path) -> dict[str, float]:
     """``preflight.json``'s ``clock.offsets`` (host -> seconds); {}: none, or not readable."""
-    try:
-        doc = json.loads((root / "preflight.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    clock = doc.get("clock") if isinstance(doc, dict) else None
-    offsets = clock.get("offsets") if isinstance(clock, dict) else None
+    offsets = _field(_field(_json_doc(root / "preflight.json"), "clock"), "offsets")
     if not isinstance(offsets, dict):
         return {}
     try:
@@ -376,19 +411,13 @@ def _preflight_offsets(root: Path) -> dict[str, float]:
 
 
 def _phases(root: Path) -> list[Mapping[str, Any]]:
-    try:
-        data = json.loads((root / "phases.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return []
+    data = _json_doc(root / "phases.json")
     items = data.get("phases", data) if isinstance(data, dict) else data
     return [p for p in items if isinstance(p, dict)] if isinstance(items, list) else []
 
 
 def _boot(root: Path, host: str) -> float | None:
-    try:
-        clock = json.loads((root / host / DMESG_CLOCK).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
+    clock = _json_doc(root / host / DMESG_CLOCK)
     return boot_time(clock) if isinstance(clock, dict) else None
 
 
@@ -409,9 +438,8 @@ def build(root: Path, folders: Mapping[str, Path]) -> Timeline:
 
 def refresh(root: Path) -> Timeline | None:
     """Build ``root``'s ``timeline.json`` again (the hosts' dmesg came after it); None: it has none."""
-    try:
-        data = json.loads((root / FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    data = _json_doc(root / FILE)
+    if not isinstance(data, dict):
         return None
     folders = _folders(root, data)
     if not folders:
@@ -424,7 +452,7 @@ def refresh(root: Path) -> Timeline | None:
 
 def _folders(root: Path, doc: object) -> dict[str, Path]:
     """The hosts' folders a timeline.json names ({host: path below ``root``}); empty: none."""
-    folders = doc.get("folders") if isinstance(doc, dict) else None
+    folders = _field(doc, "folders")
     if not isinstance(folders, dict):
         return {}
     return {str(h): root / str(rel) for h, rel in folders.items()}

@@ -24,31 +24,43 @@ def module_states(modules: Sequence[str], records: Mapping[int, Mapping[str, Mod
                   world: int) -> dict[str, str]:
     """module → ``done`` | ``crashed`` | ``not run`` over the ``world`` ranks' records (a rank with no record
     finished nothing)."""
-    states = {}
-    for module in modules:
-        per_rank = [records.get(rank, {}).get(module) for rank in range(world)]
-        if all(p is not None and p.done is not None for p in per_rank):
-            states[module] = DONE
-        elif any(p is not None and p.started is not None for p in per_rank):
-            states[module] = CRASHED
-        else:
-            states[module] = NOT_RUN
-    return states
+    return {module: _state([records.get(rank, {}).get(module) for rank in range(world)])
+            for module in modules}
+
+
+def _state(per_rank: Sequence[ModuleProgress | None]) -> str:
+    """A module's state from each rank's progress through it: finished by every rank, begun by
+    one (then it crashed), else not run."""
+    if all(_finished(p) for p in per_rank):
+        return DONE
+    if any(_begun(p) for p in per_rank):
+        return CRASHED
+    return NOT_RUN
+
+
+def _finished(progress: ModuleProgress | None) -> bool:
+    return progress is not None and progress.done is not None
+
+
+def _begun(progress: ModuleProgress | None) -> bool:
+    return progress is not None and progress.started is not None
+
+
+#: what a failure or skip without a message says instead
+_NO_MESSAGE = {"failed": "(no message)", "skipped": "(no reason)"}
 
 
 def counts_of(progress: ModuleProgress) -> tuple[dict[str, int], list[tuple[str, str]], list[tuple[str, str]]]:
     """(counts, failures, skips) of one rank's module from its record, as
     :func:`framework.ranksuite.suite.read_rank_junit` gives them from JUnit."""
     counts = {"passed": 0, "failed": 0, "skipped": 0}
-    failures, skips = [], []
+    listed: dict[str, list[tuple[str, str]]] = {"failed": [], "skipped": []}
     for test, outcome, message in progress.tests:
         kind = outcome if outcome in counts else "failed"
         counts[kind] += 1
-        if kind == "failed":
-            failures.append((test, message or "(no message)"))
-        elif kind == "skipped":
-            skips.append((test, message or "(no reason)"))
-    return counts, failures, skips
+        if kind in listed:
+            listed[kind].append((test, message or _NO_MESSAGE[kind]))
+    return counts, listed["failed"], listed["skipped"]
 
 
 def junit_prefix(module: str) -> str:
@@ -72,14 +84,18 @@ def module_at(records: Mapping[str, ModuleProgress], when: float, order: Iterabl
     ``resolution``: how coarse ``when`` is (a core pattern's ``%t`` is whole seconds, rounded down: the
     event lies in ``[when, when + resolution]``). Every module whose window meets that span is a candidate,
     and the one the rank started last wins: a rank that crashed died in the last module it began."""
-    found: tuple[float, str] | None = None
-    for module in order:
-        progress = records.get(module)
-        if progress is not None and progress.started is not None:
-            start, end = progress.window()
-            if start <= when + resolution and when <= end and (found is None or start >= found[0]):
-                found = (start, module)
-    return found[1] if found is not None else None
+    met = [(start, module) for module, (start, end) in _windows(records, order)
+           if start <= when + resolution and when <= end]
+    if not met:
+        return None
+    # the latest start wins; of equal starts, the module later in ``order``
+    return max(reversed(met), key=lambda found: found[0])[1]
+
+
+def _windows(records: Mapping[str, ModuleProgress], order: Iterable[str]
+             ) -> list[tuple[str, tuple[float, float]]]:
+    """(module, window) of each module in ``order`` the rank began."""
+    return [(m, records[m].window()) for m in order if _begun(records.get(m))]
 
 
 __all__ = ["CRASHED", "DONE", "NOT_RUN", "RECORD_ENV", "RECORD_FILE", "ModuleProgress", "RankLog", "RankLogs",

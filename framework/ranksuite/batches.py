@@ -120,12 +120,20 @@ class Batch:
                                            min_nodes=self.key.min_nodes, name=f"world{self.key.world}")
 
         self.error, outcome = watched(resources, ctx, f"shared launch, {self.key.describe()}", run,
-                                      lambda: (self.launches(), all(r.ok for r in (self.results or {}).values())))
+                                      self._ran)
         self.log_summary = outcome.log_summary
         if outcome.cores:
-            records = [(launch, batch.records_of(launch)) for launch in self.launches()]
-            for core in outcome.cores:
-                self.cores.setdefault(self.module_of(core, records), []).append(core)
+            self._attribute(outcome.cores)
+
+    def _ran(self) -> tuple[list[LaunchResult], bool]:
+        """The launches the batch ran, and whether every module passed."""
+        return self.launches(), all(r.ok for r in (self.results or {}).values())
+
+    def _attribute(self, cores: Sequence[Core]) -> None:
+        """Each core to the module its rank was running (:meth:`module_of`)."""
+        records = [(launch, batch.records_of(launch)) for launch in self.launches()]
+        for core in cores:
+            self.cores.setdefault(self.module_of(core, records), []).append(core)
 
     def run_alone(self, item: pytest.Item, suite: RankSuite, resources: Hosts, ctx: Session, module: str,
                   world: int, kw: Mapping[str, Any], policy: str) -> SuiteResult:
@@ -174,8 +182,13 @@ class Batch:
             found = self._running_module(core, launch, by_rank)
             if found is not None:
                 return found
-        failed = [m for m, r in (self.results or {}).items() if not r.launch.ok and r.launch_failed_here]
-        return failed[-1] if failed else self.modules[0]
+        return self._failed_module() or self.modules[0]
+
+    def _failed_module(self) -> str | None:
+        """The last module a failed launch of the batch failed in (None: none)."""
+        failed = [m for m, r in (self.results or {}).items()
+                  if not r.launch.ok and r.launch_failed_here]
+        return failed[-1] if failed else None
 
     def result_for(self, item: pytest.Item, module: str, policy: str) -> SuiteResult:
         """``module``'s result for ``item``; its cores reported on it under its own core ``policy``."""
@@ -218,16 +231,29 @@ def report_cores(item: pytest.Item, policy: str, module: str, result: SuiteResul
     result fails with them, a failing one carries them after its own message; ``warn`` warns."""
     if not cores:
         return result
-    text = "\n".join(c.describe() + ("\n" + c.backtrace if c.backtrace else "") for c in cores)
+    text = "\n".join(_core_text(c) for c in cores)
     item.add_report_section("call", "core dumps", text)
     if policy == "fail":
-        if not result.ok:  # the module's own failure first, its cores after it (as the core watch does)
-            if text not in result.notes:
-                result.notes.append(text)
-            return result
-        raise AssertionError(f"core dumps while {module} ran:\n{text}")
+        return _fail_with_cores(module, result, text)
     if policy == "warn":
         warnings.warn(pytest.PytestWarning(f"core dumps (policy warn):\n{text}"), stacklevel=3)
+    return result
+
+
+def _core_text(core: Core) -> str:
+    """A core as the report shows it: its description, then its backtrace when there is one."""
+    if not core.backtrace:
+        return core.describe()
+    return core.describe() + "\n" + core.backtrace
+
+
+def _fail_with_cores(module: str, result: SuiteResult, text: str) -> SuiteResult:
+    """The ``fail`` policy: a passing result fails with the cores; a failing one keeps its own
+    failure first and carries the cores after it (as the core watch does)."""
+    if result.ok:
+        raise AssertionError(f"core dumps while {module} ran:\n{text}")
+    if text not in result.notes:
+        result.notes.append(text)
     return result
 
 

@@ -22,6 +22,7 @@ from framework import commands
 from framework.commands import ShellScript
 from framework.errors import FrameworkError, UsageError
 from framework.fetchcaps import caps, extract_tar
+from framework.launch.plan import deployed
 from framework.records.folder import write_atomic
 from framework.remote.layout import DeployState, HostLayout
 from framework.remote.packing import sh_pack
@@ -278,31 +279,35 @@ class RankCoverage:
 
     def check(self, hosts: Sequence[str]) -> dict[str, HostProbe]:
         """Probe the hosts not probed yet; raise :class:`CoverageUnavailable` naming every host that lacks it."""
+        self._probe_new(hosts)
+        missing = {h: f"{p.interpreter}: {p.problem}" for h in hosts
+                   if not (p := self.probes[h]).ok}
+        if missing:
+            raise CoverageUnavailable(missing)
+        return {h: self.probes[h] for h in hosts}
+
+    def _probe_new(self, hosts: Sequence[str]) -> None:
+        """Probe the hosts of ``hosts`` not probed yet this session."""
         todo = [h for h in hosts if h not in self.probes]
         if todo:
             got = self.cluster.map(self._probe, todo)
             got.raise_on_failure()  # an unreachable host is its own error, not a coverage one
             self.probes.update(got.succeeded)
-        missing = {h: f"{p.interpreter}: {p.problem}" for h in hosts if not (p := self.probes[h]).ok}
-        if missing:
-            raise CoverageUnavailable(missing)
-        return {h: self.probes[h] for h in hosts}
 
     def _probe(self, host: Host) -> HostProbe:
         spec = self.env.hosts[host.name]
         layout = HostLayout.of(spec)
         state = DeployState.from_doc(read_state(host.run(["cat", "--", layout.state_file], timeout=60).stdout))
         # the same choices as framework.launch: the deployed interpreter and vendor set_env
-        interpreter = state.interpreter or spec.python
-        install_path = state.install_path or spec.install_path
-        vendor = state.vendor
-        argv = probe_argv(interpreter, cann_set_env=self.env.cann.set_env if self.env.cann else None,
-                          vendor_set_env=HostLayout(layout.workdir, install_path).vendor_set_env(vendor)
-                          if vendor else None,
+        chosen = deployed(spec, layout.workdir, state)
+        cann = self.env.cann.set_env if self.env.cann else None
+        argv = probe_argv(chosen.python, cann_set_env=cann, vendor_set_env=chosen.vendor_set_env,
                           env=dict(self.env.launch.env), extra_set_env=extra_of(self.env))
         res = host.run(argv, timeout=120)
-        probe = parse_probe(host.name, interpreter, install_path, vendor, res.rc, res.stdout, res.tail(5))
-        log.info("%s: coverage %s in %s", host.name, probe.version or f"unusable ({probe.problem})", interpreter)
+        probe = parse_probe(host.name, chosen.python, chosen.install_path, chosen.vendor, res.rc,
+                            res.stdout, res.tail(5))
+        log.info("%s: coverage %s in %s", host.name,
+                 probe.version or f"unusable ({probe.problem})", chosen.python)
         return probe
 
     def collect_gcov(self, hosts: Sequence[str]) -> dict[str, int]:
@@ -417,6 +422,22 @@ def gcda_text(gcda: Mapping[str, int]) -> str:
     return f"; gcov: {sum(gcda.values())} .gcda file(s) from {', '.join(gcda)} in <host>/{GCOV_DIR}/"
 
 
+def _reported(root: Path, files: Sequence[Path], measured: int, gcda: Mapping[str, int]) -> str:
+    """The summary line of a combined report: its totals from ``coverage.xml``, what went in."""
+    covered, valid = xml_totals(root / XML_FILE)
+    reported = len(list(ET.parse(root / XML_FILE).getroot().iter("class")))
+    hosts = len({p.relative_to(root).parts[0] for p in files})
+    return summary_line(covered, valid, reported, len(files), hosts, measured - reported,
+                        str(root / HTML_DIR / "index.html"), gcda)
+
+
+def _folder_here(folder: Path | None) -> Path | None:
+    """``folder`` when it is a folder on this machine, else None."""
+    if folder is None or not Path(folder).is_dir():
+        return None
+    return folder
+
+
 def finish(rundir_path: str | os.PathLike[str], *, op_lib: Path | None = STANDIN_OP_LIB) -> str:
     """Combine the run folder's rank data into ``coverage/`` (html) and ``coverage.xml``; the summary line.
 
@@ -433,8 +454,7 @@ def finish(rundir_path: str | os.PathLike[str], *, op_lib: Path | None = STANDIN
         import coverage
         from coverage.exceptions import NoDataError
 
-        op = op_lib if op_lib is not None and Path(op_lib).is_dir() else None
-        write_atomic(rc, rc_text(recorded_trees(root), op))
+        write_atomic(rc, rc_text(recorded_trees(root), _folder_here(op_lib)))
         html = root / HTML_DIR
         # coverage warns through `warnings` (data files it cannot read, ...); a run configured with
         # filterwarnings=error must still get its report: record them and log them instead
@@ -452,11 +472,7 @@ def finish(rundir_path: str | os.PathLike[str], *, op_lib: Path | None = STANDIN
                         f"(data in {html / '.coverage'})" + gcda_text(gcda))
         for w in caught:
             log.warning("coverage: %s", w.message)
-        covered, valid = xml_totals(root / XML_FILE)
-        reported = len(list(ET.parse(root / XML_FILE).getroot().iter("class")))
-        hosts = len({p.relative_to(root).parts[0] for p in files})
-        return summary_line(covered, valid, reported, len(files), hosts, len(measured) - reported,
-                            str(html / "index.html"), gcda)
+        return _reported(root, files, len(measured), gcda)
     except Exception as exc:  # the report must not hide the run's outcome
         log.exception("coverage: combining failed")
         return f"coverage: not combined: {type(exc).__name__}: {exc}" + gcda_text(gcda)

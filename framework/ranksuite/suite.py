@@ -66,6 +66,11 @@ def placement(world: int, hosts: int, slots: int, min_nodes: int = 1) -> tuple[i
     for nodes in range(max(1, min_nodes), hosts + 1):
         if world % nodes == 0 and world // nodes <= slots:
             return nodes, world // nodes
+    return _unplaceable(world, hosts, slots, min_nodes)
+
+
+def _unplaceable(world: int, hosts: int, slots: int, min_nodes: int) -> str:
+    """Why ``world`` ranks cannot be placed: too many for the env, or no even split."""
     if world > hosts * slots:
         return f"needs {world} ranks; the env has {hosts} host(s) x {slots} rank(s) per node = {hosts * slots}"
     at_least = f" on >= {min_nodes} nodes" if min_nodes > 1 else ""
@@ -83,9 +88,7 @@ def tree_archive(root: Path) -> tuple[bytes, str]:
     with tarfile.open(fileobj=buf, mode="w:gz", compresslevel=6) as tar:
         for path in sorted(root.rglob("*")):
             rel = path.relative_to(root)
-            if any(p in ("__pycache__", ".pytest_cache") for p in rel.parts) or path.suffix == ".pyc":
-                continue
-            if not path.is_file():
+            if not _packed(path, rel):
                 continue
             info = tar.gettarinfo(str(path), arcname=str(rel))
             info.mtime, info.uid, info.gid, info.uname, info.gname = 0, 0, 0, "", ""
@@ -93,6 +96,13 @@ def tree_archive(root: Path) -> tuple[bytes, str]:
                 tar.addfile(info, fh)
     data = buf.getvalue()
     return data, hashlib.sha256(data).hexdigest()
+
+
+def _packed(path: Path, rel: Path) -> bool:
+    """A file of the tree that its archive takes: no cache folder, no byte code."""
+    if any(p in ("__pycache__", ".pytest_cache") for p in rel.parts) or path.suffix == ".pyc":
+        return False
+    return path.is_file()
 
 
 def tree_digest(data: bytes) -> str:
@@ -163,8 +173,15 @@ class SuiteResult:
 
     @property
     def ok(self) -> bool:
-        launch_ok = self.launch.ok or not self.launch_failed_here
-        return launch_ok and not self.failures and not self.missing_junit and self.not_run is None
+        if self._launch_blamed or self.failures:
+            return False
+        return not self.missing_junit and self.not_run is None
+
+    @property
+    def _launch_blamed(self) -> bool:
+        """The launch failed, and its failure counts against this module (not every rank had
+        finished the module)."""
+        return not self.launch.ok and self.launch_failed_here
 
     def add_rank(self, rank: int, host: str, counts: Mapping[str, int],
                  failures: Sequence[tuple[str, str]], skips: Sequence[tuple[str, str]]) -> None:
@@ -186,7 +203,7 @@ class SuiteResult:
 
     def _launch_lines(self) -> list[str]:
         """Why the launch this module ran in failed (when it failed here and the module ran)."""
-        if self.launch.ok or not self.launch_failed_here or self.not_run is not None:
+        if not self._launch_blamed or self.not_run is not None:
             return []
         others = ", ".join(m for m in self.shared_with if m != self.module)
         shared = [f"{self.module} was running when the launch it shared with {others} failed:"]
@@ -380,18 +397,25 @@ class RankSuite:
         after some module began, the modules no rank began run once more in a fresh launch (``rerun``); a
         module still not run then is reported not run, with the reason (framework.ranksuite.batch)."""
         label = name or f"world{world}"
-        launch, placed = self._launch(list(modules), world, extra_env=extra_env, name=label, min_nodes=min_nodes,
-                                      timeout=self.case_timeout * len(modules), record=True)
-        results = self.split(modules, world, launch, batch.records_of(launch))
-        for result in results.values():
-            result.placed = placed
-        log.info("%s: %s, %d module(s) in one launch", label, placed, len(modules))
+        results = self._batch_once(modules, world, extra_env, label, min_nodes)
         left = [m for m, r in results.items() if r.not_run is not None]
         if left and rerun:
             log.info("%s: %s did not run before the launch failed; running them in a fresh launch", label,
                      ", ".join(left))
             results.update(self.run_batch(left, world, extra_env=extra_env, name=f"{label}-rerun",
                                           min_nodes=min_nodes, rerun=False))
+        return results
+
+    def _batch_once(self, modules: Sequence[str], world: int, extra_env: Mapping[str, str] | None,
+                    label: str, min_nodes: int) -> dict[str, SuiteResult]:
+        """One launch of every module of ``modules``, split back per module (no rerun)."""
+        launch, placed = self._launch(list(modules), world, extra_env=extra_env, name=label,
+                                      min_nodes=min_nodes, timeout=self.case_timeout * len(modules),
+                                      record=True)
+        results = self.split(modules, world, launch, batch.records_of(launch))
+        for result in results.values():
+            result.placed = placed
+        log.info("%s: %s, %d module(s) in one launch", label, placed, len(modules))
         return results
 
     def split(self, modules: Sequence[str], world: int, launch: LaunchResult,
@@ -401,8 +425,7 @@ class RankSuite:
         unfinished module's (or every module's when none began); the modules after it are marked
         not run."""
         shared = tuple(modules)
-        states = ({m: batch.DONE for m in modules} if launch.ok
-                  else batch.module_states(modules, records, world))
+        states = _module_states(modules, world, launch, records)
         began = any(state != batch.NOT_RUN for state in states.values())
         failed_in: str | None = None
         out: dict[str, SuiteResult] = {}
@@ -413,11 +436,18 @@ class RankSuite:
                 continue
             if state == batch.CRASHED:
                 failed_in = module
-            result = self.judge(module, world, launch, only=module, records=records)
-            result.shared_with = shared
-            result.launch_failed_here = state != batch.DONE
-            out[module] = result
+            out[module] = self._judge_shared(module, world, launch, records, shared, state)
         return out
+
+    def _judge_shared(self, module: str, world: int, launch: LaunchResult,
+                      records: Mapping[int, Mapping[str, batch.ModuleProgress]],
+                      shared: tuple[str, ...], state: str) -> SuiteResult:
+        """A module of a shared launch judged from its own cases; the launch's failure is its own
+        unless every rank finished it."""
+        result = self.judge(module, world, launch, only=module, records=records)
+        result.shared_with = shared
+        result.launch_failed_here = state != batch.DONE
+        return result
 
     def _remote_dir(self, hosts: list[str]) -> str:
         """Ship the tree; the one path it has on every host of ``hosts``."""
@@ -483,16 +513,30 @@ class RankSuite:
         result = SuiteResult(module, world, launch, counts={"passed": 0, "failed": 0, "skipped": 0})
         for rank in range(world):
             rr = launch.ranks.get(rank)
-            host = rr.host if rr is not None else "?"
-            junit, progress = _junit_of(rr), _progress_of(records, rank, only)
-            if junit is not None:
-                try:
-                    result.add_rank(rank, host, *read_rank_junit(junit, only))
-                except ET.ParseError as exc:
-                    result.failures.append(
-                        RankFailure(rank, host, "(junit)", f"unreadable JUnit: {exc}"))
-            elif progress is not None:
-                result.add_rank(rank, host, *batch.counts_of(progress))
-            else:
-                result.missing_junit.append(rank)
+            _add_verdict(result, rank, rr.host if rr is not None else "?", _junit_of(rr),
+                         _progress_of(records, rank, only), only)
         return result
+
+
+def _module_states(modules: Sequence[str], world: int, launch: LaunchResult,
+                   records: Mapping[int, Mapping[str, batch.ModuleProgress]]) -> dict[str, str]:
+    """Each module's state in a shared launch: all done when it passed, else by the ranks'
+    records."""
+    if launch.ok:
+        return {m: batch.DONE for m in modules}
+    return batch.module_states(modules, records, world)
+
+
+def _add_verdict(result: SuiteResult, rank: int, host: str, junit: Path | None,
+                 progress: batch.ModuleProgress | None, only: str | None) -> None:
+    """One rank's verdict into ``result``: from its JUnit, else from its module record, else the
+    rank is missing."""
+    if junit is not None:
+        try:
+            result.add_rank(rank, host, *read_rank_junit(junit, only))
+        except ET.ParseError as exc:
+            result.failures.append(RankFailure(rank, host, "(junit)", f"unreadable JUnit: {exc}"))
+    elif progress is not None:
+        result.add_rank(rank, host, *batch.counts_of(progress))
+    else:
+        result.missing_junit.append(rank)

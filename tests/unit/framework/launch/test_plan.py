@@ -13,9 +13,10 @@ from framework.ascend.timeouts import derive
 from framework.config.effective import HostSpec, NicSpec, NpuSpec, Secret, TestNicSpec
 from framework.errors import UsageError
 from framework.launch import NodePlan, Target, backend_env, launch_label, node_command
-from framework.launch.plan import check_ranks_fit, secret_env
+from framework.launch.plan import Deployed, check_ranks_fit, deployed, secret_env
 from framework.ranksuite.suite import slots_per_node
 from framework.remote import protocol
+from framework.remote.layout import DeployState
 from tests.support.builders import make_env
 
 A3 = HostSpec(name="node1", manage_nic=NicSpec("enp1s0", "192.0.2.11"),
@@ -176,3 +177,11 @@ def test_target_parse_errors(argv):
 ])
 def test_launch_label_is_safe_as_a_path_and_a_tag(name, label):
     assert launch_label(name) == label
+
+
+def test_the_deployed_interpreter_install_path_and_vendor_win_over_the_envs() -> None:
+    spec = make_env({"h": dict(workdir="/w", python="python3", install_path="/w/opp")}).hosts["h"]
+    assert deployed(spec, "/w", DeployState()) == Deployed("python3", "/w/opp")
+    state = DeployState(install_path="/srv/opp", interpreter="/w/venv/bin/python", vendor="CAM")
+    assert deployed(spec, "/w", state) == Deployed("/w/venv/bin/python", "/srv/opp", "CAM",
+                                                   "/srv/opp/vendors/CAM/bin/set_env.bash")

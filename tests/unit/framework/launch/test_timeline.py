@@ -147,3 +147,33 @@ def test_a_watchdog_abort_whose_log_reports_a_peers_absence_is_a_consequence() -
                                 set())
     assert event is not None and (event.kind, event.what) == (CONSEQ, "peer absence")
     assert event.text.startswith("died of SIGABRT: EI0002")
+
+
+def test_an_exit_code_without_an_error_line_is_an_exit_not_a_cause() -> None:
+    status = {"rank": 2, "end": T0, "exit_code": 3, "signal": None}
+    event = timeline.exit_event(status, "h", "", set())
+    assert event is not None
+    assert (event.kind, event.what, event.text) == (timeline.INFO, "exit", "exited 3")
+
+
+@pytest.mark.parametrize("clock", [{"now": 10.0}, {"now": True, "uptime": 1.0},
+                                   {"now": 10.0, "uptime": -1.0}, {"now": "10", "uptime": 1.0}])
+def test_a_dmesg_clock_without_two_non_negative_numbers_gives_no_boot_time(clock: dict) -> None:
+    assert timeline.boot_time(clock) is None
+    assert timeline.boot_time({"now": 10.5, "uptime": 0.5}) == 10.0
+
+
+def test_received_lines_that_are_no_supervisor_event_are_skipped() -> None:
+    lines = ["not json", json.dumps([1, 2]), json.dumps({"t": "5", "line": "DONE"}),
+             json.dumps({"t": 5.0, "line": 7}), json.dumps({"t": 5.0, "line": "HB 3"}),
+             json.dumps({"t": 5.0, "line": ""}), json.dumps({"t": 6.0, "line": "RANK x exit 0"})]
+    events = timeline.supervisor_events("\n".join(lines), "h")
+    assert [(e.t, e.rank, e.text) for e in events] == [(6.0, None, "RANK x exit 0")]
+
+
+def test_phase_records_without_a_numeric_start_a_host_and_a_name_are_no_events() -> None:
+    good: dict[str, object] = {"start": T0, "host": "h", "phase": "run"}
+    bad: list[dict[str, object]] = [{"start": "x", "host": "h", "phase": "run"},
+                                    {"start": T0, "host": 1, "phase": "run"},
+                                    {"start": T0, "host": "h"}]
+    assert [e.text for e in timeline.phase_events([*bad, good])] == ["run began"]

@@ -281,3 +281,15 @@ def test_judge_reads_each_ranks_junit_names_an_unreadable_one_and_a_missing_one(
         (0, "host1", "test_a_rank::t1"), (1, "host2", "(junit)")]
     assert "unreadable JUnit" in result.failures[1].message
     assert result.missing_junit == [2, 3] and "no JUnit from rank(s) [2, 3]" in result.message()
+
+
+def test_of_two_modules_begun_at_the_same_time_the_later_in_order_is_the_one_running() -> None:
+    from framework.ranksuite.batch import ModuleProgress, module_at
+
+    records = {"a.py": ModuleProgress(started=10.0, done=20.0),
+               "b.py": ModuleProgress(started=10.0),
+               "c.py": ModuleProgress(started=5.0, done=30.0), "d.py": ModuleProgress(done=15.0)}
+    assert module_at(records, 12.0, ["a.py", "b.py", "c.py", "d.py"]) == "b.py"
+    assert module_at(records, 12.0, ["b.py", "a.py", "c.py"]) == "a.py"
+    assert module_at(records, 25.0, ["a.py", "c.py"]) == "c.py"
+    assert module_at(records, 4.0, ["a.py", "c.py", "d.py"]) is None

@@ -79,6 +79,16 @@ def test_the_policy_handed_in_judges_the_cores() -> None:
     assert [key for _, key, _ in item.sections] == ["core dumps"] * 3
 
 
+def test_a_failing_module_keeps_its_failure_and_carries_its_cores_once() -> None:
+    failed: Any = SimpleNamespace(ok=False, notes=["rank 1 failed"])
+    bare: Any = SimpleNamespace(describe=lambda: "core of rank 2 on host2 (SIGABRT)", backtrace="")
+    item: Any = _Item("t1", "a.py", 4)
+    for _ in range(2):
+        assert batches.report_cores(item, "fail", "a.py", failed, [_core(), bare]) is failed
+    cores = "core of rank 1 on host1 (SIGSEGV)\n#0 f\ncore of rank 2 on host2 (SIGABRT)"
+    assert failed.notes == ["rank 1 failed", cores]
+
+
 def test_the_package_imports_nothing_of_the_plugin() -> None:
     import ast
     from pathlib import Path
