@@ -388,12 +388,17 @@ def _hide_quoted(text: str) -> str:
 
 
 def _syntax_problem(exc: yaml.MarkedYAMLError) -> str:
+    """PyYAML's syntax error in our words: where, what, and the context it names (never the file's text)."""
     mark = exc.problem_mark or exc.context_mark
     where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-    text = f"YAML syntax error{where}: {_hide_quoted(exc.problem or exc.context or '')}"
-    if exc.context and exc.problem and exc.context_mark is not None:
-        text += f" ({_hide_quoted(exc.context)} at line {exc.context_mark.line + 1})"
-    return text
+    return f"YAML syntax error{where}: {_hide_quoted(exc.problem or exc.context or '')}{_syntax_context(exc)}"
+
+
+def _syntax_context(exc: yaml.MarkedYAMLError) -> str:
+    """`` (<context> at line N)`` when the error has a problem and, apart from it, a marked context."""
+    if not (exc.context and exc.problem and exc.context_mark is not None):
+        return ""
+    return f" ({_hide_quoted(exc.context)} at line {exc.context_mark.line + 1})"
 
 
 def _check_size(root: Node) -> _Problem | None:
@@ -509,18 +514,25 @@ def _check_mapping(node: MappingNode, loc: Loc, visited: set[int],
     for key_node, value_node in node.value:
         child: Loc = (*loc, "?")
         if key_node.tag != _MERGE:
-            key, line = key_node.value, key_node.start_mark.line + 1
-            if key in first_line:
-                first = first_line[key]
-                return dotted(loc) or None, \
-                    f"duplicate key {key!r} at line {line} (first defined at line {first})"
-            first_line[key] = line
-            child = (*loc, key)
+            duplicate = _duplicate_key(key_node, first_line)
+            if duplicate:
+                return dotted(loc) or None, duplicate
+            child = (*loc, key_node.value)
         # (no list per entry: this runs for every key of the document)
         found = _check_tree(key_node, child, visited, anchored) or \
             _check_tree(value_node, child, visited, anchored)
         if found:
             return found
+    return None
+
+
+def _duplicate_key(key_node: Node, first_line: dict[str, int]) -> str | None:
+    """The problem when ``key_node``'s key was defined before in its mapping, else None (its line
+    is noted in ``first_line``)."""
+    key, line = key_node.value, key_node.start_mark.line + 1
+    if key in first_line:
+        return f"duplicate key {key!r} at line {line} (first defined at line {first_line[key]})"
+    first_line[key] = line
     return None
 
 
