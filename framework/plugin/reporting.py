@@ -186,7 +186,7 @@ def _host_choice(ctx: RunContext) -> dict[str, Any] | None:
 
 def _hosts_chosen(ctx: RunContext) -> bool:
     """Whether the run chose its hosts: by ``--hosts``/``--exclude-hosts``, or by leaving suspects out."""
-    return bool(ctx.options.hosts or ctx.options.exclude_hosts or ctx.suspects)
+    return ctx.options.picks_hosts or bool(ctx.suspects)
 
 
 def finalize(ctx: RunContext, exitstatus: int, *, error: str | None = None) -> None:
