@@ -461,10 +461,16 @@ def _largest_key(root: Node, sizes: Mapping[int, tuple[int, int, int]]) -> str |
     """The first top-level key over a bound by itself, else the one holding most of the values, else None."""
     if not isinstance(root, MappingNode):
         return None
-    pairs = [(k.value, sizes[id(v)]) for k, v in root.value if isinstance(k, ScalarNode)]
+    pairs = _key_sizes(root, sizes)
     over = [key for key, (values, chars, _) in pairs if _over(values, chars)]
     most = [key for key, (values, _, _) in pairs if 2 * values > sizes[id(root)][0]]
     return next(iter(over or most), None)
+
+
+def _key_sizes(root: MappingNode, sizes: Mapping[int, tuple[int, int, int]]
+               ) -> list[tuple[str, tuple[int, int, int]]]:
+    """Each top-level key (a scalar) with the measured size of its value."""
+    return [(k.value, sizes[id(v)]) for k, v in root.value if isinstance(k, ScalarNode)]
 
 
 def _scalar_problem(node: ScalarNode, anchored: set[int]) -> str | None:
