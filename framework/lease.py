@@ -658,7 +658,7 @@ class Lease:
                 self._tell_lost()
 
     def _tell_lost(self) -> None:
-        """Hand the :class:`LeaseLost` to ``on_lost`` (once at a time), unless the lease is being released."""
+        """Hand the :class:`LeaseLost` to ``on_lost`` (one at a time), unless being released."""
         if self.on_lost is None or self._stop.is_set():
             return
         with self._lost_lock:
@@ -706,9 +706,10 @@ class Lease:
         return min(left, timeout) if left > 0 else timeout
 
     def _taken_over(self, host: Host, reply: Reply) -> bool:
-        """Record (in ``lost``) and log that the refresh found ``host``'s lease taken over; False."""
+        """Record (in ``lost``) and log that the refresh found ``host``'s lease taken over."""
         holder = reply.record
-        self.lost[host.name] = f"taken over by {holder.describe(reply.now) if holder else 'someone'}"
+        who = holder.describe(reply.now) if holder else "someone"
+        self.lost[host.name] = f"taken over by {who}"
         log.error("%s: our lease was %s", host.name, self.lost[host.name])
         return False
 

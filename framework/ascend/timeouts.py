@@ -120,12 +120,13 @@ def order_problems(values: Mapping[str, object], case_timeout: float | None = No
     return out + _order_breaks(_chain(_effective(given, case_timeout), case_timeout), given, where)
 
 
-_EXEC_NEVER = ("0 means never: a hung collective waits for the watchdog or camit's case timeout and HCCL "
-               "writes no plog diagnosis (torch_npu warns that the plog may not be recorded)")
+_EXEC_NEVER = ("0 means never: a hung collective waits for the watchdog or camit's case timeout "
+               "and HCCL writes no plog diagnosis (torch_npu warns that the plog may not be "
+               "recorded)")
 
 
 def _chain(eff: Mapping[str, float], case_timeout: float | None) -> list[tuple[str, float]]:
-    """The timeouts in the order they must hold, shortest first, ending in the case timeout when known."""
+    """The timeouts in the order they must hold, shortest first (the case timeout last, if any)."""
     chain = [(k, eff[k]) for k in KEYS if k in eff]
     if case_timeout is not None:
         chain.append(("case timeout", case_timeout))

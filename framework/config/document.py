@@ -327,7 +327,7 @@ def _host_key(value: str) -> str:
 
 
 def _held_key_type(embedded: str) -> str:
-    """The key type a blob holds, as shown in a message (``no key type`` when empty or not printable)."""
+    """The key type a blob holds, for a message (``no key type`` when empty or not printable)."""
     return _describe(embedded) if embedded.isprintable() and embedded else "no key type"
 
 
@@ -463,7 +463,7 @@ def unknown_key_message(key: object, known: list[str]) -> str:
 
 
 def _meant(key: str, known: list[str]) -> str | None:
-    """The known key ``key`` was meant to be: a known typo's fix, else the closest one, else None."""
+    """The known key meant by ``key``: a known typo's fix, else the closest one, else None."""
     fix = KNOWN_TYPOS.get(key)
     if fix in known:
         return fix

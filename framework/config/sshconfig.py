@@ -73,7 +73,7 @@ class SshConfigFile:
 
 
 def _unfollowed(text: str) -> list[str]:
-    """The directives of an ssh_config text paramiko does not follow (``Include``), as spelt there."""
+    """The directives of an ssh_config text paramiko does not follow (``Include``), as spelt."""
     return sorted({line.split()[0] for line in text.splitlines()
                    if line.strip() and line.split()[0].lower() == "include"})
 

@@ -388,14 +388,15 @@ def _hide_quoted(text: str) -> str:
 
 
 def _syntax_problem(exc: yaml.MarkedYAMLError) -> str:
-    """PyYAML's syntax error in our words: where, what, and the context it names (never the file's text)."""
+    """PyYAML's syntax error in our words: where, what, its context (never the file's text)."""
     mark = exc.problem_mark or exc.context_mark
     where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-    return f"YAML syntax error{where}: {_hide_quoted(exc.problem or exc.context or '')}{_syntax_context(exc)}"
+    what = _hide_quoted(exc.problem or exc.context or "")
+    return f"YAML syntax error{where}: {what}{_syntax_context(exc)}"
 
 
 def _syntax_context(exc: yaml.MarkedYAMLError) -> str:
-    """`` (<context> at line N)`` when the error has a problem and, apart from it, a marked context."""
+    """`` (<context> at line N)`` when the error has both a problem and a marked context."""
     if not (exc.context and exc.problem and exc.context_mark is not None):
         return ""
     return f" ({_hide_quoted(exc.context)} at line {exc.context_mark.line + 1})"

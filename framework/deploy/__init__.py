@@ -122,10 +122,11 @@ class Deployer:
         artifacts = resolve_artifacts(self.env)
         transfer = ("relay chain when two or more hosts lack an artifact, else direct SFTP"
                     if self._relays(self.plans) else "direct SFTP")
-        return [dict(dry_run_plan(plan, artifacts), transfer=transfer) for plan in self.plans.values()]
+        return [dict(dry_run_plan(plan, artifacts), transfer=transfer)
+                for plan in self.plans.values()]
 
     def _relays(self, hosts: Sized) -> bool:
-        """Whether an artifact ``hosts`` lack travels by the relay chain (when on, for two or more)."""
+        """Whether an artifact ``hosts`` lack goes by the relay chain (when on, for two or more)."""
         return self.relay and len(hosts) >= 2
 
     def run(self) -> DeployResult:
@@ -259,8 +260,8 @@ class Deployer:
             pending = self._relay_to(art, targets, probes, via, result)
         self._push_all(art, [h for h in pending if h not in result.errors], via, result)
 
-    def _targets(self, art: Artifact, missing: Mapping[str, list[Artifact]], via: dict[tuple[str, str], str],
-                 result: DeployResult) -> list[str]:
+    def _targets(self, art: Artifact, missing: Mapping[str, list[Artifact]],
+                 via: dict[tuple[str, str], str], result: DeployResult) -> list[str]:
         """The live hosts missing ``art``; the other live hosts have it cached (so ``via`` says)."""
         alive = self._alive(result)
         targets = [h for h in alive if art in missing.get(h, [])]

@@ -150,14 +150,16 @@ class HostInstall:
     def _unchanged(self, probe: Probe) -> None:
         """Nothing to do: the manifest takes the install's facts from the state the probe read."""
         m, state = self.m, probe.state or {}
-        m.status, m.vendor = "unchanged", state.get("vendor", vendor_of(probe.vendor_trees, self.plan.install_path))
+        m.status = "unchanged"
+        m.vendor = state.get("vendor", vendor_of(probe.vendor_trees, self.plan.install_path))
         m.installed_version, m.ops = state.get("installed_version"), list(state.get("ops", []))
         self.on_event(self.host.name, "unchanged (hashes match, nothing sent or reinstalled)")
 
     def _state(self, artifacts: Sequence[Artifact], vendor: str | None) -> dict[str, Any]:
         """The deploy state written last: the artifacts' hashes and what the steps installed."""
-        state = dict(expected_state(self.plan, artifacts), vendor=vendor, installed_version=self.m.installed_version,
-                     ops=self.m.ops, deployed_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+        state = dict(expected_state(self.plan, artifacts), vendor=vendor,
+                     installed_version=self.m.installed_version, ops=self.m.ops,
+                     deployed_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
         if self.installed_record:
             state[INSTALLED_RECORD] = self.installed_record
         return state
@@ -244,14 +246,14 @@ class HostInstall:
         self._verified(vendor, self.verify(vendor))
 
     def _venv_with_installer(self, probe: Probe | None) -> None:
-        """The venv (unless made already while the artifacts uploaded) and the wheel installer beside it."""
+        """The venv (unless made while the artifacts uploaded) and the wheel installer beside it."""
         if "venv" not in self.m.durations:
             self.step("venv", venv_script(self.plan), 300)
         self.ship_installer(probe)
 
     def _verified(self, vendor: str | None, out: str) -> None:
-        """Judge the import check's output ``out``; the version, ops and RECORD hash it saw go into the
-        manifest."""
+        """Judge the import check's output ``out``; the version, ops and RECORD hash it saw go
+        into the manifest."""
         problems = vendor_env_problems(self.plan, vendor, out) if vendor else []
         if problems:
             raise DeployError(self.host.name, "verify", "; ".join(problems))

@@ -240,8 +240,8 @@ def probe_script(plan: HostPlan, artifacts: Sequence[Artifact], relay_bin: str |
 
 
 def _record_parts(plan: HostPlan, artifacts: Sequence[Artifact]) -> list[str]:
-    """Without a venv, sh tagging the hash of the op library's installed RECORD: the configured python
-    is shared with whatever else installs there, so what it holds is judged by hash."""
+    """Without a venv, sh tagging the hash of the op library's installed RECORD: the configured
+    python is shared with whatever else installs there, so what it holds is judged by hash."""
     if plan.venv or not any(a.kind == "wheel" for a in artifacts):
         return []
     q = commands.quote
@@ -596,12 +596,13 @@ def _opapi_findings(stdout: str) -> tuple[str | None, list[str]]:
 
 
 def _opp_path_problems(opp: str | None, vendor_dir: str) -> list[str]:
-    """What is wrong with ``ASCEND_CUSTOM_OPP_PATH``: missing, or not starting with ``vendor_dir``."""
+    """What is wrong with ``ASCEND_CUSTOM_OPP_PATH``: missing, or not under ``vendor_dir`` first."""
     if opp is None:
         return ["the verify step printed no ASCEND_CUSTOM_OPP_PATH"]
     if opp == vendor_dir or opp.startswith((vendor_dir + ":", vendor_dir + "/")):
         return []
-    return [f"ASCEND_CUSTOM_OPP_PATH={opp or '(empty)'} does not start with the vendor dir {vendor_dir}"]
+    return [f"ASCEND_CUSTOM_OPP_PATH={opp or '(empty)'} does not start with the vendor dir "
+            f"{vendor_dir}"]
 
 
 def state_script(plan: HostPlan, state: Mapping[str, Any]) -> ShellScript:
@@ -662,8 +663,8 @@ def dry_run_plan(plan: HostPlan, artifacts: Sequence[Artifact]) -> dict[str, Any
 
 def _dry_run_artifact(plan: HostPlan, art: Artifact) -> dict[str, Any]:
     """One artifact of the dry run: what it is, and where it comes from and goes."""
-    return {"kind": art.kind, "name": art.name, "sha256": art.sha256, "size": art.size, "local": str(art.path),
-            "remote": plan.remote_path(art)}
+    return {"kind": art.kind, "name": art.name, "sha256": art.sha256, "size": art.size,
+            "local": str(art.path), "remote": plan.remote_path(art)}
 
 
 def _run_choice(plan: HostPlan, runs: int) -> str | None:

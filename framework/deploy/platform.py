@@ -102,8 +102,8 @@ def choose(names: Sequence[str], host: Platform) -> Choice:
 
 
 def _why_not(name: str, built: Platform | None, host: Platform) -> str:
-    """``<name>: <why>``: how the package ``name`` (built for ``built``; None: not named by the rule)
-    misses ``host``."""
+    """``<name>: <why>``: how the package ``name`` misses ``host`` (``built``: its platform; None:
+    not named by the rule)."""
     if built is None:
         return f"{name}: not named {PREFIX}<soc>_<os>_<arch>{SUFFIX}"
     return f"{name}: {mismatch(built, host)}"

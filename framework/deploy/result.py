@@ -74,7 +74,7 @@ def merge_manifest(old: Any, new: dict[str, Any]) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class _RunSummary:
-    """The run-wide fields of a ``deploy-manifest.json`` document, read once (a missing or null one: none)."""
+    """The run-wide fields of a ``deploy-manifest.json`` document, read once (null: none)."""
 
     duration: float
     relay_used: bool
@@ -83,5 +83,6 @@ class _RunSummary:
 
     @classmethod
     def read(cls, doc: dict[str, Any]) -> _RunSummary:
-        return cls(duration=float(doc.get("duration") or 0.0), relay_used=bool(doc.get("relay_used")),
+        return cls(duration=float(doc.get("duration") or 0.0),
+                   relay_used=bool(doc.get("relay_used")),
                    notes=list(doc.get("notes") or []), hosts=dict(doc["hosts"]))

@@ -85,8 +85,8 @@ class Verdict:
         if not self.regression or self.at is None or self.step is None:
             return f"{metric}: no regression (change points: {cps}); {self._recent()}"
         return (f"{metric}: regression by {self.how} at point {self.at}{self._label(self.at)} of "
-                f"{len(self.series)}: {self.before:.4g} -> {self.after:.4g} ({self.step * 100:+.1f}%); "
-                f"change points: {cps}; {self._recent()}")
+                f"{len(self.series)}: {self.before:.4g} -> {self.after:.4g} "
+                f"({self.step * 100:+.1f}%); change points: {cps}; {self._recent()}")
 
     def _recent(self) -> str:
         """``series [..]``: the newest points (and how many there are, when not all are shown)."""
@@ -140,7 +140,9 @@ def assess(series: Sequence[float], *, higher_is_better: bool = False, margin: f
     if len(values) < MIN_HISTORY:
         return Verdict(values, cps, False, labels=list(labels))
     step = _by_step(values, cps, since, higher_is_better)
-    return _with_labels(step if step is not None else _by_outlier(values, cps, higher_is_better), labels)
+    if step is None:
+        step = _by_outlier(values, cps, higher_is_better)
+    return _with_labels(step, labels)
 
 
 def _by_step(values: list[float], cps: list[int], since: int, higher: bool) -> Verdict | None:

@@ -56,8 +56,8 @@ def _cells(r: Row) -> tuple[str, ...]:
     ref = r.reference.bandwidth.busbw if r.reference else None
     return (r.key(), f"{r.time_us.p50:.1f}", f"{r.time_us.p99:.1f}", f"{r.bandwidth.algbw:.2f}",
             f"{r.bandwidth.busbw:.2f}", f"{r.bandwidth.intra:.2f}", f"{r.bandwidth.inter:.2f}",
-            "—" if ref is None else f"{ref:.2f}", "—" if r.speedup is None else f"{r.speedup:.2f}x",
-            r.straggler or "none")
+            "—" if ref is None else f"{ref:.2f}",
+            "—" if r.speedup is None else f"{r.speedup:.2f}x", r.straggler or "none")
 
 
 def _history(root: Path) -> list[dict[str, Any]]:
@@ -75,8 +75,8 @@ def _history_parts(root: Path, series: list[dict[str, Any]]) -> list[str]:
     parts = ["<h2>History and change points</h2>"]
     for s in series:
         title = f"{s['config']} {s['metric']}"
-        parts.append(_img(root, f"history-{_name(title)}.svg",
-                          plots.history_svg(title, s["values"], s["change_points"], bool(s["regression"])),
+        svg = plots.history_svg(title, s["values"], s["change_points"], bool(s["regression"]))
+        parts.append(_img(root, f"history-{_name(title)}.svg", svg,
                           title + (" — regression" if s["regression"] else "")))
     return parts
 

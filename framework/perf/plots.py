@@ -105,7 +105,8 @@ def _label_cells(ax: Any, ranks: list[list[RankStats]], grid: list[list[float]])
     """Each heatmap cell's rank and factor, written in the cell."""
     for y, rs in enumerate(ranks):
         for x, r in enumerate(rs):
-            ax.text(x, y, f"r{r.rank}\n{grid[y][x]:.2f}", ha="center", va="center", fontsize=7, color="white")
+            ax.text(x, y, f"r{r.rank}\n{grid[y][x]:.2f}", ha="center", va="center", fontsize=7,
+                    color="white")
 
 
 def history_svg(title: str, values: Sequence[float], change_points: Sequence[int], regression: bool) -> str:

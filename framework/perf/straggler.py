@@ -113,7 +113,7 @@ def _host_factors(times: Sequence[Sequence[float]], members: dict[str, list[int]
 
 
 def _factor(times: Sequence[float], mine: Sequence[int], others: Sequence[int]) -> float:
-    """One iteration's median over ranks ``mine`` over that of ranks ``others`` (1 when theirs is 0)."""
+    """One iteration's median over ranks ``mine`` over that over ``others`` (1 when theirs is 0)."""
     theirs = statistics.median(times[r] for r in others)
     return statistics.median(times[r] for r in mine) / theirs if theirs > 0 else 1.0
 

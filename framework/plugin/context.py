@@ -205,11 +205,12 @@ class RunContext:
 def _refuse_unknown_hosts(env: EnvConfig, options: Options) -> None:
     """A ``UsageError`` naming the option, the first host ``--hosts`` / ``--exclude-hosts`` names that the env
     does not have, and the env file."""
-    for flag, names in (("--hosts", options.hosts or ()), ("--exclude-hosts", options.exclude_hosts)):
+    given = (("--hosts", options.hosts or ()), ("--exclude-hosts", options.exclude_hosts))
+    for flag, names in given:
         unknown = [n for n in names if n not in env.hosts]
         if unknown:
-            raise pytest.UsageError(f"{flag} {','.join(names)}: unknown host {unknown[0]!r}: not in "
-                                    f"{env.source} (its hosts: {', '.join(env.hosts)})")
+            raise pytest.UsageError(f"{flag} {','.join(names)}: unknown host {unknown[0]!r}: "
+                                    f"not in {env.source} (its hosts: {', '.join(env.hosts)})")
 
 
 def _seed(options: Options, worker: WorkerInput | None) -> int:
@@ -266,10 +267,12 @@ def chosen_hosts(env: EnvConfig, options: Options,
     return chosen
 
 
-def _none_left(env: EnvConfig, options: Options, suspect: Mapping[str, Any] | None) -> pytest.UsageError:
+def _none_left(env: EnvConfig, options: Options,
+               suspect: Mapping[str, Any] | None) -> pytest.UsageError:
     """The error when the options, and the suspect hosts they do not override, leave no host."""
     if suspect and options.hosts is None:
-        return pytest.UsageError(f"every host of {env.source} left is suspect ({', '.join(suspect)}): "
+        return pytest.UsageError(f"every host of {env.source} left is suspect "
+                                 f"({', '.join(suspect)}): "
                                  "re-admit with camit check --heal, or name hosts with --hosts")
     return pytest.UsageError(f"--hosts/--exclude-hosts leave no host of {env.source}")
 

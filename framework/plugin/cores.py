@@ -81,8 +81,8 @@ def _collect(item: pytest.Item, ctx: RunContext, watch: ClusterWatch, failed: bo
 
 
 def _report_logs(item: pytest.Item, watched: WatchOutcome) -> None:
-    """The log collection's outcome: its failure logged, else the failure signatures it found into the
-    test's report (e.g. an OOM kill behind a rank that "died of SIGKILL")."""
+    """The log collection's outcome: its failure logged, else the failure signatures it found
+    into the test's report (e.g. an OOM kill behind a rank that "died of SIGKILL")."""
     if watched.log_error:
         log_event("collect", f"log collection failed: {watched.log_error}")
     elif watched.log_summary:

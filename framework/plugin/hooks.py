@@ -76,7 +76,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def _configure_run(config: pytest.Config, ctx: RunContext) -> None:
-    """A session that runs tests with an env: the signal handlers, and on the controller its reports."""
+    """A session that runs tests with an env: signal handlers; on the controller, its reports."""
     signals = config.stash[SIGNALS_KEY] = Signals()
     signals.install()
     config.pluginmanager.register(signals, "camit-signals")  # its hooks note the running tests

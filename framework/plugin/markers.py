@@ -95,7 +95,7 @@ def _soc_requirements(item: pytest.Item, socs: set[str]) -> str | None:
 
 
 def _only_marked(item: pytest.Item, name: str) -> bool:
-    """Whether ``item`` is marked ``name`` (``a2_test`` or ``a3_test``) and not with the other one too."""
+    """Whether ``item`` is marked ``name`` (``a2_test`` or ``a3_test``) but not the other one."""
     other = "a2_test" if name == "a3_test" else "a3_test"
     return item.get_closest_marker(name) is not None and item.get_closest_marker(other) is None
 

@@ -191,7 +191,7 @@ class Options:
 
     @property
     def picks_hosts(self) -> bool:
-        """Whether ``--hosts`` or ``--exclude-hosts`` picks the hosts (else: the env's, less the suspect ones)."""
+        """Whether ``--hosts`` or ``--exclude-hosts`` picks the hosts (else: all but suspects)."""
         return bool(self.hosts or self.exclude_hosts)
 
     @property
@@ -204,7 +204,8 @@ class Options:
         opt = config.getoption
         return cls(
             env_path=env_path(config, environ), env_explicit=bool(opt("camit_env")), seed=seed_of(config),
-            hosts=split_names(opt("camit_hosts")), exclude_hosts=split_names(opt("camit_exclude_hosts")) or (),
+            hosts=split_names(opt("camit_hosts")),
+            exclude_hosts=split_names(opt("camit_exclude_hosts")) or (),
             case_timeout=opt("camit_case_timeout"),
             report_dir=opt("camit_report_dir"), core_policy=opt("camit_core_policy"),
             keep_remote=bool(opt("camit_keep_remote")), no_deploy=bool(opt("camit_no_deploy")),

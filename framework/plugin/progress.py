@@ -116,7 +116,7 @@ class Progress:
         logging.getLogger(LOGGER).addHandler(self.file)
 
     def _rundir(self) -> RunDir | None:
-        """The run folder; a worker knows the controller's from its workerinput before anything asked for it."""
+        """The run folder; a worker knows the controller's from its workerinput at once."""
         if self.worker_id and self.ctx.rundir is None:
             return self.ctx.plan_rundir()
         return self.ctx.rundir
@@ -142,7 +142,7 @@ class Progress:
         return self._detail_shown(record.levelno)
 
     def _detail_shown(self, level: int) -> bool:
-        """Whether a record below WARNING that is no event shows: INFO with ``-v``, DEBUG too from ``-vv``."""
+        """Whether a record below WARNING (no event) shows: INFO with ``-v``, DEBUG from ``-vv``."""
         if self.verbosity < 1:
             return False
         return level >= (logging.INFO if self.verbosity == 1 else logging.DEBUG)
@@ -214,7 +214,7 @@ class Progress:
                 self._forward(worker, text)
 
     def _forward(self, worker: str, text: str) -> None:
-        """A worker's captured event lines, tagged with the worker: into camit.log and onto the terminal."""
+        """A worker's captured event lines, tagged with it: into camit.log, on the terminal."""
         self.open_file()
         for line in text.splitlines():
             if line.strip():

@@ -60,8 +60,9 @@ def header_lines(ctx: RunContext) -> list[str] | None:
     return lines
 
 
-def _left_out_lines(hosts: Iterable[str], chosen: list[str], suspect: Mapping[str, Any]) -> list[str]:
-    """The line naming the hosts ``--hosts``/``--exclude-hosts`` left out (none when it left none)."""
+def _left_out_lines(hosts: Iterable[str], chosen: list[str],
+                    suspect: Mapping[str, Any]) -> list[str]:
+    """The line naming the hosts ``--hosts``/``--exclude-hosts`` left out (none if none)."""
     left_out = [n for n in hosts if n not in chosen and n not in suspect]
     if not left_out:
         return []
@@ -153,7 +154,7 @@ class RerunRecorder:
 
 
 def _crash_line(longrepr: object) -> str:
-    """A failed attempt's one-line cause: pytest's crash message, else the last line of its report."""
+    """A failed attempt's cause: pytest's crash message, else the last line of its report."""
     crash = getattr(longrepr, "reprcrash", None)
     message = str(getattr(crash, "message", "") or "")
     return message or (str(longrepr).strip().splitlines() or [""])[-1]
@@ -185,7 +186,7 @@ def _host_choice(ctx: RunContext) -> dict[str, Any] | None:
 
 
 def _hosts_chosen(ctx: RunContext) -> bool:
-    """Whether the run chose its hosts: by ``--hosts``/``--exclude-hosts``, or by leaving suspects out."""
+    """Whether the run chose its hosts: by ``--hosts``/``--exclude-hosts``, or left suspects out."""
     return ctx.options.picks_hosts or bool(ctx.suspects)
 
 

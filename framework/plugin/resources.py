@@ -176,12 +176,14 @@ class Resources:
             self.ctx.load_suspects()
         try:
             opened = open_leased_cluster(
-                self.ctx.require_env(), self.ctx.host_names(), self.stack, lease=self.ctx.options.lease,
-                transport_factory=self.transport_factory, allow_unreachable=True, on_lost=self._lease_lost)
+                self.ctx.require_env(), self.ctx.host_names(), self.stack,
+                lease=self.ctx.options.lease, transport_factory=self.transport_factory,
+                allow_unreachable=True, on_lost=self._lease_lost)
         except FrameworkError as exc:
             self._broken = exc
             self.end_session(exc)
-        self.cluster, self.lease, self.unreachable = opened.cluster, opened.lease, opened.unreachable
+        self.cluster = opened.cluster
+        self.lease, self.unreachable = opened.lease, opened.unreachable
         self._mark_unreachable()
         return opened.cluster
 

@@ -98,7 +98,7 @@ class Signals:
 
     @property
     def _ending(self) -> bool:
-        """Whether the session is ending already: an end pending, a signal received, or finishing."""
+        """Whether the session is ending already: an end pending, a signal received, finishing."""
         return self.pending is not None or self.received is not None or self._finishing
 
     @property

@@ -49,8 +49,8 @@ class ClusterScheduling(LoadScheduling):
             self._deal(len(collection))
 
     def _deal(self, tests: int) -> None:
-        """The first hand-out of ``tests``: :func:`initial_chunk` to each node, one test at a time in
-        turns; the nodes are shut down when none is left."""
+        """The first hand-out of ``tests``: :func:`initial_chunk` to each node, one test at a
+        time in turns; the nodes are shut down when none is left."""
         if self.maxschedchunk is None:
             self.maxschedchunk = tests
         nodes = self.nodes

@@ -1,4 +1,4 @@
-"""framework.config.document: the value parsers and messages the env file's validation is built on."""
+"""framework.config.document: the value parsers and messages the env file's validation uses."""
 
 from __future__ import annotations
 
@@ -29,7 +29,8 @@ def test_unknown_key_message_guesses_the_key_meant(key: object, message: str) ->
 
 
 def test_a_known_typo_is_fixed_only_to_a_key_the_section_has() -> None:
-    assert unknown_key_message("password", ["user_name"]) == "unknown key 'password' (allowed: user_name)"
+    message = unknown_key_message("password", ["user_name"])
+    assert message == "unknown key 'password' (allowed: user_name)"
 
 
 @pytest.mark.parametrize(("value", "parsed"), [
@@ -61,7 +62,8 @@ def _blob(kind: bytes, data: bytes = b"\0" * 32) -> str:
 
 
 def test_host_key_data_must_hold_the_declared_type() -> None:
-    assert _host_key(f"ssh-ed25519 {_blob(b'ssh-ed25519')} me@host") == f"ssh-ed25519 {_blob(b'ssh-ed25519')}"
+    key = f"ssh-ed25519 {_blob(b'ssh-ed25519')}"
+    assert _host_key(f"{key} me@host") == key
     with pytest.raises(PydanticCustomError) as held:
         _host_key(f"ssh-ed25519 {_blob(b'ssh-rsa')}")
     assert held.value.message() == "the key data does not match 'ssh-ed25519': it holds 'ssh-rsa'"

@@ -16,7 +16,8 @@ class Item:
     """The stand-in as the pytest.Item the requirements read (its closest markers)."""
 
     def __init__(self, **markers: tuple[Any, ...]) -> None:
-        self.markers = {name: getattr(pytest.mark, name)(*args).mark for name, args in markers.items()}
+        self.markers = {name: getattr(pytest.mark, name)(*args).mark
+                        for name, args in markers.items()}
 
     def get_closest_marker(self, name: str) -> pytest.Mark | None:
         return self.markers.get(name)
@@ -32,11 +33,13 @@ A2, A3 = "ascend910b", "ascend910_93"
     ({"a3_test": ()}, {"cpu"}, None),  # CPU hosts run the platform cases (the stand-ins)
     ({"a2_test": (), "a3_test": ()}, {A3}, None),  # marked for both platforms
     ({"a3_test": ()}, {A2, A3}, "a3_test case; the env's hosts are ['ascend910_93', 'ascend910b']"),
-    ({"soc": (A3, "cpu")}, {A2}, "needs soc in ('ascend910_93', 'cpu'); the env has ['ascend910b']"),
+    ({"soc": (A3, "cpu")}, {A2},
+     "needs soc in ('ascend910_93', 'cpu'); the env has ['ascend910b']"),
     ({"soc": (A3, "cpu")}, {"cpu"}, None),
     ({}, {A2}, None),
 ])
-def test_soc_requirements(markers: dict[str, tuple[Any, ...]], socs: set[str], reason: str | None) -> None:
+def test_soc_requirements(markers: dict[str, tuple[Any, ...]], socs: set[str],
+                          reason: str | None) -> None:
     assert _soc_requirements(cast(pytest.Item, Item(**markers)), socs) == reason
 
 

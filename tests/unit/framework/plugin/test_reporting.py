@@ -1,4 +1,4 @@
-"""framework.plugin.reporting: the header's host lines, the manifest's host choice, a rerun attempt's cause."""
+"""framework.plugin.reporting: the header's host lines, the host choice, a rerun attempt's cause."""
 
 from __future__ import annotations
 
@@ -20,15 +20,18 @@ launch: {backend: gloo}
 def _run(pytester: pytest.Pytester, test: str, *args: str) -> pytest.RunResult:
     env = pytester.makefile(".yaml", test_env=ENV)
     pytester.makepyfile(test)
-    return pytester.runpytest("--env", str(env), "--report-dir", "out", "-p", "no:cacheprovider", *args)
+    return pytester.runpytest("--env", str(env), "--report-dir", "out", "-p", "no:cacheprovider",
+                              *args)
 
 
-def test_hosts_left_out_by_hosts_are_named_in_the_header_and_the_manifest(pytester: pytest.Pytester) -> None:
+def test_hosts_left_out_by_hosts_are_named_in_the_header_and_the_manifest(
+        pytester: pytest.Pytester) -> None:
     result = _run(pytester, "def test_x(env):\n    pass\n", "--hosts", "node2")
     result.assert_outcomes(passed=1)
     assert "camit: left out by --hosts/--exclude-hosts: node1" in result.outlines
     manifest = json.loads((pytester.path / "out" / "latest" / "manifest.json").read_text())
-    assert (manifest["extra"]["hosts_chosen"], manifest["extra"]["hosts_left_out"]) == (["node2"], ["node1"])
+    extra = manifest["extra"]
+    assert (extra["hosts_chosen"], extra["hosts_left_out"]) == (["node2"], ["node1"])
 
 
 def test_all_hosts_chosen_leave_no_line_and_no_record(pytester: pytest.Pytester) -> None:

@@ -117,7 +117,8 @@ class Item:
     """The stand-in as the pytest.Item cluster_weight reads (its closest markers)."""
 
     def __init__(self, **markers: tuple[object, ...]) -> None:
-        self.markers = {name: getattr(pytest.mark, name)(*args).mark for name, args in markers.items()}
+        self.markers = {name: getattr(pytest.mark, name)(*args).mark
+                        for name, args in markers.items()}
 
     def get_closest_marker(self, name: str) -> pytest.Mark | None:
         return self.markers.get(name)
@@ -133,7 +134,8 @@ class Item:
     ({"ranks": ()}, None, 0),
     ({}, None, 0),
 ])
-def test_cluster_weight(markers: dict[str, tuple[object, ...]], worlds: frozenset[int] | None, weight: int) -> None:
+def test_cluster_weight(markers: dict[str, tuple[object, ...]], worlds: frozenset[int] | None,
+                        weight: int) -> None:
     assert cluster_weight(cast(pytest.Item, Item(**markers)), worlds) == weight
 
 
