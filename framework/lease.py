@@ -596,7 +596,7 @@ class Lease:
         if reply.result == "retry":
             return _RETRY
         record = reply.record
-        if self._holds(reply):
+        if self._holds(reply.result, record):
             if record is None:
                 raise LeaseError(
                     f"{host.name}: lease file {path} unreadable right after it was written")
@@ -607,10 +607,10 @@ class Lease:
             return host.name, record, reply.now
         return self._take_over(host, path, reply, why)
 
-    def _holds(self, reply: Reply) -> bool:
-        """Whether the lease file now holds our lease: just taken, or already ours."""
-        record = reply.record
-        return reply.result == "acquired" or (record is not None and record.token == self.token)
+    def _holds(self, result: str, record: LeaseRecord | None) -> bool:
+        """Whether the lease file now holds our lease (``result``: the script's outcome word): just
+        taken, or already ours."""
+        return result == "acquired" or (record is not None and record.token == self.token)
 
     def _take_over(self, host: Host, path: str, reply: Reply, why: str) -> None | _Retry:
         """Replace the stale lease ``reply`` found on ``host``; a retry when it changed first."""
