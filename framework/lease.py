@@ -152,15 +152,21 @@ def stale_reason(record: LeaseRecord | None, now: float, *, here: str | None = N
     timed_out = _expired(record, now)
     if timed_out is not None:
         return timed_out
-    # an old record without controller_id cannot be judged by pid: it may come from another PID
-    # namespace
-    ours = (socket.gethostname() if here is None else here,
-            controller_id() if here_id is None else here_id)
-    if (record.controller, record.controller_id) != ours:
+    if not _held_here(record, here, here_id):
         return None
     if (alive or pid_alive)(record.pid, record.pid_start):
         return None
     return f"its holder, pid {record.pid} on this controller, is gone (run {record.run_id or '?'})"
+
+
+def _held_here(record: LeaseRecord, here: str | None, here_id: str | None) -> bool:
+    """Whether the holder ran on this controller (hostname ``here``, ``controller_id`` ``here_id``).
+
+    An old record without controller_id never does: it may come from another PID namespace.
+    """
+    ours = (socket.gethostname() if here is None else here,
+            controller_id() if here_id is None else here_id)
+    return (record.controller, record.controller_id) == ours
 
 
 def process_start(pid: int) -> float | None:
@@ -190,21 +196,30 @@ def controller_id() -> str:
 def pid_alive(pid: int, start: float = 0.0) -> bool:
     """True when ``pid`` exists on this machine (a zombie counts as gone) and, when ``start`` is
     given, started then (a pid reused by another process is not the holder)."""
-    if start:
-        began = process_start(pid)
-        if began is not None and abs(began - start) > 0.05:
-            return False
+    if start and not _started_at(pid, start):
+        return False
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
+    return not _is_zombie(pid)
+
+
+def _started_at(pid: int, start: float) -> bool:
+    """Whether ``pid`` started at ``start`` (seconds after boot), as far as /proc tells."""
+    began = process_start(pid)
+    return began is None or abs(began - start) <= 0.05
+
+
+def _is_zombie(pid: int) -> bool:
+    """Whether ``pid``'s state in ``/proc/PID/stat`` is ``Z`` (False when unreadable)."""
     try:
         with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[-1].split()[0] != "Z"
+            return fh.read().rsplit(")", 1)[-1].split()[0] == "Z"
     except OSError:
-        return True
+        return False
 
 
 def default_owner() -> str:
@@ -349,10 +364,15 @@ def parse_reply(stdout: str) -> Reply:
         elif line.startswith("NOW "):
             now = float(line[4:] or 0)
         elif line == "LEASE-BEGIN":
-            end = lines.index("LEASE-END", i + 1) if "LEASE-END" in lines[i + 1:] else len(lines)
-            content = "\n".join(lines[i + 1:end]).rstrip("\n")
+            content = _lease_text(lines[i + 1:])
             break
     return Reply(result, message, now, content)
+
+
+def _lease_text(after_begin: list[str]) -> str:
+    """The lease file's text: the lines after ``LEASE-BEGIN`` up to ``LEASE-END`` (or the end)."""
+    end = after_begin.index("LEASE-END") if "LEASE-END" in after_begin else len(after_begin)
+    return "\n".join(after_begin[:end]).rstrip("\n")
 
 
 # --------------------------------------------------------------------------- the lease
@@ -365,6 +385,14 @@ def _order(host: Host) -> tuple[str, int, str]:
 
 #: who holds a host's lease: (host, its record when readable, the host's clock)
 Blocker = tuple[str, "LeaseRecord | None", float]
+
+
+def _failures_and_blockers(taken: Mapping[str, Blocker | None | BaseException],
+                           hosts: Sequence[Host]) -> tuple[list[BaseException], list[Blocker]]:
+    """The failures of a parallel take, and its blockers in the order of ``hosts``."""
+    failed = [v for v in taken.values() if isinstance(v, BaseException)]
+    blockers = [v for h in hosts if isinstance(v := taken[h.name], tuple)]
+    return failed, blockers
 
 
 class _Retry:
@@ -501,8 +529,7 @@ class Lease:
         except BaseException:
             self._release_held()
             raise
-        failed = [v for v in taken.values() if isinstance(v, BaseException)]
-        blockers = [v for h in rest if isinstance(v := taken[h.name], tuple)]
+        failed, blockers = _failures_and_blockers(taken, rest)
         if not (failed or blockers):
             return None
         self._release_held()
@@ -539,7 +566,7 @@ class Lease:
         if reply.result == "retry":
             return _RETRY
         record = reply.record
-        if reply.result == "acquired" or (record is not None and record.token == self.token):
+        if self._holds(reply.result, record):
             if record is None:
                 raise LeaseError(
                     f"{host.name}: lease file {path} unreadable right after it was written")
@@ -549,6 +576,11 @@ class Lease:
         if why is None:
             return host.name, record, reply.now
         return self._take_over(host, path, reply, why)
+
+    def _holds(self, result: str, record: LeaseRecord | None) -> bool:
+        """Whether the lease file now holds our lease (``result``: the script's outcome word): just
+        taken, or already ours."""
+        return result == "acquired" or (record is not None and record.token == self.token)
 
     def _take_over(self, host: Host, path: str, reply: Reply, why: str) -> None | _Retry:
         """Replace the stale lease ``reply`` found on ``host``; a retry when it changed first."""
@@ -592,12 +624,18 @@ class Lease:
             # the next beat one interval after this one was due (beats missed while slow are not made up);
             # after a failure, a retry at once: the window before staleness is what counts
             due = max(due + self.interval, time.monotonic()) if ok else time.monotonic() + retry
-            if host.name in self.lost and self.on_lost is not None and not self._stop.is_set():
-                with self._lost_lock:
-                    try:
-                        self.check()
-                    except LeaseLost as exc:
-                        self.on_lost(exc)
+            if host.name in self.lost:
+                self._tell_lost()
+
+    def _tell_lost(self) -> None:
+        """Hand the :class:`LeaseLost` to ``on_lost`` (one at a time), unless being released."""
+        if self.on_lost is None or self._stop.is_set():
+            return
+        with self._lost_lock:
+            try:
+                self.check()
+            except LeaseLost as exc:
+                self.on_lost(exc)
 
     def _drop(self, host: Host, failures: int, why: str) -> None:
         """Stop holding ``host``: its refresh kept failing and the lease could soon be judged stale."""
@@ -617,11 +655,9 @@ class Lease:
         if left <= 0 and failures:  # failing, not merely slow: no time for another attempt
             self._drop(host, failures, f"last: {self._last_error.get(host.name, 'none')}")
             return False
-        timeout = max(5.0, min(60.0, self.interval * 1.5))
         try:
-            # bounded well inside the staleness window (a slow but working host keeps its normal bound)
             reply = self._run(host, refresh_script(lease_path(host), self._content(start), self.token, self.ttl),
-                              timeout=min(left, timeout) if left > 0 else timeout)
+                              timeout=self._beat_timeout(left))
         except Exception as exc:  # this host's beat failed; the next one tries again, while there is time
             return self._failed(host, since, failures, str(exc))
         if reply.result == "refreshed" and reply.record is not None:
@@ -629,12 +665,23 @@ class Lease:
             self._fresh[host.name] = (began, 0)
             return True
         if reply.result == "lost":
-            holder = reply.record
-            self.lost[host.name] = f"taken over by {holder.describe(reply.now) if holder else 'someone'}"
-            log.error("%s: our lease was %s", host.name, self.lost[host.name])
-            return False
+            return self._taken_over(host, reply)
         # "busy" (the lease file's mutex never came free) renewed nothing either
         return self._failed(host, since, failures, f"the refresh answered {reply.result!r}")
+
+    def _beat_timeout(self, left: float) -> float:
+        """A refresh's timeout: bounded well inside the ``left`` seconds of the staleness window
+        (a slow but working host keeps its normal bound)."""
+        timeout = max(5.0, min(60.0, self.interval * 1.5))
+        return min(left, timeout) if left > 0 else timeout
+
+    def _taken_over(self, host: Host, reply: Reply) -> bool:
+        """Record (in ``lost``) and log that the refresh found ``host``'s lease taken over."""
+        holder = reply.record
+        who = holder.describe(reply.now) if holder else "someone"
+        self.lost[host.name] = f"taken over by {who}"
+        log.error("%s: our lease was %s", host.name, self.lost[host.name])
+        return False
 
     def _failed(self, host: Host, since: float, failures: int, why: str) -> bool:
         """Count a heartbeat that renewed nothing; drop the host when no time is left for another one."""
@@ -739,10 +786,15 @@ def release_leases(cluster: Cluster, *, token: str | None = None,
         if reply.content is None:
             return "free"
         record = reply.record
-        ours = record is not None and token is not None and hmac.compare_digest(record.token, token)
-        if not force and not ours and stale_reason(record, reply.now) is None and record is not None:
+        if record is not None and not force and _live_and_not_ours(record, reply.now, token):
             return f"held by {record.describe(reply.now)}; not released (use --force)"
         done = parse_reply(host.check(release_script(path, old=reply.content), timeout=60).stdout)
         return done.result
 
     return cluster.map(one)
+
+
+def _live_and_not_ours(record: LeaseRecord, now: float, token: str | None) -> bool:
+    """Whether ``record`` is a live lease of another session (``token`` is ours, if any)."""
+    ours = token is not None and hmac.compare_digest(record.token, token)
+    return not ours and stale_reason(record, now) is None

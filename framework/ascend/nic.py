@@ -77,13 +77,18 @@ def net_from_records(records: Sequence[Record]) -> HostNet | None:
     """The :class:`HostNet` of :func:`net_script`'s records; None when it did not run."""
     if not any(r.tag == NET_TAG for r in records):
         return None
-    links = frozenset(r.value.split("@")[0] for r in records if r.tag == LINK_TAG and r.value)
-    addrs = {}
-    for r in records:
-        words = r.value.split()
-        if r.tag == ADDR_TAG and len(words) == 2:
-            addrs[words[1]] = words[0].split("@")[0]
-    return HostNet(links, addrs)
+    return HostNet(_links(records), _addrs(records))
+
+
+def _links(records: Sequence[Record]) -> frozenset[str]:
+    """The device names of the ``@@link`` records (``eth0@if5`` → ``eth0``)."""
+    return frozenset(r.value.split("@")[0] for r in records if r.tag == LINK_TAG and r.value)
+
+
+def _addrs(records: Sequence[Record]) -> dict[str, str]:
+    """address → device of the well-formed ``@@addr <device> <address>`` records."""
+    pairs = (r.value.split() for r in records if r.tag == ADDR_TAG)
+    return {words[1]: words[0].split("@")[0] for words in pairs if len(words) == 2}
 
 
 def rendezvous_ip(spec: HostNics, which: str = DEFAULT_NIC) -> str:

@@ -6,8 +6,9 @@ Tables are read by structure, never by column offsets. Design: docs/internals/de
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 A2 = "A2"
 A3 = "A3"
@@ -78,10 +79,8 @@ class NpuSmiInfo:
         """``A3`` when the layout has a Phy-ID column or an NPU with two chips, else ``A2``."""
         if self.phy_id_column or any(c.phy_id is not None for c in self.chips):
             return A3
-        per_npu: dict[int, int] = {}
-        for c in self.chips:
-            per_npu[c.npu] = per_npu.get(c.npu, 0) + 1
-        return A3 if any(n >= 2 for n in per_npu.values()) else A2
+        chips_per_npu = Counter(c.npu for c in self.chips)
+        return A3 if max(chips_per_npu.values(), default=0) >= 2 else A2
 
     @property
     def names(self) -> list[str]:
@@ -152,41 +151,52 @@ def parse_npu_smi_info(text: str) -> NpuSmiInfo:
     Every chip is a pair of rows (``NPU Name | Health | ...`` then ``Chip [Phy-ID] | Bus-Id | ...``);
     the process table follows with one row per (NPU, chip, PID) or one idle marker per NPU.
     """
-    version = None
-    chips: list[NpuChip] = []
-    procs: list[NpuProcess] = []
-    idle: set[int] = set()
+    reader = _InfoReader()
+    for line in text.splitlines():
+        reader.line(line)
+    return reader.info()
+
+
+@dataclass
+class _InfoReader:
+    """The state of one read of ``npu-smi info``: what has been seen so far, line by line."""
+
+    version: str | None = None
+    chips: list[NpuChip] = field(default_factory=list)
+    procs: list[NpuProcess] = field(default_factory=list)
+    idle: set[int] = field(default_factory=set)
     chip_cols: tuple[str, ...] = _DEFAULT_CHIP_COLS
     proc_cols: list[str] | None = None
-    phy_col = False
+    phy_col: bool = False
     pending: tuple[int, str, str] | None = None
-    for line in text.splitlines():
-        if version is None and (m := _NPU_SMI_VERSION.search(line)):
-            version = m.group(2)
-            continue
-        if m := _IDLE.search(line):
-            idle.add(int(m.group(1)))
-            continue
-        cells = table_cells(line)
-        if not cells or not cells[0]:
-            continue
-        first = cells[0].split()
+
+    def line(self, line: str) -> None:
+        """Take one line: the version banner, an idle marker or a table row."""
+        if self.version is None and (m := _NPU_SMI_VERSION.search(line)):
+            self.version = m.group(2)
+        elif m := _IDLE.search(line):
+            self.idle.add(int(m.group(1)))
+        elif (cells := table_cells(line)) and cells[0]:
+            self._row(cells, cells[0].split())
+
+    def _row(self, cells: list[str], first: list[str]) -> None:
+        """A header row sets the columns; a data row is a process, an NPU or a chip row."""
         header = _header_kind(cells, first)
         if header == "process":
-            proc_cols = cells
-            continue
-        if header == "Chip":
-            phy_col = "Phy-ID" in cells[0]
-            chip_cols = tuple(cells[2].split())
-            continue
-        if header or not first[0].isdigit():
-            continue  # the NPU header row: the columns are read by structure below
-        if proc_cols is not None:
-            procs.extend(_process_row(cells, proc_cols))
-            continue
-        if len(cells) >= 3:
-            pending = _npu_or_chip_row(cells, first, chip_cols, pending, chips)
-    return NpuSmiInfo(version, tuple(chips), tuple(procs), frozenset(idle), proc_cols is not None, phy_col)
+            self.proc_cols = cells
+        elif header == "Chip":
+            self.phy_col = "Phy-ID" in cells[0]
+            self.chip_cols = tuple(cells[2].split())
+        elif header or not first[0].isdigit():
+            return  # the NPU header row: the columns are read by structure
+        elif self.proc_cols is not None:
+            self.procs.extend(_process_row(cells, self.proc_cols))
+        elif len(cells) >= 3:
+            self.pending = _npu_or_chip_row(cells, first, self.chip_cols, self.pending, self.chips)
+
+    def info(self) -> NpuSmiInfo:
+        return NpuSmiInfo(self.version, tuple(self.chips), tuple(self.procs), frozenset(self.idle),
+                          self.proc_cols is not None, self.phy_col)
 
 
 def _header_kind(cells: list[str], first: list[str]) -> str | None:
@@ -244,27 +254,24 @@ def parse_kv_blocks(text: str, sep: str = ":") -> list[dict[str, str]]:
 
     Used for ``npu-smi info -l``, ``-t health``, ``-t usages`` and ``hccn_tool -optical``.
     """
-    blocks: list[dict[str, str]] = []
-    cur: dict[str, str] = {}
+    blocks: list[dict[str, str]] = [{}]
     for line in text.splitlines():
-        if line.startswith("#"):
-            continue
         if not line.strip():
-            if cur:
-                blocks.append(cur)
-                cur = {}
-            continue
-        key, found, value = line.partition(sep)
-        if not found or not key.strip():
-            continue
-        key = key.strip()
-        if key in cur:
-            blocks.append(cur)
-            cur = {}
-        cur[key] = value.strip()
-    if cur:
-        blocks.append(cur)
-    return blocks
+            blocks.append({})
+        elif pair := _kv_pair(line, sep):
+            key, value = pair
+            if key in blocks[-1]:
+                blocks.append({})
+            blocks[-1][key] = value
+    return [block for block in blocks if block]
+
+
+def _kv_pair(line: str, sep: str) -> tuple[str, str] | None:
+    """The stripped (key, value) of a ``Key : value`` line; None for comments and other lines."""
+    key, found, value = line.partition(sep)
+    if line.startswith("#") or not found or not key.strip():
+        return None
+    return key.strip(), value.strip()
 
 
 @dataclass(frozen=True)
@@ -369,12 +376,22 @@ def parse_ip(text: str) -> list[DeviceIp]:
     for line in text.splitlines():
         s = line.strip()
         if s.startswith("ipaddr:"):
-            out.append(DeviceIp(s.split(":", 1)[1].strip() or None, None))
-        elif s.startswith("netmask:") and out and out[-1].netmask is None:
-            out[-1] = DeviceIp(out[-1].ip, s.split(":", 1)[1].strip() or None)
+            out.append(DeviceIp(_after_colon(s), None))
+        elif s.startswith("netmask:") and _awaits_netmask(out):
+            out[-1] = DeviceIp(out[-1].ip, _after_colon(s))
         elif "no ip was preset" in s or s.startswith("Get ipconf failed"):
             out.append(DeviceIp(None, None))
     return out
+
+
+def _after_colon(line: str) -> str | None:
+    """The stripped value after the first ``:`` (None when empty)."""
+    return line.split(":", 1)[1].strip() or None
+
+
+def _awaits_netmask(ips: list[DeviceIp]) -> bool:
+    """Whether the last entry read has an address line but no netmask line yet."""
+    return bool(ips) and ips[-1].netmask is None
 
 
 @dataclass(frozen=True)

@@ -99,15 +99,20 @@ def order_problems(values: Mapping[str, object], case_timeout: float | None = No
     given = {k: _seconds(values[k]) for k in KEYS if k in values}
     if not given:
         return []
-    eff = _effective(given, case_timeout)
     out = [f"{where}.{k}: {values[k]!r} is not a number of seconds" for k, v in given.items() if v is None]
-    if eff.get("HCCL_EXEC_TIMEOUT") == 0 and "HCCL_EXEC_TIMEOUT" in given:
-        out.append(f"{where}.HCCL_EXEC_TIMEOUT: 0 means never: a hung collective waits for the watchdog or "
-                   "camit's case timeout and HCCL writes no plog diagnosis (torch_npu warns that the plog may not "
-                   "be recorded)")
-        return out
+    if given.get("HCCL_EXEC_TIMEOUT") == 0:
+        return [*out, f"{where}.HCCL_EXEC_TIMEOUT: {_EXEC_NEVER}"]
+    return out + _order_breaks(_chain(_effective(given, case_timeout), case_timeout), given, where)
+
+
+_EXEC_NEVER = ("0 means never: a hung collective waits for the watchdog or camit's case timeout "
+               "and HCCL writes no plog diagnosis (torch_npu warns that the plog may not be "
+               "recorded)")
+
+
+def _chain(eff: Mapping[str, float], case_timeout: float | None) -> list[tuple[str, float]]:
+    """The timeouts in the order they must hold, shortest first (the case timeout last, if any)."""
     chain = [(k, eff[k]) for k in KEYS if k in eff]
     if case_timeout is not None:
         chain.append(("case timeout", case_timeout))
-    out += _order_breaks(chain, given, where)
-    return out
+    return chain

@@ -175,10 +175,17 @@ def parse_jump(value: str) -> tuple[str | None, str, int | None]:
     host, _, port = rest.partition(":")
     if not is_address_or_name(host):
         raise ValueError(f"names {host!r}, which is not an IPv4 address or host name")
-    number = int(port) if port else None
-    if number is not None and not 1 <= number <= 65535:
+    return user or None, host, _jump_port(port)
+
+
+def _jump_port(port: str) -> int | None:
+    """The port after a jump host's ``:`` (None when not given); ValueError outside 1-65535."""
+    if not port:
+        return None
+    number = int(port)
+    if not 1 <= number <= 65535:
         raise ValueError(f"has port {number}, which is not between 1 and 65535")
-    return user or None, host, number
+    return number
 
 
 def _jump_host(value: str) -> str:
@@ -267,12 +274,18 @@ def _cpu_range(part: str) -> tuple[int, int]:
     """One part of a CPU list (``8`` or ``1-3``) as its first and last CPU."""
     lo, _, hi = part.partition("-")
     for number in (lo, hi):
-        if len(number) > len(str(MAX_CPU)) or (number and int(number) > MAX_CPU):
+        if _above_max_cpu(number):
             raise CpuOutOfRange(number)
     first, last = int(lo), int(hi or lo)
     if first > last:
         raise ValueError(part)
     return first, last
+
+
+def _above_max_cpu(number: str) -> bool:
+    """Whether the digits ``number`` name a CPU above :data:`MAX_CPU` (judged by length first: no
+    huge int is built)."""
+    return len(number) > len(str(MAX_CPU)) or (bool(number) and int(number) > MAX_CPU)
 
 
 def _isolcpu(value: str) -> str:
@@ -306,12 +319,16 @@ def _host_key(value: str) -> str:
     kind, blob = parts[0], parts[1]
     embedded, has_key = _key_type_of(kind, blob)
     if embedded != kind or not has_key:
-        held = _describe(embedded) if embedded.isprintable() and embedded else "no key type"
         raise PydanticCustomError(
             "host_key", "the key data does not match {kind}: it holds {held}",
-            {"kind": repr(kind), "held": held}
+            {"kind": repr(kind), "held": _held_key_type(embedded)}
         )
     return f"{kind} {blob}"
+
+
+def _held_key_type(embedded: str) -> str:
+    """The key type a blob holds, for a message (``no key type`` when empty or not printable)."""
+    return _describe(embedded) if embedded.isprintable() and embedded else "no key type"
 
 
 def _key_type_of(kind: str, blob: str) -> tuple[str, bool]:
@@ -439,13 +456,19 @@ class _Section(BaseModel):
 
 def unknown_key_message(key: object, known: list[str]) -> str:
     """``unknown key 'passed' (did you mean 'passwd'?)``, else the list of allowed keys."""
-    if isinstance(key, str):
-        guess = KNOWN_TYPOS.get(key) if KNOWN_TYPOS.get(key) in known else None
-        close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
-        guess = guess or (close[0] if close else None)
-        if guess:
-            return f"unknown key {key!r} (did you mean {guess!r}?)"
+    guess = _meant(key, known) if isinstance(key, str) else None
+    if guess:
+        return f"unknown key {key!r} (did you mean {guess!r}?)"
     return f"unknown key {key!r} (allowed: {', '.join(known)})"
+
+
+def _meant(key: str, known: list[str]) -> str | None:
+    """The known key meant by ``key``: a known typo's fix, else the closest one, else None."""
+    fix = KNOWN_TYPOS.get(key)
+    if fix in known:
+        return fix
+    close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
+    return close[0] if close else None
 
 
 class ManageNicModel(_Section):

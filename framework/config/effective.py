@@ -638,10 +638,14 @@ def _launch_warnings(launch: schema.LaunchModel, env: Mapping[str, Any], report:
     clash = _master_port_clash(launch, hccl_host_ports(plain))
     if clash:
         report.add("launch.master_port", clash)
-    out = [f"{report.source}: {w}" for w in order_problems(plain)]
-    for w in out:
+    return _logged([f"{report.source}: {w}" for w in order_problems(plain)])
+
+
+def _logged(warnings: list[str]) -> list[str]:
+    """``warnings``, each logged as it is (the env's warnings are shown once loaded, and logged)."""
+    for w in warnings:
         log.warning("%s", w)
-    return out
+    return warnings
 
 
 def _master_port_clash(launch: schema.LaunchModel, ports: range) -> str | None:
@@ -678,11 +682,8 @@ def _ssh_config(d: schema.DefaultsModel, base: Path, environ: Mapping[str, str],
     except ValueError as exc:
         report.add(key, f"{exc}{origin}")
         return None, []
-    warnings = [f"{report.source}: ssh_config {path}: {what} is not followed by camit "
-                "(only this file is read)" for what in parsed.ignored]
-    for w in warnings:
-        log.warning("%s", w)
-    return parsed, warnings
+    return parsed, _logged([f"{report.source}: ssh_config {path}: {what} is not followed by camit "
+                            "(only this file is read)" for what in parsed.ignored])
 
 
 def _ssh_config_origin(d: schema.DefaultsModel, named: bool) -> tuple[str | None, str]:

@@ -58,9 +58,8 @@ def _named_manage_nic(name: str, host: dict[str, Any],
                       resolve: Callable[[str], str | None]) -> list[str]:
     """A host name as ``manage_nic.ip``: the harness connects to it; camit takes it as ``ssh_ip``
     and its address as the NIC's."""
-    nic = host.get("manage_nic")
-    ip = nic.get("ip") if isinstance(nic, dict) else None
-    if not isinstance(ip, str) or _is_ipv4(ip) or not is_hostname(ip):
+    ip = _named_ip(host)
+    if ip is None:
         return []
     address = resolve(ip)
     if address is None or not _is_ipv4(address):
@@ -69,6 +68,15 @@ def _named_manage_nic(name: str, host: dict[str, Any],
     host["manage_nic"]["ip"] = address
     return [f"host_info.{name}.manage_nic.ip: host name {ip!r} used as ssh_ip (as the URMA "
             f"harness does), manage_nic.ip is its address {address}"]
+
+
+def _named_ip(host: dict[str, Any]) -> str | None:
+    """``manage_nic.ip`` when it is a host name rather than an IPv4 address, else None."""
+    nic = host.get("manage_nic")
+    ip = nic.get("ip") if isinstance(nic, dict) else None
+    if not isinstance(ip, str) or _is_ipv4(ip) or not is_hostname(ip):
+        return None
+    return ip
 
 
 def tolerate(data: Any, resolve: Callable[[str], str | None] | None = None) -> list[str]:

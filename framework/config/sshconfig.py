@@ -47,8 +47,7 @@ class SshConfigFile:
         except paramiko.SSHException as exc:
             raise ValueError(f"ssh_config {path} is not valid: {exc}") from None
         #: directives paramiko does not follow, for a warning
-        self.ignored = sorted({line.split()[0] for line in text.splitlines()
-                               if line.strip() and line.split()[0].lower() == "include"})
+        self.ignored = _unfollowed(text)
 
     def lookup(self, name: str) -> SshHostConfig:
         """The honoured keys for ``name``; ValueError (naming the file and the name) when one is unusable."""
@@ -71,6 +70,12 @@ class SshConfigFile:
             identity_file=_identity_file(found),
             proxy_jump=jump,
         )
+
+
+def _unfollowed(text: str) -> list[str]:
+    """The directives of an ssh_config text paramiko does not follow (``Include``), as spelt."""
+    return sorted({line.split()[0] for line in text.splitlines()
+                   if line.strip() and line.split()[0].lower() == "include"})
 
 
 def _text(found: Mapping[str, Any], key: str) -> str | None:

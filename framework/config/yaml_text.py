@@ -388,12 +388,18 @@ def _hide_quoted(text: str) -> str:
 
 
 def _syntax_problem(exc: yaml.MarkedYAMLError) -> str:
+    """PyYAML's syntax error in our words: where, what, its context (never the file's text)."""
     mark = exc.problem_mark or exc.context_mark
     where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-    text = f"YAML syntax error{where}: {_hide_quoted(exc.problem or exc.context or '')}"
-    if exc.context and exc.problem and exc.context_mark is not None:
-        text += f" ({_hide_quoted(exc.context)} at line {exc.context_mark.line + 1})"
-    return text
+    what = _hide_quoted(exc.problem or exc.context or "")
+    return f"YAML syntax error{where}: {what}{_syntax_context(exc)}"
+
+
+def _syntax_context(exc: yaml.MarkedYAMLError) -> str:
+    """`` (<context> at line N)`` when the error has both a problem and a marked context."""
+    if not (exc.context and exc.problem and exc.context_mark is not None):
+        return ""
+    return f" ({_hide_quoted(exc.context)} at line {exc.context_mark.line + 1})"
 
 
 def _check_size(root: Node) -> _Problem | None:
@@ -456,10 +462,16 @@ def _largest_key(root: Node, sizes: Mapping[int, tuple[int, int, int]]) -> str |
     """The first top-level key over a bound by itself, else the one holding most of the values, else None."""
     if not isinstance(root, MappingNode):
         return None
-    pairs = [(k.value, sizes[id(v)]) for k, v in root.value if isinstance(k, ScalarNode)]
+    pairs = _key_sizes(root, sizes)
     over = [key for key, (values, chars, _) in pairs if _over(values, chars)]
     most = [key for key, (values, _, _) in pairs if 2 * values > sizes[id(root)][0]]
     return next(iter(over or most), None)
+
+
+def _key_sizes(root: MappingNode, sizes: Mapping[int, tuple[int, int, int]]
+               ) -> list[tuple[str, tuple[int, int, int]]]:
+    """Each top-level key (a scalar) with the measured size of its value."""
+    return [(k.value, sizes[id(v)]) for k, v in root.value if isinstance(k, ScalarNode)]
 
 
 def _scalar_problem(node: ScalarNode, anchored: set[int]) -> str | None:
@@ -509,18 +521,25 @@ def _check_mapping(node: MappingNode, loc: Loc, visited: set[int],
     for key_node, value_node in node.value:
         child: Loc = (*loc, "?")
         if key_node.tag != _MERGE:
-            key, line = key_node.value, key_node.start_mark.line + 1
-            if key in first_line:
-                first = first_line[key]
-                return dotted(loc) or None, \
-                    f"duplicate key {key!r} at line {line} (first defined at line {first})"
-            first_line[key] = line
-            child = (*loc, key)
+            duplicate = _duplicate_key(key_node, first_line)
+            if duplicate:
+                return dotted(loc) or None, duplicate
+            child = (*loc, key_node.value)
         # (no list per entry: this runs for every key of the document)
         found = _check_tree(key_node, child, visited, anchored) or \
             _check_tree(value_node, child, visited, anchored)
         if found:
             return found
+    return None
+
+
+def _duplicate_key(key_node: Node, first_line: dict[str, int]) -> str | None:
+    """The problem when ``key_node``'s key was defined before in its mapping, else None (its line
+    is noted in ``first_line``)."""
+    key, line = key_node.value, key_node.start_mark.line + 1
+    if key in first_line:
+        return f"duplicate key {key!r} at line {line} (first defined at line {first_line[key]})"
+    first_line[key] = line
     return None
 
 

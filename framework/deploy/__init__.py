@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence, Sized
 from typing import TYPE_CHECKING, Any
 
 from framework import remote
@@ -58,6 +58,11 @@ if TYPE_CHECKING:  # pragma: no cover
 log = logging.getLogger("camit.deploy")
 
 
+def _wanted(every: Sequence[Artifact], per_host: Mapping[str, list[Artifact]]) -> list[Artifact]:
+    """The artifacts of ``every`` some host needs, in their order."""
+    return [a for a in every if any(a in arts for arts in per_host.values())]
+
+
 def _missing(per_host: Mapping[str, list[Artifact]], probes: Mapping[str, Probe]
              ) -> dict[str, list[Artifact]]:
     """Each probed host's artifacts it does not hold yet (by hash)."""
@@ -89,10 +94,14 @@ class Deployer:
         """What :meth:`run` would send and run on each host (:func:`~framework.deploy.plan.dry_run_plan`), with
         how the artifacts would travel; nothing contacts a host (``camit deploy --dry-run``)."""
         artifacts = resolve_artifacts(self.env)
-        relay = self.relay and len(self.plans) >= 2
-        return [dict(dry_run_plan(plan, artifacts),
-                     transfer="relay chain when two or more hosts lack an artifact, else direct SFTP" if relay
-                     else "direct SFTP") for plan in self.plans.values()]
+        transfer = ("relay chain when two or more hosts lack an artifact, else direct SFTP"
+                    if self._relays(self.plans) else "direct SFTP")
+        return [dict(dry_run_plan(plan, artifacts), transfer=transfer)
+                for plan in self.plans.values()]
+
+    def _relays(self, hosts: Sized) -> bool:
+        """Whether an artifact ``hosts`` lack goes by the relay chain (when on, for two or more)."""
+        return self.relay and len(hosts) >= 2
 
     def run(self) -> DeployResult:
         start = time.monotonic()
@@ -155,7 +164,7 @@ class Deployer:
         per_host = self._pick(every, probes, result)
         probes = {h: p for h, p in probes.items() if h in per_host}
         missing = _missing(per_host, probes)
-        wanted = [a for a in every if any(a in arts for arts in per_host.values())]
+        wanted = _wanted(every, per_host)
         self._check_space(missing, probes, result)
         via: dict[tuple[str, str], str] = {}
         installs: dict[str, HostInstall] = {}
@@ -217,17 +226,23 @@ class Deployer:
                   via: dict[tuple[str, str], str], result: DeployResult) -> None:
         """``art`` to every live host missing it: the relay chain when two or more do, direct push
         for the rest."""
+        targets = self._targets(art, missing, via, result)
+        if not targets:
+            return
+        pending = targets
+        if self._relays(targets):
+            pending = self._relay_to(art, targets, probes, via, result)
+        self._push_all(art, [h for h in pending if h not in result.errors], via, result)
+
+    def _targets(self, art: Artifact, missing: Mapping[str, list[Artifact]],
+                 via: dict[tuple[str, str], str], result: DeployResult) -> list[str]:
+        """The live hosts missing ``art``; the other live hosts have it cached (so ``via`` says)."""
         alive = self._alive(result)
         targets = [h for h in alive if art in missing.get(h, [])]
         for h in alive:
             if h not in targets:
                 via.setdefault((h, art.kind), "cached")
-        if not targets:
-            return
-        pending = targets
-        if self.relay and len(targets) >= 2:
-            pending = self._relay_to(art, targets, probes, via, result)
-        self._push_all(art, [h for h in pending if h not in result.errors], via, result)
+        return targets
 
     def _push_all(self, art: Artifact, hosts: list[str], via: dict[tuple[str, str], str],
                   result: DeployResult) -> None:

@@ -57,12 +57,17 @@ def artifact_of(artifacts: Sequence[Artifact], kind: str) -> Artifact | None:
 
 def is_unchanged(plan: HostPlan, artifacts: Sequence[Artifact], probe: Probe, manifest: HostManifest) -> bool:
     """Nothing was sent, what the install left is still there, and the state records these artifacts."""
-    vendor = vendor_of(probe.vendor_trees, plan.install_path)
     changed = any(r.via != "cached" for r in manifest.artifacts)
-    intact = ((artifact_of(artifacts, "run_package") is None or vendor is not None)
-              and (artifact_of(artifacts, "wheel") is None or probe.interpreter_ok))
-    return (not changed and intact and DeployState.matches(probe.state, expected_state(plan, artifacts))
+    return (not changed and _intact(plan, artifacts, probe)
+            and DeployState.matches(probe.state, expected_state(plan, artifacts))
             and _same_install(plan, artifacts, probe))
+
+
+def _intact(plan: HostPlan, artifacts: Sequence[Artifact], probe: Probe) -> bool:
+    """What the install left is still there: a ``.run``'s vendor tree, a wheel's interpreter."""
+    vendor = vendor_of(probe.vendor_trees, plan.install_path)
+    return ((artifact_of(artifacts, "run_package") is None or vendor is not None)
+            and (artifact_of(artifacts, "wheel") is None or probe.interpreter_ok))
 
 
 def _same_install(plan: HostPlan, artifacts: Sequence[Artifact], probe: Probe) -> bool:
@@ -115,10 +120,7 @@ class HostInstall:
     def _run(self, artifacts: Sequence[Artifact], probe: Probe) -> None:
         plan, m = self.plan, self.m
         if is_unchanged(plan, artifacts, probe, m):
-            state = probe.state or {}
-            m.status, m.vendor = "unchanged", state.get("vendor", vendor_of(probe.vendor_trees, plan.install_path))
-            m.installed_version, m.ops = state.get("installed_version"), list(state.get("ops", []))
-            self.on_event(self.host.name, "unchanged (hashes match, nothing sent or reinstalled)")
+            self._unchanged(probe)
             return
         run_art, wheel_art = artifact_of(artifacts, "run_package"), artifact_of(artifacts, "wheel")
         vendor = vendor_of(probe.vendor_trees, plan.install_path)
@@ -128,13 +130,26 @@ class HostInstall:
         if wheel_art is not None:
             self.wheel(wheel_art, vendor if run_art is not None else None, probe)
         m.vendor = vendor
-        state = dict(expected_state(plan, artifacts), vendor=vendor, installed_version=m.installed_version, ops=m.ops,
+        self.step("write-state", state_script(plan, self._state(artifacts, vendor)), 60)
+        m.status = "deployed"
+        self.on_event(self.host.name, f"deployed {OP_MODULE} {m.installed_version or ''}".rstrip())
+
+    def _unchanged(self, probe: Probe) -> None:
+        """Nothing to do: the manifest takes the install's facts from the state the probe read."""
+        m, state = self.m, probe.state or {}
+        m.status = "unchanged"
+        m.vendor = state.get("vendor", vendor_of(probe.vendor_trees, self.plan.install_path))
+        m.installed_version, m.ops = state.get("installed_version"), list(state.get("ops", []))
+        self.on_event(self.host.name, "unchanged (hashes match, nothing sent or reinstalled)")
+
+    def _state(self, artifacts: Sequence[Artifact], vendor: str | None) -> dict[str, Any]:
+        """The deploy state written last: the artifacts' hashes and what the steps installed."""
+        state = dict(expected_state(self.plan, artifacts), vendor=vendor,
+                     installed_version=self.m.installed_version, ops=self.m.ops,
                      deployed_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
         if self.installed_record:
             state[INSTALLED_RECORD] = self.installed_record
-        self.step("write-state", state_script(plan, state), 60)
-        m.status = "deployed"
-        self.on_event(self.host.name, f"deployed {OP_MODULE} {m.installed_version or ''}".rstrip())
+        return state
 
     def step(self, name: str, command: commands.Command, timeout: float = 600) -> Result:
         """Run one step; its wall time and its CPU on the host (:func:`~framework.deploy.plan.with_cpu`) go
@@ -209,16 +224,24 @@ class HostInstall:
         import check."""
         plan = self.plan
         if plan.venv:
-            if "venv" not in self.m.durations:  # not made already while the artifacts uploaded
-                self.step("venv", venv_script(plan), 300)
-            self.ship_installer(probe)
+            self._venv_with_installer(probe)
         if vendor is not None and self.warm is None:  # the import check beside the install, in the vendor's env
             self.warm = WarmVerify(self.host, plan, vendor)
         how = "install" if plan.venv else "pip install"
         self.on_event(self.host.name, f"{how} {art.name} into {plan.interpreter}")
         self.step("install-wheel", install_wheel_script(plan, art), 900)
-        out = self.verify(vendor)
-        problems = vendor_env_problems(plan, vendor, out) if vendor else []
+        self._verified(vendor, self.verify(vendor))
+
+    def _venv_with_installer(self, probe: Probe | None) -> None:
+        """The venv (unless made while the artifacts uploaded) and the wheel installer beside it."""
+        if "venv" not in self.m.durations:
+            self.step("venv", venv_script(self.plan), 300)
+        self.ship_installer(probe)
+
+    def _verified(self, vendor: str | None, out: str) -> None:
+        """Judge the import check's output ``out``; the version, ops and RECORD hash it saw go
+        into the manifest."""
+        problems = vendor_env_problems(self.plan, vendor, out) if vendor else []
         if problems:
             raise DeployError(self.host.name, "verify", "; ".join(problems))
         version, ops = parse_verify(out)

@@ -85,11 +85,16 @@ def _resolve_kind(env: EnvConfig, kind: str, pattern: str) -> list[Artifact]:
     if not matches:
         raise ConfigError(env.source, f"artifacts.{kind}", f"{pattern!r} matches no file")
     _check_count(env, kind, pattern, [m.name for m in matches])
+    _check_suffix(env, kind, matches)
+    return [Artifact(kind, m, sha256_file(m), m.stat().st_size) for m in matches]
+
+
+def _check_suffix(env: EnvConfig, kind: str, matches: Sequence[Path]) -> None:
+    """Every file of ``artifacts.wheel`` is a ``.whl``, every other one a ``.run``."""
     suffix = ".whl" if kind == "wheel" else ".run"
     wrong = [m for m in matches if m.suffix != suffix]
     if wrong:
         raise ConfigError(env.source, f"artifacts.{kind}", f"{wrong[0].name!r} is not a {suffix} file")
-    return [Artifact(kind, m, sha256_file(m), m.stat().st_size) for m in matches]
 
 
 def resolve_artifacts(env: EnvConfig, kinds: Sequence[str] = KINDS) -> list[Artifact]:
@@ -216,28 +221,44 @@ def probe_script(plan: HostPlan, artifacts: Sequence[Artifact], relay_bin: str |
     """
     q = commands.quote
     layout = plan.layout
-    parts = [layout.guard_script()]
-    for a in artifacts:
-        sha_ok = sh_sha_ok(plan.remote_path(a), a.sha256, hasher(plan, a))
-        parts.append(f"[ -f {q(layout.stage_ok(a.sha256))} ] && {sha_ok} && " + sh_tag(HAVE_TAG, a.sha256))
+    parts = [layout.guard_script(), *(_staged_part(plan, a) for a in artifacts)]
     parts.append(DeployState.read_script(layout))
     parts.append(f"free=$(df -Pk {q(plan.workdir)} | awk 'NR==2 {{print $4 * 1024}}'); "
                  "[ -n \"$free\" ] && " + sh_tag(FREE_TAG, '"$free"'))
     parts.append(layout.vendor_glob_script(TREE_TAG))
     parts.append(f"{interpreter_ok(plan)} && {sh_tag(INTERP_TAG)}")
-    if not plan.venv and any(a.kind == "wheel" for a in artifacts):
-        # the configured python is shared with whatever else installs there: what it holds is judged by hash
-        rec = f"$({q(plan.interpreter)} -c {q(RECORD_CODE)} 2>/dev/null | sed -n 's/^CAMIT-RECORD //p')"
-        parts.append(f"rec={rec}; [ -n \"$rec\" ] && " + sh_tag(RECORD_TAG, '"$rec"'))
+    parts += _record_parts(plan, artifacts)
     # the .run's name: os_id=$(grep ^ID= /etc/os-release | cut -d= -f2 | tr -d '"'), arch=$(uname -m)
     parts.append("id=$(grep '^ID=' /etc/os-release 2>/dev/null | head -n 1 | cut -d= -f2 | tr -d '\"'); "
                  + sh_tag(OS_TAG, '"${id:-linux}"'))
     parts.append(sh_tag(ARCH_TAG, '"$(uname -m)"'))
     if relay_bin:
-        parts.append(f"{sh_sha_ok(relay_bin, bin_sha(relay_bin))} && {sh_tag(RELAY_TAG)}")
+        parts.append(_shipped_part(relay_bin, RELAY_TAG))
     if installer:
-        parts.append(f"{sh_sha_ok(installer, bin_sha(installer))} && {sh_tag(INSTALLER_TAG)}")
+        parts.append(_shipped_part(installer, INSTALLER_TAG))
     return ShellScript("; ".join(f"{{ {p}; }}" if i else p for i, p in enumerate(parts)) + "; true")
+
+
+def _record_parts(plan: HostPlan, artifacts: Sequence[Artifact]) -> list[str]:
+    """Without a venv, sh tagging the hash of the op library's installed RECORD: the configured
+    python is shared with whatever else installs there, so what it holds is judged by hash."""
+    if plan.venv or not any(a.kind == "wheel" for a in artifacts):
+        return []
+    q = commands.quote
+    rec = f"$({q(plan.interpreter)} -c {q(RECORD_CODE)} 2>/dev/null | sed -n 's/^CAMIT-RECORD //p')"
+    return [f"rec={rec}; [ -n \"$rec\" ] && " + sh_tag(RECORD_TAG, '"$rec"')]
+
+
+def _staged_part(plan: HostPlan, art: Artifact) -> str:
+    """sh tagging ``art`` as staged when its stage marker is there and its file hashes right."""
+    sha_ok = sh_sha_ok(plan.remote_path(art), art.sha256, hasher(plan, art))
+    stage_ok = commands.quote(plan.layout.stage_ok(art.sha256))
+    return f"[ -f {stage_ok} ] && {sha_ok} && " + sh_tag(HAVE_TAG, art.sha256)
+
+
+def _shipped_part(path: str, tag: str) -> str:
+    """sh tagging the shipped program ``path`` as present when it hashes to its name's sha256."""
+    return f"{sh_sha_ok(path, bin_sha(path))} && {sh_tag(tag)}"
 
 
 def hasher(plan: HostPlan, art: Artifact) -> str | None:
@@ -555,7 +576,13 @@ def parse_record(stdout: str) -> str | None:
 def vendor_env_problems(plan: HostPlan, vendor: str, stdout: str) -> list[str]:
     """What :func:`verify_argv` found wrong in the vendor's environment: ``libcust_opapi.so`` not loadable by bare
     name or missing an op's ``aclnn*`` symbols, ``ASCEND_CUSTOM_OPP_PATH`` not starting with the vendor dir."""
-    vendor_dir = vendor_dir_of(plan.vendor_set_env(vendor))
+    opp, problems = _opapi_findings(stdout)
+    return problems + _opp_path_problems(opp, vendor_dir_of(plan.vendor_set_env(vendor)))
+
+
+def _opapi_findings(stdout: str) -> tuple[str | None, list[str]]:
+    """The ``ASCEND_CUSTOM_OPP_PATH`` the verify step printed (None: no such line) and what it found
+    wrong with ``libcust_opapi.so``."""
     problems, opp = [], None
     for line in stdout.splitlines():
         tag, _, value = line.partition(" ")
@@ -565,11 +592,17 @@ def vendor_env_problems(plan: HostPlan, vendor: str, stdout: str) -> list[str]:
             problems.append(f"dlopen({OPAPI_LIBRARY}) by bare name failed after sourcing set_env: {value.strip()}")
         elif tag == "CAMIT-OPAPI-MISSING" and value.strip():
             problems.append(f"{OPAPI_LIBRARY} lacks {value.strip().replace(',', ', ')}")
+    return opp, problems
+
+
+def _opp_path_problems(opp: str | None, vendor_dir: str) -> list[str]:
+    """What is wrong with ``ASCEND_CUSTOM_OPP_PATH``: missing, or not under ``vendor_dir`` first."""
     if opp is None:
-        problems.append("the verify step printed no ASCEND_CUSTOM_OPP_PATH")
-    elif not (opp == vendor_dir or opp.startswith((vendor_dir + ":", vendor_dir + "/"))):
-        problems.append(f"ASCEND_CUSTOM_OPP_PATH={opp or '(empty)'} does not start with the vendor dir {vendor_dir}")
-    return problems
+        return ["the verify step printed no ASCEND_CUSTOM_OPP_PATH"]
+    if opp == vendor_dir or opp.startswith((vendor_dir + ":", vendor_dir + "/")):
+        return []
+    return [f"ASCEND_CUSTOM_OPP_PATH={opp or '(empty)'} does not start with the vendor dir "
+            f"{vendor_dir}"]
 
 
 def state_script(plan: HostPlan, state: Mapping[str, Any]) -> ShellScript:
@@ -618,14 +651,25 @@ def dry_run_plan(plan: HostPlan, artifacts: Sequence[Artifact]) -> dict[str, Any
     """
     runs = [a for a in artifacts if a.kind == "run_package"]
     wheel = next((a for a in artifacts if a.kind == "wheel"), None)
-    several = len(runs) > 1
     steps = _dry_run_steps(plan, runs, wheel)
     return {
         "host": plan.host, "workdir": plan.workdir, "install_path": plan.install_path, "python": plan.python,
         "venv": plan.venv_dir if plan.venv else None, "interpreter": plan.interpreter, "state_file": plan.state_file,
-        "artifacts": [{"kind": a.kind, "name": a.name, "sha256": a.sha256, "size": a.size, "local": str(a.path),
-                       "remote": plan.remote_path(a)} for a in artifacts],
-        "run_package_choice": (f"one of {len(runs)} .run files, picked on the host's platform (npu.soc {plan.soc}, "
-                               "os-release ID and uname -m from the probe)") if several else None,
+        "artifacts": [_dry_run_artifact(plan, a) for a in artifacts],
+        "run_package_choice": _run_choice(plan, len(runs)),
         "steps": steps,
     }
+
+
+def _dry_run_artifact(plan: HostPlan, art: Artifact) -> dict[str, Any]:
+    """One artifact of the dry run: what it is, and where it comes from and goes."""
+    return {"kind": art.kind, "name": art.name, "sha256": art.sha256, "size": art.size,
+            "local": str(art.path), "remote": plan.remote_path(art)}
+
+
+def _run_choice(plan: HostPlan, runs: int) -> str | None:
+    """How the host's ``.run`` is picked among ``runs`` of them (None: there is one at most)."""
+    if runs <= 1:
+        return None
+    return (f"one of {runs} .run files, picked on the host's platform (npu.soc {plan.soc}, "
+            "os-release ID and uname -m from the probe)")

@@ -43,12 +43,16 @@ def parse_run_name(name: str, arches: Sequence[str] = ()) -> Platform | None:
     if not (name.startswith(PREFIX) and name.endswith(SUFFIX)):
         return None
     rest = name[len(PREFIX):-len(SUFFIX)]
-    soc = next((s for s in SOCS if rest.startswith(s + "_")), None)
+    soc = _leading_soc(rest)
     if soc is None:
         return None
-    rest = rest[len(soc) + 1:]
-    os_id, arch = _split_arch(rest, arches)
+    os_id, arch = _split_arch(rest[len(soc) + 1:], arches)
     return Platform(soc, os_id, arch) if os_id and arch else None
+
+
+def _leading_soc(rest: str) -> str | None:
+    """The SoC of :data:`SOCS` that ``<soc>_<os>_<arch>`` starts with, or None."""
+    return next((s for s in SOCS if rest.startswith(s + "_")), None)
 
 
 def _split_arch(rest: str, arches: Sequence[str]) -> tuple[str, str]:
@@ -87,8 +91,13 @@ def choose(names: Sequence[str], host: Platform) -> Choice:
         if plat == host:
             note = f"picked {names[i]} of {len(names)} .run files (matches {host})" if len(names) > 1 else None
             return Choice(i, note=note)
-    why = []
-    for name, plat in zip(names, parsed, strict=True):
-        why.append(f"{name}: " + (mismatch(plat, host) if plat is not None
-                                  else f"not named {PREFIX}<soc>_<os>_<arch>{SUFFIX}"))
+    why = [_why_not(name, plat, host) for name, plat in zip(names, parsed, strict=True)]
     return Choice(None, f"no .run package for this host ({host}; expected {host.run_name}): " + "; ".join(why))
+
+
+def _why_not(name: str, built: Platform | None, host: Platform) -> str:
+    """``<name>: <why>``: how the package ``name`` misses ``host`` (``built``: its platform; None:
+    not named by the rule)."""
+    if built is None:
+        return f"{name}: not named {PREFIX}<soc>_<os>_<arch>{SUFFIX}"
+    return f"{name}: {mismatch(built, host)}"

@@ -80,6 +80,32 @@ def judge(host: str, art: Artifact, output: str | None, lost: str | None, tail: 
     outcome.pending.append(host)
 
 
+def _wait_and_judge(host: str, art: Artifact, proc: Process, deadline: float, outcome: RelayOutcome,
+                    t0: float) -> None:
+    """Wait up to ``deadline`` for ``host``'s relay (killed past it) and :func:`judge` it."""
+    res = proc.wait(deadline)
+    if res is None:
+        proc.kill()
+        judge(host, art, None, proc.lost, None, outcome, time.monotonic() - t0)
+    else:
+        judge(host, art, res.stdout, proc.lost, res.tail(3), outcome, time.monotonic() - t0)
+
+
+def _ports(procs: dict[str, Process], outcome: RelayOutcome) -> dict[str, int]:
+    """host → the port its started relay says it listens on; a relay that does not say is killed
+    (and dropped from ``procs``)."""
+    ports: dict[str, int] = {}
+    for h in list(procs):
+        line = procs[h].readline(timeout=LISTEN_TIMEOUT) or ""
+        port = protocol.parse_port(line)
+        if port is not None:
+            ports[h] = port
+        else:
+            outcome.notes.append(f"relay: {h} did not listen: {line.strip() or 'no answer'}")
+            procs.pop(h).kill()
+    return ports
+
+
 class RelayChain:
     """Runs artifacts through the relay chain of a cluster's hosts (one :meth:`send` per artifact)."""
 
@@ -143,11 +169,7 @@ class RelayChain:
             procs[h].close_stdin()
         self._stream(art, links, lines[0], deadline, procs)
         for h in links:
-            res = procs[h].wait(deadline)
-            if res is None:
-                procs[h].kill()
-            judge(h, art, res.stdout if res is not None else None, procs[h].lost,
-                  res.tail(3) if res is not None else None, outcome, time.monotonic() - t0)
+            _wait_and_judge(h, art, procs[h], deadline, outcome, t0)
         return links
 
     def _listen(self, art: Artifact, hosts: Sequence[str], deadline: float, procs: dict[str, Process],
@@ -158,16 +180,7 @@ class RelayChain:
                 procs[h] = self.cluster[h].spawn(relay_command(self.plans[h], self.relay_bin[h], art, deadline, True))
             except HostError as exc:
                 outcome.notes.append(f"relay: cannot start the relay on {h}: {exc}")
-        ports: dict[str, int] = {}
-        for h in list(procs):
-            line = procs[h].readline(timeout=LISTEN_TIMEOUT) or ""
-            port = protocol.parse_port(line)
-            if port is not None:
-                ports[h] = port
-            else:
-                outcome.notes.append(f"relay: {h} did not listen: {line.strip() or 'no answer'}")
-                procs.pop(h).kill()
-        return ports
+        return _ports(procs, outcome)
 
     def _stream(self, art: Artifact, links: Sequence[str], first_line: bytes, deadline: float,
                 procs: dict[str, Process]) -> None:

@@ -63,9 +63,26 @@ def merge_manifest(old: Any, new: dict[str, Any]) -> dict[str, Any]:
     the hosts of both (the newer entry wins for a host in both), notes of both, the longer duration."""
     if not isinstance(old, dict) or not isinstance(old.get("hosts"), dict):
         return new
+    before, after = _RunSummary.read(old), _RunSummary.read(new)
     return {
-        "duration": max(float(old.get("duration") or 0.0), float(new.get("duration") or 0.0)),
-        "relay_used": bool(old.get("relay_used")) or bool(new.get("relay_used")),
-        "notes": list(dict.fromkeys([*(old.get("notes") or []), *(new.get("notes") or [])])),
-        "hosts": {**old["hosts"], **new["hosts"]},
+        "duration": max(before.duration, after.duration),
+        "relay_used": before.relay_used or after.relay_used,
+        "notes": list(dict.fromkeys([*before.notes, *after.notes])),
+        "hosts": {**before.hosts, **after.hosts},
     }
+
+
+@dataclass(frozen=True)
+class _RunSummary:
+    """The run-wide fields of a ``deploy-manifest.json`` document, read once (null: none)."""
+
+    duration: float
+    relay_used: bool
+    notes: list[str]
+    hosts: dict[str, Any]
+
+    @classmethod
+    def read(cls, doc: dict[str, Any]) -> _RunSummary:
+        return cls(duration=float(doc.get("duration") or 0.0),
+                   relay_used=bool(doc.get("relay_used")),
+                   notes=list(doc.get("notes") or []), hosts=dict(doc["hosts"]))

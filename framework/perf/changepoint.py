@@ -69,15 +69,22 @@ class Verdict:
 
     def describe(self, metric: str) -> str:
         """One paragraph: the verdict, the step, where it happened, the recent series."""
-        tail = ", ".join(f"{v:.4g}" for v in self.series[-_SHOWN:])
-        more = f"… ({len(self.series)} points) " if len(self.series) > _SHOWN else ""
         cps = ", ".join(map(str, self.change_points)) or "none"
         if not self.regression or self.at is None or self.step is None:
-            return f"{metric}: no regression (change points: {cps}); series {more}[{tail}]"
-        where = f" ({self.labels[self.at]})" if self.at < len(self.labels) else ""
-        return (f"{metric}: regression by {self.how} at point {self.at}{where} of {len(self.series)}: "
-                f"{self.before:.4g} -> {self.after:.4g} ({self.step * 100:+.1f}%); change points: {cps}; "
-                f"series {more}[{tail}]")
+            return f"{metric}: no regression (change points: {cps}); {self._recent()}"
+        return (f"{metric}: regression by {self.how} at point {self.at}{self._label(self.at)} of "
+                f"{len(self.series)}: {self.before:.4g} -> {self.after:.4g} "
+                f"({self.step * 100:+.1f}%); change points: {cps}; {self._recent()}")
+
+    def _recent(self) -> str:
+        """``series [..]``: the newest points (and how many there are, when not all are shown)."""
+        tail = ", ".join(f"{v:.4g}" for v in self.series[-_SHOWN:])
+        more = f"… ({len(self.series)} points) " if len(self.series) > _SHOWN else ""
+        return f"series {more}[{tail}]"
+
+    def _label(self, index: int) -> str:
+        """`` (<run id>)`` of point ``index`` when the points are named, else nothing."""
+        return f" ({self.labels[index]})" if index < len(self.labels) else ""
 
 
 def _worse(before: float, after: float, higher_is_better: bool) -> bool:
@@ -120,13 +127,23 @@ def assess(series: Sequence[float], *, higher_is_better: bool = False, margin: f
         return _with_labels(_by_margin(values, cps, margin, higher_is_better), labels)
     if len(values) < MIN_HISTORY:
         return Verdict(values, cps, False, labels=list(labels))
-    if cps and cps[-1] > since:
-        cut = cps[-1]
-        start = cps[-2] if len(cps) > 1 else 0
-        before, after = statistics.mean(values[start:cut]), statistics.mean(values[cut:])
-        if _worse(before, after, higher_is_better) and _holds(values[cut:-1], before, after):
-            return _with_labels(Verdict(values, cps, True, cut, before, after), labels)
-    return _with_labels(_by_outlier(values, cps, higher_is_better), labels)
+    step = _by_step(values, cps, since, higher_is_better)
+    if step is None:
+        step = _by_outlier(values, cps, higher_is_better)
+    return _with_labels(step, labels)
+
+
+def _by_step(values: list[float], cps: list[int], since: int, higher: bool) -> Verdict | None:
+    """The regression the last change point after ``since`` makes, when its segment is worse than
+    the one before and stays so without the newest point; else None."""
+    if not cps or cps[-1] <= since:
+        return None
+    cut = cps[-1]
+    start = cps[-2] if len(cps) > 1 else 0
+    before, after = statistics.mean(values[start:cut]), statistics.mean(values[cut:])
+    if _worse(before, after, higher) and _holds(values[cut:-1], before, after):
+        return Verdict(values, cps, True, cut, before, after)
+    return None
 
 
 def _with_labels(v: Verdict, labels: Sequence[str]) -> Verdict:

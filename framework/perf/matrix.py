@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -61,15 +61,24 @@ def load(choice: str) -> Matrix:
     if not path.is_file():
         raise ValueError(f"--perf-matrix {choice!r}: neither {' nor '.join(MATRICES)} nor a file")
     try:
-        doc = yaml.safe_load(path.read_text(encoding="utf-8")) if path.suffix in (".yaml", ".yml") \
-            else json.loads(path.read_text(encoding="utf-8"))
-        return Matrix.model_validate(doc)
+        return Matrix.model_validate(_read(path))
     except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or "(top)"
-        raise ValueError(f"{path}: {where}: {first['msg']}") from None
+        raise ValueError(_first_error(path, exc)) from None
     except (yaml.YAMLError, json.JSONDecodeError) as exc:
         raise ValueError(f"{path}: not YAML/JSON: {exc}") from None
+
+
+def _read(path: Path) -> Any:
+    """The document of a YAML (``.yaml``, ``.yml``) or else JSON file."""
+    text = path.read_text(encoding="utf-8")
+    return yaml.safe_load(text) if path.suffix in (".yaml", ".yml") else json.loads(text)
+
+
+def _first_error(path: Path, exc: ValidationError) -> str:
+    """``<file>: <key path>: <problem>`` of the first problem pydantic found."""
+    first = exc.errors()[0]
+    where = ".".join(str(p) for p in first["loc"]) or "(top)"
+    return f"{path}: {where}: {first['msg']}"
 
 
 def _inside_fused(c: Config, inter: int) -> bool:

@@ -41,16 +41,18 @@ def _img(root: Path, name: str, svg: str, alt: str) -> str:
 def _table(rows: list[Row]) -> str:
     head = ("configuration", "p50 µs", "p99 µs", "algbw GB/s", "busbw GB/s", "intra GB/s", "inter GB/s",
             "reference busbw", "speed-up", "straggler")
-    body = []
-    for r in rows:
-        ref = r.reference.bandwidth.busbw if r.reference else None
-        cells = (r.key(), f"{r.time_us.p50:.1f}", f"{r.time_us.p99:.1f}", f"{r.bandwidth.algbw:.2f}",
-                 f"{r.bandwidth.busbw:.2f}", f"{r.bandwidth.intra:.2f}", f"{r.bandwidth.inter:.2f}",
-                 "—" if ref is None else f"{ref:.2f}", "—" if r.speedup is None else f"{r.speedup:.2f}x",
-                 r.straggler or "none")
-        body.append("<tr>" + "".join(f"<td>{_e(c)}</td>" for c in cells) + "</tr>")
+    body = ["<tr>" + "".join(f"<td>{_e(c)}</td>" for c in _cells(r)) + "</tr>" for r in rows]
     return ("<table class='perf'><thead><tr>" + "".join(f"<th>{_e(h)}</th>" for h in head) + "</tr></thead><tbody>"
             + "".join(body) + "</tbody></table>")
+
+
+def _cells(r: Row) -> tuple[str, ...]:
+    """One configuration's cells of the table (``—`` where it has no reference or speed-up)."""
+    ref = r.reference.bandwidth.busbw if r.reference else None
+    return (r.key(), f"{r.time_us.p50:.1f}", f"{r.time_us.p99:.1f}", f"{r.bandwidth.algbw:.2f}",
+            f"{r.bandwidth.busbw:.2f}", f"{r.bandwidth.intra:.2f}", f"{r.bandwidth.inter:.2f}",
+            "—" if ref is None else f"{ref:.2f}",
+            "—" if r.speedup is None else f"{r.speedup:.2f}x", r.straggler or "none")
 
 
 def _history(root: Path) -> list[dict[str, Any]]:
@@ -59,6 +61,19 @@ def _history(root: Path) -> list[dict[str, Any]]:
         return []
     series: list[dict[str, Any]] = json.loads(path.read_text(encoding="utf-8"))["series"]
     return series
+
+
+def _history_parts(root: Path, series: list[dict[str, Any]]) -> list[str]:
+    """The history section: one picture per series (none without a history)."""
+    if not series:
+        return []
+    parts = ["<h2>History and change points</h2>"]
+    for s in series:
+        title = f"{s['config']} {s['metric']}"
+        svg = plots.history_svg(title, s["values"], s["change_points"], bool(s["regression"]))
+        parts.append(_img(root, f"history-{_name(title)}.svg", svg,
+                          title + (" — regression" if s["regression"] else "")))
+    return parts
 
 
 def write_perf_page(root: Path) -> Path | None:
@@ -75,14 +90,7 @@ def write_perf_page(root: Path) -> Path | None:
         slowest = max(rows, key=lambda r: r.time_us.p50)
         parts += ["<h2>Per rank: the slowest configuration</h2>",
                   _img(root, "heatmap.svg", plots.heatmap_svg(slowest), f"{slowest.key()}: p50 per rank")]
-    series = _history(root)
-    if series:
-        parts.append("<h2>History and change points</h2>")
-    for s in series:
-        title = f"{s['config']} {s['metric']}"
-        parts.append(_img(root, f"history-{_name(title)}.svg",
-                          plots.history_svg(title, s["values"], s["change_points"], bool(s["regression"])),
-                          title + (" — regression" if s["regression"] else "")))
+    parts += _history_parts(root, _history(root))
     page = ("<!doctype html>\n<html lang='en'><head><meta charset='utf-8'><title>camit performance — "
             f"{_e(root.name)}</title><link rel='stylesheet' href='report.css'></head><body><main>"
             f"<h1>Performance of run <code>{_e(root.name)}</code></h1><p><a href='index.html'>back to the run</a> · "

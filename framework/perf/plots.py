@@ -40,8 +40,7 @@ def _svg(fig: Figure) -> str:
 
 def _plot_world(ax: Any, rows: Sequence[Row], op: str, world: int, colour: str) -> None:
     """The bus bandwidth line of ``op`` at ``world`` ranks, and its reference's dashed line."""
-    mine = sorted((r for r in rows if (r.config.op, r.config.world) == (op, world)),
-                  key=lambda r: r.bytes.total / world)
+    mine = _world_rows(rows, op, world)
     sizes = [r.bytes.total / world for r in mine]
     ax.plot(sizes, [r.bandwidth.busbw for r in mine], "o-", color=colour, linewidth=2.5,
             label=f"{op} world {world}")
@@ -49,6 +48,12 @@ def _plot_world(ax: Any, rows: Sequence[Row], op: str, world: int, colour: str) 
     if ref:
         ax.plot([s for s, _ in ref], [r.bandwidth.busbw for _, r in ref], "--", color=colour,
                 linewidth=2, label=f"{ref[0][1].collective} world {world}")
+
+
+def _world_rows(rows: Sequence[Row], op: str, world: int) -> list[Row]:
+    """The rows of ``op`` at ``world`` ranks, smallest message per rank first."""
+    return sorted((r for r in rows if (r.config.op, r.config.world) == (op, world)),
+                  key=lambda r: r.bytes.total / world)
 
 
 def bandwidth_svg(rows: Sequence[Row], op: str) -> str:
@@ -83,16 +88,21 @@ def heatmap_svg(row: Row) -> str:
     with _style():
         fig, ax = plt.subplots(figsize=(min(1.0 + 0.8 * width, 12), 1.0 + 0.5 * len(hosts)))
         image = ax.imshow(grid, cmap="viridis", aspect="auto")
-        for y, rs in enumerate(by_host.values()):
-            for x, r in enumerate(rs):
-                ax.text(x, y, f"r{r.rank}\n{grid[y][x]:.2f}", ha="center", va="center",
-                        fontsize=7, color="white")
+        _label_cells(ax, list(by_host.values()), grid)
         ax.set_yticks(range(len(hosts)), hosts)
         ax.set_xticks(range(width), [str(i) for i in range(width)])
         ax.set_xlabel("local rank")
         ax.set_title(f"{row.key()}: p50 per rank / median rank")
         fig.colorbar(image, ax=ax)
         return _svg(fig)
+
+
+def _label_cells(ax: Any, ranks: list[list[RankStats]], grid: list[list[float]]) -> None:
+    """Each heatmap cell's rank and factor, written in the cell."""
+    for y, rs in enumerate(ranks):
+        for x, r in enumerate(rs):
+            ax.text(x, y, f"r{r.rank}\n{grid[y][x]:.2f}", ha="center", va="center", fontsize=7,
+                    color="white")
 
 
 def history_svg(title: str, values: Sequence[float], change_points: Sequence[int], regression: bool) -> str:

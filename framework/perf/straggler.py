@@ -96,11 +96,13 @@ class SlowHost:
 def _host_factors(times: Sequence[Sequence[float]], members: dict[str, list[int]], host: str) -> list[float]:
     """Per iteration: ``host``'s median rank over the median rank of every other host's ranks."""
     others = [r for h, rs in members.items() if h != host for r in rs]
-    out = []
-    for it in times:
-        theirs = statistics.median(it[r] for r in others)
-        out.append(statistics.median(it[r] for r in members[host]) / theirs if theirs > 0 else 1.0)
-    return out
+    return [_factor(it, members[host], others) for it in times]
+
+
+def _factor(times: Sequence[float], mine: Sequence[int], others: Sequence[int]) -> float:
+    """One iteration's median over ranks ``mine`` over that over ``others`` (1 when theirs is 0)."""
+    theirs = statistics.median(times[r] for r in others)
+    return statistics.median(times[r] for r in mine) / theirs if theirs > 0 else 1.0
 
 
 def _agree(s: Sequence[float], ranks: Sequence[int]) -> bool:

@@ -191,11 +191,12 @@ class RunContext:
 def _refuse_unknown_hosts(env: EnvConfig, options: Options) -> None:
     """A ``UsageError`` naming the option, the first host ``--hosts`` / ``--exclude-hosts`` names that the env
     does not have, and the env file."""
-    for flag, names in (("--hosts", options.hosts), ("--exclude-hosts", options.exclude_hosts)):
-        unknown = [n for n in names or () if n not in env.hosts]
+    given = (("--hosts", options.hosts or ()), ("--exclude-hosts", options.exclude_hosts))
+    for flag, names in given:
+        unknown = [n for n in names if n not in env.hosts]
         if unknown:
-            raise pytest.UsageError(f"{flag} {','.join(names or ())}: unknown host {unknown[0]!r}: not in "
-                                    f"{env.source} (its hosts: {', '.join(env.hosts)})")
+            raise pytest.UsageError(f"{flag} {','.join(names)}: unknown host {unknown[0]!r}: "
+                                    f"not in {env.source} (its hosts: {', '.join(env.hosts)})")
 
 
 def _seed(options: Options, worker: WorkerInput | None) -> int:
@@ -212,7 +213,7 @@ def _load_env(options: Options) -> tuple[EnvConfig | None, str | None, bool]:
     """(the env, why it did not load, coverage mode) from the options; a bad env is a
     ``UsageError`` when named on the command line (``$CAMIT_ENV`` alone: an error only once camit
     is used)."""
-    named_hosts = bool(options.hosts or options.exclude_hosts)
+    named_hosts = options.picks_hosts
     if not options.env_path:
         if named_hosts:
             raise pytest.UsageError(
@@ -243,17 +244,23 @@ def chosen_hosts(env: EnvConfig, options: Options,
     ``suspect`` ones unless ``--hosts`` names them; an unknown name or none left is a
     ``UsageError`` naming the option, the host and the env file."""
     _refuse_unknown_hosts(env, options)
-    left_out = set(options.exclude_hosts or ())
+    left_out = set(options.exclude_hosts)
     if options.hosts is None:
         left_out |= set(suspect or ())
     chosen = [n for n in env.hosts if _wanted(n, options, left_out)]
-    if chosen:
-        return chosen
+    if not chosen:
+        raise _none_left(env, options, suspect)
+    return chosen
+
+
+def _none_left(env: EnvConfig, options: Options,
+               suspect: Mapping[str, Any] | None) -> pytest.UsageError:
+    """The error when the options, and the suspect hosts they do not override, leave no host."""
     if suspect and options.hosts is None:
-        raise pytest.UsageError(f"every host of {env.source} left is suspect "
-                                f"({', '.join(suspect)}): "
-                                "re-admit with camit check --heal, or name hosts with --hosts")
-    raise pytest.UsageError(f"--hosts/--exclude-hosts leave no host of {env.source}")
+        return pytest.UsageError(f"every host of {env.source} left is suspect "
+                                 f"({', '.join(suspect)}): "
+                                 "re-admit with camit check --heal, or name hosts with --hosts")
+    return pytest.UsageError(f"--hosts/--exclude-hosts leave no host of {env.source}")
 
 
 def context_of(config: pytest.Config) -> RunContext:

@@ -19,7 +19,8 @@ from framework.plugin.resources import log_event
 from framework.ranksuite import batches
 
 if TYPE_CHECKING:
-    from framework.launch.runwatch import ClusterWatch
+    from framework.cores.inspection import Core
+    from framework.launch.runwatch import ClusterWatch, WatchOutcome
     from framework.plugin.context import RunContext
     from framework.plugin.resources import Resources
 
@@ -65,16 +66,26 @@ def _collect(item: pytest.Item, ctx: RunContext, watch: ClusterWatch, failed: bo
     finally:
         if resources.launcher is not None:
             resources.launcher.cleanup_remote()
-    if watched.log_error:
-        log_event("collect", f"log collection failed: {watched.log_error}")
-    elif watched.log_summary:  # e.g. an OOM kill behind a rank that "died of SIGKILL"
-        item.add_report_section("call", "failure signatures", watched.log_summary)
-    cores = watched.cores
-    if not cores:
+    _report_logs(item, watched)
+    if not watched.cores:
         return ""
-    text = "\n".join(c.describe() + ("\n" + c.backtrace if c.backtrace else "") for c in cores)
+    text = "\n".join(_core_text(c) for c in watched.cores)
     item.add_report_section("call", "core dumps", text)
     if core_policy(item, ctx) == "warn":
         warnings.warn(pytest.PytestWarning(f"core dumps (policy warn):\n{text}"), stacklevel=1)
         return ""
     return text
+
+
+def _report_logs(item: pytest.Item, watched: WatchOutcome) -> None:
+    """The log collection's outcome: its failure logged, else the failure signatures it found
+    into the test's report (e.g. an OOM kill behind a rank that "died of SIGKILL")."""
+    if watched.log_error:
+        log_event("collect", f"log collection failed: {watched.log_error}")
+    elif watched.log_summary:
+        item.add_report_section("call", "failure signatures", watched.log_summary)
+
+
+def _core_text(core: Core) -> str:
+    """One core dump for the report: its description, then its backtrace when there is one."""
+    return core.describe() + ("\n" + core.backtrace if core.backtrace else "")

@@ -60,14 +60,19 @@ def pytest_configure(config: pytest.Config) -> None:
     random.seed(ctx.seed)
     runs = ctx.env is not None and not config.option.collectonly
     if runs:
-        signals = config.stash[SIGNALS_KEY] = Signals()
-        signals.install()
-        config.pluginmanager.register(signals, "camit-signals")  # its hooks note the running tests
-    if runs and ctx.is_controller:
-        _register_controller_reports(config, ctx)
+        _configure_run(config, ctx)
     _start_progress(config, ctx)
     if runs and ctx.active and ctx.is_controller:
         _deal_one_by_one(config)
+
+
+def _configure_run(config: pytest.Config, ctx: RunContext) -> None:
+    """A session that runs tests with an env: signal handlers; on the controller, its reports."""
+    signals = config.stash[SIGNALS_KEY] = Signals()
+    signals.install()
+    config.pluginmanager.register(signals, "camit-signals")  # its hooks note the running tests
+    if ctx.is_controller:
+        _register_controller_reports(config, ctx)
 
 
 def _start_progress(config: pytest.Config, ctx: RunContext) -> None:
@@ -181,11 +186,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     with one line; under xdist a worker leaves it to the tests); under pytest-xdist: tests that launch
     across the cluster first, the largest world first."""
     ctx = context_of(config)
-    if not ctx.active and ctx.options.env_path and any(uses_camit(item) for item in items):
+    if _first_used(ctx, items):
         _activate(config, ctx)
     if ctx.is_controller or not ctx.active:
         return
     xdist.sort_for_workers(items, ctx.options.worlds)
+
+
+def _first_used(ctx: RunContext, items: list[pytest.Item]) -> bool:
+    """Whether camit, not active yet but with an env file, is used by one of the collected tests."""
+    return not ctx.active and bool(ctx.options.env_path) and any(uses_camit(item) for item in items)
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:

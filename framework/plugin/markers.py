@@ -65,15 +65,22 @@ def _size_requirements(item: pytest.Item, ctx: RunContext, env: EnvConfig, hosts
     if m and hosts < int(m.args[0]):
         return f"needs {m.args[0]} nodes; the env has {hosts}"
     m = item.get_closest_marker("ranks")
-    if m:
-        from framework.ranksuite.suite import placement, slots_per_node
+    return _world_requirements(item, ctx, env, hosts, m) if m else None
 
-        where = placement(int(m.args[0]), hosts, slots_per_node(env, ctx.options.slots), min_nodes(item, ctx))
-        if isinstance(where, str):
-            return where
-        worlds = ctx.options.worlds
-        if worlds is not None and int(m.args[0]) not in worlds:
-            return f"world size {m.args[0]} not selected (--world-sizes {ctx.options.worlds_text})"
+
+def _world_requirements(item: pytest.Item, ctx: RunContext, env: EnvConfig, hosts: int,
+                        ranks: pytest.Mark) -> str | None:
+    """Why the world of the ``ranks`` marker does not run: no placement on ``hosts``, or
+    ``--world-sizes`` leaves it out."""
+    from framework.ranksuite.suite import placement, slots_per_node
+
+    world = int(ranks.args[0])
+    where = placement(world, hosts, slots_per_node(env, ctx.options.slots), min_nodes(item, ctx))
+    if isinstance(where, str):
+        return where
+    worlds = ctx.options.worlds
+    if worlds is not None and world not in worlds:
+        return f"world size {ranks.args[0]} not selected (--world-sizes {ctx.options.worlds_text})"
     return None
 
 
@@ -82,11 +89,15 @@ def _soc_requirements(item: pytest.Item, socs: set[str]) -> str | None:
     if m and not socs <= set(m.args):
         return f"needs soc in {m.args}; the env has {sorted(socs)}"
     for name, soc in SOC_MARKERS.items():
-        other = set(SOC_MARKERS.values()) - {soc}
-        if item.get_closest_marker(name) and not item.get_closest_marker(
-                "a2_test" if name == "a3_test" else "a3_test") and socs & other:
+        if _only_marked(item, name) and socs & (set(SOC_MARKERS.values()) - {soc}):
             return f"{name} case; the env's hosts are {sorted(socs)}"
     return None
+
+
+def _only_marked(item: pytest.Item, name: str) -> bool:
+    """Whether ``item`` is marked ``name`` (``a2_test`` or ``a3_test``) but not the other one."""
+    other = "a2_test" if name == "a3_test" else "a3_test"
+    return item.get_closest_marker(name) is not None and item.get_closest_marker(other) is None
 
 
 def core_policy(item: pytest.Item, ctx: RunContext) -> str:

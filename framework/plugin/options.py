@@ -157,8 +157,10 @@ class Options:
     #: ``--env`` was given on the command line (not only ``$CAMIT_ENV`` or the ini key): camit is in use at once
     env_explicit: bool = False
     seed: int | None = None
+    #: ``--hosts`` (None: every host of the env)
     hosts: tuple[str, ...] | None = None
-    exclude_hosts: tuple[str, ...] | None = None
+    #: ``--exclude-hosts`` (empty: none left out)
+    exclude_hosts: tuple[str, ...] = ()
     case_timeout: float = 600.0
     report_dir: str = "reports"
     core_policy: str = "fail"
@@ -179,6 +181,11 @@ class Options:
     lease: LeaseSettings = LeaseSettings()
 
     @property
+    def picks_hosts(self) -> bool:
+        """Whether ``--hosts`` or ``--exclude-hosts`` picks the hosts (else: all but suspects)."""
+        return bool(self.hosts or self.exclude_hosts)
+
+    @property
     def worlds(self) -> frozenset[int] | None:
         """The selected world sizes (``--world-sizes``), or None for every size."""
         return parse_worlds(self.worlds_text)
@@ -188,7 +195,8 @@ class Options:
         opt = config.getoption
         return cls(
             env_path=env_path(config, environ), env_explicit=bool(opt("camit_env")), seed=seed_of(config),
-            hosts=split_names(opt("camit_hosts")), exclude_hosts=split_names(opt("camit_exclude_hosts")),
+            hosts=split_names(opt("camit_hosts")),
+            exclude_hosts=split_names(opt("camit_exclude_hosts")) or (),
             case_timeout=opt("camit_case_timeout"),
             report_dir=opt("camit_report_dir"), core_policy=opt("camit_core_policy"),
             keep_remote=bool(opt("camit_keep_remote")), no_deploy=bool(opt("camit_no_deploy")),

@@ -19,6 +19,7 @@ from framework.console import LOG_DATEFMT, LOG_FORMAT, printable
 
 if TYPE_CHECKING:
     from framework.plugin.context import RunContext
+    from framework.records.folder import RunDir
 
 PROGRESS_KEY = pytest.StashKey["Progress"]()
 #: the report section a worker's events of one test phase travel in (``Captured <name> <when>``)
@@ -85,8 +86,7 @@ class Progress:
     def open_file(self) -> None:
         if self.file is not None:
             return
-        # a worker knows the controller's folder from its workerinput before anything asked for it
-        rundir = self.ctx.plan_rundir() if self.worker_id and self.ctx.rundir is None else self.ctx.rundir
+        rundir = self._rundir()
         if rundir is None or not rundir.path.is_dir():
             return
         name = f"camit-{self.worker_id}.log" if self.worker_id else "camit.log"
@@ -94,6 +94,12 @@ class Progress:
         self.file.setLevel(logging.DEBUG)
         self.file.setFormatter(logging.Formatter(LOG_FORMAT, LOG_DATEFMT))
         logging.getLogger(LOGGER).addHandler(self.file)
+
+    def _rundir(self) -> RunDir | None:
+        """The run folder; a worker knows the controller's from its workerinput at once."""
+        if self.worker_id and self.ctx.rundir is None:
+            return self.ctx.plan_rundir()
+        return self.ctx.rundir
 
     def detach(self) -> None:
         logger = logging.getLogger(LOGGER)
@@ -113,7 +119,13 @@ class Progress:
             return record.levelno >= logging.ERROR or (event is not None and is_failure(str(event[1])))
         if event is not None or record.levelno >= logging.WARNING:
             return True
-        return record.levelno >= (logging.INFO if self.verbosity == 1 else logging.DEBUG) and self.verbosity >= 1
+        return self._detail_shown(record.levelno)
+
+    def _detail_shown(self, level: int) -> bool:
+        """Whether a record below WARNING (no event) shows: INFO with ``-v``, DEBUG from ``-vv``."""
+        if self.verbosity < 1:
+            return False
+        return level >= (logging.INFO if self.verbosity == 1 else logging.DEBUG)
 
     def record(self, record: logging.LogRecord) -> None:
         if not self.shown(record):
@@ -178,16 +190,19 @@ class Progress:
         wanted = f"Captured {SECTION} {report.when}"
         worker = getattr(getattr(node, "gateway", None), "id", "?")
         for name, text in report.sections:
-            if name != wanted:
-                continue
-            self.open_file()
-            for line in text.splitlines():
-                if line.strip():
-                    forwarded = f"[{worker}] {line}"
-                    if self.file is not None:
-                        self.file.handle(logging.makeLogRecord({"name": LOGGER, "levelno": logging.INFO,
-                                                                "levelname": "INFO", "msg": forwarded}))
-                    self.write(f"camit: {forwarded}")
+            if name == wanted:
+                self._forward(worker, text)
+
+    def _forward(self, worker: str, text: str) -> None:
+        """A worker's captured event lines, tagged with it: into camit.log, on the terminal."""
+        self.open_file()
+        for line in text.splitlines():
+            if line.strip():
+                forwarded = f"[{worker}] {line}"
+                if self.file is not None:
+                    self.file.handle(logging.makeLogRecord({"name": LOGGER, "levelno": logging.INFO,
+                                                            "levelname": "INFO", "msg": forwarded}))
+                self.write(f"camit: {forwarded}")
 
 
 def start(config: pytest.Config, ctx: RunContext) -> Progress:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -44,14 +44,21 @@ def header_lines(ctx: RunContext) -> list[str] | None:
     chosen = ctx.chosen_hosts()
     lines = [f"camit: env {env.source} ({len(chosen)} hosts: {', '.join(chosen)}), "
              f"backend {env.launch.backend}, seed {ctx.seed}"]
-    left_out = [n for n in env.hosts if n not in chosen and n not in suspect]
-    if left_out:
-        lines.append(f"camit: left out by --hosts/--exclude-hosts: {', '.join(left_out)}")
+    lines += _left_out_lines(env.hosts, chosen, suspect)
     lines += suspect_lines(ctx, suspect, chosen)
     if ctx.rundir is not None:
         lines.append(f"camit: report folder {ctx.rundir.path}")
     lines.append(f"camit: reproduce with: {repro(ctx.config, ctx.seed)}")
     return lines
+
+
+def _left_out_lines(hosts: Iterable[str], chosen: list[str],
+                    suspect: Mapping[str, Any]) -> list[str]:
+    """The line naming the hosts ``--hosts``/``--exclude-hosts`` left out (none if none)."""
+    left_out = [n for n in hosts if n not in chosen and n not in suspect]
+    if not left_out:
+        return []
+    return [f"camit: left out by --hosts/--exclude-hosts: {', '.join(left_out)}"]
 
 
 def suspect_lines(ctx: RunContext, suspect: Mapping[str, Any], chosen: list[str]) -> list[str]:
@@ -133,10 +140,16 @@ class RerunRecorder:
         prefix = self.config.option.junitprefix
         if prefix:
             names[0] = f"{prefix}.{names[0]}"
-        crash = getattr(report.longrepr, "reprcrash", None)
-        message = str(getattr(crash, "message", "") or "") or (str(report.longrepr).strip().splitlines() or [""])[-1]
         self.ctx.reruns.append(RerunRecord(".".join(names[:-1]), names[-1], int(getattr(report, "rerun", 0)) + 1,
-                                           report.when, message, str(report.longrepr or "")))
+                                           report.when, _crash_line(report.longrepr),
+                                           str(report.longrepr or "")))
+
+
+def _crash_line(longrepr: object) -> str:
+    """A failed attempt's cause: pytest's crash message, else the last line of its report."""
+    crash = getattr(longrepr, "reprcrash", None)
+    message = str(getattr(crash, "message", "") or "")
+    return message or (str(longrepr).strip().splitlines() or [""])[-1]
 
 
 def junit_path(config: pytest.Config) -> str | None:
@@ -154,7 +167,7 @@ def reports_here(ctx: RunContext) -> bool:
 
 def _host_choice(ctx: RunContext) -> dict[str, Any] | None:
     """The manifest's record of the hosts chosen and left out (and the suspect ones), when the run chose."""
-    if ctx.env is None or not (ctx.options.hosts or ctx.options.exclude_hosts or ctx.suspects):
+    if ctx.env is None or not _hosts_chosen(ctx):
         return None
     chosen = ctx.chosen_hosts()
     extra: dict[str, Any] = {"hosts_chosen": chosen,
@@ -162,6 +175,11 @@ def _host_choice(ctx: RunContext) -> dict[str, Any] | None:
     if ctx.suspects:
         extra["suspect_hosts"] = {n: {**m.to_json(), "used": n in chosen} for n, m in ctx.suspects.items()}
     return extra
+
+
+def _hosts_chosen(ctx: RunContext) -> bool:
+    """Whether the run chose its hosts: by ``--hosts``/``--exclude-hosts``, or left suspects out."""
+    return ctx.options.picks_hosts or bool(ctx.suspects)
 
 
 def finalize(ctx: RunContext, exitstatus: int, *, error: str | None = None) -> None:

@@ -30,7 +30,7 @@ from framework.plugin.progress import QUIET
 if TYPE_CHECKING:
     from framework.config.effective import EnvConfig, HostSpec
     from framework.deploy import DeployResult
-    from framework.hosts import Cluster
+    from framework.hosts import Cluster, Host
     from framework.launch import Launcher
     from framework.lease import Lease
     from framework.plugin.context import RunContext
@@ -88,16 +88,7 @@ def open_leased_cluster(env: EnvConfig, names: Sequence[str] | None, stack: Exit
     settings = lease or LeaseSettings.from_environ()
     cluster = Cluster.from_env(env, names, transport_factory=transport_factory)
     stack.callback(cluster.close)
-    connected = cluster.connect()
-    unreachable = None
-    if connected.failed:
-        try:
-            connected.raise_on_failure()
-        except MultiHostError as exc:
-            if not allow_unreachable:
-                raise
-            unreachable = exc
-    reachable = [cluster[n] for n in connected.succeeded]
+    reachable, unreachable = _connect(cluster, allow_unreachable)
     if not reachable:
         return LeasedCluster(cluster, None, unreachable)
     # a sub-cluster (the same Host objects) when some hosts are down: the lease covers the others
@@ -108,6 +99,22 @@ def open_leased_cluster(env: EnvConfig, names: Sequence[str] | None, stack: Exit
     held.acquire()
     stack.callback(_release, held)
     return LeasedCluster(cluster, held, unreachable)
+
+
+def _connect(cluster: Cluster, allow_unreachable: bool) -> tuple[list[Host], MultiHostError | None]:
+    """Connect every host at once: the reachable ones, and the error naming the others (raised
+    unless ``allow_unreachable``)."""
+    connected = cluster.connect()
+    reachable = [cluster[n] for n in connected.succeeded]
+    if not connected.failed:
+        return reachable, None
+    try:
+        connected.raise_on_failure()
+    except MultiHostError as exc:
+        if not allow_unreachable:
+            raise
+        return reachable, exc
+    return reachable, None
 
 
 class Resources:
@@ -140,27 +147,40 @@ class Resources:
         attempt, not one per test), and so are unreachable hosts, except to ``allow_unreachable``.
         """
         if self.cluster is None:
-            if self._broken is not None:
-                self.end_session(self._broken)
-            if self.ctx.is_controller:
-                self.ctx.load_suspects()
-            try:
-                opened = open_leased_cluster(
-                    self.ctx.require_env(), self.ctx.host_names(), self.stack, lease=self.ctx.options.lease,
-                    transport_factory=self.transport_factory, allow_unreachable=True, on_lost=self._lease_lost)
-            except FrameworkError as exc:
-                self._broken = exc
-                self.end_session(exc)
-            self.cluster, self.lease, self.unreachable = opened.cluster, opened.lease, opened.unreachable
-            self._mark_unreachable()
+            self.cluster = self._open()
         if self.unreachable is not None and not allow_unreachable:
             self.end_session(self.unreachable)
-        if self.lease is not None and self.lease.lost:
-            try:
-                self.lease.check()
-            except LeaseLost as exc:
-                self.end_session(exc)
+        self._end_if_lease_lost()
         return self.cluster
+
+    def _open(self) -> Cluster:
+        """The first opening (the suspects loaded first on the controller); a failure is kept for
+        every later caller."""
+        if self._broken is not None:
+            self.end_session(self._broken)
+        if self.ctx.is_controller:
+            self.ctx.load_suspects()
+        try:
+            opened = open_leased_cluster(
+                self.ctx.require_env(), self.ctx.host_names(), self.stack,
+                lease=self.ctx.options.lease, transport_factory=self.transport_factory,
+                allow_unreachable=True, on_lost=self._lease_lost)
+        except FrameworkError as exc:
+            self._broken = exc
+            self.end_session(exc)
+        self.cluster = opened.cluster
+        self.lease, self.unreachable = opened.lease, opened.unreachable
+        self._mark_unreachable()
+        return opened.cluster
+
+    def _end_if_lease_lost(self) -> None:
+        """End the session when the lease was taken over while held."""
+        if self.lease is None or not self.lease.lost:
+            return
+        try:
+            self.lease.check()
+        except LeaseLost as exc:
+            self.end_session(exc)
 
     def _mark_unreachable(self) -> None:
         """Hosts that could not be reached become suspect (framework.suspects), marked on the
@@ -214,7 +234,12 @@ class Resources:
         env = self.ctx.require_env()
         if self.ctx.options.no_deploy or not (env.artifacts.run_package or env.artifacts.wheel):
             self.deployed = "skipped"
-            return self.deployed
+        else:
+            self.deployed = self._deploy_share(env, tmp_root)
+        return self.deployed
+
+    def _deploy_share(self, env: EnvConfig, tmp_root: Path) -> DeployResult | str:
+        """Deploy this process's host share, unless another worker of the run did it already."""
         from filelock import FileLock
 
         from framework.deploy import Deployer, resolve_artifacts
@@ -228,13 +253,11 @@ class Resources:
         key = ",".join(a.sha256 for a in resolve_artifacts(env)) + "@" + ",".join(names)
         with FileLock(str(tmp_root / f"camit-deploy-{share}.lock")):
             if marker.exists() and marker.read_text() == key:
-                self.deployed = "done by another worker"
-                return self.deployed
+                return "done by another worker"
             result = Deployer(env, self.open_cluster(), rundir=rundir, on_event=log_event).run()
             if not result.ok:
                 self.end_session(MultiHostError(result.errors, total=len(result.manifests)))
             marker.write_text(key)
-        self.deployed = result
         return result
 
     def open_launcher(self) -> Launcher:

@@ -11,6 +11,7 @@ import os
 import signal
 import threading
 import xml.etree.ElementTree as ET
+from collections.abc import Iterator
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -75,11 +76,21 @@ class Signals:
         Without the handlers (not installed) only ``pending`` is set: the caller's error is raised
         to the next test instead.
         """
-        if self.pending is not None or self.received is not None or self._finishing:
+        if self._ending:
             return
         self.pending = (reason, code)
-        if self.installed and self._main is not None and signal.getsignal(signal.SIGTERM) == self._handle:
+        if self._main is not None and self._handling_sigterm:
             signal.pthread_kill(self._main, signal.SIGTERM)  # wakes a sleep or a wait; our handler runs
+
+    @property
+    def _ending(self) -> bool:
+        """Whether the session is ending already: an end pending, a signal received, finishing."""
+        return self.pending is not None or self.received is not None or self._finishing
+
+    @property
+    def _handling_sigterm(self) -> bool:
+        """Whether our handler is SIGTERM's (installed, and not replaced since)."""
+        return self.installed and signal.getsignal(signal.SIGTERM) == self._handle
 
     @property
     def received_name(self) -> str:
@@ -131,15 +142,20 @@ def name_cut_cases(junit: Path, running: list[str], why: str) -> int:
     except (OSError, ET.ParseError):
         return 0
     left = list(running)
-    fixed = 0
-    for suite in tree.getroot().iter("testsuite"):
+    nameless = list(_nameless_cases(tree.getroot()))
+    for suite, case in nameless:
+        _name_case(suite, case, left.pop(0) if left else "unknown::interrupted", why)
+    if nameless:
+        tree.write(junit, encoding="utf-8", xml_declaration=True)
+    return len(nameless)
+
+
+def _nameless_cases(root: ET.Element) -> Iterator[tuple[ET.Element, ET.Element]]:
+    """Each ``<testcase>`` without a name, with its ``<testsuite>``, in file order."""
+    for suite in root.iter("testsuite"):
         for case in suite.iter("testcase"):
             if not case.get("name"):
-                _name_case(suite, case, left.pop(0) if left else "unknown::interrupted", why)
-                fixed += 1
-    if fixed:
-        tree.write(junit, encoding="utf-8", xml_declaration=True)
-    return fixed
+                yield suite, case
 
 
 def _bump(suite: ET.Element, attribute: str) -> None:

@@ -28,19 +28,21 @@ class ClusterScheduling(LoadScheduling):
         collection: list[str] = next(iter(self.node2collection.values()))
         self.collection = collection
         self.pending[:] = range(len(collection))
-        if not collection:
-            return None
+        if collection:
+            self._deal(len(collection))
+
+    def _deal(self, tests: int) -> None:
+        """The first hand-out of ``tests``: :func:`initial_chunk` to each node, one test at a
+        time in turns; the nodes are shut down when none is left."""
         if self.maxschedchunk is None:
-            self.maxschedchunk = len(collection)
+            self.maxschedchunk = tests
         nodes = self.nodes
-        per_node = initial_chunk(len(collection), len(nodes), self.maxschedchunk)
-        for _ in range(per_node):
+        for _ in range(initial_chunk(tests, len(nodes), self.maxschedchunk)):
             for node in nodes:
                 self._send_tests(node, 1)
         if not self.pending:
             for node in nodes:
                 node.shutdown()
-        return None
 
 
 def initial_chunk(tests: int, workers: int, maxschedchunk: int) -> int:
@@ -102,7 +104,8 @@ class ShareBook:
 
         Raises ``UsageError`` when the hosts are fewer than the workers (as :func:`host_share`).
         """
-        index = int(worker_id.lstrip("gw") or 0) if worker_id.lstrip("gw").isdigit() else -1
+        digits = worker_id.lstrip("gw")
+        index = int(digits) if digits.isdigit() else -1
         if not 0 <= index < self.count or index in self.held.values():
             if not self.free:
                 raise pytest.UsageError(f"no host share left for xdist worker {worker_id}")
@@ -127,12 +130,22 @@ def cluster_weight(item: pytest.Item, worlds: frozenset[int] | None) -> int:
     for name in ("ranks", "nodes"):
         m = item.get_closest_marker(name)
         if m and m.args:
-            try:
-                size = int(m.args[0])
-            except (TypeError, ValueError):
-                return 0
-            return 0 if name == "ranks" and worlds is not None and size not in worlds else size
+            size = _size(m.args[0])
+            return 0 if name == "ranks" and _left_out(size, worlds) else size
     return 0
+
+
+def _size(value: Any) -> int:
+    """A marker's size argument as a number; 0 when it is none."""
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return 0
+
+
+def _left_out(world: int, worlds: frozenset[int] | None) -> bool:
+    """Whether ``--world-sizes`` (``worlds``; None: all) leaves the world size ``world`` out."""
+    return worlds is not None and world not in worlds
 
 
 def sort_for_workers(items: list[pytest.Item], worlds: frozenset[int] | None) -> None:

@@ -84,6 +84,8 @@ def test_parse_reply():
     assert (r.result, r.now, r.content) == ("held", 1234.0, '{"a": 1}')
     r = parse_reply("RESULT error cannot create /x\nNOW 5\n")
     assert (r.result, r.message, r.content) == ("error", "cannot create /x", None)
+    # a reply cut before LEASE-END still carries the text it has
+    assert parse_reply("RESULT held\nNOW 1\nLEASE-BEGIN\n{}\n").content == "{}"
 
 
 @pytest.mark.parametrize(("rec", "now", "here", "alive", "reason"), [
@@ -113,6 +115,20 @@ def test_pid_alive_needs_the_start_time_too():
     assert began is not None and pid_alive(me, began) and pid_alive(me)
     # the same pid with another start time is another process (the holder's pid was reused)
     assert not pid_alive(me, began + 5)
+
+
+def test_pid_alive_a_zombie_is_gone():
+    from framework.lease import pid_alive
+
+    child = subprocess.Popen(["true"])  # exits at once; not reaped until wait(): a zombie
+    try:
+        deadline = time.monotonic() + 10
+        while Path(f"/proc/{child.pid}/stat").read_text().rsplit(")", 1)[-1].split()[0] != "Z":
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        assert not pid_alive(child.pid)
+    finally:
+        child.wait()
 
 
 def test_lease_held_names_the_holder():

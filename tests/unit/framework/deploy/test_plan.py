@@ -320,3 +320,17 @@ def test_a_big_staged_artifact_is_hashed_by_the_hosts_python_and_a_small_one_by_
     assert hashes_with_python in install_wheel_script(own, big_wheel)  # pip's path: checked before pip
     assert hashes_with_python not in install_wheel_script(own, ART)
     assert hashes_with_python not in install_wheel_script(PLAN, big_wheel)  # the installer hashes it itself
+
+
+def test_the_dry_run_says_how_the_run_is_picked_only_among_several():
+    runs = [deploy.Artifact("run_package", Path(f"/x/CAM_ascend910b_{os_id}_aarch64.run"),
+                            c * 64, 10) for os_id, c in (("ubuntu", "a"), ("openeuler", "b"))]
+    one = deploy.plan.dry_run_plan(PLAN, [runs[0], ART])
+    assert one["run_package_choice"] is None
+    remote = [a["remote"] for a in one["artifacts"]]
+    assert remote == [PLAN.remote_path(runs[0]), PLAN.remote_path(ART)]
+    both = deploy.plan.dry_run_plan(PLAN, [*runs, ART])
+    choice = "one of 2 .run files, picked on the host's platform"
+    assert both["run_package_choice"].startswith(choice)
+    assert [st["when"] for st in both["steps"] if st["step"] == "install-run"] == [
+        f"{r.name} is the .run for the host's platform" for r in runs]

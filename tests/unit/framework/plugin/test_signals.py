@@ -42,3 +42,36 @@ def test_the_ending_is_the_infrastructure_failure_else_the_signal_else_none():
     assert hooks._ending(ended, signals, 1) == (7, "host h1 lost")  # type: ignore[arg-type]
     assert hooks._ending(ran, signals, 1) == (1, "stopped by SIGTERM")  # type: ignore[arg-type]
     assert hooks._ending(ran, None, 0) == (0, None)  # type: ignore[arg-type]
+
+
+def test_end_session_keeps_the_first_ending_and_none_while_finishing() -> None:
+    from framework.plugin.signals import Signals
+
+    signals = Signals()  # not installed: only the pending ending is noted, no signal is sent
+    signals.end_session("host h1 lost", 7)
+    signals.end_session("lease lost", 7)
+    assert signals.pending == ("host h1 lost", 7)
+    finishing = Signals()
+    finishing.finishing()
+    finishing.end_session("lease lost", 7)
+    assert finishing.pending is None
+
+
+def test_end_session_in_a_thread_wakes_the_main_thread_through_our_handler() -> None:
+    import threading
+
+    import pytest
+
+    from framework.plugin.signals import Signals
+
+    signals = Signals()
+    signals.install()
+    try:
+        with pytest.raises(pytest.exit.Exception) as ended:
+            worker = threading.Thread(target=signals.end_session, args=("lease lost", 7))
+            worker.start()
+            worker.join()
+            threading.Event().wait(5)  # the handler raises in the main thread, ending the wait
+        assert (str(ended.value.msg), ended.value.returncode) == ("lease lost", 7)
+    finally:
+        signals.restore()

@@ -7,7 +7,14 @@ from typing import cast
 import pytest
 from xdist.scheduler import LoadScheduling
 
-from framework.plugin.xdist import ClusterScheduling, host_share, initial_chunk, make_scheduler
+from framework.plugin.xdist import (
+    ClusterScheduling,
+    ShareBook,
+    cluster_weight,
+    host_share,
+    initial_chunk,
+    make_scheduler,
+)
 
 
 class Config:
@@ -104,3 +111,38 @@ def test_host_shares_are_contiguous_disjoint_and_cover_every_host(hosts, workers
 def test_more_workers_than_hosts_is_a_usage_error():
     with pytest.raises(pytest.UsageError, match="-n 3 needs at least 3 hosts in the env"):
         host_share(["a", "b"], {"workerid": "gw0", "workercount": 3})
+
+
+class Item:
+    """The stand-in as the pytest.Item cluster_weight reads (its closest markers)."""
+
+    def __init__(self, **markers: tuple[object, ...]) -> None:
+        self.markers = {name: getattr(pytest.mark, name)(*args).mark
+                        for name, args in markers.items()}
+
+    def get_closest_marker(self, name: str) -> pytest.Mark | None:
+        return self.markers.get(name)
+
+
+@pytest.mark.parametrize(("markers", "worlds", "weight"), [
+    ({"ranks": (8,), "nodes": (2,)}, None, 8),  # the world size first
+    ({"nodes": (2,)}, None, 2),
+    ({"ranks": (8,)}, frozenset({4}), 0),  # a world --world-sizes leaves out is skipped at once
+    ({"ranks": (4,)}, frozenset({4}), 4),
+    ({"nodes": (3,)}, frozenset({4}), 3),  # --world-sizes judges worlds, not node counts
+    ({"ranks": ("many",)}, None, 0),
+    ({"ranks": ()}, None, 0),
+    ({}, None, 0),
+])
+def test_cluster_weight(markers: dict[str, tuple[object, ...]], worlds: frozenset[int] | None,
+                        weight: int) -> None:
+    assert cluster_weight(cast(pytest.Item, Item(**markers)), worlds) == weight
+
+
+def test_a_share_goes_to_its_worker_and_a_dead_workers_share_to_its_replacement() -> None:
+    book = ShareBook(["a", "b", "c", "d", "e"], 2)
+    assert (book.hand_out("gw0"), book.hand_out("gw1")) == (["a", "b", "c"], ["d", "e"])
+    with pytest.raises(pytest.UsageError, match="no host share left for xdist worker gw2"):
+        book.hand_out("gw2")
+    book.give_back("gw1")
+    assert book.hand_out("gw2") == ["d", "e"]
