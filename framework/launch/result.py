@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, TypeVar
 
+from framework.launch.devices import HeldDevice
+from framework.launch.stacks import Frame, StackGroup
 from framework.launch.stacks import summary as stack_summary
 
-if TYPE_CHECKING:  # pragma: no cover
-    from framework.launch.devices import HeldDevice
-    from framework.launch.stacks import StackGroup
+_Row = TypeVar("_Row")
 
 
 @dataclass
@@ -140,3 +140,68 @@ class LaunchResult:
             "nodes": {h: asdict(n) for h, n in self.nodes.items()},
             "ranks": {str(r): asdict(v) for r, v in sorted(self.ranks.items())},
         }
+
+    @classmethod
+    def from_json(cls, doc: object, launch_id: str = "") -> LaunchResult:
+        """The record :meth:`to_json` wrote, parsed once (``launch_id`` when the file names none).
+
+        Tolerant of older files: a missing key gets the field's default, an entry that is not an
+        object is left out; a document without an integer ``world_size`` raises ValueError."""
+        if not isinstance(doc, dict) or not _is_int(doc.get("world_size")):
+            raise ValueError("not a launch record")
+        scalars = _known(cls, doc, skip=("nodes", "ranks", "held", "stacks", "notes"))
+        return cls(**{**scalars, "launch_id": str(doc.get("launch_id") or launch_id)},
+                   nodes={str(h): _row(NodeResult, n, host=str(h), node_rank=-1)
+                          for h, n in _objects(doc.get("nodes"))},
+                   ranks={int(r): _row(RankResult, v, rank=int(r), host="")
+                          for r, v in _objects(doc.get("ranks")) if str(r).isdigit()},
+                   held=[_row(HeldDevice, h) for h in _entries(doc.get("held"))],
+                   notes=[str(n) for n in _list(doc.get("notes"))],
+                   stacks=[_stack_group(g) for g in _entries(doc.get("stacks"))])
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _list(value: object) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _entries(value: object) -> list[dict[str, Any]]:
+    """The JSON objects of a list (anything else in it left out)."""
+    return [v for v in _list(value) if isinstance(v, dict)]
+
+
+def _mapping(value: object) -> dict[Any, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _objects(value: object) -> list[tuple[str, dict[str, Any]]]:
+    """The (key, object) items of a JSON object (items whose value is not an object left out)."""
+    return [(str(k), v) for k, v in _mapping(value).items() if isinstance(v, dict)]
+
+
+def _known(cls: type, doc: Mapping[str, Any], skip: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The keys of ``doc`` that are fields of the dataclass ``cls`` (a newer writer's extras left out)."""
+    names = {f.name for f in fields(cls)} - set(skip)
+    return {k: v for k, v in doc.items() if k in names}
+
+
+def _row(cls: type[_Row], doc: Mapping[str, Any], **defaults: Any) -> _Row:
+    """A dataclass row from its JSON object: ``defaults`` for keys an older writer left out."""
+    return cls(**{**defaults, **_known(cls, doc)})
+
+
+def _stack_group(doc: Mapping[str, Any]) -> StackGroup:
+    """A stack group from :meth:`StackGroup.to_json` (its frames as ``file:line in func``)."""
+    hosts = {int(r): str(h) for r, h in _mapping(doc.get("hosts")).items() if str(r).isdigit()}
+    return StackGroup(tuple(_frame(str(f)) for f in _list(doc.get("stack"))),
+                      [int(r) for r in _list(doc.get("ranks"))], hosts)
+
+
+def _frame(text: str) -> Frame:
+    """``file:line in func`` back into a frame (line 0: a native frame)."""
+    where, _, func = text.rpartition(" in ")
+    file, _, line = where.rpartition(":")
+    return Frame(file, int(line) if line.isdigit() else 0, func)

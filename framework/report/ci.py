@@ -64,8 +64,7 @@ def _head_lines(run: RunView) -> list[str]:
     lines = [head]
     if facts.error:
         lines.append("error: " + short(facts.error, 120))
-    causes = [(lv.name, str(lv.data["cause"])) for lv in run.launches if lv.data.get("cause")]
-    return lines + [f"CAUSE {short(f'{name}: {text}', _WIDTH)}" for name, text in causes[:3]]
+    return lines + [f"CAUSE {short(f'{name}: {text}', _WIDTH)}" for name, text in run.causes[:3]]
 
 
 def _hosts_line(hosts: list[str]) -> list[str]:

@@ -183,10 +183,8 @@ def _banners(run: RunView) -> str:
     if facts.error:
         out.append(f"<div class='banner' id='run-error'><b>{escape(str(facts.status))}:</b> "
                    f"{escape(facts.error)}</div>")
-    for lv in run.launches:  # what failed and why, before anything else
-        if lv.data.get("cause"):
-            out.append(f"<div class='banner cause'><b>{escape(lv.name)} failed:</b> "
-                       f"{escape(str(lv.data['cause']))}</div>")
+    out += [f"<div class='banner cause'><b>{escape(name)} failed:</b> {escape(cause)}</div>"
+            for name, cause in run.causes]  # what failed and why, before anything else
     problems = [*run.problems, *facts.problems]
     if problems:
         items = "".join(f"<li>{escape(p)}</li>" for p in dict.fromkeys(problems))
@@ -400,12 +398,10 @@ def _host_rows(ranks: Iterable[RankView]) -> str:
 
 def _launch_info(lv: LaunchView) -> list[str]:
     """A launch card's facts: world size, nodes, duration, master, what it retried."""
-    d = lv.data
-    info = [f"world size {lv.world_size}", f"{len(d.get('nodes') or {})} nodes"]
-    if d.get("duration") is not None:
-        info.append(dur(float(d["duration"])))
-    if d.get("master"):
-        info.append(f"master {d['master']}")
+    record = lv.record
+    info = [f"world size {lv.world_size}", f"{len(record.nodes)} nodes", dur(record.duration)]
+    if record.master:
+        info.append(f"master {record.master}")
     if lv.superseded:
         info.append(f"retry of {', '.join(lv.superseded)}")
     return info
@@ -413,13 +409,14 @@ def _launch_info(lv: LaunchView) -> list[str]:
 
 def _launch_banners(lv: LaunchView) -> str:
     """A launch's first failure, cause and grouped stacks."""
-    d = lv.data
+    record = lv.record
     out = ""
     if lv.failure:
-        out += (f"<div class='banner'><b>first failure</b> ({escape(str(d.get('failure_kind') or '?'))}): "
+        out += (f"<div class='banner'><b>first failure</b> ({escape(record.failure_kind or '?')}): "
                 f"{escape(lv.failure)}</div>")
-    if d.get("cause"):
-        out += f"<div class='banner'><b>cause</b>: {escape(str(d['cause']))}</div>"
+    if record.cause:
+        out += f"<div class='banner'><b>cause</b>: {escape(record.cause)}</div>"
+
     if lv.stacks:
         out += ("<div class='banner'><b>stacks</b> (identical stacks grouped, majority first):<ul>"
                 + "".join(f"<li>{escape(line)}</li>" for line in lv.stacks) + "</ul></div>")

@@ -149,9 +149,9 @@ def _error_doc(error: BaseException | str | None, status: str, old: Mapping[str,
 
 
 def _launches_doc(run: RunView) -> list[dict[str, Any]]:
-    return [{"launch_id": lv.launch_id, "name": lv.name, "ok": lv.data.get("ok"), "world_size": lv.world_size,
-             "duration": lv.data.get("duration"), "failure": lv.failure,
-             "failure_kind": lv.data.get("failure_kind"), "superseded": lv.superseded} for lv in run.launches]
+    return [{"launch_id": lv.launch_id, "name": lv.name, "ok": lv.record.ok, "world_size": lv.world_size,
+             "duration": lv.record.duration, "failure": lv.failure,
+             "failure_kind": lv.record.failure_kind, "superseded": lv.superseded} for lv in run.launches]
 
 
 def write_fallback_manifest(root: Path, status: str, error: str, problem: str) -> Path:

@@ -131,7 +131,7 @@ def _bad_ranks(run: RunView) -> list[str]:
 
 def _causes(run: RunView) -> list[str]:
     """What failed and why, first: each failed launch's cause in its rank's own words (at most three)."""
-    causes = [(lv.name, str(lv.data["cause"])) for lv in run.launches if lv.data.get("cause")]
+    causes = run.causes
     lines = ["  CAUSE  " + short(f"{name}: {text}", 2 * _WIDTH) for name, text in causes[:3]]
     if len(causes) > 3:
         lines.append(f"  … {len(causes) - 3} more failed launch(es) with a cause: see index.html")
