@@ -13,7 +13,8 @@ import json
 import math
 import os
 import xml.etree.ElementTree as ET
-from collections.abc import Iterable, Sequence
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
 from contextvars import ContextVar
 from importlib import resources
 from pathlib import Path
@@ -33,6 +34,7 @@ from framework.report.model import (
     Phase,
     RankView,
     RunView,
+    case_outcome,
     log_tail,
     read_run,
 )
@@ -161,8 +163,13 @@ def _folder_links(root: Path) -> list[str]:
     if not root.is_dir():
         return []
     skip = {*_FIRST_LINKS, "index.html", *ASSETS}
-    others = sorted(p.name for p in root.iterdir() if p.is_file() and not p.name.startswith(".") and p.name not in skip)
+    others = sorted(p.name for p in root.iterdir() if _is_visible_file(p) and p.name not in skip)
     return [n for n in _FIRST_LINKS if (root / n).exists()] + others
+
+
+def _is_visible_file(path: Path) -> bool:
+    """A file not hidden by a leading dot."""
+    return path.is_file() and not path.name.startswith(".")
 
 
 def _header(run: RunView, status: str) -> str:
@@ -196,8 +203,8 @@ def _outcome_tiles(ranks: list[RankView]) -> list[str]:
     """A tile per outcome some rank had (pass always, when there are ranks)."""
     if not ranks:
         return []
-    return [f"<div class='tile o-{o}'><b>{sum(r.outcome == o for r in ranks)}</b>{o}</div>" for o in OUTCOMES
-            if o == "pass" or any(r.outcome == o for r in ranks)]
+    counts = Counter(r.outcome for r in ranks)
+    return [f"<div class='tile o-{o}'><b>{counts[o]}</b>{o}</div>" for o in OUTCOMES if o == "pass" or counts[o]]
 
 
 def _cluster_tile(cx: Path) -> list[str]:
@@ -386,14 +393,17 @@ def _cell(r: RankView) -> str:
 
 
 def _host_rows(ranks: Iterable[RankView]) -> str:
-    ranks = list(ranks)
-    rows = []
-    for host in dict.fromkeys(r.host for r in ranks):
-        mine = sorted((r for r in ranks if r.host == host), key=lambda r: r.rank)
-        rows.append(f"<div class='host-row'><div class='host' title='{escape(host, quote=True)}'>{escape(host)}<br>"
-                    f"<small>ranks {ranges([r.rank for r in mine])}</small></div><div class='cells'>"
-                    f"{''.join(_cell(r) for r in mine)}</div></div>")
-    return "".join(rows)
+    """A row per host (in the order the ranks name them) of its ranks' cells, by rank."""
+    by_host: dict[str, list[RankView]] = {}
+    for r in ranks:
+        by_host.setdefault(r.host, []).append(r)
+    return "".join(_host_row(host, sorted(mine, key=lambda r: r.rank)) for host, mine in by_host.items())
+
+
+def _host_row(host: str, mine: list[RankView]) -> str:
+    return (f"<div class='host-row'><div class='host' title='{escape(host, quote=True)}'>{escape(host)}<br>"
+            f"<small>ranks {ranges([r.rank for r in mine])}</small></div><div class='cells'>"
+            f"{''.join(_cell(r) for r in mine)}</div></div>")
 
 
 def _launch_info(lv: LaunchView) -> list[str]:
@@ -481,13 +491,16 @@ def _cluster_timeline(run: RunView, limit: int = 15) -> str:
         return ""
     root = data.get("root_cause") or {}
     rows = "".join(_event_row(e, root) for e in events[:limit])
-    more = ""
-    if len(events) > limit:
-        more = f"<p class='muted'>… {len(events) - limit} more in timeline.json</p>"
     note = escape(str((data.get("clock") or {}).get("note", "")))
     return (f"<section id='cluster-timeline'><h2>Cluster timeline</h2>{_root_line(root)}"
             f"<p class='muted'>{note}</p><table><tr><th>t</th><th>host</th><th>rank</th>"
-            f"<th>source</th><th>kind</th><th>event</th></tr>{rows}</table>{more}</section>")
+            f"<th>source</th><th>kind</th><th>event</th></tr>{rows}</table>"
+            f"{_more(len(events), limit, 'in timeline.json')}</section>")
+
+
+def _more(count: int, limit: int, what: str) -> str:
+    """``… N more <what>`` when ``count`` items were cut to ``limit``."""
+    return f"<p class='muted'>… {count - limit} more {what}</p>" if count > limit else ""
 
 
 def _fault_bundle(run: RunView) -> str:
@@ -526,12 +539,11 @@ def _bad_rank(run: RunView, r: RankView) -> str:
 
 def _failing_case(r: RankView, c: ET.Element) -> str:
     """A rank's failing test case: its message's first line, its text's end folded."""
-    el = c.find("error") if c.find("error") is not None else c.find("failure")
+    el = c.find(case_outcome(c))  # the error when it has one, else the failure
     assert el is not None
     where = _launch_prefix(r) + f"{r.host} rank {r.rank}"
     text = (el.text or "").strip()
-    message = el.get("message", "")
-    first = message.splitlines()[0] if message else ""
+    first = next(iter(el.get("message", "").splitlines()), "")
     return (f"<details class='o-fail'><summary><span class='kind'>{escape(el.tag)}</span>{escape(where)} · "
             f"<code>{escape(c.get('classname', ''))}::{escape(c.get('name', ''))}</code> — "
             f"{escape(first)}</summary><pre>{escape(text[-6000:])}</pre></details>")
@@ -554,10 +566,7 @@ def _problems(run: RunView, limit: int = 200) -> str:
     out = ["<section id='problems'><h2>Problems</h2>"]
     out += [_bad_rank(run, r) for r in bad]
     out += [_failing_case(r, c) for r, c in failing[:limit]]
-    if len(failing) > limit:
-        out.append(f"<p class='muted'>… {len(failing) - limit} more failing tests: "
-                   "see cluster.xml</p>")
-    out.append("</section>")
+    out += [_more(len(failing), limit, "failing tests: see cluster.xml"), "</section>"]
     return "".join(out)
 
 
@@ -620,17 +629,16 @@ def _controller(run: RunView) -> str:
             f"{table}</section>")
 
 
-def _deploy_row(d: DeployHost, version: object) -> str:
-    """A deployed host's row; ``version`` is manifest.json's ``versions`` entry of the host."""
+def _deploy_row(d: DeployHost, recorded: str | None) -> str:
+    """A deployed host's row; ``recorded`` is the version manifest.json's ``versions`` gives the host."""
     steps = ", ".join(f"{k} {v:.1f}s" for k, v in d.durations.items())
-    recorded = version.get("installed_version") if isinstance(version, dict) else None
     installed = d.installed_version or recorded or "—"
     return (f"<tr><td>{escape(d.host)}</td><td>{escape(str(d.status))}</td><td>{escape(str(installed))}"
             f"</td><td>{escape(d.vendor or '—')}</td><td>{escape(steps)}</td><td>"
             f"{escape(d.error or '')}</td></tr>")
 
 
-def _artifact_row(a: dict[str, Any]) -> str:
+def _artifact_row(a: Mapping[str, Any]) -> str:
     """An artifact's row: kind, name, short sha256, size and how it reached each host."""
     hosts = ", ".join(f"{h} ({v})" for h, v in (a.get("hosts") or {}).items())
     return (f"<tr><td>{escape(str(a.get('kind')))}</td><td>{escape(str(a.get('name')))}</td>"
@@ -644,18 +652,13 @@ _ARTIFACT_HEAD = ("<h3>Artifacts</h3><table class='plain'><tr><th>kind</th><th>n
                   "<th>sha256</th><th>bytes</th><th>hosts (how it arrived)</th></tr>")
 
 
-def _deployed_hosts(run: RunView) -> bool:
-    """Whether deploy-manifest.json lists any host."""
-    return isinstance(run.deploy, dict) and bool(run.deploy.get("hosts"))
-
-
 def _deployed(run: RunView) -> str:
-    arts = run.manifest.get("artifacts") or []
-    if not (arts or _deployed_hosts(run)):
+    facts, hosts = run.facts, run.deploy_hosts
+    if not (facts.artifacts or hosts):
         return ""
-    versions = run.manifest.get("versions") or {}
-    rows = "".join(_deploy_row(d, versions.get(d.host)) for d in run.deploy_hosts)
-    art_rows = "".join(_artifact_row(a) for a in arts)
+    rows = "".join(_deploy_row(d, facts.versions.get(d.host)) for d in hosts)
+    art_rows = "".join(_artifact_row(a) for a in facts.artifacts)
+
     tables = [(_DEPLOY_HEAD, rows), (_ARTIFACT_HEAD, art_rows)]
     body = "".join(f"{head}{body}</table>" for head, body in tables if body)
     return f"<section id='deploy'><h2>Deployed</h2>{body}</section>"
@@ -666,9 +669,10 @@ def _host_files(run: RunView, host: str) -> str:
     folder = run.path / host
     if not folder.is_dir():
         return ""
-    files = sorted(p for p in folder.rglob("*") if p.is_file() and not p.name.startswith("."))
+    files = sorted(p for p in folder.rglob("*") if _is_visible_file(p))
     if not files:
         return ""
+
     items = "".join(f"<li><a href='{_href(p.relative_to(run.path).as_posix())}'>"
                     f"{escape(p.relative_to(folder).as_posix())}</a> "
                     f"<small>{_size(p.stat().st_size)}</small></li>" for p in files)

@@ -206,6 +206,9 @@ class RunFacts:
     git: str | None = None
     repro: str | None = None  # the command line that reproduces the run
     problems: tuple[str, ...] = ()  # what the previous report could not read
+    artifacts: tuple[Mapping[str, Any], ...] = ()  # the deployed artifacts (entries that are objects)
+    #: the installed version each deployed host reported, by host (hosts that reported none left out)
+    versions: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
     def from_manifest(cls, m: Mapping[str, Any]) -> RunFacts:
@@ -216,7 +219,16 @@ class RunFacts:
                    seed=None if m.get("seed") is None else str(m["seed"]),
                    env_file=_text(_table(m, "env").get("file")), version=_text(fw.get("version")),
                    git=_text(fw.get("git")), repro=_text(_table(m, "command").get("repro")),
-                   problems=tuple(str(p) for p in _list(m.get("report_problems"))))
+                   problems=tuple(str(p) for p in _list(m.get("report_problems"))),
+                   artifacts=tuple(a for a in _list(m.get("artifacts")) if isinstance(a, dict)),
+                   versions=_installed_versions(_table(m, "versions")))
+
+
+def _installed_versions(versions: Mapping[str, Any]) -> dict[str, str]:
+    """``installed_version`` of each host entry of manifest.json's ``versions`` that names one."""
+    found = {host: _text(v.get("installed_version")) for host, v in versions.items() if isinstance(v, dict)}
+    return {host: v for host, v in found.items() if v is not None}
+
 
 
 @dataclass(frozen=True)
