@@ -79,7 +79,7 @@ def _counts_line(run: RunView, cluster: ET.Element | None) -> list[str]:
     if cluster is not None:
         counts.append("cluster.xml " + _counts(case_counts(cluster.iter("testcase"))))
     if run.junit:
-        counts.append("junit.xml " + _counts(run.junit))
+        counts.append("junit.xml " + _counts(run.junit.counts))
     return [" · ".join(counts)] if counts else []
 
 
@@ -124,8 +124,8 @@ def _failures(run: RunView, cluster: ET.Element | None) -> list[str]:
     """The failing tests by name: cluster.xml's (a rank that did not pass is one of them), the controller's,
     and the ranks that did not pass when there is no cluster.xml."""
     names = dict.fromkeys(_cluster_failures(cluster))
-    for failed in (run.junit or {}).get("failed", []):
-        names.setdefault(_named(failed["classname"], failed["name"], failed["message"] or ""))
+    for failed in run.failed_tests:
+        names.setdefault(_named(failed.classname, failed.name, failed.message))
     if cluster is None:
         names.update(dict.fromkeys(_bad_rank_line(r) for r in run.ranks if r.outcome != "pass"))
     return list(names)

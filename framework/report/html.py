@@ -222,8 +222,8 @@ def _cluster_tile(cx: Path) -> list[str]:
 
 def _tiles(run: RunView) -> str:
     tiles = [*_outcome_tiles(run.ranks), *_cluster_tile(run.path / "cluster.xml")]
-    if run.junit:
-        j = run.junit
+    if run.junit is not None:
+        j = run.junit.counts
         tiles.append(f"<div class='tile'><b>{j['tests']}</b>controller tests <small>{j['failures']} failed · "
                      f"{j['errors']} errors · {j['skipped']} skipped</small></div>")
     if run.cores:
@@ -616,15 +616,16 @@ def _failed_commands(text: str) -> str:
 
 
 def _controller(run: RunView) -> str:
-    j = run.junit
-    if not j:
+    if run.junit is None:
         return ""
-    rows = "".join(f"<tr><td>{escape(f['kind'])}</td><td><code>{escape(f['classname'])}::{escape(f['name'])}"
-                   f"</code></td><td>{escape(f['message'].splitlines()[0] if f['message'] else '')}"
-                   f"{_failed_commands(f.get('text', ''))}</td></tr>" for f in j["failed"])
+    j = run.junit.counts
+    rows = "".join(f"<tr><td>{escape(f.kind)}</td><td><code>{escape(f.classname)}::{escape(f.name)}"
+                   f"</code></td><td>{escape(f.first_line)}{_failed_commands(f.text)}</td></tr>"
+                   for f in run.junit.failed)
     table = (f"<table class='plain'><tr><th>kind</th><th>test</th><th>message</th></tr>{rows}</table>"
              if rows else "<p class='muted'>every controller-level test passed or was skipped.</p>")
     return (f"<section id='controller'><h2>Controller tests <small><a href='junit.xml'>junit.xml</a>: "
+
             f"{j['tests']} tests, {j['failures']} failed, {j['errors']} errors, {j['skipped']} skipped</small></h2>"
             f"{table}</section>")
 

@@ -199,7 +199,7 @@ def _results(run: RunView) -> dict[str, Any]:
     outcomes = {o: 0 for o in OUTCOMES}
     for r in run.ranks:
         outcomes[r.outcome] += 1
-    controller = {k: v for k, v in (run.junit or {}).items() if k != "failed"} or None
+    controller = dict(run.junit.counts) if run.junit is not None else None
     return {"ranks": outcomes, "cores": len(run.cores), "controller": controller}
 
 

@@ -22,9 +22,9 @@ from framework.launch.result import LaunchResult, RankResult
 from framework.launch.stacks import StackGroup
 from framework.report.fmt import number, ranges, signame, slug, strip_ansi
 
-__all__ = ["OUTCOMES", "PHASE_ORDER", "CoreView", "DeployHost", "LaunchView", "Phase", "RankView", "RunFacts",
-           "RunView", "case_counts", "case_outcome", "describe_rank", "inside_run", "launch_name", "log_tail",
-           "read_json", "read_run"]
+__all__ = ["OUTCOMES", "PHASE_ORDER", "CoreView", "DeployHost", "FailedTest", "JunitSummary", "LaunchView",
+           "Phase", "RankView", "RunFacts", "RunView", "case_counts", "case_outcome", "describe_rank", "inside_run",
+           "launch_name", "log_tail", "read_json", "read_run"]
 
 PHASE_ORDER = ("connect", "deploy", "launch", "run", "collect", "teardown")
 #: signals that end a rank as a consequence (torchrun or our teardown stopping it), not a crash
@@ -296,12 +296,17 @@ class RunView:
     phases: list[Phase]
     manifest: dict[str, Any]
     deploy: dict[str, Any] | None
-    junit: dict[str, Any] | None  # counts and failed cases of pytest's junit.xml
+    junit: JunitSummary | None  # pytest's junit.xml: counts and failed cases
     problems: list[str]
 
     @property
     def ranks(self) -> list[RankView]:
         return [r for lv in self.launches for r in lv.ranks] + self.orphans
+
+    @property
+    def failed_tests(self) -> list[FailedTest]:
+        """The controller's failing tests (pytest's junit.xml), in its order."""
+        return self.junit.failed if self.junit is not None else []
 
     @property
     def facts(self) -> RunFacts:
@@ -844,7 +849,39 @@ def case_counts(cases: Iterable[ET.Element]) -> dict[str, int]:
 
 
 
-def _junit_summary(path: Path, problems: list[str]) -> dict[str, Any] | None:
+@dataclass(frozen=True)
+class FailedTest:
+    """A failing controller test of pytest's junit.xml: ``kind`` failure or error, its element's message
+    and the end of its text (:data:`TEXT_CHARS`)."""
+
+    classname: str
+    name: str
+    kind: str
+    message: str
+    text: str
+
+    @classmethod
+    def from_case(cls, case: ET.Element) -> FailedTest:
+        kind = case_outcome(case)
+        el = case.find(kind)
+        message, text = ("", "") if el is None else (el.get("message") or "", el.text or "")
+        return cls(case.get("classname", ""), case.get("name", ""), kind, message, text[-TEXT_CHARS:])
+
+    @property
+    def first_line(self) -> str:
+        """The message's first line (empty for none)."""
+        return next(iter(self.message.splitlines()), "")
+
+
+@dataclass(frozen=True)
+class JunitSummary:
+    """pytest's own junit.xml in short: ``counts`` as :func:`case_counts` gives them, the failing tests."""
+
+    counts: dict[str, int]
+    failed: list[FailedTest]
+
+
+def _junit_summary(path: Path, problems: list[str]) -> JunitSummary | None:
     if not path.exists():
         return None
     try:
@@ -853,17 +890,9 @@ def _junit_summary(path: Path, problems: list[str]) -> dict[str, Any] | None:
         problems.append(f"junit.xml: unreadable ({exc})")
         return None
     cases = list(top.iter("testcase"))
-    failed = [_failed_doc(case) for case in cases if case_outcome(case) in ("failure", "error")]
-    return {**case_counts(cases), "failed": failed}
+    failed = [FailedTest.from_case(case) for case in cases if case_outcome(case) in ("failure", "error")]
+    return JunitSummary(case_counts(cases), failed)
 
-
-def _failed_doc(case: ET.Element) -> dict[str, str]:
-    """A failing controller test: classname, name, kind and its failure's message and text's end."""
-    kind = case_outcome(case)
-    el = case.find(kind)
-    message, text = ("", "") if el is None else (el.get("message") or "", el.text or "")
-    return {"classname": case.get("classname", ""), "name": case.get("name", ""), "kind": kind,
-            "message": message, "text": text[-TEXT_CHARS:]}
 
 
 # -- phases ---------------------------------------------------------------------

@@ -70,7 +70,7 @@ def _counts(run: RunView) -> list[str]:
         with contextlib.suppress(ET.ParseError, OSError):
             counts.append("cluster.xml " + _count_text(case_counts(ET.parse(cx).getroot().iter("testcase"))))
     if run.junit:
-        counts.append("junit.xml " + _count_text(run.junit))
+        counts.append("junit.xml " + _count_text(run.junit.counts))
     return ["  " + "; ".join(counts)] if counts else []
 
 
@@ -183,9 +183,8 @@ def _dirty_hosts(run: RunView) -> list[str]:
 
 def _failed_tests(run: RunView) -> list[str]:
     lines = []
-    for failed in (run.junit or {}).get("failed", [])[:3]:
-        first = (failed["message"].splitlines() or [""])[0]
-        lines.append("  TEST   " + short(f"{failed['classname']}::{failed['name']}: {first}", _WIDTH))
+    for failed in run.failed_tests[:3]:
+        lines.append("  TEST   " + short(f"{failed.classname}::{failed.name}: {failed.first_line}", _WIDTH))
     return lines
 
 
