@@ -14,11 +14,12 @@ import json
 import math
 import os
 import xml.etree.ElementTree as ET
+from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from framework.records.folder import write_atomic
-from framework.report.fmt import dur, short
+from framework.report.fmt import capped, dur, short
 from framework.report.model import OUTCOMES, RankView, RunView, case_counts, read_run
 
 if TYPE_CHECKING:
@@ -84,19 +85,20 @@ def _counts_line(run: RunView, cluster: ET.Element | None) -> list[str]:
 
 
 def _ranks_line(run: RunView) -> list[str]:
-    ranks = [f"{n} {o}" for o in OUTCOMES if (n := sum(r.outcome == o for r in run.ranks))]
-    if run.cores:
-        ranks.append(f"{len(run.cores)} core dump" + ("s" if len(run.cores) > 1 else ""))
+    """``ranks: 3 pass, 1 crash, 1 core dump``: the outcomes some rank had, and the core dumps."""
+    counts = Counter(r.outcome for r in run.ranks)
+    ranks = [f"{counts[o]} {o}" for o in OUTCOMES if counts[o]]
+    cores = len(run.cores)
+    ranks += [f"{cores} core dump" + ("s" if cores > 1 else "")] if cores else []
     return ["ranks: " + ", ".join(ranks)] if ranks else []
+
 
 
 def _failed_lines(named: list[str]) -> list[str]:
     if not named:
         return []
-    lines = [f"failed ({len(named)}):", *(f"  {short(n, _WIDTH)}" for n in named[:MAX_NAMED])]
-    if len(named) > MAX_NAMED:
-        lines.append(f"  … {len(named) - MAX_NAMED} more: see index.html")
-    return lines
+    lines = [f"  {short(n, _WIDTH)}" for n in named]
+    return [f"failed ({len(named)}):", *capped(lines, MAX_NAMED, "  … {n} more: see index.html")]
 
 
 def _missing_cores(root: Path) -> list[str]:
