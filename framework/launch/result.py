@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any, TypeVar
+from typing import Any, TypeGuard, TypeVar
 
 from framework.launch.devices import HeldDevice
 from framework.launch.stacks import Frame, StackGroup
@@ -147,21 +147,33 @@ class LaunchResult:
 
         Tolerant of older files: a missing key gets the field's default, an entry that is not an
         object is left out; a document without an integer ``world_size`` raises ValueError."""
-        if not isinstance(doc, dict) or not _is_int(doc.get("world_size")):
+        if not _is_record(doc):
             raise ValueError("not a launch record")
         scalars = _known(cls, doc, skip=("nodes", "ranks", "held", "stacks", "notes"))
         return cls(**{**scalars, "launch_id": str(doc.get("launch_id") or launch_id)},
-                   nodes={str(h): _row(NodeResult, n, host=str(h), node_rank=-1)
-                          for h, n in _objects(doc.get("nodes"))},
-                   ranks={int(r): _row(RankResult, v, rank=int(r), host="")
-                          for r, v in _objects(doc.get("ranks")) if str(r).isdigit()},
+                   nodes=_nodes(doc.get("nodes")), ranks=_ranks(doc.get("ranks")),
                    held=[_row(HeldDevice, h) for h in _entries(doc.get("held"))],
                    notes=[str(n) for n in _list(doc.get("notes"))],
                    stacks=[_stack_group(g) for g in _entries(doc.get("stacks"))])
 
 
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
+def _is_record(doc: object) -> TypeGuard[dict[str, Any]]:
+    """A JSON object with an integer ``world_size`` (the one key every launch record had)."""
+    if not isinstance(doc, dict):
+        return False
+    size = doc.get("world_size")
+    return isinstance(size, int) and not isinstance(size, bool)
+
+
+def _nodes(value: object) -> dict[str, NodeResult]:
+    """The record's nodes by host (an older record's node without its place in the plan: -1)."""
+    return {h: _row(NodeResult, n, host=h, node_rank=-1) for h, n in _objects(value)}
+
+
+def _ranks(value: object) -> dict[int, RankResult]:
+    """The record's ranks by number (an older record's rank without its host: '')."""
+    return {int(r): _row(RankResult, v, rank=int(r), host="") for r, v in _objects(value) if r.isdigit()}
+
 
 
 def _list(value: object) -> list[Any]:

@@ -14,13 +14,12 @@ import json
 import math
 import os
 import xml.etree.ElementTree as ET
-from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from framework.records.folder import write_atomic
 from framework.report.fmt import capped, dur, short
-from framework.report.model import OUTCOMES, RankView, RunView, case_counts, read_run
+from framework.report.model import RankView, RunView, case_counts, outcome_tally, read_run
 
 if TYPE_CHECKING:
     from framework.records.scrub import Scrub
@@ -86,11 +85,11 @@ def _counts_line(run: RunView, cluster: ET.Element | None) -> list[str]:
 
 def _ranks_line(run: RunView) -> list[str]:
     """``ranks: 3 pass, 1 crash, 1 core dump``: the outcomes some rank had, and the core dumps."""
-    counts = Counter(r.outcome for r in run.ranks)
-    ranks = [f"{counts[o]} {o}" for o in OUTCOMES if counts[o]]
-    cores = len(run.cores)
-    ranks += [f"{cores} core dump" + ("s" if cores > 1 else "")] if cores else []
+    ranks = outcome_tally(run.ranks)
+    if run.cores:
+        ranks.append(f"{len(run.cores)} core dump" + ("s" if len(run.cores) > 1 else ""))
     return ["ranks: " + ", ".join(ranks)] if ranks else []
+
 
 
 

@@ -34,6 +34,7 @@ from framework.report.model import (
     Phase,
     RankView,
     RunView,
+    by_host,
     case_outcome,
     log_tail,
     read_run,
@@ -394,10 +395,8 @@ def _cell(r: RankView) -> str:
 
 def _host_rows(ranks: Iterable[RankView]) -> str:
     """A row per host (in the order the ranks name them) of its ranks' cells, by rank."""
-    by_host: dict[str, list[RankView]] = {}
-    for r in ranks:
-        by_host.setdefault(r.host, []).append(r)
-    return "".join(_host_row(host, sorted(mine, key=lambda r: r.rank)) for host, mine in by_host.items())
+    return "".join(_host_row(host, mine) for host, mine in by_host(ranks).items())
+
 
 
 def _host_row(host: str, mine: list[RankView]) -> str:

@@ -24,7 +24,8 @@ from framework.report.fmt import number, ranges, signame, slug, strip_ansi
 
 __all__ = ["OUTCOMES", "PHASE_ORDER", "CoreView", "DeployHost", "FailedTest", "JunitSummary", "LaunchView",
            "Phase", "RankView", "RunFacts", "RunView", "case_counts", "case_outcome", "describe_rank", "inside_run",
-           "launch_name", "log_tail", "read_json", "read_run"]
+           "by_host", "launch_name", "log_tail", "outcome_tally", "read_json", "read_run"]
+
 
 PHASE_ORDER = ("connect", "deploy", "launch", "run", "collect", "teardown")
 #: signals that end a rank as a consequence (torchrun or our teardown stopping it), not a crash
@@ -839,6 +840,20 @@ def _rank_host(record: LaunchResult, rank: int) -> str:
     recorded = record.ranks.get(rank)
     host = "" if recorded is None else recorded.host
     return host or _expected_host(record, rank)
+
+
+def by_host(ranks: Iterable[RankView]) -> dict[str, list[RankView]]:
+    """``ranks`` by host, hosts in the order the ranks first name them, each host's by rank number."""
+    out: dict[str, list[RankView]] = {}
+    for rv in ranks:
+        out.setdefault(rv.host, []).append(rv)
+    return {host: sorted(mine, key=lambda r: r.rank) for host, mine in out.items()}
+
+
+def outcome_tally(ranks: Iterable[RankView]) -> list[str]:
+    """``["3 pass", "1 crash"]``: how many of ``ranks`` had each outcome some had, in :data:`OUTCOMES` order."""
+    counts = Counter(rv.outcome for rv in ranks)
+    return [f"{counts[o]} {o}" for o in OUTCOMES if counts[o]]
 
 
 def case_counts(cases: Iterable[ET.Element]) -> dict[str, int]:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from framework.console import printable
 from framework.report.fmt import capped, dur, ranges, short
-from framework.report.model import OUTCOMES, CoreView, RankView, RunView, case_counts, read_run
+from framework.report.model import CoreView, RankView, RunView, by_host, case_counts, outcome_tally, read_run
 
 if TYPE_CHECKING:
     from framework.records.scrub import Scrub
@@ -100,17 +100,15 @@ def _rank_groups(run: RunView) -> list[tuple[str, list[RankView]]]:
 
 def _group_rows(ranks: list[RankView], width: int) -> list[str]:
     """A launch's ranks, host by host in the order they first appear, each host's by rank."""
-    rows = []
-    for host in dict.fromkeys(r.host for r in ranks):
-        rows += _host_rows(host, sorted((r for r in ranks if r.host == host), key=lambda r: r.rank), width)
-    return rows
+    return [row for host, mine in by_host(ranks).items() for row in _host_rows(host, mine, width)]
 
 
 def _host_rows(host: str, mine: list[RankView], width: int) -> list[str]:
     """One host's ranks as characters, :data:`_RANKS_A_LINE` a line; the first line names them and tallies."""
     chars = "".join(_CHAR[r.outcome] for r in mine)
-    tally = ", ".join(f"{n} {o}" for o in OUTCOMES if (n := sum(r.outcome == o for r in mine)))
+    tally = ", ".join(outcome_tally(mine))
     label = f"r{ranges([r.rank for r in mine])}"
+
     cells = min(_RANKS_A_LINE, len(chars))
     lines = [chars[i:i + _RANKS_A_LINE] for i in range(0, len(chars), _RANKS_A_LINE)]
     first = f"    {host:<{width}}  {label:<9} {lines[0]:<{cells}}  {tally}"

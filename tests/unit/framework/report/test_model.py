@@ -1,0 +1,31 @@
+"""The run folder as data: the helpers the report's files share, and the typed launch record it holds."""
+
+from __future__ import annotations
+
+from framework.launch.result import LaunchResult
+from framework.report.model import LaunchView, RankView, by_host, outcome_tally
+
+
+def rank(n: int, host: str, outcome: str = "pass") -> RankView:
+    return RankView(n, host, outcome=outcome)
+
+
+def test_ranks_by_host_keep_the_hosts_first_order_and_sort_each_hosts_ranks():
+    ranks = [rank(3, "node2"), rank(1, "node1"), rank(2, "node2"), rank(0, "node1")]
+    grouped = by_host(ranks)
+    assert list(grouped) == ["node2", "node1"]
+    assert [[r.rank for r in mine] for mine in grouped.values()] == [[2, 3], [0, 1]]
+
+
+def test_the_tally_names_each_outcome_some_rank_had_in_outcome_order():
+    ranks = [rank(0, "a", "crash"), rank(1, "a"), rank(2, "a", "lost"), rank(3, "a")]
+    assert outcome_tally(ranks) == ["2 pass", "1 crash", "1 lost"]
+    assert outcome_tally([]) == []
+
+
+def test_a_launch_view_reads_its_typed_record():
+    """A record of no test: no test name, attempt 1; a test's record names both."""
+    plain = LaunchView("x", LaunchResult.from_json({"launch_id": "run-w2", "world_size": 2, "test": ""}), 0.0)
+    assert (plain.launch_id, plain.world_size, plain.test, plain.attempt) == ("run-w2", 2, None, 1)
+    rerun = LaunchView("x", LaunchResult.from_json({"world_size": 4, "test": "t.py::x", "attempt": 2}, "f"), 0.0)
+    assert (rerun.launch_id, rerun.test, rerun.attempt) == ("f", "t.py::x", 2)
