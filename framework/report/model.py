@@ -449,13 +449,21 @@ def _port_attempt(lid: str) -> tuple[str, int]:
 def _last_port_attempts(found: list[LaunchView]) -> list[LaunchView]:
     """A port-collision retry (<id>-r2) supersedes earlier attempts: keep the highest-numbered (the
     first found among equals), naming the others."""
-    tries: dict[str, list[LaunchView]] = {}
+    kept: set[int] = set()  # ids: two views may be equal without being the same launch
+    for group in _port_groups(found):
+        last = max(group, key=lambda lv: _port_attempt(lv.launch_id)[1])
+        last.superseded = [o.launch_id for o in group if o is not last]
+        kept.add(id(last))
+    return [lv for lv in found if id(lv) in kept]
+
+
+def _port_groups(found: list[LaunchView]) -> list[list[LaunchView]]:
+    """The launches by their id without a port-retry suffix, each group in the order found."""
+    groups: dict[str, list[LaunchView]] = {}
     for lv in found:
-        tries.setdefault(_port_attempt(lv.launch_id)[0], []).append(lv)
-    last = {base: max(group, key=lambda lv: _port_attempt(lv.launch_id)[1]) for base, group in tries.items()}
-    for base, kept in last.items():
-        kept.superseded = [o.launch_id for o in tries[base] if o is not kept]
-    return [lv for lv in found if last[_port_attempt(lv.launch_id)[0]] is lv]
+        groups.setdefault(_port_attempt(lv.launch_id)[0], []).append(lv)
+    return list(groups.values())
+
 
 
 
@@ -809,19 +817,16 @@ def _classify(rv: RankView, lv: LaunchView | None, junit_expected: bool) -> None
 
 
 def _torn_down(rv: RankView, lv: LaunchView | None) -> str | None:
-    """"torn down after rank 3 on node2 failed" when ``rv`` died of a teardown signal (or never reported) only
-    because the launch's first failure was another rank's or host's (:mod:`framework.launch.monitor` records
-    which); None for the rank that failed first, a lost host's own ranks, timeouts and interruptions."""
-    if lv is None or not lv.failure or _crashed(rv):
+    """"torn down after rank 3 on node2 failed" when ``rv`` (killed or lost, not crashed) died of a teardown
+    signal (or never reported) only because the launch's first failure was another rank's or host's
+    (:mod:`framework.launch.monitor` records which); None for the rank that failed first, a lost host's own
+    ranks, timeouts and interruptions."""
+    if lv is None or not lv.failure:
         return None
-    record = lv.record
-    first = _other_first_rank(record, rv.rank)
+    first = _other_first_rank(lv.record, rv.rank)
     if first is not None:
-        return f"torn down after rank {first} on {_rank_host(record, first)} failed"
-    own = _HOST_FAILURE.get(str(record.failure_kind))
-    if own is not None and not lv.failure.startswith(own.format(host=rv.host)):
-        return f"torn down after {lv.failure}"
-    return None
+        return f"torn down after rank {first} on {_rank_host(lv.record, first)} failed"
+    return f"torn down after {lv.failure}" if _other_host_failed(lv.record, rv.host) else None
 
 
 def _other_first_rank(record: LaunchResult, rank: int) -> int | None:
@@ -832,6 +837,12 @@ def _other_first_rank(record: LaunchResult, rank: int) -> int | None:
 
 #: the monitor's sentence of a host's failure by failure kind ("lost <host>: <why>", "torchrun on <host> exited <n>")
 _HOST_FAILURE = {"lost": "lost {host}:", "node": "torchrun on {host} "}
+
+
+def _other_host_failed(record: LaunchResult, host: str) -> bool:
+    """The launch failed first by a host's loss or its torchrun's exit, and that host is not ``host``."""
+    sentence = _HOST_FAILURE.get(str(record.failure_kind))
+    return sentence is not None and not str(record.failure).startswith(sentence.format(host=host))
 
 
 def _rank_host(record: LaunchResult, rank: int) -> str:
