@@ -33,6 +33,7 @@ from framework.report.model import (
     LaunchView,
     Phase,
     RankView,
+    RunFacts,
     RunView,
     by_host,
     case_outcome,
@@ -105,7 +106,7 @@ def _render(run: RunView) -> str:
         "<main>",
         _banners(run),
         _tiles(run),
-        _timeline(run.phases, run.manifest),
+        _timeline(run.phases, run.facts),
         _grid(run),
         _cluster_timeline(run),
         _fault_bundle(run),
@@ -276,11 +277,11 @@ class _Scale:
         return max(0.0, min(100.0, (x - self.t0) / self.span * 100))
 
 
-def _manifest_epoch(manifest: dict[str, Any], key: str) -> list[float]:
-    """The manifest's ``started``/``ended`` epoch as a list of none or one value."""
-    stamp = manifest.get(key)
-    epoch = stamp.get("epoch") if isinstance(stamp, dict) else None
-    return [epoch] if epoch else []
+def _timeline_scale(phases: Sequence[Phase], facts: RunFacts) -> _Scale:
+    """The phases' span, widened to the run's recorded start and end."""
+    starts = [p.start for p in phases] + ([facts.started] if facts.started else [])
+    ends = [p.end for p in phases] + ([facts.ended] if facts.ended else [])
+    return _Scale(min(starts), max(ends))
 
 
 def _text_anchor(x: float) -> str:
@@ -339,13 +340,12 @@ def _tl_legend(phases: Sequence[Phase]) -> str:
     return legend + "<span><i class='seg-key derived'></i>estimated</span>"
 
 
-def _timeline(phases: Sequence[Phase], manifest: dict[str, Any]) -> str:
+def _timeline(phases: Sequence[Phase], facts: RunFacts) -> str:
     head = "<section id='timeline'><h2>Timeline</h2>"
     if not phases:
         return head + ("<p class='muted'>No phase was recorded (phases.json) or could be derived."
                        "</p></section>")
-    scale = _Scale(min([p.start for p in phases] + _manifest_epoch(manifest, "started")),
-                   max([p.end for p in phases] + _manifest_epoch(manifest, "ended")))
+    scale = _timeline_scale(phases, facts)
     rows = [_axis(scale)]
     rows += [_host_track(host, phases, scale) for host in dict.fromkeys(p.host for p in phases)]
     return head + (f"<div class='card'>{''.join(rows)}<div class='legend'>{_tl_legend(phases)}"
@@ -398,8 +398,8 @@ def _host_rows(ranks: Iterable[RankView]) -> str:
     return "".join(_host_row(host, mine) for host, mine in by_host(ranks).items())
 
 
-
-def _host_row(host: str, mine: list[RankView]) -> str:
+def _host_row(
+host: str, mine: list[RankView]) -> str:
     return (f"<div class='host-row'><div class='host' title='{escape(host, quote=True)}'>{escape(host)}<br>"
             f"<small>ranks {ranges([r.rank for r in mine])}</small></div><div class='cells'>"
             f"{''.join(_cell(r) for r in mine)}</div></div>")
