@@ -302,7 +302,7 @@ def _rank_cases(rv: RankView, lv: LaunchView | None, run: RunView, prefix: str, 
 def _rerun_element(tag: str, outcome_el: ET.Element, attempt: int) -> ET.Element:
     """``tag`` (rerunFailure … flakyError) for an earlier attempt's ``<failure>``/``<error>``: junit-10's
     rerunType (``type`` required, ``message``, ``stackTrace``)."""
-    msg = outcome_el.get("message") or ""
+    msg = outcome_el.get("message", "")
     el = ET.Element(tag, type=outcome_el.get("type") or outcome_el.tag,
                     message=f"attempt {attempt}: {msg}" if msg else f"attempt {attempt} failed")
     if outcome_el.text:
@@ -312,8 +312,7 @@ def _rerun_element(tag: str, outcome_el: ET.Element, attempt: int) -> ET.Element
 
 def _attempt_key(case: ET.Element, prefix: str) -> tuple[str, str]:
     """A case's classname without the rank ``prefix``, and its name: the same in every attempt."""
-    cn = case.get("classname") or ""
-    return (cn.removeprefix(prefix), case.get("name") or "")
+    return (case.get("classname", "").removeprefix(prefix), case.get("name", ""))
 
 
 def _fold_attempt(cases: list[ET.Element], prefix: str, earlier: list[ET.Element], eprefix: str,
@@ -501,7 +500,7 @@ def _copy_child(out: ET.Element, child: ET.Element) -> None:
 
 def _bare_case(case: ET.Element, prefix: str) -> ET.Element:
     """A new ``<testcase>``: ``case``'s prefixed classname, name, time and group, no children."""
-    original = case.get("classname") or ""
+    original = case.get("classname", "")
     out = ET.Element("testcase", classname=f"{prefix}.{original}" if original else prefix,
                      name=case.get("name") or "unnamed")
     for attr in ("time", "group"):

@@ -135,7 +135,7 @@ def _seed_and_command(old: Mapping[str, Any], argv: Sequence[str] | None, seed: 
                       repro: str | None) -> tuple[int | None, Mapping[str, Any] | None]:
     """The run's seed and ``command``: this call's, else what ``old`` (the manifest so far) says."""
     if repro is None and argv is None and seed is None:  # nothing new: the recorded line stands
-        repro = (old.get("command") or {}).get("repro")
+        repro = _mapping(old.get("command")).get("repro")
     seed = seed if seed is not None else old.get("seed")
     return seed, _command(old.get("command"), argv, seed, repro)
 

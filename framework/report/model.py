@@ -534,7 +534,7 @@ def _expected_host(record: LaunchResult, rank: int) -> str:
 
 def _remote_launch(status: Mapping[str, Any]) -> str | None:
     """The launch a rank status file belongs to: its remote log path is ``…/runs/<launch-id>/rank<N>.log``."""
-    m = re.search(r"/runs/([^/]+)/rank\d+\.log$", str(status.get("log") or ""))
+    m = re.search(r"/runs/([^/]+)/rank\d+\.log$", str(status.get("log", "")))
     return m.group(1) if m else None
 
 
@@ -890,7 +890,7 @@ class FailedTest:
     def from_case(cls, case: ET.Element) -> FailedTest:
         kind = case_outcome(case)
         el = case.find(kind)
-        message, text = ("", "") if el is None else (el.get("message") or "", el.text or "")
+        message, text = ("", "") if el is None else (el.get("message", ""), el.text or "")
         return cls(case.get("classname", ""), case.get("name", ""), kind, message, text[-TEXT_CHARS:])
 
     @property
