@@ -96,17 +96,20 @@ class LaunchResult:
     def _evidence(self) -> list[str]:
         """A failure's lines after its sentence: cause, leftovers, held devices, stacks, tail."""
         out = [f"cause: {self.cause}"] if self.cause else []
-        out += [f"{n.host}: processes of the run left after the kill: pid "
-                f"{', '.join(map(str, n.left))}"
-                for n in self.nodes.values() if n.left]
-        out += [h.describe() for h in self.held]
+        out += self._leftovers() + [h.describe() for h in self.held]
         if self.stacks:
             out.append(stack_summary(self.stacks))
         if self.failure_tail:
             out.append("--- log tail ---\n" + self.failure_tail)
         return out
 
+    def _leftovers(self) -> list[str]:
+        """A line per node where processes of the run outlived the supervisor's KILL."""
+        return [f"{n.host}: processes of the run left after the kill: pid {', '.join(map(str, n.left))}"
+                for n in self.nodes.values() if n.left]
+
     def host_faults(self, oom_hosts: Iterable[str] = ()) -> dict[str, tuple[str, str]]:
+
         """The host-level failures (host → kind, why) that make a host suspect (framework.suspects):
         lost hosts, held devices, OOM kills; never a rank's own failure."""
         out = {h: ("oom", "the kernel's OOM killer ended a process") for h in oom_hosts}

@@ -579,8 +579,7 @@ def _rerun_record_element(r: RerunRecord, failed_again: bool) -> ET.Element:
 
 def _fold_reruns(suite: ET.Element, classname: str, name: str, records: list[RerunRecord]) -> bool:
     """Drop a test's earlier (empty) attempts from ``suite`` and put their failures on its final case."""
-    found = [c for c in suite.findall("testcase") if c.get("classname", "") == classname
-             and c.get("name", "") == name]
+    found = _cases_of(suite, classname, name)
     if not found:
         return False
     attempts = sorted({r.attempt for r in records})
@@ -593,7 +592,13 @@ def _fold_reruns(suite: ET.Element, classname: str, name: str, records: list[Rer
     return True
 
 
+def _cases_of(suite: ET.Element, classname: str, name: str) -> list[ET.Element]:
+    """The suite's testcases of one test (its attempts, in the file's order)."""
+    return [c for c in suite.findall("testcase") if (c.get("classname", ""), c.get("name", "")) == (classname, name)]
+
+
 def _add_properties(suite: ET.Element, properties: Sequence[tuple[str, str]]) -> bool:
+
     """Add the ``properties`` ``suite`` does not have yet (first in it); whether any was added."""
     have = {p.get("name") for p in suite.iterfind("properties/property")}
     added = [(k, v) for k, v in properties if k not in have]
