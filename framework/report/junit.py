@@ -244,8 +244,13 @@ def _attach_log(cases: list[ET.Element], log_line: str) -> None:
     if not log_line:
         return
     for c in cases:
-        if case_outcome(c) != "passed" or any(c.find(t) is not None for t in _RERUN_TAGS):
+        if not _simply_passed(c):
             _prepend_out(c, log_line)
+
+
+def _simply_passed(case: ET.Element) -> bool:
+    """Passed, and not after an earlier attempt failed (no rerun or flaky element)."""
+    return case_outcome(case) == "passed" and all(case.find(t) is None for t in _RERUN_TAGS)
 
 
 def _close_suite(suite: ET.Element, cases: list[ET.Element], rv: RankView) -> None:
@@ -404,7 +409,7 @@ def _synthetic_case(rv: RankView, lv: LaunchView | None, run: RunView, prefix: s
     case = ET.Element("testcase", classname=prefix, name="rank_report", time=_t(rv.duration or 0.0))
     if rv.overwritten_by:
         return _overwritten_case(case, rv, lv, scrub)
-    if rv.cases and not rv.junit_problem:
+    if _tests_reported(rv):
         if not _ended_badly(rv):
             return None
         case.set("name", "rank_exit")  # the tests reported, then the process ended badly
@@ -413,6 +418,12 @@ def _synthetic_case(rv: RankView, lv: LaunchView | None, run: RunView, prefix: s
         ET.SubElement(case, "system-out").text = scrub(xml_text(text))
         return case
     return _bad_ending(case, rv, lv, run, scrub)
+
+
+def _tests_reported(rv: RankView) -> bool:
+    """The rank's JUnit was read and holds its tests."""
+    return bool(rv.cases) and not rv.junit_problem
+
 
 
 def _bad_ending(case: ET.Element, rv: RankView, lv: LaunchView | None, run: RunView,
