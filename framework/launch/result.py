@@ -105,11 +105,10 @@ class LaunchResult:
 
     def _leftovers(self) -> list[str]:
         """A line per node where processes of the run outlived the supervisor's KILL."""
-        return [f"{n.host}: processes of the run left after the kill: pid {', '.join(map(str, n.left))}"
-                for n in self.nodes.values() if n.left]
+        return [f"{n.host}: processes of the run left after the kill: pid "
+                f"{', '.join(map(str, n.left))}" for n in self.nodes.values() if n.left]
 
     def host_faults(self, oom_hosts: Iterable[str] = ()) -> dict[str, tuple[str, str]]:
-
         """The host-level failures (host → kind, why) that make a host suspect (framework.suspects):
         lost hosts, held devices, OOM kills; never a rank's own failure."""
         out = {h: ("oom", "the kernel's OOM killer ended a process") for h in oom_hosts}
@@ -175,8 +174,8 @@ def _nodes(value: object) -> dict[str, NodeResult]:
 
 def _ranks(value: object) -> dict[int, RankResult]:
     """The record's ranks by number (an older record's rank without its host: '')."""
-    return {int(r): _row(RankResult, v, rank=int(r), host="") for r, v in _objects(value) if r.isdigit()}
-
+    return {int(r): _row(RankResult, v, rank=int(r), host="")
+            for r, v in _objects(value) if r.isdigit()}
 
 
 def _list(value: object) -> list[Any]:
@@ -198,7 +197,8 @@ def _objects(value: object) -> list[tuple[str, dict[str, Any]]]:
 
 
 def _known(cls: type, doc: Mapping[str, Any], skip: tuple[str, ...] = ()) -> dict[str, Any]:
-    """The keys of ``doc`` that are fields of the dataclass ``cls`` (a newer writer's extras left out)."""
+    """The keys of ``doc`` that are fields of the dataclass ``cls`` (a newer writer's extras left
+    out)."""
     names = {f.name for f in fields(cls)} - set(skip)
     return {k: v for k, v in doc.items() if k in names}
 

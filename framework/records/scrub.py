@@ -83,8 +83,8 @@ class Scrubber:
 
     @classmethod
     def from_env(cls, env: EnvConfig | object | None) -> Scrubber:
-        """The secrets of an ``EnvConfig``; none for anything else (a mapping, a path, None): the hosts'
-        passwords and the launch's secret variables."""
+        """The secrets of an ``EnvConfig``; none for anything else (a mapping, a path, None): the
+        hosts' passwords and the launch's secret variables."""
         passwords = [getattr(spec, "password", None) for spec in _values(env, "hosts")]
         variables = _values(getattr(env, "launch", None), "env")
         return cls(s.reveal() for s in [*passwords, *variables] if hasattr(s, "reveal"))
@@ -138,11 +138,13 @@ def scrub_doc(doc: Any, scrub: Scrub, key: str = "") -> Any:
 def scrub_tree(root: ET.Element, scrub: Scrub) -> bool:
     """Apply ``scrub`` in place to every text, tail and non-identifier attribute value (not :data:`ID_ATTRS`)
     under ``root``; tags and attribute names are never touched. Returns whether anything changed."""
-    return any([_scrub_element(el, scrub) for el in root.iter()])  # a list: every element is scrubbed
+    changed = [_scrub_element(el, scrub) for el in root.iter()]  # a list: every element is scrubbed
+    return any(changed)
 
 
 def _scrub_element(el: ET.Element, scrub: Scrub) -> bool:
-    """Scrub one element's text, tail and non-identifier attribute values in place; whether any changed."""
+    """Scrub one element's text, tail and non-identifier attribute values in place; whether any
+    changed."""
     before = (el.text, el.tail, dict(el.attrib))
     el.text, el.tail = _scrubbed(el.text, scrub), _scrubbed(el.tail, scrub)
     for name in [n for n in el.attrib if n not in ID_ATTRS]:
@@ -267,7 +269,6 @@ def _regular_files(base: Path) -> Iterable[Path]:
 def _is_regular(path: Path) -> bool:
     """A regular file, not a symlink to one, not hidden by a leading dot."""
     return not path.name.startswith(".") and not path.is_symlink() and path.is_file()
-
 
 
 def redact_mapping(doc: Any, key: str = "") -> Any:

@@ -91,8 +91,6 @@ def _ranks_line(run: RunView) -> list[str]:
     return ["ranks: " + ", ".join(ranks)] if ranks else []
 
 
-
-
 def _failed_lines(named: list[str]) -> list[str]:
     if not named:
         return []

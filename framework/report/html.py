@@ -206,7 +206,8 @@ def _outcome_tiles(ranks: list[RankView]) -> list[str]:
     if not ranks:
         return []
     counts = Counter(r.outcome for r in ranks)
-    return [f"<div class='tile o-{o}'><b>{counts[o]}</b>{o}</div>" for o in OUTCOMES if o == "pass" or counts[o]]
+    return [f"<div class='tile o-{o}'><b>{counts[o]}</b>{o}</div>"
+            for o in OUTCOMES if o == "pass" or counts[o]]
 
 
 def _cluster_tile(cx: Path) -> list[str]:
@@ -398,10 +399,9 @@ def _host_rows(ranks: Iterable[RankView]) -> str:
     return "".join(_host_row(host, mine) for host, mine in by_host(ranks).items())
 
 
-def _host_row(
-host: str, mine: list[RankView]) -> str:
-    return (f"<div class='host-row'><div class='host' title='{escape(host, quote=True)}'>{escape(host)}<br>"
-            f"<small>ranks {ranges([r.rank for r in mine])}</small></div><div class='cells'>"
+def _host_row(host: str, mine: list[RankView]) -> str:
+    return (f"<div class='host-row'><div class='host' title='{escape(host, quote=True)}'>"
+            f"{escape(host)}<br><small>ranks {ranges([r.rank for r in mine])}</small></div><div class='cells'>"
             f"{''.join(_cell(r) for r in mine)}</div></div>")
 
 
@@ -425,7 +425,6 @@ def _launch_banners(lv: LaunchView) -> str:
                 f"{escape(lv.failure)}</div>")
     if record.cause:
         out += f"<div class='banner'><b>cause</b>: {escape(record.cause)}</div>"
-
     if lv.stacks:
         out += ("<div class='banner'><b>stacks</b> (identical stacks grouped, majority first):<ul>"
                 + "".join(f"<li>{escape(line)}</li>" for line in lv.stacks) + "</ul></div>")
@@ -624,13 +623,13 @@ def _controller(run: RunView) -> str:
     table = (f"<table class='plain'><tr><th>kind</th><th>test</th><th>message</th></tr>{rows}</table>"
              if rows else "<p class='muted'>every controller-level test passed or was skipped.</p>")
     return (f"<section id='controller'><h2>Controller tests <small><a href='junit.xml'>junit.xml</a>: "
-
             f"{j['tests']} tests, {j['failures']} failed, {j['errors']} errors, {j['skipped']} skipped</small></h2>"
             f"{table}</section>")
 
 
 def _deploy_row(d: DeployHost, recorded: str | None) -> str:
-    """A deployed host's row; ``recorded`` is the version manifest.json's ``versions`` gives the host."""
+    """A deployed host's row; ``recorded`` is the version manifest.json's ``versions`` gives the
+    host."""
     steps = ", ".join(f"{k} {v:.1f}s" for k, v in d.durations.items())
     installed = d.installed_version or recorded or "—"
     return (f"<tr><td>{escape(d.host)}</td><td>{escape(str(d.status))}</td><td>{escape(str(installed))}"
@@ -658,7 +657,6 @@ def _deployed(run: RunView) -> str:
         return ""
     rows = "".join(_deploy_row(d, facts.versions.get(d.host)) for d in hosts)
     art_rows = "".join(_artifact_row(a) for a in facts.artifacts)
-
     tables = [(_DEPLOY_HEAD, rows), (_ARTIFACT_HEAD, art_rows)]
     body = "".join(f"{head}{body}</table>" for head, body in tables if body)
     return f"<section id='deploy'><h2>Deployed</h2>{body}</section>"
@@ -672,7 +670,6 @@ def _host_files(run: RunView, host: str) -> str:
     files = sorted(p for p in folder.rglob("*") if _is_visible_file(p))
     if not files:
         return ""
-
     items = "".join(f"<li><a href='{_href(p.relative_to(run.path).as_posix())}'>"
                     f"{escape(p.relative_to(folder).as_posix())}</a> "
                     f"<small>{_size(p.stat().st_size)}</small></li>" for p in files)

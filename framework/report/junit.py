@@ -281,7 +281,7 @@ def _rank_suite(rv: RankView, run: RunView, scrub: Scrub, lv: LaunchView | None)
     suite.append(_props_element(_rank_props(rv, own, earlier, bool(lv and lv.stale)), scrub))
     cases = _rank_cases(rv, own, run, prefix, scrub)
     _fold_earlier(cases, prefix, earlier, run, scrub)
-    if not _in_final_attempt(rv, lv):  # nothing of this rank ran in the final attempt: its failures only flaked
+    if not _in_final_attempt(rv, lv):  # nothing of it ran in the final attempt: its failures only flaked
         cases = [_flaky_only(c, own.attempt if own is not None else 1) for c in cases]
     _attach_log(cases, _attachment_line(run, rv.log))
     _close_suite(suite, cases, rv)
@@ -336,14 +336,13 @@ def _fold_attempt(cases: list[ET.Element], prefix: str, earlier: list[ET.Element
         target.append(_rerun_element(tag, el, attempt))
 
 
-def _final_case(cases: list[ET.Element], index: dict[tuple[str, str], ET.Element], key: tuple[str, str],
-                prefix: str) -> ET.Element:
+def _final_case(cases: list[ET.Element], index: dict[tuple[str, str], ET.Element],
+                key: tuple[str, str], prefix: str) -> ET.Element:
     """The final attempt's case of ``key``, added (a pass, with no children) when it has none."""
     if key not in index:
         index[key] = ET.Element("testcase", classname=prefix + key[0], name=key[1], time="0.000")
         cases.append(index[key])
     return index[key]
-
 
 
 def _flaky_only(case: ET.Element, attempt: int) -> ET.Element:
@@ -423,7 +422,6 @@ def _synthetic_case(rv: RankView, lv: LaunchView | None, run: RunView, prefix: s
 def _tests_reported(rv: RankView) -> bool:
     """The rank's JUnit was read and holds its tests."""
     return bool(rv.cases) and not rv.junit_problem
-
 
 
 def _bad_ending(case: ET.Element, rv: RankView, lv: LaunchView | None, run: RunView,
@@ -605,11 +603,11 @@ def _fold_reruns(suite: ET.Element, classname: str, name: str, records: list[Rer
 
 def _cases_of(suite: ET.Element, classname: str, name: str) -> list[ET.Element]:
     """The suite's testcases of one test (its attempts, in the file's order)."""
-    return [c for c in suite.findall("testcase") if (c.get("classname", ""), c.get("name", "")) == (classname, name)]
+    return [c for c in suite.findall("testcase")
+            if (c.get("classname", ""), c.get("name", "")) == (classname, name)]
 
 
 def _add_properties(suite: ET.Element, properties: Sequence[tuple[str, str]]) -> bool:
-
     """Add the ``properties`` ``suite`` does not have yet (first in it); whether any was added."""
     have = {p.get("name") for p in suite.iterfind("properties/property")}
     added = [(k, v) for k, v in properties if k not in have]
@@ -622,7 +620,6 @@ def _add_properties(suite: ET.Element, properties: Sequence[tuple[str, str]]) ->
     for k, v in added:
         ET.SubElement(props, "property", name=k, value=xml_text(v))
     return True
-
 
 
 def _fold_suite_reruns(suite: ET.Element, by_test: dict[tuple[str, str], list[RerunRecord]],
@@ -780,7 +777,6 @@ def _unchanged(text: str) -> str:
 
 def _list(value: object) -> list[Any]:
     return value if isinstance(value, list) else []
-
 
 
 def xml_text(text: object) -> str:

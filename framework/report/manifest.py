@@ -150,9 +150,10 @@ def _error_doc(error: BaseException | str | None, status: str, old: Mapping[str,
 
 
 def _launches_doc(run: RunView) -> list[dict[str, Any]]:
-    return [{"launch_id": lv.launch_id, "name": lv.name, "ok": lv.record.ok, "world_size": lv.world_size,
-             "duration": lv.record.duration, "failure": lv.failure,
-             "failure_kind": lv.record.failure_kind, "superseded": lv.superseded} for lv in run.launches]
+    return [{"launch_id": lv.launch_id, "name": lv.name, "ok": lv.record.ok,
+             "world_size": lv.world_size, "duration": lv.record.duration, "failure": lv.failure,
+             "failure_kind": lv.record.failure_kind, "superseded": lv.superseded}
+            for lv in run.launches]
 
 
 def write_fallback_manifest(root: Path, status: str, error: str, problem: str) -> Path:
@@ -223,7 +224,8 @@ def _hosts_doc(run: RunView, env: EnvLike | None, old: Mapping[str, Any]) -> dic
 
 def _host_doc(run: RunView, host: str, old: Mapping[str, Any], spec: Any,
               deployed: Mapping[str, Any] | None) -> dict[str, Any]:
-    """A host's entry: what the manifest so far said, then its env spec, its deploy record and results."""
+    """A host's entry: what the manifest so far said, then its env spec, its deploy record and
+    results."""
     entry = dict(old)
     if spec is not None:
         entry.update(_spec_doc(spec))
@@ -295,12 +297,15 @@ def _artifact_doc(a: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _files(root: Path) -> list[dict[str, Any]]:
-    """The run folder's files manifest.json lists: path, size and sha256 (None above :data:`HASH_LIMIT`)."""
-    return [_file_doc(p, p.relative_to(root).as_posix()) for p in sorted(root.rglob("*")) if _is_listed(root, p)]
+    """The run folder's files manifest.json lists: path, size and sha256 (None above
+    :data:`HASH_LIMIT`)."""
+    return [_file_doc(p, p.relative_to(root).as_posix()) for p in sorted(root.rglob("*"))
+            if _is_listed(root, p)]
 
 
 def _is_listed(root: Path, path: Path) -> bool:
-    """A file neither hidden (no part of its path starts with a dot) nor the manifest or the page."""
+    """A file neither hidden (no part of its path starts with a dot) nor the manifest or the
+    page."""
     rel = path.relative_to(root)
     hidden = any(part.startswith(".") for part in rel.parts)
     return path.is_file() and not hidden and rel.as_posix() not in ("manifest.json", "index.html")
@@ -309,7 +314,6 @@ def _is_listed(root: Path, path: Path) -> bool:
 def _file_doc(path: Path, rel: str) -> dict[str, Any]:
     size = path.stat().st_size
     return {"path": rel, "size": size, "sha256": sha256_file(path) if size <= HASH_LIMIT else None}
-
 
 
 @functools.lru_cache(maxsize=1)

@@ -26,7 +26,6 @@ __all__ = ["OUTCOMES", "PHASE_ORDER", "CoreView", "DeployHost", "FailedTest", "J
            "Phase", "RankView", "RunFacts", "RunView", "case_counts", "case_outcome", "describe_rank", "inside_run",
            "by_host", "launch_name", "log_tail", "outcome_tally", "read_json", "read_run"]
 
-
 PHASE_ORDER = ("connect", "deploy", "launch", "run", "collect", "teardown")
 #: signals that end a rank as a consequence (torchrun or our teardown stopping it), not a crash
 SECONDARY_SIGNALS = ("SIGTERM", "SIGKILL", "SIGINT", "SIGHUP")
@@ -176,7 +175,6 @@ def _stack_line(group: StackGroup) -> str:
     return f"{who} on {', '.join(sorted(set(group.hosts.values())))} {group.where()}"
 
 
-
 @dataclass
 class Phase:
     host: str
@@ -229,7 +227,6 @@ def _installed_versions(versions: Mapping[str, Any]) -> dict[str, str]:
     """``installed_version`` of each host entry of manifest.json's ``versions`` that names one."""
     found = {host: _text(v.get("installed_version")) for host, v in versions.items() if isinstance(v, dict)}
     return {host: v for host, v in found.items() if v is not None}
-
 
 
 @dataclass(frozen=True)
@@ -465,8 +462,6 @@ def _port_groups(found: list[LaunchView]) -> list[list[LaunchView]]:
     return list(groups.values())
 
 
-
-
 def _launch_label(lv: LaunchView, run_id: str) -> str:
     """A launch's name before de-duplication: the test's launch name, or its id without run id and salt."""
     if lv.test is not None:
@@ -582,7 +577,6 @@ def _launch_ranks(root: Path, lv: LaunchView, owners: Mapping[tuple[str, int], s
         _find_rank_files(root, rv, lv, owners.get((host, r), lv.launch_id), launches, problems)
         out.append(rv)
     return out
-
 
 
 def _find_rank_files(root: Path, rv: RankView, lv: LaunchView, owner: str,
@@ -874,7 +868,6 @@ def case_counts(cases: Iterable[ET.Element]) -> dict[str, int]:
             "skipped": kinds["skipped"]}
 
 
-
 @dataclass(frozen=True)
 class FailedTest:
     """A failing controller test of pytest's junit.xml: ``kind`` failure or error, its element's message
@@ -920,7 +913,6 @@ def _junit_summary(path: Path, problems: list[str]) -> JunitSummary | None:
     return JunitSummary(case_counts(cases), failed)
 
 
-
 # -- phases ---------------------------------------------------------------------
 def _phases(root: Path, launches: list[LaunchView], deploy: Mapping[str, Any] | None,
             problems: list[str]) -> list[Phase]:
@@ -955,7 +947,6 @@ def _host_deploy_phase(host: DeployHost, start: float, end: float) -> Phase:
     detail = ", ".join(f"{k} {v:.1f}s" for k, v in host.durations.items())
     stop = min(end, start + host.seconds) if host.durations else end
     return Phase(host.host, "deploy", start, stop, True, detail)
-
 
 
 def _launch_phases(launches: list[LaunchView]) -> list[Phase]:

@@ -108,7 +108,6 @@ def _host_rows(host: str, mine: list[RankView], width: int) -> list[str]:
     chars = "".join(_CHAR[r.outcome] for r in mine)
     tally = ", ".join(outcome_tally(mine))
     label = f"r{ranges([r.rank for r in mine])}"
-
     cells = min(_RANKS_A_LINE, len(chars))
     lines = [chars[i:i + _RANKS_A_LINE] for i in range(0, len(chars), _RANKS_A_LINE)]
     first = f"    {host:<{width}}  {label:<9} {lines[0]:<{cells}}  {tally}"
