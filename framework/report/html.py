@@ -401,7 +401,8 @@ def _host_rows(ranks: Iterable[RankView]) -> str:
 
 def _host_row(host: str, mine: list[RankView]) -> str:
     return (f"<div class='host-row'><div class='host' title='{escape(host, quote=True)}'>"
-            f"{escape(host)}<br><small>ranks {ranges([r.rank for r in mine])}</small></div><div class='cells'>"
+            f"{escape(host)}<br><small>ranks {ranges([r.rank for r in mine])}</small></div>"
+            "<div class='cells'>"
             f"{''.join(_cell(r) for r in mine)}</div></div>")
 
 

@@ -281,7 +281,7 @@ def _rank_suite(rv: RankView, run: RunView, scrub: Scrub, lv: LaunchView | None)
     suite.append(_props_element(_rank_props(rv, own, earlier, bool(lv and lv.stale)), scrub))
     cases = _rank_cases(rv, own, run, prefix, scrub)
     _fold_earlier(cases, prefix, earlier, run, scrub)
-    if not _in_final_attempt(rv, lv):  # nothing of it ran in the final attempt: its failures only flaked
+    if not _in_final_attempt(rv, lv):  # nothing of it ran in the final attempt: its failures flaked
         cases = [_flaky_only(c, own.attempt if own is not None else 1) for c in cases]
     _attach_log(cases, _attachment_line(run, rv.log))
     _close_suite(suite, cases, rv)

@@ -22,9 +22,10 @@ from framework.launch.result import LaunchResult, RankResult
 from framework.launch.stacks import StackGroup
 from framework.report.fmt import number, ranges, signame, slug, strip_ansi
 
-__all__ = ["OUTCOMES", "PHASE_ORDER", "CoreView", "DeployHost", "FailedTest", "JunitSummary", "LaunchView",
-           "Phase", "RankView", "RunFacts", "RunView", "case_counts", "case_outcome", "describe_rank", "inside_run",
-           "by_host", "launch_name", "log_tail", "outcome_tally", "read_json", "read_run"]
+__all__ = ["OUTCOMES", "PHASE_ORDER", "CoreView", "DeployHost", "FailedTest", "JunitSummary",
+           "LaunchView", "Phase", "RankView", "RunFacts", "RunView", "by_host", "case_counts",
+           "case_outcome", "describe_rank", "inside_run", "launch_name", "log_tail", "outcome_tally",
+           "read_json", "read_run"]
 
 PHASE_ORDER = ("connect", "deploy", "launch", "run", "collect", "teardown")
 #: signals that end a rank as a consequence (torchrun or our teardown stopping it), not a crash
@@ -125,7 +126,8 @@ class RankView:
 
 @dataclass
 class LaunchView:
-    """A launch of the run: its record (``launch-<id>.json``, parsed) and what the report made of it."""
+    """A launch of the run: its record (``launch-<id>.json``, parsed) and what the report made of
+    it."""
 
     name: str
     record: LaunchResult
@@ -161,7 +163,8 @@ class LaunchView:
 
     @property
     def attempt(self) -> int:
-        """The test's attempt that made the launch (pytest-rerunfailures; 1 when none is recorded)."""
+        """The test's attempt that made the launch (pytest-rerunfailures; 1 when none is
+        recorded)."""
         return 1 if self.record.attempt is None else self.record.attempt
 
 
@@ -205,8 +208,10 @@ class RunFacts:
     git: str | None = None
     repro: str | None = None  # the command line that reproduces the run
     problems: tuple[str, ...] = ()  # what the previous report could not read
-    artifacts: tuple[Mapping[str, Any], ...] = ()  # the deployed artifacts (entries that are objects)
-    #: the installed version each deployed host reported, by host (hosts that reported none left out)
+    #: the deployed artifacts (the entries that are objects)
+    artifacts: tuple[Mapping[str, Any], ...] = ()
+    #: the installed version each deployed host reported, by host (hosts that reported none left
+    #: out)
     versions: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
@@ -225,7 +230,8 @@ class RunFacts:
 
 def _installed_versions(versions: Mapping[str, Any]) -> dict[str, str]:
     """``installed_version`` of each host entry of manifest.json's ``versions`` that names one."""
-    found = {host: _text(v.get("installed_version")) for host, v in versions.items() if isinstance(v, dict)}
+    found = {host: _text(v.get("installed_version"))
+             for host, v in versions.items() if isinstance(v, dict)}
     return {host: v for host, v in found.items() if v is not None}
 
 
@@ -351,7 +357,8 @@ def read_run(rundir_path: str | os.PathLike[str]) -> RunView:
                    _junit_summary(root / "junit.xml", problems), problems)
 
 
-def _attach_all_cores(ranks: list[RankView], cores: list[CoreView], launches: list[LaunchView]) -> None:
+def _attach_all_cores(ranks: list[RankView], cores: list[CoreView],
+                      launches: list[LaunchView]) -> None:
     for rv in ranks:
         _attach_cores(rv, cores, launches)
 
@@ -425,7 +432,8 @@ def _launch_records(root: Path, problems: list[str]) -> list[LaunchView]:
 
 
 def _launch_record(path: Path, problems: list[str]) -> LaunchView | None:
-    """The launch record ``path`` holds (named by its id for now); None for no file or not a record."""
+    """The launch record ``path`` holds (named by its id for now); None for no file or not a
+    record."""
     data = read_json(path, problems, None)
     if data is None:
         return None
@@ -690,7 +698,8 @@ def _fold_rerun_group(items: list[ET.Element]) -> ET.Element:
 
 
 def _attach_cores(rv: RankView, cores: list[CoreView], launches: list[LaunchView]) -> None:
-    """The rank's cores, when it is the rank at its place that gets them (an orphan gets its own)."""
+    """The rank's cores, when it is the rank at its place that gets them (an orphan gets its
+    own)."""
     place = (rv.host, rv.rank)
     holder = _core_holder(place, launches)
     if holder is None or rv is holder:
@@ -811,10 +820,10 @@ def _classify(rv: RankView, lv: LaunchView | None, junit_expected: bool) -> None
 
 
 def _torn_down(rv: RankView, lv: LaunchView | None) -> str | None:
-    """"torn down after rank 3 on node2 failed" when ``rv`` (killed or lost, not crashed) died of a teardown
-    signal (or never reported) only because the launch's first failure was another rank's or host's
-    (:mod:`framework.launch.monitor` records which); None for the rank that failed first, a lost host's own
-    ranks, timeouts and interruptions."""
+    """"torn down after rank 3 on node2 failed" when ``rv`` (killed or lost, not crashed) died of a
+    teardown signal (or never reported) only because the launch's first failure was another rank's
+    or host's (:mod:`framework.launch.monitor` records which); None for the rank that failed first,
+    a lost host's own ranks, timeouts and interruptions."""
     if lv is None or not lv.failure:
         return None
     first = _other_first_rank(lv.record, rv.rank)
@@ -834,7 +843,8 @@ _HOST_FAILURE = {"lost": "lost {host}:", "node": "torchrun on {host} "}
 
 
 def _other_host_failed(record: LaunchResult, host: str) -> bool:
-    """The launch failed first by a host's loss or its torchrun's exit, and that host is not ``host``."""
+    """The launch failed first by a host's loss or its torchrun's exit, and that host is not
+    ``host``."""
     sentence = _HOST_FAILURE.get(str(record.failure_kind))
     return sentence is not None and not str(record.failure).startswith(sentence.format(host=host))
 
@@ -848,7 +858,8 @@ def _rank_host(record: LaunchResult, rank: int) -> str:
 
 
 def by_host(ranks: Iterable[RankView]) -> dict[str, list[RankView]]:
-    """``ranks`` by host, hosts in the order the ranks first name them, each host's by rank number."""
+    """``ranks`` by host, hosts in the order the ranks first name them, each host's by rank
+    number."""
     out: dict[str, list[RankView]] = {}
     for rv in ranks:
         out.setdefault(rv.host, []).append(rv)
@@ -856,7 +867,8 @@ def by_host(ranks: Iterable[RankView]) -> dict[str, list[RankView]]:
 
 
 def outcome_tally(ranks: Iterable[RankView]) -> list[str]:
-    """``["3 pass", "1 crash"]``: how many of ``ranks`` had each outcome some had, in :data:`OUTCOMES` order."""
+    """``["3 pass", "1 crash"]``: how many of ``ranks`` had each outcome some had, in
+    :data:`OUTCOMES` order."""
     counts = Counter(rv.outcome for rv in ranks)
     return [f"{counts[o]} {o}" for o in OUTCOMES if counts[o]]
 
@@ -870,8 +882,8 @@ def case_counts(cases: Iterable[ET.Element]) -> dict[str, int]:
 
 @dataclass(frozen=True)
 class FailedTest:
-    """A failing controller test of pytest's junit.xml: ``kind`` failure or error, its element's message
-    and the end of its text (:data:`TEXT_CHARS`)."""
+    """A failing controller test of pytest's junit.xml: ``kind`` failure or error, its element's
+    message and the end of its text (:data:`TEXT_CHARS`)."""
 
     classname: str
     name: str
@@ -884,7 +896,8 @@ class FailedTest:
         kind = case_outcome(case)
         el = case.find(kind)
         message, text = ("", "") if el is None else (el.get("message", ""), el.text or "")
-        return cls(case.get("classname", ""), case.get("name", ""), kind, message, text[-TEXT_CHARS:])
+        return cls(case.get("classname", ""), case.get("name", ""), kind, message,
+                   text[-TEXT_CHARS:])
 
     @property
     def first_line(self) -> str:
@@ -894,7 +907,8 @@ class FailedTest:
 
 @dataclass(frozen=True)
 class JunitSummary:
-    """pytest's own junit.xml in short: ``counts`` as :func:`case_counts` gives them, the failing tests."""
+    """pytest's own junit.xml in short: ``counts`` as :func:`case_counts` gives them, the failing
+    tests."""
 
     counts: dict[str, int]
     failed: list[FailedTest]
@@ -909,7 +923,8 @@ def _junit_summary(path: Path, problems: list[str]) -> JunitSummary | None:
         problems.append(f"junit.xml: unreadable ({exc})")
         return None
     cases = list(top.iter("testcase"))
-    failed = [FailedTest.from_case(case) for case in cases if case_outcome(case) in ("failure", "error")]
+    failed = [FailedTest.from_case(case) for case in cases
+              if case_outcome(case) in ("failure", "error")]
     return JunitSummary(case_counts(cases), failed)
 
 

@@ -20,7 +20,15 @@ from typing import TYPE_CHECKING
 
 from framework.console import printable
 from framework.report.fmt import capped, dur, ranges, short
-from framework.report.model import CoreView, RankView, RunView, by_host, case_counts, outcome_tally, read_run
+from framework.report.model import (
+    CoreView,
+    RankView,
+    RunView,
+    by_host,
+    case_counts,
+    outcome_tally,
+    read_run,
+)
 
 if TYPE_CHECKING:
     from framework.records.scrub import Scrub
@@ -178,7 +186,8 @@ def _dirty_hosts(run: RunView) -> list[str]:
 def _failed_tests(run: RunView) -> list[str]:
     lines = []
     for failed in run.failed_tests[:3]:
-        lines.append("  TEST   " + short(f"{failed.classname}::{failed.name}: {failed.first_line}", _WIDTH))
+        test = f"{failed.classname}::{failed.name}: {failed.first_line}"
+        lines.append("  TEST   " + short(test, _WIDTH))
     return lines
 
 
