@@ -24,8 +24,8 @@ from framework.report.fmt import number, ranges, signame, slug, strip_ansi
 
 __all__ = ["OUTCOMES", "PHASE_ORDER", "CoreView", "DeployHost", "FailedTest", "JunitSummary",
            "LaunchView", "Phase", "RankView", "RunFacts", "RunView", "by_host", "case_counts",
-           "case_outcome", "describe_rank", "inside_run", "launch_name", "log_tail", "outcome_tally",
-           "read_json", "read_run"]
+           "case_outcome", "describe_rank", "inside_run", "launch_name", "log_tail",
+           "outcome_tally", "read_json", "read_run"]
 
 PHASE_ORDER = ("connect", "deploy", "launch", "run", "collect", "teardown")
 #: signals that end a rank as a consequence (torchrun or our teardown stopping it), not a crash

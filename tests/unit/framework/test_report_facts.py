@@ -39,10 +39,12 @@ def test_deploy_host_record() -> None:
 
 
 def test_deployed_artifacts_and_versions() -> None:
-    """manifest.json's artifacts (objects only) and each host's installed version (hosts naming one)."""
+    """manifest.json's artifacts (objects only) and each host's installed version (hosts naming
+    one)."""
+    versions = {"node1": {"installed_version": "1.2", "vendor": "acme"},
+                "node2": {"installed_version": None}, "node3": "junk"}
     f = RunFacts.from_manifest({"artifacts": [{"kind": "wheel", "name": "a.whl"}, "junk"],
-                                "versions": {"node1": {"installed_version": "1.2", "vendor": "acme"},
-                                             "node2": {"installed_version": None}, "node3": "junk"}})
+                                "versions": versions})
     assert f.artifacts == ({"kind": "wheel", "name": "a.whl"},)
     assert f.versions == {"node1": "1.2"}
     assert RunFacts.from_manifest({"artifacts": {}, "versions": []}) == RunFacts()

@@ -214,15 +214,17 @@ def test_a_log_with_nul_bytes_and_escaped_secrets_is_scrubbed_every_form(tmp_pat
 
 
 def test_the_env_gives_its_host_passwords_and_secret_launch_variables():
-    """Only values that are secrets (``reveal()``): a plain launch variable, a host without a password
-    and a non-env object give none."""
-    env = SimpleNamespace(hosts={"h1": SimpleNamespace(password=Secret("pw-one")), "h2": SimpleNamespace()},
-                          launch=SimpleNamespace(env={"TOKEN": Secret("tok-two"), "PLAIN": "visible"}))
+    """Only values that are secrets (``reveal()``): a plain launch variable, a host without a
+    password and a non-env object give none."""
+    hosts = {"h1": SimpleNamespace(password=Secret("pw-one")), "h2": SimpleNamespace()}
+    launch = SimpleNamespace(env={"TOKEN": Secret("tok-two"), "PLAIN": "visible"})
+    env = SimpleNamespace(hosts=hosts, launch=launch)
     assert Scrubber.from_env(env)("pw-one tok-two visible") == "*** *** visible"
     assert not Scrubber.from_env(None) and not Scrubber.from_env({"hosts": {}})
 
 
-def test_a_file_that_cannot_be_scrubbed_is_a_warning_and_the_sweep_goes_on(tmp_path, monkeypatch, caplog):
+def test_a_file_that_cannot_be_scrubbed_is_a_warning_and_the_sweep_goes_on(tmp_path, monkeypatch,
+                                                                            caplog):
     for name in ("a.log", "b.log"):
         (tmp_path / name).write_text("pw=hunter22\n")
     real = scrub.scrub_file

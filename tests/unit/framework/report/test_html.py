@@ -273,5 +273,6 @@ def test_the_timeline_spans_its_phases_widened_to_the_runs_recorded_start_and_en
     phases = [Phase("node1", "deploy", 110.0, 150.0), Phase("node2", "run", 120.0, 160.0)]
     scale = report_html._timeline_scale(phases, RunFacts(started=100.0, ended=200.0))
     assert (scale.t0, scale.span) == (100.0, 100.0)
-    scale = report_html._timeline_scale(phases, RunFacts())  # a manifest without times: the phases' own span
+    # a manifest without times: the phases' own span
+    scale = report_html._timeline_scale(phases, RunFacts())
     assert (scale.t0, scale.span) == (110.0, 50.0)

@@ -1,4 +1,5 @@
-"""The run folder as data: the helpers the report's files share, and the typed launch record it holds."""
+"""The run folder as data: the helpers the report's files share, the typed launch record it
+holds."""
 
 from __future__ import annotations
 
@@ -25,7 +26,9 @@ def test_the_tally_names_each_outcome_some_rank_had_in_outcome_order():
 
 def test_a_launch_view_reads_its_typed_record():
     """A record of no test: no test name, attempt 1; a test's record names both."""
-    plain = LaunchView("x", LaunchResult.from_json({"launch_id": "run-w2", "world_size": 2, "test": ""}), 0.0)
+    record = LaunchResult.from_json({"launch_id": "run-w2", "world_size": 2, "test": ""})
+    plain = LaunchView("x", record, 0.0)
     assert (plain.launch_id, plain.world_size, plain.test, plain.attempt) == ("run-w2", 2, None, 1)
-    rerun = LaunchView("x", LaunchResult.from_json({"world_size": 4, "test": "t.py::x", "attempt": 2}, "f"), 0.0)
+    record = LaunchResult.from_json({"world_size": 4, "test": "t.py::x", "attempt": 2}, "f")
+    rerun = LaunchView("x", record, 0.0)
     assert (rerun.launch_id, rerun.test, rerun.attempt) == ("f", "t.py::x", 2)
