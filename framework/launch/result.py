@@ -154,7 +154,7 @@ class LaunchResult:
         scalars = _known(cls, doc, skip=("nodes", "ranks", "held", "stacks", "notes"))
         return cls(**{**scalars, "launch_id": str(doc.get("launch_id") or launch_id)},
                    nodes=_nodes(doc.get("nodes")), ranks=_ranks(doc.get("ranks")),
-                   held=[_row(HeldDevice, h) for h in _entries(doc.get("held"))],
+                   held=_held(doc.get("held")),
                    notes=[str(n) for n in _list(doc.get("notes"))],
                    stacks=[_stack_group(g) for g in _entries(doc.get("stacks"))])
 
@@ -176,6 +176,15 @@ def _ranks(value: object) -> dict[int, RankResult]:
     """The record's ranks by number (an older record's rank without its host: '')."""
     return {int(r): _row(RankResult, v, rank=int(r), host="")
             for r, v in _objects(value) if r.isdigit()}
+
+
+def _held(value: object) -> list[HeldDevice]:
+    """The devices still held (an entry without one of a device's keys is left out)."""
+    return [_row(HeldDevice, h) for h in _entries(value) if h.keys() >= _HELD_KEYS]
+
+
+#: what a held device's entry must name
+_HELD_KEYS = frozenset({"host", "npu", "chip", "pid"})
 
 
 def _list(value: object) -> list[Any]:

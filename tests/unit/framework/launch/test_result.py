@@ -37,10 +37,11 @@ def test_a_written_record_reads_back_as_the_same_record():
 
 def test_an_older_record_gets_the_defaults_of_what_it_lacks():
     """No test, no stacks, a rank without its host, a node without its plan place: defaults, no
-    error."""
+    error; a held device's entry without its pid is left out."""
     doc = {"world_size": 2, "failure": None, "nodes": {"node1": {"exit_code": 0}},
            "ranks": {"0": {"exit_code": 0}, "x": {"exit_code": 1}, "1": "not an object"},
-           "stacks": ["not an object"], "held": [{"host": "node1", "npu": 0, "chip": 0, "pid": 3}],
+           "stacks": ["not an object"],
+           "held": [{"host": "node1", "npu": 0, "chip": 0, "pid": 3}, {"host": "node1"}],
            "written_by_a_newer_camit": True}
     record = LaunchResult.from_json(doc, launch_id="from-the-file-name")
     assert record.launch_id == "from-the-file-name"
