@@ -36,7 +36,7 @@ def test_a_launch_view_reads_its_typed_record():
     assert (rerun.launch_id, rerun.test, rerun.attempt) == ("f", "t.py::x", 2)
 
 
-def test_a_launch_file_that_is_no_record_is_a_problem_line_and_an_older_record_still_reads(tmp_path):
+def test_a_launch_file_that_is_no_record_is_a_problem_and_an_older_record_still_reads(tmp_path):
     """A record without an integer world_size, a file that is not JSON: one problem line each; an
     older record whose ranks name no host gets each rank's host from its node plan."""
     (tmp_path / "launch-bad.json").write_text(json.dumps({"launch_id": "bad"}))
