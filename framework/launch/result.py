@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, TypeGuard, TypeVar
 
+from framework.launch.devices import HeldDevice
+from framework.launch.stacks import Frame, StackGroup
 from framework.launch.stacks import summary as stack_summary
 
-if TYPE_CHECKING:  # pragma: no cover
-    from framework.launch.devices import HeldDevice
-    from framework.launch.stacks import StackGroup
+_Row = TypeVar("_Row")
 
 
 @dataclass
@@ -96,15 +96,17 @@ class LaunchResult:
     def _evidence(self) -> list[str]:
         """A failure's lines after its sentence: cause, leftovers, held devices, stacks, tail."""
         out = [f"cause: {self.cause}"] if self.cause else []
-        out += [f"{n.host}: processes of the run left after the kill: pid "
-                f"{', '.join(map(str, n.left))}"
-                for n in self.nodes.values() if n.left]
-        out += [h.describe() for h in self.held]
+        out += self._leftovers() + [h.describe() for h in self.held]
         if self.stacks:
             out.append(stack_summary(self.stacks))
         if self.failure_tail:
             out.append("--- log tail ---\n" + self.failure_tail)
         return out
+
+    def _leftovers(self) -> list[str]:
+        """A line per node where processes of the run outlived the supervisor's KILL."""
+        return [f"{n.host}: processes of the run left after the kill: pid "
+                f"{', '.join(map(str, n.left))}" for n in self.nodes.values() if n.left]
 
     def host_faults(self, oom_hosts: Iterable[str] = ()) -> dict[str, tuple[str, str]]:
         """The host-level failures (host → kind, why) that make a host suspect (framework.suspects):
@@ -140,3 +142,90 @@ class LaunchResult:
             "nodes": {h: asdict(n) for h, n in self.nodes.items()},
             "ranks": {str(r): asdict(v) for r, v in sorted(self.ranks.items())},
         }
+
+    @classmethod
+    def from_json(cls, doc: object, launch_id: str = "") -> LaunchResult:
+        """The record :meth:`to_json` wrote, parsed once (``launch_id`` when the file names none).
+
+        Tolerant of older files: a missing key gets the field's default, an entry that is not an
+        object is left out; a document without an integer ``world_size`` raises ValueError."""
+        if not _is_record(doc):
+            raise ValueError("not a launch record")
+        scalars = _known(cls, doc, skip=("nodes", "ranks", "held", "stacks", "notes"))
+        return cls(**{**scalars, "launch_id": str(doc.get("launch_id") or launch_id)},
+                   nodes=_nodes(doc.get("nodes")), ranks=_ranks(doc.get("ranks")),
+                   held=_held(doc.get("held")),
+                   notes=[str(n) for n in _list(doc.get("notes"))],
+                   stacks=[_stack_group(g) for g in _entries(doc.get("stacks"))])
+
+
+def _is_record(doc: object) -> TypeGuard[dict[str, Any]]:
+    """A JSON object with an integer ``world_size`` (the one key every launch record had)."""
+    if not isinstance(doc, dict):
+        return False
+    size = doc.get("world_size")
+    return isinstance(size, int) and not isinstance(size, bool)
+
+
+def _nodes(value: object) -> dict[str, NodeResult]:
+    """The record's nodes by host (an older record's node without its place in the plan: -1)."""
+    return {h: _row(NodeResult, n, host=h, node_rank=-1) for h, n in _objects(value)}
+
+
+def _ranks(value: object) -> dict[int, RankResult]:
+    """The record's ranks by number (an older record's rank without its host: '')."""
+    return {int(r): _row(RankResult, v, rank=int(r), host="")
+            for r, v in _objects(value) if r.isdigit()}
+
+
+def _held(value: object) -> list[HeldDevice]:
+    """The devices still held (an entry without one of a device's keys is left out)."""
+    return [_row(HeldDevice, h) for h in _entries(value) if h.keys() >= _HELD_KEYS]
+
+
+#: what a held device's entry must name
+_HELD_KEYS = frozenset({"host", "npu", "chip", "pid"})
+
+
+def _list(value: object) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _entries(value: object) -> list[dict[str, Any]]:
+    """The JSON objects of a list (anything else in it left out)."""
+    return [v for v in _list(value) if isinstance(v, dict)]
+
+
+def _mapping(value: object) -> dict[Any, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _objects(value: object) -> list[tuple[str, dict[str, Any]]]:
+    """The (key, object) items of a JSON object (items whose value is not an object left out)."""
+    return [(str(k), v) for k, v in _mapping(value).items() if isinstance(v, dict)]
+
+
+def _known(cls: type, doc: Mapping[str, Any], skip: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The keys of ``doc`` that are fields of the dataclass ``cls`` (a newer writer's extras left
+    out)."""
+    names = {f.name for f in fields(cls)} - set(skip)
+    return {k: v for k, v in doc.items() if k in names}
+
+
+def _row(cls: type[_Row], doc: Mapping[str, Any], **defaults: Any) -> _Row:
+    """A dataclass row from its JSON object: ``defaults`` for keys an older writer left out."""
+    return cls(**{**defaults, **_known(cls, doc)})
+
+
+def _stack_group(doc: Mapping[str, Any]) -> StackGroup:
+    """A stack group from :meth:`StackGroup.to_json` (its frames as ``file:line in func``)."""
+    hosts = {int(r): str(h) for r, h in _mapping(doc.get("hosts")).items() if str(r).isdigit()}
+    return StackGroup(tuple(_frame(str(f)) for f in _list(doc.get("stack"))),
+                      [int(r) for r in _list(doc.get("ranks"))], hosts)
+
+
+def _frame(text: str) -> Frame:
+    """``file:line in func`` back into a frame (line 0: a native frame)."""
+    where, _, func = text.rpartition(" in ")
+    file, _, line = where.rpartition(":")
+    return Frame(file, int(line) if line.isdigit() else 0, func)

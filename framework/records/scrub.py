@@ -66,16 +66,11 @@ class Scrubber:
 
     @classmethod
     def from_env(cls, env: EnvConfig | object | None) -> Scrubber:
-        """The secrets of an ``EnvConfig``; none for anything else (a mapping, a path, None)."""
-        found = []
-        for spec in (getattr(env, "hosts", None) or {}).values():
-            pw = getattr(spec, "password", None)
-            if pw is not None and hasattr(pw, "reveal"):
-                found.append(pw.reveal())
-        for value in (getattr(getattr(env, "launch", None), "env", None) or {}).values():
-            if hasattr(value, "reveal"):
-                found.append(value.reveal())
-        return cls(found)
+        """The secrets of an ``EnvConfig``; none for anything else (a mapping, a path, None): the
+        hosts' passwords and the launch's secret variables."""
+        passwords = [getattr(spec, "password", None) for spec in _values(env, "hosts")]
+        variables = _values(getattr(env, "launch", None), "env")
+        return cls(s.reveal() for s in [*passwords, *variables] if hasattr(s, "reveal"))
 
     def __bool__(self) -> bool:
         return bool(self.secrets)
@@ -95,6 +90,11 @@ class Scrubber:
             if s in raw:
                 raw = raw.replace(s, REDACTED.encode())
         return raw
+
+
+def _values(obj: object, attr: str) -> list[Any]:
+    """The values of the mapping ``obj.<attr>`` (none when it is absent or empty)."""
+    return list((getattr(obj, attr, None) or {}).values())
 
 
 def escaped_forms(secret: str) -> set[str]:
@@ -121,22 +121,22 @@ def scrub_doc(doc: Any, scrub: Scrub, key: str = "") -> Any:
 def scrub_tree(root: ET.Element, scrub: Scrub) -> bool:
     """Apply ``scrub`` in place to every text, tail and non-identifier attribute value (not :data:`ID_ATTRS`)
     under ``root``; tags and attribute names are never touched. Returns whether anything changed."""
-    changed = False
-    for el in root.iter():
-        for attr in ("text", "tail"):
-            value = getattr(el, attr)
-            if value:
-                new = scrub(value)
-                if new != value:
-                    setattr(el, attr, new)
-                    changed = True
-        for name, value in list(el.attrib.items()):
-            if name not in ID_ATTRS:
-                new = scrub(value)
-                if new != value:
-                    el.set(name, new)
-                    changed = True
-    return changed
+    changed = [_scrub_element(el, scrub) for el in root.iter()]  # a list: every element is scrubbed
+    return any(changed)
+
+
+def _scrub_element(el: ET.Element, scrub: Scrub) -> bool:
+    """Scrub one element's text, tail and non-identifier attribute values in place; whether any
+    changed."""
+    before = (el.text, el.tail, dict(el.attrib))
+    el.text, el.tail = _scrubbed(el.text, scrub), _scrubbed(el.tail, scrub)
+    for name in [n for n in el.attrib if n not in ID_ATTRS]:
+        el.set(name, scrub(el.attrib[name]))
+    return (el.text, el.tail, el.attrib) != before
+
+
+def _scrubbed(value: str | None, scrub: Scrub) -> str | None:
+    return scrub(value) if value else value
 
 
 def scrub_html(page: str, scrub: Scrub) -> str:
@@ -228,24 +228,30 @@ def scrub_folder(root: str | os.PathLike[str], scrubber: Scrubber, *,
     skipped = set(skip)
     for path in _regular_files(base):
         rel = path.relative_to(base).as_posix()
-        if rel in skipped:
-            continue
-        try:
-            if scrub_file(path, scrubber):
-                done.append(rel)
-        except OSError as exc:
-            log.warning("report: cannot scrub %s: %s", path, exc)
+        if rel not in skipped and _scrub_or_warn(path, scrubber):
+            done.append(rel)
     return done
+
+
+def _scrub_or_warn(path: Path, scrubber: Scrubber) -> bool:
+    """:func:`scrub_file`; a file that cannot be read or written is a warning, not the run's end."""
+    try:
+        return scrub_file(path, scrubber)
+    except OSError as exc:
+        log.warning("report: cannot scrub %s: %s", path, exc)
+        return False
 
 
 def _regular_files(base: Path) -> Iterable[Path]:
     """The regular files under ``base``, no dot file, never through a symlink."""
     for folder, dirs, files in os.walk(base, followlinks=False):
         dirs[:] = [d for d in dirs if not os.path.islink(os.path.join(folder, d))]
-        for name in files:
-            path = Path(folder, name)
-            if not name.startswith(".") and not path.is_symlink() and path.is_file():
-                yield path
+        yield from (p for p in (Path(folder, name) for name in files) if _is_regular(p))
+
+
+def _is_regular(path: Path) -> bool:
+    """A regular file, not a symlink to one, not hidden by a leading dot."""
+    return not path.name.startswith(".") and not path.is_symlink() and path.is_file()
 
 
 def redact_mapping(doc: Any, key: str = "") -> Any:

@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from framework.records.folder import write_atomic
-from framework.report.fmt import dur, short
-from framework.report.model import OUTCOMES, RankView, RunView, case_counts, read_run
+from framework.report.fmt import capped, dur, short
+from framework.report.model import RankView, RunView, case_counts, outcome_tally, read_run
 
 if TYPE_CHECKING:
     from framework.records.scrub import Scrub
@@ -64,8 +64,7 @@ def _head_lines(run: RunView) -> list[str]:
     lines = [head]
     if facts.error:
         lines.append("error: " + short(facts.error, 120))
-    causes = [(lv.name, str(lv.data["cause"])) for lv in run.launches if lv.data.get("cause")]
-    return lines + [f"CAUSE {short(f'{name}: {text}', _WIDTH)}" for name, text in causes[:3]]
+    return lines + [f"CAUSE {short(f'{name}: {text}', _WIDTH)}" for name, text in run.causes[:3]]
 
 
 def _hosts_line(hosts: list[str]) -> list[str]:
@@ -80,12 +79,13 @@ def _counts_line(run: RunView, cluster: ET.Element | None) -> list[str]:
     if cluster is not None:
         counts.append("cluster.xml " + _counts(case_counts(cluster.iter("testcase"))))
     if run.junit:
-        counts.append("junit.xml " + _counts(run.junit))
+        counts.append("junit.xml " + _counts(run.junit.counts))
     return [" · ".join(counts)] if counts else []
 
 
 def _ranks_line(run: RunView) -> list[str]:
-    ranks = [f"{n} {o}" for o in OUTCOMES if (n := sum(r.outcome == o for r in run.ranks))]
+    """``ranks: 3 pass, 1 crash, 1 core dump``: the outcomes some rank had, and the core dumps."""
+    ranks = outcome_tally(run.ranks)
     if run.cores:
         ranks.append(f"{len(run.cores)} core dump" + ("s" if len(run.cores) > 1 else ""))
     return ["ranks: " + ", ".join(ranks)] if ranks else []
@@ -94,10 +94,8 @@ def _ranks_line(run: RunView) -> list[str]:
 def _failed_lines(named: list[str]) -> list[str]:
     if not named:
         return []
-    lines = [f"failed ({len(named)}):", *(f"  {short(n, _WIDTH)}" for n in named[:MAX_NAMED])]
-    if len(named) > MAX_NAMED:
-        lines.append(f"  … {len(named) - MAX_NAMED} more: see index.html")
-    return lines
+    lines = [f"  {short(n, _WIDTH)}" for n in named]
+    return [f"failed ({len(named)}):", *capped(lines, MAX_NAMED, "  … {n} more: see index.html")]
 
 
 def _missing_cores(root: Path) -> list[str]:
@@ -125,8 +123,8 @@ def _failures(run: RunView, cluster: ET.Element | None) -> list[str]:
     """The failing tests by name: cluster.xml's (a rank that did not pass is one of them), the controller's,
     and the ranks that did not pass when there is no cluster.xml."""
     names = dict.fromkeys(_cluster_failures(cluster))
-    for failed in (run.junit or {}).get("failed", []):
-        names.setdefault(_named(failed["classname"], failed["name"], failed["message"] or ""))
+    for failed in run.failed_tests:
+        names.setdefault(_named(failed.classname, failed.name, failed.message))
     if cluster is None:
         names.update(dict.fromkeys(_bad_rank_line(r) for r in run.ranks if r.outcome != "pass"))
     return list(names)

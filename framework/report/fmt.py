@@ -13,7 +13,8 @@ import signal as _signal
 from collections.abc import Iterable
 from datetime import datetime, timezone
 
-__all__ = ["ANSI", "dur", "iso", "number", "ranges", "short", "signame", "slug", "strip_ansi"]
+__all__ = ["ANSI", "capped", "dur", "iso", "number", "ranges", "short", "signame", "slug",
+           "strip_ansi"]
 
 #: terminal colour and cursor sequences, as rank logs hold them
 ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
@@ -54,6 +55,13 @@ def short(text: str, n: int) -> str:
     """``text`` on one line (whitespace runs folded) and at most ``n`` characters, ``…`` marking a cut."""
     text = " ".join(text.split())
     return text if len(text) <= n else text[: n - 1] + "…"
+
+
+def capped(lines: list[str], limit: int, more: str) -> list[str]:
+    """The first ``limit`` of ``lines``, then ``more`` with ``{n}`` made the number left out (when
+    any was)."""
+    left = len(lines) - limit
+    return lines[:limit] + ([more.format(n=left)] if left > 0 else [])
 
 
 def slug(host: str) -> str:

@@ -13,7 +13,8 @@ import json
 import math
 import os
 import xml.etree.ElementTree as ET
-from collections.abc import Iterable, Sequence
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
 from contextvars import ContextVar
 from importlib import resources
 from pathlib import Path
@@ -32,7 +33,10 @@ from framework.report.model import (
     LaunchView,
     Phase,
     RankView,
+    RunFacts,
     RunView,
+    by_host,
+    case_outcome,
     log_tail,
     read_run,
 )
@@ -102,7 +106,7 @@ def _render(run: RunView) -> str:
         "<main>",
         _banners(run),
         _tiles(run),
-        _timeline(run.phases, run.manifest),
+        _timeline(run.phases, run.facts),
         _grid(run),
         _cluster_timeline(run),
         _fault_bundle(run),
@@ -161,8 +165,13 @@ def _folder_links(root: Path) -> list[str]:
     if not root.is_dir():
         return []
     skip = {*_FIRST_LINKS, "index.html", *ASSETS}
-    others = sorted(p.name for p in root.iterdir() if p.is_file() and not p.name.startswith(".") and p.name not in skip)
+    others = sorted(p.name for p in root.iterdir() if _is_visible_file(p) and p.name not in skip)
     return [n for n in _FIRST_LINKS if (root / n).exists()] + others
+
+
+def _is_visible_file(path: Path) -> bool:
+    """A file not hidden by a leading dot."""
+    return path.is_file() and not path.name.startswith(".")
 
 
 def _header(run: RunView, status: str) -> str:
@@ -183,10 +192,8 @@ def _banners(run: RunView) -> str:
     if facts.error:
         out.append(f"<div class='banner' id='run-error'><b>{escape(str(facts.status))}:</b> "
                    f"{escape(facts.error)}</div>")
-    for lv in run.launches:  # what failed and why, before anything else
-        if lv.data.get("cause"):
-            out.append(f"<div class='banner cause'><b>{escape(lv.name)} failed:</b> "
-                       f"{escape(str(lv.data['cause']))}</div>")
+    out += [f"<div class='banner cause'><b>{escape(name)} failed:</b> {escape(cause)}</div>"
+            for name, cause in run.causes]  # what failed and why, before anything else
     problems = [*run.problems, *facts.problems]
     if problems:
         items = "".join(f"<li>{escape(p)}</li>" for p in dict.fromkeys(problems))
@@ -198,8 +205,9 @@ def _outcome_tiles(ranks: list[RankView]) -> list[str]:
     """A tile per outcome some rank had (pass always, when there are ranks)."""
     if not ranks:
         return []
-    return [f"<div class='tile o-{o}'><b>{sum(r.outcome == o for r in ranks)}</b>{o}</div>" for o in OUTCOMES
-            if o == "pass" or any(r.outcome == o for r in ranks)]
+    counts = Counter(r.outcome for r in ranks)
+    return [f"<div class='tile o-{o}'><b>{counts[o]}</b>{o}</div>"
+            for o in OUTCOMES if o == "pass" or counts[o]]
 
 
 def _cluster_tile(cx: Path) -> list[str]:
@@ -217,8 +225,8 @@ def _cluster_tile(cx: Path) -> list[str]:
 
 def _tiles(run: RunView) -> str:
     tiles = [*_outcome_tiles(run.ranks), *_cluster_tile(run.path / "cluster.xml")]
-    if run.junit:
-        j = run.junit
+    if run.junit is not None:
+        j = run.junit.counts
         tiles.append(f"<div class='tile'><b>{j['tests']}</b>controller tests <small>{j['failures']} failed · "
                      f"{j['errors']} errors · {j['skipped']} skipped</small></div>")
     if run.cores:
@@ -270,11 +278,11 @@ class _Scale:
         return max(0.0, min(100.0, (x - self.t0) / self.span * 100))
 
 
-def _manifest_epoch(manifest: dict[str, Any], key: str) -> list[float]:
-    """The manifest's ``started``/``ended`` epoch as a list of none or one value."""
-    stamp = manifest.get(key)
-    epoch = stamp.get("epoch") if isinstance(stamp, dict) else None
-    return [epoch] if epoch else []
+def _timeline_scale(phases: Sequence[Phase], facts: RunFacts) -> _Scale:
+    """The phases' span, widened to the run's recorded start and end."""
+    starts = [p.start for p in phases] + ([facts.started] if facts.started else [])
+    ends = [p.end for p in phases] + ([facts.ended] if facts.ended else [])
+    return _Scale(min(starts), max(ends))
 
 
 def _text_anchor(x: float) -> str:
@@ -333,13 +341,12 @@ def _tl_legend(phases: Sequence[Phase]) -> str:
     return legend + "<span><i class='seg-key derived'></i>estimated</span>"
 
 
-def _timeline(phases: Sequence[Phase], manifest: dict[str, Any]) -> str:
+def _timeline(phases: Sequence[Phase], facts: RunFacts) -> str:
     head = "<section id='timeline'><h2>Timeline</h2>"
     if not phases:
         return head + ("<p class='muted'>No phase was recorded (phases.json) or could be derived."
                        "</p></section>")
-    scale = _Scale(min([p.start for p in phases] + _manifest_epoch(manifest, "started")),
-                   max([p.end for p in phases] + _manifest_epoch(manifest, "ended")))
+    scale = _timeline_scale(phases, facts)
     rows = [_axis(scale)]
     rows += [_host_track(host, phases, scale) for host in dict.fromkeys(p.host for p in phases)]
     return head + (f"<div class='card'>{''.join(rows)}<div class='legend'>{_tl_legend(phases)}"
@@ -388,24 +395,23 @@ def _cell(r: RankView) -> str:
 
 
 def _host_rows(ranks: Iterable[RankView]) -> str:
-    ranks = list(ranks)
-    rows = []
-    for host in dict.fromkeys(r.host for r in ranks):
-        mine = sorted((r for r in ranks if r.host == host), key=lambda r: r.rank)
-        rows.append(f"<div class='host-row'><div class='host' title='{escape(host, quote=True)}'>{escape(host)}<br>"
-                    f"<small>ranks {ranges([r.rank for r in mine])}</small></div><div class='cells'>"
-                    f"{''.join(_cell(r) for r in mine)}</div></div>")
-    return "".join(rows)
+    """A row per host (in the order the ranks name them) of its ranks' cells, by rank."""
+    return "".join(_host_row(host, mine) for host, mine in by_host(ranks).items())
+
+
+def _host_row(host: str, mine: list[RankView]) -> str:
+    return (f"<div class='host-row'><div class='host' title='{escape(host, quote=True)}'>"
+            f"{escape(host)}<br><small>ranks {ranges([r.rank for r in mine])}</small></div>"
+            "<div class='cells'>"
+            f"{''.join(_cell(r) for r in mine)}</div></div>")
 
 
 def _launch_info(lv: LaunchView) -> list[str]:
     """A launch card's facts: world size, nodes, duration, master, what it retried."""
-    d = lv.data
-    info = [f"world size {lv.world_size}", f"{len(d.get('nodes') or {})} nodes"]
-    if d.get("duration") is not None:
-        info.append(dur(float(d["duration"])))
-    if d.get("master"):
-        info.append(f"master {d['master']}")
+    record = lv.record
+    info = [f"world size {lv.world_size}", f"{len(record.nodes)} nodes", dur(record.duration)]
+    if record.master:
+        info.append(f"master {record.master}")
     if lv.superseded:
         info.append(f"retry of {', '.join(lv.superseded)}")
     return info
@@ -413,13 +419,13 @@ def _launch_info(lv: LaunchView) -> list[str]:
 
 def _launch_banners(lv: LaunchView) -> str:
     """A launch's first failure, cause and grouped stacks."""
-    d = lv.data
+    record = lv.record
     out = ""
     if lv.failure:
-        out += (f"<div class='banner'><b>first failure</b> ({escape(str(d.get('failure_kind') or '?'))}): "
+        out += (f"<div class='banner'><b>first failure</b> ({escape(record.failure_kind or '?')}): "
                 f"{escape(lv.failure)}</div>")
-    if d.get("cause"):
-        out += f"<div class='banner'><b>cause</b>: {escape(str(d['cause']))}</div>"
+    if record.cause:
+        out += f"<div class='banner'><b>cause</b>: {escape(record.cause)}</div>"
     if lv.stacks:
         out += ("<div class='banner'><b>stacks</b> (identical stacks grouped, majority first):<ul>"
                 + "".join(f"<li>{escape(line)}</li>" for line in lv.stacks) + "</ul></div>")
@@ -484,13 +490,16 @@ def _cluster_timeline(run: RunView, limit: int = 15) -> str:
         return ""
     root = data.get("root_cause") or {}
     rows = "".join(_event_row(e, root) for e in events[:limit])
-    more = ""
-    if len(events) > limit:
-        more = f"<p class='muted'>… {len(events) - limit} more in timeline.json</p>"
     note = escape(str((data.get("clock") or {}).get("note", "")))
     return (f"<section id='cluster-timeline'><h2>Cluster timeline</h2>{_root_line(root)}"
             f"<p class='muted'>{note}</p><table><tr><th>t</th><th>host</th><th>rank</th>"
-            f"<th>source</th><th>kind</th><th>event</th></tr>{rows}</table>{more}</section>")
+            f"<th>source</th><th>kind</th><th>event</th></tr>{rows}</table>"
+            f"{_more(len(events), limit, 'in timeline.json')}</section>")
+
+
+def _more(count: int, limit: int, what: str) -> str:
+    """``… N more <what>`` when ``count`` items were cut to ``limit``."""
+    return f"<p class='muted'>… {count - limit} more {what}</p>" if count > limit else ""
 
 
 def _fault_bundle(run: RunView) -> str:
@@ -529,12 +538,11 @@ def _bad_rank(run: RunView, r: RankView) -> str:
 
 def _failing_case(r: RankView, c: ET.Element) -> str:
     """A rank's failing test case: its message's first line, its text's end folded."""
-    el = c.find("error") if c.find("error") is not None else c.find("failure")
+    el = c.find(case_outcome(c))  # the error when it has one, else the failure
     assert el is not None
     where = _launch_prefix(r) + f"{r.host} rank {r.rank}"
     text = (el.text or "").strip()
-    message = el.get("message", "")
-    first = message.splitlines()[0] if message else ""
+    first = next(iter(el.get("message", "").splitlines()), "")
     return (f"<details class='o-fail'><summary><span class='kind'>{escape(el.tag)}</span>{escape(where)} · "
             f"<code>{escape(c.get('classname', ''))}::{escape(c.get('name', ''))}</code> — "
             f"{escape(first)}</summary><pre>{escape(text[-6000:])}</pre></details>")
@@ -557,10 +565,7 @@ def _problems(run: RunView, limit: int = 200) -> str:
     out = ["<section id='problems'><h2>Problems</h2>"]
     out += [_bad_rank(run, r) for r in bad]
     out += [_failing_case(r, c) for r, c in failing[:limit]]
-    if len(failing) > limit:
-        out.append(f"<p class='muted'>… {len(failing) - limit} more failing tests: "
-                   "see cluster.xml</p>")
-    out.append("</section>")
+    out += [_more(len(failing), limit, "failing tests: see cluster.xml"), "</section>"]
     return "".join(out)
 
 
@@ -610,12 +615,12 @@ def _failed_commands(text: str) -> str:
 
 
 def _controller(run: RunView) -> str:
-    j = run.junit
-    if not j:
+    if run.junit is None:
         return ""
-    rows = "".join(f"<tr><td>{escape(f['kind'])}</td><td><code>{escape(f['classname'])}::{escape(f['name'])}"
-                   f"</code></td><td>{escape(f['message'].splitlines()[0] if f['message'] else '')}"
-                   f"{_failed_commands(f.get('text', ''))}</td></tr>" for f in j["failed"])
+    j = run.junit.counts
+    rows = "".join(f"<tr><td>{escape(f.kind)}</td><td><code>{escape(f.classname)}::{escape(f.name)}"
+                   f"</code></td><td>{escape(f.first_line)}{_failed_commands(f.text)}</td></tr>"
+                   for f in run.junit.failed)
     table = (f"<table class='plain'><tr><th>kind</th><th>test</th><th>message</th></tr>{rows}</table>"
              if rows else "<p class='muted'>every controller-level test passed or was skipped.</p>")
     return (f"<section id='controller'><h2>Controller tests <small><a href='junit.xml'>junit.xml</a>: "
@@ -623,17 +628,17 @@ def _controller(run: RunView) -> str:
             f"{table}</section>")
 
 
-def _deploy_row(d: DeployHost, version: object) -> str:
-    """A deployed host's row; ``version`` is manifest.json's ``versions`` entry of the host."""
+def _deploy_row(d: DeployHost, recorded: str | None) -> str:
+    """A deployed host's row; ``recorded`` is the version manifest.json's ``versions`` gives the
+    host."""
     steps = ", ".join(f"{k} {v:.1f}s" for k, v in d.durations.items())
-    recorded = version.get("installed_version") if isinstance(version, dict) else None
     installed = d.installed_version or recorded or "—"
     return (f"<tr><td>{escape(d.host)}</td><td>{escape(str(d.status))}</td><td>{escape(str(installed))}"
             f"</td><td>{escape(d.vendor or '—')}</td><td>{escape(steps)}</td><td>"
             f"{escape(d.error or '')}</td></tr>")
 
 
-def _artifact_row(a: dict[str, Any]) -> str:
+def _artifact_row(a: Mapping[str, Any]) -> str:
     """An artifact's row: kind, name, short sha256, size and how it reached each host."""
     hosts = ", ".join(f"{h} ({v})" for h, v in (a.get("hosts") or {}).items())
     return (f"<tr><td>{escape(str(a.get('kind')))}</td><td>{escape(str(a.get('name')))}</td>"
@@ -647,18 +652,12 @@ _ARTIFACT_HEAD = ("<h3>Artifacts</h3><table class='plain'><tr><th>kind</th><th>n
                   "<th>sha256</th><th>bytes</th><th>hosts (how it arrived)</th></tr>")
 
 
-def _deployed_hosts(run: RunView) -> bool:
-    """Whether deploy-manifest.json lists any host."""
-    return isinstance(run.deploy, dict) and bool(run.deploy.get("hosts"))
-
-
 def _deployed(run: RunView) -> str:
-    arts = run.manifest.get("artifacts") or []
-    if not (arts or _deployed_hosts(run)):
+    facts, hosts = run.facts, run.deploy_hosts
+    if not (facts.artifacts or hosts):
         return ""
-    versions = run.manifest.get("versions") or {}
-    rows = "".join(_deploy_row(d, versions.get(d.host)) for d in run.deploy_hosts)
-    art_rows = "".join(_artifact_row(a) for a in arts)
+    rows = "".join(_deploy_row(d, facts.versions.get(d.host)) for d in hosts)
+    art_rows = "".join(_artifact_row(a) for a in facts.artifacts)
     tables = [(_DEPLOY_HEAD, rows), (_ARTIFACT_HEAD, art_rows)]
     body = "".join(f"{head}{body}</table>" for head, body in tables if body)
     return f"<section id='deploy'><h2>Deployed</h2>{body}</section>"
@@ -669,7 +668,7 @@ def _host_files(run: RunView, host: str) -> str:
     folder = run.path / host
     if not folder.is_dir():
         return ""
-    files = sorted(p for p in folder.rglob("*") if p.is_file() and not p.name.startswith("."))
+    files = sorted(p for p in folder.rglob("*") if _is_visible_file(p))
     if not files:
         return ""
     items = "".join(f"<li><a href='{_href(p.relative_to(run.path).as_posix())}'>"

@@ -25,6 +25,7 @@ from framework.records.folder import write_atomic
 from framework.records.scrub import scrub_tree
 from framework.report.fmt import iso, number, signame, slug, strip_ansi
 from framework.report.model import (
+    CoreView,
     LaunchView,
     RankView,
     RunView,
@@ -85,17 +86,21 @@ def run_properties(run: RunView, *, env: Any = None, seed: int | None = None) ->
     (comma-separated) and ``artifact.<file name>`` = sha256 of each deployed artifact. ``env`` (an
     ``EnvConfig``) and ``seed`` default to what ``manifest.json`` recorded; what is unknown is left out."""
     facts = run.facts
-    props = [("run_id", run.run_id)]
-    seed_text = str(seed) if seed is not None else facts.seed
-    if seed_text is not None:
-        props.append(("seed", seed_text))
-    env_file = str(getattr(env, "source", "") or facts.env_file or "")
-    if env_file:
-        props += [("env", Path(env_file).name), ("env_file", env_file)]
-    hosts = _env_hosts(env) or run.hosts
-    if hosts:
-        props.append(("hosts", ",".join(hosts)))
-    return props + _artifact_props(run)
+    env_file = _env_source(env) or facts.env_file
+    named = [("run_id", run.run_id), ("seed", facts.seed if seed is None else str(seed)),
+             *_env_file_props(env_file), ("hosts", ",".join(_env_hosts(env) or run.hosts))]
+    return [(key, value) for key, value in named if value] + _artifact_props(run)
+
+
+def _env_source(env: Any) -> str | None:
+    """The file an ``EnvConfig`` was read from (None without one)."""
+    source = getattr(env, "source", None)
+    return str(source) if source else None
+
+
+def _env_file_props(env_file: str | None) -> list[tuple[str, str]]:
+    """``env`` (the file's name) and ``env_file`` (its path), when the run had one."""
+    return [("env", Path(env_file).name), ("env_file", env_file)] if env_file else []
 
 
 def _env_hosts(env: Any) -> list[str]:
@@ -174,12 +179,10 @@ def _rank_suites(run: RunView, scrub: Scrub) -> list[ET.Element]:
 
 
 def _stale_ranks(lv: LaunchView) -> list[RankView]:
-    mine = {r.rank for r in lv.ranks}
-    out: dict[int, RankView] = {}
-    for earlier in lv.reruns:
-        for r in earlier.ranks:
-            if r.rank not in mine:
-                out[r.rank] = r
+    """The ranks only the earlier attempts had (the latest attempt's of each), by rank number."""
+    out = {r.rank: r for earlier in lv.reruns for r in earlier.ranks}
+    for r in lv.ranks:
+        out.pop(r.rank, None)
     return [out[k] for k in sorted(out)]
 
 
@@ -241,8 +244,13 @@ def _attach_log(cases: list[ET.Element], log_line: str) -> None:
     if not log_line:
         return
     for c in cases:
-        if case_outcome(c) != "passed" or any(c.find(t) is not None for t in _RERUN_TAGS):
+        if not _simply_passed(c):
             _prepend_out(c, log_line)
+
+
+def _simply_passed(case: ET.Element) -> bool:
+    """Passed, and not after an earlier attempt failed (no rerun or flaky element)."""
+    return case_outcome(case) == "passed" and all(case.find(t) is None for t in _RERUN_TAGS)
 
 
 def _close_suite(suite: ET.Element, cases: list[ET.Element], rv: RankView) -> None:
@@ -258,18 +266,22 @@ def _close_suite(suite: ET.Element, cases: list[ET.Element], rv: RankView) -> No
     suite.set("hostname", rv.host)
 
 
+def _in_final_attempt(rv: RankView, lv: LaunchView | None) -> bool:
+    """The rank ran in its test's final attempt (or is a rank no launch claims: ``lv`` None)."""
+    return lv is None or (lv.launch_id == rv.launch_id and not lv.stale)
+
+
 def _rank_suite(rv: RankView, run: RunView, scrub: Scrub, lv: LaunchView | None) -> ET.Element:
     """The suite of one rank; with ``lv`` (the final attempt's launch) the earlier attempts' failures of the
     same rank are folded into its cases (a rank only an earlier attempt had: every failure becomes flaky)."""
-    final = lv is None or (lv.launch_id == rv.launch_id and not lv.stale)  # None: a rank no launch claims
     own = _own_launch(rv, lv)
     prefix = _case_prefix(rv)
-    suite = ET.Element("testsuite", name=(f"{rv.launch}." if rv.launch else "") + f"rank{rv.rank}@{rv.host}")
+    suite = ET.Element("testsuite", name=f"{rv.launch}.rank{rv.rank}@{rv.host}".removeprefix("."))
     earlier = _earlier_ranks(rv, lv)
-    suite.append(_props_element(_rank_props(rv, own, earlier, lv is not None and lv.stale), scrub))
+    suite.append(_props_element(_rank_props(rv, own, earlier, bool(lv and lv.stale)), scrub))
     cases = _rank_cases(rv, own, run, prefix, scrub)
     _fold_earlier(cases, prefix, earlier, run, scrub)
-    if not final:  # nothing of this rank ran in the final attempt: its failures only flaked
+    if not _in_final_attempt(rv, lv):  # nothing of it ran in the final attempt: its failures flaked
         cases = [_flaky_only(c, own.attempt if own is not None else 1) for c in cases]
     _attach_log(cases, _attachment_line(run, rv.log))
     _close_suite(suite, cases, rv)
@@ -295,7 +307,7 @@ def _rank_cases(rv: RankView, lv: LaunchView | None, run: RunView, prefix: str, 
 def _rerun_element(tag: str, outcome_el: ET.Element, attempt: int) -> ET.Element:
     """``tag`` (rerunFailure … flakyError) for an earlier attempt's ``<failure>``/``<error>``: junit-10's
     rerunType (``type`` required, ``message``, ``stackTrace``)."""
-    msg = outcome_el.get("message") or ""
+    msg = outcome_el.get("message", "")
     el = ET.Element(tag, type=outcome_el.get("type") or outcome_el.tag,
                     message=f"attempt {attempt}: {msg}" if msg else f"attempt {attempt} failed")
     if outcome_el.text:
@@ -305,8 +317,7 @@ def _rerun_element(tag: str, outcome_el: ET.Element, attempt: int) -> ET.Element
 
 def _attempt_key(case: ET.Element, prefix: str) -> tuple[str, str]:
     """A case's classname without the rank ``prefix``, and its name: the same in every attempt."""
-    cn = case.get("classname") or ""
-    return (cn.removeprefix(prefix), case.get("name") or "")
+    return (case.get("classname", "").removeprefix(prefix), case.get("name", ""))
 
 
 def _fold_attempt(cases: list[ET.Element], prefix: str, earlier: list[ET.Element], eprefix: str,
@@ -316,20 +327,22 @@ def _fold_attempt(cases: list[ET.Element], prefix: str, earlier: list[ET.Element
     passed; a case the final attempt does not have is added holding only its flaky element (a pass)."""
     index = {_attempt_key(c, prefix): c for c in cases}
     for old in earlier:
-        kind = case_outcome(old)
-        if kind not in ("failure", "error"):
+        el = old.find(case_outcome(old))  # None: the earlier attempt passed or was skipped
+        if el is None or el.tag == "skipped":
             continue
-        el = old.find(kind)
-        assert el is not None
-        k = _attempt_key(old, eprefix)
-        target = index.get(k)
-        if target is None:
-            target = ET.Element("testcase", classname=prefix + k[0], name=k[1], time="0.000")
-            index[k] = target
-            cases.append(target)
+        target = _final_case(cases, index, _attempt_key(old, eprefix), prefix)
         failed_again = case_outcome(target) in ("failure", "error")
-        tag = ("rerun" if failed_again else "flaky") + ("Failure" if kind == "failure" else "Error")
+        tag = ("rerun" if failed_again else "flaky") + el.tag.capitalize()
         target.append(_rerun_element(tag, el, attempt))
+
+
+def _final_case(cases: list[ET.Element], index: dict[tuple[str, str], ET.Element],
+                key: tuple[str, str], prefix: str) -> ET.Element:
+    """The final attempt's case of ``key``, added (a pass, with no children) when it has none."""
+    if key not in index:
+        index[key] = ET.Element("testcase", classname=prefix + key[0], name=key[1], time="0.000")
+        cases.append(index[key])
+    return index[key]
 
 
 def _flaky_only(case: ET.Element, attempt: int) -> ET.Element:
@@ -395,7 +408,7 @@ def _synthetic_case(rv: RankView, lv: LaunchView | None, run: RunView, prefix: s
     case = ET.Element("testcase", classname=prefix, name="rank_report", time=_t(rv.duration or 0.0))
     if rv.overwritten_by:
         return _overwritten_case(case, rv, lv, scrub)
-    if rv.cases and not rv.junit_problem:
+    if _tests_reported(rv):
         if not _ended_badly(rv):
             return None
         case.set("name", "rank_exit")  # the tests reported, then the process ended badly
@@ -404,6 +417,11 @@ def _synthetic_case(rv: RankView, lv: LaunchView | None, run: RunView, prefix: s
         ET.SubElement(case, "system-out").text = scrub(xml_text(text))
         return case
     return _bad_ending(case, rv, lv, run, scrub)
+
+
+def _tests_reported(rv: RankView) -> bool:
+    """The rank's JUnit was read and holds its tests."""
+    return bool(rv.cases) and not rv.junit_problem
 
 
 def _bad_ending(case: ET.Element, rv: RankView, lv: LaunchView | None, run: RunView,
@@ -425,11 +443,16 @@ def _core_cases(suite: ET.Element, run: RunView, scrub: Scrub) -> None:
         where = f"{slug(core.host)}.rank{core.rank}" if core.rank is not None else slug(core.host)
         case = ET.SubElement(suite, "testcase", classname=f"{where}.cores",
                              name=f"core_dump[{Path(core.exe or 'unknown').name}:{core.pid}]", time="0")
-        text = core.description + (f"\nfile: {core.local_path}" if core.local_path else "") + \
-            (f"\n\n{core.backtrace}" if core.backtrace else "")
         ET.SubElement(case, "failure", type="CoreDump",
                       message=scrub(xml_text(core.description or f"core dump of {core.exe}"))
-                      ).text = scrub(xml_text(text))
+                      ).text = scrub(xml_text(_core_text(core)))
+
+
+def _core_text(core: CoreView) -> str:
+    """A core's failure text: its description, its file in the run folder and its backtrace."""
+    parts = [core.description, f"file: {core.local_path}" if core.local_path else None,
+             f"\n{core.backtrace}" if core.backtrace else None]
+    return "\n".join(p for p in parts if p is not None)
 
 
 def _deploy_cases(suite: ET.Element, run: RunView, scrub: Scrub) -> None:
@@ -486,7 +509,7 @@ def _copy_child(out: ET.Element, child: ET.Element) -> None:
 
 def _bare_case(case: ET.Element, prefix: str) -> ET.Element:
     """A new ``<testcase>``: ``case``'s prefixed classname, name, time and group, no children."""
-    original = case.get("classname") or ""
+    original = case.get("classname", "")
     out = ET.Element("testcase", classname=f"{prefix}.{original}" if original else prefix,
                      name=case.get("name") or "unnamed")
     for attr in ("time", "group"):
@@ -543,14 +566,12 @@ def fold_case_properties(path: str | os.PathLike[str], scrub: Scrub | None = Non
     file = Path(path)
     if not file.exists():
         return False
-    tree = ET.parse(file)
-    changed = False
-    for case in tree.getroot().iter("testcase"):
-        changed = _fold_props(case) or changed
-    if scrub is not None and scrub_tree(tree.getroot(), scrub):
-        changed = True
+    top = ET.parse(file).getroot()
+    folded = [_fold_props(case) for case in top.iter("testcase")]
+    scrubbed = scrub_tree(top, scrub or _unchanged)
+    changed = any(folded) or scrubbed
     if changed:
-        write_atomic(file, ET.tostring(tree.getroot(), encoding="unicode", xml_declaration=True) + "\n")
+        write_atomic(file, ET.tostring(top, encoding="unicode", xml_declaration=True) + "\n")
     return changed
 
 
@@ -567,8 +588,7 @@ def _rerun_record_element(r: RerunRecord, failed_again: bool) -> ET.Element:
 
 def _fold_reruns(suite: ET.Element, classname: str, name: str, records: list[RerunRecord]) -> bool:
     """Drop a test's earlier (empty) attempts from ``suite`` and put their failures on its final case."""
-    found = [c for c in suite.findall("testcase") if c.get("classname", "") == classname
-             and c.get("name", "") == name]
+    found = _cases_of(suite, classname, name)
     if not found:
         return False
     attempts = sorted({r.attempt for r in records})
@@ -581,19 +601,25 @@ def _fold_reruns(suite: ET.Element, classname: str, name: str, records: list[Rer
     return True
 
 
+def _cases_of(suite: ET.Element, classname: str, name: str) -> list[ET.Element]:
+    """The suite's testcases of one test (its attempts, in the file's order)."""
+    return [c for c in suite.findall("testcase")
+            if (c.get("classname", ""), c.get("name", "")) == (classname, name)]
+
+
 def _add_properties(suite: ET.Element, properties: Sequence[tuple[str, str]]) -> bool:
     """Add the ``properties`` ``suite`` does not have yet (first in it); whether any was added."""
-    if not properties:
+    have = {p.get("name") for p in suite.iterfind("properties/property")}
+    added = [(k, v) for k, v in properties if k not in have]
+    if not added:
         return False
     props = suite.find("properties")
     if props is None:
         props = ET.Element("properties")
         suite.insert(0, props)
-    have = {p.get("name") for p in props.findall("property")}
-    added = [(k, v) for k, v in properties if k not in have]
     for k, v in added:
         ET.SubElement(props, "property", name=k, value=xml_text(v))
-    return bool(added)
+    return True
 
 
 def _fold_suite_reruns(suite: ET.Element, by_test: dict[tuple[str, str], list[RerunRecord]],
@@ -624,16 +650,20 @@ def fold_pytest_reruns(path: str | os.PathLike[str], reruns: Sequence[RerunRecor
     if not file.exists() or not (reruns or properties):
         return False
     top = ET.parse(file).getroot()
+    by_test = _reruns_by_test(reruns)
+    suites = [top] if top.tag == "testsuite" else top.findall("testsuite")
+    changed = [_fold_suite_reruns(suite, by_test, properties) for suite in suites]
+    if any(changed):
+        write_atomic(file, ET.tostring(top, encoding="unicode", xml_declaration=True) + "\n")
+    return any(changed)
+
+
+def _reruns_by_test(reruns: Sequence[RerunRecord]) -> dict[tuple[str, str], list[RerunRecord]]:
+    """The recorded attempts by test (classname, name)."""
     by_test: dict[tuple[str, str], list[RerunRecord]] = {}
     for r in reruns:
         by_test.setdefault((r.classname, r.name), []).append(r)
-    suites = [top] if top.tag == "testsuite" else top.findall("testsuite")
-    changed = False
-    for suite in suites:
-        changed = _fold_suite_reruns(suite, by_test, properties) or changed
-    if changed:
-        write_atomic(file, ET.tostring(top, encoding="unicode", xml_declaration=True) + "\n")
-    return changed
+    return by_test
 
 
 def _core_description(core: CoreRecord) -> str:
@@ -688,7 +718,7 @@ def _core_order(entry: Mapping[str, Any]) -> tuple[str, int, int]:
 
 def _record_cores(root: Path, cores: Sequence[CoreRecord], scrub: Scrub) -> None:
     """Merge ``cores`` into ``cores.json``, the file ``framework.cores.watch`` also writes (same entry shape)."""
-    known = [c for c in read_json(root / "cores.json", [], []) or [] if isinstance(c, dict)]
+    known = [c for c in _list(read_json(root / "cores.json", [], [])) if isinstance(c, dict)]
     for core in cores:
         entry = _core_entry(root, core, scrub)
         same = _core_key(root, entry)
@@ -743,6 +773,10 @@ def validate_junit(path: str | os.PathLike[str]) -> list[str]:
 # -- small helpers ------------------------------------------------------------------------
 def _unchanged(text: str) -> str:
     return text
+
+
+def _list(value: object) -> list[Any]:
+    return value if isinstance(value, list) else []
 
 
 def xml_text(text: object) -> str:

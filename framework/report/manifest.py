@@ -112,14 +112,15 @@ def write_manifest(rundir_path: str | os.PathLike[str], *, env: EnvLike | None =
     doc["framework"] = {"name": "camit", "version": __version__, "git": _git_sha(), "python": platform.python_version()}
     doc["controller"] = {"hostname": socket.gethostname(), "platform": platform.platform()}
     doc["env"] = _env_doc(env) if env is not None else old.get("env")
-    doc["hosts"] = _hosts_doc(run, env, old.get("hosts") or {})
+    doc["hosts"] = _hosts_doc(run, env, _mapping(old.get("hosts")))
     doc["artifacts"], doc["versions"] = _artifacts_doc(run.deploy)
     doc["launches"] = _launches_doc(run)
     doc["results"] = _results(run)
     doc["files"] = _files(root)
-    doc["extra"] = {**(old.get("extra") or {}), **dict(extra or {})}
-    if report_errors or run.problems:
-        doc["report_problems"] = list(report_errors) + run.problems
+    doc["extra"] = {**_mapping(old.get("extra")), **_mapping(extra)}
+    problems = [*report_errors, *run.problems]
+    if problems:
+        doc["report_problems"] = problems
     # the values, before serialising: a password that is a common word never hits a key or a literal
     text = json.dumps(scrub_doc(json.loads(json.dumps(doc, default=str)), scrub), indent=2) + "\n"
     return write_atomic(root / "manifest.json", text)
@@ -129,7 +130,7 @@ def _seed_and_command(old: Mapping[str, Any], argv: Sequence[str] | None, seed: 
                       repro: str | None) -> tuple[int | None, Mapping[str, Any] | None]:
     """The run's seed and ``command``: this call's, else what ``old`` (the manifest so far) says."""
     if repro is None and argv is None and seed is None:  # nothing new: the recorded line stands
-        repro = (old.get("command") or {}).get("repro")
+        repro = _mapping(old.get("command")).get("repro")
     seed = seed if seed is not None else old.get("seed")
     return seed, _command(old.get("command"), argv, seed, repro)
 
@@ -144,9 +145,10 @@ def _error_doc(error: BaseException | str | None, status: str, old: Mapping[str,
 
 
 def _launches_doc(run: RunView) -> list[dict[str, Any]]:
-    return [{"launch_id": lv.launch_id, "name": lv.name, "ok": lv.data.get("ok"), "world_size": lv.world_size,
-             "duration": lv.data.get("duration"), "failure": lv.failure,
-             "failure_kind": lv.data.get("failure_kind"), "superseded": lv.superseded} for lv in run.launches]
+    return [{"launch_id": lv.launch_id, "name": lv.name, "ok": lv.record.ok,
+             "world_size": lv.world_size, "duration": lv.record.duration, "failure": lv.failure,
+             "failure_kind": lv.record.failure_kind, "superseded": lv.superseded}
+            for lv in run.launches]
 
 
 def write_fallback_manifest(root: Path, status: str, error: str, problem: str) -> Path:
@@ -194,7 +196,7 @@ def _results(run: RunView) -> dict[str, Any]:
     outcomes = {o: 0 for o in OUTCOMES}
     for r in run.ranks:
         outcomes[r.outcome] += 1
-    controller = {k: v for k, v in (run.junit or {}).items() if k != "failed"} or None
+    controller = dict(run.junit.counts) if run.junit is not None else None
     return {"ranks": outcomes, "cores": len(run.cores), "controller": controller}
 
 
@@ -208,23 +210,33 @@ def _env_doc(env: EnvLike) -> dict[str, Any]:
 
 
 def _hosts_doc(run: RunView, env: EnvLike | None, old: Mapping[str, Any]) -> dict[str, Any]:
+    """Every host the env, the manifest so far or the run folder names, by name."""
     specs = getattr(env, "hosts", None) or {}
     deployed = _deploy_records(run.deploy)
-    out: dict[str, Any] = {}
-    for h in dict.fromkeys([*specs, *old, *run.hosts]):
-        entry = dict(old.get(h) or {})
-        spec = specs.get(h)
-        if spec is not None:
-            entry.update(_spec_doc(spec))
-        if h in deployed:
-            entry["deploy"] = {k: deployed[h].get(k) for k in _DEPLOY_KEYS}
-        out[h] = entry | _host_results(run, h)
-    return out
+    return {h: _host_doc(run, h, _mapping(old.get(h)), specs.get(h), deployed.get(h))
+            for h in dict.fromkeys([*specs, *old, *run.hosts])}
+
+
+def _host_doc(run: RunView, host: str, old: Mapping[str, Any], spec: Any,
+              deployed: Mapping[str, Any] | None) -> dict[str, Any]:
+    """A host's entry: what the manifest so far said, then its env spec, its deploy record and
+    results."""
+    entry = dict(old)
+    if spec is not None:
+        entry.update(_spec_doc(spec))
+    if deployed is not None:
+        entry["deploy"] = {k: deployed.get(k) for k in _DEPLOY_KEYS}
+    return entry | _host_results(run, host)
+
+
+def _mapping(value: object) -> Mapping[str, Any]:
+    """``value`` when it is a mapping (a JSON object), else an empty one."""
+    return value if isinstance(value, Mapping) else {}
 
 
 def _deploy_records(deploy: Mapping[str, Any] | None) -> dict[str, dict[str, Any]]:
     """deploy-manifest.json's host records by host (malformed ones left out)."""
-    hosts = (deploy or {}).get("hosts") or {}
+    hosts = _mapping(_mapping(deploy).get("hosts"))
     return {host: m for host, m in hosts.items() if isinstance(m, dict)}
 
 
@@ -280,15 +292,23 @@ def _artifact_doc(a: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _files(root: Path) -> list[dict[str, Any]]:
-    out = []
-    for p in sorted(root.rglob("*")):
-        rel = p.relative_to(root).as_posix()
-        if not p.is_file() or any(part.startswith(".") for part in p.relative_to(root).parts) \
-                or rel in ("manifest.json", "index.html"):
-            continue
-        size = p.stat().st_size
-        out.append({"path": rel, "size": size, "sha256": sha256_file(p) if size <= HASH_LIMIT else None})
-    return out
+    """The run folder's files manifest.json lists: path, size and sha256 (None above
+    :data:`HASH_LIMIT`)."""
+    return [_file_doc(p, p.relative_to(root).as_posix()) for p in sorted(root.rglob("*"))
+            if _is_listed(root, p)]
+
+
+def _is_listed(root: Path, path: Path) -> bool:
+    """A file neither hidden (no part of its path starts with a dot) nor the manifest or the
+    page."""
+    rel = path.relative_to(root)
+    hidden = any(part.startswith(".") for part in rel.parts)
+    return path.is_file() and not hidden and rel.as_posix() not in ("manifest.json", "index.html")
+
+
+def _file_doc(path: Path, rel: str) -> dict[str, Any]:
+    size = path.stat().st_size
+    return {"path": rel, "size": size, "sha256": sha256_file(path) if size <= HASH_LIMIT else None}
 
 
 @functools.lru_cache(maxsize=1)

@@ -12,16 +12,20 @@ import json
 import os
 import re
 import xml.etree.ElementTree as ET
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from framework.launch.result import LaunchResult, RankResult
+from framework.launch.stacks import StackGroup
 from framework.report.fmt import number, ranges, signame, slug, strip_ansi
 
-__all__ = ["OUTCOMES", "PHASE_ORDER", "CoreView", "DeployHost", "LaunchView", "Phase", "RankView", "RunFacts",
-           "RunView", "case_counts", "case_outcome", "describe_rank", "inside_run", "launch_name", "log_tail",
-           "read_json", "read_run"]
+__all__ = ["OUTCOMES", "PHASE_ORDER", "CoreView", "DeployHost", "FailedTest", "JunitSummary",
+           "LaunchView", "Phase", "RankView", "RunFacts", "RunView", "by_host", "case_counts",
+           "case_outcome", "describe_rank", "inside_run", "launch_name", "log_tail",
+           "outcome_tally", "read_json", "read_run"]
 
 PHASE_ORDER = ("connect", "deploy", "launch", "run", "collect", "teardown")
 #: signals that end a rank as a consequence (torchrun or our teardown stopping it), not a crash
@@ -122,10 +126,11 @@ class RankView:
 
 @dataclass
 class LaunchView:
-    launch_id: str
+    """A launch of the run: its record (``launch-<id>.json``, parsed) and what the report made of
+    it."""
+
     name: str
-    world_size: int
-    data: dict[str, Any]
+    record: LaunchResult
     mtime: float
     ranks: list[RankView] = field(default_factory=list)
     superseded: list[str] = field(default_factory=list)
@@ -135,36 +140,42 @@ class LaunchView:
     stale: bool = False
 
     @property
+    def launch_id(self) -> str:
+        return self.record.launch_id
+
+    @property
+    def world_size(self) -> int:
+        return self.record.world_size
+
+    @property
     def failure(self) -> str | None:
-        return self.data.get("failure")
+        return self.record.failure
 
     @property
     def stacks(self) -> list[str]:
         """The launch's stack groups, one line each (majority first): ``launch-<id>.json``'s ``stacks``."""
-        return [_stack_line(g) for g in self.data.get("stacks", []) if isinstance(g, dict)]
+        return [_stack_line(g) for g in self.record.stacks]
 
     @property
     def test(self) -> str | None:
         """The pytest nodeid of the test that made the launch (None: no test recorded)."""
-        test = self.data.get("test")
-        return str(test) if test else None
+        return self.record.test or None
 
     @property
     def attempt(self) -> int:
-        attempt = self.data.get("attempt")
-        return attempt if isinstance(attempt, int) else 1
+        """The test's attempt that made the launch (pytest-rerunfailures; 1 when none is
+        recorded)."""
+        return 1 if self.record.attempt is None else self.record.attempt
 
 
 #: the end of a failed controller test's failure text kept for the report (its "failed commands" section)
 TEXT_CHARS = 16000
 
 
-def _stack_line(group: dict[str, Any]) -> str:
-    ranks = [int(r) for r in group.get("ranks", [])]
-    hosts = sorted({str(h) for h in dict(group.get("hosts", {})).values()})
-    where = str(group.get("where", "?"))
+def _stack_line(group: StackGroup) -> str:
+    ranks = group.ranks
     who = f"rank {ranks[0]}" if len(ranks) == 1 else f"{len(ranks)} ranks ({ranges(ranks)})"
-    return f"{who} on {', '.join(hosts)} {where}"
+    return f"{who} on {', '.join(sorted(set(group.hosts.values())))} {group.where()}"
 
 
 @dataclass
@@ -197,6 +208,11 @@ class RunFacts:
     git: str | None = None
     repro: str | None = None  # the command line that reproduces the run
     problems: tuple[str, ...] = ()  # what the previous report could not read
+    #: the deployed artifacts (the entries that are objects)
+    artifacts: tuple[Mapping[str, Any], ...] = ()
+    #: the installed version each deployed host reported, by host (hosts that reported none left
+    #: out)
+    versions: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
     def from_manifest(cls, m: Mapping[str, Any]) -> RunFacts:
@@ -207,7 +223,16 @@ class RunFacts:
                    seed=None if m.get("seed") is None else str(m["seed"]),
                    env_file=_text(_table(m, "env").get("file")), version=_text(fw.get("version")),
                    git=_text(fw.get("git")), repro=_text(_table(m, "command").get("repro")),
-                   problems=tuple(str(p) for p in _list(m.get("report_problems"))))
+                   problems=tuple(str(p) for p in _list(m.get("report_problems"))),
+                   artifacts=tuple(a for a in _list(m.get("artifacts")) if isinstance(a, dict)),
+                   versions=_installed_versions(_table(m, "versions")))
+
+
+def _installed_versions(versions: Mapping[str, Any]) -> dict[str, str]:
+    """``installed_version`` of each host entry of manifest.json's ``versions`` that names one."""
+    found = {host: _text(v.get("installed_version"))
+             for host, v in versions.items() if isinstance(v, dict)}
+    return {host: v for host, v in found.items() if v is not None}
 
 
 @dataclass(frozen=True)
@@ -275,12 +300,17 @@ class RunView:
     phases: list[Phase]
     manifest: dict[str, Any]
     deploy: dict[str, Any] | None
-    junit: dict[str, Any] | None  # counts and failed cases of pytest's junit.xml
+    junit: JunitSummary | None  # pytest's junit.xml: counts and failed cases
     problems: list[str]
 
     @property
     def ranks(self) -> list[RankView]:
         return [r for lv in self.launches for r in lv.ranks] + self.orphans
+
+    @property
+    def failed_tests(self) -> list[FailedTest]:
+        """The controller's failing tests (pytest's junit.xml), in its order."""
+        return self.junit.failed if self.junit is not None else []
 
     @property
     def facts(self) -> RunFacts:
@@ -289,15 +319,25 @@ class RunView:
     @property
     def deploy_hosts(self) -> list[DeployHost]:
         """``deploy-manifest.json``'s hosts in its order (an entry that is not an object is left out)."""
-        hosts = _table(self.deploy or {}, "hosts")
-        return [DeployHost.from_json(h, d) for h, d in hosts.items() if isinstance(d, dict)]
+        return _deploy_hosts(self.deploy)
 
     @property
     def hosts(self) -> list[str]:
-        named = [*(self.manifest.get("hosts") or {}), *(self.deploy or {}).get("hosts", {}),
-                 *(h for lv in self.launches for h in lv.data.get("nodes", {})),
+        named = [*_table(self.manifest, "hosts"), *_table(self.deploy or {}, "hosts"),
+                 *(h for lv in self.launches for h in lv.record.nodes),
                  *(r.host for r in self.ranks), *(p.host for p in self.phases)]
         return list(dict.fromkeys(named))
+
+    @property
+    def causes(self) -> list[tuple[str, str]]:
+        """(launch name, cause) of each launch whose record names its failure's cause."""
+        return [(lv.name, lv.record.cause) for lv in self.launches if lv.record.cause]
+
+
+def _deploy_hosts(deploy: Mapping[str, Any] | None) -> list[DeployHost]:
+    """The hosts of a deploy manifest in its order (an entry that is not an object is left out)."""
+    hosts = _table(deploy or {}, "hosts")
+    return [DeployHost.from_json(h, d) for h, d in hosts.items() if isinstance(d, dict)]
 
 
 def read_run(rundir_path: str | os.PathLike[str]) -> RunView:
@@ -309,13 +349,18 @@ def read_run(rundir_path: str | os.PathLike[str]) -> RunView:
     launches = _read_launches(root, run_id, problems)
     every = [*launches, *(e for lv in launches for e in lv.reruns)]
     orphans = _read_ranks(root, every, launches, problems)
-    for rv in [r for lv in launches for r in lv.ranks] + orphans:
-        _attach_cores(rv, cores, launches)
+    _attach_all_cores([*(r for lv in launches for r in lv.ranks), *orphans], cores, launches)
     _classify_all(every, orphans)
     deploy = read_json(root / "deploy-manifest.json", problems, None)
     return RunView(root, run_id, launches, orphans, cores, _phases(root, launches, deploy, problems),
                    read_json(root / "manifest.json", problems, {}) or {}, deploy,
                    _junit_summary(root / "junit.xml", problems), problems)
+
+
+def _attach_all_cores(ranks: list[RankView], cores: list[CoreView],
+                      launches: list[LaunchView]) -> None:
+    for rv in ranks:
+        _attach_cores(rv, cores, launches)
 
 
 def _read_cores(root: Path, problems: list[str]) -> list[CoreView]:
@@ -381,17 +426,23 @@ def read_json(path: Path, problems: list[str], default: Any) -> Any:
 
 def _launch_records(root: Path, problems: list[str]) -> list[LaunchView]:
     """Every ``launch-*.json`` that is a launch record, oldest first."""
-    found = []
-    for p in sorted(root.glob("launch-*.json")) if root.is_dir() else []:
-        data = read_json(p, problems, None)
-        if not isinstance(data, dict) or not isinstance(data.get("world_size"), int):
-            if data is not None:
-                problems.append(f"{p.name}: not a launch record")
-            continue
-        lid = str(data.get("launch_id") or p.stem[len("launch-"):])
-        found.append(LaunchView(lid, lid, data["world_size"], data, p.stat().st_mtime))
-    found.sort(key=lambda lv: (lv.mtime, lv.launch_id))
-    return found
+    paths = sorted(root.glob("launch-*.json")) if root.is_dir() else []
+    found = [lv for lv in (_launch_record(p, problems) for p in paths) if lv is not None]
+    return sorted(found, key=lambda lv: (lv.mtime, lv.launch_id))
+
+
+def _launch_record(path: Path, problems: list[str]) -> LaunchView | None:
+    """The launch record ``path`` holds (named by its id for now); None for no file or not a
+    record."""
+    data = read_json(path, problems, None)
+    if data is None:
+        return None
+    try:
+        record = LaunchResult.from_json(data, launch_id=path.stem[len("launch-"):])
+    except (TypeError, ValueError):
+        problems.append(f"{path.name}: not a launch record")
+        return None
+    return LaunchView(record.launch_id, record, path.stat().st_mtime)
 
 
 def _port_attempt(lid: str) -> tuple[str, int]:
@@ -400,30 +451,29 @@ def _port_attempt(lid: str) -> tuple[str, int]:
     return (lid[: m.start()], int(m.group(1))) if m else (lid, 1)
 
 
-def _newest_attempts(found: list[LaunchView]) -> dict[str, LaunchView]:
-    """The highest-numbered port attempt of each launch id (the first found among equals)."""
-    last: dict[str, LaunchView] = {}
-    for lv in found:
-        base, n = _port_attempt(lv.launch_id)
-        if base not in last or n > _port_attempt(last[base].launch_id)[1]:
-            last[base] = lv
-    return last
-
-
 def _last_port_attempts(found: list[LaunchView]) -> list[LaunchView]:
-    """A port-collision retry (<id>-r2) supersedes earlier attempts: keep the last, naming them."""
-    last = _newest_attempts(found)
-    kept = [lv for lv in found if last[_port_attempt(lv.launch_id)[0]] is lv]
-    for lv in kept:
-        base = _port_attempt(lv.launch_id)[0]
-        lv.superseded = [o.launch_id for o in found if o is not lv and _port_attempt(o.launch_id)[0] == base]
-    return kept
+    """A port-collision retry (<id>-r2) supersedes earlier attempts: keep the highest-numbered (the
+    first found among equals), naming the others."""
+    kept: set[int] = set()  # ids: two views may be equal without being the same launch
+    for group in _port_groups(found):
+        last = max(group, key=lambda lv: _port_attempt(lv.launch_id)[1])
+        last.superseded = [o.launch_id for o in group if o is not last]
+        kept.add(id(last))
+    return [lv for lv in found if id(lv) in kept]
+
+
+def _port_groups(found: list[LaunchView]) -> list[list[LaunchView]]:
+    """The launches by their id without a port-retry suffix, each group in the order found."""
+    groups: dict[str, list[LaunchView]] = {}
+    for lv in found:
+        groups.setdefault(_port_attempt(lv.launch_id)[0], []).append(lv)
+    return list(groups.values())
 
 
 def _launch_label(lv: LaunchView, run_id: str) -> str:
     """A launch's name before de-duplication: the test's launch name, or its id without run id and salt."""
     if lv.test is not None:
-        return launch_name(lv.test, lv.world_size, lv.data.get("seq"))
+        return launch_name(lv.test, lv.world_size, lv.record.seq)
     short = lv.launch_id[len(run_id) + 1:] if lv.launch_id.startswith(run_id + "-") else lv.launch_id
     short = re.sub(r"-[0-9a-f]{4}(-r\d+)?$", "", short) or short
     return short.replace(".", "_")
@@ -457,42 +507,37 @@ def _fold_test_attempts(launches: list[LaunchView]) -> list[LaunchView]:
     Launches match by (test, world size, place in the attempt). An earlier attempt's launch the final
     attempt did not repeat stays, marked ``stale`` (the report turns its failures into flaky ones).
     """
-    final_attempt: dict[str, int] = {}
+    final_attempt: dict[str | None, int] = {}
+    groups: dict[tuple[object, ...], list[LaunchView]] = {}
     for lv in launches:
-        if lv.test is not None:
-            final_attempt[lv.test] = max(final_attempt.get(lv.test, 0), lv.attempt)
-    groups: dict[tuple[str, int, object], list[LaunchView]] = {}
-    for lv in launches:
-        if lv.test is not None:
-            groups.setdefault((lv.test, lv.world_size, lv.data.get("seq")), []).append(lv)
+        final_attempt[lv.test] = max(final_attempt.get(lv.test, 0), lv.attempt)
+        groups.setdefault(_same_launch(lv), []).append(lv)
     out = []
     for lv in launches:
-        if lv.test is None:
+        group = sorted(groups[_same_launch(lv)], key=lambda x: (x.attempt, x.mtime))
+        if lv is group[-1]:  # the others fold into the group's last attempt
+            lv.reruns = group[:-1]
+            lv.stale = lv.attempt < final_attempt[lv.test]
             out.append(lv)
-            continue
-        group = sorted(groups[(lv.test, lv.world_size, lv.data.get("seq"))], key=lambda x: (x.attempt, x.mtime))
-        if lv is not group[-1]:
-            continue  # folded into the group's last attempt
-        lv.reruns = group[:-1]
-        lv.stale = lv.attempt < final_attempt[lv.test]
-        out.append(lv)
     return out
 
 
-def _expected_host(data: Mapping[str, Any], rank: int) -> str:
-    nodes = data.get("nodes") or {}
-    if not nodes:
-        return "unknown"
-    per_node = max(1, int(data.get("world_size", 0)) // len(nodes))
-    for host, node in nodes.items():
-        if isinstance(node, dict) and node.get("node_rank") == rank // per_node:
-            return str(host)
-    return "unknown"
+def _same_launch(lv: LaunchView) -> tuple[object, ...]:
+    """What the attempts of one test's launch share: (test, world size, place in the attempt); a
+    launch of no test is its own."""
+    return (lv.launch_id,) if lv.test is None else (lv.test, lv.world_size, lv.record.seq)
+
+
+def _expected_host(record: LaunchResult, rank: int) -> str:
+    """The host the launch's node plan puts ``rank`` on; ``unknown`` without one."""
+    per_node = max(1, record.world_size // max(1, len(record.nodes)))
+    planned = (host for host, node in record.nodes.items() if node.node_rank == rank // per_node)
+    return next(planned, "unknown")
 
 
 def _remote_launch(status: Mapping[str, Any]) -> str | None:
     """The launch a rank status file belongs to: its remote log path is ``…/runs/<launch-id>/rank<N>.log``."""
-    m = re.search(r"/runs/([^/]+)/rank\d+\.log$", str(status.get("log") or ""))
+    m = re.search(r"/runs/([^/]+)/rank\d+\.log$", str(status.get("log", "")))
     return m.group(1) if m else None
 
 
@@ -501,7 +546,7 @@ def _rank_owners(root: Path, launches: list[LaunchView]) -> dict[tuple[str, int]
     owners: dict[tuple[str, int], str] = {}
     for lv in launches:  # in order: the last launch that had the rank wrote its files last
         owners.update(dict.fromkeys(_launch_slots(lv), lv.launch_id))
-    ids = {lv.launch_id for lv in launches} | {s for lv in launches for s in lv.superseded}
+    ids = {lid for lv in launches for lid in (lv.launch_id, *lv.superseded)}
     for (host, rank) in list(owners):
         lid = _status_launch(root / host / f"rank{rank}.json")
         if lid in ids:
@@ -517,11 +562,8 @@ def _claiming_launch(lid: str, launches: list[LaunchView]) -> str:
 
 def _launch_slots(lv: LaunchView) -> list[tuple[str, int]]:
     """The (host, rank) places a launch had: by its node plan, then as its rank records say."""
-    slots = [(_expected_host(lv.data, r), r) for r in range(lv.world_size)]
-    for key, rr in (lv.data.get("ranks") or {}).items():
-        if str(key).isdigit() and isinstance(rr, dict):
-            slots.append((str(rr.get("host")), int(key)))
-    return slots
+    planned = [(_expected_host(lv.record, r), r) for r in range(lv.world_size)]
+    return planned + [(rr.host, r) for r, rr in lv.record.ranks.items()]
 
 
 def _status_launch(status: Path) -> str | None:
@@ -534,22 +576,15 @@ def _status_launch(status: Path) -> str | None:
 def _launch_ranks(root: Path, lv: LaunchView, owners: Mapping[tuple[str, int], str], launches: list[LaunchView],
                   problems: list[str]) -> list[RankView]:
     multi = len(launches) > 1 or lv.test is not None  # a test's launch is always named: stable across builds
-    recorded = _recorded_ranks(lv)
     out = []
-    for r in sorted(set(range(lv.world_size)) | set(recorded)):
-        rec = recorded.get(r, {})
-        host = str(rec.get("host") or _expected_host(lv.data, r))
+    for r in sorted(set(range(lv.world_size)) | set(lv.record.ranks)):
+        rec = lv.record.ranks.get(r, RankResult(r, ""))
+        host = _rank_host(lv.record, r)
         rv = RankView(r, host, launch=lv.name if multi else "", launch_id=lv.launch_id,
-                      exit_code=rec.get("exit_code"), signal=rec.get("signal"))
+                      exit_code=rec.exit_code, signal=rec.signal)
         _find_rank_files(root, rv, lv, owners.get((host, r), lv.launch_id), launches, problems)
         out.append(rv)
     return out
-
-
-def _recorded_ranks(lv: LaunchView) -> dict[int, dict[str, Any]]:
-    """The launch record's ``ranks`` entries by rank number (malformed ones left out)."""
-    ranks = lv.data.get("ranks") or {}
-    return {int(k): v for k, v in ranks.items() if str(k).isdigit() and isinstance(v, dict)}
 
 
 def _find_rank_files(root: Path, rv: RankView, lv: LaunchView, owner: str,
@@ -602,19 +637,22 @@ def _status_time(value: object) -> float | None:
 
 def _load_junit(path: Path, rv: RankView) -> None:
     try:
-        tree = ET.parse(path)
+        top = ET.parse(path).getroot()
     except (ET.ParseError, OSError) as exc:
         rv.junit_problem = f"{path.name} is not valid XML ({exc})"
         return
-    top = tree.getroot()
     suites = [top] if top.tag == "testsuite" else list(top.iter("testsuite"))
-    cases = list(top.iter("testcase"))
     rv.props += [(p.get("name", ""), p.get("value", "")) for s in suites
                  for p in s.findall("properties/property")]
     if suites:
         rv.junit_timestamp = suites[0].get("timestamp")
-        rv.junit_time = sum(number(s.get("time")) for s in suites if s.find("testcase") is not None)
-    rv.cases = _fold_reruns(cases)
+        rv.junit_time = _suites_time(suites)
+    rv.cases = _fold_reruns(list(top.iter("testcase")))
+
+
+def _suites_time(suites: list[ET.Element]) -> float:
+    """The time of the suites that ran a test (an empty wrapper suite's own time is not added)."""
+    return sum(number(s.get("time")) for s in suites if s.find("testcase") is not None)
 
 
 def case_outcome(case: ET.Element) -> str:
@@ -660,30 +698,27 @@ def _fold_rerun_group(items: list[ET.Element]) -> ET.Element:
 
 
 def _attach_cores(rv: RankView, cores: list[CoreView], launches: list[LaunchView]) -> None:
+    """The rank's cores, when it is the rank at its place that gets them (an orphan gets its
+    own)."""
     place = (rv.host, rv.rank)
-    mine = [core for core in cores if (core.host, core.rank) == place]
-    if not mine:
-        return
     holder = _core_holder(place, launches)
     if holder is None or rv is holder:
-        rv.cores.extend(mine)
+        rv.cores.extend(core for core in cores if (core.host, core.rank) == place)
 
 
 def _core_holder(place: tuple[str, int], launches: list[LaunchView]) -> RankView | None:
     """Which launch's rank at ``place`` gets its cores (a core does not name its launch): the last
     where the rank died by a signal, else the last that ran it; None when no launch ran it."""
     holders = [r for lv in launches for r in lv.ranks if (r.host, r.rank) == place]
-    died = [r for r in holders if r.signal]
-    last = died or holders
-    return last[-1] if last else None
+    return max(reversed(holders), key=lambda r: bool(r.signal), default=None)
 
 
 def describe_rank(rv: RankView, lv: LaunchView | None) -> str:
     """How a rank ended, one sentence: ``rank 2 on node2 died of SIGSEGV`` (and why, when it was stopped)."""
     text = _ending(rv, lv)
     if lv is not None and _stopped_by(rv, lv, text):
-        kind = lv.data.get("failure_kind")
-        text += f"; the launch {'timed out' if kind == 'timeout' else 'failed'}: {lv.failure}"
+        verb = "timed out" if lv.record.failure_kind == "timeout" else "failed"
+        text += f"; the launch {verb}: {lv.failure}"
     return text
 
 
@@ -694,14 +729,26 @@ def _ending(rv: RankView, lv: LaunchView | None) -> str:
         return f"{where} died of {rv.signal}"
     if rv.exit_code is not None:
         return f"{where} exited {rv.exit_code}"
-    node = _table(_table(lv.data, "nodes"), rv.host) if lv else {}
-    return f"{where} never reported" + (f" (lost {rv.host}: {node['lost']})" if node.get("lost") else "")
+    lost = _host_loss(lv, rv.host)
+    return f"{where} never reported" + (f" (lost {rv.host}: {lost})" if lost else "")
+
+
+def _host_loss(lv: LaunchView | None, host: str) -> str | None:
+    """Why the launch lost ``host`` (None: it did not, or there is no launch record)."""
+    node = lv.record.nodes.get(host) if lv is not None else None
+    return None if node is None else node.lost
+
+
+def _ended_as_consequence(rv: RankView) -> bool:
+    """Never reported, or stopped by a teardown signal (torchrun or our teardown stopping it)."""
+    return (rv.exit_code is None and not rv.signal) or rv.signal in SECONDARY_SIGNALS
 
 
 def _stopped_by(rv: RankView, lv: LaunchView, text: str) -> bool:
     """The rank was stopped (never reported, or killed) because something else failed first."""
-    consequence = (rv.exit_code is None and not rv.signal) or rv.signal in SECONDARY_SIGNALS
-    return bool(consequence and lv.failure and lv.data.get("failure_rank") != rv.rank and lv.failure not in text)
+    if not (lv.failure and _ended_as_consequence(rv)):
+        return False
+    return lv.record.failure_rank != rv.rank and lv.failure not in text
 
 
 def _crashed(rv: RankView) -> bool:
@@ -728,9 +775,8 @@ def _outcome(rv: RankView, failing: int, junit_expected: bool) -> str:
 def _first_failure(rv: RankView, failing: int) -> str:
     """"2 failing test(s), first test_x: <its message's first line>"."""
     first = next(x for x in rv.cases if case_outcome(x) in ("failure", "error"))
-    el = first.find("error") if first.find("error") is not None else first.find("failure")
-    message = el.get("message", "") if el is not None else ""
-    line = message.splitlines()[0] if message else ""
+    el = first.find(case_outcome(first))  # the error when it has one, else the failure
+    line = next(iter(("" if el is None else el.get("message", "")).splitlines()), "")
     head = f"{failing} failing test(s), first {first.get('name')}"
     return f"{head}: {line}" if line else head
 
@@ -774,55 +820,101 @@ def _classify(rv: RankView, lv: LaunchView | None, junit_expected: bool) -> None
 
 
 def _torn_down(rv: RankView, lv: LaunchView | None) -> str | None:
-    """"torn down after rank 3 on node2 failed" when ``rv`` died of a teardown signal (or never reported) only
-    because the launch's first failure was another rank's or host's (:mod:`framework.launch.monitor` records
-    which); None for the rank that failed first, a lost host's own ranks, timeouts and interruptions."""
-    if lv is None or not lv.failure or _crashed(rv):
+    """"torn down after rank 3 on node2 failed" when ``rv`` (killed or lost, not crashed) died of a
+    teardown signal (or never reported) only because the launch's first failure was another rank's
+    or host's (:mod:`framework.launch.monitor` records which); None for the rank that failed first,
+    a lost host's own ranks, timeouts and interruptions."""
+    if lv is None or not lv.failure:
         return None
-    data = lv.data
-    first = _other_first_rank(data, rv.rank)
+    first = _other_first_rank(lv.record, rv.rank)
     if first is not None:
-        return f"torn down after rank {first} on {_rank_host(data, first)} failed"
-    own = _HOST_FAILURE.get(str(data.get("failure_kind")))
-    if own is not None and not lv.failure.startswith(own.format(host=rv.host)):
-        return f"torn down after {lv.failure}"
-    return None
+        return f"torn down after rank {first} on {_rank_host(lv.record, first)} failed"
+    return f"torn down after {lv.failure}" if _other_host_failed(lv.record, rv.host) else None
 
 
-def _other_first_rank(data: Mapping[str, Any], rank: int) -> int | None:
+def _other_first_rank(record: LaunchResult, rank: int) -> int | None:
     """The rank the launch record says failed first, when that is a rank other than ``rank``."""
-    first = data.get("failure_rank")
-    if data.get("failure_kind") != "rank" or not isinstance(first, int) or first == rank:
-        return None
-    return first
+    first = record.failure_rank if record.failure_kind == "rank" else None
+    return None if first == rank else first
 
 
 #: the monitor's sentence of a host's failure by failure kind ("lost <host>: <why>", "torchrun on <host> exited <n>")
 _HOST_FAILURE = {"lost": "lost {host}:", "node": "torchrun on {host} "}
 
 
-def _rank_host(data: Mapping[str, Any], rank: int) -> str:
-    """The host a launch record gives the rank, else the one its node plan puts it on."""
-    host = _table(_table(data, "ranks"), str(rank)).get("host")
-    return str(host) if host else _expected_host(data, rank)
+def _other_host_failed(record: LaunchResult, host: str) -> bool:
+    """The launch failed first by a host's loss or its torchrun's exit, and that host is not
+    ``host``."""
+    sentence = _HOST_FAILURE.get(str(record.failure_kind))
+    return sentence is not None and not str(record.failure).startswith(sentence.format(host=host))
+
+
+def _rank_host(record: LaunchResult, rank: int) -> str:
+    """The host a launch record gives the rank (an older record may name none), else the one its
+    node plan puts it on."""
+    recorded = record.ranks.get(rank)
+    host = "" if recorded is None else recorded.host
+    return host or _expected_host(record, rank)
+
+
+def by_host(ranks: Iterable[RankView]) -> dict[str, list[RankView]]:
+    """``ranks`` by host, hosts in the order the ranks first name them, each host's by rank
+    number."""
+    out: dict[str, list[RankView]] = {}
+    for rv in ranks:
+        out.setdefault(rv.host, []).append(rv)
+    return {host: sorted(mine, key=lambda r: r.rank) for host, mine in out.items()}
+
+
+def outcome_tally(ranks: Iterable[RankView]) -> list[str]:
+    """``["3 pass", "1 crash"]``: how many of ``ranks`` had each outcome some had, in
+    :data:`OUTCOMES` order."""
+    counts = Counter(rv.outcome for rv in ranks)
+    return [f"{counts[o]} {o}" for o in OUTCOMES if counts[o]]
 
 
 def case_counts(cases: Iterable[ET.Element]) -> dict[str, int]:
     """``{tests, failures, errors, skipped}`` of JUnit testcases."""
-    c = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
-    for case in cases:
-        c["tests"] += 1
+    kinds = Counter(case_outcome(case) for case in cases)
+    return {"tests": kinds.total(), "failures": kinds["failure"], "errors": kinds["error"],
+            "skipped": kinds["skipped"]}
+
+
+@dataclass(frozen=True)
+class FailedTest:
+    """A failing controller test of pytest's junit.xml: ``kind`` failure or error, its element's
+    message and the end of its text (:data:`TEXT_CHARS`)."""
+
+    classname: str
+    name: str
+    kind: str
+    message: str
+    text: str
+
+    @classmethod
+    def from_case(cls, case: ET.Element) -> FailedTest:
         kind = case_outcome(case)
-        if kind == "error":
-            c["errors"] += 1
-        elif kind == "failure":
-            c["failures"] += 1
-        elif kind == "skipped":
-            c["skipped"] += 1
-    return c
+        el = case.find(kind)
+        message, text = ("", "") if el is None else (el.get("message", ""), el.text or "")
+        return cls(case.get("classname", ""), case.get("name", ""), kind, message,
+                   text[-TEXT_CHARS:])
+
+    @property
+    def first_line(self) -> str:
+        """The message's first line (empty for none)."""
+        return next(iter(self.message.splitlines()), "")
 
 
-def _junit_summary(path: Path, problems: list[str]) -> dict[str, Any] | None:
+@dataclass(frozen=True)
+class JunitSummary:
+    """pytest's own junit.xml in short: ``counts`` as :func:`case_counts` gives them, the failing
+    tests."""
+
+    counts: dict[str, int]
+    failed: list[FailedTest]
+
+
+def _junit_summary(path: Path, problems: list[str]) -> JunitSummary | None:
     if not path.exists():
         return None
     try:
@@ -831,17 +923,9 @@ def _junit_summary(path: Path, problems: list[str]) -> dict[str, Any] | None:
         problems.append(f"junit.xml: unreadable ({exc})")
         return None
     cases = list(top.iter("testcase"))
-    failed = [_failed_doc(case) for case in cases if case_outcome(case) in ("failure", "error")]
-    return {**case_counts(cases), "failed": failed}
-
-
-def _failed_doc(case: ET.Element) -> dict[str, str]:
-    """A failing controller test: classname, name, kind and its failure's message and text's end."""
-    kind = case_outcome(case)
-    el = case.find(kind)
-    message, text = ("", "") if el is None else (el.get("message") or "", el.text or "")
-    return {"classname": case.get("classname", ""), "name": case.get("name", ""), "kind": kind,
-            "message": message, "text": text[-TEXT_CHARS:]}
+    failed = [FailedTest.from_case(case) for case in cases
+              if case_outcome(case) in ("failure", "error")]
+    return JunitSummary(case_counts(cases), failed)
 
 
 # -- phases ---------------------------------------------------------------------
@@ -869,18 +953,15 @@ def _deploy_phases(root: Path, deploy: Mapping[str, Any] | None) -> list[Phase]:
     if not isinstance(deploy, dict) or not dm.exists():
         return []
     end = dm.stat().st_mtime
-    start = end - float(deploy.get("duration") or 0.0)
-    hosts = deploy.get("hosts") or {}
-    return [_host_deploy_phase(host, m, start, end) for host, m in hosts.items()]
+    start = end - (_seconds(deploy.get("duration")) or 0.0)
+    return [_host_deploy_phase(host, start, end) for host in _deploy_hosts(deploy)]
 
 
-def _host_deploy_phase(host: str, entry: Mapping[str, Any], start: float, end: float) -> Phase:
+def _host_deploy_phase(host: DeployHost, start: float, end: float) -> Phase:
     """A host's deploy phase: from the deploy's start for the sum of its steps (until its end)."""
-    durations = entry.get("durations") or {}
-    steps = {k: float(v) for k, v in durations.items() if isinstance(v, int | float)}
-    detail = ", ".join(f"{k} {v:.1f}s" for k, v in steps.items())
-    stop = min(end, start + sum(steps.values())) if steps else end
-    return Phase(host, "deploy", start, stop, True, detail)
+    detail = ", ".join(f"{k} {v:.1f}s" for k, v in host.durations.items())
+    stop = min(end, start + host.seconds) if host.durations else end
+    return Phase(host.host, "deploy", start, stop, True, detail)
 
 
 def _launch_phases(launches: list[LaunchView]) -> list[Phase]:

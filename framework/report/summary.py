@@ -14,8 +14,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from framework.console import printable
-from framework.report.fmt import dur, ranges, short
-from framework.report.model import OUTCOMES, RankView, RunView, case_counts, read_run
+from framework.report.fmt import capped, dur, ranges, short
+from framework.report.model import (
+    CoreView,
+    RankView,
+    RunView,
+    by_host,
+    case_counts,
+    outcome_tally,
+    read_run,
+)
 
 if TYPE_CHECKING:
     from framework.records.scrub import Scrub
@@ -65,7 +73,7 @@ def _counts(run: RunView) -> list[str]:
         with contextlib.suppress(ET.ParseError, OSError):
             counts.append("cluster.xml " + _count_text(case_counts(ET.parse(cx).getroot().iter("testcase"))))
     if run.junit:
-        counts.append("junit.xml " + _count_text(run.junit))
+        counts.append("junit.xml " + _count_text(run.junit.counts))
     return ["  " + "; ".join(counts)] if counts else []
 
 
@@ -95,16 +103,13 @@ def _rank_groups(run: RunView) -> list[tuple[str, list[RankView]]]:
 
 def _group_rows(ranks: list[RankView], width: int) -> list[str]:
     """A launch's ranks, host by host in the order they first appear, each host's by rank."""
-    rows = []
-    for host in dict.fromkeys(r.host for r in ranks):
-        rows += _host_rows(host, sorted((r for r in ranks if r.host == host), key=lambda r: r.rank), width)
-    return rows
+    return [row for host, mine in by_host(ranks).items() for row in _host_rows(host, mine, width)]
 
 
 def _host_rows(host: str, mine: list[RankView], width: int) -> list[str]:
     """One host's ranks as characters, :data:`_RANKS_A_LINE` a line; the first line names them and tallies."""
     chars = "".join(_CHAR[r.outcome] for r in mine)
-    tally = ", ".join(f"{n} {o}" for o in OUTCOMES if (n := sum(r.outcome == o for r in mine)))
+    tally = ", ".join(outcome_tally(mine))
     label = f"r{ranges([r.rank for r in mine])}"
     cells = min(_RANKS_A_LINE, len(chars))
     lines = [chars[i:i + _RANKS_A_LINE] for i in range(0, len(chars), _RANKS_A_LINE)]
@@ -113,24 +118,21 @@ def _host_rows(host: str, mine: list[RankView], width: int) -> list[str]:
 
 
 def _bad_ranks(run: RunView) -> list[str]:
-    bad = [r for r in run.ranks if r.outcome != "pass"]
-    lines = []
-    for r in bad[:5]:
-        where = (f"{r.launch} " if r.launch else "") + f"{r.host} r{r.rank}"
-        reason = r.reason.removeprefix(f"rank {r.rank} on {r.host} ")
-        lines.append(f"  {r.outcome.upper():6} {where}: " + short(reason, 90))
-    if len(bad) > 5:
-        lines.append(f"  … {len(bad) - 5} more rank(s) not passing: see index.html")
-    return lines
+    """The ranks that did not pass (the first five): outcome, where, why."""
+    lines = [_bad_rank(r) for r in run.ranks if r.outcome != "pass"]
+    return capped(lines, 5, "  … {n} more rank(s) not passing: see index.html")
+
+
+def _bad_rank(r: RankView) -> str:
+    where = (f"{r.launch} " if r.launch else "") + f"{r.host} r{r.rank}"
+    reason = r.reason.removeprefix(f"rank {r.rank} on {r.host} ")
+    return f"  {r.outcome.upper():6} {where}: " + short(reason, 90)
 
 
 def _causes(run: RunView) -> list[str]:
     """What failed and why, first: each failed launch's cause in its rank's own words (at most three)."""
-    causes = [(lv.name, str(lv.data["cause"])) for lv in run.launches if lv.data.get("cause")]
-    lines = ["  CAUSE  " + short(f"{name}: {text}", 2 * _WIDTH) for name, text in causes[:3]]
-    if len(causes) > 3:
-        lines.append(f"  … {len(causes) - 3} more failed launch(es) with a cause: see index.html")
-    return lines
+    lines = ["  CAUSE  " + short(f"{name}: {text}", 2 * _WIDTH) for name, text in run.causes]
+    return capped(lines, 3, "  … {n} more failed launch(es) with a cause: see index.html")
 
 
 def _stacks(run: RunView) -> list[str]:
@@ -145,15 +147,15 @@ def _stacks(run: RunView) -> list[str]:
 
 
 def _cores(run: RunView) -> list[str]:
-    lines = []
-    for core in run.cores[:3]:
-        frame = core.top_frame
-        where = f"{core.host} r{core.rank}" if core.rank is not None else core.host
-        what = f"{Path(core.exe or '?').name} pid {core.pid} {core.signal or ''}".rstrip()
-        lines.append("  CORE   " + short(f"{where}: {what}" + (f" — {frame}" if frame else ""), _WIDTH))
-    if len(run.cores) > 3:
-        lines.append(f"  … {len(run.cores) - 3} more core dump(s)")
-    return lines
+    """The first three core dumps: where, what, the crashing frame."""
+    return capped([_core_line(core) for core in run.cores], 3, "  … {n} more core dump(s)")
+
+
+def _core_line(core: CoreView) -> str:
+    frame = core.top_frame
+    where = f"{core.host} r{core.rank}" if core.rank is not None else core.host
+    what = f"{Path(core.exe or '?').name} pid {core.pid} {core.signal or ''}".rstrip()
+    return "  CORE   " + short(f"{where}: {what}" + (f" — {frame}" if frame else ""), _WIDTH)
 
 
 def _missing_cores(run: RunView) -> list[str]:
@@ -178,9 +180,9 @@ def _dirty_hosts(run: RunView) -> list[str]:
 
 def _failed_tests(run: RunView) -> list[str]:
     lines = []
-    for failed in (run.junit or {}).get("failed", [])[:3]:
-        first = (failed["message"].splitlines() or [""])[0]
-        lines.append("  TEST   " + short(f"{failed['classname']}::{failed['name']}: {first}", _WIDTH))
+    for failed in run.failed_tests[:3]:
+        test = f"{failed.classname}::{failed.name}: {failed.first_line}"
+        lines.append("  TEST   " + short(test, _WIDTH))
     return lines
 
 

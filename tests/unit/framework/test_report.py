@@ -498,6 +498,9 @@ def test_terminal_summary_fits_one_screen(run):
     assert "  CRASH  node2 r2: died of SIGSEGV; core dumped (python3, pid 4242)" in lines
     assert "  KILLED node2 r3: died of SIGTERM; the launch failed: rank 2 on node2 died of SIGSEGV" in lines
     assert "  CORE   node2 r2: python3 pid 4242 SIGSEGV — cam::dispatch_prefill (ctx=0x0) at dispatch.cpp:211" in lines
+    # the controller's failing test, its message's first line (pytest's junit.xml, typed once)
+    assert ("  TEST   sample_rank_tests::test_dispatch_combine[Graph]: "
+            "AssertionError: diff 1.2e-03 not below 5e-05") in lines
     slow = next(ln for ln in lines if ln.startswith("  slowest phases"))
     assert slow.startswith("  slowest phases (~ estimated):  node1 deploy 39.8s~  node2 deploy 39.8s~")
     assert lines[-1] == "  reproduce: python -m pytest tests/cluster --env-file env/lab.yaml --random-seed 1234"

@@ -36,3 +36,15 @@ def test_deploy_host_record() -> None:
     assert d.failed and d.seconds == 3.5
     ok = DeployHost.from_json("node2", {"status": "ok", "durations": None})
     assert not ok.failed and ok.seconds == 0 and ok.error is None and ok.step is None
+
+
+def test_deployed_artifacts_and_versions() -> None:
+    """manifest.json's artifacts (objects only) and each host's installed version (hosts naming
+    one)."""
+    versions = {"node1": {"installed_version": "1.2", "vendor": "acme"},
+                "node2": {"installed_version": None}, "node3": "junk"}
+    f = RunFacts.from_manifest({"artifacts": [{"kind": "wheel", "name": "a.whl"}, "junk"],
+                                "versions": versions})
+    assert f.artifacts == ({"kind": "wheel", "name": "a.whl"},)
+    assert f.versions == {"node1": "1.2"}
+    assert RunFacts.from_manifest({"artifacts": {}, "versions": []}) == RunFacts()

@@ -116,7 +116,7 @@ def test_the_launch_record_and_the_report_carry_the_groups(tmp_path):
     result.stacks = stacks.from_logs({0: ("host1", logs[0]), 1: ("host1", logs[1])})
     assert "odd one out: rank 1 on host1 in stuck_in_sleep" in result.message()
     data = result.to_json()
-    view = LaunchView("L1", "L1", 2, data, 0.0)
+    view = LaunchView("L1", LaunchResult.from_json(data), 0.0)
     assert view.stacks[0].startswith("rank 0 on host1 in wait_in_collective (rank.py:")
     assert view.stacks[1].startswith("rank 1 on host1 in stuck_in_sleep (rank.py:")
 

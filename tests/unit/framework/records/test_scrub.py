@@ -15,10 +15,13 @@ import subprocess
 import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from framework import report
+from framework.config.effective import Secret
+from framework.records import scrub
 from framework.records.scrub import Scrubber, scrub_doc, scrub_folder, scrub_tree
 from framework.remote import protocol
 from framework.report.junit import validate_junit
@@ -208,3 +211,30 @@ def test_a_log_with_nul_bytes_and_escaped_secrets_is_scrubbed_every_form(tmp_pat
     assert (node / "rank0.log").read_bytes() == b"step 1\0\0 binary progress bar\nenv: API_TOKEN=***\n"
     assert token.encode() in core.read_bytes()
     assert Scrubber([pw]).text('{"p": "Pw\\"\\u00e49x"}') == '{"p": "***"}'
+
+
+def test_the_env_gives_its_host_passwords_and_secret_launch_variables():
+    """Only values that are secrets (``reveal()``): a plain launch variable, a host without a
+    password and a non-env object give none."""
+    hosts = {"h1": SimpleNamespace(password=Secret("pw-one")), "h2": SimpleNamespace()}
+    launch = SimpleNamespace(env={"TOKEN": Secret("tok-two"), "PLAIN": "visible"})
+    env = SimpleNamespace(hosts=hosts, launch=launch)
+    assert Scrubber.from_env(env)("pw-one tok-two visible") == "*** *** visible"
+    assert not Scrubber.from_env(None) and not Scrubber.from_env({"hosts": {}})
+
+
+def test_a_file_that_cannot_be_scrubbed_is_a_warning_and_the_sweep_goes_on(tmp_path, monkeypatch,
+                                                                            caplog):
+    for name in ("a.log", "b.log"):
+        (tmp_path / name).write_text("pw=hunter22\n")
+    real = scrub.scrub_file
+
+    def failing_on_a(path: Path, scrubber: Scrubber) -> bool:
+        if path.name == "a.log":
+            raise OSError("disk gone")
+        return real(path, scrubber)
+
+    monkeypatch.setattr(scrub, "scrub_file", failing_on_a)
+    assert scrub_folder(tmp_path, Scrubber(["hunter22"])) == ["b.log"]
+    assert "cannot scrub" in caplog.text and "disk gone" in caplog.text
+    assert (tmp_path / "b.log").read_text() == "pw=***\n"

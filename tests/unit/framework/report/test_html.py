@@ -23,6 +23,8 @@ from pathlib import Path
 import pytest
 
 from framework import report
+from framework.report import html as report_html
+from framework.report.model import Phase, RunFacts
 from tests.support.builders import sample_run
 
 DATA = Path(__file__).resolve().parents[3] / "data"
@@ -265,3 +267,12 @@ def test_a_failed_tests_failed_commands_are_in_the_page(tmp_path):
     assert "<summary>failed commands</summary>" in html
     assert "mini_api.h: No such file or directory &lt;b&gt;" in html and "<b>" not in html.split("failed commands")[-1]
     assert html.count("<summary>failed commands</summary>") == 1
+
+
+def test_the_timeline_spans_its_phases_widened_to_the_runs_recorded_start_and_end():
+    phases = [Phase("node1", "deploy", 110.0, 150.0), Phase("node2", "run", 120.0, 160.0)]
+    scale = report_html._timeline_scale(phases, RunFacts(started=100.0, ended=200.0))
+    assert (scale.t0, scale.span) == (100.0, 100.0)
+    # a manifest without times: the phases' own span
+    scale = report_html._timeline_scale(phases, RunFacts())
+    assert (scale.t0, scale.span) == (110.0, 50.0)
