@@ -55,10 +55,12 @@ class LaunchMonitor:
         node = self.nodes[host]
         node.start = node.last_line = now
 
-    def fail(self, kind: str, text: str, now: float) -> None:
-        """Record the launch's first failure (later ones are consequences and only logged by the caller)."""
+    def fail(self, kind: str, text: str, now: float, host: str | None = None) -> None:
+        """Record the launch's first failure and the host it happened on (later ones are consequences
+        and only logged by the caller)."""
         if self.result.failure is None:
             self.result.failure, self.result.failure_kind = text, kind
+            self.result.failure_host = host
             self.failed_at = now
             log.warning("%s", text)
 
@@ -78,7 +80,7 @@ class LaunchMonitor:
         node = self.nodes[host].result
         node.exit_code = msg.exit_code
         if node.exit_code != 0:
-            self.fail("node", f"torchrun on {host} exited {node.exit_code}", now)
+            self.fail("node", f"torchrun on {host} exited {node.exit_code}", now, host)
 
     def _killed(self, host: str, msg: protocol.SupervisorLine, now: float) -> None:
         self.nodes[host].result.killed = msg.reason
@@ -112,7 +114,7 @@ class LaunchMonitor:
             node.result.lost = node.result.lost or "channel closed during teardown"
             return
         node.result.lost = why or "its SSH channel closed"
-        self.fail("lost", f"lost {host}: {node.result.lost}", now)
+        self.fail("lost", f"lost {host}: {node.result.lost}", now, host)
 
     def _rank(self, host: str, msg: protocol.SupervisorLine, now: float) -> None:
         result = self.result
@@ -126,9 +128,9 @@ class LaunchMonitor:
             return
         result.failure_rank = rank
         if result.failure is None:
-            self.fail("rank", rr.describe(), now)
+            self.fail("rank", rr.describe(), now, host)
         else:
-            result.failure = rr.describe()
+            result.failure, result.failure_host = rr.describe(), host
 
     def _root_so_far(self, rr: RankResult) -> bool:
         """Failed rank ``rr`` is the launch's cause so far: the first failure, or a rank that failed on
@@ -151,7 +153,7 @@ class LaunchMonitor:
         for host in self._silent(now):
             node = self.nodes[host].result
             node.lost = f"no heartbeat for {now - self.nodes[host].last_line:.0f}s"
-            self.fail("lost", f"lost {host}: {node.lost}", now)
+            self.fail("lost", f"lost {host}: {node.lost}", now, host)
         if now > self.deadline and self.result.failure is None:
             self.result.timed_out = True
             first = min(n.start for n in self.nodes.values())

@@ -66,6 +66,8 @@ class LaunchResult:
     failure_kind: str | None = None  # rank | node | lost | timeout | interrupted | infra
     failure_tail: str = ""  # tail of the failed rank's log
     failure_rank: int | None = None  # the rank whose failure came first
+    #: the host the first failure happened on: the failed rank's, the lost host, the torchrun that exited
+    failure_host: str | None = None
     #: why, in a rank's own words: "rank 3 on host2: AssertionError: ..." (framework.launch.cause)
     cause: str | None = None
     timed_out: bool = False
@@ -135,7 +137,8 @@ class LaunchResult:
         return {
             "launch_id": self.launch_id, "ok": self.ok, "world_size": self.world_size, "master": self.master,
             "duration": round(self.duration, 3), "failure": self.failure, "failure_kind": self.failure_kind,
-            "failure_rank": self.failure_rank, "cause": self.cause, "timed_out": self.timed_out,
+            "failure_rank": self.failure_rank, "failure_host": self.failure_host, "cause": self.cause,
+            "timed_out": self.timed_out,
             "teardown_seconds": self.teardown_seconds,
             "held": [asdict(h) for h in self.held],
             **self._optional_json(),

@@ -302,7 +302,7 @@ class Launcher:
             try:
                 node.proc = node.host.spawn(line)
             except HostError as exc:
-                monitor.fail("infra", f"{h}: cannot start the launch: {exc}", time.monotonic())
+                monitor.fail("infra", f"{h}: cannot start the launch: {exc}", time.monotonic(), h)
                 return
             monitor.started(h, time.monotonic())
             threading.Thread(target=_pump_lines, args=(h, node.proc, events), daemon=True,
@@ -310,7 +310,7 @@ class Launcher:
             secret = secret_env(node.plan.env)  # the supervisor's first stdin line, never in the command line
             if secret and not _write(node.proc, protocol.env_line(secret)):
                 monitor.fail("infra", f"{h}: cannot send the launch's secret variables to its supervisor",
-                             time.monotonic())
+                             time.monotonic(), h)
                 return
 
     def _watch(self, nodes: dict[str, _Node], monitor: LaunchMonitor, events: Events) -> None:

@@ -838,15 +838,11 @@ def _other_first_rank(record: LaunchResult, rank: int) -> int | None:
     return None if first == rank else first
 
 
-#: the monitor's sentence of a host's failure by failure kind ("lost <host>: <why>", "torchrun on <host> exited <n>")
-_HOST_FAILURE = {"lost": "lost {host}:", "node": "torchrun on {host} "}
-
-
 def _other_host_failed(record: LaunchResult, host: str) -> bool:
-    """The launch failed first by a host's loss or its torchrun's exit, and that host is not
-    ``host``."""
-    sentence = _HOST_FAILURE.get(str(record.failure_kind))
-    return sentence is not None and not str(record.failure).startswith(sentence.format(host=host))
+    """The launch failed first by a host's loss or its torchrun's exit, and the monitor recorded a
+    host other than ``host`` (a record older than ``failure_host`` attributes nothing)."""
+    host_failure = record.failure_kind in ("lost", "node")
+    return host_failure and record.failure_host not in (None, host)
 
 
 def _rank_host(record: LaunchResult, rank: int) -> str:

@@ -74,7 +74,7 @@ def test_rank_failure_names_the_root_cause_not_the_rank_killed_after_it():
     mon = monitor()
     result = replay(mon, "rank-failure.txt")
     assert not result.ok
-    assert (result.failure_kind, result.failure_rank) == ("rank", 2)
+    assert (result.failure_kind, result.failure_rank, result.failure_host) == ("rank", 2, "host2")
     assert result.failure == "rank 2 on host2 died of SIGSEGV"
     assert mon.failed_at == pytest.approx(3.90)  # the first bad line stopped the launch
     assert result.ranks[3].signal == "SIGTERM" and result.ranks[0].signal == "SIGTERM"
@@ -85,7 +85,7 @@ def test_rank_failure_names_the_root_cause_not_the_rank_killed_after_it():
 def test_a_silent_host_is_lost_by_its_missing_heartbeats():
     mon = monitor()
     result = replay(mon, "lost-silence.txt")
-    assert result.failure_kind == "lost"
+    assert (result.failure_kind, result.failure_host) == ("lost", "host2")
     assert result.failure == "lost host2: no heartbeat for 20s"
     assert result.nodes["host2"].lost == "no heartbeat for 20s" and not result.nodes["host2"].done
     assert mon.failed_at == pytest.approx(24.30)
@@ -97,6 +97,7 @@ def test_a_silent_host_is_lost_by_its_missing_heartbeats():
 def test_a_closed_channel_loses_its_host_at_once():
     result = replay(monitor(), "lost-eof.txt")
     assert (result.failure_kind, result.failure) == ("lost", "lost host2: its SSH channel closed")
+    assert result.failure_host == "host2"  # the report attributes the other hosts' teardown to it
     assert result.nodes["host1"].done
 
 

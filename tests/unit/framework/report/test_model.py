@@ -51,3 +51,22 @@ def test_a_launch_file_that_is_no_record_is_a_problem_and_an_older_record_still_
     assert [lv.launch_id for lv in run.launches] == ["old"]
     assert [(r.rank, r.host) for r in run.launches[0].ranks] == [
         (0, "node1"), (1, "node1"), (2, "node2"), (3, "node2")]
+
+
+def test_ranks_stopped_after_another_hosts_loss_are_torn_down_and_the_lost_hosts_own_are_not(tmp_path):
+    """The monitor records the host of the first failure; the report reads it, never the sentence:
+    host1's ranks, killed by the teardown, were torn down after host2's loss; host2's ranks were lost."""
+    doc = {"launch_id": "L", "world_size": 4, "failure": "lost host2: its SSH channel closed",
+           "failure_kind": "lost", "failure_host": "host2",
+           "nodes": {"host1": {"node_rank": 0}, "host2": {"node_rank": 1, "lost": "its SSH channel closed"}},
+           "ranks": {"0": {"host": "host1", "signal": "SIGTERM"}, "1": {"host": "host1", "signal": "SIGTERM"},
+                     "2": {"host": "host2"}, "3": {"host": "host2"}}}
+    (tmp_path / "launch-L.json").write_text(json.dumps(doc))
+    ranks = {r.rank: r for r in read_run(tmp_path).launches[0].ranks}
+    assert ranks[0].torn_down == "torn down after lost host2: its SSH channel closed", ranks[0]
+    assert ranks[0].outcome == ranks[1].outcome == "killed"
+    assert ranks[2].torn_down is None and ranks[2].outcome == "lost", ranks[2]
+    # a record of another host's name in the sentence but no failure_host attributes nothing
+    doc["failure_host"] = None
+    (tmp_path / "launch-L.json").write_text(json.dumps(doc))
+    assert all(r.torn_down is None for r in read_run(tmp_path).launches[0].ranks)
