@@ -286,6 +286,12 @@ def vendor_of(set_envs: Sequence[str], install_path: str) -> str | None:
     return names[0] if len(names) == 1 else None
 
 
+def _text(doc: Mapping[str, Any], key: str) -> str:
+    """``doc[key]`` when it is a string, else ``""``."""
+    value = doc.get(key)
+    return value if isinstance(value, str) else ""
+
+
 @dataclass(frozen=True)
 class DeployState:
     """``deploy-state.json``: what deploy installed on a host, written last, removed first.
@@ -320,15 +326,19 @@ class DeployState:
 
     @classmethod
     def from_doc(cls, doc: Mapping[str, Any] | None) -> DeployState:
-        """The state of a read document (missing keys empty; ``{}`` gives an empty state)."""
-        doc = doc or {}
+        """The state of a read document: a key that is missing or of another type is empty (the file is
+        the host's data: ``{}``, or ``{"version": "x"}``, gives an empty state, never an error)."""
+        doc = {} if doc is None else doc
         arts = doc.get("artifacts")
+        ops = doc.get("ops")
+        version = doc.get("version")
         return cls(
-            artifacts=dict(arts) if isinstance(arts, dict) else {},
-            install_path=str(doc.get("install_path") or ""), interpreter=str(doc.get("interpreter") or ""),
-            vendor=doc.get("vendor") or None, installed_version=doc.get("installed_version"),
-            ops=tuple(doc.get("ops") or ()), deployed_at=doc.get("deployed_at"),
-            version=int(doc.get("version") or 0),
+            artifacts={str(k): v for k, v in arts.items() if isinstance(v, str)} if isinstance(arts, dict) else {},
+            install_path=_text(doc, "install_path"), interpreter=_text(doc, "interpreter"),
+            vendor=_text(doc, "vendor") or None, installed_version=_text(doc, "installed_version") or None,
+            ops=tuple(o for o in ops if isinstance(o, str)) if isinstance(ops, list) else (),
+            deployed_at=_text(doc, "deployed_at") or None,
+            version=version if type(version) is int else 0,
         )
 
     # -- reading ----------------------------------------------------------------------------------

@@ -86,6 +86,17 @@ def test_state_absent_or_broken():
     assert not DeployState.matches(None, DeployState({"wheel": SHA}, "/o", "/py").expected())
 
 
+def test_a_state_file_of_other_types_reads_as_an_empty_state_never_an_error():
+    """deploy-state.json is the host's data: values of the wrong type are empty, not a traceback (int("x"),
+    tuple(5) had raised in the launch's plan)."""
+    odd = DeployState.from_doc({"version": "x", "ops": 5, "artifacts": {"wheel": 1, "run": SHA},
+                                "interpreter": ["/py"], "vendor": 0, "installed_version": 2.0, "deployed_at": {}})
+    assert odd == DeployState({"run": SHA}, "", "", None, None, (), None, 0)
+    assert DeployState.from_doc({"version": True}).version == 0
+    kept = DeployState({"wheel": SHA}, "/o", "/py", "CAM", "1.0", ("a", "b"), "2026-12-06T00:00:00Z")
+    assert DeployState.from_doc(kept.to_doc()) == kept
+
+
 def test_the_deploy_expected_state_is_the_documents_deciding_part():
     plan = deploy.HostPlan(host="h", workdir="/w", python="/py", venv=False, install_path="/o", manage_ip="1.2.3.4")
     art = deploy.Artifact("wheel", Path("/x/a.whl"), SHA, 1)
