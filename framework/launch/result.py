@@ -10,6 +10,9 @@ from framework.launch.devices import HeldDevice
 from framework.launch.stacks import Frame, StackGroup
 from framework.launch.stacks import summary as stack_summary
 
+#: the launch record's format version (records written before it had none: read as 1)
+SCHEMA = 1
+
 _Row = TypeVar("_Row")
 
 
@@ -135,7 +138,8 @@ class LaunchResult:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "launch_id": self.launch_id, "ok": self.ok, "world_size": self.world_size, "master": self.master,
+            "schema": SCHEMA, "launch_id": self.launch_id, "ok": self.ok, "world_size": self.world_size,
+            "master": self.master,
             "duration": round(self.duration, 3), "failure": self.failure, "failure_kind": self.failure_kind,
             "failure_rank": self.failure_rank, "failure_host": self.failure_host, "cause": self.cause,
             "timed_out": self.timed_out,
@@ -151,9 +155,13 @@ class LaunchResult:
         """The record :meth:`to_json` wrote, parsed once (``launch_id`` when the file names none).
 
         Tolerant of older files: a missing key gets the field's default, an entry that is not an
-        object is left out; a document without an integer ``world_size`` raises ValueError."""
+        object is left out; a document without an integer ``world_size``, or of a newer ``schema``,
+        raises ValueError."""
         if not _is_record(doc):
             raise ValueError("not a launch record")
+        schema = doc.get("schema", 1)
+        if type(schema) is not int or schema > SCHEMA:
+            raise ValueError(f"launch record schema {schema!r}: this camit reads schema {SCHEMA} and older")
         scalars = _known(cls, doc, skip=("nodes", "ranks", "held", "stacks", "notes"))
         return cls(**{**scalars, "launch_id": str(doc.get("launch_id") or launch_id)},
                    nodes=_nodes(doc.get("nodes")), ranks=_ranks(doc.get("ranks")),

@@ -439,7 +439,10 @@ def _launch_record(path: Path, problems: list[str]) -> LaunchView | None:
         return None
     try:
         record = LaunchResult.from_json(data, launch_id=path.stem[len("launch-"):])
-    except (TypeError, ValueError):
+    except ValueError as exc:  # not a record, or a newer camit's
+        problems.append(f"{path.name}: {exc}")
+        return None
+    except TypeError:
         problems.append(f"{path.name}: not a launch record")
         return None
     return LaunchView(record.launch_id, record, path.stat().st_mtime)

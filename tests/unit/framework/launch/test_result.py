@@ -20,7 +20,7 @@ def full_record() -> LaunchResult:
     stack = (Frame("libc.so", 0, "poll"), Frame("/w/rank.py", 12, "wait"))
     return LaunchResult(
         "run-w2-ab12", {"node1": node}, ranks, 2, master="node1", duration=3.25,
-        failure="rank 1 on node1 died of SIGSEGV", failure_kind="rank", failure_rank=1,
+        failure="rank 1 on node1 died of SIGSEGV", failure_kind="rank", failure_rank=1, failure_host="node1",
         cause="rank 1 on node1: Segfault", timed_out=False, teardown_seconds=0.5,
         held=[HeldDevice("node1", 0, 1, 7, "python", "run-w2-ab12")], notes=["cut"],
         stacks=[StackGroup(stack, [0, 1], {0: "node1", 1: "node1"})],
@@ -56,3 +56,15 @@ def test_an_older_record_gets_the_defaults_of_what_it_lacks():
 def test_a_document_without_an_integer_world_size_is_not_a_launch_record(doc):
     with pytest.raises(ValueError, match="not a launch record"):
         LaunchResult.from_json(doc)
+
+
+def test_the_record_names_its_schema_and_a_newer_one_is_refused_by_name():
+    """Written with ``schema``; a record without one (older camit) reads as schema 1; a newer camit's
+    record is not guessed at."""
+    doc = full_record().to_json()
+    assert doc["schema"] == 1
+    del doc["schema"]
+    assert LaunchResult.from_json(doc) == full_record()
+    for schema in (2, "1"):
+        with pytest.raises(ValueError, match=f"launch record schema {schema!r}: this camit reads schema 1"):
+            LaunchResult.from_json({**doc, "schema": schema})

@@ -41,6 +41,7 @@ def test_a_launch_file_that_is_no_record_is_a_problem_and_an_older_record_still_
     older record whose ranks name no host gets each rank's host from its node plan."""
     (tmp_path / "launch-bad.json").write_text(json.dumps({"launch_id": "bad"}))
     (tmp_path / "launch-broken.json").write_text("{not json")
+    (tmp_path / "launch-newer.json").write_text(json.dumps({"schema": 2, "world_size": 1}))
     older = {"launch_id": "old", "world_size": 4, "failure": None,
              "nodes": {"node1": {"node_rank": 0}, "node2": {"node_rank": 1}},
              "ranks": {str(r): {"exit_code": 0} for r in range(4)}}
@@ -48,6 +49,7 @@ def test_a_launch_file_that_is_no_record_is_a_problem_and_an_older_record_still_
     run = read_run(tmp_path)
     assert "launch-bad.json: not a launch record" in run.problems
     assert any(p.startswith("launch-broken.json: unreadable") for p in run.problems)
+    assert "launch-newer.json: launch record schema 2: this camit reads schema 1 and older" in run.problems
     assert [lv.launch_id for lv in run.launches] == ["old"]
     assert [(r.rank, r.host) for r in run.launches[0].ranks] == [
         (0, "node1"), (1, "node1"), (2, "node2"), (3, "node2")]
