@@ -88,6 +88,9 @@ class LaunchResult:
     test: str | None = None
     attempt: int | None = None
     seq: int | None = None
+    #: a retry after a taken master port: the first attempt's launch id and this try's number (2, 3, ...)
+    retry_of: str | None = None
+    port_try: int = 1
 
     @property
     def ok(self) -> bool:
@@ -134,7 +137,14 @@ class LaunchResult:
             out["stacks"] = [g.to_json() for g in self.stacks]
         if self.test is not None:
             out.update(test=self.test, attempt=self.attempt, seq=self.seq)
+        if self.retry_of is not None:
+            out.update(retry_of=self.retry_of, port_try=self.port_try)
         return out
+
+    @property
+    def first_id(self) -> str:
+        """The launch id of the first try (this launch's own, unless it retried a taken port)."""
+        return self.launch_id if self.retry_of is None else self.retry_of
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -265,6 +265,8 @@ class Launcher:
         nodes = {h: _Node(self.cluster[h], p) for h, p in plans.items()}
         result = _new_result(lid, plans, world=nproc * len(plans), master=f"{addr0}:{port}",
                              owner=owner, seq=seq)
+        if attempt > 1:
+            result.retry_of, result.port_try = launch_id, attempt
         start = time.monotonic()
         monitor = LaunchMonitor(result, plans, deadline=start + timeout)
         events: Events = queue.Queue()

@@ -448,28 +448,22 @@ def _launch_record(path: Path, problems: list[str]) -> LaunchView | None:
     return LaunchView(record.launch_id, record, path.stat().st_mtime)
 
 
-def _port_attempt(lid: str) -> tuple[str, int]:
-    """(the launch id without its port-collision retry suffix, the retry's number): ``x-r2`` → (x, 2)."""
-    m = re.search(r"-r(\d+)$", lid)
-    return (lid[: m.start()], int(m.group(1))) if m else (lid, 1)
-
-
 def _last_port_attempts(found: list[LaunchView]) -> list[LaunchView]:
-    """A port-collision retry (<id>-r2) supersedes earlier attempts: keep the highest-numbered (the
-    first found among equals), naming the others."""
+    """A retry after a taken port (its record names the first try) supersedes the earlier tries:
+    keep the highest-numbered (the first found among equals), naming the others."""
     kept: set[int] = set()  # ids: two views may be equal without being the same launch
     for group in _port_groups(found):
-        last = max(group, key=lambda lv: _port_attempt(lv.launch_id)[1])
+        last = max(group, key=lambda lv: lv.record.port_try)
         last.superseded = [o.launch_id for o in group if o is not last]
         kept.add(id(last))
     return [lv for lv in found if id(lv) in kept]
 
 
 def _port_groups(found: list[LaunchView]) -> list[list[LaunchView]]:
-    """The launches by their id without a port-retry suffix, each group in the order found."""
+    """The launches by their first try's id, each group in the order found."""
     groups: dict[str, list[LaunchView]] = {}
     for lv in found:
-        groups.setdefault(_port_attempt(lv.launch_id)[0], []).append(lv)
+        groups.setdefault(lv.record.first_id, []).append(lv)
     return list(groups.values())
 
 

@@ -223,6 +223,7 @@ def test_a_taken_master_port_is_retried_with_another(lab, lab_env_path, env_vari
         assert result.ok, result.message()
         assert not result.master.endswith(f":{port}")
         assert result.launch_id.endswith("-r2")  # the second attempt passed
+        assert (result.retry_of, result.port_try) == (result.launch_id[:-3], 2)  # the report reads these
     finally:
         os.killpg(holder.pid, signal.SIGKILL)
         holder.wait()

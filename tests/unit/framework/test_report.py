@@ -235,7 +235,7 @@ def test_a_port_retry_supersedes_its_first_attempt(run):
     first = run / f"launch-{sr.LAUNCH_ID}.json"
     retry = run / f"launch-{sr.LAUNCH_ID}-r2.json"
     data = json.loads(first.read_text())
-    data["launch_id"] = f"{sr.LAUNCH_ID}-r2"
+    data.update(launch_id=f"{sr.LAUNCH_ID}-r2", retry_of=sr.LAUNCH_ID, port_try=2)
     retry.write_text(json.dumps(data))
     os.utime(first, (sr.T0 + 30, sr.T0 + 30))
     os.utime(retry, (sr.T0 + 58, sr.T0 + 58))
@@ -243,6 +243,16 @@ def test_a_port_retry_supersedes_its_first_attempt(run):
     assert [(lv.launch_id, lv.name, lv.superseded) for lv in view.launches] == [
         (f"{sr.LAUNCH_ID}-r2", "moe1", [sr.LAUNCH_ID])]
     assert "rank0@node1" in suites(report_junit.write_cluster_junit(run))
+
+
+def test_the_record_not_the_id_says_a_launch_retried_a_taken_port(run):
+    """A record that names no first try is a launch of its own, whatever its id looks like."""
+    first = run / f"launch-{sr.LAUNCH_ID}.json"
+    data = json.loads(first.read_text())
+    (run / f"launch-{sr.LAUNCH_ID}-r2.json").write_text(json.dumps({**data, "launch_id": f"{sr.LAUNCH_ID}-r2"}))
+    view = report_read.read_run(run)
+    assert sorted(lv.launch_id for lv in view.launches) == [sr.LAUNCH_ID, f"{sr.LAUNCH_ID}-r2"]
+    assert all(lv.superseded == [] for lv in view.launches)
 
 
 def test_reruns_are_folded_and_invalid_testcase_content_cleaned(run):

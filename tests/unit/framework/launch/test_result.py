@@ -24,7 +24,7 @@ def full_record() -> LaunchResult:
         cause="rank 1 on node1: Segfault", timed_out=False, teardown_seconds=0.5,
         held=[HeldDevice("node1", 0, 1, 7, "python", "run-w2-ab12")], notes=["cut"],
         stacks=[StackGroup(stack, [0, 1], {0: "node1", 1: "node1"})],
-        test="suites/t.py::test_x", attempt=2, seq=1)
+        test="suites/t.py::test_x", attempt=2, seq=1, retry_of="run-w2", port_try=2)
 
 
 def test_a_written_record_reads_back_as_the_same_record():
