@@ -286,10 +286,31 @@ def vendor_of(set_envs: Sequence[str], install_path: str) -> str | None:
     return names[0] if len(names) == 1 else None
 
 
+# -- typed readers of a host's JSON document: a value of another type is empty ------------------
 def _text(doc: Mapping[str, Any], key: str) -> str:
     """``doc[key]`` when it is a string, else ``""``."""
     value = doc.get(key)
     return value if isinstance(value, str) else ""
+
+
+def _opt_text(doc: Mapping[str, Any], key: str) -> str | None:
+    """``doc[key]`` when it is a non-empty string, else None."""
+    return _text(doc, key) or None
+
+
+def _strings(value: object) -> tuple[str, ...]:
+    """The strings of a JSON list (anything else: none)."""
+    return tuple(v for v in value if isinstance(v, str)) if isinstance(value, list) else ()
+
+
+def _str_map(value: object) -> dict[str, str]:
+    """The string values of a JSON object, by key (anything else: empty)."""
+    return {str(k): v for k, v in value.items() if isinstance(v, str)} if isinstance(value, dict) else {}
+
+
+def _int(value: object) -> int:
+    """A JSON integer (not a bool), else 0."""
+    return value if type(value) is int else 0
 
 
 @dataclass(frozen=True)
@@ -329,16 +350,11 @@ class DeployState:
         """The state of a read document: a key that is missing or of another type is empty (the file is
         the host's data: ``{}``, or ``{"version": "x"}``, gives an empty state, never an error)."""
         doc = {} if doc is None else doc
-        arts = doc.get("artifacts")
-        ops = doc.get("ops")
-        version = doc.get("version")
         return cls(
-            artifacts={str(k): v for k, v in arts.items() if isinstance(v, str)} if isinstance(arts, dict) else {},
-            install_path=_text(doc, "install_path"), interpreter=_text(doc, "interpreter"),
-            vendor=_text(doc, "vendor") or None, installed_version=_text(doc, "installed_version") or None,
-            ops=tuple(o for o in ops if isinstance(o, str)) if isinstance(ops, list) else (),
-            deployed_at=_text(doc, "deployed_at") or None,
-            version=version if type(version) is int else 0,
+            artifacts=_str_map(doc.get("artifacts")), install_path=_text(doc, "install_path"),
+            interpreter=_text(doc, "interpreter"), vendor=_opt_text(doc, "vendor"),
+            installed_version=_opt_text(doc, "installed_version"), ops=_strings(doc.get("ops")),
+            deployed_at=_opt_text(doc, "deployed_at"), version=_int(doc.get("version")),
         )
 
     # -- reading ----------------------------------------------------------------------------------
