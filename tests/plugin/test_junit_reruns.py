@@ -8,16 +8,8 @@ import xml.etree.ElementTree as ET
 import pytest
 
 from framework.report.junit import validate_junit
+from tests.support.plugin_run import TWO_NODE_ENV
 from tests.support.xmltree import attr, one
-
-ENV = textwrap.dedent("""\
-    host_info:
-      node1:
-        manage_nic: {name: eth0, ip: 192.0.2.11}
-      node2:
-        manage_nic: {name: eth0, ip: 192.0.2.12}
-    launch: {backend: gloo}
-""")
 
 TESTS = textwrap.dedent("""
     import json
@@ -45,7 +37,7 @@ TESTS = textwrap.dedent("""
 
 @pytest.fixture
 def env_file(pytester: pytest.Pytester):
-    return pytester.makefile(".yaml", test_env=ENV)
+    return pytester.makefile(".yaml", test_env=TWO_NODE_ENV)
 
 
 def _junit(pytester: pytest.Pytester, *args: str) -> ET.Element:

@@ -11,19 +11,12 @@ import textwrap
 
 import pytest
 
-ENV = textwrap.dedent("""\
-    host_info:
-      node1:
-        manage_nic: {name: eth0, ip: 192.0.2.11}
-      node2:
-        manage_nic: {name: eth0, ip: 192.0.2.12}
-    launch: {backend: gloo}
-""")
+from tests.support.plugin_run import TWO_NODE_ENV
 
 
 @pytest.fixture
 def env_file(pytester: pytest.Pytester):
-    return pytester.makefile(".yaml", test_env=ENV)
+    return pytester.makefile(".yaml", test_env=TWO_NODE_ENV)
 
 
 def test_requirement_markers_skip_with_the_reason(pytester, env_file):
@@ -82,7 +75,7 @@ def test_seed_and_repro_line_in_the_header(pytester, env_file):
 
 
 def test_bad_env_is_a_usage_error_without_traceback(pytester):
-    bad = pytester.makefile(".yaml", bad_env=ENV.replace("192.0.2.12", "10.0.0.300"))
+    bad = pytester.makefile(".yaml", bad_env=TWO_NODE_ENV.replace("192.0.2.12", "10.0.0.300"))
     pytester.makepyfile("def test_x():\n    pass\n")
     result = pytester.runpytest("--env", str(bad))
     assert result.ret == pytest.ExitCode.USAGE_ERROR

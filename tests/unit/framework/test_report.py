@@ -26,6 +26,7 @@ from framework.report import junit as report_junit
 from framework.report import manifest as report_manifest
 from framework.report import model as report_read
 from tests.support.builders import sample_run
+from tests.support.plugin_run import TWO_NODE_ENV
 from tests.support.xmltree import attr, one, text
 
 REPO = Path(__file__).resolve().parents[3]
@@ -582,18 +583,8 @@ def test_a_reproduce_line_built_by_the_caller_is_the_one_recorded_and_shown(run)
     assert json.loads((run / "manifest.json").read_text())["command"]["repro"] == line
 
 
-PLUGIN_ENV = """\
-host_info:
-  node1:
-    manage_nic: {name: eth0, ip: 192.0.2.11}
-  node2:
-    manage_nic: {name: eth0, ip: 192.0.2.12}
-launch: {backend: gloo}
-"""
-
-
 def test_the_plugin_header_summary_and_index_html_show_one_reproduce_line(pytester):
-    env = pytester.makefile(".yaml", test_env=PLUGIN_ENV)
+    env = pytester.makefile(".yaml", test_env=TWO_NODE_ENV)
     pytester.makepyfile("def test_x(env):\n    pass\n")
     result = pytester.runpytest("--env", str(env), "--report-dir", "out", "--random_seed", "11", "-k", "test_x or y",
                                 "-p", "no:cacheprovider")

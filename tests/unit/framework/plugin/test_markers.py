@@ -10,18 +10,7 @@ import pytest
 from framework.plugin.context import RunContext
 from framework.plugin.markers import _size_requirements, _soc_requirements
 from tests.support.builders import make_env
-
-
-class Item:
-    """The stand-in as the pytest.Item the requirements read (its closest markers)."""
-
-    def __init__(self, **markers: tuple[Any, ...]) -> None:
-        self.markers = {name: getattr(pytest.mark, name)(*args).mark
-                        for name, args in markers.items()}
-
-    def get_closest_marker(self, name: str) -> pytest.Mark | None:
-        return self.markers.get(name)
-
+from tests.support.plugin_run import MarkedItem
 
 A2, A3 = "ascend910b", "ascend910_93"
 
@@ -40,7 +29,7 @@ A2, A3 = "ascend910b", "ascend910_93"
 ])
 def test_soc_requirements(markers: dict[str, tuple[Any, ...]], socs: set[str],
                           reason: str | None) -> None:
-    assert _soc_requirements(cast(pytest.Item, Item(**markers)), socs) == reason
+    assert _soc_requirements(cast(pytest.Item, MarkedItem(**markers)), socs) == reason
 
 
 def _ctx(worlds: frozenset[int] | None = None) -> RunContext:
@@ -60,4 +49,4 @@ def _ctx(worlds: frozenset[int] | None = None) -> RunContext:
 def test_size_requirements(markers: dict[str, tuple[Any, ...]], worlds: frozenset[int] | None,
                            reason: str | None) -> None:
     env = make_env(("h1", "h2"))
-    assert _size_requirements(cast(pytest.Item, Item(**markers)), _ctx(worlds), env, 2) == reason
+    assert _size_requirements(cast(pytest.Item, MarkedItem(**markers)), _ctx(worlds), env, 2) == reason

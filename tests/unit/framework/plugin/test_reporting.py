@@ -7,18 +7,11 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-ENV = """\
-host_info:
-  node1:
-    manage_nic: {name: eth0, ip: 192.0.2.11}
-  node2:
-    manage_nic: {name: eth0, ip: 192.0.2.12}
-launch: {backend: gloo}
-"""
+from tests.support.plugin_run import TWO_NODE_ENV
 
 
 def _run(pytester: pytest.Pytester, test: str, *args: str) -> pytest.RunResult:
-    env = pytester.makefile(".yaml", test_env=ENV)
+    env = pytester.makefile(".yaml", test_env=TWO_NODE_ENV)
     pytester.makepyfile(test)
     return pytester.runpytest("--env", str(env), "--report-dir", "out", "-p", "no:cacheprovider",
                               *args)

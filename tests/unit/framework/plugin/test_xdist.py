@@ -15,6 +15,7 @@ from framework.plugin.xdist import (
     initial_chunk,
     make_scheduler,
 )
+from tests.support.plugin_run import MarkedItem
 
 
 class Config:
@@ -113,16 +114,6 @@ def test_more_workers_than_hosts_is_a_usage_error():
         host_share(["a", "b"], {"workerid": "gw0", "workercount": 3})
 
 
-class Item:
-    """The stand-in as the pytest.Item cluster_weight reads (its closest markers)."""
-
-    def __init__(self, **markers: tuple[object, ...]) -> None:
-        self.markers = {name: getattr(pytest.mark, name)(*args).mark
-                        for name, args in markers.items()}
-
-    def get_closest_marker(self, name: str) -> pytest.Mark | None:
-        return self.markers.get(name)
-
 
 @pytest.mark.parametrize(("markers", "worlds", "weight"), [
     ({"ranks": (8,), "nodes": (2,)}, None, 8),  # the world size first
@@ -136,7 +127,7 @@ class Item:
 ])
 def test_cluster_weight(markers: dict[str, tuple[object, ...]], worlds: frozenset[int] | None,
                         weight: int) -> None:
-    assert cluster_weight(cast(pytest.Item, Item(**markers)), worlds) == weight
+    assert cluster_weight(cast(pytest.Item, MarkedItem(**markers)), worlds) == weight
 
 
 def test_a_share_goes_to_its_worker_and_a_dead_workers_share_to_its_replacement() -> None:
